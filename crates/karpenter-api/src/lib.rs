@@ -1,0 +1,3 @@
+//! placeholder
+pub use k8s_openapi;
+pub use kube;
