@@ -1,3 +1,19 @@
-//! placeholder
+//! Karpenter's v1 API: NodePool and NodeClaim (`karpenter.sh/v1`), EC2NodeClass (`karpenter.k8s.aws/v1`) and
+//! KWOKNodeClass (`karpenter.kwok.sh/v1alpha1`), with validation, drift hashes, CRD generation and manifest
+//! loading.
+//!
+//! This crate is pure: it depends on `kube` with the `derive` feature only, so it pulls in no HTTP client and no
+//! async runtime. It re-exports [`kube`] and [`k8s_openapi`] so embedders line up on the same versions.
+
 pub use k8s_openapi;
 pub use kube;
+
+pub mod condition;
+pub mod duration;
+pub mod labels;
+pub mod validation;
+
+pub use condition::{Condition, ConditionStatus, Conditions};
+pub use duration::{KDuration, NillableDuration};
+pub use labels::ProviderLabels;
+pub use validation::{Validate, ValidationContext, Violation, Violations};

@@ -1,0 +1,291 @@
+//! Well-known label, annotation, taint and finalizer keys, and the provider label sets.
+//!
+//! A provider's own well-known labels and restricted domains are a [`ProviderLabels`] value handed to validation
+//! and to the scheduler, never a global, so a new cloud brings its own set.
+
+use std::collections::BTreeSet;
+
+// Core well-known labels (karpenter.sh and Kubernetes).
+pub const NODE_POOL: &str = "karpenter.sh/nodepool";
+pub const CAPACITY_TYPE: &str = "karpenter.sh/capacity-type";
+pub const ZONE: &str = "topology.kubernetes.io/zone";
+pub const REGION: &str = "topology.kubernetes.io/region";
+pub const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
+pub const ARCH: &str = "kubernetes.io/arch";
+pub const OS: &str = "kubernetes.io/os";
+pub const WINDOWS_BUILD: &str = "node.kubernetes.io/windows-build";
+pub const HOSTNAME: &str = "kubernetes.io/hostname";
+
+// Lifecycle labels Karpenter puts on nodes.
+pub const NODE_REGISTERED: &str = "karpenter.sh/registered";
+pub const NODE_INITIALIZED: &str = "karpenter.sh/initialized";
+pub const DO_NOT_SYNC_TAINTS: &str = "karpenter.sh/do-not-sync-taints";
+pub const EXCLUDE_FROM_EXTERNAL_LB: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
+
+/// Values of `karpenter.sh/capacity-type`.
+pub const CAPACITY_TYPE_ON_DEMAND: &str = "on-demand";
+pub const CAPACITY_TYPE_SPOT: &str = "spot";
+pub const CAPACITY_TYPE_RESERVED: &str = "reserved";
+pub const CAPACITY_TYPES: [&str; 3] = [CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT, CAPACITY_TYPE_RESERVED];
+
+/// The core restricted domain: keys in it (or a subdomain of it) are reserved for Karpenter.
+pub const CORE_RESTRICTED_DOMAIN: &str = "karpenter.sh";
+/// Labels in this domain are dropped from kubelet's `--node-labels` but still applied at registration.
+pub const NODE_RESTRICTION_DOMAIN: &str = "node-restriction.kubernetes.io";
+
+/// Deprecated label keys and the key each is read as.
+pub const LABEL_ALIASES: [(&str, &str); 5] = [
+    ("failure-domain.beta.kubernetes.io/zone", ZONE),
+    ("failure-domain.beta.kubernetes.io/region", REGION),
+    ("beta.kubernetes.io/arch", ARCH),
+    ("beta.kubernetes.io/os", OS),
+    ("beta.kubernetes.io/instance-type", INSTANCE_TYPE),
+];
+
+/// Rewrites a deprecated alias to its current key; other keys are returned unchanged.
+pub fn normalize_label_key(key: &str) -> &str {
+    LABEL_ALIASES.iter().find(|(alias, _)| *alias == key).map_or(key, |(_, k)| k)
+}
+
+/// Core well-known labels: usable in requirements and pod selectors even when a NodePool does not list them.
+pub const CORE_WELL_KNOWN_LABELS: [&str; 8] =
+    [NODE_POOL, ZONE, REGION, INSTANCE_TYPE, ARCH, OS, CAPACITY_TYPE, WINDOWS_BUILD];
+
+pub mod annotations {
+    pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
+    pub const NODE_POOL_HASH: &str = "karpenter.sh/nodepool-hash";
+    pub const NODE_POOL_HASH_VERSION: &str = "karpenter.sh/nodepool-hash-version";
+    pub const EC2_NODE_CLASS_HASH: &str = "karpenter.k8s.aws/ec2nodeclass-hash";
+    pub const EC2_NODE_CLASS_HASH_VERSION: &str = "karpenter.k8s.aws/ec2nodeclass-hash-version";
+    pub const NODE_CLAIM_TERMINATION_TIMESTAMP: &str = "karpenter.sh/nodeclaim-termination-timestamp";
+    pub const NODE_CLAIM_MIN_VALUES_RELAXED: &str = "karpenter.sh/nodeclaim-min-values-relaxed";
+    pub const REQUESTED_DRA_DRIVERS: &str = "karpenter.sh/requested-dra-drivers";
+    pub const PRICE_OVERLAY_APPLIED: &str = "karpenter.sh/price-overlay-applied";
+    pub const CAPACITY_OVERLAY_APPLIED: &str = "karpenter.sh/capacity-overlay-applied";
+    pub const AWS_TAGGED: &str = "karpenter.k8s.aws/tagged";
+    pub const AWS_CLUSTER_NAME_TAGGED: &str = "compatibility.karpenter.k8s.aws/cluster-name-tagged";
+    pub const AWS_INSTANCE_PROFILE_NAME: &str = "karpenter.k8s.aws/instance-profile-name";
+    pub const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
+}
+
+pub mod taints {
+    /// Put on a node when a disruption command starts or termination begins.
+    pub const DISRUPTED: &str = "karpenter.sh/disrupted";
+    /// Injected into kubelet's registration taints; removed at registration.
+    pub const UNREGISTERED: &str = "karpenter.sh/unregistered";
+    pub const NOT_READY: &str = "node.kubernetes.io/not-ready";
+    pub const UNREACHABLE: &str = "node.kubernetes.io/unreachable";
+    pub const CLOUD_PROVIDER_UNINITIALIZED: &str = "node.cloudprovider.kubernetes.io/uninitialized";
+    /// Any taint key with this prefix is ephemeral while a node initializes (v1.13+).
+    pub const READINESS_PREFIX: &str = "readiness.k8s.io/";
+}
+
+pub mod finalizers {
+    /// On Nodes and NodeClaims.
+    pub const TERMINATION: &str = "karpenter.sh/termination";
+    /// On EC2NodeClasses.
+    pub const AWS_TERMINATION: &str = "karpenter.k8s.aws/termination";
+}
+
+/// AWS well-known labels.
+pub mod aws {
+    pub const DOMAIN: &str = "karpenter.k8s.aws";
+    pub const CAPACITY_RESERVATION_ID: &str = "karpenter.k8s.aws/capacity-reservation-id";
+    pub const CAPACITY_RESERVATION_TYPE: &str = "karpenter.k8s.aws/capacity-reservation-type";
+    pub const CAPACITY_RESERVATION_INTERRUPTIBLE: &str = "karpenter.k8s.aws/capacity-reservation-interruptible";
+    pub const INSTANCE_HYPERVISOR: &str = "karpenter.k8s.aws/instance-hypervisor";
+    pub const INSTANCE_ENCRYPTION_IN_TRANSIT_SUPPORTED: &str = "karpenter.k8s.aws/instance-encryption-in-transit-supported";
+    pub const NITRO_SANDBOX: &str = "karpenter.k8s.aws/nitro-sandbox";
+    pub const INSTANCE_CATEGORY: &str = "karpenter.k8s.aws/instance-category";
+    pub const INSTANCE_CAPABILITY_FLEX: &str = "karpenter.k8s.aws/instance-capability-flex";
+    pub const INSTANCE_FAMILY: &str = "karpenter.k8s.aws/instance-family";
+    pub const INSTANCE_GENERATION: &str = "karpenter.k8s.aws/instance-generation";
+    pub const INSTANCE_SIZE: &str = "karpenter.k8s.aws/instance-size";
+    pub const INSTANCE_LOCAL_NVME: &str = "karpenter.k8s.aws/instance-local-nvme";
+    pub const INSTANCE_CPU: &str = "karpenter.k8s.aws/instance-cpu";
+    pub const INSTANCE_CPU_MANUFACTURER: &str = "karpenter.k8s.aws/instance-cpu-manufacturer";
+    pub const INSTANCE_CPU_SUSTAINED_CLOCK_SPEED_MHZ: &str = "karpenter.k8s.aws/instance-cpu-sustained-clock-speed-mhz";
+    pub const INSTANCE_MEMORY: &str = "karpenter.k8s.aws/instance-memory";
+    pub const INSTANCE_EBS_BANDWIDTH: &str = "karpenter.k8s.aws/instance-ebs-bandwidth";
+    pub const INSTANCE_NETWORK_BANDWIDTH: &str = "karpenter.k8s.aws/instance-network-bandwidth";
+    pub const INSTANCE_GPU_NAME: &str = "karpenter.k8s.aws/instance-gpu-name";
+    pub const INSTANCE_GPU_MANUFACTURER: &str = "karpenter.k8s.aws/instance-gpu-manufacturer";
+    pub const INSTANCE_GPU_COUNT: &str = "karpenter.k8s.aws/instance-gpu-count";
+    pub const INSTANCE_GPU_MEMORY: &str = "karpenter.k8s.aws/instance-gpu-memory";
+    pub const INSTANCE_ACCELERATOR_NAME: &str = "karpenter.k8s.aws/instance-accelerator-name";
+    pub const INSTANCE_ACCELERATOR_MANUFACTURER: &str = "karpenter.k8s.aws/instance-accelerator-manufacturer";
+    pub const INSTANCE_ACCELERATOR_COUNT: &str = "karpenter.k8s.aws/instance-accelerator-count";
+    pub const INSTANCE_TENANCY: &str = "karpenter.k8s.aws/instance-tenancy";
+    pub const PLACEMENT_GROUP_ID: &str = "karpenter.k8s.aws/placement-group-id";
+    pub const PLACEMENT_GROUP_PARTITION: &str = "karpenter.k8s.aws/placement-group-partition";
+    pub const ZONE_ID: &str = "topology.k8s.aws/zone-id";
+    /// Informational: the node class name.
+    pub const EC2_NODE_CLASS: &str = "karpenter.k8s.aws/ec2nodeclass";
+
+    pub const WELL_KNOWN: [&str; 30] = [
+        CAPACITY_RESERVATION_ID,
+        CAPACITY_RESERVATION_TYPE,
+        CAPACITY_RESERVATION_INTERRUPTIBLE,
+        INSTANCE_HYPERVISOR,
+        INSTANCE_ENCRYPTION_IN_TRANSIT_SUPPORTED,
+        NITRO_SANDBOX,
+        INSTANCE_CATEGORY,
+        INSTANCE_CAPABILITY_FLEX,
+        INSTANCE_FAMILY,
+        INSTANCE_GENERATION,
+        INSTANCE_SIZE,
+        INSTANCE_LOCAL_NVME,
+        INSTANCE_CPU,
+        INSTANCE_CPU_MANUFACTURER,
+        INSTANCE_CPU_SUSTAINED_CLOCK_SPEED_MHZ,
+        INSTANCE_MEMORY,
+        INSTANCE_EBS_BANDWIDTH,
+        INSTANCE_NETWORK_BANDWIDTH,
+        INSTANCE_GPU_NAME,
+        INSTANCE_GPU_MANUFACTURER,
+        INSTANCE_GPU_COUNT,
+        INSTANCE_GPU_MEMORY,
+        INSTANCE_ACCELERATOR_NAME,
+        INSTANCE_ACCELERATOR_MANUFACTURER,
+        INSTANCE_ACCELERATOR_COUNT,
+        INSTANCE_TENANCY,
+        PLACEMENT_GROUP_ID,
+        PLACEMENT_GROUP_PARTITION,
+        ZONE_ID,
+        EC2_NODE_CLASS,
+    ];
+}
+
+/// The kwok provider's well-known labels (upstream's fake provider for scale testing).
+pub mod kwok {
+    pub const DOMAIN: &str = "karpenter.kwok.sh";
+    pub const INSTANCE_SIZE: &str = "karpenter.kwok.sh/instance-size";
+    pub const INSTANCE_FAMILY: &str = "karpenter.kwok.sh/instance-family";
+    pub const INSTANCE_CPU: &str = "karpenter.kwok.sh/instance-cpu";
+    pub const INSTANCE_MEMORY: &str = "karpenter.kwok.sh/instance-memory";
+    pub const KWOK_NODE_CLASS: &str = "karpenter.kwok.sh/kwoknodeclass";
+
+    pub const WELL_KNOWN: [&str; 5] = [INSTANCE_SIZE, INSTANCE_FAMILY, INSTANCE_CPU, INSTANCE_MEMORY, KWOK_NODE_CLASS];
+}
+
+/// A provider's label vocabulary: which keys are well known (the scheduler may constrain them through instance
+/// types, so pods may require them without the NodePool declaring them) and which domains are reserved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProviderLabels {
+    /// Provider name, e.g. `aws`, `kwok`.
+    pub name: String,
+    /// Provider well-known label keys (in addition to [`CORE_WELL_KNOWN_LABELS`]).
+    pub well_known: BTreeSet<String>,
+    /// Provider restricted domains (in addition to [`CORE_RESTRICTED_DOMAIN`]).
+    pub restricted_domains: BTreeSet<String>,
+    /// Label keys with a closed set of valid values (e.g. AWS instance tenancy).
+    pub known_values: Vec<(String, Vec<String>)>,
+}
+
+impl ProviderLabels {
+    /// AWS: `karpenter.k8s.aws/*` instance labels and `topology.k8s.aws/zone-id`; `karpenter.k8s.aws` restricted.
+    pub fn aws() -> Self {
+        Self {
+            name: "aws".into(),
+            well_known: aws::WELL_KNOWN.iter().map(|s| s.to_string()).collect(),
+            restricted_domains: [aws::DOMAIN.to_string()].into(),
+            known_values: vec![(aws::INSTANCE_TENANCY.into(), vec!["default".into(), "dedicated".into()])],
+        }
+    }
+
+    /// kwok: `karpenter.kwok.sh/*` instance labels; `karpenter.kwok.sh` restricted.
+    pub fn kwok() -> Self {
+        Self {
+            name: "kwok".into(),
+            well_known: kwok::WELL_KNOWN.iter().map(|s| s.to_string()).collect(),
+            restricted_domains: [kwok::DOMAIN.to_string()].into(),
+            known_values: Vec::new(),
+        }
+    }
+
+    /// A provider with no labels of its own (core set only).
+    pub fn core_only(name: &str) -> Self {
+        Self { name: name.into(), well_known: BTreeSet::new(), restricted_domains: BTreeSet::new(), known_values: Vec::new() }
+    }
+
+    /// Core plus provider well-known keys: the `allow_undefined` set of requirement compatibility.
+    pub fn all_well_known(&self) -> BTreeSet<String> {
+        let mut all: BTreeSet<String> = CORE_WELL_KNOWN_LABELS.iter().map(|s| s.to_string()).collect();
+        all.extend(self.well_known.iter().cloned());
+        all
+    }
+
+    pub fn is_well_known(&self, key: &str) -> bool {
+        CORE_WELL_KNOWN_LABELS.contains(&key) || self.well_known.contains(key)
+    }
+
+    /// Restricted: `kubernetes.io/hostname`, or a key whose domain is (a subdomain of) a restricted domain and
+    /// which is not well known.
+    pub fn is_restricted(&self, key: &str) -> bool {
+        if key == HOSTNAME {
+            return true;
+        }
+        if self.is_well_known(key) {
+            return false;
+        }
+        let Some((domain, _)) = key.split_once('/') else { return false };
+        std::iter::once(CORE_RESTRICTED_DOMAIN)
+            .chain(self.restricted_domains.iter().map(String::as_str))
+            .any(|d| domain_matches(domain, d))
+    }
+
+    /// Valid values for keys with a closed value set (`karpenter.sh/capacity-type` and provider keys).
+    pub fn known_values(&self, key: &str) -> Option<Vec<&str>> {
+        if key == CAPACITY_TYPE {
+            return Some(CAPACITY_TYPES.to_vec());
+        }
+        self.known_values.iter().find(|(k, _)| k == key).map(|(_, v)| v.iter().map(String::as_str).collect())
+    }
+}
+
+impl Default for ProviderLabels {
+    fn default() -> Self {
+        Self::aws()
+    }
+}
+
+/// True if `domain` equals `restricted` or is a subdomain of it (`x.karpenter.sh`).
+pub fn domain_matches(domain: &str, restricted: &str) -> bool {
+    domain == restricted || domain.strip_suffix(restricted).is_some_and(|p| p.ends_with('.'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restricted_domains() {
+        let aws = ProviderLabels::aws();
+        assert!(aws.is_restricted("karpenter.sh/custom"));
+        assert!(aws.is_restricted("sub.karpenter.sh/custom"));
+        assert!(aws.is_restricted("karpenter.k8s.aws/custom"));
+        assert!(aws.is_restricted(HOSTNAME));
+        assert!(!aws.is_restricted("notkarpenter.sh/custom"));
+        assert!(!aws.is_restricted(CAPACITY_TYPE));
+        assert!(!aws.is_restricted(NODE_POOL), "well-known keys are not restricted (templates forbid it separately)");
+        assert!(!aws.is_restricted(aws::INSTANCE_FAMILY));
+        assert!(!aws.is_restricted("example.com/team"));
+        let kwok = ProviderLabels::kwok();
+        assert!(!kwok.is_restricted("karpenter.k8s.aws/custom"));
+        assert!(kwok.is_restricted("karpenter.kwok.sh/other"));
+    }
+
+    #[test]
+    fn aliases_normalise() {
+        assert_eq!(normalize_label_key("beta.kubernetes.io/arch"), ARCH);
+        assert_eq!(normalize_label_key("example.com/x"), "example.com/x");
+    }
+
+    #[test]
+    fn known_values() {
+        let aws = ProviderLabels::aws();
+        assert_eq!(aws.known_values(CAPACITY_TYPE).unwrap(), vec!["on-demand", "spot", "reserved"]);
+        assert_eq!(aws.known_values(aws::INSTANCE_TENANCY).unwrap(), vec!["default", "dedicated"]);
+        assert!(aws.known_values(ZONE).is_none());
+    }
+}
