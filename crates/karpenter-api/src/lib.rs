@@ -10,10 +10,14 @@ pub use kube;
 
 pub mod condition;
 pub mod duration;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod labels;
+pub mod loader;
 pub mod validation;
 
 pub use condition::{Condition, ConditionStatus, Conditions};
 pub use duration::{KDuration, NillableDuration};
 pub use labels::ProviderLabels;
+pub use loader::{LoadError, Loaded, Object, Origin, load_file, load_paths, load_str};
 pub use validation::{Validate, ValidationContext, Violation, Violations};

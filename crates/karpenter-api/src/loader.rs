@@ -1,0 +1,847 @@
+//! Manifest loading: YAML or JSON files into typed objects, with the origin of every object.
+//!
+//! This is the one loader every consumer uses (`karpenter-controller validate`, test fixtures, the simulator).
+//!
+//! # Input
+//! - **YAML**: any number of documents separated by `---`. Empty documents (a bare `---`, only comments, or
+//!   `null`) are skipped and do **not** count in the document index.
+//! - **JSON** (an origin name ending in `.json`): one object, or a top-level array of objects (each counts as a
+//!   document).
+//! - A document of kind `List` (or any kind ending in `List`, as `kubectl get -o yaml` writes) is expanded into its
+//!   `items`; each item keeps the list's document index plus its own `item` index.
+//!
+//! # Dispatch
+//! Objects are decoded by `apiVersion` + `kind` into [`Object`]. Kinds the loader does not model become
+//! [`Object::Unknown`] rather than an error, so a directory with Services, ConfigMaps or Secrets next to NodePools
+//! still loads; callers that only care about some kinds ignore the rest. [`Object::validate`] reports an unknown
+//! kind or apiVersion **in a Karpenter API group** (`karpenter.sh`, `karpenter.k8s.aws`, `karpenter.kwok.sh`) as a
+//! violation, so a typo like `kind: NodePoll` is not silently ignored by `validate`.
+//!
+//! # Strictness
+//! Like `kubectl apply` (strict field validation), a field the type does not know is an error, reported with the
+//! path of the object that holds it: `spec.template.spec.requirements[0]: unknown field "operater"`. A misspelt
+//! field whose value is empty or a default (`null`, `false`, `0`, `""`, `{}`, `[]`) is not detected.
+//!
+//! # Errors
+//! [`LoadError`] names the file, the document (and list item) index, the object (`Kind/name`, when known), the
+//! field path and, for YAML, the line. Loading never panics on any input.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
+
+use crate::validation::{ValidationContext, Violations};
+
+/// API groups owned by Karpenter: an unknown kind or version in one of them is a mistake, not a foreign object.
+pub const KARPENTER_GROUPS: [&str; 3] = ["karpenter.sh", "karpenter.k8s.aws", "karpenter.kwok.sh"];
+
+/// The Karpenter kinds the loader decodes, as (apiVersion, kind).
+pub const KARPENTER_KINDS: [(&str, &str); 4] = [
+    ("karpenter.sh/v1", "NodePool"),
+    ("karpenter.sh/v1", "NodeClaim"),
+    ("karpenter.k8s.aws/v1", "EC2NodeClass"),
+    ("karpenter.kwok.sh/v1alpha1", "KWOKNodeClass"),
+];
+
+/// Where a loaded object (or a load error) came from.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Origin {
+    /// The file path as given (or the origin name passed to [`load_str`]).
+    pub file: String,
+    /// 0-based index of the document in the file, counting only non-empty documents.
+    pub document: usize,
+    /// 0-based index in the `items` of a `List` document.
+    pub item: Option<usize>,
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: document {}", self.file, self.document)?;
+        if let Some(item) = self.item {
+            write!(f, " item {item}")?;
+        }
+        Ok(())
+    }
+}
+
+/// An object whose apiVersion/kind the loader does not model. Kept as JSON so callers can still look at it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UnknownObject {
+    pub api_version: String,
+    pub kind: String,
+    pub value: Value,
+}
+
+impl UnknownObject {
+    /// The API group (`""` for the core group).
+    pub fn group(&self) -> &str {
+        group_of(&self.api_version)
+    }
+
+    /// True if the group is one of Karpenter's (see [`KARPENTER_GROUPS`]).
+    pub fn is_karpenter_group(&self) -> bool {
+        KARPENTER_GROUPS.contains(&self.group())
+    }
+
+    fn metadata_str(&self, field: &str) -> Option<&str> {
+        self.value.get("metadata")?.get(field)?.as_str()
+    }
+}
+
+macro_rules! objects {
+    ($( $variant:ident($ty:ty) = $api_version:literal ),* $(,)?) => {
+        /// A decoded object. Variants are boxed so the enum stays small.
+        #[derive(Clone, Debug)]
+        #[allow(clippy::large_enum_variant)]
+        pub enum Object {
+            $( $variant(Box<$ty>), )*
+            /// Any other apiVersion/kind (see the module docs).
+            Unknown(Box<UnknownObject>),
+        }
+
+        impl Object {
+            /// The object's `kind`.
+            pub fn kind(&self) -> &str {
+                match self {
+                    $( Object::$variant(_) => stringify!($variant), )*
+                    Object::Unknown(u) => &u.kind,
+                }
+            }
+
+            /// The object's `apiVersion`.
+            pub fn api_version(&self) -> &str {
+                match self {
+                    $( Object::$variant(_) => $api_version, )*
+                    Object::Unknown(u) => &u.api_version,
+                }
+            }
+
+            /// `metadata.name`, if set.
+            pub fn name(&self) -> Option<&str> {
+                match self {
+                    $( Object::$variant(o) => o.metadata.name.as_deref(), )*
+                    Object::Unknown(u) => u.metadata_str("name"),
+                }
+            }
+
+            /// `metadata.namespace`, if set.
+            pub fn namespace(&self) -> Option<&str> {
+                match self {
+                    $( Object::$variant(o) => o.metadata.namespace.as_deref(), )*
+                    Object::Unknown(u) => u.metadata_str("namespace"),
+                }
+            }
+        }
+
+        /// Decodes `value` as the type registered for (apiVersion, kind); `None` if no type is registered.
+        fn decode_known(api_version: &str, kind: &str, value: &Value) -> Option<Result<(Object, Value), Decoded>> {
+            $(
+                if api_version == $api_version && kind == stringify!($variant) {
+                    return Some(decode_as::<$ty>(value).map(|(o, v)| (Object::$variant(Box::new(o)), v)));
+                }
+            )*
+            None
+        }
+    };
+}
+
+objects! {
+    Pod(Pod) = "v1",
+    Node(Node) = "v1",
+    Namespace(Namespace) = "v1",
+    PersistentVolumeClaim(PersistentVolumeClaim) = "v1",
+    PersistentVolume(PersistentVolume) = "v1",
+    Deployment(Deployment) = "apps/v1",
+    ReplicaSet(ReplicaSet) = "apps/v1",
+    StatefulSet(StatefulSet) = "apps/v1",
+    DaemonSet(DaemonSet) = "apps/v1",
+    Job(Job) = "batch/v1",
+    StorageClass(StorageClass) = "storage.k8s.io/v1",
+    CSINode(CSINode) = "storage.k8s.io/v1",
+    PodDisruptionBudget(PodDisruptionBudget) = "policy/v1",
+}
+
+impl Object {
+    /// `Kind/name` (`Kind/namespace/name` for namespaced objects; `Kind` alone when unnamed).
+    pub fn display_name(&self) -> String {
+        match (self.namespace(), self.name()) {
+            (Some(ns), Some(name)) => format!("{}/{ns}/{name}", self.kind()),
+            (None, Some(name)) => format!("{}/{name}", self.kind()),
+            _ => self.kind().to_string(),
+        }
+    }
+
+    /// True for the Karpenter kinds and for unknown objects in a Karpenter API group.
+    pub fn is_karpenter(&self) -> bool {
+        match self {
+            Object::Unknown(u) => u.is_karpenter_group(),
+            other => KARPENTER_KINDS.iter().any(|(_, kind)| *kind == other.kind()),
+        }
+    }
+
+    /// Validates a Karpenter object the way the API server plus upstream's runtime validation would.
+    ///
+    /// Returns `None` for objects this crate does not validate (core kinds, foreign unknown kinds). An unknown kind
+    /// or apiVersion in a Karpenter API group yields a violation on `kind` or `apiVersion`.
+    pub fn validate(&self, ctx: &ValidationContext) -> Option<Violations> {
+        let _ = ctx;
+        match self {
+            Object::Unknown(u) if u.is_karpenter_group() => Some(unknown_karpenter_kind(u)),
+            _ => None,
+        }
+    }
+}
+
+fn unknown_karpenter_kind(u: &UnknownObject) -> Violations {
+    let mut v = Violations::new();
+    let same_kind: Vec<&str> =
+        KARPENTER_KINDS.iter().filter(|(_, kind)| *kind == u.kind).map(|(api_version, _)| *api_version).collect();
+    if let Some(expected) = same_kind.first() {
+        v.push(
+            "apiVersion",
+            format!("unsupported apiVersion {:?} for kind {}, expected {expected:?}", u.api_version, u.kind),
+        );
+    } else {
+        let known: Vec<&str> = KARPENTER_KINDS
+            .iter()
+            .filter(|(api_version, _)| group_of(api_version) == u.group())
+            .map(|(_, kind)| *kind)
+            .collect();
+        let hint = if known.is_empty() { String::new() } else { format!(" (known kinds: {})", known.join(", ")) };
+        v.push("kind", format!("unknown kind {:?} in API group {}{hint}", u.kind, u.group()));
+    }
+    v
+}
+
+fn group_of(api_version: &str) -> &str {
+    match api_version.rsplit_once('/') {
+        Some((group, _)) => group,
+        None => "",
+    }
+}
+
+/// One object with its origin.
+#[derive(Clone, Debug)]
+pub struct Loaded {
+    pub origin: Origin,
+    pub object: Object,
+}
+
+impl Loaded {
+    /// The origin and object as one label: `file.yaml: document 2 item 5: Pod/default/web`.
+    pub fn describe(&self) -> String {
+        format!("{}: {}", self.origin, self.object.display_name())
+    }
+}
+
+/// Why a file or a document could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The file or directory could not be read.
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The text is not valid YAML/JSON (or exceeds the parser's limits); the whole file is rejected.
+    #[error("{file}: {message}")]
+    Syntax {
+        file: String,
+        /// 1-based line of the problem, when known (`message` names it too).
+        line: Option<u64>,
+        message: String,
+    },
+    /// A document parsed but is not a valid object of its kind.
+    #[error("{origin}: {}{}{message}{}", object_prefix(object), path_prefix(path), line_suffix(*line))]
+    Decode {
+        origin: Origin,
+        /// `Kind/name` of the object, as far as it could be read.
+        object: Option<String>,
+        /// Field path of the problem (`spec.template.spec.requirements[0]`); empty for the object itself.
+        path: String,
+        /// 1-based line of the field in the YAML source, when known.
+        line: Option<u64>,
+        message: String,
+    },
+}
+
+fn object_prefix(object: &Option<String>) -> String {
+    object.as_ref().map(|o| format!("{o}: ")).unwrap_or_default()
+}
+
+fn path_prefix(path: &str) -> String {
+    if path.is_empty() { String::new() } else { format!("{path}: ") }
+}
+
+fn line_suffix(line: Option<u64>) -> String {
+    line.map(|l| format!(" (line {l})")).unwrap_or_default()
+}
+
+impl LoadError {
+    /// The file the error is about.
+    pub fn file(&self) -> String {
+        match self {
+            LoadError::Io { path, .. } => path.display().to_string(),
+            LoadError::Syntax { file, .. } => file.clone(),
+            LoadError::Decode { origin, .. } => origin.file.clone(),
+        }
+    }
+}
+
+/// Loads every object in `text`, stopping at the first error. `origin_name` names the source in origins and
+/// errors; if it ends in `.json` the text is read as JSON, otherwise as YAML (which also accepts JSON).
+pub fn load_str(text: &str, origin_name: &str) -> Result<Vec<Loaded>, LoadError> {
+    let (loaded, mut errors) = load_str_all(text, origin_name);
+    if errors.is_empty() { Ok(loaded) } else { Err(errors.swap_remove(0)) }
+}
+
+/// Like [`load_str`] but keeps going after a bad document: returns every object that loaded and every error.
+/// A syntax error still rejects the whole text.
+pub fn load_str_all(text: &str, origin_name: &str) -> (Vec<Loaded>, Vec<LoadError>) {
+    let documents = if origin_name.to_ascii_lowercase().ends_with(".json") {
+        parse_json(text, origin_name)
+    } else {
+        parse_yaml(text, origin_name)
+    };
+    let documents = match documents {
+        Ok(d) => d,
+        Err(e) => return (Vec::new(), vec![e]),
+    };
+    let mut loaded = Vec::new();
+    let mut errors = Vec::new();
+    for (index, doc) in documents.into_iter().enumerate() {
+        let origin = Origin { file: origin_name.to_string(), document: index, item: None };
+        load_document(doc, origin, &mut loaded, &mut errors);
+    }
+    (loaded, errors)
+}
+
+/// Loads one file (any extension; `.json` is read as JSON), stopping at the first error.
+pub fn load_file(path: impl AsRef<Path>) -> Result<Vec<Loaded>, LoadError> {
+    let path = path.as_ref();
+    let text = read(path)?;
+    load_str(&text, &path.display().to_string())
+}
+
+/// Loads files and directories. Directories are walked recursively in sorted order, reading only `.yaml`, `.yml`
+/// and `.json` files (symlinked directories are not followed); files named explicitly are read whatever their
+/// extension. Returns every object that loaded and every error (a bad document does not hide its neighbours).
+pub fn load_paths<P: AsRef<Path>>(paths: impl IntoIterator<Item = P>) -> (Vec<Loaded>, Vec<LoadError>) {
+    let mut loaded = Vec::new();
+    let mut errors = Vec::new();
+    for path in paths {
+        let mut files = Vec::new();
+        collect_files(path.as_ref(), true, &mut files, &mut errors);
+        for file in files {
+            match read(&file) {
+                Ok(text) => {
+                    let (l, e) = load_str_all(&text, &file.display().to_string());
+                    loaded.extend(l);
+                    errors.extend(e);
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+    }
+    (loaded, errors)
+}
+
+/// The files [`load_paths`] would read for `paths`, in order (useful for counting files).
+pub fn manifest_files<P: AsRef<Path>>(paths: impl IntoIterator<Item = P>) -> (Vec<PathBuf>, Vec<LoadError>) {
+    let mut files = Vec::new();
+    let mut errors = Vec::new();
+    for path in paths {
+        collect_files(path.as_ref(), true, &mut files, &mut errors);
+    }
+    (files, errors)
+}
+
+/// True for the extensions directory walks read.
+pub fn is_manifest_file(path: &Path) -> bool {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| matches!(e.to_ascii_lowercase().as_str(), "yaml" | "yml" | "json"))
+}
+
+fn read(path: &Path) -> Result<String, LoadError> {
+    let bytes = std::fs::read(path).map_err(|source| LoadError::Io { path: path.to_path_buf(), source })?;
+    String::from_utf8(bytes).map_err(|e| LoadError::Syntax {
+        file: path.display().to_string(),
+        line: None,
+        message: format!("not UTF-8 text: {e}"),
+    })
+}
+
+fn collect_files(path: &Path, explicit: bool, files: &mut Vec<PathBuf>, errors: &mut Vec<LoadError>) {
+    let meta = if explicit { std::fs::metadata(path) } else { std::fs::symlink_metadata(path) };
+    let meta = match meta {
+        Ok(m) => m,
+        Err(source) => {
+            errors.push(LoadError::Io { path: path.to_path_buf(), source });
+            return;
+        }
+    };
+    if meta.is_dir() {
+        let entries = match std::fs::read_dir(path) {
+            Ok(entries) => entries,
+            Err(source) => {
+                errors.push(LoadError::Io { path: path.to_path_buf(), source });
+                return;
+            }
+        };
+        let mut children = Vec::new();
+        for entry in entries {
+            match entry {
+                Ok(entry) => children.push(entry.path()),
+                Err(source) => errors.push(LoadError::Io { path: path.to_path_buf(), source }),
+            }
+        }
+        children.sort();
+        for child in children {
+            collect_files(&child, false, files, errors);
+        }
+    } else if explicit {
+        files.push(path.to_path_buf());
+    } else if is_manifest_file(path) {
+        // A symlink to a file counts; a symlink to a directory is not followed.
+        if meta.file_type().is_symlink() && !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+            return;
+        }
+        files.push(path.to_path_buf());
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Parsing: text -> documents (JSON values, with a line map for YAML).
+
+/// A parsed YAML node with the line it starts on.
+#[derive(Debug)]
+struct SNode {
+    line: u64,
+    node: YNode,
+}
+
+#[derive(Debug)]
+enum YNode {
+    Null,
+    Bool(bool),
+    I64(i64),
+    U64(u64),
+    F64(f64),
+    Str(String),
+    Seq(Vec<SNode>),
+    Map(Vec<(String, SNode)>),
+}
+
+impl<'de> Deserialize<'de> for SNode {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let spanned = serde_saphyr::Spanned::<YNode>::deserialize(d)?;
+        Ok(SNode { line: spanned.referenced.line(), node: spanned.value })
+    }
+}
+
+impl<'de> Deserialize<'de> for YNode {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(NodeVisitor)
+    }
+}
+
+struct NodeVisitor;
+
+impl<'de> Visitor<'de> for NodeVisitor {
+    type Value = YNode;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a YAML value")
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<YNode, E> {
+        Ok(YNode::Bool(v))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<YNode, E> {
+        Ok(YNode::I64(v))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<YNode, E> {
+        Ok(YNode::U64(v))
+    }
+    fn visit_i128<E: de::Error>(self, v: i128) -> Result<YNode, E> {
+        Ok(YNode::Str(v.to_string()))
+    }
+    fn visit_u128<E: de::Error>(self, v: u128) -> Result<YNode, E> {
+        Ok(YNode::Str(v.to_string()))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<YNode, E> {
+        Ok(YNode::F64(v))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<YNode, E> {
+        Ok(YNode::Str(v.to_string()))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> Result<YNode, E> {
+        Ok(YNode::Str(v))
+    }
+    fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<YNode, E> {
+        Ok(YNode::Str(String::from_utf8_lossy(v).into_owned()))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<YNode, E> {
+        Ok(YNode::Null)
+    }
+    fn visit_none<E: de::Error>(self) -> Result<YNode, E> {
+        Ok(YNode::Null)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<YNode, D::Error> {
+        YNode::deserialize(d)
+    }
+    fn visit_newtype_struct<D: Deserializer<'de>>(self, d: D) -> Result<YNode, D::Error> {
+        YNode::deserialize(d)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<YNode, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element::<SNode>()? {
+            items.push(item);
+        }
+        Ok(YNode::Seq(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<YNode, A::Error> {
+        let mut entries: Vec<(String, SNode)> = Vec::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let value = map.next_value::<SNode>()?;
+            if entries.iter().any(|(k, _)| *k == key) {
+                return Err(de::Error::custom(format!("duplicate key {key:?}")));
+            }
+            entries.push((key, value));
+        }
+        Ok(YNode::Map(entries))
+    }
+}
+
+impl SNode {
+    fn to_value(&self) -> Value {
+        match &self.node {
+            YNode::Null => Value::Null,
+            YNode::Bool(b) => Value::Bool(*b),
+            YNode::I64(i) => Value::from(*i),
+            YNode::U64(u) => Value::from(*u),
+            YNode::F64(f) => serde_json::Number::from_f64(*f).map_or(Value::Null, Value::Number),
+            YNode::Str(s) => Value::String(s.clone()),
+            YNode::Seq(items) => Value::Array(items.iter().map(SNode::to_value).collect()),
+            YNode::Map(entries) => {
+                Value::Object(entries.iter().map(|(k, v)| (k.clone(), v.to_value())).collect::<Map<String, Value>>())
+            }
+        }
+    }
+
+    /// The line of the deepest node reachable along `path`.
+    fn line_of(&self, path: &[Seg]) -> u64 {
+        let mut node = self;
+        for seg in path {
+            let next = match (seg, &node.node) {
+                (Seg::Key(k), YNode::Map(entries)) => entries.iter().find(|(key, _)| key == k).map(|(_, v)| v),
+                (Seg::Index(i), YNode::Seq(items)) => items.get(*i),
+                _ => None,
+            };
+            match next {
+                Some(n) => node = n,
+                None => break,
+            }
+        }
+        node.line
+    }
+}
+
+/// One parsed document: the JSON value and, for YAML, the source tree for line numbers.
+struct Document {
+    value: Value,
+    source: Option<SNode>,
+}
+
+impl Document {
+    fn line_of(&self, path: &[Seg]) -> Option<u64> {
+        self.source.as_ref().map(|s| s.line_of(path)).filter(|l| *l > 0)
+    }
+
+    /// The document for item `i` of a list document.
+    fn item(&self, i: usize) -> Option<Document> {
+        let value = self.value.get("items")?.get(i)?.clone();
+        let source = self.source.as_ref().and_then(|s| match &s.node {
+            YNode::Map(entries) => match &entries.iter().find(|(k, _)| k == "items")?.1.node {
+                YNode::Seq(items) => items.get(i).map(|item| SNode { line: item.line, node: clone_node(&item.node) }),
+                _ => None,
+            },
+            _ => None,
+        });
+        Some(Document { value, source })
+    }
+}
+
+fn clone_node(node: &YNode) -> YNode {
+    match node {
+        YNode::Null => YNode::Null,
+        YNode::Bool(b) => YNode::Bool(*b),
+        YNode::I64(i) => YNode::I64(*i),
+        YNode::U64(u) => YNode::U64(*u),
+        YNode::F64(f) => YNode::F64(*f),
+        YNode::Str(s) => YNode::Str(s.clone()),
+        YNode::Seq(items) => {
+            YNode::Seq(items.iter().map(|n| SNode { line: n.line, node: clone_node(&n.node) }).collect())
+        }
+        YNode::Map(entries) => YNode::Map(
+            entries.iter().map(|(k, n)| (k.clone(), SNode { line: n.line, node: clone_node(&n.node) })).collect(),
+        ),
+    }
+}
+
+fn parse_yaml(text: &str, file: &str) -> Result<Vec<Document>, LoadError> {
+    let nodes: Vec<SNode> = serde_saphyr::from_multiple(text).map_err(|e| {
+        let line = e.location().map(|l| l.line()).filter(|l| *l > 0);
+        let message = e.render_with_options(serde_saphyr::render_options! {
+            snippets: serde_saphyr::SnippetMode::Off,
+        });
+        LoadError::Syntax { file: file.to_string(), line, message: format!("invalid YAML: {message}") }
+    })?;
+    Ok(nodes
+        .into_iter()
+        .filter(|n| !matches!(n.node, YNode::Null))
+        .map(|n| Document { value: n.to_value(), source: Some(n) })
+        .collect())
+}
+
+fn parse_json(text: &str, file: &str) -> Result<Vec<Document>, LoadError> {
+    if text.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    let value: Value = serde_json::from_str(text).map_err(|e| LoadError::Syntax {
+        file: file.to_string(),
+        line: Some(e.line() as u64).filter(|l| *l > 0),
+        message: format!("invalid JSON: {e}"),
+    })?;
+    Ok(match value {
+        Value::Array(items) => items.into_iter().map(|value| Document { value, source: None }).collect(),
+        value => vec![Document { value, source: None }],
+    })
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Decoding: document -> object.
+
+/// A segment of a field path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Seg {
+    Key(String),
+    Index(usize),
+}
+
+/// Renders a path in the API server's notation: `spec.requirements[0]`, `metadata.labels[karpenter.sh/x]`.
+fn render_path(path: &[Seg]) -> String {
+    let mut out = String::new();
+    for seg in path {
+        match seg {
+            Seg::Index(i) => out.push_str(&format!("[{i}]")),
+            Seg::Key(k) if k.contains(['.', '/', '[', ']', ' ']) || k.is_empty() => out.push_str(&format!("[{k}]")),
+            Seg::Key(k) => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(k);
+            }
+        }
+    }
+    out
+}
+
+/// A decoding failure inside one document.
+struct Decoded {
+    path: Vec<Seg>,
+    message: String,
+}
+
+fn decode_as<T>(value: &Value) -> Result<(T, Value), Decoded>
+where
+    T: serde::de::DeserializeOwned + serde::Serialize,
+{
+    let typed: T = serde_path_to_error::deserialize(value.clone()).map_err(|e| {
+        let path = e
+            .path()
+            .iter()
+            .filter_map(|s| match s {
+                serde_path_to_error::Segment::Seq { index } => Some(Seg::Index(*index)),
+                serde_path_to_error::Segment::Map { key } => Some(Seg::Key(key.clone())),
+                serde_path_to_error::Segment::Enum { variant } => Some(Seg::Key(variant.clone())),
+                serde_path_to_error::Segment::Unknown => None,
+            })
+            .collect();
+        Decoded { path, message: e.into_inner().to_string() }
+    })?;
+    // Serialising a decoded API object cannot fail in practice; if it did, the unknown-field check is skipped.
+    let round_trip = serde_json::to_value(&typed).unwrap_or(Value::Null);
+    Ok((typed, round_trip))
+}
+
+/// Fields present (with a non-default value) in `input` but absent from the decoded object's serialisation.
+fn unknown_fields(input: &Value, decoded: &Value, path: &mut Vec<Seg>, out: &mut Vec<(Vec<Seg>, String)>) {
+    match (input, decoded) {
+        (Value::Object(i), Value::Object(d)) => {
+            for (k, v) in i {
+                match d.get(k) {
+                    Some(dv) => {
+                        path.push(Seg::Key(k.clone()));
+                        unknown_fields(v, dv, path, out);
+                        path.pop();
+                    }
+                    None if is_default_like(v) => {}
+                    None => out.push((path.clone(), k.clone())),
+                }
+            }
+        }
+        (Value::Array(i), Value::Array(d)) => {
+            for (index, (iv, dv)) in i.iter().zip(d).enumerate() {
+                path.push(Seg::Index(index));
+                unknown_fields(iv, dv, path, out);
+                path.pop();
+            }
+        }
+        _ => {}
+    }
+}
+
+fn is_default_like(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Bool(b) => !b,
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        Value::String(s) => s.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+    }
+}
+
+fn is_list_kind(kind: &str) -> bool {
+    kind == "List" || (kind.len() > 4 && kind.ends_with("List"))
+}
+
+fn load_document(doc: Document, origin: Origin, loaded: &mut Vec<Loaded>, errors: &mut Vec<LoadError>) {
+    let err = |origin: &Origin, object: Option<String>, path: &[Seg], line: Option<u64>, message: String| {
+        LoadError::Decode { origin: origin.clone(), object, path: render_path(path), line, message }
+    };
+    let Value::Object(map) = &doc.value else {
+        errors.push(err(
+            &origin,
+            None,
+            &[],
+            doc.line_of(&[]),
+            format!("expected a Kubernetes object (a mapping), found {}", json_type(&doc.value)),
+        ));
+        return;
+    };
+    let api_version = map.get("apiVersion").and_then(Value::as_str).unwrap_or_default().to_string();
+    let kind = map.get("kind").and_then(Value::as_str).unwrap_or_default().to_string();
+    let name = map.get("metadata").and_then(|m| m.get("name")).and_then(Value::as_str).map(str::to_string);
+    let object = (!kind.is_empty()).then(|| match &name {
+        Some(n) => format!("{kind}/{n}"),
+        None => kind.clone(),
+    });
+    for (field, value) in [("apiVersion", &api_version), ("kind", &kind)] {
+        if value.is_empty() {
+            let path = [Seg::Key(field.to_string())];
+            errors.push(err(&origin, object.clone(), &[], doc.line_of(&path), format!("missing or empty {field}")));
+            return;
+        }
+    }
+
+    if is_list_kind(&kind) && (kind == "List" || map.contains_key("items")) {
+        if origin.item.is_some() {
+            errors.push(err(&origin, object, &[], doc.line_of(&[]), "a List inside a List is not supported".into()));
+            return;
+        }
+        let Some(items) = map.get("items") else {
+            // An empty list may omit `items`.
+            return;
+        };
+        let Value::Array(items) = items else {
+            let path = [Seg::Key("items".into())];
+            errors.push(err(&origin, object, &path, doc.line_of(&path), "items must be a list".into()));
+            return;
+        };
+        for i in 0..items.len() {
+            if let Some(item) = doc.item(i) {
+                let origin = Origin { item: Some(i), ..origin.clone() };
+                load_document(item, origin, loaded, errors);
+            }
+        }
+        return;
+    }
+
+    let Some(result) = decode_known(&api_version, &kind, &doc.value) else {
+        let object = Object::Unknown(Box::new(UnknownObject { api_version, kind, value: doc.value }));
+        loaded.push(Loaded { origin, object });
+        return;
+    };
+    match result {
+        Ok((object_value, round_trip)) => {
+            let mut unknown = Vec::new();
+            unknown_fields(&doc.value, &round_trip, &mut Vec::new(), &mut unknown);
+            for (path, field) in &unknown {
+                let mut field_path = path.clone();
+                field_path.push(Seg::Key(field.clone()));
+                let line = doc.line_of(&field_path);
+                errors.push(err(&origin, object.clone(), path, line, format!("unknown field {field:?}")));
+            }
+            if unknown.is_empty() {
+                loaded.push(Loaded { origin, object: object_value });
+            }
+        }
+        Err(Decoded { path, message }) => {
+            let line = doc.line_of(&path);
+            errors.push(err(&origin, object, &path, line, message));
+        }
+    }
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a mapping",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn render_path_uses_brackets_for_indices_and_dotted_keys() {
+        let p = vec![
+            Seg::Key("metadata".into()),
+            Seg::Key("labels".into()),
+            Seg::Key("karpenter.sh/x".into()),
+            Seg::Key("spec".into()),
+            Seg::Index(2),
+            Seg::Key("a".into()),
+        ];
+        assert_eq!(render_path(&p), "metadata.labels[karpenter.sh/x].spec[2].a");
+    }
+
+    #[test]
+    fn list_kinds() {
+        assert!(is_list_kind("List"));
+        assert!(is_list_kind("PodList"));
+        assert!(!is_list_kind("Pod"));
+        assert!(!is_list_kind("Lis"));
+    }
+
+    #[test]
+    fn group_of_core_and_named() {
+        assert_eq!(group_of("v1"), "");
+        assert_eq!(group_of("karpenter.sh/v1"), "karpenter.sh");
+    }
+}

@@ -1,0 +1,254 @@
+//! Manifest loading: multi-document YAML, JSON, lists, error locations, directory walks, unknown kinds.
+
+use std::path::PathBuf;
+
+use karpenter_api::loader::{self, LoadError, Object};
+use karpenter_api::{ValidationContext, load_paths, load_str};
+
+const PODS: &str = r#"
+# leading comment
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: a
+  namespace: default
+spec:
+  containers:
+    - name: c
+      image: nginx
+      resources:
+        requests:
+          cpu: 1
+          memory: 1Gi
+---
+# only a comment
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: n1
+  labels:
+    kubernetes.io/arch: amd64
+"#;
+
+#[test]
+fn multi_document_yaml_skips_empty_documents() {
+    let loaded = load_str(PODS, "pods.yaml").unwrap();
+    assert_eq!(loaded.len(), 2);
+    let Object::Pod(pod) = &loaded[0].object else { panic!("expected a Pod, got {:?}", loaded[0].object) };
+    let requests = pod.spec.as_ref().unwrap().containers[0].resources.as_ref().unwrap().requests.as_ref().unwrap();
+    // A YAML integer is accepted as a quantity.
+    assert_eq!(requests["cpu"].0, "1");
+    assert_eq!(loaded[0].origin.document, 0);
+    assert_eq!(loaded[0].object.display_name(), "Pod/default/a");
+    assert!(matches!(loaded[1].object, Object::Node(_)));
+    // The comment-only document is not counted.
+    assert_eq!(loaded[1].origin.document, 1);
+    assert_eq!(loaded[1].origin.item, None);
+    assert_eq!(loaded[1].describe(), "pods.yaml: document 1: Node/n1");
+}
+
+#[test]
+fn json_list_and_single_object() {
+    let list = r#"{"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a"}},
+        {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "ds", "namespace": "kube-system"},
+         "spec": {"selector": {"matchLabels": {"app": "x"}},
+                  "template": {"metadata": {"labels": {"app": "x"}}, "spec": {"containers": [{"name": "c"}]}}}}
+    ]}"#;
+    let loaded = load_str(list, "list.json").unwrap();
+    assert_eq!(loaded.len(), 2);
+    assert!(matches!(loaded[0].object, Object::Namespace(_)));
+    assert!(matches!(loaded[1].object, Object::DaemonSet(_)));
+    assert_eq!((loaded[1].origin.document, loaded[1].origin.item), (0, Some(1)));
+    assert_eq!(loaded[1].origin.to_string(), "list.json: document 0 item 1");
+
+    let single = r#"{"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "gp3"},
+                    "provisioner": "ebs.csi.aws.com"}"#;
+    let loaded = load_str(single, "sc.json").unwrap();
+    assert_eq!(loaded.len(), 1);
+    assert_eq!(loaded[0].object.kind(), "StorageClass");
+    assert_eq!(loaded[0].object.api_version(), "storage.k8s.io/v1");
+}
+
+#[test]
+fn yaml_list_items_keep_document_and_item_index() {
+    let text = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: first}
+---
+apiVersion: v1
+kind: List
+items:
+  - apiVersion: policy/v1
+    kind: PodDisruptionBudget
+    metadata: {name: pdb, namespace: default}
+    spec: {maxUnavailable: 1, selector: {matchLabels: {app: web}}}
+  - apiVersion: v1
+    kind: PersistentVolumeClaim
+    metadata: {name: data, namespace: default}
+    spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 10Gi}}}
+"#;
+    let loaded = load_str(text, "x.yaml").unwrap();
+    let origins: Vec<(usize, Option<usize>, &str)> =
+        loaded.iter().map(|l| (l.origin.document, l.origin.item, l.object.kind())).collect();
+    assert_eq!(
+        origins,
+        vec![(0, None, "Namespace"), (1, Some(0), "PodDisruptionBudget"), (1, Some(1), "PersistentVolumeClaim")]
+    );
+}
+
+#[test]
+fn unknown_field_error_names_document_object_path_and_line() {
+    let text = r#"apiVersion: v1
+kind: Namespace
+metadata: {name: ok}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+spec:
+  containers:
+    - name: c
+      imagee: nginx
+"#;
+    let err = load_str(text, "examples/x.yaml").unwrap_err();
+    let LoadError::Decode { origin, object, path, line, message } = &err else { panic!("unexpected {err:?}") };
+    assert_eq!(origin.document, 1);
+    assert_eq!(object.as_deref(), Some("Pod/web"));
+    assert_eq!(path, "spec.containers[0]");
+    assert_eq!(*line, Some(12));
+    assert_eq!(message, "unknown field \"imagee\"");
+    assert_eq!(
+        err.to_string(),
+        "examples/x.yaml: document 1: Pod/web: spec.containers[0]: unknown field \"imagee\" (line 12)"
+    );
+}
+
+#[test]
+fn type_error_names_the_field_path() {
+    let text = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers:\n    - name: c\n      ports:\n        - containerPort: eighty\n";
+    let err = load_str(text, "p.yaml").unwrap_err();
+    let LoadError::Decode { path, line, .. } = &err else { panic!("unexpected {err:?}") };
+    assert_eq!(path, "spec.containers[0].ports[0].containerPort");
+    assert_eq!(*line, Some(9));
+}
+
+#[test]
+fn bad_yaml_syntax_names_file_and_line() {
+    let text = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: [unclosed\n  other: x\n";
+    let err = load_str(text, "broken.yaml").unwrap_err();
+    let LoadError::Syntax { file, line, .. } = &err else { panic!("unexpected {err:?}") };
+    assert_eq!(file, "broken.yaml");
+    assert!(line.is_some_and(|l| l >= 4), "line {line:?}");
+    let shown = err.to_string();
+    assert!(shown.starts_with("broken.yaml: "), "{shown}");
+    assert!(shown.contains("line"), "{shown}");
+}
+
+#[test]
+fn bad_json_syntax_names_file_and_line() {
+    let err = load_str("{\n  \"kind\": \"Pod\",\n  oops\n}", "x.json").unwrap_err();
+    let LoadError::Syntax { line, .. } = &err else { panic!("unexpected {err:?}") };
+    assert_eq!(*line, Some(3));
+}
+
+#[test]
+fn documents_that_are_not_objects_are_errors() {
+    let err = load_str("just a string\n", "s.yaml").unwrap_err();
+    assert!(err.to_string().contains("expected a Kubernetes object"), "{err}");
+    let err = load_str("metadata: {name: x}\n", "s.yaml").unwrap_err();
+    assert!(err.to_string().contains("missing or empty apiVersion"), "{err}");
+    let err = load_str("apiVersion: v1\nmetadata: {name: x}\n", "s.yaml").unwrap_err();
+    assert!(err.to_string().contains("missing or empty kind"), "{err}");
+}
+
+#[test]
+fn unknown_kinds_load_as_unknown_and_only_karpenter_groups_fail_validation() {
+    let text = r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: cm, namespace: default}
+data: {a: b}
+---
+apiVersion: karpenter.sh/v1
+kind: NodePoll
+metadata: {name: typo}
+---
+apiVersion: karpenter.sh/v1beta1
+kind: NodePool
+metadata: {name: old}
+"#;
+    let loaded = load_str(text, "u.yaml").unwrap();
+    assert_eq!(loaded.len(), 3);
+    let ctx = ValidationContext::default();
+    let Object::Unknown(cm) = &loaded[0].object else { panic!() };
+    assert_eq!(cm.kind, "ConfigMap");
+    assert_eq!(loaded[0].object.display_name(), "ConfigMap/default/cm");
+    assert!(!loaded[0].object.is_karpenter());
+    assert!(loaded[0].object.validate(&ctx).is_none());
+
+    let typo = loaded[1].object.validate(&ctx).expect("karpenter group is validated");
+    assert!(typo.has_path("kind"), "{typo:?}");
+    let old = loaded[2].object.validate(&ctx).expect("karpenter group is validated");
+    assert!(old.has_path("apiVersion"), "{old:?}");
+    assert!(old.iter().any(|v| v.message.contains("karpenter.sh/v1\"")), "{old:?}");
+}
+
+#[test]
+fn load_str_all_keeps_good_documents_next_to_bad_ones() {
+    let text = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containerz: [x]}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: b}\n";
+    let (loaded, errors) = loader::load_str_all(text, "m.yaml");
+    assert_eq!(loaded.len(), 1);
+    assert_eq!(loaded[0].origin.document, 1);
+    assert_eq!(errors.len(), 1);
+}
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("karpenter-api-loader-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn directories_are_walked_in_order_reading_only_manifest_extensions() {
+    let tmp = TempDir::new("walk");
+    let ns = |name: &str| format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {name}}}\n");
+    std::fs::create_dir_all(tmp.0.join("sub")).unwrap();
+    std::fs::write(tmp.0.join("b.yaml"), ns("b")).unwrap();
+    std::fs::write(tmp.0.join("a.yml"), ns("a")).unwrap();
+    std::fs::write(tmp.0.join("sub/c.json"), r#"{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"c"}}"#)
+        .unwrap();
+    std::fs::write(tmp.0.join("README.md"), "not: [yaml").unwrap();
+    std::fs::write(tmp.0.join("notes.txt"), "garbage: {").unwrap();
+    let explicit = tmp.0.join("explicit.txt");
+    std::fs::write(&explicit, ns("explicit")).unwrap();
+
+    let (loaded, errors) = load_paths([&tmp.0]);
+    assert!(errors.is_empty(), "{errors:?}");
+    let names: Vec<&str> = loaded.iter().filter_map(|l| l.object.name()).collect();
+    assert_eq!(names, vec!["a", "b", "c"]);
+
+    // A file named explicitly is read whatever its extension.
+    let (loaded, errors) = load_paths([&explicit]);
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(loaded.len(), 1);
+    assert_eq!(loaded[0].origin.file, explicit.display().to_string());
+
+    let (_, errors) = load_paths([tmp.0.join("missing.yaml")]);
+    assert!(matches!(errors.as_slice(), [LoadError::Io { .. }]), "{errors:?}");
+}
