@@ -9,15 +9,22 @@ pub use k8s_openapi;
 pub use kube;
 
 pub mod condition;
+pub mod crd;
 pub mod duration;
+pub mod kwok;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod labels;
+pub mod nodeclaim;
+pub mod nodepool;
 pub mod loader;
 pub mod validation;
 
 pub use condition::{Condition, ConditionStatus, Conditions};
 pub use duration::{KDuration, NillableDuration};
+pub use kwok::KWOKNodeClass;
 pub use labels::ProviderLabels;
+pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClassReference, NodeSelectorRequirementWithMinValues, Taint, TaintEffect};
+pub use nodepool::{Budget, Disruption, NodePool, NodePoolSpec};
 pub use loader::{LoadError, Loaded, Object, Origin, load_file, load_paths, load_str};
 pub use validation::{Validate, ValidationContext, Violation, Violations};

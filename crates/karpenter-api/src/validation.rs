@@ -105,3 +105,125 @@ pub fn field(path: &str, name: &str) -> String {
 pub fn key(path: &str, k: &str) -> String {
     format!("{path}[{k}]")
 }
+
+/// Maximum length of a qualified name's name part and of a label value.
+pub const MAX_NAME_LEN: usize = 63;
+/// Maximum length of a DNS-1123 subdomain (a qualified name's prefix).
+pub const MAX_DNS1123_SUBDOMAIN_LEN: usize = 253;
+
+/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`: non-empty, alphanumeric at both ends, `-_.` inside.
+fn is_name_part(s: &str) -> bool {
+    let b = s.as_bytes();
+    match (b.first(), b.last()) {
+        (Some(f), Some(l)) => {
+            f.is_ascii_alphanumeric()
+                && l.is_ascii_alphanumeric()
+                && b.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+        }
+        _ => false,
+    }
+}
+
+/// DNS-1123 label: lowercase alphanumerics and `-`, alphanumeric at both ends.
+fn is_dns1123_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    match (b.first(), b.last()) {
+        (Some(f), Some(l)) => {
+            (f.is_ascii_lowercase() || f.is_ascii_digit())
+                && (l.is_ascii_lowercase() || l.is_ascii_digit())
+                && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        }
+        _ => false,
+    }
+}
+
+/// Errors of a DNS-1123 subdomain (`example.com`), empty if valid.
+pub fn dns1123_subdomain_errors(s: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if s.len() > MAX_DNS1123_SUBDOMAIN_LEN {
+        errs.push(format!("must be no more than {MAX_DNS1123_SUBDOMAIN_LEN} characters"));
+    }
+    if !s.split('.').all(is_dns1123_label) {
+        errs.push(
+            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character".to_string(),
+        );
+    }
+    errs
+}
+
+/// Kubernetes qualified-name rules for label keys (and taint keys): an optional DNS-1123 subdomain prefix of at
+/// most 253 characters followed by `/`, then a name of at most 63 characters matching
+/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`. Returns every problem, empty if valid.
+pub fn qualified_name_errors(s: &str) -> Vec<String> {
+    const NAME_MSG: &str = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
+    let mut errs = Vec::new();
+    let parts: Vec<&str> = s.split('/').collect();
+    let name = match parts.as_slice() {
+        [name] => *name,
+        [prefix, name] => {
+            if prefix.is_empty() {
+                errs.push("prefix part must be non-empty".to_string());
+            } else {
+                errs.extend(dns1123_subdomain_errors(prefix).into_iter().map(|e| format!("prefix part {e}")));
+            }
+            *name
+        }
+        _ => {
+            errs.push(
+                "a qualified name must consist of alphanumeric characters, '-', '_' or '.', with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')".to_string(),
+            );
+            return errs;
+        }
+    };
+    if name.is_empty() {
+        errs.push("name part must be non-empty".to_string());
+    } else {
+        if name.len() > MAX_NAME_LEN {
+            errs.push(format!("name part must be no more than {MAX_NAME_LEN} characters"));
+        }
+        if !is_name_part(name) {
+            errs.push(NAME_MSG.to_string());
+        }
+    }
+    errs
+}
+
+/// Kubernetes label-value rules: empty, or at most 63 characters matching
+/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`. Returns every problem, empty if valid.
+pub fn label_value_errors(s: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if s.len() > MAX_NAME_LEN {
+        errs.push(format!("must be no more than {MAX_NAME_LEN} characters"));
+    }
+    if !s.is_empty() && !is_name_part(s) {
+        errs.push("a valid label value must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character".to_string());
+    }
+    errs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qualified_names() {
+        for ok in ["a", "example.com/team", "kubernetes.io/arch", "A_b.c-d", "x/y"] {
+            assert!(qualified_name_errors(ok).is_empty(), "{ok}: {:?}", qualified_name_errors(ok));
+        }
+        for bad in
+            ["", "/a", "a/", "a/b/c", "Example.com/a", "-a", "a-", &"a".repeat(64), &format!("{}/a", "b".repeat(254))]
+        {
+            assert!(!qualified_name_errors(bad).is_empty(), "{bad} should be invalid");
+        }
+    }
+
+    #[test]
+    fn label_values() {
+        for ok in ["", "a", "on-demand", "m5.large", "A_1"] {
+            assert!(label_value_errors(ok).is_empty(), "{ok}");
+        }
+        for bad in ["-a", "a b", "a/b", &"a".repeat(64)] {
+            assert!(!label_value_errors(bad).is_empty(), "{bad}");
+        }
+    }
+}
