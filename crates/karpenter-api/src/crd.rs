@@ -39,9 +39,16 @@ impl ResourceQuantity {
     pub fn as_str(&self) -> &str {
         &self.0
     }
-    /// Why this is not a valid quantity, if it is not.
+    /// The exact quantity value.
+    pub fn parse(&self) -> Result<karpenter_requirements::Quantity, karpenter_requirements::QuantityError> {
+        self.0.parse()
+    }
+    /// Why this is not a valid quantity, if it is not: it must match the schema's pattern and be in range.
     pub fn error(&self) -> Option<String> {
-        (!is_quantity(&self.0)).then(|| format!("invalid quantity {:?}: must match {QUANTITY_PATTERN}", self.0))
+        if !is_quantity(&self.0) {
+            return Some(format!("invalid quantity {:?}: must match {QUANTITY_PATTERN}", self.0));
+        }
+        self.parse().err().map(|e| e.to_string())
     }
 }
 
@@ -272,6 +279,10 @@ fn normalise(v: &mut Value) {
             if o.get("additionalProperties") == Some(&Value::Bool(false)) {
                 o.remove("additionalProperties");
             }
+            // kube's rewriter empties the anyOf branches of int-or-string; restore the canonical form.
+            if o.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true)) {
+                o.insert("anyOf".into(), json!([{"type": "integer"}, {"type": "string"}]));
+            }
             for (_, c) in o.iter_mut() {
                 normalise(c);
             }
@@ -314,7 +325,7 @@ pub fn crds(provider: &ProviderLabels) -> Vec<CustomResourceDefinition> {
 pub fn node_class_crds(provider: &ProviderLabels) -> Vec<CustomResourceDefinition> {
     match provider.name.as_str() {
         "kwok" => vec![generate::<crate::kwok::KWOKNodeClass>(provider)],
-        // "aws": the EC2NodeClass module adds `generate::<crate::ec2nodeclass::EC2NodeClass>(provider)` here.
+        "aws" => vec![generate::<crate::ec2nodeclass::EC2NodeClass>(provider)],
         _ => Vec::new(),
     }
 }

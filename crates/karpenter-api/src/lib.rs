@@ -11,6 +11,7 @@ pub use kube;
 pub mod condition;
 pub mod crd;
 pub mod duration;
+pub mod ec2nodeclass;
 pub mod kwok;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -22,6 +23,7 @@ pub mod validation;
 
 pub use condition::{Condition, ConditionStatus, Conditions};
 pub use duration::{KDuration, NillableDuration};
+pub use ec2nodeclass::{AmiFamily, EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};
 pub use kwok::KWOKNodeClass;
 pub use labels::ProviderLabels;
 pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClassReference, NodeSelectorRequirementWithMinValues, Taint, TaintEffect};

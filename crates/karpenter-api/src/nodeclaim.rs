@@ -52,9 +52,11 @@ impl std::fmt::Display for TaintEffect {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Taint {
     /// Taint key (a qualified name).
+    #[schemars(length(min = 1, max = 316), regex(pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$"))]
     pub key: String,
     /// Taint value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 316), regex(pattern = r"^(([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"))]
     pub value: Option<String>,
     /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
     pub effect: TaintEffect,
@@ -107,7 +109,7 @@ pub const MAX_LABEL_VALUE_LEN: usize = 63;
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NodeSelectorRequirementWithMinValues {
     /// Label key the requirement applies to.
-    #[schemars(length(max = 316))]
+    #[schemars(length(max = 316), regex(pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$"))]
     pub key: String,
     /// `In`, `NotIn`, `Exists`, `DoesNotExist`, `Gt`, `Lt`, `Gte` or `Lte`.
     #[schemars(extend("enum" = ["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt", "Gte", "Lte"]))]

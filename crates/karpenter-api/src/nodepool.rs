@@ -91,8 +91,7 @@ pub struct NodeClaimTemplate {
 pub struct TemplateMetadata {
     /// Labels put on NodeClaims and nodes (at most 100; restricted domains forbidden).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(length(max = 100), inner(length(max = 63), regex(pattern = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")))]
-    #[schemars(extend("x-kubernetes-map-type" = "atomic"))]
+    #[schemars(extend("maxProperties" = 100, "x-kubernetes-map-type" = "atomic"))]
     pub labels: BTreeMap<String, String>,
     /// Annotations put on NodeClaims and nodes.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -604,7 +603,14 @@ pub fn restricted_domain_rules(provider: &ProviderLabels, var: &str) -> Vec<(Str
 
 impl KarpenterCrd for NodePool {
     fn schema_patches(provider: &ProviderLabels) -> Vec<SchemaPatch> {
-        let mut p = Vec::new();
+        let mut p = vec![
+            SchemaPatch::set("spec.template.metadata.labels{}", "maxLength", serde_json::json!(63)),
+            SchemaPatch::set(
+                "spec.template.metadata.labels{}",
+                "pattern",
+                serde_json::json!(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"),
+            ),
+        ];
         for (rule, message) in restricted_domain_rules(provider, "x") {
             p.push(SchemaPatch::validation(
                 "spec.template.metadata.labels",
