@@ -194,7 +194,10 @@ fn validate_ami_terms(terms: &[AmiSelectorTerm], path: &str, out: &mut Violation
                 out.push(&ap, e.to_string());
             }
             if terms.len() > 1 {
-                out.push(&ap, "'alias' is mutually exclusive, cannot be set with a combination of other amiSelectorTerms");
+                out.push(
+                    &ap,
+                    "'alias' is mutually exclusive, cannot be set with a combination of other amiSelectorTerms",
+                );
             }
         }
         check_selector_tags(t.tags.as_ref(), &field(&tp, "tags"), out);
@@ -326,12 +329,18 @@ fn validate_kubelet(k: &KubeletConfiguration, path: &str, out: &mut Violations) 
     validate_eviction_keys(&k.eviction_soft_grace_period, &grace_path, out);
     for s in k.eviction_soft.keys() {
         if !k.eviction_soft_grace_period.contains_key(s) {
-            out.push(key(&soft_path, s), format!("evictionSoft key {s:?} does not have a matching evictionSoftGracePeriod"));
+            out.push(
+                key(&soft_path, s),
+                format!("evictionSoft key {s:?} does not have a matching evictionSoftGracePeriod"),
+            );
         }
     }
     for g in k.eviction_soft_grace_period.keys() {
         if !k.eviction_soft.contains_key(g) {
-            out.push(key(&grace_path, g), format!("evictionSoftGracePeriod key {g:?} does not have a matching evictionSoft"));
+            out.push(
+                key(&grace_path, g),
+                format!("evictionSoftGracePeriod key {g:?} does not have a matching evictionSoft"),
+            );
         }
     }
     let high_path = field(path, "imageGCHighThresholdPercent");
@@ -462,7 +471,9 @@ impl EC2NodeClassSpec {
         validate_ami_terms(&self.ami_selector_terms, &field(path, "amiSelectorTerms"), out);
         validate_ami_family(self, path, out);
         match (&self.role, &self.instance_profile) {
-            (Some(_), Some(_)) | (None, None) => out.push(path, "must specify exactly one of ['role', 'instanceProfile']"),
+            (Some(_), Some(_)) | (None, None) => {
+                out.push(path, "must specify exactly one of ['role', 'instanceProfile']")
+            }
             _ => {}
         }
         if self.role.as_deref() == Some("") {
