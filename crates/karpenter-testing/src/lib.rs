@@ -1,1 +1,36 @@
-//! placeholder
+//! Test kit for karpenter-rs and for cloud-provider authors.
+//!
+//! - **Builders with option structs**, filled with `..Default::default()`: [`pod`], [`unschedulable_pod`],
+//!   [`node`], [`daemon_set`], [`pod_disruption_budget`]. Unset names come from a per-thread counter
+//!   (`pod-1`, `pod-2`, …), so tests are deterministic; [`reset_names`] restarts it.
+//! - **Small helpers** for the fields tests set most: [`Resources`] (`[("cpu", "1")].into()`), [`map`],
+//!   [`requirement`], [`toleration`], [`taint`], [`topology_spread`], [`pod_affinity_term`].
+//! - **Time**: the [`Clock`] trait, [`SystemClock`] and a [`FakeClock`] tests move by hand.
+//!
+//! ```
+//! use karpenter_testing::{PodOptions, requirement, unschedulable_pod};
+//!
+//! let pod = unschedulable_pod(PodOptions {
+//!     requests: [("cpu", "1"), ("memory", "2Gi")].into(),
+//!     node_requirements: vec![requirement("kubernetes.io/arch", "In", &["arm64"])],
+//!     ..Default::default()
+//! });
+//! assert_eq!(pod.status.unwrap().phase.as_deref(), Some("Pending"));
+//! ```
+
+pub mod clock;
+pub mod names;
+pub mod node;
+pub mod pod;
+pub mod resources;
+pub mod workloads;
+
+pub use clock::{Clock, FakeClock, SystemClock};
+pub use names::{next_name, reset_names, uid_for};
+pub use node::{NodeOptions, node, taint};
+pub use pod::{
+    PodOptions, container, k8s_time, label_selector, owner_reference, pod, pod_affinity_term, pod_spec, requirement,
+    sidecar, toleration, topology_spread, unschedulable_condition, unschedulable_pod, unschedulable_pods,
+};
+pub use resources::{Resources, map, res};
+pub use workloads::{DaemonSetOptions, PdbOptions, daemon_set, pod_disruption_budget};
