@@ -37,7 +37,11 @@ use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
-use crate::validation::{ValidationContext, Violations};
+use crate::ec2nodeclass::EC2NodeClass;
+use crate::kwok::KWOKNodeClass;
+use crate::nodeclaim::NodeClaim;
+use crate::nodepool::NodePool;
+use crate::validation::{Validate, ValidationContext, Violations};
 
 /// API groups owned by Karpenter: an unknown kind or version in one of them is a mistake, not a foreign object.
 pub const KARPENTER_GROUPS: [&str; 3] = ["karpenter.sh", "karpenter.k8s.aws", "karpenter.kwok.sh"];
@@ -153,6 +157,10 @@ macro_rules! objects {
 }
 
 objects! {
+    NodePool(NodePool) = "karpenter.sh/v1",
+    NodeClaim(NodeClaim) = "karpenter.sh/v1",
+    EC2NodeClass(EC2NodeClass) = "karpenter.k8s.aws/v1",
+    KWOKNodeClass(KWOKNodeClass) = "karpenter.kwok.sh/v1alpha1",
     Pod(Pod) = "v1",
     Node(Node) = "v1",
     Namespace(Namespace) = "v1",
@@ -191,8 +199,11 @@ impl Object {
     /// Returns `None` for objects this crate does not validate (core kinds, foreign unknown kinds). An unknown kind
     /// or apiVersion in a Karpenter API group yields a violation on `kind` or `apiVersion`.
     pub fn validate(&self, ctx: &ValidationContext) -> Option<Violations> {
-        let _ = ctx;
         match self {
+            Object::NodePool(o) => Some(o.validate(ctx)),
+            Object::NodeClaim(o) => Some(o.validate(ctx)),
+            Object::EC2NodeClass(o) => Some(o.validate(ctx)),
+            Object::KWOKNodeClass(o) => Some(o.validate(ctx)),
             Object::Unknown(u) if u.is_karpenter_group() => Some(unknown_karpenter_kind(u)),
             _ => None,
         }
@@ -796,11 +807,32 @@ fn load_document(doc: Document, origin: Origin, loaded: &mut Vec<Loaded>, errors
                 loaded.push(Loaded { origin, object: object_value });
             }
         }
-        Err(Decoded { path, message }) => {
-            let line = doc.line_of(&path);
+        Err(Decoded { mut path, message }) => {
+            // serde's `unknown field `x`, expected one of ...` (deny_unknown_fields): same wording as the
+            // round-trip check, with the line of the field itself.
+            let (message, line) = match unknown_field_name(&message) {
+                Some((field, rest)) => {
+                    // The path may already end with the unknown key; report it on its parent object.
+                    let mut field_path = path.clone();
+                    if path.last() == Some(&Seg::Key(field.to_string())) {
+                        path.pop();
+                    } else {
+                        field_path.push(Seg::Key(field.to_string()));
+                    }
+                    (format!("unknown field {field:?}{rest}"), doc.line_of(&field_path))
+                }
+                None => (message.clone(), doc.line_of(&path)),
+            };
             errors.push(err(&origin, object, &path, line, message));
         }
     }
+}
+
+/// Splits serde's "unknown field `x`, expected ..." into the field name and the rest (`, expected ...`).
+fn unknown_field_name(message: &str) -> Option<(&str, &str)> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let (field, rest) = rest.split_once('`')?;
+    Some((field, rest))
 }
 
 fn json_type(v: &Value) -> &'static str {

@@ -252,3 +252,90 @@ fn directories_are_walked_in_order_reading_only_manifest_extensions() {
     let (_, errors) = load_paths([tmp.0.join("missing.yaml")]);
     assert!(matches!(errors.as_slice(), [LoadError::Io { .. }]), "{errors:?}");
 }
+
+const KARPENTER: &str = r#"apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata:
+  name: default
+spec:
+  template:
+    spec:
+      nodeClassRef:
+        group: karpenter.k8s.aws
+        kind: EC2NodeClass
+        name: default
+      requirements:
+        - key: karpenter.sh/capacity-type
+          operator: In
+          values: ["spot", "on-demand"]
+      expireAfter: 720h
+  limits:
+    cpu: 1000
+  disruption:
+    consolidationPolicy: WhenEmptyOrUnderutilized
+    consolidateAfter: 1m
+---
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata:
+  name: default
+spec:
+  role: KarpenterNodeRole-demo
+  amiSelectorTerms:
+    - alias: al2023@latest
+  subnetSelectorTerms:
+    - tags:
+        karpenter.sh/discovery: demo
+  securityGroupSelectorTerms:
+    - tags:
+        karpenter.sh/discovery: demo
+---
+apiVersion: karpenter.kwok.sh/v1alpha1
+kind: KWOKNodeClass
+metadata:
+  name: kwok
+spec: {}
+"#;
+
+#[test]
+fn karpenter_kinds_load_and_validate() {
+    let loaded = load_str(KARPENTER, "karpenter.yaml").unwrap();
+    let kinds: Vec<&str> = loaded.iter().map(|l| l.object.kind()).collect();
+    assert_eq!(kinds, ["NodePool", "EC2NodeClass", "KWOKNodeClass"]);
+    let Object::NodePool(pool) = &loaded[0].object else { panic!() };
+    assert_eq!(pool.spec.template.spec.requirements.len(), 1);
+    let ctx = ValidationContext::default();
+    for l in &loaded {
+        assert!(l.object.is_karpenter());
+        let violations = l.object.validate(&ctx).expect("karpenter kinds are validated");
+        assert!(violations.is_empty(), "{}: {violations:?}", l.describe());
+    }
+}
+
+#[test]
+fn misspelt_karpenter_field_names_document_pool_and_path() {
+    let text = KARPENTER.replace("          operator: In", "          operater: In");
+    let (loaded, errors) = loader::load_str_all(&text, "examples/x.yaml");
+    assert_eq!(loaded.len(), 2, "the other documents still load");
+    let [err] = errors.as_slice() else { panic!("{errors:?}") };
+    let LoadError::Decode { origin, object, path, line, message } = err else { panic!("{err:?}") };
+    assert_eq!(origin.document, 0);
+    assert_eq!(object.as_deref(), Some("NodePool/default"));
+    assert_eq!(path, "spec.template.spec.requirements[0]");
+    assert_eq!(*line, Some(14));
+    assert!(message.starts_with("unknown field \"operater\""), "{message}");
+    assert!(
+        err.to_string().starts_with(
+            "examples/x.yaml: document 0: NodePool/default: spec.template.spec.requirements[0]: unknown field \"operater\""
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn invalid_karpenter_objects_report_violations() {
+    let text = KARPENTER.replace("values: [\"spot\", \"on-demand\"]", "values: []");
+    let loaded = load_str(&text, "x.yaml").unwrap();
+    let violations = loaded[0].object.validate(&ValidationContext::default()).unwrap();
+    assert!(violations.iter().any(|v| v.path.starts_with("spec.template.spec.requirements[0]")), "{violations:?}");
+}
