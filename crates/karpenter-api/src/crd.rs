@@ -316,7 +316,8 @@ pub fn generate<K: KarpenterCrd>(provider: &ProviderLabels) -> CustomResourceDef
 /// Every CRD Karpenter installs for `provider`: NodePool and NodeClaim, plus the provider's node class
 /// (`aws`: EC2NodeClass, `kwok`: KWOKNodeClass).
 pub fn crds(provider: &ProviderLabels) -> Vec<CustomResourceDefinition> {
-    let mut out = vec![generate::<crate::nodepool::NodePool>(provider), generate::<crate::nodeclaim::NodeClaim>(provider)];
+    let mut out =
+        vec![generate::<crate::nodepool::NodePool>(provider), generate::<crate::nodeclaim::NodeClaim>(provider)];
     out.extend(node_class_crds(provider));
     out
 }

@@ -15,6 +15,8 @@ pub const GROUP: &str = "karpenter.kwok.sh";
 pub const KIND: &str = "KWOKNodeClass";
 
 /// KWOKNodeClass spec: intentionally empty (kwok nodes need no cloud configuration).
+// kube-derive takes one `printcolumn(...)` per column; clippy reads the repeated `type_ = "string"` as duplicates.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "karpenter.kwok.sh",
@@ -70,9 +72,10 @@ mod tests {
 
     #[test]
     fn decodes_empty_spec_and_rejects_unknown_fields() {
-        let k: KWOKNodeClass =
-            serde_saphyr::from_str("apiVersion: karpenter.kwok.sh/v1alpha1\nkind: KWOKNodeClass\nmetadata: {name: default}\nspec: {}\n")
-                .unwrap();
+        let k: KWOKNodeClass = serde_saphyr::from_str(
+            "apiVersion: karpenter.kwok.sh/v1alpha1\nkind: KWOKNodeClass\nmetadata: {name: default}\nspec: {}\n",
+        )
+        .unwrap();
         assert!(k.validate(&ValidationContext::default()).is_empty());
         assert!(!k.is_ready());
         let err = serde_saphyr::from_str::<KWOKNodeClass>(

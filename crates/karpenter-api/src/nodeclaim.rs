@@ -52,11 +52,21 @@ impl std::fmt::Display for TaintEffect {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Taint {
     /// Taint key (a qualified name).
-    #[schemars(length(min = 1, max = 316), regex(pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$"))]
+    #[schemars(
+        length(min = 1, max = 316),
+        regex(
+            pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$"
+        )
+    )]
     pub key: String,
     /// Taint value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 316), regex(pattern = r"^(([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"))]
+    #[schemars(
+        length(max = 316),
+        regex(
+            pattern = r"^(([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+        )
+    )]
     pub value: Option<String>,
     /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
     pub effect: TaintEffect,
@@ -109,7 +119,12 @@ pub const MAX_LABEL_VALUE_LEN: usize = 63;
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NodeSelectorRequirementWithMinValues {
     /// Label key the requirement applies to.
-    #[schemars(length(max = 316), regex(pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$"))]
+    #[schemars(
+        length(max = 316),
+        regex(
+            pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$"
+        )
+    )]
     pub key: String,
     /// `In`, `NotIn`, `Exists`, `DoesNotExist`, `Gt`, `Lt`, `Gte` or `Lte`.
     #[schemars(extend("enum" = ["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt", "Gte", "Lte"]))]
@@ -249,8 +264,9 @@ fn default_expire_after() -> NillableDuration {
     NillableDuration::from_static("720h")
 }
 
-
 /// NodeClaim spec; also the `spec` of a NodePool's template.
+// kube-derive takes one `printcolumn(...)` per column; clippy reads the repeated `type_ = "string"` as duplicates.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "karpenter.sh",
@@ -270,9 +286,19 @@ fn default_expire_after() -> NillableDuration {
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     printcolumn(name = "ImageID", type_ = "string", json_path = ".status.imageID", priority = 1),
     printcolumn(name = "ID", type_ = "string", json_path = ".status.providerID", priority = 1),
-    printcolumn(name = "NodePool", type_ = "string", json_path = ".metadata.labels.karpenter\\.sh/nodepool", priority = 1),
+    printcolumn(
+        name = "NodePool",
+        type_ = "string",
+        json_path = ".metadata.labels.karpenter\\.sh/nodepool",
+        priority = 1
+    ),
     printcolumn(name = "NodeClass", type_ = "string", json_path = ".spec.nodeClassRef.name", priority = 1),
-    printcolumn(name = "Drifted", type_ = "string", json_path = ".status.conditions[?(@.type==\"Drifted\")].status", priority = 1)
+    printcolumn(
+        name = "Drifted",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Drifted\")].status",
+        priority = 1
+    )
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[schemars(extend("x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "spec is immutable"}]))]
@@ -428,7 +454,10 @@ pub fn validate_requirements(
                 out.push(&mp, "must be between 1 and 50");
             }
             if op == operator::IN && r.values.len() < mv.max(0) as usize {
-                out.push(&mp, "requirements with 'minValues' must have at least that many values specified in the 'values' field");
+                out.push(
+                    &mp,
+                    "requirements with 'minValues' must have at least that many values specified in the 'values' field",
+                );
             }
         }
         // Runtime: well-known keys with a closed value set need at least one (and ≥ minValues) valid value.
@@ -442,10 +471,7 @@ pub fn validate_requirements(
             } else if let Some(mv) = r.min_values
                 && valid.len() < mv.max(0) as usize
             {
-                out.push(
-                    &vp,
-                    format!("{} valid value(s) for {} but minValues is {mv}", valid.len(), r.key),
-                );
+                out.push(&vp, format!("{} valid value(s) for {} but minValues is {mv}", valid.len(), r.key));
             }
         }
     }
@@ -460,7 +486,9 @@ pub fn restricted_key_message(key: &str, provider: &ProviderLabels, allow_node_p
         return Some(format!("label {key} is restricted"));
     }
     if provider.is_restricted(key) {
-        return Some(format!("label {key} is restricted; specify a well known label or a custom label that does not use a restricted domain"));
+        return Some(format!(
+            "label {key} is restricted; specify a well known label or a custom label that does not use a restricted domain"
+        ));
     }
     None
 }
@@ -644,7 +672,11 @@ spec:
         assert_eq!(c.spec.expire_after.as_str(), "720h");
         assert_eq!(c.node_pool_name(), Some("default"));
         assert!(!c.is_launched());
-        assert!(c.validate(&ValidationContext::default()).is_empty(), "{:?}", c.validate(&ValidationContext::default()));
+        assert!(
+            c.validate(&ValidationContext::default()).is_empty(),
+            "{:?}",
+            c.validate(&ValidationContext::default())
+        );
     }
 
     #[test]

@@ -29,6 +29,8 @@ pub const MAX_BUDGETS: usize = 50;
 pub const NODES_LIMIT: &str = "nodes";
 
 /// NodePool spec.
+// kube-derive takes one `printcolumn(...)` per column; clippy reads the repeated `type_ = "string"` as duplicates.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "karpenter.sh",
@@ -239,7 +241,9 @@ pub struct Budget {
     pub nodes: String,
     /// Cron schedule (5 fields or `@daily`-style) of when the budget starts being active.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^(@(annually|yearly|monthly|weekly|daily|midnight|hourly)|\S+\s+\S+\s+\S+\s+\S+\s+\S+)$"))]
+    #[schemars(regex(
+        pattern = r"^(@(annually|yearly|monthly|weekly|daily|midnight|hourly)|\S+\s+\S+\s+\S+\s+\S+\s+\S+)$"
+    ))]
     pub schedule: Option<String>,
     /// How long the budget stays active after each schedule hit (hours and minutes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -477,7 +481,12 @@ impl NodePool {
 // Validation
 // ---------------------------------------------------------------------------------------------------------------
 
-fn validate_template_labels(labels_: &BTreeMap<String, String>, path: &str, provider: &ProviderLabels, out: &mut Violations) {
+fn validate_template_labels(
+    labels_: &BTreeMap<String, String>,
+    path: &str,
+    provider: &ProviderLabels,
+    out: &mut Violations,
+) {
     if labels_.len() > MAX_TEMPLATE_LABELS {
         out.push(path, format!("must have at most {MAX_TEMPLATE_LABELS} labels, found {}", labels_.len()));
     }
@@ -502,7 +511,10 @@ fn validate_budgets(budgets: &[Budget], path: &str, out: &mut Violations) {
     for (i, b) in budgets.iter().enumerate() {
         let bp = index(path, i);
         if parse_nodes(&b.nodes).is_err() {
-            out.push(field(&bp, "nodes"), format!("invalid value {:?}: must match ^((100|[0-9]{{1,2}})%|[0-9]+)$", b.nodes));
+            out.push(
+                field(&bp, "nodes"),
+                format!("invalid value {:?}: must match ^((100|[0-9]{{1,2}})%|[0-9]+)$", b.nodes),
+            );
         }
         match (&b.schedule, &b.duration) {
             (Some(_), None) => out.push(&bp, "schedule requires duration"),
@@ -517,14 +529,20 @@ fn validate_budgets(budgets: &[Budget], path: &str, out: &mut Violations) {
         if let Some(d) = &b.duration
             && !check_syntax(d.as_str(), DurationUnits::BudgetHoursMinutes)
         {
-            out.push(field(&bp, "duration"), format!("invalid duration {:?}: must be hours and/or minutes, e.g. 8h, 30m, 1h30m", d.as_str()));
+            out.push(
+                field(&bp, "duration"),
+                format!("invalid duration {:?}: must be hours and/or minutes, e.g. 8h, 30m, 1h30m", d.as_str()),
+            );
         }
         if let Some(tz) = &b.time_zone {
             if b.schedule.is_none() {
                 out.push(field(&bp, "timeZone"), "timeZone requires schedule");
             }
             if parse_time_zone(tz).is_err() {
-                out.push(field(&bp, "timeZone"), format!("unknown time zone {tz:?}: must be an IANA name such as Europe/Berlin"));
+                out.push(
+                    field(&bp, "timeZone"),
+                    format!("unknown time zone {tz:?}: must be an IANA name such as Europe/Berlin"),
+                );
             }
         }
         if let Some(r) = &b.reasons {
@@ -545,11 +563,21 @@ impl Validate for NodePool {
     fn validate(&self, ctx: &ValidationContext) -> Violations {
         let mut out = Violations::new();
         let spec = &self.spec;
-        validate_template_labels(&spec.template.metadata.labels, "spec.template.metadata.labels", &ctx.provider, &mut out);
+        validate_template_labels(
+            &spec.template.metadata.labels,
+            "spec.template.metadata.labels",
+            &ctx.provider,
+            &mut out,
+        );
         spec.template.spec.fields().validate_at("spec.template.spec", ctx, false, &mut out);
         let d = &spec.disruption;
-        if !d.consolidate_after.is_never() && !check_syntax(d.consolidate_after.as_str(), DurationUnits::HoursMinutesSeconds) {
-            out.push("spec.disruption.consolidateAfter", format!("invalid duration {:?}", d.consolidate_after.as_str()));
+        if !d.consolidate_after.is_never()
+            && !check_syntax(d.consolidate_after.as_str(), DurationUnits::HoursMinutesSeconds)
+        {
+            out.push(
+                "spec.disruption.consolidateAfter",
+                format!("invalid duration {:?}", d.consolidate_after.as_str()),
+            );
         }
         validate_budgets(&d.budgets, "spec.disruption.budgets", &mut out);
         validate_quantity_map(&spec.limits, "spec.limits", &mut out);
@@ -664,7 +692,18 @@ mod tests {
 
     #[test]
     fn schedule_forms() {
-        for ok in ["0 9 * * 1-5", "@daily", "@midnight", "@hourly", "@annually", "@yearly", "@monthly", "@weekly", "*/15 * * * *", "0 0 1 JAN MON"] {
+        for ok in [
+            "0 9 * * 1-5",
+            "@daily",
+            "@midnight",
+            "@hourly",
+            "@annually",
+            "@yearly",
+            "@monthly",
+            "@weekly",
+            "*/15 * * * *",
+            "0 0 1 JAN MON",
+        ] {
             assert!(parse_schedule(ok).is_ok(), "{ok}: {:?}", parse_schedule(ok).err());
         }
         for bad in ["0 0 9 * * 1-5", "0 0 9 * * 1-5 2030", "* * * *", "@reboot", "@every 1h", "", "61 * * * *"] {
@@ -674,8 +713,15 @@ mod tests {
 
     #[test]
     fn unscheduled_budget_always_active() {
-        assert_eq!(budget("1", None, None, None).is_active(Utc::now()), Ok(true));
-        assert!(budget("1", Some("@daily"), None, None).is_active(Utc::now()).is_err());
+        assert_eq!(
+            budget("1", None, None, None).is_active(Utc.with_ymd_and_hms(2024, 1, 1, 0, 0, 0).unwrap()),
+            Ok(true)
+        );
+        assert!(
+            budget("1", Some("@daily"), None, None)
+                .is_active(Utc.with_ymd_and_hms(2024, 1, 1, 0, 0, 0).unwrap())
+                .is_err()
+        );
     }
 
     #[test]
@@ -716,7 +762,11 @@ mod tests {
         assert_eq!(gap.is_active(utc(31, 1, 45)), Ok(false));
         assert_eq!(gap.is_active(utc(30, 1, 45)), Ok(true), "02:45 CET the day before");
         // Unknown zone.
-        assert!(budget("0", Some("@daily"), Some("1h"), Some("Mars/Base")).is_active(Utc::now()).is_err());
+        assert!(
+            budget("0", Some("@daily"), Some("1h"), Some("Mars/Base"))
+                .is_active(Utc.with_ymd_and_hms(2024, 1, 1, 0, 0, 0).unwrap())
+                .is_err()
+        );
     }
 
     #[test]

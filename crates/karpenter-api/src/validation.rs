@@ -74,16 +74,12 @@ impl IntoIterator for Violations {
 ///
 /// The provider's well-known labels and restricted domains are a value, never a global: the AWS set is
 /// the default because upstream's AWS CRDs carry its restricted-domain rule.
-#[derive(Clone, Debug)]
+/// `Default` uses [`ProviderLabels::default`], which is the AWS set.
+#[derive(Clone, Debug, Default)]
 pub struct ValidationContext {
     pub provider: ProviderLabels,
 }
 
-impl Default for ValidationContext {
-    fn default() -> Self {
-        Self { provider: ProviderLabels::aws() }
-    }
-}
 
 /// Validation the API server (schema + CEL) plus upstream's runtime validation would apply.
 pub trait Validate {
