@@ -146,6 +146,13 @@ impl Quantity {
         Quantity::from_nanos(nanos, format)
     }
 
+    /// `self + other` clamped to the representable range (format rule as [`Quantity::checked_add`]).
+    pub fn saturating_add(&self, other: &Quantity) -> Quantity {
+        let nanos = self.nanos.saturating_add(other.nanos).clamp(-MAX_NANOS, MAX_NANOS);
+        let format = if self.nanos == 0 { other.format } else { self.format };
+        Quantity { nanos, format }
+    }
+
     /// `-self` (always in range: the range is symmetric).
     pub fn neg(&self) -> Quantity {
         Quantity { nanos: -self.nanos, format: self.format }

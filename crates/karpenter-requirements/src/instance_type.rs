@@ -1,0 +1,363 @@
+//! Instance types, allocatable, price ordering, minValues and truncation (requirements.md §4, §5).
+
+use std::borrow::Borrow;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::OnceLock;
+
+use crate::offering::{Offering, OfferingsExt};
+use crate::requirements::{KeySet, Requirements};
+use crate::resources::{MEMORY, ResourceList};
+
+/// Resources a node keeps for itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Overhead {
+    /// kubelet `kubeReserved`.
+    pub kube_reserved: ResourceList,
+    /// kubelet `systemReserved`.
+    pub system_reserved: ResourceList,
+    /// Hard eviction thresholds.
+    pub eviction_threshold: ResourceList,
+}
+
+impl Overhead {
+    /// Sum of the three parts.
+    pub fn total(&self) -> ResourceList {
+        self.kube_reserved.add(&self.system_reserved).add(&self.eviction_threshold)
+    }
+}
+
+/// A machine shape a cloud provider can launch.
+#[derive(Debug)]
+pub struct InstanceType {
+    /// Name, e.g. `m5.large`.
+    pub name: String,
+    /// Labels the instance type guarantees (every well-known key; zones / capacity types of its offerings).
+    pub requirements: Requirements,
+    /// All offerings, including unavailable ones.
+    pub offerings: Vec<Offering>,
+    capacity: ResourceList,
+    overhead: Overhead,
+    allocatable: OnceLock<ResourceList>,
+}
+
+impl Clone for InstanceType {
+    fn clone(&self) -> Self {
+        InstanceType {
+            name: self.name.clone(),
+            requirements: self.requirements.clone(),
+            offerings: self.offerings.clone(),
+            capacity: self.capacity.clone(),
+            overhead: self.overhead.clone(),
+            allocatable: self.allocatable.clone(),
+        }
+    }
+}
+
+/// `capacity − overhead` over the capacity's resources (overhead-only resources are ignored); then, if the
+/// capacity has any `hugepages-*` resource, memory is reduced by each of them and floored at zero.
+pub fn compute_allocatable(capacity: &ResourceList, overhead: &Overhead) -> ResourceList {
+    let total = overhead.total();
+    let mut out = ResourceList::new();
+    for (name, q) in capacity.iter() {
+        let v = match total.get(name) {
+            Some(o) => q.saturating_add(&o.neg()),
+            None => *q,
+        };
+        out.insert(name, v);
+    }
+    for (name, q) in capacity.iter() {
+        if name.starts_with("hugepages-") {
+            let mem = out.get_or_zero(MEMORY).saturating_add(&q.neg());
+            out.insert(MEMORY, if mem.is_negative() { crate::Quantity::from_int(0, mem.format()) } else { mem });
+        }
+    }
+    out
+}
+
+impl InstanceType {
+    /// A new instance type.
+    pub fn new(
+        name: impl Into<String>,
+        requirements: Requirements,
+        offerings: Vec<Offering>,
+        capacity: ResourceList,
+        overhead: Overhead,
+    ) -> Self {
+        InstanceType { name: name.into(), requirements, offerings, capacity, overhead, allocatable: OnceLock::new() }
+    }
+
+    /// Total capacity.
+    pub fn capacity(&self) -> &ResourceList {
+        &self.capacity
+    }
+
+    /// Reserved overhead.
+    pub fn overhead(&self) -> &Overhead {
+        &self.overhead
+    }
+
+    /// Replaces the capacity (drops the cached allocatable).
+    pub fn set_capacity(&mut self, capacity: ResourceList) {
+        self.capacity = capacity;
+        self.allocatable = OnceLock::new();
+    }
+
+    /// Replaces the overhead (drops the cached allocatable).
+    pub fn set_overhead(&mut self, overhead: Overhead) {
+        self.overhead = overhead;
+        self.allocatable = OnceLock::new();
+    }
+
+    /// Allocatable resources ([`compute_allocatable`]), computed on first use and cached.
+    pub fn allocatable(&self) -> &ResourceList {
+        self.allocatable.get_or_init(|| compute_allocatable(&self.capacity, &self.overhead))
+    }
+
+    /// Allocatable for a specific offering, honouring its capacity / overhead overrides (not cached).
+    pub fn allocatable_for(&self, offering: &Offering) -> ResourceList {
+        if offering.capacity_override.is_none() && offering.overhead_override.is_none() {
+            return self.allocatable().clone();
+        }
+        compute_allocatable(
+            offering.capacity_override.as_ref().unwrap_or(&self.capacity),
+            offering.overhead_override.as_ref().unwrap_or(&self.overhead),
+        )
+    }
+
+    /// The lowest price over available offerings compatible with `reqs`; `+∞` if there is none.
+    pub fn min_compatible_price<K: KeySet>(&self, reqs: &Requirements, allow_undefined: &K) -> f64 {
+        self.offerings
+            .available()
+            .filter(|o| o.is_compatible(reqs, allow_undefined))
+            .map(|o| o.price)
+            .min_by(f64::total_cmp)
+            .unwrap_or(f64::INFINITY)
+    }
+}
+
+/// Sorts instance types by ascending [`InstanceType::min_compatible_price`] (`+∞` last, NaN after that),
+/// ties broken by name so the order is deterministic. Each price is computed once.
+pub fn order_by_price<T: Borrow<InstanceType>, K: KeySet>(its: &mut Vec<T>, reqs: &Requirements, allow_undefined: &K) {
+    let mut keyed: Vec<(f64, T)> =
+        its.drain(..).map(|it| (it.borrow().min_compatible_price(reqs, allow_undefined), it)).collect();
+    keyed.sort_by(|(pa, a), (pb, b)| pa.total_cmp(pb).then_with(|| a.borrow().name.cmp(&b.borrow().name)));
+    its.extend(keyed.into_iter().map(|(_, t)| t));
+}
+
+/// minValues could not be met.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("minValues requirement is not met for label(s) {}", describe(.achieved, .required))]
+pub struct MinValuesError {
+    /// Per failing key: distinct values the instance types cover.
+    pub achieved: BTreeMap<String, usize>,
+    /// Per failing key: the minValues asked for.
+    pub required: BTreeMap<String, u32>,
+}
+
+fn describe(achieved: &BTreeMap<String, usize>, required: &BTreeMap<String, u32>) -> String {
+    achieved
+        .iter()
+        .map(|(k, a)| format!("{k} (got {a}, need {})", required.get(k).copied().unwrap_or(0)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Walks `its` in order, collecting distinct values of every key that has minValues in `reqs`; returns the
+/// shortest prefix length that satisfies all of them (0 when no key has minValues), or the per-key counts
+/// achieved by the whole list.
+pub fn satisfies_min_values<T: Borrow<InstanceType>>(its: &[T], reqs: &Requirements) -> Result<usize, MinValuesError> {
+    let keys: Vec<(&str, u32)> = reqs.iter().filter_map(|r| r.min_values().map(|m| (r.key(), m))).collect();
+    if keys.is_empty() {
+        return Ok(0);
+    }
+    let mut seen: Vec<BTreeSet<&str>> = vec![BTreeSet::new(); keys.len()];
+    for (i, it) in its.iter().enumerate() {
+        let it = it.borrow();
+        for ((key, _), set) in keys.iter().zip(seen.iter_mut()) {
+            if let Some(r) = it.requirements.get_ref(key) {
+                set.extend(r.values().iter().map(|v| v.as_ref()));
+            }
+        }
+        if keys.iter().zip(&seen).all(|((_, m), s)| s.len() >= *m as usize) {
+            return Ok(i + 1);
+        }
+    }
+    let mut err = MinValuesError { achieved: BTreeMap::new(), required: BTreeMap::new() };
+    for ((key, m), s) in keys.iter().zip(&seen) {
+        if s.len() < *m as usize {
+            err.achieved.insert((*key).to_owned(), s.len());
+            err.required.insert((*key).to_owned(), *m);
+        }
+    }
+    Err(err)
+}
+
+/// What to do when minValues cannot be met (`--min-values-policy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MinValuesPolicy {
+    /// Reject (default).
+    #[default]
+    Strict,
+    /// Accept and relax minValues to what was achieved.
+    BestEffort,
+}
+
+/// Orders by price ([`order_by_price`]) and keeps the first `max`. Under `Strict`, when `reqs` has minValues and
+/// the kept list no longer satisfies them, fails; under `BestEffort` never fails.
+pub fn truncate<T: Borrow<InstanceType>, K: KeySet>(
+    mut its: Vec<T>,
+    reqs: &Requirements,
+    allow_undefined: &K,
+    max: usize,
+    policy: MinValuesPolicy,
+) -> Result<Vec<T>, MinValuesError> {
+    order_by_price(&mut its, reqs, allow_undefined);
+    its.truncate(max);
+    if policy == MinValuesPolicy::Strict && reqs.has_min_values() {
+        satisfies_min_values(&its, reqs)?;
+    }
+    Ok(its)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::labels::{CAPACITY_TYPE, INSTANCE_TYPE, RESERVATION_ID, ZONE};
+    use crate::requirement::{Operator, Requirement};
+    use crate::{OfferingsExt, Quantity};
+
+    const WK: [&str; 4] = [ZONE, CAPACITY_TYPE, RESERVATION_ID, INSTANCE_TYPE];
+
+    fn q(s: &str) -> Quantity {
+        s.parse().unwrap()
+    }
+
+    fn rl(entries: &[(&str, &str)]) -> ResourceList {
+        entries.iter().map(|(n, v)| (*n, q(v))).collect()
+    }
+
+    fn offering(zone: &str, ct: &str, price: f64, available: bool) -> Offering {
+        let mut reqs: Requirements =
+            [Requirement::in_values(ZONE, [zone]), Requirement::in_values(CAPACITY_TYPE, [ct])].into_iter().collect();
+        if ct == "reserved" {
+            reqs.add(Requirement::in_values(RESERVATION_ID, ["cr-1"]));
+        } else {
+            reqs.add(Requirement::does_not_exist(RESERVATION_ID));
+        }
+        Offering { available, ..Offering::new(reqs, price) }
+    }
+
+    fn it(name: &str, offerings: Vec<Offering>) -> InstanceType {
+        let reqs: Requirements = [Requirement::in_values(INSTANCE_TYPE, [name])].into_iter().collect();
+        InstanceType::new(name, reqs, offerings, rl(&[("cpu", "2"), ("memory", "8Gi")]), Overhead::default())
+    }
+
+    fn claim(entries: &[(&str, &[&str])]) -> Requirements {
+        entries.iter().map(|(k, v)| Requirement::in_values(k, v.iter().copied())).collect()
+    }
+
+    #[test]
+    fn allocatable_rules() {
+        let capacity = rl(&[
+            ("cpu", "4"),
+            ("memory", "16Gi"),
+            ("hugepages-2Mi", "1Gi"),
+            ("hugepages-1Gi", "2Gi"),
+            ("pods", "110"),
+        ]);
+        let overhead = Overhead {
+            kube_reserved: rl(&[("cpu", "80m"), ("memory", "1Gi"), ("nvidia.com/gpu", "1")]),
+            system_reserved: rl(&[("cpu", "20m")]),
+            eviction_threshold: rl(&[("memory", "100Mi")]),
+        };
+        let mut t = InstanceType::new("x", Requirements::new(), vec![], capacity, overhead);
+        let a = t.allocatable();
+        assert_eq!(a.cpu(), q("3900m"));
+        assert_eq!(
+            a.memory(),
+            q("16Gi").checked_sub(&q("1Gi")).unwrap().checked_sub(&q("100Mi")).unwrap().checked_sub(&q("3Gi")).unwrap()
+        );
+        assert_eq!(a.pods(), q("110"));
+        assert!(a.get("nvidia.com/gpu").is_none(), "overhead-only resources are ignored");
+        // hugepages larger than memory floor memory at zero
+        t.set_capacity(rl(&[("memory", "1Gi"), ("hugepages-1Gi", "2Gi")]));
+        assert_eq!(t.allocatable().memory(), Quantity::ZERO);
+        // without hugepages a negative result stays negative (never fits)
+        t.set_capacity(rl(&[("memory", "1Gi")]));
+        assert!(t.allocatable().memory().is_negative());
+        // offering overrides
+        let mut o = offering("a", "on-demand", 1.0, true);
+        o.capacity_override = Some(rl(&[("memory", "4Gi")]));
+        o.overhead_override = Some(Overhead::default());
+        assert_eq!(t.allocatable_for(&o).memory(), q("4Gi"));
+    }
+
+    #[test]
+    fn offering_accessors_and_helpers() {
+        let offs = [
+            offering("a", "on-demand", 1.0, true),
+            offering("b", "spot", 0.3, true),
+            offering("b", "spot", 0.5, false),
+            offering("c", "reserved", 0.2, true),
+        ];
+        assert_eq!(
+            (offs[3].zone(), offs[3].capacity_type(), offs[3].reservation_id()),
+            (Some("c"), Some("reserved"), Some("cr-1"))
+        );
+        assert_eq!(offs[0].reservation_id(), None);
+        assert_eq!(offs.available().count(), 3);
+        assert_eq!(offs.cheapest().map(|o| o.price), Some(0.2));
+        assert_eq!(offs.most_expensive().map(|o| o.price), Some(1.0));
+        let zone_b = claim(&[(ZONE, &["b"])]);
+        assert_eq!(offs.compatible(&zone_b, &WK).count(), 2);
+        // reserved → spot → on-demand, most expensive of the first type present
+        assert_eq!(offs.worst_launch_price(&Requirements::new(), &WK), 0.2);
+        assert_eq!(offs.worst_launch_price(&zone_b, &WK), 0.5);
+        assert_eq!(offs.worst_launch_price(&claim(&[(ZONE, &["a"])]), &WK), 1.0);
+        assert_eq!(offs.worst_launch_price(&claim(&[(ZONE, &["z"])]), &WK), f64::INFINITY);
+        // an offering with a reservation id is not compatible with a claim that does not allow it
+        let no_res = [Requirement::does_not_exist(RESERVATION_ID)].into_iter().collect::<Requirements>();
+        assert!(!offs[3].is_compatible(&no_res, &WK));
+        assert!(offs[0].is_compatible(&no_res, &WK));
+    }
+
+    #[test]
+    fn order_by_price_is_deterministic() {
+        let mut its = vec![
+            it("d", vec![offering("a", "spot", 1.0, false)]),
+            it("c", vec![offering("a", "spot", 0.5, true)]),
+            it("b", vec![offering("a", "spot", 0.5, true), offering("z", "spot", 0.1, true)]),
+            it("a", vec![offering("a", "spot", f64::NAN, true)]),
+            it("e", vec![]),
+        ];
+        let reqs = claim(&[(ZONE, &["a"])]);
+        order_by_price(&mut its, &reqs, &WK);
+        let names: Vec<&str> = its.iter().map(|i| i.name.as_str()).collect();
+        assert_eq!(names, vec!["b", "c", "d", "e", "a"]);
+        let mut refs: Vec<&InstanceType> = its.iter().collect();
+        order_by_price(&mut refs, &Requirements::new(), &WK);
+        assert_eq!(refs.first().map(|i| i.name.as_str()), Some("b"));
+    }
+
+    #[test]
+    fn min_values_and_truncate() {
+        let its = vec![
+            it("m5.large", vec![offering("a", "spot", 0.1, true)]),
+            it("m5.xlarge", vec![offering("a", "spot", 0.2, true)]),
+            it("c5.large", vec![offering("a", "spot", 0.3, true)]),
+        ];
+        let reqs: Requirements =
+            [Requirement::new(INSTANCE_TYPE, Operator::Exists, [""; 0], Some(2)).unwrap()].into_iter().collect();
+        assert_eq!(satisfies_min_values(&its, &reqs), Ok(2));
+        assert_eq!(satisfies_min_values(&its, &Requirements::new()), Ok(0));
+        let need4 = [Requirement::exists(INSTANCE_TYPE).with_min_values(Some(4))].into_iter().collect::<Requirements>();
+        let err = satisfies_min_values(&its, &need4).unwrap_err();
+        assert_eq!(err.achieved.get(INSTANCE_TYPE), Some(&3));
+        assert!(err.to_string().contains("node.kubernetes.io/instance-type (got 3, need 4)"), "{err}");
+        let refs: Vec<&InstanceType> = its.iter().collect();
+        let kept = truncate(refs.clone(), &reqs, &WK, 2, MinValuesPolicy::Strict).unwrap();
+        assert_eq!(kept.iter().map(|i| i.name.as_str()).collect::<Vec<_>>(), vec!["m5.large", "m5.xlarge"]);
+        assert!(truncate(refs.clone(), &reqs, &WK, 1, MinValuesPolicy::Strict).is_err());
+        assert_eq!(truncate(refs, &reqs, &WK, 1, MinValuesPolicy::BestEffort).map(|v| v.len()), Ok(1));
+    }
+}

@@ -1,0 +1,138 @@
+//! Offerings: where and how an instance type can be bought (requirements.md §5).
+
+use crate::instance_type::Overhead;
+use crate::labels::{
+    CAPACITY_TYPE, CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_RESERVED, CAPACITY_TYPE_SPOT, RESERVATION_ID, ZONE,
+};
+use crate::requirements::{KeySet, Requirements};
+use crate::resources::ResourceList;
+
+/// One purchasable combination (zone × capacity type × reservation) of an instance type.
+///
+/// Its requirements carry single-valued `karpenter.sh/capacity-type` and `topology.kubernetes.io/zone`
+/// (reserved offerings also the reservation id).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Offering {
+    /// Offering labels (capacity type, zone, reservation …).
+    pub requirements: Requirements,
+    /// Hourly price.
+    pub price: f64,
+    /// Whether it can currently be launched.
+    pub available: bool,
+    /// Remaining instances in the reservation (reserved offerings only).
+    pub reservation_capacity: i32,
+    /// Capacity that replaces the instance type's for this offering (v1.14 overlays).
+    pub capacity_override: Option<ResourceList>,
+    /// Overhead that replaces the instance type's for this offering.
+    pub overhead_override: Option<Overhead>,
+}
+
+impl Offering {
+    /// An available offering with the given requirements and price and no overrides.
+    pub fn new(requirements: Requirements, price: f64) -> Self {
+        Offering {
+            requirements,
+            price,
+            available: true,
+            reservation_capacity: 0,
+            capacity_override: None,
+            overhead_override: None,
+        }
+    }
+
+    fn single(&self, key: &str) -> Option<&str> {
+        let r = self.requirements.get_ref(key)?;
+        if r.complement() {
+            return None;
+        }
+        r.values().first().map(|v| v.as_ref())
+    }
+
+    /// The zone (the smallest value if several).
+    pub fn zone(&self) -> Option<&str> {
+        self.single(ZONE)
+    }
+
+    /// The capacity type (`on-demand`, `spot`, `reserved`).
+    pub fn capacity_type(&self) -> Option<&str> {
+        self.single(CAPACITY_TYPE)
+    }
+
+    /// The capacity reservation id, for reserved offerings.
+    pub fn reservation_id(&self) -> Option<&str> {
+        self.single(RESERVATION_ID)
+    }
+
+    /// Whether the offering is compatible with a claim: `Compatible(claim, offering, allow_undefined)`.
+    pub fn is_compatible(&self, claim: &Requirements, allow_undefined: &impl KeySet) -> bool {
+        claim.compatible(&self.requirements, allow_undefined).is_ok()
+    }
+}
+
+/// The cheapest offering (first among equal prices); `None` for an empty input.
+pub fn cheapest<'a>(offerings: impl IntoIterator<Item = &'a Offering>) -> Option<&'a Offering> {
+    offerings.into_iter().fold(None, |best: Option<&Offering>, o| match best {
+        Some(b) if b.price.total_cmp(&o.price).is_le() => Some(b),
+        _ => Some(o),
+    })
+}
+
+/// The most expensive offering (first among equal prices); `None` for an empty input.
+pub fn most_expensive<'a>(offerings: impl IntoIterator<Item = &'a Offering>) -> Option<&'a Offering> {
+    offerings.into_iter().fold(None, |best: Option<&Offering>, o| match best {
+        Some(b) if b.price.total_cmp(&o.price).is_ge() => Some(b),
+        _ => Some(o),
+    })
+}
+
+/// Helpers over a list of offerings.
+pub trait OfferingsExt {
+    /// The available offerings.
+    fn available(&self) -> impl Iterator<Item = &Offering>;
+    /// The offerings compatible with `reqs` (`Compatible(reqs, offering, allow_undefined)`).
+    fn compatible<'a, K: KeySet>(
+        &'a self,
+        reqs: &'a Requirements,
+        allow_undefined: &'a K,
+    ) -> impl Iterator<Item = &'a Offering>;
+    /// The cheapest offering.
+    fn cheapest(&self) -> Option<&Offering>;
+    /// The most expensive offering.
+    fn most_expensive(&self) -> Option<&Offering>;
+    /// The price consolidation assumes a launch costs: capacity types in precedence reserved → spot →
+    /// on-demand; for the first with an offering compatible with `reqs`, the most expensive such offering's
+    /// price; `+∞` if none. (Callers pass offerings already filtered to available ones.)
+    fn worst_launch_price<K: KeySet>(&self, reqs: &Requirements, allow_undefined: &K) -> f64;
+}
+
+impl OfferingsExt for [Offering] {
+    fn available(&self) -> impl Iterator<Item = &Offering> {
+        self.iter().filter(|o| o.available)
+    }
+
+    fn compatible<'a, K: KeySet>(
+        &'a self,
+        reqs: &'a Requirements,
+        allow_undefined: &'a K,
+    ) -> impl Iterator<Item = &'a Offering> {
+        self.iter().filter(move |o| o.is_compatible(reqs, allow_undefined))
+    }
+
+    fn cheapest(&self) -> Option<&Offering> {
+        cheapest(self)
+    }
+
+    fn most_expensive(&self) -> Option<&Offering> {
+        most_expensive(self)
+    }
+
+    fn worst_launch_price<K: KeySet>(&self, reqs: &Requirements, allow_undefined: &K) -> f64 {
+        for ct in [CAPACITY_TYPE_RESERVED, CAPACITY_TYPE_SPOT, CAPACITY_TYPE_ON_DEMAND] {
+            let of_type = self.compatible(reqs, allow_undefined).filter(|o| o.capacity_type() == Some(ct));
+            if let Some(o) = most_expensive(of_type) {
+                return o.price;
+            }
+        }
+        f64::INFINITY
+    }
+}
