@@ -317,6 +317,37 @@ pub fn load_str(text: &str, origin_name: &str) -> Result<Vec<Loaded>, LoadError>
 /// Like [`load_str`] but keeps going after a bad document: returns every object that loaded and every error.
 /// A syntax error still rejects the whole text.
 pub fn load_str_all(text: &str, origin_name: &str) -> (Vec<Loaded>, Vec<LoadError>) {
+    with_large_stack(|| load_str_all_inner(text, origin_name))
+}
+
+/// Stack for parsing and decoding. The parser caps nesting at 64 levels (and JSON at 128), but a deeply nested
+/// document still needs more stack than a test thread's 2 MiB in debug builds; the reservation is virtual memory,
+/// only the pages actually used are touched.
+const LOADER_STACK_BYTES: usize = 64 << 20;
+
+/// Runs `f` on a scoped thread with a large stack (or inline if no thread can be spawned).
+fn with_large_stack<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    let mut f = Some(f);
+    let outcome = std::thread::scope(|scope| {
+        let spawned = std::thread::Builder::new()
+            .name("manifest-loader".into())
+            .stack_size(LOADER_STACK_BYTES)
+            .spawn_scoped(scope, || f.take().map(|f| f()));
+        spawned.ok().map(|handle| handle.join())
+    });
+    match outcome {
+        Some(Ok(Some(result))) => result,
+        // A panic in the loader is a bug: re-raise it on the caller's thread with its own message.
+        Some(Err(payload)) => std::panic::resume_unwind(payload),
+        // No thread could be spawned: run inline.
+        Some(Ok(None)) | None => match f.take() {
+            Some(f) => f(),
+            None => unreachable!("the loader closure ran but returned nothing"),
+        },
+    }
+}
+
+fn load_str_all_inner(text: &str, origin_name: &str) -> (Vec<Loaded>, Vec<LoadError>) {
     let documents = if origin_name.to_ascii_lowercase().ends_with(".json") {
         parse_json(text, origin_name)
     } else {

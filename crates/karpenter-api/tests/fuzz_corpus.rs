@@ -1,0 +1,29 @@
+//! Replays the checked-in cargo-fuzz seed corpus of the `manifest` target on stable, so CI checks that loading
+//! and validating arbitrary manifests never panics without needing libFuzzer.
+
+use std::path::PathBuf;
+
+#[test]
+fn manifest_corpus_replays() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/manifest");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+        .map(|entry| entry.expect("directory entry").path())
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    assert!(files.len() >= 20, "expected a seed corpus of at least 20 files, found {}", files.len());
+    for file in files {
+        let data = std::fs::read(&file).unwrap_or_else(|e| panic!("reading {}: {e}", file.display()));
+        karpenter_api::fuzzing::manifest(&data);
+    }
+}
+
+/// The corpus is meant to exercise both paths: some seeds load cleanly, others fail to load.
+#[test]
+fn manifest_corpus_mixes_valid_and_malformed_seeds() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/manifest");
+    let (loaded, errors) = karpenter_api::load_paths([&dir]);
+    assert!(loaded.len() >= 20, "{} objects loaded", loaded.len());
+    assert!(errors.len() >= 5, "{} load errors", errors.len());
+}
