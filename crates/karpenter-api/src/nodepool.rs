@@ -770,6 +770,16 @@ mod tests {
     }
 
     #[test]
+    fn berlin_fall_back_repeated_time_fires_once() {
+        // 2024-10-27: 03:00 CEST -> 02:00 CET, so 02:30 happens twice (00:30 UTC and 01:30 UTC).
+        let b = budget("0", Some("30 2 * * *"), Some("30m"), Some("Europe/Berlin"));
+        let utc = |h: u32, m: u32| Utc.with_ymd_and_hms(2024, 10, 27, h, m, 0).unwrap();
+        assert_eq!(b.is_active(utc(0, 45)), Ok(true), "first 02:30 (CEST)");
+        assert_eq!(b.is_active(utc(1, 15)), Ok(false));
+        assert_eq!(b.is_active(utc(1, 45)), Ok(false), "the repeated 02:30 (CET) does not fire again");
+    }
+
+    #[test]
     fn new_york_fall_back() {
         // America/New_York falls back on 2024-11-03 (02:00 EDT -> 01:00 EST). 00:00 local on 11-03 is 04:00 UTC,
         // on 11-04 it is 05:00 UTC.

@@ -72,6 +72,21 @@ fn decode(text: &str) -> Option<Result<Typed, String>> {
     Some(r.map_err(|e| e.to_string()))
 }
 
+fn round_trip<T>(o: &T) -> Result<(), String>
+where
+    T: serde::Serialize + serde::de::DeserializeOwned + PartialEq + std::fmt::Debug,
+{
+    let json = serde_json::to_value(o).map_err(|e| e.to_string())?;
+    if json.to_string().contains("null") {
+        return Err(format!("encodes a null: {json}"));
+    }
+    let back: T = serde_json::from_value(json).map_err(|e| format!("does not decode after encoding: {e}"))?;
+    if &back != o {
+        return Err(format!("round trip changed the object: {back:?}"));
+    }
+    Ok(())
+}
+
 fn rust_violations(new: &Typed, old: Option<&Typed>) -> Violations {
     let ctx = ValidationContext::default();
     match (new, old) {
@@ -228,6 +243,16 @@ fn valid_fixtures_and_examples_pass_rust_cel_and_schema() {
         let v = rust_violations(&typed, None);
         if !v.is_empty() {
             failures.push(format!("{}: Rust violations: {v:?}", f.display()));
+        }
+        // Round trip: encoding the typed object and decoding it again gives the same object, and absent
+        // optional fields stay absent.
+        let round_trips = match &typed {
+            Typed::NodePool(o) => round_trip(o.as_ref()),
+            Typed::NodeClaim(o) => round_trip(o.as_ref()),
+            Typed::Kwok(o) => round_trip(o.as_ref()),
+        };
+        if let Err(e) = round_trips {
+            failures.push(format!("{}: {e}", f.display()));
         }
         let obj: Value = serde_saphyr::from_str(&text).unwrap();
         let kind = kind_of(&text).unwrap();
