@@ -80,7 +80,6 @@ pub struct ValidationContext {
     pub provider: ProviderLabels,
 }
 
-
 /// Validation the API server (schema + CEL) plus upstream's runtime validation would apply.
 pub trait Validate {
     /// Returns every violation, not just the first.
