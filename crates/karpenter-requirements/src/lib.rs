@@ -1,4 +1,37 @@
-//! placeholder (crate docs written below once all modules exist)
+//! The pure algebra Karpenter decides with: Kubernetes quantities and resource lists, label requirements
+//! (`In`/`NotIn`/`Exists`/`DoesNotExist`/`Gt`/`Lt`/`Gte`/`Lte`), taints and tolerations, host ports, and
+//! instance types with their offerings.
+//!
+//! **This crate does no IO**: no tokio, no kube client, no clock. It takes data (mostly `k8s-openapi` types) and
+//! returns decisions; the scheduler and the API validation build on it. Behaviour follows
+//! `shared/spec/requirements.md` (upstream Karpenter v1.14.1) except where a doc comment says otherwise.
+//!
+//! # Entry points
+//!
+//! * [`Quantity`] — exact resource quantities (parse, canonical `Display`, checked arithmetic, serde).
+//! * [`ResourceList`] and [`pod_requests`] — per-resource arithmetic and `fits`, pod effective requests.
+//! * [`Requirement`] / [`Requirements`] — the requirement algebra: [`Requirement::intersection`],
+//!   [`Requirement::has_intersection`], [`Requirements::compatible`], [`Requirements::intersects`],
+//!   [`Requirements::from_pod`].
+//! * [`taints`] — [`tolerates_all`], [`taints::merge`].
+//! * [`host_ports`] — [`pod_host_ports`], [`HostPortUsage`].
+//! * [`InstanceType`] / [`Offering`] — cached [`InstanceType::allocatable`], [`OfferingsExt`] price helpers,
+//!   [`order_by_price`], [`satisfies_min_values`], [`truncate`].
+//!
+//! # Determinism
+//!
+//! Everything observable is ordered: requirements iterate by key, values and resource names in byte order.
+//! Where upstream is random or unspecified we fix a rule:
+//! * [`Requirement::any`] — `In`: the smallest value; `NotIn`/`Exists`: the smallest integer at or above
+//!   `max(gte, 0)` that is within the bounds and not excluded (`""` if none); `DoesNotExist`: `""`.
+//! * [`order_by_price`] — ascending price, `+∞` (no compatible available offering) last, ties by name.
+//! * [`offering::cheapest`] / [`offering::most_expensive`] — the first offering among equal prices.
+//!
+//! # Performance
+//!
+//! Requirements are sorted vectors with `Arc<str>` keys and values: clones are reference-count bumps,
+//! intersection is a linear merge, and `has_intersection` / `compatible` / `intersects` / `ResourceList::fits`
+//! do not allocate on the success path.
 
 pub mod host_ports;
 pub mod instance_type;
