@@ -16,7 +16,9 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 pub enum DurationError {
     #[error("duration is empty")]
     Empty,
-    #[error("invalid duration {0:?}: expected a sequence of <integer><unit> with units h, m, s (e.g. \"720h\", \"1h30m\")")]
+    #[error(
+        "invalid duration {0:?}: expected a sequence of <integer><unit> with units h, m, s (e.g. \"720h\", \"1h30m\")"
+    )]
     Syntax(String),
     #[error("duration {0:?} overflows")]
     Overflow(String),
@@ -106,11 +108,7 @@ pub fn check_syntax(s: &str, units: DurationUnits) -> bool {
             {
                 p = rest;
             }
-            match p {
-                [(_, b'h' | b'm')] => true,
-                [(_, b'h'), (_, b'm')] => true,
-                _ => false,
-            }
+            matches!(p, [(_, b'h' | b'm')] | [(_, b'h'), (_, b'm')])
         }
     }
 }

@@ -24,11 +24,8 @@ pub fn canonicalize(value: &Value) -> Option<Value> {
         Value::Null => None,
         Value::String(s) if s.is_empty() => None,
         Value::Array(items) => {
-            let mut kept: Vec<(String, Value)> = items
-                .iter()
-                .filter_map(canonicalize)
-                .map(|v| (v.to_string(), v))
-                .collect();
+            let mut kept: Vec<(String, Value)> =
+                items.iter().filter_map(canonicalize).map(|v| (v.to_string(), v)).collect();
             if kept.is_empty() {
                 return None;
             }

@@ -94,7 +94,8 @@ pub mod aws {
     pub const CAPACITY_RESERVATION_TYPE: &str = "karpenter.k8s.aws/capacity-reservation-type";
     pub const CAPACITY_RESERVATION_INTERRUPTIBLE: &str = "karpenter.k8s.aws/capacity-reservation-interruptible";
     pub const INSTANCE_HYPERVISOR: &str = "karpenter.k8s.aws/instance-hypervisor";
-    pub const INSTANCE_ENCRYPTION_IN_TRANSIT_SUPPORTED: &str = "karpenter.k8s.aws/instance-encryption-in-transit-supported";
+    pub const INSTANCE_ENCRYPTION_IN_TRANSIT_SUPPORTED: &str =
+        "karpenter.k8s.aws/instance-encryption-in-transit-supported";
     pub const NITRO_SANDBOX: &str = "karpenter.k8s.aws/nitro-sandbox";
     pub const INSTANCE_CATEGORY: &str = "karpenter.k8s.aws/instance-category";
     pub const INSTANCE_CAPABILITY_FLEX: &str = "karpenter.k8s.aws/instance-capability-flex";
@@ -205,7 +206,12 @@ impl ProviderLabels {
 
     /// A provider with no labels of its own (core set only).
     pub fn core_only(name: &str) -> Self {
-        Self { name: name.into(), well_known: BTreeSet::new(), restricted_domains: BTreeSet::new(), known_values: Vec::new() }
+        Self {
+            name: name.into(),
+            well_known: BTreeSet::new(),
+            restricted_domains: BTreeSet::new(),
+            known_values: Vec::new(),
+        }
     }
 
     /// Core plus provider well-known keys: the `allow_undefined` set of requirement compatibility.
