@@ -141,3 +141,122 @@ mod tests {
         assert_eq!(static_drift(Some("1"), Some("rs1"), None, None), Unknown);
     }
 }
+
+/// The NodePool's static hash: its template minus `spec.requirements` (requirements drift dynamically by
+/// comparing a NodeClaim's labels, not by hash). Behavioural fields (disruption, limits, weight, replicas) are
+/// outside the template and never cause drift.
+pub fn node_pool_hash(node_pool: &crate::NodePool) -> String {
+    let mut template = serde_json::to_value(&node_pool.spec.template).unwrap_or(Value::Null);
+    if let Some(spec) = template.get_mut("spec") {
+        *spec = without_fields(spec.take(), &["requirements"]);
+    }
+    hash_value(&template)
+}
+
+/// Static drift of a NodeClaim against its NodePool, from the hash annotations both carry. The NodePool's
+/// annotations are the ones the hash controller wrote; when they are absent, the current spec's hash is used.
+pub fn node_pool_static_drift(node_pool: &crate::NodePool, claim: &crate::NodeClaim) -> StaticDrift {
+    use crate::labels::annotations::{NODE_POOL_HASH, NODE_POOL_HASH_VERSION};
+    let pool_annotations = node_pool.metadata.annotations.as_ref();
+    let computed;
+    let (pool_hash, pool_version) = match pool_annotations.and_then(|a| a.get(NODE_POOL_HASH)) {
+        Some(h) => (Some(h.as_str()), pool_annotations.and_then(|a| a.get(NODE_POOL_HASH_VERSION)).map(String::as_str)),
+        None => {
+            computed = node_pool_hash(node_pool);
+            (Some(computed.as_str()), Some(NODE_POOL_HASH_VERSION))
+        }
+    };
+    let claim_annotations = claim.metadata.annotations.as_ref();
+    static_drift(
+        pool_hash,
+        pool_version,
+        claim_annotations.and_then(|a| a.get(NODE_POOL_HASH)).map(String::as_str),
+        claim_annotations.and_then(|a| a.get(NODE_POOL_HASH_VERSION)).map(String::as_str),
+    )
+}
+
+#[cfg(test)]
+mod node_pool_tests {
+    use super::*;
+    use crate::labels::annotations::{NODE_POOL_HASH, NODE_POOL_HASH_VERSION};
+    use crate::{NodeClaim, NodePool};
+
+    const POOL: &str = r#"
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: default}
+spec:
+  template:
+    metadata:
+      labels: {team: a}
+    spec:
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+      requirements:
+        - {key: karpenter.sh/capacity-type, operator: In, values: [spot]}
+      taints:
+        - {key: a, effect: NoSchedule}
+        - {key: b, effect: NoExecute}
+  limits: {cpu: "1000"}
+"#;
+
+    fn pool() -> NodePool {
+        serde_saphyr::from_str(POOL).expect("fixture parses")
+    }
+
+    fn claim_with(hash: &str, version: &str) -> NodeClaim {
+        let text = format!(
+            r#"
+apiVersion: karpenter.sh/v1
+kind: NodeClaim
+metadata:
+  name: default-abc
+  labels: {{karpenter.sh/nodepool: default}}
+  annotations: {{"{NODE_POOL_HASH}": "{hash}", "{NODE_POOL_HASH_VERSION}": "{version}"}}
+spec:
+  nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}
+  requirements: []
+"#
+        );
+        serde_saphyr::from_str(&text).expect("claim parses")
+    }
+
+    #[test]
+    fn template_fields_change_the_hash_and_behavioural_fields_do_not() {
+        let base = node_pool_hash(&pool());
+        let mut p = pool();
+        p.spec.template.spec.taints.reverse();
+        assert_eq!(node_pool_hash(&p), base, "taints are a set");
+        p.spec.template.spec.requirements.clear();
+        assert_eq!(node_pool_hash(&p), base, "requirements drift dynamically, not by hash");
+        p.spec.limits.clear();
+        p.spec.weight = Some(50);
+        assert_eq!(node_pool_hash(&p), base, "behavioural fields never drift");
+        p.spec.template.metadata.labels.insert("team".into(), "b".into());
+        assert_ne!(node_pool_hash(&p), base, "labels drift");
+        let mut q = pool();
+        q.spec.template.spec.expire_after = "24h".parse().expect("valid");
+        assert_ne!(node_pool_hash(&q), base, "expireAfter drifts");
+        let mut r = pool();
+        r.spec.template.spec.node_class_ref.name = "other".into();
+        assert_ne!(node_pool_hash(&r), base, "nodeClassRef drifts");
+    }
+
+    #[test]
+    fn claim_with_upstream_hash_version_is_not_drifted() {
+        let p = pool();
+        // Upstream v1.14.1 writes hash version v3 with a hash our function never produces.
+        let upstream = claim_with("6043272443934853718", "v3");
+        assert_eq!(node_pool_static_drift(&p, &upstream), StaticDrift::VersionMismatch);
+        let ours_current = claim_with(&node_pool_hash(&p), NODE_POOL_HASH_VERSION);
+        assert_eq!(node_pool_static_drift(&p, &ours_current), StaticDrift::NotDrifted);
+        let ours_stale = claim_with("1", NODE_POOL_HASH_VERSION);
+        assert_eq!(node_pool_static_drift(&p, &ours_stale), StaticDrift::Drifted);
+    }
+}
+
+/// The hash annotations the NodePool hash controller writes on a NodePool, and copies to a NodeClaim at
+/// creation or when [`StaticDrift::VersionMismatch`] asks for a rewrite.
+pub fn node_pool_hash_annotations(node_pool: &crate::NodePool) -> [(&'static str, String); 2] {
+    use crate::labels::annotations::{NODE_POOL_HASH, NODE_POOL_HASH_VERSION};
+    [(NODE_POOL_HASH, node_pool_hash(node_pool)), (NODE_POOL_HASH_VERSION, NODE_POOL_HASH_VERSION.to_string())]
+}
