@@ -683,6 +683,8 @@ pub struct CpuOptions {
 // -------------------------------------------------------------------------------------------------------------
 
 /// Desired configuration of EC2 instances launched for NodePools that reference this class.
+// kube's `printcolumn(...)` entries repeat `type_ = "string"`, which clippy reads as duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "karpenter.k8s.aws",

@@ -7,7 +7,9 @@ use super::{
     ConnectionTracking, EC2NodeClass, EC2NodeClassSpec, InterfaceType, KubeletConfiguration, MAX_ALIAS_LEN,
     MetadataOptions, NetworkInterface, PlacementGroupSelector, SecurityGroupSelectorTerm, SubnetSelectorTerm,
 };
-use crate::crd::ResourceQuantity;
+use karpenter_requirements::Quantity;
+
+use crate::crd::QUANTITY_PATTERN;
 use crate::validation::{Validate, ValidationContext, Violations, field, index, key};
 
 /// Maximum number of subnet / security group / AMI / capacity reservation selector terms.
@@ -254,10 +256,12 @@ fn validate_tags(tags: &BTreeMap<String, String>, path: &str, out: &mut Violatio
 
 /// Why `v` is not a non-negative quantity, if it is not.
 fn non_negative_quantity_error(v: &str) -> Option<String> {
-    if let Some(e) = ResourceQuantity::new(v).error() {
-        return Some(e);
+    match v.parse::<Quantity>() {
+        Err(e) => Some(format!("invalid quantity {v:?}: {e} (must match {QUANTITY_PATTERN})")),
+        // `-0` is zero but still written with a sign, which the schema pattern (and upstream's CEL) reject.
+        Ok(q) if q.is_negative() || v.starts_with('-') => Some(format!("{v:?} cannot be a negative resource quantity")),
+        Ok(_) => None,
     }
-    v.starts_with('-').then(|| format!("{v:?} cannot be a negative resource quantity"))
 }
 
 /// `^(100(\.0{1,2})?|[0-9]{1,2}(\.[0-9]{1,2})?)%$`.
@@ -513,3 +517,6 @@ impl Validate for EC2NodeClass {
         self.spec.validate(ctx)
     }
 }
+
+#[cfg(test)]
+mod tests;
