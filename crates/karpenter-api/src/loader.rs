@@ -271,17 +271,22 @@ pub enum LoadError {
         message: String,
     },
     /// A document parsed but is not a valid object of its kind.
-    #[error("{origin}: {}{}{message}{}", object_prefix(object), path_prefix(path), line_suffix(*line))]
-    Decode {
-        origin: Origin,
-        /// `Kind/name` of the object, as far as it could be read.
-        object: Option<String>,
-        /// Field path of the problem (`spec.template.spec.requirements[0]`); empty for the object itself.
-        path: String,
-        /// 1-based line of the field in the YAML source, when known.
-        line: Option<u64>,
-        message: String,
-    },
+    #[error(transparent)]
+    Decode(Box<DecodeError>),
+}
+
+/// Why one document (or List item) could not be decoded.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{origin}: {}{}{message}{}", object_prefix(object), path_prefix(path), line_suffix(*line))]
+pub struct DecodeError {
+    pub origin: Origin,
+    /// `Kind/name` of the object, as far as it could be read.
+    pub object: Option<String>,
+    /// Field path of the problem (`spec.template.spec.requirements[0]`); empty for the object itself.
+    pub path: String,
+    /// 1-based line of the field in the YAML source, when known.
+    pub line: Option<u64>,
+    pub message: String,
 }
 
 fn object_prefix(object: &Option<String>) -> String {
@@ -302,7 +307,7 @@ impl LoadError {
         match self {
             LoadError::Io { path, .. } => path.display().to_string(),
             LoadError::Syntax { file, .. } => file.clone(),
-            LoadError::Decode { origin, .. } => origin.file.clone(),
+            LoadError::Decode(d) => d.origin.file.clone(),
         }
     }
 }
@@ -640,7 +645,16 @@ fn clone_node(node: &YNode) -> YNode {
 }
 
 fn parse_yaml(text: &str, file: &str) -> Result<Vec<Document>, LoadError> {
-    let nodes: Vec<SNode> = serde_saphyr::from_multiple(text).map_err(|e| {
+    // YAML 1.2 scalars (`yes`, `n`, `on` stay strings), non-finite floats (`.inf`) and numbers with leading zeros or
+    // underscores kept as strings, so a bad value fails on its own field rather than rejecting the whole file.
+    let options = serde_saphyr::options! {
+        strict_booleans: true,
+        non_finite_float_policy: serde_saphyr::NonFiniteFloatPolicy::AsString,
+        leading_zero_numbers_as_strings: true,
+        underscored_numbers_as_strings: true,
+        with_snippet: false,
+    };
+    let nodes: Vec<SNode> = serde_saphyr::from_multiple_with_options(text, options).map_err(|e| {
         let line = e.location().map(|l| l.line()).filter(|l| *l > 0);
         let message = e.render_with_options(serde_saphyr::render_options! {
             snippets: serde_saphyr::SnippetMode::Off,
@@ -769,7 +783,13 @@ fn is_list_kind(kind: &str) -> bool {
 
 fn load_document(doc: Document, origin: Origin, loaded: &mut Vec<Loaded>, errors: &mut Vec<LoadError>) {
     let err = |origin: &Origin, object: Option<String>, path: &[Seg], line: Option<u64>, message: String| {
-        LoadError::Decode { origin: origin.clone(), object, path: render_path(path), line, message }
+        LoadError::Decode(Box::new(DecodeError {
+            origin: origin.clone(),
+            object,
+            path: render_path(path),
+            line,
+            message,
+        }))
     };
     let Value::Object(map) = &doc.value else {
         errors.push(err(

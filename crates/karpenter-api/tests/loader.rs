@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use karpenter_api::loader::{self, LoadError, Object};
+use karpenter_api::loader::{self, DecodeError, LoadError, Object};
 use karpenter_api::{ValidationContext, load_paths, load_str};
 
 const PODS: &str = r#"
@@ -116,7 +116,8 @@ spec:
       imagee: nginx
 "#;
     let err = load_str(text, "examples/x.yaml").unwrap_err();
-    let LoadError::Decode { origin, object, path, line, message } = &err else { panic!("unexpected {err:?}") };
+    let LoadError::Decode(d) = &err else { panic!("unexpected {err:?}") };
+    let DecodeError { origin, object, path, line, message } = d.as_ref();
     assert_eq!(origin.document, 1);
     assert_eq!(object.as_deref(), Some("Pod/web"));
     assert_eq!(path, "spec.containers[0]");
@@ -132,7 +133,8 @@ spec:
 fn type_error_names_the_field_path() {
     let text = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers:\n    - name: c\n      ports:\n        - containerPort: eighty\n";
     let err = load_str(text, "p.yaml").unwrap_err();
-    let LoadError::Decode { path, line, .. } = &err else { panic!("unexpected {err:?}") };
+    let LoadError::Decode(d) = &err else { panic!("unexpected {err:?}") };
+    let DecodeError { path, line, .. } = d.as_ref();
     assert_eq!(path, "spec.containers[0].ports[0].containerPort");
     assert_eq!(*line, Some(9));
 }
@@ -318,7 +320,8 @@ fn misspelt_karpenter_field_names_document_pool_and_path() {
     let (loaded, errors) = loader::load_str_all(&text, "examples/x.yaml");
     assert_eq!(loaded.len(), 2, "the other documents still load");
     let [err] = errors.as_slice() else { panic!("{errors:?}") };
-    let LoadError::Decode { origin, object, path, line, message } = err else { panic!("{err:?}") };
+    let LoadError::Decode(d) = err else { panic!("{err:?}") };
+    let DecodeError { origin, object, path, line, message } = d.as_ref();
     assert_eq!(origin.document, 0);
     assert_eq!(object.as_deref(), Some("NodePool/default"));
     assert_eq!(path, "spec.template.spec.requirements[0]");
@@ -338,4 +341,32 @@ fn invalid_karpenter_objects_report_violations() {
     let loaded = load_str(&text, "x.yaml").unwrap();
     let violations = loaded[0].object.validate(&ValidationContext::default()).unwrap();
     assert!(violations.iter().any(|v| v.path.starts_with("spec.template.spec.requirements[0]")), "{violations:?}");
+}
+
+#[test]
+fn yaml_1_2_scalars_stay_strings() {
+    let text = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: n\n  labels: {a: yes, b: 'on', c: '0755'}\n";
+    let loaded = load_str(text, "ns.yaml").unwrap();
+    assert_eq!(loaded[0].object.name(), Some("n"));
+    let Object::Namespace(ns) = &loaded[0].object else { panic!() };
+    assert_eq!(ns.metadata.labels.as_ref().unwrap()["a"], "yes");
+}
+
+#[test]
+fn numbers_in_string_fields_fail_on_the_field() {
+    // As with the API server, a YAML integer is not a string.
+    let text = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: x\n  labels: {a: 1}\n";
+    let err = load_str(text, "ns.yaml").unwrap_err();
+    let LoadError::Decode(d) = &err else { panic!("{err:?}") };
+    let DecodeError { path, line, .. } = d.as_ref();
+    assert_eq!(path, "metadata.labels.a");
+    assert_eq!(*line, Some(5));
+}
+
+#[test]
+fn deeply_nested_input_is_an_error_not_a_crash() {
+    let yaml = format!("a: {}{}\n", "[".repeat(500), "]".repeat(500));
+    assert!(matches!(load_str(&yaml, "deep.yaml"), Err(LoadError::Syntax { .. })));
+    let json = format!("{}{}", "[".repeat(500), "]".repeat(500));
+    assert!(matches!(load_str(&json, "deep.json"), Err(LoadError::Syntax { .. })));
 }
