@@ -955,7 +955,37 @@ impl EC2NodeClassSpec {
     pub fn manages_instance_profile(&self) -> bool {
         self.role.is_some()
     }
+
+    /// What the static drift hash (api.md §6) covers, as JSON: the spec without [`HASH_EXCLUDED_FIELDS`] (they
+    /// drift dynamically by comparing resolved status, or do not need new instances), plus the *resolved* AMI
+    /// family under `amiFamily` and the cluster CA bundle under `caBundle` when known. Hash it with the crate's
+    /// canonical hash (order-insensitive lists, empty values dropped).
+    pub fn drift_hash_input(&self, ca_bundle: Option<&str>) -> serde_json::Value {
+        let mut v = serde_json::to_value(self).unwrap_or(serde_json::Value::Null);
+        if let serde_json::Value::Object(map) = &mut v {
+            for f in HASH_EXCLUDED_FIELDS {
+                map.remove(f);
+            }
+            if let Some(f) = self.effective_ami_family() {
+                map.insert("amiFamily".into(), serde_json::Value::String(f.as_str().into()));
+            }
+            if let Some(ca) = ca_bundle {
+                map.insert("caBundle".into(), serde_json::Value::String(ca.into()));
+            }
+        }
+        v
+    }
 }
+
+/// Spec fields left out of the static drift hash (the resolved AMI family is added back).
+pub const HASH_EXCLUDED_FIELDS: [&str; 6] = [
+    "subnetSelectorTerms",
+    "securityGroupSelectorTerms",
+    "capacityReservationSelectorTerms",
+    "amiSelectorTerms",
+    "ipPrefixCount",
+    "amiFamily",
+];
 
 impl EC2NodeClass {
     /// See [`EC2NodeClassSpec::alias`].

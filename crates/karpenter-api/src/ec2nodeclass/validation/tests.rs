@@ -339,3 +339,25 @@ fn ready_dependents_follow_the_gate() {
     assert!(with.contains(&conditions::CAPACITY_RESERVATIONS_READY));
     assert!(!with.contains(&conditions::READY));
 }
+
+#[test]
+fn drift_hash_input_covers_the_right_fields() {
+    let mut nc = base();
+    let a = nc.spec.drift_hash_input(Some("CA"));
+    assert_eq!(a["amiFamily"], "AL2023", "resolved from the alias");
+    assert_eq!(a["caBundle"], "CA");
+    for f in crate::ec2nodeclass::HASH_EXCLUDED_FIELDS.iter().filter(|f| **f != "amiFamily") {
+        assert!(a.get(*f).is_none(), "{f}");
+    }
+    // Selector terms, ipPrefixCount and the raw amiFamily do not change the input when the resolved family stays.
+    nc.spec.subnet_selector_terms[0].id = Some("subnet-1".into());
+    nc.spec.ip_prefix_count = Some(2);
+    nc.spec.ami_family = Some(AmiFamily::Al2023);
+    assert_eq!(nc.spec.drift_hash_input(Some("CA")), a);
+    // Anything else does.
+    nc.spec.metadata_options.http_tokens = crate::ec2nodeclass::HttpTokens::Optional;
+    assert_ne!(nc.spec.drift_hash_input(Some("CA")), a);
+    nc.spec.metadata_options.http_tokens = crate::ec2nodeclass::HttpTokens::Required;
+    nc.spec.ami_family = Some(AmiFamily::Custom);
+    assert_ne!(nc.spec.drift_hash_input(Some("CA")), a);
+}
