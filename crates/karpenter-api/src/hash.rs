@@ -260,3 +260,93 @@ pub fn node_pool_hash_annotations(node_pool: &crate::NodePool) -> [(&'static str
     use crate::labels::annotations::{NODE_POOL_HASH, NODE_POOL_HASH_VERSION};
     [(NODE_POOL_HASH, node_pool_hash(node_pool)), (NODE_POOL_HASH_VERSION, NODE_POOL_HASH_VERSION.to_string())]
 }
+
+/// The EC2NodeClass's static hash: its spec minus the selector terms (they drift dynamically against the
+/// resolved status), `ipPrefixCount` and the raw `amiFamily`, plus the resolved AMI family and the cluster CA
+/// bundle when the controller knows it.
+pub fn ec2_node_class_hash(node_class: &crate::EC2NodeClass, ca_bundle: Option<&str>) -> String {
+    hash_value(&node_class.spec.drift_hash_input(ca_bundle))
+}
+
+/// Static drift of a NodeClaim against its EC2NodeClass, from the hash annotations both carry (the class's
+/// current hash when its annotations are absent).
+pub fn ec2_node_class_static_drift(node_class: &crate::EC2NodeClass, claim: &crate::NodeClaim) -> StaticDrift {
+    use crate::labels::annotations::{EC2_NODE_CLASS_HASH, EC2_NODE_CLASS_HASH_VERSION};
+    let class_annotations = node_class.metadata.annotations.as_ref();
+    let computed;
+    let (class_hash, class_version) = match class_annotations.and_then(|a| a.get(EC2_NODE_CLASS_HASH)) {
+        Some(h) => {
+            (Some(h.as_str()), class_annotations.and_then(|a| a.get(EC2_NODE_CLASS_HASH_VERSION)).map(String::as_str))
+        }
+        None => {
+            computed = ec2_node_class_hash(node_class, None);
+            (Some(computed.as_str()), Some(EC2_NODE_CLASS_HASH_VERSION))
+        }
+    };
+    let claim_annotations = claim.metadata.annotations.as_ref();
+    static_drift(
+        class_hash,
+        class_version,
+        claim_annotations.and_then(|a| a.get(EC2_NODE_CLASS_HASH)).map(String::as_str),
+        claim_annotations.and_then(|a| a.get(EC2_NODE_CLASS_HASH_VERSION)).map(String::as_str),
+    )
+}
+
+#[cfg(test)]
+mod ec2_node_class_tests {
+    use super::*;
+    use crate::EC2NodeClass;
+    use crate::labels::annotations::{EC2_NODE_CLASS_HASH, EC2_NODE_CLASS_HASH_VERSION};
+
+    fn class(extra: &str) -> EC2NodeClass {
+        let text = format!(
+            r#"
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {{name: default}}
+spec:
+  role: KarpenterNodeRole
+  amiSelectorTerms: [{{alias: al2023@latest}}]
+  subnetSelectorTerms: [{{tags: {{karpenter.sh/discovery: c}}}}]
+  securityGroupSelectorTerms: [{{tags: {{karpenter.sh/discovery: c}}}}]
+{extra}"#
+        );
+        serde_saphyr::from_str(&text).expect("fixture parses")
+    }
+
+    #[test]
+    fn selectors_do_not_change_the_hash_and_static_fields_do() {
+        let base = ec2_node_class_hash(&class(""), None);
+        let mut c = class("");
+        c.spec.subnet_selector_terms.clear();
+        c.spec.security_group_selector_terms.clear();
+        assert_eq!(ec2_node_class_hash(&c, None), base, "selector terms drift dynamically");
+        assert_ne!(ec2_node_class_hash(&class("  tags: {team: a}\n"), None), base, "tags drift");
+        assert_ne!(ec2_node_class_hash(&class("  detailedMonitoring: true\n"), None), base);
+        assert_ne!(ec2_node_class_hash(&class(""), Some("CA")), base, "the CA bundle is hashed");
+        assert_eq!(
+            ec2_node_class_hash(&class("  amiFamily: AL2023\n"), None),
+            base,
+            "the raw amiFamily is not hashed, only the resolved family"
+        );
+    }
+
+    #[test]
+    fn claim_with_upstream_hash_version_is_not_drifted() {
+        let c = class("");
+        let claim: crate::NodeClaim = serde_saphyr::from_str(&format!(
+            r#"
+apiVersion: karpenter.sh/v1
+kind: NodeClaim
+metadata:
+  name: default-abc
+  annotations: {{"{EC2_NODE_CLASS_HASH}": "123", "{EC2_NODE_CLASS_HASH_VERSION}": "v5"}}
+spec:
+  nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}
+  requirements: []
+"#
+        ))
+        .expect("claim parses");
+        assert_eq!(ec2_node_class_static_drift(&c, &claim), StaticDrift::VersionMismatch);
+    }
+}
