@@ -1,7 +1,8 @@
 //! Test kit for karpenter-rs and for cloud-provider authors.
 //!
 //! - **Builders with option structs**, filled with `..Default::default()`: [`pod`], [`unschedulable_pod`],
-//!   [`node`], [`daemon_set`], [`pod_disruption_budget`]. Unset names come from a per-thread counter
+//!   [`node`], [`daemon_set`], [`pod_disruption_budget`], and for the Karpenter kinds [`node_pool`],
+//!   [`node_claim`], [`ec2_node_class`], [`kwok_node_class`] (valid by default: they pass `Validate`). Unset names come from a per-thread counter
 //!   (`pod-1`, `pod-2`, …), so tests are deterministic; [`reset_names`] restarts it.
 //! - **Small helpers** for the fields tests set most: [`Resources`] (`[("cpu", "1")].into()`), [`map`],
 //!   [`requirement`], [`toleration`], [`taint`], [`topology_spread`], [`pod_affinity_term`].
@@ -16,9 +17,20 @@
 //!     ..Default::default()
 //! });
 //! assert_eq!(pod.status.unwrap().phase.as_deref(), Some("Pending"));
+//!
+//! use karpenter_testing::{NodePoolOptions, node_pool, nodepool_requirement};
+//!
+//! let pool = node_pool(NodePoolOptions {
+//!     name: Some("spot".into()),
+//!     requirements: vec![nodepool_requirement("karpenter.sh/capacity-type", "In", &["spot"])],
+//!     limits: [("cpu", "1000")].into(),
+//!     ..Default::default()
+//! });
+//! assert_eq!(pool.spec.template.spec.node_class_ref.name, "default");
 //! ```
 
 pub mod clock;
+pub mod karpenter;
 pub mod names;
 pub mod node;
 pub mod pod;
@@ -26,6 +38,11 @@ pub mod resources;
 pub mod workloads;
 
 pub use clock::{Clock, FakeClock, SystemClock};
+pub use karpenter::{
+    EC2NodeClassOptions, KWOKNodeClassOptions, NodeClaimOptions, NodePoolOptions, TaintEffect, condition,
+    default_node_class_ref, ec2_node_class, karpenter_taint, kwok_node_class, kwok_node_class_ref, node_claim,
+    node_pool, nodepool_requirement,
+};
 pub use names::{next_name, reset_names, uid_for};
 pub use node::{NodeOptions, node, taint};
 pub use pod::{
