@@ -15,6 +15,7 @@ pub mod ec2nodeclass;
 pub mod kwok;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod hash;
 pub mod labels;
 pub mod nodeclaim;
 pub mod nodepool;

@@ -116,10 +116,10 @@ fn matches_pattern(value: &str, pattern: &str) -> bool {
 /// A small structural validator for the keywords our CRDs use (what the API server checks besides CEL).
 fn schema_errors(schema: &Value, v: &Value, path: &str, out: &mut Vec<String>) {
     let s = |k: &str| schema.get(k);
-    if let (Some(en), false) = (s("enum").and_then(Value::as_array), v.is_null()) {
-        if !en.contains(v) {
-            out.push(format!("{path}: {v} not in enum"));
-        }
+    if let (Some(en), false) = (s("enum").and_then(Value::as_array), v.is_null())
+        && !en.contains(v)
+    {
+        out.push(format!("{path}: {v} not in enum"));
     }
     match v {
         Value::String(st) => {

@@ -370,3 +370,14 @@ fn deeply_nested_input_is_an_error_not_a_crash() {
     let json = format!("{}{}", "[".repeat(500), "]".repeat(500));
     assert!(matches!(load_str(&json, "deep.json"), Err(LoadError::Syntax { .. })));
 }
+
+#[test]
+fn kwok_node_class_without_spec_loads() {
+    let loaded = karpenter_api::load_str(
+        "apiVersion: karpenter.kwok.sh/v1alpha1\nkind: KWOKNodeClass\nmetadata: {name: default}\n",
+        "kwok.yaml",
+    )
+    .expect("a KWOKNodeClass without spec is accepted, as by the API server");
+    assert_eq!(loaded.len(), 1);
+    assert_eq!(loaded[0].object.kind(), "KWOKNodeClass");
+}
