@@ -263,17 +263,18 @@ impl Requirement {
     /// through the alias table. `Gt`/`Lt`/`Gte`/`Lte` need exactly one integer value; `Exists` and
     /// `DoesNotExist` ignore values; `In`/`NotIn` accept any number (an empty `In` is DoesNotExist, an empty
     /// `NotIn` is Exists). `Gt i64::MAX` and `Lt i64::MIN` can match nothing and are DoesNotExist.
-    pub fn new<I, S>(
-        key: &str,
+    pub fn new<K, I, S>(
+        key: K,
         operator: Operator,
         values: I,
         min_values: Option<u32>,
     ) -> Result<Self, RequirementError>
     where
+        K: AsRef<str>,
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let key: Arc<str> = Arc::from(normalize_key(key));
+        let key: Arc<str> = Arc::from(normalize_key(key.as_ref()));
         let mut r = Requirement { key, complement: true, values: Values::default(), gte: None, lte: None, min_values };
         match operator {
             Operator::In => {
