@@ -19,6 +19,7 @@ pub mod hash;
 pub mod labels;
 pub mod nodeclaim;
 pub mod nodepool;
+pub mod scheduling;
 pub mod loader;
 pub mod validation;
 
