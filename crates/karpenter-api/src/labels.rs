@@ -5,16 +5,14 @@
 
 use std::collections::BTreeSet;
 
+// The keys the algebra itself needs are defined once, in karpenter-requirements.
+pub use karpenter_requirements::labels::{
+    ARCH, CAPACITY_TYPE, CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_RESERVED, CAPACITY_TYPE_SPOT, HOSTNAME, INSTANCE_TYPE,
+    LABEL_ALIASES, NODE_POOL, OS, REGION, ZONE,
+};
+
 // Core well-known labels (karpenter.sh and Kubernetes).
-pub const NODE_POOL: &str = "karpenter.sh/nodepool";
-pub const CAPACITY_TYPE: &str = "karpenter.sh/capacity-type";
-pub const ZONE: &str = "topology.kubernetes.io/zone";
-pub const REGION: &str = "topology.kubernetes.io/region";
-pub const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
-pub const ARCH: &str = "kubernetes.io/arch";
-pub const OS: &str = "kubernetes.io/os";
 pub const WINDOWS_BUILD: &str = "node.kubernetes.io/windows-build";
-pub const HOSTNAME: &str = "kubernetes.io/hostname";
 
 // Lifecycle labels Karpenter puts on nodes.
 pub const NODE_REGISTERED: &str = "karpenter.sh/registered";
@@ -23,9 +21,6 @@ pub const DO_NOT_SYNC_TAINTS: &str = "karpenter.sh/do-not-sync-taints";
 pub const EXCLUDE_FROM_EXTERNAL_LB: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
 
 /// Values of `karpenter.sh/capacity-type`.
-pub const CAPACITY_TYPE_ON_DEMAND: &str = "on-demand";
-pub const CAPACITY_TYPE_SPOT: &str = "spot";
-pub const CAPACITY_TYPE_RESERVED: &str = "reserved";
 pub const CAPACITY_TYPES: [&str; 3] = [CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT, CAPACITY_TYPE_RESERVED];
 
 /// The core restricted domain: keys in it (or a subdomain of it) are reserved for Karpenter.
@@ -33,19 +28,8 @@ pub const CORE_RESTRICTED_DOMAIN: &str = "karpenter.sh";
 /// Labels in this domain are dropped from kubelet's `--node-labels` but still applied at registration.
 pub const NODE_RESTRICTION_DOMAIN: &str = "node-restriction.kubernetes.io";
 
-/// Deprecated label keys and the key each is read as.
-pub const LABEL_ALIASES: [(&str, &str); 5] = [
-    ("failure-domain.beta.kubernetes.io/zone", ZONE),
-    ("failure-domain.beta.kubernetes.io/region", REGION),
-    ("beta.kubernetes.io/arch", ARCH),
-    ("beta.kubernetes.io/os", OS),
-    ("beta.kubernetes.io/instance-type", INSTANCE_TYPE),
-];
-
-/// Rewrites a deprecated alias to its current key; other keys are returned unchanged.
-pub fn normalize_label_key(key: &str) -> &str {
-    LABEL_ALIASES.iter().find(|(alias, _)| *alias == key).map_or(key, |(_, k)| k)
-}
+/// Rewrites a deprecated alias (`beta.kubernetes.io/arch`, ...) to its current key; other keys are unchanged.
+pub use karpenter_requirements::labels::normalize_key as normalize_label_key;
 
 /// Core well-known labels: usable in requirements and pod selectors even when a NodePool does not list them.
 pub const CORE_WELL_KNOWN_LABELS: [&str; 8] =
