@@ -12,15 +12,15 @@ pub mod condition;
 pub mod crd;
 pub mod duration;
 pub mod ec2nodeclass;
-pub mod kwok;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod hash;
+pub mod kwok;
 pub mod labels;
+pub mod loader;
 pub mod nodeclaim;
 pub mod nodepool;
 pub mod scheduling;
-pub mod loader;
 pub mod validation;
 
 pub use condition::{Condition, ConditionStatus, Conditions};
@@ -28,7 +28,9 @@ pub use duration::{KDuration, NillableDuration};
 pub use ec2nodeclass::{AmiFamily, EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};
 pub use kwok::KWOKNodeClass;
 pub use labels::ProviderLabels;
-pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClassReference, NodeSelectorRequirementWithMinValues, Taint, TaintEffect};
-pub use nodepool::{Budget, Disruption, NodePool, NodePoolSpec};
 pub use loader::{LoadError, Loaded, Object, Origin, load_file, load_paths, load_str};
+pub use nodeclaim::{
+    NodeClaim, NodeClaimSpec, NodeClassReference, NodeSelectorRequirementWithMinValues, Taint, TaintEffect,
+};
+pub use nodepool::{Budget, Disruption, NodePool, NodePoolSpec};
 pub use validation::{Validate, ValidationContext, Violation, Violations};
