@@ -22,6 +22,8 @@
 //!   SI suffix, DecimalExponent as `eN`;
 //! * binary SI: values strictly between -1024 and 1024, and values that are not whole units, are printed as
 //!   DecimalSI (`0.5Ki` → `512`); otherwise every factor of 1024 becomes a suffix (`1.5Gi` → `1536Mi`).
+//!   Like Kubernetes, a whole value without a factor of 1024 prints bare (`3312.5Ki` → `3392000`), and that
+//!   string re-parses as DecimalSI and then prints as `3392k`: formatting is canonical after one round trip.
 //!
 //! # Deliberate differences from Kubernetes
 //!
@@ -558,6 +560,10 @@ mod tests {
             ("000", "0"),
             ("1Pi", "1Pi"),
             ("1.5e-9", "2e-9"),
+            // Kubernetes quirk: a whole BinarySI value that is not a multiple of 1024 prints without a suffix,
+            // and that string re-parses as DecimalSI.
+            ("3312.5Ki", "3392000"),
+            ("3392000", "3392k"),
         ];
         for (input, want) in cases {
             assert_eq!(q(input).to_string(), want, "input {input}");
