@@ -1,0 +1,771 @@
+//! [`ClusterSnapshot`]: the one input of the scheduler (and later of disruption and the controller).
+//!
+//! A snapshot is plain data: the controller fills it from its watchers, `simulate` fills it from files with
+//! [`ClusterSnapshot::from_objects`]. Nothing in it is derived lazily, so it can be shared read-only.
+//!
+//! # File-input rules ([`ClusterSnapshot::from_objects`])
+//!
+//! * A Pod **without `spec.nodeName` is pending**; its `status` is ignored so hand-written pods work. (The
+//!   controller instead applies the provisionable-pod rules of scheduling.md §1.2 before filling the snapshot.)
+//!   Pending pods owned by a DaemonSet are left out: DaemonSet pods are accounted for as overhead.
+//! * A Pod **with `spec.nodeName` is bound**, unless its phase is `Succeeded` or `Failed` (terminal pods use no
+//!   resources and are dropped).
+//! * A Deployment, ReplicaSet, StatefulSet or Job is **expanded** into pending pods only when **none of the
+//!   objects it owns are in the input** (matched through `metadata.ownerReferences` by kind, name and
+//!   namespace; a Deployment owns ReplicaSets, which own Pods; StatefulSets and Jobs own Pods). So the output
+//!   of `kubectl get all -o yaml` is not counted twice. Replicas: `spec.replicas` (default 1) for Deployments,
+//!   ReplicaSets and StatefulSets; `spec.parallelism` (default 1) for Jobs. Generated pods are named
+//!   `<owner>-<i>` (i from 0), carry the template's labels and spec, an owner reference to the workload and
+//!   the uid `generated/<namespace>/<owner>-<i>`, so output is deterministic.
+//! * Namespaces come from Namespace objects; a namespace referenced by a pod but not listed is added with the
+//!   label `kubernetes.io/metadata.name` only (as the API server labels every namespace).
+//! * A Node is initialized when its NodeClaim says `Initialized=True`, when it carries
+//!   `karpenter.sh/initialized=true`, or when it is not managed by Karpenter (no `karpenter.sh/nodepool`
+//!   label). It is marked for deletion when it or its NodeClaim has a deletion timestamp or it carries the
+//!   `karpenter.sh/disrupted` taint. A NodeClaim whose node is not in the input is **in flight**.
+//! * Every list is sorted by (namespace, name) so iteration order never depends on input order.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{
+    Node, PersistentVolume, PersistentVolumeClaim, Pod, PodSpec, PodTemplateSpec, Taint,
+};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use karpenter_api::condition::ConditionStatus;
+use karpenter_api::labels;
+use karpenter_api::loader::{Loaded, Object};
+use karpenter_api::{NodeClaim, NodePool};
+use karpenter_requirements::{ResourceError, ResourceList};
+
+/// The label the API server puts on every namespace.
+pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
+/// Why a snapshot could not be built from objects.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SnapshotError {
+    /// A resource quantity of a node or NodeClaim does not parse.
+    #[error("{kind} {name}: {source}")]
+    Resources {
+        /// `Node` or `NodeClaim`.
+        kind: &'static str,
+        /// The object name.
+        name: String,
+        /// The bad quantity.
+        source: ResourceError,
+    },
+}
+
+/// A namespace and its labels (namespace selectors of pod affinity use them).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NamespaceInfo {
+    /// The name.
+    pub name: String,
+    /// Its labels.
+    pub labels: BTreeMap<String, String>,
+}
+
+/// A node as the scheduler sees it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct NodeInfo {
+    /// Node name.
+    pub name: String,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Annotations.
+    pub annotations: BTreeMap<String, String>,
+    /// `spec.taints`.
+    pub taints: Vec<Taint>,
+    /// Startup taints of its NodeClaim (ignored while the node is not initialized).
+    pub startup_taints: Vec<Taint>,
+    /// `status.allocatable` (for an uninitialized node, missing resources are taken from its NodeClaim).
+    pub allocatable: ResourceList,
+    /// `status.capacity` (NodeClaim capacity where the node reports none).
+    pub capacity: ResourceList,
+    /// Owning NodePool (`karpenter.sh/nodepool` label); `None` for unmanaged nodes.
+    pub node_pool: Option<String>,
+    /// The NodeClaim backing this node, if any.
+    pub node_claim: Option<String>,
+    /// Initialized (see the module docs).
+    pub initialized: bool,
+    /// Being deleted or disrupted: pods must not be placed here.
+    pub marked_for_deletion: bool,
+    /// Nominated for pods in a previous pass (blocks voluntary disruption; not used by provisioning).
+    pub nominated: bool,
+    /// `spec.unschedulable` (cordoned).
+    pub unschedulable: bool,
+}
+
+/// A NodeClaim with what the scheduler needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeClaimInfo {
+    /// Name.
+    pub name: String,
+    /// Owning NodePool.
+    pub node_pool: Option<String>,
+    /// `status.nodeName`.
+    pub node_name: Option<String>,
+    /// `true` when its node is not (yet) in the snapshot: an in-flight claim, offered to pods like a node.
+    pub in_flight: bool,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Annotations.
+    pub annotations: BTreeMap<String, String>,
+    /// Conditions as (type, status).
+    pub conditions: BTreeMap<String, String>,
+    /// The NodeClaim itself (requirements, taints, startup taints, requests).
+    pub claim: NodeClaim,
+    /// `status.capacity`.
+    pub capacity: ResourceList,
+    /// `status.allocatable`.
+    pub allocatable: ResourceList,
+    /// Has a deletion timestamp.
+    pub marked_for_deletion: bool,
+    /// Nominated for pods in a previous pass.
+    pub nominated: bool,
+}
+
+/// CSI volume limits of one node: driver → maximum attachable volumes.
+pub type CsiLimits = BTreeMap<String, i32>;
+
+/// Everything a scheduling (or disruption) decision reads.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterSnapshot {
+    /// Namespaces by name.
+    pub namespaces: BTreeMap<String, NamespaceInfo>,
+    /// Nodes, by name.
+    pub nodes: Vec<NodeInfo>,
+    /// NodeClaims (in-flight ones included), by name.
+    pub node_claims: Vec<NodeClaimInfo>,
+    /// NodePools found in the input (the scheduler takes its pools separately, with their instance types).
+    pub node_pools: Vec<NodePool>,
+    /// Every pod bound to a node, with annotations, by (namespace, name).
+    pub bound_pods: Vec<Pod>,
+    /// Pods to place, by (namespace, name).
+    pub pending_pods: Vec<Pod>,
+    /// DaemonSets, by (namespace, name).
+    pub daemon_sets: Vec<DaemonSet>,
+    /// PersistentVolumeClaims.
+    pub pvcs: Vec<PersistentVolumeClaim>,
+    /// PersistentVolumes.
+    pub pvs: Vec<PersistentVolume>,
+    /// StorageClasses.
+    pub storage_classes: Vec<StorageClass>,
+    /// CSINode volume limits by node name.
+    pub csi_limits: BTreeMap<String, CsiLimits>,
+    /// PodDisruptionBudgets.
+    pub pdbs: Vec<PodDisruptionBudget>,
+}
+
+fn meta_key(m: &ObjectMeta) -> (String, String) {
+    (m.namespace.clone().unwrap_or_default(), m.name.clone().unwrap_or_default())
+}
+
+fn owned_by<'a>(m: &'a ObjectMeta) -> impl Iterator<Item = &'a OwnerReference> {
+    m.owner_references.iter().flatten()
+}
+
+/// `namespace/name` of a pod (the identifier used in decisions).
+pub fn pod_key(pod: &Pod) -> String {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    format!("{ns}/{}", pod.metadata.name.as_deref().unwrap_or(""))
+}
+
+fn is_terminal(pod: &Pod) -> bool {
+    matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
+}
+
+/// Whether a pod is owned by a DaemonSet.
+pub fn is_daemon_set_pod(pod: &Pod) -> bool {
+    owned_by(&pod.metadata).any(|o| o.kind == "DaemonSet")
+}
+
+struct Workload {
+    kind: &'static str,
+    api_version: &'static str,
+    namespace: String,
+    name: String,
+    uid: Option<String>,
+    replicas: i32,
+    template: PodTemplateSpec,
+}
+
+fn expand(w: &Workload) -> Vec<Pod> {
+    let mut out = Vec::new();
+    for i in 0..w.replicas.max(0) {
+        let name = format!("{}-{i}", w.name);
+        let tm = &w.template.metadata;
+        let mut spec: PodSpec = w.template.spec.clone().unwrap_or_default();
+        spec.node_name = None;
+        out.push(Pod {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(w.namespace.clone()),
+                uid: Some(format!("generated/{}/{name}", w.namespace)),
+                labels: tm.as_ref().and_then(|m| m.labels.clone()),
+                annotations: tm.as_ref().and_then(|m| m.annotations.clone()),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: w.api_version.to_owned(),
+                    kind: w.kind.to_owned(),
+                    name: w.name.clone(),
+                    uid: w.uid.clone().unwrap_or_default(),
+                    controller: Some(true),
+                    block_owner_deletion: None,
+                }]),
+                ..Default::default()
+            },
+            spec: Some(spec),
+            status: None,
+        });
+    }
+    out
+}
+
+fn condition_map(claim: &NodeClaim) -> BTreeMap<String, String> {
+    claim
+        .conditions()
+        .iter()
+        .map(|c| {
+            let status = match c.status {
+                ConditionStatus::True => "True",
+                ConditionStatus::False => "False",
+                ConditionStatus::Unknown => "Unknown",
+            };
+            (c.type_.clone(), status.to_owned())
+        })
+        .collect()
+}
+
+fn api_resources(kind: &'static str, name: &str, list: &karpenter_api::nodeclaim::ResourceList) -> Result<ResourceList, SnapshotError> {
+    let mut out = ResourceList::new();
+    for (k, v) in list {
+        let q = v.parse().map_err(|source| SnapshotError::Resources {
+            kind,
+            name: name.to_owned(),
+            source: ResourceError::Quantity { resource: k.clone(), source },
+        })?;
+        out.insert(k, q);
+    }
+    Ok(out)
+}
+
+fn k8s_resources(
+    kind: &'static str,
+    name: &str,
+    list: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+) -> Result<ResourceList, SnapshotError> {
+    match list {
+        None => Ok(ResourceList::new()),
+        Some(l) => ResourceList::from_k8s(l).map_err(|source| SnapshotError::Resources { kind, name: name.to_owned(), source }),
+    }
+}
+
+/// Fills missing or zero resources of `base` from `fallback`.
+fn fill_missing(base: &mut ResourceList, fallback: &ResourceList) {
+    for (name, q) in fallback.iter() {
+        if base.get(name).is_none_or(|b| b.is_zero()) {
+            base.insert(name, *q);
+        }
+    }
+}
+
+impl ClusterSnapshot {
+    /// An empty snapshot.
+    pub fn new() -> Self {
+        ClusterSnapshot::default()
+    }
+
+    /// Builds a snapshot from loaded manifests with the file-input rules of the module docs. Objects of kinds
+    /// the scheduler does not read (node classes, unknown kinds) are ignored. Fails only on a node or
+    /// NodeClaim resource quantity that does not parse; pod problems are reported per pod by the scheduler.
+    pub fn from_objects(objects: &[Loaded]) -> Result<ClusterSnapshot, SnapshotError> {
+        let mut snap = ClusterSnapshot::new();
+        let mut raw_nodes: Vec<&Node> = Vec::new();
+        let mut raw_claims: Vec<&NodeClaim> = Vec::new();
+        let mut pods: Vec<&Pod> = Vec::new();
+        let mut workloads: Vec<Workload> = Vec::new();
+        let mut replica_sets: Vec<(Workload, Vec<OwnerReference>)> = Vec::new();
+        let mut csi_nodes = Vec::new();
+        for loaded in objects {
+            match &loaded.object {
+                Object::Namespace(ns) => {
+                    let name = ns.metadata.name.clone().unwrap_or_default();
+                    let mut labels = ns.metadata.labels.clone().unwrap_or_default();
+                    labels.entry(NAMESPACE_NAME_LABEL.to_owned()).or_insert_with(|| name.clone());
+                    snap.namespaces.insert(name.clone(), NamespaceInfo { name, labels });
+                }
+                Object::Node(n) => raw_nodes.push(n),
+                Object::NodeClaim(c) => raw_claims.push(c),
+                Object::NodePool(p) => snap.node_pools.push((**p).clone()),
+                Object::Pod(p) => pods.push(p),
+                Object::DaemonSet(d) => snap.daemon_sets.push((**d).clone()),
+                Object::PersistentVolumeClaim(p) => snap.pvcs.push((**p).clone()),
+                Object::PersistentVolume(p) => snap.pvs.push((**p).clone()),
+                Object::StorageClass(s) => snap.storage_classes.push((**s).clone()),
+                Object::PodDisruptionBudget(p) => snap.pdbs.push((**p).clone()),
+                Object::CSINode(c) => csi_nodes.push(c),
+                Object::Deployment(d) => {
+                    let (namespace, name) = meta_key(&d.metadata);
+                    let spec = d.spec.clone().unwrap_or_default();
+                    workloads.push(Workload {
+                        kind: "Deployment",
+                        api_version: "apps/v1",
+                        namespace,
+                        name,
+                        uid: d.metadata.uid.clone(),
+                        replicas: spec.replicas.unwrap_or(1),
+                        template: spec.template,
+                    });
+                }
+                Object::ReplicaSet(r) => {
+                    let (namespace, name) = meta_key(&r.metadata);
+                    let spec = r.spec.clone().unwrap_or_default();
+                    replica_sets.push((
+                        Workload {
+                            kind: "ReplicaSet",
+                            api_version: "apps/v1",
+                            namespace,
+                            name,
+                            uid: r.metadata.uid.clone(),
+                            replicas: spec.replicas.unwrap_or(1),
+                            template: spec.template.unwrap_or_default(),
+                        },
+                        owned_by(&r.metadata).cloned().collect(),
+                    ));
+                }
+                Object::StatefulSet(s) => {
+                    let (namespace, name) = meta_key(&s.metadata);
+                    let spec = s.spec.clone().unwrap_or_default();
+                    workloads.push(Workload {
+                        kind: "StatefulSet",
+                        api_version: "apps/v1",
+                        namespace,
+                        name,
+                        uid: s.metadata.uid.clone(),
+                        replicas: spec.replicas.unwrap_or(1),
+                        template: spec.template,
+                    });
+                }
+                Object::Job(j) => {
+                    let (namespace, name) = meta_key(&j.metadata);
+                    let spec = j.spec.clone().unwrap_or_default();
+                    workloads.push(Workload {
+                        kind: "Job",
+                        api_version: "batch/v1",
+                        namespace,
+                        name,
+                        uid: j.metadata.uid.clone(),
+                        replicas: spec.parallelism.unwrap_or(1),
+                        template: spec.template,
+                    });
+                }
+                _ => {}
+            }
+        }
+
+        // Owners present in the input: (namespace, kind, name) of every owner reference of a pod or RS.
+        let mut owned: BTreeSet<(String, String, String)> = BTreeSet::new();
+        for p in &pods {
+            let ns = p.metadata.namespace.clone().unwrap_or_default();
+            for o in owned_by(&p.metadata) {
+                owned.insert((ns.clone(), o.kind.clone(), o.name.clone()));
+            }
+        }
+        for (rs, owners) in &replica_sets {
+            for o in owners {
+                owned.insert((rs.namespace.clone(), o.kind.clone(), o.name.clone()));
+            }
+        }
+        let mut generated = Vec::new();
+        for w in workloads.iter().chain(replica_sets.iter().map(|(w, _)| w)) {
+            if !owned.contains(&(w.namespace.clone(), w.kind.to_owned(), w.name.clone())) {
+                generated.extend(expand(w));
+            }
+        }
+
+        for p in pods.into_iter().cloned().chain(generated) {
+            let bound = p.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty());
+            if bound {
+                if !is_terminal(&p) {
+                    snap.bound_pods.push(p);
+                }
+            } else if !is_daemon_set_pod(&p) {
+                snap.pending_pods.push(p);
+            }
+        }
+
+        for p in snap.bound_pods.iter().chain(&snap.pending_pods) {
+            let ns = p.metadata.namespace.clone().unwrap_or_else(|| "default".to_owned());
+            snap.namespaces.entry(ns.clone()).or_insert_with(|| NamespaceInfo {
+                labels: BTreeMap::from([(NAMESPACE_NAME_LABEL.to_owned(), ns.clone())]),
+                name: ns,
+            });
+        }
+
+        for c in csi_nodes {
+            let name = c.metadata.name.clone().unwrap_or_default();
+            let limits = c
+                .spec
+                .drivers
+                .iter()
+                .filter_map(|d| d.allocatable.as_ref().and_then(|a| a.count).map(|n| (d.name.clone(), n)))
+                .collect();
+            snap.csi_limits.insert(name, limits);
+        }
+
+        let node_names: BTreeSet<&str> = raw_nodes.iter().filter_map(|n| n.metadata.name.as_deref()).collect();
+        let mut claims_by_node: BTreeMap<String, &NodeClaimInfo> = BTreeMap::new();
+        let mut claim_infos = Vec::new();
+        for c in &raw_claims {
+            let name = c.metadata.name.clone().unwrap_or_default();
+            let status = c.status.clone().unwrap_or_default();
+            let node_name = status.node_name.clone().filter(|n| !n.is_empty());
+            claim_infos.push(NodeClaimInfo {
+                in_flight: node_name.as_deref().is_none_or(|n| !node_names.contains(n)),
+                node_pool: c.node_pool_name().map(str::to_owned),
+                labels: c.metadata.labels.clone().unwrap_or_default(),
+                annotations: c.metadata.annotations.clone().unwrap_or_default(),
+                conditions: condition_map(c),
+                capacity: api_resources("NodeClaim", &name, &status.capacity)?,
+                allocatable: api_resources("NodeClaim", &name, &status.allocatable)?,
+                marked_for_deletion: c.metadata.deletion_timestamp.is_some(),
+                nominated: false,
+                claim: (*c).clone(),
+                node_name,
+                name,
+            });
+        }
+        for c in &claim_infos {
+            if let Some(n) = &c.node_name {
+                claims_by_node.insert(n.clone(), c);
+            }
+        }
+
+        for n in &raw_nodes {
+            let name = n.metadata.name.clone().unwrap_or_default();
+            let status = n.status.as_ref();
+            let labels = n.metadata.labels.clone().unwrap_or_default();
+            let taints = n.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+            let claim = claims_by_node.get(&name).copied();
+            let mut allocatable = k8s_resources("Node", &name, status.and_then(|s| s.allocatable.as_ref()))?;
+            let mut capacity = k8s_resources("Node", &name, status.and_then(|s| s.capacity.as_ref()))?;
+            let node_pool = labels.get(labels::NODE_POOL).cloned();
+            let initialized = node_pool.is_none()
+                || labels.get(labels::NODE_INITIALIZED).is_some_and(|v| v == "true")
+                || claim.is_some_and(|c| c.conditions.get("Initialized").is_some_and(|s| s == "True"));
+            if let Some(c) = claim
+                && !initialized
+            {
+                fill_missing(&mut allocatable, &c.allocatable);
+                fill_missing(&mut capacity, &c.capacity);
+            }
+            snap.nodes.push(NodeInfo {
+                annotations: n.metadata.annotations.clone().unwrap_or_default(),
+                startup_taints: claim
+                    .map(|c| c.claim.spec.startup_taints.iter().map(api_taint).collect())
+                    .unwrap_or_default(),
+                marked_for_deletion: n.metadata.deletion_timestamp.is_some()
+                    || claim.is_some_and(|c| c.marked_for_deletion)
+                    || taints.iter().any(|t| t.key == labels::taints::DISRUPTED),
+                node_claim: claim.map(|c| c.name.clone()),
+                unschedulable: n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
+                nominated: false,
+                taints,
+                allocatable,
+                capacity,
+                node_pool,
+                initialized,
+                labels,
+                name,
+            });
+        }
+        snap.node_claims = claim_infos;
+        snap.sort();
+        Ok(snap)
+    }
+
+    /// Sorts every list by (namespace, name). [`from_objects`](Self::from_objects) calls it; callers that fill
+    /// the fields by hand may too (the scheduler does not depend on it: it sorts what it iterates).
+    pub fn sort(&mut self) {
+        self.nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        self.node_claims.sort_by(|a, b| a.name.cmp(&b.name));
+        self.node_pools.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        self.bound_pods.sort_by_key(|p| meta_key(&p.metadata));
+        self.pending_pods.sort_by_key(|p| meta_key(&p.metadata));
+        self.daemon_sets.sort_by_key(|d| meta_key(&d.metadata));
+        self.pvcs.sort_by_key(|p| meta_key(&p.metadata));
+        self.pvs.sort_by_key(|p| meta_key(&p.metadata));
+        self.storage_classes.sort_by_key(|p| meta_key(&p.metadata));
+        self.pdbs.sort_by_key(|p| meta_key(&p.metadata));
+    }
+
+    /// NodeClaims whose node is not in the snapshot.
+    pub fn in_flight_claims(&self) -> impl Iterator<Item = &NodeClaimInfo> {
+        self.node_claims.iter().filter(|c| c.in_flight)
+    }
+
+    /// Pods bound to `node`.
+    pub fn pods_on<'a>(&'a self, node: &'a str) -> impl Iterator<Item = &'a Pod> {
+        self.bound_pods.iter().filter(move |p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+    }
+}
+
+/// A Karpenter API taint as a core/v1 taint.
+pub fn api_taint(t: &karpenter_api::Taint) -> Taint {
+    Taint { key: t.key.clone(), value: t.value.clone(), effect: t.effect.as_str().to_owned(), time_added: None }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use karpenter_api::load_str;
+
+    fn snap(yaml: &str) -> ClusterSnapshot {
+        let objects = load_str(yaml, "test.yaml").expect("fixture loads");
+        ClusterSnapshot::from_objects(&objects).expect("snapshot builds")
+    }
+
+    fn names(pods: &[Pod]) -> Vec<String> {
+        pods.iter().map(pod_key).collect()
+    }
+
+    const DEPLOY: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: shop}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: c, image: x, resources: {requests: {cpu: "1"}}}]
+"#;
+
+    #[test]
+    fn pod_without_node_name_is_pending_whatever_its_status() {
+        let s = snap(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: a, namespace: default}
+spec: {containers: [{name: c, image: x}]}
+status: {phase: Running}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: b, namespace: default}
+spec: {nodeName: n1, containers: [{name: c, image: x}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: done, namespace: default}
+spec: {nodeName: n1, containers: [{name: c, image: x}]}
+status: {phase: Succeeded}
+"#,
+        );
+        assert_eq!(names(&s.pending_pods), ["default/a"]);
+        assert_eq!(names(&s.bound_pods), ["default/b"], "terminal pods are dropped");
+        assert!(s.namespaces.contains_key("default"), "referenced namespaces are implied");
+    }
+
+    #[test]
+    fn deployment_without_pods_is_expanded_deterministically() {
+        let s = snap(DEPLOY);
+        assert_eq!(names(&s.pending_pods), ["shop/web-0", "shop/web-1", "shop/web-2"]);
+        let p = &s.pending_pods[0];
+        assert_eq!(p.metadata.labels.as_ref().and_then(|l| l.get("app")).map(String::as_str), Some("web"));
+        assert_eq!(p.metadata.uid.as_deref(), Some("generated/shop/web-0"));
+        assert_eq!(
+            s.namespaces["shop"].labels.get(NAMESPACE_NAME_LABEL).map(String::as_str),
+            Some("shop")
+        );
+    }
+
+    #[test]
+    fn deployment_with_its_replica_set_is_not_double_counted() {
+        let rs = r#"
+---
+apiVersion: apps/v1
+kind: ReplicaSet
+metadata:
+  name: web-abc
+  namespace: shop
+  ownerReferences: [{apiVersion: apps/v1, kind: Deployment, name: web, uid: u1}]
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: c, image: x}]}
+"#;
+        let s = snap(&format!("{DEPLOY}{rs}"));
+        assert_eq!(names(&s.pending_pods), ["shop/web-abc-0", "shop/web-abc-1"], "the RS is expanded, not the Deployment");
+        let pod = r#"
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: web-abc-xyz
+  namespace: shop
+  ownerReferences: [{apiVersion: apps/v1, kind: ReplicaSet, name: web-abc, uid: u2}]
+spec: {containers: [{name: c, image: x}]}
+"#;
+        let s = snap(&format!("{DEPLOY}{rs}{pod}"));
+        assert_eq!(names(&s.pending_pods), ["shop/web-abc-xyz"], "kubectl get all output counts each pod once");
+    }
+
+    #[test]
+    fn job_uses_parallelism_and_statefulset_replicas() {
+        let s = snap(
+            r#"
+apiVersion: batch/v1
+kind: Job
+metadata: {name: batch, namespace: default}
+spec:
+  parallelism: 2
+  template: {spec: {restartPolicy: Never, containers: [{name: c, image: x}]}}
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: one, namespace: default}
+spec:
+  template: {spec: {restartPolicy: Never, containers: [{name: c, image: x}]}}
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db, namespace: default}
+spec:
+  replicas: 2
+  serviceName: db
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec: {containers: [{name: c, image: x}]}
+"#,
+        );
+        assert_eq!(
+            names(&s.pending_pods),
+            ["default/batch-0", "default/batch-1", "default/db-0", "default/db-1", "default/one-0"]
+        );
+    }
+
+    #[test]
+    fn statefulset_with_a_pod_in_the_input_is_not_expanded() {
+        let s = snap(
+            r#"
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db, namespace: default}
+spec:
+  replicas: 3
+  serviceName: db
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec: {containers: [{name: c, image: x}]}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: db-0
+  namespace: default
+  ownerReferences: [{apiVersion: apps/v1, kind: StatefulSet, name: db, uid: u}]
+spec: {nodeName: n1, containers: [{name: c, image: x}]}
+"#,
+        );
+        assert!(s.pending_pods.is_empty());
+        assert_eq!(names(&s.bound_pods), ["default/db-0"]);
+    }
+
+    #[test]
+    fn daemon_set_pods_are_never_pending() {
+        let s = snap(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: ds-x
+  namespace: kube-system
+  ownerReferences: [{apiVersion: apps/v1, kind: DaemonSet, name: ds, uid: u}]
+spec: {containers: [{name: c, image: x}]}
+"#,
+        );
+        assert!(s.pending_pods.is_empty());
+    }
+
+    #[test]
+    fn nodes_claims_and_flags() {
+        let s = snap(
+            r#"
+apiVersion: v1
+kind: Node
+metadata:
+  name: n1
+  labels: {karpenter.sh/nodepool: default}
+spec:
+  taints: [{key: karpenter.sh/disrupted, effect: NoSchedule}]
+status: {allocatable: {cpu: "4", memory: 8Gi, pods: "110"}}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: unmanaged, annotations: {a: b}}
+status: {allocatable: {cpu: "2"}}
+---
+apiVersion: karpenter.sh/v1
+kind: NodeClaim
+metadata: {name: c1, labels: {karpenter.sh/nodepool: default}}
+spec:
+  nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+  requirements: []
+status: {nodeName: n1, allocatable: {cpu: "4", ephemeral-storage: 10Gi}}
+---
+apiVersion: karpenter.sh/v1
+kind: NodeClaim
+metadata: {name: c2, labels: {karpenter.sh/nodepool: default}}
+spec:
+  nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+  requirements: []
+---
+apiVersion: storage.k8s.io/v1
+kind: CSINode
+metadata: {name: n1}
+spec:
+  drivers: [{name: ebs.csi.aws.com, nodeID: i-1, allocatable: {count: 25}}]
+"#,
+        );
+        assert_eq!(s.nodes.len(), 2);
+        let n1 = &s.nodes[0];
+        assert_eq!(n1.name, "n1");
+        assert!(!n1.initialized, "managed node without Initialized");
+        assert!(n1.marked_for_deletion, "disrupted taint");
+        assert_eq!(n1.node_claim.as_deref(), Some("c1"));
+        assert_eq!(n1.node_pool.as_deref(), Some("default"));
+        assert_eq!(
+            n1.allocatable.ephemeral_storage().to_string(),
+            "10Gi",
+            "uninitialized nodes take missing resources from the claim"
+        );
+        let un = &s.nodes[1];
+        assert!(un.initialized && !un.marked_for_deletion);
+        assert_eq!(un.annotations.get("a").map(String::as_str), Some("b"));
+        let in_flight: Vec<&str> = s.in_flight_claims().map(|c| c.name.as_str()).collect();
+        assert_eq!(in_flight, ["c2"]);
+        assert_eq!(s.csi_limits["n1"]["ebs.csi.aws.com"], 25);
+    }
+
+    #[test]
+    fn malformed_node_quantity_is_an_error_not_a_panic() {
+        let objects = load_str(
+            "apiVersion: v1\nkind: Node\nmetadata: {name: bad}\nstatus: {allocatable: {cpu: \"lots\"}}\n",
+            "t.yaml",
+        );
+        // The loader may already reject the quantity; either way nothing panics.
+        if let Ok(objects) = objects {
+            let err = ClusterSnapshot::from_objects(&objects).expect_err("bad quantity");
+            assert!(err.to_string().contains("bad"), "{err}");
+        }
+    }
+}
