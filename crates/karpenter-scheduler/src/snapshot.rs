@@ -28,9 +28,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{
-    Node, PersistentVolume, PersistentVolumeClaim, Pod, PodSpec, PodTemplateSpec, Taint,
-};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod, PodSpec, PodTemplateSpec, Taint};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -238,7 +236,11 @@ fn condition_map(claim: &NodeClaim) -> BTreeMap<String, String> {
         .collect()
 }
 
-fn api_resources(kind: &'static str, name: &str, list: &karpenter_api::nodeclaim::ResourceList) -> Result<ResourceList, SnapshotError> {
+fn api_resources(
+    kind: &'static str,
+    name: &str,
+    list: &karpenter_api::nodeclaim::ResourceList,
+) -> Result<ResourceList, SnapshotError> {
     let mut out = ResourceList::new();
     for (k, v) in list {
         let q = v.parse().map_err(|source| SnapshotError::Resources {
@@ -258,7 +260,9 @@ fn k8s_resources(
 ) -> Result<ResourceList, SnapshotError> {
     match list {
         None => Ok(ResourceList::new()),
-        Some(l) => ResourceList::from_k8s(l).map_err(|source| SnapshotError::Resources { kind, name: name.to_owned(), source }),
+        Some(l) => {
+            ResourceList::from_k8s(l).map_err(|source| SnapshotError::Resources { kind, name: name.to_owned(), source })
+        }
     }
 }
 
@@ -578,10 +582,7 @@ status: {phase: Succeeded}
         let p = &s.pending_pods[0];
         assert_eq!(p.metadata.labels.as_ref().and_then(|l| l.get("app")).map(String::as_str), Some("web"));
         assert_eq!(p.metadata.uid.as_deref(), Some("generated/shop/web-0"));
-        assert_eq!(
-            s.namespaces["shop"].labels.get(NAMESPACE_NAME_LABEL).map(String::as_str),
-            Some("shop")
-        );
+        assert_eq!(s.namespaces["shop"].labels.get(NAMESPACE_NAME_LABEL).map(String::as_str), Some("shop"));
     }
 
     #[test]
@@ -602,7 +603,11 @@ spec:
     spec: {containers: [{name: c, image: x}]}
 "#;
         let s = snap(&format!("{DEPLOY}{rs}"));
-        assert_eq!(names(&s.pending_pods), ["shop/web-abc-0", "shop/web-abc-1"], "the RS is expanded, not the Deployment");
+        assert_eq!(
+            names(&s.pending_pods),
+            ["shop/web-abc-0", "shop/web-abc-1"],
+            "the RS is expanded, not the Deployment"
+        );
         let pod = r#"
 ---
 apiVersion: v1

@@ -1,0 +1,598 @@
+//! The solve loop (scheduling.md §4): queue order, placement order, NodeClaim.CanAdd, relaxation,
+//! finalisation.
+
+mod pods;
+mod templates;
+
+use std::collections::VecDeque;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use karpenter_api::scheduling::SIMULATION_ONLY_KEYS;
+use karpenter_api::{NodePool, ProviderLabels, labels};
+use karpenter_requirements::{
+    HostPortUsage, InstanceType, MinValuesPolicy, NoKeys, OfferingsExt, PreferencePolicy, Requirement, Requirements,
+    ResourceList, satisfies_min_values, truncate,
+};
+
+use pods::{InverseAntiAffinity, PodData, Relaxation, pod_data};
+pub use pods::{TOPOLOGY_NOT_SUPPORTED, selector_matches};
+use templates::{ExistingNode, Template, daemons, existing_nodes};
+
+use crate::decision::{
+    Decisions, ExistingNodePlacement, NodeClaimPlan, RequirementJson, UnschedulablePod, resources_json,
+};
+use crate::snapshot::ClusterSnapshot;
+
+/// Upstream's cap on instance-type options per NodeClaim.
+pub const MAX_INSTANCE_TYPES: usize = 600;
+
+/// How reserved offerings are treated (requirements.md §5.4). Not simulated yet: see the crate docs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReservedOfferingMode {
+    /// Provisioning: a pod must not lose reserved offerings (default).
+    #[default]
+    Strict,
+    /// Other simulations: losing reserved offerings is allowed.
+    Fallback,
+}
+
+/// Scheduler options. The crate never reads the clock: `now` is informational and the deadline is a budget
+/// of pod attempts or a caller-supplied check ([`schedule_until`]).
+#[derive(Debug, Clone, Default)]
+pub struct SchedulerOptions {
+    /// `--min-values-policy`.
+    pub min_values_policy: MinValuesPolicy,
+    /// `PREFERENCE_POLICY`.
+    pub preference_policy: PreferencePolicy,
+    /// Reserved-offering mode.
+    pub reserved_offering_mode: ReservedOfferingMode,
+    /// The time of the pass (reserved for time-dependent rules; unused by this build).
+    pub now: Option<Time>,
+    /// Stop after this many pod attempts (the result then says `timedOut`).
+    pub max_pod_attempts: Option<usize>,
+}
+
+/// A NodePool with its instance types (data, never a provider).
+#[derive(Debug, Clone, Copy)]
+pub struct PoolInput<'a> {
+    /// The NodePool.
+    pub node_pool: &'a NodePool,
+    /// Every instance type the provider offers for it (unavailable offerings marked `available: false`).
+    pub instance_types: &'a [InstanceType],
+}
+
+/// One scheduling pass. Deterministic: the same input gives the same output.
+pub fn schedule(
+    snapshot: &ClusterSnapshot,
+    pools: &[PoolInput<'_>],
+    provider: &ProviderLabels,
+    options: &SchedulerOptions,
+) -> Decisions {
+    schedule_until(snapshot, pools, provider, options, &mut || false)
+}
+
+/// [`schedule`] with a deadline: `should_stop` is called before each pod attempt; once it returns true the
+/// pass stops and the result says `timedOut`.
+pub fn schedule_until(
+    snapshot: &ClusterSnapshot,
+    pools: &[PoolInput<'_>],
+    provider: &ProviderLabels,
+    options: &SchedulerOptions,
+    should_stop: &mut dyn FnMut() -> bool,
+) -> Decisions {
+    Solver::new(snapshot, pools, provider, options).solve(should_stop)
+}
+
+struct NewClaim {
+    template: usize,
+    hostname: String,
+    requirements: Requirements,
+    its: Vec<u32>,
+    requests: ResourceList,
+    pods: Vec<usize>,
+    ports: HostPortUsage,
+    min_values_relaxed: bool,
+}
+
+struct Candidate {
+    requirements: Requirements,
+    its: Vec<u32>,
+    requests: ResourceList,
+    min_values_relaxed: bool,
+}
+
+struct Solver<'a> {
+    provider: &'a ProviderLabels,
+    options: &'a SchedulerOptions,
+    pods: Vec<PodData<'a>>,
+    templates: Vec<Template<'a>>,
+    existing: Vec<ExistingNode>,
+    claims: Vec<NewClaim>,
+    errors: Vec<Option<String>>,
+    placed: Vec<bool>,
+    any_prefer_no_schedule: bool,
+    no_templates_reason: Option<String>,
+}
+
+impl<'a> Solver<'a> {
+    fn new(
+        snapshot: &'a ClusterSnapshot,
+        pools: &[PoolInput<'a>],
+        provider: &'a ProviderLabels,
+        options: &'a SchedulerOptions,
+    ) -> Self {
+        let daemons = daemons(snapshot);
+        let inverse = InverseAntiAffinity::new(snapshot);
+        let pods: Vec<PodData<'a>> =
+            snapshot.pending_pods.iter().map(|p| pod_data(p, provider, options.preference_policy, &inverse)).collect();
+        let mut dynamic: Vec<&PoolInput<'a>> = pools.iter().filter(|p| !p.node_pool.is_static()).collect();
+        // Weight descending, ties by name descending (upstream).
+        dynamic.sort_by(|a, b| {
+            b.node_pool
+                .weight()
+                .cmp(&a.node_pool.weight())
+                .then_with(|| b.node_pool.metadata.name.cmp(&a.node_pool.metadata.name))
+        });
+        let templates: Vec<Template<'a>> = dynamic
+            .iter()
+            .map(|p| Template::new(p.node_pool, p.instance_types, snapshot, &daemons, provider))
+            .collect();
+        let no_templates_reason = if dynamic.is_empty() {
+            Some(
+                if pools.is_empty() { "no NodePools given" } else { "no dynamic NodePools found (all are static)" }
+                    .to_owned(),
+            )
+        } else {
+            None
+        };
+        let any_prefer_no_schedule = templates.iter().any(|t| t.taints.iter().any(|t| t.effect == "PreferNoSchedule"));
+        let n = pods.len();
+        Solver {
+            provider,
+            options,
+            existing: existing_nodes(snapshot, &daemons),
+            templates,
+            claims: Vec::new(),
+            errors: vec![None; n],
+            placed: vec![false; n],
+            any_prefer_no_schedule,
+            no_templates_reason,
+            pods,
+        }
+    }
+
+    fn solve(mut self, should_stop: &mut dyn FnMut() -> bool) -> Decisions {
+        let mut order: Vec<usize> = (0..self.pods.len()).filter(|&i| self.pods[i].error.is_none()).collect();
+        for (i, p) in self.pods.iter().enumerate() {
+            if let Some(e) = &p.error {
+                self.errors[i] = Some(e.clone());
+            }
+        }
+        {
+            let pods = &self.pods;
+            order.sort_by(|&a, &b| {
+                let (pa, pb) = (&pods[a], &pods[b]);
+                pb.requests
+                    .cpu()
+                    .cmp(&pa.requests.cpu())
+                    .then_with(|| pb.requests.memory().cmp(&pa.requests.memory()))
+                    .then_with(|| pa.created.cmp(&pb.created))
+                    .then_with(|| pa.uid.cmp(&pb.uid))
+            });
+        }
+        let mut queue: VecDeque<usize> = order.into();
+        let mut pushed_at: Vec<Option<usize>> = vec![None; self.pods.len()];
+        let mut attempts = 0usize;
+        let mut timed_out = false;
+        while let Some(i) = queue.pop_front() {
+            if pushed_at[i] == Some(queue.len() + 1) {
+                // A full cycle without progress.
+                queue.push_front(i);
+                break;
+            }
+            if should_stop() || self.options.max_pod_attempts.is_some_and(|m| attempts >= m) {
+                queue.push_front(i);
+                timed_out = true;
+                break;
+            }
+            attempts += 1;
+            match self.try_schedule(i) {
+                Ok(()) => {
+                    self.errors[i] = None;
+                    self.placed[i] = true;
+                }
+                Err(e) => {
+                    self.errors[i] = Some(e);
+                    queue.push_back(i);
+                    pushed_at[i] = Some(queue.len());
+                }
+            }
+        }
+        if timed_out {
+            for &i in &queue {
+                if self.errors[i].is_none() {
+                    self.errors[i] = Some("scheduling timed out".into());
+                }
+            }
+        }
+        self.finish(timed_out)
+    }
+
+    fn try_schedule(&mut self, i: usize) -> Result<(), String> {
+        let mut relax = Relaxation::default();
+        loop {
+            match self.add(i, &relax) {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    let pod = &self.pods[i];
+                    if !pod.relax(&mut relax, self.options.preference_policy, self.any_prefer_no_schedule) {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+    }
+
+    fn add(&mut self, i: usize, relax: &Relaxation) -> Result<(), String> {
+        let pod = &self.pods[i];
+        let reqs = pod.requirements(relax, self.options.preference_policy);
+        // 1. Existing nodes, in order.
+        for node in &mut self.existing {
+            if pod.tolerates(relax, &node.taints).is_err()
+                || node.ports.conflicts(&pod.host_ports).is_err()
+                || !pod.requests.fits(&node.available)
+                || node.requirements.compatible(&reqs, &NoKeys).is_err()
+            {
+                continue;
+            }
+            node.available = node.available.sub(&pod.requests);
+            node.ports.add(pod.host_ports.iter().cloned());
+            node.pods.push(i);
+            return Ok(());
+        }
+        // 2. NodeClaims created in this pass, fewest pods first.
+        let mut order: Vec<usize> = (0..self.claims.len()).collect();
+        order.sort_by_key(|&c| self.claims[c].pods.len());
+        for c in order {
+            let claim = &self.claims[c];
+            let Some(template) = self.templates.get(claim.template) else { continue };
+            if let Ok(cand) = self.can_add(template, claim, pod, &reqs, relax, &claim.its) {
+                let claim = &mut self.claims[c];
+                claim.requirements = cand.requirements;
+                claim.its = cand.its;
+                claim.requests = cand.requests;
+                claim.min_values_relaxed |= cand.min_values_relaxed;
+                claim.ports.add(pod.host_ports.iter().cloned());
+                claim.pods.push(i);
+                return Ok(());
+            }
+        }
+        // 3. A new NodeClaim from each template, in weight order.
+        if let Some(r) = &self.no_templates_reason {
+            return Err(r.clone());
+        }
+        let mut reasons = Vec::new();
+        for t in 0..self.templates.len() {
+            let template = &self.templates[t];
+            if let Some(u) = &template.unusable {
+                reasons.push(u.clone());
+                continue;
+            }
+            if let Some(b) = template.limit_block() {
+                reasons.push(b);
+                continue;
+            }
+            let hostname = format!("{}-{}", template.name, template.claims_created + 1);
+            let mut base = template.requirements.clone();
+            base.add(Requirement::in_values(labels::HOSTNAME, [hostname.as_str()]));
+            let fresh = NewClaim {
+                template: t,
+                hostname,
+                requirements: base,
+                its: Vec::new(),
+                requests: ResourceList::new(),
+                pods: Vec::new(),
+                ports: HostPortUsage::new(),
+                min_values_relaxed: false,
+            };
+            if template.within_limits.is_empty() {
+                let all: Vec<u32> = (0..template.its.len() as u32).collect();
+                reasons.push(match self.can_add(template, &fresh, pod, &reqs, relax, &all) {
+                    Ok(_) => template.limit_reason(&all),
+                    Err(e) => e,
+                });
+                continue;
+            }
+            match self.can_add(template, &fresh, pod, &reqs, relax, &template.within_limits) {
+                Ok(cand) => {
+                    let mut claim = fresh;
+                    claim.requirements = cand.requirements;
+                    claim.its = cand.its;
+                    claim.requests = cand.requests;
+                    claim.min_values_relaxed = cand.min_values_relaxed;
+                    claim.ports.add(pod.host_ports.iter().cloned());
+                    claim.pods.push(i);
+                    let template = &mut self.templates[t];
+                    template.claims_created += 1;
+                    template.consume(&claim.its);
+                    self.claims.push(claim);
+                    return Ok(());
+                }
+                Err(e) => {
+                    // If the only instance types that would fit are over the limits, say so.
+                    let limited = template.within_limits.len() < template.its.len();
+                    if limited {
+                        let all: Vec<u32> = (0..template.its.len() as u32).collect();
+                        if self.can_add(template, &fresh, pod, &reqs, relax, &all).is_ok() {
+                            reasons.push(template.limit_reason(&all));
+                            continue;
+                        }
+                    }
+                    reasons.push(e);
+                }
+            }
+        }
+        Err(reasons.join("; "))
+    }
+
+    /// NodeClaim.CanAdd (scheduling.md §4.4) over the instance types `its`.
+    fn can_add(
+        &self,
+        template: &Template<'_>,
+        claim: &NewClaim,
+        pod: &PodData<'_>,
+        pod_reqs: &Requirements,
+        relax: &Relaxation,
+        its: &[u32],
+    ) -> Result<Candidate, String> {
+        let np = &template.name;
+        pod.tolerates(relax, &template.taints).map_err(|t| format!("NodePool {np}: taint {t} not tolerated"))?;
+        claim
+            .requirements
+            .compatible(pod_reqs, self.provider)
+            .map_err(|e| format!("NodePool {np}: incompatible requirements: {e}"))?;
+        let changed = !pod_reqs.is_empty();
+        let requirements = if changed { claim.requirements.intersection(pod_reqs) } else { claim.requirements.clone() };
+        if let Err(c) = claim.ports.conflicts(&pod.host_ports) {
+            return Err(format!("NodePool {np}: {c}"));
+        }
+        let requests = claim.requests.add(&pod.requests);
+        let mut survivors = Vec::with_capacity(its.len());
+        let mut total = ResourceList::new();
+        for &i in its {
+            let (Some(it), Some(daemon), Some(dports)) =
+                (template.its.get(i as usize), template.daemon.get(i as usize), template.daemon_ports.get(i as usize))
+            else {
+                continue;
+            };
+            total.clone_from(&requests);
+            total = total.add(daemon);
+            if !total.fits(it.allocatable()) {
+                continue;
+            }
+            if changed
+                && (it.requirements.intersects(&requirements).is_err()
+                    || !it.offerings.available().any(|o| o.is_compatible(&requirements, self.provider)))
+            {
+                continue;
+            }
+            if dports.conflicts(&pod.host_ports).is_err() {
+                continue;
+            }
+            survivors.push(i);
+        }
+        if survivors.is_empty() {
+            return Err(self.diagnose(template, &requirements, &requests, pod, its));
+        }
+        let mut requirements = requirements;
+        let mut min_values_relaxed = false;
+        if requirements.has_min_values() {
+            let list: Vec<&InstanceType> =
+                survivors.iter().filter_map(|&i| template.its.get(i as usize).copied()).collect();
+            if let Err(e) = satisfies_min_values(&list, &requirements) {
+                match self.options.min_values_policy {
+                    MinValuesPolicy::Strict => return Err(format!("NodePool {np}: {e}")),
+                    MinValuesPolicy::BestEffort => {
+                        for (key, achieved) in &e.achieved {
+                            if let Some(r) = requirements.remove(key) {
+                                let lowered = r.with_min_values(Some(u32::try_from(*achieved).unwrap_or(0)));
+                                requirements.add(lowered);
+                            }
+                        }
+                        min_values_relaxed = true;
+                    }
+                }
+            }
+        }
+        Ok(Candidate { requirements, its: survivors, requests, min_values_relaxed })
+    }
+
+    /// Why no instance type survived: requirements, offerings, resources or host ports.
+    fn diagnose(
+        &self,
+        template: &Template<'_>,
+        requirements: &Requirements,
+        requests: &ResourceList,
+        pod: &PodData<'_>,
+        its: &[u32],
+    ) -> String {
+        let np = &template.name;
+        let list: Vec<u32> = its.to_vec();
+        let matching: Vec<u32> = list
+            .iter()
+            .copied()
+            .filter(|&i| {
+                template.its.get(i as usize).is_some_and(|it| it.requirements.intersects(requirements).is_ok())
+            })
+            .collect();
+        if matching.is_empty() {
+            return format!(
+                "NodePool {np}: no instance type matches the requirements {}",
+                describe_reqs(requirements, template)
+            );
+        }
+        let offered: Vec<u32> = matching
+            .iter()
+            .copied()
+            .filter(|&i| {
+                template
+                    .its
+                    .get(i as usize)
+                    .is_some_and(|it| it.offerings.available().any(|o| o.is_compatible(requirements, self.provider)))
+            })
+            .collect();
+        if offered.is_empty() {
+            return format!(
+                "NodePool {np}: no available offering (zone / capacity type) matches the requirements {}",
+                describe_reqs(requirements, template)
+            );
+        }
+        // Resources: which requested resources exceed every candidate's allocatable after daemon overhead.
+        let mut short = Vec::new();
+        for (name, q) in requests.iter() {
+            let fits_one = offered.iter().any(|&i| {
+                let (Some(it), Some(d)) = (template.its.get(i as usize), template.daemon.get(i as usize)) else {
+                    return false;
+                };
+                let need = q.saturating_add(&d.get_or_zero(name));
+                it.allocatable().get(name).is_some_and(|a| need <= *a)
+            });
+            if !fits_one {
+                short.push(format!("{q} {name}"));
+            }
+        }
+        if !short.is_empty() {
+            return format!(
+                "NodePool {np}: no instance type has {} after DaemonSet overhead{}",
+                short.join(", "),
+                if pod.requests.len() < requests.len() || requests != &pod.requests {
+                    " (counting pods already on the node)"
+                } else {
+                    ""
+                }
+            );
+        }
+        let fits: Vec<u32> = offered
+            .iter()
+            .copied()
+            .filter(|&i| {
+                let (Some(it), Some(d)) = (template.its.get(i as usize), template.daemon.get(i as usize)) else {
+                    return false;
+                };
+                requests.add(d).fits(it.allocatable())
+            })
+            .collect();
+        if fits.is_empty() {
+            return format!(
+                "NodePool {np}: no instance type fits {} together after DaemonSet overhead",
+                requests.iter().map(|(n, q)| format!("{q} {n}")).collect::<Vec<_>>().join(", ")
+            );
+        }
+        format!("NodePool {np}: the pod's host ports conflict with its DaemonSets' host ports")
+    }
+
+    fn finish(mut self, timed_out: bool) -> Decisions {
+        let mut d = Decisions::new();
+        d.timed_out = timed_out;
+        let claims = std::mem::take(&mut self.claims);
+        for claim in claims {
+            let Some(template) = self.templates.get(claim.template) else { continue };
+            let mut reqs = claim.requirements.clone();
+            reqs.remove(labels::HOSTNAME);
+            for k in SIMULATION_ONLY_KEYS {
+                reqs.remove(k);
+            }
+            let its: Vec<&InstanceType> =
+                claim.its.iter().filter_map(|&i| template.its.get(i as usize).copied()).collect();
+            let kept = match truncate(its, &reqs, self.provider, MAX_INSTANCE_TYPES, self.options.min_values_policy) {
+                Ok(k) => k,
+                Err(e) => {
+                    for &p in &claim.pods {
+                        self.placed[p] = false;
+                        self.errors[p] =
+                            Some(format!("NodePool {} couldn't meet minValues requirements: {e}", template.name));
+                    }
+                    continue;
+                }
+            };
+            let min_values = reqs.get_ref(labels::INSTANCE_TYPE).and_then(|r| r.min_values());
+            reqs.add(
+                Requirement::in_values(labels::INSTANCE_TYPE, kept.iter().map(|it| it.name.as_str()))
+                    .with_min_values(min_values),
+            );
+            let mut cts: Vec<&str> = kept
+                .iter()
+                .flat_map(|it| it.offerings.available().filter(|o| o.is_compatible(&reqs, self.provider)))
+                .filter_map(|o| o.capacity_type())
+                .collect();
+            cts.sort_unstable();
+            cts.dedup();
+            if !cts.is_empty() {
+                reqs.add(Requirement::in_values(labels::CAPACITY_TYPE, cts));
+            }
+            let mut overhead: Option<ResourceList> = None;
+            for &i in &claim.its {
+                if let Some(dl) = template.daemon.get(i as usize) {
+                    overhead = Some(match overhead {
+                        None => dl.clone(),
+                        Some(o) => min_resources(&o, dl),
+                    });
+                }
+            }
+            let price = kept.first().map(|it| it.min_compatible_price(&reqs, self.provider)).filter(|p| p.is_finite());
+            let mut pods: Vec<String> = claim.pods.iter().map(|&p| self.pods[p].key.clone()).collect();
+            pods.sort();
+            d.new_node_claims.push(NodeClaimPlan {
+                name: claim.hostname.clone(),
+                node_pool: template.name.clone(),
+                requirements: RequirementJson::from_requirements(&reqs),
+                instance_types: kept.iter().map(|it| it.name.clone()).collect(),
+                price,
+                pods,
+                requests: resources_json(&claim.requests),
+                daemon_set_overhead: resources_json(&overhead.unwrap_or_default()),
+                min_values_relaxed: claim.min_values_relaxed,
+            });
+        }
+        for node in &self.existing {
+            if node.pods.is_empty() {
+                continue;
+            }
+            let mut pods: Vec<String> = node.pods.iter().map(|&p| self.pods[p].key.clone()).collect();
+            pods.sort();
+            d.existing_nodes.push(ExistingNodePlacement { name: node.name.clone(), in_flight: node.in_flight, pods });
+        }
+        d.existing_nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        for (i, p) in self.pods.iter().enumerate() {
+            if !self.placed[i] {
+                let reason = self.errors[i].clone().unwrap_or_else(|| "not scheduled".into());
+                d.unschedulable.push(UnschedulablePod { pod: p.key.clone(), reason });
+            }
+        }
+        d.unschedulable.sort_by(|a, b| a.pod.cmp(&b.pod));
+        d
+    }
+}
+
+fn min_resources(a: &ResourceList, b: &ResourceList) -> ResourceList {
+    let mut out = ResourceList::new();
+    for (name, q) in a.iter() {
+        let other = b.get_or_zero(name);
+        out.insert(name, if other < *q { other } else { *q });
+    }
+    out
+}
+
+fn describe_reqs(reqs: &Requirements, template: &Template<'_>) -> String {
+    let shown: Vec<String> = reqs
+        .iter()
+        .filter(|r| {
+            r.key() != labels::HOSTNAME
+                && !SIMULATION_ONLY_KEYS.contains(&r.key())
+                && r.key() != labels::NODE_POOL
+                && template.requirements.get_ref(r.key()) != Some(*r)
+        })
+        .map(|r| r.to_string())
+        .collect();
+    if shown.is_empty() { reqs.to_string() } else { shown.join(", ") }
+}

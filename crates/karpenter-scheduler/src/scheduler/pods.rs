@@ -1,0 +1,353 @@
+//! Per-pod data computed once per pass: requests, requirement terms, tolerations, host ports, and the
+//! reasons a pod cannot be handled at all.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Pod, Taint, Toleration};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use karpenter_api::ProviderLabels;
+use karpenter_api::labels;
+use karpenter_requirements::{
+    HostPort, Operator, PreferencePolicy, Quantity, Requirements, ResourceList, pod_host_ports, pod_requests,
+    tolerates_all,
+};
+
+use crate::snapshot::{ClusterSnapshot, pod_key};
+
+/// The message for pods using features this build does not simulate yet.
+pub const TOPOLOGY_NOT_SUPPORTED: &str = "topology spread constraints are not supported yet by this scheduler build";
+
+/// One pending pod, parsed.
+#[derive(Debug)]
+pub(crate) struct PodData<'a> {
+    pub key: String,
+    pub requests: ResourceList,
+    pub node_selector: Requirements,
+    /// Required node-affinity terms (ORed), each already intersected with nothing else.
+    pub required_terms: Vec<Requirements>,
+    /// Preferred node-affinity terms, heaviest first (stable among equal weights).
+    pub preferred: Vec<Requirements>,
+    pub tolerations: &'a [Toleration],
+    pub host_ports: Vec<HostPort>,
+    /// Set when the pod cannot be scheduled by this pass at all.
+    pub error: Option<String>,
+    pub created: String,
+    pub uid: String,
+}
+
+/// How far a pod's preferences have been relaxed (scheduling.md §6).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Relaxation {
+    pub dropped_terms: usize,
+    pub dropped_preferences: usize,
+    pub tolerate_prefer_no_schedule: bool,
+}
+
+impl PodData<'_> {
+    /// The requirements of the pod under `relax`: nodeSelector ∩ (heaviest remaining preference, if
+    /// respected) ∩ the first remaining required term.
+    pub fn requirements(&self, relax: &Relaxation, policy: PreferencePolicy) -> Requirements {
+        let mut out = self.node_selector.clone();
+        if policy == PreferencePolicy::Respect
+            && let Some(p) = self.preferred.get(relax.dropped_preferences)
+        {
+            out.add_all(p);
+        }
+        if let Some(t) = self.required_terms.get(relax.dropped_terms) {
+            out.add_all(t);
+        }
+        out
+    }
+
+    /// One relaxation step; `false` when nothing is left to relax.
+    pub fn relax(&self, relax: &mut Relaxation, policy: PreferencePolicy, any_prefer_no_schedule: bool) -> bool {
+        if self.required_terms.len() > relax.dropped_terms + 1 {
+            relax.dropped_terms += 1;
+            return true;
+        }
+        if policy == PreferencePolicy::Respect && relax.dropped_preferences < self.preferred.len() {
+            relax.dropped_preferences += 1;
+            return true;
+        }
+        if any_prefer_no_schedule && !relax.tolerate_prefer_no_schedule {
+            relax.tolerate_prefer_no_schedule = true;
+            return true;
+        }
+        false
+    }
+
+    /// Whether the pod tolerates `taints` (PreferNoSchedule ones too, unless relaxed away).
+    pub fn tolerates<'t>(&self, relax: &Relaxation, taints: impl IntoIterator<Item = &'t Taint>) -> Result<(), String> {
+        let skip_pns = relax.tolerate_prefer_no_schedule;
+        tolerates_all(self.tolerations, taints.into_iter().filter(|t| !(skip_pns && t.effect == "PreferNoSchedule")))
+            .map_err(|e| e.taint)
+    }
+}
+
+/// Whether a label selector matches `labels` (a missing selector matches nothing, an empty one everything).
+pub fn selector_matches(selector: Option<&LabelSelector>, labels: &BTreeMap<String, String>) -> bool {
+    let Some(s) = selector else { return false };
+    for (k, v) in s.match_labels.iter().flatten() {
+        if labels.get(k) != Some(v) {
+            return false;
+        }
+    }
+    for e in s.match_expressions.iter().flatten() {
+        let have = labels.get(&e.key);
+        let values = e.values.as_deref().unwrap_or(&[]);
+        let ok = match e.operator.as_str() {
+            "In" => have.is_some_and(|h| values.contains(h)),
+            "NotIn" => have.is_none_or(|h| !values.contains(h)),
+            "Exists" => have.is_some(),
+            "DoesNotExist" => have.is_none(),
+            _ => false,
+        };
+        if !ok {
+            return false;
+        }
+    }
+    true
+}
+
+fn restricted(reqs: &Requirements, provider: &ProviderLabels) -> Option<String> {
+    reqs.keys().find(|k| provider.is_restricted(k)).map(|k| format!("label {k} is restricted and cannot be required"))
+}
+
+/// Requests of a pod including `pods: 1`.
+pub(crate) fn requests_with_pod_count(pod: &Pod) -> Result<ResourceList, String> {
+    let mut r = pod_requests(pod).map_err(|e| format!("invalid resource request: {e}"))?;
+    let pods = r.pods().saturating_add(&Quantity::from_int(1, karpenter_requirements::Format::DecimalSI));
+    r.insert(karpenter_requirements::resources::PODS, pods);
+    Ok(r)
+}
+
+/// Existing pods' required anti-affinity terms: (namespace of the owner, selector, explicit namespaces or
+/// namespace selector present).
+pub(crate) struct InverseAntiAffinity<'a> {
+    terms: Vec<(&'a str, String, &'a k8s_openapi::api::core::v1::PodAffinityTerm)>,
+}
+
+impl<'a> InverseAntiAffinity<'a> {
+    pub fn new(snapshot: &'a ClusterSnapshot) -> Self {
+        let mut terms = Vec::new();
+        for p in &snapshot.bound_pods {
+            let ns = p.metadata.namespace.as_deref().unwrap_or("default");
+            let anti = p.spec.as_ref().and_then(|s| s.affinity.as_ref()).and_then(|a| a.pod_anti_affinity.as_ref());
+            for t in
+                anti.and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()).into_iter().flatten()
+            {
+                terms.push((ns, pod_key(p), t));
+            }
+        }
+        InverseAntiAffinity { terms }
+    }
+
+    /// The first existing pod whose required anti-affinity selects `pod` (namespaces are matched
+    /// conservatively: a term with explicit namespaces or a namespace selector is taken to cover every
+    /// namespace).
+    fn selecting(&self, pod: &Pod) -> Option<&str> {
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let empty = BTreeMap::new();
+        let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
+        self.terms
+            .iter()
+            .find(|(owner_ns, _, t)| {
+                let ns_ok = t.namespaces.as_ref().is_some_and(|n| !n.is_empty())
+                    || t.namespace_selector.is_some()
+                    || *owner_ns == ns;
+                ns_ok && selector_matches(t.label_selector.as_ref(), labels)
+            })
+            .map(|(_, k, _)| k.as_str())
+    }
+}
+
+/// Parses a pending pod. Never fails: problems end up in `error`.
+pub(crate) fn pod_data<'a>(
+    pod: &'a Pod,
+    provider: &ProviderLabels,
+    policy: PreferencePolicy,
+    inverse: &InverseAntiAffinity<'_>,
+) -> PodData<'a> {
+    let mut data = PodData {
+        key: pod_key(pod),
+        requests: ResourceList::new(),
+        node_selector: Requirements::new(),
+        required_terms: Vec::new(),
+        preferred: Vec::new(),
+        tolerations: pod.spec.as_ref().and_then(|s| s.tolerations.as_deref()).unwrap_or(&[]),
+        host_ports: pod_host_ports(pod),
+        error: None,
+        created: pod.metadata.creation_timestamp.as_ref().map(|t| t.0.to_string()).unwrap_or_default(),
+        uid: pod.metadata.uid.clone().unwrap_or_else(|| pod_key(pod)),
+    };
+    if let Err(e) = fill(&mut data, pod, provider, policy, inverse) {
+        data.error = Some(e);
+    }
+    data
+}
+
+fn fill(
+    data: &mut PodData<'_>,
+    pod: &Pod,
+    provider: &ProviderLabels,
+    policy: PreferencePolicy,
+    inverse: &InverseAntiAffinity<'_>,
+) -> Result<(), String> {
+    data.requests = requests_with_pod_count(pod)?;
+    let Some(spec) = pod.spec.as_ref() else { return Ok(()) };
+    if let Some(sel) = &spec.node_selector {
+        data.node_selector = Requirements::from_labels(sel);
+    }
+    if let Some(na) = spec.affinity.as_ref().and_then(|a| a.node_affinity.as_ref()) {
+        for term in na.required_during_scheduling_ignored_during_execution.iter().flat_map(|r| &r.node_selector_terms) {
+            if term.match_fields.as_ref().is_some_and(|f| !f.is_empty()) {
+                return Err("node affinity with matchFields is not supported (Karpenter ignores such pods)".into());
+            }
+            let reqs =
+                Requirements::from_node_selector_term(term).map_err(|e| format!("invalid node affinity: {e}"))?;
+            if let Some(e) = restricted(&reqs, provider) {
+                return Err(e);
+            }
+            data.required_terms.push(reqs);
+        }
+        let mut preferred = Vec::new();
+        for p in na.preferred_during_scheduling_ignored_during_execution.iter().flatten() {
+            let reqs = Requirements::from_node_selector_term(&p.preference)
+                .map_err(|e| format!("invalid preferred node affinity: {e}"))?;
+            preferred.push((p.weight, reqs));
+        }
+        preferred.sort_by(|a, b| b.0.cmp(&a.0));
+        data.preferred = preferred.into_iter().map(|(_, r)| r).collect();
+    }
+    if let Some(e) = restricted(&data.node_selector, provider) {
+        return Err(e);
+    }
+    let opted_out = std::iter::once(&data.node_selector)
+        .chain(data.required_terms.first())
+        .any(|r| r.get_ref(labels::NODE_POOL).is_some_and(|r| r.operator() == Operator::DoesNotExist));
+    if opted_out {
+        return Err("pod requires karpenter.sh/nodepool DoesNotExist: it opts out of Karpenter nodes".into());
+    }
+    // Features not simulated by this build: refuse rather than decide wrongly.
+    let spread = spec
+        .topology_spread_constraints
+        .iter()
+        .flatten()
+        .any(|c| policy == PreferencePolicy::Respect || c.when_unsatisfiable != "ScheduleAnyway");
+    if spread {
+        return Err(TOPOLOGY_NOT_SUPPORTED.into());
+    }
+    if let Some(a) = spec.affinity.as_ref() {
+        let pa = a.pod_affinity.as_ref();
+        let paa = a.pod_anti_affinity.as_ref();
+        let required = pa.is_some_and(|x| {
+            x.required_during_scheduling_ignored_during_execution.as_ref().is_some_and(|v| !v.is_empty())
+        }) || paa.is_some_and(|x| {
+            x.required_during_scheduling_ignored_during_execution.as_ref().is_some_and(|v| !v.is_empty())
+        });
+        let preferred = pa.is_some_and(|x| {
+            x.preferred_during_scheduling_ignored_during_execution.as_ref().is_some_and(|v| !v.is_empty())
+        }) || paa.is_some_and(|x| {
+            x.preferred_during_scheduling_ignored_during_execution.as_ref().is_some_and(|v| !v.is_empty())
+        });
+        if required || (preferred && policy == PreferencePolicy::Respect) {
+            return Err("pod affinity and anti-affinity are not supported yet by this scheduler build".into());
+        }
+    }
+    if let Some(owner) = inverse.selecting(pod) {
+        return Err(format!(
+            "the required pod anti-affinity of existing pod {owner} selects this pod; existing pods' anti-affinity is not supported yet by this scheduler build"
+        ));
+    }
+    if spec.volumes.iter().flatten().any(|v| v.persistent_volume_claim.is_some() || v.ephemeral.is_some()) {
+        return Err(
+            "persistent volumes (volume topology and limits) are not supported yet by this scheduler build".into()
+        );
+    }
+    if spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty()) {
+        return Err("DRA resource claims are not supported (IGNORE_DRA_REQUESTS)".into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use karpenter_testing::{PodOptions, pod, requirement, topology_spread};
+
+    fn data(p: &Pod, policy: PreferencePolicy) -> PodData<'_> {
+        let snap = ClusterSnapshot::new();
+        let inv = InverseAntiAffinity::new(&snap);
+        pod_data(p, &ProviderLabels::aws(), policy, &inv)
+    }
+
+    #[test]
+    fn bad_inputs_are_per_pod_errors() {
+        let p = pod(PodOptions { node_requirements: vec![requirement("a", "Like", &["x"])], ..Default::default() });
+        assert!(data(&p, PreferencePolicy::Respect).error.unwrap().contains("invalid node affinity"));
+        let p = pod(PodOptions {
+            node_selector: [("kubernetes.io/hostname".to_string(), "x".to_string())].into(),
+            ..Default::default()
+        });
+        assert!(data(&p, PreferencePolicy::Respect).error.unwrap().contains("restricted"));
+        let p = pod(PodOptions {
+            topology_spread: vec![topology_spread("topology.kubernetes.io/zone", 1, &BTreeMap::new())],
+            ..Default::default()
+        });
+        assert_eq!(data(&p, PreferencePolicy::Ignore).error.as_deref(), Some(TOPOLOGY_NOT_SUPPORTED));
+        let mut p = pod(PodOptions::default());
+        if let Some(c) = p.spec.as_mut().and_then(|s| s.containers.first_mut()) {
+            c.resources = Some(k8s_openapi::api::core::v1::ResourceRequirements {
+                requests: Some(BTreeMap::from([(
+                    "cpu".to_string(),
+                    k8s_openapi::apimachinery::pkg::api::resource::Quantity("lots".into()),
+                )])),
+                ..Default::default()
+            });
+        }
+        assert!(data(&p, PreferencePolicy::Respect).error.unwrap().contains("invalid resource request"));
+    }
+
+    #[test]
+    fn relaxation_order_terms_then_preferences_then_prefer_no_schedule() {
+        let mut p = pod(PodOptions { node_preferences: vec![requirement("zone", "In", &["a"])], ..Default::default() });
+        let terms = vec![
+            k8s_openapi::api::core::v1::NodeSelectorTerm {
+                match_expressions: Some(vec![requirement("t", "In", &["1"])]),
+                match_fields: None,
+            },
+            k8s_openapi::api::core::v1::NodeSelectorTerm {
+                match_expressions: Some(vec![requirement("t", "In", &["2"])]),
+                match_fields: None,
+            },
+        ];
+        if let Some(na) = p.spec.as_mut().and_then(|s| s.affinity.as_mut()).and_then(|a| a.node_affinity.as_mut()) {
+            na.required_during_scheduling_ignored_during_execution =
+                Some(k8s_openapi::api::core::v1::NodeSelector { node_selector_terms: terms });
+        }
+        let d = data(&p, PreferencePolicy::Respect);
+        assert!(d.error.is_none(), "{:?}", d.error);
+        let mut r = Relaxation::default();
+        let reqs = d.requirements(&r, PreferencePolicy::Respect);
+        assert!(reqs.get("t").has("1") && reqs.get("zone").has("a") && !reqs.get("zone").has("b"));
+        assert!(d.relax(&mut r, PreferencePolicy::Respect, true));
+        assert!(d.requirements(&r, PreferencePolicy::Respect).get("t").has("2"));
+        assert!(d.relax(&mut r, PreferencePolicy::Respect, true));
+        assert!(!d.requirements(&r, PreferencePolicy::Respect).has("zone"));
+        assert!(d.relax(&mut r, PreferencePolicy::Respect, true));
+        assert!(r.tolerate_prefer_no_schedule);
+        assert!(!d.relax(&mut r, PreferencePolicy::Respect, true));
+        let ignore = d.requirements(&Relaxation::default(), PreferencePolicy::Ignore);
+        assert!(!ignore.has("zone"), "Ignore drops preferences");
+    }
+
+    #[test]
+    fn selector_semantics() {
+        let labels = BTreeMap::from([("app".to_string(), "web".to_string())]);
+        assert!(!selector_matches(None, &labels));
+        assert!(selector_matches(Some(&LabelSelector::default()), &labels));
+        let s = karpenter_testing::label_selector(&labels);
+        assert!(selector_matches(Some(&s), &labels));
+        assert!(!selector_matches(Some(&s), &BTreeMap::new()));
+    }
+}

@@ -1,0 +1,401 @@
+//! NodeClaim templates (one per dynamic NodePool), DaemonSet overhead, limits, and existing nodes.
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Pod, PodSpec, Taint, Toleration};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use karpenter_api::labels;
+use karpenter_api::{NodePool, ProviderLabels};
+use karpenter_requirements::{
+    HostPort, HostPortUsage, InstanceType, NoKeys, OfferingsExt, Quantity, Requirement, Requirements, ResourceList,
+    pod_host_ports, tolerates_all,
+};
+
+use super::pods::requests_with_pod_count;
+use crate::snapshot::{ClusterSnapshot, api_taint};
+
+/// A DaemonSet's representative pod, parsed.
+#[derive(Debug)]
+pub(crate) struct Daemon {
+    pub name: (String, String),
+    pub requests: ResourceList,
+    pub tolerations: Vec<Toleration>,
+    /// nodeSelector ∩ each required term (ORed); at least one entry.
+    pub alternatives: Vec<Requirements>,
+    pub host_ports: Vec<HostPort>,
+}
+
+/// The DaemonSets of the snapshot whose template parses (others are left out of overhead).
+pub(crate) fn daemons(snapshot: &ClusterSnapshot) -> Vec<Daemon> {
+    snapshot.daemon_sets.iter().filter_map(daemon).collect()
+}
+
+fn daemon(ds: &DaemonSet) -> Option<Daemon> {
+    let spec: PodSpec = ds.spec.as_ref()?.template.spec.clone()?;
+    if spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty()) {
+        return None;
+    }
+    let pod = Pod { metadata: ObjectMeta::default(), spec: Some(spec), status: None };
+    let spec = pod.spec.as_ref()?;
+    let selector = spec.node_selector.as_ref().map(Requirements::from_labels).unwrap_or_default();
+    let mut alternatives = Vec::new();
+    let terms = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref())
+        .map(|r| r.node_selector_terms.as_slice())
+        .unwrap_or(&[]);
+    for t in terms {
+        let mut r = selector.clone();
+        r.add_all(&Requirements::from_node_selector_term(t).ok()?);
+        alternatives.push(r);
+    }
+    if alternatives.is_empty() {
+        alternatives.push(selector);
+    }
+    Some(Daemon {
+        name: (ds.metadata.namespace.clone().unwrap_or_default(), ds.metadata.name.clone().unwrap_or_default()),
+        requests: requests_with_pod_count(&pod).ok()?,
+        tolerations: spec.tolerations.clone().unwrap_or_default(),
+        host_ports: pod_host_ports(&pod),
+        alternatives,
+    })
+}
+
+fn prefer_no_schedule_toleration() -> Toleration {
+    Toleration {
+        operator: Some("Exists".into()),
+        effect: Some("PreferNoSchedule".into()),
+        key: None,
+        value: None,
+        toleration_seconds: None,
+    }
+}
+
+/// A dynamic NodePool prepared for simulation.
+#[derive(Debug)]
+pub(crate) struct Template<'a> {
+    pub name: String,
+    pub requirements: Requirements,
+    pub taints: Vec<Taint>,
+    /// Instance types compatible with the template and able to hold its DaemonSets.
+    pub its: Vec<&'a InstanceType>,
+    /// DaemonSet overhead per instance type (parallel to `its`).
+    pub daemon: Vec<ResourceList>,
+    /// DaemonSet host ports per instance type.
+    pub daemon_ports: Vec<HostPortUsage>,
+    /// Remaining limits (`limits − existing capacity`), `None` without limits.
+    pub remaining: Option<ResourceList>,
+    /// Indices of `its` within the remaining limits (recomputed when `remaining` changes).
+    pub within_limits: Vec<u32>,
+    /// Why the template cannot produce any NodeClaim (then `its` is empty).
+    pub unusable: Option<String>,
+    pub claims_created: usize,
+}
+
+impl<'a> Template<'a> {
+    pub fn new(
+        pool: &NodePool,
+        instance_types: &'a [InstanceType],
+        snapshot: &ClusterSnapshot,
+        daemons: &[Daemon],
+        provider: &ProviderLabels,
+    ) -> Template<'a> {
+        let name = pool.metadata.name.clone().unwrap_or_default();
+        let mut t = Template {
+            taints: pool.spec.template.spec.taints.iter().map(api_taint).collect(),
+            requirements: Requirements::new(),
+            its: Vec::new(),
+            daemon: Vec::new(),
+            daemon_ports: Vec::new(),
+            remaining: None,
+            within_limits: Vec::new(),
+            unusable: None,
+            claims_created: 0,
+            name,
+        };
+        match pool.simulation_requirements() {
+            Ok(r) => t.requirements = r,
+            Err(e) => {
+                t.unusable = Some(format!("NodePool {}: invalid requirements: {e}", t.name));
+                return t;
+            }
+        }
+        match remaining_limits(pool, snapshot) {
+            Ok(r) => t.remaining = r,
+            Err(e) => {
+                t.unusable = Some(format!("NodePool {}: {e}", t.name));
+                return t;
+            }
+        }
+        // DaemonSets that tolerate the template (with an implicit PreferNoSchedule toleration) and are
+        // compatible with its requirements; per instance type the alternatives must also intersect.
+        let mut candidates: Vec<(&Daemon, Vec<&Requirements>)> = Vec::new();
+        for d in daemons {
+            let mut tol = d.tolerations.clone();
+            tol.push(prefer_no_schedule_toleration());
+            if tolerates_all(&tol, &t.taints).is_err() {
+                continue;
+            }
+            let alts: Vec<&Requirements> =
+                d.alternatives.iter().filter(|a| t.requirements.compatible(a, provider).is_ok()).collect();
+            if !alts.is_empty() {
+                candidates.push((d, alts));
+            }
+        }
+        let mut dropped = [0usize; 3];
+        for it in instance_types {
+            if it.requirements.intersects(&t.requirements).is_err() {
+                dropped[0] += 1;
+                continue;
+            }
+            let mut overhead = ResourceList::new();
+            let mut ports = HostPortUsage::new();
+            for (d, alts) in &candidates {
+                if alts.iter().any(|a| it.requirements.intersects(a).is_ok()) {
+                    overhead = overhead.add(&d.requests);
+                    ports.add(d.host_ports.iter().cloned());
+                }
+            }
+            if !overhead.fits(it.allocatable()) {
+                dropped[1] += 1;
+                continue;
+            }
+            if !it.offerings.available().any(|o| o.is_compatible(&t.requirements, provider)) {
+                dropped[2] += 1;
+                continue;
+            }
+            t.its.push(it);
+            t.daemon.push(overhead);
+            t.daemon_ports.push(ports);
+        }
+        if t.its.is_empty() {
+            t.unusable = Some(format!(
+                "NodePool {}: no instance type is usable ({} given: {} do not match its requirements, {} cannot hold its DaemonSets, {} have no available offering)",
+                t.name,
+                instance_types.len(),
+                dropped[0],
+                dropped[1],
+                dropped[2]
+            ));
+        }
+        t.update_within_limits();
+        t
+    }
+
+    /// Recomputes which instance types fit the remaining limits.
+    pub fn update_within_limits(&mut self) {
+        let remaining = self.remaining.as_ref();
+        self.within_limits = (0..self.its.len() as u32)
+            .filter(|&i| remaining.is_none_or(|r| self.its.get(i as usize).is_some_and(|it| within(it.capacity(), r))))
+            .collect();
+    }
+
+    /// `None` when a new claim may be created, else why not.
+    pub fn limit_block(&self) -> Option<String> {
+        let r = self.remaining.as_ref()?;
+        if r.get(karpenter_api::nodepool::NODES_LIMIT).is_some_and(|n| n.as_nanos() < 1_000_000_000) {
+            return Some(format!("NodePool {}: limit nodes reached", self.name));
+        }
+        None
+    }
+
+    /// After creating a claim whose options are `its`: remaining −= max capacity over them, nodes −= 1.
+    pub fn consume(&mut self, its: &[u32]) {
+        let Some(r) = self.remaining.as_mut() else { return };
+        let mut max = ResourceList::new();
+        for &i in its {
+            if let Some(it) = self.its.get(i as usize) {
+                max = max.max(it.capacity());
+            }
+        }
+        let mut sub = ResourceList::new();
+        for (name, q) in r.iter() {
+            if name == karpenter_api::nodepool::NODES_LIMIT {
+                sub.insert(name, Quantity::from_int(1, q.format()));
+            } else if let Some(m) = max.get(name) {
+                sub.insert(name, *m);
+            }
+        }
+        *r = r.sub(&sub);
+        self.update_within_limits();
+    }
+
+    /// The remaining limits a pod's instance types exceed, as a reason.
+    pub fn limit_reason(&self, candidates: &[u32]) -> String {
+        let Some(r) = self.remaining.as_ref() else { return String::new() };
+        for (name, rem) in r.iter() {
+            if name == karpenter_api::nodepool::NODES_LIMIT {
+                continue;
+            }
+            let all_exceed = candidates
+                .iter()
+                .filter_map(|&i| self.its.get(i as usize))
+                .all(|it| it.capacity().get(name).is_some_and(|c| c > rem));
+            if all_exceed && !candidates.is_empty() {
+                return format!("NodePool {}: limit {name} would be exceeded ({rem} remaining)", self.name);
+            }
+        }
+        format!("NodePool {}: every instance type that fits would exceed the remaining limits", self.name)
+    }
+}
+
+fn within(capacity: &ResourceList, remaining: &ResourceList) -> bool {
+    remaining
+        .iter()
+        .all(|(name, rem)| name == karpenter_api::nodepool::NODES_LIMIT || capacity.get(name).is_none_or(|c| c <= rem))
+}
+
+/// `spec.limits − Σ capacity(nodes and in-flight claims of the pool)`, with `nodes` counting 1 each.
+pub(crate) fn remaining_limits(pool: &NodePool, snapshot: &ClusterSnapshot) -> Result<Option<ResourceList>, String> {
+    if pool.spec.limits.is_empty() {
+        return Ok(None);
+    }
+    let mut limits = ResourceList::new();
+    for (k, v) in &pool.spec.limits {
+        let q = v.parse().map_err(|e| format!("invalid limit {k}: {e}"))?;
+        limits.insert(k, q);
+    }
+    let name = pool.metadata.name.as_deref();
+    let mut used = ResourceList::new();
+    let mut count = 0i64;
+    for n in snapshot.nodes.iter().filter(|n| n.node_pool.as_deref() == name) {
+        used = used.add(&n.capacity);
+        count += 1;
+    }
+    for c in snapshot.in_flight_claims().filter(|c| c.node_pool.as_deref() == name) {
+        used = used.add(&c.capacity);
+        count += 1;
+    }
+    used.insert(
+        karpenter_api::nodepool::NODES_LIMIT,
+        Quantity::from_int(count, karpenter_requirements::Format::DecimalSI),
+    );
+    let mut sub = ResourceList::new();
+    for (k, _) in limits.iter() {
+        sub.insert(k, used.get_or_zero(k));
+    }
+    Ok(Some(limits.sub(&sub)))
+}
+
+/// An existing node or in-flight NodeClaim, as a place for pods.
+#[derive(Debug)]
+pub(crate) struct ExistingNode {
+    pub name: String,
+    pub in_flight: bool,
+    pub initialized: bool,
+    pub requirements: Requirements,
+    pub taints: Vec<Taint>,
+    /// allocatable − bound pods − remaining DaemonSet overhead.
+    pub available: ResourceList,
+    pub ports: HostPortUsage,
+    pub pods: Vec<usize>,
+}
+
+fn ephemeral_taint(t: &Taint) -> bool {
+    [
+        labels::taints::NOT_READY,
+        labels::taints::UNREACHABLE,
+        labels::taints::CLOUD_PROVIDER_UNINITIALIZED,
+        labels::taints::UNREGISTERED,
+    ]
+    .contains(&t.key.as_str())
+        || t.key.starts_with(labels::taints::READINESS_PREFIX)
+}
+
+fn daemon_overhead_for(daemons: &[Daemon], reqs: &Requirements, taints: &[Taint], bound: &[&Pod]) -> ResourceList {
+    let mut out = ResourceList::new();
+    for d in daemons {
+        if tolerates_all(&d.tolerations, taints).is_err() {
+            continue;
+        }
+        if !d.alternatives.iter().any(|a| reqs.compatible(a, &NoKeys).is_ok()) {
+            continue;
+        }
+        let running = bound.iter().any(|p| {
+            p.metadata.namespace.clone().unwrap_or_default() == d.name.0
+                && p.metadata.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet" && o.name == d.name.1)
+        });
+        if !running {
+            out = out.add(&d.requests);
+        }
+    }
+    out
+}
+
+/// Existing nodes (not marked for deletion) and in-flight claims, initialized first, then by name.
+pub(crate) fn existing_nodes(snapshot: &ClusterSnapshot, daemons: &[Daemon]) -> Vec<ExistingNode> {
+    let mut out = Vec::new();
+    for n in snapshot.nodes.iter().filter(|n| !n.marked_for_deletion) {
+        let mut reqs = Requirements::from_labels(&n.labels);
+        let hostname = n.labels.get(labels::HOSTNAME).cloned().unwrap_or_else(|| n.name.clone());
+        reqs.add(Requirement::in_values(labels::HOSTNAME, [hostname.as_str()]));
+        let mut taints: Vec<Taint> = n
+            .taints
+            .iter()
+            .filter(|t| {
+                n.initialized
+                    || !(ephemeral_taint(t) || n.startup_taints.iter().any(|s| s.key == t.key && s.effect == t.effect))
+            })
+            .cloned()
+            .collect();
+        if n.unschedulable && !taints.iter().any(|t| t.key == "node.kubernetes.io/unschedulable") {
+            taints.push(Taint {
+                key: "node.kubernetes.io/unschedulable".into(),
+                effect: "NoSchedule".into(),
+                value: None,
+                time_added: None,
+            });
+        }
+        let bound: Vec<&Pod> = snapshot.pods_on(&n.name).collect();
+        let mut used = ResourceList::new();
+        let mut ports = HostPortUsage::new();
+        for p in &bound {
+            if let Ok(r) = requests_with_pod_count(p) {
+                used = used.add(&r);
+            }
+            ports.add(pod_host_ports(p));
+        }
+        let daemon = daemon_overhead_for(daemons, &reqs, &taints, &bound);
+        out.push(ExistingNode {
+            name: n.name.clone(),
+            in_flight: false,
+            initialized: n.initialized,
+            available: n.allocatable.sub(&used).sub(&daemon),
+            requirements: reqs,
+            taints,
+            ports,
+            pods: Vec::new(),
+        });
+    }
+    for c in snapshot.in_flight_claims().filter(|c| !c.marked_for_deletion) {
+        let mut reqs = c.claim.requirements().unwrap_or_default();
+        reqs.add_all(&Requirements::from_labels(&c.labels));
+        if let Some(np) = &c.node_pool {
+            reqs.add(Requirement::in_values(labels::NODE_POOL, [np.as_str()]));
+        }
+        let hostname = c.node_name.clone().unwrap_or_else(|| c.name.clone());
+        reqs.add(Requirement::in_values(labels::HOSTNAME, [hostname.as_str()]));
+        let taints: Vec<Taint> = c.claim.spec.taints.iter().map(api_taint).collect();
+        let bound: Vec<&Pod> = snapshot.pods_on(&hostname).collect();
+        let mut used = ResourceList::new();
+        for p in &bound {
+            if let Ok(r) = requests_with_pod_count(p) {
+                used = used.add(&r);
+            }
+        }
+        let daemon = daemon_overhead_for(daemons, &reqs, &taints, &bound);
+        out.push(ExistingNode {
+            name: c.name.clone(),
+            in_flight: true,
+            initialized: false,
+            available: c.allocatable.sub(&used).sub(&daemon),
+            requirements: reqs,
+            taints,
+            ports: HostPortUsage::new(),
+            pods: Vec::new(),
+        });
+    }
+    out.sort_by(|a, b| b.initialized.cmp(&a.initialized).then_with(|| a.name.cmp(&b.name)));
+    out
+}
