@@ -7,6 +7,8 @@
 //! - **Small helpers** for the fields tests set most: [`Resources`] (`[("cpu", "1")].into()`), [`map`],
 //!   [`requirement`], [`toleration`], [`taint`], [`topology_spread`], [`pod_affinity_term`].
 //! - **Time**: the [`Clock`] trait, [`SystemClock`] and a [`FakeClock`] tests move by hand.
+//! - **An in-process API server** (feature `apiserver`): `apiserver::ApiServer` serves `kube::Client` as a tower
+//!   service with the real server's semantics (see the module docs).
 //!
 //! ```
 //! use karpenter_testing::{PodOptions, requirement, unschedulable_pod};
@@ -29,6 +31,8 @@
 //! assert_eq!(pool.spec.template.spec.node_class_ref.name, "default");
 //! ```
 
+#[cfg(feature = "apiserver")]
+pub mod apiserver;
 pub mod clock;
 pub mod karpenter;
 pub mod names;

@@ -1,0 +1,245 @@
+//! An in-process Kubernetes API server for controller tests (feature `apiserver`).
+//!
+//! [`ApiServer`] stores objects as JSON and answers the REST API the way the real `kube-apiserver` does, so that
+//! code under test goes through the real `kube` client paths (`Api`, `watcher`, `reflector`, patches, finalizers)
+//! without a cluster. [`ApiServer::client`] returns a `kube::Client` whose transport is the server itself, as a
+//! tower service: no sockets, no TLS. It needs a tokio runtime (the client spawns its buffer task).
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), kube::Error> {
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//! use kube::api::{Api, PostParams};
+//! use karpenter_testing::apiserver::ApiServer;
+//!
+//! let server = ApiServer::new();
+//! let cms: Api<ConfigMap> = Api::namespaced(server.client(), "default");
+//! let mut cm = ConfigMap::default();
+//! cm.metadata.name = Some("settings".into());
+//! let created = cms.create(&PostParams::default(), &cm).await?;
+//! assert!(created.metadata.resource_version.is_some());
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Served kinds
+//!
+//! core/v1 Pods, Nodes, Namespaces, Events, ConfigMaps, PersistentVolumeClaims, PersistentVolumes; apps/v1
+//! DaemonSets; policy/v1 PodDisruptionBudgets; storage.k8s.io/v1 StorageClasses, CSINodes, VolumeAttachments;
+//! coordination.k8s.io/v1 Leases; events.k8s.io/v1 Events; apiextensions.k8s.io/v1 CustomResourceDefinitions
+//! (read-only, holding the installed CRDs); and the kinds of the CRDs `karpenter_api::crd` generates
+//! (karpenter.sh/v1 NodePools with status and scale, NodeClaims with status, karpenter.k8s.aws/v1
+//! EC2NodeClasses, karpenter.kwok.sh/v1alpha1 KWOKNodeClasses), with scope and subresources read from the CRDs.
+//! Namespaces `default`, `kube-system`, `kube-public` and `kube-node-lease` exist from the start.
+//! `/version`, `/api`, `/api/v1`, `/apis`, `/apis/<group>` and `/apis/<group>/<version>` serve discovery
+//! (the unaggregated documents, which `kube::Discovery::run` reads).
+//!
+//! # Semantics (as the real server)
+//!
+//! - **resourceVersion** is one opaque global counter that changes on every write; a write that changes
+//!   nothing (an update or patch whose result equals the stored object) is not a write: same resourceVersion,
+//!   no watch event.
+//! - **create**: `generateName` appends 5 random-looking (deterministic) characters; 409 AlreadyExists;
+//!   namespaced objects need an existing namespace (404 NotFound otherwise; 403 Forbidden while it terminates);
+//!   `uid`, `creationTimestamp` (from the server's [`Clock`](crate::Clock)) and `metadata.generation` = 1 are set;
+//!   for kinds with a status subresource the status sent on create is dropped (Pods get `phase: Pending` and a
+//!   `qosClass`, PVs/PVCs `phase: Pending`, Namespaces `phase: Active`; Nodes keep theirs, as the kubelet
+//!   registers them).
+//! - **update** (PUT) needs `metadata.resourceVersion` (422 otherwise, for every kind: stricter than the real
+//!   server, which allows unconditional updates of a few kinds such as Nodes and ConfigMaps) and answers 409
+//!   Conflict when it is stale. `metadata.generation` increases only when something outside `metadata` and
+//!   `status` changes. For kinds with a status subresource, writes to the main resource keep the stored status
+//!   and writes to `/status` change nothing but the status. System metadata (uid, creationTimestamp,
+//!   deletionTimestamp, generation) cannot be changed by clients.
+//! - **patch**: JSON merge patch (`application/merge-patch+json`) and JSON patch (RFC 6902, `test` ops
+//!   included; a failing op is 422 Invalid). A patch that sets `metadata.resourceVersion` is a precondition (409
+//!   when stale). Strategic merge patch: refused (415) on custom resources, as on the real server; on built-in
+//!   kinds accepted only when it means the same as a JSON merge patch (no lists, no `$` directives), 415 with an
+//!   explanation otherwise.
+//! - **Server-side apply is not supported, on purpose**: `application/apply-patch+yaml` answers 415
+//!   UnsupportedMediaType. Rule: karpenter-rs controllers must not use server-side apply; they write with JSON
+//!   merge patches, JSON patches, or updates carrying a resourceVersion.
+//! - **delete**: an object with finalizers gets `deletionTimestamp` (202 Accepted) and disappears when an update
+//!   or patch removes its last finalizer; new finalizers cannot be added once it is being deleted (422). Pods bound
+//!   to a node (and not Succeeded/Failed) are deleted gracefully: `deletionTimestamp` = now + grace period
+//!   (`gracePeriodSeconds`, else `spec.terminationGracePeriodSeconds`, else 30) and
+//!   `deletionGracePeriodSeconds`, until a DELETE with `gracePeriodSeconds: 0` (the kubelet's) removes them.
+//!   Preconditions (uid, resourceVersion) give 409. `propagationPolicy` is validated and accepted but has no
+//!   effect yet (no garbage collector). Deleting a namespace deletes its content and removes the namespace once
+//!   it is empty. `deletecollection` with selectors is served.
+//! - **list**: `labelSelector` (`=`, `==`, `!=`, `in`, `notin`, exists, `!`exists, `>`, `<`);
+//!   `fieldSelector` on `metadata.name` and `metadata.namespace` for every kind, plus the fields the real server
+//!   indexes for Pods (`spec.nodeName`, `status.phase`, `spec.schedulerName`, …), Nodes
+//!   (`spec.unschedulable`), Namespaces and core Events; any other field is 400 BadRequest (`field label not
+//!   supported`), custom resources included. `limit`/`continue` paginate (a continue token older than the event
+//!   history is 410 Expired). Lists always serve the latest state (`resourceVersion`/`resourceVersionMatch` are
+//!   accepted but an older snapshot is never served).
+//! - **watch**: without `resourceVersion` (or with `"0"`) a watch starts with synthetic ADDED events for the
+//!   current state; with a resourceVersion it replays the retained history after it; a resourceVersion older
+//!   than the history window ([`ApiServerBuilder::history_limit`] events) gets a 200 response carrying one
+//!   ERROR event with a 410 Expired Status, exactly as the real server (kube-runtime's watcher re-lists).
+//!   Selectors apply, and an object moving into or out of the selection is seen as ADDED or DELETED.
+//!   `allowWatchBookmarks` sends BOOKMARK events every [`ApiServerBuilder::bookmark_interval`];
+//!   `sendInitialEvents=true` ends the initial events with the `k8s.io/initial-events-end` bookmark;
+//!   `timeoutSeconds` ends the stream.
+//! - Errors are `Status` objects with the real codes and reasons, so `kube` returns `kube::Error::Api`; no request
+//!   can panic the server (malformed JSON is 400 BadRequest).
+//!
+//! # Known differences from a real API server
+//!
+//! - No schema validation, defaulting or CEL rules: objects are stored as sent (validate with
+//!   `karpenter_api`'s `Validate` and `kube-cel` in tests that need it). Pod spec immutability is not enforced.
+//! - PUT never creates (the real server creates Nodes, Leases, ConfigMaps, … on update of a missing object).
+//! - No managedFields, no aggregated discovery, no protobuf, no `resourceVersionMatch=Exact` snapshots.
+//! - Delete of an immediately removed built-in object answers a success Status; pods and custom resources
+//!   answer their last state.
+//!
+//! # Not yet implemented (next cut)
+//!
+//! - `pods/binding` and `pods/eviction` (with PodDisruptionBudgets and PDB status from Ready pods).
+//! - Garbage collection of dependents through ownerReferences (and Foreground/Orphan propagation).
+//! - The `node.kubernetes.io/not-ready` taint on Nodes created without a Ready condition.
+//! - Lease-specific behaviour beyond plain CRUD with optimistic concurrency.
+//! - The scheduler and kubelet stand-ins; the probe against a real API server; serving on TCP.
+
+mod http;
+mod registry;
+mod selector;
+mod status;
+mod store;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::json;
+
+pub use http::{APPLY_REFUSED, ApiService, ResponseBody};
+pub use registry::{Registry, ResourceKind};
+pub use selector::{FieldSelector, LabelSelector};
+pub use status::ApiError;
+
+use crate::clock::{Clock, SystemClock};
+
+/// Builder of an [`ApiServer`]: clock, history window, bookmark interval, served kinds.
+#[derive(Debug, Clone)]
+pub struct ApiServerBuilder {
+    clock: Arc<dyn Clock>,
+    history_limit: usize,
+    bookmark_interval: Duration,
+    registry: Option<Registry>,
+}
+
+impl Default for ApiServerBuilder {
+    fn default() -> Self {
+        Self {
+            clock: Arc::new(SystemClock),
+            history_limit: 10_000,
+            bookmark_interval: Duration::from_secs(1),
+            registry: None,
+        }
+    }
+}
+
+impl ApiServerBuilder {
+    /// The clock for `creationTimestamp` and `deletionTimestamp` (a [`FakeClock`](crate::FakeClock) makes them
+    /// deterministic).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// How many events the watch history keeps (default 10,000); watches from an older resourceVersion get
+    /// 410 Expired.
+    pub fn history_limit(mut self, events: usize) -> Self {
+        self.history_limit = events;
+        self
+    }
+
+    /// How often watches with `allowWatchBookmarks` get a BOOKMARK (default 1 s; the real server's is about a
+    /// minute).
+    pub fn bookmark_interval(mut self, every: Duration) -> Self {
+        self.bookmark_interval = every.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The served kinds (default [`Registry::karpenter`]).
+    pub fn registry(mut self, registry: Registry) -> Self {
+        self.registry = Some(registry);
+        self
+    }
+
+    /// Starts the server (no task is spawned: it runs inside the requests of its clients).
+    pub fn build(self) -> ApiServer {
+        let registry = self.registry.unwrap_or_else(Registry::karpenter);
+        let mut store = store::Store::new(self.clock, self.history_limit);
+        if let Some(ns_kind) = registry.find("", "v1", "namespaces") {
+            for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+                // Seeding cannot fail on a fresh store; an error would only mean a namespace is missing.
+                let _ = store.seed(ns_kind, json!({"metadata": {"name": ns}}));
+            }
+        }
+        if let Some(crd_kind) = registry.find("apiextensions.k8s.io", "v1", "customresourcedefinitions") {
+            for crd in registry.crds() {
+                if let Ok(value) = serde_json::to_value(crd) {
+                    let _ = store.seed(crd_kind, value);
+                }
+            }
+        }
+        let shared = http::Shared {
+            store: Mutex::new(store),
+            registry,
+            config: http::Config { bookmark_interval: self.bookmark_interval },
+        };
+        ApiServer { shared: Arc::new(shared) }
+    }
+}
+
+/// The in-process API server. Cloning shares the same state.
+#[derive(Debug, Clone)]
+pub struct ApiServer {
+    shared: Arc<http::Shared>,
+}
+
+impl Default for ApiServer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ApiServer {
+    /// A server with the default settings ([`ApiServerBuilder`]).
+    pub fn new() -> Self {
+        ApiServerBuilder::default().build()
+    }
+
+    /// A builder for a server with other settings.
+    pub fn builder() -> ApiServerBuilder {
+        ApiServerBuilder::default()
+    }
+
+    /// A `kube::Client` talking to this server in-process, with `default` as its default namespace. Must be
+    /// called inside a tokio runtime.
+    pub fn client(&self) -> kube::Client {
+        kube::Client::new(self.service(), "default")
+    }
+
+    /// The server as a tower service (`http::Request` in, `http::Response` out).
+    pub fn service(&self) -> ApiService {
+        ApiService { shared: self.shared.clone() }
+    }
+
+    /// The current resourceVersion (the number of writes so far).
+    pub fn resource_version(&self) -> u64 {
+        self.shared.lock().resource_version()
+    }
+
+    /// Open watch streams.
+    pub fn watcher_count(&self) -> usize {
+        self.shared.lock().watcher_count()
+    }
+
+    /// The served kinds.
+    pub fn registry(&self) -> &Registry {
+        &self.shared.registry
+    }
+}
