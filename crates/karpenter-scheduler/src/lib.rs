@@ -1,4 +1,5 @@
 //! Karpenter's provisioning simulation (scheduling.md) as a pure function.
+pub mod check;
 pub mod decision;
 pub mod scheduler;
 pub mod snapshot;

@@ -298,7 +298,7 @@ impl<'a> Solver<'a> {
             if template.within_limits.is_empty() {
                 let all: Vec<u32> = (0..template.its.len() as u32).collect();
                 reasons.push(match self.can_add(template, &fresh, pod, &reqs, relax, &all) {
-                    Ok(_) => template.limit_reason(&all),
+                    Ok(c) => template.limit_reason(&c.its),
                     Err(e) => e,
                 });
                 continue;
@@ -323,8 +323,8 @@ impl<'a> Solver<'a> {
                     let limited = template.within_limits.len() < template.its.len();
                     if limited {
                         let all: Vec<u32> = (0..template.its.len() as u32).collect();
-                        if self.can_add(template, &fresh, pod, &reqs, relax, &all).is_ok() {
-                            reasons.push(template.limit_reason(&all));
+                        if let Ok(c) = self.can_add(template, &fresh, pod, &reqs, relax, &all) {
+                            reasons.push(template.limit_reason(&c.its));
                             continue;
                         }
                     }

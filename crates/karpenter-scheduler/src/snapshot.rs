@@ -161,7 +161,7 @@ fn meta_key(m: &ObjectMeta) -> (String, String) {
     (m.namespace.clone().unwrap_or_default(), m.name.clone().unwrap_or_default())
 }
 
-fn owned_by<'a>(m: &'a ObjectMeta) -> impl Iterator<Item = &'a OwnerReference> {
+fn owned_by(m: &ObjectMeta) -> impl Iterator<Item = &OwnerReference> {
     m.owner_references.iter().flatten()
 }
 

@@ -216,7 +216,7 @@ fn fill(
                 .map_err(|e| format!("invalid preferred node affinity: {e}"))?;
             preferred.push((p.weight, reqs));
         }
-        preferred.sort_by(|a, b| b.0.cmp(&a.0));
+        preferred.sort_by_key(|p| std::cmp::Reverse(p.0));
         data.preferred = preferred.into_iter().map(|(_, r)| r).collect();
     }
     if let Some(e) = restricted(&data.node_selector, provider) {

@@ -86,6 +86,8 @@ pub(crate) struct Template<'a> {
     pub daemon_ports: Vec<HostPortUsage>,
     /// Remaining limits (`limits − existing capacity`), `None` without limits.
     pub remaining: Option<ResourceList>,
+    /// `spec.limits`, parsed.
+    pub limits: ResourceList,
     /// Indices of `its` within the remaining limits (recomputed when `remaining` changes).
     pub within_limits: Vec<u32>,
     /// Why the template cannot produce any NodeClaim (then `its` is empty).
@@ -109,6 +111,7 @@ impl<'a> Template<'a> {
             daemon: Vec::new(),
             daemon_ports: Vec::new(),
             remaining: None,
+            limits: ResourceList::new(),
             within_limits: Vec::new(),
             unusable: None,
             claims_created: 0,
@@ -122,7 +125,10 @@ impl<'a> Template<'a> {
             }
         }
         match remaining_limits(pool, snapshot) {
-            Ok(r) => t.remaining = r,
+            Ok(r) => {
+                t.limits = r.as_ref().map(|(l, _)| l.clone()).unwrap_or_default();
+                t.remaining = r.map(|(_, rem)| rem);
+            }
             Err(e) => {
                 t.unusable = Some(format!("NodePool {}: {e}", t.name));
                 return t;
@@ -233,7 +239,8 @@ impl<'a> Template<'a> {
                 .filter_map(|&i| self.its.get(i as usize))
                 .all(|it| it.capacity().get(name).is_some_and(|c| c > rem));
             if all_exceed && !candidates.is_empty() {
-                return format!("NodePool {}: limit {name} would be exceeded ({rem} remaining)", self.name);
+                let limit = self.limits.get_or_zero(name);
+                return format!("NodePool {}: limit {name} {limit} would be exceeded ({rem} remaining)", self.name);
             }
         }
         format!("NodePool {}: every instance type that fits would exceed the remaining limits", self.name)
@@ -247,7 +254,10 @@ fn within(capacity: &ResourceList, remaining: &ResourceList) -> bool {
 }
 
 /// `spec.limits − Σ capacity(nodes and in-flight claims of the pool)`, with `nodes` counting 1 each.
-pub(crate) fn remaining_limits(pool: &NodePool, snapshot: &ClusterSnapshot) -> Result<Option<ResourceList>, String> {
+pub(crate) fn remaining_limits(
+    pool: &NodePool,
+    snapshot: &ClusterSnapshot,
+) -> Result<Option<(ResourceList, ResourceList)>, String> {
     if pool.spec.limits.is_empty() {
         return Ok(None);
     }
@@ -275,7 +285,8 @@ pub(crate) fn remaining_limits(pool: &NodePool, snapshot: &ClusterSnapshot) -> R
     for (k, _) in limits.iter() {
         sub.insert(k, used.get_or_zero(k));
     }
-    Ok(Some(limits.sub(&sub)))
+    let remaining = limits.sub(&sub);
+    Ok(Some((limits, remaining)))
 }
 
 /// An existing node or in-flight NodeClaim, as a place for pods.
