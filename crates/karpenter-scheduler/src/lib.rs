@@ -1,4 +1,92 @@
-//! Karpenter's provisioning simulation (scheduling.md) as a pure function.
+//! Karpenter's provisioning simulation (`shared/spec/scheduling.md`, upstream v1.14.1) as a pure function:
+//! a [`ClusterSnapshot`] plus NodePools with their instance types (data, never a provider) plus the provider's
+//! well-known labels plus [`SchedulerOptions`] give [`Decisions`]: NodeClaims to create, pods placed on
+//! existing and in-flight nodes, and a reason for every pod that cannot be placed.
+//!
+//! **No IO, no async, no kube client, no clock.** The deadline is a pod-attempt budget
+//! ([`SchedulerOptions::max_pod_attempts`]) or a caller-supplied check ([`schedule_until`]).
+//! Output is deterministic: the same input gives the same JSON.
+//!
+//! # Entry points
+//!
+//! * [`snapshot`]: [`ClusterSnapshot`] and [`ClusterSnapshot::from_objects`] (file-input rules in the module
+//!   docs: pending pods, workload expansion without double counting).
+//! * [`schedule`] / [`schedule_until`] with [`PoolInput`] and [`SchedulerOptions`].
+//! * [`decision`]: the versioned JSON (`"apiVersion": "karpenter-rs.scheduler/v1"`), documented there.
+//! * [`check`]: an independent checker of a decision against its input, used by the tests and benchmarks.
+//!
+//! # Example
+//!
+//! ```
+//! use karpenter_api::{ProviderLabels, load_str};
+//! use karpenter_requirements::{Format, InstanceType, Offering, Overhead, Quantity, Requirement, Requirements, ResourceList};
+//! use karpenter_scheduler::{ClusterSnapshot, PoolInput, SchedulerOptions, schedule};
+//!
+//! let objects = load_str(r#"
+//! apiVersion: karpenter.sh/v1
+//! kind: NodePool
+//! metadata: {name: default}
+//! spec:
+//!   template:
+//!     spec:
+//!       nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+//!       requirements: []
+//! ---
+//! apiVersion: v1
+//! kind: Pod
+//! metadata: {name: web, namespace: default}
+//! spec: {containers: [{name: c, image: nginx, resources: {requests: {cpu: "1"}}}]}
+//! "#, "example.yaml").unwrap();
+//! let snapshot = ClusterSnapshot::from_objects(&objects).unwrap();
+//!
+//! let offering = Offering::new(
+//!     [Requirement::in_values("topology.kubernetes.io/zone", ["zone-a"]),
+//!      Requirement::in_values("karpenter.sh/capacity-type", ["on-demand"])].into_iter().collect(),
+//!     0.1,
+//! );
+//! let it = InstanceType::new(
+//!     "small",
+//!     [Requirement::in_values("node.kubernetes.io/instance-type", ["small"])].into_iter().collect::<Requirements>(),
+//!     vec![offering],
+//!     ResourceList::new().with("cpu", Quantity::from_int(2, Format::DecimalSI))
+//!         .with("pods", Quantity::from_int(10, Format::DecimalSI)),
+//!     Overhead::default(),
+//! );
+//! let catalogue = vec![it];
+//! let pools = [PoolInput { node_pool: &snapshot.node_pools[0], instance_types: &catalogue }];
+//! let decisions = schedule(&snapshot, &pools, &ProviderLabels::aws(), &SchedulerOptions::default());
+//! assert_eq!(decisions.new_node_claims.len(), 1);
+//! assert_eq!(decisions.new_node_claims[0].instance_types, ["small"]);
+//! println!("{}", decisions.to_json());
+//! ```
+//!
+//! # What this build implements
+//!
+//! Queue order (CPU, memory, creation time, uid); placement existing nodes → in-flight NodeClaims (fewest
+//! pods first) → a new NodeClaim per NodePool in weight order (ties by name, descending); NodeClaim.CanAdd with
+//! resource fit against allocatable (instance overhead) plus per-instance-type DaemonSet overhead;
+//! nodeSelector and required node affinity (first term, later terms through relaxation); preferred node
+//! affinity under `Respect` / `Ignore` with upstream's relaxation order (terms, preferences,
+//! PreferNoSchedule toleration); taints and tolerations (startup taints ignored; ephemeral and startup
+//! taints of uninitialized nodes ignored); host ports; NodePool limits counting existing nodes and in-flight
+//! claims (`nodes` included); minValues (`Strict` / `BestEffort`); instance-type options ordered by price and
+//! truncated to 600; static NodePools left out; per-pod errors for bad input (unknown operator, malformed
+//! quantity, restricted key, `matchFields`).
+//!
+//! # Not supported yet
+//!
+//! These pods get an explicit per-pod reason instead of a silently wrong answer:
+//! * topology spread constraints (all under `Respect`; `DoNotSchedule` under `Ignore`);
+//! * pod affinity / anti-affinity (required; preferred under `Respect`), and pods selected by an existing
+//!   pod's required anti-affinity;
+//! * pods with PersistentVolumeClaim or ephemeral volumes (volume topology and CSI volume limits);
+//! * DRA resource claims (as upstream's default `IGNORE_DRA_REQUESTS=true`).
+//!
+//! Also not simulated yet: reserved offerings and [`ReservedOfferingMode`] (reserved offerings are priced
+//! like any other), the `consolidateAfter` window for non-pending pods, pods of deleting nodes, and sizing of
+//! in-flight NodeClaims without `status.allocatable` (nothing fits on them). Existing nodes and in-flight
+//! claims are tried sequentially (upstream evaluates them in parallel with the same result).
+
 pub mod check;
 pub mod decision;
 pub mod scheduler;

@@ -596,3 +596,96 @@ fn describe_reqs(reqs: &Requirements, template: &Template<'_>) -> String {
         .collect();
     if shown.is_empty() { reqs.to_string() } else { shown.join(", ") }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use karpenter_requirements::{Format, Offering, Overhead, Quantity};
+    use karpenter_testing::{NodePoolOptions, PodOptions, node_pool, pod};
+
+    fn catalogue() -> Vec<InstanceType> {
+        [2i64, 4]
+            .iter()
+            .map(|&cpu| {
+                let name = format!("it-{cpu}");
+                let offering = Offering::new(
+                    [
+                        Requirement::in_values(labels::ZONE, ["z"]),
+                        Requirement::in_values(labels::CAPACITY_TYPE, ["on-demand"]),
+                    ]
+                    .into_iter()
+                    .collect(),
+                    cpu as f64,
+                );
+                InstanceType::new(
+                    name.clone(),
+                    [Requirement::in_values(labels::INSTANCE_TYPE, [name.as_str()])].into_iter().collect(),
+                    vec![offering],
+                    ResourceList::new()
+                        .with("cpu", Quantity::from_int(cpu, Format::DecimalSI))
+                        .with("pods", Quantity::from_int(100, Format::DecimalSI)),
+                    Overhead::default(),
+                )
+            })
+            .collect()
+    }
+
+    fn snapshot(n: usize, cpu: &str) -> ClusterSnapshot {
+        let mut s = ClusterSnapshot::new();
+        s.node_pools.push(node_pool(NodePoolOptions { name: Some("default".into()), ..Default::default() }));
+        for i in 0..n {
+            s.pending_pods.push(pod(PodOptions {
+                name: Some(format!("p{i}")),
+                requests: [("cpu", cpu)].into(),
+                ..Default::default()
+            }));
+        }
+        s
+    }
+
+    #[test]
+    fn deadline_stops_and_reports_timed_out() {
+        let s = snapshot(3, "1");
+        let its = catalogue();
+        let pools = [PoolInput { node_pool: &s.node_pools[0], instance_types: &its }];
+        let mut calls = 0;
+        let d = schedule_until(&s, &pools, &ProviderLabels::aws(), &SchedulerOptions::default(), &mut || {
+            calls += 1;
+            calls > 1
+        });
+        assert!(d.timed_out);
+        assert_eq!(d.placed_pods(), 1, "what was decided before the deadline is kept");
+        assert_eq!(d.unschedulable.len(), 2);
+        assert!(d.unschedulable.iter().all(|u| u.reason == "scheduling timed out"));
+        let budget = SchedulerOptions { max_pod_attempts: Some(2), ..Default::default() };
+        let d = schedule(&s, &pools, &ProviderLabels::aws(), &budget);
+        assert!(d.timed_out);
+        assert_eq!(d.placed_pods(), 2);
+    }
+
+    #[test]
+    fn packs_onto_in_flight_claim_then_opens_a_new_one() {
+        let s = snapshot(5, "1500m");
+        let its = catalogue();
+        let pools = [PoolInput { node_pool: &s.node_pools[0], instance_types: &its }];
+        let d = schedule(&s, &pools, &ProviderLabels::aws(), &SchedulerOptions::default());
+        assert!(!d.timed_out);
+        assert!(d.unschedulable.is_empty());
+        // 4 cpu holds two 1.5 cpu pods: 5 pods need 3 claims.
+        assert_eq!(d.new_node_claims.len(), 3);
+        assert_eq!(d.new_node_claims[0].instance_types, ["it-4"]);
+        assert_eq!(d.new_node_claims[0].requests.get("cpu").map(String::as_str), Some("3"));
+        assert_eq!(d.new_node_claims[0].price, Some(4.0));
+    }
+
+    #[test]
+    fn static_pools_are_skipped() {
+        let mut s = snapshot(1, "1");
+        s.node_pools[0] = node_pool(NodePoolOptions { replicas: Some(2), ..Default::default() });
+        let its = catalogue();
+        let pools = [PoolInput { node_pool: &s.node_pools[0], instance_types: &its }];
+        let d = schedule(&s, &pools, &ProviderLabels::aws(), &SchedulerOptions::default());
+        assert_eq!(d.unschedulable.len(), 1);
+        assert!(d.unschedulable[0].reason.contains("static"), "{}", d.unschedulable[0].reason);
+    }
+}
