@@ -680,6 +680,11 @@ fn scale(
     Ok(Reply::Json(StatusCode::OK, scale_of(kind, &written)?))
 }
 
+/// `t`, or (when it overflowed) a day from now, re-armed after it passes.
+fn far_future_or(t: Option<Instant>) -> Instant {
+    t.unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400))
+}
+
 fn event_line(etype: &str, object: &Value) -> Bytes {
     let mut line = serde_json::to_vec(&json!({"type": etype, "object": object})).unwrap_or_default();
     line.push(b'\n');
@@ -735,7 +740,7 @@ impl WatchStream {
                     return None;
                 }
                 () = tokio::time::sleep_until(next_bookmark), if self.bookmarks => {
-                    self.next_bookmark = Instant::now() + self.interval;
+                    self.next_bookmark = far_future_or(Instant::now().checked_add(self.interval));
                     return Some(self.bookmark(false));
                 }
             }
@@ -776,8 +781,9 @@ fn watch(
                 bookmarks,
                 initial_end: send_initial && bookmarks,
                 interval,
-                next_bookmark: now + interval,
-                deadline: timeout.map(|t| now + Duration::from_secs(t)),
+                next_bookmark: far_future_or(now.checked_add(interval)),
+                // A timeout too large to represent is no timeout.
+                deadline: timeout.and_then(|t| now.checked_add(Duration::from_secs(t))),
                 api_version: kind.api_version(),
                 kind: kind.kind.clone(),
             };

@@ -158,7 +158,7 @@ impl ApiServerBuilder {
     /// How often watches with `allowWatchBookmarks` get a BOOKMARK (default 1 s; the real server's is about a
     /// minute).
     pub fn bookmark_interval(mut self, every: Duration) -> Self {
-        self.bookmark_interval = every.max(Duration::from_millis(1));
+        self.bookmark_interval = every.clamp(Duration::from_millis(1), Duration::from_secs(86_400));
         self
     }
 

@@ -693,8 +693,12 @@ impl Store {
         let k = key(kind, namespace, name);
         if grace > 0 || has_finalizers {
             let mut new = (*old).clone();
-            let deadline =
-                (self.clock.now() + chrono::Duration::seconds(grace)).to_rfc3339_opts(SecondsFormat::Secs, true);
+            let deadline = chrono::Duration::try_seconds(grace)
+                .and_then(|d| self.clock.now().checked_add_signed(d))
+                .ok_or_else(|| {
+                    ApiError::invalid(g, p, name, format!("gracePeriodSeconds: Invalid value: {grace}: out of range"))
+                })?
+                .to_rfc3339_opts(SecondsFormat::Secs, true);
             if let Some(m) = meta_mut(&mut new) {
                 m.insert("deletionTimestamp".into(), Value::String(deadline));
                 m.insert("deletionGracePeriodSeconds".into(), json!(grace));
