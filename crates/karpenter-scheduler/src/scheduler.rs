@@ -358,16 +358,13 @@ impl<'a> Solver<'a> {
         }
         let requests = claim.requests.add(&pod.requests);
         let mut survivors = Vec::with_capacity(its.len());
-        let mut total = ResourceList::new();
         for &i in its {
-            let (Some(it), Some(daemon), Some(dports)) =
-                (template.its.get(i as usize), template.daemon.get(i as usize), template.daemon_ports.get(i as usize))
+            let (Some(it), Some(room), Some(dports)) =
+                (template.its.get(i as usize), template.room.get(i as usize), template.daemon_ports.get(i as usize))
             else {
                 continue;
             };
-            total.clone_from(&requests);
-            total = total.add(daemon);
-            if !total.fits(it.allocatable()) {
+            if !requests.fits(room) {
                 continue;
             }
             if changed
@@ -376,7 +373,7 @@ impl<'a> Solver<'a> {
             {
                 continue;
             }
-            if dports.conflicts(&pod.host_ports).is_err() {
+            if !pod.host_ports.is_empty() && dports.conflicts(&pod.host_ports).is_err() {
                 continue;
             }
             survivors.push(i);

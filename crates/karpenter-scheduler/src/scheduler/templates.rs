@@ -82,6 +82,8 @@ pub(crate) struct Template<'a> {
     pub its: Vec<&'a InstanceType>,
     /// DaemonSet overhead per instance type (parallel to `its`).
     pub daemon: Vec<ResourceList>,
+    /// allocatable − DaemonSet overhead per instance type (never negative: others are dropped).
+    pub room: Vec<ResourceList>,
     /// DaemonSet host ports per instance type.
     pub daemon_ports: Vec<HostPortUsage>,
     /// Remaining limits (`limits − existing capacity`), `None` without limits.
@@ -109,6 +111,7 @@ impl<'a> Template<'a> {
             requirements: Requirements::new(),
             its: Vec::new(),
             daemon: Vec::new(),
+            room: Vec::new(),
             daemon_ports: Vec::new(),
             remaining: None,
             limits: ResourceList::new(),
@@ -172,6 +175,7 @@ impl<'a> Template<'a> {
                 continue;
             }
             t.its.push(it);
+            t.room.push(it.allocatable().sub(&overhead));
             t.daemon.push(overhead);
             t.daemon_ports.push(ports);
         }
