@@ -4,6 +4,7 @@
 //! code under test goes through the real `kube` client paths (`Api`, `watcher`, `reflector`, patches, finalizers)
 //! without a cluster. [`ApiServer::client`] returns a `kube::Client` whose transport is the server itself, as a
 //! tower service: no sockets, no TLS. It needs a tokio runtime (the client spawns its buffer task).
+//! [`ApiServer::serve_tcp`] also serves it over plain HTTP on a local address for manual runs.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -100,7 +101,7 @@
 //! - Garbage collection of dependents through ownerReferences (and Foreground/Orphan propagation).
 //! - The `node.kubernetes.io/not-ready` taint on Nodes created without a Ready condition.
 //! - Lease-specific behaviour beyond plain CRUD with optimistic concurrency.
-//! - The scheduler and kubelet stand-ins; the probe against a real API server; serving on TCP.
+//! - The scheduler and kubelet stand-ins; the probe against a real API server.
 
 mod http;
 mod registry;
@@ -221,6 +222,38 @@ impl ApiServer {
     /// called inside a tokio runtime.
     pub fn client(&self) -> kube::Client {
         kube::Client::new(self.service(), "default")
+    }
+
+    /// Serves the API over plain HTTP/1.1 on `addr` (say `127.0.0.1:0`), for manual runs with `kubectl
+    /// --server http://…` or a controller binary. Returns the bound address and the accept loop's task (abort
+    /// it to stop accepting). Needs a tokio runtime with IO enabled.
+    pub async fn serve_tcp(
+        &self,
+        addr: std::net::SocketAddr,
+    ) -> std::io::Result<(std::net::SocketAddr, tokio::task::JoinHandle<()>)> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let local = listener.local_addr()?;
+        let service = self.service();
+        let task = tokio::spawn(async move {
+            loop {
+                let stream = match listener.accept().await {
+                    Ok((stream, _)) => stream,
+                    Err(_) => {
+                        // Out of file descriptors and the like: back off instead of spinning.
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let svc = hyper_util::service::TowerToHyperService::new(service.clone());
+                tokio::spawn(async move {
+                    // A connection error concerns that client only.
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        Ok((local, task))
     }
 
     /// The server as a tower service (`http::Request` in, `http::Response` out).
