@@ -508,6 +508,22 @@ async fn raw_requests_never_panic_the_server() {
         ("GET", "/api/v1/namespaces/default/pods?labelSelector=a%20in%20(b", "", b"", 400),
         ("GET", "/api/v1/namespaces/default/pods?continue=garbage", "", b"", 400),
         ("GET", "/api/v1/namespaces/default/pods?dryRun=Some", "", b"", 400),
+        // Built-in kinds are decoded into their types: a wrong field type is a bad request.
+        (
+            "POST",
+            "/api/v1/namespaces/default/pods",
+            "application/json",
+            br#"{"metadata": {"name": "q"}, "spec": {"containers": "x"}}"#,
+            400,
+        ),
+        (
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            "application/json",
+            br#"{"metadata": {"name": "u"}, "bogus": 1}"#,
+            201,
+        ),
+        ("GET", "/api/v1/namespaces/default/configmaps/u", "", b"", 200),
     ];
     for (method, uri, ct, body, want) in cases {
         let mut req = http::Request::builder().method(method).uri(uri);
@@ -525,6 +541,7 @@ async fn raw_requests_never_panic_the_server() {
         let body = http_body_util::BodyExt::collect(resp.into_body()).await.expect("body").to_bytes();
         let status: serde_json::Value = serde_json::from_slice(&body).expect("a Status object");
         if want < 300 {
+            assert!(status.get("bogus").is_none(), "unknown fields of built-in kinds are dropped: {status}");
             continue;
         }
         assert_eq!(

@@ -88,8 +88,12 @@
 //!
 //! # Known differences from a real API server
 //!
-//! - No schema validation, defaulting or CEL rules: objects are stored as sent (validate with
-//!   `karpenter_api`'s `Validate` and `kube-cel` in tests that need it). Pod spec immutability is not enforced.
+//! - Built-in kinds are decoded into their `k8s-openapi` types: wrong field types and missing required fields are
+//!   400 BadRequest (the real server answers 422 for some of these), unknown fields are dropped. No further
+//!   validation or defaulting (Pod spec immutability is not enforced). Custom resources are stored as sent: no
+//!   OpenAPI schema validation, pruning, defaulting or CEL rules (validate with `karpenter_api`'s `Validate` and
+//!   `kube-cel` in tests that need it).
+//! - core/v1 and events.k8s.io/v1 Events are stored separately (on the real server they are one resource).
 //! - PUT never creates (the real server creates Nodes, Leases, ConfigMaps, … on update of a missing object).
 //! - No managedFields, no aggregated discovery, no protobuf, no `resourceVersionMatch=Exact` snapshots.
 //! - Delete of an immediately removed built-in object answers a success Status; pods and custom resources
@@ -108,6 +112,7 @@ mod registry;
 mod selector;
 mod status;
 mod store;
+mod typed;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

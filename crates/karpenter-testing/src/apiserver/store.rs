@@ -390,6 +390,7 @@ impl Store {
         if kind.group.is_empty() && kind.plural == "namespaces" && obj.pointer("/spec/finalizers").is_none() {
             set_field(&mut obj, "spec", Some(json!({"finalizers": ["kubernetes"]})));
         }
+        let obj = decode(kind, obj)?;
         if dry_run {
             return Ok(obj);
         }
@@ -593,6 +594,7 @@ impl Store {
         }
         rm.remove("managedFields");
         rm.remove("selfLink");
+        let mut result = decode(kind, result)?;
         if old_meta.contains_key("deletionTimestamp") {
             let before = finalizers(old);
             let added: Vec<String> = finalizers(&result).into_iter().filter(|f| !before.contains(f)).collect();
@@ -815,6 +817,16 @@ impl Store {
     pub(crate) fn watcher_count(&self) -> usize {
         self.watchers.iter().filter(|w| !w.tx.is_closed()).count()
     }
+}
+
+/// Decodes a built-in kind into its typed form (400 BadRequest when it cannot be), as the real server does.
+fn decode(kind: &ResourceKind, obj: Value) -> Result<Value, ApiError> {
+    super::typed::normalize(&kind.group, &kind.plural, obj).map_err(|e| {
+        ApiError::bad_request(format!(
+            "{} in version {:?} cannot be handled as a {}: {e}",
+            kind.kind, kind.version, kind.kind
+        ))
+    })
 }
 
 /// `kind`/`apiVersion` in a body, when present, must name the served kind.
