@@ -441,19 +441,65 @@ async fn patches_json_merge_strategic_and_apply() {
 async fn scale_subresource_of_node_pools() {
     let (_s, c) = client();
     let pools: Api<NodePool> = Api::all(c);
-    pools
-        .create(&PostParams::default(), &node_pool(NodePoolOptions { name: Some("np".into()), ..Default::default() }))
-        .await
-        .expect("np");
+    let static_pool = NodePoolOptions {
+        name: Some("np".into()),
+        replicas: Some(1),
+        limits: [("nodes", "5")].into(),
+        ..Default::default()
+    };
+    pools.create(&PostParams::default(), &node_pool(static_pool)).await.expect("np");
     let scaled = pools
         .patch_scale("np", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 3}})))
         .await
         .expect("scale");
     assert_eq!(scaled.spec.and_then(|s| s.replicas), Some(3));
     let np = pools.get("np").await.expect("get");
-    assert_eq!(serde_json::to_value(&np.spec).expect("json")["replicas"], 3);
+    assert_eq!(np.spec.replicas, Some(3));
     assert_eq!(np.metadata.generation, Some(2));
     assert_eq!(pools.get_scale("np").await.expect("get scale").spec.and_then(|s| s.replicas), Some(3));
+
+    // A dynamic NodePool cannot become static: the CRD's CEL transition rule answers 422.
+    pools
+        .create(
+            &PostParams::default(),
+            &node_pool(NodePoolOptions { name: Some("dynamic".into()), ..Default::default() }),
+        )
+        .await
+        .expect("dynamic");
+    let (code, reason, msg) = api_err(
+        pools
+            .patch_scale("dynamic", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 3}})))
+            .await
+            .expect_err("transition rule"),
+    );
+    assert_eq!((code, reason.as_str()), (422, "Invalid"));
+    assert!(msg.contains("replicas cannot be added or removed after creation"), "{msg}");
+}
+
+#[tokio::test]
+async fn custom_resources_follow_their_crd_schema() {
+    let (_s, c) = client();
+    let pools: Api<NodePool> = Api::all(c);
+    pools
+        .create(&PostParams::default(), &node_pool(NodePoolOptions { name: Some("np".into()), ..Default::default() }))
+        .await
+        .expect("np");
+    let pp = PatchParams::default();
+    // Wrong type, out of range, unknown enum value: 422 Invalid naming the field.
+    let (code, _, msg) =
+        api_err(pools.patch("np", &pp, &Patch::Merge(json!({"spec": {"weight": "heavy"}}))).await.expect_err("type"));
+    assert_eq!(code, 422);
+    assert!(msg.contains("spec.weight"), "{msg}");
+    let (code, _, msg) =
+        api_err(pools.patch("np", &pp, &Patch::Merge(json!({"spec": {"weight": 1000}}))).await.expect_err("range"));
+    assert_eq!(code, 422, "{msg}");
+    // Unknown fields are pruned, as for any structural schema.
+    let p = pools.patch("np", &pp, &Patch::Merge(json!({"spec": {"notAField": 1}}))).await.expect("pruned");
+    let raw: Api<kube::api::DynamicObject> =
+        Api::all_with(pools.clone().into_client(), &kube::discovery::ApiResource::erase::<NodePool>(&()));
+    let stored = raw.get("np").await.expect("get");
+    assert!(stored.data["spec"].get("notAField").is_none(), "{}", stored.data["spec"]);
+    assert_eq!(p.metadata.generation, Some(1), "a pruned-away change is no change");
 }
 
 #[tokio::test]

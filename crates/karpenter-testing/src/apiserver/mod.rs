@@ -90,9 +90,12 @@
 //!
 //! - Built-in kinds are decoded into their `k8s-openapi` types: wrong field types and missing required fields are
 //!   400 BadRequest (the real server answers 422 for some of these), unknown fields are dropped. No further
-//!   validation or defaulting (Pod spec immutability is not enforced). Custom resources are stored as sent: no
-//!   OpenAPI schema validation, pruning, defaulting or CEL rules (validate with `karpenter_api`'s `Validate` and
-//!   `kube-cel` in tests that need it).
+//!   validation or defaulting (Pod spec immutability, for one, is not enforced).
+//! - Custom resources go through their CRD's structural schema as on the real server: unknown fields pruned,
+//!   `default`s applied, types/required/enum/length/range/item-count checked, and the `x-kubernetes-validations`
+//!   CEL rules evaluated by `kube-cel` (transition rules see the old object) — 422 Invalid with every field error.
+//!   Not checked: `pattern`, `format`, list-type uniqueness; rules `kube-cel` cannot compile or evaluate are
+//!   skipped (accepted), and validation ratcheting is not implemented.
 //! - core/v1 and events.k8s.io/v1 Events are stored separately (on the real server they are one resource).
 //! - PUT never creates (the real server creates Nodes, Leases, ConfigMaps, … on update of a missing object).
 //! - No managedFields, no aggregated discovery, no protobuf, no `resourceVersionMatch=Exact` snapshots.
@@ -109,6 +112,7 @@
 
 mod http;
 mod registry;
+mod schema;
 mod selector;
 mod status;
 mod store;

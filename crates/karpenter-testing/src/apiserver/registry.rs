@@ -5,6 +5,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use karpenter_api::crd::{crds, node_class_crds};
 use karpenter_api::labels::ProviderLabels;
 
+use super::schema::SchemaRef;
+
 /// One served resource (one group/version/plural).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResourceKind {
@@ -32,6 +34,8 @@ pub struct ResourceKind {
     pub custom: bool,
     /// Only reads are served (CustomResourceDefinitions).
     pub read_only: bool,
+    /// The CRD's structural schema for custom resources: pruning, defaults, validation and CEL rules on writes.
+    pub(crate) schema: Option<SchemaRef>,
 }
 
 impl ResourceKind {
@@ -104,6 +108,7 @@ impl Registry {
                 generation,
                 custom: false,
                 read_only: group == "apiextensions.k8s.io",
+                schema: None,
             })
             .collect();
         for crd in &crd_list {
@@ -127,6 +132,12 @@ impl Registry {
                 generation: true,
                 custom: true,
                 read_only: false,
+                schema: version
+                    .schema
+                    .as_ref()
+                    .and_then(|s| s.open_api_v3_schema.as_ref())
+                    .and_then(|s| serde_json::to_value(s).ok())
+                    .map(SchemaRef::new),
             });
         }
         Self { kinds, crds: crd_list }
@@ -169,7 +180,7 @@ mod tests {
         let r = Registry::karpenter();
         let np = r.find("karpenter.sh", "v1", "nodepools").expect("nodepools served");
         assert!(!np.namespaced && np.status_subresource && np.custom && np.generation);
-        assert!(np.scale_subresource.is_some());
+        assert!(np.scale_subresource.is_some() && np.schema.is_some());
         let nc = r.find("karpenter.sh", "v1", "nodeclaims").expect("nodeclaims served");
         assert!(nc.status_subresource && nc.scale_subresource.is_none());
         assert!(r.find("karpenter.k8s.aws", "v1", "ec2nodeclasses").is_some());

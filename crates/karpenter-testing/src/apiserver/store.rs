@@ -390,7 +390,7 @@ impl Store {
         if kind.group.is_empty() && kind.plural == "namespaces" && obj.pointer("/spec/finalizers").is_none() {
             set_field(&mut obj, "spec", Some(json!({"finalizers": ["kubernetes"]})));
         }
-        let obj = decode(kind, obj)?;
+        let obj = decode(kind, obj, None)?;
         if dry_run {
             return Ok(obj);
         }
@@ -594,7 +594,7 @@ impl Store {
         }
         rm.remove("managedFields");
         rm.remove("selfLink");
-        let mut result = decode(kind, result)?;
+        let mut result = decode(kind, result, Some(old))?;
         if old_meta.contains_key("deletionTimestamp") {
             let before = finalizers(old);
             let added: Vec<String> = finalizers(&result).into_iter().filter(|f| !before.contains(f)).collect();
@@ -820,13 +820,24 @@ impl Store {
 }
 
 /// Decodes a built-in kind into its typed form (400 BadRequest when it cannot be), as the real server does.
-fn decode(kind: &ResourceKind, obj: Value) -> Result<Value, ApiError> {
-    super::typed::normalize(&kind.group, &kind.plural, obj).map_err(|e| {
+/// Custom resources go through their CRD schema (pruning, defaults, validation, CEL; 422 Invalid).
+fn decode(kind: &ResourceKind, obj: Value, old: Option<&Value>) -> Result<Value, ApiError> {
+    let obj = super::typed::normalize(&kind.group, &kind.plural, obj).map_err(|e| {
         ApiError::bad_request(format!(
             "{} in version {:?} cannot be handled as a {}: {e}",
             kind.kind, kind.version, kind.kind
         ))
-    })
+    })?;
+    match &kind.schema {
+        None => Ok(obj),
+        Some(schema) => {
+            let name = meta_str(&obj, "name").unwrap_or_default().to_string();
+            schema.admit(obj, old).map_err(|errors| {
+                let joined = if errors.len() == 1 { errors.join("") } else { format!("[{}]", errors.join(", ")) };
+                ApiError::invalid(&kind.group, &kind.plural, &name, joined)
+            })
+        }
+    }
 }
 
 /// `kind`/`apiVersion` in a body, when present, must name the served kind.
