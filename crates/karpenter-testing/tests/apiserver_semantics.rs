@@ -635,3 +635,57 @@ async fn discovery_and_version() {
         crds.list(&ListParams::default()).await.expect("crds").items.iter().map(ResourceExt::name_any).collect();
     assert!(names.contains(&"nodepools.karpenter.sh".to_string()), "{names:?}");
 }
+
+#[tokio::test]
+async fn namespace_deletion_empties_the_namespace_first() {
+    let (_s, c) = client();
+    let nss: Api<Namespace> = Api::all(c.clone());
+    let mut ns = Namespace::default();
+    ns.metadata.name = Some("doomed".into());
+    nss.create(&PostParams::default(), &ns).await.expect("ns");
+    let cms: Api<ConfigMap> = Api::namespaced(c.clone(), "doomed");
+    cms.create(&PostParams::default(), &cm("plain", &[])).await.expect("cm");
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "doomed");
+    let held = pod(PodOptions {
+        name: Some("held".into()),
+        namespace: Some("doomed".into()),
+        finalizers: vec!["example.com/hold".into()],
+        ..Default::default()
+    });
+    pods.create(&PostParams::default(), &held).await.expect("pod");
+
+    let pending = nss.delete("doomed", &DeleteParams::default()).await.expect("delete").left().expect("terminating");
+    assert_eq!(pending.status.and_then(|s| s.phase).as_deref(), Some("Terminating"));
+    assert_eq!(api_err(cms.get("plain").await.expect_err("content deleted")).0, 404);
+    assert!(pods.get("held").await.expect("held by its finalizer").metadata.deletion_timestamp.is_some());
+    let (code, reason, _) =
+        api_err(cms.create(&PostParams::default(), &cm("new", &[])).await.expect_err("terminating"));
+    assert_eq!((code, reason.as_str()), (403, "Forbidden"));
+
+    pods.patch("held", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}})))
+        .await
+        .expect("release");
+    assert_eq!(api_err(pods.get("held").await.expect_err("gone")).0, 404);
+    assert_eq!(api_err(nss.get("doomed").await.expect_err("namespace gone once empty")).0, 404);
+}
+
+#[tokio::test]
+async fn dry_run_writes_nothing() {
+    let (server, c) = client();
+    let cms: Api<ConfigMap> = Api::namespaced(c, "default");
+    let before = server.resource_version();
+    let dry = PostParams { dry_run: true, ..Default::default() };
+    let would = cms.create(&dry, &cm("a", &[])).await.expect("dry create");
+    assert_eq!(would.name_any(), "a");
+    assert_eq!(api_err(cms.get("a").await.expect_err("not stored")).0, 404);
+    assert_eq!(server.resource_version(), before);
+    cms.create(&PostParams::default(), &cm("a", &[])).await.expect("create");
+    cms.delete("a", &DeleteParams { dry_run: true, ..Default::default() }).await.expect("dry delete");
+    cms.get("a").await.expect("still there");
+    let patched = cms
+        .patch("a", &PatchParams { dry_run: true, ..Default::default() }, &Patch::Merge(json!({"data": {"k": "w"}})))
+        .await
+        .expect("dry patch");
+    assert_eq!(patched.data.and_then(|d| d.get("k").cloned()).as_deref(), Some("w"));
+    assert_eq!(cms.get("a").await.expect("get").data.and_then(|d| d.get("k").cloned()).as_deref(), Some("v"));
+}
