@@ -689,3 +689,42 @@ async fn dry_run_writes_nothing() {
     assert_eq!(patched.data.and_then(|d| d.get("k").cloned()).as_deref(), Some("w"));
     assert_eq!(cms.get("a").await.expect("get").data.and_then(|d| d.get("k").cloned()).as_deref(), Some("v"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn optimistic_concurrency_loses_no_increment() {
+    const WRITERS: usize = 8;
+    const EACH: usize = 15;
+    let (_s, c) = client();
+    let cms: Api<ConfigMap> = Api::namespaced(c, "default");
+    let mut counter = cm("counter", &[]);
+    counter.data = Some(BTreeMap::from([("n".to_string(), "0".to_string())]));
+    cms.create(&PostParams::default(), &counter).await.expect("create");
+    let tasks: Vec<_> = (0..WRITERS)
+        .map(|_| {
+            let cms = cms.clone();
+            tokio::spawn(async move {
+                let mut conflicts = 0usize;
+                for _ in 0..EACH {
+                    loop {
+                        let mut cur = cms.get("counter").await.expect("get");
+                        let n: usize =
+                            cur.data.as_ref().and_then(|d| d.get("n")).and_then(|s| s.parse().ok()).expect("n");
+                        cur.data = Some(BTreeMap::from([("n".to_string(), (n + 1).to_string())]));
+                        match cms.replace("counter", &PostParams::default(), &cur).await {
+                            Ok(_) => break,
+                            Err(Error::Api(s)) if s.code == 409 => conflicts += 1,
+                            Err(e) => panic!("unexpected {e}"),
+                        }
+                    }
+                }
+                conflicts
+            })
+        })
+        .collect();
+    let mut conflicts = 0;
+    for t in tasks {
+        conflicts += t.await.expect("join");
+    }
+    let n = cms.get("counter").await.expect("get").data.and_then(|d| d.get("n").cloned()).expect("n");
+    assert_eq!(n, (WRITERS * EACH).to_string(), "no lost update ({conflicts} conflicts retried)");
+}
