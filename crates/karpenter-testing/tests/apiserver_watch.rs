@@ -93,6 +93,21 @@ async fn bookmarks_arrive_periodically_and_timeout_ends_the_stream() {
     let e = timeout(WAIT, stream.try_next()).await.expect("in time").expect("ok").expect("event");
     let WatchEvent::Bookmark(b) = e else { panic!("expected a bookmark, got {:?}", describe(&e)) };
     assert_eq!(b.metadata.resource_version, server.resource_version().to_string());
+    // Writes to other kinds move the bookmarks on, so an idle watcher resumes inside the history window.
+    let leases: Api<Lease> = Api::namespaced(server.client(), "default");
+    for i in 0..3 {
+        leases.create(&PostParams::default(), &lease(&format!("l-{i}"))).await.expect("lease");
+    }
+    let target = server.resource_version().to_string();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let e = timeout(WAIT, stream.try_next()).await.expect("in time").expect("ok").expect("event");
+        let WatchEvent::Bookmark(b) = e else { panic!("only bookmarks expected, got {:?}", describe(&e)) };
+        if b.metadata.resource_version == target {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no bookmark at {target}");
+    }
 
     // Without allowWatchBookmarks there are none; timeoutSeconds closes the stream.
     let started = Instant::now();

@@ -692,6 +692,7 @@ fn event_line(etype: &str, object: &Value) -> Bytes {
 }
 
 struct WatchStream {
+    shared: Arc<Shared>,
     initial: VecDeque<Arc<Event>>,
     rx: mpsc::UnboundedReceiver<Arc<Event>>,
     filter: Filter,
@@ -715,16 +716,18 @@ impl WatchStream {
     }
 
     async fn next_line(&mut self) -> Option<Bytes> {
-        while let Some(e) = self.initial.pop_front() {
-            if let Some((t, obj)) = self.filter.view(&e) {
-                return Some(event_line(t, obj));
-            }
-        }
-        if self.initial_end {
-            self.initial_end = false;
-            return Some(self.bookmark(true));
-        }
         loop {
+            if let Some(e) = self.initial.pop_front() {
+                self.last_rv = self.last_rv.max(e.rv);
+                if let Some((t, obj)) = self.filter.view(&e) {
+                    return Some(event_line(t, obj));
+                }
+                continue;
+            }
+            if self.initial_end {
+                self.initial_end = false;
+                return Some(self.bookmark(true));
+            }
             let deadline = self.deadline;
             let next_bookmark = self.next_bookmark;
             tokio::select! {
@@ -741,7 +744,17 @@ impl WatchStream {
                 }
                 () = tokio::time::sleep_until(next_bookmark), if self.bookmarks => {
                     self.next_bookmark = far_future_or(Instant::now().checked_add(self.interval));
-                    return Some(self.bookmark(false));
+                    // Every event up to the store's current resourceVersion was queued for this watch under the
+                    // store's lock, so once the queue is empty the bookmark can carry that resourceVersion (as
+                    // the real server's do): a watcher idle through other kinds' writes stays inside the window.
+                    let current = self.shared.lock().resource_version();
+                    match self.rx.try_recv() {
+                        Ok(e) => self.initial.push_back(e),
+                        Err(_) => {
+                            self.last_rv = self.last_rv.max(current);
+                            return Some(self.bookmark(false));
+                        }
+                    }
                 }
             }
         }
@@ -774,6 +787,7 @@ fn watch(
             let now = Instant::now();
             let interval = shared.config.bookmark_interval;
             let state = WatchStream {
+                shared: shared.clone(),
                 initial: start.initial.into(),
                 rx: start.rx,
                 filter,
