@@ -728,3 +728,36 @@ async fn optimistic_concurrency_loses_no_increment() {
     let n = cms.get("counter").await.expect("get").data.and_then(|d| d.get("n").cloned()).expect("n");
     assert_eq!(n, (WRITERS * EACH).to_string(), "no lost update ({conflicts} conflicts retried)");
 }
+
+#[tokio::test]
+async fn metadata_is_validated_for_every_kind() {
+    let (_s, c) = client();
+    let cms: Api<ConfigMap> = Api::namespaced(c.clone(), "default");
+    let (code, reason, msg) =
+        api_err(cms.create(&PostParams::default(), &cm("a", &[("tier", "not valid")])).await.expect_err("label"));
+    assert_eq!((code, reason.as_str()), (422, "Invalid"));
+    assert!(msg.contains("metadata.labels"), "{msg}");
+    cms.create(&PostParams::default(), &cm("a", &[("karpenter.sh/nodepool", "default")])).await.expect("valid");
+    let long = "x".repeat(64);
+    let (code, _, _) = api_err(
+        cms.patch("a", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"k": long}}})))
+            .await
+            .expect_err("label value too long"),
+    );
+    assert_eq!(code, 422);
+    let (code, _, _) = api_err(
+        cms.patch(
+            "a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": ["no spaces allowed"]}})),
+        )
+        .await
+        .expect_err("finalizer"),
+    );
+    assert_eq!(code, 422);
+    let nss: Api<Namespace> = Api::all(c);
+    let mut ns = Namespace::default();
+    ns.metadata.name = Some("dotted.name".into());
+    let (code, _, _) = api_err(nss.create(&PostParams::default(), &ns).await.expect_err("namespace names are labels"));
+    assert_eq!(code, 422);
+}

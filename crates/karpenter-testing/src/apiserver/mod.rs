@@ -83,6 +83,9 @@
 //!   `allowWatchBookmarks` sends BOOKMARK events every [`ApiServerBuilder::bookmark_interval`];
 //!   `sendInitialEvents=true` ends the initial events with the `k8s.io/initial-events-end` bookmark;
 //!   `timeoutSeconds` ends the stream.
+//! - **metadata** is validated for every kind (422 Invalid): label keys and values, annotation keys and total size,
+//!   finalizer names, owner references (required fields, at most one controller), object names (DNS-1123
+//!   subdomains; labels for namespaces).
 //! - Errors are `Status` objects with the real codes and reasons, so `kube` returns `kube::Error::Api`; no request
 //!   can panic the server (malformed JSON is 400 BadRequest).
 //!
@@ -111,6 +114,7 @@
 //! - The scheduler and kubelet stand-ins; the probe against a real API server.
 
 mod http;
+mod meta;
 mod registry;
 mod schema;
 mod selector;

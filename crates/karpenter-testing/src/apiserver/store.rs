@@ -346,7 +346,7 @@ impl Store {
         } else {
             name
         };
-        if !valid_name(&name) {
+        if !super::meta::dns_subdomain_ok(&name) {
             return Err(ApiError::invalid(
                 g,
                 p,
@@ -820,7 +820,7 @@ impl Store {
 }
 
 /// Decodes a built-in kind into its typed form (400 BadRequest when it cannot be), as the real server does.
-/// Custom resources go through their CRD schema (pruning, defaults, validation, CEL; 422 Invalid).
+/// Metadata is validated for every kind (422 Invalid). Custom resources go through their CRD schema (pruning, defaults, validation, CEL; 422 Invalid).
 fn decode(kind: &ResourceKind, obj: Value, old: Option<&Value>) -> Result<Value, ApiError> {
     let obj = super::typed::normalize(&kind.group, &kind.plural, obj).map_err(|e| {
         ApiError::bad_request(format!(
@@ -828,6 +828,13 @@ fn decode(kind: &ResourceKind, obj: Value, old: Option<&Value>) -> Result<Value,
             kind.kind, kind.version, kind.kind
         ))
     })?;
+    let meta_errors = super::meta::validate(&obj, kind.group.is_empty() && kind.plural == "namespaces");
+    if !meta_errors.is_empty() {
+        let name = meta_str(&obj, "name").unwrap_or_default().to_string();
+        let joined =
+            if meta_errors.len() == 1 { meta_errors.join("") } else { format!("[{}]", meta_errors.join(", ")) };
+        return Err(ApiError::invalid(&kind.group, &kind.plural, &name, joined));
+    }
     match &kind.schema {
         None => Ok(obj),
         Some(schema) => {
@@ -863,15 +870,6 @@ fn check_type(kind: &ResourceKind, obj: &Value) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// A DNS-1123 subdomain (what most kinds require of names).
-fn valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 253
-        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
-        && name.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
-        && name.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -882,11 +880,5 @@ mod tests {
         assert_eq!(qos_class(Some(&json!({"containers": [{"resources": {"requests": {"cpu": "1"}}}]}))), "Burstable");
         let g = json!({"containers": [{"resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]});
         assert_eq!(qos_class(Some(&g)), "Guaranteed");
-    }
-
-    #[test]
-    fn names_follow_dns_subdomain_rules() {
-        assert!(valid_name("a.b-c1"));
-        assert!(!valid_name("A") && !valid_name("-a") && !valid_name("a_b") && !valid_name(""));
     }
 }
