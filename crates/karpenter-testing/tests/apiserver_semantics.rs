@@ -761,3 +761,19 @@ async fn metadata_is_validated_for_every_kind() {
     let (code, _, _) = api_err(nss.create(&PostParams::default(), &ns).await.expect_err("namespace names are labels"));
     assert_eq!(code, 422);
 }
+
+#[tokio::test]
+async fn create_with_status_writes_the_status_after_create() {
+    let (_s, c) = client();
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+    let p = karpenter_testing::unschedulable_pod(PodOptions { name: Some("pending".into()), ..Default::default() });
+    let created = karpenter_testing::apiserver::create_with_status(&pods, &p).await.expect("create");
+    let status = created.status.expect("status");
+    assert_eq!(status.phase.as_deref(), Some("Pending"));
+    let conditions = status.conditions.expect("conditions");
+    assert!(conditions.iter().any(|c| c.type_ == "PodScheduled" && c.reason.as_deref() == Some("Unschedulable")));
+    let claims: Api<NodeClaim> = Api::all(c);
+    let nc = node_claim(NodeClaimOptions { name: Some("c".into()), launched: true, ..Default::default() });
+    let created = karpenter_testing::apiserver::create_with_status(&claims, &nc).await.expect("claim");
+    assert!(created.status.is_some_and(|s| !s.conditions.is_empty()));
+}

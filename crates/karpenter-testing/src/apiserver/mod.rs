@@ -134,6 +134,24 @@ pub use status::ApiError;
 
 use crate::clock::{Clock, SystemClock};
 
+/// Creates `obj`, then writes the status it carries through the status subresource (JSON merge patch): the way
+/// to get an object with a given status into a server (this one or a real one), which drops the status sent on
+/// create for kinds with a status subresource. Objects without a status are just created.
+pub async fn create_with_status<K>(api: &kube::Api<K>, obj: &K) -> kube::Result<K>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
+{
+    use kube::api::{Patch, PatchParams, PostParams};
+    let created = api.create(&PostParams::default(), obj).await?;
+    let status = serde_json::to_value(obj).map_err(kube::Error::SerdeError)?.get("status").cloned();
+    match (status, created.meta().name.clone()) {
+        (Some(status), Some(name)) if !status.is_null() => {
+            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({ "status": status }))).await
+        }
+        _ => Ok(created),
+    }
+}
+
 /// Builder of an [`ApiServer`]: clock, history window, bookmark interval, served kinds.
 #[derive(Debug, Clone)]
 pub struct ApiServerBuilder {
