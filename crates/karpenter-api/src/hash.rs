@@ -13,6 +13,8 @@
 
 use serde_json::{Map, Value};
 
+use crate::labels::annotations;
+
 /// Hash version written beside `karpenter.sh/nodepool-hash`.
 pub const NODE_POOL_HASH_VERSION: &str = "rs1";
 /// Hash version written beside `karpenter.k8s.aws/ec2nodeclass-hash`.
@@ -156,30 +158,49 @@ pub fn node_pool_hash(node_pool: &crate::NodePool) -> String {
 /// Static drift of a NodeClaim against its NodePool, from the hash annotations both carry. The NodePool's
 /// annotations are the ones the hash controller wrote; when they are absent, the current spec's hash is used.
 pub fn node_pool_static_drift(node_pool: &crate::NodePool, claim: &crate::NodeClaim) -> StaticDrift {
-    use crate::labels::annotations::{NODE_POOL_HASH, NODE_POOL_HASH_VERSION};
-    let pool_annotations = node_pool.metadata.annotations.as_ref();
-    let computed;
-    let (pool_hash, pool_version) = match pool_annotations.and_then(|a| a.get(NODE_POOL_HASH)) {
-        Some(h) => (Some(h.as_str()), pool_annotations.and_then(|a| a.get(NODE_POOL_HASH_VERSION)).map(String::as_str)),
-        None => {
-            computed = node_pool_hash(node_pool);
-            (Some(computed.as_str()), Some(NODE_POOL_HASH_VERSION))
-        }
+    let keys = HashKeys {
+        hash: annotations::NODE_POOL_HASH,
+        version: annotations::NODE_POOL_HASH_VERSION,
+        current_version: NODE_POOL_HASH_VERSION,
     };
-    let claim_annotations = claim.metadata.annotations.as_ref();
+    annotated_static_drift(&node_pool.metadata, || node_pool_hash(node_pool), &keys, claim)
+}
+
+/// The annotation keys of one hash and the version this build writes.
+struct HashKeys {
+    hash: &'static str,
+    version: &'static str,
+    current_version: &'static str,
+}
+
+/// Compares the hash annotations on an owner (falling back to `current_hash()` under this build's version when
+/// the owner has none) with a NodeClaim's.
+fn annotated_static_drift(
+    owner: &kube::core::ObjectMeta,
+    current_hash: impl FnOnce() -> String,
+    keys: &HashKeys,
+    claim: &crate::NodeClaim,
+) -> StaticDrift {
+    let get = |meta: &kube::core::ObjectMeta, key: &str| meta.annotations.as_ref()?.get(key).cloned();
+    let (owner_hash, owner_version) = match get(owner, keys.hash) {
+        Some(h) => (h, get(owner, keys.version)),
+        None => (current_hash(), Some(keys.current_version.to_string())),
+    };
     static_drift(
-        pool_hash,
-        pool_version,
-        claim_annotations.and_then(|a| a.get(NODE_POOL_HASH)).map(String::as_str),
-        claim_annotations.and_then(|a| a.get(NODE_POOL_HASH_VERSION)).map(String::as_str),
+        Some(&owner_hash),
+        owner_version.as_deref(),
+        get(&claim.metadata, keys.hash).as_deref(),
+        get(&claim.metadata, keys.version).as_deref(),
     )
 }
 
 #[cfg(test)]
 mod node_pool_tests {
     use super::*;
-    use crate::labels::annotations::{NODE_POOL_HASH, NODE_POOL_HASH_VERSION};
+    use crate::labels::annotations::NODE_POOL_HASH;
     use crate::{NodeClaim, NodePool};
+    // The annotation key, not to be confused with this module's version value `NODE_POOL_HASH_VERSION`.
+    const VERSION_KEY: &str = crate::labels::annotations::NODE_POOL_HASH_VERSION;
 
     const POOL: &str = r#"
 apiVersion: karpenter.sh/v1
@@ -211,7 +232,7 @@ kind: NodeClaim
 metadata:
   name: default-abc
   labels: {{karpenter.sh/nodepool: default}}
-  annotations: {{"{NODE_POOL_HASH}": "{hash}", "{NODE_POOL_HASH_VERSION}": "{version}"}}
+  annotations: {{"{NODE_POOL_HASH}": "{hash}", "{VERSION_KEY}": "{version}"}}
 spec:
   nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}
   requirements: []
@@ -252,13 +273,28 @@ spec:
         let ours_stale = claim_with("1", NODE_POOL_HASH_VERSION);
         assert_eq!(node_pool_static_drift(&p, &ours_stale), StaticDrift::Drifted);
     }
+
+    #[test]
+    fn hash_annotations_carry_our_version_value() {
+        let [(hash_key, hash), (version_key, version)] = node_pool_hash_annotations(&pool());
+        assert_eq!(hash_key, NODE_POOL_HASH);
+        assert_eq!(hash, node_pool_hash(&pool()));
+        assert_eq!(version_key, "karpenter.sh/nodepool-hash-version");
+        assert_eq!(version, "rs1");
+        // A NodeClaim stamped from these annotations is current, and one from upstream is a version mismatch.
+        let stamped = claim_with(&hash, &version);
+        assert_eq!(node_pool_static_drift(&pool(), &stamped), StaticDrift::NotDrifted);
+        assert_eq!(node_pool_static_drift(&pool(), &claim_with(&hash, "v3")), StaticDrift::VersionMismatch);
+    }
 }
 
 /// The hash annotations the NodePool hash controller writes on a NodePool, and copies to a NodeClaim at
 /// creation or when [`StaticDrift::VersionMismatch`] asks for a rewrite.
 pub fn node_pool_hash_annotations(node_pool: &crate::NodePool) -> [(&'static str, String); 2] {
-    use crate::labels::annotations::{NODE_POOL_HASH, NODE_POOL_HASH_VERSION};
-    [(NODE_POOL_HASH, node_pool_hash(node_pool)), (NODE_POOL_HASH_VERSION, NODE_POOL_HASH_VERSION.to_string())]
+    [
+        (annotations::NODE_POOL_HASH, node_pool_hash(node_pool)),
+        (annotations::NODE_POOL_HASH_VERSION, NODE_POOL_HASH_VERSION.to_string()),
+    ]
 }
 
 /// The EC2NodeClass's static hash: its spec minus the selector terms (they drift dynamically against the
@@ -271,32 +307,20 @@ pub fn ec2_node_class_hash(node_class: &crate::EC2NodeClass, ca_bundle: Option<&
 /// Static drift of a NodeClaim against its EC2NodeClass, from the hash annotations both carry (the class's
 /// current hash when its annotations are absent).
 pub fn ec2_node_class_static_drift(node_class: &crate::EC2NodeClass, claim: &crate::NodeClaim) -> StaticDrift {
-    use crate::labels::annotations::{EC2_NODE_CLASS_HASH, EC2_NODE_CLASS_HASH_VERSION};
-    let class_annotations = node_class.metadata.annotations.as_ref();
-    let computed;
-    let (class_hash, class_version) = match class_annotations.and_then(|a| a.get(EC2_NODE_CLASS_HASH)) {
-        Some(h) => {
-            (Some(h.as_str()), class_annotations.and_then(|a| a.get(EC2_NODE_CLASS_HASH_VERSION)).map(String::as_str))
-        }
-        None => {
-            computed = ec2_node_class_hash(node_class, None);
-            (Some(computed.as_str()), Some(EC2_NODE_CLASS_HASH_VERSION))
-        }
+    let keys = HashKeys {
+        hash: annotations::EC2_NODE_CLASS_HASH,
+        version: annotations::EC2_NODE_CLASS_HASH_VERSION,
+        current_version: EC2_NODE_CLASS_HASH_VERSION,
     };
-    let claim_annotations = claim.metadata.annotations.as_ref();
-    static_drift(
-        class_hash,
-        class_version,
-        claim_annotations.and_then(|a| a.get(EC2_NODE_CLASS_HASH)).map(String::as_str),
-        claim_annotations.and_then(|a| a.get(EC2_NODE_CLASS_HASH_VERSION)).map(String::as_str),
-    )
+    annotated_static_drift(&node_class.metadata, || ec2_node_class_hash(node_class, None), &keys, claim)
 }
 
 #[cfg(test)]
 mod ec2_node_class_tests {
     use super::*;
     use crate::EC2NodeClass;
-    use crate::labels::annotations::{EC2_NODE_CLASS_HASH, EC2_NODE_CLASS_HASH_VERSION};
+    use crate::labels::annotations::EC2_NODE_CLASS_HASH;
+    const VERSION_KEY: &str = crate::labels::annotations::EC2_NODE_CLASS_HASH_VERSION;
 
     fn class(extra: &str) -> EC2NodeClass {
         let text = format!(
@@ -340,7 +364,7 @@ apiVersion: karpenter.sh/v1
 kind: NodeClaim
 metadata:
   name: default-abc
-  annotations: {{"{EC2_NODE_CLASS_HASH}": "123", "{EC2_NODE_CLASS_HASH_VERSION}": "v5"}}
+  annotations: {{"{EC2_NODE_CLASS_HASH}": "123", "{VERSION_KEY}": "v5"}}
 spec:
   nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}
   requirements: []
