@@ -13,6 +13,8 @@
 //!   docs: pending pods, workload expansion without double counting).
 //! * [`schedule`] / [`schedule_until`] with [`PoolInput`] and [`SchedulerOptions`].
 //! * [`decision`]: the versioned JSON (`"apiVersion": "karpenter-rs.scheduler/v1"`), documented there.
+//! * [`simulation`]: [`simulation::Simulator`], prepared once per pass for many what-if solves ("remove these
+//!   nodes, where do their pods go?"), used by disruption.
 //! * [`check`]: an independent checker of a decision against its input, used by the tests and benchmarks.
 //!
 //! # Example
@@ -90,6 +92,7 @@
 pub mod check;
 pub mod decision;
 pub mod scheduler;
+pub mod simulation;
 pub mod snapshot;
 
 pub use decision::{API_VERSION, Decisions};

@@ -1,8 +1,8 @@
 //! The solve loop (scheduling.md §4): queue order, placement order, NodeClaim.CanAdd, relaxation,
 //! finalisation.
 
-mod pods;
-mod templates;
+pub(crate) mod pods;
+pub(crate) mod templates;
 
 use std::collections::VecDeque;
 
@@ -101,7 +101,7 @@ struct Candidate {
     min_values_relaxed: bool,
 }
 
-struct Solver<'a> {
+pub(crate) struct Solver<'a> {
     provider: &'a ProviderLabels,
     options: &'a SchedulerOptions,
     pods: Vec<PodData<'a>>,
@@ -112,6 +112,49 @@ struct Solver<'a> {
     placed: Vec<bool>,
     any_prefer_no_schedule: bool,
     no_templates_reason: Option<String>,
+}
+
+/// The per-pass state that does not depend on the pods being placed: templates and existing nodes. Built once
+/// by [`Solver::new`]; [`crate::simulation`] builds it once per disruption pass and hands clones of it (with
+/// nodes left out) to many solves. State that depends on the pods to place belongs in [`Solver::from_base`].
+#[derive(Debug, Clone)]
+pub(crate) struct Base<'a> {
+    pub templates: Vec<Template<'a>>,
+    pub existing: Vec<ExistingNode>,
+    pub any_prefer_no_schedule: bool,
+    pub no_templates_reason: Option<String>,
+}
+
+impl<'a> Base<'a> {
+    pub(crate) fn new(
+        snapshot: &'a ClusterSnapshot,
+        pools: &[PoolInput<'a>],
+        provider: &'a ProviderLabels,
+        daemons: &[templates::Daemon],
+    ) -> Self {
+        let mut dynamic: Vec<&PoolInput<'a>> = pools.iter().filter(|p| !p.node_pool.is_static()).collect();
+        // Weight descending, ties by name descending (upstream).
+        dynamic.sort_by(|a, b| {
+            b.node_pool
+                .weight()
+                .cmp(&a.node_pool.weight())
+                .then_with(|| b.node_pool.metadata.name.cmp(&a.node_pool.metadata.name))
+        });
+        let templates: Vec<Template<'a>> = dynamic
+            .iter()
+            .map(|p| Template::new(p.node_pool, p.instance_types, snapshot, daemons, provider))
+            .collect();
+        let no_templates_reason = if dynamic.is_empty() {
+            Some(
+                if pools.is_empty() { "no NodePools given" } else { "no dynamic NodePools found (all are static)" }
+                    .to_owned(),
+            )
+        } else {
+            None
+        };
+        let any_prefer_no_schedule = templates.iter().any(|t| t.taints.iter().any(|t| t.effect == "PreferNoSchedule"));
+        Base { existing: existing_nodes(snapshot, daemons), templates, any_prefer_no_schedule, no_templates_reason }
+    }
 }
 
 impl<'a> Solver<'a> {
@@ -125,40 +168,35 @@ impl<'a> Solver<'a> {
         let inverse = InverseAntiAffinity::new(snapshot);
         let pods: Vec<PodData<'a>> =
             snapshot.pending_pods.iter().map(|p| pod_data(p, provider, options.preference_policy, &inverse)).collect();
-        let mut dynamic: Vec<&PoolInput<'a>> = pools.iter().filter(|p| !p.node_pool.is_static()).collect();
-        // Weight descending, ties by name descending (upstream).
-        dynamic.sort_by(|a, b| {
-            b.node_pool
-                .weight()
-                .cmp(&a.node_pool.weight())
-                .then_with(|| b.node_pool.metadata.name.cmp(&a.node_pool.metadata.name))
-        });
-        let templates: Vec<Template<'a>> = dynamic
-            .iter()
-            .map(|p| Template::new(p.node_pool, p.instance_types, snapshot, &daemons, provider))
-            .collect();
-        let no_templates_reason = if dynamic.is_empty() {
-            Some(
-                if pools.is_empty() { "no NodePools given" } else { "no dynamic NodePools found (all are static)" }
-                    .to_owned(),
-            )
-        } else {
-            None
-        };
-        let any_prefer_no_schedule = templates.iter().any(|t| t.taints.iter().any(|t| t.effect == "PreferNoSchedule"));
+        let base = Base::new(snapshot, pools, provider, &daemons);
+        Solver::from_base(base, pods, provider, options)
+    }
+
+    /// A solver over prepared state and the pods to place.
+    pub(crate) fn from_base(
+        base: Base<'a>,
+        pods: Vec<PodData<'a>>,
+        provider: &'a ProviderLabels,
+        options: &'a SchedulerOptions,
+    ) -> Self {
         let n = pods.len();
         Solver {
             provider,
             options,
-            existing: existing_nodes(snapshot, &daemons),
-            templates,
+            existing: base.existing,
+            templates: base.templates,
             claims: Vec::new(),
             errors: vec![None; n],
             placed: vec![false; n],
-            any_prefer_no_schedule,
-            no_templates_reason,
+            any_prefer_no_schedule: base.any_prefer_no_schedule,
+            no_templates_reason: base.no_templates_reason,
             pods,
         }
+    }
+
+    /// Runs the solve loop (for [`crate::simulation`]).
+    pub(crate) fn run(self, should_stop: &mut dyn FnMut() -> bool) -> Decisions {
+        self.solve(should_stop)
     }
 
     fn solve(mut self, should_stop: &mut dyn FnMut() -> bool) -> Decisions {

@@ -18,7 +18,7 @@ use crate::snapshot::{ClusterSnapshot, pod_key};
 pub const TOPOLOGY_NOT_SUPPORTED: &str = "topology spread constraints are not supported yet by this scheduler build";
 
 /// One pending pod, parsed.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct PodData<'a> {
     pub key: String,
     pub requests: ResourceList,

@@ -73,7 +73,7 @@ fn prefer_no_schedule_toleration() -> Toleration {
 }
 
 /// A dynamic NodePool prepared for simulation.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Template<'a> {
     pub name: String,
     pub requirements: Requirements,
@@ -294,7 +294,7 @@ pub(crate) fn remaining_limits(
 }
 
 /// An existing node or in-flight NodeClaim, as a place for pods.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct ExistingNode {
     pub name: String,
     pub in_flight: bool,
@@ -341,6 +341,14 @@ fn daemon_overhead_for(daemons: &[Daemon], reqs: &Requirements, taints: &[Taint]
 /// Existing nodes (not marked for deletion) and in-flight claims, initialized first, then by name.
 pub(crate) fn existing_nodes(snapshot: &ClusterSnapshot, daemons: &[Daemon]) -> Vec<ExistingNode> {
     let mut out = Vec::new();
+    // Bound pods by node name, built once (looking them up per node is quadratic on large clusters).
+    let mut by_node: std::collections::BTreeMap<&str, Vec<&Pod>> = std::collections::BTreeMap::new();
+    for p in &snapshot.bound_pods {
+        if let Some(n) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+            by_node.entry(n).or_default().push(p);
+        }
+    }
+    let pods_on = |name: &str| -> Vec<&Pod> { by_node.get(name).cloned().unwrap_or_default() };
     for n in snapshot.nodes.iter().filter(|n| !n.marked_for_deletion) {
         let mut reqs = Requirements::from_labels(&n.labels);
         let hostname = n.labels.get(labels::HOSTNAME).cloned().unwrap_or_else(|| n.name.clone());
@@ -362,7 +370,7 @@ pub(crate) fn existing_nodes(snapshot: &ClusterSnapshot, daemons: &[Daemon]) -> 
                 time_added: None,
             });
         }
-        let bound: Vec<&Pod> = snapshot.pods_on(&n.name).collect();
+        let bound: Vec<&Pod> = pods_on(&n.name);
         let mut used = ResourceList::new();
         let mut ports = HostPortUsage::new();
         for p in &bound {
@@ -392,7 +400,7 @@ pub(crate) fn existing_nodes(snapshot: &ClusterSnapshot, daemons: &[Daemon]) -> 
         let hostname = c.node_name.clone().unwrap_or_else(|| c.name.clone());
         reqs.add(Requirement::in_values(labels::HOSTNAME, [hostname.as_str()]));
         let taints: Vec<Taint> = c.claim.spec.taints.iter().map(api_taint).collect();
-        let bound: Vec<&Pod> = snapshot.pods_on(&hostname).collect();
+        let bound: Vec<&Pod> = pods_on(&hostname);
         let mut used = ResourceList::new();
         for p in &bound {
             if let Ok(r) = requests_with_pod_count(p) {
