@@ -1,0 +1,589 @@
+//! The kwok instance-type catalogue: upstream's generic, cloud-neutral instance types (the set its kwok provider
+//! embeds), a loader for upstream's kwok instance-type JSON, and [`cheapest_launch`], the offering a launch picks.
+//!
+//! # The built-in catalogue ([`catalogue`])
+//!
+//! 288 instance types: every CPU count in [`CPUS`] × memory of 2, 4 or 8 GiB per vCPU ([`MEMORY_FACTORS`]) ×
+//! `linux`/`windows` × `amd64`/`arm64`, named `<family>-<cpu>x-<arch>-<os>` with family `c` (2 GiB per vCPU),
+//! `s` (4) or `m` (8), e.g. `c-4x-amd64-linux`. Each has
+//!
+//! * capacity: `cpu`, `memory` (GiB), `pods` = min(16 × CPU, 1024), `ephemeral-storage` = 20Gi;
+//! * overhead: kube-reserved `cpu: 100m`, `memory: 10Mi` (so allocatable is capacity minus that);
+//! * requirements: `node.kubernetes.io/instance-type`, `kubernetes.io/arch`, `kubernetes.io/os`, the zones and
+//!   capacity types of its offerings, and the kwok labels `karpenter.kwok.sh/instance-size` (the CPU count, as
+//!   upstream derives it for names that are not `<family>.<size>`), `karpenter.kwok.sh/instance-family`
+//!   (`c`/`s`/`m`), `karpenter.kwok.sh/instance-cpu` and `karpenter.kwok.sh/instance-memory` (the memory quantity,
+//!   e.g. `8Gi`);
+//! * 8 offerings: zones `test-zone-a` … `test-zone-d` ([`ZONES`]) × `spot`/`on-demand`, all available; on-demand
+//!   price = 0.025 per vCPU + 0.001 per GB (10⁹ bytes) of memory per hour, spot = 0.7 × on-demand.
+//!
+//! # Upstream's JSON ([`load_instance_types_json`])
+//!
+//! A list of `{name, offerings: [{Price, Available, Requirements: [{key, operator, values}]}], architecture,
+//! operatingSystems, resources: {cpu, memory, pods, ephemeral-storage, ...}}`, the format of upstream's
+//! `kwok/cloudprovider/instance_types.json` (and the older `{CapacityType, Zone, Price, Available}` offering form).
+//! Instance types are built exactly like the built-in ones (labels derived from the name and resources, `pods`
+//! defaulting to 110, the same overhead). Two deliberate differences from upstream's loader: an offering's
+//! `Available` is honoured (upstream forces every offering available; absent means available), and every offering
+//! must name exactly one zone and one capacity type (upstream's files always do; an offering without them could
+//! not be launched). Errors name the entry (index and name) and the field.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use karpenter_api::labels::kwok as kwok_labels;
+use karpenter_api::labels::{
+    ARCH, CAPACITY_TYPE, CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT, INSTANCE_TYPE, OS, ZONE,
+};
+use karpenter_requirements::{
+    Format, InstanceType, Offering, Operator, Overhead, Quantity, Requirement, Requirements, ResourceList,
+};
+use serde::Deserialize;
+use serde_json::Value;
+
+/// The zones of the built-in catalogue.
+pub const ZONES: [&str; 4] = ["test-zone-a", "test-zone-b", "test-zone-c", "test-zone-d"];
+/// The vCPU counts of the built-in catalogue.
+pub const CPUS: [i64; 12] = [1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256];
+/// GiB of memory per vCPU, with the family letter each gives the name.
+pub const MEMORY_FACTORS: [(i64, &str); 3] = [(2, "c"), (4, "s"), (8, "m")];
+/// Operating systems of the built-in catalogue.
+pub const OPERATING_SYSTEMS: [&str; 2] = ["linux", "windows"];
+/// Architectures of the built-in catalogue.
+pub const ARCHITECTURES: [&str; 2] = ["amd64", "arm64"];
+/// On-demand price per vCPU-hour.
+pub const PRICE_PER_CPU: f64 = 0.025;
+/// On-demand price per GB-hour of memory (GB = 10⁹ bytes, as upstream).
+pub const PRICE_PER_GB: f64 = 0.001;
+/// Spot price as a fraction of on-demand.
+pub const SPOT_DISCOUNT: f64 = 0.7;
+/// Provider ids of kwok instances start with this.
+pub const PROVIDER_ID_PREFIX: &str = "kwok://";
+/// Pods per node when an instance type does not say (Kubernetes' default).
+pub const DEFAULT_PODS: i64 = 110;
+
+/// On-demand hourly price of a shape: 0.025 per vCPU + 0.001 per GB (10⁹ bytes) of memory.
+pub fn on_demand_price(cpu: &Quantity, memory: &Quantity) -> f64 {
+    // nanos → units: cpu in cores, memory in bytes.
+    let cores = cpu.as_nanos() as f64 / 1e9;
+    let bytes = memory.as_nanos() as f64 / 1e9;
+    PRICE_PER_CPU * cores + PRICE_PER_GB * bytes / 1e9
+}
+
+/// The built-in catalogue (288 instance types, see the module docs), in upstream's order: CPU, memory factor, OS,
+/// architecture.
+pub fn catalogue() -> Vec<InstanceType> {
+    let mut out = Vec::with_capacity(CPUS.len() * MEMORY_FACTORS.len() * 4);
+    for cpu in CPUS {
+        for (factor, family) in MEMORY_FACTORS {
+            for os in OPERATING_SYSTEMS {
+                for arch in ARCHITECTURES {
+                    let name = format!("{family}-{cpu}x-{arch}-{os}");
+                    let cpu_q = Quantity::from_int(cpu, Format::DecimalSI);
+                    let mem_q = Quantity::from_int(cpu * factor * (1 << 30), Format::BinarySI);
+                    let price = on_demand_price(&cpu_q, &mem_q);
+                    let mut offerings = Vec::with_capacity(ZONES.len() * 2);
+                    for zone in ZONES {
+                        for ct in [CAPACITY_TYPE_SPOT, CAPACITY_TYPE_ON_DEMAND] {
+                            let p = if ct == CAPACITY_TYPE_SPOT { price * SPOT_DISCOUNT } else { price };
+                            offerings.push(offering(zone, ct, p, true));
+                        }
+                    }
+                    let capacity = ResourceList::new()
+                        .with("cpu", cpu_q)
+                        .with("memory", mem_q)
+                        .with("pods", Quantity::from_int((cpu * 16).min(1024), Format::DecimalSI))
+                        .with("ephemeral-storage", Quantity::from_int(20 << 30, Format::BinarySI));
+                    out.push(build(name, arch, &[os], offerings, capacity));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// An offering in `zone` with capacity type `ct`.
+pub fn offering(zone: &str, ct: &str, price: f64, available: bool) -> Offering {
+    let reqs: Requirements =
+        [Requirement::in_values(CAPACITY_TYPE, [ct]), Requirement::in_values(ZONE, [zone])].into_iter().collect();
+    Offering { available, ..Offering::new(reqs, price) }
+}
+
+/// The kwok overhead of every instance type: kube-reserved `cpu: 100m`, `memory: 10Mi`.
+pub fn overhead() -> Overhead {
+    Overhead {
+        kube_reserved: ResourceList::new()
+            .with("cpu", Quantity::from_milli(100))
+            .with("memory", Quantity::from_int(10 << 20, Format::BinarySI)),
+        ..Overhead::default()
+    }
+}
+
+/// `instance-size` as upstream derives it: the size of an AWS-style `<family>.<size>` name, else the CPU count.
+fn size_label(name: &str, cpu: &str) -> String {
+    if let Some((family, size)) = name.split_once('.') {
+        let family_ok = !family.is_empty() && family.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        let size_ok = matches!(size, "nano" | "micro" | "small" | "medium" | "large" | "metal")
+            || size.strip_suffix("xlarge").is_some_and(|n| n.chars().all(|c| c.is_ascii_digit()));
+        if family_ok && size_ok {
+            return size.to_owned();
+        }
+    }
+    cpu.to_owned()
+}
+
+/// `instance-family` as upstream derives it: the name up to the first `.` or `-`, else its first character.
+fn family_label(name: &str) -> String {
+    match name.split_once(['.', '-']) {
+        Some((family, _)) => family.to_owned(),
+        None => name.chars().next().map(String::from).unwrap_or_default(),
+    }
+}
+
+/// Builds an instance type the way upstream's kwok provider does (requirements from the name, resources and
+/// offerings; the kwok overhead). `capacity` must hold `cpu` and `memory`.
+fn build(name: String, arch: &str, oses: &[&str], offerings: Vec<Offering>, capacity: ResourceList) -> InstanceType {
+    let cpu = capacity.cpu().to_string();
+    let memory = capacity.memory().to_string();
+    let zones: BTreeSet<&str> = offerings.iter().filter_map(Offering::zone).collect();
+    let cts: BTreeSet<&str> = offerings.iter().filter_map(Offering::capacity_type).collect();
+    let reqs: Requirements = [
+        Requirement::in_values(INSTANCE_TYPE, [name.as_str()]),
+        Requirement::in_values(ARCH, [arch]),
+        Requirement::in_values(OS, oses.iter().copied()),
+        Requirement::in_values(ZONE, zones),
+        Requirement::in_values(CAPACITY_TYPE, cts),
+        Requirement::in_values(kwok_labels::INSTANCE_SIZE, [size_label(&name, &cpu)]),
+        Requirement::in_values(kwok_labels::INSTANCE_FAMILY, [family_label(&name)]),
+        Requirement::in_values(kwok_labels::INSTANCE_CPU, [cpu.as_str()]),
+        Requirement::in_values(kwok_labels::INSTANCE_MEMORY, [memory.as_str()]),
+    ]
+    .into_iter()
+    .collect();
+    InstanceType::new(name, reqs, offerings, capacity, overhead())
+}
+
+/// Why upstream-format instance-type JSON could not be loaded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KwokCatalogueError {
+    /// The text is not JSON, or not a JSON list.
+    #[error("instance types JSON: {0}")]
+    Syntax(#[source] serde_json::Error),
+    /// One entry is malformed.
+    #[error("instance types JSON: entry {index}{}: {field}: {message}", name.as_deref().map(|n| format!(" ({n:?})")).unwrap_or_default())]
+    Entry {
+        /// Position in the list (0-based).
+        index: usize,
+        /// The entry's `name`, when it has one.
+        name: Option<String>,
+        /// Path of the offending field inside the entry, e.g. `offerings[2].Requirements[0].operator`.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+#[derive(Deserialize)]
+struct RawInstanceType {
+    name: String,
+    #[serde(default)]
+    offerings: Vec<RawOffering>,
+    architecture: String,
+    #[serde(rename = "operatingSystems")]
+    operating_systems: Vec<String>,
+    resources: std::collections::BTreeMap<String, Value>,
+}
+
+#[derive(Deserialize)]
+struct RawOffering {
+    #[serde(rename = "Price", alias = "price")]
+    price: f64,
+    #[serde(rename = "Available", alias = "available", default)]
+    available: Option<bool>,
+    #[serde(rename = "Requirements", alias = "requirements", default)]
+    requirements: Vec<RawRequirement>,
+    /// The older format's fields.
+    #[serde(rename = "CapacityType", alias = "capacityType", default)]
+    capacity_type: Option<String>,
+    #[serde(rename = "Zone", alias = "zone", default)]
+    zone: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawRequirement {
+    key: String,
+    operator: String,
+    #[serde(default)]
+    values: Vec<String>,
+}
+
+/// Loads upstream's kwok instance-type JSON (see the module docs). The result is in file order.
+pub fn load_instance_types_json(json: &str) -> Result<Vec<InstanceType>, KwokCatalogueError> {
+    let entries: Vec<Value> = serde_json::from_str(json).map_err(KwokCatalogueError::Syntax)?;
+    let mut out = Vec::with_capacity(entries.len());
+    let mut seen = BTreeSet::new();
+    for (index, entry) in entries.into_iter().enumerate() {
+        let name = entry.get("name").and_then(Value::as_str).map(str::to_owned);
+        let err =
+            |field: String, message: String| KwokCatalogueError::Entry { index, name: name.clone(), field, message };
+        let raw: RawInstanceType = serde_path_to_field(entry).map_err(|(field, message)| err(field, message))?;
+        if raw.name.is_empty() {
+            return Err(err("name".into(), "must not be empty".into()));
+        }
+        if !seen.insert(raw.name.clone()) {
+            return Err(err("name".into(), "duplicate instance type name".into()));
+        }
+        if raw.architecture.is_empty() {
+            return Err(err("architecture".into(), "must not be empty".into()));
+        }
+        let mut capacity = ResourceList::new();
+        for (resource, v) in &raw.resources {
+            let text = match v {
+                Value::String(s) => s.clone(),
+                Value::Number(n) => n.to_string(),
+                other => return Err(err(format!("resources.{resource}"), format!("expected a quantity, got {other}"))),
+            };
+            let q: Quantity =
+                text.parse().map_err(|e| err(format!("resources.{resource}"), format!("{text:?}: {e}")))?;
+            if q.is_negative() {
+                return Err(err(format!("resources.{resource}"), format!("{text:?} is negative")));
+            }
+            capacity.insert(resource, q);
+        }
+        for required in ["cpu", "memory"] {
+            if capacity.get(required).is_none() {
+                return Err(err(format!("resources.{required}"), "required".into()));
+            }
+        }
+        if capacity.get("pods").is_none() {
+            capacity.insert("pods", Quantity::from_int(DEFAULT_PODS, Format::DecimalSI));
+        }
+        let mut offerings = Vec::with_capacity(raw.offerings.len());
+        for (i, o) in raw.offerings.iter().enumerate() {
+            let path = format!("offerings[{i}]");
+            if !o.price.is_finite() || o.price < 0.0 {
+                return Err(err(format!("{path}.Price"), format!("{} is not a price", o.price)));
+            }
+            let mut reqs = Requirements::new();
+            for (j, r) in o.requirements.iter().enumerate() {
+                let rpath = format!("{path}.Requirements[{j}]");
+                let op: Operator = r.operator.parse().map_err(|e| err(format!("{rpath}.operator"), format!("{e}")))?;
+                let req = Requirement::new(&r.key, op, &r.values, None)
+                    .map_err(|e| err(format!("{rpath}.values"), e.to_string()))?;
+                reqs.add(req);
+            }
+            if let Some(ct) = &o.capacity_type {
+                reqs.add(Requirement::in_values(CAPACITY_TYPE, [ct]));
+            }
+            if let Some(zone) = &o.zone {
+                reqs.add(Requirement::in_values(ZONE, [zone]));
+            }
+            for key in [ZONE, CAPACITY_TYPE] {
+                let single = reqs.get_ref(key).is_some_and(|r| r.operator() == Operator::In && r.values().len() == 1);
+                if !single {
+                    return Err(err(
+                        format!("{path}.Requirements"),
+                        format!("an offering needs exactly one value of {key} (operator In)"),
+                    ));
+                }
+            }
+            offerings.push(Offering { available: o.available.unwrap_or(true), ..Offering::new(reqs, o.price) });
+        }
+        let oses: Vec<&str> = raw.operating_systems.iter().map(String::as_str).collect();
+        out.push(build(raw.name.clone(), &raw.architecture, &oses, offerings, capacity));
+    }
+    Ok(out)
+}
+
+/// Deserialises an entry, reporting the failing field's path (`offerings[1].Price`) and the message.
+fn serde_path_to_field(entry: Value) -> Result<RawInstanceType, (String, String)> {
+    if !entry.is_object() {
+        return Err((".".into(), format!("expected an object, got {entry}")));
+    }
+    match serde_path_to_error::deserialize::<_, RawInstanceType>(entry) {
+        Ok(raw) => Ok(raw),
+        Err(e) => {
+            let path = e.path().to_string();
+            let message = e.into_inner().to_string();
+            // A missing field is reported at its parent: name the field itself.
+            let missing = message.strip_prefix("missing field `").and_then(|m| m.split_once('`')).map(|(f, _)| f);
+            let path = match (path.as_str(), missing) {
+                (".", Some(f)) => f.to_owned(),
+                (_, Some(f)) => format!("{path}.{f}"),
+                (".", None) => "(entry)".to_owned(),
+                _ => path,
+            };
+            Err((path, message))
+        }
+    }
+}
+
+/// The offering a launch picks for a NodeClaim, as the fake provider's `create` does.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LaunchChoice {
+    /// Instance type name.
+    pub instance_type: String,
+    /// The offering's zone (empty when the offering names none).
+    pub zone: String,
+    /// The offering's capacity type (empty when the offering names none).
+    pub capacity_type: String,
+    /// Hourly price of the offering.
+    pub price: f64,
+}
+
+impl fmt::Display for LaunchChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {} {} ${:.4}/h", self.instance_type, self.zone, self.capacity_type, self.price)
+    }
+}
+
+/// The cheapest available offering compatible with `requirements` over every instance type whose requirements
+/// intersect them; ties broken by instance-type name, then zone, then capacity type (so the answer is
+/// deterministic). Offerings with a NaN price are never picked. `None` when nothing is launchable.
+///
+/// Compatibility is `Requirements::intersects` (keys constrained on both sides must share a value; a key only one
+/// side constrains is ignored), for the instance type as the scheduler filters them and for the offering. A
+/// claim's requirements normally pin the candidates with `node.kubernetes.io/instance-type In [...]`; resource fit
+/// is the caller's business (the scheduler only puts instance types that fit on a claim; the fake provider
+/// filters by the claim's requests before calling this).
+pub fn cheapest_launch<'a, I>(instance_types: I, requirements: &Requirements) -> Option<LaunchChoice>
+where
+    I: IntoIterator<Item = &'a InstanceType>,
+{
+    let mut best: Option<(&InstanceType, &Offering, &str, &str)> = None;
+    for it in instance_types {
+        if requirements.intersects(&it.requirements).is_err() {
+            continue;
+        }
+        for o in &it.offerings {
+            if !o.available || o.price.is_nan() || requirements.intersects(&o.requirements).is_err() {
+                continue;
+            }
+            let (zone, ct) = (o.zone().unwrap_or(""), o.capacity_type().unwrap_or(""));
+            let better = match best {
+                None => true,
+                Some((bit, bo, bz, bct)) => o
+                    .price
+                    .total_cmp(&bo.price)
+                    .then_with(|| it.name.cmp(&bit.name))
+                    .then_with(|| zone.cmp(bz))
+                    .then_with(|| ct.cmp(bct))
+                    .is_lt(),
+            };
+            if better {
+                best = Some((it, o, zone, ct));
+            }
+        }
+    }
+    best.map(|(it, o, zone, ct)| LaunchChoice {
+        instance_type: it.name.clone(),
+        zone: zone.to_owned(),
+        capacity_type: ct.to_owned(),
+        price: o.price,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use karpenter_requirements::OfferingsExt;
+
+    fn find<'a>(its: &'a [InstanceType], name: &str) -> &'a InstanceType {
+        its.iter().find(|i| i.name == name).unwrap()
+    }
+
+    fn label(it: &InstanceType, key: &str) -> String {
+        let r = it.requirements.get_ref(key).unwrap();
+        assert_eq!(r.values().len(), 1, "{key}");
+        r.any()
+    }
+
+    #[test]
+    fn catalogue_shape_and_prices() {
+        let its = catalogue();
+        assert_eq!(its.len(), 12 * 3 * 2 * 2);
+        assert_eq!(its[0].name, "c-1x-amd64-linux");
+        assert_eq!(its[1].name, "c-1x-arm64-linux");
+        assert_eq!(its[2].name, "c-1x-amd64-windows");
+        assert_eq!(its.last().unwrap().name, "m-256x-arm64-windows");
+        let names: BTreeSet<&str> = its.iter().map(|i| i.name.as_str()).collect();
+        assert_eq!(names.len(), its.len(), "names are unique");
+
+        let c1 = find(&its, "c-1x-amd64-linux");
+        assert_eq!(c1.capacity().cpu(), "1".parse().unwrap());
+        assert_eq!(c1.capacity().memory(), "2Gi".parse().unwrap());
+        assert_eq!(c1.capacity().pods(), "16".parse().unwrap());
+        assert_eq!(c1.capacity().ephemeral_storage(), "20Gi".parse().unwrap());
+        assert_eq!(c1.allocatable().cpu(), "900m".parse().unwrap());
+        assert_eq!(c1.allocatable().memory(), "2038Mi".parse().unwrap());
+        assert_eq!(c1.offerings.len(), 8);
+        // upstream's figures for c-1x: 0.027147483648 on demand, 0.7 of that for spot
+        let od = c1.offerings.iter().find(|o| o.capacity_type() == Some("on-demand")).unwrap();
+        assert!((od.price - 0.027147483648).abs() < 1e-12, "{}", od.price);
+        let spot = c1.offerings.iter().find(|o| o.capacity_type() == Some("spot")).unwrap();
+        assert!((spot.price - 0.019003238553599998).abs() < 1e-12, "{}", spot.price);
+        assert_eq!(c1.offerings.available().count(), 8);
+
+        let m = find(&its, "m-256x-arm64-windows");
+        assert_eq!(m.capacity().memory(), "2Ti".parse().unwrap());
+        assert_eq!(m.capacity().pods(), "1024".parse().unwrap());
+        assert_eq!(label(m, ARCH), "arm64");
+        assert_eq!(label(m, OS), "windows");
+        assert_eq!(label(m, kwok_labels::INSTANCE_FAMILY), "m");
+        assert_eq!(label(m, kwok_labels::INSTANCE_SIZE), "256");
+        assert_eq!(label(m, kwok_labels::INSTANCE_CPU), "256");
+        assert_eq!(label(m, kwok_labels::INSTANCE_MEMORY), "2Ti");
+        assert_eq!(label(find(&its, "s-4x-amd64-linux"), kwok_labels::INSTANCE_MEMORY), "16Gi");
+        let zones = m.requirements.get_ref(ZONE).unwrap();
+        assert_eq!(zones.values().iter().map(|v| v.as_ref()).collect::<Vec<_>>(), ZONES);
+        assert!(m.requirements.get_ref(CAPACITY_TYPE).unwrap().has("spot"));
+    }
+
+    #[test]
+    fn label_derivation_matches_upstream_rules() {
+        assert_eq!(size_label("m5.large", "2"), "large");
+        assert_eq!(size_label("m5.24xlarge", "96"), "24xlarge");
+        assert_eq!(size_label("m5.huge", "2"), "2");
+        assert_eq!(size_label("c-4x-amd64-linux", "4"), "4");
+        assert_eq!(family_label("m5.large"), "m5");
+        assert_eq!(family_label("n2-standard-4"), "n2");
+        assert_eq!(family_label("Standard_D4"), "S");
+        assert_eq!(family_label(""), "");
+    }
+
+    fn reqs(entries: &[(&str, &[&str])]) -> Requirements {
+        entries.iter().map(|(k, v)| Requirement::in_values(k, v.iter().copied())).collect()
+    }
+
+    #[test]
+    fn cheapest_launch_picks_cheapest_then_breaks_ties_by_name_zone_capacity_type() {
+        let its = catalogue();
+        // Everything linux amd64: the cheapest is c-1x spot, tie over zones → test-zone-a.
+        let r = reqs(&[(OS, &["linux"]), (ARCH, &["amd64"])]);
+        let c = cheapest_launch(&its, &r).unwrap();
+        assert_eq!(
+            (c.instance_type.as_str(), c.zone.as_str(), c.capacity_type.as_str()),
+            ("c-1x-amd64-linux", "test-zone-a", "spot")
+        );
+        // amd64 and arm64 cost the same: the name breaks the tie.
+        let c = cheapest_launch(&its, &reqs(&[(OS, &["linux"])])).unwrap();
+        assert_eq!(c.instance_type, "c-1x-amd64-linux");
+        // on-demand only, zone c/d
+        let r = reqs(&[
+            (INSTANCE_TYPE, &["s-4x-arm64-linux", "c-8x-amd64-linux"]),
+            (CAPACITY_TYPE, &["on-demand"]),
+            (ZONE, &["test-zone-d", "test-zone-c"]),
+        ]);
+        let c = cheapest_launch(&its, &r).unwrap();
+        assert_eq!(
+            (c.instance_type.as_str(), c.zone.as_str(), c.capacity_type.as_str()),
+            ("s-4x-arm64-linux", "test-zone-c", "on-demand")
+        );
+        assert!((c.price - (0.1 + 0.016 * 1.073741824)).abs() < 1e-12, "{}", c.price);
+        // a capacity-type tie: two offerings in the same zone at the same price
+        let it = InstanceType::new(
+            "x",
+            reqs(&[(INSTANCE_TYPE, &["x"])]),
+            vec![offering("z", "spot", 1.0, true), offering("z", "on-demand", 1.0, true)],
+            ResourceList::new(),
+            Overhead::default(),
+        );
+        assert_eq!(cheapest_launch([&it], &Requirements::new()).unwrap().capacity_type, "on-demand");
+        // unavailable offerings are skipped; nothing compatible → None
+        let mut it2 = it.clone();
+        it2.offerings[1].available = false;
+        assert_eq!(cheapest_launch([&it2], &Requirements::new()).unwrap().capacity_type, "spot");
+        it2.offerings[0].available = false;
+        assert_eq!(cheapest_launch([&it2], &Requirements::new()), None);
+        assert_eq!(cheapest_launch(&its, &reqs(&[(ZONE, &["elsewhere"])])), None);
+        assert_eq!(cheapest_launch(&its, &reqs(&[(OS, &["plan9"])])), None);
+    }
+
+    const UPSTREAM: &str = r#"[
+      {"name": "c-1x-amd64-linux",
+       "offerings": [
+         {"Price": 0.019003238553599998, "Available": true,
+          "Requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]},
+                           {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["test-zone-a"]}]},
+         {"Price": 0.027147483648, "Available": false,
+          "Requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                           {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["test-zone-b"]}]}
+       ],
+       "architecture": "amd64", "operatingSystems": ["linux"],
+       "resources": {"cpu": "1", "ephemeral-storage": "20Gi", "memory": "2Gi", "pods": "16"}},
+      {"name": "m5.large",
+       "offerings": [{"CapacityType": "on-demand", "Zone": "us-west-2a", "Price": 0.096, "Available": true}],
+       "architecture": "amd64", "operatingSystems": ["linux", "windows"],
+       "resources": {"cpu": 2, "memory": "8Gi", "nvidia.com/gpu": "1"}}
+    ]"#;
+
+    #[test]
+    fn loads_upstream_json() {
+        let its = load_instance_types_json(UPSTREAM).unwrap();
+        assert_eq!(its.len(), 2);
+        let c1 = &its[0];
+        let builtin = catalogue();
+        let b = find(&builtin, "c-1x-amd64-linux");
+        assert_eq!(c1.capacity(), b.capacity());
+        assert_eq!(c1.allocatable(), b.allocatable());
+        for key in [ARCH, OS, INSTANCE_TYPE, kwok_labels::INSTANCE_MEMORY, kwok_labels::INSTANCE_FAMILY] {
+            assert_eq!(c1.requirements.get(key), b.requirements.get(key), "{key}");
+        }
+        assert_eq!(c1.offerings.len(), 2);
+        assert!(!c1.offerings[1].available, "Available is honoured");
+        assert_eq!(c1.requirements.get(ZONE).values().len(), 2);
+        let m5 = &its[1];
+        assert_eq!(label(m5, kwok_labels::INSTANCE_SIZE), "large");
+        assert_eq!(label(m5, kwok_labels::INSTANCE_FAMILY), "m5");
+        assert_eq!(m5.capacity().pods(), "110".parse().unwrap(), "pods default to 110");
+        assert_eq!(m5.capacity().get("nvidia.com/gpu"), Some(&"1".parse().unwrap()));
+        assert_eq!(m5.offerings[0].zone(), Some("us-west-2a"));
+        assert_eq!(m5.requirements.get(OS).values().len(), 2);
+        let c = cheapest_launch(&its, &Requirements::new()).unwrap();
+        assert_eq!((c.instance_type.as_str(), c.zone.as_str()), ("c-1x-amd64-linux", "test-zone-a"));
+    }
+
+    fn entry_err(json: &str) -> (usize, Option<String>, String, String) {
+        match load_instance_types_json(json).unwrap_err() {
+            KwokCatalogueError::Entry { index, name, field, message } => (index, name, field, message),
+            other => panic!("unexpected {other}"),
+        }
+    }
+
+    #[test]
+    fn errors_name_entry_and_field() {
+        assert!(matches!(load_instance_types_json("{").unwrap_err(), KwokCatalogueError::Syntax(_)));
+        assert!(matches!(load_instance_types_json("{}").unwrap_err(), KwokCatalogueError::Syntax(_)));
+        let ok = r#"{"name": "a", "architecture": "amd64", "operatingSystems": ["linux"], "resources": {"cpu": "1", "memory": "1Gi"}}"#;
+        let (i, n, f, m) = entry_err(&format!(
+            r#"[{ok}, {{"name": "b", "architecture": "amd64", "operatingSystems": ["linux"], "resources": {{"cpu": "x", "memory": "1Gi"}}}}]"#
+        ));
+        assert_eq!((i, n.as_deref(), f.as_str()), (1, Some("b"), "resources.cpu"), "{m}");
+        let (_, _, f, _) = entry_err(
+            r#"[{"name": "b", "architecture": "amd64", "operatingSystems": ["linux"], "resources": {"cpu": "1"}}]"#,
+        );
+        assert_eq!(f, "resources.memory");
+        let (_, _, f, m) = entry_err(
+            r#"[{"name": "b", "offerings": [{"Price": "cheap"}], "architecture": "amd64", "operatingSystems": ["linux"], "resources": {"cpu": "1", "memory": "1Gi"}}]"#,
+        );
+        assert_eq!(f, "offerings[0].Price", "{m}");
+        let (_, _, f, m) = entry_err(
+            r#"[{"name": "b", "offerings": [{"Price": 1, "Requirements": [{"key": "k", "operator": "Near", "values": []}]}], "architecture": "amd64", "operatingSystems": ["linux"], "resources": {"cpu": "1", "memory": "1Gi"}}]"#,
+        );
+        assert_eq!(f, "offerings[0].Requirements[0].operator", "{m}");
+        let (_, _, f, m) = entry_err(
+            r#"[{"name": "b", "offerings": [{"Price": 1, "Requirements": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a"]}]}], "architecture": "amd64", "operatingSystems": ["linux"], "resources": {"cpu": "1", "memory": "1Gi"}}]"#,
+        );
+        assert_eq!(f, "offerings[0].Requirements");
+        assert!(m.contains("karpenter.sh/capacity-type"), "{m}");
+        let (_, n, f, _) = entry_err(r#"[{"name": "b", "operatingSystems": ["linux"], "resources": {}}]"#);
+        assert_eq!((n.as_deref(), f.as_str()), (Some("b"), "architecture"));
+        let (i, n, f, _) = entry_err(&format!("[{ok}, {ok}]"));
+        assert_eq!((i, n.as_deref(), f.as_str()), (1, Some("a"), "name"));
+        let (i, n, _, _) = entry_err("[1]");
+        assert_eq!((i, n), (0, None));
+        let err = load_instance_types_json(&format!("[{ok}, 1]")).unwrap_err().to_string();
+        assert!(err.contains("entry 1"), "{err}");
+    }
+}
