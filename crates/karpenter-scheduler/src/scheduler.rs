@@ -3,7 +3,11 @@
 
 pub(crate) mod pods;
 pub(crate) mod templates;
+mod topology;
+pub(crate) mod volumes;
 
+use std::borrow::Cow;
+use std::cmp::Reverse;
 use std::collections::VecDeque;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -14,9 +18,11 @@ use karpenter_requirements::{
     ResourceList, satisfies_min_values, truncate,
 };
 
-use pods::{InverseAntiAffinity, PodData, Relaxation, pod_data};
+use pods::{PodData, Relaxation, pod_data};
 pub use pods::{TOPOLOGY_NOT_SUPPORTED, selector_matches};
 use templates::{ExistingNode, Template, daemons, existing_nodes};
+use topology::{Place, Topology};
+use volumes::{VolumeIndex, first_compatible};
 
 use crate::decision::{
     Decisions, ExistingNodePlacement, NodeClaimPlan, RequirementJson, UnschedulablePod, resources_json,
@@ -108,6 +114,7 @@ pub(crate) struct Solver<'a> {
     templates: Vec<Template<'a>>,
     existing: Vec<ExistingNode>,
     claims: Vec<NewClaim>,
+    topology: Topology,
     errors: Vec<Option<String>>,
     placed: Vec<bool>,
     any_prefer_no_schedule: bool,
@@ -119,6 +126,7 @@ pub(crate) struct Solver<'a> {
 /// nodes left out) to many solves. State that depends on the pods to place belongs in [`Solver::from_base`].
 #[derive(Debug, Clone)]
 pub(crate) struct Base<'a> {
+    pub snapshot: &'a ClusterSnapshot,
     pub templates: Vec<Template<'a>>,
     pub existing: Vec<ExistingNode>,
     pub any_prefer_no_schedule: bool,
@@ -140,10 +148,8 @@ impl<'a> Base<'a> {
                 .cmp(&a.node_pool.weight())
                 .then_with(|| b.node_pool.metadata.name.cmp(&a.node_pool.metadata.name))
         });
-        let templates: Vec<Template<'a>> = dynamic
-            .iter()
-            .map(|p| Template::new(p.node_pool, p.instance_types, snapshot, daemons, provider))
-            .collect();
+        let templates: Vec<Template<'a>> =
+            dynamic.iter().map(|p| Template::new(p.node_pool, p.instance_types, snapshot, daemons, provider)).collect();
         let no_templates_reason = if dynamic.is_empty() {
             Some(
                 if pools.is_empty() { "no NodePools given" } else { "no dynamic NodePools found (all are static)" }
@@ -153,7 +159,14 @@ impl<'a> Base<'a> {
             None
         };
         let any_prefer_no_schedule = templates.iter().any(|t| t.taints.iter().any(|t| t.effect == "PreferNoSchedule"));
-        Base { existing: existing_nodes(snapshot, daemons), templates, any_prefer_no_schedule, no_templates_reason }
+        let volume_index = VolumeIndex::new(snapshot);
+        Base {
+            snapshot,
+            existing: existing_nodes(snapshot, daemons, &volume_index),
+            templates,
+            any_prefer_no_schedule,
+            no_templates_reason,
+        }
     }
 }
 
@@ -165,9 +178,9 @@ impl<'a> Solver<'a> {
         options: &'a SchedulerOptions,
     ) -> Self {
         let daemons = daemons(snapshot);
-        let inverse = InverseAntiAffinity::new(snapshot);
+        let volume_index = VolumeIndex::new(snapshot);
         let pods: Vec<PodData<'a>> =
-            snapshot.pending_pods.iter().map(|p| pod_data(p, provider, options.preference_policy, &inverse)).collect();
+            snapshot.pending_pods.iter().map(|p| pod_data(p, provider, &volume_index)).collect();
         let base = Base::new(snapshot, pools, provider, &daemons);
         Solver::from_base(base, pods, provider, options)
     }
@@ -175,12 +188,15 @@ impl<'a> Solver<'a> {
     /// A solver over prepared state and the pods to place.
     pub(crate) fn from_base(
         base: Base<'a>,
-        pods: Vec<PodData<'a>>,
+        mut pods: Vec<PodData<'a>>,
         provider: &'a ProviderLabels,
         options: &'a SchedulerOptions,
     ) -> Self {
         let n = pods.len();
+        let topology =
+            Topology::new(base.snapshot, &mut pods, &base.templates, &base.existing, options.preference_policy);
         Solver {
+            topology,
             provider,
             options,
             existing: base.existing,
@@ -207,16 +223,19 @@ impl<'a> Solver<'a> {
             }
         }
         {
+            // CPU desc, memory desc, creation, uid; keys gathered once (the comparator runs n·log n times) and
+            // the index last, so the unstable sort gives the stable order.
             let pods = &self.pods;
-            order.sort_by(|&a, &b| {
-                let (pa, pb) = (&pods[a], &pods[b]);
-                pb.requests
-                    .cpu()
-                    .cmp(&pa.requests.cpu())
-                    .then_with(|| pb.requests.memory().cmp(&pa.requests.memory()))
-                    .then_with(|| pa.created.cmp(&pb.created))
-                    .then_with(|| pa.uid.cmp(&pb.uid))
-            });
+            let mut keyed: Vec<_> = order
+                .iter()
+                .map(|&i| {
+                    let p = &pods[i];
+                    let r = &p.requests;
+                    (Reverse(r.cpu()), Reverse(r.memory()), p.created.as_str(), p.uid.as_str(), i)
+                })
+                .collect();
+            keyed.sort_unstable();
+            order = keyed.into_iter().map(|k| k.4).collect();
         }
         let mut queue: VecDeque<usize> = order.into();
         let mut pushed_at: Vec<Option<usize>> = vec![None; self.pods.len()];
@@ -274,18 +293,27 @@ impl<'a> Solver<'a> {
     fn add(&mut self, i: usize, relax: &Relaxation) -> Result<(), String> {
         let pod = &self.pods[i];
         let reqs = pod.requirements(relax, self.options.preference_policy);
+        let strict = pod.requirements(relax, PreferencePolicy::Ignore);
         // 1. Existing nodes, in order.
-        for node in &mut self.existing {
+        for n in 0..self.existing.len() {
+            let node = &self.existing[n];
             if pod.tolerates(relax, &node.taints).is_err()
+                || node.volumes.check(&pod.volumes.claims).is_err()
                 || node.ports.conflicts(&pod.host_ports).is_err()
                 || !pod.requests.fits(&node.available)
                 || node.requirements.compatible(&reqs, &NoKeys).is_err()
+                || first_compatible(&pod.volumes.alternatives, &node.requirements, &NoKeys).is_err()
+                || self.topology.add_requirements(i, relax, &strict, &node.requirements).is_err()
             {
                 continue;
             }
+            let node = &mut self.existing[n];
             node.available = node.available.sub(&pod.requests);
             node.ports.add(pod.host_ports.iter().cloned());
+            node.volumes.add(&pod.volumes.claims);
             node.pods.push(i);
+            let place = Place { requirements: &node.requirements, taints: &node.taints, provider: None };
+            self.topology.record(i, relax, &place);
             return Ok(());
         }
         // 2. NodeClaims created in this pass, fewest pods first.
@@ -294,7 +322,10 @@ impl<'a> Solver<'a> {
         for c in order {
             let claim = &self.claims[c];
             let Some(template) = self.templates.get(claim.template) else { continue };
-            if let Ok(cand) = self.can_add(template, claim, pod, &reqs, relax, &claim.its) {
+            if self.topology.quick_reject(i, relax, &claim.hostname) {
+                continue;
+            }
+            if let Ok(cand) = self.can_add_explained(template, claim, i, &reqs, &strict, relax, &claim.its, false) {
                 let claim = &mut self.claims[c];
                 claim.requirements = cand.requirements;
                 claim.its = cand.its;
@@ -302,6 +333,12 @@ impl<'a> Solver<'a> {
                 claim.min_values_relaxed |= cand.min_values_relaxed;
                 claim.ports.add(pod.host_ports.iter().cloned());
                 claim.pods.push(i);
+                let place = Place {
+                    requirements: &claim.requirements,
+                    taints: &template.taints,
+                    provider: Some(self.provider),
+                };
+                self.topology.record(i, relax, &place);
                 return Ok(());
             }
         }
@@ -335,13 +372,13 @@ impl<'a> Solver<'a> {
             };
             if template.within_limits.is_empty() {
                 let all: Vec<u32> = (0..template.its.len() as u32).collect();
-                reasons.push(match self.can_add(template, &fresh, pod, &reqs, relax, &all) {
+                reasons.push(match self.can_add(template, &fresh, i, &reqs, &strict, relax, &all) {
                     Ok(c) => template.limit_reason(&c.its),
                     Err(e) => e,
                 });
                 continue;
             }
-            match self.can_add(template, &fresh, pod, &reqs, relax, &template.within_limits) {
+            match self.can_add(template, &fresh, i, &reqs, &strict, relax, &template.within_limits) {
                 Ok(cand) => {
                     let mut claim = fresh;
                     claim.requirements = cand.requirements;
@@ -353,6 +390,12 @@ impl<'a> Solver<'a> {
                     let template = &mut self.templates[t];
                     template.claims_created += 1;
                     template.consume(&claim.its);
+                    let place = Place {
+                        requirements: &claim.requirements,
+                        taints: &template.taints,
+                        provider: Some(self.provider),
+                    };
+                    self.topology.record(i, relax, &place);
                     self.claims.push(claim);
                     return Ok(());
                 }
@@ -361,7 +404,7 @@ impl<'a> Solver<'a> {
                     let limited = template.within_limits.len() < template.its.len();
                     if limited {
                         let all: Vec<u32> = (0..template.its.len() as u32).collect();
-                        if let Ok(c) = self.can_add(template, &fresh, pod, &reqs, relax, &all) {
+                        if let Ok(c) = self.can_add(template, &fresh, i, &reqs, &strict, relax, &all) {
                             reasons.push(template.limit_reason(&c.its));
                             continue;
                         }
@@ -374,25 +417,64 @@ impl<'a> Solver<'a> {
     }
 
     /// NodeClaim.CanAdd (scheduling.md §4.4) over the instance types `its`.
+    #[allow(clippy::too_many_arguments)]
     fn can_add(
         &self,
         template: &Template<'_>,
         claim: &NewClaim,
-        pod: &PodData<'_>,
+        i: usize,
         pod_reqs: &Requirements,
+        strict: &Requirements,
         relax: &Relaxation,
         its: &[u32],
     ) -> Result<Candidate, String> {
+        self.can_add_explained(template, claim, i, pod_reqs, strict, relax, its, true)
+    }
+
+    /// [`Self::can_add`]; without `explain`, a claim no instance type survives for gets an empty reason
+    /// instead of the diagnosis (the in-flight claims loop discards reasons, and diagnosing is its hot path).
+    #[allow(clippy::too_many_arguments)]
+    fn can_add_explained(
+        &self,
+        template: &Template<'_>,
+        claim: &NewClaim,
+        i: usize,
+        pod_reqs: &Requirements,
+        strict: &Requirements,
+        relax: &Relaxation,
+        its: &[u32],
+        explain: bool,
+    ) -> Result<Candidate, String> {
         let np = &template.name;
+        let pod = &self.pods[i];
         pod.tolerates(relax, &template.taints).map_err(|t| format!("NodePool {np}: taint {t} not tolerated"))?;
         claim
             .requirements
             .compatible(pod_reqs, self.provider)
             .map_err(|e| format!("NodePool {np}: incompatible requirements: {e}"))?;
-        let changed = !pod_reqs.is_empty();
-        let requirements = if changed { claim.requirements.intersection(pod_reqs) } else { claim.requirements.clone() };
+        let mut changed = !pod_reqs.is_empty();
+        // Borrowed while unchanged: cloned only when the pod is added.
+        let mut requirements: Cow<'_, Requirements> = if changed {
+            Cow::Owned(claim.requirements.intersection(pod_reqs))
+        } else {
+            Cow::Borrowed(&claim.requirements)
+        };
         if let Err(c) = claim.ports.conflicts(&pod.host_ports) {
             return Err(format!("NodePool {np}: {c}"));
+        }
+        if let Some(alt) = first_compatible(&pod.volumes.alternatives, &requirements, self.provider)
+            .map_err(|e| format!("NodePool {np}: {e}"))?
+        {
+            requirements = Cow::Owned(requirements.intersection(alt));
+            changed = true;
+        }
+        if let Some(narrowed) = self
+            .topology
+            .add_requirements(i, relax, strict, &requirements)
+            .map_err(|e| format!("NodePool {np}: {e}"))?
+        {
+            requirements = Cow::Owned(narrowed);
+            changed = true;
         }
         let requests = claim.requests.add(&pod.requests);
         let mut survivors = Vec::with_capacity(its.len());
@@ -417,9 +499,13 @@ impl<'a> Solver<'a> {
             survivors.push(i);
         }
         if survivors.is_empty() {
-            return Err(self.diagnose(template, &requirements, &requests, pod, its));
+            return Err(if explain {
+                self.diagnose(template, &requirements, &requests, pod, its)
+            } else {
+                String::new()
+            });
         }
-        let mut requirements = requirements;
+        let mut requirements = requirements.into_owned();
         let mut min_values_relaxed = false;
         if requirements.has_min_values() {
             let list: Vec<&InstanceType> =

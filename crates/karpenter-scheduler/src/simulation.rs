@@ -49,8 +49,9 @@ use karpenter_api::ProviderLabels;
 use karpenter_requirements::ResourceList;
 
 use crate::decision::{Decisions, UnschedulablePod};
-use crate::scheduler::pods::{InverseAntiAffinity, PodData, pod_data};
+use crate::scheduler::pods::{PodData, pod_data};
 use crate::scheduler::templates::daemons;
+use crate::scheduler::volumes::VolumeIndex;
 use crate::scheduler::{Base, PoolInput, SchedulerOptions, Solver};
 use crate::snapshot::{ClusterSnapshot, pod_key};
 
@@ -63,7 +64,7 @@ pub struct Simulator<'a> {
     provider: &'a ProviderLabels,
     options: &'a SchedulerOptions,
     base: Base<'a>,
-    inverse: InverseAntiAffinity<'a>,
+    volumes: VolumeIndex<'a>,
     pending: Vec<PodData<'a>>,
     /// Existing-node index by name (nodes and in-flight NodeClaims).
     index: BTreeMap<String, usize>,
@@ -110,12 +111,11 @@ impl<'a> Simulator<'a> {
         options: &'a SchedulerOptions,
     ) -> Self {
         let daemons = daemons(snapshot);
-        let inverse = InverseAntiAffinity::new(snapshot);
-        let pending =
-            snapshot.pending_pods.iter().map(|p| pod_data(p, provider, options.preference_policy, &inverse)).collect();
+        let volumes = VolumeIndex::new(snapshot);
+        let pending = snapshot.pending_pods.iter().map(|p| pod_data(p, provider, &volumes)).collect();
         let base = Base::new(snapshot, pools, provider, &daemons);
         let index = base.existing.iter().enumerate().map(|(i, n)| (n.name.clone(), i)).collect();
-        Simulator { provider, options, base, inverse, pending, index }
+        Simulator { provider, options, base, volumes, pending, index }
     }
 
     /// Whether `name` is an existing node or in-flight claim the simulator knows (marked-for-deletion nodes are
@@ -134,7 +134,7 @@ impl<'a> Simulator<'a> {
             pods.extend(self.pending.iter().cloned());
         }
         for p in &view.pods {
-            pods.push(pod_data(p, self.provider, self.options.preference_policy, &self.inverse));
+            pods.push(pod_data(p, self.provider, &self.volumes));
         }
         // The element-wise smallest request: nodes that cannot hold it cannot hold any pod.
         let mut smallest: Option<ResourceList> = None;
@@ -162,6 +162,7 @@ impl<'a> Simulator<'a> {
                 .collect(),
         };
         let base = Base {
+            snapshot: self.base.snapshot,
             templates: self.base.templates.clone(),
             existing,
             any_prefer_no_schedule: self.base.any_prefer_no_schedule,

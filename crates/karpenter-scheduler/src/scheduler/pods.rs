@@ -12,14 +12,17 @@ use karpenter_requirements::{
     tolerates_all,
 };
 
-use crate::snapshot::{ClusterSnapshot, pod_key};
+use super::volumes::{PodVolumes, VolumeIndex};
+use crate::snapshot::pod_key;
 
-/// The message for pods using features this build does not simulate yet.
+/// Formerly the message for pods with topology spread constraints; topology is simulated now and this
+/// message is no longer produced (kept for API stability).
 pub const TOPOLOGY_NOT_SUPPORTED: &str = "topology spread constraints are not supported yet by this scheduler build";
 
 /// One pending pod, parsed.
 #[derive(Debug, Clone)]
 pub(crate) struct PodData<'a> {
+    pub pod: &'a Pod,
     pub key: String,
     pub requests: ResourceList,
     pub node_selector: Requirements,
@@ -29,6 +32,12 @@ pub(crate) struct PodData<'a> {
     pub preferred: Vec<Requirements>,
     pub tolerations: &'a [Toleration],
     pub host_ports: Vec<HostPort>,
+    /// Volume topology alternatives (empty: none) and (CSI driver, claim) pairs.
+    pub volumes: PodVolumes,
+    /// Number of relaxable topology preferences (set by the topology builder).
+    pub n_spread_anyway: usize,
+    pub n_affinity_preferred: usize,
+    pub n_anti_preferred: usize,
     /// Set when the pod cannot be scheduled by this pass at all.
     pub error: Option<String>,
     pub created: String,
@@ -39,7 +48,10 @@ pub(crate) struct PodData<'a> {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Relaxation {
     pub dropped_terms: usize,
+    pub dropped_pod_affinity: usize,
+    pub dropped_pod_anti: usize,
     pub dropped_preferences: usize,
+    pub dropped_spread: usize,
     pub tolerate_prefer_no_schedule: bool,
 }
 
@@ -65,8 +77,20 @@ impl PodData<'_> {
             relax.dropped_terms += 1;
             return true;
         }
+        if relax.dropped_pod_affinity < self.n_affinity_preferred {
+            relax.dropped_pod_affinity += 1;
+            return true;
+        }
+        if relax.dropped_pod_anti < self.n_anti_preferred {
+            relax.dropped_pod_anti += 1;
+            return true;
+        }
         if policy == PreferencePolicy::Respect && relax.dropped_preferences < self.preferred.len() {
             relax.dropped_preferences += 1;
+            return true;
+        }
+        if relax.dropped_spread < self.n_spread_anyway {
+            relax.dropped_spread += 1;
             return true;
         }
         if any_prefer_no_schedule && !relax.tolerate_prefer_no_schedule {
@@ -121,54 +145,10 @@ pub(crate) fn requests_with_pod_count(pod: &Pod) -> Result<ResourceList, String>
     Ok(r)
 }
 
-/// Existing pods' required anti-affinity terms: (namespace of the owner, selector, explicit namespaces or
-/// namespace selector present).
-pub(crate) struct InverseAntiAffinity<'a> {
-    terms: Vec<(&'a str, String, &'a k8s_openapi::api::core::v1::PodAffinityTerm)>,
-}
-
-impl<'a> InverseAntiAffinity<'a> {
-    pub fn new(snapshot: &'a ClusterSnapshot) -> Self {
-        let mut terms = Vec::new();
-        for p in &snapshot.bound_pods {
-            let ns = p.metadata.namespace.as_deref().unwrap_or("default");
-            let anti = p.spec.as_ref().and_then(|s| s.affinity.as_ref()).and_then(|a| a.pod_anti_affinity.as_ref());
-            for t in
-                anti.and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()).into_iter().flatten()
-            {
-                terms.push((ns, pod_key(p), t));
-            }
-        }
-        InverseAntiAffinity { terms }
-    }
-
-    /// The first existing pod whose required anti-affinity selects `pod` (namespaces are matched
-    /// conservatively: a term with explicit namespaces or a namespace selector is taken to cover every
-    /// namespace).
-    fn selecting(&self, pod: &Pod) -> Option<&str> {
-        let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-        let empty = BTreeMap::new();
-        let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
-        self.terms
-            .iter()
-            .find(|(owner_ns, _, t)| {
-                let ns_ok = t.namespaces.as_ref().is_some_and(|n| !n.is_empty())
-                    || t.namespace_selector.is_some()
-                    || *owner_ns == ns;
-                ns_ok && selector_matches(t.label_selector.as_ref(), labels)
-            })
-            .map(|(_, k, _)| k.as_str())
-    }
-}
-
 /// Parses a pending pod. Never fails: problems end up in `error`.
-pub(crate) fn pod_data<'a>(
-    pod: &'a Pod,
-    provider: &ProviderLabels,
-    policy: PreferencePolicy,
-    inverse: &InverseAntiAffinity<'_>,
-) -> PodData<'a> {
+pub(crate) fn pod_data<'a>(pod: &'a Pod, provider: &ProviderLabels, volumes: &VolumeIndex<'_>) -> PodData<'a> {
     let mut data = PodData {
+        pod,
         key: pod_key(pod),
         requests: ResourceList::new(),
         node_selector: Requirements::new(),
@@ -176,23 +156,21 @@ pub(crate) fn pod_data<'a>(
         preferred: Vec::new(),
         tolerations: pod.spec.as_ref().and_then(|s| s.tolerations.as_deref()).unwrap_or(&[]),
         host_ports: pod_host_ports(pod),
+        volumes: PodVolumes::default(),
+        n_spread_anyway: 0,
+        n_affinity_preferred: 0,
+        n_anti_preferred: 0,
         error: None,
         created: pod.metadata.creation_timestamp.as_ref().map(|t| t.0.to_string()).unwrap_or_default(),
         uid: pod.metadata.uid.clone().unwrap_or_else(|| pod_key(pod)),
     };
-    if let Err(e) = fill(&mut data, pod, provider, policy, inverse) {
+    if let Err(e) = fill(&mut data, pod, provider, volumes) {
         data.error = Some(e);
     }
     data
 }
 
-fn fill(
-    data: &mut PodData<'_>,
-    pod: &Pod,
-    provider: &ProviderLabels,
-    policy: PreferencePolicy,
-    inverse: &InverseAntiAffinity<'_>,
-) -> Result<(), String> {
+fn fill(data: &mut PodData<'_>, pod: &Pod, provider: &ProviderLabels, volumes: &VolumeIndex<'_>) -> Result<(), String> {
     data.requests = requests_with_pod_count(pod)?;
     let Some(spec) = pod.spec.as_ref() else { return Ok(()) };
     if let Some(sel) = &spec.node_selector {
@@ -228,57 +206,22 @@ fn fill(
     if opted_out {
         return Err("pod requires karpenter.sh/nodepool DoesNotExist: it opts out of Karpenter nodes".into());
     }
-    // Features not simulated by this build: refuse rather than decide wrongly.
-    let spread = spec
-        .topology_spread_constraints
-        .iter()
-        .flatten()
-        .any(|c| policy == PreferencePolicy::Respect || c.when_unsatisfiable != "ScheduleAnyway");
-    if spread {
-        return Err(TOPOLOGY_NOT_SUPPORTED.into());
-    }
-    if let Some(a) = spec.affinity.as_ref() {
-        let pa = a.pod_affinity.as_ref();
-        let paa = a.pod_anti_affinity.as_ref();
-        let required = pa.is_some_and(|x| {
-            x.required_during_scheduling_ignored_during_execution.as_ref().is_some_and(|v| !v.is_empty())
-        }) || paa.is_some_and(|x| {
-            x.required_during_scheduling_ignored_during_execution.as_ref().is_some_and(|v| !v.is_empty())
-        });
-        let preferred = pa.is_some_and(|x| {
-            x.preferred_during_scheduling_ignored_during_execution.as_ref().is_some_and(|v| !v.is_empty())
-        }) || paa.is_some_and(|x| {
-            x.preferred_during_scheduling_ignored_during_execution.as_ref().is_some_and(|v| !v.is_empty())
-        });
-        if required || (preferred && policy == PreferencePolicy::Respect) {
-            return Err("pod affinity and anti-affinity are not supported yet by this scheduler build".into());
-        }
-    }
-    if let Some(owner) = inverse.selecting(pod) {
-        return Err(format!(
-            "the required pod anti-affinity of existing pod {owner} selects this pod; existing pods' anti-affinity is not supported yet by this scheduler build"
-        ));
-    }
-    if spec.volumes.iter().flatten().any(|v| v.persistent_volume_claim.is_some() || v.ephemeral.is_some()) {
-        return Err(
-            "persistent volumes (volume topology and limits) are not supported yet by this scheduler build".into()
-        );
-    }
     if spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty()) {
         return Err("DRA resource claims are not supported (IGNORE_DRA_REQUESTS)".into());
     }
+    data.volumes = volumes.pod(pod)?;
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use karpenter_testing::{PodOptions, pod, requirement, topology_spread};
+    use crate::snapshot::ClusterSnapshot;
+    use karpenter_testing::{PodOptions, pod, requirement};
 
-    fn data(p: &Pod, policy: PreferencePolicy) -> PodData<'_> {
+    fn data(p: &Pod, _policy: PreferencePolicy) -> PodData<'_> {
         let snap = ClusterSnapshot::new();
-        let inv = InverseAntiAffinity::new(&snap);
-        pod_data(p, &ProviderLabels::aws(), policy, &inv)
+        pod_data(p, &ProviderLabels::aws(), &VolumeIndex::new(&snap))
     }
 
     #[test]
@@ -290,11 +233,12 @@ mod tests {
             ..Default::default()
         });
         assert!(data(&p, PreferencePolicy::Respect).error.unwrap().contains("restricted"));
-        let p = pod(PodOptions {
-            topology_spread: vec![topology_spread("topology.kubernetes.io/zone", 1, &BTreeMap::new())],
-            ..Default::default()
-        });
-        assert_eq!(data(&p, PreferencePolicy::Ignore).error.as_deref(), Some(TOPOLOGY_NOT_SUPPORTED));
+        let p = pod(PodOptions { pvcs: vec!["data".into()], ..Default::default() });
+        assert_eq!(
+            data(&p, PreferencePolicy::Ignore).error.as_deref(),
+            Some("persistentvolumeclaim \"data\" not found"),
+            "a missing claim is a per-pod error"
+        );
         let mut p = pod(PodOptions::default());
         if let Some(c) = p.spec.as_mut().and_then(|s| s.containers.first_mut()) {
             c.resources = Some(k8s_openapi::api::core::v1::ResourceRequirements {

@@ -11,6 +11,7 @@ use karpenter_requirements::{
 };
 
 use super::pods::requests_with_pod_count;
+use super::volumes::{VolumeIndex, VolumeUsage};
 use crate::snapshot::{ClusterSnapshot, api_taint};
 
 /// A DaemonSet's representative pod, parsed.
@@ -304,6 +305,8 @@ pub(crate) struct ExistingNode {
     /// allocatable − bound pods − remaining DaemonSet overhead.
     pub available: ResourceList,
     pub ports: HostPortUsage,
+    /// CSI volumes in use and the node's limits (empty for in-flight claims: no limit known).
+    pub volumes: VolumeUsage,
     pub pods: Vec<usize>,
 }
 
@@ -339,7 +342,11 @@ fn daemon_overhead_for(daemons: &[Daemon], reqs: &Requirements, taints: &[Taint]
 }
 
 /// Existing nodes (not marked for deletion) and in-flight claims, initialized first, then by name.
-pub(crate) fn existing_nodes(snapshot: &ClusterSnapshot, daemons: &[Daemon]) -> Vec<ExistingNode> {
+pub(crate) fn existing_nodes(
+    snapshot: &ClusterSnapshot,
+    daemons: &[Daemon],
+    volume_index: &VolumeIndex<'_>,
+) -> Vec<ExistingNode> {
     let mut out = Vec::new();
     // Bound pods by node name, built once (looking them up per node is quadratic on large clusters).
     let mut by_node: std::collections::BTreeMap<&str, Vec<&Pod>> = std::collections::BTreeMap::new();
@@ -373,11 +380,18 @@ pub(crate) fn existing_nodes(snapshot: &ClusterSnapshot, daemons: &[Daemon]) -> 
         let bound: Vec<&Pod> = pods_on(&n.name);
         let mut used = ResourceList::new();
         let mut ports = HostPortUsage::new();
+        let mut volumes =
+            VolumeUsage { limits: snapshot.csi_limits.get(&n.name).cloned().unwrap_or_default(), ..Default::default() };
         for p in &bound {
             if let Ok(r) = requests_with_pod_count(p) {
                 used = used.add(&r);
             }
             ports.add(pod_host_ports(p));
+            if !volumes.limits.is_empty()
+                && let Ok(v) = volume_index.pod(p)
+            {
+                volumes.add(&v.claims);
+            }
         }
         let daemon = daemon_overhead_for(daemons, &reqs, &taints, &bound);
         out.push(ExistingNode {
@@ -388,6 +402,7 @@ pub(crate) fn existing_nodes(snapshot: &ClusterSnapshot, daemons: &[Daemon]) -> 
             requirements: reqs,
             taints,
             ports,
+            volumes,
             pods: Vec::new(),
         });
     }
@@ -416,6 +431,7 @@ pub(crate) fn existing_nodes(snapshot: &ClusterSnapshot, daemons: &[Daemon]) -> 
             requirements: reqs,
             taints,
             ports: HostPortUsage::new(),
+            volumes: VolumeUsage::default(),
             pods: Vec::new(),
         });
     }
