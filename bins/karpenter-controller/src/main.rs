@@ -1,6 +1,10 @@
 //! `karpenter-controller`: the karpenter-rs controller binary.
 //!
 //! Subcommands:
+//! - `simulate [PATH...] [--instance-types FILE] [--provider kwok|aws] [--output table|json]`: the what-if
+//!   simulator (see [`simulate`] and docs/simulate.md): which nodes Karpenter would create for the pending pods
+//!   of a set of manifests, at what price, and why the rest cannot be placed. With no path it runs a bundled
+//!   example. Exit status 1 if the input has errors, 2 on a usage error.
 //! - `validate -f FILE_OR_DIR [-f ...] [--provider aws|kwok]`: validates every NodePool, NodeClaim, EC2NodeClass
 //!   and KWOKNodeClass the way the API server (schema + CEL) plus upstream's runtime validation would. Other kinds
 //!   are loaded (so a file mixing Pods and NodePools works) but not validated. Exit status 1 if any object has a
@@ -17,6 +21,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use karpenter_api::loader;
 use karpenter_api::{ProviderLabels, ValidationContext};
 
+mod simulate;
+
 #[derive(Debug, Parser)]
 #[command(name = "karpenter-controller", version, about = "Karpenter node autoscaler (karpenter-rs)")]
 struct Cli {
@@ -26,6 +32,26 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// What-if simulation: the nodes Karpenter would create for the pending pods of a set of manifests.
+    ///
+    /// Reads NodePools, Pods, Deployments, ReplicaSets, StatefulSets, Jobs, DaemonSets, Nodes and NodeClaims
+    /// (files, directories or `kubectl get -o yaml` output) and prints the new nodes (the offering a launch
+    /// would pick), the placements on existing nodes, prices, and why any pod cannot be placed. With no PATH it
+    /// runs a bundled example. Every NodePool is evaluated against the kwok catalogue (or --instance-types).
+    Simulate {
+        /// Manifest files or directories (walked recursively for .yaml/.yml/.json). None: the bundled example.
+        #[arg(value_name = "PATH")]
+        paths: Vec<PathBuf>,
+        /// Instance types in upstream's kwok JSON format, instead of the built-in kwok catalogue.
+        #[arg(long, value_name = "FILE")]
+        instance_types: Option<PathBuf>,
+        /// Cloud provider whose well-known labels and restricted domains apply.
+        #[arg(long, value_enum, default_value_t = Provider::Kwok)]
+        provider: Provider,
+        /// Output format: aligned tables, or one JSON document (docs/simulate.md).
+        #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Table)]
+        output: OutputFormat,
+    },
     /// Validate Karpenter manifests (files or directories of .yaml/.yml/.json).
     Validate {
         /// A manifest file or a directory (walked recursively). Repeatable.
@@ -49,6 +75,12 @@ enum Provider {
     Kwok,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum OutputFormat {
+    Table,
+    Json,
+}
+
 impl Provider {
     fn labels(self) -> ProviderLabels {
         match self {
@@ -61,6 +93,9 @@ impl Provider {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Simulate { paths, instance_types, provider, output } => {
+            run_simulate(simulate::Options { paths, instance_types, provider: provider.labels() }, output)
+        }
         Command::Validate { files, provider } => validate(&files, provider),
         Command::Crds { provider } => crds(provider),
     };
@@ -114,6 +149,29 @@ fn validate(paths: &[PathBuf], provider: Provider) -> anyhow::Result<ExitCode> {
     }
     writeln!(out, "{line}").context("writing to stdout")?;
     Ok(if summary.violations == 0 && summary.load_errors == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+fn run_simulate(options: simulate::Options, output: OutputFormat) -> anyhow::Result<ExitCode> {
+    match simulate::simulate(&options)? {
+        simulate::Outcome::Report(report) => {
+            let text = match output {
+                OutputFormat::Table => simulate::render(&report),
+                OutputFormat::Json => report.to_json() + "\n",
+            };
+            std::io::stdout().lock().write_all(text.as_bytes()).context("writing to stdout")?;
+            Ok(ExitCode::SUCCESS)
+        }
+        simulate::Outcome::InputErrors(errors) => {
+            let stderr = std::io::stderr();
+            let mut err = stderr.lock();
+            for e in &errors {
+                writeln!(err, "{e}").context("writing to stderr")?;
+            }
+            writeln!(err, "error: {} problems in the input; nothing was simulated", errors.len())
+                .context("writing to stderr")?;
+            Ok(ExitCode::FAILURE)
+        }
+    }
 }
 
 fn crds(provider: Provider) -> anyhow::Result<ExitCode> {

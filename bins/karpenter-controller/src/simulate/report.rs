@@ -1,0 +1,348 @@
+//! The simulation report: the scheduler's decisions plus what a user asks first (which machines, where, at
+//! what price, which pods go where, and why the rest cannot be placed). Serialised as the versioned JSON
+//! documented in docs/simulate.md.
+
+use std::collections::{BTreeMap, HashMap};
+
+use k8s_openapi::api::core::v1::Pod;
+use karpenter_api::labels;
+use karpenter_api::loader::Loaded;
+use karpenter_requirements::InstanceType;
+use karpenter_scheduler::decision::RequirementJson;
+use karpenter_scheduler::snapshot::pod_key;
+use karpenter_scheduler::{ClusterSnapshot, Decisions};
+use serde::Serialize;
+
+use super::catalogue::{Catalogue, cheapest_launch};
+use super::pods::{Owners, PodGroup, group};
+
+/// The `apiVersion` of [`Report`]; changes on any incompatible change of the format.
+pub const API_VERSION: &str = "karpenter-rs.simulate/v1";
+
+/// One simulate run (the `--output json` document).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// Always [`API_VERSION`].
+    pub api_version: String,
+    /// The paths given (the bundled example's name when none).
+    pub inputs: Vec<String>,
+    /// True when no path was given and the bundled example ran.
+    pub bundled_example: bool,
+    /// Whose well-known labels applied (`kwok`, `aws`).
+    pub provider: String,
+    /// The instance types every NodePool was evaluated against.
+    pub catalogue: CatalogueSummary,
+    /// Assumptions simulate made about the input (e.g. a node class treated as ready).
+    pub notes: Vec<String>,
+    /// Totals.
+    pub summary: Summary,
+    /// NodeClaims to create, with the offering a launch would pick.
+    pub new_nodes: Vec<NewNode>,
+    /// Every existing node and in-flight NodeClaim, with its price and the pods placed on it.
+    pub existing_nodes: Vec<ExistingNode>,
+    /// Unschedulable pods grouped by reason.
+    pub unschedulable: Vec<UnschedulableGroup>,
+    /// The scheduler's decision document (`karpenter-rs.scheduler/v1`), unchanged.
+    pub decisions: Decisions,
+}
+
+/// Where the instance types came from.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CatalogueSummary {
+    /// `kwok` or `file <path>`.
+    pub source: String,
+    /// How many instance types.
+    pub instance_types: usize,
+}
+
+/// Totals of a run.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    /// Pending pods in the snapshot.
+    pub pending_pods: usize,
+    /// Pods placed on new nodes.
+    pub pods_on_new_nodes: usize,
+    /// Pods placed on existing nodes and in-flight NodeClaims.
+    pub pods_on_existing_nodes: usize,
+    /// Pods that cannot be placed.
+    pub unschedulable_pods: usize,
+    /// New nodes.
+    pub new_nodes: usize,
+    /// Sum of the new nodes' launch prices.
+    pub new_nodes_price_per_hour: f64,
+    /// Existing nodes and in-flight NodeClaims.
+    pub existing_nodes: usize,
+    /// Sum of the prices of the existing nodes that could be priced.
+    pub existing_nodes_price_per_hour: f64,
+    /// Existing nodes whose price is unknown (left out of the sum).
+    pub existing_nodes_unpriced: usize,
+    /// The scheduler's deadline fired.
+    pub timed_out: bool,
+}
+
+/// A NodeClaim to create.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NewNode {
+    /// Placeholder name from the decisions (`<nodepool>-<n>`).
+    pub name: String,
+    /// The NodePool.
+    pub node_pool: String,
+    /// Instance type of the offering a launch picks (`null` if no offering is compatible).
+    pub instance_type: Option<String>,
+    /// Its zone.
+    pub zone: Option<String>,
+    /// Its capacity type.
+    pub capacity_type: Option<String>,
+    /// Its hourly price.
+    pub price: Option<f64>,
+    /// How many instance types the NodeClaim allows.
+    pub instance_type_options: usize,
+    /// The pods (`namespace/name`).
+    pub pods: Vec<String>,
+    /// The pods grouped by owner.
+    pub pod_groups: Vec<PodGroup>,
+}
+
+/// An existing node or in-flight NodeClaim.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExistingNode {
+    /// Node name (NodeClaim name when in flight).
+    pub name: String,
+    /// A NodeClaim whose node is not in the input.
+    pub in_flight: bool,
+    /// Owning NodePool (`null` for nodes Karpenter does not manage).
+    pub node_pool: Option<String>,
+    /// `node.kubernetes.io/instance-type`.
+    pub instance_type: Option<String>,
+    /// `topology.kubernetes.io/zone`.
+    pub zone: Option<String>,
+    /// `karpenter.sh/capacity-type`.
+    pub capacity_type: Option<String>,
+    /// Hourly price from the catalogue; `null` when unknown (see `priceUnknown`).
+    pub price: Option<f64>,
+    /// Why the price is unknown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub price_unknown: Option<String>,
+    /// Pods already bound to it.
+    pub bound_pods: usize,
+    /// Pending pods placed on it by this simulation.
+    pub pods: Vec<String>,
+    /// Those pods grouped by owner.
+    pub pod_groups: Vec<PodGroup>,
+}
+
+/// Unschedulable pods sharing one reason.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UnschedulableGroup {
+    /// Why they cannot be placed.
+    pub reason: String,
+    /// The pods.
+    pub pods: Vec<String>,
+    /// The pods grouped by owner.
+    pub pod_groups: Vec<PodGroup>,
+}
+
+/// What [`Report::build`] reads.
+#[derive(Debug)]
+pub struct Inputs<'a> {
+    pub inputs: Vec<String>,
+    pub bundled_example: bool,
+    pub provider: String,
+    pub notes: Vec<String>,
+    pub objects: &'a [Loaded],
+    pub snapshot: &'a ClusterSnapshot,
+    pub catalogue: &'a Catalogue,
+}
+
+impl Report {
+    /// Summarises `decisions` made on `input.snapshot`.
+    pub fn build(input: Inputs<'_>, decisions: Decisions) -> Report {
+        let owners = Owners::new(input.objects);
+        let pending: HashMap<String, &Pod> = input.snapshot.pending_pods.iter().map(|p| (pod_key(p), p)).collect();
+        let groups = |pods: &[String]| group(pods.iter().map(|k| (k.as_str(), pending.get(k).copied())), &owners);
+        let by_name: HashMap<&str, &InstanceType> =
+            input.catalogue.instance_types.iter().map(|it| (it.name.as_str(), it)).collect();
+
+        let new_nodes: Vec<NewNode> = decisions
+            .new_node_claims
+            .iter()
+            .map(|claim| {
+                // The claim's options (cheapest first), as the provider's create receives them.
+                let options = claim.instance_types.iter().filter_map(|n| by_name.get(n.as_str()).copied());
+                let launch = RequirementJson::to_requirements(&claim.requirements)
+                    .ok()
+                    .and_then(|reqs| cheapest_launch(options, &reqs));
+                NewNode {
+                    name: claim.name.clone(),
+                    node_pool: claim.node_pool.clone(),
+                    instance_type: launch.as_ref().map(|l| l.instance_type.clone()),
+                    zone: launch.as_ref().and_then(|l| l.zone.clone()),
+                    capacity_type: launch.as_ref().and_then(|l| l.capacity_type.clone()),
+                    price: launch.as_ref().map(|l| l.price),
+                    instance_type_options: claim.instance_types.len(),
+                    pods: claim.pods.clone(),
+                    pod_groups: groups(&claim.pods),
+                }
+            })
+            .collect();
+
+        let placed: BTreeMap<&str, &Vec<String>> =
+            decisions.existing_nodes.iter().map(|n| (n.name.as_str(), &n.pods)).collect();
+        let mut bound: HashMap<&str, usize> = HashMap::new();
+        for pod in &input.snapshot.bound_pods {
+            if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+                *bound.entry(node).or_default() += 1;
+            }
+        }
+        let mut existing_nodes = Vec::new();
+        for node in &input.snapshot.nodes {
+            let labels = |key: &str| node.labels.get(key).cloned();
+            let bound_pods = bound.get(node.name.as_str()).copied().unwrap_or_default();
+            existing_nodes.push(existing(
+                &node.name,
+                false,
+                node.node_pool.clone(),
+                [labels(labels::INSTANCE_TYPE), labels(labels::ZONE), labels(labels::CAPACITY_TYPE)],
+                input.catalogue,
+                bound_pods,
+                placed.get(node.name.as_str()).map(|p| p.as_slice()).unwrap_or_default(),
+                &groups,
+            ));
+        }
+        for claim in input.snapshot.in_flight_claims() {
+            let single = |key: &str| {
+                claim.labels.get(key).cloned().or_else(|| {
+                    let req = claim.claim.spec.requirements.iter().find(|r| r.key == key && r.operator == "In")?;
+                    match req.values.as_slice() {
+                        [one] => Some(one.clone()),
+                        _ => None,
+                    }
+                })
+            };
+            existing_nodes.push(existing(
+                &claim.name,
+                true,
+                claim.node_pool.clone(),
+                [single(labels::INSTANCE_TYPE), single(labels::ZONE), single(labels::CAPACITY_TYPE)],
+                input.catalogue,
+                0,
+                placed.get(claim.name.as_str()).map(|p| p.as_slice()).unwrap_or_default(),
+                &groups,
+            ));
+        }
+        existing_nodes.sort_by(|a, b| a.name.cmp(&b.name).then(a.in_flight.cmp(&b.in_flight)));
+
+        let mut by_reason: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for u in &decisions.unschedulable {
+            by_reason.entry(u.reason.as_str()).or_default().push(u.pod.clone());
+        }
+        let unschedulable: Vec<UnschedulableGroup> = by_reason
+            .into_iter()
+            .map(|(reason, pods)| UnschedulableGroup { reason: reason.to_owned(), pod_groups: groups(&pods), pods })
+            .collect();
+
+        let summary = Summary {
+            pending_pods: input.snapshot.pending_pods.len(),
+            pods_on_new_nodes: new_nodes.iter().map(|n| n.pods.len()).sum(),
+            pods_on_existing_nodes: decisions.existing_nodes.iter().map(|n| n.pods.len()).sum(),
+            unschedulable_pods: decisions.unschedulable.len(),
+            new_nodes: new_nodes.len(),
+            new_nodes_price_per_hour: round(new_nodes.iter().filter_map(|n| n.price).sum()),
+            existing_nodes: existing_nodes.len(),
+            existing_nodes_price_per_hour: round(existing_nodes.iter().filter_map(|n| n.price).sum()),
+            existing_nodes_unpriced: existing_nodes.iter().filter(|n| n.price.is_none()).count(),
+            timed_out: decisions.timed_out,
+        };
+
+        Report {
+            api_version: API_VERSION.to_owned(),
+            inputs: input.inputs,
+            bundled_example: input.bundled_example,
+            provider: input.provider,
+            catalogue: CatalogueSummary {
+                source: input.catalogue.source.clone(),
+                instance_types: input.catalogue.instance_types.len(),
+            },
+            notes: input.notes,
+            summary,
+            new_nodes,
+            existing_nodes,
+            unschedulable,
+            decisions,
+        }
+    }
+
+    /// Pretty JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+}
+
+/// Sums of prices rounded to 1e-6 so float noise does not reach the output (and `-0` of an empty sum is `0`).
+fn round(price: f64) -> f64 {
+    (price * 1e6).round() / 1e6 + 0.0
+}
+
+#[allow(clippy::too_many_arguments)]
+fn existing(
+    name: &str,
+    in_flight: bool,
+    node_pool: Option<String>,
+    [instance_type, zone, capacity_type]: [Option<String>; 3],
+    catalogue: &Catalogue,
+    bound_pods: usize,
+    pods: &[String],
+    groups: &dyn Fn(&[String]) -> Vec<PodGroup>,
+) -> ExistingNode {
+    let (price, price_unknown) = match price_of(catalogue, &instance_type, &zone, &capacity_type) {
+        Ok(p) => (Some(p), None),
+        Err(why) => (None, Some(why)),
+    };
+    ExistingNode {
+        name: name.to_owned(),
+        in_flight,
+        node_pool,
+        instance_type,
+        zone,
+        capacity_type,
+        price,
+        price_unknown,
+        bound_pods,
+        pods: pods.to_vec(),
+        pod_groups: groups(pods),
+    }
+}
+
+/// The catalogue price of (instance type, zone, capacity type), or why there is none.
+fn price_of(
+    catalogue: &Catalogue,
+    instance_type: &Option<String>,
+    zone: &Option<String>,
+    capacity_type: &Option<String>,
+) -> Result<f64, String> {
+    let missing: Vec<&str> =
+        [(instance_type, labels::INSTANCE_TYPE), (zone, labels::ZONE), (capacity_type, labels::CAPACITY_TYPE)]
+            .iter()
+            .filter(|(v, _)| v.is_none())
+            .map(|(_, k)| *k)
+            .collect();
+    let (Some(it), Some(zone), Some(ct)) = (instance_type, zone, capacity_type) else {
+        return Err(format!("no {} label", missing.join(", ")));
+    };
+    let Some(found) = catalogue.get(it) else {
+        return Err(format!("instance type {it} is not in the catalogue"));
+    };
+    found
+        .offerings
+        .iter()
+        .filter(|o| o.zone() == Some(zone.as_str()) && o.capacity_type() == Some(ct.as_str()))
+        .map(|o| o.price)
+        .min_by(f64::total_cmp)
+        .ok_or_else(|| format!("instance type {it} has no {ct} offering in {zone}"))
+}

@@ -1,0 +1,356 @@
+//! Runs `karpenter-controller simulate`: snapshots of the bundled examples (table and JSON), bad input, a custom
+//! catalogue, node-class notes, existing nodes, `kubectl get -o yaml` List input.
+//!
+//! Snapshots live in `tests/snapshots/`; `UPDATE_SNAPSHOTS=1 cargo test -p karpenter-controller --test simulate`
+//! rewrites them (review the diff before committing).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Runs the binary in the workspace root (so relative example paths in the output are stable).
+fn run(args: &[&str]) -> (i32, String, String) {
+    let Output { status, stdout, stderr } = Command::new(env!("CARGO_BIN_EXE_karpenter-controller"))
+        .current_dir(workspace_root())
+        .args(args)
+        .output()
+        .expect("running karpenter-controller");
+    (
+        status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&stdout).into_owned(),
+        String::from_utf8_lossy(&stderr).into_owned(),
+    )
+}
+
+fn simulate_ok(args: &[&str]) -> String {
+    let mut all = vec!["simulate"];
+    all.extend_from_slice(args);
+    let (code, stdout, stderr) = run(&all);
+    assert_eq!(code, 0, "simulate {args:?} failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+    stdout
+}
+
+fn simulate_json(args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.extend_from_slice(&["--output", "json"]);
+    let stdout = simulate_ok(&all);
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not JSON ({e}):\n{stdout}"))
+}
+
+fn check_snapshot(name: &str, actual: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots").join(name);
+    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+        std::fs::create_dir_all(path.parent().expect("snapshot dir")).expect("creating snapshot dir");
+        std::fs::write(&path, actual).expect("writing snapshot");
+        return;
+    }
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (run with UPDATE_SNAPSHOTS=1 to create it)", path.display()));
+    assert!(
+        expected == actual,
+        "{} differs from the output (UPDATE_SNAPSHOTS=1 rewrites it)\n--- expected\n{expected}\n--- actual\n{actual}",
+        path.display()
+    );
+}
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("karpenter-controller-simulate-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("creating temp dir");
+        TempDir(dir)
+    }
+
+    fn write(&self, name: &str, text: &str) -> String {
+        let path = self.0.join(name);
+        std::fs::write(&path, text).expect("writing temp file");
+        path.display().to_string()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn bundled_example_table_snapshot() {
+    check_snapshot("bundled.txt", &simulate_ok(&[]));
+}
+
+#[test]
+fn bundled_example_json_snapshot() {
+    let stdout = simulate_ok(&["-o", "json"]);
+    check_snapshot("bundled.json", &stdout);
+    let doc: Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(doc["apiVersion"], "karpenter-rs.simulate/v1");
+    assert_eq!(doc["decisions"]["apiVersion"], "karpenter-rs.scheduler/v1");
+    assert_eq!(doc["bundledExample"], true);
+    assert_eq!(doc["summary"]["pendingPods"], 10);
+    assert_eq!(doc["summary"]["podsOnNewNodes"], 10);
+    assert_eq!(doc["summary"]["unschedulablePods"], 0);
+    // Every new node names the offering and the pods, and its price sums into the summary.
+    let nodes = doc["newNodes"].as_array().expect("newNodes");
+    assert!(!nodes.is_empty());
+    let mut total = 0.0;
+    for n in nodes {
+        assert!(n["instanceType"].as_str().is_some_and(|t| t.ends_with("-linux")), "{n}");
+        assert!(n["zone"].as_str().is_some_and(|z| z.starts_with("test-zone-")), "{n}");
+        assert!(n["instanceTypeOptions"].as_u64().is_some_and(|c| c > 0), "{n}");
+        total += n["price"].as_f64().expect("price");
+    }
+    let summary_total = doc["summary"]["newNodesPricePerHour"].as_f64().expect("total");
+    assert!((total - summary_total).abs() < 1e-6, "{total} vs {summary_total}");
+}
+
+#[test]
+fn inflate_100_table_and_json_snapshots() {
+    let path = "examples/simulate/inflate-100.yaml";
+    check_snapshot("inflate-100.txt", &simulate_ok(&[path]));
+    let json = simulate_ok(&[path, "--output", "json"]);
+    check_snapshot("inflate-100.json", &json);
+    let doc: Value = serde_json::from_str(&json).expect("JSON");
+    assert_eq!(doc["summary"]["pendingPods"], 100);
+    assert_eq!(doc["summary"]["podsOnNewNodes"], 100);
+    let pods: usize =
+        doc["newNodes"].as_array().expect("newNodes").iter().map(|n| n["pods"].as_array().map_or(0, Vec::len)).sum();
+    assert_eq!(pods, 100, "full pod names in JSON");
+}
+
+#[test]
+fn bundled_example_runs_without_arguments_and_notes_the_missing_node_class() {
+    let table = simulate_ok(&[]);
+    assert!(table.starts_with("Input: examples/simulate/default.yaml (the bundled example"), "{table}");
+    assert!(
+        table.contains(
+            "note: KWOKNodeClass/default (karpenter.kwok.sh) is not in the input: treated as ready (NodePool default)"
+        ),
+        "{table}"
+    );
+    assert!(table.contains("inflate x"), "{table}");
+    assert!(table.contains("Summary: 10 pending pods: 10 on "), "{table}");
+    // The bundled example is the file in examples/ (include_str!), loaded from disk it gives the same answer.
+    let from_file = simulate_json(&["examples/simulate/default.yaml"]);
+    let bundled = simulate_json(&[]);
+    assert_eq!(from_file["decisions"], bundled["decisions"]);
+    assert_eq!(from_file["newNodes"], bundled["newNodes"]);
+}
+
+const POOL: &str = "apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: default}
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.kwok.sh, kind: KWOKNodeClass, name: default}
+      requirements:
+        - {key: kubernetes.io/os, operator: In, values: [linux]}
+";
+
+fn pod(name: &str, cpu: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\n\
+         spec: {{containers: [{{name: c, image: pause, resources: {{requests: {{cpu: \"{cpu}\"}}}}}}]}}\n"
+    )
+}
+
+#[test]
+fn present_node_class_gives_no_note_and_a_not_ready_one_leaves_the_pool_out() {
+    let tmp = TempDir::new("classes");
+    let ready = tmp.write(
+        "ready.yaml",
+        &format!(
+            "{POOL}---\napiVersion: karpenter.kwok.sh/v1alpha1\nkind: KWOKNodeClass\nmetadata: {{name: default}}\nspec: {{}}\n---\n{}",
+            pod("web", "1")
+        ),
+    );
+    let doc = simulate_json(&[&ready]);
+    assert_eq!(doc["notes"], Value::Array(vec![]), "{doc}");
+    assert_eq!(doc["summary"]["podsOnNewNodes"], 1);
+
+    let not_ready = tmp.write(
+        "not-ready.yaml",
+        &format!(
+            "{POOL}---\napiVersion: karpenter.kwok.sh/v1alpha1\nkind: KWOKNodeClass\nmetadata: {{name: default}}\nspec: {{}}\n\
+             status: {{conditions: [{{type: Ready, status: 'False', reason: Testing, lastTransitionTime: '2026-01-01T00:00:00Z'}}]}}\n---\n{}",
+            pod("web", "1")
+        ),
+    );
+    let table = simulate_ok(&[&not_ready]);
+    assert!(
+        table
+            .contains("note: NodePool default left out: its KWOKNodeClass/default is not ready (Ready=False, Testing)"),
+        "{table}"
+    );
+    assert!(table.contains("Unschedulable pods: 1\n"), "{table}");
+    assert!(
+        table.contains("Summary: 1 pending pod: 0 on 0 new nodes, 0 on existing nodes, 1 unschedulable."),
+        "{table}"
+    );
+}
+
+#[test]
+fn instance_types_file_replaces_the_catalogue() {
+    let doc = simulate_json(&["--instance-types", "examples/simulate/instance-types.json"]);
+    assert_eq!(doc["catalogue"]["source"], "file examples/simulate/instance-types.json");
+    assert_eq!(doc["catalogue"]["instanceTypes"], 2);
+    for n in doc["newNodes"].as_array().expect("newNodes") {
+        let it = n["instanceType"].as_str().expect("instance type");
+        assert!(it == "small-2x" || it == "large-8x", "{n}");
+    }
+
+    // One pod of 1 CPU: both types fit; the unavailable 0.015 spot offering is skipped, the 0.02 one picked.
+    let tmp = TempDir::new("catalogue");
+    let file = tmp.write("one.yaml", &format!("{POOL}---\n{}", pod("web", "1")));
+    let doc = simulate_json(&[&file, "--instance-types", "examples/simulate/instance-types.json"]);
+    let node = &doc["newNodes"][0];
+    assert_eq!(node["instanceType"], "small-2x", "{doc}");
+    assert_eq!(node["zone"], "zone-a");
+    assert_eq!(node["capacityType"], "spot");
+    assert_eq!(node["price"], 0.02);
+    assert_eq!(node["instanceTypeOptions"], 2);
+    assert_eq!(doc["summary"]["newNodesPricePerHour"], 0.02);
+
+    // A pod larger than every type: unschedulable, with the scheduler's reason.
+    let big = tmp.write("big.yaml", &format!("{POOL}---\n{}", pod("huge", "64")));
+    let table = simulate_ok(&[&big, "--instance-types", "examples/simulate/instance-types.json"]);
+    assert!(table.contains("Unschedulable pods: 1\nPODS  REASON\nhuge  "), "{table}");
+    assert!(table.contains("New nodes: none"), "{table}");
+}
+
+#[test]
+fn bad_instance_types_file_is_an_error_naming_the_file() {
+    let tmp = TempDir::new("bad-catalogue");
+    let file = tmp.write("types.json", "[{\"name\": \"x\"}]");
+    let (code, stdout, stderr) = run(&["simulate", "--instance-types", &file]);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(stderr.contains(&file), "{stderr}");
+    assert!(stderr.contains("entry 0"), "{stderr}");
+    let (code, _, stderr) = run(&["simulate", "--instance-types", "/nonexistent/types.json"]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("/nonexistent/types.json"), "{stderr}");
+}
+
+#[test]
+fn bad_manifests_are_errors_naming_file_document_and_field() {
+    let tmp = TempDir::new("bad");
+    let invalid =
+        tmp.write("pools.yaml", &format!("{}---\n{}", pod("web", "1"), POOL.replace("values: [linux]", "values: []")));
+    let typo = tmp.write("typo.yaml", &POOL.replace("operator: In", "operater: In"));
+    let (code, stdout, stderr) = run(&["simulate", &tmp.0.display().to_string()]);
+    assert_eq!(code, 1, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.is_empty(), "nothing is simulated:\n{stdout}");
+    let violation = format!("{invalid}: document 1: NodePool/default: spec.template.spec.requirements[0].values: ");
+    assert!(stderr.lines().any(|l| l.starts_with(&violation)), "missing {violation:?} in\n{stderr}");
+    let load_error =
+        format!("{typo}: document 0: NodePool/default: spec.template.spec.requirements[0]: unknown field \"operater\"");
+    assert!(stderr.lines().any(|l| l.starts_with(&load_error)), "missing {load_error:?} in\n{stderr}");
+    assert!(stderr.ends_with("error: 2 problems in the input; nothing was simulated\n"), "{stderr}");
+
+    let (code, _, stderr) = run(&["simulate", "/nonexistent/cluster.yaml"]);
+    assert_eq!(code, 1);
+    assert!(stderr.starts_with("/nonexistent/cluster.yaml: "), "{stderr}");
+}
+
+#[test]
+fn existing_nodes_are_priced_and_receive_pods_first() {
+    let tmp = TempDir::new("existing");
+    // node-b is cordoned, so the pending pod can only go to node-a.
+    let node = |name: &str, labels: &str| {
+        let cordoned = if name == "node-b" { "spec: {unschedulable: true}\n" } else { "" };
+        format!(
+            "apiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n  labels: {{{labels}}}\n{cordoned}\
+             status: {{allocatable: {{cpu: '8', memory: 16Gi, pods: '110'}}, capacity: {{cpu: '8', memory: 16Gi, pods: '110'}}}}\n"
+        )
+    };
+    let bound = "apiVersion: v1\nkind: Pod\nmetadata: {name: db, namespace: default}\n\
+                 spec: {nodeName: node-a, containers: [{name: c, image: x, resources: {requests: {cpu: '2'}}}]}\n";
+    let file = tmp.write(
+        "cluster.yaml",
+        &[
+            POOL.to_owned(),
+            node(
+                "node-a",
+                "node.kubernetes.io/instance-type: large-8x, topology.kubernetes.io/zone: zone-a, \
+                 karpenter.sh/capacity-type: on-demand, kubernetes.io/os: linux",
+            ),
+            node("node-b", "kubernetes.io/os: linux, topology.kubernetes.io/zone: zone-a"),
+            bound.to_owned(),
+            pod("web", "1"),
+        ]
+        .join("---\n"),
+    );
+    let args = [file.as_str(), "--instance-types", "examples/simulate/instance-types.json"];
+    let doc = simulate_json(&args);
+    let nodes = doc["existingNodes"].as_array().expect("existingNodes");
+    assert_eq!(nodes.len(), 2, "{doc}");
+    assert_eq!(nodes[0]["name"], "node-a");
+    assert_eq!(nodes[0]["price"], 0.2);
+    assert_eq!(nodes[0]["boundPods"], 1);
+    assert_eq!(nodes[0]["pods"], serde_json::json!(["default/web"]));
+    assert_eq!(nodes[1]["name"], "node-b");
+    assert_eq!(nodes[1]["price"], Value::Null);
+    assert_eq!(nodes[1]["priceUnknown"], "no node.kubernetes.io/instance-type, karpenter.sh/capacity-type label");
+    assert_eq!(doc["summary"]["podsOnExistingNodes"], 1);
+    assert_eq!(doc["summary"]["newNodes"], 0);
+    assert_eq!(doc["summary"]["existingNodesPricePerHour"], 0.2);
+    assert_eq!(doc["summary"]["existingNodesUnpriced"], 1);
+
+    let table = simulate_ok(&args);
+    assert!(table.contains("Existing nodes: 2 ($0.2000/h, 1 with unknown price)"), "{table}");
+    let row = table.lines().find(|l| l.starts_with("node-a ")).expect("node-a row");
+    assert!(row.contains("large-8x") && row.contains("0.2000") && row.ends_with("web"), "{row}");
+    assert!(
+        table.contains("node-b: price unknown: no node.kubernetes.io/instance-type, karpenter.sh/capacity-type label"),
+        "{table}"
+    );
+}
+
+#[test]
+fn kubectl_list_output_groups_pods_by_deployment() {
+    let tmp = TempDir::new("list");
+    let item = |i: usize| {
+        format!(
+            "  - apiVersion: v1\n    kind: Pod\n    metadata:\n      name: web-6d4b-{i}\n      namespace: shop\n\
+             \x20     labels: {{app: web, pod-template-hash: 6d4b}}\n\
+             \x20     ownerReferences: [{{apiVersion: apps/v1, kind: ReplicaSet, name: web-6d4b, uid: u1, controller: true}}]\n\
+             \x20   spec: {{containers: [{{name: c, image: x, resources: {{requests: {{cpu: 500m}}}}}}]}}\n"
+        )
+    };
+    let list = format!("apiVersion: v1\nkind: List\nitems:\n{}{}", item(0), item(1));
+    let file = tmp.write("pods.yaml", &list);
+    let pool = tmp.write("pool.yaml", POOL);
+    let table = simulate_ok(&[&file, &pool]);
+    assert!(table.contains("shop/web x2"), "{table}");
+    let doc = simulate_json(&[&file, &pool]);
+    assert_eq!(
+        doc["newNodes"][0]["podGroups"],
+        serde_json::json!([{"namespace": "shop", "kind": "Deployment", "name": "web", "count": 2}])
+    );
+    assert_eq!(doc["newNodes"][0]["pods"], serde_json::json!(["shop/web-6d4b-0", "shop/web-6d4b-1"]));
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let (code, _, stderr) = run(&["simulate", "--output", "yaml"]);
+    assert_eq!(code, 2, "{stderr}");
+    let (code, _, stderr) = run(&["simulate", "--provider", "gcp"]);
+    assert_eq!(code, 2, "{stderr}");
+}
+
+#[test]
+fn aws_provider_labels_apply() {
+    let doc = simulate_json(&["--provider", "aws"]);
+    assert_eq!(doc["provider"], "aws");
+    assert_eq!(doc["catalogue"]["source"], "kwok");
+    assert_eq!(doc["summary"]["podsOnNewNodes"], 10);
+}
