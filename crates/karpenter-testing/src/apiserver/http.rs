@@ -305,6 +305,15 @@ fn resource_list(registry: &Registry, group: &str, version: &str) -> Value {
                 "kind": k.kind, "verbs": ["get", "patch", "update"],
             }));
         }
+        if k.group.is_empty() && k.plural == "pods" {
+            resources.push(json!({
+                "name": "pods/binding", "singularName": "", "namespaced": true, "kind": "Binding", "verbs": ["create"],
+            }));
+            resources.push(json!({
+                "name": "pods/eviction", "singularName": "", "namespaced": true, "group": "policy", "version": "v1",
+                "kind": "Eviction", "verbs": ["create"],
+            }));
+        }
         if k.scale_subresource.is_some() {
             resources.push(json!({
                 "name": format!("{}/scale", k.plural), "singularName": "", "namespaced": k.namespaced,
@@ -443,11 +452,17 @@ fn unscale(kind: &ResourceKind, current: &Value, scale: &Value) -> Result<Value,
 
 fn delete_opts(q: &BTreeMap<String, String>, body: &[u8]) -> Result<DeleteOpts, ApiError> {
     let b: Value = if body.iter().all(u8::is_ascii_whitespace) { json!({}) } else { parse_body(body)? };
+    delete_opts_from(q, &b)
+}
+
+/// DeleteOptions from the query and a body (a DELETE's, or an Eviction's `deleteOptions`).
+pub(crate) fn delete_opts_from(q: &BTreeMap<String, String>, b: &Value) -> Result<DeleteOpts, ApiError> {
     let mut opts = DeleteOpts {
         grace_period_seconds: b.get("gracePeriodSeconds").and_then(Value::as_i64),
         precondition_uid: b.pointer("/preconditions/uid").and_then(Value::as_str).map(str::to_string),
         precondition_rv: b.pointer("/preconditions/resourceVersion").and_then(Value::as_str).map(str::to_string),
         dry_run: dry_run(q)? || b.get("dryRun").and_then(Value::as_array).is_some_and(|a| a.iter().any(|x| x == "All")),
+        propagation: None,
     };
     if let Some(g) = q.get("gracePeriodSeconds") {
         opts.grace_period_seconds =
@@ -462,6 +477,7 @@ fn delete_opts(q: &BTreeMap<String, String>, body: &[u8]) -> Result<DeleteOpts, 
             "propagationPolicy: Unsupported value: {p:?}: supported values: \"Foreground\", \"Background\", \"Orphan\""
         )));
     }
+    opts.propagation = policy.map(str::to_string);
     Ok(opts)
 }
 
@@ -627,6 +643,20 @@ fn resource(
                 Some("status") if kind.status_subresource => Sub::Status,
                 Some("scale") if kind.scale_subresource.is_some() => {
                     return scale(shared, method, &content_type, kind, &ns, name, body, dry);
+                }
+                Some(sub @ ("binding" | "eviction")) if kind.group.is_empty() && kind.plural == "pods" => {
+                    if *method != Method::POST {
+                        return Err(ApiError::method_not_allowed(format!("{method} is not supported on pods/{sub}")));
+                    }
+                    let obj = parse_body(body)?;
+                    let mut store = shared.lock();
+                    let status = if sub == "binding" {
+                        store.bind(kind, &ns, name, &obj, dry)?
+                    } else {
+                        let opts = delete_opts_from(q, obj.get("deleteOptions").unwrap_or(&Value::Null))?;
+                        store.evict(kind, &ns, name, &obj, opts)?
+                    };
+                    return Ok(Reply::Json(StatusCode::CREATED, status));
                 }
                 Some(other) => {
                     return Err(ApiError::no_route(format!(

@@ -86,6 +86,27 @@
 //! - **metadata** is validated for every kind (422 Invalid): label keys and values, annotation keys and total size,
 //!   finalizer names, owner references (required fields, at most one controller), object names (DNS-1123
 //!   subdomains; labels for namespaces).
+//! - **pods/binding** (POST a v1 `Binding`): sets `spec.nodeName` and the `PodScheduled=True` condition of an
+//!   unbound pod (one write); 409 Conflict when the pod is already bound (`pod p is already assigned to node
+//!   "n"`), 404 for a missing pod, 422 for a target that is not a Node, 400 when the names differ.
+//! - **pods/eviction** (POST a policy/v1 `Eviction`): pods in phase Pending, Succeeded or Failed, or already
+//!   being deleted, are deleted regardless of budgets (the real server's rule: "not yet running" means phase
+//!   Pending, not "not Ready"). Otherwise the PodDisruptionBudgets of the pod's namespace that select it decide:
+//!   several → 500 (`This pod has more than one PodDisruptionBudget, which the eviction subresource does not
+//!   support.`); one with `disruptionsAllowed: 0` → 429 TooManyRequests (`Cannot evict pod as it would violate
+//!   the pod's disruption budget.`, with a `DisruptionBudget` cause `The disruption budget web needs 2 healthy
+//!   pods and has 2 currently`), except for a pod that is not Ready when the policy is `AlwaysAllow` or (the
+//!   default `IfHealthyBudget`) the budget is healthy (currentHealthy ≥ desiredHealthy > 0). An allowed
+//!   eviction is a DELETE with the Eviction's `deleteOptions` (bound pods: graceful, see delete), answered
+//!   with a 201 Success Status. Note: kube 5's `Api::evict` sends its `DeleteParams` under the key
+//!   `delete_options`, which the real server ignores as an unknown field; so does this one (use
+//!   `Api::create_subresource("eviction", …)` with a `policy/v1` `Eviction` to pass delete options).
+//! - **PodDisruptionBudget status** is computed as the disruption controller does, after every write to a pod or
+//!   budget of the namespace: `expectedPods` (the selected pods), `currentHealthy` (selected pods with
+//!   `Ready=True` and no deletionTimestamp), `desiredHealthy` (`minAvailable`, or expected − `maxUnavailable`;
+//!   percentages of expected, rounded up), `disruptionsAllowed` = max(0, healthy − desired) (0 while no pod is
+//!   selected or when the budget cannot be computed), `observedGeneration` and the `DisruptionAllowed`
+//!   condition. A nil selector selects nothing, an empty one everything (policy/v1).
 //! - Errors are `Status` objects with the real codes and reasons, so `kube` returns `kube::Error::Api`; no request
 //!   can panic the server (malformed JSON is 400 BadRequest).
 //!
@@ -104,10 +125,17 @@
 //! - No managedFields, no aggregated discovery, no protobuf, no `resourceVersionMatch=Exact` snapshots.
 //! - Delete of an immediately removed built-in object answers a success Status; pods and custom resources
 //!   answer their last state.
+//! - The cluster's controllers (garbage collector, disruption controller, node lifecycle taints) run
+//!   synchronously inside the write that triggers them, before the response; on a real cluster they follow
+//!   asynchronously, so code must still wait for their effects through watches (their writes are ordinary
+//!   events here too).
+//! - PodDisruptionBudgets with a percentage or `maxUnavailable` count the selected pods as the expected pods;
+//!   the real disruption controller asks the pods' controllers (Deployments, StatefulSets, …) for their scale,
+//!   and fails safe (no disruption) for pods without one. `status.disruptedPods` is not maintained (evictions
+//!   and the status recomputation are one atomic step here).
 //!
 //! # Not yet implemented (next cut)
 //!
-//! - `pods/binding` and `pods/eviction` (with PodDisruptionBudgets and PDB status from Ready pods).
 //! - Garbage collection of dependents through ownerReferences (and Foreground/Orphan propagation).
 //! - The `node.kubernetes.io/not-ready` taint on Nodes created without a Ready condition.
 //! - Lease-specific behaviour beyond plain CRUD with optimistic concurrency.
@@ -204,6 +232,7 @@ impl ApiServerBuilder {
     pub fn build(self) -> ApiServer {
         let registry = self.registry.unwrap_or_else(Registry::karpenter);
         let mut store = store::Store::new(self.clock, self.history_limit);
+        store.set_kinds(registry.kinds().to_vec());
         if let Some(ns_kind) = registry.find("", "v1", "namespaces") {
             for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
                 // Seeding cannot fail on a fresh store; an error would only mean a namespace is missing.

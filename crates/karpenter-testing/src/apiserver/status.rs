@@ -15,11 +15,13 @@ pub struct ApiError {
     pub message: String,
     /// `details` of the Status: (group, kind (the resource's plural, as the real server puts it), name).
     pub details: Option<(String, String, String)>,
+    /// `details.causes` of the Status: (reason, message) pairs (the eviction's `DisruptionBudget` cause).
+    pub causes: Vec<(String, String)>,
 }
 
 impl ApiError {
     fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
-        Self { code, reason, message: message.into(), details: None }
+        Self { code, reason, message: message.into(), details: None, causes: Vec::new() }
     }
 
     fn with_details(mut self, group: &str, resource: &str, name: &str) -> Self {
@@ -85,6 +87,16 @@ impl ApiError {
             .with_details(group, resource, name)
     }
 
+    /// 429 TooManyRequests with `details.causes` (an eviction refused by a PodDisruptionBudget).
+    pub fn too_many_requests(message: impl Into<String>, causes: Vec<(String, String)>) -> Self {
+        Self { causes, ..Self::new(429, "TooManyRequests", message) }
+    }
+
+    /// A 500 failure without a reason, as the real server's eviction answers for a pod with several budgets.
+    pub fn failure_500(message: impl Into<String>) -> Self {
+        Self::new(500, "", message)
+    }
+
     /// 500 InternalError (never expected; reported instead of panicking).
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(500, "InternalError", message)
@@ -109,6 +121,21 @@ impl ApiError {
             }
             details.insert("kind".into(), Value::String(kind.clone()));
             obj.insert("details".into(), Value::Object(details));
+        }
+        if !self.causes.is_empty()
+            && let Some(obj) = status.as_object_mut()
+        {
+            let causes: Vec<Value> =
+                self.causes.iter().map(|(reason, message)| json!({"reason": reason, "message": message})).collect();
+            let details = obj.entry("details").or_insert_with(|| json!({}));
+            if let Some(d) = details.as_object_mut() {
+                d.insert("causes".into(), Value::Array(causes));
+            }
+        }
+        if self.reason.is_empty()
+            && let Some(obj) = status.as_object_mut()
+        {
+            obj.remove("reason");
         }
         status
     }

@@ -2,7 +2,7 @@
 //! resourceVersion counter, a bounded event history for watches, and the write semantics of the real server
 //! (generation, status subresource, finalizers, graceful pod deletion, optimistic concurrency).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use chrono::SecondsFormat;
@@ -12,6 +12,10 @@ use tokio::sync::mpsc;
 use super::registry::ResourceKind;
 use super::status::ApiError;
 use crate::clock::Clock;
+
+mod controllers;
+mod subresources;
+
 
 /// (group, version, plural, namespace (`""` for cluster-scoped), name)
 pub(crate) type ObjKey = (String, String, String, String, String);
@@ -58,6 +62,8 @@ pub(crate) struct DeleteOpts {
     pub precondition_uid: Option<String>,
     pub precondition_rv: Option<String>,
     pub dry_run: bool,
+    /// `propagationPolicy`: `Background` (the default), `Foreground` or `Orphan`.
+    pub propagation: Option<String>,
 }
 
 /// What a DELETE did.
@@ -101,6 +107,15 @@ pub(crate) struct Store {
     uid_counter: u64,
     name_counter: u64,
     clock: Arc<dyn Clock>,
+    /// The served kinds (the garbage collector and the PDB controller look kinds up here).
+    kinds: Vec<ResourceKind>,
+    /// uid -> key of every stored object.
+    uids: BTreeMap<String, ObjKey>,
+    /// owner uid -> keys of the objects whose ownerReferences name it.
+    dependents: BTreeMap<String, BTreeSet<ObjKey>>,
+    /// Work for the built-in controllers, queued by `commit` and run before the request returns.
+    tasks: VecDeque<controllers::Task>,
+    settling: bool,
 }
 
 fn key(kind: &ResourceKind, namespace: &str, name: &str) -> ObjKey {
@@ -191,7 +206,21 @@ impl Store {
             uid_counter: 0,
             name_counter: 0,
             clock,
+            kinds: Vec::new(),
+            uids: BTreeMap::new(),
+            dependents: BTreeMap::new(),
+            tasks: VecDeque::new(),
+            settling: false,
         }
+    }
+
+    /// The served kinds, for the built-in controllers (garbage collector, disruption budgets).
+    pub(crate) fn set_kinds(&mut self, kinds: Vec<ResourceKind>) {
+        self.kinds = kinds;
+    }
+
+    fn kind_of(&self, group: &str, version: &str, plural: &str) -> Option<ResourceKind> {
+        self.kinds.iter().find(|k| k.group == group && k.version == version && k.plural == plural).cloned()
     }
 
     /// The current (latest) resourceVersion.
@@ -243,6 +272,7 @@ impl Store {
         } else {
             self.objects.insert(k.clone(), obj.clone());
         }
+        self.index_and_queue(&k, etype, &obj, prev.as_deref());
         let (group, _version, plural, _namespace, _name) = k;
         let event = Arc::new(Event { rv, etype, group, plural, object: obj.clone(), prev });
         self.watchers.retain(|w| {
@@ -256,6 +286,11 @@ impl Store {
             if let Some(old) = self.history.pop_front() {
                 self.floor = old.rv;
             }
+        }
+        if !self.settling {
+            self.settling = true;
+            self.settle();
+            self.settling = false;
         }
         obj
     }
@@ -386,6 +421,9 @@ impl Store {
                 _ => None,
             };
             set_field(&mut obj, "status", status);
+        }
+        if kind.group.is_empty() && kind.plural == "nodes" {
+            controllers::admit_node(&mut obj);
         }
         if kind.group.is_empty() && kind.plural == "namespaces" && obj.pointer("/spec/finalizers").is_none() {
             set_field(&mut obj, "spec", Some(json!({"finalizers": ["kubernetes"]})));
@@ -670,6 +708,11 @@ impl Store {
                 ),
             ));
         }
+        let uid = meta_str(&old, "uid").unwrap_or_default().to_string();
+        if opts.propagation.as_deref() == Some("Orphan") && !opts.dry_run {
+            // The real server's orphan finalizer, run at once: the dependents lose their reference to this owner.
+            self.orphan_dependents(&uid);
+        }
         let is_pod = kind.group.is_empty() && kind.plural == "pods";
         let grace = if is_pod {
             let bound = old.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
@@ -688,13 +731,22 @@ impl Store {
         let being_deleted = meta(&old).is_some_and(|m| m.contains_key("deletionTimestamp"));
         let current_grace = meta(&old).and_then(|m| m.get("deletionGracePeriodSeconds")).and_then(Value::as_i64);
         let has_finalizers = !finalizers(&old).is_empty();
+        let foreground = opts.propagation.as_deref() == Some("Foreground")
+            && !being_deleted
+            && self.dependents.get(&uid).is_some_and(|d| !d.is_empty());
         if being_deleted && current_grace.is_none_or(|c| grace >= c) {
             // Already being deleted, and this request does not shorten the grace period.
             return Ok(Deleted::Pending((*old).clone()));
         }
         let k = key(kind, namespace, name);
-        if grace > 0 || has_finalizers {
+        if grace > 0 || has_finalizers || foreground {
             let mut new = (*old).clone();
+            if foreground && let Some(m) = meta_mut(&mut new) {
+                let list = m.entry("finalizers").or_insert_with(|| json!([]));
+                if let Some(a) = list.as_array_mut() {
+                    a.push(json!(controllers::FOREGROUND_FINALIZER));
+                }
+            }
             let deadline = chrono::Duration::try_seconds(grace)
                 .and_then(|d| self.clock.now().checked_add_signed(d))
                 .ok_or_else(|| {
