@@ -1,0 +1,1 @@
+//! moto catalogue loader.
