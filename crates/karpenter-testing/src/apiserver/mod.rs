@@ -65,8 +65,7 @@
 //!   to a node (and not Succeeded/Failed) are deleted gracefully: `deletionTimestamp` = now + grace period
 //!   (`gracePeriodSeconds`, else `spec.terminationGracePeriodSeconds`, else 30) and
 //!   `deletionGracePeriodSeconds`, until a DELETE with `gracePeriodSeconds: 0` (the kubelet's) removes them.
-//!   Preconditions (uid, resourceVersion) give 409. `propagationPolicy` is validated and accepted but has no
-//!   effect yet (no garbage collector). Deleting a namespace deletes its content and removes the namespace once
+//!   Preconditions (uid, resourceVersion) give 409. Deleting a namespace deletes its content and removes the namespace once
 //!   it is empty. `deletecollection` with selectors is served.
 //! - **list**: `labelSelector` (`=`, `==`, `!=`, `in`, `notin`, exists, `!`exists, `>`, `<`);
 //!   `fieldSelector` on `metadata.name` and `metadata.namespace` for every kind, plus the fields the real server
@@ -86,6 +85,22 @@
 //! - **metadata** is validated for every kind (422 Invalid): label keys and values, annotation keys and total size,
 //!   finalizer names, owner references (required fields, at most one controller), object names (DNS-1123
 //!   subdomains; labels for namespaces).
+//! - **Garbage collection** through `metadata.ownerReferences`, as the real collector decides: when an
+//!   object is removed, each dependent whose owners are all gone is deleted (background propagation, the
+//!   default; chains follow, e.g. NodeClaim → Node → node Lease); a dependent that still has an owner only loses
+//!   the references to the gone ones. A dependent created or updated with a reference to an owner that does not
+//!   exist (same uid and kind) is collected too. Owners of kinds this server does not serve (ReplicaSets, Jobs,
+//!   …) are never judged gone (the real collector cannot resolve them either), so test pods may name such
+//!   owners. `propagationPolicy: Foreground`: the owner gets `deletionTimestamp` and the `foregroundDeletion`
+//!   finalizer, its dependents are deleted, and it is removed once no dependent with `blockOwnerDeletion: true`
+//!   is left; `Orphan`: the dependents lose their reference and stay.
+//! - **Node condition taints** (TaintNodesByCondition): a Node created without `Ready=True` gets
+//!   `node.kubernetes.io/not-ready:NoSchedule` (the admission plugin); afterwards, as the node lifecycle
+//!   controller, `Ready=True` removes it, `Ready=False` sets it, `Ready=Unknown` sets
+//!   `node.kubernetes.io/unreachable:NoSchedule` instead. Other taints are left alone.
+//! - **Leases** are plain objects with optimistic concurrency: of racing leader-election candidates that read
+//!   the same resourceVersion one update wins and the others get 409 Conflict; concurrent creates give one
+//!   success and 409 AlreadyExists.
 //! - **pods/binding** (POST a v1 `Binding`): sets `spec.nodeName` and the `PodScheduled=True` condition of an
 //!   unbound pod (one write); 409 Conflict when the pod is already bound (`pod p is already assigned to node
 //!   "n"`), 404 for a missing pod, 422 for a target that is not a Node, 400 when the names differ.
@@ -133,12 +148,13 @@
 //!   the real disruption controller asks the pods' controllers (Deployments, StatefulSets, …) for their scale,
 //!   and fails safe (no disruption) for pods without one. `status.disruptedPods` is not maintained (evictions
 //!   and the status recomputation are one atomic step here).
+//! - The node lifecycle controller's NoExecute taints (taint-based eviction), its Ready=Unknown marking of
+//!   Nodes whose Lease is not renewed, and pod eviction from unreachable Nodes are not simulated. The
+//!   admission plugin's not-ready taint is only added when the Node is created without `Ready=True` (the real
+//!   plugin adds it to every new Node and the controller removes it right after).
 //!
 //! # Not yet implemented (next cut)
 //!
-//! - Garbage collection of dependents through ownerReferences (and Foreground/Orphan propagation).
-//! - The `node.kubernetes.io/not-ready` taint on Nodes created without a Ready condition.
-//! - Lease-specific behaviour beyond plain CRUD with optimistic concurrency.
 //! - The scheduler and kubelet stand-ins; the probe against a real API server.
 
 mod http;
