@@ -1,1 +1,382 @@
-//! Karpenter's disruption decisions (emptiness, drift, consolidation, expiration, budgets) as pure functions over a ClusterSnapshot
+//! Karpenter's disruption decisions (`shared/spec/disruption.md`, upstream v1.14.1) as pure functions over the
+//! scheduler's [`ClusterSnapshot`]: emptiness, drift, consolidation, budgets, expiration and
+//! terminationGracePeriod deadlines.
+//!
+//! **No IO, no clock**: `now` is an argument. The snapshot is wrapped (indexes in [`candidate::Cluster`]), never
+//! edited. Displaced pods are placed with `karpenter-scheduler`'s [`Simulator`](karpenter_scheduler::simulation::Simulator),
+//! prepared once per pass and reused by every simulation, so there is no timeout: every candidate is
+//! evaluated.
+//!
+//! # Entry points
+//!
+//! * [`evaluate`]: one pass. Tries the methods in upstream's order (Emptiness, StaticDrift, Drift,
+//!   MultiNodeConsolidation, SingleNodeConsolidation); the first that acts gives the pass's [`Command`]s (one
+//!   command, or one per node for StaticDrift). In addition every node gets a [`Verdict`] computed against the
+//!   unchanged snapshot: disrupted, deferred (a valid move exists, a later pass will take it), blocked (PDB,
+//!   do-not-disrupt, budget, ...) or kept (no cheaper option, pods cannot move, ...).
+//! * [`validation::validate`]: the re-check after the 15 s wait (§4.9) against a later snapshot.
+//! * [`expiration`]: forceful expiry and terminationGracePeriod deadlines at `now`.
+//! * [`budget`]: allowances per NodePool and reason.
+//! * [`command`]: the serialisable output ([`Pass`], versioned `karpenter-rs.disruption/v1`).
+//!
+//! # Deviations from upstream
+//!
+//! * No timeouts: multi-node consolidation's binary search and single-node consolidation run to completion.
+//! * Single-node consolidation has no memory of the previous pass (upstream puts pools it did not reach before
+//!   a timeout first; without timeouts every pool is reached).
+//! * The `Consolidatable` state is computed from `lastPodEventTime` (or the `Initialized` transition) and
+//!   `consolidateAfter` at `now`, so passes over simulated time need no condition controller; without any
+//!   reference time the condition itself decides.
+//! * Node readiness is not in the snapshot: the caller lists not-Ready nodes in
+//!   [`DisruptionOptions::not_ready_nodes`] (they consume budgets as upstream).
+//! * CapacityBuffer virtual pods and reserved-offering fallback are not modelled.
+
+pub mod budget;
+pub mod candidate;
+pub mod command;
+mod engine;
+pub mod expiration;
+pub mod pods;
+pub mod validation;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use karpenter_api::ProviderLabels;
+use karpenter_scheduler::decision::{NodeClaimPlan, RequirementJson};
+use karpenter_scheduler::{ClusterSnapshot, PoolInput, SchedulerOptions};
+
+pub use command::{API_VERSION, Command, Decision, Method, Outcome, Pass, Reason, Verdict};
+pub use engine::{MULTI_NODE_MAX_CANDIDATES, SPOT_TO_SPOT_MIN_TYPES};
+
+use budget::Remaining;
+use candidate::{Candidate, Cluster, candidate};
+use engine::Engine;
+
+/// Options of a pass.
+#[derive(Debug, Clone)]
+pub struct DisruptionOptions {
+    /// Feature gate `SpotToSpotConsolidation` (default off, as upstream).
+    pub spot_to_spot_consolidation: bool,
+    /// Options of the scheduling simulations.
+    pub scheduler: SchedulerOptions,
+    /// Nodes whose `Ready` condition is not True (they count as disrupting in budgets).
+    pub not_ready_nodes: BTreeSet<String>,
+    /// Multi-node consolidation candidate cap (upstream: 100).
+    pub multi_node_max_candidates: usize,
+}
+
+impl Default for DisruptionOptions {
+    fn default() -> Self {
+        DisruptionOptions {
+            spot_to_spot_consolidation: false,
+            scheduler: SchedulerOptions {
+                reserved_offering_mode: karpenter_scheduler::ReservedOfferingMode::Fallback,
+                ..Default::default()
+            },
+            not_ready_nodes: BTreeSet::new(),
+            multi_node_max_candidates: MULTI_NODE_MAX_CANDIDATES,
+        }
+    }
+}
+
+/// Per candidate: per method, the result (`Ok(detail)` = the method would act).
+type Results = BTreeMap<String, Vec<(Method, Result<String, Reason>)>>;
+
+/// One disruption pass at `now`: the commands to start and a verdict for every node.
+pub fn evaluate(
+    snapshot: &ClusterSnapshot,
+    pools: &[PoolInput<'_>],
+    provider: &ProviderLabels,
+    now: DateTime<Utc>,
+    options: &DisruptionOptions,
+) -> Pass {
+    let cluster = Cluster::new(snapshot, pools, provider, now, options);
+    let engine = Engine::new(cluster);
+    let mut verdicts: BTreeMap<String, Reason> = BTreeMap::new();
+    let mut cands: Vec<Candidate<'_>> = Vec::new();
+    for n in &snapshot.nodes {
+        match candidate(&engine.cluster, n) {
+            Ok(c) => cands.push(c),
+            Err(r) => {
+                verdicts.insert(n.name.clone(), r);
+            }
+        }
+    }
+    let mut results: Results = BTreeMap::new();
+    let mut record = |node: &str, m: Method, r: Result<String, Reason>| {
+        results.entry(node.to_owned()).or_default().push((m, r));
+    };
+    let mut commands: Vec<Command> = Vec::new();
+
+    // Emptiness.
+    {
+        let mut empties: Vec<&Candidate<'_>> = Vec::new();
+        let remaining = Remaining::new(&engine.budgets, Method::Emptiness.reason());
+        for c in cands.iter().filter(|c| c.is_empty()) {
+            match emptiness_check(&engine, c, &remaining) {
+                Ok(()) => {
+                    record(&c.node.name, Method::Emptiness, Ok("empty".into()));
+                    empties.push(c);
+                }
+                Err(r) => record(&c.node.name, Method::Emptiness, Err(r)),
+            }
+        }
+        let mut sorted: Vec<Candidate<'_>> = Engine::sorted(empties.iter().copied());
+        let mut remaining = remaining;
+        sorted.retain(|c| remaining.take(c.pool_name));
+        if !sorted.is_empty() {
+            let refs: Vec<&Candidate<'_>> = sorted.iter().collect();
+            commands.push(Engine::command(Method::Emptiness, &refs, Vec::new(), "empty"));
+        }
+    }
+
+    // StaticDrift and Drift.
+    let static_commands = static_drift(&engine, &cands, &mut record);
+    if commands.is_empty() {
+        commands = static_commands;
+    }
+    let drift_command = drift(&engine, &cands, &mut record);
+    if commands.is_empty()
+        && let Some(c) = drift_command
+    {
+        commands.push(c);
+    }
+
+    // Consolidation: eligibility, then single-node verdicts for every eligible candidate.
+    let remaining = Remaining::new(&engine.budgets, Method::SingleNodeConsolidation.reason());
+    let mut eligible: Vec<&Candidate<'_>> = Vec::new();
+    for c in cands.iter().filter(|c| !c.is_empty()) {
+        match engine.consolidation_precheck(c) {
+            Ok(()) => eligible.push(c),
+            Err(r) => record(&c.node.name, Method::SingleNodeConsolidation, Err(r)),
+        }
+    }
+    let sorted = Engine::sorted(eligible.iter().copied());
+    let sorted_refs: Vec<&Candidate<'_>> = sorted.iter().collect();
+    let multi = if commands.is_empty() { engine.multi(&sorted_refs, options.multi_node_max_candidates) } else { None };
+    let mut first_single: Option<Command> = None;
+    for c in Engine::single_order(&sorted) {
+        if let Some(r) = engine.budget_block(c, Method::SingleNodeConsolidation, &remaining) {
+            record(&c.node.name, Method::SingleNodeConsolidation, Err(r));
+            continue;
+        }
+        match engine.single(c) {
+            Ok(cmd) => {
+                record(&c.node.name, Method::SingleNodeConsolidation, Ok(cmd.explanation.clone()));
+                if first_single.is_none() {
+                    first_single = Some(cmd);
+                }
+            }
+            Err(r) => record(&c.node.name, Method::SingleNodeConsolidation, Err(r)),
+        }
+    }
+    if commands.is_empty() {
+        if let Some(m) = multi {
+            commands.push(m);
+        } else if let Some(s) = first_single {
+            commands.push(s);
+        }
+    }
+
+    // Verdicts.
+    let in_command: BTreeMap<&str, Method> =
+        commands.iter().flat_map(|c| c.candidates.iter().map(move |r| (r.node.as_str(), c.method))).collect();
+    let mut taken: BTreeMap<&str, u32> = BTreeMap::new();
+    for c in commands.iter().flat_map(|c| &c.candidates) {
+        *taken.entry(c.node_pool.as_str()).or_default() += 1;
+    }
+    for c in &cands {
+        let name = c.node.name.clone();
+        if let Some(m) = in_command.get(c.node.name.as_str()) {
+            verdicts.insert(name, Reason::Disrupted { method: *m });
+            continue;
+        }
+        let list = results.remove(&c.node.name).unwrap_or_default();
+        let acting = list.iter().find_map(|(m, r)| r.as_ref().ok().map(|d| (*m, d.clone())));
+        let reason = match acting {
+            Some((m, detail)) => {
+                let allowed = engine.budgets.allowed(c.pool_name, m.reason());
+                let used = taken.get(c.pool_name).copied().unwrap_or(0);
+                if used >= allowed {
+                    let limiting =
+                        engine.budgets.get(c.pool_name, m.reason()).map(|a| a.limiting.clone()).unwrap_or_default();
+                    Reason::BudgetExhausted {
+                        node_pool: c.pool_name.to_owned(),
+                        reason: m.reason(),
+                        detail: format!("{limiting}; {used} taken by this pass's commands"),
+                    }
+                } else {
+                    Reason::Deferred { method: m, detail }
+                }
+            }
+            None => list.into_iter().find_map(|(_, r)| r.err()).unwrap_or(Reason::NothingToDo),
+        };
+        verdicts.insert(name, reason);
+    }
+    let verdicts = verdicts
+        .into_iter()
+        .map(|(node, reason)| {
+            let n = snapshot.nodes.iter().find(|n| n.name == node);
+            Verdict {
+                node_claim: n.and_then(|n| n.node_claim.clone()),
+                node_pool: n.and_then(|n| n.node_pool.clone()),
+                outcome: reason.outcome(),
+                message: reason.to_string(),
+                reason,
+                node,
+            }
+        })
+        .collect();
+    Pass {
+        api_version: API_VERSION.to_owned(),
+        now: now.to_rfc3339_opts(SecondsFormat::Secs, true),
+        commands,
+        verdicts,
+        budgets: engine.budgets.statuses(),
+    }
+}
+
+pub(crate) fn emptiness_check(engine: &Engine<'_>, c: &Candidate<'_>, remaining: &Remaining) -> Result<(), Reason> {
+    let pool = c.pool.node_pool;
+    if pool.is_static() {
+        return Err(Reason::StaticNodePool);
+    }
+    if pool.spec.disruption.consolidate_after.is_never() {
+        return Err(Reason::ConsolidationDisabled);
+    }
+    candidate::consolidatable(c.claim, pool, engine.cluster.now)?;
+    if let Some(r) = c.pod_block_for(true) {
+        return Err(r.clone());
+    }
+    if let Some(r) = engine.budget_block(c, Method::Emptiness, remaining) {
+        return Err(r);
+    }
+    Ok(())
+}
+
+/// Drift (§4.2): every drifted candidate is simulated (for its verdict); the first, oldest-drifted with
+/// empties first, that has budget and whose pods all fit gives the command.
+fn drift<'a>(
+    engine: &Engine<'a>,
+    cands: &[Candidate<'a>],
+    record: &mut impl FnMut(&str, Method, Result<String, Reason>),
+) -> Option<Command> {
+    let mut drifted: Vec<&Candidate<'a>> =
+        cands.iter().filter(|c| c.drifted_since.is_some() && !c.pool.node_pool.is_static()).collect();
+    drifted.sort_by(|a, b| {
+        let ta = a.drifted_since.flatten();
+        let tb = b.drifted_since.flatten();
+        ta.cmp(&tb).then_with(|| a.node.name.cmp(&b.node.name))
+    });
+    // Stable partition: empty (no reschedulable pods) first.
+    drifted.sort_by_key(|c| !c.reschedulable.is_empty());
+    let remaining = Remaining::new(&engine.budgets, Method::Drift.reason());
+    let mut command = None;
+    for c in drifted {
+        if let Some(r) = c.pod_block_for(false) {
+            record(&c.node.name, Method::Drift, Err(r.clone()));
+            continue;
+        }
+        if let Some(r) = engine.budget_block(c, Method::Drift, &remaining) {
+            record(&c.node.name, Method::Drift, Err(r));
+            continue;
+        }
+        match engine.simulate(&[c], false) {
+            Ok(d) => {
+                let cmd = Engine::command(Method::Drift, &[c], d.new_node_claims, "drifted");
+                record(&c.node.name, Method::Drift, Ok(cmd.explanation.clone()));
+                if command.is_none() {
+                    command = Some(cmd);
+                }
+            }
+            Err(r) => record(&c.node.name, Method::Drift, Err(r)),
+        }
+    }
+    command
+}
+
+/// StaticDrift (§4.3): per static pool, replace up to `min(budget, drifted)` nodes (within `limits.nodes`),
+/// each with one NodeClaim from the template.
+fn static_drift<'a>(
+    engine: &Engine<'a>,
+    cands: &[Candidate<'a>],
+    record: &mut impl FnMut(&str, Method, Result<String, Reason>),
+) -> Vec<Command> {
+    let mut by_pool: BTreeMap<&str, Vec<&Candidate<'a>>> = BTreeMap::new();
+    for c in cands.iter().filter(|c| c.drifted_since.is_some() && c.pool.node_pool.is_static()) {
+        by_pool.entry(c.pool_name).or_default().push(c);
+    }
+    let snapshot = engine.cluster.snapshot;
+    let mut out = Vec::new();
+    for (pool_name, mut list) in by_pool {
+        list.sort_by(|a, b| {
+            a.drifted_since.flatten().cmp(&b.drifted_since.flatten()).then(a.node.name.cmp(&b.node.name))
+        });
+        let Some(pool) = engine.cluster.pools.get(pool_name).map(|p| p.node_pool) else { continue };
+        let replicas = pool.spec.replicas.unwrap_or(0).max(0) as u64;
+        let claims: Vec<_> =
+            snapshot.node_claims.iter().filter(|c| c.node_pool.as_deref() == Some(pool_name)).collect();
+        let running = claims.iter().filter(|c| !c.marked_for_deletion).count() as u64;
+        let pending_disruption = claims.iter().filter(|c| c.marked_for_deletion).count() as u64;
+        let mut n = engine.budgets.allowed(pool_name, Method::StaticDrift.reason()) as usize;
+        let mut wait = None;
+        if running + pending_disruption > replicas && running > replicas {
+            wait = Some(format!("scale-down in progress ({running} running, {replicas} replicas)"));
+            n = 0;
+        }
+        if let Some(limit) = pool.spec.limits.get(karpenter_api::nodepool::NODES_LIMIT) {
+            let limit: u64 = limit.0.parse().unwrap_or(0);
+            let room = limit.saturating_sub(claims.len() as u64) as usize;
+            if room < n {
+                n = room;
+                if room == 0 {
+                    wait = Some(format!("limits.nodes {limit} reached"));
+                }
+            }
+        }
+        for (i, c) in list.iter().enumerate() {
+            if i < n {
+                let plan = template_plan(pool, pool_name, i);
+                let cmd = Engine::command(Method::StaticDrift, &[c], vec![plan], "drifted (static pool)");
+                record(&c.node.name, Method::StaticDrift, Ok(cmd.explanation.clone()));
+                out.push(cmd);
+            } else if let Some(w) = &wait {
+                record(&c.node.name, Method::StaticDrift, Err(Reason::StaticDriftWaiting { detail: w.clone() }));
+            } else {
+                let remaining = Remaining::default();
+                if let Some(r) = engine.budget_block(c, Method::StaticDrift, &remaining) {
+                    record(&c.node.name, Method::StaticDrift, Err(r));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A NodeClaim straight from a static pool's template (no pods; the provider picks the instance type).
+fn template_plan(pool: &karpenter_api::NodePool, pool_name: &str, i: usize) -> NodeClaimPlan {
+    NodeClaimPlan {
+        name: format!("{pool_name}-replacement-{}", i + 1),
+        node_pool: pool_name.to_owned(),
+        requirements: pool
+            .spec
+            .template
+            .spec
+            .requirements
+            .iter()
+            .map(|r| RequirementJson {
+                key: r.key.clone(),
+                operator: r.operator.clone(),
+                values: r.values.clone(),
+                min_values: r.min_values.and_then(|m| u32::try_from(m).ok()),
+            })
+            .collect(),
+        instance_types: Vec::new(),
+        price: None,
+        pods: Vec::new(),
+        requests: BTreeMap::new(),
+        daemon_set_overhead: BTreeMap::new(),
+        min_values_relaxed: false,
+    }
+}

@@ -1,0 +1,370 @@
+//! The output of a disruption pass as plain, serialisable data: [`Pass`] with its [`Command`]s and one
+//! [`Verdict`] per node.
+//!
+//! ```json
+//! {
+//!   "apiVersion": "karpenter-rs.disruption/v1",
+//!   "now": "2026-01-01T12:00:00Z",
+//!   "commands": [{
+//!     "method": "SingleNodeConsolidation", "reason": "Underutilized", "decision": "Replace",
+//!     "candidates": [{"node": "n1", "nodeClaim": "c1", "nodePool": "default", "instanceType": "m-8x",
+//!                     "zone": "test-zone-a", "capacityType": "on-demand", "price": 0.48}],
+//!     "replacements": [ /* karpenter-scheduler NodeClaimPlan */ ],
+//!     "displacedPods": ["default/web-0"],
+//!     "savingsPerHour": 0.36,
+//!     "explanation": "replace n1 (m-8x, $0.4800/h) with one c-2x ($0.1200/h): saves $0.3600/h"
+//!   }],
+//!   "verdicts": [{"node": "n2", "nodeClaim": "c2", "nodePool": "default", "outcome": "Blocked",
+//!                 "reason": {"code": "PdbBlocked", "pod": "default/db-0", "pdb": "default/db"},
+//!                 "message": "pod default/db-0 is protected by PodDisruptionBudget default/db (0 disruptions allowed)"}],
+//!   "budgets": [{"nodePool": "default", "reason": "Underutilized", "nodes": 10, "disrupting": 0, "allowed": 1}]
+//! }
+//! ```
+
+use karpenter_api::nodepool::DisruptionReason;
+use karpenter_scheduler::decision::{NodeClaimPlan, UnschedulablePod};
+use serde::{Deserialize, Serialize};
+
+/// The `apiVersion` of [`Pass`].
+pub const API_VERSION: &str = "karpenter-rs.disruption/v1";
+
+/// Disruption methods, in the order the controller tries them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Method {
+    /// Delete empty nodes.
+    Emptiness,
+    /// Replace drifted nodes of static NodePools.
+    StaticDrift,
+    /// Replace drifted nodes.
+    Drift,
+    /// Remove several nodes at once, with at most one replacement.
+    MultiNodeConsolidation,
+    /// Remove or replace one node.
+    SingleNodeConsolidation,
+}
+
+impl Method {
+    /// All methods in upstream's order.
+    pub const ORDER: [Method; 5] = [
+        Method::Emptiness,
+        Method::StaticDrift,
+        Method::Drift,
+        Method::MultiNodeConsolidation,
+        Method::SingleNodeConsolidation,
+    ];
+
+    /// The budget reason the method consumes.
+    pub fn reason(self) -> DisruptionReason {
+        match self {
+            Method::Emptiness => DisruptionReason::Empty,
+            Method::StaticDrift | Method::Drift => DisruptionReason::Drifted,
+            Method::MultiNodeConsolidation | Method::SingleNodeConsolidation => DisruptionReason::Underutilized,
+        }
+    }
+
+    /// `graceful` (pod blocks always apply) or `eventual` (pod blocks are relaxed with terminationGracePeriod).
+    pub fn is_graceful(self) -> bool {
+        !matches!(self, Method::StaticDrift | Method::Drift)
+    }
+}
+
+/// What a command does to its candidates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Decision {
+    /// Delete the candidates; their pods fit elsewhere.
+    Delete,
+    /// Launch the replacements, then delete the candidates.
+    Replace,
+}
+
+/// A node a command disrupts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CandidateRef {
+    /// Node name.
+    pub node: String,
+    /// NodeClaim name.
+    pub node_claim: String,
+    /// NodePool name.
+    pub node_pool: String,
+    /// `node.kubernetes.io/instance-type` label.
+    pub instance_type: Option<String>,
+    /// Zone label.
+    pub zone: Option<String>,
+    /// Capacity-type label.
+    pub capacity_type: Option<String>,
+    /// Hourly price of the node's offering (0 when unknown).
+    pub price: f64,
+}
+
+/// One disruption command: the controller taints the candidates, launches the replacements, waits for them to
+/// initialize, then deletes the candidates.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Command {
+    /// The method that produced it.
+    pub method: Method,
+    /// Budget reason (`Empty`, `Drifted`, `Underutilized`).
+    pub reason: DisruptionReason,
+    /// Delete or replace.
+    pub decision: Decision,
+    /// Nodes to remove.
+    pub candidates: Vec<CandidateRef>,
+    /// NodeClaims to launch first (scheduler plans; `instanceTypes` are the options, cheapest first).
+    pub replacements: Vec<NodeClaimPlan>,
+    /// Pods that move (`namespace/name`), sorted.
+    pub displaced_pods: Vec<String>,
+    /// Σ candidate prices − Σ replacement prices ($/h, estimate).
+    pub savings_per_hour: f64,
+    /// One line for humans.
+    pub explanation: String,
+}
+
+impl Command {
+    /// Names of the nodes the command removes.
+    pub fn node_names(&self) -> impl Iterator<Item = &str> {
+        self.candidates.iter().map(|c| c.node.as_str())
+    }
+}
+
+/// The broad outcome for one node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    /// Part of a command of this pass.
+    Disrupted,
+    /// A valid disruption exists, but only one command runs per pass (a later pass will act).
+    Deferred,
+    /// Something prevents disruption (PDB, do-not-disrupt, budget, nomination, ...).
+    Blocked,
+    /// Not a candidate or nothing worth doing (no cheaper option, pods cannot move, not managed, ...).
+    Kept,
+}
+
+/// Why a node was or was not disrupted. Serialised with a `code` tag and camelCase fields.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "code", rename_all_fields = "camelCase")]
+pub enum Reason {
+    /// In a command of this pass.
+    Disrupted { method: Method },
+    /// A command would act on it; only one command runs per pass.
+    Deferred { method: Method, detail: String },
+    /// No NodeClaim (not managed by Karpenter).
+    NotManaged,
+    /// The node's NodeClaim is not in the snapshot.
+    NodeClaimNotFound { node_claim: String },
+    /// No `karpenter.sh/nodepool` label.
+    NoNodePoolLabel,
+    /// Not initialized yet.
+    NotInitialized,
+    /// Already being deleted or disrupted.
+    BeingDeleted,
+    /// A pending pod was planned onto it.
+    Nominated,
+    /// Node (or NodeClaim) annotation `karpenter.sh/do-not-disrupt: "true"`.
+    NodeDoNotDisrupt,
+    /// Its NodePool was not given.
+    NodePoolNotFound { node_pool: String },
+    /// Its NodePool has no instance types.
+    NoInstanceTypes { node_pool: String },
+    /// A pod's `karpenter.sh/do-not-disrupt` annotation (`until`: end of a duration-form protection).
+    PodDoNotDisrupt { pod: String, until: Option<String> },
+    /// A PodDisruptionBudget allows no disruption of a pod now.
+    PdbBlocked { pod: String, pdb: String },
+    /// A pod is selected by several PodDisruptionBudgets (the eviction API refuses it).
+    MultiplePdbs { pod: String, pdbs: Vec<String> },
+    /// The pool's disruption budget for the reason is used up.
+    BudgetExhausted { node_pool: String, reason: DisruptionReason, detail: String },
+    /// Static pools are never consolidated.
+    StaticNodePool,
+    /// `consolidateAfter: Never`.
+    ConsolidationDisabled,
+    /// `consolidateAfter` has not elapsed since the last pod event.
+    ConsolidateAfterNotElapsed { remaining_seconds: i64 },
+    /// `consolidationPolicy: WhenEmpty` and the node is not empty.
+    WhenEmptyPolicy,
+    /// The instance type label is missing or not in the pool's catalogue.
+    UnknownInstanceType { instance_type: Option<String> },
+    /// Zone or capacity-type label missing.
+    MissingLabels { labels: Vec<String> },
+    /// Some pods would not find a place.
+    PodsUnschedulable { pods: Vec<UnschedulablePod> },
+    /// Removing it needs more than one new node.
+    NeedsMultipleNodes { count: usize },
+    /// No replacement is strictly cheaper.
+    NoCheaperOption { price: f64 },
+    /// Spot-to-spot consolidation is behind the `SpotToSpotConsolidation` feature gate, which is off.
+    SpotToSpotDisabled,
+    /// Single-node spot-to-spot needs at least 15 cheaper instance types.
+    SpotToSpotTooFewOptions { count: usize },
+    /// The Balanced policy judged the savings not worth the disruption.
+    BalancedRejected { node_pool: String, score: f64 },
+    /// Drifted, but a static pool's scale-down is in progress or its node limit is reached.
+    StaticDriftWaiting { detail: String },
+    /// Healthy and in use: no method applies.
+    NothingToDo,
+}
+
+impl Reason {
+    /// The broad outcome of this reason.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Reason::Disrupted { .. } => Outcome::Disrupted,
+            Reason::Deferred { .. } => Outcome::Deferred,
+            Reason::BeingDeleted
+            | Reason::Nominated
+            | Reason::NodeDoNotDisrupt
+            | Reason::PodDoNotDisrupt { .. }
+            | Reason::PdbBlocked { .. }
+            | Reason::MultiplePdbs { .. }
+            | Reason::BudgetExhausted { .. }
+            | Reason::StaticDriftWaiting { .. } => Outcome::Blocked,
+            _ => Outcome::Kept,
+        }
+    }
+}
+
+fn money(v: f64) -> String {
+    format!("${v:.4}/h")
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reason::Disrupted { method } => write!(f, "disrupted by {method:?}"),
+            Reason::Deferred { method, detail } => {
+                write!(f, "{method:?} would act ({detail}); one command runs per pass, so a later pass will")
+            }
+            Reason::NotManaged => write!(f, "not managed by Karpenter (no NodeClaim)"),
+            Reason::NodeClaimNotFound { node_claim } => write!(f, "NodeClaim {node_claim} not found"),
+            Reason::NoNodePoolLabel => write!(f, "no karpenter.sh/nodepool label"),
+            Reason::NotInitialized => write!(f, "not initialized yet"),
+            Reason::BeingDeleted => write!(f, "already being deleted or disrupted"),
+            Reason::Nominated => write!(f, "nominated for pending pods"),
+            Reason::NodeDoNotDisrupt => write!(f, "node annotated karpenter.sh/do-not-disrupt"),
+            Reason::NodePoolNotFound { node_pool } => write!(f, "NodePool {node_pool} not found"),
+            Reason::NoInstanceTypes { node_pool } => write!(f, "NodePool {node_pool} has no instance types"),
+            Reason::PodDoNotDisrupt { pod, until: None } => {
+                write!(f, "pod {pod} is annotated karpenter.sh/do-not-disrupt")
+            }
+            Reason::PodDoNotDisrupt { pod, until: Some(u) } => {
+                write!(f, "pod {pod} is annotated karpenter.sh/do-not-disrupt until {u}")
+            }
+            Reason::PdbBlocked { pod, pdb } => {
+                write!(f, "pod {pod} is protected by PodDisruptionBudget {pdb} (0 disruptions allowed)")
+            }
+            Reason::MultiplePdbs { pod, pdbs } => {
+                write!(f, "pod {pod} is selected by more than one PodDisruptionBudget ({})", pdbs.join(", "))
+            }
+            Reason::BudgetExhausted { node_pool, reason, detail } => {
+                write!(f, "NodePool {node_pool} disruption budget for {} is at 0 ({detail})", reason.as_str())
+            }
+            Reason::StaticNodePool => write!(f, "static NodePools are never consolidated"),
+            Reason::ConsolidationDisabled => write!(f, "consolidateAfter is Never"),
+            Reason::ConsolidateAfterNotElapsed { remaining_seconds } => {
+                write!(f, "consolidateAfter has not elapsed ({remaining_seconds}s to go)")
+            }
+            Reason::WhenEmptyPolicy => write!(f, "consolidationPolicy WhenEmpty and the node is not empty"),
+            Reason::UnknownInstanceType { instance_type: Some(it) } => {
+                write!(f, "instance type {it} is not offered by the NodePool")
+            }
+            Reason::UnknownInstanceType { instance_type: None } => write!(f, "no instance-type label"),
+            Reason::MissingLabels { labels } => write!(f, "missing labels {}", labels.join(", ")),
+            Reason::PodsUnschedulable { pods } => {
+                let shown: Vec<String> = pods.iter().take(3).map(|p| format!("{}: {}", p.pod, p.reason)).collect();
+                let more = if pods.len() > 3 { format!(" (and {} more)", pods.len() - 3) } else { String::new() };
+                write!(f, "pods would not schedule elsewhere: {}{more}", shown.join("; "))
+            }
+            Reason::NeedsMultipleNodes { count } => write!(f, "can't remove without creating {count} nodes"),
+            Reason::NoCheaperOption { price } => {
+                write!(f, "can't replace with a cheaper node (current price {})", money(*price))
+            }
+            Reason::SpotToSpotDisabled => write!(f, "SpotToSpotConsolidation is disabled, can't replace a spot node"),
+            Reason::SpotToSpotTooFewOptions { count } => write!(
+                f,
+                "spot-to-spot consolidation requires 15 cheaper instance type options than the current candidate, found {count}"
+            ),
+            Reason::BalancedRejected { node_pool, score } => {
+                write!(f, "Balanced policy of NodePool {node_pool}: score {score:.3} below the threshold 0.5")
+            }
+            Reason::StaticDriftWaiting { detail } => write!(f, "drifted; static pool waits: {detail}"),
+            Reason::NothingToDo => write!(f, "in use, not drifted, and no cheaper arrangement found"),
+        }
+    }
+}
+
+/// The verdict for one node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Verdict {
+    /// Node name.
+    pub node: String,
+    /// Its NodeClaim.
+    pub node_claim: Option<String>,
+    /// Its NodePool.
+    pub node_pool: Option<String>,
+    /// Broad outcome.
+    pub outcome: Outcome,
+    /// The reason, as data.
+    pub reason: Reason,
+    /// The reason, for humans.
+    pub message: String,
+}
+
+/// The allowance of one pool for one reason.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BudgetStatus {
+    /// NodePool.
+    pub node_pool: String,
+    /// Reason.
+    pub reason: DisruptionReason,
+    /// Managed, initialized nodes not terminating.
+    pub nodes: u32,
+    /// Of those, not Ready or being deleted.
+    pub disrupting: u32,
+    /// Nodes that may start being disrupted now.
+    pub allowed: u32,
+}
+
+/// Everything one pass decided.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Pass {
+    /// Always [`API_VERSION`].
+    pub api_version: String,
+    /// The time the pass was evaluated at (RFC 3339).
+    pub now: String,
+    /// Commands to start (one method acts per pass; StaticDrift may emit one command per node).
+    pub commands: Vec<Command>,
+    /// One verdict per node of the snapshot, by node name.
+    pub verdicts: Vec<Verdict>,
+    /// Allowances per pool and reason, before the commands.
+    pub budgets: Vec<BudgetStatus>,
+}
+
+impl Pass {
+    /// Pretty JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+
+    /// The verdict for `node`.
+    pub fn verdict(&self, node: &str) -> Option<&Verdict> {
+        self.verdicts.iter().find(|v| v.node == node)
+    }
+
+    /// Human-readable summary: each command's explanation, then each verdict.
+    pub fn explain(&self) -> String {
+        let mut out = String::new();
+        if self.commands.is_empty() {
+            out.push_str("no command this pass\n");
+        }
+        for c in &self.commands {
+            out.push_str(&format!("{:?}: {}\n", c.method, c.explanation));
+        }
+        for v in &self.verdicts {
+            out.push_str(&format!("{} [{:?}]: {}\n", v.node, v.outcome, v.message));
+        }
+        out
+    }
+}

@@ -1,0 +1,429 @@
+//! The methods (disruption.md §4) over prepared per-pass state: candidates, budgets and one
+//! [`Simulator`] reused by every simulation.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use karpenter_api::labels;
+use karpenter_api::nodepool::ConsolidationPolicy;
+use karpenter_requirements::{
+    InstanceType, OfferingsExt, Requirement, Requirements, order_by_price, satisfies_min_values,
+};
+use karpenter_scheduler::Decisions;
+use karpenter_scheduler::decision::{NodeClaimPlan, RequirementJson, UnschedulablePod};
+use karpenter_scheduler::simulation::{SimulationView, Simulator};
+use karpenter_scheduler::snapshot::pod_key;
+
+use crate::budget::{Budgets, Remaining};
+use crate::candidate::{
+    BALANCED_THRESHOLD, Candidate, Cluster, PoolTotals, balanced_score, consolidatable, interleave_by_pool, node_set,
+    pool_totals, sort_for_consolidation,
+};
+use crate::command::{Command, Decision, Method, Reason};
+
+/// Upstream's cap on multi-node consolidation candidates.
+pub const MULTI_NODE_MAX_CANDIDATES: usize = 100;
+/// Single-node spot-to-spot consolidation needs this many cheaper instance types and keeps this many.
+pub const SPOT_TO_SPOT_MIN_TYPES: usize = 15;
+
+const SPOT: &str = "spot";
+const ON_DEMAND: &str = "on-demand";
+
+/// Prepared per-pass state.
+pub(crate) struct Engine<'a> {
+    pub cluster: Cluster<'a>,
+    pub sim: Simulator<'a>,
+    pub budgets: Budgets,
+    totals: BTreeMap<String, PoolTotals>,
+    pending: BTreeSet<String>,
+    /// Managed nodes still inside their consolidateAfter window: consolidation simulations do not pack pods
+    /// from elsewhere onto them.
+    window: BTreeSet<String>,
+    /// Instance types by name, per pool.
+    catalogue: BTreeMap<&'a str, BTreeMap<&'a str, &'a InstanceType>>,
+}
+
+impl std::fmt::Debug for Engine<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").field("sim", &self.sim).finish()
+    }
+}
+
+/// A successful consolidation computation before budgets and Balanced approval.
+#[derive(Debug, Clone)]
+pub(crate) struct Move {
+    pub command: Command,
+}
+
+impl<'a> Engine<'a> {
+    pub fn new(cluster: Cluster<'a>) -> Self {
+        let sim = Simulator::new(
+            cluster.snapshot,
+            &cluster.pools.values().copied().collect::<Vec<_>>(),
+            cluster.provider,
+            &cluster.options.scheduler,
+        );
+        let budgets = Budgets::new(
+            cluster.snapshot,
+            cluster.pools.values().map(|p| p.node_pool),
+            cluster.now,
+            &cluster.options.not_ready_nodes,
+        );
+        let totals = pool_totals(&cluster);
+        let pending = sim.pending_keys();
+        let mut window = BTreeSet::new();
+        for n in &cluster.snapshot.nodes {
+            let (Some(claim), Some(pool)) = (
+                n.node_claim.as_deref().and_then(|c| cluster.claims.get(c)),
+                n.node_pool.as_deref().and_then(|p| cluster.pools.get(p)),
+            ) else {
+                continue;
+            };
+            if matches!(
+                consolidatable(claim, pool.node_pool, cluster.now),
+                Err(Reason::ConsolidateAfterNotElapsed { .. })
+            ) {
+                window.insert(n.name.clone());
+            }
+        }
+        let catalogue = cluster
+            .pools
+            .iter()
+            .map(|(name, p)| (*name, p.instance_types.iter().map(|it| (it.name.as_str(), it)).collect()))
+            .collect();
+        Engine { cluster, sim, budgets, totals, pending, window, catalogue }
+    }
+
+    /// Simulates removing `cands`; `Err` when a pod that is not already pending finds no place.
+    pub fn simulate(&self, cands: &[&Candidate<'a>], consolidation: bool) -> Result<Decisions, Reason> {
+        let mut removed = node_set(cands);
+        if consolidation {
+            removed.extend(self.window.iter().cloned());
+        }
+        let pods = cands.iter().flat_map(|c| c.reschedulable.iter().copied()).collect();
+        let view = SimulationView { removed: &removed, pods, ..Default::default() };
+        let d = self.sim.simulate(&view);
+        let failed: Vec<UnschedulablePod> =
+            d.unschedulable.iter().filter(|u| !self.pending.contains(&u.pod)).cloned().collect();
+        if failed.is_empty() { Ok(d) } else { Err(Reason::PodsUnschedulable { pods: failed }) }
+    }
+
+    fn displaced(cands: &[&Candidate<'_>]) -> Vec<String> {
+        let mut v: Vec<String> = cands.iter().flat_map(|c| c.reschedulable.iter().map(|p| pod_key(p))).collect();
+        v.sort();
+        v
+    }
+
+    fn describe(cands: &[&Candidate<'_>]) -> String {
+        let parts: Vec<String> = cands
+            .iter()
+            .take(5)
+            .map(|c| {
+                format!(
+                    "{} ({}, ${:.4}/h)",
+                    c.node.name,
+                    c.node.labels.get(labels::INSTANCE_TYPE).map_or("?", String::as_str),
+                    c.price
+                )
+            })
+            .collect();
+        let more = if cands.len() > 5 { format!(" and {} more", cands.len() - 5) } else { String::new() };
+        format!("{}{more}", parts.join(", "))
+    }
+
+    /// Builds a command.
+    pub fn command(method: Method, cands: &[&Candidate<'a>], replacements: Vec<NodeClaimPlan>, what: &str) -> Command {
+        let price: f64 = cands.iter().map(|c| c.price).sum();
+        let new_price: f64 = replacements.iter().filter_map(|r| r.price).sum();
+        let savings = price - new_price;
+        let decision = if replacements.is_empty() { Decision::Delete } else { Decision::Replace };
+        let pods = Self::displaced(cands);
+        let action = match decision {
+            Decision::Delete => format!("delete {}", Self::describe(cands)),
+            Decision::Replace => {
+                let r: Vec<String> = replacements
+                    .iter()
+                    .map(|r| {
+                        format!(
+                            "one of [{}{}] (${:.4}/h)",
+                            r.instance_types.iter().take(3).cloned().collect::<Vec<_>>().join(", "),
+                            if r.instance_types.len() > 3 { ", ..." } else { "" },
+                            r.price.unwrap_or(0.0)
+                        )
+                    })
+                    .collect();
+                format!("replace {} with {}", Self::describe(cands), r.join(" + "))
+            }
+        };
+        let explanation = format!("{action}: {what}; {} pod(s) move; saves ${savings:.4}/h", pods.len());
+        Command {
+            method,
+            reason: method.reason(),
+            decision,
+            candidates: cands.iter().map(|c| c.reference()).collect(),
+            replacements,
+            displaced_pods: pods,
+            savings_per_hour: savings,
+            explanation,
+        }
+    }
+
+    /// `computeConsolidation` (§4.4) for `cands`: a delete or a replace, or why not.
+    pub fn consolidate(&self, cands: &[&Candidate<'a>], method: Method) -> Result<Move, Reason> {
+        let d = self.simulate(cands, true)?;
+        match d.new_node_claims.len() {
+            0 => {
+                let cmd = Self::command(method, cands, Vec::new(), "their pods fit on existing nodes");
+                Ok(Move { command: cmd })
+            }
+            1 => {
+                let plan = d.new_node_claims.into_iter().next().ok_or(Reason::NothingToDo)?;
+                let plan = self.cheaper_replacement(cands, plan, method)?;
+                let cmd = Self::command(method, cands, vec![plan], "a cheaper node holds their pods");
+                Ok(Move { command: cmd })
+            }
+            n => Err(Reason::NeedsMultipleNodes { count: n }),
+        }
+    }
+
+    /// The price filter of §4.4 / §4.5 applied to the simulation's one new NodeClaim.
+    fn cheaper_replacement(
+        &self,
+        cands: &[&Candidate<'a>],
+        plan: NodeClaimPlan,
+        method: Method,
+    ) -> Result<NodeClaimPlan, Reason> {
+        let provider = self.cluster.provider;
+        let candidate_price: f64 = cands.iter().map(|c| c.price).sum();
+        let Some(catalogue) = self.catalogue.get(plan.node_pool.as_str()) else {
+            return Err(Reason::NoCheaperOption { price: candidate_price });
+        };
+        let mut reqs = RequirementJson::to_requirements(&plan.requirements)
+            .map_err(|_| Reason::NoCheaperOption { price: candidate_price })?;
+        let mut its: Vec<&InstanceType> =
+            plan.instance_types.iter().filter_map(|n| catalogue.get(n.as_str()).copied()).collect();
+        let all_spot = cands.iter().all(|c| c.capacity_type == Some(SPOT));
+        let may_spot = reqs.get(labels::CAPACITY_TYPE).has(SPOT);
+        let spot_to_spot = all_spot && may_spot;
+        if spot_to_spot {
+            if !self.cluster.options.spot_to_spot_consolidation {
+                return Err(Reason::SpotToSpotDisabled);
+            }
+            reqs.add(Requirement::in_values(labels::CAPACITY_TYPE, [SPOT]));
+        }
+        its.retain(|it| it.offerings.available().any(|o| o.is_compatible(&reqs, provider)));
+        order_by_price(&mut its, &reqs, provider);
+        its.retain(|it| {
+            let offerings: Vec<_> = it.offerings.available().cloned().collect();
+            offerings.worst_launch_price(&reqs, provider) < candidate_price
+        });
+        if its.is_empty() || satisfies_min_values(&its, &reqs).is_err() {
+            return Err(Reason::NoCheaperOption { price: candidate_price });
+        }
+        if spot_to_spot && method == Method::SingleNodeConsolidation {
+            if its.len() < SPOT_TO_SPOT_MIN_TYPES {
+                return Err(Reason::SpotToSpotTooFewOptions { count: its.len() });
+            }
+            let keep = satisfies_min_values(&its, &reqs).unwrap_or(0).max(SPOT_TO_SPOT_MIN_TYPES);
+            its.truncate(keep);
+        }
+        if !spot_to_spot {
+            let ct = reqs.get(labels::CAPACITY_TYPE);
+            if ct.has(SPOT) && ct.has(ON_DEMAND) {
+                // Prices were filtered assuming spot launches; don't fall back to a pricier on-demand node.
+                reqs.add(Requirement::in_values(labels::CAPACITY_TYPE, [SPOT]));
+                its.retain(|it| it.offerings.available().any(|o| o.is_compatible(&reqs, provider)));
+                if its.is_empty() {
+                    return Err(Reason::NoCheaperOption { price: candidate_price });
+                }
+            }
+        }
+        Ok(rewrite_plan(plan, reqs, &its, provider))
+    }
+
+    /// Upstream's `filterOutSameInstanceType` (§4.6): replacing several nodes with one of a type being removed
+    /// is really a delete, so replacement types priced at or above the cheapest removed node of such a type
+    /// are dropped. `None` when nothing remains.
+    pub fn filter_out_same_instance_type(&self, cands: &[&Candidate<'a>], mut cmd: Command) -> Option<Command> {
+        let provider = self.cluster.provider;
+        let plan = cmd.replacements.first_mut()?;
+        let removed: BTreeMap<&str, f64> = cands.iter().fold(BTreeMap::new(), |mut m, c| {
+            if let Some(it) = c.node.labels.get(labels::INSTANCE_TYPE) {
+                let e = m.entry(it.as_str()).or_insert(f64::INFINITY);
+                *e = e.min(c.price);
+            }
+            m
+        });
+        let cheapest_same =
+            plan.instance_types.iter().filter_map(|n| removed.get(n.as_str()).copied()).min_by(f64::total_cmp);
+        let Some(limit) = cheapest_same else { return Some(cmd) };
+        let catalogue = self.catalogue.get(plan.node_pool.as_str())?;
+        let reqs = RequirementJson::to_requirements(&plan.requirements).ok()?;
+        let its: Vec<&InstanceType> = plan
+            .instance_types
+            .iter()
+            .filter_map(|n| catalogue.get(n.as_str()).copied())
+            .filter(|it| it.min_compatible_price(&reqs, provider) < limit)
+            .collect();
+        if its.is_empty() {
+            return None;
+        }
+        let rewritten = rewrite_plan(plan.clone(), reqs, &its, provider);
+        *plan = rewritten;
+        let price: f64 = cands.iter().map(|c| c.price).sum();
+        cmd.savings_per_hour = price - cmd.replacements.iter().filter_map(|r| r.price).sum::<f64>();
+        Some(cmd)
+    }
+
+    /// Balanced approval (§4.8): every Balanced pool among the candidates must score at least 1/2.
+    pub fn balanced(&self, cands: &[&Candidate<'a>], savings: f64) -> Result<(), Reason> {
+        let total_price: f64 = cands.iter().map(|c| c.price).sum();
+        let mut pools: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
+        for c in cands {
+            if c.pool.node_pool.spec.disruption.consolidation_policy != ConsolidationPolicy::Balanced {
+                continue;
+            }
+            let e = pools.entry(c.pool_name).or_default();
+            e.0 += c.price;
+            e.1 += c.reschedule_cost;
+        }
+        for (pool, (price, disruption)) in pools {
+            let share = if total_price > 0.0 { price / total_price } else { 0.0 };
+            let totals = self.totals.get(pool).copied().unwrap_or_default();
+            let score = balanced_score(savings * share, disruption, totals);
+            if score < BALANCED_THRESHOLD {
+                return Err(Reason::BalancedRejected { node_pool: pool.to_owned(), score });
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks before any simulation for consolidation of a non-empty candidate.
+    pub fn consolidation_precheck(&self, c: &Candidate<'a>) -> Result<(), Reason> {
+        let pool = c.pool.node_pool;
+        if pool.is_static() {
+            return Err(Reason::StaticNodePool);
+        }
+        if pool.spec.disruption.consolidate_after.is_never() {
+            return Err(Reason::ConsolidationDisabled);
+        }
+        if !c.policy_allows_underutilized() {
+            return Err(Reason::WhenEmptyPolicy);
+        }
+        if let Some(r) = c.consolidation_block(self.cluster.now) {
+            return Err(r);
+        }
+        if let Some(r) = c.pod_block_for(true) {
+            return Err(r.clone());
+        }
+        Ok(())
+    }
+
+    pub fn budget_block(&self, c: &Candidate<'a>, method: Method, remaining: &Remaining) -> Option<Reason> {
+        if remaining.left(c.pool_name) > 0 {
+            return None;
+        }
+        let reason = method.reason();
+        let detail =
+            self.budgets.get(c.pool_name, reason).map_or_else(|| "unknown pool".to_owned(), |a| a.limiting.clone());
+        Some(Reason::BudgetExhausted { node_pool: c.pool_name.to_owned(), reason, detail })
+    }
+
+    /// Single-node consolidation of one candidate (§4.7), budget not included.
+    pub fn single(&self, c: &Candidate<'a>) -> Result<Command, Reason> {
+        if c.pool.node_pool.spec.disruption.consolidation_policy == ConsolidationPolicy::Balanced {
+            // Best case: a pure delete saving the whole price.
+            self.balanced(&[c], c.price)?;
+        }
+        let m = self.consolidate(&[c], Method::SingleNodeConsolidation)?;
+        self.balanced(&[c], m.command.savings_per_hour)?;
+        if m.command.decision == Decision::Replace && m.command.savings_per_hour <= 0.0 {
+            return Err(Reason::NoCheaperOption { price: c.price });
+        }
+        Ok(m.command)
+    }
+
+    /// Multi-node consolidation (§4.6): binary search over the prefix length, without a timeout.
+    pub fn multi(&self, eligible: &[&Candidate<'a>], max: usize) -> Option<Command> {
+        let mut remaining = Remaining::new(&self.budgets, Method::MultiNodeConsolidation.reason());
+        let mut list: Vec<&Candidate<'a>> = Vec::new();
+        for c in eligible {
+            if remaining.take(c.pool_name) {
+                list.push(c);
+            }
+            if list.len() >= max {
+                break;
+            }
+        }
+        if list.len() < 2 {
+            return None;
+        }
+        let (mut lo, mut hi) = (1usize, list.len() - 1);
+        let mut best = None;
+        while lo <= hi {
+            let mid = (lo + hi) / 2;
+            let prefix = list.get(..=mid)?;
+            match self.try_multi(prefix) {
+                Some(cmd) => {
+                    best = Some(cmd);
+                    lo = mid + 1;
+                }
+                None => {
+                    if mid == 0 {
+                        break;
+                    }
+                    hi = mid - 1;
+                }
+            }
+        }
+        best
+    }
+
+    /// One multi-node attempt: valid when a delete, or a replace that still has types after
+    /// `filterOutSameInstanceType`, and approved by every Balanced pool.
+    pub fn try_multi(&self, prefix: &[&Candidate<'a>]) -> Option<Command> {
+        let m = self.consolidate(prefix, Method::MultiNodeConsolidation).ok()?;
+        let cmd = match m.command.decision {
+            Decision::Delete => m.command,
+            Decision::Replace => self.filter_out_same_instance_type(prefix, m.command)?,
+        };
+        if cmd.savings_per_hour <= 0.0 {
+            return None;
+        }
+        self.balanced(prefix, cmd.savings_per_hour).ok()?;
+        Some(cmd)
+    }
+
+    /// Consolidation-eligible candidates sorted for consolidation.
+    pub fn sorted<'c>(cands: impl IntoIterator<Item = &'c Candidate<'a>>) -> Vec<Candidate<'a>>
+    where
+        'a: 'c,
+    {
+        let mut v: Vec<Candidate<'a>> = cands.into_iter().cloned().collect();
+        sort_for_consolidation(&mut v);
+        v
+    }
+
+    /// Interleaved single-node order.
+    pub fn single_order<'c>(sorted: &'c [Candidate<'a>]) -> Vec<&'c Candidate<'a>> {
+        interleave_by_pool(sorted)
+    }
+}
+
+/// The plan with its instance-type options replaced by `its` (cheapest first) and `reqs` as requirements.
+pub(crate) fn rewrite_plan(
+    mut plan: NodeClaimPlan,
+    mut reqs: Requirements,
+    its: &[&InstanceType],
+    provider: &karpenter_api::ProviderLabels,
+) -> NodeClaimPlan {
+    let min_values = reqs.get_ref(labels::INSTANCE_TYPE).and_then(|r| r.min_values());
+    reqs.remove(labels::INSTANCE_TYPE);
+    reqs.add(
+        Requirement::in_values(labels::INSTANCE_TYPE, its.iter().map(|it| it.name.as_str()))
+            .with_min_values(min_values),
+    );
+    plan.price = its.first().map(|it| it.min_compatible_price(&reqs, provider)).filter(|p| p.is_finite());
+    plan.instance_types = its.iter().map(|it| it.name.clone()).collect();
+    plan.requirements = RequirementJson::from_requirements(&reqs);
+    plan
+}

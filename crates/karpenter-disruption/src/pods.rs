@@ -1,0 +1,281 @@
+//! Pod predicates of disruption (disruption.md §3): reschedulable pods, the `karpenter.sh/do-not-disrupt`
+//! annotation (including its duration form), PodDisruptionBudgets, eviction cost.
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use karpenter_api::duration::parse_go_duration;
+use karpenter_api::labels::{annotations, taints};
+use karpenter_scheduler::scheduler::selector_matches;
+use karpenter_scheduler::snapshot::is_daemon_set_pod;
+
+/// A k8s timestamp as chrono.
+pub fn time(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> Option<DateTime<Utc>> {
+    let ts = t.0;
+    DateTime::<Utc>::from_timestamp(ts.as_second(), u32::try_from(ts.subsec_nanosecond()).unwrap_or(0))
+}
+
+/// An RFC 3339 string as chrono (`None` if it does not parse).
+pub fn parse_rfc3339(s: &str) -> Option<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(s).ok().map(|t| t.with_timezone(&Utc))
+}
+
+/// Has a deletion timestamp.
+pub fn is_terminating(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_some()
+}
+
+/// Phase `Succeeded` or `Failed`.
+pub fn is_terminal(pod: &Pod) -> bool {
+    matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
+}
+
+/// Neither terminal nor terminating.
+pub fn is_active(pod: &Pod) -> bool {
+    !is_terminal(pod) && !is_terminating(pod)
+}
+
+/// A static (mirror) pod: owned by its Node.
+pub fn is_static(pod: &Pod) -> bool {
+    pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "Node")
+}
+
+fn is_stateful_set_pod(pod: &Pod) -> bool {
+    pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "StatefulSet")
+}
+
+/// Pods that must find a new home when their node goes: active (or terminating StatefulSet) pods that are
+/// neither DaemonSet nor static pods.
+pub fn is_reschedulable(pod: &Pod) -> bool {
+    (is_active(pod) || (is_terminating(pod) && is_stateful_set_pod(pod))) && !is_daemon_set_pod(pod) && !is_static(pod)
+}
+
+/// Whether the pod tolerates `karpenter.sh/disrupted:NoSchedule` (it will not be evicted by a drain).
+pub fn tolerates_disrupted_taint(pod: &Pod) -> bool {
+    pod.spec.as_ref().and_then(|s| s.tolerations.as_ref()).into_iter().flatten().any(|t| {
+        let key_ok = match t.key.as_deref() {
+            None | Some("") => t.operator.as_deref() == Some("Exists"),
+            Some(k) => k == taints::DISRUPTED,
+        };
+        let effect_ok = t.effect.as_deref().is_none_or(|e| e.is_empty() || e == "NoSchedule");
+        let value_ok = t.operator.as_deref() == Some("Exists") || t.value.as_deref().unwrap_or("").is_empty();
+        key_ok && effect_ok && value_ok
+    })
+}
+
+/// How the `karpenter.sh/do-not-disrupt` annotation protects a pod at `now`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DoNotDisrupt {
+    /// No annotation, an expired duration, or an invalid value (ignored, as upstream).
+    No,
+    /// `"true"`.
+    Permanent,
+    /// A duration: protected until this time (`startTime + d`).
+    Until(DateTime<Utc>),
+}
+
+/// Evaluates the pod's do-not-disrupt annotation at `now`. Only active pods are protected.
+pub fn do_not_disrupt(pod: &Pod, now: DateTime<Utc>) -> DoNotDisrupt {
+    if !is_active(pod) {
+        return DoNotDisrupt::No;
+    }
+    let Some(v) = pod.metadata.annotations.as_ref().and_then(|a| a.get(annotations::DO_NOT_DISRUPT)) else {
+        return DoNotDisrupt::No;
+    };
+    if v == "true" {
+        return DoNotDisrupt::Permanent;
+    }
+    let Ok(d) = parse_go_duration(v) else { return DoNotDisrupt::No };
+    if d.is_zero() {
+        return DoNotDisrupt::No;
+    }
+    // Protection runs from the pod's start (its creation when it has not started yet).
+    let start = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.start_time.as_ref())
+        .or(pod.metadata.creation_timestamp.as_ref())
+        .and_then(time);
+    let Some(start) = start else { return DoNotDisrupt::Permanent };
+    let Ok(d) = chrono::Duration::from_std(d) else { return DoNotDisrupt::Permanent };
+    match start.checked_add_signed(d) {
+        Some(until) if until > now => DoNotDisrupt::Until(until),
+        Some(_) => DoNotDisrupt::No,
+        None => DoNotDisrupt::Permanent,
+    }
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+/// `namespace/name` of a PDB.
+pub fn pdb_key(pdb: &PodDisruptionBudget) -> String {
+    format!("{}/{}", pdb.metadata.namespace.as_deref().unwrap_or("default"), pdb.metadata.name.as_deref().unwrap_or(""))
+}
+
+/// Why a PDB blocks the eviction of a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PdbBlock {
+    /// More than one PDB selects the pod (the eviction API refuses such pods).
+    Multiple(Vec<String>),
+    /// The PDB allows no disruption now.
+    ZeroAllowed(String),
+}
+
+/// The PodDisruptionBudgets of a snapshot, by namespace.
+#[derive(Debug, Default)]
+pub struct Pdbs<'a> {
+    by_namespace: std::collections::BTreeMap<&'a str, Vec<&'a PodDisruptionBudget>>,
+}
+
+impl<'a> Pdbs<'a> {
+    /// Indexes `pdbs`.
+    pub fn new(pdbs: &'a [PodDisruptionBudget]) -> Self {
+        let mut by_namespace: std::collections::BTreeMap<&str, Vec<&PodDisruptionBudget>> = Default::default();
+        for p in pdbs {
+            by_namespace.entry(p.metadata.namespace.as_deref().unwrap_or("default")).or_default().push(p);
+        }
+        Pdbs { by_namespace }
+    }
+
+    /// The PDBs selecting `pod`.
+    pub fn matching(&self, pod: &Pod) -> Vec<&'a PodDisruptionBudget> {
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let empty = Default::default();
+        let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
+        self.by_namespace
+            .get(ns)
+            .into_iter()
+            .flatten()
+            .copied()
+            .filter(|p| selector_matches(p.spec.as_ref().and_then(|s| s.selector.as_ref()), labels))
+            .collect()
+    }
+
+    /// Whether evicting `pod` is blocked now (disruption.md §3): more than one PDB, or one with
+    /// `disruptionsAllowed == 0` unless it has `unhealthyPodEvictionPolicy: AlwaysAllow` and the pod is not
+    /// Ready.
+    pub fn blocks(&self, pod: &Pod) -> Option<PdbBlock> {
+        let m = self.matching(pod);
+        if m.len() > 1 {
+            return Some(PdbBlock::Multiple(m.iter().map(|p| pdb_key(p)).collect()));
+        }
+        let p = m.first()?;
+        let allowed = p.status.as_ref().map(|s| s.disruptions_allowed).unwrap_or(0);
+        if allowed > 0 {
+            return None;
+        }
+        let always_allow =
+            p.spec.as_ref().and_then(|s| s.unhealthy_pod_eviction_policy.as_deref()) == Some("AlwaysAllow");
+        if always_allow && !is_ready(pod) {
+            return None;
+        }
+        Some(PdbBlock::ZeroAllowed(pdb_key(p)))
+    }
+}
+
+/// Pods a drain would evict (the PDB check only looks at these): not terminal, not terminating, not tolerating
+/// the disrupted taint, not static, and not protected by do-not-disrupt.
+pub fn would_be_evicted(pod: &Pod, now: DateTime<Utc>) -> bool {
+    is_active(pod) && !tolerates_disrupted_taint(pod) && !is_static(pod) && do_not_disrupt(pod, now) == DoNotDisrupt::No
+}
+
+const DELETION_COST_SCALE: f64 = (1u64 << 27) as f64;
+const PRIORITY_SCALE: f64 = (1u64 << 25) as f64;
+
+/// `EvictionCost(pod) = clamp(1 + deletionCost/2^27 + priority/2^25, -10, 10)`; an unparsable deletion cost is
+/// ignored.
+pub fn eviction_cost(pod: &Pod) -> f64 {
+    let mut cost = 1.0;
+    if let Some(v) = pod.metadata.annotations.as_ref().and_then(|a| a.get(annotations::POD_DELETION_COST))
+        && let Ok(c) = v.trim().parse::<i64>()
+    {
+        cost += c as f64 / DELETION_COST_SCALE;
+    }
+    if let Some(p) = pod.spec.as_ref().and_then(|s| s.priority) {
+        cost += f64::from(p) / PRIORITY_SCALE;
+    }
+    cost.clamp(-10.0, 10.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::PodStatus;
+    use k8s_openapi::api::policy::v1::{PodDisruptionBudgetSpec, PodDisruptionBudgetStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use karpenter_testing::{PodOptions, k8s_time, label_selector, pod};
+    use std::collections::BTreeMap;
+
+    fn at(s: &str) -> DateTime<Utc> {
+        parse_rfc3339(s).expect("time")
+    }
+
+    fn annotated(v: &str) -> Pod {
+        let mut p = pod(PodOptions::default());
+        p.metadata.annotations = Some(BTreeMap::from([(annotations::DO_NOT_DISRUPT.to_string(), v.to_string())]));
+        p
+    }
+
+    #[test]
+    fn do_not_disrupt_forms() {
+        let now = at("2026-01-01T12:00:00Z");
+        assert_eq!(do_not_disrupt(&annotated("true"), now), DoNotDisrupt::Permanent);
+        assert_eq!(do_not_disrupt(&annotated("false"), now), DoNotDisrupt::No, "invalid values are ignored");
+        let mut p = annotated("30m");
+        p.status = Some(PodStatus { start_time: k8s_time(at("2026-01-01T11:45:00Z")), ..Default::default() });
+        assert_eq!(do_not_disrupt(&p, now), DoNotDisrupt::Until(at("2026-01-01T12:15:00Z")));
+        assert_eq!(do_not_disrupt(&p, at("2026-01-01T12:15:00Z")), DoNotDisrupt::No, "expires at start + d");
+        let mut done = annotated("true");
+        done.metadata.deletion_timestamp = k8s_time(now);
+        assert_eq!(do_not_disrupt(&done, now), DoNotDisrupt::No, "terminating pods do not protect");
+    }
+
+    fn pdb(name: &str, app: &str, allowed: i32, always_allow: bool) -> PodDisruptionBudget {
+        PodDisruptionBudget {
+            metadata: ObjectMeta { name: Some(name.into()), namespace: Some("default".into()), ..Default::default() },
+            spec: Some(PodDisruptionBudgetSpec {
+                selector: Some(label_selector(&BTreeMap::from([("app".to_string(), app.to_string())]))),
+                unhealthy_pod_eviction_policy: always_allow.then(|| "AlwaysAllow".to_string()),
+                ..Default::default()
+            }),
+            status: Some(PodDisruptionBudgetStatus { disruptions_allowed: allowed, ..Default::default() }),
+        }
+    }
+
+    #[test]
+    fn pdb_rules() {
+        let p = pod(PodOptions { labels: BTreeMap::from([("app".into(), "web".into())]), ..Default::default() });
+        let list = [pdb("a", "web", 0, false)];
+        assert_eq!(Pdbs::new(&list).blocks(&p), Some(PdbBlock::ZeroAllowed("default/a".into())));
+        let list = [pdb("a", "web", 1, false)];
+        assert_eq!(Pdbs::new(&list).blocks(&p), None);
+        let list = [pdb("a", "web", 1, false), pdb("b", "web", 5, false)];
+        assert!(matches!(Pdbs::new(&list).blocks(&p), Some(PdbBlock::Multiple(v)) if v.len() == 2));
+        let list = [pdb("a", "web", 0, true)];
+        assert_eq!(Pdbs::new(&list).blocks(&p), None, "AlwaysAllow lets unready pods go");
+        let list = [pdb("a", "db", 0, false)];
+        assert_eq!(Pdbs::new(&list).blocks(&p), None, "selector does not match");
+    }
+
+    #[test]
+    fn eviction_cost_formula() {
+        let mut p = pod(PodOptions::default());
+        assert_eq!(eviction_cost(&p), 1.0);
+        p.metadata.annotations =
+            Some(BTreeMap::from([(annotations::POD_DELETION_COST.to_string(), (1i64 << 27).to_string())]));
+        assert_eq!(eviction_cost(&p), 2.0);
+        p.metadata.annotations = Some(BTreeMap::from([(annotations::POD_DELETION_COST.to_string(), "x".into())]));
+        assert_eq!(eviction_cost(&p), 1.0, "unparsable deletion cost is ignored");
+        p.spec.as_mut().expect("spec").priority = Some(2_000_000_000);
+        assert_eq!(eviction_cost(&p), 10.0, "clamped");
+        p.spec.as_mut().expect("spec").priority = Some(-(1 << 25));
+        assert_eq!(eviction_cost(&p), 0.0);
+    }
+}
