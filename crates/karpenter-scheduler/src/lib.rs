@@ -16,6 +16,8 @@
 //! * [`simulation`]: [`simulation::Simulator`], prepared once per pass for many what-if solves ("remove these
 //!   nodes, where do their pods go?"), used by disruption.
 //! * [`check`]: an independent checker of a decision against its input, used by the tests and benchmarks.
+//! * [`bound`]: a lower bound on the cost of new nodes for a set of pods (LP relaxation over cpu, memory
+//!   and pods), to judge packing quality.
 //!
 //! # Example
 //!
@@ -89,6 +91,7 @@
 //! in-flight NodeClaims without `status.allocatable` (nothing fits on them). Existing nodes and in-flight
 //! claims are tried sequentially (upstream evaluates them in parallel with the same result).
 
+pub mod bound;
 pub mod check;
 pub mod decision;
 pub mod scheduler;

@@ -114,6 +114,8 @@ pub(crate) struct Solver<'a> {
     templates: Vec<Template<'a>>,
     existing: Vec<ExistingNode>,
     claims: Vec<NewClaim>,
+    /// Indices of `claims` sorted by (number of pods, index): the order in-flight claims are tried in.
+    claim_order: Vec<usize>,
     topology: Topology,
     errors: Vec<Option<String>>,
     placed: Vec<bool>,
@@ -197,6 +199,7 @@ impl<'a> Solver<'a> {
             Topology::new(base.snapshot, &mut pods, &base.templates, &base.existing, options.preference_policy);
         Solver {
             topology,
+            claim_order: Vec::new(),
             provider,
             options,
             existing: base.existing,
@@ -317,9 +320,9 @@ impl<'a> Solver<'a> {
             return Ok(());
         }
         // 2. NodeClaims created in this pass, fewest pods first.
-        let mut order: Vec<usize> = (0..self.claims.len()).collect();
-        order.sort_by_key(|&c| self.claims[c].pods.len());
-        for c in order {
+        // `claim_order` is kept sorted by (pods, creation) instead of sorting every claim per pod.
+        for o in 0..self.claim_order.len() {
+            let Some(&c) = self.claim_order.get(o) else { break };
             let claim = &self.claims[c];
             let Some(template) = self.templates.get(claim.template) else { continue };
             if self.topology.quick_reject(i, relax, &claim.hostname) {
@@ -339,6 +342,7 @@ impl<'a> Solver<'a> {
                     provider: Some(self.provider),
                 };
                 self.topology.record(i, relax, &place);
+                self.reorder_claim(o);
                 return Ok(());
             }
         }
@@ -397,6 +401,8 @@ impl<'a> Solver<'a> {
                     };
                     self.topology.record(i, relax, &place);
                     self.claims.push(claim);
+                    self.claim_order.push(self.claims.len() - 1);
+                    self.reorder_claim(self.claim_order.len() - 1);
                     return Ok(());
                 }
                 Err(e) => {
@@ -414,6 +420,18 @@ impl<'a> Solver<'a> {
             }
         }
         Err(reasons.join("; "))
+    }
+
+    /// Moves the claim at `claim_order[o]`, which just gained a pod, to its sorted place.
+    fn reorder_claim(&mut self, o: usize) {
+        if o >= self.claim_order.len() {
+            return;
+        }
+        let c = self.claim_order.remove(o);
+        let key = |x: usize| (self.claims.get(x).map_or(0, |cl| cl.pods.len()), x);
+        let k = key(c);
+        let at = self.claim_order.partition_point(|&x| key(x) < k);
+        self.claim_order.insert(at, c);
     }
 
     /// NodeClaim.CanAdd (scheduling.md §4.4) over the instance types `its`.

@@ -366,13 +366,14 @@ impl Builder<'_> {
                     (_, None) => out.anti.push(g),
                     (_, Some(_)) => out.anti_preferred.push(g),
                 }
-                if kind == Kind::AntiAffinity {
+                // Inverse groups for required terms only: a preferred term of one pod must not block
+                // another pod that cannot relax it (upstream does not track inverse preferences either).
+                if kind == Kind::AntiAffinity && weight.is_none() {
                     let inv = self.group(Kind::Inverse, &term.topology_key, nss, selector, i32::MAX, None, None);
                     if let Some(gr) = self.topo.groups.get_mut(inv as usize) {
                         gr.owner.get_or_insert_with(|| pod_key(pod));
                     }
-                    let pref_index = weight.map(|_| out.anti_preferred.len() - 1);
-                    out.inverse_owned.push((inv, pref_index));
+                    out.inverse_owned.push((inv, None));
                 }
             }
         }
@@ -710,7 +711,8 @@ impl Topology {
             .collect();
         for g in counted {
             let Some(gr) = self.groups.get_mut(g as usize) else { continue };
-            let req = place.requirements.get(&gr.key);
+            // A place that does not constrain the key is not recorded (its domain is unknown).
+            let Some(req) = place.requirements.get_ref(&gr.key).cloned() else { continue };
             match gr.kind {
                 Kind::Spread | Kind::Affinity => {
                     if req.complement() || req.values().len() != 1 {
@@ -731,8 +733,9 @@ impl Topology {
             }
         }
         for g in owned {
-            if let Some(gr) = self.groups.get_mut(g as usize) {
-                let req = place.requirements.get(&gr.key);
+            if let Some(gr) = self.groups.get_mut(g as usize)
+                && let Some(req) = place.requirements.get_ref(&gr.key).cloned()
+            {
                 record_all(gr, &req);
             }
         }
