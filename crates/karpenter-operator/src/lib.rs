@@ -4,6 +4,7 @@
 //! stays a thin wiring layer. This build contains the [`settings`] (flags and environment variables with
 //! upstream Karpenter's names and defaults); the controllers on kube-runtime come with issue 8.
 
+pub mod client;
 pub mod settings;
 
 pub use settings::{
