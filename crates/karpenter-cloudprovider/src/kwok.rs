@@ -3,7 +3,7 @@
 //!
 //! # The built-in catalogue ([`catalogue`])
 //!
-//! 288 instance types: every CPU count in [`CPUS`] × memory of 2, 4 or 8 GiB per vCPU ([`MEMORY_FACTORS`]) ×
+//! 144 instance types: every CPU count in [`CPUS`] × memory of 2, 4 or 8 GiB per vCPU ([`MEMORY_FACTORS`]) ×
 //! `linux`/`windows` × `amd64`/`arm64`, named `<family>-<cpu>x-<arch>-<os>` with family `c` (2 GiB per vCPU),
 //! `s` (4) or `m` (8), e.g. `c-4x-amd64-linux`. Each has
 //!
@@ -70,7 +70,7 @@ pub fn on_demand_price(cpu: &Quantity, memory: &Quantity) -> f64 {
     PRICE_PER_CPU * cores + PRICE_PER_GB * bytes / 1e9
 }
 
-/// The built-in catalogue (288 instance types, see the module docs), in upstream's order: CPU, memory factor, OS,
+/// The built-in catalogue (144 instance types, see the module docs), in upstream's order: CPU, memory factor, OS,
 /// architecture.
 pub fn catalogue() -> Vec<InstanceType> {
     let mut out = Vec::with_capacity(CPUS.len() * MEMORY_FACTORS.len() * 4);
