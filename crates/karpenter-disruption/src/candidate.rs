@@ -255,7 +255,10 @@ pub fn candidate<'a>(cluster: &Cluster<'a>, node: &'a NodeInfo) -> Result<Candid
                 break;
             }
             DoNotDisrupt::Until(t) => {
-                pod_block = Some(Reason::PodDoNotDisrupt { pod: pod_key(p), until: Some(t.to_rfc3339()) });
+                pod_block = Some(Reason::PodDoNotDisrupt {
+                    pod: pod_key(p),
+                    until: Some(t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
+                });
                 break;
             }
         }

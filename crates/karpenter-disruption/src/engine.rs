@@ -134,7 +134,8 @@ impl<'a> Engine<'a> {
     pub fn command(method: Method, cands: &[&Candidate<'a>], replacements: Vec<NodeClaimPlan>, what: &str) -> Command {
         let price: f64 = cands.iter().map(|c| c.price).sum();
         let new_price: f64 = replacements.iter().filter_map(|r| r.price).sum();
-        let savings = price - new_price;
+        // A replacement without a known price (a static pool's template claim) makes the savings unknown: 0.
+        let savings = if replacements.iter().any(|r| r.price.is_none()) { 0.0 } else { price - new_price };
         let decision = if replacements.is_empty() { Decision::Delete } else { Decision::Replace };
         let pods = Self::displaced(cands);
         let action = match decision {
@@ -172,7 +173,7 @@ impl<'a> Engine<'a> {
         let d = self.simulate(cands, true)?;
         match d.new_node_claims.len() {
             0 => {
-                let cmd = Self::command(method, cands, Vec::new(), "their pods fit on existing nodes");
+                let cmd = Self::command(method, cands, Vec::new(), "the pods fit on existing nodes");
                 Ok(Move { command: cmd })
             }
             1 => {

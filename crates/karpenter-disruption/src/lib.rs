@@ -214,15 +214,23 @@ pub fn evaluate(
         };
         verdicts.insert(name, reason);
     }
+    let explanations: BTreeMap<&str, &str> = commands
+        .iter()
+        .flat_map(|c| c.candidates.iter().map(move |r| (r.node.as_str(), c.explanation.as_str())))
+        .collect();
     let verdicts = verdicts
         .into_iter()
         .map(|(node, reason)| {
             let n = snapshot.nodes.iter().find(|n| n.name == node);
+            let message = match explanations.get(node.as_str()) {
+                Some(e) => format!("{reason}: {e}"),
+                None => reason.to_string(),
+            };
             Verdict {
                 node_claim: n.and_then(|n| n.node_claim.clone()),
                 node_pool: n.and_then(|n| n.node_pool.clone()),
                 outcome: reason.outcome(),
-                message: reason.to_string(),
+                message,
                 reason,
                 node,
             }

@@ -1,0 +1,157 @@
+//! Shared test helpers: a small instance-type catalogue and the invariants every pass must satisfy.
+
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use chrono::{DateTime, Utc};
+use karpenter_api::labels;
+use karpenter_disruption::pods::{DoNotDisrupt, Pdbs, do_not_disrupt, is_reschedulable, would_be_evicted};
+use karpenter_disruption::{Decision, DisruptionOptions, Method, Pass, validation};
+use karpenter_requirements::{
+    Format, InstanceType, Offering, Overhead, Quantity, Requirement, Requirements, ResourceList,
+};
+use karpenter_scheduler::snapshot::pod_key;
+use karpenter_scheduler::{ClusterSnapshot, PoolInput};
+
+pub const ZONES: [&str; 3] = ["test-zone-a", "test-zone-b", "test-zone-c"];
+pub const FAMILY: &str = "karpenter.k8s.aws/instance-family";
+
+/// On-demand price of `family-<cpu>x`: 0.04/vCPU + 0.005/GiB; spot is 60 % of it.
+pub fn price(gib_per_cpu: i64, cpu: i64) -> f64 {
+    let p = 0.04 * cpu as f64 + 0.005 * (cpu * gib_per_cpu) as f64;
+    (p * 10000.0).round() / 10000.0
+}
+
+/// Families c (2 GiB/vCPU), m (4 GiB/vCPU), r (8 GiB/vCPU), sizes 1..64 vCPU, 110 pods, no overhead; spot and
+/// on-demand in three zones.
+pub fn catalogue() -> Vec<InstanceType> {
+    let mut out = Vec::new();
+    for (family, gib) in [("c", 2i64), ("m", 4), ("r", 8)] {
+        for cpu in [1i64, 2, 4, 8, 16, 32, 64] {
+            let name = format!("{family}-{cpu}x");
+            let od = price(gib, cpu);
+            let spot = (od * 0.6 * 10000.0).round() / 10000.0;
+            let mut offerings = Vec::new();
+            for z in ZONES {
+                for (ct, p) in [("on-demand", od), ("spot", spot)] {
+                    let r: Requirements = [
+                        Requirement::in_values(labels::ZONE, [z]),
+                        Requirement::in_values(labels::CAPACITY_TYPE, [ct]),
+                    ]
+                    .into_iter()
+                    .collect();
+                    offerings.push(Offering::new(r, p));
+                }
+            }
+            let reqs: Requirements = [
+                Requirement::in_values(labels::INSTANCE_TYPE, [name.as_str()]),
+                Requirement::in_values(labels::ARCH, ["amd64"]),
+                Requirement::in_values(labels::OS, ["linux"]),
+                Requirement::in_values(FAMILY, [family]),
+                Requirement::in_values(labels::ZONE, ZONES),
+                Requirement::in_values(labels::CAPACITY_TYPE, ["on-demand", "spot"]),
+            ]
+            .into_iter()
+            .collect();
+            let cap = ResourceList::new()
+                .with("cpu", Quantity::from_int(cpu, Format::DecimalSI))
+                .with("memory", Quantity::from_int(cpu * gib * 1024 * 1024 * 1024, Format::BinarySI))
+                .with("pods", Quantity::from_int(110, Format::DecimalSI));
+            out.push(InstanceType::new(name, reqs, offerings, cap, Overhead::default()));
+        }
+    }
+    out
+}
+
+pub fn pools<'a>(snapshot: &'a ClusterSnapshot, catalogue: &'a [InstanceType]) -> Vec<PoolInput<'a>> {
+    snapshot.node_pools.iter().map(|p| PoolInput { node_pool: p, instance_types: catalogue }).collect()
+}
+
+/// The invariants of a pass: no command disrupts a node blocked by a PDB, a do-not-disrupt pod or node (for
+/// graceful methods, or eventual ones without terminationGracePeriod), no pool exceeds its budget, every
+/// displaced pod has a place in the simulation (re-validated against the same snapshot), and every node has
+/// exactly one verdict.
+pub fn check_pass(
+    snapshot: &ClusterSnapshot,
+    pools: &[PoolInput<'_>],
+    now: DateTime<Utc>,
+    options: &DisruptionOptions,
+    pass: &Pass,
+) -> Result<(), String> {
+    let names: BTreeSet<&str> = snapshot.nodes.iter().map(|n| n.name.as_str()).collect();
+    let verdicts: Vec<&str> = pass.verdicts.iter().map(|v| v.node.as_str()).collect();
+    if verdicts.len() != names.len() || verdicts.iter().any(|v| !names.contains(v)) {
+        return Err(format!("verdicts {verdicts:?} do not cover nodes {names:?}"));
+    }
+    let pdbs = Pdbs::new(&snapshot.pdbs);
+    let mut per_pool: BTreeMap<&str, u32> = BTreeMap::new();
+    let provider = karpenter_api::ProviderLabels::aws();
+    for cmd in &pass.commands {
+        for c in &cmd.candidates {
+            let node = snapshot.nodes.iter().find(|n| n.name == c.node).ok_or("unknown node")?;
+            if node.annotations.get("karpenter.sh/do-not-disrupt").is_some_and(|v| v == "true") {
+                return Err(format!("{} has do-not-disrupt", c.node));
+            }
+            let claim = snapshot.node_claims.iter().find(|x| x.name == c.node_claim).ok_or("unknown claim")?;
+            let relaxed = !cmd.method_is_graceful() && claim.claim.spec.termination_grace_period.is_some();
+            if !relaxed {
+                for p in snapshot.pods_on(&c.node) {
+                    if do_not_disrupt(p, now) != DoNotDisrupt::No {
+                        return Err(format!("{} disrupts do-not-disrupt pod {}", c.node, pod_key(p)));
+                    }
+                    if would_be_evicted(p, now) && pdbs.blocks(p).is_some() {
+                        return Err(format!("{} violates a PDB of pod {}", c.node, pod_key(p)));
+                    }
+                }
+            }
+            *per_pool.entry(c.node_pool.as_str()).or_default() += 1;
+        }
+        let expected: BTreeSet<String> = cmd
+            .candidates
+            .iter()
+            .flat_map(|c| {
+                snapshot
+                    .pods_on(&c.node)
+                    .filter(|p| is_reschedulable(p) && do_not_disrupt(p, now) == DoNotDisrupt::No)
+                    .filter(|p| pdbs.blocks(p).is_none())
+                    .map(pod_key)
+            })
+            .collect();
+        let displaced: BTreeSet<String> = cmd.displaced_pods.iter().cloned().collect();
+        if expected != displaced {
+            return Err(format!("displaced pods {displaced:?} != reschedulable pods {expected:?}"));
+        }
+        if cmd.method == Method::Emptiness && !cmd.displaced_pods.is_empty() {
+            return Err("emptiness displaced pods".into());
+        }
+        if cmd.decision == Decision::Delete && !cmd.replacements.is_empty() {
+            return Err("delete with replacements".into());
+        }
+        if cmd.method != Method::StaticDrift {
+            validation::validate(cmd, snapshot, pools, &provider, now, options)
+                .map_err(|e| format!("command does not validate against its own snapshot: {e}\n{cmd:#?}"))?;
+        }
+    }
+    for b in pass.budgets.iter() {
+        let method_reasons: Vec<_> = pass.commands.iter().map(|c| c.reason).collect();
+        if !method_reasons.contains(&b.reason) {
+            continue;
+        }
+        let used = per_pool.get(b.node_pool.as_str()).copied().unwrap_or(0);
+        if used > b.allowed {
+            return Err(format!("pool {} disrupts {used} nodes, budget allows {}", b.node_pool, b.allowed));
+        }
+    }
+    Ok(())
+}
+
+trait GracefulExt {
+    fn method_is_graceful(&self) -> bool;
+}
+
+impl GracefulExt for karpenter_disruption::Command {
+    fn method_is_graceful(&self) -> bool {
+        self.method.is_graceful()
+    }
+}

@@ -1,0 +1,91 @@
+//! Scenario tests as data: `tests/scenarios/<name>/input.yaml` (manifests) and optional `scenario.yaml`
+//! (options) -> `expected.json` (the pass). `UPDATE_SCENARIOS=1 cargo test -p karpenter-disruption --test
+//! scenarios` rewrites the expected files. Every pass is also checked against the invariants of
+//! `common::check_pass` (PDBs, do-not-disrupt, budgets, displaced pods re-validated).
+//!
+//! `scenario.yaml` fields (all optional): `now` (RFC 3339, default `2026-01-01T12:00:00Z`), `spotToSpot`
+//! (feature gate, default false), `notReady` (node names whose Ready is not True), `nominated` (node names).
+
+mod common;
+
+use std::path::Path;
+
+use chrono::{DateTime, Utc};
+use karpenter_api::{ProviderLabels, load_str};
+use karpenter_disruption::{DisruptionOptions, evaluate};
+use karpenter_scheduler::ClusterSnapshot;
+use serde::Deserialize;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Scenario {
+    now: Option<String>,
+    spot_to_spot: Option<bool>,
+    #[serde(default)]
+    not_ready: Vec<String>,
+    #[serde(default)]
+    nominated: Vec<String>,
+}
+
+const DEFAULT_NOW: &str = "2026-01-01T12:00:00Z";
+
+fn run(dir: &Path) -> Result<(), String> {
+    let input = std::fs::read_to_string(dir.join("input.yaml")).map_err(|e| e.to_string())?;
+    let scenario: Scenario = match std::fs::read_to_string(dir.join("scenario.yaml")) {
+        Ok(s) => serde_saphyr::from_str(&s).map_err(|e| format!("scenario.yaml: {e}"))?,
+        Err(_) => Scenario::default(),
+    };
+    let objects = load_str(&input, "input.yaml").map_err(|e| e.to_string())?;
+    let mut snapshot = ClusterSnapshot::from_objects(&objects).map_err(|e| e.to_string())?;
+    for n in &mut snapshot.nodes {
+        n.nominated = scenario.nominated.contains(&n.name);
+    }
+    let now: DateTime<Utc> = DateTime::parse_from_rfc3339(scenario.now.as_deref().unwrap_or(DEFAULT_NOW))
+        .map_err(|e| format!("now: {e}"))?
+        .with_timezone(&Utc);
+    let catalogue = common::catalogue();
+    let pools = common::pools(&snapshot, &catalogue);
+    let options = DisruptionOptions {
+        spot_to_spot_consolidation: scenario.spot_to_spot.unwrap_or(false),
+        not_ready_nodes: scenario.not_ready.iter().cloned().collect(),
+        ..Default::default()
+    };
+    let provider = ProviderLabels::aws();
+    let pass = evaluate(&snapshot, &pools, &provider, now, &options);
+    common::check_pass(&snapshot, &pools, now, &options, &pass)?;
+    if evaluate(&snapshot, &pools, &provider, now, &options) != pass {
+        return Err("not deterministic".into());
+    }
+    let json = pass.to_json() + "\n";
+    let expected_path = dir.join("expected.json");
+    if std::env::var_os("UPDATE_SCENARIOS").is_some() {
+        std::fs::write(&expected_path, &json).map_err(|e| e.to_string())?;
+        return Ok(());
+    }
+    let expected = std::fs::read_to_string(&expected_path)
+        .map_err(|e| format!("{}: {e} (run with UPDATE_SCENARIOS=1)", expected_path.display()))?;
+    if expected != json {
+        return Err(format!("pass differs from expected.json:\n{json}"));
+    }
+    Ok(())
+}
+
+#[test]
+fn scenarios() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios");
+    let mut dirs: Vec<_> = std::fs::read_dir(&root)
+        .expect("scenario dir")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("input.yaml").exists())
+        .collect();
+    dirs.sort();
+    assert!(dirs.len() >= 20, "expected at least 20 scenarios, found {}", dirs.len());
+    let mut failures = Vec::new();
+    for d in &dirs {
+        if let Err(e) = run(d) {
+            failures
+                .push(format!("{}: {e}", d.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()));
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} scenarios failed:\n{}", failures.len(), dirs.len(), failures.join("\n\n"));
+}
