@@ -11,7 +11,19 @@
 //!   their taints are tolerated (startup and ephemeral taints of uninitialized nodes excepted), bound pods plus
 //!   placed pods fit the allocatable, host ports do not collide;
 //! * limits: for every pool that got new claims, existing capacity plus the largest option of each new claim
-//!   stays within `spec.limits` (and `nodes`).
+//!   stays within `spec.limits` (and `nodes`);
+//! * required pod anti-affinity, in both directions (a placed pod's terms against every bound or placed pod,
+//!   and every bound pod's terms against placed pods): the two places cannot share a domain of the key (a new
+//!   claim's possible domains are its requirement's values, or those of its instance-type options);
+//! * required pod affinity: a placed pod's possible domains all hold a matching pod, unless it selects
+//!   itself and no matching pod is in a domain it allows (the first pod of a group);
+//! * `DoNotSchedule` topology spread: a placed pod is in exactly one domain and, counting bound and placed
+//!   matching pods that pass the node filter, `count(domain) − min ≤ maxSkew` (min over the pools' and
+//!   existing nodes' domains the pod allows; 0 for hostname or below `minDomains`). Verified for groups whose
+//!   placed members all carry the same constraint and node constraints (the workload case), since the
+//!   final state alone cannot tell in which order mixed groups were placed;
+//! * volumes: a placed pod's place is compatible with one of its volume-topology alternatives, and existing
+//!   nodes stay within their CSI volume limits (claims are resolved with the scheduler's PVC lookup).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -285,6 +297,7 @@ pub fn check(
             v.push(format!("{ctx}: pods ({sum}) exceed allocatable ({allocatable})"));
         }
     }
+    check_topology(snapshot, pools, provider, decisions, &mut v);
     if v.is_empty() { Ok(()) } else { Err(v) }
 }
 
@@ -317,4 +330,497 @@ pub fn fits_some_empty_instance_type(
             })
         })
     })
+}
+
+/// Where a pod is (bound or placed), per topology key: the possible domains.
+#[derive(Debug, Clone)]
+enum Where {
+    /// An existing node or in-flight claim: its labels / requirements and taints.
+    Node { labels: Requirements, taints: Vec<Taint>, host: String },
+    /// A new NodeClaim: its requirements, the domains its instance-type options can land in, its pool's taints.
+    Claim { reqs: Requirements, it_reqs: Vec<Requirements>, taints: Vec<Taint>, name: String },
+}
+
+impl Where {
+    /// The domains of `key` this place can be in; `None`: unknown (anything).
+    fn domains(&self, key: &str) -> Option<BTreeSet<String>> {
+        match self {
+            Where::Node { labels, host, .. } => {
+                if key == labels::HOSTNAME {
+                    return Some(BTreeSet::from([labels.get_ref(key).map_or_else(|| host.clone(), |r| r.any())]));
+                }
+                let r = labels.get_ref(key)?;
+                if r.complement() {
+                    return None;
+                }
+                Some(r.values().iter().map(|v| v.to_string()).collect())
+            }
+            Where::Claim { reqs, it_reqs, name, .. } => {
+                if key == labels::HOSTNAME {
+                    return Some(BTreeSet::from([name.clone()]));
+                }
+                let r = reqs.get(key);
+                if !r.complement() {
+                    return Some(r.values().iter().map(|v| v.to_string()).collect());
+                }
+                let mut out = BTreeSet::new();
+                for ir in it_reqs {
+                    let x = ir.get_ref(key)?;
+                    if x.complement() {
+                        return None;
+                    }
+                    out.extend(x.values().iter().filter(|v| r.has(v)).map(|v| v.to_string()));
+                }
+                Some(out)
+            }
+        }
+    }
+
+    fn single(&self, key: &str) -> Option<String> {
+        let d = self.domains(key)?;
+        if d.len() == 1 { d.into_iter().next() } else { None }
+    }
+
+    fn matches(&self, alts: &[Requirements], provider: &ProviderLabels) -> bool {
+        match self {
+            Where::Node { labels, .. } => alts.iter().any(|a| labels.compatible(a, &NoKeys).is_ok()),
+            Where::Claim { reqs, .. } => alts.iter().any(|a| reqs.compatible(a, provider).is_ok()),
+        }
+    }
+
+    fn taints(&self) -> &[Taint] {
+        match self {
+            Where::Node { taints, .. } | Where::Claim { taints, .. } => taints,
+        }
+    }
+}
+
+fn pod_ns(p: &Pod) -> &str {
+    p.metadata.namespace.as_deref().unwrap_or("default")
+}
+
+fn pod_labels(p: &Pod) -> BTreeMap<String, String> {
+    p.metadata.labels.clone().unwrap_or_default()
+}
+
+fn term_selects(
+    term: &k8s_openapi::api::core::v1::PodAffinityTerm,
+    owner: &Pod,
+    other: &Pod,
+    snapshot: &ClusterSnapshot,
+) -> bool {
+    let ns = pod_ns(other);
+    let ns_ok = match (&term.namespace_selector, term.namespaces.as_ref().filter(|n| !n.is_empty())) {
+        (None, None) => ns == pod_ns(owner),
+        (sel, list) => {
+            list.is_some_and(|l| l.iter().any(|n| n == ns))
+                || sel.as_ref().is_some_and(|s| {
+                    let labels = snapshot.namespaces.get(ns).map(|n| n.labels.clone()).unwrap_or_default();
+                    crate::scheduler::selector_matches(Some(s), &labels)
+                })
+        }
+    };
+    ns_ok && crate::scheduler::selector_matches(term.label_selector.as_ref(), &pod_labels(other))
+}
+
+fn required_terms(pod: &Pod, anti: bool) -> impl Iterator<Item = &k8s_openapi::api::core::v1::PodAffinityTerm> {
+    let a = pod.spec.as_ref().and_then(|s| s.affinity.as_ref());
+    let terms = if anti {
+        a.and_then(|a| a.pod_anti_affinity.as_ref())
+            .and_then(|x| x.required_during_scheduling_ignored_during_execution.as_ref())
+    } else {
+        a.and_then(|a| a.pod_affinity.as_ref())
+            .and_then(|x| x.required_during_scheduling_ignored_during_execution.as_ref())
+    };
+    terms.into_iter().flatten()
+}
+
+/// Topology, affinity and volume checks over bound and placed pods (see the module docs).
+fn check_topology(
+    snapshot: &ClusterSnapshot,
+    pools: &[PoolInput<'_>],
+    provider: &ProviderLabels,
+    decisions: &Decisions,
+    v: &mut Vec<String>,
+) {
+    let pending: BTreeMap<String, &Pod> = snapshot.pending_pods.iter().map(|p| (pod_key(p), p)).collect();
+    let mut places: Vec<Where> = Vec::new();
+    // (pod, place index, placed in this decision)
+    let mut pods: Vec<(&Pod, usize, bool)> = Vec::new();
+    let mut node_place: BTreeMap<&str, usize> = BTreeMap::new();
+    for n in &snapshot.nodes {
+        let mut labels = Requirements::from_labels(&n.labels);
+        if !labels.has(labels::HOSTNAME) {
+            labels.add(Requirement::in_values(labels::HOSTNAME, [n.name.as_str()]));
+        }
+        node_place.insert(n.name.as_str(), places.len());
+        places.push(Where::Node { labels, taints: n.taints.clone(), host: n.name.clone() });
+    }
+    for c in snapshot.in_flight_claims() {
+        let mut r = c.claim.requirements().unwrap_or_default();
+        r.add_all(&Requirements::from_labels(&c.labels));
+        let host = c.node_name.clone().unwrap_or_else(|| c.name.clone());
+        r.add(Requirement::in_values(labels::HOSTNAME, [host.as_str()]));
+        node_place.insert(c.name.as_str(), places.len());
+        let taints = c.claim.spec.taints.iter().map(api_taint).collect();
+        places.push(Where::Node { labels: r, taints, host });
+    }
+    for p in &snapshot.bound_pods {
+        if p.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let Some(&i) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()).and_then(|n| node_place.get(n)) else {
+            continue;
+        };
+        pods.push((p, i, false));
+    }
+    for e in &decisions.existing_nodes {
+        let Some(&i) = node_place.get(e.name.as_str()) else { continue };
+        for k in &e.pods {
+            if let Some(p) = pending.get(k) {
+                pods.push((p, i, true));
+            }
+        }
+    }
+    for c in &decisions.new_node_claims {
+        let Ok(reqs) = RequirementJson::to_requirements(&c.requirements) else { continue };
+        let pool = pools.iter().find(|p| p.node_pool.metadata.name.as_deref() == Some(c.node_pool.as_str()));
+        let it_reqs = c
+            .instance_types
+            .iter()
+            .filter_map(|n| pool.and_then(|p| p.instance_types.iter().find(|it| &it.name == n)))
+            .map(|it| it.requirements.clone())
+            .collect();
+        let taints =
+            pool.map(|p| p.node_pool.spec.template.spec.taints.iter().map(api_taint).collect()).unwrap_or_default();
+        let i = places.len();
+        places.push(Where::Claim { reqs, it_reqs, taints, name: c.name.clone() });
+        for k in &c.pods {
+            if let Some(p) = pending.get(k) {
+                pods.push((p, i, true));
+            }
+        }
+    }
+
+    // Required anti-affinity, both directions, where at least one side was placed now.
+    for &(a, ai, a_placed) in &pods {
+        for term in required_terms(a, true) {
+            let key = term.topology_key.as_str();
+            let da = places[ai].domains(key);
+            for &(b, bi, b_placed) in &pods {
+                if std::ptr::eq(a, b) || !(a_placed || b_placed) || !term_selects(term, a, b, snapshot) {
+                    continue;
+                }
+                let db = places[bi].domains(key);
+                // A place without the key is in no domain (existing node) or in an unknown one (new claim).
+                let unknown =
+                    |d: &Option<BTreeSet<String>>, i: usize| d.is_none() && matches!(places[i], Where::Claim { .. });
+                let some = |d: &Option<BTreeSet<String>>| d.as_ref().is_some_and(|x| !x.is_empty());
+                let overlap = match (&da, &db) {
+                    (Some(x), Some(y)) => x.intersection(y).next().is_some(),
+                    _ => (unknown(&da, ai) && (unknown(&db, bi) || some(&db))) || (unknown(&db, bi) && some(&da)),
+                };
+                if overlap {
+                    v.push(format!(
+                        "pod {} and pod {} may share {key} although the first's required anti-affinity selects the second",
+                        pod_key(a),
+                        pod_key(b)
+                    ));
+                }
+            }
+        }
+    }
+
+    // Required affinity of placed pods.
+    for &(p, pi, placed) in &pods {
+        if !placed {
+            continue;
+        }
+        for term in required_terms(p, false) {
+            let key = term.topology_key.as_str();
+            let Some(dp) = places[pi].domains(key) else {
+                v.push(format!("pod {}: affinity on {key} but its place has no known {key}", pod_key(p)));
+                continue;
+            };
+            let mut occupied = BTreeSet::new();
+            for &(q, qi, _) in &pods {
+                if !std::ptr::eq(p, q) && term_selects(term, p, q, snapshot) {
+                    if let Some(d) = places[qi].single(key) {
+                        occupied.insert(d);
+                    }
+                }
+            }
+            if dp.is_subset(&occupied) && !dp.is_empty() {
+                continue;
+            }
+            let own = alternatives(p).into_iter().next().unwrap_or_default();
+            let allowed = own.get(key);
+            let self_selects = term_selects(term, p, p, snapshot);
+            if self_selects && !occupied.iter().any(|d| allowed.has(d)) {
+                continue;
+            }
+            v.push(format!(
+                "pod {}: required affinity on {key} not satisfied ({:?} vs matching pods in {:?})",
+                pod_key(p),
+                dp,
+                occupied
+            ));
+        }
+    }
+
+    // DoNotSchedule topology spread of placed pods.
+    check_spread(pools, provider, &pods, &places, v);
+
+    // Volume topology of placed pods.
+    let index = crate::scheduler::volumes::VolumeIndex::new(snapshot);
+    for &(p, pi, placed) in &pods {
+        if !placed {
+            continue;
+        }
+        let Ok(vols) = index.pod(p) else {
+            v.push(format!("pod {}: placed although its volumes cannot be resolved", pod_key(p)));
+            continue;
+        };
+        if !vols.alternatives.is_empty() && !places[pi].matches(&vols.alternatives, provider) {
+            v.push(format!("pod {}: placed outside its volumes' topology", pod_key(p)));
+        }
+    }
+    // CSI volume limits of existing nodes.
+    for e in &decisions.existing_nodes {
+        let Some(limits) = snapshot.csi_limits.get(&e.name) else { continue };
+        let mut used: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        let mut added: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for p in snapshot.pods_on(&e.name) {
+            for (d, c) in index.pod(p).map(|x| x.claims).unwrap_or_default() {
+                used.entry(d).or_default().insert(c);
+            }
+        }
+        for k in &e.pods {
+            let Some(p) = pending.get(k) else { continue };
+            for (d, c) in index.pod(p).map(|x| x.claims).unwrap_or_default() {
+                if !used.get(&d).is_some_and(|s| s.contains(&c)) {
+                    added.entry(d).or_default().insert(c);
+                }
+            }
+        }
+        for (d, new) in &added {
+            let total = used.get(d).map_or(0, BTreeSet::len) + new.len();
+            if limits.get(d).is_some_and(|l| total as i64 > i64::from(*l)) {
+                v.push(format!("node {}: CSI driver {d} over its volume limit ({total})", e.name));
+            }
+        }
+    }
+}
+
+fn spread_selector(
+    c: &k8s_openapi::api::core::v1::TopologySpreadConstraint,
+    pod: &Pod,
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+    let mut s = c.label_selector.clone().unwrap_or_default();
+    let labels = pod_labels(pod);
+    for k in c.match_label_keys.iter().flatten() {
+        if let Some(val) = labels.get(k) {
+            s.match_expressions.get_or_insert_with(Vec::new).push(
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
+                    key: k.clone(),
+                    operator: "In".into(),
+                    values: Some(vec![val.clone()]),
+                },
+            );
+        }
+    }
+    s
+}
+
+fn check_spread(
+    pools: &[PoolInput<'_>],
+    provider: &ProviderLabels,
+    pods: &[(&Pod, usize, bool)],
+    places: &[Where],
+    v: &mut Vec<String>,
+) {
+    for &(p, pi, placed) in pods {
+        if !placed {
+            continue;
+        }
+        let spec = p.spec.as_ref();
+        for c in spec.and_then(|s| s.topology_spread_constraints.as_ref()).into_iter().flatten() {
+            if c.when_unsatisfiable != "DoNotSchedule" || c.label_selector.is_none() {
+                continue;
+            }
+            let key = c.topology_key.as_str();
+            let selector = spread_selector(c, p);
+            let selects =
+                |q: &Pod| pod_ns(q) == pod_ns(p) && crate::scheduler::selector_matches(Some(&selector), &pod_labels(q));
+            // Only groups whose placed members all carry the same constraint and node constraints are verified.
+            let same = |q: &Pod| {
+                let qs = q.spec.as_ref();
+                qs.and_then(|s| s.topology_spread_constraints.as_ref()).is_some_and(|l| l.contains(c))
+                    && qs.map(|s| (&s.node_selector, s.affinity.as_ref().map(|a| &a.node_affinity)))
+                        == spec.map(|s| (&s.node_selector, s.affinity.as_ref().map(|a| &a.node_affinity)))
+                    && qs.map(|s| &s.tolerations) == spec.map(|s| &s.tolerations)
+            };
+            if pods.iter().any(|&(q, _, pl)| pl && selects(q) && !same(q)) {
+                continue;
+            }
+            let Some(mine) = places[pi].single(key) else {
+                v.push(format!("pod {}: spread on {key} but its place is not in exactly one domain", pod_key(p)));
+                continue;
+            };
+            let alts = alternatives(p);
+            let honor_affinity = c.node_affinity_policy.as_deref().unwrap_or("Honor") == "Honor";
+            let honor_taints = c.node_taints_policy.as_deref() == Some("Honor");
+            let passes = |w: &Where| {
+                (!honor_affinity || alts.iter().all(|a| a.is_empty()) || w.matches(&alts, provider))
+                    && (!honor_taints || tolerates_all(tolerations(p), w.taints()).is_ok())
+            };
+            let mut counts: BTreeMap<String, i64> = BTreeMap::new();
+            if key != labels::HOSTNAME {
+                for pool in pools.iter().filter(|x| !x.node_pool.is_static()) {
+                    let taints: Vec<Taint> = pool.node_pool.spec.template.spec.taints.iter().map(api_taint).collect();
+                    if honor_taints && tolerates_all(tolerations(p), &taints).is_err() {
+                        continue;
+                    }
+                    let Ok(pr) = pool.node_pool.simulation_requirements() else { continue };
+                    let r = pr.get(key);
+                    if !r.complement() {
+                        counts.extend(r.values().iter().map(|x| (x.to_string(), 0)));
+                    }
+                    for it in pool.instance_types {
+                        if let Some(ir) = it.requirements.get_ref(key).filter(|x| !x.complement()) {
+                            counts.extend(ir.values().iter().filter(|x| r.has(x)).map(|x| (x.to_string(), 0)));
+                        }
+                    }
+                }
+                for w in places.iter().filter(|w| matches!(w, Where::Node { .. })) {
+                    if passes(w)
+                        && let Some(d) = w.single(key)
+                    {
+                        counts.entry(d).or_insert(0);
+                    }
+                }
+            }
+            for &(q, qi, _) in pods {
+                if selects(q)
+                    && passes(&places[qi])
+                    && let Some(d) = places[qi].single(key)
+                {
+                    *counts.entry(d).or_insert(0) += 1;
+                }
+            }
+            let own = alts.first().cloned().unwrap_or_default();
+            let allowed = own.get(key);
+            let eligible: Vec<i64> = counts.iter().filter(|(d, _)| allowed.has(d)).map(|(_, n)| *n).collect();
+            let min =
+                if key == labels::HOSTNAME || c.min_domains.is_some_and(|m| (eligible.len() as i64) < i64::from(m)) {
+                    0
+                } else {
+                    eligible.iter().copied().min().unwrap_or(0)
+                };
+            let have = counts.get(&mine).copied().unwrap_or(0);
+            if have - min > i64::from(c.max_skew) {
+                v.push(format!(
+                    "pod {}: spread on {key} violated: {mine} has {have} matching pods, min {min}, maxSkew {}",
+                    pod_key(p),
+                    c.max_skew
+                ));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{SchedulerOptions, schedule};
+    use karpenter_requirements::{Format, InstanceType, Offering, Overhead};
+    use karpenter_testing::{NodePoolOptions, PodOptions, node_pool, pod, pod_affinity_term, topology_spread};
+
+    fn catalogue() -> Vec<InstanceType> {
+        let offerings = ["a", "b", "c"]
+            .iter()
+            .map(|z| {
+                Offering::new(
+                    [
+                        Requirement::in_values(labels::ZONE, [*z]),
+                        Requirement::in_values(labels::CAPACITY_TYPE, ["on-demand"]),
+                    ]
+                    .into_iter()
+                    .collect(),
+                    1.0,
+                )
+            })
+            .collect();
+        vec![InstanceType::new(
+            "big",
+            [
+                Requirement::in_values(labels::INSTANCE_TYPE, ["big"]),
+                Requirement::in_values(labels::ZONE, ["a", "b", "c"]),
+                Requirement::in_values(labels::CAPACITY_TYPE, ["on-demand"]),
+            ]
+            .into_iter()
+            .collect(),
+            offerings,
+            ResourceList::new()
+                .with("cpu", Quantity::from_int(16, Format::DecimalSI))
+                .with("pods", Quantity::from_int(100, Format::DecimalSI)),
+            Overhead::default(),
+        )]
+    }
+
+    /// Decides for pods without constraints, then checks that decision against the constrained pods.
+    fn violations(constrained: PodOptions) -> Vec<String> {
+        let pool = node_pool(NodePoolOptions { name: Some("default".into()), ..Default::default() });
+        let its = catalogue();
+        let mut plain = ClusterSnapshot::new();
+        plain.node_pools.push(pool);
+        let mut strict = plain.clone();
+        for i in 0..3 {
+            let name = Some(format!("p{i}"));
+            plain.pending_pods.push(pod(PodOptions {
+                name: name.clone(),
+                labels: constrained.labels.clone(),
+                requests: [("cpu", "1")].into(),
+                ..Default::default()
+            }));
+            strict.pending_pods.push(pod(PodOptions { name, requests: [("cpu", "1")].into(), ..constrained.clone() }));
+        }
+        let pools = [PoolInput { node_pool: &plain.node_pools[0], instance_types: &its }];
+        let provider = ProviderLabels::aws();
+        let d = schedule(&plain, &pools, &provider, &SchedulerOptions::default());
+        assert_eq!(d.new_node_claims.len(), 1, "unconstrained pods share one claim");
+        assert!(check(&plain, &pools, &provider, &d).is_ok());
+        let ok = schedule(&strict, &pools, &provider, &SchedulerOptions::default());
+        assert!(check(&strict, &pools, &provider, &ok).is_ok(), "the scheduler's own decision passes");
+        check(&strict, &pools, &provider, &d).err().unwrap_or_default()
+    }
+
+    #[test]
+    fn detects_anti_affinity_and_spread_violations() {
+        let labels = BTreeMap::from([("app".to_string(), "web".to_string())]);
+        let anti = violations(PodOptions {
+            labels: labels.clone(),
+            pod_anti_requirements: vec![pod_affinity_term(labels::HOSTNAME, &labels)],
+            ..Default::default()
+        });
+        assert!(anti.iter().any(|v| v.contains("anti-affinity")), "{anti:?}");
+        let spread = violations(PodOptions {
+            labels: labels.clone(),
+            topology_spread: vec![topology_spread(labels::HOSTNAME, 1, &labels)],
+            ..Default::default()
+        });
+        assert!(spread.iter().any(|v| v.contains("spread on kubernetes.io/hostname violated")), "{spread:?}");
+        let zonal = violations(PodOptions {
+            labels: labels.clone(),
+            topology_spread: vec![topology_spread(labels::ZONE, 1, &labels)],
+            ..Default::default()
+        });
+        assert!(zonal.iter().any(|v| v.contains("not in exactly one domain")), "{zonal:?}");
+        let affinity = violations(PodOptions {
+            labels: labels.clone(),
+            pod_requirements: vec![pod_affinity_term(labels::ZONE, &BTreeMap::from([("app".into(), "db".into())]))],
+            ..Default::default()
+        });
+        assert!(affinity.iter().any(|v| v.contains("required affinity")), "{affinity:?}");
+    }
 }

@@ -711,8 +711,14 @@ impl Topology {
             .collect();
         for g in counted {
             let Some(gr) = self.groups.get_mut(g as usize) else { continue };
-            // A place that does not constrain the key is not recorded (its domain is unknown).
-            let Some(req) = place.requirements.get_ref(&gr.key).cloned() else { continue };
+            // An existing node without the label is in no domain. A new claim that does not constrain the key
+            // may still land in any domain: anti-affinity blocks them all (stricter than upstream, which
+            // records nothing and lets the kube-scheduler catch the conflict later).
+            let req = match place.requirements.get_ref(&gr.key) {
+                Some(r) => r.clone(),
+                None if place.provider.is_some() && gr.kind == Kind::AntiAffinity => Requirement::exists(&gr.key),
+                None => continue,
+            };
             match gr.kind {
                 Kind::Spread | Kind::Affinity => {
                     if req.complement() || req.values().len() != 1 {
