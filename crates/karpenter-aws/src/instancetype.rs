@@ -433,7 +433,7 @@ pub fn category_and_generation(name: &str) -> Option<(&str, &str)> {
     Some((&name[..letters], &name[i..i + digits]))
 }
 
-fn single_kind<'a>(devices: &'a [GpuDeviceInfo]) -> Option<&'a GpuDeviceInfo> {
+fn single_kind(devices: &[GpuDeviceInfo]) -> Option<&GpuDeviceInfo> {
     match devices {
         [one] => Some(one),
         _ => None,
