@@ -89,6 +89,7 @@ pub fn simulate(options: &Options) -> anyhow::Result<Outcome> {
     if objects.is_empty() {
         notes.push("no objects found in the input".to_owned());
     }
+    duplicate_notes(&objects, &mut notes);
     let ready = ready_node_pools(&snapshot.node_pools, &objects, &mut notes);
     let pools: Vec<PoolInput<'_>> =
         ready.iter().map(|p| PoolInput { node_pool: p, instance_types: &catalogue.instance_types }).collect();
@@ -146,6 +147,35 @@ fn load_parallel(paths: &[PathBuf]) -> (Vec<Loaded>, Vec<loader::LoadError>) {
         errors.extend(errs);
     }
     (objects, errors)
+}
+
+/// Duplicate notes shown before `and N more`.
+const MAX_DUPLICATE_NOTES: usize = 5;
+
+/// Notes for objects that appear more than once (same kind, namespace and name): a cluster cannot hold both, yet
+/// every copy is simulated (two copies of a pod are two pods), so the user should know.
+fn duplicate_notes(objects: &[Loaded], notes: &mut Vec<String>) {
+    let mut seen: BTreeMap<(String, &str), Vec<&loader::Origin>> = BTreeMap::new();
+    for loaded in objects {
+        if loaded.object.name().is_some() {
+            seen.entry((loaded.object.display_name(), loaded.object.api_version())).or_default().push(&loaded.origin);
+        }
+    }
+    let duplicates: Vec<_> = seen.into_iter().filter(|(_, origins)| origins.len() > 1).collect();
+    for ((name, _), origins) in duplicates.iter().take(MAX_DUPLICATE_NOTES) {
+        let places: Vec<String> = origins.iter().map(ToString::to_string).collect();
+        notes.push(format!(
+            "{name} is in the input {} times ({}); every copy is simulated",
+            origins.len(),
+            places.join(", ")
+        ));
+    }
+    if duplicates.len() > MAX_DUPLICATE_NOTES {
+        notes.push(format!(
+            "... and {} more objects in the input more than once",
+            duplicates.len() - MAX_DUPLICATE_NOTES
+        ));
+    }
 }
 
 /// Readiness of a NodePool's node class as simulate sees it.
@@ -272,10 +302,27 @@ status:
 ";
 
     #[test]
+    fn duplicates_are_noted_once_per_object() {
+        let pod =
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: default}\nspec: {containers: [{name: c}]}\n";
+        let mut objects = load_str(&format!("{pod}---\n{pod}"), "a.yaml").expect("valid");
+        objects.extend(load_str(pod, "b.yaml").expect("valid"));
+        objects.extend(load_str(&pod.replace("web", "api"), "b.yaml").expect("valid"));
+        let mut notes = Vec::new();
+        duplicate_notes(&objects, &mut notes);
+        assert_eq!(
+            notes,
+            ["Pod/default/web is in the input 3 times (a.yaml: document 0, a.yaml: document 1, b.yaml: document 0); \
+              every copy is simulated"]
+        );
+    }
+
+    #[test]
     fn node_classes_missing_are_ready_with_a_note_and_not_ready_ones_leave_pools_out() {
         let objects = load_str(POOLS, "pools.yaml").expect("valid input");
         let snapshot = ClusterSnapshot::from_objects(&objects).expect("snapshot");
         let mut notes = Vec::new();
+        duplicate_notes(&objects, &mut notes);
         let ready = ready_node_pools(&snapshot.node_pools, &objects, &mut notes);
         let names: Vec<&str> = ready.iter().filter_map(|p| p.metadata.name.as_deref()).collect();
         assert_eq!(names, ["a", "b", "d"]);
