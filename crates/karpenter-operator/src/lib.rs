@@ -5,7 +5,9 @@
 //! upstream Karpenter's names and defaults); the controllers on kube-runtime come with issue 8.
 
 pub mod client;
+pub mod leader;
 pub mod settings;
+pub mod shutdown;
 
 pub use settings::{
     AwsSettings, CoreSettings, FeatureGates, LogLevel, MinValuesPolicy, PreferencePolicy, SettingsError,
