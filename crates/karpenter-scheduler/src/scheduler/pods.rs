@@ -40,7 +40,6 @@ pub(crate) struct PodData<'a> {
     pub n_anti_preferred: usize,
     /// Set when the pod cannot be scheduled by this pass at all.
     pub error: Option<String>,
-    pub created: String,
     pub uid: String,
 }
 
@@ -161,7 +160,6 @@ pub(crate) fn pod_data<'a>(pod: &'a Pod, provider: &ProviderLabels, volumes: &Vo
         n_affinity_preferred: 0,
         n_anti_preferred: 0,
         error: None,
-        created: pod.metadata.creation_timestamp.as_ref().map(|t| t.0.to_string()).unwrap_or_default(),
         uid: pod.metadata.uid.clone().unwrap_or_else(|| pod_key(pod)),
     };
     if let Err(e) = fill(&mut data, pod, provider, volumes) {
