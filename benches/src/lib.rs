@@ -1,5 +1,8 @@
 //! Shared fixtures for the criterion benchmarks in `benches/benches/`: a realistic NodePool template, a pod's
-//! requirements, and a catalogue of instance types with offerings. Everything is deterministic.
+//! requirements, and a catalogue of instance types with offerings ([`upstream`]: upstream Karpenter's
+//! scheduling benchmark workload). Everything is deterministic.
+
+pub mod upstream;
 
 use std::collections::BTreeSet;
 
