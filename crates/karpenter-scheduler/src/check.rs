@@ -16,7 +16,9 @@
 //!   and every bound pod's terms against placed pods): the two places cannot share a domain of the key (a new
 //!   claim's possible domains are its requirement's values, or those of its instance-type options);
 //! * required pod affinity: a placed pod's possible domains all hold a matching pod, unless it selects
-//!   itself and no matching pod is in a domain it allows (the first pod of a group);
+//!   itself and no matching pod is in a domain it allows (the first pod of a group); members of a
+//!   self-affine group with different node constraints are only required to be in one domain (each may
+//!   bootstrap within its own constraints, which the final state cannot order);
 //! * `DoNotSchedule` topology spread: a placed pod is in exactly one domain and, counting bound and placed
 //!   matching pods that pass the node filter, `count(domain) − min ≤ maxSkew` (min over the pools' and
 //!   existing nodes' domains the pod allows; 0 for hostname or below `minDomains`). Verified for groups whose
@@ -395,6 +397,12 @@ impl Where {
     }
 }
 
+fn node_constraints(
+    x: &Pod,
+) -> Option<(&Option<BTreeMap<String, String>>, Option<&Option<k8s_openapi::api::core::v1::NodeAffinity>>)> {
+    x.spec.as_ref().map(|s| (&s.node_selector, s.affinity.as_ref().map(|a| &a.node_affinity)))
+}
+
 fn pod_ns(p: &Pod) -> &str {
     p.metadata.namespace.as_deref().unwrap_or("default")
 }
@@ -559,6 +567,14 @@ fn check_topology(
             if self_selects && !occupied.iter().any(|d| allowed.has(d)) {
                 continue;
             }
+            // Members of a self-affine group with different node constraints bootstrap where their own
+            // constraints allow, so the final state only shows that the pod is in one domain.
+            let mixed = pods.iter().any(|&(q, _, qp)| {
+                qp && term_selects(term, p, q, snapshot) && node_constraints(q) != node_constraints(p)
+            });
+            if self_selects && mixed && dp.len() == 1 {
+                continue;
+            }
             v.push(format!(
                 "pod {}: required affinity on {key} not satisfied ({:?} vs matching pods in {:?})",
                 pod_key(p),
@@ -686,7 +702,12 @@ fn check_spread(
                     if !r.complement() {
                         counts.extend(r.values().iter().map(|x| (x.to_string(), 0)));
                     }
-                    for it in pool.instance_types {
+                    // Instance types the pool can launch (as the scheduler's domain universe).
+                    let usable = pool.instance_types.iter().filter(|it| {
+                        it.requirements.intersects(&pr).is_ok()
+                            && it.offerings.available().any(|o| o.is_compatible(&pr, provider))
+                    });
+                    for it in usable {
                         if let Some(ir) = it.requirements.get_ref(key).filter(|x| !x.complement()) {
                             counts.extend(ir.values().iter().filter(|x| r.has(x)).map(|x| (x.to_string(), 0)));
                         }

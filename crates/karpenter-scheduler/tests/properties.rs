@@ -10,7 +10,7 @@ use karpenter_scheduler::check::{check, fits_some_empty_instance_type};
 use karpenter_scheduler::{ClusterSnapshot, PoolInput, SchedulerOptions, schedule};
 use karpenter_testing::{
     DaemonSetOptions, NodePoolOptions, PodOptions, TaintEffect, daemon_set, karpenter_taint, node_pool,
-    nodepool_requirement, pod, toleration,
+    nodepool_requirement, pod, pod_affinity_term, toleration, topology_spread,
 };
 use proptest::prelude::*;
 
@@ -43,6 +43,10 @@ struct PodGen {
     family: Option<usize>,
     zone: Option<usize>,
     tolerates: bool,
+    /// 0 generic, 1 zonal spread, 2 hostname spread, 3 zonal self-affinity (two groups), 4 hostname
+    /// anti-affinity among the class (the classes of upstream's scheduling benchmark).
+    class: usize,
+    group: usize,
 }
 
 fn it_gen() -> impl Strategy<Value = ItGen> {
@@ -77,14 +81,18 @@ fn pod_gen() -> impl Strategy<Value = PodGen> {
         prop::option::weighted(0.2, 0usize..3),
         prop::option::weighted(0.2, 0usize..4),
         any::<bool>(),
+        0usize..5,
+        0usize..2,
     )
-        .prop_map(|(cpu_milli, mem_mib, arch, family, zone, tolerates)| PodGen {
+        .prop_map(|(cpu_milli, mem_mib, arch, family, zone, tolerates, class, group)| PodGen {
             cpu_milli,
             mem_mib,
             arch,
             family,
             zone,
             tolerates,
+            class,
+            group,
         })
 }
 
@@ -115,6 +123,36 @@ fn catalogue(its: &[ItGen]) -> Vec<karpenter_requirements::InstanceType> {
         })
         .collect()
 }
+
+fn class_of(g: &PodGen) -> (BTreeMap<String, String>, PodOptions) {
+    let label = |k: &str, v: &str| BTreeMap::from([(k.to_string(), v.to_string())]);
+    match g.class {
+        1 => {
+            let l = label("app", "zonal-spread");
+            let o = PodOptions { topology_spread: vec![topology_spread(ZONE, 1, &l)], ..Default::default() };
+            (l, o)
+        }
+        2 => {
+            let l = label("app", "host-spread");
+            let o = PodOptions { topology_spread: vec![topology_spread(HOSTNAME, 1, &l)], ..Default::default() };
+            (l, o)
+        }
+        3 => {
+            let l = label("affinity-group", if g.group == 0 { "g0" } else { "g1" });
+            let o = PodOptions { pod_requirements: vec![pod_affinity_term(ZONE, &l)], ..Default::default() };
+            (l, o)
+        }
+        4 => {
+            let l = label("app", "anti");
+            let o = PodOptions { pod_anti_requirements: vec![pod_affinity_term(HOSTNAME, &l)], ..Default::default() };
+            (l, o)
+        }
+        _ => (label("generic", "x"), PodOptions::default()),
+    }
+}
+
+const ZONE: &str = "topology.kubernetes.io/zone";
+const HOSTNAME: &str = "kubernetes.io/hostname";
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
@@ -163,12 +201,14 @@ proptest! {
             }
             let cpu = format!("{}m", g.cpu_milli);
             let mem = format!("{}Mi", g.mem_mib);
+            let (labels, topology) = class_of(g);
             snapshot.pending_pods.push(pod(PodOptions {
                 name: Some(format!("p-{i:02}")),
                 requests: [("cpu", cpu.as_str()), ("memory", mem.as_str())].into(),
                 node_selector,
                 tolerations: if g.tolerates { vec![toleration("dedicated", None, None)] } else { vec![] },
-                ..Default::default()
+                labels,
+                ..topology
             }));
         }
         let inputs: Vec<PoolInput<'_>> =
@@ -179,9 +219,12 @@ proptest! {
             prop_assert!(false, "checker: {v:#?}\n{}", decisions.to_json());
         }
         for u in &decisions.unschedulable {
-            let p = snapshot.pending_pods.iter().find(|p| karpenter_scheduler::snapshot::pod_key(p) == u.pod);
-            prop_assert!(p.is_some());
-            if let Some(p) = p {
+            let i = snapshot.pending_pods.iter().position(|p| karpenter_scheduler::snapshot::pod_key(p) == u.pod);
+            prop_assert!(i.is_some());
+            // Zonal spread and affinity may legitimately fail (skew, the group's zone); a generic pod, a
+            // hostname-spread pod or a hostname-anti-affinity pod can always get a node of its own.
+            if let Some(i) = i && matches!(pods[i].class, 0 | 2 | 4) {
+                let p = &snapshot.pending_pods[i];
                 prop_assert!(
                     !fits_some_empty_instance_type(&snapshot, &inputs, &provider, p),
                     "{} reported unschedulable ({}) but fits an empty instance type", u.pod, u.reason
