@@ -9,6 +9,9 @@
 //! - **Time**: the [`Clock`] trait, [`SystemClock`] and a [`FakeClock`] tests move by hand.
 //! - **An in-process API server** (feature `apiserver`): `apiserver::ApiServer` serves `kube::Client` as a tower
 //!   service with the real server's semantics (see the module docs).
+//! - **Cluster stand-ins** (feature `apiserver`): `standins::Scheduler` binds pending pods to nodes that fit,
+//!   `standins::Kubelet` makes nodes Ready, renews their Leases, runs bound pods and removes terminating ones;
+//!   both work through any `kube::Client`.
 //!
 //! ```
 //! use karpenter_testing::{PodOptions, requirement, unschedulable_pod};
@@ -39,6 +42,8 @@ pub mod names;
 pub mod node;
 pub mod pod;
 pub mod resources;
+#[cfg(feature = "apiserver")]
+pub mod standins;
 pub mod workloads;
 
 pub use clock::{Clock, FakeClock, SystemClock};

@@ -14,18 +14,19 @@ pub struct ApiError {
     /// Human-readable message.
     pub message: String,
     /// `details` of the Status: (group, kind (the resource's plural, as the real server puts it), name).
-    pub details: Option<(String, String, String)>,
-    /// `details.causes` of the Status: (reason, message) pairs (the eviction's `DisruptionBudget` cause).
-    pub causes: Vec<(String, String)>,
+    pub details: Option<Box<(String, String, String)>>,
+    /// `details.causes` of the Status: (reason, message) pairs (the eviction's `DisruptionBudget` cause); boxed
+    /// to keep the error small.
+    pub causes: Option<Box<[(String, String)]>>,
 }
 
 impl ApiError {
     fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
-        Self { code, reason, message: message.into(), details: None, causes: Vec::new() }
+        Self { code, reason, message: message.into(), details: None, causes: None }
     }
 
     fn with_details(mut self, group: &str, resource: &str, name: &str) -> Self {
-        self.details = Some((group.to_string(), resource.to_string(), name.to_string()));
+        self.details = Some(Box::new((group.to_string(), resource.to_string(), name.to_string())));
         self
     }
 
@@ -89,7 +90,7 @@ impl ApiError {
 
     /// 429 TooManyRequests with `details.causes` (an eviction refused by a PodDisruptionBudget).
     pub fn too_many_requests(message: impl Into<String>, causes: Vec<(String, String)>) -> Self {
-        Self { causes, ..Self::new(429, "TooManyRequests", message) }
+        Self { causes: Some(causes.into_boxed_slice()), ..Self::new(429, "TooManyRequests", message) }
     }
 
     /// A 500 failure without a reason, as the real server's eviction answers for a pod with several budgets.
@@ -113,7 +114,7 @@ impl ApiError {
             "reason": self.reason,
             "code": self.code,
         });
-        if let (Some((group, kind, name)), Some(obj)) = (&self.details, status.as_object_mut()) {
+        if let (Some((group, kind, name)), Some(obj)) = (self.details.as_deref(), status.as_object_mut()) {
             let mut details = serde_json::Map::new();
             details.insert("name".into(), Value::String(name.clone()));
             if !group.is_empty() {
@@ -122,11 +123,11 @@ impl ApiError {
             details.insert("kind".into(), Value::String(kind.clone()));
             obj.insert("details".into(), Value::Object(details));
         }
-        if !self.causes.is_empty()
+        if let Some(causes) = &self.causes
             && let Some(obj) = status.as_object_mut()
         {
             let causes: Vec<Value> =
-                self.causes.iter().map(|(reason, message)| json!({"reason": reason, "message": message})).collect();
+                causes.iter().map(|(reason, message)| json!({"reason": reason, "message": message})).collect();
             let details = obj.entry("details").or_insert_with(|| json!({}));
             if let Some(d) = details.as_object_mut() {
                 d.insert("causes".into(), Value::Array(causes));

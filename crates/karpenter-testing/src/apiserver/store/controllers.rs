@@ -4,7 +4,6 @@
 //! request returns, so their writes are ordinary writes (new resourceVersions, watch events) that follow the
 //! write that caused them.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -194,7 +193,7 @@ impl Store {
         let owners = owner_uids(obj);
         if etype != EventType::Deleted {
             for owner in &owners {
-                self.dependents.entry(owner.clone()).or_insert_with(BTreeSet::new).insert(k.clone());
+                self.dependents.entry(owner.clone()).or_default().insert(k.clone());
             }
         }
         match etype {
