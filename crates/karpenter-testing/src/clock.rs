@@ -1,24 +1,14 @@
 //! Time, injected: production code asks a [`Clock`], tests hand it a [`FakeClock`] and move time by hand.
+//!
+//! The [`Clock`] trait and [`SystemClock`] live in `karpenter-cloudprovider` (`karpenter_cloudprovider::time`,
+//! whose fake provider stamps launch times) and are re-exported here, so `karpenter_testing::Clock` keeps working.
+//! [`FakeClock`] is also a [`Sleeper`]: sleeping on it moves its time forward at once, so launch latency and
+//! polling in tests take no real time.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
 use chrono::{DateTime, Duration, TimeZone, Utc};
-
-/// A source of the current time.
-pub trait Clock: Send + Sync + std::fmt::Debug {
-    fn now(&self) -> DateTime<Utc>;
-}
-
-/// The wall clock.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    #[allow(clippy::disallowed_methods)] // the one place that reads the wall clock
-    fn now(&self) -> DateTime<Utc> {
-        Utc::now()
-    }
-}
+pub use karpenter_cloudprovider::time::{Clock, Sleeper, SystemClock};
 
 /// A clock that only moves when told to. Clones share the same time, so a test can keep a handle while the code
 /// under test holds another. Thread-safe.
@@ -64,6 +54,14 @@ impl Clock for FakeClock {
     }
 }
 
+/// Sleeping on a fake clock moves it forward by the duration and returns at once.
+#[async_trait::async_trait]
+impl Sleeper for FakeClock {
+    async fn sleep(&self, duration: std::time::Duration) {
+        self.step(Duration::from_std(duration).unwrap_or(Duration::MAX));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,6 +86,20 @@ mod tests {
         let c = clock.clone();
         let t = std::thread::spawn(move || c.now()).join().unwrap();
         assert_eq!(t, clock.now());
+    }
+
+    #[test]
+    fn sleeping_on_a_fake_clock_moves_it() {
+        let clock = FakeClock::default();
+        let start = clock.now();
+        let sleeper: Arc<dyn Sleeper> = Arc::new(clock.clone());
+        let fut = sleeper.sleep(std::time::Duration::from_secs(5));
+        // The future completes on its first poll: no runtime needed.
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        let mut fut = fut;
+        assert!(fut.as_mut().poll(&mut cx).is_ready());
+        assert_eq!(clock.now(), start + Duration::seconds(5));
     }
 
     #[test]

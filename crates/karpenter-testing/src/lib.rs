@@ -6,7 +6,10 @@
 //!   (`pod-1`, `pod-2`, …), so tests are deterministic; [`reset_names`] restarts it.
 //! - **Small helpers** for the fields tests set most: [`Resources`] (`[("cpu", "1")].into()`), [`map`],
 //!   [`requirement`], [`toleration`], [`taint`], [`topology_spread`], [`pod_affinity_term`].
-//! - **Time**: the [`Clock`] trait, [`SystemClock`] and a [`FakeClock`] tests move by hand.
+//! - **Time**: the [`Clock`] trait, [`SystemClock`] and a [`FakeClock`] tests move by hand (also a `Sleeper`:
+//!   sleeping on it moves it).
+//! - **CloudProvider conformance** (feature `conformance`): `conformance::run` checks any `CloudProvider` against
+//!   the trait's contract (see the module docs).
 //! - **An in-process API server** (feature `apiserver`): `apiserver::ApiServer` serves `kube::Client` as a tower
 //!   service with the real server's semantics (see the module docs).
 //! - **Cluster stand-ins** (feature `apiserver`): `standins::Scheduler` binds pending pods to nodes that fit,
@@ -37,6 +40,8 @@
 #[cfg(feature = "apiserver")]
 pub mod apiserver;
 pub mod clock;
+#[cfg(feature = "conformance")]
+pub mod conformance;
 pub mod karpenter;
 pub mod names;
 pub mod node;

@@ -1,0 +1,651 @@
+//! The CloudProvider conformance suite (feature `conformance`): the contract documented on
+//! [`CloudProvider`] checked against any implementation, for cloud authors and for our own providers.
+//!
+//! [`run`] launches a few instances through the provider, checks each rule and cleans up, returning a
+//! [`Report`] with one [`CheckResult`] per rule. It is plain async code (no runtime of its own): call it from
+//! `#[tokio::test]` or any executor.
+//!
+//! | Check | Rule |
+//! |---|---|
+//! | `describes_itself` | a name, a default node class kind the fixture's NodePool uses, instance types with zoned, typed offerings |
+//! | `create_returns_launched_claim` | the result carries the claim's name, `status.providerID`, capacity, allocatable and the resolved instance-type, zone and capacity-type labels |
+//! | `create_leaves_no_duplicate` | one create makes exactly one new instance in `list()`, the one returned |
+//! | `repeated_create` | creating the same NodeClaim again (sequentially and concurrently) returns the same instance, or else every instance launched is visible in `list()` for the garbage collector |
+//! | `get_and_list_by_cluster` | `get` finds the instance by provider id and `list` includes it; with a second cluster's provider on the same account, that one neither lists nor gets it |
+//! | `delete_until_gone` | `delete` of a live instance is `Ok`; polling `delete` reaches `NodeClaimNotFound`; then `get` is `NodeClaimNotFound`, `list` no longer has it, and `delete` stays `NodeClaimNotFound` |
+//! | `insufficient_capacity` | (needs [`ConformanceHooks::exhaust_capacity`]) a create with every allowed offering exhausted fails with `InsufficientCapacity` naming offerings among the exhausted ones, launches nothing, and `instance_types` then reports the named offerings unavailable |
+//! | `drift` | a fresh instance is not drifted; after [`ConformanceHooks::cause_drift`] (when supported) `is_drifted` gives the expected reason |
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! use std::sync::Arc;
+//! use karpenter_cloudprovider::{FakeCloudProvider, FakeOptions};
+//! use karpenter_testing::FakeClock;
+//! use karpenter_testing::conformance::{FakeHooks, Fixtures, run};
+//!
+//! let clock = FakeClock::default();
+//! let fake = FakeCloudProvider::new(FakeOptions {
+//!     clock: Arc::new(clock.clone()),
+//!     sleeper: Arc::new(clock.clone()),
+//!     ..FakeOptions::default()
+//! });
+//! let fixtures = Fixtures {
+//!     other_cluster: Some(Arc::new(fake.for_cluster("another-cluster"))),
+//!     hooks: Arc::new(FakeHooks(fake.clone())),
+//!     sleeper: Arc::new(clock),
+//!     ..Fixtures::kwok()
+//! };
+//! let report = run(Arc::new(fake), &fixtures).await;
+//! assert!(report.passed(), "{report}");
+//! # });
+//! ```
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use karpenter_api::labels::{CAPACITY_TYPE, INSTANCE_TYPE, OS, ZONE};
+use karpenter_api::{NodeClaim, NodePool};
+use karpenter_cloudprovider::{
+    CloudProvider, CloudProviderError, DriftReason, ErrorKind, FakeCloudProvider, NoSleep, OfferingRef, Sleeper,
+};
+use karpenter_requirements::ResourceList;
+
+use crate::karpenter::{NodeClaimOptions, NodePoolOptions, kwok_node_class_ref, node_claim, node_pool};
+use crate::nodepool_requirement;
+
+/// What the suite needs from the cloud under test beyond the trait: optional ways to provoke situations.
+/// Every method defaults to "not supported", which skips the check that needs it.
+#[async_trait]
+pub trait ConformanceHooks: Send + Sync + fmt::Debug {
+    /// Makes every offering `claim` could launch on unavailable (out of capacity) and returns them; `None` when
+    /// the cloud cannot do that on demand.
+    async fn exhaust_capacity(&self, _claim: &NodeClaim) -> Option<Vec<OfferingRef>> {
+        None
+    }
+
+    /// Undoes [`exhaust_capacity`](Self::exhaust_capacity).
+    async fn restore_capacity(&self) {}
+
+    /// Makes a launched instance drift and returns the reason `is_drifted` should then give; `None` when not
+    /// supported.
+    async fn cause_drift(&self, _launched: &NodeClaim) -> Option<DriftReason> {
+        None
+    }
+}
+
+/// Hooks that support nothing (the ICE and drift-reason checks are skipped).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoHooks;
+
+#[async_trait]
+impl ConformanceHooks for NoHooks {}
+
+/// Hooks for [`FakeCloudProvider`]: capacity through its per-offering insufficient capacity, drift through
+/// `set_drifted`.
+#[derive(Clone, Debug)]
+pub struct FakeHooks(pub FakeCloudProvider);
+
+#[async_trait]
+impl ConformanceHooks for FakeHooks {
+    async fn exhaust_capacity(&self, claim: &NodeClaim) -> Option<Vec<OfferingRef>> {
+        let reqs = claim.requirements().ok()?;
+        let mut requests = ResourceList::new();
+        for (name, q) in claim.spec.resources.iter().flat_map(|r| r.requests.iter()) {
+            requests.insert(name, q.parse().ok()?);
+        }
+        let mut out = Vec::new();
+        for it in &self.0.options().instance_types {
+            if !requests.fits(it.allocatable()) || reqs.intersects(&it.requirements).is_err() {
+                continue;
+            }
+            for o in it.offerings.iter().filter(|o| reqs.intersects(&o.requirements).is_ok()) {
+                let r = OfferingRef::new(&it.name, o.zone().unwrap_or(""), o.capacity_type().unwrap_or(""));
+                self.0.set_insufficient_capacity(r.clone(), true);
+                out.push(r);
+            }
+        }
+        Some(out)
+    }
+
+    async fn restore_capacity(&self) {
+        self.0.clear_insufficient_capacity();
+    }
+
+    async fn cause_drift(&self, launched: &NodeClaim) -> Option<DriftReason> {
+        let reason = DriftReason::new("ConformanceDrift");
+        self.0.set_drifted(launched.provider_id()?, Some(reason.clone())).then_some(reason)
+    }
+}
+
+/// The suite's inputs.
+#[derive(Clone, Debug)]
+pub struct Fixtures {
+    /// A NodePool whose node class exists and is ready.
+    pub node_pool: NodePool,
+    /// A NodeClaim the provider can launch (as the provisioner would create it from `node_pool`). Each check
+    /// launches a copy named `<name_prefix>-<check>-<n>`.
+    pub node_claim: NodeClaim,
+    /// Prefix of the NodeClaim names the suite creates.
+    pub name_prefix: String,
+    /// The same cloud account seen from another cluster, to check that get/list stay within a cluster.
+    pub other_cluster: Option<Arc<dyn CloudProvider>>,
+    /// Ways to provoke insufficient capacity and drift.
+    pub hooks: Arc<dyn ConformanceHooks>,
+    /// Waits between `delete` polls (a fake clock makes this instant).
+    pub sleeper: Arc<dyn Sleeper>,
+    /// Interval between `delete` polls.
+    pub delete_poll_interval: Duration,
+    /// How many `delete` polls before an instance that is not gone fails the check.
+    pub delete_poll_attempts: usize,
+}
+
+impl Fixtures {
+    /// Fixtures for a kwok-catalogue provider: a `default` NodePool on the `default` KWOKNodeClass restricted to
+    /// linux, and a claim from it for 1 CPU; no other cluster, no hooks, no waiting, 10 delete polls 5 s apart.
+    pub fn kwok() -> Self {
+        let pool = node_pool(NodePoolOptions {
+            name: Some("default".into()),
+            requirements: vec![nodepool_requirement(OS, "In", &["linux"])],
+            node_class_ref: Some(kwok_node_class_ref("default")),
+            ..Default::default()
+        });
+        let claim = node_claim(NodeClaimOptions {
+            name: Some("conformance".into()),
+            node_pool: Some("default".into()),
+            requirements: vec![
+                nodepool_requirement(OS, "In", &["linux"]),
+                nodepool_requirement(karpenter_api::labels::NODE_POOL, "In", &["default"]),
+                nodepool_requirement(CAPACITY_TYPE, "In", &["spot", "on-demand"]),
+            ],
+            requests: [("cpu", "1"), ("memory", "1Gi")].into(),
+            node_class_ref: Some(kwok_node_class_ref("default")),
+            ..Default::default()
+        });
+        Self {
+            node_pool: pool,
+            node_claim: claim,
+            name_prefix: "conformance".into(),
+            other_cluster: None,
+            hooks: Arc::new(NoHooks),
+            sleeper: Arc::new(NoSleep),
+            delete_poll_interval: Duration::from_secs(5),
+            delete_poll_attempts: 10,
+        }
+    }
+}
+
+/// How one check ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The rule holds.
+    Passed,
+    /// The rule is broken; why.
+    Failed(String),
+    /// Not checked; why (e.g. a hook the cloud does not support).
+    Skipped(String),
+}
+
+/// One check's result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckResult {
+    /// The check's name (see the module table).
+    pub name: &'static str,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// Observations that are not failures (e.g. "create is not idempotent; duplicates are listed").
+    pub notes: Vec<String>,
+}
+
+/// The suite's result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Report {
+    /// The provider's name.
+    pub provider: String,
+    /// One result per check, in run order.
+    pub checks: Vec<CheckResult>,
+}
+
+impl Report {
+    /// True when no check failed (skipped checks do not fail the suite).
+    pub fn passed(&self) -> bool {
+        self.failures().is_empty()
+    }
+
+    /// The failed checks.
+    pub fn failures(&self) -> Vec<&CheckResult> {
+        self.checks.iter().filter(|c| matches!(c.outcome, Outcome::Failed(_))).collect()
+    }
+
+    /// The result of the named check.
+    pub fn check(&self, name: &str) -> Option<&CheckResult> {
+        self.checks.iter().find(|c| c.name == name)
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "conformance of provider {:?}:", self.provider)?;
+        for c in &self.checks {
+            match &c.outcome {
+                Outcome::Passed => writeln!(f, "  PASS {}", c.name)?,
+                Outcome::Failed(why) => writeln!(f, "  FAIL {}: {why}", c.name)?,
+                Outcome::Skipped(why) => writeln!(f, "  SKIP {}: {why}", c.name)?,
+            }
+            for n in &c.notes {
+                writeln!(f, "       note: {n}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A check's body: `Err` fails it.
+type CheckFn = Result<Vec<String>, String>;
+
+struct Suite<'a> {
+    provider: Arc<dyn CloudProvider>,
+    fixtures: &'a Fixtures,
+    /// Launched claims still to clean up.
+    launched: Vec<NodeClaim>,
+    /// Claims launched through the other cluster's provider, cleaned up through it.
+    foreign: Vec<NodeClaim>,
+    counter: usize,
+}
+
+/// Runs every check against `provider` (see the module docs) and cleans up what it launched.
+pub async fn run(provider: Arc<dyn CloudProvider>, fixtures: &Fixtures) -> Report {
+    let mut suite =
+        Suite { provider: provider.clone(), fixtures, launched: Vec::new(), foreign: Vec::new(), counter: 0 };
+    let mut checks = Vec::new();
+    let r = suite.describes_itself().await;
+    checks.push(result("describes_itself", r));
+    let r = suite.create_returns_launched_claim().await;
+    checks.push(result("create_returns_launched_claim", r));
+    let r = suite.create_leaves_no_duplicate().await;
+    checks.push(result("create_leaves_no_duplicate", r));
+    let r = suite.repeated_create().await;
+    checks.push(result("repeated_create", r));
+    let r = suite.get_and_list_by_cluster().await;
+    checks.push(result("get_and_list_by_cluster", r));
+    let r = suite.delete_until_gone().await;
+    checks.push(result("delete_until_gone", r));
+    let r = suite.insufficient_capacity().await;
+    checks.push(skippable("insufficient_capacity", r));
+    let r = suite.drift().await;
+    checks.push(skippable("drift", r));
+    let leftovers = suite.cleanup().await;
+    if !leftovers.is_empty() {
+        checks.push(CheckResult {
+            name: "cleanup",
+            outcome: Outcome::Failed(format!("instances not gone after cleanup: {}", leftovers.join(", "))),
+            notes: vec![],
+        });
+    }
+    Report { provider: provider.name().to_owned(), checks }
+}
+
+fn result(name: &'static str, r: CheckFn) -> CheckResult {
+    match r {
+        Ok(notes) => CheckResult { name, outcome: Outcome::Passed, notes },
+        Err(why) => CheckResult { name, outcome: Outcome::Failed(why), notes: vec![] },
+    }
+}
+
+/// Like [`result`], with `Ok` notes starting with `SKIP:` meaning skipped.
+fn skippable(name: &'static str, r: CheckFn) -> CheckResult {
+    match r {
+        Ok(notes) if notes.first().is_some_and(|n| n.starts_with("SKIP: ")) => {
+            let why = notes.first().map(|n| n.trim_start_matches("SKIP: ").to_owned()).unwrap_or_default();
+            CheckResult { name, outcome: Outcome::Skipped(why), notes: notes.into_iter().skip(1).collect() }
+        }
+        other => result(name, other),
+    }
+}
+
+fn err(context: &str, e: &CloudProviderError) -> String {
+    format!("{context}: {e} ({})", e.kind())
+}
+
+fn ids(claims: &[NodeClaim]) -> BTreeSet<String> {
+    claims.iter().filter_map(|c| c.provider_id().map(str::to_owned)).collect()
+}
+
+fn label<'c>(claim: &'c NodeClaim, key: &str) -> Option<&'c str> {
+    claim.metadata.labels.as_ref()?.get(key).map(String::as_str)
+}
+
+impl Suite<'_> {
+    /// A fresh copy of the fixture claim with a unique name.
+    fn claim(&mut self, check: &str) -> NodeClaim {
+        self.counter += 1;
+        let mut c = self.fixtures.node_claim.clone();
+        c.metadata.name = Some(format!("{}-{check}-{}", self.fixtures.name_prefix, self.counter));
+        c.metadata.uid = None;
+        c.status = None;
+        c
+    }
+
+    /// The claim as the controller holds it after launch: its own spec and metadata with the launch status.
+    fn as_launched(claim: &NodeClaim, created: &NodeClaim) -> NodeClaim {
+        let mut c = claim.clone();
+        c.status = created.status.clone();
+        let labels = c.metadata.labels.get_or_insert_with(Default::default);
+        labels.extend(created.metadata.labels.clone().unwrap_or_default());
+        c
+    }
+
+    async fn create(&mut self, claim: &NodeClaim) -> Result<NodeClaim, CloudProviderError> {
+        let created = self.provider.create(claim).await?;
+        self.launched.push(Self::as_launched(claim, &created));
+        Ok(created)
+    }
+
+    async fn list_ids(&self) -> Result<BTreeSet<String>, String> {
+        self.provider.list().await.map(|l| ids(&l)).map_err(|e| err("list", &e))
+    }
+
+    async fn describes_itself(&mut self) -> CheckFn {
+        let p = &self.provider;
+        if p.name().is_empty() {
+            return Err("name() is empty".into());
+        }
+        let kinds = p.supported_node_classes();
+        let Some(default) = kinds.first() else { return Err("supported_node_classes() is empty".into()) };
+        let reference = &self.fixtures.node_pool.spec.template.spec.node_class_ref;
+        if !kinds.iter().any(|k| k.matches(reference)) {
+            return Err(format!(
+                "the fixture NodePool's node class {}/{} is not among supported_node_classes() (default {}/{})",
+                reference.group, reference.kind, default.group, default.kind
+            ));
+        }
+        let its = p.instance_types(&self.fixtures.node_pool).await.map_err(|e| err("instance_types", &e))?;
+        if its.is_empty() {
+            return Err("instance_types() of the fixture NodePool is empty".into());
+        }
+        for it in its.iter() {
+            if it.offerings.is_empty() {
+                return Err(format!("instance type {} has no offerings", it.name));
+            }
+            if let Some(o) = it.offerings.iter().find(|o| o.zone().is_none() || o.capacity_type().is_none()) {
+                return Err(format!(
+                    "instance type {} has an offering without zone or capacity type: {:?}",
+                    it.name, o
+                ));
+            }
+        }
+        Ok(vec![format!("{} instance types", its.len())])
+    }
+
+    async fn create_returns_launched_claim(&mut self) -> CheckFn {
+        let claim = self.claim("launch");
+        let created = self.create(&claim).await.map_err(|e| err("create", &e))?;
+        if created.metadata.name != claim.metadata.name {
+            return Err(format!("create returned name {:?} for {:?}", created.metadata.name, claim.metadata.name));
+        }
+        if created.provider_id().is_none_or(str::is_empty) {
+            return Err("create returned no status.providerID".into());
+        }
+        let status = created.status.clone().unwrap_or_default();
+        if status.capacity.is_empty() || status.allocatable.is_empty() {
+            return Err("create returned no status.capacity / status.allocatable".into());
+        }
+        for key in [INSTANCE_TYPE, ZONE, CAPACITY_TYPE] {
+            if label(&created, key).is_none_or(str::is_empty) {
+                return Err(format!("create returned no {key} label"));
+            }
+        }
+        // The resolved labels must satisfy the claim's requirements.
+        let reqs = claim.requirements().map_err(|e| format!("fixture claim requirements: {e}"))?;
+        let labels = created.metadata.labels.clone().unwrap_or_default();
+        let resolved = karpenter_requirements::Requirements::from_labels(labels.iter());
+        if let Err(e) = reqs.intersects(&resolved) {
+            return Err(format!("the launched labels violate the claim's requirements: {e}"));
+        }
+        Ok(vec![])
+    }
+
+    async fn create_leaves_no_duplicate(&mut self) -> CheckFn {
+        let before = self.list_ids().await?;
+        let claim = self.claim("single");
+        let created = self.create(&claim).await.map_err(|e| err("create", &e))?;
+        let after = self.list_ids().await?;
+        let new: Vec<&String> = after.difference(&before).collect();
+        let id = created.provider_id().unwrap_or_default();
+        if new.len() != 1 || new.first().map(|s| s.as_str()) != Some(id) {
+            return Err(format!(
+                "one create added {} instance(s) to list() ({new:?}); expected exactly {id:?}",
+                new.len()
+            ));
+        }
+        Ok(vec![])
+    }
+
+    async fn repeated_create(&mut self) -> CheckFn {
+        let before = self.list_ids().await?;
+        let claim = self.claim("repeat");
+        let first = self.create(&claim).await.map_err(|e| err("first create", &e))?;
+        let second = self.create(&claim).await.map_err(|e| err("second create", &e))?;
+        let (p, c2) = (self.provider.clone(), claim.clone());
+        let (a, b) = futures::future::join(p.create(&c2), p.create(&c2)).await;
+        let mut returned = BTreeSet::new();
+        for (what, r) in [("first", Ok(first)), ("second", Ok(second)), ("concurrent", a), ("concurrent", b)] {
+            let created = r.map_err(|e| err(&format!("{what} create"), &e))?;
+            self.launched.push(Self::as_launched(&claim, &created));
+            returned.insert(created.provider_id().unwrap_or_default().to_owned());
+        }
+        let after = self.list_ids().await?;
+        let new: BTreeSet<String> = after.difference(&before).cloned().collect();
+        if returned.len() == 1 {
+            if new != returned {
+                return Err(format!("create returned one instance {returned:?} but list() gained {new:?}"));
+            }
+            return Ok(vec![]);
+        }
+        let hidden: Vec<&String> = returned.iter().filter(|id| !after.contains(*id)).collect();
+        if !hidden.is_empty() {
+            return Err(format!("repeated creates launched {returned:?}; {hidden:?} not visible in list() for GC"));
+        }
+        Ok(vec![format!(
+            "create is not idempotent per NodeClaim ({} instances for one claim); all are listed, so GC removes the extras",
+            returned.len()
+        )])
+    }
+
+    async fn get_and_list_by_cluster(&mut self) -> CheckFn {
+        let claim = self.claim("get");
+        let created = self.create(&claim).await.map_err(|e| err("create", &e))?;
+        let id = created.provider_id().unwrap_or_default().to_owned();
+        let got = self.provider.get(&id).await.map_err(|e| err("get", &e))?;
+        if got.provider_id() != Some(id.as_str()) {
+            return Err(format!("get({id:?}) returned providerID {:?}", got.provider_id()));
+        }
+        if label(&got, INSTANCE_TYPE) != label(&created, INSTANCE_TYPE) {
+            return Err(format!("get({id:?}) reports another instance type than create"));
+        }
+        if !self.list_ids().await?.contains(&id) {
+            return Err(format!("list() does not include {id:?}"));
+        }
+        let Some(other) = &self.fixtures.other_cluster else {
+            return Ok(vec!["no other cluster given: cluster separation not checked".into()]);
+        };
+        let theirs = other.list().await.map_err(|e| err("other cluster's list", &e))?;
+        if ids(&theirs).contains(&id) {
+            return Err(format!("another cluster's list() includes {id:?}"));
+        }
+        match other.get(&id).await {
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(err("another cluster's get should be NodeClaimNotFound", &e)),
+            Ok(_) => return Err(format!("another cluster's get({id:?}) found this cluster's instance")),
+        }
+        // And the other way round: an instance of the other cluster is not ours.
+        let foreign_claim = self.claim("foreign");
+        let foreign = other.create(&foreign_claim).await.map_err(|e| err("other cluster's create", &e))?;
+        self.foreign.push(Self::as_launched(&foreign_claim, &foreign));
+        let foreign_id = foreign.provider_id().unwrap_or_default().to_owned();
+        if self.list_ids().await?.contains(&foreign_id) {
+            return Err(format!("list() includes another cluster's instance {foreign_id:?}"));
+        }
+        match self.provider.get(&foreign_id).await {
+            Err(e) if e.is_not_found() => Ok(vec![]),
+            Err(e) => Err(err("get of another cluster's instance should be NodeClaimNotFound", &e)),
+            Ok(_) => Err(format!("get({foreign_id:?}) found another cluster's instance")),
+        }
+    }
+
+    /// Deletes a fresh instance and follows it until it is gone.
+    async fn delete_until_gone(&mut self) -> CheckFn {
+        let claim = self.claim("delete");
+        let created = self.create(&claim).await.map_err(|e| err("create", &e))?;
+        let launched = Self::as_launched(&claim, &created);
+        let id = created.provider_id().unwrap_or_default().to_owned();
+        if let Err(e) = self.provider.delete(&launched).await {
+            return Err(err("delete of a live instance should be Ok (deletion under way)", &e));
+        }
+        let polls = self.poll_gone(&launched).await?;
+        match self.provider.get(&id).await {
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(err("get of a gone instance should be NodeClaimNotFound", &e)),
+            Ok(_) => return Err(format!("get({id:?}) still finds the instance after delete said it is gone")),
+        }
+        if self.list_ids().await?.contains(&id) {
+            return Err(format!("list() still includes {id:?} after delete said it is gone"));
+        }
+        match self.provider.delete(&launched).await {
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(err("delete of a gone instance should be NodeClaimNotFound", &e)),
+            Ok(()) => return Err("delete of a gone instance returned Ok".into()),
+        }
+        Ok(vec![format!("gone after {polls} delete poll(s)")])
+    }
+
+    async fn poll_gone(&self, launched: &NodeClaim) -> Result<usize, String> {
+        poll_gone(&*self.provider, self.fixtures, launched).await
+    }
+
+    async fn insufficient_capacity(&mut self) -> CheckFn {
+        let claim = self.claim("ice");
+        let Some(exhausted) = self.fixtures.hooks.exhaust_capacity(&claim).await else {
+            return Ok(vec!["SKIP: the hooks cannot exhaust capacity".into()]);
+        };
+        let outcome = self.ice_after_exhaustion(&claim, &exhausted).await;
+        self.fixtures.hooks.restore_capacity().await;
+        outcome
+    }
+
+    async fn ice_after_exhaustion(&mut self, claim: &NodeClaim, exhausted: &[OfferingRef]) -> CheckFn {
+        let before = self.list_ids().await?;
+        let e = match self.create(claim).await {
+            Ok(created) => {
+                return Err(format!(
+                    "create succeeded ({:?}) although every allowed offering was exhausted",
+                    created.provider_id()
+                ));
+            }
+            Err(e) => e,
+        };
+        if e.kind() != ErrorKind::InsufficientCapacity {
+            return Err(err("create should fail with InsufficientCapacity", &e));
+        }
+        let named = e.failed_offerings();
+        if named.is_empty() {
+            return Err(format!("the InsufficientCapacity error names no offering: {e}"));
+        }
+        let exhausted: BTreeSet<&OfferingRef> = exhausted.iter().collect();
+        if let Some(o) = named.iter().find(|o| !exhausted.contains(o)) {
+            return Err(format!("the error names offering {o}, which was not exhausted"));
+        }
+        let after = self.list_ids().await?;
+        if after != before {
+            let new: Vec<&String> = after.difference(&before).collect();
+            return Err(format!("a failed create left instances behind: {new:?}"));
+        }
+        let its =
+            self.provider.instance_types(&self.fixtures.node_pool).await.map_err(|e| err("instance_types", &e))?;
+        for o in named {
+            let found = its.iter().filter(|it| it.name == o.instance_type).flat_map(|it| &it.offerings).find(|off| {
+                off.zone() == Some(o.zone.as_str()) && off.capacity_type() == Some(o.capacity_type.as_str())
+            });
+            match found {
+                Some(off) if off.available => {
+                    return Err(format!("instance_types() still reports failed offering {o} available"));
+                }
+                Some(_) => {}
+                None => return Err(format!("instance_types() does not report failed offering {o} at all")),
+            }
+        }
+        Ok(vec![format!("{} offering(s) named", named.len())])
+    }
+
+    async fn drift(&mut self) -> CheckFn {
+        let claim = self.claim("drift");
+        let created = self.create(&claim).await.map_err(|e| err("create", &e))?;
+        let launched = Self::as_launched(&claim, &created);
+        match self.provider.is_drifted(&launched).await {
+            Ok(None) => {}
+            Ok(Some(r)) => return Err(format!("a fresh instance is drifted: {r}")),
+            Err(e) => return Err(err("is_drifted", &e)),
+        }
+        let Some(expected) = self.fixtures.hooks.cause_drift(&launched).await else {
+            return Ok(vec!["SKIP: the hooks cannot cause drift (a fresh instance is correctly not drifted)".into()]);
+        };
+        match self.provider.is_drifted(&launched).await {
+            Ok(Some(r)) if r == expected => Ok(vec![]),
+            Ok(other) => Err(format!("is_drifted gave {other:?} after drift was caused; expected {expected}")),
+            Err(e) => Err(err("is_drifted", &e)),
+        }
+    }
+
+    /// Deletes every launched instance and waits until gone; returns the provider ids that are not.
+    async fn cleanup(&mut self) -> Vec<String> {
+        let mut leftovers = cleanup(&*self.provider, self.fixtures, std::mem::take(&mut self.launched)).await;
+        if let Some(other) = &self.fixtures.other_cluster {
+            leftovers.extend(cleanup(&**other, self.fixtures, std::mem::take(&mut self.foreign)).await);
+        }
+        leftovers
+    }
+}
+
+/// Polls `delete` until `NodeClaimNotFound`; `Ok(polls)` or why not.
+async fn poll_gone(provider: &dyn CloudProvider, fixtures: &Fixtures, launched: &NodeClaim) -> Result<usize, String> {
+    for attempt in 1..=fixtures.delete_poll_attempts {
+        fixtures.sleeper.sleep(fixtures.delete_poll_interval).await;
+        match provider.delete(launched).await {
+            Err(e) if e.is_not_found() => return Ok(attempt),
+            Err(e) => return Err(err("delete poll", &e)),
+            Ok(()) => {}
+        }
+    }
+    Err(format!(
+        "instance {:?} not gone after {} delete polls {:?} apart",
+        launched.provider_id(),
+        fixtures.delete_poll_attempts,
+        fixtures.delete_poll_interval
+    ))
+}
+
+/// Deletes every launched instance through `provider` and waits until gone; returns the ids that are not.
+async fn cleanup(provider: &dyn CloudProvider, fixtures: &Fixtures, launched: Vec<NodeClaim>) -> Vec<String> {
+    let mut leftovers = Vec::new();
+    let mut seen = BTreeSet::new();
+    for claim in launched {
+        let Some(id) = claim.provider_id().map(str::to_owned) else { continue };
+        if !seen.insert(id.clone()) {
+            continue;
+        }
+        match provider.delete(&claim).await {
+            Err(e) if e.is_not_found() => continue,
+            Err(_) => {
+                leftovers.push(id);
+                continue;
+            }
+            Ok(()) => {}
+        }
+        if poll_gone(provider, fixtures, &claim).await.is_err() {
+            leftovers.push(id);
+        }
+    }
+    leftovers
+}
