@@ -116,8 +116,8 @@ pub fn render(report: &Report) -> String {
     }
     let _ = writeln!(
         out,
-        "Summary: {} pending {}: {} on {} new {}, {} on existing nodes, {} unschedulable. \
-         New nodes ${}/h, existing nodes ${}/h.",
+        "Summary: {} pending {}: {} on {} new {}, {} on existing nodes, {} unschedulable.\n\
+         Cost: new nodes ${}/h, existing nodes ${}/h.",
         s.pending_pods,
         plural(s.pending_pods, "pod", "pods"),
         s.pods_on_new_nodes,
