@@ -354,3 +354,15 @@ fn aws_provider_labels_apply() {
     assert_eq!(doc["catalogue"]["source"], "kwok");
     assert_eq!(doc["summary"]["podsOnNewNodes"], 10);
 }
+
+#[test]
+fn readme_and_docs_show_the_current_bundled_output() {
+    let table = simulate_ok(&[]);
+    for doc in ["README.md", "docs/simulate.md"] {
+        let text = std::fs::read_to_string(workspace_root().join(doc)).expect("reading doc");
+        assert!(
+            text.contains(&table),
+            "{doc} does not show the current output of `simulate` (paste it from tests/snapshots/bundled.txt):\n{table}"
+        );
+    }
+}
