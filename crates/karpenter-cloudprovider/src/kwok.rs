@@ -319,6 +319,68 @@ fn serde_path_to_field(entry: Value) -> Result<RawInstanceType, (String, String)
     }
 }
 
+#[derive(serde::Serialize)]
+struct OutInstanceType<'a> {
+    name: &'a str,
+    offerings: Vec<OutOffering>,
+    architecture: String,
+    #[serde(rename = "operatingSystems")]
+    operating_systems: Vec<String>,
+    resources: std::collections::BTreeMap<&'a str, String>,
+}
+
+#[derive(serde::Serialize)]
+struct OutOffering {
+    #[serde(rename = "Price")]
+    price: f64,
+    #[serde(rename = "Available")]
+    available: bool,
+    #[serde(rename = "Requirements")]
+    requirements: Vec<OutRequirement>,
+}
+
+#[derive(serde::Serialize)]
+struct OutRequirement {
+    key: String,
+    operator: &'static str,
+    values: Vec<String>,
+}
+
+/// Writes instance types in upstream's kwok JSON format (pretty-printed), e.g. the built-in catalogue as a
+/// starting point for a custom `--instance-types` file. [`load_instance_types_json`] reads it back to the same
+/// instance types (arch and OS come from the `kubernetes.io/arch` / `kubernetes.io/os` requirements; other
+/// instance-type labels are derived again on load, as upstream does).
+pub fn to_instance_types_json(instance_types: &[InstanceType]) -> String {
+    let out: Vec<OutInstanceType<'_>> = instance_types
+        .iter()
+        .map(|it| OutInstanceType {
+            name: &it.name,
+            offerings: it
+                .offerings
+                .iter()
+                .map(|o| OutOffering {
+                    price: o.price,
+                    available: o.available,
+                    requirements: o
+                        .requirements
+                        .iter()
+                        .flat_map(|r| r.to_serialized())
+                        .map(|r| OutRequirement { key: r.key, operator: r.operator.as_str(), values: r.values })
+                        .collect(),
+                })
+                .collect(),
+            architecture: it.requirements.get_ref(ARCH).map(|r| r.any()).unwrap_or_default(),
+            operating_systems: it
+                .requirements
+                .get_ref(OS)
+                .map(|r| r.values().iter().map(|v| v.to_string()).collect())
+                .unwrap_or_default(),
+            resources: it.capacity().iter().map(|(n, q)| (n, q.to_string())).collect(),
+        })
+        .collect();
+    serde_json::to_string_pretty(&out).unwrap_or_else(|_| "[]".to_owned())
+}
+
 /// The offering a launch picks for a NodeClaim, as the fake provider's `create` does.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LaunchChoice {
@@ -531,6 +593,7 @@ mod tests {
             assert_eq!(c1.requirements.get(key), b.requirements.get(key), "{key}");
         }
         assert_eq!(c1.offerings.len(), 2);
+        assert_eq!(c1.offerings[0].price, b.offerings[0].price, "upstream's printed price reads back exactly");
         assert!(!c1.offerings[1].available, "Available is honoured");
         assert_eq!(c1.requirements.get(ZONE).values().len(), 2);
         let m5 = &its[1];
@@ -542,6 +605,26 @@ mod tests {
         assert_eq!(m5.requirements.get(OS).values().len(), 2);
         let c = cheapest_launch(&its, &Requirements::new()).unwrap();
         assert_eq!((c.instance_type.as_str(), c.zone.as_str()), ("c-1x-amd64-linux", "test-zone-a"));
+    }
+
+    #[test]
+    fn the_catalogue_round_trips_through_upstreams_json() {
+        let builtin = catalogue();
+        let json = to_instance_types_json(&builtin);
+        assert!(
+            json.starts_with("[\n  {\n    \"name\": \"c-1x-amd64-linux\",\n    \"offerings\": ["),
+            "{}",
+            &json[..200]
+        );
+        let loaded = load_instance_types_json(&json).unwrap();
+        assert_eq!(loaded.len(), builtin.len());
+        for (a, b) in loaded.iter().zip(&builtin) {
+            assert_eq!(a.name, b.name);
+            assert_eq!(a.requirements, b.requirements, "{}", a.name);
+            assert_eq!(a.offerings, b.offerings, "{}", a.name);
+            assert_eq!(a.capacity(), b.capacity(), "{}", a.name);
+            assert_eq!(a.allocatable(), b.allocatable(), "{}", a.name);
+        }
     }
 
     fn entry_err(json: &str) -> (usize, Option<String>, String, String) {

@@ -110,7 +110,7 @@ pub use fake::{Call, FakeCloudProvider, FakeInterruptionSource, FakeOptions};
 pub use interruption::{
     InterruptionAction, InterruptionError, InterruptionEvent, InterruptionKind, InterruptionSource,
 };
-pub use kwok::{KwokCatalogueError, LaunchChoice, cheapest_launch, load_instance_types_json};
+pub use kwok::{KwokCatalogueError, LaunchChoice, cheapest_launch, load_instance_types_json, to_instance_types_json};
 pub use node_class::{InMemoryNodeClasses, NodeClassLookup, get_node_class};
 pub use provider::{CloudProvider, DriftReason, Method, NodeClassKind, RepairPolicy};
 #[cfg(feature = "tokio")]
