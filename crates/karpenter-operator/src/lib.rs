@@ -6,6 +6,7 @@
 
 pub mod client;
 pub mod leader;
+pub mod metrics;
 pub mod settings;
 pub mod shutdown;
 

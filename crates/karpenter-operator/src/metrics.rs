@@ -1,0 +1,787 @@
+//! Prometheus metrics with upstream Karpenter's names and labels (`shared/spec/operations.md` §4), so existing
+//! alerts and dashboards keep working: `karpenter_…` for the controller's own metrics and `operator_<kind>_…` for
+//! the status-condition metrics of NodeClaims, NodePools, Nodes and EC2NodeClasses.
+//!
+//! [`Metrics`] owns a `prometheus-client` registry and hands out typed series: one method per metric whose
+//! parameters are its labels, in order, returning the series to update:
+//!
+//! ```
+//! # use karpenter_operator::metrics::{BuildInfo, Metrics};
+//! let metrics = Metrics::new(&BuildInfo::default());
+//! metrics.nodeclaims_created("provisioned", "default", "false").inc();
+//! metrics.nodepools_usage("default", "cpu").set(12.0);
+//! metrics.nodes_termination_duration_seconds("default").observe(42.0);
+//! assert!(metrics.render().contains("karpenter_nodeclaims_created_total{reason=\"provisioned\""));
+//! ```
+//!
+//! Counters are registered without the `_total` suffix, which the encoder appends (their full name is the one
+//! documented). Duration histograms use [`DURATION_BUCKETS`]. Gauges whose objects go away are removed with
+//! [`Metrics::remove`]. The metrics whose label set depends on the node's labels (`nodes_*`, `pods_state`) take
+//! a map of labels. `docs/metrics.md` is rendered from [`Metrics::descriptors`] and tested for drift.
+//!
+//! The exposition is OpenMetrics text ([`CONTENT_TYPE`]), which Prometheus scrapes natively.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// The media type of [`Metrics::render`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Buckets of every duration histogram, in seconds: controller-runtime's reconcile-time buckets (5 ms to 60 s),
+/// extended to 10 minutes for the slow operations Karpenter times (drains, instance termination).
+pub const DURATION_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.25, 1.5,
+    1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 60.0, 90.0,
+    120.0, 180.0, 240.0, 300.0, 450.0, 600.0,
+];
+
+/// Buckets of the size histograms (batch sizes).
+pub const SIZE_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0];
+
+/// Buckets of the consolidation score (a ratio).
+pub const SCORE_BUCKETS: &[f64] = &[0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.5, 2.0, 5.0];
+
+/// A float gauge.
+pub type FloatGauge = Gauge<f64, AtomicU64>;
+/// Label pairs of one series, in the metric's label order.
+pub type Labels = Vec<(String, String)>;
+
+type CounterFamily = Family<Labels, Counter>;
+type GaugeFamily = Family<Labels, FloatGauge>;
+type HistogramFamily = Family<Labels, Histogram, fn() -> Histogram>;
+
+fn duration_histogram() -> Histogram {
+    Histogram::new(DURATION_BUCKETS.iter().copied())
+}
+fn size_histogram() -> Histogram {
+    Histogram::new(SIZE_BUCKETS.iter().copied())
+}
+fn score_histogram() -> Histogram {
+    Histogram::new(SCORE_BUCKETS.iter().copied())
+}
+
+/// The metric types, as the exposition names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum MetricType {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+impl MetricType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Counter => "counter",
+            Self::Gauge => "gauge",
+            Self::Histogram => "histogram",
+        }
+    }
+}
+
+/// One metric as documented: full exposition name (with `_total` for counters), type, labels, help.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricDescriptor {
+    pub name: String,
+    pub kind: MetricType,
+    /// Fixed label names in order; metrics with node-label-dependent labels list their fixed ones and set
+    /// [`MetricDescriptor::dynamic_labels`].
+    pub labels: Vec<&'static str>,
+    /// The series also carry one label per well-known node label (see the metric's help).
+    pub dynamic_labels: bool,
+    pub help: String,
+}
+
+/// Values of `karpenter_build_info`'s labels (upstream's names; `goversion` carries the Rust version here).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BuildInfo {
+    pub version: String,
+    pub goversion: String,
+    pub goarch: String,
+    pub commit: String,
+}
+
+impl BuildInfo {
+    /// This crate's version and target architecture; `commit` and `goversion` as given.
+    pub fn current(commit: &str, rust_version: &str) -> Self {
+        Self {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            goversion: rust_version.to_string(),
+            goarch: std::env::consts::ARCH.to_string(),
+            commit: commit.to_string(),
+        }
+    }
+}
+
+fn labels(names: &[&'static str], values: &[&str]) -> Labels {
+    names.iter().zip(values).map(|(n, v)| ((*n).to_string(), (*v).to_string())).collect()
+}
+
+/// Labels from a map: the fixed ones first in their order, then the others sorted (a `BTreeMap` is).
+fn dynamic_labels(fixed: &[&'static str], map: &BTreeMap<String, String>) -> Labels {
+    let mut out: Labels = fixed.iter().map(|n| ((*n).to_string(), map.get(*n).cloned().unwrap_or_default())).collect();
+    out.extend(map.iter().filter(|(k, _)| !fixed.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())));
+    out
+}
+
+/// Declares the `karpenter_` metrics: `kind name(labels…) "help";` generates the field, its registration, the typed
+/// accessor and the descriptor. `dgauge` metrics take a label map (fixed labels listed, others dynamic).
+macro_rules! karpenter_metrics {
+    ($( $kind:ident $name:ident ( $($label:ident),* ) $help:literal ; )*) => {
+        /// The controller's metrics (see the module docs). Cheap to share behind an `Arc`; every method takes
+        /// `&self`.
+        pub struct Metrics {
+            registry: Registry,
+            build_info: GaugeFamily,
+            status: [StatusConditionMetrics; 4],
+            $( $name: karpenter_metrics!(@family $kind), )*
+        }
+
+        impl Metrics {
+            /// Registers every metric; `karpenter_build_info` is set to 1 with `build`'s labels.
+            pub fn new(build: &BuildInfo) -> Self {
+                let mut registry = Registry::default();
+                let status = StatusKind::ALL.map(|k| StatusConditionMetrics::register(&mut registry, k));
+                let sub = registry.sub_registry_with_prefix("karpenter");
+                let build_info = GaugeFamily::default();
+                sub.register("build_info", "A metric with a constant '1' value labeled by version, goversion, goarch and commit of this build.", build_info.clone());
+                build_info
+                    .get_or_create(&labels(
+                        &["version", "goversion", "goarch", "commit"],
+                        &[&build.version, &build.goversion, &build.goarch, &build.commit],
+                    ))
+                    .set(1.0);
+                $(
+                    let $name = karpenter_metrics!(@new $kind $name);
+                    sub.register(stringify!($name), $help, $name.clone());
+                )*
+                Self { registry, build_info, status, $( $name, )* }
+            }
+
+            $( karpenter_metrics!(@accessor $kind $name ($($label),*) $help); )*
+
+            /// Removes one series of a metric (by its full name, with or without `karpenter_`), identified by its
+            /// label values in the metric's label order (for label-map metrics: pass the same map as pairs).
+            /// Returns whether it existed.
+            pub fn remove(&self, metric: &str, label_values: &[(&str, &str)]) -> bool {
+                let name = metric.strip_prefix("karpenter_").unwrap_or(metric);
+                let name = name.strip_suffix("_total").map_or(name, |n| if self.is_counter(n) { n } else { name });
+                let find = |names: &[&'static str]| -> Labels {
+                    let map: BTreeMap<String, String> =
+                        label_values.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect();
+                    dynamic_labels(names, &map)
+                };
+                match name {
+                    $( stringify!($name) => self.$name.remove(&find(&[$(stringify!($label)),*])), )*
+                    _ => false,
+                }
+            }
+
+            /// Removes every series of a metric (see [`Metrics::remove`] for the name). Returns whether the metric
+            /// is known.
+            pub fn clear(&self, metric: &str) -> bool {
+                let name = metric.strip_prefix("karpenter_").unwrap_or(metric);
+                let name = name.strip_suffix("_total").map_or(name, |n| if self.is_counter(n) { n } else { name });
+                match name {
+                    $( stringify!($name) => { self.$name.clear(); true } )*
+                    _ => false,
+                }
+            }
+
+            /// Creates one series of every metric, every label set to `x` (tests render the full exposition).
+            #[cfg(test)]
+            fn touch_all(&self) {
+                $( karpenter_metrics!(@touch $kind self $name ($($label),*)); )*
+                for kind in StatusKind::ALL {
+                    let m = self.status_conditions(kind);
+                    m.count("x", "x", "x").set(1.0);
+                    m.transitions("x", "x", "x").inc();
+                    m.transition_seconds("x", "x", "x").observe(1.0);
+                    m.current_status_seconds("x", "x", "x", "x", "x").set(1.0);
+                    m.termination_duration_seconds().observe(1.0);
+                    m.termination_current_time_seconds("x", "x").set(1.0);
+                }
+            }
+
+            fn is_counter(&self, name: &str) -> bool {
+                [$( (stringify!($name), karpenter_metrics!(@type $kind)) ),*]
+                    .iter()
+                    .any(|(n, k)| *n == name && *k == MetricType::Counter)
+            }
+
+            /// Every metric this registry exposes, sorted by name.
+            pub fn descriptors() -> Vec<MetricDescriptor> {
+                let mut out = vec![MetricDescriptor {
+                    name: "karpenter_build_info".into(),
+                    kind: MetricType::Gauge,
+                    labels: vec!["version", "goversion", "goarch", "commit"],
+                    dynamic_labels: false,
+                    help: "A metric with a constant '1' value labeled by version, goversion, goarch and commit of this build.".into(),
+                }];
+                $(
+                    let kind = karpenter_metrics!(@type $kind);
+                    let suffix = if kind == MetricType::Counter { "_total" } else { "" };
+                    out.push(MetricDescriptor {
+                        name: format!("karpenter_{}{}", stringify!($name), suffix),
+                        kind,
+                        labels: vec![$(stringify!($label)),*],
+                        dynamic_labels: karpenter_metrics!(@dynamic $kind),
+                        help: $help.to_string(),
+                    });
+                )*
+                for kind in StatusKind::ALL {
+                    out.extend(StatusConditionMetrics::descriptors(kind));
+                }
+                out.sort_by(|a, b| a.name.cmp(&b.name));
+                out
+            }
+        }
+    };
+
+    (@family counter) => { CounterFamily };
+    (@family gauge) => { GaugeFamily };
+    (@family dgauge) => { GaugeFamily };
+    (@family histogram) => { HistogramFamily };
+    (@family size_histogram) => { HistogramFamily };
+    (@family score_histogram) => { HistogramFamily };
+
+    (@new counter $name:ident) => { CounterFamily::default() };
+    (@new gauge $name:ident) => { GaugeFamily::default() };
+    (@new dgauge $name:ident) => { GaugeFamily::default() };
+    (@new histogram $name:ident) => { HistogramFamily::new_with_constructor(duration_histogram as fn() -> Histogram) };
+    (@new size_histogram $name:ident) => { HistogramFamily::new_with_constructor(size_histogram as fn() -> Histogram) };
+    (@new score_histogram $name:ident) => { HistogramFamily::new_with_constructor(score_histogram as fn() -> Histogram) };
+
+    (@type counter) => { MetricType::Counter };
+    (@type gauge) => { MetricType::Gauge };
+    (@type dgauge) => { MetricType::Gauge };
+    (@type histogram) => { MetricType::Histogram };
+    (@type size_histogram) => { MetricType::Histogram };
+    (@type score_histogram) => { MetricType::Histogram };
+
+    (@touch counter $self:ident $name:ident ($($label:ident),*)) => { $self.$name($(karpenter_metrics!(@x $label)),*).inc(); };
+    (@touch gauge $self:ident $name:ident ($($label:ident),*)) => { $self.$name($(karpenter_metrics!(@x $label)),*).set(1.0); };
+    (@touch dgauge $self:ident $name:ident ($($label:ident),*)) => {
+        $self.$name(&[$( (stringify!($label).to_string(), "x".to_string()) ),*].into_iter().collect()).set(1.0);
+    };
+    (@touch $hist:ident $self:ident $name:ident ($($label:ident),*)) => { $self.$name($(karpenter_metrics!(@x $label)),*).observe(1.0); };
+    (@x $label:ident) => { "x" };
+
+    (@dynamic dgauge) => { true };
+    (@dynamic $other:ident) => { false };
+
+    (@accessor counter $name:ident ($($label:ident),*) $help:literal) => {
+        #[doc = $help]
+        pub fn $name(&self, $($label: &str),*) -> Counter {
+            self.$name.get_or_create_owned(&labels(&[$(stringify!($label)),*], &[$($label),*]))
+        }
+    };
+    (@accessor gauge $name:ident ($($label:ident),*) $help:literal) => {
+        #[doc = $help]
+        pub fn $name(&self, $($label: &str),*) -> FloatGauge {
+            self.$name.get_or_create_owned(&labels(&[$(stringify!($label)),*], &[$($label),*]))
+        }
+    };
+    (@accessor dgauge $name:ident ($($label:ident),*) $help:literal) => {
+        #[doc = $help]
+        #[doc = ""]
+        #[doc = "Labels: the fixed ones (missing ones are empty), then every other entry of the map, sorted."]
+        pub fn $name(&self, labels: &BTreeMap<String, String>) -> FloatGauge {
+            self.$name.get_or_create_owned(&dynamic_labels(&[$(stringify!($label)),*], labels))
+        }
+    };
+    (@accessor $hist:ident $name:ident ($($label:ident),*) $help:literal) => {
+        #[doc = $help]
+        pub fn $name(&self, $($label: &str),*) -> Histogram {
+            self.$name.get_or_create_owned(&labels(&[$(stringify!($label)),*], &[$($label),*]))
+        }
+    };
+}
+
+karpenter_metrics! {
+    // NodeClaims
+    counter nodeclaims_created(reason, nodepool, min_values_relaxed) "Number of NodeClaims created, by the reason they were created for.";
+    counter nodeclaims_terminated(nodepool, capacity_type, zone) "Number of NodeClaims terminated.";
+    counter nodeclaims_disrupted(reason, nodepool, capacity_type, consolidation_policy, termination_mode) "Number of NodeClaims disrupted, by reason.";
+    counter nodeclaims_unhealthy_disrupted(condition, nodepool, capacity_type, image_id) "Number of NodeClaims disrupted because a node condition was unhealthy (node repair).";
+    histogram nodeclaims_termination_duration_seconds(nodepool) "Time from a NodeClaim's deletion request to the removal of its finalizer.";
+    histogram nodeclaims_instance_termination_duration_seconds(nodepool) "Time the cloud provider took to terminate a NodeClaim's instance.";
+    // Nodes
+    counter nodes_created(nodepool, zone) "Number of Nodes created.";
+    counter nodes_terminated(nodepool, zone) "Number of Nodes terminated.";
+    counter nodes_drained(nodepool) "Number of Nodes drained.";
+    histogram nodes_termination_duration_seconds(nodepool) "Time from a Node's deletion request to the removal of its finalizer.";
+    histogram nodes_lifetime_duration_seconds(nodepool) "Time from a Node's creation to its deletion.";
+    dgauge nodes_allocatable(node_name, nodepool, resource_type, phase, managed) "Allocatable resources of a Node, by resource type. Also labeled by every well-known node label (the part after the '/', lower-cased, '-' as '_').";
+    dgauge nodes_total_pod_requests(node_name, nodepool, resource_type, phase, managed) "Sum of the requests of the non-DaemonSet pods bound to a Node. Also labeled by every well-known node label.";
+    dgauge nodes_total_pod_limits(node_name, nodepool, resource_type, phase, managed) "Sum of the limits of the non-DaemonSet pods bound to a Node. Also labeled by every well-known node label.";
+    dgauge nodes_total_daemon_requests(node_name, nodepool, resource_type, phase, managed) "Sum of the requests of the DaemonSet pods bound to a Node. Also labeled by every well-known node label.";
+    dgauge nodes_total_daemon_limits(node_name, nodepool, resource_type, phase, managed) "Sum of the limits of the DaemonSet pods bound to a Node. Also labeled by every well-known node label.";
+    dgauge nodes_system_overhead(node_name, nodepool, resource_type, phase, managed) "Difference between a Node's capacity and allocatable. Also labeled by every well-known node label.";
+    dgauge nodes_current_lifetime_seconds(node_name, nodepool, phase, managed) "Seconds since the Node was created. Also labeled by every well-known node label.";
+    // Pods
+    dgauge pods_state(name, namespace, owner, node, nodepool, zone, arch, capacity_type, instance_type, phase) "Pod state: one series per pod, labeled by its scheduling facts.";
+    histogram pods_bound_duration_seconds() "Time from a pod's creation until it was bound.";
+    gauge pods_unbound_time_seconds(name, namespace) "Seconds a pod has been waiting to be bound.";
+    histogram pods_startup_duration_seconds() "Time from a pod's creation until it was running.";
+    gauge pods_unstarted_time_seconds(name, namespace) "Seconds a pod has been waiting to be running.";
+    histogram pods_scheduling_decision_duration_seconds() "Time from a pod being seen by Karpenter until a scheduling decision was made for it.";
+    histogram pods_provisioning_bound_duration_seconds() "Time from a pod's creation until it was bound, for pods Karpenter provisioned capacity for.";
+    gauge pods_provisioning_unbound_time_seconds(name, namespace) "Seconds a pod Karpenter provisioned for has been waiting to be bound.";
+    histogram pods_provisioning_startup_duration_seconds() "Time from a pod's creation until it was running, for pods Karpenter provisioned capacity for.";
+    gauge pods_provisioning_unstarted_time_seconds(name, namespace) "Seconds a pod Karpenter provisioned for has been waiting to be running.";
+    gauge pods_provisioning_scheduling_undecided_time_seconds(name, namespace) "Seconds a pod has been waiting for a scheduling decision.";
+    counter pods_eviction_requests(code) "Number of eviction requests sent, by HTTP response code.";
+    counter pods_drained(reason) "Number of pods drained, by reason.";
+    counter pods_disruption_initiated(reason, nodepool, capacity_type, consolidation_policy, termination_mode) "Number of pods whose disruption was initiated by node disruption, by reason.";
+    // NodePools
+    gauge nodepools_limit(nodepool, resource_type) "The NodePool's limit, by resource type.";
+    gauge nodepools_usage(nodepool, resource_type) "Resources the NodePool's nodes use, by resource type.";
+    gauge nodepools_allowed_disruptions(nodepool, reason) "Nodes the NodePool's disruption budgets allow to disrupt now, by reason.";
+    gauge nodepools_nodes_consuming_budgets(nodepool, reason) "Nodes of the NodePool currently counted against its disruption budgets.";
+    gauge nodepools_cost_total(nodepool) "Estimated hourly cost of the NodePool's nodes.";
+    counter nodepools_cost_tracker_errors(nodepool) "Errors estimating the NodePool's cost.";
+    // Voluntary disruption
+    counter voluntary_disruption_decisions(decision, reason, consolidation_type) "Number of disruption decisions taken, by decision (delete or replace).";
+    counter voluntary_disruption_decisions_by_nodepool(decision, reason, consolidation_type, nodepool) "Number of disruption decisions taken, by NodePool.";
+    gauge voluntary_disruption_eligible_nodes(reason) "Nodes eligible for disruption, by reason.";
+    histogram voluntary_disruption_decision_evaluation_duration_seconds(reason, consolidation_type) "Time to evaluate one disruption method.";
+    counter voluntary_disruption_consolidation_timeouts(consolidation_type) "Number of consolidation evaluations that hit their time limit.";
+    counter voluntary_disruption_failed_validations(consolidation_type) "Number of disruption commands that failed revalidation before execution.";
+    counter voluntary_disruption_queue_failures(decision, reason, consolidation_type) "Number of disruption commands that failed while executing.";
+    score_histogram consolidation_score(decision, nodepool, policy) "Score of the consolidation moves evaluated (the Balanced policy).";
+    counter consolidation_moves(decision, nodepool, policy) "Number of consolidation moves taken (the Balanced policy).";
+    // Scheduler
+    histogram scheduler_scheduling_duration_seconds(controller) "Time of one scheduling simulation.";
+    gauge scheduler_queue_depth(controller, scheduling_id) "Pods left to schedule in the current simulation.";
+    gauge scheduler_unfinished_work_seconds(controller, scheduling_id) "Seconds the current simulation has been running.";
+    gauge scheduler_unschedulable_pods_count(controller) "Pods the last simulation could not schedule.";
+    gauge scheduler_ignored_pods_count() "Pending pods Karpenter ignores (not provisionable).";
+    gauge scheduler_pending_pods_by_effective_zone_count(zone) "Pending pods by the zone their constraints resolve to (a zone, 'flexible' or 'none').";
+    // Cluster state
+    gauge cluster_state_node_count() "Nodes in Karpenter's cluster state.";
+    gauge cluster_state_synced() "1 when the cluster state is in sync with the API server, else 0.";
+    gauge cluster_state_unsynced_time_seconds() "Seconds the cluster state has been out of sync.";
+    gauge cluster_utilization_percent(resource_type) "Utilization of the allocatable resources of the managed nodes, by resource type.";
+    // Cloud provider
+    histogram cloudprovider_duration_seconds(controller, method, provider) "Time of a cloud provider call.";
+    counter cloudprovider_errors(controller, method, provider, error) "Number of failed cloud provider calls.";
+    gauge cloudprovider_instance_type_offering_available(instance_type, capacity_type, zone) "1 when the offering is available, else 0.";
+    gauge cloudprovider_instance_type_offering_price_estimate(instance_type, capacity_type, zone) "Estimated hourly price of the offering.";
+    gauge cloudprovider_instance_type_cpu_cores(instance_type) "vCPUs of the instance type.";
+    gauge cloudprovider_instance_type_memory_bytes(instance_type) "Memory of the instance type in bytes.";
+    counter cloudprovider_instance_launch_failures(zone, zone_id, capacity_type, reason) "Number of instance launches that failed (AWS).";
+    counter cloudprovider_instance_termination_failures(zone, zone_id) "Number of instance terminations that failed (AWS).";
+    size_histogram cloudprovider_batcher_batch_size(batcher) "Requests merged into one batched cloud provider call (AWS).";
+    histogram cloudprovider_batcher_batch_time_seconds(batcher) "Time a batch was held open (AWS).";
+    // Interruption
+    counter interruption_received_messages(message_type) "Number of interruption messages received, by type (AWS).";
+    counter interruption_deleted_messages() "Number of interruption messages deleted from the queue (AWS).";
+    histogram interruption_message_queue_duration_seconds() "Time between an interruption message being sent and its processing (AWS).";
+    counter interruption_instance_status_unhealthy(category) "Number of instances found unhealthy by instance status checks, by category (AWS).";
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    /// The exposition text (OpenMetrics, ending in `# EOF`).
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail; an encoder error would only drop the rest of the output.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+
+    /// `karpenter_build_info`'s series.
+    pub fn build_info(&self) -> &Family<Labels, FloatGauge> {
+        &self.build_info
+    }
+
+    /// The `operator_<kind>_…` metrics of one kind.
+    pub fn status_conditions(&self, kind: StatusKind) -> &StatusConditionMetrics {
+        // `status` holds one entry per kind, in declaration order.
+        &self.status[kind as usize]
+    }
+}
+
+/// The kinds with `operator_<kind>_…` status-condition metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum StatusKind {
+    NodeClaim,
+    NodePool,
+    Node,
+    EC2NodeClass,
+}
+
+impl StatusKind {
+    pub const ALL: [StatusKind; 4] = [Self::NodeClaim, Self::NodePool, Self::Node, Self::EC2NodeClass];
+
+    /// The lower-cased kind in the metric names.
+    pub fn metric_name(self) -> &'static str {
+        match self {
+            Self::NodeClaim => "nodeclaim",
+            Self::NodePool => "nodepool",
+            Self::Node => "node",
+            Self::EC2NodeClass => "ec2nodeclass",
+        }
+    }
+}
+
+/// `operator_<kind>_status_condition_{count,transitions_total,transition_seconds,current_status_seconds}` and
+/// `operator_<kind>_termination_{duration_seconds,current_time_seconds}` of one kind (no `karpenter_` prefix,
+/// as upstream's operator package names them).
+#[derive(Debug)]
+pub struct StatusConditionMetrics {
+    count: GaugeFamily,
+    transitions: CounterFamily,
+    transition_seconds: HistogramFamily,
+    current_status_seconds: GaugeFamily,
+    /// The `current_status_seconds` series of each object, to remove them when it goes away.
+    series_by_object: std::sync::Mutex<BTreeMap<(String, String), std::collections::BTreeSet<Labels>>>,
+    termination_duration_seconds: HistogramFamily,
+    termination_current_time_seconds: GaugeFamily,
+}
+
+const CONDITION_LABELS: &[&str] = &["type", "status", "reason"];
+const CURRENT_STATUS_LABELS: &[&str] = &["name", "namespace", "type", "status", "reason"];
+const TERMINATION_LABELS: &[&str] = &["name", "namespace"];
+
+impl StatusConditionMetrics {
+    fn specs(kind: StatusKind) -> [(String, MetricType, &'static [&'static str], String); 6] {
+        let k = kind.metric_name();
+        [
+            (
+                format!("operator_{k}_status_condition_count"),
+                MetricType::Gauge,
+                CONDITION_LABELS,
+                format!("Number of {k} objects with a status condition of this type, status and reason."),
+            ),
+            (
+                format!("operator_{k}_status_condition_transitions_total"),
+                MetricType::Counter,
+                CONDITION_LABELS,
+                format!("Number of status condition transitions of {k} objects."),
+            ),
+            (
+                format!("operator_{k}_status_condition_transition_seconds"),
+                MetricType::Histogram,
+                CONDITION_LABELS,
+                format!("Seconds a {k} status condition had its previous status before a transition."),
+            ),
+            (
+                format!("operator_{k}_status_condition_current_status_seconds"),
+                MetricType::Gauge,
+                CURRENT_STATUS_LABELS,
+                format!("Seconds a {k} status condition has had its current status."),
+            ),
+            (
+                format!("operator_{k}_termination_duration_seconds"),
+                MetricType::Histogram,
+                &[],
+                format!("Seconds from a {k} object's deletion request to its removal."),
+            ),
+            (
+                format!("operator_{k}_termination_current_time_seconds"),
+                MetricType::Gauge,
+                TERMINATION_LABELS,
+                format!("Seconds a {k} object has been terminating."),
+            ),
+        ]
+    }
+
+    fn register(registry: &mut Registry, kind: StatusKind) -> Self {
+        let this = Self {
+            count: GaugeFamily::default(),
+            transitions: CounterFamily::default(),
+            transition_seconds: HistogramFamily::new_with_constructor(duration_histogram as fn() -> Histogram),
+            current_status_seconds: GaugeFamily::default(),
+            series_by_object: std::sync::Mutex::default(),
+            termination_duration_seconds: HistogramFamily::new_with_constructor(
+                duration_histogram as fn() -> Histogram,
+            ),
+            termination_current_time_seconds: GaugeFamily::default(),
+        };
+        let [count, transitions, transition_seconds, current, termination, termination_current] = Self::specs(kind);
+        registry.register(count.0, count.3, this.count.clone());
+        registry.register(transitions.0.trim_end_matches("_total"), transitions.3, this.transitions.clone());
+        registry.register(transition_seconds.0, transition_seconds.3, this.transition_seconds.clone());
+        registry.register(current.0, current.3, this.current_status_seconds.clone());
+        registry.register(termination.0, termination.3, this.termination_duration_seconds.clone());
+        registry.register(termination_current.0, termination_current.3, this.termination_current_time_seconds.clone());
+        this
+    }
+
+    fn descriptors(kind: StatusKind) -> Vec<MetricDescriptor> {
+        Self::specs(kind)
+            .into_iter()
+            .map(|(name, kind, labels, help)| MetricDescriptor {
+                name,
+                kind,
+                labels: labels.to_vec(),
+                dynamic_labels: false,
+                help,
+            })
+            .collect()
+    }
+
+    pub fn count(&self, condition_type: &str, status: &str, reason: &str) -> FloatGauge {
+        self.count.get_or_create_owned(&labels(CONDITION_LABELS, &[condition_type, status, reason]))
+    }
+    /// Resets the counts (they are recomputed from all objects on each pass).
+    pub fn clear_counts(&self) {
+        self.count.clear();
+    }
+    pub fn transitions(&self, condition_type: &str, status: &str, reason: &str) -> Counter {
+        self.transitions.get_or_create_owned(&labels(CONDITION_LABELS, &[condition_type, status, reason]))
+    }
+    pub fn transition_seconds(&self, condition_type: &str, status: &str, reason: &str) -> Histogram {
+        self.transition_seconds.get_or_create_owned(&labels(CONDITION_LABELS, &[condition_type, status, reason]))
+    }
+    pub fn current_status_seconds(
+        &self,
+        name: &str,
+        namespace: &str,
+        condition_type: &str,
+        status: &str,
+        reason: &str,
+    ) -> FloatGauge {
+        let series = labels(CURRENT_STATUS_LABELS, &[name, namespace, condition_type, status, reason]);
+        self.series_by_object
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry((name.to_string(), namespace.to_string()))
+            .or_default()
+            .insert(series.clone());
+        self.current_status_seconds.get_or_create_owned(&series)
+    }
+    /// Removes the `current_status_seconds` and `termination_current_time_seconds` series of one object (it is
+    /// gone).
+    pub fn forget_object(&self, name: &str, namespace: &str) {
+        let key = (name.to_string(), namespace.to_string());
+        let series = self.series_by_object.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&key);
+        for s in series.unwrap_or_default() {
+            self.current_status_seconds.remove(&s);
+        }
+        self.termination_current_time_seconds.remove(&labels(TERMINATION_LABELS, &[name, namespace]));
+    }
+    pub fn termination_duration_seconds(&self) -> Histogram {
+        self.termination_duration_seconds.get_or_create_owned(&Vec::new())
+    }
+    pub fn termination_current_time_seconds(&self, name: &str, namespace: &str) -> FloatGauge {
+        self.termination_current_time_seconds.get_or_create_owned(&labels(TERMINATION_LABELS, &[name, namespace]))
+    }
+}
+
+/// The metrics reference, checked in as `docs/metrics.md` and tested for drift.
+pub fn reference_markdown() -> String {
+    let mut out = String::from(
+        "# Metrics\n\n\
+         <!-- Generated from crates/karpenter-operator/src/metrics.rs; do not edit. \
+         Regenerate: UPDATE_DOCS=1 cargo test -p karpenter-operator --test metrics_docs -->\n\n\
+         Served on `:METRICS_PORT/metrics` (default 8080) as OpenMetrics text. Names, types and labels follow \
+         upstream Karpenter, so existing alerts and dashboards keep working. Duration histograms use \
+         controller-runtime's buckets extended to 600 s.\n\n\
+         | Metric | Type | Labels | Description |\n|---|---|---|---|\n",
+    );
+    for d in Metrics::descriptors() {
+        let mut labels = d.labels.iter().map(|l| format!("`{l}`")).collect::<Vec<_>>().join(", ");
+        if d.dynamic_labels {
+            labels.push_str(", + well-known node labels");
+        }
+        out.push_str(&format!(
+            "| `{}` | {} | {} | {} |\n",
+            d.name,
+            d.kind.as_str(),
+            labels,
+            d.help.replace('|', "\\|")
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// (name, type, labels) of every metric family in an exposition: counters under their `_total` sample
+    /// name, histograms by their `_bucket` series (without `le`).
+    fn parse_exposition(text: &str) -> BTreeSet<(String, String, Vec<String>)> {
+        let mut types = BTreeMap::new();
+        let mut out = BTreeSet::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest.split_once(' ').unwrap();
+                types.insert(name.to_string(), kind.to_string());
+                continue;
+            }
+            if line.starts_with('#') || line.is_empty() {
+                continue;
+            }
+            let (series, _value) = line.rsplit_once(' ').unwrap();
+            let (sample, labels) = match series.split_once('{') {
+                Some((s, l)) => (s, l.trim_end_matches('}')),
+                None => (series, ""),
+            };
+            let label_names: Vec<String> = labels
+                .split("\",")
+                .filter(|l| !l.is_empty())
+                .map(|l| l.split_once('=').unwrap().0.to_string())
+                .filter(|l| l != "le")
+                .collect();
+            let (family, kind) = if let Some(kind) = types.get(sample) {
+                (sample.to_string(), Some(kind.clone()))
+            } else if let Some(base) = sample.strip_suffix("_total") {
+                (sample.to_string(), types.get(base).cloned())
+            } else if let Some(base) = sample.strip_suffix("_bucket") {
+                (base.to_string(), types.get(base).cloned())
+            } else if sample.ends_with("_sum") || sample.ends_with("_count") {
+                continue;
+            } else {
+                (sample.to_string(), types.get(sample).cloned())
+            };
+            out.insert((family, kind.unwrap_or_default(), label_names));
+        }
+        out
+    }
+
+    /// (name, type, labels) from the checked-in docs/metrics.md table.
+    fn parse_docs() -> BTreeSet<(String, String, Vec<String>, bool)> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/metrics.md");
+        let text = std::fs::read_to_string(path).expect("docs/metrics.md (UPDATE_DOCS=1 to create it)");
+        text.lines()
+            .filter(|l| l.starts_with("| `"))
+            .map(|l| {
+                let cells: Vec<&str> = l.split(" | ").collect();
+                let name = cells[0].trim_start_matches("| ").trim_matches('`').to_string();
+                let dynamic = cells[2].contains("well-known node labels");
+                let labels = cells[2]
+                    .split(", ")
+                    .filter(|c| c.starts_with('`'))
+                    .map(|c| c.trim_matches('`').to_string())
+                    .collect();
+                (name, cells[1].to_string(), labels, dynamic)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn exposition_matches_the_checked_in_reference() {
+        let metrics = Metrics::new(&BuildInfo::current("abc123", "1.95"));
+        metrics.touch_all();
+        let text = metrics.render();
+        assert!(text.ends_with("# EOF\n"));
+        let exposed = parse_exposition(&text);
+        let documented = parse_docs();
+        assert_eq!(exposed.len(), documented.len(), "one family per documented metric");
+        for (name, kind, labels, dynamic) in &documented {
+            // touch_all sets exactly the fixed labels of label-map metrics; node labels come on top in real
+            // series.
+            let _ = dynamic;
+            let expected = labels.clone();
+            assert!(
+                exposed.contains(&(name.clone(), kind.clone(), expected.clone())),
+                "{name} {kind} {expected:?} not exposed; exposed: {:?}",
+                exposed.iter().filter(|e| e.0 == *name).collect::<Vec<_>>()
+            );
+        }
+        assert!(text.contains("karpenter_build_info{version=\""));
+        assert!(text.contains("goarch=\"") && text.contains("commit=\"abc123\"} 1"));
+    }
+
+    #[test]
+    fn upstream_names_and_labels() {
+        let d = Metrics::descriptors();
+        let find = |n: &str| d.iter().find(|m| m.name == n).unwrap_or_else(|| panic!("{n} missing"));
+        let created = find("karpenter_nodeclaims_created_total");
+        assert_eq!(
+            (created.kind, created.labels.as_slice()),
+            (MetricType::Counter, &["reason", "nodepool", "min_values_relaxed"][..])
+        );
+        assert_eq!(
+            find("karpenter_nodeclaims_disrupted_total").labels,
+            ["reason", "nodepool", "capacity_type", "consolidation_policy", "termination_mode"]
+        );
+        assert_eq!(find("karpenter_nodes_termination_duration_seconds").kind, MetricType::Histogram);
+        assert_eq!(find("karpenter_nodepools_cost_total").kind, MetricType::Gauge);
+        assert_eq!(
+            find("karpenter_voluntary_disruption_decisions_total").labels,
+            ["decision", "reason", "consolidation_type"]
+        );
+        assert_eq!(find("operator_nodeclaim_status_condition_count").labels, ["type", "status", "reason"]);
+        assert_eq!(find("operator_ec2nodeclass_termination_duration_seconds").kind, MetricType::Histogram);
+        for m in &d {
+            assert!(m.name.starts_with("karpenter_") || m.name.starts_with("operator_"), "{}", m.name);
+            assert_eq!(
+                m.kind == MetricType::Counter,
+                m.name.ends_with("_total") && m.name != "karpenter_nodepools_cost_total"
+            );
+        }
+        let names: BTreeSet<_> = d.iter().map(|m| &m.name).collect();
+        assert_eq!(names.len(), d.len(), "no duplicates");
+    }
+
+    #[test]
+    fn series_update_render_and_remove() {
+        let metrics = Metrics::new(&BuildInfo::default());
+        metrics.nodeclaims_created("provisioned", "default", "false").inc();
+        metrics.nodeclaims_created("provisioned", "default", "false").inc();
+        metrics.nodepools_usage("default", "cpu").set(2.5);
+        metrics.nodes_termination_duration_seconds("default").observe(700.0);
+        let mut node = BTreeMap::new();
+        node.insert("node_name".to_string(), "n1".to_string());
+        node.insert("resource_type".to_string(), "cpu".to_string());
+        node.insert("instance_type".to_string(), "m5.large".to_string());
+        metrics.nodes_allocatable(&node).set(2.0);
+        let text = metrics.render();
+        assert!(text.contains(
+            "karpenter_nodeclaims_created_total{reason=\"provisioned\",nodepool=\"default\",min_values_relaxed=\"false\"} 2"
+        ), "{text}");
+        assert!(text.contains("karpenter_nodepools_usage{nodepool=\"default\",resource_type=\"cpu\"} 2.5"));
+        assert!(
+            text.contains("karpenter_nodes_termination_duration_seconds_bucket{le=\"600.0\",nodepool=\"default\"} 0")
+        );
+        assert!(
+            text.contains("karpenter_nodes_termination_duration_seconds_bucket{le=\"+Inf\",nodepool=\"default\"} 1")
+        );
+        assert!(text.contains(
+            "karpenter_nodes_allocatable{node_name=\"n1\",nodepool=\"\",resource_type=\"cpu\",phase=\"\",managed=\"\",instance_type=\"m5.large\"} 2.0"
+        ), "{text}");
+
+        assert!(metrics.remove("karpenter_nodepools_usage", &[("resource_type", "cpu"), ("nodepool", "default")]));
+        assert!(!metrics.remove("nodepools_usage", &[("nodepool", "default"), ("resource_type", "cpu")]));
+        let pairs: Vec<(&str, &str)> = node.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert!(metrics.remove("nodes_allocatable", &pairs));
+        assert!(metrics.clear("karpenter_nodeclaims_created_total"));
+        assert!(!metrics.clear("no_such_metric"));
+        let text = metrics.render();
+        assert!(!text.contains("karpenter_nodepools_usage{") && !text.contains("karpenter_nodeclaims_created_total{"));
+        assert!(!text.contains("karpenter_nodes_allocatable{"));
+
+        let status = metrics.status_conditions(StatusKind::NodeClaim);
+        status.current_status_seconds("a", "", "Ready", "True", "").set(3.0);
+        status.current_status_seconds("b", "", "Ready", "True", "").set(4.0);
+        status.forget_object("a", "");
+        let text = metrics.render();
+        assert!(!text.contains("operator_nodeclaim_status_condition_current_status_seconds{name=\"a\""));
+        assert!(text.contains("operator_nodeclaim_status_condition_current_status_seconds{name=\"b\""));
+    }
+
+    #[test]
+    fn duration_buckets_are_sorted_and_reach_ten_minutes() {
+        assert!(DURATION_BUCKETS.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(DURATION_BUCKETS.first(), Some(&0.005));
+        assert_eq!(DURATION_BUCKETS.last(), Some(&600.0));
+        assert!(DURATION_BUCKETS.contains(&60.0));
+    }
+}
