@@ -7,6 +7,7 @@
 pub mod client;
 pub mod leader;
 pub mod metrics;
+pub mod server;
 pub mod settings;
 pub mod shutdown;
 

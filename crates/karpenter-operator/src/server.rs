@@ -1,0 +1,339 @@
+//! The controller's HTTP servers (hyper 1, HTTP/1.1): `/metrics` on `METRICS_PORT` (8080) and the probes
+//! `/healthz` and `/readyz` on `HEALTH_PROBE_PORT` (8081), as upstream serves them.
+//!
+//! - `/healthz`: the `ping` check (answers while the process serves) plus any liveness checks added.
+//! - `/readyz`: `ping` ∧ `started` (set once the manager runs its controllers: [`Probes::set_started`]) ∧ the
+//!   readiness checks added, typically [`crds_present`].
+//!
+//! A passing probe answers 200 `ok`; a failing one 500 with one line per check (`[+]name ok` /
+//! `[-]name failed: reason`) and `<probe> check failed`, in the style of controller-runtime's handlers;
+//! `?verbose` lists the checks on success too. Both servers stop accepting when the shutdown token is cancelled
+//! and let open requests finish. [`start`] binds the address it is given, so tests bind port 0.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Api;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::{CONTENT_TYPE, Metrics};
+
+/// The future of one check: `Err` carries the reason it fails.
+pub type CheckFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+/// A named health check.
+pub type Check = Arc<dyn Fn() -> CheckFuture + Send + Sync>;
+
+/// How long one check may take before it counts as failed.
+pub const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The probe checks. Clones share the `started` flag.
+#[derive(Clone)]
+pub struct Probes {
+    started: Arc<AtomicBool>,
+    liveness: Vec<(String, Check)>,
+    readiness: Vec<(String, Check)>,
+}
+
+impl std::fmt::Debug for Probes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Probes")
+            .field("started", &self.is_started())
+            .field("liveness", &self.liveness.iter().map(|(n, _)| n).collect::<Vec<_>>())
+            .field("readiness", &self.readiness.iter().map(|(n, _)| n).collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl Default for Probes {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Probes {
+    /// Only `ping` (both probes) and `started` (readiness), not yet started.
+    pub fn new() -> Self {
+        Self { started: Arc::new(AtomicBool::new(false)), liveness: Vec::new(), readiness: Vec::new() }
+    }
+
+    /// Adds a check to `/healthz` (e.g. a provider cache whose lock must be obtainable).
+    pub fn with_liveness_check(mut self, name: impl Into<String>, check: Check) -> Self {
+        self.liveness.push((name.into(), check));
+        self
+    }
+
+    /// Adds a check to `/readyz` (e.g. [`crds_present`]).
+    pub fn with_readiness_check(mut self, name: impl Into<String>, check: Check) -> Self {
+        self.readiness.push((name.into(), check));
+        self
+    }
+
+    /// Marks the manager as started (readiness then depends on the checks only).
+    pub fn set_started(&self) {
+        self.started.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_started(&self) -> bool {
+        self.started.load(Ordering::SeqCst)
+    }
+
+    /// Runs the probe's checks in order: (all passed, report lines).
+    async fn run(&self, ready: bool) -> (bool, Vec<String>) {
+        let mut lines = vec!["[+]ping ok".to_string()];
+        let mut ok = true;
+        if ready {
+            if self.is_started() {
+                lines.push("[+]started ok".into());
+            } else {
+                ok = false;
+                lines.push("[-]started failed: the manager has not started its controllers yet".into());
+            }
+        }
+        let checks = if ready { &self.readiness } else { &self.liveness };
+        for (name, check) in checks {
+            match tokio::time::timeout(CHECK_TIMEOUT, check()).await {
+                Ok(Ok(())) => lines.push(format!("[+]{name} ok")),
+                Ok(Err(reason)) => {
+                    ok = false;
+                    lines.push(format!("[-]{name} failed: {reason}"));
+                }
+                Err(_) => {
+                    ok = false;
+                    lines.push(format!("[-]{name} failed: timed out after {CHECK_TIMEOUT:?}"));
+                }
+            }
+        }
+        (ok, lines)
+    }
+}
+
+/// A readiness check passing when every named CRD (e.g. `nodepools.karpenter.sh`) is installed.
+pub fn crds_present(client: kube::Client, names: Vec<String>) -> Check {
+    Arc::new(move || {
+        let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+        let names = names.clone();
+        Box::pin(async move {
+            let mut missing = Vec::new();
+            for name in &names {
+                match api.get_opt(name).await {
+                    Ok(Some(_)) => {}
+                    Ok(None) => missing.push(name.clone()),
+                    Err(e) => return Err(format!("reading CRD {name}: {e}")),
+                }
+            }
+            if missing.is_empty() { Ok(()) } else { Err(format!("CRDs not installed: {}", missing.join(", "))) }
+        })
+    })
+}
+
+/// What a server answers.
+#[derive(Clone)]
+enum Routes {
+    Metrics(Arc<Metrics>),
+    Probes(Probes),
+}
+
+fn text(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static(content_type));
+    response
+}
+
+async fn handle(routes: Routes, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+    const PLAIN: &str = "text/plain; charset=utf-8";
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return Ok(text(StatusCode::METHOD_NOT_ALLOWED, PLAIN, "method not allowed\n".into()));
+    }
+    let path = req.uri().path().trim_end_matches('/');
+    let verbose = req.uri().query().is_some_and(|q| q.split('&').any(|p| p == "verbose" || p.starts_with("verbose=")));
+    let response = match (&routes, path) {
+        (Routes::Metrics(metrics), "/metrics") => text(StatusCode::OK, CONTENT_TYPE, metrics.render()),
+        (Routes::Probes(probes), "/healthz" | "/readyz") => {
+            let ready = path == "/readyz";
+            let (ok, mut lines) = probes.run(ready).await;
+            let probe = if ready { "readyz" } else { "healthz" };
+            if ok && !verbose {
+                text(StatusCode::OK, PLAIN, "ok".into())
+            } else {
+                lines.push(if ok { format!("{probe} check passed") } else { format!("{probe} check failed") });
+                let status = if ok { StatusCode::OK } else { StatusCode::INTERNAL_SERVER_ERROR };
+                text(status, PLAIN, lines.join("\n") + "\n")
+            }
+        }
+        _ => text(StatusCode::NOT_FOUND, PLAIN, "404 page not found\n".into()),
+    };
+    Ok(response)
+}
+
+/// A running server: its bound address and its task (which ends after shutdown, once open connections closed).
+#[derive(Debug)]
+pub struct RunningServer {
+    pub local_addr: SocketAddr,
+    pub task: JoinHandle<()>,
+}
+
+/// Serves `/metrics` on `addr` until `shutdown` is cancelled.
+pub async fn start_metrics(
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+) -> std::io::Result<RunningServer> {
+    start(addr, Routes::Metrics(metrics), shutdown).await
+}
+
+/// Serves `/healthz` and `/readyz` on `addr` until `shutdown` is cancelled.
+pub async fn start_probes(
+    addr: SocketAddr,
+    probes: Probes,
+    shutdown: CancellationToken,
+) -> std::io::Result<RunningServer> {
+    start(addr, Routes::Probes(probes), shutdown).await
+}
+
+async fn start(addr: SocketAddr, routes: Routes, shutdown: CancellationToken) -> std::io::Result<RunningServer> {
+    let listener = TcpListener::bind(addr).await?;
+    let local_addr = listener.local_addr()?;
+    let task = tokio::spawn(accept_loop(listener, routes, shutdown));
+    Ok(RunningServer { local_addr, task })
+}
+
+async fn accept_loop(listener: TcpListener, routes: Routes, shutdown: CancellationToken) {
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => accepted,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                tracing::warn!(error = %e, "accepting a connection failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let routes = routes.clone();
+        let shutdown = shutdown.clone();
+        connections.spawn(async move {
+            let service = service_fn(move |req| handle(routes.clone(), req));
+            let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+            let mut conn = std::pin::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = shutdown.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+        });
+        // Reap finished connections so the set does not grow.
+        while connections.try_join_next().is_some() {}
+    }
+    drop(listener);
+    while connections.join_next().await.is_some() {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::BuildInfo;
+    use karpenter_testing::apiserver::ApiServer;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A plain HTTP/1.1 GET over TCP: (status, headers, body).
+    async fn get(addr: SocketAddr, path: &str) -> (u16, String, String) {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).await.unwrap();
+        let raw = String::from_utf8(raw).unwrap();
+        let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+        let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+        (status, head.to_ascii_lowercase(), body.to_string())
+    }
+
+    fn local() -> SocketAddr {
+        "127.0.0.1:0".parse().unwrap()
+    }
+
+    #[tokio::test]
+    async fn metrics_endpoint_serves_the_exposition() {
+        let metrics = Arc::new(Metrics::new(&BuildInfo::current("abc", "1.95")));
+        metrics.nodeclaims_created("provisioned", "default", "false").inc();
+        let shutdown = CancellationToken::new();
+        let server = start_metrics(local(), metrics.clone(), shutdown.clone()).await.unwrap();
+        assert_ne!(server.local_addr.port(), 0);
+        let (status, head, body) = get(server.local_addr, "/metrics").await;
+        assert_eq!(status, 200);
+        assert!(head.contains("content-type: application/openmetrics-text"), "{head}");
+        assert!(body.contains("karpenter_nodeclaims_created_total{reason=\"provisioned\""), "{body}");
+        assert!(body.contains("karpenter_build_info{"));
+        assert_eq!(get(server.local_addr, "/healthz").await.0, 404, "probes live on their own port");
+
+        shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(5), server.task).await.unwrap().unwrap();
+        assert!(tokio::net::TcpStream::connect(server.local_addr).await.is_err(), "stopped listening");
+    }
+
+    #[tokio::test]
+    async fn readyz_needs_started_and_crds_and_healthz_only_ping() {
+        let api = ApiServer::new();
+        let crds = crds_present(api.client(), vec!["nodepools.karpenter.sh".into(), "nodeclaims.karpenter.sh".into()]);
+        let probes = Probes::new().with_readiness_check("crds", crds);
+        let shutdown = CancellationToken::new();
+        let server = start_probes(local(), probes.clone(), shutdown.clone()).await.unwrap();
+        let addr = server.local_addr;
+
+        assert_eq!(get(addr, "/healthz").await, (200, get(addr, "/healthz").await.1, "ok".into()));
+        let (status, _, body) = get(addr, "/readyz").await;
+        assert_eq!(status, 500);
+        assert!(body.contains("[+]ping ok\n[-]started failed"), "{body}");
+        assert!(body.contains("[+]crds ok") && body.ends_with("readyz check failed\n"), "{body}");
+
+        probes.set_started();
+        let (status, _, body) = get(addr, "/readyz").await;
+        assert_eq!((status, body.as_str()), (200, "ok"));
+        let (status, _, body) = get(addr, "/readyz?verbose").await;
+        assert_eq!(status, 200);
+        assert_eq!(body, "[+]ping ok\n[+]started ok\n[+]crds ok\nreadyz check passed\n");
+        assert_eq!(get(addr, "/metrics").await.0, 404);
+        shutdown.cancel();
+        server.task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn failing_checks_name_what_is_missing() {
+        let api = ApiServer::new();
+        let crds = crds_present(api.client(), vec!["nodepools.karpenter.sh".into(), "widgets.example.com".into()]);
+        let stuck: Check = Arc::new(|| Box::pin(async { Err::<(), _>("cache lock held".to_string()) }));
+        let probes = Probes::new().with_readiness_check("crds", crds).with_liveness_check("pricing", stuck);
+        probes.set_started();
+        let shutdown = CancellationToken::new();
+        let server = start_probes(local(), probes, shutdown.clone()).await.unwrap();
+        let (status, _, body) = get(server.local_addr, "/readyz").await;
+        assert_eq!(status, 500);
+        assert!(body.contains("[-]crds failed: CRDs not installed: widgets.example.com"), "{body}");
+        let (status, _, body) = get(server.local_addr, "/healthz").await;
+        assert_eq!(status, 500);
+        assert!(body.contains("[-]pricing failed: cache lock held") && body.contains("healthz check failed"));
+        shutdown.cancel();
+        server.task.await.unwrap();
+    }
+}
