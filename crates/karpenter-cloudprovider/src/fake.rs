@@ -1027,6 +1027,11 @@ mod tests {
         assert!(text.contains("karpenter_cloudprovider_errors_total{controller=\"lifecycle\",error=\"InsufficientCapacityError\",method=\"Create\",provider=\"kwok\"} 1"), "{text}");
         assert_eq!(provider.name(), "kwok");
         assert_eq!(provider.supported_node_classes()[0].label_key(), "karpenter.kwok.sh/kwoknodeclass");
+        assert!(provider.supported_node_classes()[0].matches(&linux("x", "1").spec.node_class_ref));
+        // An Arc of a provider is a provider (decorators can wrap shared providers).
+        let shared: Arc<dyn CloudProvider> = Arc::new(provider.clone());
+        assert!(block_on(shared.list()).unwrap().iter().any(|c| c.metadata.name.as_deref() == Some("a")));
+        assert_eq!(metrics.stats(Method::List).calls, 1, "the call went through the decorator");
         assert!(provider.labels().is_well_known("karpenter.kwok.sh/instance-family"));
     }
 }
