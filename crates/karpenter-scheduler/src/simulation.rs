@@ -50,7 +50,7 @@ use karpenter_requirements::ResourceList;
 
 use crate::decision::{Decisions, UnschedulablePod};
 use crate::scheduler::pods::{PodData, pod_data};
-use crate::scheduler::templates::daemons;
+use crate::scheduler::templates::{ExistingNode, daemons};
 use crate::scheduler::volumes::VolumeIndex;
 use crate::scheduler::{Base, PoolInput, SchedulerOptions, Solver};
 use crate::snapshot::{ClusterSnapshot, pod_key};
@@ -68,6 +68,9 @@ pub struct Simulator<'a> {
     pending: Vec<PodData<'a>>,
     /// Existing-node index by name (nodes and in-flight NodeClaims).
     index: BTreeMap<String, usize>,
+    /// No PreferNoSchedule template taints and no existing pod anti-affinity: simple pods may use the prefix
+    /// fast path of [`Simulator::simulate`].
+    prefix_ok: bool,
 }
 
 impl std::fmt::Debug for Simulator<'_> {
@@ -115,7 +118,11 @@ impl<'a> Simulator<'a> {
         let pending = snapshot.pending_pods.iter().map(|p| pod_data(p, provider, &volumes)).collect();
         let base = Base::new(snapshot, pools, provider, &daemons);
         let index = base.existing.iter().enumerate().map(|(i, n)| (n.name.clone(), i)).collect();
-        Simulator { provider, options, base, volumes, pending, index }
+        let prefix_ok = !base.any_prefer_no_schedule
+            && !snapshot.bound_pods.iter().any(|p| {
+                p.spec.as_ref().and_then(|s| s.affinity.as_ref()).and_then(|a| a.pod_anti_affinity.as_ref()).is_some()
+            });
+        Simulator { provider, options, base, volumes, pending, index, prefix_ok }
     }
 
     /// Whether `name` is an existing node or in-flight claim the simulator knows (marked-for-deletion nodes are
@@ -151,16 +158,31 @@ impl<'a> Simulator<'a> {
                 }
             });
         }
-        let existing = match &smallest {
-            None => Vec::new(),
-            Some(min) => self
-                .base
-                .existing
-                .iter()
-                .filter(|n| !view.removed.contains(&n.name) && min.fits(&n.available))
-                .cloned()
-                .collect(),
+        let Some(min) = smallest else {
+            return self.finish(self.solve(Vec::new(), pods), view);
         };
+        let offered = self.base.existing.iter().filter(|n| !view.removed.contains(&n.name) && min.fits(&n.available));
+        // Fast path: first fit over a prefix of the offered nodes. When every pod lands on a node of the prefix,
+        // the full list gives the same answer: each pod meets the prefix nodes in the same order and state. Only
+        // valid for pods whose placement depends on nothing but the node itself (no relaxation, no topology).
+        if self.prefix_ok && pods.iter().all(|p| simple(p.pod)) {
+            let k = (pods.len() * 4).max(PREFIX_MIN);
+            let prefix: Vec<ExistingNode> = offered.clone().take(k).cloned().collect();
+            if prefix.len() == k {
+                let d = self.solve(prefix, pods.clone());
+                if d.new_node_claims.is_empty() && d.unschedulable.is_empty() && !d.timed_out {
+                    return self.finish(d, view);
+                }
+            }
+        }
+        let d = self.solve(offered.cloned().collect(), pods);
+        self.finish(d, view)
+    }
+
+    fn solve<'v>(&self, existing: Vec<ExistingNode>, pods: Vec<PodData<'v>>) -> Decisions
+    where
+        'a: 'v,
+    {
         let base = Base {
             snapshot: self.base.snapshot,
             templates: self.base.templates.clone(),
@@ -168,7 +190,10 @@ impl<'a> Simulator<'a> {
             any_prefer_no_schedule: self.base.any_prefer_no_schedule,
             no_templates_reason: self.base.no_templates_reason.clone(),
         };
-        let mut d = Solver::from_base(base, pods, self.provider, self.options).run(&mut || false);
+        Solver::from_base(base, pods, self.provider, self.options).run(&mut || false)
+    }
+
+    fn finish(&self, mut d: Decisions, view: &SimulationView<'_>) -> Decisions {
         if !view.allow_uninitialized {
             let mut kept = Vec::with_capacity(d.existing_nodes.len());
             for placement in std::mem::take(&mut d.existing_nodes) {
@@ -199,6 +224,29 @@ impl<'a> Simulator<'a> {
     pub fn pending_keys(&self) -> BTreeSet<String> {
         self.pending.iter().map(|p| p.key.clone()).collect()
     }
+}
+
+/// The fast path of [`Simulator::simulate`] starts with this many nodes (or 4 per pod, if more).
+const PREFIX_MIN: usize = 64;
+
+/// A pod whose placement depends only on the node it is tried on: no preferred or alternative node affinity
+/// (no relaxation), no topology spread, no pod affinity or anti-affinity.
+fn simple(pod: &Pod) -> bool {
+    let Some(spec) = pod.spec.as_ref() else { return true };
+    if spec.topology_spread_constraints.as_ref().is_some_and(|c| !c.is_empty()) {
+        return false;
+    }
+    let Some(a) = spec.affinity.as_ref() else { return true };
+    if a.pod_affinity.is_some() || a.pod_anti_affinity.is_some() {
+        return false;
+    }
+    a.node_affinity.as_ref().is_none_or(|na| {
+        na.preferred_during_scheduling_ignored_during_execution.as_ref().is_none_or(Vec::is_empty)
+            && na
+                .required_during_scheduling_ignored_during_execution
+                .as_ref()
+                .is_none_or(|r| r.node_selector_terms.len() <= 1)
+    })
 }
 
 /// `namespace/name` of a pod, as simulations name pods.

@@ -149,6 +149,21 @@ impl PodTopology {
     }
 }
 
+/// Per-attempt values, see [`Topology::prepare`].
+#[derive(Debug, Default)]
+pub(crate) struct Prepared {
+    mins: Vec<(u32, i64)>,
+}
+
+/// A rejected place: the group and the domains involved.
+#[derive(Debug, Clone)]
+pub(crate) struct TopologyError {
+    group: u32,
+    node_dom: Requirement,
+    pod_dom: Requirement,
+    min: i64,
+}
+
 /// Where a pod is being placed, for node filters.
 pub(crate) struct Place<'p> {
     pub requirements: &'p Requirements,
@@ -412,17 +427,17 @@ impl Topology {
                 }
             }
         }
-        let nodes: HashMap<&str, &NodeInfo> = snapshot.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
         // Pods being placed are not counted where they are bound (disruption simulations move bound pods).
         let placing: BTreeSet<&str> = data.iter().map(|d| d.key.as_str()).collect();
         let skip = |p: &Pod| p.metadata.deletion_timestamp.is_some() || placing.contains(pod_key(p).as_str());
         // Existing pods' required anti-affinity.
         let mut existing_inverse: Vec<(u32, &str)> = Vec::new();
         for p in &snapshot.bound_pods {
-            if skip(p) {
+            // Cheap test first: this loop runs once per disruption simulation over every bound pod.
+            let anti = p.spec.as_ref().and_then(|s| s.affinity.as_ref()).and_then(|a| a.pod_anti_affinity.as_ref());
+            if anti.is_none() || skip(p) {
                 continue;
             }
-            let anti = p.spec.as_ref().and_then(|s| s.affinity.as_ref()).and_then(|a| a.pod_anti_affinity.as_ref());
             let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) else { continue };
             for t in
                 anti.and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()).into_iter().flatten()
@@ -444,6 +459,7 @@ impl Topology {
             topo.pods = per_pod;
             return topo;
         }
+        let nodes: HashMap<&str, &NodeInfo> = snapshot.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
         // Domains: instance types × templates, template In values, existing nodes.
         let keys: BTreeSet<String> = topo.groups.iter().map(|g| g.key.clone()).collect();
         let mut universe: BTreeMap<&str, BTreeMap<String, Vec<usize>>> = BTreeMap::new();
@@ -576,15 +592,42 @@ impl Topology {
         false
     }
 
+    /// Per-attempt values that do not depend on the candidate node: the spread minimum of every active
+    /// spread group (computed once per attempt instead of once per candidate).
+    pub fn prepare(&self, i: usize, relax: &Relaxation, pod_strict: &Requirements) -> Prepared {
+        let Some(t) = self.pod(i) else { return Prepared::default() };
+        let mut mins = Vec::new();
+        for g in t.active(relax) {
+            let Some(gr) = self.groups.get(g as usize) else { continue };
+            if gr.kind != Kind::Spread || gr.key == labels::HOSTNAME {
+                continue;
+            }
+            let pod_dom = pod_strict.get(&gr.key);
+            let mut eligible = 0i64;
+            let mut min: Option<u32> = None;
+            for (d, c) in &gr.counts {
+                if pod_dom.has(d) {
+                    eligible += 1;
+                    min = Some(min.map_or(*c, |m| m.min(*c)));
+                }
+            }
+            let too_few = gr.min_domains.is_some_and(|m| eligible < i64::from(m));
+            mins.push((g, if too_few { 0 } else { i64::from(min.unwrap_or(0)) }));
+        }
+        Prepared { mins }
+    }
+
     /// Narrows `node` (the candidate's requirements, already intersected with the pod's) by the pod's
     /// topology (§5.3). `pod_strict` is the pod's nodeSelector ∩ required term. `Ok(None)`: unchanged.
+    /// Errors are cheap; [`Topology::explain`] turns one into a reason.
     pub fn add_requirements(
         &self,
         i: usize,
         relax: &Relaxation,
         pod_strict: &Requirements,
         node: &Requirements,
-    ) -> Result<Option<Requirements>, String> {
+        prepared: &Prepared,
+    ) -> Result<Option<Requirements>, TopologyError> {
         let Some(t) = self.pod(i) else { return Ok(None) };
         let mut out: Option<Requirements> = None;
         for g in t.active(relax).chain(t.blocked_by.iter().copied()) {
@@ -592,40 +635,24 @@ impl Topology {
             let current = out.as_ref().unwrap_or(node);
             let node_dom = current.get(&gr.key);
             let pod_dom = pod_strict.get(&gr.key);
+            let fail = |min: i64| TopologyError { group: g, node_dom: node_dom.clone(), pod_dom: pod_dom.clone(), min };
             let chosen: Vec<String> = match gr.kind {
                 Kind::Spread => {
                     let own = i64::from(t.counted_by.contains(&g));
-                    let min = if gr.key == labels::HOSTNAME {
-                        0
-                    } else {
-                        let eligible: Vec<u32> =
-                            gr.counts.iter().filter(|(d, _)| pod_dom.has(d)).map(|(_, c)| *c).collect();
-                        let too_few = gr.min_domains.is_some_and(|m| (eligible.len() as i64) < i64::from(m));
-                        if too_few { 0 } else { eligible.iter().copied().min().unwrap_or(0) }
-                    };
+                    let min = prepared.mins.iter().find(|(x, _)| *x == g).map_or(0, |(_, m)| *m);
                     let mut best: Option<(&str, u32)> = None;
                     for d in gr.possible(&node_dom) {
                         if !pod_dom.has(d) {
                             continue;
                         }
                         let c = gr.count(d);
-                        if i64::from(c) + own - i64::from(min) <= i64::from(gr.max_skew)
-                            && best.is_none_or(|(_, bc)| c < bc)
-                        {
+                        if i64::from(c) + own - min <= i64::from(gr.max_skew) && best.is_none_or(|(_, bc)| c < bc) {
                             best = Some((d, c));
                         }
                     }
                     match best {
                         Some((d, _)) => vec![d.to_owned()],
-                        None => {
-                            return Err(format!(
-                                "topology spread on {} (maxSkew {}) cannot be satisfied: {} (min {min}){}",
-                                gr.key,
-                                gr.max_skew,
-                                describe_candidates(gr, &node_dom, &pod_dom),
-                                if gr.min_domains.is_some() { ", minDomains not reached" } else { "" }
-                            ));
-                        }
+                        None => return Err(fail(min)),
                     }
                 }
                 Kind::Affinity => {
@@ -647,11 +674,7 @@ impl Topology {
                         }
                     }
                     if opts.is_empty() {
-                        return Err(format!(
-                            "pod affinity on {} cannot be satisfied: no allowed domain has a matching pod ({})",
-                            gr.key,
-                            gr.describe_counts(&pod_dom)
-                        ));
+                        return Err(fail(0));
                     }
                     opts
                 }
@@ -663,37 +686,57 @@ impl Topology {
                         .map(str::to_owned)
                         .collect();
                     if opts.is_empty() {
-                        let occupied: Vec<String> =
-                            gr.counts.iter().filter(|(_, c)| **c > 0).take(8).map(|(d, _)| d.clone()).collect();
-                        return Err(if gr.kind == Kind::Inverse {
-                            format!(
-                                "the pod anti-affinity of pod {} (and pods like it) keeps this pod out of {} {}",
-                                gr.owner.as_deref().unwrap_or("?"),
-                                gr.key,
-                                occupied.join(", ")
-                            )
-                        } else {
-                            format!(
-                                "pod anti-affinity on {} cannot be satisfied: every allowed domain already has a matching pod ({})",
-                                gr.key,
-                                occupied.join(", ")
-                            )
-                        });
+                        return Err(fail(0));
                     }
                     opts
                 }
             };
-            let narrowed = !(!node_dom.complement() && node_dom.values().len() == chosen.len());
+            let narrowed = node_dom.complement() || node_dom.values().len() != chosen.len();
             if narrowed {
                 let mut next = current.clone();
                 next.add(Requirement::in_values(&gr.key, chosen.iter().map(String::as_str)));
                 if next.get(&gr.key).is_empty() {
-                    return Err(format!("topology on {}: no domain left", gr.key));
+                    return Err(fail(0));
                 }
                 out = Some(next);
             }
         }
         Ok(out)
+    }
+
+    /// A reason for a topology error.
+    pub fn explain(&self, e: &TopologyError) -> String {
+        let Some(gr) = self.groups.get(e.group as usize) else { return "topology cannot be satisfied".into() };
+        let occupied = || -> String {
+            let list: Vec<&str> = gr.counts.iter().filter(|(_, c)| **c > 0).take(8).map(|(d, _)| d.as_str()).collect();
+            list.join(", ")
+        };
+        match gr.kind {
+            Kind::Spread => format!(
+                "topology spread on {} (maxSkew {}) cannot be satisfied: {} (min {}){}",
+                gr.key,
+                gr.max_skew,
+                describe_candidates(gr, &e.node_dom, &e.pod_dom),
+                e.min,
+                if gr.min_domains.is_some() { ", minDomains not reached" } else { "" }
+            ),
+            Kind::Affinity => format!(
+                "pod affinity on {} cannot be satisfied: no allowed domain has a matching pod ({})",
+                gr.key,
+                gr.describe_counts(&e.pod_dom)
+            ),
+            Kind::AntiAffinity => format!(
+                "pod anti-affinity on {} cannot be satisfied: every allowed domain already has a matching pod ({})",
+                gr.key,
+                occupied()
+            ),
+            Kind::Inverse => format!(
+                "the pod anti-affinity of pod {} (and pods like it) keeps this pod out of {} {}",
+                gr.owner.as_deref().unwrap_or("?"),
+                gr.key,
+                occupied()
+            ),
+        }
     }
 
     /// Records pod `i` placed at `place` (§5.4).
