@@ -231,6 +231,41 @@ impl Requirements {
         Ok(())
     }
 
+    /// [`Requirements::intersects`] as a boolean, without building an error message (for hot loops that
+    /// only need the answer).
+    pub fn intersects_ok(&self, incoming: &Requirements) -> bool {
+        let mut mine = self.reqs.iter().peekable();
+        for theirs in &incoming.reqs {
+            while mine.next_if(|m| m.key() < theirs.key()).is_some() {}
+            let Some(existing) = mine.peek() else { break };
+            if existing.key() != theirs.key() {
+                continue;
+            }
+            if !existing.has_intersection(theirs) && !both_negative(existing, theirs) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// [`Requirements::compatible`] as a boolean, without building an error message.
+    pub fn compatible_ok(&self, incoming: &Requirements, allow_undefined: &impl KeySet) -> bool {
+        let mut mine = self.reqs.iter().peekable();
+        for theirs in &incoming.reqs {
+            while mine.next_if(|m| m.key() < theirs.key()).is_some() {}
+            if mine.peek().is_some_and(|m| m.key() == theirs.key()) {
+                continue;
+            }
+            if matches!(theirs.operator(), Operator::NotIn | Operator::DoesNotExist)
+                || allow_undefined.contains_key(theirs.key())
+            {
+                continue;
+            }
+            return false;
+        }
+        self.intersects_ok(incoming)
+    }
+
     /// `self ∩ other`: all keys of both; shared keys intersected.
     pub fn intersection(&self, other: &Requirements) -> Requirements {
         let mut out = Vec::with_capacity(self.reqs.len() + other.reqs.len());
@@ -407,6 +442,25 @@ mod tests {
 
     fn reqs(list: Vec<Requirement>) -> Requirements {
         list.into_iter().collect()
+    }
+
+    #[test]
+    fn boolean_checks_agree_with_the_error_returning_ones() {
+        let cases = [
+            reqs(vec![r("zone", In, &["a", "b"])]),
+            reqs(vec![r("zone", In, &["c"])]),
+            reqs(vec![r("zone", NotIn, &["a"]), r("arch", In, &["amd64"])]),
+            reqs(vec![r("zone", DoesNotExist, &[])]),
+            reqs(vec![r("arch", Exists, &[])]),
+            reqs(vec![]),
+        ];
+        for a in &cases {
+            for b in &cases {
+                assert_eq!(a.intersects_ok(b), a.intersects(b).is_ok(), "{a} vs {b}");
+                assert_eq!(a.compatible_ok(b, &NoKeys), a.compatible(b, &NoKeys).is_ok(), "{a} vs {b}");
+                assert_eq!(a.compatible_ok(b, &["zone"]), a.compatible(b, &["zone"]).is_ok(), "{a} vs {b}");
+            }
+        }
     }
 
     fn nsr(key: &str, op: &str, values: &[&str]) -> NodeSelectorRequirement {

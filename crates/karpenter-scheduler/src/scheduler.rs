@@ -21,7 +21,7 @@ use karpenter_requirements::{
 use pods::{PodData, Relaxation, pod_data};
 pub use pods::{TOPOLOGY_NOT_SUPPORTED, selector_matches};
 use templates::{ExistingNode, Template, daemons, existing_nodes};
-use topology::{Place, Topology};
+use topology::{Place, Prepared, Topology};
 use volumes::{VolumeIndex, first_compatible};
 
 use crate::decision::{
@@ -302,6 +302,7 @@ impl<'a> Solver<'a> {
         let pod = &self.pods[i];
         let reqs = pod.requirements(relax, self.options.preference_policy);
         let strict = pod.requirements(relax, PreferencePolicy::Ignore);
+        let prepared = self.topology.prepare(i, relax, &strict);
         // 1. Existing nodes, in order.
         for n in 0..self.existing.len() {
             let node = &self.existing[n];
@@ -309,9 +310,9 @@ impl<'a> Solver<'a> {
                 || node.volumes.check(&pod.volumes.claims).is_err()
                 || node.ports.conflicts(&pod.host_ports).is_err()
                 || !pod.requests.fits(&node.available)
-                || node.requirements.compatible(&reqs, &NoKeys).is_err()
+                || !node.requirements.compatible_ok(&reqs, &NoKeys)
                 || first_compatible(&pod.volumes.alternatives, &node.requirements, &NoKeys).is_err()
-                || self.topology.add_requirements(i, relax, &strict, &node.requirements).is_err()
+                || self.topology.add_requirements(i, relax, &strict, &node.requirements, &prepared).is_err()
             {
                 continue;
             }
@@ -333,7 +334,9 @@ impl<'a> Solver<'a> {
             if self.topology.quick_reject(i, relax, &claim.hostname) {
                 continue;
             }
-            if let Ok(cand) = self.can_add_explained(template, claim, i, &reqs, &strict, relax, &claim.its, false) {
+            if let Ok(cand) =
+                self.can_add_explained(template, claim, i, (&reqs, &strict, &prepared), relax, &claim.its, false)
+            {
                 let claim = &mut self.claims[c];
                 claim.requirements = cand.requirements;
                 claim.its = cand.its;
@@ -381,13 +384,13 @@ impl<'a> Solver<'a> {
             };
             if template.within_limits.is_empty() {
                 let all: Vec<u32> = (0..template.its.len() as u32).collect();
-                reasons.push(match self.can_add(template, &fresh, i, &reqs, &strict, relax, &all) {
+                reasons.push(match self.can_add(template, &fresh, i, (&reqs, &strict, &prepared), relax, &all) {
                     Ok(c) => template.limit_reason(&c.its),
                     Err(e) => e,
                 });
                 continue;
             }
-            match self.can_add(template, &fresh, i, &reqs, &strict, relax, &template.within_limits) {
+            match self.can_add(template, &fresh, i, (&reqs, &strict, &prepared), relax, &template.within_limits) {
                 Ok(cand) => {
                     let mut claim = fresh;
                     claim.requirements = cand.requirements;
@@ -415,7 +418,7 @@ impl<'a> Solver<'a> {
                     let limited = template.within_limits.len() < template.its.len();
                     if limited {
                         let all: Vec<u32> = (0..template.its.len() as u32).collect();
-                        if let Ok(c) = self.can_add(template, &fresh, i, &reqs, &strict, relax, &all) {
+                        if let Ok(c) = self.can_add(template, &fresh, i, (&reqs, &strict, &prepared), relax, &all) {
                             reasons.push(template.limit_reason(&c.its));
                             continue;
                         }
@@ -446,12 +449,11 @@ impl<'a> Solver<'a> {
         template: &Template<'_>,
         claim: &NewClaim,
         i: usize,
-        pod_reqs: &Requirements,
-        strict: &Requirements,
+        pod: (&Requirements, &Requirements, &Prepared),
         relax: &Relaxation,
         its: &[u32],
     ) -> Result<Candidate, String> {
-        self.can_add_explained(template, claim, i, pod_reqs, strict, relax, its, true)
+        self.can_add_explained(template, claim, i, pod, relax, its, true)
     }
 
     /// [`Self::can_add`]; without `explain`, a claim no instance type survives for gets an empty reason
@@ -462,8 +464,7 @@ impl<'a> Solver<'a> {
         template: &Template<'_>,
         claim: &NewClaim,
         i: usize,
-        pod_reqs: &Requirements,
-        strict: &Requirements,
+        (pod_reqs, strict, prepared): (&Requirements, &Requirements, &Prepared),
         relax: &Relaxation,
         its: &[u32],
         explain: bool,
@@ -471,10 +472,14 @@ impl<'a> Solver<'a> {
         let np = &template.name;
         let pod = &self.pods[i];
         pod.tolerates(relax, &template.taints).map_err(|t| format!("NodePool {np}: taint {t} not tolerated"))?;
-        claim
-            .requirements
-            .compatible(pod_reqs, self.provider)
-            .map_err(|e| format!("NodePool {np}: incompatible requirements: {e}"))?;
+        if !claim.requirements.compatible_ok(pod_reqs, self.provider) {
+            return Err(if explain {
+                let e = claim.requirements.compatible(pod_reqs, self.provider).err();
+                format!("NodePool {np}: incompatible requirements: {}", e.map(|e| e.to_string()).unwrap_or_default())
+            } else {
+                String::new()
+            });
+        }
         let mut changed = !pod_reqs.is_empty();
         // Borrowed while unchanged: cloned only when the pod is added.
         let mut requirements: Cow<'_, Requirements> = if changed {
@@ -491,10 +496,10 @@ impl<'a> Solver<'a> {
             requirements = Cow::Owned(requirements.intersection(alt));
             changed = true;
         }
-        if let Some(narrowed) = self
-            .topology
-            .add_requirements(i, relax, strict, &requirements)
-            .map_err(|e| format!("NodePool {np}: {e}"))?
+        if let Some(narrowed) =
+            self.topology.add_requirements(i, relax, strict, &requirements, prepared).map_err(|e| {
+                if explain { format!("NodePool {np}: {}", self.topology.explain(&e)) } else { String::new() }
+            })?
         {
             requirements = Cow::Owned(narrowed);
             changed = true;
@@ -511,7 +516,7 @@ impl<'a> Solver<'a> {
                 continue;
             }
             if changed
-                && (it.requirements.intersects(&requirements).is_err()
+                && (!it.requirements.intersects_ok(&requirements)
                     || !it.offerings.available().any(|o| o.is_compatible(&requirements, self.provider)))
             {
                 continue;
