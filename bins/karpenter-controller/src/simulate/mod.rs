@@ -115,12 +115,15 @@ pub fn simulate(options: &Options) -> anyhow::Result<Outcome> {
     Ok(Outcome::Report(Box::new(report)))
 }
 
+/// Objects and load errors, as [`loader::load_paths`] returns them.
+type Load = (Vec<Loaded>, Vec<loader::LoadError>);
+
 /// [`loader::load_paths`] with the files spread over the available cores (parsing dominates a large input).
 /// Objects and errors come out in the same order as from `load_paths`, file by file.
-fn load_parallel(paths: &[PathBuf]) -> (Vec<Loaded>, Vec<loader::LoadError>) {
+fn load_parallel(paths: &[PathBuf]) -> Load {
     let (files, mut errors) = loader::manifest_files(paths);
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, files.len().max(1));
-    let mut per_file: Vec<(usize, (Vec<Loaded>, Vec<loader::LoadError>))> = std::thread::scope(|scope| {
+    let mut per_file: Vec<(usize, Load)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 let files = &files;
@@ -300,6 +303,35 @@ metadata: {name: x}
 status:
   conditions: [{type: Ready, status: Unknown}]
 ";
+
+    #[test]
+    fn parallel_loading_keeps_load_paths_order() {
+        let dir = std::env::temp_dir().join(format!("karpenter-simulate-load-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("sub")).expect("temp dir");
+        let pod =
+            |name: &str| format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec: {{containers: []}}\n");
+        for i in 0..7 {
+            let text = format!("{}---\n{}", pod(&format!("a{i}")), pod(&format!("b{i}")));
+            let name = if i % 2 == 0 { format!("f{i}.yaml") } else { format!("sub/f{i}.yaml") };
+            std::fs::write(dir.join(name), text).expect("write");
+        }
+        std::fs::write(dir.join("bad.yaml"), "kind: [").expect("write");
+        let paths = vec![dir.clone(), dir.join("missing.yaml")];
+        let (objects, errors) = load_parallel(&paths);
+        let (expected_objects, expected_errors) = loader::load_paths(&paths);
+        let _ = std::fs::remove_dir_all(&dir);
+        let describe = |o: &[Loaded]| o.iter().map(Loaded::describe).collect::<Vec<_>>();
+        assert_eq!(objects.len(), 14);
+        assert_eq!(describe(&objects), describe(&expected_objects));
+        let messages = |e: &[loader::LoadError]| {
+            let mut m: Vec<String> = e.iter().map(ToString::to_string).collect();
+            m.sort();
+            m
+        };
+        assert_eq!(errors.len(), 2);
+        assert_eq!(messages(&errors), messages(&expected_errors));
+    }
 
     #[test]
     fn duplicates_are_noted_once_per_object() {
