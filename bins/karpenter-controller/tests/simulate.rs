@@ -366,3 +366,39 @@ fn readme_and_docs_show_the_current_bundled_output() {
         );
     }
 }
+
+#[test]
+fn in_flight_node_claims_take_pods_and_are_priced() {
+    let tmp = TempDir::new("in-flight");
+    let claim = "apiVersion: karpenter.sh/v1
+kind: NodeClaim
+metadata:
+  name: default-abcde
+  labels:
+    karpenter.sh/nodepool: default
+    node.kubernetes.io/instance-type: small-2x
+    topology.kubernetes.io/zone: zone-a
+    karpenter.sh/capacity-type: spot
+    kubernetes.io/os: linux
+spec:
+  nodeClassRef: {group: karpenter.kwok.sh, kind: KWOKNodeClass, name: default}
+  requirements:
+    - {key: node.kubernetes.io/instance-type, operator: In, values: [small-2x]}
+status:
+  capacity: {cpu: '2', memory: 4Gi, pods: '32'}
+  allocatable: {cpu: 1900m, memory: 4Gi, pods: '32'}
+";
+    let file = tmp.write("cluster.yaml", &format!("{POOL}---\n{claim}---\n{}", pod("web", "1")));
+    let args = [file.as_str(), "--instance-types", "examples/simulate/instance-types.json"];
+    let doc = simulate_json(&args);
+    let node = &doc["existingNodes"][0];
+    assert_eq!(node["name"], "default-abcde", "{doc}");
+    assert_eq!(node["inFlight"], true);
+    assert_eq!(node["nodePool"], "default");
+    assert_eq!(node["price"], 0.02);
+    assert_eq!(node["pods"], serde_json::json!(["default/web"]));
+    assert_eq!(doc["summary"]["newNodes"], 0);
+    let table = simulate_ok(&args);
+    let row = table.lines().find(|l| l.starts_with("default-abcde (in flight)")).expect("in-flight row");
+    assert!(row.contains("small-2x") && row.contains("0.0200") && row.ends_with("web"), "{row}");
+}
