@@ -26,7 +26,7 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
-use karpenter_testing::Clock;
+use karpenter_cloudprovider::Clock;
 use kube::Client;
 use kube::api::{Api, PostParams};
 use tokio::task::JoinHandle;

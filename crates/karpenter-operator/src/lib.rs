@@ -5,6 +5,7 @@
 //! upstream Karpenter's names and defaults); the controllers on kube-runtime come with issue 8.
 
 pub mod client;
+pub mod eviction;
 pub mod leader;
 pub mod metrics;
 pub mod server;
