@@ -6,6 +6,7 @@
 
 pub mod client;
 pub mod eviction;
+pub mod events;
 pub mod leader;
 pub mod metrics;
 pub mod server;
