@@ -196,6 +196,8 @@ impl Event {
 }
 
 type DedupeKey = (String, Vec<String>, Vec<String>);
+/// When each key was last published, with its timeout.
+type SeenCache = Arc<Mutex<BTreeMap<DedupeKey, (DateTime<Utc>, Duration)>>>;
 
 /// Publishes events; shared by all controllers (`Clone` shares the dedupe cache).
 #[derive(Clone)]
@@ -204,8 +206,7 @@ pub struct Recorder {
     clock: Arc<dyn Clock>,
     /// `reportingInstance` (the pod name or leader identity).
     instance: String,
-    /// When each key was last published, with its timeout.
-    seen: Arc<Mutex<BTreeMap<DedupeKey, (DateTime<Utc>, Duration)>>>,
+    seen: SeenCache,
     sequence: Arc<AtomicU64>,
 }
 
