@@ -8,6 +8,7 @@ pub mod client;
 pub mod eviction;
 pub mod events;
 pub mod leader;
+pub mod logging;
 pub mod metrics;
 pub mod server;
 pub mod settings;
