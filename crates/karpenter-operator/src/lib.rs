@@ -2,11 +2,23 @@
 //!
 //! This crate holds everything `karpenter-controller run` does that is not provider-specific, so the binary
 //! stays a thin wiring layer. This build contains the [`settings`] (flags and environment variables with
-//! upstream Karpenter's names and defaults); the controllers on kube-runtime come with issue 8.
+//! upstream Karpenter's names and defaults) and the process plumbing the controllers run on:
+//!
+//! - [`client`]: the `kube::Client` (kubeconfig or in-cluster, user agent, `KUBE_CLIENT_QPS`/`BURST` token
+//!   bucket, rustls with ring, kube's retries for everything but evictions);
+//! - [`leader`]: leader election on a Lease (client-go's rules and timings), with its own client;
+//! - [`metrics`]: the Prometheus registry with upstream's metric names and labels (`docs/metrics.md`);
+//! - [`server`]: `/metrics` and the `/healthz` / `/readyz` probes;
+//! - [`events`]: Kubernetes events with upstream's reasons, de-duplicated for 2 minutes;
+//! - [`logging`]: JSON logs in upstream's shape, honouring `LOG_LEVEL`;
+//! - [`shutdown`]: SIGTERM/SIGINT to a cancellation token;
+//! - [`eviction`]: the Eviction API, telling Evicted / blocked by a PDB / gone apart, never retried in the client.
+//!
+//! The controllers on kube-runtime come with issue 8.
 
 pub mod client;
-pub mod eviction;
 pub mod events;
+pub mod eviction;
 pub mod leader;
 pub mod logging;
 pub mod metrics;
