@@ -235,3 +235,20 @@ async fn percentages_and_several_budgets() {
     let labels: BTreeMap<String, String> = pods.get("b").await.expect("b").metadata.labels.unwrap_or_default();
     assert_eq!(labels.get("app").map(String::as_str), Some("web"));
 }
+
+/// The disruption controller updates the budgets of a namespace on each pod write: one budget over 1,000
+/// pods; the counts are incremental, so this stays linear (the figure is in the apiserver module docs).
+#[tokio::test]
+async fn a_thousand_pods_under_one_budget() {
+    let server = ApiServer::new();
+    let c = server.client();
+    budget(&c, "web", Some(IntOrString::Int(1)), None).await;
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+    let start = std::time::Instant::now();
+    for i in 0..1_000 {
+        let p = pod(PodOptions { name: Some(format!("p{i}")), labels: map(&[("app", "web")]), ..Default::default() });
+        pods.create(&PostParams::default(), &p).await.expect("pod");
+    }
+    println!("apiserver: created 1000 pods under one PodDisruptionBudget in {:?}", start.elapsed());
+    assert_eq!(budget_status(&c, "web").await, (0, 1, 0, 1_000));
+}

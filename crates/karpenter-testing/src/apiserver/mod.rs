@@ -121,7 +121,9 @@
 //!   `Ready=True` and no deletionTimestamp), `desiredHealthy` (`minAvailable`, or expected − `maxUnavailable`;
 //!   percentages of expected, rounded up), `disruptionsAllowed` = max(0, healthy − desired) (0 while no pod is
 //!   selected or when the budget cannot be computed), `observedGeneration` and the `DisruptionAllowed`
-//!   condition. A nil selector selects nothing, an empty one everything (policy/v1).
+//!   condition. A nil selector selects nothing, an empty one everything (policy/v1). The counts are kept incrementally (each
+//!   pod write costs O(budgets in its namespace)): creating 1,000 pods under one budget takes about 0.5 s in a
+//!   debug build (`a_thousand_pods_under_one_budget`).
 //! - Errors are `Status` objects with the real codes and reasons, so `kube` returns `kube::Error::Api`; no request
 //!   can panic the server (malformed JSON is 400 BadRequest).
 //!

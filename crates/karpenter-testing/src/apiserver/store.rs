@@ -16,7 +16,6 @@ use crate::clock::Clock;
 mod controllers;
 mod subresources;
 
-
 /// (group, version, plural, namespace (`""` for cluster-scoped), name)
 pub(crate) type ObjKey = (String, String, String, String, String);
 
@@ -116,6 +115,8 @@ pub(crate) struct Store {
     /// Work for the built-in controllers, queued by `commit` and run before the request returns.
     tasks: VecDeque<controllers::Task>,
     settling: bool,
+    /// PodDisruptionBudget -> its pod counts, kept current on every pod write.
+    budget_counts: BTreeMap<ObjKey, controllers::BudgetCounts>,
 }
 
 fn key(kind: &ResourceKind, namespace: &str, name: &str) -> ObjKey {
@@ -211,6 +212,7 @@ impl Store {
             dependents: BTreeMap::new(),
             tasks: VecDeque::new(),
             settling: false,
+            budget_counts: BTreeMap::new(),
         }
     }
 

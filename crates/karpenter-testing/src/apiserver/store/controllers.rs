@@ -22,8 +22,10 @@ const MAX_TASKS_PER_WRITE: usize = 1_000_000;
 /// One unit of controller work.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Task {
-    /// Recompute the status of the PodDisruptionBudgets of a namespace.
-    Budgets(String),
+    /// Recount the pods of a PodDisruptionBudget (created, or its spec changed), then write its status.
+    BudgetRecount(ObjKey),
+    /// Write a PodDisruptionBudget's status from its current counts.
+    BudgetStatus(ObjKey),
     /// Check the owners of one object (delete it when they are all gone, drop references to gone ones).
     Owners(ObjKey),
     /// Check the objects whose ownerReferences name this uid.
@@ -121,12 +123,38 @@ fn scaled(v: &Value, total: i64) -> Option<i64> {
 /// The status the disruption controller computes for `pdb` over the pods of its namespace. The expected pod
 /// count is the number of selected pods (the real controller asks the pods' controllers for their scale when the
 /// budget is a percentage or a maxUnavailable; workload controllers are not served here).
+#[cfg(test)]
 pub(crate) fn budget_status(pdb: &Value, pods: &[Arc<Value>], now: &str) -> Value {
-    let selector = pdb.pointer("/spec/selector");
-    let selected: Vec<&Arc<Value>> = pods.iter().filter(|p| selector_matches(selector, p)).collect();
-    let expected = i64::try_from(selected.len()).unwrap_or(i64::MAX);
-    let healthy = selected.iter().filter(|p| !deleting(p) && condition_status(p, "Ready") == Some("True")).count();
-    let healthy = i64::try_from(healthy).unwrap_or(i64::MAX);
+    let mut counts = BudgetCounts::default();
+    for p in pods {
+        counts.add(pdb, p, 1);
+    }
+    budget_status_from(pdb, counts, now)
+}
+
+/// The pods a budget selects, and how many of them are healthy (Ready, not being deleted).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct BudgetCounts {
+    expected: i64,
+    healthy: i64,
+}
+
+impl BudgetCounts {
+    /// Counts `pod` in (`sign` 1) or out (`sign` -1) when the budget selects it.
+    fn add(&mut self, pdb: &Value, pod: &Value, sign: i64) {
+        if !selector_matches(pdb.pointer("/spec/selector"), pod) {
+            return;
+        }
+        self.expected += sign;
+        if !deleting(pod) && condition_status(pod, "Ready") == Some("True") {
+            self.healthy += sign;
+        }
+    }
+}
+
+/// The status from a budget's counts (what `budget_status` computes from the pods).
+pub(crate) fn budget_status_from(pdb: &Value, counts: BudgetCounts, now: &str) -> Value {
+    let BudgetCounts { expected, healthy } = counts;
     let desired = match (pdb.pointer("/spec/maxUnavailable"), pdb.pointer("/spec/minAvailable")) {
         (Some(max), _) if !max.is_null() => scaled(max, expected).map(|m| (expected - m).max(0)),
         (_, Some(min)) if !min.is_null() => scaled(min, expected),
@@ -206,9 +234,20 @@ impl Store {
             EventType::Modified => {}
         }
         let (group, _, plural, ns, name) = k;
-        let pods = group.is_empty() && plural == "pods";
-        if pods || (group == "policy" && plural == "poddisruptionbudgets") {
-            self.queue(Task::Budgets(ns.clone()));
+        if group.is_empty() && plural == "pods" {
+            self.count_pod_in_budgets(ns, prev, (etype != EventType::Deleted).then_some(obj));
+        }
+        if group == "policy" && plural == "poddisruptionbudgets" {
+            match etype {
+                EventType::Deleted => {
+                    self.budget_counts.remove(k);
+                }
+                _ if prev.is_none_or(|p| p.get("spec") != obj.get("spec")) || !self.budget_counts.contains_key(k) => {
+                    self.queue(Task::BudgetRecount(k.clone()));
+                }
+                // Someone else wrote the status: the controller writes it back.
+                _ => self.queue(Task::BudgetStatus(k.clone())),
+            }
         }
         if group.is_empty() && plural == "nodes" && etype != EventType::Deleted {
             self.queue(Task::NodeTaints(name.clone()));
@@ -239,7 +278,11 @@ impl Store {
                 break;
             }
             match task {
-                Task::Budgets(ns) => self.refresh_budgets(&ns),
+                Task::BudgetRecount(k) => {
+                    self.recount_budget(&k);
+                    self.write_budget_status(&k);
+                }
+                Task::BudgetStatus(k) => self.write_budget_status(&k),
                 Task::Owners(k) => self.check_owners(&k),
                 Task::Dependents(uid) => {
                     let deps: Vec<ObjKey> =
@@ -276,49 +319,64 @@ impl Store {
 
     // ----- disruption controller -----
 
-    fn refresh_budgets(&mut self, ns: &str) {
-        let in_ns = |plural: &str| -> (ObjKey, String) {
-            let group = if plural == "pods" { "" } else { "policy" };
-            ((group.into(), "v1".into(), plural.into(), ns.to_string(), String::new()), plural.to_string())
-        };
-        let (lo, _) = in_ns("poddisruptionbudgets");
-        let budgets: Vec<(ObjKey, Arc<Value>)> = self
-            .objects
+    fn budgets_in(&self, ns: &str) -> Vec<(ObjKey, Arc<Value>)> {
+        let lo: ObjKey = ("policy".into(), "v1".into(), "poddisruptionbudgets".into(), ns.to_string(), String::new());
+        self.objects
             .range(lo..)
             .take_while(|(k, _)| k.0 == "policy" && k.2 == "poddisruptionbudgets" && k.3 == ns)
             .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        if budgets.is_empty() {
-            return;
-        }
-        let (lo, _) = in_ns("pods");
-        let pods: Vec<Arc<Value>> = self
-            .objects
-            .range(lo..)
-            .take_while(|(k, _)| k.0.is_empty() && k.2 == "pods" && k.3 == ns)
-            .map(|(_, v)| v.clone())
-            .collect();
-        let now = self.now();
-        for (k, pdb) in budgets {
-            let status = budget_status(&pdb, &pods, &now);
-            if pdb.get("status") != Some(&status) {
-                let mut new = (*pdb).clone();
-                set_field(&mut new, "status", Some(status));
-                self.rewrite(&k, new);
+            .collect()
+    }
+
+    /// A pod changed from `before` to `after` (`None`: absent): moves it between the counts of the namespace's
+    /// budgets and queues the status of those whose counts changed. O(budgets in the namespace).
+    fn count_pod_in_budgets(&mut self, ns: &str, before: Option<&Value>, after: Option<&Value>) {
+        for (k, pdb) in self.budgets_in(ns) {
+            let Some(counts) = self.budget_counts.get_mut(&k) else { continue };
+            let old = *counts;
+            if let Some(b) = before {
+                counts.add(&pdb, b, -1);
+            }
+            if let Some(a) = after {
+                counts.add(&pdb, a, 1);
+            }
+            if *counts != old {
+                self.queue(Task::BudgetStatus(k));
             }
         }
     }
 
-    /// The budgets of the pod's namespace that select it, with fresh status.
-    pub(super) fn budgets_for(&mut self, pod: &Value) -> Vec<Arc<Value>> {
-        let ns = meta_str(pod, "namespace").unwrap_or_default().to_string();
-        self.refresh_budgets(&ns);
-        let lo: ObjKey = ("policy".into(), "v1".into(), "poddisruptionbudgets".into(), ns.clone(), String::new());
-        self.objects
-            .range(lo..)
-            .take_while(|(k, _)| k.0 == "policy" && k.2 == "poddisruptionbudgets" && k.3 == ns)
+    /// Counts a budget's pods from scratch.
+    fn recount_budget(&mut self, k: &ObjKey) {
+        let Some(pdb) = self.objects.get(k).cloned() else { return };
+        let lo: ObjKey = (String::new(), "v1".into(), "pods".into(), k.3.clone(), String::new());
+        let mut counts = BudgetCounts::default();
+        for (_, pod) in self.objects.range(lo..).take_while(|(pk, _)| pk.0.is_empty() && pk.2 == "pods" && pk.3 == k.3)
+        {
+            counts.add(&pdb, pod, 1);
+        }
+        self.budget_counts.insert(k.clone(), counts);
+    }
+
+    fn write_budget_status(&mut self, k: &ObjKey) {
+        let Some(pdb) = self.objects.get(k).cloned() else { return };
+        let Some(counts) = self.budget_counts.get(k).copied() else { return };
+        let status = budget_status_from(&pdb, counts, &self.now());
+        if pdb.get("status") != Some(&status) {
+            let mut new = (*pdb).clone();
+            set_field(&mut new, "status", Some(status));
+            self.rewrite(k, new);
+        }
+    }
+
+    /// The budgets of the pod's namespace that select it (their status is current: it is written after every
+    /// change of their pods).
+    pub(super) fn budgets_for(&self, pod: &Value) -> Vec<Arc<Value>> {
+        let ns = meta_str(pod, "namespace").unwrap_or_default();
+        self.budgets_in(ns)
+            .into_iter()
             .filter(|(_, pdb)| selector_matches(pdb.pointer("/spec/selector"), pod))
-            .map(|(_, v)| v.clone())
+            .map(|(_, v)| v)
             .collect()
     }
 
