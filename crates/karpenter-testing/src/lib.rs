@@ -12,9 +12,10 @@
 //!   the trait's contract (see the module docs).
 //! - **An in-process API server** (feature `apiserver`): `apiserver::ApiServer` serves `kube::Client` as a tower
 //!   service with the real server's semantics (see the module docs).
-//! - **Cluster stand-ins** (feature `apiserver`): `standins::Scheduler` binds pending pods to nodes that fit,
-//!   `standins::Kubelet` makes nodes Ready, renews their Leases, runs bound pods and removes terminating ones;
-//!   both work through any `kube::Client`.
+//! - **Cluster stand-ins** (feature `standins`, implied by `apiserver`): `standins::Scheduler` binds pending pods
+//!   to nodes that fit, `standins::Kubelet` makes nodes Ready, renews their Leases, runs bound pods and removes
+//!   terminating ones; both work through any `kube::Client`. The feature pulls in only kube's client and tokio's
+//!   timer, not the test server, so the controller binary can use the kubelet (`--kwok-simulate-kubelet`).
 //!
 //! ```
 //! use karpenter_testing::{PodOptions, requirement, unschedulable_pod};
@@ -47,7 +48,7 @@ pub mod names;
 pub mod node;
 pub mod pod;
 pub mod resources;
-#[cfg(feature = "apiserver")]
+#[cfg(feature = "standins")]
 pub mod standins;
 pub mod workloads;
 

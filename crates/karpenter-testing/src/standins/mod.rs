@@ -1,9 +1,9 @@
-//! Cluster stand-ins for end-to-end tests (feature `apiserver`): a [`Scheduler`] that binds pending pods to
-//! nodes that fit, and a [`Kubelet`] that makes nodes Ready, renews their Leases, runs bound pods and removes
-//! pods whose graceful deletion has run out.
+//! Cluster stand-ins for end-to-end tests (feature `standins`, implied by `apiserver`): a [`Scheduler`] that
+//! binds pending pods to nodes that fit, and a [`Kubelet`] that makes nodes Ready, renews their Leases, runs bound
+//! pods and removes pods whose graceful deletion has run out.
 //!
 //! Both are written against `kube::Client` only: they work the same against the in-process
-//! [`ApiServer`](crate::apiserver::ApiServer) and a real API server (the kwok provider reuses the kubelet for
+//! `ApiServer` (feature `apiserver`) and a real API server (the kwok provider reuses the kubelet for
 //! `--kwok-simulate-kubelet`). Each has a `step()` that does one pass and reports what it did — tests call it at
 //! the points they choose, with a [`FakeClock`](crate::FakeClock) for the kubelet's notion of time — and a
 //! `run(every)` loop for real-time use (spawn it on tokio, abort the task to stop it).
