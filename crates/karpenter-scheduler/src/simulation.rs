@@ -71,6 +71,8 @@ pub struct Simulator<'a> {
     /// No PreferNoSchedule template taints and no existing pod anti-affinity: simple pods may use the prefix
     /// fast path of [`Simulator::simulate`].
     prefix_ok: bool,
+    /// The snapshot without nodes and pods, for solves of simple pods (see [`Simulator::simulate`]).
+    lean: ClusterSnapshot,
 }
 
 impl std::fmt::Debug for Simulator<'_> {
@@ -122,7 +124,8 @@ impl<'a> Simulator<'a> {
             && !snapshot.bound_pods.iter().any(|p| {
                 p.spec.as_ref().and_then(|s| s.affinity.as_ref()).and_then(|a| a.pod_anti_affinity.as_ref()).is_some()
             });
-        Simulator { provider, options, base, volumes, pending, index, prefix_ok }
+        let lean = ClusterSnapshot { namespaces: snapshot.namespaces.clone(), ..Default::default() };
+        Simulator { provider, options, base, volumes, pending, index, prefix_ok, lean }
     }
 
     /// Whether `name` is an existing node or in-flight claim the simulator knows (marked-for-deletion nodes are
@@ -158,33 +161,39 @@ impl<'a> Simulator<'a> {
                 }
             });
         }
+        // Simple pods with no existing anti-affinity have no topology: the solver then needs no bound pods, and
+        // reading them all once per simulation would make a pass quadratic.
+        let simple_pods = self.prefix_ok && pods.iter().all(|p| simple(p.pod));
+        let topology = if simple_pods { &self.lean } else { self.base.snapshot };
         let Some(min) = smallest else {
-            return self.finish(self.solve(Vec::new(), pods), view);
+            return self.finish(self.solve(topology, Vec::new(), pods), view);
         };
         let offered = self.base.existing.iter().filter(|n| !view.removed.contains(&n.name) && min.fits(&n.available));
         // Fast path: first fit over a prefix of the offered nodes. When every pod lands on a node of the prefix,
         // the full list gives the same answer: each pod meets the prefix nodes in the same order and state. Only
         // valid for pods whose placement depends on nothing but the node itself (no relaxation, no topology).
-        if self.prefix_ok && pods.iter().all(|p| simple(p.pod)) {
+        if simple_pods {
             let k = (pods.len() * 4).max(PREFIX_MIN);
             let prefix: Vec<ExistingNode> = offered.clone().take(k).cloned().collect();
             if prefix.len() == k {
-                let d = self.solve(prefix, pods.clone());
+                let d = self.solve(topology, prefix, pods.clone());
                 if d.new_node_claims.is_empty() && d.unschedulable.is_empty() && !d.timed_out {
                     return self.finish(d, view);
                 }
             }
         }
-        let d = self.solve(offered.cloned().collect(), pods);
+        let d = self.solve(topology, offered.cloned().collect(), pods);
         self.finish(d, view)
     }
 
-    fn solve<'v>(&self, existing: Vec<ExistingNode>, pods: Vec<PodData<'v>>) -> Decisions
-    where
-        'a: 'v,
-    {
+    fn solve<'s>(
+        &'s self,
+        snapshot: &'s ClusterSnapshot,
+        existing: Vec<ExistingNode>,
+        pods: Vec<PodData<'s>>,
+    ) -> Decisions {
         let base = Base {
-            snapshot: self.base.snapshot,
+            snapshot,
             templates: self.base.templates.clone(),
             existing,
             any_prefer_no_schedule: self.base.any_prefer_no_schedule,
