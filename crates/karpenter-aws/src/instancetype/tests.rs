@@ -467,3 +467,18 @@ fn catalogue_is_sorted() {
     assert_eq!(names, sorted);
     assert_eq!(its.len(), out.instance_types.len());
 }
+
+#[test]
+fn estimated_prices_and_pod_eni_table() {
+    let mut c = ctx();
+    let m5 = info("m5.large");
+    // No price source: every offering is available at the documented estimate.
+    let it = build(&c, "m5.large");
+    assert_eq!(it.offerings.len(), 6);
+    assert!(it.offerings.iter().all(|o| o.available && o.price == crate::pricing::estimate(&m5)));
+    // Security groups for pods: branch interfaces only for types the table lists.
+    assert_eq!(it.capacity().get(resources::POD_ENI), None);
+    c.branch_interfaces.insert("m5.large".into(), 9);
+    assert_resources(build(&c, "m5.large").capacity(), &[("vpc.amazonaws.com/pod-eni", "9")]);
+    assert_eq!(build(&c, "c6g.xlarge").capacity().get(resources::POD_ENI), None);
+}
