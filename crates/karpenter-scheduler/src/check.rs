@@ -443,6 +443,87 @@ fn required_terms(pod: &Pod, anti: bool) -> impl Iterator<Item = &k8s_openapi::a
     terms.into_iter().flatten()
 }
 
+/// Pods grouped by (namespace, labels), with per-key domain indexes built on demand.
+struct PodIndex<'p> {
+    pods: &'p [(&'p Pod, usize, bool)],
+    places: &'p [Where],
+    classes: Vec<(&'p Pod, usize)>,
+    members: Vec<Vec<usize>>,
+    domains: std::cell::RefCell<BTreeMap<(usize, String), std::rc::Rc<ByDomain>>>,
+}
+
+#[derive(Default)]
+struct ByDomain {
+    single: BTreeMap<String, Vec<usize>>,
+    multi: Vec<(usize, BTreeSet<String>)>,
+    unknown: Vec<usize>,
+}
+
+impl<'p> PodIndex<'p> {
+    fn new(pods: &'p [(&'p Pod, usize, bool)], places: &'p [Where]) -> Self {
+        let mut ids: BTreeMap<(&str, BTreeMap<String, String>), usize> = BTreeMap::new();
+        let mut classes = Vec::new();
+        let mut members: Vec<Vec<usize>> = Vec::new();
+        for (i, &(p, _, _)) in pods.iter().enumerate() {
+            let k = (pod_ns(p), pod_labels(p));
+            let c = *ids.entry(k).or_insert_with(|| {
+                classes.push((p, i));
+                members.push(Vec::new());
+                classes.len() - 1
+            });
+            if let Some(m) = members.get_mut(c) {
+                m.push(i);
+            }
+        }
+        PodIndex { pods, places, classes, members, domains: Default::default() }
+    }
+
+    /// Classes selected by `term` of `owner` (cached by term and owner namespace).
+    fn selected(
+        &self,
+        cache: &mut BTreeMap<String, Vec<usize>>,
+        term: &k8s_openapi::api::core::v1::PodAffinityTerm,
+        owner: &Pod,
+        snapshot: &ClusterSnapshot,
+    ) -> Vec<usize> {
+        let k = format!("{}|{term:?}", pod_ns(owner));
+        cache
+            .entry(k)
+            .or_insert_with(|| {
+                (0..self.classes.len())
+                    .filter(|&c| self.classes.get(c).is_some_and(|(rep, _)| term_selects(term, owner, rep, snapshot)))
+                    .collect()
+            })
+            .clone()
+    }
+
+    fn by_domain(&self, class: usize, key: &str) -> Option<std::rc::Rc<ByDomain>> {
+        let k = (class, key.to_owned());
+        if let Some(b) = self.domains.borrow().get(&k) {
+            return Some(b.clone());
+        }
+        let mut by = ByDomain::default();
+        for &i in self.members.get(class)? {
+            let (_, place, _) = self.pods.get(i)?;
+            let w = self.places.get(*place)?;
+            match w.domains(key) {
+                Some(set) if set.len() == 1 => {
+                    if let Some(d) = set.into_iter().next() {
+                        by.single.entry(d).or_default().push(i);
+                    }
+                }
+                Some(set) if set.is_empty() => {}
+                Some(set) => by.multi.push((i, set)),
+                None if matches!(w, Where::Claim { .. }) => by.unknown.push(i),
+                None => {}
+            }
+        }
+        let rc = std::rc::Rc::new(by);
+        self.domains.borrow_mut().insert(k, rc.clone());
+        Some(rc)
+    }
+}
+
 /// Topology, affinity and volume checks over bound and placed pods (see the module docs).
 fn check_topology(
     snapshot: &ClusterSnapshot,
@@ -510,37 +591,57 @@ fn check_topology(
         }
     }
 
+    let idx = PodIndex::new(&pods, &places);
     // Required anti-affinity, both directions, where at least one side was placed now.
-    for &(a, ai, a_placed) in &pods {
+    let mut selected_cache: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (ai, &(a, ap, a_placed)) in pods.iter().enumerate() {
         for term in required_terms(a, true) {
             let key = term.topology_key.as_str();
-            let da = places[ai].domains(key);
-            for &(b, bi, b_placed) in &pods {
-                if std::ptr::eq(a, b) || !(a_placed || b_placed) || !term_selects(term, a, b, snapshot) {
-                    continue;
-                }
-                let db = places[bi].domains(key);
-                // A place without the key is in no domain (existing node) or in an unknown one (new claim).
-                let unknown =
-                    |d: &Option<BTreeSet<String>>, i: usize| d.is_none() && matches!(places[i], Where::Claim { .. });
-                let some = |d: &Option<BTreeSet<String>>| d.as_ref().is_some_and(|x| !x.is_empty());
-                let overlap = match (&da, &db) {
-                    (Some(x), Some(y)) => x.intersection(y).next().is_some(),
-                    _ => (unknown(&da, ai) && (unknown(&db, bi) || some(&db))) || (unknown(&db, bi) && some(&da)),
+            let classes = idx.selected(&mut selected_cache, term, a, snapshot);
+            let da = places[ap].domains(key);
+            let a_unknown = da.is_none() && matches!(places[ap], Where::Claim { .. });
+            let mut hit: Option<usize> = None;
+            for c in classes {
+                let Some(by) = idx.by_domain(c, key) else { continue };
+                let mut consider = |b: usize| {
+                    if b != ai && (a_placed || pods[b].2) && hit.is_none() {
+                        hit = Some(b);
+                    }
                 };
-                if overlap {
-                    v.push(format!(
-                        "pod {} and pod {} may share {key} although the first's required anti-affinity selects the second",
-                        pod_key(a),
-                        pod_key(b)
-                    ));
+                match &da {
+                    Some(set) => {
+                        for d in set {
+                            by.single.get(d).into_iter().flatten().for_each(|&b| consider(b));
+                        }
+                        for (b, ds) in &by.multi {
+                            if ds.intersection(set).next().is_some() {
+                                consider(*b);
+                            }
+                        }
+                        if !set.is_empty() {
+                            by.unknown.iter().for_each(|&b| consider(b));
+                        }
+                    }
+                    None if a_unknown => {
+                        by.single.values().flatten().for_each(|&b| consider(b));
+                        by.multi.iter().for_each(|(b, _)| consider(*b));
+                        by.unknown.iter().for_each(|&b| consider(b));
+                    }
+                    None => {}
                 }
+            }
+            if let Some(b) = hit {
+                v.push(format!(
+                    "pod {} and pod {} may share {key} although the first's required anti-affinity selects the second",
+                    pod_key(a),
+                    pod_key(pods[b].0)
+                ));
             }
         }
     }
 
     // Required affinity of placed pods.
-    for &(p, pi, placed) in &pods {
+    for (pi_, &(p, pi, placed)) in pods.iter().enumerate() {
         if !placed {
             continue;
         }
@@ -550,13 +651,21 @@ fn check_topology(
                 v.push(format!("pod {}: affinity on {key} but its place has no known {key}", pod_key(p)));
                 continue;
             };
+            let classes = idx.selected(&mut selected_cache, term, p, snapshot);
             let mut occupied = BTreeSet::new();
-            for &(q, qi, _) in &pods {
-                if !std::ptr::eq(p, q) && term_selects(term, p, q, snapshot) {
-                    if let Some(d) = places[qi].single(key) {
-                        occupied.insert(d);
+            let mut mixed = false;
+            for &c in &classes {
+                if let Some(by) = idx.by_domain(c, key) {
+                    for (d, list) in &by.single {
+                        if list.iter().any(|&q| q != pi_) {
+                            occupied.insert(d.clone());
+                        }
                     }
                 }
+                mixed |= idx.members[c].iter().any(|&q| {
+                    let (qp, _, qpl) = pods[q];
+                    qpl && node_constraints(qp) != node_constraints(p)
+                });
             }
             if dp.is_subset(&occupied) && !dp.is_empty() {
                 continue;
@@ -569,9 +678,6 @@ fn check_topology(
             }
             // Members of a self-affine group with different node constraints bootstrap where their own
             // constraints allow, so the final state only shows that the pod is in one domain.
-            let mixed = pods.iter().any(|&(q, _, qp)| {
-                qp && term_selects(term, p, q, snapshot) && node_constraints(q) != node_constraints(p)
-            });
             if self_selects && mixed && dp.len() == 1 {
                 continue;
             }
@@ -655,6 +761,9 @@ fn check_spread(
     places: &[Where],
     v: &mut Vec<String>,
 ) {
+    // Pods of one workload share the computation: (skip, counts, min) by constraint and node constraints.
+    type Summary = Option<(BTreeMap<String, i64>, i64)>;
+    let mut cache: BTreeMap<String, Summary> = BTreeMap::new();
     for &(p, pi, placed) in pods {
         if !placed {
             continue;
@@ -666,6 +775,29 @@ fn check_spread(
             }
             let key = c.topology_key.as_str();
             let selector = spread_selector(c, p);
+            let cache_key = format!(
+                "{}|{c:?}|{selector:?}|{:?}|{:?}",
+                pod_ns(p),
+                node_constraints(p),
+                spec.map(|s| &s.tolerations)
+            );
+            let Some(mine) = places[pi].single(key) else {
+                v.push(format!("pod {}: spread on {key} but its place is not in exactly one domain", pod_key(p)));
+                continue;
+            };
+            if let Some(summary) = cache.get(&cache_key) {
+                if let Some((counts, min)) = summary {
+                    let have = counts.get(&mine).copied().unwrap_or(0);
+                    if have - min > i64::from(c.max_skew) {
+                        v.push(format!(
+                            "pod {}: spread on {key} violated: {mine} has {have} matching pods, min {min}, maxSkew {}",
+                            pod_key(p),
+                            c.max_skew
+                        ));
+                    }
+                }
+                continue;
+            }
             let selects =
                 |q: &Pod| pod_ns(q) == pod_ns(p) && crate::scheduler::selector_matches(Some(&selector), &pod_labels(q));
             // Only groups whose placed members all carry the same constraint and node constraints are verified.
@@ -677,12 +809,9 @@ fn check_spread(
                     && qs.map(|s| &s.tolerations) == spec.map(|s| &s.tolerations)
             };
             if pods.iter().any(|&(q, _, pl)| pl && selects(q) && !same(q)) {
+                cache.insert(cache_key, None);
                 continue;
             }
-            let Some(mine) = places[pi].single(key) else {
-                v.push(format!("pod {}: spread on {key} but its place is not in exactly one domain", pod_key(p)));
-                continue;
-            };
             let alts = alternatives(p);
             let honor_affinity = c.node_affinity_policy.as_deref().unwrap_or("Honor") == "Honor";
             let honor_taints = c.node_taints_policy.as_deref() == Some("Honor");
@@ -746,6 +875,7 @@ fn check_spread(
                     c.max_skew
                 ));
             }
+            cache.insert(cache_key, Some((counts, min)));
         }
     }
 }
