@@ -24,7 +24,7 @@ use karpenter_cloudprovider::{
     RepairPolicy, get_node_class,
 };
 use karpenter_requirements::{InstanceType, Operator, Quantity, Requirement, Requirements, ResourceList};
-use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Client, ResourceExt};
 
 /// Marks the Nodes this provider created (value `"true"`); `list` and the kubelet stand-in select on it.
@@ -236,6 +236,43 @@ impl KwokCloudProvider {
         lock(&self.capacity).ice.iter().cloned().collect()
     }
 
+    /// Marks out of capacity every offering `claim` could launch on (compatible with its requirements, on an
+    /// instance type whose allocatable fits its requests) and returns them, sorted: the next create for such a
+    /// claim fails with `InsufficientCapacity`. Undo with [`clear_insufficient_capacity`](Self::clear_insufficient_capacity).
+    pub fn exhaust_capacity_for(&self, claim: &NodeClaim) -> Result<Vec<OfferingRef>, CloudProviderError> {
+        let (reqs, requests) = claim_needs(claim)?;
+        let mut out = BTreeSet::new();
+        for it in self.options.instance_types.iter() {
+            if !requests.fits(it.allocatable()) || reqs.intersects(&it.requirements).is_err() {
+                continue;
+            }
+            for o in it.offerings.iter().filter(|o| reqs.intersects(&o.requirements).is_ok()) {
+                out.insert(OfferingRef::new(&it.name, o.zone().unwrap_or(""), o.capacity_type().unwrap_or("")));
+            }
+        }
+        for o in &out {
+            self.set_insufficient_capacity(o.clone(), true);
+        }
+        Ok(out.into_iter().collect())
+    }
+
+    /// Sets (or with `None` removes) the drift reason `is_drifted` reports for the Node behind `provider_id`, by
+    /// annotating it with [`DRIFT_ANNOTATION`]. `Ok(false)` when there is no such live Node.
+    pub async fn set_drifted(&self, provider_id: &str, reason: Option<&str>) -> Result<bool, CloudProviderError> {
+        let Some(name) = provider_id.strip_prefix(PROVIDER_ID_PREFIX) else { return Ok(false) };
+        match self.live_node(name).await {
+            Ok(_) => {}
+            Err(e) if e.is_not_found() => return Ok(false),
+            Err(e) => return Err(e),
+        }
+        let patch = serde_json::json!({"metadata": {"annotations": {DRIFT_ANNOTATION: reason}}});
+        match self.nodes().patch(name, &PatchParams::default(), &Patch::Merge(patch)).await {
+            Ok(_) => Ok(true),
+            Err(e) if is_not_found(&e) => Ok(false),
+            Err(e) => Err(api_error(format!("annotating node {name}"), e)),
+        }
+    }
+
     /// The catalogue with out-of-capacity offerings marked unavailable (cached until the marks change).
     pub fn effective_instance_types(&self) -> Arc<[InstanceType]> {
         let mut cap = lock(&self.capacity);
@@ -342,15 +379,7 @@ impl KwokCloudProvider {
     /// Chooses the offering for a claim: the cheapest available one compatible with its requirements among the
     /// instance types whose allocatable fits its requests.
     fn choose(&self, claim: &NodeClaim, name: &str) -> Result<(InstanceType, LaunchChoice), CloudProviderError> {
-        let reqs: Requirements =
-            claim.requirements().map_err(|e| CloudProviderError::create("InvalidRequirements", e.to_string()))?;
-        let mut requests = ResourceList::new();
-        for (resource, q) in claim.spec.resources.iter().flat_map(|r| r.requests.iter()) {
-            let v: Quantity = q.as_str().parse().map_err(|e| {
-                CloudProviderError::create("InvalidResources", format!("spec.resources.requests.{resource}: {e}"))
-            })?;
-            requests.insert(resource, v);
-        }
+        let (reqs, requests) = claim_needs(claim)?;
         let its = self.effective_instance_types();
         let fitting: Vec<&InstanceType> = its.iter().filter(|it| requests.fits(it.allocatable())).collect();
         let Some(choice) = catalogue::cheapest_launch(fitting.iter().copied(), &reqs) else {
@@ -374,6 +403,20 @@ impl KwokCloudProvider {
             .ok_or_else(|| CloudProviderError::other("the chosen instance type vanished"))?;
         Ok((it, choice))
     }
+}
+
+/// A claim's requirements and resource requests, parsed.
+fn claim_needs(claim: &NodeClaim) -> Result<(Requirements, ResourceList), CloudProviderError> {
+    let reqs: Requirements =
+        claim.requirements().map_err(|e| CloudProviderError::create("InvalidRequirements", e.to_string()))?;
+    let mut requests = ResourceList::new();
+    for (resource, q) in claim.spec.resources.iter().flat_map(|r| r.requests.iter()) {
+        let v: Quantity = q.as_str().parse().map_err(|e| {
+            CloudProviderError::create("InvalidResources", format!("spec.resources.requests.{resource}: {e}"))
+        })?;
+        requests.insert(resource, v);
+    }
+    Ok((reqs, requests))
 }
 
 fn is_managed(node: &Node) -> bool {
