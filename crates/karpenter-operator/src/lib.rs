@@ -19,12 +19,15 @@
 pub mod client;
 pub mod events;
 pub mod eviction;
+pub mod kube_util;
 pub mod leader;
 pub mod logging;
 pub mod metrics;
 pub mod server;
 pub mod settings;
 pub mod shutdown;
+pub mod state;
+pub mod termination;
 
 pub use settings::{
     AwsSettings, CoreSettings, FeatureGates, LogLevel, MinValuesPolicy, PreferencePolicy, SettingsError,

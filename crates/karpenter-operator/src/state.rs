@@ -1,0 +1,971 @@
+//! Cluster state: the controller's in-memory view of the objects provisioning and the NodeClaim controllers read
+//! (`shared/spec/disruption.md` §13), fed by kube-runtime watchers and updated **at once on our own writes**.
+//!
+//! [`ClusterState`] is a cheap handle (clone it into every controller). It holds:
+//!
+//! - the watched objects of every [`Tracked`] kind: Nodes, NodeClaims, Pods, NodePools, DaemonSets,
+//!   PodDisruptionBudgets, Namespaces, PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes.
+//!   [`ClusterState::run_watchers`] keeps them current (one watcher per kind, re-listing after errors with
+//!   kube-runtime's backoff); [`ClusterState::apply`] / [`ClusterState::remove`] record an object directly, which
+//!   is what a controller does with the object a write returned, so the next pass sees it before the watch
+//!   event arrives. An object is never replaced by an older `resourceVersion` (a late watch event cannot undo a
+//!   recorded write).
+//! - **bindings** (`namespace/name` of each pod → its node), derived from the pods' `spec.nodeName`;
+//! - **nominations**: a node or in-flight NodeClaim that a provisioning pass placed pods on is nominated for the
+//!   nomination window (`max(2 × BATCH_MAX_DURATION, 10 s)`, [`CoreSettings::nomination_window`]); it blocks
+//!   voluntary disruption of that node ([`ClusterState::is_nominated`]);
+//! - **deletion marks** set by disruption before it deletes ([`ClusterState::mark_for_deletion`]): a marked node
+//!   takes no new pods and its reschedulable pods are provisioned for elsewhere;
+//! - the pods each NodeClaim we created was planned for ([`ClusterState::record_created_claim`]).
+//!
+//! [`ClusterState::synced`] is upstream's precondition for provisioning and disruption: every kind has been
+//! listed once and every NodeClaim has a `status.providerID` (nothing is mid-launch). Together with the
+//! immediate recording of created NodeClaims this is what keeps a second provisioning pass from launching
+//! again for the same pods: until the claim has launched the pass waits, and once it has, the claim's
+//! allocatable takes the pods (they are nominated to it instead).
+//!
+//! [`ClusterState::snapshot`] builds the scheduler's [`ClusterSnapshot`] with the controller's pod rules
+//! (scheduling.md §1.2 and §2.3): pending pods are the provisionable ones ([`is_provisionable`]) that pass
+//! [`validate_pod`], plus the reschedulable pods of nodes being deleted; in-flight NodeClaims are included.
+//! Provisioning triggers ([`Trigger`]) go to every [`ClusterState::subscribe`]r when a provisionable pod or a
+//! node with the `karpenter.sh/disrupted` taint is recorded.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use karpenter_api::labels::{self, annotations};
+use karpenter_api::loader::{Loaded, Object, Origin};
+use karpenter_api::{NodeClaim, NodePool};
+use karpenter_cloudprovider::Clock;
+use karpenter_scheduler::ClusterSnapshot;
+use karpenter_scheduler::snapshot::SnapshotError;
+use kube::api::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::settings::CoreSettings;
+
+/// Why provisioning was triggered.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Trigger {
+    /// A provisionable pod (its uid).
+    Pod(String),
+    /// A node carrying the `karpenter.sh/disrupted` taint (its name): its pods need capacity elsewhere.
+    Node(String),
+}
+
+impl Trigger {
+    /// The batcher's key: a pod's uid, or `node/<name>`.
+    pub fn key(&self) -> String {
+        match self {
+            Trigger::Pod(uid) => uid.clone(),
+            Trigger::Node(name) => format!("node/{name}"),
+        }
+    }
+}
+
+/// Objects of one kind, keyed by `namespace/name` (or `name`), with the watcher's re-list buffer.
+#[derive(Debug)]
+pub struct Store<K> {
+    objects: BTreeMap<String, K>,
+    buffer: Option<BTreeMap<String, K>>,
+    synced: bool,
+}
+
+impl<K> Default for Store<K> {
+    fn default() -> Self {
+        Self { objects: BTreeMap::new(), buffer: None, synced: false }
+    }
+}
+
+/// Every tracked object (the inside of [`ClusterState`]; reached only through its methods).
+#[derive(Debug, Default)]
+pub struct Objects {
+    nodes: Store<Node>,
+    node_claims: Store<NodeClaim>,
+    pods: Store<Pod>,
+    node_pools: Store<NodePool>,
+    daemon_sets: Store<DaemonSet>,
+    pdbs: Store<PodDisruptionBudget>,
+    namespaces: Store<Namespace>,
+    pvcs: Store<PersistentVolumeClaim>,
+    pvs: Store<PersistentVolume>,
+    storage_classes: Store<StorageClass>,
+    csi_nodes: Store<CSINode>,
+    /// Node or NodeClaim name → end of its nomination.
+    nominations: BTreeMap<String, DateTime<Utc>>,
+    /// Node or NodeClaim names marked for deletion by disruption.
+    marked: BTreeSet<String>,
+    /// NodeClaim name → `namespace/name` of the pods it was created for.
+    claim_pods: BTreeMap<String, Vec<String>>,
+}
+
+/// A kind the cluster state tracks.
+pub trait Tracked: Resource<DynamicType = ()> + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static {
+    /// The store of this kind.
+    #[doc(hidden)]
+    fn store(objects: &mut Objects) -> &mut Store<Self>;
+    /// The store of this kind, read-only.
+    #[doc(hidden)]
+    fn store_ref(objects: &Objects) -> &Store<Self>;
+    /// The kind's name in logs and errors.
+    const KIND: &'static str;
+}
+
+macro_rules! tracked {
+    ($($ty:ty => $field:ident, $kind:literal;)*) => {
+        $(impl Tracked for $ty {
+            fn store(objects: &mut Objects) -> &mut Store<Self> {
+                &mut objects.$field
+            }
+            fn store_ref(objects: &Objects) -> &Store<Self> {
+                &objects.$field
+            }
+            const KIND: &'static str = $kind;
+        })*
+    };
+}
+
+tracked! {
+    Node => nodes, "Node";
+    NodeClaim => node_claims, "NodeClaim";
+    Pod => pods, "Pod";
+    NodePool => node_pools, "NodePool";
+    DaemonSet => daemon_sets, "DaemonSet";
+    PodDisruptionBudget => pdbs, "PodDisruptionBudget";
+    Namespace => namespaces, "Namespace";
+    PersistentVolumeClaim => pvcs, "PersistentVolumeClaim";
+    PersistentVolume => pvs, "PersistentVolume";
+    StorageClass => storage_classes, "StorageClass";
+    CSINode => csi_nodes, "CSINode";
+}
+
+/// `namespace/name` or `name`.
+pub fn object_key<K: Resource>(obj: &K) -> String {
+    let name = obj.meta().name.clone().unwrap_or_default();
+    match obj.meta().namespace.as_deref() {
+        Some(ns) if !ns.is_empty() => format!("{ns}/{name}"),
+        _ => name,
+    }
+}
+
+fn resource_version<K: Resource>(obj: &K) -> Option<u64> {
+    obj.meta().resource_version.as_deref().and_then(|rv| rv.parse().ok())
+}
+
+/// Whether `new` may replace `old`: not when both resourceVersions are numbers and `new`'s is older.
+fn newer_or_equal<K: Resource>(old: &K, new: &K) -> bool {
+    match (resource_version(old), resource_version(new)) {
+        (Some(o), Some(n)) => n >= o,
+        _ => true,
+    }
+}
+
+/// The cluster state handle (see the module docs). Clones share the state.
+#[derive(Clone)]
+pub struct ClusterState {
+    objects: Arc<RwLock<Objects>>,
+    clock: Arc<dyn Clock>,
+    nomination_window: Duration,
+    subscribers: Arc<Mutex<Vec<mpsc::UnboundedSender<Trigger>>>>,
+}
+
+impl fmt::Debug for ClusterState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClusterState").field("nomination_window", &self.nomination_window).finish_non_exhaustive()
+    }
+}
+
+/// A pending pod the controller will not provision for, and why (scheduling.md §1.2 Validate).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RejectedPod {
+    /// `namespace/name`.
+    pub pod: String,
+    /// Why (the `FailedScheduling` event's message).
+    pub reason: String,
+}
+
+/// What [`ClusterState::snapshot`] returns.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// The scheduler's input.
+    pub cluster: ClusterSnapshot,
+    /// Provisionable pods rejected by validation (they get a `FailedScheduling` event).
+    pub rejected: Vec<RejectedPod>,
+    /// Provisionable pods that opt out of Karpenter nodes (`karpenter.sh/nodepool DoesNotExist`): ignored
+    /// silently.
+    pub ignored: Vec<String>,
+}
+
+impl ClusterState {
+    /// An empty state; `nomination_window` is how long a nomination lasts.
+    pub fn new(clock: Arc<dyn Clock>, nomination_window: Duration) -> Self {
+        Self { objects: Arc::default(), clock, nomination_window, subscribers: Arc::default() }
+    }
+
+    /// An empty state with the nomination window of `settings`.
+    pub fn from_settings(settings: &CoreSettings, clock: Arc<dyn Clock>) -> Self {
+        Self::new(clock, settings.nomination_window())
+    }
+
+    /// The clock the state times nominations with.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, Objects> {
+        self.objects.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Objects> {
+        self.objects.write().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Receives a [`Trigger`] for each provisionable pod and disrupted node recorded from now on.
+    pub fn subscribe(&self) -> mpsc::UnboundedReceiver<Trigger> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.subscribers.lock().unwrap_or_else(|p| p.into_inner()).push(tx);
+        rx
+    }
+
+    fn notify(&self, trigger: Trigger) {
+        let mut subs = self.subscribers.lock().unwrap_or_else(|p| p.into_inner());
+        subs.retain(|tx| tx.send(trigger.clone()).is_ok());
+    }
+
+    fn trigger_for<K: Tracked>(obj: &K) -> Option<Trigger> {
+        let any: &dyn std::any::Any = obj;
+        if let Some(pod) = any.downcast_ref::<Pod>() {
+            return is_provisionable(pod)
+                .then(|| Trigger::Pod(pod.metadata.uid.clone().unwrap_or_else(|| object_key(pod))));
+        }
+        if let Some(node) = any.downcast_ref::<Node>() {
+            let disrupted = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .is_some_and(|ts| ts.iter().any(|t| t.key == labels::taints::DISRUPTED));
+            return disrupted.then(|| Trigger::Node(node.name_any()));
+        }
+        None
+    }
+
+    /// Records an object (a watch event or the answer of our own write). Ignored when the stored copy has a newer
+    /// resourceVersion.
+    pub fn apply<K: Tracked>(&self, obj: K) {
+        let trigger = Self::trigger_for(&obj);
+        {
+            let mut objects = self.write();
+            let store = K::store(&mut objects);
+            let key = object_key(&obj);
+            if store.objects.get(&key).is_none_or(|old| newer_or_equal(old, &obj)) {
+                store.objects.insert(key, obj);
+            }
+        }
+        if let Some(t) = trigger {
+            self.notify(t);
+        }
+    }
+
+    /// Forgets an object (deleted).
+    pub fn remove<K: Tracked>(&self, obj: &K) {
+        let key = object_key(obj);
+        let mut objects = self.write();
+        K::store(&mut objects).objects.remove(&key);
+        let any: &dyn std::any::Any = obj;
+        if any.is::<NodeClaim>() || any.is::<Node>() {
+            let name = obj.meta().name.clone().unwrap_or_default();
+            objects.nominations.remove(&name);
+            if any.is::<NodeClaim>() {
+                objects.claim_pods.remove(&name);
+                objects.marked.remove(&name);
+            }
+        }
+    }
+
+    /// Applies one watcher event: `Init` … `InitApply` … `InitDone` replaces the kind's objects at once.
+    pub fn handle_event<K: Tracked>(&self, event: watcher::Event<K>) {
+        match event {
+            watcher::Event::Apply(obj) => self.apply(obj),
+            watcher::Event::Delete(obj) => self.remove(&obj),
+            watcher::Event::Init => K::store(&mut self.write()).buffer = Some(BTreeMap::new()),
+            watcher::Event::InitApply(obj) => {
+                let trigger = Self::trigger_for(&obj);
+                K::store(&mut self.write()).buffer.get_or_insert_default().insert(object_key(&obj), obj);
+                if let Some(t) = trigger {
+                    self.notify(t);
+                }
+            }
+            watcher::Event::InitDone => {
+                let mut objects = self.write();
+                let store = K::store(&mut objects);
+                let fresh = store.buffer.take().unwrap_or_default();
+                // Keep a recorded write newer than the listed copy (the list may predate it).
+                let mut merged = BTreeMap::new();
+                for (key, obj) in fresh {
+                    let keep = match store.objects.remove(&key) {
+                        Some(old) if !newer_or_equal(&old, &obj) => old,
+                        _ => obj,
+                    };
+                    merged.insert(key, keep);
+                }
+                store.objects = merged;
+                store.synced = true;
+            }
+        }
+    }
+
+    /// Marks a kind as listed without a watcher (tests that feed the state by hand).
+    pub fn mark_synced<K: Tracked>(&self) {
+        K::store(&mut self.write()).synced = true;
+    }
+
+    /// Marks every kind as listed (tests that feed the state by hand).
+    pub fn mark_all_synced(&self) {
+        self.mark_synced::<Node>();
+        self.mark_synced::<NodeClaim>();
+        self.mark_synced::<Pod>();
+        self.mark_synced::<NodePool>();
+        self.mark_synced::<DaemonSet>();
+        self.mark_synced::<PodDisruptionBudget>();
+        self.mark_synced::<Namespace>();
+        self.mark_synced::<PersistentVolumeClaim>();
+        self.mark_synced::<PersistentVolume>();
+        self.mark_synced::<StorageClass>();
+        self.mark_synced::<CSINode>();
+    }
+
+    /// Whether `K` has been listed once.
+    pub fn kind_synced<K: Tracked>(&self) -> bool {
+        K::store_ref(&self.read()).synced
+    }
+
+    /// Upstream's `Synced()`: every kind listed and every NodeClaim has a providerID (none is mid-launch).
+    pub fn synced(&self) -> bool {
+        self.unsynced_reason().is_none()
+    }
+
+    /// Why the state is not synced (`None` when it is), for logs.
+    pub fn unsynced_reason(&self) -> Option<String> {
+        let o = self.read();
+        let kinds: [(&str, bool); 11] = [
+            (Node::KIND, o.nodes.synced),
+            (NodeClaim::KIND, o.node_claims.synced),
+            (Pod::KIND, o.pods.synced),
+            (NodePool::KIND, o.node_pools.synced),
+            (DaemonSet::KIND, o.daemon_sets.synced),
+            (PodDisruptionBudget::KIND, o.pdbs.synced),
+            (Namespace::KIND, o.namespaces.synced),
+            (PersistentVolumeClaim::KIND, o.pvcs.synced),
+            (PersistentVolume::KIND, o.pvs.synced),
+            (StorageClass::KIND, o.storage_classes.synced),
+            (CSINode::KIND, o.csi_nodes.synced),
+        ];
+        if let Some((kind, _)) = kinds.iter().find(|(_, synced)| !synced) {
+            return Some(format!("{kind}s not listed yet"));
+        }
+        o.node_claims
+            .objects
+            .values()
+            .find(|c| c.provider_id().is_none_or(str::is_empty))
+            .map(|c| format!("NodeClaim {} has not launched yet (no providerID)", c.name_any()))
+    }
+
+    /// Runs one watcher per tracked kind until `shutdown` is cancelled. Watch errors are logged and the watcher
+    /// re-lists with kube-runtime's default backoff.
+    pub async fn run_watchers(&self, client: Client, shutdown: CancellationToken) {
+        let c = &client;
+        let s = &shutdown;
+        futures::join!(
+            self.watch::<Node>(Api::all(c.clone()), s.clone()),
+            self.watch::<NodeClaim>(Api::all(c.clone()), s.clone()),
+            self.watch::<Pod>(Api::all(c.clone()), s.clone()),
+            self.watch::<NodePool>(Api::all(c.clone()), s.clone()),
+            self.watch::<DaemonSet>(Api::all(c.clone()), s.clone()),
+            self.watch::<PodDisruptionBudget>(Api::all(c.clone()), s.clone()),
+            self.watch::<Namespace>(Api::all(c.clone()), s.clone()),
+            self.watch::<PersistentVolumeClaim>(Api::all(c.clone()), s.clone()),
+            self.watch::<PersistentVolume>(Api::all(c.clone()), s.clone()),
+            self.watch::<StorageClass>(Api::all(c.clone()), s.clone()),
+            self.watch::<CSINode>(Api::all(c.clone()), s.clone()),
+        );
+    }
+
+    /// Runs the watcher of one kind until `shutdown` is cancelled.
+    pub async fn watch<K: Tracked>(&self, api: Api<K>, shutdown: CancellationToken) {
+        let mut stream = watcher(api, watcher::Config::default()).default_backoff().boxed();
+        loop {
+            let next = tokio::select! {
+                () = shutdown.cancelled() => return,
+                next = stream.next() => next,
+            };
+            match next {
+                Some(Ok(event)) => self.handle_event(event),
+                Some(Err(error)) => tracing::warn!(kind = K::KIND, %error, "watch failed, re-listing"),
+                None => return,
+            }
+        }
+    }
+
+    /// Every object of kind `K`, by key.
+    pub fn list<K: Tracked>(&self) -> Vec<K> {
+        K::store_ref(&self.read()).objects.values().cloned().collect()
+    }
+
+    /// One object of kind `K` by `namespace/name` (or `name`).
+    pub fn get<K: Tracked>(&self, key: &str) -> Option<K> {
+        K::store_ref(&self.read()).objects.get(key).cloned()
+    }
+
+    /// Nodes whose `spec.providerID` is `provider_id` (upstream's field index).
+    pub fn nodes_by_provider_id(&self, provider_id: &str) -> Vec<Node> {
+        self.read()
+            .nodes
+            .objects
+            .values()
+            .filter(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id))
+            .cloned()
+            .collect()
+    }
+
+    /// NodeClaims whose `status.providerID` is `provider_id`.
+    pub fn node_claims_by_provider_id(&self, provider_id: &str) -> Vec<NodeClaim> {
+        self.read().node_claims.objects.values().filter(|c| c.provider_id() == Some(provider_id)).cloned().collect()
+    }
+
+    /// Pod bindings: `namespace/name` → node, for every bound, non-terminal pod.
+    pub fn bindings(&self) -> BTreeMap<String, String> {
+        self.read()
+            .pods
+            .objects
+            .iter()
+            .filter(|(_, p)| !is_terminal(p))
+            .filter_map(|(k, p)| node_name(p).map(|n| (k.clone(), n.to_owned())))
+            .collect()
+    }
+
+    /// Non-terminal pods bound to `node`.
+    pub fn pods_on_node(&self, node: &str) -> Vec<Pod> {
+        self.read().pods.objects.values().filter(|p| node_name(p) == Some(node) && !is_terminal(p)).cloned().collect()
+    }
+
+    /// Records a NodeClaim this process just created (the API server's answer) with the pods it was created for.
+    /// The claim is nominated: the pods scheduled to it keep it from voluntary disruption until they bind.
+    pub fn record_created_claim(&self, claim: &NodeClaim, pods: &[String]) {
+        let name = claim.name_any();
+        self.apply(claim.clone());
+        let mut objects = self.write();
+        objects.claim_pods.insert(name.clone(), pods.to_vec());
+        let until = self.clock.now() + chrono_duration(self.nomination_window);
+        objects.nominations.insert(name, until);
+    }
+
+    /// The pods a NodeClaim created by this process was planned for.
+    pub fn claim_pods(&self, claim: &str) -> Vec<String> {
+        self.read().claim_pods.get(claim).cloned().unwrap_or_default()
+    }
+
+    /// Nominates a node or in-flight NodeClaim (by name) for the nomination window from now.
+    pub fn nominate(&self, name: &str) {
+        let until = self.clock.now() + chrono_duration(self.nomination_window);
+        self.write().nominations.insert(name.to_owned(), until);
+    }
+
+    /// Whether a node or NodeClaim (by name) is nominated now. A node is also nominated through its NodeClaim.
+    pub fn is_nominated(&self, name: &str) -> bool {
+        let now = self.clock.now();
+        let o = self.read();
+        let direct = |n: &str| o.nominations.get(n).is_some_and(|until| *until > now);
+        if direct(name) {
+            return true;
+        }
+        // The other name of the same machine.
+        o.node_claims.objects.values().any(|c| {
+            let claim = c.name_any();
+            (c.node_name() == Some(name) && direct(&claim)) || (claim == name && c.node_name().is_some_and(direct))
+        })
+    }
+
+    /// Marks nodes or NodeClaims (by name) for deletion: they take no new pods, their pods are provisioned for.
+    pub fn mark_for_deletion<'a>(&self, names: impl IntoIterator<Item = &'a str>) {
+        let mut o = self.write();
+        o.marked.extend(names.into_iter().map(str::to_owned));
+    }
+
+    /// Removes deletion marks (a disruption command that failed).
+    pub fn unmark_for_deletion<'a>(&self, names: impl IntoIterator<Item = &'a str>) {
+        let mut o = self.write();
+        for n in names {
+            o.marked.remove(n);
+        }
+    }
+
+    /// Whether a node or NodeClaim is marked for deletion: by a mark (on it or its NodeClaim), a deletion
+    /// timestamp (on it or its NodeClaim) or, for a node, the `karpenter.sh/disrupted` taint.
+    pub fn is_marked_for_deletion(&self, name: &str) -> bool {
+        let o = self.read();
+        marked_names(&o).contains(name)
+    }
+
+    /// The provisionable pods (scheduling.md §1.2, before validation), by key.
+    pub fn provisionable_pods(&self) -> Vec<Pod> {
+        self.read().pods.objects.values().filter(|p| is_provisionable(p)).cloned().collect()
+    }
+
+    /// The scheduler's input (see the module docs). Fails only on a node or NodeClaim quantity that does not parse.
+    pub fn snapshot(&self) -> Result<Snapshot, SnapshotError> {
+        let now = self.clock.now();
+        let o = self.read();
+        let marked = marked_names(&o);
+        let mut loaded: Vec<Object> = Vec::new();
+        loaded.extend(o.nodes.objects.values().map(|n| Object::Node(Box::new(n.clone()))));
+        loaded.extend(o.node_claims.objects.values().map(|c| Object::NodeClaim(Box::new(c.clone()))));
+        loaded.extend(o.node_pools.objects.values().map(|p| Object::NodePool(Box::new(p.clone()))));
+        loaded.extend(o.daemon_sets.objects.values().map(|d| Object::DaemonSet(Box::new(d.clone()))));
+        loaded.extend(o.pdbs.objects.values().map(|p| Object::PodDisruptionBudget(Box::new(p.clone()))));
+        loaded.extend(o.namespaces.objects.values().map(|n| Object::Namespace(Box::new(n.clone()))));
+        loaded.extend(o.pvcs.objects.values().map(|p| Object::PersistentVolumeClaim(Box::new(p.clone()))));
+        loaded.extend(o.pvs.objects.values().map(|p| Object::PersistentVolume(Box::new(p.clone()))));
+        loaded.extend(o.storage_classes.objects.values().map(|s| Object::StorageClass(Box::new(s.clone()))));
+        loaded.extend(o.csi_nodes.objects.values().map(|c| Object::CSINode(Box::new(c.clone()))));
+
+        let mut rejected = Vec::new();
+        let mut ignored = Vec::new();
+        let pdbs: Vec<&PodDisruptionBudget> = o.pdbs.objects.values().collect();
+        for (key, pod) in &o.pods.objects {
+            match node_name(pod) {
+                Some(node) if marked.contains(node) => {
+                    if is_reschedulable(pod, &pdbs) {
+                        let mut p = pod.clone();
+                        if let Some(spec) = p.spec.as_mut() {
+                            spec.node_name = None;
+                        }
+                        loaded.push(Object::Pod(Box::new(p)));
+                    }
+                }
+                Some(_) => {
+                    if !is_terminal(pod) {
+                        loaded.push(Object::Pod(Box::new(pod.clone())));
+                    }
+                }
+                None => {
+                    if !is_provisionable(pod) {
+                        continue;
+                    }
+                    match validate_pod(pod, &o) {
+                        Ok(()) => loaded.push(Object::Pod(Box::new(pod.clone()))),
+                        Err(PodRejection::OptOut) => ignored.push(key.clone()),
+                        Err(PodRejection::Invalid(reason)) => rejected.push(RejectedPod { pod: key.clone(), reason }),
+                    }
+                }
+            }
+        }
+        let loaded: Vec<Loaded> = loaded
+            .into_iter()
+            .map(|object| Loaded { object, origin: Origin { file: "cluster-state".into(), document: 0, item: None } })
+            .collect();
+        let mut cluster = ClusterSnapshot::from_objects(&loaded)?;
+        let nominated = |n: &str| o.nominations.get(n).is_some_and(|until| *until > now);
+        for node in &mut cluster.nodes {
+            let claim = node.node_claim.clone().unwrap_or_default();
+            node.nominated = nominated(&node.name) || nominated(&claim);
+            node.marked_for_deletion |= marked.contains(&node.name);
+        }
+        for claim in &mut cluster.node_claims {
+            claim.nominated = nominated(&claim.name) || claim.node_name.as_deref().is_some_and(nominated);
+            claim.marked_for_deletion |= marked.contains(&claim.name);
+        }
+        Ok(Snapshot { cluster, rejected, ignored })
+    }
+}
+
+fn chrono_duration(d: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
+}
+
+/// Names (nodes and NodeClaims) marked for deletion, each machine under both its names.
+fn marked_names(o: &Objects) -> BTreeSet<String> {
+    let mut out = o.marked.clone();
+    for n in o.nodes.objects.values() {
+        let disrupted = n
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|ts| ts.iter().any(|t| t.key == labels::taints::DISRUPTED));
+        if disrupted || n.metadata.deletion_timestamp.is_some() {
+            out.insert(n.name_any());
+        }
+    }
+    for c in o.node_claims.objects.values() {
+        let name = c.name_any();
+        let node = c.node_name().map(str::to_owned);
+        let marked = c.metadata.deletion_timestamp.is_some()
+            || out.contains(&name)
+            || node.as_ref().is_some_and(|n| out.contains(n));
+        if marked {
+            out.insert(name);
+            out.extend(node);
+        }
+    }
+    out
+}
+
+fn node_name(pod: &Pod) -> Option<&str> {
+    pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).filter(|n| !n.is_empty())
+}
+
+fn is_terminal(pod: &Pod) -> bool {
+    matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
+}
+
+fn owned_by_kind(pod: &Pod, api_version: &str, kind: &str) -> bool {
+    pod.metadata.owner_references.iter().flatten().any(|o| o.kind == kind && o.api_version == api_version)
+}
+
+/// scheduling.md §1.2: `PodScheduled=False` with reason `Unschedulable`, no `spec.nodeName`, no
+/// `status.nominatedNodeName`, not owned by a DaemonSet or a Node (static pod), and not terminal or terminating.
+pub fn is_provisionable(pod: &Pod) -> bool {
+    let status = pod.status.as_ref();
+    let unschedulable = status.and_then(|s| s.conditions.as_ref()).is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
+    });
+    unschedulable
+        && node_name(pod).is_none()
+        && status.and_then(|s| s.nominated_node_name.as_deref()).is_none_or(str::is_empty)
+        && !owned_by_kind(pod, "apps/v1", "DaemonSet")
+        && !owned_by_kind(pod, "v1", "Node")
+        && !is_terminal(pod)
+        && pod.metadata.deletion_timestamp.is_none()
+}
+
+/// Why a provisionable pod is not provisioned for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PodRejection {
+    /// It requires `karpenter.sh/nodepool DoesNotExist`: it opts out of Karpenter's nodes (no event).
+    OptOut,
+    /// Invalid for provisioning (the `FailedScheduling` message).
+    Invalid(String),
+}
+
+/// scheduling.md §1.2 Validate, the parts the scheduler does not report per pod itself: the opt-out (a) and the
+/// volume checks (d). Requirement and `matchFields` problems (b, c) come back from the scheduler as the pod's
+/// unschedulable reason.
+fn validate_pod(pod: &Pod, o: &Objects) -> Result<(), PodRejection> {
+    let spec = pod.spec.as_ref();
+    let opts_out = spec
+        .and_then(|s| s.affinity.as_ref())
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|na| na.required_during_scheduling_ignored_during_execution.as_ref())
+        .is_some_and(|sel| {
+            sel.node_selector_terms.iter().any(|t| {
+                t.match_expressions.iter().flatten().any(|e| e.key == labels::NODE_POOL && e.operator == "DoesNotExist")
+            })
+        });
+    if opts_out {
+        return Err(PodRejection::OptOut);
+    }
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    for volume in spec.and_then(|s| s.volumes.as_ref()).into_iter().flatten() {
+        let Some(claim) = volume.persistent_volume_claim.as_ref() else { continue };
+        let key = format!("{ns}/{}", claim.claim_name);
+        let invalid = |m: String| Err(PodRejection::Invalid(m));
+        let Some(pvc) = o.pvcs.objects.get(&key) else {
+            return invalid(format!("persistentvolumeclaim {key} not found"));
+        };
+        if pvc.metadata.deletion_timestamp.is_some() {
+            return invalid(format!("persistentvolumeclaim {key} is being deleted"));
+        }
+        if pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Lost") {
+            return invalid(format!("persistentvolumeclaim {key} is Lost"));
+        }
+        let pvc_spec = pvc.spec.as_ref();
+        match pvc_spec.and_then(|s| s.volume_name.as_deref()).filter(|v| !v.is_empty()) {
+            Some(pv) => {
+                let bound = pvc
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key("pv.kubernetes.io/bind-completed"));
+                if !bound {
+                    return invalid(format!("persistentvolumeclaim {key} names volume {pv} but is not bound yet"));
+                }
+                if !o.pvs.objects.contains_key(pv) {
+                    return invalid(format!("persistentvolume {pv} of persistentvolumeclaim {key} not found"));
+                }
+            }
+            None => match pvc_spec.and_then(|s| s.storage_class_name.as_deref()).filter(|s| !s.is_empty()) {
+                None => return invalid(format!("unbound persistentvolumeclaim {key} has no storage class")),
+                Some(sc) if !o.storage_classes.objects.contains_key(sc) => {
+                    return invalid(format!("storageclass {sc} of persistentvolumeclaim {key} not found"));
+                }
+                Some(_) => {}
+            },
+        }
+    }
+    Ok(())
+}
+
+/// Whether a label selector matches `labels` (a missing selector matches nothing, an empty one everything).
+pub fn selector_matches(selector: Option<&LabelSelector>, labels: &BTreeMap<String, String>) -> bool {
+    let Some(s) = selector else { return false };
+    let labels_ok = s.match_labels.iter().flatten().all(|(k, v)| labels.get(k) == Some(v));
+    let exprs_ok = s.match_expressions.iter().flatten().all(|e| {
+        let have = labels.get(&e.key);
+        let values = e.values.as_deref().unwrap_or(&[]);
+        match e.operator.as_str() {
+            "In" => have.is_some_and(|h| values.contains(h)),
+            "NotIn" => have.is_none_or(|h| !values.contains(h)),
+            "Exists" => have.is_some(),
+            "DoesNotExist" => have.is_none(),
+            _ => false,
+        }
+    });
+    labels_ok && exprs_ok
+}
+
+fn fully_blocking(pdb: &PodDisruptionBudget) -> bool {
+    let Some(spec) = pdb.spec.as_ref() else { return false };
+    let zero = |v: &IntOrString| matches!(v, IntOrString::Int(0)) || matches!(v, IntOrString::String(s) if s == "0%");
+    spec.max_unavailable.as_ref().is_some_and(zero)
+        || matches!(spec.min_available.as_ref(), Some(IntOrString::String(s)) if s == "100%")
+}
+
+/// scheduling.md §2.3: a pod of a node being deleted that provisioning should find room for.
+fn is_reschedulable(pod: &Pod, pdbs: &[&PodDisruptionBudget]) -> bool {
+    let terminating = pod.metadata.deletion_timestamp.is_some();
+    let stateful = pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "StatefulSet");
+    let active = !is_terminal(pod) && (!terminating || stateful);
+    let do_not_disrupt =
+        pod.metadata.annotations.as_ref().and_then(|a| a.get(annotations::DO_NOT_DISRUPT)) == Some(&"true".to_owned());
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let pod_labels = pod.metadata.labels.clone().unwrap_or_default();
+    let blocked = pdbs.iter().any(|pdb| {
+        pdb.metadata.namespace.as_deref() == Some(ns)
+            && fully_blocking(pdb)
+            && selector_matches(pdb.spec.as_ref().and_then(|s| s.selector.as_ref()), &pod_labels)
+    });
+    active
+        && !owned_by_kind(pod, "apps/v1", "DaemonSet")
+        && !owned_by_kind(pod, "v1", "Node")
+        && !do_not_disrupt
+        && !blocked
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use karpenter_testing::apiserver::ApiServer;
+    use karpenter_testing::{
+        FakeClock, NodeClaimOptions, NodeOptions, NodePoolOptions, PodOptions, node, node_claim, node_pool, pod,
+        unschedulable_pod,
+    };
+    use kube::api::PostParams;
+
+    fn state(clock: &FakeClock) -> ClusterState {
+        let s = ClusterState::new(Arc::new(clock.clone()), Duration::from_secs(20));
+        s.mark_all_synced();
+        s
+    }
+
+    fn with_rv<K: Resource>(mut obj: K, rv: u64) -> K {
+        obj.meta_mut().resource_version = Some(rv.to_string());
+        obj
+    }
+
+    #[test]
+    fn provisionable_rules() {
+        let p = unschedulable_pod(PodOptions { name: Some("a".into()), ..Default::default() });
+        assert!(is_provisionable(&p));
+        // Never marked unschedulable by kube-scheduler.
+        assert!(!is_provisionable(&pod(PodOptions { name: Some("b".into()), ..Default::default() })));
+        let mut preempting = p.clone();
+        preempting.status.as_mut().unwrap().nominated_node_name = Some("n".into());
+        assert!(!is_provisionable(&preempting));
+        let ds = unschedulable_pod(PodOptions { owner: Some(("DaemonSet".into(), "ds".into())), ..Default::default() });
+        assert!(!is_provisionable(&ds));
+        let mut deleting = p.clone();
+        deleting.metadata.deletion_timestamp = karpenter_testing::k8s_time(chrono::DateTime::UNIX_EPOCH);
+        assert!(!is_provisionable(&deleting));
+    }
+
+    #[test]
+    fn older_resource_versions_never_replace_newer_ones() {
+        let clock = FakeClock::default();
+        let s = state(&clock);
+        let mut c = node_claim(NodeClaimOptions { name: Some("c".into()), ..Default::default() });
+        c.metadata.labels.get_or_insert_default().insert("v".into(), "new".into());
+        s.apply(with_rv(c.clone(), 7));
+        c.metadata.labels.get_or_insert_default().insert("v".into(), "old".into());
+        s.apply(with_rv(c.clone(), 5));
+        let got: NodeClaim = s.get("c").unwrap();
+        assert_eq!(got.labels().get("v").map(String::as_str), Some("new"));
+        // A re-list with the older copy keeps the recorded write too.
+        s.handle_event(watcher::Event::<NodeClaim>::Init);
+        s.handle_event(watcher::Event::InitApply(with_rv(c, 5)));
+        s.handle_event(watcher::Event::<NodeClaim>::InitDone);
+        let got: NodeClaim = s.get("c").unwrap();
+        assert_eq!(got.labels().get("v").map(String::as_str), Some("new"));
+    }
+
+    #[test]
+    fn relist_drops_objects_that_are_gone() {
+        let clock = FakeClock::default();
+        let s = state(&clock);
+        s.apply(node(NodeOptions { name: Some("gone".into()), ..Default::default() }));
+        s.handle_event(watcher::Event::<Node>::Init);
+        s.handle_event(watcher::Event::InitApply(node(NodeOptions {
+            name: Some("kept".into()),
+            ..Default::default()
+        })));
+        assert_eq!(s.list::<Node>().len(), 1, "the old view stays until the list is complete");
+        s.handle_event(watcher::Event::<Node>::InitDone);
+        let names: Vec<String> = s.list::<Node>().iter().map(|n| n.name_any()).collect();
+        assert_eq!(names, ["kept"]);
+    }
+
+    #[test]
+    fn synced_needs_every_kind_listed_and_every_claim_launched() {
+        let clock = FakeClock::default();
+        let s = ClusterState::new(Arc::new(clock.clone()), Duration::from_secs(20));
+        assert!(!s.synced());
+        s.mark_all_synced();
+        assert!(s.synced());
+        let c = node_claim(NodeClaimOptions { name: Some("c".into()), ..Default::default() });
+        s.record_created_claim(&c, &["default/a".into()]);
+        assert!(s.unsynced_reason().unwrap().contains("NodeClaim c has not launched"));
+        assert_eq!(s.claim_pods("c"), ["default/a"]);
+        let launched = node_claim(NodeClaimOptions {
+            name: Some("c".into()),
+            provider_id: Some("kwok://c".into()),
+            launched: true,
+            ..Default::default()
+        });
+        s.apply(launched);
+        assert!(s.synced());
+    }
+
+    #[test]
+    fn nominations_last_the_window_and_cover_both_names() {
+        let clock = FakeClock::default();
+        let s = state(&clock);
+        s.apply(node_claim(NodeClaimOptions {
+            name: Some("c".into()),
+            node_name: Some("n".into()),
+            provider_id: Some("kwok://n".into()),
+            ..Default::default()
+        }));
+        s.nominate("c");
+        assert!(s.is_nominated("c") && s.is_nominated("n"));
+        clock.step_secs(19);
+        assert!(s.is_nominated("n"));
+        clock.step_secs(2);
+        assert!(!s.is_nominated("c") && !s.is_nominated("n"));
+    }
+
+    #[test]
+    fn snapshot_applies_the_controller_pod_rules() {
+        let clock = FakeClock::default();
+        let s = state(&clock);
+        s.apply(node_pool(NodePoolOptions { name: Some("default".into()), ..Default::default() }));
+        s.apply(unschedulable_pod(PodOptions { name: Some("pending".into()), ..Default::default() }));
+        // Not marked unschedulable by kube-scheduler yet: not provisionable.
+        s.apply(pod(PodOptions { name: Some("fresh".into()), ..Default::default() }));
+        s.apply(unschedulable_pod(PodOptions {
+            name: Some("opt-out".into()),
+            node_requirements: vec![karpenter_testing::requirement(labels::NODE_POOL, "DoesNotExist", &[])],
+            ..Default::default()
+        }));
+        s.apply(unschedulable_pod(PodOptions {
+            name: Some("no-pvc".into()),
+            pvcs: vec!["data".into()],
+            ..Default::default()
+        }));
+        s.apply(node(NodeOptions { name: Some("n1".into()), ..Default::default() }));
+        s.apply(node(NodeOptions { name: Some("n2".into()), ..Default::default() }));
+        s.apply(pod(PodOptions { name: Some("on-n1".into()), node_name: Some("n1".into()), ..Default::default() }));
+        s.apply(pod(PodOptions { name: Some("on-n2".into()), node_name: Some("n2".into()), ..Default::default() }));
+        s.mark_for_deletion(["n2"]);
+
+        let snap = s.snapshot().unwrap();
+        let pending: Vec<String> = snap.cluster.pending_pods.iter().map(object_key).collect();
+        assert_eq!(pending, ["default/on-n2", "default/pending"], "the marked node's pod needs a new home");
+        let bound: Vec<String> = snap.cluster.bound_pods.iter().map(object_key).collect();
+        assert_eq!(bound, ["default/on-n1"]);
+        assert_eq!(snap.ignored, ["default/opt-out"]);
+        assert_eq!(snap.rejected.len(), 1);
+        assert_eq!(snap.rejected[0].pod, "default/no-pvc");
+        assert!(snap.rejected[0].reason.contains("persistentvolumeclaim default/data not found"));
+        let n2 = snap.cluster.nodes.iter().find(|n| n.name == "n2").unwrap();
+        assert!(n2.marked_for_deletion);
+        s.unmark_for_deletion(["n2"]);
+        assert!(!s.is_marked_for_deletion("n2"));
+    }
+
+    #[test]
+    fn triggers_for_provisionable_pods_and_disrupted_nodes() {
+        let clock = FakeClock::default();
+        let s = state(&clock);
+        let mut rx = s.subscribe();
+        let mut p = unschedulable_pod(PodOptions { name: Some("a".into()), ..Default::default() });
+        p.metadata.uid = Some("uid-a".into());
+        s.apply(p);
+        s.apply(pod(PodOptions { name: Some("bound".into()), node_name: Some("n".into()), ..Default::default() }));
+        s.apply(node(NodeOptions {
+            name: Some("n".into()),
+            taints: vec![karpenter_testing::taint(labels::taints::DISRUPTED, None, "NoSchedule")],
+            ..Default::default()
+        }));
+        assert_eq!(rx.try_recv().unwrap(), Trigger::Pod("uid-a".into()));
+        assert_eq!(rx.try_recv().unwrap(), Trigger::Node("n".into()));
+        assert!(rx.try_recv().is_err());
+    }
+
+    #[tokio::test]
+    async fn watchers_follow_the_api_server() {
+        let server = ApiServer::new();
+        let client = server.client();
+        let clock = FakeClock::default();
+        let s = ClusterState::new(Arc::new(clock), Duration::from_secs(20));
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn({
+            let s = s.clone();
+            let shutdown = shutdown.clone();
+            async move { s.run_watchers(client, shutdown).await }
+        });
+        let pods: Api<Pod> = Api::namespaced(server.client(), "default");
+        pods.create(
+            &PostParams::default(),
+            &unschedulable_pod(PodOptions { name: Some("w".into()), ..Default::default() }),
+        )
+        .await
+        .unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !(s.kind_synced::<CSINode>() && s.synced() && s.get::<Pod>("default/w").is_some()) {
+            assert!(tokio::time::Instant::now() < deadline, "state did not catch up: {:?}", s.unsynced_reason());
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(s.get::<Namespace>("kube-system").is_some());
+        pods.delete("w", &Default::default()).await.unwrap();
+        while s.get::<Pod>("default/w").is_some() {
+            assert!(tokio::time::Instant::now() < deadline, "delete not seen");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        shutdown.cancel();
+        task.await.unwrap();
+    }
+}
