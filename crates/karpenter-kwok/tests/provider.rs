@@ -1,0 +1,295 @@
+//! KwokCloudProvider against the in-process API server: the Node a launch creates, idempotence, the
+//! instance lifecycle with finalizers, capacity marks, node classes, drift and instance-type files.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Node;
+use karpenter_api::NodeClaim;
+use karpenter_api::labels::{ARCH, CAPACITY_TYPE, HOSTNAME, INSTANCE_TYPE, NODE_POOL, NODE_REGISTERED, OS, ZONE};
+use karpenter_api::nodeclaim::NodeClassReference;
+use karpenter_cloudprovider::{CloudProvider, CloudProviderError, ErrorKind, InMemoryNodeClasses, OfferingRef, kwok};
+use karpenter_kwok::{
+    KWOK_NODE_KEY, KwokCloudProvider, KwokOptions, MANAGED_LABEL, NODE_CLAIM_ANNOTATION, PARTITION_LABEL, PRICE_LABEL,
+    UNREGISTERED_TAINT,
+};
+use karpenter_testing::apiserver::ApiServer;
+use karpenter_testing::{
+    KWOKNodeClassOptions, NodeClaimOptions, NodeOptions, NodePoolOptions, kwok_node_class, kwok_node_class_ref, node,
+    node_claim, node_pool, nodepool_requirement,
+};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+
+fn claim(name: &str, requirements: &[(&str, &[&str])], cpu: &str) -> NodeClaim {
+    let mut reqs: Vec<_> = requirements.iter().map(|(k, v)| nodepool_requirement(k, "In", v)).collect();
+    reqs.push(nodepool_requirement(NODE_POOL, "In", &["default"]));
+    let mut c = node_claim(NodeClaimOptions {
+        name: Some(name.into()),
+        node_pool: Some("default".into()),
+        requirements: reqs,
+        requests: [("cpu", cpu), ("memory", "1Gi")].into(),
+        node_class_ref: Some(kwok_node_class_ref("default")),
+        ..Default::default()
+    });
+    c.metadata.uid = Some(format!("uid-{name}"));
+    c.metadata.labels.get_or_insert_with(BTreeMap::new).insert("team".into(), "a".into());
+    c
+}
+
+fn linux(name: &str, cpu: &str) -> NodeClaim {
+    claim(name, &[(OS, &["linux"]), (ARCH, &["amd64"])], cpu)
+}
+
+fn labels(node: &Node) -> BTreeMap<String, String> {
+    node.metadata.labels.clone().unwrap_or_default()
+}
+
+fn label<'a>(l: &'a BTreeMap<String, String>, key: &str) -> Option<&'a str> {
+    l.get(key).map(String::as_str)
+}
+
+#[tokio::test]
+async fn create_makes_the_node_upstream_makes() {
+    let server = ApiServer::new();
+    let provider = KwokCloudProvider::with_defaults(server.client());
+    let nodes: Api<Node> = Api::all(server.client());
+    let launched = provider.create(&linux("web-abc", "1")).await.unwrap();
+
+    let node = nodes.get("web-abc").await.unwrap();
+    let spec = node.spec.clone().unwrap();
+    assert_eq!(spec.provider_id.as_deref(), Some("kwok://web-abc"));
+    let taints: Vec<(String, String)> =
+        spec.taints.unwrap_or_default().into_iter().map(|t| (t.key, t.effect)).collect();
+    // The unregistered taint is ours; the API server's TaintNodesByCondition adds not-ready (no Ready condition).
+    assert_eq!(
+        taints,
+        [
+            (UNREGISTERED_TAINT.to_owned(), "NoExecute".to_owned()),
+            ("node.kubernetes.io/not-ready".to_owned(), "NoSchedule".to_owned())
+        ]
+    );
+    let l = labels(&node);
+    // 1 CPU does not fit c-1x (900m allocatable): the cheapest fit is c-2x, spot, first zone.
+    assert_eq!(label(&l, INSTANCE_TYPE), Some("c-2x-amd64-linux"));
+    assert_eq!(label(&l, ZONE), Some("test-zone-a"));
+    assert_eq!(label(&l, CAPACITY_TYPE), Some("spot"));
+    assert_eq!(label(&l, ARCH), Some("amd64"));
+    assert_eq!(label(&l, OS), Some("linux"));
+    assert_eq!(label(&l, NODE_POOL), Some("default"));
+    assert_eq!(label(&l, HOSTNAME), Some("web-abc"));
+    assert_eq!(label(&l, "team"), Some("a"), "the claim's labels");
+    assert_eq!(label(&l, "karpenter.kwok.sh/instance-family"), Some("c"));
+    assert_eq!(label(&l, "karpenter.kwok.sh/instance-cpu"), Some("2"));
+    assert_eq!(label(&l, "karpenter.kwok.sh/instance-memory"), Some("4Gi"));
+    assert_eq!(label(&l, KWOK_NODE_KEY), Some("fake"));
+    assert_eq!(label(&l, MANAGED_LABEL), Some("true"));
+    assert!(label(&l, PARTITION_LABEL).is_some_and(|p| p.starts_with("partition-")));
+    assert_eq!(label(&l, PRICE_LABEL), Some("0.038006"), "0.7 × (2 × 0.025 + 4.294967296 × 0.001)");
+    assert_eq!(label(&l, NODE_REGISTERED), None, "registration is the lifecycle controller's");
+    let annotations = node.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(annotations.get(NODE_CLAIM_ANNOTATION).map(String::as_str), Some("web-abc"));
+    assert_eq!(annotations.get(KWOK_NODE_KEY).map(String::as_str), Some("fake"));
+    let status = node.status.clone().unwrap();
+    let cap = status.capacity.unwrap();
+    let alloc = status.allocatable.unwrap();
+    assert_eq!(cap.get("cpu").map(|q| q.0.as_str()), Some("2"));
+    assert_eq!(cap.get("memory").map(|q| q.0.as_str()), Some("4Gi"));
+    assert_eq!(cap.get("pods").map(|q| q.0.as_str()), Some("32"));
+    assert_eq!(alloc.get("cpu").map(|q| q.0.as_str()), Some("1900m"));
+    assert_eq!(alloc.get("memory").map(|q| q.0.as_str()), Some("4086Mi"));
+
+    // What create returns: the claim's name, uid and spec with the Node's labels and the launch status.
+    assert_eq!(launched.metadata.name.as_deref(), Some("web-abc"));
+    assert_eq!(launched.metadata.uid.as_deref(), Some("uid-web-abc"));
+    assert_eq!(launched.provider_id(), Some("kwok://web-abc"));
+    let ll = launched.metadata.labels.clone().unwrap();
+    assert_eq!(label(&ll, INSTANCE_TYPE), Some("c-2x-amd64-linux"));
+    assert_eq!(label(&ll, ZONE), Some("test-zone-a"));
+    let st = launched.status.clone().unwrap();
+    assert_eq!(st.capacity.get("cpu").map(|q| q.as_str()), Some("2"));
+    assert_eq!(st.allocatable.get("cpu").map(|q| q.as_str()), Some("1900m"));
+    assert_eq!(launched.spec, linux("web-abc", "1").spec);
+
+    // get and list see it the same way.
+    let got = provider.get("kwok://web-abc").await.unwrap();
+    assert_eq!(got.metadata.name.as_deref(), Some("web-abc"));
+    assert_eq!(got.status.as_ref().and_then(|s| s.node_name.as_deref()), Some("web-abc"));
+    assert_eq!(label(got.metadata.labels.as_ref().unwrap(), INSTANCE_TYPE), Some("c-2x-amd64-linux"));
+    assert_eq!(provider.list().await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn create_is_idempotent_per_node_claim_and_refuses_foreign_names() {
+    let server = ApiServer::new();
+    let provider = KwokCloudProvider::with_defaults(server.client());
+    let c = linux("same", "1");
+    let first = provider.create(&c).await.unwrap();
+    // Even with the first offering gone, a repeated create returns the existing Node instead of launching.
+    provider.set_insufficient_capacity(OfferingRef::new("c-2x-amd64-linux", "test-zone-a", "spot"), true);
+    let (a, b) = tokio::join!(provider.create(&c), provider.create(&c));
+    for again in [a.unwrap(), b.unwrap()] {
+        assert_eq!(again.provider_id(), first.provider_id());
+        assert_eq!(again.metadata.labels.as_ref().and_then(|l| l.get(ZONE)).map(String::as_str), Some("test-zone-a"));
+    }
+    assert_eq!(provider.list().await.unwrap().len(), 1);
+    // Concurrent creates of a new claim: one Node.
+    let fresh = linux("fresh", "1");
+    let (a, b) = tokio::join!(provider.create(&fresh), provider.create(&fresh));
+    assert_eq!(a.unwrap().provider_id(), b.unwrap().provider_id());
+    assert_eq!(provider.list().await.unwrap().len(), 2);
+
+    // A Node of that name that we did not launch: a create error, and get/list ignore it.
+    let nodes: Api<Node> = Api::all(server.client());
+    let mut foreign = node(NodeOptions { name: Some("taken".into()), ..Default::default() });
+    foreign.spec.get_or_insert_with(Default::default).provider_id = Some("kwok://taken".into());
+    nodes.create(&PostParams::default(), &foreign).await.unwrap();
+    let err = provider.create(&linux("taken", "1")).await.unwrap_err();
+    assert!(matches!(&err, CloudProviderError::Create { reason, .. } if reason == "NodeNameInUse"), "{err}");
+    assert!(provider.get("kwok://taken").await.unwrap_err().is_not_found());
+    assert_eq!(provider.list().await.unwrap().len(), 2);
+    // Another NodeClaim of the same name (another uid) does not adopt the old claim's Node.
+    let mut other_uid = linux("same", "1");
+    other_uid.metadata.uid = Some("uid-other".into());
+    assert_eq!(provider.create(&other_uid).await.unwrap_err().kind(), ErrorKind::Create);
+}
+
+#[tokio::test]
+async fn a_node_held_by_a_finalizer_counts_as_terminated() {
+    let server = ApiServer::new();
+    let provider = KwokCloudProvider::with_defaults(server.client());
+    let nodes: Api<Node> = Api::all(server.client());
+    let c = linux("held", "1");
+    let launched = provider.create(&c).await.unwrap();
+    let mut as_controller = c.clone();
+    as_controller.status = launched.status.clone();
+    // The lifecycle controller puts karpenter.sh/termination on registered Nodes.
+    let patch = serde_json::json!({"metadata": {"finalizers": ["karpenter.sh/termination"]}});
+    nodes.patch("held", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+
+    provider.delete(&as_controller).await.unwrap();
+    let node = nodes.get("held").await.unwrap();
+    assert!(node.metadata.deletion_timestamp.is_some(), "deletion requested, the finalizer holds the Node");
+    // For kwok the Node is the instance: once it is terminating the instance is gone, so the termination
+    // controller can remove its finalizer.
+    assert!(provider.get("kwok://held").await.unwrap_err().is_not_found());
+    assert!(provider.list().await.unwrap().is_empty());
+    assert!(provider.delete(&as_controller).await.unwrap_err().is_not_found());
+    assert!(provider.is_drifted(&as_controller).await.unwrap_err().is_not_found());
+    // While the old Node lingers, a new launch for the same name waits (retried by the controller).
+    let err = provider.create(&c).await.unwrap_err();
+    assert!(matches!(&err, CloudProviderError::Create { reason, .. } if reason == "NodeTerminating"), "{err}");
+    let patch = serde_json::json!({"metadata": {"finalizers": null}});
+    nodes.patch("held", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+    assert!(nodes.get_opt("held").await.unwrap().is_none());
+    // A claim without provider id, or with another provider's id, has no instance here.
+    assert!(provider.delete(&linux("never", "1")).await.unwrap_err().is_not_found());
+    assert!(provider.get("aws:///zone/i-1").await.unwrap_err().is_not_found());
+}
+
+fn pool() -> karpenter_api::NodePool {
+    node_pool(NodePoolOptions {
+        name: Some("default".into()),
+        node_class_ref: Some(kwok_node_class_ref("default")),
+        ..Default::default()
+    })
+}
+
+#[tokio::test]
+async fn out_of_capacity_offerings_are_unavailable_and_skipped() {
+    let server = ApiServer::new();
+    let provider = KwokCloudProvider::with_defaults(server.client());
+    let it = "c-1x-amd64-linux";
+    let pinned = claim("ice", &[(INSTANCE_TYPE, &[it]), (ZONE, &["test-zone-b"])], "500m");
+    provider.set_insufficient_capacity(OfferingRef::new(it, "test-zone-b", "spot"), true);
+    let its = provider.instance_types(&pool()).await.unwrap();
+    assert_eq!(its.len(), 144, "the whole catalogue, as upstream (NodePool requirements are the scheduler's)");
+    assert_eq!(its.iter().flat_map(|i| &i.offerings).filter(|o| !o.available).count(), 1);
+    let launched = provider.create(&pinned).await.unwrap();
+    assert_eq!(launched.metadata.labels.unwrap().get(CAPACITY_TYPE).map(String::as_str), Some("on-demand"));
+
+    let next = claim("ice-2", &[(INSTANCE_TYPE, &[it]), (ZONE, &["test-zone-b"])], "500m");
+    let exhausted = provider.exhaust_capacity_for(&next).unwrap();
+    assert_eq!(
+        exhausted,
+        [OfferingRef::new(it, "test-zone-b", "on-demand"), OfferingRef::new(it, "test-zone-b", "spot")]
+    );
+    let err = provider.create(&next).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InsufficientCapacity);
+    assert_eq!(err.failed_offerings(), exhausted.as_slice());
+    assert_eq!(provider.list().await.unwrap().len(), 1, "a failed create launches nothing");
+    provider.clear_insufficient_capacity();
+    assert!(provider.instance_types(&pool()).await.unwrap().iter().flat_map(|i| &i.offerings).all(|o| o.available));
+    assert!(provider.create(&next).await.is_ok());
+    // Nothing fits 1000 CPUs: InsufficientCapacity naming no offering.
+    let err = provider.create(&linux("huge", "1000")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InsufficientCapacity);
+    assert!(err.failed_offerings().is_empty());
+}
+
+#[tokio::test]
+async fn node_classes_gate_create_and_instance_types() {
+    let server = ApiServer::new();
+    let classes = InMemoryNodeClasses::new();
+    let provider = KwokCloudProvider::new(
+        server.client(),
+        KwokOptions { node_classes: Some(Arc::new(classes.clone())), ..KwokOptions::default() },
+    );
+    let c = linux("a", "1");
+    assert_eq!(provider.create(&c).await.unwrap_err().kind(), ErrorKind::InsufficientCapacity, "class missing");
+    assert!(provider.instance_types(&pool()).await.unwrap().is_empty());
+    classes.insert_kwok(&kwok_node_class(KWOKNodeClassOptions { name: None, ready: Some(false) })).unwrap();
+    assert_eq!(provider.create(&c).await.unwrap_err().kind(), ErrorKind::NodeClassNotReady);
+    assert_eq!(provider.instance_types(&pool()).await.unwrap().len(), 144, "not ready: still listed");
+    let mut unknown = kwok_node_class(KWOKNodeClassOptions::default());
+    unknown.status = None;
+    classes.insert_kwok(&unknown).unwrap();
+    assert!(provider.create(&c).await.is_ok(), "unknown readiness does not block a kwok launch (as upstream)");
+    let mut ec2 = linux("b", "1");
+    ec2.spec.node_class_ref = NodeClassReference::new("karpenter.k8s.aws", "EC2NodeClass", "default");
+    let err = provider.create(&ec2).await.unwrap_err();
+    assert!(matches!(&err, CloudProviderError::Create { reason, .. } if reason == "UnsupportedNodeClass"), "{err}");
+    assert_eq!(provider.supported_node_classes()[0].label_key(), "karpenter.kwok.sh/kwoknodeclass");
+    assert_eq!(provider.name(), "kwok");
+    assert_eq!(provider.repair_policies().len(), 2);
+    assert_eq!(provider.repair_policies()[0].toleration_duration.as_secs(), 600);
+}
+
+#[tokio::test]
+async fn drift_follows_the_node_annotation() {
+    let server = ApiServer::new();
+    let provider = KwokCloudProvider::with_defaults(server.client());
+    let c = linux("d", "1");
+    let mut launched = c.clone();
+    launched.status = provider.create(&c).await.unwrap().status;
+    assert_eq!(provider.is_drifted(&launched).await.unwrap(), None);
+    assert!(provider.set_drifted("kwok://d", Some("ImageDrift")).await.unwrap());
+    assert_eq!(provider.is_drifted(&launched).await.unwrap().map(|r| r.to_string()).as_deref(), Some("ImageDrift"));
+    assert!(provider.set_drifted("kwok://d", None).await.unwrap());
+    assert_eq!(provider.is_drifted(&launched).await.unwrap(), None);
+    assert!(!provider.set_drifted("kwok://missing", Some("X")).await.unwrap());
+}
+
+#[tokio::test]
+async fn instance_types_come_from_a_json_file() {
+    let dir = std::env::temp_dir().join(format!("karpenter-kwok-it-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("instance_types.json");
+    let json = r#"[{"name": "m5.large", "architecture": "amd64", "operatingSystems": ["linux"],
+        "resources": {"cpu": "2", "memory": "8Gi", "pods": "29"},
+        "offerings": [{"Price": 0.096, "Available": true, "Requirements": [
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+            {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-west-2a"]}]}]}]"#;
+    std::fs::write(&file, json).unwrap();
+    let options = KwokOptions::from_instance_types_file(&file).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let server = ApiServer::new();
+    let provider = KwokCloudProvider::new(server.client(), options);
+    assert_eq!(provider.instance_types(&pool()).await.unwrap().len(), 1);
+    let launched = provider.create(&linux("m", "1")).await.unwrap();
+    let l = launched.metadata.labels.unwrap();
+    assert_eq!(label(&l, INSTANCE_TYPE), Some("m5.large"));
+    assert_eq!(label(&l, ZONE), Some("us-west-2a"));
+    assert_eq!(label(&l, "karpenter.kwok.sh/instance-size"), Some("large"));
+    assert_eq!(launched.status.unwrap().capacity.get("pods").map(|q| q.as_str()), Some("29"));
+    assert_eq!(kwok::catalogue().len(), 144, "the built-in catalogue is untouched");
+}
