@@ -557,9 +557,22 @@ impl<'de> Visitor<'de> for NodeVisitor {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<YNode, A::Error> {
         let mut entries: Vec<(String, SNode)> = Vec::new();
+        // Small maps (nearly all of a manifest) check duplicates by scanning; big ones (a ConfigMap's data, a
+        // huge label set) switch to a set so the check stays linear.
+        let mut seen: Option<std::collections::HashSet<String>> = None;
         while let Some(key) = map.next_key::<String>()? {
             let value = map.next_value::<SNode>()?;
-            if entries.iter().any(|(k, _)| *k == key) {
+            let duplicate = match &mut seen {
+                Some(set) => !set.insert(key.clone()),
+                None if entries.len() >= 32 => {
+                    let mut set: std::collections::HashSet<String> = entries.iter().map(|(k, _)| k.clone()).collect();
+                    let duplicate = !set.insert(key.clone());
+                    seen = Some(set);
+                    duplicate
+                }
+                None => entries.iter().any(|(k, _)| *k == key),
+            };
+            if duplicate {
                 return Err(de::Error::custom(format!("duplicate key {key:?}")));
             }
             entries.push((key, value));
@@ -653,6 +666,15 @@ fn parse_yaml(text: &str, file: &str) -> Result<Vec<Document>, LoadError> {
         leading_zero_numbers_as_strings: true,
         underscored_numbers_as_strings: true,
         with_snippet: false,
+        // The defaults (1,024 documents, 250,000 nodes) guard services against hostile input; ours is the operator's
+        // own files, and `kubectl get pods -A -o yaml` of a large cluster exceeds them. Alias limits stay.
+        budget: serde_saphyr::budget! {
+            max_documents: 10_000_000,
+            max_nodes: 500_000_000,
+            max_events: 1_000_000_000,
+            max_reader_input_bytes: None,
+            max_total_scalar_bytes: 4 * 1024 * 1024 * 1024,
+        },
     };
     let nodes: Vec<SNode> = serde_saphyr::from_multiple_with_options(text, options).map_err(|e| {
         let line = e.location().map(|l| l.line()).filter(|l| *l > 0);

@@ -381,3 +381,27 @@ fn kwok_node_class_without_spec_loads() {
     assert_eq!(loaded.len(), 1);
     assert_eq!(loaded[0].object.kind(), "KWOKNodeClass");
 }
+
+/// `kubectl get pods -A -o yaml` of a large cluster is one huge List document, and generated manifests can be
+/// thousands of documents: both are past serde-saphyr's default budget (1,024 documents, 250,000 nodes).
+#[test]
+fn large_inputs_are_not_refused() {
+    let mut many = String::new();
+    for i in 0..2_000 {
+        many.push_str(&format!("---\napiVersion: v1\nkind: Namespace\nmetadata: {{name: ns-{i}}}\n"));
+    }
+    let objects = load_str(&many, "many.yaml").unwrap();
+    assert_eq!(objects.len(), 2_000);
+
+    // One document of more than 250,000 nodes (a key and a value per entry).
+    let mut big = String::from("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: big, namespace: default}\ndata:\n");
+    for i in 0..130_000 {
+        big.push_str(&format!("  k{i}: v\n"));
+    }
+    let objects = load_str(&big, "big.yaml").unwrap();
+    assert_eq!(objects.len(), 1);
+    // Duplicate keys are still caught in big maps (checked through a set past 32 entries).
+    big.push_str("  k77: again\n");
+    let err = load_str(&big, "big.yaml").unwrap_err().to_string();
+    assert!(err.contains("duplicate key \"k77\""), "{err}");
+}
