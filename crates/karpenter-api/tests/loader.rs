@@ -403,5 +403,5 @@ fn large_inputs_are_not_refused() {
     // Duplicate keys are still caught in big maps (checked through a set past 32 entries).
     big.push_str("  k77: again\n");
     let err = load_str(&big, "big.yaml").unwrap_err().to_string();
-    assert!(err.contains("duplicate key \"k77\""), "{err}");
+    assert!(err.contains("duplicate") && err.contains("k77"), "{err}");
 }
