@@ -18,6 +18,7 @@
 
 pub mod client;
 pub mod events;
+pub mod garbage_collection;
 pub mod eviction;
 pub mod kube_util;
 pub mod leader;

@@ -1,0 +1,233 @@
+//! Small pieces the termination, garbage-collection, expiration and interruption controllers share: their
+//! error type, time conversions, status-condition edits and guarded writes (finalizer removal and status
+//! patches carry the `resourceVersion` they were computed from, so a concurrent writer makes them fail with 409
+//! Conflict and the reconcile runs again instead of overwriting).
+
+use std::time::Duration;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use karpenter_api::NodeClaim;
+use karpenter_api::condition::{Condition, ConditionStatus};
+use karpenter_cloudprovider::{CloudProviderError, InterruptionError};
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use crate::eviction::EvictionError;
+
+/// What a reconcile returns: `Ok(None)` nothing more to do, `Ok(Some(d))` look again after `d`.
+pub type Requeue = Option<Duration>;
+
+/// Why a reconcile failed; the run loops retry with backoff (a [`ReconcileError::is_conflict`] at once).
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// A Kubernetes API call failed (409 Conflict included: a concurrent writer won, reconcile again).
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// A cloud provider call failed (other than NodeClaimNotFound, which callers handle).
+    #[error("cloud provider: {0}")]
+    CloudProvider(#[from] CloudProviderError),
+    /// An eviction failed for another reason than a budget (e.g. a pod selected by several PDBs).
+    #[error(transparent)]
+    Eviction(#[from] EvictionError),
+    /// The interruption source failed.
+    #[error(transparent)]
+    Interruption(#[from] InterruptionError),
+}
+
+impl ReconcileError {
+    /// A 409 Conflict from the API server: the object changed since it was read.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, ReconcileError::Kube(kube::Error::Api(s)) if s.code == 409)
+    }
+
+    /// How long the run loops wait before retrying after this error: at once for a conflict, else `backoff`.
+    pub fn retry_after(&self, backoff: Duration) -> Duration {
+        if self.is_conflict() { Duration::from_millis(10) } else { backoff }
+    }
+}
+
+/// A 404 from the API server.
+pub(crate) fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+/// A k8s timestamp as chrono.
+pub fn to_chrono(t: &Time) -> Option<DateTime<Utc>> {
+    karpenter_disruption::pods::time(t)
+}
+
+/// RFC 3339 with seconds, as the API server writes times.
+pub fn rfc3339(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+/// Seconds from `from` to `to` (0 when negative), for duration histograms.
+pub(crate) fn seconds_between(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
+    ((to - from).num_milliseconds().max(0) as f64) / 1000.0
+}
+
+/// Sets condition `type_` in `conditions`; the transition time changes only when the status does. Returns
+/// whether anything changed.
+pub fn set_condition(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: ConditionStatus,
+    reason: &str,
+    message: &str,
+    now: DateTime<Utc>,
+) -> bool {
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) => {
+            if c.status == status && c.reason == reason && c.message == message {
+                return false;
+            }
+            if c.status != status {
+                c.last_transition_time = rfc3339(now);
+            }
+            c.status = status;
+            c.reason = reason.to_string();
+            c.message = message.to_string();
+            true
+        }
+        None => {
+            conditions.push(Condition {
+                type_: type_.to_string(),
+                status,
+                observed_generation: None,
+                last_transition_time: rfc3339(now),
+                reason: reason.to_string(),
+                message: message.to_string(),
+            });
+            true
+        }
+    }
+}
+
+/// Removes condition `type_`; returns whether it was there.
+pub fn remove_condition(conditions: &mut Vec<Condition>, type_: &str) -> bool {
+    let before = conditions.len();
+    conditions.retain(|c| c.type_ != type_);
+    conditions.len() != before
+}
+
+/// Writes `conditions` as the NodeClaim's status conditions (merge patch of the status subresource, guarded by
+/// the claim's resourceVersion). Returns the updated claim.
+pub async fn patch_claim_conditions(
+    api: &Api<NodeClaim>,
+    claim: &NodeClaim,
+    conditions: &[Condition],
+) -> Result<NodeClaim, kube::Error> {
+    let patch = json!({
+        "metadata": {"resourceVersion": claim.resource_version()},
+        "status": {"conditions": conditions},
+    });
+    api.patch_status(&claim.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await
+}
+
+/// Sets one condition on a NodeClaim if it differs; returns the claim as stored afterwards.
+pub async fn ensure_claim_condition(
+    api: &Api<NodeClaim>,
+    claim: &NodeClaim,
+    type_: &str,
+    status: ConditionStatus,
+    reason: &str,
+    message: &str,
+    now: DateTime<Utc>,
+) -> Result<NodeClaim, kube::Error> {
+    let mut conditions = claim.conditions().to_vec();
+    if !set_condition(&mut conditions, type_, status, reason, message, now) {
+        return Ok(claim.clone());
+    }
+    patch_claim_conditions(api, claim, &conditions).await
+}
+
+/// Removes `finalizer` from `obj` (merge patch guarded by its resourceVersion). A 404 (already gone) is success.
+pub async fn remove_finalizer<K>(api: &Api<K>, obj: &K, finalizer: &str) -> Result<(), kube::Error>
+where
+    K: Resource + Clone + std::fmt::Debug + Serialize + DeserializeOwned,
+{
+    let finalizers: Vec<&String> = obj.finalizers().iter().filter(|f| f.as_str() != finalizer).collect();
+    if finalizers.len() == obj.finalizers().len() {
+        return Ok(());
+    }
+    let patch = json!({"metadata": {"resourceVersion": obj.resource_version(), "finalizers": finalizers}});
+    match api.patch(&obj.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+        Ok(_) => Ok(()),
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Deletes `name`; a 404 (already gone) is success.
+pub(crate) async fn delete_ignoring_missing<K>(api: &Api<K>, name: &str) -> Result<(), kube::Error>
+where
+    K: Resource + Clone + std::fmt::Debug + DeserializeOwned,
+{
+    match api.delete(name, &Default::default()).await {
+        Ok(_) => Ok(()),
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// A label of the object, or "" (metric label values).
+pub(crate) fn label<'a, K: Resource>(obj: &'a K, key: &str) -> &'a str {
+    obj.meta().labels.as_ref().and_then(|l| l.get(key)).map(String::as_str).unwrap_or("")
+}
+
+/// The consolidation policy of NodePool `pool` as upstream's metric label value ("" when unknown).
+pub(crate) async fn consolidation_policy(client: &kube::Client, pool: &str) -> String {
+    if pool.is_empty() {
+        return String::new();
+    }
+    match Api::<karpenter_api::NodePool>::all(client.clone()).get_opt(pool).await {
+        Ok(Some(p)) => format!("{:?}", p.spec.disruption.consolidation_policy),
+        _ => String::new(),
+    }
+}
+
+/// Counts a forceful disruption of `claim` in `karpenter_nodeclaims_disrupted_total`.
+pub(crate) async fn record_disrupted(
+    metrics: &crate::metrics::Metrics,
+    client: &kube::Client,
+    claim: &NodeClaim,
+    reason: &str,
+    termination_mode: &str,
+) {
+    let pool = claim.node_pool_name().unwrap_or("");
+    let policy = consolidation_policy(client, pool).await;
+    metrics
+        .nodeclaims_disrupted(
+            reason,
+            pool,
+            label(claim, karpenter_api::labels::CAPACITY_TYPE),
+            &policy,
+            termination_mode,
+        )
+        .inc();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    #[test]
+    fn transition_time_moves_only_with_the_status() {
+        let t0 = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+        let t1 = t0 + chrono::Duration::seconds(30);
+        let mut cs = Vec::new();
+        assert!(set_condition(&mut cs, "Drained", ConditionStatus::Unknown, "Draining", "", t0));
+        assert!(!set_condition(&mut cs, "Drained", ConditionStatus::Unknown, "Draining", "", t1), "no change");
+        assert!(set_condition(&mut cs, "Drained", ConditionStatus::Unknown, "Draining", "2 pods", t1));
+        assert_eq!(cs[0].last_transition_time, "2026-01-01T00:00:00Z", "same status keeps the time");
+        assert!(set_condition(&mut cs, "Drained", ConditionStatus::True, "Drained", "", t1));
+        assert_eq!(cs[0].last_transition_time, "2026-01-01T00:00:30Z");
+        assert!(remove_condition(&mut cs, "Drained"));
+        assert!(!remove_condition(&mut cs, "Drained"));
+    }
+}
