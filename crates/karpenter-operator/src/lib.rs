@@ -18,12 +18,15 @@
 
 pub mod client;
 pub mod events;
-pub mod garbage_collection;
 pub mod eviction;
+pub mod expiration;
+pub mod garbage_collection;
+pub mod interruption;
 pub mod kube_util;
 pub mod leader;
 pub mod logging;
 pub mod metrics;
+pub mod provisioner;
 pub mod server;
 pub mod settings;
 pub mod shutdown;

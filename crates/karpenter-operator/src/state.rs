@@ -521,6 +521,13 @@ impl ClusterState {
         marked_names(&o).contains(name)
     }
 
+    /// Sends a [`Trigger`] for every pod that is still provisionable (the pod trigger's 10 s requeue).
+    pub fn retrigger_provisionable(&self) {
+        for pod in self.provisionable_pods() {
+            self.notify(Trigger::Pod(pod.metadata.uid.clone().unwrap_or_else(|| object_key(&pod))));
+        }
+    }
+
     /// The provisionable pods (scheduling.md §1.2, before validation), by key.
     pub fn provisionable_pods(&self) -> Vec<Pod> {
         self.read().pods.objects.values().filter(|p| is_provisionable(p)).cloned().collect()

@@ -1,0 +1,790 @@
+//! The provisioner (`shared/spec/scheduling.md` §1-2, §8-9): pending pods in, NodeClaims out.
+//!
+//! - **Triggers**: [`ClusterState`] sends a [`Trigger`](crate::state::Trigger) for each provisionable pod and for
+//!   each node carrying the `karpenter.sh/disrupted` taint; [`Provisioner::run`] also re-triggers every pod that
+//!   stays provisionable every 10 s.
+//! - **Batching** ([`Batcher`]): wait up to 1 s for a first trigger, then collect until `BATCH_IDLE_DURATION`
+//!   passes without a new one or `BATCH_MAX_DURATION` since the first (triggers for keys already in the batch do
+//!   not extend it). Time is tokio's, so tests drive it with paused time.
+//! - **One pass** ([`Provisioner::provision`], no timers): refuse while the state is not synced (a NodeClaim
+//!   mid-launch: its capacity is not known yet, so scheduling now could launch twice for the same pods); take
+//!   the [`snapshot`](ClusterState::snapshot); ask the [`CloudProvider`] for the instance types of every ready,
+//!   dynamic, non-deleting NodePool; [`schedule_until`] with a 1 minute budget; then record the decisions:
+//!   `FailedScheduling` events for pods nothing fits (and for pods rejected by validation), `Nominated` events
+//!   and a nomination for pods placed on existing or in-flight nodes, and the new NodeClaims created (after
+//!   re-checking the NodePool's limits), each recorded in the state at once with its pods and announced with
+//!   `Nominated` events, `karpenter_nodeclaims_created_total{reason="provisioned"}`.
+//!
+//! The NodeClaim ([`build_node_claim`]) comes from the NodePool's template (requirements.md §3): labels (the
+//! template's, `karpenter.sh/nodepool`, the node-class label, and one value for each single-key custom
+//! requirement), annotations (the template's, the NodePool hash and its version, the min-values-relaxed flag),
+//! the decision's requirements (instance-type options and capacity types included), taints and startup taints,
+//! `resources.requests` (the pods' requests plus the DaemonSet overhead), `nodeClassRef`, `expireAfter`,
+//! `terminationGracePeriod`, and an owner reference to the NodePool. The `karpenter.sh/termination` finalizer is
+//! added by the lifecycle controller before launch, as upstream.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use karpenter_api::hash::node_pool_hash_annotations;
+use karpenter_api::labels::{self, annotations};
+use karpenter_api::nodeclaim::{ResourceQuantity, ResourceRequirements};
+use karpenter_api::{NodeClaim, NodeClaimSpec, NodePool, NodeSelectorRequirementWithMinValues, ProviderLabels};
+use karpenter_cloudprovider::CloudProvider;
+use karpenter_requirements::{InstanceType, Quantity, ResourceList};
+use karpenter_scheduler::decision::{NodeClaimPlan, UnschedulablePod};
+use karpenter_scheduler::snapshot::SnapshotError;
+use karpenter_scheduler::{Decisions, PoolInput, SchedulerOptions, schedule_until};
+use kube::api::{Api, PostParams};
+use kube::{Client, ResourceExt};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::events::{Event, Recorder, reasons};
+use crate::metrics::Metrics;
+use crate::settings::{CoreSettings, MinValuesPolicy, PreferencePolicy};
+use crate::state::{ClusterState, Trigger, object_key};
+
+/// How long the batcher waits for a first trigger before looking again.
+pub const FIRST_TRIGGER_WAIT: Duration = Duration::from_secs(1);
+/// How often pods that stay provisionable are triggered again.
+pub const RETRIGGER_INTERVAL: Duration = Duration::from_secs(10);
+/// The scheduling budget of one pass; what was decided by then is kept.
+pub const SOLVE_TIMEOUT: Duration = Duration::from_secs(60);
+/// The `controller` label of the scheduler metrics.
+pub const CONTROLLER: &str = "provisioner";
+
+/// The provisioner's settings.
+#[derive(Debug, Clone)]
+pub struct ProvisionerOptions {
+    /// `BATCH_IDLE_DURATION`.
+    pub batch_idle_duration: Duration,
+    /// `BATCH_MAX_DURATION`.
+    pub batch_max_duration: Duration,
+    /// `PREFERENCE_POLICY`.
+    pub preference_policy: PreferencePolicy,
+    /// `MIN_VALUES_POLICY`.
+    pub min_values_policy: MinValuesPolicy,
+    /// Budget of one scheduling pass ([`SOLVE_TIMEOUT`]).
+    pub solve_timeout: Duration,
+}
+
+impl Default for ProvisionerOptions {
+    fn default() -> Self {
+        Self {
+            batch_idle_duration: Duration::from_secs(1),
+            batch_max_duration: Duration::from_secs(10),
+            preference_policy: PreferencePolicy::Respect,
+            min_values_policy: MinValuesPolicy::Strict,
+            solve_timeout: SOLVE_TIMEOUT,
+        }
+    }
+}
+
+impl ProvisionerOptions {
+    /// The options of `settings`.
+    pub fn from_settings(settings: &CoreSettings) -> Self {
+        Self {
+            batch_idle_duration: settings.batch_idle_duration,
+            batch_max_duration: settings.batch_max_duration,
+            preference_policy: settings.preference_policy,
+            min_values_policy: settings.min_values_policy,
+            solve_timeout: SOLVE_TIMEOUT,
+        }
+    }
+
+    fn scheduler_options(&self) -> SchedulerOptions {
+        SchedulerOptions {
+            min_values_policy: match self.min_values_policy {
+                MinValuesPolicy::Strict => karpenter_requirements::MinValuesPolicy::Strict,
+                MinValuesPolicy::BestEffort => karpenter_requirements::MinValuesPolicy::BestEffort,
+            },
+            preference_policy: match self.preference_policy {
+                PreferencePolicy::Respect => karpenter_requirements::PreferencePolicy::Respect,
+                PreferencePolicy::Ignore => karpenter_requirements::PreferencePolicy::Ignore,
+            },
+            ..SchedulerOptions::default()
+        }
+    }
+}
+
+/// Collects triggers into batches (scheduling.md §1.3).
+#[derive(Debug)]
+pub struct Batcher {
+    triggers: mpsc::UnboundedReceiver<Trigger>,
+    idle: Duration,
+    max: Duration,
+}
+
+impl Batcher {
+    /// A batcher over `triggers` (from [`ClusterState::subscribe`]).
+    pub fn new(triggers: mpsc::UnboundedReceiver<Trigger>, idle: Duration, max: Duration) -> Self {
+        Self { triggers, idle, max }
+    }
+
+    /// Waits up to [`FIRST_TRIGGER_WAIT`] for a first trigger (empty result when none came), then collects until
+    /// the idle or the max duration ends the batch. Returns the batch's keys. A repeated key does not extend the
+    /// idle window.
+    pub async fn wait(&mut self) -> BTreeSet<String> {
+        let mut batch = BTreeSet::new();
+        match tokio::time::timeout(FIRST_TRIGGER_WAIT, self.triggers.recv()).await {
+            Ok(Some(t)) => batch.insert(t.key()),
+            Ok(None) | Err(_) => return batch,
+        };
+        let start = tokio::time::Instant::now();
+        let mut idle_deadline = start + self.idle;
+        let max_deadline = start + self.max;
+        loop {
+            let deadline = idle_deadline.min(max_deadline);
+            match tokio::time::timeout_at(deadline, self.triggers.recv()).await {
+                Ok(Some(t)) => {
+                    if batch.insert(t.key()) {
+                        idle_deadline = tokio::time::Instant::now() + self.idle;
+                    }
+                }
+                Ok(None) | Err(_) => return batch,
+            }
+        }
+    }
+}
+
+/// Why a NodeClaim could not be built or created.
+#[derive(Debug, thiserror::Error)]
+pub enum ProvisionError {
+    /// A node or NodeClaim quantity in the state does not parse.
+    #[error("building the scheduling snapshot: {0}")]
+    Snapshot(#[from] SnapshotError),
+    /// The decision names a NodePool the state does not hold (deleted meanwhile).
+    #[error("NodePool {0} not found")]
+    NodePoolNotFound(String),
+    /// The NodePool's usage already reaches one of its limits.
+    #[error("NodePool {pool}: {resource} usage {usage} exceeds limit {limit}")]
+    LimitsExceeded {
+        /// The NodePool.
+        pool: String,
+        /// The resource.
+        resource: String,
+        /// Current usage.
+        usage: String,
+        /// The limit.
+        limit: String,
+    },
+    /// A quantity in the NodePool or the decision does not parse.
+    #[error("NodePool {pool}: {message}")]
+    Invalid {
+        /// The NodePool.
+        pool: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The API server refused the NodeClaim.
+    #[error("creating a NodeClaim for NodePool {pool}: {source}")]
+    Create {
+        /// The NodePool.
+        pool: String,
+        /// The API error.
+        source: kube::Error,
+    },
+}
+
+/// What one pass did.
+#[derive(Debug, Default)]
+pub struct PassReport {
+    /// Set when the pass did nothing because the state is not synced (why).
+    pub waiting: Option<String>,
+    /// Names of the NodeClaims created, with the pods each is for.
+    pub created: Vec<(String, Vec<String>)>,
+    /// Pod → node or in-flight NodeClaim it was nominated to.
+    pub nominated: BTreeMap<String, String>,
+    /// Pods nothing fits, with the scheduler's reason.
+    pub unschedulable: Vec<UnschedulablePod>,
+    /// Pods rejected before scheduling (validation), with why.
+    pub rejected: Vec<UnschedulablePod>,
+    /// NodePools skipped because the cloud provider could not list their instance types.
+    pub skipped_pools: Vec<(String, String)>,
+    /// NodeClaims that could not be created (the pods are retried by the next pass).
+    pub errors: Vec<ProvisionError>,
+}
+
+/// The provisioner.
+#[derive(Clone)]
+pub struct Provisioner {
+    client: Client,
+    state: ClusterState,
+    cloud: Arc<dyn CloudProvider>,
+    recorder: Recorder,
+    metrics: Arc<Metrics>,
+    options: ProvisionerOptions,
+}
+
+impl fmt::Debug for Provisioner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Provisioner").field("options", &self.options).finish_non_exhaustive()
+    }
+}
+
+impl Provisioner {
+    /// A provisioner writing through `client`.
+    pub fn new(
+        client: Client,
+        state: ClusterState,
+        cloud: Arc<dyn CloudProvider>,
+        recorder: Recorder,
+        metrics: Arc<Metrics>,
+        options: ProvisionerOptions,
+    ) -> Self {
+        Self { client, state, cloud, recorder, metrics, options }
+    }
+
+    /// The run loop: batches triggers and runs a pass per batch until `shutdown`.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let mut batcher =
+            Batcher::new(self.state.subscribe(), self.options.batch_idle_duration, self.options.batch_max_duration);
+        let retrigger = {
+            let state = self.state.clone();
+            let shutdown = shutdown.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(RETRIGGER_INTERVAL);
+                loop {
+                    tokio::select! {
+                        () = shutdown.cancelled() => return,
+                        _ = tick.tick() => state.retrigger_provisionable(),
+                    }
+                }
+            })
+        };
+        loop {
+            let batch = tokio::select! {
+                () = shutdown.cancelled() => break,
+                batch = batcher.wait() => batch,
+            };
+            if batch.is_empty() {
+                continue;
+            }
+            let report = self.provision().await;
+            match report {
+                Ok(r) if r.waiting.is_some() => {
+                    tracing::debug!(controller = CONTROLLER, reason = r.waiting.as_deref(), "waiting on cluster sync");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    self.state.retrigger_provisionable();
+                }
+                Ok(r) => {
+                    for e in &r.errors {
+                        tracing::error!(controller = CONTROLLER, error = %e, "creating nodeclaim");
+                    }
+                }
+                Err(e) => tracing::error!(controller = CONTROLLER, error = %e, "provisioning"),
+            }
+        }
+        retrigger.abort();
+    }
+
+    /// One provisioning pass (see the module docs). Errors only when no snapshot can be built; per-claim
+    /// failures are in [`PassReport::errors`].
+    pub async fn provision(&self) -> Result<PassReport, ProvisionError> {
+        let mut report = PassReport::default();
+        self.metrics.cluster_state_synced().set(if self.state.synced() { 1.0 } else { 0.0 });
+        if let Some(reason) = self.state.unsynced_reason() {
+            report.waiting = Some(reason);
+            return Ok(report);
+        }
+        let snapshot = self.state.snapshot()?;
+        self.metrics.scheduler_ignored_pods_count().set(count(snapshot.ignored.len() + snapshot.rejected.len()));
+        for r in &snapshot.rejected {
+            self.failed_scheduling(&r.pod, &r.reason).await;
+            report.rejected.push(UnschedulablePod { pod: r.pod.clone(), reason: r.reason.clone() });
+        }
+        let cluster = snapshot.cluster;
+        if cluster.pending_pods.is_empty() {
+            return Ok(report);
+        }
+
+        // The NodePools provisioning may use, with their instance types.
+        let mut pools: Vec<(NodePool, Arc<[InstanceType]>)> = Vec::new();
+        for pool in &cluster.node_pools {
+            if pool.is_static() || !pool.is_ready() || pool.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            match self.cloud.instance_types(pool).await {
+                Ok(its) => pools.push((pool.clone(), its)),
+                Err(e) => {
+                    let name = pool.name_any();
+                    tracing::error!(controller = CONTROLLER, NodePool = %name, error = %e, "skipping nodepool: listing instance types failed");
+                    report.skipped_pools.push((name, e.to_string()));
+                }
+            }
+        }
+        let inputs: Vec<PoolInput<'_>> =
+            pools.iter().map(|(pool, its)| PoolInput { node_pool: pool, instance_types: its }).collect();
+        let options = self.options.scheduler_options();
+        let started = Instant::now();
+        let deadline = started + self.options.solve_timeout;
+        let decisions: Decisions =
+            schedule_until(&cluster, &inputs, self.cloud.labels(), &options, &mut || Instant::now() >= deadline);
+        self.metrics.scheduler_scheduling_duration_seconds(CONTROLLER).observe(started.elapsed().as_secs_f64());
+        self.metrics.scheduler_unschedulable_pods_count(CONTROLLER).set(count(decisions.unschedulable.len()));
+        if decisions.timed_out {
+            tracing::warn!(controller = CONTROLLER, "scheduling simulation timed out, keeping what was decided");
+        }
+
+        for u in &decisions.unschedulable {
+            self.failed_scheduling(&u.pod, &u.reason).await;
+        }
+        report.unschedulable = decisions.unschedulable.clone();
+
+        for placement in &decisions.existing_nodes {
+            self.state.nominate(&placement.name);
+            let target = if placement.in_flight {
+                format!("nodeclaim/{}", placement.name)
+            } else {
+                format!("node/{}", placement.name)
+            };
+            for pod in &placement.pods {
+                self.nominated_event(pod, &target).await;
+                report.nominated.insert(pod.clone(), placement.name.clone());
+            }
+        }
+
+        let pools = &pools;
+        let creations = decisions.new_node_claims.iter().map(|plan| async move {
+            let pool = pools.iter().find(|(p, _)| p.metadata.name.as_deref() == Some(plan.node_pool.as_str()));
+            let Some((pool, _)) = pool else {
+                return Err(ProvisionError::NodePoolNotFound(plan.node_pool.clone()));
+            };
+            self.create(pool, plan).await.map(|name| (name, plan.pods.clone()))
+        });
+        for result in futures::future::join_all(creations).await {
+            match result {
+                Ok(created) => report.created.push(created),
+                Err(e) => report.errors.push(e),
+            }
+        }
+        Ok(report)
+    }
+
+    /// Re-checks limits, builds, creates and records one NodeClaim; returns its name.
+    async fn create(&self, pool: &NodePool, plan: &NodeClaimPlan) -> Result<String, ProvisionError> {
+        let pool_name = pool.name_any();
+        // Re-read the pool: limits may have changed since the snapshot.
+        let pool = self
+            .state
+            .get::<NodePool>(&pool_name)
+            .ok_or_else(|| ProvisionError::NodePoolNotFound(pool_name.clone()))?;
+        check_limits(&pool, &self.state.list::<NodeClaim>())?;
+        let claim = build_node_claim(&pool, plan, self.cloud.labels())?;
+        let api: Api<NodeClaim> = Api::all(self.client.clone());
+        let created = api
+            .create(&PostParams::default(), &claim)
+            .await
+            .map_err(|source| ProvisionError::Create { pool: pool_name.clone(), source })?;
+        let name = created.name_any();
+        self.state.record_created_claim(&created, &plan.pods);
+        self.metrics
+            .nodeclaims_created("provisioned", &pool_name, if plan.min_values_relaxed { "true" } else { "false" })
+            .inc();
+        tracing::info!(controller = CONTROLLER, NodePool = %pool_name, NodeClaim = %name, pods = plan.pods.len(),
+            instance_types = plan.instance_types.len(), "created nodeclaim");
+        for pod in &plan.pods {
+            self.nominated_event(pod, &format!("nodeclaim/{name}")).await;
+        }
+        Ok(name)
+    }
+
+    async fn pod(&self, key: &str) -> Option<Pod> {
+        self.state.get::<Pod>(key)
+    }
+
+    async fn failed_scheduling(&self, key: &str, reason: &str) {
+        tracing::error!(controller = CONTROLLER, Pod = %key, error = %reason, "could not schedule pod");
+        if let Some(pod) = self.pod(key).await {
+            let event = Event::warning(&pod, reasons::FAILED_SCHEDULING, format!("Failed to schedule pod, {reason}"));
+            self.recorder.publish_detached(event);
+        }
+    }
+
+    async fn nominated_event(&self, key: &str, target: &str) {
+        if let Some(pod) = self.pod(key).await {
+            let event = Event::normal(&pod, reasons::NOMINATED, format!("Pod should schedule on: {target}"))
+                .with_dedupe_values([object_key(&pod), target.to_owned()]);
+            self.recorder.publish_detached(event);
+        }
+    }
+}
+
+fn count(n: usize) -> f64 {
+    n as f64
+}
+
+fn parse_quantity(pool: &str, what: &str, q: &str) -> Result<Quantity, ProvisionError> {
+    q.parse().map_err(|e| ProvisionError::Invalid { pool: pool.to_owned(), message: format!("{what} {q:?}: {e}") })
+}
+
+/// Fails when the NodePool's current usage (the capacity of its NodeClaims; `nodes` = their count) reaches one of
+/// its limits (scheduling.md §8: creation is refused once usage already exceeds the limits).
+pub fn check_limits(pool: &NodePool, claims: &[NodeClaim]) -> Result<(), ProvisionError> {
+    let name = pool.name_any();
+    if pool.spec.limits.is_empty() {
+        return Ok(());
+    }
+    let mut usage = ResourceList::new();
+    let mut nodes = 0i64;
+    for c in claims.iter().filter(|c| pool.owns(c)) {
+        nodes += 1;
+        for (resource, q) in c.status.iter().flat_map(|s| s.capacity.iter()) {
+            let q = parse_quantity(&name, &format!("NodeClaim {} capacity {resource}", c.name_any()), q.as_str())?;
+            let sum = usage.get_or_zero(resource).saturating_add(&q);
+            usage.insert(resource, sum);
+        }
+    }
+    usage.insert(
+        karpenter_api::nodepool::NODES_LIMIT,
+        Quantity::from_int(nodes, karpenter_requirements::Format::DecimalSI),
+    );
+    for (resource, limit) in &pool.spec.limits {
+        let limit_q = parse_quantity(&name, &format!("limits.{resource}"), limit.as_str())?;
+        let used = usage.get_or_zero(resource);
+        let exceeded = if resource == karpenter_api::nodepool::NODES_LIMIT {
+            used.as_nanos() >= limit_q.as_nanos()
+        } else {
+            used.as_nanos() > limit_q.as_nanos()
+        };
+        if exceeded {
+            return Err(ProvisionError::LimitsExceeded {
+                pool: name,
+                resource: resource.clone(),
+                usage: used.to_string(),
+                limit: limit.to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Builds the NodeClaim for one decision from its NodePool's template (see the module docs). The name is left to
+/// the API server (`generateName: <nodepool>-`).
+pub fn build_node_claim(
+    pool: &NodePool,
+    plan: &NodeClaimPlan,
+    provider: &ProviderLabels,
+) -> Result<NodeClaim, ProvisionError> {
+    let pool_name = pool.name_any();
+    let template = &pool.spec.template;
+    let node_class = &template.spec.node_class_ref;
+
+    let requirements: Vec<NodeSelectorRequirementWithMinValues> = plan
+        .requirements
+        .iter()
+        .map(|r| NodeSelectorRequirementWithMinValues {
+            key: r.key.clone(),
+            operator: r.operator.clone(),
+            values: r.values.clone(),
+            min_values: r.min_values.map(|m| i32::try_from(m).unwrap_or(i32::MAX)),
+        })
+        .collect();
+
+    let mut claim_labels: BTreeMap<String, String> = template.metadata.labels.clone();
+    // One value for each custom (not well-known, not restricted) single-key requirement, as upstream's Any().
+    for r in &requirements {
+        let custom = !provider.is_well_known(&r.key) && !provider.is_restricted(&r.key);
+        if custom && r.operator == "In" && !claim_labels.contains_key(&r.key) {
+            if let Some(v) = r.values.first() {
+                claim_labels.insert(r.key.clone(), v.clone());
+            }
+        }
+    }
+    claim_labels.insert(labels::NODE_POOL.to_owned(), pool_name.clone());
+    claim_labels.insert(node_class.label_key(), node_class.name.clone());
+
+    let mut claim_annotations = template.metadata.annotations.clone();
+    for (k, v) in node_pool_hash_annotations(pool) {
+        claim_annotations.insert(k.to_owned(), v);
+    }
+    claim_annotations.insert(
+        annotations::NODE_CLAIM_MIN_VALUES_RELAXED.to_owned(),
+        if plan.min_values_relaxed { "true" } else { "false" }.to_owned(),
+    );
+
+    // The pods' requests plus the DaemonSet overhead the claim was sized for.
+    let mut requests = ResourceList::new();
+    for (resource, q) in plan.requests.iter().chain(plan.daemon_set_overhead.iter()) {
+        let q = parse_quantity(&pool_name, &format!("decision request {resource}"), q)?;
+        let sum = requests.get_or_zero(resource).saturating_add(&q);
+        requests.insert(resource, sum);
+    }
+    let requests: BTreeMap<String, ResourceQuantity> =
+        requests.iter().map(|(k, q)| (k.to_string(), ResourceQuantity::new(q.to_string()))).collect();
+
+    let owner = OwnerReference {
+        api_version: "karpenter.sh/v1".into(),
+        kind: "NodePool".into(),
+        name: pool_name.clone(),
+        uid: pool.metadata.uid.clone().unwrap_or_default(),
+        block_owner_deletion: Some(true),
+        controller: None,
+    };
+    Ok(NodeClaim {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{pool_name}-")),
+            labels: Some(claim_labels),
+            annotations: Some(claim_annotations),
+            owner_references: pool.metadata.uid.is_some().then(|| vec![owner]),
+            ..ObjectMeta::default()
+        },
+        spec: NodeClaimSpec {
+            taints: template.spec.taints.clone(),
+            startup_taints: template.spec.startup_taints.clone(),
+            requirements,
+            resources: (!requests.is_empty()).then_some(ResourceRequirements { requests }),
+            node_class_ref: node_class.clone(),
+            termination_grace_period: template.spec.termination_grace_period.clone(),
+            expire_after: template.spec.expire_after.clone(),
+        },
+        status: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::BuildInfo;
+    use karpenter_cloudprovider::FakeCloudProvider;
+    use karpenter_testing::apiserver::{ApiServer, create_with_status};
+    use karpenter_testing::{
+        FakeClock, NodeClaimOptions, NodePoolOptions, PodOptions, kwok_node_class_ref, node_claim, node_pool,
+        nodepool_requirement, unschedulable_pod,
+    };
+    use kube::api::ListParams;
+
+    #[tokio::test(start_paused = true)]
+    async fn batches_end_after_idle_or_max_and_repeats_do_not_extend() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut batcher = Batcher::new(rx, Duration::from_secs(1), Duration::from_secs(10));
+        // Nothing: returns empty after the first-trigger wait.
+        let t0 = tokio::time::Instant::now();
+        assert!(batcher.wait().await.is_empty());
+        assert_eq!(t0.elapsed(), FIRST_TRIGGER_WAIT);
+
+        // Idle: two triggers 500 ms apart end 1 s after the second.
+        let sender = tx.clone();
+        tokio::spawn(async move {
+            sender.send(Trigger::Pod("a".into())).unwrap();
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            sender.send(Trigger::Pod("b".into())).unwrap();
+        });
+        let t0 = tokio::time::Instant::now();
+        let batch = batcher.wait().await;
+        assert_eq!(batch.into_iter().collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(t0.elapsed(), Duration::from_millis(1500));
+
+        // A repeated key does not extend the idle window.
+        let sender = tx.clone();
+        tokio::spawn(async move {
+            sender.send(Trigger::Pod("a".into())).unwrap();
+            tokio::time::sleep(Duration::from_millis(900)).await;
+            sender.send(Trigger::Pod("a".into())).unwrap();
+        });
+        let t0 = tokio::time::Instant::now();
+        assert_eq!(batcher.wait().await.len(), 1);
+        assert_eq!(t0.elapsed(), Duration::from_secs(1));
+
+        // Max: a new pod every 300 ms keeps it open for 10 s at most (34 pods: 0 s … 9.9 s).
+        let sender = tx.clone();
+        let feeder = tokio::spawn(async move {
+            for i in 0..100 {
+                sender.send(Trigger::Pod(format!("p{i}"))).unwrap();
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        });
+        let t0 = tokio::time::Instant::now();
+        let batch = batcher.wait().await;
+        assert_eq!(t0.elapsed(), Duration::from_secs(10));
+        assert_eq!(batch.len(), 34);
+        feeder.abort();
+    }
+
+    struct Fixture {
+        server: ApiServer,
+        state: ClusterState,
+        provisioner: Provisioner,
+        clock: FakeClock,
+    }
+
+    async fn fixture(pool: NodePoolOptions) -> Fixture {
+        let server = ApiServer::new();
+        let client = server.client();
+        let clock = FakeClock::default();
+        let state = ClusterState::new(Arc::new(clock.clone()), Duration::from_secs(20));
+        state.mark_all_synced();
+        let pool = node_pool(NodePoolOptions { node_class_ref: Some(kwok_node_class_ref("default")), ..pool });
+        let created = create_with_status(&Api::<NodePool>::all(client.clone()), &pool).await.unwrap();
+        state.apply(created);
+        let provisioner = Provisioner::new(
+            client.clone(),
+            state.clone(),
+            Arc::new(FakeCloudProvider::default()),
+            Recorder::new(client, Arc::new(clock.clone()), "test"),
+            Arc::new(Metrics::new(&BuildInfo::default())),
+            ProvisionerOptions::default(),
+        );
+        Fixture { server, state, provisioner, clock }
+    }
+
+    async fn add_pod(f: &Fixture, o: PodOptions) {
+        let pods: Api<Pod> = Api::namespaced(f.server.client(), "default");
+        let created = create_with_status(&pods, &unschedulable_pod(o)).await.unwrap();
+        f.state.apply(created);
+    }
+
+    async fn events(f: &Fixture, reason: &str) -> Vec<String> {
+        // Events are posted detached; give the tasks a moment.
+        let api: Api<k8s_openapi::api::core::v1::Event> = Api::all(f.server.client());
+        for _ in 0..100 {
+            let list = api.list(&ListParams::default()).await.unwrap();
+            let found: Vec<String> = list
+                .items
+                .iter()
+                .filter(|e| e.reason.as_deref() == Some(reason))
+                .map(|e| e.message.clone().unwrap_or_default())
+                .collect();
+            if !found.is_empty() {
+                return found;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Vec::new()
+    }
+
+    #[tokio::test]
+    async fn a_pass_creates_one_claim_and_the_next_passes_never_launch_again() {
+        let f = fixture(NodePoolOptions {
+            name: Some("default".into()),
+            labels: [("team".to_owned(), "a".to_owned())].into(),
+            termination_grace_period: Some("1h".into()),
+            requirements: vec![nodepool_requirement("karpenter.sh/capacity-type", "In", &["on-demand"])],
+            ..Default::default()
+        })
+        .await;
+        for name in ["a", "b"] {
+            add_pod(&f, PodOptions { name: Some(name.into()), requests: [("cpu", "1")].into(), ..Default::default() })
+                .await;
+        }
+        let report = f.provisioner.provision().await.unwrap();
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        assert_eq!(report.created.len(), 1);
+        let (name, pods) = &report.created[0];
+        assert_eq!(pods, &["default/a", "default/b"]);
+
+        let claims: Api<NodeClaim> = Api::all(f.server.client());
+        let claim = claims.get(name).await.unwrap();
+        assert!(name.starts_with("default-"));
+        let l = claim.labels();
+        assert_eq!(l.get(labels::NODE_POOL).map(String::as_str), Some("default"));
+        assert_eq!(l.get("team").map(String::as_str), Some("a"));
+        assert_eq!(l.get("karpenter.kwok.sh/kwoknodeclass").map(String::as_str), Some("default"));
+        let a = claim.annotations();
+        assert!(a.contains_key(annotations::NODE_POOL_HASH) && a.contains_key(annotations::NODE_POOL_HASH_VERSION));
+        let owner = &claim.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("NodePool", "default"));
+        let it = claim.spec.requirements.iter().find(|r| r.key == labels::INSTANCE_TYPE).unwrap();
+        assert!(!it.values.is_empty());
+        let ct = claim.spec.requirements.iter().find(|r| r.key == labels::CAPACITY_TYPE).unwrap();
+        assert_eq!(ct.values, ["on-demand"]);
+        let requests = &claim.spec.resources.as_ref().unwrap().requests;
+        assert_eq!(requests.get("cpu").map(ResourceQuantity::as_str), Some("2"));
+        assert_eq!(claim.spec.termination_grace_period.as_ref().map(ToString::to_string).as_deref(), Some("1h"));
+        assert!(f.state.is_nominated(name));
+        assert_eq!(events(&f, reasons::NOMINATED).await.len(), 2);
+
+        // Second pass: the claim has not launched, the state is not synced: nothing happens.
+        let second = f.provisioner.provision().await.unwrap();
+        assert!(second.waiting.as_deref().unwrap().contains("has not launched"));
+        assert!(second.created.is_empty());
+
+        // Once launched (capacity known), the pods are nominated to the in-flight claim instead.
+        let mut launched = claim.clone();
+        let fake = node_claim(NodeClaimOptions {
+            name: Some(name.clone()),
+            provider_id: Some(format!("kwok://{name}")),
+            allocatable: [("cpu", "4"), ("memory", "16Gi"), ("pods", "110")].into(),
+            capacity: [("cpu", "4"), ("memory", "16Gi"), ("pods", "110")].into(),
+            launched: true,
+            ..Default::default()
+        });
+        launched.status = fake.status;
+        f.state.apply(launched);
+        let third = f.provisioner.provision().await.unwrap();
+        assert!(third.waiting.is_none());
+        assert!(third.created.is_empty(), "{:?}", third.created);
+        assert_eq!(third.nominated.get("default/a"), Some(name));
+        assert_eq!(claims.list(&ListParams::default()).await.unwrap().items.len(), 1);
+        let _ = &f.clock;
+    }
+
+    #[tokio::test]
+    async fn pods_that_fit_nothing_get_failed_scheduling() {
+        let f = fixture(NodePoolOptions { name: Some("default".into()), ..Default::default() }).await;
+        add_pod(
+            &f,
+            PodOptions { name: Some("huge".into()), requests: [("cpu", "100000")].into(), ..Default::default() },
+        )
+        .await;
+        let report = f.provisioner.provision().await.unwrap();
+        assert!(report.created.is_empty());
+        assert_eq!(report.unschedulable.len(), 1);
+        let messages = events(&f, reasons::FAILED_SCHEDULING).await;
+        assert_eq!(messages.len(), 1);
+        assert!(messages[0].starts_with("Failed to schedule pod, "), "{messages:?}");
+    }
+
+    #[tokio::test]
+    async fn limits_reached_refuse_creation_and_say_why() {
+        let f = fixture(NodePoolOptions {
+            name: Some("default".into()),
+            limits: [("nodes", "1")].into(),
+            ..Default::default()
+        })
+        .await;
+        // One claim of this pool exists already.
+        f.state.apply(node_claim(NodeClaimOptions {
+            name: Some("existing".into()),
+            node_pool: Some("default".into()),
+            provider_id: Some("kwok://existing".into()),
+            taints: vec![karpenter_api::Taint::new("dedicated", Some("x"), karpenter_api::TaintEffect::NoSchedule)],
+            allocatable: [("cpu", "4"), ("pods", "110")].into(),
+            capacity: [("cpu", "4"), ("pods", "110")].into(),
+            launched: true,
+            ..Default::default()
+        }));
+        add_pod(&f, PodOptions { name: Some("a".into()), requests: [("cpu", "1")].into(), ..Default::default() }).await;
+        let report = f.provisioner.provision().await.unwrap();
+        assert!(report.created.is_empty());
+        // The scheduler's own limit accounting or the re-check refuses it; either way nothing is created.
+        let claims: Api<NodeClaim> = Api::all(f.server.client());
+        assert_eq!(claims.list(&ListParams::default()).await.unwrap().items.len(), 0);
+        let pool = f.state.get::<NodePool>("default").unwrap();
+        let err = check_limits(&pool, &f.state.list::<NodeClaim>()).unwrap_err();
+        assert!(err.to_string().contains("nodes usage 1 exceeds limit 1"), "{err}");
+    }
+
+    #[test]
+    fn a_malformed_decision_quantity_is_an_error_not_a_panic() {
+        let pool = node_pool(NodePoolOptions { name: Some("p".into()), ..Default::default() });
+        let plan = NodeClaimPlan {
+            name: "p-1".into(),
+            node_pool: "p".into(),
+            requirements: vec![],
+            instance_types: vec![],
+            price: None,
+            pods: vec![],
+            requests: [("cpu".to_owned(), "lots".to_owned())].into(),
+            daemon_set_overhead: BTreeMap::new(),
+            min_values_relaxed: false,
+        };
+        let err = build_node_claim(&pool, &plan, &ProviderLabels::kwok()).unwrap_err();
+        assert!(err.to_string().contains("decision request cpu \"lots\""), "{err}");
+    }
+}
