@@ -51,9 +51,8 @@ use karpenter_api::nodeclaim::{NodeClaimSpec, NodeClassReference};
 use karpenter_cloudprovider::{Clock, CloudProvider};
 use karpenter_disruption::expiration::{STUCK_AFTER_SECONDS, TerminationDeadline, termination_deadline};
 use karpenter_disruption::pods::{DoNotDisrupt, do_not_disrupt, is_static, is_terminal, tolerates_disrupted_taint};
-use karpenter_requirements::ResourceList;
 use karpenter_scheduler::ClusterSnapshot;
-use karpenter_scheduler::snapshot::{NodeClaimInfo, is_daemon_set_pod, pod_key};
+use karpenter_scheduler::snapshot::{is_daemon_set_pod, pod_key};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
@@ -64,8 +63,8 @@ use tokio_util::sync::CancellationToken;
 use crate::events::{Event, Recorder, reasons};
 use crate::eviction::{EvictionOutcome, evict_uid};
 use crate::kube_util::{
-    ReconcileError, Requeue, delete_ignoring_missing, ensure_claim_condition, is_not_found, label, remove_finalizer,
-    seconds_between, to_chrono,
+    ReconcileError, Requeue, delete_ignoring_missing, ensure_claim_condition, is_not_found, label, node_claim_info,
+    remove_finalizer, seconds_between, to_chrono,
 };
 use crate::metrics::{Metrics, StatusKind};
 
@@ -174,32 +173,7 @@ pub fn claim_deadline(
     pods: &[Pod],
     now: DateTime<Utc>,
 ) -> Option<TerminationDeadline> {
-    let conditions = claim
-        .conditions()
-        .iter()
-        .map(|c| {
-            let s = match c.status {
-                ConditionStatus::True => "True",
-                ConditionStatus::False => "False",
-                ConditionStatus::Unknown => "Unknown",
-            };
-            (c.type_.clone(), s.to_string())
-        })
-        .collect();
-    let info = NodeClaimInfo {
-        name: claim.name_any(),
-        node_pool: claim.node_pool_name().map(str::to_owned),
-        node_name: Some(node_name.to_owned()),
-        in_flight: false,
-        labels: claim.metadata.labels.clone().unwrap_or_default(),
-        annotations: claim.metadata.annotations.clone().unwrap_or_default(),
-        conditions,
-        claim: claim.clone(),
-        capacity: ResourceList::new(),
-        allocatable: ResourceList::new(),
-        marked_for_deletion: claim.metadata.deletion_timestamp.is_some(),
-        nominated: false,
-    };
+    let info = node_claim_info(claim, Some(node_name));
     let snapshot = ClusterSnapshot { bound_pods: pods.to_vec(), ..ClusterSnapshot::default() };
     termination_deadline(&snapshot, &info, now)
 }

@@ -1,0 +1,163 @@
+//! NodeClaim expiration (`shared/spec/disruption.md` §10): a NodeClaim whose `creationTimestamp + expireAfter`
+//! has passed is deleted — forcefully in the sense of disruption (no budget, no replacement launched first);
+//! the drain itself is the normal termination flow (PDBs honoured up to the terminationGracePeriod). Metric
+//! `karpenter_nodeclaims_disrupted_total{reason="expired",termination_mode="forceful"}`.
+//!
+//! The expiry time comes from [`karpenter_disruption::expiration`]. [`Expiration::reconcile`] handles one claim
+//! and returns when to look again (its expiry); [`Expiration::sweep`] handles all of them at once;
+//! [`Expiration::run`] is the kube-runtime loop (a NodeClaim watch, each claim requeued at its expiry).
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use karpenter_api::NodeClaim;
+use karpenter_cloudprovider::Clock;
+use karpenter_disruption::expiration::{expired, expires_at};
+use karpenter_scheduler::ClusterSnapshot;
+use kube::api::{Api, ListParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use tokio_util::sync::CancellationToken;
+
+use crate::kube_util::{ReconcileError, Requeue, delete_ignoring_missing, node_claim_info, record_disrupted};
+use crate::metrics::Metrics;
+use crate::termination::{error_policy, to_action};
+
+/// The metric reason of an expiry.
+pub const REASON: &str = "expired";
+
+/// The expiration controller (see the module docs).
+pub struct Expiration {
+    client: Client,
+    metrics: Arc<Metrics>,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for Expiration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Expiration").finish_non_exhaustive()
+    }
+}
+
+impl Expiration {
+    pub fn new(client: Client, metrics: Arc<Metrics>, clock: Arc<dyn Clock>) -> Self {
+        Self { client, metrics, clock }
+    }
+
+    fn claims(&self) -> Api<NodeClaim> {
+        Api::all(self.client.clone())
+    }
+
+    async fn expire(&self, claim: &NodeClaim) -> Result<(), ReconcileError> {
+        delete_ignoring_missing(&self.claims(), &claim.name_any()).await?;
+        record_disrupted(&self.metrics, &self.client, claim, REASON, "forceful").await;
+        tracing::info!(NodeClaim = %claim.name_any(), reason = REASON, "disrupting nodeclaim via delete");
+        Ok(())
+    }
+
+    /// Deletes the NodeClaim `name` if it has expired; otherwise returns the time left until it does (`None`
+    /// for `expireAfter: Never`, a missing or a deleting claim).
+    pub async fn reconcile(&self, name: &str) -> Result<Requeue, ReconcileError> {
+        let Some(claim) = self.claims().get_opt(name).await? else { return Ok(None) };
+        if claim.metadata.deletion_timestamp.is_some() {
+            return Ok(None);
+        }
+        let Some(at) = expires_at(&node_claim_info(&claim, None)) else { return Ok(None) };
+        let now = self.clock.now();
+        if now >= at {
+            self.expire(&claim).await?;
+            return Ok(None);
+        }
+        Ok((at - now).to_std().ok())
+    }
+
+    /// Deletes every expired NodeClaim; returns their names (sorted by expiry).
+    pub async fn sweep(&self) -> Result<Vec<String>, ReconcileError> {
+        let claims = self.claims().list(&ListParams::default()).await?.items;
+        let snapshot = ClusterSnapshot {
+            node_claims: claims.iter().map(|c| node_claim_info(c, None)).collect(),
+            ..ClusterSnapshot::default()
+        };
+        let mut done = Vec::new();
+        for e in expired(&snapshot, self.clock.now()) {
+            if let Some(claim) = claims.iter().find(|c| c.name_any() == e.node_claim) {
+                self.expire(claim).await?;
+                done.push(e.node_claim);
+            }
+        }
+        Ok(done)
+    }
+
+    /// Watches NodeClaims and expires each at its time, until `shutdown` is cancelled.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        Controller::new(self.claims(), watcher::Config::default())
+            .graceful_shutdown_on(shutdown.cancelled_owned())
+            .run(
+                |claim: Arc<NodeClaim>, ctx: Arc<Self>| async move {
+                    if claim.metadata.deletion_timestamp.is_some() {
+                        return Ok(Action::await_change());
+                    }
+                    Ok(to_action(ctx.reconcile(&claim.name_any()).await?))
+                },
+                error_policy,
+                self.clone(),
+            )
+            .for_each(|_| async {})
+            .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use chrono::{TimeZone, Utc};
+    use karpenter_api::labels;
+    use karpenter_testing::apiserver::ApiServer;
+    use karpenter_testing::{FakeClock, NodeClaimOptions, NodePoolOptions, node_claim, node_pool};
+    use kube::api::PostParams;
+
+    use super::*;
+    use crate::metrics::BuildInfo;
+
+    fn claim(name: &str, expire_after: &str) -> NodeClaim {
+        let mut c = node_claim(NodeClaimOptions {
+            name: Some(name.into()),
+            labels: [(labels::NODE_POOL.to_string(), "spot".to_string())].into(),
+            expire_after: Some(expire_after.into()),
+            ..Default::default()
+        });
+        c.metadata.uid = None;
+        c
+    }
+
+    #[tokio::test]
+    async fn claims_are_deleted_once_expired_and_requeued_until_then() {
+        let clock = FakeClock::new(Utc.with_ymd_and_hms(2026, 3, 1, 12, 0, 0).unwrap());
+        let server = ApiServer::builder().clock(Arc::new(clock.clone())).build();
+        let client = server.client();
+        let metrics = Arc::new(Metrics::new(&BuildInfo::current("test", "1.95")));
+        let exp = Expiration::new(client.clone(), metrics.clone(), Arc::new(clock.clone()));
+        let mut pool = node_pool(NodePoolOptions { name: Some("spot".into()), ..Default::default() });
+        pool.metadata.uid = None;
+        Api::<karpenter_api::NodePool>::all(client.clone()).create(&PostParams::default(), &pool).await.unwrap();
+        let claims: Api<NodeClaim> = Api::all(client.clone());
+        for c in [claim("short", "1h"), claim("long", "24h"), claim("forever", "Never")] {
+            claims.create(&PostParams::default(), &c).await.unwrap();
+        }
+        assert_eq!(exp.reconcile("short").await.unwrap(), Some(Duration::from_secs(3600)));
+        assert_eq!(exp.reconcile("forever").await.unwrap(), None);
+        assert_eq!(exp.reconcile("missing").await.unwrap(), None);
+        clock.step_secs(3599);
+        assert_eq!(exp.reconcile("short").await.unwrap(), Some(Duration::from_secs(1)));
+        assert!(exp.sweep().await.unwrap().is_empty());
+        clock.step_secs(1);
+        assert_eq!(exp.reconcile("short").await.unwrap(), None);
+        assert!(claims.get_opt("short").await.unwrap().is_none(), "deleted (no finalizer here)");
+        assert_eq!(metrics.nodeclaims_disrupted(REASON, "spot", "", "WhenEmptyOrUnderutilized", "forceful").get(), 1);
+        clock.step_secs(30 * 24 * 3600);
+        assert_eq!(exp.sweep().await.unwrap(), ["long"]);
+        assert!(claims.get_opt("forever").await.unwrap().is_some(), "Never expires");
+    }
+}
