@@ -499,3 +499,48 @@ fn drain_plan_takes_the_first_group_with_pods_and_skips_what_upstream_skips() {
     assert_eq!(groups["dns"], DrainGroup::CriticalWorkload);
     assert!(drain_plan(&[], None, now) == DrainPlan::default());
 }
+
+/// A clock that follows tokio's (paused) time, so the run loop's requeues and the controller's notion of now
+/// move together.
+#[derive(Debug)]
+struct TokioClock {
+    base: chrono::DateTime<Utc>,
+    start: tokio::time::Instant,
+}
+
+impl karpenter_cloudprovider::Clock for TokioClock {
+    fn now(&self) -> chrono::DateTime<Utc> {
+        self.base + chrono::Duration::from_std(self.start.elapsed()).unwrap_or_default()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_run_loop_terminates_a_deleted_claim_and_stops_on_shutdown() {
+    let e = env();
+    e.node_and_claim(None).await;
+    let clock: Arc<dyn karpenter_cloudprovider::Clock> =
+        Arc::new(TokioClock { base: e.clock.now(), start: tokio::time::Instant::now() });
+    let term = Arc::new(Termination::new(
+        e.client.clone(),
+        Arc::new(e.cloud.clone()),
+        Recorder::new(e.client.clone(), clock.clone(), "test"),
+        e.metrics.clone(),
+        clock,
+    ));
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(term.run(shutdown.clone()));
+    e.delete_claim().await;
+    let mut gone = false;
+    for _ in 0..600 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if e.claims().get_opt(CLAIM).await.unwrap().is_none() {
+            gone = true;
+            break;
+        }
+    }
+    assert!(gone, "claim and node terminated by the watch-driven loops");
+    assert!(e.nodes().get_opt(NODE).await.unwrap().is_none());
+    assert!(e.cloud.instance_ids().is_empty());
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(30), task).await.expect("stops on shutdown").unwrap();
+}
