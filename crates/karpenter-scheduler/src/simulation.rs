@@ -262,3 +262,68 @@ fn simple(pod: &Pod) -> bool {
 pub fn key(pod: &Pod) -> String {
     pod_key(pod)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schedule;
+    use karpenter_api::load_str;
+
+    /// A deterministic cluster of `n` nodes with 1..6 bound pods each of varied sizes.
+    fn cluster(n: usize, seed: u64) -> String {
+        let mut x = seed;
+        let mut next = move |m: u64| {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (x >> 33) % m
+        };
+        let mut docs = Vec::new();
+        for i in 0..n {
+            docs.push(format!(
+                "apiVersion: v1\nkind: Node\nmetadata: {{name: n{i:03}, labels: {{kubernetes.io/hostname: n{i:03}}}}}\nstatus: {{allocatable: {{cpu: \"4\", memory: 8Gi, pods: \"20\"}}}}"
+            ));
+            for j in 0..1 + next(6) {
+                let cpu = [100, 250, 500, 1000, 1500][next(5) as usize];
+                docs.push(format!(
+                    "apiVersion: v1\nkind: Pod\nmetadata: {{name: p{i:03}-{j}, namespace: default}}\nspec: {{nodeName: n{i:03}, containers: [{{name: c, image: x, resources: {{requests: {{cpu: {cpu}m, memory: 256Mi}}}}}}]}}"
+                ));
+            }
+        }
+        docs.join("\n---\n")
+    }
+
+    /// The simulator (prefix fast path included) agrees with a plain scheduling pass over a snapshot from which
+    /// the removed nodes are deleted and their pods made pending.
+    #[test]
+    fn simulation_equals_rescheduling_without_the_nodes() {
+        let provider = ProviderLabels::aws();
+        let options = SchedulerOptions::default();
+        for seed in 1..6u64 {
+            let objects = load_str(&cluster(150, seed), "t.yaml").expect("loads");
+            let snapshot = ClusterSnapshot::from_objects(&objects).expect("snapshot");
+            let sim = Simulator::new(&snapshot, &[], &provider, &options);
+            for first in [0usize, 40, 97, 140] {
+                let removed: BTreeSet<String> = (first..first + 3).map(|i| format!("n{i:03}")).collect();
+                let pods: Vec<&Pod> = removed.iter().flat_map(|n| snapshot.pods_on(n).collect::<Vec<_>>()).collect();
+                let d = sim.simulate(&SimulationView { removed: &removed, pods: pods.clone(), ..Default::default() });
+                let mut reference = snapshot.clone();
+                reference.nodes.retain(|n| !removed.contains(&n.name));
+                reference.bound_pods.retain(|p| {
+                    !p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some_and(|n| removed.contains(n))
+                });
+                reference.pending_pods = pods
+                    .iter()
+                    .map(|p| {
+                        let mut p = (*p).clone();
+                        if let Some(s) = p.spec.as_mut() {
+                            s.node_name = None;
+                        }
+                        p
+                    })
+                    .collect();
+                let expected = schedule(&reference, &[], &provider, &options);
+                assert_eq!(d, expected, "seed {seed}, removed {removed:?}");
+                assert!(d.placed_pods() > 0);
+            }
+        }
+    }
+}
