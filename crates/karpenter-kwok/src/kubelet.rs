@@ -1,7 +1,6 @@
 //! The built-in kubelet stand-in for kwok nodes (`--kwok-simulate-kubelet`), for clusters without a KWOK
 //! controller. It is the test kit's [`Kubelet`] (written once, in `karpenter_testing::standins`), restricted to the
-//! Nodes this provider launched (label [`MANAGED_LABEL`](crate::MANAGED_LABEL)`=true`) and run on a timer until
-//! shutdown.
+//! Nodes this provider launched (label [`MANAGED_LABEL`]`=true`) and run on a timer until shutdown.
 
 use std::sync::Arc;
 use std::time::Duration;
