@@ -218,10 +218,12 @@ pub fn evaluate(
         .iter()
         .flat_map(|c| c.candidates.iter().map(move |r| (r.node.as_str(), c.explanation.as_str())))
         .collect();
+    let nodes: BTreeMap<&str, &karpenter_scheduler::NodeInfo> =
+        snapshot.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
     let verdicts = verdicts
         .into_iter()
         .map(|(node, reason)| {
-            let n = snapshot.nodes.iter().find(|n| n.name == node);
+            let n = nodes.get(node.as_str()).copied();
             let message = match explanations.get(node.as_str()) {
                 Some(e) => format!("{reason}: {e}"),
                 None => reason.to_string(),
@@ -243,6 +245,25 @@ pub fn evaluate(
         verdicts,
         budgets: engine.budgets.statuses(),
     }
+}
+
+/// Multi-node consolidation alone (§4.6) at `now`, as if no earlier method acted: the command of the binary
+/// search over the sorted, budget-limited candidates (at most [`DisruptionOptions::multi_node_max_candidates`]),
+/// if any.
+pub fn multi_node_consolidation(
+    snapshot: &ClusterSnapshot,
+    pools: &[PoolInput<'_>],
+    provider: &ProviderLabels,
+    now: DateTime<Utc>,
+    options: &DisruptionOptions,
+) -> Option<Command> {
+    let cluster = Cluster::new(snapshot, pools, provider, now, options);
+    let engine = Engine::new(cluster);
+    let cands: Vec<Candidate<'_>> = snapshot.nodes.iter().filter_map(|n| candidate(&engine.cluster, n).ok()).collect();
+    let eligible = cands.iter().filter(|c| !c.is_empty() && engine.consolidation_precheck(c).is_ok());
+    let sorted = Engine::sorted(eligible);
+    let refs: Vec<&Candidate<'_>> = sorted.iter().collect();
+    engine.multi(&refs, options.multi_node_max_candidates)
 }
 
 pub(crate) fn emptiness_check(engine: &Engine<'_>, c: &Candidate<'_>, remaining: &Remaining) -> Result<(), Reason> {

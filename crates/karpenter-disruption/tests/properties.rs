@@ -257,7 +257,7 @@ fn reference_multi_node(snapshot: &ClusterSnapshot, catalogue: &[InstanceType]) 
                     .map(|t| t.min_compatible_price(&reqs, &provider))
                     .filter(|p| *p < same_type_limit)
                     .fold(f64::INFINITY, f64::min);
-                best.is_finite().then(|| total - best)
+                best.is_finite().then_some(total - best)
             }
             _ => None,
         }
