@@ -1,0 +1,201 @@
+//! Disruption passes on large clusters of the kwok catalogue (`karpenter_cloudprovider::kwok::catalogue`).
+//!
+//! * `disruption/single-node/{1000,5000}`: a full pass ([`karpenter_disruption::evaluate`]) over N nodes of
+//!   `s-16x-amd64-linux` (16 vCPU, 64 GiB) with 30 pods each: 70 % of the nodes are full (30 × 500m / 2 GiB),
+//!   30 % underutilized (30 × 100m / 256 MiB). Every node is a consolidation candidate and gets a verdict from
+//!   its own single-node simulation (upstream stops at 3 minutes; here every candidate is evaluated), after
+//!   multi-node consolidation has run.
+//! * `disruption/multi-node/100`: multi-node consolidation alone
+//!   ([`karpenter_disruption::multi_node_consolidation`]) on the 1,000-node cluster: the binary search over the
+//!   first 100 sorted candidates (upstream's cap), without upstream's 1 minute timeout.
+//!
+//! Before criterion measures a case it runs once and prints: time, commands, verdict counts by outcome.
+//! `cargo bench -p karpenter-benches --bench disruption -- single-node/1000`.
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
+use k8s_openapi::api::core::v1::Pod;
+use karpenter_api::{NodeClaim, NodePool, ProviderLabels};
+use karpenter_cloudprovider::kwok;
+use karpenter_disruption::{DisruptionOptions, Pass, evaluate, multi_node_consolidation};
+use karpenter_requirements::{InstanceType, ResourceList};
+use karpenter_scheduler::{ClusterSnapshot, NodeClaimInfo, NodeInfo, PoolInput};
+use serde_json::json;
+
+const NODE_TYPE: &str = "s-16x-amd64-linux";
+
+fn now() -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339("2026-01-01T12:00:00Z").map(|t| t.with_timezone(&Utc)).unwrap_or_default()
+}
+
+fn pool() -> NodePool {
+    serde_json::from_value(json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
+        "spec": {"template": {"spec": {
+            "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"},
+            "requirements": [
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
+                {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}
+            ]}},
+            "disruption": {"budgets": [{"nodes": "100%"}]}}
+    }))
+    .expect("pool")
+}
+
+/// `n` nodes with 30 pods each; nodes with `i % 10 < 3` (30 %) are underutilized.
+fn cluster(n: usize, catalogue: &[InstanceType]) -> ClusterSnapshot {
+    let it = catalogue.iter().find(|t| t.name == NODE_TYPE).expect("kwok type");
+    let allocatable: ResourceList = it.allocatable().clone();
+    let claim_template: NodeClaim = serde_json::from_value(json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+        "metadata": {"name": "x", "creationTimestamp": "2026-01-01T00:00:00Z", "labels": {"karpenter.sh/nodepool": "default"}},
+        "spec": {"nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"}, "requirements": []},
+        "status": {"conditions": [{"type": "Initialized", "status": "True", "lastTransitionTime": "2026-01-01T00:05:00Z", "reason": "Initialized", "message": ""}]}
+    }))
+    .expect("claim");
+    let pod_template = |cpu: &str, mem: &str| -> Pod {
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "x", "namespace": "default", "labels": {"app": "web"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "u"}]},
+            "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu, "memory": mem}}}]},
+            "status": {"phase": "Running"}
+        }))
+        .expect("pod")
+    };
+    let full = pod_template("500m", "2Gi");
+    let light = pod_template("100m", "256Mi");
+    let mut s = ClusterSnapshot { node_pools: vec![pool()], ..Default::default() };
+    for i in 0..n {
+        let name = format!("node-{i:05}");
+        let zone = kwok::ZONES[i % kwok::ZONES.len()];
+        let labels: BTreeMap<String, String> = [
+            ("kubernetes.io/hostname", name.as_str()),
+            ("kubernetes.io/arch", "amd64"),
+            ("kubernetes.io/os", "linux"),
+            ("node.kubernetes.io/instance-type", NODE_TYPE),
+            ("topology.kubernetes.io/zone", zone),
+            ("karpenter.sh/capacity-type", "on-demand"),
+            ("karpenter.sh/nodepool", "default"),
+            ("karpenter.sh/initialized", "true"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let claim_name = format!("claim-{i:05}");
+        let mut claim = claim_template.clone();
+        claim.metadata.name = Some(claim_name.clone());
+        s.node_claims.push(NodeClaimInfo {
+            name: claim_name.clone(),
+            node_pool: Some("default".into()),
+            node_name: Some(name.clone()),
+            in_flight: false,
+            labels: labels.clone(),
+            annotations: BTreeMap::new(),
+            conditions: BTreeMap::from([("Initialized".to_owned(), "True".to_owned())]),
+            claim,
+            capacity: it.capacity().clone(),
+            allocatable: allocatable.clone(),
+            marked_for_deletion: false,
+            nominated: false,
+        });
+        s.nodes.push(NodeInfo {
+            name: name.clone(),
+            labels,
+            allocatable: allocatable.clone(),
+            capacity: it.capacity().clone(),
+            node_pool: Some("default".into()),
+            node_claim: Some(claim_name),
+            initialized: true,
+            ..Default::default()
+        });
+        let template = if i % 10 < 3 { &light } else { &full };
+        for j in 0..30 {
+            let mut p = template.clone();
+            p.metadata.name = Some(format!("p-{i:05}-{j:02}"));
+            p.metadata.uid = Some(format!("uid-{i}-{j}"));
+            if let Some(spec) = p.spec.as_mut() {
+                spec.node_name = Some(name.clone());
+            }
+            s.bound_pods.push(p);
+        }
+    }
+    s.sort();
+    s
+}
+
+fn summary(pass: &Pass) -> String {
+    let mut outcomes: BTreeMap<String, usize> = BTreeMap::new();
+    for v in &pass.verdicts {
+        *outcomes.entry(format!("{:?}", v.outcome)).or_default() += 1;
+    }
+    let commands: Vec<String> = pass
+        .commands
+        .iter()
+        .map(|c| {
+            format!(
+                "{:?} {:?} of {} nodes saving ${:.2}/h",
+                c.method,
+                c.decision,
+                c.candidates.len(),
+                c.savings_per_hour
+            )
+        })
+        .collect();
+    format!("commands [{}], verdicts {outcomes:?}", commands.join("; "))
+}
+
+fn single_node(c: &mut Criterion) {
+    let catalogue = kwok::catalogue();
+    let provider = ProviderLabels::aws();
+    let options = DisruptionOptions::default();
+    let mut group = c.benchmark_group("disruption/single-node");
+    group.sample_size(10).sampling_mode(SamplingMode::Flat).warm_up_time(Duration::from_millis(100));
+    for n in [1_000usize, 5_000] {
+        let snapshot = cluster(n, &catalogue);
+        let pools = [PoolInput { node_pool: &snapshot.node_pools[0], instance_types: &catalogue }];
+        let start = Instant::now();
+        let pass = evaluate(&snapshot, &pools, &provider, now(), &options);
+        let secs = start.elapsed().as_secs_f64();
+        eprintln!("disruption/single-node/{n}: {secs:.3} s, {}", summary(&pass));
+        group.measurement_time(Duration::from_secs_f64((secs * 12.0).max(1.0)));
+        group.bench_function(n.to_string(), |b| {
+            b.iter(|| evaluate(black_box(&snapshot), &pools, &provider, now(), &options))
+        });
+    }
+    group.finish();
+}
+
+fn multi_node(c: &mut Criterion) {
+    let catalogue = kwok::catalogue();
+    let provider = ProviderLabels::aws();
+    let options = DisruptionOptions::default();
+    // 1,000 nodes; multi-node consolidation takes the first 100 sorted candidates (upstream's cap).
+    let snapshot = cluster(1_000, &catalogue);
+    let pools = [PoolInput { node_pool: &snapshot.node_pools[0], instance_types: &catalogue }];
+    let start = Instant::now();
+    let cmd = multi_node_consolidation(&snapshot, &pools, &provider, now(), &options);
+    let secs = start.elapsed().as_secs_f64();
+    eprintln!(
+        "disruption/multi-node/100: {secs:.3} s, {}",
+        cmd.as_ref().map_or_else(
+            || "no command".to_owned(),
+            |c| format!("{:?} of {} nodes saving ${:.2}/h", c.decision, c.candidates.len(), c.savings_per_hour)
+        )
+    );
+    let mut group = c.benchmark_group("disruption/multi-node");
+    group.sample_size(10).sampling_mode(SamplingMode::Flat).warm_up_time(Duration::from_millis(100));
+    group.measurement_time(Duration::from_secs_f64((secs * 12.0).max(1.0)));
+    group.bench_function("100", |b| {
+        b.iter(|| multi_node_consolidation(black_box(&snapshot), &pools, &provider, now(), &options))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, single_node, multi_node);
+criterion_main!(benches);
