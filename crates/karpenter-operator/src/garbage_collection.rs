@@ -325,7 +325,7 @@ mod tests {
         assert_eq!(e.gc.collect_instances().await.unwrap(), GcReport::default(), "too young");
         e.clock.step_secs(31);
         let report = e.gc.collect_instances().await.unwrap();
-        assert_eq!(report.instances, [leaked.clone()]);
+        assert_eq!(report.instances, [leaked]);
         assert_eq!(report.nodes, ["node-leaked"]);
         assert_eq!(e.cloud.instance_ids(), [kept]);
         assert_eq!(e.node_deleting("node-leaked").await, Some(true), "deleting through its finalizer");
