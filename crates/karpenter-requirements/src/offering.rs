@@ -65,7 +65,7 @@ impl Offering {
 
     /// Whether the offering is compatible with a claim: `Compatible(claim, offering, allow_undefined)`.
     pub fn is_compatible(&self, claim: &Requirements, allow_undefined: &impl KeySet) -> bool {
-        claim.compatible(&self.requirements, allow_undefined).is_ok()
+        claim.compatible_ok(&self.requirements, allow_undefined)
     }
 }
 

@@ -55,8 +55,8 @@ impl NodeFilter {
     fn matches(&self, reqs: &Requirements, taints: &[Taint], provider: Option<&ProviderLabels>) -> bool {
         let affinity = self.terms.is_empty()
             || self.terms.iter().any(|t| match provider {
-                Some(p) => reqs.compatible(t, p).is_ok(),
-                None => reqs.compatible(t, &NoKeys).is_ok(),
+                Some(p) => reqs.compatible_ok(t, p),
+                None => reqs.compatible_ok(t, &NoKeys),
             });
         affinity && self.tolerations.as_ref().is_none_or(|tol| tolerates_all(tol, taints).is_ok())
     }
@@ -66,6 +66,8 @@ impl NodeFilter {
 pub(crate) struct Group {
     pub kind: Kind,
     pub key: String,
+    /// `key` is the hostname label (checked per candidate node, so kept as a flag).
+    pub hostname: bool,
     pub namespaces: Namespaces,
     pub selector: LabelSelector,
     pub max_skew: i32,
@@ -259,6 +261,7 @@ impl Builder<'_> {
         self.topo.groups.push(Group {
             kind,
             key: key.to_owned(),
+            hostname: key == labels::HOSTNAME,
             namespaces,
             selector,
             max_skew,
@@ -575,7 +578,7 @@ impl Topology {
         let Some(t) = self.pod(i) else { return false };
         for g in t.active(relax).chain(t.blocked_by.iter().copied()) {
             let Some(gr) = self.groups.get(g as usize) else { continue };
-            if gr.key != labels::HOSTNAME {
+            if !gr.hostname {
                 continue;
             }
             match gr.kind {

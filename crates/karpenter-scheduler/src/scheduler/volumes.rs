@@ -235,7 +235,7 @@ pub(crate) fn first_compatible<'r>(
     if alternatives.is_empty() {
         return Ok(None);
     }
-    alternatives.iter().find(|a| node.compatible(a, allow).is_ok()).map(Some).ok_or_else(|| {
+    alternatives.iter().find(|a| node.compatible_ok(a, allow)).map(Some).ok_or_else(|| {
         format!(
             "volume topology {} is not compatible",
             alternatives.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(" or ")
