@@ -37,7 +37,7 @@ pub const LABEL_ALIASES: [(&str, &str); 5] = [
 
 /// The key with aliases replaced by the key they stand for.
 pub fn normalize_key(key: &str) -> &str {
-    LABEL_ALIASES.iter().find(|(alias, _)| *alias == key).map_or(key, |(_, to)| *to)
+    LABEL_ALIASES.iter().find(|(alias, _)| crate::fastcmp::eq(alias, key)).map_or(key, |(_, to)| *to)
 }
 
 #[cfg(test)]

@@ -33,6 +33,7 @@
 //! intersection is a linear merge, and `has_intersection` / `compatible` / `intersects` / `ResourceList::fits`
 //! do not allocate on the success path.
 
+mod fastcmp;
 pub mod host_ports;
 pub mod instance_type;
 pub mod labels;

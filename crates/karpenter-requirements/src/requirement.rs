@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::NodeSelectorRequirement;
 
+use crate::fastcmp;
 use crate::labels::normalize_key;
 
 /// Node selector operators, including Karpenter's inclusive numeric `Gte`/`Lte`.
@@ -141,7 +142,7 @@ impl Values {
 
     /// Membership by binary search.
     pub fn contains(&self, value: &str) -> bool {
-        self.as_slice().binary_search_by(|v| v.as_ref().cmp(value)).is_ok()
+        self.as_slice().binary_search_by(|v| fastcmp::cmp(v, value)).is_ok()
     }
 }
 
@@ -236,7 +237,7 @@ fn merge<'a>(a: &'a [Arc<str>], b: &'a [Arc<str>], mut emit: impl FnMut(&'a Arc<
                 j += 1;
                 emit(y, false, true)
             }
-            (Some(x), Some(y)) => match x.cmp(y) {
+            (Some(x), Some(y)) => match fastcmp::cmp(x, y) {
                 Ordering::Less => {
                     i += 1;
                     emit(x, true, false)

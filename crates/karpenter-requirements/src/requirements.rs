@@ -4,11 +4,13 @@
 //! and `intersection` are linear merges of two sorted lists. The success paths of `compatible` and
 //! `intersects` do not allocate.
 
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt;
 
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, Pod};
 
+use crate::fastcmp;
 use crate::labels::normalize_key;
 use crate::requirement::{Operator, Requirement, RequirementError, SerializedRequirement};
 
@@ -117,7 +119,7 @@ impl Requirements {
     }
 
     fn position(&self, key: &str) -> Result<usize, usize> {
-        self.reqs.binary_search_by(|r| r.key().cmp(key))
+        self.reqs.binary_search_by(|r| fastcmp::cmp(r.key(), key))
     }
 
     /// Adds a requirement: intersects it into the existing one for its key, or inserts it.
@@ -195,8 +197,8 @@ impl Requirements {
     pub fn compatible(&self, incoming: &Requirements, allow_undefined: &impl KeySet) -> Result<(), CompatibilityError> {
         let mut mine = self.reqs.iter().peekable();
         for theirs in &incoming.reqs {
-            while mine.next_if(|m| m.key() < theirs.key()).is_some() {}
-            if mine.peek().is_some_and(|m| m.key() == theirs.key()) {
+            while mine.next_if(|m| fastcmp::cmp(m.key(), theirs.key()) == Ordering::Less).is_some() {}
+            if mine.peek().is_some_and(|m| fastcmp::eq(m.key(), theirs.key())) {
                 continue;
             }
             if matches!(theirs.operator(), Operator::NotIn | Operator::DoesNotExist)
@@ -215,9 +217,9 @@ impl Requirements {
     pub fn intersects(&self, incoming: &Requirements) -> Result<(), CompatibilityError> {
         let mut mine = self.reqs.iter().peekable();
         for theirs in &incoming.reqs {
-            while mine.next_if(|m| m.key() < theirs.key()).is_some() {}
+            while mine.next_if(|m| fastcmp::cmp(m.key(), theirs.key()) == Ordering::Less).is_some() {}
             let Some(existing) = mine.peek() else { break };
-            if existing.key() != theirs.key() {
+            if !fastcmp::eq(existing.key(), theirs.key()) {
                 continue;
             }
             if !existing.has_intersection(theirs) && !both_negative(existing, theirs) {
@@ -236,9 +238,9 @@ impl Requirements {
     pub fn intersects_ok(&self, incoming: &Requirements) -> bool {
         let mut mine = self.reqs.iter().peekable();
         for theirs in &incoming.reqs {
-            while mine.next_if(|m| m.key() < theirs.key()).is_some() {}
+            while mine.next_if(|m| fastcmp::cmp(m.key(), theirs.key()) == Ordering::Less).is_some() {}
             let Some(existing) = mine.peek() else { break };
-            if existing.key() != theirs.key() {
+            if !fastcmp::eq(existing.key(), theirs.key()) {
                 continue;
             }
             if !existing.has_intersection(theirs) && !both_negative(existing, theirs) {
@@ -252,8 +254,8 @@ impl Requirements {
     pub fn compatible_ok(&self, incoming: &Requirements, allow_undefined: &impl KeySet) -> bool {
         let mut mine = self.reqs.iter().peekable();
         for theirs in &incoming.reqs {
-            while mine.next_if(|m| m.key() < theirs.key()).is_some() {}
-            if mine.peek().is_some_and(|m| m.key() == theirs.key()) {
+            while mine.next_if(|m| fastcmp::cmp(m.key(), theirs.key()) == Ordering::Less).is_some() {}
+            if mine.peek().is_some_and(|m| fastcmp::eq(m.key(), theirs.key())) {
                 continue;
             }
             if matches!(theirs.operator(), Operator::NotIn | Operator::DoesNotExist)
@@ -281,16 +283,16 @@ impl Requirements {
                     out.push((*y).clone());
                     b.next();
                 }
-                (Some(x), Some(y)) => match x.key().cmp(y.key()) {
-                    std::cmp::Ordering::Less => {
+                (Some(x), Some(y)) => match fastcmp::cmp(x.key(), y.key()) {
+                    Ordering::Less => {
                         out.push((*x).clone());
                         a.next();
                     }
-                    std::cmp::Ordering::Greater => {
+                    Ordering::Greater => {
                         out.push((*y).clone());
                         b.next();
                     }
-                    std::cmp::Ordering::Equal => {
+                    Ordering::Equal => {
                         out.push(x.intersection(y));
                         a.next();
                         b.next();
