@@ -9,7 +9,9 @@
 //! reported, not fatal (upstream's workload schedules every pod; a count here is a gap to explain).
 //!
 //! Only cases matching the command-line filter are prepared and reported, e.g.
-//! `cargo bench -p karpenter-benches --bench scheduler -- diverse/10000`.
+//! `cargo bench -p karpenter-benches --bench scheduler -- diverse/10000`. With
+//! `SCHEDULER_BENCH_REPORT_ONLY=1` in the environment, only the report lines are produced (one solve per
+//! case, no criterion measurement).
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -56,9 +58,21 @@ fn filters() -> Vec<String> {
     out
 }
 
+/// Whether criterion's filter (a regex) selects `id`, for the forms used in docs/benchmarks.md: alternatives
+/// separated by `|`, each a substring, optionally anchored with `^` / `$`.
 fn selected(id: &str) -> bool {
     let f = filters();
-    f.is_empty() || f.iter().any(|f| id.contains(f.as_str()))
+    f.is_empty()
+        || f.iter().flat_map(|f| f.split('|')).any(|alt| {
+            let (start, alt) = alt.strip_prefix('^').map_or((false, alt), |a| (true, a));
+            let (end, alt) = alt.strip_suffix('$').map_or((false, alt), |a| (true, a));
+            match (start, end) {
+                (true, true) => id == alt,
+                (true, false) => id.starts_with(alt),
+                (false, true) => id.ends_with(alt),
+                (false, false) => id.contains(alt),
+            }
+        })
 }
 
 /// Solves once, checks, prints the report line; returns the snapshot for criterion.
@@ -113,6 +127,9 @@ fn run_case(
         return;
     }
     let snapshot = report(&id, make(), its, options);
+    if std::env::var_os("SCHEDULER_BENCH_REPORT_ONLY").is_some() {
+        return;
+    }
     let pool = upstream::node_pool();
     let provider = ProviderLabels::aws();
     let inputs = [PoolInput { node_pool: &pool, instance_types: its }];
