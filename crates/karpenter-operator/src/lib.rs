@@ -24,6 +24,7 @@ pub mod garbage_collection;
 pub mod interruption;
 pub mod kube_util;
 pub mod leader;
+pub mod lifecycle;
 pub mod logging;
 pub mod metrics;
 pub mod provisioner;

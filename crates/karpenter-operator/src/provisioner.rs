@@ -490,10 +490,12 @@ pub fn build_node_claim(
     // One value for each custom (not well-known, not restricted) single-key requirement, as upstream's Any().
     for r in &requirements {
         let custom = !provider.is_well_known(&r.key) && !provider.is_restricted(&r.key);
-        if custom && r.operator == "In" && !claim_labels.contains_key(&r.key) {
-            if let Some(v) = r.values.first() {
-                claim_labels.insert(r.key.clone(), v.clone());
-            }
+        if custom
+            && r.operator == "In"
+            && !claim_labels.contains_key(&r.key)
+            && let Some(v) = r.values.first()
+        {
+            claim_labels.insert(r.key.clone(), v.clone());
         }
     }
     claim_labels.insert(labels::NODE_POOL.to_owned(), pool_name.clone());

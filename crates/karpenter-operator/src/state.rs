@@ -354,7 +354,8 @@ impl ClusterState {
         K::store_ref(&self.read()).synced
     }
 
-    /// Upstream's `Synced()`: every kind listed and every NodeClaim has a providerID (none is mid-launch).
+    /// Upstream's `Synced()`: every kind listed and every NodeClaim has a providerID (none is mid-launch). A
+    /// NodeClaim being deleted before it launched never will, and does not count.
     pub fn synced(&self) -> bool {
         self.unsynced_reason().is_none()
     }
@@ -381,7 +382,7 @@ impl ClusterState {
         o.node_claims
             .objects
             .values()
-            .find(|c| c.provider_id().is_none_or(str::is_empty))
+            .find(|c| c.metadata.deletion_timestamp.is_none() && c.provider_id().is_none_or(str::is_empty))
             .map(|c| format!("NodeClaim {} has not launched yet (no providerID)", c.name_any()))
     }
 

@@ -1,0 +1,886 @@
+//! The NodeClaim lifecycle controller (`shared/spec/disruption.md` §9): launch, registration, initialization
+//! and liveness of every live NodeClaim. Deleting NodeClaims are left to the termination controller.
+//!
+//! [`reconcile`] is one pass over one NodeClaim, without timers (tests call it directly); [`run`] drives it with
+//! kube-runtime's `Controller` over NodeClaims plus Nodes mapped to their NodeClaim (by owner reference or
+//! providerID), retrying failures with a per-object backoff from 1 s doubling to 1 min. Every pass:
+//!
+//! 1. ensures the `karpenter.sh/termination` finalizer;
+//! 2. **launch** (until `Launched=True`): `CloudProvider::create` (the answer is cached by uid for an hour, so a
+//!    status write lost to a conflict never launches a second instance); on success the claim gets the
+//!    provider's labels (its own labels win), annotations, `providerID`, `imageID`, capacity, allocatable and
+//!    `Launched=True`. Insufficient capacity or a node class that is not ready delete the claim (events
+//!    `InsufficientCapacityError` / `NodeClassNotReady`; the provisioner makes a new decision with the
+//!    offerings now unavailable); other errors set `Launched=Unknown` with the error kind as reason and are
+//!    retried;
+//! 3. **registration** (until `Registered=True`): the Node with the claim's providerID gets the claim's labels
+//!    and annotations, an owner reference to the claim, the termination finalizer, the claim's taints and
+//!    startup taints (unless it carries `karpenter.sh/do-not-sync-taints=true`), loses the
+//!    `karpenter.sh/unregistered` taint and gains `karpenter.sh/registered=true`; the claim gets
+//!    `status.nodeName` and `Registered=True` (`karpenter_nodes_created_total`). No Node yet:
+//!    `Registered=Unknown(NodeNotFound)`; several: `Registered=False(MultipleNodesFound)`;
+//! 4. **initialization** (until `Initialized=True`): the Node is `Ready=True`, none of the claim's startup taints
+//!    and none of the known ephemeral taints (not-ready, unreachable, cloud-provider uninitialized) remain, and
+//!    every resource the claim requests is registered (non-zero allocatable); then the Node is labelled
+//!    `karpenter.sh/initialized=true` and the claim gets `Initialized=True`. Otherwise `Initialized=Unknown`
+//!    with the reason (`NodeNotReady`, `StartupTaintsExist`, `KnownEphemeralTaintsExist`,
+//!    `ResourceNotRegistered`);
+//! 5. **liveness**: a claim not `Launched` 5 minutes after its launch attempt began (reason `launch_timeout`),
+//!    or not `Registered` 15 minutes after launch (`registration_timeout`) is deleted.
+//!
+//! The root `Ready` condition is `True` once the three are. Every write names the resourceVersion it was
+//! computed from (a conflict is retried), and its answer is recorded in the [`ClusterState`] at once.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Taint as CoreTaint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use karpenter_api::NodeClaim;
+use karpenter_api::condition::{Condition, ConditionStatus};
+use karpenter_api::labels::{self, finalizers, taints};
+use karpenter_api::nodeclaim::NodeClaimStatus;
+use karpenter_api::nodeclaim::conditions::{self as cond, reasons as cond_reasons};
+use karpenter_cloudprovider::{Clock, CloudProvider, CloudProviderError, ErrorKind};
+use karpenter_scheduler::snapshot::api_taint;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::events::{Event, Recorder, reasons};
+use crate::metrics::Metrics;
+use crate::state::ClusterState;
+
+/// A claim not launched this long after its launch began is deleted.
+pub const LAUNCH_TTL: Duration = Duration::from_secs(5 * 60);
+/// A claim not registered this long after launch is deleted.
+pub const REGISTRATION_TTL: Duration = Duration::from_secs(15 * 60);
+/// How long a successful `create` answer is remembered per NodeClaim uid.
+pub const LAUNCH_CACHE_TTL: Duration = Duration::from_secs(60 * 60);
+/// Longest message kept in a condition.
+pub const MAX_CONDITION_MESSAGE: usize = 300;
+/// The controller name in logs and metrics.
+pub const CONTROLLER: &str = "nodeclaim.lifecycle";
+
+/// Why a pass failed (it is retried with backoff).
+#[derive(Debug, thiserror::Error)]
+pub enum LifecycleError {
+    /// An API request failed (409 conflicts included: the pass is retried on fresher data).
+    #[error("NodeClaim {name}: {action}: {source}")]
+    Kube {
+        /// The NodeClaim.
+        name: String,
+        /// What was being done.
+        action: &'static str,
+        /// The API error.
+        source: kube::Error,
+    },
+    /// The cloud provider could not launch (not insufficient capacity, not a node class problem).
+    #[error("NodeClaim {name}: launching: {source}")]
+    Launch {
+        /// The NodeClaim.
+        name: String,
+        /// The provider's error.
+        source: CloudProviderError,
+    },
+}
+
+/// What the lifecycle controller works with.
+pub struct LifecycleContext {
+    client: Client,
+    state: ClusterState,
+    cloud: Arc<dyn CloudProvider>,
+    recorder: Recorder,
+    metrics: Arc<Metrics>,
+    clock: Arc<dyn Clock>,
+    launches: Mutex<BTreeMap<String, (DateTime<Utc>, NodeClaim)>>,
+    failures: Mutex<BTreeMap<String, u32>>,
+}
+
+impl fmt::Debug for LifecycleContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LifecycleContext").finish_non_exhaustive()
+    }
+}
+
+impl LifecycleContext {
+    /// A context; `clock` times conditions and the TTLs.
+    pub fn new(
+        client: Client,
+        state: ClusterState,
+        cloud: Arc<dyn CloudProvider>,
+        recorder: Recorder,
+        metrics: Arc<Metrics>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self { client, state, cloud, recorder, metrics, clock, launches: Mutex::default(), failures: Mutex::default() }
+    }
+
+    fn api(&self) -> Api<NodeClaim> {
+        Api::all(self.client.clone())
+    }
+
+    fn cached_launch(&self, uid: &str) -> Option<NodeClaim> {
+        let now = self.clock.now();
+        let mut cache = self.launches.lock().unwrap_or_else(|p| p.into_inner());
+        cache.retain(|_, (at, _)| now - *at < chrono_duration(LAUNCH_CACHE_TTL));
+        cache.get(uid).map(|(_, c)| c.clone())
+    }
+
+    fn cache_launch(&self, uid: &str, launched: &NodeClaim) {
+        let now = self.clock.now();
+        self.launches.lock().unwrap_or_else(|p| p.into_inner()).insert(uid.to_owned(), (now, launched.clone()));
+    }
+
+    /// Backoff of the next retry of `name`: 1 s doubling per consecutive failure, at most 1 min.
+    fn backoff(&self, name: &str) -> Duration {
+        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let n = failures.entry(name.to_owned()).or_insert(0);
+        *n = n.saturating_add(1);
+        Duration::from_secs(1u64 << (*n - 1).min(6)).min(Duration::from_secs(60))
+    }
+
+    fn succeeded(&self, name: &str) {
+        self.failures.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
+    }
+}
+
+fn chrono_duration(d: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
+}
+
+fn rfc3339(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+fn truncate(message: &str) -> String {
+    message.chars().take(MAX_CONDITION_MESSAGE).collect()
+}
+
+/// Sets a condition; the transition time changes only when the status does. Returns whether anything changed.
+pub fn set_condition(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: ConditionStatus,
+    reason: &str,
+    message: &str,
+    now: DateTime<Utc>,
+    generation: Option<i64>,
+) -> bool {
+    let message = truncate(message);
+    if let Some(c) = conditions.iter_mut().find(|c| c.type_ == type_) {
+        let changed = c.status != status || c.reason != reason || c.message != message;
+        if c.status != status {
+            c.last_transition_time = rfc3339(now);
+        }
+        c.status = status;
+        c.reason = reason.to_owned();
+        c.message = message;
+        c.observed_generation = generation;
+        return changed;
+    }
+    conditions.push(Condition {
+        type_: type_.to_owned(),
+        status,
+        observed_generation: generation,
+        last_transition_time: rfc3339(now),
+        reason: reason.to_owned(),
+        message,
+    });
+    true
+}
+
+fn condition<'a>(claim: &'a NodeClaim, type_: &str) -> Option<&'a Condition> {
+    claim.conditions().iter().find(|c| c.type_ == type_)
+}
+
+fn transition_time(c: &Condition) -> Option<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(&c.last_transition_time).ok().map(|t| t.with_timezone(&Utc))
+}
+
+fn resource_version(claim: &NodeClaim) -> Option<u64> {
+    claim.metadata.resource_version.as_deref().and_then(|rv| rv.parse().ok())
+}
+
+/// The newer of the claim handed in and the state's copy (our own writes land in the state first).
+fn freshest(given: &NodeClaim, state: &ClusterState) -> NodeClaim {
+    match state.get::<NodeClaim>(&given.name_any()) {
+        Some(s) if s.metadata.uid == given.metadata.uid && resource_version(&s) > resource_version(given) => s,
+        _ => given.clone(),
+    }
+}
+
+/// One pass over one NodeClaim (see the module docs).
+pub async fn reconcile(ctx: &LifecycleContext, claim: &NodeClaim) -> Result<Action, LifecycleError> {
+    let mut claim = freshest(claim, &ctx.state);
+    let name = claim.name_any();
+    if claim.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let api = ctx.api();
+    let kube_err = |action: &'static str| {
+        let name = name.clone();
+        move |source| LifecycleError::Kube { name, action, source }
+    };
+
+    // 1. Finalizer.
+    let mut finalizers_list = claim.finalizers().to_vec();
+    if !finalizers_list.iter().any(|f| f == finalizers::TERMINATION) {
+        finalizers_list.push(finalizers::TERMINATION.to_owned());
+        let patch = json!({"metadata": {"finalizers": finalizers_list, "resourceVersion": claim.resource_version()}});
+        claim = api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(kube_err("adding the termination finalizer"))?;
+        ctx.state.apply(claim.clone());
+    }
+
+    let now = ctx.clock.now();
+    let generation = claim.metadata.generation;
+    let before = claim.status.clone().unwrap_or_default();
+    let mut status = before.clone();
+    let mut requeue: Option<Duration> = None;
+
+    // 2. Launch.
+    if !claim.is_launched() {
+        let uid = claim.metadata.uid.clone().unwrap_or_default();
+        let result = match ctx.cached_launch(&uid) {
+            Some(cached) => Ok(cached),
+            None => ctx.cloud.create(&claim).await,
+        };
+        match result {
+            Ok(launched) => {
+                ctx.cache_launch(&uid, &launched);
+                let mut labels_merged = launched.labels().clone();
+                labels_merged.extend(claim.labels().clone());
+                let mut annotations_merged = launched.annotations().clone();
+                annotations_merged.extend(claim.annotations().clone());
+                if &labels_merged != claim.labels() || &annotations_merged != claim.annotations() {
+                    let patch = json!({"metadata": {
+                        "labels": labels_merged, "annotations": annotations_merged,
+                        "resourceVersion": claim.resource_version()}});
+                    claim = api
+                        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await
+                        .map_err(kube_err("writing the launched labels"))?;
+                    ctx.state.apply(claim.clone());
+                }
+                let l = launched.status.clone().unwrap_or_default();
+                status.provider_id = l.provider_id;
+                status.image_id = l.image_id;
+                status.capacity = l.capacity;
+                status.allocatable = l.allocatable;
+                set_condition(
+                    &mut status.conditions,
+                    cond::LAUNCHED,
+                    ConditionStatus::True,
+                    cond::LAUNCHED,
+                    "",
+                    now,
+                    generation,
+                );
+                tracing::info!(controller = CONTROLLER, NodeClaim = %name, provider_id = status.provider_id.as_deref().unwrap_or(""),
+                    instance_type = claim.labels().get(labels::INSTANCE_TYPE).map(String::as_str).unwrap_or(""), "launched nodeclaim");
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::InsufficientCapacity | ErrorKind::NodeClassNotReady) => {
+                let reason = if e.kind() == ErrorKind::InsufficientCapacity {
+                    reasons::INSUFFICIENT_CAPACITY_ERROR
+                } else {
+                    reasons::NODE_CLASS_NOT_READY
+                };
+                tracing::error!(controller = CONTROLLER, NodeClaim = %name, error = %e, "launch failed, deleting nodeclaim");
+                ctx.recorder.publish_detached(Event::warning(&claim, reason, format!("NodeClaim {name} event: {e}")));
+                delete_claim(
+                    ctx,
+                    &claim,
+                    if reason == reasons::INSUFFICIENT_CAPACITY_ERROR {
+                        "insufficient_capacity"
+                    } else {
+                        "node_class_not_ready"
+                    },
+                )
+                .await?;
+                return Ok(Action::await_change());
+            }
+            Err(e) => {
+                set_condition(
+                    &mut status.conditions,
+                    cond::LAUNCHED,
+                    ConditionStatus::Unknown,
+                    e.kind().as_str(),
+                    &e.to_string(),
+                    now,
+                    generation,
+                );
+                write_status(ctx, &claim, &before, status).await?;
+                return Err(LifecycleError::Launch { name, source: e });
+            }
+        }
+    }
+
+    // 3. Registration.
+    let launched = status.conditions.iter().any(|c| c.type_ == cond::LAUNCHED && c.status == ConditionStatus::True);
+    let mut registered =
+        status.conditions.iter().any(|c| c.type_ == cond::REGISTERED && c.status == ConditionStatus::True);
+    let mut node: Option<Node> = None;
+    if launched {
+        let provider_id = status.provider_id.clone().unwrap_or_default();
+        let nodes = ctx.state.nodes_by_provider_id(&provider_id);
+        match nodes.as_slice() {
+            [] => {
+                set_condition(
+                    &mut status.conditions,
+                    cond::REGISTERED,
+                    ConditionStatus::Unknown,
+                    cond_reasons::NODE_NOT_FOUND,
+                    "Node not registered with cluster",
+                    now,
+                    generation,
+                );
+            }
+            [one] => {
+                let synced = if registered { one.clone() } else { register_node(ctx, &claim, one).await? };
+                if !registered {
+                    status.node_name = synced.metadata.name.clone();
+                    set_condition(
+                        &mut status.conditions,
+                        cond::REGISTERED,
+                        ConditionStatus::True,
+                        cond::REGISTERED,
+                        "",
+                        now,
+                        generation,
+                    );
+                    registered = true;
+                    let pool = claim.node_pool_name().unwrap_or("");
+                    let zone = synced.labels().get(labels::ZONE).map(String::as_str).unwrap_or("");
+                    ctx.metrics.nodes_created(pool, zone).inc();
+                    tracing::info!(controller = CONTROLLER, NodeClaim = %name, Node = %synced.name_any(), "registered nodeclaim");
+                }
+                node = Some(synced);
+            }
+            _ => {
+                set_condition(
+                    &mut status.conditions,
+                    cond::REGISTERED,
+                    ConditionStatus::False,
+                    cond_reasons::MULTIPLE_NODES_FOUND,
+                    &format!("{} Nodes have providerID {provider_id}", nodes.len()),
+                    now,
+                    generation,
+                );
+            }
+        }
+    }
+
+    // 4. Initialization.
+    if registered && let Some(n) = node.as_ref() {
+        let initialized =
+            status.conditions.iter().any(|c| c.type_ == cond::INITIALIZED && c.status == ConditionStatus::True);
+        if !initialized {
+            match initialization_blocker(&claim, n) {
+                Some((reason, message)) => {
+                    set_condition(
+                        &mut status.conditions,
+                        cond::INITIALIZED,
+                        ConditionStatus::Unknown,
+                        reason,
+                        &message,
+                        now,
+                        generation,
+                    );
+                }
+                None => {
+                    label_initialized(ctx, &name, n).await?;
+                    set_condition(
+                        &mut status.conditions,
+                        cond::INITIALIZED,
+                        ConditionStatus::True,
+                        cond::INITIALIZED,
+                        "",
+                        now,
+                        generation,
+                    );
+                    tracing::info!(controller = CONTROLLER, NodeClaim = %name, Node = %n.name_any(), "initialized nodeclaim");
+                }
+            }
+        }
+    }
+
+    // Root Ready condition.
+    let all_true = cond::NODE_CLAIM_READY_DEPENDENTS
+        .iter()
+        .all(|t| status.conditions.iter().any(|c| c.type_ == *t && c.status == ConditionStatus::True));
+    let (ready_status, ready_reason) =
+        if all_true { (ConditionStatus::True, cond::READY) } else { (ConditionStatus::Unknown, "NotReady") };
+    set_condition(&mut status.conditions, cond::READY, ready_status, ready_reason, "", now, generation);
+
+    // 5. Liveness.
+    if !registered {
+        let fake = NodeClaim { status: Some(status.clone()), ..claim.clone() };
+        let creation = claim.metadata.creation_timestamp.as_ref().and_then(|t| {
+            DateTime::<Utc>::from_timestamp(t.0.as_second(), u32::try_from(t.0.subsec_nanosecond()).unwrap_or(0))
+        });
+        if !launched {
+            let since = condition(&fake, cond::LAUNCHED).and_then(transition_time).or(creation).unwrap_or(now);
+            let left = chrono_duration(LAUNCH_TTL) - (now - since);
+            if left <= chrono::Duration::zero() {
+                tracing::error!(controller = CONTROLLER, NodeClaim = %name, "launch timed out, deleting nodeclaim");
+                delete_claim(ctx, &claim, "launch_timeout").await?;
+                return Ok(Action::await_change());
+            }
+            requeue = Some(left.to_std().unwrap_or(Duration::from_secs(1)));
+        } else {
+            let since = condition(&fake, cond::REGISTERED).and_then(transition_time).unwrap_or(now);
+            let left = chrono_duration(REGISTRATION_TTL) - (now - since);
+            if left <= chrono::Duration::zero() {
+                tracing::error!(controller = CONTROLLER, NodeClaim = %name, "registration timed out, deleting nodeclaim");
+                delete_claim(ctx, &claim, "registration_timeout").await?;
+                return Ok(Action::await_change());
+            }
+            requeue = Some(left.to_std().unwrap_or(Duration::from_secs(1)));
+        }
+    }
+
+    write_status(ctx, &claim, &before, status).await?;
+    Ok(match requeue {
+        Some(d) => Action::requeue(d),
+        None => Action::await_change(),
+    })
+}
+
+/// Writes `status` when it differs from `before`, with the claim's resourceVersion as precondition.
+async fn write_status(
+    ctx: &LifecycleContext,
+    claim: &NodeClaim,
+    before: &NodeClaimStatus,
+    status: NodeClaimStatus,
+) -> Result<(), LifecycleError> {
+    if &status == before {
+        return Ok(());
+    }
+    let name = claim.name_any();
+    let patch = json!({"metadata": {"resourceVersion": claim.resource_version()}, "status": status});
+    let written = ctx
+        .api()
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|source| LifecycleError::Kube { name, action: "writing the status", source })?;
+    ctx.state.apply(written);
+    Ok(())
+}
+
+async fn delete_claim(ctx: &LifecycleContext, claim: &NodeClaim, reason: &str) -> Result<(), LifecycleError> {
+    let name = claim.name_any();
+    tracing::info!(controller = CONTROLLER, NodeClaim = %name, reason, "deleting nodeclaim");
+    match ctx.api().delete(&name, &DeleteParams::default()).await {
+        Ok(either) => {
+            if let Some(obj) = either.left() {
+                ctx.state.apply(obj);
+            }
+            Ok(())
+        }
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(source) => Err(LifecycleError::Kube { name, action: "deleting", source }),
+    }
+}
+
+fn taint_matches(a: &CoreTaint, b: &CoreTaint) -> bool {
+    a.key == b.key && a.effect == b.effect
+}
+
+/// Syncs the claim onto its Node (see the module docs) and returns the written Node.
+async fn register_node(ctx: &LifecycleContext, claim: &NodeClaim, node: &Node) -> Result<Node, LifecycleError> {
+    let claim_name = claim.name_any();
+    let node_name = node.name_any();
+    let mut node_labels = node.labels().clone();
+    node_labels.extend(claim.labels().clone());
+    node_labels.insert(labels::NODE_REGISTERED.to_owned(), "true".to_owned());
+    let mut node_annotations = node.annotations().clone();
+    node_annotations.extend(claim.annotations().clone());
+
+    let mut owners = node.owner_references().to_vec();
+    if !owners.iter().any(|o| o.kind == "NodeClaim" && o.name == claim_name) {
+        owners.push(OwnerReference {
+            api_version: "karpenter.sh/v1".into(),
+            kind: "NodeClaim".into(),
+            name: claim_name.clone(),
+            uid: claim.metadata.uid.clone().unwrap_or_default(),
+            block_owner_deletion: Some(true),
+            controller: None,
+        });
+    }
+    let mut node_finalizers = node.finalizers().to_vec();
+    if !node_finalizers.iter().any(|f| f == finalizers::TERMINATION) {
+        node_finalizers.push(finalizers::TERMINATION.to_owned());
+    }
+
+    let mut node_taints: Vec<CoreTaint> = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+    let had_unregistered = node_taints.iter().any(|t| t.key == taints::UNREGISTERED);
+    if !had_unregistered {
+        ctx.recorder.publish_detached(Event::warning(
+            node,
+            reasons::UNREGISTERED_TAINT_MISSING,
+            format!(
+                "Missing {} taint which prevents registration related race conditions on Karpenter-managed nodes",
+                taints::UNREGISTERED
+            ),
+        ));
+    }
+    node_taints.retain(|t| t.key != taints::UNREGISTERED);
+    let do_not_sync = node.labels().get(labels::DO_NOT_SYNC_TAINTS).is_some_and(|v| v == "true");
+    if !do_not_sync {
+        for t in claim.spec.taints.iter().chain(&claim.spec.startup_taints).map(api_taint) {
+            if !node_taints.iter().any(|have| taint_matches(have, &t)) {
+                node_taints.push(t);
+            }
+        }
+    }
+
+    let patch = json!({
+        "metadata": {
+            "labels": node_labels,
+            "annotations": node_annotations,
+            "ownerReferences": owners,
+            "finalizers": node_finalizers,
+            "resourceVersion": node.resource_version(),
+        },
+        "spec": {"taints": node_taints},
+    });
+    let api: Api<Node> = Api::all(ctx.client.clone());
+    let written = api
+        .patch(&node_name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|source| LifecycleError::Kube { name: claim_name, action: "registering the node", source })?;
+    ctx.state.apply(written.clone());
+    Ok(written)
+}
+
+/// Why the Node is not initialized yet (condition reason and message), `None` when it is.
+pub fn initialization_blocker(claim: &NodeClaim, node: &Node) -> Option<(&'static str, String)> {
+    let node_name = node.name_any();
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    if !ready {
+        return Some((cond_reasons::NODE_NOT_READY, format!("Node {node_name} is not ready")));
+    }
+    let node_taints: Vec<CoreTaint> = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+    if let Some(t) =
+        claim.spec.startup_taints.iter().map(api_taint).find(|st| node_taints.iter().any(|t| taint_matches(t, st)))
+    {
+        return Some((cond_reasons::STARTUP_TAINTS_EXIST, format!("StartupTaint {:?} still exists", t.key)));
+    }
+    let ephemeral = [taints::NOT_READY, taints::UNREACHABLE, taints::CLOUD_PROVIDER_UNINITIALIZED];
+    if let Some(t) = node_taints.iter().find(|t| ephemeral.contains(&t.key.as_str())) {
+        return Some((
+            cond_reasons::KNOWN_EPHEMERAL_TAINTS_EXIST,
+            format!("KnownEphemeralTaint {:?} still exists", t.key),
+        ));
+    }
+    let allocatable = node.status.as_ref().and_then(|s| s.allocatable.clone()).unwrap_or_default();
+    for (resource, q) in claim.spec.resources.iter().flat_map(|r| r.requests.iter()) {
+        let requested = q.parse().is_ok_and(|q: karpenter_requirements::Quantity| !q.is_zero());
+        let registered = allocatable
+            .get(resource)
+            .and_then(|a| a.0.parse::<karpenter_requirements::Quantity>().ok())
+            .is_some_and(|a| !a.is_zero());
+        if requested && !registered {
+            return Some((
+                cond_reasons::RESOURCE_NOT_REGISTERED,
+                format!("Resource {resource:?} was requested but not registered"),
+            ));
+        }
+    }
+    None
+}
+
+async fn label_initialized(ctx: &LifecycleContext, claim_name: &str, node: &Node) -> Result<(), LifecycleError> {
+    if node.labels().get(labels::NODE_INITIALIZED).is_some_and(|v| v == "true") {
+        return Ok(());
+    }
+    let patch =
+        json!({"metadata": {"labels": {labels::NODE_INITIALIZED: "true"}, "resourceVersion": node.resource_version()}});
+    let api: Api<Node> = Api::all(ctx.client.clone());
+    let written =
+        api.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(|source| {
+            LifecycleError::Kube { name: claim_name.to_owned(), action: "labelling the node initialized", source }
+        })?;
+    ctx.state.apply(written);
+    Ok(())
+}
+
+/// The NodeClaim a Node belongs to: its NodeClaim owner, else the claim with its providerID.
+fn claim_of(state: &ClusterState, node: &Node) -> Option<ObjectRef<NodeClaim>> {
+    if let Some(o) = node.owner_references().iter().find(|o| o.kind == "NodeClaim") {
+        return Some(ObjectRef::new(&o.name));
+    }
+    let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref())?;
+    state.node_claims_by_provider_id(provider_id).first().map(|c| ObjectRef::new(&c.name_any()))
+}
+
+/// Runs the controller until `shutdown` (see the module docs).
+pub async fn run(ctx: Arc<LifecycleContext>, shutdown: CancellationToken) {
+    let claims: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let state = ctx.state.clone();
+    Controller::new(claims, watcher::Config::default())
+        .watches(nodes, watcher::Config::default(), move |node| claim_of(&state, &node))
+        .graceful_shutdown_on(async move { shutdown.cancelled().await })
+        .run(
+            |claim: Arc<NodeClaim>, ctx: Arc<LifecycleContext>| async move {
+                let result = reconcile(&ctx, &claim).await;
+                if result.is_ok() {
+                    ctx.succeeded(&claim.name_any());
+                }
+                result
+            },
+            |claim: Arc<NodeClaim>, error: &LifecycleError, ctx: Arc<LifecycleContext>| {
+                let wait = ctx.backoff(&claim.name_any());
+                tracing::error!(controller = CONTROLLER, NodeClaim = %claim.name_any(), error = %error, retry_in = ?wait, "reconcile failed");
+                Action::requeue(wait)
+            },
+            ctx,
+        )
+        .for_each(|_| async {})
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::BuildInfo;
+    use karpenter_api::nodeclaim::NodeSelectorRequirementWithMinValues as Req;
+    use karpenter_api::{Taint, TaintEffect};
+    use karpenter_cloudprovider::{FakeCloudProvider, Method};
+    use karpenter_testing::apiserver::ApiServer;
+    use karpenter_testing::{FakeClock, NodeClaimOptions, NodeOptions, kwok_node_class_ref, node, node_claim, taint};
+    use kube::api::PostParams;
+
+    struct Fixture {
+        server: ApiServer,
+        state: ClusterState,
+        cloud: Arc<FakeCloudProvider>,
+        ctx: LifecycleContext,
+        clock: FakeClock,
+    }
+
+    fn fixture() -> Fixture {
+        let server = ApiServer::new();
+        let client = server.client();
+        let clock = FakeClock::default();
+        let state = ClusterState::new(Arc::new(clock.clone()), Duration::from_secs(20));
+        state.mark_all_synced();
+        let cloud = Arc::new(FakeCloudProvider::default());
+        let ctx = LifecycleContext::new(
+            client.clone(),
+            state.clone(),
+            cloud.clone(),
+            Recorder::new(client, Arc::new(clock.clone()), "test"),
+            Arc::new(Metrics::new(&BuildInfo::default())),
+            Arc::new(clock.clone()),
+        );
+        Fixture { server, state, cloud, ctx, clock }
+    }
+
+    async fn create_claim(f: &Fixture) -> NodeClaim {
+        let claim = node_claim(NodeClaimOptions {
+            name: Some("c1".into()),
+            node_pool: Some("default".into()),
+            node_class_ref: Some(kwok_node_class_ref("default")),
+            requirements: vec![
+                Req::new(labels::INSTANCE_TYPE, "In", &["c-1x-amd64-linux"]),
+                Req::new(labels::CAPACITY_TYPE, "In", &["on-demand"]),
+            ],
+            startup_taints: vec![Taint::new("example.com/agent", None, TaintEffect::NoSchedule)],
+            requests: [("cpu", "500m")].into(),
+            ..Default::default()
+        });
+        let mut claim = claim;
+        claim.metadata.owner_references = None; // no NodePool in this server: the collector would take it
+        f.ctx.api().create(&PostParams::default(), &claim).await.unwrap()
+    }
+
+    async fn get(f: &Fixture) -> NodeClaim {
+        f.ctx.api().get("c1").await.unwrap()
+    }
+
+    fn cond_of(c: &NodeClaim, t: &str) -> (ConditionStatus, String) {
+        let c = condition(c, t).unwrap_or_else(|| panic!("no {t} condition"));
+        (c.status, c.reason.clone())
+    }
+
+    async fn add_node(f: &Fixture, provider_id: &str, ready: bool, extra: Vec<CoreTaint>) -> Node {
+        let mut t = vec![taint(taints::UNREGISTERED, None, "NoExecute")];
+        t.extend(extra);
+        let n = node(NodeOptions {
+            name: Some("node-1".into()),
+            provider_id: Some(provider_id.into()),
+            taints: t,
+            allocatable: [("cpu", "1"), ("pods", "110")].into(),
+            ready: Some(ready),
+            ..Default::default()
+        });
+        let created = Api::<Node>::all(f.server.client()).create(&PostParams::default(), &n).await.unwrap();
+        f.state.apply(created.clone());
+        created
+    }
+
+    async fn events(f: &Fixture, reason: &str) -> usize {
+        let api: Api<k8s_openapi::api::core::v1::Event> = Api::all(f.server.client());
+        for _ in 0..100 {
+            let n = api
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .filter(|e| e.reason.as_deref() == Some(reason))
+                .count();
+            if n > 0 {
+                return n;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        0
+    }
+
+    #[tokio::test]
+    async fn launch_register_initialize() {
+        let f = fixture();
+        create_claim(&f).await;
+
+        // Launch: finalizer, provider fields, Launched=True; no node yet → Registered=Unknown, requeue within the TTL.
+        let action = reconcile(&f.ctx, &get(&f).await).await.unwrap();
+        assert_eq!(action, Action::requeue(REGISTRATION_TTL));
+        let c = get(&f).await;
+        assert!(c.finalizers().iter().any(|x| x == finalizers::TERMINATION));
+        let pid = c.provider_id().unwrap().to_owned();
+        assert!(pid.starts_with("kwok://"));
+        assert_eq!(c.labels().get(labels::INSTANCE_TYPE).map(String::as_str), Some("c-1x-amd64-linux"));
+        assert_eq!(c.labels().get(labels::NODE_POOL).map(String::as_str), Some("default"));
+        assert!(!c.status.as_ref().unwrap().allocatable.is_empty());
+        assert_eq!(cond_of(&c, cond::LAUNCHED).0, ConditionStatus::True);
+        assert_eq!(cond_of(&c, cond::REGISTERED), (ConditionStatus::Unknown, cond_reasons::NODE_NOT_FOUND.into()));
+        assert_eq!(f.cloud.call_count(Method::Create), 1);
+
+        // Registration: the node gets the claim's labels, taints, owner and finalizer; unregistered taint gone.
+        add_node(&f, &pid, false, vec![]).await;
+        reconcile(&f.ctx, &get(&f).await).await.unwrap();
+        let c = get(&f).await;
+        assert_eq!(cond_of(&c, cond::REGISTERED).0, ConditionStatus::True);
+        assert_eq!(c.node_name(), Some("node-1"));
+        assert_eq!(cond_of(&c, cond::INITIALIZED), (ConditionStatus::Unknown, cond_reasons::NODE_NOT_READY.into()));
+        assert_eq!(cond_of(&c, cond::READY).0, ConditionStatus::Unknown);
+        let n = Api::<Node>::all(f.server.client()).get("node-1").await.unwrap();
+        assert_eq!(n.labels().get(labels::NODE_REGISTERED).map(String::as_str), Some("true"));
+        assert_eq!(n.labels().get(labels::NODE_POOL).map(String::as_str), Some("default"));
+        assert!(n.finalizers().iter().any(|x| x == finalizers::TERMINATION));
+        assert_eq!(n.owner_references()[0].name, "c1");
+        let node_taints: Vec<String> = n.spec.unwrap().taints.unwrap().into_iter().map(|t| t.key).collect();
+        assert!(node_taints.contains(&"example.com/agent".to_owned()));
+        assert!(!node_taints.contains(&taints::UNREGISTERED.to_owned()));
+        assert_eq!(f.cloud.call_count(Method::Create), 1, "never launched twice");
+
+        // Initialization waits for Ready, then for the startup taint to go.
+        let mut n = Api::<Node>::all(f.server.client()).get("node-1").await.unwrap();
+        n.status.as_mut().unwrap().conditions = Some(vec![k8s_openapi::api::core::v1::NodeCondition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            ..Default::default()
+        }]);
+        let n = Api::<Node>::all(f.server.client()).replace_status("node-1", &PostParams::default(), &n).await.unwrap();
+        f.state.apply(n);
+        reconcile(&f.ctx, &get(&f).await).await.unwrap();
+        assert_eq!(cond_of(&get(&f).await, cond::INITIALIZED).1, cond_reasons::STARTUP_TAINTS_EXIST);
+        let n = Api::<Node>::all(f.server.client()).get("node-1").await.unwrap();
+        let kept: Vec<CoreTaint> = n
+            .spec
+            .as_ref()
+            .unwrap()
+            .taints
+            .clone()
+            .unwrap()
+            .into_iter()
+            .filter(|t| t.key != "example.com/agent")
+            .collect();
+        let patch = json!({"spec": {"taints": kept}});
+        let n = Api::<Node>::all(f.server.client())
+            .patch("node-1", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+        f.state.apply(n);
+        let action = reconcile(&f.ctx, &get(&f).await).await.unwrap();
+        assert_eq!(action, Action::await_change());
+        let c = get(&f).await;
+        assert_eq!(cond_of(&c, cond::INITIALIZED).0, ConditionStatus::True);
+        assert_eq!(cond_of(&c, cond::READY).0, ConditionStatus::True);
+        let n = Api::<Node>::all(f.server.client()).get("node-1").await.unwrap();
+        assert_eq!(n.labels().get(labels::NODE_INITIALIZED).map(String::as_str), Some("true"));
+    }
+
+    #[tokio::test]
+    async fn insufficient_capacity_deletes_the_claim() {
+        let f = fixture();
+        create_claim(&f).await;
+        f.cloud.fail_next(Method::Create, 1, || CloudProviderError::insufficient_capacity(vec![], "no capacity"));
+        let action = reconcile(&f.ctx, &get(&f).await).await.unwrap();
+        assert_eq!(action, Action::await_change());
+        assert!(get(&f).await.metadata.deletion_timestamp.is_some(), "deleted (the finalizer holds it)");
+        assert_eq!(events(&f, reasons::INSUFFICIENT_CAPACITY_ERROR).await, 1);
+    }
+
+    #[tokio::test]
+    async fn other_launch_errors_are_reported_and_retried() {
+        let f = fixture();
+        create_claim(&f).await;
+        f.cloud.fail_next(Method::Create, 1, || CloudProviderError::create("RequestLimitExceeded", "slow down"));
+        let err = reconcile(&f.ctx, &get(&f).await).await.unwrap_err();
+        assert!(err.to_string().contains("NodeClaim c1: launching"), "{err}");
+        let c = get(&f).await;
+        assert_eq!(cond_of(&c, cond::LAUNCHED), (ConditionStatus::Unknown, "CreateError".into()));
+        assert!(c.metadata.deletion_timestamp.is_none());
+        // The retry launches.
+        reconcile(&f.ctx, &get(&f).await).await.unwrap();
+        assert_eq!(cond_of(&get(&f).await, cond::LAUNCHED).0, ConditionStatus::True);
+        assert_eq!(f.ctx.backoff("c1"), Duration::from_secs(1));
+        assert_eq!(f.ctx.backoff("c1"), Duration::from_secs(2));
+        f.ctx.succeeded("c1");
+        assert_eq!(f.ctx.backoff("c1"), Duration::from_secs(1));
+    }
+
+    #[tokio::test]
+    async fn a_claim_never_registered_is_deleted_after_the_ttl() {
+        let f = fixture();
+        create_claim(&f).await;
+        reconcile(&f.ctx, &get(&f).await).await.unwrap();
+        f.clock.step_secs(14 * 60);
+        let action = reconcile(&f.ctx, &get(&f).await).await.unwrap();
+        assert_eq!(action, Action::requeue(Duration::from_secs(60)));
+        assert!(get(&f).await.metadata.deletion_timestamp.is_none());
+        f.clock.step_secs(60);
+        reconcile(&f.ctx, &get(&f).await).await.unwrap();
+        assert!(get(&f).await.metadata.deletion_timestamp.is_some());
+    }
+
+    #[tokio::test]
+    async fn a_conflicting_write_is_an_error_not_a_panic() {
+        let f = fixture();
+        let created = create_claim(&f).await;
+        // Someone else writes first: our copy is stale.
+        let patch = json!({"metadata": {"labels": {"other": "writer"}}});
+        f.ctx.api().patch("c1", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        let err = reconcile(&f.ctx, &created).await.unwrap_err();
+        assert!(matches!(&err, LifecycleError::Kube { source: kube::Error::Api(s), .. } if s.code == 409), "{err}");
+    }
+}
