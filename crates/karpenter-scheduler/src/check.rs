@@ -397,9 +397,11 @@ impl Where {
     }
 }
 
-fn node_constraints(
-    x: &Pod,
-) -> Option<(&Option<BTreeMap<String, String>>, Option<&Option<k8s_openapi::api::core::v1::NodeAffinity>>)> {
+/// A pod's nodeSelector and node affinity.
+type NodeConstraints<'p> =
+    Option<(&'p Option<BTreeMap<String, String>>, Option<&'p Option<k8s_openapi::api::core::v1::NodeAffinity>>)>;
+
+fn node_constraints(x: &Pod) -> NodeConstraints<'_> {
     x.spec.as_ref().map(|s| (&s.node_selector, s.affinity.as_ref().map(|a| &a.node_affinity)))
 }
 

@@ -70,28 +70,42 @@
 //! pods first) → a new NodeClaim per NodePool in weight order (ties by name, descending); NodeClaim.CanAdd with
 //! resource fit against allocatable (instance overhead) plus per-instance-type DaemonSet overhead;
 //! nodeSelector and required node affinity (first term, later terms through relaxation); preferred node
-//! affinity under `Respect` / `Ignore` with upstream's relaxation order (terms, preferences,
-//! PreferNoSchedule toleration); taints and tolerations (startup taints ignored; ephemeral and startup
+//! affinity under `Respect` / `Ignore`; taints and tolerations (startup taints ignored; ephemeral and startup
 //! taints of uninitialized nodes ignored); host ports; NodePool limits counting existing nodes and in-flight
 //! claims (`nodes` included); minValues (`Strict` / `BestEffort`); instance-type options ordered by price and
 //! truncated to 600; static NodePools left out; per-pod errors for bad input (unknown operator, malformed
-//! quantity, restricted key, `matchFields`).
+//! quantity, restricted key, `matchFields`, invalid label selectors, missing or unusable PVCs).
+//!
+//! Topology (scheduling.md §5): topology spread on any key (zone, hostname, capacity type, custom keys from
+//! NodePool requirements and instance types) with maxSkew, minDomains, whenUnsatisfiable, labelSelector,
+//! matchLabelKeys, nodeAffinityPolicy and nodeTaintsPolicy; pod affinity and anti-affinity, required and
+//! preferred, with namespaces and namespaceSelector on any topology key; the required anti-affinity of pods
+//! already running (and of pods placed earlier in the pass) against incoming pods; pods placed in the pass
+//! count for later pods, and new NodeClaims are narrowed to the chosen domain. Counts are kept per
+//! (group, domain) from bound pods onwards, groups are shared between pods, and each pod's groups are
+//! precomputed. Relaxation follows upstream's order: required-term alternatives, preferred pod affinity,
+//! preferred pod anti-affinity, preferred node affinity, `ScheduleAnyway` spread, PreferNoSchedule.
+//!
+//! Volumes (§7.1, §7.2): zonal requirements from bound PVs' node affinity (hostname dropped for local and
+//! hostPath volumes), storage classes' allowedTopologies for unbound claims (ephemeral volumes included),
+//! CSINode volume limits on existing nodes (drivers from the PV, in-tree plugins translated, or the class's
+//! provisioner).
+//!
+//! Deliberate differences: inverse anti-affinity is tracked for required terms only (a preferred term of one
+//! pod would otherwise block pods that cannot relax it); a matching pod placed on a new NodeClaim whose key
+//! is still open blocks every domain for anti-affinity (upstream records nothing there and relies on the
+//! kube-scheduler to catch the conflict). Ties among equally good spread domains go to the first domain in
+//! sorted order (upstream: map order).
 //!
 //! # Not supported yet
 //!
-//! These pods get an explicit per-pod reason instead of a silently wrong answer:
-//! * topology spread constraints (all under `Respect`; `DoNotSchedule` under `Ignore`);
-//! * pod affinity / anti-affinity (required; preferred under `Respect`), and pods selected by an existing
-//!   pod's required anti-affinity;
-//! * pods with PersistentVolumeClaim or ephemeral volumes (volume topology and CSI volume limits);
-//! * DRA resource claims (as upstream's default `IGNORE_DRA_REQUESTS=true`).
-//!
-//! Also not simulated yet: reserved offerings and [`ReservedOfferingMode`] (reserved offerings are priced
-//! like any other), the `consolidateAfter` window for non-pending pods, pods of deleting nodes, and sizing of
-//! in-flight NodeClaims without `status.allocatable` (nothing fits on them). Existing nodes and in-flight
-//! claims are tried sequentially (upstream evaluates them in parallel with the same result).
+//! * DRA resource claims get a per-pod reason (as upstream's default `IGNORE_DRA_REQUESTS=true`).
+//! * Reserved offerings and [`ReservedOfferingMode`] are not simulated (reserved offerings are priced like
+//!   any other), nor the `consolidateAfter` window for non-pending pods, nor default (cluster-level) spread
+//!   constraints, nor sizing of in-flight NodeClaims without `status.allocatable` (nothing fits on them).
+//!   Existing nodes and in-flight claims are tried sequentially (upstream evaluates them in parallel with the
+//!   same result).
 
-pub mod bound;
 pub mod check;
 pub mod decision;
 pub mod scheduler;

@@ -630,7 +630,7 @@ impl Topology {
         pod_strict: &Requirements,
         node: &Requirements,
         prepared: &Prepared,
-    ) -> Result<Option<Requirements>, TopologyError> {
+    ) -> Result<Option<Requirements>, Box<TopologyError>> {
         let Some(t) = self.pod(i) else { return Ok(None) };
         let mut out: Option<Requirements> = None;
         for g in t.active(relax).chain(t.blocked_by.iter().copied()) {
@@ -638,7 +638,9 @@ impl Topology {
             let current = out.as_ref().unwrap_or(node);
             let node_dom = current.get(&gr.key);
             let pod_dom = pod_strict.get(&gr.key);
-            let fail = |min: i64| TopologyError { group: g, node_dom: node_dom.clone(), pod_dom: pod_dom.clone(), min };
+            let fail = |min: i64| {
+                Box::new(TopologyError { group: g, node_dom: node_dom.clone(), pod_dom: pod_dom.clone(), min })
+            };
             let chosen: Vec<String> = match gr.kind {
                 Kind::Spread => {
                     let own = i64::from(t.counted_by.contains(&g));
