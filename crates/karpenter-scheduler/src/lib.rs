@@ -106,6 +106,7 @@
 //!   Existing nodes and in-flight claims are tried sequentially (upstream evaluates them in parallel with the
 //!   same result).
 
+pub mod bound;
 pub mod check;
 pub mod decision;
 pub mod scheduler;
