@@ -43,6 +43,7 @@ use karpenter_api::nodeclaim::{NodeClassReference, ResourceQuantity, conditions}
 use karpenter_api::{ConditionStatus, KWOKNodeClass, NodeClaim, NodePool, ProviderLabels};
 use karpenter_requirements::{InstanceType, Operator, Quantity, Requirements, ResourceList};
 
+use crate::capacity::CapacityMarks;
 use crate::error::{CloudProviderError, OfferingRef};
 use crate::interruption::InterruptionSource;
 use crate::interruption::{InterruptionAction, InterruptionError, InterruptionEvent, InterruptionKind};
@@ -130,8 +131,7 @@ struct Cloud {
     instances: BTreeMap<String, Instance>,
     by_claim: BTreeMap<(String, String), String>,
     next_id: u64,
-    ice: BTreeSet<OfferingRef>,
-    ice_version: u64,
+    ice: CapacityMarks,
     queue: VecDeque<InterruptionEvent>,
     in_flight: Vec<InterruptionEvent>,
     next_event: u64,
@@ -218,25 +218,17 @@ impl FakeCloudProvider {
 
     /// Marks an offering as out of capacity (or back in capacity with `false`).
     pub fn set_insufficient_capacity(&self, offering: OfferingRef, insufficient: bool) {
-        let mut cloud = lock(&self.cloud);
-        let changed = if insufficient { cloud.ice.insert(offering) } else { cloud.ice.remove(&offering) };
-        if changed {
-            cloud.ice_version += 1;
-        }
+        lock(&self.cloud).ice.set(offering, insufficient);
     }
 
     /// Every offering back in capacity.
     pub fn clear_insufficient_capacity(&self) {
-        let mut cloud = lock(&self.cloud);
-        if !cloud.ice.is_empty() {
-            cloud.ice.clear();
-            cloud.ice_version += 1;
-        }
+        lock(&self.cloud).ice.clear();
     }
 
     /// The offerings currently out of capacity.
     pub fn insufficient_capacity(&self) -> Vec<OfferingRef> {
-        lock(&self.cloud).ice.iter().cloned().collect()
+        lock(&self.cloud).ice.offerings()
     }
 
     // ---- failures and calls ---------------------------------------------------------------------------------
@@ -333,9 +325,8 @@ impl FakeCloudProvider {
         };
         if event.kind == InterruptionKind::SpotInterrupted
             && let Some(offering) = cloud.instances.get(provider_id).map(|i| i.offering.clone())
-            && cloud.ice.insert(offering)
         {
-            cloud.ice_version += 1;
+            cloud.ice.set(offering, true);
         }
         cloud.queue.push_back(event.clone());
         event
@@ -365,10 +356,8 @@ impl FakeCloudProvider {
 
     /// The catalogue with out-of-capacity offerings marked unavailable (cached until capacity changes).
     fn effective_catalogue(&self) -> Arc<[InstanceType]> {
-        let (version, ice) = {
-            let cloud = lock(&self.cloud);
-            (cloud.ice_version, cloud.ice.clone())
-        };
+        let ice = lock(&self.cloud).ice.clone();
+        let version = ice.version();
         let mut local = lock(&self.local);
         if let Some((v, its)) = &local.effective
             && *v == version
@@ -376,16 +365,7 @@ impl FakeCloudProvider {
             return its.clone();
         }
         let mut its = self.options.instance_types.clone();
-        if !ice.is_empty() {
-            for it in &mut its {
-                for o in &mut it.offerings {
-                    let key = OfferingRef::new(&it.name, o.zone().unwrap_or(""), o.capacity_type().unwrap_or(""));
-                    if ice.contains(&key) {
-                        o.available = false;
-                    }
-                }
-            }
-        }
+        ice.apply(&mut its);
         let its: Arc<[InstanceType]> = its.into();
         local.effective = Some((version, its.clone()));
         its

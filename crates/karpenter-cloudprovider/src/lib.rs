@@ -95,6 +95,7 @@
 //! assert_eq!(fake.name(), "kwok");
 //! ```
 
+pub mod capacity;
 pub mod decorator;
 pub mod error;
 pub mod fake;
@@ -104,6 +105,7 @@ pub mod node_class;
 pub mod provider;
 pub mod time;
 
+pub use capacity::CapacityMarks;
 pub use decorator::{InMemoryMetrics, Instrumented, MethodStats, MetricsSink, Observation};
 pub use error::{BoxError, CloudProviderError, ErrorKind, OfferingRef};
 pub use fake::{Call, FakeCloudProvider, FakeInterruptionSource, FakeOptions};

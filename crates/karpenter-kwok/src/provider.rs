@@ -20,8 +20,8 @@ use karpenter_api::nodeclaim::{
 use karpenter_api::{ConditionStatus, KWOKNodeClass, NodeClaim, NodePool, ProviderLabels};
 use karpenter_cloudprovider::kwok::{self as catalogue, LaunchChoice, PROVIDER_ID_PREFIX};
 use karpenter_cloudprovider::{
-    CloudProvider, CloudProviderError, DriftReason, KwokCatalogueError, NodeClassKind, NodeClassLookup, OfferingRef,
-    RepairPolicy, get_node_class,
+    CapacityMarks, CloudProvider, CloudProviderError, DriftReason, KwokCatalogueError, NodeClassKind, NodeClassLookup,
+    OfferingRef, RepairPolicy, get_node_class,
 };
 use karpenter_requirements::{InstanceType, Operator, Quantity, Requirement, Requirements, ResourceList};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
@@ -145,8 +145,7 @@ impl KwokOptions {
 /// Offerings marked out of capacity, and the catalogue with them applied (rebuilt when they change).
 #[derive(Default)]
 struct Capacity {
-    ice: BTreeSet<OfferingRef>,
-    version: u64,
+    ice: CapacityMarks,
     effective: Option<(u64, Arc<[InstanceType]>)>,
 }
 
@@ -215,25 +214,17 @@ impl KwokCloudProvider {
     /// `available: false` and `create` never launches on it (a create left with nothing else fails with
     /// `InsufficientCapacity` naming it). How tests inject insufficient capacity.
     pub fn set_insufficient_capacity(&self, offering: OfferingRef, insufficient: bool) {
-        let mut cap = lock(&self.capacity);
-        let changed = if insufficient { cap.ice.insert(offering) } else { cap.ice.remove(&offering) };
-        if changed {
-            cap.version += 1;
-        }
+        lock(&self.capacity).ice.set(offering, insufficient);
     }
 
     /// Every offering back in capacity.
     pub fn clear_insufficient_capacity(&self) {
-        let mut cap = lock(&self.capacity);
-        if !cap.ice.is_empty() {
-            cap.ice.clear();
-            cap.version += 1;
-        }
+        lock(&self.capacity).ice.clear();
     }
 
     /// The offerings currently marked out of capacity, sorted.
     pub fn insufficient_capacity(&self) -> Vec<OfferingRef> {
-        lock(&self.capacity).ice.iter().cloned().collect()
+        lock(&self.capacity).ice.offerings()
     }
 
     /// Marks out of capacity every offering `claim` could launch on (compatible with its requirements, on an
@@ -277,23 +268,14 @@ impl KwokCloudProvider {
     pub fn effective_instance_types(&self) -> Arc<[InstanceType]> {
         let mut cap = lock(&self.capacity);
         if let Some((v, its)) = &cap.effective
-            && *v == cap.version
+            && *v == cap.ice.version()
         {
             return its.clone();
         }
         let mut its = self.options.instance_types.clone();
-        if !cap.ice.is_empty() {
-            for it in &mut its {
-                for o in &mut it.offerings {
-                    let key = OfferingRef::new(&it.name, o.zone().unwrap_or(""), o.capacity_type().unwrap_or(""));
-                    if cap.ice.contains(&key) {
-                        o.available = false;
-                    }
-                }
-            }
-        }
+        cap.ice.apply(&mut its);
         let its: Arc<[InstanceType]> = its.into();
-        cap.effective = Some((cap.version, its.clone()));
+        cap.effective = Some((cap.ice.version(), its.clone()));
         its
     }
 
