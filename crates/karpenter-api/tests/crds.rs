@@ -1,4 +1,5 @@
-//! The checked-in CRDs under `charts/*/crds/` must equal what the types generate.
+//! The checked-in CRDs under `charts/*/crds/` (and the templated copies in `charts/karpenter-crd/templates/`)
+//! must equal what the types generate.
 //!
 //! Regenerate with: `UPDATE_CRDS=1 cargo test -p karpenter-api --test crds`
 
@@ -17,9 +18,34 @@ fn expected() -> Vec<(PathBuf, String, String)> {
     let mut out = Vec::new();
     for c in crd::crds(&ProviderLabels::aws()) {
         out.push((root.join("charts/karpenter/crds"), crd::file_name(&c), render_yaml(&c)));
+        out.push((root.join("charts/karpenter-crd/templates"), crd::file_name(&c), helm_template(&render_yaml(&c))));
     }
     for c in crd::node_class_crds(&ProviderLabels::kwok()) {
         out.push((root.join("charts/karpenter-kwok/crds"), crd::file_name(&c), render_yaml(&c)));
+    }
+    out
+}
+
+/// The CRD as a Helm template for the `karpenter-crd` chart: Helm never upgrades files under `crds/`, so that
+/// chart ships them as templates. Anything that looks like a template action is escaped, and the chart's
+/// `additionalAnnotations` are spliced into the metadata.
+fn helm_template(yaml: &str) -> String {
+    let escaped = yaml.replace("{{", "{{ \"{{\" }}");
+    let mut out = String::with_capacity(escaped.len() + 200);
+    let mut in_metadata = false;
+    let mut spliced = false;
+    for line in escaped.lines() {
+        out.push_str(line);
+        out.push('\n');
+        if line == "metadata:" {
+            in_metadata = true;
+        } else if in_metadata && !spliced && line.starts_with("  name: ") {
+            out.push_str("  {{- with .Values.additionalAnnotations }}\n");
+            out.push_str("  annotations:\n");
+            out.push_str("    {{- toYaml . | nindent 4 }}\n");
+            out.push_str("  {{- end }}\n");
+            spliced = true;
+        }
     }
     out
 }
@@ -55,6 +81,18 @@ fn checked_in_crds_are_up_to_date() {
         "checked-in CRDs differ from the generated ones:\n{}\n\nregenerate with: UPDATE_CRDS=1 cargo test -p karpenter-api --test crds",
         stale.join("\n")
     );
+}
+
+#[test]
+fn crd_chart_templates_splice_annotations_once() {
+    let yaml = render_yaml(&crd::generate::<karpenter_api::NodePool>(&ProviderLabels::aws()));
+    let template = helm_template(&yaml);
+    assert_eq!(template.matches(".Values.additionalAnnotations").count(), 1);
+    // Without the spliced block the template is the CRD itself.
+    let stripped: String =
+        template.lines().filter(|l| !l.contains("{{-") && *l != "  annotations:").map(|l| format!("{l}\n")).collect();
+    assert_eq!(stripped, yaml);
+    assert_eq!(helm_template("metadata:\n  name: x\nspec: {{x}}\n").lines().last(), Some("spec: {{ \"{{\" }}x}}"));
 }
 
 #[test]
