@@ -22,6 +22,7 @@
 //! Everything here is deterministic (ordered maps, sorted output), does no IO except the explicit file loaders,
 //! and never panics on malformed input.
 
+pub mod api_error;
 pub mod ec2;
 pub mod instancetype;
 pub mod interruption;
