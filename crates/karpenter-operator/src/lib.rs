@@ -17,6 +17,7 @@
 //! The controllers on kube-runtime come with issue 8.
 
 pub mod client;
+pub mod disruption;
 pub mod events;
 pub mod eviction;
 pub mod expiration;

@@ -1,0 +1,842 @@
+//! The disruption loop (disruption.md §2 and §7). See the [module docs](super).
+//!
+//! [`Disruption::step`] is one iteration without timers; it returns a [`StepReport`] saying what it did and when
+//! to step again. An iteration:
+//!
+//! 1. advances the commands in flight: a command whose replacements are all `Initialized` deletes its
+//!    candidates' NodeClaims (`DisruptionTerminating`, `karpenter_nodeclaims_disrupted_total`,
+//!    `karpenter_pods_disruption_initiated_total`); one whose replacement is gone, or that waited longer than
+//!    `clamp(80 ms × queued candidates, 10 min, 1 h)`, is rolled back (`karpenter_voluntary_disruption_queue_failures_total`);
+//!    otherwise `DisruptionLaunching` / `DisruptionWaitingReadiness` events;
+//! 2. waits (1 s) while the cluster state is not synced;
+//! 3. if a command awaits validation: before the delay has passed, nothing else; after it, re-checks the
+//!    command against a fresh snapshot and starts it, or drops it (`ConsolidationRejected`,
+//!    `karpenter_voluntary_disruption_failed_validations_total`);
+//! 4. removes the `karpenter.sh/disrupted` taint and the `DisruptionReason` condition from nodes that are in no
+//!    command and not being deleted (what a crash mid-command leaves behind);
+//! 5. evaluates a pass, publishes its verdicts and budgets, and takes its command: drift commands start at once,
+//!    emptiness and consolidation commands wait for validation.
+//!
+//! Commands are started as §7 says: candidates tainted and given `DisruptionReason=True` (any failure rolls
+//! back what was done), replacements created (`karpenter_nodeclaims_created_total{reason=<method reason>}`),
+//! candidates marked for deletion in the cluster state after the replacements exist,
+//! `karpenter_voluntary_disruption_decisions_total`. A command without replacements deletes at once.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::{Node, Pod, Taint as CoreTaint};
+use karpenter_api::condition::ConditionStatus;
+use karpenter_api::labels::{self, taints};
+use karpenter_api::nodeclaim::conditions as cond;
+use karpenter_api::{NodeClaim, NodePool};
+use karpenter_cloudprovider::{Clock, CloudProvider};
+use karpenter_disruption::command::{Command, Decision, Method, Outcome, Pass, Reason};
+use karpenter_disruption::validation::{FailureKind, ValidationFailure, validate};
+use karpenter_requirements::InstanceType;
+use karpenter_scheduler::PoolInput;
+use karpenter_scheduler::snapshot::{SnapshotError, is_daemon_set_pod};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::{Client, Resource, ResourceExt};
+use serde_json::json;
+use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
+
+use crate::events::{Event, Recorder, reasons};
+use crate::kube_util::{delete_ignoring_missing, is_not_found, label, remove_condition, set_condition};
+use crate::metrics::Metrics;
+use crate::provisioner::build_node_claim;
+use crate::state::ClusterState;
+
+/// The controller name in logs.
+pub const CONTROLLER: &str = "disruption";
+/// Idle requeue of the loop.
+pub const POLL_INTERVAL: Duration = Duration::from_secs(10);
+/// The wait before a consolidation or emptiness command is re-checked and executed.
+pub const VALIDATION_DELAY: Duration = Duration::from_secs(15);
+/// Requeue while the cluster state is not synced.
+pub const UNSYNCED_RETRY: Duration = Duration::from_secs(1);
+/// Requeue while commands wait for their replacements.
+pub const IN_FLIGHT_POLL: Duration = Duration::from_secs(1);
+
+/// Settings of the disruption loop.
+#[derive(Debug, Clone)]
+pub struct DisruptionSettings {
+    /// Idle requeue ([`POLL_INTERVAL`]).
+    pub poll_interval: Duration,
+    /// Validation wait ([`VALIDATION_DELAY`]).
+    pub validation_delay: Duration,
+    /// Feature gate `SpotToSpotConsolidation`.
+    pub spot_to_spot_consolidation: bool,
+    /// Shortest time a command waits for its replacements (upstream: 10 min).
+    pub min_replacement_timeout: Duration,
+    /// Longest time a command waits for its replacements (upstream: 1 h).
+    pub max_replacement_timeout: Duration,
+    /// Per queued candidate node (upstream: 80 ms).
+    pub replacement_timeout_per_candidate: Duration,
+}
+
+impl Default for DisruptionSettings {
+    fn default() -> Self {
+        Self {
+            poll_interval: POLL_INTERVAL,
+            validation_delay: VALIDATION_DELAY,
+            spot_to_spot_consolidation: false,
+            min_replacement_timeout: Duration::from_secs(10 * 60),
+            max_replacement_timeout: Duration::from_secs(60 * 60),
+            replacement_timeout_per_candidate: Duration::from_millis(80),
+        }
+    }
+}
+
+impl DisruptionSettings {
+    /// The settings for `settings` (the `SpotToSpotConsolidation` gate).
+    pub fn from_settings(settings: &crate::settings::CoreSettings) -> Self {
+        Self { spot_to_spot_consolidation: settings.feature_gates.spot_to_spot_consolidation, ..Self::default() }
+    }
+
+    /// How long commands may wait for replacements when `queued` candidate nodes are in flight.
+    pub fn replacement_timeout(&self, queued: usize) -> Duration {
+        let scaled = self.replacement_timeout_per_candidate.saturating_mul(u32::try_from(queued).unwrap_or(u32::MAX));
+        scaled.clamp(self.min_replacement_timeout, self.max_replacement_timeout)
+    }
+}
+
+/// Why an iteration failed as a whole (per-command failures are in the [`StepReport`]).
+#[derive(Debug, thiserror::Error)]
+pub enum DisruptionError {
+    /// A quantity in the cluster state does not parse.
+    #[error("building the disruption snapshot: {0}")]
+    Snapshot(#[from] SnapshotError),
+}
+
+/// What one [`Disruption::step`] did.
+#[derive(Debug, Default)]
+pub struct StepReport {
+    /// Set when the loop waited on the cluster state (why).
+    pub waiting: Option<String>,
+    /// The pass evaluated this step, if any.
+    pub pass: Option<Pass>,
+    /// A command computed this step that now waits for validation.
+    pub awaiting_validation: Option<Command>,
+    /// A command dropped by validation, with why.
+    pub rejected: Option<ValidationFailure>,
+    /// Commands started this step.
+    pub started: Vec<Command>,
+    /// Replacement NodeClaims created this step.
+    pub replacements: Vec<String>,
+    /// Candidate NodeClaims deleted this step.
+    pub deleted: Vec<String>,
+    /// Commands rolled back this step (their candidate nodes, and why).
+    pub rolled_back: Vec<(Vec<String>, String)>,
+    /// Nodes whose stale disrupted taint or `DisruptionReason` condition was removed.
+    pub cleaned: Vec<String>,
+    /// Errors that did not stop the step.
+    pub errors: Vec<String>,
+    /// When to step again.
+    pub requeue: Duration,
+}
+
+/// A candidate of a started command.
+#[derive(Debug, Clone)]
+struct Target {
+    node: String,
+    claim: String,
+    pool: String,
+    capacity_type: String,
+}
+
+/// A command started and not finished.
+#[derive(Debug, Clone)]
+struct InFlight {
+    command: Command,
+    targets: Vec<Target>,
+    replacements: Vec<String>,
+    started: DateTime<Utc>,
+}
+
+/// A command waiting for its validation.
+#[derive(Debug, Clone)]
+struct Pending {
+    command: Command,
+    computed: DateTime<Utc>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    pending: Option<Pending>,
+    in_flight: Vec<InFlight>,
+}
+
+/// The disruption loop (see the module docs).
+pub struct Disruption {
+    client: Client,
+    state: ClusterState,
+    cloud: Arc<dyn CloudProvider>,
+    recorder: Recorder,
+    metrics: Arc<Metrics>,
+    clock: Arc<dyn Clock>,
+    settings: DisruptionSettings,
+    inner: Mutex<Inner>,
+}
+
+impl fmt::Debug for Disruption {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Disruption").field("settings", &self.settings).finish_non_exhaustive()
+    }
+}
+
+/// `delete` / `replace`.
+fn decision_label(d: Decision) -> &'static str {
+    match d {
+        Decision::Delete => "delete",
+        Decision::Replace => "replace",
+    }
+}
+
+/// `empty`, `single`, `multi`, or "" for drift.
+pub fn consolidation_type(m: Method) -> &'static str {
+    match m {
+        Method::Emptiness => "empty",
+        Method::MultiNodeConsolidation => "multi",
+        Method::SingleNodeConsolidation => "single",
+        Method::Drift | Method::StaticDrift => "",
+    }
+}
+
+fn reason_label(c: &Command) -> String {
+    c.reason.as_str().to_lowercase()
+}
+
+fn termination_mode(m: Method) -> &'static str {
+    if m.is_graceful() { "graceful" } else { "eventual" }
+}
+
+fn chrono_duration(d: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
+}
+
+fn has_disrupted_taint(node: &Node) -> bool {
+    node.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some_and(|ts| ts.iter().any(|t| t.key == taints::DISRUPTED))
+}
+
+fn node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+impl Disruption {
+    /// A disruption loop writing through `client`.
+    pub fn new(
+        client: Client,
+        state: ClusterState,
+        cloud: Arc<dyn CloudProvider>,
+        recorder: Recorder,
+        metrics: Arc<Metrics>,
+        clock: Arc<dyn Clock>,
+        settings: DisruptionSettings,
+    ) -> Self {
+        Self { client, state, cloud, recorder, metrics, clock, settings, inner: Mutex::default() }
+    }
+
+    fn nodes(&self) -> Api<Node> {
+        Api::all(self.client.clone())
+    }
+
+    fn claims(&self) -> Api<NodeClaim> {
+        Api::all(self.client.clone())
+    }
+
+    /// Node names of the commands in flight.
+    pub async fn in_flight_nodes(&self) -> Vec<String> {
+        let inner = self.inner.lock().await;
+        inner.in_flight.iter().flat_map(|c| c.targets.iter().map(|t| t.node.clone())).collect()
+    }
+
+    /// The command waiting for validation, if any.
+    pub async fn pending_command(&self) -> Option<Command> {
+        self.inner.lock().await.pending.as_ref().map(|p| p.command.clone())
+    }
+
+    /// Runs the loop until `shutdown`: steps, then sleeps what the step asked for.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        loop {
+            let wait = match self.step().await {
+                Ok(report) => {
+                    for e in &report.errors {
+                        tracing::error!(controller = CONTROLLER, error = %e, "disruption");
+                    }
+                    report.requeue
+                }
+                Err(e) => {
+                    tracing::error!(controller = CONTROLLER, error = %e, "disruption pass failed");
+                    self.settings.poll_interval
+                }
+            };
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(wait.max(Duration::from_millis(10))) => {}
+            }
+        }
+    }
+
+    /// One iteration (see the module docs).
+    pub async fn step(&self) -> Result<StepReport, DisruptionError> {
+        let mut report = StepReport { requeue: self.settings.poll_interval, ..StepReport::default() };
+        let mut inner = self.inner.lock().await;
+        self.advance(&mut inner, &mut report).await;
+        let busy = !inner.in_flight.is_empty();
+        let settle = |report: &mut StepReport, d: Duration| {
+            report.requeue = if busy { d.min(IN_FLIGHT_POLL) } else { d };
+        };
+
+        self.metrics.cluster_state_synced().set(if self.state.synced() { 1.0 } else { 0.0 });
+        if let Some(reason) = self.state.unsynced_reason() {
+            report.waiting = Some(reason);
+            settle(&mut report, UNSYNCED_RETRY);
+            return Ok(report);
+        }
+
+        let now = self.clock.now();
+        if let Some(p) = inner.pending.take() {
+            let due = p.computed + chrono_duration(self.settings.validation_delay);
+            if now < due {
+                let left = (due - now).to_std().unwrap_or(Duration::ZERO);
+                inner.pending = Some(p);
+                settle(&mut report, left);
+                return Ok(report);
+            }
+            match self.validate(&p.command).await {
+                Ok(command) => self.start(&mut inner, command, &mut report).await,
+                Err(failure) => self.rejected(&p.command, failure, &mut report),
+            }
+            settle(&mut report, Duration::ZERO);
+            return Ok(report);
+        }
+
+        self.clean_stale(&inner, &mut report).await;
+
+        let pass = self.evaluate().await?;
+        self.publish(&pass);
+        let commands = pass.commands.clone();
+        report.pass = Some(pass);
+        let Some(first) = commands.first() else {
+            settle(&mut report, self.settings.poll_interval);
+            return Ok(report);
+        };
+        match first.method {
+            Method::Emptiness | Method::MultiNodeConsolidation | Method::SingleNodeConsolidation => {
+                inner.pending = Some(Pending { command: first.clone(), computed: now });
+                report.awaiting_validation = Some(first.clone());
+                settle(&mut report, self.settings.validation_delay);
+            }
+            Method::Drift | Method::StaticDrift => {
+                for c in commands {
+                    self.start(&mut inner, c, &mut report).await;
+                }
+                settle(&mut report, Duration::ZERO);
+            }
+        }
+        Ok(report)
+    }
+
+    /// The NodePools (not deleting) with their instance types; a pool whose types cannot be listed is left out.
+    async fn pools(&self, pools: &[NodePool]) -> Vec<(NodePool, Arc<[InstanceType]>)> {
+        let mut out = Vec::new();
+        for pool in pools.iter().filter(|p| p.metadata.deletion_timestamp.is_none()) {
+            match self.cloud.instance_types(pool).await {
+                Ok(its) => out.push((pool.clone(), its)),
+                Err(e) => {
+                    tracing::error!(controller = CONTROLLER, NodePool = %pool.name_any(), error = %e,
+                        "listing instance types failed, the pool's nodes are not disrupted this pass");
+                }
+            }
+        }
+        out
+    }
+
+    fn options(&self) -> karpenter_disruption::DisruptionOptions {
+        let not_ready_nodes: BTreeSet<String> =
+            self.state.list::<Node>().iter().filter(|n| !node_ready(n)).map(ResourceExt::name_any).collect();
+        karpenter_disruption::DisruptionOptions {
+            spot_to_spot_consolidation: self.settings.spot_to_spot_consolidation,
+            not_ready_nodes,
+            ..Default::default()
+        }
+    }
+
+    /// One pass of karpenter-disruption over the current state.
+    pub async fn evaluate(&self) -> Result<Pass, DisruptionError> {
+        let snapshot = self.state.snapshot()?.cluster;
+        let pools = self.pools(&snapshot.node_pools).await;
+        let inputs: Vec<PoolInput<'_>> =
+            pools.iter().map(|(p, its)| PoolInput { node_pool: p, instance_types: its }).collect();
+        let started = std::time::Instant::now();
+        let now = self.clock.now();
+        let pass = karpenter_disruption::evaluate(&snapshot, &inputs, self.cloud.labels(), now, &self.options());
+        if let Some(c) = pass.commands.first() {
+            self.metrics
+                .voluntary_disruption_decision_evaluation_duration_seconds(
+                    &reason_label(c),
+                    consolidation_type(c.method),
+                )
+                .observe(started.elapsed().as_secs_f64());
+        }
+        Ok(pass)
+    }
+
+    async fn validate(&self, command: &Command) -> Result<Command, ValidationFailure> {
+        let snapshot = self.state.snapshot().map_err(|e| ValidationFailure {
+            kind: FailureKind::Scheduling,
+            message: format!("building the snapshot: {e}"),
+        })?;
+        let snapshot = snapshot.cluster;
+        let pools = self.pools(&snapshot.node_pools).await;
+        let inputs: Vec<PoolInput<'_>> =
+            pools.iter().map(|(p, its)| PoolInput { node_pool: p, instance_types: its }).collect();
+        validate(command, &snapshot, &inputs, self.cloud.labels(), self.clock.now(), &self.options())
+    }
+
+    fn rejected(&self, command: &Command, failure: ValidationFailure, report: &mut StepReport) {
+        tracing::info!(controller = CONTROLLER, method = ?command.method, error = %failure,
+            "abandoning disruption command: it failed validation");
+        self.metrics.voluntary_disruption_failed_validations(consolidation_type(command.method)).inc();
+        for c in &command.candidates {
+            if let Some(node) = self.state.get::<Node>(&c.node) {
+                self.recorder.publish_detached(Event::normal(
+                    &node,
+                    reasons::CONSOLIDATION_REJECTED,
+                    format!("Disruption was abandoned after revalidation: {failure}"),
+                ));
+            }
+        }
+        report.rejected = Some(failure);
+    }
+
+    /// Budget gauges, eligible-node gauges and the verdicts' events.
+    fn publish(&self, pass: &Pass) {
+        for b in &pass.budgets {
+            let reason = b.reason.as_str();
+            self.metrics.nodepools_allowed_disruptions(&b.node_pool, reason).set(f64::from(b.allowed));
+            self.metrics.nodepools_nodes_consuming_budgets(&b.node_pool, reason).set(f64::from(b.disrupting));
+        }
+        let mut eligible: BTreeMap<&'static str, u32> =
+            karpenter_disruption::budget::REASONS.iter().map(|r| (r.as_str(), 0)).collect();
+        let mut blocked_pools: BTreeSet<(String, &'static str)> = BTreeSet::new();
+        for v in &pass.verdicts {
+            let method = match &v.reason {
+                Reason::Disrupted { method } | Reason::Deferred { method, .. } => Some(*method),
+                _ => None,
+            };
+            if let Some(m) = method {
+                *eligible.entry(m.reason().as_str()).or_default() += 1;
+            }
+            if let Reason::BudgetExhausted { node_pool, reason, .. } = &v.reason {
+                blocked_pools.insert((node_pool.clone(), reason.as_str()));
+            }
+            let event_reason = match (&v.reason, v.outcome) {
+                (Reason::BeingDeleted | Reason::BudgetExhausted { .. }, _) => None,
+                (_, Outcome::Blocked) => Some(reasons::DISRUPTION_BLOCKED),
+                (
+                    Reason::PodsUnschedulable { .. }
+                    | Reason::NeedsMultipleNodes { .. }
+                    | Reason::NoCheaperOption { .. }
+                    | Reason::SpotToSpotDisabled
+                    | Reason::SpotToSpotTooFewOptions { .. }
+                    | Reason::WhenEmptyPolicy
+                    | Reason::UnknownInstanceType { .. }
+                    | Reason::MissingLabels { .. }
+                    | Reason::BalancedRejected { .. },
+                    _,
+                ) => Some(reasons::UNCONSOLIDATABLE),
+                _ => None,
+            };
+            let Some(event_reason) = event_reason else { continue };
+            if let Some(node) = self.state.get::<Node>(&v.node) {
+                self.recorder.publish_detached(Event::normal(&node, event_reason, v.reason.to_string()));
+            }
+            if let Some(claim) = v.node_claim.as_deref().and_then(|c| self.state.get::<NodeClaim>(c)) {
+                self.recorder.publish_detached(Event::normal(&claim, event_reason, v.reason.to_string()));
+            }
+        }
+        for (reason, n) in eligible {
+            self.metrics.voluntary_disruption_eligible_nodes(reason).set(f64::from(n));
+        }
+        for (pool, reason) in blocked_pools {
+            if let Some(p) = self.state.get::<NodePool>(&pool) {
+                self.recorder.publish_detached(Event::normal(
+                    &p,
+                    reasons::DISRUPTION_BLOCKED,
+                    format!("No allowed disruptions for disruption reason {reason} due to blocking budget"),
+                ));
+            }
+        }
+    }
+
+    /// Removes the disrupted taint and `DisruptionReason` from nodes in no command and not being deleted.
+    async fn clean_stale(&self, inner: &Inner, report: &mut StepReport) {
+        let busy: BTreeSet<&str> = inner
+            .in_flight
+            .iter()
+            .flat_map(|c| c.targets.iter().flat_map(|t| [t.node.as_str(), t.claim.as_str()]))
+            .collect();
+        let claims = self.state.list::<NodeClaim>();
+        for node in self.state.list::<Node>() {
+            let name = node.name_any();
+            if busy.contains(name.as_str()) || node.metadata.deletion_timestamp.is_some() || !has_disrupted_taint(&node)
+            {
+                continue;
+            }
+            let claim = claims.iter().find(|c| c.node_name() == Some(name.as_str()));
+            if claim.is_some_and(|c| c.metadata.deletion_timestamp.is_some()) {
+                continue;
+            }
+            match self.untaint(&name).await {
+                Ok(()) => report.cleaned.push(name.clone()),
+                Err(e) => report.errors.push(format!("removing the disrupted taint from {name}: {e}")),
+            }
+        }
+        for claim in &claims {
+            let name = claim.name_any();
+            let has = claim.conditions().iter().any(|c| c.type_ == cond::DISRUPTION_REASON);
+            let node_busy = claim.node_name().is_some_and(|n| busy.contains(n));
+            if !has || busy.contains(name.as_str()) || node_busy || claim.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            if let Err(e) = self.clear_condition(&name).await {
+                report.errors.push(format!("removing DisruptionReason from {name}: {e}"));
+            } else if let Some(n) = claim.node_name()
+                && !report.cleaned.iter().any(|c| c == n)
+            {
+                report.cleaned.push(n.to_owned());
+            }
+        }
+    }
+
+    async fn taint(&self, node: &str) -> Result<(), kube::Error> {
+        let current = self.nodes().get(node).await?;
+        let mut list: Vec<CoreTaint> = current.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+        if list.iter().any(|t| t.key == taints::DISRUPTED && t.effect == "NoSchedule") {
+            return Ok(());
+        }
+        list.retain(|t| t.key != taints::DISRUPTED);
+        list.push(CoreTaint { key: taints::DISRUPTED.to_owned(), effect: "NoSchedule".to_owned(), ..CoreTaint::default() });
+        let patch = json!({"metadata": {"resourceVersion": current.resource_version()}, "spec": {"taints": list}});
+        let written = self.nodes().patch(node, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        self.state.apply(written);
+        Ok(())
+    }
+
+    async fn untaint(&self, node: &str) -> Result<(), kube::Error> {
+        let current = match self.nodes().get(node).await {
+            Ok(n) => n,
+            Err(e) if is_not_found(&e) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let mut list: Vec<CoreTaint> = current.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+        let before = list.len();
+        list.retain(|t| t.key != taints::DISRUPTED);
+        if list.len() == before {
+            return Ok(());
+        }
+        let patch = json!({"metadata": {"resourceVersion": current.resource_version()}, "spec": {"taints": list}});
+        let written = self.nodes().patch(node, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        self.state.apply(written);
+        Ok(())
+    }
+
+    async fn set_disruption_reason(&self, claim: &str, command: &Command) -> Result<(), kube::Error> {
+        let current = self.claims().get(claim).await?;
+        let mut conditions = current.conditions().to_vec();
+        let changed = set_condition(
+            &mut conditions,
+            cond::DISRUPTION_REASON,
+            ConditionStatus::True,
+            command.reason.as_str(),
+            &command.explanation.chars().take(300).collect::<String>(),
+            self.clock.now(),
+        );
+        if changed {
+            let written = crate::kube_util::patch_claim_conditions(&self.claims(), &current, &conditions).await?;
+            self.state.apply(written);
+        }
+        Ok(())
+    }
+
+    async fn clear_condition(&self, claim: &str) -> Result<(), kube::Error> {
+        let current = match self.claims().get(claim).await {
+            Ok(c) => c,
+            Err(e) if is_not_found(&e) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let mut conditions = current.conditions().to_vec();
+        if remove_condition(&mut conditions, cond::DISRUPTION_REASON) {
+            let written = crate::kube_util::patch_claim_conditions(&self.claims(), &current, &conditions).await?;
+            self.state.apply(written);
+        }
+        Ok(())
+    }
+
+    /// Starts a command (§7 `StartCommand`).
+    async fn start(&self, inner: &mut Inner, command: Command, report: &mut StepReport) {
+        let busy: BTreeSet<&str> =
+            inner.in_flight.iter().flat_map(|c| c.targets.iter().map(|t| t.node.as_str())).collect();
+        if command.candidates.iter().any(|c| busy.contains(c.node.as_str())) {
+            report.errors.push("a candidate is already part of a command in flight".to_owned());
+            return;
+        }
+        let targets: Vec<Target> = command
+            .candidates
+            .iter()
+            .map(|c| Target {
+                node: c.node.clone(),
+                claim: c.node_claim.clone(),
+                pool: c.node_pool.clone(),
+                capacity_type: c.capacity_type.clone().unwrap_or_default(),
+            })
+            .collect();
+        tracing::info!(controller = CONTROLLER, method = ?command.method, decision = ?command.decision,
+            nodes = ?targets.iter().map(|t| t.node.as_str()).collect::<Vec<_>>(), explanation = %command.explanation,
+            "disrupting node(s)");
+
+        // 1. Taint and DisruptionReason.
+        let mut marked: Vec<Target> = Vec::new();
+        for t in &targets {
+            let result = async {
+                self.taint(&t.node).await?;
+                self.set_disruption_reason(&t.claim, &command).await
+            }
+            .await;
+            match result {
+                Ok(()) => marked.push(t.clone()),
+                Err(e) => {
+                    report.errors.push(format!("marking {} for disruption: {e}", t.node));
+                    self.roll_back(&command, &marked, &[], "marking a candidate failed", report).await;
+                    return;
+                }
+            }
+        }
+
+        // 2. Replacements.
+        let mut replacements: Vec<String> = Vec::new();
+        let reason = reason_label(&command);
+        for plan in &command.replacements {
+            let created = async {
+                let pool = self
+                    .state
+                    .get::<NodePool>(&plan.node_pool)
+                    .ok_or_else(|| format!("NodePool {} not found", plan.node_pool))?;
+                let claim = build_node_claim(&pool, plan, self.cloud.labels()).map_err(|e| e.to_string())?;
+                let created =
+                    self.claims().create(&PostParams::default(), &claim).await.map_err(|e| e.to_string())?;
+                self.state.record_created_claim(&created, &plan.pods);
+                self.metrics
+                    .nodeclaims_created(&reason, &plan.node_pool, if plan.min_values_relaxed { "true" } else { "false" })
+                    .inc();
+                Ok::<String, String>(created.name_any())
+            }
+            .await;
+            match created {
+                Ok(name) => {
+                    tracing::info!(controller = CONTROLLER, NodeClaim = %name, NodePool = %plan.node_pool,
+                        "created replacement nodeclaim");
+                    replacements.push(name);
+                }
+                Err(e) => {
+                    report.errors.push(format!("creating a replacement in NodePool {}: {e}", plan.node_pool));
+                    self.roll_back(&command, &marked, &replacements, "creating a replacement failed", report).await;
+                    return;
+                }
+            }
+        }
+        report.replacements.extend(replacements.iter().cloned());
+
+        // 3. Marked for deletion after the replacements exist.
+        self.state.mark_for_deletion(targets.iter().flat_map(|t| [t.node.as_str(), t.claim.as_str()]));
+
+        // 4. Decision metrics.
+        let decision = decision_label(command.decision);
+        let ctype = consolidation_type(command.method);
+        self.metrics.voluntary_disruption_decisions(decision, &reason, ctype).inc();
+        let pools: BTreeSet<&str> = targets.iter().map(|t| t.pool.as_str()).collect();
+        for pool in pools {
+            self.metrics.voluntary_disruption_decisions_by_nodepool(decision, &reason, ctype, pool).inc();
+        }
+        if !replacements.is_empty() {
+            for t in &targets {
+                self.event_on(t, reasons::DISRUPTION_LAUNCHING, format!("Launching NodeClaim: {}", command.reason.as_str()))
+                    .await;
+            }
+        }
+        report.started.push(command.clone());
+        let mut flight = InFlight { command, targets, replacements, started: self.clock.now() };
+        if flight.replacements.is_empty() {
+            if !self.finish(&mut flight, report).await {
+                inner.in_flight.push(flight);
+            }
+        } else {
+            inner.in_flight.push(flight);
+        }
+    }
+
+    async fn event_on(&self, t: &Target, reason: &str, message: String) {
+        if let Some(node) = self.state.get::<Node>(&t.node) {
+            self.recorder.publish_detached(Event::normal(&node, reason, message.clone()));
+        }
+        if let Some(claim) = self.state.get::<NodeClaim>(&t.claim) {
+            self.recorder.publish_detached(Event::normal(&claim, reason, message));
+        }
+    }
+
+    /// Commands in flight: deletes candidates once the replacements are initialized, rolls back on failure.
+    async fn advance(&self, inner: &mut Inner, report: &mut StepReport) {
+        let queued: usize = inner.in_flight.iter().map(|c| c.targets.len()).sum();
+        let timeout = chrono_duration(self.settings.replacement_timeout(queued));
+        let now = self.clock.now();
+        let mut keep = Vec::new();
+        for mut flight in std::mem::take(&mut inner.in_flight) {
+            let mut failure: Option<String> = None;
+            let mut waiting = false;
+            for name in &flight.replacements {
+                match self.claims().get_opt(name).await {
+                    Ok(Some(c)) if c.metadata.deletion_timestamp.is_some() => {
+                        failure = Some(format!("replacement NodeClaim {name} is being deleted"));
+                    }
+                    Ok(Some(c)) => {
+                        self.state.apply(c.clone());
+                        if !c.is_initialized() {
+                            waiting = true;
+                        }
+                    }
+                    Ok(None) => failure = Some(format!("replacement NodeClaim {name} no longer exists")),
+                    Err(e) => {
+                        report.errors.push(format!("reading replacement {name}: {e}"));
+                        waiting = true;
+                    }
+                }
+                if failure.is_some() {
+                    break;
+                }
+            }
+            if failure.is_none() && waiting && now - flight.started > timeout {
+                failure = Some(format!(
+                    "replacements not initialized after {}s",
+                    timeout.num_seconds()
+                ));
+            }
+            if let Some(why) = failure {
+                self.metrics
+                    .voluntary_disruption_queue_failures(
+                        decision_label(flight.command.decision),
+                        &reason_label(&flight.command),
+                        consolidation_type(flight.command.method),
+                    )
+                    .inc();
+                let targets = flight.targets.clone();
+                let replacements = flight.replacements.clone();
+                self.roll_back(&flight.command, &targets, &replacements, &why, report).await;
+                continue;
+            }
+            if waiting {
+                for t in &flight.targets {
+                    self.event_on(
+                        t,
+                        reasons::DISRUPTION_WAITING_READINESS,
+                        "Waiting on readiness to continue disruption".to_owned(),
+                    )
+                    .await;
+                }
+                keep.push(flight);
+                continue;
+            }
+            if !self.finish(&mut flight, report).await {
+                keep.push(flight);
+            }
+        }
+        inner.in_flight = keep;
+    }
+
+    /// Deletes the candidates' NodeClaims; returns whether all are deleted (else retried next step).
+    async fn finish(&self, flight: &mut InFlight, report: &mut StepReport) -> bool {
+        let command = &flight.command;
+        let reason = reason_label(command);
+        let mode = termination_mode(command.method);
+        let mut remaining = Vec::new();
+        for t in std::mem::take(&mut flight.targets) {
+            match self.claims().delete(&t.claim, &Default::default()).await {
+                Ok(either) => {
+                    if let Some(obj) = either.left() {
+                        self.state.apply(obj);
+                    }
+                }
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => {
+                    report.errors.push(format!("deleting NodeClaim {}: {e}", t.claim));
+                    remaining.push(t);
+                    continue;
+                }
+            }
+            tracing::info!(controller = CONTROLLER, NodeClaim = %t.claim, Node = %t.node, reason = %reason, "deleted nodeclaim");
+            self.event_on(&t, reasons::DISRUPTION_TERMINATING, format!("Disrupting Node: {}", command.reason.as_str()))
+                .await;
+            let policy = self
+                .state
+                .get::<NodePool>(&t.pool)
+                .map(|p| format!("{:?}", p.spec.disruption.consolidation_policy))
+                .unwrap_or_default();
+            self.metrics.nodeclaims_disrupted(&reason, &t.pool, &t.capacity_type, &policy, mode).inc();
+            let pods = self.state.pods_on_node(&t.node).iter().filter(|p| moves(p)).count();
+            self.metrics
+                .pods_disruption_initiated(&reason, &t.pool, &t.capacity_type, &policy, mode)
+                .inc_by(pods as u64);
+            report.deleted.push(t.claim.clone());
+        }
+        flight.targets = remaining;
+        flight.targets.is_empty()
+    }
+
+    /// Undoes a command's marks: taint, condition, deletion mark, and deletes the replacements.
+    async fn roll_back(
+        &self,
+        command: &Command,
+        targets: &[Target],
+        replacements: &[String],
+        why: &str,
+        report: &mut StepReport,
+    ) {
+        tracing::warn!(controller = CONTROLLER, method = ?command.method, reason = why, "disruption command failed, rolling back");
+        for t in targets {
+            if let Err(e) = self.untaint(&t.node).await {
+                report.errors.push(format!("removing the disrupted taint from {}: {e}", t.node));
+            }
+            if let Err(e) = self.clear_condition(&t.claim).await {
+                report.errors.push(format!("removing DisruptionReason from {}: {e}", t.claim));
+            }
+        }
+        self.state.unmark_for_deletion(targets.iter().flat_map(|t| [t.node.as_str(), t.claim.as_str()]));
+        for name in replacements {
+            if let Err(e) = delete_ignoring_missing(&self.claims(), name).await {
+                report.errors.push(format!("deleting replacement {name}: {e}"));
+            }
+        }
+        report.rolled_back.push((command.candidates.iter().map(|c| c.node.clone()).collect(), why.to_owned()));
+    }
+}
+
+/// A pod whose disruption a node deletion initiates (not a DaemonSet pod, not terminal).
+fn moves(pod: &Pod) -> bool {
+    !is_daemon_set_pod(pod)
+        && !karpenter_disruption::pods::is_terminal(pod)
+        && !karpenter_disruption::pods::is_static(pod)
+        && pod.meta().deletion_timestamp.is_none()
+}
+
+/// The capacity-type label of a NodeClaim ("" when absent), for metric labels.
+pub fn capacity_type(claim: &NodeClaim) -> &str {
+    label(claim, labels::CAPACITY_TYPE)
+}

@@ -1,0 +1,171 @@
+//! The pod-events controller (disruption.md §8, `nodeclaim.podevents`): stamps `status.lastPodEventTime` on the
+//! NodeClaim of a node when a pod is bound to it, finishes there (Succeeded / Failed) or starts terminating
+//! there. DaemonSet pods do not count. A stamp less than [`DEDUPE`] old is kept (no write), so pod churn costs at
+//! most one status write per NodeClaim every 10 s. The `Consolidatable` condition and karpenter-disruption's
+//! candidate check measure `consolidateAfter` from this time.
+//!
+//! The controller remembers what it last saw of each pod (node, terminal, terminating) and stamps on a change.
+//! Pods listed when the watch (re)starts are recorded without stamping ([`PodEvents::prime`]): a restart of the
+//! controller does not reset every node's consolidation clock.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use karpenter_api::NodeClaim;
+use karpenter_cloudprovider::Clock;
+use karpenter_disruption::pods::{is_terminal, parse_rfc3339};
+use karpenter_scheduler::snapshot::is_daemon_set_pod;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher::Event as WatchEvent};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::kube_util::{ReconcileError, rfc3339};
+use crate::state::{ClusterState, object_key};
+
+/// The controller name in logs.
+pub const CONTROLLER: &str = "nodeclaim.podevents";
+/// A `lastPodEventTime` younger than this is not rewritten.
+pub const DEDUPE: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Facts {
+    node: Option<String>,
+    terminal: bool,
+    terminating: bool,
+}
+
+fn facts(pod: &Pod) -> Facts {
+    Facts {
+        node: pod.spec.as_ref().and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty()),
+        terminal: is_terminal(pod),
+        terminating: pod.metadata.deletion_timestamp.is_some(),
+    }
+}
+
+fn pod_id(pod: &Pod) -> String {
+    pod.metadata.uid.clone().unwrap_or_else(|| object_key(pod))
+}
+
+/// The pod-events controller (see the module docs).
+pub struct PodEvents {
+    client: Client,
+    state: ClusterState,
+    clock: Arc<dyn Clock>,
+    seen: Mutex<BTreeMap<String, Facts>>,
+}
+
+impl std::fmt::Debug for PodEvents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PodEvents").finish_non_exhaustive()
+    }
+}
+
+impl PodEvents {
+    /// A controller writing through `client`; NodeClaims are found in `state`.
+    pub fn new(client: Client, state: ClusterState, clock: Arc<dyn Clock>) -> Self {
+        Self { client, state, clock, seen: Mutex::default() }
+    }
+
+    fn seen(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Facts>> {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records pods as already known (no stamp): the pods of a (re)list.
+    pub fn prime<'a>(&self, pods: impl IntoIterator<Item = &'a Pod>) {
+        let mut seen = self.seen();
+        for p in pods {
+            seen.insert(pod_id(p), facts(p));
+        }
+    }
+
+    /// Forgets a deleted pod.
+    pub fn forget(&self, pod: &Pod) {
+        self.seen().remove(&pod_id(pod));
+    }
+
+    /// Handles one observation of `pod`: stamps its node's NodeClaim if the pod was bound, finished or started
+    /// terminating since it was last seen. Returns the NodeClaim stamped, if any.
+    pub async fn observe(&self, pod: &Pod) -> Result<Option<String>, ReconcileError> {
+        let now_facts = facts(pod);
+        let before = self.seen().insert(pod_id(pod), now_facts.clone()).unwrap_or_default();
+        if is_daemon_set_pod(pod) {
+            return Ok(None);
+        }
+        let Some(node) = now_facts.node.as_deref() else { return Ok(None) };
+        let event = before.node.is_none()
+            || (!before.terminal && now_facts.terminal)
+            || (!before.terminating && now_facts.terminating);
+        if !event {
+            return Ok(None);
+        }
+        let Some(claim) = self.claim_of(node) else { return Ok(None) };
+        self.stamp(&claim).await
+    }
+
+    fn claim_of(&self, node: &str) -> Option<NodeClaim> {
+        let claims = self.state.list::<NodeClaim>();
+        if let Some(c) = claims.iter().find(|c| c.node_name() == Some(node)) {
+            return Some(c.clone());
+        }
+        let node_obj = self.state.get::<k8s_openapi::api::core::v1::Node>(node)?;
+        let provider_id = node_obj.spec.as_ref()?.provider_id.clone()?;
+        claims.into_iter().find(|c| c.provider_id() == Some(provider_id.as_str()))
+    }
+
+    async fn stamp(&self, claim: &NodeClaim) -> Result<Option<String>, ReconcileError> {
+        let now = self.clock.now();
+        let last = claim.status.as_ref().and_then(|s| s.last_pod_event_time.as_deref()).and_then(parse_rfc3339);
+        let dedupe = chrono::Duration::from_std(DEDUPE).unwrap_or(chrono::Duration::MAX);
+        if last.is_some_and(|l| now - l < dedupe) || claim.metadata.deletion_timestamp.is_some() {
+            return Ok(None);
+        }
+        let name = claim.name_any();
+        let patch = json!({"status": {"lastPodEventTime": rfc3339(now)}});
+        let api: Api<NodeClaim> = Api::all(self.client.clone());
+        match api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(written) => {
+                self.state.apply(written);
+                Ok(Some(name))
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Watches pods until `shutdown`.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let api: Api<Pod> = Api::all(self.client.clone());
+        let mut stream = watcher(api, watcher::Config::default()).default_backoff().boxed();
+        let mut listing = false;
+        loop {
+            let next = tokio::select! {
+                () = shutdown.cancelled() => return,
+                next = stream.next() => next,
+            };
+            match next {
+                Some(Ok(WatchEvent::Init)) => listing = true,
+                Some(Ok(WatchEvent::InitApply(pod))) => {
+                    if listing {
+                        self.prime([&pod]);
+                    }
+                }
+                Some(Ok(WatchEvent::InitDone)) => listing = false,
+                Some(Ok(WatchEvent::Apply(pod))) => {
+                    if let Err(e) = self.observe(&pod).await {
+                        tracing::warn!(controller = CONTROLLER, Pod = %object_key(&pod), error = %e,
+                            "recording the last pod event time failed");
+                    }
+                }
+                Some(Ok(WatchEvent::Delete(pod))) => self.forget(&pod),
+                Some(Err(error)) => tracing::warn!(controller = CONTROLLER, %error, "pod watch failed, re-listing"),
+                None => return,
+            }
+        }
+    }
+}

@@ -1,0 +1,700 @@
+//! The disruption controllers against the in-process API server, driven step by step on a fake clock: the
+//! FakeCloudProvider launches replacements, the lifecycle controller registers and initializes them once the
+//! test has created their Node (as the kwok provider would) and the kubelet stand-in has made it Ready.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{TimeZone, Utc};
+use k8s_openapi::api::core::v1::{Event as CoreEvent, Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use karpenter_api::condition::ConditionStatus;
+use karpenter_api::hash::node_pool_hash_annotations;
+use karpenter_api::labels::{self, annotations, finalizers, taints};
+use karpenter_api::nodeclaim::conditions as cond;
+use karpenter_api::nodepool::{Budget, DisruptionReason};
+use karpenter_api::{NodeClaim, NodePool};
+use karpenter_cloudprovider::{Clock, FakeCloudProvider, FakeOptions};
+use karpenter_disruption::command::{Decision, Method, Outcome, Reason};
+use karpenter_disruption::validation::FailureKind;
+use karpenter_testing::apiserver::{ApiServer, create_with_status};
+use karpenter_testing::standins::Kubelet;
+use karpenter_testing::{
+    FakeClock, NodeClaimOptions, NodeOptions, NodePoolOptions, PdbOptions, PodOptions, kwok_node_class_ref, node,
+    node_claim, node_pool, nodepool_requirement, pod, pod_disruption_budget, taint,
+};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+use super::controller::VALIDATION_DELAY;
+use super::*;
+use crate::events::{Recorder, reasons};
+use crate::lifecycle::{LifecycleContext, reconcile as lifecycle_reconcile};
+use crate::metrics::{BuildInfo, Metrics};
+use crate::state::ClusterState;
+
+const POOL: &str = "default";
+
+struct Env {
+    _server: ApiServer,
+    client: Client,
+    clock: FakeClock,
+    state: ClusterState,
+    metrics: Arc<Metrics>,
+    disruption: Disruption,
+    conditions: NodeClaimDisruption,
+    pod_events: PodEvents,
+    lifecycle: LifecycleContext,
+    kubelet: Kubelet,
+    cloud: FakeCloudProvider,
+}
+
+fn env() -> Env {
+    let clock = FakeClock::new(Utc.with_ymd_and_hms(2026, 3, 1, 12, 0, 0).unwrap());
+    let server = ApiServer::builder().clock(Arc::new(clock.clone())).build();
+    let client = server.client();
+    let cloud = FakeCloudProvider::new(FakeOptions { clock: Arc::new(clock.clone()), ..Default::default() });
+    let metrics = Arc::new(Metrics::new(&BuildInfo::current("test", "1.95")));
+    let recorder = Recorder::new(client.clone(), Arc::new(clock.clone()), "test");
+    let state = ClusterState::new(Arc::new(clock.clone()), Duration::from_secs(20));
+    state.mark_all_synced();
+    let disruption = Disruption::new(
+        client.clone(),
+        state.clone(),
+        Arc::new(cloud.clone()),
+        recorder.clone(),
+        metrics.clone(),
+        Arc::new(clock.clone()),
+        DisruptionSettings::default(),
+    );
+    let conditions =
+        NodeClaimDisruption::new(client.clone(), state.clone(), Arc::new(cloud.clone()), Arc::new(clock.clone()));
+    let pod_events = PodEvents::new(client.clone(), state.clone(), Arc::new(clock.clone()));
+    let lifecycle = LifecycleContext::new(
+        client.clone(),
+        state.clone(),
+        Arc::new(cloud.clone()),
+        recorder,
+        metrics.clone(),
+        Arc::new(clock.clone()),
+    );
+    let kubelet = Kubelet::new(client.clone(), Arc::new(clock.clone()));
+    Env { _server: server, client, clock, state, metrics, disruption, conditions, pod_events, lifecycle, kubelet, cloud }
+}
+
+fn pool_options() -> NodePoolOptions {
+    NodePoolOptions {
+        name: Some(POOL.into()),
+        node_class_ref: Some(kwok_node_class_ref("default")),
+        requirements: vec![
+            nodepool_requirement(labels::CAPACITY_TYPE, "In", &["on-demand"]),
+            nodepool_requirement(labels::ARCH, "In", &["amd64"]),
+            nodepool_requirement(labels::OS, "In", &["linux"]),
+        ],
+        ..Default::default()
+    }
+}
+
+impl Env {
+    fn nodes(&self) -> Api<Node> {
+        Api::all(self.client.clone())
+    }
+    fn claims(&self) -> Api<NodeClaim> {
+        Api::all(self.client.clone())
+    }
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), "default")
+    }
+
+    /// Copies every Node, NodeClaim, Pod, NodePool and PDB from the API server into the state (what the
+    /// watchers do).
+    async fn sync(&self) {
+        for n in self.nodes().list(&ListParams::default()).await.unwrap().items {
+            self.state.apply(n);
+        }
+        let claims = self.claims().list(&ListParams::default()).await.unwrap().items;
+        let live: Vec<String> = claims.iter().map(ResourceExt::name_any).collect();
+        for c in self.state.list::<NodeClaim>() {
+            if !live.contains(&c.name_any()) {
+                self.state.remove(&c);
+            }
+        }
+        for c in claims {
+            self.state.apply(c);
+        }
+        for p in self.pods().list(&ListParams::default()).await.unwrap().items {
+            self.state.apply(p);
+        }
+        for p in Api::<NodePool>::all(self.client.clone()).list(&ListParams::default()).await.unwrap().items {
+            self.state.apply(p);
+        }
+        for p in Api::<PodDisruptionBudget>::all(self.client.clone()).list(&ListParams::default()).await.unwrap().items
+        {
+            self.state.apply(p);
+        }
+    }
+
+    async fn pool(&self, o: NodePoolOptions) -> NodePool {
+        let mut p = node_pool(o);
+        p.metadata.uid = None;
+        let created = create_with_status(&Api::<NodePool>::all(self.client.clone()), &p).await.unwrap();
+        self.state.apply(created.clone());
+        created
+    }
+
+    /// A launched, registered, initialized NodeClaim of `instance_type` (on-demand, test-zone-a) with its Ready
+    /// Node `name`, both carrying the termination finalizer.
+    async fn machine(&self, name: &str, instance_type: &str) -> NodeClaim {
+        let pool = self.state.get::<NodePool>(POOL).unwrap();
+        let claim_labels: std::collections::BTreeMap<String, String> = [
+            (labels::NODE_POOL, POOL),
+            (labels::INSTANCE_TYPE, instance_type),
+            (labels::ZONE, "test-zone-a"),
+            (labels::CAPACITY_TYPE, "on-demand"),
+            (labels::ARCH, "amd64"),
+            (labels::OS, "linux"),
+            ("karpenter.kwok.sh/kwoknodeclass", "default"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let mut claim = node_claim(NodeClaimOptions {
+            name: Some(format!("{name}-claim")),
+            labels: claim_labels.clone(),
+            annotations: node_pool_hash_annotations(&pool).into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
+            node_class_ref: Some(kwok_node_class_ref("default")),
+            requirements: vec![nodepool_requirement(labels::INSTANCE_TYPE, "In", &[instance_type])],
+            finalizers: vec![finalizers::TERMINATION.into()],
+            launched: true,
+            registered: true,
+            initialized: true,
+            node_name: Some(name.into()),
+            ..Default::default()
+        });
+        let launched = self.cloud.add_instance(&claim).unwrap();
+        let status = launched.status.clone().unwrap();
+        let c = claim.status.as_mut().unwrap();
+        c.provider_id = status.provider_id.clone();
+        c.capacity = status.capacity.clone();
+        c.allocatable = status.allocatable.clone();
+        claim.metadata.uid = None;
+        claim.metadata.owner_references = None;
+        let claim = create_with_status(&self.claims(), &claim).await.unwrap();
+        let mut node_labels = claim_labels;
+        node_labels.insert(labels::NODE_INITIALIZED.into(), "true".into());
+        node_labels.insert(labels::NODE_REGISTERED.into(), "true".into());
+        node_labels.insert(labels::HOSTNAME.into(), name.into());
+        let alloc: Vec<(String, String)> = status.allocatable.iter().map(|(k, v)| (k.clone(), v.to_string())).collect();
+        let mut n = node(NodeOptions {
+            name: Some(name.into()),
+            labels: node_labels,
+            finalizers: vec![finalizers::TERMINATION.into()],
+            provider_id: status.provider_id.clone(),
+            allocatable: alloc.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect::<Vec<_>>().as_slice().into(),
+            ..Default::default()
+        });
+        n.metadata.uid = None;
+        self.nodes().create(&PostParams::default(), &n).await.unwrap();
+        self.sync().await;
+        claim
+    }
+
+    async fn bound_pod(&self, name: &str, node: &str, o: PodOptions) -> Pod {
+        let mut p = pod(PodOptions {
+            name: Some(name.into()),
+            node_name: Some(node.into()),
+            phase: Some("Running".into()),
+            ..o
+        });
+        p.metadata.uid = None;
+        let created = create_with_status(&self.pods(), &p).await.unwrap();
+        self.state.apply(created.clone());
+        created
+    }
+
+    async fn claim(&self, name: &str) -> Option<NodeClaim> {
+        self.claims().get_opt(name).await.unwrap()
+    }
+
+    async fn node_taints(&self, name: &str) -> Vec<String> {
+        let n = self.nodes().get(name).await.unwrap();
+        n.spec.and_then(|s| s.taints).unwrap_or_default().into_iter().map(|t| t.key).collect()
+    }
+
+    /// Brings a replacement NodeClaim up: lifecycle launches it, the test creates its Node as the kwok provider
+    /// would, the kubelet stand-in makes it Ready, lifecycle registers and initializes it.
+    async fn bring_up(&self, claim_name: &str) {
+        for _ in 0..6 {
+            self.sync().await;
+            let claim = self.claims().get(claim_name).await.unwrap();
+            if claim.is_initialized() {
+                return;
+            }
+            if let Some(pid) = claim.provider_id()
+                && self.state.nodes_by_provider_id(pid).is_empty()
+            {
+                let mut l = claim.labels().clone();
+                l.insert(labels::HOSTNAME.into(), claim_name.into());
+                let alloc: Vec<(String, String)> = claim
+                    .status
+                    .as_ref()
+                    .unwrap()
+                    .allocatable
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.to_string()))
+                    .collect();
+                let mut n = node(NodeOptions {
+                    name: Some(claim_name.into()),
+                    labels: l,
+                    provider_id: Some(pid.into()),
+                    taints: vec![taint(taints::UNREGISTERED, None, "NoExecute")],
+                    allocatable: alloc.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect::<Vec<_>>().as_slice().into(),
+                    ready: Some(false),
+                    ..Default::default()
+                });
+                n.metadata.uid = None;
+                self.nodes().create(&PostParams::default(), &n).await.unwrap();
+                self.kubelet.step().await.unwrap();
+                self.sync().await;
+            }
+            let claim = self.claims().get(claim_name).await.unwrap();
+            lifecycle_reconcile(&self.lifecycle, &claim).await.unwrap();
+        }
+        panic!("replacement {claim_name} did not initialize");
+    }
+
+    async fn events(&self, reason: &str) -> Vec<(String, String)> {
+        let api: Api<CoreEvent> = Api::all(self.client.clone());
+        let mut last = Vec::new();
+        for _ in 0..50 {
+            last = api
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .filter(|e| e.reason.as_deref() == Some(reason))
+                .map(|e| (e.involved_object.name.unwrap_or_default(), e.message.unwrap_or_default()))
+                .collect();
+            if !last.is_empty() {
+                return last;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        last
+    }
+}
+
+fn condition_of(claim: &NodeClaim, type_: &str) -> Option<(ConditionStatus, String)> {
+    claim.conditions().iter().find(|c| c.type_ == type_).map(|c| (c.status, c.reason.clone()))
+}
+
+#[tokio::test]
+async fn an_empty_node_is_deleted_after_validation() {
+    let e = env();
+    e.pool(pool_options()).await;
+    e.machine("empty", "c-2x-amd64-linux").await;
+
+    let report = e.disruption.step().await.unwrap();
+    let cmd = report.awaiting_validation.expect("an emptiness command awaits validation");
+    assert_eq!(cmd.method, Method::Emptiness);
+    assert_eq!(report.requeue, VALIDATION_DELAY);
+    assert!(e.node_taints("empty").await.is_empty(), "nothing is tainted before validation");
+
+    // Before the delay nothing happens.
+    e.clock.step_secs(10);
+    let report = e.disruption.step().await.unwrap();
+    assert!(report.started.is_empty());
+    assert_eq!(report.requeue, Duration::from_secs(5));
+
+    e.clock.step_secs(5);
+    let report = e.disruption.step().await.unwrap();
+    assert_eq!(report.started.len(), 1, "{report:?}");
+    assert_eq!(report.deleted, ["empty-claim"]);
+    let claim = e.claim("empty-claim").await.unwrap();
+    assert!(claim.metadata.deletion_timestamp.is_some(), "deletion requested (termination holds the finalizer)");
+    assert_eq!(condition_of(&claim, cond::DISRUPTION_REASON), Some((ConditionStatus::True, "Empty".into())));
+    assert!(e.node_taints("empty").await.contains(&taints::DISRUPTED.to_owned()));
+    assert_eq!(e.metrics.nodeclaims_disrupted("empty", POOL, "on-demand", "WhenEmptyOrUnderutilized", "graceful").get(), 1);
+    assert_eq!(e.metrics.voluntary_disruption_decisions("delete", "empty", "empty").get(), 1);
+    assert!(!e.events(reasons::DISRUPTION_TERMINATING).await.is_empty());
+
+    // The next pass does not touch the deleting node (it keeps its taint).
+    e.sync().await;
+    let report = e.disruption.step().await.unwrap();
+    assert!(report.cleaned.is_empty() && report.awaiting_validation.is_none(), "{report:?}");
+}
+
+#[tokio::test]
+async fn an_underutilized_node_is_replaced_by_a_cheaper_one() {
+    let e = env();
+    e.pool(pool_options()).await;
+    e.machine("big", "m-8x-amd64-linux").await;
+    e.bound_pod("web", "big", PodOptions { requests: [("cpu", "500m"), ("memory", "256Mi")].into(), ..Default::default() })
+        .await;
+
+    let report = e.disruption.step().await.unwrap();
+    let cmd = report.awaiting_validation.expect("a consolidation command");
+    assert_eq!((cmd.method, cmd.decision), (Method::SingleNodeConsolidation, Decision::Replace), "{cmd:?}");
+    e.clock.step_secs(15);
+    let report = e.disruption.step().await.unwrap();
+    assert_eq!(report.started.len(), 1, "{report:?}");
+    let [replacement] = report.replacements.as_slice() else { panic!("one replacement: {report:?}") };
+    assert!(report.deleted.is_empty(), "the old node waits for its replacement");
+    assert!(e.node_taints("big").await.contains(&taints::DISRUPTED.to_owned()));
+    let old = e.claim("big-claim").await.unwrap();
+    assert_eq!(condition_of(&old, cond::DISRUPTION_REASON), Some((ConditionStatus::True, "Underutilized".into())));
+    assert!(e.state.is_marked_for_deletion("big"));
+    assert_eq!(e.disruption.in_flight_nodes().await, ["big"]);
+    assert_eq!(e.metrics.nodeclaims_created("underutilized", POOL, "false").get(), 1);
+
+    // Not initialized yet: the command waits.
+    let report = e.disruption.step().await.unwrap();
+    assert!(report.deleted.is_empty() && report.rolled_back.is_empty(), "{report:?}");
+    assert!(!e.events(reasons::DISRUPTION_WAITING_READINESS).await.is_empty());
+
+    e.bring_up(replacement).await;
+    let new = e.claim(replacement).await.unwrap();
+    let new_type = new.labels().get(labels::INSTANCE_TYPE).cloned().unwrap();
+    let price = |name: &str| {
+        karpenter_cloudprovider::kwok::catalogue()
+            .into_iter()
+            .find(|it| it.name == name)
+            .and_then(|it| it.offerings.iter().map(|o| o.price).reduce(f64::max))
+            .unwrap()
+    };
+    assert!(price(&new_type) < price("m-8x-amd64-linux"), "{new_type} is cheaper");
+
+    let report = e.disruption.step().await.unwrap();
+    assert_eq!(report.deleted, ["big-claim"], "{report:?}");
+    assert!(e.claim("big-claim").await.unwrap().metadata.deletion_timestamp.is_some());
+    assert!(e.disruption.in_flight_nodes().await.is_empty());
+    assert_eq!(
+        e.metrics.nodeclaims_disrupted("underutilized", POOL, "on-demand", "WhenEmptyOrUnderutilized", "graceful").get(),
+        1
+    );
+    assert_eq!(
+        e.metrics
+            .pods_disruption_initiated("underutilized", POOL, "on-demand", "WhenEmptyOrUnderutilized", "graceful")
+            .get(),
+        1
+    );
+    assert_eq!(e.metrics.voluntary_disruption_decisions("replace", "underutilized", "single").get(), 1);
+}
+
+#[tokio::test]
+async fn a_replacement_that_never_initializes_rolls_the_command_back() {
+    let e = env();
+    e.pool(pool_options()).await;
+    e.machine("big", "m-8x-amd64-linux").await;
+    e.bound_pod("web", "big", PodOptions { requests: [("cpu", "500m")].into(), ..Default::default() }).await;
+    e.disruption.step().await.unwrap();
+    e.clock.step_secs(15);
+    let report = e.disruption.step().await.unwrap();
+    let replacement = report.replacements.first().cloned().expect("a replacement");
+
+    e.clock.step_secs(9 * 60);
+    let report = e.disruption.step().await.unwrap();
+    assert!(report.rolled_back.is_empty(), "within the 10 min timeout");
+    e.clock.step_secs(60 + 1);
+    let report = e.disruption.step().await.unwrap();
+    assert_eq!(report.rolled_back.len(), 1, "{report:?}");
+    assert!(report.rolled_back[0].1.contains("not initialized"), "{:?}", report.rolled_back);
+    assert!(!e.node_taints("big").await.contains(&taints::DISRUPTED.to_owned()), "untainted");
+    let old = e.claim("big-claim").await.unwrap();
+    assert!(condition_of(&old, cond::DISRUPTION_REASON).is_none(), "condition cleared");
+    assert!(old.metadata.deletion_timestamp.is_none());
+    assert!(e.claim(&replacement).await.is_none(), "replacement deleted");
+    assert!(!e.state.is_marked_for_deletion("big"));
+    assert!(e.disruption.in_flight_nodes().await.is_empty());
+    assert_eq!(e.metrics.voluntary_disruption_queue_failures("replace", "underutilized", "single").get(), 1);
+}
+
+#[tokio::test]
+async fn a_deleted_replacement_rolls_the_command_back_at_once() {
+    let e = env();
+    e.pool(pool_options()).await;
+    e.machine("big", "m-8x-amd64-linux").await;
+    e.bound_pod("web", "big", PodOptions { requests: [("cpu", "500m")].into(), ..Default::default() }).await;
+    e.disruption.step().await.unwrap();
+    e.clock.step_secs(15);
+    let replacement = e.disruption.step().await.unwrap().replacements.first().cloned().unwrap();
+    // Insufficient capacity: the lifecycle controller deletes the replacement.
+    e.claims().delete(&replacement, &Default::default()).await.unwrap();
+    let report = e.disruption.step().await.unwrap();
+    assert_eq!(report.rolled_back.len(), 1, "{report:?}");
+    assert!(report.rolled_back[0].1.contains("no longer exists"));
+    assert!(!e.node_taints("big").await.contains(&taints::DISRUPTED.to_owned()));
+}
+
+#[tokio::test]
+async fn a_budget_of_zero_blocks_with_an_event_on_the_pool() {
+    let e = env();
+    e.pool(NodePoolOptions {
+        budgets: vec![Budget { nodes: "0".into(), ..Default::default() }],
+        ..pool_options()
+    })
+    .await;
+    e.machine("empty", "c-2x-amd64-linux").await;
+    let report = e.disruption.step().await.unwrap();
+    assert!(report.awaiting_validation.is_none() && report.started.is_empty(), "{report:?}");
+    let pass = report.pass.unwrap();
+    let v = pass.verdict("empty").unwrap();
+    assert!(matches!(v.reason, Reason::BudgetExhausted { reason: DisruptionReason::Empty, .. }), "{v:?}");
+    assert_eq!(e.metrics.nodepools_allowed_disruptions(POOL, "Empty").get(), 0.0);
+    let events = e.events(reasons::DISRUPTION_BLOCKED).await;
+    assert!(events.iter().any(|(obj, m)| obj == POOL && m.contains("Empty")), "{events:?}");
+}
+
+#[tokio::test]
+async fn a_do_not_disrupt_pod_blocks_with_an_event() {
+    let e = env();
+    e.pool(pool_options()).await;
+    e.machine("big", "m-8x-amd64-linux").await;
+    e.bound_pod(
+        "precious",
+        "big",
+        PodOptions {
+            requests: [("cpu", "500m")].into(),
+            annotations: [(annotations::DO_NOT_DISRUPT.to_owned(), "true".to_owned())].into(),
+            ..Default::default()
+        },
+    )
+    .await;
+    let report = e.disruption.step().await.unwrap();
+    assert!(report.awaiting_validation.is_none(), "{report:?}");
+    let v = report.pass.unwrap().verdict("big").cloned().unwrap();
+    assert_eq!(v.outcome, Outcome::Blocked);
+    assert!(matches!(v.reason, Reason::PodDoNotDisrupt { .. }), "{v:?}");
+    let events = e.events(reasons::DISRUPTION_BLOCKED).await;
+    assert!(events.iter().any(|(obj, m)| obj == "big" && m.contains("do-not-disrupt")), "{events:?}");
+}
+
+#[tokio::test]
+async fn a_pdb_blocks_graceful_disruption() {
+    let e = env();
+    e.pool(pool_options()).await;
+    e.machine("big", "m-8x-amd64-linux").await;
+    e.bound_pod(
+        "db",
+        "big",
+        PodOptions {
+            requests: [("cpu", "500m")].into(),
+            labels: [("app".to_owned(), "db".to_owned())].into(),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut pdb = pod_disruption_budget(PdbOptions {
+        name: Some("db".into()),
+        labels: [("app".to_owned(), "db".to_owned())].into(),
+        max_unavailable: Some(IntOrString::Int(0)),
+        disruptions_allowed: Some(0),
+        ..Default::default()
+    });
+    pdb.metadata.uid = None;
+    let pdb = create_with_status(&Api::<PodDisruptionBudget>::namespaced(e.client.clone(), "default"), &pdb)
+        .await
+        .unwrap();
+    e.state.apply(pdb);
+    let report = e.disruption.step().await.unwrap();
+    assert!(report.awaiting_validation.is_none(), "{report:?}");
+    let v = report.pass.unwrap().verdict("big").cloned().unwrap();
+    assert!(matches!(v.reason, Reason::PdbBlocked { .. }), "{v:?}");
+    let events = e.events(reasons::DISRUPTION_BLOCKED).await;
+    assert!(events.iter().any(|(obj, m)| obj == "big" && m.contains("PodDisruptionBudget default/db")), "{events:?}");
+}
+
+#[tokio::test]
+async fn validation_rejects_a_command_when_a_pod_lands_on_the_candidate() {
+    let e = env();
+    e.pool(pool_options()).await;
+    e.machine("empty", "c-2x-amd64-linux").await;
+    let report = e.disruption.step().await.unwrap();
+    assert_eq!(report.awaiting_validation.map(|c| c.method), Some(Method::Emptiness));
+    e.bound_pod("late", "empty", PodOptions { requests: [("cpu", "100m")].into(), ..Default::default() }).await;
+    e.clock.step_secs(15);
+    let report = e.disruption.step().await.unwrap();
+    let failure = report.rejected.expect("rejected by validation");
+    assert_eq!(failure.kind, FailureKind::Churn, "{failure}");
+    assert!(report.started.is_empty());
+    assert!(e.node_taints("empty").await.is_empty());
+    assert!(e.claim("empty-claim").await.unwrap().metadata.deletion_timestamp.is_none());
+    assert_eq!(e.metrics.voluntary_disruption_failed_validations("empty").get(), 1);
+    assert!(e.disruption.pending_command().await.is_none());
+}
+
+#[tokio::test]
+async fn stale_disruption_marks_are_removed_after_a_restart() {
+    let e = env();
+    e.pool(pool_options()).await;
+    e.machine("big", "m-8x-amd64-linux").await;
+    e.bound_pod("web", "big", PodOptions { requests: [("cpu", "500m")].into(), ..Default::default() }).await;
+    // What a crash between tainting and deleting leaves behind.
+    let patch = json!({"spec": {"taints": [{"key": taints::DISRUPTED, "effect": "NoSchedule"}]}});
+    e.nodes().patch("big", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    let claim = e.claim("big-claim").await.unwrap();
+    let mut conditions = claim.conditions().to_vec();
+    crate::kube_util::set_condition(
+        &mut conditions,
+        cond::DISRUPTION_REASON,
+        ConditionStatus::True,
+        "Underutilized",
+        "",
+        e.clock.now(),
+    );
+    crate::kube_util::patch_claim_conditions(&e.claims(), &claim, &conditions).await.unwrap();
+    e.sync().await;
+
+    let report = e.disruption.step().await.unwrap();
+    assert_eq!(report.cleaned, ["big"], "{report:?}");
+    assert!(e.node_taints("big").await.is_empty());
+    assert!(condition_of(&e.claim("big-claim").await.unwrap(), cond::DISRUPTION_REASON).is_none());
+}
+
+#[tokio::test]
+async fn a_drifted_node_is_replaced_without_validation() {
+    let e = env();
+    e.pool(pool_options()).await;
+    e.machine("old", "c-2x-amd64-linux").await;
+    e.bound_pod("web", "old", PodOptions { requests: [("cpu", "500m")].into(), ..Default::default() }).await;
+    // The template changes: the claim drifts.
+    let patch = json!({"spec": {"template": {"metadata": {"labels": {"team": "b"}}}}});
+    let pool = Api::<NodePool>::all(e.client.clone()).patch(POOL, &PatchParams::default(), &Patch::Merge(&patch)).await;
+    e.state.apply(pool.unwrap());
+    assert_eq!(e.conditions.reconcile_once("old-claim").await.unwrap(), Some(conditions::DRIFT_REQUEUE));
+    e.sync().await;
+    let report = e.disruption.step().await.unwrap();
+    assert!(report.awaiting_validation.is_none(), "drift is not validated");
+    assert_eq!(report.started.first().map(|c| c.method), Some(Method::Drift), "{report:?}");
+    let [replacement] = report.replacements.as_slice() else { panic!("{report:?}") };
+    assert_eq!(e.metrics.nodeclaims_created("drifted", POOL, "false").get(), 1);
+    let created = e.claim(replacement).await.unwrap();
+    assert_eq!(created.labels().get("team").map(String::as_str), Some("b"), "from the new template");
+    e.bring_up(replacement).await;
+    let report = e.disruption.step().await.unwrap();
+    assert_eq!(report.deleted, ["old-claim"]);
+    assert_eq!(e.metrics.nodeclaims_disrupted("drifted", POOL, "on-demand", "WhenEmptyOrUnderutilized", "eventual").get(), 1);
+}
+
+#[tokio::test]
+async fn drift_is_set_on_a_template_change_and_cleared_when_reverted() {
+    let e = env();
+    e.pool(pool_options()).await;
+    e.machine("n", "c-2x-amd64-linux").await;
+    e.conditions.reconcile_once("n-claim").await.unwrap();
+    assert!(condition_of(&e.claim("n-claim").await.unwrap(), cond::DRIFTED).is_none());
+
+    let pools = Api::<NodePool>::all(e.client.clone());
+    let patch = json!({"spec": {"template": {"metadata": {"labels": {"team": "b"}}}}});
+    e.state.apply(pools.patch(POOL, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap());
+    e.conditions.reconcile_once("n-claim").await.unwrap();
+    assert_eq!(
+        condition_of(&e.claim("n-claim").await.unwrap(), cond::DRIFTED),
+        Some((ConditionStatus::True, "NodePoolDrifted".into()))
+    );
+
+    let patch = json!({"spec": {"template": {"metadata": {"labels": null}}}});
+    e.state.apply(pools.patch(POOL, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap());
+    e.conditions.reconcile_once("n-claim").await.unwrap();
+    assert!(condition_of(&e.claim("n-claim").await.unwrap(), cond::DRIFTED).is_none(), "reverted: not drifted");
+
+    // Requirements no longer satisfied by the claim's labels.
+    let patch = json!({"spec": {"template": {"spec": {"requirements": [
+        {"key": labels::CAPACITY_TYPE, "operator": "In", "values": ["spot"]}]}}}});
+    e.state.apply(pools.patch(POOL, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap());
+    e.conditions.reconcile_once("n-claim").await.unwrap();
+    assert_eq!(
+        condition_of(&e.claim("n-claim").await.unwrap(), cond::DRIFTED),
+        Some((ConditionStatus::True, "RequirementsDrifted".into()))
+    );
+}
+
+#[tokio::test]
+async fn a_hash_version_mismatch_rewrites_the_annotations_instead_of_drifting() {
+    let e = env();
+    let pool = e.pool(pool_options()).await;
+    let claim = e.machine("n", "c-2x-amd64-linux").await;
+    let patch = json!({"metadata": {"annotations": {
+        annotations::NODE_POOL_HASH: "123456", annotations::NODE_POOL_HASH_VERSION: "v3"}}});
+    e.claims().patch(&claim.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    e.conditions.reconcile_once("n-claim").await.unwrap();
+    let claim = e.claim("n-claim").await.unwrap();
+    assert!(condition_of(&claim, cond::DRIFTED).is_none(), "not drifted");
+    let [(_, hash), (_, version)] = node_pool_hash_annotations(&pool);
+    assert_eq!(claim.annotations().get(annotations::NODE_POOL_HASH), Some(&hash));
+    assert_eq!(claim.annotations().get(annotations::NODE_POOL_HASH_VERSION), Some(&version));
+}
+
+#[tokio::test]
+async fn provider_drift_sets_the_provider_reason() {
+    let e = env();
+    e.pool(pool_options()).await;
+    let claim = e.machine("n", "c-2x-amd64-linux").await;
+    e.cloud.set_drifted(claim.provider_id().unwrap(), Some(karpenter_cloudprovider::DriftReason::new("AMIDrift")));
+    e.conditions.reconcile_once("n-claim").await.unwrap();
+    assert_eq!(
+        condition_of(&e.claim("n-claim").await.unwrap(), cond::DRIFTED),
+        Some((ConditionStatus::True, "AMIDrift".into()))
+    );
+}
+
+#[tokio::test]
+async fn consolidatable_after_consolidate_after_and_reset_by_pod_events() {
+    let e = env();
+    e.pool(NodePoolOptions { consolidate_after: Some("30s".into()), ..pool_options() }).await;
+    let claim = e.machine("n", "c-2x-amd64-linux").await;
+    // Initialized now.
+    let mut conditions = claim.conditions().to_vec();
+    for c in conditions.iter_mut().filter(|c| c.type_ == cond::INITIALIZED) {
+        c.last_transition_time = crate::kube_util::rfc3339(e.clock.now());
+    }
+    crate::kube_util::patch_claim_conditions(&e.claims(), &claim, &conditions).await.unwrap();
+    e.sync().await;
+
+    assert_eq!(e.conditions.reconcile_once("n-claim").await.unwrap(), Some(Duration::from_secs(30)));
+    assert!(condition_of(&e.claim("n-claim").await.unwrap(), cond::CONSOLIDATABLE).is_none());
+    e.clock.step_secs(30);
+    e.conditions.reconcile_once("n-claim").await.unwrap();
+    assert_eq!(
+        condition_of(&e.claim("n-claim").await.unwrap(), cond::CONSOLIDATABLE).map(|c| c.0),
+        Some(ConditionStatus::True)
+    );
+
+    // A pod binds: lastPodEventTime is stamped and the clock restarts.
+    e.pod_events.prime(std::iter::empty());
+    let p = e.bound_pod("a", "n", PodOptions::default()).await;
+    assert_eq!(e.pod_events.observe(&p).await.unwrap().as_deref(), Some("n-claim"));
+    let stamped = e.claim("n-claim").await.unwrap();
+    assert_eq!(
+        stamped.status.as_ref().unwrap().last_pod_event_time.as_deref(),
+        Some(crate::kube_util::rfc3339(e.clock.now()).as_str())
+    );
+    assert_eq!(e.conditions.reconcile_once("n-claim").await.unwrap(), Some(Duration::from_secs(30)));
+    assert!(condition_of(&e.claim("n-claim").await.unwrap(), cond::CONSOLIDATABLE).is_none());
+
+    // Seeing the same pod again is no event; another pod within 10 s is deduplicated.
+    assert_eq!(e.pod_events.observe(&p).await.unwrap(), None);
+    e.clock.step_secs(5);
+    let b = e.bound_pod("b", "n", PodOptions::default()).await;
+    assert_eq!(e.pod_events.observe(&b).await.unwrap(), None, "within the 10 s dedupe");
+    e.clock.step_secs(5);
+    let c = e.bound_pod("c", "n", PodOptions::default()).await;
+    assert_eq!(e.pod_events.observe(&c).await.unwrap().as_deref(), Some("n-claim"));
+    // A pod listed at start-up is no event.
+    e.clock.step_secs(20);
+    let d = e.bound_pod("d", "n", PodOptions::default()).await;
+    e.pod_events.prime([&d]);
+    assert_eq!(e.pod_events.observe(&d).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn never_consolidate_removes_the_condition() {
+    let e = env();
+    e.pool(NodePoolOptions { consolidate_after: Some("Never".into()), ..pool_options() }).await;
+    e.machine("n", "c-2x-amd64-linux").await;
+    e.conditions.reconcile_once("n-claim").await.unwrap();
+    assert!(condition_of(&e.claim("n-claim").await.unwrap(), cond::CONSOLIDATABLE).is_none());
+}
