@@ -17,6 +17,7 @@
 //! The controllers on kube-runtime come with issue 8.
 
 pub mod client;
+pub mod consistency;
 pub mod disruption;
 pub mod events;
 pub mod eviction;
@@ -28,6 +29,7 @@ pub mod leader;
 pub mod lifecycle;
 pub mod logging;
 pub mod metrics;
+pub mod nodepool;
 pub mod provisioner;
 pub mod server;
 pub mod settings;

@@ -1,0 +1,218 @@
+//! The NodePool counter (`nodepool.counter`): `status.resources` (the summed capacity of the pool's nodes plus
+//! `nodes`, their count) and `status.nodes` (the count again: the scale subresource's status path), and the
+//! metrics `karpenter_nodepools_usage{nodepool,resource_type}` (the same sums) and
+//! `karpenter_nodepools_limit{nodepool,resource_type}` (`spec.limits`).
+//!
+//! The sums come from the [`ClusterState`], as upstream's come from its cluster state: every NodeClaim of the
+//! pool (label `karpenter.sh/nodepool`), deleting ones included (they still hold capacity), counts once, with
+//! its Node's capacity once the Node exists (joined by providerID) and the claim's launch estimate before; a
+//! Node of the pool without a NodeClaim counts too. Quantities that do not parse are skipped (logged). The
+//! counter waits (requeue 1 s) until the state has listed Nodes and NodeClaims once.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use karpenter_api::labels;
+use karpenter_api::nodepool::NODES_LIMIT;
+use karpenter_api::{NodeClaim, NodePool};
+use karpenter_requirements::{Format, Quantity, ResourceList};
+use kube::runtime::controller::Action;
+use kube::{Api, Client, ResourceExt};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::{Watches, patch_pool_status, run_pool_controller};
+use crate::kube_util::{ReconcileError, Requeue};
+use crate::metrics::Metrics;
+use crate::state::ClusterState;
+use crate::termination::to_action;
+
+/// The controller name in logs.
+pub const CONTROLLER: &str = "nodepool.counter";
+/// How long the counter waits for the state to be listed.
+pub const WAIT_FOR_STATE: Duration = Duration::from_secs(1);
+
+/// The pool's usage: summed capacity (with `nodes`) and node count.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Usage {
+    /// Summed capacity, `nodes` included.
+    pub resources: ResourceList,
+    /// Node count.
+    pub nodes: i64,
+}
+
+fn add_capacity(sum: &mut ResourceList, owner: &str, capacity: &BTreeMap<String, String>) {
+    for (resource, q) in capacity {
+        match q.parse::<Quantity>() {
+            Ok(q) => {
+                let total = sum.get_or_zero(resource).saturating_add(&q);
+                sum.insert(resource, total);
+            }
+            Err(e) => {
+                tracing::warn!(controller = CONTROLLER, object = owner, resource = %resource, error = %e, "skipping unparsable capacity")
+            }
+        }
+    }
+}
+
+fn node_capacity(node: &Node) -> BTreeMap<String, String> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.capacity.as_ref())
+        .map(|c| c.iter().map(|(k, v)| (k.clone(), v.0.clone())).collect())
+        .unwrap_or_default()
+}
+
+fn claim_capacity(claim: &NodeClaim) -> BTreeMap<String, String> {
+    claim
+        .status
+        .as_ref()
+        .map(|s| s.capacity.iter().map(|(k, v)| (k.clone(), v.as_str().to_owned())).collect())
+        .unwrap_or_default()
+}
+
+/// The usage of pool `pool` in `claims` and `nodes` (see the module docs).
+pub fn usage(pool: &str, claims: &[NodeClaim], nodes: &[Node]) -> Usage {
+    let in_pool = |l: &BTreeMap<String, String>| l.get(labels::NODE_POOL).map(String::as_str) == Some(pool);
+    let provider_id = |n: &Node| n.spec.as_ref().and_then(|s| s.provider_id.clone()).filter(|p| !p.is_empty());
+    let mut out = Usage::default();
+    let mut seen_provider_ids = BTreeSet::new();
+    for claim in claims.iter().filter(|c| in_pool(c.labels())) {
+        out.nodes += 1;
+        let node = claim
+            .provider_id()
+            .filter(|p| !p.is_empty())
+            .and_then(|p| nodes.iter().find(|n| provider_id(n).as_deref() == Some(p)));
+        if let Some(p) = claim.provider_id().filter(|p| !p.is_empty()) {
+            seen_provider_ids.insert(p.to_owned());
+        }
+        let capacity = node.map(node_capacity).filter(|c| !c.is_empty()).unwrap_or_else(|| claim_capacity(claim));
+        add_capacity(&mut out.resources, &claim.name_any(), &capacity);
+    }
+    for node in nodes.iter().filter(|n| in_pool(n.labels())) {
+        if provider_id(node).is_some_and(|p| seen_provider_ids.contains(&p)) {
+            continue;
+        }
+        out.nodes += 1;
+        add_capacity(&mut out.resources, &node.name_any(), &node_capacity(node));
+    }
+    out.resources.insert(NODES_LIMIT, Quantity::from_int(out.nodes, Format::DecimalSI));
+    out
+}
+
+fn as_f64(q: &Quantity) -> f64 {
+    q.as_nanos() as f64 / 1e9
+}
+
+/// Series set per pool: (usage resource types, limit resource types).
+type Published = BTreeMap<String, (BTreeSet<String>, BTreeSet<String>)>;
+
+/// The counter (see the module docs).
+pub struct Counter {
+    client: Client,
+    state: ClusterState,
+    metrics: Arc<Metrics>,
+    published: Mutex<Published>,
+}
+
+impl std::fmt::Debug for Counter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Counter").finish_non_exhaustive()
+    }
+}
+
+impl Counter {
+    pub fn new(client: Client, state: ClusterState, metrics: Arc<Metrics>) -> Self {
+        Self { client, state, metrics, published: Mutex::default() }
+    }
+
+    fn publish(&self, pool: &str, usage: Option<&Usage>, limits: Option<&BTreeMap<String, String>>) {
+        let mut published = self.published.lock().unwrap_or_else(PoisonError::into_inner);
+        let (old_usage, old_limits) = published.remove(pool).unwrap_or_default();
+        let mut new_usage = BTreeSet::new();
+        let mut new_limits = BTreeSet::new();
+        for (resource, q) in usage.map(|u| u.resources.iter()).into_iter().flatten() {
+            self.metrics.nodepools_usage(pool, resource).set(as_f64(q));
+            new_usage.insert(resource.to_string());
+        }
+        for (resource, q) in limits.into_iter().flatten() {
+            match q.parse::<Quantity>() {
+                Ok(q) => {
+                    self.metrics.nodepools_limit(pool, resource).set(as_f64(&q));
+                    new_limits.insert(resource.clone());
+                }
+                Err(e) => {
+                    tracing::warn!(controller = CONTROLLER, NodePool = pool, resource = %resource, error = %e, "unparsable limit")
+                }
+            }
+        }
+        for gone in old_usage.difference(&new_usage) {
+            self.metrics.remove("nodepools_usage", &[("nodepool", pool), ("resource_type", gone)]);
+        }
+        for gone in old_limits.difference(&new_limits) {
+            self.metrics.remove("nodepools_limit", &[("nodepool", pool), ("resource_type", gone)]);
+        }
+        if usage.is_some() {
+            published.insert(pool.to_owned(), (new_usage, new_limits));
+        }
+    }
+
+    /// Drops the series of pools the state no longer holds (the run loop never sees a deleted pool again).
+    fn prune(&self) {
+        if !self.state.kind_synced::<NodePool>() {
+            return;
+        }
+        let live: BTreeSet<String> = self.state.list::<NodePool>().iter().map(ResourceExt::name_any).collect();
+        let gone: Vec<String> = {
+            let published = self.published.lock().unwrap_or_else(PoisonError::into_inner);
+            published.keys().filter(|p| !live.contains(*p)).cloned().collect()
+        };
+        for pool in gone {
+            self.publish(&pool, None, None);
+        }
+    }
+
+    /// Recounts the NodePool `name`, writes its status when it changed and refreshes its metrics (removed when the
+    /// pool is gone).
+    pub async fn reconcile(&self, name: &str) -> Result<Requeue, ReconcileError> {
+        self.prune();
+        let api: Api<NodePool> = Api::all(self.client.clone());
+        let Some(pool) = api.get_opt(name).await? else {
+            self.publish(name, None, None);
+            return Ok(None);
+        };
+        if !(self.state.kind_synced::<NodeClaim>() && self.state.kind_synced::<Node>()) {
+            return Ok(Some(WAIT_FOR_STATE));
+        }
+        let usage = usage(name, &self.state.list::<NodeClaim>(), &self.state.list::<Node>());
+        let limits: BTreeMap<String, String> =
+            pool.spec.limits.iter().map(|(k, v)| (k.clone(), v.as_str().to_owned())).collect();
+        self.publish(name, Some(&usage), Some(&limits));
+
+        let status = super::status_of(&pool);
+        let resources: BTreeMap<String, String> =
+            usage.resources.iter().map(|(k, q)| (k.to_string(), q.to_string())).collect();
+        let stored: BTreeMap<String, String> =
+            status.resources.iter().map(|(k, v)| (k.clone(), v.as_str().to_owned())).collect();
+        if stored == resources && status.nodes == Some(usage.nodes) {
+            return Ok(None);
+        }
+        let mut patch: serde_json::Map<String, Value> = stored.keys().map(|k| (k.clone(), Value::Null)).collect();
+        patch.extend(resources.into_iter().map(|(k, v)| (k, Value::String(v))));
+        patch_pool_status(&api, &pool, json!({"resources": patch, "nodes": usage.nodes})).await?;
+        tracing::debug!(controller = CONTROLLER, NodePool = %name, nodes = usage.nodes, "nodepool usage updated");
+        Ok(None)
+    }
+
+    /// Watches NodePools, NodeClaims and Nodes until `shutdown`.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let client = self.client.clone();
+        let watches = Watches { node_claims: true, nodes: true };
+        run_pool_controller(&client, self, watches, shutdown, |pool: Arc<NodePool>, ctx: Arc<Self>| async move {
+            Ok::<Action, ReconcileError>(to_action(ctx.reconcile(&pool.name_any()).await?))
+        })
+        .await;
+    }
+}

@@ -1,0 +1,174 @@
+//! The NodePool controllers (`shared/spec/api.md` §1.4, `operations.md` §2, `disruption.md` §9 and §12) and the
+//! kwok node-class status controller.
+//!
+//! | Controller | Module | Writes |
+//! |---|---|---|
+//! | `nodepool.readiness` | [`readiness`] | `NodeClassReady` (from the referenced node class) and the root `Ready` |
+//! | `nodepool.validation` | [`validation`] | `ValidationSucceeded` (karpenter-api's runtime validation) and `Ready` |
+//! | `nodepool.registrationhealth` | [`registration_health`] | `NodeRegistrationHealthy`, `status.nodeClassObservedGeneration` |
+//! | `nodepool.counter` | [`counter`] | `status.resources`, `status.nodes`; metrics `nodepools_limit`, `nodepools_usage` |
+//! | `nodepool.hash` | [`hash`] | `karpenter.sh/nodepool-hash(-version)` on the pool; the version rewrite on its NodeClaims |
+//! | `static.provisioning` / `static.deprovisioning` | [`static_capacity`] | NodeClaims of static pools (`spec.replicas`) |
+//! | `kwoknodeclass.status` | [`nodeclass`] | `Ready=True` on KWOKNodeClasses |
+//!
+//! Every controller has a deterministic single step (`reconcile(name)`, reading the object fresh from the API
+//! server, returning when to look again) and a `run(self: Arc<Self>, shutdown)` loop on kube-runtime's
+//! `Controller`. Status writes are JSON merge patches guarded by the resourceVersion they were computed from: a
+//! concurrent writer makes them fail with 409 Conflict, and the run loop retries at once on fresh data (several
+//! controllers write NodePool conditions; none overwrites another's).
+//!
+//! The root `Ready` of a NodePool is recomputed by every writer of a dependent condition ([`recompute_ready`]):
+//! `True` when `ValidationSucceeded` and `NodeClassReady` are both `True`, `False` when one is `False`, else
+//! `Unknown`. Only `Ready=True` pools are used by the provisioner.
+
+pub mod counter;
+pub mod hash;
+pub mod nodeclass;
+pub mod readiness;
+pub mod registration_health;
+pub mod static_capacity;
+pub mod validation;
+
+#[cfg(test)]
+mod tests;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use karpenter_api::NodePool;
+use karpenter_api::condition::{Condition, ConditionStatus};
+use karpenter_api::labels;
+use karpenter_api::nodeclaim::conditions as cond;
+use karpenter_api::nodepool::NodePoolStatus;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::kube_util::ReconcileError;
+use crate::termination::error_policy;
+
+pub use counter::Counter;
+pub use hash::HashController;
+pub use nodeclass::{KwokNodeClassStatus, NodeClassResolver};
+pub use readiness::Readiness;
+pub use registration_health::{RegistrationHealth, RegistrationTracker};
+pub use static_capacity::{StaticDeprovisioning, StaticProvisioning};
+pub use validation::Validation;
+
+/// The conditions whose conjunction is a NodePool's root `Ready`.
+pub const READY_DEPENDENTS: [&str; 2] = [cond::VALIDATION_SUCCEEDED, cond::NODE_CLASS_READY];
+/// Reason of a root `Ready` that is not `True`.
+pub const UNHEALTHY_DEPENDENTS: &str = "UnhealthyDependents";
+
+/// Sets one NodePool condition (observedGeneration = the pool's generation); returns whether it changed.
+pub fn set_pool_condition(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: ConditionStatus,
+    reason: &str,
+    message: &str,
+    now: DateTime<Utc>,
+    generation: Option<i64>,
+) -> bool {
+    crate::lifecycle::set_condition(conditions, type_, status, reason, message, now, generation)
+}
+
+/// Recomputes the root `Ready` from [`READY_DEPENDENTS`] (see the module docs); returns whether it changed.
+pub fn recompute_ready(conditions: &mut Vec<Condition>, now: DateTime<Utc>, generation: Option<i64>) -> bool {
+    let mut unhealthy = Vec::new();
+    let mut any_false = false;
+    for dep in READY_DEPENDENTS {
+        match conditions.iter().find(|c| c.type_ == dep).map(|c| c.status) {
+            Some(ConditionStatus::True) => {}
+            Some(ConditionStatus::False) => {
+                any_false = true;
+                unhealthy.push(format!("{dep}=False"));
+            }
+            _ => unhealthy.push(format!("{dep}=Unknown")),
+        }
+    }
+    let (status, reason, message) = if unhealthy.is_empty() {
+        (ConditionStatus::True, cond::READY.to_owned(), String::new())
+    } else {
+        let status = if any_false { ConditionStatus::False } else { ConditionStatus::Unknown };
+        (status, UNHEALTHY_DEPENDENTS.to_owned(), unhealthy.join(", "))
+    };
+    set_pool_condition(conditions, cond::READY, status, &reason, &message, now, generation)
+}
+
+/// Writes the NodePool's status fields in `status` (a JSON object: `conditions`, `resources`, …) with a merge patch
+/// of the status subresource guarded by `pool`'s resourceVersion. Returns the stored pool.
+pub(crate) async fn patch_pool_status(
+    api: &Api<NodePool>,
+    pool: &NodePool,
+    status: serde_json::Value,
+) -> Result<NodePool, kube::Error> {
+    let patch = json!({"metadata": {"resourceVersion": pool.resource_version()}, "status": status});
+    api.patch_status(&pool.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await
+}
+
+/// Writes a NodePool's conditions when they differ from the stored ones.
+pub(crate) async fn write_pool_conditions(
+    api: &Api<NodePool>,
+    pool: &NodePool,
+    conditions: Vec<Condition>,
+) -> Result<Option<NodePool>, kube::Error> {
+    if conditions.as_slice() == pool.conditions() {
+        return Ok(None);
+    }
+    patch_pool_status(api, pool, json!({"conditions": conditions})).await.map(Some)
+}
+
+/// The pool's status (empty when none).
+pub(crate) fn status_of(pool: &NodePool) -> NodePoolStatus {
+    pool.status.clone().unwrap_or_default()
+}
+
+/// Which related objects wake a NodePool controller up, besides its NodePools.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Watches {
+    /// NodeClaims, mapped to their pool by the `karpenter.sh/nodepool` label.
+    pub node_claims: bool,
+    /// Nodes, mapped the same way.
+    pub nodes: bool,
+}
+
+/// Runs a NodePool controller on kube-runtime until `shutdown`: `reconcile` per NodePool, errors retried by
+/// [`error_policy`] (at once after a conflict, else in 5 s).
+pub(crate) async fn run_pool_controller<C, R, Fut>(
+    client: &Client,
+    ctx: Arc<C>,
+    watches: Watches,
+    shutdown: CancellationToken,
+    mut reconcile: R,
+) where
+    C: Send + Sync + 'static,
+    R: FnMut(Arc<NodePool>, Arc<C>) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<Action, ReconcileError>> + Send + 'static,
+{
+    let mut controller = Controller::new(Api::<NodePool>::all(client.clone()), watcher::Config::default());
+    if watches.node_claims {
+        controller =
+            controller.watches(Api::<karpenter_api::NodeClaim>::all(client.clone()), watcher::Config::default(), |c| {
+                c.labels().get(labels::NODE_POOL).map(|p| ObjectRef::new(p))
+            });
+    }
+    if watches.nodes {
+        controller = controller.watches(
+            Api::<k8s_openapi::api::core::v1::Node>::all(client.clone()),
+            watcher::Config::default(),
+            |n| n.labels().get(labels::NODE_POOL).map(|p| ObjectRef::new(p)),
+        );
+    }
+    controller
+        .graceful_shutdown_on(shutdown.cancelled_owned())
+        .run(move |pool, ctx| reconcile(pool, ctx), error_policy, ctx)
+        .for_each(|_| async {})
+        .await;
+}

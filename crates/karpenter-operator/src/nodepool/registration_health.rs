@@ -1,0 +1,194 @@
+//! NodePool registration health (`nodepool.registrationhealth`, `shared/spec/disruption.md` §9):
+//! `NodeRegistrationHealthy`, informational (not part of `Ready`).
+//!
+//! [`RegistrationTracker`] keeps the last [`BUFFER_SIZE`] launch/registration outcomes of each pool: whoever
+//! sees an outcome records it ([`RegistrationTracker::record`]: the NodeClaim lifecycle on registration, launch
+//! failure and liveness timeouts). Its verdict: no outcome yet ⇒ none (the condition stays `Unknown`); at least
+//! half failures ⇒ `False` with the latest failure's reason (`RegistrationFailed` when it has none); else `True`.
+//!
+//! [`RegistrationHealth::reconcile`] writes the verdict, and resets it — buffer cleared, condition
+//! `Unknown(AwaitingReconciliation)` — when the NodePool's generation differs from the condition's
+//! observedGeneration or the node class's generation differs from `status.nodeClassObservedGeneration` (a
+//! changed pool or class deserves a fresh verdict), recording the class generation.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use karpenter_api::NodePool;
+use karpenter_api::condition::ConditionStatus;
+use karpenter_api::nodeclaim::conditions as cond;
+use karpenter_cloudprovider::Clock;
+use kube::runtime::controller::Action;
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::nodeclass::{NodeClassResolver, NodeClassState};
+use super::{Watches, patch_pool_status, run_pool_controller, set_pool_condition};
+use crate::kube_util::{ReconcileError, Requeue};
+use crate::termination::to_action;
+
+/// The controller name in logs.
+pub const CONTROLLER: &str = "nodepool.registrationhealth";
+/// Outcomes remembered per pool.
+pub const BUFFER_SIZE: usize = 4;
+/// Reason of a failure verdict without a more specific one.
+pub const REGISTRATION_FAILED: &str = "RegistrationFailed";
+/// Reason of the condition after a reset.
+pub const AWAITING_RECONCILIATION: &str = "AwaitingReconciliation";
+
+/// One launch/registration outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// A NodeClaim registered.
+    Success,
+    /// A launch or registration failed, with the reason (e.g. the `Launched` condition's).
+    Failure(String),
+}
+
+/// The per-pool outcome buffers (see the module docs). Share it behind an `Arc`.
+#[derive(Debug, Default)]
+pub struct RegistrationTracker {
+    pools: Mutex<BTreeMap<String, VecDeque<Outcome>>>,
+}
+
+impl RegistrationTracker {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records an outcome for `pool`, keeping the last [`BUFFER_SIZE`].
+    pub fn record(&self, pool: &str, outcome: Outcome) {
+        let mut pools = self.pools.lock().unwrap_or_else(PoisonError::into_inner);
+        let buffer = pools.entry(pool.to_owned()).or_default();
+        buffer.push_back(outcome);
+        while buffer.len() > BUFFER_SIZE {
+            buffer.pop_front();
+        }
+    }
+
+    /// Forgets `pool`'s outcomes.
+    pub fn reset(&self, pool: &str) {
+        self.pools.lock().unwrap_or_else(PoisonError::into_inner).remove(pool);
+    }
+
+    /// The verdict for `pool`: `None` without outcomes, else the condition status and reason.
+    pub fn verdict(&self, pool: &str) -> Option<(ConditionStatus, String)> {
+        let pools = self.pools.lock().unwrap_or_else(PoisonError::into_inner);
+        let buffer = pools.get(pool).filter(|b| !b.is_empty())?;
+        let failures: Vec<&String> = buffer
+            .iter()
+            .filter_map(|o| match o {
+                Outcome::Failure(r) => Some(r),
+                Outcome::Success => None,
+            })
+            .collect();
+        if failures.len() * 2 >= buffer.len() {
+            let reason =
+                failures.last().filter(|r| !r.is_empty()).map_or(REGISTRATION_FAILED.to_owned(), |r| (*r).clone());
+            Some((ConditionStatus::False, reason))
+        } else {
+            Some((ConditionStatus::True, cond::NODE_REGISTRATION_HEALTHY.to_owned()))
+        }
+    }
+}
+
+/// The registration-health controller (see the module docs).
+pub struct RegistrationHealth {
+    client: Client,
+    tracker: Arc<RegistrationTracker>,
+    resolver: NodeClassResolver,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for RegistrationHealth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistrationHealth").field("tracker", &self.tracker).finish_non_exhaustive()
+    }
+}
+
+impl RegistrationHealth {
+    pub fn new(
+        client: Client,
+        tracker: Arc<RegistrationTracker>,
+        resolver: NodeClassResolver,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self { client, tracker, resolver, clock }
+    }
+
+    /// The tracker outcomes are recorded in.
+    pub fn tracker(&self) -> &Arc<RegistrationTracker> {
+        &self.tracker
+    }
+
+    /// One pass over the NodePool `name`.
+    pub async fn reconcile(&self, name: &str) -> Result<Requeue, ReconcileError> {
+        let api: Api<NodePool> = Api::all(self.client.clone());
+        let Some(pool) = api.get_opt(name).await? else {
+            self.tracker.reset(name);
+            return Ok(None);
+        };
+        let class_generation = match self.resolver.fetch(&self.client, &pool.spec.template.spec.node_class_ref).await? {
+            Some(NodeClassState::Present { generation, .. }) => generation,
+            // Readiness reports a missing or unreadable class; there is nothing to judge registration against.
+            _ => return Ok(None),
+        };
+        let now = self.clock.now();
+        let generation = pool.metadata.generation;
+        let mut status = super::status_of(&pool);
+        let observed = status.conditions.iter().find(|c| c.type_ == cond::NODE_REGISTRATION_HEALTHY);
+        let stale = observed.is_none_or(|c| c.observed_generation != generation)
+            || status.node_class_observed_generation != class_generation;
+        if stale {
+            self.tracker.reset(name);
+            set_pool_condition(
+                &mut status.conditions,
+                cond::NODE_REGISTRATION_HEALTHY,
+                ConditionStatus::Unknown,
+                AWAITING_RECONCILIATION,
+                "",
+                now,
+                generation,
+            );
+            status.node_class_observed_generation = class_generation;
+        } else if let Some((verdict, reason)) = self.tracker.verdict(name) {
+            let message = if verdict == ConditionStatus::False {
+                "at least half of the recent launches or registrations of this NodePool failed"
+            } else {
+                ""
+            };
+            set_pool_condition(
+                &mut status.conditions,
+                cond::NODE_REGISTRATION_HEALTHY,
+                verdict,
+                &reason,
+                message,
+                now,
+                generation,
+            );
+        }
+        let before = super::status_of(&pool);
+        if status.conditions != before.conditions
+            || status.node_class_observed_generation != before.node_class_observed_generation
+        {
+            patch_pool_status(
+                &api,
+                &pool,
+                json!({"conditions": status.conditions, "nodeClassObservedGeneration": status.node_class_observed_generation}),
+            )
+            .await?;
+        }
+        Ok(None)
+    }
+
+    /// Watches NodePools and their NodeClaims (whose lifecycle produces the outcomes) until `shutdown`.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let client = self.client.clone();
+        let watches = Watches { node_claims: true, nodes: false };
+        run_pool_controller(&client, self, watches, shutdown, |pool: Arc<NodePool>, ctx: Arc<Self>| async move {
+            Ok::<Action, ReconcileError>(to_action(ctx.reconcile(&pool.name_any()).await?))
+        })
+        .await;
+    }
+}

@@ -1,0 +1,1 @@
+//! Tests of the NodePool controllers against the in-process API server.

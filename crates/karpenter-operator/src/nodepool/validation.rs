@@ -1,0 +1,81 @@
+//! NodePool runtime validation (`nodepool.validation`): `ValidationSucceeded` from karpenter-api's
+//! [`Validate`] with the cloud provider's well-known labels (the checks the CRD schema and CEL rules cannot make:
+//! restricted label domains, requirement values of well-known keys, taint uniqueness, budgets, …), then the root
+//! `Ready`. A failure is `ValidationSucceeded=False(NodePoolValidationFailed)` with every violation in the
+//! message, which keeps the pool out of provisioning.
+
+use std::sync::Arc;
+
+use karpenter_api::condition::ConditionStatus;
+use karpenter_api::nodeclaim::conditions as cond;
+use karpenter_api::{NodePool, ProviderLabels, Validate, ValidationContext};
+use karpenter_cloudprovider::Clock;
+use kube::runtime::controller::Action;
+use kube::{Api, Client, ResourceExt};
+use tokio_util::sync::CancellationToken;
+
+use super::{Watches, recompute_ready, run_pool_controller, set_pool_condition, write_pool_conditions};
+use crate::kube_util::{ReconcileError, Requeue};
+use crate::termination::to_action;
+
+/// The controller name in logs.
+pub const CONTROLLER: &str = "nodepool.validation";
+/// Reason of `ValidationSucceeded=False`.
+pub const VALIDATION_FAILED: &str = "NodePoolValidationFailed";
+
+/// The validation controller (see the module docs).
+pub struct Validation {
+    client: Client,
+    context: ValidationContext,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for Validation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Validation").finish_non_exhaustive()
+    }
+}
+
+impl Validation {
+    /// Validates against `provider`'s labels (`CloudProvider::labels`).
+    pub fn new(client: Client, provider: ProviderLabels, clock: Arc<dyn Clock>) -> Self {
+        Self { client, context: ValidationContext { provider }, clock }
+    }
+
+    /// One pass over the NodePool `name`.
+    pub async fn reconcile(&self, name: &str) -> Result<Requeue, ReconcileError> {
+        let api: Api<NodePool> = Api::all(self.client.clone());
+        let Some(pool) = api.get_opt(name).await? else { return Ok(None) };
+        let violations = pool.validate(&self.context);
+        let (status, reason, message) = if violations.is_empty() {
+            (ConditionStatus::True, cond::VALIDATION_SUCCEEDED, String::new())
+        } else {
+            let message = violations.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
+            (ConditionStatus::False, VALIDATION_FAILED, message)
+        };
+        let now = self.clock.now();
+        let generation = pool.metadata.generation;
+        let mut conditions = pool.conditions().to_vec();
+        set_pool_condition(&mut conditions, cond::VALIDATION_SUCCEEDED, status, reason, &message, now, generation);
+        recompute_ready(&mut conditions, now, generation);
+        if write_pool_conditions(&api, &pool, conditions).await?.is_some() && status == ConditionStatus::False {
+            tracing::error!(controller = CONTROLLER, NodePool = %name, error = %message, "nodepool failed validation");
+        }
+        Ok(None)
+    }
+
+    /// Watches NodePools until `shutdown`.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let client = self.client.clone();
+        run_pool_controller(
+            &client,
+            self,
+            Watches::default(),
+            shutdown,
+            |pool: Arc<NodePool>, ctx: Arc<Self>| async move {
+                Ok::<Action, ReconcileError>(to_action(ctx.reconcile(&pool.name_any()).await?))
+            },
+        )
+        .await;
+    }
+}
