@@ -10,6 +10,10 @@
 //!   are loaded (so a file mixing Pods and NodePools works) but not validated. Exit status 1 if any object has a
 //!   violation or any file fails to load, 2 on a usage error.
 //! - `crds [--provider aws|kwok]`: prints the CRDs as multi-document YAML.
+//! - `run --provider kwok|aws [--kwok-simulate-kubelet] [--instance-types FILE] [settings...]`: the controller
+//!   (see [`run`]): every setting is a flag and an environment variable with upstream's names
+//!   (`karpenter_operator::settings`, docs/settings.md). `--provider aws` needs the `aws` cargo feature; without it
+//!   the command exits with status 2 and says so. Exit status 1 when the controller fails (or loses its lease).
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -21,7 +25,11 @@ use clap::{Parser, Subcommand, ValueEnum};
 use karpenter_api::loader;
 use karpenter_api::{ProviderLabels, ValidationContext};
 
+mod run;
 mod simulate;
+
+#[cfg(feature = "aws")]
+mod aws;
 
 #[derive(Debug, Parser)]
 #[command(name = "karpenter-controller", version, about = "Karpenter node autoscaler (karpenter-rs)")]
@@ -61,6 +69,13 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Provider::Aws)]
         provider: Provider,
     },
+    /// Run the controller: provisioning, NodeClaim lifecycle, termination, disruption, interruption, garbage
+    /// collection and the NodePool controllers, on the leader replica.
+    ///
+    /// Every setting is also an environment variable (the variable gives the default, the flag overrides it);
+    /// names and defaults are upstream Karpenter's (docs/settings.md). Logs are JSON lines; SIGTERM stops it
+    /// gracefully.
+    Run(Box<run::RunArgs>),
     /// Print the CustomResourceDefinitions as multi-document YAML.
     Crds {
         /// Cloud provider whose node class CRD is included.
@@ -70,7 +85,7 @@ enum Command {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum Provider {
+pub(crate) enum Provider {
     Aws,
     Kwok,
 }
@@ -98,6 +113,7 @@ fn main() -> ExitCode {
         }
         Command::Validate { files, provider } => validate(&files, provider),
         Command::Crds { provider } => crds(provider),
+        Command::Run(args) => run::run(*args),
     };
     match result {
         Ok(code) => code,

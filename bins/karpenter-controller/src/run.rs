@@ -1,0 +1,148 @@
+//! `karpenter-controller run`: settings, logs, the Kubernetes clients, the provider, and the controller manager
+//! (`karpenter_operator::manager`) until SIGTERM.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Args;
+use karpenter_api::KWOKNodeClass;
+use karpenter_cloudprovider::{Clock, CloudProvider, SystemClock};
+use karpenter_kwok::{KwokCloudProvider, KwokOptions};
+use karpenter_operator::client::{ClientOptions, build_client};
+use karpenter_operator::manager::{Manager, ManagerError};
+use karpenter_operator::metrics::{BuildInfo, Metrics};
+use karpenter_operator::node_classes::KubeNodeClasses;
+use karpenter_operator::{AwsSettings, CoreSettings};
+
+use crate::Provider;
+
+/// The commit this binary was built from (`KARPENTER_COMMIT` at build time; the Dockerfile sets it).
+const COMMIT: &str = match option_env!("KARPENTER_COMMIT") {
+    Some(c) => c,
+    None => "",
+};
+
+/// Exit status of a usage error (as the other subcommands).
+const USAGE: u8 = 2;
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The cloud provider: `kwok` (fake Nodes through the Kubernetes API) or `aws` (needs the `aws` build feature).
+    #[arg(long, value_enum)]
+    provider: Provider,
+    /// kwok: also play the kubelet of the kwok Nodes (Ready, Leases, running pods), for clusters without a KWOK
+    /// controller.
+    #[arg(long, env = "KWOK_SIMULATE_KUBELET", default_value = "false", action = clap::ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true")]
+    kwok_simulate_kubelet: bool,
+    /// kwok: instance types in upstream's kwok JSON format instead of the built-in catalogue.
+    #[arg(long, env = "KWOK_INSTANCE_TYPES", value_name = "FILE")]
+    instance_types: Option<PathBuf>,
+    #[command(flatten)]
+    core: CoreSettings,
+    #[command(flatten)]
+    aws: AwsSettings,
+}
+
+/// Runs the controller until SIGTERM/SIGINT.
+pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    if args.provider == Provider::Aws && !cfg!(feature = "aws") {
+        eprintln!(
+            "error: --provider aws needs a karpenter-controller built with the `aws` cargo feature \
+             (cargo build -p karpenter-controller --features aws); this build only has the kwok provider"
+        );
+        return Ok(ExitCode::from(USAGE));
+    }
+    if args.provider == Provider::Aws && (args.instance_types.is_some() || args.kwok_simulate_kubelet) {
+        eprintln!("error: --instance-types and --kwok-simulate-kubelet apply to --provider kwok only");
+        return Ok(ExitCode::from(USAGE));
+    }
+    #[cfg(feature = "aws")]
+    if args.provider == Provider::Aws
+        && let Err(e) = args.aws.validate()
+    {
+        eprintln!("error: {e}");
+        return Ok(ExitCode::from(USAGE));
+    }
+    let core = args.core.clone().normalized();
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    karpenter_operator::logging::init(&core, COMMIT, clock.clone()).context("setting up logging")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("karpenter")
+        .build()
+        .context("starting the tokio runtime")?;
+    runtime.block_on(run_async(args, core, clock))
+}
+
+async fn run_async(args: RunArgs, core: CoreSettings, clock: Arc<dyn Clock>) -> anyhow::Result<ExitCode> {
+    let shutdown = karpenter_operator::shutdown::on_signals();
+    let options = ClientOptions::from_settings(&core);
+    let client = build_client(&options).await.context("building the Kubernetes client")?;
+    // The leader election gets its own client: renewals must not queue behind the controllers' requests.
+    let leader_client = build_client(&options).await.context("building the leader-election client")?;
+    let metrics = Arc::new(Metrics::new(&BuildInfo::current(COMMIT, env!("CARGO_PKG_RUST_VERSION"))));
+
+    let manager = match args.provider {
+        Provider::Kwok => {
+            let node_classes = KubeNodeClasses::new();
+            node_classes.start::<KWOKNodeClass>(client.clone(), shutdown.clone()).await.context(
+                "listing KWOKNodeClasses (are the kwok CRDs installed? `karpenter-controller crds --provider kwok`)",
+            )?;
+            let mut kwok_options = match &args.instance_types {
+                Some(path) => KwokOptions::from_instance_types_file(path)?,
+                None => KwokOptions::default(),
+            };
+            kwok_options.node_classes = Some(Arc::new(node_classes.clone()));
+            let cloud: Arc<dyn CloudProvider> = Arc::new(KwokCloudProvider::new(client.clone(), kwok_options));
+            let mut manager = Manager::new(core, client.clone(), cloud, Arc::new(node_classes), clock);
+            if args.kwok_simulate_kubelet {
+                let kubelet = karpenter_kwok::simulate_kubelet(client.clone(), shutdown.clone());
+                manager = manager.with_controller("kwok.kubelet", Box::pin(kubelet));
+            }
+            manager
+        }
+        Provider::Aws => aws_manager(&args, core, client.clone(), clock, shutdown.clone()).await?,
+    };
+    let manager = manager.with_leader_client(leader_client).with_metrics(metrics);
+    match manager.run(shutdown).await {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(e @ ManagerError::LeadershipLost) => {
+            tracing::error!(error = %e, "exiting");
+            Ok(ExitCode::FAILURE)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(feature = "aws")]
+async fn aws_manager(
+    args: &RunArgs,
+    core: CoreSettings,
+    client: kube::Client,
+    clock: Arc<dyn Clock>,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> anyhow::Result<Manager> {
+    let runtime = crate::aws::start(&core, &args.aws, client.clone(), clock.clone(), shutdown).await?;
+    let mut manager = Manager::new(core, client, runtime.cloud_provider, runtime.node_classes, clock);
+    if let Some(source) = runtime.interruption {
+        manager = manager.with_interruption(source);
+    }
+    for (i, controller) in runtime.controllers.into_iter().enumerate() {
+        manager = manager.with_controller(format!("aws.{i}"), controller);
+    }
+    Ok(manager)
+}
+
+#[cfg(not(feature = "aws"))]
+async fn aws_manager(
+    _args: &RunArgs,
+    _core: CoreSettings,
+    _client: kube::Client,
+    _clock: Arc<dyn Clock>,
+    _shutdown: tokio_util::sync::CancellationToken,
+) -> anyhow::Result<Manager> {
+    anyhow::bail!("--provider aws needs the `aws` cargo feature")
+}

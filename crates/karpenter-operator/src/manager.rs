@@ -1,0 +1,463 @@
+//! The controller manager: assembles every controller of `karpenter-controller run` for one cloud provider and
+//! runs them on the leader until shutdown (`shared/spec/operations.md` §2-3).
+//!
+//! [`Manager::run`]:
+//!
+//! 1. starts the metrics server (`METRICS_PORT`) and the probes (`HEALTH_PROBE_PORT`): `/readyz` passes once the
+//!    manager has started and the CRDs ([`Manager::required_crds`]) are installed. "Started" is set before the
+//!    leader election, so a standby replica is Ready too (a rolling update of a two-replica Deployment would
+//!    otherwise stall);
+//! 2. acquires the leader-election Lease ([`crate::leader`], with the leader client if one was given) unless
+//!    `DISABLE_LEADER_ELECTION`; every controller runs only on the leader;
+//! 3. starts the cluster-state watchers and waits until every tracked kind has been listed once (a provisioning
+//!    or lifecycle pass on a half-filled state would decide on missing objects);
+//! 4. runs, until the shutdown token is cancelled or the leadership is lost: the provisioner, the NodeClaim
+//!    lifecycle, node/NodeClaim termination, expiration, garbage collection, interruption (with a source),
+//!    the NodePool controllers, the disruption controllers, and the extra (provider) controllers handed in
+//!    with [`Manager::with_controller`];
+//! 5. on shutdown waits for the controllers to return, releases the Lease and stops the servers.
+//!
+//! A lost Lease ends `run` with [`ManagerError::LeadershipLost`]: the process must exit (upstream does), so two
+//! replicas never run controllers at once.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use karpenter_api::{NodeClaim, NodePool};
+use karpenter_cloudprovider::{Clock, CloudProvider, InterruptionSource, NodeClassLookup};
+use kube::Client;
+use tokio_util::sync::CancellationToken;
+
+use crate::events::Recorder;
+use crate::expiration::Expiration;
+use crate::garbage_collection::GarbageCollection;
+use crate::interruption::Interruption;
+use crate::leader::{LeaderElectionConfig, LeaderElector, LeaderError};
+use crate::lifecycle::LifecycleContext;
+use crate::metrics::Metrics;
+use crate::provisioner::{Provisioner, ProvisionerOptions};
+use crate::server::{self, Probes, RunningServer};
+use crate::settings::CoreSettings;
+use crate::state::ClusterState;
+use crate::termination::Termination;
+
+/// How long shutdown waits for the controllers to return before it goes on without them.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+/// How often the manager checks whether the cluster state has listed every kind.
+const SYNC_POLL: Duration = Duration::from_millis(100);
+
+/// Why the manager stopped other than by shutdown.
+#[derive(Debug, thiserror::Error)]
+pub enum ManagerError {
+    #[error("starting the {server} server on {addr}: {source}")]
+    Server { server: &'static str, addr: SocketAddr, source: std::io::Error },
+    #[error("leader election: {0}")]
+    Leader(#[from] LeaderError),
+    /// The Lease could not be renewed: the process must exit so two leaders never run at once.
+    #[error("lost the leader-election lease")]
+    LeadershipLost,
+}
+
+/// A controller the manager runs on the leader, by name (for logs).
+type NamedController = (String, BoxFuture<'static, ()>);
+
+/// Builds the controllers; call [`Manager::run`] (see the module docs).
+pub struct Manager {
+    settings: CoreSettings,
+    client: Client,
+    leader_client: Option<Client>,
+    cloud: Arc<dyn CloudProvider>,
+    node_classes: Arc<dyn NodeClassLookup>,
+    interruption: Option<Arc<dyn InterruptionSource>>,
+    clock: Arc<dyn Clock>,
+    metrics: Arc<Metrics>,
+    probes: Probes,
+    identity: String,
+    bind_ip: IpAddr,
+    extra: Vec<NamedController>,
+    crds: Vec<String>,
+    state: Option<ClusterState>,
+}
+
+impl std::fmt::Debug for Manager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Manager")
+            .field("cloud", &self.cloud.name())
+            .field("identity", &self.identity)
+            .field("extra", &self.extra.iter().map(|(n, _)| n).collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The CRD name of a node-class kind: lower-case kind, plural (`KWOKNodeClass` → `kwoknodeclasses.<group>`).
+fn crd_name(group: &str, kind: &str) -> String {
+    let lower = kind.to_lowercase();
+    let plural = if lower.ends_with('s') { format!("{lower}es") } else { format!("{lower}s") };
+    format!("{plural}.{group}")
+}
+
+/// What [`Manager::run`] started, for callers that want to talk to it (tests bind port 0).
+#[derive(Debug, Clone)]
+pub struct Started {
+    pub metrics_addr: SocketAddr,
+    pub probes_addr: SocketAddr,
+}
+
+impl Manager {
+    /// A manager for `cloud` writing through `client` (build it with [`crate::client`]: evictions must not be
+    /// retried inside the client). Metrics are a fresh registry, the identity `<pod name>_<random>`.
+    pub fn new(
+        settings: CoreSettings,
+        client: Client,
+        cloud: Arc<dyn CloudProvider>,
+        node_classes: Arc<dyn NodeClassLookup>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        let mut crds = vec!["nodepools.karpenter.sh".to_string(), "nodeclaims.karpenter.sh".to_string()];
+        crds.extend(cloud.supported_node_classes().iter().map(|k| crd_name(&k.group, &k.kind)));
+        Self {
+            settings: settings.normalized(),
+            client,
+            leader_client: None,
+            cloud,
+            node_classes,
+            interruption: None,
+            clock,
+            metrics: Arc::new(Metrics::new(&crate::metrics::BuildInfo::current("", ""))),
+            probes: Probes::new(),
+            identity: crate::leader::identity(&crate::leader::pod_name_from_env()),
+            bind_ip: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            extra: Vec::new(),
+            crds,
+            state: None,
+        }
+    }
+
+    /// The interruption queue to consume.
+    pub fn with_interruption(mut self, source: Arc<dyn InterruptionSource>) -> Self {
+        self.interruption = Some(source);
+        self
+    }
+
+    /// A separate client for the leader election (renewals must not wait behind the controllers' requests).
+    pub fn with_leader_client(mut self, client: Client) -> Self {
+        self.leader_client = Some(client);
+        self
+    }
+
+    /// The metrics registry (to share it with provider code).
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// The probes (to add provider liveness checks); the CRD readiness check is added by `run`.
+    pub fn with_probes(mut self, probes: Probes) -> Self {
+        self.probes = probes;
+        self
+    }
+
+    /// The leader-election identity (default `<pod name>_<random>`).
+    pub fn with_identity(mut self, identity: impl Into<String>) -> Self {
+        self.identity = identity.into();
+        self
+    }
+
+    /// The address the servers bind (default all interfaces; tests use 127.0.0.1 with ports 0).
+    pub fn with_bind_ip(mut self, ip: IpAddr) -> Self {
+        self.bind_ip = ip;
+        self
+    }
+
+    /// The cluster state to use (tests keep a handle to look at it); default a fresh one.
+    pub fn with_state(mut self, state: ClusterState) -> Self {
+        self.state = Some(state);
+        self
+    }
+
+    /// An extra controller run on the leader (provider controllers, the kwok kubelet stand-in). It should return
+    /// when the shutdown token passed to [`Manager::run`] is cancelled; if the leadership is lost it is dropped.
+    pub fn with_controller(mut self, name: impl Into<String>, controller: BoxFuture<'static, ()>) -> Self {
+        self.extra.push((name.into(), controller));
+        self
+    }
+
+    /// The CRDs `/readyz` requires: NodePools, NodeClaims and the provider's node classes.
+    pub fn required_crds(&self) -> &[String] {
+        &self.crds
+    }
+
+    /// The probes (clones share the started flag).
+    pub fn probes(&self) -> Probes {
+        self.probes.clone()
+    }
+
+    /// The metrics registry.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
+    }
+
+    /// Runs until `shutdown` (see the module docs). `on_started` is called with the bound server addresses.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), ManagerError> {
+        self.run_with(shutdown, |_| {}).await
+    }
+
+    /// [`Manager::run`], telling `on_started` where the servers listen.
+    pub async fn run_with(
+        self,
+        shutdown: CancellationToken,
+        on_started: impl FnOnce(Started),
+    ) -> Result<(), ManagerError> {
+        let Manager {
+            settings,
+            client,
+            leader_client,
+            cloud,
+            node_classes,
+            interruption,
+            clock,
+            metrics,
+            probes,
+            identity,
+            bind_ip,
+            extra,
+            crds,
+            state,
+        } = self;
+
+        // 1. Servers.
+        let servers_token = CancellationToken::new();
+        let probes = probes.with_readiness_check("crd", server::crds_present(client.clone(), crds));
+        let metrics_addr = SocketAddr::new(bind_ip, settings.metrics_port);
+        let probes_addr = SocketAddr::new(bind_ip, settings.health_probe_port);
+        let metrics_server = server::start_metrics(metrics_addr, metrics.clone(), servers_token.clone())
+            .await
+            .map_err(|source| ManagerError::Server { server: "metrics", addr: metrics_addr, source })?;
+        let probes_server = match server::start_probes(probes_addr, probes.clone(), servers_token.clone()).await {
+            Ok(s) => s,
+            Err(source) => {
+                servers_token.cancel();
+                return Err(ManagerError::Server { server: "health probe", addr: probes_addr, source });
+            }
+        };
+        probes.set_started();
+        on_started(Started { metrics_addr: metrics_server.local_addr, probes_addr: probes_server.local_addr });
+        tracing::info!(metrics = %metrics_server.local_addr, probes = %probes_server.local_addr, "starting manager");
+
+        let result = run_leader(
+            LeaderParts {
+                settings,
+                client,
+                leader_client,
+                cloud,
+                node_classes,
+                interruption,
+                clock,
+                metrics,
+                identity,
+                extra,
+                state,
+            },
+            shutdown,
+        )
+        .await;
+
+        servers_token.cancel();
+        stop_server(metrics_server).await;
+        stop_server(probes_server).await;
+        result
+    }
+}
+
+async fn stop_server(server: RunningServer) {
+    if tokio::time::timeout(Duration::from_secs(5), server.task).await.is_err() {
+        tracing::warn!(addr = %server.local_addr, "server did not stop within 5s");
+    }
+}
+
+struct LeaderParts {
+    settings: CoreSettings,
+    client: Client,
+    leader_client: Option<Client>,
+    cloud: Arc<dyn CloudProvider>,
+    node_classes: Arc<dyn NodeClassLookup>,
+    interruption: Option<Arc<dyn InterruptionSource>>,
+    clock: Arc<dyn Clock>,
+    metrics: Arc<Metrics>,
+    identity: String,
+    extra: Vec<NamedController>,
+    state: Option<ClusterState>,
+}
+
+/// Steps 2-5 of the module docs.
+async fn run_leader(mut parts: LeaderParts, shutdown: CancellationToken) -> Result<(), ManagerError> {
+    // 2. Leadership. `leader` is cancelled on shutdown and when the Lease is lost.
+    let (leader, leadership) = if parts.settings.disable_leader_election {
+        (shutdown.child_token(), None)
+    } else {
+        let config = LeaderElectionConfig::from_settings(&parts.settings, parts.identity.clone());
+        let client = parts.leader_client.clone().unwrap_or_else(|| parts.client.clone());
+        let elector = LeaderElector::new(client, config, parts.clock.clone())?;
+        tracing::info!(identity = %parts.identity, "attempting to acquire the leader-election lease");
+        let leadership = match elector.run(shutdown.clone()).await {
+            Ok(l) => l,
+            Err(LeaderError::Cancelled) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        tracing::info!(identity = %parts.identity, "acquired the leader-election lease");
+        (leadership.lost(), Some(leadership))
+    };
+
+    let mut controllers = controllers(&parts, &leader);
+    controllers.list.append(&mut parts.extra);
+    let state = controllers.state.clone();
+
+    // 3. Cluster state: list every kind before the controllers start.
+    let watchers = tokio::spawn({
+        let state = state.clone();
+        let client = parts.client.clone();
+        let leader = leader.clone();
+        async move { state.run_watchers(client, leader).await }
+    });
+    let mut waited = Duration::ZERO;
+    while !all_kinds_listed(&state) {
+        tokio::select! {
+            () = leader.cancelled() => break,
+            () = tokio::time::sleep(SYNC_POLL) => {}
+        }
+        waited += SYNC_POLL;
+        if waited.as_secs() > 0 && waited.as_millis() % 30_000 == 0 {
+            tracing::warn!(reason = state.unsynced_reason().as_deref(), "waiting for the cluster state to sync");
+        }
+    }
+
+    // 4. Controllers.
+    let mut tasks = tokio::task::JoinSet::new();
+    if !leader.is_cancelled() {
+        tracing::info!(controllers = controllers.list.len(), "starting controllers");
+        for (name, controller) in controllers.list {
+            let leader = leader.clone();
+            tasks.spawn(async move {
+                tokio::select! {
+                    () = controller => tracing::debug!(controller = %name, "controller returned"),
+                    () = leader.cancelled() => {}
+                }
+            });
+        }
+    }
+    leader.cancelled().await;
+    let lost = !shutdown.is_cancelled();
+    if lost {
+        tracing::error!("leader-election lease lost, stopping the controllers");
+    } else {
+        tracing::info!("shutting down");
+    }
+
+    // 5. Stop.
+    let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
+        while tasks.join_next().await.is_some() {}
+        let _ = watchers.await;
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!("controllers did not stop within {SHUTDOWN_GRACE:?}; aborting them");
+        tasks.abort_all();
+    }
+    if let Some(leadership) = leadership {
+        leadership.finished().await;
+    }
+    if lost { Err(ManagerError::LeadershipLost) } else { Ok(()) }
+}
+
+fn all_kinds_listed(state: &ClusterState) -> bool {
+    state.kind_synced::<Node>()
+        && state.kind_synced::<NodeClaim>()
+        && state.kind_synced::<Pod>()
+        && state.kind_synced::<NodePool>()
+        && state.kind_synced::<DaemonSet>()
+        && state.kind_synced::<PodDisruptionBudget>()
+        && state.kind_synced::<Namespace>()
+        && state.kind_synced::<PersistentVolumeClaim>()
+        && state.kind_synced::<PersistentVolume>()
+        && state.kind_synced::<StorageClass>()
+        && state.kind_synced::<CSINode>()
+}
+
+struct Controllers {
+    state: ClusterState,
+    list: Vec<NamedController>,
+}
+
+/// Every controller, not started yet (futures do nothing until polled).
+fn controllers(parts: &LeaderParts, leader: &CancellationToken) -> Controllers {
+    let settings = &parts.settings;
+    let client = parts.client.clone();
+    let clock = parts.clock.clone();
+    let cloud = parts.cloud.clone();
+    let metrics = parts.metrics.clone();
+    let _ = &parts.node_classes;
+    let state = parts.state.clone().unwrap_or_else(|| ClusterState::from_settings(settings, clock.clone()));
+    let recorder = Recorder::new(client.clone(), clock.clone(), parts.identity.clone());
+    let mut list: Vec<NamedController> = Vec::new();
+
+    let provisioner = Provisioner::new(
+        client.clone(),
+        state.clone(),
+        cloud.clone(),
+        recorder.clone(),
+        metrics.clone(),
+        ProvisionerOptions::from_settings(settings),
+    );
+    list.push(("provisioner".into(), Box::pin(provisioner.run(leader.clone()))));
+
+    let lifecycle = Arc::new(LifecycleContext::new(
+        client.clone(),
+        state.clone(),
+        cloud.clone(),
+        recorder.clone(),
+        metrics.clone(),
+        clock.clone(),
+    ));
+    list.push(("nodeclaim.lifecycle".into(), Box::pin(crate::lifecycle::run(lifecycle, leader.clone()))));
+
+    let termination =
+        Arc::new(Termination::new(client.clone(), cloud.clone(), recorder.clone(), metrics.clone(), clock.clone()));
+    list.push(("node.termination".into(), Box::pin(termination.run(leader.clone()))));
+
+    let expiration = Arc::new(Expiration::new(client.clone(), metrics.clone(), clock.clone()));
+    list.push(("nodeclaim.expiration".into(), Box::pin(expiration.run(leader.clone()))));
+
+    let gc = Arc::new(GarbageCollection::new(client.clone(), cloud.clone(), metrics.clone(), clock.clone()));
+    list.push(("garbagecollection".into(), Box::pin(gc.run(leader.clone()))));
+
+    if let Some(source) = &parts.interruption {
+        let interruption = Arc::new(Interruption::new(
+            client.clone(),
+            source.clone(),
+            recorder.clone(),
+            metrics.clone(),
+            clock.clone(),
+        ));
+        list.push(("interruption".into(), Box::pin(interruption.run(leader.clone()))));
+    }
+
+    Controllers { state, list }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_class_crd_names() {
+        assert_eq!(crd_name("karpenter.kwok.sh", "KWOKNodeClass"), "kwoknodeclasses.karpenter.kwok.sh");
+        assert_eq!(crd_name("karpenter.k8s.aws", "EC2NodeClass"), "ec2nodeclasses.karpenter.k8s.aws");
+        assert_eq!(crd_name("example.com", "Widget"), "widgets.example.com");
+    }
+}

@@ -1,0 +1,156 @@
+//! A [`NodeClassLookup`] fed by the API server: the provider's node classes (KWOKNodeClasses, EC2NodeClasses)
+//! as their JSON, keyed by `(group, kind, name)`, kept current by a kube-runtime watcher.
+//!
+//! [`KubeNodeClasses::start`] lists the kind once before it returns, so a provider handed the lookup never sees
+//! an empty store at startup (a missing class fails a launch: a NodeClaim launched in that window would be
+//! deleted for nothing), then keeps it current from a watcher task until the shutdown token is cancelled. The
+//! lookup can hold several kinds: call `start` on the same store for each.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use karpenter_cloudprovider::{InMemoryNodeClasses, NodeClassLookup};
+use kube::api::{Api, ListParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+/// The watcher-fed lookup (see the module docs). Clones share the store.
+#[derive(Debug, Clone, Default)]
+pub struct KubeNodeClasses {
+    store: InMemoryNodeClasses,
+}
+
+impl NodeClassLookup for KubeNodeClasses {
+    fn get(&self, group: &str, kind: &str, name: &str) -> Option<Arc<Value>> {
+        self.store.get(group, kind, name)
+    }
+}
+
+fn group_kind<K: Resource<DynamicType = ()>>() -> (String, String) {
+    (K::group(&()).into_owned(), K::kind(&()).into_owned())
+}
+
+impl KubeNodeClasses {
+    /// An empty lookup.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn put<K: Resource<DynamicType = ()> + Serialize>(&self, obj: &K) {
+        let (group, kind) = group_kind::<K>();
+        match serde_json::to_value(obj) {
+            Ok(value) => self.store.insert_value(&group, &kind, &obj.name_any(), value),
+            Err(e) => tracing::warn!(kind = %kind, name = %obj.name_any(), error = %e, "encoding node class"),
+        }
+    }
+
+    fn forget<K: Resource<DynamicType = ()>>(&self, name: &str) {
+        let (group, kind) = group_kind::<K>();
+        self.store.remove(&group, &kind, name);
+    }
+
+    /// Lists kind `K` into the store, then spawns the watcher that keeps it current until `shutdown`. Fails when
+    /// the first list fails (the CRD is not installed, or the API server cannot be reached).
+    pub async fn start<K>(&self, client: Client, shutdown: CancellationToken) -> Result<(), kube::Error>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + std::fmt::Debug + Send + Sync + 'static,
+    {
+        let api: Api<K> = Api::all(client);
+        for obj in api.list(&ListParams::default()).await?.items {
+            self.put(&obj);
+        }
+        let this = self.clone();
+        tokio::spawn(async move { this.watch(api, shutdown).await });
+        Ok(())
+    }
+
+    /// Keeps kind `K` current from a watcher until `shutdown` (a re-list replaces the kind's entries).
+    pub async fn watch<K>(&self, api: Api<K>, shutdown: CancellationToken)
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + std::fmt::Debug + Send + Sync + 'static,
+    {
+        let mut stream = watcher(api, watcher::Config::default()).default_backoff().boxed();
+        let mut listing: Option<Vec<K>> = None;
+        let mut known: Vec<String> = Vec::new();
+        loop {
+            let next = tokio::select! {
+                () = shutdown.cancelled() => return,
+                next = stream.next() => next,
+            };
+            match next {
+                Some(Ok(watcher::Event::Apply(obj))) => {
+                    self.put(&obj);
+                    known.push(obj.name_any());
+                }
+                Some(Ok(watcher::Event::Delete(obj))) => self.forget::<K>(&obj.name_any()),
+                Some(Ok(watcher::Event::Init)) => listing = Some(Vec::new()),
+                Some(Ok(watcher::Event::InitApply(obj))) => listing.get_or_insert_default().push(obj),
+                Some(Ok(watcher::Event::InitDone)) => {
+                    let fresh = listing.take().unwrap_or_default();
+                    let names: Vec<String> = fresh.iter().map(ResourceExt::name_any).collect();
+                    for name in known.iter().filter(|n| !names.contains(n)) {
+                        self.forget::<K>(name);
+                    }
+                    for obj in &fresh {
+                        self.put(obj);
+                    }
+                    known = names;
+                }
+                Some(Err(error)) => tracing::warn!(kind = %K::kind(&()), %error, "node class watch failed, re-listing"),
+                None => return,
+            }
+            known.sort();
+            known.dedup();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use karpenter_api::KWOKNodeClass;
+    use karpenter_testing::apiserver::ApiServer;
+    use karpenter_testing::{KWOKNodeClassOptions, kwok_node_class};
+    use kube::api::{DeleteParams, PostParams};
+
+    use super::*;
+
+    async fn eventually(mut f: impl FnMut() -> bool) -> bool {
+        for _ in 0..200 {
+            if f() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        false
+    }
+
+    #[tokio::test]
+    async fn lists_before_returning_then_follows_creates_and_deletes() {
+        let server = ApiServer::new();
+        let client = server.client();
+        let api: Api<KWOKNodeClass> = Api::all(client.clone());
+        let class =
+            |name: &str| kwok_node_class(KWOKNodeClassOptions { name: Some(name.into()), ..Default::default() });
+        api.create(&PostParams::default(), &class("first")).await.unwrap();
+
+        let lookup = KubeNodeClasses::new();
+        let shutdown = CancellationToken::new();
+        lookup.start::<KWOKNodeClass>(client.clone(), shutdown.clone()).await.unwrap();
+        let (g, k) = (karpenter_api::kwok::GROUP, karpenter_api::kwok::KIND);
+        assert!(lookup.get(g, k, "first").is_some(), "listed before start returns");
+        assert!(lookup.get(g, k, "second").is_none());
+
+        api.create(&PostParams::default(), &class("second")).await.unwrap();
+        assert!(eventually(|| lookup.get(g, k, "second").is_some()).await, "a created class is seen");
+        api.delete("first", &DeleteParams::default()).await.unwrap();
+        assert!(eventually(|| lookup.get(g, k, "first").is_none()).await, "a deleted class is forgotten");
+        assert!(lookup.get("karpenter.k8s.aws", "EC2NodeClass", "second").is_none(), "keys carry the kind");
+        shutdown.cancel();
+    }
+}

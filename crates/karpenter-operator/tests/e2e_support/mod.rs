@@ -1,0 +1,330 @@
+//! The end-to-end harness: the in-process API server, the kwok provider, the scheduler and kubelet stand-ins, and
+//! the whole controller manager, all on tokio's paused clock (`#[tokio::test(start_paused = true)]`): every
+//! clock in the cluster (the server's timestamps, the controllers', the kubelet's) follows tokio's time, which
+//! jumps ahead whenever everything waits, so minutes of cluster time take well under a second of wall time.
+
+#![allow(dead_code)] // each e2e test file uses part of the harness
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeZone, Utc};
+use clap::Parser;
+use k8s_openapi::api::core::v1::{Event as CoreEvent, Node, Pod};
+use karpenter_api::{KWOKNodeClass, NodeClaim, NodePool};
+use karpenter_cloudprovider::{Clock, CloudProvider};
+use karpenter_kwok::{KwokCloudProvider, KwokOptions};
+use karpenter_operator::CoreSettings;
+use karpenter_operator::manager::{Manager, ManagerError};
+use karpenter_operator::metrics::Metrics;
+use karpenter_operator::node_classes::KubeNodeClasses;
+use karpenter_operator::state::ClusterState;
+use karpenter_testing::apiserver::{ApiServer, create_with_status};
+use karpenter_testing::standins::{Kubelet, Scheduler};
+use karpenter_testing::{
+    KWOKNodeClassOptions, NodePoolOptions, PodOptions, kwok_node_class, kwok_node_class_ref, node_pool,
+};
+use kube::api::{Api, ListParams, PostParams};
+use kube::{Client, ResourceExt};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// A clock following tokio's (paused) time from a fixed start.
+#[derive(Debug)]
+pub struct TokioClock {
+    base: DateTime<Utc>,
+    start: tokio::time::Instant,
+}
+
+impl TokioClock {
+    pub fn new() -> Self {
+        Self { base: Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap(), start: tokio::time::Instant::now() }
+    }
+}
+
+impl Clock for TokioClock {
+    fn now(&self) -> DateTime<Utc> {
+        self.base + chrono::Duration::from_std(self.start.elapsed()).unwrap_or_default()
+    }
+}
+
+#[derive(Parser)]
+struct SettingsCli {
+    #[command(flatten)]
+    core: CoreSettings,
+}
+
+/// Core settings from flags (defaults otherwise), with the servers on ephemeral ports.
+pub fn settings(extra: &[&str]) -> CoreSettings {
+    let args =
+        ["karpenter-controller", "--metrics-port=0", "--health-probe-port=0"].into_iter().chain(extra.iter().copied());
+    SettingsCli::try_parse_from(args).expect("settings parse").core
+}
+
+/// A cluster: API server, kwok provider, stand-ins.
+pub struct Cluster {
+    pub server: ApiServer,
+    pub client: Client,
+    pub clock: Arc<TokioClock>,
+    pub kwok: KwokCloudProvider,
+    pub node_classes: KubeNodeClasses,
+    background: CancellationToken,
+    stand_ins: Vec<JoinHandle<()>>,
+}
+
+/// A running manager.
+pub struct Running {
+    pub shutdown: CancellationToken,
+    pub task: JoinHandle<Result<(), ManagerError>>,
+    pub state: ClusterState,
+    pub metrics: Arc<Metrics>,
+}
+
+impl Running {
+    /// Cancels the manager and waits for `run` to return (it must, and cleanly).
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        let result = tokio::time::timeout(Duration::from_secs(60), self.task).await.expect("manager stops on shutdown");
+        result.expect("manager task").expect("manager returns Ok on shutdown");
+    }
+}
+
+impl Cluster {
+    /// The server with a ready KWOKNodeClass `default`, the scheduler and kubelet stand-ins running every second.
+    pub async fn new() -> Self {
+        let clock = Arc::new(TokioClock::new());
+        let server = ApiServer::builder().clock(clock.clone()).build();
+        let client = server.client();
+        let classes: Api<KWOKNodeClass> = Api::all(client.clone());
+        create_with_status(&classes, &kwok_node_class(KWOKNodeClassOptions::default())).await.unwrap();
+        let background = CancellationToken::new();
+        let node_classes = KubeNodeClasses::new();
+        node_classes.start::<KWOKNodeClass>(client.clone(), background.clone()).await.unwrap();
+        let kwok = KwokCloudProvider::new(
+            client.clone(),
+            KwokOptions { node_classes: Some(Arc::new(node_classes.clone())), ..KwokOptions::default() },
+        );
+        let scheduler = Scheduler::new(client.clone());
+        let kubelet = Kubelet::new(client.clone(), clock.clone());
+        let stand_ins = vec![
+            tokio::spawn(scheduler.run(Duration::from_secs(1))),
+            tokio::spawn(kubelet.run(Duration::from_secs(1))),
+        ];
+        Self { server, client, clock, kwok, node_classes, background, stand_ins }
+    }
+
+    /// Creates a NodePool `name` (kwok class `default`) from `options`. NodePool readiness is set here, in the
+    /// status written at creation (`ready` in the options).
+    pub async fn node_pool(&self, options: NodePoolOptions) -> NodePool {
+        let pool = node_pool(NodePoolOptions { node_class_ref: Some(kwok_node_class_ref("default")), ..options });
+        create_with_status(&self.pools(), &pool).await.unwrap()
+    }
+
+    /// A manager over this cluster with `settings`, started.
+    pub fn start(&self, settings: CoreSettings) -> Running {
+        self.start_with(settings, |m| m)
+    }
+
+    /// [`Cluster::start`] with extra configuration of the manager.
+    pub fn start_with(&self, settings: CoreSettings, configure: impl FnOnce(Manager) -> Manager) -> Running {
+        let clock: Arc<dyn Clock> = self.clock.clone();
+        let state = ClusterState::from_settings(&settings, clock.clone());
+        let cloud: Arc<dyn CloudProvider> = Arc::new(self.kwok.clone());
+        let manager = Manager::new(settings, self.client.clone(), cloud, Arc::new(self.node_classes.clone()), clock)
+            .with_bind_ip(IpAddr::V4(Ipv4Addr::LOCALHOST))
+            .with_state(state.clone());
+        let manager = configure(manager);
+        let metrics = manager.metrics();
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(manager.run(shutdown.clone()));
+        Running { shutdown, task, state, metrics }
+    }
+
+    pub fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), "default")
+    }
+
+    pub fn nodes(&self) -> Api<Node> {
+        Api::all(self.client.clone())
+    }
+
+    pub fn claims(&self) -> Api<NodeClaim> {
+        Api::all(self.client.clone())
+    }
+
+    pub fn pools(&self) -> Api<NodePool> {
+        Api::all(self.client.clone())
+    }
+
+    /// Creates `n` pending pods named `<prefix>-<i>` with the given requests and labels.
+    pub async fn pending_pods(&self, prefix: &str, n: usize, cpu: &str, labels: &[(&str, &str)]) -> Vec<Pod> {
+        let mut out = Vec::new();
+        for i in 0..n {
+            let pod = karpenter_testing::pod(PodOptions {
+                name: Some(format!("{prefix}-{i}")),
+                requests: [("cpu", cpu), ("memory", "256Mi")].into(),
+                labels: labels.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect(),
+                ..Default::default()
+            });
+            out.push(self.pods().create(&PostParams::default(), &pod).await.unwrap());
+        }
+        out
+    }
+
+    pub async fn list_pods(&self) -> Vec<Pod> {
+        self.pods().list(&ListParams::default()).await.unwrap().items
+    }
+
+    pub async fn list_nodes(&self) -> Vec<Node> {
+        self.nodes().list(&ListParams::default()).await.unwrap().items
+    }
+
+    pub async fn list_claims(&self) -> Vec<NodeClaim> {
+        self.claims().list(&ListParams::default()).await.unwrap().items
+    }
+
+    /// The kwok instances (Nodes the provider reports).
+    pub async fn instances(&self) -> Vec<NodeClaim> {
+        self.kwok.list().await.unwrap()
+    }
+
+    /// Core events with `reason`, as `(involved kind/name, message)`.
+    pub async fn events(&self, reason: &str) -> Vec<(String, String)> {
+        let api: Api<CoreEvent> = Api::all(self.client.clone());
+        let mut out: Vec<(String, String)> = api
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .map(|e| {
+                let o = &e.involved_object;
+                (
+                    format!("{}/{}", o.kind.as_deref().unwrap_or(""), o.name.as_deref().unwrap_or("")),
+                    e.message.unwrap_or_default(),
+                )
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Polls `check` every 500 ms of cluster time until it returns `Some`, for at most `limit` of cluster time.
+    pub async fn eventually<T, F, Fut>(&self, what: &str, limit: Duration, mut check: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Option<T>>,
+    {
+        let start = tokio::time::Instant::now();
+        loop {
+            if let Some(v) = check().await {
+                return v;
+            }
+            if start.elapsed() > limit {
+                panic!("timed out after {limit:?} of cluster time waiting for: {what}\n{}", self.describe().await);
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// A summary of the cluster for failure messages.
+    pub async fn describe(&self) -> String {
+        let mut out = String::new();
+        for c in self.list_claims().await {
+            let conds: Vec<String> = c
+                .status
+                .as_ref()
+                .map(|s| s.conditions.iter().map(|c| format!("{}={:?}({})", c.type_, c.status, c.reason)).collect())
+                .unwrap_or_default();
+            out += &format!(
+                "nodeclaim {} deleting={} provider_id={:?} {}\n",
+                c.name_any(),
+                c.metadata.deletion_timestamp.is_some(),
+                c.provider_id(),
+                conds.join(" ")
+            );
+        }
+        for n in self.list_nodes().await {
+            let taints: Vec<String> = n
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .map(|ts| ts.iter().map(|t| format!("{}:{}", t.key, t.effect)).collect())
+                .unwrap_or_default();
+            out += &format!(
+                "node {} deleting={} taints={:?} labels.initialized={:?}\n",
+                n.name_any(),
+                n.metadata.deletion_timestamp.is_some(),
+                taints,
+                n.labels().get("karpenter.sh/initialized")
+            );
+        }
+        for p in self.list_pods().await {
+            out += &format!(
+                "pod {} node={:?} phase={:?} deleting={}\n",
+                p.name_any(),
+                p.spec.as_ref().and_then(|s| s.node_name.clone()),
+                p.status.as_ref().and_then(|s| s.phase.clone()),
+                p.metadata.deletion_timestamp.is_some()
+            );
+        }
+        out
+    }
+
+    /// Waits until every pod is bound and Running; returns pod name → node name.
+    pub async fn all_pods_running(&self, limit: Duration) -> BTreeMap<String, String> {
+        self.eventually("every pod bound and Running", limit, || async {
+            let pods = self.list_pods().await;
+            let running = pods.iter().all(|p| {
+                p.metadata.deletion_timestamp.is_none()
+                    && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+            });
+            (running && !pods.is_empty()).then(|| {
+                pods.iter()
+                    .map(|p| (p.name_any(), p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default()))
+                    .collect()
+            })
+        })
+        .await
+    }
+
+    /// Stops the stand-ins and the node-class watcher.
+    pub fn stop_background(&self) {
+        self.background.cancel();
+        for task in &self.stand_ins {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop_background();
+    }
+}
+
+/// Whether the NodeClaim has condition `type_` True.
+pub fn is_true(claim: &NodeClaim, type_: &str) -> bool {
+    claim.status.as_ref().is_some_and(|s| {
+        s.conditions.iter().any(|c| c.type_ == type_ && c.status == karpenter_api::condition::ConditionStatus::True)
+    })
+}
+
+/// Wall-clock time of a test, printed so `--nocapture` runs show the figures.
+pub struct Timer(std::time::Instant, &'static str);
+
+impl Timer {
+    pub fn start(name: &'static str) -> Self {
+        Self(std::time::Instant::now(), name)
+    }
+}
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        eprintln!("e2e {}: {:.2} s wall", self.1, self.0.elapsed().as_secs_f64());
+    }
+}
