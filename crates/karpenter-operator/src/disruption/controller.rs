@@ -525,7 +525,11 @@ impl Disruption {
             return Ok(());
         }
         list.retain(|t| t.key != taints::DISRUPTED);
-        list.push(CoreTaint { key: taints::DISRUPTED.to_owned(), effect: "NoSchedule".to_owned(), ..CoreTaint::default() });
+        list.push(CoreTaint {
+            key: taints::DISRUPTED.to_owned(),
+            effect: "NoSchedule".to_owned(),
+            ..CoreTaint::default()
+        });
         let patch = json!({"metadata": {"resourceVersion": current.resource_version()}, "spec": {"taints": list}});
         let written = self.nodes().patch(node, &PatchParams::default(), &Patch::Merge(&patch)).await?;
         self.state.apply(written);
@@ -632,11 +636,14 @@ impl Disruption {
                     .get::<NodePool>(&plan.node_pool)
                     .ok_or_else(|| format!("NodePool {} not found", plan.node_pool))?;
                 let claim = build_node_claim(&pool, plan, self.cloud.labels()).map_err(|e| e.to_string())?;
-                let created =
-                    self.claims().create(&PostParams::default(), &claim).await.map_err(|e| e.to_string())?;
+                let created = self.claims().create(&PostParams::default(), &claim).await.map_err(|e| e.to_string())?;
                 self.state.record_created_claim(&created, &plan.pods);
                 self.metrics
-                    .nodeclaims_created(&reason, &plan.node_pool, if plan.min_values_relaxed { "true" } else { "false" })
+                    .nodeclaims_created(
+                        &reason,
+                        &plan.node_pool,
+                        if plan.min_values_relaxed { "true" } else { "false" },
+                    )
                     .inc();
                 Ok::<String, String>(created.name_any())
             }
@@ -669,8 +676,12 @@ impl Disruption {
         }
         if !replacements.is_empty() {
             for t in &targets {
-                self.event_on(t, reasons::DISRUPTION_LAUNCHING, format!("Launching NodeClaim: {}", command.reason.as_str()))
-                    .await;
+                self.event_on(
+                    t,
+                    reasons::DISRUPTION_LAUNCHING,
+                    format!("Launching NodeClaim: {}", command.reason.as_str()),
+                )
+                .await;
             }
         }
         report.started.push(command.clone());
@@ -724,10 +735,7 @@ impl Disruption {
                 }
             }
             if failure.is_none() && waiting && now - flight.started > timeout {
-                failure = Some(format!(
-                    "replacements not initialized after {}s",
-                    timeout.num_seconds()
-                ));
+                failure = Some(format!("replacements not initialized after {}s", timeout.num_seconds()));
             }
             if let Some(why) = failure {
                 self.metrics

@@ -81,7 +81,19 @@ fn env() -> Env {
         Arc::new(clock.clone()),
     );
     let kubelet = Kubelet::new(client.clone(), Arc::new(clock.clone()));
-    Env { _server: server, client, clock, state, metrics, disruption, conditions, pod_events, lifecycle, kubelet, cloud }
+    Env {
+        _server: server,
+        client,
+        clock,
+        state,
+        metrics,
+        disruption,
+        conditions,
+        pod_events,
+        lifecycle,
+        kubelet,
+        cloud,
+    }
 }
 
 fn pool_options() -> NodePoolOptions {
@@ -250,7 +262,12 @@ impl Env {
                     labels: l,
                     provider_id: Some(pid.into()),
                     taints: vec![taint(taints::UNREGISTERED, None, "NoExecute")],
-                    allocatable: alloc.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect::<Vec<_>>().as_slice().into(),
+                    allocatable: alloc
+                        .iter()
+                        .map(|(k, v)| (k.as_str(), v.as_str()))
+                        .collect::<Vec<_>>()
+                        .as_slice()
+                        .into(),
                     ready: Some(false),
                     ..Default::default()
                 });
@@ -317,7 +334,10 @@ async fn an_empty_node_is_deleted_after_validation() {
     assert!(claim.metadata.deletion_timestamp.is_some(), "deletion requested (termination holds the finalizer)");
     assert_eq!(condition_of(&claim, cond::DISRUPTION_REASON), Some((ConditionStatus::True, "Empty".into())));
     assert!(e.node_taints("empty").await.contains(&taints::DISRUPTED.to_owned()));
-    assert_eq!(e.metrics.nodeclaims_disrupted("empty", POOL, "on-demand", "WhenEmptyOrUnderutilized", "graceful").get(), 1);
+    assert_eq!(
+        e.metrics.nodeclaims_disrupted("empty", POOL, "on-demand", "WhenEmptyOrUnderutilized", "graceful").get(),
+        1
+    );
     assert_eq!(e.metrics.voluntary_disruption_decisions("delete", "empty", "empty").get(), 1);
     assert!(!e.events(reasons::DISRUPTION_TERMINATING).await.is_empty());
 
@@ -332,8 +352,12 @@ async fn an_underutilized_node_is_replaced_by_a_cheaper_one() {
     let e = env();
     e.pool(pool_options()).await;
     e.machine("big", "m-8x-amd64-linux").await;
-    e.bound_pod("web", "big", PodOptions { requests: [("cpu", "500m"), ("memory", "256Mi")].into(), ..Default::default() })
-        .await;
+    e.bound_pod(
+        "web",
+        "big",
+        PodOptions { requests: [("cpu", "500m"), ("memory", "256Mi")].into(), ..Default::default() },
+    )
+    .await;
 
     let report = e.disruption.step().await.unwrap();
     let cmd = report.awaiting_validation.expect("a consolidation command");
@@ -372,7 +396,9 @@ async fn an_underutilized_node_is_replaced_by_a_cheaper_one() {
     assert!(e.claim("big-claim").await.unwrap().metadata.deletion_timestamp.is_some());
     assert!(e.disruption.in_flight_nodes().await.is_empty());
     assert_eq!(
-        e.metrics.nodeclaims_disrupted("underutilized", POOL, "on-demand", "WhenEmptyOrUnderutilized", "graceful").get(),
+        e.metrics
+            .nodeclaims_disrupted("underutilized", POOL, "on-demand", "WhenEmptyOrUnderutilized", "graceful")
+            .get(),
         1
     );
     assert_eq!(
@@ -432,11 +458,8 @@ async fn a_deleted_replacement_rolls_the_command_back_at_once() {
 #[tokio::test]
 async fn a_budget_of_zero_blocks_with_an_event_on_the_pool() {
     let e = env();
-    e.pool(NodePoolOptions {
-        budgets: vec![Budget { nodes: "0".into(), ..Default::default() }],
-        ..pool_options()
-    })
-    .await;
+    e.pool(NodePoolOptions { budgets: vec![Budget { nodes: "0".into(), ..Default::default() }], ..pool_options() })
+        .await;
     e.machine("empty", "c-2x-amd64-linux").await;
     let report = e.disruption.step().await.unwrap();
     assert!(report.awaiting_validation.is_none() && report.started.is_empty(), "{report:?}");
@@ -495,9 +518,8 @@ async fn a_pdb_blocks_graceful_disruption() {
         ..Default::default()
     });
     pdb.metadata.uid = None;
-    let pdb = create_with_status(&Api::<PodDisruptionBudget>::namespaced(e.client.clone(), "default"), &pdb)
-        .await
-        .unwrap();
+    let pdb =
+        create_with_status(&Api::<PodDisruptionBudget>::namespaced(e.client.clone(), "default"), &pdb).await.unwrap();
     e.state.apply(pdb);
     let report = e.disruption.step().await.unwrap();
     assert!(report.awaiting_validation.is_none(), "{report:?}");
@@ -576,7 +598,10 @@ async fn a_drifted_node_is_replaced_without_validation() {
     e.bring_up(replacement).await;
     let report = e.disruption.step().await.unwrap();
     assert_eq!(report.deleted, ["old-claim"]);
-    assert_eq!(e.metrics.nodeclaims_disrupted("drifted", POOL, "on-demand", "WhenEmptyOrUnderutilized", "eventual").get(), 1);
+    assert_eq!(
+        e.metrics.nodeclaims_disrupted("drifted", POOL, "on-demand", "WhenEmptyOrUnderutilized", "eventual").get(),
+        1
+    );
 }
 
 #[tokio::test]
