@@ -1,0 +1,537 @@
+//! The kube-backed node class controllers. Each has `run(self: Arc<Self>, shutdown)` that returns when the
+//! token is cancelled, and a `reconcile`/`run_once` step that tests drive without timers.
+//!
+//! * [`NodeClassController`] — per EC2NodeClass (watch-driven, plus NodeClaim changes of the class):
+//!   - adds the `karpenter.k8s.aws/termination` finalizer and keeps the `karpenter.k8s.aws/ec2nodeclass-hash`
+//!     and `-hash-version` annotations current (upstream's separate hash controller); NodeClaims of the class
+//!     whose hash version differs from ours get the class's current hash and version (so a version change never
+//!     drifts every node);
+//!   - computes the status with [`NodeClassResolver::reconcile`] and writes it (PUT of the status subresource
+//!     with the read resourceVersion, only when it changed), requeueing as the resolver says;
+//!   - on deletion: while NodeClaims reference the class, publishes `WaitingOnNodeClaimTermination` (again every
+//!     10 minutes) and waits; then deletes the managed instance profile(s) and, through
+//!     [`LaunchTemplateCleanup`], the class's launch templates, and removes the finalizer.
+//! * [`SsmInvalidationController`] — every 30 min drops cached `latest` SSM values whose AMI is deprecated.
+//! * [`InstanceProfileGarbageCollector`] — deletes managed instance profiles no EC2NodeClass references (not
+//!   run in isolated VPCs).
+//! * [`CapacityBlockExpiration`] — every minute deletes NodeClaims launched into a reservation that the class's
+//!   status reports `expiring` (capacity blocks within 40 minutes of their end).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::SecondsFormat;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use karpenter_api::ec2nodeclass::{CapacityReservationState, GROUP, KIND};
+use karpenter_api::hash::{EC2_NODE_CLASS_HASH_VERSION, ec2_node_class_hash};
+use karpenter_api::labels::{annotations, aws as aws_labels, finalizers};
+use karpenter_api::{EC2NodeClass, NodeClaim};
+use karpenter_cloudprovider::Clock;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::ami::{SSM_INVALIDATION_INTERVAL, SsmProvider};
+use super::api::ImageApi;
+use super::cache::TtlCache;
+use super::instance_profile::InstanceProfileProvider;
+use super::status::NodeClassResolver;
+use crate::api_error::AwsApiError;
+
+/// A kube client that formats as `Client` (kube's has no `Debug`).
+#[derive(Clone)]
+struct KubeClient(Client);
+
+impl std::fmt::Debug for KubeClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Client")
+    }
+}
+
+/// Event reason while a deleted node class waits for its NodeClaims.
+pub const WAITING_ON_NODE_CLAIM_TERMINATION: &str = "WaitingOnNodeClaimTermination";
+/// How often the waiting event is published again.
+pub const WAITING_EVENT_INTERVAL: Duration = Duration::from_secs(600);
+
+/// Errors of the kube-backed controllers.
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+    #[error(transparent)]
+    Aws(#[from] AwsApiError),
+}
+
+impl ControllerError {
+    fn is_conflict(&self) -> bool {
+        matches!(self, Self::Kube(kube::Error::Api(s)) if s.code == 409)
+    }
+}
+
+/// The cluster's Kubernetes version (`<major>.<minor>`) for AMI aliases.
+#[async_trait]
+pub trait KubernetesVersionSource: Send + Sync + std::fmt::Debug {
+    async fn version(&self) -> Result<String, String>;
+}
+
+/// A fixed version (tests, or an operator override).
+#[derive(Clone, Debug)]
+pub struct StaticKubernetesVersion(pub String);
+
+#[async_trait]
+impl KubernetesVersionSource for StaticKubernetesVersion {
+    async fn version(&self) -> Result<String, String> {
+        Ok(self.0.clone())
+    }
+}
+
+/// The API server's `/version`, cached for 5 minutes (upstream's refresh). `minor` values such as `31+` (EKS)
+/// are trimmed.
+#[derive(Debug)]
+pub struct ApiServerVersion {
+    client: KubeClient,
+    cache: TtlCache<(), String>,
+}
+
+impl ApiServerVersion {
+    pub fn new(client: Client, clock: Arc<dyn Clock>) -> Self {
+        Self { client: KubeClient(client), cache: TtlCache::new(clock, Duration::from_secs(300)) }
+    }
+}
+
+#[async_trait]
+impl KubernetesVersionSource for ApiServerVersion {
+    async fn version(&self) -> Result<String, String> {
+        if let Some(v) = self.cache.get(&()) {
+            return Ok(v);
+        }
+        let info = self.client.0.apiserver_version().await.map_err(|e| e.to_string())?;
+        let minor: String = info.minor.chars().take_while(char::is_ascii_digit).collect();
+        let major: String = info.major.chars().take_while(char::is_ascii_digit).collect();
+        if major.is_empty() || minor.is_empty() {
+            return Err(format!("unparsable server version {}.{}", info.major, info.minor));
+        }
+        let v = format!("{major}.{minor}");
+        self.cache.insert((), v.clone());
+        Ok(v)
+    }
+}
+
+/// Deletes the launch templates of a node class (the launch side implements it; upstream deletes every launch
+/// template tagged `karpenter.k8s.aws/ec2nodeclass=<name>`).
+#[async_trait]
+pub trait LaunchTemplateCleanup: Send + Sync + std::fmt::Debug {
+    async fn delete_launch_templates(&self, node_class: &EC2NodeClass) -> Result<(), AwsApiError>;
+}
+
+/// The hash annotations of a node class: `karpenter.k8s.aws/ec2nodeclass-hash` and its version.
+pub fn hash_annotations(node_class: &EC2NodeClass, ca_bundle: Option<&str>) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (annotations::EC2_NODE_CLASS_HASH.to_string(), ec2_node_class_hash(node_class, ca_bundle)),
+        (annotations::EC2_NODE_CLASS_HASH_VERSION.to_string(), EC2_NODE_CLASS_HASH_VERSION.to_string()),
+    ])
+}
+
+/// Whether a NodeClaim references the EC2NodeClass `name`.
+pub fn references(claim: &NodeClaim, name: &str) -> bool {
+    let r = &claim.spec.node_class_ref;
+    r.group == GROUP && r.kind == KIND && r.name == name
+}
+
+/// The status, finalizer and hash controller of EC2NodeClasses.
+#[derive(Debug)]
+pub struct NodeClassController {
+    client: KubeClient,
+    resolver: Arc<NodeClassResolver>,
+    version: Arc<dyn KubernetesVersionSource>,
+    launch_templates: Option<Arc<dyn LaunchTemplateCleanup>>,
+    clock: Arc<dyn Clock>,
+    ca_bundle: Option<String>,
+    waiting_events: TtlCache<String, ()>,
+}
+
+impl NodeClassController {
+    /// `ca_bundle` is the cluster CA handed to nodes (hashed into the static drift hash when known).
+    pub fn new(
+        client: Client,
+        resolver: Arc<NodeClassResolver>,
+        version: Arc<dyn KubernetesVersionSource>,
+        clock: Arc<dyn Clock>,
+        ca_bundle: Option<String>,
+    ) -> Self {
+        Self {
+            client: KubeClient(client),
+            resolver,
+            version,
+            launch_templates: None,
+            waiting_events: TtlCache::new(clock.clone(), WAITING_EVENT_INTERVAL),
+            clock,
+            ca_bundle,
+        }
+    }
+
+    /// Adds the launch-template cleanup run on node class deletion.
+    pub fn with_launch_template_cleanup(mut self, cleanup: Arc<dyn LaunchTemplateCleanup>) -> Self {
+        self.launch_templates = Some(cleanup);
+        self
+    }
+
+    /// The resolver (shared with the CloudProvider, which reads its providers' caches).
+    pub fn resolver(&self) -> &Arc<NodeClassResolver> {
+        &self.resolver
+    }
+
+    fn classes(&self) -> Api<EC2NodeClass> {
+        Api::all(self.client.0.clone())
+    }
+
+    fn claims(&self) -> Api<NodeClaim> {
+        Api::all(self.client.0.clone())
+    }
+
+    /// One reconcile of the node class `name`; returns when to look again (`None`: on the next change).
+    pub async fn reconcile(&self, name: &str) -> Result<Option<Duration>, ControllerError> {
+        let Some(node_class) = self.classes().get_opt(name).await? else { return Ok(None) };
+        if node_class.metadata.deletion_timestamp.is_some() {
+            return self.finalize(&node_class).await;
+        }
+        let node_class = self.ensure_metadata(node_class).await?;
+        self.rewrite_claim_hashes(&node_class).await?;
+        let version = match self.version.version().await {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the Kubernetes version; AMI aliases cannot resolve");
+                String::new()
+            }
+        };
+        let reconciled = self.resolver.reconcile(&node_class, &version).await;
+        if node_class.status.as_ref() != Some(&reconciled.status) {
+            let mut updated = node_class.clone();
+            updated.status = Some(reconciled.status);
+            self.classes().replace_status(name, &PostParams::default(), &updated).await?;
+        }
+        Ok(Some(reconciled.requeue_after))
+    }
+
+    /// Finalizer and hash annotations, in one merge patch guarded by the resourceVersion.
+    async fn ensure_metadata(&self, node_class: EC2NodeClass) -> Result<EC2NodeClass, ControllerError> {
+        let wanted = hash_annotations(&node_class, self.ca_bundle.as_deref());
+        let current = node_class.metadata.annotations.clone().unwrap_or_default();
+        let annotations_ok = wanted.iter().all(|(k, v)| current.get(k) == Some(v));
+        let finalizers = node_class.finalizers().to_vec();
+        let has_finalizer = finalizers.iter().any(|f| f == finalizers::AWS_TERMINATION);
+        if annotations_ok && has_finalizer {
+            return Ok(node_class);
+        }
+        let mut new_finalizers = finalizers;
+        if !has_finalizer {
+            new_finalizers.push(finalizers::AWS_TERMINATION.to_string());
+        }
+        let patch = json!({
+            "metadata": {
+                "resourceVersion": node_class.metadata.resource_version,
+                "finalizers": new_finalizers,
+                "annotations": wanted,
+            }
+        });
+        Ok(self.classes().patch(&node_class.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?)
+    }
+
+    /// NodeClaims of the class whose hash version is not ours get the class's current hash and version.
+    async fn rewrite_claim_hashes(&self, node_class: &EC2NodeClass) -> Result<(), ControllerError> {
+        let name = node_class.name_any();
+        let class_annotations = node_class.metadata.annotations.clone().unwrap_or_default();
+        let (Some(hash), Some(version)) = (
+            class_annotations.get(annotations::EC2_NODE_CLASS_HASH),
+            class_annotations.get(annotations::EC2_NODE_CLASS_HASH_VERSION),
+        ) else {
+            return Ok(());
+        };
+        for claim in self.claims().list(&ListParams::default()).await? {
+            if !references(&claim, &name) || claim.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let claim_version = claim.annotations().get(annotations::EC2_NODE_CLASS_HASH_VERSION);
+            if claim_version == Some(version) {
+                continue;
+            }
+            let patch = json!({
+                "metadata": {
+                    "resourceVersion": claim.metadata.resource_version,
+                    "annotations": {
+                        annotations::EC2_NODE_CLASS_HASH: hash,
+                        annotations::EC2_NODE_CLASS_HASH_VERSION: version,
+                    }
+                }
+            });
+            match self.claims().patch(&claim.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    async fn finalize(&self, node_class: &EC2NodeClass) -> Result<Option<Duration>, ControllerError> {
+        if !node_class.finalizers().iter().any(|f| f == finalizers::AWS_TERMINATION) {
+            return Ok(None);
+        }
+        let name = node_class.name_any();
+        let mut waiting: Vec<String> = self
+            .claims()
+            .list(&ListParams::default())
+            .await?
+            .iter()
+            .filter(|c| references(c, &name))
+            .map(|c| c.name_any())
+            .collect();
+        if !waiting.is_empty() {
+            waiting.sort();
+            let uid = node_class.metadata.uid.clone().unwrap_or_default();
+            if self.waiting_events.get(&uid).is_none() {
+                self.waiting_events.insert(uid, ());
+                let message = format!("Waiting on NodeClaim termination for {}", waiting.join(", "));
+                self.publish_event(node_class, "Normal", WAITING_ON_NODE_CLAIM_TERMINATION, &message).await;
+            }
+            return Ok(Some(Duration::from_secs(30)));
+        }
+        self.resolver.instance_profiles.delete_managed(node_class).await?;
+        if let Some(cleanup) = &self.launch_templates {
+            cleanup.delete_launch_templates(node_class).await?;
+        }
+        let remaining: Vec<String> =
+            node_class.finalizers().iter().filter(|f| *f != finalizers::AWS_TERMINATION).cloned().collect();
+        let patch = json!({
+            "metadata": { "resourceVersion": node_class.metadata.resource_version, "finalizers": remaining }
+        });
+        match self.classes().patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+        Ok(None)
+    }
+
+    /// A core/v1 Event on the node class (cluster-scoped objects' events go to `default`, as client-go does).
+    async fn publish_event(&self, node_class: &EC2NodeClass, type_: &str, reason: &str, message: &str) {
+        let now = self.clock.now();
+        let name = node_class.name_any();
+        let stamp = now.timestamp_nanos_opt().unwrap_or_default();
+        let event = CoreEvent {
+            metadata: ObjectMeta {
+                name: Some(format!("{name}.{stamp:x}")),
+                namespace: Some("default".into()),
+                ..Default::default()
+            },
+            involved_object: ObjectReference {
+                api_version: Some(EC2NodeClass::api_version(&()).into_owned()),
+                kind: Some(KIND.into()),
+                name: Some(name.clone()),
+                uid: node_class.metadata.uid.clone(),
+                resource_version: node_class.metadata.resource_version.clone(),
+                ..Default::default()
+            },
+            reason: Some(reason.into()),
+            message: Some(message.into()),
+            type_: Some(type_.into()),
+            source: Some(EventSource { component: Some("karpenter".into()), host: None }),
+            reporting_component: Some("karpenter".into()),
+            count: Some(1),
+            first_timestamp: k8s_time(now),
+            last_timestamp: k8s_time(now),
+            ..Default::default()
+        };
+        let api: Api<CoreEvent> = Api::namespaced(self.client.0.clone(), "default");
+        if let Err(e) = api.create(&PostParams::default(), &event).await {
+            tracing::debug!(error = %e, reason, "event not published");
+        }
+    }
+
+    /// Runs the controller until `shutdown` is cancelled: EC2NodeClass changes and changes of NodeClaims that
+    /// reference one trigger a reconcile.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        Controller::new(self.classes(), watcher::Config::default())
+            .watches(self.claims(), watcher::Config::default(), |claim: NodeClaim| {
+                let r = &claim.spec.node_class_ref;
+                (r.group == GROUP && r.kind == KIND).then(|| ObjectRef::<EC2NodeClass>::new(&r.name))
+            })
+            .graceful_shutdown_on(shutdown.cancelled_owned())
+            .run(
+                |nc: Arc<EC2NodeClass>, ctx: Arc<Self>| async move {
+                    Ok::<_, ControllerError>(match ctx.reconcile(&nc.name_any()).await? {
+                        Some(d) => Action::requeue(d),
+                        None => Action::await_change(),
+                    })
+                },
+                |_nc, error: &ControllerError, _ctx| {
+                    if error.is_conflict() {
+                        Action::requeue(Duration::from_millis(100))
+                    } else {
+                        tracing::warn!(error = %error, "EC2NodeClass reconcile failed");
+                        Action::requeue(Duration::from_secs(5))
+                    }
+                },
+                self,
+            )
+            .for_each(|_| async {})
+            .await;
+    }
+}
+
+fn k8s_time(t: chrono::DateTime<chrono::Utc>) -> Option<Time> {
+    t.to_rfc3339_opts(SecondsFormat::Secs, true).parse().ok().map(Time)
+}
+
+/// Sleeps `interval` (tokio time) or returns `false` when `shutdown` fires first.
+async fn tick(interval: Duration, shutdown: &CancellationToken) -> bool {
+    tokio::select! {
+        _ = shutdown.cancelled() => false,
+        _ = tokio::time::sleep(interval) => true,
+    }
+}
+
+/// Drops cached `latest` SSM parameters whose AMI became deprecated (every 30 minutes).
+#[derive(Debug)]
+pub struct SsmInvalidationController {
+    ssm: Arc<SsmProvider>,
+    images: Arc<dyn ImageApi>,
+    clock: Arc<dyn Clock>,
+    interval: Duration,
+}
+
+impl SsmInvalidationController {
+    pub fn new(ssm: Arc<SsmProvider>, images: Arc<dyn ImageApi>, clock: Arc<dyn Clock>) -> Self {
+        Self { ssm, images, clock, interval: SSM_INVALIDATION_INTERVAL }
+    }
+
+    /// From the resolver's providers.
+    pub fn for_resolver(resolver: &NodeClassResolver, clock: Arc<dyn Clock>) -> Self {
+        Self::new(resolver.amis.ssm().clone(), resolver.amis.image_api().clone(), clock)
+    }
+
+    /// One pass; the dropped parameter names.
+    pub async fn run_once(&self) -> Result<Vec<String>, AwsApiError> {
+        self.ssm.invalidate_deprecated(&*self.images, self.clock.now()).await
+    }
+
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        while tick(self.interval, &shutdown).await {
+            match self.run_once().await {
+                Ok(dropped) if !dropped.is_empty() => {
+                    tracing::info!(?dropped, "invalidated deprecated SSM AMI parameters")
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "SSM invalidation failed"),
+            }
+        }
+    }
+}
+
+/// Deletes managed instance profiles that no EC2NodeClass references (not in isolated VPCs).
+#[derive(Debug)]
+pub struct InstanceProfileGarbageCollector {
+    client: KubeClient,
+    profiles: Arc<InstanceProfileProvider>,
+    interval: Duration,
+}
+
+/// Cadence of instance-profile garbage collection.
+pub const INSTANCE_PROFILE_GC_INTERVAL: Duration = Duration::from_secs(30 * 60);
+
+impl InstanceProfileGarbageCollector {
+    pub fn new(client: Client, profiles: Arc<InstanceProfileProvider>) -> Self {
+        Self { client: KubeClient(client), profiles, interval: INSTANCE_PROFILE_GC_INTERVAL }
+    }
+
+    /// One pass; the deleted profile names.
+    pub async fn run_once(&self) -> Result<Vec<String>, ControllerError> {
+        let classes: Api<EC2NodeClass> = Api::all(self.client.0.clone());
+        let referenced: BTreeSet<String> = classes
+            .list(&ListParams::default())
+            .await?
+            .into_iter()
+            .filter_map(|c| c.status.and_then(|s| s.instance_profile))
+            .collect();
+        Ok(self.profiles.garbage_collect(&referenced).await?)
+    }
+
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        while tick(self.interval, &shutdown).await {
+            match self.run_once().await {
+                Ok(deleted) if !deleted.is_empty() => tracing::info!(?deleted, "deleted unused instance profiles"),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "instance profile garbage collection failed"),
+            }
+        }
+    }
+}
+
+/// Deletes NodeClaims running in a capacity block that the node class's status reports `expiring`.
+#[derive(Debug)]
+pub struct CapacityBlockExpiration {
+    client: KubeClient,
+    interval: Duration,
+}
+
+impl CapacityBlockExpiration {
+    pub fn new(client: Client) -> Self {
+        Self { client: KubeClient(client), interval: Duration::from_secs(60) }
+    }
+
+    /// One pass; the deleted NodeClaim names.
+    pub async fn run_once(&self) -> Result<Vec<String>, ControllerError> {
+        let classes: Api<EC2NodeClass> = Api::all(self.client.0.clone());
+        let claims: Api<NodeClaim> = Api::all(self.client.0.clone());
+        let expiring: BTreeMap<String, BTreeSet<String>> = classes
+            .list(&ListParams::default())
+            .await?
+            .into_iter()
+            .map(|c| {
+                let ids = c
+                    .status
+                    .iter()
+                    .flat_map(|s| s.capacity_reservations.iter())
+                    .filter(|r| r.state == CapacityReservationState::Expiring)
+                    .map(|r| r.id.clone())
+                    .collect();
+                (c.name_any(), ids)
+            })
+            .collect();
+        let mut deleted = Vec::new();
+        for claim in claims.list(&ListParams::default()).await? {
+            if claim.metadata.deletion_timestamp.is_some() || claim.spec.node_class_ref.kind != KIND {
+                continue;
+            }
+            let Some(id) = claim.labels().get(aws_labels::CAPACITY_RESERVATION_ID) else { continue };
+            if expiring.get(&claim.spec.node_class_ref.name).is_some_and(|ids| ids.contains(id)) {
+                match claims.delete(&claim.name_any(), &DeleteParams::default()).await {
+                    Ok(_) => deleted.push(claim.name_any()),
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        Ok(deleted)
+    }
+
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        while tick(self.interval, &shutdown).await {
+            match self.run_once().await {
+                Ok(deleted) if !deleted.is_empty() => {
+                    tracing::info!(?deleted, "deleted NodeClaims on expiring capacity blocks");
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "capacity block expiration failed"),
+            }
+        }
+    }
+}

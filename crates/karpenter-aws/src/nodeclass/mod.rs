@@ -1,0 +1,29 @@
+//! EC2NodeClass resolution and the node class controllers (cloudprovider-aws.md §7 and §8, api.md §3).
+//!
+//! * [`api`] — the narrow AWS traits resolution calls ([`api::SubnetApi`], [`api::SecurityGroupApi`],
+//!   [`api::ImageApi`], [`api::SsmApi`], [`api::CapacityReservationApi`], [`api::PlacementGroupApi`],
+//!   [`api::IamApi`]) with our own request/response structs; the `sdk` feature implements them.
+//! * [`network`] — subnets and security groups from selector terms (cached; free-IP counts for launches).
+//! * [`ami`] — aliases → SSM parameter paths per family, architecture, variant and Kubernetes version; selector
+//!   terms → `DescribeImages` queries; one best image per requirement set; AMI ↔ instance-type matching.
+//! * [`instance_profile`] — the managed instance profile of `spec.role` (create, tag, role, delete, GC).
+//! * [`reservation`] — capacity reservations (with availability tracking) and the placement group.
+//! * [`status`] — [`status::NodeClassResolver::reconcile`]: the new status with its conditions and requeue.
+//! * [`controller`] — the kube-backed runners: status + finalizer + hash annotations, SSM invalidation,
+//!   instance-profile garbage collection.
+//!
+//! All caches run on an injected [`karpenter_cloudprovider::Clock`].
+
+pub mod ami;
+pub mod api;
+pub mod cache;
+pub mod controller;
+pub mod instance_profile;
+pub mod network;
+pub mod reservation;
+pub mod status;
+
+#[cfg(any(test, feature = "test-util"))]
+pub mod mock;
+
+pub use status::{NodeClassResolver, Reconciled, ResolverApis, ResolverSettings};
