@@ -23,10 +23,12 @@
 //! and never panics on malformed input.
 
 pub mod api_error;
+pub mod drift;
 pub mod ec2;
 pub mod instancetype;
 pub mod interruption;
 pub mod moto;
+pub mod nodeclass;
 pub mod pricing;
 
 #[doc(hidden)]
