@@ -27,6 +27,7 @@ pub mod drift;
 pub mod ec2;
 pub mod instancetype;
 pub mod interruption;
+pub mod launch;
 pub mod moto;
 pub mod nodeclass;
 pub mod pricing;

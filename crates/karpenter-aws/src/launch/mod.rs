@@ -1,0 +1,9 @@
+//! Launching EC2 instances (cloudprovider-aws.md §4–§6), SDK-free: user data per AMI family ([`userdata`]),
+//! launch templates ([`template`]), CreateFleet requests and their outcome ([`fleet`]), the in-process batchers
+//! of EC2 calls ([`batcher`]) and the offerings marked out of capacity ([`ice`]).
+//!
+//! Every EC2 call goes through a narrow trait ([`template::LaunchTemplateApi`], [`fleet::FleetApi`]) whose
+//! requests and answers are this crate's own structs and whose error is [`crate::api_error::AwsApiError`]; the
+//! `sdk` feature implements them with aws-sdk-ec2, and [`mock`] (tests and feature `test-util`) in memory.
+
+pub mod userdata;

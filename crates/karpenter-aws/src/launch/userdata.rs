@@ -1,0 +1,597 @@
+//! User data per AMI family (cloudprovider-aws.md §6), as pure functions of a [`BootstrapConfig`].
+//!
+//! | Family | Karpenter's part | The node class `userData` |
+//! |---|---|---|
+//! | AL2023 | nodeadm `NodeConfig` (YAML) in a MIME multipart document | MIME parts, a `NodeConfig` or a shell script, placed before ours (nodeadm merges NodeConfigs in order, so ours win) |
+//! | AL2 | `/etc/eks/bootstrap.sh` shell script in a MIME multipart document | MIME parts or a shell script, placed before ours |
+//! | Bottlerocket | TOML `settings.kubernetes.*` | TOML, merged: the user's settings are kept, ours win on the keys we set, labels and taints are merged key by key |
+//! | Windows | PowerShell calling `Start-EKSBootstrap.ps1` | PowerShell, placed before ours inside one `<powershell>` block |
+//! | Custom | nothing | passed through verbatim |
+//!
+//! The output is plain text; the launch-template API adapter base64-encodes it. Every function is
+//! deterministic (maps are ordered) and never panics on malformed user data: what cannot be parsed is an
+//! [`UserDataError`].
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use karpenter_api::AmiFamily;
+use karpenter_api::ec2nodeclass::KubeletConfiguration;
+use karpenter_api::nodeclaim::Taint;
+use serde_json::{Map, Value, json};
+
+/// The MIME boundary of the multipart documents we write.
+pub const MIME_BOUNDARY: &str = "//";
+/// Content type of a nodeadm `NodeConfig` part.
+pub const NODEADM_CONTENT_TYPE: &str = "application/node.eks.aws";
+/// Content type of a shell-script part.
+pub const SHELL_CONTENT_TYPE: &str = "text/x-shellscript; charset=\"us-ascii\"";
+
+/// Everything the bootstrap of a node needs, resolved for one launch template.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BootstrapConfig {
+    /// The EKS cluster name.
+    pub cluster_name: String,
+    /// The API server endpoint (`https://...`).
+    pub cluster_endpoint: String,
+    /// The cluster CA bundle, base64 (as EKS returns it).
+    pub ca_bundle: Option<String>,
+    /// The service CIDR (AL2023's `spec.cluster.cidr`).
+    pub service_cidr: Option<String>,
+    /// Kubelet settings of the node class; `cluster_dns` already defaulted to the kube-dns IP and `max_pods` to
+    /// the group's pods value by the caller.
+    pub kubelet: KubeletConfiguration,
+    /// Node labels to register with.
+    pub labels: BTreeMap<String, String>,
+    /// Taints to register with (the registration taint `karpenter.sh/unregistered:NoExecute` included).
+    pub taints: Vec<Taint>,
+    /// `instanceStorePolicy: RAID0`.
+    pub instance_store_raid0: bool,
+    /// The node class `userData`, if any.
+    pub custom_user_data: Option<String>,
+}
+
+/// User data that could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UserDataError {
+    /// The node class `userData` says it is MIME multipart but cannot be split.
+    #[error("userData is not a valid MIME multipart document: {0}")]
+    InvalidMime(String),
+    /// The node class `userData` of a Bottlerocket class is not TOML (or not a table where settings go).
+    #[error("userData is not valid Bottlerocket TOML: {0}")]
+    InvalidToml(String),
+}
+
+/// The user data of a launch template of `family`.
+pub fn user_data(family: AmiFamily, config: &BootstrapConfig) -> Result<String, UserDataError> {
+    match family {
+        AmiFamily::Al2023 => al2023(config),
+        AmiFamily::Al2 => al2(config),
+        AmiFamily::Bottlerocket => bottlerocket(config),
+        AmiFamily::Windows2019 | AmiFamily::Windows2022 | AmiFamily::Windows2025 => Ok(windows(config)),
+        AmiFamily::Custom => Ok(config.custom_user_data.clone().unwrap_or_default()),
+    }
+}
+
+// -------------------------------------------------------------------------------------------------------------
+// MIME.
+// -------------------------------------------------------------------------------------------------------------
+
+/// One part of a MIME multipart document.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MimePart {
+    /// The `Content-Type` header value.
+    pub content_type: String,
+    /// The body (without trailing newline).
+    pub body: String,
+}
+
+fn normalize_newlines(s: &str) -> String {
+    s.replace("\r\n", "\n")
+}
+
+/// The boundary of a multipart document's top-level headers, or `None` when `text` is not MIME multipart.
+fn multipart_boundary(headers: &str) -> Option<String> {
+    for line in headers.lines() {
+        let Some((name, value)) = line.split_once(':') else { continue };
+        if !name.trim().eq_ignore_ascii_case("content-type") {
+            continue;
+        }
+        let value = value.trim();
+        if !value.to_ascii_lowercase().starts_with("multipart/") {
+            return None;
+        }
+        for param in value.split(';').skip(1) {
+            let Some((k, v)) = param.split_once('=') else { continue };
+            if k.trim().eq_ignore_ascii_case("boundary") {
+                return Some(v.trim().trim_matches('"').to_owned());
+            }
+        }
+    }
+    None
+}
+
+/// Whether `text` is a MIME document (starts with a `MIME-Version` or `Content-Type` header).
+pub fn is_mime(text: &str) -> bool {
+    let first = text.trim_start().lines().next().unwrap_or("").to_ascii_lowercase();
+    first.starts_with("mime-version:") || first.starts_with("content-type:")
+}
+
+/// Splits a MIME multipart document into its parts.
+pub fn parse_mime(text: &str) -> Result<Vec<MimePart>, UserDataError> {
+    let text = normalize_newlines(text);
+    let (headers, body) = text.trim_start().split_once("\n\n").unwrap_or((text.trim_start(), ""));
+    let boundary = multipart_boundary(headers)
+        .ok_or_else(|| UserDataError::InvalidMime("no multipart Content-Type with a boundary".into()))?;
+    if boundary.is_empty() {
+        return Err(UserDataError::InvalidMime("empty boundary".into()));
+    }
+    let delimiter = format!("--{boundary}");
+    let mut parts = Vec::new();
+    let mut current: Option<Vec<&str>> = None;
+    let mut closed = false;
+    for line in body.lines() {
+        if line.trim_end() == format!("{delimiter}--") {
+            if let Some(lines) = current.take() {
+                parts.push(part_from_lines(&lines)?);
+            }
+            closed = true;
+            break;
+        }
+        if line.trim_end() == delimiter {
+            if let Some(lines) = current.take() {
+                parts.push(part_from_lines(&lines)?);
+            }
+            current = Some(Vec::new());
+            continue;
+        }
+        if let Some(lines) = current.as_mut() {
+            lines.push(line);
+        }
+    }
+    if !closed {
+        return Err(UserDataError::InvalidMime(format!("missing closing boundary {delimiter}--")));
+    }
+    Ok(parts)
+}
+
+fn part_from_lines(lines: &[&str]) -> Result<MimePart, UserDataError> {
+    let blank = lines
+        .iter()
+        .position(|l| l.trim().is_empty())
+        .ok_or_else(|| UserDataError::InvalidMime("a part has no blank line after its headers".into()))?;
+    let (headers, body) = lines.split_at(blank);
+    let content_type = headers
+        .iter()
+        .filter_map(|h| h.split_once(':'))
+        .find(|(n, _)| n.trim().eq_ignore_ascii_case("content-type"))
+        .map(|(_, v)| v.trim().to_owned())
+        .ok_or_else(|| UserDataError::InvalidMime("a part has no Content-Type".into()))?;
+    let body = body.iter().skip(1).copied().collect::<Vec<_>>().join("\n");
+    Ok(MimePart { content_type, body: body.trim_end_matches('\n').to_owned() })
+}
+
+/// Writes a MIME multipart document with [`MIME_BOUNDARY`].
+pub fn write_mime(parts: &[MimePart]) -> String {
+    let mut out = format!("MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"{MIME_BOUNDARY}\"\n\n");
+    for p in parts {
+        let _ = write!(out, "--{MIME_BOUNDARY}\nContent-Type: {}\n\n{}\n\n", p.content_type, p.body);
+    }
+    let _ = writeln!(out, "--{MIME_BOUNDARY}--");
+    out
+}
+
+fn looks_like_node_config(text: &str) -> bool {
+    text.contains("node.eks.aws/") && text.contains("NodeConfig")
+}
+
+/// The node class `userData` as MIME parts: split when it is MIME, else one part (nodeadm `NodeConfig` when
+/// `nodeadm` is true and it looks like one, else a shell script).
+fn user_parts(custom: Option<&str>, nodeadm: bool) -> Result<Vec<MimePart>, UserDataError> {
+    let Some(text) = custom.filter(|t| !t.trim().is_empty()) else { return Ok(Vec::new()) };
+    if is_mime(text) {
+        return parse_mime(text);
+    }
+    let body = normalize_newlines(text).trim_end_matches('\n').to_owned();
+    let content_type = if nodeadm && looks_like_node_config(text) { NODEADM_CONTENT_TYPE } else { SHELL_CONTENT_TYPE };
+    Ok(vec![MimePart { content_type: content_type.into(), body }])
+}
+
+// -------------------------------------------------------------------------------------------------------------
+// Shared pieces.
+// -------------------------------------------------------------------------------------------------------------
+
+fn taint_string(t: &Taint) -> String {
+    match t.value.as_deref().filter(|v| !v.is_empty()) {
+        Some(v) => format!("{}={}:{}", t.key, v, t.effect.as_str()),
+        None => format!("{}:{}", t.key, t.effect.as_str()),
+    }
+}
+
+fn labels_flag(labels: &BTreeMap<String, String>) -> String {
+    labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+}
+
+/// `key=value,...` for a map flag.
+fn map_flag(map: &BTreeMap<String, String>) -> String {
+    map.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+}
+
+/// The kubelet command-line arguments (AL2 `--kubelet-extra-args`, Windows `-KubeletExtraArgs`).
+fn kubelet_args(config: &BootstrapConfig) -> Vec<String> {
+    let k = &config.kubelet;
+    let mut args = Vec::new();
+    if !config.labels.is_empty() {
+        args.push(format!("--node-labels=\"{}\"", labels_flag(&config.labels)));
+    }
+    if !config.taints.is_empty() {
+        let taints: Vec<String> = config.taints.iter().map(taint_string).collect();
+        args.push(format!("--register-with-taints=\"{}\"", taints.join(",")));
+    }
+    if let Some(m) = k.max_pods {
+        args.push(format!("--max-pods={m}"));
+    }
+    if let Some(p) = k.pods_per_core {
+        args.push(format!("--pods-per-core={p}"));
+    }
+    for (flag, map) in [
+        ("--system-reserved", &k.system_reserved),
+        ("--kube-reserved", &k.kube_reserved),
+        ("--eviction-hard", &k.eviction_hard),
+        ("--eviction-soft", &k.eviction_soft),
+    ] {
+        if !map.is_empty() {
+            args.push(format!("{flag}=\"{}\"", map_flag(map)));
+        }
+    }
+    if !k.eviction_soft_grace_period.is_empty() {
+        let m: BTreeMap<String, String> =
+            k.eviction_soft_grace_period.iter().map(|(a, b)| (a.clone(), b.to_string())).collect();
+        args.push(format!("--eviction-soft-grace-period=\"{}\"", map_flag(&m)));
+    }
+    if let Some(v) = k.eviction_max_pod_grace_period {
+        args.push(format!("--eviction-max-pod-grace-period={v}"));
+    }
+    if let Some(v) = k.image_gc_high_threshold_percent {
+        args.push(format!("--image-gc-high-threshold={v}"));
+    }
+    if let Some(v) = k.image_gc_low_threshold_percent {
+        args.push(format!("--image-gc-low-threshold={v}"));
+    }
+    if let Some(v) = k.cpu_cfs_quota {
+        args.push(format!("--cpu-cfs-quota={v}"));
+    }
+    args
+}
+
+/// Single-quotes for a POSIX shell.
+fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// Single-quotes for PowerShell.
+fn ps_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+// -------------------------------------------------------------------------------------------------------------
+// AL2023 (nodeadm).
+// -------------------------------------------------------------------------------------------------------------
+
+/// Karpenter's nodeadm `NodeConfig` as a JSON value (rendered as YAML by [`yaml`]).
+pub fn node_config(config: &BootstrapConfig) -> Value {
+    let k = &config.kubelet;
+    let mut cluster = Map::new();
+    cluster.insert("name".into(), json!(config.cluster_name));
+    cluster.insert("apiServerEndpoint".into(), json!(config.cluster_endpoint));
+    if let Some(ca) = &config.ca_bundle {
+        cluster.insert("certificateAuthority".into(), json!(ca));
+    }
+    if let Some(cidr) = &config.service_cidr {
+        cluster.insert("cidr".into(), json!(cidr));
+    }
+    let mut kc = Map::new();
+    if !k.cluster_dns.is_empty() {
+        kc.insert("clusterDNS".into(), json!(k.cluster_dns));
+    }
+    if let Some(v) = k.max_pods {
+        kc.insert("maxPods".into(), json!(v));
+    }
+    if let Some(v) = k.pods_per_core {
+        kc.insert("podsPerCore".into(), json!(v));
+    }
+    for (name, map) in [
+        ("systemReserved", &k.system_reserved),
+        ("kubeReserved", &k.kube_reserved),
+        ("evictionHard", &k.eviction_hard),
+        ("evictionSoft", &k.eviction_soft),
+    ] {
+        if !map.is_empty() {
+            kc.insert(name.into(), json!(map));
+        }
+    }
+    if !k.eviction_soft_grace_period.is_empty() {
+        let m: BTreeMap<&String, String> =
+            k.eviction_soft_grace_period.iter().map(|(a, b)| (a, b.to_string())).collect();
+        kc.insert("evictionSoftGracePeriod".into(), json!(m));
+    }
+    if let Some(v) = k.eviction_max_pod_grace_period {
+        kc.insert("evictionMaxPodGracePeriod".into(), json!(v));
+    }
+    if let Some(v) = k.image_gc_high_threshold_percent {
+        kc.insert("imageGCHighThresholdPercent".into(), json!(v));
+    }
+    if let Some(v) = k.image_gc_low_threshold_percent {
+        kc.insert("imageGCLowThresholdPercent".into(), json!(v));
+    }
+    if let Some(v) = k.cpu_cfs_quota {
+        kc.insert("cpuCFSQuota".into(), json!(v));
+    }
+    if !config.taints.is_empty() {
+        let taints: Vec<Value> = config
+            .taints
+            .iter()
+            .map(|t| {
+                let mut m = Map::new();
+                m.insert("key".into(), json!(t.key));
+                if let Some(v) = t.value.as_deref().filter(|v| !v.is_empty()) {
+                    m.insert("value".into(), json!(v));
+                }
+                m.insert("effect".into(), json!(t.effect.as_str()));
+                Value::Object(m)
+            })
+            .collect();
+        kc.insert("registerWithTaints".into(), Value::Array(taints));
+    }
+    let mut kubelet = Map::new();
+    if !kc.is_empty() {
+        kubelet.insert("config".into(), Value::Object(kc));
+    }
+    if !config.labels.is_empty() {
+        kubelet.insert("flags".into(), json!([format!("--node-labels={}", labels_flag(&config.labels))]));
+    }
+    let mut spec = Map::new();
+    spec.insert("cluster".into(), Value::Object(cluster));
+    if !kubelet.is_empty() {
+        spec.insert("kubelet".into(), Value::Object(kubelet));
+    }
+    if config.instance_store_raid0 {
+        spec.insert("instance".into(), json!({"localStorage": {"strategy": "RAID0"}}));
+    }
+    json!({"apiVersion": "node.eks.aws/v1alpha1", "kind": "NodeConfig", "spec": Value::Object(spec)})
+}
+
+/// Renders a JSON value as block YAML: maps in key order, strings double-quoted (JSON escapes are valid YAML).
+pub fn yaml(value: &Value) -> String {
+    let mut out = String::new();
+    yaml_into(value, 0, &mut out);
+    out
+}
+
+fn yaml_scalar(v: &Value) -> String {
+    match v {
+        Value::String(s) => Value::String(s.clone()).to_string(),
+        Value::Object(m) if m.is_empty() => "{}".into(),
+        Value::Array(a) if a.is_empty() => "[]".into(),
+        other => other.to_string(),
+    }
+}
+
+fn is_block(v: &Value) -> bool {
+    matches!(v, Value::Object(m) if !m.is_empty()) || matches!(v, Value::Array(a) if !a.is_empty())
+}
+
+fn yaml_into(value: &Value, indent: usize, out: &mut String) {
+    let pad = " ".repeat(indent);
+    match value {
+        Value::Object(map) if !map.is_empty() => {
+            for (k, v) in map {
+                let key = if k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') && !k.is_empty() {
+                    k.clone()
+                } else {
+                    Value::String(k.clone()).to_string()
+                };
+                if is_block(v) {
+                    let _ = writeln!(out, "{pad}{key}:");
+                    let child = if matches!(v, Value::Array(_)) { indent } else { indent + 2 };
+                    yaml_into(v, child, out);
+                } else {
+                    let _ = writeln!(out, "{pad}{key}: {}", yaml_scalar(v));
+                }
+            }
+        }
+        Value::Array(items) if !items.is_empty() => {
+            for item in items {
+                if is_block(item) {
+                    let mut nested = String::new();
+                    yaml_into(item, indent + 2, &mut nested);
+                    // The first line of the nested block goes after the dash.
+                    let trimmed = nested.get(indent + 2..).unwrap_or("");
+                    let _ = write!(out, "{pad}- {trimmed}");
+                } else {
+                    let _ = writeln!(out, "{pad}- {}", yaml_scalar(item));
+                }
+            }
+        }
+        other => {
+            let _ = writeln!(out, "{pad}{}", yaml_scalar(other));
+        }
+    }
+}
+
+fn al2023(config: &BootstrapConfig) -> Result<String, UserDataError> {
+    let mut parts = user_parts(config.custom_user_data.as_deref(), true)?;
+    let body = format!("---\n{}", yaml(&node_config(config)));
+    parts.push(MimePart { content_type: NODEADM_CONTENT_TYPE.into(), body: body.trim_end().to_owned() });
+    Ok(write_mime(&parts))
+}
+
+// -------------------------------------------------------------------------------------------------------------
+// AL2 (bootstrap.sh).
+// -------------------------------------------------------------------------------------------------------------
+
+fn al2(config: &BootstrapConfig) -> Result<String, UserDataError> {
+    let mut parts = user_parts(config.custom_user_data.as_deref(), false)?;
+    let mut script = String::from(
+        "#!/bin/bash -xe\nexec > >(tee /var/log/user-data.log|logger -t user-data -s 2>/dev/console) 2>&1\n",
+    );
+    let _ = write!(
+        script,
+        "/etc/eks/bootstrap.sh {} --apiserver-endpoint {}",
+        sh_quote(&config.cluster_name),
+        sh_quote(&config.cluster_endpoint)
+    );
+    if let Some(ca) = &config.ca_bundle {
+        let _ = write!(script, " --b64-cluster-ca {}", sh_quote(ca));
+    }
+    if config.instance_store_raid0 {
+        script.push_str(" \\\n--local-disks raid0");
+    }
+    if let Some(dns) = config.kubelet.cluster_dns.first() {
+        let _ = write!(script, " \\\n--dns-cluster-ip {}", sh_quote(dns));
+    }
+    script.push_str(" \\\n--use-max-pods false");
+    let args = kubelet_args(config);
+    if !args.is_empty() {
+        let _ = write!(script, " \\\n--kubelet-extra-args {}", sh_quote(&args.join(" ")));
+    }
+    parts.push(MimePart { content_type: SHELL_CONTENT_TYPE.into(), body: script });
+    Ok(write_mime(&parts))
+}
+
+// -------------------------------------------------------------------------------------------------------------
+// Windows (Start-EKSBootstrap.ps1).
+// -------------------------------------------------------------------------------------------------------------
+
+fn strip_powershell_tags(s: &str) -> String {
+    let s = normalize_newlines(s);
+    let s = s.trim();
+    let s = s.strip_prefix("<powershell>").unwrap_or(s);
+    let s = s.strip_suffix("</powershell>").unwrap_or(s);
+    s.trim_matches('\n').to_owned()
+}
+
+fn windows(config: &BootstrapConfig) -> String {
+    let mut out = String::from("<powershell>\n");
+    if let Some(user) = config.custom_user_data.as_deref().filter(|u| !u.trim().is_empty()) {
+        let _ = writeln!(out, "{}", strip_powershell_tags(user));
+    }
+    out.push_str("[string]$EKSBootstrapScriptFile = \"$env:ProgramFiles\\Amazon\\EKS\\Start-EKSBootstrap.ps1\"\n");
+    let _ = write!(
+        out,
+        "& $EKSBootstrapScriptFile -EKSClusterName {} -APIServerEndpoint {}",
+        ps_quote(&config.cluster_name),
+        ps_quote(&config.cluster_endpoint)
+    );
+    if let Some(ca) = &config.ca_bundle {
+        let _ = write!(out, " -Base64ClusterCA {}", ps_quote(ca));
+    }
+    let args = kubelet_args(config);
+    if !args.is_empty() {
+        let _ = write!(out, " -KubeletExtraArgs {}", ps_quote(&args.join(" ")));
+    }
+    if let Some(dns) = config.kubelet.cluster_dns.first() {
+        let _ = write!(out, " -DNSClusterIP {}", ps_quote(dns));
+    }
+    out.push_str("\n</powershell>\n");
+    out
+}
+
+// -------------------------------------------------------------------------------------------------------------
+// Bottlerocket (TOML).
+// -------------------------------------------------------------------------------------------------------------
+
+fn toml_string_map(map: &BTreeMap<String, String>) -> toml::Table {
+    map.iter().map(|(k, v)| (k.clone(), toml::Value::String(v.clone()))).collect()
+}
+
+/// Gets or creates the table at `key` in `table`; a non-table value there is replaced.
+fn subtable<'a>(table: &'a mut toml::Table, key: &str) -> &'a mut toml::Table {
+    match table.entry(key.to_owned()).or_insert_with(|| toml::Value::Table(toml::Table::new())) {
+        toml::Value::Table(t) => t,
+        other => {
+            *other = toml::Value::Table(toml::Table::new());
+            match other {
+                toml::Value::Table(t) => t,
+                _ => unreachable!("just replaced by a table"),
+            }
+        }
+    }
+}
+
+fn bottlerocket(config: &BootstrapConfig) -> Result<String, UserDataError> {
+    let mut root: toml::Table = match config.custom_user_data.as_deref().filter(|u| !u.trim().is_empty()) {
+        Some(text) => text.parse().map_err(|e: toml::de::Error| UserDataError::InvalidToml(e.to_string()))?,
+        None => toml::Table::new(),
+    };
+    let k = &config.kubelet;
+    let settings = subtable(&mut root, "settings");
+    let kube = subtable(settings, "kubernetes");
+    kube.insert("cluster-name".into(), toml::Value::String(config.cluster_name.clone()));
+    kube.insert("api-server".into(), toml::Value::String(config.cluster_endpoint.clone()));
+    if let Some(ca) = &config.ca_bundle {
+        kube.insert("cluster-certificate".into(), toml::Value::String(ca.clone()));
+    }
+    match k.cluster_dns.as_slice() {
+        [] => {}
+        [one] => {
+            kube.insert("cluster-dns-ip".into(), toml::Value::String(one.clone()));
+        }
+        many => {
+            kube.insert(
+                "cluster-dns-ip".into(),
+                toml::Value::Array(many.iter().cloned().map(toml::Value::String).collect()),
+            );
+        }
+    }
+    if let Some(m) = k.max_pods {
+        kube.insert("max-pods".into(), toml::Value::Integer(i64::from(m)));
+    }
+    for (key, map) in [
+        ("system-reserved", &k.system_reserved),
+        ("kube-reserved", &k.kube_reserved),
+        ("eviction-hard", &k.eviction_hard),
+        ("eviction-soft", &k.eviction_soft),
+    ] {
+        if !map.is_empty() {
+            kube.insert(key.into(), toml::Value::Table(toml_string_map(map)));
+        }
+    }
+    if !k.eviction_soft_grace_period.is_empty() {
+        let m: BTreeMap<String, String> =
+            k.eviction_soft_grace_period.iter().map(|(a, b)| (a.clone(), b.to_string())).collect();
+        kube.insert("eviction-soft-grace-period".into(), toml::Value::Table(toml_string_map(&m)));
+    }
+    if let Some(v) = k.eviction_max_pod_grace_period {
+        kube.insert("eviction-max-pod-grace-period".into(), toml::Value::Integer(i64::from(v)));
+    }
+    if let Some(v) = k.image_gc_high_threshold_percent {
+        kube.insert("image-gc-high-threshold-percent".into(), toml::Value::Integer(i64::from(v)));
+    }
+    if let Some(v) = k.image_gc_low_threshold_percent {
+        kube.insert("image-gc-low-threshold-percent".into(), toml::Value::Integer(i64::from(v)));
+    }
+    if let Some(v) = k.cpu_cfs_quota {
+        kube.insert("cpu-cfs-quota-enforced".into(), toml::Value::Boolean(v));
+    }
+    if !config.labels.is_empty() {
+        let labels = subtable(kube, "node-labels");
+        for (key, v) in &config.labels {
+            labels.insert(key.clone(), toml::Value::String(v.clone()));
+        }
+    }
+    if !config.taints.is_empty() {
+        let mut ours: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for t in &config.taints {
+            ours.entry(t.key.as_str()).or_default().push(format!("{}:{}", t.value_str(), t.effect.as_str()));
+        }
+        let taints = subtable(kube, "node-taints");
+        for (key, values) in ours {
+            taints.insert(key.to_owned(), toml::Value::Array(values.into_iter().map(toml::Value::String).collect()));
+        }
+    }
+    Ok(root.to_string())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,153 @@
+//! Golden user data per family. Regenerate after an intended change with
+//! `KARPENTER_UPDATE_GOLDEN=1 cargo test -p karpenter-aws --lib launch::userdata` and review the diff.
+
+use std::path::PathBuf;
+
+use karpenter_api::KDuration;
+use karpenter_api::nodeclaim::TaintEffect;
+
+use super::*;
+
+fn config() -> BootstrapConfig {
+    let mut kubelet =
+        KubeletConfiguration { cluster_dns: vec!["10.100.0.10".into()], max_pods: Some(29), ..Default::default() };
+    kubelet.kube_reserved.insert("cpu".into(), "100m".into());
+    kubelet.eviction_hard.insert("memory.available".into(), "5%".into());
+    BootstrapConfig {
+        cluster_name: "my-cluster".into(),
+        cluster_endpoint: "https://ABC.gr7.us-west-2.eks.amazonaws.com".into(),
+        ca_bundle: Some("Q0EtQlVORExF".into()),
+        service_cidr: Some("10.100.0.0/16".into()),
+        kubelet,
+        labels: [
+            ("karpenter.sh/capacity-type".to_string(), "on-demand".to_string()),
+            ("karpenter.sh/nodepool".to_string(), "default".to_string()),
+        ]
+        .into(),
+        taints: vec![
+            Taint::new("dedicated", Some("gpu"), TaintEffect::NoSchedule),
+            Taint::new("karpenter.sh/unregistered", None, TaintEffect::NoExecute),
+        ],
+        instance_store_raid0: false,
+        custom_user_data: None,
+    }
+}
+
+fn golden(name: &str, actual: &str) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/launch/userdata/golden").join(name);
+    if std::env::var_os("KARPENTER_UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(actual, expected, "golden {name} differs");
+}
+
+#[test]
+fn golden_per_family() {
+    let c = config();
+    golden("al2023.txt", &user_data(AmiFamily::Al2023, &c).unwrap());
+    golden("al2.txt", &user_data(AmiFamily::Al2, &c).unwrap());
+    golden("bottlerocket.toml", &user_data(AmiFamily::Bottlerocket, &c).unwrap());
+    golden("windows.ps1", &user_data(AmiFamily::Windows2022, &c).unwrap());
+    // The three Windows families bootstrap alike.
+    assert_eq!(user_data(AmiFamily::Windows2019, &c), user_data(AmiFamily::Windows2025, &c));
+    assert_eq!(user_data(AmiFamily::Custom, &c).unwrap(), "");
+}
+
+#[test]
+fn golden_merges_with_node_class_user_data() {
+    let mut c = config();
+    c.custom_user_data = Some("#!/bin/bash\r\necho hello\r\n".into());
+    golden("al2023-shell.txt", &user_data(AmiFamily::Al2023, &c).unwrap());
+    c.custom_user_data = Some(
+        "MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"BOUNDARY\"\n\n--BOUNDARY\n\
+         Content-Type: application/node.eks.aws\n\n---\napiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\n\
+         spec:\n  kubelet:\n    config:\n      shutdownGracePeriod: 30s\n\n--BOUNDARY\n\
+         Content-Type: text/x-shellscript; charset=\"us-ascii\"\n\n#!/bin/bash\necho mime\n\n--BOUNDARY--\n"
+            .into(),
+    );
+    golden("al2023-mime.txt", &user_data(AmiFamily::Al2023, &c).unwrap());
+    golden("al2-mime.txt", &user_data(AmiFamily::Al2, &c).unwrap());
+    c.custom_user_data = Some(
+        "[settings.kubernetes]\nmax-pods = 5\ncluster-name = \"theirs\"\nfoo = \"bar\"\n\
+         [settings.kubernetes.node-labels]\n\"team\" = \"a\"\n\"karpenter.sh/nodepool\" = \"mine\"\n\
+         [settings.host-containers.admin]\nenabled = true\n"
+            .into(),
+    );
+    golden("bottlerocket-merged.toml", &user_data(AmiFamily::Bottlerocket, &c).unwrap());
+    c.custom_user_data = Some("<powershell>\nWrite-Host 'before'\n</powershell>".into());
+    golden("windows-merged.ps1", &user_data(AmiFamily::Windows2019, &c).unwrap());
+    c.custom_user_data = Some("anything at all\n".into());
+    assert_eq!(user_data(AmiFamily::Custom, &c).unwrap(), "anything at all\n");
+}
+
+#[test]
+fn al2023_node_config_part_comes_last_and_user_node_config_is_typed() {
+    let mut c = config();
+    c.custom_user_data = Some("apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec: {}\n".into());
+    let parts = parse_mime(&user_data(AmiFamily::Al2023, &c).unwrap()).unwrap();
+    assert_eq!(parts.len(), 2);
+    assert_eq!(parts[0].content_type, NODEADM_CONTENT_TYPE);
+    assert!(parts[0].body.starts_with("apiVersion: node.eks.aws/v1alpha1"));
+    assert!(parts[1].body.contains("name: \"my-cluster\""));
+}
+
+#[test]
+fn bottlerocket_ours_win_on_cluster_keys_and_labels_merge() {
+    let mut c = config();
+    c.custom_user_data = Some(
+        "[settings.kubernetes]\ncluster-name = \"theirs\"\nmax-pods = 5\n[settings.kubernetes.node-labels]\n\
+         team = \"a\"\n\"karpenter.sh/nodepool\" = \"mine\"\n"
+            .into(),
+    );
+    let out: toml::Table = user_data(AmiFamily::Bottlerocket, &c).unwrap().parse().unwrap();
+    let k = &out["settings"]["kubernetes"];
+    assert_eq!(k["cluster-name"].as_str(), Some("my-cluster"));
+    assert_eq!(k["max-pods"].as_integer(), Some(29));
+    assert_eq!(k["node-labels"]["team"].as_str(), Some("a"));
+    assert_eq!(k["node-labels"]["karpenter.sh/nodepool"].as_str(), Some("default"));
+    // A scalar where a table goes is replaced, not a panic.
+    c.custom_user_data = Some("settings = 3\n".into());
+    let out: toml::Table = user_data(AmiFamily::Bottlerocket, &c).unwrap().parse().unwrap();
+    assert_eq!(out["settings"]["kubernetes"]["cluster-name"].as_str(), Some("my-cluster"));
+}
+
+#[test]
+fn al2_raid0_grace_periods_and_quoting() {
+    let mut c = config();
+    c.instance_store_raid0 = true;
+    c.cluster_name = "it's".into();
+    c.kubelet.eviction_soft.insert("memory.available".into(), "10%".into());
+    c.kubelet.eviction_soft_grace_period.insert("memory.available".into(), "1m".parse::<KDuration>().unwrap());
+    let out = user_data(AmiFamily::Al2, &c).unwrap();
+    assert!(out.contains("/etc/eks/bootstrap.sh 'it'\\''s' "), "{out}");
+    assert!(out.contains("--local-disks raid0"));
+    assert!(out.contains("--eviction-soft-grace-period=\"memory.available=1m\""));
+    let nc = node_config(&c);
+    assert_eq!(nc["spec"]["instance"]["localStorage"]["strategy"], "RAID0");
+    assert_eq!(nc["spec"]["kubelet"]["config"]["evictionSoftGracePeriod"]["memory.available"], "1m");
+}
+
+#[test]
+fn malformed_user_data_is_an_error() {
+    let mut c = config();
+    c.custom_user_data = Some("MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"X\"\n\n--X\nno".into());
+    assert!(matches!(user_data(AmiFamily::Al2023, &c), Err(UserDataError::InvalidMime(_))));
+    c.custom_user_data = Some("[settings\nbroken".into());
+    assert!(matches!(user_data(AmiFamily::Bottlerocket, &c), Err(UserDataError::InvalidToml(_))));
+    // Not MIME and not TOML: fine for a shell family.
+    c.custom_user_data = Some("[settings\nbroken".into());
+    assert!(user_data(AmiFamily::Al2, &c).is_ok());
+}
+
+#[test]
+fn mime_round_trip() {
+    let parts = vec![
+        MimePart { content_type: SHELL_CONTENT_TYPE.into(), body: "#!/bin/sh\necho a".into() },
+        MimePart { content_type: NODEADM_CONTENT_TYPE.into(), body: "---\nkind: NodeConfig".into() },
+    ];
+    assert_eq!(parse_mime(&write_mime(&parts)).unwrap(), parts);
+    assert!(is_mime("MIME-Version: 1.0\n"));
+    assert!(!is_mime("#!/bin/bash\n"));
+}
