@@ -23,6 +23,7 @@
 //! and never panics on malformed input.
 
 pub mod api_error;
+pub mod discovery;
 pub mod drift;
 pub mod ec2;
 pub mod instancetype;
@@ -31,6 +32,12 @@ pub mod launch;
 pub mod moto;
 pub mod nodeclass;
 pub mod pricing;
+pub mod pricing_api;
+pub mod queue;
+#[cfg(feature = "sdk")]
+pub mod sdk;
+#[cfg(any(test, feature = "test-util"))]
+pub mod testing;
 
 #[doc(hidden)]
 pub mod fuzzing;
