@@ -27,6 +27,7 @@ use karpenter_testing::{
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
+use tokio_util::sync::CancellationToken;
 
 use super::controller::VALIDATION_DELAY;
 use super::*;
@@ -722,4 +723,96 @@ async fn never_consolidate_removes_the_condition() {
     e.machine("n", "c-2x-amd64-linux").await;
     e.conditions.reconcile_once("n-claim").await.unwrap();
     assert!(condition_of(&e.claim("n-claim").await.unwrap(), cond::CONSOLIDATABLE).is_none());
+}
+
+/// Wall time on tokio's (paused) clock, for the run-loop tests.
+#[derive(Debug)]
+struct TokioClock {
+    base: chrono::DateTime<Utc>,
+    start: tokio::time::Instant,
+}
+
+impl Clock for TokioClock {
+    fn now(&self) -> chrono::DateTime<Utc> {
+        self.base + chrono::Duration::from_std(self.start.elapsed()).unwrap_or_default()
+    }
+}
+
+async fn eventually<F: std::future::Future<Output = bool>>(what: &str, mut check: impl FnMut() -> F) {
+    for _ in 0..600 {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_run_loops_delete_an_empty_node_and_stop_on_shutdown() {
+    let e = env();
+    e.pool(NodePoolOptions { consolidate_after: Some("30s".into()), ..pool_options() }).await;
+    let claim = e.machine("empty", "c-2x-amd64-linux").await;
+    // Initialized now, so consolidateAfter has to pass on the loop's clock.
+    let mut conditions = claim.conditions().to_vec();
+    for c in conditions.iter_mut().filter(|c| c.type_ == cond::INITIALIZED) {
+        c.last_transition_time = crate::kube_util::rfc3339(e.clock.now());
+    }
+    crate::kube_util::patch_claim_conditions(&e.claims(), &claim, &conditions).await.unwrap();
+    e.sync().await;
+
+    let clock: Arc<dyn Clock> = Arc::new(TokioClock { base: e.clock.now(), start: tokio::time::Instant::now() });
+    let state = ClusterState::new(clock.clone(), Duration::from_secs(20));
+    let shutdown = CancellationToken::new();
+    let watchers = tokio::spawn({
+        let (state, client, shutdown) = (state.clone(), e.client.clone(), shutdown.clone());
+        async move { state.run_watchers(client, shutdown).await }
+    });
+    let recorder = Recorder::new(e.client.clone(), clock.clone(), "test");
+    let cloud: Arc<dyn karpenter_cloudprovider::CloudProvider> = Arc::new(e.cloud.clone());
+    let disruption = Arc::new(Disruption::new(
+        e.client.clone(),
+        state.clone(),
+        cloud.clone(),
+        recorder,
+        e.metrics.clone(),
+        clock.clone(),
+        DisruptionSettings::default(),
+    ));
+    let conditions = Arc::new(NodeClaimDisruption::new(e.client.clone(), state.clone(), cloud, clock.clone()));
+    let pod_events = Arc::new(PodEvents::new(e.client.clone(), state.clone(), clock));
+    let tasks = [
+        tokio::spawn(disruption.clone().run(shutdown.clone())),
+        tokio::spawn(conditions.run(shutdown.clone())),
+        tokio::spawn(pod_events.run(shutdown.clone())),
+    ];
+
+    // The condition controller marks the claim Consolidatable once 30 s have passed.
+    eventually("Consolidatable", || async {
+        e.claim("empty-claim").await.is_some_and(|c| c.is_condition_true(cond::CONSOLIDATABLE))
+    })
+    .await;
+    // The pod-events controller stamps a pod landing (it started after the listing).
+    e.bound_pod("short-lived", "empty", PodOptions::default()).await;
+    eventually("lastPodEventTime", || async {
+        e.claim("empty-claim").await.is_some_and(|c| c.status.is_some_and(|s| s.last_pod_event_time.is_some()))
+    })
+    .await;
+    e.pods().delete("short-lived", &Default::default()).await.unwrap();
+    e.pods()
+        .delete("short-lived", &kube::api::DeleteParams { grace_period_seconds: Some(0), ..Default::default() })
+        .await
+        .ok();
+    // Then the disruption loop validates the emptiness command and deletes the claim.
+    eventually("the empty node's claim deleted", || async {
+        e.claim("empty-claim").await.is_some_and(|c| c.metadata.deletion_timestamp.is_some())
+    })
+    .await;
+    assert!(e.node_taints("empty").await.contains(&taints::DISRUPTED.to_owned()));
+
+    shutdown.cancel();
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(30), t).await.expect("stops on shutdown").unwrap();
+    }
+    tokio::time::timeout(Duration::from_secs(30), watchers).await.expect("watchers stop").unwrap();
 }
