@@ -30,10 +30,12 @@ use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVo
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use karpenter_api::{NodeClaim, NodePool};
-use karpenter_cloudprovider::{Clock, CloudProvider, InterruptionSource, NodeClassLookup};
+use karpenter_cloudprovider::{Clock, CloudProvider, InterruptionSource, NodeClassKind, NodeClassLookup};
 use kube::Client;
 use tokio_util::sync::CancellationToken;
 
+use crate::consistency::Consistency;
+use crate::disruption::{Disruption, DisruptionSettings, NodeClaimDisruption, PodEvents};
 use crate::events::Recorder;
 use crate::expiration::Expiration;
 use crate::garbage_collection::GarbageCollection;
@@ -41,6 +43,10 @@ use crate::interruption::Interruption;
 use crate::leader::{LeaderElectionConfig, LeaderElector, LeaderError};
 use crate::lifecycle::LifecycleContext;
 use crate::metrics::Metrics;
+use crate::nodepool::{
+    Counter, HashController, KwokNodeClassStatus, NodeClassResolver, Readiness, RegistrationHealth,
+    RegistrationTracker, StaticDeprovisioning, StaticProvisioning, Validation,
+};
 use crate::provisioner::{Provisioner, ProvisionerOptions};
 use crate::server::{self, Probes, RunningServer};
 use crate::settings::CoreSettings;
@@ -83,6 +89,7 @@ pub struct Manager {
     extra: Vec<NamedController>,
     crds: Vec<String>,
     state: Option<ClusterState>,
+    disruption: Option<DisruptionSettings>,
 }
 
 impl std::fmt::Debug for Manager {
@@ -136,6 +143,7 @@ impl Manager {
             extra: Vec::new(),
             crds,
             state: None,
+            disruption: None,
         }
     }
 
@@ -181,6 +189,12 @@ impl Manager {
         self
     }
 
+    /// The disruption loop's timings (default: upstream's, with the `SpotToSpotConsolidation` gate).
+    pub fn with_disruption_settings(mut self, settings: DisruptionSettings) -> Self {
+        self.disruption = Some(settings);
+        self
+    }
+
     /// An extra controller run on the leader (provider controllers, the kwok kubelet stand-in). It should return
     /// when the shutdown token passed to [`Manager::run`] is cancelled; if the leadership is lost it is dropped.
     pub fn with_controller(mut self, name: impl Into<String>, controller: BoxFuture<'static, ()>) -> Self {
@@ -196,6 +210,12 @@ impl Manager {
     /// The probes (clones share the started flag).
     pub fn probes(&self) -> Probes {
         self.probes.clone()
+    }
+
+    /// The node-class lookup the manager was built with (the provider's; the NodePool controllers read node
+    /// classes from the API server themselves).
+    pub fn node_classes(&self) -> Arc<dyn NodeClassLookup> {
+        self.node_classes.clone()
     }
 
     /// The metrics registry.
@@ -219,7 +239,7 @@ impl Manager {
             client,
             leader_client,
             cloud,
-            node_classes,
+            node_classes: _,
             interruption,
             clock,
             metrics,
@@ -229,6 +249,7 @@ impl Manager {
             extra,
             crds,
             state,
+            disruption,
         } = self;
 
         // 1. Servers.
@@ -256,13 +277,13 @@ impl Manager {
                 client,
                 leader_client,
                 cloud,
-                node_classes,
                 interruption,
                 clock,
                 metrics,
                 identity,
                 extra,
                 state,
+                disruption,
             },
             shutdown,
         )
@@ -286,13 +307,13 @@ struct LeaderParts {
     client: Client,
     leader_client: Option<Client>,
     cloud: Arc<dyn CloudProvider>,
-    node_classes: Arc<dyn NodeClassLookup>,
     interruption: Option<Arc<dyn InterruptionSource>>,
     clock: Arc<dyn Clock>,
     metrics: Arc<Metrics>,
     identity: String,
     extra: Vec<NamedController>,
     state: Option<ClusterState>,
+    disruption: Option<DisruptionSettings>,
 }
 
 /// Steps 2-5 of the module docs.
@@ -401,7 +422,6 @@ fn controllers(parts: &LeaderParts, leader: &CancellationToken) -> Controllers {
     let clock = parts.clock.clone();
     let cloud = parts.cloud.clone();
     let metrics = parts.metrics.clone();
-    let _ = &parts.node_classes;
     let state = parts.state.clone().unwrap_or_else(|| ClusterState::from_settings(settings, clock.clone()));
     let recorder = Recorder::new(client.clone(), clock.clone(), parts.identity.clone());
     let mut list: Vec<NamedController> = Vec::new();
@@ -435,6 +455,58 @@ fn controllers(parts: &LeaderParts, leader: &CancellationToken) -> Controllers {
 
     let gc = Arc::new(GarbageCollection::new(client.clone(), cloud.clone(), metrics.clone(), clock.clone()));
     list.push(("garbagecollection".into(), Box::pin(gc.run(leader.clone()))));
+
+    // NodePools: readiness, validation, registration health, counter, hash, static capacity.
+    let resolver = NodeClassResolver::default();
+    let readiness = Arc::new(Readiness::new(client.clone(), cloud.clone(), resolver.clone(), clock.clone()));
+    list.push(("nodepool.readiness".into(), Box::pin(readiness.run(leader.clone()))));
+    let validation = Arc::new(Validation::new(client.clone(), cloud.labels().clone(), clock.clone()));
+    list.push(("nodepool.validation".into(), Box::pin(validation.run(leader.clone()))));
+    let registration = Arc::new(RegistrationHealth::new(
+        client.clone(),
+        Arc::new(RegistrationTracker::new()),
+        resolver,
+        clock.clone(),
+    ));
+    list.push(("nodepool.registrationhealth".into(), Box::pin(registration.run(leader.clone()))));
+    let counter = Arc::new(Counter::new(client.clone(), state.clone(), metrics.clone()));
+    list.push(("nodepool.counter".into(), Box::pin(counter.run(leader.clone()))));
+    let hash = Arc::new(HashController::new(client.clone()));
+    list.push(("nodepool.hash".into(), Box::pin(hash.run(leader.clone()))));
+    let static_capacity = settings.feature_gates.static_capacity;
+    let static_up = Arc::new(StaticProvisioning::new(
+        client.clone(),
+        state.clone(),
+        cloud.labels().clone(),
+        metrics.clone(),
+        static_capacity,
+    ));
+    list.push(("static.provisioning".into(), Box::pin(static_up.run(leader.clone()))));
+    let static_down = Arc::new(StaticDeprovisioning::new(client.clone(), state.clone(), static_capacity));
+    list.push(("static.deprovisioning".into(), Box::pin(static_down.run(leader.clone()))));
+    let kwok = NodeClassKind::new(karpenter_api::kwok::GROUP, karpenter_api::kwok::KIND);
+    if cloud.supported_node_classes().contains(&kwok) {
+        let status = Arc::new(KwokNodeClassStatus::new(client.clone(), clock.clone()));
+        list.push(("kwoknodeclass.status".into(), Box::pin(status.run(leader.clone()))));
+    }
+    let consistency = Arc::new(Consistency::new(client.clone(), state.clone(), recorder.clone(), clock.clone()));
+    list.push(("nodeclaim.consistency".into(), Box::pin(consistency.run(leader.clone()))));
+
+    // Disruption: the NodeClaim conditions, pod events and the disruption loop.
+    let conditions = Arc::new(NodeClaimDisruption::new(client.clone(), state.clone(), cloud.clone(), clock.clone()));
+    list.push(("nodeclaim.disruption".into(), Box::pin(conditions.run(leader.clone()))));
+    let pod_events = Arc::new(PodEvents::new(client.clone(), state.clone(), clock.clone()));
+    list.push(("nodeclaim.podevents".into(), Box::pin(pod_events.run(leader.clone()))));
+    let disruption = Arc::new(Disruption::new(
+        client.clone(),
+        state.clone(),
+        cloud.clone(),
+        recorder.clone(),
+        metrics.clone(),
+        clock.clone(),
+        parts.disruption.clone().unwrap_or_else(|| DisruptionSettings::from_settings(settings)),
+    ));
+    list.push(("disruption".into(), Box::pin(disruption.run(leader.clone()))));
 
     if let Some(source) = &parts.interruption {
         let interruption = Arc::new(Interruption::new(

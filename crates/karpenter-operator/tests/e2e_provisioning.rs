@@ -20,6 +20,10 @@ async fn pending_pods_get_nodes_that_initialize_and_run_them() {
     cluster.pending_pods("web", 5, "1", &[("app", "web")]).await;
     let placements = cluster.all_pods_running(Duration::from_secs(120)).await;
 
+    // The NodePool was made Ready by the manager (kwok class status → NodeClassReady; validation).
+    let pool = cluster.pools().get("default").await.unwrap();
+    assert!(pool.is_ready(), "{:?}", pool.status);
+
     let claims = cluster.list_claims().await;
     let nodes = cluster.list_nodes().await;
     assert!(!claims.is_empty(), "NodeClaims were created");

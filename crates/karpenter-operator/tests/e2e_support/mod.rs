@@ -22,7 +22,7 @@ use karpenter_operator::manager::{Manager, ManagerError};
 use karpenter_operator::metrics::Metrics;
 use karpenter_operator::node_classes::KubeNodeClasses;
 use karpenter_operator::state::ClusterState;
-use karpenter_testing::apiserver::{ApiServer, create_with_status};
+use karpenter_testing::apiserver::ApiServer;
 use karpenter_testing::standins::{Kubelet, Scheduler};
 use karpenter_testing::{
     KWOKNodeClassOptions, NodePoolOptions, PodOptions, kwok_node_class, kwok_node_class_ref, node_pool,
@@ -99,7 +99,8 @@ impl Cluster {
         let server = ApiServer::builder().clock(clock.clone()).build();
         let client = server.client();
         let classes: Api<KWOKNodeClass> = Api::all(client.clone());
-        create_with_status(&classes, &kwok_node_class(KWOKNodeClassOptions::default())).await.unwrap();
+        // Created without a status: the manager's kwok node-class status controller marks it Ready.
+        classes.create(&PostParams::default(), &kwok_node_class(KWOKNodeClassOptions::default())).await.unwrap();
         let background = CancellationToken::new();
         let node_classes = KubeNodeClasses::new();
         node_classes.start::<KWOKNodeClass>(client.clone(), background.clone()).await.unwrap();
@@ -116,11 +117,11 @@ impl Cluster {
         Self { server, client, clock, kwok, node_classes, background, stand_ins }
     }
 
-    /// Creates a NodePool `name` (kwok class `default`) from `options`. NodePool readiness is set here, in the
-    /// status written at creation (`ready` in the options).
+    /// Creates a NodePool (kwok class `default`) from `options`, without a status: the manager's NodePool
+    /// controllers make it Ready (validation, node class readiness).
     pub async fn node_pool(&self, options: NodePoolOptions) -> NodePool {
         let pool = node_pool(NodePoolOptions { node_class_ref: Some(kwok_node_class_ref("default")), ..options });
-        create_with_status(&self.pools(), &pool).await.unwrap()
+        self.pools().create(&PostParams::default(), &pool).await.unwrap()
     }
 
     /// A manager over this cluster with `settings`, started.
