@@ -802,6 +802,9 @@ impl Disruption {
             self.metrics
                 .pods_disruption_initiated(&reason, &t.pool, &t.capacity_type, &policy, mode)
                 .inc_by(pods as u64);
+            // The claim's deletion timestamp marks it (and its node) from now on; the explicit mark goes, so a
+            // later node reusing the name (AWS hostnames) is not taken for this one.
+            self.state.unmark_for_deletion([t.node.as_str(), t.claim.as_str()]);
             report.deleted.push(t.claim.clone());
         }
         flight.targets = remaining;

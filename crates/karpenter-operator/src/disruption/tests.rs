@@ -395,6 +395,7 @@ async fn an_underutilized_node_is_replaced_by_a_cheaper_one() {
     let report = e.disruption.step().await.unwrap();
     assert_eq!(report.deleted, ["big-claim"], "{report:?}");
     assert!(e.claim("big-claim").await.unwrap().metadata.deletion_timestamp.is_some());
+    assert!(e.state.is_marked_for_deletion("big"), "still marked, now through the claim's deletion");
     assert!(e.disruption.in_flight_nodes().await.is_empty());
     assert_eq!(
         e.metrics
