@@ -1,0 +1,282 @@
+//! The SDK adapters against moto (an EC2/SSM/SQS/IAM/EKS emulator) in us-west-2: the interruption queue end to
+//! end, the EC2/SSM/IAM/EKS adapters, error codes mapped to kinds. Every test starts its own moto server (see
+//! `common::moto`); the SDK's retries are off, so errors are seen as moto sends them.
+
+#![cfg(feature = "sdk")]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use aws_sdk_ec2::types::Tag;
+use aws_sdk_sqs::types::QueueAttributeName;
+use common::moto::MotoServer;
+use karpenter_aws::api_error::AwsErrorKind;
+use karpenter_aws::discovery::{EksApi, discover};
+use karpenter_aws::nodeclass::api::{
+    CreateInstanceProfileRequest, DescribeImagesRequest, Filter, IamApi, ImageApi, SecurityGroupApi, SsmApi, SubnetApi,
+};
+use karpenter_aws::pricing_api::PricingApi;
+use karpenter_aws::queue::{InstanceClaim, QueueApi, SqsInterruptionSource, StaticLookup};
+use karpenter_aws::sdk::{AwsClients, SdkOptions};
+use karpenter_cloudprovider::{InterruptionAction, InterruptionKind, InterruptionSource};
+
+const REGION: &str = "us-west-2";
+
+async fn clients(server: &MotoServer) -> AwsClients {
+    AwsClients::load(&SdkOptions::emulator(&server.url(), REGION)).await.expect("sdk config")
+}
+
+const INSTANCE: &str = "i-0123456789abcdef0";
+
+fn spot_warning(instance_id: &str) -> String {
+    format!(
+        r#"{{"version":"0","id":"7f0c-spot","detail-type":"EC2 Spot Instance Interruption Warning",
+        "source":"aws.ec2","account":"123456789012","time":"2026-03-01T12:00:00Z","region":"us-west-2",
+        "resources":["arn:aws:ec2:us-west-2a:instance/{instance_id}"],
+        "detail":{{"instance-id":"{instance_id}","instance-action":"terminate"}}}}"#
+    )
+}
+
+async fn queue_depth(c: &AwsClients, url: &str) -> (u64, u64) {
+    let out = c
+        .sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+        .send()
+        .await
+        .unwrap();
+    let attrs = out.attributes().cloned().unwrap_or_default();
+    let n = |k: &QueueAttributeName| attrs.get(k).and_then(|v| v.parse().ok()).unwrap_or(u64::MAX);
+    (n(&QueueAttributeName::ApproximateNumberOfMessages), n(&QueueAttributeName::ApproximateNumberOfMessagesNotVisible))
+}
+
+#[tokio::test]
+async fn interruption_queue_round_trip() {
+    let Some(server) = MotoServer::start() else { return };
+    let c = clients(&server).await;
+    let url = c.sqs.create_queue().queue_name("karpenter-int").send().await.unwrap().queue_url.unwrap();
+    c.sqs.send_message().queue_url(&url).message_body(spot_warning(INSTANCE)).send().await.unwrap();
+    c.sqs.send_message().queue_url(&url).message_body("{\"version\": garbled").send().await.unwrap();
+    assert_eq!(queue_depth(&c, &url).await, (2, 0));
+
+    let claim = InstanceClaim {
+        name: "default-abcde".into(),
+        provider_id: format!("aws:///us-west-2a/{INSTANCE}"),
+        instance_type: Some("m5.large".into()),
+        zone: Some("us-west-2a".into()),
+        capacity_type: Some("spot".into()),
+        capacity_reservation_id: None,
+    };
+    let lookup = Arc::new(StaticLookup(BTreeMap::from([(INSTANCE.to_owned(), claim)])));
+    let source = SqsInterruptionSource::new(Arc::new(c.sqs_adapter()), lookup, "karpenter-int");
+
+    let events = source.next_batch().await.unwrap();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].provider_id, format!("aws:///us-west-2a/{INSTANCE}"));
+    assert_eq!(events[0].kind, InterruptionKind::SpotInterrupted);
+    assert_eq!(events[0].action, InterruptionAction::Delete);
+    let stats = source.stats();
+    assert_eq!((stats.received, stats.malformed, stats.deleted), (2, 1, 1));
+    // The garbled message is gone; the spot warning is in flight until acknowledged.
+    assert_eq!(queue_depth(&c, &url).await, (0, 1));
+
+    source.acknowledge(&events).await.unwrap();
+    assert_eq!(queue_depth(&c, &url).await, (0, 0));
+    assert_eq!(source.stats().deleted, 2);
+}
+
+#[tokio::test]
+async fn sqs_errors_keep_their_codes() {
+    let Some(server) = MotoServer::start() else { return };
+    let c = clients(&server).await;
+    let sqs = c.sqs_adapter();
+    let err = sqs.queue_url("no-such-queue").await.unwrap_err();
+    assert_eq!(err.operation, "GetQueueUrl");
+    assert!(err.code.contains("NonExistentQueue"), "{err}");
+    assert_eq!(err.kind, AwsErrorKind::NotFound);
+    let source = SqsInterruptionSource::new(Arc::new(sqs), Arc::new(StaticLookup::default()), "no-such-queue");
+    let err = source.next_batch().await.unwrap_err();
+    assert!(err.message.contains("NonExistentQueue"), "{err}");
+}
+
+#[tokio::test]
+async fn ec2_adapters_describe_seeded_resources() {
+    let Some(server) = MotoServer::start() else { return };
+    let c = clients(&server).await;
+    let discovery = Tag::builder().key("karpenter.sh/discovery").value("test-cluster").build();
+    let vpc = c.ec2.create_vpc().cidr_block("10.0.0.0/16").send().await.unwrap().vpc.unwrap().vpc_id.unwrap();
+    let mut subnets = Vec::new();
+    for (i, zone) in ["us-west-2a", "us-west-2b", "us-west-2c"].into_iter().enumerate() {
+        let subnet = c
+            .ec2
+            .create_subnet()
+            .vpc_id(&vpc)
+            .cidr_block(format!("10.0.{i}.0/24"))
+            .availability_zone(zone)
+            .send()
+            .await
+            .unwrap()
+            .subnet
+            .unwrap()
+            .subnet_id
+            .unwrap();
+        // The third subnet is not tagged for discovery.
+        if i < 2 {
+            c.ec2.create_tags().resources(&subnet).tags(discovery.clone()).send().await.unwrap();
+        }
+        subnets.push(subnet);
+    }
+    let sg = c
+        .ec2
+        .create_security_group()
+        .group_name("karpenter-nodes")
+        .description("nodes")
+        .vpc_id(&vpc)
+        .send()
+        .await
+        .unwrap()
+        .group_id
+        .unwrap();
+    c.ec2.create_tags().resources(&sg).tags(discovery.clone()).send().await.unwrap();
+
+    let ec2 = c.ec2_adapter();
+    let tags = BTreeMap::from([("karpenter.sh/discovery".to_owned(), "test-cluster".to_owned())]);
+    let mut found = ec2.describe_subnets(&Filter::for_tags(&tags)).await.unwrap();
+    found.sort_by(|a, b| a.subnet_id.cmp(&b.subnet_id));
+    let mut want: Vec<&String> = subnets[..2].iter().collect();
+    want.sort();
+    assert_eq!(found.iter().map(|s| &s.subnet_id).collect::<Vec<_>>(), want);
+    assert!(found.iter().all(|s| s.vpc_id.as_deref() == Some(vpc.as_str())));
+    assert!(found.iter().all(|s| s.available_ip_address_count > 200), "{found:?}");
+    assert!(found.iter().all(|s| s.tags.get("karpenter.sh/discovery").map(String::as_str) == Some("test-cluster")));
+    let zones: Vec<&str> = found.iter().map(|s| s.availability_zone.as_str()).collect();
+    assert!(zones.contains(&"us-west-2a") && zones.contains(&"us-west-2b"), "{zones:?}");
+    let by_id = ec2.describe_subnets(&[Filter::new("subnet-id", [subnets[2].as_str()])]).await.unwrap();
+    assert_eq!(by_id.len(), 1);
+    assert_eq!(by_id[0].availability_zone, "us-west-2c");
+
+    let groups = ec2.describe_security_groups(&Filter::for_tags(&tags)).await.unwrap();
+    assert_eq!(groups.len(), 1);
+    assert_eq!(groups[0].group_id, sg);
+    assert_eq!(groups[0].group_name, "karpenter-nodes");
+    let by_name = ec2.describe_security_groups(&[Filter::new("group-name", ["karpenter-nodes"])]).await.unwrap();
+    assert_eq!(by_name.len(), 1);
+    let none = ec2.describe_security_groups(&[Filter::new("group-name", ["absent"])]).await.unwrap();
+    assert!(none.is_empty());
+
+    // moto ships Amazon-owned images; select one by name and owner, deprecated included.
+    let request = DescribeImagesRequest {
+        filters: vec![
+            Filter::new("name", ["suse-sles-12-sp3-v20170907-hvm-ssd-x86_64"]),
+            Filter::new("state", ["available"]),
+        ],
+        owners: vec![],
+    };
+    let images = ec2.describe_images(&request).await.unwrap();
+    assert_eq!(images.len(), 1, "{images:?}");
+    assert_eq!(images[0].image_id, "ami-35e92e4c");
+    assert_eq!(images[0].architecture, "x86_64");
+    assert!(!images[0].creation_date.is_empty());
+    let none = ec2
+        .describe_images(&DescribeImagesRequest { filters: vec![Filter::new("name", ["nope-*"])], owners: vec![] })
+        .await
+        .unwrap();
+    assert!(none.is_empty());
+}
+
+#[tokio::test]
+async fn ssm_iam_and_eks_adapters() {
+    let Some(server) = MotoServer::start() else { return };
+    let c = clients(&server).await;
+
+    // SSM: moto refuses PutParameter under /aws/, so seed a custom path.
+    c.ssm
+        .put_parameter()
+        .name("/karpenter/test/ami")
+        .value("ami-35e92e4c")
+        .r#type(aws_sdk_ssm::types::ParameterType::String)
+        .send()
+        .await
+        .unwrap();
+    let ssm = c.ssm_adapter();
+    assert_eq!(ssm.get_parameter("/karpenter/test/ami").await.unwrap(), "ami-35e92e4c");
+    let err = ssm.get_parameter("/karpenter/test/absent").await.unwrap_err();
+    assert_eq!(err.kind, AwsErrorKind::NotFound, "{err}");
+    assert_eq!(err.code, "ParameterNotFound");
+
+    // IAM instance profiles: create, add a role, get, list by path, remove, delete, then NotFound.
+    c.iam
+        .create_role()
+        .role_name("KarpenterNodeRole")
+        .assume_role_policy_document(r#"{"Version":"2012-10-17","Statement":[]}"#)
+        .send()
+        .await
+        .unwrap();
+    let iam = c.iam_adapter();
+    let path = "/karpenter/us-west-2/test-cluster/uid-1/";
+    let created = iam
+        .create_instance_profile(&CreateInstanceProfileRequest {
+            name: "test-cluster_123".into(),
+            path: path.into(),
+            tags: BTreeMap::from([("karpenter.k8s.aws/ec2nodeclass".to_owned(), "default".to_owned())]),
+        })
+        .await
+        .unwrap();
+    assert_eq!(created.name, "test-cluster_123");
+    assert_eq!(created.path, path);
+    let err = iam
+        .create_instance_profile(&CreateInstanceProfileRequest {
+            name: "test-cluster_123".into(),
+            path: path.into(),
+            tags: BTreeMap::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, "EntityAlreadyExists", "{err}");
+    iam.add_role_to_instance_profile("test-cluster_123", "KarpenterNodeRole").await.unwrap();
+    let got = iam.get_instance_profile("test-cluster_123").await.unwrap();
+    assert_eq!(got.roles, ["KarpenterNodeRole"]);
+    let listed = iam.list_instance_profiles("/karpenter/us-west-2/").await.unwrap();
+    assert_eq!(listed.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["test-cluster_123"]);
+    assert!(iam.list_instance_profiles("/other/").await.unwrap().is_empty());
+    iam.remove_role_from_instance_profile("test-cluster_123", "KarpenterNodeRole").await.unwrap();
+    iam.delete_instance_profile("test-cluster_123").await.unwrap();
+    let err = iam.get_instance_profile("test-cluster_123").await.unwrap_err();
+    assert_eq!(err.kind, AwsErrorKind::NotFound, "{err}");
+    assert_eq!(err.code, "NoSuchEntity");
+
+    // EKS discovery.
+    let eks = c.eks_adapter();
+    let err = eks.describe_cluster("test-cluster").await.unwrap_err();
+    assert_eq!(err.kind, AwsErrorKind::NotFound, "{err}");
+    c.eks
+        .create_cluster()
+        .name("test-cluster")
+        .role_arn("arn:aws:iam::123456789012:role/eks")
+        .resources_vpc_config(aws_sdk_eks::types::VpcConfigRequest::builder().subnet_ids("subnet-1").build())
+        .send()
+        .await
+        .unwrap();
+    let info = discover(&eks, "test-cluster", "").await.unwrap();
+    assert!(info.endpoint.starts_with("https://"), "{info:?}");
+    assert!(info.certificate_authority.is_some(), "{info:?}");
+    let configured = discover(&eks, "test-cluster", "https://configured.example").await.unwrap();
+    assert_eq!(configured.endpoint, "https://configured.example");
+}
+
+#[tokio::test]
+async fn spot_price_history_through_the_pricing_adapter() {
+    let Some(server) = MotoServer::start() else { return };
+    let c = clients(&server).await;
+    let start = chrono::DateTime::from_timestamp(1_772_366_400, 0).unwrap();
+    let prices = c.pricing_adapter().spot_prices(start).await.unwrap();
+    // moto prices every offering of the region at the same placeholder price.
+    assert!(prices.len() > 100, "{}", prices.len());
+    let m5: Vec<_> = prices.iter().filter(|p| p.instance_type == "m5.large").collect();
+    assert!(m5.iter().any(|p| p.zone == "us-west-2a"), "{m5:?}");
+    assert!(m5.iter().all(|p| p.price > 0.0 && p.timestamp.is_some()));
+}
