@@ -180,3 +180,110 @@ impl Consistency {
             .await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use karpenter_api::TaintEffect;
+    use karpenter_cloudprovider::Clock;
+    use karpenter_testing::apiserver::{ApiServer, create_with_status};
+    use karpenter_testing::{FakeClock, NodeClaimOptions, NodeOptions, karpenter_taint, node, node_claim, taint};
+
+    fn claim(name: &str, initialized: bool) -> NodeClaim {
+        let mut c = node_claim(NodeClaimOptions {
+            name: Some(name.into()),
+            labels: [("team".to_owned(), "a".to_owned())].into(),
+            taints: vec![karpenter_taint("dedicated", Some("x"), TaintEffect::NoSchedule)],
+            provider_id: Some(format!("kwok://{name}")),
+            node_name: Some(name.into()),
+            capacity: [("cpu", "4"), ("memory", "16Gi"), ("nvidia.com/gpu", "0")].into(),
+            launched: true,
+            registered: true,
+            initialized,
+            ..Default::default()
+        });
+        c.metadata.uid = None;
+        c
+    }
+
+    fn node_for(name: &str, cpu: &str, with_taint: bool) -> Node {
+        node(NodeOptions {
+            name: Some(name.into()),
+            provider_id: Some(format!("kwok://{name}")),
+            labels: [("team".to_owned(), "a".to_owned())].into(),
+            capacity: [("cpu", cpu), ("memory", "15.5Gi")].into(),
+            taints: if with_taint { vec![taint("dedicated", Some("x"), "NoSchedule")] } else { vec![] },
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn shape_labels_and_taints_are_compared() {
+        let c = claim("c", true);
+        assert!(check(&c, &node_for("c", "4", true)).is_empty(), "15.5Gi of 16Gi is above 90 %");
+        assert!(check(&c, &node_for("c", "3600m", true)).is_empty(), "exactly 90 %");
+        let issues = check(&c, &node_for("c", "2", false));
+        assert_eq!(issues.len(), 2, "{issues:?}");
+        assert_eq!(issues[0], "expected 4 of resource cpu, but found 2 (50.0% of expected)");
+        assert_eq!(issues[1], "expected taint dedicated:NoSchedule on the node, found none");
+        let mut relabelled = node_for("c", "4", true);
+        relabelled.metadata.labels.as_mut().unwrap().insert("team".into(), "b".into());
+        assert_eq!(check(&c, &relabelled), ["expected label team=a on the node, found team=b"]);
+    }
+
+    #[tokio::test]
+    async fn failed_checks_set_the_condition_and_publish_events() {
+        let clock = FakeClock::default();
+        let server = ApiServer::builder().clock(Arc::new(clock.clone())).build();
+        let client = server.client();
+        let state = ClusterState::new(Arc::new(clock.clone()), Duration::from_secs(20));
+        state.mark_all_synced();
+        let api: Api<NodeClaim> = Api::all(client.clone());
+        for (name, initialized) in [("small", true), ("fine", true), ("young", false)] {
+            create_with_status(&api, &claim(name, initialized)).await.unwrap();
+        }
+        state.apply(node_for("small", "2", true));
+        state.apply(node_for("fine", "4", true));
+        state.apply(node_for("young", "1", true));
+        let recorder = Recorder::new(client.clone(), Arc::new(clock.clone()), "test");
+        let consistency = Consistency::new(client.clone(), state, recorder, Arc::new(clock.clone()));
+
+        assert_eq!(consistency.reconcile("small").await.unwrap(), Some(SCAN_PERIOD));
+        let c = api.get("small").await.unwrap();
+        let found = c.conditions().iter().find(|c| c.type_ == cond::CONSISTENT_STATE_FOUND).unwrap();
+        assert_eq!((found.status, found.reason.as_str()), (ConditionStatus::False, reasons::CONSISTENCY_CHECK_FAILED));
+        assert!(found.message.contains("resource cpu"), "{}", found.message);
+        assert_eq!(found.last_transition_time, crate::kube_util::rfc3339(clock.now()));
+
+        assert_eq!(consistency.reconcile("fine").await.unwrap(), Some(SCAN_PERIOD));
+        let c = api.get("fine").await.unwrap();
+        assert!(
+            c.conditions().iter().any(|c| c.type_ == cond::CONSISTENT_STATE_FOUND && c.status == ConditionStatus::True)
+        );
+
+        assert_eq!(consistency.reconcile("young").await.unwrap(), None, "not initialized: not checked");
+        assert!(!api.get("young").await.unwrap().conditions().iter().any(|c| c.type_ == cond::CONSISTENT_STATE_FOUND));
+        assert_eq!(consistency.reconcile("missing").await.unwrap(), None);
+
+        let events: Api<k8s_openapi::api::core::v1::Event> = Api::all(client.clone());
+        let mut messages = Vec::new();
+        for _ in 0..100 {
+            messages = events
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .filter(|e| e.reason.as_deref() == Some(event_reasons::FAILED_CONSISTENCY_CHECK))
+                .map(|e| (e.involved_object.name.unwrap_or_default(), e.message.unwrap_or_default()))
+                .collect::<Vec<_>>();
+            if !messages.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(messages.len(), 1, "{messages:?}");
+        assert_eq!(messages[0].0, "small");
+        assert!(messages[0].1.starts_with("Consistency check failed, expected 4 of resource cpu"), "{messages:?}");
+    }
+}

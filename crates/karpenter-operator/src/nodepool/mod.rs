@@ -146,7 +146,7 @@ pub(crate) async fn run_pool_controller<C, R, Fut>(
     ctx: Arc<C>,
     watches: Watches,
     shutdown: CancellationToken,
-    mut reconcile: R,
+    reconcile: R,
 ) where
     C: Send + Sync + 'static,
     R: FnMut(Arc<NodePool>, Arc<C>) -> Fut + Send + 'static,
@@ -168,7 +168,7 @@ pub(crate) async fn run_pool_controller<C, R, Fut>(
     }
     controller
         .graceful_shutdown_on(shutdown.cancelled_owned())
-        .run(move |pool, ctx| reconcile(pool, ctx), error_policy, ctx)
+        .run(reconcile, error_policy, ctx)
         .for_each(|_| async {})
         .await;
 }

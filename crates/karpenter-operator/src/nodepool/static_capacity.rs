@@ -206,6 +206,9 @@ impl StaticProvisioning {
     }
 }
 
+/// Deletion order of a static pool's NodeClaims: (launched, runs pods, disruption cost, name), lowest first.
+type Rank = (bool, bool, f64, String);
+
 /// Deletes the excess NodeClaims of static pools (see the module docs).
 pub struct StaticDeprovisioning {
     client: Client,
@@ -226,7 +229,7 @@ impl StaticDeprovisioning {
     }
 
     /// Deletion order key: (launched, has pods, disruption cost, name).
-    fn rank(&self, claim: &NodeClaim) -> (bool, bool, f64, String) {
+    fn rank(&self, claim: &NodeClaim) -> Rank {
         let launched = claim.provider_id().is_some_and(|p| !p.is_empty());
         let pods: Vec<_> = claim
             .node_name()
@@ -256,8 +259,7 @@ impl StaticDeprovisioning {
         if excess == 0 {
             return Ok(Vec::new());
         }
-        let mut ranked: Vec<((bool, bool, f64, String), &NodeClaim)> =
-            live.iter().map(|c| (self.rank(c), *c)).collect();
+        let mut ranked: Vec<(Rank, &NodeClaim)> = live.iter().map(|c| (self.rank(c), *c)).collect();
         ranked.sort_by(|(a, _), (b, _)| {
             a.0.cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.total_cmp(&b.2)).then_with(|| a.3.cmp(&b.3))
         });

@@ -1,1 +1,700 @@
 //! Tests of the NodePool controllers against the in-process API server.
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use karpenter_api::condition::{Condition, ConditionStatus};
+use karpenter_api::hash::{NODE_POOL_HASH_VERSION, node_pool_hash};
+use karpenter_api::labels::{self, annotations};
+use karpenter_api::nodeclaim::conditions as cond;
+use karpenter_api::{KWOKNodeClass, NodeClaim, NodePool, TaintEffect};
+use karpenter_cloudprovider::{CloudProvider, FakeCloudProvider};
+use karpenter_testing::apiserver::{ApiServer, ApiService, create_with_status};
+use karpenter_testing::{
+    FakeClock, KWOKNodeClassOptions, NodeClaimOptions, NodeOptions, NodePoolOptions, PodOptions, condition,
+    karpenter_taint, kwok_node_class, kwok_node_class_ref, node, node_claim, node_pool, pod,
+};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::metrics::{BuildInfo, Metrics};
+use crate::state::ClusterState;
+
+struct Fx {
+    server: ApiServer,
+    client: Client,
+    clock: FakeClock,
+    state: ClusterState,
+    metrics: Arc<Metrics>,
+    cloud: Arc<dyn CloudProvider>,
+}
+
+fn fx() -> Fx {
+    let clock = FakeClock::default();
+    let server = ApiServer::builder().clock(Arc::new(clock.clone())).build();
+    let client = server.client();
+    let state = ClusterState::new(Arc::new(clock.clone()), Duration::from_secs(20));
+    state.mark_all_synced();
+    Fx {
+        server,
+        client,
+        clock,
+        state,
+        metrics: Arc::new(Metrics::new(&BuildInfo::default())),
+        cloud: Arc::new(FakeCloudProvider::default()),
+    }
+}
+
+impl Fx {
+    fn pools(&self) -> Api<NodePool> {
+        Api::all(self.client.clone())
+    }
+    fn claims(&self) -> Api<NodeClaim> {
+        Api::all(self.client.clone())
+    }
+    fn classes(&self) -> Api<KWOKNodeClass> {
+        Api::all(self.client.clone())
+    }
+    fn readiness(&self) -> Readiness {
+        Readiness::new(
+            self.client.clone(),
+            self.cloud.clone(),
+            NodeClassResolver::default(),
+            Arc::new(self.clock.clone()),
+        )
+    }
+    fn validation(&self) -> Validation {
+        Validation::new(self.client.clone(), self.cloud.labels().clone(), Arc::new(self.clock.clone()))
+    }
+
+    /// Creates a pool without status (what a user applies).
+    async fn pool(&self, o: NodePoolOptions) -> NodePool {
+        let mut p = node_pool(NodePoolOptions { node_class_ref: Some(kwok_node_class_ref("default")), ..o });
+        p.status = None;
+        p.metadata.uid = None;
+        self.pools().create(&PostParams::default(), &p).await.unwrap()
+    }
+
+    /// Creates a pool with the builder's `Ready=True` status.
+    async fn ready_pool(&self, o: NodePoolOptions) -> NodePool {
+        let mut p = node_pool(NodePoolOptions { node_class_ref: Some(kwok_node_class_ref("default")), ..o });
+        p.metadata.uid = None;
+        let created = create_with_status(&self.pools(), &p).await.unwrap();
+        self.state.apply(created.clone());
+        created
+    }
+
+    async fn claim(&self, o: NodeClaimOptions) -> NodeClaim {
+        let mut c = node_claim(o);
+        c.metadata.uid = None;
+        c.metadata.owner_references = None;
+        let created = create_with_status(&self.claims(), &c).await.unwrap();
+        self.state.apply(created.clone());
+        created
+    }
+
+    async fn get_pool(&self, name: &str) -> NodePool {
+        self.pools().get(name).await.unwrap()
+    }
+}
+
+fn cond_of<'a>(pool: &'a NodePool, type_: &str) -> Option<&'a Condition> {
+    pool.conditions().iter().find(|c| c.type_ == type_)
+}
+
+fn status_reason(pool: &NodePool, type_: &str) -> Option<(ConditionStatus, String)> {
+    cond_of(pool, type_).map(|c| (c.status, c.reason.clone()))
+}
+
+#[tokio::test]
+async fn readiness_follows_the_node_class_and_validation() {
+    let f = fx();
+    f.pool(NodePoolOptions { name: Some("default".into()), ..Default::default() }).await;
+    let readiness = f.readiness();
+
+    // No node class: not ready, with a reason.
+    assert_eq!(readiness.reconcile("default").await.unwrap(), None);
+    let p = f.get_pool("default").await;
+    assert_eq!(status_reason(&p, cond::NODE_CLASS_READY), Some((ConditionStatus::False, "NodeClassNotFound".into())));
+    let ready = cond_of(&p, cond::READY).unwrap();
+    assert_eq!((ready.status, ready.reason.as_str()), (ConditionStatus::False, UNHEALTHY_DEPENDENTS));
+    assert!(ready.message.contains("NodeClassReady=False") && ready.message.contains("ValidationSucceeded=Unknown"));
+    assert!(!p.is_ready());
+
+    // A class without status: readiness unknown.
+    let mut class = kwok_node_class(KWOKNodeClassOptions::default());
+    class.status = None;
+    class.metadata.uid = None;
+    f.classes().create(&PostParams::default(), &class).await.unwrap();
+    readiness.reconcile("default").await.unwrap();
+    let p = f.get_pool("default").await;
+    assert_eq!(
+        status_reason(&p, cond::NODE_CLASS_READY),
+        Some((ConditionStatus::False, readiness::NODE_CLASS_READINESS_UNKNOWN.into()))
+    );
+
+    // The kwok status controller marks it ready; the pool follows; validation completes Ready.
+    let kwok = KwokNodeClassStatus::new(f.client.clone(), Arc::new(f.clock.clone()));
+    kwok.reconcile("default").await.unwrap();
+    let stored = f.classes().get("default").await.unwrap();
+    assert!(stored.is_ready());
+    let rv = stored.resource_version();
+    kwok.reconcile("default").await.unwrap();
+    assert_eq!(f.classes().get("default").await.unwrap().resource_version(), rv, "no write when already ready");
+    readiness.reconcile("default").await.unwrap();
+    let p = f.get_pool("default").await;
+    assert_eq!(status_reason(&p, cond::NODE_CLASS_READY), Some((ConditionStatus::True, "NodeClassReady".into())));
+    assert_eq!(cond_of(&p, cond::READY).unwrap().status, ConditionStatus::Unknown, "validation has not run");
+    f.validation().reconcile("default").await.unwrap();
+    let p = f.get_pool("default").await;
+    assert!(p.is_ready());
+    assert_eq!(cond_of(&p, cond::READY).unwrap().observed_generation, p.metadata.generation);
+    // A pass that changes nothing writes nothing.
+    let rv = p.resource_version();
+    readiness.reconcile("default").await.unwrap();
+    f.validation().reconcile("default").await.unwrap();
+    assert_eq!(f.get_pool("default").await.resource_version(), rv);
+
+    // The class's own False readiness is passed through.
+    f.classes()
+        .patch_status(
+            "default",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"conditions": [condition("Ready", false, Some("SubnetsNotFound"))]}})),
+        )
+        .await
+        .unwrap();
+    readiness.reconcile("default").await.unwrap();
+    let p = f.get_pool("default").await;
+    assert_eq!(status_reason(&p, cond::NODE_CLASS_READY), Some((ConditionStatus::False, "SubnetsNotFound".into())));
+    assert!(!p.is_ready());
+
+    // A terminating class.
+    f.classes()
+        .patch("default", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": ["test/keep"]}})))
+        .await
+        .unwrap();
+    f.classes().delete("default", &DeleteParams::default()).await.unwrap();
+    readiness.reconcile("default").await.unwrap();
+    let p = f.get_pool("default").await;
+    assert_eq!(
+        status_reason(&p, cond::NODE_CLASS_READY),
+        Some((ConditionStatus::False, "NodeClassTerminating".into()))
+    );
+    // A missing pool is nothing to do.
+    assert_eq!(readiness.reconcile("missing").await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn pools_of_unsupported_node_class_kinds_are_left_alone() {
+    let f = fx();
+    let mut p = node_pool(NodePoolOptions { name: Some("aws".into()), ..Default::default() });
+    p.status = None;
+    p.metadata.uid = None;
+    f.pools().create(&PostParams::default(), &p).await.unwrap();
+    f.readiness().reconcile("aws").await.unwrap();
+    assert!(f.get_pool("aws").await.conditions().is_empty(), "EC2NodeClass is not the fake provider's kind");
+}
+
+#[tokio::test]
+async fn validation_failures_keep_the_pool_not_ready() {
+    let f = fx();
+    let taint = karpenter_taint("dedicated", Some("x"), TaintEffect::NoSchedule);
+    f.pool(NodePoolOptions {
+        name: Some("dup".into()),
+        taints: vec![taint.clone()],
+        startup_taints: vec![taint],
+        ..Default::default()
+    })
+    .await;
+    f.classes().create(&PostParams::default(), &kwok_node_class(KWOKNodeClassOptions::default())).await.unwrap();
+    KwokNodeClassStatus::new(f.client.clone(), Arc::new(f.clock.clone())).reconcile("default").await.unwrap();
+    f.readiness().reconcile("dup").await.unwrap();
+    f.validation().reconcile("dup").await.unwrap();
+    let p = f.get_pool("dup").await;
+    let v = cond_of(&p, cond::VALIDATION_SUCCEEDED).unwrap();
+    assert_eq!((v.status, v.reason.as_str()), (ConditionStatus::False, validation::VALIDATION_FAILED));
+    assert!(v.message.contains("dedicated"), "{}", v.message);
+    assert_eq!(status_reason(&p, cond::NODE_CLASS_READY).unwrap().0, ConditionStatus::True);
+    assert_eq!(cond_of(&p, cond::READY).unwrap().status, ConditionStatus::False);
+}
+
+/// A client whose first PATCH to a NodePool's status is preceded by another writer's change of that NodePool,
+/// so the guarded status patch meets a genuine 409 Conflict.
+#[derive(Clone)]
+struct ConcurrentWriter {
+    inner: ApiService,
+    conflicts_left: Arc<AtomicUsize>,
+}
+
+impl tower::Service<http::Request<kube::client::Body>> for ConcurrentWriter {
+    type Response = <ApiService as tower::Service<http::Request<kube::client::Body>>>::Response;
+    type Error = std::convert::Infallible;
+    type Future = Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<kube::client::Body>) -> Self::Future {
+        let mut inner = self.inner.clone();
+        let path = req.uri().path().to_owned();
+        let hit = req.method() == http::Method::PATCH
+            && path.starts_with("/apis/karpenter.sh/v1/nodepools/")
+            && path.ends_with("/status")
+            && self.conflicts_left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok();
+        Box::pin(async move {
+            if hit {
+                let main = path.trim_end_matches("/status").to_owned();
+                let bump = http::Request::patch(main)
+                    .header("content-type", "application/merge-patch+json")
+                    .body(kube::client::Body::from(br#"{"metadata":{"labels":{"bumped":"true"}}}"#.to_vec()))
+                    .unwrap();
+                let _ = tower::Service::call(&mut inner, bump).await;
+            }
+            tower::Service::call(&mut inner, req).await
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_conflicting_status_write_fails_the_step_and_the_run_loop_retries() {
+    let f = fx();
+    f.pool(NodePoolOptions { name: Some("default".into()), ..Default::default() }).await;
+    let conflicts_left = Arc::new(AtomicUsize::new(1));
+    let racing =
+        Client::new(ConcurrentWriter { inner: f.server.service(), conflicts_left: conflicts_left.clone() }, "default");
+    let readiness =
+        Readiness::new(racing.clone(), f.cloud.clone(), NodeClassResolver::default(), Arc::new(f.clock.clone()));
+
+    // The single step reports the conflict (nothing written)...
+    let err = readiness.reconcile("default").await.unwrap_err();
+    assert!(err.is_conflict(), "{err}");
+    let p = f.get_pool("default").await;
+    assert!(p.conditions().is_empty());
+    assert_eq!(p.labels().get("bumped").map(String::as_str), Some("true"), "the other writer won");
+
+    // ...and the run loop retries it on fresh data.
+    conflicts_left.store(1, Ordering::SeqCst);
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(Arc::new(readiness).run(shutdown.clone()));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let p = f.get_pool("default").await;
+        if cond_of(&p, cond::NODE_CLASS_READY).is_some() {
+            assert_eq!(status_reason(&p, cond::NODE_CLASS_READY).unwrap().1, "NodeClassNotFound");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the run loop never wrote the condition");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(conflicts_left.load(Ordering::SeqCst), 0, "the run loop met the conflict too");
+    shutdown.cancel();
+    task.await.unwrap();
+}
+
+#[tokio::test]
+async fn counter_sums_capacity_writes_status_and_metrics() {
+    let f = fx();
+    f.ready_pool(NodePoolOptions {
+        name: Some("default".into()),
+        limits: [("cpu", "100"), ("nodes", "10")].into(),
+        ..Default::default()
+    })
+    .await;
+    // Launched but not registered: the claim's estimate counts.
+    f.claim(NodeClaimOptions {
+        name: Some("a".into()),
+        node_pool: Some("default".into()),
+        provider_id: Some("kwok://a".into()),
+        capacity: [("cpu", "4"), ("memory", "16Gi")].into(),
+        launched: true,
+        ..Default::default()
+    })
+    .await;
+    // Registered: the node's capacity counts (it differs from the estimate).
+    f.claim(NodeClaimOptions {
+        name: Some("b".into()),
+        node_pool: Some("default".into()),
+        provider_id: Some("kwok://b".into()),
+        capacity: [("cpu", "2"), ("memory", "8Gi")].into(),
+        launched: true,
+        ..Default::default()
+    })
+    .await;
+    let n = node(NodeOptions {
+        name: Some("b".into()),
+        provider_id: Some("kwok://b".into()),
+        labels: [(labels::NODE_POOL.to_owned(), "default".to_owned())].into(),
+        capacity: [("cpu", "2"), ("memory", "7Gi"), ("nvidia.com/gpu", "1")].into(),
+        ..Default::default()
+    });
+    f.state.apply(n.clone());
+    // Another pool's claim does not count.
+    f.claim(NodeClaimOptions {
+        name: Some("other".into()),
+        node_pool: Some("other".into()),
+        capacity: [("cpu", "64")].into(),
+        ..Default::default()
+    })
+    .await;
+
+    let counter = Counter::new(f.client.clone(), f.state.clone(), f.metrics.clone());
+    assert_eq!(counter.reconcile("default").await.unwrap(), None);
+    let p = f.get_pool("default").await;
+    let status = p.status.clone().unwrap();
+    let res: BTreeMap<&str, &str> = status.resources.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    assert_eq!(res, BTreeMap::from([("cpu", "6"), ("memory", "23Gi"), ("nodes", "2"), ("nvidia.com/gpu", "1")]));
+    assert_eq!(status.nodes, Some(2));
+    assert!(p.is_ready(), "conditions are kept");
+    let text = f.metrics.render();
+    assert!(text.contains("karpenter_nodepools_usage{nodepool=\"default\",resource_type=\"cpu\"} 6.0"), "{text}");
+    assert!(text.contains("karpenter_nodepools_usage{nodepool=\"default\",resource_type=\"nodes\"} 2.0"));
+    assert!(text.contains("karpenter_nodepools_limit{nodepool=\"default\",resource_type=\"cpu\"} 100.0"));
+    // The scale subresource reads status.nodes.
+    let scale = f.pools().get_scale("default").await.unwrap();
+    assert_eq!(scale.status.unwrap().replicas, 2);
+
+    // The GPU node goes away: its resource leaves the status and the metrics.
+    f.state.remove(&n);
+    f.state.remove(&f.claims().get("b").await.unwrap());
+    counter.reconcile("default").await.unwrap();
+    let status = f.get_pool("default").await.status.unwrap();
+    assert!(!status.resources.contains_key("nvidia.com/gpu"), "{:?}", status.resources);
+    assert_eq!(status.nodes, Some(1));
+    assert!(!f.metrics.render().contains("resource_type=\"nvidia.com/gpu\""));
+
+    // The pool is deleted: its series go.
+    f.pools().delete("default", &DeleteParams::default()).await.unwrap();
+    counter.reconcile("default").await.unwrap();
+    assert!(!f.metrics.render().contains("nodepool=\"default\""));
+
+    // The state not listed yet: wait.
+    let unsynced = ClusterState::new(Arc::new(f.clock.clone()), Duration::from_secs(20));
+    f.ready_pool(NodePoolOptions { name: Some("later".into()), ..Default::default() }).await;
+    let waiting = Counter::new(f.client.clone(), unsynced, f.metrics.clone());
+    assert_eq!(waiting.reconcile("later").await.unwrap(), Some(counter::WAIT_FOR_STATE));
+}
+
+#[tokio::test]
+async fn hash_annotations_are_kept_and_version_changes_rewrite_claims() {
+    let f = fx();
+    let pool = f.pool(NodePoolOptions { name: Some("default".into()), ..Default::default() }).await;
+    let hash = node_pool_hash(&pool);
+    let claim_with = |name: &str, h: &str, v: &str, drifted: bool| NodeClaimOptions {
+        name: Some(name.into()),
+        node_pool: Some("default".into()),
+        annotations: [
+            (annotations::NODE_POOL_HASH.to_owned(), h.to_owned()),
+            (annotations::NODE_POOL_HASH_VERSION.to_owned(), v.to_owned()),
+        ]
+        .into(),
+        conditions: if drifted { vec![condition(cond::DRIFTED, true, Some("NodePoolDrifted"))] } else { vec![] },
+        ..Default::default()
+    };
+    f.claim(claim_with("upstream", "123", "v3", false)).await;
+    f.claim(claim_with("upstream-drifted", "456", "v3", true)).await;
+    f.claim(claim_with("current-drifted", "789", NODE_POOL_HASH_VERSION, false)).await;
+
+    let hc = HashController::new(f.client.clone());
+    hc.reconcile("default").await.unwrap();
+    let p = f.get_pool("default").await;
+    assert_eq!(p.annotations().get(annotations::NODE_POOL_HASH), Some(&hash));
+    assert_eq!(
+        p.annotations().get(annotations::NODE_POOL_HASH_VERSION).map(String::as_str),
+        Some(NODE_POOL_HASH_VERSION)
+    );
+    let ann = |c: &NodeClaim, k: &str| c.annotations().get(k).cloned().unwrap_or_default();
+    let up = f.claims().get("upstream").await.unwrap();
+    assert_eq!(
+        (ann(&up, annotations::NODE_POOL_HASH), ann(&up, annotations::NODE_POOL_HASH_VERSION)),
+        (hash.clone(), NODE_POOL_HASH_VERSION.to_owned())
+    );
+    let upd = f.claims().get("upstream-drifted").await.unwrap();
+    assert_eq!(ann(&upd, annotations::NODE_POOL_HASH), "456", "a drifted claim keeps its hash: it stays drifted");
+    assert_eq!(ann(&upd, annotations::NODE_POOL_HASH_VERSION), NODE_POOL_HASH_VERSION);
+    let cur = f.claims().get("current-drifted").await.unwrap();
+    assert_eq!(ann(&cur, annotations::NODE_POOL_HASH), "789", "same version: real drift, untouched");
+
+    // A template change moves the pool's hash; claims of the current version are not touched.
+    f.pools()
+        .patch(
+            "default",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"template": {"metadata": {"labels": {"team": "b"}}}}})),
+        )
+        .await
+        .unwrap();
+    let rv = f.claims().get("upstream").await.unwrap().resource_version();
+    hc.reconcile("default").await.unwrap();
+    let p = f.get_pool("default").await;
+    let new_hash = p.annotations().get(annotations::NODE_POOL_HASH).cloned().unwrap();
+    assert_ne!(new_hash, hash);
+    assert_eq!(new_hash, node_pool_hash(&p));
+    assert_eq!(f.claims().get("upstream").await.unwrap().resource_version(), rv);
+    assert_eq!(
+        karpenter_api::hash::node_pool_static_drift(&p, &f.claims().get("upstream").await.unwrap()),
+        karpenter_api::hash::StaticDrift::Drifted
+    );
+    // Requirements are not hashed.
+    f.pools()
+        .patch(
+            "default",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"template": {"spec": {"requirements": [
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}]}}}})),
+        )
+        .await
+        .unwrap();
+    let rv = f.get_pool("default").await.resource_version();
+    hc.reconcile("default").await.unwrap();
+    assert_eq!(f.get_pool("default").await.resource_version(), rv);
+}
+
+async fn names(f: &Fx, pool: &str) -> Vec<String> {
+    let selector = format!("{}={pool}", labels::NODE_POOL);
+    let mut v: Vec<String> = f
+        .claims()
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .map(|c| c.name_any())
+        .collect();
+    v.sort();
+    v
+}
+
+#[tokio::test]
+async fn static_pools_scale_to_replicas_within_limits() {
+    let f = fx();
+    let provisioning = |enabled| {
+        StaticProvisioning::new(f.client.clone(), f.state.clone(), f.cloud.labels().clone(), f.metrics.clone(), enabled)
+    };
+    f.ready_pool(NodePoolOptions {
+        name: Some("fixed".into()),
+        replicas: Some(3),
+        limits: [("nodes", "2")].into(),
+        labels: [("team".to_owned(), "a".to_owned())].into(),
+        ..Default::default()
+    })
+    .await;
+    // Gate off: nothing.
+    assert_eq!(provisioning(false).scale_up("fixed").await.unwrap(), static_capacity::ScaleUp::Skipped);
+    assert!(names(&f, "fixed").await.is_empty());
+
+    // Gate on: limits.nodes = 2 stops it at 2 of 3, and it keeps saying so.
+    let p = provisioning(true);
+    match p.scale_up("fixed").await.unwrap() {
+        static_capacity::ScaleUp::Created(c) => assert_eq!(c.len(), 2),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(p.reconcile("fixed").await.unwrap(), Some(static_capacity::LIMIT_RETRY));
+    let created = names(&f, "fixed").await;
+    assert_eq!(created.len(), 2);
+    let c = f.claims().get(&created[0]).await.unwrap();
+    assert_eq!(c.labels().get("team").map(String::as_str), Some("a"));
+    assert!(c.annotations().contains_key(annotations::NODE_POOL_HASH));
+    assert!(c.spec.resources.is_none(), "no pods, no requests");
+    assert!(!c.spec.requirements.iter().any(|r| r.key == labels::INSTANCE_TYPE), "the provider picks the type");
+
+    // Raising the limit lets it finish; then it is satisfied.
+    f.pools()
+        .patch("fixed", &PatchParams::default(), &Patch::Merge(json!({"spec": {"limits": {"nodes": "5"}}})))
+        .await
+        .unwrap();
+    assert_eq!(p.reconcile("fixed").await.unwrap(), Some(static_capacity::RESYNC));
+    assert_eq!(names(&f, "fixed").await.len(), 3);
+    assert_eq!(p.scale_up("fixed").await.unwrap(), static_capacity::ScaleUp::Satisfied);
+
+    // A dynamic pool and a not-ready static pool are not touched.
+    f.ready_pool(NodePoolOptions { name: Some("dynamic".into()), ..Default::default() }).await;
+    f.ready_pool(NodePoolOptions {
+        name: Some("unready".into()),
+        replicas: Some(2),
+        ready: Some(false),
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(p.scale_up("dynamic").await.unwrap(), static_capacity::ScaleUp::Skipped);
+    assert_eq!(p.scale_up("unready").await.unwrap(), static_capacity::ScaleUp::Skipped);
+    assert!(names(&f, "unready").await.is_empty());
+}
+
+#[tokio::test]
+async fn static_pools_scale_down_through_the_scale_subresource() {
+    let f = fx();
+    f.ready_pool(NodePoolOptions { name: Some("fixed".into()), replicas: Some(4), ..Default::default() }).await;
+    // Four claims: one never launched, one empty, one busy, one busier.
+    f.claim(NodeClaimOptions {
+        name: Some("fixed-unlaunched".into()),
+        node_pool: Some("fixed".into()),
+        ..Default::default()
+    })
+    .await;
+    for name in ["fixed-empty", "fixed-busy", "fixed-busier"] {
+        f.claim(NodeClaimOptions {
+            name: Some(name.into()),
+            node_pool: Some("fixed".into()),
+            provider_id: Some(format!("kwok://{name}")),
+            node_name: Some(name.into()),
+            launched: true,
+            registered: true,
+            initialized: true,
+            ..Default::default()
+        })
+        .await;
+    }
+    f.state.apply(pod(PodOptions {
+        name: Some("ds".into()),
+        node_name: Some("fixed-empty".into()),
+        owner: Some(("DaemonSet".into(), "ds".into())),
+        ..Default::default()
+    }));
+    f.state.apply(pod(PodOptions {
+        name: Some("a".into()),
+        node_name: Some("fixed-busy".into()),
+        ..Default::default()
+    }));
+    for n in ["b", "c"] {
+        f.state.apply(pod(PodOptions {
+            name: Some(n.into()),
+            node_name: Some("fixed-busier".into()),
+            ..Default::default()
+        }));
+    }
+    let down = StaticDeprovisioning::new(f.client.clone(), f.state.clone(), true);
+    assert!(down.scale_down("fixed").await.unwrap().is_empty(), "at replicas");
+
+    // kubectl scale nodepool fixed --replicas=1
+    f.pools()
+        .patch_scale("fixed", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 1}})))
+        .await
+        .unwrap();
+    assert_eq!(f.get_pool("fixed").await.spec.replicas, Some(1));
+    let deleted = down.scale_down("fixed").await.unwrap();
+    assert_eq!(deleted, ["fixed-unlaunched", "fixed-empty", "fixed-busy"]);
+    assert_eq!(names(&f, "fixed").await, ["fixed-busier"]);
+    assert_eq!(down.reconcile("fixed").await.unwrap(), Some(static_capacity::RESYNC));
+    assert!(
+        StaticDeprovisioning::new(f.client.clone(), f.state.clone(), false)
+            .scale_down("fixed")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn registration_health_tracks_outcomes_and_resets_on_generation_changes() {
+    let tracker = RegistrationTracker::new();
+    assert_eq!(tracker.verdict("p"), None);
+    tracker.record("p", registration_health::Outcome::Failure("LaunchFailed".into()));
+    assert_eq!(tracker.verdict("p"), Some((ConditionStatus::False, "LaunchFailed".into())));
+    tracker.record("p", registration_health::Outcome::Success);
+    assert_eq!(tracker.verdict("p").unwrap().0, ConditionStatus::False, "half failed");
+    tracker.record("p", registration_health::Outcome::Success);
+    assert_eq!(tracker.verdict("p").unwrap().0, ConditionStatus::True);
+    for _ in 0..2 {
+        tracker.record("p", registration_health::Outcome::Failure(String::new()));
+    }
+    assert_eq!(
+        tracker.verdict("p"),
+        Some((ConditionStatus::False, registration_health::REGISTRATION_FAILED.into())),
+        "the last four: S S F F"
+    );
+
+    let f = fx();
+    f.classes().create(&PostParams::default(), &kwok_node_class(KWOKNodeClassOptions::default())).await.unwrap();
+    f.pool(NodePoolOptions { name: Some("default".into()), ..Default::default() }).await;
+    let tracker = Arc::new(RegistrationTracker::new());
+    let health = RegistrationHealth::new(
+        f.client.clone(),
+        tracker.clone(),
+        NodeClassResolver::default(),
+        Arc::new(f.clock.clone()),
+    );
+    tracker.record("default", registration_health::Outcome::Failure("x".into()));
+    health.reconcile("default").await.unwrap();
+    let p = f.get_pool("default").await;
+    let c = cond_of(&p, cond::NODE_REGISTRATION_HEALTHY).unwrap();
+    assert_eq!((c.status, c.reason.as_str()), (ConditionStatus::Unknown, registration_health::AWAITING_RECONCILIATION));
+    assert_eq!(p.status.as_ref().unwrap().node_class_observed_generation, Some(1));
+    assert_eq!(tracker.verdict("default"), None, "the first observation resets the buffer");
+
+    tracker.record("default", registration_health::Outcome::Failure("InsufficientCapacity".into()));
+    health.reconcile("default").await.unwrap();
+    assert_eq!(
+        status_reason(&f.get_pool("default").await, cond::NODE_REGISTRATION_HEALTHY),
+        Some((ConditionStatus::False, "InsufficientCapacity".into()))
+    );
+    for _ in 0..3 {
+        tracker.record("default", registration_health::Outcome::Success);
+    }
+    health.reconcile("default").await.unwrap();
+    assert_eq!(
+        status_reason(&f.get_pool("default").await, cond::NODE_REGISTRATION_HEALTHY).unwrap().0,
+        ConditionStatus::True
+    );
+    assert!(!f.get_pool("default").await.conditions().iter().any(|c| c.type_ == cond::READY), "not a Ready dependent");
+
+    // A spec change (new generation) resets the verdict.
+    f.pools()
+        .patch(
+            "default",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"template": {"metadata": {"labels": {"v": "2"}}}}})),
+        )
+        .await
+        .unwrap();
+    health.reconcile("default").await.unwrap();
+    let p = f.get_pool("default").await;
+    assert_eq!(status_reason(&p, cond::NODE_REGISTRATION_HEALTHY).unwrap().0, ConditionStatus::Unknown);
+    assert_eq!(cond_of(&p, cond::NODE_REGISTRATION_HEALTHY).unwrap().observed_generation, Some(2));
+    assert_eq!(tracker.verdict("default"), None);
+}
+
+#[tokio::test]
+async fn run_loops_make_a_new_pool_ready_and_count_it() {
+    let f = fx();
+    let shutdown = CancellationToken::new();
+    let clock: Arc<dyn karpenter_cloudprovider::Clock> = Arc::new(f.clock.clone());
+    let tasks = vec![
+        tokio::spawn(Arc::new(KwokNodeClassStatus::new(f.client.clone(), clock.clone())).run(shutdown.clone())),
+        tokio::spawn(Arc::new(f.readiness()).run(shutdown.clone())),
+        tokio::spawn(Arc::new(f.validation()).run(shutdown.clone())),
+        tokio::spawn(Arc::new(HashController::new(f.client.clone())).run(shutdown.clone())),
+        tokio::spawn(
+            Arc::new(Counter::new(f.client.clone(), f.state.clone(), f.metrics.clone())).run(shutdown.clone()),
+        ),
+    ];
+    f.pool(NodePoolOptions { name: Some("default".into()), ..Default::default() }).await;
+    // The class arrives after the pool: its watch wakes the pool up.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    f.classes().create(&PostParams::default(), &kwok_node_class(KWOKNodeClassOptions::default())).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let p = f.get_pool("default").await;
+        let done = p.is_ready()
+            && p.annotations().contains_key(annotations::NODE_POOL_HASH)
+            && p.status.as_ref().is_some_and(|s| s.nodes == Some(0));
+        if done {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "pool never got ready: {:?}", p.status);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    shutdown.cancel();
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
