@@ -27,3 +27,8 @@ pub mod status;
 pub mod mock;
 
 pub use status::{NodeClassResolver, Reconciled, ResolverApis, ResolverSettings};
+
+#[cfg(test)]
+mod controller_tests;
+#[cfg(test)]
+mod tests;

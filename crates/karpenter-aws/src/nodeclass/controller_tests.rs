@@ -1,0 +1,274 @@
+//! The kube-backed controllers against karpenter-testing's in-process API server and the in-memory AWS.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Event as CoreEvent;
+use karpenter_api::condition::{ConditionStatus, Conditions};
+use karpenter_api::ec2nodeclass::conditions;
+use karpenter_api::hash::EC2_NODE_CLASS_HASH_VERSION;
+use karpenter_api::labels::{annotations, aws as aws_labels, finalizers};
+use karpenter_api::{EC2NodeClass, NodeClaim};
+use karpenter_cloudprovider::Clock;
+use karpenter_testing::apiserver::{ApiServer, create_with_status};
+use karpenter_testing::{
+    EC2NodeClassOptions, FakeClock, NodeClaimOptions, default_node_class_ref, ec2_node_class, node_claim,
+};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::{Client, ResourceExt};
+use tokio_util::sync::CancellationToken;
+
+use super::controller::*;
+use super::mock::MockAws;
+use super::status::NodeClassResolver;
+use super::tests::{apis, clock, reservation, settings, world};
+use crate::api_error::AwsApiError;
+
+struct Env {
+    _server: ApiServer,
+    client: Client,
+    clock: FakeClock,
+    aws: Arc<MockAws>,
+    controller: Arc<NodeClassController>,
+    cleaned: Arc<Mutex<Vec<String>>>,
+}
+
+#[derive(Debug)]
+struct RecordingCleanup(Arc<Mutex<Vec<String>>>);
+
+#[async_trait::async_trait]
+impl LaunchTemplateCleanup for RecordingCleanup {
+    async fn delete_launch_templates(&self, node_class: &EC2NodeClass) -> Result<(), AwsApiError> {
+        self.0.lock().unwrap().push(node_class.name_any());
+        Ok(())
+    }
+}
+
+fn env() -> Env {
+    let clock = clock();
+    let server = ApiServer::builder().clock(Arc::new(clock.clone())).build();
+    let client = server.client();
+    let aws = world();
+    let resolver = Arc::new(NodeClassResolver::new(apis(&aws), settings(), Arc::new(clock.clone())));
+    let cleaned = Arc::new(Mutex::new(Vec::new()));
+    let controller = Arc::new(
+        NodeClassController::new(
+            client.clone(),
+            resolver,
+            Arc::new(StaticKubernetesVersion("1.31".into())),
+            Arc::new(clock.clone()),
+            Some("CA".into()),
+        )
+        .with_launch_template_cleanup(Arc::new(RecordingCleanup(cleaned.clone()))),
+    );
+    Env { _server: server, client, clock, aws, controller, cleaned }
+}
+
+impl Env {
+    fn classes(&self) -> Api<EC2NodeClass> {
+        Api::all(self.client.clone())
+    }
+    fn claims(&self) -> Api<NodeClaim> {
+        Api::all(self.client.clone())
+    }
+    async fn create_class(&self) -> EC2NodeClass {
+        let c = ec2_node_class(EC2NodeClassOptions { role: Some("KarpenterNodeRole".into()), ..Default::default() });
+        let mut c = c;
+        c.metadata.uid = None;
+        self.classes().create(&PostParams::default(), &c).await.unwrap()
+    }
+    async fn create_claim(&self, name: &str, annotations: &[(&str, &str)]) -> NodeClaim {
+        let claim = node_claim(NodeClaimOptions {
+            name: Some(name.into()),
+            node_class_ref: Some(default_node_class_ref()),
+            annotations: annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            ..Default::default()
+        });
+        self.claims().create(&PostParams::default(), &claim).await.unwrap()
+    }
+}
+
+#[tokio::test]
+async fn status_finalizer_and_hash_annotations_are_written() {
+    let env = env();
+    env.create_class().await;
+    let requeue = env.controller.reconcile("default").await.unwrap();
+    assert_eq!(requeue, Some(Duration::from_secs(60)));
+    let c = env.classes().get("default").await.unwrap();
+    assert!(c.finalizers().iter().any(|f| f == finalizers::AWS_TERMINATION));
+    let a = c.annotations();
+    assert_eq!(a.get(annotations::EC2_NODE_CLASS_HASH_VERSION).map(String::as_str), Some(EC2_NODE_CLASS_HASH_VERSION));
+    assert_eq!(
+        a.get(annotations::EC2_NODE_CLASS_HASH),
+        Some(&karpenter_api::hash::ec2_node_class_hash(&c, Some("CA")))
+    );
+    let status = c.status.clone().unwrap();
+    assert_eq!(status.subnets.len(), 3);
+    assert_eq!(status.amis.len(), 5);
+    assert!(c.is_ready());
+    assert_eq!(status.condition(conditions::READY).unwrap().observed_generation, Some(1));
+    // Nothing changed: no write.
+    let rv = c.metadata.resource_version.clone();
+    env.clock.step_secs(61);
+    env.controller.reconcile("default").await.unwrap();
+    assert_eq!(env.classes().get("default").await.unwrap().metadata.resource_version, rv);
+    // A missing node class is nothing to do.
+    assert_eq!(env.controller.reconcile("nope").await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn claims_with_another_hash_version_are_rewritten() {
+    let env = env();
+    env.create_class().await;
+    env.create_claim(
+        "old",
+        &[(annotations::EC2_NODE_CLASS_HASH, "123"), (annotations::EC2_NODE_CLASS_HASH_VERSION, "v5")],
+    )
+    .await;
+    env.create_claim(
+        "current",
+        &[
+            (annotations::EC2_NODE_CLASS_HASH, "999"),
+            (annotations::EC2_NODE_CLASS_HASH_VERSION, EC2_NODE_CLASS_HASH_VERSION),
+        ],
+    )
+    .await;
+    env.controller.reconcile("default").await.unwrap();
+    let c = env.classes().get("default").await.unwrap();
+    let hash = c.annotations()[annotations::EC2_NODE_CLASS_HASH].clone();
+    let old = env.claims().get("old").await.unwrap();
+    assert_eq!(old.annotations()[annotations::EC2_NODE_CLASS_HASH], hash);
+    assert_eq!(old.annotations()[annotations::EC2_NODE_CLASS_HASH_VERSION], EC2_NODE_CLASS_HASH_VERSION);
+    // Same version, different hash: that is drift, left alone.
+    let current = env.claims().get("current").await.unwrap();
+    assert_eq!(current.annotations()[annotations::EC2_NODE_CLASS_HASH], "999");
+    assert!(crate::drift::static_drift(&c, &current).is_some());
+    assert!(crate::drift::static_drift(&c, &old).is_none());
+}
+
+#[tokio::test]
+async fn deletion_waits_for_node_claims_then_cleans_up() {
+    let env = env();
+    env.create_class().await;
+    env.controller.reconcile("default").await.unwrap();
+    let profile = env.classes().get("default").await.unwrap().status.unwrap().instance_profile.unwrap();
+    assert!(env.aws.with(|w| w.instance_profiles.contains_key(&profile)));
+    env.create_claim("default-a", &[]).await;
+    env.classes().delete("default", &DeleteParams::default()).await.unwrap();
+    assert_eq!(env.controller.reconcile("default").await.unwrap(), Some(Duration::from_secs(30)));
+    assert!(env.classes().get_opt("default").await.unwrap().is_some(), "held by the finalizer");
+    let events: Api<CoreEvent> = Api::namespaced(env.client.clone(), "default");
+    let waiting = |list: Vec<CoreEvent>| {
+        list.into_iter().filter(|e| e.reason.as_deref() == Some(WAITING_ON_NODE_CLAIM_TERMINATION)).collect::<Vec<_>>()
+    };
+    let seen = waiting(events.list(&ListParams::default()).await.unwrap().items);
+    assert_eq!(seen.len(), 1);
+    assert!(seen[0].message.as_deref().unwrap().contains("default-a"));
+    // Not re-published within 10 minutes, again after.
+    env.controller.reconcile("default").await.unwrap();
+    assert_eq!(waiting(events.list(&ListParams::default()).await.unwrap().items).len(), 1);
+    env.clock.step_secs(600);
+    env.controller.reconcile("default").await.unwrap();
+    assert_eq!(waiting(events.list(&ListParams::default()).await.unwrap().items).len(), 2);
+    assert!(env.aws.with(|w| w.instance_profiles.contains_key(&profile)), "nothing deleted while claims remain");
+    assert!(env.cleaned.lock().unwrap().is_empty());
+    env.claims().delete("default-a", &DeleteParams::default()).await.unwrap();
+    assert_eq!(env.controller.reconcile("default").await.unwrap(), None);
+    assert!(env.classes().get_opt("default").await.unwrap().is_none(), "finalizer removed");
+    assert!(env.aws.with(|w| w.instance_profiles.is_empty()), "managed profile deleted");
+    assert_eq!(*env.cleaned.lock().unwrap(), ["default"]);
+}
+
+#[tokio::test]
+async fn aws_failure_during_cleanup_keeps_the_finalizer() {
+    let env = env();
+    env.create_class().await;
+    env.controller.reconcile("default").await.unwrap();
+    env.classes().delete("default", &DeleteParams::default()).await.unwrap();
+    env.aws.fail_next("ListInstanceProfiles", AwsApiError::new("ListInstanceProfiles", "ServiceUnavailable", "down"));
+    assert!(env.controller.reconcile("default").await.is_err());
+    assert!(env.classes().get_opt("default").await.unwrap().is_some());
+    env.controller.reconcile("default").await.unwrap();
+    assert!(env.classes().get_opt("default").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn run_loop_makes_a_new_class_ready_and_stops_on_shutdown() {
+    let env = env();
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(env.controller.clone().run(shutdown.clone()));
+    env.create_class().await;
+    let mut ready = false;
+    for _ in 0..200 {
+        if env.classes().get("default").await.unwrap().is_ready() {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(ready, "the run loop resolved the node class");
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(10), task).await.expect("stops on shutdown").unwrap();
+}
+
+#[tokio::test]
+async fn instance_profile_gc_and_capacity_block_expiration() {
+    let env = env();
+    env.create_class().await;
+    env.controller.reconcile("default").await.unwrap();
+    let profile = env.classes().get("default").await.unwrap().status.unwrap().instance_profile.unwrap();
+    // An orphan under the cluster's path, old enough not to be protected.
+    env.aws.with(|w| {
+        w.instance_profiles.insert(
+            "test-cluster_orphan".into(),
+            super::api::InstanceProfileDescription {
+                name: "test-cluster_orphan".into(),
+                path: "/karpenter/us-west-2/test-cluster/gone-uid/".into(),
+                roles: vec!["R".into()],
+                ..Default::default()
+            },
+        )
+    });
+    let gc =
+        InstanceProfileGarbageCollector::new(env.client.clone(), env.controller.resolver().instance_profiles.clone());
+    env.clock.step_secs(3600);
+    assert_eq!(gc.run_once().await.unwrap(), vec!["test-cluster_orphan".to_string()]);
+    assert!(env.aws.with(|w| w.instance_profiles.contains_key(&profile)), "referenced profile kept");
+
+    // Capacity blocks: claims on an expiring reservation are deleted.
+    let now = env.clock.now();
+    env.aws.with(|w| {
+        w.capacity_reservations = vec![
+            reservation("cr-block", Some("capacity-block"), Some(now + chrono::Duration::minutes(10))),
+            reservation("cr-odcr", None, None),
+        ]
+    });
+    let mut c = env.classes().get("default").await.unwrap();
+    c.spec.capacity_reservation_selector_terms = vec![
+        karpenter_api::ec2nodeclass::CapacityReservationSelectorTerm {
+            id: Some("cr-block".into()),
+            ..Default::default()
+        },
+        karpenter_api::ec2nodeclass::CapacityReservationSelectorTerm {
+            id: Some("cr-odcr".into()),
+            ..Default::default()
+        },
+    ];
+    env.classes().replace("default", &PostParams::default(), &c).await.unwrap();
+    env.controller.reconcile("default").await.unwrap();
+    let status = env.classes().get("default").await.unwrap().status.unwrap();
+    assert_eq!(status.capacity_reservations.len(), 2);
+    for (name, cr) in [("on-block", "cr-block"), ("on-odcr", "cr-odcr")] {
+        let claim = node_claim(NodeClaimOptions {
+            name: Some(name.into()),
+            node_class_ref: Some(default_node_class_ref()),
+            labels: [(aws_labels::CAPACITY_RESERVATION_ID.to_string(), cr.to_string())].into(),
+            ..Default::default()
+        });
+        create_with_status(&env.claims(), &claim).await.unwrap();
+    }
+    let expiration = CapacityBlockExpiration::new(env.client.clone());
+    assert_eq!(expiration.run_once().await.unwrap(), vec!["on-block".to_string()]);
+    assert!(env.claims().get_opt("on-odcr").await.unwrap().is_some());
+    assert_eq!(status.condition(conditions::CAPACITY_RESERVATIONS_READY).unwrap().status, ConditionStatus::True);
+}
