@@ -27,6 +27,7 @@ pub mod discovery;
 pub mod drift;
 pub mod ec2;
 pub mod instancetype;
+pub mod instancetypes;
 pub mod interruption;
 pub mod launch;
 pub mod moto;

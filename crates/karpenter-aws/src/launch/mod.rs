@@ -6,4 +6,10 @@
 //! requests and answers are this crate's own structs and whose error is [`crate::api_error::AwsApiError`]; the
 //! `sdk` feature implements them with aws-sdk-ec2, and [`mock`] (tests and feature `test-util`) in memory.
 
+pub mod batcher;
+pub mod fleet;
+pub mod ice;
+#[cfg(any(test, feature = "test-util"))]
+pub mod mock;
+pub mod template;
 pub mod userdata;

@@ -1,0 +1,357 @@
+//! The instance-type provider (cloudprovider-aws.md §11): EC2's catalogue (DescribeInstanceTypes and
+//! DescribeInstanceTypeOfferings through the narrow [`InstanceTypeApi`]) fetched at start and every
+//! [`REFRESH_INTERVAL`], converted per EC2NodeClass with [`crate::instancetype`] (kubelet settings, block devices,
+//! the zones and zone ids of its resolved subnets), priced from [`SharedPrices`] (which the pricing controller
+//! refreshes), with reserved offerings for the capacity reservations in the class's status, and offerings EC2
+//! recently refused marked unavailable ([`UnavailableOfferings`]). Converted lists are cached per (node class
+//! generation and status, prices version, catalogue fetch, unavailable-offerings version).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use karpenter_api::EC2NodeClass;
+use karpenter_api::ec2nodeclass::{CapacityReservationState, CapacityReservationType};
+use karpenter_api::labels::aws as aws_labels;
+use karpenter_cloudprovider::Clock;
+use karpenter_requirements::labels::{CAPACITY_TYPE, CAPACITY_TYPE_RESERVED, ZONE};
+use karpenter_requirements::{InstanceType, Offering, Requirement, Requirements};
+
+use crate::api_error::AwsApiError;
+use crate::ec2::{InstanceTypeInfo, InstanceTypeOffering};
+use crate::instancetype::{InstanceTypeContext, InstanceTypeError, NodeClassSettings, Settings};
+use crate::launch::ice::UnavailableOfferings;
+use crate::pricing::{PriceSource, estimate};
+
+/// How often the catalogue is fetched again.
+pub const REFRESH_INTERVAL: Duration = Duration::from_secs(12 * 3600);
+/// A reserved offering's price: the on-demand price divided by this (nearly free, still ordered).
+pub const RESERVED_PRICE_DIVISOR: f64 = 10_000_000.0;
+
+/// The EC2 calls of the catalogue. Implementations fetch every page: instance types filtered to HVM on x86_64 or
+/// arm64, offerings with location type `availability-zone`.
+#[async_trait]
+pub trait InstanceTypeApi: Send + Sync + fmt::Debug {
+    /// `DescribeInstanceTypes`, all pages.
+    async fn describe_instance_types(&self) -> Result<Vec<InstanceTypeInfo>, AwsApiError>;
+    /// `DescribeInstanceTypeOfferings` by availability zone, all pages.
+    async fn describe_instance_type_offerings(&self) -> Result<Vec<InstanceTypeOffering>, AwsApiError>;
+}
+
+/// The current prices, shared between the pricing controller (writer) and the instance-type provider (reader).
+#[derive(Clone, Debug, Default)]
+pub struct SharedPrices {
+    inner: Arc<RwLock<(PriceSource, u64)>>,
+}
+
+impl SharedPrices {
+    /// Prices starting at `source`.
+    pub fn new(source: PriceSource) -> Self {
+        Self { inner: Arc::new(RwLock::new((source, 0))) }
+    }
+
+    /// Replaces the prices (bumps the version).
+    pub fn set(&self, source: PriceSource) {
+        let mut g = self.inner.write().unwrap_or_else(PoisonError::into_inner);
+        g.0 = source;
+        g.1 += 1;
+    }
+
+    /// The current prices.
+    pub fn get(&self) -> PriceSource {
+        self.inner.read().unwrap_or_else(PoisonError::into_inner).0.clone()
+    }
+
+    /// Changes with every [`set`](Self::set).
+    pub fn version(&self) -> u64 {
+        self.inner.read().unwrap_or_else(PoisonError::into_inner).1
+    }
+}
+
+/// Why instance types could not be listed.
+#[derive(Debug, thiserror::Error)]
+pub enum InstanceTypeProviderError {
+    /// The catalogue could not be fetched.
+    #[error("fetching the instance-type catalogue: {0}")]
+    Api(#[from] AwsApiError),
+    /// The node class's settings cannot be used.
+    #[error("node class settings: {0}")]
+    NodeClass(#[from] InstanceTypeError),
+}
+
+/// Options of the provider.
+#[derive(Clone, Debug)]
+pub struct InstanceTypeProviderOptions {
+    /// The region.
+    pub region: String,
+    /// Operator settings (`VM_MEMORY_OVERHEAD_PERCENT`, `RESERVED_ENIS`).
+    pub settings: Settings,
+    /// Catalogue refresh interval ([`REFRESH_INTERVAL`]).
+    pub refresh_interval: Duration,
+    /// Branch interfaces per instance type (security groups for pods), when known.
+    pub branch_interfaces: BTreeMap<String, i64>,
+}
+
+impl InstanceTypeProviderOptions {
+    /// Defaults for `region`.
+    pub fn new(region: &str) -> Self {
+        Self {
+            region: region.into(),
+            settings: Settings::default(),
+            refresh_interval: REFRESH_INTERVAL,
+            branch_interfaces: BTreeMap::new(),
+        }
+    }
+}
+
+/// The fetched catalogue.
+#[derive(Clone, Debug)]
+pub struct Catalogue {
+    /// Instance types.
+    pub infos: Vec<InstanceTypeInfo>,
+    /// Instance type → zones.
+    pub zones: BTreeMap<String, BTreeSet<String>>,
+    /// When it was fetched.
+    pub fetched_at: DateTime<Utc>,
+    /// Increases with every fetch.
+    pub generation: u64,
+}
+
+type CacheKey = (String, u64, u64, u64);
+
+/// See the module docs. Clones share the catalogue and caches.
+#[derive(Clone)]
+pub struct InstanceTypeProvider {
+    api: Arc<dyn InstanceTypeApi>,
+    clock: Arc<dyn Clock>,
+    prices: SharedPrices,
+    unavailable: UnavailableOfferings,
+    options: InstanceTypeProviderOptions,
+    catalogue: Arc<Mutex<Option<Arc<Catalogue>>>>,
+    fetch: Arc<tokio::sync::Mutex<()>>,
+    cache: Arc<Mutex<BTreeMap<String, (CacheKey, Arc<[InstanceType]>)>>>,
+}
+
+impl fmt::Debug for InstanceTypeProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InstanceTypeProvider").field("region", &self.options.region).finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl InstanceTypeProvider {
+    /// A provider; nothing is fetched until first use or [`refresh`](Self::refresh).
+    pub fn new(
+        api: Arc<dyn InstanceTypeApi>,
+        clock: Arc<dyn Clock>,
+        prices: SharedPrices,
+        unavailable: UnavailableOfferings,
+        options: InstanceTypeProviderOptions,
+    ) -> Self {
+        Self {
+            api,
+            clock,
+            prices,
+            unavailable,
+            options,
+            catalogue: Arc::default(),
+            fetch: Arc::default(),
+            cache: Arc::default(),
+        }
+    }
+
+    /// The shared prices.
+    pub fn prices(&self) -> &SharedPrices {
+        &self.prices
+    }
+
+    /// The shared unavailable-offerings cache.
+    pub fn unavailable(&self) -> &UnavailableOfferings {
+        &self.unavailable
+    }
+
+    /// Fetches the catalogue now; returns the number of instance types.
+    pub async fn refresh(&self) -> Result<usize, AwsApiError> {
+        let _guard = self.fetch.lock().await;
+        self.fetch_locked().await.map(|c| c.infos.len())
+    }
+
+    async fn fetch_locked(&self) -> Result<Arc<Catalogue>, AwsApiError> {
+        let infos = self.api.describe_instance_types().await?;
+        let offerings = self.api.describe_instance_type_offerings().await?;
+        let mut zones: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for o in offerings {
+            if o.location_type.as_deref().is_none_or(|t| t == "availability-zone") {
+                zones.entry(o.instance_type).or_default().insert(o.location);
+            }
+        }
+        let mut slot = lock(&self.catalogue);
+        let generation = slot.as_ref().map_or(1, |c| c.generation + 1);
+        let catalogue = Arc::new(Catalogue { infos, zones, fetched_at: self.clock.now(), generation });
+        *slot = Some(catalogue.clone());
+        tracing::debug!(instance_types = catalogue.infos.len(), "instance-type catalogue fetched");
+        Ok(catalogue)
+    }
+
+    /// The catalogue, fetched when missing or older than the refresh interval (a failed refresh keeps the old
+    /// one).
+    pub async fn catalogue(&self) -> Result<Arc<Catalogue>, AwsApiError> {
+        let interval = chrono::Duration::from_std(self.options.refresh_interval).unwrap_or(chrono::Duration::MAX);
+        let current = lock(&self.catalogue).clone();
+        if let Some(c) = &current
+            && self.clock.now() - c.fetched_at < interval
+        {
+            return Ok(c.clone());
+        }
+        let _guard = self.fetch.lock().await;
+        if let Some(c) = lock(&self.catalogue).clone()
+            && self.clock.now() - c.fetched_at < interval
+        {
+            return Ok(c);
+        }
+        match self.fetch_locked().await {
+            Ok(c) => Ok(c),
+            Err(e) => match current {
+                Some(old) => {
+                    tracing::warn!(error = %e, "refreshing the instance-type catalogue failed; keeping the old one");
+                    Ok(old)
+                }
+                None => Err(e),
+            },
+        }
+    }
+
+    /// Every instance type for `node_class`, with all offerings (unavailable ones marked).
+    pub async fn list(&self, node_class: &EC2NodeClass) -> Result<Arc<[InstanceType]>, InstanceTypeProviderError> {
+        let catalogue = self.catalogue().await?;
+        let name = node_class.metadata.name.clone().unwrap_or_default();
+        let identity = serde_json::to_string(&(
+            &node_class.metadata.uid,
+            node_class.metadata.generation,
+            &node_class.spec,
+            node_class.status.as_ref().map(|s| (&s.subnets, &s.capacity_reservations)),
+        ))
+        .unwrap_or_default();
+        let key: CacheKey = (identity, self.prices.version(), catalogue.generation, self.unavailable.version());
+        if let Some((k, its)) = lock(&self.cache).get(&name)
+            && *k == key
+        {
+            return Ok(its.clone());
+        }
+        let mut its = self.convert(&catalogue, node_class)?;
+        self.unavailable.apply(&mut its);
+        let its: Arc<[InstanceType]> = its.into();
+        lock(&self.cache).insert(name, (key, its.clone()));
+        Ok(its)
+    }
+
+    fn convert(
+        &self,
+        catalogue: &Catalogue,
+        node_class: &EC2NodeClass,
+    ) -> Result<Vec<InstanceType>, InstanceTypeProviderError> {
+        let status = node_class.status.clone().unwrap_or_default();
+        let subnet_zones: BTreeSet<String> = status.subnets.iter().map(|s| s.zone.clone()).collect();
+        let zone_ids: BTreeMap<String, String> =
+            status.subnets.iter().filter_map(|s| Some((s.zone.clone(), s.zone_id.clone()?))).collect();
+        let prices = self.prices.get();
+        let context = InstanceTypeContext {
+            region: self.options.region.clone(),
+            node_class: NodeClassSettings::from_spec(&node_class.spec)?,
+            settings: self.options.settings.clone(),
+            zones: catalogue.zones.clone(),
+            zone_ids: zone_ids.clone(),
+            subnet_zones: (!subnet_zones.is_empty()).then_some(subnet_zones),
+            prices: prices.clone(),
+            unavailable: BTreeSet::new(),
+            branch_interfaces: self.options.branch_interfaces.clone(),
+        };
+        let mut its = context.instance_types(&catalogue.infos);
+        if !status.capacity_reservations.is_empty() {
+            let infos: BTreeMap<&str, &InstanceTypeInfo> =
+                catalogue.infos.iter().map(|i| (i.instance_type.as_str(), i)).collect();
+            for it in &mut its {
+                let Some(info) = infos.get(it.name.as_str()) else { continue };
+                add_reserved_offerings(it, info, node_class, &context, &zone_ids);
+            }
+        }
+        Ok(its)
+    }
+}
+
+/// Adds one reserved offering per capacity reservation of the node class for this instance type (upstream
+/// tracks the remaining count from DescribeCapacityReservations; the status does not carry it, so an active
+/// reservation counts as one instance until EC2 refuses it).
+fn add_reserved_offerings(
+    it: &mut InstanceType,
+    info: &InstanceTypeInfo,
+    node_class: &EC2NodeClass,
+    context: &InstanceTypeContext,
+    zone_ids: &BTreeMap<String, String>,
+) {
+    let Some(status) = node_class.status.as_ref() else { return };
+    let zones = context.zones_of(&it.name).into_iter().map(str::to_owned).collect::<BTreeSet<_>>();
+    let on_demand = match &context.prices {
+        PriceSource::Table(t) => t.on_demand(&it.name),
+        PriceSource::Estimate => Some(estimate(info)),
+    };
+    let compatible = crate::instancetype::compatible_with_node_class(info, &context.node_class);
+    let mut ids = Vec::new();
+    for r in status.capacity_reservations.iter().filter(|r| r.instance_type == it.name) {
+        let kind = match r.reservation_type {
+            CapacityReservationType::CapacityBlock => "capacity-block",
+            _ => "default",
+        };
+        let mut reqs: Requirements = [
+            Requirement::in_values(CAPACITY_TYPE, [CAPACITY_TYPE_RESERVED]),
+            Requirement::in_values(ZONE, [r.availability_zone.as_str()]),
+            Requirement::in_values(aws_labels::CAPACITY_RESERVATION_ID, [r.id.as_str()]),
+            Requirement::in_values(aws_labels::CAPACITY_RESERVATION_TYPE, [kind]),
+            Requirement::in_values(aws_labels::CAPACITY_RESERVATION_INTERRUPTIBLE, [r.interruptible.to_string()]),
+        ]
+        .into_iter()
+        .collect();
+        if let Some(id) = zone_ids.get(&r.availability_zone) {
+            reqs.add(Requirement::in_values(aws_labels::ZONE_ID, [id.as_str()]));
+        }
+        let mut o = Offering::new(reqs, on_demand.map_or(f64::INFINITY, |p| p / RESERVED_PRICE_DIVISOR));
+        o.available = compatible
+            && on_demand.is_some()
+            && zones.contains(&r.availability_zone)
+            && r.state == CapacityReservationState::Active;
+        o.reservation_capacity = i32::from(o.available);
+        it.offerings.push(o);
+        ids.push(r.id.clone());
+    }
+    if ids.is_empty() {
+        return;
+    }
+    // The type's requirements now admit the reservation labels and the reserved capacity type.
+    let widen = |reqs: &mut Requirements, key: &str, values: Vec<String>| {
+        let mut all: BTreeSet<String> = reqs.get(key).values().iter().map(|v| v.to_string()).collect();
+        all.extend(values);
+        reqs.remove(key);
+        reqs.add(Requirement::in_values(key, all));
+    };
+    let reqs = &mut it.requirements;
+    widen(reqs, CAPACITY_TYPE, vec![CAPACITY_TYPE_RESERVED.into()]);
+    let zones_of_offerings: Vec<String> = it.offerings.iter().filter_map(|o| o.zone().map(str::to_owned)).collect();
+    widen(reqs, ZONE, zones_of_offerings);
+    for key in [
+        aws_labels::CAPACITY_RESERVATION_ID,
+        aws_labels::CAPACITY_RESERVATION_TYPE,
+        aws_labels::CAPACITY_RESERVATION_INTERRUPTIBLE,
+    ] {
+        reqs.remove(key);
+    }
+    reqs.add(Requirement::in_values(aws_labels::CAPACITY_RESERVATION_ID, ids));
+}
+
+#[cfg(test)]
+mod tests;

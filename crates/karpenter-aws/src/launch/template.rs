@@ -1,0 +1,451 @@
+//! Launch templates (cloudprovider-aws.md §5): their contents built from an EC2NodeClass, a resolved AMI and
+//! user data; their deterministic name (`karpenter.k8s.aws/<hash of the contents and tags>`); the narrow
+//! [`LaunchTemplateApi`]; and [`LaunchTemplateProvider`], the cache that creates a template on first use,
+//! deletes it from EC2 when unused for [`LAUNCH_TEMPLATE_TTL`], hydrates from EC2 at start and deletes a node
+//! class's templates when the class goes.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use karpenter_api::ec2nodeclass::{
+    Ami, BlockDeviceMapping, EnabledDisabled, HttpTokens, InterfaceType, MetadataOptions, VolumeType,
+};
+use karpenter_api::hash::fnv1a64;
+use karpenter_api::{AmiFamily, EC2NodeClass};
+use karpenter_cloudprovider::Clock;
+use serde::Serialize;
+
+use crate::api_error::{AwsApiError, AwsErrorKind};
+use crate::launch::fleet::{CLUSTER_TAG, EKS_CLUSTER_NAME_TAG, NODE_CLASS_TAG, cluster_ownership_tag};
+
+/// Prefix of every launch template name Karpenter creates.
+pub const NAME_PREFIX: &str = "karpenter.k8s.aws/";
+/// How long an unused launch template stays cached (and in EC2).
+pub const LAUNCH_TEMPLATE_TTL: Duration = Duration::from_secs(60);
+
+/// An EBS block device of a launch template.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct LtBlockDevice {
+    /// `DeviceName`.
+    pub device_name: String,
+    /// `Ebs.VolumeSize` in GiB (rounded up).
+    pub volume_size_gib: Option<u64>,
+    /// `Ebs.VolumeType`.
+    pub volume_type: Option<String>,
+    /// `Ebs.Iops`.
+    pub iops: Option<i64>,
+    /// `Ebs.Throughput`.
+    pub throughput: Option<i64>,
+    /// `Ebs.Encrypted`.
+    pub encrypted: Option<bool>,
+    /// `Ebs.KmsKeyId`.
+    pub kms_key_id: Option<String>,
+    /// `Ebs.SnapshotId`.
+    pub snapshot_id: Option<String>,
+    /// `Ebs.DeleteOnTermination`.
+    pub delete_on_termination: Option<bool>,
+    /// `Ebs.VolumeInitializationRate`.
+    pub volume_initialization_rate: Option<i32>,
+}
+
+/// `MetadataOptions` of a launch template (`InstanceMetadataTags` is always `disabled`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LtMetadataOptions {
+    /// `HttpEndpoint`.
+    pub http_endpoint: String,
+    /// `HttpProtocolIpv6`.
+    pub http_protocol_ipv6: String,
+    /// `HttpPutResponseHopLimit`.
+    pub http_put_response_hop_limit: i64,
+    /// `HttpTokens`.
+    pub http_tokens: String,
+    /// `InstanceMetadataTags`.
+    pub instance_metadata_tags: String,
+}
+
+impl From<&MetadataOptions> for LtMetadataOptions {
+    fn from(m: &MetadataOptions) -> Self {
+        let ed = |v: EnabledDisabled| if v == EnabledDisabled::Enabled { "enabled" } else { "disabled" };
+        Self {
+            http_endpoint: ed(m.http_endpoint).into(),
+            http_protocol_ipv6: ed(m.http_protocol_ipv6).into(),
+            http_put_response_hop_limit: m.http_put_response_hop_limit,
+            http_tokens: if m.http_tokens == HttpTokens::Required { "required" } else { "optional" }.into(),
+            instance_metadata_tags: "disabled".into(),
+        }
+    }
+}
+
+/// A network interface of a launch template.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LtNetworkInterface {
+    /// `NetworkCardIndex`.
+    pub network_card_index: i32,
+    /// `DeviceIndex`.
+    pub device_index: i32,
+    /// `InterfaceType` (`efa-only`, or `None` for a plain interface).
+    pub interface_type: Option<String>,
+    /// `AssociatePublicIpAddress`.
+    pub associate_public_ip_address: Option<bool>,
+    /// `Ipv4PrefixCount`.
+    pub ipv4_prefix_count: Option<i32>,
+    /// `Groups`.
+    pub security_group_ids: Vec<String>,
+    /// `DeleteOnTermination` (always true).
+    pub delete_on_termination: bool,
+}
+
+/// The contents of a launch template (`LaunchTemplateData`). User data is plain text; the SDK adapter
+/// base64-encodes it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LaunchTemplateData {
+    /// `ImageId`.
+    pub image_id: String,
+    /// `IamInstanceProfile.Name`.
+    pub instance_profile: Option<String>,
+    /// `SecurityGroupIds` (empty when network interfaces carry the groups).
+    pub security_group_ids: Vec<String>,
+    /// `UserData` (plain).
+    pub user_data: String,
+    /// `BlockDeviceMappings`.
+    pub block_device_mappings: Vec<LtBlockDevice>,
+    /// `MetadataOptions`.
+    pub metadata_options: LtMetadataOptions,
+    /// `NetworkInterfaces`.
+    pub network_interfaces: Vec<LtNetworkInterface>,
+    /// `Monitoring.Enabled`.
+    pub detailed_monitoring: bool,
+    /// `Placement.Tenancy` (`default` or `dedicated`).
+    pub tenancy: String,
+    /// `CapacityReservationSpecification`: `Some(id)` targets the reservation (`capacity-reservations-only`).
+    pub capacity_reservation_id: Option<String>,
+    /// `InstanceMarketOptions.MarketType` (`capacity-block`, `interruptible-capacity-reservation`).
+    pub market_type: Option<String>,
+    /// `CpuOptions.NestedVirtualization` enabled.
+    pub nested_virtualization: bool,
+    /// `TagSpecifications` for `network-interface` (and `spot-instances-request` for spot).
+    pub resource_tags: BTreeMap<String, String>,
+}
+
+/// A launch template to create: name, contents and its own tags.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LaunchTemplate {
+    /// `LaunchTemplateName`.
+    pub name: String,
+    /// `LaunchTemplateData`.
+    pub data: LaunchTemplateData,
+    /// Tags of the launch template.
+    pub tags: BTreeMap<String, String>,
+}
+
+impl LaunchTemplate {
+    /// A launch template named after the hash of its contents and tags.
+    pub fn new(data: LaunchTemplateData, tags: BTreeMap<String, String>) -> Self {
+        let name = launch_template_name(&data, &tags);
+        Self { name, data, tags }
+    }
+}
+
+/// `karpenter.k8s.aws/<FNV-1a of the contents and tags>`: equal inputs share a template.
+pub fn launch_template_name(data: &LaunchTemplateData, tags: &BTreeMap<String, String>) -> String {
+    let text = serde_json::to_string(&(data, tags)).unwrap_or_default();
+    format!("{NAME_PREFIX}{}", fnv1a64(text.as_bytes()))
+}
+
+/// The tags of a node class's launch templates.
+pub fn launch_template_tags(cluster: &str, node_class: &EC2NodeClass) -> BTreeMap<String, String> {
+    let mut tags = node_class.spec.tags.clone();
+    tags.insert(CLUSTER_TAG.into(), cluster.into());
+    tags.insert(EKS_CLUSTER_NAME_TAG.into(), cluster.into());
+    tags.insert(cluster_ownership_tag(cluster), "owned".into());
+    tags.insert(NODE_CLASS_TAG.into(), node_class.metadata.name.clone().unwrap_or_default());
+    tags
+}
+
+fn volume_type(v: VolumeType) -> &'static str {
+    match v {
+        VolumeType::Standard => "standard",
+        VolumeType::Io1 => "io1",
+        VolumeType::Io2 => "io2",
+        VolumeType::Gp2 => "gp2",
+        VolumeType::Sc1 => "sc1",
+        VolumeType::St1 => "st1",
+        VolumeType::Gp3 => "gp3",
+    }
+}
+
+fn block_device(m: &BlockDeviceMapping) -> LtBlockDevice {
+    let ebs = m.ebs.clone().unwrap_or_default();
+    LtBlockDevice {
+        device_name: m.device_name.clone().unwrap_or_default(),
+        volume_size_gib: ebs.volume_size_gib(),
+        volume_type: ebs.volume_type.map(|v| volume_type(v).to_owned()),
+        iops: ebs.iops,
+        throughput: ebs.throughput,
+        encrypted: ebs.encrypted,
+        kms_key_id: ebs.kms_key_id.clone(),
+        snapshot_id: ebs.snapshot_id.clone(),
+        delete_on_termination: ebs.delete_on_termination,
+        volume_initialization_rate: ebs.volume_initialization_rate,
+    }
+}
+
+fn default_device(name: &str, gib: u64) -> LtBlockDevice {
+    LtBlockDevice {
+        device_name: name.into(),
+        volume_size_gib: Some(gib),
+        volume_type: Some("gp3".into()),
+        encrypted: Some(true),
+        delete_on_termination: Some(true),
+        ..Default::default()
+    }
+}
+
+/// The family's default block devices (used when the node class has none).
+pub fn default_block_devices(family: AmiFamily) -> Vec<LtBlockDevice> {
+    match family {
+        AmiFamily::Al2 | AmiFamily::Al2023 => vec![default_device("/dev/xvda", 20)],
+        AmiFamily::Bottlerocket => vec![default_device("/dev/xvda", 4), default_device("/dev/xvdb", 20)],
+        AmiFamily::Windows2019 | AmiFamily::Windows2022 | AmiFamily::Windows2025 => {
+            vec![default_device("/dev/sda1", 50)]
+        }
+        AmiFamily::Custom => Vec::new(),
+    }
+}
+
+/// What a launch template needs besides the node class.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LaunchTemplateInputs<'a> {
+    /// The AMI.
+    pub ami: &'a Ami,
+    /// The user data (plain).
+    pub user_data: String,
+    /// `default` or `dedicated`.
+    pub tenancy: &'a str,
+    /// The capacity type of the launch (`spot` adds the spot-request tag specification).
+    pub capacity_type: &'a str,
+    /// A targeted capacity reservation.
+    pub capacity_reservation_id: Option<&'a str>,
+    /// `capacity-block` / `interruptible-capacity-reservation`.
+    pub market_type: Option<&'a str>,
+    /// Tags for the network interfaces (the instance's tags).
+    pub resource_tags: BTreeMap<String, String>,
+}
+
+/// The launch-template contents for a node class (its status gives security groups and instance profile).
+pub fn launch_template_data(node_class: &EC2NodeClass, inputs: LaunchTemplateInputs<'_>) -> LaunchTemplateData {
+    let spec = &node_class.spec;
+    let status = node_class.status.clone().unwrap_or_default();
+    let family = spec.effective_ami_family().unwrap_or(AmiFamily::Al2023);
+    let mut groups: Vec<String> = status.security_groups.iter().map(|g| g.id.clone()).collect();
+    groups.sort();
+    let block_device_mappings = if spec.block_device_mappings.is_empty() {
+        default_block_devices(family)
+    } else {
+        spec.block_device_mappings.iter().map(block_device).collect()
+    };
+    let mut network_interfaces: Vec<LtNetworkInterface> = spec
+        .network_interfaces
+        .iter()
+        .map(|n| LtNetworkInterface {
+            network_card_index: n.network_card_index,
+            device_index: n.device_index,
+            interface_type: (n.interface_type == InterfaceType::EfaOnly).then(|| "efa-only".to_owned()),
+            associate_public_ip_address: (n.network_card_index == 0 && n.device_index == 0)
+                .then_some(spec.associate_public_ip_address)
+                .flatten(),
+            ipv4_prefix_count: None,
+            security_group_ids: groups.clone(),
+            delete_on_termination: true,
+        })
+        .collect();
+    if network_interfaces.is_empty() && (spec.associate_public_ip_address.is_some() || spec.ip_prefix_count.is_some()) {
+        network_interfaces.push(LtNetworkInterface {
+            network_card_index: 0,
+            device_index: 0,
+            interface_type: None,
+            associate_public_ip_address: spec.associate_public_ip_address,
+            ipv4_prefix_count: spec.ip_prefix_count,
+            security_group_ids: groups.clone(),
+            delete_on_termination: true,
+        });
+    }
+    let mut resource_tags = inputs.resource_tags;
+    resource_tags.retain(|k, _| k != crate::launch::fleet::NODE_CLAIM_TAG);
+    LaunchTemplateData {
+        image_id: inputs.ami.id.clone(),
+        instance_profile: status.instance_profile.clone(),
+        security_group_ids: if network_interfaces.is_empty() { groups } else { Vec::new() },
+        user_data: inputs.user_data,
+        block_device_mappings,
+        metadata_options: (&spec.metadata_options).into(),
+        network_interfaces,
+        detailed_monitoring: spec.detailed_monitoring.unwrap_or(false),
+        tenancy: inputs.tenancy.to_owned(),
+        capacity_reservation_id: inputs.capacity_reservation_id.map(str::to_owned),
+        market_type: inputs.market_type.map(str::to_owned),
+        nested_virtualization: spec
+            .cpu_options
+            .as_ref()
+            .and_then(|c| c.nested_virtualization)
+            .is_some_and(|v| v == EnabledDisabled::Enabled),
+        resource_tags,
+    }
+}
+
+/// A launch template EC2 has.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LaunchTemplateInfo {
+    /// `LaunchTemplateName`.
+    pub name: String,
+    /// `LaunchTemplateId`.
+    pub id: String,
+    /// Its tags.
+    pub tags: BTreeMap<String, String>,
+}
+
+/// The EC2 launch-template calls Karpenter makes.
+///
+/// `describe_launch_template` answers `Ok(None)` when the name does not exist (the adapter maps
+/// `InvalidLaunchTemplateName.NotFoundException`); `create_launch_template` of an existing name fails with
+/// `InvalidLaunchTemplateName.AlreadyExistsException`, which [`LaunchTemplateProvider`] resolves by describing.
+#[async_trait]
+pub trait LaunchTemplateApi: Send + Sync + fmt::Debug {
+    /// `CreateLaunchTemplate`.
+    async fn create_launch_template(&self, template: &LaunchTemplate) -> Result<LaunchTemplateInfo, AwsApiError>;
+    /// `DescribeLaunchTemplates` by name.
+    async fn describe_launch_template(&self, name: &str) -> Result<Option<LaunchTemplateInfo>, AwsApiError>;
+    /// `DescribeLaunchTemplates` with filter `tag:<key>=<value>`, all pages.
+    async fn list_launch_templates(
+        &self,
+        tag_key: &str,
+        tag_value: &str,
+    ) -> Result<Vec<LaunchTemplateInfo>, AwsApiError>;
+    /// `DeleteLaunchTemplate` by name (`Ok` when already gone).
+    async fn delete_launch_template(&self, name: &str) -> Result<(), AwsApiError>;
+}
+
+#[derive(Clone, Debug)]
+struct Entry {
+    info: LaunchTemplateInfo,
+    last_used: DateTime<Utc>,
+}
+
+/// The launch-template cache (see the module docs). Clones share the cache.
+#[derive(Clone)]
+pub struct LaunchTemplateProvider {
+    api: Arc<dyn LaunchTemplateApi>,
+    clock: Arc<dyn Clock>,
+    cluster_name: String,
+    ttl: Duration,
+    cache: Arc<Mutex<BTreeMap<String, Entry>>>,
+}
+
+impl fmt::Debug for LaunchTemplateProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LaunchTemplateProvider").field("cluster_name", &self.cluster_name).finish()
+    }
+}
+
+impl LaunchTemplateProvider {
+    /// A provider for `cluster_name` with [`LAUNCH_TEMPLATE_TTL`].
+    pub fn new(api: Arc<dyn LaunchTemplateApi>, clock: Arc<dyn Clock>, cluster_name: &str) -> Self {
+        Self { api, clock, cluster_name: cluster_name.into(), ttl: LAUNCH_TEMPLATE_TTL, cache: Arc::default() }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Entry>> {
+        self.cache.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The launch template in EC2, created when missing; refreshes its cache entry.
+    pub async fn ensure(&self, template: &LaunchTemplate) -> Result<LaunchTemplateInfo, AwsApiError> {
+        let now = self.clock.now();
+        if let Some(e) = self.lock().get_mut(&template.name) {
+            e.last_used = now;
+            return Ok(e.info.clone());
+        }
+        let info = match self.api.describe_launch_template(&template.name).await? {
+            Some(info) => info,
+            None => match self.api.create_launch_template(template).await {
+                Ok(info) => info,
+                Err(e) if e.code.contains("AlreadyExists") => {
+                    self.api.describe_launch_template(&template.name).await?.ok_or(e)?
+                }
+                Err(e) => return Err(e),
+            },
+        };
+        self.lock().insert(template.name.clone(), Entry { info: info.clone(), last_used: now });
+        Ok(info)
+    }
+
+    /// Forgets a cached template (CreateFleet said it is gone).
+    pub fn invalidate(&self, name: &str) {
+        self.lock().remove(name);
+    }
+
+    /// The cached template names.
+    pub fn cached(&self) -> Vec<String> {
+        self.lock().keys().cloned().collect()
+    }
+
+    /// Fills the cache from the cluster's templates in EC2 (at start / leader election).
+    pub async fn hydrate(&self) -> Result<usize, AwsApiError> {
+        let found = self.api.list_launch_templates(EKS_CLUSTER_NAME_TAG, &self.cluster_name).await?;
+        let now = self.clock.now();
+        let mut cache = self.lock();
+        let mut n = 0;
+        for info in found.into_iter().filter(|i| i.name.starts_with(NAME_PREFIX)) {
+            cache.entry(info.name.clone()).or_insert(Entry { info, last_used: now });
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Deletes templates unused for the TTL from EC2 and the cache; returns their names. A controller calls this
+    /// periodically (every few seconds).
+    pub async fn delete_expired(&self) -> Vec<String> {
+        let now = self.clock.now();
+        let ttl = chrono::Duration::from_std(self.ttl).unwrap_or(chrono::Duration::MAX);
+        let expired: Vec<String> =
+            self.lock().iter().filter(|(_, e)| now - e.last_used >= ttl).map(|(n, _)| n.clone()).collect();
+        let mut deleted = Vec::new();
+        for name in expired {
+            // Used again since we looked: keep.
+            if self.lock().get(&name).is_none_or(|e| now - e.last_used < ttl) {
+                continue;
+            }
+            match self.api.delete_launch_template(&name).await {
+                Ok(()) => {
+                    self.lock().remove(&name);
+                    deleted.push(name);
+                }
+                Err(e) if e.kind == AwsErrorKind::NotFound => {
+                    self.lock().remove(&name);
+                    deleted.push(name);
+                }
+                Err(e) => tracing::warn!(launch_template = %name, error = %e, "deleting an expired launch template"),
+            }
+        }
+        deleted
+    }
+
+    /// Deletes every template of a node class (its finalizer calls this); returns their names.
+    pub async fn delete_for_node_class(&self, node_class: &str) -> Result<Vec<String>, AwsApiError> {
+        let found = self.api.list_launch_templates(NODE_CLASS_TAG, node_class).await?;
+        let mut deleted = Vec::new();
+        for info in found.into_iter().filter(|i| i.tags.get(EKS_CLUSTER_NAME_TAG) == Some(&self.cluster_name)) {
+            match self.api.delete_launch_template(&info.name).await {
+                Ok(()) => {}
+                Err(e) if e.kind == AwsErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+            self.invalidate(&info.name);
+            deleted.push(info.name);
+        }
+        Ok(deleted)
+    }
+}
