@@ -7,7 +7,8 @@
 //! pool (label `karpenter.sh/nodepool`), deleting ones included (they still hold capacity), counts once, with
 //! its Node's capacity once the Node exists (joined by providerID) and the claim's launch estimate before; a
 //! Node of the pool without a NodeClaim counts too. Quantities that do not parse are skipped (logged). The
-//! counter waits (requeue 1 s) until the state has listed Nodes and NodeClaims once.
+//! counter waits (requeue 1 s) until the state has listed Nodes and NodeClaims once, and recounts every
+//! [`RESYNC`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -33,6 +34,9 @@ use crate::termination::to_action;
 pub const CONTROLLER: &str = "nodepool.counter";
 /// How long the counter waits for the state to be listed.
 pub const WAIT_FOR_STATE: Duration = Duration::from_secs(1);
+/// Periodic recount: the state's watchers and the run loop's are separate streams, so a recount triggered by an
+/// event may read the state just before it sees that event.
+pub const RESYNC: Duration = Duration::from_secs(30);
 
 /// The pool's usage: summed capacity (with `nodes`) and node count.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -197,13 +201,13 @@ impl Counter {
         let stored: BTreeMap<String, String> =
             status.resources.iter().map(|(k, v)| (k.clone(), v.as_str().to_owned())).collect();
         if stored == resources && status.nodes == Some(usage.nodes) {
-            return Ok(None);
+            return Ok(Some(RESYNC));
         }
         let mut patch: serde_json::Map<String, Value> = stored.keys().map(|k| (k.clone(), Value::Null)).collect();
         patch.extend(resources.into_iter().map(|(k, v)| (k, Value::String(v))));
         patch_pool_status(&api, &pool, json!({"resources": patch, "nodes": usage.nodes})).await?;
         tracing::debug!(controller = CONTROLLER, NodePool = %name, nodes = usage.nodes, "nodepool usage updated");
-        Ok(None)
+        Ok(Some(RESYNC))
     }
 
     /// Watches NodePools, NodeClaims and Nodes until `shutdown`.

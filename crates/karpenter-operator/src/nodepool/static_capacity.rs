@@ -10,8 +10,10 @@
 //! - [`StaticDeprovisioning`] (`static.deprovisioning`): when a static pool has more live NodeClaims than
 //!   `replicas` (a scale-down through `kubectl scale nodepool`), deletes the excess, choosing first claims that
 //!   never launched (no providerID), then claims whose node runs no pods (DaemonSet pods aside), then those
-//!   with the lowest disruption cost (summed eviction cost of their pods), name order breaking ties. The
-//!   termination controller drains them. Requeue [`RESYNC`].
+//!   with the lowest disruption cost (summed eviction cost of their pods), name order breaking ties. Claims
+//!   marked for deletion by a disruption command (a drift replacement in flight) are not counted, so the
+//!   replacement is not taken for an excess. The termination controller drains the deleted ones. Requeue
+//!   [`RESYNC`].
 //!
 //! Both do nothing while the gate is off. The CRD's `scale` subresource maps `spec.replicas` to `status.nodes`
 //! (written by the [counter](super::counter)).
@@ -254,7 +256,9 @@ impl StaticDeprovisioning {
             return Ok(Vec::new());
         }
         let claims = pool_claims(&self.client, name).await?;
-        let live = live(&claims);
+        // Claims a disruption command is replacing are on their way out: neither running nor candidates.
+        let live: Vec<&NodeClaim> =
+            live(&claims).into_iter().filter(|c| !self.state.is_marked_for_deletion(&c.name_any())).collect();
         let excess = usize::try_from(i64::try_from(live.len()).unwrap_or(i64::MAX) - replicas.max(0)).unwrap_or(0);
         if excess == 0 {
             return Ok(Vec::new());

@@ -347,7 +347,7 @@ async fn counter_sums_capacity_writes_status_and_metrics() {
     .await;
 
     let counter = Counter::new(f.client.clone(), f.state.clone(), f.metrics.clone());
-    assert_eq!(counter.reconcile("default").await.unwrap(), None);
+    assert_eq!(counter.reconcile("default").await.unwrap(), Some(counter::RESYNC));
     let p = f.get_pool("default").await;
     let status = p.status.clone().unwrap();
     let res: BTreeMap<&str, &str> = status.resources.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
@@ -574,6 +574,17 @@ async fn static_pools_scale_down_through_the_scale_subresource() {
     }
     let down = StaticDeprovisioning::new(f.client.clone(), f.state.clone(), true);
     assert!(down.scale_down("fixed").await.unwrap().is_empty(), "at replicas");
+    // A drift replacement in flight: five claims, one marked for deletion by the disruption command.
+    f.claim(NodeClaimOptions {
+        name: Some("fixed-replacement".into()),
+        node_pool: Some("fixed".into()),
+        ..Default::default()
+    })
+    .await;
+    f.state.mark_for_deletion(["fixed-busier"]);
+    assert!(down.scale_down("fixed").await.unwrap().is_empty(), "the replaced claim is not running");
+    f.state.unmark_for_deletion(["fixed-busier"]);
+    f.claims().delete("fixed-replacement", &DeleteParams::default()).await.unwrap();
 
     // kubectl scale nodepool fixed --replicas=1
     f.pools()
