@@ -134,3 +134,217 @@ pub fn is_drifted(
         .or_else(|| capacity_reservation_drift(node_class, instance))
         .or_else(|| placement_group_drift(claim, context.resolved_placement_group_id))
 }
+
+#[cfg(test)]
+mod tests {
+    use karpenter_api::EC2NodeClassStatus;
+    use karpenter_api::ec2nodeclass::{
+        Ami, CapacityReservation, InstanceMatchCriteria, NodeSelectorRequirement, SecurityGroup, Subnet,
+    };
+    use karpenter_api::labels::annotations;
+    use karpenter_requirements::Requirement;
+    use karpenter_testing::{
+        EC2NodeClassOptions, NodeClaimOptions, default_node_class_ref, ec2_node_class, node_claim,
+    };
+
+    use super::*;
+
+    fn ami(id: &str, arch: &str, gpu: bool) -> Ami {
+        let mut requirements = vec![NodeSelectorRequirement::new("kubernetes.io/arch", "In", &[arch])];
+        requirements.push(NodeSelectorRequirement::new(
+            aws_labels::INSTANCE_GPU_COUNT,
+            if gpu { "Exists" } else { "DoesNotExist" },
+            &[],
+        ));
+        Ami { id: id.into(), name: None, deprecated: false, requirements }
+    }
+
+    fn node_class() -> EC2NodeClass {
+        let mut c = ec2_node_class(EC2NodeClassOptions::default());
+        c.status = Some(EC2NodeClassStatus {
+            subnets: vec![
+                Subnet { id: "subnet-a".into(), zone: "us-west-2a".into(), zone_id: None },
+                Subnet { id: "subnet-b".into(), zone: "us-west-2b".into(), zone_id: None },
+            ],
+            security_groups: vec![
+                SecurityGroup { id: "sg-1".into(), name: None },
+                SecurityGroup { id: "sg-2".into(), name: None },
+            ],
+            amis: vec![ami("ami-gpu", "amd64", true), ami("ami-std", "amd64", false), ami("ami-arm", "arm64", false)],
+            capacity_reservations: vec![CapacityReservation {
+                id: "cr-1".into(),
+                availability_zone: "us-west-2a".into(),
+                instance_type: "m5.large".into(),
+                owner_id: "123456789012".into(),
+                instance_match_criteria: InstanceMatchCriteria::Targeted,
+                reservation_type: Default::default(),
+                interruptible: false,
+                state: Default::default(),
+                end_time: None,
+            }],
+            ..Default::default()
+        });
+        c
+    }
+
+    fn claim(labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> NodeClaim {
+        node_claim(NodeClaimOptions {
+            name: Some("c".into()),
+            node_class_ref: Some(default_node_class_ref()),
+            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            annotations: annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            image_id: Some("ami-std".into()),
+            ..Default::default()
+        })
+    }
+
+    fn facts() -> InstanceFacts {
+        InstanceFacts {
+            image_id: Some("ami-std".into()),
+            subnet_id: Some("subnet-a".into()),
+            security_group_ids: vec!["sg-2".into(), "sg-1".into()],
+            capacity_reservation_id: None,
+            placement_group_id: None,
+        }
+    }
+
+    fn amd64(gpu: Option<&str>) -> Requirements {
+        let mut r = Requirements::new();
+        r.add(Requirement::in_values("kubernetes.io/arch", ["amd64"]));
+        r.add(match gpu {
+            Some(n) => Requirement::in_values(aws_labels::INSTANCE_GPU_COUNT, [n]),
+            None => Requirement::does_not_exist(aws_labels::INSTANCE_GPU_COUNT),
+        });
+        r
+    }
+
+    fn reason(r: Option<DriftReason>) -> Option<String> {
+        r.map(|r| r.0)
+    }
+
+    #[test]
+    fn nothing_drifted() {
+        let its = amd64(None);
+        let ctx = DriftContext { instance_type_requirements: Some(&its), resolved_placement_group_id: None };
+        assert_eq!(is_drifted(&node_class(), &claim(&[], &[]), &facts(), ctx), None);
+    }
+
+    #[test]
+    fn ami_drift_follows_the_instance_type_mapping() {
+        let nc = node_class();
+        let c = claim(&[], &[]);
+        let std = amd64(None);
+        let gpu = amd64(Some("1"));
+        assert_eq!(ami_drift(&nc, &c, &facts(), Some(&std)), None);
+        // A GPU instance type maps to ami-gpu: running ami-std is drift.
+        assert_eq!(reason(ami_drift(&nc, &c, &facts(), Some(&gpu))).as_deref(), Some("AMIDrift"));
+        // An image no longer resolved at all.
+        let old = InstanceFacts { image_id: Some("ami-old".into()), ..facts() };
+        assert_eq!(reason(ami_drift(&nc, &c, &old, None)).as_deref(), Some("AMIDrift"));
+        assert_eq!(ami_drift(&nc, &c, &facts(), None), None);
+        // The claim's imageID is used when the instance fact is missing; nothing known, no drift.
+        let unknown = InstanceFacts { image_id: None, ..facts() };
+        assert_eq!(ami_drift(&nc, &c, &unknown, Some(&std)), None);
+        let mut bare = c.clone();
+        bare.status = None;
+        assert_eq!(ami_drift(&nc, &bare, &unknown, Some(&std)), None);
+        // No AMIs resolved yet: no drift.
+        let mut empty = nc.clone();
+        empty.status.as_mut().unwrap().amis.clear();
+        assert_eq!(ami_drift(&empty, &c, &old, None), None);
+    }
+
+    #[test]
+    fn network_drift() {
+        let nc = node_class();
+        let other_subnet = InstanceFacts { subnet_id: Some("subnet-z".into()), ..facts() };
+        assert_eq!(reason(subnet_drift(&nc, &other_subnet)).as_deref(), Some("SubnetDrift"));
+        let fewer_groups = InstanceFacts { security_group_ids: vec!["sg-1".into()], ..facts() };
+        assert_eq!(reason(security_group_drift(&nc, &fewer_groups)).as_deref(), Some("SecurityGroupDrift"));
+        let more_groups =
+            InstanceFacts { security_group_ids: vec!["sg-1".into(), "sg-2".into(), "sg-3".into()], ..facts() };
+        assert_eq!(reason(security_group_drift(&nc, &more_groups)).as_deref(), Some("SecurityGroupDrift"));
+        assert_eq!(security_group_drift(&nc, &facts()), None, "order does not matter");
+        let mut unresolved = nc.clone();
+        unresolved.status = Some(EC2NodeClassStatus::default());
+        assert_eq!(subnet_drift(&unresolved, &other_subnet), None);
+        assert_eq!(security_group_drift(&unresolved, &fewer_groups), None);
+    }
+
+    #[test]
+    fn reservation_and_placement_group_drift() {
+        let nc = node_class();
+        let in_cr = InstanceFacts { capacity_reservation_id: Some("cr-1".into()), ..facts() };
+        assert_eq!(capacity_reservation_drift(&nc, &in_cr), None);
+        let gone_cr = InstanceFacts { capacity_reservation_id: Some("cr-9".into()), ..facts() };
+        assert_eq!(reason(capacity_reservation_drift(&nc, &gone_cr)).as_deref(), Some("CapacityReservationDrift"));
+        assert_eq!(capacity_reservation_drift(&nc, &facts()), None);
+
+        let in_pg = claim(&[(aws_labels::PLACEMENT_GROUP_ID, "pg-1")], &[]);
+        assert_eq!(placement_group_drift(&in_pg, Some("pg-1")), None);
+        assert_eq!(reason(placement_group_drift(&in_pg, Some("pg-2"))).as_deref(), Some("PlacementGroupDrift"));
+        assert_eq!(reason(placement_group_drift(&in_pg, None)).as_deref(), Some("PlacementGroupDrift"));
+        assert_eq!(
+            reason(placement_group_drift(&claim(&[], &[]), Some("pg-1"))).as_deref(),
+            Some("PlacementGroupDrift")
+        );
+        assert_eq!(placement_group_drift(&claim(&[], &[]), None), None);
+    }
+
+    #[test]
+    fn static_hash_drift_and_version_mismatch() {
+        let mut nc = node_class();
+        nc.metadata.annotations = Some(
+            [
+                (annotations::EC2_NODE_CLASS_HASH.to_string(), "111".to_string()),
+                (annotations::EC2_NODE_CLASS_HASH_VERSION.to_string(), "rs1".to_string()),
+            ]
+            .into(),
+        );
+        let same =
+            claim(&[], &[(annotations::EC2_NODE_CLASS_HASH, "111"), (annotations::EC2_NODE_CLASS_HASH_VERSION, "rs1")]);
+        let changed =
+            claim(&[], &[(annotations::EC2_NODE_CLASS_HASH, "222"), (annotations::EC2_NODE_CLASS_HASH_VERSION, "rs1")]);
+        let upstream =
+            claim(&[], &[(annotations::EC2_NODE_CLASS_HASH, "222"), (annotations::EC2_NODE_CLASS_HASH_VERSION, "v5")]);
+        assert_eq!(static_drift(&nc, &same), None);
+        assert_eq!(reason(static_drift(&nc, &changed)).as_deref(), Some("NodeClassDrift"));
+        assert_eq!(static_drift(&nc, &upstream), None, "version mismatch is not drift");
+        assert_eq!(static_drift(&nc, &claim(&[], &[])), None);
+    }
+
+    #[test]
+    fn first_match_wins_in_upstream_order() {
+        let mut nc = node_class();
+        nc.metadata.annotations = Some(
+            [
+                (annotations::EC2_NODE_CLASS_HASH.to_string(), "111".to_string()),
+                (annotations::EC2_NODE_CLASS_HASH_VERSION.to_string(), "rs1".to_string()),
+            ]
+            .into(),
+        );
+        let everything = InstanceFacts {
+            image_id: Some("ami-old".into()),
+            subnet_id: Some("subnet-z".into()),
+            security_group_ids: vec!["sg-9".into()],
+            capacity_reservation_id: Some("cr-9".into()),
+            placement_group_id: None,
+        };
+        let drifted_claim =
+            claim(&[], &[(annotations::EC2_NODE_CLASS_HASH, "222"), (annotations::EC2_NODE_CLASS_HASH_VERSION, "rs1")]);
+        let ctx = DriftContext::default();
+        assert_eq!(reason(is_drifted(&nc, &drifted_claim, &everything, ctx)).as_deref(), Some("NodeClassDrift"));
+        let c = claim(&[], &[]);
+        assert_eq!(reason(is_drifted(&nc, &c, &everything, ctx)).as_deref(), Some("AMIDrift"));
+        let f = InstanceFacts { image_id: Some("ami-std".into()), ..everything.clone() };
+        assert_eq!(reason(is_drifted(&nc, &c, &f, ctx)).as_deref(), Some("SecurityGroupDrift"));
+        let f = InstanceFacts { security_group_ids: vec!["sg-1".into(), "sg-2".into()], ..f };
+        assert_eq!(reason(is_drifted(&nc, &c, &f, ctx)).as_deref(), Some("SubnetDrift"));
+        let f = InstanceFacts { subnet_id: Some("subnet-b".into()), ..f };
+        assert_eq!(reason(is_drifted(&nc, &c, &f, ctx)).as_deref(), Some("CapacityReservationDrift"));
+        let f = InstanceFacts { capacity_reservation_id: None, ..f };
+        let pg = DriftContext { resolved_placement_group_id: Some("pg-1"), ..ctx };
+        assert_eq!(reason(is_drifted(&nc, &c, &f, pg)).as_deref(), Some("PlacementGroupDrift"));
+        assert_eq!(is_drifted(&nc, &c, &f, ctx), None);
+    }
+}
