@@ -120,7 +120,8 @@ impl IamApi for IamAdapter {
         let mut out = Vec::new();
         while let Some(page) = pages.next().await {
             let page = page.map_err(|e| api_error("ListInstanceProfiles", e))?;
-            out.extend(page.instance_profiles().iter().map(describe));
+            // IAM filters by path prefix; filtering again keeps emulators that ignore `PathPrefix` (moto) honest.
+            out.extend(page.instance_profiles().iter().filter(|p| p.path().starts_with(path_prefix)).map(describe));
         }
         Ok(out)
     }

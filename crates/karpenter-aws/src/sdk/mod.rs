@@ -9,6 +9,10 @@
 //! errors are seen as they are. An endpoint override ([`SdkOptions::endpoint_url`]) points every client at an
 //! emulator.
 //!
+//! [`Ec2Adapter`] implements every EC2 trait: the node class ones (subnets, security groups, images, capacity
+//! reservations, placement groups), the launch ones (launch templates, fleets, instances) and the instance-type
+//! one.
+//!
 //! Adapters (one file per service) only translate: requests from our structs to the SDK's builders, every page
 //! of an answer back to our structs, and an SDK error to [`AwsApiError`] with the service's error code
 //! ([`api_error`]).
@@ -27,6 +31,8 @@ use crate::api_error::{AwsApiError, AwsErrorKind};
 mod ec2;
 mod eks;
 mod iam;
+pub mod instancetypes;
+mod launch;
 mod pricing;
 mod sqs;
 mod ssm;
