@@ -5,17 +5,20 @@
 
 #![allow(dead_code)] // each e2e test file uses part of the harness
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
 use clap::Parser;
 use k8s_openapi::api::core::v1::{Event as CoreEvent, Node, Pod};
 use karpenter_api::{KWOKNodeClass, NodeClaim, NodePool};
-use karpenter_cloudprovider::{Clock, CloudProvider};
+use karpenter_cloudprovider::{
+    Clock, CloudProvider, InterruptionAction, InterruptionError, InterruptionEvent, InterruptionKind,
+    InterruptionSource,
+};
 use karpenter_kwok::{KwokCloudProvider, KwokOptions};
 use karpenter_operator::CoreSettings;
 use karpenter_operator::manager::{Manager, ManagerError};
@@ -71,6 +74,7 @@ pub struct Cluster {
     pub clock: Arc<TokioClock>,
     pub kwok: KwokCloudProvider,
     pub node_classes: KubeNodeClasses,
+    pub workloads: Workloads,
     background: CancellationToken,
     stand_ins: Vec<JoinHandle<()>>,
 }
@@ -110,11 +114,13 @@ impl Cluster {
         );
         let scheduler = Scheduler::new(client.clone());
         let kubelet = Kubelet::new(client.clone(), clock.clone());
+        let workloads = Workloads::default();
         let stand_ins = vec![
             tokio::spawn(scheduler.run(Duration::from_secs(1))),
             tokio::spawn(kubelet.run(Duration::from_secs(1))),
+            tokio::spawn(workloads.clone().run(client.clone(), Duration::from_secs(1))),
         ];
-        Self { server, client, clock, kwok, node_classes, background, stand_ins }
+        Self { server, client, clock, kwok, node_classes, workloads, background, stand_ins }
     }
 
     /// Creates a NodePool (kwok class `default`) from `options`, without a status: the manager's NodePool
@@ -305,6 +311,126 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         self.stop_background();
+    }
+}
+
+/// A ReplicaSet stand-in: keeps `replicas` live pods (label `workload=<name>`, owned by a ReplicaSet `<name>`)
+/// for each workload, creating `<name>-<n>` pods when some are missing (evicted, deleted) and deleting the
+/// newest when there are too many (scale down).
+#[derive(Clone, Default)]
+pub struct Workloads {
+    desired: Arc<Mutex<BTreeMap<String, Workload>>>,
+}
+
+#[derive(Clone, Debug)]
+struct Workload {
+    replicas: usize,
+    cpu: String,
+    next: usize,
+}
+
+fn pod_live(p: &Pod) -> bool {
+    p.metadata.deletion_timestamp.is_none()
+        && !matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
+}
+
+impl Workloads {
+    /// Sets the replicas of workload `name` (created with pods requesting `cpu`).
+    pub fn scale(&self, name: &str, replicas: usize, cpu: &str) {
+        let mut desired = self.desired.lock().unwrap();
+        let w = desired.entry(name.to_string()).or_insert(Workload { replicas, cpu: cpu.to_string(), next: 0 });
+        w.replicas = replicas;
+    }
+
+    async fn step(&self, client: &Client) -> Result<(), kube::Error> {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+        let snapshot: Vec<(String, Workload)> =
+            self.desired.lock().unwrap().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        for (name, w) in snapshot {
+            let mut live: Vec<Pod> = pods
+                .list(&ListParams::default().labels(&format!("workload={name}")))
+                .await?
+                .items
+                .into_iter()
+                .filter(pod_live)
+                .collect();
+            live.sort_by_key(|p| p.metadata.creation_timestamp.clone().map(|t| t.0));
+            if live.len() > w.replicas {
+                for p in live.iter().skip(w.replicas) {
+                    let _ = pods.delete(&p.name_any(), &Default::default()).await;
+                }
+            }
+            for _ in live.len()..w.replicas {
+                let n = {
+                    let mut desired = self.desired.lock().unwrap();
+                    let Some(entry) = desired.get_mut(&name) else { break };
+                    entry.next += 1;
+                    entry.next
+                };
+                let pod = karpenter_testing::pod(PodOptions {
+                    name: Some(format!("{name}-{n}")),
+                    requests: [("cpu", w.cpu.as_str()), ("memory", "128Mi")].into(),
+                    labels: [("workload".to_string(), name.clone())].into(),
+                    owner: Some(("ReplicaSet".into(), name.clone())),
+                    ..Default::default()
+                });
+                pods.create(&PostParams::default(), &pod).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn run(self, client: Client, every: Duration) {
+        loop {
+            let _ = self.step(&client).await;
+            tokio::time::sleep(every).await;
+        }
+    }
+}
+
+/// Live pods of workload `name`, as pod name → node name (empty when unbound).
+pub async fn workload_pods(cluster: &Cluster, name: &str) -> BTreeMap<String, String> {
+    cluster
+        .pods()
+        .list(&ListParams::default().labels(&format!("workload={name}")))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(pod_live)
+        .map(|p| (p.name_any(), p.spec.and_then(|s| s.node_name).unwrap_or_default()))
+        .collect()
+}
+
+/// An interruption queue for the kwok provider's instances (the AWS provider's is SQS): events are pushed by
+/// the test, delivered in order, and acknowledged ones recorded.
+#[derive(Debug, Clone, Default)]
+pub struct InterruptionQueue {
+    queue: Arc<Mutex<VecDeque<InterruptionEvent>>>,
+    acked: Arc<Mutex<Vec<String>>>,
+}
+
+impl InterruptionQueue {
+    pub fn push(&self, provider_id: &str, kind: InterruptionKind, action: InterruptionAction) {
+        let mut q = self.queue.lock().unwrap();
+        let ack_id = format!("m-{}", q.len() + self.acked.lock().unwrap().len());
+        q.push_back(InterruptionEvent { ack_id, provider_id: provider_id.to_string(), kind, action });
+    }
+
+    pub fn acknowledged(&self) -> Vec<String> {
+        self.acked.lock().unwrap().clone()
+    }
+}
+
+#[async_trait::async_trait]
+impl InterruptionSource for InterruptionQueue {
+    async fn next_batch(&self) -> Result<Vec<InterruptionEvent>, InterruptionError> {
+        Ok(self.queue.lock().unwrap().drain(..).collect())
+    }
+
+    async fn acknowledge(&self, events: &[InterruptionEvent]) -> Result<(), InterruptionError> {
+        self.acked.lock().unwrap().extend(events.iter().map(|e| e.ack_id.clone()));
+        Ok(())
     }
 }
 
