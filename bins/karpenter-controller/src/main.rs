@@ -59,6 +59,15 @@ enum Command {
         /// Output format: aligned tables, or one JSON document (docs/simulate.md).
         #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Table)]
         output: OutputFormat,
+        /// Run over simulated time with the steps of FILE (docs/simulate.md, "Simulated time").
+        #[arg(long, value_name = "FILE")]
+        timeline: Option<PathBuf>,
+        /// Scale a workload at time 0: [KIND/][NAMESPACE/]NAME=REPLICAS (repeatable); runs over simulated time.
+        #[arg(long, value_name = "WORKLOAD=N")]
+        scale: Vec<String>,
+        /// How long simulated time runs (e.g. 2h; default 1h without --timeline).
+        #[arg(long = "for", value_name = "DURATION")]
+        run_for: Option<String>,
     },
     /// Validate Karpenter manifests (files or directories of .yaml/.yml/.json).
     Validate {
@@ -108,8 +117,10 @@ impl Provider {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Simulate { paths, instance_types, provider, output } => {
-            run_simulate(simulate::Options { paths, instance_types, provider: provider.labels() }, output)
+        Command::Simulate { paths, instance_types, provider, output, timeline, scale, run_for } => {
+            let time = (timeline.is_some() || !scale.is_empty() || run_for.is_some())
+                .then_some(simulate::TimeOptions { timeline, scale, run_for });
+            run_simulate(simulate::Options { paths, instance_types, provider: provider.labels(), time }, output)
         }
         Command::Validate { files, provider } => validate(&files, provider),
         Command::Crds { provider } => crds(provider),
@@ -173,6 +184,14 @@ fn run_simulate(options: simulate::Options, output: OutputFormat) -> anyhow::Res
             let text = match output {
                 OutputFormat::Table => simulate::render(&report),
                 OutputFormat::Json => report.to_json() + "\n",
+            };
+            std::io::stdout().lock().write_all(text.as_bytes()).context("writing to stdout")?;
+            Ok(ExitCode::SUCCESS)
+        }
+        simulate::Outcome::Timeline(report) => {
+            let text = match output {
+                OutputFormat::Table => simulate::render_timeline(&report),
+                OutputFormat::Json => serde_json::to_string_pretty(&report).context("serialising the report")? + "\n",
             };
             std::io::stdout().lock().write_all(text.as_bytes()).context("writing to stdout")?;
             Ok(ExitCode::SUCCESS)

@@ -402,3 +402,165 @@ status:
     let row = table.lines().find(|l| l.starts_with("default-abcde (in flight)")).expect("in-flight row");
     assert!(row.contains("small-2x") && row.contains("0.0200") && row.ends_with("web"), "{row}");
 }
+
+// ---- Simulated time (`--timeline`, `--scale`, `--for`) ----
+
+const CONSOLIDATION: &str = "examples/consolidation/cluster.yaml";
+const CONSOLIDATION_TIMELINE: &str = "examples/consolidation/timeline.yaml";
+
+fn events_of<'a>(doc: &'a Value, kind: &str) -> Vec<&'a Value> {
+    doc["events"].as_array().expect("events").iter().filter(|e| e["type"] == kind).collect()
+}
+
+#[test]
+fn consolidation_timeline_table_snapshot_and_json() {
+    check_snapshot("consolidation-timeline.txt", &simulate_ok(&[CONSOLIDATION, "--timeline", CONSOLIDATION_TIMELINE]));
+    let doc = simulate_json(&[CONSOLIDATION, "--timeline", CONSOLIDATION_TIMELINE]);
+    assert_eq!(doc["apiVersion"], "karpenter-rs.timeline/v1");
+    assert_eq!(doc["start"], "2026-01-01T08:00:00Z");
+    assert_eq!(doc["end"], "2026-01-01T10:00:00Z");
+    let s = &doc["summary"];
+    assert_eq!(s["commands"], 3, "{s}");
+    assert_eq!(s["commandsByMethod"]["SingleNodeConsolidation"], 1, "{s}");
+    assert_eq!(s["commandsByMethod"]["Drift"], 2, "{s}");
+    let before = s["before"]["pricePerHour"].as_f64().expect("before");
+    let after = s["after"]["pricePerHour"].as_f64().expect("after");
+    assert!(after < before, "{s}");
+    assert!((s["savingsPerHour"].as_f64().expect("savings") - (before - after)).abs() < 1e-6);
+    // The consolidation waits consolidateAfter (5m) after the scale-down at 10m, then the 15 s validation.
+    let disruptions = events_of(&doc, "Disruption");
+    let first = disruptions.first().expect("a disruption");
+    assert_eq!(first["offset"], "15m15s", "{first}");
+    assert_eq!(first["decidedAt"], "2026-01-01T08:15:00Z", "{first}");
+    assert_eq!(first["command"]["method"], "SingleNodeConsolidation");
+    assert_eq!(first["command"]["decision"], "Replace");
+    assert!(first["command"]["savingsPerHour"].as_f64().is_some_and(|v| v > 0.0), "{first}");
+    // Drift commands run at once, one node at a time (10 % budget of 2 nodes = 1).
+    for d in &disruptions[1..] {
+        assert_eq!(d["offset"], "1h", "{d}");
+        assert_eq!(d["command"]["reason"], "Drifted", "{d}");
+        assert!(d.get("decidedAt").is_none(), "{d}");
+    }
+    // Each event's price is the cluster's after it; the last one is the end state.
+    let events = doc["events"].as_array().expect("events");
+    assert_eq!(events.last().map(|e| e["pricePerHourAfter"].clone()), Some(s["after"]["pricePerHour"].clone()));
+    // Every node at the end has a verdict saying why it stays.
+    let nodes = doc["nodes"].as_array().expect("nodes");
+    assert_eq!(nodes.len(), s["after"]["nodes"].as_u64().expect("count") as usize);
+    for n in nodes {
+        assert!(n["verdict"].as_str().is_some_and(|v| !v.is_empty()), "{n}");
+    }
+    assert_eq!(doc["verdicts"].as_array().map(Vec::len), Some(nodes.len()));
+}
+
+#[test]
+fn scale_flag_runs_the_common_case() {
+    let table = simulate_ok(&[CONSOLIDATION, "--scale", "inflate=2", "--for", "2h"]);
+    check_snapshot("consolidation-scale.txt", &table);
+    let doc = simulate_json(&[CONSOLIDATION, "--scale", "inflate=2", "--for", "2h"]);
+    assert_eq!(doc["duration"], "2h");
+    assert_eq!(doc["timeline"], Value::Null);
+    let steps = events_of(&doc, "Step");
+    assert_eq!(steps.len(), 1);
+    assert_eq!(steps[0]["offset"], "0s");
+    let disruptions = events_of(&doc, "Disruption");
+    assert_eq!(disruptions.len(), 1, "{:#}", doc["events"]);
+    assert_eq!(disruptions[0]["offset"], "5m15s");
+    // Without --for the run lasts an hour.
+    let doc = simulate_json(&[CONSOLIDATION, "--scale", "inflate=2"]);
+    assert_eq!(doc["duration"], "1h");
+    // Spot-to-spot is off by default: the bundled example's spot node stays, and the verdict says why.
+    let doc = simulate_json(&["--scale", "inflate=2"]);
+    assert_eq!(doc["summary"]["commands"], 0);
+    assert_eq!(doc["nodes"][0]["verdict"], "SpotToSpotConsolidation is disabled, can't replace a spot node");
+}
+
+#[test]
+fn timeline_steps_apply_delete_drift_and_emptiness() {
+    let tmp = TempDir::new("timeline-steps");
+    let cluster = tmp.write(
+        "cluster.yaml",
+        &format!(
+            "{POOL}  disruption: {{consolidateAfter: 0s, budgets: [{{nodes: '100%'}}]}}\n---\n\
+             apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web, namespace: default}}\n\
+             spec: {{replicas: 3, selector: {{matchLabels: {{app: web}}}}, template: {{metadata: {{labels: {{app: web}}}}, \
+             spec: {{containers: [{{name: c, image: pause, resources: {{requests: {{cpu: '1'}}}}}}]}}}}}}\n"
+        ),
+    );
+    tmp.write("more.yaml", &format!("{}---\n{}", pod("extra-a", "2"), pod("extra-b", "2")));
+    let timeline = tmp.write(
+        "timeline.yaml",
+        "steps:
+  - at: 1m
+    apply: more.yaml
+  - at: 2m
+    delete: pod/extra-a
+  - at: 3m
+    drift: node/default-2
+  - at: 4m
+    scale: {deployment: web, replicas: 0}
+  - at: 5m
+    delete: pod/default/extra-b
+  - advance: 10m
+",
+    );
+    let doc = simulate_json(&[&cluster, "--timeline", &timeline]);
+    let steps: Vec<&str> = events_of(&doc, "Step").iter().filter_map(|e| e["message"].as_str()).collect();
+    assert_eq!(
+        steps,
+        [
+            format!("apply {}: 2 new pods", tmp.0.join("more.yaml").display()).as_str(),
+            "delete pod default/extra-a",
+            "drift node default-2",
+            "scale Deployment default/web from 3 to 0 pods (3 deleted)",
+            "delete pod default/extra-b",
+        ],
+        "{:#}",
+        doc["events"]
+    );
+    let methods: Vec<String> = events_of(&doc, "Disruption")
+        .iter()
+        .map(|e| format!("{} {}", e["offset"].as_str().unwrap_or("?"), e["command"]["method"].as_str().unwrap_or("?")))
+        .collect();
+    // The drifted node is replaced at once; the last pod's deletion empties the cluster and Emptiness removes
+    // the node after the validation wait.
+    assert!(methods.contains(&"3m Drift".to_owned()), "{methods:?}");
+    assert_eq!(methods.last().map(String::as_str), Some("5m15s Emptiness"), "{methods:?}");
+    assert_eq!(doc["summary"]["after"]["nodes"], 0, "{:#}", doc["summary"]);
+    assert_eq!(doc["summary"]["after"]["pricePerHour"], 0.0);
+}
+
+#[test]
+fn bad_timelines_name_the_step_and_the_field() {
+    let tmp = TempDir::new("timeline-errors");
+    let bad = tmp.write(
+        "bad.yaml",
+        "steps:\n  - at: 5m\n    scale: {deployment: inflate, replicas: many}\n  - at: 6m\n    drift: cluster\n",
+    );
+    let (code, stdout, stderr) = run(&["simulate", "--timeline", &bad]);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    assert_eq!(
+        stderr,
+        format!(
+            "{bad}: steps[0].scale.replicas: expected a non-negative integer, found \"many\"\n\
+             {bad}: steps[1].drift: expected nodepool/NAME or node/NAME, found \"cluster\"\n\
+             error: 2 problems in the input; nothing was simulated\n"
+        )
+    );
+    // Problems found while running name the step too.
+    let missing = tmp.write("missing.yaml", "steps:\n  - at: 1m\n    scale: {statefulset: nope, replicas: 1}\n");
+    let (code, _, stderr) = run(&["simulate", "--timeline", &missing]);
+    assert_eq!(code, 1);
+    assert!(
+        stderr.starts_with(&format!("{missing}: steps[0].scale: StatefulSet default/nope is not in the input\n")),
+        "{stderr}"
+    );
+    let (code, _, stderr) = run(&["simulate", "--scale", "inflate", "--for", "soon"]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("--scale inflate: expected [KIND/][NAMESPACE/]NAME=REPLICAS"), "{stderr}");
+    assert!(stderr.contains("--for soon: expected a duration such as 2h or 90m"), "{stderr}");
+    let (code, _, stderr) = run(&["simulate", "--timeline", "no/such/file.yaml"]);
+    assert_eq!(code, 1);
+    assert!(stderr.starts_with("no/such/file.yaml: reading the timeline: "), "{stderr}");
+}

@@ -15,15 +15,22 @@
 //!    placements on existing nodes, prices, and why each unplaced pod cannot be placed ([`Report`]).
 //!
 //! With no path, the bundled example `examples/simulate/default.yaml` runs (compiled into the binary).
+//!
+//! With `--timeline FILE`, `--scale` or `--for`, the cluster then evolves over simulated time ([`world`]):
+//! timeline steps, provisioning, expiration and disruption, reported as a [`TimelineReport`].
 
 mod catalogue;
 mod pods;
 mod report;
 mod table;
+pub mod timeline;
+mod timeline_report;
+mod world;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use anyhow::Context;
 use karpenter_api::loader::{self, Loaded, Object};
 use karpenter_api::{Conditions, NodePool, ProviderLabels, ValidationContext};
 use karpenter_scheduler::{ClusterSnapshot, PoolInput, SchedulerOptions, schedule};
@@ -32,6 +39,7 @@ use serde_json::Value;
 pub use catalogue::Catalogue;
 pub use report::Report;
 pub use table::render;
+pub use timeline_report::{TimelineReport, render as render_timeline};
 
 /// The name the bundled example is reported under.
 pub const BUNDLED_NAME: &str = "examples/simulate/default.yaml";
@@ -47,6 +55,19 @@ pub struct Options {
     pub instance_types: Option<PathBuf>,
     /// Whose well-known labels and restricted domains apply.
     pub provider: ProviderLabels,
+    /// Run over simulated time (`--timeline`, `--scale`, `--for`); `None`: one scheduling pass.
+    pub time: Option<TimeOptions>,
+}
+
+/// What to run over simulated time.
+#[derive(Debug, Default)]
+pub struct TimeOptions {
+    /// `--timeline FILE`.
+    pub timeline: Option<PathBuf>,
+    /// `--scale` steps at 0s, before the timeline's.
+    pub scale: Vec<String>,
+    /// `--for`: the run lasts at least this long (default 1h without a timeline file).
+    pub run_for: Option<String>,
 }
 
 /// The result of a run.
@@ -54,6 +75,8 @@ pub struct Options {
 pub enum Outcome {
     /// The simulation ran.
     Report(Box<Report>),
+    /// The run over simulated time ran.
+    Timeline(Box<TimelineReport>),
     /// The input has problems (each line names file, document, object and field); nothing was simulated.
     InputErrors(Vec<String>),
 }
@@ -91,15 +114,20 @@ pub fn simulate(options: &Options) -> anyhow::Result<Outcome> {
     }
     duplicate_notes(&objects, &mut notes);
     let ready = ready_node_pools(&snapshot.node_pools, &objects, &mut notes);
-    let pools: Vec<PoolInput<'_>> =
-        ready.iter().map(|p| PoolInput { node_pool: p, instance_types: &catalogue.instance_types }).collect();
-    let decisions = schedule(&snapshot, &pools, &options.provider, &SchedulerOptions::default());
-
     let inputs = if bundled {
         vec![BUNDLED_NAME.to_owned()]
     } else {
         options.paths.iter().map(|p| p.display().to_string()).collect()
     };
+    if let Some(time) = &options.time {
+        let ready: Vec<NodePool> = ready.into_iter().cloned().collect();
+        let run = Run { inputs, bundled, provider: &options.provider, notes, catalogue: &catalogue };
+        return run_timeline(run, time, snapshot, ready, objects);
+    }
+    let pools: Vec<PoolInput<'_>> =
+        ready.iter().map(|p| PoolInput { node_pool: p, instance_types: &catalogue.instance_types }).collect();
+    let decisions = schedule(&snapshot, &pools, &options.provider, &SchedulerOptions::default());
+
     let report = Report::build(
         report::Inputs {
             inputs,
@@ -113,6 +141,194 @@ pub fn simulate(options: &Options) -> anyhow::Result<Outcome> {
         decisions,
     );
     Ok(Outcome::Report(Box::new(report)))
+}
+
+/// What a run over simulated time reports besides its events.
+struct Run<'a> {
+    inputs: Vec<String>,
+    bundled: bool,
+    provider: &'a ProviderLabels,
+    notes: Vec<String>,
+    catalogue: &'a Catalogue,
+}
+
+/// The default start of simulated time (when neither the timeline nor the input says later).
+const DEFAULT_START: &str = "2026-01-01T00:00:00Z";
+/// `--for` without a timeline file.
+const DEFAULT_RUN_FOR: std::time::Duration = std::time::Duration::from_secs(3600);
+
+fn run_timeline(
+    run: Run<'_>,
+    time: &TimeOptions,
+    snapshot: ClusterSnapshot,
+    pools: Vec<NodePool>,
+    objects: Vec<Loaded>,
+) -> anyhow::Result<Outcome> {
+    use timeline::{Step, format_offset};
+    use timeline_report::{EventKind, FinalNode, PendingGroup, TimelineSummary};
+
+    // The steps: --scale at 0s, then the file's.
+    let mut errors = Vec::new();
+    let mut steps: Vec<Step> = Vec::new();
+    for s in &time.scale {
+        match timeline::parse_scale_flag(s) {
+            Ok(action) => steps.push(Step { label: format!("--scale {s}"), at: std::time::Duration::ZERO, action }),
+            Err(e) => errors.push(e),
+        }
+    }
+    let mut file = None;
+    if let Some(path) = &time.timeline {
+        match timeline::read(path) {
+            Ok(t) => file = Some(t),
+            Err(e) => errors.extend(e),
+        }
+    }
+    let run_for = match &time.run_for {
+        Some(d) => match karpenter_api::duration::parse_go_duration(d) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                errors.push(format!("--for {d}: expected a duration such as 2h or 90m ({e})"));
+                None
+            }
+        },
+        None => None,
+    };
+    if !errors.is_empty() {
+        return Ok(Outcome::InputErrors(errors));
+    }
+    let source = file.as_ref().map(|f| f.source.clone());
+    let file_start = file.as_ref().and_then(|f| f.start);
+    if let Some(f) = file {
+        steps.extend(f.steps);
+    }
+    let last_step = steps.iter().map(|s| s.at).max().unwrap_or_default();
+    let run_for = run_for.unwrap_or(if time.timeline.is_some() { std::time::Duration::ZERO } else { DEFAULT_RUN_FOR });
+    let length = last_step.max(run_for);
+
+    let default_start = chrono::DateTime::parse_from_rfc3339(DEFAULT_START)
+        .map(|t| t.with_timezone(&chrono::Utc))
+        .context("default start")?;
+    let start = file_start
+        .unwrap_or_else(|| world::latest_timestamp(&snapshot).map_or(default_start, |t| t.max(default_start)));
+    let end = start + chrono::Duration::from_std(length).unwrap_or(chrono::Duration::MAX);
+
+    let mut w = world::World::new(snapshot, pools, run.catalogue, run.provider.clone(), objects, start);
+    // The input's pending pods first, as a plain simulate would place them.
+    w.provision()?;
+    let before = w.state();
+    let mut next_step = 0;
+    loop {
+        while let Some(step) = steps.get(next_step) {
+            let due = start + chrono::Duration::from_std(step.at).unwrap_or(chrono::Duration::MAX);
+            if due > w.now {
+                break;
+            }
+            if let Err(e) = w.step(step) {
+                let source = source.as_deref().filter(|_| step.label.starts_with("steps"));
+                let prefix = source.map(|s| format!("{s}: ")).unwrap_or_default();
+                return Ok(Outcome::InputErrors(vec![format!("{prefix}{}", e.0)]));
+            }
+            next_step += 1;
+        }
+        w.settle()?;
+        let step_due =
+            steps.get(next_step).map(|s| start + chrono::Duration::from_std(s.at).unwrap_or(chrono::Duration::MAX));
+        let next = [step_due, w.next_instant()].into_iter().flatten().min();
+        match next {
+            Some(t) if t <= end => w.now = t,
+            _ => break,
+        }
+    }
+    if w.now < end {
+        w.now = end;
+        w.settle()?;
+    }
+    w.finish();
+
+    // The end: verdicts of one more pass, nodes, pending pods.
+    let pass = w.pass();
+    let after = w.state();
+    let owners = pods::Owners::new(w.objects());
+    let per_node = world::pods_per_node(&w.snapshot);
+    let verdicts: BTreeMap<&str, &karpenter_disruption::Verdict> =
+        pass.verdicts.iter().map(|v| (v.node.as_str(), v)).collect();
+    let nodes: Vec<FinalNode> = w
+        .snapshot
+        .nodes
+        .iter()
+        .map(|n| {
+            let on = per_node.get(n.name.as_str()).cloned().unwrap_or_default();
+            let keys: Vec<String> = on.iter().map(|p| karpenter_scheduler::snapshot::pod_key(p)).collect();
+            let groups = pods::group(keys.iter().map(String::as_str).zip(on.iter().copied().map(Some)), &owners);
+            let l = |k: &str| n.labels.get(k).cloned();
+            FinalNode {
+                name: n.name.clone(),
+                node_pool: n.node_pool.clone(),
+                instance_type: l(karpenter_api::labels::INSTANCE_TYPE),
+                zone: l(karpenter_api::labels::ZONE),
+                capacity_type: l(karpenter_api::labels::CAPACITY_TYPE),
+                price: w.node_price(n),
+                pods: on.len(),
+                pod_groups: groups,
+                verdict: verdicts.get(n.name.as_str()).map(|v| v.message.clone()).unwrap_or_default(),
+            }
+        })
+        .collect();
+    let mut unschedulable: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    if !w.snapshot.pending_pods.is_empty() {
+        let inputs: Vec<PoolInput<'_>> = w
+            .pools()
+            .iter()
+            .map(|p| PoolInput { node_pool: p, instance_types: &run.catalogue.instance_types })
+            .collect();
+        let d = schedule(&w.snapshot, &inputs, run.provider, &SchedulerOptions::default());
+        for u in d.unschedulable {
+            unschedulable.entry(u.reason).or_default().push(u.pod);
+        }
+    }
+    let mut summary = TimelineSummary {
+        savings_per_hour: world::round(before.price_per_hour - after.price_per_hour),
+        before,
+        after,
+        ..Default::default()
+    };
+    for e in &w.events {
+        summary.nodes_launched += e.nodes_launched.len();
+        summary.nodes_removed += e.nodes_removed.len();
+        match e.kind {
+            EventKind::Disruption => {
+                summary.commands += 1;
+                if let Some(c) = &e.command {
+                    *summary.commands_by_method.entry(format!("{:?}", c.method)).or_default() += 1;
+                }
+            }
+            EventKind::ValidationFailed => summary.validation_failures += 1,
+            _ => {}
+        }
+    }
+    let mut notes = run.notes;
+    notes.append(&mut w.notes);
+    let report = TimelineReport {
+        api_version: timeline_report::API_VERSION.to_owned(),
+        inputs: run.inputs,
+        bundled_example: run.bundled,
+        timeline: source,
+        provider: run.provider.name.clone(),
+        catalogue: report::CatalogueSummary {
+            source: run.catalogue.source.clone(),
+            instance_types: run.catalogue.instance_types.len(),
+        },
+        notes,
+        start: start.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        end: end.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        duration: format_offset(length),
+        summary,
+        events: std::mem::take(&mut w.events),
+        nodes,
+        verdicts: pass.verdicts,
+        unschedulable: unschedulable.into_iter().map(|(reason, pods)| PendingGroup { reason, pods }).collect(),
+    };
+    Ok(Outcome::Timeline(Box::new(report)))
 }
 
 /// Objects and load errors, as [`loader::load_paths`] returns them.

@@ -320,7 +320,7 @@ fn existing(
 }
 
 /// The catalogue price of (instance type, zone, capacity type), or why there is none.
-fn price_of(
+pub(super) fn price_of(
     catalogue: &Catalogue,
     instance_type: &Option<String>,
     zone: &Option<String>,

@@ -135,7 +135,7 @@ fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
     if n == 1 { one } else { many }
 }
 
-fn price(p: f64) -> String {
+pub(super) fn price(p: f64) -> String {
     format!("{p:.4}")
 }
 
@@ -144,7 +144,7 @@ fn text(v: &Option<String>) -> String {
 }
 
 /// Left-aligned columns separated by two spaces; the last column is not padded.
-fn table(headers: &[&str], rows: Vec<Vec<String>>) -> String {
+pub(super) fn table(headers: &[&str], rows: Vec<Vec<String>>) -> String {
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {

@@ -1,0 +1,1016 @@
+//! Simulated time: the cluster of the manifests evolves under timeline steps, provisioning, expiration and
+//! disruption (docs/simulate.md, "Simulated time").
+//!
+//! The state is a [`ClusterSnapshot`] edited in place. At every instant the run visits, in order:
+//! 1. the timeline steps due (scale, delete, apply, drift);
+//! 2. then, repeatedly until nothing changes: expired NodeClaims are deleted (forceful, no budget); pending pods
+//!    are scheduled (placed on nodes, new nodes launched with the offering the fake provider's create picks);
+//!    a disruption command whose 15 s validation wait is over is re-validated and executed; otherwise a
+//!    disruption pass ([`karpenter_disruption::evaluate`]) runs: Drift and StaticDrift commands execute at once,
+//!    Emptiness and consolidation commands wait 15 s for validation (the controller does nothing else meanwhile).
+//!
+//! Then time jumps to the next instant something can change: the next step, the end of a validation wait,
+//! `consolidateAfter` elapsing on a node, a NodeClaim expiring, a pod's do-not-disrupt duration ending, or the
+//! next minute while any NodePool has scheduled budgets. Nodes launch and initialize instantly; a removed node's
+//! reschedulable pods become pending and are placed again by the next scheduling pass.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+use anyhow::Context;
+use chrono::{DateTime, SecondsFormat, Utc};
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{Pod, PodStatus, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use karpenter_api::loader::{self, Loaded, Object};
+use karpenter_api::{NodeClaim, NodePool, ProviderLabels, ValidationContext, labels};
+use karpenter_disruption::{Command, DisruptionOptions, Method, Pass, Reason, evaluate, expiration, validation};
+use karpenter_requirements::InstanceType;
+use karpenter_scheduler::decision::{NodeClaimPlan, RequirementJson};
+use karpenter_scheduler::snapshot::{api_taint, is_daemon_set_pod, pod_key};
+use karpenter_scheduler::{ClusterSnapshot, Decisions, NodeClaimInfo, NodeInfo, PoolInput, SchedulerOptions, schedule};
+use serde_json::json;
+
+use super::catalogue::{Catalogue, cheapest_launch};
+use super::pods::Owners;
+use super::timeline::{Action, Step, WorkloadKind, format_offset};
+use super::timeline_report::{ClusterState, Event, EventKind, LaunchedNode};
+
+/// The wait between a graceful command's decision and its execution (upstream's `commandValidationDelay`).
+pub const VALIDATION_WAIT: Duration = Duration::from_secs(15);
+/// Commands and scheduling rounds at one instant before the run gives up on settling (a safety net).
+const MAX_ROUNDS_PER_INSTANT: usize = 1_000;
+
+/// A run's problem caused by the timeline (names the step); the run stops.
+#[derive(Debug)]
+pub struct StepError(pub String);
+
+/// A workload's pod template, for scaling up.
+#[derive(Debug, Clone)]
+struct Workload {
+    api_version: &'static str,
+    uid: String,
+    template: PodTemplateSpec,
+}
+
+type WorkloadKey = (WorkloadKind, String, String);
+
+/// A graceful command waiting for its validation.
+#[derive(Debug)]
+struct Waiting {
+    decided: DateTime<Utc>,
+    due: DateTime<Utc>,
+    commands: Vec<Command>,
+}
+
+/// The simulated cluster.
+pub struct World<'c> {
+    pub snapshot: ClusterSnapshot,
+    pools: Vec<NodePool>,
+    catalogue: &'c Catalogue,
+    provider: ProviderLabels,
+    options: DisruptionOptions,
+    objects: Vec<Loaded>,
+    workloads: BTreeMap<WorkloadKey, Workload>,
+    pub start: DateTime<Utc>,
+    pub now: DateTime<Utc>,
+    next_node: BTreeMap<String, u64>,
+    waiting: Option<Waiting>,
+    /// Instants after `now` at which something may change (from the last pass).
+    hints: BTreeSet<DateTime<Utc>>,
+    pub events: Vec<Event>,
+    /// Notes about the run (a command still waiting at the end, rounds cut short).
+    pub notes: Vec<String>,
+}
+
+fn rfc3339(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+fn to_chrono(d: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
+}
+
+/// The latest timestamp of the input's NodeClaims (creation, condition transitions, last pod event), so a run
+/// over a captured cluster starts after everything in it.
+pub fn latest_timestamp(snapshot: &ClusterSnapshot) -> Option<DateTime<Utc>> {
+    let parse = |s: &str| DateTime::parse_from_rfc3339(s).ok().map(|t| t.with_timezone(&Utc));
+    let mut latest: Option<DateTime<Utc>> = None;
+    for c in &snapshot.node_claims {
+        let created = c.claim.metadata.creation_timestamp.as_ref().and_then(|t| {
+            DateTime::<Utc>::from_timestamp(t.0.as_second(), u32::try_from(t.0.subsec_nanosecond()).unwrap_or(0))
+        });
+        let status = c.claim.status.as_ref();
+        let times = created
+            .into_iter()
+            .chain(status.and_then(|s| s.last_pod_event_time.as_deref()).and_then(parse))
+            .chain(c.claim.conditions().iter().filter_map(|c| parse(&c.last_transition_time)));
+        for t in times {
+            latest = Some(latest.map_or(t, |l| l.max(t)));
+        }
+    }
+    latest
+}
+
+impl<'c> World<'c> {
+    /// A world at `start` over the input.
+    pub fn new(
+        snapshot: ClusterSnapshot,
+        pools: Vec<NodePool>,
+        catalogue: &'c Catalogue,
+        provider: ProviderLabels,
+        objects: Vec<Loaded>,
+        start: DateTime<Utc>,
+    ) -> Self {
+        let mut world = World {
+            snapshot,
+            pools,
+            catalogue,
+            provider,
+            options: DisruptionOptions::default(),
+            objects: Vec::new(),
+            workloads: BTreeMap::new(),
+            start,
+            now: start,
+            next_node: BTreeMap::new(),
+            waiting: None,
+            hints: BTreeSet::new(),
+            events: Vec::new(),
+            notes: Vec::new(),
+        };
+        world.learn_workloads(&objects);
+        world.objects = objects;
+        world
+    }
+
+    fn learn_workloads(&mut self, objects: &[Loaded]) {
+        for loaded in objects {
+            let (key, w) = match &loaded.object {
+                Object::Deployment(d) => workload(WorkloadKind::Deployment, d.as_ref()),
+                Object::StatefulSet(s) => workload(WorkloadKind::StatefulSet, s.as_ref()),
+                Object::ReplicaSet(r) => workload(WorkloadKind::ReplicaSet, r.as_ref()),
+                _ => continue,
+            };
+            self.workloads.insert(key, w);
+        }
+    }
+
+    /// The NodePools in use (the input's ready ones and those applied since).
+    pub fn pools(&self) -> &[NodePool] {
+        &self.pools
+    }
+
+    /// Every object loaded (input and applied files).
+    pub fn objects(&self) -> &[Loaded] {
+        &self.objects
+    }
+
+    fn offset(&self) -> Duration {
+        (self.now - self.start).to_std().unwrap_or_default()
+    }
+
+    fn pool_inputs(&self) -> Vec<PoolInput<'_>> {
+        self.pools.iter().map(|p| PoolInput { node_pool: p, instance_types: &self.catalogue.instance_types }).collect()
+    }
+
+    /// Nodes, their price sum and pod counts.
+    pub fn state(&self) -> ClusterState {
+        ClusterState {
+            nodes: self.snapshot.nodes.len(),
+            price_per_hour: round(self.snapshot.nodes.iter().filter_map(|n| self.node_price(n)).sum()),
+            unpriced_nodes: self.snapshot.nodes.iter().filter(|n| self.node_price(n).is_none()).count(),
+            pods: self.snapshot.bound_pods.len(),
+            pending_pods: self.snapshot.pending_pods.len(),
+        }
+    }
+
+    /// The catalogue price of a node's offering (labels), if known.
+    pub fn node_price(&self, node: &NodeInfo) -> Option<f64> {
+        let l = |k: &str| node.labels.get(k).cloned();
+        super::report::price_of(self.catalogue, &l(labels::INSTANCE_TYPE), &l(labels::ZONE), &l(labels::CAPACITY_TYPE))
+            .ok()
+    }
+
+    fn event(&mut self, kind: EventKind, message: String) -> &mut Event {
+        let offset = self.offset();
+        self.events.push(Event {
+            at: rfc3339(self.now),
+            offset: format_offset(offset),
+            offset_seconds: offset.as_secs(),
+            kind,
+            message,
+            nodes_removed: Vec::new(),
+            nodes_launched: Vec::new(),
+            pods_placed: 0,
+            unschedulable_pods: 0,
+            price_per_hour_after: 0.0,
+            decided_at: None,
+            command: None,
+        });
+        let i = self.events.len() - 1;
+        &mut self.events[i]
+    }
+
+    fn close_event(&mut self) {
+        let price = self.state().price_per_hour;
+        if let Some(e) = self.events.last_mut() {
+            e.price_per_hour_after = price;
+        }
+    }
+
+    // ---- Pods and nodes ----
+
+    /// Binds pending pods (by key) to `node`; returns how many were bound. Updates the node's last pod event.
+    fn bind(&mut self, keys: &[String], node: &str) -> usize {
+        if keys.is_empty() {
+            return 0;
+        }
+        let wanted: BTreeSet<&str> = keys.iter().map(String::as_str).collect();
+        let mut moved = Vec::new();
+        self.snapshot.pending_pods.retain(|p| {
+            if wanted.contains(pod_key(p).as_str()) {
+                moved.push(p.clone());
+                false
+            } else {
+                true
+            }
+        });
+        let n = moved.len();
+        for mut p in moved {
+            if let Some(spec) = p.spec.as_mut() {
+                spec.node_name = Some(node.to_owned());
+            }
+            p.status = Some(PodStatus { phase: Some("Running".into()), ..Default::default() });
+            self.snapshot.bound_pods.push(p);
+        }
+        if n > 0 {
+            self.pod_event(node);
+        }
+        n
+    }
+
+    /// Sets the NodeClaim's `lastPodEventTime` of `node` to now.
+    fn pod_event(&mut self, node: &str) {
+        let now = rfc3339(self.now);
+        if let Some(c) = self.snapshot.node_claims.iter_mut().find(|c| c.node_name.as_deref() == Some(node)) {
+            c.claim.status.get_or_insert_with(Default::default).last_pod_event_time = Some(now);
+        }
+    }
+
+    /// Removes a node and its NodeClaim; its reschedulable pods become pending, the others are gone.
+    fn remove_node(&mut self, name: &str) {
+        let claim = self.snapshot.nodes.iter().find(|n| n.name == name).and_then(|n| n.node_claim.clone());
+        self.snapshot.nodes.retain(|n| n.name != name);
+        self.snapshot.node_claims.retain(|c| Some(&c.name) != claim.as_ref() && c.node_name.as_deref() != Some(name));
+        let mut displaced = Vec::new();
+        self.snapshot.bound_pods.retain(|p| {
+            if p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name) {
+                displaced.push(p.clone());
+                false
+            } else {
+                true
+            }
+        });
+        for mut p in displaced {
+            let reschedulable = karpenter_disruption::pods::is_reschedulable(&p) && !is_daemon_set_pod(&p);
+            if !reschedulable {
+                continue;
+            }
+            if let Some(spec) = p.spec.as_mut() {
+                spec.node_name = None;
+            }
+            p.status = None;
+            self.snapshot.pending_pods.push(p);
+        }
+    }
+
+    fn node_name_for(&mut self, pool: &str) -> String {
+        let existing: BTreeSet<&str> = self
+            .snapshot
+            .nodes
+            .iter()
+            .map(|n| n.name.as_str())
+            .chain(self.snapshot.node_claims.iter().map(|c| c.name.as_str()))
+            .collect();
+        let next = self.next_node.entry(pool.to_owned()).or_insert(1);
+        loop {
+            let name = format!("{pool}-{next}");
+            *next += 1;
+            if !existing.contains(name.as_str()) {
+                return name;
+            }
+        }
+    }
+
+    /// Launches a node for `plan` (the offering the fake provider's create picks) and binds the plan's pods
+    /// that are pending. `Ok(None)` when no offering is available.
+    fn launch(&mut self, plan: &NodeClaimPlan) -> anyhow::Result<Option<LaunchedNode>> {
+        let Some(pool) = self.pools.iter().find(|p| p.metadata.name.as_deref() == Some(plan.node_pool.as_str())) else {
+            return Ok(None);
+        };
+        let pool = pool.clone();
+        let requirements = RequirementJson::to_requirements(&plan.requirements)
+            .map_err(|e| anyhow::anyhow!("requirements of the plan for {}: {e}", plan.name))?;
+        let all: Vec<&InstanceType> = self.catalogue.instance_types.iter().collect();
+        let options: Vec<&InstanceType> = if plan.instance_types.is_empty() {
+            all
+        } else {
+            plan.instance_types.iter().filter_map(|n| self.catalogue.get(n)).collect()
+        };
+        let Some(choice) = cheapest_launch(options.iter().copied(), &requirements) else { return Ok(None) };
+        let Some(it) = self.catalogue.get(&choice.instance_type) else { return Ok(None) };
+        let name = self.node_name_for(&plan.node_pool);
+        let now = rfc3339(self.now);
+
+        let mut node_labels: BTreeMap<String, String> = pool.spec.template.metadata.labels.clone();
+        for r in &plan.requirements {
+            if r.operator == "In"
+                && let [one] = r.values.as_slice()
+            {
+                node_labels.insert(r.key.clone(), one.clone());
+            }
+        }
+        node_labels.extend(it.requirements.labels(|k| k == labels::ZONE || k == labels::CAPACITY_TYPE));
+        if let Some(z) = &choice.zone {
+            node_labels.insert(labels::ZONE.to_owned(), z.clone());
+        }
+        if let Some(ct) = &choice.capacity_type {
+            node_labels.insert(labels::CAPACITY_TYPE.to_owned(), ct.clone());
+        }
+        node_labels.insert(labels::INSTANCE_TYPE.to_owned(), it.name.clone());
+        node_labels.insert("kubernetes.io/hostname".to_owned(), name.clone());
+        node_labels.insert(labels::NODE_POOL.to_owned(), plan.node_pool.clone());
+        node_labels.insert(labels::NODE_INITIALIZED.to_owned(), "true".to_owned());
+        node_labels.insert("karpenter.sh/registered".to_owned(), "true".to_owned());
+
+        let mut spec = serde_json::to_value(&pool.spec.template.spec).context("NodePool template")?;
+        spec["requirements"] = serde_json::to_value(&plan.requirements).context("plan requirements")?;
+        let condition =
+            |t: &str| json!({"type": t, "status": "True", "lastTransitionTime": now, "reason": t, "message": ""});
+        let claim: NodeClaim = serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": name, "labels": node_labels, "creationTimestamp": now,
+                         "annotations": pool.spec.template.metadata.annotations},
+            "spec": spec,
+            "status": {"nodeName": name, "lastPodEventTime": now,
+                       "conditions": [condition("Launched"), condition("Registered"), condition("Initialized")]}
+        }))
+        .with_context(|| format!("building NodeClaim {name} from NodePool {}", plan.node_pool))?;
+        let taints = pool.spec.template.spec.taints.iter().map(api_taint).collect();
+        self.snapshot.node_claims.push(NodeClaimInfo {
+            name: name.clone(),
+            node_pool: Some(plan.node_pool.clone()),
+            node_name: Some(name.clone()),
+            in_flight: false,
+            labels: node_labels.clone(),
+            annotations: pool.spec.template.metadata.annotations.clone(),
+            conditions: ["Launched", "Registered", "Initialized"]
+                .iter()
+                .map(|c| ((*c).to_owned(), "True".to_owned()))
+                .collect(),
+            claim,
+            capacity: it.capacity().clone(),
+            allocatable: it.allocatable().clone(),
+            marked_for_deletion: false,
+            nominated: false,
+        });
+        self.snapshot.nodes.push(NodeInfo {
+            name: name.clone(),
+            labels: node_labels,
+            annotations: BTreeMap::new(),
+            taints,
+            startup_taints: Vec::new(),
+            allocatable: it.allocatable().clone(),
+            capacity: it.capacity().clone(),
+            node_pool: Some(plan.node_pool.clone()),
+            node_claim: Some(name.clone()),
+            initialized: true,
+            ..Default::default()
+        });
+        let pods = self.bind(&plan.pods, &name);
+        Ok(Some(LaunchedNode {
+            name,
+            node_pool: plan.node_pool.clone(),
+            instance_type: choice.instance_type,
+            zone: choice.zone,
+            capacity_type: choice.capacity_type,
+            price: choice.price,
+            pods,
+        }))
+    }
+
+    /// Applies scheduling decisions: binds placements on existing nodes, launches new nodes. Returns (pods
+    /// placed, nodes launched, pods left unschedulable).
+    fn place(&mut self, decisions: &Decisions) -> anyhow::Result<(usize, Vec<LaunchedNode>, usize)> {
+        let mut placed = 0;
+        for n in &decisions.existing_nodes {
+            if !n.in_flight {
+                placed += self.bind(&n.pods, &n.name);
+            }
+        }
+        let mut launched = Vec::new();
+        for plan in &decisions.new_node_claims {
+            if let Some(l) = self.launch(plan)? {
+                placed += l.pods;
+                launched.push(l);
+            }
+        }
+        self.snapshot.sort();
+        Ok((placed, launched, self.snapshot.pending_pods.len()))
+    }
+
+    /// Schedules the pending pods; `None` when there were none or nothing changed.
+    fn schedule_pending(&mut self) -> anyhow::Result<Option<(usize, Vec<LaunchedNode>, usize)>> {
+        if self.snapshot.pending_pods.is_empty() {
+            return Ok(None);
+        }
+        let decisions = {
+            let pools = self.pool_inputs();
+            schedule(&self.snapshot, &pools, &self.provider, &SchedulerOptions::default())
+        };
+        let (placed, launched, left) = self.place(&decisions)?;
+        Ok((placed > 0 || !launched.is_empty()).then_some((placed, launched, left)))
+    }
+
+    /// The provisioner: schedules pending pods and records an event when something happened.
+    pub fn provision(&mut self) -> anyhow::Result<bool> {
+        let Some((placed, launched, left)) = self.schedule_pending()? else { return Ok(false) };
+        let mut message = format!("{placed} pending pods placed");
+        if !launched.is_empty() {
+            let names: Vec<String> = launched.iter().map(describe_launch).collect();
+            message.push_str(&format!(", {} new: {}", plural(launched.len(), "node", "nodes"), names.join(", ")));
+        }
+        if left > 0 {
+            message.push_str(&format!("; {left} still pending"));
+        }
+        let e = self.event(EventKind::Provisioning, message);
+        e.pods_placed = placed;
+        e.unschedulable_pods = left;
+        e.nodes_launched = launched;
+        self.close_event();
+        Ok(true)
+    }
+
+    fn expire(&mut self) -> bool {
+        let expired = expiration::expired(&self.snapshot, self.now);
+        if expired.is_empty() {
+            return false;
+        }
+        let mut removed = Vec::new();
+        for e in &expired {
+            let node = e.node.clone().unwrap_or_else(|| e.node_claim.clone());
+            self.remove_node(&node);
+            self.snapshot.node_claims.retain(|c| c.name != e.node_claim);
+            removed.push(node);
+        }
+        self.snapshot.sort();
+        let names: Vec<String> =
+            expired.iter().map(|e| format!("{} (expired {})", e.node_claim, e.expires_at)).collect();
+        let ev = self.event(EventKind::Expiration, format!("expireAfter reached: deleted {}", names.join(", ")));
+        ev.nodes_removed = removed;
+        self.close_event();
+        true
+    }
+
+    /// Executes commands: removes candidates, launches replacements with their pods, places the rest.
+    fn execute(&mut self, commands: &[Command], decided: DateTime<Utc>) -> anyhow::Result<()> {
+        for cmd in commands {
+            for c in &cmd.candidates {
+                self.remove_node(&c.node);
+            }
+            let mut launched = Vec::new();
+            let mut placed = 0;
+            for plan in &cmd.replacements {
+                if let Some(l) = self.launch(plan)? {
+                    placed += l.pods;
+                    launched.push(l);
+                }
+            }
+            self.snapshot.sort();
+            let mut left = self.snapshot.pending_pods.len();
+            if let Some((p, more, l)) = self.schedule_pending()? {
+                placed += p;
+                launched.extend(more);
+                left = l;
+            }
+            let mut message = format!("{:?}: {}", cmd.method, cmd.explanation);
+            if left > 0 {
+                message.push_str(&format!("; {left} pods still pending"));
+            }
+            let decided_at = (decided != self.now).then(|| rfc3339(decided));
+            let e = self.event(EventKind::Disruption, message);
+            e.nodes_removed = cmd.candidates.iter().map(|c| c.node.clone()).collect();
+            e.nodes_launched = launched;
+            e.pods_placed = placed;
+            e.unschedulable_pods = left;
+            e.decided_at = decided_at;
+            e.command = Some(Box::new(cmd.clone()));
+            self.close_event();
+        }
+        Ok(())
+    }
+
+    /// One disruption pass at now (and the hints it gives).
+    pub fn pass(&self) -> Pass {
+        let pools = self.pool_inputs();
+        evaluate(&self.snapshot, &pools, &self.provider, self.now, &self.options)
+    }
+
+    fn learn_hints(&mut self, pass: &Pass) {
+        let now = self.now;
+        self.hints.retain(|t| *t > now);
+        for v in &pass.verdicts {
+            match &v.reason {
+                Reason::ConsolidateAfterNotElapsed { remaining_seconds } if *remaining_seconds > 0 => {
+                    self.hints.insert(now + chrono::Duration::seconds(*remaining_seconds));
+                }
+                Reason::PodDoNotDisrupt { until: Some(u), .. } => {
+                    if let Ok(t) = DateTime::parse_from_rfc3339(u) {
+                        self.hints.insert(t.with_timezone(&Utc));
+                    }
+                }
+                _ => {}
+            }
+        }
+        for e in expiration::expirations(&self.snapshot, now) {
+            if let Ok(t) = DateTime::parse_from_rfc3339(&e.expires_at) {
+                self.hints.insert(t.with_timezone(&Utc));
+            }
+        }
+        let scheduled = self.pools.iter().any(|p| p.spec.disruption.budgets.iter().any(|b| b.schedule.is_some()));
+        if scheduled {
+            let next_minute = (now.timestamp() / 60 + 1) * 60;
+            if let Some(t) = DateTime::<Utc>::from_timestamp(next_minute, 0) {
+                self.hints.insert(t);
+            }
+        }
+        self.hints.retain(|t| *t > now);
+    }
+
+    /// Runs provisioning, expiration and disruption at `now` until nothing more happens.
+    pub fn settle(&mut self) -> anyhow::Result<()> {
+        for _ in 0..MAX_ROUNDS_PER_INSTANT {
+            let expired = self.expire();
+            let provisioned = self.provision()?;
+            if let Some(w) = self.waiting.take_if(|w| w.due <= self.now) {
+                let pools = self.pool_inputs();
+                let mut valid = Vec::new();
+                let mut failures = Vec::new();
+                for c in &w.commands {
+                    match validation::validate(c, &self.snapshot, &pools, &self.provider, self.now, &self.options) {
+                        Ok(v) => valid.push(v),
+                        Err(f) => failures.push((c.clone(), f)),
+                    }
+                }
+                drop(pools);
+                for (c, f) in failures {
+                    let message = format!("{:?} command rejected by validation ({f}): {}", c.method, c.explanation);
+                    let e = self.event(EventKind::ValidationFailed, message);
+                    e.decided_at = Some(rfc3339(w.decided));
+                    e.command = Some(Box::new(c));
+                    self.close_event();
+                }
+                self.execute(&valid, w.decided)?;
+                continue;
+            }
+            if self.waiting.is_some() {
+                return Ok(());
+            }
+            let pass = self.pass();
+            self.learn_hints(&pass);
+            if pass.commands.is_empty() {
+                if expired || provisioned {
+                    continue;
+                }
+                return Ok(());
+            }
+            let immediate = pass.commands.iter().all(|c| matches!(c.method, Method::Drift | Method::StaticDrift));
+            if immediate {
+                self.execute(&pass.commands, self.now)?;
+            } else {
+                let due = self.now + to_chrono(VALIDATION_WAIT);
+                self.hints.insert(due);
+                self.waiting = Some(Waiting { decided: self.now, due, commands: pass.commands });
+                return Ok(());
+            }
+        }
+        self.notes.push(format!(
+            "at {} the cluster did not settle within {MAX_ROUNDS_PER_INSTANT} rounds; time moved on",
+            format_offset(self.offset())
+        ));
+        Ok(())
+    }
+
+    /// The next instant after now something may change, before or at `limit`.
+    pub fn next_instant(&self) -> Option<DateTime<Utc>> {
+        let mut next = self.hints.iter().copied().find(|t| *t > self.now);
+        if let Some(w) = &self.waiting
+            && w.due > self.now
+        {
+            next = Some(next.map_or(w.due, |n| n.min(w.due)));
+        }
+        next
+    }
+
+    /// A note when a command is still waiting for validation.
+    pub fn finish(&mut self) {
+        if let Some(w) = &self.waiting {
+            let commands: Vec<String> =
+                w.commands.iter().map(|c| format!("{:?}: {}", c.method, c.explanation)).collect();
+            self.notes.push(format!(
+                "a command decided at {} was still in its {}s validation wait at the end: {}",
+                rfc3339(w.decided),
+                VALIDATION_WAIT.as_secs(),
+                commands.join("; ")
+            ));
+        }
+    }
+
+    // ---- Steps ----
+
+    /// Applies one timeline step at now.
+    pub fn step(&mut self, step: &Step) -> Result<(), StepError> {
+        let err = |field: &str, m: String| {
+            let field = if step.label.starts_with("steps") { field } else { "" };
+            StepError(format!("{}{field}: {m}", step.label))
+        };
+        let message = step.action.describe();
+        match &step.action {
+            Action::Advance => return Ok(()),
+            Action::Scale { kind, namespace, name, replicas } => {
+                let key = (*kind, namespace.clone(), name.clone());
+                if !self.workloads.contains_key(&key) {
+                    return Err(err(".scale", format!("{} {namespace}/{name} is not in the input", kind.as_str())));
+                }
+                let message = self.scale(&key, *replicas);
+                self.event(EventKind::Step, message);
+            }
+            Action::DeletePod { namespace, name } => {
+                let key = format!("{namespace}/{name}");
+                let before = self.snapshot.bound_pods.len() + self.snapshot.pending_pods.len();
+                let node = self
+                    .snapshot
+                    .bound_pods
+                    .iter()
+                    .find(|p| pod_key(p) == key)
+                    .and_then(|p| p.spec.as_ref()?.node_name.clone());
+                self.snapshot.bound_pods.retain(|p| pod_key(p) != key);
+                self.snapshot.pending_pods.retain(|p| pod_key(p) != key);
+                if before == self.snapshot.bound_pods.len() + self.snapshot.pending_pods.len() {
+                    return Err(err(".delete", format!("pod {key} does not exist at {}", format_offset(step.at))));
+                }
+                if let Some(node) = node {
+                    self.pod_event(&node);
+                }
+                self.event(EventKind::Step, message);
+            }
+            Action::DeleteNode { name } => {
+                if !self.snapshot.nodes.iter().any(|n| &n.name == name) {
+                    return Err(err(".delete", format!("node {name} does not exist at {}", format_offset(step.at))));
+                }
+                self.remove_node(name);
+                self.snapshot.sort();
+                let e = self.event(EventKind::Step, message);
+                e.nodes_removed = vec![name.clone()];
+            }
+            Action::DriftNodePool { name } => {
+                if !self.pools.iter().any(|p| p.metadata.name.as_deref() == Some(name)) {
+                    return Err(err(".drift", format!("NodePool {name} is not in the input")));
+                }
+                let n = self.drift(|c| c.node_pool.as_deref() == Some(name));
+                self.event(
+                    EventKind::Step,
+                    format!("{message}: {} marked Drifted", plural(n, "NodeClaim", "NodeClaims")),
+                );
+            }
+            Action::DriftNode { name } => {
+                let n = self.drift(|c| c.node_name.as_deref() == Some(name));
+                if n == 0 {
+                    return Err(err(".drift", format!("node {name} has no NodeClaim at {}", format_offset(step.at))));
+                }
+                self.event(EventKind::Step, message);
+            }
+            Action::Apply { path } => {
+                let summary = self.apply(path).map_err(|m| err(".apply", m))?;
+                self.event(EventKind::Step, format!("{message}: {summary}"));
+            }
+        }
+        self.close_event();
+        Ok(())
+    }
+
+    fn drift(&mut self, select: impl Fn(&NodeClaimInfo) -> bool) -> usize {
+        let now = rfc3339(self.now);
+        let mut n = 0;
+        for c in self.snapshot.node_claims.iter_mut().filter(|c| select(c)) {
+            c.conditions.insert("Drifted".to_owned(), "True".to_owned());
+            let status = c.claim.status.get_or_insert_with(Default::default);
+            status.conditions.retain(|x| x.type_ != "Drifted");
+            status.conditions.push(karpenter_api::Condition {
+                type_: "Drifted".to_owned(),
+                status: karpenter_api::ConditionStatus::True,
+                observed_generation: None,
+                last_transition_time: now.clone(),
+                reason: "Simulated".to_owned(),
+                message: "drifted by the timeline".to_owned(),
+            });
+            n += 1;
+        }
+        n
+    }
+
+    /// The pods (bound and pending) of a workload.
+    fn pods_of(&self, key: &WorkloadKey) -> Vec<(String, bool)> {
+        let owners = Owners::new(&self.objects);
+        let (kind, ns, name) = key;
+        let owned = |p: &Pod| {
+            let (pns, pkind, pname) = owners.owner_of(p);
+            &pns == ns && pkind == kind.as_str() && &pname == name
+        };
+        let mut out: Vec<(String, bool)> = Vec::new();
+        out.extend(self.snapshot.pending_pods.iter().filter(|p| owned(p)).map(|p| (pod_key(p), false)));
+        out.extend(self.snapshot.bound_pods.iter().filter(|p| owned(p)).map(|p| (pod_key(p), true)));
+        out
+    }
+
+    /// Scales a workload: new pods from its template (pending), or removes pending pods first, then the highest
+    /// ordinals. Returns the event message.
+    fn scale(&mut self, key: &WorkloadKey, replicas: u32) -> String {
+        let pods = self.pods_of(key);
+        let current = pods.len();
+        let want = replicas as usize;
+        let (kind, ns, name) = key;
+        let label = format!("{} {ns}/{name}", kind.as_str());
+        if want > current {
+            let Some(w) = self.workloads.get(key).cloned() else { return format!("{label}: unknown") };
+            let used: BTreeSet<String> = pods.iter().map(|(k, _)| k.clone()).collect();
+            let mut i = 0u64;
+            let mut added = 0;
+            while added < want - current {
+                let pod_name = format!("{name}-{i}");
+                i += 1;
+                if used.contains(&format!("{ns}/{pod_name}")) {
+                    continue;
+                }
+                self.snapshot.pending_pods.push(new_pod(key, &w, &pod_name));
+                added += 1;
+            }
+            self.snapshot.sort();
+            format!("scale {label} from {current} to {want} pods ({added} new pending)")
+        } else if want < current {
+            let mut order = pods;
+            // Pending first, then by descending ordinal (the newest pods of generated names).
+            order.sort_by(|a, b| {
+                a.1.cmp(&b.1).then_with(|| ordinal(&b.0).cmp(&ordinal(&a.0))).then_with(|| b.0.cmp(&a.0))
+            });
+            let gone: BTreeSet<String> = order.iter().take(current - want).map(|(k, _)| k.clone()).collect();
+            let nodes: BTreeSet<String> = self
+                .snapshot
+                .bound_pods
+                .iter()
+                .filter(|p| gone.contains(&pod_key(p)))
+                .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+                .collect();
+            self.snapshot.bound_pods.retain(|p| !gone.contains(&pod_key(p)));
+            self.snapshot.pending_pods.retain(|p| !gone.contains(&pod_key(p)));
+            for n in nodes {
+                self.pod_event(&n);
+            }
+            format!("scale {label} from {current} to {want} pods ({} deleted)", gone.len())
+        } else {
+            format!("scale {label}: already {current} pods")
+        }
+    }
+
+    /// Adds objects of a manifest file: pods, workloads (existing ones are scaled to the new replica count with
+    /// the new template), NodePools (added or replaced), PodDisruptionBudgets, DaemonSets, Namespaces.
+    fn apply(&mut self, path: &std::path::Path) -> Result<String, String> {
+        let (objects, errors) = loader::load_paths([path]);
+        let mut problems: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        let ctx = ValidationContext { provider: self.provider.clone() };
+        for l in &objects {
+            if let Some(v) = l.object.validate(&ctx) {
+                for v in v.iter() {
+                    problems.push(format!("{}: {}: {}: {}", l.origin, l.object.display_name(), v.path, v.message));
+                }
+            }
+            if matches!(l.object, Object::Node(_) | Object::NodeClaim(_)) {
+                problems.push(format!(
+                    "{}: {}: Nodes and NodeClaims cannot be applied during a run; put them in the initial manifests",
+                    l.origin,
+                    l.object.display_name()
+                ));
+            }
+        }
+        if objects.is_empty() && problems.is_empty() {
+            problems.push(format!("{}: no objects", path.display()));
+        }
+        if !problems.is_empty() {
+            return Err(problems.join("; "));
+        }
+        let added = ClusterSnapshot::from_objects(&objects).map_err(|e| e.to_string())?;
+        let mut parts: Vec<String> = Vec::new();
+
+        // Workloads that exist already: scale to the new replica count, with the new template.
+        let mut rescaled: BTreeSet<WorkloadKey> = BTreeSet::new();
+        for l in &objects {
+            let (key, w, replicas) = match &l.object {
+                Object::Deployment(d) => {
+                    let (k, w) = workload(WorkloadKind::Deployment, d.as_ref());
+                    (k, w, d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1))
+                }
+                Object::StatefulSet(s) => {
+                    let (k, w) = workload(WorkloadKind::StatefulSet, s.as_ref());
+                    (k, w, s.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1))
+                }
+                Object::ReplicaSet(r) => {
+                    let (k, w) = workload(WorkloadKind::ReplicaSet, r.as_ref());
+                    (k, w, r.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1))
+                }
+                _ => continue,
+            };
+            if self.workloads.contains_key(&key) {
+                self.workloads.insert(key.clone(), w);
+                parts.push(self.scale(&key, u32::try_from(replicas.max(0)).unwrap_or(0)));
+                rescaled.insert(key);
+            }
+        }
+        let owners = Owners::new(&objects);
+        let is_rescaled = |p: &Pod| {
+            let (ns, kind, name) = owners.owner_of(p);
+            rescaled.iter().any(|(k, n, m)| k.as_str() == kind && n == &ns && m == &name)
+        };
+        let existing: BTreeSet<String> =
+            self.snapshot.bound_pods.iter().chain(&self.snapshot.pending_pods).map(pod_key).collect();
+        let mut new_pods = 0;
+        for p in added.pending_pods.into_iter().filter(|p| !is_rescaled(p)) {
+            if existing.contains(&pod_key(&p)) {
+                return Err(format!("pod {} already exists", pod_key(&p)));
+            }
+            self.snapshot.pending_pods.push(p);
+            new_pods += 1;
+        }
+        let node_names: BTreeSet<&str> = self.snapshot.nodes.iter().map(|n| n.name.as_str()).collect();
+        let mut bound = Vec::new();
+        for p in added.bound_pods {
+            let node = p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+            if !node_names.contains(node.as_str()) {
+                return Err(format!("pod {} is bound to node {node}, which does not exist", pod_key(&p)));
+            }
+            if existing.contains(&pod_key(&p)) {
+                return Err(format!("pod {} already exists", pod_key(&p)));
+            }
+            bound.push((p, node));
+        }
+        for (p, node) in bound {
+            self.snapshot.bound_pods.push(p);
+            self.pod_event(&node);
+            new_pods += 1;
+        }
+        if new_pods > 0 {
+            parts.push(format!("{new_pods} new pods"));
+        }
+        for pool in added.node_pools {
+            let name = pool.metadata.name.clone().unwrap_or_default();
+            let replaced = self.pools.iter().any(|p| p.metadata.name == pool.metadata.name);
+            self.pools.retain(|p| p.metadata.name != pool.metadata.name);
+            self.snapshot.node_pools.retain(|p| p.metadata.name != pool.metadata.name);
+            self.pools.push(pool.clone());
+            self.snapshot.node_pools.push(pool);
+            parts.push(format!("NodePool {name} {}", if replaced { "replaced" } else { "added" }));
+        }
+        self.pools.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        for pdb in added.pdbs {
+            let key = (pdb.metadata.namespace.clone(), pdb.metadata.name.clone());
+            self.snapshot.pdbs.retain(|p| (p.metadata.namespace.clone(), p.metadata.name.clone()) != key);
+            parts.push(format!(
+                "PodDisruptionBudget {}/{}",
+                key.0.as_deref().unwrap_or("default"),
+                key.1.as_deref().unwrap_or_default()
+            ));
+            self.snapshot.pdbs.push(pdb);
+        }
+        for ds in added.daemon_sets {
+            parts.push(format!("DaemonSet {}", ds.metadata.name.as_deref().unwrap_or_default()));
+            self.snapshot.daemon_sets.push(ds);
+        }
+        for (name, ns) in added.namespaces {
+            self.snapshot.namespaces.entry(name).or_insert(ns);
+        }
+        self.learn_workloads(&objects);
+        self.objects.extend(objects);
+        self.snapshot.sort();
+        if parts.is_empty() {
+            parts.push("nothing to add".to_owned());
+        }
+        Ok(parts.join(", "))
+    }
+}
+
+/// (key, template) of a workload object.
+fn workload<T: WorkloadObject>(kind: WorkloadKind, o: &T) -> (WorkloadKey, Workload) {
+    let meta = o.meta();
+    let key =
+        (kind, meta.namespace.clone().unwrap_or_else(|| "default".to_owned()), meta.name.clone().unwrap_or_default());
+    (key, Workload { api_version: "apps/v1", uid: meta.uid.clone().unwrap_or_default(), template: o.template() })
+}
+
+trait WorkloadObject {
+    fn meta(&self) -> &ObjectMeta;
+    fn template(&self) -> PodTemplateSpec;
+}
+
+impl WorkloadObject for Deployment {
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn template(&self) -> PodTemplateSpec {
+        self.spec.as_ref().map(|s| s.template.clone()).unwrap_or_default()
+    }
+}
+
+impl WorkloadObject for StatefulSet {
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn template(&self) -> PodTemplateSpec {
+        self.spec.as_ref().map(|s| s.template.clone()).unwrap_or_default()
+    }
+}
+
+impl WorkloadObject for ReplicaSet {
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn template(&self) -> PodTemplateSpec {
+        self.spec.as_ref().and_then(|s| s.template.clone()).unwrap_or_default()
+    }
+}
+
+/// A pending pod of a workload, named as the snapshot names generated pods (`<workload>-<i>`).
+fn new_pod(key: &WorkloadKey, w: &Workload, pod_name: &str) -> Pod {
+    let (kind, ns, name) = key;
+    let tm = w.template.metadata.as_ref();
+    let mut spec = w.template.spec.clone().unwrap_or_default();
+    spec.node_name = None;
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(pod_name.to_owned()),
+            namespace: Some(ns.clone()),
+            uid: Some(format!("generated/{ns}/{pod_name}")),
+            labels: tm.and_then(|m| m.labels.clone()),
+            annotations: tm.and_then(|m| m.annotations.clone()),
+            owner_references: Some(vec![OwnerReference {
+                api_version: w.api_version.to_owned(),
+                kind: kind.as_str().to_owned(),
+                name: name.clone(),
+                uid: w.uid.clone(),
+                controller: Some(true),
+                block_owner_deletion: None,
+            }]),
+            ..Default::default()
+        },
+        spec: Some(spec),
+        status: None,
+    }
+}
+
+/// The numeric suffix of `ns/name-<n>` (0 when none).
+fn ordinal(key: &str) -> u64 {
+    key.rsplit_once('-').and_then(|(_, n)| n.parse().ok()).unwrap_or(0)
+}
+
+fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+fn describe_launch(l: &LaunchedNode) -> String {
+    format!("{} ({}, ${:.4}/h)", l.name, l.instance_type, l.price)
+}
+
+/// Sums of prices rounded to 1e-6.
+pub fn round(price: f64) -> f64 {
+    (price * 1e6).round() / 1e6 + 0.0
+}
+
+/// Pod counts per node name.
+pub fn pods_per_node(snapshot: &ClusterSnapshot) -> HashMap<&str, Vec<&Pod>> {
+    let mut out: HashMap<&str, Vec<&Pod>> = HashMap::new();
+    for p in &snapshot.bound_pods {
+        if let Some(n) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+            out.entry(n).or_default().push(p);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ordinals_sort_numerically() {
+        assert_eq!(ordinal("default/inflate-10"), 10);
+        assert_eq!(ordinal("default/web"), 0);
+    }
+}
