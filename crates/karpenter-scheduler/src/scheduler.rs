@@ -2,20 +2,22 @@
 //! finalisation.
 
 pub(crate) mod pods;
+mod repack;
 pub(crate) mod templates;
 mod topology;
 pub(crate) mod volumes;
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::cmp::Reverse;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use karpenter_api::scheduling::SIMULATION_ONLY_KEYS;
 use karpenter_api::{NodePool, ProviderLabels, labels};
 use karpenter_requirements::{
     HostPortUsage, InstanceType, MinValuesPolicy, NoKeys, OfferingsExt, PreferencePolicy, Requirement, Requirements,
-    ResourceList, satisfies_min_values, truncate,
+    ResourceList, satisfies_min_values,
 };
 
 use pods::{PodData, Relaxation, pod_data};
@@ -56,6 +58,11 @@ pub struct SchedulerOptions {
     pub now: Option<Time>,
     /// Stop after this many pod attempts (the result then says `timedOut`).
     pub max_pod_attempts: Option<usize>,
+    /// Keep upstream's packing exactly: skip the cost post-pass that re-packs the pods of interchangeable
+    /// new NodeClaims when that is strictly cheaper (see the `repack` module docs: only pods without
+    /// topology, host ports or volumes move, never across NodePools or requirements; NodePools with limits,
+    /// minValues and timed-out passes are left alone). Default `false`: the post-pass runs.
+    pub upstream_packing: bool,
 }
 
 /// A NodePool with its instance types (data, never a provider).
@@ -121,7 +128,16 @@ pub(crate) struct Solver<'a> {
     placed: Vec<bool>,
     any_prefer_no_schedule: bool,
     no_templates_reason: Option<String>,
+    /// Per (template, claim requirements without the hostname): whether each of the template's instance
+    /// types intersects the requirements and has a compatible available offering (0 unknown, 1 yes, 2 no).
+    /// Claims differ mostly by hostname, which neither instance types nor offerings carry (checked per
+    /// template: `Template::hostname_free`), so a handful of entries answer every candidate check.
+    compat_cache: RefCell<HashMap<(usize, Requirements), Vec<u8>>>,
 }
+
+/// Entries kept in [`Solver::compat_cache`] before it is cleared (a bound on memory for inputs whose claims
+/// all have different requirements).
+const COMPAT_CACHE_MAX: usize = 4096;
 
 /// The per-pass state that does not depend on the pods being placed: templates and existing nodes. Built once
 /// by [`Solver::new`]; [`crate::simulation`] builds it once per disruption pass and hands clones of it (with
@@ -209,6 +225,7 @@ impl<'a> Solver<'a> {
             placed: vec![false; n],
             any_prefer_no_schedule: base.any_prefer_no_schedule,
             no_templates_reason: base.no_templates_reason,
+            compat_cache: RefCell::new(HashMap::new()),
             pods,
         }
     }
@@ -506,25 +523,47 @@ impl<'a> Solver<'a> {
         }
         let requests = claim.requests.add(&pod.requests);
         let mut survivors = Vec::with_capacity(its.len());
-        for &i in its {
-            let (Some(it), Some(room), Some(dports)) =
-                (template.its.get(i as usize), template.room.get(i as usize), template.daemon_ports.get(i as usize))
-            else {
-                continue;
-            };
-            if !requests.fits(room) {
-                continue;
+        {
+            let mut cache = self.compat_cache.borrow_mut();
+            let mut mask: Option<&mut Vec<u8>> = None;
+            if changed {
+                let mut key = requirements.as_ref().clone();
+                if template.hostname_free {
+                    key.remove(labels::HOSTNAME);
+                }
+                if cache.len() >= COMPAT_CACHE_MAX {
+                    cache.clear();
+                }
+                mask = Some(cache.entry((claim.template, key)).or_insert_with(|| vec![0; template.its.len()]));
             }
-            if changed
-                && (!it.requirements.intersects_ok(&requirements)
-                    || !it.offerings.available().any(|o| o.is_compatible(&requirements, self.provider)))
-            {
-                continue;
+            for &i in its {
+                let (Some(it), Some(room), Some(dports)) = (
+                    template.its.get(i as usize),
+                    template.room.get(i as usize),
+                    template.daemon_ports.get(i as usize),
+                ) else {
+                    continue;
+                };
+                if !requests.fits(room) {
+                    continue;
+                }
+                if let Some(m) = mask.as_deref_mut()
+                    && let Some(state) = m.get_mut(i as usize)
+                {
+                    if *state == 0 {
+                        let ok = it.requirements.intersects_ok(&requirements)
+                            && it.offerings.available().any(|o| o.is_compatible(&requirements, self.provider));
+                        *state = if ok { 1 } else { 2 };
+                    }
+                    if *state != 1 {
+                        continue;
+                    }
+                }
+                if !pod.host_ports.is_empty() && dports.conflicts(&pod.host_ports).is_err() {
+                    continue;
+                }
+                survivors.push(i);
             }
-            if !pod.host_ports.is_empty() && dports.conflicts(&pod.host_ports).is_err() {
-                continue;
-            }
-            survivors.push(i);
         }
         if survivors.is_empty() {
             return Err(if explain {
@@ -641,9 +680,13 @@ impl<'a> Solver<'a> {
     }
 
     fn finish(mut self, timed_out: bool) -> Decisions {
+        if !timed_out && !self.options.upstream_packing {
+            self.repack();
+        }
         let mut d = Decisions::new();
         d.timed_out = timed_out;
         let claims = std::mem::take(&mut self.claims);
+        let mut pricing_cache: HashMap<(usize, Requirements), Pricing> = HashMap::new();
         for claim in claims {
             let Some(template) = self.templates.get(claim.template) else { continue };
             let mut reqs = claim.requirements.clone();
@@ -651,10 +694,34 @@ impl<'a> Solver<'a> {
             for k in SIMULATION_ONLY_KEYS {
                 reqs.remove(k);
             }
-            let its: Vec<&InstanceType> =
-                claim.its.iter().filter_map(|&i| template.its.get(i as usize).copied()).collect();
-            let kept = match truncate(its, &reqs, self.provider, MAX_INSTANCE_TYPES, self.options.min_values_policy) {
-                Ok(k) => k,
+            // Price order, prices and capacity types depend on the requirements only: computed once per
+            // distinct (template, requirements) over all of the template's types, then filtered per claim
+            // (same order as `truncate`: price, then name).
+            let pricing = pricing_cache
+                .entry((claim.template, reqs.clone()))
+                .or_insert_with(|| Pricing::new(template, &reqs, self.provider));
+            let mut member = vec![false; template.its.len()];
+            for &i in &claim.its {
+                if let Some(m) = member.get_mut(i as usize) {
+                    *m = true;
+                }
+            }
+            let kept_idx: Vec<u32> = pricing
+                .order
+                .iter()
+                .copied()
+                .filter(|&i| member.get(i as usize).copied().unwrap_or(false))
+                .take(MAX_INSTANCE_TYPES)
+                .collect();
+            let kept: Vec<&InstanceType> =
+                kept_idx.iter().filter_map(|&i| template.its.get(i as usize).copied()).collect();
+            let min_values_check = if self.options.min_values_policy == MinValuesPolicy::Strict {
+                satisfies_min_values(&kept, &reqs).map(|_| ())
+            } else {
+                Ok(())
+            };
+            match min_values_check {
+                Ok(()) => {}
                 Err(e) => {
                     for &p in &claim.pods {
                         self.placed[p] = false;
@@ -669,13 +736,17 @@ impl<'a> Solver<'a> {
                 Requirement::in_values(labels::INSTANCE_TYPE, kept.iter().map(|it| it.name.as_str()))
                     .with_min_values(min_values),
             );
-            let mut cts: Vec<&str> = kept
+            let mut ct_mask = 0u64;
+            for &i in &kept_idx {
+                ct_mask |= pricing.cts.get(i as usize).copied().unwrap_or(0);
+            }
+            let cts: Vec<&str> = pricing
+                .ct_names
                 .iter()
-                .flat_map(|it| it.offerings.available().filter(|o| o.is_compatible(&reqs, self.provider)))
-                .filter_map(|o| o.capacity_type())
+                .enumerate()
+                .filter(|(b, _)| ct_mask & (1u64 << b) != 0)
+                .map(|(_, n)| n.as_str())
                 .collect();
-            cts.sort_unstable();
-            cts.dedup();
             if !cts.is_empty() {
                 reqs.add(Requirement::in_values(labels::CAPACITY_TYPE, cts));
             }
@@ -688,7 +759,8 @@ impl<'a> Solver<'a> {
                     });
                 }
             }
-            let price = kept.first().map(|it| it.min_compatible_price(&reqs, self.provider)).filter(|p| p.is_finite());
+            let price =
+                kept_idx.first().and_then(|&i| pricing.price.get(i as usize).copied()).filter(|p| p.is_finite());
             let mut pods: Vec<String> = claim.pods.iter().map(|&p| self.pods[p].key.clone()).collect();
             pods.sort();
             d.new_node_claims.push(NodeClaimPlan {
@@ -720,6 +792,58 @@ impl<'a> Solver<'a> {
         }
         d.unschedulable.sort_by(|a, b| a.pod.cmp(&b.pod));
         d
+    }
+}
+
+/// Instance-type pricing of one template under one set of claim requirements, for [`Solver::finish`].
+struct Pricing {
+    /// Indices of the template's instance types by ascending cheapest compatible price, ties by name
+    /// (the order of `karpenter_requirements::order_by_price`).
+    order: Vec<u32>,
+    /// Cheapest compatible available price per instance type (`+∞` without one).
+    price: Vec<f64>,
+    /// Per instance type: bit `b` set when an available offering compatible with the requirements has
+    /// capacity type `ct_names[b]`.
+    cts: Vec<u64>,
+    /// Capacity types seen, sorted (at most 64 are tracked).
+    ct_names: Vec<String>,
+}
+
+impl Pricing {
+    fn new(template: &Template<'_>, reqs: &Requirements, provider: &ProviderLabels) -> Pricing {
+        let mut ct_names: Vec<String> = template
+            .its
+            .iter()
+            .flat_map(|it| it.offerings.available().filter_map(|o| o.capacity_type()))
+            .map(str::to_owned)
+            .collect();
+        ct_names.sort_unstable();
+        ct_names.dedup();
+        ct_names.truncate(64);
+        let mut price = Vec::with_capacity(template.its.len());
+        let mut cts = Vec::with_capacity(template.its.len());
+        for it in &template.its {
+            let mut best: Option<f64> = None;
+            let mut mask = 0u64;
+            for o in it.offerings.available().filter(|o| o.is_compatible(reqs, provider)) {
+                if best.is_none_or(|b| o.price.total_cmp(&b).is_lt()) {
+                    best = Some(o.price);
+                }
+                if let Some(b) = o.capacity_type().and_then(|c| ct_names.binary_search_by(|n| n.as_str().cmp(c)).ok()) {
+                    mask |= 1u64 << b;
+                }
+            }
+            price.push(best.unwrap_or(f64::INFINITY));
+            cts.push(mask);
+        }
+        let mut order: Vec<u32> = (0..template.its.len() as u32).collect();
+        order.sort_by(|&a, &b| {
+            let pa = price.get(a as usize).copied().unwrap_or(f64::INFINITY);
+            let pb = price.get(b as usize).copied().unwrap_or(f64::INFINITY);
+            let name = |i: u32| template.its.get(i as usize).map(|it| it.name.as_str());
+            pa.total_cmp(&pb).then_with(|| name(a).cmp(&name(b)))
+        });
+        Pricing { order, price, cts, ct_names }
     }
 }
 

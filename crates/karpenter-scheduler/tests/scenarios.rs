@@ -3,7 +3,8 @@
 //! rewrites the expected files. Every decision is also verified by the independent checker.
 //!
 //! `scenario.yaml` fields (all optional): `catalogue` (`standard`, default, or `benchmark`),
-//! `preferencePolicy` (`Respect`/`Ignore`), `minValuesPolicy` (`Strict`/`BestEffort`), `maxPodAttempts`.
+//! `preferencePolicy` (`Respect`/`Ignore`), `minValuesPolicy` (`Strict`/`BestEffort`), `maxPodAttempts`,
+//! `upstreamPacking` (`true`: no cost post-pass, upstream's packing exactly).
 
 mod common;
 
@@ -22,6 +23,7 @@ struct Scenario {
     preference_policy: Option<String>,
     min_values_policy: Option<String>,
     max_pod_attempts: Option<usize>,
+    upstream_packing: Option<bool>,
 }
 
 fn run(dir: &Path) -> Result<(), String> {
@@ -49,6 +51,7 @@ fn run(dir: &Path) -> Result<(), String> {
             _ => MinValuesPolicy::Strict,
         },
         max_pod_attempts: scenario.max_pod_attempts,
+        upstream_packing: scenario.upstream_packing.unwrap_or(false),
         ..Default::default()
     };
     let provider = ProviderLabels::aws();

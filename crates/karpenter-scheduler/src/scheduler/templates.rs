@@ -96,6 +96,9 @@ pub(crate) struct Template<'a> {
     /// Why the template cannot produce any NodeClaim (then `its` is empty).
     pub unusable: Option<String>,
     pub claims_created: usize,
+    /// No instance type or offering of `its` has a hostname requirement, so the hostname of a claim never
+    /// decides which of them are compatible (the solver's compatibility cache leaves it out of its key).
+    pub hostname_free: bool,
 }
 
 impl<'a> Template<'a> {
@@ -119,6 +122,7 @@ impl<'a> Template<'a> {
             within_limits: Vec::new(),
             unusable: None,
             claims_created: 0,
+            hostname_free: true,
             name,
         };
         match pool.simulation_requirements() {
@@ -190,6 +194,9 @@ impl<'a> Template<'a> {
                 dropped[2]
             ));
         }
+        t.hostname_free = t.its.iter().all(|it| {
+            !it.requirements.has(labels::HOSTNAME) && it.offerings.iter().all(|o| !o.requirements.has(labels::HOSTNAME))
+        });
         t.update_within_limits();
         t
     }

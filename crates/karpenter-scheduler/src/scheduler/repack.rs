@@ -1,0 +1,452 @@
+//! The cost post-pass over new NodeClaims (a deliberate difference from upstream, on by default, off with
+//! [`super::SchedulerOptions::upstream_packing`]).
+//!
+//! Upstream's order (largest pods first, each onto the in-flight claim with the fewest pods while *any*
+//! instance type still fits) leaves claims full in one resource and half empty in another, or grown to the
+//! largest (not the cheapest per resource) types. After the solve loop this pass re-packs the pods of
+//! interchangeable claims and keeps the result only when it is strictly cheaper.
+//!
+//! **What may move.** A repack group is the set of new claims of one NodePool with equal requirements
+//! (hostname aside) whose pods are all *plain*: no topology spread, pod (anti-)affinity or required
+//! anti-affinity of others that selects them, no host ports, no volumes. Such a pod's placement depends only
+//! on the claim's requirements, taints (the NodePool's) and resources, so it may go to any claim of its group.
+//! Groups with minValues, NodePools with limits and timed-out passes are left alone.
+//!
+//! **How.** The LP of [`crate::bound`] over the group's demand and the instance types compatible with the
+//! group's requirements gives unit prices per resource and the optimal fractional mix (at most three types).
+//! Bins are opened one at a time: for every mix type a bin is filled greedily (the pod shape whose requests
+//! best align with the bin's remaining room, normalised by the type's room: the dot-product heuristic of
+//! vector bin packing), and the bin whose contents are worth most at the unit prices per dollar is kept.
+//! Each kept bin becomes a claim whose instance-type options are every compatible type its pods fit into
+//! (priced and ordered as any claim). Deterministic: shapes, types and ties are ordered.
+
+use karpenter_api::labels;
+use karpenter_requirements::{OfferingsExt, Requirement, Requirements, ResourceList};
+
+use super::templates::Template;
+use super::{NewClaim, Solver};
+use crate::bound::{LpType, solve_lp};
+
+/// Distinct pod shapes above which a group is left alone (the greedy is linear in shapes per pod).
+const MAX_SHAPES: usize = 512;
+
+/// Instance types tried for every bin besides the LP's mix.
+const BIN_TYPES: usize = 4;
+
+/// Pods of one request shape.
+struct Shape {
+    /// Requests per resource of `names`, in nano units.
+    req: Vec<i128>,
+    /// The pods, in queue order.
+    pods: Vec<usize>,
+    /// Pods not yet packed (taken from the front of `pods`).
+    next: usize,
+}
+
+impl Shape {
+    fn left(&self) -> usize {
+        self.pods.len() - self.next
+    }
+}
+
+/// A compatible instance type of the group: template index, price, room per resource of `names`.
+struct Cand {
+    it: u32,
+    price: f64,
+    room: Vec<i128>,
+}
+
+impl Solver<'_> {
+    /// Runs the post-pass over `self.claims` (see the module docs).
+    pub(super) fn repack(&mut self) {
+        // Groups: (template, requirements without hostname) -> claim indices, in creation order.
+        let mut groups: Vec<((usize, Requirements), Vec<usize>)> = Vec::new();
+        for (c, claim) in self.claims.iter().enumerate() {
+            let Some(template) = self.templates.get(claim.template) else { continue };
+            if template.remaining.is_some()
+                || claim.min_values_relaxed
+                || claim.requirements.has_min_values()
+                || !claim.pods.iter().all(|&p| self.plain(p))
+            {
+                continue;
+            }
+            let mut key = claim.requirements.clone();
+            key.remove(labels::HOSTNAME);
+            let k = (claim.template, key);
+            match groups.iter_mut().find(|(g, _)| *g == k) {
+                Some((_, members)) => members.push(c),
+                None => groups.push((k, vec![c])),
+            }
+        }
+        let mut replace: Vec<(Vec<usize>, Vec<NewClaim>)> = Vec::new();
+        for ((t, reqs), members) in groups {
+            let Some(template) = self.templates.get(t) else { continue };
+            if let Some(bins) = self.repack_group(template, t, &reqs, &members) {
+                replace.push((members, bins));
+            }
+        }
+        if replace.is_empty() {
+            return;
+        }
+        // Rebuild the claim list: a group's new claims take the place of its first claim. Hostnames of the
+        // group's claims are reused in order; extra claims get fresh names from the template's counter.
+        let mut first: Vec<Option<usize>> = vec![None; self.claims.len()];
+        let mut dropped = vec![false; self.claims.len()];
+        for (g, (members, _)) in replace.iter().enumerate() {
+            for (k, &c) in members.iter().enumerate() {
+                if k == 0
+                    && let Some(f) = first.get_mut(c)
+                {
+                    *f = Some(g);
+                }
+                if let Some(d) = dropped.get_mut(c) {
+                    *d = true;
+                }
+            }
+        }
+        let mut new_groups: Vec<Option<Vec<NewClaim>>> = Vec::new();
+        let mut names: Vec<Vec<String>> = Vec::new();
+        for (members, bins) in replace {
+            names.push(members.iter().filter_map(|&c| self.claims.get(c).map(|cl| cl.hostname.clone())).collect());
+            new_groups.push(Some(bins));
+        }
+        let old = std::mem::take(&mut self.claims);
+        for (c, claim) in old.into_iter().enumerate() {
+            if let Some(g) = first.get(c).copied().flatten() {
+                let bins = new_groups.get_mut(g).and_then(Option::take).unwrap_or_default();
+                let group_names = names.get(g).cloned().unwrap_or_default();
+                for (k, mut bin) in bins.into_iter().enumerate() {
+                    bin.hostname = match group_names.get(k) {
+                        Some(n) => n.clone(),
+                        None => match self.templates.get_mut(bin.template) {
+                            Some(tp) => {
+                                tp.claims_created += 1;
+                                format!("{}-{}", tp.name, tp.claims_created)
+                            }
+                            None => continue,
+                        },
+                    };
+                    bin.requirements.add(Requirement::in_values(labels::HOSTNAME, [bin.hostname.as_str()]));
+                    self.claims.push(bin);
+                }
+            } else if !dropped.get(c).copied().unwrap_or(false) {
+                self.claims.push(claim);
+            }
+        }
+    }
+
+    /// Whether pod `p` may move between claims of equal requirements (see the module docs).
+    fn plain(&self, p: usize) -> bool {
+        let Some(pod) = self.pods.get(p) else { return false };
+        pod.host_ports.is_empty()
+            && pod.volumes.alternatives.is_empty()
+            && pod.volumes.claims.is_empty()
+            && self.topology.pods.get(p).is_none_or(|t| t.is_empty())
+    }
+
+    /// New claims for the pods of `members` (without hostnames) when strictly cheaper, else `None`.
+    fn repack_group(
+        &self,
+        template: &Template<'_>,
+        t: usize,
+        reqs: &Requirements,
+        members: &[usize],
+    ) -> Option<Vec<NewClaim>> {
+        let pods: Vec<usize> =
+            members.iter().filter_map(|&c| self.claims.get(c)).flat_map(|c| c.pods.iter().copied()).collect();
+        if pods.is_empty() {
+            return None;
+        }
+        // Resource names the pods request; cpu, memory and pods first (the LP's resources).
+        let mut names: Vec<String> = crate::bound::RESOURCES.iter().map(|s| (*s).to_owned()).collect();
+        for &p in &pods {
+            for (name, _) in self.pods.get(p)?.requests.iter() {
+                if !names.iter().any(|n| n == name) {
+                    names.push(name.to_owned());
+                }
+            }
+        }
+        let vector = |r: &ResourceList| -> Vec<i128> { names.iter().map(|n| r.get_or_zero(n).as_nanos()).collect() };
+        // Compatible instance types and their prices under the group's requirements.
+        let mut cands: Vec<Cand> = Vec::new();
+        for (i, (it, room)) in template.its.iter().zip(&template.room).enumerate() {
+            if !it.requirements.intersects_ok(reqs) {
+                continue;
+            }
+            let price = it
+                .offerings
+                .available()
+                .filter(|o| o.is_compatible(reqs, self.provider))
+                .map(|o| o.price)
+                .min_by(f64::total_cmp);
+            let Some(price) = price.filter(|p| p.is_finite() && *p >= 0.0) else { continue };
+            cands.push(Cand { it: i as u32, price, room: vector(room) });
+        }
+        let name_of = |c: &Cand| template.its.get(c.it as usize).map(|it| it.name.as_str());
+        cands.sort_by(|a, b| a.price.total_cmp(&b.price).then_with(|| name_of(a).cmp(&name_of(b))));
+        let price_of = |its: &[u32]| -> Option<f64> { cands.iter().find(|c| its.contains(&c.it)).map(|c| c.price) };
+        let mut old_cost = 0.0;
+        for &c in members {
+            old_cost += price_of(&self.claims.get(c)?.its)?;
+        }
+        // Shapes, ordered by requests descending (largest first among equal scores).
+        let mut shapes: Vec<Shape> = Vec::new();
+        let reqv: Vec<Vec<i128>> =
+            pods.iter().map(|&p| self.pods.get(p).map(|d| vector(&d.requests))).collect::<Option<_>>()?;
+        let mut order: Vec<usize> = (0..pods.len()).collect();
+        order.sort_by(|&a, &b| reqv.get(b).cmp(&reqv.get(a)).then(a.cmp(&b)));
+        for k in order {
+            let (Some(&p), Some(r)) = (pods.get(k), reqv.get(k)) else { continue };
+            match shapes.last_mut() {
+                Some(s) if &s.req == r => s.pods.push(p),
+                _ => shapes.push(Shape { req: r.clone(), pods: vec![p], next: 0 }),
+            }
+        }
+        if shapes.len() > MAX_SHAPES {
+            return None;
+        }
+        // The LP over the group: unit prices and the optimal mix.
+        let demand: [f64; 3] = std::array::from_fn(|r| {
+            shapes.iter().map(|s| s.req.get(r).copied().unwrap_or(0) as f64 / 1e9 * s.pods.len() as f64).sum()
+        });
+        let lp_types: Vec<LpType> = cands
+            .iter()
+            .map(|c| LpType {
+                price: c.price,
+                room: std::array::from_fn(|r| (c.room.get(r).copied().unwrap_or(0) as f64 / 1e9).max(0.0)),
+            })
+            .collect();
+        let lp = solve_lp(demand, &lp_types).ok()?;
+        let value = |req: &[i128]| -> f64 {
+            (0..3).map(|r| lp.unit_prices[r] * req.get(r).copied().unwrap_or(0) as f64 / 1e9).sum()
+        };
+        // Bin types: the LP's mix and the BIN_TYPES types whose room is worth most per dollar at the unit
+        // prices (ties: the larger, then by name), which include sizes the degenerate mix may leave out.
+        let mut mix: Vec<usize> = lp.mix.iter().map(|&(i, _)| i).filter(|&i| i < cands.len()).collect();
+        let worth: Vec<f64> =
+            cands.iter().map(|c| if c.price > 0.0 { value(&c.room) / c.price } else { f64::INFINITY }).collect();
+        let mut by_worth: Vec<usize> = (0..cands.len()).collect();
+        by_worth.sort_by(|&a, &b| {
+            let (wa, wb) = (worth.get(a).copied().unwrap_or(0.0), worth.get(b).copied().unwrap_or(0.0));
+            let (pa, pb) = (cands.get(a).map_or(0.0, |c| c.price), cands.get(b).map_or(0.0, |c| c.price));
+            wb.total_cmp(&wa).then(pb.total_cmp(&pa)).then(a.cmp(&b))
+        });
+        for i in by_worth.into_iter().take(BIN_TYPES) {
+            if !mix.contains(&i) {
+                mix.push(i);
+            }
+        }
+        let mut bins: Vec<(Vec<usize>, Vec<i128>)> = Vec::new();
+        let mut left: usize = shapes.iter().map(Shape::left).sum();
+        while left > 0 {
+            let mut best: Option<(f64, Vec<(usize, usize)>, Vec<i128>)> = None;
+            for &m in &mix {
+                let cand = cands.get(m)?;
+                let (takes, used) = fill(&shapes, &cand.room);
+                let packed: f64 =
+                    takes.iter().map(|&(s, n)| shapes.get(s).map_or(0.0, |sh| value(&sh.req) * n as f64)).sum();
+                let count: usize = takes.iter().map(|&(_, n)| n).sum();
+                if count == 0 {
+                    continue;
+                }
+                let eff = if cand.price > 0.0 { packed / cand.price } else { f64::INFINITY };
+                if best.as_ref().is_none_or(|(e, _, _)| eff > *e) {
+                    best = Some((eff, takes, used));
+                }
+            }
+            if best.is_none() {
+                // No bin type holds the largest remaining pods: the cheapest type that does.
+                let first = shapes.iter().find(|s| s.left() > 0)?;
+                let cand = cands.iter().find(|c| first.req.iter().zip(&c.room).all(|(q, r)| q <= r))?;
+                let (takes, used) = fill(&shapes, &cand.room);
+                best = Some((0.0, takes, used));
+            }
+            let (_, takes, used) = best?;
+            if takes.is_empty() {
+                return None;
+            }
+            let mut bin = Vec::new();
+            for (s, n) in takes {
+                let sh = shapes.get_mut(s)?;
+                bin.extend(sh.pods.get(sh.next..sh.next + n)?.iter().copied());
+                sh.next += n;
+                left -= n;
+            }
+            bins.push((bin, used));
+        }
+        // Each bin on the cheapest type that fits its contents; options: every compatible type that fits.
+        let mut new_cost = 0.0;
+        let mut out = Vec::new();
+        for (bin, used) in bins {
+            let fits = |c: &Cand| c.room.iter().zip(&used).all(|(room, u)| u <= room);
+            let options: Vec<u32> = cands.iter().filter(|c| fits(c)).map(|c| c.it).collect();
+            new_cost += cands.iter().find(|c| fits(c))?.price;
+            let mut requests = ResourceList::new();
+            for &p in &bin {
+                requests = requests.add(&self.pods.get(p)?.requests);
+            }
+            let mut options = options;
+            options.sort_unstable();
+            out.push(NewClaim {
+                template: t,
+                hostname: String::new(),
+                requirements: reqs.clone(),
+                its: options,
+                requests,
+                pods: bin,
+                ports: Default::default(),
+                min_values_relaxed: false,
+            });
+        }
+        (new_cost < old_cost * (1.0 - 1e-9)).then_some(out)
+    }
+}
+
+/// Greedily fills one bin of room `room` from `shapes` (each shape's remaining pods): repeatedly the shape
+/// that fits and maximises Σ_r req_r · remaining_r / room_r² (ties: the earlier, larger shape). Returns
+/// (shape, count) taken and the summed requests.
+fn fill(shapes: &[Shape], room: &[i128]) -> (Vec<(usize, usize)>, Vec<i128>) {
+    let scale: Vec<f64> = room.iter().map(|&r| if r > 0 { 1.0 / (r as f64 * r as f64) } else { 0.0 }).collect();
+    let mut rem: Vec<i128> = room.to_vec();
+    let mut taken: Vec<usize> = vec![0; shapes.len()];
+    loop {
+        let mut best: Option<(f64, usize)> = None;
+        for (s, sh) in shapes.iter().enumerate() {
+            let avail = sh.left().saturating_sub(taken.get(s).copied().unwrap_or(0));
+            if avail == 0 || !sh.req.iter().zip(&rem).all(|(q, r)| q <= r) {
+                continue;
+            }
+            let score: f64 = sh.req.iter().zip(&rem).zip(&scale).map(|((&q, &r), &w)| q as f64 * r as f64 * w).sum();
+            if best.is_none_or(|(b, _)| score > b) {
+                best = Some((score, s));
+            }
+        }
+        let Some((_, s)) = best else { break };
+        let (Some(sh), Some(t)) = (shapes.get(s), taken.get_mut(s)) else { break };
+        // Take a run of this shape while it stays the obvious choice: up to 1/64 of what still fits.
+        let avail = sh.left() - *t;
+        let mut n = avail;
+        for (&q, &r) in sh.req.iter().zip(&rem) {
+            if q > 0 {
+                n = n.min(usize::try_from(r / q).unwrap_or(usize::MAX));
+            }
+        }
+        let n = (n / 64).max(1).min(avail);
+        *t += n;
+        for (r, &q) in rem.iter_mut().zip(&sh.req) {
+            *r -= q * n as i128;
+        }
+    }
+    let used: Vec<i128> = room.iter().zip(&rem).map(|(a, b)| a - b).collect();
+    let takes = taken.into_iter().enumerate().filter(|&(_, n)| n > 0).collect();
+    (takes, used)
+}
+
+#[cfg(test)]
+mod tests {
+    use karpenter_api::{ProviderLabels, labels};
+    use karpenter_requirements::{Format, InstanceType, Offering, Overhead, Quantity, Requirement, ResourceList};
+    use karpenter_testing::{NodePoolOptions, PodOptions, node_pool, pod};
+
+    use crate::check::check;
+    use crate::scheduler::{PoolInput, SchedulerOptions, schedule};
+    use crate::snapshot::ClusterSnapshot;
+
+    /// Type k: k cpu, 2k GiB, 100 pods, $k/h (the same price per resource at every size).
+    fn catalogue() -> Vec<InstanceType> {
+        (1..=8i64)
+            .map(|k| {
+                let name = format!("t-{k}");
+                let offering = Offering::new(
+                    [
+                        Requirement::in_values(labels::ZONE, ["z"]),
+                        Requirement::in_values(labels::CAPACITY_TYPE, ["on-demand"]),
+                    ]
+                    .into_iter()
+                    .collect(),
+                    k as f64,
+                );
+                InstanceType::new(
+                    name.clone(),
+                    [Requirement::in_values(labels::INSTANCE_TYPE, [name.as_str()])].into_iter().collect(),
+                    vec![offering],
+                    ResourceList::new()
+                        .with("cpu", Quantity::from_int(k, Format::DecimalSI))
+                        .with("memory", Quantity::from_int(2 * k * (1 << 30), Format::BinarySI))
+                        .with("pods", Quantity::from_int(100, Format::DecimalSI)),
+                    Overhead::default(),
+                )
+            })
+            .collect()
+    }
+
+    /// Four cpu-heavy pods (2 cpu, 1 GiB) sort first and fill one claim's cpu (type 8) while its memory
+    /// stays mostly empty; the four memory-heavy pods (500m, 3.5 GiB) then need a type 7: $15/h upstream.
+    /// Mixed, the same pods fit two type 5 (two cpu-heavy and two memory-heavy pods each: 5 cpu, 9 GiB):
+    /// $10/h, the LP bound.
+    fn snapshot(spread: bool) -> ClusterSnapshot {
+        let mut s = ClusterSnapshot::new();
+        s.node_pools.push(node_pool(NodePoolOptions { name: Some("default".into()), ..Default::default() }));
+        for i in 0..8 {
+            let (cpu, mem) = if i < 4 { ("2", "1Gi") } else { ("500m", "3584Mi") };
+            let mut labels = std::collections::BTreeMap::new();
+            labels.insert("app".to_owned(), "web".to_owned());
+            let mut o = PodOptions {
+                name: Some(format!("p{i}")),
+                requests: [("cpu", cpu), ("memory", mem)].into(),
+                labels,
+                ..Default::default()
+            };
+            if spread {
+                o.topology_spread = vec![k8s_openapi::api::core::v1::TopologySpreadConstraint {
+                    max_skew: 8,
+                    topology_key: labels::HOSTNAME.into(),
+                    when_unsatisfiable: "DoNotSchedule".into(),
+                    label_selector: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+                        match_labels: Some([("app".to_owned(), "web".to_owned())].into()),
+                        match_expressions: None,
+                    }),
+                    ..Default::default()
+                }];
+            }
+            s.pending_pods.push(pod(o));
+        }
+        s
+    }
+
+    #[test]
+    fn repack_is_cheaper_and_valid_and_can_be_turned_off() {
+        let its = catalogue();
+        let s = snapshot(false);
+        let pools = [PoolInput { node_pool: &s.node_pools[0], instance_types: &its }];
+        let provider = ProviderLabels::aws();
+        let upstream = SchedulerOptions { upstream_packing: true, ..Default::default() };
+        let d = schedule(&s, &pools, &provider, &upstream);
+        assert_eq!(d.total_price(), 15.0, "{}", d.to_json());
+        let d = schedule(&s, &pools, &provider, &SchedulerOptions::default());
+        check(&s, &pools, &provider, &d).unwrap();
+        assert!(d.unschedulable.is_empty());
+        assert_eq!(d.total_price(), 10.0, "{}", d.to_json());
+        assert_eq!(d.new_node_claims.len(), 2);
+        assert_eq!(d.new_node_claims[0].name, "default-1", "hostnames of the group's claims are reused");
+        for c in &d.new_node_claims {
+            assert_eq!(c.instance_types.first().map(String::as_str), Some("t-5"));
+            assert_eq!(c.pods.len(), 4);
+        }
+        assert_eq!(d.new_node_claims[1].name, "default-2");
+        let again = schedule(&s, &pools, &provider, &SchedulerOptions::default());
+        assert_eq!(again.to_json(), d.to_json(), "deterministic");
+    }
+
+    #[test]
+    fn pods_with_topology_are_not_moved() {
+        let its = catalogue();
+        let s = snapshot(true);
+        let pools = [PoolInput { node_pool: &s.node_pools[0], instance_types: &its }];
+        let provider = ProviderLabels::aws();
+        let upstream = SchedulerOptions { upstream_packing: true, ..Default::default() };
+        let a = schedule(&s, &pools, &provider, &upstream);
+        let b = schedule(&s, &pools, &provider, &SchedulerOptions::default());
+        assert_eq!(a.to_json(), b.to_json());
+    }
+}
