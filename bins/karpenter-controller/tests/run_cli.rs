@@ -1,0 +1,65 @@
+//! `karpenter-controller run`: the help lists every setting (flag and environment variable), and the AWS
+//! provider without the `aws` build feature fails with a message naming the feature.
+
+use std::process::{Command, Output};
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let Output { status, stdout, stderr } =
+        Command::new(env!("CARGO_BIN_EXE_karpenter-controller")).args(args).output().expect("running the binary");
+    (
+        status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&stdout).into_owned(),
+        String::from_utf8_lossy(&stderr).into_owned(),
+    )
+}
+
+#[test]
+fn run_help_lists_every_setting() {
+    let (code, help, stderr) = run(&["run", "--help"]);
+    assert_eq!(code, 0, "{stderr}");
+    let docs = karpenter_operator::settings::setting_docs::<karpenter_operator::CoreSettings>()
+        .into_iter()
+        .chain(karpenter_operator::settings::setting_docs::<karpenter_operator::AwsSettings>());
+    let mut n = 0;
+    for doc in docs {
+        assert!(help.contains(&doc.flag), "run --help does not list {}:\n{help}", doc.flag);
+        assert!(help.contains(&format!("env: {}", doc.env)), "run --help does not name {}:\n{help}", doc.env);
+        n += 1;
+    }
+    assert!(n >= 35, "{n} settings");
+    for flag in ["--provider", "--kwok-simulate-kubelet", "--instance-types"] {
+        assert!(help.contains(flag), "{flag}:\n{help}");
+    }
+}
+
+#[test]
+fn run_requires_a_provider() {
+    let (code, _, stderr) = run(&["run"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--provider"), "{stderr}");
+}
+
+#[test]
+fn bad_settings_are_usage_errors_naming_the_flag() {
+    let (code, _, stderr) = run(&["run", "--provider=kwok", "--log-level=verbose"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--log-level") && stderr.contains("not a log level"), "{stderr}");
+}
+
+#[cfg(not(feature = "aws"))]
+#[test]
+fn aws_without_the_feature_fails_clearly() {
+    let (code, stdout, stderr) = run(&["run", "--provider", "aws", "--cluster-name", "prod"]);
+    assert_eq!(code, 2, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stderr.contains("`aws` cargo feature"), "{stderr}");
+    assert!(stderr.contains("--features aws"), "{stderr}");
+}
+
+#[test]
+fn kwok_flags_are_refused_with_aws() {
+    let (code, _, stderr) = run(&["run", "--provider", "aws", "--kwok-simulate-kubelet"]);
+    assert_eq!(code, 2, "{stderr}");
+    if cfg!(feature = "aws") {
+        assert!(stderr.contains("--provider kwok only"), "{stderr}");
+    }
+}
