@@ -4,7 +4,9 @@
 //! - `simulate [PATH...] [--instance-types FILE] [--provider kwok|aws] [--output table|json]`: the what-if
 //!   simulator (see [`simulate`] and docs/simulate.md): which nodes Karpenter would create for the pending pods
 //!   of a set of manifests, at what price, and why the rest cannot be placed. With no path it runs a bundled
-//!   example. Exit status 1 if the input has errors, 2 on a usage error.
+//!   example. With `--timeline FILE`, `--scale WORKLOAD=N` or `--for DURATION` the cluster then evolves over
+//!   simulated time (provisioning, expiration, disruption) and the report lists the commands, their reasons and
+//!   the $/h before and after. Exit status 1 if the input has errors, 2 on a usage error.
 //! - `validate -f FILE_OR_DIR [-f ...] [--provider aws|kwok]`: validates every NodePool, NodeClaim, EC2NodeClass
 //!   and KWOKNodeClass the way the API server (schema + CEL) plus upstream's runtime validation would. Other kinds
 //!   are loaded (so a file mixing Pods and NodePools works) but not validated. Exit status 1 if any object has a
