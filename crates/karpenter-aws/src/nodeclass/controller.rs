@@ -23,7 +23,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::SecondsFormat;
-use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use karpenter_api::ec2nodeclass::{CapacityReservationState, GROUP, KIND};
@@ -55,6 +56,9 @@ impl std::fmt::Debug for KubeClient {
         f.write_str("Client")
     }
 }
+
+/// How long a stopping controller waits for its reconciles in flight.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// Event reason while a deleted node class waits for its NodeClaims.
 pub const WAITING_ON_NODE_CLAIM_TERMINATION: &str = "WaitingOnNodeClaimTermination";
@@ -359,12 +363,15 @@ impl NodeClassController {
     /// Runs the controller until `shutdown` is cancelled: EC2NodeClass changes and changes of NodeClaims that
     /// reference one trigger a reconcile.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        Controller::new(self.classes(), watcher::Config::default())
+        if shutdown.is_cancelled() {
+            return;
+        }
+        let run = Controller::new(self.classes(), watcher::Config::default())
             .watches(self.claims(), watcher::Config::default(), |claim: NodeClaim| {
                 let r = &claim.spec.node_class_ref;
                 (r.group == GROUP && r.kind == KIND).then(|| ObjectRef::<EC2NodeClass>::new(&r.name))
             })
-            .graceful_shutdown_on(shutdown.cancelled_owned())
+            .graceful_shutdown_on(shutdown.clone().cancelled_owned())
             .run(
                 |nc: Arc<EC2NodeClass>, ctx: Arc<Self>| async move {
                     Ok::<_, ControllerError>(match ctx.reconcile(&nc.name_any()).await? {
@@ -382,8 +389,16 @@ impl NodeClassController {
                 },
                 self,
             )
-            .for_each(|_| async {})
-            .await;
+            .for_each(|_| async {});
+        tokio::pin!(run);
+        tokio::select! {
+            _ = &mut run => return,
+            _ = shutdown.cancelled() => {}
+        }
+        // kube-runtime finishes the reconciles in flight; do not wait for it forever.
+        if tokio::time::timeout(SHUTDOWN_GRACE, run).await.is_err() {
+            tracing::warn!("EC2NodeClass controller did not stop within {SHUTDOWN_GRACE:?}");
+        }
     }
 }
 
@@ -534,4 +549,29 @@ impl CapacityBlockExpiration {
             }
         }
     }
+}
+
+/// Every node class controller, ready to spawn: the status/finalizer/hash controller, SSM invalidation,
+/// instance-profile garbage collection (left out in isolated VPCs, as upstream) and capacity-block expiration
+/// (only with the `ReservedCapacity` gate). Each future returns when `shutdown` is cancelled.
+pub fn controllers(
+    node_class: Arc<NodeClassController>,
+    clock: Arc<dyn Clock>,
+    isolated_vpc: bool,
+    shutdown: CancellationToken,
+) -> Vec<BoxFuture<'static, ()>> {
+    let resolver = node_class.resolver().clone();
+    let client = node_class.client.0.clone();
+    let mut out: Vec<BoxFuture<'static, ()>> = vec![
+        node_class.run(shutdown.clone()).boxed(),
+        Arc::new(SsmInvalidationController::for_resolver(&resolver, clock)).run(shutdown.clone()).boxed(),
+    ];
+    if !isolated_vpc {
+        let gc = InstanceProfileGarbageCollector::new(client.clone(), resolver.instance_profiles.clone());
+        out.push(Arc::new(gc).run(shutdown.clone()).boxed());
+    }
+    if resolver.reserved_capacity() {
+        out.push(Arc::new(CapacityBlockExpiration::new(client)).run(shutdown).boxed());
+    }
+    out
 }

@@ -272,3 +272,24 @@ async fn instance_profile_gc_and_capacity_block_expiration() {
     assert!(env.claims().get_opt("on-odcr").await.unwrap().is_some());
     assert_eq!(status.condition(conditions::CAPACITY_RESERVATIONS_READY).unwrap().status, ConditionStatus::True);
 }
+
+#[tokio::test]
+async fn api_server_version_and_controller_set() {
+    let env = env();
+    let source = ApiServerVersion::new(env.client.clone(), Arc::new(env.clock.clone()));
+    let v = source.version().await.unwrap();
+    let (major, minor) = v.split_once('.').unwrap();
+    assert!(major.parse::<u32>().is_ok() && minor.parse::<u32>().is_ok(), "{v}");
+    let shutdown = CancellationToken::new();
+    let futures = controllers(env.controller.clone(), Arc::new(env.clock.clone()), false, shutdown.clone());
+    assert_eq!(futures.len(), 4, "status, SSM invalidation, profile GC, capacity-block expiration");
+    let isolated = controllers(env.controller.clone(), Arc::new(env.clock.clone()), true, shutdown.clone());
+    assert_eq!(isolated.len(), 3);
+    drop(isolated);
+    shutdown.cancel();
+    for (i, f) in futures.into_iter().enumerate() {
+        tokio::time::timeout(Duration::from_secs(5), f)
+            .await
+            .unwrap_or_else(|_| panic!("controller {i} stops on shutdown"));
+    }
+}

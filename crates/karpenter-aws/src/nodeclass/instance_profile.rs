@@ -238,7 +238,7 @@ impl InstanceProfileProvider {
             }
             match self.delete_profile(&p).await {
                 Ok(()) => deleted.push(p.name),
-                Err(e) if e.kind == AwsErrorKind::InvalidRequest => {
+                Err(e) if e.kind == AwsErrorKind::InvalidRequest || e.code == "DeleteConflict" => {
                     // Still attached to running instances (DeleteConflict) or similar: try again next pass.
                     tracing::debug!(profile = %p.name, error = %e, "instance profile not garbage collected");
                 }
