@@ -14,7 +14,13 @@
 //! - [`shutdown`]: SIGTERM/SIGINT to a cancellation token;
 //! - [`eviction`]: the Eviction API, telling Evicted / blocked by a PDB / gone apart, never retried in the client.
 //!
-//! The controllers on kube-runtime come with issue 8.
+//! The controllers run on kube-runtime: [`provisioner`], [`lifecycle`], [`termination`], [`expiration`],
+//! [`garbage_collection`], [`interruption`], [`nodepool`], [`consistency`] and [`disruption`], over the shared
+//! [`state::ClusterState`]. [`manager::Manager`] assembles them for one cloud provider and runs them on the
+//! leader with the servers (what `karpenter-controller run` does); [`node_classes::KubeNodeClasses`] is the
+//! watcher-fed node-class lookup a provider is given. End-to-end tests (`tests/e2e_*.rs`) run the whole manager
+//! with the kwok provider against the in-process API server and the scheduler, kubelet and ReplicaSet
+//! stand-ins, on tokio's paused clock.
 
 pub mod client;
 pub mod consistency;

@@ -57,6 +57,8 @@ use crate::termination::Termination;
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 /// How often the manager checks whether the cluster state has listed every kind.
 const SYNC_POLL: Duration = Duration::from_millis(100);
+/// How often a manager still waiting for the cluster state says so.
+const SYNC_WARNING: Duration = Duration::from_secs(30);
 
 /// Why the manager stopped other than by shutdown.
 #[derive(Debug, thiserror::Error)]
@@ -346,15 +348,15 @@ async fn run_leader(mut parts: LeaderParts, shutdown: CancellationToken) -> Resu
         let leader = leader.clone();
         async move { state.run_watchers(client, leader).await }
     });
-    let mut waited = Duration::ZERO;
+    let mut next_warning = tokio::time::Instant::now() + SYNC_WARNING;
     while !all_kinds_listed(&state) {
         tokio::select! {
             () = leader.cancelled() => break,
             () = tokio::time::sleep(SYNC_POLL) => {}
         }
-        waited += SYNC_POLL;
-        if waited.as_secs() > 0 && waited.as_millis() % 30_000 == 0 {
+        if tokio::time::Instant::now() >= next_warning {
             tracing::warn!(reason = state.unsynced_reason().as_deref(), "waiting for the cluster state to sync");
+            next_warning += SYNC_WARNING;
         }
     }
 
