@@ -1,9 +1,12 @@
 //! NodePool registration health (`nodepool.registrationhealth`, `shared/spec/disruption.md` §9):
 //! `NodeRegistrationHealthy`, informational (not part of `Ready`).
 //!
-//! [`RegistrationTracker`] keeps the last [`BUFFER_SIZE`] launch/registration outcomes of each pool: whoever
-//! sees an outcome records it ([`RegistrationTracker::record`]: the NodeClaim lifecycle on registration, launch
-//! failure and liveness timeouts). Its verdict: no outcome yet ⇒ none (the condition stays `Unknown`); at least
+//! [`RegistrationTracker`] keeps the last [`BUFFER_SIZE`] launch/registration outcomes of each pool. The
+//! run loop feeds it from a NodeClaim watch ([`RegistrationTracker::observe`]): a claim seen `Registered=True`
+//! is a success; a claim going away (deleted or being deleted) that had started launching (`Launched` present)
+//! but never registered is a failure, with the `Launched` reason when the launch itself failed and
+//! `RegistrationFailed` otherwise (the lifecycle's launch and registration timeouts delete such claims). Each
+//! claim counts once. [`RegistrationTracker::record`] takes outcomes directly. Its verdict: no outcome yet ⇒ none (the condition stays `Unknown`); at least
 //! half failures ⇒ `False` with the latest failure's reason (`RegistrationFailed` when it has none); else `True`.
 //!
 //! [`RegistrationHealth::reconcile`] writes the verdict, and resets it — buffer cleared, condition
@@ -11,14 +14,17 @@
 //! observedGeneration or the node class's generation differs from `status.nodeClassObservedGeneration` (a
 //! changed pool or class deserves a fresh verdict), recording the class generation.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use karpenter_api::NodePool;
+use futures::StreamExt;
 use karpenter_api::condition::ConditionStatus;
 use karpenter_api::nodeclaim::conditions as cond;
+use karpenter_api::{NodeClaim, NodePool};
 use karpenter_cloudprovider::Clock;
+use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::Action;
+use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -50,6 +56,8 @@ pub enum Outcome {
 #[derive(Debug, Default)]
 pub struct RegistrationTracker {
     pools: Mutex<BTreeMap<String, VecDeque<Outcome>>>,
+    /// NodeClaim uids whose outcome was recorded (forgotten when the claim is gone).
+    counted: Mutex<BTreeSet<String>>,
 }
 
 impl RegistrationTracker {
@@ -65,6 +73,37 @@ impl RegistrationTracker {
         while buffer.len() > BUFFER_SIZE {
             buffer.pop_front();
         }
+    }
+
+    /// Records the outcome `claim` shows, if any and not recorded yet; `gone` when the claim was removed. Returns
+    /// the outcome recorded.
+    pub fn observe(&self, claim: &NodeClaim, gone: bool) -> Option<Outcome> {
+        let uid = claim.metadata.uid.clone()?;
+        let pool = claim.node_pool_name()?.to_owned();
+        let deleting = gone || claim.metadata.deletion_timestamp.is_some();
+        let outcome =
+            if claim.conditions().iter().any(|c| c.type_ == cond::REGISTERED && c.status == ConditionStatus::True) {
+                Some(Outcome::Success)
+            } else if deleting {
+                claim.conditions().iter().find(|c| c.type_ == cond::LAUNCHED).map(|launched| {
+                    if launched.status == ConditionStatus::True || launched.reason.is_empty() {
+                        Outcome::Failure(REGISTRATION_FAILED.to_owned())
+                    } else {
+                        Outcome::Failure(launched.reason.clone())
+                    }
+                })
+            } else {
+                None
+            };
+        let mut counted = self.counted.lock().unwrap_or_else(PoisonError::into_inner);
+        let first = outcome.is_some() && counted.insert(uid.clone());
+        if gone {
+            counted.remove(&uid);
+        }
+        drop(counted);
+        let outcome = outcome.filter(|_| first)?;
+        self.record(&pool, outcome.clone());
+        Some(outcome)
     }
 
     /// Forgets `pool`'s outcomes.
@@ -182,13 +221,60 @@ impl RegistrationHealth {
         Ok(None)
     }
 
-    /// Watches NodePools and their NodeClaims (whose lifecycle produces the outcomes) until `shutdown`.
+    /// Records what `claim` shows and, when that is a new outcome, writes the pool's verdict at once (a conflict
+    /// is retried once; the pool's next event retries anything else).
+    async fn observed(&self, claim: &NodeClaim, gone: bool) {
+        if self.tracker.observe(claim, gone).is_none() {
+            return;
+        }
+        let Some(pool) = claim.node_pool_name() else { return };
+        for _ in 0..2 {
+            match self.reconcile(pool).await {
+                Ok(_) => return,
+                Err(e) if e.is_conflict() => continue,
+                Err(e) => {
+                    tracing::warn!(controller = CONTROLLER, NodePool = %pool, error = %e, "writing registration health");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Feeds the tracker from a NodeClaim watch until `shutdown` (see the module docs).
+    pub async fn observe_claims(&self, shutdown: CancellationToken) {
+        let api: Api<NodeClaim> = Api::all(self.client.clone());
+        let mut stream = watcher(api, watcher::Config::default()).default_backoff().boxed();
+        loop {
+            let next = tokio::select! {
+                () = shutdown.cancelled() => return,
+                next = stream.next() => next,
+            };
+            match next {
+                Some(Ok(watcher::Event::Apply(c) | watcher::Event::InitApply(c))) => self.observed(&c, false).await,
+                Some(Ok(watcher::Event::Delete(c))) => self.observed(&c, true).await,
+                Some(Ok(_)) => {}
+                Some(Err(error)) => {
+                    tracing::warn!(controller = CONTROLLER, %error, "nodeclaim watch failed, re-listing")
+                }
+                None => return,
+            }
+        }
+    }
+
+    /// Watches NodePools and their NodeClaims (which produce the outcomes: [`RegistrationHealth::observe_claims`])
+    /// until `shutdown`.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let observer = {
+            let this = self.clone();
+            let shutdown = shutdown.clone();
+            tokio::spawn(async move { this.observe_claims(shutdown).await })
+        };
         let client = self.client.clone();
         let watches = Watches { node_claims: true, nodes: false };
         run_pool_controller(&client, self, watches, shutdown, |pool: Arc<NodePool>, ctx: Arc<Self>| async move {
             Ok::<Action, ReconcileError>(to_action(ctx.reconcile(&pool.name_any()).await?))
         })
         .await;
+        observer.abort();
     }
 }

@@ -624,6 +624,43 @@ async fn registration_health_tracks_outcomes_and_resets_on_generation_changes() 
         "the last four: S S F F"
     );
 
+    // Outcomes observed on NodeClaims, each counted once.
+    let observed = RegistrationTracker::new();
+    let mut claim =
+        node_claim(NodeClaimOptions { name: Some("c".into()), node_pool: Some("p".into()), ..Default::default() });
+    assert_eq!(observed.observe(&claim, false), None, "not launched yet");
+    claim
+        .status
+        .as_mut()
+        .unwrap()
+        .conditions
+        .push(Condition { status: ConditionStatus::Unknown, ..condition(cond::LAUNCHED, false, Some("LaunchFailed")) });
+    assert_eq!(observed.observe(&claim, false), None, "still trying");
+    claim.metadata.deletion_timestamp = karpenter_testing::k8s_time(chrono::DateTime::UNIX_EPOCH);
+    assert_eq!(observed.observe(&claim, false), Some(registration_health::Outcome::Failure("LaunchFailed".into())));
+    assert_eq!(observed.observe(&claim, true), None, "counted once: the delete event after the deleting update");
+    let registered = node_claim(NodeClaimOptions {
+        name: Some("r".into()),
+        node_pool: Some("p".into()),
+        launched: true,
+        registered: true,
+        ..Default::default()
+    });
+    assert_eq!(observed.observe(&registered, false), Some(registration_health::Outcome::Success));
+    assert_eq!(observed.observe(&registered, false), None);
+    let timed_out = node_claim(NodeClaimOptions {
+        name: Some("t".into()),
+        node_pool: Some("p".into()),
+        launched: true,
+        deletion_timestamp: Some(chrono::DateTime::UNIX_EPOCH),
+        ..Default::default()
+    });
+    assert_eq!(
+        observed.observe(&timed_out, false),
+        Some(registration_health::Outcome::Failure(registration_health::REGISTRATION_FAILED.into()))
+    );
+    assert_eq!(observed.verdict("p").unwrap().0, ConditionStatus::False, "two failures of three");
+
     let f = fx();
     f.classes().create(&PostParams::default(), &kwok_node_class(KWOKNodeClassOptions::default())).await.unwrap();
     f.pool(NodePoolOptions { name: Some("default".into()), ..Default::default() }).await;
@@ -687,6 +724,15 @@ async fn run_loops_make_a_new_pool_ready_and_count_it() {
         tokio::spawn(
             Arc::new(Counter::new(f.client.clone(), f.state.clone(), f.metrics.clone())).run(shutdown.clone()),
         ),
+        tokio::spawn(
+            Arc::new(RegistrationHealth::new(
+                f.client.clone(),
+                Arc::new(RegistrationTracker::new()),
+                NodeClassResolver::default(),
+                clock.clone(),
+            ))
+            .run(shutdown.clone()),
+        ),
     ];
     f.pool(NodePoolOptions { name: Some("default".into()), ..Default::default() }).await;
     // The class arrives after the pool: its watch wakes the pool up.
@@ -702,6 +748,24 @@ async fn run_loops_make_a_new_pool_ready_and_count_it() {
             break;
         }
         assert!(tokio::time::Instant::now() < deadline, "pool never got ready: {:?}", p.status);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Registration health: reset first, then a registered claim makes it healthy.
+    let health = || async { status_reason(&f.get_pool("default").await, cond::NODE_REGISTRATION_HEALTHY) };
+    while health().await.map(|h| h.1) != Some(registration_health::AWAITING_RECONCILIATION.into()) {
+        assert!(tokio::time::Instant::now() < deadline, "registration health never reset");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    f.claim(NodeClaimOptions {
+        name: Some("default-a".into()),
+        node_pool: Some("default".into()),
+        launched: true,
+        registered: true,
+        ..Default::default()
+    })
+    .await;
+    while health().await.map(|h| h.0) != Some(ConditionStatus::True) {
+        assert!(tokio::time::Instant::now() < deadline, "a registration was not seen: {:?}", health().await);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     shutdown.cancel();
