@@ -109,6 +109,22 @@ pub trait InterruptionHook: Send + Sync + fmt::Debug {
     fn capacity_reservation_interrupted(&self, reservation_id: &str, claim: &InstanceClaim);
 }
 
+/// The provider's unavailable-offerings cache as the hook: a spot interruption marks its (spot, type, zone)
+/// offering, a reservation interruption the (reserved, type, zone) one, each for the cache's TTL (3 minutes).
+impl InterruptionHook for crate::launch::ice::UnavailableOfferings {
+    fn spot_interrupted(&self, claim: &InstanceClaim) {
+        if let (Some(it), Some(zone)) = (&claim.instance_type, &claim.zone) {
+            self.mark(karpenter_cloudprovider::OfferingRef::new(it, zone, "spot"));
+        }
+    }
+
+    fn capacity_reservation_interrupted(&self, _reservation_id: &str, claim: &InstanceClaim) {
+        if let (Some(it), Some(zone)) = (&claim.instance_type, &claim.zone) {
+            self.mark(karpenter_cloudprovider::OfferingRef::new(it, zone, "reserved"));
+        }
+    }
+}
+
 /// Counters of what the source did (for logs and tests; the controller keeps the Prometheus metrics).
 #[derive(Debug, Default)]
 pub struct QueueStats {
@@ -575,6 +591,23 @@ mod tests {
         source.acknowledge(&events[..1]).await.unwrap();
         assert!(queue.is_empty());
         assert_eq!(source.stats().deleted, 1);
+    }
+
+    #[tokio::test]
+    async fn spot_interruptions_mark_the_offering_unavailable() {
+        use crate::launch::ice::UnavailableOfferings;
+        use karpenter_cloudprovider::OfferingRef;
+        let queue = Arc::new(MemoryQueue::new("q"));
+        let id = "i-0aaaaaaaaaaaaaaaa";
+        queue.send(&spot(id));
+        let clock: Arc<dyn karpenter_cloudprovider::Clock> = Arc::new(karpenter_cloudprovider::SystemClock);
+        let unavailable = UnavailableOfferings::new(clock);
+        let source =
+            SqsInterruptionSource::new(queue.clone(), lookup(&[id]), "q").with_hook(Arc::new(unavailable.clone()));
+        assert!(!unavailable.is_unavailable(&OfferingRef::new("m5.large", "us-west-2a", "spot")));
+        assert_eq!(source.next_batch().await.unwrap().len(), 1);
+        assert!(unavailable.is_unavailable(&OfferingRef::new("m5.large", "us-west-2a", "spot")));
+        assert!(!unavailable.is_unavailable(&OfferingRef::new("m5.large", "us-west-2a", "on-demand")));
     }
 
     #[test]
