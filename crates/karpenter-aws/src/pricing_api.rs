@@ -131,6 +131,9 @@ pub struct RefreshReport {
     pub errors: Vec<String>,
 }
 
+/// The latest spot price of a (type, zone): when it took effect and the price.
+type Latest = (Option<DateTime<Utc>>, f64);
+
 #[derive(Debug, Default)]
 struct State {
     on_demand: BTreeMap<String, f64>,
@@ -256,7 +259,7 @@ impl PricingProvider {
         let Some(api) = self.api.as_ref() else { return Ok(None) };
         let history = api.spot_prices(now).await?;
         // Latest entry per (type, zone); ties on time broken by the lower price so the result is order-free.
-        let mut latest: BTreeMap<(String, String), (Option<DateTime<Utc>>, f64)> = BTreeMap::new();
+        let mut latest: BTreeMap<(String, String), Latest> = BTreeMap::new();
         for p in history.into_iter().filter(|p| p.price.is_finite() && p.price >= 0.0) {
             let key = (p.instance_type, p.zone);
             let newer = match latest.get(&key) {

@@ -107,41 +107,7 @@ async fn sqs_errors_keep_their_codes() {
 async fn ec2_adapters_describe_seeded_resources() {
     let Some(server) = MotoServer::start() else { return };
     let c = clients(&server).await;
-    let discovery = Tag::builder().key("karpenter.sh/discovery").value("test-cluster").build();
-    let vpc = c.ec2.create_vpc().cidr_block("10.0.0.0/16").send().await.unwrap().vpc.unwrap().vpc_id.unwrap();
-    let mut subnets = Vec::new();
-    for (i, zone) in ["us-west-2a", "us-west-2b", "us-west-2c"].into_iter().enumerate() {
-        let subnet = c
-            .ec2
-            .create_subnet()
-            .vpc_id(&vpc)
-            .cidr_block(format!("10.0.{i}.0/24"))
-            .availability_zone(zone)
-            .send()
-            .await
-            .unwrap()
-            .subnet
-            .unwrap()
-            .subnet_id
-            .unwrap();
-        // The third subnet is not tagged for discovery.
-        if i < 2 {
-            c.ec2.create_tags().resources(&subnet).tags(discovery.clone()).send().await.unwrap();
-        }
-        subnets.push(subnet);
-    }
-    let sg = c
-        .ec2
-        .create_security_group()
-        .group_name("karpenter-nodes")
-        .description("nodes")
-        .vpc_id(&vpc)
-        .send()
-        .await
-        .unwrap()
-        .group_id
-        .unwrap();
-    c.ec2.create_tags().resources(&sg).tags(discovery.clone()).send().await.unwrap();
+    let (vpc, subnets, sg) = seed_network(&c).await;
 
     let ec2 = c.ec2_adapter();
     let tags = BTreeMap::from([("karpenter.sh/discovery".to_owned(), "test-cluster".to_owned())]);
@@ -266,6 +232,89 @@ async fn ssm_iam_and_eks_adapters() {
     assert!(info.certificate_authority.is_some(), "{info:?}");
     let configured = discover(&eks, "test-cluster", "https://configured.example").await.unwrap();
     assert_eq!(configured.endpoint, "https://configured.example");
+}
+
+/// Seeds a VPC with two discovery-tagged subnets (us-west-2a/b), an untagged one (us-west-2c) and a tagged security
+/// group; returns (vpc, subnets, security group).
+async fn seed_network(c: &AwsClients) -> (String, Vec<String>, String) {
+    let discovery = Tag::builder().key("karpenter.sh/discovery").value("test-cluster").build();
+    let vpc = c.ec2.create_vpc().cidr_block("10.0.0.0/16").send().await.unwrap().vpc.unwrap().vpc_id.unwrap();
+    let mut subnets = Vec::new();
+    for (i, zone) in ["us-west-2a", "us-west-2b", "us-west-2c"].into_iter().enumerate() {
+        let out = c.ec2.create_subnet().vpc_id(&vpc).cidr_block(format!("10.0.{i}.0/24")).availability_zone(zone);
+        let subnet = out.send().await.unwrap().subnet.unwrap().subnet_id.unwrap();
+        if i < 2 {
+            c.ec2.create_tags().resources(&subnet).tags(discovery.clone()).send().await.unwrap();
+        }
+        subnets.push(subnet);
+    }
+    let sg = c.ec2.create_security_group().group_name("karpenter-nodes").description("nodes").vpc_id(&vpc);
+    let sg = sg.send().await.unwrap().group_id.unwrap();
+    c.ec2.create_tags().resources(&sg).tags(discovery).send().await.unwrap();
+    (vpc, subnets, sg)
+}
+
+#[tokio::test]
+async fn node_class_resolution_through_the_adapters() {
+    use karpenter_api::condition::Conditions;
+    use karpenter_api::ec2nodeclass::conditions;
+    use karpenter_aws::nodeclass::instance_profile::ClusterIdentity;
+    use karpenter_aws::nodeclass::{NodeClassResolver, ResolverApis, ResolverSettings};
+
+    let Some(server) = MotoServer::start() else { return };
+    let c = clients(&server).await;
+    let (_, subnets, sg) = seed_network(&c).await;
+    // moto lacks the EKS SSM parameters and refuses names under /aws/: the AMI comes from a custom parameter.
+    let param = c.ssm.put_parameter().name("/karpenter/test/ami").value("ami-35e92e4c");
+    param.r#type(aws_sdk_ssm::types::ParameterType::String).send().await.unwrap();
+    let role = c.iam.create_role().role_name("KarpenterNodeRole");
+    role.assume_role_policy_document(r#"{"Version":"2012-10-17","Statement":[]}"#).send().await.unwrap();
+
+    let ec2 = Arc::new(c.ec2_adapter());
+    let apis = ResolverApis {
+        subnets: ec2.clone(),
+        security_groups: ec2.clone(),
+        images: ec2.clone(),
+        ssm: Arc::new(c.ssm_adapter()),
+        capacity_reservations: ec2.clone(),
+        placement_groups: ec2.clone(),
+        iam: Arc::new(c.iam_adapter()),
+    };
+    let settings = ResolverSettings {
+        cluster: ClusterIdentity { cluster_name: "test-cluster".into(), region: REGION.into() },
+        ..ResolverSettings::default()
+    };
+    let clock: Arc<dyn karpenter_cloudprovider::Clock> = Arc::new(karpenter_cloudprovider::SystemClock);
+    let resolver = NodeClassResolver::new(apis, settings, clock);
+    let node_class: karpenter_api::EC2NodeClass = serde_json::from_value(serde_json::json!({
+        "apiVersion": "karpenter.k8s.aws/v1",
+        "kind": "EC2NodeClass",
+        "metadata": {"name": "default", "uid": "uid-1", "generation": 1},
+        "spec": {
+            "amiFamily": "AL2023",
+            "amiSelectorTerms": [{"ssmParameter": "/karpenter/test/ami"}],
+            "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "test-cluster"}}],
+            "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "test-cluster"}}],
+            "role": "KarpenterNodeRole"
+        }
+    }))
+    .unwrap();
+    let status = resolver.reconcile(&node_class, "1.33").await.status;
+
+    let mut want: Vec<&str> = subnets[..2].iter().map(String::as_str).collect();
+    want.sort();
+    let mut got: Vec<&str> = status.subnets.iter().map(|s| s.id.as_str()).collect();
+    got.sort();
+    assert_eq!(got, want, "{status:?}");
+    assert_eq!(status.security_groups.iter().map(|g| g.id.as_str()).collect::<Vec<_>>(), [sg.as_str()]);
+    assert_eq!(status.amis.iter().map(|a| a.id.as_str()).collect::<Vec<_>>(), ["ami-35e92e4c"], "{status:?}");
+    let profile = status.instance_profile.clone().expect("instance profile");
+    let described = c.iam.get_instance_profile().instance_profile_name(&profile).send().await.unwrap();
+    let roles: Vec<&str> = described.instance_profile().unwrap().roles().iter().map(|r| r.role_name()).collect();
+    assert_eq!(roles, ["KarpenterNodeRole"]);
+    for condition in [conditions::SUBNETS_READY, conditions::SECURITY_GROUPS_READY, conditions::AMIS_READY] {
+        assert!(status.is_true(condition), "{condition}: {:?}", status.conditions);
+    }
 }
 
 #[tokio::test]
