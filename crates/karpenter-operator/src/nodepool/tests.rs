@@ -773,3 +773,32 @@ async fn run_loops_make_a_new_pool_ready_and_count_it() {
         t.await.unwrap();
     }
 }
+
+#[tokio::test]
+async fn static_run_loops_follow_kubectl_scale() {
+    let f = fx();
+    let shutdown = CancellationToken::new();
+    let up =
+        StaticProvisioning::new(f.client.clone(), f.state.clone(), f.cloud.labels().clone(), f.metrics.clone(), true);
+    let down = StaticDeprovisioning::new(f.client.clone(), f.state.clone(), true);
+    let tasks = [tokio::spawn(Arc::new(up).run(shutdown.clone())), tokio::spawn(Arc::new(down).run(shutdown.clone()))];
+    f.ready_pool(NodePoolOptions { name: Some("fixed".into()), replicas: Some(2), ..Default::default() }).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    for replicas in [2usize, 3, 1] {
+        f.pools()
+            .patch_scale("fixed", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": replicas}})))
+            .await
+            .unwrap();
+        while names(&f, "fixed").await.len() != replicas {
+            assert!(tokio::time::Instant::now() < deadline, "never reached {replicas}: {:?}", names(&f, "fixed").await);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    // Settled: no further creation or deletion.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(names(&f, "fixed").await.len(), 1);
+    shutdown.cancel();
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
