@@ -35,6 +35,7 @@ pub mod nodeclass;
 pub mod pricing;
 pub mod pricing_api;
 pub mod queue;
+pub mod runtime;
 #[cfg(feature = "sdk")]
 pub mod sdk;
 #[cfg(any(test, feature = "test-util"))]
