@@ -34,6 +34,7 @@ pub mod moto;
 pub mod nodeclass;
 pub mod pricing;
 pub mod pricing_api;
+pub mod provider;
 pub mod queue;
 pub mod runtime;
 #[cfg(feature = "sdk")]

@@ -9,6 +9,7 @@
 pub mod batcher;
 pub mod fleet;
 pub mod ice;
+pub mod instance;
 #[cfg(any(test, feature = "test-util"))]
 pub mod mock;
 pub mod template;

@@ -1,0 +1,758 @@
+//! The instance provider (cloudprovider-aws.md §4): launching a NodeClaim's instance with CreateFleet from the
+//! node class's resolved status, and finding, listing and terminating instances.
+//!
+//! A launch: instance types compatible with the claim (requirements, requests, an available compatible
+//! offering) → capacity type (reserved if allowed and offered, else spot if allowed and available, else
+//! on-demand) → the exotic filter (metal and accelerator types dropped unless nothing else is left; skipped
+//! with minValues) → the spot filter (spot offerings above the cheapest on-demand one dropped; skipped with
+//! minValues) → price order and truncation to [`MAX_INSTANCE_TYPES`] keeping minValues satisfied → one launch
+//! template per (AMI, pods value, reservation) → one override per (instance type, zone) with the zone's subnet
+//! and the offering's price as priority → CreateFleet through the batcher, retried with backoff while EC2
+//! throttles, retried once with fresh launch templates when EC2 says one is gone. Fleet errors with an
+//! insufficient-capacity code mark their offering unavailable for 3 minutes; a launch that got no instance
+//! and only such errors is [`CloudProviderError::InsufficientCapacity`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use karpenter_api::ec2nodeclass::Ami;
+use karpenter_api::labels::annotations::{NODE_CLAIM_MIN_VALUES_RELAXED, PRICE_OVERLAY_APPLIED};
+use karpenter_api::labels::{DO_NOT_SYNC_TAINTS, NODE_RESTRICTION_DOMAIN, taints as taint_keys};
+use karpenter_api::nodeclaim::{Taint, TaintEffect};
+use karpenter_api::{AmiFamily, EC2NodeClass, NodeClaim};
+use karpenter_cloudprovider::{CloudProviderError, OfferingRef, Sleeper};
+use karpenter_requirements::labels::{
+    CAPACITY_TYPE, CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_RESERVED, CAPACITY_TYPE_SPOT,
+};
+use karpenter_requirements::{
+    InstanceType, MinValuesPolicy, Offering, Quantity, Requirement, Requirements, ResourceList, truncate,
+};
+
+use crate::api_error::{AwsApiError, AwsErrorKind};
+use crate::instancetype::resources as extended;
+use crate::launch::batcher::{
+    BatchWindow, DescribeBatcher, FleetBatcher, TerminateBatcher, create_fleet, fleet_batcher,
+};
+use crate::launch::fleet::{
+    CreateFleetRequest, CreateFleetResponse, DescribeInstancesRequest, EKS_CLUSTER_NAME_TAG, Ec2Instance, Filter,
+    FleetApi, FleetInstance, FleetLaunchTemplateConfig, FleetOverride, InstanceState, NODE_CLAIM_TAG, NODE_CLASS_TAG,
+    NODE_POOL_TAG, TargetCapacityType, cluster_ownership_tag, is_launch_template_not_found, reason_for_code,
+};
+use crate::launch::ice::{SPOT_SLR_CODE, UnavailableOfferings, is_ice_code};
+use crate::launch::template::{
+    LaunchTemplate, LaunchTemplateInputs, LaunchTemplateProvider, launch_template_data, launch_template_tags,
+};
+use crate::launch::userdata::{BootstrapConfig, user_data};
+
+/// At most this many instance types go into one fleet request.
+pub const MAX_INSTANCE_TYPES: usize = 60;
+/// Below this many instance types an on-demand launch that could have been spot is logged.
+pub const SPOT_FLEXIBILITY_WARNING: usize = 5;
+
+/// Cluster facts every launch needs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClusterInfo {
+    /// Cluster name.
+    pub name: String,
+    /// API server endpoint.
+    pub endpoint: String,
+    /// CA bundle (base64).
+    pub ca_bundle: Option<String>,
+    /// Service CIDR.
+    pub service_cidr: Option<String>,
+    /// The kube-dns service IP (default `clusterDNS`).
+    pub dns_ip: Option<String>,
+}
+
+/// Retries of throttled CreateFleet calls: `attempts` tries, waiting `base × 2^n` (at most `max`) in between.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Tries in all.
+    pub attempts: u32,
+    /// First wait.
+    pub base: Duration,
+    /// Longest wait.
+    pub max: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self { attempts: 5, base: Duration::from_millis(500), max: Duration::from_secs(8) }
+    }
+}
+
+impl RetryPolicy {
+    /// The wait after failed try number `n` (0-based).
+    pub fn backoff(&self, n: u32) -> Duration {
+        self.base.saturating_mul(2u32.saturating_pow(n)).min(self.max)
+    }
+}
+
+/// Batching windows of the three batched calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchWindows {
+    /// CreateFleet.
+    pub create_fleet: BatchWindow,
+    /// DescribeInstances.
+    pub describe_instances: BatchWindow,
+    /// TerminateInstances.
+    pub terminate_instances: BatchWindow,
+}
+
+impl Default for BatchWindows {
+    fn default() -> Self {
+        Self {
+            create_fleet: BatchWindow::CREATE_FLEET,
+            describe_instances: BatchWindow::DESCRIBE_INSTANCES,
+            terminate_instances: BatchWindow::TERMINATE_INSTANCES,
+        }
+    }
+}
+
+/// What a launch produced.
+#[derive(Clone, Debug)]
+pub struct Launched {
+    /// The fleet's instance.
+    pub instance: FleetInstance,
+    /// Its instance type (from the catalogue the launch used).
+    pub instance_type: InstanceType,
+    /// `spot`, `on-demand` or `reserved`.
+    pub capacity_type: String,
+    /// The capacity reservation, for reserved launches.
+    pub reservation_id: Option<String>,
+    /// The reservation's type and interruptibility, for reserved launches.
+    pub reservation: Option<(String, bool)>,
+}
+
+/// See the module docs.
+#[derive(Clone)]
+pub struct InstanceProvider {
+    api: Arc<dyn FleetApi>,
+    fleet: Arc<FleetBatcher>,
+    describe: Arc<DescribeBatcher>,
+    terminate: Arc<TerminateBatcher>,
+    templates: LaunchTemplateProvider,
+    unavailable: UnavailableOfferings,
+    sleeper: Arc<dyn Sleeper>,
+    cluster: ClusterInfo,
+    retry: RetryPolicy,
+}
+
+impl fmt::Debug for InstanceProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InstanceProvider").field("cluster", &self.cluster.name).finish()
+    }
+}
+
+fn create_error(e: &AwsApiError) -> CloudProviderError {
+    CloudProviderError::create(reason_for_code(&e.code), e.to_string()).with_source(e.clone())
+}
+
+fn api_error(context: &str, e: AwsApiError) -> CloudProviderError {
+    CloudProviderError::other(format!("{context}: {e}")).with_source(e)
+}
+
+fn is_exotic(it: &InstanceType) -> bool {
+    let gpu = [extended::NVIDIA_GPU, extended::AMD_GPU, extended::HABANA_GAUDI, extended::AWS_NEURON]
+        .iter()
+        .any(|r| it.capacity().get(r).is_some_and(|q| !q.is_zero()));
+    gpu || it.name.contains(".metal")
+}
+
+fn offering_ref(it: &InstanceType, o: &Offering) -> OfferingRef {
+    OfferingRef::new(&it.name, o.zone().unwrap_or(""), o.capacity_type().unwrap_or(""))
+}
+
+/// The claim's resource requests.
+pub fn requests(claim: &NodeClaim) -> Result<ResourceList, CloudProviderError> {
+    let mut requests = ResourceList::new();
+    for (resource, q) in claim.spec.resources.iter().flat_map(|r| r.requests.iter()) {
+        let v: Quantity = q.parse().map_err(|e| {
+            CloudProviderError::create("InvalidResources", format!("spec.resources.requests.{resource}: {e}"))
+        })?;
+        requests.insert(resource, v);
+    }
+    Ok(requests)
+}
+
+/// Whether the claim allows the capacity type.
+fn allows(reqs: &Requirements, capacity_type: &str) -> bool {
+    reqs.get_ref(CAPACITY_TYPE).is_none_or(|r| r.has(capacity_type))
+}
+
+/// An offering the launch may use: available, compatible with the claim, of the capacity type.
+fn usable(o: &Offering, reqs: &Requirements, capacity_type: &str) -> bool {
+    o.available && o.capacity_type() == Some(capacity_type) && reqs.intersects_ok(&o.requirements)
+}
+
+impl InstanceProvider {
+    /// A provider over `api` for `cluster`.
+    pub fn new(
+        api: Arc<dyn FleetApi>,
+        templates: LaunchTemplateProvider,
+        unavailable: UnavailableOfferings,
+        sleeper: Arc<dyn Sleeper>,
+        cluster: ClusterInfo,
+        windows: BatchWindows,
+        retry: RetryPolicy,
+    ) -> Self {
+        Self {
+            fleet: Arc::new(fleet_batcher(api.clone(), windows.create_fleet)),
+            describe: Arc::new(DescribeBatcher::new(api.clone(), windows.describe_instances)),
+            terminate: Arc::new(TerminateBatcher::new(api.clone(), windows.terminate_instances)),
+            api,
+            templates,
+            unavailable,
+            sleeper,
+            cluster,
+            retry,
+        }
+    }
+
+    /// The cluster.
+    pub fn cluster(&self) -> &ClusterInfo {
+        &self.cluster
+    }
+
+    /// The launch-template provider.
+    pub fn templates(&self) -> &LaunchTemplateProvider {
+        &self.templates
+    }
+
+    /// The tags of a claim's instance (api.md §5.6): the node class's tags, then ours.
+    pub fn tags(&self, claim: &NodeClaim, node_class: &EC2NodeClass) -> BTreeMap<String, String> {
+        let mut tags = node_class.spec.tags.clone();
+        tags.insert(cluster_ownership_tag(&self.cluster.name), "owned".into());
+        tags.insert(EKS_CLUSTER_NAME_TAG.into(), self.cluster.name.clone());
+        tags.insert(NODE_CLASS_TAG.into(), node_class.metadata.name.clone().unwrap_or_default());
+        let pool =
+            claim.metadata.labels.as_ref().and_then(|l| l.get(karpenter_api::labels::NODE_POOL)).cloned().or_else(
+                || {
+                    claim
+                        .spec
+                        .requirements
+                        .iter()
+                        .find(|r| r.key == karpenter_api::labels::NODE_POOL && r.operator == "In")
+                        .and_then(|r| r.values.first().cloned())
+                },
+            );
+        if let Some(pool) = pool {
+            tags.insert(NODE_POOL_TAG.into(), pool);
+        }
+        tags.insert(NODE_CLAIM_TAG.into(), claim.metadata.name.clone().unwrap_or_default());
+        tags
+    }
+
+    /// Launches an instance for `claim` from `node_class`'s status, choosing among `instance_types` (the
+    /// provider's list for the class, unavailable offerings marked).
+    pub async fn create(
+        &self,
+        claim: &NodeClaim,
+        node_class: &EC2NodeClass,
+        instance_types: &[InstanceType],
+    ) -> Result<Launched, CloudProviderError> {
+        let mut retried_templates = false;
+        loop {
+            match self.create_once(claim, node_class, instance_types).await {
+                Err(Retry::LaunchTemplates) if !retried_templates => retried_templates = true,
+                Err(Retry::LaunchTemplates) => {
+                    return Err(CloudProviderError::create("LaunchTemplateNotFound", "launch template missing twice"));
+                }
+                Err(Retry::Fail(e)) => return Err(e),
+                Ok(l) => return Ok(l),
+            }
+        }
+    }
+
+    async fn create_once(
+        &self,
+        claim: &NodeClaim,
+        node_class: &EC2NodeClass,
+        instance_types: &[InstanceType],
+    ) -> Result<Launched, Retry> {
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        let reqs =
+            claim.requirements().map_err(|e| CloudProviderError::create("InvalidRequirements", e.to_string()))?;
+        let requests = requests(claim)?;
+        let allow = karpenter_api::ProviderLabels::aws().all_well_known();
+        let fits = |it: &&InstanceType| requests.fits(it.allocatable()) && it.requirements.intersects_ok(&reqs);
+        let compatible: Vec<&InstanceType> = instance_types.iter().filter(fits).collect();
+        let available: Vec<&InstanceType> = compatible
+            .iter()
+            .copied()
+            .filter(|it| it.offerings.iter().any(|o| o.available && reqs.intersects_ok(&o.requirements)))
+            .collect();
+        if available.is_empty() {
+            let failed: BTreeSet<OfferingRef> = compatible
+                .iter()
+                .flat_map(|it| {
+                    it.offerings.iter().filter(|o| reqs.intersects_ok(&o.requirements)).map(|o| offering_ref(it, o))
+                })
+                .collect();
+            return Err(CloudProviderError::insufficient_capacity(
+                failed.into_iter().collect(),
+                format!("all requested instance types were unavailable during launch of nodeclaim {name}"),
+            )
+            .into());
+        }
+        // Capacity type.
+        let offered = |ct: &str| available.iter().any(|it| it.offerings.iter().any(|o| usable(o, &reqs, ct)));
+        let capacity_type = [CAPACITY_TYPE_RESERVED, CAPACITY_TYPE_SPOT, CAPACITY_TYPE_ON_DEMAND]
+            .into_iter()
+            .find(|ct| allows(&reqs, ct) && offered(ct))
+            .unwrap_or(CAPACITY_TYPE_ON_DEMAND);
+        let mut candidates: Vec<InstanceType> = available
+            .iter()
+            .filter(|it| it.offerings.iter().any(|o| usable(o, &reqs, capacity_type)))
+            .map(|it| (*it).clone())
+            .collect();
+        let min_values = reqs.has_min_values();
+        // Reserved launches: one market per request (capacity blocks alone, one type), one offering per zone.
+        let mut market: Option<&'static str> = None;
+        if capacity_type == CAPACITY_TYPE_RESERVED {
+            let is_block = |o: &Offering| {
+                o.requirements
+                    .get_ref(karpenter_api::labels::aws::CAPACITY_RESERVATION_TYPE)
+                    .is_some_and(|r| r.has("capacity-block"))
+            };
+            let any_block =
+                candidates.iter().any(|it| it.offerings.iter().any(|o| usable(o, &reqs, capacity_type) && is_block(o)));
+            if any_block {
+                market = Some("capacity-block");
+                candidates.retain(|it| it.offerings.iter().any(|o| usable(o, &reqs, capacity_type) && is_block(o)));
+                candidates.sort_by(|a, b| {
+                    a.min_compatible_price(&reqs, &allow).total_cmp(&b.min_compatible_price(&reqs, &allow))
+                });
+                candidates.truncate(1);
+            }
+            let interruptible = candidates.iter().any(|it| {
+                it.offerings.iter().any(|o| {
+                    usable(o, &reqs, capacity_type)
+                        && o.requirements
+                            .get_ref(karpenter_api::labels::aws::CAPACITY_RESERVATION_INTERRUPTIBLE)
+                            .is_some_and(|r| r.has("true"))
+                })
+            });
+            if interruptible && market.is_none() {
+                market = Some("interruptible-capacity-reservation");
+            }
+        }
+        if !min_values {
+            let plain: Vec<InstanceType> = candidates.iter().filter(|it| !is_exotic(it)).cloned().collect();
+            if !plain.is_empty() {
+                candidates = plain;
+            }
+        }
+        if capacity_type == CAPACITY_TYPE_SPOT && !min_values && allows(&reqs, CAPACITY_TYPE_ON_DEMAND) {
+            let cheapest_od = candidates
+                .iter()
+                .flat_map(|it| it.offerings.iter().filter(|o| usable(o, &reqs, CAPACITY_TYPE_ON_DEMAND)))
+                .map(|o| o.price)
+                .min_by(f64::total_cmp);
+            if let Some(limit) = cheapest_od {
+                for it in &mut candidates {
+                    for o in &mut it.offerings {
+                        if o.capacity_type() == Some(CAPACITY_TYPE_SPOT) && o.price > limit {
+                            o.available = false;
+                        }
+                    }
+                }
+                candidates.retain(|it| it.offerings.iter().any(|o| usable(o, &reqs, CAPACITY_TYPE_SPOT)));
+            }
+        }
+        let mut pinned = reqs.clone();
+        pinned.add(Requirement::in_values(CAPACITY_TYPE, [capacity_type]));
+        let policy =
+            if claim.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(NODE_CLAIM_MIN_VALUES_RELAXED)) {
+                MinValuesPolicy::BestEffort
+            } else {
+                MinValuesPolicy::Strict
+            };
+        let candidates = truncate(candidates, &pinned, &allow, MAX_INSTANCE_TYPES, policy).map_err(|e| {
+            CloudProviderError::insufficient_capacity(vec![], format!("truncating instance types: {e}"))
+        })?;
+        if capacity_type == CAPACITY_TYPE_ON_DEMAND
+            && allows(&reqs, CAPACITY_TYPE_SPOT)
+            && candidates.len() < SPOT_FLEXIBILITY_WARNING
+        {
+            tracing::warn!(nodeclaim = %name, instance_types = candidates.len(), "launching on-demand with few instance types although spot was allowed");
+        }
+        // Launch templates and overrides.
+        let status = node_class.status.clone().unwrap_or_default();
+        let mut subnets: BTreeMap<&str, &str> = BTreeMap::new();
+        for s in &status.subnets {
+            subnets.entry(s.zone.as_str()).or_insert(s.id.as_str());
+        }
+        let tags = self.tags(claim, node_class);
+        let tenancy = if reqs.get_ref(karpenter_api::labels::aws::INSTANCE_TENANCY).is_none_or(|r| r.has("default")) {
+            "default"
+        } else {
+            "dedicated"
+        };
+        type GroupKey = (String, i64, Option<String>);
+        let mut groups: BTreeMap<GroupKey, (Ami, Vec<&InstanceType>)> = BTreeMap::new();
+        for it in &candidates {
+            let Some(ami) = crate::nodeclass::ami::ami_for_instance_type(&status.amis, &it.requirements) else {
+                continue;
+            };
+            let pods = it.capacity().pods().value().unwrap_or(0);
+            let reservations: BTreeSet<Option<String>> = if capacity_type == CAPACITY_TYPE_RESERVED {
+                it.offerings
+                    .iter()
+                    .filter(|o| usable(o, &reqs, capacity_type))
+                    .map(|o| o.reservation_id().map(str::to_owned))
+                    .collect()
+            } else {
+                BTreeSet::from([None])
+            };
+            for r in reservations {
+                groups.entry((ami.id.clone(), pods, r)).or_insert_with(|| (ami.clone(), Vec::new())).1.push(it);
+            }
+        }
+        let mut configs = Vec::new();
+        let mut images: BTreeMap<String, String> = BTreeMap::new();
+        for ((ami_id, pods, reservation), (ami, its)) in &groups {
+            let template = self
+                .launch_template(
+                    claim,
+                    node_class,
+                    ami,
+                    *pods,
+                    capacity_type,
+                    tenancy,
+                    reservation.as_deref(),
+                    market,
+                    &tags,
+                )
+                .map_err(Retry::Fail)?;
+            self.templates.ensure(&template).await.map_err(|e| create_error(&e))?;
+            let mut seen = BTreeSet::new();
+            let mut overrides = Vec::new();
+            for it in its {
+                for o in it.offerings.iter().filter(|o| usable(o, &reqs, capacity_type)) {
+                    if reservation.is_some() && o.reservation_id() != reservation.as_deref() {
+                        continue;
+                    }
+                    let Some(zone) = o.zone() else { continue };
+                    let Some(subnet) = subnets.get(zone) else { continue };
+                    if !seen.insert((it.name.clone(), zone.to_owned())) {
+                        continue;
+                    }
+                    overrides.push(FleetOverride {
+                        instance_type: it.name.clone(),
+                        subnet_id: Some((*subnet).to_owned()),
+                        image_id: Some(ami_id.clone()),
+                        availability_zone: zone.to_owned(),
+                        priority: o.price,
+                    });
+                    images.insert(it.name.clone(), ami_id.clone());
+                }
+            }
+            if !overrides.is_empty() {
+                configs.push(FleetLaunchTemplateConfig { launch_template_name: template.name.clone(), overrides });
+            }
+        }
+        if configs.is_empty() {
+            return Err(CloudProviderError::create(
+                "NoCapacityOfferings",
+                "no capacity offerings are currently available (no AMI, subnet or offering matches)",
+            )
+            .into());
+        }
+        let overlay = claim.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(PRICE_OVERLAY_APPLIED));
+        let target = match (capacity_type, market) {
+            (CAPACITY_TYPE_SPOT, _) => TargetCapacityType::Spot,
+            (CAPACITY_TYPE_RESERVED, Some("capacity-block")) => TargetCapacityType::CapacityBlock,
+            (CAPACITY_TYPE_RESERVED, Some(_)) => TargetCapacityType::ReservedCapacity,
+            _ => TargetCapacityType::OnDemand,
+        };
+        let request = CreateFleetRequest {
+            target_capacity_type: target,
+            total_target_capacity: 1,
+            spot_allocation_strategy: (target == TargetCapacityType::Spot).then(|| {
+                if overlay { "capacity-optimized-prioritized" } else { "price-capacity-optimized" }.to_owned()
+            }),
+            on_demand_allocation_strategy: (target != TargetCapacityType::Spot)
+                .then(|| if overlay { "prioritized" } else { "lowest-price" }.to_owned()),
+            interruptible_reservations: target == TargetCapacityType::ReservedCapacity,
+            context: if policy == MinValuesPolicy::BestEffort { None } else { node_class.spec.context.clone() },
+            launch_template_configs: configs,
+            tags,
+        };
+        let response = self.create_fleet_with_retry(request.clone()).await?;
+        self.outcome(&name, &request, response, &candidates, capacity_type)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn launch_template(
+        &self,
+        claim: &NodeClaim,
+        node_class: &EC2NodeClass,
+        ami: &Ami,
+        pods: i64,
+        capacity_type: &str,
+        tenancy: &str,
+        reservation: Option<&str>,
+        market: Option<&str>,
+        tags: &BTreeMap<String, String>,
+    ) -> Result<LaunchTemplate, CloudProviderError> {
+        let family = node_class.effective_ami_family().unwrap_or(AmiFamily::Al2023);
+        let mut kubelet = node_class.spec.kubelet.clone().unwrap_or_default();
+        if kubelet.cluster_dns.is_empty()
+            && let Some(dns) = &self.cluster.dns_ip
+        {
+            kubelet.cluster_dns = vec![dns.clone()];
+        }
+        if kubelet.max_pods.is_none() {
+            kubelet.max_pods = i32::try_from(pods).ok();
+        }
+        let mut labels: BTreeMap<String, String> = claim.metadata.labels.clone().unwrap_or_default();
+        labels.retain(|k, _| {
+            let domain = k.split_once('/').map_or("", |(d, _)| d);
+            domain != NODE_RESTRICTION_DOMAIN && !domain.ends_with(&format!(".{NODE_RESTRICTION_DOMAIN}"))
+        });
+        labels.insert(CAPACITY_TYPE.into(), capacity_type.into());
+        if family != AmiFamily::Custom {
+            labels.insert(DO_NOT_SYNC_TAINTS.into(), "true".into());
+        }
+        let mut taints: Vec<Taint> = claim.spec.taints.iter().chain(&claim.spec.startup_taints).cloned().collect();
+        let unregistered = Taint::new(taint_keys::UNREGISTERED, None, TaintEffect::NoExecute);
+        if !taints.iter().any(|t| t.matches(&unregistered)) {
+            taints.push(unregistered);
+        }
+        let bootstrap = BootstrapConfig {
+            cluster_name: self.cluster.name.clone(),
+            cluster_endpoint: self.cluster.endpoint.clone(),
+            ca_bundle: self.cluster.ca_bundle.clone(),
+            service_cidr: self.cluster.service_cidr.clone(),
+            kubelet,
+            labels,
+            taints,
+            instance_store_raid0: node_class.spec.instance_store_policy.is_some(),
+            custom_user_data: node_class.spec.user_data.clone(),
+        };
+        let user_data = user_data(family, &bootstrap)
+            .map_err(|e| CloudProviderError::node_class_not_ready(format!("user data: {e}")).with_source(e))?;
+        let data = launch_template_data(
+            node_class,
+            LaunchTemplateInputs {
+                ami,
+                user_data,
+                tenancy,
+                capacity_type,
+                capacity_reservation_id: reservation,
+                market_type: market,
+                resource_tags: tags.clone(),
+            },
+        );
+        Ok(LaunchTemplate::new(data, launch_template_tags(&self.cluster.name, node_class)))
+    }
+
+    async fn create_fleet_with_retry(&self, request: CreateFleetRequest) -> Result<CreateFleetResponse, Retry> {
+        let mut attempt = 0;
+        loop {
+            match create_fleet(&self.fleet, request.clone()).await {
+                Ok(r) => return Ok(r),
+                Err(e) if e.kind == AwsErrorKind::Throttled && attempt + 1 < self.retry.attempts => {
+                    let wait = self.retry.backoff(attempt);
+                    tracing::debug!(error = %e, ?wait, "CreateFleet throttled; retrying");
+                    self.sleeper.sleep(wait).await;
+                    attempt += 1;
+                }
+                Err(e) if e.kind == AwsErrorKind::InsufficientCapacity => {
+                    return Err(CloudProviderError::insufficient_capacity(vec![], e.to_string()).with_source(e).into());
+                }
+                Err(e) if is_launch_template_not_found(&e.code) => {
+                    for c in &request.launch_template_configs {
+                        self.templates.invalidate(&c.launch_template_name);
+                    }
+                    return Err(Retry::LaunchTemplates);
+                }
+                Err(e) => return Err(create_error(&e).into()),
+            }
+        }
+    }
+
+    fn outcome(
+        &self,
+        name: &str,
+        request: &CreateFleetRequest,
+        response: CreateFleetResponse,
+        candidates: &[InstanceType],
+        capacity_type: &str,
+    ) -> Result<Launched, Retry> {
+        let mut marked = Vec::new();
+        let mut template_missing = false;
+        for e in &response.errors {
+            if e.error_code == SPOT_SLR_CODE {
+                self.unavailable.mark_capacity_type(CAPACITY_TYPE_SPOT);
+            } else if is_ice_code(&e.error_code)
+                && let (Some(it), Some(zone)) = (&e.instance_type, &e.availability_zone)
+            {
+                let o = OfferingRef::new(it, zone, capacity_type);
+                self.unavailable.mark(o.clone());
+                marked.push(o);
+            } else if is_launch_template_not_found(&e.error_code) {
+                template_missing = true;
+            }
+        }
+        if let Some(instance) = response.instances.into_iter().next() {
+            let Some(it) = candidates.iter().find(|it| it.name == instance.instance_type) else {
+                return Err(CloudProviderError::other(format!(
+                    "fleet launched {} which was not requested",
+                    instance.instance_type
+                ))
+                .into());
+            };
+            let offering = it.offerings.iter().find(|o| {
+                o.zone() == Some(instance.availability_zone.as_str()) && o.capacity_type() == Some(capacity_type)
+            });
+            let reservation_id = offering.and_then(|o| o.reservation_id().map(str::to_owned));
+            let reservation = offering.filter(|_| reservation_id.is_some()).map(|o| {
+                let kind = o
+                    .requirements
+                    .get_ref(karpenter_api::labels::aws::CAPACITY_RESERVATION_TYPE)
+                    .map_or_else(|| "default".to_owned(), |r| r.any());
+                let interruptible = o
+                    .requirements
+                    .get_ref(karpenter_api::labels::aws::CAPACITY_RESERVATION_INTERRUPTIBLE)
+                    .is_some_and(|r| r.has("true"));
+                (kind, interruptible)
+            });
+            return Ok(Launched {
+                instance,
+                instance_type: it.clone(),
+                capacity_type: capacity_type.to_owned(),
+                reservation_id,
+                reservation,
+            });
+        }
+        if template_missing {
+            for c in &request.launch_template_configs {
+                self.templates.invalidate(&c.launch_template_name);
+            }
+            return Err(Retry::LaunchTemplates);
+        }
+        let all_ice = !response.errors.is_empty()
+            && response.errors.iter().all(|e| is_ice_code(&e.error_code) || e.error_code == SPOT_SLR_CODE);
+        if all_ice || response.errors.is_empty() {
+            marked.sort();
+            marked.dedup();
+            return Err(CloudProviderError::insufficient_capacity(
+                marked,
+                format!("no capacity for nodeclaim {name}: {}", describe_errors(&response.errors)),
+            )
+            .into());
+        }
+        let first = response.errors.iter().find(|e| !is_ice_code(&e.error_code)).or(response.errors.first());
+        let (reason, message) = first.map_or(("LaunchFailed", String::new()), |e| {
+            (reason_for_code(&e.error_code), format!("{}: {}", e.error_code, e.error_message))
+        });
+        Err(CloudProviderError::create(reason, message).into())
+    }
+
+    /// This cluster's live instance with that id; `None` when EC2 does not have it, it is terminated, or it
+    /// belongs to another cluster.
+    pub async fn get(&self, instance_id: &str) -> Result<Option<Ec2Instance>, CloudProviderError> {
+        let found = self
+            .describe
+            .describe(instance_id, vec![Filter::live_states()])
+            .await
+            .map_err(|e| api_error("DescribeInstances", e))?;
+        Ok(found.filter(|i| {
+            i.state != InstanceState::Terminated && i.tags.get(EKS_CLUSTER_NAME_TAG) == Some(&self.cluster.name)
+        }))
+    }
+
+    /// Every live instance Karpenter launched in this cluster.
+    pub async fn list(&self) -> Result<Vec<Ec2Instance>, CloudProviderError> {
+        let request = DescribeInstancesRequest {
+            instance_ids: vec![],
+            filters: vec![
+                Filter::tag_key(NODE_POOL_TAG),
+                Filter::tag_key(NODE_CLASS_TAG),
+                Filter::tag(EKS_CLUSTER_NAME_TAG, &self.cluster.name),
+                Filter::live_states(),
+            ],
+        };
+        let mut out = self.api.describe_instances(&request).await.map_err(|e| api_error("DescribeInstances", e))?;
+        out.retain(|i| i.state != InstanceState::Terminated);
+        out.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
+        Ok(out)
+    }
+
+    /// The pending or running instance launched for the NodeClaim named `name`, if any.
+    pub async fn find_by_node_claim(&self, name: &str) -> Result<Option<Ec2Instance>, CloudProviderError> {
+        let request = DescribeInstancesRequest {
+            instance_ids: vec![],
+            filters: vec![
+                Filter::tag(NODE_CLAIM_TAG, name),
+                Filter::tag(EKS_CLUSTER_NAME_TAG, &self.cluster.name),
+                Filter::new("instance-state-name", ["pending", "running"]),
+            ],
+        };
+        let mut found = self.api.describe_instances(&request).await.map_err(|e| api_error("DescribeInstances", e))?;
+        found.retain(|i| matches!(i.state, InstanceState::Pending | InstanceState::Running));
+        found.sort_by(|a, b| a.launch_time.cmp(&b.launch_time).then_with(|| a.instance_id.cmp(&b.instance_id)));
+        Ok(found.into_iter().next())
+    }
+
+    /// Starts terminating an instance: `Ok` while it goes, `NodeClaimNotFound` once it is gone.
+    pub async fn delete(&self, instance_id: &str) -> Result<(), CloudProviderError> {
+        let Some(instance) = self.get(instance_id).await? else {
+            return Err(CloudProviderError::not_found(format!("instance {instance_id} not found")));
+        };
+        if instance.state == InstanceState::ShuttingDown {
+            return Ok(());
+        }
+        match self.terminate.terminate(instance_id).await {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => Err(CloudProviderError::not_found(format!("instance {instance_id} not found"))),
+            Err(e) => Err(api_error("TerminateInstances", e)),
+        }
+    }
+
+    /// Adds tags to an instance (post-registration tagging).
+    pub async fn tag(&self, instance_id: &str, tags: &BTreeMap<String, String>) -> Result<(), CloudProviderError> {
+        match self.api.create_tags(&[instance_id.to_owned()], tags).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind == AwsErrorKind::NotFound => {
+                Err(CloudProviderError::not_found(format!("instance {instance_id} not found")).with_source(e))
+            }
+            Err(e) => Err(api_error("CreateTags", e)),
+        }
+    }
+}
+
+fn describe_errors(errors: &[crate::launch::fleet::FleetError]) -> String {
+    if errors.is_empty() {
+        return "the fleet launched nothing".into();
+    }
+    let mut v: Vec<String> = errors
+        .iter()
+        .map(|e| {
+            format!(
+                "{} ({}/{})",
+                e.error_code,
+                e.instance_type.as_deref().unwrap_or("?"),
+                e.availability_zone.as_deref().unwrap_or("?")
+            )
+        })
+        .collect();
+    v.sort();
+    v.dedup();
+    v.join(", ")
+}
+
+enum Retry {
+    LaunchTemplates,
+    Fail(CloudProviderError),
+}
+
+impl From<CloudProviderError> for Retry {
+    fn from(e: CloudProviderError) -> Self {
+        Retry::Fail(e)
+    }
+}
