@@ -527,6 +527,25 @@ fn instance_types_match_amis_by_arch_and_accelerator() {
     assert_eq!(pick(it_requirements("arm64", Some("4"), None)).as_deref(), Some("ami-nv-arm"));
     assert_eq!(pick(it_requirements("amd64", None, Some("16"))).as_deref(), Some("ami-neu-amd"));
     assert_eq!(pick(it_requirements("s390x", None, None)), None);
+    let it = |name: &str, reqs: Requirements| {
+        karpenter_requirements::InstanceType::new(name, reqs, vec![], Default::default(), Default::default())
+    };
+    let its = [
+        it("m5.large", it_requirements("amd64", None, None)),
+        it("g5.xlarge", it_requirements("amd64", Some("1"), None)),
+        it("m7g.large", it_requirements("arm64", None, None)),
+        it("c5.large", it_requirements("amd64", None, None)),
+        it("z1.mainframe", it_requirements("s390x", None, None)),
+    ];
+    let mapped = map_to_instance_types(&amis, &its);
+    assert_eq!(
+        mapped,
+        BTreeMap::from([
+            ("ami-std-amd".to_string(), vec!["m5.large".to_string(), "c5.large".to_string()]),
+            ("ami-nv-amd".to_string(), vec!["g5.xlarge".to_string()]),
+            ("ami-std-arm".to_string(), vec!["m7g.large".to_string()]),
+        ])
+    );
 }
 
 #[test]
