@@ -144,6 +144,21 @@ pub fn hash_annotations(node_class: &EC2NodeClass, ca_bundle: Option<&str>) -> B
     ])
 }
 
+/// The hash annotations a NodeClaim launched from `node_class` must carry: **copied from the node class** (the
+/// controller computed them, with the cluster CA bundle), or, before the controller annotated the class, its
+/// hash without the CA under this build's version. Never recompute the hash with other inputs for a NodeClaim:
+/// a different CA input would drift every node.
+pub fn claim_hash_annotations(node_class: &EC2NodeClass) -> BTreeMap<String, String> {
+    let current = node_class.metadata.annotations.clone().unwrap_or_default();
+    match (current.get(annotations::EC2_NODE_CLASS_HASH), current.get(annotations::EC2_NODE_CLASS_HASH_VERSION)) {
+        (Some(hash), Some(version)) => BTreeMap::from([
+            (annotations::EC2_NODE_CLASS_HASH.to_string(), hash.clone()),
+            (annotations::EC2_NODE_CLASS_HASH_VERSION.to_string(), version.clone()),
+        ]),
+        _ => hash_annotations(node_class, None),
+    }
+}
+
 /// Whether a NodeClaim references the EC2NodeClass `name`.
 pub fn references(claim: &NodeClaim, name: &str) -> bool {
     let r = &claim.spec.node_class_ref;

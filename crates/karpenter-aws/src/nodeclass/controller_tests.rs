@@ -107,6 +107,15 @@ async fn status_finalizer_and_hash_annotations_are_written() {
     assert_eq!(status.amis.len(), 5);
     assert!(c.is_ready());
     assert_eq!(status.condition(conditions::READY).unwrap().observed_generation, Some(1));
+    // NodeClaims copy the class's annotations (CA included), which is not drift.
+    let stamped = claim_hash_annotations(&c);
+    assert_eq!(&stamped[annotations::EC2_NODE_CLASS_HASH], &a[annotations::EC2_NODE_CLASS_HASH]);
+    let mut claim =
+        node_claim(NodeClaimOptions { node_class_ref: Some(default_node_class_ref()), ..Default::default() });
+    claim.metadata.annotations = Some(stamped);
+    assert!(crate::drift::static_drift(&c, &claim).is_none());
+    let unannotated = ec2_node_class(EC2NodeClassOptions::default());
+    assert_eq!(claim_hash_annotations(&unannotated), hash_annotations(&unannotated, None));
     // Nothing changed: no write.
     let rv = c.metadata.resource_version.clone();
     env.clock.step_secs(61);
