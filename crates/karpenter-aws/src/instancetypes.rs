@@ -121,6 +121,7 @@ pub struct Catalogue {
 }
 
 type CacheKey = (String, u64, u64, u64);
+type Converted = BTreeMap<String, (CacheKey, Arc<[InstanceType]>)>;
 
 /// See the module docs. Clones share the catalogue and caches.
 #[derive(Clone)]
@@ -132,7 +133,7 @@ pub struct InstanceTypeProvider {
     options: InstanceTypeProviderOptions,
     catalogue: Arc<Mutex<Option<Arc<Catalogue>>>>,
     fetch: Arc<tokio::sync::Mutex<()>>,
-    cache: Arc<Mutex<BTreeMap<String, (CacheKey, Arc<[InstanceType]>)>>>,
+    cache: Arc<Mutex<Converted>>,
 }
 
 impl fmt::Debug for InstanceTypeProvider {

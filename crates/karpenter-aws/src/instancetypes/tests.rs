@@ -1,1 +1,121 @@
+use karpenter_api::labels::aws as aws_labels;
+use karpenter_cloudprovider::OfferingRef;
+use karpenter_testing::FakeClock;
+use serde_json::json;
 
+use super::*;
+use crate::launch::mock::{MockCall, MockEc2, instance_type_info, ops};
+use crate::pricing::PriceTable;
+
+fn class(reservations: serde_json::Value) -> EC2NodeClass {
+    serde_json::from_value(json!({
+        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
+        "metadata": {"name": "default", "generation": 1},
+        "spec": {
+            "subnetSelectorTerms": [{"id": "subnet-a"}], "securityGroupSelectorTerms": [{"id": "sg-1"}],
+            "amiSelectorTerms": [{"alias": "al2023@latest"}], "role": "R",
+            "kubelet": {"maxPods": 20}
+        },
+        "status": {
+            "subnets": [{"id": "subnet-a", "zone": "us-west-2a", "zoneID": "usw2-az1"}],
+            "capacityReservations": reservations
+        }
+    }))
+    .unwrap()
+}
+
+fn setup() -> (MockEc2, FakeClock, InstanceTypeProvider) {
+    let clock = FakeClock::default();
+    let ec2 = MockEc2::new(Arc::new(clock.clone()));
+    ec2.set_catalogue(
+        vec![instance_type_info("m5.large", 2, 8), instance_type_info("c5.large", 2, 4)],
+        &["us-west-2a", "us-west-2b"],
+    );
+    let mut table = PriceTable::default();
+    table.on_demand.insert("m5.large".into(), 0.096);
+    table.spot.entry("m5.large".into()).or_default().insert("us-west-2a".into(), 0.03);
+    let provider = InstanceTypeProvider::new(
+        Arc::new(ec2.clone()),
+        Arc::new(clock.clone()),
+        SharedPrices::new(PriceSource::Table(table)),
+        UnavailableOfferings::new(Arc::new(clock.clone())),
+        InstanceTypeProviderOptions::new("us-west-2"),
+    );
+    (ec2, clock, provider)
+}
+
+fn fetches(ec2: &MockEc2) -> usize {
+    ec2.calls().iter().filter(|c| matches!(c, MockCall::DescribeInstanceTypes)).count()
+}
+
+#[tokio::test]
+async fn converts_per_node_class_with_subnet_zones_prices_and_kubelet() {
+    let (_, _, p) = setup();
+    let its = p.list(&class(json!([]))).await.unwrap();
+    let names: Vec<&str> = its.iter().map(|it| it.name.as_str()).collect();
+    assert_eq!(names, ["c5.large", "m5.large"]);
+    let m5 = its.iter().find(|it| it.name == "m5.large").unwrap();
+    // Only the subnet's zone; spot priced there, on-demand from the table; c5 has no price → unavailable.
+    assert!(m5.offerings.iter().all(|o| o.zone() == Some("us-west-2a")));
+    assert!(m5.offerings.iter().all(|o| o.available));
+    assert_eq!(m5.capacity().pods().value(), Some(20), "kubelet maxPods");
+    assert!(m5.requirements.get(aws_labels::ZONE_ID).has("usw2-az1"));
+    let c5 = its.iter().find(|it| it.name == "c5.large").unwrap();
+    assert!(c5.offerings.iter().all(|o| !o.available));
+}
+
+#[tokio::test]
+async fn catalogue_is_cached_for_twelve_hours_and_a_failed_refresh_keeps_it() {
+    let (ec2, clock, p) = setup();
+    p.list(&class(json!([]))).await.unwrap();
+    p.list(&class(json!([]))).await.unwrap();
+    assert_eq!(fetches(&ec2), 1);
+    clock.step_secs(11 * 3600);
+    p.list(&class(json!([]))).await.unwrap();
+    assert_eq!(fetches(&ec2), 1);
+    clock.step_secs(3600);
+    ec2.fail_next(ops::DESCRIBE_INSTANCE_TYPES, AwsApiError::new("DescribeInstanceTypes", "InternalError", "x"));
+    assert_eq!(p.list(&class(json!([]))).await.unwrap().len(), 2, "the old catalogue");
+    assert_eq!(fetches(&ec2), 2);
+    p.list(&class(json!([]))).await.unwrap();
+    assert_eq!(fetches(&ec2), 3, "retried on the next use");
+    assert_eq!(p.refresh().await.unwrap(), 2);
+}
+
+#[tokio::test]
+async fn price_updates_and_capacity_marks_rebuild_the_list() {
+    let (_, _, p) = setup();
+    let nc = class(json!([]));
+    let before = p.list(&nc).await.unwrap();
+    assert!(Arc::ptr_eq(&before, &p.list(&nc).await.unwrap()), "cached");
+    p.unavailable().mark(OfferingRef::new("m5.large", "us-west-2a", "spot"));
+    let after = p.list(&nc).await.unwrap();
+    let m5 = after.iter().find(|it| it.name == "m5.large").unwrap();
+    let spot = m5.offerings.iter().find(|o| o.capacity_type() == Some("spot")).unwrap();
+    assert!(!spot.available);
+    let mut table = PriceTable::default();
+    table.on_demand.insert("c5.large".into(), 0.085);
+    p.prices().set(PriceSource::Table(table));
+    let priced = p.list(&nc).await.unwrap();
+    let c5 = priced.iter().find(|it| it.name == "c5.large").unwrap();
+    assert!(c5.offerings.iter().any(|o| o.available && o.capacity_type() == Some("on-demand")));
+}
+
+#[tokio::test]
+async fn capacity_reservations_add_reserved_offerings() {
+    let (_, _, p) = setup();
+    let nc = class(json!([{
+        "id": "cr-1", "availabilityZone": "us-west-2a", "instanceType": "m5.large", "ownerID": "123456789012",
+        "instanceMatchCriteria": "targeted", "reservationType": "default", "state": "active"
+    }]));
+    let its = p.list(&nc).await.unwrap();
+    let m5 = its.iter().find(|it| it.name == "m5.large").unwrap();
+    let reserved = m5.offerings.iter().find(|o| o.capacity_type() == Some("reserved")).expect("a reserved offering");
+    assert_eq!(reserved.reservation_id(), Some("cr-1"));
+    assert!(reserved.available);
+    assert!((reserved.price - 0.096 / RESERVED_PRICE_DIVISOR).abs() < 1e-15);
+    assert!(m5.requirements.get(CAPACITY_TYPE).has("reserved"));
+    assert!(m5.requirements.get(aws_labels::CAPACITY_RESERVATION_ID).has("cr-1"));
+    let c5 = its.iter().find(|it| it.name == "c5.large").unwrap();
+    assert!(c5.offerings.iter().all(|o| o.capacity_type() != Some("reserved")));
+}

@@ -449,3 +449,105 @@ impl LaunchTemplateProvider {
         Ok(deleted)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use karpenter_testing::FakeClock;
+    use serde_json::json;
+
+    use super::*;
+    use crate::launch::mock::{MockCall, MockEc2};
+
+    fn class(extra: serde_json::Value) -> EC2NodeClass {
+        let mut v = json!({
+            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
+            "metadata": {"name": "default"},
+            "spec": {
+                "subnetSelectorTerms": [{"id": "subnet-a"}], "securityGroupSelectorTerms": [{"id": "sg-1"}],
+                "amiSelectorTerms": [{"alias": "bottlerocket@latest"}], "role": "R", "tags": {"team": "a"}
+            },
+            "status": {"securityGroups": [{"id": "sg-2"}, {"id": "sg-1"}], "instanceProfile": "p"}
+        });
+        if let (Some(spec), Some(extra)) = (v["spec"].as_object_mut(), extra.as_object()) {
+            spec.extend(extra.clone());
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn inputs(ami: &Ami) -> LaunchTemplateInputs<'_> {
+        LaunchTemplateInputs {
+            ami,
+            user_data: "ud".into(),
+            tenancy: "default",
+            capacity_type: "spot",
+            capacity_reservation_id: None,
+            market_type: None,
+            resource_tags: BTreeMap::from([("karpenter.sh/nodeclaim".to_string(), "x".to_string())]),
+        }
+    }
+
+    #[test]
+    fn contents_from_the_node_class_and_a_stable_name() {
+        let ami = Ami { id: "ami-1".into(), name: None, deprecated: false, requirements: vec![] };
+        let nc = class(json!({}));
+        let data = launch_template_data(&nc, inputs(&ami));
+        assert_eq!(data.security_group_ids, ["sg-1", "sg-2"]);
+        assert_eq!(data.instance_profile.as_deref(), Some("p"));
+        assert_eq!(data.block_device_mappings, default_block_devices(AmiFamily::Bottlerocket));
+        assert_eq!(data.block_device_mappings.len(), 2, "Bottlerocket: root and data volume");
+        assert_eq!(data.metadata_options.http_tokens, "required");
+        assert_eq!(data.metadata_options.instance_metadata_tags, "disabled");
+        assert!(data.resource_tags.is_empty(), "the NodeClaim tag stays off launch templates");
+        let tags = launch_template_tags("c", &nc);
+        assert_eq!(tags.get("team").map(String::as_str), Some("a"));
+        assert_eq!(tags.get(EKS_CLUSTER_NAME_TAG).map(String::as_str), Some("c"));
+        let a = LaunchTemplate::new(data.clone(), tags.clone());
+        let b = LaunchTemplate::new(data.clone(), tags.clone());
+        assert_eq!(a.name, b.name);
+        assert!(a.name.starts_with(NAME_PREFIX));
+        let mut other = data;
+        other.image_id = "ami-2".into();
+        assert_ne!(LaunchTemplate::new(other, tags).name, a.name);
+
+        let nc = class(json!({
+            "associatePublicIPAddress": false,
+            "blockDeviceMappings": [{"deviceName": "/dev/xvda", "rootVolume": true,
+                                     "ebs": {"volumeSize": "100Gi", "volumeType": "gp3", "encrypted": true}}]
+        }));
+        let data = launch_template_data(&nc, inputs(&ami));
+        assert!(data.security_group_ids.is_empty(), "groups go on the interface");
+        assert_eq!(data.network_interfaces[0].associate_public_ip_address, Some(false));
+        assert_eq!(data.network_interfaces[0].security_group_ids, ["sg-1", "sg-2"]);
+        assert_eq!(data.block_device_mappings[0].volume_size_gib, Some(100));
+    }
+
+    #[tokio::test]
+    async fn cache_creates_once_deletes_when_unused_hydrates_and_cleans_up_a_class() {
+        let clock = FakeClock::default();
+        let ec2 = MockEc2::new(Arc::new(clock.clone()));
+        let p = LaunchTemplateProvider::new(Arc::new(ec2.clone()), Arc::new(clock.clone()), "c");
+        let ami = Ami { id: "ami-1".into(), name: None, deprecated: false, requirements: vec![] };
+        let nc = class(json!({}));
+        let lt = LaunchTemplate::new(launch_template_data(&nc, inputs(&ami)), launch_template_tags("c", &nc));
+        p.ensure(&lt).await.unwrap();
+        p.ensure(&lt).await.unwrap();
+        let creates = || ec2.calls().iter().filter(|c| matches!(c, MockCall::CreateLaunchTemplate(_))).count();
+        assert_eq!(creates(), 1);
+        clock.step_secs(30);
+        p.ensure(&lt).await.unwrap();
+        clock.step_secs(45);
+        assert!(p.delete_expired().await.is_empty(), "used 45 s ago");
+        clock.step_secs(16);
+        assert_eq!(p.delete_expired().await, vec![lt.name.clone()]);
+        assert!(ec2.launch_templates().is_empty());
+        // Another process's template is found, not recreated.
+        let q = LaunchTemplateProvider::new(Arc::new(ec2.clone()), Arc::new(clock.clone()), "c");
+        q.ensure(&lt).await.unwrap();
+        let p2 = LaunchTemplateProvider::new(Arc::new(ec2.clone()), Arc::new(clock.clone()), "c");
+        assert_eq!(p2.hydrate().await.unwrap(), 1);
+        assert_eq!(p2.cached(), vec![lt.name.clone()]);
+        assert_eq!(p2.delete_for_node_class("default").await.unwrap(), vec![lt.name.clone()]);
+        assert!(ec2.launch_templates().is_empty());
+        assert!(p2.cached().is_empty());
+    }
+}
