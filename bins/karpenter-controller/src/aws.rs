@@ -4,8 +4,8 @@
 //! (region from `AWS_REGION`, the profile or IMDS; credentials from the environment, the profile, IRSA, EKS Pod
 //! Identity or IMDS), an EC2 connectivity check, the cluster endpoint from `CLUSTER_ENDPOINT` or EKS
 //! `DescribeCluster` (fatal when neither gives one), the EC2NodeClass lookup, price refresh, EC2NodeClass
-//! resolution and its controllers, the SQS interruption source when `INTERRUPTION_QUEUE` is set, and the
-//! CloudProvider.
+//! resolution and its controllers, the CloudProvider (instance-type catalogue loaded before start, fatal on
+//! failure) and the SQS interruption source when `INTERRUPTION_QUEUE` is set.
 
 use std::sync::Arc;
 
@@ -14,6 +14,9 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use karpenter_api::ec2nodeclass::EC2NodeClass;
 use karpenter_aws::discovery;
+use karpenter_aws::instancetype::Settings as InstanceTypeSettings;
+use karpenter_aws::instancetypes::{self, SharedPrices};
+use karpenter_aws::launch::instance::ClusterInfo;
 use karpenter_aws::nodeclass::controller::{
     ApiServerVersion, CapacityBlockExpiration, InstanceProfileGarbageCollector, NodeClassController,
     SsmInvalidationController,
@@ -21,13 +24,18 @@ use karpenter_aws::nodeclass::controller::{
 use karpenter_aws::nodeclass::instance_profile::ClusterIdentity;
 use karpenter_aws::nodeclass::{NodeClassResolver, ResolverApis, ResolverSettings};
 use karpenter_aws::pricing::PriceTable;
-use karpenter_aws::pricing_api::PricingProvider;
+use karpenter_aws::pricing_api::{self, PricingProvider};
+use karpenter_aws::provider::{AwsApis, AwsCloudProvider, AwsCloudProviderOptions};
 use karpenter_aws::queue::{NodeClaimLookup, SqsInterruptionSource};
+use karpenter_aws::runtime::every;
 use karpenter_aws::sdk::{AwsClients, SdkOptions};
-use karpenter_cloudprovider::{Clock, CloudProvider, InterruptionSource, NodeClassLookup};
+use karpenter_cloudprovider::{Clock, CloudProvider, InterruptionSource, NodeClassLookup, TokioSleeper};
 use karpenter_operator::node_classes::KubeNodeClasses;
 use karpenter_operator::settings::{AwsSettings, CoreSettings};
 use tokio_util::sync::CancellationToken;
+
+/// How often unused launch templates are deleted (their cache keeps them one minute).
+const LAUNCH_TEMPLATE_GC_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What the AWS provider hands the controller manager.
 pub struct AwsRuntime {
@@ -38,7 +46,8 @@ pub struct AwsRuntime {
     /// The SQS interruption source, when `INTERRUPTION_QUEUE` is set.
     pub interruption: Option<Arc<dyn InterruptionSource>>,
     /// AWS-side controllers (node class status and finalizer, SSM invalidation, instance-profile GC, capacity
-    /// blocks, price refresh); each runs until the token passed to [`start`] fires.
+    /// blocks, price and instance-type refresh, launch-template GC); each runs until the token passed to
+    /// [`start`] fires.
     pub controllers: Vec<BoxFuture<'static, ()>>,
 }
 
@@ -51,17 +60,6 @@ impl std::fmt::Debug for AwsRuntime {
     }
 }
 
-/// The parts built before the CloudProvider, handed to it.
-#[allow(dead_code)]
-struct Parts {
-    clients: AwsClients,
-    cluster: discovery::ClusterInfo,
-    ca_bundle: Option<String>,
-    resolver: Arc<NodeClassResolver>,
-    pricing: Arc<PricingProvider>,
-    node_classes: KubeNodeClasses,
-}
-
 /// Builds the AWS runtime (see the module docs).
 pub async fn start(
     core: &CoreSettings,
@@ -71,14 +69,16 @@ pub async fn start(
     shutdown: CancellationToken,
 ) -> anyhow::Result<AwsRuntime> {
     let clients = AwsClients::load(&SdkOptions::default()).await.context("loading the AWS SDK configuration")?;
-    clients
+    let zones_out = clients
         .ec2
         .describe_availability_zones()
         .send()
         .await
         .map_err(|e| karpenter_aws::sdk::api_error("DescribeAvailabilityZones", e))
         .context("checking EC2 connectivity")?;
-    tracing::info!(region = %clients.region, "AWS SDK configured");
+    let zones: Vec<String> =
+        zones_out.availability_zones().iter().filter_map(|z| z.zone_name()).map(str::to_owned).collect();
+    tracing::info!(region = %clients.region, zones = ?zones, "AWS SDK configured");
 
     let cluster = discovery::discover(&clients.eks_adapter(), &aws.cluster_name, &aws.cluster_endpoint)
         .await
@@ -86,24 +86,96 @@ pub async fn start(
     let ca_bundle = Some(aws.cluster_ca_bundle.trim().to_owned())
         .filter(|s| !s.is_empty())
         .or_else(|| cluster.certificate_authority.clone());
+    let dns_ip = kube_dns_ip(&client).await;
 
     let node_classes = KubeNodeClasses::new();
     node_classes
         .start::<EC2NodeClass>(client.clone(), shutdown.clone())
         .await
         .context("listing EC2NodeClasses (is the CRD installed?)")?;
+    let lookup: Arc<dyn NodeClassLookup> = Arc::new(node_classes);
 
     let mut controllers: Vec<BoxFuture<'static, ()>> = Vec::new();
+    let ec2 = Arc::new(clients.ec2_adapter());
 
+    // Prices: refreshed every 12 h into the prices the instance-type provider reads.
     let pricing = Arc::new(PricingProvider::new(
         &clients.region,
         Some(Arc::new(clients.pricing_adapter())),
         aws.isolated_vpc,
         PriceTable::default(),
     ));
-    controllers.push(pricing.clone().run(clock.clone(), shutdown.clone()).boxed());
+    pricing.refresh(clock.now()).await;
+    let prices = SharedPrices::new(pricing.price_source(&zones));
+    {
+        let (pricing, prices, clock, zones) = (pricing.clone(), prices.clone(), clock.clone(), zones.clone());
+        controllers.push(
+            every(pricing_api::REFRESH_INTERVAL, shutdown.clone(), move || {
+                let (pricing, prices, clock, zones) = (pricing.clone(), prices.clone(), clock.clone(), zones.clone());
+                async move {
+                    pricing.refresh(clock.now()).await;
+                    prices.set(pricing.price_source(&zones));
+                }
+            })
+            .boxed(),
+        );
+    }
 
-    let ec2 = Arc::new(clients.ec2_adapter());
+    // The CloudProvider (launch templates, CreateFleet, instances, instance types).
+    let mut options = AwsCloudProviderOptions::new(
+        ClusterInfo {
+            name: aws.cluster_name.clone(),
+            endpoint: cluster.endpoint.clone(),
+            ca_bundle: ca_bundle.clone(),
+            service_cidr: cluster.service_cidr().map(str::to_owned),
+            dns_ip,
+        },
+        &clients.region,
+    );
+    options.instance_types.settings = InstanceTypeSettings {
+        vm_memory_overhead_percent: aws.vm_memory_overhead_percent,
+        reserved_enis: i64::from(aws.reserved_enis),
+    };
+    let provider = AwsCloudProvider::new(
+        AwsApis { fleet: ec2.clone(), launch_templates: ec2.clone(), instance_types: ec2.clone() },
+        lookup.clone(),
+        clock.clone(),
+        Arc::new(TokioSleeper),
+        prices,
+        options,
+    );
+    let types = provider.instance_type_provider().refresh().await.context("fetching the instance-type catalogue")?;
+    tracing::info!(instance_types = types, "instance-type catalogue loaded");
+    match provider.launch_templates().hydrate().await {
+        Ok(n) => tracing::info!(launch_templates = n, "launch-template cache hydrated"),
+        Err(e) => tracing::warn!(error = %e, "hydrating the launch-template cache failed"),
+    }
+    {
+        let p = provider.clone();
+        controllers.push(
+            every(instancetypes::REFRESH_INTERVAL, shutdown.clone(), move || {
+                let p = p.clone();
+                async move {
+                    if let Err(e) = p.instance_type_provider().refresh().await {
+                        tracing::warn!(error = %e, "refreshing the instance-type catalogue failed");
+                    }
+                }
+            })
+            .boxed(),
+        );
+        let p = provider.clone();
+        controllers.push(
+            every(LAUNCH_TEMPLATE_GC_INTERVAL, shutdown.clone(), move || {
+                let p = p.clone();
+                async move {
+                    p.launch_templates().delete_expired().await;
+                }
+            })
+            .boxed(),
+        );
+    }
+
+    // EC2NodeClass resolution and its controllers.
     let apis = ResolverApis {
         subnets: ec2.clone(),
         security_groups: ec2.clone(),
@@ -122,17 +194,18 @@ pub async fn start(
     let resolver = Arc::new(NodeClassResolver::new(apis, settings, clock.clone()));
     let version = Arc::new(ApiServerVersion::new(client.clone(), clock.clone()));
     let node_class_controller =
-        Arc::new(NodeClassController::new(client.clone(), resolver.clone(), version, clock.clone(), ca_bundle.clone()));
-    controllers.push(node_class_controller.run(shutdown.clone()).boxed());
-    controllers.push(
-        Arc::new(SsmInvalidationController::for_resolver(&resolver, clock.clone())).run(shutdown.clone()).boxed(),
-    );
+        NodeClassController::new(client.clone(), resolver.clone(), version, clock.clone(), ca_bundle.clone())
+            .with_launch_template_cleanup(Arc::new(provider.launch_templates().clone()));
+    controllers.push(Arc::new(node_class_controller).run(shutdown.clone()).boxed());
+    let ssm_invalidation = SsmInvalidationController::for_resolver(&resolver, clock.clone());
+    controllers.push(Arc::new(ssm_invalidation).run(shutdown.clone()).boxed());
     if !aws.isolated_vpc {
         let gc = InstanceProfileGarbageCollector::new(client.clone(), resolver.instance_profiles.clone());
         controllers.push(Arc::new(gc).run(shutdown.clone()).boxed());
     }
     controllers.push(Arc::new(CapacityBlockExpiration::new(client.clone())).run(shutdown.clone()).boxed());
 
+    // Interruption: the SQS queue; spot and reservation interruptions mark their offerings unavailable.
     let interruption: Option<Arc<dyn InterruptionSource>> = if aws.interruption_queue.trim().is_empty() {
         None
     } else {
@@ -140,27 +213,22 @@ pub async fn start(
             Arc::new(clients.sqs_adapter()),
             Arc::new(NodeClaimLookup::new(client.clone())),
             aws.interruption_queue.trim(),
-        );
+        )
+        .with_hook(Arc::new(provider.unavailable_offerings().clone()));
         Some(Arc::new(source))
     };
 
-    let parts = Parts { clients, cluster, ca_bundle, resolver, pricing, node_classes: node_classes.clone() };
-    let cloud_provider = cloud_provider(&parts, core, aws, client, clock, shutdown, &mut controllers)?;
-    Ok(AwsRuntime { cloud_provider, node_classes: Arc::new(node_classes), interruption, controllers })
+    Ok(AwsRuntime { cloud_provider: Arc::new(provider), node_classes: lookup, interruption, controllers })
 }
 
-/// The CloudProvider over the parts.
-fn cloud_provider(
-    _parts: &Parts,
-    _core: &CoreSettings,
-    _aws: &AwsSettings,
-    _client: kube::Client,
-    _clock: Arc<dyn Clock>,
-    _shutdown: CancellationToken,
-    _controllers: &mut Vec<BoxFuture<'static, ()>>,
-) -> anyhow::Result<Arc<dyn CloudProvider>> {
-    anyhow::bail!(
-        "the AWS CloudProvider (karpenter_aws::provider::AwsCloudProvider: launch templates, CreateFleet, instance \
-         types) is not implemented yet; --provider aws cannot run"
-    )
+/// The kube-dns service IP (nodes' default cluster DNS), when the cluster has that service.
+async fn kube_dns_ip(client: &kube::Client) -> Option<String> {
+    let services: kube::Api<k8s_openapi::api::core::v1::Service> = kube::Api::namespaced(client.clone(), "kube-system");
+    match services.get_opt("kube-dns").await {
+        Ok(service) => service.and_then(|s| s.spec?.cluster_ip).filter(|ip| !ip.is_empty() && ip != "None"),
+        Err(e) => {
+            tracing::info!(error = %e, "reading the kube-dns service failed; nodes use their default cluster DNS");
+            None
+        }
+    }
 }

@@ -1,0 +1,182 @@
+//! A launch through [`AwsCloudProvider`] over the SDK adapters against moto in us-west-2: the node class resolved
+//! by the resolver, then create (launch template + CreateFleet instant), create again (the tagged instance is
+//! found, no second launch), get, list, delete until NotFound.
+//!
+//! moto's quirks shape the assertions: CreateFleet always takes the first override (so the claim pins one
+//! instance type and zone) and instances do not get the launch template's security groups or profile.
+
+#![cfg(feature = "sdk")]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_ec2::types::Tag;
+use common::moto::MotoServer;
+use karpenter_api::NodeClaim;
+use karpenter_api::condition::Conditions;
+use karpenter_api::ec2nodeclass::{GROUP, KIND, conditions};
+use karpenter_api::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODE_POOL, OS, ZONE};
+use karpenter_api::nodeclaim::NodeClassReference;
+use karpenter_aws::instancetypes::SharedPrices;
+use karpenter_aws::launch::instance::ClusterInfo;
+use karpenter_aws::nodeclass::instance_profile::ClusterIdentity;
+use karpenter_aws::nodeclass::{NodeClassResolver, ResolverApis, ResolverSettings};
+use karpenter_aws::pricing::PriceSource;
+use karpenter_aws::provider::{AwsApis, AwsCloudProvider, AwsCloudProviderOptions, instance_id};
+use karpenter_aws::sdk::{AwsClients, SdkOptions};
+use karpenter_cloudprovider::{Clock, CloudProvider, InMemoryNodeClasses, Sleeper, SystemClock};
+use karpenter_testing::karpenter::{NodeClaimOptions, node_claim};
+use karpenter_testing::nodepool_requirement;
+
+const REGION: &str = "us-west-2";
+const CLUSTER: &str = "test-cluster";
+
+/// Real waits (the provider's throttling backoff).
+#[derive(Debug)]
+struct TokioSleep;
+
+#[async_trait::async_trait]
+impl Sleeper for TokioSleep {
+    async fn sleep(&self, duration: Duration) {
+        tokio::time::sleep(duration).await;
+    }
+}
+
+fn claim(name: &str) -> NodeClaim {
+    node_claim(NodeClaimOptions {
+        name: Some(name.into()),
+        node_pool: Some("default".into()),
+        requirements: vec![
+            nodepool_requirement(OS, "In", &["linux"]),
+            nodepool_requirement(NODE_POOL, "In", &["default"]),
+            nodepool_requirement(CAPACITY_TYPE, "In", &["on-demand"]),
+            nodepool_requirement(INSTANCE_TYPE, "In", &["m5.large"]),
+            nodepool_requirement(ZONE, "In", &["us-west-2a"]),
+        ],
+        requests: [("cpu", "1"), ("memory", "1Gi")].into(),
+        node_class_ref: Some(NodeClassReference::new(GROUP, KIND, "default")),
+        ..Default::default()
+    })
+}
+
+#[tokio::test]
+async fn create_get_list_delete_through_the_cloud_provider() {
+    let Some(server) = MotoServer::start() else { return };
+    let c = AwsClients::load(&SdkOptions::emulator(&server.url(), REGION)).await.expect("sdk config");
+
+    // Seed what the node class selects.
+    let discovery = Tag::builder().key("karpenter.sh/discovery").value(CLUSTER).build();
+    let vpc = c.ec2.create_vpc().cidr_block("10.0.0.0/16").send().await.unwrap().vpc.unwrap().vpc_id.unwrap();
+    for (i, zone) in ["us-west-2a", "us-west-2b"].into_iter().enumerate() {
+        let out = c.ec2.create_subnet().vpc_id(&vpc).cidr_block(format!("10.0.{i}.0/24")).availability_zone(zone);
+        let subnet = out.send().await.unwrap().subnet.unwrap().subnet_id.unwrap();
+        c.ec2.create_tags().resources(&subnet).tags(discovery.clone()).send().await.unwrap();
+    }
+    let sg = c.ec2.create_security_group().group_name("nodes").description("nodes").vpc_id(&vpc);
+    let sg = sg.send().await.unwrap().group_id.unwrap();
+    c.ec2.create_tags().resources(&sg).tags(discovery).send().await.unwrap();
+    let param = c.ssm.put_parameter().name("/karpenter/test/ami").value("ami-35e92e4c");
+    param.r#type(aws_sdk_ssm::types::ParameterType::String).send().await.unwrap();
+    let role = c.iam.create_role().role_name("KarpenterNodeRole");
+    role.assume_role_policy_document(r#"{"Version":"2012-10-17","Statement":[]}"#).send().await.unwrap();
+
+    // Resolve the node class, then hand it (with its status) to the provider's lookup.
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let ec2 = Arc::new(c.ec2_adapter());
+    let apis = ResolverApis {
+        subnets: ec2.clone(),
+        security_groups: ec2.clone(),
+        images: ec2.clone(),
+        ssm: Arc::new(c.ssm_adapter()),
+        capacity_reservations: ec2.clone(),
+        placement_groups: ec2.clone(),
+        iam: Arc::new(c.iam_adapter()),
+    };
+    let settings = ResolverSettings {
+        cluster: ClusterIdentity { cluster_name: CLUSTER.into(), region: REGION.into() },
+        ..ResolverSettings::default()
+    };
+    let resolver = NodeClassResolver::new(apis, settings, clock.clone());
+    let mut node_class: karpenter_api::EC2NodeClass = serde_json::from_value(serde_json::json!({
+        "apiVersion": "karpenter.k8s.aws/v1",
+        "kind": "EC2NodeClass",
+        "metadata": {"name": "default", "uid": "uid-1", "generation": 1},
+        "spec": {
+            "amiFamily": "AL2023",
+            "amiSelectorTerms": [{"ssmParameter": "/karpenter/test/ami"}],
+            "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": CLUSTER}}],
+            "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": CLUSTER}}],
+            "role": "KarpenterNodeRole"
+        }
+    }))
+    .unwrap();
+    let status = resolver.reconcile(&node_class, "1.33").await.status;
+    assert!(status.is_true(conditions::READY), "{:?}", status.conditions);
+    node_class.status = Some(status);
+    let classes = InMemoryNodeClasses::new();
+    classes.insert_value(GROUP, KIND, "default", serde_json::to_value(&node_class).unwrap());
+
+    let provider = AwsCloudProvider::new(
+        AwsApis { fleet: ec2.clone(), launch_templates: ec2.clone(), instance_types: ec2.clone() },
+        Arc::new(classes),
+        clock,
+        Arc::new(TokioSleep),
+        SharedPrices::new(PriceSource::Estimate),
+        AwsCloudProviderOptions::new(
+            ClusterInfo {
+                name: CLUSTER.into(),
+                endpoint: "https://api.example".into(),
+                ca_bundle: Some("Q0E=".into()),
+                service_cidr: Some("10.100.0.0/16".into()),
+                dns_ip: None,
+            },
+            REGION,
+        ),
+    );
+
+    let created = provider.create(&claim("default-abc12")).await.expect("create");
+    let provider_id = created.provider_id().expect("provider id").to_owned();
+    assert!(provider_id.starts_with("aws:///us-west-2a/i-"), "{provider_id}");
+    let id = instance_id(&provider_id).expect("instance id").to_owned();
+    let labels = created.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(labels.get(INSTANCE_TYPE).map(String::as_str), Some("m5.large"));
+    assert_eq!(labels.get(CAPACITY_TYPE).map(String::as_str), Some("on-demand"));
+
+    // The instance in EC2: tagged with the claim, the cluster and the pool, launched from the claim's AMI.
+    let described = c.ec2.describe_instances().instance_ids(&id).send().await.unwrap();
+    let instance = described.reservations()[0].instances()[0].clone();
+    let tag = |k: &str| instance.tags().iter().find(|t| t.key() == Some(k)).and_then(|t| t.value()).map(str::to_owned);
+    assert_eq!(tag("karpenter.sh/nodeclaim").as_deref(), Some("default-abc12"));
+    assert_eq!(tag("karpenter.sh/nodepool").as_deref(), Some("default"));
+    assert_eq!(tag("eks:eks-cluster-name").as_deref(), Some(CLUSTER));
+    assert_eq!(instance.image_id(), Some("ami-35e92e4c"));
+    let templates = c.ec2.describe_launch_templates().send().await.unwrap();
+    assert_eq!(templates.launch_templates().len(), 1, "{templates:?}");
+
+    // A retried create finds the tagged instance instead of launching another.
+    let again = provider.create(&claim("default-abc12")).await.expect("create again");
+    assert_eq!(again.provider_id(), Some(provider_id.as_str()));
+    let all = c.ec2.describe_instances().send().await.unwrap();
+    assert_eq!(all.reservations().iter().map(|r| r.instances().len()).sum::<usize>(), 1);
+
+    assert_eq!(provider.get(&provider_id).await.expect("get").provider_id(), Some(provider_id.as_str()));
+    let listed = provider.list().await.expect("list");
+    assert_eq!(listed.iter().filter_map(|c| c.provider_id()).collect::<Vec<_>>(), [provider_id.as_str()]);
+
+    // Delete: in progress, then NotFound once EC2 no longer lists the instance as live.
+    let mut gone = false;
+    for _ in 0..20 {
+        match provider.delete(&created).await {
+            Ok(()) => tokio::time::sleep(Duration::from_millis(250)).await,
+            Err(e) if e.is_not_found() => {
+                gone = true;
+                break;
+            }
+            Err(e) => panic!("delete: {e}"),
+        }
+    }
+    assert!(gone, "the instance never went away");
+    assert!(provider.get(&provider_id).await.unwrap_err().is_not_found());
+}
