@@ -15,7 +15,8 @@
 //!    lifecycle, node/NodeClaim termination, expiration, garbage collection, interruption (with a source),
 //!    the NodePool controllers, the disruption controllers, and the extra (provider) controllers handed in
 //!    with [`Manager::with_controller`];
-//! 5. on shutdown waits for the controllers to return, releases the Lease and stops the servers.
+//! 5. on shutdown waits for the controllers to return (at most [`SHUTDOWN_GRACE`]), then releases the Lease (so
+//!    the next leader never runs alongside them) and stops the servers.
 //!
 //! A lost Lease ends `run` with [`ManagerError::LeadershipLost`]: the process must exit (upstream does), so two
 //! replicas never run controllers at once.
@@ -320,7 +321,9 @@ struct LeaderParts {
 
 /// Steps 2-5 of the module docs.
 async fn run_leader(mut parts: LeaderParts, shutdown: CancellationToken) -> Result<(), ManagerError> {
-    // 2. Leadership. `leader` is cancelled on shutdown and when the Lease is lost.
+    // 2. Leadership. `leader` is cancelled on shutdown and when the Lease is lost. The Lease is released only
+    // after the controllers have stopped (`release`), so the next leader never overlaps with them.
+    let release = CancellationToken::new();
     let (leader, leadership) = if parts.settings.disable_leader_election {
         (shutdown.child_token(), None)
     } else {
@@ -328,13 +331,28 @@ async fn run_leader(mut parts: LeaderParts, shutdown: CancellationToken) -> Resu
         let client = parts.leader_client.clone().unwrap_or_else(|| parts.client.clone());
         let elector = LeaderElector::new(client, config, parts.clock.clone())?;
         tracing::info!(identity = %parts.identity, "attempting to acquire the leader-election lease");
-        let leadership = match elector.run(shutdown.clone()).await {
-            Ok(l) => l,
-            Err(LeaderError::Cancelled) => return Ok(()),
-            Err(e) => return Err(e.into()),
+        let leadership = tokio::select! {
+            result = elector.run(release.clone()) => match result {
+                Ok(l) => l,
+                Err(LeaderError::Cancelled) => return Ok(()),
+                Err(e) => return Err(e.into()),
+            },
+            () = shutdown.cancelled() => return Ok(()),
         };
         tracing::info!(identity = %parts.identity, "acquired the leader-election lease");
-        (leadership.lost(), Some(leadership))
+        let leader = CancellationToken::new();
+        let lost = leadership.lost();
+        tokio::spawn({
+            let (leader, shutdown) = (leader.clone(), shutdown.clone());
+            async move {
+                tokio::select! {
+                    () = shutdown.cancelled() => {}
+                    () = lost.cancelled() => {}
+                }
+                leader.cancel();
+            }
+        });
+        (leader, Some(leadership))
     };
 
     let mut controllers = controllers(&parts, &leader);
@@ -392,6 +410,7 @@ async fn run_leader(mut parts: LeaderParts, shutdown: CancellationToken) -> Resu
         tracing::warn!("controllers did not stop within {SHUTDOWN_GRACE:?}; aborting them");
         tasks.abort_all();
     }
+    release.cancel();
     if let Some(leadership) = leadership {
         leadership.finished().await;
     }

@@ -78,3 +78,33 @@ async fn a_replica_restarted_mid_launch_neither_duplicates_nor_leaks() {
     );
     second.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_replica_that_loses_its_lease_stops_its_controllers_and_says_so() {
+    let _t = Timer::start("lease lost");
+    let cluster = Cluster::new().await;
+    let running = cluster.start_with(settings(&[]), |m| m.with_identity("replica-1"));
+    let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), "kube-system");
+    let held = cluster
+        .eventually("the lease acquired", Duration::from_secs(30), || async {
+            let lease = leases.get_opt("karpenter-leader-election").await.ok()??;
+            let holder = lease.spec.as_ref()?.holder_identity.clone()?;
+            holder.starts_with("replica-1").then_some(lease)
+        })
+        .await;
+    // Another replica takes the Lease over (say, after a network partition).
+    let mut stolen = held.clone();
+    if let Some(spec) = stolen.spec.as_mut() {
+        spec.holder_identity = Some("intruder".into());
+    }
+    leases.replace("karpenter-leader-election", &Default::default(), &stolen).await.unwrap();
+
+    let result = tokio::time::timeout(Duration::from_secs(120), running.task).await.expect("run returns").unwrap();
+    assert!(matches!(result, Err(karpenter_operator::manager::ManagerError::LeadershipLost)), "{result:?}");
+    let lease = leases.get("karpenter-leader-election").await.unwrap();
+    assert_eq!(
+        lease.spec.and_then(|s| s.holder_identity).as_deref(),
+        Some("intruder"),
+        "not released over the new holder"
+    );
+}
