@@ -1,32 +1,100 @@
-//! Disruption passes on large clusters of the kwok catalogue (`karpenter_cloudprovider::kwok::catalogue`).
+//! Disruption passes on large clusters, with two catalogues: `kwok` (`karpenter_cloudprovider::kwok::catalogue`,
+//! nodes of `s-16x-amd64-linux`, 16 vCPU / 64 GiB) and `aws` (the us-east-1 types of moto's EC2 catalogue converted
+//! by `karpenter_aws::instancetype` with on-demand prices from `../shared/data/aws/on-demand-prices.json`, as in
+//! the `aws_catalogue` bench; nodes of `m5.4xlarge`, 16 vCPU / 64 GiB). Without moto (`KARPENTER_MOTO_VENV`,
+//! default `target/moto-venv`) the `aws` cases print a note and are skipped.
 //!
-//! * `disruption/single-node/{1000,5000}`: a full pass ([`karpenter_disruption::evaluate`]) over N nodes of
-//!   `s-16x-amd64-linux` (16 vCPU, 64 GiB) with 30 pods each: 70 % of the nodes are full (30 × 500m / 2 GiB),
-//!   30 % underutilized (30 × 100m / 256 MiB). Every node is a consolidation candidate and gets a verdict from
-//!   its own single-node simulation (upstream stops at 3 minutes; here every candidate is evaluated), after
-//!   multi-node consolidation has run.
-//! * `disruption/multi-node/100`: multi-node consolidation alone
+//! * `disruption/single-node/{kwok,aws}/{1000,5000}`: a full pass ([`karpenter_disruption::evaluate`]) over N
+//!   nodes with 30 pods each: 70 % of the nodes are full (30 × 500m / 2 GiB), 30 % underutilized (30 × 100m /
+//!   256 MiB). Every node is a consolidation candidate and gets a verdict from its own single-node simulation
+//!   (upstream stops at 3 minutes; here every candidate is evaluated), after multi-node consolidation has run.
+//! * `disruption/multi-node/{kwok,aws}/100`: multi-node consolidation alone
 //!   ([`karpenter_disruption::multi_node_consolidation`]) on the 1,000-node cluster: the binary search over the
 //!   first 100 sorted candidates (upstream's cap), without upstream's 1 minute timeout.
 //!
 //! Before criterion measures a case it runs once and prints: time, commands, verdict counts by outcome.
-//! `cargo bench -p karpenter-benches --bench disruption -- single-node/1000`.
+//! `cargo bench -p karpenter-benches --bench disruption -- single-node/kwok/1000`.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::Pod;
 use karpenter_api::{NodeClaim, NodePool, ProviderLabels};
+use karpenter_aws::instancetype::InstanceTypeContext;
+use karpenter_aws::moto::{LocationType, MotoCatalogue};
+use karpenter_aws::pricing::{PriceFile, PriceSource};
 use karpenter_cloudprovider::kwok;
 use karpenter_disruption::{DisruptionOptions, Pass, evaluate, multi_node_consolidation};
 use karpenter_requirements::{InstanceType, ResourceList};
 use karpenter_scheduler::{ClusterSnapshot, NodeClaimInfo, NodeInfo, PoolInput};
 use serde_json::json;
 
-const NODE_TYPE: &str = "s-16x-amd64-linux";
+/// A catalogue and the instance type every node of the cluster runs.
+struct Case {
+    name: &'static str,
+    instance_types: Vec<InstanceType>,
+    node_type: &'static str,
+    /// Zones where `node_type` has an available on-demand offering (nodes are spread over them).
+    zones: Vec<String>,
+}
+
+fn on_demand_zones(its: &[InstanceType], node_type: &str) -> Vec<String> {
+    let mut zones: Vec<String> = its
+        .iter()
+        .filter(|t| t.name == node_type)
+        .flat_map(|t| t.offerings.iter())
+        .filter(|o| o.available && o.capacity_type() == Some("on-demand"))
+        .filter_map(|o| o.zone().map(str::to_owned))
+        .collect();
+    zones.sort();
+    zones.dedup();
+    zones
+}
+
+fn kwok_case() -> Case {
+    let instance_types = kwok::catalogue();
+    let node_type = "s-16x-amd64-linux";
+    let zones = on_demand_zones(&instance_types, node_type);
+    Case { name: "kwok", instance_types, node_type, zones }
+}
+
+/// us-east-1 from moto, or `None` (with a note) without moto.
+fn aws_case() -> Option<Case> {
+    const REGION: &str = "us-east-1";
+    let root: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let cat = match MotoCatalogue::discover(&root) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("disruption/aws: skipped: {e}");
+            return None;
+        }
+    };
+    let infos = cat.instance_types_in(REGION).expect("moto's us-east-1 catalogue loads");
+    let zones = cat.locations(REGION, LocationType::AvailabilityZone).expect("moto's us-east-1 zone offerings");
+    let prices = match PriceFile::read(&root.join("../shared/data/aws/on-demand-prices.json")) {
+        Ok(f) => PriceSource::Table(f.region(REGION)),
+        Err(e) => {
+            eprintln!("disruption/aws: no price snapshot ({e}); pricing every offering by the documented estimate");
+            PriceSource::Estimate
+        }
+    };
+    let ctx = InstanceTypeContext { region: REGION.into(), zones, prices, ..Default::default() };
+    let instance_types = ctx.instance_types(&infos);
+    let node_type = "m5.4xlarge";
+    let zones = on_demand_zones(&instance_types, node_type);
+    assert!(!zones.is_empty(), "{node_type} has an available on-demand offering in {REGION}");
+    Some(Case { name: "aws", instance_types, node_type, zones })
+}
+
+fn cases() -> Vec<Case> {
+    let mut out = vec![kwok_case()];
+    out.extend(aws_case());
+    out
+}
 
 fn now() -> DateTime<Utc> {
     DateTime::parse_from_rfc3339("2026-01-01T12:00:00Z").map(|t| t.with_timezone(&Utc)).unwrap_or_default()
@@ -48,8 +116,8 @@ fn pool() -> NodePool {
 }
 
 /// `n` nodes with 30 pods each; nodes with `i % 10 < 3` (30 %) are underutilized.
-fn cluster(n: usize, catalogue: &[InstanceType]) -> ClusterSnapshot {
-    let it = catalogue.iter().find(|t| t.name == NODE_TYPE).expect("kwok type");
+fn cluster(n: usize, case: &Case) -> ClusterSnapshot {
+    let it = case.instance_types.iter().find(|t| t.name == case.node_type).expect("node type in the catalogue");
     let allocatable: ResourceList = it.allocatable().clone();
     let claim_template: NodeClaim = serde_json::from_value(json!({
         "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
@@ -73,12 +141,12 @@ fn cluster(n: usize, catalogue: &[InstanceType]) -> ClusterSnapshot {
     let mut s = ClusterSnapshot { node_pools: vec![pool()], ..Default::default() };
     for i in 0..n {
         let name = format!("node-{i:05}");
-        let zone = kwok::ZONES[i % kwok::ZONES.len()];
+        let zone = case.zones[i % case.zones.len()].as_str();
         let labels: BTreeMap<String, String> = [
             ("kubernetes.io/hostname", name.as_str()),
             ("kubernetes.io/arch", "amd64"),
             ("kubernetes.io/os", "linux"),
-            ("node.kubernetes.io/instance-type", NODE_TYPE),
+            ("node.kubernetes.io/instance-type", case.node_type),
             ("topology.kubernetes.io/zone", zone),
             ("karpenter.sh/capacity-type", "on-demand"),
             ("karpenter.sh/nodepool", "default"),
@@ -151,49 +219,52 @@ fn summary(pass: &Pass) -> String {
 }
 
 fn single_node(c: &mut Criterion) {
-    let catalogue = kwok::catalogue();
     let provider = ProviderLabels::aws();
     let options = DisruptionOptions::default();
     let mut group = c.benchmark_group("disruption/single-node");
     group.sample_size(10).sampling_mode(SamplingMode::Flat).warm_up_time(Duration::from_millis(100));
-    for n in [1_000usize, 5_000] {
-        let snapshot = cluster(n, &catalogue);
-        let pools = [PoolInput { node_pool: &snapshot.node_pools[0], instance_types: &catalogue }];
-        let start = Instant::now();
-        let pass = evaluate(&snapshot, &pools, &provider, now(), &options);
-        let secs = start.elapsed().as_secs_f64();
-        eprintln!("disruption/single-node/{n}: {secs:.3} s, {}", summary(&pass));
-        group.measurement_time(Duration::from_secs_f64((secs * 12.0).max(1.0)));
-        group.bench_function(n.to_string(), |b| {
-            b.iter(|| evaluate(black_box(&snapshot), &pools, &provider, now(), &options))
-        });
+    for case in cases() {
+        for n in [1_000usize, 5_000] {
+            let snapshot = cluster(n, &case);
+            let pools = [PoolInput { node_pool: &snapshot.node_pools[0], instance_types: &case.instance_types }];
+            let start = Instant::now();
+            let pass = evaluate(&snapshot, &pools, &provider, now(), &options);
+            let secs = start.elapsed().as_secs_f64();
+            eprintln!("disruption/single-node/{}/{n}: {secs:.3} s, {}", case.name, summary(&pass));
+            group.measurement_time(Duration::from_secs_f64((secs * 12.0).max(1.0)));
+            group.bench_function(format!("{}/{n}", case.name), |b| {
+                b.iter(|| evaluate(black_box(&snapshot), &pools, &provider, now(), &options))
+            });
+        }
     }
     group.finish();
 }
 
 fn multi_node(c: &mut Criterion) {
-    let catalogue = kwok::catalogue();
     let provider = ProviderLabels::aws();
     let options = DisruptionOptions::default();
-    // 1,000 nodes; multi-node consolidation takes the first 100 sorted candidates (upstream's cap).
-    let snapshot = cluster(1_000, &catalogue);
-    let pools = [PoolInput { node_pool: &snapshot.node_pools[0], instance_types: &catalogue }];
-    let start = Instant::now();
-    let cmd = multi_node_consolidation(&snapshot, &pools, &provider, now(), &options);
-    let secs = start.elapsed().as_secs_f64();
-    eprintln!(
-        "disruption/multi-node/100: {secs:.3} s, {}",
-        cmd.as_ref().map_or_else(
-            || "no command".to_owned(),
-            |c| format!("{:?} of {} nodes saving ${:.2}/h", c.decision, c.candidates.len(), c.savings_per_hour)
-        )
-    );
     let mut group = c.benchmark_group("disruption/multi-node");
     group.sample_size(10).sampling_mode(SamplingMode::Flat).warm_up_time(Duration::from_millis(100));
-    group.measurement_time(Duration::from_secs_f64((secs * 12.0).max(1.0)));
-    group.bench_function("100", |b| {
-        b.iter(|| multi_node_consolidation(black_box(&snapshot), &pools, &provider, now(), &options))
-    });
+    for case in cases() {
+        // 1,000 nodes; multi-node consolidation takes the first 100 sorted candidates (upstream's cap).
+        let snapshot = cluster(1_000, &case);
+        let pools = [PoolInput { node_pool: &snapshot.node_pools[0], instance_types: &case.instance_types }];
+        let start = Instant::now();
+        let cmd = multi_node_consolidation(&snapshot, &pools, &provider, now(), &options);
+        let secs = start.elapsed().as_secs_f64();
+        eprintln!(
+            "disruption/multi-node/{}/100: {secs:.3} s, {}",
+            case.name,
+            cmd.as_ref().map_or_else(
+                || "no command".to_owned(),
+                |c| format!("{:?} of {} nodes saving ${:.2}/h", c.decision, c.candidates.len(), c.savings_per_hour)
+            )
+        );
+        group.measurement_time(Duration::from_secs_f64((secs * 12.0).max(1.0)));
+        group.bench_function(format!("{}/100", case.name), |b| {
+            b.iter(|| multi_node_consolidation(black_box(&snapshot), &pools, &provider, now(), &options))
+        });
+    }
     group.finish();
 }
 
