@@ -20,11 +20,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use karpenter_api::condition::Conditions;
 use karpenter_api::ec2nodeclass::{GROUP, KIND, conditions as nc_conditions};
-use karpenter_api::hash::{EC2_NODE_CLASS_HASH_VERSION, ec2_node_class_hash};
 use karpenter_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use karpenter_api::labels::annotations::{
-    AWS_INSTANCE_PROFILE_NAME, EC2_NODE_CLASS_HASH, EC2_NODE_CLASS_HASH_VERSION as HASH_VERSION_KEY,
-};
+use karpenter_api::labels::annotations::AWS_INSTANCE_PROFILE_NAME;
 use karpenter_api::labels::aws as aws_labels;
 use karpenter_api::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODE_POOL, ZONE};
 use karpenter_api::nodeclaim::{NodeClaimSpec, NodeClaimStatus, NodeClassReference, ResourceQuantity};
@@ -327,8 +324,9 @@ impl AwsCloudProvider {
         }
         let mut annotations = base.and_then(|c| c.metadata.annotations.clone()).unwrap_or_default();
         if let Some(class) = class {
-            annotations.insert(EC2_NODE_CLASS_HASH.into(), ec2_node_class_hash(class, None));
-            annotations.insert(HASH_VERSION_KEY.into(), EC2_NODE_CLASS_HASH_VERSION.into());
+            // The class's own hash annotations, written by the status controller with the CA bundle in the
+            // hash: recomputing here without it would make every claim look drifted.
+            annotations.extend(crate::nodeclass::controller::claim_hash_annotations(class));
             if let Some(profile) = class.status.as_ref().and_then(|s| s.instance_profile.clone()) {
                 annotations.insert(AWS_INSTANCE_PROFILE_NAME.into(), profile);
             }

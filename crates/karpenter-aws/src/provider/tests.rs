@@ -253,7 +253,7 @@ async fn fleet_request_shape_for_spot_and_on_demand() {
     assert_eq!(status.capacity.get("cpu").map(|q| q.0.as_str()), Some("2"));
     let annotations = created.metadata.annotations.clone().unwrap();
     assert_eq!(annotations.get(AWS_INSTANCE_PROFILE_NAME).map(String::as_str), Some("profile-1"));
-    assert!(annotations.contains_key(EC2_NODE_CLASS_HASH));
+    assert!(annotations.contains_key("karpenter.k8s.aws/ec2nodeclass-hash"));
     // Launch templates: the AMI, groups, profile and user data with the claim's labels and the registration taint.
     let lts = e.ec2.launch_templates();
     assert_eq!(lts.len(), 2);
@@ -466,6 +466,25 @@ async fn drift_of_security_groups_and_subnets() {
     changed["status"]["subnets"] = json!([{"id": "subnet-z", "zone": "us-west-2a"}]);
     e.classes.insert_value(GROUP, KIND, "default", changed);
     assert_eq!(e.provider.is_drifted(&launched).await.unwrap(), Some(DriftReason::new(drift_reasons::SUBNET_DRIFT)));
+}
+
+#[tokio::test]
+async fn claims_carry_the_class_hash_written_by_the_status_controller() {
+    // The status controller hashes the class with the cluster CA bundle; a claim must copy that value, not a
+    // recomputation without the CA, or every node would look drifted the moment it launched.
+    let e = env();
+    let mut class = class_json("True");
+    class["metadata"]["annotations"] = json!({
+        "karpenter.k8s.aws/ec2nodeclass-hash": "hash-with-ca",
+        "karpenter.k8s.aws/ec2nodeclass-hash-version": karpenter_api::hash::EC2_NODE_CLASS_HASH_VERSION,
+    });
+    e.classes.insert_value(GROUP, KIND, "default", class);
+    let c = claim("hashed", &["on-demand"]);
+    let mut launched = e.provider.create(&c).await.unwrap();
+    let annotations = launched.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(annotations.get("karpenter.k8s.aws/ec2nodeclass-hash").map(String::as_str), Some("hash-with-ca"));
+    launched.spec = c.spec.clone();
+    assert_eq!(e.provider.is_drifted(&launched).await.unwrap(), None);
 }
 
 #[test]
