@@ -10,7 +10,8 @@
 //! (hostname aside) whose pods are all *plain*: no topology spread, pod (anti-)affinity or required
 //! anti-affinity of others that selects them, no host ports, no volumes. Such a pod's placement depends only
 //! on the claim's requirements, taints (the NodePool's) and resources, so it may go to any claim of its group.
-//! Groups with minValues, NodePools with limits and timed-out passes are left alone.
+//! Groups with minValues and timed-out passes are left alone; under NodePool limits the new claims must fit
+//! in what the group's claims held plus what was left.
 //!
 //! **How.** The LP of [`crate::bound`] over the group's demand and the instance types compatible with the
 //! group's requirements gives unit prices per resource and the optimal fractional mix (at most three types).
@@ -21,7 +22,7 @@
 //! (priced and ordered as any claim). Deterministic: shapes, types and ties are ordered.
 
 use karpenter_api::labels;
-use karpenter_requirements::{OfferingsExt, Requirement, Requirements, ResourceList};
+use karpenter_requirements::{Format, OfferingsExt, Quantity, Requirement, Requirements, ResourceList};
 
 use super::templates::Template;
 use super::{NewClaim, Solver};
@@ -30,8 +31,14 @@ use crate::bound::{LpType, solve_lp};
 /// Distinct pod shapes above which a group is left alone (the greedy is linear in shapes per pod).
 const MAX_SHAPES: usize = 512;
 
+/// Worth per dollar at which a bin is kept at once (1 is the most any bin can reach).
+const GOOD_ENOUGH: f64 = 0.999;
+
 /// Instance types tried for every bin besides the LP's mix.
 const BIN_TYPES: usize = 4;
+
+/// What one bin takes: (shape, count) pairs and the summed requests.
+type Fill = (Vec<(usize, usize)>, Vec<i128>);
 
 /// Pods of one request shape.
 struct Shape {
@@ -62,9 +69,7 @@ impl Solver<'_> {
         // Groups: (template, requirements without hostname) -> claim indices, in creation order.
         let mut groups: Vec<((usize, Requirements), Vec<usize>)> = Vec::new();
         for (c, claim) in self.claims.iter().enumerate() {
-            let Some(template) = self.templates.get(claim.template) else { continue };
-            if template.remaining.is_some()
-                || claim.min_values_relaxed
+            if claim.min_values_relaxed
                 || claim.requirements.has_min_values()
                 || !claim.pods.iter().all(|&p| self.plain(p))
             {
@@ -81,7 +86,11 @@ impl Solver<'_> {
         let mut replace: Vec<(Vec<usize>, Vec<NewClaim>)> = Vec::new();
         for ((t, reqs), members) in groups {
             let Some(template) = self.templates.get(t) else { continue };
-            if let Some(bins) = self.repack_group(template, t, &reqs, &members) {
+            if let Some((bins, remaining)) = self.repack_group(template, t, &reqs, &members) {
+                if let Some(tp) = self.templates.get_mut(t) {
+                    tp.remaining = remaining;
+                    tp.update_within_limits();
+                }
                 replace.push((members, bins));
             }
         }
@@ -144,14 +153,16 @@ impl Solver<'_> {
             && self.topology.pods.get(p).is_none_or(|t| t.is_empty())
     }
 
-    /// New claims for the pods of `members` (without hostnames) when strictly cheaper, else `None`.
+    /// New claims for the pods of `members` (without hostnames) and the template's remaining limits after
+    /// them, when strictly cheaper and within the limits, else `None`. Limits are counted as the checker
+    /// and `Template::consume` count them: the largest capacity among each claim's options, one node each.
     fn repack_group(
         &self,
         template: &Template<'_>,
         t: usize,
         reqs: &Requirements,
         members: &[usize],
-    ) -> Option<Vec<NewClaim>> {
+    ) -> Option<(Vec<NewClaim>, Option<ResourceList>)> {
         let pods: Vec<usize> =
             members.iter().filter_map(|&c| self.claims.get(c)).flat_map(|c| c.pods.iter().copied()).collect();
         if pods.is_empty() {
@@ -239,10 +250,10 @@ impl Solver<'_> {
         let mut bins: Vec<(Vec<usize>, Vec<i128>)> = Vec::new();
         let mut left: usize = shapes.iter().map(Shape::left).sum();
         while left > 0 {
-            let mut best: Option<(f64, Vec<(usize, usize)>, Vec<i128>)> = None;
-            for &m in &mix {
+            let mut best: Option<(f64, Fill)> = None;
+            for (&m, proportional) in mix.iter().flat_map(|m| [(m, true), (m, false)]) {
                 let cand = cands.get(m)?;
-                let (takes, used) = fill(&shapes, &cand.room);
+                let (takes, used) = fill(&shapes, &cand.room, proportional);
                 let packed: f64 =
                     takes.iter().map(|&(s, n)| shapes.get(s).map_or(0.0, |sh| value(&sh.req) * n as f64)).sum();
                 let count: usize = takes.iter().map(|&(_, n)| n).sum();
@@ -250,18 +261,23 @@ impl Solver<'_> {
                     continue;
                 }
                 let eff = if cand.price > 0.0 { packed / cand.price } else { f64::INFINITY };
-                if best.as_ref().is_none_or(|(e, _, _)| eff > *e) {
-                    best = Some((eff, takes, used));
+                if best.as_ref().is_none_or(|(e, _)| eff > *e) {
+                    best = Some((eff, (takes, used)));
+                }
+                // No bin is worth more than its price at the LP's unit prices (dual feasibility): a bin
+                // within GOOD_ENOUGH of that is kept without trying the others.
+                if eff >= GOOD_ENOUGH {
+                    break;
                 }
             }
             if best.is_none() {
                 // No bin type holds the largest remaining pods: the cheapest type that does.
                 let first = shapes.iter().find(|s| s.left() > 0)?;
                 let cand = cands.iter().find(|c| first.req.iter().zip(&c.room).all(|(q, r)| q <= r))?;
-                let (takes, used) = fill(&shapes, &cand.room);
-                best = Some((0.0, takes, used));
+                let (takes, used) = fill(&shapes, &cand.room, false);
+                best = Some((0.0, (takes, used)));
             }
-            let (_, takes, used) = best?;
+            let (_, (takes, used)) = best?;
             if takes.is_empty() {
                 return None;
             }
@@ -298,17 +314,86 @@ impl Solver<'_> {
                 min_values_relaxed: false,
             });
         }
-        (new_cost < old_cost * (1.0 - 1e-9)).then_some(out)
+        if new_cost >= old_cost * (1.0 - 1e-9) {
+            return None;
+        }
+        let remaining = match &template.remaining {
+            None => None,
+            Some(rem) => {
+                let largest = |its: &[u32]| -> ResourceList {
+                    its.iter()
+                        .filter_map(|&i| template.its.get(i as usize))
+                        .fold(ResourceList::new(), |m, it| m.max(it.capacity()))
+                };
+                let nodes = |n: usize| {
+                    ResourceList::new().with(
+                        karpenter_api::nodepool::NODES_LIMIT,
+                        Quantity::from_int(i64::try_from(n).unwrap_or(i64::MAX), Format::DecimalSI),
+                    )
+                };
+                let mut budget = rem.add(&nodes(members.len()));
+                for &c in members {
+                    budget = budget.add(&largest(&self.claims.get(c)?.its));
+                }
+                let mut after = budget.sub(&nodes(out.len()));
+                for bin in &out {
+                    after = after.sub(&largest(&bin.its));
+                }
+                // Only the limited resources count (absent ones are unlimited).
+                if rem.iter().any(|(name, _)| after.get(name).is_some_and(|q| q.as_nanos() < 0)) {
+                    return None;
+                }
+                let mut kept = ResourceList::new();
+                for (name, _) in rem.iter() {
+                    kept.insert(name, after.get_or_zero(name));
+                }
+                Some(kept)
+            }
+        };
+        Some((out, remaining))
     }
 }
 
 /// Greedily fills one bin of room `room` from `shapes` (each shape's remaining pods): repeatedly the shape
 /// that fits and maximises Σ_r req_r · remaining_r / room_r² (ties: the earlier, larger shape). Returns
 /// (shape, count) taken and the summed requests.
-fn fill(shapes: &[Shape], room: &[i128]) -> (Vec<(usize, usize)>, Vec<i128>) {
+///
+/// With `proportional`, the bin first takes the same fraction of every shape's remaining pods, as large as
+/// the room allows (so every bin gets the mix of what is left and the binding resource of the whole group
+/// binds in every bin), and the greedy tops it up.
+fn fill(shapes: &[Shape], room: &[i128], proportional: bool) -> Fill {
     let scale: Vec<f64> = room.iter().map(|&r| if r > 0 { 1.0 / (r as f64 * r as f64) } else { 0.0 }).collect();
     let mut rem: Vec<i128> = room.to_vec();
     let mut taken: Vec<usize> = vec![0; shapes.len()];
+    if proportional {
+        let mut f = f64::INFINITY;
+        for (r, &room_r) in room.iter().enumerate() {
+            let demand: f64 = shapes.iter().map(|s| s.req.get(r).copied().unwrap_or(0) as f64 * s.left() as f64).sum();
+            if demand > 0.0 {
+                f = f.min(room_r.max(0) as f64 / demand);
+            }
+        }
+        let f = f.min(1.0);
+        for (s, sh) in shapes.iter().enumerate() {
+            // Floor, so Σ take·req ≤ f·demand ≤ room for every resource.
+            let take = ((sh.left() as f64) * f).floor() as usize;
+            let take = take.min(sh.left());
+            if take == 0 {
+                continue;
+            }
+            if let Some(t) = taken.get_mut(s) {
+                *t = take;
+            }
+            for (r, &q) in rem.iter_mut().zip(&sh.req) {
+                *r -= q * take as i128;
+            }
+        }
+        if rem.iter().any(|&r| r < 0) {
+            // Rounding: start over without the proportional part.
+            rem = room.to_vec();
+            taken.iter_mut().for_each(|t| *t = 0);
+        }
+    }
     loop {
         let mut best: Option<(f64, usize)> = None;
         for (s, sh) in shapes.iter().enumerate() {
