@@ -28,6 +28,7 @@ use karpenter_aws::pricing_api::{self, PricingProvider};
 use karpenter_aws::provider::{AwsApis, AwsCloudProvider, AwsCloudProviderOptions};
 use karpenter_aws::queue::{NodeClaimLookup, SqsInterruptionSource};
 use karpenter_aws::runtime::every;
+use karpenter_aws::sdk::dry_run::Ec2DryRun;
 use karpenter_aws::sdk::{AwsClients, SdkOptions};
 use karpenter_cloudprovider::{Clock, CloudProvider, InterruptionSource, NodeClassLookup, TokioSleeper};
 use karpenter_operator::node_classes::KubeNodeClasses;
@@ -191,7 +192,11 @@ pub async fn start(
         ami_refresh_interval: aws.ami_refresh_interval,
         reserved_capacity: core.feature_gates.reserved_capacity,
     };
-    let resolver = Arc::new(NodeClassResolver::new(apis, settings, clock.clone()));
+    let mut resolver = NodeClassResolver::new(apis, settings, clock.clone());
+    if !aws.disable_dry_run {
+        resolver = resolver.with_authorization_check(Arc::new(Ec2DryRun::new(clients.ec2.clone())));
+    }
+    let resolver = Arc::new(resolver);
     let version = Arc::new(ApiServerVersion::new(client.clone(), clock.clone()));
     let node_class_controller =
         NodeClassController::new(client.clone(), resolver.clone(), version, clock.clone(), ca_bundle.clone())

@@ -315,6 +315,11 @@ async fn node_class_resolution_through_the_adapters() {
     for condition in [conditions::SUBNETS_READY, conditions::SECURITY_GROUPS_READY, conditions::AMIS_READY] {
         assert!(status.is_true(condition), "{condition}: {:?}", status.conditions);
     }
+
+    // The validation dry runs pass (RunInstances answers DryRunOperation; moto takes the other two as allowed).
+    use karpenter_aws::nodeclass::status::AuthorizationCheck;
+    let dry_run = karpenter_aws::sdk::dry_run::Ec2DryRun::new(c.ec2.clone());
+    assert_eq!(dry_run.check(&node_class, &status).await, Ok(()));
 }
 
 #[tokio::test]

@@ -28,6 +28,7 @@ use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
 
 use crate::api_error::{AwsApiError, AwsErrorKind};
 
+pub mod dry_run;
 mod ec2;
 mod eks;
 mod iam;
