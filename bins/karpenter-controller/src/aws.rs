@@ -176,6 +176,17 @@ pub async fn start(
         );
     }
 
+    // Post-registration tagging (Name, karpenter.sh/nodeclaim, eks:eks-cluster-name once the node registered).
+    controllers.push(
+        Arc::new(karpenter_aws::tagging::TaggingController::new(
+            client.clone(),
+            Arc::new(provider.clone()),
+            aws.cluster_name.clone(),
+        ))
+        .run(shutdown.clone())
+        .boxed(),
+    );
+
     // EC2NodeClass resolution and its controllers.
     let apis = ResolverApis {
         subnets: ec2.clone(),

@@ -37,6 +37,7 @@ pub mod pricing_api;
 pub mod provider;
 pub mod queue;
 pub mod runtime;
+pub mod tagging;
 #[cfg(feature = "sdk")]
 pub mod sdk;
 #[cfg(any(test, feature = "test-util"))]

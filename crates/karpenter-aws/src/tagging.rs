@@ -1,0 +1,241 @@
+//! Post-registration tagging: once a NodeClaim's Node has registered, its instance gets the tags only known then
+//! (`Name` = the node's name, `karpenter.sh/nodeclaim`, `eks:eks-cluster-name`), and the NodeClaim is annotated
+//! `karpenter.k8s.aws/tagged: "true"` so the work is done once. An instance that is already gone needs no tags:
+//! the claim is annotated anyway, so a terminated instance never makes the controller retry forever.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use karpenter_api::NodeClaim;
+use karpenter_api::condition::Conditions;
+use karpenter_api::labels::annotations::AWS_TAGGED;
+use karpenter_api::nodeclaim::conditions::REGISTERED;
+use karpenter_cloudprovider::{CloudProviderError, ErrorKind};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::{Controller, watcher};
+use kube::{Api, Client, ResourceExt};
+use tokio_util::sync::CancellationToken;
+
+use crate::provider::{AwsCloudProvider, instance_id};
+
+/// The tag carrying the node's name, shown as the instance's name in the EC2 console.
+pub const NAME_TAG: &str = "Name";
+/// The tag naming the NodeClaim (also set at launch; repeated so older instances get it).
+pub const NODE_CLAIM_TAG: &str = "karpenter.sh/nodeclaim";
+/// The tag EKS uses to attribute instances to a cluster.
+pub const EKS_CLUSTER_NAME_TAG: &str = "eks:eks-cluster-name";
+
+/// How instances are tagged; the `AwsCloudProvider` in production (its batching instance provider), a recorder
+/// in tests.
+#[async_trait]
+pub trait InstanceTagger: Send + Sync {
+    async fn tag(&self, instance_id: &str, tags: &BTreeMap<String, String>) -> Result<(), CloudProviderError>;
+}
+
+#[async_trait]
+impl InstanceTagger for AwsCloudProvider {
+    async fn tag(&self, instance_id: &str, tags: &BTreeMap<String, String>) -> Result<(), CloudProviderError> {
+        self.instance_provider().tag(instance_id, tags).await
+    }
+}
+
+/// Why a tagging reconcile failed; it is retried.
+#[derive(Debug, thiserror::Error)]
+pub enum TaggingError {
+    #[error("tagging instance {instance_id} of NodeClaim {claim}: {source}")]
+    Tag {
+        claim: String,
+        instance_id: String,
+        #[source]
+        source: CloudProviderError,
+    },
+    #[error("annotating NodeClaim {claim} as tagged: {source}")]
+    Annotate {
+        claim: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// The instance id and the tags a NodeClaim's instance should get now, or `None` when there is nothing to do:
+/// not registered yet, no AWS provider id or node name, already tagged, or being deleted.
+pub fn pending_tags(claim: &NodeClaim, cluster_name: &str) -> Option<(String, BTreeMap<String, String>)> {
+    if claim.metadata.deletion_timestamp.is_some() {
+        return None;
+    }
+    if claim.annotations().get(AWS_TAGGED).is_some_and(|v| v == "true") {
+        return None;
+    }
+    let status = claim.status.as_ref()?;
+    if !status.conditions.is_true(REGISTERED) {
+        return None;
+    }
+    let instance = instance_id(status.provider_id.as_deref()?)?.to_owned();
+    let node_name = status.node_name.as_deref().filter(|n| !n.is_empty())?;
+    let mut tags =
+        BTreeMap::from([(NAME_TAG.to_owned(), node_name.to_owned()), (NODE_CLAIM_TAG.to_owned(), claim.name_any())]);
+    if !cluster_name.is_empty() {
+        tags.insert(EKS_CLUSTER_NAME_TAG.to_owned(), cluster_name.to_owned());
+    }
+    Some((instance, tags))
+}
+
+/// The post-registration tagging controller.
+pub struct TaggingController {
+    client: Client,
+    tagger: Arc<dyn InstanceTagger>,
+    cluster_name: String,
+}
+
+impl std::fmt::Debug for TaggingController {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaggingController").field("cluster_name", &self.cluster_name).finish_non_exhaustive()
+    }
+}
+
+impl TaggingController {
+    pub fn new(client: Client, tagger: Arc<dyn InstanceTagger>, cluster_name: impl Into<String>) -> Self {
+        Self { client, tagger, cluster_name: cluster_name.into() }
+    }
+
+    /// Tags the claim's instance if it is due and records that on the claim. Returns whether it tagged.
+    pub async fn reconcile(&self, claim: &NodeClaim) -> Result<bool, TaggingError> {
+        let Some((instance, tags)) = pending_tags(claim, &self.cluster_name) else {
+            return Ok(false);
+        };
+        let name = claim.name_any();
+        let tagged = match self.tagger.tag(&instance, &tags).await {
+            Ok(()) => true,
+            // The instance is gone: garbage collection and termination take it from here.
+            Err(e) if e.kind() == ErrorKind::NodeClaimNotFound => false,
+            Err(source) => return Err(TaggingError::Tag { claim: name, instance_id: instance, source }),
+        };
+        let api: Api<NodeClaim> = Api::all(self.client.clone());
+        let patch = serde_json::json!({"metadata": {"annotations": {AWS_TAGGED: "true"}}});
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|source| TaggingError::Annotate { claim: name, source })?;
+        Ok(tagged)
+    }
+
+    /// Runs until `shutdown` fires: every NodeClaim change is a reconcile; failures retry after 10 s.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        if shutdown.is_cancelled() {
+            return;
+        }
+        let api: Api<NodeClaim> = Api::all(self.client.clone());
+        let run = Controller::new(api, watcher::Config::default())
+            .graceful_shutdown_on(shutdown.clone().cancelled_owned())
+            .run(
+                |claim: Arc<NodeClaim>, ctx: Arc<Self>| async move {
+                    ctx.reconcile(&claim).await.map(|_| Action::await_change())
+                },
+                |_claim, error: &TaggingError, _ctx| {
+                    tracing::warn!(error = %error, "post-registration tagging failed");
+                    Action::requeue(Duration::from_secs(10))
+                },
+                self,
+            )
+            .for_each(|_| async {});
+        tokio::pin!(run);
+        tokio::select! {
+            _ = &mut run => {}
+            _ = shutdown.cancelled() => {
+                let _ = tokio::time::timeout(Duration::from_secs(10), run).await;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    #[derive(Default)]
+    struct Recorder {
+        calls: Mutex<Vec<(String, BTreeMap<String, String>)>>,
+        gone: bool,
+    }
+
+    #[async_trait]
+    impl InstanceTagger for Recorder {
+        async fn tag(&self, id: &str, tags: &BTreeMap<String, String>) -> Result<(), CloudProviderError> {
+            self.calls.lock().unwrap().push((id.to_owned(), tags.clone()));
+            if self.gone { Err(CloudProviderError::not_found(format!("instance {id} not found"))) } else { Ok(()) }
+        }
+    }
+
+    fn claim(registered: &str, annotations: serde_json::Value) -> NodeClaim {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": "default-abc", "annotations": annotations},
+            "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                     "requirements": []},
+            "status": {"providerID": "aws:///us-west-2a/i-0123", "nodeName": "ip-10-0-0-1.ec2.internal",
+                       "conditions": [{"type": "Registered", "status": registered, "reason": "Registered",
+                                       "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn tags_only_registered_untagged_claims() {
+        let (id, tags) = pending_tags(&claim("True", serde_json::json!({})), "prod").unwrap();
+        assert_eq!(id, "i-0123");
+        assert_eq!(tags[NAME_TAG], "ip-10-0-0-1.ec2.internal");
+        assert_eq!(tags[NODE_CLAIM_TAG], "default-abc");
+        assert_eq!(tags[EKS_CLUSTER_NAME_TAG], "prod");
+        assert!(pending_tags(&claim("False", serde_json::json!({})), "prod").is_none());
+        assert!(pending_tags(&claim("True", serde_json::json!({AWS_TAGGED: "true"})), "prod").is_none());
+        let mut kwok = claim("True", serde_json::json!({}));
+        kwok.status.as_mut().unwrap().provider_id = Some("kwok://x".into());
+        assert!(pending_tags(&kwok, "prod").is_none());
+        let mut deleting = claim("True", serde_json::json!({}));
+        deleting.metadata.deletion_timestamp =
+            serde_json::from_value(serde_json::json!("2026-01-01T00:00:00Z")).unwrap();
+        assert!(deleting.metadata.deletion_timestamp.is_some());
+        assert!(pending_tags(&deleting, "prod").is_none());
+    }
+
+    #[tokio::test]
+    async fn tags_the_instance_then_annotates_the_claim() {
+        let server = karpenter_testing::apiserver::ApiServer::builder().build();
+        let client = server.client();
+        let api: Api<NodeClaim> = Api::all(client.clone());
+        let created = karpenter_testing::apiserver::create_with_status(&api, &claim("True", serde_json::json!({})))
+            .await
+            .unwrap();
+        let recorder = Arc::new(Recorder::default());
+        let controller = TaggingController::new(client.clone(), recorder.clone(), "prod");
+        assert!(controller.reconcile(&created).await.unwrap());
+        let calls = recorder.calls.lock().unwrap().clone();
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].0, "i-0123");
+        let after = api.get("default-abc").await.unwrap();
+        assert_eq!(after.annotations().get(AWS_TAGGED).map(String::as_str), Some("true"));
+        // Done once: the annotated claim is not tagged again.
+        assert!(!controller.reconcile(&after).await.unwrap());
+        assert_eq!(recorder.calls.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_gone_instance_still_marks_the_claim() {
+        let server = karpenter_testing::apiserver::ApiServer::builder().build();
+        let client = server.client();
+        let api: Api<NodeClaim> = Api::all(client.clone());
+        let created = karpenter_testing::apiserver::create_with_status(&api, &claim("True", serde_json::json!({})))
+            .await
+            .unwrap();
+        let recorder = Arc::new(Recorder { gone: true, ..Recorder::default() });
+        let controller = TaggingController::new(client, recorder, "prod");
+        assert!(!controller.reconcile(&created).await.unwrap());
+        let after = api.get("default-abc").await.unwrap();
+        assert_eq!(after.annotations().get(AWS_TAGGED).map(String::as_str), Some("true"));
+    }
+}
