@@ -13,11 +13,30 @@
 //!   * [`pricing`] — price tables, the operator-supplied price file of isolated VPCs, and the documented price
 //!     estimate used when no price source exists.
 //!   * [`interruption`] — parsing of the EventBridge messages the interruption queue (SQS) carries.
-//! * **SDK (planned, behind an `sdk` feature)**: the `CloudProvider` implementation over aws-sdk-ec2/ssm/sqs/
-//!   pricing/iam/eks — EC2NodeClass resolution, CreateFleet launches, launch templates, drift, pricing refresh,
-//!   the SQS poller, capacity reservations and the AWS-side controllers. Compiling the SDK costs minutes and
-//!   gigabytes, so nothing in the SDK-free half may depend on it, and consumers that only need the catalogue
+//!   * The provider's logic, written against narrow per-concern async traits (our own request/response structs,
+//!     [`api_error::AwsApiError`] as the error) so it is unit-tested with in-memory mocks and never needs the SDK:
+//!     [`nodeclass`] (EC2NodeClass resolution: subnets, security groups, AMIs through aliases/SSM and selector
+//!     terms, instance profiles, capacity reservations, placement groups; the status/finalizer/hash controller,
+//!     SSM invalidation, instance-profile GC, capacity-block expiration), [`drift`], [`launch`] (user data per
+//!     AMI family, launch templates, CreateFleet, batchers, the unavailable-offerings cache), [`instancetypes`],
+//!     [`provider`] (`AwsCloudProvider`), [`queue`] (the SQS `InterruptionSource`), [`pricing_api`],
+//!     [`discovery`] (EKS DescribeCluster), [`tagging`] (post-registration instance tags) and [`runtime`].
+//! * **SDK (feature `sdk`)**: the `sdk` module — `AwsClients` from the default credential chain (rustls over ring) and one
+//!   adapter per trait over aws-sdk-ec2/ssm/sqs/iam/eks/pricing; integration-tested against moto. Compiling the
+//!   SDK costs minutes and gigabytes, so nothing else depends on it, and consumers that only need the catalogue
 //!   (the scheduler's benchmarks, `simulate`) never compile it.
+//!
+//! Deferred, or simpler than upstream (each is a known gap, not a silent one):
+//! * instance status-check handling (`InstanceUnhealthy` from the EC2 status API) and zonal-shift awareness
+//!   (`ENABLE_ZONAL_SHIFT` is accepted but has no effect);
+//! * capacity reservations: a reservation's remaining count is not tracked across launches (an active
+//!   reservation counts as available until EC2 refuses), and insufficient capacity marks the (reserved, type,
+//!   zone) offering rather than the reservation;
+//! * launch templates carry explicit `networkInterfaces` only (no generated EFA interfaces, IPv6 or placement
+//!   group), and placement-group drift is not reported;
+//! * the subnet of a zone is the status's first (the resolver orders them by free addresses); in-flight IP
+//!   accounting is not done;
+//! * isolated VPCs start from the built-in price estimate: no operator price-file setting is wired yet.
 //!
 //! Everything here is deterministic (ordered maps, sorted output), does no IO except the explicit file loaders,
 //! and never panics on malformed input.
