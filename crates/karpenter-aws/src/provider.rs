@@ -20,17 +20,18 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use karpenter_api::condition::Conditions;
 use karpenter_api::ec2nodeclass::{GROUP, KIND, conditions as nc_conditions};
-use karpenter_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use karpenter_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use karpenter_api::labels::annotations::AWS_INSTANCE_PROFILE_NAME;
 use karpenter_api::labels::aws as aws_labels;
 use karpenter_api::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODE_POOL, ZONE};
-use karpenter_api::nodeclaim::{NodeClaimSpec, NodeClaimStatus, NodeClassReference, ResourceQuantity};
+use karpenter_api::nodeclaim::{NodeClaimSpec, NodeClaimStatus, NodeClassReference};
 use karpenter_api::{ConditionStatus, EC2NodeClass, NodeClaim, NodePool, ProviderLabels};
+use karpenter_cloudprovider::fake::{k8s_time, resource_map};
 use karpenter_cloudprovider::{
     Clock, CloudProvider, CloudProviderError, DriftReason, NodeClassKind, NodeClassLookup, RepairPolicy, Sleeper,
     get_node_class,
 };
-use karpenter_requirements::{InstanceType, Operator, ResourceList};
+use karpenter_requirements::{InstanceType, Operator};
 
 use crate::drift::{DriftContext, InstanceFacts};
 use crate::instancetypes::{
@@ -99,18 +100,6 @@ impl fmt::Debug for AwsCloudProvider {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn k8s_time(t: DateTime<Utc>) -> Option<Time> {
-    let nanos = i32::try_from(t.timestamp_subsec_nanos()).ok()?;
-    karpenter_api::k8s_openapi::jiff::Timestamp::new(t.timestamp(), nanos).ok().map(Time)
-}
-
-fn resource_map(list: &ResourceList) -> BTreeMap<String, ResourceQuantity> {
-    list.iter()
-        .filter(|(_, q)| !q.is_zero())
-        .map(|(n, q)| (n.to_owned(), ResourceQuantity::new(q.to_string())))
-        .collect()
 }
 
 /// The instance id of an AWS provider id (`aws:///<zone>/<id>`).

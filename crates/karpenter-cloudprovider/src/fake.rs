@@ -473,12 +473,14 @@ fn claim_name(claim: &NodeClaim) -> Result<&str, CloudProviderError> {
         .ok_or_else(|| CloudProviderError::create("InvalidNodeClaim", "the NodeClaim has no name"))
 }
 
-fn k8s_time(t: DateTime<Utc>) -> Option<Time> {
+/// A chrono instant as a Kubernetes `Time` (what providers put in creation and deletion timestamps).
+pub fn k8s_time(t: DateTime<Utc>) -> Option<Time> {
     let nanos = i32::try_from(t.timestamp_subsec_nanos()).ok()?;
     karpenter_api::k8s_openapi::jiff::Timestamp::new(t.timestamp(), nanos).ok().map(Time)
 }
 
-fn resource_map(list: &ResourceList) -> BTreeMap<String, ResourceQuantity> {
+/// An instance type's resource list as NodeClaim status quantities, zero entries dropped (as upstream).
+pub fn resource_map(list: &ResourceList) -> BTreeMap<String, ResourceQuantity> {
     list.iter()
         .filter(|(_, q)| !q.is_zero())
         .map(|(n, q)| (n.to_owned(), ResourceQuantity::new(q.to_string())))

@@ -388,19 +388,7 @@ fn template_plan(pool: &karpenter_api::NodePool, pool_name: &str, i: usize) -> N
     NodeClaimPlan {
         name: format!("{pool_name}-replacement-{}", i + 1),
         node_pool: pool_name.to_owned(),
-        requirements: pool
-            .spec
-            .template
-            .spec
-            .requirements
-            .iter()
-            .map(|r| RequirementJson {
-                key: r.key.clone(),
-                operator: r.operator.clone(),
-                values: r.values.clone(),
-                min_values: r.min_values.and_then(|m| u32::try_from(m).ok()),
-            })
-            .collect(),
+        requirements: RequirementJson::from_node_pool_requirements(&pool.spec.template.spec.requirements),
         instance_types: Vec::new(),
         price: None,
         pods: Vec::new(),

@@ -130,6 +130,21 @@ impl RequirementJson {
             .collect()
     }
 
+    /// The JSON form of a NodePool template's requirements, as written (no normalisation); a negative or
+    /// oversized minValues, which validation rejects, is dropped.
+    pub fn from_node_pool_requirements(
+        reqs: &[karpenter_api::NodeSelectorRequirementWithMinValues],
+    ) -> Vec<RequirementJson> {
+        reqs.iter()
+            .map(|r| RequirementJson {
+                key: r.key.clone(),
+                operator: r.operator.clone(),
+                values: r.values.clone(),
+                min_values: r.min_values.and_then(|m| u32::try_from(m).ok()),
+            })
+            .collect()
+    }
+
     /// Back to the algebra (errors for an unknown operator or bad numeric value).
     pub fn to_requirements(list: &[RequirementJson]) -> Result<Requirements, karpenter_requirements::RequirementError> {
         let mut out = Requirements::new();

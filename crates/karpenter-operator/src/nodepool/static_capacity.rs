@@ -149,19 +149,7 @@ impl StaticProvisioning {
         let plan = NodeClaimPlan {
             name: format!("{name}-static"),
             node_pool: name.to_owned(),
-            requirements: pool
-                .spec
-                .template
-                .spec
-                .requirements
-                .iter()
-                .map(|r| RequirementJson {
-                    key: r.key.clone(),
-                    operator: r.operator.clone(),
-                    values: r.values.clone(),
-                    min_values: r.min_values.and_then(|m| u32::try_from(m).ok()),
-                })
-                .collect(),
+            requirements: RequirementJson::from_node_pool_requirements(&pool.spec.template.spec.requirements),
             instance_types: Vec::new(),
             price: None,
             pods: Vec::new(),
