@@ -343,8 +343,16 @@ impl<'a> Solver<'a> {
             return Ok(());
         }
         // 2. NodeClaims created in this pass, fewest pods first.
-        // `claim_order` is kept sorted by (pods, creation) instead of sorting every claim per pod.
-        for o in 0..self.claim_order.len() {
+        // `claim_order` is kept sorted by (pods, creation) instead of sorting every claim per pod. When a
+        // hostname group of the pod is already full on every claim (hostname anti-affinity: one node per
+        // pod), the scan is skipped: `quick_reject` would turn each claim down.
+        let skip = self.topology.rejects_all_claims(i, relax, self.claims.len());
+        debug_assert!(
+            !skip || self.claims.iter().all(|c| self.topology.quick_reject(i, relax, &c.hostname)),
+            "rejects_all_claims must imply quick_reject on every claim"
+        );
+        let scan = if skip { 0 } else { self.claim_order.len() };
+        for o in 0..scan {
             let Some(&c) = self.claim_order.get(o) else { break };
             let claim = &self.claims[c];
             let Some(template) = self.templates.get(claim.template) else { continue };
@@ -695,33 +703,19 @@ impl<'a> Solver<'a> {
                 reqs.remove(k);
             }
             // Price order, prices and capacity types depend on the requirements only: computed once per
-            // distinct (template, requirements) over all of the template's types, then filtered per claim
-            // (same order as `truncate`: price, then name).
+            // distinct (template, requirements) over all of the template's types. What a claim turns into
+            // depends on those and its instance types only, so it is built once per distinct set of them
+            // (claims of one pass share a handful: hostname anti-affinity makes one claim per pod).
             let pricing = pricing_cache
                 .entry((claim.template, reqs.clone()))
                 .or_insert_with(|| Pricing::new(template, &reqs, self.provider));
-            let mut member = vec![false; template.its.len()];
-            for &i in &claim.its {
-                if let Some(m) = member.get_mut(i as usize) {
-                    *m = true;
-                }
+            if !pricing.built.contains_key(&claim.its) {
+                let b = pricing.build(template, reqs, &claim.its, self.options.min_values_policy);
+                pricing.built.insert(claim.its.clone(), b);
             }
-            let kept_idx: Vec<u32> = pricing
-                .order
-                .iter()
-                .copied()
-                .filter(|&i| member.get(i as usize).copied().unwrap_or(false))
-                .take(MAX_INSTANCE_TYPES)
-                .collect();
-            let kept: Vec<&InstanceType> =
-                kept_idx.iter().filter_map(|&i| template.its.get(i as usize).copied()).collect();
-            let min_values_check = if self.options.min_values_policy == MinValuesPolicy::Strict {
-                satisfies_min_values(&kept, &reqs).map(|_| ())
-            } else {
-                Ok(())
-            };
-            match min_values_check {
-                Ok(()) => {}
+            let Some(built) = pricing.built.get(&claim.its) else { continue };
+            let plan = match built {
+                Ok(plan) => plan,
                 Err(e) => {
                     for &p in &claim.pods {
                         self.placed[p] = false;
@@ -731,47 +725,17 @@ impl<'a> Solver<'a> {
                     continue;
                 }
             };
-            let min_values = reqs.get_ref(labels::INSTANCE_TYPE).and_then(|r| r.min_values());
-            reqs.add(
-                Requirement::in_values(labels::INSTANCE_TYPE, kept.iter().map(|it| it.name.as_str()))
-                    .with_min_values(min_values),
-            );
-            let mut ct_mask = 0u64;
-            for &i in &kept_idx {
-                ct_mask |= pricing.cts.get(i as usize).copied().unwrap_or(0);
-            }
-            let cts: Vec<&str> = pricing
-                .ct_names
-                .iter()
-                .enumerate()
-                .filter(|(b, _)| ct_mask & (1u64 << b) != 0)
-                .map(|(_, n)| n.as_str())
-                .collect();
-            if !cts.is_empty() {
-                reqs.add(Requirement::in_values(labels::CAPACITY_TYPE, cts));
-            }
-            let mut overhead: Option<ResourceList> = None;
-            for &i in &claim.its {
-                if let Some(dl) = template.daemon.get(i as usize) {
-                    overhead = Some(match overhead {
-                        None => dl.clone(),
-                        Some(o) => min_resources(&o, dl),
-                    });
-                }
-            }
-            let price =
-                kept_idx.first().and_then(|&i| pricing.price.get(i as usize).copied()).filter(|p| p.is_finite());
             let mut pods: Vec<String> = claim.pods.iter().map(|&p| self.pods[p].key.clone()).collect();
             pods.sort();
             d.new_node_claims.push(NodeClaimPlan {
                 name: claim.hostname.clone(),
                 node_pool: template.name.clone(),
-                requirements: RequirementJson::from_requirements(&reqs),
-                instance_types: kept.iter().map(|it| it.name.clone()).collect(),
-                price,
+                requirements: plan.requirements.clone(),
+                instance_types: plan.instance_types.clone(),
+                price: plan.price,
                 pods,
                 requests: resources_json(&claim.requests),
-                daemon_set_overhead: resources_json(&overhead.unwrap_or_default()),
+                daemon_set_overhead: plan.daemon_set_overhead.clone(),
                 min_values_relaxed: claim.min_values_relaxed,
             });
         }
@@ -807,6 +771,17 @@ struct Pricing {
     cts: Vec<u64>,
     /// Capacity types seen, sorted (at most 64 are tracked).
     ct_names: Vec<String>,
+    /// What a claim with these requirements and the given instance types turns into (or the minValues
+    /// error that drops it), see [`Pricing::build`].
+    built: HashMap<Vec<u32>, Result<BuiltPlan, String>>,
+}
+
+/// The parts of a [`NodeClaimPlan`] that depend on the claim's requirements and instance types only.
+struct BuiltPlan {
+    requirements: Vec<RequirementJson>,
+    instance_types: Vec<String>,
+    price: Option<f64>,
+    daemon_set_overhead: std::collections::BTreeMap<String, String>,
 }
 
 impl Pricing {
@@ -843,7 +818,72 @@ impl Pricing {
             let name = |i: u32| template.its.get(i as usize).map(|it| it.name.as_str());
             pa.total_cmp(&pb).then_with(|| name(a).cmp(&name(b)))
         });
-        Pricing { order, price, cts, ct_names }
+        Pricing { order, price, cts, ct_names, built: HashMap::new() }
+    }
+
+    /// A claim's options `its` (template indices) in price order truncated to [`MAX_INSTANCE_TYPES`], the
+    /// minValues check under `Strict`, the final requirements (instance types and capacity types of the
+    /// options kept), the price and the DaemonSet overhead. `reqs` are the claim's requirements without
+    /// hostname and simulation-only keys. `Err`: the minValues error.
+    fn build(
+        &self,
+        template: &Template<'_>,
+        mut reqs: Requirements,
+        its: &[u32],
+        policy: MinValuesPolicy,
+    ) -> Result<BuiltPlan, String> {
+        let mut member = vec![false; template.its.len()];
+        for &i in its {
+            if let Some(m) = member.get_mut(i as usize) {
+                *m = true;
+            }
+        }
+        let kept_idx: Vec<u32> = self
+            .order
+            .iter()
+            .copied()
+            .filter(|&i| member.get(i as usize).copied().unwrap_or(false))
+            .take(MAX_INSTANCE_TYPES)
+            .collect();
+        let kept: Vec<&InstanceType> = kept_idx.iter().filter_map(|&i| template.its.get(i as usize).copied()).collect();
+        if policy == MinValuesPolicy::Strict {
+            satisfies_min_values(&kept, &reqs).map_err(|e| e.to_string())?;
+        }
+        let min_values = reqs.get_ref(labels::INSTANCE_TYPE).and_then(|r| r.min_values());
+        reqs.add(
+            Requirement::in_values(labels::INSTANCE_TYPE, kept.iter().map(|it| it.name.as_str()))
+                .with_min_values(min_values),
+        );
+        let mut ct_mask = 0u64;
+        for &i in &kept_idx {
+            ct_mask |= self.cts.get(i as usize).copied().unwrap_or(0);
+        }
+        let cts: Vec<&str> = self
+            .ct_names
+            .iter()
+            .enumerate()
+            .filter(|(b, _)| ct_mask & (1u64 << b) != 0)
+            .map(|(_, n)| n.as_str())
+            .collect();
+        if !cts.is_empty() {
+            reqs.add(Requirement::in_values(labels::CAPACITY_TYPE, cts));
+        }
+        let mut overhead: Option<ResourceList> = None;
+        for &i in its {
+            if let Some(dl) = template.daemon.get(i as usize) {
+                overhead = Some(match overhead {
+                    None => dl.clone(),
+                    Some(o) => min_resources(&o, dl),
+                });
+            }
+        }
+        let price = kept_idx.first().and_then(|&i| self.price.get(i as usize).copied()).filter(|p| p.is_finite());
+        Ok(BuiltPlan {
+            requirements: RequirementJson::from_requirements(&reqs),
+            instance_types: kept.iter().map(|it| it.name.clone()).collect(),
+            price,
+            daemon_set_overhead: resources_json(&overhead.unwrap_or_default()),
+        })
     }
 }
 

@@ -219,24 +219,29 @@ impl<'a> Template<'a> {
     }
 
     /// After creating a claim whose options are `its`: remaining −= max capacity over them, nodes −= 1.
+    /// Remaining limits only shrink here, so the types within them are filtered in place.
     pub fn consume(&mut self, its: &[u32]) {
         let Some(r) = self.remaining.as_mut() else { return };
-        let mut max = ResourceList::new();
-        for &i in its {
-            if let Some(it) = self.its.get(i as usize) {
-                max = max.max(it.capacity());
-            }
-        }
         let mut sub = ResourceList::new();
         for (name, q) in r.iter() {
             if name == karpenter_api::nodepool::NODES_LIMIT {
                 sub.insert(name, Quantity::from_int(1, q.format()));
-            } else if let Some(m) = max.get(name) {
-                sub.insert(name, *m);
+                continue;
+            }
+            // The largest capacity among the options (at least zero), if any option has the resource.
+            let mut max: Option<Quantity> = None;
+            for &i in its {
+                if let Some(c) = self.its.get(i as usize).and_then(|it| it.capacity().get(name)) {
+                    max = Some(*max.unwrap_or(Quantity::ZERO).max_of(c));
+                }
+            }
+            if let Some(m) = max {
+                sub.insert(name, m);
             }
         }
         *r = r.sub(&sub);
-        self.update_within_limits();
+        let (its, r) = (&self.its, &*r);
+        self.within_limits.retain(|&i| its.get(i as usize).is_some_and(|it| within(it.capacity(), r)));
     }
 
     /// The remaining limits a pod's instance types exceed, as a reason.

@@ -77,6 +77,12 @@ pub(crate) struct Group {
     pub counts: BTreeMap<String, u32>,
     /// Inverse groups: one owner, named in reasons.
     pub owner: Option<String>,
+    /// Hostname groups: how many new NodeClaims of this pass have a count of at least 1 (`[0]`), at least
+    /// `max_skew` (`[1]`) and at least `max_skew + 1` (`[2]`) in their hostname domain. Counts only grow
+    /// during a pass and a claim's hostname is its own, so each claim is counted once per threshold; an
+    /// existing node sharing a claim's hostname can only make these undercount, which is safe for
+    /// [`Topology::rejects_all_claims`].
+    pub claims_over: [usize; 3],
 }
 
 impl Group {
@@ -269,6 +275,7 @@ impl Builder<'_> {
             filter,
             counts: BTreeMap::new(),
             owner: None,
+            claims_over: [0; 3],
         });
         self.index.insert(id, g);
         g
@@ -595,6 +602,31 @@ impl Topology {
         false
     }
 
+    /// Whether [`Topology::quick_reject`] rejects every one of the `claims` new NodeClaims of this pass, from
+    /// the per-group claim counters alone (no per-claim lookups): some hostname group of the pod already
+    /// holds enough matching pods on every claim.
+    pub fn rejects_all_claims(&self, i: usize, relax: &Relaxation, claims: usize) -> bool {
+        let Some(t) = self.pod(i) else { return false };
+        if claims == 0 {
+            return false;
+        }
+        t.active(relax).chain(t.blocked_by.iter().copied()).any(|g| {
+            let Some(gr) = self.groups.get(g as usize) else { return false };
+            if !gr.hostname {
+                return false;
+            }
+            match gr.kind {
+                Kind::AntiAffinity | Kind::Inverse => gr.claims_over[0] >= claims,
+                // quick_reject: count + own > max_skew, i.e. count >= max_skew + 1 - own.
+                Kind::Spread if gr.max_skew >= 1 => {
+                    let own = t.counted_by.contains(&g);
+                    gr.claims_over[if own { 1 } else { 2 }] >= claims
+                }
+                _ => false,
+            }
+        })
+    }
+
     /// Per-attempt values that do not depend on the candidate node: the spread minimum of every active
     /// spread group (computed once per attempt instead of once per candidate).
     pub fn prepare(&self, i: usize, relax: &Relaxation, pod_strict: &Requirements) -> Prepared {
@@ -751,6 +783,11 @@ impl Topology {
             return;
         }
         let counted: Vec<u32> = t.counted_by.clone();
+        // The hostname of a new claim (one value); `None` for existing nodes.
+        let claim_host_req = place.provider.and_then(|_| place.requirements.get_ref(labels::HOSTNAME));
+        let claim_host: Option<&str> = claim_host_req
+            .filter(|r| !r.complement() && r.values().len() == 1)
+            .and_then(|r| r.values().first().map(|v| &**v));
         let owned: Vec<u32> = t
             .inverse_owned
             .iter()
@@ -779,10 +816,10 @@ impl Topology {
                         continue;
                     }
                     if let Some(d) = req.values().first() {
-                        *gr.counts.entry(d.to_string()).or_insert(0) += 1;
+                        bump(gr, d, claim_host);
                     }
                 }
-                Kind::AntiAffinity => record_all(gr, &req),
+                Kind::AntiAffinity => record_all(gr, &req, claim_host),
                 Kind::Inverse => {}
             }
         }
@@ -790,16 +827,39 @@ impl Topology {
             if let Some(gr) = self.groups.get_mut(g as usize)
                 && let Some(req) = place.requirements.get_ref(&gr.key).cloned()
             {
-                record_all(gr, &req);
+                record_all(gr, &req, claim_host);
             }
         }
     }
 }
 
-fn record_all(gr: &mut Group, req: &Requirement) {
+fn record_all(gr: &mut Group, req: &Requirement, claim_host: Option<&str>) {
     let domains: Vec<String> = gr.possible(req).into_iter().map(str::to_owned).collect();
     for d in domains {
-        *gr.counts.entry(d).or_insert(0) += 1;
+        bump(gr, &d, claim_host);
+    }
+}
+
+/// Adds one pod to `domain`; when `domain` is the hostname of the new claim the pod is placed on
+/// (`claim_host`), keeps [`Group::claims_over`].
+fn bump(gr: &mut Group, domain: &str, claim_host: Option<&str>) {
+    let new_claim = claim_host == Some(domain);
+    let c = match gr.counts.get_mut(domain) {
+        Some(c) => c,
+        None => gr.counts.entry(domain.to_owned()).or_insert(0),
+    };
+    let before = i64::from(*c);
+    *c += 1;
+    if new_claim && gr.hostname {
+        let skew = i64::from(gr.max_skew);
+        for (k, threshold) in [1, skew, skew + 1].into_iter().enumerate() {
+            if before < threshold
+                && before + 1 >= threshold
+                && let Some(n) = gr.claims_over.get_mut(k)
+            {
+                *n += 1;
+            }
+        }
     }
 }
 
