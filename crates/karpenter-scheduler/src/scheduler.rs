@@ -356,7 +356,15 @@ impl<'a> Solver<'a> {
             let Some(&c) = self.claim_order.get(o) else { break };
             let claim = &self.claims[c];
             let Some(template) = self.templates.get(claim.template) else { continue };
-            if self.topology.quick_reject(i, relax, &claim.hostname) {
+            let affinity_rejects = Topology::affinity_rejects(&prepared, &claim.requirements);
+            debug_assert!(
+                !affinity_rejects
+                    || self
+                        .can_add_explained(template, claim, i, (&reqs, &strict, &prepared), relax, &claim.its, false)
+                        .is_err(),
+                "affinity_rejects must imply that CanAdd fails"
+            );
+            if affinity_rejects || self.topology.quick_reject(i, relax, &claim.hostname) {
                 continue;
             }
             if let Ok(cand) =

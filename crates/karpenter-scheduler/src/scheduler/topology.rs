@@ -161,6 +161,10 @@ impl PodTopology {
 #[derive(Debug, Default)]
 pub(crate) struct Prepared {
     mins: Vec<(u32, i64)>,
+    /// Active pod-affinity groups on keys other than the hostname whose first pod cannot bootstrap a
+    /// domain here: (key, the domains holding a matching pod that the pod allows). A node whose
+    /// requirement on the key lists values, none of them in the set, fails the group.
+    affinity: Vec<(String, Vec<String>)>,
 }
 
 /// A rejected place: the group and the domains involved.
@@ -649,7 +653,34 @@ impl Topology {
             let too_few = gr.min_domains.is_some_and(|m| eligible < i64::from(m));
             mins.push((g, if too_few { 0 } else { i64::from(min.unwrap_or(0)) }));
         }
-        Prepared { mins }
+        let mut affinity = Vec::new();
+        for g in t.active(relax) {
+            let Some(gr) = self.groups.get(g as usize) else { continue };
+            if gr.kind != Kind::Affinity || gr.hostname {
+                continue;
+            }
+            let pod_dom = pod_strict.get(&gr.key);
+            let allowed: Vec<String> =
+                gr.counts.iter().filter(|(d, c)| **c > 0 && pod_dom.has(d)).map(|(d, _)| d.clone()).collect();
+            // An empty set lets the group's first pod pick a domain (see `add_requirements`).
+            if allowed.is_empty() && t.counted_by.contains(&g) {
+                continue;
+            }
+            affinity.push((gr.key.clone(), allowed));
+        }
+        Prepared { mins, affinity }
+    }
+
+    /// A cheap pre-check of a new claim (its requirements) against the pod's pod-affinity groups, from
+    /// [`Topology::prepare`]: true when [`Topology::add_requirements`] would fail on one of them because
+    /// the claim is already narrowed to domains without a matching pod (the candidate's domains for the key
+    /// are a subset of the claim's values, so none of them can qualify).
+    pub fn affinity_rejects(prepared: &Prepared, claim: &Requirements) -> bool {
+        prepared.affinity.iter().any(|(key, allowed)| {
+            claim.get_ref(key).is_some_and(|r| {
+                !r.complement() && r.values().iter().all(|v| !allowed.iter().any(|a| a.as_str() == &**v))
+            })
+        })
     }
 
     /// Narrows `node` (the candidate's requirements, already intersected with the pod's) by the pod's
