@@ -133,7 +133,18 @@ pub(crate) struct Solver<'a> {
     /// Claims differ mostly by hostname, which neither instance types nor offerings carry (checked per
     /// template: `Template::hostname_free`), so a handful of entries answer every candidate check.
     compat_cache: RefCell<HashMap<(usize, Requirements), Vec<u8>>>,
+    /// [`Topology::affinity_keys`], and per key the ids given to domains seen on claims.
+    affinity_keys: Vec<String>,
+    domain_ids: Vec<HashMap<String, u32>>,
+    /// Per claim, per affinity key: the id of the claim's one domain, [`DOMAIN_OPEN`] or
+    /// [`DOMAIN_MULTI`]; lets the in-flight scan apply [`Topology::affinity_rejects`] without key lookups.
+    claim_domains: Vec<Vec<u32>>,
 }
+
+/// The claim does not constrain the key to listed values (absent or a complement): never rejected by it.
+const DOMAIN_OPEN: u32 = u32::MAX;
+/// The claim lists zero or several values for the key: checked with [`Topology::affinity_rejects`].
+const DOMAIN_MULTI: u32 = u32::MAX - 1;
 
 /// Entries kept in [`Solver::compat_cache`] before it is cleared (a bound on memory for inputs whose claims
 /// all have different requirements).
@@ -213,7 +224,11 @@ impl<'a> Solver<'a> {
         let n = pods.len();
         let topology =
             Topology::new(base.snapshot, &mut pods, &base.templates, &base.existing, options.preference_policy);
+        let affinity_keys = topology.affinity_keys();
         Solver {
+            domain_ids: vec![HashMap::new(); affinity_keys.len()],
+            affinity_keys,
+            claim_domains: Vec::new(),
             topology,
             claim_order: Vec::new(),
             provider,
@@ -352,11 +367,36 @@ impl<'a> Solver<'a> {
             "rejects_all_claims must imply quick_reject on every claim"
         );
         let scan = if skip { 0 } else { self.claim_order.len() };
+        // The pod-affinity pre-check over domain ids: (key index, allowed ids); `None` when a key is not
+        // indexed (then every claim gets the full check).
+        let affinity: Option<Vec<(usize, Vec<u32>)>> = prepared
+            .affinity()
+            .iter()
+            .map(|(key, allowed)| {
+                let k = self.affinity_keys.iter().position(|x| x == key)?;
+                let ids = self.domain_ids.get(k)?;
+                Some((k, allowed.iter().filter_map(|d| ids.get(d).copied()).collect()))
+            })
+            .collect();
         for o in 0..scan {
             let Some(&c) = self.claim_order.get(o) else { break };
             let claim = &self.claims[c];
             let Some(template) = self.templates.get(claim.template) else { continue };
-            let affinity_rejects = Topology::affinity_rejects(&prepared, &claim.requirements);
+            let domains = self.claim_domains.get(c);
+            let affinity_rejects = match (&affinity, domains) {
+                (Some(aff), Some(doms))
+                    if aff.iter().all(|(k, _)| doms.get(*k).is_some_and(|&d| d != DOMAIN_MULTI)) =>
+                {
+                    aff.iter()
+                        .any(|(k, allowed)| doms.get(*k).is_some_and(|&d| d != DOMAIN_OPEN && !allowed.contains(&d)))
+                }
+                _ => Topology::affinity_rejects(&prepared, &claim.requirements),
+            };
+            debug_assert_eq!(
+                affinity_rejects,
+                Topology::affinity_rejects(&prepared, &claim.requirements),
+                "domain ids must agree with affinity_rejects"
+            );
             debug_assert!(
                 !affinity_rejects
                     || self
@@ -383,6 +423,7 @@ impl<'a> Solver<'a> {
                     provider: Some(self.provider),
                 };
                 self.topology.record(i, relax, &place);
+                self.index_claim_domains(c);
                 self.reorder_claim(o);
                 return Ok(());
             }
@@ -442,6 +483,7 @@ impl<'a> Solver<'a> {
                     };
                     self.topology.record(i, relax, &place);
                     self.claims.push(claim);
+                    self.index_claim_domains(self.claims.len() - 1);
                     self.claim_order.push(self.claims.len() - 1);
                     self.reorder_claim(self.claim_order.len() - 1);
                     return Ok(());
@@ -461,6 +503,36 @@ impl<'a> Solver<'a> {
             }
         }
         Err(reasons.join("; "))
+    }
+
+    /// Records claim `c`'s domain per affinity key in `claim_domains` (after its requirements changed).
+    fn index_claim_domains(&mut self, c: usize) {
+        if self.affinity_keys.is_empty() {
+            return;
+        }
+        let Some(claim) = self.claims.get(c) else { return };
+        let mut doms = Vec::with_capacity(self.affinity_keys.len());
+        for (k, key) in self.affinity_keys.iter().enumerate() {
+            let d = match claim.requirements.get_ref(key) {
+                None => DOMAIN_OPEN,
+                Some(r) if r.complement() => DOMAIN_OPEN,
+                Some(r) if r.values().len() == 1 => match (r.values().first(), self.domain_ids.get_mut(k)) {
+                    (Some(v), Some(ids)) => {
+                        let next = ids.len() as u32;
+                        *ids.entry(v.to_string()).or_insert(next)
+                    }
+                    _ => DOMAIN_MULTI,
+                },
+                Some(_) => DOMAIN_MULTI,
+            };
+            doms.push(d);
+        }
+        if self.claim_domains.len() <= c {
+            self.claim_domains.resize(c + 1, Vec::new());
+        }
+        if let Some(slot) = self.claim_domains.get_mut(c) {
+            *slot = doms;
+        }
     }
 
     /// Moves the claim at `claim_order[o]`, which just gained a pod, to its sorted place.

@@ -167,6 +167,13 @@ pub(crate) struct Prepared {
     affinity: Vec<(String, Vec<String>)>,
 }
 
+impl Prepared {
+    /// The pod-affinity pre-check sets: (key, allowed domains), see [`Topology::affinity_rejects`].
+    pub fn affinity(&self) -> &[(String, Vec<String>)] {
+        &self.affinity
+    }
+}
+
 /// A rejected place: the group and the domains involved.
 #[derive(Debug, Clone)]
 pub(crate) struct TopologyError {
@@ -669,6 +676,16 @@ impl Topology {
             affinity.push((gr.key.clone(), allowed));
         }
         Prepared { mins, affinity }
+    }
+
+    /// The distinct keys (other than the hostname) of pod-affinity groups, sorted: the keys
+    /// [`Prepared::affinity`] can name.
+    pub fn affinity_keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> =
+            self.groups.iter().filter(|g| g.kind == Kind::Affinity && !g.hostname).map(|g| g.key.clone()).collect();
+        keys.sort();
+        keys.dedup();
+        keys
     }
 
     /// A cheap pre-check of a new claim (its requirements) against the pod's pod-affinity groups, from
