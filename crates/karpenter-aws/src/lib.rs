@@ -56,9 +56,9 @@ pub mod pricing_api;
 pub mod provider;
 pub mod queue;
 pub mod runtime;
-pub mod tagging;
 #[cfg(feature = "sdk")]
 pub mod sdk;
+pub mod tagging;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
 
