@@ -39,6 +39,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::kube_util::{ReconcileError, Requeue, patch_claim_conditions, remove_condition, set_condition};
+use crate::nodepool::hash::version_rewrite;
 use crate::state::ClusterState;
 use crate::termination::{error_policy, to_action};
 
@@ -100,36 +101,39 @@ impl NodeClaimDisruption {
         Api::all(self.client.clone())
     }
 
-    /// `Some(reason)` when the claim has drifted. May rewrite the claim's hash annotations (version mismatch);
-    /// returns the claim as stored afterwards.
-    async fn drift(&self, pool: &NodePool, claim: NodeClaim) -> Result<(NodeClaim, Option<String>), ReconcileError> {
-        match node_pool_static_drift(pool, &claim) {
-            StaticDrift::Drifted => return Ok((claim, Some(cond_reasons::NODE_POOL_DRIFTED.to_owned()))),
-            StaticDrift::VersionMismatch => {
-                // The pool's annotations when it has them (the hash controller's), else computed now.
-                let pool_annotations = pool.annotations();
-                let (hash, version) = match (
-                    pool_annotations.get(annotations::NODE_POOL_HASH),
-                    pool_annotations.get(annotations::NODE_POOL_HASH_VERSION),
-                ) {
-                    (Some(h), Some(v)) => (h.clone(), v.clone()),
-                    _ => {
-                        let [(_, h), (_, v)] = node_pool_hash_annotations(pool);
-                        (h, v)
-                    }
-                };
-                let patch = json!({"metadata": {
-                    "resourceVersion": claim.resource_version(),
-                    "annotations": {annotations::NODE_POOL_HASH: hash, annotations::NODE_POOL_HASH_VERSION: version},
-                }});
-                let written =
-                    self.claims().patch(&claim.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
-                tracing::info!(controller = CONTROLLER, NodeClaim = %claim.name_any(),
-                    "nodepool hash version changed, rewrote the nodeclaim's hash annotations");
-                self.state.apply(written.clone());
-                return Ok((written, None));
-            }
-            StaticDrift::NotDrifted | StaticDrift::Unknown => {}
+    /// `Some(reason)` when the claim has drifted. May rewrite the claim's hash annotations (version mismatch, with
+    /// the hash controller's rule); returns the claim as stored afterwards.
+    async fn drift(
+        &self,
+        pool: &NodePool,
+        mut claim: NodeClaim,
+    ) -> Result<(NodeClaim, Option<String>), ReconcileError> {
+        if node_pool_static_drift(pool, &claim) == StaticDrift::VersionMismatch {
+            // The pool's annotations when it has them (the hash controller's), else computed now.
+            let pool_annotations = pool.annotations();
+            let (hash, version) = match (
+                pool_annotations.get(annotations::NODE_POOL_HASH),
+                pool_annotations.get(annotations::NODE_POOL_HASH_VERSION),
+            ) {
+                (Some(h), Some(v)) => (h.clone(), v.clone()),
+                _ => {
+                    let [(_, h), (_, v)] = node_pool_hash_annotations(pool);
+                    (h, v)
+                }
+            };
+            let values = version_rewrite(&claim, &hash, &version);
+            let patch = json!({"metadata": {"resourceVersion": claim.resource_version(), "annotations": values}});
+            let written =
+                self.claims().patch(&claim.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+            tracing::info!(controller = CONTROLLER, NodeClaim = %claim.name_any(),
+                "nodepool hash version changed, rewrote the nodeclaim's hash annotations");
+            self.state.apply(written.clone());
+            claim = written;
+        }
+        // After a rewrite a non-drifted claim carries the pool's hash; an already drifted one keeps its old hash
+        // and so stays drifted.
+        if node_pool_static_drift(pool, &claim) == StaticDrift::Drifted {
+            return Ok((claim, Some(cond_reasons::NODE_POOL_DRIFTED.to_owned())));
         }
         if requirements_drifted(pool, &claim) {
             return Ok((claim, Some(cond_reasons::REQUIREMENTS_DRIFTED.to_owned())));

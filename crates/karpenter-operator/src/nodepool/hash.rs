@@ -39,6 +39,19 @@ impl std::fmt::Debug for HashController {
     }
 }
 
+/// The annotations a NodeClaim on another hash version gets: the pool's hash version always, and the pool's
+/// hash unless the claim is already `Drifted` (its old hash then keeps it drifted). Shared by this controller and
+/// the drift-condition controller, which may meet such a claim first.
+pub fn version_rewrite(claim: &NodeClaim, hash: &str, version: &str) -> serde_json::Map<String, serde_json::Value> {
+    let drifted = claim.conditions().iter().any(|c| c.type_ == cond::DRIFTED);
+    let mut values = serde_json::Map::new();
+    values.insert(annotations::NODE_POOL_HASH_VERSION.into(), version.into());
+    if !drifted {
+        values.insert(annotations::NODE_POOL_HASH.into(), hash.into());
+    }
+    values
+}
+
 fn annotation<'a, K: ResourceExt>(obj: &'a K, key: &str) -> Option<&'a str> {
     obj.annotations().get(key).map(String::as_str)
 }
@@ -59,12 +72,7 @@ impl HashController {
             if annotation(&claim, annotations::NODE_POOL_HASH_VERSION) == Some(NODE_POOL_HASH_VERSION) {
                 continue;
             }
-            let drifted = claim.conditions().iter().any(|c| c.type_ == cond::DRIFTED);
-            let mut values = serde_json::Map::new();
-            values.insert(annotations::NODE_POOL_HASH_VERSION.into(), NODE_POOL_HASH_VERSION.into());
-            if !drifted {
-                values.insert(annotations::NODE_POOL_HASH.into(), hash.into());
-            }
+            let values = version_rewrite(&claim, hash, NODE_POOL_HASH_VERSION);
             let patch = json!({"metadata": {"resourceVersion": claim.resource_version(), "annotations": values}});
             match api.patch(&claim.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
                 Ok(_) => rewritten.push(claim.name_any()),
