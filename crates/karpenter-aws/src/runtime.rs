@@ -102,11 +102,7 @@ mod tests {
             },
             network_interfaces: vec![],
             detailed_monitoring: false,
-            tenancy: "default".into(),
-            capacity_reservation_id: None,
-            market_type: None,
-            nested_virtualization: false,
-            resource_tags: Default::default(),
+            ..Default::default()
         };
         let template = crate::launch::template::LaunchTemplate::new(data, tags);
         provider.ensure(&template).await.unwrap();

@@ -541,6 +541,7 @@ impl InstanceProvider {
                 ami,
                 user_data,
                 tenancy,
+                placement: None,
                 capacity_type,
                 capacity_reservation_id: reservation,
                 market_type: market,

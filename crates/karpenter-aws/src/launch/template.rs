@@ -99,9 +99,26 @@ pub struct LtNetworkInterface {
     pub delete_on_termination: bool,
 }
 
+/// `Placement` of a launch template: tenancy and the placement group (id, partition).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct LtPlacement {
+    /// `GroupId` of the placement group.
+    pub group_id: Option<String>,
+    /// `PartitionNumber` (partition placement groups).
+    pub partition_number: Option<i32>,
+    /// `Tenancy` (`default` or `dedicated`).
+    pub tenancy: Option<String>,
+}
+
+impl Default for LtMetadataOptions {
+    fn default() -> Self {
+        Self::from(&MetadataOptions::default())
+    }
+}
+
 /// The contents of a launch template (`LaunchTemplateData`). User data is plain text; the SDK adapter
 /// base64-encodes it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct LaunchTemplateData {
     /// `ImageId`.
     pub image_id: String,
@@ -119,8 +136,8 @@ pub struct LaunchTemplateData {
     pub network_interfaces: Vec<LtNetworkInterface>,
     /// `Monitoring.Enabled`.
     pub detailed_monitoring: bool,
-    /// `Placement.Tenancy` (`default` or `dedicated`).
-    pub tenancy: String,
+    /// `Placement`: tenancy, placement group id and partition.
+    pub placement: Option<LtPlacement>,
     /// `CapacityReservationSpecification`: `Some(id)` targets the reservation (`capacity-reservations-only`).
     pub capacity_reservation_id: Option<String>,
     /// `InstanceMarketOptions.MarketType` (`capacity-block`, `interruptible-capacity-reservation`).
@@ -224,8 +241,10 @@ pub struct LaunchTemplateInputs<'a> {
     pub ami: &'a Ami,
     /// The user data (plain).
     pub user_data: String,
-    /// `default` or `dedicated`.
+    /// `default` or `dedicated` (the `Placement.Tenancy`, unless `placement` gives one).
     pub tenancy: &'a str,
+    /// The placement group (id, partition) to launch into; its `tenancy`, when set, wins over `tenancy`.
+    pub placement: Option<LtPlacement>,
     /// The capacity type of the launch (`spot` adds the spot-request tag specification).
     pub capacity_type: &'a str,
     /// A targeted capacity reservation.
@@ -285,7 +304,11 @@ pub fn launch_template_data(node_class: &EC2NodeClass, inputs: LaunchTemplateInp
         metadata_options: (&spec.metadata_options).into(),
         network_interfaces,
         detailed_monitoring: spec.detailed_monitoring.unwrap_or(false),
-        tenancy: inputs.tenancy.to_owned(),
+        placement: Some({
+            let mut p = inputs.placement.unwrap_or_default();
+            p.tenancy = p.tenancy.or_else(|| Some(inputs.tenancy.to_owned()));
+            p
+        }),
         capacity_reservation_id: inputs.capacity_reservation_id.map(str::to_owned),
         market_type: inputs.market_type.map(str::to_owned),
         nested_virtualization: spec
@@ -479,6 +502,7 @@ mod tests {
             ami,
             user_data: "ud".into(),
             tenancy: "default",
+            placement: None,
             capacity_type: "spot",
             capacity_reservation_id: None,
             market_type: None,

@@ -62,10 +62,16 @@ fn template_data(t: &LaunchTemplate) -> sdk::RequestLaunchTemplateData {
                 ))
                 .build(),
         )
-        .monitoring(sdk::LaunchTemplatesMonitoringRequest::builder().enabled(d.detailed_monitoring).build())
-        .placement(
-            sdk::LaunchTemplatePlacementRequest::builder().tenancy(sdk::Tenancy::from(d.tenancy.as_str())).build(),
+        .monitoring(sdk::LaunchTemplatesMonitoringRequest::builder().enabled(d.detailed_monitoring).build());
+    if let Some(p) = &d.placement {
+        b = b.placement(
+            sdk::LaunchTemplatePlacementRequest::builder()
+                .set_tenancy(p.tenancy.as_deref().map(sdk::Tenancy::from))
+                .set_group_id(p.group_id.clone())
+                .set_partition_number(p.partition_number)
+                .build(),
         );
+    }
     if let Some(profile) = &d.instance_profile {
         b = b.iam_instance_profile(
             sdk::LaunchTemplateIamInstanceProfileSpecificationRequest::builder().name(profile).build(),

@@ -25,11 +25,7 @@ async fn template(ec2: &MockEc2) -> String {
         metadata_options: LtMetadataOptions::from(&karpenter_api::ec2nodeclass::MetadataOptions::default()),
         network_interfaces: vec![],
         detailed_monitoring: false,
-        tenancy: "default".into(),
-        capacity_reservation_id: None,
-        market_type: None,
-        nested_virtualization: false,
-        resource_tags: BTreeMap::new(),
+        ..Default::default()
     };
     let lt = LaunchTemplate::new(data, BTreeMap::new());
     ec2.create_launch_template(&lt).await.unwrap();
