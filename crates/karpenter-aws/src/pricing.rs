@@ -143,6 +143,28 @@ pub enum PriceFileError {
         /// The value.
         price: f64,
     },
+    /// The file has no on-demand price for the region the controller runs in.
+    #[error(
+        "price file has no on-demand prices for region {region} (it has {}); write one with \
+         `karpenter-controller prices --region {region} --output FILE`",
+        if regions.is_empty() { "none".to_owned() } else { regions.join(", ") }
+    )]
+    NoPricesForRegion {
+        /// The region asked for.
+        region: String,
+        /// The regions the file has on-demand prices for.
+        regions: Vec<String>,
+    },
+    /// A problem in a named file (every error of [`PriceFile::read`] and [`PriceFile::load_region`] but `Io`,
+    /// which names its file itself).
+    #[error("price file {path}: {source}")]
+    InFile {
+        /// The file.
+        path: String,
+        /// What is wrong with it.
+        #[source]
+        source: Box<PriceFileError>,
+    },
 }
 
 impl PriceFile {
@@ -153,11 +175,41 @@ impl PriceFile {
         Ok(file)
     }
 
-    /// Reads, parses and checks a price file.
+    /// Reads, parses and checks a price file; errors name the file.
     pub fn read(path: &Path) -> Result<PriceFile, PriceFileError> {
         let bytes =
             std::fs::read(path).map_err(|source| PriceFileError::Io { path: path.display().to_string(), source })?;
-        Self::parse(&bytes)
+        Self::parse(&bytes).map_err(|e| e.in_file(path))
+    }
+
+    /// What the controller does with `PRICE_FILE` at start: reads and checks the file and returns the prices of
+    /// `region`, which must have at least one on-demand price (a file without them would silently leave the
+    /// controller on the estimate). Errors name the file.
+    pub fn load_region(path: &Path, region: &str) -> Result<PriceTable, PriceFileError> {
+        Self::read(path)?.checked_region(region).map_err(|e| e.in_file(path))
+    }
+
+    /// The prices of `region`, or [`PriceFileError::NoPricesForRegion`] when the file has no on-demand price
+    /// for it.
+    pub fn checked_region(&self, region: &str) -> Result<PriceTable, PriceFileError> {
+        let table = self.region(region);
+        if table.on_demand.is_empty() {
+            return Err(PriceFileError::NoPricesForRegion {
+                region: region.to_owned(),
+                regions: self.on_demand.iter().filter(|(_, p)| !p.is_empty()).map(|(r, _)| r.clone()).collect(),
+            });
+        }
+        Ok(table)
+    }
+
+    /// Sets the prices of `region` to `table` (replacing what the file had for it).
+    pub fn set_region(&mut self, region: &str, table: PriceTable) {
+        self.on_demand.insert(region.to_owned(), table.on_demand);
+        if table.spot.is_empty() {
+            self.spot.remove(region);
+        } else {
+            self.spot.insert(region.to_owned(), table.spot);
+        }
     }
 
     fn check(&self) -> Result<(), PriceFileError> {
@@ -194,9 +246,19 @@ impl PriceFile {
         }
     }
 
-    /// Serialises the file (pretty JSON, keys sorted), as `karpenter-controller prices` will write it.
+    /// Serialises the file (pretty JSON, keys sorted, a final newline), as `karpenter-controller prices` writes
+    /// it.
     pub fn to_json(&self) -> String {
-        serde_json::to_string_pretty(self).unwrap_or_default()
+        serde_json::to_string_pretty(self).map(|s| s + "\n").unwrap_or_default()
+    }
+}
+
+impl PriceFileError {
+    fn in_file(self, path: &Path) -> PriceFileError {
+        match self {
+            e @ (PriceFileError::Io { .. } | PriceFileError::InFile { .. }) => e,
+            e => PriceFileError::InFile { path: path.display().to_string(), source: Box::new(e) },
+        }
     }
 }
 
@@ -240,6 +302,75 @@ mod tests {
         assert!(matches!(PriceFile::parse(b"\xff\xfe"), Err(PriceFileError::Json(_))));
         let missing = PriceFile::read(Path::new("/nonexistent/prices.json")).unwrap_err();
         assert!(matches!(missing, PriceFileError::Io { .. }));
+        assert!(missing.to_string().contains("/nonexistent/prices.json"), "{missing}");
+    }
+
+    /// A file under the system temp dir, removed on drop.
+    struct TempFile(std::path::PathBuf);
+
+    impl TempFile {
+        fn new(name: &str, contents: &str) -> TempFile {
+            let path = std::env::temp_dir().join(format!("karpenter-aws-pricing-{}-{name}.json", std::process::id()));
+            std::fs::write(&path, contents).expect("writing a temp file");
+            TempFile(path)
+        }
+    }
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    #[test]
+    fn load_region_names_the_file_and_what_is_wrong() {
+        let good = TempFile::new(
+            "good",
+            r#"{"onDemand": {"us-west-2": {"m5.large": 0.096}, "eu-west-1": {"m5.large": 0.107}, "empty": {}},
+                "spot": {"us-west-2": {"m5.large": {"us-west-2a": 0.03}}}}"#,
+        );
+        let t = PriceFile::load_region(&good.0, "us-west-2").expect("valid");
+        assert_eq!(t.on_demand("m5.large"), Some(0.096));
+        assert_eq!(t.spot("m5.large", "us-west-2a"), Some(0.03));
+        let path = good.0.display().to_string();
+
+        let other = PriceFile::load_region(&good.0, "ap-south-1").unwrap_err();
+        let text = other.to_string();
+        assert!(text.contains(&path), "{text}");
+        assert!(text.contains("no on-demand prices for region ap-south-1 (it has eu-west-1, us-west-2)"), "{text}");
+        assert!(text.contains("karpenter-controller prices --region ap-south-1"), "{text}");
+        assert!(matches!(&other, PriceFileError::InFile { source, .. }
+            if matches!(**source, PriceFileError::NoPricesForRegion { .. })));
+        let empty = PriceFile::default().checked_region("us-west-2").unwrap_err();
+        assert!(empty.to_string().contains("(it has none)"), "{empty}");
+
+        let garbage = TempFile::new("garbage", "{\"onDemand\": {\"us-west-2\": {\"m5.large\": \"cheap\"}}}");
+        let text = PriceFile::load_region(&garbage.0, "us-west-2").unwrap_err().to_string();
+        assert!(text.starts_with(&format!("price file {}: price file is not valid: ", garbage.0.display())), "{text}");
+        assert!(text.contains("line 1"), "serde names the place: {text}");
+
+        let negative = TempFile::new("negative", r#"{"onDemand": {"us-west-2": {"m5.large": -0.1}}}"#);
+        let text = PriceFile::read(&negative.0).unwrap_err().to_string();
+        assert!(
+            text.contains(&negative.0.display().to_string()) && text.contains("on-demand price of m5.large"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn set_region_replaces_one_region() {
+        let mut f = PriceFile::parse(
+            br#"{"onDemand": {"us-east-1": {"m5.large": 0.096}, "eu-west-1": {"m5.large": 0.107}},
+                 "spot": {"us-east-1": {"m5.large": {"us-east-1a": 0.035}}}}"#,
+        )
+        .expect("valid");
+        let mut t = PriceTable::default();
+        t.on_demand.insert("c5.large".into(), 0.085);
+        f.set_region("us-east-1", t.clone());
+        assert_eq!(f.region("us-east-1"), t, "the old spot prices of the region are gone too");
+        assert_eq!(f.region("eu-west-1").on_demand("m5.large"), Some(0.107));
+        assert!(f.spot.is_empty());
+        assert!(f.to_json().ends_with("}\n"));
     }
 
     #[test]

@@ -6,9 +6,19 @@
 //! [`crate::pricing::PriceFile`]) or from nothing; a failed or empty refresh keeps the previous prices. Until the
 //! first spot refresh succeeds, the spot price of an instance type in any zone is its on-demand price (upstream's
 //! "default price"); after it, a zone without a spot price has no spot offering. In an isolated VPC, and in
-//! GovCloud, the Pricing API is never called (spot prices still come from EC2). When no price is known at all,
-//! [`PricingProvider::price_source`] answers [`PriceSource::Estimate`]: offerings are ordered by the documented
-//! estimate, and [`PricingProvider::uses_estimate`] tells the caller to say so in its logs and events.
+//! GovCloud, the Pricing API is never called (spot prices still come from EC2), so the operator's price file is
+//! the only on-demand source there.
+//!
+//! No price source: while no on-demand price is known (an isolated VPC without a price file, or a Pricing API
+//! that has failed since start), [`PricingProvider::price_source`] answers [`PriceSource::Estimate`] and every
+//! offering, spot included, is priced by the documented [`crate::pricing::estimate`] (spot prices alone cannot
+//! order on-demand offerings, and mixing real spot prices with estimated on-demand ones would compare unlike
+//! numbers). [`PricingProvider::refresh`] then logs one warning (the first time only), and
+//! [`PricingProvider::uses_estimate`] tells the node class controller to publish a Warning event with
+//! [`PRICES_ESTIMATED_MESSAGE`] on each EC2NodeClass.
+//!
+//! [`fetch_price_file`] is what `karpenter-controller prices` runs: the same queries, written as a
+//! [`PriceFile`] that the controller loads with `PRICE_FILE`.
 //!
 //! The Pricing API answers with price-list JSON documents; [`parse_price_list_item`] turns one into an
 //! [`OnDemandPrice`], so the SDK adapter only pages.
@@ -25,10 +35,19 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::api_error::AwsApiError;
-use crate::pricing::{PriceSource, PriceTable};
+use crate::pricing::{PriceFile, PriceSource, PriceTable};
 
 /// How often prices are refreshed.
 pub const REFRESH_INTERVAL: Duration = Duration::from_secs(12 * 60 * 60);
+
+/// Event reason on each EC2NodeClass while offerings are priced by the estimate.
+pub const PRICES_ESTIMATED_REASON: &str = "PricesEstimated";
+
+/// What the no-price-source warning and event say.
+pub const PRICES_ESTIMATED_MESSAGE: &str = "No price source: no on-demand price is known (isolated VPC without \
+     PRICE_FILE, or the Pricing API has not answered yet), so offerings are ordered by the documented estimate \
+     (0.03/vCPU + 0.0065/GiB memory + 1.0/GPU + 0.35/Neuron device + 0.0001/GB local storage, USD per hour), not by \
+     real prices. Set PRICE_FILE to a file written by `karpenter-controller prices`.";
 
 /// The spot product descriptions asked for.
 pub const SPOT_PRODUCT_DESCRIPTIONS: [&str; 2] = ["Linux/UNIX", "Linux/UNIX (Amazon VPC)"];
@@ -129,10 +148,82 @@ pub struct RefreshReport {
     pub spot: Option<usize>,
     /// Errors, as text (the previous prices were kept).
     pub errors: Vec<String>,
+    /// This refresh logged the no-price-source warning (only the first refresh that finds no on-demand price
+    /// does; it is logged again only after prices were known and lost, which a refresh never does).
+    pub warned_estimate: bool,
 }
 
 /// The latest spot price of a (type, zone): when it took effect and the price.
 type Latest = (Option<DateTime<Utc>>, f64);
+
+/// The lowest positive finite price per instance type (several products for one type, shared and bare metal,
+/// keep the lowest; the result does not depend on the order).
+fn lowest_on_demand(prices: Vec<OnDemandPrice>) -> BTreeMap<String, f64> {
+    let mut out: BTreeMap<String, f64> = BTreeMap::new();
+    for p in prices.into_iter().filter(|p| p.price.is_finite() && p.price > 0.0) {
+        let e = out.entry(p.instance_type).or_insert(p.price);
+        *e = e.min(p.price);
+    }
+    out
+}
+
+/// The latest price per (type, zone) of a spot price history; ties on time are broken by the lower price so the
+/// result does not depend on the order.
+fn latest_spot(history: Vec<SpotPrice>) -> BTreeMap<(String, String), f64> {
+    let mut latest: BTreeMap<(String, String), Latest> = BTreeMap::new();
+    for p in history.into_iter().filter(|p| p.price.is_finite() && p.price >= 0.0) {
+        let key = (p.instance_type, p.zone);
+        let newer = match latest.get(&key) {
+            None => true,
+            Some((t, price)) => p.timestamp > *t || (p.timestamp == *t && p.price < *price),
+        };
+        if newer {
+            latest.insert(key, (p.timestamp, p.price));
+        }
+    }
+    latest.into_iter().map(|(k, (_, price))| (k, price)).collect()
+}
+
+/// Why [`fetch_price_file`] wrote nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchPricesError {
+    /// A price call failed.
+    #[error(transparent)]
+    Api(#[from] AwsApiError),
+    /// The region has no Pricing API (GovCloud).
+    #[error("the Pricing API does not serve {0} (GovCloud); write its price file by hand")]
+    Unavailable(String),
+    /// The Pricing API answered, but with no price for the region (a misspelt region, or a region the price list
+    /// does not have yet).
+    #[error("the Pricing API has no on-demand Linux prices for region {0}; is the region name right?")]
+    NoPrices(String),
+}
+
+/// The price file of `region` from the APIs, as `karpenter-controller prices` writes it: the on-demand Linux prices
+/// of the Pricing API (the same queries and de-duplication as the controller's refresh) and, with `spot_since`,
+/// the latest spot price per (type, zone) since then. Fails rather than return a file without on-demand prices.
+pub async fn fetch_price_file(
+    api: &dyn PricingApi,
+    region: &str,
+    spot_since: Option<DateTime<Utc>>,
+) -> Result<PriceFile, FetchPricesError> {
+    if !pricing_api_available(region) {
+        return Err(FetchPricesError::Unavailable(region.to_owned()));
+    }
+    let on_demand = lowest_on_demand(api.on_demand_prices(region).await?);
+    if on_demand.is_empty() {
+        return Err(FetchPricesError::NoPrices(region.to_owned()));
+    }
+    let mut spot: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
+    if let Some(since) = spot_since {
+        for ((it, zone), price) in latest_spot(api.spot_prices(since).await?) {
+            spot.entry(it).or_default().insert(zone, price);
+        }
+    }
+    let mut file = PriceFile::default();
+    file.set_region(region, PriceTable { on_demand, spot });
+    Ok(file)
+}
 
 #[derive(Debug, Default)]
 struct State {
@@ -140,6 +231,8 @@ struct State {
     spot: BTreeMap<String, BTreeMap<String, f64>>,
     spot_updated: bool,
     version: u64,
+    /// The no-price-source warning was logged (and prices have not become known since).
+    estimate_warned: bool,
 }
 
 /// The current prices of one region, refreshed from AWS (see the module docs).
@@ -169,6 +262,7 @@ impl PricingProvider {
             on_demand: initial.on_demand,
             spot: initial.spot,
             version: 0,
+            estimate_warned: false,
         };
         Self { api, region: region.to_owned(), isolated_vpc, state: RwLock::new(state) }
     }
@@ -191,10 +285,10 @@ impl PricingProvider {
         self.read().version
     }
 
-    /// Whether no price is known at all, so offerings are priced by [`crate::pricing::estimate`].
+    /// Whether there is no price source: no on-demand price is known, so offerings are priced by
+    /// [`crate::pricing::estimate`] (see the module docs).
     pub fn uses_estimate(&self) -> bool {
-        let s = self.read();
-        s.on_demand.is_empty() && s.spot.is_empty()
+        self.read().on_demand.is_empty()
     }
 
     /// The on-demand price of an instance type.
@@ -234,13 +328,7 @@ impl PricingProvider {
     /// without an API; an empty answer keeps the previous prices.
     pub async fn update_on_demand(&self) -> Result<Option<usize>, AwsApiError> {
         let Some(api) = self.api.as_ref().filter(|_| self.on_demand_api_enabled()) else { return Ok(None) };
-        let prices = api.on_demand_prices(&self.region).await?;
-        let mut fresh: BTreeMap<String, f64> = BTreeMap::new();
-        for p in prices.into_iter().filter(|p| p.price.is_finite() && p.price > 0.0) {
-            // Several products for one type (shared and bare metal): keep the lowest, independent of order.
-            let e = fresh.entry(p.instance_type).or_insert(p.price);
-            *e = e.min(p.price);
-        }
+        let fresh = lowest_on_demand(api.on_demand_prices(&self.region).await?);
         let mut s = self.write();
         if fresh.is_empty() {
             tracing::warn!(region = %self.region, "the pricing API returned no on-demand prices; keeping the previous ones");
@@ -257,26 +345,14 @@ impl PricingProvider {
     /// into the previous ones. An empty answer keeps the previous prices.
     pub async fn update_spot(&self, now: DateTime<Utc>) -> Result<Option<usize>, AwsApiError> {
         let Some(api) = self.api.as_ref() else { return Ok(None) };
-        let history = api.spot_prices(now).await?;
-        // Latest entry per (type, zone); ties on time broken by the lower price so the result is order-free.
-        let mut latest: BTreeMap<(String, String), Latest> = BTreeMap::new();
-        for p in history.into_iter().filter(|p| p.price.is_finite() && p.price >= 0.0) {
-            let key = (p.instance_type, p.zone);
-            let newer = match latest.get(&key) {
-                None => true,
-                Some((t, price)) => p.timestamp > *t || (p.timestamp == *t && p.price < *price),
-            };
-            if newer {
-                latest.insert(key, (p.timestamp, p.price));
-            }
-        }
+        let latest = latest_spot(api.spot_prices(now).await?);
         let mut s = self.write();
         if latest.is_empty() {
             tracing::warn!(region = %self.region, "no spot price history; keeping the previous spot prices");
             return Ok(Some(s.spot.values().map(BTreeMap::len).sum()));
         }
         let mut changed = !s.spot_updated;
-        for ((it, zone), (_, price)) in latest {
+        for ((it, zone), price) in latest {
             let old = s.spot.entry(it).or_default().insert(zone, price);
             changed |= old != Some(price);
         }
@@ -304,10 +380,16 @@ impl PricingProvider {
                 report.errors.push(e.to_string());
             }
         }
-        if self.uses_estimate() {
-            tracing::warn!(region = %self.region,
-                "no price source: offerings are ordered by the documented price estimate");
+        let estimated = self.uses_estimate();
+        let mut s = self.write();
+        if estimated && !s.estimate_warned {
+            tracing::warn!(region = %self.region, isolated_vpc = self.isolated_vpc, "{PRICES_ESTIMATED_MESSAGE}");
+            report.warned_estimate = true;
+        } else if !estimated && s.estimate_warned {
+            tracing::info!(region = %self.region, on_demand = s.on_demand.len(),
+                "on-demand prices are known now; offerings are no longer priced by the estimate");
         }
+        s.estimate_warned = estimated;
         report
     }
 
@@ -445,7 +527,89 @@ mod tests {
         assert!(gov.uses_estimate());
         assert_eq!(api.calls(), ["spot", "spot"]);
         let none = PricingProvider::new("us-west-2", None, false, PriceTable::default());
-        assert_eq!(none.refresh(now()).await, RefreshReport::default());
+        assert_eq!(none.refresh(now()).await, RefreshReport { warned_estimate: true, ..Default::default() });
+    }
+
+    #[tokio::test]
+    async fn no_price_source_is_warned_once_and_spot_alone_is_not_a_source() {
+        // Isolated VPC without a price file: spot prices still come from EC2, but no on-demand price is known,
+        // so everything is priced by the estimate.
+        let api = Arc::new(FakePricing::new());
+        api.set_on_demand(vec![od("m5.large", 0.096)]);
+        api.set_spot(vec![sp("m5.large", "us-west-2a", 0.03, 1)]);
+        let p = PricingProvider::new("us-west-2", Some(api.clone()), true, PriceTable::default());
+        assert!(p.uses_estimate());
+        let first = p.refresh(now()).await;
+        assert!(first.warned_estimate);
+        assert_eq!(first.spot, Some(1));
+        assert!(p.uses_estimate(), "spot prices alone are no price source");
+        assert_eq!(p.price_source(&zones()), PriceSource::Estimate);
+        assert!(!p.refresh(now()).await.warned_estimate, "warned once");
+        assert_eq!(api.calls(), ["spot", "spot"]);
+
+        // Pricing API failing from the start: estimate, warned once; its first success ends it.
+        let api = Arc::new(FakePricing::new());
+        let p = PricingProvider::new("us-west-2", Some(api.clone()), false, PriceTable::default());
+        api.fail_on_demand(AwsApiError::new("GetProducts", "AccessDeniedException", "no pricing:GetProducts"));
+        let report = p.refresh(now()).await;
+        assert!(report.warned_estimate && report.errors.len() == 1, "{report:?}");
+        assert!(!p.refresh(now()).await.warned_estimate, "empty answer: still estimated, not warned again");
+        api.set_on_demand(vec![od("m5.large", 0.096)]);
+        let report = p.refresh(now()).await;
+        assert!(!report.warned_estimate && !p.uses_estimate());
+        assert!(matches!(p.price_source(&zones()), PriceSource::Table(_)));
+
+        // A price file is a source, isolated or not.
+        let mut file = PriceTable::default();
+        file.on_demand.insert("m5.large".into(), 0.1);
+        let p = PricingProvider::new("us-west-2", None, true, file);
+        assert!(!p.uses_estimate());
+        assert!(!p.refresh(now()).await.warned_estimate);
+    }
+
+    #[tokio::test]
+    async fn fetch_price_file_round_trips_through_the_file_format() {
+        let api = FakePricing::new();
+        api.set_on_demand(vec![
+            od("m5.large", 0.096),
+            od("c5.large", 0.09),
+            od("c5.large", 0.085),
+            od("free.nano", 0.0),
+            od("nan.large", f64::NAN),
+        ]);
+        api.set_spot(vec![
+            sp("m5.large", "us-west-2a", 0.04, 1),
+            sp("m5.large", "us-west-2a", 0.031, 5),
+            sp("m5.large", "us-west-2b", 0.033, 2),
+        ]);
+        let file = fetch_price_file(&api, "us-west-2", None).await.expect("prices");
+        assert_eq!(api.calls(), ["on-demand:us-west-2"], "no spot call without spot_since");
+        let json = file.to_json();
+        let loaded = PriceFile::parse(json.as_bytes()).expect("the written file loads");
+        assert_eq!(loaded, file);
+        let table = loaded.checked_region("us-west-2").expect("region present");
+        assert_eq!(table.on_demand, BTreeMap::from([("c5.large".into(), 0.085), ("m5.large".into(), 0.096)]));
+        assert!(table.spot.is_empty());
+        assert!(!json.contains("spot"), "{json}");
+
+        // With spot: the latest per (type, zone); the file then starts the controller with those spot prices.
+        let file = fetch_price_file(&api, "us-west-2", Some(now())).await.expect("prices");
+        let table = PriceFile::parse(file.to_json().as_bytes()).unwrap().checked_region("us-west-2").unwrap();
+        assert_eq!(table.spot("m5.large", "us-west-2a"), Some(0.031));
+        assert_eq!(table.spot("m5.large", "us-west-2b"), Some(0.033));
+        let p = PricingProvider::new("us-west-2", None, true, table);
+        assert_eq!(p.spot("m5.large", "us-west-2b"), Some(0.033));
+        assert_eq!(p.spot("c5.large", "us-west-2a"), None, "a file with spot prices is a spot update");
+        assert!(!p.uses_estimate());
+
+        // Nothing to write: errors, never an empty file.
+        api.set_on_demand(vec![]);
+        let err = fetch_price_file(&api, "us-wset-2", None).await.unwrap_err();
+        assert!(matches!(err, FetchPricesError::NoPrices(_)) && err.to_string().contains("us-wset-2"), "{err}");
+        api.fail_on_demand(AwsApiError::new("GetProducts", "AccessDeniedException", "denied"));
+        assert!(matches!(fetch_price_file(&api, "us-west-2", None).await, Err(FetchPricesError::Api(_))));
+        let gov = fetch_price_file(&api, "us-gov-west-1", None).await.unwrap_err();
+        assert!(matches!(gov, FetchPricesError::Unavailable(_)), "{gov}");
     }
 
     #[tokio::test(start_paused = true)]
