@@ -309,10 +309,16 @@ pub struct AwsSettings {
     #[arg(long, env = "EKS_CONTROL_PLANE", default_value = "false", action = ArgAction::Set,
           num_args = 0..=1, default_missing_value = "true")]
     pub eks_control_plane: bool,
-    /// The VPC has no internet access: no Pricing API (static prices) and no instance-profile GC.
+    /// The VPC has no internet access: no Pricing API (on-demand prices from PRICE_FILE, else the estimate) and
+    /// no instance-profile GC.
     #[arg(long, env = "ISOLATED_VPC", default_value = "false", action = ArgAction::Set,
           num_args = 0..=1, default_missing_value = "true")]
     pub isolated_vpc: bool,
+    /// JSON price file (as `karpenter-controller prices` writes it) loaded at start; the controller refuses to
+    /// start if it is malformed or has no on-demand prices for the region. The initial prices, and in an
+    /// isolated VPC the only on-demand source. Empty: the Pricing API, or the documented estimate.
+    #[arg(long, env = "PRICE_FILE", default_value = "", value_name = "FILE")]
+    pub price_file: String,
     /// SQS queue name for interruption events; empty disables interruption handling.
     #[arg(long, env = "INTERRUPTION_QUEUE", default_value = "")]
     pub interruption_queue: String,
@@ -468,6 +474,7 @@ mod tests {
         let aws = cli.aws;
         assert_eq!(aws.vm_memory_overhead_percent, 0.075);
         assert_eq!(aws.reserved_enis, 0);
+        assert_eq!(aws.price_file, "", "no price file unless set");
         assert_eq!(aws.ami_refresh_interval, Duration::from_secs(60));
         assert!(!aws.aws_feature_gates.node_class_cel);
     }
@@ -487,6 +494,7 @@ mod tests {
             "--cpu-requests=-5",
             "--reserved-enis=1",
             "--cluster-name=prod",
+            "--price-file=/etc/karpenter/prices.json",
         ])
         .unwrap();
         let core = cli.core.normalized();
@@ -503,6 +511,7 @@ mod tests {
         assert_eq!(core.cpu_requests, 1000, "CPU_REQUESTS <= 0 means 1000");
         assert_eq!(core.scheduler_parallelism(), 1);
         assert_eq!(cli.aws.reserved_enis, 1);
+        assert_eq!(cli.aws.price_file, "/etc/karpenter/prices.json");
         cli.aws.validate().unwrap();
     }
 
