@@ -66,6 +66,13 @@ pub struct ClusterInfo {
     pub dns_ip: Option<String>,
 }
 
+impl ClusterInfo {
+    /// An IPv6 cluster: its kube-dns service IP is an IPv6 address.
+    pub fn is_ipv6(&self) -> bool {
+        self.dns_ip.as_deref().is_some_and(|ip| ip.trim().parse::<std::net::Ipv6Addr>().is_ok())
+    }
+}
+
 /// Retries of throttled CreateFleet calls: `attempts` tries, waiting `base × 2^n` (at most `max`) in between.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RetryPolicy {
@@ -391,13 +398,17 @@ impl InstanceProvider {
         } else {
             "dedicated"
         };
-        type GroupKey = (String, i64, Option<String>);
+        // (AMI, pods, EFA interfaces when the claim requests EFA, reservation).
+        type GroupKey = (String, i64, i64, Option<String>);
+        let wants_efa = requests.get(extended::EFA).is_some_and(|q| !q.is_zero());
         let mut groups: BTreeMap<GroupKey, (Ami, Vec<&InstanceType>)> = BTreeMap::new();
         for it in &candidates {
             let Some(ami) = crate::nodeclass::ami::ami_for_instance_type(&status.amis, &it.requirements) else {
                 continue;
             };
             let pods = it.capacity().pods().value().unwrap_or(0);
+            let efa =
+                if wants_efa { it.capacity().get(extended::EFA).and_then(Quantity::value).unwrap_or(0) } else { 0 };
             let reservations: BTreeSet<Option<String>> = if capacity_type == CAPACITY_TYPE_RESERVED {
                 it.offerings
                     .iter()
@@ -408,18 +419,19 @@ impl InstanceProvider {
                 BTreeSet::from([None])
             };
             for r in reservations {
-                groups.entry((ami.id.clone(), pods, r)).or_insert_with(|| (ami.clone(), Vec::new())).1.push(it);
+                groups.entry((ami.id.clone(), pods, efa, r)).or_insert_with(|| (ami.clone(), Vec::new())).1.push(it);
             }
         }
         let mut configs = Vec::new();
         let mut images: BTreeMap<String, String> = BTreeMap::new();
-        for ((ami_id, pods, reservation), (ami, its)) in &groups {
+        for ((ami_id, pods, efa, reservation), (ami, its)) in &groups {
             let template = self
                 .launch_template(
                     claim,
                     node_class,
                     ami,
                     *pods,
+                    *efa,
                     capacity_type,
                     tenancy,
                     reservation.as_deref(),
@@ -492,6 +504,7 @@ impl InstanceProvider {
         node_class: &EC2NodeClass,
         ami: &Ami,
         pods: i64,
+        efa: i64,
         capacity_type: &str,
         tenancy: &str,
         reservation: Option<&str>,
@@ -546,6 +559,8 @@ impl InstanceProvider {
                 capacity_reservation_id: reservation,
                 market_type: market,
                 resource_tags: tags.clone(),
+                ipv6: self.cluster.is_ipv6(),
+                efa_count: efa,
             },
         );
         Ok(LaunchTemplate::new(data, launch_template_tags(&self.cluster.name, node_class)))

@@ -12,7 +12,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use karpenter_api::ec2nodeclass::{
-    Ami, BlockDeviceMapping, EnabledDisabled, HttpTokens, InterfaceType, MetadataOptions, VolumeType,
+    Ami, BlockDeviceMapping, ConnectionTracking, EnabledDisabled, HttpTokens, InterfaceType, MetadataOptions,
+    VolumeType,
 };
 use karpenter_api::hash::fnv1a64;
 use karpenter_api::{AmiFamily, EC2NodeClass};
@@ -80,19 +81,48 @@ impl From<&MetadataOptions> for LtMetadataOptions {
     }
 }
 
+/// `ConnectionTrackingSpecification` of a network interface (idle timeouts in seconds).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct LtConnectionTracking {
+    /// `TcpEstablishedTimeout`.
+    pub tcp_established_timeout: Option<i32>,
+    /// `UdpStreamTimeout`.
+    pub udp_stream_timeout: Option<i32>,
+    /// `UdpTimeout`.
+    pub udp_timeout: Option<i32>,
+}
+
+impl From<&ConnectionTracking> for LtConnectionTracking {
+    fn from(c: &ConnectionTracking) -> Self {
+        Self {
+            tcp_established_timeout: c.tcp_established_timeout,
+            udp_stream_timeout: c.udp_stream_timeout,
+            udp_timeout: c.udp_timeout,
+        }
+    }
+}
+
 /// A network interface of a launch template.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct LtNetworkInterface {
     /// `NetworkCardIndex`.
     pub network_card_index: i32,
     /// `DeviceIndex`.
     pub device_index: i32,
-    /// `InterfaceType` (`efa-only`, or `None` for a plain interface).
+    /// `InterfaceType`: `efa`, `efa-only`, or `None` for a plain interface.
     pub interface_type: Option<String>,
     /// `AssociatePublicIpAddress`.
     pub associate_public_ip_address: Option<bool>,
-    /// `Ipv4PrefixCount`.
+    /// `Ipv4PrefixCount` (IPv4 clusters).
     pub ipv4_prefix_count: Option<i32>,
+    /// `Ipv6PrefixCount` (IPv6 clusters).
+    pub ipv6_prefix_count: Option<i32>,
+    /// `Ipv6AddressCount` (1 on the primary interface of IPv6 clusters).
+    pub ipv6_address_count: Option<i32>,
+    /// `PrimaryIpv6` (the primary interface of IPv6 clusters).
+    pub primary_ipv6: Option<bool>,
+    /// `ConnectionTrackingSpecification` (the primary interface, from the node class).
+    pub connection_tracking: Option<LtConnectionTracking>,
     /// `Groups`.
     pub security_group_ids: Vec<String>,
     /// `DeleteOnTermination` (always true).
@@ -146,6 +176,8 @@ pub struct LaunchTemplateData {
     pub nested_virtualization: bool,
     /// `TagSpecifications` for `network-interface` (and `spot-instances-request` for spot).
     pub resource_tags: BTreeMap<String, String>,
+    /// Spot launches: `resource_tags` also tag the spot instance request.
+    pub tag_spot_requests: bool,
 }
 
 /// A launch template to create: name, contents and its own tags.
@@ -253,6 +285,75 @@ pub struct LaunchTemplateInputs<'a> {
     pub market_type: Option<&'a str>,
     /// Tags for the network interfaces (the instance's tags).
     pub resource_tags: BTreeMap<String, String>,
+    /// The cluster is IPv6 (its kube-dns IP is IPv6): the primary interface gets an IPv6 address and
+    /// `ipPrefixCount` means IPv6 prefixes.
+    pub ipv6: bool,
+    /// EFA interfaces to generate: the instance types' `vpc.amazonaws.com/efa` count when the claim requests
+    /// EFA, else 0. Ignored when the node class lists its interfaces.
+    pub efa_count: i64,
+}
+
+/// The settings of the primary interface (card 0, device 0): public IP, prefixes, IPv6, connection tracking.
+fn primary(mut n: LtNetworkInterface, node_class: &EC2NodeClass, ipv6: bool) -> LtNetworkInterface {
+    let spec = &node_class.spec;
+    n.associate_public_ip_address = spec.associate_public_ip_address;
+    if ipv6 {
+        n.ipv6_prefix_count = spec.ip_prefix_count;
+        n.ipv6_address_count = Some(1);
+        n.primary_ipv6 = Some(true);
+    } else {
+        n.ipv4_prefix_count = spec.ip_prefix_count;
+    }
+    n.connection_tracking = spec.connection_tracking.as_ref().map(LtConnectionTracking::from);
+    n
+}
+
+/// `NetworkInterfaces` (§5): the node class's explicit list; else one `efa` interface per EFA (card `i`, device 0
+/// for the first and 1 for the others); else a single primary interface when something needs one (public IP,
+/// prefixes, IPv6, connection tracking); else none (the security groups then go on the template itself).
+pub fn network_interfaces(
+    node_class: &EC2NodeClass,
+    groups: &[String],
+    ipv6: bool,
+    efa_count: i64,
+) -> Vec<LtNetworkInterface> {
+    let spec = &node_class.spec;
+    let base = |card: i32, device: i32, interface_type: Option<&str>| LtNetworkInterface {
+        network_card_index: card,
+        device_index: device,
+        interface_type: interface_type.map(str::to_owned),
+        security_group_ids: groups.to_vec(),
+        delete_on_termination: true,
+        ..Default::default()
+    };
+    let is_primary = |card: i32, device: i32| card == 0 && device == 0;
+    if !spec.network_interfaces.is_empty() {
+        return spec
+            .network_interfaces
+            .iter()
+            .map(|n| {
+                let kind = (n.interface_type == InterfaceType::EfaOnly).then_some("efa-only");
+                let i = base(n.network_card_index, n.device_index, kind);
+                if is_primary(n.network_card_index, n.device_index) { primary(i, node_class, ipv6) } else { i }
+            })
+            .collect();
+    }
+    if efa_count > 0 {
+        return (0..i32::try_from(efa_count).unwrap_or(i32::MAX))
+            .map(|card| {
+                let i = base(card, if card == 0 { 0 } else { 1 }, Some("efa"));
+                if card == 0 { primary(i, node_class, ipv6) } else { i }
+            })
+            .collect();
+    }
+    if spec.associate_public_ip_address.is_some()
+        || spec.ip_prefix_count.is_some()
+        || spec.connection_tracking.is_some()
+        || ipv6
+    {
+        return vec![primary(base(0, 0, None), node_class, ipv6)];
+    }
+    Vec::new()
 }
 
 /// The launch-template contents for a node class (its status gives security groups and instance profile).
@@ -267,32 +368,7 @@ pub fn launch_template_data(node_class: &EC2NodeClass, inputs: LaunchTemplateInp
     } else {
         spec.block_device_mappings.iter().map(block_device).collect()
     };
-    let mut network_interfaces: Vec<LtNetworkInterface> = spec
-        .network_interfaces
-        .iter()
-        .map(|n| LtNetworkInterface {
-            network_card_index: n.network_card_index,
-            device_index: n.device_index,
-            interface_type: (n.interface_type == InterfaceType::EfaOnly).then(|| "efa-only".to_owned()),
-            associate_public_ip_address: (n.network_card_index == 0 && n.device_index == 0)
-                .then_some(spec.associate_public_ip_address)
-                .flatten(),
-            ipv4_prefix_count: None,
-            security_group_ids: groups.clone(),
-            delete_on_termination: true,
-        })
-        .collect();
-    if network_interfaces.is_empty() && (spec.associate_public_ip_address.is_some() || spec.ip_prefix_count.is_some()) {
-        network_interfaces.push(LtNetworkInterface {
-            network_card_index: 0,
-            device_index: 0,
-            interface_type: None,
-            associate_public_ip_address: spec.associate_public_ip_address,
-            ipv4_prefix_count: spec.ip_prefix_count,
-            security_group_ids: groups.clone(),
-            delete_on_termination: true,
-        });
-    }
+    let network_interfaces = network_interfaces(node_class, &groups, inputs.ipv6, inputs.efa_count);
     let mut resource_tags = inputs.resource_tags;
     resource_tags.retain(|k, _| k != crate::launch::fleet::NODE_CLAIM_TAG);
     LaunchTemplateData {
@@ -316,6 +392,7 @@ pub fn launch_template_data(node_class: &EC2NodeClass, inputs: LaunchTemplateInp
             .as_ref()
             .and_then(|c| c.nested_virtualization)
             .is_some_and(|v| v == EnabledDisabled::Enabled),
+        tag_spot_requests: inputs.capacity_type == "spot",
         resource_tags,
     }
 }
@@ -504,6 +581,8 @@ mod tests {
             tenancy: "default",
             placement: None,
             capacity_type: "spot",
+            ipv6: false,
+            efa_count: 0,
             capacity_reservation_id: None,
             market_type: None,
             resource_tags: BTreeMap::from([("karpenter.sh/nodeclaim".to_string(), "x".to_string())]),
@@ -543,6 +622,118 @@ mod tests {
         assert_eq!(data.network_interfaces[0].associate_public_ip_address, Some(false));
         assert_eq!(data.network_interfaces[0].security_group_ids, ["sg-1", "sg-2"]);
         assert_eq!(data.block_device_mappings[0].volume_size_gib, Some(100));
+    }
+
+    fn efa_inputs(ami: &Ami, efa_count: i64, ipv6: bool) -> LaunchTemplateInputs<'_> {
+        LaunchTemplateInputs { efa_count, ipv6, ..inputs(ami) }
+    }
+
+    #[test]
+    fn network_interfaces_explicit_efa_or_primary() {
+        let ami = Ami { id: "ami-1".into(), name: None, deprecated: false, requirements: vec![] };
+        let groups = ["sg-1", "sg-2"];
+        // Nothing needs an interface: groups stay on the template.
+        let data = launch_template_data(&class(json!({})), efa_inputs(&ami, 0, false));
+        assert!(data.network_interfaces.is_empty());
+        assert_eq!(data.security_group_ids, groups);
+
+        // EFA requested (count 3): one `efa` interface per card, device 0 then 1; groups move onto them.
+        let nc = class(json!({"associatePublicIPAddress": true, "ipPrefixCount": 2}));
+        let data = launch_template_data(&nc, efa_inputs(&ami, 3, false));
+        let cards: Vec<(i32, i32, Option<&str>)> = data
+            .network_interfaces
+            .iter()
+            .map(|n| (n.network_card_index, n.device_index, n.interface_type.as_deref()))
+            .collect();
+        assert_eq!(cards, [(0, 0, Some("efa")), (1, 1, Some("efa")), (2, 1, Some("efa"))]);
+        assert!(data.security_group_ids.is_empty());
+        assert!(data.network_interfaces.iter().all(|n| n.security_group_ids == groups && n.delete_on_termination));
+        assert_eq!(data.network_interfaces[0].associate_public_ip_address, Some(true));
+        assert_eq!(data.network_interfaces[0].ipv4_prefix_count, Some(2));
+        assert_eq!(data.network_interfaces[1].associate_public_ip_address, None, "primary-only settings");
+        assert_eq!(data.network_interfaces[1].ipv4_prefix_count, None);
+
+        // An explicit list wins over EFA generation; the primary carries the primary settings.
+        let nc = class(json!({
+            "networkInterfaces": [
+                {"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface"},
+                {"networkCardIndex": 1, "deviceIndex": 0, "interfaceType": "efa-only"}
+            ],
+            "associatePublicIPAddress": false,
+            "connectionTracking": {"tcpEstablishedTimeout": 600}
+        }));
+        let data = launch_template_data(&nc, efa_inputs(&ami, 8, false));
+        assert_eq!(data.network_interfaces.len(), 2);
+        assert_eq!(data.network_interfaces[0].interface_type, None);
+        assert_eq!(data.network_interfaces[1].interface_type.as_deref(), Some("efa-only"));
+        assert_eq!(data.network_interfaces[0].associate_public_ip_address, Some(false));
+        let tracking = data.network_interfaces[0].connection_tracking.clone().unwrap();
+        assert_eq!(tracking.tcp_established_timeout, Some(600));
+        assert_eq!(tracking.udp_timeout, None);
+        assert_eq!(data.network_interfaces[1].connection_tracking, None);
+
+        // Connection tracking alone makes a primary interface.
+        let nc = class(json!({"connectionTracking": {"udpTimeout": 30, "udpStreamTimeout": 60}}));
+        let data = launch_template_data(&nc, efa_inputs(&ami, 0, false));
+        assert_eq!(data.network_interfaces.len(), 1);
+        assert_eq!(
+            data.network_interfaces[0].connection_tracking,
+            Some(LtConnectionTracking {
+                tcp_established_timeout: None,
+                udp_stream_timeout: Some(60),
+                udp_timeout: Some(30)
+            })
+        );
+        assert!(data.security_group_ids.is_empty());
+
+        // IPv6 clusters: a primary interface with an IPv6 address; ipPrefixCount counts IPv6 prefixes.
+        let data = launch_template_data(&class(json!({})), efa_inputs(&ami, 0, true));
+        let p = &data.network_interfaces[0];
+        assert_eq!((p.primary_ipv6, p.ipv6_address_count, p.ipv6_prefix_count), (Some(true), Some(1), None));
+        let data = launch_template_data(&class(json!({"ipPrefixCount": 1})), efa_inputs(&ami, 0, true));
+        let p = &data.network_interfaces[0];
+        assert_eq!((p.ipv4_prefix_count, p.ipv6_prefix_count), (None, Some(1)));
+    }
+
+    #[test]
+    fn placement_cpu_options_spot_tags_and_the_name_hash() {
+        let ami = Ami { id: "ami-1".into(), name: None, deprecated: false, requirements: vec![] };
+        let nc = class(json!({}));
+        let tags = launch_template_tags("c", &nc);
+        let name = |i: LaunchTemplateInputs<'_>| LaunchTemplate::new(launch_template_data(&nc, i), tags.clone()).name;
+        let base = launch_template_data(&nc, inputs(&ami));
+        assert_eq!(base.placement, Some(LtPlacement { tenancy: Some("default".into()), ..Default::default() }));
+        assert!(base.tag_spot_requests, "spot launches tag the spot request");
+        assert!(!base.nested_virtualization);
+        let dedicated = LaunchTemplateInputs { tenancy: "dedicated", ..inputs(&ami) };
+        assert_eq!(
+            launch_template_data(&nc, dedicated.clone()).placement.unwrap().tenancy.as_deref(),
+            Some("dedicated")
+        );
+        let group = LtPlacement { group_id: Some("pg-1".into()), partition_number: Some(2), tenancy: None };
+        let grouped = LaunchTemplateInputs { placement: Some(group.clone()), ..inputs(&ami) };
+        assert_eq!(
+            launch_template_data(&nc, grouped.clone()).placement,
+            Some(LtPlacement { tenancy: Some("default".into()), ..group })
+        );
+        let on_demand = LaunchTemplateInputs { capacity_type: "on-demand", ..inputs(&ami) };
+        assert!(!launch_template_data(&nc, on_demand.clone()).tag_spot_requests);
+        // Every new parameter changes the template's name.
+        let names = [
+            name(inputs(&ami)),
+            name(dedicated),
+            name(grouped),
+            name(on_demand),
+            name(efa_inputs(&ami, 2, false)),
+            name(efa_inputs(&ami, 0, true)),
+        ];
+        let distinct: std::collections::BTreeSet<&String> = names.iter().collect();
+        assert_eq!(distinct.len(), names.len(), "{names:?}");
+        let nested = class(json!({"cpuOptions": {"nestedVirtualization": "enabled"}}));
+        assert!(launch_template_data(&nested, inputs(&ami)).nested_virtualization);
+        let tracked = class(json!({"connectionTracking": {"udpTimeout": 30}}));
+        let with = LaunchTemplate::new(launch_template_data(&tracked, inputs(&ami)), tags.clone()).name;
+        assert_ne!(with, names[0]);
     }
 
     #[tokio::test]

@@ -81,6 +81,13 @@ fn template_data(t: &LaunchTemplate) -> sdk::RequestLaunchTemplateData {
         b = b.set_security_group_ids(Some(d.security_group_ids.clone()));
     }
     for n in &d.network_interfaces {
+        let tracking = n.connection_tracking.as_ref().map(|c| {
+            sdk::ConnectionTrackingSpecificationRequest::builder()
+                .set_tcp_established_timeout(c.tcp_established_timeout)
+                .set_udp_stream_timeout(c.udp_stream_timeout)
+                .set_udp_timeout(c.udp_timeout)
+                .build()
+        });
         b = b.network_interfaces(
             sdk::LaunchTemplateInstanceNetworkInterfaceSpecificationRequest::builder()
                 .network_card_index(n.network_card_index)
@@ -88,6 +95,10 @@ fn template_data(t: &LaunchTemplate) -> sdk::RequestLaunchTemplateData {
                 .set_interface_type(n.interface_type.clone())
                 .set_associate_public_ip_address(n.associate_public_ip_address)
                 .set_ipv4_prefix_count(n.ipv4_prefix_count)
+                .set_ipv6_prefix_count(n.ipv6_prefix_count)
+                .set_ipv6_address_count(n.ipv6_address_count)
+                .set_primary_ipv6(n.primary_ipv6)
+                .set_connection_tracking_specification(tracking)
                 .set_groups(Some(n.security_group_ids.clone()))
                 .delete_on_termination(n.delete_on_termination)
                 .build(),
@@ -118,12 +129,18 @@ fn template_data(t: &LaunchTemplate) -> sdk::RequestLaunchTemplateData {
         );
     }
     if !d.resource_tags.is_empty() {
-        b = b.tag_specifications(
-            sdk::LaunchTemplateTagSpecificationRequest::builder()
-                .resource_type(sdk::ResourceType::NetworkInterface)
-                .set_tags(Some(sdk_tags(&d.resource_tags)))
-                .build(),
-        );
+        let mut resources = vec![sdk::ResourceType::NetworkInterface];
+        if d.tag_spot_requests {
+            resources.push(sdk::ResourceType::SpotInstancesRequest);
+        }
+        for resource in resources {
+            b = b.tag_specifications(
+                sdk::LaunchTemplateTagSpecificationRequest::builder()
+                    .resource_type(resource)
+                    .set_tags(Some(sdk_tags(&d.resource_tags)))
+                    .build(),
+            );
+        }
     }
     b.build()
 }
