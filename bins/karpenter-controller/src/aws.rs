@@ -6,7 +6,17 @@
 //! `DescribeCluster` (fatal when neither gives one), the EC2NodeClass lookup, price refresh, EC2NodeClass
 //! resolution and its controllers, the CloudProvider (instance-type catalogue loaded before start, fatal on
 //! failure) and the SQS interruption source when `INTERRUPTION_QUEUE` is set.
+//!
+//! Prices: `PRICE_FILE` (checked by [`check_price_file`] before anything else starts, then loaded for the region)
+//! gives the initial prices, and in an isolated VPC the only on-demand ones; the Pricing API refresh replaces
+//! them elsewhere. With no price source at all, offerings are priced by the documented estimate, logged once by
+//! the refresh and published as a `PricesEstimated` Warning event on each EC2NodeClass.
+//!
+//! Also [`prices`], the `karpenter-controller prices` command that writes a price file.
 
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -23,17 +33,19 @@ use karpenter_aws::nodeclass::controller::{
 };
 use karpenter_aws::nodeclass::instance_profile::ClusterIdentity;
 use karpenter_aws::nodeclass::{NodeClassResolver, ResolverApis, ResolverSettings};
-use karpenter_aws::pricing::PriceTable;
+use karpenter_aws::pricing::{PriceFile, PriceTable};
 use karpenter_aws::pricing_api::{self, PricingProvider};
 use karpenter_aws::provider::{AwsApis, AwsCloudProvider, AwsCloudProviderOptions};
 use karpenter_aws::queue::{NodeClaimLookup, SqsInterruptionSource};
 use karpenter_aws::runtime::every;
 use karpenter_aws::sdk::dry_run::Ec2DryRun;
 use karpenter_aws::sdk::{AwsClients, SdkOptions};
-use karpenter_cloudprovider::{Clock, CloudProvider, InterruptionSource, NodeClassLookup, TokioSleeper};
+use karpenter_cloudprovider::{Clock, CloudProvider, InterruptionSource, NodeClassLookup, SystemClock, TokioSleeper};
 use karpenter_operator::node_classes::KubeNodeClasses;
 use karpenter_operator::settings::{AwsSettings, CoreSettings};
 use tokio_util::sync::CancellationToken;
+
+use crate::PricesArgs;
 
 /// How often unused launch templates are deleted (their cache keeps them one minute).
 const LAUNCH_TEMPLATE_GC_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
@@ -99,12 +111,14 @@ pub async fn start(
     let mut controllers: Vec<BoxFuture<'static, ()>> = Vec::new();
     let ec2 = Arc::new(clients.ec2_adapter());
 
-    // Prices: refreshed every 12 h into the prices the instance-type provider reads.
+    // Prices: the operator's file (if any) first, then refreshed every 12 h into the prices the instance-type
+    // provider reads.
+    let initial = initial_prices(aws, &clients.region)?;
     let pricing = Arc::new(PricingProvider::new(
         &clients.region,
         Some(Arc::new(clients.pricing_adapter())),
         aws.isolated_vpc,
-        PriceTable::default(),
+        initial,
     ));
     pricing.refresh(clock.now()).await;
     let prices = SharedPrices::new(pricing.price_source(&zones));
@@ -211,7 +225,8 @@ pub async fn start(
     let version = Arc::new(ApiServerVersion::new(client.clone(), clock.clone()));
     let node_class_controller =
         NodeClassController::new(client.clone(), resolver.clone(), version, clock.clone(), ca_bundle.clone())
-            .with_launch_template_cleanup(Arc::new(provider.launch_templates().clone()));
+            .with_launch_template_cleanup(Arc::new(provider.launch_templates().clone()))
+            .with_price_estimate_warning(pricing.clone());
     controllers.push(Arc::new(node_class_controller).run(shutdown.clone()).boxed());
     let ssm_invalidation = SsmInvalidationController::for_resolver(&resolver, clock.clone());
     controllers.push(Arc::new(ssm_invalidation).run(shutdown.clone()).boxed());
@@ -235,6 +250,79 @@ pub async fn start(
     };
 
     Ok(AwsRuntime { cloud_provider: Arc::new(provider), node_classes: lookup, interruption, controllers })
+}
+
+/// Reads and checks `PRICE_FILE` (when set) before the controller starts, so a malformed file stops it at once
+/// with an error naming the file; the region check follows in [`start`], once the region is known.
+pub fn check_price_file(aws: &AwsSettings) -> anyhow::Result<()> {
+    if let Some(path) = price_file_path(aws) {
+        PriceFile::read(path).context("PRICE_FILE")?;
+    }
+    Ok(())
+}
+
+fn price_file_path(aws: &AwsSettings) -> Option<&Path> {
+    Some(aws.price_file.trim()).filter(|p| !p.is_empty()).map(Path::new)
+}
+
+/// The prices to start from: the region's part of `PRICE_FILE`, or none (the Pricing API's first refresh, else
+/// the estimate).
+fn initial_prices(aws: &AwsSettings, region: &str) -> anyhow::Result<PriceTable> {
+    let Some(path) = price_file_path(aws) else { return Ok(PriceTable::default()) };
+    let table = PriceFile::load_region(path, region).context("PRICE_FILE")?;
+    tracing::info!(file = %path.display(), region, on_demand = table.on_demand.len(),
+        spot_types = table.spot.len(), isolated_vpc = aws.isolated_vpc, "price file loaded");
+    Ok(table)
+}
+
+/// `karpenter-controller prices`: every region's prices from the Pricing API (and spot prices with
+/// `--include-spot`), merged into one file written whole (a temporary file renamed over FILE) or to stdout.
+pub fn prices(args: &PricesArgs) -> anyhow::Result<ExitCode> {
+    let runtime =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the tokio runtime")?;
+    let file = runtime.block_on(fetch_prices(args, &SystemClock))?;
+    let json = file.to_json();
+    if args.output.as_os_str() == "-" {
+        std::io::stdout().lock().write_all(json.as_bytes()).context("writing to stdout")?;
+    } else {
+        write_whole(&args.output, json.as_bytes())?;
+    }
+    for region in &args.regions {
+        let table = file.region(region);
+        let spot: usize = table.spot.values().map(|z| z.len()).sum();
+        eprintln!(
+            "{region}: {} on-demand prices{}",
+            table.on_demand.len(),
+            if args.include_spot { format!(", {spot} spot prices") } else { String::new() }
+        );
+    }
+    if args.output.as_os_str() != "-" {
+        eprintln!("wrote {}", args.output.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn fetch_prices(args: &PricesArgs, clock: &dyn Clock) -> anyhow::Result<PriceFile> {
+    let mut file = PriceFile::default();
+    for region in &args.regions {
+        let options = SdkOptions { region: Some(region.clone()), ..Default::default() };
+        let clients = AwsClients::load(&options).await.context("loading the AWS SDK configuration")?;
+        let spot_since = args.include_spot.then(|| clock.now());
+        let prices = pricing_api::fetch_price_file(&clients.pricing_adapter(), region, spot_since)
+            .await
+            .with_context(|| format!("pricing {region}"))?;
+        file.set_region(region, prices.region(region));
+    }
+    Ok(file)
+}
+
+/// Writes `bytes` to a temporary file next to `path` and renames it over `path`.
+fn write_whole(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
+    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
 }
 
 /// The kube-dns service IP (nodes' default cluster DNS), when the cluster has that service.

@@ -12,6 +12,11 @@
 //!   are loaded (so a file mixing Pods and NodePools works) but not validated. Exit status 1 if any object has a
 //!   violation or any file fails to load, 2 on a usage error.
 //! - `crds [--provider aws|kwok]`: prints the CRDs as multi-document YAML.
+//! - `prices --region R [--region R2 ...] --output FILE [--include-spot]`: writes the price file of isolated VPCs
+//!   (`PRICE_FILE`) from the AWS Pricing API (on-demand Linux prices, the controller's own queries) and, with
+//!   `--include-spot`, EC2's current spot prices. Needs the `aws` cargo feature (exit status 2 without it) and
+//!   credentials allowed `pricing:GetProducts` (and `ec2:DescribeSpotPriceHistory`); run it where the internet is
+//!   reachable and ship the file to the cluster. Exit status 1 if any region cannot be priced (nothing is written).
 //! - `run --provider kwok|aws [--kwok-simulate-kubelet] [--instance-types FILE] [settings...]`: the controller
 //!   (see [`run`]): every setting is a flag and an environment variable with upstream's names
 //!   (`karpenter_operator::settings`, docs/settings.md). `--provider aws` needs the `aws` cargo feature; without it
@@ -93,6 +98,27 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Provider::Aws)]
         provider: Provider,
     },
+    /// Write a price file for isolated VPCs (the controller's PRICE_FILE) from the AWS Pricing API.
+    ///
+    /// Run it where the Pricing API is reachable, with credentials allowed pricing:GetProducts (and
+    /// ec2:DescribeSpotPriceHistory with --include-spot), then mount the file into the controller and set
+    /// PRICE_FILE. Needs the `aws` build feature. Nothing is written unless every region was priced.
+    Prices(PricesArgs),
+}
+
+/// `karpenter-controller prices`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct PricesArgs {
+    /// Region to price (repeatable: one file can hold several regions).
+    #[arg(long = "region", value_name = "REGION", required = true)]
+    pub(crate) regions: Vec<String>,
+    /// Where to write the price file (`-`: standard output). Written whole or not at all.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub(crate) output: PathBuf,
+    /// Also record the current spot prices per zone (the controller refreshes spot prices from EC2 anyway; these
+    /// only serve until its first refresh).
+    #[arg(long)]
+    pub(crate) include_spot: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -127,6 +153,7 @@ fn main() -> ExitCode {
         Command::Validate { files, provider } => validate(&files, provider),
         Command::Crds { provider } => crds(provider),
         Command::Run(args) => run::run(*args),
+        Command::Prices(args) => prices(&args),
     };
     match result {
         Ok(code) => code,
@@ -209,6 +236,20 @@ fn run_simulate(options: simulate::Options, output: OutputFormat) -> anyhow::Res
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+#[cfg(feature = "aws")]
+fn prices(args: &PricesArgs) -> anyhow::Result<ExitCode> {
+    aws::prices(args)
+}
+
+#[cfg(not(feature = "aws"))]
+fn prices(_args: &PricesArgs) -> anyhow::Result<ExitCode> {
+    eprintln!(
+        "error: prices needs a karpenter-controller built with the `aws` cargo feature \
+         (cargo build -p karpenter-controller --features aws); this build cannot call the AWS Pricing API"
+    );
+    Ok(ExitCode::from(2))
 }
 
 fn crds(provider: Provider) -> anyhow::Result<ExitCode> {

@@ -66,6 +66,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         eprintln!("error: {e}");
         return Ok(ExitCode::from(USAGE));
     }
+    // A malformed price file stops the controller before it starts anything.
+    #[cfg(feature = "aws")]
+    if args.provider == Provider::Aws {
+        crate::aws::check_price_file(&args.aws)?;
+    }
     let core = args.core.clone().normalized();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     karpenter_operator::logging::init(&core, COMMIT, clock.clone()).context("setting up logging")?;

@@ -157,7 +157,7 @@ pub enum PriceFileError {
     },
     /// A problem in a named file (every error of [`PriceFile::read`] and [`PriceFile::load_region`] but `Io`,
     /// which names its file itself).
-    #[error("price file {path}: {source}")]
+    #[error("{path}: {source}")]
     InFile {
         /// The file.
         path: String,
@@ -346,7 +346,7 @@ mod tests {
 
         let garbage = TempFile::new("garbage", "{\"onDemand\": {\"us-west-2\": {\"m5.large\": \"cheap\"}}}");
         let text = PriceFile::load_region(&garbage.0, "us-west-2").unwrap_err().to_string();
-        assert!(text.starts_with(&format!("price file {}: price file is not valid: ", garbage.0.display())), "{text}");
+        assert!(text.starts_with(&format!("{}: price file is not valid: ", garbage.0.display())), "{text}");
         assert!(text.contains("line 1"), "serde names the place: {text}");
 
         let negative = TempFile::new("negative", r#"{"onDemand": {"us-west-2": {"m5.large": -0.1}}}"#);

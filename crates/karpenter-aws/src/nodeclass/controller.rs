@@ -8,6 +8,9 @@
 //!     drifts every node);
 //!   - computes the status with [`NodeClassResolver::reconcile`] and writes it (PUT of the status subresource
 //!     with the read resourceVersion, only when it changed), requeueing as the resolver says;
+//!   - while there is no price source ([`PricingProvider::uses_estimate`], given with
+//!     [`NodeClassController::with_price_estimate_warning`]), publishes a `PricesEstimated` Warning event on the
+//!     class (again every hour, the API server's default event TTL, while it lasts);
 //!   - on deletion: while NodeClaims reference the class, publishes `WaitingOnNodeClaimTermination` (again every
 //!     10 minutes) and waits; then deletes the managed instance profile(s) and, through
 //!     [`LaunchTemplateCleanup`], the class's launch templates, and removes the finalizer.
@@ -46,6 +49,7 @@ use super::cache::TtlCache;
 use super::instance_profile::InstanceProfileProvider;
 use super::status::NodeClassResolver;
 use crate::api_error::AwsApiError;
+use crate::pricing_api::{PRICES_ESTIMATED_MESSAGE, PRICES_ESTIMATED_REASON, PricingProvider};
 
 /// A kube client that formats as `Client` (kube's has no `Debug`).
 #[derive(Clone)]
@@ -64,6 +68,8 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 pub const WAITING_ON_NODE_CLAIM_TERMINATION: &str = "WaitingOnNodeClaimTermination";
 /// How often the waiting event is published again.
 pub const WAITING_EVENT_INTERVAL: Duration = Duration::from_secs(600);
+/// How often the `PricesEstimated` event is published again on a class while there is no price source.
+pub const PRICES_ESTIMATED_EVENT_INTERVAL: Duration = Duration::from_secs(3600);
 
 /// Errors of the kube-backed controllers.
 #[derive(Debug, thiserror::Error)]
@@ -175,6 +181,8 @@ pub struct NodeClassController {
     clock: Arc<dyn Clock>,
     ca_bundle: Option<String>,
     waiting_events: TtlCache<String, ()>,
+    pricing: Option<Arc<PricingProvider>>,
+    estimate_events: TtlCache<String, ()>,
 }
 
 impl NodeClassController {
@@ -192,6 +200,8 @@ impl NodeClassController {
             version,
             launch_templates: None,
             waiting_events: TtlCache::new(clock.clone(), WAITING_EVENT_INTERVAL),
+            pricing: None,
+            estimate_events: TtlCache::new(clock.clone(), PRICES_ESTIMATED_EVENT_INTERVAL),
             clock,
             ca_bundle,
         }
@@ -200,6 +210,12 @@ impl NodeClassController {
     /// Adds the launch-template cleanup run on node class deletion.
     pub fn with_launch_template_cleanup(mut self, cleanup: Arc<dyn LaunchTemplateCleanup>) -> Self {
         self.launch_templates = Some(cleanup);
+        self
+    }
+
+    /// Publishes the `PricesEstimated` Warning event on each class while `pricing` has no price source.
+    pub fn with_price_estimate_warning(mut self, pricing: Arc<PricingProvider>) -> Self {
+        self.pricing = Some(pricing);
         self
     }
 
@@ -237,7 +253,20 @@ impl NodeClassController {
             updated.status = Some(reconciled.status);
             self.classes().replace_status(name, &PostParams::default(), &updated).await?;
         }
+        self.warn_if_estimated(&node_class).await;
         Ok(Some(reconciled.requeue_after))
+    }
+
+    /// The `PricesEstimated` event, at most once per class per [`PRICES_ESTIMATED_EVENT_INTERVAL`].
+    async fn warn_if_estimated(&self, node_class: &EC2NodeClass) {
+        if !self.pricing.as_ref().is_some_and(|p| p.uses_estimate()) {
+            return;
+        }
+        let uid = node_class.metadata.uid.clone().unwrap_or_else(|| node_class.name_any());
+        if self.estimate_events.get(&uid).is_none() {
+            self.estimate_events.insert(uid, ());
+            self.publish_event(node_class, "Warning", PRICES_ESTIMATED_REASON, PRICES_ESTIMATED_MESSAGE).await;
+        }
     }
 
     /// Finalizer and hash annotations, in one merge patch guarded by the resourceVersion.

@@ -302,3 +302,72 @@ async fn api_server_version_and_controller_set() {
             .unwrap_or_else(|_| panic!("controller {i} stops on shutdown"));
     }
 }
+
+#[tokio::test]
+async fn no_price_source_is_a_warning_event_on_each_class_until_prices_are_known() {
+    use crate::pricing::PriceTable;
+    use crate::pricing_api::{PRICES_ESTIMATED_REASON, PricingProvider};
+    use crate::testing::FakePricing;
+
+    let env = env();
+    let api = Arc::new(FakePricing::new());
+    let pricing = Arc::new(PricingProvider::new("us-west-2", Some(api.clone()), false, PriceTable::default()));
+    let resolver = Arc::new(NodeClassResolver::new(apis(&env.aws), settings(), Arc::new(env.clock.clone())));
+    let controller = NodeClassController::new(
+        env.client.clone(),
+        resolver,
+        Arc::new(StaticKubernetesVersion("1.31".into())),
+        Arc::new(env.clock.clone()),
+        Some("CA".into()),
+    )
+    .with_price_estimate_warning(pricing.clone());
+    env.create_class().await;
+    let mut other =
+        ec2_node_class(EC2NodeClassOptions { role: Some("KarpenterNodeRole".into()), ..Default::default() });
+    other.metadata.name = Some("other".into());
+    other.metadata.uid = None;
+    env.classes().create(&PostParams::default(), &other).await.unwrap();
+
+    let events: Api<CoreEvent> = Api::namespaced(env.client.clone(), "default");
+    let estimated = || async {
+        let mut seen: Vec<(String, String)> = events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(PRICES_ESTIMATED_REASON))
+            .map(|e| {
+                assert_eq!(e.type_.as_deref(), Some("Warning"));
+                assert!(e.message.as_deref().unwrap_or_default().contains("PRICE_FILE"), "{:?}", e.message);
+                (e.involved_object.name.unwrap_or_default(), e.involved_object.kind.unwrap_or_default())
+            })
+            .collect();
+        seen.sort();
+        seen
+    };
+    // Pricing API failing since start: no price source.
+    api.fail_on_demand(AwsApiError::new("GetProducts", "AccessDeniedException", "denied"));
+    pricing.refresh(env.clock.now()).await;
+    assert!(pricing.uses_estimate());
+    controller.reconcile("default").await.unwrap();
+    controller.reconcile("other").await.unwrap();
+    let one_each = vec![("default".to_string(), "EC2NodeClass".to_string()), ("other".into(), "EC2NodeClass".into())];
+    assert_eq!(estimated().await, one_each);
+    // Not again within the hour, again after it while it lasts.
+    controller.reconcile("default").await.unwrap();
+    assert_eq!(estimated().await.len(), 2);
+    env.clock.step_secs(3600);
+    controller.reconcile("default").await.unwrap();
+    assert_eq!(estimated().await.len(), 3);
+    // Prices known: no more events.
+    api.set_on_demand(vec![crate::pricing_api::OnDemandPrice { instance_type: "m5.large".into(), price: 0.096 }]);
+    pricing.refresh(env.clock.now()).await;
+    env.clock.step_secs(3600);
+    controller.reconcile("default").await.unwrap();
+    controller.reconcile("other").await.unwrap();
+    assert_eq!(estimated().await.len(), 3);
+    // The controller without a pricing provider never publishes it.
+    env.controller.reconcile("other").await.unwrap();
+    assert_eq!(estimated().await.len(), 3);
+}
