@@ -2,9 +2,14 @@
 //! DescribeInstanceTypeOfferings through the narrow [`InstanceTypeApi`]) fetched at start and every
 //! [`REFRESH_INTERVAL`], converted per EC2NodeClass with [`crate::instancetype`] (kubelet settings, block devices,
 //! the zones and zone ids of its resolved subnets), priced from [`SharedPrices`] (which the pricing controller
-//! refreshes), with reserved offerings for the capacity reservations in the class's status, and offerings EC2
-//! recently refused marked unavailable ([`UnavailableOfferings`]). Converted lists are cached per (node class
-//! generation and status, prices version, catalogue fetch, unavailable-offerings version).
+//! refreshes), with reserved offerings for the capacity reservations in the class's status (available while the
+//! tracked count of the [`CapacityReservationProvider`] is above zero, `reservation_capacity` = that count), and
+//! offerings EC2 recently refused marked unavailable ([`UnavailableOfferings`]). A class with a resolved
+//! placement group ([`InstanceTypeProvider::list_in`]) gets `karpenter.k8s.aws/placement-group-id In [id]` (and
+//! for a partition group `karpenter.k8s.aws/placement-group-partition In [1..N]`) on every instance type and
+//! offering, and the group's unavailable marks. Converted lists are cached per (node class generation and
+//! status, placement group, prices version, catalogue fetch, unavailable-offerings version, reservation counts
+//! version).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -24,6 +29,7 @@ use crate::api_error::AwsApiError;
 use crate::ec2::{InstanceTypeInfo, InstanceTypeOffering};
 use crate::instancetype::{InstanceTypeContext, InstanceTypeError, NodeClassSettings, Settings};
 use crate::launch::ice::UnavailableOfferings;
+use crate::nodeclass::reservation::{CapacityReservationProvider, PlacementGroupInfo};
 use crate::pricing::{PriceSource, estimate};
 
 /// How often the catalogue is fetched again.
@@ -120,7 +126,7 @@ pub struct Catalogue {
     pub generation: u64,
 }
 
-type CacheKey = (String, u64, u64, u64);
+type CacheKey = (String, u64, u64, u64, u64);
 type Converted = BTreeMap<String, (CacheKey, Arc<[InstanceType]>)>;
 
 /// See the module docs. Clones share the catalogue and caches.
@@ -134,6 +140,7 @@ pub struct InstanceTypeProvider {
     catalogue: Arc<Mutex<Option<Arc<Catalogue>>>>,
     fetch: Arc<tokio::sync::Mutex<()>>,
     cache: Arc<Mutex<Converted>>,
+    reservations: Option<Arc<CapacityReservationProvider>>,
 }
 
 impl fmt::Debug for InstanceTypeProvider {
@@ -164,7 +171,15 @@ impl InstanceTypeProvider {
             catalogue: Arc::default(),
             fetch: Arc::default(),
             cache: Arc::default(),
+            reservations: None,
         }
+    }
+
+    /// Reserved offerings follow the reservations' tracked counts (without one, an active reservation counts
+    /// as one instance until EC2 refuses it).
+    pub fn with_capacity_reservations(mut self, reservations: Arc<CapacityReservationProvider>) -> Self {
+        self.reservations = Some(reservations);
+        self
     }
 
     /// The shared prices.
@@ -228,8 +243,19 @@ impl InstanceTypeProvider {
         }
     }
 
-    /// Every instance type for `node_class`, with all offerings (unavailable ones marked).
+    /// Every instance type for `node_class` (without placement group), with all offerings (unavailable ones
+    /// marked).
     pub async fn list(&self, node_class: &EC2NodeClass) -> Result<Arc<[InstanceType]>, InstanceTypeProviderError> {
+        self.list_in(node_class, None).await
+    }
+
+    /// Every instance type for `node_class` launching into `placement` (the class's resolved placement group),
+    /// with all offerings (unavailable ones marked).
+    pub async fn list_in(
+        &self,
+        node_class: &EC2NodeClass,
+        placement: Option<&PlacementGroupInfo>,
+    ) -> Result<Arc<[InstanceType]>, InstanceTypeProviderError> {
         let catalogue = self.catalogue().await?;
         let name = node_class.metadata.name.clone().unwrap_or_default();
         let identity = serde_json::to_string(&(
@@ -237,16 +263,29 @@ impl InstanceTypeProvider {
             node_class.metadata.generation,
             &node_class.spec,
             node_class.status.as_ref().map(|s| (&s.subnets, &s.capacity_reservations)),
+            placement.map(|p| (&p.id, p.partitions())),
         ))
         .unwrap_or_default();
-        let key: CacheKey = (identity, self.prices.version(), catalogue.generation, self.unavailable.version());
+        let key: CacheKey = (
+            identity,
+            self.prices.version(),
+            catalogue.generation,
+            self.unavailable.version(),
+            self.reservations.as_ref().map_or(0, |r| r.version()),
+        );
         if let Some((k, its)) = lock(&self.cache).get(&name)
             && *k == key
         {
             return Ok(its.clone());
         }
         let mut its = self.convert(&catalogue, node_class)?;
-        self.unavailable.apply(&mut its);
+        match placement {
+            Some(group) => {
+                add_placement_group(&mut its, group);
+                self.unavailable.apply_in_group(&mut its, &group.id, group.partitions());
+            }
+            None => self.unavailable.apply(&mut its),
+        }
         let its: Arc<[InstanceType]> = its.into();
         lock(&self.cache).insert(name, (key, its.clone()));
         Ok(its)
@@ -277,24 +316,48 @@ impl InstanceTypeProvider {
         if !status.capacity_reservations.is_empty() {
             let infos: BTreeMap<&str, &InstanceTypeInfo> =
                 catalogue.infos.iter().map(|i| (i.instance_type.as_str(), i)).collect();
+            let counts = self
+                .reservations
+                .as_ref()
+                .map(|r| r.available_counts(status.capacity_reservations.iter().map(|c| c.id.as_str())));
             for it in &mut its {
                 let Some(info) = infos.get(it.name.as_str()) else { continue };
-                add_reserved_offerings(it, info, node_class, &context, &zone_ids);
+                add_reserved_offerings(it, info, node_class, &context, &zone_ids, counts.as_ref());
             }
         }
         Ok(its)
     }
 }
 
-/// Adds one reserved offering per capacity reservation of the node class for this instance type (upstream
-/// tracks the remaining count from DescribeCapacityReservations; the status does not carry it, so an active
-/// reservation counts as one instance until EC2 refuses it).
+/// Adds the placement group's requirements to every instance type and offering: the group id, and for a
+/// partition group the partitions `1..=N`.
+pub fn add_placement_group(its: &mut [InstanceType], group: &PlacementGroupInfo) {
+    let mut reqs: Vec<Requirement> = vec![Requirement::in_values(aws_labels::PLACEMENT_GROUP_ID, [group.id.as_str()])];
+    if let Some(n) = group.partitions() {
+        reqs.push(Requirement::in_values(aws_labels::PLACEMENT_GROUP_PARTITION, (1..=n).map(|p| p.to_string())));
+    }
+    for it in its {
+        for r in &reqs {
+            it.requirements.remove(r.key());
+            it.requirements.add(r.clone());
+            for o in &mut it.offerings {
+                o.requirements.remove(r.key());
+                o.requirements.add(r.clone());
+            }
+        }
+    }
+}
+
+/// Adds one reserved offering per capacity reservation of the node class for this instance type. `counts`
+/// are the tracked remaining instance counts (`None`: not tracked, an active reservation counts as one
+/// instance until EC2 refuses it; a reservation missing from the map has no room).
 fn add_reserved_offerings(
     it: &mut InstanceType,
     info: &InstanceTypeInfo,
     node_class: &EC2NodeClass,
     context: &InstanceTypeContext,
     zone_ids: &BTreeMap<String, String>,
+    counts: Option<&BTreeMap<String, i64>>,
 ) {
     let Some(status) = node_class.status.as_ref() else { return };
     let zones = context.zones_of(&it.name).into_iter().map(str::to_owned).collect::<BTreeSet<_>>();
@@ -322,11 +385,13 @@ fn add_reserved_offerings(
             reqs.add(Requirement::in_values(aws_labels::ZONE_ID, [id.as_str()]));
         }
         let mut o = Offering::new(reqs, on_demand.map_or(f64::INFINITY, |p| p / RESERVED_PRICE_DIVISOR));
+        let count = counts.map_or(1, |c| c.get(&r.id).copied().unwrap_or(0)).max(0);
         o.available = compatible
             && on_demand.is_some()
             && zones.contains(&r.availability_zone)
-            && r.state == CapacityReservationState::Active;
-        o.reservation_capacity = i32::from(o.available);
+            && r.state == CapacityReservationState::Active
+            && count > 0;
+        o.reservation_capacity = i32::try_from(count).unwrap_or(i32::MAX);
         it.offerings.push(o);
         ids.push(r.id.clone());
     }

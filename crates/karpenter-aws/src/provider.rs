@@ -10,6 +10,15 @@
 //!   cluster's instances (tag `eks:eks-cluster-name`); shutting-down instances carry a deletion timestamp.
 //! * `instance_types` lists the pool's class's types ([`InstanceTypeProvider`]); a missing class gives none.
 //! * `is_drifted` fills [`InstanceFacts`] from DescribeInstances and asks [`crate::drift::is_drifted`].
+//!
+//! With [`AwsCloudProvider::with_placement_groups`], a class's `spec.placementGroupSelector` is resolved (through
+//! the resolver's one-minute cache) for instance types (the group's requirements on every offering), launches
+//! (the launch template's `Placement`, the claim's `placement-group-id`/`-partition` labels) and drift (the
+//! claim's label against the resolved id). A selector that resolves to no available group makes `create` fail
+//! (`PlacementGroupNotFound`), `instance_types` list nothing, and skips the placement-group drift check (as does
+//! an error resolving it). With [`AwsCloudProvider::with_capacity_reservations`], reserved offerings follow the
+//! reservations' tracked instance counts: a reserved launch takes one, a capacity error or a reservation
+//! interruption ([`InterruptionHook`]) zeroes it, a reserved instance found gone on delete gives one back.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -39,8 +48,10 @@ use crate::instancetypes::{
 };
 use crate::launch::fleet::{Ec2Instance, FleetApi, InstanceState, NODE_CLASS_TAG, NODE_POOL_TAG};
 use crate::launch::ice::UnavailableOfferings;
-use crate::launch::instance::{BatchWindows, ClusterInfo, InstanceProvider, Launched, RetryPolicy};
+use crate::launch::instance::{BatchWindows, ClusterInfo, InstanceProvider, LaunchFailureSink, Launched, RetryPolicy};
 use crate::launch::template::{LaunchTemplateApi, LaunchTemplateProvider};
+use crate::nodeclass::reservation::{CapacityReservationProvider, PlacementGroupInfo, PlacementGroupProvider};
+use crate::queue::{InstanceClaim, InterruptionHook};
 
 /// The provider's name.
 pub const PROVIDER_NAME: &str = "aws";
@@ -90,6 +101,24 @@ pub struct AwsCloudProvider {
     clock: Arc<dyn Clock>,
     labels: Arc<ProviderLabels>,
     create_locks: Arc<Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+    placement_groups: Option<Arc<PlacementGroupProvider>>,
+    reservations: Option<Arc<CapacityReservationProvider>>,
+}
+
+/// The placement group of a class: none (no selector), resolved, or a selector that resolves to nothing.
+enum Placement {
+    None,
+    Resolved(PlacementGroupInfo),
+    NotFound(String),
+}
+
+/// The selector as text, for messages.
+fn selector_text(s: &karpenter_api::ec2nodeclass::PlacementGroupSelector) -> String {
+    match (&s.id, &s.name) {
+        (Some(id), _) => format!("id {id}"),
+        (None, Some(name)) => format!("name {name}"),
+        (None, None) => "(empty)".into(),
+    }
 }
 
 impl fmt::Debug for AwsCloudProvider {
@@ -160,6 +189,7 @@ struct InstanceView<'a> {
     launch_time: Option<DateTime<Utc>>,
     node_pool: Option<&'a str>,
     terminating: bool,
+    placement_group: Option<(&'a str, Option<i32>)>,
 }
 
 impl AwsCloudProvider {
@@ -197,6 +227,46 @@ impl AwsCloudProvider {
             clock,
             labels: Arc::new(ProviderLabels::aws()),
             create_locks: Arc::default(),
+            placement_groups: None,
+            reservations: None,
+        }
+    }
+
+    /// Resolves node classes' placement-group selectors through `groups` (share the node class resolver's).
+    pub fn with_placement_groups(mut self, groups: Arc<PlacementGroupProvider>) -> Self {
+        self.placement_groups = Some(groups);
+        self
+    }
+
+    /// Tracks capacity reservations' instance counts in `reservations` (share the node class resolver's, whose
+    /// describes seed them).
+    pub fn with_capacity_reservations(mut self, reservations: Arc<CapacityReservationProvider>) -> Self {
+        self.instance_types = self.instance_types.with_capacity_reservations(reservations.clone());
+        self.instances = self.instances.with_capacity_reservations(reservations.clone());
+        self.reservations = Some(reservations);
+        self
+    }
+
+    /// Tells `sink` about every launch failure (`karpenter_cloudprovider_instance_launch_failures_total`).
+    pub fn with_launch_failure_sink(mut self, sink: Arc<dyn LaunchFailureSink>) -> Self {
+        self.instances = self.instances.with_launch_failure_sink(sink);
+        self
+    }
+
+    /// The class's placement group.
+    async fn placement(&self, class: &EC2NodeClass) -> Result<Placement, CloudProviderError> {
+        let Some(selector) = &class.spec.placement_group_selector else { return Ok(Placement::None) };
+        let what = selector_text(selector);
+        let Some(groups) = &self.placement_groups else {
+            return Ok(Placement::NotFound(format!("placement groups are not resolved by this provider ({what})")));
+        };
+        match groups.resolve(selector).await {
+            Ok(Some(group)) => Ok(Placement::Resolved(group)),
+            Ok(None) => Ok(Placement::NotFound(format!(
+                "placementGroupSelector {what} of EC2NodeClass {} matches no available placement group",
+                class.metadata.name.as_deref().unwrap_or_default()
+            ))),
+            Err(e) => Err(CloudProviderError::other(format!("resolving placement group {what}: {e}")).with_source(e)),
         }
     }
 
@@ -262,7 +332,15 @@ impl AwsCloudProvider {
     }
 
     async fn list_instance_types(&self, class: &EC2NodeClass) -> Result<Arc<[InstanceType]>, CloudProviderError> {
-        self.instance_types.list(class).await.map_err(|e| match e {
+        self.list_instance_types_in(class, None).await
+    }
+
+    async fn list_instance_types_in(
+        &self,
+        class: &EC2NodeClass,
+        placement: Option<&PlacementGroupInfo>,
+    ) -> Result<Arc<[InstanceType]>, CloudProviderError> {
+        self.instance_types.list_in(class, placement).await.map_err(|e| match e {
             InstanceTypeProviderError::NodeClass(e) => {
                 CloudProviderError::node_class_not_ready(format!("kubelet settings: {e}")).with_source(e)
             }
@@ -311,6 +389,12 @@ impl AwsCloudProvider {
         if let Some(pool) = view.node_pool {
             labels.insert(NODE_POOL.into(), pool.to_owned());
         }
+        if let Some((group, partition)) = view.placement_group {
+            labels.insert(aws_labels::PLACEMENT_GROUP_ID.into(), group.to_owned());
+            if let Some(p) = partition {
+                labels.insert(aws_labels::PLACEMENT_GROUP_PARTITION.into(), p.to_string());
+            }
+        }
         let mut annotations = base.and_then(|c| c.metadata.annotations.clone()).unwrap_or_default();
         if let Some(class) = class {
             // The class's own hash annotations, written by the status controller with the CA bundle in the
@@ -356,6 +440,7 @@ impl AwsCloudProvider {
             launch_time: Some(self.clock.now()),
             node_pool: None,
             terminating: false,
+            placement_group: l.placement.as_ref().map(|p| (p.group_id.as_str(), p.partition)),
         };
         self.node_claim(Some(claim), &view, Some(&l.instance_type), Some(class))
     }
@@ -391,6 +476,7 @@ impl AwsCloudProvider {
             launch_time: i.launch_time,
             node_pool: i.tags.get(NODE_POOL_TAG).map(String::as_str),
             terminating: matches!(i.state, InstanceState::ShuttingDown | InstanceState::Terminated),
+            placement_group: i.placement_group_id.as_deref().map(|g| (g, None)),
         };
         self.node_claim(base, &view, it, class.as_ref())
     }
@@ -423,12 +509,22 @@ impl CloudProvider for AwsCloudProvider {
             let _guard = held.lock().await;
             match self.instances.find_by_node_claim(&name).await {
                 Ok(Some(existing)) => Ok(self.described_claim(Some(node_claim), &existing).await),
-                Ok(None) => match self.list_instance_types(&class).await {
-                    Ok(its) => self
-                        .instances
-                        .create(node_claim, &class, &its)
-                        .await
-                        .map(|l| self.launched_claim(node_claim, &class, &l)),
+                Ok(None) => match self.placement(&class).await {
+                    Ok(Placement::NotFound(why)) => Err(CloudProviderError::create("PlacementGroupNotFound", why)),
+                    Ok(placement) => {
+                        let group = match placement {
+                            Placement::Resolved(g) => Some(g),
+                            _ => None,
+                        };
+                        match self.list_instance_types_in(&class, group.as_ref()).await {
+                            Ok(its) => self
+                                .instances
+                                .create_in(node_claim, &class, &its, group.as_ref())
+                                .await
+                                .map(|l| self.launched_claim(node_claim, &class, &l)),
+                            Err(e) => Err(e),
+                        }
+                    }
                     Err(e) => Err(e),
                 },
                 Err(e) => Err(e),
@@ -446,7 +542,16 @@ impl CloudProvider for AwsCloudProvider {
         let Some(id) = instance_id(provider_id) else {
             return Err(CloudProviderError::not_found(format!("providerID {provider_id} is not an EC2 instance")));
         };
-        self.instances.delete(id).await
+        let result = self.instances.delete(id).await;
+        if let (Err(e), Some(tracker)) = (&result, &self.reservations)
+            && e.kind() == karpenter_cloudprovider::ErrorKind::NodeClaimNotFound
+            && let Some(reservation) =
+                node_claim.metadata.labels.as_ref().and_then(|l| l.get(aws_labels::CAPACITY_RESERVATION_ID))
+        {
+            // The reserved instance is gone: its reservation has room for one more.
+            tracker.mark_terminated(reservation);
+        }
+        result
     }
 
     async fn get(&self, provider_id: &str) -> Result<NodeClaim, CloudProviderError> {
@@ -470,7 +575,15 @@ impl CloudProvider for AwsCloudProvider {
     async fn instance_types(&self, node_pool: &NodePool) -> Result<Arc<[InstanceType]>, CloudProviderError> {
         let reference = &node_pool.spec.template.spec.node_class_ref;
         match self.lookup(reference) {
-            Ok(Some(class)) => self.list_instance_types(&class).await,
+            Ok(Some(class)) => match self.placement(&class).await? {
+                Placement::None => self.list_instance_types(&class).await,
+                Placement::Resolved(group) => self.list_instance_types_in(&class, Some(&group)).await,
+                // The class cannot launch until its placement group exists (PlacementGroupReady=False).
+                Placement::NotFound(why) => {
+                    tracing::debug!(reason = %why, "no instance types for a node class without its placement group");
+                    Ok(Arc::from(Vec::new()))
+                }
+            },
             // A missing class gives no instance types (the NodePool reports NodeClassReady=False).
             Ok(None) => Ok(Arc::from(Vec::new())),
             Err(e) => Err(e),
@@ -492,15 +605,16 @@ impl CloudProvider for AwsCloudProvider {
         };
         let its = self.list_instance_types(&class).await.ok();
         let reqs = its.as_ref().and_then(|its| its.iter().find(|it| it.name == instance.instance_type));
+        let label = node_claim.metadata.labels.as_ref().and_then(|l| l.get(aws_labels::PLACEMENT_GROUP_ID));
+        let resolved = match self.placement(&class).await {
+            Ok(Placement::None) => None,
+            Ok(Placement::Resolved(group)) => Some(group.id),
+            // Unresolvable or failed: no placement-group answer (the label compared with itself).
+            Ok(Placement::NotFound(_)) | Err(_) => label.cloned(),
+        };
         let context = DriftContext {
             instance_type_requirements: reqs.map(|it| &it.requirements),
-            // Placement groups are not resolved by this provider yet: the label is compared with itself.
-            resolved_placement_group_id: node_claim
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(aws_labels::PLACEMENT_GROUP_ID))
-                .map(String::as_str),
+            resolved_placement_group_id: resolved.as_deref(),
         };
         Ok(crate::drift::is_drifted(&class, node_claim, &facts, context))
     }
@@ -532,6 +646,22 @@ impl CloudProvider for AwsCloudProvider {
 
     fn labels(&self) -> &ProviderLabels {
         &self.labels
+    }
+}
+
+/// Interruptions seen by the SQS source: a spot interruption marks its (spot, type, zone) offering; a
+/// capacity-reservation interruption zeroes the reservation's tracked count (or, untracked, marks its
+/// (reserved, type, zone) offering).
+impl InterruptionHook for AwsCloudProvider {
+    fn spot_interrupted(&self, claim: &InstanceClaim) {
+        self.unavailable_offerings().spot_interrupted(claim);
+    }
+
+    fn capacity_reservation_interrupted(&self, reservation_id: &str, claim: &InstanceClaim) {
+        match &self.reservations {
+            Some(tracker) => tracker.mark_unavailable(reservation_id),
+            None => self.unavailable_offerings().capacity_reservation_interrupted(reservation_id, claim),
+        }
     }
 }
 

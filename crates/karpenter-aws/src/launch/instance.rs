@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use karpenter_api::ec2nodeclass::Ami;
@@ -40,11 +40,12 @@ use crate::launch::fleet::{
     FleetApi, FleetInstance, FleetLaunchTemplateConfig, FleetOverride, InstanceState, NODE_CLAIM_TAG, NODE_CLASS_TAG,
     NODE_POOL_TAG, TargetCapacityType, cluster_ownership_tag, is_launch_template_not_found, reason_for_code,
 };
-use crate::launch::ice::{SPOT_SLR_CODE, UnavailableOfferings, is_ice_code};
+use crate::launch::ice::{PlacementScope, SPOT_SLR_CODE, UnavailableOfferings, is_ice_code};
 use crate::launch::template::{
     LaunchTemplate, LaunchTemplateInputs, LaunchTemplateProvider, launch_template_data, launch_template_tags,
 };
 use crate::launch::userdata::{BootstrapConfig, user_data};
+use crate::nodeclass::reservation::{CapacityReservationProvider, PlacementGroupInfo};
 
 /// At most this many instance types go into one fleet request.
 pub const MAX_INSTANCE_TYPES: usize = 60;
@@ -131,6 +132,67 @@ pub struct Launched {
     pub reservation_id: Option<String>,
     /// The reservation's type and interruptibility, for reserved launches.
     pub reservation: Option<(String, bool)>,
+    /// The placement group (and partition) the instance was launched into.
+    pub placement: Option<PlacementScope>,
+}
+
+/// One failed launch attempt of an offering (a CreateFleet error): the labels of
+/// `karpenter_cloudprovider_instance_launch_failures_total`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LaunchFailure {
+    /// The zone EC2 named.
+    pub zone: String,
+    /// Its zone id (from the node class's subnets; empty when unknown).
+    pub zone_id: String,
+    /// The launch's capacity type.
+    pub capacity_type: String,
+    /// EC2's error code.
+    pub reason: String,
+}
+
+/// Told about every [`LaunchFailure`] (the binary counts them in Prometheus).
+pub trait LaunchFailureSink: Send + Sync + fmt::Debug {
+    /// One failure.
+    fn launch_failed(&self, failure: &LaunchFailure);
+}
+
+/// What a fleet outcome needs to know about the launch besides the request and response.
+struct LaunchContext<'a> {
+    name: &'a str,
+    capacity_type: &'a str,
+    placement: Option<&'a PlacementGroupInfo>,
+    scope: Option<&'a PlacementScope>,
+    zone_ids: BTreeMap<String, String>,
+}
+
+/// Whether a fleet error says a spread placement group holds as many instances as it may in that zone.
+pub fn is_spread_limit_error(e: &crate::launch::fleet::FleetError) -> bool {
+    let m = e.error_message.to_ascii_lowercase();
+    m.contains("spread") && m.contains("placement group") && (m.contains("limit") || m.contains("maximum"))
+}
+
+/// The partition of a partition-group launch: the lowest partition (`1..=N`) the claim's requirements allow
+/// for which some instance type the claim fits has an available compatible offering; else the lowest allowed
+/// (the launch then fails for capacity); `None` when the claim allows none.
+fn choose_partition(
+    reqs: &Requirements,
+    requests: &ResourceList,
+    partitions: i32,
+    instance_types: &[InstanceType],
+) -> Option<i32> {
+    let key = karpenter_api::labels::aws::PLACEMENT_GROUP_PARTITION;
+    let allowed: Vec<i32> =
+        (1..=partitions).filter(|p| reqs.get_ref(key).is_none_or(|r| r.has(&p.to_string()))).collect();
+    let offered = |p: i32| {
+        let mut pinned = reqs.clone();
+        pinned.add(Requirement::in_values(key, [p.to_string()]));
+        instance_types.iter().any(|it| {
+            requests.fits(it.allocatable())
+                && it.requirements.intersects_ok(&pinned)
+                && it.offerings.iter().any(|o| o.available && pinned.intersects_ok(&o.requirements))
+        })
+    };
+    allowed.iter().copied().find(|p| offered(*p)).or_else(|| allowed.first().copied())
 }
 
 /// See the module docs.
@@ -145,6 +207,9 @@ pub struct InstanceProvider {
     sleeper: Arc<dyn Sleeper>,
     cluster: ClusterInfo,
     retry: RetryPolicy,
+    reservations: Option<Arc<CapacityReservationProvider>>,
+    failures: Arc<Mutex<BTreeMap<LaunchFailure, u64>>>,
+    failure_sink: Option<Arc<dyn LaunchFailureSink>>,
 }
 
 impl fmt::Debug for InstanceProvider {
@@ -215,7 +280,35 @@ impl InstanceProvider {
             sleeper,
             cluster,
             retry,
+            reservations: None,
+            failures: Arc::default(),
+            failure_sink: None,
         }
+    }
+
+    /// Reserved launches track the reservations' counts: a launch takes one, a capacity error zeroes the
+    /// reservation (instead of marking the offering).
+    pub fn with_capacity_reservations(mut self, reservations: Arc<CapacityReservationProvider>) -> Self {
+        self.reservations = Some(reservations);
+        self
+    }
+
+    /// Every launch failure is also told to `sink`.
+    pub fn with_launch_failure_sink(mut self, sink: Arc<dyn LaunchFailureSink>) -> Self {
+        self.failure_sink = Some(sink);
+        self
+    }
+
+    /// The launch failures counted so far, per (zone, zone id, capacity type, reason).
+    pub fn launch_failures(&self) -> BTreeMap<LaunchFailure, u64> {
+        self.failures.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    fn record_failure(&self, failure: LaunchFailure) {
+        if let Some(sink) = &self.failure_sink {
+            sink.launch_failed(&failure);
+        }
+        *self.failures.lock().unwrap_or_else(PoisonError::into_inner).entry(failure).or_default() += 1;
     }
 
     /// The cluster.
@@ -260,9 +353,22 @@ impl InstanceProvider {
         node_class: &EC2NodeClass,
         instance_types: &[InstanceType],
     ) -> Result<Launched, CloudProviderError> {
+        self.create_in(claim, node_class, instance_types, None).await
+    }
+
+    /// [`create`](Self::create) into the node class's resolved placement group: the launch template's
+    /// `Placement` names the group (and, for a partition group, the partition [`choose_partition`] picks), and
+    /// capacity errors mark the offering within the group.
+    pub async fn create_in(
+        &self,
+        claim: &NodeClaim,
+        node_class: &EC2NodeClass,
+        instance_types: &[InstanceType],
+        placement: Option<&PlacementGroupInfo>,
+    ) -> Result<Launched, CloudProviderError> {
         let mut retried_templates = false;
         loop {
-            match self.create_once(claim, node_class, instance_types).await {
+            match self.create_once(claim, node_class, instance_types, placement).await {
                 Err(Retry::LaunchTemplates) if !retried_templates => retried_templates = true,
                 Err(Retry::LaunchTemplates) => {
                     return Err(CloudProviderError::create("LaunchTemplateNotFound", "launch template missing twice"));
@@ -278,11 +384,19 @@ impl InstanceProvider {
         claim: &NodeClaim,
         node_class: &EC2NodeClass,
         instance_types: &[InstanceType],
+        placement: Option<&PlacementGroupInfo>,
     ) -> Result<Launched, Retry> {
         let name = claim.metadata.name.clone().unwrap_or_default();
-        let reqs =
+        let mut reqs =
             claim.requirements().map_err(|e| CloudProviderError::create("InvalidRequirements", e.to_string()))?;
         let requests = requests(claim)?;
+        let partition = placement
+            .and_then(PlacementGroupInfo::partitions)
+            .and_then(|n| choose_partition(&reqs, &requests, n, instance_types));
+        if let Some(p) = partition {
+            reqs.add(Requirement::in_values(karpenter_api::labels::aws::PLACEMENT_GROUP_PARTITION, [p.to_string()]));
+        }
+        let scope = placement.map(|g| PlacementScope::new(&g.id, partition));
         let allow = karpenter_api::ProviderLabels::aws().all_well_known();
         let fits = |it: &&InstanceType| requests.fits(it.allocatable()) && it.requirements.intersects_ok(&reqs);
         let compatible: Vec<&InstanceType> = instance_types.iter().filter(fits).collect();
@@ -436,6 +550,7 @@ impl InstanceProvider {
                     tenancy,
                     reservation.as_deref(),
                     market,
+                    scope.as_ref(),
                     &tags,
                 )
                 .map_err(Retry::Fail)?;
@@ -494,7 +609,14 @@ impl InstanceProvider {
             tags,
         };
         let response = self.create_fleet_with_retry(request.clone()).await?;
-        self.outcome(&name, &request, response, &candidates, capacity_type)
+        let context = LaunchContext {
+            name: &name,
+            capacity_type,
+            placement,
+            scope: scope.as_ref(),
+            zone_ids: status.subnets.iter().filter_map(|s| Some((s.zone.clone(), s.zone_id.clone()?))).collect(),
+        };
+        self.outcome(&context, &request, response, &candidates)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -509,6 +631,7 @@ impl InstanceProvider {
         tenancy: &str,
         reservation: Option<&str>,
         market: Option<&str>,
+        placement: Option<&PlacementScope>,
         tags: &BTreeMap<String, String>,
     ) -> Result<LaunchTemplate, CloudProviderError> {
         let family = node_class.effective_ami_family().unwrap_or(AmiFamily::Al2023);
@@ -554,7 +677,11 @@ impl InstanceProvider {
                 ami,
                 user_data,
                 tenancy,
-                placement: None,
+                placement: placement.map(|p| crate::launch::template::LtPlacement {
+                    group_id: Some(p.group_id.clone()),
+                    partition_number: p.partition,
+                    tenancy: None,
+                }),
                 capacity_type,
                 capacity_reservation_id: reservation,
                 market_type: market,
@@ -591,25 +718,72 @@ impl InstanceProvider {
         }
     }
 
+    /// Marks what a capacity error refused: for reserved launches the reservations of that (type, zone) when
+    /// their counts are tracked (else the offering), the offering within the placement group for group launches
+    /// (the whole zone of a spread group at its limit), else the offering.
+    fn mark_capacity_error(
+        &self,
+        context: &LaunchContext<'_>,
+        e: &crate::launch::fleet::FleetError,
+        candidates: &[InstanceType],
+    ) -> Option<OfferingRef> {
+        let (Some(it), Some(zone)) = (&e.instance_type, &e.availability_zone) else { return None };
+        let o = OfferingRef::new(it, zone, context.capacity_type);
+        if let (Some(group), Some(scope)) = (context.placement, context.scope)
+            && group.is_spread()
+            && is_spread_limit_error(e)
+        {
+            self.unavailable.mark_group_zone(&scope.group_id, zone);
+            return Some(o);
+        }
+        if context.capacity_type == CAPACITY_TYPE_RESERVED
+            && let Some(tracker) = &self.reservations
+        {
+            let ids: BTreeSet<&str> = candidates
+                .iter()
+                .filter(|c| c.name == *it)
+                .flat_map(|c| c.offerings.iter())
+                .filter(|x| x.zone() == Some(zone.as_str()) && x.capacity_type() == Some(CAPACITY_TYPE_RESERVED))
+                .filter_map(Offering::reservation_id)
+                .collect();
+            for id in ids {
+                tracker.mark_unavailable(id);
+            }
+            return Some(o);
+        }
+        match context.scope {
+            Some(scope) => self.unavailable.mark_in_group(o.clone(), scope.clone()),
+            None => self.unavailable.mark(o.clone()),
+        }
+        Some(o)
+    }
+
     fn outcome(
         &self,
-        name: &str,
+        context: &LaunchContext<'_>,
         request: &CreateFleetRequest,
         response: CreateFleetResponse,
         candidates: &[InstanceType],
-        capacity_type: &str,
     ) -> Result<Launched, Retry> {
+        let (name, capacity_type) = (context.name, context.capacity_type);
+        let spread_limit = |e: &crate::launch::fleet::FleetError| {
+            context.placement.is_some_and(PlacementGroupInfo::is_spread) && is_spread_limit_error(e)
+        };
         let mut marked = Vec::new();
         let mut template_missing = false;
         for e in &response.errors {
+            if let Some(zone) = &e.availability_zone {
+                self.record_failure(LaunchFailure {
+                    zone: zone.clone(),
+                    zone_id: context.zone_ids.get(zone).cloned().unwrap_or_default(),
+                    capacity_type: capacity_type.to_owned(),
+                    reason: e.error_code.clone(),
+                });
+            }
             if e.error_code == SPOT_SLR_CODE {
                 self.unavailable.mark_capacity_type(CAPACITY_TYPE_SPOT);
-            } else if is_ice_code(&e.error_code)
-                && let (Some(it), Some(zone)) = (&e.instance_type, &e.availability_zone)
-            {
-                let o = OfferingRef::new(it, zone, capacity_type);
-                self.unavailable.mark(o.clone());
-                marked.push(o);
+            } else if is_ice_code(&e.error_code) || spread_limit(e) {
+                marked.extend(self.mark_capacity_error(context, e, candidates));
             } else if is_launch_template_not_found(&e.error_code) {
                 template_missing = true;
             }
@@ -637,12 +811,16 @@ impl InstanceProvider {
                     .is_some_and(|r| r.has("true"));
                 (kind, interruptible)
             });
+            if let (Some(id), Some(tracker)) = (&reservation_id, &self.reservations) {
+                tracker.mark_launched(id);
+            }
             return Ok(Launched {
                 instance,
                 instance_type: it.clone(),
                 capacity_type: capacity_type.to_owned(),
                 reservation_id,
                 reservation,
+                placement: context.scope.cloned(),
             });
         }
         if template_missing {
@@ -652,7 +830,10 @@ impl InstanceProvider {
             return Err(Retry::LaunchTemplates);
         }
         let all_ice = !response.errors.is_empty()
-            && response.errors.iter().all(|e| is_ice_code(&e.error_code) || e.error_code == SPOT_SLR_CODE);
+            && response
+                .errors
+                .iter()
+                .all(|e| is_ice_code(&e.error_code) || e.error_code == SPOT_SLR_CODE || spread_limit(e));
         if all_ice || response.errors.is_empty() {
             marked.sort();
             marked.dedup();

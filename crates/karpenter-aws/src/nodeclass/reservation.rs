@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -97,6 +98,7 @@ pub struct CapacityReservationProvider {
     clock: Arc<dyn Clock>,
     cache: TtlCache<Vec<DescribeCapacityReservationsRequest>, Vec<CapacityReservationDescription>>,
     available: TtlCache<String, i64>,
+    version: AtomicU64,
 }
 
 impl CapacityReservationProvider {
@@ -105,8 +107,22 @@ impl CapacityReservationProvider {
             api,
             cache: TtlCache::new(clock.clone(), CAPACITY_RESERVATION_CACHE_TTL),
             available: TtlCache::new(clock.clone(), AVAILABILITY_TTL),
+            version: AtomicU64::new(0),
             clock,
         }
+    }
+
+    /// Sets the tracked count of `id` (bumping the version when it changes).
+    fn set_count(&self, id: &str, n: i64) {
+        if self.available.get(&id.to_string()) != Some(n) {
+            self.version.fetch_add(1, Ordering::Relaxed);
+        }
+        self.available.insert(id.to_string(), n);
+    }
+
+    /// Changes whenever a tracked count does (cached offerings rebuild on it).
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Relaxed)
     }
 
     async fn describe(
@@ -128,7 +144,7 @@ impl CapacityReservationProvider {
         }
         let out: Vec<CapacityReservationDescription> = by_id.into_values().collect();
         for r in &out {
-            self.available.insert(r.capacity_reservation_id.clone(), r.available_instance_count);
+            self.set_count(&r.capacity_reservation_id, r.available_instance_count);
         }
         self.cache.insert(queries, out.clone());
         Ok(out)
@@ -152,28 +168,35 @@ impl CapacityReservationProvider {
         Ok(self.describe(terms, false).await?.iter().any(|r| r.capacity_reservation_id == id))
     }
 
-    /// The tracked number of instances reservation `id` can still take (`None` when never described).
+    /// The tracked number of instances reservation `id` can still take (`None` when never described, or not
+    /// for [`AVAILABILITY_TTL`]).
     pub fn available_count(&self, id: &str) -> Option<i64> {
         self.available.get(&id.to_string())
+    }
+
+    /// The tracked counts of `ids` (unknown ones left out).
+    pub fn available_counts<'a>(&self, ids: impl IntoIterator<Item = &'a str>) -> BTreeMap<String, i64> {
+        ids.into_iter().filter_map(|id| Some((id.to_owned(), self.available_count(id)?))).collect()
     }
 
     /// An instance launched into reservation `id`.
     pub fn mark_launched(&self, id: &str) {
         if let Some(n) = self.available_count(id) {
-            self.available.insert(id.to_string(), (n - 1).max(0));
+            self.set_count(id, (n - 1).max(0));
         }
     }
 
     /// An instance of reservation `id` is gone.
     pub fn mark_terminated(&self, id: &str) {
         if let Some(n) = self.available_count(id) {
-            self.available.insert(id.to_string(), n + 1);
+            self.set_count(id, n.saturating_add(1));
         }
     }
 
-    /// EC2 answered with a capacity error for reservation `id`: no room until the next describe.
+    /// EC2 answered with a capacity error for reservation `id`, or the reservation is reclaiming its
+    /// instances: no room until the next describe.
     pub fn mark_unavailable(&self, id: &str) {
-        self.available.insert(id.to_string(), 0);
+        self.set_count(id, 0);
     }
 
     /// When the status should next be recomputed: 1 minute, or earlier when a reservation expires or ends.
@@ -209,6 +232,18 @@ pub struct PlacementGroupInfo {
     pub partition_count: Option<i32>,
     /// `host` or `rack` for spread groups.
     pub spread_level: Option<String>,
+}
+
+impl PlacementGroupInfo {
+    /// The number of partitions of a `partition` group (`None` for other strategies or an unknown count).
+    pub fn partitions(&self) -> Option<i32> {
+        (self.strategy == "partition").then_some(self.partition_count).flatten().filter(|n| *n > 0)
+    }
+
+    /// Whether it is a `spread` group.
+    pub fn is_spread(&self) -> bool {
+        self.strategy == "spread"
+    }
 }
 
 /// Resolves `spec.placementGroupSelector`, cached for a minute.

@@ -494,3 +494,440 @@ fn provider_ids() {
     assert_eq!(instance_id("aws:///us-west-2a/"), None);
     assert_eq!(provider_id("us-west-2a", "i-1"), "aws:///us-west-2a/i-1");
 }
+
+// Placement groups, capacity-reservation counts, launch-failure counts.
+
+mod placement_and_reservations {
+    use karpenter_api::labels::aws::{CAPACITY_RESERVATION_ID, PLACEMENT_GROUP_ID, PLACEMENT_GROUP_PARTITION, ZONE_ID};
+    use karpenter_api::labels::{INSTANCE_TYPE, ZONE};
+
+    use super::*;
+    use crate::launch::fleet::{CreateFleetResponse, DescribeInstancesRequest, FleetError, TerminatingInstance};
+    use crate::launch::ice::PlacementScope;
+    use crate::launch::instance::{LaunchFailure, LaunchFailureSink};
+    use crate::nodeclass::api::{CapacityReservationDescription, PlacementGroupDescription};
+    use crate::nodeclass::mock::MockAws;
+    use crate::nodeclass::reservation::{CapacityReservationProvider, PlacementGroupProvider};
+    use crate::queue::{InstanceClaim, InterruptionHook};
+
+    fn group(id: &str, name: &str, strategy: &str, partitions: Option<i32>) -> PlacementGroupDescription {
+        PlacementGroupDescription {
+            group_id: id.into(),
+            group_name: name.into(),
+            strategy: strategy.into(),
+            partition_count: partitions,
+            spread_level: (strategy == "spread").then(|| "rack".into()),
+            state: "available".into(),
+        }
+    }
+
+    /// The default class with `placementGroupSelector: {name: ml}`.
+    fn pg_class() -> serde_json::Value {
+        let mut c = class_json("True");
+        c["spec"]["placementGroupSelector"] = json!({"name": "ml"});
+        c
+    }
+
+    struct PgEnv {
+        e: Env,
+        aws: Arc<MockAws>,
+    }
+
+    fn pg_env(groups: Vec<PlacementGroupDescription>, fleet: Option<Arc<dyn FleetApi>>) -> PgEnv {
+        let mut e = env();
+        e.classes.insert_value(GROUP, KIND, "default", pg_class());
+        let aws = Arc::new(MockAws::new());
+        aws.with(|w| w.placement_groups = groups);
+        let groups = Arc::new(PlacementGroupProvider::new(aws.clone(), Arc::new(e.clock.clone())));
+        let mut provider = provider_on(&e.ec2, &e.classes, &e.clock, "test-cluster", prices(&catalogue()));
+        if let Some(fleet) = fleet {
+            let apis =
+                AwsApis { fleet, launch_templates: Arc::new(e.ec2.clone()), instance_types: Arc::new(e.ec2.clone()) };
+            let cluster = provider.instance_provider().cluster().clone();
+            provider = AwsCloudProvider::new(
+                apis,
+                Arc::new(e.classes.clone()),
+                Arc::new(e.clock.clone()),
+                Arc::new(e.clock.clone()),
+                SharedPrices::new(PriceSource::Table(prices(&catalogue()))),
+                AwsCloudProviderOptions::new(cluster, "us-west-2"),
+            );
+        }
+        e.provider = provider.with_placement_groups(groups);
+        PgEnv { e, aws }
+    }
+
+    fn with_requirement(mut c: NodeClaim, key: &str, values: &[&str]) -> NodeClaim {
+        c.spec.requirements.push(nodepool_requirement(key, "In", values));
+        c
+    }
+
+    fn placements(e: &Env) -> Vec<(Option<String>, Option<i32>)> {
+        let mut v: Vec<_> = e
+            .ec2
+            .launch_templates()
+            .into_iter()
+            .filter_map(|lt| lt.data.placement.map(|p| (p.group_id, p.partition_number)))
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn partition_group_requirements_launch_template_and_labels() {
+        let p = pg_env(vec![group("pg-1", "ml", "partition", Some(3))], None);
+        let e = &p.e;
+        let its = e.provider.instance_types(&pool()).await.unwrap();
+        assert!(!its.is_empty());
+        for it in its.iter() {
+            assert!(it.requirements.get(PLACEMENT_GROUP_ID).has("pg-1"), "{}", it.name);
+            assert!(!it.requirements.get(PLACEMENT_GROUP_ID).has("pg-2"));
+            for o in &it.offerings {
+                let id = o.requirements.get(PLACEMENT_GROUP_ID);
+                assert_eq!(id.values().len(), 1, "{o:?}");
+                assert!(id.has("pg-1"));
+                let partitions = o.requirements.get(PLACEMENT_GROUP_PARTITION);
+                assert_eq!(partitions.values().len(), 3, "{o:?}");
+                assert!(["1", "2", "3"].iter().all(|v| partitions.has(v)));
+            }
+        }
+        let created = e.provider.create(&claim("pg-a", &["on-demand"])).await.unwrap();
+        assert_eq!(placements(e), vec![(Some("pg-1".into()), Some(1))], "lowest partition");
+        assert_eq!(label(&created, PLACEMENT_GROUP_ID), Some("pg-1"));
+        assert_eq!(label(&created, PLACEMENT_GROUP_PARTITION), Some("1"));
+        // A claim that only allows partitions 2 and 3 gets 2.
+        let c = with_requirement(claim("pg-b", &["on-demand"]), PLACEMENT_GROUP_PARTITION, &["3", "2"]);
+        let created = e.provider.create(&c).await.unwrap();
+        assert_eq!(label(&created, PLACEMENT_GROUP_PARTITION), Some("2"));
+        assert!(placements(e).contains(&(Some("pg-1".into()), Some(2))));
+        // A claim for another group cannot launch here.
+        let c = with_requirement(claim("pg-c", &["on-demand"]), PLACEMENT_GROUP_ID, &["pg-9"]);
+        let err = e.provider.create(&c).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InsufficientCapacity, "{err}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cluster_group_has_no_partition() {
+        let p = pg_env(vec![group("pg-c", "ml", "cluster", None)], None);
+        let e = &p.e;
+        let its = e.provider.instance_types(&pool()).await.unwrap();
+        assert!(its.iter().flat_map(|it| &it.offerings).all(|o| !o.requirements.has(PLACEMENT_GROUP_PARTITION)));
+        let created = e.provider.create(&claim("pg-c", &["on-demand"])).await.unwrap();
+        assert_eq!(placements(e), vec![(Some("pg-c".into()), None)]);
+        assert_eq!(label(&created, PLACEMENT_GROUP_ID), Some("pg-c"));
+        assert_eq!(label(&created, PLACEMENT_GROUP_PARTITION), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_selector_that_resolves_to_nothing_blocks_launches() {
+        let p = pg_env(vec![group("pg-1", "other", "cluster", None)], None);
+        let e = &p.e;
+        let err = e.provider.create(&claim("no-pg", &["on-demand"])).await.unwrap_err();
+        match &err {
+            CloudProviderError::Create { reason, .. } => assert_eq!(reason, "PlacementGroupNotFound"),
+            other => panic!("{other:?}"),
+        }
+        assert!(err.to_string().contains("name ml"), "{err}");
+        assert!(e.ec2.fleet_requests().is_empty());
+        assert!(e.provider.instance_types(&pool()).await.unwrap().is_empty());
+        // Once the group exists (after the resolver's one-minute cache), launches go into it.
+        p.aws.with(|w| w.placement_groups.push(group("pg-2", "ml", "cluster", None)));
+        e.clock.step_secs(61);
+        let created = e.provider.create(&claim("pg-later", &["on-demand"])).await.unwrap();
+        assert_eq!(label(&created, PLACEMENT_GROUP_ID), Some("pg-2"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn changing_the_selected_group_drifts_claims_launched_before() {
+        let p = pg_env(vec![group("pg-1", "ml", "cluster", None)], None);
+        let e = &p.e;
+        let c = claim("pg-drift", &["on-demand"]);
+        let mut launched = e.provider.create(&c).await.unwrap();
+        launched.spec = c.spec.clone();
+        assert_eq!(e.provider.is_drifted(&launched).await.unwrap(), None);
+        // The group is replaced by another one of the same name.
+        p.aws.with(|w| w.placement_groups = vec![group("pg-2", "ml", "cluster", None)]);
+        e.clock.step_secs(61);
+        assert_eq!(
+            e.provider.is_drifted(&launched).await.unwrap(),
+            Some(DriftReason::new(drift_reasons::PLACEMENT_GROUP_DRIFT))
+        );
+        // A selector that resolves to nothing (or fails) gives no placement-group answer.
+        p.aws.with(|w| w.placement_groups.clear());
+        e.clock.step_secs(61);
+        assert_eq!(e.provider.is_drifted(&launched).await.unwrap(), None);
+        // The selector removed from the class: a claim in a group drifts (the static hash, checked first, is
+        // taken out of the picture).
+        e.classes.insert_value(GROUP, KIND, "default", class_json("True"));
+        assert_eq!(
+            e.provider.is_drifted(&launched).await.unwrap(),
+            Some(DriftReason::new(drift_reasons::NODE_CLASS_DRIFT))
+        );
+        launched.metadata.annotations = None;
+        assert_eq!(
+            e.provider.is_drifted(&launched).await.unwrap(),
+            Some(DriftReason::new(drift_reasons::PLACEMENT_GROUP_DRIFT))
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn capacity_errors_in_a_partition_mark_the_offering_in_that_partition_only() {
+        let p = pg_env(vec![group("pg-1", "ml", "partition", Some(2))], None);
+        let e = &p.e;
+        e.ec2.set_exhausted("on-demand", "m5.large", "us-west-2a", true);
+        let narrow = |name: &str| {
+            let c = with_requirement(claim(name, &["on-demand"]), INSTANCE_TYPE, &["m5.large"]);
+            with_requirement(c, ZONE, &["us-west-2a"])
+        };
+        let err = e.provider.create(&narrow("p1")).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InsufficientCapacity, "{err}");
+        let o = OfferingRef::new("m5.large", "us-west-2a", "on-demand");
+        let ice = e.provider.unavailable_offerings();
+        assert!(ice.is_unavailable_in_group(&o, &PlacementScope::new("pg-1", Some(1))));
+        assert!(!ice.is_unavailable_in_group(&o, &PlacementScope::new("pg-1", Some(2))));
+        assert!(!ice.is_unavailable(&o), "not marked outside the group");
+        let its = e.provider.instance_types(&pool()).await.unwrap();
+        let m5 = its.iter().find(|it| it.name == "m5.large").unwrap();
+        let od_a = m5
+            .offerings
+            .iter()
+            .find(|x| x.zone() == Some("us-west-2a") && x.capacity_type() == Some("on-demand"))
+            .unwrap();
+        assert!(od_a.available);
+        let partitions = od_a.requirements.get(PLACEMENT_GROUP_PARTITION);
+        assert!(partitions.has("2") && !partitions.has("1"), "{od_a:?}");
+        // The next launch goes to partition 2; when that fails too the offering is gone from the group.
+        e.provider.create(&narrow("p2")).await.unwrap_err();
+        assert!(placements(e).contains(&(Some("pg-1".into()), Some(2))), "{:?}", placements(e));
+        let its = e.provider.instance_types(&pool()).await.unwrap();
+        let m5 = its.iter().find(|it| it.name == "m5.large").unwrap();
+        assert!(
+            m5.offerings
+                .iter()
+                .filter(|x| x.zone() == Some("us-west-2a") && x.capacity_type() == Some("on-demand"))
+                .all(|x| !x.available)
+        );
+        // Failures are counted per zone (with its id), capacity type and reason.
+        let failures = e.provider.instance_provider().launch_failures();
+        let key = LaunchFailure {
+            zone: "us-west-2a".into(),
+            zone_id: "usw2-az1".into(),
+            capacity_type: "on-demand".into(),
+            reason: "InsufficientInstanceCapacity".into(),
+        };
+        assert_eq!(failures.get(&key), Some(&2), "{failures:?}");
+    }
+
+    /// A fleet that refuses every override in us-west-2a: the spread group is full there.
+    #[derive(Debug)]
+    struct SpreadFull(MockEc2);
+
+    #[async_trait]
+    impl FleetApi for SpreadFull {
+        async fn create_fleet(&self, request: &CreateFleetRequest) -> Result<CreateFleetResponse, AwsApiError> {
+            let mut r = CreateFleetResponse::default();
+            for c in &request.launch_template_configs {
+                for o in c.overrides.iter().filter(|o| o.availability_zone == "us-west-2a") {
+                    r.errors.push(FleetError {
+                        error_code: "InvalidParameterCombination".into(),
+                        error_message: "You have reached the limit of instances in this spread placement group.".into(),
+                        instance_type: Some(o.instance_type.clone()),
+                        availability_zone: Some(o.availability_zone.clone()),
+                        subnet_id: o.subnet_id.clone(),
+                    });
+                }
+            }
+            Ok(r)
+        }
+        async fn describe_instances(
+            &self,
+            request: &DescribeInstancesRequest,
+        ) -> Result<Vec<Ec2Instance>, AwsApiError> {
+            self.0.describe_instances(request).await
+        }
+        async fn terminate_instances(&self, ids: &[String]) -> Result<Vec<TerminatingInstance>, AwsApiError> {
+            self.0.terminate_instances(ids).await
+        }
+        async fn create_tags(&self, ids: &[String], tags: &BTreeMap<String, String>) -> Result<(), AwsApiError> {
+            self.0.create_tags(ids, tags).await
+        }
+    }
+
+    #[derive(Debug, Default)]
+    struct Recorder(Mutex<Vec<LaunchFailure>>);
+
+    impl LaunchFailureSink for Recorder {
+        fn launch_failed(&self, failure: &LaunchFailure) {
+            self.0.lock().unwrap().push(failure.clone());
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_spread_group_marks_every_type_of_the_zone() {
+        let clock = FakeClock::default();
+        let fleet = Arc::new(SpreadFull(MockEc2::new(Arc::new(clock))));
+        let p = pg_env(vec![group("pg-s", "ml", "spread", None)], Some(fleet));
+        let recorder = Arc::new(Recorder::default());
+        let provider = p.e.provider.clone().with_launch_failure_sink(recorder.clone());
+        let c = with_requirement(claim("s1", &["on-demand"]), INSTANCE_TYPE, &["m5.large"]);
+        let c = with_requirement(c, ZONE, &["us-west-2a"]);
+        let err = provider.create(&c).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InsufficientCapacity, "the limit is a capacity error: {err}");
+        let its = provider.instance_types(&pool()).await.unwrap();
+        for it in its.iter() {
+            for o in &it.offerings {
+                if o.zone() == Some("us-west-2a") {
+                    assert!(!o.available, "{} {o:?}", it.name);
+                } else if o.zone() == Some("us-west-2b") {
+                    assert!(o.available, "{} {o:?}", it.name);
+                }
+            }
+        }
+        let ice = provider.unavailable_offerings();
+        let other = OfferingRef::new("c5.large", "us-west-2a", "spot");
+        assert!(ice.is_unavailable_in_group(&other, &PlacementScope::new("pg-s", None)));
+        assert!(!ice.is_unavailable(&other), "only within the group");
+        let seen = recorder.0.lock().unwrap().clone();
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        assert_eq!(seen[0].reason, "InvalidParameterCombination");
+        assert_eq!(seen[0].zone_id, "usw2-az1");
+    }
+
+    // Capacity reservations.
+
+    fn reserved_class() -> serde_json::Value {
+        let mut c = class_json("True");
+        c["spec"]["capacityReservationSelectorTerms"] = json!([{"id": "cr-1"}]);
+        c["status"]["capacityReservations"] = json!([{
+            "id": "cr-1", "availabilityZone": "us-west-2a", "instanceType": "m5.large",
+            "ownerID": "123456789012", "instanceMatchCriteria": "targeted", "reservationType": "default",
+            "state": "active"
+        }]);
+        c
+    }
+
+    fn reservation(available: i64) -> CapacityReservationDescription {
+        CapacityReservationDescription {
+            capacity_reservation_id: "cr-1".into(),
+            availability_zone: "us-west-2a".into(),
+            instance_type: "m5.large".into(),
+            owner_id: "123456789012".into(),
+            instance_match_criteria: "targeted".into(),
+            reservation_type: Some("default".into()),
+            state: "active".into(),
+            total_instance_count: 4,
+            available_instance_count: available,
+            ..Default::default()
+        }
+    }
+
+    struct CrEnv {
+        e: Env,
+        tracker: Arc<CapacityReservationProvider>,
+    }
+
+    async fn cr_env(available: i64) -> CrEnv {
+        let mut e = env();
+        e.classes.insert_value(GROUP, KIND, "default", reserved_class());
+        let aws = Arc::new(MockAws::new());
+        aws.with(|w| w.capacity_reservations = vec![reservation(available)]);
+        let tracker = Arc::new(CapacityReservationProvider::new(aws, Arc::new(e.clock.clone())));
+        let class: EC2NodeClass = serde_json::from_value(reserved_class()).unwrap();
+        // The status controller's describe seeds the counts.
+        tracker.list(&class.spec.capacity_reservation_selector_terms).await.unwrap();
+        e.provider = e.provider.clone().with_capacity_reservations(tracker.clone());
+        CrEnv { e, tracker }
+    }
+
+    async fn reserved_offering(e: &Env) -> karpenter_requirements::Offering {
+        let its = e.provider.instance_types(&pool()).await.unwrap();
+        let m5 = its.iter().find(|it| it.name == "m5.large").unwrap();
+        m5.offerings.iter().find(|o| o.capacity_type() == Some("reserved")).unwrap().clone()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn reserved_offerings_follow_the_tracked_count() {
+        let CrEnv { e, tracker } = cr_env(2).await;
+        let o = reserved_offering(&e).await;
+        assert!(o.available);
+        assert_eq!(o.reservation_capacity, 2);
+        let first = e.provider.create(&claim("r1", &["reserved", "on-demand"])).await.unwrap();
+        assert_eq!(label(&first, CAPACITY_TYPE), Some("reserved"));
+        assert_eq!(label(&first, CAPACITY_RESERVATION_ID), Some("cr-1"));
+        assert_eq!(label(&first, ZONE_ID), Some("usw2-az1"));
+        assert_eq!(tracker.available_count("cr-1"), Some(1), "a reserved launch takes one");
+        assert_eq!(reserved_offering(&e).await.reservation_capacity, 1);
+        e.provider.create(&claim("r2", &["reserved", "on-demand"])).await.unwrap();
+        assert_eq!(tracker.available_count("cr-1"), Some(0));
+        let o = reserved_offering(&e).await;
+        assert!(!o.available, "no room left: {o:?}");
+        assert_eq!(o.reservation_capacity, 0);
+        let third = e.provider.create(&claim("r3", &["reserved", "on-demand"])).await.unwrap();
+        assert_eq!(label(&third, CAPACITY_TYPE), Some("on-demand"), "falls back once the reservation is full");
+        // A reserved instance found gone gives its slot back.
+        let mut gone = first.clone();
+        gone.spec = claim("r1", &["reserved", "on-demand"]).spec;
+        e.provider.delete(&gone).await.unwrap();
+        assert!(e.provider.delete(&gone).await.unwrap_err().is_not_found());
+        assert_eq!(tracker.available_count("cr-1"), Some(1));
+        assert!(reserved_offering(&e).await.available);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_capacity_error_of_a_reserved_launch_zeroes_the_reservation_not_the_offering() {
+        let CrEnv { e, tracker } = cr_env(3).await;
+        e.ec2.set_exhausted("reserved", "m5.large", "us-west-2a", true);
+        let err = e.provider.create(&claim("r-ice", &["reserved"])).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InsufficientCapacity, "{err}");
+        assert_eq!(tracker.available_count("cr-1"), Some(0));
+        assert!(!e.provider.unavailable_offerings().is_unavailable(&OfferingRef::new(
+            "m5.large",
+            "us-west-2a",
+            "reserved"
+        )));
+        assert!(e.provider.unavailable_offerings().offerings().is_empty());
+        assert!(!reserved_offering(&e).await.available);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reservation_interruption_zeroes_the_reservation() {
+        let CrEnv { e, tracker } = cr_env(2).await;
+        let queue = Arc::new(crate::testing::MemoryQueue::new("q"));
+        let id = "i-0bbbbbbbbbbbbbbbb";
+        queue.send(
+            &json!({
+                "version": "0", "id": "1", "detail-type": "EC2 Capacity Reservation Instance Interruption Warning",
+                "source": "aws.ec2", "account": "123456789012", "time": "2026-01-01T00:00:00Z",
+                "region": "us-west-2", "resources": [],
+                "detail": {"instance-id": id, "capacity-reservation-id": "cr-1"}
+            })
+            .to_string(),
+        );
+        let claim_of = InstanceClaim {
+            name: "r".into(),
+            provider_id: format!("aws:///us-west-2a/{id}"),
+            instance_type: Some("m5.large".into()),
+            zone: Some("us-west-2a".into()),
+            capacity_type: Some("reserved".into()),
+            capacity_reservation_id: Some("cr-1".into()),
+        };
+        let lookup = Arc::new(crate::queue::StaticLookup(BTreeMap::from([(id.to_owned(), claim_of)])));
+        let source =
+            crate::queue::SqsInterruptionSource::new(queue, lookup, "q").with_hook(Arc::new(e.provider.clone()));
+        let events = karpenter_cloudprovider::InterruptionSource::next_batch(&source).await.unwrap();
+        assert_eq!(events.len(), 1);
+        assert_eq!(tracker.available_count("cr-1"), Some(0));
+        assert!(!reserved_offering(&e).await.available);
+        // The spot side of the hook still marks offerings.
+        e.provider.spot_interrupted(&InstanceClaim {
+            name: "s".into(),
+            provider_id: String::new(),
+            instance_type: Some("c5.large".into()),
+            zone: Some("us-west-2b".into()),
+            capacity_type: Some("spot".into()),
+            capacity_reservation_id: None,
+        });
+        assert!(e.provider.unavailable_offerings().is_unavailable(&OfferingRef::new("c5.large", "us-west-2b", "spot")));
+    }
+}
