@@ -26,12 +26,13 @@ use karpenter_api::ec2nodeclass::EC2NodeClass;
 use karpenter_aws::discovery;
 use karpenter_aws::instancetype::Settings as InstanceTypeSettings;
 use karpenter_aws::instancetypes::{self, SharedPrices};
-use karpenter_aws::launch::instance::ClusterInfo;
+use karpenter_aws::launch::instance::{ClusterInfo, LaunchFailure, LaunchFailureSink};
 use karpenter_aws::nodeclass::controller::{
     ApiServerVersion, CapacityBlockExpiration, InstanceProfileGarbageCollector, NodeClassController,
     SsmInvalidationController,
 };
 use karpenter_aws::nodeclass::instance_profile::ClusterIdentity;
+use karpenter_aws::nodeclass::reservation::{CapacityReservationProvider, PlacementGroupProvider};
 use karpenter_aws::nodeclass::{NodeClassResolver, ResolverApis, ResolverSettings};
 use karpenter_aws::pricing::{PriceFile, PriceTable};
 use karpenter_aws::pricing_api::{self, PricingProvider};
@@ -41,6 +42,7 @@ use karpenter_aws::runtime::every;
 use karpenter_aws::sdk::dry_run::Ec2DryRun;
 use karpenter_aws::sdk::{AwsClients, SdkOptions};
 use karpenter_cloudprovider::{Clock, CloudProvider, InterruptionSource, NodeClassLookup, SystemClock, TokioSleeper};
+use karpenter_operator::metrics::Metrics;
 use karpenter_operator::node_classes::KubeNodeClasses;
 use karpenter_operator::settings::{AwsSettings, CoreSettings};
 use tokio_util::sync::CancellationToken;
@@ -80,6 +82,7 @@ pub async fn start(
     client: kube::Client,
     clock: Arc<dyn Clock>,
     shutdown: CancellationToken,
+    metrics: Arc<Metrics>,
 ) -> anyhow::Result<AwsRuntime> {
     let clients = AwsClients::load(&SdkOptions::default()).await.context("loading the AWS SDK configuration")?;
     let zones_out = clients
@@ -151,6 +154,10 @@ pub async fn start(
         vm_memory_overhead_percent: aws.vm_memory_overhead_percent,
         reserved_enis: i64::from(aws.reserved_enis),
     };
+    // Shared with the node class resolver: its describes seed the reservation counts launches then track, and
+    // launches resolve placement groups through its cache.
+    let placement_groups = Arc::new(PlacementGroupProvider::new(ec2.clone(), clock.clone()));
+    let capacity_reservations = Arc::new(CapacityReservationProvider::new(ec2.clone(), clock.clone()));
     let provider = AwsCloudProvider::new(
         AwsApis { fleet: ec2.clone(), launch_templates: ec2.clone(), instance_types: ec2.clone() },
         lookup.clone(),
@@ -158,7 +165,10 @@ pub async fn start(
         Arc::new(TokioSleeper),
         prices,
         options,
-    );
+    )
+    .with_placement_groups(placement_groups.clone())
+    .with_capacity_reservations(capacity_reservations.clone())
+    .with_launch_failure_sink(Arc::new(PrometheusLaunchFailures(metrics)));
     let types = provider.instance_type_provider().refresh().await.context("fetching the instance-type catalogue")?;
     tracing::info!(instance_types = types, "instance-type catalogue loaded");
     match provider.launch_templates().hydrate().await {
@@ -218,6 +228,8 @@ pub async fn start(
         reserved_capacity: core.feature_gates.reserved_capacity,
     };
     let mut resolver = NodeClassResolver::new(apis, settings, clock.clone());
+    resolver.placement_groups = placement_groups;
+    resolver.capacity_reservations = capacity_reservations;
     if !aws.disable_dry_run {
         resolver = resolver.with_authorization_check(Arc::new(Ec2DryRun::new(clients.ec2.clone())));
     }
@@ -245,7 +257,7 @@ pub async fn start(
             Arc::new(NodeClaimLookup::new(client.clone())),
             aws.interruption_queue.trim(),
         )
-        .with_hook(Arc::new(provider.unavailable_offerings().clone()));
+        .with_hook(Arc::new(provider.clone()));
         Some(Arc::new(source))
     };
 
@@ -323,6 +335,28 @@ fn write_whole(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     let tmp = std::path::PathBuf::from(tmp);
     std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
+}
+
+/// `karpenter_cloudprovider_instance_launch_failures_total`, counted from the instance provider's launch failures.
+struct PrometheusLaunchFailures(Arc<Metrics>);
+
+impl std::fmt::Debug for PrometheusLaunchFailures {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PrometheusLaunchFailures")
+    }
+}
+
+impl LaunchFailureSink for PrometheusLaunchFailures {
+    fn launch_failed(&self, failure: &LaunchFailure) {
+        self.0
+            .cloudprovider_instance_launch_failures(
+                &failure.zone,
+                &failure.zone_id,
+                &failure.capacity_type,
+                &failure.reason,
+            )
+            .inc();
+    }
 }
 
 /// The kube-dns service IP (nodes' default cluster DNS), when the cluster has that service.

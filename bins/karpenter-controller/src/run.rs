@@ -109,7 +109,7 @@ async fn run_async(args: RunArgs, core: CoreSettings, clock: Arc<dyn Clock>) -> 
             }
             manager
         }
-        Provider::Aws => aws_manager(&args, core, client.clone(), clock, shutdown.clone()).await?,
+        Provider::Aws => aws_manager(&args, core, client.clone(), clock, shutdown.clone(), metrics.clone()).await?,
     };
     let manager = manager.with_leader_client(leader_client).with_metrics(metrics);
     match manager.run(shutdown).await {
@@ -129,8 +129,9 @@ async fn aws_manager(
     client: kube::Client,
     clock: Arc<dyn Clock>,
     shutdown: tokio_util::sync::CancellationToken,
+    metrics: Arc<Metrics>,
 ) -> anyhow::Result<Manager> {
-    let runtime = crate::aws::start(&core, &args.aws, client.clone(), clock.clone(), shutdown).await?;
+    let runtime = crate::aws::start(&core, &args.aws, client.clone(), clock.clone(), shutdown, metrics).await?;
     let mut manager = Manager::new(core, client, runtime.cloud_provider, runtime.node_classes, clock);
     if let Some(source) = runtime.interruption {
         manager = manager.with_interruption(source);
@@ -148,6 +149,7 @@ async fn aws_manager(
     _client: kube::Client,
     _clock: Arc<dyn Clock>,
     _shutdown: tokio_util::sync::CancellationToken,
+    _metrics: Arc<Metrics>,
 ) -> anyhow::Result<Manager> {
     anyhow::bail!("--provider aws needs the `aws` cargo feature")
 }

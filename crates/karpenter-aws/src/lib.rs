@@ -29,11 +29,12 @@
 //! Deferred, or simpler than upstream (each is a known gap, not a silent one):
 //! * instance status-check handling (`InstanceUnhealthy` from the EC2 status API) and zonal-shift awareness
 //!   (`ENABLE_ZONAL_SHIFT` is accepted but has no effect);
-//! * capacity reservations: a reservation's remaining count is not tracked across launches (an active
-//!   reservation counts as available until EC2 refuses), and insufficient capacity marks the (reserved, type,
-//!   zone) offering rather than the reservation;
-//! * launch templates carry explicit `networkInterfaces` only (no generated EFA interfaces, IPv6 or placement
-//!   group), and placement-group drift is not reported;
+//! * capacity reservations: remaining counts live in memory only (re-seeded by every describe of the status
+//!   controller, so at most a minute stale, and lost on restart until the next describe); the reserved→on-demand
+//!   demotion controller (§9) is not built;
+//! * placement groups: a spread group's per-zone instance limit is recognised from the fleet error's message
+//!   (EC2 gives it no code of its own); unscoped capacity marks (no group) also apply inside groups;
+//! * launch templates carry explicit `networkInterfaces` only (no generated EFA interfaces or IPv6);
 //! * the subnet of a zone is the status's first (the resolver orders them by free addresses); in-flight IP
 //!   accounting is not done;
 //! * isolated VPCs start from the built-in price estimate: no operator price-file setting is wired yet.
