@@ -376,7 +376,7 @@ karpenter_metrics! {
     gauge cloudprovider_instance_type_offering_price_estimate(instance_type, capacity_type, zone) "Estimated hourly price of the offering.";
     gauge cloudprovider_instance_type_cpu_cores(instance_type) "vCPUs of the instance type.";
     gauge cloudprovider_instance_type_memory_bytes(instance_type) "Memory of the instance type in bytes.";
-    counter cloudprovider_instance_launch_failures(zone, zone_id, capacity_type, reason) "Number of instance launches that failed (AWS).";
+    counter cloudprovider_instance_launch_failures(zone, zone_id, capacity_type, reason) "Number of offerings CreateFleet refused (AWS): one per fleet error naming a zone; reason is EC2's error code (InsufficientInstanceCapacity, ...).";
     counter cloudprovider_instance_termination_failures(zone, zone_id) "Number of instance terminations that failed (AWS).";
     size_histogram cloudprovider_batcher_batch_size(batcher) "Requests merged into one batched cloud provider call (AWS).";
     histogram cloudprovider_batcher_batch_time_seconds(batcher) "Time a batch was held open (AWS).";
