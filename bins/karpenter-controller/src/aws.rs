@@ -233,6 +233,8 @@ pub async fn start(
     if !aws.disable_dry_run {
         resolver = resolver.with_authorization_check(Arc::new(Ec2DryRun::new(clients.ec2.clone())));
     }
+    // Launches choose subnets by the free-IP counts the resolver describes.
+    resolver.subnets.share_ips(provider.instance_provider().subnet_ips());
     let resolver = Arc::new(resolver);
     let version = Arc::new(ApiServerVersion::new(client.clone(), clock.clone()));
     let node_class_controller =

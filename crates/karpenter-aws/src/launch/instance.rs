@@ -45,6 +45,7 @@ use crate::launch::template::{
     LaunchTemplate, LaunchTemplateInputs, LaunchTemplateProvider, launch_template_data, launch_template_tags,
 };
 use crate::launch::userdata::{BootstrapConfig, user_data};
+use crate::nodeclass::network::{DEFAULT_FREE_IP_TTL, SUBNET_OUT_OF_ADDRESSES, SubnetIps};
 use crate::nodeclass::reservation::{CapacityReservationProvider, PlacementGroupInfo};
 
 /// At most this many instance types go into one fleet request.
@@ -163,6 +164,8 @@ struct LaunchContext<'a> {
     placement: Option<&'a PlacementGroupInfo>,
     scope: Option<&'a PlacementScope>,
     zone_ids: BTreeMap<String, String>,
+    /// Zones left without an available subnet by `InsufficientFreeAddressesInSubnet` errors of this launch.
+    zones_out_of_addresses: BTreeSet<String>,
 }
 
 /// Whether a fleet error says a spread placement group holds as many instances as it may in that zone.
@@ -210,6 +213,7 @@ pub struct InstanceProvider {
     reservations: Option<Arc<CapacityReservationProvider>>,
     failures: Arc<Mutex<BTreeMap<LaunchFailure, u64>>>,
     failure_sink: Option<Arc<dyn LaunchFailureSink>>,
+    subnet_ips: SubnetIps,
 }
 
 impl fmt::Debug for InstanceProvider {
@@ -270,6 +274,7 @@ impl InstanceProvider {
         windows: BatchWindows,
         retry: RetryPolicy,
     ) -> Self {
+        let templates_clock = templates.clock();
         Self {
             fleet: Arc::new(fleet_batcher(api.clone(), windows.create_fleet)),
             describe: Arc::new(DescribeBatcher::new(api.clone(), windows.describe_instances)),
@@ -283,7 +288,14 @@ impl InstanceProvider {
             reservations: None,
             failures: Arc::default(),
             failure_sink: None,
+            subnet_ips: SubnetIps::new(templates_clock, DEFAULT_FREE_IP_TTL),
         }
+    }
+
+    /// The launch-time subnet accounting (§7.1); share it with the resolver's
+    /// [`crate::nodeclass::network::SubnetProvider::share_ips`] so launches see the described free-IP counts.
+    pub fn subnet_ips(&self) -> &SubnetIps {
+        &self.subnet_ips
     }
 
     /// Reserved launches track the reservations' counts: a launch takes one, a capacity error zeroes the
@@ -502,10 +514,18 @@ impl InstanceProvider {
         }
         // Launch templates and overrides.
         let status = node_class.status.clone().unwrap_or_default();
-        let mut subnets: BTreeMap<&str, &str> = BTreeMap::new();
-        for s in &status.subnets {
-            subnets.entry(s.zone.as_str()).or_insert(s.id.as_str());
+        // Subnets (§7.1): per zone the available subnet with the most free IPs, each holding its predicted use
+        // (the smallest pod capacity among the instance types offered in its zone) until the fleet answers.
+        let mut min_pods: BTreeMap<&str, i64> = BTreeMap::new();
+        for it in &candidates {
+            let pods = it.capacity().pods().value().unwrap_or(0);
+            for zone in it.offerings.iter().filter(|o| usable(o, &reqs, capacity_type)).filter_map(Offering::zone) {
+                min_pods.entry(zone).and_modify(|p| *p = (*p).min(pods)).or_insert(pods);
+            }
         }
+        let in_flight = self.subnet_ips.reserve(&status.subnets, |zone| min_pods.get(zone).copied().unwrap_or(0));
+        let subnets: BTreeMap<&str, &str> =
+            in_flight.subnets().iter().map(|(zone, s)| (zone.as_str(), s.id.as_str())).collect();
         let tags = self.tags(claim, node_class);
         let tenancy = if reqs.get_ref(karpenter_api::labels::aws::INSTANCE_TENANCY).is_none_or(|r| r.has("default")) {
             "default"
@@ -609,12 +629,22 @@ impl InstanceProvider {
             tags,
         };
         let response = self.create_fleet_with_retry(request.clone()).await?;
+        // A subnet out of addresses is out for 3 minutes; its zone (and so the offering) only when no other
+        // subnet of the class is left there. Predictions of subnets the fleet did not use come back.
+        let mut zones_out_of_addresses = BTreeSet::new();
+        for e in response.errors.iter().filter(|e| e.error_code == SUBNET_OUT_OF_ADDRESSES) {
+            if let Some(zone) = e.subnet_id.as_deref().and_then(|s| in_flight.out_of_addresses(s)) {
+                zones_out_of_addresses.insert(zone);
+            }
+        }
+        in_flight.settle(response.instances.iter().filter_map(|i| i.subnet_id.as_deref()));
         let context = LaunchContext {
             name: &name,
             capacity_type,
             placement,
             scope: scope.as_ref(),
             zone_ids: status.subnets.iter().filter_map(|s| Some((s.zone.clone(), s.zone_id.clone()?))).collect(),
+            zones_out_of_addresses,
         };
         self.outcome(&context, &request, response, &candidates)
     }
@@ -782,6 +812,11 @@ impl InstanceProvider {
             }
             if e.error_code == SPOT_SLR_CODE {
                 self.unavailable.mark_capacity_type(CAPACITY_TYPE_SPOT);
+            } else if e.error_code == SUBNET_OUT_OF_ADDRESSES
+                && e.subnet_id.is_some()
+                && e.availability_zone.as_ref().is_none_or(|z| !context.zones_out_of_addresses.contains(z))
+            {
+                // Another subnet still serves the zone: the subnet alone is out (marked after the fleet call).
             } else if is_ice_code(&e.error_code) || spread_limit(e) {
                 marked.extend(self.mark_capacity_error(context, e, candidates));
             } else if is_launch_template_not_found(&e.error_code) {

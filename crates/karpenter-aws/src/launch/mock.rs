@@ -49,6 +49,8 @@ struct State {
     instances: BTreeMap<String, Ec2Instance>,
     /// (capacity type, instance type, zone) out of capacity.
     exhausted: BTreeSet<(String, String, String)>,
+    /// Subnets without free addresses.
+    full_subnets: BTreeSet<String>,
     failures: BTreeMap<&'static str, VecDeque<AwsApiError>>,
     calls: Vec<MockCall>,
     next_id: u64,
@@ -112,6 +114,17 @@ impl MockEc2 {
             s.exhausted.insert(key);
         } else {
             s.exhausted.remove(&key);
+        }
+    }
+
+    /// Marks a subnet out of free addresses (`true`; launches into it fail with
+    /// `InsufficientFreeAddressesInSubnet`) or back (`false`).
+    pub fn set_subnet_full(&self, subnet_id: &str, full: bool) {
+        let mut s = self.lock();
+        if full {
+            s.full_subnets.insert(subnet_id.to_owned());
+        } else {
+            s.full_subnets.remove(subnet_id);
         }
     }
 
@@ -253,6 +266,19 @@ impl FleetApi for MockEc2 {
                             instance_type: Some(o.instance_type.clone()),
                             availability_zone: Some(o.availability_zone.clone()),
                             subnet_id: o.subnet_id.clone(),
+                        });
+                    }
+                    continue;
+                }
+                if let Some(subnet) = o.subnet_id.as_ref().filter(|id| s.full_subnets.contains(*id)) {
+                    let key = ("subnet".to_owned(), subnet.clone(), o.instance_type.clone());
+                    if error_keys.insert(key) {
+                        response.errors.push(FleetError {
+                            error_code: "InsufficientFreeAddressesInSubnet".into(),
+                            error_message: format!("There are not enough free addresses in subnet '{subnet}'."),
+                            instance_type: Some(o.instance_type.clone()),
+                            availability_zone: Some(o.availability_zone.clone()),
+                            subnet_id: Some(subnet.clone()),
                         });
                     }
                     continue;

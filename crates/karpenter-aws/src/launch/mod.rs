@@ -12,5 +12,7 @@ pub mod ice;
 pub mod instance;
 #[cfg(any(test, feature = "test-util"))]
 pub mod mock;
+#[cfg(test)]
+mod net_tests;
 pub mod template;
 pub mod userdata;

@@ -457,6 +457,11 @@ impl LaunchTemplateProvider {
         Self { api, clock, cluster_name: cluster_name.into(), ttl: LAUNCH_TEMPLATE_TTL, cache: Arc::default() }
     }
 
+    /// The clock the cache runs on.
+    pub fn clock(&self) -> Arc<dyn Clock> {
+        self.clock.clone()
+    }
+
     fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Entry>> {
         self.cache.lock().unwrap_or_else(PoisonError::into_inner)
     }

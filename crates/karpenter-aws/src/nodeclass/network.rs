@@ -79,6 +79,8 @@ pub fn security_group_filter_sets(terms: &[SecurityGroupSelectorTerm]) -> Vec<Ve
     sets
 }
 
+/// The fleet error code of a subnet without free addresses.
+pub const SUBNET_OUT_OF_ADDRESSES: &str = "InsufficientFreeAddressesInSubnet";
 /// How long a subnet stays out of launches after `InsufficientFreeAddressesInSubnet`.
 pub const SUBNET_UNAVAILABLE_TTL: Duration = Duration::from_secs(180);
 /// How long a described free-IP count is trusted when no refresh interval says otherwise.
