@@ -257,7 +257,12 @@ impl InstanceTypeProvider {
         placement: Option<&PlacementGroupInfo>,
     ) -> Result<Arc<[InstanceType]>, InstanceTypeProviderError> {
         let catalogue = self.catalogue().await?;
-        let name = node_class.metadata.name.clone().unwrap_or_default();
+        // One cache slot per (class, placement group): drift checks list without the group, launches with it.
+        let name = format!(
+            "{}\u{0}{}",
+            node_class.metadata.name.as_deref().unwrap_or_default(),
+            placement.map_or("", |p| p.id.as_str())
+        );
         let identity = serde_json::to_string(&(
             &node_class.metadata.uid,
             node_class.metadata.generation,

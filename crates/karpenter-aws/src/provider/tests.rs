@@ -645,7 +645,10 @@ mod placement_and_reservations {
         let c = claim("pg-drift", &["on-demand"]);
         let mut launched = e.provider.create(&c).await.unwrap();
         launched.spec = c.spec.clone();
+        let before = e.provider.instance_types(&pool()).await.unwrap();
         assert_eq!(e.provider.is_drifted(&launched).await.unwrap(), None);
+        let after = e.provider.instance_types(&pool()).await.unwrap();
+        assert!(Arc::ptr_eq(&before, &after), "drift checks do not evict the group's cached list");
         // The group is replaced by another one of the same name.
         p.aws.with(|w| w.placement_groups = vec![group("pg-2", "ml", "cluster", None)]);
         e.clock.step_secs(61);
