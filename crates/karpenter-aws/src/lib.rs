@@ -34,9 +34,10 @@
 //!   demotion controller (§9) is not built;
 //! * placement groups: a spread group's per-zone instance limit is recognised from the fleet error's message
 //!   (EC2 gives it no code of its own); unscoped capacity marks (no group) also apply inside groups;
-//! * launch templates carry explicit `networkInterfaces` only (no generated EFA interfaces or IPv6);
-//! * the subnet of a zone is the status's first (the resolver orders them by free addresses); in-flight IP
-//!   accounting is not done;
+//! * launch templates set no `EnclaveOptions`: the EC2NodeClass API here (api.md) has no `enclaveOptions` field;
+//! * subnet IP accounting (`nodeclass::network::SubnetIps`) lives in the process: predictions in flight and
+//!   subnets out of addresses are lost on restart (the next DescribeSubnets, within the refresh interval,
+//!   restores the counts); when a zone loses its last subnet only the offerings the fleet errors named are marked;
 //! * isolated VPCs start from the built-in price estimate: no operator price-file setting is wired yet.
 //!
 //! Everything here is deterministic (ordered maps, sorted output), does no IO except the explicit file loaders,

@@ -4,6 +4,9 @@
 //!
 //! moto's quirks shape the assertions: CreateFleet always takes the first override (so the claim pins one
 //! instance type and zone) and instances do not get the launch template's security groups or profile.
+//!
+//! A second test creates a launch template with every network and placement field through the SDK adapter and
+//! reads it back with DescribeLaunchTemplateVersions (moto stores the request's data as given).
 
 #![cfg(feature = "sdk")]
 
@@ -179,4 +182,82 @@ async fn create_get_list_delete_through_the_cloud_provider() {
     }
     assert!(gone, "the instance never went away");
     assert!(provider.get(&provider_id).await.unwrap_err().is_not_found());
+}
+
+#[tokio::test]
+async fn launch_template_network_and_placement_fields_reach_ec2() {
+    use karpenter_aws::launch::template::{
+        LaunchTemplate, LaunchTemplateApi, LaunchTemplateData, LtConnectionTracking, LtNetworkInterface, LtPlacement,
+    };
+
+    let Some(server) = MotoServer::start() else { return };
+    let c = AwsClients::load(&SdkOptions::emulator(&server.url(), REGION)).await.expect("sdk config");
+    let efa = |card: i32, device: i32| LtNetworkInterface {
+        network_card_index: card,
+        device_index: device,
+        interface_type: Some("efa".into()),
+        security_group_ids: vec!["sg-1".into()],
+        delete_on_termination: true,
+        ..Default::default()
+    };
+    let primary = LtNetworkInterface {
+        associate_public_ip_address: Some(false),
+        ipv6_prefix_count: Some(2),
+        ipv6_address_count: Some(1),
+        primary_ipv6: Some(true),
+        connection_tracking: Some(LtConnectionTracking {
+            tcp_established_timeout: Some(600),
+            udp_stream_timeout: Some(90),
+            udp_timeout: Some(30),
+        }),
+        ..efa(0, 0)
+    };
+    let data = LaunchTemplateData {
+        image_id: "ami-35e92e4c".into(),
+        user_data: "#!/bin/bash".into(),
+        network_interfaces: vec![primary, efa(1, 1)],
+        placement: Some(LtPlacement {
+            group_id: Some("pg-0123456789abcdef0".into()),
+            partition_number: Some(2),
+            tenancy: Some("dedicated".into()),
+        }),
+        nested_virtualization: true,
+        resource_tags: [("team".to_string(), "a".to_string())].into(),
+        tag_spot_requests: true,
+        ..Default::default()
+    };
+    let template = LaunchTemplate::new(data, [("eks:eks-cluster-name".to_string(), CLUSTER.to_string())].into());
+    c.ec2_adapter().create_launch_template(&template).await.expect("create launch template");
+
+    let out = c.ec2.describe_launch_template_versions().launch_template_name(&template.name).send().await.unwrap();
+    let stored = out.launch_template_versions()[0].launch_template_data().expect("data").clone();
+    let placement = stored.placement().expect("placement");
+    assert_eq!(placement.group_id(), Some("pg-0123456789abcdef0"));
+    assert_eq!(placement.partition_number(), Some(2));
+    assert_eq!(placement.tenancy().map(|t| t.as_str()), Some("dedicated"));
+    let interfaces = stored.network_interfaces();
+    assert_eq!(interfaces.len(), 2, "{interfaces:?}");
+    let cards: Vec<(Option<i32>, Option<i32>, Option<&str>)> =
+        interfaces.iter().map(|n| (n.network_card_index(), n.device_index(), n.interface_type())).collect();
+    assert_eq!(cards, [(Some(0), Some(0), Some("efa")), (Some(1), Some(1), Some("efa"))]);
+    let p = &interfaces[0];
+    assert_eq!(p.associate_public_ip_address(), Some(false));
+    assert_eq!(p.ipv6_prefix_count(), Some(2));
+    assert_eq!(p.ipv6_address_count(), Some(1));
+    assert_eq!(p.primary_ipv6(), Some(true));
+    assert_eq!(p.groups(), ["sg-1"]);
+    let tracking = p.connection_tracking_specification().expect("connection tracking");
+    assert_eq!(
+        (tracking.tcp_established_timeout(), tracking.udp_stream_timeout(), tracking.udp_timeout()),
+        (Some(600), Some(90), Some(30))
+    );
+    assert!(stored.security_group_ids().is_empty(), "groups are on the interfaces");
+    let nested = stored.cpu_options().and_then(|o| o.nested_virtualization()).map(|n| n.as_str().to_owned());
+    assert_eq!(nested.as_deref(), Some("enabled"));
+    let mut tagged: Vec<&str> =
+        stored.tag_specifications().iter().filter_map(|t| t.resource_type()).map(|r| r.as_str()).collect();
+    tagged.sort();
+    // moto also lists the template's own tag specification among the data's.
+    tagged.retain(|r| *r != "launch-template");
+    assert_eq!(tagged, ["network-interface", "spot-instances-request"]);
 }
