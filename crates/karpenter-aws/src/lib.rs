@@ -38,7 +38,22 @@
 //! * subnet IP accounting (`nodeclass::network::SubnetIps`) lives in the process: predictions in flight and
 //!   subnets out of addresses are lost on restart (the next DescribeSubnets, within the refresh interval,
 //!   restores the counts); when a zone loses its last subnet only the offerings the fleet errors named are marked;
-//! * isolated VPCs start from the built-in price estimate: no operator price-file setting is wired yet.
+//! * there is no price table built into the binary: without the Pricing API (isolated VPCs, GovCloud) on-demand
+//!   prices come from the operator's price file (`PRICE_FILE`, written by `karpenter-controller prices`), and
+//!   with no price source at all offerings are ordered by [`pricing::estimate`], which the controller says in a
+//!   warning log and a `PricesEstimated` event on each EC2NodeClass.
+//!
+//! Isolated VPCs (`ISOLATED_VPC=true`, no internet access). The operator provides:
+//! * a price file for the region (`PRICE_FILE`; see [`pricing`] for the format, [`pricing_api::fetch_price_file`]
+//!   for what `karpenter-controller prices --region R --output FILE` writes); it is checked at start and the
+//!   controller refuses to start on a malformed file or one without on-demand prices for the region;
+//! * VPC interface endpoints for EC2 (instances, launch templates, spot price history), SSM (AMI aliases), STS
+//!   (IRSA / Pod Identity credentials) and, with an interruption queue, SQS;
+//! * `spec.instanceProfile` on every EC2NodeClass instead of `spec.role` (IAM has no VPC endpoint, so managed
+//!   instance profiles cannot be created; their garbage collector does not run);
+//! * `CLUSTER_ENDPOINT` and `CLUSTER_CA_BUNDLE` unless the VPC has an EKS endpoint (discovery otherwise calls
+//!   `eks:DescribeCluster`; with an endpoint configured its failure is logged and the service CIDR stays
+//!   unknown).
 //!
 //! Everything here is deterministic (ordered maps, sorted output), does no IO except the explicit file loaders,
 //! and never panics on malformed input.
