@@ -40,6 +40,13 @@
 //! For such workloads the ratio `decision cost / bound` measures those constraints as much as packing
 //! quality; for unconstrained pods that are small against the largest instance type it is close to the
 //! packing loss alone.
+//!
+//! It is also loose when the catalogue has lopsided types: the cpu of a cheap burstable type with almost no
+//! memory and the memory of a memory-optimised type add up to a mix no pod can use. [`lower_bound`] therefore
+//! also solves the tighter shape program of [`solve_shape_lp`] (pods grouped by requests, each shape only on
+//! types it fits, every type's resources used together) and reports the larger bound.
+
+mod shapes;
 
 use std::collections::BTreeSet;
 
@@ -53,6 +60,8 @@ use crate::scheduler::pods::requests_with_pod_count;
 use crate::scheduler::templates::{Template, daemons};
 use crate::snapshot::{ClusterSnapshot, pod_key};
 
+pub use shapes::{ShapeColumn, ShapeDemand, ShapeLp, ShapeType, solve_shape_lp};
+
 /// The resources the bound counts, in the order of every `[f64; 3]` of this module.
 pub const RESOURCES: [&str; 3] = ["cpu", "memory", "pods"];
 
@@ -64,6 +73,12 @@ pub enum BoundError {
     Uncoverable {
         /// The resource name.
         resource: &'static str,
+    },
+    /// A demand dimension of [`solve_covering`] that no column covers.
+    #[error("no column covers demand dimension {index}")]
+    UncoverableDemand {
+        /// The dimension.
+        index: usize,
     },
     /// A price or quantity is negative or not finite.
     #[error("instance type {index}: price and room must be finite and non-negative")]
@@ -98,41 +113,75 @@ pub struct LpSolution {
 
 const EPS: f64 = 1e-12;
 
-/// Solves `min Σ price_t x_t  s.t.  Σ_t room_{t,r} x_t ≥ demand_r, x ≥ 0` (see the module docs) exactly up
-/// to floating point, through the dual. `demand` is in the units of [`RESOURCES`]; resources with zero
-/// demand impose nothing.
-pub fn solve_lp(demand: [f64; 3], types: &[LpType]) -> Result<LpSolution, BoundError> {
-    for (index, t) in types.iter().enumerate() {
-        if !(t.price.is_finite() && t.price >= 0.0 && t.room.iter().all(|r| r.is_finite() && *r >= 0.0)) {
+/// One column of [`solve_covering`]: a unit that costs `price` and covers `cover[d]` of every demand `d`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CoverColumn {
+    /// Cost of one unit.
+    pub price: f64,
+    /// What one unit covers, per demand dimension (missing entries count as 0).
+    pub cover: Vec<f64>,
+}
+
+/// The solution of [`solve_covering`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Covering {
+    /// The dual objective `Σ demand_d · duals_d` of a feasible dual: a lower bound, equal to the optimum up to
+    /// floating point.
+    pub cost: f64,
+    /// The dual prices per unit of each demand dimension (feasible: no column covers more than its price).
+    pub duals: Vec<f64>,
+    /// The primal solution: (column index, units), largest first; at most one entry per positive demand.
+    pub mix: Vec<(usize, f64)>,
+    /// Simplex pivots taken.
+    pub pivots: usize,
+}
+
+/// Solves the covering program `min Σ_c price_c x_c  s.t.  Σ_c cover_{c,d} x_c ≥ demand_d, x ≥ 0` through its
+/// dual `max Σ_d demand_d y_d  s.t.  Σ_d cover_{c,d} y_d ≤ price_c, y ≥ 0`, which the origin satisfies (prices are
+/// non-negative), so a primal simplex on the dual needs no first phase. Dimensions with zero demand impose
+/// nothing. Dantzig's rule picks the entering variable; after many pivots without progress Bland's rule takes
+/// over, which cannot cycle.
+pub fn solve_covering(demand: &[f64], columns: &[CoverColumn]) -> Result<Covering, BoundError> {
+    for (index, c) in columns.iter().enumerate() {
+        if !(c.price.is_finite() && c.price >= 0.0 && c.cover.iter().all(|r| r.is_finite() && *r >= 0.0)) {
             return Err(BoundError::InvalidInput { index });
         }
     }
-    // Columns: the resources with positive demand. Scaling y_r by demand_r makes every objective
-    // coefficient 1 and the constraint entries room/demand (well scaled whatever the units).
-    let cols: Vec<usize> = (0..3).filter(|&r| demand[r].is_finite() && demand[r] > 0.0).collect();
-    for &r in &cols {
-        if !types.iter().any(|t| t.room[r] > 0.0) {
-            return Err(BoundError::Uncoverable { resource: RESOURCES[r] });
+    let cover = |c: &CoverColumn, d: usize| c.cover.get(d).copied().unwrap_or(0.0);
+    // Nonbasic structural variables: the dimensions with positive demand. Scaling y_d by demand_d makes every
+    // objective coefficient 1 and the constraint entries cover/demand (well scaled whatever the units).
+    let dims: Vec<usize> = (0..demand.len()).filter(|&d| demand[d].is_finite() && demand[d] > 0.0).collect();
+    for &d in &dims {
+        if !columns.iter().any(|c| cover(c, d) > 0.0) {
+            return Err(BoundError::UncoverableDemand { index: d });
         }
     }
-    let k = cols.len();
+    let k = dims.len();
     if k == 0 {
-        return Ok(LpSolution { cost: 0.0, unit_prices: [0.0; 3], mix: Vec::new(), pivots: 0 });
+        return Ok(Covering { cost: 0.0, duals: vec![0.0; demand.len()], mix: Vec::new(), pivots: 0 });
     }
-    let n = types.len();
+    let n = columns.len();
     // Dictionary: basic[t] = rhs[t] − Σ_j a[t][j] · nonbasic[j]; objective z = z0 + Σ_j obj[j] · nonbasic[j].
-    // Variables 0..k are the scaled dual prices u, k..k+n the slacks of the instance types' constraints.
+    // Variables 0..k are the scaled dual prices, k..k+n the slacks of the columns' constraints.
     let mut a: Vec<Vec<f64>> =
-        types.iter().map(|t| cols.iter().map(|&r| t.room[r] / demand[r]).collect::<Vec<f64>>()).collect();
-    let mut rhs: Vec<f64> = types.iter().map(|t| t.price).collect();
+        columns.iter().map(|c| dims.iter().map(|&d| cover(c, d) / demand[d]).collect::<Vec<f64>>()).collect();
+    let mut rhs: Vec<f64> = columns.iter().map(|c| c.price).collect();
     let mut basic: Vec<usize> = (k..k + n).collect();
     let mut nonbasic: Vec<usize> = (0..k).collect();
     let mut obj = vec![1.0; k];
     let mut pivots = 0usize;
-    // Bland's rule (smallest index enters and leaves) cannot cycle; the cap only guards against rounding.
     let max_pivots = 50 * (n + k) + 100;
+    // Dantzig's rule until this many pivots, then Bland's (the cap only guards against rounding).
+    let dantzig_pivots = 10 * (n + k) + 50;
     while pivots < max_pivots {
-        let Some(e) = (0..k).filter(|&j| obj[j] > EPS).min_by_key(|&j| nonbasic[j]) else { break };
+        let entering = if pivots < dantzig_pivots {
+            (0..k)
+                .filter(|&j| obj[j] > EPS)
+                .max_by(|&x, &y| obj[x].total_cmp(&obj[y]).then(nonbasic[y].cmp(&nonbasic[x])))
+        } else {
+            (0..k).filter(|&j| obj[j] > EPS).min_by_key(|&j| nonbasic[j])
+        };
+        let Some(e) = entering else { break };
         let mut leave: Option<(usize, f64)> = None;
         for t in 0..n {
             let coef = a[t][e];
@@ -160,24 +209,43 @@ pub fn solve_lp(demand: [f64; 3], types: &[LpType]) -> Result<LpSolution, BoundE
         }
     }
     let mut scale = 1.0f64;
-    for t in types {
-        let lhs: f64 = cols.iter().zip(&u).map(|(&r, ui)| t.room[r] / demand[r] * ui).sum();
-        if lhs > t.price {
-            scale = scale.min(if lhs > 0.0 { t.price / lhs } else { 0.0 });
+    for c in columns {
+        let lhs: f64 = dims.iter().zip(&u).map(|(&d, ui)| cover(c, d) / demand[d] * ui).sum();
+        if lhs > c.price {
+            scale = scale.min(if lhs > 0.0 { c.price / lhs } else { 0.0 });
         }
     }
-    let mut unit_prices = [0.0; 3];
+    let mut duals = vec![0.0; demand.len()];
     let mut cost = 0.0;
-    for (j, &r) in cols.iter().enumerate() {
+    for (j, &d) in dims.iter().enumerate() {
         let ui = u[j] * scale;
         cost += ui;
-        unit_prices[r] = ui / demand[r];
+        duals[d] = ui / demand[d];
     }
-    // The primal mix: a nonbasic slack's reduced cost is its instance type's node count.
+    // The primal solution: a nonbasic slack's reduced cost is its column's units.
     let mut mix: Vec<(usize, f64)> =
         nonbasic.iter().zip(&obj).filter(|&(&v, &o)| v >= k && -o > EPS).map(|(&v, &o)| (v - k, -o)).collect();
     mix.sort_by(|x, y| y.1.total_cmp(&x.1).then(x.0.cmp(&y.0)));
-    Ok(LpSolution { cost, unit_prices, mix, pivots })
+    Ok(Covering { cost, duals, mix, pivots })
+}
+
+/// Solves `min Σ price_t x_t  s.t.  Σ_t room_{t,r} x_t ≥ demand_r, x ≥ 0` (see the module docs) exactly up
+/// to floating point, through the dual. `demand` is in the units of [`RESOURCES`]; resources with zero
+/// demand impose nothing.
+pub fn solve_lp(demand: [f64; 3], types: &[LpType]) -> Result<LpSolution, BoundError> {
+    let columns: Vec<CoverColumn> =
+        types.iter().map(|t| CoverColumn { price: t.price, cover: t.room.to_vec() }).collect();
+    let c = solve_covering(&demand, &columns).map_err(|e| match e {
+        BoundError::UncoverableDemand { index } => {
+            BoundError::Uncoverable { resource: RESOURCES.get(index).copied().unwrap_or("unknown") }
+        }
+        other => other,
+    })?;
+    let mut unit_prices = [0.0; 3];
+    for (p, d) in unit_prices.iter_mut().zip(&c.duals) {
+        *p = *d;
+    }
+    Ok(LpSolution { cost: c.cost, unit_prices, mix: c.mix, pivots: c.pivots })
 }
 
 fn pivot(a: &mut [Vec<f64>], rhs: &mut [f64], obj: &mut [f64], l: usize, e: usize) {
@@ -221,6 +289,8 @@ pub struct CostBound {
     pub skipped: usize,
     /// The optimal fractional mix: (NodePool, instance type, node count).
     pub mix: Vec<(String, String, f64)>,
+    /// The shape bound's outcome, when it ran (see [`solve_shape_lp`]).
+    pub shapes: Option<ShapeBound>,
 }
 
 impl CostBound {
@@ -236,6 +306,9 @@ impl CostBound {
 /// NodePool's requirements. A type offered by several NodePools counts once per NodePool, which cannot
 /// lower the bound below a valid one. Free capacity on existing nodes is **not** subtracted: pass the pods
 /// that need new nodes (see [`decision_bound`]).
+///
+/// The result is the larger of the resource bound ([`solve_lp`]) and, for at most 512 distinct request
+/// shapes, the shape bound ([`solve_shape_lp`]: whole pods on types they fit, resources kept together).
 pub fn lower_bound<'p>(
     snapshot: &ClusterSnapshot,
     pools: &[PoolInput<'_>],
@@ -244,6 +317,8 @@ pub fn lower_bound<'p>(
 ) -> Result<CostBound, BoundError> {
     let mut demand = [0.0; 3];
     let (mut counted, mut skipped) = (0usize, 0usize);
+    // Pods grouped by their requests, for the shape bound.
+    let mut shapes: Vec<(ResourceList, usize)> = Vec::new();
     for pod in pods {
         match requests_with_pod_count(pod) {
             Ok(r) => {
@@ -251,12 +326,19 @@ pub fn lower_bound<'p>(
                     *d += v;
                 }
                 counted += 1;
+                if shapes.len() <= MAX_SHAPES {
+                    match shapes.iter_mut().find(|(q, _)| *q == r) {
+                        Some((_, n)) => *n += 1,
+                        None => shapes.push((r, 1)),
+                    }
+                }
             }
             Err(_) => skipped += 1,
         }
     }
     let daemons = daemons(snapshot);
     let mut types = Vec::new();
+    let mut rooms: Vec<ResourceList> = Vec::new();
     let mut names: Vec<(String, String)> = Vec::new();
     for pool in pools.iter().filter(|p| !p.node_pool.is_static()) {
         let template = Template::new(pool.node_pool, pool.instance_types, snapshot, &daemons, provider);
@@ -269,13 +351,63 @@ pub fn lower_bound<'p>(
                 continue;
             }
             types.push(LpType { price, room: resource_vector(room).map(|v| v.max(0.0)) });
+            rooms.push(room.clone());
             names.push((template.name.clone(), it.name.clone()));
         }
     }
     let lp = solve_lp(demand, &types)?;
-    let mix =
-        lp.mix.iter().filter_map(|&(i, x)| names.get(i).map(|(pool, it)| (pool.clone(), it.clone(), x))).collect();
-    Ok(CostBound { cost: lp.cost, demand, pods: counted, skipped, mix })
+    let named = |i: usize, x: f64| names.get(i).map(|(pool, it)| (pool.clone(), it.clone(), x));
+    let mut bound = CostBound {
+        cost: lp.cost,
+        demand,
+        pods: counted,
+        skipped,
+        mix: lp.mix.iter().filter_map(|&(i, x)| named(i, x)).collect(),
+        shapes: None,
+    };
+    // The shape bound is never below the resource bound at its optimum; it is kept only where it is higher
+    // (it may stop short of its optimum) and only for a modest number of distinct shapes.
+    if shapes.len() <= MAX_SHAPES {
+        let demands: Vec<ShapeDemand> =
+            shapes.iter().map(|(r, n)| ShapeDemand { req: resource_vector(r), count: *n as f64 }).collect();
+        let shape_types: Vec<ShapeType> = types
+            .iter()
+            .zip(&rooms)
+            .map(|(t, room)| ShapeType {
+                price: t.price,
+                room: t.room,
+                fits: shapes.iter().map(|(r, _)| r.fits(room)).collect(),
+            })
+            .collect();
+        if let Ok(sl) = solve_shape_lp(&demands, &shape_types, MAX_ROUNDS) {
+            bound.shapes =
+                Some(ShapeBound { cost: sl.cost, shapes: shapes.len(), rounds: sl.rounds, converged: sl.converged });
+            if sl.cost > bound.cost {
+                bound.cost = sl.cost;
+                bound.mix = sl.assignment.iter().filter_map(|(i, x, _)| named(*i, *x)).collect();
+            }
+        }
+    }
+    Ok(bound)
+}
+
+/// Distinct request shapes above which [`lower_bound`] keeps to the resource bound.
+const MAX_SHAPES: usize = 512;
+
+/// Column-generation rounds of the shape bound in [`lower_bound`].
+const MAX_ROUNDS: usize = 500;
+
+/// What the shape bound of [`lower_bound`] found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShapeBound {
+    /// Its lower bound (the reported bound is the larger of this and the resource bound).
+    pub cost: f64,
+    /// Distinct request shapes among the pods.
+    pub shapes: usize,
+    /// Column-generation rounds taken.
+    pub rounds: usize,
+    /// Whether it reached its optimum.
+    pub converged: bool,
 }
 
 /// The bound over the pods a decision placed on new NodeClaims: comparable with

@@ -26,10 +26,16 @@ use karpenter_requirements::{Format, OfferingsExt, Quantity, Requirement, Requir
 
 use super::templates::Template;
 use super::{NewClaim, Solver};
-use crate::bound::{LpType, solve_lp};
+use crate::bound::{LpType, ShapeDemand, ShapeType, solve_lp, solve_shape_lp};
 
 /// Distinct pod shapes above which a group is left alone (the greedy is linear in shapes per pod).
 const MAX_SHAPES: usize = 512;
+
+/// How far the resource-LP packing may be above the resource LP before the shape LP is tried.
+const SHAPE_LP_GAP: f64 = 1.02;
+
+/// Column-generation rounds of the shape LP in the post-pass.
+const SHAPE_LP_ROUNDS: usize = 200;
 
 /// Worth per dollar at which a bin is kept at once (1 is the most any bin can reach).
 const GOOD_ENOUGH: f64 = 0.999;
@@ -290,6 +296,25 @@ impl Solver<'_> {
             }
             bins.push((bin, used));
         }
+        // Where the resource LP is far below what its mix packs (lopsided catalogues: it combines the cpu of
+        // one type with the memory of another), pack by the shape LP instead and keep the cheaper packing.
+        let bins_cost = |bins: &[(Vec<usize>, Vec<i128>)]| -> Option<f64> {
+            let mut total = 0.0;
+            for (_, used) in bins {
+                total += cands.iter().find(|c| c.room.iter().zip(used).all(|(room, u)| u <= room))?.price;
+            }
+            Some(total)
+        };
+        let mut bins_cost_now = bins_cost(&bins)?;
+        if bins_cost_now > lp.cost * SHAPE_LP_GAP
+            && let Some(guided) = shape_guided_bins(&shapes, &cands)
+            && let Some(guided_cost) = bins_cost(&guided)
+            && guided_cost < bins_cost_now
+        {
+            bins = guided;
+            bins_cost_now = guided_cost;
+        }
+        let _ = bins_cost_now;
         // Each bin on the cheapest type that fits its contents; options: every compatible type that fits.
         let mut new_cost = 0.0;
         let mut out = Vec::new();
@@ -425,6 +450,133 @@ fn fill(shapes: &[Shape], room: &[i128], proportional: bool) -> Fill {
     let used: Vec<i128> = room.iter().zip(&rem).map(|(a, b)| a - b).collect();
     let takes = taken.into_iter().enumerate().filter(|&(_, n)| n > 0).collect();
     (takes, used)
+}
+
+/// Moves the pods `takes` names out of `shapes` into a new bin.
+fn push_bin(
+    shapes: &mut [Shape],
+    takes: Vec<(usize, usize)>,
+    used: Vec<i128>,
+    bins: &mut Vec<(Vec<usize>, Vec<i128>)>,
+) -> Option<()> {
+    let mut bin = Vec::new();
+    for (s, n) in takes {
+        let sh = shapes.get_mut(s)?;
+        bin.extend(sh.pods.get(sh.next..sh.next + n)?.iter().copied());
+        sh.next += n;
+    }
+    bins.push((bin, used));
+    Some(())
+}
+
+/// Bins packed as the shape LP ([`crate::bound::solve_shape_lp`]) assigns all the shapes' pods (whatever their
+/// `next`) to instance types:
+/// each shape's pods are split among types by the LP's (fractional) counts, largest remainders rounding, and
+/// every type's share is packed greedily into nodes of that type. `None` when the LP fails or nothing moves.
+fn shape_guided_bins(shapes: &[Shape], cands: &[Cand]) -> Option<Vec<(Vec<usize>, Vec<i128>)>> {
+    let as_f64 = |v: &[i128], r: usize| v.get(r).copied().unwrap_or(0) as f64 / 1e9;
+    let demands: Vec<ShapeDemand> = shapes
+        .iter()
+        .map(|s| ShapeDemand { req: std::array::from_fn(|r| as_f64(&s.req, r)), count: s.pods.len() as f64 })
+        .collect();
+    let types: Vec<ShapeType> = cands
+        .iter()
+        .map(|c| ShapeType {
+            price: c.price,
+            room: std::array::from_fn(|r| as_f64(&c.room, r).max(0.0)),
+            fits: shapes.iter().map(|s| s.req.iter().zip(&c.room).all(|(q, r)| q <= r)).collect(),
+        })
+        .collect();
+    let lp = solve_shape_lp(&demands, &types, SHAPE_LP_ROUNDS).ok()?;
+    // Pods not yet given to a node or a type's share, per shape (taken from the front).
+    let mut next: Vec<usize> = vec![0; shapes.len()];
+    let take = |s: usize, n: usize, next: &mut Vec<usize>| -> Vec<usize> {
+        let (Some(shape), Some(from)) = (shapes.get(s), next.get(s).copied()) else { return Vec::new() };
+        let n = n.min(shape.pods.len() - from);
+        if let Some(f) = next.get_mut(s) {
+            *f += n;
+        }
+        shape.pods.get(from..from + n).map(<[usize]>::to_vec).unwrap_or_default()
+    };
+    let mut bins = Vec::new();
+    // Whole-pod patterns first (most nodes first): ⌈nodes⌉ nodes each; the last ones may come out short.
+    let mut columns: Vec<&crate::bound::ShapeColumn> = lp.columns.iter().collect();
+    columns.sort_by(|a, b| b.integral.cmp(&a.integral).then(b.nodes.total_cmp(&a.nodes)).then(a.ty.cmp(&b.ty)));
+    // Fractional columns: each type's share of pods, packed greedily afterwards.
+    let mut shares: Vec<(usize, Vec<Shape>)> = Vec::new();
+    for col in columns {
+        let cand = cands.get(col.ty)?;
+        if col.integral {
+            for _ in 0..(col.nodes - 1e-9).ceil().max(0.0) as usize {
+                let mut bin = Vec::new();
+                let mut used = vec![0i128; cand.room.len()];
+                for (s, &k) in col.content.iter().enumerate() {
+                    let pods = take(s, k.round().max(0.0) as usize, &mut next);
+                    if let Some(shape) = shapes.get(s) {
+                        for (u, q) in used.iter_mut().zip(&shape.req) {
+                            *u += q * pods.len() as i128;
+                        }
+                    }
+                    bin.extend(pods);
+                }
+                if bin.is_empty() {
+                    break;
+                }
+                bins.push((bin, used));
+            }
+        } else {
+            let idx = match shares.iter().position(|(t, _)| *t == col.ty) {
+                Some(i) => i,
+                None => {
+                    let empty =
+                        shapes.iter().map(|s| Shape { req: s.req.clone(), pods: Vec::new(), next: 0 }).collect();
+                    shares.push((col.ty, empty));
+                    shares.len() - 1
+                }
+            };
+            let share = shares.get_mut(idx)?;
+            for (s, &k) in col.content.iter().enumerate() {
+                let pods = take(s, (k * col.nodes).round().max(0.0) as usize, &mut next);
+                share.1.get_mut(s)?.pods.extend(pods);
+            }
+        }
+    }
+    // Rounding leftovers join the first share, or the cheapest type holding them.
+    let leftovers: Vec<(usize, Vec<usize>)> =
+        (0..shapes.len()).map(|s| (s, take(s, usize::MAX, &mut next))).filter(|(_, p)| !p.is_empty()).collect();
+    if !leftovers.is_empty() {
+        if shares.is_empty() {
+            let largest = leftovers.iter().filter_map(|(s, _)| shapes.get(*s)).map(|s| &s.req).max()?;
+            let t = cands.iter().position(|c| largest.iter().zip(&c.room).all(|(q, r)| q <= r))?;
+            let empty = shapes.iter().map(|s| Shape { req: s.req.clone(), pods: Vec::new(), next: 0 }).collect();
+            shares.push((t, empty));
+        }
+        let share = shares.first_mut()?;
+        for (s, pods) in leftovers {
+            share.1.get_mut(s)?.pods.extend(pods);
+        }
+    }
+    for (t, mut mine) in shares {
+        let cand = cands.get(t)?;
+        while mine.iter().any(|s| s.left() > 0) {
+            let (takes, used) = fill(&mine, &cand.room, true);
+            if takes.is_empty() {
+                // Pods this type cannot hold (leftovers): the cheapest type that holds the largest of them.
+                let largest = mine.iter().filter(|s| s.left() > 0).map(|s| &s.req).max()?;
+                let other = cands.iter().find(|c| largest.iter().zip(&c.room).all(|(q, r)| q <= r))?;
+                let (takes, used) = fill(&mine, &other.room, false);
+                if takes.is_empty() {
+                    return None;
+                }
+                push_bin(&mut mine, takes, used, &mut bins)?;
+                continue;
+            }
+            push_bin(&mut mine, takes, used, &mut bins)?;
+        }
+    }
+    // Every pod exactly once.
+    let placed: usize = bins.iter().map(|(b, _)| b.len()).sum();
+    (placed == shapes.iter().map(|s| s.pods.len()).sum::<usize>()).then_some(bins)
 }
 
 #[cfg(test)]
