@@ -19,6 +19,8 @@
 //!   run in isolated VPCs).
 //! * [`CapacityBlockExpiration`] — every minute deletes NodeClaims launched into a reservation that the class's
 //!   status reports `expiring` (capacity blocks within 40 minutes of their end).
+//! * [`ReservationDemotion`] (in [`super::demotion`]) — every minute relabels reserved NodeClaims and Nodes
+//!   on-demand once EC2 no longer reports their instance in a capacity reservation.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -46,9 +48,11 @@ use tokio_util::sync::CancellationToken;
 use super::ami::{SSM_INVALIDATION_INTERVAL, SsmProvider};
 use super::api::ImageApi;
 use super::cache::TtlCache;
+use super::demotion::ReservationDemotion;
 use super::instance_profile::InstanceProfileProvider;
 use super::status::NodeClassResolver;
 use crate::api_error::AwsApiError;
+use crate::launch::instance::InstanceProvider;
 use crate::pricing_api::{PRICES_ESTIMATED_MESSAGE, PRICES_ESTIMATED_REASON, PricingProvider};
 
 /// A kube client that formats as `Client` (kube's has no `Debug`).
@@ -78,6 +82,9 @@ pub enum ControllerError {
     Kube(#[from] kube::Error),
     #[error(transparent)]
     Aws(#[from] AwsApiError),
+    /// An instance-provider call (DescribeInstances) failed.
+    #[error(transparent)]
+    CloudProvider(#[from] karpenter_cloudprovider::CloudProviderError),
 }
 
 impl ControllerError {
@@ -596,26 +603,31 @@ impl CapacityBlockExpiration {
 }
 
 /// Every node class controller, ready to spawn: the status/finalizer/hash controller, SSM invalidation,
-/// instance-profile garbage collection (left out in isolated VPCs, as upstream) and capacity-block expiration
-/// (only with the `ReservedCapacity` gate). Each future returns when `shutdown` is cancelled.
+/// instance-profile garbage collection (left out in isolated VPCs, as upstream), and with the `ReservedCapacity`
+/// gate capacity-block expiration and, given the CloudProvider's `instances`, reserved → on-demand demotion
+/// ([`ReservationDemotion`]). Each future returns when `shutdown` is cancelled.
 pub fn controllers(
     node_class: Arc<NodeClassController>,
     clock: Arc<dyn Clock>,
     isolated_vpc: bool,
+    instances: Option<InstanceProvider>,
     shutdown: CancellationToken,
 ) -> Vec<BoxFuture<'static, ()>> {
     let resolver = node_class.resolver().clone();
     let client = node_class.client.0.clone();
     let mut out: Vec<BoxFuture<'static, ()>> = vec![
         node_class.run(shutdown.clone()).boxed(),
-        Arc::new(SsmInvalidationController::for_resolver(&resolver, clock)).run(shutdown.clone()).boxed(),
+        Arc::new(SsmInvalidationController::for_resolver(&resolver, clock.clone())).run(shutdown.clone()).boxed(),
     ];
     if !isolated_vpc {
         let gc = InstanceProfileGarbageCollector::new(client.clone(), resolver.instance_profiles.clone());
         out.push(Arc::new(gc).run(shutdown.clone()).boxed());
     }
     if resolver.reserved_capacity() {
-        out.push(Arc::new(CapacityBlockExpiration::new(client)).run(shutdown).boxed());
+        out.push(Arc::new(CapacityBlockExpiration::new(client.clone())).run(shutdown.clone()).boxed());
+        if let Some(instances) = instances {
+            out.push(Arc::new(ReservationDemotion::new(client, instances, clock)).run(shutdown).boxed());
+        }
     }
     out
 }

@@ -290,10 +290,12 @@ async fn api_server_version_and_controller_set() {
     let (major, minor) = v.split_once('.').unwrap();
     assert!(major.parse::<u32>().is_ok() && minor.parse::<u32>().is_ok(), "{v}");
     let shutdown = CancellationToken::new();
-    let futures = controllers(env.controller.clone(), Arc::new(env.clock.clone()), false, shutdown.clone());
-    assert_eq!(futures.len(), 4, "status, SSM invalidation, profile GC, capacity-block expiration");
-    let isolated = controllers(env.controller.clone(), Arc::new(env.clock.clone()), true, shutdown.clone());
-    assert_eq!(isolated.len(), 3);
+    let instances = super::demotion::test_instance_provider(&env.clock);
+    let futures =
+        controllers(env.controller.clone(), Arc::new(env.clock.clone()), false, Some(instances), shutdown.clone());
+    assert_eq!(futures.len(), 5, "status, SSM invalidation, profile GC, capacity-block expiration, demotion");
+    let isolated = controllers(env.controller.clone(), Arc::new(env.clock.clone()), true, None, shutdown.clone());
+    assert_eq!(isolated.len(), 3, "no profile GC; no demotion without the instance provider");
     drop(isolated);
     shutdown.cancel();
     for (i, f) in futures.into_iter().enumerate() {

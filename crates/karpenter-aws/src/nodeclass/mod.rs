@@ -11,6 +11,8 @@
 //! * [`status`] — [`status::NodeClassResolver::reconcile`]: the new status with its conditions and requeue.
 //! * [`controller`] — the kube-backed runners: status + finalizer + hash annotations, SSM invalidation,
 //!   instance-profile garbage collection.
+//! * [`demotion`] — relabels reserved NodeClaims and Nodes on-demand once EC2 no longer reports their instance in
+//!   a capacity reservation.
 //!
 //! All caches run on an injected [`karpenter_cloudprovider::Clock`].
 
@@ -18,6 +20,7 @@ pub mod ami;
 pub mod api;
 pub mod cache;
 pub mod controller;
+pub mod demotion;
 pub mod instance_profile;
 pub mod network;
 pub mod reservation;
