@@ -31,6 +31,7 @@ use karpenter_aws::nodeclass::controller::{
     ApiServerVersion, CapacityBlockExpiration, InstanceProfileGarbageCollector, NodeClassController,
     SsmInvalidationController,
 };
+use karpenter_aws::nodeclass::demotion::ReservationDemotion;
 use karpenter_aws::nodeclass::instance_profile::ClusterIdentity;
 use karpenter_aws::nodeclass::reservation::{CapacityReservationProvider, PlacementGroupProvider};
 use karpenter_aws::nodeclass::{NodeClassResolver, ResolverApis, ResolverSettings};
@@ -249,6 +250,11 @@ pub async fn start(
         controllers.push(Arc::new(gc).run(shutdown.clone()).boxed());
     }
     controllers.push(Arc::new(CapacityBlockExpiration::new(client.clone())).run(shutdown.clone()).boxed());
+    if core.feature_gates.reserved_capacity {
+        // Reserved capacity whose reservation ended runs on as on-demand: relabel its NodeClaims and Nodes.
+        let demotion = ReservationDemotion::new(client.clone(), provider.instance_provider().clone(), clock.clone());
+        controllers.push(Arc::new(demotion).run(shutdown.clone()).boxed());
+    }
 
     // Interruption: the SQS queue; spot and reservation interruptions mark their offerings unavailable.
     let interruption: Option<Arc<dyn InterruptionSource>> = if aws.interruption_queue.trim().is_empty() {

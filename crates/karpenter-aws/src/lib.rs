@@ -17,10 +17,11 @@
 //!     [`api_error::AwsApiError`] as the error) so it is unit-tested with in-memory mocks and never needs the SDK:
 //!     [`nodeclass`] (EC2NodeClass resolution: subnets, security groups, AMIs through aliases/SSM and selector
 //!     terms, instance profiles, capacity reservations, placement groups; the status/finalizer/hash controller,
-//!     SSM invalidation, instance-profile GC, capacity-block expiration), [`drift`], [`launch`] (user data per
-//!     AMI family, launch templates, CreateFleet, batchers, the unavailable-offerings cache), [`instancetypes`],
-//!     [`provider`] (`AwsCloudProvider`), [`queue`] (the SQS `InterruptionSource`), [`pricing_api`],
-//!     [`discovery`] (EKS DescribeCluster), [`tagging`] (post-registration instance tags) and [`runtime`].
+//!     SSM invalidation, instance-profile GC, capacity-block expiration, reserved→on-demand demotion), [`drift`],
+//!     [`launch`] (user data per AMI family, launch templates, CreateFleet, batchers, the unavailable-offerings
+//!     cache), [`instancetypes`], [`provider`] (`AwsCloudProvider`), [`queue`] (the SQS `InterruptionSource`),
+//!     [`pricing_api`], [`discovery`] (EKS DescribeCluster), [`tagging`] (post-registration instance tags) and
+//!     [`runtime`].
 //! * **SDK (feature `sdk`)**: the `sdk` module — `AwsClients` from the default credential chain (rustls over ring) and one
 //!   adapter per trait over aws-sdk-ec2/ssm/sqs/iam/eks/pricing; integration-tested against moto. Compiling the
 //!   SDK costs minutes and gigabytes, so nothing else depends on it, and consumers that only need the catalogue
@@ -30,8 +31,9 @@
 //! * instance status-check handling (`InstanceUnhealthy` from the EC2 status API) and zonal-shift awareness
 //!   (`ENABLE_ZONAL_SHIFT` is accepted but has no effect);
 //! * capacity reservations: remaining counts live in memory only (re-seeded by every describe of the status
-//!   controller, so at most a minute stale, and lost on restart until the next describe); the reserved→on-demand
-//!   demotion controller (§9) is not built;
+//!   controller, so at most a minute stale, and lost on restart until the next describe); an instance's capacity
+//!   type (and so reserved→on-demand demotion) follows whether EC2 reports a reservation id for it, not its
+//!   capacity-reservation preference;
 //! * placement groups: a spread group's per-zone instance limit is recognised from the fleet error's message
 //!   (EC2 gives it no code of its own); unscoped capacity marks (no group) also apply inside groups;
 //! * launch templates set no `EnclaveOptions`: the EC2NodeClass API here (api.md) has no `enclaveOptions` field;
