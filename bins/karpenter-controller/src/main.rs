@@ -69,7 +69,7 @@ enum Command {
         /// Run over simulated time with the steps of FILE (docs/simulate.md, "Simulated time").
         #[arg(long, value_name = "FILE")]
         timeline: Option<PathBuf>,
-        /// Scale a workload at time 0: [KIND/][NAMESPACE/]NAME=REPLICAS (repeatable); runs over simulated time.
+        /// Scale a workload at time 0: `[KIND/][NAMESPACE/]NAME=REPLICAS` (repeatable); runs over simulated time.
         #[arg(long, value_name = "WORKLOAD=N")]
         scale: Vec<String>,
         /// How long simulated time runs (e.g. 2h; default 1h without --timeline).

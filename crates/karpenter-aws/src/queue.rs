@@ -5,7 +5,7 @@
 //! with [`crate::interruption::parse`], and turns it into one [`InterruptionEvent`] per instance that has a
 //! NodeClaim, found through an [`InstanceLookup`] ([`NodeClaimLookup`] reads the NodeClaims' provider ids from
 //! the API server). The SQS receipt handle is the event's `ack_id`; the interruption controller acknowledges
-//! handled events and [`SqsInterruptionSource::acknowledge`] deletes their messages.
+//! handled events and its `InterruptionSource::acknowledge` deletes their messages.
 //!
 //! Messages that produce no event are deleted by the source itself, at once, so they never come back:
 //! malformed bodies (logged as warnings; they never stop the poller), events that mean nothing to Karpenter

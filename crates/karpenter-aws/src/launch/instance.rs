@@ -369,7 +369,7 @@ impl InstanceProvider {
     }
 
     /// [`create`](Self::create) into the node class's resolved placement group: the launch template's
-    /// `Placement` names the group (and, for a partition group, the partition [`choose_partition`] picks), and
+    /// `Placement` names the group (and, for a partition group, the partition `choose_partition` picks), and
     /// capacity errors mark the offering within the group.
     pub async fn create_in(
         &self,

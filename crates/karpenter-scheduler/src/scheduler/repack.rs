@@ -315,12 +315,14 @@ impl Solver<'_> {
             bins_cost_now = guided_cost;
         }
         let _ = bins_cost_now;
-        // Each bin on the cheapest type that fits its contents; options: every compatible type that fits.
+        // Each bin on the cheapest type that fits its contents; options: the compatible types that fit.
         let mut new_cost = 0.0;
         let mut out = Vec::new();
         for (bin, used) in bins {
             let fits = |c: &Cand| c.room.iter().zip(&used).all(|(room, u)| u <= room);
-            let options: Vec<u32> = cands.iter().filter(|c| fits(c)).map(|c| c.it).collect();
+            // In price order, so the first MAX_INSTANCE_TYPES are the ones the claim's plan keeps.
+            let options: Vec<u32> =
+                cands.iter().filter(|c| fits(c)).map(|c| c.it).take(super::MAX_INSTANCE_TYPES).collect();
             new_cost += cands.iter().find(|c| fits(c))?.price;
             let mut requests = ResourceList::new();
             for &p in &bin {
