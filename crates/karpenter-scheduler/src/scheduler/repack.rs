@@ -677,6 +677,61 @@ mod tests {
         assert_eq!(again.to_json(), d.to_json(), "deterministic");
     }
 
+    fn priced(name: &str, milli_cpu: i64, mib: i64, pods: i64, price: f64) -> InstanceType {
+        let offering = Offering::new(
+            [Requirement::in_values(labels::ZONE, ["z"]), Requirement::in_values(labels::CAPACITY_TYPE, ["on-demand"])]
+                .into_iter()
+                .collect(),
+            price,
+        );
+        InstanceType::new(
+            name,
+            [Requirement::in_values(labels::INSTANCE_TYPE, [name])].into_iter().collect(),
+            vec![offering],
+            ResourceList::new()
+                .with("cpu", Quantity::from_milli(milli_cpu))
+                .with("memory", Quantity::from_int(mib << 20, Format::BinarySI))
+                .with("pods", Quantity::from_int(pods, Format::DecimalSI)),
+            Overhead::default(),
+        )
+    }
+
+    /// A lopsided catalogue: cheap cpu without memory and cheap memory without cpu (no pod fits either) make
+    /// the resource LP price cpu at almost nothing, so its post-pass values cpu-heavy pods at almost nothing
+    /// and strands them. Best real packing: cpu-heavy pods (2 cpu, 512Mi) four to a "c" node (8 cpu, 4 GiB,
+    /// $0.25) and memory-heavy pods (250m, 3 GiB) five to an "r" node (2 cpu, 16 GiB, $0.20): 5 + 4 nodes,
+    /// $2.05/h, which is also the shape bound.
+    #[test]
+    fn lopsided_catalogues_pack_by_the_shape_lp() {
+        let its = vec![
+            priced("cpu-only", 4000, 64, 4, 0.01),
+            priced("mem-only", 100, 65536, 100, 0.2),
+            priced("balanced", 4000, 8192, 20, 0.2),
+            priced("c", 8000, 4096, 20, 0.25),
+            priced("r", 2000, 16384, 20, 0.2),
+            priced("big", 16000, 32768, 100, 1.0),
+        ];
+        let mut s = ClusterSnapshot::new();
+        s.node_pools.push(node_pool(NodePoolOptions { name: Some("default".into()), ..Default::default() }));
+        for i in 0..40 {
+            let (cpu, mem) = if i % 2 == 0 { ("2", "512Mi") } else { ("250m", "3Gi") };
+            s.pending_pods.push(pod(PodOptions {
+                name: Some(format!("p{i:02}")),
+                requests: [("cpu", cpu), ("memory", mem)].into(),
+                ..Default::default()
+            }));
+        }
+        let pools = [PoolInput { node_pool: &s.node_pools[0], instance_types: &its }];
+        let provider = ProviderLabels::aws();
+        let d = schedule(&s, &pools, &provider, &SchedulerOptions::default());
+        check(&s, &pools, &provider, &d).unwrap();
+        assert!(d.unschedulable.is_empty());
+        let bound = crate::bound::decision_bound(&s, &pools, &provider, &d).unwrap();
+        assert!(bound.mix.iter().all(|(_, it, _)| it == "c" || it == "r"), "{bound:?}");
+        assert!((bound.cost - 2.05).abs() < 1e-6, "{bound:?}");
+        assert!((d.total_price() - 2.05).abs() < 1e-9, "{}", d.to_json());
+    }
+
     #[test]
     fn pods_with_topology_are_not_moved() {
         let its = catalogue();
