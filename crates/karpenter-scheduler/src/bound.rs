@@ -379,7 +379,7 @@ pub fn lower_bound<'p>(
                 fits: shapes.iter().map(|(r, _)| r.fits(room)).collect(),
             })
             .collect();
-        if let Ok(sl) = solve_shape_lp(&demands, &shape_types, MAX_ROUNDS) {
+        if let Ok(sl) = solve_shape_lp(&demands, &shape_types, MAX_ROUNDS, 1e-6) {
             bound.shapes =
                 Some(ShapeBound { cost: sl.cost, shapes: shapes.len(), rounds: sl.rounds, converged: sl.converged });
             if sl.cost > bound.cost {

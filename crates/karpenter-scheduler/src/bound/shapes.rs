@@ -59,7 +59,7 @@ pub struct ShapeLp {
     pub columns: Vec<ShapeColumn>,
     /// Column-generation rounds taken.
     pub rounds: usize,
-    /// Whether the optimum was reached (within a relative `1e-6`).
+    /// Whether the solution is within the requested gap of the bound.
     pub converged: bool,
 }
 
@@ -85,8 +85,14 @@ const SMALL_NODE_PODS: f64 = 32.0;
 /// Search nodes allowed to [`best_pattern`] per type and round; beyond them the fractional content stands.
 const PATTERN_SEARCH_NODES: usize = 20_000;
 
-/// Solves the shape program of the module docs in at most `max_rounds` rounds of column generation.
-pub fn solve_shape_lp(shapes: &[ShapeDemand], types: &[ShapeType], max_rounds: usize) -> Result<ShapeLp, BoundError> {
+/// Solves the shape program of the module docs in at most `max_rounds` rounds of column generation, stopping
+/// once the fractional solution costs at most `1 + gap` times the bound (`gap` 0 asks for the optimum).
+pub fn solve_shape_lp(
+    shapes: &[ShapeDemand],
+    types: &[ShapeType],
+    max_rounds: usize,
+    gap: f64,
+) -> Result<ShapeLp, BoundError> {
     for (index, t) in types.iter().enumerate() {
         if !(t.price.is_finite() && t.price >= 0.0 && t.room.iter().all(|r| r.is_finite() && *r >= 0.0)) {
             return Err(BoundError::InvalidInput { index });
@@ -153,6 +159,12 @@ pub fn solve_shape_lp(shapes: &[ShapeDemand], types: &[ShapeType], max_rounds: u
         let mut profitable: Vec<(f64, usize, Vec<f64>, bool)> = Vec::new();
         let mut rho = 1.0f64;
         for (t, ty) in types.iter().enumerate() {
+            // A cheap upper bound first: most types cannot pay for themselves at these prices.
+            let quick = quick_upper_bound(shapes, ty, &master.duals);
+            if ty.price > 0.0 && quick <= ty.price * (1.0 + 1e-9) {
+                rho = rho.max(quick / ty.price);
+                continue;
+            }
             let Some((mut value, mut content)) = best_content(shapes, ty, &master.duals) else { continue };
             let mut integral = false;
             // Small nodes hold few pods, so whole pods matter: their exact best pattern replaces the
@@ -181,7 +193,7 @@ pub fn solve_shape_lp(shapes: &[ShapeDemand], types: &[ShapeType], max_rounds: u
         // Pricing is exact up to rounding; the small margin keeps the bound on the safe side of it.
         let valid = master.cost / (rho * (1.0 + 1e-9));
         bound = bound.max(if valid.is_finite() { valid } else { 0.0 });
-        if profitable.is_empty() || master.cost <= bound * (1.0 + 1e-6) {
+        if profitable.is_empty() || master.cost <= bound * (1.0 + gap.max(1e-9)) {
             converged = true;
             break;
         }
@@ -234,6 +246,23 @@ pub fn solve_shape_lp(shapes: &[ShapeDemand], types: &[ShapeType], max_rounds: u
     }
     per_type.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     Ok(ShapeLp { cost: bound.min(upper.max(bound)), upper, assignment: per_type, columns: used, rounds, converged })
+}
+
+/// An upper bound on what one node of `ty` can hold at `prices`: for every resource, its room times the best
+/// price per unit of that resource among the shapes that fit (the content cannot beat it in any resource).
+fn quick_upper_bound(shapes: &[ShapeDemand], ty: &ShapeType, prices: &[f64]) -> f64 {
+    let mut density = [0.0f64; 3];
+    for (s, shape) in shapes.iter().enumerate() {
+        let p = prices.get(s).copied().unwrap_or(0.0);
+        if p <= 0.0 || !ty.fits.get(s).copied().unwrap_or(false) {
+            continue;
+        }
+        for (best, &q) in density.iter_mut().zip(&shape.req) {
+            let d = if q > 0.0 { p / q } else { f64::INFINITY };
+            *best = best.max(d);
+        }
+    }
+    (0..3).map(|r| ty.room[r] * density[r]).filter(|v| !v.is_nan()).fold(f64::INFINITY, f64::min)
 }
 
 /// How many pods of request `req` fit (fractionally) into `room`.
@@ -384,7 +413,7 @@ mod tests {
         )
         .unwrap();
         assert!(resource_lp.cost < 0.5, "{resource_lp:?}");
-        let lp = solve_shape_lp(&shapes, &types, 100).unwrap();
+        let lp = solve_shape_lp(&shapes, &types, 100, 1e-6).unwrap();
         assert!(lp.converged);
         assert!((lp.cost - 2.5).abs() < 1e-8, "{lp:?}");
         assert_eq!(lp.assignment.len(), 1);
@@ -397,7 +426,7 @@ mod tests {
         // cpu-heavy and memory-heavy pods are each lopsided alone but fill a balanced node together.
         let shapes = [shape(3.0, 1.0, 4.0), shape(1.0, 3.0, 4.0)];
         let types = [ty(1.0, 4.0, 4.0, 100.0, &shapes)];
-        let lp = solve_shape_lp(&shapes, &types, 100).unwrap();
+        let lp = solve_shape_lp(&shapes, &types, 100, 1e-6).unwrap();
         assert!(lp.converged);
         // 16 cpu and 16 memory in total: four nodes.
         assert!((lp.cost - 4.0).abs() < 1e-8, "{lp:?}");
@@ -421,7 +450,7 @@ mod tests {
             let types: Vec<ShapeType> = (0..1 + (next() * 6.0) as usize)
                 .map(|_| ty(0.1 + next() * 3.0, 1.0 + next() * 16.0, 1.0 + next() * 32.0, 4.0 + next() * 50.0, &s))
                 .collect();
-            let Ok(lp) = solve_shape_lp(&s, &types, 50) else {
+            let Ok(lp) = solve_shape_lp(&s, &types, 50, 1e-6) else {
                 assert!(types.iter().all(|t| !t.fits[0]), "case {case}");
                 continue;
             };
@@ -458,7 +487,7 @@ mod tests {
                 .map(|_| ty(0.1 + next() * 3.0, 1.0 + next() * 16.0, 1.0 + next() * 32.0, 4.0 + next() * 50.0, &shapes))
                 .collect();
             types.push(ty(50.0, 64.0, 128.0, 500.0, &shapes));
-            let lp = solve_shape_lp(&shapes, &types, 200).unwrap();
+            let lp = solve_shape_lp(&shapes, &types, 200, 1e-6).unwrap();
             assert!(lp.converged, "case {case}");
             let demand: [f64; 3] = std::array::from_fn(|r| shapes.iter().map(|s| s.req[r] * s.count).sum::<f64>());
             let resource = crate::bound::solve_lp(

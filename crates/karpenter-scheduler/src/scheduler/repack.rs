@@ -34,6 +34,9 @@ const MAX_SHAPES: usize = 512;
 /// How far the resource-LP packing may be above the resource LP before the shape LP is tried.
 const SHAPE_LP_GAP: f64 = 1.02;
 
+/// How close to its optimum the post-pass's shape LP must come (packing loses more than this anyway).
+const SHAPE_LP_TOLERANCE: f64 = 0.002;
+
 /// Column-generation rounds of the shape LP in the post-pass.
 const SHAPE_LP_ROUNDS: usize = 200;
 
@@ -489,7 +492,7 @@ fn shape_guided_bins(shapes: &[Shape], cands: &[Cand]) -> Option<Vec<(Vec<usize>
             fits: shapes.iter().map(|s| s.req.iter().zip(&c.room).all(|(q, r)| q <= r)).collect(),
         })
         .collect();
-    let lp = solve_shape_lp(&demands, &types, SHAPE_LP_ROUNDS).ok()?;
+    let lp = solve_shape_lp(&demands, &types, SHAPE_LP_ROUNDS, SHAPE_LP_TOLERANCE).ok()?;
     // Pods not yet given to a node or a type's share, per shape (taken from the front).
     let mut next: Vec<usize> = vec![0; shapes.len()];
     let take = |s: usize, n: usize, next: &mut Vec<usize>| -> Vec<usize> {
