@@ -218,6 +218,14 @@ proptest! {
         if let Err(v) = check(&snapshot, &inputs, &provider, &decisions) {
             prop_assert!(false, "checker: {v:#?}\n{}", decisions.to_json());
         }
+        // The bound (resource LP and shape LP) is a lower bound on every placement onto new nodes, the
+        // scheduler's included.
+        if let Ok(bound) = karpenter_scheduler::bound::decision_bound(&snapshot, &inputs, &provider, &decisions) {
+            prop_assert!(
+                bound.cost <= decisions.total_price() * (1.0 + 1e-9) + 1e-9,
+                "bound {bound:?} above the decision's ${}/h\n{}", decisions.total_price(), decisions.to_json()
+            );
+        }
         for u in &decisions.unschedulable {
             let i = snapshot.pending_pods.iter().position(|p| karpenter_scheduler::snapshot::pod_key(p) == u.pod);
             prop_assert!(i.is_some());
