@@ -435,6 +435,16 @@ mod tests {
     use karpenter_requirements::{Format, InstanceType, Offering, Overhead, Quantity, Requirement};
     use karpenter_testing::{NodePoolOptions, PodOptions, node_pool, pod};
 
+    /// A seeded xorshift64 stream of floats in [0, 1) for the randomised comparisons.
+    pub(crate) fn xorshift(mut seed: u64) -> impl FnMut() -> f64 {
+        move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed >> 11) as f64 / (1u64 << 53) as f64
+        }
+    }
+
     fn t(price: f64, cpu: f64, mem: f64, pods: f64) -> LpType {
         LpType { price, room: [cpu, mem, pods] }
     }
@@ -541,13 +551,7 @@ mod tests {
 
     #[test]
     fn matches_brute_force_on_random_catalogues() {
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed >> 11) as f64 / (1u64 << 53) as f64
-        };
+        let mut next = xorshift(0x2545_f491_4f6c_dd1du64);
         for case in 0..200 {
             let n = 1 + (next() * 8.0) as usize;
             let types: Vec<LpType> = (0..n)

@@ -438,13 +438,7 @@ mod tests {
     /// Brute force for one shape per type choice: with a single shape the program is "cheapest per pod".
     #[test]
     fn single_shapes_take_their_cheapest_type_per_pod() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed >> 11) as f64 / (1u64 << 53) as f64
-        };
+        let mut next = crate::bound::tests::xorshift(0x9e37_79b9_7f4a_7c15u64);
         for case in 0..100 {
             let s = [shape(0.1 + next() * 2.0, 0.1 + next() * 4.0, 1.0 + (next() * 50.0).floor())];
             let types: Vec<ShapeType> = (0..1 + (next() * 6.0) as usize)
@@ -472,13 +466,7 @@ mod tests {
     fn the_bound_never_exceeds_a_real_packing_and_beats_the_resource_lp() {
         // Random catalogues and shapes: the shape bound lies between the resource LP and the cost of a simple
         // real packing (each shape alone on its cheapest type, whole pods per node).
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed >> 11) as f64 / (1u64 << 53) as f64
-        };
+        let mut next = crate::bound::tests::xorshift(0x2545_f491_4f6c_dd1du64);
         for case in 0..100 {
             let shapes: Vec<ShapeDemand> = (0..1 + (next() * 6.0) as usize)
                 .map(|_| shape(0.1 + next() * 2.0, 0.1 + next() * 4.0, (next() * 40.0).floor()))
