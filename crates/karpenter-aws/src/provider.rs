@@ -32,7 +32,9 @@ use karpenter_api::ec2nodeclass::{GROUP, KIND, conditions as nc_conditions};
 use karpenter_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use karpenter_api::labels::annotations::AWS_INSTANCE_PROFILE_NAME;
 use karpenter_api::labels::aws as aws_labels;
-use karpenter_api::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODE_POOL, ZONE};
+use karpenter_api::labels::{
+    CAPACITY_TYPE, CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_RESERVED, CAPACITY_TYPE_SPOT, INSTANCE_TYPE, NODE_POOL, ZONE,
+};
 use karpenter_api::nodeclaim::{NodeClaimSpec, NodeClaimStatus, NodeClassReference};
 use karpenter_api::{ConditionStatus, EC2NodeClass, NodeClaim, NodePool, ProviderLabels};
 use karpenter_cloudprovider::fake::{k8s_time, resource_map};
@@ -49,7 +51,7 @@ use crate::instancetypes::{
 use crate::launch::fleet::{Ec2Instance, FleetApi, InstanceState, NODE_CLASS_TAG, NODE_POOL_TAG};
 use crate::launch::ice::UnavailableOfferings;
 use crate::launch::instance::{BatchWindows, ClusterInfo, InstanceProvider, LaunchFailureSink, Launched, RetryPolicy};
-use crate::launch::template::{LaunchTemplateApi, LaunchTemplateProvider};
+use crate::launch::template::{CapacityReservationPreference, LaunchTemplateApi, LaunchTemplateProvider};
 use crate::nodeclass::reservation::{CapacityReservationProvider, PlacementGroupInfo, PlacementGroupProvider};
 use crate::queue::{InstanceClaim, InterruptionHook};
 
@@ -78,6 +80,9 @@ pub struct AwsCloudProviderOptions {
     pub windows: BatchWindows,
     /// Throttling retries of CreateFleet.
     pub retry: RetryPolicy,
+    /// The `ReservedCapacity` feature gate (on by default): launch templates' capacity-reservation preference
+    /// and the capacity type of described instances ([`capacity_type_of`]).
+    pub reserved_capacity: bool,
 }
 
 impl AwsCloudProviderOptions {
@@ -88,6 +93,7 @@ impl AwsCloudProviderOptions {
             instance_types: InstanceTypeProviderOptions::new(region),
             windows: BatchWindows::default(),
             retry: RetryPolicy::default(),
+            reserved_capacity: true,
         }
     }
 }
@@ -142,15 +148,19 @@ pub fn provider_id(zone: &str, instance_id: &str) -> String {
     format!("aws:///{zone}/{instance_id}")
 }
 
-/// The capacity type of a described instance: spot with a spot request, reserved in a reservation, else
-/// on-demand.
-pub fn capacity_type_of(instance: &Ec2Instance) -> &'static str {
+/// The capacity type of a described instance (§4.5): `spot` with a spot request; `reserved` when the
+/// `ReservedCapacity` gate is on and it runs in a reservation with preference `capacity-reservations-only` (what
+/// Karpenter's reserved launch templates set); else `on-demand` — which includes an instance EC2 placed in an
+/// open reservation (preference `open`), or one whose reservation ended.
+pub fn capacity_type_of(instance: &Ec2Instance, reserved_capacity: bool) -> &'static str {
+    let reservations_only = instance.capacity_reservation_preference.as_deref()
+        == Some(CapacityReservationPreference::CapacityReservationsOnly.as_str());
     if instance.spot_instance_request_id.is_some() {
-        "spot"
-    } else if instance.capacity_reservation_id.is_some() {
-        "reserved"
+        CAPACITY_TYPE_SPOT
+    } else if reserved_capacity && instance.capacity_reservation_id.is_some() && reservations_only {
+        CAPACITY_TYPE_RESERVED
     } else {
-        "on-demand"
+        CAPACITY_TYPE_ON_DEMAND
     }
 }
 
@@ -219,7 +229,8 @@ impl AwsCloudProvider {
             options.cluster,
             options.windows,
             options.retry,
-        );
+        )
+        .with_reserved_capacity(options.reserved_capacity);
         Self {
             node_classes,
             instance_types,
@@ -457,8 +468,10 @@ impl AwsCloudProvider {
             None => None,
         };
         let it = its.as_ref().and_then(|its| its.iter().find(|it| it.name == i.instance_type));
-        let capacity_type = capacity_type_of(i);
-        let reservation = i.capacity_reservation_id.as_deref().and_then(|id| {
+        let capacity_type = capacity_type_of(i, self.instances.reserved_capacity());
+        // Reservation labels only for reserved capacity (not for an instance in an open reservation).
+        let reservation = i.capacity_reservation_id.as_deref().filter(|_| capacity_type == CAPACITY_TYPE_RESERVED);
+        let reservation = reservation.and_then(|id| {
             let r = class.as_ref()?.status.as_ref()?.capacity_reservations.iter().find(|r| r.id == id)?;
             let kind = match r.reservation_type {
                 karpenter_api::ec2nodeclass::CapacityReservationType::CapacityBlock => "capacity-block",

@@ -218,6 +218,9 @@ pub struct Ec2Instance {
     pub spot_instance_request_id: Option<String>,
     /// `CapacityReservationId`.
     pub capacity_reservation_id: Option<String>,
+    /// `CapacityReservationSpecification.CapacityReservationPreference` as EC2 names it (`open`, `none`,
+    /// `capacity-reservations-only`; see [`crate::launch::template::CapacityReservationPreference`]).
+    pub capacity_reservation_preference: Option<String>,
     /// `SecurityGroups[].GroupId`.
     pub security_group_ids: Vec<String>,
     /// `Placement.GroupId`.

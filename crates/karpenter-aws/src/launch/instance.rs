@@ -214,6 +214,7 @@ pub struct InstanceProvider {
     failures: Arc<Mutex<BTreeMap<LaunchFailure, u64>>>,
     failure_sink: Option<Arc<dyn LaunchFailureSink>>,
     subnet_ips: SubnetIps,
+    reserved_capacity: bool,
 }
 
 impl fmt::Debug for InstanceProvider {
@@ -289,7 +290,22 @@ impl InstanceProvider {
             failures: Arc::default(),
             failure_sink: None,
             subnet_ips: SubnetIps::new(templates_clock, DEFAULT_FREE_IP_TTL),
+            reserved_capacity: true,
         }
+    }
+
+    /// Sets the `ReservedCapacity` feature gate (on by default). On: launch templates without a reservation
+    /// carry capacity-reservation preference `none`, and a described instance is reserved only when it runs in a
+    /// reservation with preference `capacity-reservations-only` ([`crate::provider::capacity_type_of`]). Off:
+    /// templates leave EC2's default preference and no described instance is reserved.
+    pub fn with_reserved_capacity(mut self, gate: bool) -> Self {
+        self.reserved_capacity = gate;
+        self
+    }
+
+    /// The `ReservedCapacity` feature gate.
+    pub fn reserved_capacity(&self) -> bool {
+        self.reserved_capacity
     }
 
     /// The launch-time subnet accounting (§7.1); share it with the resolver's
@@ -714,6 +730,7 @@ impl InstanceProvider {
                 }),
                 capacity_type,
                 capacity_reservation_id: reservation,
+                reserved_capacity: self.reserved_capacity,
                 market_type: market,
                 resource_tags: tags.clone(),
                 ipv6: self.cluster.is_ipv6(),

@@ -23,7 +23,7 @@ use crate::launch::fleet::{
     CreateFleetRequest, CreateFleetResponse, DescribeInstancesRequest, Ec2Instance, FleetApi, FleetError,
     FleetInstance, InstanceState, TargetCapacityType, TerminatingInstance,
 };
-use crate::launch::template::{LaunchTemplate, LaunchTemplateApi, LaunchTemplateInfo};
+use crate::launch::template::{CapacityReservationPreference, LaunchTemplate, LaunchTemplateApi, LaunchTemplateInfo};
 
 /// A recorded call.
 #[derive(Clone, Debug, PartialEq)]
@@ -299,6 +299,14 @@ impl FleetApi for MockEc2 {
                     state: InstanceState::Running,
                     spot_instance_request_id: (capacity_type == "spot").then(|| format!("sir-{id}")),
                     capacity_reservation_id: lt.data.capacity_reservation_id.clone(),
+                    // EC2 reports the template's preference, `open` when the template leaves it out.
+                    capacity_reservation_preference: Some(
+                        lt.data
+                            .capacity_reservation_preference
+                            .unwrap_or(CapacityReservationPreference::Open)
+                            .as_str()
+                            .to_owned(),
+                    ),
                     security_group_ids: groups,
                     placement_group_id: None,
                     launch_time: Some(now),

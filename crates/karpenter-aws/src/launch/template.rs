@@ -140,6 +140,54 @@ pub struct LtPlacement {
     pub tenancy: Option<String>,
 }
 
+/// `CapacityReservationSpecification.CapacityReservationPreference` (EC2's values).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CapacityReservationPreference {
+    /// `open`: EC2's default; the instance runs in any open reservation with matching attributes.
+    Open,
+    /// `none`: the instance never runs in a capacity reservation.
+    None,
+    /// `capacity-reservations-only`: the instance runs only in a capacity reservation (the targeted one).
+    CapacityReservationsOnly,
+}
+
+impl CapacityReservationPreference {
+    /// EC2's name of the preference.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Open => "open",
+            Self::None => "none",
+            Self::CapacityReservationsOnly => "capacity-reservations-only",
+        }
+    }
+
+    /// The preference EC2 names `s`; `None` for a value this crate does not know.
+    pub fn parse(s: &str) -> Option<Self> {
+        [Self::Open, Self::None, Self::CapacityReservationsOnly].into_iter().find(|p| p.as_str() == s)
+    }
+
+    /// The preference of a launch template (§5): a reserved launch targets its reservation
+    /// (`capacity-reservations-only`); with the `ReservedCapacity` gate on every other launch says `none`, so
+    /// on-demand and spot instances never land in (and are never mistaken for) an open reservation of the
+    /// account; with the gate off the template leaves EC2's default (`open`) alone.
+    pub fn for_launch(capacity_reservation_id: Option<&str>, reserved_capacity_gate: bool) -> Option<Self> {
+        if capacity_reservation_id.is_some() {
+            Some(Self::CapacityReservationsOnly)
+        } else if reserved_capacity_gate {
+            Some(Self::None)
+        } else {
+            None
+        }
+    }
+}
+
+impl fmt::Display for CapacityReservationPreference {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl Default for LtMetadataOptions {
     fn default() -> Self {
         Self::from(&MetadataOptions::default())
@@ -168,8 +216,14 @@ pub struct LaunchTemplateData {
     pub detailed_monitoring: bool,
     /// `Placement`: tenancy, placement group id and partition.
     pub placement: Option<LtPlacement>,
-    /// `CapacityReservationSpecification`: `Some(id)` targets the reservation (`capacity-reservations-only`).
+    /// `CapacityReservationSpecification.CapacityReservationTarget`: `Some(id)` targets the reservation (with
+    /// preference `capacity-reservations-only`).
     pub capacity_reservation_id: Option<String>,
+    /// `CapacityReservationSpecification.CapacityReservationPreference`
+    /// ([`CapacityReservationPreference::for_launch`]); `None` leaves the specification out (EC2's `open`). Left
+    /// out of the name hash when `None`, so templates made with the `ReservedCapacity` gate off keep their names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity_reservation_preference: Option<CapacityReservationPreference>,
     /// `InstanceMarketOptions.MarketType` (`capacity-block`, `interruptible-capacity-reservation`).
     pub market_type: Option<String>,
     /// `CpuOptions.NestedVirtualization` enabled.
@@ -281,6 +335,8 @@ pub struct LaunchTemplateInputs<'a> {
     pub capacity_type: &'a str,
     /// A targeted capacity reservation.
     pub capacity_reservation_id: Option<&'a str>,
+    /// The `ReservedCapacity` feature gate: when on, launches without a reservation get preference `none`.
+    pub reserved_capacity: bool,
     /// `capacity-block` / `interruptible-capacity-reservation`.
     pub market_type: Option<&'a str>,
     /// Tags for the network interfaces (the instance's tags).
@@ -386,6 +442,10 @@ pub fn launch_template_data(node_class: &EC2NodeClass, inputs: LaunchTemplateInp
             p
         }),
         capacity_reservation_id: inputs.capacity_reservation_id.map(str::to_owned),
+        capacity_reservation_preference: CapacityReservationPreference::for_launch(
+            inputs.capacity_reservation_id,
+            inputs.reserved_capacity,
+        ),
         market_type: inputs.market_type.map(str::to_owned),
         nested_virtualization: spec
             .cpu_options
@@ -589,6 +649,7 @@ mod tests {
             ipv6: false,
             efa_count: 0,
             capacity_reservation_id: None,
+            reserved_capacity: true,
             market_type: None,
             resource_tags: BTreeMap::from([("karpenter.sh/nodeclaim".to_string(), "x".to_string())]),
         }
@@ -739,6 +800,57 @@ mod tests {
         let tracked = class(json!({"connectionTracking": {"udpTimeout": 30}}));
         let with = LaunchTemplate::new(launch_template_data(&tracked, inputs(&ami)), tags.clone()).name;
         assert_ne!(with, names[0]);
+    }
+
+    #[test]
+    fn capacity_reservation_preference_per_capacity_type_and_gate() {
+        use CapacityReservationPreference as P;
+        let ami = Ami { id: "ami-1".into(), name: None, deprecated: false, requirements: vec![] };
+        let nc = class(json!({}));
+        let tags = launch_template_tags("c", &nc);
+        let data = |capacity_type: &'static str, reservation: Option<&'static str>, gate: bool| {
+            let i = LaunchTemplateInputs {
+                capacity_type,
+                capacity_reservation_id: reservation,
+                reserved_capacity: gate,
+                ..inputs(&ami)
+            };
+            launch_template_data(&nc, i)
+        };
+        let spec = |d: &LaunchTemplateData| (d.capacity_reservation_preference, d.capacity_reservation_id.clone());
+        let cr = Some("cr-1".to_owned());
+        // Gate on: reserved targets its reservation only; on-demand and spot stay out of every reservation.
+        assert_eq!(spec(&data("reserved", Some("cr-1"), true)), (Some(P::CapacityReservationsOnly), cr.clone()));
+        assert_eq!(spec(&data("on-demand", None, true)), (Some(P::None), None));
+        assert_eq!(spec(&data("spot", None, true)), (Some(P::None), None));
+        // Gate off: no specification at all (EC2's `open`); a reservation id still targets (never happens: no
+        // reserved offerings without the gate).
+        assert_eq!(spec(&data("on-demand", None, false)), (None, None));
+        assert_eq!(spec(&data("spot", None, false)), (None, None));
+        assert_eq!(spec(&data("reserved", Some("cr-1"), false)), (Some(P::CapacityReservationsOnly), cr));
+
+        // The preference is part of the name; left out of the hashed text when absent (gate-off names keep the
+        // names they had before the field existed).
+        let name = |d: LaunchTemplateData| LaunchTemplate::new(d, tags.clone()).name;
+        assert_ne!(name(data("on-demand", None, true)), name(data("on-demand", None, false)));
+        assert_ne!(name(data("spot", None, true)), name(data("spot", None, false)));
+        assert_ne!(name(data("on-demand", None, true)), name(data("reserved", Some("cr-1"), true)));
+        assert_eq!(name(data("reserved", Some("cr-1"), true)), name(data("reserved", Some("cr-1"), false)));
+        let text = |d: LaunchTemplateData| serde_json::to_string(&d).unwrap();
+        assert!(!text(data("on-demand", None, false)).contains("capacity_reservation_preference"));
+        assert!(text(data("on-demand", None, true)).contains(r#""capacity_reservation_preference":"none""#));
+        assert!(
+            text(data("reserved", Some("cr-1"), true))
+                .contains(r#""capacity_reservation_preference":"capacity-reservations-only""#)
+        );
+
+        // EC2's names round-trip; unknown ones are not guessed.
+        for p in [P::Open, P::None, P::CapacityReservationsOnly] {
+            assert_eq!(P::parse(p.as_str()), Some(p));
+            assert_eq!(p.to_string(), p.as_str());
+        }
+        assert_eq!(P::parse("capacity-reservations-first"), None);
+        assert_eq!(P::parse(""), None);
     }
 
     #[tokio::test]

@@ -1,7 +1,10 @@
 //! Reserved → on-demand demotion (cloudprovider-aws.md §9).
 //!
 //! When a capacity reservation expires or is cancelled, its instances keep running, now as ordinary on-demand
-//! instances: EC2 stops reporting a reservation for them. Their NodeClaims and Nodes still carry
+//! instances: EC2 stops reporting a reservation for them. Likewise an instance whose capacity-reservation
+//! preference is changed away from `capacity-reservations-only` (`ModifyInstanceCapacityReservationAttributes`,
+//! e.g. to `open`) is no longer reserved capacity by §4.5, even while EC2 still reports a reservation id for it.
+//! Their NodeClaims and Nodes still carry
 //! `karpenter.sh/capacity-type=reserved` and the reservation labels, which would make scheduling, consolidation
 //! pricing and drift treat them as reserved capacity. [`ReservationDemotion`] fixes the labels, every
 //! [`DEMOTION_INTERVAL`]:
@@ -10,7 +13,8 @@
 //! 2. when there are any, describes the cluster's instances once ([`InstanceProvider::list`], one
 //!    `DescribeInstances` for all of them, never one per claim);
 //! 3. for each object whose instance (from its provider id) EC2 reports as on-demand
-//!    ([`crate::provider::capacity_type_of`]): sets `karpenter.sh/capacity-type=on-demand` and removes the
+//!    ([`crate::provider::capacity_type_of`] under the instance provider's `ReservedCapacity` gate: no
+//!    reservation id, or a preference other than `capacity-reservations-only`): sets `karpenter.sh/capacity-type=on-demand` and removes the
 //!    reservation labels ([`RESERVATION_LABELS`]) with a JSON merge patch guarded by the object's
 //!    resourceVersion, then publishes a Normal [`DEMOTED_REASON`] event on it.
 //!
@@ -92,15 +96,17 @@ pub fn demotion_patch(resource_version: Option<&str>) -> Value {
     json!({ "metadata": { "resourceVersion": resource_version, "labels": labels } })
 }
 
-/// The instance behind a provider id when it is live and EC2 reports it on-demand.
+/// The instance behind a provider id when it is live and EC2 reports it on-demand (`reserved_capacity`: the
+/// feature gate).
 fn demoted_instance<'a>(
     provider_id: Option<&str>,
     instances: &'a BTreeMap<String, Ec2Instance>,
+    reserved_capacity: bool,
 ) -> Option<&'a Ec2Instance> {
     let id = instance_id(provider_id?)?;
     let instance = instances.get(id)?;
     let live = !matches!(instance.state, InstanceState::ShuttingDown | InstanceState::Terminated);
-    (live && capacity_type_of(instance) == CAPACITY_TYPE_ON_DEMAND).then_some(instance)
+    (live && capacity_type_of(instance, reserved_capacity) == CAPACITY_TYPE_ON_DEMAND).then_some(instance)
 }
 
 /// The reserved → on-demand demotion controller; see the module docs.
@@ -150,9 +156,10 @@ impl ReservationDemotion {
         }
         let instances: BTreeMap<String, Ec2Instance> =
             self.instances.list().await?.into_iter().map(|i| (i.instance_id.clone(), i)).collect();
+        let gate = self.instances.reserved_capacity();
         for node in &nodes {
             let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());
-            let Some(instance) = demoted_instance(provider_id, &instances) else { continue };
+            let Some(instance) = demoted_instance(provider_id, &instances, gate) else { continue };
             match self.demote_node(node, instance).await {
                 PatchOutcome::Demoted => pass.nodes.push(node.name_any()),
                 PatchOutcome::Gone => {}
@@ -161,7 +168,7 @@ impl ReservationDemotion {
         }
         for claim in &claims {
             let provider_id = claim.status.as_ref().and_then(|s| s.provider_id.as_deref());
-            let Some(instance) = demoted_instance(provider_id, &instances) else { continue };
+            let Some(instance) = demoted_instance(provider_id, &instances, gate) else { continue };
             match self.demote_node_claim(claim, instance).await {
                 PatchOutcome::Demoted => pass.node_claims.push(claim.name_any()),
                 PatchOutcome::Gone => {}
@@ -274,6 +281,15 @@ fn reference<K: Resource<DynamicType = ()>>(meta: &ObjectMeta, kind: &str) -> Ob
 }
 
 fn message(labels: &BTreeMap<String, String>, instance: &Ec2Instance) -> String {
+    if let Some(id) = &instance.capacity_reservation_id {
+        // Still in a reservation, but not as reserved capacity (its preference changed).
+        let preference = instance.capacity_reservation_preference.as_deref().unwrap_or("unknown");
+        return format!(
+            "Instance {} runs in capacity reservation {id} with preference {preference}, not \
+             capacity-reservations-only; capacity type reserved -> on-demand",
+            instance.instance_id
+        );
+    }
     match labels.get(aws_labels::CAPACITY_RESERVATION_ID) {
         Some(id) => format!(
             "Instance {} no longer runs in capacity reservation {id}; capacity type reserved -> on-demand",

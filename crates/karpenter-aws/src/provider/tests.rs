@@ -80,6 +80,18 @@ fn provider_on(
     cluster: &str,
     prices: PriceTable,
 ) -> AwsCloudProvider {
+    provider_gated(ec2, classes, clock, cluster, prices, true)
+}
+
+/// [`provider_on`] with the `ReservedCapacity` gate `reserved_capacity`.
+fn provider_gated(
+    ec2: &MockEc2,
+    classes: &InMemoryNodeClasses,
+    clock: &FakeClock,
+    cluster: &str,
+    prices: PriceTable,
+    reserved_capacity: bool,
+) -> AwsCloudProvider {
     let apis = AwsApis {
         fleet: Arc::new(ec2.clone()),
         launch_templates: Arc::new(ec2.clone()),
@@ -98,7 +110,7 @@ fn provider_on(
         Arc::new(clock.clone()),
         Arc::new(clock.clone()),
         SharedPrices::new(PriceSource::Table(prices)),
-        AwsCloudProviderOptions::new(cluster, "us-west-2"),
+        AwsCloudProviderOptions { reserved_capacity, ..AwsCloudProviderOptions::new(cluster, "us-west-2") },
     )
 }
 
@@ -194,6 +206,85 @@ async fn passes_the_conformance_suite() {
         assert_eq!(c.outcome, karpenter_testing::conformance::Outcome::Passed, "{report}");
     }
     assert!(report.check("repeated_create").unwrap().notes.is_empty(), "create is idempotent: {report}");
+}
+
+/// A running instance as DescribeInstances reports it.
+fn described(spot: bool, reservation: Option<&str>, preference: Option<&str>) -> Ec2Instance {
+    Ec2Instance {
+        instance_id: "i-0123456789abcdef0".into(),
+        instance_type: "m5.large".into(),
+        availability_zone: "us-west-2a".into(),
+        subnet_id: Some("subnet-a".into()),
+        image_id: Some("ami-amd".into()),
+        state: InstanceState::Running,
+        spot_instance_request_id: spot.then(|| "sir-1".to_owned()),
+        capacity_reservation_id: reservation.map(str::to_owned),
+        capacity_reservation_preference: preference.map(str::to_owned),
+        security_group_ids: vec!["sg-1".into()],
+        placement_group_id: None,
+        launch_time: None,
+        tags: BTreeMap::new(),
+    }
+}
+
+#[test]
+fn capacity_type_of_needs_the_gate_a_reservation_and_preference_reservations_only() {
+    let only = Some("capacity-reservations-only");
+    // (spot request, reservation id, preference, gate) -> capacity type
+    let table = [
+        ((true, None, Some("none"), true), "spot"),
+        ((true, Some("cr-1"), only, true), "spot"),
+        ((true, None, Some("none"), false), "spot"),
+        ((false, Some("cr-1"), only, true), "reserved"),
+        ((false, Some("cr-1"), only, false), "on-demand"),
+        // In an open reservation EC2 chose (preference `open`): on-demand capacity, not reserved.
+        ((false, Some("cr-1"), Some("open"), true), "on-demand"),
+        ((false, Some("cr-1"), Some("none"), true), "on-demand"),
+        ((false, Some("cr-1"), None, true), "on-demand"),
+        // The reservation ended: EC2 reports no id any more.
+        ((false, None, only, true), "on-demand"),
+        ((false, None, Some("none"), true), "on-demand"),
+        ((false, None, None, false), "on-demand"),
+    ];
+    for ((spot, reservation, preference, gate), want) in table {
+        let i = described(spot, reservation, preference);
+        assert_eq!(capacity_type_of(&i, gate), want, "{spot} {reservation:?} {preference:?} gate {gate}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_the_reserved_capacity_gate_off_templates_keep_ec2s_default_preference() {
+    let e = env();
+    let off = provider_gated(&e.ec2, &e.classes, &e.clock, "test-cluster", prices(&catalogue()), false);
+    let od = off.create(&claim("od", &["on-demand"])).await.unwrap();
+    let sp = off.create(&claim("sp", &["spot"])).await.unwrap();
+    let templates = e.ec2.launch_templates();
+    assert!(!templates.is_empty());
+    for t in &templates {
+        assert_eq!(t.data.capacity_reservation_preference, None, "{}", t.name);
+        assert_eq!(t.data.capacity_reservation_id, None, "{}", t.name);
+    }
+    let id = |c: &NodeClaim| instance_id(c.provider_id().unwrap()).unwrap().to_owned();
+    for c in [&od, &sp] {
+        let i = e.ec2.instance(&id(c)).unwrap();
+        assert_eq!(i.capacity_reservation_preference.as_deref(), Some("open"), "EC2's default");
+    }
+    // An instance EC2 reports in a reservation with preference capacity-reservations-only: reserved only
+    // under the gate.
+    e.ec2.update_instance(&id(&od), |i| {
+        i.capacity_reservation_id = Some("cr-1".into());
+        i.capacity_reservation_preference = Some("capacity-reservations-only".into());
+    });
+    let pid = od.provider_id().unwrap();
+    assert_eq!(label(&off.get(pid).await.unwrap(), CAPACITY_TYPE), Some("on-demand"));
+    assert_eq!(label(&e.provider.get(pid).await.unwrap(), CAPACITY_TYPE), Some("reserved"));
+    // The gate-on provider makes other templates for the same claims (preference `none`).
+    e.provider.create(&claim("od2", &["on-demand"])).await.unwrap();
+    let gated: Vec<_> = e.ec2.launch_templates().into_iter().filter(|t| !templates.contains(t)).collect();
+    assert!(!gated.is_empty(), "new names for the gate-on templates");
+    for t in &gated {
+        assert_eq!(t.data.capacity_reservation_preference, Some(CapacityReservationPreference::None));
+    }
 }
 
 fn only_fleet(e: &Env) -> CreateFleetRequest {
@@ -875,6 +966,47 @@ mod placement_and_reservations {
         assert!(e.provider.delete(&gone).await.unwrap_err().is_not_found());
         assert_eq!(tracker.available_count("cr-1"), Some(1));
         assert!(reserved_offering(&e).await.available);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn launches_set_the_reservation_preference_and_described_instances_follow_it() {
+        let CrEnv { e, .. } = cr_env(2).await;
+        let reserved = e.provider.create(&claim("r1", &["reserved"])).await.unwrap();
+        let od = e.provider.create(&claim("od", &["on-demand"])).await.unwrap();
+        let spot = e.provider.create(&claim("sp", &["spot"])).await.unwrap();
+        assert_eq!(label(&reserved, CAPACITY_TYPE), Some("reserved"));
+        assert_eq!(label(&od, CAPACITY_TYPE), Some("on-demand"));
+        assert_eq!(label(&spot, CAPACITY_TYPE), Some("spot"));
+        // The templates: reserved targets cr-1 only; the others say `none`.
+        for t in e.ec2.launch_templates() {
+            let want = match t.data.capacity_reservation_id.as_deref() {
+                Some("cr-1") => CapacityReservationPreference::CapacityReservationsOnly,
+                None => CapacityReservationPreference::None,
+                Some(other) => panic!("unexpected reservation {other}"),
+            };
+            assert_eq!(t.data.capacity_reservation_preference, Some(want), "{}", t.name);
+        }
+        // The instances as EC2 reports them carry their template's preference.
+        let id = |c: &NodeClaim| instance_id(c.provider_id().unwrap()).unwrap().to_owned();
+        let preference = |c: &NodeClaim| e.ec2.instance(&id(c)).unwrap().capacity_reservation_preference;
+        assert_eq!(preference(&reserved).as_deref(), Some("capacity-reservations-only"));
+        assert_eq!(preference(&od).as_deref(), Some("none"));
+        assert_eq!(preference(&spot).as_deref(), Some("none"));
+        // Described again: the same capacity types.
+        let got = |c: &NodeClaim| {
+            let pid = c.provider_id().unwrap().to_owned();
+            let p = e.provider.clone();
+            async move { p.get(&pid).await.unwrap() }
+        };
+        let r = got(&reserved).await;
+        assert_eq!((label(&r, CAPACITY_TYPE), label(&r, CAPACITY_RESERVATION_ID)), (Some("reserved"), Some("cr-1")));
+        let o = got(&od).await;
+        assert_eq!((label(&o, CAPACITY_TYPE), label(&o, CAPACITY_RESERVATION_ID)), (Some("on-demand"), None));
+        // The reserved instance's preference is changed to `open`: still in cr-1, but on-demand capacity now,
+        // without the reservation labels.
+        assert!(e.ec2.update_instance(&id(&reserved), |i| i.capacity_reservation_preference = Some("open".into())));
+        let r = got(&reserved).await;
+        assert_eq!((label(&r, CAPACITY_TYPE), label(&r, CAPACITY_RESERVATION_ID)), (Some("on-demand"), None));
     }
 
     #[tokio::test(start_paused = true)]

@@ -57,7 +57,8 @@ fn provider_id(instance: &str) -> String {
     format!("aws:///us-west-2a/{instance}")
 }
 
-/// A live instance of the cluster: in reservation `reservation`, a spot instance when `spot`.
+/// A live instance of the cluster: in reservation `reservation` (preference `capacity-reservations-only`, as
+/// Karpenter's reserved templates set; `none` without one), a spot instance when `spot`.
 fn instance(id: &str, reservation: Option<&str>, spot: bool, state: InstanceState) -> Ec2Instance {
     Ec2Instance {
         instance_id: id.into(),
@@ -68,6 +69,9 @@ fn instance(id: &str, reservation: Option<&str>, spot: bool, state: InstanceStat
         state,
         spot_instance_request_id: spot.then(|| format!("sir-{id}")),
         capacity_reservation_id: reservation.map(str::to_owned),
+        capacity_reservation_preference: Some(
+            if reservation.is_some() { "capacity-reservations-only" } else { "none" }.to_owned(),
+        ),
         security_group_ids: vec!["sg-1".into()],
         placement_group_id: None,
         launch_time: None,
@@ -190,7 +194,14 @@ async fn demotes_only_claims_and_nodes_whose_instance_is_on_demand_now() {
     env.ec2.insert_instance(instance("i-reserved", Some("cr-1"), false, InstanceState::Running));
     env.ec2.insert_instance(instance("i-stopping", None, false, InstanceState::ShuttingDown));
     env.ec2.insert_instance(instance("i-ondemand", None, false, InstanceState::Running));
+    // Still in cr-1, but its preference was changed to `open`: no longer reserved capacity (§4.5).
+    let opened = Ec2Instance {
+        capacity_reservation_preference: Some("open".into()),
+        ..instance("i-opened", Some("cr-1"), false, InstanceState::Running)
+    };
+    env.ec2.insert_instance(opened);
     env.create_pair("demoted", "i-demoted", reserved_labels()).await;
+    env.create_pair("opened", "i-opened", reserved_labels()).await;
     env.create_pair("reserved", "i-reserved", reserved_labels()).await;
     env.create_pair("gone", "i-gone", reserved_labels()).await;
     env.create_pair("stopping", "i-stopping", reserved_labels()).await;
@@ -211,11 +222,17 @@ async fn demotes_only_claims_and_nodes_whose_instance_is_on_demand_now() {
     let pass = env.demotion.run_once().await.unwrap();
     assert_eq!(
         pass,
-        DemotionPass { node_claims: vec!["demoted".into()], nodes: vec!["demoted-node".into()], retry: vec![] }
+        DemotionPass {
+            node_claims: vec!["demoted".into(), "opened".into()],
+            nodes: vec!["demoted-node".into(), "opened-node".into()],
+            retry: vec![]
+        }
     );
     assert_eq!(env.describes(), 1, "one DescribeInstances for every claim and node");
     assert_eq!(env.claim_labels("demoted").await, on_demand_labels());
     assert_eq!(env.node_labels("demoted-node").await, on_demand_labels());
+    assert_eq!(env.claim_labels("opened").await, on_demand_labels());
+    assert_eq!(env.node_labels("opened-node").await, on_demand_labels());
     // Still reserved, gone, shutting down, not reserved: untouched.
     for (name, rv) in &before {
         let now = if name.ends_with("-node") {
@@ -232,14 +249,16 @@ async fn demotes_only_claims_and_nodes_whose_instance_is_on_demand_now() {
         env.events().await,
         vec![
             ("Node".into(), "demoted-node".into(), DEMOTED_REASON.into()),
+            ("Node".into(), "opened-node".into(), DEMOTED_REASON.into()),
             ("NodeClaim".into(), "demoted".into(), DEMOTED_REASON.into()),
+            ("NodeClaim".into(), "opened".into(), DEMOTED_REASON.into()),
         ]
     );
 
     // Nothing left to demote: the next pass changes nothing.
     let again = env.demotion.run_once().await.unwrap();
     assert_eq!(again, DemotionPass::default());
-    assert_eq!(env.events().await.len(), 2);
+    assert_eq!(env.events().await.len(), 4);
 }
 
 #[tokio::test]
