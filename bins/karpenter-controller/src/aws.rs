@@ -151,6 +151,8 @@ pub async fn start(
         },
         &clients.region,
     );
+    // Launch templates' capacity-reservation preference and described instances' capacity type follow the gate.
+    options.reserved_capacity = core.feature_gates.reserved_capacity;
     options.instance_types.settings = InstanceTypeSettings {
         vm_memory_overhead_percent: aws.vm_memory_overhead_percent,
         reserved_enis: i64::from(aws.reserved_enis),

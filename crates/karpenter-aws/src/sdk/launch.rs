@@ -12,7 +12,9 @@ use crate::launch::fleet::{
     CreateFleetRequest, CreateFleetResponse, DescribeInstancesRequest, Ec2Instance, FleetApi, FleetError,
     FleetInstance, InstanceState, TerminatingInstance,
 };
-use crate::launch::template::{LaunchTemplate, LaunchTemplateApi, LaunchTemplateInfo, LtBlockDevice};
+use crate::launch::template::{
+    CapacityReservationPreference, LaunchTemplate, LaunchTemplateApi, LaunchTemplateInfo, LtBlockDevice,
+};
 
 fn sdk_tags(tags: &BTreeMap<String, String>) -> Vec<sdk::Tag> {
     tags.iter().map(|(k, v)| sdk::Tag::builder().key(k).value(v).build()).collect()
@@ -104,13 +106,22 @@ fn template_data(t: &LaunchTemplate) -> sdk::RequestLaunchTemplateData {
                 .build(),
         );
     }
-    if let Some(id) = &d.capacity_reservation_id {
+    if let Some(preference) = d.capacity_reservation_preference {
+        let preference = match preference {
+            CapacityReservationPreference::Open => sdk::CapacityReservationPreference::Open,
+            CapacityReservationPreference::None => sdk::CapacityReservationPreference::None,
+            CapacityReservationPreference::CapacityReservationsOnly => {
+                sdk::CapacityReservationPreference::CapacityReservationsOnly
+            }
+        };
+        let target = d
+            .capacity_reservation_id
+            .as_ref()
+            .map(|id| sdk::CapacityReservationTarget::builder().capacity_reservation_id(id).build());
         b = b.capacity_reservation_specification(
             sdk::LaunchTemplateCapacityReservationSpecificationRequest::builder()
-                .capacity_reservation_preference(sdk::CapacityReservationPreference::CapacityReservationsOnly)
-                .capacity_reservation_target(
-                    sdk::CapacityReservationTarget::builder().capacity_reservation_id(id).build(),
-                )
+                .capacity_reservation_preference(preference)
+                .set_capacity_reservation_target(target)
                 .build(),
         );
     }
@@ -286,6 +297,10 @@ fn instance(i: &sdk::Instance) -> Option<Ec2Instance> {
         state: InstanceState::parse(i.state()?.name()?.as_str())?,
         spot_instance_request_id: i.spot_instance_request_id().map(str::to_owned),
         capacity_reservation_id: i.capacity_reservation_id().map(str::to_owned),
+        capacity_reservation_preference: i
+            .capacity_reservation_specification()
+            .and_then(|c| c.capacity_reservation_preference())
+            .map(|p| p.as_str().to_owned()),
         security_group_ids: i.security_groups().iter().filter_map(|g| g.group_id()).map(str::to_owned).collect(),
         placement_group_id: i.placement().and_then(|p| p.group_id()).map(str::to_owned),
         launch_time: i.launch_time().and_then(to_chrono),
