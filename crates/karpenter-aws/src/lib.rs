@@ -31,9 +31,7 @@
 //! * instance status-check handling (`InstanceUnhealthy` from the EC2 status API) and zonal-shift awareness
 //!   (`ENABLE_ZONAL_SHIFT` is accepted but has no effect);
 //! * capacity reservations: remaining counts live in memory only (re-seeded by every describe of the status
-//!   controller, so at most a minute stale, and lost on restart until the next describe); an instance's capacity
-//!   type (and so reserved→on-demand demotion) follows whether EC2 reports a reservation id for it, not its
-//!   capacity-reservation preference;
+//!   controller, so at most a minute stale, and lost on restart until the next describe);
 //! * placement groups: a spread group's per-zone instance limit is recognised from the fleet error's message
 //!   (EC2 gives it no code of its own); unscoped capacity marks (no group) also apply inside groups;
 //! * launch templates set no `EnclaveOptions`: the EC2NodeClass API here (api.md) has no `enclaveOptions` field;

@@ -5,8 +5,12 @@
 //! moto's quirks shape the assertions: CreateFleet always takes the first override (so the claim pins one
 //! instance type and zone) and instances do not get the launch template's security groups or profile.
 //!
-//! A second test creates a launch template with every network and placement field through the SDK adapter and
-//! reads it back with DescribeLaunchTemplateVersions (moto stores the request's data as given).
+//! A second test creates a launch template with every network and placement field (and a targeted capacity
+//! reservation) through the SDK adapter and reads it back with DescribeLaunchTemplateVersions (moto stores the
+//! request's data as given).
+//!
+//! moto does not report `CapacityReservationSpecification` on instances, so the instance side of the
+//! capacity-reservation preference is covered by the MockEc2 tests only.
 
 #![cfg(feature = "sdk")]
 
@@ -15,7 +19,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_sdk_ec2::types::Tag;
+use aws_sdk_ec2::types::{CapacityReservationPreference, Tag};
 use common::moto::MotoServer;
 use karpenter_api::NodeClaim;
 use karpenter_api::condition::Conditions;
@@ -157,6 +161,14 @@ async fn create_get_list_delete_through_the_cloud_provider() {
     assert_eq!(instance.image_id(), Some("ami-35e92e4c"));
     let templates = c.ec2.describe_launch_templates().send().await.unwrap();
     assert_eq!(templates.launch_templates().len(), 1, "{templates:?}");
+    // With the ReservedCapacity gate on (the default) an on-demand launch template opts out of every capacity
+    // reservation (preference `none`, no target), so the instance never lands in an open reservation.
+    let name = templates.launch_templates()[0].launch_template_name().expect("name");
+    let versions = c.ec2.describe_launch_template_versions().launch_template_name(name).send().await.unwrap();
+    let data = versions.launch_template_versions()[0].launch_template_data().expect("data");
+    let spec = data.capacity_reservation_specification().expect("capacity reservation specification");
+    assert_eq!(spec.capacity_reservation_preference(), Some(&CapacityReservationPreference::None));
+    assert!(spec.capacity_reservation_target().is_none(), "{spec:?}");
 
     // A retried create finds the tagged instance instead of launching another.
     let again = provider.create(&claim("default-abc12")).await.expect("create again");
@@ -187,7 +199,8 @@ async fn create_get_list_delete_through_the_cloud_provider() {
 #[tokio::test]
 async fn launch_template_network_and_placement_fields_reach_ec2() {
     use karpenter_aws::launch::template::{
-        LaunchTemplate, LaunchTemplateApi, LaunchTemplateData, LtConnectionTracking, LtNetworkInterface, LtPlacement,
+        CapacityReservationPreference as Preference, LaunchTemplate, LaunchTemplateApi, LaunchTemplateData,
+        LtConnectionTracking, LtNetworkInterface, LtPlacement,
     };
 
     let Some(server) = MotoServer::start() else { return };
@@ -222,6 +235,8 @@ async fn launch_template_network_and_placement_fields_reach_ec2() {
             tenancy: Some("dedicated".into()),
         }),
         nested_virtualization: true,
+        capacity_reservation_id: Some("cr-0123456789abcdef0".into()),
+        capacity_reservation_preference: Some(Preference::CapacityReservationsOnly),
         resource_tags: [("team".to_string(), "a".to_string())].into(),
         tag_spot_requests: true,
         ..Default::default()
@@ -254,6 +269,10 @@ async fn launch_template_network_and_placement_fields_reach_ec2() {
     assert!(stored.security_group_ids().is_empty(), "groups are on the interfaces");
     let nested = stored.cpu_options().and_then(|o| o.nested_virtualization()).map(|n| n.as_str().to_owned());
     assert_eq!(nested.as_deref(), Some("enabled"));
+    let spec = stored.capacity_reservation_specification().expect("capacity reservation specification");
+    assert_eq!(spec.capacity_reservation_preference(), Some(&CapacityReservationPreference::CapacityReservationsOnly));
+    let target = spec.capacity_reservation_target().and_then(|t| t.capacity_reservation_id());
+    assert_eq!(target, Some("cr-0123456789abcdef0"));
     let mut tagged: Vec<&str> =
         stored.tag_specifications().iter().filter_map(|t| t.resource_type()).map(|r| r.as_str()).collect();
     tagged.sort();
