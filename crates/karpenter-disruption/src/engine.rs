@@ -93,14 +93,18 @@ impl<'a> Engine<'a> {
         Engine { cluster, sim, budgets, totals, pending, window, catalogue }
     }
 
-    /// Simulates removing `cands`; `Err` when a pod that is not already pending finds no place.
+    /// Simulates removing `cands`; `Err` when a pod that is not already pending finds no place. Consolidation
+    /// replaces with at most one node, so its simulations ask for the fewest new nodes (upstream's packing): the
+    /// scheduler's cost post-pass may spread pods over several cheaper nodes where one holds them all. Drift
+    /// keeps the cheapest packing for its replacements.
     pub fn simulate(&self, cands: &[&Candidate<'a>], consolidation: bool) -> Result<Decisions, Reason> {
         let mut removed = node_set(cands);
         if consolidation {
             removed.extend(self.window.iter().cloned());
         }
         let pods = cands.iter().flat_map(|c| c.reschedulable.iter().copied()).collect();
-        let view = SimulationView { removed: &removed, pods, ..Default::default() };
+        let fewest_new_nodes = consolidation;
+        let view = SimulationView { removed: &removed, pods, fewest_new_nodes, ..Default::default() };
         let d = self.sim.simulate(&view);
         let failed: Vec<UnschedulablePod> =
             d.unschedulable.iter().filter(|u| !self.pending.contains(&u.pod)).cloned().collect();

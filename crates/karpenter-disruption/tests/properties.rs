@@ -232,7 +232,7 @@ fn reference_multi_node(snapshot: &ClusterSnapshot, catalogue: &[InstanceType]) 
         let prefix = &cands[..=k];
         let removed: BTreeSet<String> = prefix.iter().map(|c| c.0.clone()).collect();
         let pods = prefix.iter().flat_map(|c| snapshot.pods_on(&c.0)).collect();
-        let d = sim.simulate(&SimulationView { removed: &removed, pods, ..Default::default() });
+        let d = sim.simulate(&SimulationView { removed: &removed, pods, fewest_new_nodes: true, ..Default::default() });
         if !d.unschedulable.is_empty() {
             return None;
         }

@@ -63,6 +63,8 @@ pub const UNINITIALIZED_NODE: &str = "would schedule against uninitialized nodec
 pub struct Simulator<'a> {
     provider: &'a ProviderLabels,
     options: &'a SchedulerOptions,
+    /// `options` with upstream's packing, for views that ask for the fewest new nodes.
+    fewest_nodes_options: SchedulerOptions,
     base: Base<'a>,
     volumes: VolumeIndex<'a>,
     pending: Vec<PodData<'a>>,
@@ -97,13 +99,23 @@ pub struct SimulationView<'v> {
     /// Accept placements on uninitialized nodes and in-flight claims; by default such a placement is turned
     /// into an unschedulable entry with [`UNINITIALIZED_NODE`] (disruption.md §5).
     pub allow_uninitialized: bool,
+    /// Pack new NodeClaims in upstream's order, skipping the cost post-pass (as with
+    /// [`SchedulerOptions::upstream_packing`]): the post-pass may spread pods over more, cheaper nodes than the
+    /// fewest that hold them, and consolidation asks whether one new node is enough.
+    pub fewest_new_nodes: bool,
 }
 
 static NO_NODES: BTreeSet<String> = BTreeSet::new();
 
 impl Default for SimulationView<'_> {
     fn default() -> Self {
-        SimulationView { removed: &NO_NODES, pods: Vec::new(), skip_pending: false, allow_uninitialized: false }
+        SimulationView {
+            removed: &NO_NODES,
+            pods: Vec::new(),
+            skip_pending: false,
+            allow_uninitialized: false,
+            fewest_new_nodes: false,
+        }
     }
 }
 
@@ -125,7 +137,8 @@ impl<'a> Simulator<'a> {
                 p.spec.as_ref().and_then(|s| s.affinity.as_ref()).and_then(|a| a.pod_anti_affinity.as_ref()).is_some()
             });
         let lean = ClusterSnapshot { namespaces: snapshot.namespaces.clone(), ..Default::default() };
-        Simulator { provider, options, base, volumes, pending, index, prefix_ok, lean }
+        let fewest_nodes_options = SchedulerOptions { upstream_packing: true, ..options.clone() };
+        Simulator { provider, options, fewest_nodes_options, base, volumes, pending, index, prefix_ok, lean }
     }
 
     /// Whether `name` is an existing node or in-flight claim the simulator knows (marked-for-deletion nodes are
@@ -166,7 +179,7 @@ impl<'a> Simulator<'a> {
         let simple_pods = self.prefix_ok && pods.iter().all(|p| simple(p.pod));
         let topology = if simple_pods { &self.lean } else { self.base.snapshot };
         let Some(min) = smallest else {
-            return self.finish(self.solve(topology, Vec::new(), pods), view);
+            return self.finish(self.solve(topology, Vec::new(), pods, view), view);
         };
         let offered = self.base.existing.iter().filter(|n| !view.removed.contains(&n.name) && min.fits(&n.available));
         // Fast path: first fit over a prefix of the offered nodes. When every pod lands on a node of the prefix,
@@ -176,13 +189,13 @@ impl<'a> Simulator<'a> {
             let k = (pods.len() * 4).max(PREFIX_MIN);
             let prefix: Vec<ExistingNode> = offered.clone().take(k).cloned().collect();
             if prefix.len() == k {
-                let d = self.solve(topology, prefix, pods.clone());
+                let d = self.solve(topology, prefix, pods.clone(), view);
                 if d.new_node_claims.is_empty() && d.unschedulable.is_empty() && !d.timed_out {
                     return self.finish(d, view);
                 }
             }
         }
-        let d = self.solve(topology, offered.cloned().collect(), pods);
+        let d = self.solve(topology, offered.cloned().collect(), pods, view);
         self.finish(d, view)
     }
 
@@ -191,6 +204,7 @@ impl<'a> Simulator<'a> {
         snapshot: &'s ClusterSnapshot,
         existing: Vec<ExistingNode>,
         pods: Vec<PodData<'s>>,
+        view: &SimulationView<'_>,
     ) -> Decisions {
         let base = Base {
             snapshot,
@@ -199,7 +213,8 @@ impl<'a> Simulator<'a> {
             any_prefer_no_schedule: self.base.any_prefer_no_schedule,
             no_templates_reason: self.base.no_templates_reason.clone(),
         };
-        Solver::from_base(base, pods, self.provider, self.options).run(&mut || false)
+        let options = if view.fewest_new_nodes { &self.fewest_nodes_options } else { self.options };
+        Solver::from_base(base, pods, self.provider, options).run(&mut || false)
     }
 
     fn finish(&self, mut d: Decisions, view: &SimulationView<'_>) -> Decisions {
