@@ -281,7 +281,7 @@ pub struct TerminatingInstance {
 }
 
 /// The EC2 instance calls of a launch. Implementations: the SDK adapter (feature `sdk`) and
-/// [`crate::launch::mock::MockEc2`].
+/// `launch::mock::MockEc2` (tests and feature `test-util`).
 ///
 /// * `create_fleet`: one `CreateFleet` call of type `instant`; per-override failures are in the answer's
 ///   `errors`, a failure of the call itself is the `Err`.

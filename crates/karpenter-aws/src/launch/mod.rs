@@ -4,7 +4,7 @@
 //!
 //! Every EC2 call goes through a narrow trait ([`template::LaunchTemplateApi`], [`fleet::FleetApi`]) whose
 //! requests and answers are this crate's own structs and whose error is [`crate::api_error::AwsApiError`]; the
-//! `sdk` feature implements them with aws-sdk-ec2, and [`mock`] (tests and feature `test-util`) in memory.
+//! `sdk` feature implements them with aws-sdk-ec2, and `mock` (tests and feature `test-util`) in memory.
 
 pub mod batcher;
 pub mod fleet;
