@@ -679,4 +679,4 @@ impl InterruptionHook for AwsCloudProvider {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -38,27 +38,17 @@ fn env(infos: Vec<InstanceTypeInfo>, spec: serde_json::Value, dns_ip: &str) -> E
         prices.on_demand.insert(info.instance_type.clone(), 0.1 + 0.01 * i as f64);
     }
     ec2.set_catalogue(infos, &ZONES);
-    let mut class = json!({
-        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
-        "metadata": {"name": "default", "generation": 1, "uid": "uid-1"},
-        "spec": {
-            "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "test"}}],
-            "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "test"}}],
-            "amiSelectorTerms": [{"alias": "al2023@latest"}],
-            "role": "KarpenterNodeRole"
-        },
-        "status": {
-            "subnets": [{"id": "subnet-a1", "zone": "us-west-2a", "zoneID": "usw2-az1"},
-                        {"id": "subnet-a2", "zone": "us-west-2a", "zoneID": "usw2-az1"},
-                        {"id": "subnet-b1", "zone": "us-west-2b", "zoneID": "usw2-az2"}],
-            "securityGroups": [{"id": "sg-1"}],
-            "amis": [{"id": "ami-amd", "requirements": [
-                {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}],
-            "instanceProfile": "profile-1",
-            "conditions": [{"type": "Ready", "status": "True", "observedGeneration": 1,
-                            "lastTransitionTime": "2026-01-01T00:00:00Z", "reason": "Ready", "message": ""}]
-        }
-    });
+    // The provider tests' class with three subnets (two in us-west-2a), amd64 only and no tags.
+    let mut class = crate::provider::tests::class_json("True");
+    class["status"]["subnets"] = json!([
+        {"id": "subnet-a1", "zone": "us-west-2a", "zoneID": "usw2-az1"},
+        {"id": "subnet-a2", "zone": "us-west-2a", "zoneID": "usw2-az1"},
+        {"id": "subnet-b1", "zone": "us-west-2b", "zoneID": "usw2-az2"}
+    ]);
+    class["status"]["amis"] = json!([{"id": "ami-amd", "requirements": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}]);
+    if let Some(s) = class["spec"].as_object_mut() {
+        s.remove("tags");
+    }
     if let (Some(s), Some(extra)) = (class["spec"].as_object_mut(), spec.as_object()) {
         s.extend(extra.clone());
     }

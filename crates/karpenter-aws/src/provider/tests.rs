@@ -19,7 +19,8 @@ use crate::pricing::{PriceSource, PriceTable};
 
 const ZONES: [&str; 3] = ["us-west-2a", "us-west-2b", "us-west-2c"];
 
-fn class_json(ready: &str) -> serde_json::Value {
+/// A ready-or-not EC2NodeClass with resolved status (two zones, amd64 and arm64 AMIs), shared with other tests.
+pub(crate) fn class_json(ready: &str) -> serde_json::Value {
     json!({
         "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
         "metadata": {"name": "default", "generation": 1, "uid": "uid-1"},
