@@ -245,7 +245,7 @@ pub fn solve_shape_lp(
         }
     }
     per_type.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    Ok(ShapeLp { cost: bound.min(upper.max(bound)), upper, assignment: per_type, columns: used, rounds, converged })
+    Ok(ShapeLp { cost: bound, upper, assignment: per_type, columns: used, rounds, converged })
 }
 
 /// An upper bound on what one node of `ty` can hold at `prices`: for every resource, its room times the best

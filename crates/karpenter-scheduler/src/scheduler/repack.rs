@@ -282,7 +282,7 @@ impl Solver<'_> {
             if best.is_none() {
                 // No bin type holds the largest remaining pods: the cheapest type that does.
                 let first = shapes.iter().find(|s| s.left() > 0)?;
-                let cand = cands.iter().find(|c| first.req.iter().zip(&c.room).all(|(q, r)| q <= r))?;
+                let cand = cands.get(cheapest_holding(cands.as_slice(), &first.req)?)?;
                 let (takes, used) = fill(&shapes, &cand.room, false);
                 best = Some((0.0, (takes, used)));
             }
@@ -290,14 +290,8 @@ impl Solver<'_> {
             if takes.is_empty() {
                 return None;
             }
-            let mut bin = Vec::new();
-            for (s, n) in takes {
-                let sh = shapes.get_mut(s)?;
-                bin.extend(sh.pods.get(sh.next..sh.next + n)?.iter().copied());
-                sh.next += n;
-                left -= n;
-            }
-            bins.push((bin, used));
+            left -= takes.iter().map(|&(_, n)| n).sum::<usize>();
+            push_bin(&mut shapes, takes, used, &mut bins)?;
         }
         // Where the resource LP is far below what its mix packs (lopsided catalogues: it combines the cpu of
         // one type with the memory of another), pack by the shape LP instead and keep the cheaper packing.
@@ -308,25 +302,22 @@ impl Solver<'_> {
             }
             Some(total)
         };
-        let mut bins_cost_now = bins_cost(&bins)?;
-        if bins_cost_now > lp.cost * SHAPE_LP_GAP
+        let mut new_cost = bins_cost(&bins)?;
+        if new_cost > lp.cost * SHAPE_LP_GAP
             && let Some(guided) = shape_guided_bins(&shapes, &cands)
             && let Some(guided_cost) = bins_cost(&guided)
-            && guided_cost < bins_cost_now
+            && guided_cost < new_cost
         {
             bins = guided;
-            bins_cost_now = guided_cost;
+            new_cost = guided_cost;
         }
-        let _ = bins_cost_now;
         // Each bin on the cheapest type that fits its contents; options: the compatible types that fit.
-        let mut new_cost = 0.0;
         let mut out = Vec::new();
         for (bin, used) in bins {
             let fits = |c: &Cand| c.room.iter().zip(&used).all(|(room, u)| u <= room);
             // In price order, so the first MAX_INSTANCE_TYPES are the ones the claim's plan keeps.
             let options: Vec<u32> =
                 cands.iter().filter(|c| fits(c)).map(|c| c.it).take(super::MAX_INSTANCE_TYPES).collect();
-            new_cost += cands.iter().find(|c| fits(c))?.price;
             let mut requests = ResourceList::new();
             for &p in &bin {
                 requests = requests.add(&self.pods.get(p)?.requests);
@@ -457,6 +448,11 @@ fn fill(shapes: &[Shape], room: &[i128], proportional: bool) -> Fill {
     (takes, used)
 }
 
+/// Index of the cheapest candidate (they are in price order) with room for one pod of requests `req`.
+fn cheapest_holding(cands: &[Cand], req: &[i128]) -> Option<usize> {
+    cands.iter().position(|c| req.iter().zip(&c.room).all(|(q, r)| q <= r))
+}
+
 /// Moves the pods `takes` names out of `shapes` into a new bin.
 fn push_bin(
     shapes: &mut [Shape],
@@ -552,7 +548,7 @@ fn shape_guided_bins(shapes: &[Shape], cands: &[Cand]) -> Option<Vec<(Vec<usize>
     if !leftovers.is_empty() {
         if shares.is_empty() {
             let largest = leftovers.iter().filter_map(|(s, _)| shapes.get(*s)).map(|s| &s.req).max()?;
-            let t = cands.iter().position(|c| largest.iter().zip(&c.room).all(|(q, r)| q <= r))?;
+            let t = cheapest_holding(cands, largest)?;
             let empty = shapes.iter().map(|s| Shape { req: s.req.clone(), pods: Vec::new(), next: 0 }).collect();
             shares.push((t, empty));
         }
@@ -568,7 +564,7 @@ fn shape_guided_bins(shapes: &[Shape], cands: &[Cand]) -> Option<Vec<(Vec<usize>
             if takes.is_empty() {
                 // Pods this type cannot hold (leftovers): the cheapest type that holds the largest of them.
                 let largest = mine.iter().filter(|s| s.left() > 0).map(|s| &s.req).max()?;
-                let other = cands.iter().find(|c| largest.iter().zip(&c.room).all(|(q, r)| q <= r))?;
+                let other = cands.get(cheapest_holding(cands, largest)?)?;
                 let (takes, used) = fill(&mine, &other.room, false);
                 if takes.is_empty() {
                     return None;
