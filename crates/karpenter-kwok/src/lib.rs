@@ -78,8 +78,8 @@
 //! Upstream's kwok setup relies on a [KWOK](https://kwok.sigs.k8s.io) controller in the cluster to play the
 //! kubelet of every fake Node (make it Ready, keep its Lease fresh, run its pods). Without one, the Nodes never
 //! turn Ready: Karpenter never initializes them and the kube-controller-manager would eventually consider them
-//! dead. With `--kwok-simulate-kubelet` the controller runs the stand-in itself: [`simulate_kubelet`] (the test
-//! kit's [`Kubelet`], written once in `karpenter_testing::standins` and shared with the end-to-end tests) passes
+//! dead. With `--kwok-simulate-kubelet` the controller runs the stand-in itself: [`simulate_kubelet`] (this crate's
+//! [`Kubelet`] stand-in, which the end-to-end tests share) passes
 //! over the Nodes labelled [`MANAGED_LABEL`]` = "true"` every [`DEFAULT_INTERVAL`] until shutdown and
 //!
 //! * sets their `Ready` condition True (the node lifecycle controller then lifts the `not-ready` taint);

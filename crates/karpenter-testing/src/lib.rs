@@ -13,9 +13,10 @@
 //! - **An in-process API server** (feature `apiserver`): `apiserver::ApiServer` serves `kube::Client` as a tower
 //!   service with the real server's semantics (see the module docs).
 //! - **Cluster stand-ins** (feature `standins`, implied by `apiserver`): `standins::Scheduler` binds pending pods
-//!   to nodes that fit, `standins::Kubelet` makes nodes Ready, renews their Leases, runs bound pods and removes
-//!   terminating ones; both work through any `kube::Client`. The feature pulls in only kube's client and tokio's
-//!   timer, not the test server, so the controller binary can use the kubelet (`--kwok-simulate-kubelet`).
+//!   to nodes that fit, through any `kube::Client`. (The kubelet stand-in is `karpenter_kwok::kubelet::Kubelet`.)
+//! - **A real control plane** (feature `realplane`): `realplane::require()` starts etcd, kube-apiserver,
+//!   kube-scheduler and kube-controller-manager v1.32.6 from the shared k8s folder on free ports for one test
+//!   binary (skipped with a printed reason where they are missing, a failure under `CI=true`).
 //!
 //! ```
 //! use karpenter_testing::{PodOptions, requirement, unschedulable_pod};
@@ -47,6 +48,8 @@ pub mod karpenter;
 pub mod names;
 pub mod node;
 pub mod pod;
+#[cfg(feature = "realplane")]
+pub mod realplane;
 pub mod resources;
 #[cfg(feature = "standins")]
 pub mod standins;

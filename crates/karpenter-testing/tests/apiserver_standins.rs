@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use karpenter_kwok::kubelet::{Kubelet, KubeletOptions};
 use karpenter_testing::apiserver::ApiServer;
-use karpenter_testing::standins::{Kubelet, KubeletOptions, Scheduler};
+use karpenter_testing::standins::Scheduler;
 use karpenter_testing::{
     FakeClock, NodeOptions, PodOptions, SystemClock, map, node, pod, requirement, taint, toleration,
 };

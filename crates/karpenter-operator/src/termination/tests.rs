@@ -18,7 +18,7 @@ use karpenter_api::labels::{self, annotations, finalizers, taints};
 use karpenter_api::nodeclaim::conditions;
 use karpenter_cloudprovider::{CloudProvider, FakeCloudProvider, FakeOptions};
 use karpenter_testing::apiserver::{ApiServer, create_with_status};
-use karpenter_testing::standins::Kubelet;
+use karpenter_kwok::kubelet::Kubelet;
 use karpenter_testing::{
     FakeClock, NodeClaimOptions, NodeOptions, PdbOptions, PodOptions, node, node_claim, pod, pod_disruption_budget,
     toleration,

@@ -19,6 +19,7 @@ use karpenter_cloudprovider::{
     Clock, CloudProvider, InterruptionAction, InterruptionError, InterruptionEvent, InterruptionKind,
     InterruptionSource,
 };
+use karpenter_kwok::kubelet::Kubelet;
 use karpenter_kwok::{KwokCloudProvider, KwokOptions};
 use karpenter_operator::CoreSettings;
 use karpenter_operator::manager::{Manager, ManagerError};
@@ -26,7 +27,7 @@ use karpenter_operator::metrics::Metrics;
 use karpenter_operator::node_classes::KubeNodeClasses;
 use karpenter_operator::state::ClusterState;
 use karpenter_testing::apiserver::ApiServer;
-use karpenter_testing::standins::{Kubelet, Scheduler};
+use karpenter_testing::standins::Scheduler;
 use karpenter_testing::{
     KWOKNodeClassOptions, NodePoolOptions, PodOptions, kwok_node_class, kwok_node_class_ref, node_pool,
 };

@@ -163,8 +163,9 @@
 //!
 //! # Cluster stand-ins and the probe
 //!
-//! The server runs no scheduler and no kubelet: [`crate::standins`] has a scheduler and a kubelet stand-in,
-//! written against `kube::Client` (so they also drive kwok nodes on a real cluster). `tests/apiserver_probe.rs`
+//! The server runs no scheduler and no kubelet: [`crate::standins`] has a scheduler stand-in and
+//! `karpenter_kwok::kubelet` a kubelet stand-in, written against `kube::Client` (so they also drive kwok nodes on
+//! a real cluster). `tests/apiserver_probe.rs`
 //! holds one list of semantic checks (resourceVersion, conflicts, generation and status subresource,
 //! finalizers, selectors, binding and graceful deletion, eviction with PDB status, garbage collection, the
 //! not-ready taint, Lease conflicts, watch replay, JSON patch failures) run against this server by `cargo

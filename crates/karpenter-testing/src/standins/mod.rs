@@ -1,12 +1,14 @@
 //! Cluster stand-ins for end-to-end tests (feature `standins`, implied by `apiserver`): a [`Scheduler`] that
-//! binds pending pods to nodes that fit, and a [`Kubelet`] that makes nodes Ready, renews their Leases, runs bound
-//! pods and removes pods whose graceful deletion has run out.
+//! binds pending pods to nodes that fit. Its partner, the kubelet stand-in (nodes Ready, Leases, running pods,
+//! removal of pods whose graceful deletion has run out), is production code and lives in the kwok provider:
+//! `karpenter_kwok::kubelet::Kubelet` (the controller runs it for `--kwok-simulate-kubelet` and as
+//! `karpenter-controller kwok-kubelet`).
 //!
 //! Both are written against `kube::Client` only: they work the same against the in-process
-//! `ApiServer` (feature `apiserver`) and a real API server (the kwok provider reuses the kubelet for
-//! `--kwok-simulate-kubelet`). Each has a `step()` that does one pass and reports what it did — tests call it at
-//! the points they choose, with a [`FakeClock`](crate::FakeClock) for the kubelet's notion of time — and a
-//! `run(every)` loop for real-time use (spawn it on tokio, abort the task to stop it).
+//! `ApiServer` (feature `apiserver`) and a real API server. Each has a `step()` that does one pass and reports
+//! what it did — tests call it at the points they choose, with a [`FakeClock`](crate::FakeClock) for the
+//! kubelet's notion of time — and a `run(every)` loop for real-time use (spawn it on tokio, abort the task to
+//! stop it).
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -15,7 +17,8 @@
 //! use k8s_openapi::api::core::v1::{Node, Pod};
 //! use kube::api::{Api, PostParams};
 //! use karpenter_testing::apiserver::ApiServer;
-//! use karpenter_testing::standins::{Kubelet, Scheduler};
+//! use karpenter_kwok::kubelet::Kubelet;
+//! use karpenter_testing::standins::Scheduler;
 //! use karpenter_testing::{FakeClock, NodeOptions, PodOptions, node, pod};
 //!
 //! let server = ApiServer::new();
@@ -39,19 +42,11 @@
 //! # }
 //! ```
 
-mod kubelet;
 mod scheduler;
 
-pub use kubelet::{Kubelet, KubeletOptions, KubeletReport};
 pub use scheduler::{ScheduleReport, Scheduler};
 
-use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::Value;
-
-/// RFC 3339 with seconds, as the API server writes `Time` fields.
-fn rfc3339(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(SecondsFormat::Secs, true)
-}
 
 /// The condition list with `cond` (matched by `type`) put in place of any existing one of its type.
 fn with_condition(mut conditions: Vec<Value>, cond: Value) -> Vec<Value> {

@@ -1,0 +1,598 @@
+//! A real Kubernetes control plane for tests (feature `realplane`): etcd, kube-apiserver and, by default,
+//! kube-scheduler and kube-controller-manager v1.32.6 on 127.0.0.1, started with the scripts of the shared
+//! `k8s` folder (`start.sh` / `stop.sh`, see its README). The in-process [`ApiServer`](crate::apiserver) is
+//! quick and deterministic; this is the real thing (admission, CEL, watch caches, the scheduler, the node
+//! lifecycle and garbage collectors), for end-to-end and performance suites.
+//!
+//! # Where things are
+//!
+//! * **The scripts**: `$KARPENTER_K8S_DIR`, else `../shared/k8s` beside the workspace root (this crate's
+//!   `../../..`), or [`PlaneOptions::k8s_dir`].
+//! * **State** (`K8SREAL_RUN`: etcd data, certificates, logs, pids): `<target dir>/k8s-real/<name>`, where the
+//!   target dir is the one holding the running test executable and `name` is [`PlaneOptions::name`] (default: the
+//!   executable's name without its hash), so each test binary has its own. A plane left over by a killed run of
+//!   the same binary is stopped first. The state dir is wiped when the plane is dropped (`K8SREAL_WIPE=1`)
+//!   unless [`PlaneOptions::keep_state`] (or `KARPENTER_K8S_KEEP=1`) is set, which keeps the logs for a look.
+//! * **Ports**: free loopback ports picked at start for the apiserver, etcd (and its peer port, +10), the
+//!   scheduler and the controller-manager, so several test binaries can run planes side by side.
+//!
+//! # Use
+//!
+//! ```no_run
+//! # async fn t() {
+//! // In a test: None means "skipped" (the reason is printed); under CI=true a missing plane fails the test.
+//! let Some(plane) = karpenter_testing::realplane::require() else { return };
+//! let client = plane.client().await.expect("client");
+//! // ... create objects, run controllers against `client` or `plane.kubeconfig()` ...
+//! plane.restart_apiserver().expect("restart"); // kill kube-apiserver and start it again (etcd keeps the state)
+//! let revision = plane.compact_etcd().expect("compact"); // watches from before `revision` now get 410 Gone
+//! # let _ = revision;
+//! # }
+//! ```
+//!
+//! [`RealPlane::start`] is the fallible form (no skipping, no CI rule) for harnesses that decide themselves,
+//! e.g. a benchmark command. Dropping the [`RealPlane`] runs `stop.sh`. The blocking calls
+//! ([`RealPlane::start`], [`RealPlane::restart_apiserver`], [`RealPlane::compact_etcd`], drop) run shell
+//! scripts for a few seconds: in async tests call them from a multi-threaded runtime (or `spawn_blocking`).
+//!
+//! # Skipping
+//!
+//! A machine without the plane (no scripts, no `etcd`, `openssl`, `curl`, or neither `xz` nor unpacked
+//! binaries) cannot run these tests. [`require`] then prints `skipped: ...` with the reason to stderr and returns
+//! `None`, unless `CI=true`, where it panics with the reason: CI must run them. A plane that is present but fails
+//! to start is always a failure.
+
+use std::io::Write;
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Settings of [`RealPlane::start`]. `Default` gives a plane with the scheduler and the controller-manager.
+#[derive(Debug, Clone)]
+pub struct PlaneOptions {
+    /// The folder with `start.sh` and `stop.sh` (`None`: `$KARPENTER_K8S_DIR`, else `../shared/k8s` beside the
+    /// workspace root).
+    pub k8s_dir: Option<PathBuf>,
+    /// The state dir (`None`: `<target dir>/k8s-real/<name>`).
+    pub state_dir: Option<PathBuf>,
+    /// The plane's name in the default state dir (`None`: the test executable's name without its hash).
+    pub name: Option<String>,
+    /// Start kube-scheduler (`K8SREAL_SCHEDULER=1`).
+    pub scheduler: bool,
+    /// Start kube-controller-manager (`K8SREAL_CONTROLLER_MANAGER=1`).
+    pub controller_manager: bool,
+    /// Extra flags of kube-apiserver (`K8SREAL_APISERVER_ARGS`), e.g. `--max-requests-inflight=50`.
+    pub apiserver_args: Option<String>,
+    /// Extra flags of kube-scheduler (`K8SREAL_SCHEDULER_ARGS`).
+    pub scheduler_args: Option<String>,
+    /// Extra flags of kube-controller-manager (`K8SREAL_CM_ARGS`).
+    pub controller_manager_args: Option<String>,
+    /// Keep the state dir (logs) after the plane stops (also `KARPENTER_K8S_KEEP=1`).
+    pub keep_state: bool,
+}
+
+impl Default for PlaneOptions {
+    fn default() -> Self {
+        Self {
+            k8s_dir: None,
+            state_dir: None,
+            name: None,
+            scheduler: true,
+            controller_manager: true,
+            apiserver_args: None,
+            scheduler_args: None,
+            controller_manager_args: None,
+            keep_state: false,
+        }
+    }
+}
+
+/// Why a plane could not be started or used.
+#[derive(Debug, thiserror::Error)]
+pub enum PlaneError {
+    /// Something the plane needs is not on this machine (scripts, etcd, openssl, ...): tests skip, CI fails.
+    #[error("the real control plane is not available: {0}")]
+    Unavailable(String),
+    /// A script or tool ran and failed.
+    #[error("{what} failed ({status}): {output}")]
+    Command {
+        /// What was run.
+        what: String,
+        /// Its exit status.
+        status: String,
+        /// The tail of its output.
+        output: String,
+    },
+    /// A file or process operation failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// No free loopback ports.
+    #[error("no free loopback port: {0}")]
+    Ports(std::io::Error),
+    /// The kubeconfig could not be read or turned into a client.
+    #[error("kube client for {path}: {reason}")]
+    Client {
+        /// The kubeconfig.
+        path: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The plane did not do something in time.
+    #[error("timed out: {0}")]
+    Timeout(String),
+}
+
+/// The ports of one plane (all on 127.0.0.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ports {
+    /// kube-apiserver (HTTPS).
+    pub apiserver: u16,
+    /// etcd clients (HTTP); its peer port is this plus 10.
+    pub etcd: u16,
+    /// kube-scheduler's secure port.
+    pub scheduler: u16,
+    /// kube-controller-manager's secure port.
+    pub controller_manager: u16,
+}
+
+/// A running real control plane; dropping it stops it (and wipes its state dir unless kept).
+#[derive(Debug)]
+pub struct RealPlane {
+    k8s_dir: PathBuf,
+    run_dir: PathBuf,
+    ports: Ports,
+    kubeconfig: PathBuf,
+    options: PlaneOptions,
+    keep_state: bool,
+}
+
+/// Starts a plane with the default options, or `None` after printing why it was skipped (see the module docs).
+///
+/// # Panics
+///
+/// When the plane is unavailable and `CI=true`, or when it is available but fails to start: both are test
+/// failures, with the reason.
+pub fn require() -> Option<RealPlane> {
+    require_with(PlaneOptions::default())
+}
+
+/// [`require`] with options.
+///
+/// # Panics
+///
+/// As [`require`].
+pub fn require_with(options: PlaneOptions) -> Option<RealPlane> {
+    match RealPlane::start(options) {
+        Ok(plane) => Some(plane),
+        Err(PlaneError::Unavailable(reason)) if !in_ci() => {
+            eprintln!("skipped: the real control plane is not available here: {reason} (under CI=true this fails)");
+            None
+        }
+        Err(e) => panic!("real control plane: {e}"),
+    }
+}
+
+/// Whether `CI` is set to `true` (or `1`).
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
+}
+
+/// The default folder of `start.sh`: `$KARPENTER_K8S_DIR`, else `../shared/k8s` beside the workspace root.
+pub fn default_k8s_dir() -> PathBuf {
+    match std::env::var_os("KARPENTER_K8S_DIR") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/k8s"),
+    }
+}
+
+/// The target dir of the running executable (`.../target` for `.../target/debug/deps/name-hash`), if it looks
+/// like one.
+fn target_dir() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    exe.ancestors().find(|p| p.file_name().is_some_and(|n| n == "target")).map(Path::to_path_buf).or_else(|| {
+        // A custom CARGO_TARGET_DIR: <dir>/<profile>/deps/<exe>.
+        exe.parent()?.parent()?.parent().map(Path::to_path_buf)
+    })
+}
+
+/// The executable's name without cargo's `-<hash>` suffix.
+fn exe_name() -> String {
+    let stem = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "plane".to_string());
+    match stem.rsplit_once('-') {
+        Some((name, hash)) if hash.len() == 16 && hash.chars().all(|c| c.is_ascii_hexdigit()) => name.to_string(),
+        _ => stem,
+    }
+}
+
+/// What is missing on this machine for the plane, if anything.
+fn missing(k8s_dir: &Path) -> Option<String> {
+    for script in ["start.sh", "stop.sh"] {
+        if !k8s_dir.join(script).is_file() {
+            return Some(format!(
+                "{} not found (set KARPENTER_K8S_DIR to the folder with the k8s start.sh)",
+                k8s_dir.join(script).display()
+            ));
+        }
+    }
+    let unpacked = std::env::var_os("K8SREAL_BIN")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/karpenter-k8s/v1.32.6")))
+        .is_some_and(|bin| bin.join("kube-apiserver").is_file());
+    let mut tools = vec![("etcd", "apt-get install -y etcd-server"), ("openssl", "apt-get install -y openssl")];
+    tools.push(("curl", "apt-get install -y curl"));
+    if !unpacked {
+        tools.push(("xz", "apt-get install -y xz-utils"));
+    }
+    let absent: Vec<String> =
+        tools.iter().filter(|(t, _)| !on_path(t)).map(|(t, how)| format!("`{t}` not on PATH ({how})")).collect();
+    (!absent.is_empty()).then(|| absent.join(", "))
+}
+
+fn on_path(tool: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(tool).is_file()))
+}
+
+/// A free loopback port (bound and released; another process could take it in between, which start.sh reports).
+fn free_port() -> Result<u16, PlaneError> {
+    let listener = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)).map_err(PlaneError::Ports)?;
+    listener.local_addr().map(|a| a.port()).map_err(PlaneError::Ports)
+}
+
+/// Whether a process runs (a zombie does not count), by `/proc`, else `kill -0`.
+fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // `pid (comm) S ...`: the state follows the last ')'.
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])),
+        Err(_) if Path::new("/proc/self").exists() => false,
+        Err(_) => Command::new("kill")
+            .args(["-0", &pid.to_string()])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success()),
+    }
+}
+
+fn port_free(port: u16) -> bool {
+    TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port)).is_ok()
+}
+
+fn pick_ports() -> Result<Ports, PlaneError> {
+    // etcd needs its port and port + 10.
+    let mut etcd = None;
+    for _ in 0..50 {
+        let p = free_port()?;
+        if p < u16::MAX - 10 && port_free(p + 10) {
+            etcd = Some(p);
+            break;
+        }
+    }
+    let etcd = etcd.ok_or_else(|| PlaneError::Ports(std::io::Error::other("no port pair for etcd")))?;
+    Ok(Ports { apiserver: free_port()?, etcd, scheduler: free_port()?, controller_manager: free_port()? })
+}
+
+/// The last `max` characters of a command's stdout and stderr.
+fn tail(output: &Output, max: usize) -> String {
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    let start = text.char_indices().rev().nth(max.saturating_sub(1)).map_or(0, |(i, _)| i);
+    text[start..].trim().to_string()
+}
+
+impl RealPlane {
+    /// Starts a fresh plane (`K8SREAL_FRESH=1`) on free ports and waits for the apiserver's `/readyz`
+    /// (start.sh does). Blocks for a few seconds.
+    pub fn start(options: PlaneOptions) -> Result<Self, PlaneError> {
+        let k8s_dir = options.k8s_dir.clone().unwrap_or_else(default_k8s_dir);
+        if let Some(reason) = missing(&k8s_dir) {
+            return Err(PlaneError::Unavailable(reason));
+        }
+        let k8s_dir = k8s_dir
+            .canonicalize()
+            .map_err(|source| PlaneError::Io { what: format!("resolving {}", k8s_dir.display()), source })?;
+        let run_dir = match &options.state_dir {
+            Some(dir) => dir.clone(),
+            None => {
+                let target = target_dir().ok_or_else(|| {
+                    PlaneError::Unavailable("cannot tell the target dir from the executable's path".into())
+                })?;
+                target.join("k8s-real").join(options.name.clone().unwrap_or_else(exe_name))
+            }
+        };
+        let keep_state = options.keep_state || std::env::var("KARPENTER_K8S_KEEP").is_ok_and(|v| v == "1");
+        let mut plane =
+            Self { k8s_dir, run_dir, ports: pick_ports()?, kubeconfig: PathBuf::new(), options, keep_state };
+        // A plane left by a killed run of the same binary: stop it and start from nothing.
+        if plane.run_dir.join("pids").is_dir() {
+            let _ = plane.script("stop.sh", &[("K8SREAL_WIPE", "1")]);
+        }
+        let started = Instant::now();
+        let out = plane.script(
+            "start.sh",
+            &[
+                ("K8SREAL_FRESH", "1"),
+                ("K8SREAL_SCHEDULER", if plane.options.scheduler { "1" } else { "0" }),
+                ("K8SREAL_CONTROLLER_MANAGER", if plane.options.controller_manager { "1" } else { "0" }),
+            ],
+        );
+        let out = match out {
+            Ok(out) => out,
+            Err(e) => {
+                // Stop whatever did start (etcd, say); keep the logs for the error.
+                let _ = plane.script("stop.sh", &[]);
+                plane.keep_state = true;
+                return Err(e);
+            }
+        };
+        let last = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default().trim().to_string();
+        plane.kubeconfig = if last.is_empty() { plane.run_dir.join("admin.kubeconfig") } else { PathBuf::from(last) };
+        eprintln!(
+            "[realplane] started in {:.1}s: apiserver https://127.0.0.1:{}, etcd 127.0.0.1:{}, state {}",
+            started.elapsed().as_secs_f64(),
+            plane.ports.apiserver,
+            plane.ports.etcd,
+            plane.run_dir.display()
+        );
+        Ok(plane)
+    }
+
+    /// Runs a script of the k8s folder with the plane's environment plus `extra`.
+    fn script(&self, name: &str, extra: &[(&str, &str)]) -> Result<Output, PlaneError> {
+        let mut cmd = Command::new("bash");
+        cmd.arg(self.k8s_dir.join(name)).stdin(Stdio::null());
+        for (k, v) in self.env() {
+            cmd.env(k, v);
+        }
+        for (k, v) in extra {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().map_err(|source| PlaneError::Io { what: format!("running {name}"), source })?;
+        if out.status.success() {
+            Ok(out)
+        } else {
+            Err(PlaneError::Command {
+                what: name.to_string(),
+                status: out.status.to_string(),
+                output: tail(&out, 3000),
+            })
+        }
+    }
+
+    /// The environment start.sh and stop.sh get for this plane (`K8SREAL_RUN`, the ports, extra flags).
+    pub fn env(&self) -> Vec<(String, String)> {
+        let mut env = vec![
+            ("K8SREAL_RUN".to_string(), self.run_dir.display().to_string()),
+            ("K8SREAL_PORT".to_string(), self.ports.apiserver.to_string()),
+            ("K8SREAL_ETCD_PORT".to_string(), self.ports.etcd.to_string()),
+            ("K8SREAL_SCHEDULER_PORT".to_string(), self.ports.scheduler.to_string()),
+            ("K8SREAL_CM_PORT".to_string(), self.ports.controller_manager.to_string()),
+        ];
+        for (key, value) in [
+            ("K8SREAL_APISERVER_ARGS", &self.options.apiserver_args),
+            ("K8SREAL_SCHEDULER_ARGS", &self.options.scheduler_args),
+            ("K8SREAL_CM_ARGS", &self.options.controller_manager_args),
+        ] {
+            if let Some(v) = value {
+                env.push((key.to_string(), v.clone()));
+            }
+        }
+        env
+    }
+
+    /// The admin kubeconfig (client certificate, cluster-admin).
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The bearer-token kubeconfig (also cluster-admin).
+    pub fn token_kubeconfig(&self) -> PathBuf {
+        self.run_dir.join("token.kubeconfig")
+    }
+
+    /// The state dir (`K8SREAL_RUN`): `logs/` holds each component's log.
+    pub fn state_dir(&self) -> &Path {
+        &self.run_dir
+    }
+
+    /// The plane's ports.
+    pub fn ports(&self) -> Ports {
+        self.ports
+    }
+
+    /// `https://127.0.0.1:<port>`.
+    pub fn server_url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.ports.apiserver)
+    }
+
+    /// A client for the admin kubeconfig (needs a tokio runtime).
+    pub async fn client(&self) -> Result<kube::Client, PlaneError> {
+        let err = |reason: String| PlaneError::Client { path: self.kubeconfig.clone(), reason };
+        let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig).map_err(|e| err(e.to_string()))?;
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+            .await
+            .map_err(|e| err(e.to_string()))?;
+        kube::Client::try_from(config).map_err(|e| err(e.to_string()))
+    }
+
+    /// The PID recorded for a component (`apiserver`, `etcd`, `scheduler`, `controller-manager`).
+    pub fn pid(&self, component: &str) -> Option<u32> {
+        std::fs::read_to_string(self.run_dir.join("pids").join(component)).ok()?.trim().parse().ok()
+    }
+
+    /// Kills kube-apiserver (SIGTERM, then SIGKILL after 10 s) and starts it again with start.sh; etcd keeps the
+    /// state. Returns once the new apiserver is ready. Blocks for a few seconds.
+    pub fn restart_apiserver(&self) -> Result<(), PlaneError> {
+        self.kill("apiserver")?;
+        self.script(
+            "start.sh",
+            &[
+                ("K8SREAL_SCHEDULER", if self.options.scheduler { "1" } else { "0" }),
+                ("K8SREAL_CONTROLLER_MANAGER", if self.options.controller_manager { "1" } else { "0" }),
+            ],
+        )
+        .map(|_| ())
+    }
+
+    /// Stops a component by its recorded PID and waits for it to exit (and, for the apiserver, for its port to be
+    /// free again).
+    pub fn kill(&self, component: &str) -> Result<(), PlaneError> {
+        let Some(pid) = self.pid(component) else {
+            return Err(PlaneError::Unavailable(format!("no pid recorded for {component}")));
+        };
+        let signal = |sig: &str| {
+            Command::new("kill")
+                .args([sig, &pid.to_string()])
+                .stderr(Stdio::null())
+                .status()
+                .map_err(|source| PlaneError::Io { what: format!("kill {sig} {component} ({pid})"), source })
+        };
+        signal("-TERM")?;
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while process_alive(pid) {
+            if Instant::now() > deadline {
+                signal("-KILL")?;
+                std::thread::sleep(Duration::from_millis(300));
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // start.sh and stop.sh test liveness with `kill -0`, which a zombie passes (an orphan is not always reaped
+        // at once, e.g. in containers whose init does not reap): the process is gone, so is its pid file.
+        let _ = std::fs::remove_file(self.run_dir.join("pids").join(component));
+        if component == "apiserver" {
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while !port_free(self.ports.apiserver) {
+                if Instant::now() > deadline {
+                    return Err(PlaneError::Timeout(format!("port {} still in use", self.ports.apiserver)));
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `etcdctl` (API v3) against the plane's etcd with `args`.
+    pub fn etcdctl(&self, args: &[&str]) -> Result<String, PlaneError> {
+        let endpoint = format!("127.0.0.1:{}", self.ports.etcd);
+        let out = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", &endpoint])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|source| PlaneError::Io {
+                what: "running etcdctl (apt-get install -y etcd-client)".into(),
+                source,
+            })?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(PlaneError::Command {
+                what: format!("etcdctl {}", args.join(" ")),
+                status: out.status.to_string(),
+                output: tail(&out, 2000),
+            })
+        }
+    }
+
+    /// etcd's current revision.
+    pub fn etcd_revision(&self) -> Result<i64, PlaneError> {
+        let out = self.etcdctl(&["endpoint", "status", "--write-out", "json"])?;
+        let parsed: serde_json::Value = serde_json::from_str(&out).map_err(|e| PlaneError::Command {
+            what: "etcdctl endpoint status".into(),
+            status: "unparsable output".into(),
+            output: format!("{e}: {out}"),
+        })?;
+        let status = if parsed.is_array() { &parsed[0] } else { &parsed };
+        status["Status"]["header"]["revision"].as_i64().ok_or_else(|| PlaneError::Command {
+            what: "etcdctl endpoint status".into(),
+            status: "no revision".into(),
+            output: out.clone(),
+        })
+    }
+
+    /// Compacts etcd at its current revision, so a watch or list from an older resourceVersion gets `410 Gone`
+    /// (once the apiserver's watch cache has moved on). Returns the revision.
+    pub fn compact_etcd(&self) -> Result<i64, PlaneError> {
+        let revision = self.etcd_revision()?;
+        self.etcdctl(&["compact", &revision.to_string()])?;
+        Ok(revision)
+    }
+
+    /// The last `lines` lines of a component's log (`kube-apiserver`, `kube-scheduler`,
+    /// `kube-controller-manager`, `etcd`), for failure messages.
+    pub fn log_tail(&self, component: &str, lines: usize) -> String {
+        let path = self.run_dir.join("logs").join(format!("{component}.log"));
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// Stops the plane now (what drop does); errors are returned instead of printed.
+    pub fn stop(mut self) -> Result<(), PlaneError> {
+        let result = self.stop_inner();
+        self.run_dir = PathBuf::new();
+        result
+    }
+
+    fn stop_inner(&self) -> Result<(), PlaneError> {
+        if self.run_dir.as_os_str().is_empty() {
+            return Ok(());
+        }
+        // Each component by its pid first (see `kill`: stop.sh would wait for zombies), then stop.sh to wipe.
+        for component in ["controller-manager", "scheduler", "apiserver", "etcd"] {
+            if self.pid(component).is_some()
+                && let Err(e) = self.kill(component)
+            {
+                let _ = writeln!(std::io::stderr(), "[realplane] stopping {component}: {e}");
+            }
+        }
+        let wipe = if self.keep_state { "0" } else { "1" };
+        self.script("stop.sh", &[("K8SREAL_WIPE", wipe)]).map(|_| ())
+    }
+}
+
+impl Drop for RealPlane {
+    fn drop(&mut self) {
+        if let Err(e) = self.stop_inner() {
+            let _ = writeln!(std::io::stderr(), "[realplane] stopping {}: {e}", self.run_dir.display());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_are_distinct_and_etcd_has_its_peer_port() {
+        let p = pick_ports().expect("ports");
+        let all = [p.apiserver, p.etcd, p.scheduler, p.controller_manager];
+        assert!(all.iter().all(|&x| x > 0));
+        assert!(port_free(p.etcd + 10) || p.etcd + 10 == p.apiserver || p.etcd + 10 == p.scheduler);
+    }
+
+    #[test]
+    fn a_missing_k8s_dir_is_unavailable_not_a_failure() {
+        let options = PlaneOptions { k8s_dir: Some("/nonexistent/k8s".into()), ..PlaneOptions::default() };
+        match RealPlane::start(options) {
+            Err(PlaneError::Unavailable(reason)) => assert!(reason.contains("start.sh"), "{reason}"),
+            other => panic!("expected Unavailable, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn tail_keeps_the_end() {
+        let out =
+            Output { status: std::process::ExitStatus::default(), stdout: b"abcdef".to_vec(), stderr: b"XYZ".to_vec() };
+        assert_eq!(tail(&out, 4), "fXYZ");
+        assert_eq!(tail(&out, 100), "abcdefXYZ");
+    }
+}
