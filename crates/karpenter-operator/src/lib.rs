@@ -44,6 +44,7 @@ pub mod settings;
 pub mod shutdown;
 pub mod state;
 pub mod termination;
+pub mod trim;
 
 pub use settings::{
     AwsSettings, CoreSettings, FeatureGates, LogLevel, MinValuesPolicy, PreferencePolicy, SettingsError,

@@ -44,7 +44,6 @@ use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use karpenter_api::labels::{self, annotations};
-use karpenter_api::loader::{Loaded, Object, Origin};
 use karpenter_api::{NodeClaim, NodePool};
 use karpenter_cloudprovider::Clock;
 use karpenter_scheduler::ClusterSnapshot;
@@ -58,6 +57,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::settings::CoreSettings;
+use crate::trim::trim;
 
 /// Why provisioning was triggered.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -76,6 +76,18 @@ impl Trigger {
             Trigger::Node(name) => format!("node/{name}"),
         }
     }
+}
+
+/// A pod as the state's pod watcher saw it ([`ClusterState::pod_changes`]). Controllers that react to pod
+/// changes subscribe here instead of opening a second watch on every pod in the cluster.
+#[derive(Debug, Clone)]
+pub enum PodChange {
+    /// Known already: in the state when the subscription started, or listed again by a re-list.
+    Listed(Pod),
+    /// Created or updated.
+    Applied(Pod),
+    /// Deleted.
+    Deleted(Pod),
 }
 
 /// Objects of one kind, keyed by `namespace/name` (or `name`), with the watcher's re-list buffer.
@@ -182,6 +194,7 @@ pub struct ClusterState {
     clock: Arc<dyn Clock>,
     nomination_window: Duration,
     subscribers: Arc<Mutex<Vec<mpsc::UnboundedSender<Trigger>>>>,
+    pod_subscribers: Arc<Mutex<Vec<mpsc::UnboundedSender<PodChange>>>>,
 }
 
 impl fmt::Debug for ClusterState {
@@ -214,7 +227,13 @@ pub struct Snapshot {
 impl ClusterState {
     /// An empty state; `nomination_window` is how long a nomination lasts.
     pub fn new(clock: Arc<dyn Clock>, nomination_window: Duration) -> Self {
-        Self { objects: Arc::default(), clock, nomination_window, subscribers: Arc::default() }
+        Self {
+            objects: Arc::default(),
+            clock,
+            nomination_window,
+            subscribers: Arc::default(),
+            pod_subscribers: Arc::default(),
+        }
     }
 
     /// An empty state with the nomination window of `settings`.
@@ -242,6 +261,30 @@ impl ClusterState {
         rx
     }
 
+    /// Receives every pod change the watcher records from now on, after one [`PodChange::Listed`] for each pod
+    /// already in the state (so a subscriber knows every pod's last state and misses no change in between).
+    pub fn pod_changes(&self) -> mpsc::UnboundedReceiver<PodChange> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut subs = self.pod_subscribers.lock().unwrap_or_else(|p| p.into_inner());
+        for pod in self.read().pods.objects.values() {
+            let _ = tx.send(PodChange::Listed(pod.clone()));
+        }
+        subs.push(tx);
+        rx
+    }
+
+    /// A copy of `obj` when it is a pod (what [`Self::publish_pod`] sends).
+    fn as_pod<K: Tracked>(obj: &K) -> Option<Pod> {
+        let any: &dyn std::any::Any = obj;
+        any.downcast_ref::<Pod>().cloned()
+    }
+
+    /// Sends a pod watch event to the pod subscribers, after the store has it (see [`Self::pod_changes`]).
+    fn publish_pod(&self, change: PodChange) {
+        let mut subs = self.pod_subscribers.lock().unwrap_or_else(|p| p.into_inner());
+        subs.retain(|tx| tx.send(change.clone()).is_ok());
+    }
+
     fn notify(&self, trigger: Trigger) {
         let mut subs = self.subscribers.lock().unwrap_or_else(|p| p.into_inner());
         subs.retain(|tx| tx.send(trigger.clone()).is_ok());
@@ -266,7 +309,8 @@ impl ClusterState {
 
     /// Records an object (a watch event or the answer of our own write). Ignored when the stored copy has a newer
     /// resourceVersion.
-    pub fn apply<K: Tracked>(&self, obj: K) {
+    pub fn apply<K: Tracked>(&self, mut obj: K) {
+        trim(&mut obj);
         let trigger = Self::trigger_for(&obj);
         {
             let mut objects = self.write();
@@ -300,12 +344,24 @@ impl ClusterState {
     /// Applies one watcher event: `Init` … `InitApply` … `InitDone` replaces the kind's objects at once.
     pub fn handle_event<K: Tracked>(&self, event: watcher::Event<K>) {
         match event {
-            watcher::Event::Apply(obj) => self.apply(obj),
-            watcher::Event::Delete(obj) => self.remove(&obj),
+            watcher::Event::Apply(mut obj) => {
+                trim(&mut obj);
+                let pod = Self::as_pod(&obj);
+                self.apply(obj);
+                pod.into_iter().for_each(|p| self.publish_pod(PodChange::Applied(p)));
+            }
+            watcher::Event::Delete(mut obj) => {
+                trim(&mut obj);
+                self.remove(&obj);
+                Self::as_pod(&obj).into_iter().for_each(|p| self.publish_pod(PodChange::Deleted(p)));
+            }
             watcher::Event::Init => K::store(&mut self.write()).buffer = Some(BTreeMap::new()),
-            watcher::Event::InitApply(obj) => {
+            watcher::Event::InitApply(mut obj) => {
+                trim(&mut obj);
                 let trigger = Self::trigger_for(&obj);
+                let pod = Self::as_pod(&obj);
                 K::store(&mut self.write()).buffer.get_or_insert_default().insert(object_key(&obj), obj);
+                pod.into_iter().for_each(|p| self.publish_pod(PodChange::Listed(p)));
                 if let Some(t) = trigger {
                     self.notify(t);
                 }
@@ -427,6 +483,11 @@ impl ClusterState {
         K::store_ref(&self.read()).objects.values().cloned().collect()
     }
 
+    /// The first object of kind `K` (in key order) that `matches`, without copying the others.
+    pub fn find<K: Tracked>(&self, matches: impl Fn(&K) -> bool) -> Option<K> {
+        K::store_ref(&self.read()).objects.values().find(|o| matches(o)).cloned()
+    }
+
     /// One object of kind `K` by `namespace/name` (or `name`).
     pub fn get<K: Tracked>(&self, key: &str) -> Option<K> {
         K::store_ref(&self.read()).objects.get(key).cloned()
@@ -524,8 +585,17 @@ impl ClusterState {
 
     /// Sends a [`Trigger`] for every pod that is still provisionable (the pod trigger's 10 s requeue).
     pub fn retrigger_provisionable(&self) {
-        for pod in self.provisionable_pods() {
-            self.notify(Trigger::Pod(pod.metadata.uid.clone().unwrap_or_else(|| object_key(&pod))));
+        // Keys only: copying every pending pod to name it cost a pass's worth of memory every 10 s.
+        let triggers: Vec<Trigger> = self
+            .read()
+            .pods
+            .objects
+            .values()
+            .filter(|p| is_provisionable(p))
+            .map(|p| Trigger::Pod(p.metadata.uid.clone().unwrap_or_else(|| object_key(p))))
+            .collect();
+        for trigger in triggers {
+            self.notify(trigger);
         }
     }
 
@@ -539,17 +609,19 @@ impl ClusterState {
         let now = self.clock.now();
         let o = self.read();
         let marked = marked_names(&o);
-        let mut loaded: Vec<Object> = Vec::new();
-        loaded.extend(o.nodes.objects.values().map(|n| Object::Node(Box::new(n.clone()))));
-        loaded.extend(o.node_claims.objects.values().map(|c| Object::NodeClaim(Box::new(c.clone()))));
-        loaded.extend(o.node_pools.objects.values().map(|p| Object::NodePool(Box::new(p.clone()))));
-        loaded.extend(o.daemon_sets.objects.values().map(|d| Object::DaemonSet(Box::new(d.clone()))));
-        loaded.extend(o.pdbs.objects.values().map(|p| Object::PodDisruptionBudget(Box::new(p.clone()))));
-        loaded.extend(o.namespaces.objects.values().map(|n| Object::Namespace(Box::new(n.clone()))));
-        loaded.extend(o.pvcs.objects.values().map(|p| Object::PersistentVolumeClaim(Box::new(p.clone()))));
-        loaded.extend(o.pvs.objects.values().map(|p| Object::PersistentVolume(Box::new(p.clone()))));
-        loaded.extend(o.storage_classes.objects.values().map(|s| Object::StorageClass(Box::new(s.clone()))));
-        loaded.extend(o.csi_nodes.objects.values().map(|c| Object::CSINode(Box::new(c.clone()))));
+        // Typed, straight from the stores: nodes and NodeClaims are borrowed, and each pod the pass needs is
+        // copied once (the stores hold trimmed objects, see `crate::trim`).
+        let mut builder = ClusterSnapshot::builder();
+        o.nodes.objects.values().for_each(|n| builder.node(n));
+        o.node_claims.objects.values().for_each(|c| builder.node_claim(c));
+        o.node_pools.objects.values().for_each(|p| builder.node_pool(p.clone()));
+        o.daemon_sets.objects.values().for_each(|d| builder.daemon_set(d.clone()));
+        o.pdbs.objects.values().for_each(|p| builder.pdb(p.clone()));
+        o.namespaces.objects.values().for_each(|n| builder.namespace(n));
+        o.pvcs.objects.values().for_each(|p| builder.pvc(p.clone()));
+        o.pvs.objects.values().for_each(|p| builder.pv(p.clone()));
+        o.storage_classes.objects.values().for_each(|s| builder.storage_class(s.clone()));
+        o.csi_nodes.objects.values().for_each(|c| builder.csi_node(c));
 
         let mut rejected = Vec::new();
         let mut ignored = Vec::new();
@@ -562,12 +634,12 @@ impl ClusterState {
                         if let Some(spec) = p.spec.as_mut() {
                             spec.node_name = None;
                         }
-                        loaded.push(Object::Pod(Box::new(p)));
+                        builder.pod(p);
                     }
                 }
                 Some(_) => {
                     if !is_terminal(pod) {
-                        loaded.push(Object::Pod(Box::new(pod.clone())));
+                        builder.pod(pod.clone());
                     }
                 }
                 None => {
@@ -575,18 +647,14 @@ impl ClusterState {
                         continue;
                     }
                     match validate_pod(pod, &o) {
-                        Ok(()) => loaded.push(Object::Pod(Box::new(pod.clone()))),
+                        Ok(()) => builder.pod(pod.clone()),
                         Err(PodRejection::OptOut) => ignored.push(key.clone()),
                         Err(PodRejection::Invalid(reason)) => rejected.push(RejectedPod { pod: key.clone(), reason }),
                     }
                 }
             }
         }
-        let loaded: Vec<Loaded> = loaded
-            .into_iter()
-            .map(|object| Loaded { object, origin: Origin { file: "cluster-state".into(), document: 0, item: None } })
-            .collect();
-        let mut cluster = ClusterSnapshot::from_objects(&loaded)?;
+        let mut cluster = builder.build()?;
         let nominated = |n: &str| o.nominations.get(n).is_some_and(|until| *until > now);
         for node in &mut cluster.nodes {
             let claim = node.node_claim.clone().unwrap_or_default();

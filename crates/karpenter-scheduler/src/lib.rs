@@ -115,4 +115,4 @@ pub mod snapshot;
 
 pub use decision::{API_VERSION, Decisions};
 pub use scheduler::{PoolInput, ReservedOfferingMode, SchedulerOptions, schedule, schedule_until};
-pub use snapshot::{ClusterSnapshot, NamespaceInfo, NodeClaimInfo, NodeInfo, SnapshotError};
+pub use snapshot::{ClusterSnapshot, NamespaceInfo, NodeClaimInfo, NodeInfo, SnapshotBuilder, SnapshotError};

@@ -28,9 +28,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod, PodSpec, PodTemplateSpec, Taint};
+use k8s_openapi::api::core::v1::{
+    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodSpec, PodTemplateSpec, Taint,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use karpenter_api::condition::ConditionStatus;
 use karpenter_api::labels;
@@ -275,137 +277,102 @@ fn fill_missing(base: &mut ResourceList, fallback: &ResourceList) {
     }
 }
 
-impl ClusterSnapshot {
-    /// An empty snapshot.
-    pub fn new() -> Self {
-        ClusterSnapshot::default()
+/// Fills a [`ClusterSnapshot`] from typed objects, one call per object, with the same rules as
+/// [`ClusterSnapshot::from_objects`] (which is built on it) minus workload expansion: a pod with `spec.nodeName`
+/// is bound (dropped when terminal), one without is pending (dropped when a DaemonSet owns it); nodes are
+/// matched with their NodeClaims and namespaces completed in [`build`](Self::build). Nodes, NodeClaims and
+/// CSINodes are borrowed until then (only what the scheduler reads is copied); everything else is moved in, so a
+/// caller that owns its objects (the controller's state, a test) builds a snapshot with one copy of each.
+#[derive(Debug, Default)]
+pub struct SnapshotBuilder<'a> {
+    snap: ClusterSnapshot,
+    nodes: Vec<&'a Node>,
+    claims: Vec<&'a NodeClaim>,
+    csi_nodes: Vec<&'a CSINode>,
+}
+
+impl<'a> SnapshotBuilder<'a> {
+    /// Adds a namespace (its labels, plus `kubernetes.io/metadata.name` as the API server sets it).
+    pub fn namespace(&mut self, ns: &Namespace) {
+        let name = ns.metadata.name.clone().unwrap_or_default();
+        let mut labels = ns.metadata.labels.clone().unwrap_or_default();
+        labels.entry(NAMESPACE_NAME_LABEL.to_owned()).or_insert_with(|| name.clone());
+        self.snap.namespaces.insert(name.clone(), NamespaceInfo { name, labels });
     }
 
-    /// Builds a snapshot from loaded manifests with the file-input rules of the module docs. Objects of kinds
-    /// the scheduler does not read (node classes, unknown kinds) are ignored. Fails only on a node or
-    /// NodeClaim resource quantity that does not parse; pod problems are reported per pod by the scheduler.
-    pub fn from_objects(objects: &[Loaded]) -> Result<ClusterSnapshot, SnapshotError> {
-        let mut snap = ClusterSnapshot::new();
-        let mut raw_nodes: Vec<&Node> = Vec::new();
-        let mut raw_claims: Vec<&NodeClaim> = Vec::new();
-        let mut pods: Vec<&Pod> = Vec::new();
-        let mut workloads: Vec<Workload> = Vec::new();
-        let mut replica_sets: Vec<(Workload, Vec<OwnerReference>)> = Vec::new();
-        let mut csi_nodes = Vec::new();
-        for loaded in objects {
-            match &loaded.object {
-                Object::Namespace(ns) => {
-                    let name = ns.metadata.name.clone().unwrap_or_default();
-                    let mut labels = ns.metadata.labels.clone().unwrap_or_default();
-                    labels.entry(NAMESPACE_NAME_LABEL.to_owned()).or_insert_with(|| name.clone());
-                    snap.namespaces.insert(name.clone(), NamespaceInfo { name, labels });
-                }
-                Object::Node(n) => raw_nodes.push(n),
-                Object::NodeClaim(c) => raw_claims.push(c),
-                Object::NodePool(p) => snap.node_pools.push((**p).clone()),
-                Object::Pod(p) => pods.push(p),
-                Object::DaemonSet(d) => snap.daemon_sets.push((**d).clone()),
-                Object::PersistentVolumeClaim(p) => snap.pvcs.push((**p).clone()),
-                Object::PersistentVolume(p) => snap.pvs.push((**p).clone()),
-                Object::StorageClass(s) => snap.storage_classes.push((**s).clone()),
-                Object::PodDisruptionBudget(p) => snap.pdbs.push((**p).clone()),
-                Object::CSINode(c) => csi_nodes.push(c),
-                Object::Deployment(d) => {
-                    let (namespace, name) = meta_key(&d.metadata);
-                    let spec = d.spec.clone().unwrap_or_default();
-                    workloads.push(Workload {
-                        kind: "Deployment",
-                        api_version: "apps/v1",
-                        namespace,
-                        name,
-                        uid: d.metadata.uid.clone(),
-                        replicas: spec.replicas.unwrap_or(1),
-                        template: spec.template,
-                    });
-                }
-                Object::ReplicaSet(r) => {
-                    let (namespace, name) = meta_key(&r.metadata);
-                    let spec = r.spec.clone().unwrap_or_default();
-                    replica_sets.push((
-                        Workload {
-                            kind: "ReplicaSet",
-                            api_version: "apps/v1",
-                            namespace,
-                            name,
-                            uid: r.metadata.uid.clone(),
-                            replicas: spec.replicas.unwrap_or(1),
-                            template: spec.template.unwrap_or_default(),
-                        },
-                        owned_by(&r.metadata).cloned().collect(),
-                    ));
-                }
-                Object::StatefulSet(s) => {
-                    let (namespace, name) = meta_key(&s.metadata);
-                    let spec = s.spec.clone().unwrap_or_default();
-                    workloads.push(Workload {
-                        kind: "StatefulSet",
-                        api_version: "apps/v1",
-                        namespace,
-                        name,
-                        uid: s.metadata.uid.clone(),
-                        replicas: spec.replicas.unwrap_or(1),
-                        template: spec.template,
-                    });
-                }
-                Object::Job(j) => {
-                    let (namespace, name) = meta_key(&j.metadata);
-                    let spec = j.spec.clone().unwrap_or_default();
-                    workloads.push(Workload {
-                        kind: "Job",
-                        api_version: "batch/v1",
-                        namespace,
-                        name,
-                        uid: j.metadata.uid.clone(),
-                        replicas: spec.parallelism.unwrap_or(1),
-                        template: spec.template,
-                    });
-                }
-                _ => {}
-            }
-        }
+    /// Adds a node (converted in [`build`](Self::build), once its NodeClaim is known).
+    pub fn node(&mut self, node: &'a Node) {
+        self.nodes.push(node);
+    }
 
-        // Owners present in the input: (namespace, kind, name) of every owner reference of a pod or RS.
-        let mut owned: BTreeSet<(String, String, String)> = BTreeSet::new();
-        for p in &pods {
-            let ns = p.metadata.namespace.clone().unwrap_or_default();
-            for o in owned_by(&p.metadata) {
-                owned.insert((ns.clone(), o.kind.clone(), o.name.clone()));
-            }
-        }
-        for (rs, owners) in &replica_sets {
-            for o in owners {
-                owned.insert((rs.namespace.clone(), o.kind.clone(), o.name.clone()));
-            }
-        }
-        let mut generated = Vec::new();
-        for w in workloads.iter().chain(replica_sets.iter().map(|(w, _)| w)) {
-            if !owned.contains(&(w.namespace.clone(), w.kind.to_owned(), w.name.clone())) {
-                generated.extend(expand(w));
-            }
-        }
+    /// Adds a NodeClaim (in flight when its node is not added).
+    pub fn node_claim(&mut self, claim: &'a NodeClaim) {
+        self.claims.push(claim);
+    }
 
-        for p in pods.into_iter().cloned().chain(generated) {
-            let bound = p.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty());
-            if bound {
-                if !is_terminal(&p) {
-                    snap.bound_pods.push(p);
-                }
-            } else if !is_daemon_set_pod(&p) {
-                snap.pending_pods.push(p);
-            }
-        }
+    /// Adds a NodePool.
+    pub fn node_pool(&mut self, pool: NodePool) {
+        self.snap.node_pools.push(pool);
+    }
 
+    /// Adds a pod: bound with `spec.nodeName` (dropped when terminal), pending without (dropped when owned by a
+    /// DaemonSet: DaemonSet pods are overhead).
+    pub fn pod(&mut self, pod: Pod) {
+        let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty());
+        if bound {
+            if !is_terminal(&pod) {
+                self.snap.bound_pods.push(pod);
+            }
+        } else if !is_daemon_set_pod(&pod) {
+            self.snap.pending_pods.push(pod);
+        }
+    }
+
+    /// Adds a DaemonSet.
+    pub fn daemon_set(&mut self, ds: DaemonSet) {
+        self.snap.daemon_sets.push(ds);
+    }
+
+    /// Adds a PersistentVolumeClaim.
+    pub fn pvc(&mut self, pvc: PersistentVolumeClaim) {
+        self.snap.pvcs.push(pvc);
+    }
+
+    /// Adds a PersistentVolume.
+    pub fn pv(&mut self, pv: PersistentVolume) {
+        self.snap.pvs.push(pv);
+    }
+
+    /// Adds a StorageClass.
+    pub fn storage_class(&mut self, sc: StorageClass) {
+        self.snap.storage_classes.push(sc);
+    }
+
+    /// Adds a PodDisruptionBudget.
+    pub fn pdb(&mut self, pdb: PodDisruptionBudget) {
+        self.snap.pdbs.push(pdb);
+    }
+
+    /// Adds a CSINode (its drivers' volume limits).
+    pub fn csi_node(&mut self, csi: &'a CSINode) {
+        self.csi_nodes.push(csi);
+    }
+
+    /// The snapshot: namespaces referenced by pods completed, nodes joined with their NodeClaims, every list
+    /// sorted. Fails only on a node or NodeClaim quantity that does not parse.
+    pub fn build(self) -> Result<ClusterSnapshot, SnapshotError> {
+        let SnapshotBuilder { mut snap, nodes: raw_nodes, claims: raw_claims, csi_nodes } = self;
         for p in snap.bound_pods.iter().chain(&snap.pending_pods) {
-            let ns = p.metadata.namespace.clone().unwrap_or_else(|| "default".to_owned());
-            snap.namespaces.entry(ns.clone()).or_insert_with(|| NamespaceInfo {
-                labels: BTreeMap::from([(NAMESPACE_NAME_LABEL.to_owned(), ns.clone())]),
-                name: ns,
-            });
+            let ns = p.metadata.namespace.as_deref().unwrap_or("default");
+            if !snap.namespaces.contains_key(ns) {
+                snap.namespaces.insert(
+                    ns.to_owned(),
+                    NamespaceInfo {
+                        labels: BTreeMap::from([(NAMESPACE_NAME_LABEL.to_owned(), ns.to_owned())]),
+                        name: ns.to_owned(),
+                    },
+                );
+            }
         }
 
         for c in csi_nodes {
@@ -488,6 +455,124 @@ impl ClusterSnapshot {
         snap.node_claims = claim_infos;
         snap.sort();
         Ok(snap)
+    }
+}
+
+impl ClusterSnapshot {
+    /// An empty snapshot.
+    pub fn new() -> Self {
+        ClusterSnapshot::default()
+    }
+
+    /// A [`SnapshotBuilder`]: the typed way to fill a snapshot (what the controller does from its state).
+    pub fn builder<'a>() -> SnapshotBuilder<'a> {
+        SnapshotBuilder::default()
+    }
+
+    /// Builds a snapshot from loaded manifests with the file-input rules of the module docs. Objects of kinds
+    /// the scheduler does not read (node classes, unknown kinds) are ignored. Fails only on a node or
+    /// NodeClaim resource quantity that does not parse; pod problems are reported per pod by the scheduler.
+    pub fn from_objects(objects: &[Loaded]) -> Result<ClusterSnapshot, SnapshotError> {
+        let mut builder = SnapshotBuilder::default();
+        let mut pods: Vec<&Pod> = Vec::new();
+        let mut workloads: Vec<Workload> = Vec::new();
+        let mut replica_sets: Vec<(Workload, Vec<OwnerReference>)> = Vec::new();
+        for loaded in objects {
+            match &loaded.object {
+                Object::Namespace(ns) => builder.namespace(ns),
+                Object::Node(n) => builder.node(n),
+                Object::NodeClaim(c) => builder.node_claim(c),
+                Object::NodePool(p) => builder.node_pool((**p).clone()),
+                Object::Pod(p) => pods.push(p),
+                Object::DaemonSet(d) => builder.daemon_set((**d).clone()),
+                Object::PersistentVolumeClaim(p) => builder.pvc((**p).clone()),
+                Object::PersistentVolume(p) => builder.pv((**p).clone()),
+                Object::StorageClass(s) => builder.storage_class((**s).clone()),
+                Object::PodDisruptionBudget(p) => builder.pdb((**p).clone()),
+                Object::CSINode(c) => builder.csi_node(c),
+                Object::Deployment(d) => {
+                    let (namespace, name) = meta_key(&d.metadata);
+                    let spec = d.spec.clone().unwrap_or_default();
+                    workloads.push(Workload {
+                        kind: "Deployment",
+                        api_version: "apps/v1",
+                        namespace,
+                        name,
+                        uid: d.metadata.uid.clone(),
+                        replicas: spec.replicas.unwrap_or(1),
+                        template: spec.template,
+                    });
+                }
+                Object::ReplicaSet(r) => {
+                    let (namespace, name) = meta_key(&r.metadata);
+                    let spec = r.spec.clone().unwrap_or_default();
+                    replica_sets.push((
+                        Workload {
+                            kind: "ReplicaSet",
+                            api_version: "apps/v1",
+                            namespace,
+                            name,
+                            uid: r.metadata.uid.clone(),
+                            replicas: spec.replicas.unwrap_or(1),
+                            template: spec.template.unwrap_or_default(),
+                        },
+                        owned_by(&r.metadata).cloned().collect(),
+                    ));
+                }
+                Object::StatefulSet(s) => {
+                    let (namespace, name) = meta_key(&s.metadata);
+                    let spec = s.spec.clone().unwrap_or_default();
+                    workloads.push(Workload {
+                        kind: "StatefulSet",
+                        api_version: "apps/v1",
+                        namespace,
+                        name,
+                        uid: s.metadata.uid.clone(),
+                        replicas: spec.replicas.unwrap_or(1),
+                        template: spec.template,
+                    });
+                }
+                Object::Job(j) => {
+                    let (namespace, name) = meta_key(&j.metadata);
+                    let spec = j.spec.clone().unwrap_or_default();
+                    workloads.push(Workload {
+                        kind: "Job",
+                        api_version: "batch/v1",
+                        namespace,
+                        name,
+                        uid: j.metadata.uid.clone(),
+                        replicas: spec.parallelism.unwrap_or(1),
+                        template: spec.template,
+                    });
+                }
+                _ => {}
+            }
+        }
+
+        // Owners present in the input: (namespace, kind, name) of every owner reference of a pod or RS.
+        let mut owned: BTreeSet<(String, String, String)> = BTreeSet::new();
+        for p in &pods {
+            let ns = p.metadata.namespace.clone().unwrap_or_default();
+            for o in owned_by(&p.metadata) {
+                owned.insert((ns.clone(), o.kind.clone(), o.name.clone()));
+            }
+        }
+        for (rs, owners) in &replica_sets {
+            for o in owners {
+                owned.insert((rs.namespace.clone(), o.kind.clone(), o.name.clone()));
+            }
+        }
+        for p in pods {
+            builder.pod(p.clone());
+        }
+        for w in workloads.iter().chain(replica_sets.iter().map(|(w, _)| w)) {
+            if !owned.contains(&(w.namespace.clone(), w.kind.to_owned(), w.name.clone())) {
+                for p in expand(w) {
+                    builder.pod(p);
+                }
+            }
+        }
+        builder.build()
     }
 
     /// Sorts every list by (namespace, name). [`from_objects`](Self::from_objects) calls it; callers that fill

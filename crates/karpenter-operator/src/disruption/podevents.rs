@@ -5,28 +5,26 @@
 //! candidate check measure `consolidateAfter` from this time.
 //!
 //! The controller remembers what it last saw of each pod (node, terminal, terminating) and stamps on a change.
-//! Pods listed when the watch (re)starts are recorded without stamping ([`PodEvents::prime`]): a restart of the
+//! It follows the cluster state's pod watch ([`ClusterState::pod_changes`]); pods already known when it starts,
+//! or listed again by a re-list, are recorded without stamping ([`PodEvents::prime`]): a restart of the
 //! controller does not reset every node's consolidation clock.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use karpenter_api::NodeClaim;
 use karpenter_cloudprovider::Clock;
 use karpenter_disruption::pods::{is_terminal, parse_rfc3339};
 use karpenter_scheduler::snapshot::is_daemon_set_pod;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::watcher;
-use kube::runtime::{WatchStreamExt, watcher::Event as WatchEvent};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::kube_util::{ReconcileError, rfc3339};
-use crate::state::{ClusterState, object_key};
+use crate::state::{ClusterState, PodChange, object_key};
 
 /// The controller name in logs.
 pub const CONTROLLER: &str = "nodeclaim.podevents";
@@ -109,13 +107,12 @@ impl PodEvents {
     }
 
     fn claim_of(&self, node: &str) -> Option<NodeClaim> {
-        let claims = self.state.list::<NodeClaim>();
-        if let Some(c) = claims.iter().find(|c| c.node_name() == Some(node)) {
-            return Some(c.clone());
+        if let Some(c) = self.state.find::<NodeClaim>(|c| c.node_name() == Some(node)) {
+            return Some(c);
         }
         let node_obj = self.state.get::<k8s_openapi::api::core::v1::Node>(node)?;
         let provider_id = node_obj.spec.as_ref()?.provider_id.clone()?;
-        claims.into_iter().find(|c| c.provider_id() == Some(provider_id.as_str()))
+        self.state.find::<NodeClaim>(|c| c.provider_id() == Some(provider_id.as_str()))
     }
 
     async fn stamp(&self, claim: &NodeClaim) -> Result<Option<String>, ReconcileError> {
@@ -138,32 +135,24 @@ impl PodEvents {
         }
     }
 
-    /// Watches pods until `shutdown`.
+    /// Follows the cluster state's pod changes ([`ClusterState::pod_changes`]: the state's one pod watch, not a
+    /// second one) until `shutdown`.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        let api: Api<Pod> = Api::all(self.client.clone());
-        let mut stream = watcher(api, watcher::Config::default()).default_backoff().boxed();
-        let mut listing = false;
+        let mut changes = self.state.pod_changes();
         loop {
             let next = tokio::select! {
                 () = shutdown.cancelled() => return,
-                next = stream.next() => next,
+                next = changes.recv() => next,
             };
             match next {
-                Some(Ok(WatchEvent::Init)) => listing = true,
-                Some(Ok(WatchEvent::InitApply(pod))) => {
-                    if listing {
-                        self.prime([&pod]);
-                    }
-                }
-                Some(Ok(WatchEvent::InitDone)) => listing = false,
-                Some(Ok(WatchEvent::Apply(pod))) => {
+                Some(PodChange::Listed(pod)) => self.prime([&pod]),
+                Some(PodChange::Applied(pod)) => {
                     if let Err(e) = self.observe(&pod).await {
                         tracing::warn!(controller = CONTROLLER, Pod = %object_key(&pod), error = %e,
                             "recording the last pod event time failed");
                     }
                 }
-                Some(Ok(WatchEvent::Delete(pod))) => self.forget(&pod),
-                Some(Err(error)) => tracing::warn!(controller = CONTROLLER, %error, "pod watch failed, re-listing"),
+                Some(PodChange::Deleted(pod)) => self.forget(&pod),
                 None => return,
             }
         }
