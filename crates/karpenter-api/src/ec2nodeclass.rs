@@ -685,11 +685,12 @@ pub struct CpuOptions {
 /// Desired configuration of EC2 instances launched for NodePools that reference this class.
 // kube's `printcolumn(...)` entries repeat `type_ = "string"`, which clippy reads as duplicated attributes.
 #[allow(clippy::duplicated_attributes)]
-#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "karpenter.k8s.aws",
     version = "v1",
     kind = "EC2NodeClass",
+    root = "EC2NodeClassSchema",
     plural = "ec2nodeclasses",
     singular = "ec2nodeclass",
     shortname = "ec2nc",
@@ -805,6 +806,16 @@ pub struct EC2NodeClassSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<String>,
 }
+
+crate::optional_spec::optional_spec_root!(
+    /// EC2NodeClass is the AWS-specific configuration of the instances Karpenter launches. As upstream's CRD, it
+    /// does not require `spec`: an object without one decodes with the empty spec, which `validate()` rejects
+    /// (the selector terms are required) and the node class controller reports as not ready.
+    EC2NodeClass,
+    EC2NodeClassSchema,
+    EC2NodeClassSpec,
+    EC2NodeClassStatus
+);
 
 /// A resolved subnet.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]

@@ -14,7 +14,8 @@ pub const GROUP: &str = "karpenter.kwok.sh";
 /// The kind name used in `nodeClassRef.kind`.
 pub const KIND: &str = "KWOKNodeClass";
 
-/// KWOKNodeClass spec: intentionally empty (kwok nodes need no cloud configuration).
+/// KWOKNodeClass spec: intentionally empty (kwok nodes need no cloud configuration). May be absent: upstream
+/// writes `{apiVersion, kind, metadata: {name: default}}`, and the CRD does not require it.
 // kube-derive takes one `printcolumn(...)` per column; clippy reads the repeated `type_ = "string"` as duplicates.
 #[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -22,6 +23,7 @@ pub const KIND: &str = "KWOKNodeClass";
     group = "karpenter.kwok.sh",
     version = "v1alpha1",
     kind = "KWOKNodeClass",
+    root = "KWOKNodeClassSchema",
     plural = "kwoknodeclasses",
     singular = "kwoknodeclass",
     category = "karpenter",
@@ -34,6 +36,15 @@ pub const KIND: &str = "KWOKNodeClass";
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct KWOKNodeClassSpec {}
+
+crate::optional_spec::optional_spec_root!(
+    /// KWOKNodeClass is the node class of the kwok provider (fake nodes for testing Karpenter at scale). Its
+    /// `spec` may be absent (decoded as the empty spec).
+    KWOKNodeClass,
+    KWOKNodeClassSchema,
+    KWOKNodeClassSpec,
+    KWOKNodeClassStatus
+);
 
 /// Observed state of a KWOKNodeClass.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -83,5 +94,36 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("foo"), "{err}");
+    }
+
+    /// Upstream writes a KWOKNodeClass with no `spec`; a watch (JSON) and a manifest (YAML) decode it, and it
+    /// serialises back with apiVersion and kind.
+    #[test]
+    fn decodes_without_spec() {
+        let k: KWOKNodeClass = serde_json::from_str(
+            r#"{"apiVersion":"karpenter.kwok.sh/v1alpha1","kind":"KWOKNodeClass","metadata":{"name":"default"},
+                "status":{"conditions":[{"type":"Ready","status":"True","lastTransitionTime":"2024-01-01T00:00:00Z"}]}}"#,
+        )
+        .unwrap();
+        assert_eq!(k.metadata.name.as_deref(), Some("default"));
+        assert!(k.is_ready());
+        let y: KWOKNodeClass = serde_saphyr::from_str(
+            "apiVersion: karpenter.kwok.sh/v1alpha1\nkind: KWOKNodeClass\nmetadata: {name: a}\n",
+        )
+        .unwrap();
+        assert_eq!(y.spec, KWOKNodeClassSpec {});
+        let v = serde_json::to_value(&y).unwrap();
+        assert_eq!(v["apiVersion"], "karpenter.kwok.sh/v1alpha1");
+        assert_eq!(v["kind"], "KWOKNodeClass");
+        assert!(v.get("status").is_none());
+        assert_eq!(<KWOKNodeClass as kube::Resource>::plural(&()), "kwoknodeclasses");
+    }
+
+    #[test]
+    fn crd_does_not_require_spec() {
+        let crd = <KWOKNodeClass as kube::CustomResourceExt>::crd();
+        let schema = crd.spec.versions[0].schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap();
+        assert!(schema.required.as_ref().is_none_or(|r| !r.iter().any(|f| f == "spec")), "{:?}", schema.required);
+        assert!(schema.properties.as_ref().unwrap().contains_key("spec"));
     }
 }

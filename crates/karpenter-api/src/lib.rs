@@ -20,6 +20,7 @@ pub mod labels;
 pub mod loader;
 pub mod nodeclaim;
 pub mod nodepool;
+pub mod optional_spec;
 pub mod scheduling;
 pub mod validation;
 

@@ -861,14 +861,6 @@ fn load_document(doc: Document, origin: Origin, loaded: &mut Vec<Loaded>, errors
         return;
     }
 
-    // The KWOKNodeClass spec has no fields, so the API server accepts an object without one; our generated
-    // struct requires the key, so supply the empty spec here.
-    let mut doc = doc;
-    if kind == "KWOKNodeClass"
-        && let Value::Object(map) = &mut doc.value
-    {
-        map.entry("spec").or_insert_with(|| Value::Object(Default::default()));
-    }
     let Some(result) = decode_known(&api_version, &kind, &doc.value) else {
         let object = Object::Unknown(Box::new(UnknownObject { api_version, kind, value: doc.value }));
         loaded.push(Loaded { origin, object });

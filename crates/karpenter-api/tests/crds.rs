@@ -122,3 +122,81 @@ fn patches_apply_cleanly() {
         crd::try_generate::<karpenter_api::KWOKNodeClass>(&p).unwrap();
     }
 }
+
+/// Every `required` list of a schema outside `status`, by path (`.spec.template.spec`, `[]` for list items).
+fn required_lists(
+    crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+) -> std::collections::BTreeMap<String, Vec<String>> {
+    fn walk(v: &serde_json::Value, path: String, out: &mut std::collections::BTreeMap<String, Vec<String>>) {
+        if path.starts_with(".status") {
+            return;
+        }
+        if let Some(r) = v.get("required").and_then(|r| r.as_array()) {
+            out.insert(path.clone(), r.iter().filter_map(|s| s.as_str().map(String::from)).collect());
+        }
+        if let Some(props) = v.get("properties").and_then(|p| p.as_object()) {
+            for (k, c) in props {
+                walk(c, format!("{path}.{k}"), out);
+            }
+        }
+        if let Some(items) = v.get("items") {
+            walk(items, format!("{path}[]"), out);
+        }
+        if let Some(ap) = v.get("additionalProperties").filter(|a| a.is_object()) {
+            walk(ap, format!("{path}{{}}"), out);
+        }
+    }
+    let schema = crd.spec.versions[0].schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap();
+    let mut out = std::collections::BTreeMap::new();
+    walk(&serde_json::to_value(schema).unwrap(), String::new(), &mut out);
+    out
+}
+
+/// The `required` lists (outside status) are upstream's (kubernetes-sigs/karpenter pkg/apis/crds, kwok/apis/crds;
+/// aws/karpenter-provider-aws pkg/apis/crds): NodePool and NodeClaim require `spec`, the node classes do not (an
+/// object without `spec` is accepted by the API server, as upstream's is). Upstream's NodePool also requires a
+/// budget's `nodes`, which it defaults (`10%`), so that is not required here: ours defaults it too.
+#[test]
+fn required_fields_are_upstreams() {
+    let p = ProviderLabels::aws();
+    let r = |pairs: &[(&str, &[&str])]| -> std::collections::BTreeMap<String, Vec<String>> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.iter().map(|s| s.to_string()).collect())).collect()
+    };
+    assert_eq!(
+        required_lists(&crd::generate::<karpenter_api::NodePool>(&p)),
+        r(&[
+            ("", &["spec"]),
+            (".spec", &["template"]),
+            (".spec.template", &["spec"]),
+            (".spec.template.spec", &["nodeClassRef", "requirements"]),
+            (".spec.template.spec.nodeClassRef", &["group", "kind", "name"]),
+            (".spec.template.spec.requirements[]", &["key", "operator"]),
+            (".spec.template.spec.startupTaints[]", &["effect", "key"]),
+            (".spec.template.spec.taints[]", &["effect", "key"]),
+        ])
+    );
+    assert_eq!(
+        required_lists(&crd::generate::<karpenter_api::NodeClaim>(&p)),
+        r(&[
+            ("", &["spec"]),
+            (".spec", &["nodeClassRef", "requirements"]),
+            (".spec.nodeClassRef", &["group", "kind", "name"]),
+            (".spec.requirements[]", &["key", "operator"]),
+            (".spec.startupTaints[]", &["effect", "key"]),
+            (".spec.taints[]", &["effect", "key"]),
+        ])
+    );
+    assert_eq!(
+        required_lists(&crd::generate::<karpenter_api::EC2NodeClass>(&p)),
+        r(&[
+            (".spec", &["amiSelectorTerms", "securityGroupSelectorTerms", "subnetSelectorTerms"]),
+            (".spec.networkInterfaces[]", &["deviceIndex", "interfaceType", "networkCardIndex"]),
+        ])
+    );
+    assert_eq!(required_lists(&crd::generate::<karpenter_api::KWOKNodeClass>(&ProviderLabels::kwok())), r(&[]));
+    // The schema's title stays the kind's name (the derived schema type is named differently).
+    for c in crd::node_class_crds(&ProviderLabels::kwok()).into_iter().chain(crd::node_class_crds(&p)) {
+        let s = c.spec.versions[0].schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap();
+        assert_eq!(s.title.as_deref(), Some(c.spec.names.kind.as_str()));
+    }
+}

@@ -380,6 +380,23 @@ fn kwok_node_class_without_spec_loads() {
     .expect("a KWOKNodeClass without spec is accepted, as by the API server");
     assert_eq!(loaded.len(), 1);
     assert_eq!(loaded[0].object.kind(), "KWOKNodeClass");
+    let violations = loaded[0].object.validate(&ValidationContext::default()).expect("karpenter kind");
+    assert!(violations.is_empty(), "{violations:?}");
+}
+
+/// Upstream's EC2NodeClass CRD does not require `spec` either: the object loads (as a watch decodes it) and
+/// validation names the required selector terms, not a decoding error.
+#[test]
+fn ec2_node_class_without_spec_loads_and_reports_required_fields() {
+    let loaded = karpenter_api::load_str(
+        "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {name: default}\n",
+        "ec2.yaml",
+    )
+    .expect("an EC2NodeClass without spec decodes");
+    assert_eq!(loaded[0].object.kind(), "EC2NodeClass");
+    let violations = loaded[0].object.validate(&ValidationContext::default()).expect("karpenter kind");
+    assert!(violations.has_path("spec.subnetSelectorTerms"), "{violations:?}");
+    assert!(violations.has_path("spec.amiSelectorTerms"), "{violations:?}");
 }
 
 /// `kubectl get pods -A -o yaml` of a large cluster is one huge List document, and generated manifests can be
