@@ -61,6 +61,9 @@ struct Cli {
     /// Give up on a wait after this many minutes (default: the case's own limit).
     #[arg(long)]
     timeout_mins: Option<u64>,
+    /// Keep each plane's state dir (etcd data, component logs) after the case.
+    #[arg(long)]
+    keep_plane_state: bool,
     /// Where the planes' state and the controllers' logs go.
     #[arg(long, default_value = "target/perf")]
     work_dir: PathBuf,
@@ -200,7 +203,14 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli)) {
+    // Ctrl-C or SIGTERM drops the run: the children (kill_on_drop) and the plane (stopped on drop) go with it.
+    let result = runtime.block_on(async {
+        tokio::select! {
+            r = run(cli) => r,
+            () = signalled() => Err(anyhow::anyhow!("interrupted")),
+        }
+    });
+    match result {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -266,6 +276,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 struct Run<'a> {
     client: Client,
     sampler: &'a Sampler,
+    processes: &'a Processes,
     timeout: Duration,
     /// Poll period of the waits.
     poll: Duration,
@@ -279,7 +290,7 @@ async fn run_case(case: Case, cli: &Cli, controller: &Path, dir: &Path, report: 
     let lease_seconds = if case == Case::Memory50k { Some(30) } else { None };
     let plane = match &cli.kubeconfig {
         Some(kubeconfig) => Plane::existing(kubeconfig.clone()),
-        None => Plane::start(&dir.join("plane")).await?,
+        None => Plane::start(&dir.join("plane"), cli.keep_plane_state).await?,
     };
     let client = plane.client().await?;
     cluster::install_crds(&client, controller).await?;
@@ -295,6 +306,7 @@ async fn run_case(case: Case, cli: &Cli, controller: &Path, dir: &Path, report: 
         let run = Run {
             client: client.clone(),
             sampler: &sampler,
+            processes: &processes,
             timeout: Duration::from_secs(60 * cli.timeout_mins.unwrap_or(case.timeout_mins())),
             poll: if report.pods > 10_000 { Duration::from_secs(10) } else { Duration::from_secs(2) },
         };
@@ -367,7 +379,7 @@ async fn phases(case: Case, run: &Run<'_>, report: &mut CaseReport) -> anyhow::R
                 let b = cluster::count_pods(client, &standard.selector()).await?;
                 let left = nodes.intersection(&old).count();
                 report.nodes = report.nodes.max(nodes.len());
-                progress(
+                tick(
                     run,
                     start,
                     &format!(
@@ -377,7 +389,7 @@ async fn phases(case: Case, run: &Run<'_>, report: &mut CaseReport) -> anyhow::R
                         claims,
                         a.running + b.running
                     ),
-                );
+                )?;
                 if left == 0 && claims == nodes.len() && a.running + b.running == pods {
                     push_phase(case, run, report, "drift", start, nodes.len());
                     break;
@@ -409,11 +421,11 @@ async fn phases(case: Case, run: &Run<'_>, report: &mut CaseReport) -> anyhow::R
                 let nodes = cluster::karpenter_nodes(client).await?.len();
                 let claims = cluster::count_nodeclaims(client).await?;
                 let counts = cluster::count_pods(client, &shape.selector()).await?;
-                progress(
+                tick(
                     run,
                     start,
                     &format!("{nodes} nodes, {claims} claims, {} of {keep} pods running", counts.running),
-                );
+                )?;
                 if nodes as u32 <= keep && claims == nodes && counts.running == keep && counts.total == keep {
                     push_phase(case, run, report, "consolidation", start, nodes);
                     break;
@@ -489,7 +501,7 @@ async fn wait_running(run: &Run<'_>, want: &[(&PodShape, u32)]) -> anyhow::Resul
             running += c.running;
             total += n;
         }
-        progress(run, start, &format!("{running} of {total} pods running, {nodes} nodes"));
+        tick(run, start, &format!("{running} of {total} pods running, {nodes} nodes"))?;
         if done {
             return Ok(most);
         }
@@ -508,7 +520,7 @@ async fn wait_empty(run: &Run<'_>, shape: &PodShape) -> anyhow::Result<()> {
         let nodes = cluster::karpenter_nodes(&run.client).await?.len();
         let claims = cluster::count_nodeclaims(&run.client).await?;
         let pods = cluster::count_pods(&run.client, &shape.selector()).await?.total;
-        progress(run, start, &format!("{pods} pods, {nodes} nodes, {claims} claims left"));
+        tick(run, start, &format!("{pods} pods, {nodes} nodes, {claims} claims left"))?;
         if nodes == 0 && claims == 0 && pods == 0 {
             return Ok(());
         }
@@ -519,14 +531,16 @@ async fn wait_empty(run: &Run<'_>, shape: &PodShape) -> anyhow::Result<()> {
     }
 }
 
-/// A progress line every ~10 s.
-fn progress(run: &Run<'_>, start: f64, what: &str) {
+/// One poll of a wait: fails if the controller or the kubelet stand-in died; a progress line every ~10 s.
+fn tick(run: &Run<'_>, start: f64, what: &str) -> anyhow::Result<()> {
+    run.processes.check_alive()?;
     let t = run.sampler.now() - start;
     let poll = run.poll.as_secs_f64();
     if (t % 10.0) < poll {
         let rss = run.sampler.read_now().map(|s| mib(s.rss_kib)).unwrap_or(0.0);
         eprintln!("  {t:6.1} s  {what}  (controller RSS {rss:.1} MiB)");
     }
+    Ok(())
 }
 
 fn push_phase(case: Case, run: &Run<'_>, report: &mut CaseReport, name: &str, start: f64, nodes: usize) {
@@ -566,6 +580,21 @@ fn print_report(r: &CaseReport) {
     }
     if let Some(e) = &r.error {
         println!("  FAILED: {e}");
+    }
+}
+
+async fn signalled() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = term => {}
     }
 }
 

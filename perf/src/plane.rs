@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use karpenter_operator::client::{ClientOptions, build_client};
+use karpenter_testing::realplane::{PlaneOptions, RealPlane};
 use kube::Client;
 use tokio::process::{Child, Command};
 
@@ -14,18 +15,30 @@ use tokio::process::{Child, Command};
 #[derive(Debug)]
 pub struct Plane {
     kubeconfig: PathBuf,
+    started: Option<RealPlane>,
 }
 
 impl Plane {
     /// A plane someone else runs.
     pub fn existing(kubeconfig: PathBuf) -> Self {
-        Self { kubeconfig }
+        Self { kubeconfig, started: None }
     }
 
-    /// A fresh plane (etcd, kube-apiserver, kube-scheduler, kube-controller-manager) on free ports with its state
-    /// in `dir`.
-    pub async fn start(dir: &Path) -> anyhow::Result<Self> {
-        bail!("starting a plane in {} is not wired yet; pass --kubeconfig", dir.display())
+    /// A fresh plane (etcd, kube-apiserver, kube-scheduler, kube-controller-manager: karpenter-testing's
+    /// `realplane`) on free ports with its state in `dir`; `keep` keeps the state (logs) after the stop.
+    pub async fn start(dir: &Path, keep: bool) -> anyhow::Result<Self> {
+        let options = PlaneOptions {
+            state_dir: Some(dir.to_path_buf()),
+            name: Some("karpenter-perf".into()),
+            keep_state: keep,
+            ..PlaneOptions::default()
+        };
+        let plane = tokio::task::spawn_blocking(move || RealPlane::start(options))
+            .await
+            .context("starting the control plane")?
+            .context("starting the control plane")?;
+        eprintln!("  plane: {} (state in {})", plane.server_url(), plane.state_dir().display());
+        Ok(Self { kubeconfig: plane.kubeconfig().to_path_buf(), started: Some(plane) })
     }
 
     pub fn kubeconfig(&self) -> &Path {
@@ -44,7 +57,16 @@ impl Plane {
         build_client(&options).await.context("building the client of the plane")
     }
 
-    pub async fn stop(self) {}
+    /// Stops a plane this run started (a given one is left alone).
+    pub async fn stop(self) {
+        if let Some(plane) = self.started {
+            match tokio::task::spawn_blocking(move || plane.stop()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => eprintln!("  stopping the plane: {e}"),
+                Err(e) => eprintln!("  stopping the plane: {e}"),
+            }
+        }
+    }
 }
 
 /// The controller and the kubelet stand-in, each a child process logging into the case's directory.
