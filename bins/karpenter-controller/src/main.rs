@@ -21,6 +21,9 @@
 //!   (see [`run`]): every setting is a flag and an environment variable with upstream's names
 //!   (`karpenter_operator::settings`, docs/settings.md). `--provider aws` needs the `aws` cargo feature; without it
 //!   the command exits with status 2 and says so. Exit status 1 when the controller fails (or loses its lease).
+//! - `kwok-kubelet [--interval 1s] [--all-nodes]`: the kwok Nodes' kubelet stand-in as a process of its own (see
+//!   [`kwok_kubelet`]): Ready, Leases, running pods, removal of terminated pods, until SIGTERM. Client and logs
+//!   as `run` (`$KUBECONFIG` or in-cluster).
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -32,6 +35,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use karpenter_api::loader;
 use karpenter_api::{ProviderLabels, ValidationContext};
 
+mod kwok_kubelet;
 mod run;
 mod simulate;
 
@@ -92,6 +96,10 @@ enum Command {
     /// names and defaults are upstream Karpenter's (docs/settings.md). Logs are JSON lines; SIGTERM stops it
     /// gracefully.
     Run(Box<run::RunArgs>),
+    /// Play the kubelet of the kwok Nodes (Ready, Leases, running pods, removal of terminated pods) until
+    /// SIGTERM, for clusters without a KWOK controller: what `run --kwok-simulate-kubelet` does, in its own
+    /// process. The client and logs are `run`'s (`$KUBECONFIG` or in-cluster; every setting of `run` applies).
+    KwokKubelet(Box<kwok_kubelet::KwokKubeletArgs>),
     /// Print the CustomResourceDefinitions as multi-document YAML.
     Crds {
         /// Cloud provider whose node class CRD is included.
@@ -153,6 +161,7 @@ fn main() -> ExitCode {
         Command::Validate { files, provider } => validate(&files, provider),
         Command::Crds { provider } => crds(provider),
         Command::Run(args) => run::run(*args),
+        Command::KwokKubelet(args) => kwok_kubelet::run(*args),
         Command::Prices(args) => prices(&args),
     };
     match result {

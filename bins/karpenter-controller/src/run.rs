@@ -19,7 +19,7 @@ use karpenter_operator::{AwsSettings, CoreSettings};
 use crate::Provider;
 
 /// The commit this binary was built from (`KARPENTER_COMMIT` at build time; the Dockerfile sets it).
-const COMMIT: &str = match option_env!("KARPENTER_COMMIT") {
+pub(crate) const COMMIT: &str = match option_env!("KARPENTER_COMMIT") {
     Some(c) => c,
     None => "",
 };
