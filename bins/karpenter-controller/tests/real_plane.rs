@@ -617,7 +617,13 @@ async fn limits(env: &Env) {
         (env.list_claims().await.len() == 2).then_some(())
     })
     .await;
-    env.running("web", 4, Duration::from_secs(60)).await;
+    env.eventually("four pods running, two pending", Duration::from_secs(60), || async {
+        let pods = env.list_pods("app=web").await;
+        let running =
+            pods.iter().filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")).count();
+        (running == 4).then_some(())
+    })
+    .await;
     env.stays("no more than two claims (cpu limit 4)", Duration::from_secs(6), async || {
         env.list_claims().await.len() == 2
     })
