@@ -50,7 +50,7 @@ use karpenter_scheduler::ClusterSnapshot;
 use karpenter_scheduler::snapshot::SnapshotError;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher;
+use kube::runtime::{reflector, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
@@ -91,16 +91,65 @@ pub enum PodChange {
 }
 
 /// Objects of one kind, keyed by `namespace/name` (or `name`), with the watcher's re-list buffer.
-#[derive(Debug)]
-pub struct Store<K> {
+pub struct Store<K: Tracked> {
     objects: BTreeMap<String, K>,
     buffer: Option<BTreeMap<String, K>>,
     synced: bool,
+    /// What kube-runtime controllers of this kind read ([`ClusterState::controller_source`]); created by the
+    /// first of them.
+    feed: Option<Feed<K>>,
 }
 
-impl<K> Default for Store<K> {
+impl<K: Tracked> Default for Store<K> {
     fn default() -> Self {
-        Self { objects: BTreeMap::new(), buffer: None, synced: false }
+        Self { objects: BTreeMap::new(), buffer: None, synced: false, feed: None }
+    }
+}
+
+impl<K: Tracked> fmt::Debug for Store<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Store").field("objects", &self.objects.len()).field("synced", &self.synced).finish()
+    }
+}
+
+/// The state's objects of one kind as kube-runtime controllers consume them: a reflector store kept equal to the
+/// state's, and a trigger stream per controller. So every controller of the kind shares the state's one watch and
+/// one (trimmed) copy of the objects, instead of opening a watch and keeping a full copy of its own each.
+struct Feed<K: Tracked> {
+    writer: reflector::store::Writer<K>,
+    subscribers: Vec<mpsc::UnboundedSender<K>>,
+}
+
+impl<K: Tracked> Feed<K> {
+    /// A feed holding `objects`, its reflector store marked ready.
+    fn new<'a>(objects: impl Iterator<Item = &'a K>) -> Self {
+        let mut feed = Self { writer: reflector::store::Writer::new(()), subscribers: Vec::new() };
+        feed.relist(objects);
+        feed
+    }
+
+    /// Replaces the reflector store's objects and triggers every subscriber for each (a re-list).
+    fn relist<'a>(&mut self, objects: impl Iterator<Item = &'a K>) {
+        self.writer.apply_watcher_event(&watcher::Event::Init);
+        for obj in objects {
+            self.writer.apply_watcher_event(&watcher::Event::InitApply(obj.clone()));
+            self.send(obj);
+        }
+        self.writer.apply_watcher_event(&watcher::Event::InitDone);
+    }
+
+    fn applied(&mut self, obj: &K) {
+        self.writer.apply_watcher_event(&watcher::Event::Apply(obj.clone()));
+        self.send(obj);
+    }
+
+    fn deleted(&mut self, obj: &K) {
+        self.writer.apply_watcher_event(&watcher::Event::Delete(obj.clone()));
+        self.send(obj);
+    }
+
+    fn send(&mut self, obj: &K) {
+        self.subscribers.retain(|tx| tx.send(obj.clone()).is_ok());
     }
 }
 
@@ -127,7 +176,9 @@ pub struct Objects {
 }
 
 /// A kind the cluster state tracks.
-pub trait Tracked: Resource<DynamicType = ()> + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static {
+pub trait Tracked:
+    Resource<DynamicType = ()> + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static
+{
     /// The store of this kind.
     #[doc(hidden)]
     fn store(objects: &mut Objects) -> &mut Store<Self>;
@@ -317,6 +368,9 @@ impl ClusterState {
             let store = K::store(&mut objects);
             let key = object_key(&obj);
             if store.objects.get(&key).is_none_or(|old| newer_or_equal(old, &obj)) {
+                if let Some(feed) = store.feed.as_mut() {
+                    feed.applied(&obj);
+                }
                 store.objects.insert(key, obj);
             }
         }
@@ -329,7 +383,12 @@ impl ClusterState {
     pub fn remove<K: Tracked>(&self, obj: &K) {
         let key = object_key(obj);
         let mut objects = self.write();
-        K::store(&mut objects).objects.remove(&key);
+        let store = K::store(&mut objects);
+        if store.objects.remove(&key).is_some()
+            && let Some(feed) = store.feed.as_mut()
+        {
+            feed.deleted(obj);
+        }
         let any: &dyn std::any::Any = obj;
         if any.is::<NodeClaim>() || any.is::<Node>() {
             let name = obj.meta().name.clone().unwrap_or_default();
@@ -381,8 +440,32 @@ impl ClusterState {
                 }
                 store.objects = merged;
                 store.synced = true;
+                if let Some(feed) = store.feed.as_mut() {
+                    feed.relist(store.objects.values());
+                }
             }
         }
+    }
+
+    /// What a kube-runtime `Controller` of kind `K` runs on instead of a watch of its own
+    /// (`Controller::for_stream(stream, store)`): a reflector store that always holds the state's objects of the
+    /// kind, and a stream that yields every object already known, then every object the state records (applied
+    /// or deleted: a deleted object is no longer in the store, so the controller skips it, as with a watch).
+    /// Related kinds come the same way, for `Controller::watches_stream`.
+    pub fn controller_source<K: Tracked>(
+        &self,
+    ) -> (reflector::Store<K>, impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static) {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut objects = self.write();
+        let store = K::store(&mut objects);
+        let Store { objects, feed, .. } = store;
+        let feed = feed.get_or_insert_with(|| Feed::new(objects.values()));
+        for obj in objects.values() {
+            let _ = tx.send(obj.clone());
+        }
+        feed.subscribers.push(tx);
+        let reader = feed.writer.as_reader();
+        (reader, futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).map(Ok))
     }
 
     /// Marks a kind as listed without a watcher (tests that feed the state by hand).
