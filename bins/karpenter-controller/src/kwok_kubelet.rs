@@ -20,6 +20,10 @@ pub struct KwokKubeletArgs {
     /// Time between passes (e.g. 500ms, 1s, 2s).
     #[arg(long, env = "KWOK_KUBELET_INTERVAL", default_value = "1s", value_parser = parse_interval)]
     interval: Duration,
+    /// Renew each node Lease once this long has passed since its last renewal (the real kubelet's 10s; large
+    /// clusters on small machines may use up to 30s: the node lifecycle controller's grace period is 40s).
+    #[arg(long, env = "KWOK_KUBELET_LEASE_RENEW_INTERVAL", default_value = "10s", value_parser = parse_interval)]
+    lease_renew_interval: Duration,
     /// Play the kubelet of every Node, not only those the kwok provider launched (label
     /// `karpenter.kwok.sh/managed=true`).
     #[arg(long)]
@@ -41,7 +45,7 @@ fn parse_interval(text: &str) -> Result<Duration, String> {
         "m" => value * 60.0,
         _ => return Err(format!("unknown unit in {text:?}: use ms, s or m")),
     };
-    if !seconds.is_finite() || seconds < 0.01 || seconds > 3600.0 {
+    if !(0.01..=3600.0).contains(&seconds) {
         return Err(format!("{text:?} is out of range (10ms to 1h)"));
     }
     Ok(Duration::from_secs_f64(seconds))
@@ -62,9 +66,12 @@ pub fn run(args: KwokKubeletArgs) -> anyhow::Result<ExitCode> {
         let shutdown = karpenter_operator::shutdown::on_signals();
         let client =
             build_client(&ClientOptions::from_settings(&core)).await.context("building the Kubernetes client")?;
-        let kubelet = if args.all_nodes { KubeletOptions::default() } else { kubelet_options() };
+        let mut kubelet = if args.all_nodes { KubeletOptions::default() } else { kubelet_options() };
+        kubelet.renew_interval = chrono::Duration::from_std(args.lease_renew_interval)
+            .context("--lease-renew-interval is out of range")?;
         tracing::info!(
             interval_ms = u64::try_from(args.interval.as_millis()).unwrap_or(u64::MAX),
+            lease_renew_interval_ms = u64::try_from(args.lease_renew_interval.as_millis()).unwrap_or(u64::MAX),
             node_selector = kubelet.node_selector.as_deref().unwrap_or("<all nodes>"),
             "starting the kwok kubelet"
         );

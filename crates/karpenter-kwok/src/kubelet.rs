@@ -82,8 +82,11 @@ pub struct Kubelet {
     clock: Arc<dyn Clock>,
     options: KubeletOptions,
     /// Node name → (node uid, last renewTime this kubelet wrote or read).
-    renewed: Arc<Mutex<HashMap<String, (Option<String>, DateTime<Utc>)>>>,
+    renewed: Arc<Mutex<HashMap<String, Renewal>>>,
 }
+
+/// A Node's uid and the last `renewTime` of its Lease this kubelet wrote or read.
+type Renewal = (Option<String>, DateTime<Utc>);
 
 impl std::fmt::Debug for Kubelet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
