@@ -181,6 +181,12 @@ impl Consistency {
     }
 }
 
+impl crate::kube_util::ControllerContext for Consistency {
+    fn controller_name(&self) -> &'static str {
+        CONTROLLER
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -108,6 +108,15 @@ impl Expiration {
     }
 }
 
+impl crate::kube_util::ControllerContext for Expiration {
+    fn controller_name(&self) -> &'static str {
+        "nodeclaim.expiration"
+    }
+    fn metrics(&self) -> Option<&crate::metrics::Metrics> {
+        Some(&self.metrics)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

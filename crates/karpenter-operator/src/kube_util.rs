@@ -39,14 +39,61 @@ pub enum ReconcileError {
 }
 
 impl ReconcileError {
-    /// A 409 Conflict from the API server: the object changed since it was read.
+    /// A 409 Conflict from the API server: the object changed since it was read (see [`is_write_conflict`]).
     pub fn is_conflict(&self) -> bool {
-        matches!(self, ReconcileError::Kube(kube::Error::Api(s)) if s.code == 409)
+        matches!(self, ReconcileError::Kube(e) if is_write_conflict(e))
     }
 
-    /// How long the run loops wait before retrying after this error: at once for a conflict, else `backoff`.
+    /// How long the run loops wait before retrying after this error: soon for a conflict, else `backoff`.
     pub fn retry_after(&self, backoff: Duration) -> Duration {
-        if self.is_conflict() { Duration::from_millis(10) } else { backoff }
+        if self.is_conflict() { CONFLICT_RETRY } else { backoff }
+    }
+}
+
+/// How soon a reconcile that lost a write race runs again (on the fresher object its watch delivers).
+pub const CONFLICT_RETRY: Duration = Duration::from_millis(100);
+
+/// An expected outcome of our own optimistic-concurrency writes, not a failure: a 409 from the API server, i.e.
+/// `Conflict` (an update or patch carrying a stale `resourceVersion`: "the object has been modified; please apply
+/// your changes to the latest version and try again", or a failed precondition) or `AlreadyExists` (a create that
+/// raced another, which our creates are idempotent to). The controllers log these at debug level, count them in
+/// `karpenter_kube_write_conflicts_total` ([`record_write_conflict`]) and retry soon ([`CONFLICT_RETRY`]).
+pub fn is_write_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
+/// The process's metrics for controllers whose context holds none (set once by the manager).
+static FALLBACK_METRICS: std::sync::OnceLock<std::sync::Arc<crate::metrics::Metrics>> = std::sync::OnceLock::new();
+
+/// Makes `metrics` the registry [`record_write_conflict`] counts in when a controller passes none. The first
+/// call wins (one registry per process).
+pub fn set_fallback_metrics(metrics: std::sync::Arc<crate::metrics::Metrics>) {
+    let _ = FALLBACK_METRICS.set(metrics);
+}
+
+/// Records an expected write conflict (see [`is_write_conflict`]): one debug line and one increment of
+/// `karpenter_kube_write_conflicts_total{controller,kind}`, in `metrics` or else the fallback registry.
+pub fn record_write_conflict(
+    metrics: Option<&crate::metrics::Metrics>,
+    controller: &str,
+    kind: &str,
+    name: &str,
+    error: &dyn std::fmt::Display,
+) {
+    tracing::debug!(controller, kind, name, error = %error, "write conflict, retrying on fresher data");
+    if let Some(m) = metrics.or(FALLBACK_METRICS.get().map(|m| &**m)) {
+        m.kube_write_conflicts(controller, kind).inc();
+    }
+}
+
+/// A kube-runtime context whose errors go through [`error_policy`](crate::termination::error_policy): its name
+/// in logs and metrics and its metrics registry, if it holds one.
+pub trait ControllerContext {
+    /// The controller's name (`controller` in logs and metrics).
+    fn controller_name(&self) -> &'static str;
+    /// The registry write conflicts are counted in (`None`: the fallback registry).
+    fn metrics(&self) -> Option<&crate::metrics::Metrics> {
+        None
     }
 }
 
@@ -242,6 +289,52 @@ pub(crate) async fn record_disrupted(
         .inc();
 }
 
+/// Test support: records the events logged on this thread (level and rendered fields) while the guard lives.
+#[cfg(test)]
+pub(crate) mod test_log {
+    use std::sync::{Arc, Mutex};
+
+    use tracing::Level;
+    use tracing::field::{Field, Visit};
+    use tracing_subscriber::layer::{Context, SubscriberExt};
+
+    /// The events logged so far: (level, "message key=value …").
+    pub(crate) type Events = Arc<Mutex<Vec<(Level, String)>>>;
+
+    struct Recorder(Events);
+
+    struct Fields(String);
+    impl Visit for Fields {
+        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+            if field.name() == "message" {
+                self.0.insert_str(0, &format!("{value:?} "));
+            } else {
+                self.0.push_str(&format!("{}={value:?} ", field.name()));
+            }
+        }
+    }
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Recorder {
+        fn on_event(&self, event: &tracing::Event<'_>, _ctx: Context<'_, S>) {
+            let mut fields = Fields(String::new());
+            event.record(&mut fields);
+            self.0.lock().unwrap().push((*event.metadata().level(), fields.0));
+        }
+    }
+
+    /// Starts recording every level on this thread.
+    pub(crate) fn capture() -> (tracing::subscriber::DefaultGuard, Events) {
+        let events = Events::default();
+        let subscriber = tracing_subscriber::registry().with(Recorder(events.clone()));
+        (tracing::subscriber::set_default(subscriber), events)
+    }
+
+    /// The recorded events at `level`.
+    pub(crate) fn at(events: &Events, level: Level) -> Vec<String> {
+        events.lock().unwrap().iter().filter(|(l, _)| *l == level).map(|(_, m)| m.clone()).collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -260,5 +353,65 @@ mod tests {
         assert_eq!(cs[0].last_transition_time, "2026-01-01T00:00:30Z");
         assert!(remove_condition(&mut cs, "Drained"));
         assert!(!remove_condition(&mut cs, "Drained"));
+    }
+
+    #[test]
+    fn write_conflicts_are_409s_only() {
+        let api = |code: u16, reason: &str| {
+            kube::Error::Api(
+                kube::core::Status::failure("the object has been modified; please apply your changes", reason)
+                    .with_code(code)
+                    .boxed(),
+            )
+        };
+        assert!(is_write_conflict(&api(409, "Conflict")));
+        assert!(is_write_conflict(&api(409, "AlreadyExists")));
+        assert!(!is_write_conflict(&api(404, "NotFound")));
+        assert!(!is_write_conflict(&api(422, "Invalid")));
+        assert!(ReconcileError::Kube(api(409, "Conflict")).is_conflict());
+        assert_eq!(ReconcileError::Kube(api(409, "Conflict")).retry_after(Duration::from_secs(5)), CONFLICT_RETRY);
+        assert_eq!(ReconcileError::Kube(api(500, "x")).retry_after(Duration::from_secs(5)), Duration::from_secs(5));
+    }
+
+    struct Ctx(crate::metrics::Metrics);
+    impl ControllerContext for Ctx {
+        fn controller_name(&self) -> &'static str {
+            "test.controller"
+        }
+        fn metrics(&self) -> Option<&crate::metrics::Metrics> {
+            Some(&self.0)
+        }
+    }
+
+    /// The run loops' shared error policy: a conflict is a debug line, a count under the object's kind and a
+    /// soon retry; another error is a warning and a retry in 5 s.
+    #[test]
+    fn error_policy_counts_conflicts_quietly() {
+        use kube::runtime::controller::Action;
+        use std::sync::Arc;
+        let ctx = Arc::new(Ctx(crate::metrics::Metrics::new(&crate::metrics::BuildInfo::default())));
+        let pool = Arc::new(k8s_openapi::api::core::v1::Node {
+            metadata: kube::api::ObjectMeta { name: Some("n1".into()), ..Default::default() },
+            ..Default::default()
+        });
+        let conflict = ReconcileError::Kube(kube::Error::Api(
+            kube::core::Status::failure("the object has been modified", "Conflict").with_code(409).boxed(),
+        ));
+        let other = ReconcileError::Kube(kube::Error::Api(
+            kube::core::Status::failure("boom", "InternalError").with_code(500).boxed(),
+        ));
+        let (_guard, events) = test_log::capture();
+        let action = crate::termination::error_policy(pool.clone(), &conflict, ctx.clone());
+        assert_eq!(action, Action::requeue(CONFLICT_RETRY));
+        assert!(test_log::at(&events, tracing::Level::WARN).is_empty());
+        assert_eq!(test_log::at(&events, tracing::Level::DEBUG).len(), 1);
+        assert!(
+            ctx.0
+                .render()
+                .contains("karpenter_kube_write_conflicts_total{controller=\"test.controller\",kind=\"Node\"} 1")
+        );
+        let action = crate::termination::error_policy(pool, &other, ctx);
+        assert_eq!(action, Action::requeue(Duration::from_secs(5)));
+        assert_eq!(test_log::at(&events, tracing::Level::WARN).len(), 1);
     }
 }

@@ -80,6 +80,8 @@ pub enum LifecycleError {
         name: String,
         /// What was being done.
         action: &'static str,
+        /// The kind written (`NodeClaim`, `Node`).
+        kind: &'static str,
         /// The API error.
         source: kube::Error,
     },
@@ -228,7 +230,7 @@ pub async fn reconcile(ctx: &LifecycleContext, claim: &NodeClaim) -> Result<Acti
     let api = ctx.api();
     let kube_err = |action: &'static str| {
         let name = name.clone();
-        move |source| LifecycleError::Kube { name, action, source }
+        move |source| LifecycleError::Kube { name, action, kind: "NodeClaim", source }
     };
 
     // 1. Finalizer.
@@ -473,7 +475,7 @@ async fn write_status(
         .api()
         .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
-        .map_err(|source| LifecycleError::Kube { name, action: "writing the status", source })?;
+        .map_err(|source| LifecycleError::Kube { name, action: "writing the status", kind: "NodeClaim", source })?;
     ctx.state.apply(written);
     Ok(())
 }
@@ -489,7 +491,7 @@ async fn delete_claim(ctx: &LifecycleContext, claim: &NodeClaim, reason: &str) -
             Ok(())
         }
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(source) => Err(LifecycleError::Kube { name, action: "deleting", source }),
+        Err(source) => Err(LifecycleError::Kube { name, action: "deleting", kind: "NodeClaim", source }),
     }
 }
 
@@ -556,10 +558,9 @@ async fn register_node(ctx: &LifecycleContext, claim: &NodeClaim, node: &Node) -
         "spec": {"taints": node_taints},
     });
     let api: Api<Node> = Api::all(ctx.client.clone());
-    let written = api
-        .patch(&node_name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map_err(|source| LifecycleError::Kube { name: claim_name, action: "registering the node", source })?;
+    let written = api.patch(&node_name, &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(|source| {
+        LifecycleError::Kube { name: claim_name, action: "registering the node", kind: "Node", source }
+    })?;
     ctx.state.apply(written.clone());
     Ok(written)
 }
@@ -614,7 +615,12 @@ async fn label_initialized(ctx: &LifecycleContext, claim_name: &str, node: &Node
     let api: Api<Node> = Api::all(ctx.client.clone());
     let written =
         api.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(|source| {
-            LifecycleError::Kube { name: claim_name.to_owned(), action: "labelling the node initialized", source }
+            LifecycleError::Kube {
+                name: claim_name.to_owned(),
+                action: "labelling the node initialized",
+                kind: "Node",
+                source,
+            }
         })?;
     ctx.state.apply(written);
     Ok(())
@@ -627,6 +633,29 @@ fn claim_of(state: &ClusterState, node: &Node) -> Option<ObjectRef<NodeClaim>> {
     }
     let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref())?;
     state.node_claims_by_provider_id(provider_id).first().map(|c| ObjectRef::new(&c.name_any()))
+}
+
+impl LifecycleError {
+    /// The kind whose write lost a race (see [`crate::kube_util::is_write_conflict`]), if this is one.
+    pub fn write_conflict(&self) -> Option<&'static str> {
+        match self {
+            LifecycleError::Kube { kind, source, .. } if crate::kube_util::is_write_conflict(source) => Some(kind),
+            _ => None,
+        }
+    }
+}
+
+/// What the run loop does after a failed pass over claim `name`: a write conflict (the Node or NodeClaim changed
+/// since it was read: common while a kubelet registers) is logged at debug level, counted and retried soon
+/// without growing the backoff; anything else is an ERROR and a retry with exponential backoff.
+pub fn on_error(ctx: &LifecycleContext, name: &str, error: &LifecycleError) -> Action {
+    if let Some(kind) = error.write_conflict() {
+        crate::kube_util::record_write_conflict(Some(&ctx.metrics), CONTROLLER, kind, name, error);
+        return Action::requeue(crate::kube_util::CONFLICT_RETRY);
+    }
+    let wait = ctx.backoff(name);
+    tracing::error!(controller = CONTROLLER, NodeClaim = %name, error = %error, retry_in = ?wait, "reconcile failed");
+    Action::requeue(wait)
 }
 
 /// Runs the controller until `shutdown` (see the module docs).
@@ -646,9 +675,7 @@ pub async fn run(ctx: Arc<LifecycleContext>, shutdown: CancellationToken) {
                 result
             },
             |claim: Arc<NodeClaim>, error: &LifecycleError, ctx: Arc<LifecycleContext>| {
-                let wait = ctx.backoff(&claim.name_any());
-                tracing::error!(controller = CONTROLLER, NodeClaim = %claim.name_any(), error = %error, retry_in = ?wait, "reconcile failed");
-                Action::requeue(wait)
+                on_error(&ctx, &claim.name_any(), error)
             },
             ctx,
         )
@@ -882,5 +909,42 @@ mod tests {
         f.ctx.api().patch("c1", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
         let err = reconcile(&f.ctx, &created).await.unwrap_err();
         assert!(matches!(&err, LifecycleError::Kube { source: kube::Error::Api(s), .. } if s.code == 409), "{err}");
+    }
+
+    /// A 409 on our own write is expected (a kubelet or another controller wrote first): no ERROR line, a debug
+    /// line, `karpenter_kube_write_conflicts_total` counts it, the retry comes soon and the backoff does not grow.
+    /// Any other failure still logs an ERROR.
+    #[tokio::test]
+    async fn a_conflict_is_retried_quietly_and_counted() {
+        let f = fixture();
+        let created = create_claim(&f).await;
+        let patch = json!({"metadata": {"labels": {"other": "writer"}}});
+        f.ctx.api().patch("c1", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        let err = reconcile(&f.ctx, &created).await.unwrap_err();
+        assert_eq!(err.write_conflict(), Some("NodeClaim"));
+
+        let (_guard, events) = crate::kube_util::test_log::capture();
+        for _ in 0..3 {
+            assert_eq!(on_error(&f.ctx, "c1", &err), Action::requeue(crate::kube_util::CONFLICT_RETRY));
+        }
+        use crate::kube_util::test_log::at;
+        assert!(at(&events, tracing::Level::ERROR).is_empty(), "{:?}", events.lock().unwrap());
+        assert_eq!(at(&events, tracing::Level::DEBUG).len(), 3);
+        let text = f.ctx.metrics.render();
+        assert!(
+            text.contains(
+                "karpenter_kube_write_conflicts_total{controller=\"nodeclaim.lifecycle\",kind=\"NodeClaim\"} 3"
+            ),
+            "{text}"
+        );
+
+        let other = LifecycleError::Kube {
+            name: "c1".into(),
+            action: "deleting",
+            kind: "NodeClaim",
+            source: kube::Error::Api(kube::core::Status::failure("boom", "InternalError").with_code(500).boxed()),
+        };
+        assert_eq!(on_error(&f.ctx, "c1", &other), Action::requeue(Duration::from_secs(1)), "backoff starts at 1 s");
+        assert_eq!(at(&events, tracing::Level::ERROR).len(), 1);
     }
 }

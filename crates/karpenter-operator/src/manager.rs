@@ -443,6 +443,8 @@ fn controllers(parts: &LeaderParts, leader: &CancellationToken) -> Controllers {
     let clock = parts.clock.clone();
     let cloud = parts.cloud.clone();
     let metrics = parts.metrics.clone();
+    // Write conflicts of controllers that hold no registry are counted here.
+    crate::kube_util::set_fallback_metrics(metrics.clone());
     let state = parts.state.clone().unwrap_or_else(|| ClusterState::from_settings(settings, clock.clone()));
     let recorder = Recorder::new(client.clone(), clock.clone(), parts.identity.clone());
     let mut list: Vec<NamedController> = Vec::new();

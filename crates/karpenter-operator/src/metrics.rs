@@ -380,6 +380,8 @@ karpenter_metrics! {
     counter cloudprovider_instance_termination_failures(zone, zone_id) "Number of instance terminations that failed (AWS).";
     size_histogram cloudprovider_batcher_batch_size(batcher) "Requests merged into one batched cloud provider call (AWS).";
     histogram cloudprovider_batcher_batch_time_seconds(batcher) "Time a batch was held open (AWS).";
+    // Kubernetes API writes (karpenter-rs addition)
+    counter kube_write_conflicts(controller, kind) "karpenter-rs addition: number of the controllers' own writes the API server answered with 409 (a stale resourceVersion: Conflict, or AlreadyExists on an idempotent create). Expected under concurrency: logged at debug level and retried on fresher data.";
     // Interruption
     counter interruption_received_messages(message_type) "Number of interruption messages received, by type (AWS).";
     counter interruption_deleted_messages() "Number of interruption messages deleted from the queue (AWS).";

@@ -56,15 +56,15 @@ use karpenter_scheduler::snapshot::{is_daemon_set_pod, pod_key};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::events::{Event, Recorder, reasons};
 use crate::eviction::{EvictionOutcome, evict_uid};
 use crate::kube_util::{
-    ReconcileError, Requeue, delete_ignoring_missing, ensure_claim_condition, is_not_found, label, node_claim_info,
-    remove_finalizer, seconds_between, to_chrono,
+    ControllerContext, ReconcileError, Requeue, delete_ignoring_missing, ensure_claim_condition, is_not_found, label,
+    node_claim_info, remove_finalizer, seconds_between, to_chrono,
 };
 use crate::metrics::{Metrics, StatusKind};
 
@@ -742,12 +742,37 @@ pub(crate) fn to_action(requeue: Requeue) -> Action {
     }
 }
 
-/// Retry after an error: at once after a conflict, else in 5 s.
-pub(crate) fn error_policy<K, C>(_obj: Arc<K>, error: &ReconcileError, _ctx: Arc<C>) -> Action {
-    if !error.is_conflict() {
-        tracing::warn!(error = %error, "reconcile failed");
+/// Retry after an error: soon after a write conflict (debug log, counted in
+/// `karpenter_kube_write_conflicts_total` under the object's kind), else a warning and a retry in 5 s.
+pub(crate) fn error_policy<K, C>(obj: Arc<K>, error: &ReconcileError, ctx: Arc<C>) -> Action
+where
+    K: Resource<DynamicType = ()>,
+    C: ControllerContext,
+{
+    if error.is_conflict() {
+        crate::kube_util::record_write_conflict(
+            ctx.metrics(),
+            ctx.controller_name(),
+            &K::kind(&()),
+            &obj.name_any(),
+            error,
+        );
+    } else {
+        tracing::warn!(controller = ctx.controller_name(), error = %error, "reconcile failed");
     }
     Action::requeue(error.retry_after(Duration::from_secs(5)))
+}
+
+/// The termination controller's name in logs and metrics.
+pub const CONTROLLER: &str = "node.termination";
+
+impl ControllerContext for Termination {
+    fn controller_name(&self) -> &'static str {
+        CONTROLLER
+    }
+    fn metrics(&self) -> Option<&Metrics> {
+        Some(&self.metrics)
+    }
 }
 
 #[cfg(test)]

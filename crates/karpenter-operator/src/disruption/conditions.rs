@@ -283,3 +283,9 @@ impl NodeClaimDisruption {
             .await;
     }
 }
+
+impl crate::kube_util::ControllerContext for NodeClaimDisruption {
+    fn controller_name(&self) -> &'static str {
+        CONTROLLER
+    }
+}

@@ -220,3 +220,12 @@ impl Counter {
         .await;
     }
 }
+
+impl crate::kube_util::ControllerContext for Counter {
+    fn controller_name(&self) -> &'static str {
+        CONTROLLER
+    }
+    fn metrics(&self) -> Option<&crate::metrics::Metrics> {
+        Some(&self.metrics)
+    }
+}

@@ -126,3 +126,9 @@ impl HashController {
         .await;
     }
 }
+
+impl crate::kube_util::ControllerContext for HashController {
+    fn controller_name(&self) -> &'static str {
+        CONTROLLER
+    }
+}

@@ -159,3 +159,9 @@ impl KwokNodeClassStatus {
             .await;
     }
 }
+
+impl crate::kube_util::ControllerContext for KwokNodeClassStatus {
+    fn controller_name(&self) -> &'static str {
+        KWOK_CONTROLLER
+    }
+}

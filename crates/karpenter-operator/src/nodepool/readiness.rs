@@ -151,3 +151,9 @@ impl Readiness {
             .await;
     }
 }
+
+impl crate::kube_util::ControllerContext for Readiness {
+    fn controller_name(&self) -> &'static str {
+        CONTROLLER
+    }
+}

@@ -278,3 +278,9 @@ impl RegistrationHealth {
         observer.abort();
     }
 }
+
+impl crate::kube_util::ControllerContext for RegistrationHealth {
+    fn controller_name(&self) -> &'static str {
+        CONTROLLER
+    }
+}

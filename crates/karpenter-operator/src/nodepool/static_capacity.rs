@@ -282,3 +282,15 @@ impl StaticDeprovisioning {
         .await;
     }
 }
+
+impl crate::kube_util::ControllerContext for StaticProvisioning {
+    fn controller_name(&self) -> &'static str {
+        PROVISIONING_CONTROLLER
+    }
+}
+
+impl crate::kube_util::ControllerContext for StaticDeprovisioning {
+    fn controller_name(&self) -> &'static str {
+        DEPROVISIONING_CONTROLLER
+    }
+}

@@ -79,3 +79,9 @@ impl Validation {
         .await;
     }
 }
+
+impl crate::kube_util::ControllerContext for Validation {
+    fn controller_name(&self) -> &'static str {
+        CONTROLLER
+    }
+}
