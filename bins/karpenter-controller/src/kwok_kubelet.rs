@@ -67,8 +67,8 @@ pub fn run(args: KwokKubeletArgs) -> anyhow::Result<ExitCode> {
         let client =
             build_client(&ClientOptions::from_settings(&core)).await.context("building the Kubernetes client")?;
         let mut kubelet = if args.all_nodes { KubeletOptions::default() } else { kubelet_options() };
-        kubelet.renew_interval = chrono::Duration::from_std(args.lease_renew_interval)
-            .context("--lease-renew-interval is out of range")?;
+        kubelet.renew_interval =
+            chrono::Duration::from_std(args.lease_renew_interval).context("--lease-renew-interval is out of range")?;
         tracing::info!(
             interval_ms = u64::try_from(args.interval.as_millis()).unwrap_or(u64::MAX),
             lease_renew_interval_ms = u64::try_from(args.lease_renew_interval.as_millis()).unwrap_or(u64::MAX),
