@@ -42,6 +42,13 @@ pub const DURATION_BUCKETS: &[f64] = &[
     120.0, 180.0, 240.0, 300.0, 450.0, 600.0,
 ];
 
+/// Buckets of the pod latency histograms, in seconds: every 0.5 s from 0.5 s to 12 s (a p99 of a few seconds
+/// reads to half a second), finer below, coarser above.
+pub const LATENCY_BUCKETS: &[f64] = &[
+    0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 5.5, 6.0, 6.5, 7.0, 7.5, 8.0, 8.5, 9.0, 9.5,
+    10.0, 10.5, 11.0, 11.5, 12.0, 15.0, 20.0, 30.0, 45.0, 60.0, 120.0, 300.0, 600.0,
+];
+
 /// Buckets of the size histograms (batch sizes).
 pub const SIZE_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0];
 
@@ -59,6 +66,9 @@ type HistogramFamily = Family<Labels, Histogram, fn() -> Histogram>;
 
 fn duration_histogram() -> Histogram {
     Histogram::new(DURATION_BUCKETS.iter().copied())
+}
+fn latency_histogram() -> Histogram {
+    Histogram::new(LATENCY_BUCKETS.iter().copied())
 }
 fn size_histogram() -> Histogram {
     Histogram::new(SIZE_BUCKETS.iter().copied())
@@ -249,6 +259,7 @@ macro_rules! karpenter_metrics {
     (@family dgauge) => { GaugeFamily };
     (@family histogram) => { HistogramFamily };
     (@family size_histogram) => { HistogramFamily };
+    (@family latency_histogram) => { HistogramFamily };
     (@family score_histogram) => { HistogramFamily };
 
     (@new counter $name:ident) => { CounterFamily::default() };
@@ -256,6 +267,7 @@ macro_rules! karpenter_metrics {
     (@new dgauge $name:ident) => { GaugeFamily::default() };
     (@new histogram $name:ident) => { HistogramFamily::new_with_constructor(duration_histogram as fn() -> Histogram) };
     (@new size_histogram $name:ident) => { HistogramFamily::new_with_constructor(size_histogram as fn() -> Histogram) };
+    (@new latency_histogram $name:ident) => { HistogramFamily::new_with_constructor(latency_histogram as fn() -> Histogram) };
     (@new score_histogram $name:ident) => { HistogramFamily::new_with_constructor(score_histogram as fn() -> Histogram) };
 
     (@type counter) => { MetricType::Counter };
@@ -263,6 +275,7 @@ macro_rules! karpenter_metrics {
     (@type dgauge) => { MetricType::Gauge };
     (@type histogram) => { MetricType::Histogram };
     (@type size_histogram) => { MetricType::Histogram };
+    (@type latency_histogram) => { MetricType::Histogram };
     (@type score_histogram) => { MetricType::Histogram };
 
     (@touch counter $self:ident $name:ident ($($label:ident),*)) => { $self.$name($(karpenter_metrics!(@x $label)),*).inc(); };
@@ -351,14 +364,15 @@ karpenter_metrics! {
     counter voluntary_disruption_decisions(decision, reason, consolidation_type) "Number of disruption decisions taken, by decision (delete or replace).";
     counter voluntary_disruption_decisions_by_nodepool(decision, reason, consolidation_type, nodepool) "Number of disruption decisions taken, by NodePool.";
     gauge voluntary_disruption_eligible_nodes(reason) "Nodes eligible for disruption, by reason.";
-    histogram voluntary_disruption_decision_evaluation_duration_seconds(reason, consolidation_type) "Time to evaluate one disruption method.";
+    histogram voluntary_disruption_decision_evaluation_duration_seconds(reason, consolidation_type) "Time of one disruption evaluation pass (building its cluster snapshot included), by the method of the command it chose.";
     counter voluntary_disruption_consolidation_timeouts(consolidation_type) "Number of consolidation evaluations that hit their time limit.";
     counter voluntary_disruption_failed_validations(consolidation_type) "Number of disruption commands that failed revalidation before execution.";
     counter voluntary_disruption_queue_failures(decision, reason, consolidation_type) "Number of disruption commands that failed while executing.";
     score_histogram consolidation_score(decision, nodepool, policy) "Score of the consolidation moves evaluated (the Balanced policy).";
     counter consolidation_moves(decision, nodepool, policy) "Number of consolidation moves taken (the Balanced policy).";
     // Scheduler
-    histogram scheduler_scheduling_duration_seconds(controller) "Time of one scheduling simulation.";
+    histogram scheduler_scheduling_duration_seconds(controller) "Time of one provisioning pass's scheduling: building the cluster snapshot, listing instance types and the simulation.";
+    latency_histogram provisioner_pod_to_nodeclaim_created_duration_seconds(nodepool) "karpenter-rs addition: time from the provisioner first seeing a pod pending (PodScheduled=False, Unschedulable: its first trigger) to the API server's answer to the creation of the NodeClaim the pod was planned onto; observed once per pod. Buckets every 0.5 s up to 12 s.";
     gauge scheduler_queue_depth(controller, scheduling_id) "Pods left to schedule in the current simulation.";
     gauge scheduler_unfinished_work_seconds(controller, scheduling_id) "Seconds the current simulation has been running.";
     gauge scheduler_unschedulable_pods_count(controller) "Pods the last simulation could not schedule.";

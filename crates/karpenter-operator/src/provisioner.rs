@@ -23,9 +23,9 @@
 //! `terminationGracePeriod`, and an owner reference to the NodePool. The `karpenter.sh/termination` finalizer is
 //! added by the lifecycle controller before launch, as upstream.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
@@ -112,6 +112,55 @@ impl ProvisionerOptions {
     }
 }
 
+/// When the provisioner first saw each pending pod: the time its first trigger arrived (the cluster state
+/// sends one when it first sees the pod `PodScheduled=False`/`Unschedulable`), by trigger key (the pod's uid).
+/// It times `karpenter_provisioner_pod_to_nodeclaim_created_duration_seconds`: a pod's entry is observed once,
+/// when the NodeClaim it was planned onto is created, and stays marked (so the 10 s re-triggers of a pod still
+/// waiting for its node do not restart its clock) until the pod is no longer pending or is deleted
+/// ([`FirstSeen::retain`] after each pass), so the map holds at most the pending pods.
+#[derive(Clone, Debug, Default)]
+pub struct FirstSeen(Arc<Mutex<HashMap<String, (tokio::time::Instant, bool)>>>);
+
+impl FirstSeen {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (tokio::time::Instant, bool)>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records `key` first seen at `at` (a later call for the same key keeps the first time).
+    pub fn record(&self, key: &str, at: tokio::time::Instant) {
+        let mut map = self.lock();
+        if !map.contains_key(key) {
+            map.insert(key.to_owned(), (at, false));
+        }
+    }
+
+    /// The time since `key` was first seen, once: `None` when unknown or already observed.
+    pub fn observe(&self, key: &str, now: tokio::time::Instant) -> Option<Duration> {
+        let mut map = self.lock();
+        let (at, observed) = map.get_mut(key)?;
+        if *observed {
+            return None;
+        }
+        *observed = true;
+        Some(now.saturating_duration_since(*at))
+    }
+
+    /// Keeps only the keys `keep` says are still pending.
+    pub fn retain(&self, mut keep: impl FnMut(&str) -> bool) {
+        self.lock().retain(|k, _| keep(k));
+    }
+
+    /// How many pods are tracked.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether no pod is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+}
+
 /// Collects triggers into batches (scheduling.md §1.3).
 #[derive(Debug)]
 pub struct Batcher {
@@ -124,6 +173,28 @@ impl Batcher {
     /// A batcher over `triggers` (from [`ClusterState::subscribe`]).
     pub fn new(triggers: mpsc::UnboundedReceiver<Trigger>, idle: Duration, max: Duration) -> Self {
         Self { triggers, idle, max }
+    }
+
+    /// A batcher that also stamps each pod trigger's arrival in `first_seen` as it arrives, also while a pass
+    /// runs (a task forwards the triggers; it ends with the batcher or the sender). Needs a tokio runtime.
+    pub fn stamped(
+        mut triggers: mpsc::UnboundedReceiver<Trigger>,
+        idle: Duration,
+        max: Duration,
+        first_seen: FirstSeen,
+    ) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Some(trigger) = triggers.recv().await {
+                if let Trigger::Pod(key) = &trigger {
+                    first_seen.record(key, tokio::time::Instant::now());
+                }
+                if tx.send(trigger).is_err() {
+                    return;
+                }
+            }
+        });
+        Self::new(rx, idle, max)
     }
 
     /// Waits up to [`FIRST_TRIGGER_WAIT`] for a first trigger (empty result when none came), then collects until
@@ -219,6 +290,7 @@ pub struct Provisioner {
     recorder: Recorder,
     metrics: Arc<Metrics>,
     options: ProvisionerOptions,
+    first_seen: FirstSeen,
 }
 
 impl fmt::Debug for Provisioner {
@@ -237,13 +309,23 @@ impl Provisioner {
         metrics: Arc<Metrics>,
         options: ProvisionerOptions,
     ) -> Self {
-        Self { client, state, cloud, recorder, metrics, options }
+        Self { client, state, cloud, recorder, metrics, options, first_seen: FirstSeen::default() }
+    }
+
+    /// When each pending pod was first seen (shared with the run loop's batcher).
+    pub fn first_seen(&self) -> &FirstSeen {
+        &self.first_seen
     }
 
     /// The run loop: batches triggers and runs a pass per batch until `shutdown`.
     pub async fn run(self, shutdown: CancellationToken) {
-        let mut batcher =
-            Batcher::new(self.state.subscribe(), self.options.batch_idle_duration, self.options.batch_max_duration);
+        let mut batcher = Batcher::stamped(
+            self.state.subscribe(),
+            self.options.batch_idle_duration,
+            self.options.batch_max_duration,
+            self.first_seen.clone(),
+        );
+        let mut last_pass = tokio::time::Instant::now();
         let retrigger = {
             let state = self.state.clone();
             let shutdown = shutdown.clone();
@@ -263,8 +345,14 @@ impl Provisioner {
                 batch = batcher.wait() => batch,
             };
             if batch.is_empty() {
+                // No pass for a while (pending pods are re-triggered every 10 s): forget pods that left.
+                if !self.first_seen.is_empty() && last_pass.elapsed() > 2 * RETRIGGER_INTERVAL {
+                    self.prune_first_seen(None);
+                    last_pass = tokio::time::Instant::now();
+                }
                 continue;
             }
+            last_pass = tokio::time::Instant::now();
             let report = self.provision().await;
             match report {
                 Ok(r) if r.waiting.is_some() => {
@@ -285,6 +373,9 @@ impl Provisioner {
 
     /// One provisioning pass (see the module docs). Errors only when no snapshot can be built; per-claim
     /// failures are in [`PassReport::errors`].
+    ///
+    /// `karpenter_scheduler_scheduling_duration_seconds` times the pass from the snapshot to the end of the
+    /// simulation (snapshot, instance types, scheduling).
     pub async fn provision(&self) -> Result<PassReport, ProvisionError> {
         let mut report = PassReport::default();
         self.metrics.cluster_state_synced().set(if self.state.synced() { 1.0 } else { 0.0 });
@@ -292,12 +383,21 @@ impl Provisioner {
             report.waiting = Some(reason);
             return Ok(report);
         }
+        let pass_started = Instant::now();
         let snapshot = self.state.snapshot()?;
         self.metrics.scheduler_ignored_pods_count().set(count(snapshot.ignored.len() + snapshot.rejected.len()));
-        for r in &snapshot.rejected {
-            self.failed_scheduling(&r.pod, &r.reason).await;
-            report.rejected.push(UnschedulablePod { pod: r.pod.clone(), reason: r.reason.clone() });
-        }
+        // Pods still pending keep their first-seen time; the others (bound, deleted, no longer provisionable) go.
+        let mut pending: HashSet<String> = snapshot.cluster.pending_pods.iter().map(trigger_key).collect();
+        pending.extend(snapshot.rejected.iter().filter_map(|r| self.state.get::<Pod>(&r.pod)).map(|p| trigger_key(&p)));
+        self.prune_first_seen(Some(&pending));
+        drop(pending);
+        let rejected: Vec<UnschedulablePod> = snapshot
+            .rejected
+            .iter()
+            .map(|r| UnschedulablePod { pod: r.pod.clone(), reason: r.reason.clone() })
+            .collect();
+        self.failed_scheduling(&rejected, false).await;
+        report.rejected = rejected;
         let cluster = snapshot.cluster;
         if cluster.pending_pods.is_empty() {
             return Ok(report);
@@ -321,19 +421,16 @@ impl Provisioner {
         let inputs: Vec<PoolInput<'_>> =
             pools.iter().map(|(pool, its)| PoolInput { node_pool: pool, instance_types: its }).collect();
         let options = self.options.scheduler_options();
-        let started = Instant::now();
-        let deadline = started + self.options.solve_timeout;
+        let deadline = Instant::now() + self.options.solve_timeout;
         let decisions: Decisions =
             schedule_until(&cluster, &inputs, self.cloud.labels(), &options, &mut || Instant::now() >= deadline);
-        self.metrics.scheduler_scheduling_duration_seconds(CONTROLLER).observe(started.elapsed().as_secs_f64());
+        self.metrics.scheduler_scheduling_duration_seconds(CONTROLLER).observe(pass_started.elapsed().as_secs_f64());
         self.metrics.scheduler_unschedulable_pods_count(CONTROLLER).set(count(decisions.unschedulable.len()));
         if decisions.timed_out {
             tracing::warn!(controller = CONTROLLER, "scheduling simulation timed out, keeping what was decided");
         }
 
-        for u in &decisions.unschedulable {
-            self.failed_scheduling(&u.pod, &u.reason).await;
-        }
+        self.failed_scheduling(&decisions.unschedulable, inputs.is_empty()).await;
         report.unschedulable = decisions.unschedulable.clone();
 
         for placement in &decisions.existing_nodes {
@@ -381,7 +478,15 @@ impl Provisioner {
             .create(&PostParams::default(), &claim)
             .await
             .map_err(|source| ProvisionError::Create { pool: pool_name.clone(), source })?;
+        let answered = tokio::time::Instant::now();
         let name = created.name_any();
+        for pod in plan.pods.iter().filter_map(|key| self.state.get::<Pod>(key)) {
+            if let Some(waited) = self.first_seen.observe(&trigger_key(&pod), answered) {
+                self.metrics
+                    .provisioner_pod_to_nodeclaim_created_duration_seconds(&pool_name)
+                    .observe(waited.as_secs_f64());
+            }
+        }
         self.state.record_created_claim(&created, &plan.pods);
         self.metrics
             .nodeclaims_created("provisioned", &pool_name, if plan.min_values_relaxed { "true" } else { "false" })
@@ -398,11 +503,32 @@ impl Provisioner {
         self.state.get::<Pod>(key)
     }
 
-    async fn failed_scheduling(&self, key: &str, reason: &str) {
-        tracing::error!(controller = CONTROLLER, Pod = %key, error = %reason, "could not schedule pod");
-        if let Some(pod) = self.pod(key).await {
-            let event = Event::warning(&pod, reasons::FAILED_SCHEDULING, format!("Failed to schedule pod, {reason}"));
-            self.recorder.publish_detached(event);
+    /// Forgets the first-seen times of pods not in `pending` (trigger keys), or, without a set, of pods the state
+    /// no longer holds as provisionable.
+    fn prune_first_seen(&self, pending: Option<&HashSet<String>>) {
+        match pending {
+            Some(pending) => self.first_seen.retain(|k| pending.contains(k)),
+            None => {
+                let pending: HashSet<String> = self.state.provisionable_pods().iter().map(trigger_key).collect();
+                self.first_seen.retain(|k| pending.contains(k));
+            }
+        }
+    }
+
+    /// One `FailedScheduling` event per pod (the recorder de-duplicates them) and one log line per cause for the
+    /// whole pass ([`unschedulable_summary`]), not one per pod: with no ready NodePool every pending pod fails
+    /// the same way, every pass.
+    async fn failed_scheduling(&self, pods: &[UnschedulablePod], no_ready_pool: bool) {
+        for line in unschedulable_summary(pods, no_ready_pool) {
+            tracing::error!(controller = CONTROLLER, pods = line.pods, examples = %line.examples, error = %line.cause,
+                "{}", line.message);
+        }
+        for u in pods {
+            if let Some(pod) = self.pod(&u.pod).await {
+                let event =
+                    Event::warning(&pod, reasons::FAILED_SCHEDULING, format!("Failed to schedule pod, {}", u.reason));
+                self.recorder.publish_detached(event);
+            }
         }
     }
 
@@ -417,6 +543,99 @@ impl Provisioner {
 
 fn count(n: usize) -> f64 {
     n as f64
+}
+
+/// A pod's trigger key, as the cluster state sends it (its uid, else `namespace/name`).
+fn trigger_key(pod: &Pod) -> String {
+    pod.metadata.uid.clone().unwrap_or_else(|| object_key(pod))
+}
+
+/// How many example pods a summary line names.
+pub const SUMMARY_EXAMPLES: usize = 3;
+/// How many distinct causes a pass logs; the rest are counted in one last line.
+pub const SUMMARY_CAUSES: usize = 10;
+
+/// One log line about pods that could not be scheduled for the same cause.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SummaryLine {
+    /// The line's message, e.g. `no ready NodePool: 4,812 pending pods cannot be provisioned`.
+    pub message: String,
+    /// The cause (the scheduler's reason).
+    pub cause: String,
+    /// How many pods.
+    pub pods: u64,
+    /// The first few pods (`namespace/name`, comma-separated, `…` when there are more).
+    pub examples: String,
+}
+
+/// The lines a pass logs for its unschedulable pods: one per distinct reason, most pods first (ties by reason),
+/// at most [`SUMMARY_CAUSES`] plus one line counting the rest. With `no_ready_pool` (no NodePool could be used)
+/// it is one line for all of them.
+pub fn unschedulable_summary(pods: &[UnschedulablePod], no_ready_pool: bool) -> Vec<SummaryLine> {
+    if pods.is_empty() {
+        return Vec::new();
+    }
+    let examples = |keys: &[&str]| {
+        let mut s = keys.iter().take(SUMMARY_EXAMPLES).copied().collect::<Vec<_>>().join(", ");
+        if keys.len() > SUMMARY_EXAMPLES {
+            s.push_str(", …");
+        }
+        s
+    };
+    if no_ready_pool {
+        let keys: Vec<&str> = pods.iter().map(|u| u.pod.as_str()).collect();
+        return vec![SummaryLine {
+            message: format!("no ready NodePool: {} pending pods cannot be provisioned", thousands(pods.len())),
+            cause: "no ready NodePool".into(),
+            pods: pods.len() as u64,
+            examples: examples(&keys),
+        }];
+    }
+    let mut by_reason: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for u in pods {
+        by_reason.entry(u.reason.as_str()).or_default().push(u.pod.as_str());
+    }
+    let mut groups: Vec<(&str, Vec<&str>)> = by_reason.into_iter().collect();
+    groups.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(b.0)));
+    let mut out: Vec<SummaryLine> = groups
+        .iter()
+        .take(SUMMARY_CAUSES)
+        .map(|(reason, keys)| SummaryLine {
+            message: if keys.len() == 1 {
+                "could not schedule pod".into()
+            } else {
+                format!("could not schedule {} pods", thousands(keys.len()))
+            },
+            cause: (*reason).to_owned(),
+            pods: keys.len() as u64,
+            examples: examples(keys),
+        })
+        .collect();
+    if groups.len() > SUMMARY_CAUSES {
+        let rest = &groups[SUMMARY_CAUSES..];
+        let n: usize = rest.iter().map(|(_, k)| k.len()).sum();
+        let keys: Vec<&str> = rest.iter().flat_map(|(_, k)| k.iter().copied()).collect();
+        out.push(SummaryLine {
+            message: format!("could not schedule {} more pods for {} other causes", thousands(n), rest.len()),
+            cause: "various".into(),
+            pods: n as u64,
+            examples: examples(&keys),
+        });
+    }
+    out
+}
+
+/// `4812` as `4,812`.
+fn thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 fn parse_quantity(pool: &str, what: &str, q: &str) -> Result<Quantity, ProvisionError> {
@@ -770,6 +989,132 @@ mod tests {
         let pool = f.state.get::<NodePool>("default").unwrap();
         let err = check_limits(&pool, &f.state.list::<NodeClaim>()).unwrap_err();
         assert!(err.to_string().contains("nodes usage 1 exceeds limit 1"), "{err}");
+    }
+
+    /// With no ready NodePool the pass logs one ERROR line for all pending pods (count and a few names), and
+    /// still gives every pod its FailedScheduling event.
+    #[tokio::test]
+    async fn no_ready_nodepool_is_one_error_line_per_pass() {
+        let f =
+            fixture(NodePoolOptions { name: Some("default".into()), ready: Some(false), ..Default::default() }).await;
+        for i in 0..25 {
+            add_pod(
+                &f,
+                PodOptions { name: Some(format!("p{i:02}")), requests: [("cpu", "1")].into(), ..Default::default() },
+            )
+            .await;
+        }
+        let (_guard, logs) = crate::kube_util::test_log::capture();
+        let report = f.provisioner.provision().await.unwrap();
+        assert_eq!(report.unschedulable.len(), 25);
+        let errors = crate::kube_util::test_log::at(&logs, tracing::Level::ERROR);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(errors[0].contains("no ready NodePool: 25 pending pods cannot be provisioned"), "{errors:?}");
+        assert!(errors[0].contains("default/p00, default/p01, default/p02, …"), "{errors:?}");
+        let api: Api<k8s_openapi::api::core::v1::Event> = Api::all(f.server.client());
+        for _ in 0..200 {
+            let n = api.list(&ListParams::default()).await.unwrap().items.len();
+            if n >= 25 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let events = api.list(&ListParams::default()).await.unwrap().items;
+        let failed = events.iter().filter(|e| e.reason.as_deref() == Some(reasons::FAILED_SCHEDULING)).count();
+        assert_eq!(failed, 25, "one event per pod");
+    }
+
+    #[test]
+    fn unschedulable_pods_are_summarised_per_cause() {
+        let u = |pod: &str, reason: &str| UnschedulablePod { pod: pod.into(), reason: reason.into() };
+        let pods = vec![u("a/1", "too big"), u("a/2", "no zone"), u("a/3", "too big"), u("a/4", "too big")];
+        let lines = unschedulable_summary(&pods, false);
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0].message, "could not schedule 3 pods");
+        assert_eq!((lines[0].cause.as_str(), lines[0].pods), ("too big", 3));
+        assert_eq!(lines[0].examples, "a/1, a/3, a/4");
+        assert_eq!(lines[1].message, "could not schedule pod");
+        assert_eq!(lines[1].examples, "a/2");
+        let one = unschedulable_summary(&pods, true);
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].message, "no ready NodePool: 4 pending pods cannot be provisioned");
+        assert_eq!(one[0].examples, "a/1, a/2, a/3, …");
+        assert!(unschedulable_summary(&[], true).is_empty());
+        // Many causes: the first SUMMARY_CAUSES, then one line for the rest.
+        let many: Vec<UnschedulablePod> = (0..15).map(|i| u(&format!("b/{i}"), &format!("cause {i:02}"))).collect();
+        let lines = unschedulable_summary(&many, false);
+        assert_eq!(lines.len(), SUMMARY_CAUSES + 1);
+        assert_eq!(lines[SUMMARY_CAUSES].message, "could not schedule 5 more pods for 5 other causes");
+        assert_eq!(thousands(4812), "4,812");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(0), "0");
+    }
+
+    /// The time from a pod's first trigger to its NodeClaim's creation is observed once per pod (re-triggers do
+    /// not restart the clock; a second claim for the same pod is not observed again), and the first-seen entry
+    /// goes once the pod is no longer pending.
+    #[tokio::test]
+    async fn pod_to_nodeclaim_latency_is_observed_once_and_pruned() {
+        let f = fixture(NodePoolOptions { name: Some("default".into()), ..Default::default() }).await;
+        add_pod(&f, PodOptions { name: Some("a".into()), requests: [("cpu", "1")].into(), ..Default::default() }).await;
+        let pod = f.state.get::<Pod>("default/a").unwrap();
+        let uid = pod.metadata.uid.clone().expect("the API server sets a uid");
+        let seen = f.provisioner.first_seen();
+        let now = tokio::time::Instant::now();
+        seen.record(&uid, now.checked_sub(Duration::from_secs(3)).unwrap());
+        seen.record(&uid, now); // a re-trigger keeps the first time
+        let report = f.provisioner.provision().await.unwrap();
+        assert_eq!(report.created.len(), 1);
+        let text = f.provisioner.metrics.render();
+        let count = "karpenter_provisioner_pod_to_nodeclaim_created_duration_seconds_count{nodepool=\"default\"} 1";
+        assert!(text.contains(count), "{text}");
+        let le3 =
+            "karpenter_provisioner_pod_to_nodeclaim_created_duration_seconds_bucket{le=\"2.5\",nodepool=\"default\"} 0";
+        let le35 =
+            "karpenter_provisioner_pod_to_nodeclaim_created_duration_seconds_bucket{le=\"3.5\",nodepool=\"default\"} 1";
+        assert!(text.contains(le3) && text.contains(le35), "{text}");
+        assert_eq!(seen.len(), 1, "kept (marked) while the pod is pending");
+        assert_eq!(seen.observe(&uid, tokio::time::Instant::now()), None, "observed once");
+
+        // Bound: the next pass forgets it.
+        let mut bound = pod.clone();
+        bound.spec.as_mut().unwrap().node_name = Some("n1".into());
+        bound.status = None;
+        f.state.apply(bound);
+        f.state.apply(
+            f.state
+                .get::<NodeClaim>(&report.created[0].0)
+                .map(|mut c| {
+                    c.status = node_claim(NodeClaimOptions {
+                        launched: true,
+                        provider_id: Some("kwok://x".into()),
+                        ..Default::default()
+                    })
+                    .status;
+                    c
+                })
+                .unwrap(),
+        );
+        let _ = f.provisioner.provision().await.unwrap();
+        assert!(seen.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_stamped_batcher_records_first_trigger_times() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let seen = FirstSeen::default();
+        let mut batcher = Batcher::stamped(rx, Duration::from_secs(1), Duration::from_secs(10), seen.clone());
+        let t0 = tokio::time::Instant::now();
+        tx.send(Trigger::Pod("uid-a".into())).unwrap();
+        tx.send(Trigger::Node("n1".into())).unwrap();
+        let batch = batcher.wait().await;
+        assert_eq!(batch.len(), 2);
+        assert_eq!(seen.len(), 1, "only pods are timed");
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        tx.send(Trigger::Pod("uid-a".into())).unwrap();
+        batcher.wait().await;
+        assert_eq!(seen.observe("uid-a", t0 + Duration::from_secs(7)), Some(Duration::from_secs(7)));
     }
 
     #[test]

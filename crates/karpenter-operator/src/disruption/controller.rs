@@ -371,12 +371,14 @@ impl Disruption {
     }
 
     /// One pass of karpenter-disruption over the current state.
+    /// `karpenter_voluntary_disruption_decision_evaluation_duration_seconds` covers the whole pass: building the
+    /// snapshot, listing instance types and the evaluation.
     pub async fn evaluate(&self) -> Result<Pass, DisruptionError> {
+        let started = std::time::Instant::now();
         let snapshot = self.state.snapshot()?.cluster;
         let pools = self.pools(&snapshot.node_pools).await;
         let inputs: Vec<PoolInput<'_>> =
             pools.iter().map(|(p, its)| PoolInput { node_pool: p, instance_types: its }).collect();
-        let started = std::time::Instant::now();
         let now = self.clock.now();
         let pass = karpenter_disruption::evaluate(&snapshot, &inputs, self.cloud.labels(), now, &self.options());
         if let Some(c) = pass.commands.first() {
