@@ -39,6 +39,13 @@ mod kwok_kubelet;
 mod run;
 mod simulate;
 
+/// jemalloc, not glibc's malloc: the controller's allocations come in waves (a scale-out's watch events and
+/// scheduling snapshots), and glibc's per-thread arenas kept each wave's peak resident after the memory was freed.
+/// jemalloc's background threads return freed pages to the OS within seconds.
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[cfg(feature = "aws")]
 mod aws;
 

@@ -26,7 +26,6 @@ use karpenter_requirements::Quantity;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
@@ -160,8 +159,11 @@ impl Consistency {
 
     /// Watches NodeClaims and Nodes (mapped to their NodeClaim by owner reference) until `shutdown`.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        Controller::new(self.claims(), watcher::Config::default())
-            .watches(Api::<Node>::all(self.client.clone()), watcher::Config::default(), |node: Node| {
+        // The cluster state's watches, not watches of our own (ClusterState::controller_source).
+        let (claims, claim_events) = self.state.controller_source::<NodeClaim>();
+        let (_, node_events) = self.state.controller_source::<Node>();
+        Controller::for_stream(claim_events, claims)
+            .watches_stream(node_events, |node: Node| {
                 node.owner_references()
                     .iter()
                     .filter(|o| o.kind == "NodeClaim")

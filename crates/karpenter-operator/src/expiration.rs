@@ -16,12 +16,12 @@ use karpenter_disruption::expiration::{expired, expires_at};
 use karpenter_scheduler::ClusterSnapshot;
 use kube::api::{Api, ListParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::kube_util::{ReconcileError, Requeue, delete_ignoring_missing, node_claim_info, record_disrupted};
 use crate::metrics::Metrics;
+use crate::state::ClusterState;
 use crate::termination::{error_policy, to_action};
 
 /// The metric reason of an expiry.
@@ -89,9 +89,11 @@ impl Expiration {
         Ok(done)
     }
 
-    /// Watches NodeClaims and expires each at its time, until `shutdown` is cancelled.
-    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        Controller::new(self.claims(), watcher::Config::default())
+    /// Follows the NodeClaims of `state` (its watch: [`ClusterState::controller_source`]) and expires each at
+    /// its time, until `shutdown` is cancelled.
+    pub async fn run(self: Arc<Self>, state: ClusterState, shutdown: CancellationToken) {
+        let (claims, claim_events) = state.controller_source::<NodeClaim>();
+        Controller::for_stream(claim_events, claims)
             .graceful_shutdown_on(shutdown.cancelled_owned())
             .run(
                 |claim: Arc<NodeClaim>, ctx: Arc<Self>| async move {

@@ -50,7 +50,6 @@ use karpenter_scheduler::snapshot::api_taint;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -660,11 +659,12 @@ pub fn on_error(ctx: &LifecycleContext, name: &str, error: &LifecycleError) -> A
 
 /// Runs the controller until `shutdown` (see the module docs).
 pub async fn run(ctx: Arc<LifecycleContext>, shutdown: CancellationToken) {
-    let claims: Api<NodeClaim> = Api::all(ctx.client.clone());
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    // The cluster state's watches, not watches of our own (ClusterState::controller_source).
+    let (claims, claim_events) = ctx.state.controller_source::<NodeClaim>();
+    let (_, node_events) = ctx.state.controller_source::<Node>();
     let state = ctx.state.clone();
-    Controller::new(claims, watcher::Config::default())
-        .watches(nodes, watcher::Config::default(), move |node| claim_of(&state, &node))
+    Controller::for_stream(claim_events, claims)
+        .watches_stream(node_events, move |node| claim_of(&state, &node))
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(
             |claim: Arc<NodeClaim>, ctx: Arc<LifecycleContext>| async move {

@@ -471,10 +471,10 @@ fn controllers(parts: &LeaderParts, leader: &CancellationToken) -> Controllers {
 
     let termination =
         Arc::new(Termination::new(client.clone(), cloud.clone(), recorder.clone(), metrics.clone(), clock.clone()));
-    list.push(("node.termination".into(), Box::pin(termination.run(leader.clone()))));
+    list.push(("node.termination".into(), Box::pin(termination.run(state.clone(), leader.clone()))));
 
     let expiration = Arc::new(Expiration::new(client.clone(), metrics.clone(), clock.clone()));
-    list.push(("nodeclaim.expiration".into(), Box::pin(expiration.run(leader.clone()))));
+    list.push(("nodeclaim.expiration".into(), Box::pin(expiration.run(state.clone(), leader.clone()))));
 
     let gc = Arc::new(GarbageCollection::new(client.clone(), cloud.clone(), metrics.clone(), clock.clone()));
     list.push(("garbagecollection".into(), Box::pin(gc.run(leader.clone()))));

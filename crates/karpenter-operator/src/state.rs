@@ -176,9 +176,7 @@ pub struct Objects {
 }
 
 /// A kind the cluster state tracks.
-pub trait Tracked:
-    Resource<DynamicType = ()> + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static
-{
+pub trait Tracked: Resource<DynamicType = ()> + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static {
     /// The store of this kind.
     #[doc(hidden)]
     fn store(objects: &mut Objects) -> &mut Store<Self>;

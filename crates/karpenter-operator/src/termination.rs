@@ -55,7 +55,6 @@ use karpenter_scheduler::ClusterSnapshot;
 use karpenter_scheduler::snapshot::{is_daemon_set_pod, pod_key};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -67,6 +66,7 @@ use crate::kube_util::{
     node_claim_info, remove_finalizer, seconds_between, to_chrono,
 };
 use crate::metrics::{Metrics, StatusKind};
+use crate::state::ClusterState;
 
 /// How often a draining node is looked at again.
 pub const DRAIN_REQUEUE: Duration = Duration::from_secs(1);
@@ -701,9 +701,11 @@ impl Termination {
         Ok(names)
     }
 
-    /// Runs the Node and NodeClaim reconcilers on kube-runtime until `shutdown` is cancelled.
-    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        let node_loop = Controller::new(self.nodes(), watcher::Config::default())
+    /// Runs the Node and NodeClaim reconcilers on kube-runtime until `shutdown` is cancelled, following the
+    /// Nodes and NodeClaims of `state` (its watches: [`ClusterState::controller_source`]).
+    pub async fn run(self: Arc<Self>, state: ClusterState, shutdown: CancellationToken) {
+        let (nodes, node_events) = state.controller_source::<Node>();
+        let node_loop = Controller::for_stream(node_events, nodes)
             .graceful_shutdown_on(shutdown.clone().cancelled_owned())
             .run(
                 |node: Arc<Node>, ctx: Arc<Self>| async move {
@@ -716,8 +718,10 @@ impl Termination {
                 self.clone(),
             )
             .for_each(|_| async {});
-        let claim_loop = Controller::new(self.claims(), watcher::Config::default())
-            .owns(self.nodes(), watcher::Config::default())
+        let (claims, claim_events) = state.controller_source::<NodeClaim>();
+        let (_, owned_node_events) = state.controller_source::<Node>();
+        let claim_loop = Controller::for_stream(claim_events, claims)
+            .owns_stream(owned_node_events)
             .graceful_shutdown_on(shutdown.cancelled_owned())
             .run(
                 |claim: Arc<NodeClaim>, ctx: Arc<Self>| async move {

@@ -33,7 +33,6 @@ use karpenter_requirements::{NoKeys, Requirements};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -259,14 +258,16 @@ impl NodeClaimDisruption {
 
     /// Watches NodeClaims (and NodePools, mapped to their NodeClaims) until `shutdown`.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        let pools: Api<NodePool> = Api::all(self.client.clone());
-        let state = self.state.clone();
-        Controller::new(self.claims(), watcher::Config::default())
-            .watches(pools, watcher::Config::default(), move |pool: NodePool| {
+        // The cluster state's watches, not watches of our own (ClusterState::controller_source).
+        let (claims, claim_events) = self.state.controller_source::<NodeClaim>();
+        let (_, pool_events) = self.state.controller_source::<NodePool>();
+        let pool_claims = claims.clone();
+        Controller::for_stream(claim_events, claims)
+            .watches_stream(pool_events, move |pool: NodePool| {
                 let name = pool.name_any();
-                state
-                    .list::<NodeClaim>()
-                    .into_iter()
+                pool_claims
+                    .state()
+                    .iter()
                     .filter(|c| c.node_pool_name() == Some(name.as_str()))
                     .map(|c| ObjectRef::new(&c.name_any()))
                     .collect::<Vec<_>>()

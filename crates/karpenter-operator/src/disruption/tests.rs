@@ -18,8 +18,8 @@ use karpenter_api::{NodeClaim, NodePool};
 use karpenter_cloudprovider::{Clock, FakeCloudProvider, FakeOptions};
 use karpenter_disruption::command::{Decision, Method, Outcome, Reason};
 use karpenter_disruption::validation::FailureKind;
-use karpenter_testing::apiserver::{ApiServer, create_with_status};
 use karpenter_kwok::kubelet::Kubelet;
+use karpenter_testing::apiserver::{ApiServer, create_with_status};
 use karpenter_testing::{
     FakeClock, NodeClaimOptions, NodeOptions, NodePoolOptions, PdbOptions, PodOptions, kwok_node_class_ref, node,
     node_claim, node_pool, nodepool_requirement, pod, pod_disruption_budget, taint,

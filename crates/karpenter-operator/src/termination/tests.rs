@@ -17,8 +17,8 @@ use karpenter_api::condition::{ConditionStatus, Conditions};
 use karpenter_api::labels::{self, annotations, finalizers, taints};
 use karpenter_api::nodeclaim::conditions;
 use karpenter_cloudprovider::{CloudProvider, FakeCloudProvider, FakeOptions};
-use karpenter_testing::apiserver::{ApiServer, create_with_status};
 use karpenter_kwok::kubelet::Kubelet;
+use karpenter_testing::apiserver::{ApiServer, create_with_status};
 use karpenter_testing::{
     FakeClock, NodeClaimOptions, NodeOptions, PdbOptions, PodOptions, node, node_claim, pod, pod_disruption_budget,
     toleration,
@@ -528,7 +528,13 @@ async fn the_run_loop_terminates_a_deleted_claim_and_stops_on_shutdown() {
         clock,
     ));
     let shutdown = CancellationToken::new();
-    let task = tokio::spawn(term.run(shutdown.clone()));
+    // The run loop follows the cluster state's watches.
+    let state = ClusterState::new(Arc::new(e.clock.clone()), Duration::from_secs(20));
+    tokio::spawn({
+        let (state, client, shutdown) = (state.clone(), e.client.clone(), shutdown.clone());
+        async move { state.run_watchers(client, shutdown).await }
+    });
+    let task = tokio::spawn(term.run(state, shutdown.clone()));
     e.delete_claim().await;
     let mut gone = false;
     for _ in 0..600 {
