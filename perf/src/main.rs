@@ -98,7 +98,7 @@ enum Case {
 }
 
 impl Case {
-    const ALL: [Case; 5] = [Case::ScaleOut1k, Case::Spread2k, Case::Drift600, Case::Consolidation500, Case::Scale5k];
+    const ALL: [Case; 5] = [Case::ScaleOut1k, Case::Drift600, Case::Scale5k, Case::Spread2k, Case::Consolidation500];
 
     fn name(self) -> &'static str {
         match self {
@@ -255,12 +255,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         print_report(&report);
         reports.push(report);
-    }
-
-    if let Some(path) = &cli.json {
-        let doc = serde_json::json!({"machine": uptime(), "controller": controller, "cases": reports});
-        std::fs::write(path, serde_json::to_string_pretty(&doc)?)
-            .with_context(|| format!("writing {}", path.display()))?;
+        // Written after every case, so an interrupted `all` keeps what it measured.
+        if let Some(path) = &cli.json {
+            let doc = serde_json::json!({"machine": uptime(), "controller": controller, "cases": reports});
+            std::fs::write(path, serde_json::to_string_pretty(&doc)?)
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
     }
     let mut failed = reports.iter().any(|r| r.error.is_some());
     if let Some(max) = cli.max_peak_rss_mib {
