@@ -203,14 +203,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    // Ctrl-C or SIGTERM drops the run: the children (kill_on_drop) and the plane (stopped on drop) go with it.
-    let result = runtime.block_on(async {
-        tokio::select! {
-            r = run(cli) => r,
-            () = signalled() => Err(anyhow::anyhow!("interrupted")),
-        }
-    });
-    match result {
+    match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -249,10 +242,22 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         let pods = cli.pods.unwrap_or(case.default_pods());
         eprintln!("\n== {} ({} pods)", case.name(), pods);
         let mut report = CaseReport { case: case.name().into(), pods, ..CaseReport::default() };
-        if let Err(e) = run_case(case, &cli, &controller, &work_dir.join(case.name()), &mut report).await {
-            eprintln!("{}: {e:#}", case.name());
-            report.error = Some(format!("{e:#}"));
-        }
+        // Ctrl-C or SIGTERM drops the case (its children are killed on drop, its plane stopped on drop); the phases
+        // it finished are still reported and written.
+        let case_dir = work_dir.join(case.name());
+        let interrupted = tokio::select! {
+            r = run_case(case, &cli, &controller, &case_dir, &mut report) => {
+                if let Err(e) = r {
+                    eprintln!("{}: {e:#}", case.name());
+                    report.error = Some(format!("{e:#}"));
+                }
+                false
+            }
+            () = signalled() => {
+                report.error = Some("interrupted".into());
+                true
+            }
+        };
         print_report(&report);
         reports.push(report);
         // Written after every case, so an interrupted `all` keeps what it measured.
@@ -260,6 +265,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let doc = serde_json::json!({"machine": uptime(), "controller": controller, "cases": reports});
             std::fs::write(path, serde_json::to_string_pretty(&doc)?)
                 .with_context(|| format!("writing {}", path.display()))?;
+        }
+        if interrupted {
+            break;
         }
     }
     let mut failed = reports.iter().any(|r| r.error.is_some());
