@@ -125,7 +125,8 @@ fn pods(n: usize) -> Vec<Pod> {
 fn report(pool_name: &str, pool: &NodePool, its: &[InstanceType], n: usize) {
     let provider = ProviderLabels::aws();
     let options = SchedulerOptions::default();
-    let snapshot = ClusterSnapshot { pending_pods: pods(n), ..Default::default() };
+    let snapshot =
+        ClusterSnapshot { pending_pods: pods(n).into_iter().map(Into::into).collect(), ..Default::default() };
     let inputs = [PoolInput { node_pool: pool, instance_types: its }];
     let start = Instant::now();
     let d = schedule(&snapshot, &inputs, &provider, &options);
@@ -175,7 +176,8 @@ fn aws_catalogue(c: &mut Criterion) {
     for (name, pool) in node_pools() {
         for n in [1_000usize, 10_000] {
             report(name, &pool, &its, n);
-            let snapshot = ClusterSnapshot { pending_pods: pods(n), ..Default::default() };
+            let snapshot =
+                ClusterSnapshot { pending_pods: pods(n).into_iter().map(Into::into).collect(), ..Default::default() };
             let inputs = [PoolInput { node_pool: &pool, instance_types: &its }];
             group.bench_function(format!("pool {name}, {n} pods"), |b| {
                 b.iter(|| schedule(black_box(&snapshot), &inputs, &provider, &options))

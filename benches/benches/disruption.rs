@@ -190,7 +190,7 @@ fn cluster(n: usize, case: &Case) -> ClusterSnapshot {
             if let Some(spec) = p.spec.as_mut() {
                 spec.node_name = Some(name.clone());
             }
-            s.bound_pods.push(p);
+            s.bound_pods.push(p.into());
         }
     }
     s.sort();

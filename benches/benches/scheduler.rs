@@ -78,7 +78,7 @@ fn selected(id: &str) -> bool {
 /// Solves once, checks, prints the report line; returns the snapshot for criterion.
 fn report(id: &str, pods: Vec<Pod>, its: &[InstanceType], options: &SchedulerOptions) -> ClusterSnapshot {
     let pool = upstream::node_pool();
-    let snapshot = ClusterSnapshot { pending_pods: pods, ..Default::default() };
+    let snapshot = ClusterSnapshot { pending_pods: pods.into_iter().map(Into::into).collect(), ..Default::default() };
     let provider = ProviderLabels::aws();
     let inputs = [PoolInput { node_pool: &pool, instance_types: its }];
     let n = snapshot.pending_pods.len();

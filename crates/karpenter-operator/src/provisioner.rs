@@ -387,7 +387,7 @@ impl Provisioner {
         let snapshot = self.state.snapshot()?;
         self.metrics.scheduler_ignored_pods_count().set(count(snapshot.ignored.len() + snapshot.rejected.len()));
         // Pods still pending keep their first-seen time; the others (bound, deleted, no longer provisionable) go.
-        let mut pending: HashSet<String> = snapshot.cluster.pending_pods.iter().map(trigger_key).collect();
+        let mut pending: HashSet<String> = snapshot.cluster.pending_pods.iter().map(|p| trigger_key(p)).collect();
         pending.extend(snapshot.rejected.iter().filter_map(|r| self.state.get::<Pod>(&r.pod)).map(|p| trigger_key(&p)));
         self.prune_first_seen(Some(&pending));
         drop(pending);

@@ -92,8 +92,9 @@ pub enum PodChange {
 
 /// Objects of one kind, keyed by `namespace/name` (or `name`), with the watcher's re-list buffer.
 pub struct Store<K: Tracked> {
-    objects: BTreeMap<String, K>,
-    buffer: Option<BTreeMap<String, K>>,
+    /// Shared: a snapshot takes its pods from here without copying them.
+    objects: BTreeMap<String, Arc<K>>,
+    buffer: Option<BTreeMap<String, Arc<K>>>,
     synced: bool,
     /// What kube-runtime controllers of this kind read ([`ClusterState::controller_source`]); created by the
     /// first of them.
@@ -316,7 +317,7 @@ impl ClusterState {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut subs = self.pod_subscribers.lock().unwrap_or_else(|p| p.into_inner());
         for pod in self.read().pods.objects.values() {
-            let _ = tx.send(PodChange::Listed(pod.clone()));
+            let _ = tx.send(PodChange::Listed(Pod::clone(pod)));
         }
         subs.push(tx);
         rx
@@ -365,11 +366,11 @@ impl ClusterState {
             let mut objects = self.write();
             let store = K::store(&mut objects);
             let key = object_key(&obj);
-            if store.objects.get(&key).is_none_or(|old| newer_or_equal(old, &obj)) {
+            if store.objects.get(&key).is_none_or(|old| newer_or_equal(old.as_ref(), &obj)) {
                 if let Some(feed) = store.feed.as_mut() {
                     feed.applied(&obj);
                 }
-                store.objects.insert(key, obj);
+                store.objects.insert(key, Arc::new(obj));
             }
         }
         if let Some(t) = trigger {
@@ -417,7 +418,7 @@ impl ClusterState {
                 trim(&mut obj);
                 let trigger = Self::trigger_for(&obj);
                 let pod = Self::as_pod(&obj);
-                K::store(&mut self.write()).buffer.get_or_insert_default().insert(object_key(&obj), obj);
+                K::store(&mut self.write()).buffer.get_or_insert_default().insert(object_key(&obj), Arc::new(obj));
                 pod.into_iter().for_each(|p| self.publish_pod(PodChange::Listed(p)));
                 if let Some(t) = trigger {
                     self.notify(t);
@@ -431,7 +432,7 @@ impl ClusterState {
                 let mut merged = BTreeMap::new();
                 for (key, obj) in fresh {
                     let keep = match store.objects.remove(&key) {
-                        Some(old) if !newer_or_equal(&old, &obj) => old,
+                        Some(old) if !newer_or_equal(old.as_ref(), obj.as_ref()) => old,
                         _ => obj,
                     };
                     merged.insert(key, keep);
@@ -439,7 +440,7 @@ impl ClusterState {
                 store.objects = merged;
                 store.synced = true;
                 if let Some(feed) = store.feed.as_mut() {
-                    feed.relist(store.objects.values());
+                    feed.relist(store.objects.values().map(AsRef::as_ref));
                 }
             }
         }
@@ -457,9 +458,9 @@ impl ClusterState {
         let mut objects = self.write();
         let store = K::store(&mut objects);
         let Store { objects, feed, .. } = store;
-        let feed = feed.get_or_insert_with(|| Feed::new(objects.values()));
+        let feed = feed.get_or_insert_with(|| Feed::new(objects.values().map(AsRef::as_ref)));
         for obj in objects.values() {
-            let _ = tx.send(obj.clone());
+            let _ = tx.send(K::clone(obj));
         }
         feed.subscribers.push(tx);
         let reader = feed.writer.as_reader();
@@ -561,17 +562,17 @@ impl ClusterState {
 
     /// Every object of kind `K`, by key.
     pub fn list<K: Tracked>(&self) -> Vec<K> {
-        K::store_ref(&self.read()).objects.values().cloned().collect()
+        K::store_ref(&self.read()).objects.values().map(|o| K::clone(o)).collect()
     }
 
     /// The first object of kind `K` (in key order) that `matches`, without copying the others.
     pub fn find<K: Tracked>(&self, matches: impl Fn(&K) -> bool) -> Option<K> {
-        K::store_ref(&self.read()).objects.values().find(|o| matches(o)).cloned()
+        K::store_ref(&self.read()).objects.values().find(|o| matches(o)).map(|o| K::clone(o))
     }
 
     /// One object of kind `K` by `namespace/name` (or `name`).
     pub fn get<K: Tracked>(&self, key: &str) -> Option<K> {
-        K::store_ref(&self.read()).objects.get(key).cloned()
+        K::store_ref(&self.read()).objects.get(key).map(|o| K::clone(o))
     }
 
     /// Nodes whose `spec.providerID` is `provider_id` (upstream's field index).
@@ -581,13 +582,19 @@ impl ClusterState {
             .objects
             .values()
             .filter(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id))
-            .cloned()
+            .map(|n| Node::clone(n))
             .collect()
     }
 
     /// NodeClaims whose `status.providerID` is `provider_id`.
     pub fn node_claims_by_provider_id(&self, provider_id: &str) -> Vec<NodeClaim> {
-        self.read().node_claims.objects.values().filter(|c| c.provider_id() == Some(provider_id)).cloned().collect()
+        self.read()
+            .node_claims
+            .objects
+            .values()
+            .filter(|c| c.provider_id() == Some(provider_id))
+            .map(|c| NodeClaim::clone(c))
+            .collect()
     }
 
     /// Pod bindings: `namespace/name` → node, for every bound, non-terminal pod.
@@ -603,7 +610,13 @@ impl ClusterState {
 
     /// Non-terminal pods bound to `node`.
     pub fn pods_on_node(&self, node: &str) -> Vec<Pod> {
-        self.read().pods.objects.values().filter(|p| node_name(p) == Some(node) && !is_terminal(p)).cloned().collect()
+        self.read()
+            .pods
+            .objects
+            .values()
+            .filter(|p| node_name(p) == Some(node) && !is_terminal(p))
+            .map(|p| Pod::clone(p))
+            .collect()
     }
 
     /// Records a NodeClaim this process just created (the API server's answer) with the pods it was created for.
@@ -673,7 +686,7 @@ impl ClusterState {
             .objects
             .values()
             .filter(|p| is_provisionable(p))
-            .map(|p| Trigger::Pod(p.metadata.uid.clone().unwrap_or_else(|| object_key(p))))
+            .map(|p| Trigger::Pod(p.metadata.uid.clone().unwrap_or_else(|| object_key(p.as_ref()))))
             .collect();
         for trigger in triggers {
             self.notify(trigger);
@@ -682,7 +695,7 @@ impl ClusterState {
 
     /// The provisionable pods (scheduling.md §1.2, before validation), by key.
     pub fn provisionable_pods(&self) -> Vec<Pod> {
-        self.read().pods.objects.values().filter(|p| is_provisionable(p)).cloned().collect()
+        self.read().pods.objects.values().filter(|p| is_provisionable(p)).map(|p| Pod::clone(p)).collect()
     }
 
     /// The scheduler's input (see the module docs). Fails only on a node or NodeClaim quantity that does not parse.
@@ -690,28 +703,28 @@ impl ClusterState {
         let now = self.clock.now();
         let o = self.read();
         let marked = marked_names(&o);
-        // Typed, straight from the stores: nodes and NodeClaims are borrowed, and each pod the pass needs is
-        // copied once (the stores hold trimmed objects, see `crate::trim`).
+        // Typed, straight from the stores: nodes and NodeClaims are borrowed, pods shared (`Arc`), and only
+        // the pods of nodes being deleted copied (their `nodeName` cleared).
         let mut builder = ClusterSnapshot::builder();
         o.nodes.objects.values().for_each(|n| builder.node(n));
         o.node_claims.objects.values().for_each(|c| builder.node_claim(c));
-        o.node_pools.objects.values().for_each(|p| builder.node_pool(p.clone()));
-        o.daemon_sets.objects.values().for_each(|d| builder.daemon_set(d.clone()));
-        o.pdbs.objects.values().for_each(|p| builder.pdb(p.clone()));
+        o.node_pools.objects.values().for_each(|p| builder.node_pool(NodePool::clone(p)));
+        o.daemon_sets.objects.values().for_each(|d| builder.daemon_set(DaemonSet::clone(d)));
+        o.pdbs.objects.values().for_each(|p| builder.pdb(PodDisruptionBudget::clone(p)));
         o.namespaces.objects.values().for_each(|n| builder.namespace(n));
-        o.pvcs.objects.values().for_each(|p| builder.pvc(p.clone()));
-        o.pvs.objects.values().for_each(|p| builder.pv(p.clone()));
-        o.storage_classes.objects.values().for_each(|s| builder.storage_class(s.clone()));
+        o.pvcs.objects.values().for_each(|p| builder.pvc(PersistentVolumeClaim::clone(p)));
+        o.pvs.objects.values().for_each(|p| builder.pv(PersistentVolume::clone(p)));
+        o.storage_classes.objects.values().for_each(|s| builder.storage_class(StorageClass::clone(s)));
         o.csi_nodes.objects.values().for_each(|c| builder.csi_node(c));
 
         let mut rejected = Vec::new();
         let mut ignored = Vec::new();
-        let pdbs: Vec<&PodDisruptionBudget> = o.pdbs.objects.values().collect();
+        let pdbs: Vec<&PodDisruptionBudget> = o.pdbs.objects.values().map(AsRef::as_ref).collect();
         for (key, pod) in &o.pods.objects {
             match node_name(pod) {
                 Some(node) if marked.contains(node) => {
                     if is_reschedulable(pod, &pdbs) {
-                        let mut p = pod.clone();
+                        let mut p = Pod::clone(pod);
                         if let Some(spec) = p.spec.as_mut() {
                             spec.node_name = None;
                         }
@@ -1059,9 +1072,9 @@ mod tests {
         s.mark_for_deletion(["n2"]);
 
         let snap = s.snapshot().unwrap();
-        let pending: Vec<String> = snap.cluster.pending_pods.iter().map(object_key).collect();
+        let pending: Vec<String> = snap.cluster.pending_pods.iter().map(|p| object_key(p.as_ref())).collect();
         assert_eq!(pending, ["default/on-n2", "default/pending"], "the marked node's pod needs a new home");
-        let bound: Vec<String> = snap.cluster.bound_pods.iter().map(object_key).collect();
+        let bound: Vec<String> = snap.cluster.bound_pods.iter().map(|p| object_key(p.as_ref())).collect();
         assert_eq!(bound, ["default/on-n1"]);
         assert_eq!(snap.ignored, ["default/opt-out"]);
         assert_eq!(snap.rejected.len(), 1);

@@ -174,7 +174,8 @@ pub fn claim_deadline(
     now: DateTime<Utc>,
 ) -> Option<TerminationDeadline> {
     let info = node_claim_info(claim, Some(node_name));
-    let snapshot = ClusterSnapshot { bound_pods: pods.to_vec(), ..ClusterSnapshot::default() };
+    let snapshot =
+        ClusterSnapshot { bound_pods: pods.iter().cloned().map(Arc::new).collect(), ..ClusterSnapshot::default() };
     termination_deadline(&snapshot, &info, now)
 }
 

@@ -420,7 +420,7 @@ pub fn decision_bound(
 ) -> Result<CostBound, BoundError> {
     let placed: BTreeSet<&str> =
         decisions.new_node_claims.iter().flat_map(|c| c.pods.iter().map(String::as_str)).collect();
-    let pods = snapshot.pending_pods.iter().filter(|p| placed.contains(pod_key(p).as_str()));
+    let pods = snapshot.pending_pods.iter().map(|p| p.as_ref()).filter(|p| placed.contains(pod_key(p).as_str()));
     lower_bound(snapshot, pools, provider, pods)
 }
 
@@ -601,18 +601,21 @@ mod tests {
         let mut s = ClusterSnapshot::new();
         s.node_pools.push(node_pool(NodePoolOptions { name: Some("default".into()), ..Default::default() }));
         for i in 0..6 {
-            s.pending_pods.push(pod(PodOptions {
-                name: Some(format!("p{i}")),
-                requests: [("cpu", "1500m"), ("memory", "1Gi")].into(),
-                ..Default::default()
-            }));
+            s.pending_pods.push(
+                pod(PodOptions {
+                    name: Some(format!("p{i}")),
+                    requests: [("cpu", "1500m"), ("memory", "1Gi")].into(),
+                    ..Default::default()
+                })
+                .into(),
+            );
         }
         // 4 cpu − 500m overhead = 3.5 cpu of room for $1 ($0.29 per cpu; "tiny" costs $0.60 per cpu of room):
         // 9 cpu of demand needs 9/3.5 nodes.
         let its = vec![instance_type("small", 4, 16, 1.0), instance_type("tiny", 2, 8, 0.9)];
         let pools = [PoolInput { node_pool: &s.node_pools[0], instance_types: &its }];
         let provider = ProviderLabels::aws();
-        let b = lower_bound(&s, &pools, &provider, &s.pending_pods).unwrap();
+        let b = lower_bound(&s, &pools, &provider, s.pending_pods.iter().map(|p| p.as_ref())).unwrap();
         assert_eq!(b.pods, 6);
         assert_eq!(b.demand[0], 9.0);
         assert_eq!(b.demand[2], 6.0);
@@ -627,7 +630,7 @@ mod tests {
         let ratio = db.ratio(d.total_price()).unwrap();
         assert!(ratio >= 1.0 && (ratio - 3.0 * 3.5 / 9.0).abs() < 1e-9);
         // Unparseable requests are skipped.
-        let mut bad = s.pending_pods[0].clone();
+        let mut bad = Pod::clone(&s.pending_pods[0]);
         if let Some(r) = bad.spec.as_mut().and_then(|sp| sp.containers[0].resources.as_mut()) {
             r.requests
                 .as_mut()

@@ -106,7 +106,7 @@ pub fn check(
     decisions: &Decisions,
 ) -> Result<(), Vec<String>> {
     let mut v = Vec::new();
-    let pending: BTreeMap<String, &Pod> = snapshot.pending_pods.iter().map(|p| (pod_key(p), p)).collect();
+    let pending: BTreeMap<String, &Pod> = snapshot.pending_pods.iter().map(|p| (pod_key(p), p.as_ref())).collect();
     let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
     let placed = decisions
         .new_node_claims
@@ -534,7 +534,7 @@ fn check_topology(
     decisions: &Decisions,
     v: &mut Vec<String>,
 ) {
-    let pending: BTreeMap<String, &Pod> = snapshot.pending_pods.iter().map(|p| (pod_key(p), p)).collect();
+    let pending: BTreeMap<String, &Pod> = snapshot.pending_pods.iter().map(|p| (pod_key(p), p.as_ref())).collect();
     let mut places: Vec<Where> = Vec::new();
     // (pod, place index, placed in this decision)
     let mut pods: Vec<(&Pod, usize, bool)> = Vec::new();
@@ -930,13 +930,18 @@ mod tests {
         let mut strict = plain.clone();
         for i in 0..3 {
             let name = Some(format!("p{i}"));
-            plain.pending_pods.push(pod(PodOptions {
-                name: name.clone(),
-                labels: constrained.labels.clone(),
-                requests: [("cpu", "1")].into(),
-                ..Default::default()
-            }));
-            strict.pending_pods.push(pod(PodOptions { name, requests: [("cpu", "1")].into(), ..constrained.clone() }));
+            plain.pending_pods.push(
+                pod(PodOptions {
+                    name: name.clone(),
+                    labels: constrained.labels.clone(),
+                    requests: [("cpu", "1")].into(),
+                    ..Default::default()
+                })
+                .into(),
+            );
+            strict
+                .pending_pods
+                .push(pod(PodOptions { name, requests: [("cpu", "1")].into(), ..constrained.clone() }).into());
         }
         let pools = [PoolInput { node_pool: &plain.node_pools[0], instance_types: &its }];
         let provider = ProviderLabels::aws();

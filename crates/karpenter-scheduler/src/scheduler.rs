@@ -1027,11 +1027,10 @@ mod tests {
         let mut s = ClusterSnapshot::new();
         s.node_pools.push(node_pool(NodePoolOptions { name: Some("default".into()), ..Default::default() }));
         for i in 0..n {
-            s.pending_pods.push(pod(PodOptions {
-                name: Some(format!("p{i}")),
-                requests: [("cpu", cpu)].into(),
-                ..Default::default()
-            }));
+            s.pending_pods.push(
+                pod(PodOptions { name: Some(format!("p{i}")), requests: [("cpu", cpu)].into(), ..Default::default() })
+                    .into(),
+            );
         }
         s
     }

@@ -332,7 +332,7 @@ mod tests {
                         if let Some(s) = p.spec.as_mut() {
                             s.node_name = None;
                         }
-                        p
+                        std::sync::Arc::new(p)
                     })
                     .collect();
                 let expected = schedule(&reference, &[], &provider, &options);

@@ -26,6 +26,7 @@
 //! * Every list is sorted by (namespace, name) so iteration order never depends on input order.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{
@@ -141,10 +142,11 @@ pub struct ClusterSnapshot {
     pub node_claims: Vec<NodeClaimInfo>,
     /// NodePools found in the input (the scheduler takes its pools separately, with their instance types).
     pub node_pools: Vec<NodePool>,
-    /// Every pod bound to a node, with annotations, by (namespace, name).
-    pub bound_pods: Vec<Pod>,
-    /// Pods to place, by (namespace, name).
-    pub pending_pods: Vec<Pod>,
+    /// Every pod bound to a node, with annotations, by (namespace, name). Shared, not copied: the controller's
+    /// state and every snapshot built from it hold the same pods.
+    pub bound_pods: Vec<Arc<Pod>>,
+    /// Pods to place, by (namespace, name). Shared like `bound_pods`.
+    pub pending_pods: Vec<Arc<Pod>>,
     /// DaemonSets, by (namespace, name).
     pub daemon_sets: Vec<DaemonSet>,
     /// PersistentVolumeClaims.
@@ -287,8 +289,9 @@ fn fill_missing(base: &mut ResourceList, fallback: &ResourceList) {
 /// [`ClusterSnapshot::from_objects`] (which is built on it) minus workload expansion: a pod with `spec.nodeName`
 /// is bound (dropped when terminal), one without is pending (dropped when a DaemonSet owns it); nodes are
 /// matched with their NodeClaims and namespaces completed in [`build`](Self::build). Nodes, NodeClaims and
-/// CSINodes are borrowed until then (only what the scheduler reads is copied); everything else is moved in, so a
-/// caller that owns its objects (the controller's state, a test) builds a snapshot with one copy of each.
+/// CSINodes are borrowed until then (only what the scheduler reads is copied); pods are taken as `Arc<Pod>` (a
+/// `Pod` converts), so a caller that keeps its pods shared (the controller's state) builds a snapshot without
+/// copying any; everything else is moved in.
 #[derive(Debug, Default)]
 pub struct SnapshotBuilder<'a> {
     snap: ClusterSnapshot,
@@ -323,7 +326,8 @@ impl<'a> SnapshotBuilder<'a> {
 
     /// Adds a pod: bound with `spec.nodeName` (dropped when terminal), pending without (dropped when owned by a
     /// DaemonSet: DaemonSet pods are overhead).
-    pub fn pod(&mut self, pod: Pod) {
+    pub fn pod(&mut self, pod: impl Into<Arc<Pod>>) {
+        let pod: Arc<Pod> = pod.into();
         let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty());
         if bound {
             if !is_terminal(&pod) {
@@ -569,7 +573,7 @@ impl ClusterSnapshot {
             }
         }
         for p in pods {
-            builder.pod(p.clone());
+            builder.pod(Arc::new(p.clone()));
         }
         for w in workloads.iter().chain(replica_sets.iter().map(|(w, _)| w)) {
             if !owned.contains(&(w.namespace.clone(), w.kind.to_owned(), w.name.clone())) {
@@ -603,7 +607,10 @@ impl ClusterSnapshot {
 
     /// Pods bound to `node`.
     pub fn pods_on<'a>(&'a self, node: &'a str) -> impl Iterator<Item = &'a Pod> {
-        self.bound_pods.iter().filter(move |p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+        self.bound_pods
+            .iter()
+            .map(|p| p.as_ref())
+            .filter(move |p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
     }
 }
 
@@ -622,8 +629,8 @@ mod tests {
         ClusterSnapshot::from_objects(&objects).expect("snapshot builds")
     }
 
-    fn names(pods: &[Pod]) -> Vec<String> {
-        pods.iter().map(pod_key).collect()
+    fn names(pods: &[Arc<Pod>]) -> Vec<String> {
+        pods.iter().map(|p| pod_key(p)).collect()
     }
 
     const DEPLOY: &str = r#"

@@ -209,7 +209,7 @@ proptest! {
                 tolerations: if g.tolerates { vec![toleration("dedicated", None, None)] } else { vec![] },
                 labels,
                 ..topology
-            }));
+            }).into());
         }
         let inputs: Vec<PoolInput<'_>> =
             snapshot.node_pools.iter().map(|p| PoolInput { node_pool: p, instance_types: &catalogue }).collect();

@@ -164,7 +164,8 @@ impl Report {
     /// Summarises `decisions` made on `input.snapshot`.
     pub fn build(input: Inputs<'_>, decisions: Decisions) -> Report {
         let owners = Owners::new(input.objects);
-        let pending: HashMap<String, &Pod> = input.snapshot.pending_pods.iter().map(|p| (pod_key(p), p)).collect();
+        let pending: HashMap<String, &Pod> =
+            input.snapshot.pending_pods.iter().map(|p| (pod_key(p), p.as_ref())).collect();
         let groups = |pods: &[String]| group(pods.iter().map(|k| (k.as_str(), pending.get(k).copied())), &owners);
         let by_name: HashMap<&str, &InstanceType> =
             input.catalogue.instance_types.iter().map(|it| (it.name.as_str(), it)).collect();

@@ -229,7 +229,7 @@ impl<'c> World<'c> {
         let mut moved = Vec::new();
         self.snapshot.pending_pods.retain(|p| {
             if wanted.contains(pod_key(p).as_str()) {
-                moved.push(p.clone());
+                moved.push(Pod::clone(p));
                 false
             } else {
                 true
@@ -241,7 +241,7 @@ impl<'c> World<'c> {
                 spec.node_name = Some(node.to_owned());
             }
             p.status = Some(PodStatus { phase: Some("Running".into()), ..Default::default() });
-            self.snapshot.bound_pods.push(p);
+            self.snapshot.bound_pods.push(p.into());
         }
         if n > 0 {
             self.pod_event(node);
@@ -265,7 +265,7 @@ impl<'c> World<'c> {
         let mut displaced = Vec::new();
         self.snapshot.bound_pods.retain(|p| {
             if p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name) {
-                displaced.push(p.clone());
+                displaced.push(Pod::clone(p));
                 false
             } else {
                 true
@@ -280,7 +280,7 @@ impl<'c> World<'c> {
                 spec.node_name = None;
             }
             p.status = None;
-            self.snapshot.pending_pods.push(p);
+            self.snapshot.pending_pods.push(p.into());
         }
     }
 
@@ -752,7 +752,7 @@ impl<'c> World<'c> {
                 if used.contains(&format!("{ns}/{pod_name}")) {
                     continue;
                 }
-                self.snapshot.pending_pods.push(new_pod(key, &w, &pod_name));
+                self.snapshot.pending_pods.push(new_pod(key, &w, &pod_name).into());
                 added += 1;
             }
             self.snapshot.sort();
@@ -841,13 +841,13 @@ impl<'c> World<'c> {
             rescaled.iter().any(|(k, n, m)| k.as_str() == kind && n == &ns && m == &name)
         };
         let existing: BTreeSet<String> =
-            self.snapshot.bound_pods.iter().chain(&self.snapshot.pending_pods).map(pod_key).collect();
+            self.snapshot.bound_pods.iter().chain(&self.snapshot.pending_pods).map(|p| pod_key(p)).collect();
         let mut new_pods = 0;
         for p in added.pending_pods.into_iter().filter(|p| !is_rescaled(p)) {
             if existing.contains(&pod_key(&p)) {
                 return Err(format!("pod {} already exists", pod_key(&p)));
             }
-            self.snapshot.pending_pods.push(p);
+            self.snapshot.pending_pods.push(p.into());
             new_pods += 1;
         }
         let node_names: BTreeSet<&str> = self.snapshot.nodes.iter().map(|n| n.name.as_str()).collect();
@@ -863,7 +863,7 @@ impl<'c> World<'c> {
             bound.push((p, node));
         }
         for (p, node) in bound {
-            self.snapshot.bound_pods.push(p);
+            self.snapshot.bound_pods.push(p.into());
             self.pod_event(&node);
             new_pods += 1;
         }

@@ -647,7 +647,7 @@ mod tests {
                     ..Default::default()
                 }];
             }
-            s.pending_pods.push(pod(o));
+            s.pending_pods.push(pod(o).into());
         }
         s
     }
@@ -714,11 +714,14 @@ mod tests {
         s.node_pools.push(node_pool(NodePoolOptions { name: Some("default".into()), ..Default::default() }));
         for i in 0..40 {
             let (cpu, mem) = if i % 2 == 0 { ("2", "512Mi") } else { ("250m", "3Gi") };
-            s.pending_pods.push(pod(PodOptions {
-                name: Some(format!("p{i:02}")),
-                requests: [("cpu", cpu), ("memory", mem)].into(),
-                ..Default::default()
-            }));
+            s.pending_pods.push(
+                pod(PodOptions {
+                    name: Some(format!("p{i:02}")),
+                    requests: [("cpu", cpu), ("memory", mem)].into(),
+                    ..Default::default()
+                })
+                .into(),
+            );
         }
         let pools = [PoolInput { node_pool: &s.node_pools[0], instance_types: &its }];
         let provider = ProviderLabels::aws();
