@@ -86,6 +86,36 @@ pub fn record_write_conflict(
     }
 }
 
+/// How many times [`retry_write_conflicts`] runs a read-modify-write that keeps losing races.
+pub const CONFLICT_ATTEMPTS: usize = 5;
+
+/// Runs `write` (a read-modify-write that starts from a fresh GET) again when it answers a write conflict
+/// ([`is_write_conflict`]: someone wrote the object between our read and our write, e.g. a kubelet heartbeat on a
+/// Node), up to [`CONFLICT_ATTEMPTS`] times, recording each conflict; any other error, or the last conflict, is
+/// returned. For steps whose failure is costly (a disruption command rolled back over one lost race).
+pub async fn retry_write_conflicts<T, F, Fut>(
+    metrics: Option<&crate::metrics::Metrics>,
+    controller: &str,
+    kind: &str,
+    name: &str,
+    mut write: F,
+) -> Result<T, kube::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, kube::Error>>,
+{
+    let mut attempt = 1;
+    loop {
+        match write().await {
+            Err(e) if is_write_conflict(&e) && attempt < CONFLICT_ATTEMPTS => {
+                record_write_conflict(metrics, controller, kind, name, &e);
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
 /// A kube-runtime context whose errors go through [`error_policy`](crate::termination::error_policy): its name
 /// in logs and metrics and its metrics registry, if it holds one.
 pub trait ControllerContext {
@@ -353,6 +383,40 @@ mod tests {
         assert_eq!(cs[0].last_transition_time, "2026-01-01T00:00:30Z");
         assert!(remove_condition(&mut cs, "Drained"));
         assert!(!remove_condition(&mut cs, "Drained"));
+    }
+
+    #[tokio::test]
+    async fn read_modify_writes_are_retried_on_conflicts_only() {
+        let api = |code: u16| kube::Error::Api(kube::core::Status::failure("x", "y").with_code(code).boxed());
+        let metrics = crate::metrics::Metrics::new(&crate::metrics::BuildInfo::current("test", "1.95"));
+        let conflicts = || metrics.kube_write_conflicts("test", "Node").get();
+        // Two lost races, then the write lands.
+        let calls = std::cell::Cell::new(0);
+        let result = retry_write_conflicts(Some(&metrics), "test", "Node", "n1", || {
+            calls.set(calls.get() + 1);
+            let n = calls.get();
+            async move { if n < 3 { Err(api(409)) } else { Ok(n) } }
+        })
+        .await;
+        assert_eq!(result.unwrap(), 3);
+        assert_eq!(conflicts(), 2);
+        // A conflict every time: given up after CONFLICT_ATTEMPTS writes, the last conflict returned.
+        calls.set(0);
+        let result: Result<(), _> = retry_write_conflicts(Some(&metrics), "test", "Node", "n1", || {
+            calls.set(calls.get() + 1);
+            async { Err(api(409)) }
+        })
+        .await;
+        assert!(result.is_err_and(|e| is_write_conflict(&e)));
+        assert_eq!(calls.get(), CONFLICT_ATTEMPTS);
+        // Any other error is not retried.
+        calls.set(0);
+        let result: Result<(), _> = retry_write_conflicts(Some(&metrics), "test", "Node", "n1", || {
+            calls.set(calls.get() + 1);
+            async { Err(api(500)) }
+        })
+        .await;
+        assert!(result.is_err() && calls.get() == 1);
     }
 
     #[test]

@@ -46,7 +46,9 @@ use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
 use crate::events::{Event, Recorder, reasons};
-use crate::kube_util::{delete_ignoring_missing, is_not_found, label, remove_condition, set_condition};
+use crate::kube_util::{
+    delete_ignoring_missing, is_not_found, label, remove_condition, retry_write_conflicts, set_condition,
+};
 use crate::metrics::Metrics;
 use crate::provisioner::build_node_claim;
 use crate::state::ClusterState;
@@ -613,9 +615,15 @@ impl Disruption {
         // 1. Taint and DisruptionReason.
         let mut marked: Vec<Target> = Vec::new();
         for t in &targets {
+            // A lost race (a kubelet heartbeat on the Node, a status write on the claim) is retried on fresh
+            // data, not a reason to roll the whole command back.
+            let metrics = Some(&*self.metrics);
             let result = async {
-                self.taint(&t.node).await?;
-                self.set_disruption_reason(&t.claim, &command).await
+                retry_write_conflicts(metrics, CONTROLLER, "Node", &t.node, || self.taint(&t.node)).await?;
+                retry_write_conflicts(metrics, CONTROLLER, "NodeClaim", &t.claim, || {
+                    self.set_disruption_reason(&t.claim, &command)
+                })
+                .await
             }
             .await;
             match result {
