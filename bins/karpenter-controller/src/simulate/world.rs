@@ -847,7 +847,7 @@ impl<'c> World<'c> {
             if existing.contains(&pod_key(&p)) {
                 return Err(format!("pod {} already exists", pod_key(&p)));
             }
-            self.snapshot.pending_pods.push(p.into());
+            self.snapshot.pending_pods.push(p);
             new_pods += 1;
         }
         let node_names: BTreeSet<&str> = self.snapshot.nodes.iter().map(|n| n.name.as_str()).collect();
@@ -863,7 +863,7 @@ impl<'c> World<'c> {
             bound.push((p, node));
         }
         for (p, node) in bound {
-            self.snapshot.bound_pods.push(p.into());
+            self.snapshot.bound_pods.push(p);
             self.pod_event(&node);
             new_pods += 1;
         }
