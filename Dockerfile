@@ -11,13 +11,15 @@
 ARG RUST_VERSION=1.95
 
 FROM --platform=$TARGETPLATFORM rust:${RUST_VERSION}-alpine AS build
-RUN apk add --no-cache musl-dev
+# make and gcc: jemalloc (the binary's allocator, feature `jemalloc`) is built from C sources.
+RUN apk add --no-cache musl-dev gcc make
 WORKDIR /src
 # Manifests first, so the dependency layer is reused while only our sources change.
 COPY Cargo.toml Cargo.lock ./
 COPY crates ./crates
 COPY bins ./bins
 COPY benches ./benches
+COPY perf ./perf
 COPY examples ./examples
 COPY charts ./charts
 COPY docs ./docs
