@@ -162,8 +162,8 @@ impl Consistency {
         // The cluster state's watches, not watches of our own (ClusterState::controller_source).
         let (claims, claim_events) = self.state.controller_source::<NodeClaim>();
         let (_, node_events) = self.state.controller_source::<Node>();
-        Controller::for_stream(claim_events, claims)
-            .watches_stream(node_events, |node: Node| {
+        Controller::for_shared_stream(claim_events, claims)
+            .watches_shared_stream(node_events, |node: Arc<Node>| {
                 node.owner_references()
                     .iter()
                     .filter(|o| o.kind == "NodeClaim")

@@ -60,13 +60,19 @@ impl Expiration {
     /// for `expireAfter: Never`, a missing or a deleting claim).
     pub async fn reconcile(&self, name: &str) -> Result<Requeue, ReconcileError> {
         let Some(claim) = self.claims().get_opt(name).await? else { return Ok(None) };
+        self.reconcile_claim(&claim).await
+    }
+
+    /// [`Self::reconcile`] on a claim already read (the run loop's: the cluster state's copy). Deleting an
+    /// expired claim needs no fresh copy: a deletion is not guarded by a resourceVersion.
+    pub async fn reconcile_claim(&self, claim: &NodeClaim) -> Result<Requeue, ReconcileError> {
         if claim.metadata.deletion_timestamp.is_some() {
             return Ok(None);
         }
-        let Some(at) = expires_at(&node_claim_info(&claim, None)) else { return Ok(None) };
+        let Some(at) = expires_at(&node_claim_info(claim, None)) else { return Ok(None) };
         let now = self.clock.now();
         if now >= at {
-            self.expire(&claim).await?;
+            self.expire(claim).await?;
             return Ok(None);
         }
         Ok((at - now).to_std().ok())
@@ -93,14 +99,14 @@ impl Expiration {
     /// its time, until `shutdown` is cancelled.
     pub async fn run(self: Arc<Self>, state: ClusterState, shutdown: CancellationToken) {
         let (claims, claim_events) = state.controller_source::<NodeClaim>();
-        Controller::for_stream(claim_events, claims)
+        Controller::for_shared_stream(claim_events, claims)
             .graceful_shutdown_on(shutdown.cancelled_owned())
             .run(
                 |claim: Arc<NodeClaim>, ctx: Arc<Self>| async move {
                     if claim.metadata.deletion_timestamp.is_some() {
                         return Ok(Action::await_change());
                     }
-                    Ok(to_action(ctx.reconcile(&claim.name_any()).await?))
+                    Ok(to_action(ctx.reconcile_claim(&claim).await?))
                 },
                 error_policy,
                 self.clone(),

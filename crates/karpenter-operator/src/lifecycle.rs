@@ -663,8 +663,8 @@ pub async fn run(ctx: Arc<LifecycleContext>, shutdown: CancellationToken) {
     let (claims, claim_events) = ctx.state.controller_source::<NodeClaim>();
     let (_, node_events) = ctx.state.controller_source::<Node>();
     let state = ctx.state.clone();
-    Controller::for_stream(claim_events, claims)
-        .watches_stream(node_events, move |node| claim_of(&state, &node))
+    Controller::for_shared_stream(claim_events, claims)
+        .watches_shared_stream(node_events, move |node| claim_of(&state, &node))
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(
             |claim: Arc<NodeClaim>, ctx: Arc<LifecycleContext>| async move {

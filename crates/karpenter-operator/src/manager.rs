@@ -484,18 +484,18 @@ fn controllers(parts: &LeaderParts, leader: &CancellationToken) -> Controllers {
     let readiness = Arc::new(Readiness::new(client.clone(), cloud.clone(), resolver.clone(), clock.clone()));
     list.push(("nodepool.readiness".into(), Box::pin(readiness.run(leader.clone()))));
     let validation = Arc::new(Validation::new(client.clone(), cloud.labels().clone(), clock.clone()));
-    list.push(("nodepool.validation".into(), Box::pin(validation.run(leader.clone()))));
+    list.push(("nodepool.validation".into(), Box::pin(validation.run(state.clone(), leader.clone()))));
     let registration = Arc::new(RegistrationHealth::new(
         client.clone(),
         Arc::new(RegistrationTracker::new()),
         resolver,
         clock.clone(),
     ));
-    list.push(("nodepool.registrationhealth".into(), Box::pin(registration.run(leader.clone()))));
+    list.push(("nodepool.registrationhealth".into(), Box::pin(registration.run(state.clone(), leader.clone()))));
     let counter = Arc::new(Counter::new(client.clone(), state.clone(), metrics.clone()));
     list.push(("nodepool.counter".into(), Box::pin(counter.run(leader.clone()))));
     let hash = Arc::new(HashController::new(client.clone()));
-    list.push(("nodepool.hash".into(), Box::pin(hash.run(leader.clone()))));
+    list.push(("nodepool.hash".into(), Box::pin(hash.run(state.clone(), leader.clone()))));
     let static_capacity = settings.feature_gates.static_capacity;
     let static_up = Arc::new(StaticProvisioning::new(
         client.clone(),

@@ -83,11 +83,11 @@ impl Trigger {
 #[derive(Debug, Clone)]
 pub enum PodChange {
     /// Known already: in the state when the subscription started, or listed again by a re-list.
-    Listed(Pod),
+    Listed(Arc<Pod>),
     /// Created or updated.
-    Applied(Pod),
+    Applied(Arc<Pod>),
     /// Deleted.
-    Deleted(Pod),
+    Deleted(Arc<Pod>),
 }
 
 /// Objects of one kind, keyed by `namespace/name` (or `name`), with the watcher's re-list buffer.
@@ -116,41 +116,42 @@ impl<K: Tracked> fmt::Debug for Store<K> {
 /// The state's objects of one kind as kube-runtime controllers consume them: a reflector store kept equal to the
 /// state's, and a trigger stream per controller. So every controller of the kind shares the state's one watch and
 /// one (trimmed) copy of the objects, instead of opening a watch and keeping a full copy of its own each.
+/// Subscribers get the state's own `Arc`s: an event costs one reference count per controller, not a copy.
 struct Feed<K: Tracked> {
     writer: reflector::store::Writer<K>,
-    subscribers: Vec<mpsc::UnboundedSender<K>>,
+    subscribers: Vec<mpsc::UnboundedSender<Arc<K>>>,
 }
 
 impl<K: Tracked> Feed<K> {
     /// A feed holding `objects`, its reflector store marked ready.
-    fn new<'a>(objects: impl Iterator<Item = &'a K>) -> Self {
+    fn new<'a>(objects: impl Iterator<Item = &'a Arc<K>>) -> Self {
         let mut feed = Self { writer: reflector::store::Writer::new(()), subscribers: Vec::new() };
         feed.relist(objects);
         feed
     }
 
     /// Replaces the reflector store's objects and triggers every subscriber for each (a re-list).
-    fn relist<'a>(&mut self, objects: impl Iterator<Item = &'a K>) {
+    fn relist<'a>(&mut self, objects: impl Iterator<Item = &'a Arc<K>>) {
         self.writer.apply_watcher_event(&watcher::Event::Init);
         for obj in objects {
-            self.writer.apply_watcher_event(&watcher::Event::InitApply(obj.clone()));
+            self.writer.apply_watcher_event(&watcher::Event::InitApply(K::clone(obj)));
             self.send(obj);
         }
         self.writer.apply_watcher_event(&watcher::Event::InitDone);
     }
 
-    fn applied(&mut self, obj: &K) {
-        self.writer.apply_watcher_event(&watcher::Event::Apply(obj.clone()));
+    fn applied(&mut self, obj: &Arc<K>) {
+        self.writer.apply_watcher_event(&watcher::Event::Apply(K::clone(obj)));
         self.send(obj);
     }
 
-    fn deleted(&mut self, obj: &K) {
-        self.writer.apply_watcher_event(&watcher::Event::Delete(obj.clone()));
+    fn deleted(&mut self, obj: &Arc<K>) {
+        self.writer.apply_watcher_event(&watcher::Event::Delete(K::clone(obj)));
         self.send(obj);
     }
 
-    fn send(&mut self, obj: &K) {
-        self.subscribers.retain(|tx| tx.send(obj.clone()).is_ok());
+    fn send(&mut self, obj: &Arc<K>) {
+        self.subscribers.retain(|tx| tx.send(Arc::clone(obj)).is_ok());
     }
 }
 
@@ -317,16 +318,16 @@ impl ClusterState {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut subs = self.pod_subscribers.lock().unwrap_or_else(|p| p.into_inner());
         for pod in self.read().pods.objects.values() {
-            let _ = tx.send(PodChange::Listed(Pod::clone(pod)));
+            let _ = tx.send(PodChange::Listed(Arc::clone(pod)));
         }
         subs.push(tx);
         rx
     }
 
-    /// A copy of `obj` when it is a pod (what [`Self::publish_pod`] sends).
-    fn as_pod<K: Tracked>(obj: &K) -> Option<Pod> {
-        let any: &dyn std::any::Any = obj;
-        any.downcast_ref::<Pod>().cloned()
+    /// `obj` as a shared pod when it is one (what [`Self::publish_pod`] sends).
+    fn as_pod<K: Tracked>(obj: &Arc<K>) -> Option<Arc<Pod>> {
+        let any: Arc<dyn std::any::Any + Send + Sync> = obj.clone();
+        any.downcast::<Pod>().ok()
     }
 
     /// Sends a pod watch event to the pod subscribers, after the store has it (see [`Self::pod_changes`]).
@@ -359,36 +360,50 @@ impl ClusterState {
 
     /// Records an object (a watch event or the answer of our own write). Ignored when the stored copy has a newer
     /// resourceVersion.
-    pub fn apply<K: Tracked>(&self, mut obj: K) {
+    pub fn apply<K: Tracked>(&self, obj: K) {
+        self.record(obj);
+    }
+
+    /// [`Self::apply`], returning the object as stored when it was (not older than the stored copy).
+    fn record<K: Tracked>(&self, mut obj: K) -> Option<Arc<K>> {
         trim(&mut obj);
         let trigger = Self::trigger_for(&obj);
-        {
+        let stored = {
             let mut objects = self.write();
             let store = K::store(&mut objects);
             let key = object_key(&obj);
             if store.objects.get(&key).is_none_or(|old| newer_or_equal(old.as_ref(), &obj)) {
+                let obj = Arc::new(obj);
                 if let Some(feed) = store.feed.as_mut() {
                     feed.applied(&obj);
                 }
-                store.objects.insert(key, Arc::new(obj));
+                store.objects.insert(key, obj.clone());
+                Some(obj)
+            } else {
+                None
             }
-        }
+        };
         if let Some(t) = trigger {
             self.notify(t);
         }
+        stored
     }
 
     /// Forgets an object (deleted).
     pub fn remove<K: Tracked>(&self, obj: &K) {
-        let key = object_key(obj);
+        self.forget(Arc::new(obj.clone()));
+    }
+
+    fn forget<K: Tracked>(&self, obj: Arc<K>) {
+        let key = object_key(obj.as_ref());
         let mut objects = self.write();
         let store = K::store(&mut objects);
         if store.objects.remove(&key).is_some()
             && let Some(feed) = store.feed.as_mut()
         {
-            feed.deleted(obj);
+            feed.deleted(&obj);
         }
-        let any: &dyn std::any::Any = obj;
+        let any: &dyn std::any::Any = obj.as_ref();
         if any.is::<NodeClaim>() || any.is::<Node>() {
             let name = obj.meta().name.clone().unwrap_or_default();
             objects.nominations.remove(&name);
@@ -402,23 +417,26 @@ impl ClusterState {
     /// Applies one watcher event: `Init` … `InitApply` … `InitDone` replaces the kind's objects at once.
     pub fn handle_event<K: Tracked>(&self, event: watcher::Event<K>) {
         match event {
-            watcher::Event::Apply(mut obj) => {
-                trim(&mut obj);
-                let pod = Self::as_pod(&obj);
-                self.apply(obj);
-                pod.into_iter().for_each(|p| self.publish_pod(PodChange::Applied(p)));
+            watcher::Event::Apply(obj) => {
+                // An older copy than the stored one is not news to the pod subscribers either.
+                if let Some(pod) = self.record(obj).as_ref().and_then(Self::as_pod) {
+                    self.publish_pod(PodChange::Applied(pod));
+                }
             }
             watcher::Event::Delete(mut obj) => {
                 trim(&mut obj);
-                self.remove(&obj);
-                Self::as_pod(&obj).into_iter().for_each(|p| self.publish_pod(PodChange::Deleted(p)));
+                let obj = Arc::new(obj);
+                let pod = Self::as_pod(&obj);
+                self.forget(obj);
+                pod.into_iter().for_each(|p| self.publish_pod(PodChange::Deleted(p)));
             }
             watcher::Event::Init => K::store(&mut self.write()).buffer = Some(BTreeMap::new()),
             watcher::Event::InitApply(mut obj) => {
                 trim(&mut obj);
                 let trigger = Self::trigger_for(&obj);
+                let obj = Arc::new(obj);
                 let pod = Self::as_pod(&obj);
-                K::store(&mut self.write()).buffer.get_or_insert_default().insert(object_key(&obj), Arc::new(obj));
+                K::store(&mut self.write()).buffer.get_or_insert_default().insert(object_key(obj.as_ref()), obj);
                 pod.into_iter().for_each(|p| self.publish_pod(PodChange::Listed(p)));
                 if let Some(t) = trigger {
                     self.notify(t);
@@ -440,31 +458,31 @@ impl ClusterState {
                 store.objects = merged;
                 store.synced = true;
                 if let Some(feed) = store.feed.as_mut() {
-                    feed.relist(store.objects.values().map(AsRef::as_ref));
+                    feed.relist(store.objects.values());
                 }
             }
         }
     }
 
     /// What a kube-runtime `Controller` of kind `K` runs on instead of a watch of its own
-    /// (`Controller::for_stream(stream, store)`): a reflector store that always holds the state's objects of the
+    /// (`Controller::for_shared_stream(stream, store)`): a reflector store that always holds the state's objects of the
     /// kind, and a stream that yields every object already known, then every object the state records (applied
     /// or deleted: a deleted object is no longer in the store, so the controller skips it, as with a watch).
-    /// Related kinds come the same way, for `Controller::watches_stream`.
+    /// Related kinds come the same way, for `Controller::watches_shared_stream`.
     pub fn controller_source<K: Tracked>(
         &self,
-    ) -> (reflector::Store<K>, impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static) {
+    ) -> (reflector::Store<K>, impl futures::Stream<Item = Arc<K>> + Send + 'static) {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let mut objects = self.write();
         let store = K::store(&mut objects);
         let Store { objects, feed, .. } = store;
-        let feed = feed.get_or_insert_with(|| Feed::new(objects.values().map(AsRef::as_ref)));
+        let feed = feed.get_or_insert_with(|| Feed::new(objects.values()));
         for obj in objects.values() {
-            let _ = tx.send(K::clone(obj));
+            let _ = tx.send(Arc::clone(obj));
         }
         feed.subscribers.push(tx);
         let reader = feed.writer.as_reader();
-        (reader, futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).map(Ok))
+        (reader, futures::stream::poll_fn(move |cx| rx.poll_recv(cx)))
     }
 
     /// Marks a kind as listed without a watcher (tests that feed the state by hand).
@@ -563,6 +581,17 @@ impl ClusterState {
     /// Every object of kind `K`, by key.
     pub fn list<K: Tracked>(&self) -> Vec<K> {
         K::store_ref(&self.read()).objects.values().map(|o| K::clone(o)).collect()
+    }
+
+    /// Every object of kind `K`, by key, shared with the state (no copy: readers that only look, such as a
+    /// counter summing capacity on every NodeClaim event, should not clone every object each time).
+    pub fn list_shared<K: Tracked>(&self) -> Vec<Arc<K>> {
+        K::store_ref(&self.read()).objects.values().cloned().collect()
+    }
+
+    /// One object of kind `K` by `namespace/name` (or `name`), shared with the state.
+    pub fn get_shared<K: Tracked>(&self, key: &str) -> Option<Arc<K>> {
+        K::store_ref(&self.read()).objects.get(key).cloned()
     }
 
     /// The first object of kind `K` (in key order) that `matches`, without copying the others.

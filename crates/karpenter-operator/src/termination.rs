@@ -706,7 +706,7 @@ impl Termination {
     /// Nodes and NodeClaims of `state` (its watches: [`ClusterState::controller_source`]).
     pub async fn run(self: Arc<Self>, state: ClusterState, shutdown: CancellationToken) {
         let (nodes, node_events) = state.controller_source::<Node>();
-        let node_loop = Controller::for_stream(node_events, nodes)
+        let node_loop = Controller::for_shared_stream(node_events, nodes)
             .graceful_shutdown_on(shutdown.clone().cancelled_owned())
             .run(
                 |node: Arc<Node>, ctx: Arc<Self>| async move {
@@ -721,8 +721,8 @@ impl Termination {
             .for_each(|_| async {});
         let (claims, claim_events) = state.controller_source::<NodeClaim>();
         let (_, owned_node_events) = state.controller_source::<Node>();
-        let claim_loop = Controller::for_stream(claim_events, claims)
-            .owns_stream(owned_node_events)
+        let claim_loop = Controller::for_shared_stream(claim_events, claims)
+            .owns_shared_stream(owned_node_events)
             .graceful_shutdown_on(shutdown.cancelled_owned())
             .run(
                 |claim: Arc<NodeClaim>, ctx: Arc<Self>| async move {

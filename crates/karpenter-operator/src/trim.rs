@@ -9,7 +9,8 @@
 //!
 //! Kept for every kind: the whole object except `metadata.managedFields` and the
 //! `kubectl.kubernetes.io/last-applied-configuration` annotation (neither is read by any controller; writes
-//! never send a stored copy back: every update starts from a fresh GET).
+//! never send a stored copy back: a controller acting on the state's copy patches only the fields it sets,
+//! guarded by the copy's resourceVersion).
 //!
 //! Pods additionally keep, of each container (init containers included; ephemeral containers are dropped: they
 //! have no requests), only `name`, `resources`, `ports` (host ports) and `restartPolicy` (sidecars); of the

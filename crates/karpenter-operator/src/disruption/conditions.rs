@@ -190,6 +190,14 @@ impl NodeClaimDisruption {
     /// Sets both conditions on the NodeClaim `name` (see the module docs) and returns when to look again.
     pub async fn reconcile_once(&self, name: &str) -> Result<Requeue, ReconcileError> {
         let Some(claim) = self.claims().get_opt(name).await? else { return Ok(None) };
+        self.reconcile_claim(claim).await
+    }
+
+    /// [`Self::reconcile_once`] on a claim already read (the run loop's: the cluster state's copy; a write from
+    /// a stale copy fails on its resourceVersion and is retried).
+    pub async fn reconcile_claim(&self, claim: NodeClaim) -> Result<Requeue, ReconcileError> {
+        let name = claim.name_any();
+        let name = name.as_str();
         if claim.metadata.deletion_timestamp.is_some() {
             return Ok(None);
         }
@@ -262,8 +270,10 @@ impl NodeClaimDisruption {
         let (claims, claim_events) = self.state.controller_source::<NodeClaim>();
         let (_, pool_events) = self.state.controller_source::<NodePool>();
         let pool_claims = claims.clone();
-        Controller::for_stream(claim_events, claims)
-            .watches_stream(pool_events, move |pool: NodePool| {
+        // Only a pool's spec and annotations bear on its claims' conditions: its status writes (the counter's,
+        // on every NodeClaim event) must not re-evaluate every claim of the pool.
+        Controller::for_shared_stream(claim_events, claims)
+            .watches_shared_stream(crate::nodepool::spec_changes(pool_events), move |pool: Arc<NodePool>| {
                 let name = pool.name_any();
                 pool_claims
                     .state()
@@ -275,7 +285,7 @@ impl NodeClaimDisruption {
             .graceful_shutdown_on(shutdown.cancelled_owned())
             .run(
                 |claim: Arc<NodeClaim>, ctx: Arc<Self>| async move {
-                    Ok::<_, ReconcileError>(to_action(ctx.reconcile_once(&claim.name_any()).await?))
+                    Ok::<_, ReconcileError>(to_action(ctx.reconcile_claim(NodeClaim::clone(&claim)).await?))
                 },
                 error_policy,
                 self.clone(),

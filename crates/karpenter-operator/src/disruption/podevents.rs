@@ -145,10 +145,10 @@ impl PodEvents {
                 next = changes.recv() => next,
             };
             match next {
-                Some(PodChange::Listed(pod)) => self.prime([&pod]),
+                Some(PodChange::Listed(pod)) => self.prime([pod.as_ref()]),
                 Some(PodChange::Applied(pod)) => {
                     if let Err(e) = self.observe(&pod).await {
-                        tracing::warn!(controller = CONTROLLER, Pod = %object_key(&pod), error = %e,
+                        tracing::warn!(controller = CONTROLLER, Pod = %object_key(pod.as_ref()), error = %e,
                             "recording the last pod event time failed");
                     }
                 }

@@ -77,26 +77,31 @@ fn claim_capacity(claim: &NodeClaim) -> BTreeMap<String, String> {
         .unwrap_or_default()
 }
 
-/// The usage of pool `pool` in `claims` and `nodes` (see the module docs).
-pub fn usage(pool: &str, claims: &[NodeClaim], nodes: &[Node]) -> Usage {
+/// The usage of pool `pool` in `claims` and `nodes` (see the module docs). Linear: runs on every NodeClaim and
+/// Node event, so a claim finds its Node through a providerID index, not a scan of every node.
+pub fn usage<'a>(
+    pool: &str,
+    claims: impl IntoIterator<Item = &'a NodeClaim>,
+    nodes: impl IntoIterator<Item = &'a Node>,
+) -> Usage {
     let in_pool = |l: &BTreeMap<String, String>| l.get(labels::NODE_POOL).map(String::as_str) == Some(pool);
-    let provider_id = |n: &Node| n.spec.as_ref().and_then(|s| s.provider_id.clone()).filter(|p| !p.is_empty());
+    let provider_id = |n: &'a Node| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()).filter(|p| !p.is_empty());
+    let nodes: Vec<&Node> = nodes.into_iter().collect();
+    let by_provider_id: BTreeMap<&str, &Node> = nodes.iter().filter_map(|n| Some((provider_id(n)?, *n))).collect();
     let mut out = Usage::default();
     let mut seen_provider_ids = BTreeSet::new();
-    for claim in claims.iter().filter(|c| in_pool(c.labels())) {
+    for claim in claims.into_iter().filter(|c| in_pool(c.labels())) {
         out.nodes += 1;
-        let node = claim
-            .provider_id()
-            .filter(|p| !p.is_empty())
-            .and_then(|p| nodes.iter().find(|n| provider_id(n).as_deref() == Some(p)));
-        if let Some(p) = claim.provider_id().filter(|p| !p.is_empty()) {
-            seen_provider_ids.insert(p.to_owned());
+        let claim_provider_id = claim.provider_id().filter(|p| !p.is_empty());
+        let node = claim_provider_id.and_then(|p| by_provider_id.get(p));
+        if let Some(p) = claim_provider_id {
+            seen_provider_ids.insert(p);
         }
-        let capacity = node.map(node_capacity).filter(|c| !c.is_empty()).unwrap_or_else(|| claim_capacity(claim));
+        let capacity = node.map(|n| node_capacity(n)).filter(|c| !c.is_empty()).unwrap_or_else(|| claim_capacity(claim));
         add_capacity(&mut out.resources, &claim.name_any(), &capacity);
     }
-    for node in nodes.iter().filter(|n| in_pool(n.labels())) {
-        if provider_id(node).is_some_and(|p| seen_provider_ids.contains(&p)) {
+    for node in nodes.into_iter().filter(|n| in_pool(n.labels())) {
+        if provider_id(node).is_some_and(|p| seen_provider_ids.contains(p)) {
             continue;
         }
         out.nodes += 1;
@@ -168,7 +173,7 @@ impl Counter {
         if !self.state.kind_synced::<NodePool>() {
             return;
         }
-        let live: BTreeSet<String> = self.state.list::<NodePool>().iter().map(ResourceExt::name_any).collect();
+        let live: BTreeSet<String> = self.state.list_shared::<NodePool>().iter().map(|p| p.name_any()).collect();
         let gone: Vec<String> = {
             let published = self.published.lock().unwrap_or_else(PoisonError::into_inner);
             published.keys().filter(|p| !live.contains(*p)).cloned().collect()
@@ -181,21 +186,34 @@ impl Counter {
     /// Recounts the NodePool `name`, writes its status when it changed and refreshes its metrics (removed when the
     /// pool is gone).
     pub async fn reconcile(&self, name: &str) -> Result<Requeue, ReconcileError> {
+        let api: Api<NodePool> = Api::all(self.client.clone());
+        match api.get_opt(name).await? {
+            Some(pool) => self.reconcile_pool(&pool).await,
+            None => {
+                self.prune();
+                self.publish(name, None, None);
+                Ok(None)
+            }
+        }
+    }
+
+    /// [`Self::reconcile`] on a pool already read (the run loop's: the cluster state's copy). The written pool is
+    /// recorded in the state, so the next recount does not write from a stale resourceVersion.
+    pub async fn reconcile_pool(&self, pool: &NodePool) -> Result<Requeue, ReconcileError> {
         self.prune();
         let api: Api<NodePool> = Api::all(self.client.clone());
-        let Some(pool) = api.get_opt(name).await? else {
-            self.publish(name, None, None);
-            return Ok(None);
-        };
+        let name = pool.name_any();
+        let name = name.as_str();
         if !(self.state.kind_synced::<NodeClaim>() && self.state.kind_synced::<Node>()) {
             return Ok(Some(WAIT_FOR_STATE));
         }
-        let usage = usage(name, &self.state.list::<NodeClaim>(), &self.state.list::<Node>());
+        let (claims, nodes) = (self.state.list_shared::<NodeClaim>(), self.state.list_shared::<Node>());
+        let usage = usage(name, claims.iter().map(AsRef::as_ref), nodes.iter().map(AsRef::as_ref));
         let limits: BTreeMap<String, String> =
             pool.spec.limits.iter().map(|(k, v)| (k.clone(), v.as_str().to_owned())).collect();
         self.publish(name, Some(&usage), Some(&limits));
 
-        let status = super::status_of(&pool);
+        let status = super::status_of(pool);
         let resources: BTreeMap<String, String> =
             usage.resources.iter().map(|(k, q)| (k.to_string(), q.to_string())).collect();
         let stored: BTreeMap<String, String> =
@@ -205,17 +223,18 @@ impl Counter {
         }
         let mut patch: serde_json::Map<String, Value> = stored.keys().map(|k| (k.clone(), Value::Null)).collect();
         patch.extend(resources.into_iter().map(|(k, v)| (k, Value::String(v))));
-        patch_pool_status(&api, &pool, json!({"resources": patch, "nodes": usage.nodes})).await?;
+        let written = patch_pool_status(&api, pool, json!({"resources": patch, "nodes": usage.nodes})).await?;
+        self.state.apply(written);
         tracing::debug!(controller = CONTROLLER, NodePool = %name, nodes = usage.nodes, "nodepool usage updated");
         Ok(Some(RESYNC))
     }
 
-    /// Watches NodePools, NodeClaims and Nodes until `shutdown`.
+    /// Follows the state's NodePools, NodeClaims and Nodes until `shutdown`.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        let client = self.client.clone();
+        let state = self.state.clone();
         let watches = Watches { node_claims: true, nodes: true };
-        run_pool_controller(&client, self, watches, shutdown, |pool: Arc<NodePool>, ctx: Arc<Self>| async move {
-            Ok::<Action, ReconcileError>(to_action(ctx.reconcile(&pool.name_any()).await?))
+        run_pool_controller(&state, self, watches, shutdown, |pool: Arc<NodePool>, ctx: Arc<Self>| async move {
+            Ok::<Action, ReconcileError>(to_action(ctx.reconcile_pool(&pool).await?))
         })
         .await;
     }

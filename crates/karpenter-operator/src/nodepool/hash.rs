@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Watches, run_pool_controller};
 use crate::kube_util::{ReconcileError, Requeue};
+use crate::state::ClusterState;
 use crate::termination::to_action;
 
 /// The controller name in logs.
@@ -87,17 +88,25 @@ impl HashController {
     pub async fn reconcile(&self, name: &str) -> Result<Requeue, ReconcileError> {
         let api: Api<NodePool> = Api::all(self.client.clone());
         let Some(pool) = api.get_opt(name).await? else { return Ok(None) };
+        self.reconcile_pool(&pool).await
+    }
+
+    /// [`Self::reconcile`] on a pool already read (the run loop's: the cluster state's copy).
+    pub async fn reconcile_pool(&self, pool: &NodePool) -> Result<Requeue, ReconcileError> {
+        let api: Api<NodePool> = Api::all(self.client.clone());
+        let name = pool.name_any();
+        let name = name.as_str();
         if pool.metadata.deletion_timestamp.is_some() {
             return Ok(None);
         }
-        let hash = node_pool_hash(&pool);
-        let rewritten = self.propagate(&pool, &hash).await?;
+        let hash = node_pool_hash(pool);
+        let rewritten = self.propagate(pool, &hash).await?;
         if !rewritten.is_empty() {
             tracing::info!(controller = CONTROLLER, NodePool = %name, nodeclaims = rewritten.len(),
                 version = NODE_POOL_HASH_VERSION, "rewrote nodeclaim hash annotations to the current hash version");
         }
         let current =
-            (annotation(&pool, annotations::NODE_POOL_HASH), annotation(&pool, annotations::NODE_POOL_HASH_VERSION));
+            (annotation(pool, annotations::NODE_POOL_HASH), annotation(pool, annotations::NODE_POOL_HASH_VERSION));
         if current != (Some(hash.as_str()), Some(NODE_POOL_HASH_VERSION)) {
             let patch = json!({"metadata": {
                 "resourceVersion": pool.resource_version(),
@@ -111,16 +120,15 @@ impl HashController {
         Ok(None)
     }
 
-    /// Watches NodePools until `shutdown`.
-    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        let client = self.client.clone();
+    /// Follows the state's NodePools until `shutdown`.
+    pub async fn run(self: Arc<Self>, state: ClusterState, shutdown: CancellationToken) {
         run_pool_controller(
-            &client,
+            &state,
             self,
             Watches::default(),
             shutdown,
             |pool: Arc<NodePool>, ctx: Arc<Self>| async move {
-                Ok::<Action, ReconcileError>(to_action(ctx.reconcile(&pool.name_any()).await?))
+                Ok::<Action, ReconcileError>(to_action(ctx.reconcile_pool(&pool).await?))
             },
         )
         .await;

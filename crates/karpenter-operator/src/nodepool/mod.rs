@@ -32,11 +32,12 @@ pub mod validation;
 #[cfg(test)]
 mod tests;
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use karpenter_api::NodePool;
 use karpenter_api::condition::{Condition, ConditionStatus};
 use karpenter_api::labels;
@@ -45,12 +46,12 @@ use karpenter_api::nodepool::NodePoolStatus;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
-use kube::{Client, ResourceExt};
+use kube::ResourceExt;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::kube_util::ReconcileError;
+use crate::state::ClusterState;
 use crate::termination::error_policy;
 
 pub use counter::Counter;
@@ -130,7 +131,7 @@ pub(crate) fn status_of(pool: &NodePool) -> NodePoolStatus {
     pool.status.clone().unwrap_or_default()
 }
 
-/// Which related objects wake a NodePool controller up, besides its NodePools.
+/// Which related objects wake a NodePool controller up, besides changes to its NodePools' spec or annotations.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Watches {
     /// NodeClaims, mapped to their pool by the `karpenter.sh/nodepool` label.
@@ -141,8 +142,13 @@ pub(crate) struct Watches {
 
 /// Runs a NodePool controller on kube-runtime until `shutdown`: `reconcile` per NodePool, errors retried by
 /// [`error_policy`] (at once after a conflict, else in 5 s).
+///
+/// Everything comes from the cluster state's one watch per kind ([`ClusterState::controller_source`]), and the
+/// pool handed to `reconcile` is the state's copy: no controller opens a watch or reads the API server per event.
+/// A NodePool wakes the controllers only when its spec, annotations or deletion change (its generation): every
+/// status write of one of them (the counter's on each NodeClaim event) would otherwise wake all the others.
 pub(crate) async fn run_pool_controller<C, R, Fut>(
-    client: &Client,
+    state: &ClusterState,
     ctx: Arc<C>,
     watches: Watches,
     shutdown: CancellationToken,
@@ -152,23 +158,45 @@ pub(crate) async fn run_pool_controller<C, R, Fut>(
     R: FnMut(Arc<NodePool>, Arc<C>) -> Fut + Send + 'static,
     Fut: Future<Output = Result<Action, ReconcileError>> + Send + 'static,
 {
-    let mut controller = Controller::new(Api::<NodePool>::all(client.clone()), watcher::Config::default());
+    let (pools, pool_events) = state.controller_source::<NodePool>();
+    let mut controller = Controller::for_shared_stream(spec_changes(pool_events), pools);
     if watches.node_claims {
-        controller =
-            controller.watches(Api::<karpenter_api::NodeClaim>::all(client.clone()), watcher::Config::default(), |c| {
-                c.labels().get(labels::NODE_POOL).map(|p| ObjectRef::new(p))
-            });
+        let (_, claim_events) = state.controller_source::<karpenter_api::NodeClaim>();
+        controller = controller.watches_shared_stream(claim_events, |c: Arc<karpenter_api::NodeClaim>| {
+            c.labels().get(labels::NODE_POOL).map(|p| ObjectRef::new(p))
+        });
     }
     if watches.nodes {
-        controller = controller.watches(
-            Api::<k8s_openapi::api::core::v1::Node>::all(client.clone()),
-            watcher::Config::default(),
-            |n| n.labels().get(labels::NODE_POOL).map(|p| ObjectRef::new(p)),
-        );
+        let (_, node_events) = state.controller_source::<k8s_openapi::api::core::v1::Node>();
+        controller = controller.watches_shared_stream(node_events, |n: Arc<k8s_openapi::api::core::v1::Node>| {
+            n.labels().get(labels::NODE_POOL).map(|p| ObjectRef::new(p))
+        });
     }
     controller
         .graceful_shutdown_on(shutdown.cancelled_owned())
         .run(reconcile, error_policy, ctx)
         .for_each(|_| async {})
         .await;
+}
+
+/// What of a NodePool its controllers act on: the spec (its generation), the annotations (the drift hash) and
+/// the deletion mark. Status writes change none of them.
+fn spec_key(pool: &NodePool) -> (Option<i64>, BTreeMap<String, String>, bool) {
+    (pool.metadata.generation, pool.annotations().clone(), pool.metadata.deletion_timestamp.is_some())
+}
+
+/// `events` without the NodePool events that change nothing but the status (see [`spec_key`]). The first event
+/// of each pool passes.
+pub(crate) fn spec_changes(
+    events: impl Stream<Item = Arc<NodePool>> + Send + 'static,
+) -> impl Stream<Item = Arc<NodePool>> + Send + 'static {
+    let mut seen: BTreeMap<String, (Option<i64>, BTreeMap<String, String>, bool)> = BTreeMap::new();
+    events.filter(move |pool| {
+        let key = spec_key(pool);
+        let changed = seen.get(&pool.name_any()) != Some(&key);
+        if changed {
+            seen.insert(pool.name_any(), key);
+        }
+        std::future::ready(changed)
+    })
 }

@@ -22,9 +22,8 @@ use karpenter_api::condition::ConditionStatus;
 use karpenter_api::nodeclaim::conditions as cond;
 use karpenter_api::{NodeClaim, NodePool};
 use karpenter_cloudprovider::Clock;
-use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::Action;
-use kube::runtime::watcher;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -32,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 use super::nodeclass::{NodeClassResolver, NodeClassState};
 use super::{Watches, patch_pool_status, run_pool_controller, set_pool_condition};
 use crate::kube_util::{ReconcileError, Requeue};
+use crate::state::ClusterState;
 use crate::termination::to_action;
 
 /// The controller name in logs.
@@ -168,6 +168,14 @@ impl RegistrationHealth {
             self.tracker.reset(name);
             return Ok(None);
         };
+        self.reconcile_pool(&pool).await
+    }
+
+    /// [`Self::reconcile`] on a pool already read (the run loop's: the cluster state's copy).
+    pub async fn reconcile_pool(&self, pool: &NodePool) -> Result<Requeue, ReconcileError> {
+        let api: Api<NodePool> = Api::all(self.client.clone());
+        let name = pool.name_any();
+        let name = name.as_str();
         let class_generation = match self.resolver.fetch(&self.client, &pool.spec.template.spec.node_class_ref).await? {
             Some(NodeClassState::Present { generation, .. }) => generation,
             // Readiness reports a missing or unreadable class; there is nothing to judge registration against.
@@ -175,7 +183,7 @@ impl RegistrationHealth {
         };
         let now = self.clock.now();
         let generation = pool.metadata.generation;
-        let mut status = super::status_of(&pool);
+        let mut status = super::status_of(pool);
         let observed = status.conditions.iter().find(|c| c.type_ == cond::NODE_REGISTRATION_HEALTHY);
         let stale = observed.is_none_or(|c| c.observed_generation != generation)
             || status.node_class_observed_generation != class_generation;
@@ -207,13 +215,13 @@ impl RegistrationHealth {
                 generation,
             );
         }
-        let before = super::status_of(&pool);
+        let before = super::status_of(pool);
         if status.conditions != before.conditions
             || status.node_class_observed_generation != before.node_class_observed_generation
         {
             patch_pool_status(
                 &api,
-                &pool,
+                pool,
                 json!({"conditions": status.conditions, "nodeClassObservedGeneration": status.node_class_observed_generation}),
             )
             .await?;
@@ -240,39 +248,33 @@ impl RegistrationHealth {
         }
     }
 
-    /// Feeds the tracker from a NodeClaim watch until `shutdown` (see the module docs).
-    pub async fn observe_claims(&self, shutdown: CancellationToken) {
-        let api: Api<NodeClaim> = Api::all(self.client.clone());
-        let mut stream = watcher(api, watcher::Config::default()).default_backoff().boxed();
+    /// Feeds the tracker from the state's NodeClaims until `shutdown` (see the module docs). A claim the
+    /// state's reflector store no longer holds was deleted.
+    pub async fn observe_claims(&self, state: &ClusterState, shutdown: CancellationToken) {
+        let (store, mut claims) = state.controller_source::<NodeClaim>();
         loop {
             let next = tokio::select! {
                 () = shutdown.cancelled() => return,
-                next = stream.next() => next,
+                next = claims.next() => next,
             };
-            match next {
-                Some(Ok(watcher::Event::Apply(c) | watcher::Event::InitApply(c))) => self.observed(&c, false).await,
-                Some(Ok(watcher::Event::Delete(c))) => self.observed(&c, true).await,
-                Some(Ok(_)) => {}
-                Some(Err(error)) => {
-                    tracing::warn!(controller = CONTROLLER, %error, "nodeclaim watch failed, re-listing")
-                }
-                None => return,
-            }
+            let Some(claim) = next else { return };
+            let gone = store.get(&ObjectRef::from_obj(claim.as_ref())).is_none();
+            self.observed(&claim, gone).await;
         }
     }
 
-    /// Watches NodePools and their NodeClaims (which produce the outcomes: [`RegistrationHealth::observe_claims`])
-    /// until `shutdown`.
-    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+    /// Follows the state's NodePools and their NodeClaims (which produce the outcomes:
+    /// [`RegistrationHealth::observe_claims`], which also writes a pool's verdict when it changes) until
+    /// `shutdown`.
+    pub async fn run(self: Arc<Self>, state: ClusterState, shutdown: CancellationToken) {
         let observer = {
             let this = self.clone();
             let shutdown = shutdown.clone();
-            tokio::spawn(async move { this.observe_claims(shutdown).await })
+            let state = state.clone();
+            tokio::spawn(async move { this.observe_claims(&state, shutdown).await })
         };
-        let client = self.client.clone();
-        let watches = Watches { node_claims: true, nodes: false };
-        run_pool_controller(&client, self, watches, shutdown, |pool: Arc<NodePool>, ctx: Arc<Self>| async move {
-            Ok::<Action, ReconcileError>(to_action(ctx.reconcile(&pool.name_any()).await?))
+        run_pool_controller(&state, self, Watches::default(), shutdown, |pool: Arc<NodePool>, ctx: Arc<Self>| async move {
+            Ok::<Action, ReconcileError>(to_action(ctx.reconcile_pool(&pool).await?))
         })
         .await;
         observer.abort();

@@ -185,11 +185,15 @@ impl StaticProvisioning {
         }
     }
 
-    /// Watches NodePools and NodeClaims until `shutdown`.
+    /// Follows the state's NodePools and NodeClaims until `shutdown`. Dynamic pools (no `spec.replicas` in the
+    /// state's copy) cost nothing: only a static pool is read fresh and counted.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        let client = self.client.clone();
+        let state = self.state.clone();
         let watches = Watches { node_claims: true, nodes: false };
-        run_pool_controller(&client, self, watches, shutdown, |pool: Arc<NodePool>, ctx: Arc<Self>| async move {
+        run_pool_controller(&state, self, watches, shutdown, |pool: Arc<NodePool>, ctx: Arc<Self>| async move {
+            if pool.spec.replicas.is_none() {
+                return Ok(Action::await_change());
+            }
             Ok::<Action, ReconcileError>(to_action(ctx.reconcile(&pool.name_any()).await?))
         })
         .await;
@@ -272,11 +276,15 @@ impl StaticDeprovisioning {
         Ok(if self.enabled { Some(RESYNC) } else { None })
     }
 
-    /// Watches NodePools and NodeClaims until `shutdown`.
+    /// Follows the state's NodePools and NodeClaims until `shutdown`; dynamic pools cost nothing (see
+    /// [`StaticProvisioning::run`]).
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        let client = self.client.clone();
+        let state = self.state.clone();
         let watches = Watches { node_claims: true, nodes: false };
-        run_pool_controller(&client, self, watches, shutdown, |pool: Arc<NodePool>, ctx: Arc<Self>| async move {
+        run_pool_controller(&state, self, watches, shutdown, |pool: Arc<NodePool>, ctx: Arc<Self>| async move {
+            if pool.spec.replicas.is_none() {
+                return Ok(Action::await_change());
+            }
             Ok::<Action, ReconcileError>(to_action(ctx.reconcile(&pool.name_any()).await?))
         })
         .await;

@@ -53,6 +53,16 @@ fn fx() -> Fx {
 }
 
 impl Fx {
+    /// A cluster state fed by watches of the API server (what the run loops follow), until `shutdown`.
+    fn watched_state(&self, shutdown: &CancellationToken) -> ClusterState {
+        let state = ClusterState::new(Arc::new(self.clock.clone()), Duration::from_secs(20));
+        tokio::spawn({
+            let (state, client, shutdown) = (state.clone(), self.client.clone(), shutdown.clone());
+            async move { state.run_watchers(client, shutdown).await }
+        });
+        state
+    }
+
     fn pools(&self) -> Api<NodePool> {
         Api::all(self.client.clone())
     }
@@ -716,14 +726,13 @@ async fn run_loops_make_a_new_pool_ready_and_count_it() {
     let f = fx();
     let shutdown = CancellationToken::new();
     let clock: Arc<dyn karpenter_cloudprovider::Clock> = Arc::new(f.clock.clone());
+    let state = f.watched_state(&shutdown);
     let tasks = vec![
         tokio::spawn(Arc::new(KwokNodeClassStatus::new(f.client.clone(), clock.clone())).run(shutdown.clone())),
         tokio::spawn(Arc::new(f.readiness()).run(shutdown.clone())),
-        tokio::spawn(Arc::new(f.validation()).run(shutdown.clone())),
-        tokio::spawn(Arc::new(HashController::new(f.client.clone())).run(shutdown.clone())),
-        tokio::spawn(
-            Arc::new(Counter::new(f.client.clone(), f.state.clone(), f.metrics.clone())).run(shutdown.clone()),
-        ),
+        tokio::spawn(Arc::new(f.validation()).run(state.clone(), shutdown.clone())),
+        tokio::spawn(Arc::new(HashController::new(f.client.clone())).run(state.clone(), shutdown.clone())),
+        tokio::spawn(Arc::new(Counter::new(f.client.clone(), state.clone(), f.metrics.clone())).run(shutdown.clone())),
         tokio::spawn(
             Arc::new(RegistrationHealth::new(
                 f.client.clone(),
@@ -731,7 +740,7 @@ async fn run_loops_make_a_new_pool_ready_and_count_it() {
                 NodeClassResolver::default(),
                 clock.clone(),
             ))
-            .run(shutdown.clone()),
+            .run(state.clone(), shutdown.clone()),
         ),
     ];
     f.pool(NodePoolOptions { name: Some("default".into()), ..Default::default() }).await;
@@ -778,9 +787,9 @@ async fn run_loops_make_a_new_pool_ready_and_count_it() {
 async fn static_run_loops_follow_kubectl_scale() {
     let f = fx();
     let shutdown = CancellationToken::new();
-    let up =
-        StaticProvisioning::new(f.client.clone(), f.state.clone(), f.cloud.labels().clone(), f.metrics.clone(), true);
-    let down = StaticDeprovisioning::new(f.client.clone(), f.state.clone(), true);
+    let state = f.watched_state(&shutdown);
+    let up = StaticProvisioning::new(f.client.clone(), state.clone(), f.cloud.labels().clone(), f.metrics.clone(), true);
+    let down = StaticDeprovisioning::new(f.client.clone(), state, true);
     let tasks = [tokio::spawn(Arc::new(up).run(shutdown.clone())), tokio::spawn(Arc::new(down).run(shutdown.clone()))];
     f.ready_pool(NodePoolOptions { name: Some("fixed".into()), replicas: Some(2), ..Default::default() }).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);

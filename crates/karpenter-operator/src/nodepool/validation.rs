@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Watches, recompute_ready, run_pool_controller, set_pool_condition, write_pool_conditions};
 use crate::kube_util::{ReconcileError, Requeue};
+use crate::state::ClusterState;
 use crate::termination::to_action;
 
 /// The controller name in logs.
@@ -46,6 +47,13 @@ impl Validation {
     pub async fn reconcile(&self, name: &str) -> Result<Requeue, ReconcileError> {
         let api: Api<NodePool> = Api::all(self.client.clone());
         let Some(pool) = api.get_opt(name).await? else { return Ok(None) };
+        self.reconcile_pool(&pool).await
+    }
+
+    /// [`Self::reconcile`] on a pool already read (the run loop's: the cluster state's copy).
+    pub async fn reconcile_pool(&self, pool: &NodePool) -> Result<Requeue, ReconcileError> {
+        let api: Api<NodePool> = Api::all(self.client.clone());
+        let name = pool.name_any();
         let violations = pool.validate(&self.context);
         let (status, reason, message) = if violations.is_empty() {
             (ConditionStatus::True, cond::VALIDATION_SUCCEEDED, String::new())
@@ -58,22 +66,21 @@ impl Validation {
         let mut conditions = pool.conditions().to_vec();
         set_pool_condition(&mut conditions, cond::VALIDATION_SUCCEEDED, status, reason, &message, now, generation);
         recompute_ready(&mut conditions, now, generation);
-        if write_pool_conditions(&api, &pool, conditions).await?.is_some() && status == ConditionStatus::False {
+        if write_pool_conditions(&api, pool, conditions).await?.is_some() && status == ConditionStatus::False {
             tracing::error!(controller = CONTROLLER, NodePool = %name, error = %message, "nodepool failed validation");
         }
         Ok(None)
     }
 
-    /// Watches NodePools until `shutdown`.
-    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        let client = self.client.clone();
+    /// Follows the state's NodePools until `shutdown`.
+    pub async fn run(self: Arc<Self>, state: ClusterState, shutdown: CancellationToken) {
         run_pool_controller(
-            &client,
+            &state,
             self,
             Watches::default(),
             shutdown,
             |pool: Arc<NodePool>, ctx: Arc<Self>| async move {
-                Ok::<Action, ReconcileError>(to_action(ctx.reconcile(&pool.name_any()).await?))
+                Ok::<Action, ReconcileError>(to_action(ctx.reconcile_pool(&pool).await?))
             },
         )
         .await;
