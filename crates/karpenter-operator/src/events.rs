@@ -196,8 +196,20 @@ impl Event {
 }
 
 type DedupeKey = (String, Vec<String>, Vec<String>);
-/// When each key was last published, with its timeout.
-type SeenCache = Arc<Mutex<BTreeMap<DedupeKey, (DateTime<Utc>, Duration)>>>;
+/// When each key was last published, with its timeout; and when expired keys were last dropped.
+#[derive(Debug, Default)]
+struct Seen {
+    published: BTreeMap<DedupeKey, (DateTime<Utc>, Duration)>,
+    pruned_at: Option<DateTime<Utc>>,
+}
+type SeenCache = Arc<Mutex<Seen>>;
+/// How often the dedupe cache drops expired keys: a full pass, so not on every event (a scale-out publishes one
+/// per pod); an expired key still present counts as absent.
+const PRUNE_INTERVAL: Duration = Duration::from_secs(10);
+
+fn unexpired(now: DateTime<Utc>, (at, timeout): &(DateTime<Utc>, Duration)) -> bool {
+    chrono::Duration::from_std(*timeout).is_ok_and(|timeout| now.signed_duration_since(*at) < timeout)
+}
 
 /// Publishes events; shared by all controllers (`Clone` shares the dedupe cache).
 #[derive(Clone)]
@@ -240,19 +252,23 @@ impl Recorder {
     /// Whether `event` is a duplicate now; if not, records it as published now. Also forgets expired entries.
     fn admit(&self, event: &Event, now: DateTime<Utc>) -> bool {
         let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
-        seen.retain(|_, (at, timeout)| {
-            chrono::Duration::from_std(*timeout).is_ok_and(|timeout| now.signed_duration_since(*at) < timeout)
+        let prune_due = seen.pruned_at.is_none_or(|at| {
+            chrono::Duration::from_std(PRUNE_INTERVAL).is_ok_and(|every| now.signed_duration_since(at) >= every)
         });
+        if prune_due {
+            seen.published.retain(|_, entry| unexpired(now, entry));
+            seen.pruned_at = Some(now);
+        }
         let key = event.dedupe_key();
-        if seen.contains_key(&key) {
+        if seen.published.get(&key).is_some_and(|entry| unexpired(now, entry)) {
             return false;
         }
-        seen.insert(key, (now, event.dedupe_timeout.unwrap_or(DEDUPE_TIMEOUT)));
+        seen.published.insert(key, (now, event.dedupe_timeout.unwrap_or(DEDUPE_TIMEOUT)));
         true
     }
 
     fn forget(&self, event: &Event) {
-        self.seen.lock().unwrap_or_else(PoisonError::into_inner).remove(&event.dedupe_key());
+        self.seen.lock().unwrap_or_else(PoisonError::into_inner).published.remove(&event.dedupe_key());
     }
 
     /// Posts `event` unless it is a duplicate. Returns whether it was posted. On an API error the event is not

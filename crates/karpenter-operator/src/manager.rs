@@ -469,8 +469,10 @@ fn controllers(parts: &LeaderParts, leader: &CancellationToken) -> Controllers {
     ));
     list.push(("nodeclaim.lifecycle".into(), Box::pin(crate::lifecycle::run(lifecycle, leader.clone()))));
 
-    let termination =
-        Arc::new(Termination::new(client.clone(), cloud.clone(), recorder.clone(), metrics.clone(), clock.clone()));
+    let termination = Arc::new(
+        Termination::new(client.clone(), cloud.clone(), recorder.clone(), metrics.clone(), clock.clone())
+            .with_state(state.clone()),
+    );
     list.push(("node.termination".into(), Box::pin(termination.run(state.clone(), leader.clone()))));
 
     let expiration = Arc::new(Expiration::new(client.clone(), metrics.clone(), clock.clone()));

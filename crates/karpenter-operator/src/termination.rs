@@ -239,6 +239,8 @@ pub struct Termination {
     recorder: Recorder,
     metrics: Arc<Metrics>,
     clock: Arc<dyn Clock>,
+    /// Where a deleting Node finds its NodeClaims (`None`: a LIST of every NodeClaim per reconcile).
+    state: Option<ClusterState>,
 }
 
 impl std::fmt::Debug for Termination {
@@ -256,7 +258,7 @@ impl Termination {
         metrics: Arc<Metrics>,
         clock: Arc<dyn Clock>,
     ) -> Self {
-        Self { client, cloud, recorder, metrics, clock }
+        Self { client, cloud, recorder, metrics, clock, state: None }
     }
 
     fn claims(&self) -> Api<NodeClaim> {
@@ -271,8 +273,18 @@ impl Termination {
         self.recorder.publish_detached(event);
     }
 
+    /// Finds a deleting Node's NodeClaims in `state` instead of listing every NodeClaim from the API server on
+    /// each reconcile (a scale-in drains hundreds of nodes at once). A claim's providerID never changes once set.
+    pub fn with_state(mut self, state: ClusterState) -> Self {
+        self.state = Some(state);
+        self
+    }
+
     /// The NodeClaims whose `status.providerID` is `provider_id`.
     async fn claims_with_provider_id(&self, provider_id: &str) -> Result<Vec<NodeClaim>, kube::Error> {
+        if let Some(state) = self.state.as_ref().filter(|s| s.kind_synced::<NodeClaim>()) {
+            return Ok(state.node_claims_by_provider_id(provider_id));
+        }
         let mut claims = self.claims().list(&ListParams::default()).await?.items;
         claims.retain(|c| c.provider_id() == Some(provider_id));
         Ok(claims)

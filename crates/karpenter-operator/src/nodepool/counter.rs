@@ -34,6 +34,8 @@ use crate::termination::to_action;
 pub const CONTROLLER: &str = "nodepool.counter";
 /// How long the counter waits for the state to be listed.
 pub const WAIT_FOR_STATE: Duration = Duration::from_secs(1);
+/// Triggers within this window make one recount.
+pub const DEBOUNCE: Duration = Duration::from_secs(1);
 /// Periodic recount: the state's watchers and the run loop's are separate streams, so a recount triggered by an
 /// event may read the state just before it sees that event.
 pub const RESYNC: Duration = Duration::from_secs(30);
@@ -97,7 +99,8 @@ pub fn usage<'a>(
         if let Some(p) = claim_provider_id {
             seen_provider_ids.insert(p);
         }
-        let capacity = node.map(|n| node_capacity(n)).filter(|c| !c.is_empty()).unwrap_or_else(|| claim_capacity(claim));
+        let capacity =
+            node.map(|n| node_capacity(n)).filter(|c| !c.is_empty()).unwrap_or_else(|| claim_capacity(claim));
         add_capacity(&mut out.resources, &claim.name_any(), &capacity);
     }
     for node in nodes.into_iter().filter(|n| in_pool(n.labels())) {
@@ -232,7 +235,7 @@ impl Counter {
     /// Follows the state's NodePools, NodeClaims and Nodes until `shutdown`.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let state = self.state.clone();
-        let watches = Watches { node_claims: true, nodes: true };
+        let watches = Watches { node_claims: true, nodes: true, debounce: Some(DEBOUNCE) };
         run_pool_controller(&state, self, watches, shutdown, |pool: Arc<NodePool>, ctx: Arc<Self>| async move {
             Ok::<Action, ReconcileError>(to_action(ctx.reconcile_pool(&pool).await?))
         })

@@ -35,6 +35,7 @@ mod tests;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use futures::{Stream, StreamExt};
@@ -43,10 +44,10 @@ use karpenter_api::condition::{Condition, ConditionStatus};
 use karpenter_api::labels;
 use karpenter_api::nodeclaim::conditions as cond;
 use karpenter_api::nodepool::NodePoolStatus;
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
-use kube::ResourceExt;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -138,6 +139,9 @@ pub(crate) struct Watches {
     pub node_claims: bool,
     /// Nodes, mapped the same way.
     pub nodes: bool,
+    /// Wait this long after a trigger and merge the triggers that come meanwhile into one reconcile (a
+    /// scale-out changes hundreds of NodeClaims a second; a recount per change is wasted work).
+    pub debounce: Option<Duration>,
 }
 
 /// Runs a NodePool controller on kube-runtime until `shutdown`: `reconcile` per NodePool, errors retried by
@@ -171,6 +175,9 @@ pub(crate) async fn run_pool_controller<C, R, Fut>(
         controller = controller.watches_shared_stream(node_events, |n: Arc<k8s_openapi::api::core::v1::Node>| {
             n.labels().get(labels::NODE_POOL).map(|p| ObjectRef::new(p))
         });
+    }
+    if let Some(debounce) = watches.debounce {
+        controller = controller.with_config(kube::runtime::controller::Config::default().debounce(debounce));
     }
     controller
         .graceful_shutdown_on(shutdown.cancelled_owned())

@@ -273,9 +273,15 @@ impl RegistrationHealth {
             let state = state.clone();
             tokio::spawn(async move { this.observe_claims(&state, shutdown).await })
         };
-        run_pool_controller(&state, self, Watches::default(), shutdown, |pool: Arc<NodePool>, ctx: Arc<Self>| async move {
-            Ok::<Action, ReconcileError>(to_action(ctx.reconcile_pool(&pool).await?))
-        })
+        run_pool_controller(
+            &state,
+            self,
+            Watches::default(),
+            shutdown,
+            |pool: Arc<NodePool>, ctx: Arc<Self>| async move {
+                Ok::<Action, ReconcileError>(to_action(ctx.reconcile_pool(&pool).await?))
+            },
+        )
         .await;
         observer.abort();
     }

@@ -788,7 +788,8 @@ async fn static_run_loops_follow_kubectl_scale() {
     let f = fx();
     let shutdown = CancellationToken::new();
     let state = f.watched_state(&shutdown);
-    let up = StaticProvisioning::new(f.client.clone(), state.clone(), f.cloud.labels().clone(), f.metrics.clone(), true);
+    let up =
+        StaticProvisioning::new(f.client.clone(), state.clone(), f.cloud.labels().clone(), f.metrics.clone(), true);
     let down = StaticDeprovisioning::new(f.client.clone(), state, true);
     let tasks = [tokio::spawn(Arc::new(up).run(shutdown.clone())), tokio::spawn(Arc::new(down).run(shutdown.clone()))];
     f.ready_pool(NodePoolOptions { name: Some("fixed".into()), replicas: Some(2), ..Default::default() }).await;
@@ -810,4 +811,33 @@ async fn static_run_loops_follow_kubectl_scale() {
     for t in tasks {
         t.await.unwrap();
     }
+}
+
+#[tokio::test]
+async fn status_only_pool_changes_do_not_wake_the_pool_controllers() {
+    use futures::StreamExt;
+    let pool = |generation: i64, nodes: i64, hash: &str| {
+        let mut p = karpenter_testing::node_pool(NodePoolOptions { name: Some("p".into()), ..Default::default() });
+        p.metadata.generation = Some(generation);
+        p.metadata.annotations = Some([(annotations::NODE_POOL_HASH.to_owned(), hash.to_owned())].into());
+        p.status.get_or_insert_default().nodes = Some(nodes);
+        Arc::new(p)
+    };
+    let mut deleting = pool(2, 9, "b");
+    Arc::make_mut(&mut deleting).metadata.deletion_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+    let events = vec![
+        pool(1, 0, "a"), // first sight: passes
+        pool(1, 1, "a"), // the counter's status write: filtered
+        pool(1, 2, "a"), // again: filtered
+        pool(2, 2, "a"), // spec edit: passes
+        pool(2, 3, "b"), // the hash controller's annotation: passes
+        pool(2, 9, "b"), // status: filtered
+        deleting,        // deletion: passes
+    ];
+    let passed: Vec<(Option<i64>, Option<i64>)> = spec_changes(futures::stream::iter(events))
+        .map(|p| (p.metadata.generation, p.status.as_ref().and_then(|s| s.nodes)))
+        .collect()
+        .await;
+    assert_eq!(passed, vec![(Some(1), Some(0)), (Some(2), Some(2)), (Some(2), Some(3)), (Some(2), Some(9))]);
 }
