@@ -188,7 +188,9 @@ pub(crate) async fn run_pool_controller<C, R, Fut>(
 
 /// What of a NodePool its controllers act on: the spec (its generation), the annotations (the drift hash) and
 /// the deletion mark. Status writes change none of them.
-fn spec_key(pool: &NodePool) -> (Option<i64>, BTreeMap<String, String>, bool) {
+type SpecKey = (Option<i64>, BTreeMap<String, String>, bool);
+
+fn spec_key(pool: &NodePool) -> SpecKey {
     (pool.metadata.generation, pool.annotations().clone(), pool.metadata.deletion_timestamp.is_some())
 }
 
@@ -197,7 +199,7 @@ fn spec_key(pool: &NodePool) -> (Option<i64>, BTreeMap<String, String>, bool) {
 pub(crate) fn spec_changes(
     events: impl Stream<Item = Arc<NodePool>> + Send + 'static,
 ) -> impl Stream<Item = Arc<NodePool>> + Send + 'static {
-    let mut seen: BTreeMap<String, (Option<i64>, BTreeMap<String, String>, bool)> = BTreeMap::new();
+    let mut seen: BTreeMap<String, SpecKey> = BTreeMap::new();
     events.filter(move |pool| {
         let key = spec_key(pool);
         let changed = seen.get(&pool.name_any()) != Some(&key);
