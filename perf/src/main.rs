@@ -24,6 +24,7 @@ use kube::Client;
 use serde::Serialize;
 
 mod cluster;
+mod metrics;
 mod plane;
 mod sampler;
 
@@ -190,6 +191,8 @@ struct CaseReport {
     settled_rss_mib: Option<f64>,
     settle_secs: Option<u64>,
     cpu_seconds: f64,
+    /// The controller's own latency histograms at the end of the case (`None`: the scrape failed).
+    latency: Option<metrics::Latency>,
     phases: Vec<PhaseReport>,
     error: Option<String>,
 }
@@ -319,6 +322,10 @@ async fn run_case(case: Case, cli: &Cli, controller: &Path, dir: &Path, report: 
             poll: if report.pods > 10_000 { Duration::from_secs(10) } else { Duration::from_secs(2) },
         };
         phases(case, &run, report).await?;
+        match metrics::scrape(processes.metrics_port).await {
+            Ok(text) => report.latency = Some(metrics::Latency::from_exposition(&text)),
+            Err(e) => eprintln!("  reading the controller's /metrics failed: {e:#}"),
+        }
         report.end_rss_mib = sampler.read_now().map(|s| mib(s.rss_kib));
         let settle = cli.settle_secs.or((case == Case::Scale5k).then_some(120)).filter(|s| *s > 0);
         if let Some(secs) = settle {
@@ -572,6 +579,24 @@ fn print_report(r: &CaseReport) {
         println!("  RSS {secs} s after the last Node {}", opt(r.settled_rss_mib, "MiB"));
     }
     println!("  controller CPU               {:.1} s", r.cpu_seconds);
+    if let Some(latency) = &r.latency {
+        let show = |what: &str, s: &Option<metrics::Summary>| {
+            let le = |v: Option<f64>| v.map_or("beyond the last bucket".to_string(), |v| format!("<= {v} s"));
+            match s {
+                Some(s) if s.count > 0 => println!(
+                    "  {what:<28} p99 {}, max {}, mean {:.3} s ({} observed)",
+                    le(s.p99_le_s),
+                    le(s.max_le_s),
+                    s.mean_s,
+                    s.count
+                ),
+                _ => println!("  {what:<28} -"),
+            }
+        };
+        show("pod -> NodeClaim created", &latency.pod_to_nodeclaim);
+        show("provisioning pass", &latency.scheduling_pass);
+        show("disruption pass", &latency.disruption_pass);
+    }
     println!(
         "  {:<14} {:>8} {:>6} {:>10} {:>10} {:>8} {:>6}   upstream limit",
         "phase", "time s", "nodes", "peak MiB", "P95 MiB", "CPU-s", "cores"

@@ -75,6 +75,8 @@ pub struct Processes {
     controller: Child,
     kubelet: Child,
     controller_log: PathBuf,
+    /// The controller's `/metrics` port.
+    pub metrics_port: u16,
 }
 
 impl Processes {
@@ -102,7 +104,7 @@ impl Processes {
             kubelet.arg("--lease-renew-interval").arg(format!("{secs}s"));
         }
         let kubelet_child = spawn(kubelet, kubeconfig, &dir.join("kwok-kubelet.log"))?;
-        Ok(Self { controller: controller_child, kubelet: kubelet_child, controller_log })
+        Ok(Self { controller: controller_child, kubelet: kubelet_child, controller_log, metrics_port: metrics })
     }
 
     pub fn controller_pid(&self) -> u32 {
