@@ -27,3 +27,25 @@ pub fn manifest(data: &[u8]) {
         }
     }
 }
+
+/// Decodes arbitrary bytes as watched objects with and without [`crate::lean::Lean`]. Must never panic; where the
+/// full decode succeeds the lean one must too, and equal it but for `metadata.managedFields`.
+pub fn lean(data: &[u8]) {
+    fn check<K>(data: &[u8])
+    where
+        K: serde::de::DeserializeOwned + kube::Resource + PartialEq + std::fmt::Debug,
+    {
+        let lean = serde_json::from_slice::<crate::lean::Lean<K>>(data);
+        if let Ok(mut full) = serde_json::from_slice::<K>(data) {
+            full.meta_mut().managed_fields = None;
+            match lean {
+                Ok(lean) => assert_eq!(lean.0, full, "the lean decode differs from the full one"),
+                Err(e) => panic!("the full decode succeeded, the lean one failed: {e}"),
+            }
+        }
+    }
+    check::<k8s_openapi::api::core::v1::Pod>(data);
+    check::<k8s_openapi::api::core::v1::Node>(data);
+    check::<crate::NodeClaim>(data);
+    check::<crate::NodePool>(data);
+}

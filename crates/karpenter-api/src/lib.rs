@@ -17,6 +17,7 @@ pub mod fuzzing;
 pub mod hash;
 pub mod kwok;
 pub mod labels;
+pub mod lean;
 pub mod loader;
 pub mod nodeclaim;
 pub mod nodepool;

@@ -27,3 +27,20 @@ fn manifest_corpus_mixes_valid_and_malformed_seeds() {
     assert!(loaded.len() >= 20, "{} objects loaded", loaded.len());
     assert!(errors.len() >= 5, "{} load errors", errors.len());
 }
+
+/// The `lean` target's seeds: objects with and without `managedFields`, malformed ones, other kinds.
+#[test]
+fn lean_corpus_replays() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/lean");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+        .map(|entry| entry.expect("directory entry").path())
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    assert!(files.len() >= 10, "expected a seed corpus of at least 10 files, found {}", files.len());
+    for file in files {
+        let data = std::fs::read(&file).unwrap_or_else(|e| panic!("reading {}: {e}", file.display()));
+        karpenter_api::fuzzing::lean(&data);
+    }
+}

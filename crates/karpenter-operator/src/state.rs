@@ -58,6 +58,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::settings::CoreSettings;
 use crate::trim::trim;
+use karpenter_api::lean::Lean;
 
 /// Why provisioning was triggered.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -562,8 +563,10 @@ impl ClusterState {
         );
     }
 
-    /// Runs the watcher of one kind until `shutdown` is cancelled.
+    /// Runs the watcher of one kind (cluster-wide, through `api`'s client) until `shutdown` is cancelled. Objects
+    /// are decoded without their `managedFields` ([`Lean`]): the state would drop them anyway.
     pub async fn watch<K: Tracked>(&self, api: Api<K>, shutdown: CancellationToken) {
+        let api: Api<Lean<K>> = Api::all(api.into_client());
         let mut stream = watcher(api, watcher::Config::default()).default_backoff().boxed();
         loop {
             let next = tokio::select! {
@@ -571,7 +574,7 @@ impl ClusterState {
                 next = stream.next() => next,
             };
             match next {
-                Some(Ok(event)) => self.handle_event(event),
+                Some(Ok(event)) => self.handle_event(unwrap_lean(event)),
                 Some(Err(error)) => tracing::warn!(kind = K::KIND, %error, "watch failed, re-listing"),
                 None => return,
             }
@@ -789,6 +792,16 @@ impl ClusterState {
             claim.marked_for_deletion |= marked.contains(&claim.name);
         }
         Ok(Snapshot { cluster, rejected, ignored })
+    }
+}
+
+fn unwrap_lean<K>(event: watcher::Event<Lean<K>>) -> watcher::Event<K> {
+    match event {
+        watcher::Event::Apply(o) => watcher::Event::Apply(o.0),
+        watcher::Event::Delete(o) => watcher::Event::Delete(o.0),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(o) => watcher::Event::InitApply(o.0),
+        watcher::Event::InitDone => watcher::Event::InitDone,
     }
 }
 
