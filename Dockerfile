@@ -16,6 +16,7 @@ RUN apk add --no-cache musl-dev gcc make
 WORKDIR /src
 # Manifests first, so the dependency layer is reused while only our sources change.
 COPY Cargo.toml Cargo.lock ./
+COPY .cargo ./.cargo
 COPY crates ./crates
 COPY bins ./bins
 COPY benches ./benches
