@@ -30,10 +30,27 @@
 //! # }
 //! ```
 //!
+//! # Faults
+//!
+//! * **An apiserver restart**: [`RealPlane::restart_apiserver`], or [`RealPlane::stop_apiserver`] (gracefully or as
+//!   a crash, [`Stop`]) and [`RealPlane::start_apiserver`] with something done in between. etcd keeps the state;
+//!   the new watch cache starts at etcd's current revision, so a watch resuming from an older `resourceVersion`
+//!   gets `410 Gone`.
+//! * **A compacted etcd**: [`RealPlane::compact_etcd`] (a read from before the revision gets `410 Gone`).
+//! * **A network partition** between one client and the plane: [`RealPlane::link`] starts a [`Link`], a TCP relay
+//!   the client connects through (point its `cluster_url` at [`Link::url`]); [`Link::cut`] drops its connections
+//!   and refuses new ones while the plane runs on, [`Link::restore`] lets them through again.
+//! * **Throttling (429)**: the admin identities are in `system:masters`, which API Priority and Fairness exempts.
+//!   [`RealPlane::user_kubeconfig`] makes an identity APF can throttle (bind it to a role, then give it a
+//!   FlowSchema and a PriorityLevelConfiguration); [`RealPlane::apiserver_get`] reads the apiserver's `/metrics`
+//!   (e.g. `apiserver_flowcontrol_rejected_requests_total`) to see the throttling happen.
+//!
 //! [`RealPlane::start`] is the fallible form (no skipping, no CI rule) for harnesses that decide themselves,
 //! e.g. a benchmark command. Dropping the [`RealPlane`] runs `stop.sh`. The blocking calls
-//! ([`RealPlane::start`], [`RealPlane::restart_apiserver`], [`RealPlane::compact_etcd`], drop) run shell
-//! scripts for a few seconds: in async tests call them from a multi-threaded runtime (or `spawn_blocking`).
+//! ([`RealPlane::start`], [`RealPlane::restart_apiserver`], [`RealPlane::stop_apiserver`],
+//! [`RealPlane::start_apiserver`], [`RealPlane::compact_etcd`],
+//! [`RealPlane::user_kubeconfig`], [`RealPlane::apiserver_get`], drop) run tools or shell scripts, some for a few
+//! seconds: in async tests call them from a multi-threaded runtime (or `spawn_blocking`).
 //!
 //! # Skipping
 //!
@@ -43,7 +60,7 @@
 //! to start is always a failure.
 
 use std::io::Write;
-use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -86,6 +103,17 @@ impl Default for PlaneOptions {
             keep_state: false,
         }
     }
+}
+
+/// How [`RealPlane::stop_apiserver`] stops kube-apiserver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// SIGTERM, then SIGKILL after 15 s. kube-apiserver's graceful termination refuses new requests at once but
+    /// waits up to a minute for open connections (watches) to close, so with clients connected this usually ends
+    /// in the SIGKILL: 15 s without an apiserver.
+    Graceful,
+    /// SIGKILL at once: a crash. Requests in flight get no answer, though some were already written to etcd.
+    Kill,
 }
 
 /// Why a plane could not be started or used.
@@ -279,6 +307,36 @@ fn pick_ports() -> Result<Ports, PlaneError> {
     Ok(Ports { apiserver: free_port()?, etcd, scheduler: free_port()?, controller_manager: free_port()? })
 }
 
+/// Runs a tool to completion; its output, or an error with its tail.
+fn run_tool(what: &str, cmd: &mut Command) -> Result<Output, PlaneError> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|source| PlaneError::Io { what: format!("running {what}"), source })?;
+    if out.status.success() {
+        Ok(out)
+    } else {
+        Err(PlaneError::Command { what: what.to_string(), status: out.status.to_string(), output: tail(&out, 2000) })
+    }
+}
+
+/// Standard base64 with padding (kubeconfig `*-data` fields).
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[(n >> (18 - 6 * i) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
 /// The last `max` characters of a command's stdout and stderr.
 fn tail(output: &Output, max: usize) -> String {
     let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
@@ -413,12 +471,101 @@ impl RealPlane {
 
     /// A client for the admin kubeconfig (needs a tokio runtime).
     pub async fn client(&self) -> Result<kube::Client, PlaneError> {
-        let err = |reason: String| PlaneError::Client { path: self.kubeconfig.clone(), reason };
-        let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig).map_err(|e| err(e.to_string()))?;
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+        let config = self.config(&self.kubeconfig).await?;
+        kube::Client::try_from(config)
+            .map_err(|e| PlaneError::Client { path: self.kubeconfig.clone(), reason: e.to_string() })
+    }
+
+    /// The client configuration of a kubeconfig (the admin one, [`RealPlane::token_kubeconfig`] or one from
+    /// [`RealPlane::user_kubeconfig`]), for callers that build their own client, e.g. a controller's own stack, or
+    /// that point it elsewhere ([`Link::url`]).
+    pub async fn config(&self, kubeconfig: &Path) -> Result<kube::Config, PlaneError> {
+        let err = |reason: String| PlaneError::Client { path: kubeconfig.to_path_buf(), reason };
+        let parsed = kube::config::Kubeconfig::read_from(kubeconfig).map_err(|e| err(e.to_string()))?;
+        kube::Config::from_custom_kubeconfig(parsed, &kube::config::KubeConfigOptions::default())
             .await
-            .map_err(|e| err(e.to_string()))?;
-        kube::Client::try_from(config).map_err(|e| err(e.to_string()))
+            .map_err(|e| err(e.to_string()))
+    }
+
+    /// A kubeconfig for user `user` in `groups` (and `system:authenticated`), authenticated by a client
+    /// certificate the plane's CA signs; written to `<state dir>/users/<user>.kubeconfig`. The user has no
+    /// permissions until a (Cluster)RoleBinding names it, and, not being in `system:masters`, is subject to API
+    /// Priority and Fairness. Runs `openssl`; blocks for a moment.
+    pub fn user_kubeconfig(&self, user: &str, groups: &[&str]) -> Result<PathBuf, PlaneError> {
+        let valid = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c));
+        if !valid(user) || !groups.iter().all(|g| valid(g)) {
+            return Err(PlaneError::Client {
+                path: self.run_dir.join("users"),
+                reason: format!("user {user:?} or groups {groups:?}: use letters, digits and -_.: only"),
+            });
+        }
+        let dir = self.run_dir.join("users");
+        std::fs::create_dir_all(&dir)
+            .map_err(|source| PlaneError::Io { what: format!("creating {}", dir.display()), source })?;
+        let pki = self.run_dir.join("pki");
+        let (key, csr, crt) =
+            (dir.join(format!("{user}.key")), dir.join(format!("{user}.csr")), dir.join(format!("{user}.crt")));
+        let subject: String = groups.iter().map(|g| format!("/O={g}")).chain([format!("/CN={user}")]).collect();
+        let ext = dir.join("client.ext");
+        std::fs::write(&ext, "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n")
+            .map_err(|source| PlaneError::Io { what: format!("writing {}", ext.display()), source })?;
+        let path = |p: &Path| p.display().to_string();
+        run_tool(
+            "openssl req",
+            Command::new("openssl")
+                .args(["req", "-newkey", "rsa:2048", "-nodes", "-sha256", "-subj", &subject])
+                .args(["-keyout", &path(&key), "-out", &path(&csr)]),
+        )?;
+        run_tool(
+            "openssl x509",
+            Command::new("openssl")
+                .args(["x509", "-req", "-in", &path(&csr), "-CA", &path(&pki.join("ca.crt"))])
+                .args(["-CAkey", &path(&pki.join("ca.key")), "-CAcreateserial", "-sha256", "-days", "30"])
+                .args(["-extfile", &path(&ext), "-out", &path(&crt)]),
+        )?;
+        let b64 = |p: &Path| -> Result<String, PlaneError> {
+            let bytes = std::fs::read(p)
+                .map_err(|source| PlaneError::Io { what: format!("reading {}", p.display()), source })?;
+            Ok(base64(&bytes))
+        };
+        let kubeconfig = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: k8s-real\n  cluster:\n    server: {}\n    \
+             certificate-authority-data: {}\nusers:\n- name: {user}\n  user:\n    client-certificate-data: {}\n    \
+             client-key-data: {}\ncontexts:\n- name: k8s-real\n  context: {{cluster: k8s-real, user: {user}, \
+             namespace: default}}\ncurrent-context: k8s-real\n",
+            self.server_url(),
+            b64(&pki.join("ca.crt"))?,
+            b64(&crt)?,
+            b64(&key)?,
+        );
+        let out = dir.join(format!("{user}.kubeconfig"));
+        std::fs::write(&out, kubeconfig)
+            .map_err(|source| PlaneError::Io { what: format!("writing {}", out.display()), source })?;
+        Ok(out)
+    }
+
+    /// The body of a GET of `path` (e.g. `/metrics`) as cluster-admin, through `curl`. Blocks for a moment.
+    pub fn apiserver_get(&self, path: &str) -> Result<String, PlaneError> {
+        let pki = self.run_dir.join("pki");
+        let url = format!("{}{path}", self.server_url());
+        let out = run_tool(
+            &format!("GET {path}"),
+            Command::new("curl")
+                .args(["-fsS", "--max-time", "30", "--cacert"])
+                .arg(pki.join("ca.crt"))
+                .arg("--cert")
+                .arg(pki.join("admin.crt"))
+                .arg("--key")
+                .arg(pki.join("admin.key"))
+                .arg(&url),
+        )?;
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// A [`Link`] to this plane's apiserver, for a client that should lose the plane on demand (needs a tokio
+    /// runtime). The link outlives apiserver restarts (it connects to the same port each time).
+    pub async fn link(&self) -> Result<Link, PlaneError> {
+        Link::start(SocketAddr::from((Ipv4Addr::LOCALHOST, self.ports.apiserver))).await
     }
 
     /// The PID recorded for a component (`apiserver`, `etcd`, `scheduler`, `controller-manager`).
@@ -426,10 +573,22 @@ impl RealPlane {
         std::fs::read_to_string(self.run_dir.join("pids").join(component)).ok()?.trim().parse().ok()
     }
 
-    /// Kills kube-apiserver (SIGTERM, then SIGKILL after 10 s) and starts it again with start.sh; etcd keeps the
-    /// state. Returns once the new apiserver is ready. Blocks for a few seconds.
+    /// Stops kube-apiserver ([`Stop::Graceful`]) and starts it again with start.sh; etcd keeps the state. Returns
+    /// once the new apiserver is ready. Blocks for a few seconds (up to 20 with clients connected).
     pub fn restart_apiserver(&self) -> Result<(), PlaneError> {
-        self.kill("apiserver")?;
+        self.stop_apiserver(Stop::Graceful)?;
+        self.start_apiserver()
+    }
+
+    /// Stops kube-apiserver (gracefully or as a crash, see [`Stop`]) and waits until its port is free; etcd and the
+    /// other components keep running. [`RealPlane::start_apiserver`] brings it back.
+    pub fn stop_apiserver(&self, stop: Stop) -> Result<(), PlaneError> {
+        self.terminate("apiserver", stop)
+    }
+
+    /// Starts kube-apiserver again after [`RealPlane::stop_apiserver`] (with the plane's flags; etcd kept the
+    /// state) and returns once it is ready (start.sh waits for `/readyz`). Blocks for a few seconds.
+    pub fn start_apiserver(&self) -> Result<(), PlaneError> {
         self.script(
             "start.sh",
             &[
@@ -440,9 +599,13 @@ impl RealPlane {
         .map(|_| ())
     }
 
-    /// Stops a component by its recorded PID and waits for it to exit (and, for the apiserver, for its port to be
-    /// free again).
+    /// Stops a component by its recorded PID ([`Stop::Graceful`]) and waits for it to exit (and, for the apiserver,
+    /// for its port to be free again).
     pub fn kill(&self, component: &str) -> Result<(), PlaneError> {
+        self.terminate(component, Stop::Graceful)
+    }
+
+    fn terminate(&self, component: &str, stop: Stop) -> Result<(), PlaneError> {
         let Some(pid) = self.pid(component) else {
             return Err(PlaneError::Unavailable(format!("no pid recorded for {component}")));
         };
@@ -453,8 +616,12 @@ impl RealPlane {
                 .status()
                 .map_err(|source| PlaneError::Io { what: format!("kill {sig} {component} ({pid})"), source })
         };
-        signal("-TERM")?;
-        let deadline = Instant::now() + Duration::from_secs(15);
+        let grace = match stop {
+            Stop::Graceful => Duration::from_secs(15),
+            Stop::Kill => Duration::ZERO,
+        };
+        signal(if grace.is_zero() { "-KILL" } else { "-TERM" })?;
+        let deadline = Instant::now() + grace;
         while process_alive(pid) {
             if Instant::now() > deadline {
                 signal("-KILL")?;
@@ -567,6 +734,101 @@ impl Drop for RealPlane {
     }
 }
 
+/// A TCP relay in front of the apiserver that a test cuts and restores: a network partition between the clients
+/// that connect through it and the plane, while the plane (and every other client) runs on. TLS passes through
+/// untouched (the serving certificate names 127.0.0.1, where the relay listens too). Start it with
+/// [`RealPlane::link`]; dropping it closes everything.
+///
+/// ```no_run
+/// # async fn t(plane: &karpenter_testing::realplane::RealPlane) {
+/// let link = plane.link().await.expect("link");
+/// let mut config = plane.config(plane.kubeconfig()).await.expect("config");
+/// config.cluster_url = link.url().parse().expect("url");
+/// let client = kube::Client::try_from(config).expect("client"); // talks to the plane through the link
+/// link.cut(); // its connections (watches included) drop; new ones are refused
+/// // ... change things the client cannot see ...
+/// link.restore(); // it reconnects; its watches resume from the resourceVersions they had
+/// # drop(client);
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Link {
+    addr: SocketAddr,
+    up: tokio::sync::watch::Sender<bool>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl Link {
+    /// Listens on a free loopback port and relays every connection to `target`.
+    pub async fn start(target: SocketAddr) -> Result<Self, PlaneError> {
+        let listener = tokio::net::TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
+            .await
+            .map_err(PlaneError::Ports)?;
+        let addr = listener.local_addr().map_err(PlaneError::Ports)?;
+        let (up, _) = tokio::sync::watch::channel(true);
+        let watch = up.clone();
+        let accept = tokio::spawn(async move {
+            loop {
+                let mut inbound = match listener.accept().await {
+                    Ok((socket, _)) => socket,
+                    Err(_) => {
+                        // Out of descriptors, say: try again shortly rather than spin.
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
+                };
+                let mut down = watch.subscribe();
+                if !*down.borrow_and_update() {
+                    // Cut: the connection is closed at once (the client sees a reset or an early EOF).
+                    drop(inbound);
+                    continue;
+                }
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await else { return };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = down.wait_for(|up| !*up) => {}
+                    }
+                });
+            }
+        });
+        Ok(Self { addr, up, accept })
+    }
+
+    /// `https://127.0.0.1:<port>`: the `cluster_url` for clients that should go through the link.
+    pub fn url(&self) -> String {
+        format!("https://{}", self.addr)
+    }
+
+    /// The local address the link listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Cuts the link: closes every relayed connection (open watches end) and closes new ones as soon as they are
+    /// accepted, until [`Link::restore`].
+    pub fn cut(&self) {
+        self.up.send_replace(false);
+    }
+
+    /// Lets connections through again.
+    pub fn restore(&self) {
+        self.up.send_replace(true);
+    }
+
+    /// Whether the link is cut.
+    pub fn is_cut(&self) -> bool {
+        !*self.up.borrow()
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        self.up.send_replace(false);
+        self.accept.abort();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -586,6 +848,59 @@ mod tests {
             Err(PlaneError::Unavailable(reason)) => assert!(reason.contains("start.sh"), "{reason}"),
             other => panic!("expected Unavailable, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn base64_matches_the_standard_alphabet_with_padding() {
+        assert_eq!(base64(b""), "");
+        assert_eq!(base64(b"f"), "Zg==");
+        assert_eq!(base64(b"fo"), "Zm8=");
+        assert_eq!(base64(b"foo"), "Zm9v");
+        assert_eq!(base64(b"foobar"), "Zm9vYmFy");
+        assert_eq!(base64(&[0xff, 0xfe, 0x00, 0x01]), "//4AAQ==");
+    }
+
+    #[tokio::test]
+    async fn a_cut_link_drops_its_connections_and_refuses_new_ones_until_restored() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        // An echo server behind the link.
+        let echo = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let target = echo.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut sock, _)) = echo.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 64];
+                    while let Ok(n) = sock.read(&mut buf).await {
+                        if n == 0 || sock.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        let link = Link::start(target).await.unwrap();
+        assert!(link.url().starts_with("https://127.0.0.1:"));
+        let roundtrip = |mut sock: tokio::net::TcpStream| async move {
+            sock.write_all(b"ping").await.ok()?;
+            let mut buf = [0u8; 4];
+            sock.read_exact(&mut buf).await.ok()?;
+            Some((sock, buf))
+        };
+        let open = tokio::net::TcpStream::connect(link.local_addr()).await.unwrap();
+        let (mut open, buf) = roundtrip(open).await.expect("relayed");
+        assert_eq!(&buf, b"ping");
+
+        link.cut();
+        assert!(link.is_cut());
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), open.read_to_end(&mut rest)).await;
+        assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "the open connection was closed: {read:?}");
+        let refused = tokio::net::TcpStream::connect(link.local_addr()).await.unwrap();
+        assert!(roundtrip(refused).await.is_none(), "a new connection is closed while cut");
+
+        link.restore();
+        let again = tokio::net::TcpStream::connect(link.local_addr()).await.unwrap();
+        assert_eq!(roundtrip(again).await.expect("relayed again").1, *b"ping");
     }
 
     #[test]
