@@ -5,22 +5,29 @@
 //! `kwok-kubelet` subcommand). One plane, one test: the scenarios run one after another, each deleting what it
 //! created. `REAL_PLANE_SCENARIOS=provisioning,drift` runs a subset (by name, see `SCENARIOS`).
 //!
+//! The managers talk to the plane through the controller's own client stack (`karpenter_operator::client`: rate
+//! limit, retries of 429/503/504, evictions sent once), as the binary does. Their logs (the JSON lines of
+//! `karpenter_operator::logging`) go to `<state dir>.controller.log` beside the plane's state dir, and the fault
+//! scenarios (the last four) count the ERROR lines written while they ran.
+//!
 //! Skipped (with the reason on stderr) where the plane is not installed; a failure under `CI=true`.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::future::Future;
-use std::net::{IpAddr, Ipv4Addr};
-use std::path::PathBuf;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::flowcontrol::v1::{FlowSchema, PriorityLevelConfiguration};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use karpenter_api::{KWOKNodeClass, NodeClaim, NodePool};
 use karpenter_cloudprovider::{
@@ -29,13 +36,15 @@ use karpenter_cloudprovider::{
 };
 use karpenter_kwok::{KwokCloudProvider, KwokOptions};
 use karpenter_operator::CoreSettings;
+use karpenter_operator::client::{ClientOptions, client_from_config};
 use karpenter_operator::disruption::DisruptionSettings;
 use karpenter_operator::manager::{Manager, ManagerError};
 use karpenter_operator::node_classes::KubeNodeClasses;
-use karpenter_testing::realplane::{PlaneOptions, RealPlane};
+use karpenter_requirements::Quantity;
+use karpenter_testing::realplane::{PlaneError, PlaneOptions, RealPlane, Stop};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -60,7 +69,15 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("interruption", |e| Box::pin(interruption(e))),
     ("restart-mid-launch", |e| Box::pin(restart_mid_launch(e))),
     ("leader-failover", |e| Box::pin(leader_failover(e))),
+    ("apiserver-restart", |e| Box::pin(apiserver_restart_mid_scale_out(e))),
+    ("watch-gone-relist", |e| Box::pin(watch_gone_relist(e))),
+    ("apf-throttling", |e| Box::pin(apf_throttling(e))),
+    ("write-conflicts", |e| Box::pin(write_conflicts(e))),
 ];
+
+/// ERROR lines a fault the controller should ride out quietly (throttling, write conflicts) may leave in its log:
+/// a handful, none per object.
+const MAX_FAULT_ERRORS: usize = 5;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_plane_scenarios() {
@@ -146,6 +163,8 @@ impl InterruptionSource for Queue {
 struct Running {
     shutdown: CancellationToken,
     task: JoinHandle<Result<(), ManagerError>>,
+    /// Where its `/metrics` listens, once started.
+    metrics_addr: Arc<OnceLock<SocketAddr>>,
 }
 
 impl Running {
@@ -153,6 +172,19 @@ impl Running {
         self.shutdown.cancel();
         let result = tokio::time::timeout(Duration::from_secs(60), self.task).await.expect("manager stops");
         result.expect("manager task").expect("manager returns Ok on shutdown");
+    }
+
+    /// The text of its `/metrics`.
+    async fn metrics(&self) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let addr = *self.metrics_addr.get().expect("the manager's servers started");
+        let mut sock = tokio::net::TcpStream::connect(addr).await.expect("connect to /metrics");
+        sock.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n").await.expect("request /metrics");
+        let mut response = String::new();
+        sock.read_to_string(&mut response).await.expect("read /metrics");
+        let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+        assert!(head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"), "{head}");
+        body.to_string()
     }
 }
 
@@ -174,7 +206,11 @@ impl Drop for KubeletProcess {
 }
 
 struct Env {
+    /// The test's own client (admin, kube's default stack): objects are created and checked through it.
     client: Client,
+    /// The managers' client (admin, the controller's stack: `karpenter_operator::client`).
+    controller_client: Client,
+    /// The kwok provider over the test's client, to list instances.
     kwok: KwokCloudProvider,
     node_classes: KubeNodeClasses,
     queue: Queue,
@@ -182,12 +218,25 @@ struct Env {
     background: CancellationToken,
     kubelet: Mutex<Option<KubeletProcess>>,
     kubelet_log: PathBuf,
+    /// The in-process managers' JSON log lines (every manager, the kwok provider, the node-class watch).
+    controller_log: PathBuf,
     // Last: the plane stops after everything above is dropped.
-    _plane: RealPlane,
+    plane: RealPlane,
 }
 
 impl Env {
     async fn new(plane: RealPlane) -> Self {
+        // The controller's logs, as the binary writes them; the fault scenarios read them back.
+        let controller_log = plane.state_dir().with_extension("controller.log");
+        let _ = std::fs::remove_file(&controller_log);
+        let log_settings = SettingsCli::try_parse_from([
+            "karpenter-controller",
+            "--log-output-paths",
+            &controller_log.to_string_lossy(),
+        ])
+        .expect("log settings")
+        .core;
+        karpenter_operator::logging::init(&log_settings, "real-plane", Arc::new(SystemClock)).expect("logging");
         let client = plane.client().await.expect("client");
         install_crds(&client).await;
         let classes: Api<KWOKNodeClass> = Api::all(client.clone());
@@ -216,8 +265,10 @@ impl Env {
             .stderr(log)
             .spawn()
             .expect("starting karpenter-controller kwok-kubelet");
+        let controller_client = controller_client(&plane, plane.kubeconfig(), None).await;
         let env = Self {
             client,
+            controller_client,
             kwok,
             node_classes,
             queue: Queue::default(),
@@ -225,33 +276,147 @@ impl Env {
             background,
             kubelet: Mutex::new(Some(KubeletProcess(child))),
             kubelet_log,
-            _plane: plane,
+            controller_log,
+            plane,
         };
         let main = env.start_manager("main", false, true);
         *env.main.lock().expect("main") = Some(main);
         env
     }
 
-    /// A manager over the plane, started.
+    /// A manager over the plane, started, on the shared controller client.
     fn start_manager(&self, identity: &str, leader_election: bool, interruption: bool) -> Running {
+        self.start_manager_on(self.controller_client.clone(), identity, leader_election, interruption)
+    }
+
+    /// A manager whose controllers and kwok provider use `client`, started.
+    fn start_manager_on(&self, client: Client, identity: &str, leader_election: bool, interruption: bool) -> Running {
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        let cloud: Arc<dyn CloudProvider> = Arc::new(self.kwok.clone());
-        let mut manager = Manager::new(
-            settings(leader_election),
-            self.client.clone(),
-            cloud,
-            Arc::new(self.node_classes.clone()),
-            clock,
-        )
-        .with_bind_ip(IpAddr::V4(Ipv4Addr::LOCALHOST))
-        .with_identity(identity)
-        .with_disruption_settings(disruption_settings());
+        let kwok = KwokCloudProvider::new(
+            client.clone(),
+            KwokOptions { node_classes: Some(Arc::new(self.node_classes.clone())), ..KwokOptions::default() },
+        );
+        let cloud: Arc<dyn CloudProvider> = Arc::new(kwok);
+        let mut manager =
+            Manager::new(settings(leader_election), client, cloud, Arc::new(self.node_classes.clone()), clock)
+                .with_bind_ip(IpAddr::V4(Ipv4Addr::LOCALHOST))
+                .with_identity(identity)
+                .with_disruption_settings(disruption_settings());
         if interruption {
             manager = manager.with_interruption(Arc::new(self.queue.clone()));
         }
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(manager.run(shutdown.clone()));
-        Running { shutdown, task }
+        let metrics_addr = Arc::new(OnceLock::new());
+        let addr = metrics_addr.clone();
+        let task = tokio::spawn(manager.run_with(shutdown.clone(), move |started| {
+            let _ = addr.set(started.metrics_addr);
+        }));
+        Running { shutdown, task, metrics_addr }
+    }
+
+    /// Replaces the main manager with a fresh one on the shared controller client (after a scenario ran its own).
+    fn restore_main(&self) {
+        let main = self.start_manager("main", false, true);
+        *self.main.lock().expect("main") = Some(main);
+    }
+
+    /// The text of the main manager's `/metrics`.
+    async fn main_metrics(&self) -> String {
+        let main = self.main.lock().expect("main").take().expect("a main manager");
+        let text = main.metrics().await;
+        *self.main.lock().expect("main") = Some(main);
+        text
+    }
+
+    /// A position in the controller's log, for [`Env::log_since`].
+    fn log_mark(&self) -> u64 {
+        std::fs::metadata(&self.controller_log).map(|m| m.len()).unwrap_or(0)
+    }
+
+    /// The controller's log lines written after `mark`, parsed.
+    fn log_since(&self, mark: u64) -> Vec<Map<String, Value>> {
+        let bytes = std::fs::read(&self.controller_log).unwrap_or_default();
+        let start = usize::try_from(mark).unwrap_or(usize::MAX).min(bytes.len());
+        String::from_utf8_lossy(&bytes[start..]).lines().filter_map(karpenter_operator::logging::parse_line).collect()
+    }
+
+    /// The controller stayed quiet through a fault: no ERROR line since `mark` about a write conflict (a 409 on
+    /// our own write is retried and counted, never an error) and, with `max_errors`, at most that many ERROR
+    /// lines. Prints the count of each WARN and ERROR message for the record.
+    fn assert_quiet(&self, scenario: &str, mark: u64, max_errors: Option<usize>) {
+        let lines = self.log_since(mark);
+        let level = |l: &Map<String, Value>| l.get("level").and_then(Value::as_str).unwrap_or_default().to_string();
+        let mut counts: BTreeMap<(String, String), usize> = BTreeMap::new();
+        for l in lines.iter().filter(|l| matches!(level(l).as_str(), "WARN" | "ERROR")) {
+            let message = l.get("message").and_then(Value::as_str).unwrap_or_default().to_string();
+            *counts.entry((level(l), message)).or_default() += 1;
+        }
+        eprintln!("real plane: {scenario}: controller WARN/ERROR lines: {counts:?}");
+        let errors: Vec<String> =
+            lines.iter().filter(|l| level(l) == "ERROR").map(|l| Value::Object((*l).clone()).to_string()).collect();
+        let conflicts: Vec<&String> = errors.iter().filter(|e| mentions_conflict(e)).collect();
+        assert!(conflicts.is_empty(), "{scenario}: ERROR lines about write conflicts:\n{conflicts:#?}");
+        if let Some(max) = max_errors {
+            assert!(
+                errors.len() <= max,
+                "{scenario}: {} ERROR lines (at most {max}):\n{}",
+                errors.len(),
+                errors.join("\n")
+            );
+        }
+    }
+
+    /// Claims, Nodes and kwok instances agree one to one, strictly: every Node has the NodeClaim with its
+    /// providerID and that claim names it, every claim has its Node and instance, none is being deleted and every
+    /// claim is Initialized. (Lists that fail are retried, never read as empty.)
+    async fn assert_no_orphans(&self) {
+        self.eventually("claims, Nodes and instances agree one to one", Duration::from_secs(30), || async {
+            let lp = ListParams::default();
+            let claims = self.claims().list(&lp).await.ok()?.items;
+            let nodes = self.nodes().list(&lp).await.ok()?.items;
+            let instances = self.kwok.list().await.ok()?;
+            let by_provider: BTreeMap<&str, &NodeClaim> =
+                claims.iter().filter_map(|c| c.provider_id().map(|p| (p, c))).collect();
+            let nodes_ok = nodes.iter().all(|n| {
+                let provider_id = n.spec.as_ref().and_then(|s| s.provider_id.as_deref()).unwrap_or_default();
+                n.metadata.deletion_timestamp.is_none()
+                    && by_provider.get(provider_id).is_some_and(|c| c.node_name() == Some(n.name_any().as_str()))
+            });
+            let claims_ok = by_provider.len() == claims.len()
+                && claims.iter().all(|c| c.metadata.deletion_timestamp.is_none() && condition_true(c, "Initialized"));
+            let instances: BTreeSet<&str> = instances.iter().filter_map(|i| i.provider_id()).collect();
+            let counts_ok = nodes.len() == claims.len() && instances == by_provider.keys().copied().collect();
+            (nodes_ok && claims_ok && counts_ok).then_some(())
+        })
+        .await;
+    }
+
+    /// Exactly as many NodeClaims as `replicas` pods requesting `cpu_milli` each need on the Nodes' one instance
+    /// type, for a few seconds: a claim launched twice, or launched again for pods already planned onto an
+    /// in-flight claim, would be one too many. Returns the count.
+    async fn assert_claims_fit(&self, replicas: usize, cpu_milli: i64) -> usize {
+        let nodes = self.nodes().list(&ListParams::default()).await.expect("nodes").items;
+        let types: BTreeSet<&str> = nodes
+            .iter()
+            .filter_map(|n| n.labels().get("node.kubernetes.io/instance-type").map(String::as_str))
+            .collect();
+        assert_eq!(types.len(), 1, "one instance type: {types:?}");
+        let per_node = nodes
+            .iter()
+            .map(|n| {
+                let cpu = n.status.as_ref().and_then(|s| s.allocatable.as_ref()).and_then(|a| a.get("cpu"));
+                let cpu: Quantity = cpu.expect("allocatable cpu").0.parse().expect("a quantity");
+                usize::try_from(cpu.as_nanos() / (i128::from(cpu_milli) * 1_000_000)).expect("pods per node")
+            })
+            .min()
+            .expect("a node");
+        let needed = replicas.div_ceil(per_node);
+        let what = format!("{needed} NodeClaims for {replicas} pods ({per_node} per node)");
+        self.stays(&what, Duration::from_secs(3), async || {
+            self.claims().list(&ListParams::default()).await.is_ok_and(|l| l.items.len() == needed)
+        })
+        .await;
+        needed
     }
 
     async fn stop_main(&self) {
@@ -408,6 +573,11 @@ impl Env {
         claims == nodes && nodes == instances
     }
 
+    /// The apiserver's `/metrics`.
+    fn apiserver_metrics(&self) -> String {
+        tokio::task::block_in_place(|| self.plane.apiserver_get("/metrics")).expect("apiserver /metrics")
+    }
+
     async fn describe(&self) -> String {
         let mut out = String::new();
         for c in self.list_claims().await {
@@ -486,6 +656,44 @@ impl Drop for Env {
         self.background.cancel();
         drop(self.kubelet.lock().ok().and_then(|mut k| k.take()));
     }
+}
+
+/// A client with the controller's stack (`karpenter_operator::client`, the settings' rate limit) for `kubeconfig`,
+/// sent to `url` instead of the kubeconfig's server when given (a [`karpenter_testing::realplane::Link`]).
+async fn controller_client(plane: &RealPlane, kubeconfig: &Path, url: Option<String>) -> Client {
+    let mut config = plane.config(kubeconfig).await.expect("kubeconfig");
+    if let Some(url) = url {
+        config.cluster_url = url.parse().expect("url");
+    }
+    client_from_config(config, &ClientOptions::from_settings(&settings(false))).expect("controller client")
+}
+
+/// Whether a log line is about a write conflict (409: Conflict or AlreadyExists).
+fn mentions_conflict(line: &str) -> bool {
+    let line = line.to_ascii_lowercase();
+    ["conflict", "object has been modified", "alreadyexists", "already exists"].iter().any(|w| line.contains(w))
+}
+
+/// The sum of the samples of metric `name` whose labels include every pair of `labels`; `None` when the metric
+/// has no such sample (Prometheus text format).
+fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let mut found = None;
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some(rest) = line.strip_prefix(name) else { continue };
+        let (label_text, value) = match rest.strip_prefix('{') {
+            Some(r) => match r.split_once('}') {
+                Some((l, v)) => (l, v),
+                None => continue,
+            },
+            None if rest.starts_with(' ') => ("", rest),
+            None => continue,
+        };
+        if labels.iter().all(|(k, v)| label_text.contains(&format!("{k}=\"{v}\""))) {
+            let value: f64 = value.split_whitespace().next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
+            found = Some(found.unwrap_or(0.0) + value);
+        }
+    }
+    found
 }
 
 /// JSON merge (objects recursively, everything else replaced).
@@ -847,4 +1055,283 @@ async fn leader_failover(env: &Env) {
     env.running("web", 4, Duration::from_secs(60)).await;
     assert!(env.consistent().await);
     *env.main.lock().expect("main") = Some(follower);
+}
+
+// ------------------------------------------------------------------------------------------------ faults
+
+/// A NodePool of 4-CPU machines of one instance type (`c-4x-amd64-linux`: 3900m allocatable, seven 500m pods),
+/// so the number of NodeClaims a Deployment needs is known exactly.
+async fn one_type_pool(env: &Env) {
+    let requirements = json!([
+        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c-4x-amd64-linux"]},
+        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+    ]);
+    env.pool("default", json!({"template": {"spec": {"requirements": requirements}}})).await;
+}
+
+/// kube-apiserver crashes (SIGKILL) and starts again while the NodeClaims of a 40-pod scale-out are being created
+/// and launched. Afterwards every pod runs, there are exactly as many claims as the pods need (nothing launched
+/// twice), claims, Nodes and instances agree one to one (no orphan), and a scale-up made after the restart is
+/// acted on (the watches resumed). No ERROR line is about a write conflict.
+async fn apiserver_restart_mid_scale_out(env: &Env) {
+    let mark = env.log_mark();
+    one_type_pool(env).await;
+    env.deployment("web", 40, "500m", json!({})).await;
+    // Restart as soon as the provisioner's first claim shows: the rest of the pass and the launches straddle it.
+    let start = Instant::now();
+    let claims = loop {
+        let claims = env.claims().list(&ListParams::default()).await.expect("claims").items;
+        if !claims.is_empty() {
+            break claims;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "no NodeClaim within 30s\n{}", env.describe().await);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let initialized = claims.iter().filter(|c| condition_true(c, "Initialized")).count();
+    assert!(initialized < claims.len(), "the restart must catch claims in flight: {initialized}/{}", claims.len());
+    let t = Instant::now();
+    tokio::task::block_in_place(|| -> Result<(), PlaneError> {
+        env.plane.stop_apiserver(Stop::Kill)?;
+        env.plane.start_apiserver()
+    })
+    .expect("restart kube-apiserver");
+    eprintln!(
+        "real plane: apiserver-restart: restarted in {:.1}s with {} claims created, {initialized} initialized",
+        t.elapsed().as_secs_f64(),
+        claims.len()
+    );
+    env.running("web", 40, Duration::from_secs(120)).await;
+    env.assert_no_orphans().await;
+    let before = env.assert_claims_fit(40, 500).await;
+    // The watches resumed: a change made after the restart is acted on.
+    env.scale("web", 48).await;
+    env.running("web", 48, Duration::from_secs(90)).await;
+    env.assert_no_orphans().await;
+    let after = env.assert_claims_fit(48, 500).await;
+    assert!(after > before, "the scale-up needed a new claim: {before} -> {after}");
+    // An outage fails requests: the ERROR lines are counted (printed), not capped; none may be about a conflict.
+    env.assert_quiet("apiserver-restart", mark, None);
+}
+
+/// The controller is cut off from the apiserver (a partition: `Link::cut`); meanwhile a NodeClaim is deleted and
+/// the Deployment scaled up, etcd is compacted and the apiserver restarted, so its new watch cache starts after
+/// every resourceVersion the controller holds. When the link comes back each watch resumes into `410 Gone` and
+/// re-lists; the controller then finishes the deletion (claim, Node, instance gone) and provisions for the new
+/// pods. The log shows the 410 re-lists of the NodeClaim and Pod watches.
+async fn watch_gone_relist(env: &Env) {
+    env.stop_main().await;
+    env.pool("default", json!({})).await;
+    let link = env.plane.link().await.expect("link");
+    let client = controller_client(&env.plane, env.plane.kubeconfig(), Some(link.url())).await;
+    let partitioned = env.start_manager_on(client, "partitioned", false, true);
+    env.deployment("web", 2, "900m", json!({})).await;
+    let pods = env.running("web", 2, Duration::from_secs(60)).await;
+    let node = pods.values().next().expect("a node").clone();
+    let victim = env.list_claims().await.into_iter().find(|c| c.node_name() == Some(node.as_str())).expect("claim");
+    env.assert_no_orphans().await;
+
+    let mark = env.log_mark();
+    link.cut();
+    // While the controller cannot watch: its claim is deleted (the termination finalizer is ours, so the claim
+    // waits for the controller) and the Deployment is scaled up.
+    env.claims().delete(&victim.name_any(), &DeleteParams::default()).await.expect("delete claim");
+    env.scale("web", 4).await;
+    tokio::task::block_in_place(|| -> Result<(), PlaneError> {
+        env.plane.compact_etcd()?;
+        env.plane.stop_apiserver(Stop::Kill)?;
+        env.plane.start_apiserver()
+    })
+    .expect("compact etcd and restart kube-apiserver");
+    link.restore();
+
+    env.eventually("the claim deleted during the partition: claim, Node gone", Duration::from_secs(90), || async {
+        let claim_gone = env.claims().get_opt(&victim.name_any()).await.ok()?.is_none();
+        let node_gone = env.nodes().get_opt(&node).await.ok()?.is_none();
+        (claim_gone && node_gone).then_some(())
+    })
+    .await;
+    let pods = env.running("web", 4, Duration::from_secs(90)).await;
+    assert!(pods.values().all(|n| n != &node), "{pods:?}");
+    env.assert_no_orphans().await;
+    // The watches resumed into 410 Gone and re-listed (ClusterState logs each failed watch).
+    let relisted: BTreeSet<String> = env
+        .log_since(mark)
+        .iter()
+        .filter(|l| l.get("message").and_then(Value::as_str) == Some("watch failed, re-listing"))
+        .filter(|l| {
+            let error = l.get("error").and_then(Value::as_str).unwrap_or_default();
+            error.contains("too old resource version") || error.contains("Expired")
+        })
+        .filter_map(|l| l.get("kind").and_then(Value::as_str).map(str::to_owned))
+        .collect();
+    assert!(
+        relisted.contains("NodeClaim") && relisted.contains("Pod"),
+        "the NodeClaim and Pod watches re-listed after 410 Gone; re-listed: {relisted:?}"
+    );
+    env.assert_quiet("watch-gone-relist", mark, None);
+    partitioned.stop().await;
+    env.restore_main();
+}
+
+/// The identity the throttled controller runs as (outside system:masters, which APF exempts).
+const THROTTLED_USER: &str = "karpenter-throttled";
+
+/// API Priority and Fairness throttles the controller's identity hard (a priority level of one share, no
+/// borrowing, one queue of one request: 429 as soon as a few requests are in flight). The controller still gets
+/// 24 pods Running (slower), with the right number of claims and nothing orphaned, its client retrying the 429s
+/// (`Retry-After`, backoff) without ERROR lines piling up. The apiserver's metrics show the rejections.
+async fn apf_throttling(env: &Env) {
+    env.stop_main().await;
+    let kubeconfig =
+        tokio::task::block_in_place(|| env.plane.user_kubeconfig(THROTTLED_USER, &[])).expect("user kubeconfig");
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": THROTTLED_USER},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": THROTTLED_USER}],
+    }))
+    .expect("binding");
+    let level: PriorityLevelConfiguration = serde_json::from_value(json!({
+        "metadata": {"name": THROTTLED_USER},
+        "spec": {"type": "Limited", "limited": {
+            "nominalConcurrencyShares": 1, "lendablePercent": 0, "borrowingLimitPercent": 0,
+            "limitResponse": {"type": "Queue", "queuing": {"queues": 1, "handSize": 1, "queueLengthLimit": 1}},
+        }},
+    }))
+    .expect("priority level");
+    let schema: FlowSchema = serde_json::from_value(json!({
+        "metadata": {"name": THROTTLED_USER},
+        "spec": {
+            "priorityLevelConfiguration": {"name": THROTTLED_USER},
+            "matchingPrecedence": 50,
+            "distinguisherMethod": {"type": "ByUser"},
+            "rules": [{
+                "subjects": [{"kind": "User", "user": {"name": THROTTLED_USER}}],
+                "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"], "clusterScope": true,
+                                   "namespaces": ["*"]}],
+                "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+            }],
+        },
+    }))
+    .expect("flow schema");
+    let bindings: Api<ClusterRoleBinding> = Api::all(env.client.clone());
+    let levels: Api<PriorityLevelConfiguration> = Api::all(env.client.clone());
+    let schemas: Api<FlowSchema> = Api::all(env.client.clone());
+    bindings.create(&PostParams::default(), &binding).await.expect("create binding");
+    levels.create(&PostParams::default(), &level).await.expect("create priority level");
+    schemas.create(&PostParams::default(), &schema).await.expect("create flow schema");
+    env.eventually("the apiserver took the FlowSchema (Dangling=False)", Duration::from_secs(30), || async {
+        let schema = schemas.get(THROTTLED_USER).await.ok()?;
+        let conditions = schema.status.and_then(|s| s.conditions).unwrap_or_default();
+        conditions
+            .iter()
+            .any(|c| c.type_.as_deref() == Some("Dangling") && c.status.as_deref() == Some("False"))
+            .then_some(())
+    })
+    .await;
+    let rejected = |text: &str| {
+        metric_sum(text, "apiserver_flowcontrol_rejected_requests_total", &[("flow_schema", THROTTLED_USER)])
+            .unwrap_or(0.0)
+    };
+    let rejected_before = rejected(&env.apiserver_metrics());
+
+    let mark = env.log_mark();
+    let client = controller_client(&env.plane, &kubeconfig, None).await;
+    one_type_pool(env).await;
+    let throttled = env.start_manager_on(client, "throttled", false, false);
+    // The pool's readiness is the throttled controller's to write: pods wait for it (a pass with pending pods and
+    // no ready pool is an ERROR line, not what this scenario counts).
+    env.eventually("the NodePool Ready", Duration::from_secs(60), || async {
+        let pool = serde_json::to_value(env.pools().get("default").await.ok()?).ok()?;
+        let conditions = pool["status"]["conditions"].as_array()?.clone();
+        conditions.iter().any(|c| c["type"] == "Ready" && c["status"] == "True").then_some(())
+    })
+    .await;
+    let t = Instant::now();
+    env.deployment("web", 24, "500m", json!({})).await;
+    env.running("web", 24, Duration::from_secs(180)).await;
+    let took = t.elapsed().as_secs_f64();
+    env.assert_no_orphans().await;
+    env.assert_claims_fit(24, 500).await;
+    let metrics = env.apiserver_metrics();
+    let rejections = rejected(&metrics) - rejected_before;
+    let dispatched =
+        metric_sum(&metrics, "apiserver_flowcontrol_dispatched_requests_total", &[("flow_schema", THROTTLED_USER)]);
+    eprintln!(
+        "real plane: apf-throttling: 24 pods running in {took:.1}s; {rejections} requests rejected with 429, \
+         {dispatched:?} dispatched"
+    );
+    assert!(dispatched.is_some_and(|d| d > 0.0), "the controller's requests went through the FlowSchema");
+    assert!(rejections > 0.0, "APF rejected none of the controller's requests: nothing was throttled");
+    env.assert_quiet("apf-throttling", mark, Some(MAX_FAULT_ERRORS));
+
+    throttled.stop().await;
+    let _ = schemas.delete(THROTTLED_USER, &DeleteParams::default()).await;
+    let _ = levels.delete(THROTTLED_USER, &DeleteParams::default()).await;
+    let _ = bindings.delete(THROTTLED_USER, &DeleteParams::default()).await;
+    env.restore_main();
+}
+
+/// Other writers race the controller: while a scale-out is launched, registered and initialized, every NodeClaim
+/// and Node gets fresh annotations back to back (merge patches without a resourceVersion always win) until the
+/// apiserver has answered one of the controller's guarded NodeClaim writes (they carry the resourceVersion they
+/// were computed from; nothing else writes NodeClaims with a precondition) with 409. The controller retries
+/// quietly (no ERROR line about a conflict), counts the conflicts in `karpenter_kube_write_conflicts_total` on its
+/// `/metrics`, and finishes the job.
+async fn write_conflicts(env: &Env) {
+    let conflicts_409 = |text: &str| {
+        metric_sum(text, "apiserver_request_total", &[("resource", "nodeclaims"), ("code", "409")]).unwrap_or(0.0)
+    };
+    let counted = |text: &str| metric_sum(text, "karpenter_kube_write_conflicts_total", &[]);
+    let served_before = conflicts_409(&env.apiserver_metrics());
+    let counted_before = counted(&env.main_metrics().await).unwrap_or(0.0);
+    let mark = env.log_mark();
+    env.pool("default", json!({})).await;
+    env.deployment("web", 8, "900m", json!({})).await;
+    // Three racers patch every claim and Node as fast as they can until the apiserver has answered a 409 on a
+    // NodeClaim (then they stop: the controller is not to be starved, only crossed).
+    let done = CancellationToken::new();
+    let race = |racer: u32| {
+        let done = &done;
+        async move {
+            let key = format!("karpenter-rs.test/race-{racer}");
+            let mut round = 0u64;
+            while !done.is_cancelled() {
+                round += 1;
+                let patch = json!({"metadata": {"annotations": {&key: round.to_string()}}});
+                for claim in env.list_claims().await {
+                    let _ = env.claims().patch(&claim.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await;
+                }
+                for node in env.list_nodes().await {
+                    let _ = env.nodes().patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await;
+                }
+                tokio::task::yield_now().await;
+            }
+        }
+    };
+    let until_a_409 = async {
+        while !done.is_cancelled() {
+            if conflicts_409(&env.apiserver_metrics()) > served_before {
+                done.cancel();
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    };
+    let scale_out = async {
+        env.running("web", 8, Duration::from_secs(90)).await;
+        done.cancel();
+        env.assert_no_orphans().await;
+    };
+    tokio::join!(race(1), race(2), race(3), until_a_409, scale_out);
+    let served = conflicts_409(&env.apiserver_metrics()) - served_before;
+    let counted = counted(&env.main_metrics().await);
+    eprintln!(
+        "real plane: write-conflicts: apiserver answered {served} 409s on NodeClaims, controller counted {counted:?} \
+         (from {counted_before})"
+    );
+    assert!(served > 0.0, "the racing writer provoked no 409 on the controller's NodeClaim writes");
+    assert!(
+        counted.is_some_and(|c| c > counted_before),
+        "karpenter_kube_write_conflicts_total on /metrics counts the conflicts: {counted:?} (was {counted_before})"
+    );
+    env.assert_quiet("write-conflicts", mark, Some(MAX_FAULT_ERRORS));
 }
