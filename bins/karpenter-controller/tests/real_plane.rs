@@ -82,8 +82,13 @@ const MAX_FAULT_ERRORS: usize = 5;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_plane_scenarios() {
     let started = Instant::now();
-    let options =
-        PlaneOptions { controller_manager_args: Some("--node-monitor-period=1s".into()), ..PlaneOptions::default() };
+    let options = PlaneOptions {
+        controller_manager_args: Some("--node-monitor-period=1s".into()),
+        // A small server concurrency (APF divides it among the priority levels by their shares): `apf-throttling`'s
+        // level of one share gets one seat. Every other client here is in system:masters, which APF exempts.
+        apiserver_args: Some("--max-requests-inflight=20 --max-mutating-requests-inflight=10".into()),
+        ..PlaneOptions::default()
+    };
     let Some(plane) = tokio::task::block_in_place(|| karpenter_testing::realplane::require_with(options)) else {
         return;
     };
@@ -1176,10 +1181,11 @@ async fn watch_gone_relist(env: &Env) {
 /// The identity the throttled controller runs as (outside system:masters, which APF exempts).
 const THROTTLED_USER: &str = "karpenter-throttled";
 
-/// API Priority and Fairness throttles the controller's identity hard (a priority level of one share, no
-/// borrowing, one queue of one request: 429 as soon as a few requests are in flight). The controller still gets
-/// 24 pods Running (slower), with the right number of claims and nothing orphaned, its client retrying the 429s
-/// (`Retry-After`, backoff) without ERROR lines piling up. The apiserver's metrics show the rejections.
+/// API Priority and Fairness throttles the controller's identity hard (a priority level of one share of the
+/// plane's small concurrency, i.e. one seat, no borrowing, one queue of one request: 429 as soon as three requests
+/// are in flight). The controller still gets 21 pods Running (slower), with the right number of claims and
+/// nothing orphaned, its client retrying the 429s (`Retry-After`, backoff) without ERROR lines piling up. The
+/// apiserver's metrics show the rejections.
 async fn apf_throttling(env: &Env) {
     env.stop_main().await;
     let kubeconfig =
@@ -1247,18 +1253,20 @@ async fn apf_throttling(env: &Env) {
     })
     .await;
     let t = Instant::now();
-    env.deployment("web", 24, "500m", json!({})).await;
-    env.running("web", 24, Duration::from_secs(180)).await;
+    env.deployment("web", 21, "500m", json!({})).await;
+    env.running("web", 21, Duration::from_secs(180)).await;
     let took = t.elapsed().as_secs_f64();
     env.assert_no_orphans().await;
-    env.assert_claims_fit(24, 500).await;
+    env.assert_claims_fit(21, 500).await;
     let metrics = env.apiserver_metrics();
     let rejections = rejected(&metrics) - rejected_before;
     let dispatched =
         metric_sum(&metrics, "apiserver_flowcontrol_dispatched_requests_total", &[("flow_schema", THROTTLED_USER)]);
+    let seats =
+        metric_sum(&metrics, "apiserver_flowcontrol_nominal_limit_seats", &[("priority_level", THROTTLED_USER)]);
     eprintln!(
-        "real plane: apf-throttling: 24 pods running in {took:.1}s; {rejections} requests rejected with 429, \
-         {dispatched:?} dispatched"
+        "real plane: apf-throttling: 21 pods running in {took:.1}s; {seats:?} seat(s), {rejections} requests \
+         rejected with 429, {dispatched:?} dispatched"
     );
     assert!(dispatched.is_some_and(|d| d > 0.0), "the controller's requests went through the FlowSchema");
     assert!(rejections > 0.0, "APF rejected none of the controller's requests: nothing was throttled");
