@@ -701,6 +701,29 @@ fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
     found
 }
 
+#[test]
+fn metric_sum_adds_the_matching_samples_and_tells_absent_from_zero() {
+    let text = "# HELP x_total X.\n# TYPE x_total counter\n\
+                x_total{code=\"409\",resource=\"nodeclaims\"} 3\n\
+                x_total{code=\"409\",resource=\"nodeclaims\",subresource=\"status\"} 4\n\
+                x_total{code=\"200\",resource=\"nodeclaims\"} 100\n\
+                x_total_other 7\nplain 2.5\n";
+    assert_eq!(metric_sum(text, "x_total", &[("resource", "nodeclaims"), ("code", "409")]), Some(7.0));
+    assert_eq!(metric_sum(text, "x_total", &[]), Some(107.0));
+    assert_eq!(metric_sum(text, "x_total", &[("code", "500")]), None);
+    assert_eq!(metric_sum(text, "plain", &[]), Some(2.5));
+    assert_eq!(metric_sum(text, "absent", &[]), None);
+}
+
+#[test]
+fn conflict_lines_are_recognised() {
+    assert!(mentions_conflict(
+        r#"{"error":"ApiError: Operation cannot be fulfilled on nodeclaims.karpenter.sh \"a\": the object has been modified; please apply your changes to the latest version and try again: Conflict"}"#
+    ));
+    assert!(mentions_conflict(r#"{"error":"nodeclaims.karpenter.sh \"a\" already exists: AlreadyExists"}"#));
+    assert!(!mentions_conflict(r#"{"error":"client error (Connect)","message":"reconcile failed"}"#));
+}
+
 /// JSON merge (objects recursively, everything else replaced).
 fn merge(base: &mut Value, over: Value) {
     match (base, over) {
