@@ -75,7 +75,8 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("write-conflicts", |e| Box::pin(write_conflicts(e))),
 ];
 
-/// ERROR lines a fault the controller should ride out quietly (throttling, write conflicts) may leave in its log:
+/// ERROR lines a fault the controller should ride out quietly (an apiserver restart, a partition, throttling, write
+/// conflicts) may leave in its log:
 /// a handful, none per object.
 const MAX_FAULT_ERRORS: usize = 5;
 
@@ -1138,7 +1139,7 @@ async fn apiserver_restart_mid_scale_out(env: &Env) {
     let after = env.assert_claims_fit(48, 500).await;
     assert!(after > before, "the scale-up needed a new claim: {before} -> {after}");
     // An outage fails requests: the ERROR lines are counted (printed), not capped; none may be about a conflict.
-    env.assert_quiet("apiserver-restart", mark, None);
+    env.assert_quiet("apiserver-restart", mark, Some(MAX_FAULT_ERRORS));
 }
 
 /// The controller is cut off from the apiserver (a partition: `Link::cut`); meanwhile a NodeClaim is deleted and
@@ -1196,7 +1197,7 @@ async fn watch_gone_relist(env: &Env) {
         relisted.contains("NodeClaim") && relisted.contains("Pod"),
         "the NodeClaim and Pod watches re-listed after 410 Gone; re-listed: {relisted:?}"
     );
-    env.assert_quiet("watch-gone-relist", mark, None);
+    env.assert_quiet("watch-gone-relist", mark, Some(MAX_FAULT_ERRORS));
     partitioned.stop().await;
     env.restore_main();
 }

@@ -62,6 +62,17 @@ pub fn is_write_conflict(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409)
 }
 
+/// A failure of the API server's availability, not of the request: no connection or a broken one, a timeout,
+/// throttling (429) or a 5xx. It passes when the server comes back, so a retried reconcile logs it as a warning,
+/// not an error (an apiserver restart otherwise pages for every NodeClaim in flight).
+pub fn is_transient(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code == 429 || (500..600).contains(&s.code),
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        _ => false,
+    }
+}
+
 /// The process's metrics for controllers whose context holds none (set once by the manager).
 static FALLBACK_METRICS: std::sync::OnceLock<std::sync::Arc<crate::metrics::Metrics>> = std::sync::OnceLock::new();
 
@@ -449,6 +460,18 @@ mod tests {
 
     /// The run loops' shared error policy: a conflict is a debug line, a count under the object's kind and a
     /// soon retry; another error is a warning and a retry in 5 s.
+    #[test]
+    fn an_unavailable_api_server_is_transient_a_rejected_request_is_not() {
+        let status = |code: u16| kube::Error::Api(kube::core::Status::failure("x", "Reason").with_code(code).boxed());
+        for code in [429, 500, 503, 504] {
+            assert!(is_transient(&status(code)), "{code}");
+        }
+        for code in [400, 403, 404, 409, 422] {
+            assert!(!is_transient(&status(code)), "{code}");
+        }
+        assert!(is_transient(&kube::Error::Service("connection refused".into())));
+    }
+
     #[test]
     fn error_policy_counts_conflicts_quietly() {
         use kube::runtime::controller::Action;

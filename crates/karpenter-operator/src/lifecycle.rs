@@ -646,14 +646,21 @@ impl LifecycleError {
 
 /// What the run loop does after a failed pass over claim `name`: a write conflict (the Node or NodeClaim changed
 /// since it was read: common while a kubelet registers) is logged at debug level, counted and retried soon
-/// without growing the backoff; anything else is an ERROR and a retry with exponential backoff.
+/// without growing the backoff; an unavailable API server ([`crate::kube_util::is_transient`]) is a warning and
+/// anything else an ERROR, both retried with exponential backoff.
 pub fn on_error(ctx: &LifecycleContext, name: &str, error: &LifecycleError) -> Action {
     if let Some(kind) = error.write_conflict() {
         crate::kube_util::record_write_conflict(Some(&ctx.metrics), CONTROLLER, kind, name, error);
         return Action::requeue(crate::kube_util::CONFLICT_RETRY);
     }
     let wait = ctx.backoff(name);
-    tracing::error!(controller = CONTROLLER, NodeClaim = %name, error = %error, retry_in = ?wait, "reconcile failed");
+    let transient = matches!(error, LifecycleError::Kube { source, .. } if crate::kube_util::is_transient(source));
+    if transient {
+        tracing::warn!(controller = CONTROLLER, NodeClaim = %name, error = %error, retry_in = ?wait,
+            "reconcile failed: the API server is unavailable, retrying");
+    } else {
+        tracing::error!(controller = CONTROLLER, NodeClaim = %name, error = %error, retry_in = ?wait, "reconcile failed");
+    }
     Action::requeue(wait)
 }
 

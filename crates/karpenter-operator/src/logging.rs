@@ -78,7 +78,11 @@ pub fn filter(level: LogLevel) -> Targets {
     for noisy in ["hyper", "hyper_util", "tower", "tower_http", "rustls", "h2", "kube_client", "kube_runtime"] {
         targets = targets.with_target(noisy, deps);
     }
-    targets
+    // kube-client's tracing layer logs every failed HTTP attempt at ERROR, retries included: 45-104 lines for a
+    // 3 s apiserver restart. The controller reports each failure that matters itself (a reconcile retried, a
+    // watch re-listed), with the object it concerns; at debug level the per-request lines come back.
+    let per_request = if level == LogLevel::Debug { LevelFilter::DEBUG } else { LevelFilter::OFF };
+    targets.with_target("kube_client::client::builder", per_request)
 }
 
 /// Why logging could not be set up.
@@ -258,6 +262,20 @@ mod tests {
     use super::*;
     use karpenter_testing::FakeClock;
     use tracing_subscriber::layer::SubscriberExt;
+
+    #[test]
+    fn kube_clients_per_request_errors_show_only_at_debug() {
+        let lines = capture(LogLevel::Info, || {
+            tracing::error!(target: "kube_client::client::builder", "failed with error client error (Connect)");
+            tracing::error!(target: "kube_client::client", "other kube errors still show");
+        });
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(lines[0].contains("other kube errors still show"));
+        let lines = capture(LogLevel::Debug, || {
+            tracing::error!(target: "kube_client::client::builder", "failed with error client error (Connect)");
+        });
+        assert_eq!(lines.len(), 1, "{lines:?}");
+    }
 
     fn capture(level: LogLevel, body: impl FnOnce()) -> Vec<String> {
         let buffer = Arc::new(Mutex::new(Vec::new()));
