@@ -5,16 +5,7 @@ use std::path::PathBuf;
 
 #[test]
 fn manifest_corpus_replays() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/manifest");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
-        .map(|entry| entry.expect("directory entry").path())
-        .filter(|p| p.is_file())
-        .collect();
-    files.sort();
-    assert!(files.len() >= 20, "expected a seed corpus of at least 20 files, found {}", files.len());
-    for file in files {
-        let data = std::fs::read(&file).unwrap_or_else(|e| panic!("reading {}: {e}", file.display()));
+    for data in seeds("manifest", 20) {
         karpenter_api::fuzzing::manifest(&data);
     }
 }
@@ -31,16 +22,20 @@ fn manifest_corpus_mixes_valid_and_malformed_seeds() {
 /// The `lean` target's seeds: objects with and without `managedFields`, malformed ones, other kinds.
 #[test]
 fn lean_corpus_replays() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/lean");
+    for data in seeds("lean", 10) {
+        karpenter_api::fuzzing::lean(&data);
+    }
+}
+
+/// The seed files of the fuzz target `target`, in name order; at least `min` of them.
+fn seeds(target: &str, min: usize) -> Vec<Vec<u8>> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus").join(target);
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
         .map(|entry| entry.expect("directory entry").path())
         .filter(|p| p.is_file())
         .collect();
     files.sort();
-    assert!(files.len() >= 10, "expected a seed corpus of at least 10 files, found {}", files.len());
-    for file in files {
-        let data = std::fs::read(&file).unwrap_or_else(|e| panic!("reading {}: {e}", file.display()));
-        karpenter_api::fuzzing::lean(&data);
-    }
+    assert!(files.len() >= min, "expected a seed corpus of at least {min} files, found {}", files.len());
+    files.iter().map(|f| std::fs::read(f).unwrap_or_else(|e| panic!("reading {}: {e}", f.display()))).collect()
 }
