@@ -945,13 +945,28 @@ mod tests {
             "{text}"
         );
 
-        let other = LifecycleError::Kube {
+        // An unavailable API server (a 5xx, 429 or no connection) passes: a warning, with backoff.
+        let unavailable = LifecycleError::Kube {
             name: "c1".into(),
             action: "deleting",
             kind: "NodeClaim",
             source: kube::Error::Api(kube::core::Status::failure("boom", "InternalError").with_code(500).boxed()),
         };
-        assert_eq!(on_error(&f.ctx, "c1", &other), Action::requeue(Duration::from_secs(1)), "backoff starts at 1 s");
+        assert_eq!(
+            on_error(&f.ctx, "c1", &unavailable),
+            Action::requeue(Duration::from_secs(1)),
+            "backoff starts at 1 s"
+        );
+        assert!(at(&events, tracing::Level::ERROR).is_empty());
+        assert_eq!(at(&events, tracing::Level::WARN).len(), 1);
+        // A rejected request is an error, and the backoff grows.
+        let rejected = LifecycleError::Kube {
+            name: "c1".into(),
+            action: "deleting",
+            kind: "NodeClaim",
+            source: kube::Error::Api(kube::core::Status::failure("bad", "Invalid").with_code(422).boxed()),
+        };
+        assert_eq!(on_error(&f.ctx, "c1", &rejected), Action::requeue(Duration::from_secs(2)));
         assert_eq!(at(&events, tracing::Level::ERROR).len(), 1);
     }
 }
