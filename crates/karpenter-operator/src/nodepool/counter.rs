@@ -235,7 +235,7 @@ impl Counter {
     /// Follows the state's NodePools, NodeClaims and Nodes until `shutdown`.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let state = self.state.clone();
-        let watches = Watches { node_claims: true, nodes: true, debounce: Some(DEBOUNCE) };
+        let watches = Watches { node_claims: true, nodes: true, debounce: Some(DEBOUNCE), ..Watches::default() };
         run_pool_controller(&state, self, watches, shutdown, |pool: Arc<NodePool>, ctx: Arc<Self>| async move {
             Ok::<Action, ReconcileError>(to_action(ctx.reconcile_pool(&pool).await?))
         })

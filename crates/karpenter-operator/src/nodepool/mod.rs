@@ -139,6 +139,10 @@ pub(crate) struct Watches {
     pub node_claims: bool,
     /// Nodes, mapped the same way.
     pub nodes: bool,
+    /// Wake on every NodePool change, status writes included (a controller whose inputs include the pool's
+    /// status, or what another controller mirrors into it: readiness for static scale-up, the node class for
+    /// registration health). Otherwise only spec, annotation and deletion changes wake it.
+    pub status_changes: bool,
     /// Wait this long after a trigger and merge the triggers that come meanwhile into one reconcile (a
     /// scale-out changes hundreds of NodeClaims a second; a recount per change is wasted work).
     pub debounce: Option<Duration>,
@@ -149,8 +153,9 @@ pub(crate) struct Watches {
 ///
 /// Everything comes from the cluster state's one watch per kind ([`ClusterState::controller_source`]), and the
 /// pool handed to `reconcile` is the state's copy: no controller opens a watch or reads the API server per event.
-/// A NodePool wakes the controllers only when its spec, annotations or deletion change (its generation): every
-/// status write of one of them (the counter's on each NodeClaim event) would otherwise wake all the others.
+/// A NodePool wakes a controller only when its spec, annotations or deletion change (unless it asks for
+/// [`Watches::status_changes`]): every status write of one of them (the counter's on each NodeClaim event) would
+/// otherwise wake all the others.
 pub(crate) async fn run_pool_controller<C, R, Fut>(
     state: &ClusterState,
     ctx: Arc<C>,
@@ -163,7 +168,8 @@ pub(crate) async fn run_pool_controller<C, R, Fut>(
     Fut: Future<Output = Result<Action, ReconcileError>> + Send + 'static,
 {
     let (pools, pool_events) = state.controller_source::<NodePool>();
-    let mut controller = Controller::for_shared_stream(spec_changes(pool_events), pools);
+    let pool_events = if watches.status_changes { pool_events.boxed() } else { spec_changes(pool_events).boxed() };
+    let mut controller = Controller::for_shared_stream(pool_events, pools);
     if watches.node_claims {
         let (_, claim_events) = state.controller_source::<karpenter_api::NodeClaim>();
         controller = controller.watches_shared_stream(claim_events, |c: Arc<karpenter_api::NodeClaim>| {

@@ -273,15 +273,12 @@ impl RegistrationHealth {
             let state = state.clone();
             tokio::spawn(async move { this.observe_claims(&state, shutdown).await })
         };
-        run_pool_controller(
-            &state,
-            self,
-            Watches::default(),
-            shutdown,
-            |pool: Arc<NodePool>, ctx: Arc<Self>| async move {
-                Ok::<Action, ReconcileError>(to_action(ctx.reconcile_pool(&pool).await?))
-            },
-        )
+        // Status changes too: readiness writes NodeClassReady when the node class appears or changes, and that is
+        // this controller's cue to look at the class (its generation resets the verdict).
+        let watches = Watches { status_changes: true, ..Watches::default() };
+        run_pool_controller(&state, self, watches, shutdown, |pool: Arc<NodePool>, ctx: Arc<Self>| async move {
+            Ok::<Action, ReconcileError>(to_action(ctx.reconcile_pool(&pool).await?))
+        })
         .await;
         observer.abort();
     }

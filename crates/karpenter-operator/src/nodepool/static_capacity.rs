@@ -189,7 +189,8 @@ impl StaticProvisioning {
     /// state's copy) cost nothing: only a static pool is read fresh and counted.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let state = self.state.clone();
-        let watches = Watches { node_claims: true, ..Watches::default() };
+        // Status changes too: a static pool scales up once it becomes Ready.
+        let watches = Watches { node_claims: true, status_changes: true, ..Watches::default() };
         run_pool_controller(&state, self, watches, shutdown, |pool: Arc<NodePool>, ctx: Arc<Self>| async move {
             if pool.spec.replicas.is_none() {
                 return Ok(Action::await_change());

@@ -744,8 +744,16 @@ async fn run_loops_make_a_new_pool_ready_and_count_it() {
         ),
     ];
     f.pool(NodePoolOptions { name: Some("default".into()), ..Default::default() }).await;
-    // The class arrives after the pool: its watch wakes the pool up.
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The class arrives after every controller has seen the pool without it (readiness has reported it missing):
+    // its watch wakes readiness, and readiness's status write wakes registration health.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while status_reason(&f.get_pool("default").await, cond::NODE_CLASS_READY).map(|r| r.0)
+        != Some(ConditionStatus::False)
+    {
+        assert!(tokio::time::Instant::now() < deadline, "the missing class was never reported");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
     f.classes().create(&PostParams::default(), &kwok_node_class(KWOKNodeClassOptions::default())).await.unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
