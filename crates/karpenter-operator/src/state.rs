@@ -44,6 +44,7 @@ use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use karpenter_api::labels::{self, annotations};
+use karpenter_api::lean::Lean;
 use karpenter_api::{NodeClaim, NodePool};
 use karpenter_cloudprovider::Clock;
 use karpenter_scheduler::ClusterSnapshot;
@@ -58,7 +59,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::settings::CoreSettings;
 use crate::trim::trim;
-use karpenter_api::lean::Lean;
 
 /// Why provisioning was triggered.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
