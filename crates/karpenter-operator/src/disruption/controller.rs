@@ -28,6 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::{Node, Pod, Taint as CoreTaint};
 use karpenter_api::condition::ConditionStatus;
 use karpenter_api::labels::{self, taints};
@@ -57,6 +58,9 @@ use crate::state::ClusterState;
 pub const CONTROLLER: &str = "disruption";
 /// Idle requeue of the loop.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(10);
+/// Candidates marked, rolled back or deleted at once: a command may hold hundreds of empty nodes, and one after
+/// another their requests took minutes on a busy API server.
+const WRITE_CONCURRENCY: usize = 16;
 /// The wait before a consolidation or emptiness command is re-checked and executed.
 pub const VALIDATION_DELAY: Duration = Duration::from_secs(15);
 /// Requeue while the cluster state is not synced.
@@ -612,28 +616,40 @@ impl Disruption {
             nodes = ?targets.iter().map(|t| t.node.as_str()).collect::<Vec<_>>(), explanation = %command.explanation,
             "disrupting node(s)");
 
-        // 1. Taint and DisruptionReason.
-        let mut marked: Vec<Target> = Vec::new();
-        for t in &targets {
-            // A lost race (a kubelet heartbeat on the Node, a status write on the claim) is retried on fresh
-            // data, not a reason to roll the whole command back.
-            let metrics = Some(&*self.metrics);
-            let result = async {
-                retry_write_conflicts(metrics, CONTROLLER, "Node", &t.node, || self.taint(&t.node)).await?;
-                retry_write_conflicts(metrics, CONTROLLER, "NodeClaim", &t.claim, || {
-                    self.set_disruption_reason(&t.claim, &command)
-                })
-                .await
-            }
+        // 1. Taint and DisruptionReason, several candidates at a time: an emptiness command may hold hundreds of
+        //    nodes, each a few requests. A lost race (a kubelet heartbeat on the Node, a status write on the
+        //    claim) is retried on fresh data, not a reason to roll the whole command back; any other failure is.
+        let metrics = Some(&*self.metrics);
+        let command_ref = &command;
+        let outcomes: Vec<(Target, Result<(), kube::Error>)> = stream::iter(targets.iter().cloned())
+            .map(|t| async move {
+                let result = async {
+                    retry_write_conflicts(metrics, CONTROLLER, "Node", &t.node, || self.taint(&t.node)).await?;
+                    retry_write_conflicts(metrics, CONTROLLER, "NodeClaim", &t.claim, || {
+                        self.set_disruption_reason(&t.claim, command_ref)
+                    })
+                    .await
+                }
+                .await;
+                (t, result)
+            })
+            .buffered(WRITE_CONCURRENCY)
+            .collect()
             .await;
+        let mut marked: Vec<Target> = Vec::new();
+        let mut failure = None;
+        for (t, result) in outcomes {
             match result {
-                Ok(()) => marked.push(t.clone()),
+                Ok(()) => marked.push(t),
                 Err(e) => {
-                    report.errors.push(format!("marking {} for disruption: {e}", t.node));
-                    self.roll_back(&command, &marked, &[], "marking a candidate failed", report).await;
-                    return;
+                    failure.get_or_insert_with(|| format!("marking {} for disruption: {e}", t.node));
                 }
             }
+        }
+        if let Some(message) = failure {
+            report.errors.push(message);
+            self.roll_back(&command, &marked, &[], "marking a candidate failed", report).await;
+            return;
         }
 
         // 2. Replacements.
@@ -724,12 +740,17 @@ impl Disruption {
             let mut failure: Option<String> = None;
             let mut waiting = false;
             for name in &flight.replacements {
-                match self.claims().get_opt(name).await {
+                // The state's copy (the watch keeps it current, and a created replacement is recorded at once);
+                // the API server only for one the state does not hold.
+                let current = match self.state.get::<NodeClaim>(name) {
+                    Some(c) => Ok(Some(c)),
+                    None => self.claims().get_opt(name).await,
+                };
+                match current {
                     Ok(Some(c)) if c.metadata.deletion_timestamp.is_some() => {
                         failure = Some(format!("replacement NodeClaim {name} is being deleted"));
                     }
                     Ok(Some(c)) => {
-                        self.state.apply(c.clone());
                         if !c.is_initialized() {
                             waiting = true;
                         }
@@ -785,19 +806,32 @@ impl Disruption {
         let reason = reason_label(command);
         let mode = termination_mode(command.method);
         let mut remaining = Vec::new();
-        for t in std::mem::take(&mut flight.targets) {
-            match self.claims().delete(&t.claim, &Default::default()).await {
-                Ok(either) => {
-                    if let Some(obj) = either.left() {
-                        self.state.apply(obj);
-                    }
+        let claims = self.claims();
+        let outcomes: Vec<(Target, Result<(), kube::Error>)> = stream::iter(std::mem::take(&mut flight.targets))
+            .map(|t| {
+                let claims = claims.clone();
+                async move {
+                    let result = match claims.delete(&t.claim, &Default::default()).await {
+                        Ok(either) => {
+                            if let Some(obj) = either.left() {
+                                self.state.apply(obj);
+                            }
+                            Ok(())
+                        }
+                        Err(e) if is_not_found(&e) => Ok(()),
+                        Err(e) => Err(e),
+                    };
+                    (t, result)
                 }
-                Err(e) if is_not_found(&e) => {}
-                Err(e) => {
-                    report.errors.push(format!("deleting NodeClaim {}: {e}", t.claim));
-                    remaining.push(t);
-                    continue;
-                }
+            })
+            .buffered(WRITE_CONCURRENCY)
+            .collect()
+            .await;
+        for (t, result) in outcomes {
+            if let Err(e) = result {
+                report.errors.push(format!("deleting NodeClaim {}: {e}", t.claim));
+                remaining.push(t);
+                continue;
             }
             tracing::info!(controller = CONTROLLER, NodeClaim = %t.claim, Node = %t.node, reason = %reason, "deleted nodeclaim");
             self.event_on(&t, reasons::DISRUPTION_TERMINATING, format!("Disrupting Node: {}", command.reason.as_str()))
@@ -831,14 +865,21 @@ impl Disruption {
         report: &mut StepReport,
     ) {
         tracing::warn!(controller = CONTROLLER, method = ?command.method, reason = why, "disruption command failed, rolling back");
-        for t in targets {
-            if let Err(e) = self.untaint(&t.node).await {
-                report.errors.push(format!("removing the disrupted taint from {}: {e}", t.node));
-            }
-            if let Err(e) = self.clear_condition(&t.claim).await {
-                report.errors.push(format!("removing DisruptionReason from {}: {e}", t.claim));
-            }
-        }
+        let errors: Vec<String> = stream::iter(targets.iter().cloned())
+            .map(|t: Target| async move {
+                let mut errors = Vec::new();
+                if let Err(e) = self.untaint(&t.node).await {
+                    errors.push(format!("removing the disrupted taint from {}: {e}", t.node));
+                }
+                if let Err(e) = self.clear_condition(&t.claim).await {
+                    errors.push(format!("removing DisruptionReason from {}: {e}", t.claim));
+                }
+                errors
+            })
+            .buffered(WRITE_CONCURRENCY)
+            .concat()
+            .await;
+        report.errors.extend(errors);
         self.state.unmark_for_deletion(targets.iter().flat_map(|t| [t.node.as_str(), t.claim.as_str()]));
         for name in replacements {
             if let Err(e) = delete_ignoring_missing(&self.claims(), name).await {

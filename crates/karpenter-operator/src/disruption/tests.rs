@@ -451,6 +451,8 @@ async fn a_deleted_replacement_rolls_the_command_back_at_once() {
     let replacement = e.disruption.step().await.unwrap().replacements.first().cloned().unwrap();
     // Insufficient capacity: the lifecycle controller deletes the replacement.
     e.claims().delete(&replacement, &Default::default()).await.unwrap();
+    // The loop reads replacements from the state, which the NodeClaim watch keeps current.
+    e.sync().await;
     let report = e.disruption.step().await.unwrap();
     assert_eq!(report.rolled_back.len(), 1, "{report:?}");
     assert!(report.rolled_back[0].1.contains("no longer exists"));
