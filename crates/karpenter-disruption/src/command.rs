@@ -200,6 +200,10 @@ pub enum Reason {
     BalancedRejected { node_pool: String, score: f64 },
     /// Drifted, but a static pool's scale-down is in progress or its node limit is reached.
     StaticDriftWaiting { detail: String },
+    /// Not simulated for this method this pass: an earlier candidate already gave the pass its command, and the
+    /// pass was asked to stop there ([`DisruptionOptions::every_verdict`](crate::DisruptionOptions) off, as the
+    /// controller runs it). A later pass judges it.
+    NotEvaluated { method: Method },
     /// Healthy and in use: no method applies.
     NothingToDo,
 }
@@ -287,6 +291,9 @@ impl std::fmt::Display for Reason {
                 write!(f, "Balanced policy of NodePool {node_pool}: score {score:.3} below the threshold 0.5")
             }
             Reason::StaticDriftWaiting { detail } => write!(f, "drifted; static pool waits: {detail}"),
+            Reason::NotEvaluated { method } => {
+                write!(f, "{method:?} not simulated this pass: an earlier candidate gave the pass its command")
+            }
             Reason::NothingToDo => write!(f, "in use, not drifted, and no cheaper arrangement found"),
         }
     }

@@ -64,6 +64,11 @@ pub struct DisruptionOptions {
     pub not_ready_nodes: BTreeSet<String>,
     /// Multi-node consolidation candidate cap (upstream: 100).
     pub multi_node_max_candidates: usize,
+    /// Simulate every candidate for every method, so each node gets a full verdict (`simulate`, explanations);
+    /// off, drift and single-node consolidation stop simulating once the pass has its command and the rest get
+    /// [`Reason::NotEvaluated`]. The controller turns it off: it acts on one command per pass, and on a
+    /// cluster of drifted nodes whose pods spread by hostname, simulating them all made each pass take seconds.
+    pub every_verdict: bool,
 }
 
 impl Default for DisruptionOptions {
@@ -76,6 +81,7 @@ impl Default for DisruptionOptions {
             },
             not_ready_nodes: BTreeSet::new(),
             multi_node_max_candidates: MULTI_NODE_MAX_CANDIDATES,
+            every_verdict: true,
         }
     }
 }
@@ -136,7 +142,7 @@ pub fn evaluate(
     if commands.is_empty() {
         commands = static_commands;
     }
-    let drift_command = drift(&engine, &cands, &mut record);
+    let drift_command = drift(&engine, &cands, options.every_verdict, !commands.is_empty(), &mut record);
     if commands.is_empty()
         && let Some(c) = drift_command
     {
@@ -157,6 +163,15 @@ pub fn evaluate(
     let multi = if commands.is_empty() { engine.multi(&sorted_refs, options.multi_node_max_candidates) } else { None };
     let mut first_single: Option<Command> = None;
     for c in Engine::single_order(&sorted) {
+        let decided = !commands.is_empty() || multi.is_some() || first_single.is_some();
+        if decided && !options.every_verdict {
+            record(
+                &c.node.name,
+                Method::SingleNodeConsolidation,
+                Err(Reason::NotEvaluated { method: Method::SingleNodeConsolidation }),
+            );
+            continue;
+        }
         if let Some(r) = engine.budget_block(c, Method::SingleNodeConsolidation, &remaining) {
             record(&c.node.name, Method::SingleNodeConsolidation, Err(r));
             continue;
@@ -284,11 +299,14 @@ pub(crate) fn emptiness_check(engine: &Engine<'_>, c: &Candidate<'_>, remaining:
     Ok(())
 }
 
-/// Drift (§4.2): every drifted candidate is simulated (for its verdict); the first, oldest-drifted with
-/// empties first, that has budget and whose pods all fit gives the command.
+/// Drift (§4.2): the first drifted candidate, oldest-drifted with empties first, that has budget and whose
+/// pods all fit gives the command. With `every_verdict` every drifted candidate is simulated (for its verdict);
+/// without, the simulations stop at the first command (or are all skipped when the pass already `decided`).
 fn drift<'a>(
     engine: &Engine<'a>,
     cands: &[Candidate<'a>],
+    every_verdict: bool,
+    decided: bool,
     record: &mut impl FnMut(&str, Method, Result<String, Reason>),
 ) -> Option<Command> {
     let mut drifted: Vec<&Candidate<'a>> =
@@ -309,6 +327,10 @@ fn drift<'a>(
         }
         if let Some(r) = engine.budget_block(c, Method::Drift, &remaining) {
             record(&c.node.name, Method::Drift, Err(r));
+            continue;
+        }
+        if (decided || command.is_some()) && !every_verdict {
+            record(&c.node.name, Method::Drift, Err(Reason::NotEvaluated { method: Method::Drift }));
             continue;
         }
         match engine.simulate(&[c], false) {

@@ -4,7 +4,8 @@
 //! `common::check_pass` (PDBs, do-not-disrupt, budgets, displaced pods re-validated).
 //!
 //! `scenario.yaml` fields (all optional): `now` (RFC 3339, default `2026-01-01T12:00:00Z`), `spotToSpot`
-//! (feature gate, default false), `notReady` (node names whose Ready is not True), `nominated` (node names).
+//! (feature gate, default false), `notReady` (node names whose Ready is not True), `nominated` (node names),
+//! `everyVerdict` (default true; false as the controller runs a pass).
 
 mod common;
 
@@ -25,6 +26,7 @@ struct Scenario {
     not_ready: Vec<String>,
     #[serde(default)]
     nominated: Vec<String>,
+    every_verdict: Option<bool>,
 }
 
 const DEFAULT_NOW: &str = "2026-01-01T12:00:00Z";
@@ -48,6 +50,7 @@ fn run(dir: &Path) -> Result<(), String> {
     let options = DisruptionOptions {
         spot_to_spot_consolidation: scenario.spot_to_spot.unwrap_or(false),
         not_ready_nodes: scenario.not_ready.iter().cloned().collect(),
+        every_verdict: scenario.every_verdict.unwrap_or(true),
         ..Default::default()
     };
     let provider = ProviderLabels::aws();

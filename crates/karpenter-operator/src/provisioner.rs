@@ -471,7 +471,10 @@ impl Provisioner {
             .state
             .get::<NodePool>(&pool_name)
             .ok_or_else(|| ProvisionError::NodePoolNotFound(pool_name.clone()))?;
-        check_limits(&pool, &self.state.list::<NodeClaim>())?;
+        // Only when the pool has limits: the check reads every NodeClaim (shared, not copied).
+        if !pool.spec.limits.is_empty() {
+            check_limits(&pool, &self.state.list_shared::<NodeClaim>())?;
+        }
         let claim = build_node_claim(&pool, plan, self.cloud.labels())?;
         let api: Api<NodeClaim> = Api::all(self.client.clone());
         let created = api
@@ -644,14 +647,14 @@ fn parse_quantity(pool: &str, what: &str, q: &str) -> Result<Quantity, Provision
 
 /// Fails when the NodePool's current usage (the capacity of its NodeClaims; `nodes` = their count) reaches one of
 /// its limits (scheduling.md §8: creation is refused once usage already exceeds the limits).
-pub fn check_limits(pool: &NodePool, claims: &[NodeClaim]) -> Result<(), ProvisionError> {
+pub fn check_limits<C: std::borrow::Borrow<NodeClaim>>(pool: &NodePool, claims: &[C]) -> Result<(), ProvisionError> {
     let name = pool.name_any();
     if pool.spec.limits.is_empty() {
         return Ok(());
     }
     let mut usage = ResourceList::new();
     let mut nodes = 0i64;
-    for c in claims.iter().filter(|c| pool.owns(c)) {
+    for c in claims.iter().map(std::borrow::Borrow::borrow).filter(|c: &&NodeClaim| pool.owns(c)) {
         nodes += 1;
         for (resource, q) in c.status.iter().flat_map(|s| s.capacity.iter()) {
             let q = parse_quantity(&name, &format!("NodeClaim {} capacity {resource}", c.name_any()), q.as_str())?;

@@ -368,10 +368,13 @@ impl Disruption {
 
     fn options(&self) -> karpenter_disruption::DisruptionOptions {
         let not_ready_nodes: BTreeSet<String> =
-            self.state.list::<Node>().iter().filter(|n| !node_ready(n)).map(ResourceExt::name_any).collect();
+            self.state.list_shared::<Node>().iter().filter(|n| !node_ready(n)).map(|n| n.name_any()).collect();
         karpenter_disruption::DisruptionOptions {
             spot_to_spot_consolidation: self.settings.spot_to_spot_consolidation,
             not_ready_nodes,
+            // One command per pass: stop simulating once it is found (the verdicts of the rest wait for a
+            // later pass).
+            every_verdict: false,
             ..Default::default()
         }
     }
@@ -493,14 +496,17 @@ impl Disruption {
             .iter()
             .flat_map(|c| c.targets.iter().flat_map(|t| [t.node.as_str(), t.claim.as_str()]))
             .collect();
-        let claims = self.state.list::<NodeClaim>();
-        for node in self.state.list::<Node>() {
+        // Shared reads, and claims indexed by node: this runs every step, over thousands of nodes at scale.
+        let claims = self.state.list_shared::<NodeClaim>();
+        let claim_of_node: BTreeMap<&str, &NodeClaim> =
+            claims.iter().filter_map(|c| c.node_name().map(|n| (n, &**c))).collect();
+        for node in self.state.list_shared::<Node>() {
             let name = node.name_any();
             if busy.contains(name.as_str()) || node.metadata.deletion_timestamp.is_some() || !has_disrupted_taint(&node)
             {
                 continue;
             }
-            let claim = claims.iter().find(|c| c.node_name() == Some(name.as_str()));
+            let claim = claim_of_node.get(name.as_str());
             if claim.is_some_and(|c| c.metadata.deletion_timestamp.is_some()) {
                 continue;
             }
