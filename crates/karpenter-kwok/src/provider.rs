@@ -14,10 +14,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use karpenter_api::condition::Conditions;
 use karpenter_api::kwok::{GROUP as KWOK_GROUP, KIND as KWOK_KIND};
 use karpenter_api::labels::{CAPACITY_TYPE, HOSTNAME, INSTANCE_TYPE, NODE_INITIALIZED, NODE_REGISTERED, ZONE};
+use karpenter_api::lean::Lean;
 use karpenter_api::nodeclaim::{
     NodeClaimSpec, NodeClaimStatus, NodeClassReference, ResourceQuantity, ResourceRequirements, conditions,
 };
-use karpenter_api::lean::Lean;
 use karpenter_api::{ConditionStatus, KWOKNodeClass, NodeClaim, NodePool, ProviderLabels};
 use karpenter_cloudprovider::kwok::{self as catalogue, LaunchChoice, PROVIDER_ID_PREFIX};
 use karpenter_cloudprovider::{

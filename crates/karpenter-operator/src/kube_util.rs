@@ -404,11 +404,14 @@ mod tests {
         assert!(!remove_condition(&mut cs, "Drained"));
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn read_modify_writes_are_retried_on_conflicts_only() {
         let api = |code: u16| kube::Error::Api(kube::core::Status::failure("x", "y").with_code(code).boxed());
         let metrics = crate::metrics::Metrics::new(&crate::metrics::BuildInfo::current("test", "1.95"));
         let conflicts = || metrics.kube_write_conflicts("test", "Node").get();
+        // Its conflicts are logged at debug level, which `error_policy_counts_conflicts_quietly` asserts on
+        // another thread: with a subscriber here too, tracing never caches that line as uninteresting.
+        let (_guard, _events) = test_log::capture();
         // Two lost races, then the write lands.
         let calls = std::cell::Cell::new(0);
         let result = retry_write_conflicts(Some(&metrics), "test", "Node", "n1", || {
@@ -419,8 +422,10 @@ mod tests {
         .await;
         assert_eq!(result.unwrap(), 3);
         assert_eq!(conflicts(), 2);
-        // A conflict every time: given up after CONFLICT_ATTEMPTS writes, the last conflict returned.
+        // A conflict every time: given up after CONFLICT_ATTEMPTS writes, the last conflict returned, with a
+        // growing pause between the writes (25 + 50 + 100 + 200 ms).
         calls.set(0);
+        let started = tokio::time::Instant::now();
         let result: Result<(), _> = retry_write_conflicts(Some(&metrics), "test", "Node", "n1", || {
             calls.set(calls.get() + 1);
             async { Err(api(409)) }
@@ -428,6 +433,7 @@ mod tests {
         .await;
         assert!(result.is_err_and(|e| is_write_conflict(&e)));
         assert_eq!(calls.get(), CONFLICT_ATTEMPTS);
+        assert_eq!(started.elapsed(), std::time::Duration::from_millis(375));
         // Any other error is not retried.
         calls.set(0);
         let result: Result<(), _> = retry_write_conflicts(Some(&metrics), "test", "Node", "n1", || {
