@@ -253,7 +253,10 @@ pub async fn reconcile(ctx: &LifecycleContext, claim: &NodeClaim) -> Result<Acti
     // 2. Launch.
     if !claim.is_launched() {
         let uid = claim.metadata.uid.clone().unwrap_or_default();
-        let result = match ctx.cached_launch(&uid) {
+        let cached = ctx.cached_launch(&uid);
+        // A cached launch is one whose status write lost a race: writing it again is not news.
+        let fresh = cached.is_none();
+        let result = match cached {
             Some(cached) => Ok(cached),
             None => ctx.cloud.create(&claim).await,
         };
@@ -288,8 +291,14 @@ pub async fn reconcile(ctx: &LifecycleContext, claim: &NodeClaim) -> Result<Acti
                     now,
                     generation,
                 );
-                tracing::info!(controller = CONTROLLER, NodeClaim = %name, provider_id = status.provider_id.as_deref().unwrap_or(""),
-                    instance_type = claim.labels().get(labels::INSTANCE_TYPE).map(String::as_str).unwrap_or(""), "launched nodeclaim");
+                let instance_type = claim.labels().get(labels::INSTANCE_TYPE).map(String::as_str).unwrap_or("");
+                let provider_id = status.provider_id.as_deref().unwrap_or("");
+                if fresh {
+                    tracing::info!(controller = CONTROLLER, NodeClaim = %name, provider_id, instance_type, "launched nodeclaim");
+                } else {
+                    tracing::debug!(controller = CONTROLLER, NodeClaim = %name, provider_id, instance_type,
+                        "writing the cached launch again");
+                }
             }
             Err(e) if matches!(e.kind(), ErrorKind::InsufficientCapacity | ErrorKind::NodeClassNotReady) => {
                 let reason = if e.kind() == ErrorKind::InsufficientCapacity {
