@@ -418,9 +418,9 @@ impl Disruption {
             "abandoning disruption command: it failed validation");
         self.metrics.voluntary_disruption_failed_validations(consolidation_type(command.method)).inc();
         for c in &command.candidates {
-            if let Some(node) = self.state.get::<Node>(&c.node) {
+            if let Some(node) = self.state.get_shared::<Node>(&c.node) {
                 self.recorder.publish_detached(Event::normal(
-                    &node,
+                    &*node,
                     reasons::CONSOLIDATION_REJECTED,
                     format!("Disruption was abandoned after revalidation: {failure}"),
                 ));
@@ -468,11 +468,11 @@ impl Disruption {
                 _ => None,
             };
             let Some(event_reason) = event_reason else { continue };
-            if let Some(node) = self.state.get::<Node>(&v.node) {
-                self.recorder.publish_detached(Event::normal(&node, event_reason, v.reason.to_string()));
+            if let Some(node) = self.state.get_shared::<Node>(&v.node) {
+                self.recorder.publish_detached(Event::normal(&*node, event_reason, v.reason.to_string()));
             }
-            if let Some(claim) = v.node_claim.as_deref().and_then(|c| self.state.get::<NodeClaim>(c)) {
-                self.recorder.publish_detached(Event::normal(&claim, event_reason, v.reason.to_string()));
+            if let Some(claim) = v.node_claim.as_deref().and_then(|c| self.state.get_shared::<NodeClaim>(c)) {
+                self.recorder.publish_detached(Event::normal(&*claim, event_reason, v.reason.to_string()));
             }
         }
         for (reason, n) in eligible {
@@ -728,11 +728,11 @@ impl Disruption {
     }
 
     async fn event_on(&self, t: &Target, reason: &str, message: String) {
-        if let Some(node) = self.state.get::<Node>(&t.node) {
-            self.recorder.publish_detached(Event::normal(&node, reason, message.clone()));
+        if let Some(node) = self.state.get_shared::<Node>(&t.node) {
+            self.recorder.publish_detached(Event::normal(&*node, reason, message.clone()));
         }
-        if let Some(claim) = self.state.get::<NodeClaim>(&t.claim) {
-            self.recorder.publish_detached(Event::normal(&claim, reason, message));
+        if let Some(claim) = self.state.get_shared::<NodeClaim>(&t.claim) {
+            self.recorder.publish_detached(Event::normal(&*claim, reason, message));
         }
     }
 
