@@ -23,11 +23,11 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Node;
 use karpenter_api::NodeClaim;
 use karpenter_cloudprovider::{Clock, CloudProvider};
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
-use crate::kube_util::{ReconcileError, delete_ignoring_missing, record_disrupted, to_chrono};
+use crate::kube_util::{ReconcileError, delete_ignoring_missing, list_all_lean, record_disrupted, to_chrono};
 use crate::metrics::Metrics;
 
 /// How long after launch an instance without a NodeClaim is left alone (the claim may not be written yet).
@@ -95,15 +95,12 @@ impl GarbageCollection {
     pub async fn collect_instances(&self) -> Result<GcReport, ReconcileError> {
         let now = self.clock.now();
         // NodeClaims first: an instance launched after this list is younger than the grace anyway.
-        let claimed: BTreeSet<String> = self
-            .claims()
-            .list(&ListParams::default())
+        let claimed: BTreeSet<String> = list_all_lean::<NodeClaim>(&self.client)
             .await?
-            .items
             .iter()
             .filter_map(|c| c.provider_id().filter(|p| !p.is_empty()).map(str::to_owned))
             .collect();
-        let nodes = self.nodes().list(&ListParams::default()).await?.items;
+        let nodes = list_all_lean::<Node>(&self.client).await?;
         let mut nodes_by_id: BTreeMap<&str, Vec<&Node>> = BTreeMap::new();
         for n in &nodes {
             if let Some(pid) = node_provider_id(n) {
@@ -156,7 +153,7 @@ impl GarbageCollection {
 
     /// Registered NodeClaims whose instance is gone (see the module docs).
     pub async fn collect_node_claims(&self) -> Result<GcReport, ReconcileError> {
-        let mut claims = self.claims().list(&ListParams::default()).await?.items;
+        let mut claims = list_all_lean::<NodeClaim>(&self.client).await?;
         claims.retain(|c| c.is_registered() && c.metadata.deletion_timestamp.is_none());
         claims.sort_by_key(|c| c.name_any());
         let mut report = GcReport::default();
