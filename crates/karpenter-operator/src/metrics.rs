@@ -364,7 +364,7 @@ karpenter_metrics! {
     counter voluntary_disruption_decisions(decision, reason, consolidation_type) "Number of disruption decisions taken, by decision (delete or replace).";
     counter voluntary_disruption_decisions_by_nodepool(decision, reason, consolidation_type, nodepool) "Number of disruption decisions taken, by NodePool.";
     gauge voluntary_disruption_eligible_nodes(reason) "Nodes eligible for disruption, by reason.";
-    histogram voluntary_disruption_decision_evaluation_duration_seconds(reason, consolidation_type) "Time of one disruption evaluation pass (building its cluster snapshot included), by the method of the command it chose.";
+    histogram voluntary_disruption_decision_evaluation_duration_seconds(reason, consolidation_type) "Time of one disruption evaluation pass (building its cluster snapshot included), by the method of the command it chose (single-node consolidation for a pass without one).";
     counter voluntary_disruption_consolidation_timeouts(consolidation_type) "Number of consolidation evaluations that hit their time limit.";
     counter voluntary_disruption_failed_validations(consolidation_type) "Number of disruption commands that failed revalidation before execution.";
     counter voluntary_disruption_queue_failures(decision, reason, consolidation_type) "Number of disruption commands that failed while executing.";

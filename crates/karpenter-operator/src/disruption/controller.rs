@@ -390,14 +390,15 @@ impl Disruption {
             pools.iter().map(|(p, its)| PoolInput { node_pool: p, instance_types: its }).collect();
         let now = self.clock.now();
         let pass = karpenter_disruption::evaluate(&snapshot, &inputs, self.cloud.labels(), now, &self.options());
-        if let Some(c) = pass.commands.first() {
-            self.metrics
-                .voluntary_disruption_decision_evaluation_duration_seconds(
-                    &reason_label(c),
-                    consolidation_type(c.method),
-                )
-                .observe(started.elapsed().as_secs_f64());
-        }
+        // Every pass is observed: under its command's method, or, without a command, under the last method the
+        // pass went through (single-node consolidation), so a quiet cluster's passes are measured too.
+        let method = pass.commands.first().map_or(Method::SingleNodeConsolidation, |c| c.method);
+        self.metrics
+            .voluntary_disruption_decision_evaluation_duration_seconds(
+                &method.reason().as_str().to_lowercase(),
+                consolidation_type(method),
+            )
+            .observe(started.elapsed().as_secs_f64());
         Ok(pass)
     }
 

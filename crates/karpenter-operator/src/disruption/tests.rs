@@ -470,6 +470,14 @@ async fn a_budget_of_zero_blocks_with_an_event_on_the_pool() {
     let pass = report.pass.unwrap();
     let v = pass.verdict("empty").unwrap();
     assert!(matches!(v.reason, Reason::BudgetExhausted { reason: DisruptionReason::Empty, .. }), "{v:?}");
+    // A pass without a command is measured too, under the last method it went through.
+    let rendered = e.metrics.render();
+    assert!(
+        rendered.contains(
+            "karpenter_voluntary_disruption_decision_evaluation_duration_seconds_count{reason=\"underutilized\",consolidation_type=\"single\"} 1"
+        ),
+        "{rendered}"
+    );
     assert_eq!(e.metrics.nodepools_allowed_disruptions(POOL, "Empty").get(), 0.0);
     let events = e.events(reasons::DISRUPTION_BLOCKED).await;
     assert!(events.iter().any(|(obj, m)| obj == POOL && m.contains("Empty")), "{events:?}");
