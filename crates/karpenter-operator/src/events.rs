@@ -220,7 +220,12 @@ pub struct Recorder {
     instance: String,
     seen: SeenCache,
     sequence: Arc<AtomicU64>,
+    /// Detached posts spawned and not finished ([`Recorder::publish_detached`]).
+    detached: Arc<std::sync::atomic::AtomicUsize>,
 }
+
+/// Detached event posts that may wait at once; more are dropped (see [`Recorder::publish_detached`]).
+pub const MAX_DETACHED: usize = 1000;
 
 impl std::fmt::Debug for Recorder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -246,7 +251,14 @@ fn truncate(message: &str) -> String {
 
 impl Recorder {
     pub fn new(client: Client, clock: Arc<dyn Clock>, instance: impl Into<String>) -> Self {
-        Self { client, clock, instance: instance.into(), seen: Arc::default(), sequence: Arc::new(AtomicU64::new(0)) }
+        Self {
+            client,
+            clock,
+            instance: instance.into(),
+            seen: Arc::default(),
+            sequence: Arc::new(AtomicU64::new(0)),
+            detached: Arc::default(),
+        }
     }
 
     /// Whether `event` is a duplicate now; if not, records it as published now. Also forgets expired entries.
@@ -278,6 +290,11 @@ impl Recorder {
         if !self.admit(&event, now) {
             return Ok(false);
         }
+        self.post(&event, now).await.map(|()| true)
+    }
+
+    /// Posts an admitted `event`; on an API error it is forgotten, so publishing it again retries.
+    async fn post(&self, event: &Event, now: DateTime<Utc>) -> Result<(), kube::Error> {
         let object_name = event.object.name.clone().unwrap_or_default();
         let namespace = event.object.namespace.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| "default".into());
         let stamp = now.timestamp_nanos_opt().unwrap_or_default().unsigned_abs();
@@ -304,21 +321,36 @@ impl Recorder {
         };
         let api: Api<CoreEvent> = Api::namespaced(self.client.clone(), &namespace);
         match api.create(&PostParams::default(), &core).await {
-            Ok(_) => Ok(true),
+            Ok(_) => Ok(()),
             Err(e) => {
-                self.forget(&event);
+                self.forget(event);
                 Err(e)
             }
         }
     }
 
     /// [`Recorder::publish`] in a spawned task, logging failures: for reconcilers that must not wait on events.
+    /// Duplicates are dropped before a task is spawned; with [`MAX_DETACHED`] posts already waiting (the API
+    /// server slower than the events come: a pass nominating 50,000 pods), the event is dropped too, as
+    /// client-go's broadcaster drops events when its queue is full. Unbounded, the waiting posts held tens of
+    /// thousands of tasks and events, and starved the controller's other requests of the client's rate.
     pub fn publish_detached(&self, event: Event) {
+        let now = self.clock.now();
+        if !self.admit(&event, now) {
+            return;
+        }
+        if self.detached.fetch_add(1, Ordering::AcqRel) >= MAX_DETACHED {
+            self.detached.fetch_sub(1, Ordering::AcqRel);
+            self.forget(&event);
+            tracing::debug!(reason = %event.reason, object = ?event.object.name, "event dropped: too many events waiting to be posted");
+            return;
+        }
         let recorder = self.clone();
         tokio::spawn(async move {
-            if let Err(e) = recorder.publish(event.clone()).await {
+            if let Err(e) = recorder.post(&event, now).await {
                 tracing::warn!(error = %e, reason = %event.reason, "failed to publish event");
             }
+            recorder.detached.fetch_sub(1, Ordering::AcqRel);
         });
     }
 }
@@ -341,6 +373,31 @@ mod tests {
     async fn events(server: &ApiServer, namespace: &str) -> Vec<CoreEvent> {
         let api: Api<CoreEvent> = Api::namespaced(server.client(), namespace);
         api.list(&ListParams::default()).await.unwrap().items
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn detached_posts_are_bounded_and_dropped_events_can_come_again() {
+        let server = ApiServer::new();
+        let clock = FakeClock::default();
+        let recorder = Recorder::new(server.client(), Arc::new(clock.clone()), "karpenter-abc");
+        let event = |i: usize| Event::normal(&node(&format!("n{i}")), reasons::NOMINATED, "Pod should schedule");
+        // On one thread no spawned post runs before this loop yields: the first MAX_DETACHED wait, the rest are
+        // dropped, and a duplicate of a waiting one spawns nothing.
+        for i in 0..MAX_DETACHED + 5 {
+            recorder.publish_detached(event(i));
+        }
+        recorder.publish_detached(event(0));
+        assert_eq!(recorder.detached.load(Ordering::Acquire), MAX_DETACHED);
+        while recorder.detached.load(Ordering::Acquire) > 0 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(events(&server, "default").await.len(), MAX_DETACHED);
+        // The dropped ones were not remembered as published: they go out when they come again.
+        recorder.publish_detached(event(MAX_DETACHED + 1));
+        while recorder.detached.load(Ordering::Acquire) > 0 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(events(&server, "default").await.len(), MAX_DETACHED + 1);
     }
 
     #[tokio::test]
