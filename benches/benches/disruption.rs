@@ -12,6 +12,10 @@
 //!   ([`karpenter_disruption::multi_node_consolidation`]) on the 1,000-node cluster: the binary search over the
 //!   first 100 sorted candidates (upstream's cap), without upstream's 1 minute timeout.
 //!
+//! * `disruption/pending/kwok/5000`: a pass as the controller runs it (`every_verdict` off) over the 5,000-node
+//!   cluster while 40,000 pods of 1.5 vCPU are pending (a large scale-out under way: they need thousands of new
+//!   nodes, so no consolidation can make do with one).
+//!
 //! Before criterion measures a case it runs once and prints: time, commands, verdict counts by outcome.
 //! `cargo bench -p karpenter-benches --bench disruption -- single-node/kwok/1000`.
 
@@ -166,7 +170,7 @@ fn cluster(n: usize, case: &Case) -> ClusterSnapshot {
             labels: labels.clone(),
             annotations: BTreeMap::new(),
             conditions: BTreeMap::from([("Initialized".to_owned(), "True".to_owned())]),
-            claim,
+            claim: claim.into(),
             capacity: it.capacity().clone(),
             allocatable: allocatable.clone(),
             marked_for_deletion: false,
@@ -268,5 +272,42 @@ fn multi_node(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, single_node, multi_node);
+/// 40,000 pending pods of 1.5 vCPU / 1 GiB added to `snapshot`.
+fn with_pending(mut snapshot: ClusterSnapshot) -> ClusterSnapshot {
+    let template: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "x", "namespace": "default", "labels": {"app": "batch"}},
+        "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1500m", "memory": "1Gi"}}}]},
+        "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
+    }))
+    .expect("pod");
+    for i in 0..40_000 {
+        let mut p = template.clone();
+        p.metadata.name = Some(format!("pending-{i:05}"));
+        p.metadata.uid = Some(format!("uid-pending-{i}"));
+        snapshot.pending_pods.push(p.into());
+    }
+    snapshot.sort();
+    snapshot
+}
+
+fn pending(c: &mut Criterion) {
+    let provider = ProviderLabels::aws();
+    let options = DisruptionOptions { every_verdict: false, ..Default::default() };
+    let mut group = c.benchmark_group("disruption/pending");
+    group.sample_size(10).sampling_mode(SamplingMode::Flat).warm_up_time(Duration::from_millis(100));
+    let case = kwok_case();
+    let snapshot = with_pending(cluster(5_000, &case));
+    let pools = [PoolInput { node_pool: &snapshot.node_pools[0], instance_types: &case.instance_types }];
+    let start = Instant::now();
+    let pass = evaluate(&snapshot, &pools, &provider, now(), &options);
+    let secs = start.elapsed().as_secs_f64();
+    eprintln!("disruption/pending/kwok/5000: {secs:.3} s, {}", summary(&pass));
+    group.measurement_time(Duration::from_secs_f64((secs * 12.0).max(1.0)));
+    group
+        .bench_function("kwok/5000", |b| b.iter(|| evaluate(black_box(&snapshot), &pools, &provider, now(), &options)));
+    group.finish();
+}
+
+criterion_group!(benches, single_node, multi_node, pending);
 criterion_main!(benches);

@@ -190,6 +190,9 @@ pub enum Reason {
     PodsUnschedulable { pods: Vec<UnschedulablePod> },
     /// Removing it needs more than one new node.
     NeedsMultipleNodes { count: usize },
+    /// The pending pods alone need `count` (at least 2) new nodes, so no consolidation of this pass could make do
+    /// with one: consolidation waits until provisioning has launched them.
+    PendingPodsNeedNodes { count: usize },
     /// No replacement is strictly cheaper.
     NoCheaperOption { price: f64 },
     /// Spot-to-spot consolidation is behind the `SpotToSpotConsolidation` feature gate, which is off.
@@ -279,6 +282,10 @@ impl std::fmt::Display for Reason {
                 write!(f, "pods would not schedule elsewhere: {}{more}", shown.join("; "))
             }
             Reason::NeedsMultipleNodes { count } => write!(f, "can't remove without creating {count} nodes"),
+            Reason::PendingPodsNeedNodes { count } => write!(
+                f,
+                "can't remove while pending pods need {count} new nodes (consolidation waits for provisioning)"
+            ),
             Reason::NoCheaperOption { price } => {
                 write!(f, "can't replace with a cheaper node (current price {})", money(*price))
             }

@@ -325,7 +325,7 @@ pub fn node_claim_info(claim: &NodeClaim, node_name: Option<&str>) -> karpenter_
         labels: claim.metadata.labels.clone().unwrap_or_default(),
         annotations: claim.metadata.annotations.clone().unwrap_or_default(),
         conditions,
-        claim: claim.clone(),
+        claim: std::sync::Arc::new(claim.clone()),
         capacity: karpenter_requirements::ResourceList::new(),
         allocatable: karpenter_requirements::ResourceList::new(),
         marked_for_deletion: claim.metadata.deletion_timestamp.is_some(),

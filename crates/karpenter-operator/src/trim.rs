@@ -15,9 +15,9 @@
 //! Pods additionally keep, of each container (init containers included; ephemeral containers are dropped: they
 //! have no requests), only `name`, `resources`, `ports` (host ports) and `restartPolicy` (sidecars); of the
 //! volumes only those backed by a claim (`persistentVolumeClaim`, `ephemeral`), which is all the volume
-//! topology, CSI limit and detachment checks read; of the status only `phase`, `conditions`,
-//! `nominatedNodeName` and `startTime`. Nodes drop `status.images` (a real node lists tens of image names) and
-//! `status.nodeInfo`.
+//! topology, CSI limit and detachment checks read; of the status only `phase`, the `PodScheduled` and `Ready`
+//! conditions, `nominatedNodeName` and `startTime`; and no list keeps capacity it does not use. Nodes drop
+//! `status.images` (a real node lists tens of image names) and `status.nodeInfo`.
 
 use std::any::Any;
 
@@ -43,28 +43,48 @@ pub fn trim<K: Resource + Any>(obj: &mut K) {
 }
 
 fn trim_container(c: &mut Container) {
+    let mut ports = c.ports.take();
+    ports.as_mut().map(Vec::shrink_to_fit);
     *c = Container {
         name: std::mem::take(&mut c.name),
         resources: c.resources.take(),
-        ports: c.ports.take(),
+        ports,
         restart_policy: c.restart_policy.take(),
         ..Container::default()
     };
 }
 
+/// The pod conditions a decision reads: `PodScheduled` (provisionable pods) and `Ready` (disruption and
+/// termination).
+const POD_CONDITIONS_READ: [&str; 2] = ["PodScheduled", "Ready"];
+
 fn trim_pod(pod: &mut Pod) {
+    // Decoding grows each list to a capacity of 4 or more; a pod's lists are then read-only, so the spare
+    // capacity (about 1 KB of a pod with two tolerations, one owner and five conditions) is given back.
+    pod.metadata.owner_references.as_mut().map(Vec::shrink_to_fit);
     if let Some(spec) = pod.spec.as_mut() {
         spec.containers.iter_mut().for_each(trim_container);
-        spec.init_containers.iter_mut().flatten().for_each(trim_container);
+        spec.containers.shrink_to_fit();
+        if let Some(init) = spec.init_containers.as_mut() {
+            init.iter_mut().for_each(trim_container);
+            init.shrink_to_fit();
+        }
         spec.ephemeral_containers = None;
         if let Some(volumes) = spec.volumes.as_mut() {
             volumes.retain(|v| v.persistent_volume_claim.is_some() || v.ephemeral.is_some());
+            volumes.shrink_to_fit();
         }
+        spec.tolerations.as_mut().map(Vec::shrink_to_fit);
     }
     if let Some(status) = pod.status.take() {
+        let mut conditions = status.conditions;
+        if let Some(cs) = conditions.as_mut() {
+            cs.retain(|c| POD_CONDITIONS_READ.contains(&c.type_.as_str()));
+            cs.shrink_to_fit();
+        }
         pod.status = Some(PodStatus {
             phase: status.phase,
-            conditions: status.conditions,
+            conditions,
             nominated_node_name: status.nominated_node_name,
             start_time: status.start_time,
             ..PodStatus::default()
@@ -82,7 +102,7 @@ fn trim_node(node: &mut Node) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{ContainerPort, PersistentVolumeClaimVolumeSource, Volume};
+    use k8s_openapi::api::core::v1::{ContainerPort, PersistentVolumeClaimVolumeSource, PodCondition, Volume};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
     use karpenter_testing::{PodOptions, pod};
 
@@ -113,6 +133,11 @@ mod tests {
         });
         p.status.get_or_insert_default().pod_ip = Some("10.0.0.1".into());
         p.status.get_or_insert_default().phase = Some("Running".into());
+        p.status.get_or_insert_default().conditions = Some(
+            ["PodScheduled", "Initialized", "ContainersReady", "Ready", "PodReadyToStartContainers"]
+                .map(|t| PodCondition { type_: t.into(), status: "True".into(), ..Default::default() })
+                .into(),
+        );
         let requests = p.spec.as_ref().unwrap().containers[0].resources.clone();
 
         trim(&mut p);
@@ -134,6 +159,10 @@ mod tests {
         let status = p.status.as_ref().unwrap();
         assert_eq!(status.phase.as_deref(), Some("Running"));
         assert!(status.pod_ip.is_none());
+        let conditions: Vec<&str> = status.conditions.iter().flatten().map(|c| c.type_.as_str()).collect();
+        assert_eq!(conditions, ["PodScheduled", "Ready"]);
+        let conditions = status.conditions.as_ref().unwrap();
+        assert_eq!(conditions.capacity(), conditions.len(), "no spare capacity kept");
     }
 
     #[test]

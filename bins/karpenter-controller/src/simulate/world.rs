@@ -15,6 +15,7 @@
 //! reschedulable pods become pending and are placed again by the next scheduling pass.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -253,7 +254,7 @@ impl<'c> World<'c> {
     fn pod_event(&mut self, node: &str) {
         let now = rfc3339(self.now);
         if let Some(c) = self.snapshot.node_claims.iter_mut().find(|c| c.node_name.as_deref() == Some(node)) {
-            c.claim.status.get_or_insert_with(Default::default).last_pod_event_time = Some(now);
+            Arc::make_mut(&mut c.claim).status.get_or_insert_with(Default::default).last_pod_event_time = Some(now);
         }
     }
 
@@ -368,7 +369,7 @@ impl<'c> World<'c> {
                 .iter()
                 .map(|c| ((*c).to_owned(), "True".to_owned()))
                 .collect(),
-            claim,
+            claim: claim.into(),
             capacity: it.capacity().clone(),
             allocatable: it.allocatable().clone(),
             marked_for_deletion: false,
@@ -704,7 +705,7 @@ impl<'c> World<'c> {
         let mut n = 0;
         for c in self.snapshot.node_claims.iter_mut().filter(|c| select(c)) {
             c.conditions.insert("Drifted".to_owned(), "True".to_owned());
-            let status = c.claim.status.get_or_insert_with(Default::default);
+            let status = Arc::make_mut(&mut c.claim).status.get_or_insert_with(Default::default);
             status.conditions.retain(|x| x.type_ != "Drifted");
             status.conditions.push(karpenter_api::Condition {
                 type_: "Drifted".to_owned(),

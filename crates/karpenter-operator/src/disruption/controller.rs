@@ -457,6 +457,7 @@ impl Disruption {
                 (
                     Reason::PodsUnschedulable { .. }
                     | Reason::NeedsMultipleNodes { .. }
+                    | Reason::PendingPodsNeedNodes { .. }
                     | Reason::NoCheaperOption { .. }
                     | Reason::SpotToSpotDisabled
                     | Reason::SpotToSpotTooFewOptions { .. }
