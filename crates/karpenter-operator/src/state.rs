@@ -773,7 +773,7 @@ impl ClusterState {
         for (key, pod) in &o.pods.objects {
             match node_name(pod) {
                 Some(node) if marked.contains(node) => {
-                    if is_reschedulable(pod, &pdbs) {
+                    if is_currently_reschedulable(pod, &pdbs, now) {
                         let mut p = Pod::clone(pod);
                         if let Some(spec) = p.spec.as_mut() {
                             spec.node_name = None;
@@ -975,25 +975,22 @@ fn fully_blocking(pdb: &PodDisruptionBudget) -> bool {
         || matches!(spec.min_available.as_ref(), Some(IntOrString::String(s)) if s == "100%")
 }
 
-/// scheduling.md §2.3: a pod of a node being deleted that provisioning should find room for.
-fn is_reschedulable(pod: &Pod, pdbs: &[&PodDisruptionBudget]) -> bool {
-    let terminating = pod.metadata.deletion_timestamp.is_some();
-    let stateful = pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "StatefulSet");
-    let active = !is_terminal(pod) && (!terminating || stateful);
-    let do_not_disrupt =
-        pod.metadata.annotations.as_ref().and_then(|a| a.get(annotations::DO_NOT_DISRUPT)) == Some(&"true".to_owned());
+/// scheduling.md §2.3, "currently reschedulable": a pod of a node being deleted that provisioning should find
+/// room for. Disruption's "reschedulable" ([`karpenter_disruption::pods::is_reschedulable`]) plus two conditions
+/// of the moment: no active `karpenter.sh/do-not-disrupt` (either form: `"true"`, or a duration still running at
+/// `now`) and no PodDisruptionBudget that allows no disruption of it.
+fn is_currently_reschedulable(pod: &Pod, pdbs: &[&PodDisruptionBudget], now: DateTime<Utc>) -> bool {
+    use karpenter_disruption::pods::{DoNotDisrupt, do_not_disrupt, is_reschedulable};
+    if !is_reschedulable(pod) || do_not_disrupt(pod, now) != DoNotDisrupt::No {
+        return false;
+    }
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
     let pod_labels = pod.metadata.labels.clone().unwrap_or_default();
-    let blocked = pdbs.iter().any(|pdb| {
+    !pdbs.iter().any(|pdb| {
         pdb.metadata.namespace.as_deref() == Some(ns)
             && fully_blocking(pdb)
             && selector_matches(pdb.spec.as_ref().and_then(|s| s.selector.as_ref()), &pod_labels)
-    });
-    active
-        && !owned_by_kind(pod, "apps/v1", "DaemonSet")
-        && !owned_by_kind(pod, "v1", "Node")
-        && !do_not_disrupt
-        && !blocked
+    })
 }
 
 #[cfg(test)]
@@ -1031,6 +1028,34 @@ mod tests {
         let mut deleting = p.clone();
         deleting.metadata.deletion_timestamp = karpenter_testing::k8s_time(chrono::DateTime::UNIX_EPOCH);
         assert!(!is_provisionable(&deleting));
+    }
+
+    /// A pod of a node being deleted is placed again unless protected now: do-not-disrupt in either form (the
+    /// duration form counts from the pod's start), or a PDB that allows no disruption.
+    #[test]
+    fn currently_reschedulable_reads_both_do_not_disrupt_forms() {
+        let now = chrono::DateTime::parse_from_rfc3339("2026-01-01T12:00:00Z").unwrap().with_timezone(&Utc);
+        let with = |value: &str, started_mins_ago: i64| {
+            let mut p = pod(PodOptions {
+                name: Some("p".into()),
+                annotations: [(annotations::DO_NOT_DISRUPT.to_owned(), value.to_owned())].into(),
+                node_name: Some("n1".into()),
+                ..Default::default()
+            });
+            p.status.get_or_insert_default().start_time =
+                karpenter_testing::k8s_time(now - chrono::Duration::minutes(started_mins_ago));
+            p
+        };
+        assert!(!is_currently_reschedulable(&with("true", 60), &[], now));
+        assert!(!is_currently_reschedulable(&with("10m", 1), &[], now), "the duration is still running");
+        assert!(is_currently_reschedulable(&with("10m", 20), &[], now), "the duration is over");
+        assert!(is_currently_reschedulable(&with("not-a-duration", 1), &[], now), "invalid values are ignored");
+        let pdb: PodDisruptionBudget = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "all", "namespace": "default"},
+            "spec": {"selector": {}, "maxUnavailable": 0}
+        }))
+        .unwrap();
+        assert!(!is_currently_reschedulable(&with("10m", 20), &[&pdb], now), "a PDB that never allows a disruption");
     }
 
     #[test]
