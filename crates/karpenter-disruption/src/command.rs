@@ -207,6 +207,9 @@ pub enum Reason {
     /// pass was asked to stop there ([`DisruptionOptions::every_verdict`](crate::DisruptionOptions) off, as the
     /// controller runs it). A later pass judges it.
     NotEvaluated { method: Method },
+    /// Consolidation was not simulated: nothing has changed since a pass in which it found nothing to do
+    /// ([`DisruptionOptions::consolidation_unchanged`](crate::DisruptionOptions)).
+    ConsolidationUnchanged,
     /// Healthy and in use: no method applies.
     NothingToDo,
 }
@@ -301,6 +304,10 @@ impl std::fmt::Display for Reason {
             Reason::NotEvaluated { method } => {
                 write!(f, "{method:?} not simulated this pass: an earlier candidate gave the pass its command")
             }
+            Reason::ConsolidationUnchanged => write!(
+                f,
+                "not simulated: nothing changed since consolidation last found nothing to do (re-checked within 5 min)"
+            ),
             Reason::NothingToDo => write!(f, "in use, not drifted, and no cheaper arrangement found"),
         }
     }

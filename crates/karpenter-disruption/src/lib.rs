@@ -69,6 +69,11 @@ pub struct DisruptionOptions {
     /// [`Reason::NotEvaluated`]. The controller turns it off: it acts on one command per pass, and on a
     /// cluster of drifted nodes whose pods spread by hostname, simulating them all made each pass take seconds.
     pub every_verdict: bool,
+    /// Nothing has changed since a pass in which consolidation found nothing to do (upstream's "already
+    /// consolidated", disruption.md §2; the controller tracks it): multi-node and single-node consolidation
+    /// simulate nothing and their candidates are kept with [`Reason::ConsolidationUnchanged`]. Emptiness and
+    /// drift still run (emptiness simulates nothing; drift does not short-circuit upstream either).
+    pub consolidation_unchanged: bool,
 }
 
 impl Default for DisruptionOptions {
@@ -82,6 +87,7 @@ impl Default for DisruptionOptions {
             not_ready_nodes: BTreeSet::new(),
             multi_node_max_candidates: MULTI_NODE_MAX_CANDIDATES,
             every_verdict: true,
+            consolidation_unchanged: false,
         }
     }
 }
@@ -160,7 +166,11 @@ pub fn evaluate(
     }
     let sorted = Engine::sorted(eligible.iter().copied());
     let sorted_refs: Vec<&Candidate<'_>> = sorted.iter().collect();
-    let multi = if commands.is_empty() { engine.multi(&sorted_refs, options.multi_node_max_candidates) } else { None };
+    let multi = if commands.is_empty() && !options.consolidation_unchanged {
+        engine.multi(&sorted_refs, options.multi_node_max_candidates)
+    } else {
+        None
+    };
     let mut first_single: Option<Command> = None;
     for c in Engine::single_order(&sorted) {
         let decided = !commands.is_empty() || multi.is_some() || first_single.is_some();
@@ -170,6 +180,10 @@ pub fn evaluate(
                 Method::SingleNodeConsolidation,
                 Err(Reason::NotEvaluated { method: Method::SingleNodeConsolidation }),
             );
+            continue;
+        }
+        if options.consolidation_unchanged {
+            record(&c.node.name, Method::SingleNodeConsolidation, Err(Reason::ConsolidationUnchanged));
             continue;
         }
         if let Some(r) = engine.budget_block(c, Method::SingleNodeConsolidation, &remaining) {

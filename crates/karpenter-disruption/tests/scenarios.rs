@@ -5,7 +5,8 @@
 //!
 //! `scenario.yaml` fields (all optional): `now` (RFC 3339, default `2026-01-01T12:00:00Z`), `spotToSpot`
 //! (feature gate, default false), `notReady` (node names whose Ready is not True), `nominated` (node names),
-//! `everyVerdict` (default true; false as the controller runs a pass).
+//! `everyVerdict` (default true; false as the controller runs a pass), `consolidationUnchanged` (default false:
+//! the controller's "already consolidated" short-circuit).
 
 mod common;
 
@@ -27,6 +28,7 @@ struct Scenario {
     #[serde(default)]
     nominated: Vec<String>,
     every_verdict: Option<bool>,
+    consolidation_unchanged: Option<bool>,
 }
 
 const DEFAULT_NOW: &str = "2026-01-01T12:00:00Z";
@@ -51,6 +53,7 @@ fn run(dir: &Path) -> Result<(), String> {
         spot_to_spot_consolidation: scenario.spot_to_spot.unwrap_or(false),
         not_ready_nodes: scenario.not_ready.iter().cloned().collect(),
         every_verdict: scenario.every_verdict.unwrap_or(true),
+        consolidation_unchanged: scenario.consolidation_unchanged.unwrap_or(false),
         ..Default::default()
     };
     let provider = ProviderLabels::aws();

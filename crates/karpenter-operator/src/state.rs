@@ -194,6 +194,8 @@ pub struct Objects {
     marked: BTreeSet<String>,
     /// NodeClaim name → `namespace/name` of the pods it was created for.
     claim_pods: BTreeMap<String, Vec<String>>,
+    /// Bumped by every stored change of any kind ([`ClusterState::consolidation_state`]).
+    changes: u64,
 }
 
 /// A kind the cluster state tracks.
@@ -397,6 +399,7 @@ impl ClusterState {
                     obj = feed.applied(obj);
                 }
                 store.objects.insert(key, obj.clone());
+                objects.changes += 1;
                 Some(obj)
             } else {
                 None
@@ -417,10 +420,11 @@ impl ClusterState {
         let key = object_key(obj.as_ref());
         let mut objects = self.write();
         let store = K::store(&mut objects);
-        if store.objects.remove(&key).is_some()
-            && let Some(feed) = store.feed.as_mut()
-        {
-            feed.deleted(&obj);
+        if store.objects.remove(&key).is_some() {
+            if let Some(feed) = store.feed.as_mut() {
+                feed.deleted(&obj);
+            }
+            objects.changes += 1;
         }
         let any: &dyn std::any::Any = obj.as_ref();
         if any.is::<NodeClaim>() || any.is::<Node>() {
@@ -479,6 +483,7 @@ impl ClusterState {
                 if let Some(feed) = store.feed.as_mut() {
                     feed.relist(&mut store.objects);
                 }
+                objects.changes += 1;
             }
         }
     }
@@ -502,6 +507,13 @@ impl ClusterState {
         feed.subscribers.push(tx);
         let reader = feed.writer.as_reader();
         (reader, futures::stream::poll_fn(move |cx| rx.poll_recv(cx)))
+    }
+
+    /// Upstream's consolidation state: a value that changes whenever an object of any kind is stored, replaced or
+    /// forgotten. A consolidation pass that found nothing to do need not run again while it stays the same (the
+    /// disruption controller still re-runs it every 5 minutes: time alone changes some answers).
+    pub fn consolidation_state(&self) -> u64 {
+        self.read().changes
     }
 
     /// Marks a kind as listed without a watcher (tests that feed the state by hand).

@@ -175,6 +175,21 @@ struct Pending {
 struct Inner {
     pending: Option<Pending>,
     in_flight: Vec<InFlight>,
+    /// The state's consolidation state when a pass last found nothing for consolidation to do, and when.
+    consolidated: Option<(u64, DateTime<Utc>)>,
+}
+
+/// Consolidation runs again at least this often although nothing changed: time alone changes some answers
+/// (consolidateAfter elapsing, budget schedules, nominations expiring). Upstream's forced refresh.
+pub const CONSOLIDATION_REFRESH: Duration = Duration::from_secs(5 * 60);
+
+/// Whether a pass without commands found consolidation with nothing to do: no candidate left for a later pass
+/// (deferred, or not simulated because a command was found) and none held back by a budget.
+fn found_nothing(pass: &Pass) -> bool {
+    pass.commands.is_empty()
+        && !pass.verdicts.iter().any(|v| {
+            matches!(v.reason, Reason::BudgetExhausted { .. } | Reason::Deferred { .. } | Reason::NotEvaluated { .. })
+        })
 }
 
 /// The disruption loop (see the module docs).
@@ -327,7 +342,14 @@ impl Disruption {
 
         self.clean_stale(&inner, &mut report).await;
 
-        let pass = self.evaluate().await?;
+        let state_before = self.state.consolidation_state();
+        let unchanged = inner
+            .consolidated
+            .is_some_and(|(state, at)| state == state_before && now - at < chrono_duration(CONSOLIDATION_REFRESH));
+        let pass = self.evaluate_pass(unchanged).await?;
+        if !unchanged {
+            inner.consolidated = found_nothing(&pass).then_some((state_before, now));
+        }
         self.publish(&pass);
         let commands = pass.commands.clone();
         report.pass = Some(pass);
@@ -383,13 +405,20 @@ impl Disruption {
     /// `karpenter_voluntary_disruption_decision_evaluation_duration_seconds` covers the whole pass: building the
     /// snapshot, listing instance types and the evaluation.
     pub async fn evaluate(&self) -> Result<Pass, DisruptionError> {
+        self.evaluate_pass(false).await
+    }
+
+    /// [`Self::evaluate`]; with `consolidation_unchanged`, multi-node and single-node consolidation are skipped
+    /// (nothing changed since they last found nothing).
+    async fn evaluate_pass(&self, consolidation_unchanged: bool) -> Result<Pass, DisruptionError> {
         let started = std::time::Instant::now();
         let snapshot = self.state.snapshot()?.cluster;
         let pools = self.pools(&snapshot.node_pools).await;
         let inputs: Vec<PoolInput<'_>> =
             pools.iter().map(|(p, its)| PoolInput { node_pool: p, instance_types: its }).collect();
         let now = self.clock.now();
-        let pass = karpenter_disruption::evaluate(&snapshot, &inputs, self.cloud.labels(), now, &self.options());
+        let options = karpenter_disruption::DisruptionOptions { consolidation_unchanged, ..self.options() };
+        let pass = karpenter_disruption::evaluate(&snapshot, &inputs, self.cloud.labels(), now, &options);
         // Every pass is observed: under its command's method, or, without a command, under the last method the
         // pass went through (single-node consolidation), so a quiet cluster's passes are measured too.
         let method = pass.commands.first().map_or(Method::SingleNodeConsolidation, |c| c.method);

@@ -29,7 +29,7 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::controller::VALIDATION_DELAY;
+use super::controller::{CONSOLIDATION_REFRESH, VALIDATION_DELAY};
 use super::*;
 use crate::events::{Recorder, reasons};
 use crate::lifecycle::{LifecycleContext, reconcile as lifecycle_reconcile};
@@ -505,6 +505,33 @@ async fn a_do_not_disrupt_pod_blocks_with_an_event() {
     assert!(matches!(v.reason, Reason::PodDoNotDisrupt { .. }), "{v:?}");
     let events = e.events(reasons::DISRUPTION_BLOCKED).await;
     assert!(events.iter().any(|(obj, m)| obj == "big" && m.contains("do-not-disrupt")), "{events:?}");
+}
+
+/// Upstream's "already consolidated": once consolidation finds nothing, later passes skip its simulations until
+/// the state changes or 5 minutes have passed.
+#[tokio::test]
+async fn consolidation_that_found_nothing_waits_for_a_change() {
+    let e = env();
+    e.pool(pool_options()).await;
+    e.machine("big", "s-8x-amd64-linux").await;
+    e.bound_pod(
+        "busy",
+        "big",
+        PodOptions { requests: [("cpu", "7"), ("memory", "28Gi")].into(), ..Default::default() },
+    )
+    .await;
+    let verdict = |report: StepReport| {
+        let pass = report.pass.as_ref().unwrap_or_else(|| panic!("no pass: {report:?}"));
+        pass.verdict("big").cloned().unwrap_or_else(|| panic!("no verdict: {pass:?}")).reason
+    };
+    let simulated = verdict(e.disruption.step().await.unwrap());
+    assert!(matches!(simulated, Reason::NoCheaperOption { .. }), "{simulated:?}");
+    assert_eq!(verdict(e.disruption.step().await.unwrap()), Reason::ConsolidationUnchanged, "nothing changed");
+    e.bound_pod("small", "big", PodOptions { requests: [("cpu", "100m")].into(), ..Default::default() }).await;
+    assert_eq!(verdict(e.disruption.step().await.unwrap()), simulated, "a pod arrived");
+    assert_eq!(verdict(e.disruption.step().await.unwrap()), Reason::ConsolidationUnchanged);
+    e.clock.step(chrono::Duration::from_std(CONSOLIDATION_REFRESH).unwrap());
+    assert_eq!(verdict(e.disruption.step().await.unwrap()), simulated, "re-checked after 5 minutes");
 }
 
 #[tokio::test]
