@@ -43,7 +43,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use karpenter_api::labels::{self, annotations};
+use karpenter_api::labels;
 use karpenter_api::lean::Lean;
 use karpenter_api::{NodeClaim, NodePool};
 use karpenter_cloudprovider::Clock;
@@ -1050,7 +1050,7 @@ mod tests {
         let with = |value: &str, started_mins_ago: i64| {
             let mut p = pod(PodOptions {
                 name: Some("p".into()),
-                annotations: [(annotations::DO_NOT_DISRUPT.to_owned(), value.to_owned())].into(),
+                annotations: [(labels::annotations::DO_NOT_DISRUPT.to_owned(), value.to_owned())].into(),
                 node_name: Some("n1".into()),
                 ..Default::default()
             });
