@@ -99,9 +99,9 @@ impl<'a> Engine<'a> {
     /// How many new NodeClaims the pending pods need on their own, with the nodes consolidation never packs onto
     /// left out: simulated once per pass, on first use. Every consolidation simulation places these pods too, on
     /// less capacity (its candidates removed) and with more pods (the candidates'), so it needs as many new nodes
-    /// or more (short of a packing-order anomaly); at 2 or more no delete or single replacement can come of it. Without this, a pass during a
-    /// large scale-out re-packed every pending pod once per candidate (tens of seconds at 40,000 pending pods)
-    /// to reach the same verdict.
+    /// or more (short of a packing-order anomaly); at 2 or more no delete or single replacement can come of it.
+    /// Without this, a pass during a large scale-out re-packed every pending pod once per candidate (tens of
+    /// seconds at 40,000 pending pods) to reach the same verdict.
     fn pending_claims(&self) -> usize {
         *self.pending_claims.get_or_init(|| {
             if self.pending.is_empty() {
