@@ -21,7 +21,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as KQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use karpenter_api::{NodePool, ProviderLabels};
+use karpenter_api::{IntoSharedPod, NodePool, ProviderLabels};
 use karpenter_aws::ec2::InstanceTypeInfo;
 use karpenter_aws::instancetype::InstanceTypeContext;
 use karpenter_aws::moto::{LocationType, MotoCatalogue};
@@ -125,8 +125,10 @@ fn pods(n: usize) -> Vec<Pod> {
 fn report(pool_name: &str, pool: &NodePool, its: &[InstanceType], n: usize) {
     let provider = ProviderLabels::aws();
     let options = SchedulerOptions::default();
-    let snapshot =
-        ClusterSnapshot { pending_pods: pods(n).into_iter().map(Into::into).collect(), ..Default::default() };
+    let snapshot = ClusterSnapshot {
+        pending_pods: pods(n).into_iter().map(IntoSharedPod::into_shared).collect(),
+        ..Default::default()
+    };
     let inputs = [PoolInput { node_pool: pool, instance_types: its }];
     let start = Instant::now();
     let d = schedule(&snapshot, &inputs, &provider, &options);
@@ -176,8 +178,10 @@ fn aws_catalogue(c: &mut Criterion) {
     for (name, pool) in node_pools() {
         for n in [1_000usize, 10_000] {
             report(name, &pool, &its, n);
-            let snapshot =
-                ClusterSnapshot { pending_pods: pods(n).into_iter().map(Into::into).collect(), ..Default::default() };
+            let snapshot = ClusterSnapshot {
+                pending_pods: pods(n).into_iter().map(IntoSharedPod::into_shared).collect(),
+                ..Default::default()
+            };
             let inputs = [PoolInput { node_pool: &pool, instance_types: &its }];
             group.bench_function(format!("pool {name}, {n} pods"), |b| {
                 b.iter(|| schedule(black_box(&snapshot), &inputs, &provider, &options))

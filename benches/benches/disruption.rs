@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::Pod;
-use karpenter_api::{NodeClaim, NodePool, ProviderLabels};
+use karpenter_api::{IntoSharedPod, NodeClaim, NodePool, ProviderLabels};
 use karpenter_aws::instancetype::InstanceTypeContext;
 use karpenter_aws::moto::{LocationType, MotoCatalogue};
 use karpenter_aws::pricing::{PriceFile, PriceSource};
@@ -194,7 +194,7 @@ fn cluster(n: usize, case: &Case) -> ClusterSnapshot {
             if let Some(spec) = p.spec.as_mut() {
                 spec.node_name = Some(name.clone());
             }
-            s.bound_pods.push(p.into());
+            s.bound_pods.push(p.into_shared());
         }
     }
     s.sort();
@@ -285,7 +285,7 @@ fn with_pending(mut snapshot: ClusterSnapshot) -> ClusterSnapshot {
         let mut p = template.clone();
         p.metadata.name = Some(format!("pending-{i:05}"));
         p.metadata.uid = Some(format!("uid-pending-{i}"));
-        snapshot.pending_pods.push(p.into());
+        snapshot.pending_pods.push(p.into_shared());
     }
     snapshot.sort();
     snapshot

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkGroup, Criterion, SamplingMode, criterion_group, criterion_main, measurement::WallTime};
 use k8s_openapi::api::core::v1::Pod;
-use karpenter_api::ProviderLabels;
+use karpenter_api::{IntoSharedPod, ProviderLabels};
 use karpenter_benches::upstream;
 use karpenter_requirements::{InstanceType, PreferencePolicy};
 use karpenter_scheduler::bound::decision_bound;
@@ -78,7 +78,10 @@ fn selected(id: &str) -> bool {
 /// Solves once, checks, prints the report line; returns the snapshot for criterion.
 fn report(id: &str, pods: Vec<Pod>, its: &[InstanceType], options: &SchedulerOptions) -> ClusterSnapshot {
     let pool = upstream::node_pool();
-    let snapshot = ClusterSnapshot { pending_pods: pods.into_iter().map(Into::into).collect(), ..Default::default() };
+    let snapshot = ClusterSnapshot {
+        pending_pods: pods.into_iter().map(IntoSharedPod::into_shared).collect(),
+        ..Default::default()
+    };
     let provider = ProviderLabels::aws();
     let inputs = [PoolInput { node_pool: &pool, instance_types: its }];
     let n = snapshot.pending_pods.len();

@@ -22,6 +22,7 @@ pub mod loader;
 pub mod nodeclaim;
 pub mod nodepool;
 pub mod optional_spec;
+pub mod pod;
 pub mod scheduling;
 pub mod validation;
 
@@ -35,4 +36,5 @@ pub use nodeclaim::{
     NodeClaim, NodeClaimSpec, NodeClassReference, NodeSelectorRequirementWithMinValues, Taint, TaintEffect,
 };
 pub use nodepool::{Budget, Disruption, NodePool, NodePoolSpec};
+pub use pod::{CompactPod, IntoSharedPod, SpecInterner};
 pub use validation::{Validate, ValidationContext, Violation, Violations};

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::Pod;
+use karpenter_api::CompactPod;
 use karpenter_api::ProviderLabels;
 use karpenter_api::labels::{self, annotations};
 use karpenter_api::nodeclaim::conditions;
@@ -36,7 +36,7 @@ pub struct Cluster<'a> {
     /// NodeClaims by name.
     pub claims: BTreeMap<&'a str, &'a NodeClaimInfo>,
     /// Bound pods by node name.
-    pub pods_by_node: BTreeMap<&'a str, Vec<&'a Pod>>,
+    pub pods_by_node: BTreeMap<&'a str, Vec<&'a CompactPod>>,
     /// PodDisruptionBudgets.
     pub pdbs: Pdbs<'a>,
 }
@@ -50,9 +50,9 @@ impl<'a> Cluster<'a> {
         now: DateTime<Utc>,
         options: &'a DisruptionOptions,
     ) -> Self {
-        let mut pods_by_node: BTreeMap<&str, Vec<&Pod>> = BTreeMap::new();
+        let mut pods_by_node: BTreeMap<&str, Vec<&CompactPod>> = BTreeMap::new();
         for p in &snapshot.bound_pods {
-            if let Some(n) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+            if let Some(n) = p.node_name() {
                 pods_by_node.entry(n).or_default().push(p);
             }
         }
@@ -69,7 +69,7 @@ impl<'a> Cluster<'a> {
     }
 
     /// Pods bound to `node`.
-    pub fn pods_on(&self, node: &str) -> &[&'a Pod] {
+    pub fn pods_on(&self, node: &str) -> &[&'a CompactPod] {
         self.pods_by_node.get(node).map_or(&[], Vec::as_slice)
     }
 }
@@ -128,9 +128,9 @@ pub struct Candidate<'a> {
     /// Price of the offering matching zone and capacity type (0 when unknown).
     pub price: f64,
     /// Every pod bound to the node.
-    pub pods: Vec<&'a Pod>,
+    pub pods: Vec<&'a CompactPod>,
     /// Pods that must move (reschedulable and currently evictable; §5).
-    pub reschedulable: Vec<&'a Pod>,
+    pub reschedulable: Vec<&'a CompactPod>,
     /// `Σ EvictionCost × LifetimeRemaining`.
     pub disruption_cost: f64,
     /// `1 + Σ max(0, EvictionCost(reschedulable pod))` (v1.14).
@@ -243,7 +243,7 @@ pub fn candidate<'a>(cluster: &Cluster<'a>, node: &'a NodeInfo) -> Result<Candid
     let price = instance_type
         .and_then(|it| it.offerings.iter().find(|o| o.zone() == zone && o.capacity_type() == capacity_type))
         .map_or(0.0, |o| o.price);
-    let pods: Vec<&'a Pod> = cluster.pods_on(&node.name).to_vec();
+    let pods: Vec<&'a CompactPod> = cluster.pods_on(&node.name).to_vec();
 
     // Pod checks: the first blocking pod, in pod order.
     let mut pod_block = None;
@@ -278,7 +278,7 @@ pub fn candidate<'a>(cluster: &Cluster<'a>, node: &'a NodeInfo) -> Result<Candid
         }
     }
     // Pods to simulate: reschedulable and currently evictable (no active do-not-disrupt, no blocking PDB).
-    let reschedulable: Vec<&Pod> = pods
+    let reschedulable: Vec<&CompactPod> = pods
         .iter()
         .copied()
         .filter(|p| is_reschedulable(p))

@@ -3,7 +3,7 @@
 //! drain must force-delete now, and when to look again).
 
 use chrono::{DateTime, Duration, SecondsFormat, Utc};
-use k8s_openapi::api::core::v1::Pod;
+use karpenter_api::CompactPod;
 use karpenter_api::labels::annotations;
 use karpenter_scheduler::ClusterSnapshot;
 use karpenter_scheduler::snapshot::{NodeClaimInfo, pod_key};
@@ -121,7 +121,7 @@ pub fn termination_deadline(
     let mut force_delete = Vec::new();
     let mut next: Option<DateTime<Utc>> = None;
     let until = (deadline - now).num_seconds().max(1);
-    let pods: Vec<&Pod> = claim.node_name.as_deref().map(|n| snapshot.pods_on(n).collect()).unwrap_or_default();
+    let pods: Vec<&CompactPod> = claim.node_name.as_deref().map(|n| snapshot.pods_on(n).collect()).unwrap_or_default();
     for p in pods {
         if is_terminal(p) || tolerates_disrupted_taint(p) || is_static(p) {
             continue;
@@ -136,8 +136,7 @@ pub fn termination_deadline(
             }
             continue;
         }
-        let grace =
-            p.spec.as_ref().and_then(|s| s.termination_grace_period_seconds).unwrap_or(DEFAULT_POD_GRACE_SECONDS);
+        let grace = p.spec.termination_grace_period_seconds.unwrap_or(DEFAULT_POD_GRACE_SECONDS);
         let due = deadline - Duration::seconds(grace);
         if now > due {
             force_delete.push(ForcedDeletion { pod: pod_key(p), grace_seconds: until });

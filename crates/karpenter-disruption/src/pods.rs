@@ -2,8 +2,8 @@
 //! annotation (including its duration form), PodDisruptionBudgets, eviction cost.
 
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use karpenter_api::CompactPod;
 use karpenter_api::duration::parse_go_duration;
 use karpenter_api::labels::{annotations, taints};
 use karpenter_scheduler::scheduler::selector_matches;
@@ -21,38 +21,38 @@ pub fn parse_rfc3339(s: &str) -> Option<DateTime<Utc>> {
 }
 
 /// Has a deletion timestamp.
-pub fn is_terminating(pod: &Pod) -> bool {
+pub fn is_terminating(pod: &CompactPod) -> bool {
     pod.metadata.deletion_timestamp.is_some()
 }
 
 /// Phase `Succeeded` or `Failed`.
-pub fn is_terminal(pod: &Pod) -> bool {
+pub fn is_terminal(pod: &CompactPod) -> bool {
     matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
 }
 
 /// Neither terminal nor terminating.
-pub fn is_active(pod: &Pod) -> bool {
+pub fn is_active(pod: &CompactPod) -> bool {
     !is_terminal(pod) && !is_terminating(pod)
 }
 
 /// A static (mirror) pod: owned by its Node.
-pub fn is_static(pod: &Pod) -> bool {
+pub fn is_static(pod: &CompactPod) -> bool {
     pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "Node")
 }
 
-fn is_stateful_set_pod(pod: &Pod) -> bool {
+fn is_stateful_set_pod(pod: &CompactPod) -> bool {
     pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "StatefulSet")
 }
 
 /// Pods that must find a new home when their node goes: active (or terminating StatefulSet) pods that are
 /// neither DaemonSet nor static pods.
-pub fn is_reschedulable(pod: &Pod) -> bool {
+pub fn is_reschedulable(pod: &CompactPod) -> bool {
     (is_active(pod) || (is_terminating(pod) && is_stateful_set_pod(pod))) && !is_daemon_set_pod(pod) && !is_static(pod)
 }
 
 /// Whether the pod tolerates `karpenter.sh/disrupted:NoSchedule` (it will not be evicted by a drain).
-pub fn tolerates_disrupted_taint(pod: &Pod) -> bool {
-    pod.spec.as_ref().and_then(|s| s.tolerations.as_ref()).into_iter().flatten().any(|t| {
+pub fn tolerates_disrupted_taint(pod: &CompactPod) -> bool {
+    pod.spec.tolerations.as_ref().into_iter().flatten().any(|t| {
         let key_ok = match t.key.as_deref() {
             None | Some("") => t.operator.as_deref() == Some("Exists"),
             Some(k) => k == taints::DISRUPTED,
@@ -75,7 +75,7 @@ pub enum DoNotDisrupt {
 }
 
 /// Evaluates the pod's do-not-disrupt annotation at `now`. Only active pods are protected.
-pub fn do_not_disrupt(pod: &Pod, now: DateTime<Utc>) -> DoNotDisrupt {
+pub fn do_not_disrupt(pod: &CompactPod, now: DateTime<Utc>) -> DoNotDisrupt {
     if !is_active(pod) {
         return DoNotDisrupt::No;
     }
@@ -105,7 +105,7 @@ pub fn do_not_disrupt(pod: &Pod, now: DateTime<Utc>) -> DoNotDisrupt {
     }
 }
 
-fn is_ready(pod: &Pod) -> bool {
+fn is_ready(pod: &CompactPod) -> bool {
     pod.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
@@ -145,7 +145,7 @@ impl<'a> Pdbs<'a> {
     }
 
     /// The PDBs selecting `pod`.
-    pub fn matching(&self, pod: &Pod) -> Vec<&'a PodDisruptionBudget> {
+    pub fn matching(&self, pod: &CompactPod) -> Vec<&'a PodDisruptionBudget> {
         let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
         let empty = Default::default();
         let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
@@ -161,7 +161,7 @@ impl<'a> Pdbs<'a> {
     /// Whether evicting `pod` is blocked now (disruption.md §3): more than one PDB, or one with
     /// `disruptionsAllowed == 0` unless it has `unhealthyPodEvictionPolicy: AlwaysAllow` and the pod is not
     /// Ready.
-    pub fn blocks(&self, pod: &Pod) -> Option<PdbBlock> {
+    pub fn blocks(&self, pod: &CompactPod) -> Option<PdbBlock> {
         let m = self.matching(pod);
         if m.len() > 1 {
             return Some(PdbBlock::Multiple(m.iter().map(|p| pdb_key(p)).collect()));
@@ -182,7 +182,7 @@ impl<'a> Pdbs<'a> {
 
 /// Pods a drain would evict (the PDB check only looks at these): not terminal, not terminating, not tolerating
 /// the disrupted taint, not static, and not protected by do-not-disrupt.
-pub fn would_be_evicted(pod: &Pod, now: DateTime<Utc>) -> bool {
+pub fn would_be_evicted(pod: &CompactPod, now: DateTime<Utc>) -> bool {
     is_active(pod) && !tolerates_disrupted_taint(pod) && !is_static(pod) && do_not_disrupt(pod, now) == DoNotDisrupt::No
 }
 
@@ -191,14 +191,14 @@ const PRIORITY_SCALE: f64 = (1u64 << 25) as f64;
 
 /// `EvictionCost(pod) = clamp(1 + deletionCost/2^27 + priority/2^25, -10, 10)`; an unparsable deletion cost is
 /// ignored.
-pub fn eviction_cost(pod: &Pod) -> f64 {
+pub fn eviction_cost(pod: &CompactPod) -> f64 {
     let mut cost = 1.0;
     if let Some(v) = pod.metadata.annotations.as_ref().and_then(|a| a.get(annotations::POD_DELETION_COST))
         && let Ok(c) = v.trim().parse::<i64>()
     {
         cost += c as f64 / DELETION_COST_SCALE;
     }
-    if let Some(p) = pod.spec.as_ref().and_then(|s| s.priority) {
+    if let Some(p) = pod.spec.priority {
         cost += f64::from(p) / PRIORITY_SCALE;
     }
     cost.clamp(-10.0, 10.0)
@@ -217,10 +217,10 @@ mod tests {
         parse_rfc3339(s).expect("time")
     }
 
-    fn annotated(v: &str) -> Pod {
+    fn annotated(v: &str) -> CompactPod {
         let mut p = pod(PodOptions::default());
         p.metadata.annotations = Some(BTreeMap::from([(annotations::DO_NOT_DISRUPT.to_string(), v.to_string())]));
-        p
+        p.into()
     }
 
     #[test]
@@ -251,7 +251,8 @@ mod tests {
 
     #[test]
     fn pdb_rules() {
-        let p = pod(PodOptions { labels: BTreeMap::from([("app".into(), "web".into())]), ..Default::default() });
+        let p: CompactPod =
+            pod(PodOptions { labels: BTreeMap::from([("app".into(), "web".into())]), ..Default::default() }).into();
         let list = [pdb("a", "web", 0, false)];
         assert_eq!(Pdbs::new(&list).blocks(&p), Some(PdbBlock::ZeroAllowed("default/a".into())));
         let list = [pdb("a", "web", 1, false)];
@@ -266,16 +267,16 @@ mod tests {
 
     #[test]
     fn eviction_cost_formula() {
-        let mut p = pod(PodOptions::default());
+        let mut p: CompactPod = pod(PodOptions::default()).into();
         assert_eq!(eviction_cost(&p), 1.0);
         p.metadata.annotations =
             Some(BTreeMap::from([(annotations::POD_DELETION_COST.to_string(), (1i64 << 27).to_string())]));
         assert_eq!(eviction_cost(&p), 2.0);
         p.metadata.annotations = Some(BTreeMap::from([(annotations::POD_DELETION_COST.to_string(), "x".into())]));
         assert_eq!(eviction_cost(&p), 1.0, "unparsable deletion cost is ignored");
-        p.spec.as_mut().expect("spec").priority = Some(2_000_000_000);
+        std::sync::Arc::make_mut(&mut p.spec).priority = Some(2_000_000_000);
         assert_eq!(eviction_cost(&p), 10.0, "clamped");
-        p.spec.as_mut().expect("spec").priority = Some(-(1 << 25));
+        std::sync::Arc::make_mut(&mut p.spec).priority = Some(-(1 << 25));
         assert_eq!(eviction_cost(&p), 0.0);
     }
 }

@@ -27,10 +27,10 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
-use karpenter_api::{NodeClaim, NodePool};
+use karpenter_api::{CompactPod, NodeClaim, NodePool};
 use karpenter_cloudprovider::{Clock, CloudProvider, InterruptionSource, NodeClassKind, NodeClassLookup};
 use kube::Client;
 use tokio_util::sync::CancellationToken;
@@ -420,7 +420,7 @@ async fn run_leader(mut parts: LeaderParts, shutdown: CancellationToken) -> Resu
 fn all_kinds_listed(state: &ClusterState) -> bool {
     state.kind_synced::<Node>()
         && state.kind_synced::<NodeClaim>()
-        && state.kind_synced::<Pod>()
+        && state.kind_synced::<CompactPod>()
         && state.kind_synced::<NodePool>()
         && state.kind_synced::<DaemonSet>()
         && state.kind_synced::<PodDisruptionBudget>()

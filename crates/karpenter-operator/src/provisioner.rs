@@ -28,12 +28,13 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use karpenter_api::hash::node_pool_hash_annotations;
 use karpenter_api::labels::{self, annotations};
 use karpenter_api::nodeclaim::{ResourceQuantity, ResourceRequirements};
-use karpenter_api::{NodeClaim, NodeClaimSpec, NodePool, NodeSelectorRequirementWithMinValues, ProviderLabels};
+use karpenter_api::{
+    CompactPod, NodeClaim, NodeClaimSpec, NodePool, NodeSelectorRequirementWithMinValues, ProviderLabels,
+};
 use karpenter_cloudprovider::CloudProvider;
 use karpenter_requirements::{InstanceType, Quantity, ResourceList};
 use karpenter_scheduler::decision::{NodeClaimPlan, UnschedulablePod};
@@ -388,7 +389,9 @@ impl Provisioner {
         self.metrics.scheduler_ignored_pods_count().set(count(snapshot.ignored.len() + snapshot.rejected.len()));
         // Pods still pending keep their first-seen time; the others (bound, deleted, no longer provisionable) go.
         let mut pending: HashSet<String> = snapshot.cluster.pending_pods.iter().map(|p| trigger_key(p)).collect();
-        pending.extend(snapshot.rejected.iter().filter_map(|r| self.state.get::<Pod>(&r.pod)).map(|p| trigger_key(&p)));
+        pending.extend(
+            snapshot.rejected.iter().filter_map(|r| self.state.get::<CompactPod>(&r.pod)).map(|p| trigger_key(&p)),
+        );
         self.prune_first_seen(Some(&pending));
         drop(pending);
         let rejected: Vec<UnschedulablePod> = snapshot
@@ -483,7 +486,7 @@ impl Provisioner {
             .map_err(|source| ProvisionError::Create { pool: pool_name.clone(), source })?;
         let answered = tokio::time::Instant::now();
         let name = created.name_any();
-        for pod in plan.pods.iter().filter_map(|key| self.state.get::<Pod>(key)) {
+        for pod in plan.pods.iter().filter_map(|key| self.state.get::<CompactPod>(key)) {
             if let Some(waited) = self.first_seen.observe(&trigger_key(&pod), answered) {
                 self.metrics
                     .provisioner_pod_to_nodeclaim_created_duration_seconds(&pool_name)
@@ -502,8 +505,8 @@ impl Provisioner {
         Ok(name)
     }
 
-    async fn pod(&self, key: &str) -> Option<Pod> {
-        self.state.get::<Pod>(key)
+    async fn pod(&self, key: &str) -> Option<CompactPod> {
+        self.state.get::<CompactPod>(key)
     }
 
     /// Forgets the first-seen times of pods not in `pending` (trigger keys), or, without a set, of pods the state
@@ -512,7 +515,7 @@ impl Provisioner {
         match pending {
             Some(pending) => self.first_seen.retain(|k| pending.contains(k)),
             None => {
-                let pending: HashSet<String> = self.state.provisionable_pods().iter().map(trigger_key).collect();
+                let pending: HashSet<String> = self.state.provisionable_pods().iter().map(|p| trigger_key(p)).collect();
                 self.first_seen.retain(|k| pending.contains(k));
             }
         }
@@ -549,7 +552,7 @@ fn count(n: usize) -> f64 {
 }
 
 /// A pod's trigger key, as the cluster state sends it (its uid, else `namespace/name`).
-fn trigger_key(pod: &Pod) -> String {
+fn trigger_key(pod: &CompactPod) -> String {
     pod.metadata.uid.clone().unwrap_or_else(|| object_key(pod))
 }
 
@@ -858,9 +861,9 @@ mod tests {
     }
 
     async fn add_pod(f: &Fixture, o: PodOptions) {
-        let pods: Api<Pod> = Api::namespaced(f.server.client(), "default");
+        let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(f.server.client(), "default");
         let created = create_with_status(&pods, &unschedulable_pod(o)).await.unwrap();
-        f.state.apply(created);
+        f.state.apply(CompactPod::from(created));
     }
 
     async fn events(f: &Fixture, reason: &str) -> Vec<String> {
@@ -1061,7 +1064,7 @@ mod tests {
     async fn pod_to_nodeclaim_latency_is_observed_once_and_pruned() {
         let f = fixture(NodePoolOptions { name: Some("default".into()), ..Default::default() }).await;
         add_pod(&f, PodOptions { name: Some("a".into()), requests: [("cpu", "1")].into(), ..Default::default() }).await;
-        let pod = f.state.get::<Pod>("default/a").unwrap();
+        let pod = f.state.get::<CompactPod>("default/a").unwrap();
         let uid = pod.metadata.uid.clone().expect("the API server sets a uid");
         let seen = f.provisioner.first_seen();
         let now = tokio::time::Instant::now();
@@ -1082,7 +1085,7 @@ mod tests {
 
         // Bound: the next pass forgets it.
         let mut bound = pod.clone();
-        bound.spec.as_mut().unwrap().node_name = Some("n1".into());
+        Arc::make_mut(&mut bound.spec).node_name = Some("n1".into());
         bound.status = None;
         f.state.apply(bound);
         f.state.apply(

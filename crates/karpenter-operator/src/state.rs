@@ -38,14 +38,14 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use karpenter_api::labels;
 use karpenter_api::lean::Lean;
-use karpenter_api::{NodeClaim, NodePool};
+use karpenter_api::{CompactPod, NodeClaim, NodePool, SpecInterner};
 use karpenter_cloudprovider::Clock;
 use karpenter_scheduler::ClusterSnapshot;
 use karpenter_scheduler::snapshot::SnapshotError;
@@ -85,11 +85,11 @@ impl Trigger {
 #[derive(Debug, Clone)]
 pub enum PodChange {
     /// Known already: in the state when the subscription started, or listed again by a re-list.
-    Listed(Arc<Pod>),
+    Listed(Arc<CompactPod>),
     /// Created or updated.
-    Applied(Arc<Pod>),
+    Applied(Arc<CompactPod>),
     /// Deleted.
-    Deleted(Arc<Pod>),
+    Deleted(Arc<CompactPod>),
 }
 
 /// Objects of one kind, keyed by `namespace/name` (or `name`), with the watcher's re-list buffer.
@@ -179,7 +179,7 @@ impl<K: Tracked> Feed<K> {
 pub struct Objects {
     nodes: Store<Node>,
     node_claims: Store<NodeClaim>,
-    pods: Store<Pod>,
+    pods: Store<CompactPod>,
     node_pools: Store<NodePool>,
     daemon_sets: Store<DaemonSet>,
     pdbs: Store<PodDisruptionBudget>,
@@ -210,6 +210,28 @@ pub trait Tracked: Resource<DynamicType = ()> + Clone + DeserializeOwned + fmt::
     const KIND: &'static str;
 }
 
+/// What [`ClusterState::apply`] takes: a tracked object, or a `Pod` (kept as a [`CompactPod`]).
+pub trait IntoTracked {
+    /// The kind it is stored as.
+    type Kind: Tracked;
+    /// The object as stored.
+    fn into_tracked(self) -> Self::Kind;
+}
+
+impl<K: Tracked> IntoTracked for K {
+    type Kind = K;
+    fn into_tracked(self) -> K {
+        self
+    }
+}
+
+impl IntoTracked for k8s_openapi::api::core::v1::Pod {
+    type Kind = CompactPod;
+    fn into_tracked(self) -> CompactPod {
+        CompactPod::from(self)
+    }
+}
+
 macro_rules! tracked {
     ($($ty:ty => $field:ident, $kind:literal;)*) => {
         $(impl Tracked for $ty {
@@ -227,7 +249,7 @@ macro_rules! tracked {
 tracked! {
     Node => nodes, "Node";
     NodeClaim => node_claims, "NodeClaim";
-    Pod => pods, "Pod";
+    CompactPod => pods, "Pod";
     NodePool => node_pools, "NodePool";
     DaemonSet => daemon_sets, "DaemonSet";
     PodDisruptionBudget => pdbs, "PodDisruptionBudget";
@@ -267,6 +289,8 @@ pub struct ClusterState {
     nomination_window: Duration,
     subscribers: Arc<Mutex<Vec<mpsc::UnboundedSender<Trigger>>>>,
     pod_subscribers: Arc<Mutex<Vec<mpsc::UnboundedSender<PodChange>>>>,
+    /// One shared spec per distinct pod spec among the stored pods.
+    pod_specs: Arc<Mutex<SpecInterner>>,
 }
 
 impl fmt::Debug for ClusterState {
@@ -305,6 +329,7 @@ impl ClusterState {
             nomination_window,
             subscribers: Arc::default(),
             pod_subscribers: Arc::default(),
+            pod_specs: Arc::default(),
         }
     }
 
@@ -346,9 +371,20 @@ impl ClusterState {
     }
 
     /// `obj` as a shared pod when it is one (what [`Self::publish_pod`] sends).
-    fn as_pod<K: Tracked>(obj: &Arc<K>) -> Option<Arc<Pod>> {
+    fn as_pod<K: Tracked>(obj: &Arc<K>) -> Option<Arc<CompactPod>> {
         let any: Arc<dyn std::any::Any + Send + Sync> = obj.clone();
-        any.downcast::<Pod>().ok()
+        any.downcast::<CompactPod>().ok()
+    }
+
+    /// `obj` trimmed (`trim`) and, when it is a pod, with its spec shared with the pods of equal spec
+    /// ([`SpecInterner`]): the replicas of a workload on one node, or pending, hold one spec between them.
+    fn share<K: Tracked>(&self, mut obj: K) -> K {
+        trim(&mut obj);
+        let any: &mut dyn std::any::Any = &mut obj;
+        if let Some(pod) = any.downcast_mut::<CompactPod>() {
+            pod.spec = self.pod_specs.lock().unwrap_or_else(|p| p.into_inner()).intern_spec(&pod.spec);
+        }
+        obj
     }
 
     /// Sends a pod watch event to the pod subscribers, after the store has it (see [`Self::pod_changes`]).
@@ -364,7 +400,7 @@ impl ClusterState {
 
     fn trigger_for<K: Tracked>(obj: &K) -> Option<Trigger> {
         let any: &dyn std::any::Any = obj;
-        if let Some(pod) = any.downcast_ref::<Pod>() {
+        if let Some(pod) = any.downcast_ref::<CompactPod>() {
             return is_provisionable(pod)
                 .then(|| Trigger::Pod(pod.metadata.uid.clone().unwrap_or_else(|| object_key(pod))));
         }
@@ -381,13 +417,13 @@ impl ClusterState {
 
     /// Records an object (a watch event or the answer of our own write). Ignored when the stored copy has a newer
     /// resourceVersion.
-    pub fn apply<K: Tracked>(&self, obj: K) {
-        self.record(obj);
+    pub fn apply<O: IntoTracked>(&self, obj: O) {
+        self.record(obj.into_tracked());
     }
 
     /// [`Self::apply`], returning the object as stored when it was (not older than the stored copy).
-    fn record<K: Tracked>(&self, mut obj: K) -> Option<Arc<K>> {
-        trim(&mut obj);
+    fn record<K: Tracked>(&self, obj: K) -> Option<Arc<K>> {
+        let obj = self.share(obj);
         let trigger = Self::trigger_for(&obj);
         let stored = {
             let mut objects = self.write();
@@ -454,8 +490,8 @@ impl ClusterState {
                 pod.into_iter().for_each(|p| self.publish_pod(PodChange::Deleted(p)));
             }
             watcher::Event::Init => K::store(&mut self.write()).buffer = Some(BTreeMap::new()),
-            watcher::Event::InitApply(mut obj) => {
-                trim(&mut obj);
+            watcher::Event::InitApply(obj) => {
+                let obj = self.share(obj);
                 let trigger = Self::trigger_for(&obj);
                 let obj = Arc::new(obj);
                 let pod = Self::as_pod(&obj);
@@ -525,7 +561,7 @@ impl ClusterState {
     pub fn mark_all_synced(&self) {
         self.mark_synced::<Node>();
         self.mark_synced::<NodeClaim>();
-        self.mark_synced::<Pod>();
+        self.mark_synced::<CompactPod>();
         self.mark_synced::<NodePool>();
         self.mark_synced::<DaemonSet>();
         self.mark_synced::<PodDisruptionBudget>();
@@ -553,7 +589,7 @@ impl ClusterState {
         let kinds: [(&str, bool); 11] = [
             (Node::KIND, o.nodes.synced),
             (NodeClaim::KIND, o.node_claims.synced),
-            (Pod::KIND, o.pods.synced),
+            (CompactPod::KIND, o.pods.synced),
             (NodePool::KIND, o.node_pools.synced),
             (DaemonSet::KIND, o.daemon_sets.synced),
             (PodDisruptionBudget::KIND, o.pdbs.synced),
@@ -581,7 +617,7 @@ impl ClusterState {
         futures::join!(
             self.watch::<Node>(Api::all(c.clone()), s.clone()),
             self.watch::<NodeClaim>(Api::all(c.clone()), s.clone()),
-            self.watch::<Pod>(Api::all(c.clone()), s.clone()),
+            self.watch::<CompactPod>(Api::all(c.clone()), s.clone()),
             self.watch::<NodePool>(Api::all(c.clone()), s.clone()),
             self.watch::<DaemonSet>(Api::all(c.clone()), s.clone()),
             self.watch::<PodDisruptionBudget>(Api::all(c.clone()), s.clone()),
@@ -671,14 +707,8 @@ impl ClusterState {
     }
 
     /// Non-terminal pods bound to `node`.
-    pub fn pods_on_node(&self, node: &str) -> Vec<Pod> {
-        self.read()
-            .pods
-            .objects
-            .values()
-            .filter(|p| node_name(p) == Some(node) && !is_terminal(p))
-            .map(|p| Pod::clone(p))
-            .collect()
+    pub fn pods_on_node(&self, node: &str) -> Vec<Arc<CompactPod>> {
+        self.read().pods.objects.values().filter(|p| p.node_name() == Some(node) && !p.is_terminal()).cloned().collect()
     }
 
     /// Records a NodeClaim this process just created (the API server's answer) with the pods it was created for.
@@ -756,8 +786,8 @@ impl ClusterState {
     }
 
     /// The provisionable pods (scheduling.md §1.2, before validation), by key.
-    pub fn provisionable_pods(&self) -> Vec<Pod> {
-        self.read().pods.objects.values().filter(|p| is_provisionable(p)).map(|p| Pod::clone(p)).collect()
+    pub fn provisionable_pods(&self) -> Vec<Arc<CompactPod>> {
+        self.read().pods.objects.values().filter(|p| is_provisionable(p)).cloned().collect()
     }
 
     /// The scheduler's input (see the module docs). Fails only on a node or NodeClaim quantity that does not parse.
@@ -786,10 +816,8 @@ impl ClusterState {
             match node_name(pod) {
                 Some(node) if marked.contains(node) => {
                     if is_currently_reschedulable(pod, &pdbs, now) {
-                        let mut p = Pod::clone(pod);
-                        if let Some(spec) = p.spec.as_mut() {
-                            spec.node_name = None;
-                        }
+                        let mut p = CompactPod::clone(pod);
+                        Arc::make_mut(&mut p.spec).node_name = None;
                         builder.pod(p);
                     }
                 }
@@ -866,21 +894,21 @@ fn marked_names(o: &Objects) -> BTreeSet<String> {
     out
 }
 
-fn node_name(pod: &Pod) -> Option<&str> {
-    pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).filter(|n| !n.is_empty())
+fn node_name(pod: &CompactPod) -> Option<&str> {
+    pod.node_name()
 }
 
-fn is_terminal(pod: &Pod) -> bool {
-    matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
+fn is_terminal(pod: &CompactPod) -> bool {
+    pod.is_terminal()
 }
 
-fn owned_by_kind(pod: &Pod, api_version: &str, kind: &str) -> bool {
+fn owned_by_kind(pod: &CompactPod, api_version: &str, kind: &str) -> bool {
     pod.metadata.owner_references.iter().flatten().any(|o| o.kind == kind && o.api_version == api_version)
 }
 
 /// scheduling.md §1.2: `PodScheduled=False` with reason `Unschedulable`, no `spec.nodeName`, no
 /// `status.nominatedNodeName`, not owned by a DaemonSet or a Node (static pod), and not terminal or terminating.
-pub fn is_provisionable(pod: &Pod) -> bool {
+pub fn is_provisionable(pod: &CompactPod) -> bool {
     let status = pod.status.as_ref();
     let unschedulable = status.and_then(|s| s.conditions.as_ref()).is_some_and(|cs| {
         cs.iter()
@@ -907,8 +935,8 @@ pub enum PodRejection {
 /// scheduling.md §1.2 Validate, the parts the scheduler does not report per pod itself: the opt-out (a) and the
 /// volume checks (d). Requirement and `matchFields` problems (b, c) come back from the scheduler as the pod's
 /// unschedulable reason.
-fn validate_pod(pod: &Pod, o: &Objects) -> Result<(), PodRejection> {
-    let spec = pod.spec.as_ref();
+fn validate_pod(pod: &CompactPod, o: &Objects) -> Result<(), PodRejection> {
+    let spec = Some(&*pod.spec);
     let opts_out = spec
         .and_then(|s| s.affinity.as_ref())
         .and_then(|a| a.node_affinity.as_ref())
@@ -991,7 +1019,7 @@ fn fully_blocking(pdb: &PodDisruptionBudget) -> bool {
 /// room for. Disruption's "reschedulable" ([`karpenter_disruption::pods::is_reschedulable`]) plus two conditions
 /// of the moment: no active `karpenter.sh/do-not-disrupt` (either form: `"true"`, or a duration still running at
 /// `now`) and no PodDisruptionBudget that allows no disruption of it.
-fn is_currently_reschedulable(pod: &Pod, pdbs: &[&PodDisruptionBudget], now: DateTime<Utc>) -> bool {
+fn is_currently_reschedulable(pod: &CompactPod, pdbs: &[&PodDisruptionBudget], now: DateTime<Utc>) -> bool {
     use karpenter_disruption::pods::{DoNotDisrupt, do_not_disrupt, is_reschedulable};
     if !is_reschedulable(pod) || do_not_disrupt(pod, now) != DoNotDisrupt::No {
         return false;
@@ -1028,18 +1056,19 @@ mod tests {
 
     #[test]
     fn provisionable_rules() {
+        let provisionable = |p: &k8s_openapi::api::core::v1::Pod| is_provisionable(&CompactPod::from(p));
         let p = unschedulable_pod(PodOptions { name: Some("a".into()), ..Default::default() });
-        assert!(is_provisionable(&p));
+        assert!(provisionable(&p));
         // Never marked unschedulable by kube-scheduler.
-        assert!(!is_provisionable(&pod(PodOptions { name: Some("b".into()), ..Default::default() })));
+        assert!(!provisionable(&pod(PodOptions { name: Some("b".into()), ..Default::default() })));
         let mut preempting = p.clone();
         preempting.status.as_mut().unwrap().nominated_node_name = Some("n".into());
-        assert!(!is_provisionable(&preempting));
+        assert!(!provisionable(&preempting));
         let ds = unschedulable_pod(PodOptions { owner: Some(("DaemonSet".into(), "ds".into())), ..Default::default() });
-        assert!(!is_provisionable(&ds));
+        assert!(!provisionable(&ds));
         let mut deleting = p.clone();
         deleting.metadata.deletion_timestamp = karpenter_testing::k8s_time(chrono::DateTime::UNIX_EPOCH);
-        assert!(!is_provisionable(&deleting));
+        assert!(!provisionable(&deleting));
     }
 
     /// A pod of a node being deleted is placed again unless protected now: do-not-disrupt in either form (the
@@ -1056,7 +1085,7 @@ mod tests {
             });
             p.status.get_or_insert_default().start_time =
                 karpenter_testing::k8s_time(now - chrono::Duration::minutes(started_mins_ago));
-            p
+            CompactPod::from(p)
         };
         assert!(!is_currently_reschedulable(&with("true", 60), &[], now));
         assert!(!is_currently_reschedulable(&with("10m", 1), &[], now), "the duration is still running");
@@ -1238,7 +1267,7 @@ mod tests {
             let shutdown = shutdown.clone();
             async move { s.run_watchers(client, shutdown).await }
         });
-        let pods: Api<Pod> = Api::namespaced(server.client(), "default");
+        let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(server.client(), "default");
         pods.create(
             &PostParams::default(),
             &unschedulable_pod(PodOptions { name: Some("w".into()), ..Default::default() }),
@@ -1246,13 +1275,13 @@ mod tests {
         .await
         .unwrap();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while !(s.kind_synced::<CSINode>() && s.synced() && s.get::<Pod>("default/w").is_some()) {
+        while !(s.kind_synced::<CSINode>() && s.synced() && s.get::<CompactPod>("default/w").is_some()) {
             assert!(tokio::time::Instant::now() < deadline, "state did not catch up: {:?}", s.unsynced_reason());
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         assert!(s.get::<Namespace>("kube-system").is_some());
         pods.delete("w", &Default::default()).await.unwrap();
-        while s.get::<Pod>("default/w").is_some() {
+        while s.get::<CompactPod>("default/w").is_some() {
             assert!(tokio::time::Instant::now() < deadline, "delete not seen");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }

@@ -43,11 +43,11 @@ use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod, Taint};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
-use karpenter_api::NodeClaim;
 use karpenter_api::condition::{ConditionStatus, Conditions};
 use karpenter_api::labels::{self, annotations, finalizers, taints};
 use karpenter_api::nodeclaim::conditions;
 use karpenter_api::nodeclaim::{NodeClaimSpec, NodeClassReference};
+use karpenter_api::{CompactPod, NodeClaim};
 use karpenter_cloudprovider::{Clock, CloudProvider};
 use karpenter_disruption::expiration::{STUCK_AFTER_SECONDS, TerminationDeadline, termination_deadline};
 use karpenter_disruption::pods::{DoNotDisrupt, do_not_disrupt, is_static, is_terminal, tolerates_disrupted_taint};
@@ -96,12 +96,8 @@ pub enum DrainGroup {
 
 impl DrainGroup {
     /// The group of a pod.
-    pub fn of(pod: &Pod) -> DrainGroup {
-        let critical = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.priority_class_name.as_deref())
-            .is_some_and(|c| CRITICAL_PRIORITY_CLASSES.contains(&c));
+    pub fn of(pod: &CompactPod) -> DrainGroup {
+        let critical = pod.spec.priority_class_name.as_deref().is_some_and(|c| CRITICAL_PRIORITY_CLASSES.contains(&c));
         match (critical, is_daemon_set_pod(pod)) {
             (false, false) => DrainGroup::Workload,
             (false, true) => DrainGroup::DaemonSet,
@@ -115,9 +111,9 @@ impl DrainGroup {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct DrainPlan {
     /// Pods to delete directly now, with the grace period to give them (seconds until the deadline, ≥ 1).
-    pub force_delete: Vec<(Pod, i64)>,
+    pub force_delete: Vec<(CompactPod, i64)>,
     /// Pods to evict now: the active pods of the first group that still has pods.
-    pub evict: Vec<Pod>,
+    pub evict: Vec<CompactPod>,
     /// The group being drained, if any pod is left.
     pub group: Option<DrainGroup>,
     /// Pods the drain still waits for (to be evicted, or terminating).
@@ -126,7 +122,7 @@ pub struct DrainPlan {
 
 /// Whether the drain waits for this pod: not terminal, not tolerating the disrupted taint, not static, and not
 /// stuck terminating (over a minute past its deletion timestamp).
-pub fn waits_for(pod: &Pod, now: DateTime<Utc>) -> bool {
+pub fn waits_for(pod: &CompactPod, now: DateTime<Utc>) -> bool {
     if is_terminal(pod) || tolerates_disrupted_taint(pod) || is_static(pod) {
         return false;
     }
@@ -140,12 +136,12 @@ pub fn waits_for(pod: &Pod, now: DateTime<Utc>) -> bool {
 }
 
 /// The drain pass over the pods of a node at `now`, given the NodeClaim's deadline (see the module docs).
-pub fn drain_plan(pods: &[Pod], deadline: Option<&TerminationDeadline>, now: DateTime<Utc>) -> DrainPlan {
+pub fn drain_plan(pods: &[CompactPod], deadline: Option<&TerminationDeadline>, now: DateTime<Utc>) -> DrainPlan {
     let forced: std::collections::BTreeMap<&str, i64> = deadline
         .map(|d| d.force_delete.iter().map(|f| (f.pod.as_str(), f.grace_seconds)).collect())
         .unwrap_or_default();
     let mut plan = DrainPlan::default();
-    let mut graceful: Vec<&Pod> = Vec::new();
+    let mut graceful: Vec<&CompactPod> = Vec::new();
     for pod in pods.iter().filter(|p| waits_for(p, now)) {
         plan.waiting += 1;
         match forced.get(pod_key(pod).as_str()) {
@@ -170,7 +166,7 @@ pub fn drain_plan(pods: &[Pod], deadline: Option<&TerminationDeadline>, now: Dat
 pub fn claim_deadline(
     claim: &NodeClaim,
     node_name: &str,
-    pods: &[Pod],
+    pods: &[CompactPod],
     now: DateTime<Utc>,
 ) -> Option<TerminationDeadline> {
     let info = node_claim_info(claim, Some(node_name));
@@ -436,7 +432,7 @@ impl Termination {
         };
 
         // 5. Drain.
-        let pods: Vec<Pod> = Api::<Pod>::all(self.client.clone())
+        let pods: Vec<CompactPod> = Api::<CompactPod>::all(self.client.clone())
             .list(&ListParams::default().fields(&format!("spec.nodeName={name}")))
             .await?
             .items;
@@ -622,7 +618,7 @@ impl Termination {
     }
 
     /// Deletes a pod that would not finish before the deadline (no PDB, no do-not-disrupt check).
-    async fn force_delete(&self, pod: &Pod, grace: i64, reason: &str) -> Result<(), ReconcileError> {
+    async fn force_delete(&self, pod: &CompactPod, grace: i64, reason: &str) -> Result<(), ReconcileError> {
         let api: Api<Pod> =
             Api::namespaced(self.client.clone(), pod.metadata.namespace.as_deref().unwrap_or("default"));
         let dp = DeleteParams {
@@ -642,7 +638,13 @@ impl Termination {
     }
 
     /// Evicts one pod through the Eviction API (PDBs decide; a refusal waits for the next pass).
-    async fn evict(&self, node: &Node, pod: &Pod, reason: &str, now: DateTime<Utc>) -> Result<(), ReconcileError> {
+    async fn evict(
+        &self,
+        node: &Node,
+        pod: &CompactPod,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> Result<(), ReconcileError> {
         if do_not_disrupt(pod, now) != DoNotDisrupt::No {
             return Ok(());
         }
@@ -680,7 +682,7 @@ impl Termination {
     async fn blocking_attachments(
         &self,
         node: &str,
-        pods: &[Pod],
+        pods: &[CompactPod],
         now: DateTime<Utc>,
     ) -> Result<Vec<String>, kube::Error> {
         let mut attachments: Vec<VolumeAttachment> =
@@ -696,7 +698,7 @@ impl Termination {
             }
             let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
             let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), ns);
-            let claims = pod.spec.iter().flat_map(|s| s.volumes.iter().flatten());
+            let claims = pod.spec.volumes.iter().flatten();
             for claim in claims.filter_map(|v| v.persistent_volume_claim.as_ref()) {
                 if let Some(pvc) = pvcs.get_opt(&claim.claim_name).await?
                     && let Some(pv) = pvc.spec.and_then(|s| s.volume_name)

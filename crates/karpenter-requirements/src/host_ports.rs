@@ -8,7 +8,7 @@
 use std::fmt;
 use std::net::IpAddr;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodSpec};
 
 /// One host port a pod binds.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -72,7 +72,11 @@ pub struct HostPortConflict {
 
 /// The host ports `pod` binds, in container order.
 pub fn pod_host_ports(pod: &Pod) -> Vec<HostPort> {
-    let Some(spec) = &pod.spec else { return Vec::new() };
+    pod.spec.as_ref().map(spec_host_ports).unwrap_or_default()
+}
+
+/// The host ports a pod with this spec binds, in container order.
+pub fn spec_host_ports(spec: &PodSpec) -> Vec<HostPort> {
     let sidecars = spec.init_containers.iter().flatten().filter(|c| c.restart_policy.as_deref() == Some("Always"));
     spec.containers
         .iter()

@@ -8,7 +8,7 @@ use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt;
 
-use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, Pod};
+use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, Pod, PodSpec};
 
 use crate::fastcmp;
 use crate::labels::normalize_key;
@@ -333,8 +333,12 @@ impl Requirements {
     /// `Respect`, the single heaviest preferred node-affinity term (first among equal weights); and the
     /// **first** required node-selector term.
     pub fn from_pod(pod: &Pod, policy: PreferencePolicy) -> Result<Requirements, RequirementError> {
+        pod.spec.as_ref().map_or_else(|| Ok(Requirements::new()), |spec| Requirements::from_pod_spec(spec, policy))
+    }
+
+    /// [`Requirements::from_pod`] of a pod with this spec.
+    pub fn from_pod_spec(spec: &PodSpec, policy: PreferencePolicy) -> Result<Requirements, RequirementError> {
         let mut out = Requirements::new();
-        let Some(spec) = pod.spec.as_ref() else { return Ok(out) };
         if let Some(selector) = &spec.node_selector {
             out = Requirements::from_labels(selector);
         }

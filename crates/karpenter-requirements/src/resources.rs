@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as KQuantity;
 
 use crate::quantity::{Quantity, QuantityError};
@@ -405,7 +405,11 @@ fn container_requests(c: &Container) -> Result<ResourceList, ResourceError> {
 /// Not implemented: pod-level `spec.resources` (Kubernetes 1.32+ alpha/beta) and in-place resize status
 /// (allocated resources); the spec's container requests are used.
 pub fn pod_requests(pod: &Pod) -> Result<ResourceList, ResourceError> {
-    let Some(spec) = &pod.spec else { return Ok(ResourceList::new()) };
+    pod.spec.as_ref().map_or_else(|| Ok(ResourceList::new()), spec_requests)
+}
+
+/// [`pod_requests`] of a pod with this spec.
+pub fn spec_requests(spec: &PodSpec) -> Result<ResourceList, ResourceError> {
     let mut app = ResourceList::new();
     for c in &spec.containers {
         app = app.checked_add(&container_requests(c)?)?;

@@ -50,8 +50,7 @@ mod shapes;
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::core::v1::Pod;
-use karpenter_api::ProviderLabels;
+use karpenter_api::{CompactPod, ProviderLabels};
 use karpenter_requirements::ResourceList;
 
 use crate::decision::Decisions;
@@ -313,7 +312,7 @@ pub fn lower_bound<'p>(
     snapshot: &ClusterSnapshot,
     pools: &[PoolInput<'_>],
     provider: &ProviderLabels,
-    pods: impl IntoIterator<Item = &'p Pod>,
+    pods: impl IntoIterator<Item = &'p CompactPod>,
 ) -> Result<CostBound, BoundError> {
     let mut demand = [0.0; 3];
     let (mut counted, mut skipped) = (0usize, 0usize);
@@ -432,6 +431,7 @@ fn resource_vector(r: &ResourceList) -> [f64; 3] {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use karpenter_api::IntoSharedPod;
     use karpenter_requirements::{Format, InstanceType, Offering, Overhead, Quantity, Requirement};
     use karpenter_testing::{NodePoolOptions, PodOptions, node_pool, pod};
 
@@ -607,7 +607,7 @@ mod tests {
                     requests: [("cpu", "1500m"), ("memory", "1Gi")].into(),
                     ..Default::default()
                 })
-                .into(),
+                .into_shared(),
             );
         }
         // 4 cpu − 500m overhead = 3.5 cpu of room for $1 ($0.29 per cpu; "tiny" costs $0.60 per cpu of room):
@@ -630,8 +630,8 @@ mod tests {
         let ratio = db.ratio(d.total_price()).unwrap();
         assert!(ratio >= 1.0 && (ratio - 3.0 * 3.5 / 9.0).abs() < 1e-9);
         // Unparseable requests are skipped.
-        let mut bad = Pod::clone(&s.pending_pods[0]);
-        if let Some(r) = bad.spec.as_mut().and_then(|sp| sp.containers[0].resources.as_mut()) {
+        let mut bad = CompactPod::clone(&s.pending_pods[0]);
+        if let Some(r) = std::sync::Arc::make_mut(&mut bad.spec).containers[0].resources.as_mut() {
             r.requests
                 .as_mut()
                 .unwrap()

@@ -29,26 +29,26 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::{Pod, Taint, Toleration};
-use karpenter_api::{ProviderLabels, labels};
+use k8s_openapi::api::core::v1::{Taint, Toleration};
+use karpenter_api::{CompactPod, ProviderLabels, labels};
 use karpenter_requirements::{
     HostPortUsage, InstanceType, NoKeys, OfferingsExt, Quantity, Requirement, Requirements, ResourceList,
-    pod_host_ports, pod_requests, tolerates_all,
+    spec_host_ports, spec_requests, tolerates_all,
 };
 
 use crate::decision::{Decisions, RequirementJson};
 use crate::scheduler::PoolInput;
 use crate::snapshot::{ClusterSnapshot, api_taint, pod_key};
 
-fn requests(pod: &Pod) -> ResourceList {
-    let mut r = pod_requests(pod).unwrap_or_default();
+fn requests(pod: &CompactPod) -> ResourceList {
+    let mut r = spec_requests(&pod.spec).unwrap_or_default();
     r.insert("pods", r.pods().saturating_add(&Quantity::from_int(1, karpenter_requirements::Format::DecimalSI)));
     r
 }
 
 /// The pod's alternatives: nodeSelector ∩ each required term (or the nodeSelector alone).
-fn alternatives(pod: &Pod) -> Vec<Requirements> {
-    let Some(spec) = pod.spec.as_ref() else { return vec![Requirements::new()] };
+fn alternatives(pod: &CompactPod) -> Vec<Requirements> {
+    let spec = &*pod.spec;
     let sel = spec.node_selector.as_ref().map(Requirements::from_labels).unwrap_or_default();
     let terms = spec
         .affinity
@@ -63,11 +63,11 @@ fn alternatives(pod: &Pod) -> Vec<Requirements> {
     terms.iter().filter_map(|t| Requirements::from_node_selector_term(t).ok()).map(|t| sel.intersection(&t)).collect()
 }
 
-fn tolerations(pod: &Pod) -> &[Toleration] {
-    pod.spec.as_ref().and_then(|s| s.tolerations.as_deref()).unwrap_or(&[])
+fn tolerations(pod: &CompactPod) -> &[Toleration] {
+    pod.spec.tolerations.as_deref().unwrap_or(&[])
 }
 
-fn tolerates_relaxed(pod: &Pod, taints: &[Taint]) -> bool {
+fn tolerates_relaxed(pod: &CompactPod, taints: &[Taint]) -> bool {
     tolerates_all(tolerations(pod), taints.iter().filter(|t| t.effect != "PreferNoSchedule")).is_ok()
 }
 
@@ -83,7 +83,7 @@ fn daemon_overhead(
     let mut out = ResourceList::new();
     for ds in &snapshot.daemon_sets {
         let Some(spec) = ds.spec.as_ref().and_then(|s| s.template.spec.clone()) else { continue };
-        let pod = Pod { spec: Some(spec), ..Default::default() };
+        let pod = CompactPod { spec: std::sync::Arc::new(spec), ..Default::default() };
         let hard: Vec<Taint> = taints.iter().filter(|t| t.effect != "PreferNoSchedule").cloned().collect();
         if tolerates_all(tolerations(&pod), &hard).is_err() {
             continue;
@@ -106,7 +106,8 @@ pub fn check(
     decisions: &Decisions,
 ) -> Result<(), Vec<String>> {
     let mut v = Vec::new();
-    let pending: BTreeMap<String, &Pod> = snapshot.pending_pods.iter().map(|p| (pod_key(p), p.as_ref())).collect();
+    let pending: BTreeMap<String, &CompactPod> =
+        snapshot.pending_pods.iter().map(|p| (pod_key(p), p.as_ref())).collect();
     let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
     let placed = decisions
         .new_node_claims
@@ -164,7 +165,7 @@ pub fn check(
             if !alternatives(pod).iter().any(|a| reqs.compatible(a, provider).is_ok()) {
                 v.push(format!("{ctx}: pod {key} node selector / affinity not satisfied by {reqs}"));
             }
-            let hp = pod_host_ports(pod);
+            let hp = spec_host_ports(&pod.spec);
             if let Err(c) = ports.conflicts(&hp) {
                 v.push(format!("{ctx}: pod {key}: {c}"));
             }
@@ -278,7 +279,7 @@ pub fn check(
         let mut ports = HostPortUsage::new();
         for p in snapshot.pods_on(&hostname) {
             sum = sum.add(&requests(p));
-            ports.add(pod_host_ports(p));
+            ports.add(spec_host_ports(&p.spec));
         }
         for key in &placement.pods {
             let Some(pod) = pending.get(key) else { continue };
@@ -289,7 +290,7 @@ pub fn check(
             if !alternatives(pod).iter().any(|a| node_reqs.compatible(a, &NoKeys).is_ok()) {
                 v.push(format!("{ctx}: pod {key} node selector / affinity not satisfied by its labels"));
             }
-            let hp = pod_host_ports(pod);
+            let hp = spec_host_ports(&pod.spec);
             if let Err(c) = ports.conflicts(&hp) {
                 v.push(format!("{ctx}: pod {key}: {c}"));
             }
@@ -311,7 +312,7 @@ pub fn fits_some_empty_instance_type(
     snapshot: &ClusterSnapshot,
     pools: &[PoolInput<'_>],
     provider: &ProviderLabels,
-    pod: &Pod,
+    pod: &CompactPod,
 ) -> bool {
     let req = requests(pod);
     pools.iter().filter(|p| !p.node_pool.is_static()).any(|pool| {
@@ -401,22 +402,22 @@ impl Where {
 type NodeConstraints<'p> =
     Option<(&'p Option<BTreeMap<String, String>>, Option<&'p Option<k8s_openapi::api::core::v1::NodeAffinity>>)>;
 
-fn node_constraints(x: &Pod) -> NodeConstraints<'_> {
-    x.spec.as_ref().map(|s| (&s.node_selector, s.affinity.as_ref().map(|a| &a.node_affinity)))
+fn node_constraints(x: &CompactPod) -> NodeConstraints<'_> {
+    Some((&x.spec.node_selector, x.spec.affinity.as_ref().map(|a| &a.node_affinity)))
 }
 
-fn pod_ns(p: &Pod) -> &str {
+fn pod_ns(p: &CompactPod) -> &str {
     p.metadata.namespace.as_deref().unwrap_or("default")
 }
 
-fn pod_labels(p: &Pod) -> BTreeMap<String, String> {
+fn pod_labels(p: &CompactPod) -> BTreeMap<String, String> {
     p.metadata.labels.clone().unwrap_or_default()
 }
 
 fn term_selects(
     term: &k8s_openapi::api::core::v1::PodAffinityTerm,
-    owner: &Pod,
-    other: &Pod,
+    owner: &CompactPod,
+    other: &CompactPod,
     snapshot: &ClusterSnapshot,
 ) -> bool {
     let ns = pod_ns(other);
@@ -433,8 +434,8 @@ fn term_selects(
     ns_ok && crate::scheduler::selector_matches(term.label_selector.as_ref(), &pod_labels(other))
 }
 
-fn required_terms(pod: &Pod, anti: bool) -> impl Iterator<Item = &k8s_openapi::api::core::v1::PodAffinityTerm> {
-    let a = pod.spec.as_ref().and_then(|s| s.affinity.as_ref());
+fn required_terms(pod: &CompactPod, anti: bool) -> impl Iterator<Item = &k8s_openapi::api::core::v1::PodAffinityTerm> {
+    let a = pod.spec.affinity.as_ref();
     let terms = if anti {
         a.and_then(|a| a.pod_anti_affinity.as_ref())
             .and_then(|x| x.required_during_scheduling_ignored_during_execution.as_ref())
@@ -447,9 +448,9 @@ fn required_terms(pod: &Pod, anti: bool) -> impl Iterator<Item = &k8s_openapi::a
 
 /// Pods grouped by (namespace, labels), with per-key domain indexes built on demand.
 struct PodIndex<'p> {
-    pods: &'p [(&'p Pod, usize, bool)],
+    pods: &'p [(&'p CompactPod, usize, bool)],
     places: &'p [Where],
-    classes: Vec<(&'p Pod, usize)>,
+    classes: Vec<(&'p CompactPod, usize)>,
     members: Vec<Vec<usize>>,
     domains: std::cell::RefCell<BTreeMap<(usize, String), std::rc::Rc<ByDomain>>>,
 }
@@ -462,7 +463,7 @@ struct ByDomain {
 }
 
 impl<'p> PodIndex<'p> {
-    fn new(pods: &'p [(&'p Pod, usize, bool)], places: &'p [Where]) -> Self {
+    fn new(pods: &'p [(&'p CompactPod, usize, bool)], places: &'p [Where]) -> Self {
         let mut ids: BTreeMap<(&str, BTreeMap<String, String>), usize> = BTreeMap::new();
         let mut classes = Vec::new();
         let mut members: Vec<Vec<usize>> = Vec::new();
@@ -485,7 +486,7 @@ impl<'p> PodIndex<'p> {
         &self,
         cache: &mut BTreeMap<String, Vec<usize>>,
         term: &k8s_openapi::api::core::v1::PodAffinityTerm,
-        owner: &Pod,
+        owner: &CompactPod,
         snapshot: &ClusterSnapshot,
     ) -> Vec<usize> {
         let k = format!("{}|{term:?}", pod_ns(owner));
@@ -534,10 +535,11 @@ fn check_topology(
     decisions: &Decisions,
     v: &mut Vec<String>,
 ) {
-    let pending: BTreeMap<String, &Pod> = snapshot.pending_pods.iter().map(|p| (pod_key(p), p.as_ref())).collect();
+    let pending: BTreeMap<String, &CompactPod> =
+        snapshot.pending_pods.iter().map(|p| (pod_key(p), p.as_ref())).collect();
     let mut places: Vec<Where> = Vec::new();
     // (pod, place index, placed in this decision)
-    let mut pods: Vec<(&Pod, usize, bool)> = Vec::new();
+    let mut pods: Vec<(&CompactPod, usize, bool)> = Vec::new();
     let mut node_place: BTreeMap<&str, usize> = BTreeMap::new();
     for n in &snapshot.nodes {
         let mut labels = Requirements::from_labels(&n.labels);
@@ -560,7 +562,7 @@ fn check_topology(
         if p.metadata.deletion_timestamp.is_some() {
             continue;
         }
-        let Some(&i) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()).and_then(|n| node_place.get(n)) else {
+        let Some(&i) = p.node_name().and_then(|n| node_place.get(n)) else {
             continue;
         };
         pods.push((p, i, false));
@@ -738,7 +740,7 @@ fn check_topology(
 
 fn spread_selector(
     c: &k8s_openapi::api::core::v1::TopologySpreadConstraint,
-    pod: &Pod,
+    pod: &CompactPod,
 ) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
     let mut s = c.label_selector.clone().unwrap_or_default();
     let labels = pod_labels(pod);
@@ -759,7 +761,7 @@ fn spread_selector(
 fn check_spread(
     pools: &[PoolInput<'_>],
     provider: &ProviderLabels,
-    pods: &[(&Pod, usize, bool)],
+    pods: &[(&CompactPod, usize, bool)],
     places: &[Where],
     v: &mut Vec<String>,
 ) {
@@ -770,7 +772,7 @@ fn check_spread(
         if !placed {
             continue;
         }
-        let spec = p.spec.as_ref();
+        let spec = Some(&*p.spec);
         for c in spec.and_then(|s| s.topology_spread_constraints.as_ref()).into_iter().flatten() {
             if c.when_unsatisfiable != "DoNotSchedule" || c.label_selector.is_none() {
                 continue;
@@ -800,11 +802,12 @@ fn check_spread(
                 }
                 continue;
             }
-            let selects =
-                |q: &Pod| pod_ns(q) == pod_ns(p) && crate::scheduler::selector_matches(Some(&selector), &pod_labels(q));
+            let selects = |q: &CompactPod| {
+                pod_ns(q) == pod_ns(p) && crate::scheduler::selector_matches(Some(&selector), &pod_labels(q))
+            };
             // Only groups whose placed members all carry the same constraint and node constraints are verified.
-            let same = |q: &Pod| {
-                let qs = q.spec.as_ref();
+            let same = |q: &CompactPod| {
+                let qs = Some(&*q.spec);
                 qs.and_then(|s| s.topology_spread_constraints.as_ref()).is_some_and(|l| l.contains(c))
                     && qs.map(|s| (&s.node_selector, s.affinity.as_ref().map(|a| &a.node_affinity)))
                         == spec.map(|s| (&s.node_selector, s.affinity.as_ref().map(|a| &a.node_affinity)))
@@ -886,6 +889,7 @@ fn check_spread(
 mod tests {
     use super::*;
     use crate::{SchedulerOptions, schedule};
+    use karpenter_api::IntoSharedPod;
     use karpenter_requirements::{Format, InstanceType, Offering, Overhead};
     use karpenter_testing::{NodePoolOptions, PodOptions, node_pool, pod, pod_affinity_term, topology_spread};
 
@@ -937,11 +941,11 @@ mod tests {
                     requests: [("cpu", "1")].into(),
                     ..Default::default()
                 })
-                .into(),
+                .into_shared(),
             );
             strict
                 .pending_pods
-                .push(pod(PodOptions { name, requests: [("cpu", "1")].into(), ..constrained.clone() }).into());
+                .push(pod(PodOptions { name, requests: [("cpu", "1")].into(), ..constrained.clone() }).into_shared());
         }
         let pools = [PoolInput { node_pool: &plain.node_pools[0], instance_types: &its }];
         let provider = ProviderLabels::aws();

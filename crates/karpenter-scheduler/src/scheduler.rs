@@ -993,6 +993,7 @@ fn describe_reqs(reqs: &Requirements, template: &Template<'_>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use karpenter_api::IntoSharedPod;
     use karpenter_requirements::{Format, Offering, Overhead, Quantity};
     use karpenter_testing::{NodePoolOptions, PodOptions, node_pool, pod};
 
@@ -1029,7 +1030,7 @@ mod tests {
         for i in 0..n {
             s.pending_pods.push(
                 pod(PodOptions { name: Some(format!("p{i}")), requests: [("cpu", cpu)].into(), ..Default::default() })
-                    .into(),
+                    .into_shared(),
             );
         }
         s

@@ -44,8 +44,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::Pod;
-use karpenter_api::ProviderLabels;
+use karpenter_api::{CompactPod, ProviderLabels};
 use karpenter_requirements::ResourceList;
 
 use crate::decision::{Decisions, UnschedulablePod};
@@ -93,7 +92,7 @@ pub struct SimulationView<'v> {
     /// Nodes (by node name) and in-flight NodeClaims (by claim name) whose capacity is not offered.
     pub removed: &'v BTreeSet<String>,
     /// Pods to place besides the snapshot's pending pods (for disruption: the candidates' reschedulable pods).
-    pub pods: Vec<&'v Pod>,
+    pub pods: Vec<&'v CompactPod>,
     /// Leave the snapshot's pending pods out (they are included by default, as upstream does).
     pub skip_pending: bool,
     /// Accept placements on uninitialized nodes and in-flight claims; by default such a placement is turned
@@ -133,9 +132,10 @@ impl<'a> Simulator<'a> {
         let base = Base::new(snapshot, pools, provider, &daemons);
         let index = base.existing.iter().enumerate().map(|(i, n)| (n.name.clone(), i)).collect();
         let prefix_ok = !base.any_prefer_no_schedule
-            && !snapshot.bound_pods.iter().any(|p| {
-                p.spec.as_ref().and_then(|s| s.affinity.as_ref()).and_then(|a| a.pod_anti_affinity.as_ref()).is_some()
-            });
+            && !snapshot
+                .bound_pods
+                .iter()
+                .any(|p| p.spec.affinity.as_ref().and_then(|a| a.pod_anti_affinity.as_ref()).is_some());
         let lean = ClusterSnapshot { namespaces: snapshot.namespaces.clone(), ..Default::default() };
         let fewest_nodes_options = SchedulerOptions { upstream_packing: true, ..options.clone() };
         Simulator { provider, options, fewest_nodes_options, base, volumes, pending, index, prefix_ok, lean }
@@ -255,8 +255,8 @@ const PREFIX_MIN: usize = 64;
 
 /// A pod whose placement depends only on the node it is tried on: no preferred or alternative node affinity
 /// (no relaxation), no topology spread, no pod affinity or anti-affinity.
-fn simple(pod: &Pod) -> bool {
-    let Some(spec) = pod.spec.as_ref() else { return true };
+fn simple(pod: &CompactPod) -> bool {
+    let spec = &*pod.spec;
     if spec.topology_spread_constraints.as_ref().is_some_and(|c| !c.is_empty()) {
         return false;
     }
@@ -274,7 +274,7 @@ fn simple(pod: &Pod) -> bool {
 }
 
 /// `namespace/name` of a pod, as simulations name pods.
-pub fn key(pod: &Pod) -> String {
+pub fn key(pod: &CompactPod) -> String {
     pod_key(pod)
 }
 
@@ -318,20 +318,17 @@ mod tests {
             let sim = Simulator::new(&snapshot, &[], &provider, &options);
             for first in [0usize, 40, 97, 140] {
                 let removed: BTreeSet<String> = (first..first + 3).map(|i| format!("n{i:03}")).collect();
-                let pods: Vec<&Pod> = removed.iter().flat_map(|n| snapshot.pods_on(n).collect::<Vec<_>>()).collect();
+                let pods: Vec<&CompactPod> =
+                    removed.iter().flat_map(|n| snapshot.pods_on(n).collect::<Vec<_>>()).collect();
                 let d = sim.simulate(&SimulationView { removed: &removed, pods: pods.clone(), ..Default::default() });
                 let mut reference = snapshot.clone();
                 reference.nodes.retain(|n| !removed.contains(&n.name));
-                reference.bound_pods.retain(|p| {
-                    !p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some_and(|n| removed.contains(n))
-                });
+                reference.bound_pods.retain(|p| !p.node_name().is_some_and(|n| removed.iter().any(|r| r == n)));
                 reference.pending_pods = pods
                     .iter()
                     .map(|p| {
                         let mut p = (*p).clone();
-                        if let Some(s) = p.spec.as_mut() {
-                            s.node_name = None;
-                        }
+                        std::sync::Arc::make_mut(&mut p.spec).node_name = None;
                         std::sync::Arc::new(p)
                     })
                     .collect();

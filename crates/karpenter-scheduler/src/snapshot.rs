@@ -39,7 +39,7 @@ use karpenter_api::condition::ConditionStatus;
 use karpenter_api::labels;
 use karpenter_api::loader::{Loaded, Object};
 use karpenter_api::nodeclaim::NodeClaimStatus;
-use karpenter_api::{NodeClaim, NodePool};
+use karpenter_api::{CompactPod, IntoSharedPod, NodeClaim, NodePool, SpecInterner};
 use karpenter_requirements::{ResourceError, ResourceList};
 
 /// The label the API server puts on every namespace.
@@ -146,9 +146,9 @@ pub struct ClusterSnapshot {
     pub node_pools: Vec<NodePool>,
     /// Every pod bound to a node, with annotations, by (namespace, name). Shared, not copied: the controller's
     /// state and every snapshot built from it hold the same pods.
-    pub bound_pods: Vec<Arc<Pod>>,
+    pub bound_pods: Vec<Arc<CompactPod>>,
     /// Pods to place, by (namespace, name). Shared like `bound_pods`.
-    pub pending_pods: Vec<Arc<Pod>>,
+    pub pending_pods: Vec<Arc<CompactPod>>,
     /// DaemonSets, by (namespace, name).
     pub daemon_sets: Vec<DaemonSet>,
     /// PersistentVolumeClaims.
@@ -178,18 +178,14 @@ fn owned_by(m: &ObjectMeta) -> impl Iterator<Item = &OwnerReference> {
 }
 
 /// `namespace/name` of a pod (the identifier used in decisions).
-pub fn pod_key(pod: &Pod) -> String {
+pub fn pod_key(pod: &CompactPod) -> String {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
     format!("{ns}/{}", pod.metadata.name.as_deref().unwrap_or(""))
 }
 
-fn is_terminal(pod: &Pod) -> bool {
-    matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
-}
-
 /// Whether a pod is owned by a DaemonSet.
-pub fn is_daemon_set_pod(pod: &Pod) -> bool {
-    owned_by(&pod.metadata).any(|o| o.kind == "DaemonSet")
+pub fn is_daemon_set_pod(pod: &CompactPod) -> bool {
+    pod.is_daemon_set_pod()
 }
 
 struct Workload {
@@ -291,9 +287,9 @@ fn fill_missing(base: &mut ResourceList, fallback: &ResourceList) {
 /// [`ClusterSnapshot::from_objects`] (which is built on it) minus workload expansion: a pod with `spec.nodeName`
 /// is bound (dropped when terminal), one without is pending (dropped when a DaemonSet owns it); nodes are
 /// matched with their NodeClaims and namespaces completed in [`build`](Self::build). Nodes, NodeClaims and
-/// CSINodes are borrowed until then (only what the scheduler reads is copied); pods are taken as `Arc<Pod>` (a
-/// `Pod` converts), so a caller that keeps its pods shared (the controller's state) builds a snapshot without
-/// copying any; everything else is moved in.
+/// CSINodes are borrowed until then (only what the scheduler reads is copied); pods are taken shared
+/// (`Arc<CompactPod>`; a `Pod` or `CompactPod` converts), so a caller that keeps its pods shared (the controller's
+/// state) builds a snapshot without copying any; everything else is moved in.
 #[derive(Debug, Default)]
 pub struct SnapshotBuilder<'a> {
     snap: ClusterSnapshot,
@@ -328,14 +324,13 @@ impl<'a> SnapshotBuilder<'a> {
 
     /// Adds a pod: bound with `spec.nodeName` (dropped when terminal), pending without (dropped when owned by a
     /// DaemonSet: DaemonSet pods are overhead).
-    pub fn pod(&mut self, pod: impl Into<Arc<Pod>>) {
-        let pod: Arc<Pod> = pod.into();
-        let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty());
-        if bound {
-            if !is_terminal(&pod) {
+    pub fn pod(&mut self, pod: impl IntoSharedPod) {
+        let pod: Arc<CompactPod> = pod.into_shared();
+        if pod.node_name().is_some() {
+            if !pod.is_terminal() {
                 self.snap.bound_pods.push(pod);
             }
-        } else if !is_daemon_set_pod(&pod) {
+        } else if !pod.is_daemon_set_pod() {
             self.snap.pending_pods.push(pod);
         }
     }
@@ -575,13 +570,15 @@ impl ClusterSnapshot {
                 owned.insert((rs.namespace.clone(), o.kind.clone(), o.name.clone()));
             }
         }
+        // Replicas share one spec (a workload of 10,000 replicas is one spec, not 10,000 copies).
+        let mut specs = SpecInterner::new();
         for p in pods {
-            builder.pod(Arc::new(p.clone()));
+            builder.pod(specs.intern(CompactPod::from(p)));
         }
         for w in workloads.iter().chain(replica_sets.iter().map(|(w, _)| w)) {
             if !owned.contains(&(w.namespace.clone(), w.kind.to_owned(), w.name.clone())) {
                 for p in expand(w) {
-                    builder.pod(p);
+                    builder.pod(specs.intern(CompactPod::from(p)));
                 }
             }
         }
@@ -609,11 +606,8 @@ impl ClusterSnapshot {
     }
 
     /// Pods bound to `node`.
-    pub fn pods_on<'a>(&'a self, node: &'a str) -> impl Iterator<Item = &'a Pod> {
-        self.bound_pods
-            .iter()
-            .map(|p| p.as_ref())
-            .filter(move |p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+    pub fn pods_on<'a>(&'a self, node: &'a str) -> impl Iterator<Item = &'a CompactPod> {
+        self.bound_pods.iter().map(|p| p.as_ref()).filter(move |p| p.node_name() == Some(node))
     }
 }
 
@@ -632,7 +626,7 @@ mod tests {
         ClusterSnapshot::from_objects(&objects).expect("snapshot builds")
     }
 
-    fn names(pods: &[Arc<Pod>]) -> Vec<String> {
+    fn names(pods: &[Arc<CompactPod>]) -> Vec<String> {
         pods.iter().map(|p| pod_key(p)).collect()
     }
 

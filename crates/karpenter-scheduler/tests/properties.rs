@@ -5,7 +5,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use karpenter_api::ProviderLabels;
+use karpenter_api::{IntoSharedPod, ProviderLabels};
 use karpenter_scheduler::check::{check, fits_some_empty_instance_type};
 use karpenter_scheduler::{ClusterSnapshot, PoolInput, SchedulerOptions, schedule};
 use karpenter_testing::{
@@ -209,7 +209,7 @@ proptest! {
                 tolerations: if g.tolerates { vec![toleration("dedicated", None, None)] } else { vec![] },
                 labels,
                 ..topology
-            }).into());
+            }).into_shared());
         }
         let inputs: Vec<PoolInput<'_>> =
             snapshot.node_pools.iter().map(|p| PoolInput { node_pool: p, instance_types: &catalogue }).collect();

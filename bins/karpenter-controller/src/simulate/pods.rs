@@ -2,7 +2,8 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Pod;
+use karpenter_api::CompactPod;
+use karpenter_api::kube::Resource;
 use karpenter_api::loader::{Loaded, Object};
 use serde::Serialize;
 
@@ -56,18 +57,19 @@ impl Owners {
     }
 
     /// (namespace, kind, name) of the pod's owner; the pod itself when it has none.
-    pub fn owner_of(&self, pod: &Pod) -> (String, String, String) {
-        let namespace = pod.metadata.namespace.clone().unwrap_or_else(|| "default".to_owned());
-        let refs = pod.metadata.owner_references.as_deref().unwrap_or_default();
+    pub fn owner_of(&self, pod: &impl Resource) -> (String, String, String) {
+        let meta = pod.meta();
+        let namespace = meta.namespace.clone().unwrap_or_else(|| "default".to_owned());
+        let refs = meta.owner_references.as_deref().unwrap_or_default();
         let Some(owner) = refs.iter().find(|o| o.controller == Some(true)).or_else(|| refs.first()) else {
-            let name = pod.metadata.name.clone().unwrap_or_default();
+            let name = meta.name.clone().unwrap_or_default();
             return (namespace, "Pod".to_owned(), name);
         };
         if owner.kind == "ReplicaSet" {
             if let Some(deployment) = self.deployment_of.get(&(namespace.clone(), owner.name.clone())) {
                 return (namespace, "Deployment".to_owned(), deployment.clone());
             }
-            let hash = pod.metadata.labels.as_ref().and_then(|l| l.get(POD_TEMPLATE_HASH));
+            let hash = meta.labels.as_ref().and_then(|l| l.get(POD_TEMPLATE_HASH));
             if let Some(deployment) = hash.and_then(|h| owner.name.strip_suffix(h.as_str())?.strip_suffix('-'))
                 && !deployment.is_empty()
             {
@@ -80,7 +82,7 @@ impl Owners {
 
 /// Groups pods by owner, sorted by (namespace, kind, name). `pods` yields each pod's key (`namespace/name`) and the
 /// pod when it is known; an unknown key becomes a standalone pod.
-pub fn group<'a>(pods: impl IntoIterator<Item = (&'a str, Option<&'a Pod>)>, owners: &Owners) -> Vec<PodGroup> {
+pub fn group<'a>(pods: impl IntoIterator<Item = (&'a str, Option<&'a CompactPod>)>, owners: &Owners) -> Vec<PodGroup> {
     let mut counts: BTreeMap<(String, String, String), usize> = BTreeMap::new();
     for (key, pod) in pods {
         let owner = match pod {
@@ -155,11 +157,14 @@ metadata: {name: lonely, namespace: default}
 spec: {containers: [{name: c, image: x}]}
 ";
 
-    fn pods(objects: &[Loaded]) -> Vec<(String, &Pod)> {
+    fn pods(objects: &[Loaded]) -> Vec<(String, CompactPod)> {
         objects
             .iter()
             .filter_map(|l| match &l.object {
-                Object::Pod(p) => Some((karpenter_scheduler::snapshot::pod_key(p), p.as_ref())),
+                Object::Pod(p) => {
+                    let p = CompactPod::from(p.as_ref());
+                    Some((karpenter_scheduler::snapshot::pod_key(&p), p))
+                }
                 _ => None,
             })
             .collect()
@@ -186,9 +191,9 @@ spec: {containers: [{name: c, image: x}]}
         let objects = load_str(INPUT, "pods.yaml").expect("valid input");
         let owners = Owners::new(&objects);
         let pods = pods(&objects);
-        let mut input: Vec<(&str, Option<&Pod>)> = pods.iter().map(|(k, p)| (k.as_str(), Some(*p))).collect();
+        let mut input: Vec<(&str, Option<&CompactPod>)> = pods.iter().map(|(k, p)| (k.as_str(), Some(p))).collect();
         // The same pod twice counts twice; an unknown key is a standalone pod.
-        input.push((pods[0].0.as_str(), Some(pods[0].1)));
+        input.push((pods[0].0.as_str(), Some(&pods[0].1)));
         input.push(("other/ghost", None));
         let groups = group(input, &owners);
         let labels: Vec<String> = groups.iter().map(PodGroup::label).collect();

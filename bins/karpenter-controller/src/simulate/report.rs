@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use k8s_openapi::api::core::v1::Pod;
+use karpenter_api::CompactPod;
 use karpenter_api::labels;
 use karpenter_api::loader::Loaded;
 use karpenter_requirements::InstanceType;
@@ -164,7 +164,7 @@ impl Report {
     /// Summarises `decisions` made on `input.snapshot`.
     pub fn build(input: Inputs<'_>, decisions: Decisions) -> Report {
         let owners = Owners::new(input.objects);
-        let pending: HashMap<String, &Pod> =
+        let pending: HashMap<String, &CompactPod> =
             input.snapshot.pending_pods.iter().map(|p| (pod_key(p), p.as_ref())).collect();
         let groups = |pods: &[String]| group(pods.iter().map(|k| (k.as_str(), pending.get(k).copied())), &owners);
         let by_name: HashMap<&str, &InstanceType> =
@@ -197,7 +197,7 @@ impl Report {
             decisions.existing_nodes.iter().map(|n| (n.name.as_str(), &n.pods)).collect();
         let mut bound: HashMap<&str, usize> = HashMap::new();
         for pod in &input.snapshot.bound_pods {
-            if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+            if let Some(node) = pod.node_name() {
                 *bound.entry(node).or_default() += 1;
             }
         }

@@ -24,6 +24,7 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{Pod, PodStatus, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use karpenter_api::loader::{self, Loaded, Object};
+use karpenter_api::{CompactPod, IntoSharedPod, SpecInterner};
 use karpenter_api::{NodeClaim, NodePool, ProviderLabels, ValidationContext, labels};
 use karpenter_disruption::{Command, DisruptionOptions, Method, Pass, Reason, evaluate, expiration, validation};
 use karpenter_requirements::InstanceType;
@@ -230,19 +231,19 @@ impl<'c> World<'c> {
         let mut moved = Vec::new();
         self.snapshot.pending_pods.retain(|p| {
             if wanted.contains(pod_key(p).as_str()) {
-                moved.push(Pod::clone(p));
+                moved.push(CompactPod::clone(p));
                 false
             } else {
                 true
             }
         });
         let n = moved.len();
+        // Replicas bound to one node share their (new) spec.
+        let mut specs = SpecInterner::new();
         for mut p in moved {
-            if let Some(spec) = p.spec.as_mut() {
-                spec.node_name = Some(node.to_owned());
-            }
+            Arc::make_mut(&mut p.spec).node_name = Some(node.to_owned());
             p.status = Some(PodStatus { phase: Some("Running".into()), ..Default::default() });
-            self.snapshot.bound_pods.push(p.into());
+            self.snapshot.bound_pods.push(Arc::new(specs.intern(p)));
         }
         if n > 0 {
             self.pod_event(node);
@@ -265,23 +266,22 @@ impl<'c> World<'c> {
         self.snapshot.node_claims.retain(|c| Some(&c.name) != claim.as_ref() && c.node_name.as_deref() != Some(name));
         let mut displaced = Vec::new();
         self.snapshot.bound_pods.retain(|p| {
-            if p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name) {
-                displaced.push(Pod::clone(p));
+            if p.node_name() == Some(name) {
+                displaced.push(CompactPod::clone(p));
                 false
             } else {
                 true
             }
         });
+        let mut specs = SpecInterner::new();
         for mut p in displaced {
             let reschedulable = karpenter_disruption::pods::is_reschedulable(&p) && !is_daemon_set_pod(&p);
             if !reschedulable {
                 continue;
             }
-            if let Some(spec) = p.spec.as_mut() {
-                spec.node_name = None;
-            }
+            Arc::make_mut(&mut p.spec).node_name = None;
             p.status = None;
-            self.snapshot.pending_pods.push(p.into());
+            self.snapshot.pending_pods.push(Arc::new(specs.intern(p)));
         }
     }
 
@@ -654,7 +654,7 @@ impl<'c> World<'c> {
                     .bound_pods
                     .iter()
                     .find(|p| pod_key(p) == key)
-                    .and_then(|p| p.spec.as_ref()?.node_name.clone());
+                    .and_then(|p| p.node_name().map(str::to_owned));
                 self.snapshot.bound_pods.retain(|p| pod_key(p) != key);
                 self.snapshot.pending_pods.retain(|p| pod_key(p) != key);
                 if before == self.snapshot.bound_pods.len() + self.snapshot.pending_pods.len() {
@@ -724,7 +724,7 @@ impl<'c> World<'c> {
     fn pods_of(&self, key: &WorkloadKey) -> Vec<(String, bool)> {
         let owners = Owners::new(&self.objects);
         let (kind, ns, name) = key;
-        let owned = |p: &Pod| {
+        let owned = |p: &CompactPod| {
             let (pns, pkind, pname) = owners.owner_of(p);
             &pns == ns && pkind == kind.as_str() && &pname == name
         };
@@ -753,7 +753,7 @@ impl<'c> World<'c> {
                 if used.contains(&format!("{ns}/{pod_name}")) {
                     continue;
                 }
-                self.snapshot.pending_pods.push(new_pod(key, &w, &pod_name).into());
+                self.snapshot.pending_pods.push(new_pod(key, &w, &pod_name).into_shared());
                 added += 1;
             }
             self.snapshot.sort();
@@ -770,7 +770,7 @@ impl<'c> World<'c> {
                 .bound_pods
                 .iter()
                 .filter(|p| gone.contains(&pod_key(p)))
-                .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+                .filter_map(|p| p.node_name().map(str::to_owned))
                 .collect();
             self.snapshot.bound_pods.retain(|p| !gone.contains(&pod_key(p)));
             self.snapshot.pending_pods.retain(|p| !gone.contains(&pod_key(p)));
@@ -837,7 +837,7 @@ impl<'c> World<'c> {
             }
         }
         let owners = Owners::new(&objects);
-        let is_rescaled = |p: &Pod| {
+        let is_rescaled = |p: &CompactPod| {
             let (ns, kind, name) = owners.owner_of(p);
             rescaled.iter().any(|(k, n, m)| k.as_str() == kind && n == &ns && m == &name)
         };
@@ -854,7 +854,7 @@ impl<'c> World<'c> {
         let node_names: BTreeSet<&str> = self.snapshot.nodes.iter().map(|n| n.name.as_str()).collect();
         let mut bound = Vec::new();
         for p in added.bound_pods {
-            let node = p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+            let node = p.node_name().unwrap_or_default().to_owned();
             if !node_names.contains(node.as_str()) {
                 return Err(format!("pod {} is bound to node {node}, which does not exist", pod_key(&p)));
             }
@@ -995,10 +995,10 @@ pub fn round(price: f64) -> f64 {
 }
 
 /// Pod counts per node name.
-pub fn pods_per_node(snapshot: &ClusterSnapshot) -> HashMap<&str, Vec<&Pod>> {
-    let mut out: HashMap<&str, Vec<&Pod>> = HashMap::new();
+pub fn pods_per_node(snapshot: &ClusterSnapshot) -> HashMap<&str, Vec<&CompactPod>> {
+    let mut out: HashMap<&str, Vec<&CompactPod>> = HashMap::new();
     for p in &snapshot.bound_pods {
-        if let Some(n) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+        if let Some(n) = p.node_name() {
             out.entry(n).or_default().push(p);
         }
     }

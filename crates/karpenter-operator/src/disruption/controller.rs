@@ -29,11 +29,11 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use futures::{StreamExt, stream};
-use k8s_openapi::api::core::v1::{Node, Pod, Taint as CoreTaint};
+use k8s_openapi::api::core::v1::{Node, Taint as CoreTaint};
 use karpenter_api::condition::ConditionStatus;
 use karpenter_api::labels::{self, taints};
 use karpenter_api::nodeclaim::conditions as cond;
-use karpenter_api::{NodeClaim, NodePool};
+use karpenter_api::{CompactPod, NodeClaim, NodePool};
 use karpenter_cloudprovider::{Clock, CloudProvider};
 use karpenter_disruption::command::{Command, Decision, Method, Outcome, Pass, Reason};
 use karpenter_disruption::validation::{FailureKind, ValidationFailure, validate};
@@ -928,7 +928,7 @@ impl Disruption {
 }
 
 /// A pod whose disruption a node deletion initiates (not a DaemonSet pod, not terminal).
-fn moves(pod: &Pod) -> bool {
+fn moves(pod: &CompactPod) -> bool {
     !is_daemon_set_pod(pod)
         && !karpenter_disruption::pods::is_terminal(pod)
         && !karpenter_disruption::pods::is_static(pod)

@@ -15,8 +15,7 @@ use std::time::Duration;
 
 use futures::{StreamExt, stream};
 
-use k8s_openapi::api::core::v1::Pod;
-use karpenter_api::NodeClaim;
+use karpenter_api::{CompactPod, NodeClaim};
 use karpenter_cloudprovider::Clock;
 use karpenter_disruption::pods::{is_terminal, parse_rfc3339};
 use karpenter_scheduler::snapshot::is_daemon_set_pod;
@@ -44,15 +43,15 @@ struct Facts {
     terminating: bool,
 }
 
-fn facts(pod: &Pod) -> Facts {
+fn facts(pod: &CompactPod) -> Facts {
     Facts {
-        node: pod.spec.as_ref().and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty()),
+        node: pod.node_name().map(str::to_owned),
         terminal: is_terminal(pod),
         terminating: pod.metadata.deletion_timestamp.is_some(),
     }
 }
 
-fn pod_id(pod: &Pod) -> String {
+fn pod_id(pod: &CompactPod) -> String {
     pod.metadata.uid.clone().unwrap_or_else(|| object_key(pod))
 }
 
@@ -81,7 +80,7 @@ impl PodEvents {
     }
 
     /// Records pods as already known (no stamp): the pods of a (re)list.
-    pub fn prime<'a>(&self, pods: impl IntoIterator<Item = &'a Pod>) {
+    pub fn prime<'a>(&self, pods: impl IntoIterator<Item = &'a CompactPod>) {
         let mut seen = self.seen();
         for p in pods {
             seen.insert(pod_id(p), facts(p));
@@ -89,20 +88,20 @@ impl PodEvents {
     }
 
     /// Forgets a deleted pod.
-    pub fn forget(&self, pod: &Pod) {
+    pub fn forget(&self, pod: &CompactPod) {
         self.seen().remove(&pod_id(pod));
     }
 
     /// Handles one observation of `pod`: stamps its node's NodeClaim if the pod was bound, finished or started
     /// terminating since it was last seen. Returns the NodeClaim stamped, if any.
-    pub async fn observe(&self, pod: &Pod) -> Result<Option<String>, ReconcileError> {
+    pub async fn observe(&self, pod: &CompactPod) -> Result<Option<String>, ReconcileError> {
         let Some(node) = self.event_node(pod) else { return Ok(None) };
         let Some(claim) = self.claim_of(&node) else { return Ok(None) };
         self.stamp(&claim).await
     }
 
     /// Records what is now known of `pod`; the node whose NodeClaim it gives a pod event, if it does.
-    fn event_node(&self, pod: &Pod) -> Option<String> {
+    fn event_node(&self, pod: &CompactPod) -> Option<String> {
         let now_facts = facts(pod);
         let before = self.seen().insert(pod_id(pod), now_facts.clone()).unwrap_or_default();
         if is_daemon_set_pod(pod) {

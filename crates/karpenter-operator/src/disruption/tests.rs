@@ -14,7 +14,7 @@ use karpenter_api::hash::node_pool_hash_annotations;
 use karpenter_api::labels::{self, annotations, finalizers, taints};
 use karpenter_api::nodeclaim::conditions as cond;
 use karpenter_api::nodepool::{Budget, DisruptionReason};
-use karpenter_api::{NodeClaim, NodePool};
+use karpenter_api::{CompactPod, NodeClaim, NodePool};
 use karpenter_cloudprovider::{Clock, FakeCloudProvider, FakeOptions};
 use karpenter_disruption::command::{Decision, Method, Outcome, Reason};
 use karpenter_disruption::validation::FailureKind;
@@ -138,7 +138,7 @@ impl Env {
             self.state.apply(c);
         }
         for p in self.pods().list(&ListParams::default()).await.unwrap().items {
-            self.state.apply(p);
+            self.state.apply(CompactPod::from(p));
         }
         for p in Api::<NodePool>::all(self.client.clone()).list(&ListParams::default()).await.unwrap().items {
             self.state.apply(p);
@@ -223,7 +223,7 @@ impl Env {
         });
         p.metadata.uid = None;
         let created = create_with_status(&self.pods(), &p).await.unwrap();
-        self.state.apply(created.clone());
+        self.state.apply(CompactPod::from(&created));
         created
     }
 
@@ -730,7 +730,7 @@ async fn consolidatable_after_consolidate_after_and_reset_by_pod_events() {
     // A pod binds: lastPodEventTime is stamped and the clock restarts.
     e.pod_events.prime(std::iter::empty());
     let p = e.bound_pod("a", "n", PodOptions::default()).await;
-    assert_eq!(e.pod_events.observe(&p).await.unwrap().as_deref(), Some("n-claim"));
+    assert_eq!(e.pod_events.observe(&CompactPod::from(&p)).await.unwrap().as_deref(), Some("n-claim"));
     let stamped = e.claim("n-claim").await.unwrap();
     assert_eq!(
         stamped.status.as_ref().unwrap().last_pod_event_time.as_deref(),
@@ -740,18 +740,18 @@ async fn consolidatable_after_consolidate_after_and_reset_by_pod_events() {
     assert!(condition_of(&e.claim("n-claim").await.unwrap(), cond::CONSOLIDATABLE).is_none());
 
     // Seeing the same pod again is no event; another pod within 10 s is deduplicated.
-    assert_eq!(e.pod_events.observe(&p).await.unwrap(), None);
+    assert_eq!(e.pod_events.observe(&CompactPod::from(&p)).await.unwrap(), None);
     e.clock.step_secs(5);
     let b = e.bound_pod("b", "n", PodOptions::default()).await;
-    assert_eq!(e.pod_events.observe(&b).await.unwrap(), None, "within the 10 s dedupe");
+    assert_eq!(e.pod_events.observe(&CompactPod::from(&b)).await.unwrap(), None, "within the 10 s dedupe");
     e.clock.step_secs(5);
     let c = e.bound_pod("c", "n", PodOptions::default()).await;
-    assert_eq!(e.pod_events.observe(&c).await.unwrap().as_deref(), Some("n-claim"));
+    assert_eq!(e.pod_events.observe(&CompactPod::from(&c)).await.unwrap().as_deref(), Some("n-claim"));
     // A pod listed at start-up is no event.
     e.clock.step_secs(20);
     let d = e.bound_pod("d", "n", PodOptions::default()).await;
-    e.pod_events.prime([&d]);
-    assert_eq!(e.pod_events.observe(&d).await.unwrap(), None);
+    e.pod_events.prime([&CompactPod::from(&d)]);
+    assert_eq!(e.pod_events.observe(&CompactPod::from(&d)).await.unwrap(), None);
 }
 
 #[tokio::test]

@@ -233,7 +233,7 @@ impl StaticDeprovisioning {
             .into_iter()
             .filter(|p| !karpenter_scheduler::snapshot::is_daemon_set_pod(p))
             .collect();
-        let cost: f64 = pods.iter().map(karpenter_disruption::pods::eviction_cost).sum();
+        let cost: f64 = pods.iter().map(|p| karpenter_disruption::pods::eviction_cost(p)).sum();
         (launched, !pods.is_empty(), cost, claim.name_any())
     }
 

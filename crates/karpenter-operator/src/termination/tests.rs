@@ -12,10 +12,10 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use karpenter_api::NodeClaim;
 use karpenter_api::condition::{ConditionStatus, Conditions};
 use karpenter_api::labels::{self, annotations, finalizers, taints};
 use karpenter_api::nodeclaim::conditions;
+use karpenter_api::{CompactPod, NodeClaim};
 use karpenter_cloudprovider::{CloudProvider, FakeCloudProvider, FakeOptions};
 use karpenter_kwok::kubelet::Kubelet;
 use karpenter_testing::apiserver::{ApiServer, create_with_status};
@@ -445,7 +445,7 @@ async fn objects_not_being_deleted_or_without_the_finalizer_are_left_alone() {
     assert!(e.nodes().get(NODE).await.unwrap().spec.unwrap().taints.is_none(), "not tainted");
 }
 
-fn plan_pod(name: &str, daemon: bool, critical: bool) -> Pod {
+fn plan_pod(name: &str, daemon: bool, critical: bool) -> CompactPod {
     let mut p = pod(PodOptions {
         name: Some(name.into()),
         node_name: Some(NODE.into()),
@@ -455,7 +455,7 @@ fn plan_pod(name: &str, daemon: bool, critical: bool) -> Pod {
         ..Default::default()
     });
     p.metadata.namespace = Some("default".into());
-    p
+    p.into()
 }
 
 #[test]

@@ -3,12 +3,12 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Pod, Taint, Toleration};
+use k8s_openapi::api::core::v1::{Taint, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use karpenter_api::ProviderLabels;
 use karpenter_api::labels;
+use karpenter_api::{CompactPod, ProviderLabels};
 use karpenter_requirements::{
-    HostPort, Operator, PreferencePolicy, Quantity, Requirements, ResourceList, pod_host_ports, pod_requests,
+    HostPort, Operator, PreferencePolicy, Quantity, Requirements, ResourceList, spec_host_ports, spec_requests,
     tolerates_all,
 };
 
@@ -22,7 +22,7 @@ pub const TOPOLOGY_NOT_SUPPORTED: &str = "topology spread constraints are not su
 /// One pending pod, parsed.
 #[derive(Debug, Clone)]
 pub(crate) struct PodData<'a> {
-    pub pod: &'a Pod,
+    pub pod: &'a CompactPod,
     pub key: String,
     pub requests: ResourceList,
     pub node_selector: Requirements,
@@ -137,15 +137,15 @@ fn restricted(reqs: &Requirements, provider: &ProviderLabels) -> Option<String> 
 }
 
 /// Requests of a pod including `pods: 1`.
-pub(crate) fn requests_with_pod_count(pod: &Pod) -> Result<ResourceList, String> {
-    let mut r = pod_requests(pod).map_err(|e| format!("invalid resource request: {e}"))?;
+pub(crate) fn requests_with_pod_count(pod: &CompactPod) -> Result<ResourceList, String> {
+    let mut r = spec_requests(&pod.spec).map_err(|e| format!("invalid resource request: {e}"))?;
     let pods = r.pods().saturating_add(&Quantity::from_int(1, karpenter_requirements::Format::DecimalSI));
     r.insert(karpenter_requirements::resources::PODS, pods);
     Ok(r)
 }
 
 /// Parses a pending pod. Never fails: problems end up in `error`.
-pub(crate) fn pod_data<'a>(pod: &'a Pod, provider: &ProviderLabels, volumes: &VolumeIndex<'_>) -> PodData<'a> {
+pub(crate) fn pod_data<'a>(pod: &'a CompactPod, provider: &ProviderLabels, volumes: &VolumeIndex<'_>) -> PodData<'a> {
     let mut data = PodData {
         pod,
         key: pod_key(pod),
@@ -153,8 +153,8 @@ pub(crate) fn pod_data<'a>(pod: &'a Pod, provider: &ProviderLabels, volumes: &Vo
         node_selector: Requirements::new(),
         required_terms: Vec::new(),
         preferred: Vec::new(),
-        tolerations: pod.spec.as_ref().and_then(|s| s.tolerations.as_deref()).unwrap_or(&[]),
-        host_ports: pod_host_ports(pod),
+        tolerations: pod.spec.tolerations.as_deref().unwrap_or(&[]),
+        host_ports: spec_host_ports(&pod.spec),
         volumes: PodVolumes::default(),
         n_spread_anyway: 0,
         n_affinity_preferred: 0,
@@ -168,9 +168,14 @@ pub(crate) fn pod_data<'a>(pod: &'a Pod, provider: &ProviderLabels, volumes: &Vo
     data
 }
 
-fn fill(data: &mut PodData<'_>, pod: &Pod, provider: &ProviderLabels, volumes: &VolumeIndex<'_>) -> Result<(), String> {
+fn fill(
+    data: &mut PodData<'_>,
+    pod: &CompactPod,
+    provider: &ProviderLabels,
+    volumes: &VolumeIndex<'_>,
+) -> Result<(), String> {
     data.requests = requests_with_pod_count(pod)?;
-    let Some(spec) = pod.spec.as_ref() else { return Ok(()) };
+    let spec = &*pod.spec;
     if let Some(sel) = &spec.node_selector {
         data.node_selector = Requirements::from_labels(sel);
     }
@@ -217,8 +222,10 @@ mod tests {
     use crate::snapshot::ClusterSnapshot;
     use karpenter_testing::{PodOptions, pod, requirement};
 
-    fn data(p: &Pod, _policy: PreferencePolicy) -> PodData<'_> {
+    fn data(p: &k8s_openapi::api::core::v1::Pod, _policy: PreferencePolicy) -> PodData<'static> {
         let snap = ClusterSnapshot::new();
+        // Leaked: the parsed data borrows the pod, and a test's pods live as long as the test anyway.
+        let p: &'static CompactPod = Box::leak(Box::new(CompactPod::from(p)));
         pod_data(p, &ProviderLabels::aws(), &VolumeIndex::new(&snap))
     }
 

@@ -582,6 +582,7 @@ fn shape_guided_bins(shapes: &[Shape], cands: &[Cand]) -> Option<Vec<(Vec<usize>
 
 #[cfg(test)]
 mod tests {
+    use karpenter_api::IntoSharedPod;
     use karpenter_api::{ProviderLabels, labels};
     use karpenter_requirements::{Format, InstanceType, Offering, Overhead, Quantity, Requirement, ResourceList};
     use karpenter_testing::{NodePoolOptions, PodOptions, node_pool, pod};
@@ -647,7 +648,7 @@ mod tests {
                     ..Default::default()
                 }];
             }
-            s.pending_pods.push(pod(o).into());
+            s.pending_pods.push(pod(o).into_shared());
         }
         s
     }
@@ -720,7 +721,7 @@ mod tests {
                     requests: [("cpu", cpu), ("memory", mem)].into(),
                     ..Default::default()
                 })
-                .into(),
+                .into_shared(),
             );
         }
         let pools = [PoolInput { node_pool: &s.node_pools[0], instance_types: &its }];

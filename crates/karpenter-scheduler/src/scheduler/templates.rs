@@ -1,14 +1,15 @@
 //! NodeClaim templates (one per dynamic NodePool), DaemonSet overhead, limits, and existing nodes.
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Pod, PodSpec, Taint, Toleration};
+use k8s_openapi::api::core::v1::{PodSpec, Taint, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use karpenter_api::labels;
-use karpenter_api::{NodePool, ProviderLabels};
+use karpenter_api::{CompactPod, NodePool, ProviderLabels};
 use karpenter_requirements::{
     HostPort, HostPortUsage, InstanceType, NoKeys, OfferingsExt, Quantity, Requirement, Requirements, ResourceList,
-    pod_host_ports, tolerates_all,
+    spec_host_ports, tolerates_all,
 };
+use std::sync::Arc;
 
 use super::pods::requests_with_pod_count;
 use super::volumes::{VolumeIndex, VolumeUsage};
@@ -35,8 +36,8 @@ fn daemon(ds: &DaemonSet) -> Option<Daemon> {
     if spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty()) {
         return None;
     }
-    let pod = Pod { metadata: ObjectMeta::default(), spec: Some(spec), status: None };
-    let spec = pod.spec.as_ref()?;
+    let pod = CompactPod { metadata: ObjectMeta::default(), spec: Arc::new(spec), status: None };
+    let spec = &*pod.spec;
     let selector = spec.node_selector.as_ref().map(Requirements::from_labels).unwrap_or_default();
     let mut alternatives = Vec::new();
     let terms = spec
@@ -58,7 +59,7 @@ fn daemon(ds: &DaemonSet) -> Option<Daemon> {
         name: (ds.metadata.namespace.clone().unwrap_or_default(), ds.metadata.name.clone().unwrap_or_default()),
         requests: requests_with_pod_count(&pod).ok()?,
         tolerations: spec.tolerations.clone().unwrap_or_default(),
-        host_ports: pod_host_ports(&pod),
+        host_ports: spec_host_ports(spec),
         alternatives,
     })
 }
@@ -333,7 +334,12 @@ fn ephemeral_taint(t: &Taint) -> bool {
         || t.key.starts_with(labels::taints::READINESS_PREFIX)
 }
 
-fn daemon_overhead_for(daemons: &[Daemon], reqs: &Requirements, taints: &[Taint], bound: &[&Pod]) -> ResourceList {
+fn daemon_overhead_for(
+    daemons: &[Daemon],
+    reqs: &Requirements,
+    taints: &[Taint],
+    bound: &[&CompactPod],
+) -> ResourceList {
     let mut out = ResourceList::new();
     for d in daemons {
         if tolerates_all(&d.tolerations, taints).is_err() {
@@ -361,13 +367,13 @@ pub(crate) fn existing_nodes(
 ) -> Vec<ExistingNode> {
     let mut out = Vec::new();
     // Bound pods by node name, built once (looking them up per node is quadratic on large clusters).
-    let mut by_node: std::collections::BTreeMap<&str, Vec<&Pod>> = std::collections::BTreeMap::new();
+    let mut by_node: std::collections::BTreeMap<&str, Vec<&CompactPod>> = std::collections::BTreeMap::new();
     for p in &snapshot.bound_pods {
-        if let Some(n) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+        if let Some(n) = p.node_name() {
             by_node.entry(n).or_default().push(p);
         }
     }
-    let pods_on = |name: &str| -> Vec<&Pod> { by_node.get(name).cloned().unwrap_or_default() };
+    let pods_on = |name: &str| -> Vec<&CompactPod> { by_node.get(name).cloned().unwrap_or_default() };
     for n in snapshot.nodes.iter().filter(|n| !n.marked_for_deletion) {
         let mut reqs = Requirements::from_labels(&n.labels);
         let hostname = n.labels.get(labels::HOSTNAME).cloned().unwrap_or_else(|| n.name.clone());
@@ -389,7 +395,7 @@ pub(crate) fn existing_nodes(
                 time_added: None,
             });
         }
-        let bound: Vec<&Pod> = pods_on(&n.name);
+        let bound: Vec<&CompactPod> = pods_on(&n.name);
         let mut used = ResourceList::new();
         let mut ports = HostPortUsage::new();
         let mut volumes =
@@ -398,7 +404,7 @@ pub(crate) fn existing_nodes(
             if let Ok(r) = requests_with_pod_count(p) {
                 used = used.add(&r);
             }
-            ports.add(pod_host_ports(p));
+            ports.add(spec_host_ports(&p.spec));
             if !volumes.limits.is_empty()
                 && let Ok(v) = volume_index.pod(p)
             {
@@ -427,7 +433,7 @@ pub(crate) fn existing_nodes(
         let hostname = c.node_name.clone().unwrap_or_else(|| c.name.clone());
         reqs.add(Requirement::in_values(labels::HOSTNAME, [hostname.as_str()]));
         let taints: Vec<Taint> = c.claim.spec.taints.iter().map(api_taint).collect();
-        let bound: Vec<&Pod> = pods_on(&hostname);
+        let bound: Vec<&CompactPod> = pods_on(&hostname);
         let mut used = ResourceList::new();
         for p in &bound {
             if let Ok(r) = requests_with_pod_count(p) {

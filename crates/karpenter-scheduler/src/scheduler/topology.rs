@@ -8,9 +8,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use k8s_openapi::api::core::v1::{Pod, PodAffinityTerm, Taint, Toleration};
+use k8s_openapi::api::core::v1::{PodAffinityTerm, Taint, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
-use karpenter_api::{ProviderLabels, labels};
+use karpenter_api::{CompactPod, ProviderLabels, labels};
 use karpenter_requirements::{NoKeys, PreferencePolicy, Requirement, Requirements, tolerates_all};
 
 use super::pods::{PodData, Relaxation, selector_matches};
@@ -197,12 +197,12 @@ pub(crate) struct Topology {
     pub pods: Vec<PodTopology>,
 }
 
-fn labels_of(pod: &Pod) -> &BTreeMap<String, String> {
+fn labels_of(pod: &CompactPod) -> &BTreeMap<String, String> {
     static EMPTY: BTreeMap<String, String> = BTreeMap::new();
     pod.metadata.labels.as_ref().unwrap_or(&EMPTY)
 }
 
-fn namespace_of(pod: &Pod) -> &str {
+fn namespace_of(pod: &CompactPod) -> &str {
     pod.metadata.namespace.as_deref().unwrap_or("default")
 }
 
@@ -293,9 +293,9 @@ impl Builder<'_> {
     }
 
     /// The groups of one pending pod; an error makes the pod unschedulable for this pass.
-    fn pod(&mut self, pod: &Pod, data: &PodData<'_>, policy: PreferencePolicy) -> Result<PodTopology, String> {
+    fn pod(&mut self, pod: &CompactPod, data: &PodData<'_>, policy: PreferencePolicy) -> Result<PodTopology, String> {
         let mut out = PodTopology::default();
-        let Some(spec) = pod.spec.as_ref() else { return Ok(out) };
+        let spec = &*pod.spec;
         let ns = namespace_of(pod);
         let own_labels = labels_of(pod);
         for c in spec.topology_spread_constraints.iter().flatten() {
@@ -450,16 +450,16 @@ impl Topology {
         }
         // Pods being placed are not counted where they are bound (disruption simulations move bound pods).
         let placing: BTreeSet<&str> = data.iter().map(|d| d.key.as_str()).collect();
-        let skip = |p: &Pod| p.metadata.deletion_timestamp.is_some() || placing.contains(pod_key(p).as_str());
+        let skip = |p: &CompactPod| p.metadata.deletion_timestamp.is_some() || placing.contains(pod_key(p).as_str());
         // Existing pods' required anti-affinity.
         let mut existing_inverse: Vec<(u32, &str)> = Vec::new();
         for p in &snapshot.bound_pods {
             // Cheap test first: this loop runs once per disruption simulation over every bound pod.
-            let anti = p.spec.as_ref().and_then(|s| s.affinity.as_ref()).and_then(|a| a.pod_anti_affinity.as_ref());
+            let anti = p.spec.affinity.as_ref().and_then(|a| a.pod_anti_affinity.as_ref());
             if anti.is_none() || skip(p) {
                 continue;
             }
-            let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) else { continue };
+            let Some(node) = p.node_name() else { continue };
             for t in
                 anti.and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()).into_iter().flatten()
             {
@@ -550,7 +550,7 @@ impl Topology {
             if skip(p) {
                 continue;
             }
-            let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()).and_then(|n| nodes.get(n)) else {
+            let Some(node) = p.node_name().and_then(|n| nodes.get(n)) else {
                 continue;
             };
             let (ns, pl) = (namespace_of(p), labels_of(p));

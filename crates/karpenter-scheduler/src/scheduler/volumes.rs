@@ -2,8 +2,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
+use karpenter_api::CompactPod;
 use karpenter_api::labels;
 use karpenter_requirements::{Requirement, Requirements};
 
@@ -117,9 +118,9 @@ impl<'a> VolumeIndex<'a> {
     }
 
     /// The volume needs of `pod`, or the per-pod error upstream would give.
-    pub fn pod(&self, pod: &Pod) -> Result<PodVolumes, String> {
+    pub fn pod(&self, pod: &CompactPod) -> Result<PodVolumes, String> {
         let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-        let Some(spec) = pod.spec.as_ref() else { return Ok(PodVolumes::default()) };
+        let spec = &*pod.spec;
         let mut per_volume: Vec<Vec<Requirements>> = Vec::new();
         let mut out = PodVolumes::default();
         for v in spec.volumes.iter().flatten() {
