@@ -207,6 +207,10 @@ pub enum Reason {
     /// pass was asked to stop there ([`DisruptionOptions::every_verdict`](crate::DisruptionOptions) off, as the
     /// controller runs it). A later pass judges it.
     NotEvaluated { method: Method },
+    /// Not simulated for this method this pass: the pass's simulation budget
+    /// ([`DisruptionOptions::simulation_budget`](crate::DisruptionOptions)) ran out before this candidate; a later
+    /// pass resumes where this one stopped.
+    PassTimeSpent { method: Method },
     /// Consolidation was not simulated: nothing has changed since a pass in which it found nothing to do
     /// ([`DisruptionOptions::consolidation_unchanged`](crate::DisruptionOptions)).
     ConsolidationUnchanged,
@@ -304,6 +308,12 @@ impl std::fmt::Display for Reason {
             Reason::NotEvaluated { method } => {
                 write!(f, "{method:?} not simulated this pass: an earlier candidate gave the pass its command")
             }
+            Reason::PassTimeSpent { method } => {
+                write!(
+                    f,
+                    "{method:?} not simulated this pass: the pass's time for simulations ran out; a later pass resumes here"
+                )
+            }
             Reason::ConsolidationUnchanged => write!(
                 f,
                 "not simulated: nothing changed since consolidation last found nothing to do (re-checked within 5 min)"
@@ -361,6 +371,10 @@ pub struct Pass {
     pub verdicts: Vec<Verdict>,
     /// Allowances per pool and reason, before the commands.
     pub budgets: Vec<BudgetStatus>,
+    /// Set when the simulation budget stopped single-node consolidation: the last candidate it simulated. The
+    /// next pass resumes after it ([`DisruptionOptions::resume_single_node_after`](crate::DisruptionOptions)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_single_node_after: Option<String>,
 }
 
 impl Pass {

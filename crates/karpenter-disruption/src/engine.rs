@@ -370,8 +370,9 @@ impl<'a> Engine<'a> {
         Ok(m.command)
     }
 
-    /// Multi-node consolidation (§4.6): binary search over the prefix length, without a timeout.
-    pub fn multi(&self, eligible: &[&Candidate<'a>], max: usize) -> Option<Command> {
+    /// Multi-node consolidation (§4.6): binary search over the prefix length; `may_simulate` is asked before
+    /// each attempt, and the best command found so far stands when it says no.
+    pub fn multi(&self, eligible: &[&Candidate<'a>], max: usize, may_simulate: impl Fn() -> bool) -> Option<Command> {
         let mut remaining = Remaining::new(&self.budgets, Method::MultiNodeConsolidation.reason());
         let mut list: Vec<&Candidate<'a>> = Vec::new();
         for c in eligible {
@@ -388,6 +389,9 @@ impl<'a> Engine<'a> {
         let (mut lo, mut hi) = (1usize, list.len() - 1);
         let mut best = None;
         while lo <= hi {
+            if !may_simulate() {
+                break;
+            }
             let mid = (lo + hi) / 2;
             let prefix = list.get(..=mid)?;
             match self.try_multi(prefix) {

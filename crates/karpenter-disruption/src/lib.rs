@@ -1,11 +1,11 @@
-//! Karpenter's disruption decisions (`shared/spec/disruption.md`, upstream v1.14.1) as pure functions over the
+//! Karpenter's disruption decisions (upstream v1.14.1's disruption rules) as pure functions over the
 //! scheduler's [`ClusterSnapshot`]: emptiness, drift, consolidation, budgets, expiration and
 //! terminationGracePeriod deadlines.
 //!
 //! **No IO, no clock**: `now` is an argument. The snapshot is wrapped (indexes in [`candidate::Cluster`]), never
 //! edited. Displaced pods are placed with `karpenter-scheduler`'s [`Simulator`](karpenter_scheduler::simulation::Simulator),
-//! prepared once per pass and reused by every simulation, so there is no timeout: every candidate is
-//! evaluated.
+//! prepared once per pass and reused by every simulation. By default every candidate is evaluated; a caller
+//! that must bound a pass's time gives it a [`SimulationBudget`] (the controller does: see there).
 //!
 //! # Entry points
 //!
@@ -21,9 +21,13 @@
 //!
 //! # Deviations from upstream
 //!
-//! * No timeouts: multi-node consolidation's binary search and single-node consolidation run to completion.
-//! * Single-node consolidation has no memory of the previous pass (upstream puts pools it did not reach before
-//!   a timeout first; without timeouts every pool is reached).
+//! * Time bounds: upstream stops multi-node consolidation after 1 minute and single-node consolidation after 3
+//!   minutes, and puts the pools the stopped pass did not reach first in the next. Here a
+//!   [`SimulationBudget`] (the controller's: a few seconds for the whole pass) bounds drift, multi-node and
+//!   single-node simulations alike, and single-node consolidation resumes after the last candidate the stopped
+//!   pass simulated ([`DisruptionOptions::resume_single_node_after`], [`Pass::resume_single_node_after`]), so
+//!   every candidate is reached within a few passes whatever the cluster's size. Without a budget (the
+//!   default, and `simulate`), every candidate is simulated.
 //! * The `Consolidatable` state is computed from `lastPodEventTime` (or the `Initialized` transition) and
 //!   `consolidateAfter` at `now`, so passes over simulated time need no condition controller; without any
 //!   reference time the condition itself decides.
@@ -40,6 +44,9 @@ pub mod pods;
 pub mod validation;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use karpenter_api::ProviderLabels;
@@ -74,6 +81,61 @@ pub struct DisruptionOptions {
     /// simulate nothing and their candidates are kept with [`Reason::ConsolidationUnchanged`]. Emptiness and
     /// drift still run (emptiness simulates nothing; drift does not short-circuit upstream either).
     pub consolidation_unchanged: bool,
+    /// Bounds the pass's drift and single-node consolidation simulations; candidates not reached get
+    /// [`Reason::PassTimeSpent`]. `None`: every candidate is simulated.
+    pub simulation_budget: Option<SimulationBudget>,
+    /// Bounds multi-node consolidation's binary search (the best command found when it runs out stands), so
+    /// that it cannot take the whole pass from single-node consolidation. `None`: the search runs to its end.
+    pub multi_node_budget: Option<SimulationBudget>,
+    /// Single-node consolidation starts with the candidate after this node (in its order, wrapping around):
+    /// where the previous pass ran out of budget ([`Pass::resume_single_node_after`]).
+    pub resume_single_node_after: Option<String>,
+}
+
+/// How many simulations a pass may still start: a deadline on the caller's clock, or a count.
+///
+/// A pass over thousands of nodes whose pods constrain each other (a hostname topology spread, say) simulates
+/// every candidate in turn, each against the whole cluster: tens of milliseconds each, minutes per pass. The
+/// disruption loop acts on one command per pass and must stay responsive, so the controller bounds each pass's
+/// simulations by time, as upstream bounds consolidation by time; the crate itself never reads a clock.
+#[derive(Clone)]
+pub struct SimulationBudget {
+    may_start: Arc<dyn Fn() -> bool + Send + Sync>,
+}
+
+impl SimulationBudget {
+    /// A budget asked, before each simulation, whether it may start (the controller: "is the deadline still
+    /// ahead?").
+    pub fn new(may_start: impl Fn() -> bool + Send + Sync + 'static) -> Self {
+        SimulationBudget { may_start: Arc::new(may_start) }
+    }
+
+    /// At most `n` simulations (deterministic: tests and benchmarks).
+    pub fn simulations(n: usize) -> Self {
+        let left = AtomicUsize::new(n);
+        SimulationBudget::new(move || {
+            left.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |l| l.checked_sub(1)).is_ok()
+        })
+    }
+
+    /// Whether one more simulation may start (a count is spent by asking).
+    pub fn may_start(&self) -> bool {
+        (self.may_start)()
+    }
+}
+
+impl fmt::Debug for SimulationBudget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SimulationBudget").finish_non_exhaustive()
+    }
+}
+
+fn may_simulate(options: &DisruptionOptions) -> bool {
+    options.simulation_budget.as_ref().is_none_or(SimulationBudget::may_start)
+}
+
+fn may_simulate_multi(options: &DisruptionOptions) -> bool {
+    options.multi_node_budget.as_ref().is_none_or(SimulationBudget::may_start)
 }
 
 impl Default for DisruptionOptions {
@@ -88,6 +150,9 @@ impl Default for DisruptionOptions {
             multi_node_max_candidates: MULTI_NODE_MAX_CANDIDATES,
             every_verdict: true,
             consolidation_unchanged: false,
+            simulation_budget: None,
+            multi_node_budget: None,
+            resume_single_node_after: None,
         }
     }
 }
@@ -148,7 +213,7 @@ pub fn evaluate(
     if commands.is_empty() {
         commands = static_commands;
     }
-    let drift_command = drift(&engine, &cands, options.every_verdict, !commands.is_empty(), &mut record);
+    let drift_command = drift(&engine, &cands, options, !commands.is_empty(), &mut record);
     if commands.is_empty()
         && let Some(c) = drift_command
     {
@@ -167,12 +232,21 @@ pub fn evaluate(
     let sorted = Engine::sorted(eligible.iter().copied());
     let sorted_refs: Vec<&Candidate<'_>> = sorted.iter().collect();
     let multi = if commands.is_empty() && !options.consolidation_unchanged {
-        engine.multi(&sorted_refs, options.multi_node_max_candidates)
+        engine.multi(&sorted_refs, options.multi_node_max_candidates, || may_simulate_multi(options))
     } else {
         None
     };
     let mut first_single: Option<Command> = None;
-    for c in Engine::single_order(&sorted) {
+    let mut single_order = Engine::single_order(&sorted);
+    if let Some(after) = options.resume_single_node_after.as_deref()
+        && let Some(i) = single_order.iter().position(|c| c.node.name == after)
+    {
+        single_order.rotate_left(i + 1);
+    }
+    // The last candidate simulated, and whether the budget stopped the loop after it.
+    let mut last_simulated: Option<&str> = None;
+    let mut ran_out = false;
+    for c in single_order {
         let decided = !commands.is_empty() || multi.is_some() || first_single.is_some();
         if decided && !options.every_verdict {
             record(
@@ -190,6 +264,16 @@ pub fn evaluate(
             record(&c.node.name, Method::SingleNodeConsolidation, Err(r));
             continue;
         }
+        if ran_out || !may_simulate(options) {
+            ran_out = true;
+            record(
+                &c.node.name,
+                Method::SingleNodeConsolidation,
+                Err(Reason::PassTimeSpent { method: Method::SingleNodeConsolidation }),
+            );
+            continue;
+        }
+        last_simulated = Some(c.node.name.as_str());
         match engine.single(c) {
             Ok(cmd) => {
                 record(&c.node.name, Method::SingleNodeConsolidation, Ok(cmd.explanation.clone()));
@@ -200,6 +284,11 @@ pub fn evaluate(
             Err(r) => record(&c.node.name, Method::SingleNodeConsolidation, Err(r)),
         }
     }
+    // Where the next pass resumes: after the last candidate simulated (where this pass started when it
+    // simulated none).
+    let resume_after = ran_out
+        .then(|| last_simulated.map(str::to_owned).or_else(|| options.resume_single_node_after.clone()))
+        .flatten();
     if commands.is_empty() {
         if let Some(m) = multi {
             commands.push(m);
@@ -273,6 +362,7 @@ pub fn evaluate(
         commands,
         verdicts,
         budgets: engine.budgets.statuses(),
+        resume_single_node_after: resume_after,
     }
 }
 
@@ -292,7 +382,7 @@ pub fn multi_node_consolidation(
     let eligible = cands.iter().filter(|c| !c.is_empty() && engine.consolidation_precheck(c).is_ok());
     let sorted = Engine::sorted(eligible);
     let refs: Vec<&Candidate<'_>> = sorted.iter().collect();
-    engine.multi(&refs, options.multi_node_max_candidates)
+    engine.multi(&refs, options.multi_node_max_candidates, || may_simulate_multi(options))
 }
 
 pub(crate) fn emptiness_check(engine: &Engine<'_>, c: &Candidate<'_>, remaining: &Remaining) -> Result<(), Reason> {
@@ -316,10 +406,11 @@ pub(crate) fn emptiness_check(engine: &Engine<'_>, c: &Candidate<'_>, remaining:
 /// Drift (§4.2): the first drifted candidate, oldest-drifted with empties first, that has budget and whose
 /// pods all fit gives the command. With `every_verdict` every drifted candidate is simulated (for its verdict);
 /// without, the simulations stop at the first command (or are all skipped when the pass already `decided`).
+/// Once the options' simulation budget is spent the rest are not simulated ([`Reason::PassTimeSpent`]).
 fn drift<'a>(
     engine: &Engine<'a>,
     cands: &[Candidate<'a>],
-    every_verdict: bool,
+    options: &DisruptionOptions,
     decided: bool,
     record: &mut impl FnMut(&str, Method, Result<String, Reason>),
 ) -> Option<Command> {
@@ -343,8 +434,12 @@ fn drift<'a>(
             record(&c.node.name, Method::Drift, Err(r));
             continue;
         }
-        if (decided || command.is_some()) && !every_verdict {
+        if (decided || command.is_some()) && !options.every_verdict {
             record(&c.node.name, Method::Drift, Err(Reason::NotEvaluated { method: Method::Drift }));
+            continue;
+        }
+        if !may_simulate(options) {
+            record(&c.node.name, Method::Drift, Err(Reason::PassTimeSpent { method: Method::Drift }));
             continue;
         }
         match engine.simulate(&[c], false) {
@@ -431,5 +526,22 @@ fn template_plan(pool: &karpenter_api::NodePool, pool_name: &str, i: usize) -> N
         requests: BTreeMap::new(),
         daemon_set_overhead: BTreeMap::new(),
         min_values_relaxed: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_counted_budget_allows_exactly_its_simulations() {
+        let budget = SimulationBudget::simulations(2);
+        assert!(budget.may_start());
+        assert!(budget.may_start());
+        assert!(!budget.may_start(), "the third simulation is over budget");
+        assert!(!budget.may_start(), "and it stays spent");
+        assert!(!SimulationBudget::simulations(0).may_start());
+        let unbounded = DisruptionOptions::default();
+        assert!((0..1000).all(|_| may_simulate(&unbounded) && may_simulate_multi(&unbounded)));
     }
 }

@@ -6,7 +6,9 @@
 //! `scenario.yaml` fields (all optional): `now` (RFC 3339, default `2026-01-01T12:00:00Z`), `spotToSpot`
 //! (feature gate, default false), `notReady` (node names whose Ready is not True), `nominated` (node names),
 //! `everyVerdict` (default true; false as the controller runs a pass), `consolidationUnchanged` (default false:
-//! the controller's "already consolidated" short-circuit).
+//! the controller's "already consolidated" short-circuit), `simulations` and `multiNodeSimulations` (simulation
+//! budgets as counts; default unbounded), `resumeSingleNodeAfter` (a node name: where single-node consolidation
+//! resumes).
 
 mod common;
 
@@ -14,7 +16,7 @@ use std::path::Path;
 
 use chrono::{DateTime, Utc};
 use karpenter_api::{ProviderLabels, load_str};
-use karpenter_disruption::{DisruptionOptions, evaluate};
+use karpenter_disruption::{DisruptionOptions, SimulationBudget, evaluate};
 use karpenter_scheduler::ClusterSnapshot;
 use serde::Deserialize;
 
@@ -29,6 +31,9 @@ struct Scenario {
     nominated: Vec<String>,
     every_verdict: Option<bool>,
     consolidation_unchanged: Option<bool>,
+    simulations: Option<usize>,
+    multi_node_simulations: Option<usize>,
+    resume_single_node_after: Option<String>,
 }
 
 const DEFAULT_NOW: &str = "2026-01-01T12:00:00Z";
@@ -54,12 +59,19 @@ fn run(dir: &Path) -> Result<(), String> {
         not_ready_nodes: scenario.not_ready.iter().cloned().collect(),
         every_verdict: scenario.every_verdict.unwrap_or(true),
         consolidation_unchanged: scenario.consolidation_unchanged.unwrap_or(false),
+        resume_single_node_after: scenario.resume_single_node_after.clone(),
         ..Default::default()
     };
+    // Budgets are counts spent as the pass runs: each evaluation below gets fresh ones.
+    let budgets = |options: &DisruptionOptions| DisruptionOptions {
+        simulation_budget: scenario.simulations.map(SimulationBudget::simulations),
+        multi_node_budget: scenario.multi_node_simulations.map(SimulationBudget::simulations),
+        ..options.clone()
+    };
     let provider = ProviderLabels::aws();
-    let pass = evaluate(&snapshot, &pools, &provider, now, &options);
+    let pass = evaluate(&snapshot, &pools, &provider, now, &budgets(&options));
     common::check_pass(&snapshot, &pools, now, &options, &pass)?;
-    if evaluate(&snapshot, &pools, &provider, now, &options) != pass {
+    if evaluate(&snapshot, &pools, &provider, now, &budgets(&options)) != pass {
         return Err("not deterministic".into());
     }
     let json = pass.to_json() + "\n";

@@ -35,6 +35,7 @@ use karpenter_api::labels::{self, taints};
 use karpenter_api::nodeclaim::conditions as cond;
 use karpenter_api::{CompactPod, NodeClaim, NodePool};
 use karpenter_cloudprovider::{Clock, CloudProvider};
+use karpenter_disruption::SimulationBudget;
 use karpenter_disruption::command::{Command, Decision, Method, Outcome, Pass, Reason};
 use karpenter_disruption::validation::{FailureKind, ValidationFailure, validate};
 use karpenter_requirements::InstanceType;
@@ -67,6 +68,13 @@ pub const VALIDATION_DELAY: Duration = Duration::from_secs(15);
 pub const UNSYNCED_RETRY: Duration = Duration::from_secs(1);
 /// Requeue while commands wait for their replacements.
 pub const IN_FLIGHT_POLL: Duration = Duration::from_secs(1);
+/// The time one pass may spend simulating (drift, multi-node and single-node consolidation together). A pass
+/// over 2,000 nodes whose pods spread by hostname simulated every candidate against the whole cluster and took
+/// up to 90 s, holding the loop (and a runtime thread) the whole time; with this bound a pass takes a few
+/// seconds and the next one resumes single-node consolidation where it stopped. Multi-node consolidation gets
+/// the first third of it ([`DisruptionSettings::pass_simulation_time`]), so it cannot starve single-node
+/// consolidation. Upstream bounds multi-node consolidation by 1 minute and single-node consolidation by 3.
+pub const PASS_SIMULATION_TIME: Duration = Duration::from_secs(3);
 
 /// Settings of the disruption loop.
 #[derive(Debug, Clone)]
@@ -83,6 +91,8 @@ pub struct DisruptionSettings {
     pub max_replacement_timeout: Duration,
     /// Per queued candidate node (upstream: 80 ms).
     pub replacement_timeout_per_candidate: Duration,
+    /// The simulation time of one pass ([`PASS_SIMULATION_TIME`]).
+    pub pass_simulation_time: Duration,
 }
 
 impl Default for DisruptionSettings {
@@ -94,6 +104,7 @@ impl Default for DisruptionSettings {
             min_replacement_timeout: Duration::from_secs(10 * 60),
             max_replacement_timeout: Duration::from_secs(60 * 60),
             replacement_timeout_per_candidate: Duration::from_millis(80),
+            pass_simulation_time: PASS_SIMULATION_TIME,
         }
     }
 }
@@ -177,6 +188,8 @@ struct Inner {
     in_flight: Vec<InFlight>,
     /// The state's consolidation state when a pass last found nothing for consolidation to do, and when.
     consolidated: Option<(u64, DateTime<Utc>)>,
+    /// Where the last pass's simulation time ran out in single-node consolidation: the next pass resumes there.
+    resume_single_node_after: Option<String>,
 }
 
 /// Consolidation runs again at least this often although nothing changed: time alone changes some answers
@@ -184,11 +197,18 @@ struct Inner {
 pub const CONSOLIDATION_REFRESH: Duration = Duration::from_secs(5 * 60);
 
 /// Whether a pass without commands found consolidation with nothing to do: no candidate left for a later pass
-/// (deferred, or not simulated because a command was found) and none held back by a budget.
+/// (deferred, not simulated because a command was found or the pass's time ran out) and none held back by a
+/// budget.
 fn found_nothing(pass: &Pass) -> bool {
     pass.commands.is_empty()
         && !pass.verdicts.iter().any(|v| {
-            matches!(v.reason, Reason::BudgetExhausted { .. } | Reason::Deferred { .. } | Reason::NotEvaluated { .. })
+            matches!(
+                v.reason,
+                Reason::BudgetExhausted { .. }
+                    | Reason::Deferred { .. }
+                    | Reason::NotEvaluated { .. }
+                    | Reason::PassTimeSpent { .. }
+            )
         })
 }
 
@@ -346,10 +366,11 @@ impl Disruption {
         let unchanged = inner
             .consolidated
             .is_some_and(|(state, at)| state == state_before && now - at < chrono_duration(CONSOLIDATION_REFRESH));
-        let pass = self.evaluate_pass(unchanged).await?;
+        let pass = self.evaluate_pass(unchanged, inner.resume_single_node_after.take()).await?;
         if !unchanged {
             inner.consolidated = found_nothing(&pass).then_some((state_before, now));
         }
+        inner.resume_single_node_after.clone_from(&pass.resume_single_node_after);
         self.publish(&pass);
         let commands = pass.commands.clone();
         report.pass = Some(pass);
@@ -405,19 +426,33 @@ impl Disruption {
     /// `karpenter_voluntary_disruption_decision_evaluation_duration_seconds` covers the whole pass: building the
     /// snapshot, listing instance types and the evaluation.
     pub async fn evaluate(&self) -> Result<Pass, DisruptionError> {
-        self.evaluate_pass(false).await
+        self.evaluate_pass(false, None).await
     }
 
     /// [`Self::evaluate`]; with `consolidation_unchanged`, multi-node and single-node consolidation are skipped
-    /// (nothing changed since they last found nothing).
-    async fn evaluate_pass(&self, consolidation_unchanged: bool) -> Result<Pass, DisruptionError> {
+    /// (nothing changed since they last found nothing); single-node consolidation starts after
+    /// `resume_single_node_after`. Simulations stop [`DisruptionSettings::pass_simulation_time`] after the pass
+    /// started.
+    async fn evaluate_pass(
+        &self,
+        consolidation_unchanged: bool,
+        resume_single_node_after: Option<String>,
+    ) -> Result<Pass, DisruptionError> {
         let started = std::time::Instant::now();
+        let deadline = started + self.settings.pass_simulation_time;
+        let multi_deadline = started + self.settings.pass_simulation_time / 3;
         let snapshot = self.state.snapshot()?.cluster;
         let pools = self.pools(&snapshot.node_pools).await;
         let inputs: Vec<PoolInput<'_>> =
             pools.iter().map(|(p, its)| PoolInput { node_pool: p, instance_types: its }).collect();
         let now = self.clock.now();
-        let options = karpenter_disruption::DisruptionOptions { consolidation_unchanged, ..self.options() };
+        let options = karpenter_disruption::DisruptionOptions {
+            consolidation_unchanged,
+            simulation_budget: Some(SimulationBudget::new(move || std::time::Instant::now() < deadline)),
+            multi_node_budget: Some(SimulationBudget::new(move || std::time::Instant::now() < multi_deadline)),
+            resume_single_node_after,
+            ..self.options()
+        };
         let pass = karpenter_disruption::evaluate(&snapshot, &inputs, self.cloud.labels(), now, &options);
         // Every pass is observed: under its command's method, or, without a command, under the last method the
         // pass went through (single-node consolidation), so a quiet cluster's passes are measured too.
