@@ -27,7 +27,7 @@ pub fn is_terminating(pod: &CompactPod) -> bool {
 
 /// Phase `Succeeded` or `Failed`.
 pub fn is_terminal(pod: &CompactPod) -> bool {
-    matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
+    pod.is_terminal()
 }
 
 /// Neither terminal nor terminating.

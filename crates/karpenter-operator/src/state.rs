@@ -701,8 +701,8 @@ impl ClusterState {
             .pods
             .objects
             .iter()
-            .filter(|(_, p)| !is_terminal(p))
-            .filter_map(|(k, p)| node_name(p).map(|n| (k.clone(), n.to_owned())))
+            .filter(|(_, p)| !p.is_terminal())
+            .filter_map(|(k, p)| p.node_name().map(|n| (k.clone(), n.to_owned())))
             .collect()
     }
 
@@ -813,7 +813,7 @@ impl ClusterState {
         let mut ignored = Vec::new();
         let pdbs: Vec<&PodDisruptionBudget> = o.pdbs.objects.values().map(AsRef::as_ref).collect();
         for (key, pod) in &o.pods.objects {
-            match node_name(pod) {
+            match pod.node_name() {
                 Some(node) if marked.contains(node) => {
                     if is_currently_reschedulable(pod, &pdbs, now) {
                         let mut p = CompactPod::clone(pod);
@@ -822,7 +822,7 @@ impl ClusterState {
                     }
                 }
                 Some(_) => {
-                    if !is_terminal(pod) {
+                    if !pod.is_terminal() {
                         builder.pod(pod.clone());
                     }
                 }
@@ -894,14 +894,6 @@ fn marked_names(o: &Objects) -> BTreeSet<String> {
     out
 }
 
-fn node_name(pod: &CompactPod) -> Option<&str> {
-    pod.node_name()
-}
-
-fn is_terminal(pod: &CompactPod) -> bool {
-    pod.is_terminal()
-}
-
 fn owned_by_kind(pod: &CompactPod, api_version: &str, kind: &str) -> bool {
     pod.metadata.owner_references.iter().flatten().any(|o| o.kind == kind && o.api_version == api_version)
 }
@@ -915,11 +907,11 @@ pub fn is_provisionable(pod: &CompactPod) -> bool {
             .any(|c| c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
     });
     unschedulable
-        && node_name(pod).is_none()
+        && pod.node_name().is_none()
         && status.and_then(|s| s.nominated_node_name.as_deref()).is_none_or(str::is_empty)
         && !owned_by_kind(pod, "apps/v1", "DaemonSet")
         && !owned_by_kind(pod, "v1", "Node")
-        && !is_terminal(pod)
+        && !pod.is_terminal()
         && pod.metadata.deletion_timestamp.is_none()
 }
 
