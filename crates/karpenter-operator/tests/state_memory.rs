@@ -1,8 +1,8 @@
 //! What the cluster state holds per pod, measured with a heap profiler (dhat) in a test that gates it.
 //!
-//! 10,000 replicas of one Deployment, as the API server sends them (managed fields, a projected token volume, five
+//! 4,000 replicas of one Deployment, as the API server sends them (managed fields, a projected token volume, five
 //! conditions, container images, environment and probes), are decoded the way the state's watch decodes them and
-//! recorded in a `ClusterState`: half pending, half bound to 50 nodes. The heap the state holds afterwards is
+//! recorded in a `ClusterState`: half pending, half bound to 40 nodes. The heap the state holds afterwards is
 //! divided by the pod count. For comparison the same pods, trimmed the same way but held as k8s-openapi `Pod`s
 //! (what the state kept before `CompactPod`), are measured too and printed.
 //!
@@ -23,8 +23,8 @@ use serde_json::{Value, json};
 #[global_allocator]
 static ALLOC: dhat::Alloc = dhat::Alloc;
 
-const PODS: usize = 10_000;
-const NODES: usize = 50;
+const PODS: usize = 4_000;
+const NODES: usize = 40;
 /// The ceiling on the state's heap per pod.
 const MAX_BYTES_PER_POD: usize = 3 * 1024;
 
