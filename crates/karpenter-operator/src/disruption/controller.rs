@@ -366,11 +366,13 @@ impl Disruption {
         let unchanged = inner
             .consolidated
             .is_some_and(|(state, at)| state == state_before && now - at < chrono_duration(CONSOLIDATION_REFRESH));
-        let pass = self.evaluate_pass(unchanged, inner.resume_single_node_after.take()).await?;
+        // A pass that skips consolidation keeps the resume point for the next one that runs it.
+        let resume = if unchanged { None } else { inner.resume_single_node_after.clone() };
+        let pass = self.evaluate_pass(unchanged, resume).await?;
         if !unchanged {
             inner.consolidated = found_nothing(&pass).then_some((state_before, now));
+            inner.resume_single_node_after.clone_from(&pass.resume_single_node_after);
         }
-        inner.resume_single_node_after.clone_from(&pass.resume_single_node_after);
         self.publish(&pass);
         let commands = pass.commands.clone();
         report.pass = Some(pass);
