@@ -22,9 +22,9 @@
 //! # Deviations from upstream
 //!
 //! * Time bounds: upstream stops multi-node consolidation after 1 minute and single-node consolidation after 3
-//!   minutes, and puts the pools the stopped pass did not reach first in the next. Here a
-//!   [`SimulationBudget`] (the controller's: a few seconds for the whole pass) bounds drift, multi-node and
-//!   single-node simulations alike, and single-node consolidation resumes after the last candidate the stopped
+//!   minutes, and puts the pools the stopped pass did not reach first in the next. Here two
+//!   [`SimulationBudget`]s bound a pass (the controller's: 3 s for drift and single-node consolidation, the
+//!   first 1 s of it for multi-node consolidation's search), and single-node consolidation resumes after the last candidate the stopped
 //!   pass simulated ([`DisruptionOptions::resume_single_node_after`], [`Pass::resume_single_node_after`]), so
 //!   every candidate is reached within a few passes whatever the cluster's size. Without a budget (the
 //!   default, and `simulate`), every candidate is simulated.
