@@ -27,7 +27,7 @@ use kube::api::Api;
 use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
-use crate::kube_util::{ReconcileError, delete_ignoring_missing, list_all_lean, record_disrupted, to_chrono};
+use crate::kube_util::{ReconcileError, delete_ignoring_missing, list_all_lean_map, record_disrupted, to_chrono};
 use crate::metrics::Metrics;
 
 /// How long after launch an instance without a NodeClaim is left alone (the claim may not be written yet).
@@ -73,6 +73,26 @@ fn node_provider_id(node: &Node) -> Option<&str> {
     node.spec.as_ref().and_then(|s| s.provider_id.as_deref()).filter(|p| !p.is_empty())
 }
 
+/// What instance garbage collection reads of a Node.
+struct NodeFacts {
+    name: String,
+    provider_id: String,
+    created: Option<DateTime<Utc>>,
+    deleting: bool,
+}
+
+impl NodeFacts {
+    /// `None` for a Node without a provider id (not an instance's).
+    fn of(node: &Node) -> Option<Self> {
+        Some(Self {
+            name: node.name_any(),
+            provider_id: node_provider_id(node)?.to_owned(),
+            created: node.metadata.creation_timestamp.as_ref().and_then(to_chrono),
+            deleting: node.metadata.deletion_timestamp.is_some(),
+        })
+    }
+}
+
 fn older_than(created: Option<DateTime<Utc>>, now: DateTime<Utc>, grace: Duration) -> bool {
     let grace = chrono::Duration::from_std(grace).unwrap_or_else(|_| chrono::Duration::seconds(30));
     created.is_some_and(|c| now - c > grace)
@@ -95,17 +115,16 @@ impl GarbageCollection {
     pub async fn collect_instances(&self) -> Result<GcReport, ReconcileError> {
         let now = self.clock.now();
         // NodeClaims first: an instance launched after this list is younger than the grace anyway.
-        let claimed: BTreeSet<String> = list_all_lean::<NodeClaim>(&self.client)
-            .await?
-            .iter()
-            .filter_map(|c| c.provider_id().filter(|p| !p.is_empty()).map(str::to_owned))
-            .collect();
-        let nodes = list_all_lean::<Node>(&self.client).await?;
-        let mut nodes_by_id: BTreeMap<&str, Vec<&Node>> = BTreeMap::new();
+        let claimed: BTreeSet<String> = list_all_lean_map(&self.client, |c: NodeClaim| {
+            c.provider_id().filter(|p| !p.is_empty()).map(str::to_owned)
+        })
+        .await?
+        .into_iter()
+        .collect();
+        let nodes = list_all_lean_map(&self.client, |n: Node| NodeFacts::of(&n)).await?;
+        let mut nodes_by_id: BTreeMap<&str, Vec<&NodeFacts>> = BTreeMap::new();
         for n in &nodes {
-            if let Some(pid) = node_provider_id(n) {
-                nodes_by_id.entry(pid).or_default().push(n);
-            }
+            nodes_by_id.entry(n.provider_id.as_str()).or_default().push(n);
         }
         let mut report = GcReport::default();
         let mut instances = self.cloud.list().await?;
@@ -128,19 +147,17 @@ impl GarbageCollection {
             tracing::info!(provider_id = %pid, "garbage collected cloud instance without a nodeclaim");
             report.instances.push(pid.to_owned());
             for n in nodes_by_id.get(pid).into_iter().flatten() {
-                nodes_to_delete.insert(n.name_any());
+                nodes_to_delete.insert(n.name.clone());
             }
         }
         let prefix = format!("{}://", self.cloud.name());
         for n in &nodes {
-            let Some(pid) = node_provider_id(n) else { continue };
-            let created = n.metadata.creation_timestamp.as_ref().and_then(to_chrono);
-            if pid.starts_with(&prefix)
-                && !claimed.contains(pid)
-                && n.metadata.deletion_timestamp.is_none()
-                && older_than(created, now, INSTANCE_GRACE)
+            if n.provider_id.starts_with(&prefix)
+                && !claimed.contains(&n.provider_id)
+                && !n.deleting
+                && older_than(n.created, now, INSTANCE_GRACE)
             {
-                nodes_to_delete.insert(n.name_any());
+                nodes_to_delete.insert(n.name.clone());
             }
         }
         for name in nodes_to_delete {
@@ -153,18 +170,21 @@ impl GarbageCollection {
 
     /// Registered NodeClaims whose instance is gone (see the module docs).
     pub async fn collect_node_claims(&self) -> Result<GcReport, ReconcileError> {
-        let mut claims = list_all_lean::<NodeClaim>(&self.client).await?;
-        claims.retain(|c| c.is_registered() && c.metadata.deletion_timestamp.is_none());
-        claims.sort_by_key(|c| c.name_any());
-        let mut report = GcReport::default();
-        if claims.is_empty() {
-            return Ok(report);
-        }
+        // The instances first, keeping only their ids, so that of the claims only those whose instance was not
+        // listed are kept (a claim registered after this list is confirmed by `get` below before anything is
+        // deleted).
         let live: BTreeSet<String> =
             self.cloud.list().await?.iter().filter_map(|i| i.provider_id().map(str::to_owned)).collect();
+        let mut claims = list_all_lean_map(&self.client, |c: NodeClaim| {
+            let unlisted = c.provider_id().is_some_and(|p| !p.is_empty() && !live.contains(p));
+            (unlisted && c.is_registered() && c.metadata.deletion_timestamp.is_none()).then_some(c)
+        })
+        .await?;
+        claims.sort_by_key(|c| c.name_any());
+        let mut report = GcReport::default();
         for claim in claims {
             let Some(pid) = claim.provider_id().filter(|p| !p.is_empty()) else { continue };
-            if live.contains(pid) || self.node_ready(&claim, pid).await? {
+            if self.node_ready(&claim, pid).await? {
                 continue;
             }
             match self.cloud.get(pid).await {

@@ -157,12 +157,29 @@ where
         + std::fmt::Debug,
     K::DynamicType: Default,
 {
+    list_all_lean_map(client, Some).await
+}
+
+/// [`list_all_lean`], keeping of each object only what `keep` returns: each page is dropped before the next is
+/// read, so a sweep that needs a few fields of every object holds those fields, not the objects (garbage
+/// collection held three full copies of every node at once).
+pub async fn list_all_lean_map<K, T>(
+    client: &kube::Client,
+    mut keep: impl FnMut(K) -> Option<T>,
+) -> Result<Vec<T>, kube::Error>
+where
+    K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>
+        + serde::de::DeserializeOwned
+        + Clone
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
     let api: kube::Api<karpenter_api::lean::Lean<K>> = kube::Api::all(client.clone());
     let mut params = kube::api::ListParams::default().limit(LIST_PAGE);
     let mut out = Vec::new();
     loop {
         let page = api.list(&params).await?;
-        out.extend(page.items.into_iter().map(|l| l.0));
+        out.extend(page.items.into_iter().filter_map(|l| keep(l.0)));
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(token) => params.continue_token = Some(token),
             None => return Ok(out),
