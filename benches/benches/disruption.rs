@@ -162,14 +162,12 @@ fn cluster(n: usize, case: &Case) -> ClusterSnapshot {
         let claim_name = format!("claim-{i:05}");
         let mut claim = claim_template.clone();
         claim.metadata.name = Some(claim_name.clone());
+        claim.metadata.labels = Some(labels.clone());
         s.node_claims.push(NodeClaimInfo {
             name: claim_name.clone(),
             node_pool: Some("default".into()),
             node_name: Some(name.clone()),
             in_flight: false,
-            labels: labels.clone(),
-            annotations: BTreeMap::new(),
-            conditions: BTreeMap::from([("Initialized".to_owned(), "True".to_owned())]),
             claim: claim.into(),
             capacity: it.capacity().clone(),
             allocatable: allocatable.clone(),

@@ -42,7 +42,7 @@ pub fn pool_counts(snapshot: &ClusterSnapshot, pool: &str, not_ready: &BTreeSet<
     let (mut nodes, mut disrupting) = (0u32, 0u32);
     for n in snapshot.nodes.iter().filter(|n| n.node_pool.as_deref() == Some(pool)) {
         let Some(claim) = n.node_claim.as_deref().and_then(|c| claims.get(c)) else { continue };
-        if !n.initialized || claim.conditions.get(conditions::INSTANCE_TERMINATING).is_some_and(|s| s == "True") {
+        if !n.initialized || claim.is_true(conditions::INSTANCE_TERMINATING) {
             continue;
         }
         nodes += 1;

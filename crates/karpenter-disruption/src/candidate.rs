@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
 use karpenter_api::CompactPod;
+use karpenter_api::condition::ConditionStatus;
 use karpenter_api::ProviderLabels;
 use karpenter_api::labels::{self, annotations};
 use karpenter_api::nodeclaim::conditions;
@@ -101,8 +102,8 @@ pub fn consolidatable(claim: &NodeClaimInfo, pool: &karpenter_api::NodePool, now
                 Err(Reason::ConsolidateAfterNotElapsed { remaining_seconds: (due - now).num_seconds().max(1) })
             }
         }
-        None => match claim.conditions.get(conditions::CONSOLIDATABLE).map(String::as_str) {
-            Some("True") | None => Ok(()),
+        None => match claim.condition(conditions::CONSOLIDATABLE) {
+            Some(ConditionStatus::True) | None => Ok(()),
             Some(_) => Err(Reason::ConsolidateAfterNotElapsed { remaining_seconds: 0 }),
         },
     }
@@ -225,7 +226,7 @@ pub fn candidate<'a>(cluster: &Cluster<'a>, node: &'a NodeInfo) -> Result<Candid
     if node.nominated || claim.nominated {
         return Err(Reason::Nominated);
     }
-    if annotated_do_not_disrupt(&node.annotations) || annotated_do_not_disrupt(&claim.annotations) {
+    if annotated_do_not_disrupt(&node.annotations) || annotated_do_not_disrupt(claim.annotations()) {
         return Err(Reason::NodeDoNotDisrupt);
     }
     let Some(pool_name) = node.node_pool.as_deref() else { return Err(Reason::NoNodePoolLabel) };

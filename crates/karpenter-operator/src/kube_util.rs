@@ -322,26 +322,11 @@ pub(crate) fn label<'a, K: Resource>(obj: &'a K, key: &str) -> &'a str {
 /// The NodeClaim as karpenter-disruption's deadline functions read it (`node_name` overrides
 /// `status.nodeName`; capacity and allocatable are left empty: those functions do not read them).
 pub fn node_claim_info(claim: &NodeClaim, node_name: Option<&str>) -> karpenter_scheduler::snapshot::NodeClaimInfo {
-    let conditions = claim
-        .conditions()
-        .iter()
-        .map(|c| {
-            let s = match c.status {
-                ConditionStatus::True => "True",
-                ConditionStatus::False => "False",
-                ConditionStatus::Unknown => "Unknown",
-            };
-            (c.type_.clone(), s.to_string())
-        })
-        .collect();
     karpenter_scheduler::snapshot::NodeClaimInfo {
         name: claim.name_any(),
         node_pool: claim.node_pool_name().map(str::to_owned),
         node_name: node_name.or(claim.node_name()).map(str::to_owned),
         in_flight: false,
-        labels: claim.metadata.labels.clone().unwrap_or_default(),
-        annotations: claim.metadata.annotations.clone().unwrap_or_default(),
-        conditions,
         claim: std::sync::Arc::new(claim.clone()),
         capacity: karpenter_requirements::ResourceList::new(),
         allocatable: karpenter_requirements::ResourceList::new(),

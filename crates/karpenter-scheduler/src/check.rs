@@ -243,7 +243,7 @@ pub fn check(
                 v.push(format!("{ctx}: marked for deletion"));
             }
             let mut r = c.claim.requirements().unwrap_or_default();
-            r.add_all(&Requirements::from_labels(&c.labels));
+            r.add_all(&Requirements::from_labels(c.labels()));
             if let Some(np) = &c.node_pool {
                 r.add(Requirement::in_values(labels::NODE_POOL, [np.as_str()]));
             }
@@ -551,7 +551,7 @@ fn check_topology(
     }
     for c in snapshot.in_flight_claims() {
         let mut r = c.claim.requirements().unwrap_or_default();
-        r.add_all(&Requirements::from_labels(&c.labels));
+        r.add_all(&Requirements::from_labels(c.labels()));
         let host = c.node_name.clone().unwrap_or_else(|| c.name.clone());
         r.add(Requirement::in_values(labels::HOSTNAME, [host.as_str()]));
         node_place.insert(c.name.as_str(), places.len());

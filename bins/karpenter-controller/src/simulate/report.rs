@@ -218,7 +218,7 @@ impl Report {
         }
         for claim in input.snapshot.in_flight_claims() {
             let single = |key: &str| {
-                claim.labels.get(key).cloned().or_else(|| {
+                claim.labels().get(key).cloned().or_else(|| {
                     let req = claim.claim.spec.requirements.iter().find(|r| r.key == key && r.operator == "In")?;
                     match req.values.as_slice() {
                         [one] => Some(one.clone()),

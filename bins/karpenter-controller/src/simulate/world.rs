@@ -363,12 +363,6 @@ impl<'c> World<'c> {
             node_pool: Some(plan.node_pool.clone()),
             node_name: Some(name.clone()),
             in_flight: false,
-            labels: node_labels.clone(),
-            annotations: pool.spec.template.metadata.annotations.clone(),
-            conditions: ["Launched", "Registered", "Initialized"]
-                .iter()
-                .map(|c| ((*c).to_owned(), "True".to_owned()))
-                .collect(),
             claim: claim.into(),
             capacity: it.capacity().clone(),
             allocatable: it.allocatable().clone(),
@@ -704,7 +698,6 @@ impl<'c> World<'c> {
         let now = rfc3339(self.now);
         let mut n = 0;
         for c in self.snapshot.node_claims.iter_mut().filter(|c| select(c)) {
-            c.conditions.insert("Drifted".to_owned(), "True".to_owned());
             let status = Arc::make_mut(&mut c.claim).status.get_or_insert_with(Default::default);
             status.conditions.retain(|x| x.type_ != "Drifted");
             status.conditions.push(karpenter_api::Condition {

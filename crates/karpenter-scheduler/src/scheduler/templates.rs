@@ -426,7 +426,7 @@ pub(crate) fn existing_nodes(
     }
     for c in snapshot.in_flight_claims().filter(|c| !c.marked_for_deletion) {
         let mut reqs = c.claim.requirements().unwrap_or_default();
-        reqs.add_all(&Requirements::from_labels(&c.labels));
+        reqs.add_all(&Requirements::from_labels(c.labels()));
         if let Some(np) = &c.node_pool {
             reqs.add(Requirement::in_values(labels::NODE_POOL, [np.as_str()]));
         }
