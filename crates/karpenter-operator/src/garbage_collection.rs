@@ -27,8 +27,9 @@ use kube::api::Api;
 use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
-use crate::kube_util::{ReconcileError, delete_ignoring_missing, list_all_lean, record_disrupted, to_chrono};
+use crate::kube_util::{ReconcileError, delete_ignoring_missing, list_all_lean, record_disrupted};
 use crate::metrics::Metrics;
+use karpenter_api::time::from_k8s;
 
 /// How long after launch an instance without a NodeClaim is left alone (the claim may not be written yet).
 pub const INSTANCE_GRACE: Duration = Duration::from_secs(30);
@@ -116,7 +117,7 @@ impl GarbageCollection {
             if claimed.contains(pid) || instance.metadata.deletion_timestamp.is_some() {
                 continue;
             }
-            let launched = instance.metadata.creation_timestamp.as_ref().and_then(to_chrono);
+            let launched = instance.metadata.creation_timestamp.as_ref().and_then(from_k8s);
             if !older_than(launched, now, INSTANCE_GRACE) {
                 continue;
             }
@@ -134,7 +135,7 @@ impl GarbageCollection {
         let prefix = format!("{}://", self.cloud.name());
         for n in &nodes {
             let Some(pid) = node_provider_id(n) else { continue };
-            let created = n.metadata.creation_timestamp.as_ref().and_then(to_chrono);
+            let created = n.metadata.creation_timestamp.as_ref().and_then(from_k8s);
             if pid.starts_with(&prefix)
                 && !claimed.contains(pid)
                 && n.metadata.deletion_timestamp.is_none()
