@@ -5,8 +5,13 @@
 use std::process::Command;
 
 /// The crates that must do no IO, with default features.
-const PURE_CRATES: [&str; 5] =
-    ["karpenter-requirements", "karpenter-api", "karpenter-scheduler", "karpenter-disruption", "karpenter-cloudprovider"];
+const PURE_CRATES: [&str; 5] = [
+    "karpenter-requirements",
+    "karpenter-api",
+    "karpenter-scheduler",
+    "karpenter-disruption",
+    "karpenter-cloudprovider",
+];
 
 /// Crates that mean IO: an async runtime, the Kubernetes client (kube's `client` feature pulls in `kube-client`),
 /// an HTTP stack or a TLS library.
