@@ -1,21 +1,54 @@
-//! karpenter-api must stay pure: no async runtime, HTTP stack or TLS library in its normal dependencies.
+//! The pure crates stay pure: no async runtime, Kubernetes client, HTTP stack, TLS library or AWS SDK in their
+//! normal dependencies (default features). They take data and return decisions; the IO lives in the operator,
+//! the providers and the binary.
 
 use std::process::Command;
 
-#[test]
-fn karpenter_api_pulls_in_no_runtime_or_http_stack() {
+/// The crates that must do no IO, with default features.
+const PURE_CRATES: [&str; 5] = [
+    "karpenter-requirements",
+    "karpenter-api",
+    "karpenter-scheduler",
+    "karpenter-disruption",
+    "karpenter-cloudprovider",
+];
+
+/// Crates that mean IO: an async runtime, the Kubernetes client (kube's `client` feature pulls in `kube-client`),
+/// an HTTP stack or a TLS library.
+const BANNED: [&str; 9] =
+    ["tokio", "hyper", "reqwest", "kube-client", "tower", "tower-http", "openssl", "openssl-sys", "native-tls"];
+
+/// The names of the crates in `package`'s normal dependency tree (itself included).
+fn normal_dependencies(package: &str) -> Vec<String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let output = Command::new(cargo)
         .current_dir(&root)
-        .args(["tree", "-p", "karpenter-api", "-e", "normal", "--prefix", "none", "--offline"])
+        .args(["tree", "-p", package, "-e", "normal", "--prefix", "none", "--offline"])
         .output()
         .expect("running cargo tree");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "cargo tree failed: {}", String::from_utf8_lossy(&output.stderr));
-    let crates: Vec<&str> = stdout.lines().filter_map(|l| l.split_whitespace().next()).collect();
-    assert!(crates.contains(&"karpenter-api") && crates.contains(&"serde"), "unexpected output:\n{stdout}");
-    for banned in ["tokio", "hyper", "reqwest", "kube-client", "tower", "openssl", "openssl-sys", "native-tls"] {
-        assert!(!crates.contains(&banned), "karpenter-api depends on {banned}:\n{stdout}");
+    let crates: Vec<String> = stdout.lines().filter_map(|l| l.split_whitespace().next()).map(str::to_owned).collect();
+    assert!(crates.iter().any(|c| c == package), "unexpected output:\n{stdout}");
+    crates
+}
+
+#[test]
+fn karpenter_api_pulls_in_no_runtime_or_http_stack() {
+    let crates = normal_dependencies("karpenter-api");
+    assert!(crates.iter().any(|c| c == "serde"), "unexpected output: {crates:?}");
+    for banned in BANNED {
+        assert!(!crates.iter().any(|c| c == banned), "karpenter-api depends on {banned}: {crates:?}");
+    }
+}
+
+#[test]
+fn pure_crates_pull_in_no_runtime_client_http_stack_or_aws_sdk() {
+    for package in PURE_CRATES {
+        let crates = normal_dependencies(package);
+        let impure: Vec<&String> =
+            crates.iter().filter(|c| BANNED.contains(&c.as_str()) || c.starts_with("aws-sdk-")).collect();
+        assert!(impure.is_empty(), "{package} depends on {impure:?}");
     }
 }

@@ -24,9 +24,11 @@ pub mod nodepool;
 pub mod optional_spec;
 pub mod pod;
 pub mod scheduling;
+pub mod selector;
+pub mod time;
 pub mod validation;
 
-pub use condition::{Condition, ConditionStatus, Conditions};
+pub use condition::{Condition, ConditionStatus, Conditions, remove_condition, set_condition};
 pub use duration::{KDuration, NillableDuration};
 pub use ec2nodeclass::{AmiFamily, EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};
 pub use kwok::KWOKNodeClass;
@@ -36,5 +38,5 @@ pub use nodeclaim::{
     NodeClaim, NodeClaimSpec, NodeClassReference, NodeSelectorRequirementWithMinValues, Taint, TaintEffect,
 };
 pub use nodepool::{Budget, Disruption, NodePool, NodePoolSpec};
-pub use pod::{CompactPod, IntoSharedPod, SpecInterner};
+pub use pod::{CompactPod, DoNotDisrupt, DoNotDisruptAnnotation, IntoSharedPod, SpecInterner, parse_do_not_disrupt};
 pub use validation::{Validate, ValidationContext, Violation, Violations};

@@ -22,10 +22,44 @@ use std::collections::HashMap;
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// What a pod's `karpenter.sh/do-not-disrupt` annotation asks for: `"true"`, or a Go duration (`"5m"`) of
+/// protection from the pod's start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DoNotDisruptAnnotation {
+    /// `"true"`: never disrupt the pod voluntarily.
+    Always,
+    /// A duration: do not disrupt the pod until this long after it started.
+    For(Duration),
+}
+
+/// Parses a `karpenter.sh/do-not-disrupt` value; `None` for values that ask for nothing: invalid ones (ignored,
+/// as upstream ignores them) and a zero duration.
+pub fn parse_do_not_disrupt(value: &str) -> Option<DoNotDisruptAnnotation> {
+    if value == "true" {
+        return Some(DoNotDisruptAnnotation::Always);
+    }
+    crate::duration::parse_go_duration(value).ok().filter(|d| !d.is_zero()).map(DoNotDisruptAnnotation::For)
+}
+
+/// How the `karpenter.sh/do-not-disrupt` annotation protects a pod at a given moment
+/// ([`CompactPod::do_not_disrupt`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DoNotDisrupt {
+    /// No annotation, an expired duration, or an invalid value.
+    No,
+    /// `"true"`.
+    Permanent,
+    /// A duration: protected until this time (`startTime + d`).
+    Until(DateTime<Utc>),
+}
 
 /// The annotation `kubectl apply` leaves: a full copy of the applied manifest. No decision reads it.
 pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -62,6 +96,46 @@ impl CompactPod {
     /// `Succeeded` or `Failed`: the pod uses no resources and will not run again.
     pub fn is_terminal(&self) -> bool {
         matches!(self.phase(), Some("Succeeded" | "Failed"))
+    }
+
+    /// Being deleted (`metadata.deletionTimestamp` set).
+    pub fn is_terminating(&self) -> bool {
+        self.metadata.deletion_timestamp.is_some()
+    }
+
+    /// Neither terminal nor terminating.
+    pub fn is_active(&self) -> bool {
+        !self.is_terminal() && !self.is_terminating()
+    }
+
+    /// How the pod's `karpenter.sh/do-not-disrupt` annotation protects it at `now`. Only active pods are
+    /// protected; the duration form runs from the pod's start (its creation while it has not started).
+    pub fn do_not_disrupt(&self, now: DateTime<Utc>) -> DoNotDisrupt {
+        if !self.is_active() {
+            return DoNotDisrupt::No;
+        }
+        let Some(annotation) = self.annotation(crate::labels::annotations::DO_NOT_DISRUPT) else {
+            return DoNotDisrupt::No;
+        };
+        let d = match parse_do_not_disrupt(annotation) {
+            None => return DoNotDisrupt::No,
+            Some(DoNotDisruptAnnotation::Always) => return DoNotDisrupt::Permanent,
+            Some(DoNotDisruptAnnotation::For(d)) => d,
+        };
+        let start = self
+            .status
+            .as_ref()
+            .and_then(|s| s.start_time.as_ref())
+            .or(self.metadata.creation_timestamp.as_ref())
+            .and_then(crate::time::from_k8s);
+        // Without a start the end of the protection is unknown: protecting is the safe side.
+        let Some(start) = start else { return DoNotDisrupt::Permanent };
+        let Ok(d) = chrono::Duration::from_std(d) else { return DoNotDisrupt::Permanent };
+        match start.checked_add_signed(d) {
+            Some(until) if until > now => DoNotDisrupt::Until(until),
+            Some(_) => DoNotDisrupt::No,
+            None => DoNotDisrupt::Permanent,
+        }
     }
 
     /// Owned by a DaemonSet.
@@ -332,11 +406,12 @@ impl SpecInterner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::labels::annotations::DO_NOT_DISRUPT;
     use k8s_openapi::api::core::v1::{
         ContainerPort, PersistentVolumeClaimVolumeSource, PodCondition, ResourceRequirements, Volume,
     };
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};
 
     fn replica(name: &str, node: Option<&str>) -> Pod {
         Pod {
@@ -454,5 +529,48 @@ mod tests {
         assert_eq!(back["status"], serde_json::json!({"phase": "Running"}));
         let as_pod: Pod = serde_json::from_value(back).unwrap();
         assert_eq!(CompactPod::from(as_pod), pod);
+    }
+
+    fn annotated(value: &str) -> CompactPod {
+        let mut p = replica("web", Some("n1"));
+        p.metadata.annotations.get_or_insert_default().insert(DO_NOT_DISRUPT.into(), value.into());
+        CompactPod::from(p)
+    }
+
+    fn at(s: &str) -> DateTime<Utc> {
+        crate::time::parse_rfc3339(s).unwrap()
+    }
+
+    fn k8s_time(s: &str) -> Time {
+        serde_json::from_value(serde_json::Value::String(s.into())).unwrap()
+    }
+
+    #[test]
+    fn do_not_disrupt_values() {
+        assert_eq!(parse_do_not_disrupt("true"), Some(DoNotDisruptAnnotation::Always));
+        assert_eq!(parse_do_not_disrupt("5m"), Some(DoNotDisruptAnnotation::For(Duration::from_secs(300))));
+        assert_eq!(parse_do_not_disrupt("1h30m"), Some(DoNotDisruptAnnotation::For(Duration::from_secs(5400))));
+        assert_eq!(parse_do_not_disrupt("0s"), None, "a zero duration protects nothing");
+        assert_eq!(parse_do_not_disrupt("false"), None);
+        assert_eq!(parse_do_not_disrupt("True"), None, "only the literal true");
+        assert_eq!(parse_do_not_disrupt(""), None);
+    }
+
+    #[test]
+    fn do_not_disrupt_at_a_moment() {
+        let now = at("2026-01-01T12:00:00Z");
+        assert_eq!(annotated("true").do_not_disrupt(now), DoNotDisrupt::Permanent);
+        assert_eq!(annotated("false").do_not_disrupt(now), DoNotDisrupt::No, "invalid values are ignored");
+        let mut p = annotated("30m");
+        p.status = Some(PodStatus { start_time: Some(k8s_time("2026-01-01T11:45:00Z")), ..Default::default() });
+        assert_eq!(p.do_not_disrupt(now), DoNotDisrupt::Until(at("2026-01-01T12:15:00Z")));
+        assert_eq!(p.do_not_disrupt(at("2026-01-01T12:15:00Z")), DoNotDisrupt::No, "expires at start + d");
+        let mut unstarted = annotated("30m");
+        unstarted.metadata.creation_timestamp = Some(k8s_time("2026-01-01T11:00:00Z"));
+        assert_eq!(unstarted.do_not_disrupt(now), DoNotDisrupt::No, "counted from creation before the start");
+        assert_eq!(annotated("30m").do_not_disrupt(now), DoNotDisrupt::Permanent, "no start known: protected");
+        let mut deleting = annotated("true");
+        deleting.metadata.deletion_timestamp = Some(k8s_time("2026-01-01T12:00:00Z"));
+        assert_eq!(deleting.do_not_disrupt(now), DoNotDisrupt::No, "terminating pods are not protected");
     }
 }

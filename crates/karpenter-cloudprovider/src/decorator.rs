@@ -224,15 +224,18 @@ impl InMemoryMetrics {
         self.state.lock().unwrap_or_else(PoisonError::into_inner).log.clone()
     }
 
-    /// The counters in Prometheus' text format: `karpenter_cloudprovider_duration_seconds` as `_sum`/`_count`
-    /// and `karpenter_cloudprovider_errors_total`, labelled `controller`, `method`, `provider` (and `error`).
+    /// The counters in Prometheus' text format: `karpenter_cloudprovider_duration_seconds` as a histogram (the
+    /// type the controller exposes; kept here without finite buckets, only `+Inf`, `_sum` and `_count`) and
+    /// `karpenter_cloudprovider_errors_total`, labelled `controller`, `method`, `provider` (and `error`).
     pub fn render_prometheus(&self) -> String {
         let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let mut out = String::new();
         let p = &state.provider;
-        out.push_str("# TYPE karpenter_cloudprovider_duration_seconds summary\n");
+        out.push_str("# TYPE karpenter_cloudprovider_duration_seconds histogram\n");
         for ((c, m), s) in &state.stats {
             let labels = format!("controller=\"{c}\",method=\"{m}\",provider=\"{p}\"");
+            let _ =
+                writeln!(out, "karpenter_cloudprovider_duration_seconds_bucket{{{labels},le=\"+Inf\"}} {}", s.calls);
             let _ = writeln!(
                 out,
                 "karpenter_cloudprovider_duration_seconds_sum{{{labels}}} {}",

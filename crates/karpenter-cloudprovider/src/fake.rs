@@ -1005,6 +1005,8 @@ mod tests {
         assert_eq!(metrics.observations().len(), 3);
         assert_eq!(metrics.observations()[0].controller, "lifecycle");
         let text = metrics.render_prometheus();
+        assert!(text.contains("# TYPE karpenter_cloudprovider_duration_seconds histogram"), "{text}");
+        assert!(text.contains("karpenter_cloudprovider_duration_seconds_bucket{controller=\"lifecycle\",method=\"Create\",provider=\"kwok\",le=\"+Inf\"} 2"), "{text}");
         assert!(text.contains("karpenter_cloudprovider_duration_seconds_sum{controller=\"lifecycle\",method=\"Create\",provider=\"kwok\"} 3"), "{text}");
         assert!(text.contains("karpenter_cloudprovider_errors_total{controller=\"lifecycle\",error=\"InsufficientCapacityError\",method=\"Create\",provider=\"kwok\"} 1"), "{text}");
         assert_eq!(provider.name(), "kwok");

@@ -16,10 +16,9 @@ use karpenter_scheduler::{ClusterSnapshot, PoolInput};
 
 use crate::DisruptionOptions;
 use crate::command::{CandidateRef, Reason};
-use crate::pods::{
-    DoNotDisrupt, PdbBlock, Pdbs, do_not_disrupt, eviction_cost, is_reschedulable, parse_rfc3339, time,
-    would_be_evicted,
-};
+use crate::pods::{PdbBlock, Pdbs, eviction_cost, is_reschedulable, would_be_evicted};
+use karpenter_api::DoNotDisrupt;
+use karpenter_api::time::{from_k8s, parse_rfc3339, rfc3339};
 
 /// The snapshot with the indexes disruption needs (built once per pass; the snapshot itself is not edited).
 #[derive(Debug)]
@@ -249,17 +248,14 @@ pub fn candidate<'a>(cluster: &Cluster<'a>, node: &'a NodeInfo) -> Result<Candid
     // Pod checks: the first blocking pod, in pod order.
     let mut pod_block = None;
     for p in &pods {
-        match do_not_disrupt(p, now) {
+        match p.do_not_disrupt(now) {
             DoNotDisrupt::No => {}
             DoNotDisrupt::Permanent => {
                 pod_block = Some(Reason::PodDoNotDisrupt { pod: pod_key(p), until: None });
                 break;
             }
             DoNotDisrupt::Until(t) => {
-                pod_block = Some(Reason::PodDoNotDisrupt {
-                    pod: pod_key(p),
-                    until: Some(t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
-                });
+                pod_block = Some(Reason::PodDoNotDisrupt { pod: pod_key(p), until: Some(rfc3339(t)) });
                 break;
             }
         }
@@ -283,7 +279,7 @@ pub fn candidate<'a>(cluster: &Cluster<'a>, node: &'a NodeInfo) -> Result<Candid
         .iter()
         .copied()
         .filter(|p| is_reschedulable(p))
-        .filter(|p| do_not_disrupt(p, now) == DoNotDisrupt::No && cluster.pdbs.blocks(p).is_none())
+        .filter(|p| p.do_not_disrupt(now) == DoNotDisrupt::No && cluster.pdbs.blocks(p).is_none())
         .collect();
     let all_reschedulable = pods.iter().copied().filter(|p| is_reschedulable(p));
     let mut reschedule_cost = 1.0;
@@ -295,7 +291,7 @@ pub fn candidate<'a>(cluster: &Cluster<'a>, node: &'a NodeInfo) -> Result<Candid
     }
     let lifetime_remaining = match (
         claim.claim.spec.expire_after.duration(),
-        claim.claim.metadata.creation_timestamp.as_ref().and_then(time),
+        claim.claim.metadata.creation_timestamp.as_ref().and_then(from_k8s),
     ) {
         (Some(expire), Some(created)) if !expire.is_zero() => {
             let age = (now - created).num_milliseconds() as f64 / 1000.0;

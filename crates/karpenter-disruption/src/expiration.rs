@@ -2,14 +2,15 @@
 //! (`expireAfter`, not budgeted) and the terminationGracePeriod deadline of a deleting NodeClaim (which pods the
 //! drain must force-delete now, and when to look again).
 
-use chrono::{DateTime, Duration, SecondsFormat, Utc};
+use chrono::{DateTime, Duration, Utc};
 use karpenter_api::CompactPod;
 use karpenter_api::labels::annotations;
 use karpenter_scheduler::ClusterSnapshot;
 use karpenter_scheduler::snapshot::{NodeClaimInfo, pod_key};
 use serde::{Deserialize, Serialize};
 
-use crate::pods::{is_static, is_terminal, parse_rfc3339, time, tolerates_disrupted_taint};
+use crate::pods::{is_static, tolerates_disrupted_taint};
+use karpenter_api::time::{from_k8s, parse_rfc3339, rfc3339};
 
 /// Kubernetes' default pod `terminationGracePeriodSeconds`.
 pub const DEFAULT_POD_GRACE_SECONDS: i64 = 30;
@@ -30,14 +31,10 @@ pub struct Expiry {
     pub expired: bool,
 }
 
-fn fmt(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(SecondsFormat::Secs, true)
-}
-
 /// The expiry time of a NodeClaim (`None`: `expireAfter: Never` or no creation timestamp).
 pub fn expires_at(claim: &NodeClaimInfo) -> Option<DateTime<Utc>> {
     let after = claim.claim.spec.expire_after.duration()?;
-    let created = claim.claim.metadata.creation_timestamp.as_ref().and_then(time)?;
+    let created = claim.claim.metadata.creation_timestamp.as_ref().and_then(from_k8s)?;
     created.checked_add_signed(Duration::from_std(after).ok()?)
 }
 
@@ -54,7 +51,7 @@ pub fn expirations(snapshot: &ClusterSnapshot, now: DateTime<Utc>) -> Vec<Expiry
                 Expiry {
                     node_claim: c.name.clone(),
                     node: c.node_name.clone(),
-                    expires_at: fmt(at),
+                    expires_at: rfc3339(at),
                     expired: now >= at,
                 },
             ))
@@ -107,7 +104,7 @@ pub fn termination_deadline(
 ) -> Option<TerminationDeadline> {
     let annotated = claim.annotations().get(annotations::NODE_CLAIM_TERMINATION_TIMESTAMP).and_then(|v| parse_rfc3339(v));
     let computed = || {
-        let deleted = claim.claim.metadata.deletion_timestamp.as_ref().and_then(time)?;
+        let deleted = claim.claim.metadata.deletion_timestamp.as_ref().and_then(from_k8s)?;
         let tgp = claim.claim.spec.termination_grace_period.as_ref()?.duration();
         deleted.checked_add_signed(Duration::from_std(tgp).ok()?)
     };
@@ -115,7 +112,7 @@ pub fn termination_deadline(
         Some(d) => (d, None),
         None => {
             let d = computed()?;
-            (d, Some(fmt(d)))
+            (d, Some(rfc3339(d)))
         }
     };
     let mut force_delete = Vec::new();
@@ -123,10 +120,10 @@ pub fn termination_deadline(
     let until = (deadline - now).num_seconds().max(1);
     let pods: Vec<&CompactPod> = claim.node_name.as_deref().map(|n| snapshot.pods_on(n).collect()).unwrap_or_default();
     for p in pods {
-        if is_terminal(p) || tolerates_disrupted_taint(p) || is_static(p) {
+        if p.is_terminal() || tolerates_disrupted_taint(p) || is_static(p) {
             continue;
         }
-        let deleting = p.metadata.deletion_timestamp.as_ref().and_then(time);
+        let deleting = p.metadata.deletion_timestamp.as_ref().and_then(from_k8s);
         if let Some(d) = deleting {
             if now > d + Duration::seconds(STUCK_AFTER_SECONDS) {
                 continue;
@@ -151,11 +148,11 @@ pub fn termination_deadline(
     force_delete.sort_by(|a, b| a.pod.cmp(&b.pod));
     Some(TerminationDeadline {
         node_claim: claim.name.clone(),
-        deadline: fmt(deadline),
+        deadline: rfc3339(deadline),
         annotate,
         force_delete,
         deadline_passed,
-        next_check: next.map(fmt),
+        next_check: next.map(rfc3339),
     })
 }
 

@@ -48,7 +48,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 use karpenter_api::ProviderLabels;
 use karpenter_scheduler::decision::{NodeClaimPlan, RequirementJson};
 use karpenter_scheduler::{ClusterSnapshot, PoolInput, SchedulerOptions};
@@ -358,7 +358,7 @@ pub fn evaluate(
         .collect();
     Pass {
         api_version: API_VERSION.to_owned(),
-        now: now.to_rfc3339_opts(SecondsFormat::Secs, true),
+        now: karpenter_api::time::rfc3339(now),
         commands,
         verdicts,
         budgets: engine.budgets.statuses(),

@@ -3,37 +3,10 @@
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use karpenter_api::CompactPod;
-use karpenter_api::duration::parse_go_duration;
 use karpenter_api::labels::{annotations, taints};
-use karpenter_scheduler::scheduler::selector_matches;
+use karpenter_api::selector::selector_matches;
+use karpenter_api::{CompactPod, DoNotDisrupt};
 use karpenter_scheduler::snapshot::is_daemon_set_pod;
-
-/// A k8s timestamp as chrono.
-pub fn time(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> Option<DateTime<Utc>> {
-    let ts = t.0;
-    DateTime::<Utc>::from_timestamp(ts.as_second(), u32::try_from(ts.subsec_nanosecond()).unwrap_or(0))
-}
-
-/// An RFC 3339 string as chrono (`None` if it does not parse).
-pub fn parse_rfc3339(s: &str) -> Option<DateTime<Utc>> {
-    DateTime::parse_from_rfc3339(s).ok().map(|t| t.with_timezone(&Utc))
-}
-
-/// Has a deletion timestamp.
-pub fn is_terminating(pod: &CompactPod) -> bool {
-    pod.metadata.deletion_timestamp.is_some()
-}
-
-/// Phase `Succeeded` or `Failed`.
-pub fn is_terminal(pod: &CompactPod) -> bool {
-    pod.is_terminal()
-}
-
-/// Neither terminal nor terminating.
-pub fn is_active(pod: &CompactPod) -> bool {
-    !is_terminal(pod) && !is_terminating(pod)
-}
 
 /// A static (mirror) pod: owned by its Node.
 pub fn is_static(pod: &CompactPod) -> bool {
@@ -44,10 +17,13 @@ fn is_stateful_set_pod(pod: &CompactPod) -> bool {
     pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "StatefulSet")
 }
 
-/// Pods that must find a new home when their node goes: active (or terminating StatefulSet) pods that are
-/// neither DaemonSet nor static pods.
+/// Disruption's "reschedulable": pods that must find a new home when their node goes, active (or terminating
+/// StatefulSet) pods that are neither DaemonSet nor static pods. Whether they may be moved now (do-not-disrupt,
+/// PDBs) is a separate question, asked by the callers that need it.
 pub fn is_reschedulable(pod: &CompactPod) -> bool {
-    (is_active(pod) || (is_terminating(pod) && is_stateful_set_pod(pod))) && !is_daemon_set_pod(pod) && !is_static(pod)
+    (pod.is_active() || (pod.is_terminating() && is_stateful_set_pod(pod)))
+        && !is_daemon_set_pod(pod)
+        && !is_static(pod)
 }
 
 /// Whether the pod tolerates `karpenter.sh/disrupted:NoSchedule` (it will not be evicted by a drain).
@@ -61,48 +37,6 @@ pub fn tolerates_disrupted_taint(pod: &CompactPod) -> bool {
         let value_ok = t.operator.as_deref() == Some("Exists") || t.value.as_deref().unwrap_or("").is_empty();
         key_ok && effect_ok && value_ok
     })
-}
-
-/// How the `karpenter.sh/do-not-disrupt` annotation protects a pod at `now`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DoNotDisrupt {
-    /// No annotation, an expired duration, or an invalid value (ignored, as upstream).
-    No,
-    /// `"true"`.
-    Permanent,
-    /// A duration: protected until this time (`startTime + d`).
-    Until(DateTime<Utc>),
-}
-
-/// Evaluates the pod's do-not-disrupt annotation at `now`. Only active pods are protected.
-pub fn do_not_disrupt(pod: &CompactPod, now: DateTime<Utc>) -> DoNotDisrupt {
-    if !is_active(pod) {
-        return DoNotDisrupt::No;
-    }
-    let Some(v) = pod.metadata.annotations.as_ref().and_then(|a| a.get(annotations::DO_NOT_DISRUPT)) else {
-        return DoNotDisrupt::No;
-    };
-    if v == "true" {
-        return DoNotDisrupt::Permanent;
-    }
-    let Ok(d) = parse_go_duration(v) else { return DoNotDisrupt::No };
-    if d.is_zero() {
-        return DoNotDisrupt::No;
-    }
-    // Protection runs from the pod's start (its creation when it has not started yet).
-    let start = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.start_time.as_ref())
-        .or(pod.metadata.creation_timestamp.as_ref())
-        .and_then(time);
-    let Some(start) = start else { return DoNotDisrupt::Permanent };
-    let Ok(d) = chrono::Duration::from_std(d) else { return DoNotDisrupt::Permanent };
-    match start.checked_add_signed(d) {
-        Some(until) if until > now => DoNotDisrupt::Until(until),
-        Some(_) => DoNotDisrupt::No,
-        None => DoNotDisrupt::Permanent,
-    }
 }
 
 fn is_ready(pod: &CompactPod) -> bool {
@@ -183,7 +117,7 @@ impl<'a> Pdbs<'a> {
 /// Pods a drain would evict (the PDB check only looks at these): not terminal, not terminating, not tolerating
 /// the disrupted taint, not static, and not protected by do-not-disrupt.
 pub fn would_be_evicted(pod: &CompactPod, now: DateTime<Utc>) -> bool {
-    is_active(pod) && !tolerates_disrupted_taint(pod) && !is_static(pod) && do_not_disrupt(pod, now) == DoNotDisrupt::No
+    pod.is_active() && !tolerates_disrupted_taint(pod) && !is_static(pod) && pod.do_not_disrupt(now) == DoNotDisrupt::No
 }
 
 const DELETION_COST_SCALE: f64 = (1u64 << 27) as f64;
@@ -207,35 +141,10 @@ pub fn eviction_cost(pod: &CompactPod) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::PodStatus;
     use k8s_openapi::api::policy::v1::{PodDisruptionBudgetSpec, PodDisruptionBudgetStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-    use karpenter_testing::{PodOptions, k8s_time, label_selector, pod};
+    use karpenter_testing::{PodOptions, label_selector, pod};
     use std::collections::BTreeMap;
-
-    fn at(s: &str) -> DateTime<Utc> {
-        parse_rfc3339(s).expect("time")
-    }
-
-    fn annotated(v: &str) -> CompactPod {
-        let mut p = pod(PodOptions::default());
-        p.metadata.annotations = Some(BTreeMap::from([(annotations::DO_NOT_DISRUPT.to_string(), v.to_string())]));
-        p.into()
-    }
-
-    #[test]
-    fn do_not_disrupt_forms() {
-        let now = at("2026-01-01T12:00:00Z");
-        assert_eq!(do_not_disrupt(&annotated("true"), now), DoNotDisrupt::Permanent);
-        assert_eq!(do_not_disrupt(&annotated("false"), now), DoNotDisrupt::No, "invalid values are ignored");
-        let mut p = annotated("30m");
-        p.status = Some(PodStatus { start_time: k8s_time(at("2026-01-01T11:45:00Z")), ..Default::default() });
-        assert_eq!(do_not_disrupt(&p, now), DoNotDisrupt::Until(at("2026-01-01T12:15:00Z")));
-        assert_eq!(do_not_disrupt(&p, at("2026-01-01T12:15:00Z")), DoNotDisrupt::No, "expires at start + d");
-        let mut done = annotated("true");
-        done.metadata.deletion_timestamp = k8s_time(now);
-        assert_eq!(do_not_disrupt(&done, now), DoNotDisrupt::No, "terminating pods do not protect");
-    }
 
     fn pdb(name: &str, app: &str, allowed: i32, always_allow: bool) -> PodDisruptionBudget {
         PodDisruptionBudget {

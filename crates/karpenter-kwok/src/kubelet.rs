@@ -15,6 +15,7 @@ use std::time::Duration;
 use chrono::{DateTime, SecondsFormat, Utc};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use karpenter_api::time::rfc3339;
 use karpenter_cloudprovider::{Clock, SystemClock};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Client, ResourceExt};
@@ -92,11 +93,6 @@ impl std::fmt::Debug for Kubelet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Kubelet").field("options", &self.options).finish_non_exhaustive()
     }
-}
-
-/// RFC 3339 with seconds, as the API server writes `Time` fields.
-fn rfc3339(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
 /// RFC 3339 with microseconds (`MicroTime`, a Lease's `renewTime`).

@@ -261,7 +261,7 @@ mod tests {
         let found = c.conditions().iter().find(|c| c.type_ == cond::CONSISTENT_STATE_FOUND).unwrap();
         assert_eq!((found.status, found.reason.as_str()), (ConditionStatus::False, reasons::CONSISTENCY_CHECK_FAILED));
         assert!(found.message.contains("resource cpu"), "{}", found.message);
-        assert_eq!(found.last_transition_time, crate::kube_util::rfc3339(clock.now()));
+        assert_eq!(found.last_transition_time, karpenter_api::time::rfc3339(clock.now()));
 
         assert_eq!(consistency.reconcile("fine").await.unwrap(), Some(SCAN_PERIOD));
         let c = api.get("fine").await.unwrap();

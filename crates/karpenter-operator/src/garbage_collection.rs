@@ -27,8 +27,9 @@ use kube::api::Api;
 use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
-use crate::kube_util::{ReconcileError, delete_ignoring_missing, list_all_lean_map, record_disrupted, to_chrono};
+use crate::kube_util::{ReconcileError, delete_ignoring_missing, list_all_lean_map, record_disrupted};
 use crate::metrics::Metrics;
+use karpenter_api::time::from_k8s;
 
 /// How long after launch an instance without a NodeClaim is left alone (the claim may not be written yet).
 pub const INSTANCE_GRACE: Duration = Duration::from_secs(30);
@@ -87,7 +88,7 @@ impl NodeFacts {
         Some(Self {
             name: node.name_any(),
             provider_id: node_provider_id(node)?.to_owned(),
-            created: node.metadata.creation_timestamp.as_ref().and_then(to_chrono),
+            created: node.metadata.creation_timestamp.as_ref().and_then(from_k8s),
             deleting: node.metadata.deletion_timestamp.is_some(),
         })
     }
@@ -135,7 +136,7 @@ impl GarbageCollection {
             if claimed.contains(pid) || instance.metadata.deletion_timestamp.is_some() {
                 continue;
             }
-            let launched = instance.metadata.creation_timestamp.as_ref().and_then(to_chrono);
+            let launched = instance.metadata.creation_timestamp.as_ref().and_then(from_k8s);
             if !older_than(launched, now, INSTANCE_GRACE) {
                 continue;
             }

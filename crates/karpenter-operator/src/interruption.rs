@@ -35,10 +35,10 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use karpenter_api::time::{from_k8s, parse_rfc3339, rfc3339};
+
 use crate::events::{Event, Recorder, reasons};
-use crate::kube_util::{
-    ReconcileError, delete_ignoring_missing, ensure_claim_condition, record_disrupted, rfc3339, to_chrono,
-};
+use crate::kube_util::{ReconcileError, delete_ignoring_missing, ensure_claim_condition, record_disrupted};
 use crate::metrics::Metrics;
 
 /// How long the run loop waits after the source failed.
@@ -229,10 +229,8 @@ impl Interruption {
         .await?;
         let forceful = event.action == InterruptionAction::DeleteForceful;
         if forceful {
-            let current = claim
-                .annotations()
-                .get(annotations::NODE_CLAIM_TERMINATION_TIMESTAMP)
-                .and_then(|v| karpenter_disruption::pods::parse_rfc3339(v));
+            let current =
+                claim.annotations().get(annotations::NODE_CLAIM_TERMINATION_TIMESTAMP).and_then(|v| parse_rfc3339(v));
             if current.is_none_or(|t| t > now) {
                 let patch =
                     json!({"metadata": {"annotations": {annotations::NODE_CLAIM_TERMINATION_TIMESTAMP: rfc3339(now)}}});
@@ -247,7 +245,7 @@ impl Interruption {
             reasons::TERMINATING_ON_INTERRUPTION,
             "Interruption triggered termination for the NodeClaim",
         );
-        let created = claim.metadata.creation_timestamp.as_ref().and_then(to_chrono);
+        let created = claim.metadata.creation_timestamp.as_ref().and_then(from_k8s);
         tracing::info!(NodeClaim = %name, kind = %event.kind, forceful, age_seconds = created.map(|c| (now - c).num_seconds()), "deleted nodeclaim on interruption");
         Ok(if forceful { Handled::DeletedForcefully(name) } else { Handled::Deleted(name) })
     }

@@ -5,10 +5,9 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, SecondsFormat, Utc};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use chrono::{DateTime, Utc};
 use karpenter_api::NodeClaim;
-use karpenter_api::condition::{Condition, ConditionStatus};
+use karpenter_api::condition::{Condition, ConditionStatus, set_condition};
 use karpenter_cloudprovider::{CloudProviderError, InterruptionError};
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
@@ -195,63 +194,9 @@ pub(crate) fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
-/// A k8s timestamp as chrono.
-pub fn to_chrono(t: &Time) -> Option<DateTime<Utc>> {
-    karpenter_disruption::pods::time(t)
-}
-
-/// RFC 3339 with seconds, as the API server writes times.
-pub fn rfc3339(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(SecondsFormat::Secs, true)
-}
-
 /// Seconds from `from` to `to` (0 when negative), for duration histograms.
 pub(crate) fn seconds_between(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
     ((to - from).num_milliseconds().max(0) as f64) / 1000.0
-}
-
-/// Sets condition `type_` in `conditions`; the transition time changes only when the status does. Returns
-/// whether anything changed.
-pub fn set_condition(
-    conditions: &mut Vec<Condition>,
-    type_: &str,
-    status: ConditionStatus,
-    reason: &str,
-    message: &str,
-    now: DateTime<Utc>,
-) -> bool {
-    match conditions.iter_mut().find(|c| c.type_ == type_) {
-        Some(c) => {
-            if c.status == status && c.reason == reason && c.message == message {
-                return false;
-            }
-            if c.status != status {
-                c.last_transition_time = rfc3339(now);
-            }
-            c.status = status;
-            c.reason = reason.to_string();
-            c.message = message.to_string();
-            true
-        }
-        None => {
-            conditions.push(Condition {
-                type_: type_.to_string(),
-                status,
-                observed_generation: None,
-                last_transition_time: rfc3339(now),
-                reason: reason.to_string(),
-                message: message.to_string(),
-            });
-            true
-        }
-    }
-}
-
-/// Removes condition `type_`; returns whether it was there.
-pub fn remove_condition(conditions: &mut Vec<Condition>, type_: &str) -> bool {
-    let before = conditions.len();
-    conditions.retain(|c| c.type_ != type_);
-    conditions.len() != before
 }
 
 /// Writes `conditions` as the NodeClaim's status conditions (merge patch of the status subresource, guarded by
@@ -279,7 +224,7 @@ pub async fn ensure_claim_condition(
     now: DateTime<Utc>,
 ) -> Result<NodeClaim, kube::Error> {
     let mut conditions = claim.conditions().to_vec();
-    if !set_condition(&mut conditions, type_, status, reason, message, now) {
+    if !set_condition(&mut conditions, type_, status, reason, message, claim.metadata.generation, now) {
         return Ok(claim.clone());
     }
     patch_claim_conditions(api, claim, &conditions).await
@@ -416,22 +361,6 @@ pub(crate) mod test_log {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chrono::TimeZone;
-
-    #[test]
-    fn transition_time_moves_only_with_the_status() {
-        let t0 = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
-        let t1 = t0 + chrono::Duration::seconds(30);
-        let mut cs = Vec::new();
-        assert!(set_condition(&mut cs, "Drained", ConditionStatus::Unknown, "Draining", "", t0));
-        assert!(!set_condition(&mut cs, "Drained", ConditionStatus::Unknown, "Draining", "", t1), "no change");
-        assert!(set_condition(&mut cs, "Drained", ConditionStatus::Unknown, "Draining", "2 pods", t1));
-        assert_eq!(cs[0].last_transition_time, "2026-01-01T00:00:00Z", "same status keeps the time");
-        assert!(set_condition(&mut cs, "Drained", ConditionStatus::True, "Drained", "", t1));
-        assert_eq!(cs[0].last_transition_time, "2026-01-01T00:00:30Z");
-        assert!(remove_condition(&mut cs, "Drained"));
-        assert!(!remove_condition(&mut cs, "Drained"));
-    }
 
     #[tokio::test(start_paused = true)]
     async fn read_modify_writes_are_retried_on_conflicts_only() {

@@ -36,15 +36,16 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Taint as CoreTaint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use karpenter_api::NodeClaim;
-use karpenter_api::condition::{Condition, ConditionStatus};
+use karpenter_api::condition::{Condition, ConditionStatus, set_condition};
 use karpenter_api::labels::{self, finalizers, taints};
 use karpenter_api::nodeclaim::NodeClaimStatus;
 use karpenter_api::nodeclaim::conditions::{self as cond, reasons as cond_reasons};
+use karpenter_api::time::{chrono_duration, from_k8s, parse_rfc3339};
 use karpenter_cloudprovider::{Clock, CloudProvider, CloudProviderError, ErrorKind};
 use karpenter_scheduler::snapshot::api_taint;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
@@ -160,49 +161,10 @@ impl LifecycleContext {
     }
 }
 
-fn chrono_duration(d: Duration) -> chrono::Duration {
-    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
-}
-
-fn rfc3339(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(SecondsFormat::Secs, true)
-}
-
+/// A condition message cut to [`MAX_CONDITION_MESSAGE`] characters: launch and registration errors can carry
+/// whole provider responses.
 fn truncate(message: &str) -> String {
     message.chars().take(MAX_CONDITION_MESSAGE).collect()
-}
-
-/// Sets a condition; the transition time changes only when the status does. Returns whether anything changed.
-pub fn set_condition(
-    conditions: &mut Vec<Condition>,
-    type_: &str,
-    status: ConditionStatus,
-    reason: &str,
-    message: &str,
-    now: DateTime<Utc>,
-    generation: Option<i64>,
-) -> bool {
-    let message = truncate(message);
-    if let Some(c) = conditions.iter_mut().find(|c| c.type_ == type_) {
-        let changed = c.status != status || c.reason != reason || c.message != message;
-        if c.status != status {
-            c.last_transition_time = rfc3339(now);
-        }
-        c.status = status;
-        c.reason = reason.to_owned();
-        c.message = message;
-        c.observed_generation = generation;
-        return changed;
-    }
-    conditions.push(Condition {
-        type_: type_.to_owned(),
-        status,
-        observed_generation: generation,
-        last_transition_time: rfc3339(now),
-        reason: reason.to_owned(),
-        message,
-    });
-    true
 }
 
 fn condition<'a>(claim: &'a NodeClaim, type_: &str) -> Option<&'a Condition> {
@@ -210,7 +172,7 @@ fn condition<'a>(claim: &'a NodeClaim, type_: &str) -> Option<&'a Condition> {
 }
 
 fn transition_time(c: &Condition) -> Option<DateTime<Utc>> {
-    DateTime::parse_from_rfc3339(&c.last_transition_time).ok().map(|t| t.with_timezone(&Utc))
+    parse_rfc3339(&c.last_transition_time)
 }
 
 fn resource_version(claim: &NodeClaim) -> Option<u64> {
@@ -296,8 +258,8 @@ pub async fn reconcile(ctx: &LifecycleContext, claim: &NodeClaim) -> Result<Acti
                     ConditionStatus::True,
                     cond::LAUNCHED,
                     "",
-                    now,
                     generation,
+                    now,
                 );
                 let instance_type = claim.labels().get(labels::INSTANCE_TYPE).map(String::as_str).unwrap_or("");
                 let provider_id = status.provider_id.as_deref().unwrap_or("");
@@ -334,9 +296,9 @@ pub async fn reconcile(ctx: &LifecycleContext, claim: &NodeClaim) -> Result<Acti
                     cond::LAUNCHED,
                     ConditionStatus::Unknown,
                     e.kind().as_str(),
-                    &e.to_string(),
-                    now,
+                    &truncate(&e.to_string()),
                     generation,
+                    now,
                 );
                 write_status(ctx, &claim, &before, status).await?;
                 return Err(LifecycleError::Launch { name, source: e });
@@ -360,8 +322,8 @@ pub async fn reconcile(ctx: &LifecycleContext, claim: &NodeClaim) -> Result<Acti
                     ConditionStatus::Unknown,
                     cond_reasons::NODE_NOT_FOUND,
                     "Node not registered with cluster",
-                    now,
                     generation,
+                    now,
                 );
             }
             [one] => {
@@ -374,8 +336,8 @@ pub async fn reconcile(ctx: &LifecycleContext, claim: &NodeClaim) -> Result<Acti
                         ConditionStatus::True,
                         cond::REGISTERED,
                         "",
-                        now,
                         generation,
+                        now,
                     );
                     registered = true;
                     let pool = claim.node_pool_name().unwrap_or("");
@@ -391,9 +353,9 @@ pub async fn reconcile(ctx: &LifecycleContext, claim: &NodeClaim) -> Result<Acti
                     cond::REGISTERED,
                     ConditionStatus::False,
                     cond_reasons::MULTIPLE_NODES_FOUND,
-                    &format!("{} Nodes have providerID {provider_id}", nodes.len()),
-                    now,
+                    &truncate(&format!("{} Nodes have providerID {provider_id}", nodes.len())),
                     generation,
+                    now,
                 );
             }
         }
@@ -411,9 +373,9 @@ pub async fn reconcile(ctx: &LifecycleContext, claim: &NodeClaim) -> Result<Acti
                         cond::INITIALIZED,
                         ConditionStatus::Unknown,
                         reason,
-                        &message,
-                        now,
+                        &truncate(&message),
                         generation,
+                        now,
                     );
                 }
                 None => {
@@ -424,8 +386,8 @@ pub async fn reconcile(ctx: &LifecycleContext, claim: &NodeClaim) -> Result<Acti
                         ConditionStatus::True,
                         cond::INITIALIZED,
                         "",
-                        now,
                         generation,
+                        now,
                     );
                     tracing::info!(controller = CONTROLLER, NodeClaim = %name, Node = %n.name_any(), "initialized nodeclaim");
                 }
@@ -439,14 +401,12 @@ pub async fn reconcile(ctx: &LifecycleContext, claim: &NodeClaim) -> Result<Acti
         .all(|t| status.conditions.iter().any(|c| c.type_ == *t && c.status == ConditionStatus::True));
     let (ready_status, ready_reason) =
         if all_true { (ConditionStatus::True, cond::READY) } else { (ConditionStatus::Unknown, "NotReady") };
-    set_condition(&mut status.conditions, cond::READY, ready_status, ready_reason, "", now, generation);
+    set_condition(&mut status.conditions, cond::READY, ready_status, ready_reason, "", generation, now);
 
     // 5. Liveness.
     if !registered {
         let fake = NodeClaim { status: Some(status.clone()), ..claim.clone() };
-        let creation = claim.metadata.creation_timestamp.as_ref().and_then(|t| {
-            DateTime::<Utc>::from_timestamp(t.0.as_second(), u32::try_from(t.0.subsec_nanosecond()).unwrap_or(0))
-        });
+        let creation = claim.metadata.creation_timestamp.as_ref().and_then(from_k8s);
         if !launched {
             let since = condition(&fake, cond::LAUNCHED).and_then(transition_time).or(creation).unwrap_or(now);
             let left = chrono_duration(LAUNCH_TTL) - (now - since);

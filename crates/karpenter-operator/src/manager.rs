@@ -31,7 +31,9 @@ use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVo
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use karpenter_api::{CompactPod, NodeClaim, NodePool};
-use karpenter_cloudprovider::{Clock, CloudProvider, InterruptionSource, NodeClassKind, NodeClassLookup};
+use karpenter_cloudprovider::{
+    Clock, CloudProvider, Instrumented, InterruptionSource, MetricsSink, NodeClassKind, NodeClassLookup,
+};
 use kube::Client;
 use tokio_util::sync::CancellationToken;
 
@@ -441,8 +443,13 @@ fn controllers(parts: &LeaderParts, leader: &CancellationToken) -> Controllers {
     let settings = &parts.settings;
     let client = parts.client.clone();
     let clock = parts.clock.clone();
-    let cloud = parts.cloud.clone();
     let metrics = parts.metrics.clone();
+    // Every controller talks to the provider through its own metrics decorator, so each call is timed (and its
+    // error counted) under the calling controller's name, whatever the provider.
+    let sink: Arc<dyn MetricsSink> = metrics.clone();
+    let instrumented = Instrumented::new(parts.cloud.clone(), sink, clock.clone());
+    let cloud_for = |controller: &str| -> Arc<dyn CloudProvider> { Arc::new(instrumented.for_controller(controller)) };
+    let cloud = &parts.cloud;
     // Write conflicts of controllers that hold no registry are counted here.
     crate::kube_util::set_fallback_metrics(metrics.clone());
     let state = parts.state.clone().unwrap_or_else(|| ClusterState::from_settings(settings, clock.clone()));
@@ -452,7 +459,7 @@ fn controllers(parts: &LeaderParts, leader: &CancellationToken) -> Controllers {
     let provisioner = Provisioner::new(
         client.clone(),
         state.clone(),
-        cloud.clone(),
+        cloud_for("provisioner"),
         recorder.clone(),
         metrics.clone(),
         ProvisionerOptions::from_settings(settings),
@@ -462,7 +469,7 @@ fn controllers(parts: &LeaderParts, leader: &CancellationToken) -> Controllers {
     let lifecycle = Arc::new(LifecycleContext::new(
         client.clone(),
         state.clone(),
-        cloud.clone(),
+        cloud_for("nodeclaim.lifecycle"),
         recorder.clone(),
         metrics.clone(),
         clock.clone(),
@@ -470,20 +477,32 @@ fn controllers(parts: &LeaderParts, leader: &CancellationToken) -> Controllers {
     list.push(("nodeclaim.lifecycle".into(), Box::pin(crate::lifecycle::run(lifecycle, leader.clone()))));
 
     let termination = Arc::new(
-        Termination::new(client.clone(), cloud.clone(), recorder.clone(), metrics.clone(), clock.clone())
-            .with_state(state.clone()),
+        Termination::new(
+            client.clone(),
+            cloud_for("node.termination"),
+            recorder.clone(),
+            metrics.clone(),
+            clock.clone(),
+        )
+        .with_state(state.clone()),
     );
     list.push(("node.termination".into(), Box::pin(termination.run(state.clone(), leader.clone()))));
 
     let expiration = Arc::new(Expiration::new(client.clone(), metrics.clone(), clock.clone()));
     list.push(("nodeclaim.expiration".into(), Box::pin(expiration.run(state.clone(), leader.clone()))));
 
-    let gc = Arc::new(GarbageCollection::new(client.clone(), cloud.clone(), metrics.clone(), clock.clone()));
+    let gc = Arc::new(GarbageCollection::new(
+        client.clone(),
+        cloud_for("garbagecollection"),
+        metrics.clone(),
+        clock.clone(),
+    ));
     list.push(("garbagecollection".into(), Box::pin(gc.run(leader.clone()))));
 
     // NodePools: readiness, validation, registration health, counter, hash, static capacity.
     let resolver = NodeClassResolver::default();
-    let readiness = Arc::new(Readiness::new(client.clone(), cloud.clone(), resolver.clone(), clock.clone()));
+    let readiness =
+        Arc::new(Readiness::new(client.clone(), cloud_for("nodepool.readiness"), resolver.clone(), clock.clone()));
     list.push(("nodepool.readiness".into(), Box::pin(readiness.run(leader.clone()))));
     let validation = Arc::new(Validation::new(client.clone(), cloud.labels().clone(), clock.clone()));
     list.push(("nodepool.validation".into(), Box::pin(validation.run(state.clone(), leader.clone()))));
@@ -518,14 +537,19 @@ fn controllers(parts: &LeaderParts, leader: &CancellationToken) -> Controllers {
     list.push(("nodeclaim.consistency".into(), Box::pin(consistency.run(leader.clone()))));
 
     // Disruption: the NodeClaim conditions, pod events and the disruption loop.
-    let conditions = Arc::new(NodeClaimDisruption::new(client.clone(), state.clone(), cloud.clone(), clock.clone()));
+    let conditions = Arc::new(NodeClaimDisruption::new(
+        client.clone(),
+        state.clone(),
+        cloud_for("nodeclaim.disruption"),
+        clock.clone(),
+    ));
     list.push(("nodeclaim.disruption".into(), Box::pin(conditions.run(leader.clone()))));
     let pod_events = Arc::new(PodEvents::new(client.clone(), state.clone(), clock.clone()));
     list.push(("nodeclaim.podevents".into(), Box::pin(pod_events.run(leader.clone()))));
     let disruption = Arc::new(Disruption::new(
         client.clone(),
         state.clone(),
-        cloud.clone(),
+        cloud_for("disruption"),
         recorder.clone(),
         metrics.clone(),
         clock.clone(),

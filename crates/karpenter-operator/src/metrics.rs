@@ -403,6 +403,19 @@ karpenter_metrics! {
     counter interruption_instance_status_unhealthy(category) "Number of instances found unhealthy by instance status checks, by category (AWS).";
 }
 
+/// The registry as the cloud provider decorator's sink: every provider call the manager's
+/// [`karpenter_cloudprovider::Instrumented`] wrappers observe lands in `karpenter_cloudprovider_duration_seconds`
+/// (a histogram over [`DURATION_BUCKETS`]) and, when it failed, `karpenter_cloudprovider_errors_total`.
+impl karpenter_cloudprovider::MetricsSink for Metrics {
+    fn observe(&self, o: &karpenter_cloudprovider::Observation) {
+        let method = o.method.as_str();
+        self.cloudprovider_duration_seconds(&o.controller, method, &o.provider).observe(o.duration.as_secs_f64());
+        if let Some(error) = o.error {
+            self.cloudprovider_errors(&o.controller, method, &o.provider, error.as_str()).inc();
+        }
+    }
+}
+
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Metrics").finish_non_exhaustive()

@@ -100,14 +100,8 @@ impl ProvisionerOptions {
 
     fn scheduler_options(&self) -> SchedulerOptions {
         SchedulerOptions {
-            min_values_policy: match self.min_values_policy {
-                MinValuesPolicy::Strict => karpenter_requirements::MinValuesPolicy::Strict,
-                MinValuesPolicy::BestEffort => karpenter_requirements::MinValuesPolicy::BestEffort,
-            },
-            preference_policy: match self.preference_policy {
-                PreferencePolicy::Respect => karpenter_requirements::PreferencePolicy::Respect,
-                PreferencePolicy::Ignore => karpenter_requirements::PreferencePolicy::Ignore,
-            },
+            min_values_policy: self.min_values_policy,
+            preference_policy: self.preference_policy,
             ..SchedulerOptions::default()
         }
     }

@@ -14,6 +14,8 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args, Command};
 use karpenter_api::duration::parse_go_duration;
+// The policies are the scheduler's own types: settings parse into what the scheduler reads, with no mapping.
+pub use karpenter_requirements::{MinValuesPolicy, PreferencePolicy};
 
 /// A setting that cannot be used, named by its environment variable.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -28,44 +30,6 @@ fn invalid(setting: &'static str, message: impl Into<String>) -> SettingsError {
 
 fn duration(s: &str) -> Result<Duration, String> {
     parse_go_duration(s).map_err(|e| format!("{s:?} is not a duration such as 10s or 1m30s: {e}"))
-}
-
-/// Whether preferred affinities and `ScheduleAnyway` spreads are honoured (`PREFERENCE_POLICY`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum PreferencePolicy {
-    #[default]
-    Respect,
-    Ignore,
-}
-
-impl FromStr for PreferencePolicy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "Respect" => Ok(Self::Respect),
-            "Ignore" => Ok(Self::Ignore),
-            _ => Err(format!("{s:?} is not a preference policy; use Respect or Ignore")),
-        }
-    }
-}
-
-/// How `minValues` is enforced when it cannot be met (`MIN_VALUES_POLICY`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum MinValuesPolicy {
-    #[default]
-    Strict,
-    BestEffort,
-}
-
-impl FromStr for MinValuesPolicy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "Strict" => Ok(Self::Strict),
-            "BestEffort" => Ok(Self::BestEffort),
-            _ => Err(format!("{s:?} is not a min-values policy; use Strict or BestEffort")),
-        }
-    }
 }
 
 /// Log verbosity (`LOG_LEVEL`).

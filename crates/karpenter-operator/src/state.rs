@@ -41,7 +41,6 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use karpenter_api::labels;
 use karpenter_api::lean::Lean;
@@ -718,7 +717,7 @@ impl ClusterState {
         self.apply(claim.clone());
         let mut objects = self.write();
         objects.claim_pods.insert(name.clone(), pods.to_vec());
-        let until = self.clock.now() + chrono_duration(self.nomination_window);
+        let until = self.clock.now() + karpenter_api::time::chrono_duration(self.nomination_window);
         objects.nominations.insert(name, until);
     }
 
@@ -729,7 +728,7 @@ impl ClusterState {
 
     /// Nominates a node or in-flight NodeClaim (by name) for the nomination window from now.
     pub fn nominate(&self, name: &str) {
-        let until = self.clock.now() + chrono_duration(self.nomination_window);
+        let until = self.clock.now() + karpenter_api::time::chrono_duration(self.nomination_window);
         self.write().nominations.insert(name.to_owned(), until);
     }
 
@@ -863,10 +862,6 @@ fn unwrap_lean<K>(event: watcher::Event<Lean<K>>) -> watcher::Event<K> {
     }
 }
 
-fn chrono_duration(d: Duration) -> chrono::Duration {
-    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
-}
-
 /// Names (nodes and NodeClaims) marked for deletion, each machine under both its names.
 fn marked_names(o: &Objects) -> BTreeSet<String> {
     let mut out = o.marked.clone();
@@ -982,24 +977,6 @@ fn validate_pod(pod: &CompactPod, o: &Objects) -> Result<(), PodRejection> {
     Ok(())
 }
 
-/// Whether a label selector matches `labels` (a missing selector matches nothing, an empty one everything).
-pub fn selector_matches(selector: Option<&LabelSelector>, labels: &BTreeMap<String, String>) -> bool {
-    let Some(s) = selector else { return false };
-    let labels_ok = s.match_labels.iter().flatten().all(|(k, v)| labels.get(k) == Some(v));
-    let exprs_ok = s.match_expressions.iter().flatten().all(|e| {
-        let have = labels.get(&e.key);
-        let values = e.values.as_deref().unwrap_or(&[]);
-        match e.operator.as_str() {
-            "In" => have.is_some_and(|h| values.contains(h)),
-            "NotIn" => have.is_none_or(|h| !values.contains(h)),
-            "Exists" => have.is_some(),
-            "DoesNotExist" => have.is_none(),
-            _ => false,
-        }
-    });
-    labels_ok && exprs_ok
-}
-
 fn fully_blocking(pdb: &PodDisruptionBudget) -> bool {
     let Some(spec) = pdb.spec.as_ref() else { return false };
     let zero = |v: &IntOrString| matches!(v, IntOrString::Int(0)) || matches!(v, IntOrString::String(s) if s == "0%");
@@ -1012,8 +989,8 @@ fn fully_blocking(pdb: &PodDisruptionBudget) -> bool {
 /// of the moment: no active `karpenter.sh/do-not-disrupt` (either form: `"true"`, or a duration still running at
 /// `now`) and no PodDisruptionBudget that allows no disruption of it.
 fn is_currently_reschedulable(pod: &CompactPod, pdbs: &[&PodDisruptionBudget], now: DateTime<Utc>) -> bool {
-    use karpenter_disruption::pods::{DoNotDisrupt, do_not_disrupt, is_reschedulable};
-    if !is_reschedulable(pod) || do_not_disrupt(pod, now) != DoNotDisrupt::No {
+    use karpenter_disruption::pods::is_reschedulable;
+    if !is_reschedulable(pod) || pod.do_not_disrupt(now) != karpenter_api::DoNotDisrupt::No {
         return false;
     }
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
@@ -1021,7 +998,10 @@ fn is_currently_reschedulable(pod: &CompactPod, pdbs: &[&PodDisruptionBudget], n
     !pdbs.iter().any(|pdb| {
         pdb.metadata.namespace.as_deref() == Some(ns)
             && fully_blocking(pdb)
-            && selector_matches(pdb.spec.as_ref().and_then(|s| s.selector.as_ref()), &pod_labels)
+            && karpenter_api::selector::selector_matches(
+                pdb.spec.as_ref().and_then(|s| s.selector.as_ref()),
+                &pod_labels,
+            )
     })
 }
 

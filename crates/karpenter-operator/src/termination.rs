@@ -43,14 +43,16 @@ use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod, Taint};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
+use karpenter_api::DoNotDisrupt;
 use karpenter_api::condition::{ConditionStatus, Conditions};
 use karpenter_api::labels::{self, annotations, finalizers, taints};
 use karpenter_api::nodeclaim::conditions;
 use karpenter_api::nodeclaim::{NodeClaimSpec, NodeClassReference};
+use karpenter_api::time::{from_k8s, parse_rfc3339};
 use karpenter_api::{CompactPod, NodeClaim};
 use karpenter_cloudprovider::{Clock, CloudProvider};
 use karpenter_disruption::expiration::{STUCK_AFTER_SECONDS, TerminationDeadline, termination_deadline};
-use karpenter_disruption::pods::{DoNotDisrupt, do_not_disrupt, is_static, is_terminal, tolerates_disrupted_taint};
+use karpenter_disruption::pods::{is_static, tolerates_disrupted_taint};
 use karpenter_scheduler::ClusterSnapshot;
 use karpenter_scheduler::snapshot::{is_daemon_set_pod, pod_key};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
@@ -63,7 +65,7 @@ use crate::events::{Event, Recorder, reasons};
 use crate::eviction::{EvictionOutcome, evict_uid};
 use crate::kube_util::{
     ControllerContext, ReconcileError, Requeue, delete_ignoring_missing, ensure_claim_condition, is_not_found, label,
-    node_claim_info, remove_finalizer, seconds_between, to_chrono,
+    node_claim_info, remove_finalizer, seconds_between,
 };
 use crate::metrics::{Metrics, StatusKind};
 use crate::state::ClusterState;
@@ -123,14 +125,14 @@ pub struct DrainPlan {
 /// Whether the drain waits for this pod: not terminal, not tolerating the disrupted taint, not static, and not
 /// stuck terminating (over a minute past its deletion timestamp).
 pub fn waits_for(pod: &CompactPod, now: DateTime<Utc>) -> bool {
-    if is_terminal(pod) || tolerates_disrupted_taint(pod) || is_static(pod) {
+    if pod.is_terminal() || tolerates_disrupted_taint(pod) || is_static(pod) {
         return false;
     }
     let stuck = pod
         .metadata
         .deletion_timestamp
         .as_ref()
-        .and_then(to_chrono)
+        .and_then(from_k8s)
         .is_some_and(|d| now > d + chrono::Duration::seconds(STUCK_AFTER_SECONDS));
     !stuck
 }
@@ -365,7 +367,7 @@ impl Termination {
         self.metrics
             .nodeclaims_terminated(pool, label(&claim, labels::CAPACITY_TYPE), label(&claim, labels::ZONE))
             .inc();
-        if let Some(deleted) = claim.metadata.deletion_timestamp.as_ref().and_then(to_chrono) {
+        if let Some(deleted) = claim.metadata.deletion_timestamp.as_ref().and_then(from_k8s) {
             let secs = seconds_between(deleted, now);
             self.metrics.nodeclaims_termination_duration_seconds(pool).observe(secs);
             self.metrics.status_conditions(StatusKind::NodeClaim).termination_duration_seconds().observe(secs);
@@ -373,7 +375,7 @@ impl Termination {
         if let Some(started) = claim
             .conditions()
             .condition(conditions::INSTANCE_TERMINATING)
-            .and_then(|c| karpenter_disruption::pods::parse_rfc3339(&c.last_transition_time))
+            .and_then(|c| parse_rfc3339(&c.last_transition_time))
         {
             self.metrics.nodeclaims_instance_termination_duration_seconds(pool).observe(seconds_between(started, now));
         }
@@ -530,10 +532,10 @@ impl Termination {
         remove_finalizer(&self.nodes(), node, finalizers::TERMINATION).await?;
         let pool = label(node, labels::NODE_POOL);
         self.metrics.nodes_terminated(pool, label(node, labels::ZONE)).inc();
-        if let Some(deleted) = node.metadata.deletion_timestamp.as_ref().and_then(to_chrono) {
+        if let Some(deleted) = node.metadata.deletion_timestamp.as_ref().and_then(from_k8s) {
             self.metrics.nodes_termination_duration_seconds(pool).observe(seconds_between(deleted, now));
         }
-        if let Some(created) = node.metadata.creation_timestamp.as_ref().and_then(to_chrono) {
+        if let Some(created) = node.metadata.creation_timestamp.as_ref().and_then(from_k8s) {
             self.metrics.nodes_lifetime_duration_seconds(pool).observe(seconds_between(created, now));
         }
         tracing::info!(Node = %node.name_any(), "deleted node");
@@ -590,7 +592,7 @@ impl Termination {
         match c.conditions().condition(conditions::DRAINED) {
             Some(d) if d.status == ConditionStatus::True => Ok(None),
             Some(d) if d.status == ConditionStatus::Unknown => {
-                let since = karpenter_disruption::pods::parse_rfc3339(&d.last_transition_time).unwrap_or(now);
+                let since = parse_rfc3339(&d.last_transition_time).unwrap_or(now);
                 let settle = chrono::Duration::from_std(DRAIN_SETTLE).unwrap_or_default();
                 if now < since + settle {
                     return Ok(Some((since + settle - now).to_std().unwrap_or(DRAIN_REQUEUE)));
@@ -645,7 +647,7 @@ impl Termination {
         reason: &str,
         now: DateTime<Utc>,
     ) -> Result<(), ReconcileError> {
-        if do_not_disrupt(pod, now) != DoNotDisrupt::No {
+        if pod.do_not_disrupt(now) != DoNotDisrupt::No {
             return Ok(());
         }
         let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
@@ -693,7 +695,7 @@ impl Termination {
         }
         let mut ignored_pvs = BTreeSet::new();
         for pod in pods.iter().filter(|p| tolerates_disrupted_taint(p) || is_static(p) || !waits_for(p, now)) {
-            if is_terminal(pod) {
+            if pod.is_terminal() {
                 continue;
             }
             let ns = pod.metadata.namespace.as_deref().unwrap_or("default");

@@ -2,18 +2,19 @@
 //! CRDs are installed, `/metrics` serves the registry; the manager stops on shutdown even while it still waits
 //! for the cluster state (CRDs missing).
 
-use std::net::SocketAddr;
+mod e2e_support;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
+use e2e_support::http_get as get;
 use karpenter_cloudprovider::{Clock, CloudProvider, SystemClock};
 use karpenter_kwok::KwokCloudProvider;
 use karpenter_operator::CoreSettings;
 use karpenter_operator::manager::{Manager, Started};
 use karpenter_operator::node_classes::KubeNodeClasses;
 use karpenter_testing::apiserver::{ApiServer, Registry};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser)]
@@ -24,18 +25,6 @@ struct Cli {
 
 fn settings() -> CoreSettings {
     Cli::try_parse_from(["k", "--metrics-port=0", "--health-probe-port=0", "--disable-leader-election"]).unwrap().core
-}
-
-/// `GET path` over HTTP/1.1: (status code, body).
-async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    let code = response.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-    (code, body)
 }
 
 async fn start(server: &ApiServer) -> (Started, CancellationToken, tokio::task::JoinHandle<()>) {

@@ -4,9 +4,12 @@
 mod e2e_support;
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
-use e2e_support::{Cluster, Timer, is_true, settings};
+use e2e_support::{Cluster, Timer, http_get, is_true, settings};
+use karpenter_api::ProviderLabels;
+use karpenter_cloudprovider::{CloudProviderError, FakeCloudProvider, FakeOptions, Method};
 use karpenter_testing::NodePoolOptions;
 use kube::ResourceExt;
 
@@ -59,5 +62,40 @@ async fn pending_pods_get_nodes_that_initialize_and_run_them() {
         "{rendered}"
     );
     assert!(!cluster.events("Nominated").await.is_empty(), "pods were nominated");
+    running.stop().await;
+}
+
+/// Every provider call goes through the manager's metrics decorator, whatever the provider: a launch shows in
+/// `karpenter_cloudprovider_duration_seconds` (a histogram) and a failed one in
+/// `karpenter_cloudprovider_errors_total`, both labelled with the calling controller, on the `/metrics` the
+/// manager serves.
+#[tokio::test(start_paused = true)]
+async fn provider_calls_are_timed_and_their_errors_counted_on_metrics() {
+    let cluster = Cluster::new().await;
+    cluster.node_pool(NodePoolOptions { name: Some("default".into()), ..Default::default() }).await;
+    let labels = ProviderLabels { name: "fake".into(), ..ProviderLabels::kwok() };
+    let fake = FakeCloudProvider::new(FakeOptions { labels, ..FakeOptions::default() });
+    fake.fail_next(Method::Create, 1, || CloudProviderError::create("LaunchFailed", "injected"));
+    let (running, metrics_addr) =
+        cluster.start_serving(settings(&["--disable-leader-election"]), Arc::new(fake.clone())).await;
+
+    cluster.pending_pods("web", 1, "1", &[("app", "web")]).await;
+    cluster
+        .eventually("a launch after the injected failure", Duration::from_secs(120), async || {
+            (fake.call_count(Method::Create) >= 2).then_some(())
+        })
+        .await;
+
+    let (code, text) = http_get(metrics_addr, "/metrics").await;
+    assert_eq!(code, 200, "{text}");
+    assert!(text.contains("# TYPE karpenter_cloudprovider_duration_seconds histogram"), "{text}");
+    let create = r#"controller="nodeclaim.lifecycle",method="Create",provider="fake""#;
+    let count = format!("karpenter_cloudprovider_duration_seconds_count{{{create}}} ");
+    let launches = text.lines().find_map(|l| l.strip_prefix(count.as_str())).and_then(|n| n.parse::<u64>().ok());
+    assert!(launches.is_some_and(|n| n >= 2), "both launches are timed:\n{text}");
+    assert!(
+        text.contains(&format!(r#"karpenter_cloudprovider_errors_total{{{create},error="CreateError"}} 1"#)),
+        "the failed launch is counted:\n{text}"
+    );
     running.stop().await;
 }

@@ -202,6 +202,22 @@ pub enum MinValuesPolicy {
     BestEffort,
 }
 
+/// A `--min-values-policy` value that is neither `Strict` nor `BestEffort`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a min-values policy; use Strict or BestEffort")]
+pub struct UnknownMinValuesPolicy(pub String);
+
+impl std::str::FromStr for MinValuesPolicy {
+    type Err = UnknownMinValuesPolicy;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "Strict" => Ok(Self::Strict),
+            "BestEffort" => Ok(Self::BestEffort),
+            _ => Err(UnknownMinValuesPolicy(s.to_owned())),
+        }
+    }
+}
+
 /// Orders by price ([`order_by_price`]) and keeps the first `max`. Under `Strict`, when `reqs` has minValues and
 /// the kept list no longer satisfies them, fails; under `BestEffort` never fails.
 pub fn truncate<T: Borrow<InstanceType>, K: KeySet>(

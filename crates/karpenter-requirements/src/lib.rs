@@ -49,11 +49,12 @@ pub mod fuzzing;
 
 pub use host_ports::{HostPort, HostPortConflict, HostPortUsage, pod_host_ports, spec_host_ports};
 pub use instance_type::{
-    InstanceType, MinValuesError, MinValuesPolicy, Overhead, order_by_price, satisfies_min_values, truncate,
+    InstanceType, MinValuesError, MinValuesPolicy, Overhead, UnknownMinValuesPolicy, order_by_price,
+    satisfies_min_values, truncate,
 };
 pub use offering::{Offering, OfferingsExt};
 pub use quantity::{Format, Quantity, QuantityError};
 pub use requirement::{Operator, Requirement, RequirementError, SerializedRequirement, UnknownOperator, Values};
-pub use requirements::{CompatibilityError, KeySet, NoKeys, PreferencePolicy, Requirements};
+pub use requirements::{CompatibilityError, KeySet, NoKeys, PreferencePolicy, Requirements, UnknownPreferencePolicy};
 pub use resources::{ResourceError, ResourceList, pod_requests, spec_requests};
 pub use taints::{TaintError, tolerates_all};

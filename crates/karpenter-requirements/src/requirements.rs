@@ -101,6 +101,22 @@ pub enum PreferencePolicy {
     Ignore,
 }
 
+/// A `--preference-policy` value that is neither `Respect` nor `Ignore`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a preference policy; use Respect or Ignore")]
+pub struct UnknownPreferencePolicy(pub String);
+
+impl std::str::FromStr for PreferencePolicy {
+    type Err = UnknownPreferencePolicy;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "Respect" => Ok(Self::Respect),
+            "Ignore" => Ok(Self::Ignore),
+            _ => Err(UnknownPreferencePolicy(s.to_owned())),
+        }
+    }
+}
+
 /// Requirements keyed by (normalised) label key; at most one [`Requirement`] per key.
 #[derive(Clone, Default, PartialEq, Eq, Hash)]
 pub struct Requirements {

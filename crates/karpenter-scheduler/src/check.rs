@@ -427,11 +427,11 @@ fn term_selects(
             list.is_some_and(|l| l.iter().any(|n| n == ns))
                 || sel.as_ref().is_some_and(|s| {
                     let labels = snapshot.namespaces.get(ns).map(|n| n.labels.clone()).unwrap_or_default();
-                    crate::scheduler::selector_matches(Some(s), &labels)
+                    karpenter_api::selector::selector_matches(Some(s), &labels)
                 })
         }
     };
-    ns_ok && crate::scheduler::selector_matches(term.label_selector.as_ref(), &pod_labels(other))
+    ns_ok && karpenter_api::selector::selector_matches(term.label_selector.as_ref(), &pod_labels(other))
 }
 
 fn required_terms(pod: &CompactPod, anti: bool) -> impl Iterator<Item = &k8s_openapi::api::core::v1::PodAffinityTerm> {
@@ -803,7 +803,7 @@ fn check_spread(
                 continue;
             }
             let selects = |q: &CompactPod| {
-                pod_ns(q) == pod_ns(p) && crate::scheduler::selector_matches(Some(&selector), &pod_labels(q))
+                pod_ns(q) == pod_ns(p) && karpenter_api::selector::selector_matches(Some(&selector), &pod_labels(q))
             };
             // Only groups whose placed members all carry the same constraint and node constraints are verified.
             let same = |q: &CompactPod| {

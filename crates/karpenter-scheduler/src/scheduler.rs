@@ -20,8 +20,8 @@ use karpenter_requirements::{
     ResourceList, satisfies_min_values,
 };
 
+pub use pods::TOPOLOGY_NOT_SUPPORTED;
 use pods::{PodData, Relaxation, pod_data};
-pub use pods::{TOPOLOGY_NOT_SUPPORTED, selector_matches};
 use templates::{ExistingNode, Template, daemons, existing_nodes};
 use topology::{Place, Prepared, Topology};
 use volumes::{VolumeIndex, first_compatible};

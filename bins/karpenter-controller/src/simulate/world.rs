@@ -19,11 +19,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{Pod, PodStatus, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use karpenter_api::loader::{self, Loaded, Object};
+use karpenter_api::time::{chrono_duration, from_k8s, parse_rfc3339, rfc3339};
 use karpenter_api::{CompactPod, IntoSharedPod, SpecInterner};
 use karpenter_api::{NodeClaim, NodePool, ProviderLabels, ValidationContext, labels};
 use karpenter_disruption::{Command, DisruptionOptions, Method, Pass, Reason, evaluate, expiration, validation};
@@ -85,28 +86,17 @@ pub struct World<'c> {
     pub notes: Vec<String>,
 }
 
-fn rfc3339(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(SecondsFormat::Secs, true)
-}
-
-fn to_chrono(d: Duration) -> chrono::Duration {
-    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
-}
-
 /// The latest timestamp of the input's NodeClaims (creation, condition transitions, last pod event), so a run
 /// over a captured cluster starts after everything in it.
 pub fn latest_timestamp(snapshot: &ClusterSnapshot) -> Option<DateTime<Utc>> {
-    let parse = |s: &str| DateTime::parse_from_rfc3339(s).ok().map(|t| t.with_timezone(&Utc));
     let mut latest: Option<DateTime<Utc>> = None;
     for c in &snapshot.node_claims {
-        let created = c.claim.metadata.creation_timestamp.as_ref().and_then(|t| {
-            DateTime::<Utc>::from_timestamp(t.0.as_second(), u32::try_from(t.0.subsec_nanosecond()).unwrap_or(0))
-        });
+        let created = c.claim.metadata.creation_timestamp.as_ref().and_then(from_k8s);
         let status = c.claim.status.as_ref();
         let times = created
             .into_iter()
-            .chain(status.and_then(|s| s.last_pod_event_time.as_deref()).and_then(parse))
-            .chain(c.claim.conditions().iter().filter_map(|c| parse(&c.last_transition_time)));
+            .chain(status.and_then(|s| s.last_pod_event_time.as_deref()).and_then(parse_rfc3339))
+            .chain(c.claim.conditions().iter().filter_map(|c| parse_rfc3339(&c.last_transition_time)));
         for t in times {
             latest = Some(latest.map_or(t, |l| l.max(t)));
         }
@@ -583,7 +573,7 @@ impl<'c> World<'c> {
             if immediate {
                 self.execute(&pass.commands, self.now)?;
             } else {
-                let due = self.now + to_chrono(VALIDATION_WAIT);
+                let due = self.now + chrono_duration(VALIDATION_WAIT);
                 self.hints.insert(due);
                 self.waiting = Some(Waiting { decided: self.now, due, commands: pass.commands });
                 return Ok(());

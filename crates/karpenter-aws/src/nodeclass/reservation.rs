@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 use karpenter_api::ec2nodeclass::{
     CapacityReservation, CapacityReservationSelectorTerm, CapacityReservationState, CapacityReservationType,
     InstanceMatchCriteria, PlacementGroupSelector,
@@ -87,7 +87,7 @@ pub fn to_status(r: &CapacityReservationDescription, now: DateTime<Utc>) -> Capa
         reservation_type,
         interruptible: r.interruptible,
         state: if expiring { CapacityReservationState::Expiring } else { CapacityReservationState::Active },
-        end_time: r.end_date.map(|t| t.to_rfc3339_opts(SecondsFormat::Secs, true)),
+        end_time: r.end_date.map(karpenter_api::time::rfc3339),
     }
 }
 

@@ -25,8 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::{DateTime, SecondsFormat, Utc};
-use karpenter_api::condition::{Condition, ConditionStatus};
+use karpenter_api::condition::{ConditionStatus, set_condition};
 use karpenter_api::ec2nodeclass::{FORBIDDEN_TAG_KEYS, FORBIDDEN_TAG_PREFIX, conditions, conditions::reasons};
 use karpenter_api::{EC2NodeClass, EC2NodeClassStatus};
 use karpenter_cloudprovider::Clock;
@@ -417,49 +416,5 @@ impl NodeClassResolver {
             }
         };
         result.map_err(|f| (f.reason, f.message))
-    }
-}
-
-/// Sets condition `type_`; the transition time changes only when the status does. Returns whether anything
-/// changed.
-pub fn set_condition(
-    conditions: &mut Vec<Condition>,
-    type_: &str,
-    status: ConditionStatus,
-    reason: &str,
-    message: &str,
-    observed_generation: Option<i64>,
-    now: DateTime<Utc>,
-) -> bool {
-    let time = now.to_rfc3339_opts(SecondsFormat::Secs, true);
-    match conditions.iter_mut().find(|c| c.type_ == type_) {
-        Some(c) => {
-            if c.status == status
-                && c.reason == reason
-                && c.message == message
-                && c.observed_generation == observed_generation
-            {
-                return false;
-            }
-            if c.status != status {
-                c.last_transition_time = time;
-            }
-            c.status = status;
-            c.reason = reason.to_string();
-            c.message = message.to_string();
-            c.observed_generation = observed_generation;
-            true
-        }
-        None => {
-            conditions.push(Condition {
-                type_: type_.to_string(),
-                status,
-                observed_generation,
-                last_transition_time: time,
-                reason: reason.to_string(),
-                message: message.to_string(),
-            });
-            true
-        }
     }
 }

@@ -5,8 +5,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
+use karpenter_api::DoNotDisrupt;
 use karpenter_api::labels;
-use karpenter_disruption::pods::{DoNotDisrupt, Pdbs, do_not_disrupt, is_reschedulable, would_be_evicted};
+use karpenter_disruption::pods::{Pdbs, is_reschedulable, would_be_evicted};
 use karpenter_disruption::{Decision, DisruptionOptions, Method, Pass, validation};
 use karpenter_requirements::{
     Format, InstanceType, Offering, Overhead, Quantity, Requirement, Requirements, ResourceList,
@@ -97,7 +98,7 @@ pub fn check_pass(
             let relaxed = !cmd.method_is_graceful() && claim.claim.spec.termination_grace_period.is_some();
             if !relaxed {
                 for p in snapshot.pods_on(&c.node) {
-                    if do_not_disrupt(p, now) != DoNotDisrupt::No {
+                    if p.do_not_disrupt(now) != DoNotDisrupt::No {
                         return Err(format!("{} disrupts do-not-disrupt pod {}", c.node, pod_key(p)));
                     }
                     if would_be_evicted(p, now) && pdbs.blocks(p).is_some() {
@@ -113,7 +114,7 @@ pub fn check_pass(
             .flat_map(|c| {
                 snapshot
                     .pods_on(&c.node)
-                    .filter(|p| is_reschedulable(p) && do_not_disrupt(p, now) == DoNotDisrupt::No)
+                    .filter(|p| is_reschedulable(p) && p.do_not_disrupt(now) == DoNotDisrupt::No)
                     .filter(|p| pdbs.blocks(p).is_none())
                     .map(pod_key)
             })

@@ -26,9 +26,9 @@ use karpenter_api::hash::{StaticDrift, node_pool_hash_annotations, node_pool_sta
 use karpenter_api::labels::{self, annotations};
 use karpenter_api::nodeclaim::conditions::{self as cond, drift as cond_reasons};
 use karpenter_api::scheduling::requirements_from;
+use karpenter_api::time::{chrono_duration, from_k8s, parse_rfc3339};
 use karpenter_api::{NodeClaim, NodePool};
 use karpenter_cloudprovider::{Clock, CloudProvider, ErrorKind};
-use karpenter_disruption::pods::parse_rfc3339;
 use karpenter_requirements::{NoKeys, Requirements};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Controller;
@@ -37,10 +37,11 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::kube_util::{ReconcileError, Requeue, patch_claim_conditions, remove_condition, set_condition};
+use crate::kube_util::{ReconcileError, Requeue, patch_claim_conditions};
 use crate::nodepool::hash::version_rewrite;
 use crate::state::ClusterState;
 use crate::termination::{error_policy, to_action};
+use karpenter_api::condition::{remove_condition, set_condition};
 
 /// The controller name in logs.
 pub const CONTROLLER: &str = "nodeclaim.disruption";
@@ -67,10 +68,6 @@ impl std::fmt::Debug for NodeClaimDisruption {
     }
 }
 
-fn chrono_duration(d: Duration) -> chrono::Duration {
-    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
-}
-
 fn condition_time(claim: &NodeClaim, type_: &str) -> Option<DateTime<Utc>> {
     claim
         .conditions()
@@ -80,7 +77,7 @@ fn condition_time(claim: &NodeClaim, type_: &str) -> Option<DateTime<Utc>> {
 }
 
 fn creation(claim: &NodeClaim) -> Option<DateTime<Utc>> {
-    claim.metadata.creation_timestamp.as_ref().and_then(karpenter_disruption::pods::time)
+    claim.metadata.creation_timestamp.as_ref().and_then(from_k8s)
 }
 
 /// Whether the claim's labels no longer satisfy the NodePool's requirements (`RequirementsDrifted`).
@@ -219,8 +216,11 @@ impl NodeClaimDisruption {
             earliest(DRIFT_REQUEUE);
         }
         let mut conditions = claim.conditions().to_vec();
+        let generation = claim.metadata.generation;
         let mut changed = match &drifted {
-            Some(reason) => set_condition(&mut conditions, cond::DRIFTED, ConditionStatus::True, reason, "", now),
+            Some(reason) => {
+                set_condition(&mut conditions, cond::DRIFTED, ConditionStatus::True, reason, "", generation, now)
+            }
             None => remove_condition(&mut conditions, cond::DRIFTED),
         };
         if changed && let Some(r) = &drifted {
@@ -253,7 +253,8 @@ impl NodeClaimDisruption {
             _ => false,
         };
         changed |= if consolidatable {
-            set_condition(&mut conditions, cond::CONSOLIDATABLE, ConditionStatus::True, cond::CONSOLIDATABLE, "", now)
+            let (status, reason) = (ConditionStatus::True, cond::CONSOLIDATABLE);
+            set_condition(&mut conditions, cond::CONSOLIDATABLE, status, reason, "", generation, now)
         } else {
             remove_condition(&mut conditions, cond::CONSOLIDATABLE)
         };

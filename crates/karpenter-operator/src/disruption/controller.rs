@@ -47,10 +47,11 @@ use serde_json::json;
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
+use karpenter_api::condition::{remove_condition, set_condition};
+use karpenter_api::time::chrono_duration;
+
 use crate::events::{Event, Recorder, reasons};
-use crate::kube_util::{
-    delete_ignoring_missing, is_not_found, label, remove_condition, retry_write_conflicts, set_condition,
-};
+use crate::kube_util::{delete_ignoring_missing, is_not_found, label, retry_write_conflicts};
 use crate::metrics::Metrics;
 use crate::provisioner::build_node_claim;
 use crate::state::ClusterState;
@@ -254,10 +255,6 @@ fn reason_label(c: &Command) -> String {
 
 fn termination_mode(m: Method) -> &'static str {
     if m.is_graceful() { "graceful" } else { "eventual" }
-}
-
-fn chrono_duration(d: Duration) -> chrono::Duration {
-    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
 }
 
 fn has_disrupted_taint(node: &Node) -> bool {
@@ -645,6 +642,7 @@ impl Disruption {
             ConditionStatus::True,
             command.reason.as_str(),
             &command.explanation.chars().take(300).collect::<String>(),
+            current.metadata.generation,
             self.clock.now(),
         );
         if changed {
@@ -967,7 +965,7 @@ impl Disruption {
 /// A pod whose disruption a node deletion initiates (not a DaemonSet pod, not terminal).
 fn moves(pod: &CompactPod) -> bool {
     !is_daemon_set_pod(pod)
-        && !karpenter_disruption::pods::is_terminal(pod)
+        && !pod.is_terminal()
         && !karpenter_disruption::pods::is_static(pod)
         && pod.meta().deletion_timestamp.is_none()
 }

@@ -15,16 +15,16 @@ use std::time::Duration;
 
 use futures::{StreamExt, stream};
 
+use karpenter_api::time::{parse_rfc3339, rfc3339};
 use karpenter_api::{CompactPod, NodeClaim};
 use karpenter_cloudprovider::Clock;
-use karpenter_disruption::pods::{is_terminal, parse_rfc3339};
 use karpenter_scheduler::snapshot::is_daemon_set_pod;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::kube_util::{ReconcileError, rfc3339};
+use crate::kube_util::ReconcileError;
 use crate::state::{ClusterState, PodChange, object_key};
 
 /// The controller name in logs.
@@ -46,7 +46,7 @@ struct Facts {
 fn facts(pod: &CompactPod) -> Facts {
     Facts {
         node: pod.node_name().map(str::to_owned),
-        terminal: is_terminal(pod),
+        terminal: pod.is_terminal(),
         terminating: pod.metadata.deletion_timestamp.is_some(),
     }
 }

@@ -598,12 +598,13 @@ async fn stale_disruption_marks_are_removed_after_a_restart() {
     e.nodes().patch("big", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
     let claim = e.claim("big-claim").await.unwrap();
     let mut conditions = claim.conditions().to_vec();
-    crate::kube_util::set_condition(
+    karpenter_api::set_condition(
         &mut conditions,
         cond::DISRUPTION_REASON,
         ConditionStatus::True,
         "Underutilized",
         "",
+        claim.metadata.generation,
         e.clock.now(),
     );
     crate::kube_util::patch_claim_conditions(&e.claims(), &claim, &conditions).await.unwrap();
@@ -713,7 +714,7 @@ async fn consolidatable_after_consolidate_after_and_reset_by_pod_events() {
     // Initialized now.
     let mut conditions = claim.conditions().to_vec();
     for c in conditions.iter_mut().filter(|c| c.type_ == cond::INITIALIZED) {
-        c.last_transition_time = crate::kube_util::rfc3339(e.clock.now());
+        c.last_transition_time = karpenter_api::time::rfc3339(e.clock.now());
     }
     crate::kube_util::patch_claim_conditions(&e.claims(), &claim, &conditions).await.unwrap();
     e.sync().await;
@@ -734,7 +735,7 @@ async fn consolidatable_after_consolidate_after_and_reset_by_pod_events() {
     let stamped = e.claim("n-claim").await.unwrap();
     assert_eq!(
         stamped.status.as_ref().unwrap().last_pod_event_time.as_deref(),
-        Some(crate::kube_util::rfc3339(e.clock.now()).as_str())
+        Some(karpenter_api::time::rfc3339(e.clock.now()).as_str())
     );
     assert_eq!(e.conditions.reconcile_once("n-claim").await.unwrap(), Some(Duration::from_secs(30)));
     assert!(condition_of(&e.claim("n-claim").await.unwrap(), cond::CONSOLIDATABLE).is_none());
@@ -794,7 +795,7 @@ async fn the_run_loops_delete_an_empty_node_and_stop_on_shutdown() {
     // Initialized now, so consolidateAfter has to pass on the loop's clock.
     let mut conditions = claim.conditions().to_vec();
     for c in conditions.iter_mut().filter(|c| c.type_ == cond::INITIALIZED) {
-        c.last_transition_time = crate::kube_util::rfc3339(e.clock.now());
+        c.last_transition_time = karpenter_api::time::rfc3339(e.clock.now());
     }
     crate::kube_util::patch_claim_conditions(&e.claims(), &claim, &conditions).await.unwrap();
     e.sync().await;

@@ -78,7 +78,7 @@ pub fn set_pool_condition(
     now: DateTime<Utc>,
     generation: Option<i64>,
 ) -> bool {
-    crate::lifecycle::set_condition(conditions, type_, status, reason, message, now, generation)
+    karpenter_api::set_condition(conditions, type_, status, reason, message, generation, now)
 }
 
 /// Recomputes the root `Ready` from [`READY_DEPENDENTS`] (see the module docs); returns whether it changed.

@@ -124,14 +124,14 @@ impl KwokNodeClassStatus {
             return Ok(None);
         }
         let mut conditions = class.status.clone().unwrap_or_default().conditions;
-        let changed = crate::lifecycle::set_condition(
+        let changed = karpenter_api::set_condition(
             &mut conditions,
             cond::READY,
             ConditionStatus::True,
             cond::READY,
             "",
-            self.clock.now(),
             class.metadata.generation,
+            self.clock.now(),
         );
         if changed {
             let patch = json!({

@@ -304,7 +304,7 @@ async fn termination_grace_period_forces_pods_a_pdb_blocks() {
         if forced_at.is_none() && e.pod_state("web-1").await == Some(true) {
             forced_at = Some(e.clock.now());
             let p = e.pods().get("web-1").await.unwrap();
-            let del = to_chrono(p.metadata.deletion_timestamp.as_ref().unwrap()).unwrap();
+            let del = karpenter_api::time::from_k8s(p.metadata.deletion_timestamp.as_ref().unwrap()).unwrap();
             assert!(del <= start + chrono::Duration::seconds(120), "deleted to finish by the deadline: {del}");
         }
     }

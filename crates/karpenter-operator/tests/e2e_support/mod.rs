@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,7 +22,7 @@ use karpenter_cloudprovider::{
 use karpenter_kwok::kubelet::Kubelet;
 use karpenter_kwok::{KwokCloudProvider, KwokOptions};
 use karpenter_operator::CoreSettings;
-use karpenter_operator::manager::{Manager, ManagerError};
+use karpenter_operator::manager::{Manager, ManagerError, Started};
 use karpenter_operator::metrics::Metrics;
 use karpenter_operator::node_classes::KubeNodeClasses;
 use karpenter_operator::state::ClusterState;
@@ -33,6 +33,7 @@ use karpenter_testing::{
 };
 use kube::api::{Api, ListParams, PostParams};
 use kube::{Client, ResourceExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -66,6 +67,18 @@ pub fn settings(extra: &[&str]) -> CoreSettings {
     let args =
         ["karpenter-controller", "--metrics-port=0", "--health-probe-port=0"].into_iter().chain(extra.iter().copied());
     SettingsCli::try_parse_from(args).expect("settings parse").core
+}
+
+/// `GET path` over HTTP/1.1: (status code, body).
+pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("write the request");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.expect("read the response");
+    let code = response.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    (code, body)
 }
 
 /// A cluster: API server, kwok provider, stand-ins.
@@ -134,6 +147,24 @@ impl Cluster {
     /// A manager over this cluster with `settings`, started.
     pub fn start(&self, settings: CoreSettings) -> Running {
         self.start_with(settings, |m| m)
+    }
+
+    /// A manager over this cluster for `cloud` instead of the kwok provider, started; returns it with the address
+    /// its `/metrics` server listens on.
+    pub async fn start_serving(&self, settings: CoreSettings, cloud: Arc<dyn CloudProvider>) -> (Running, SocketAddr) {
+        let clock: Arc<dyn Clock> = self.clock.clone();
+        let state = ClusterState::from_settings(&settings, clock.clone());
+        let manager = Manager::new(settings, self.client.clone(), cloud, Arc::new(self.node_classes.clone()), clock)
+            .with_bind_ip(IpAddr::V4(Ipv4Addr::LOCALHOST))
+            .with_state(state.clone());
+        let metrics = manager.metrics();
+        let shutdown = CancellationToken::new();
+        let (started_tx, started_rx) = tokio::sync::oneshot::channel::<Started>();
+        let task = tokio::spawn(manager.run_with(shutdown.clone(), move |started| {
+            let _ = started_tx.send(started);
+        }));
+        let started = started_rx.await.expect("the manager starts its servers");
+        (Running { shutdown, task, state, metrics }, started.metrics_addr)
     }
 
     /// [`Cluster::start`] with extra configuration of the manager.

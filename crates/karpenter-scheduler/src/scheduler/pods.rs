@@ -1,10 +1,7 @@
 //! Per-pod data computed once per pass: requests, requirement terms, tolerations, host ports, and the
 //! reasons a pod cannot be handled at all.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::core::v1::{Taint, Toleration};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use karpenter_api::labels;
 use karpenter_api::{CompactPod, ProviderLabels};
 use karpenter_requirements::{
@@ -107,31 +104,6 @@ impl PodData<'_> {
     }
 }
 
-/// Whether a label selector matches `labels` (a missing selector matches nothing, an empty one everything).
-pub fn selector_matches(selector: Option<&LabelSelector>, labels: &BTreeMap<String, String>) -> bool {
-    let Some(s) = selector else { return false };
-    for (k, v) in s.match_labels.iter().flatten() {
-        if labels.get(k) != Some(v) {
-            return false;
-        }
-    }
-    for e in s.match_expressions.iter().flatten() {
-        let have = labels.get(&e.key);
-        let values = e.values.as_deref().unwrap_or(&[]);
-        let ok = match e.operator.as_str() {
-            "In" => have.is_some_and(|h| values.contains(h)),
-            "NotIn" => have.is_none_or(|h| !values.contains(h)),
-            "Exists" => have.is_some(),
-            "DoesNotExist" => have.is_none(),
-            _ => false,
-        };
-        if !ok {
-            return false;
-        }
-    }
-    true
-}
-
 fn restricted(reqs: &Requirements, provider: &ProviderLabels) -> Option<String> {
     reqs.keys().find(|k| provider.is_restricted(k)).map(|k| format!("label {k} is restricted and cannot be required"))
 }
@@ -221,6 +193,7 @@ mod tests {
     use super::*;
     use crate::snapshot::ClusterSnapshot;
     use karpenter_testing::{PodOptions, pod, requirement};
+    use std::collections::BTreeMap;
 
     fn data(p: &k8s_openapi::api::core::v1::Pod, _policy: PreferencePolicy) -> PodData<'static> {
         let snap = ClusterSnapshot::new();
@@ -288,15 +261,5 @@ mod tests {
         assert!(!d.relax(&mut r, PreferencePolicy::Respect, true));
         let ignore = d.requirements(&Relaxation::default(), PreferencePolicy::Ignore);
         assert!(!ignore.has("zone"), "Ignore drops preferences");
-    }
-
-    #[test]
-    fn selector_semantics() {
-        let labels = BTreeMap::from([("app".to_string(), "web".to_string())]);
-        assert!(!selector_matches(None, &labels));
-        assert!(selector_matches(Some(&LabelSelector::default()), &labels));
-        let s = karpenter_testing::label_selector(&labels);
-        assert!(selector_matches(Some(&s), &labels));
-        assert!(!selector_matches(Some(&s), &BTreeMap::new()));
     }
 }

@@ -13,9 +13,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelecto
 use karpenter_api::{CompactPod, ProviderLabels, labels};
 use karpenter_requirements::{NoKeys, PreferencePolicy, Requirement, Requirements, tolerates_all};
 
-use super::pods::{PodData, Relaxation, selector_matches};
+use super::pods::{PodData, Relaxation};
 use super::templates::{ExistingNode, Template};
 use crate::snapshot::{ClusterSnapshot, NodeInfo, pod_key};
+use karpenter_api::selector::selector_matches;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
