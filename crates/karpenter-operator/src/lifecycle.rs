@@ -162,8 +162,8 @@ impl LifecycleContext {
 }
 
 /// A condition message cut to [`MAX_CONDITION_MESSAGE`] characters: launch and registration errors can carry
-/// whole provider responses.
-fn truncate(message: &str) -> String {
+/// whole provider responses, and NodePool validation messages list every violation.
+pub(crate) fn truncate(message: &str) -> String {
     message.chars().take(MAX_CONDITION_MESSAGE).collect()
 }
 

@@ -641,7 +641,7 @@ impl Disruption {
             cond::DISRUPTION_REASON,
             ConditionStatus::True,
             command.reason.as_str(),
-            &command.explanation.chars().take(300).collect::<String>(),
+            &crate::lifecycle::truncate(&command.explanation),
             current.metadata.generation,
             self.clock.now(),
         );

@@ -68,7 +68,8 @@ pub const READY_DEPENDENTS: [&str; 2] = [cond::VALIDATION_SUCCEEDED, cond::NODE_
 /// Reason of a root `Ready` that is not `True`.
 pub const UNHEALTHY_DEPENDENTS: &str = "UnhealthyDependents";
 
-/// Sets one NodePool condition (observedGeneration = the pool's generation); returns whether it changed.
+/// Sets one NodePool condition (observedGeneration = the pool's generation, the message cut to
+/// [`crate::lifecycle::MAX_CONDITION_MESSAGE`] characters); returns whether it changed.
 pub fn set_pool_condition(
     conditions: &mut Vec<Condition>,
     type_: &str,
@@ -78,7 +79,8 @@ pub fn set_pool_condition(
     now: DateTime<Utc>,
     generation: Option<i64>,
 ) -> bool {
-    karpenter_api::set_condition(conditions, type_, status, reason, message, generation, now)
+    let message = crate::lifecycle::truncate(message);
+    karpenter_api::set_condition(conditions, type_, status, reason, &message, generation, now)
 }
 
 /// Recomputes the root `Ready` from [`READY_DEPENDENTS`] (see the module docs); returns whether it changed.
