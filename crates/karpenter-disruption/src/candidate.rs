@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
 use karpenter_api::CompactPod;
-use karpenter_api::condition::ConditionStatus;
 use karpenter_api::ProviderLabels;
+use karpenter_api::condition::ConditionStatus;
 use karpenter_api::labels::{self, annotations};
 use karpenter_api::nodeclaim::conditions;
 use karpenter_api::nodepool::ConsolidationPolicy;

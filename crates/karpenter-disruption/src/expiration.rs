@@ -102,7 +102,8 @@ pub fn termination_deadline(
     claim: &NodeClaimInfo,
     now: DateTime<Utc>,
 ) -> Option<TerminationDeadline> {
-    let annotated = claim.annotations().get(annotations::NODE_CLAIM_TERMINATION_TIMESTAMP).and_then(|v| parse_rfc3339(v));
+    let annotated =
+        claim.annotations().get(annotations::NODE_CLAIM_TERMINATION_TIMESTAMP).and_then(|v| parse_rfc3339(v));
     let computed = || {
         let deleted = claim.claim.metadata.deletion_timestamp.as_ref().and_then(from_k8s)?;
         let tgp = claim.claim.spec.termination_grace_period.as_ref()?.duration();
