@@ -667,6 +667,11 @@ impl ClusterState {
         K::store_ref(&self.read()).objects.values().find(|o| matches(o)).map(|o| K::clone(o))
     }
 
+    /// [`Self::find`], shared with the state instead of copied.
+    pub fn find_shared<K: Tracked>(&self, matches: impl Fn(&K) -> bool) -> Option<Arc<K>> {
+        K::store_ref(&self.read()).objects.values().find(|o| matches(o)).cloned()
+    }
+
     /// One object of kind `K` by `namespace/name` (or `name`).
     pub fn get<K: Tracked>(&self, key: &str) -> Option<K> {
         K::store_ref(&self.read()).objects.get(key).map(|o| K::clone(o))

@@ -31,8 +31,6 @@ use crate::state::{ClusterState, PodChange, object_key};
 pub const CONTROLLER: &str = "nodeclaim.podevents";
 /// A `lastPodEventTime` younger than this is not rewritten.
 pub const DEDUPE: Duration = Duration::from_secs(10);
-/// Pod changes read before the writes they call for are made (see [`PodEvents::run`]).
-const BATCH: usize = 1024;
 /// NodeClaims stamped at once.
 const STAMP_CONCURRENCY: usize = 16;
 
@@ -114,13 +112,13 @@ impl PodEvents {
         event.then_some(node)
     }
 
-    fn claim_of(&self, node: &str) -> Option<NodeClaim> {
-        if let Some(c) = self.state.find::<NodeClaim>(|c| c.node_name() == Some(node)) {
+    fn claim_of(&self, node: &str) -> Option<Arc<NodeClaim>> {
+        if let Some(c) = self.state.find_shared::<NodeClaim>(|c| c.node_name() == Some(node)) {
             return Some(c);
         }
         let node_obj = self.state.get_shared::<k8s_openapi::api::core::v1::Node>(node)?;
         let provider_id = node_obj.spec.as_ref()?.provider_id.as_deref()?;
-        self.state.find::<NodeClaim>(|c| c.provider_id() == Some(provider_id))
+        self.state.find_shared::<NodeClaim>(|c| c.provider_id() == Some(provider_id))
     }
 
     async fn stamp(&self, claim: &NodeClaim) -> Result<Option<String>, ReconcileError> {
@@ -146,47 +144,51 @@ impl PodEvents {
     /// Follows the cluster state's pod changes ([`ClusterState::pod_changes`]: the state's one pod watch, not a
     /// second one) until `shutdown`.
     ///
-    /// Changes are taken in batches: every change already queued (up to [`BATCH`]) is read first, which costs no
-    /// request, then the NodeClaims the batch gives a pod event are stamped, [`STAMP_CONCURRENCY`] at a time. One
-    /// write at a time behind each pod change let the queue fall minutes behind a scale-out of thousands of nodes,
-    /// and a queued change holds its version of the pod: hundreds of MB at 50,000 pods.
+    /// Reading the changes never waits on a write: the reader only notes which nodes had a pod event, and a second
+    /// loop stamps their NodeClaims, [`STAMP_CONCURRENCY`] at a time, each node once however many of its pods
+    /// changed meanwhile. A queued change holds its version of the pod, so a reader that waited on writes fell
+    /// minutes behind a scale-out of thousands of nodes and held hundreds of MB at 50,000 pods.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let mut changes = self.state.pod_changes();
         let this = self.as_ref();
-        loop {
-            let first = tokio::select! {
-                () = shutdown.cancelled() => return,
-                next = changes.recv() => next,
-            };
-            let Some(first) = first else { return };
-            // Nodes with a pod event in this batch, and one pod that gave it (for the log line).
-            let mut nodes: BTreeMap<String, String> = BTreeMap::new();
-            let mut take = |change: PodChange| match change {
-                PodChange::Listed(pod) => this.prime([pod.as_ref()]),
-                PodChange::Applied(pod) => {
-                    if let Some(node) = this.event_node(&pod) {
-                        nodes.entry(node).or_insert_with(|| object_key(pod.as_ref()));
+        // Nodes with a pod event not yet stamped, and one pod that gave it (for the log line).
+        let due: Mutex<BTreeMap<String, String>> = Mutex::default();
+        let wake = tokio::sync::Notify::new();
+        let read = async {
+            while let Some(change) = changes.recv().await {
+                match change {
+                    PodChange::Listed(pod) => this.prime([pod.as_ref()]),
+                    PodChange::Applied(pod) => {
+                        if let Some(node) = this.event_node(&pod) {
+                            let mut due = due.lock().unwrap_or_else(|p| p.into_inner());
+                            due.entry(node).or_insert_with(|| object_key(pod.as_ref()));
+                            wake.notify_one();
+                        }
                     }
-                }
-                PodChange::Deleted(pod) => this.forget(&pod),
-            };
-            take(first);
-            for _ in 1..BATCH {
-                match changes.try_recv() {
-                    Ok(change) => take(change),
-                    Err(_) => break,
+                    PodChange::Deleted(pod) => this.forget(&pod),
                 }
             }
-            let stamps: Vec<(NodeClaim, String)> =
-                nodes.into_iter().filter_map(|(node, pod)| this.claim_of(&node).map(|claim| (claim, pod))).collect();
-            stream::iter(stamps)
-                .for_each_concurrent(STAMP_CONCURRENCY, |(claim, pod)| async move {
-                    if let Err(e) = this.stamp(&claim).await {
-                        tracing::warn!(controller = CONTROLLER, Pod = %pod, NodeClaim = %claim.name_any(), error = %e,
-                            "recording the last pod event time failed");
-                    }
-                })
-                .await;
+        };
+        let write = async {
+            loop {
+                wake.notified().await;
+                let nodes = std::mem::take(&mut *due.lock().unwrap_or_else(|p| p.into_inner()));
+                let stamps: Vec<(Arc<NodeClaim>, String)> =
+                    nodes.into_iter().filter_map(|(node, pod)| this.claim_of(&node).map(|claim| (claim, pod))).collect();
+                stream::iter(stamps)
+                    .for_each_concurrent(STAMP_CONCURRENCY, |(claim, pod)| async move {
+                        if let Err(e) = this.stamp(&claim).await {
+                            tracing::warn!(controller = CONTROLLER, Pod = %pod, NodeClaim = %claim.name_any(), error = %e,
+                                "recording the last pod event time failed");
+                        }
+                    })
+                    .await;
+            }
+        };
+        tokio::select! {
+            () = shutdown.cancelled() => {}
+            () = read => {}
+            () = write => {}
         }
     }
 }
