@@ -11,7 +11,8 @@
 //! Only cases matching the command-line filter are prepared and reported, e.g.
 //! `cargo bench -p karpenter-benches --bench scheduler -- diverse/10000`. With
 //! `SCHEDULER_BENCH_REPORT_ONLY=1` in the environment, only the report lines are produced (one solve per
-//! case, no criterion measurement).
+//! case, no criterion measurement). `full-cluster` is the end of the controller's 50,000-pod perf case: 5,000
+//! full nodes and 40,000 pending replicas.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -187,5 +188,78 @@ fn unconstrained(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, unconstrained, preferences, diverse);
+/// A full cluster: 5,000 existing nodes with no room left for the pending pods, and 40,000 pending replicas of
+/// one workload (sharing one spec, as the controller's state shares them): the provisioning pass of the
+/// `memory-50k` perf case at its end. Every replica has to be turned down by every node before it goes to a new
+/// NodeClaim.
+fn full_cluster(c: &mut Criterion) {
+    let id = "scheduler/full-cluster/5000-nodes-40000-pods";
+    if !selected(id) {
+        return;
+    }
+    let its = upstream::catalogue();
+    let options = SchedulerOptions::default();
+    let pool = upstream::node_pool();
+    let provider = ProviderLabels::aws();
+    let inputs = [PoolInput { node_pool: &pool, instance_types: &its }];
+    let nodes: Vec<k8s_openapi::api::core::v1::Node> = (0..5_000)
+        .map(|i| {
+            let name = format!("node-{i:05}");
+            let zone = ["test-zone-1", "test-zone-2", "test-zone-3"][i % 3];
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "labels": {
+                    "karpenter.sh/nodepool": "default", "karpenter.sh/initialized": "true",
+                    "karpenter.sh/capacity-type": "on-demand", "kubernetes.io/hostname": name,
+                    "kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux",
+                    "node.kubernetes.io/instance-type": "fake-it-15",
+                    "topology.kubernetes.io/zone": zone}},
+                "spec": {},
+                "status": {"allocatable": {"cpu": "1", "memory": "4Gi", "pods": "110"},
+                           "capacity": {"cpu": "16", "memory": "64Gi", "pods": "110"}}
+            }))
+            .expect("fixture Node")
+        })
+        .collect();
+    let template: Pod = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "pending", "namespace": "default", "labels": {"app": "pending"},
+                     "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"containers": [{"name": "pause", "image": "pause",
+                                 "resources": {"requests": {"cpu": "1500m", "memory": "256Mi"}}}]}
+    }))
+    .expect("fixture Pod");
+    let template = karpenter_api::CompactPod::from(template);
+    let mut builder = ClusterSnapshot::builder();
+    for n in &nodes {
+        builder.node(n);
+    }
+    for i in 0..40_000 {
+        let mut pod = template.clone();
+        pod.metadata.name = Some(format!("pending-{i:05}"));
+        pod.metadata.uid = Some(format!("uid-{i:05}"));
+        builder.pod(pod);
+    }
+    let snapshot = builder.build().expect("snapshot");
+    let start = Instant::now();
+    let d = schedule(&snapshot, &inputs, &provider, &options);
+    eprintln!(
+        "{id}: {:.3} s, {} new nodes, {} unschedulable{}",
+        start.elapsed().as_secs_f64(),
+        d.new_node_claims.len(),
+        d.unschedulable.len(),
+        if d.timed_out { " (timed out)" } else { "" }
+    );
+    if std::env::var_os("SCHEDULER_BENCH_REPORT_ONLY").is_some() {
+        return;
+    }
+    let mut group = c.benchmark_group("scheduler/full-cluster");
+    configure(&mut group, 10);
+    group.bench_function("5000-nodes-40000-pods", |b| {
+        b.iter(|| schedule(black_box(&snapshot), &inputs, &provider, &options))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, unconstrained, preferences, diverse, full_cluster);
 criterion_main!(benches);

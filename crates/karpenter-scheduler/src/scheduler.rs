@@ -139,6 +139,11 @@ pub(crate) struct Solver<'a> {
     /// Per claim, per affinity key: the id of the claim's one domain, [`DOMAIN_OPEN`] or
     /// [`DOMAIN_MULTI`]; lets the in-flight scan apply [`Topology::affinity_rejects`] without key lookups.
     claim_domains: Vec<Vec<u32>>,
+    /// Per class of interchangeable pods (see [`Solver::existing_class`]) and relaxation: how many of the first
+    /// existing nodes are known not to take such a pod. During a pass nodes only fill up, so a node that turned
+    /// a pod of the class down turns every later one down too; with thousands of full nodes and tens of
+    /// thousands of pending replicas, scanning them all again for every replica was most of a pass.
+    existing_unfit: HashMap<(u64, Relaxation), usize>,
 }
 
 /// The claim does not constrain the key to listed values (absent or a complement): never rejected by it.
@@ -241,8 +246,34 @@ impl<'a> Solver<'a> {
             any_prefer_no_schedule: base.any_prefer_no_schedule,
             no_templates_reason: base.no_templates_reason,
             compat_cache: RefCell::new(HashMap::new()),
+            existing_unfit: HashMap::new(),
             pods,
         }
+    }
+
+    /// The class of pod `i` for [`Solver::existing_unfit`], or `None` when an existing node's answer for it can
+    /// change during the pass. Pods of a class share one spec (the same `Arc`: the cluster state shares equal
+    /// specs), namespace and labels, so every existing-node check gives them the same answer; pods with a
+    /// topology spread or pod (anti-)affinity of their own are left out, because pods placed elsewhere can turn
+    /// a node's answer for them from no to yes, and so are pods with volume claims (another pod attaching the
+    /// same claim to a node frees them of its attachment limit there).
+    fn existing_class(&self, i: usize) -> Option<u64> {
+        use std::hash::{Hash, Hasher};
+        let data = &self.pods[i];
+        let pod = data.pod;
+        let spec = &*pod.spec;
+        let affinity = spec.affinity.as_ref();
+        if !data.volumes.claims.is_empty()
+            || spec.topology_spread_constraints.as_ref().is_some_and(|c| !c.is_empty())
+            || affinity.is_some_and(|a| a.pod_affinity.is_some() || a.pod_anti_affinity.is_some())
+        {
+            return None;
+        }
+        let mut hasher = std::hash::DefaultHasher::new();
+        std::sync::Arc::as_ptr(&pod.spec).hash(&mut hasher);
+        pod.metadata.namespace.hash(&mut hasher);
+        pod.metadata.labels.hash(&mut hasher);
+        Some(hasher.finish())
     }
 
     /// Runs the solve loop (for [`crate::simulation`]).
@@ -335,8 +366,10 @@ impl<'a> Solver<'a> {
         let reqs = pod.requirements(relax, self.options.preference_policy);
         let strict = pod.requirements(relax, PreferencePolicy::Ignore);
         let prepared = self.topology.prepare(i, relax, &strict);
-        // 1. Existing nodes, in order.
-        for n in 0..self.existing.len() {
+        // 1. Existing nodes, in order, after those known not to take a pod like this one.
+        let class = self.existing_class(i).map(|c| (c, *relax));
+        let known_unfit = class.and_then(|c| self.existing_unfit.get(&c).copied()).unwrap_or(0);
+        for n in known_unfit..self.existing.len() {
             let node = &self.existing[n];
             if pod.tolerates(relax, &node.taints).is_err()
                 || node.volumes.check(&pod.volumes.claims).is_err()
@@ -355,7 +388,13 @@ impl<'a> Solver<'a> {
             node.pods.push(i);
             let place = Place { requirements: &node.requirements, taints: &node.taints, provider: None };
             self.topology.record(i, relax, &place);
+            if let Some(c) = class {
+                self.existing_unfit.insert(c, n);
+            }
             return Ok(());
+        }
+        if let Some(c) = class {
+            self.existing_unfit.insert(c, self.existing.len());
         }
         // 2. NodeClaims created in this pass, fewest pods first.
         // `claim_order` is kept sorted by (pods, creation) instead of sorting every claim per pod. When a

@@ -173,8 +173,10 @@ impl PodEvents {
             loop {
                 wake.notified().await;
                 let nodes = std::mem::take(&mut *due.lock().unwrap_or_else(|p| p.into_inner()));
-                let stamps: Vec<(Arc<NodeClaim>, String)> =
-                    nodes.into_iter().filter_map(|(node, pod)| this.claim_of(&node).map(|claim| (claim, pod))).collect();
+                let stamps: Vec<(Arc<NodeClaim>, String)> = nodes
+                    .into_iter()
+                    .filter_map(|(node, pod)| this.claim_of(&node).map(|claim| (claim, pod)))
+                    .collect();
                 stream::iter(stamps)
                     .for_each_concurrent(STAMP_CONCURRENCY, |(claim, pod)| async move {
                         if let Err(e) = this.stamp(&claim).await {

@@ -41,7 +41,7 @@ pub(crate) struct PodData<'a> {
 }
 
 /// How far a pod's preferences have been relaxed (scheduling.md §6).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub(crate) struct Relaxation {
     pub dropped_terms: usize,
     pub dropped_pod_affinity: usize,
