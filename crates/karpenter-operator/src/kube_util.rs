@@ -146,22 +146,9 @@ pub trait ControllerContext {
 }
 
 /// Every object of kind `K` from the API server (not a cache), in pages of [`LIST_PAGE`] and decoded without
-/// `managedFields` ([`karpenter_api::lean::Lean`]): for periodic sweeps over every Node or NodeClaim, where one
-/// full list at 5,000 nodes was tens of MB at once, most of it field-manager bookkeeping.
-pub async fn list_all_lean<K>(client: &kube::Client) -> Result<Vec<K>, kube::Error>
-where
-    K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>
-        + serde::de::DeserializeOwned
-        + Clone
-        + std::fmt::Debug,
-    K::DynamicType: Default,
-{
-    list_all_lean_map(client, Some).await
-}
-
-/// [`list_all_lean`], keeping of each object only what `keep` returns: each page is dropped before the next is
-/// read, so a sweep that needs a few fields of every object holds those fields, not the objects (garbage
-/// collection held three full copies of every node at once).
+/// `managedFields` ([`karpenter_api::lean::Lean`]), keeping of each object only what `keep` returns: each page is
+/// dropped before the next is read, so a periodic sweep over every Node or NodeClaim holds the fields it needs,
+/// not the objects (one full list at 5,000 nodes was tens of MB; garbage collection held three at once).
 pub async fn list_all_lean_map<K, T>(
     client: &kube::Client,
     mut keep: impl FnMut(K) -> Option<T>,
@@ -186,7 +173,7 @@ where
     }
 }
 
-/// Objects per page of [`list_all_lean`].
+/// Objects per page of [`list_all_lean_map`].
 pub const LIST_PAGE: u32 = 500;
 
 /// A 404 from the API server.

@@ -664,7 +664,7 @@ impl ClusterState {
 
     /// The first object of kind `K` (in key order) that `matches`, without copying the others.
     pub fn find<K: Tracked>(&self, matches: impl Fn(&K) -> bool) -> Option<K> {
-        K::store_ref(&self.read()).objects.values().find(|o| matches(o)).map(|o| K::clone(o))
+        self.find_shared(matches).map(|o| K::clone(&o))
     }
 
     /// [`Self::find`], shared with the state instead of copied.
