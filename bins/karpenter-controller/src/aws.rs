@@ -1,6 +1,6 @@
 //! `run --provider aws` (feature `aws`): builds the AWS provider and its controllers from the settings.
 //!
-//! Order, as upstream's startup (cloudprovider-aws.md §14): the SDK configuration from the default chains
+//! Order, as in upstream's AWS operator startup: the SDK configuration from the default chains
 //! (region from `AWS_REGION`, the profile or IMDS; credentials from the environment, the profile, IRSA, EKS Pod
 //! Identity or IMDS), an EC2 connectivity check, the cluster endpoint from `CLUSTER_ENDPOINT` or EKS
 //! `DescribeCluster` (fatal when neither gives one), the EC2NodeClass lookup, price refresh, EC2NodeClass

@@ -967,7 +967,7 @@ impl EC2NodeClassSpec {
         self.role.is_some()
     }
 
-    /// What the static drift hash (api.md §6) covers, as JSON: the spec without [`HASH_EXCLUDED_FIELDS`] (they
+    /// What the static drift hash covers, as JSON: the spec without [`HASH_EXCLUDED_FIELDS`] (they
     /// drift dynamically by comparing resolved status, or do not need new instances), plus the *resolved* AMI
     /// family under `amiFamily` and the cluster CA bundle under `caBundle` when known. Hash it with the crate's
     /// canonical hash (order-insensitive lists, empty values dropped).

@@ -1,6 +1,6 @@
 //! Static drift hashes for NodePools and EC2NodeClasses.
 //!
-//! A hash covers the fields whose change should replace nodes (api.md §6). It is computed over a canonical
+//! A hash covers the fields whose change should replace nodes. It is computed over a canonical
 //! JSON rendering of those fields: object keys sorted, every list treated as a set (order does not matter),
 //! and absent, `null`, empty-string, empty-list and empty-map values dropped (so `labels: {}` and no labels hash
 //! alike). The digest is 64-bit FNV-1a, printed in decimal: stable across Rust releases and platforms, unlike

@@ -1,7 +1,7 @@
 //! Bridges from the API types to the requirements algebra (`karpenter-requirements`).
 //!
 //! The scheduler and disruption work on [`Requirements`]; these functions build them from a NodePool's template
-//! (requirements.md §3) and a NodeClaim's spec, and let a [`ProviderLabels`] value serve as the
+//! (as upstream's NodeClaimTemplate) and a NodeClaim's spec, and let a [`ProviderLabels`] value serve as the
 //! `allow_undefined` key set of compatibility checks.
 
 use karpenter_requirements::{KeySet, Operator, Requirement, RequirementError, Requirements};
@@ -44,7 +44,7 @@ pub fn requirements_from(list: &[NodeSelectorRequirementWithMinValues]) -> Resul
 }
 
 impl NodePool {
-    /// The requirements every NodeClaim of this pool starts from (requirements.md §3, steps 1-3): the template's
+    /// The requirements every NodeClaim of this pool starts from, simulation-only keys aside: the template's
     /// requirements, ∩ its labels as `In`, ∩ `karpenter.sh/nodepool In [name]` and
     /// `<group>/<kind lowercase> In [node class name]`.
     pub fn template_requirements(&self) -> Result<Requirements, RequirementError> {
@@ -59,8 +59,9 @@ impl NodePool {
         Ok(reqs)
     }
 
-    /// [`template_requirements`](Self::template_requirements) plus the simulation-only keys (step 4), for
-    /// the scheduler's simulated NodeClaims.
+    /// [`template_requirements`](Self::template_requirements) plus the simulation-only keys
+    /// ([`SIMULATION_ONLY_KEYS`] as `In [true]`, so DaemonSets that select on them are counted), for the
+    /// scheduler's simulated NodeClaims.
     pub fn simulation_requirements(&self) -> Result<Requirements, RequirementError> {
         let mut reqs = self.template_requirements()?;
         for key in SIMULATION_ONLY_KEYS {

@@ -1,4 +1,4 @@
-//! Cluster discovery through EKS `DescribeCluster` (operations.md §1.2, cloudprovider-aws.md §14).
+//! Cluster discovery through EKS `DescribeCluster`, as upstream's AWS operator does at startup.
 //!
 //! Nodes need the API server endpoint, its CA bundle and the service CIDR (AL2023's nodeadm config carries all
 //! three). When `CLUSTER_ENDPOINT` is set it wins; when it is empty the endpoint is discovered and discovery

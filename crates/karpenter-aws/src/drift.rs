@@ -1,4 +1,4 @@
-//! Provider drift of a NodeClaim (cloudprovider-aws.md §9) as pure functions of the NodeClaim, facts about its
+//! Provider drift of a NodeClaim as pure functions of the NodeClaim, facts about its
 //! instance and the EC2NodeClass. The CloudProvider's `is_drifted` fills [`InstanceFacts`] from
 //! `DescribeInstances` and calls [`is_drifted`].
 //!

@@ -1,4 +1,4 @@
-//! EC2 instance-type data → [`InstanceType`]s (scheduling.md §10, cloudprovider-aws.md §11), SDK-free.
+//! EC2 instance-type data → [`InstanceType`]s, SDK-free.
 //!
 //! Inputs: [`InstanceTypeInfo`] (what `DescribeInstanceTypes` returns), the zones each type is offered in (from
 //! `DescribeInstanceTypeOfferings`), a node class's settings ([`NodeClassSettings`], from an EC2NodeClass spec),

@@ -1,4 +1,4 @@
-//! The instance-type provider (cloudprovider-aws.md §11): EC2's catalogue (DescribeInstanceTypes and
+//! The instance-type provider: EC2's catalogue (DescribeInstanceTypes and
 //! DescribeInstanceTypeOfferings through the narrow [`InstanceTypeApi`]) fetched at start and every
 //! [`REFRESH_INTERVAL`], converted per EC2NodeClass with [`crate::instancetype`] (kubelet settings, block devices,
 //! the zones and zone ids of its resolved subnets), priced from [`SharedPrices`] (which the pricing controller

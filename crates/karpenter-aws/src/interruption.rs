@@ -1,4 +1,4 @@
-//! Parsing of the EventBridge events the interruption queue (SQS) carries (cloudprovider-aws.md §12), SDK-free.
+//! Parsing of the EventBridge events the interruption queue (SQS) carries, SDK-free.
 //!
 //! A message body is one EventBridge event as JSON. It is dispatched on (`version`, `source`, `detail-type`):
 //!

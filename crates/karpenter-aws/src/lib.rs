@@ -34,7 +34,8 @@
 //!   controller, so at most a minute stale, and lost on restart until the next describe);
 //! * placement groups: a spread group's per-zone instance limit is recognised from the fleet error's message
 //!   (EC2 gives it no code of its own); unscoped capacity marks (no group) also apply inside groups;
-//! * launch templates set no `EnclaveOptions`: the EC2NodeClass API here (api.md) has no `enclaveOptions` field;
+//! * launch templates set no `EnclaveOptions`: the EC2NodeClass API here (karpenter-api's `EC2NodeClass`) has no
+//!   `enclaveOptions` field;
 //! * subnet IP accounting (`nodeclass::network::SubnetIps`) lives in the process: predictions in flight and
 //!   subnets out of addresses are lost on restart (the next DescribeSubnets, within the refresh interval,
 //!   restores the counts); when a zone loses its last subnet only the offerings the fleet errors named are marked;

@@ -1,4 +1,4 @@
-//! Prices of offerings (cloudprovider-aws.md §10), SDK-free: the in-memory [`PriceTable`] the instance-type
+//! Prices of offerings, SDK-free: the in-memory [`PriceTable`] the instance-type
 //! conversion reads, the operator-supplied price file of isolated VPCs ([`PriceFile`]), and the documented
 //! [`estimate`] used when there is no price source at all.
 //!

@@ -1,4 +1,4 @@
-//! Price refresh from AWS (cloudprovider-aws.md §10): on-demand prices from the Pricing API, spot prices from
+//! Price refresh from AWS: on-demand prices from the Pricing API, spot prices from
 //! EC2 `DescribeSpotPriceHistory`, both over the narrow [`PricingApi`] trait, every [`REFRESH_INTERVAL`] (12 h)
 //! and at start.
 //!

@@ -1,4 +1,4 @@
-//! [`AwsCloudProvider`]: the AWS implementation of [`CloudProvider`] (cloudprovider-aws.md §1–§2, §9), SDK-free
+//! [`AwsCloudProvider`]: the AWS implementation of [`CloudProvider`], SDK-free
 //! over the narrow API traits ([`FleetApi`], [`LaunchTemplateApi`], [`InstanceTypeApi`]).
 //!
 //! * `create` reads the claim's EC2NodeClass through the injected [`NodeClassLookup`] (missing or terminating ⇒
@@ -148,7 +148,7 @@ pub fn provider_id(zone: &str, instance_id: &str) -> String {
     format!("aws:///{zone}/{instance_id}")
 }
 
-/// The capacity type of a described instance (§4.5): `spot` with a spot request; `reserved` when the
+/// The capacity type of a described instance: `spot` with a spot request; `reserved` when the
 /// `ReservedCapacity` gate is on and it runs in a reservation with preference `capacity-reservations-only` (what
 /// Karpenter's reserved launch templates set); else `on-demand` — which includes an instance EC2 placed in an
 /// open reservation (preference `open`), or one whose reservation ended.

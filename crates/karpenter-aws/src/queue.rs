@@ -1,4 +1,4 @@
-//! The interruption queue: a [`karpenter_cloudprovider::InterruptionSource`] over SQS (cloudprovider-aws.md §12).
+//! The interruption queue: a [`karpenter_cloudprovider::InterruptionSource`] over SQS.
 //!
 //! [`SqsInterruptionSource`] long-polls the queue named by `INTERRUPTION_QUEUE` through the narrow [`QueueApi`]
 //! trait (the `sdk` feature implements it with aws-sdk-sqs; tests use an in-memory queue), parses each message
@@ -11,8 +11,8 @@
 //! malformed bodies (logged as warnings; they never stop the poller), events that mean nothing to Karpenter
 //! ([`Kind::NoOp`]) and events whose instances have no NodeClaim. Before a spot interruption or a
 //! capacity-reservation interruption is returned, the optional [`InterruptionHook`] is told, so the provider can
-//! mark the spot offering or the reservation unavailable (the provider's side effects of §12): the binary passes
-//! `AwsCloudProvider`, which zeroes the reservation's tracked instance count.
+//! mark the spot offering or the reservation unavailable (as upstream's interruption controller does): the binary
+//! passes `AwsCloudProvider`, which zeroes the reservation's tracked instance count.
 //!
 //! Receive parameters follow upstream: at most [`MAX_MESSAGES`] messages, a [`WAIT_TIME_SECONDS`] long poll and a
 //! [`VISIBILITY_TIMEOUT_SECONDS`] visibility timeout, so an unacknowledged message is delivered again.

@@ -31,7 +31,7 @@ impl fmt::Display for OfferingRef {
     }
 }
 
-/// What went wrong, in the terms the controllers act on (cloudprovider-aws.md §1).
+/// What went wrong, in the terms the controllers act on.
 ///
 /// | Kind | Controller reaction |
 /// |---|---|

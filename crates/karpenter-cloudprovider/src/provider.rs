@@ -40,7 +40,7 @@ impl From<&str> for DriftReason {
 }
 
 /// A node condition that means "broken": when a Node has had `condition_type == condition_status` for
-/// `toleration_duration`, node repair replaces it (disruption.md §10).
+/// `toleration_duration`, node repair (feature gate `NodeRepair`) replaces it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RepairPolicy {
     /// Node condition type, e.g. `Ready`.

@@ -1,4 +1,4 @@
-//! Disruption budgets per NodePool and reason (disruption.md §6).
+//! Disruption budgets per NodePool and reason.
 //!
 //! `nodes` counts the pool's managed, initialized nodes whose NodeClaim is not `InstanceTerminating`;
 //! `disrupting` those of them that are not Ready or are being deleted / disrupted. Each active budget applying

@@ -1,4 +1,4 @@
-//! Candidates (disruption.md §3): which nodes a method may consider, their price and disruption cost, and what
+//! Candidates: which nodes a method may consider, their price and disruption cost, and what
 //! blocks them.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -74,7 +74,7 @@ impl<'a> Cluster<'a> {
     }
 }
 
-/// Whether a node can be consolidated at `now` with respect to `consolidateAfter` (disruption.md §8): the
+/// Whether a node can be consolidated at `now` with respect to `consolidateAfter`: the
 /// reference time is `status.lastPodEventTime`, else the `Initialized` transition; the node is consolidatable
 /// once `now ≥ reference + consolidateAfter`. Without any reference time the `Consolidatable` condition
 /// decides, and without that the node counts as consolidatable.
@@ -108,7 +108,7 @@ pub fn consolidatable(claim: &NodeClaimInfo, pool: &karpenter_api::NodePool, now
     }
 }
 
-/// A node that passed the node-level checks of §3.
+/// A node that passed the node-level checks of [`candidate()`].
 #[derive(Debug, Clone)]
 pub struct Candidate<'a> {
     /// The node.
@@ -129,7 +129,7 @@ pub struct Candidate<'a> {
     pub price: f64,
     /// Every pod bound to the node.
     pub pods: Vec<&'a CompactPod>,
-    /// Pods that must move (reschedulable and currently evictable; §5).
+    /// Pods that must move (reschedulable and currently evictable).
     pub reschedulable: Vec<&'a CompactPod>,
     /// `Σ EvictionCost × LifetimeRemaining`.
     pub disruption_cost: f64,
@@ -176,7 +176,7 @@ impl Candidate<'_> {
         }
     }
 
-    /// The consolidation checks of §4.4 (besides emptiness and budgets).
+    /// The checks only consolidation makes (besides emptiness and budgets).
     pub fn consolidation_block(&self, now: DateTime<Utc>) -> Option<Reason> {
         let pool = self.pool.node_pool;
         if pool.is_static() {
@@ -210,7 +210,8 @@ fn annotated_do_not_disrupt(a: &BTreeMap<String, String>) -> bool {
     a.get(annotations::DO_NOT_DISRUPT).is_some_and(|v| v == "true")
 }
 
-/// The node-level checks of §3; `Ok` with the candidate's data, or why the node is not a candidate.
+/// The node-level checks that make a node a disruption candidate; `Ok` with the candidate's data, or why the node
+/// is not a candidate.
 pub fn candidate<'a>(cluster: &Cluster<'a>, node: &'a NodeInfo) -> Result<Candidate<'a>, Reason> {
     let Some(claim_name) = node.node_claim.as_deref() else { return Err(Reason::NotManaged) };
     let Some(&claim) = cluster.claims.get(claim_name) else {
@@ -350,7 +351,7 @@ pub fn interleave_by_pool<'c, 'a>(sorted: &'c [Candidate<'a>]) -> Vec<&'c Candid
     }
 }
 
-/// Balanced-policy totals of one pool (disruption.md §4.8).
+/// Balanced-policy totals of one pool (consolidation policy `Balanced`).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct PoolTotals {
     /// Σ price of the pool's nodes.

@@ -1,4 +1,4 @@
-//! The methods (disruption.md §4) over prepared per-pass state: candidates, budgets and one
+//! The disruption methods over prepared per-pass state: candidates, budgets and one
 //! [`Simulator`] reused by every simulation.
 
 use std::cell::OnceCell;
@@ -191,7 +191,7 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// `computeConsolidation` (§4.4) for `cands`: a delete or a replace, or why not.
+    /// Upstream's `computeConsolidation` for `cands`: a delete or a replace, or why not.
     pub fn consolidate(&self, cands: &[&Candidate<'a>], method: Method) -> Result<Move, Reason> {
         let count = self.pending_claims();
         if count >= 2 {
@@ -213,7 +213,7 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// The price filter of §4.4 / §4.5 applied to the simulation's one new NodeClaim.
+    /// The consolidation price filter (spot-to-spot rules included) applied to the simulation's one new NodeClaim.
     fn cheaper_replacement(
         &self,
         cands: &[&Candidate<'a>],
@@ -268,7 +268,7 @@ impl<'a> Engine<'a> {
         Ok(rewrite_plan(plan, reqs, &its, provider))
     }
 
-    /// Upstream's `filterOutSameInstanceType` (§4.6): replacing several nodes with one of a type being removed
+    /// Upstream's `filterOutSameInstanceType`: replacing several nodes with one of a type being removed
     /// is really a delete, so replacement types priced at or above the cheapest removed node of such a type
     /// are dropped. `None` when nothing remains.
     pub fn filter_out_same_instance_type(&self, cands: &[&Candidate<'a>], mut cmd: Command) -> Option<Command> {
@@ -302,7 +302,8 @@ impl<'a> Engine<'a> {
         Some(cmd)
     }
 
-    /// Balanced approval (§4.8): every Balanced pool among the candidates must score at least 1/2.
+    /// Balanced approval (consolidation policy `Balanced`): every Balanced pool among the candidates must score at
+    /// least 1/2.
     pub fn balanced(&self, cands: &[&Candidate<'a>], savings: f64) -> Result<(), Reason> {
         let total_price: f64 = cands.iter().map(|c| c.price).sum();
         let mut pools: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
@@ -356,7 +357,7 @@ impl<'a> Engine<'a> {
         Some(Reason::BudgetExhausted { node_pool: c.pool_name.to_owned(), reason, detail })
     }
 
-    /// Single-node consolidation of one candidate (§4.7), budget not included.
+    /// Single-node consolidation of one candidate, budget not included.
     pub fn single(&self, c: &Candidate<'a>) -> Result<Command, Reason> {
         if c.pool.node_pool.spec.disruption.consolidation_policy == ConsolidationPolicy::Balanced {
             // Best case: a pure delete saving the whole price.
@@ -370,7 +371,7 @@ impl<'a> Engine<'a> {
         Ok(m.command)
     }
 
-    /// Multi-node consolidation (§4.6): binary search over the prefix length; `may_simulate` is asked before
+    /// Multi-node consolidation: binary search over the prefix length; `may_simulate` is asked before
     /// each attempt, and the best command found so far stands when it says no.
     pub fn multi(&self, eligible: &[&Candidate<'a>], max: usize, may_simulate: impl Fn() -> bool) -> Option<Command> {
         let mut remaining = Remaining::new(&self.budgets, Method::MultiNodeConsolidation.reason());

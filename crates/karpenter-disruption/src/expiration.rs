@@ -1,4 +1,4 @@
-//! Forceful deadlines as pure functions of `now` (disruption.md §9.1, §10, §11): NodeClaim expiry
+//! Forceful deadlines as pure functions of `now`: NodeClaim expiry
 //! (`expireAfter`, not budgeted) and the terminationGracePeriod deadline of a deleting NodeClaim (which pods the
 //! drain must force-delete now, and when to look again).
 

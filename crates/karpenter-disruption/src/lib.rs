@@ -14,7 +14,7 @@
 //!   command, or one per node for StaticDrift). In addition every node gets a [`Verdict`] computed against the
 //!   unchanged snapshot: disrupted, deferred (a valid move exists, a later pass will take it), blocked (PDB,
 //!   do-not-disrupt, budget, ...) or kept (no cheaper option, pods cannot move, ...).
-//! * [`validation::validate`]: the re-check after the 15 s wait (§4.9) against a later snapshot.
+//! * [`validation::validate`]: the re-check after the 15 s wait against a later snapshot.
 //! * [`expiration`]: forceful expiry and terminationGracePeriod deadlines at `now`.
 //! * [`budget`]: allowances per NodePool and reason.
 //! * [`command`]: the serialisable output ([`Pass`], versioned `karpenter-rs.disruption/v1`).
@@ -77,7 +77,7 @@ pub struct DisruptionOptions {
     /// cluster of drifted nodes whose pods spread by hostname, simulating them all made each pass take seconds.
     pub every_verdict: bool,
     /// Nothing has changed since a pass in which consolidation found nothing to do (upstream's "already
-    /// consolidated", disruption.md §2; the controller tracks it): multi-node and single-node consolidation
+    /// consolidated"; the controller tracks it): multi-node and single-node consolidation
     /// simulate nothing and their candidates are kept with [`Reason::ConsolidationUnchanged`]. Emptiness and
     /// drift still run (emptiness simulates nothing; drift does not short-circuit upstream either).
     pub consolidation_unchanged: bool,
@@ -366,7 +366,7 @@ pub fn evaluate(
     }
 }
 
-/// Multi-node consolidation alone (§4.6) at `now`, as if no earlier method acted: the command of the binary
+/// Multi-node consolidation alone at `now`, as if no earlier method acted: the command of the binary
 /// search over the sorted, budget-limited candidates (at most [`DisruptionOptions::multi_node_max_candidates`]),
 /// if any.
 pub fn multi_node_consolidation(
@@ -403,7 +403,7 @@ pub(crate) fn emptiness_check(engine: &Engine<'_>, c: &Candidate<'_>, remaining:
     Ok(())
 }
 
-/// Drift (§4.2): the first drifted candidate, oldest-drifted with empties first, that has budget and whose
+/// Drift: the first drifted candidate, oldest-drifted with empties first, that has budget and whose
 /// pods all fit gives the command. With `every_verdict` every drifted candidate is simulated (for its verdict);
 /// without, the simulations stop at the first command (or are all skipped when the pass already `decided`).
 /// Once the options' simulation budget is spent the rest are not simulated ([`Reason::PassTimeSpent`]).
@@ -456,7 +456,7 @@ fn drift<'a>(
     command
 }
 
-/// StaticDrift (§4.3): per static pool, replace up to `min(budget, drifted)` nodes (within `limits.nodes`),
+/// StaticDrift: per static pool, replace up to `min(budget, drifted)` nodes (within `limits.nodes`),
 /// each with one NodeClaim from the template.
 fn static_drift<'a>(
     engine: &Engine<'a>,

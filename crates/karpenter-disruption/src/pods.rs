@@ -1,4 +1,4 @@
-//! Pod predicates of disruption (disruption.md §3): reschedulable pods, the `karpenter.sh/do-not-disrupt`
+//! Pod predicates of disruption: reschedulable pods, the `karpenter.sh/do-not-disrupt`
 //! annotation (including its duration form), PodDisruptionBudgets, eviction cost.
 
 use chrono::{DateTime, Utc};
@@ -92,7 +92,7 @@ impl<'a> Pdbs<'a> {
             .collect()
     }
 
-    /// Whether evicting `pod` is blocked now (disruption.md §3): more than one PDB, or one with
+    /// Whether evicting `pod` is blocked now: more than one PDB, or one with
     /// `disruptionsAllowed == 0` unless it has `unhealthyPodEvictionPolicy: AlwaysAllow` and the pod is not
     /// Ready.
     pub fn blocks(&self, pod: &CompactPod) -> Option<PdbBlock> {

@@ -1,4 +1,4 @@
-//! The re-check after the validation wait (disruption.md §4.1, §4.9): is a command computed earlier still valid
+//! The re-check after the validation wait of emptiness and consolidation: is a command computed earlier still valid
 //! against a later snapshot?
 //!
 //! Every candidate must still be a candidate for the command's method (not nominated, not blocked, still

@@ -1,4 +1,4 @@
-//! The NodeClaim consistency check (`nodeclaim.consistency`, `shared/spec/disruption.md` §10): an initialized
+//! The NodeClaim consistency check (`nodeclaim.consistency`): an initialized
 //! NodeClaim's Node is compared with what the claim says it is, every [`SCAN_PERIOD`]:
 //!
 //! - **shape**: for every resource of the claim's `status.capacity` with a non-zero value, the Node's capacity

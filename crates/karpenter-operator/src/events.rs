@@ -1,5 +1,4 @@
-//! Kubernetes events with upstream Karpenter's reasons (`shared/spec/operations.md` §5), de-duplicated in
-//! process.
+//! Kubernetes events with upstream Karpenter's reasons, de-duplicated in process.
 //!
 //! Events are written as **core/v1 `Event`s** — what upstream's recorder (client-go's `tools/record`, through
 //! controller-runtime) writes, with the same fields: `involvedObject`, `reason`, `message`, `type`,

@@ -1,4 +1,4 @@
-//! NodeClaim expiration (`shared/spec/disruption.md` §10): a NodeClaim whose `creationTimestamp + expireAfter`
+//! NodeClaim expiration: a NodeClaim whose `creationTimestamp + expireAfter`
 //! has passed is deleted — forcefully in the sense of disruption (no budget, no replacement launched first);
 //! the drain itself is the normal termination flow (PDBs honoured up to the terminationGracePeriod). Metric
 //! `karpenter_nodeclaims_disrupted_total{reason="expired",termination_mode="forceful"}`.

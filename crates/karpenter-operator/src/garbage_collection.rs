@@ -1,5 +1,5 @@
-//! Garbage collection of what the cloud and the cluster disagree on (`shared/spec/disruption.md` §10,
-//! `cloudprovider-aws.md` §13, `operations.md` §2).
+//! Garbage collection of what the cloud and the cluster disagree on, as upstream's NodeClaim garbage collection
+//! and the AWS provider's instance garbage collection.
 //!
 //! - **Leaked instances** ([`GarbageCollection::collect_instances`]): an instance from `CloudProvider::list`
 //!   that is not terminating, was launched more than [`INSTANCE_GRACE`] ago and has no NodeClaim with its

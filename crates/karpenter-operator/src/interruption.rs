@@ -1,4 +1,4 @@
-//! Interruption handling (`shared/spec/cloudprovider-aws.md` §12): consumes an [`InterruptionSource`] (the
+//! Interruption handling: consumes an [`InterruptionSource`] (the
 //! SQS queue on AWS, the fake cloud's queue in tests).
 //!
 //! For each event, the NodeClaim is found by `status.providerID` (one NodeClaim list per batch). Then:

@@ -1,4 +1,4 @@
-//! The NodeClaim lifecycle controller (`shared/spec/disruption.md` §9): launch, registration, initialization
+//! The NodeClaim lifecycle controller: launch, registration, initialization
 //! and liveness of every live NodeClaim. Deleting NodeClaims are left to the termination controller.
 //!
 //! [`reconcile`] is one pass over one NodeClaim, without timers (tests call it directly); [`run`] drives it with

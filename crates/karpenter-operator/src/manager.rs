@@ -1,5 +1,5 @@
 //! The controller manager: assembles every controller of `karpenter-controller run` for one cloud provider and
-//! runs them on the leader until shutdown (`shared/spec/operations.md` §2-3).
+//! runs them on the leader until shutdown.
 //!
 //! [`Manager::run`]:
 //!

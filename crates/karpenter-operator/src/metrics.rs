@@ -1,4 +1,4 @@
-//! Prometheus metrics with upstream Karpenter's names and labels (`shared/spec/operations.md` §4), so existing
+//! Prometheus metrics with upstream Karpenter's names and labels (upstream docs: Reference > Metrics), so existing
 //! alerts and dashboards keep working: `karpenter_…` for the controller's own metrics and `operator_<kind>_…` for
 //! the status-condition metrics of NodeClaims, NodePools, Nodes and EC2NodeClasses.
 //!

@@ -1,4 +1,4 @@
-//! The provisioner (`shared/spec/scheduling.md` §1-2, §8-9): pending pods in, NodeClaims out.
+//! The provisioner: pending pods in, NodeClaims out.
 //!
 //! - **Triggers**: [`ClusterState`] sends a [`Trigger`](crate::state::Trigger) for each provisionable pod and for
 //!   each node carrying the `karpenter.sh/disrupted` taint; [`Provisioner::run`] also re-triggers every pod that
@@ -15,8 +15,8 @@
 //!   re-checking the NodePool's limits), each recorded in the state at once with its pods and announced with
 //!   `Nominated` events, `karpenter_nodeclaims_created_total{reason="provisioned"}`.
 //!
-//! The NodeClaim ([`build_node_claim`]) comes from the NodePool's template (requirements.md §3): labels (the
-//! template's, `karpenter.sh/nodepool`, the node-class label, and one value for each single-key custom
+//! The NodeClaim ([`build_node_claim`]) comes from the NodePool's template, as upstream's NodeClaimTemplate: labels
+//! (the template's, `karpenter.sh/nodepool`, the node-class label, and one value for each single-key custom
 //! requirement), annotations (the template's, the NodePool hash and its version, the min-values-relaxed flag),
 //! the decision's requirements (instance-type options and capacity types included), taints and startup taints,
 //! `resources.requests` (the pods' requests plus the DaemonSet overhead), `nodeClassRef`, `expireAfter`,
@@ -156,7 +156,7 @@ impl FirstSeen {
     }
 }
 
-/// Collects triggers into batches (scheduling.md §1.3).
+/// Collects triggers into batches, each closed after `idle` without a new trigger or `max` after its first.
 #[derive(Debug)]
 pub struct Batcher {
     triggers: mpsc::UnboundedReceiver<Trigger>,
@@ -643,7 +643,7 @@ fn parse_quantity(pool: &str, what: &str, q: &str) -> Result<Quantity, Provision
 }
 
 /// Fails when the NodePool's current usage (the capacity of its NodeClaims; `nodes` = their count) reaches one of
-/// its limits (scheduling.md §8: creation is refused once usage already exceeds the limits).
+/// its limits (upstream refuses creation once usage already exceeds the limits).
 pub fn check_limits<C: std::borrow::Borrow<NodeClaim>>(pool: &NodePool, claims: &[C]) -> Result<(), ProvisionError> {
     let name = pool.name_any();
     if pool.spec.limits.is_empty() {

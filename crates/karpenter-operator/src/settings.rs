@@ -1,5 +1,5 @@
 //! Controller settings: every setting is a flag that also reads an environment variable, with upstream
-//! Karpenter's names and defaults (`shared/spec/operations.md` §1), so an operator's Helm values and env
+//! Karpenter's names and defaults, so an operator's Helm values and env
 //! carry over unchanged. The environment gives the default; a flag overrides it.
 //!
 //! [`CoreSettings`] apply to every provider; [`AwsSettings`] are added by the binary when it runs the AWS
@@ -155,7 +155,7 @@ impl FromStr for AwsFeatureGates {
     }
 }
 
-/// Settings of every provider (operations.md §1.1).
+/// Settings of every provider.
 #[derive(Debug, Clone, Args)]
 pub struct CoreSettings {
     /// End a provisioning batch after this long without a new pending pod.
@@ -257,7 +257,7 @@ impl CoreSettings {
     }
 }
 
-/// Settings of the AWS provider (operations.md §1.2).
+/// Settings of the AWS provider.
 #[derive(Debug, Clone, Args)]
 pub struct AwsSettings {
     /// Name of the cluster: used in tags and discovery. Required.

@@ -1,5 +1,5 @@
 //! Cluster state: the controller's in-memory view of the objects provisioning and the NodeClaim controllers read
-//! (`shared/spec/disruption.md` §13), fed by kube-runtime watchers and updated **at once on our own writes**.
+//! (upstream's cluster state), fed by kube-runtime watchers and updated **at once on our own writes**.
 //!
 //! [`ClusterState`] is a cheap handle (clone it into every controller). It holds:
 //!
@@ -25,7 +25,7 @@
 //! allocatable takes the pods (they are nominated to it instead).
 //!
 //! [`ClusterState::snapshot`] builds the scheduler's [`ClusterSnapshot`] with the controller's pod rules
-//! (scheduling.md §1.2 and §2.3): pending pods are the provisionable ones ([`is_provisionable`]) that pass
+//! (upstream's provisioner rules): pending pods are the provisionable ones ([`is_provisionable`]) that pass
 //! [`validate_pod`], plus the reschedulable pods of nodes being deleted; in-flight NodeClaims are included.
 //! Provisioning triggers ([`Trigger`]) go to every [`ClusterState::subscribe`]r when a provisionable pod or a
 //! node with the `karpenter.sh/disrupted` taint is recorded.
@@ -298,7 +298,7 @@ impl fmt::Debug for ClusterState {
     }
 }
 
-/// A pending pod the controller will not provision for, and why (scheduling.md §1.2 Validate).
+/// A pending pod the controller will not provision for, and why (upstream's provisioner validation).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RejectedPod {
     /// `namespace/name`.
@@ -789,7 +789,7 @@ impl ClusterState {
         }
     }
 
-    /// The provisionable pods (scheduling.md §1.2, before validation), by key.
+    /// The provisionable pods ([`is_provisionable`], before validation), by key.
     pub fn provisionable_pods(&self) -> Vec<Arc<CompactPod>> {
         self.read().pods.objects.values().filter(|p| is_provisionable(p)).cloned().collect()
     }
@@ -898,8 +898,9 @@ fn owned_by_kind(pod: &CompactPod, api_version: &str, kind: &str) -> bool {
     pod.metadata.owner_references.iter().flatten().any(|o| o.kind == kind && o.api_version == api_version)
 }
 
-/// scheduling.md §1.2: `PodScheduled=False` with reason `Unschedulable`, no `spec.nodeName`, no
-/// `status.nominatedNodeName`, not owned by a DaemonSet or a Node (static pod), and not terminal or terminating.
+/// Whether the provisioner considers `pod`, as upstream: `PodScheduled=False` with reason `Unschedulable`, no
+/// `spec.nodeName`, no `status.nominatedNodeName`, not owned by a DaemonSet or a Node (static pod), and not terminal
+/// or terminating.
 pub fn is_provisionable(pod: &CompactPod) -> bool {
     let status = pod.status.as_ref();
     let unschedulable = status.and_then(|s| s.conditions.as_ref()).is_some_and(|cs| {
@@ -924,9 +925,9 @@ pub enum PodRejection {
     Invalid(String),
 }
 
-/// scheduling.md §1.2 Validate, the parts the scheduler does not report per pod itself: the opt-out (a) and the
-/// volume checks (d). Requirement and `matchFields` problems (b, c) come back from the scheduler as the pod's
-/// unschedulable reason.
+/// The parts of upstream's provisioner validation the scheduler does not report per pod itself: the opt-out
+/// (`karpenter.sh/nodepool DoesNotExist`) and the PVC checks. Invalid requirements and `matchFields` come back
+/// from the scheduler as the pod's unschedulable reason.
 fn validate_pod(pod: &CompactPod, o: &Objects) -> Result<(), PodRejection> {
     let spec = Some(&*pod.spec);
     let opts_out = spec
@@ -989,7 +990,7 @@ fn fully_blocking(pdb: &PodDisruptionBudget) -> bool {
         || matches!(spec.min_available.as_ref(), Some(IntOrString::String(s)) if s == "100%")
 }
 
-/// scheduling.md §2.3, "currently reschedulable": a pod of a node being deleted that provisioning should find
+/// Upstream's "currently reschedulable": a pod of a node being deleted that provisioning should find
 /// room for. Disruption's "reschedulable" ([`karpenter_disruption::pods::is_reschedulable`]) plus two conditions
 /// of the moment: no active `karpenter.sh/do-not-disrupt` (either form: `"true"`, or a duration still running at
 /// `now`) and no PodDisruptionBudget that allows no disruption of it.

@@ -1,4 +1,4 @@
-//! Node and NodeClaim termination (`shared/spec/disruption.md` §9.1 and §11): the `karpenter.sh/termination`
+//! Node and NodeClaim termination: the `karpenter.sh/termination`
 //! finalizer on both objects.
 //!
 //! [`Termination::reconcile_node_claim`] handles a deleting NodeClaim: it annotates the terminationGracePeriod
@@ -303,7 +303,7 @@ impl Termination {
         Ok(nodes)
     }
 
-    /// Reconciles the NodeClaim `name` (§9.1). Does nothing unless it is being deleted with the finalizer.
+    /// Reconciles the NodeClaim `name`. Does nothing unless it is being deleted with the finalizer.
     pub async fn reconcile_node_claim(&self, name: &str) -> Result<Requeue, ReconcileError> {
         let api = self.claims();
         let Some(mut claim) = api.get_opt(name).await? else { return Ok(None) };
@@ -384,7 +384,7 @@ impl Termination {
         Ok(None)
     }
 
-    /// Reconciles the Node `name` (§11). Does nothing unless it is being deleted with the finalizer.
+    /// Reconciles the Node `name`. Does nothing unless it is being deleted with the finalizer.
     pub async fn reconcile_node(&self, name: &str) -> Result<Requeue, ReconcileError> {
         let nodes = self.nodes();
         let Some(node) = nodes.get_opt(name).await? else { return Ok(None) };

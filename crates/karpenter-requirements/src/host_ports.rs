@@ -1,4 +1,4 @@
-//! Host-port usage and conflicts (scheduling.md §4.3).
+//! Host-port usage and conflicts, as the scheduler checks them when it places a pod.
 //!
 //! A pod uses `(hostIP, hostPort, protocol)` for every container port with a non-zero `hostPort`, in its
 //! containers and its restartable (sidecar) init containers, which run alongside them. An empty host IP means

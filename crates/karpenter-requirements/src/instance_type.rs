@@ -1,4 +1,4 @@
-//! Instance types, allocatable, price ordering, minValues and truncation (requirements.md §4, §5).
+//! Instance types, allocatable, price ordering, minValues and truncation.
 
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};

@@ -3,8 +3,8 @@
 //! instance types with their offerings.
 //!
 //! **This crate does no IO**: no tokio, no kube client, no clock. It takes data (mostly `k8s-openapi` types) and
-//! returns decisions; the scheduler and the API validation build on it. Behaviour follows
-//! `shared/spec/requirements.md` (upstream Karpenter v1.14.1) except where a doc comment says otherwise.
+//! returns decisions; the scheduler and the API validation build on it. Behaviour follows upstream Karpenter
+//! v1.14.1 except where a doc comment says otherwise.
 //!
 //! # Entry points
 //!

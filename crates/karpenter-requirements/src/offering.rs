@@ -1,4 +1,4 @@
-//! Offerings: where and how an instance type can be bought (requirements.md §5).
+//! Offerings: where and how an instance type can be bought.
 
 use crate::instance_type::Overhead;
 use crate::labels::{

@@ -1,4 +1,4 @@
-//! One scheduling requirement on one label key (requirements.md §1).
+//! One scheduling requirement on one label key (upstream's `Requirement`).
 //!
 //! The operator is not stored: a [`Requirement`] is `(key, complement, values, gte, lte, min_values)` and the
 //! operator is derived from it ([`Requirement::operator`]). Values are kept **sorted** (byte order) and
@@ -260,7 +260,7 @@ fn merge<'a>(a: &'a [Arc<str>], b: &'a [Arc<str>], mut emit: impl FnMut(&'a Arc<
 }
 
 impl Requirement {
-    /// Builds a requirement from an operator (requirements.md §1 construction table). The key is normalised
+    /// Builds a requirement from an operator. The key is normalised
     /// through the alias table. `Gt`/`Lt`/`Gte`/`Lte` need exactly one integer value; `Exists` and
     /// `DoesNotExist` ignore values; `In`/`NotIn` accept any number (an empty `In` is DoesNotExist, an empty
     /// `NotIn` is Exists). `Gt i64::MAX` and `Lt i64::MIN` can match nothing and are DoesNotExist.
@@ -439,7 +439,7 @@ impl Requirement {
         self.complement != self.values.contains(value) && self.within_bounds(value)
     }
 
-    /// `self ∩ other` (requirements.md §1 intersection steps). The key of `self` is kept.
+    /// `self ∩ other`, as upstream's `Requirement.Intersection`. The key of `self` is kept.
     pub fn intersection(&self, other: &Requirement) -> Requirement {
         let complement = self.complement && other.complement;
         let gte = max_opt(self.gte, other.gte);
@@ -482,7 +482,7 @@ impl Requirement {
         Requirement { key: self.key.clone(), complement, values, gte, lte, min_values }
     }
 
-    /// Whether `self ∩ other` may be non-empty (requirements.md §1 "HasIntersection"); never allocates.
+    /// Whether `self ∩ other` may be non-empty (upstream's `HasIntersection`); never allocates.
     /// Two complements always intersect (even when the bounds and exclusions together leave nothing).
     pub fn has_intersection(&self, other: &Requirement) -> bool {
         let gte = max_opt(self.gte, other.gte);
@@ -529,7 +529,7 @@ impl Requirement {
         }
     }
 
-    /// The serialised form (requirements.md §1): both bounds ⇒ `Gte` and `Lte` entries; one bound ⇒ that entry;
+    /// The serialised form: both bounds ⇒ `Gte` and `Lte` entries; one bound ⇒ that entry;
     /// otherwise one entry with the derived operator. minValues is copied to every entry. Note that excluded
     /// values of a bounded complement are not serialised (as upstream).
     pub fn to_serialized(&self) -> Vec<SerializedRequirement> {

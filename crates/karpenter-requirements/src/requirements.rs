@@ -1,4 +1,4 @@
-//! A set of requirements keyed by label key (requirements.md §2).
+//! A set of requirements keyed by label key (upstream's `Requirements`).
 //!
 //! Stored as a `Vec<Requirement>` sorted by key: lookups are binary searches, and `compatible`, `intersects`
 //! and `intersection` are linear merges of two sorted lists. The success paths of `compatible` and
@@ -206,7 +206,7 @@ impl Requirements {
         self.reqs.iter().any(|r| r.min_values().is_some())
     }
 
-    /// `Compatible(self, incoming, allow_undefined)` (requirements.md §2): can `incoming` be satisfied by
+    /// Upstream's `Compatible(self, incoming, allow_undefined)`: can `incoming` be satisfied by
     /// something described by `self`?
     /// 1. every key of `incoming` must be defined by `self`, be in `allow_undefined`, or be NotIn/DoesNotExist;
     /// 2. then [`Requirements::intersects`].
@@ -345,7 +345,7 @@ impl Requirements {
         Requirements::from_node_selector_requirements(term.match_expressions.iter().flatten())
     }
 
-    /// A pod's requirements, "preferences as required" (requirements.md §2): the nodeSelector as `In`; with
+    /// A pod's requirements, "preferences as required": the nodeSelector as `In`; with
     /// `Respect`, the single heaviest preferred node-affinity term (first among equal weights); and the
     /// **first** required node-selector term.
     pub fn from_pod(pod: &Pod, policy: PreferencePolicy) -> Result<Requirements, RequirementError> {

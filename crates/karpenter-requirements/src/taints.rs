@@ -1,4 +1,4 @@
-//! Taint / toleration matching with standard Kubernetes semantics (requirements.md §6).
+//! Taint / toleration matching with standard Kubernetes semantics.
 //!
 //! A toleration matches a taint when its effect is empty or equal, its key is empty or equal, and its operator
 //! is `Exists`, or `Equal`/empty with an equal value (an empty key with `Exists` therefore tolerates

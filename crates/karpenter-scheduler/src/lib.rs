@@ -1,4 +1,4 @@
-//! Karpenter's provisioning simulation (`shared/spec/scheduling.md`, upstream v1.14.1) as a pure function:
+//! Karpenter's provisioning simulation (upstream v1.14.1) as a pure function:
 //! a [`ClusterSnapshot`] plus NodePools with their instance types (data, never a provider) plus the provider's
 //! well-known labels plus [`SchedulerOptions`] give [`Decisions`]: NodeClaims to create, pods placed on
 //! existing and in-flight nodes, and a reason for every pod that cannot be placed.
@@ -76,7 +76,7 @@
 //! truncated to 600; static NodePools left out; per-pod errors for bad input (unknown operator, malformed
 //! quantity, restricted key, `matchFields`, invalid label selectors, missing or unusable PVCs).
 //!
-//! Topology (scheduling.md §5): topology spread on any key (zone, hostname, capacity type, custom keys from
+//! Topology: topology spread on any key (zone, hostname, capacity type, custom keys from
 //! NodePool requirements and instance types) with maxSkew, minDomains, whenUnsatisfiable, labelSelector,
 //! matchLabelKeys, nodeAffinityPolicy and nodeTaintsPolicy; pod affinity and anti-affinity, required and
 //! preferred, with namespaces and namespaceSelector on any topology key; the required anti-affinity of pods
@@ -86,7 +86,7 @@
 //! precomputed. Relaxation follows upstream's order: required-term alternatives, preferred pod affinity,
 //! preferred pod anti-affinity, preferred node affinity, `ScheduleAnyway` spread, PreferNoSchedule.
 //!
-//! Volumes (§7.1, §7.2): zonal requirements from bound PVs' node affinity (hostname dropped for local and
+//! Volumes: zonal requirements from bound PVs' node affinity (hostname dropped for local and
 //! hostPath volumes), storage classes' allowedTopologies for unbound claims (ephemeral volumes included),
 //! CSINode volume limits on existing nodes (drivers from the PV, in-tree plugins translated, or the class's
 //! provisioner).

@@ -1,4 +1,4 @@
-//! The solve loop (scheduling.md §4): queue order, placement order, NodeClaim.CanAdd, relaxation,
+//! The solve loop: queue order, placement order, NodeClaim.CanAdd, relaxation,
 //! finalisation.
 
 pub(crate) mod pods;
@@ -34,7 +34,7 @@ use crate::snapshot::ClusterSnapshot;
 /// Upstream's cap on instance-type options per NodeClaim.
 pub const MAX_INSTANCE_TYPES: usize = 600;
 
-/// How reserved offerings are treated (requirements.md §5.4). Not simulated yet: see the crate docs.
+/// How reserved offerings are treated. Not simulated yet: see the crate docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ReservedOfferingMode {
     /// Provisioning: a pod must not lose reserved offerings (default).
@@ -586,7 +586,7 @@ impl<'a> Solver<'a> {
         self.claim_order.insert(at, c);
     }
 
-    /// NodeClaim.CanAdd (scheduling.md §4.4) over the instance types `its`.
+    /// Upstream's `NodeClaim.CanAdd` over the instance types `its`.
     #[allow(clippy::too_many_arguments)]
     fn can_add(
         &self,

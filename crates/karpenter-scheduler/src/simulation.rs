@@ -1,4 +1,4 @@
-//! What-if scheduling for disruption (disruption.md §5): "remove these nodes, where do their pods go?".
+//! What-if scheduling for disruption: "remove these nodes, where do their pods go?".
 //!
 //! A [`Simulator`] is built **once** per pass from a [`ClusterSnapshot`] and the pools: the NodeClaim templates
 //! (instance types, DaemonSet overhead, limits), every existing node's free capacity and the snapshot's pending
@@ -96,7 +96,7 @@ pub struct SimulationView<'v> {
     /// Leave the snapshot's pending pods out (they are included by default, as upstream does).
     pub skip_pending: bool,
     /// Accept placements on uninitialized nodes and in-flight claims; by default such a placement is turned
-    /// into an unschedulable entry with [`UNINITIALIZED_NODE`] (disruption.md §5).
+    /// into an unschedulable entry with [`UNINITIALIZED_NODE`], so disruption never counts on capacity not yet ready.
     pub allow_uninitialized: bool,
     /// Pack new NodeClaims in upstream's order, skipping the cost post-pass (as with
     /// [`SchedulerOptions::upstream_packing`]): the post-pass may spread pods over more, cheaper nodes than the

@@ -6,7 +6,7 @@
 //! # File-input rules ([`ClusterSnapshot::from_objects`])
 //!
 //! * A Pod **without `spec.nodeName` is pending**; its `status` is ignored so hand-written pods work. (The
-//!   controller instead applies the provisionable-pod rules of scheduling.md §1.2 before filling the snapshot.)
+//!   controller instead applies upstream's provisionable-pod rules before filling the snapshot.)
 //!   Pending pods owned by a DaemonSet are left out: DaemonSet pods are accounted for as overhead.
 //! * A Pod **with `spec.nodeName` is bound**, unless its phase is `Succeeded` or `Failed` (terminal pods use no
 //!   resources and are dropped).

@@ -1,4 +1,4 @@
-//! In-process batching of EC2 calls (cloudprovider-aws.md §3).
+//! In-process batching of EC2 calls.
 //!
 //! Callers [`submit`](Batcher::submit) an item under a key; items with the same key arriving within the
 //! window are executed together. A batch closes when no item arrived for `idle`, `max` after its first item, or

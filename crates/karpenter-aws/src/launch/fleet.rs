@@ -1,5 +1,5 @@
 //! The EC2 instance API Karpenter uses — CreateFleet (instant), DescribeInstances, TerminateInstances,
-//! CreateTags — as the narrow [`FleetApi`] trait over our own structs (cloudprovider-aws.md §4), plus the
+//! CreateTags — as the narrow [`FleetApi`] trait over our own structs, plus the
 //! pieces of a launch that are pure: the tags of an instance, the reason mapping of fleet errors.
 
 use std::collections::BTreeMap;

@@ -1,4 +1,4 @@
-//! Offerings EC2 recently refused for capacity (cloudprovider-aws.md §4.4): marked unavailable for
+//! Offerings EC2 recently refused for capacity: marked unavailable for
 //! [`ICE_TTL`] (the TTL restarts on a repeated mark) in a [`CapacityMarks`], whose version changes with every
 //! mark and expiry so cached catalogues know when to rebuild.
 //!

@@ -1,4 +1,4 @@
-//! The instance provider (cloudprovider-aws.md §4): launching a NodeClaim's instance with CreateFleet from the
+//! The instance provider: launching a NodeClaim's instance with CreateFleet from the
 //! node class's resolved status, and finding, listing and terminating instances.
 //!
 //! A launch: instance types compatible with the claim (requirements, requests, an available compatible
@@ -308,7 +308,7 @@ impl InstanceProvider {
         self.reserved_capacity
     }
 
-    /// The launch-time subnet accounting (§7.1); share it with the resolver's
+    /// The launch-time subnet accounting; share it with the resolver's
     /// [`crate::nodeclass::network::SubnetProvider::share_ips`] so launches see the described free-IP counts.
     pub fn subnet_ips(&self) -> &SubnetIps {
         &self.subnet_ips
@@ -349,7 +349,7 @@ impl InstanceProvider {
         &self.templates
     }
 
-    /// The tags of a claim's instance (api.md §5.6): the node class's tags, then ours.
+    /// The tags of a claim's instance: the node class's tags, then ours.
     pub fn tags(&self, claim: &NodeClaim, node_class: &EC2NodeClass) -> BTreeMap<String, String> {
         let mut tags = node_class.spec.tags.clone();
         tags.insert(cluster_ownership_tag(&self.cluster.name), "owned".into());
@@ -530,7 +530,7 @@ impl InstanceProvider {
         }
         // Launch templates and overrides.
         let status = node_class.status.clone().unwrap_or_default();
-        // Subnets (§7.1): per zone the available subnet with the most free IPs, each holding its predicted use
+        // Subnets: per zone the available subnet with the most free IPs, each holding its predicted use
         // (the smallest pod capacity among the instance types offered in its zone) until the fleet answers.
         let mut min_pods: BTreeMap<&str, i64> = BTreeMap::new();
         for it in &candidates {

@@ -1,4 +1,4 @@
-//! Launching EC2 instances (cloudprovider-aws.md §4–§6), SDK-free: user data per AMI family ([`userdata`]),
+//! Launching EC2 instances, SDK-free: user data per AMI family ([`userdata`]),
 //! launch templates ([`template`]), CreateFleet requests and their outcome ([`fleet`]), the in-process batchers
 //! of EC2 calls ([`batcher`]) and the offerings marked out of capacity ([`ice`]).
 //!

@@ -1,5 +1,5 @@
-//! Launches through [`AwsCloudProvider`] over [`MockEc2`]: the subnet accounting of §4.3/§4.4/§7.1 and the
-//! EFA/IPv6 network interfaces of §5 as the instance provider uses them.
+//! Launches through [`AwsCloudProvider`] over [`MockEc2`]: the launch-time subnet accounting and the EFA/IPv6
+//! network interfaces of launch templates as the instance provider uses them.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

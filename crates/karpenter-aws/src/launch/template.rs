@@ -1,4 +1,4 @@
-//! Launch templates (cloudprovider-aws.md §5): their contents built from an EC2NodeClass, a resolved AMI and
+//! Launch templates: their contents built from an EC2NodeClass, a resolved AMI and
 //! user data; their deterministic name (`karpenter.k8s.aws/<hash of the contents and tags>`); the narrow
 //! [`LaunchTemplateApi`]; and [`LaunchTemplateProvider`], the cache that creates a template on first use,
 //! deletes it from EC2 when unused for [`LAUNCH_TEMPLATE_TTL`], hydrates from EC2 at start and deletes a node
@@ -167,7 +167,7 @@ impl CapacityReservationPreference {
         [Self::Open, Self::None, Self::CapacityReservationsOnly].into_iter().find(|p| p.as_str() == s)
     }
 
-    /// The preference of a launch template (§5): a reserved launch targets its reservation
+    /// The preference of a launch template: a reserved launch targets its reservation
     /// (`capacity-reservations-only`); with the `ReservedCapacity` gate on every other launch says `none`, so
     /// on-demand and spot instances never land in (and are never mistaken for) an open reservation of the
     /// account; with the gate off the template leaves EC2's default (`open`) alone.
@@ -364,7 +364,7 @@ fn primary(mut n: LtNetworkInterface, node_class: &EC2NodeClass, ipv6: bool) -> 
     n
 }
 
-/// `NetworkInterfaces` (§5): the node class's explicit list; else one `efa` interface per EFA (card `i`, device 0
+/// `NetworkInterfaces`: the node class's explicit list; else one `efa` interface per EFA (card `i`, device 0
 /// for the first and 1 for the others); else a single primary interface when something needs one (public IP,
 /// prefixes, IPv6, connection tracking); else none (the security groups then go on the template itself).
 pub fn network_interfaces(

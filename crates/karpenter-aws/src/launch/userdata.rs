@@ -1,4 +1,4 @@
-//! User data per AMI family (cloudprovider-aws.md §6), as pure functions of a [`BootstrapConfig`].
+//! User data per AMI family, as pure functions of a [`BootstrapConfig`].
 //!
 //! | Family | Karpenter's part | The node class `userData` |
 //! |---|---|---|

@@ -1,4 +1,4 @@
-//! AMI resolution (cloudprovider-aws.md §7.1 and §8): aliases through SSM parameters, selector terms through
+//! AMI resolution: aliases through SSM parameters, selector terms through
 //! `DescribeImages`, one best image per requirement set, and the requirements that match AMIs to instance types.
 //!
 //! * **Alias** (`family@version`): [`alias_parameters`] lists the SSM parameters of the family for the cluster's

@@ -1,10 +1,10 @@
-//! Reserved → on-demand demotion (cloudprovider-aws.md §9).
+//! Reserved → on-demand demotion.
 //!
 //! When a capacity reservation expires or is cancelled, its instances keep running, now as ordinary on-demand
 //! instances: EC2 stops reporting a reservation for them. Likewise an instance whose capacity-reservation
 //! preference is changed away from `capacity-reservations-only` (`ModifyInstanceCapacityReservationAttributes`,
-//! e.g. to `open`) is no longer reserved capacity by §4.5, even while EC2 still reports a reservation id for it.
-//! Their NodeClaims and Nodes still carry
+//! e.g. to `open`) is no longer reserved capacity (only `capacity-reservations-only` instances count as reserved),
+//! even while EC2 still reports a reservation id for it. Their NodeClaims and Nodes still carry
 //! `karpenter.sh/capacity-type=reserved` and the reservation labels, which would make scheduling, consolidation
 //! pricing and drift treat them as reserved capacity. [`ReservationDemotion`] fixes the labels, every
 //! [`DEMOTION_INTERVAL`]:

@@ -1,4 +1,4 @@
-//! The instance profile instances launch with (cloudprovider-aws.md §7.6).
+//! The instance profile instances launch with.
 //!
 //! * `spec.instanceProfile`: used as it is.
 //! * `spec.role`: Karpenter manages a profile named `<cluster>_<hash>` under the IAM path

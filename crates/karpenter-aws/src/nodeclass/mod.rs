@@ -1,4 +1,4 @@
-//! EC2NodeClass resolution and the node class controllers (cloudprovider-aws.md §7 and §8, api.md §3).
+//! EC2NodeClass resolution and the node class controllers.
 //!
 //! * [`api`] — the narrow AWS traits resolution calls ([`api::SubnetApi`], [`api::SecurityGroupApi`],
 //!   [`api::ImageApi`], [`api::SsmApi`], [`api::CapacityReservationApi`], [`api::PlacementGroupApi`],

@@ -1,4 +1,4 @@
-//! Subnets and security groups from their selector terms (api.md §3.1, cloudprovider-aws.md §7.4/§7.5).
+//! Subnets and security groups from their selector terms.
 //!
 //! Terms are ORed and the fields of one term ANDed. Every `id` term of a list is merged into one query (one
 //! `subnet-id` / `group-id` filter with all the ids), every security-group `name` term into one `group-name`
@@ -6,7 +6,7 @@
 //! unioned by id. Results are cached by the queries (so node classes with the same selectors share them) for
 //! `SUBNET_REFRESH_INTERVAL` (subnets) or the security-group ttl.
 //!
-//! [`SubnetIps`] is the launch-time subnet accounting (cloudprovider-aws.md §4.3, §4.4, §7.1): described free-IP
+//! [`SubnetIps`] is the launch-time subnet accounting: described free-IP
 //! counts, the IPs launches in flight are predicted to use, and subnets out of addresses. The resolver's
 //! [`SubnetProvider`] records the counts it describes into it; the instance provider asks it for a subnet per
 //! zone ([`SubnetIps::reserve`]) and settles the prediction when CreateFleet answers ([`InFlightSubnets`]).

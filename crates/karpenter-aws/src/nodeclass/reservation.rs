@@ -1,5 +1,4 @@
-//! Capacity reservations (ODCRs and capacity blocks, cloudprovider-aws.md §7.2) and the placement group
-//! (§7.3) of a node class.
+//! Capacity reservations (ODCRs and capacity blocks) and the placement group of a node class.
 //!
 //! Reservations: every `id` term goes into one query by `CapacityReservationIds`; every other term is a query of
 //! its own with the filters `owner-id`, `instance-match-criteria` and the tags. Every query asks for

@@ -1,4 +1,4 @@
-//! The NodeClaim disruption-condition controller (disruption.md §8): `Drifted` and `Consolidatable`.
+//! The NodeClaim disruption-condition controller: `Drifted` and `Consolidatable`.
 //!
 //! [`NodeClaimDisruption::reconcile_once`] handles one NodeClaim and returns when to look again:
 //!

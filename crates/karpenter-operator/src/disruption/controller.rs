@@ -1,4 +1,4 @@
-//! The disruption loop (disruption.md §2 and §7). See the [module docs](super).
+//! The disruption loop and how it starts commands. See the [module docs](super).
 //!
 //! [`Disruption::step`] is one iteration without timers; it returns a [`StepReport`] saying what it did and when
 //! to step again. An iteration:
@@ -17,10 +17,11 @@
 //! 5. evaluates a pass, publishes its verdicts and budgets, and takes its command: drift commands start at once,
 //!    emptiness and consolidation commands wait for validation.
 //!
-//! Commands are started as §7 says: candidates tainted and given `DisruptionReason=True` (any failure rolls
-//! back what was done), replacements created (`karpenter_nodeclaims_created_total{reason=<method reason>}`),
-//! candidates marked for deletion in the cluster state after the replacements exist,
-//! `karpenter_voluntary_disruption_decisions_total`. A command without replacements deletes at once.
+//! Commands are started as upstream's `StartCommand` does: candidates tainted and given `DisruptionReason=True`
+//! (any failure rolls back what was done), replacements created
+//! (`karpenter_nodeclaims_created_total{reason=<method reason>}`), candidates marked for deletion in the cluster
+//! state after the replacements exist, `karpenter_voluntary_disruption_decisions_total`. A command without
+//! replacements deletes at once.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -666,7 +667,7 @@ impl Disruption {
         Ok(())
     }
 
-    /// Starts a command (§7 `StartCommand`).
+    /// Starts a command (upstream's `StartCommand`).
     async fn start(&self, inner: &mut Inner, command: Command, report: &mut StepReport) {
         let busy: BTreeSet<&str> =
             inner.in_flight.iter().flat_map(|c| c.targets.iter().map(|t| t.node.as_str())).collect();

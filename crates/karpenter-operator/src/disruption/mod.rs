@@ -1,4 +1,4 @@
-//! Voluntary disruption on a live cluster (`shared/spec/disruption.md` §2, §7, §8): the controllers that turn
+//! Voluntary disruption on a live cluster: the controllers that turn
 //! karpenter-disruption's pure decisions into API writes.
 //!
 //! - [`controller::Disruption`], the singleton disruption loop: builds karpenter-disruption's input from the

@@ -1,4 +1,4 @@
-//! The pod-events controller (disruption.md §8, `nodeclaim.podevents`): stamps `status.lastPodEventTime` on the
+//! The pod-events controller (`nodeclaim.podevents`): stamps `status.lastPodEventTime` on the
 //! NodeClaim of a node when a pod is bound to it, finishes there (Succeeded / Failed) or starts terminating
 //! there. DaemonSet pods do not count. A stamp less than [`DEDUPE`] old is kept (no write), so pod churn costs at
 //! most one status write per NodeClaim every 10 s. The `Consolidatable` condition and karpenter-disruption's

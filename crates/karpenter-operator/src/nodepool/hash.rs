@@ -1,4 +1,4 @@
-//! The NodePool hash controller (`nodepool.hash`, `shared/spec/api.md` §6): keeps
+//! The NodePool hash controller (`nodepool.hash`): keeps
 //! `karpenter.sh/nodepool-hash` (karpenter-api's [`node_pool_hash`]) and `karpenter.sh/nodepool-hash-version`
 //! ([`NODE_POOL_HASH_VERSION`]) on every NodePool; the provisioner copies both onto the NodeClaims it creates,
 //! and drift compares them.

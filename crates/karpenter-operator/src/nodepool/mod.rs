@@ -1,5 +1,5 @@
-//! The NodePool controllers (`shared/spec/api.md` §1.4, `operations.md` §2, `disruption.md` §9 and §12) and the
-//! kwok node-class status controller.
+//! The NodePool controllers (status, conditions, drift hash, static capacity) and the kwok node-class status
+//! controller.
 //!
 //! | Controller | Module | Writes |
 //! |---|---|---|

@@ -1,4 +1,4 @@
-//! NodePool registration health (`nodepool.registrationhealth`, `shared/spec/disruption.md` §9):
+//! NodePool registration health (`nodepool.registrationhealth`):
 //! `NodeRegistrationHealthy`, informational (not part of `Ready`).
 //!
 //! [`RegistrationTracker`] keeps the last [`BUFFER_SIZE`] launch/registration outcomes of each pool. The

@@ -1,4 +1,4 @@
-//! Static NodePools (`spec.replicas`, feature gate `StaticCapacity`; `shared/spec/disruption.md` §12).
+//! Static NodePools (`spec.replicas`, feature gate `StaticCapacity`).
 //!
 //! - [`StaticProvisioning`] (`static.provisioning`): for a ready, static, non-deleting pool with fewer live
 //!   (not deleting) NodeClaims than `replicas`, creates the missing ones straight from the template (no pods, no

@@ -40,7 +40,7 @@ pub(crate) struct PodData<'a> {
     pub uid: String,
 }
 
-/// How far a pod's preferences have been relaxed (scheduling.md §6).
+/// How far a pod's preferences have been relaxed (upstream's preference relaxation).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub(crate) struct Relaxation {
     pub dropped_terms: usize,

@@ -1,4 +1,4 @@
-//! Topology (scheduling.md §5): topology spread, pod affinity, pod anti-affinity and the required
+//! Topology: topology spread, pod affinity, pod anti-affinity and the required
 //! anti-affinity of pods already running.
 //!
 //! Groups are built once per pass from every pending pod (identical groups are shared) and count matching
@@ -702,8 +702,8 @@ impl Topology {
     }
 
     /// Narrows `node` (the candidate's requirements, already intersected with the pod's) by the pod's
-    /// topology (§5.3). `pod_strict` is the pod's nodeSelector ∩ required term. `Ok(None)`: unchanged.
-    /// Errors are cheap; [`Topology::explain`] turns one into a reason.
+    /// topology (upstream's `AddRequirements`). `pod_strict` is the pod's nodeSelector ∩ required term.
+    /// `Ok(None)`: unchanged. Errors are cheap; [`Topology::explain`] turns one into a reason.
     pub fn add_requirements(
         &self,
         i: usize,
@@ -825,7 +825,7 @@ impl Topology {
         }
     }
 
-    /// Records pod `i` placed at `place` (§5.4).
+    /// Records pod `i` placed at `place`.
     pub fn record(&mut self, i: usize, relax: &Relaxation, place: &Place<'_>) {
         let Some(t) = self.pods.get(i) else { return };
         if t.is_empty() {

@@ -1,4 +1,4 @@
-//! Volumes (scheduling.md §7.1, §7.2): volume topology alternatives and CSI volume limits.
+//! Volumes: volume topology alternatives and CSI volume limits.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -194,7 +194,7 @@ async fn demotes_only_claims_and_nodes_whose_instance_is_on_demand_now() {
     env.ec2.insert_instance(instance("i-reserved", Some("cr-1"), false, InstanceState::Running));
     env.ec2.insert_instance(instance("i-stopping", None, false, InstanceState::ShuttingDown));
     env.ec2.insert_instance(instance("i-ondemand", None, false, InstanceState::Running));
-    // Still in cr-1, but its preference was changed to `open`: no longer reserved capacity (§4.5).
+    // Still in cr-1, but its preference was changed to `open`: no longer reserved capacity.
     let opened = Ec2Instance {
         capacity_reservation_preference: Some("open".into()),
         ..instance("i-opened", Some("cr-1"), false, InstanceState::Running)
