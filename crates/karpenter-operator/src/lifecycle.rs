@@ -327,7 +327,7 @@ pub async fn reconcile(ctx: &LifecycleContext, claim: &NodeClaim) -> Result<Acti
                 );
             }
             [one] => {
-                let synced = if registered { one.clone() } else { register_node(ctx, &claim, one).await? };
+                let synced = if registered { Node::clone(one) } else { register_node(ctx, &claim, one).await? };
                 if !registered {
                     status.node_name = synced.metadata.name.clone();
                     set_condition(

@@ -30,7 +30,7 @@
 //! Provisioning triggers ([`Trigger`]) go to every [`ClusterState::subscribe`]r when a provisionable pod or a
 //! node with the `karpenter.sh/disrupted` taint is recorded.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
@@ -100,12 +100,94 @@ pub struct Store<K: Tracked> {
     /// What kube-runtime controllers of this kind read ([`ClusterState::controller_source`]); created by the
     /// first of them.
     feed: Option<Feed<K>>,
+    /// providerID → keys of the objects that carry it (Nodes and NodeClaims; empty for other kinds), so finding
+    /// the Node of a NodeClaim is a lookup, not a scan of every Node: with one scan per reconcile, a 5,000-node
+    /// scale-out compared strings 5,000 × 5,000 times.
+    by_provider_id: HashMap<String, BTreeSet<String>>,
 }
 
 impl<K: Tracked> Default for Store<K> {
     fn default() -> Self {
-        Self { objects: BTreeMap::new(), buffer: None, synced: false, feed: None }
+        Self {
+            objects: BTreeMap::new(),
+            buffer: None,
+            synced: false,
+            feed: None,
+            by_provider_id: HashMap::new(),
+        }
     }
+}
+
+impl<K: Tracked> Store<K> {
+    /// Stores `obj` under `key`, keeping the providerID index in step.
+    fn insert(&mut self, key: String, obj: Arc<K>) {
+        let new_id = provider_id_of(obj.as_ref()).map(str::to_owned);
+        if let Some(old) = self.objects.insert(key.clone(), obj) {
+            let old_id = provider_id_of(old.as_ref());
+            if old_id == new_id.as_deref() {
+                return;
+            }
+            if let Some(id) = old_id {
+                self.unindex(id, &key);
+            }
+        }
+        if let Some(id) = new_id {
+            self.by_provider_id.entry(id).or_default().insert(key);
+        }
+    }
+
+    /// Removes the object under `key`, keeping the providerID index in step.
+    fn remove(&mut self, key: &str) -> Option<Arc<K>> {
+        let old = self.objects.remove(key)?;
+        if let Some(id) = provider_id_of(old.as_ref()) {
+            self.unindex(id, key);
+        }
+        Some(old)
+    }
+
+    /// Replaces every object (a re-list) and rebuilds the index.
+    fn replace_all(&mut self, objects: BTreeMap<String, Arc<K>>) {
+        self.by_provider_id.clear();
+        for (key, obj) in &objects {
+            if let Some(id) = provider_id_of(obj.as_ref()) {
+                self.by_provider_id.entry(id.to_owned()).or_default().insert(key.clone());
+            }
+        }
+        self.objects = objects;
+    }
+
+    fn unindex(&mut self, id: &str, key: &str) {
+        if let Some(keys) = self.by_provider_id.get_mut(id) {
+            keys.remove(key);
+            if keys.is_empty() {
+                self.by_provider_id.remove(id);
+            }
+        }
+    }
+
+    /// The objects whose providerID is `id`, by key.
+    fn with_provider_id(&self, id: &str) -> Vec<Arc<K>> {
+        self.by_provider_id
+            .get(id)
+            .into_iter()
+            .flatten()
+            .filter_map(|key| self.objects.get(key).cloned())
+            .collect()
+    }
+}
+
+/// A Node's `spec.providerID` or a NodeClaim's `status.providerID` (`None` for other kinds and when unset or
+/// empty).
+fn provider_id_of<K: Tracked>(obj: &K) -> Option<&str> {
+    let any: &dyn std::any::Any = obj;
+    let id = if let Some(node) = any.downcast_ref::<Node>() {
+        node.spec.as_ref().and_then(|s| s.provider_id.as_deref())
+    } else if let Some(claim) = any.downcast_ref::<NodeClaim>() {
+        claim.provider_id()
+    } else {
+        None
+    };
+    id.filter(|id| !id.is_empty())
 }
 
 impl<K: Tracked> fmt::Debug for Store<K> {
@@ -433,7 +515,7 @@ impl ClusterState {
                 if let Some(feed) = store.feed.as_mut() {
                     obj = feed.applied(obj);
                 }
-                store.objects.insert(key, obj.clone());
+                store.insert(key, obj.clone());
                 objects.changes += 1;
                 Some(obj)
             } else {
@@ -455,7 +537,7 @@ impl ClusterState {
         let key = object_key(obj.as_ref());
         let mut objects = self.write();
         let store = K::store(&mut objects);
-        if store.objects.remove(&key).is_some() {
+        if store.remove(&key).is_some() {
             if let Some(feed) = store.feed.as_mut() {
                 feed.deleted(&obj);
             }
@@ -507,13 +589,13 @@ impl ClusterState {
                 // Keep a recorded write newer than the listed copy (the list may predate it).
                 let mut merged = BTreeMap::new();
                 for (key, obj) in fresh {
-                    let keep = match store.objects.remove(&key) {
+                    let keep = match store.remove(&key) {
                         Some(old) if !newer_or_equal(old.as_ref(), obj.as_ref()) => old,
                         _ => obj,
                     };
                     merged.insert(key, keep);
                 }
-                store.objects = merged;
+                store.replace_all(merged);
                 store.synced = true;
                 if let Some(feed) = store.feed.as_mut() {
                     feed.relist(&mut store.objects);
@@ -678,25 +760,13 @@ impl ClusterState {
     }
 
     /// Nodes whose `spec.providerID` is `provider_id` (upstream's field index).
-    pub fn nodes_by_provider_id(&self, provider_id: &str) -> Vec<Node> {
-        self.read()
-            .nodes
-            .objects
-            .values()
-            .filter(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id))
-            .map(|n| Node::clone(n))
-            .collect()
+    pub fn nodes_by_provider_id(&self, provider_id: &str) -> Vec<Arc<Node>> {
+        self.read().nodes.with_provider_id(provider_id)
     }
 
     /// NodeClaims whose `status.providerID` is `provider_id`.
-    pub fn node_claims_by_provider_id(&self, provider_id: &str) -> Vec<NodeClaim> {
-        self.read()
-            .node_claims
-            .objects
-            .values()
-            .filter(|c| c.provider_id() == Some(provider_id))
-            .map(|c| NodeClaim::clone(c))
-            .collect()
+    pub fn node_claims_by_provider_id(&self, provider_id: &str) -> Vec<Arc<NodeClaim>> {
+        self.read().node_claims.with_provider_id(provider_id)
     }
 
     /// Pod bindings: `namespace/name` → node, for every bound, non-terminal pod.
