@@ -1206,6 +1206,40 @@ mod tests {
         assert_eq!(names, ["kept"]);
     }
 
+    /// The providerID index follows every change: a new ID, a changed one, a delete and a re-list.
+    #[test]
+    fn provider_id_lookups_follow_updates_deletes_and_relists() {
+        let clock = FakeClock::default();
+        let s = state(&clock);
+        let with_id = |name: &str, id: &str, rv: u64| {
+            let mut n = with_rv(node(NodeOptions { name: Some(name.into()), ..Default::default() }), rv);
+            n.spec.get_or_insert_default().provider_id = Some(id.into());
+            n
+        };
+        let names = |id: &str| -> Vec<String> { s.nodes_by_provider_id(id).iter().map(|n| n.name_any()).collect() };
+        s.apply(with_id("a", "kwok://a", 1));
+        s.apply(with_id("b", "kwok://b", 1));
+        assert_eq!(names("kwok://a"), ["a"]);
+        s.apply(with_id("a", "kwok://a2", 2));
+        assert!(names("kwok://a").is_empty(), "the old ID no longer finds the node");
+        assert_eq!(names("kwok://a2"), ["a"]);
+        s.apply(with_id("a", "kwok://a", 1));
+        assert_eq!(names("kwok://a2"), ["a"], "an older copy is ignored, index included");
+        s.remove(&with_id("b", "kwok://b", 2));
+        assert!(names("kwok://b").is_empty());
+        s.handle_event(watcher::Event::<Node>::Init);
+        s.handle_event(watcher::Event::InitApply(with_id("c", "kwok://c", 3)));
+        s.handle_event(watcher::Event::<Node>::InitDone);
+        assert!(names("kwok://a2").is_empty(), "the re-list dropped a");
+        assert_eq!(names("kwok://c"), ["c"]);
+        assert!(names("").is_empty(), "an empty ID is never indexed");
+        let mut claim = node_claim(NodeClaimOptions { name: Some("c1".into()), ..Default::default() });
+        claim.status.get_or_insert_default().provider_id = Some("kwok://c".into());
+        s.apply(claim);
+        let claims: Vec<String> = s.node_claims_by_provider_id("kwok://c").iter().map(|c| c.name_any()).collect();
+        assert_eq!(claims, ["c1"]);
+    }
+
     #[test]
     fn synced_needs_every_kind_listed_and_every_claim_launched() {
         let clock = FakeClock::default();
