@@ -202,45 +202,7 @@ fn full_cluster(c: &mut Criterion) {
     let pool = upstream::node_pool();
     let provider = ProviderLabels::aws();
     let inputs = [PoolInput { node_pool: &pool, instance_types: &its }];
-    let nodes: Vec<k8s_openapi::api::core::v1::Node> = (0..5_000)
-        .map(|i| {
-            let name = format!("node-{i:05}");
-            let zone = ["test-zone-1", "test-zone-2", "test-zone-3"][i % 3];
-            serde_json::from_value(serde_json::json!({
-                "apiVersion": "v1", "kind": "Node",
-                "metadata": {"name": name, "labels": {
-                    "karpenter.sh/nodepool": "default", "karpenter.sh/initialized": "true",
-                    "karpenter.sh/capacity-type": "on-demand", "kubernetes.io/hostname": name,
-                    "kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux",
-                    "node.kubernetes.io/instance-type": "fake-it-15",
-                    "topology.kubernetes.io/zone": zone}},
-                "spec": {},
-                "status": {"allocatable": {"cpu": "1", "memory": "4Gi", "pods": "110"},
-                           "capacity": {"cpu": "16", "memory": "64Gi", "pods": "110"}}
-            }))
-            .expect("fixture Node")
-        })
-        .collect();
-    let template: Pod = serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "pending", "namespace": "default", "labels": {"app": "pending"},
-                     "creationTimestamp": "2026-01-01T00:00:00Z"},
-        "spec": {"containers": [{"name": "pause", "image": "pause",
-                                 "resources": {"requests": {"cpu": "1500m", "memory": "256Mi"}}}]}
-    }))
-    .expect("fixture Pod");
-    let template = karpenter_api::CompactPod::from(template);
-    let mut builder = ClusterSnapshot::builder();
-    for n in &nodes {
-        builder.node(n);
-    }
-    for i in 0..40_000 {
-        let mut pod = template.clone();
-        pod.metadata.name = Some(format!("pending-{i:05}"));
-        pod.metadata.uid = Some(format!("uid-{i:05}"));
-        builder.pod(pod);
-    }
-    let snapshot = builder.build().expect("snapshot");
+    let snapshot = upstream::full_cluster(5_000, 40_000);
     let start = Instant::now();
     let d = schedule(&snapshot, &inputs, &provider, &options);
     eprintln!(

@@ -338,3 +338,63 @@ mod tests {
         assert_eq!(preference_pods(10).len(), 10);
     }
 }
+
+/// A full cluster: `nodes` existing nodes of the NodePool with no room left (1 CPU allocatable each) and
+/// `pending` pending replicas of one workload that share one spec, as the controller's state shares them. The
+/// provisioning pass of the controller's `memory-50k` perf case near its end: every replica is turned down by the
+/// existing nodes and goes to a new NodeClaim.
+pub fn full_cluster(nodes: usize, pending: usize) -> karpenter_scheduler::ClusterSnapshot {
+    let (nodes, pods) = full_cluster_objects(nodes, pending);
+    let mut builder = karpenter_scheduler::ClusterSnapshot::builder();
+    for node in &nodes {
+        builder.node(node);
+    }
+    for pod in pods {
+        builder.pod(pod);
+    }
+    builder.build().expect("fixture snapshot")
+}
+
+/// The Nodes and pods of [`full_cluster`], before a snapshot is built from them.
+pub fn full_cluster_objects(
+    nodes: usize,
+    pending: usize,
+) -> (Vec<k8s_openapi::api::core::v1::Node>, Vec<karpenter_api::CompactPod>) {
+    let mut fixtures = Vec::with_capacity(nodes);
+    for i in 0..nodes {
+        let name = format!("node-{i:05}");
+        let zone = ["test-zone-1", "test-zone-2", "test-zone-3"][i % 3];
+        let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {
+                "karpenter.sh/nodepool": "default", "karpenter.sh/initialized": "true",
+                "karpenter.sh/capacity-type": "on-demand", "kubernetes.io/hostname": name,
+                "kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux",
+                "node.kubernetes.io/instance-type": "fake-it-15",
+                "topology.kubernetes.io/zone": zone}},
+            "spec": {},
+            "status": {"allocatable": {"cpu": "1", "memory": "4Gi", "pods": "110"},
+                       "capacity": {"cpu": "16", "memory": "64Gi", "pods": "110"}}
+        }))
+        .expect("fixture Node");
+        fixtures.push(node);
+    }
+    let template: Pod = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "pending", "namespace": "default", "labels": {"app": "pending"},
+                     "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"containers": [{"name": "pause", "image": "pause",
+                                 "resources": {"requests": {"cpu": "1500m", "memory": "256Mi"}}}]}
+    }))
+    .expect("fixture Pod");
+    let template = karpenter_api::CompactPod::from(template);
+    let pods = (0..pending)
+        .map(|i| {
+            let mut pod = template.clone();
+            pod.metadata.name = Some(format!("pending-{i:05}"));
+            pod.metadata.uid = Some(format!("uid-{i:05}"));
+            pod
+        })
+        .collect();
+    (fixtures, pods)
+}

@@ -108,13 +108,7 @@ pub struct Store<K: Tracked> {
 
 impl<K: Tracked> Default for Store<K> {
     fn default() -> Self {
-        Self {
-            objects: BTreeMap::new(),
-            buffer: None,
-            synced: false,
-            feed: None,
-            by_provider_id: HashMap::new(),
-        }
+        Self { objects: BTreeMap::new(), buffer: None, synced: false, feed: None, by_provider_id: HashMap::new() }
     }
 }
 
@@ -167,12 +161,7 @@ impl<K: Tracked> Store<K> {
 
     /// The objects whose providerID is `id`, by key.
     fn with_provider_id(&self, id: &str) -> Vec<Arc<K>> {
-        self.by_provider_id
-            .get(id)
-            .into_iter()
-            .flatten()
-            .filter_map(|key| self.objects.get(key).cloned())
-            .collect()
+        self.by_provider_id.get(id).into_iter().flatten().filter_map(|key| self.objects.get(key).cloned()).collect()
     }
 }
 

@@ -1,0 +1,73 @@
+//! The transient heap of one provisioning pass at the scale of the controller's `memory-50k` perf case: how many
+//! bytes the scheduler allocates on top of its input while it solves (the input is shared with the controller's
+//! state and costs nothing extra there). Not a criterion bench: it prints figures.
+//!
+//! `cargo bench -p karpenter-benches --bench pass_memory`
+//!
+//! The controller's resident set peaks when such a pass runs (docs/benchmarks.md, memory-50k run 9): this is the
+//! figure to lower.
+
+use std::process::Command;
+use std::time::Instant;
+
+use karpenter_api::ProviderLabels;
+use karpenter_benches::upstream;
+use karpenter_scheduler::{ClusterSnapshot, PoolInput, SchedulerOptions, schedule};
+
+#[global_allocator]
+static ALLOC: dhat::Alloc = dhat::Alloc;
+
+/// (existing nodes, pending pods) per case; each runs in a process of its own, as dhat's high-water mark cannot
+/// be reset.
+const CASES: [(usize, usize); 3] = [(1_000, 8_000), (2_500, 20_000), (5_000, 40_000)];
+
+/// Set in the child process: the index of the case it runs.
+const CASE_ENV: &str = "PASS_MEMORY_CASE";
+
+fn mib(bytes: usize) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+fn main() {
+    let Some(case) = std::env::var(CASE_ENV).ok().and_then(|c| c.parse::<usize>().ok()) else {
+        let me = std::env::current_exe().expect("the bench binary's path");
+        for i in 0..CASES.len() {
+            let status = Command::new(&me).env(CASE_ENV, i.to_string()).status().expect("running a case");
+            assert!(status.success(), "case {i} failed: {status}");
+        }
+        return;
+    };
+    let (nodes, pending) = CASES[case];
+    let its = upstream::catalogue();
+    let pool = upstream::node_pool();
+    let provider = ProviderLabels::aws();
+    let options = SchedulerOptions::default();
+    let inputs = [PoolInput { node_pool: &pool, instance_types: &its }];
+    let (node_objects, pods) = upstream::full_cluster_objects(nodes, pending);
+    // Started after the objects are decoded: the controller's state holds them already.
+    let _profiler = dhat::Profiler::builder().testing().build();
+    let before = dhat::HeapStats::get();
+    let start = Instant::now();
+    let mut builder = ClusterSnapshot::builder();
+    for node in &node_objects {
+        builder.node(node);
+    }
+    for pod in pods {
+        builder.pod(pod);
+    }
+    let snapshot = builder.build().expect("fixture snapshot");
+    let built = dhat::HeapStats::get();
+    let decisions = schedule(&snapshot, &inputs, &provider, &options);
+    let secs = start.elapsed().as_secs_f64();
+    let after = dhat::HeapStats::get();
+    println!(
+        "pass_memory/full-cluster/{nodes}-nodes-{pending}-pods: snapshot {:.1} MiB (peak +{:.1}), solve peak \
+         +{:.1} MiB, decisions {:.1} MiB ({} new nodes), {} allocations, {secs:.2} s under dhat",
+        mib(built.curr_bytes.saturating_sub(before.curr_bytes)),
+        mib(built.max_bytes.saturating_sub(before.curr_bytes)),
+        mib(after.max_bytes.saturating_sub(built.curr_bytes)),
+        mib(after.curr_bytes.saturating_sub(built.curr_bytes)),
+        decisions.new_node_claims.len(),
+        after.total_blocks - before.total_blocks,
+    );
+}
