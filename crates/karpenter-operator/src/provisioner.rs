@@ -378,6 +378,7 @@ impl Provisioner {
             report.waiting = Some(reason);
             return Ok(report);
         }
+        let gate = self.state.whole_cluster_pass().await;
         let pass_started = Instant::now();
         let snapshot = self.state.snapshot()?;
         self.metrics.scheduler_ignored_pods_count().set(count(snapshot.ignored.len() + snapshot.rejected.len()));
@@ -422,6 +423,10 @@ impl Provisioner {
         let decisions: Decisions =
             schedule_until(&cluster, &inputs, self.cloud.labels(), &options, &mut || Instant::now() >= deadline);
         self.metrics.scheduler_scheduling_duration_seconds(CONTROLLER).observe(pass_started.elapsed().as_secs_f64());
+        // The snapshot is not needed to act on the decisions: free it before the API calls, and let the next
+        // whole-cluster pass start.
+        drop(cluster);
+        drop(gate);
         self.metrics.scheduler_unschedulable_pods_count(CONTROLLER).set(count(decisions.unschedulable.len()));
         if decisions.timed_out {
             tracing::warn!(controller = CONTROLLER, "scheduling simulation timed out, keeping what was decided");

@@ -438,6 +438,7 @@ impl Disruption {
         consolidation_unchanged: bool,
         resume_single_node_after: Option<String>,
     ) -> Result<Pass, DisruptionError> {
+        let _gate = self.state.whole_cluster_pass().await;
         let started = std::time::Instant::now();
         let deadline = started + self.settings.pass_simulation_time;
         let multi_deadline = started + self.settings.pass_simulation_time / 3;
@@ -467,6 +468,7 @@ impl Disruption {
     }
 
     async fn validate(&self, command: &Command) -> Result<Command, ValidationFailure> {
+        let _gate = self.state.whole_cluster_pass().await;
         let snapshot = self.state.snapshot().map_err(|e| ValidationFailure {
             kind: FailureKind::Scheduling,
             message: format!("building the snapshot: {e}"),
