@@ -14,7 +14,8 @@
 //!   command, or one per node for StaticDrift). In addition every node gets a [`Verdict`] computed against the
 //!   unchanged snapshot: disrupted, deferred (a valid move exists, a later pass will take it), blocked (PDB,
 //!   do-not-disrupt, budget, ...) or kept (no cheaper option, pods cannot move, ...).
-//! * [`validation::validate`]: the re-check after the 15 s wait (§4.9) against a later snapshot.
+//! * [`validation::validate`]: the re-check after the wait ([`validation::VALIDATION_DELAY`], 15 s, §4.9) against a
+//!   later snapshot.
 //! * [`expiration`]: forceful expiry and terminationGracePeriod deadlines at `now`.
 //! * [`budget`]: allowances per NodePool and reason.
 //! * [`command`]: the serialisable output ([`Pass`], versioned `karpenter-rs.disruption/v1`).

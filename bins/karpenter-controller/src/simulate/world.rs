@@ -27,6 +27,7 @@ use karpenter_api::loader::{self, Loaded, Object};
 use karpenter_api::time::{chrono_duration, from_k8s, parse_rfc3339, rfc3339};
 use karpenter_api::{CompactPod, IntoSharedPod, SpecInterner};
 use karpenter_api::{NodeClaim, NodePool, ProviderLabels, ValidationContext, labels};
+use karpenter_disruption::validation::VALIDATION_DELAY;
 use karpenter_disruption::{Command, DisruptionOptions, Method, Pass, Reason, evaluate, expiration, validation};
 use karpenter_requirements::InstanceType;
 use karpenter_scheduler::decision::{NodeClaimPlan, RequirementJson};
@@ -39,8 +40,6 @@ use super::pods::Owners;
 use super::timeline::{Action, Step, WorkloadKind, format_offset};
 use super::timeline_report::{ClusterState, Event, EventKind, LaunchedNode};
 
-/// The wait between a graceful command's decision and its execution (upstream's `commandValidationDelay`).
-pub const VALIDATION_WAIT: Duration = Duration::from_secs(15);
 /// Commands and scheduling rounds at one instant before the run gives up on settling (a safety net).
 const MAX_ROUNDS_PER_INSTANT: usize = 1_000;
 
@@ -573,7 +572,7 @@ impl<'c> World<'c> {
             if immediate {
                 self.execute(&pass.commands, self.now)?;
             } else {
-                let due = self.now + chrono_duration(VALIDATION_WAIT);
+                let due = self.now + chrono_duration(VALIDATION_DELAY);
                 self.hints.insert(due);
                 self.waiting = Some(Waiting { decided: self.now, due, commands: pass.commands });
                 return Ok(());
@@ -605,7 +604,7 @@ impl<'c> World<'c> {
             self.notes.push(format!(
                 "a command decided at {} was still in its {}s validation wait at the end: {}",
                 rfc3339(w.decided),
-                VALIDATION_WAIT.as_secs(),
+                VALIDATION_DELAY.as_secs(),
                 commands.join("; ")
             ));
         }
