@@ -239,7 +239,7 @@ pub enum ProvisionError {
         /// The limit.
         limit: String,
     },
-    /// A quantity in the NodePool or the decision does not parse.
+    /// A quantity in the NodePool or a NodeClaim does not parse.
     #[error("NodePool {pool}: {message}")]
     Invalid {
         /// The NodePool.
@@ -521,7 +521,7 @@ impl Provisioner {
     async fn failed_scheduling(&self, pods: &[UnschedulablePod], no_ready_pool: bool) {
         for line in unschedulable_summary(pods, no_ready_pool) {
             tracing::error!(controller = CONTROLLER, pods = line.pods, examples = %line.examples, error = %line.cause,
-                "{}", line.message);
+                code = line.code, "{}", line.message);
         }
         for u in pods {
             if let Some(pod) = self.pod(&u.pod).await {
@@ -562,6 +562,9 @@ pub struct SummaryLine {
     pub message: String,
     /// The cause (the scheduler's reason).
     pub cause: String,
+    /// The cause's code ([`karpenter_scheduler::UnschedulableReason::code`]; `NoNodePool` for no ready
+    /// NodePool, `Various` for the line counting the other causes).
+    pub code: &'static str,
     /// How many pods.
     pub pods: u64,
     /// The first few pods (`namespace/name`, comma-separated, `…` when there are more).
@@ -587,26 +590,29 @@ pub fn unschedulable_summary(pods: &[UnschedulablePod], no_ready_pool: bool) -> 
         return vec![SummaryLine {
             message: format!("no ready NodePool: {} pending pods cannot be provisioned", thousands(pods.len())),
             cause: "no ready NodePool".into(),
+            code: "NoNodePool",
             pods: pods.len() as u64,
             examples: examples(&keys),
         }];
     }
-    let mut by_reason: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    // By message (then code: two reasons could read alike).
+    let mut by_reason: BTreeMap<(String, &'static str), Vec<&str>> = BTreeMap::new();
     for u in pods {
-        by_reason.entry(u.reason.as_str()).or_default().push(u.pod.as_str());
+        by_reason.entry((u.reason.to_string(), u.reason.code())).or_default().push(u.pod.as_str());
     }
-    let mut groups: Vec<(&str, Vec<&str>)> = by_reason.into_iter().collect();
-    groups.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(b.0)));
+    let mut groups: Vec<((String, &'static str), Vec<&str>)> = by_reason.into_iter().collect();
+    groups.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(&b.0)));
     let mut out: Vec<SummaryLine> = groups
         .iter()
         .take(SUMMARY_CAUSES)
-        .map(|(reason, keys)| SummaryLine {
+        .map(|((reason, code), keys)| SummaryLine {
             message: if keys.len() == 1 {
                 "could not schedule pod".into()
             } else {
                 format!("could not schedule {} pods", thousands(keys.len()))
             },
-            cause: (*reason).to_owned(),
+            cause: reason.clone(),
+            code,
             pods: keys.len() as u64,
             examples: examples(keys),
         })
@@ -618,6 +624,7 @@ pub fn unschedulable_summary(pods: &[UnschedulablePod], no_ready_pool: bool) -> 
         out.push(SummaryLine {
             message: format!("could not schedule {} more pods for {} other causes", thousands(n), rest.len()),
             cause: "various".into(),
+            code: "Various",
             pods: n as u64,
             examples: examples(&keys),
         });
@@ -696,11 +703,12 @@ pub fn build_node_claim(
 
     let requirements: Vec<NodeSelectorRequirementWithMinValues> = plan
         .requirements
-        .iter()
+        .to_serialized()
+        .into_iter()
         .map(|r| NodeSelectorRequirementWithMinValues {
-            key: r.key.clone(),
-            operator: r.operator.clone(),
-            values: r.values.clone(),
+            key: r.key,
+            operator: r.operator.as_str().to_owned(),
+            values: r.values,
             min_values: r.min_values.map(|m| i32::try_from(m).unwrap_or(i32::MAX)),
         })
         .collect();
@@ -730,14 +738,8 @@ pub fn build_node_claim(
     );
 
     // The pods' requests plus the DaemonSet overhead the claim was sized for.
-    let mut requests = ResourceList::new();
-    for (resource, q) in plan.requests.iter().chain(plan.daemon_set_overhead.iter()) {
-        let q = parse_quantity(&pool_name, &format!("decision request {resource}"), q)?;
-        let sum = requests.get_or_zero(resource).saturating_add(&q);
-        requests.insert(resource, sum);
-    }
     let requests: BTreeMap<String, ResourceQuantity> =
-        requests.iter().map(|(k, q)| (k.to_string(), ResourceQuantity::new(q.to_string()))).collect();
+        plan.total_requests().iter().map(|(k, q)| (k.to_string(), ResourceQuantity::new(q.to_string()))).collect();
 
     let owner = OwnerReference {
         api_version: "karpenter.sh/v1".into(),
@@ -772,6 +774,7 @@ pub fn build_node_claim(
 mod tests {
     use super::*;
     use crate::metrics::BuildInfo;
+    use karpenter_scheduler::decision::UnschedulableReason;
     use karpenter_cloudprovider::FakeCloudProvider;
     use karpenter_testing::apiserver::{ApiServer, create_with_status};
     use karpenter_testing::{
@@ -1026,12 +1029,15 @@ mod tests {
 
     #[test]
     fn unschedulable_pods_are_summarised_per_cause() {
-        let u = |pod: &str, reason: &str| UnschedulablePod { pod: pod.into(), reason: reason.into() };
+        let u = |pod: &str, reason: &str| UnschedulablePod {
+            pod: pod.into(),
+            reason: UnschedulableReason::InvalidPod { message: reason.into() },
+        };
         let pods = vec![u("a/1", "too big"), u("a/2", "no zone"), u("a/3", "too big"), u("a/4", "too big")];
         let lines = unschedulable_summary(&pods, false);
         assert_eq!(lines.len(), 2);
         assert_eq!(lines[0].message, "could not schedule 3 pods");
-        assert_eq!((lines[0].cause.as_str(), lines[0].pods), ("too big", 3));
+        assert_eq!((lines[0].cause.as_str(), lines[0].code, lines[0].pods), ("too big", "InvalidPod", 3));
         assert_eq!(lines[0].examples, "a/1, a/3, a/4");
         assert_eq!(lines[1].message, "could not schedule pod");
         assert_eq!(lines[1].examples, "a/2");
@@ -1045,6 +1051,15 @@ mod tests {
         let lines = unschedulable_summary(&many, false);
         assert_eq!(lines.len(), SUMMARY_CAUSES + 1);
         assert_eq!(lines[SUMMARY_CAUSES].message, "could not schedule 5 more pods for 5 other causes");
+        assert_eq!(lines[SUMMARY_CAUSES].code, "Various");
+        // Reasons that read alike but differ in code are separate causes.
+        let alike = vec![
+            u("c/1", "scheduling timed out"),
+            UnschedulablePod { pod: "c/2".into(), reason: UnschedulableReason::Timeout },
+        ];
+        let lines = unschedulable_summary(&alike, false);
+        let codes: Vec<(&str, &str)> = lines.iter().map(|l| (l.cause.as_str(), l.code)).collect();
+        assert_eq!(codes, [("scheduling timed out", "InvalidPod"), ("scheduling timed out", "Timeout")]);
         assert_eq!(thousands(4812), "4,812");
         assert_eq!(thousands(1_234_567), "1,234,567");
         assert_eq!(thousands(999), "999");
@@ -1115,23 +1130,5 @@ mod tests {
         tx.send(Trigger::Pod("uid-a".into())).unwrap();
         batcher.wait().await;
         assert_eq!(seen.observe("uid-a", t0 + Duration::from_secs(7)), Some(Duration::from_secs(7)));
-    }
-
-    #[test]
-    fn a_malformed_decision_quantity_is_an_error_not_a_panic() {
-        let pool = node_pool(NodePoolOptions { name: Some("p".into()), ..Default::default() });
-        let plan = NodeClaimPlan {
-            name: "p-1".into(),
-            node_pool: "p".into(),
-            requirements: vec![],
-            instance_types: vec![],
-            price: None,
-            pods: vec![],
-            requests: [("cpu".to_owned(), "lots".to_owned())].into(),
-            daemon_set_overhead: BTreeMap::new(),
-            min_values_relaxed: false,
-        };
-        let err = build_node_claim(&pool, &plan, &ProviderLabels::kwok()).unwrap_err();
-        assert!(err.to_string().contains("decision request cpu \"lots\""), "{err}");
     }
 }

@@ -113,6 +113,6 @@ pub mod scheduler;
 pub mod simulation;
 pub mod snapshot;
 
-pub use decision::{API_VERSION, Decisions};
+pub use decision::{API_VERSION, Decisions, NodeClaimPlan, UnschedulablePod, UnschedulableReason};
 pub use scheduler::{PoolInput, ReservedOfferingMode, SchedulerOptions, schedule, schedule_until};
 pub use snapshot::{ClusterSnapshot, NamespaceInfo, NodeClaimInfo, NodeInfo, SnapshotBuilder, SnapshotError};

@@ -299,21 +299,20 @@ impl<'c> World<'c> {
             return Ok(None);
         };
         let pool = pool.clone();
-        let requirements = RequirementJson::to_requirements(&plan.requirements)
-            .map_err(|e| anyhow::anyhow!("requirements of the plan for {}: {e}", plan.name))?;
+        let requirements = &plan.requirements;
         let all: Vec<&InstanceType> = self.catalogue.instance_types.iter().collect();
         let options: Vec<&InstanceType> = if plan.instance_types.is_empty() {
             all
         } else {
             plan.instance_types.iter().filter_map(|n| self.catalogue.get(n)).collect()
         };
-        let Some(choice) = cheapest_launch(options.iter().copied(), &requirements) else { return Ok(None) };
+        let Some(choice) = cheapest_launch(options.iter().copied(), requirements) else { return Ok(None) };
         let Some(it) = self.catalogue.get(&choice.instance_type) else { return Ok(None) };
         let name = self.node_name_for(&plan.node_pool);
         let now = rfc3339(self.now);
 
         let mut node_labels: BTreeMap<String, String> = pool.spec.template.metadata.labels.clone();
-        for r in &plan.requirements {
+        for r in RequirementJson::from_requirements(requirements) {
             if r.operator == "In"
                 && let [one] = r.values.as_slice()
             {
@@ -334,7 +333,8 @@ impl<'c> World<'c> {
         node_labels.insert("karpenter.sh/registered".to_owned(), "true".to_owned());
 
         let mut spec = serde_json::to_value(&pool.spec.template.spec).context("NodePool template")?;
-        spec["requirements"] = serde_json::to_value(&plan.requirements).context("plan requirements")?;
+        spec["requirements"] =
+            serde_json::to_value(RequirementJson::from_requirements(requirements)).context("plan requirements")?;
         let condition =
             |t: &str| json!({"type": t, "status": "True", "lastTransitionTime": now, "reason": t, "message": ""});
         let claim: NodeClaim = serde_json::from_value(json!({
