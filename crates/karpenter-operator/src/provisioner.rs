@@ -15,31 +15,23 @@
 //!   re-checking the NodePool's limits), each recorded in the state at once with its pods and announced with
 //!   `Nominated` events, `karpenter_nodeclaims_created_total{reason="provisioned"}`.
 //!
-//! The NodeClaim ([`build_node_claim`]) comes from the NodePool's template (requirements.md §3): labels (the
-//! template's, `karpenter.sh/nodepool`, the node-class label, and one value for each single-key custom
-//! requirement), annotations (the template's, the NodePool hash and its version, the min-values-relaxed flag),
-//! the decision's requirements (instance-type options and capacity types included), taints and startup taints,
-//! `resources.requests` (the pods' requests plus the DaemonSet overhead), `nodeClassRef`, `expireAfter`,
-//! `terminationGracePeriod`, and an owner reference to the NodePool. The `karpenter.sh/termination` finalizer is
-//! added by the lifecycle controller before launch, as upstream.
+//! The NodeClaim comes from the plan and the NodePool's template through
+//! [`karpenter_scheduler::build_node_claim`], the one builder the disruption replacements, static capacity and
+//! `simulate` use too (its docs list what the claim carries). Unschedulable pods' reasons are typed
+//! ([`karpenter_scheduler::UnschedulableReason`]): events and log lines carry the message, log lines also its
+//! code.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use karpenter_api::hash::node_pool_hash_annotations;
-use karpenter_api::labels::{self, annotations};
-use karpenter_api::nodeclaim::{ResourceQuantity, ResourceRequirements};
-use karpenter_api::{
-    CompactPod, NodeClaim, NodeClaimSpec, NodePool, NodeSelectorRequirementWithMinValues, ProviderLabels,
-};
+use karpenter_api::{CompactPod, NodeClaim, NodePool};
 use karpenter_cloudprovider::CloudProvider;
 use karpenter_requirements::{InstanceType, Quantity, ResourceList};
 use karpenter_scheduler::decision::{NodeClaimPlan, UnschedulablePod};
 use karpenter_scheduler::snapshot::SnapshotError;
-use karpenter_scheduler::{Decisions, PoolInput, SchedulerOptions, schedule_until};
+use karpenter_scheduler::{BuildError, Decisions, PoolInput, SchedulerOptions, build_node_claim, schedule_until};
 use kube::api::{Api, PostParams};
 use kube::{Client, ResourceExt};
 use tokio::sync::mpsc;
@@ -247,6 +239,9 @@ pub enum ProvisionError {
         /// What is wrong.
         message: String,
     },
+    /// The plan cannot become a NodeClaim of the NodePool.
+    #[error("building the NodeClaim: {0}")]
+    Build(#[from] BuildError),
     /// The API server refused the NodeClaim.
     #[error("creating a NodeClaim for NodePool {pool}: {source}")]
     Create {
@@ -690,92 +685,14 @@ pub fn check_limits<C: std::borrow::Borrow<NodeClaim>>(pool: &NodePool, claims: 
     Ok(())
 }
 
-/// Builds the NodeClaim for one decision from its NodePool's template (see the module docs). The name is left to
-/// the API server (`generateName: <nodepool>-`).
-pub fn build_node_claim(
-    pool: &NodePool,
-    plan: &NodeClaimPlan,
-    provider: &ProviderLabels,
-) -> Result<NodeClaim, ProvisionError> {
-    let pool_name = pool.name_any();
-    let template = &pool.spec.template;
-    let node_class = &template.spec.node_class_ref;
-
-    let requirements: Vec<NodeSelectorRequirementWithMinValues> = plan
-        .requirements
-        .to_serialized()
-        .into_iter()
-        .map(|r| NodeSelectorRequirementWithMinValues {
-            key: r.key,
-            operator: r.operator.as_str().to_owned(),
-            values: r.values,
-            min_values: r.min_values.map(|m| i32::try_from(m).unwrap_or(i32::MAX)),
-        })
-        .collect();
-
-    let mut claim_labels: BTreeMap<String, String> = template.metadata.labels.clone();
-    // One value for each custom (not well-known, not restricted) single-key requirement, as upstream's Any().
-    for r in &requirements {
-        let custom = !provider.is_well_known(&r.key) && !provider.is_restricted(&r.key);
-        if custom
-            && r.operator == "In"
-            && !claim_labels.contains_key(&r.key)
-            && let Some(v) = r.values.first()
-        {
-            claim_labels.insert(r.key.clone(), v.clone());
-        }
-    }
-    claim_labels.insert(labels::NODE_POOL.to_owned(), pool_name.clone());
-    claim_labels.insert(node_class.label_key(), node_class.name.clone());
-
-    let mut claim_annotations = template.metadata.annotations.clone();
-    for (k, v) in node_pool_hash_annotations(pool) {
-        claim_annotations.insert(k.to_owned(), v);
-    }
-    claim_annotations.insert(
-        annotations::NODE_CLAIM_MIN_VALUES_RELAXED.to_owned(),
-        if plan.min_values_relaxed { "true" } else { "false" }.to_owned(),
-    );
-
-    // The pods' requests plus the DaemonSet overhead the claim was sized for.
-    let requests: BTreeMap<String, ResourceQuantity> =
-        plan.total_requests().iter().map(|(k, q)| (k.to_string(), ResourceQuantity::new(q.to_string()))).collect();
-
-    let owner = OwnerReference {
-        api_version: "karpenter.sh/v1".into(),
-        kind: "NodePool".into(),
-        name: pool_name.clone(),
-        uid: pool.metadata.uid.clone().unwrap_or_default(),
-        block_owner_deletion: Some(true),
-        controller: None,
-    };
-    Ok(NodeClaim {
-        metadata: ObjectMeta {
-            generate_name: Some(format!("{pool_name}-")),
-            labels: Some(claim_labels),
-            annotations: Some(claim_annotations),
-            owner_references: pool.metadata.uid.is_some().then(|| vec![owner]),
-            ..ObjectMeta::default()
-        },
-        spec: NodeClaimSpec {
-            taints: template.spec.taints.clone(),
-            startup_taints: template.spec.startup_taints.clone(),
-            requirements,
-            resources: (!requests.is_empty()).then_some(ResourceRequirements { requests }),
-            node_class_ref: node_class.clone(),
-            termination_grace_period: template.spec.termination_grace_period.clone(),
-            expire_after: template.spec.expire_after.clone(),
-        },
-        status: None,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::metrics::BuildInfo;
-    use karpenter_scheduler::decision::UnschedulableReason;
+    use karpenter_api::labels::{self, annotations};
+    use karpenter_api::nodeclaim::ResourceQuantity;
     use karpenter_cloudprovider::FakeCloudProvider;
+    use karpenter_scheduler::decision::UnschedulableReason;
     use karpenter_testing::apiserver::{ApiServer, create_with_status};
     use karpenter_testing::{
         FakeClock, NodeClaimOptions, NodePoolOptions, PodOptions, kwok_node_class_ref, node_claim, node_pool,
@@ -1130,5 +1047,15 @@ mod tests {
         tx.send(Trigger::Pod("uid-a".into())).unwrap();
         batcher.wait().await;
         assert_eq!(seen.observe("uid-a", t0 + Duration::from_secs(7)), Some(Duration::from_secs(7)));
+    }
+
+    #[test]
+    fn a_plan_for_another_pool_is_a_build_error() {
+        let pool = node_pool(NodePoolOptions { name: Some("p".into()), ..Default::default() });
+        let mut plan = NodeClaimPlan::from_template(&pool, "p-1").unwrap();
+        plan.node_pool = "q".into();
+        let err: ProvisionError =
+            build_node_claim(&pool, &plan, &karpenter_api::ProviderLabels::kwok()).unwrap_err().into();
+        assert_eq!(err.to_string(), "building the NodeClaim: the plan p-1 is for NodePool q, not p");
     }
 }

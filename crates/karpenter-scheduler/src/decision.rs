@@ -68,6 +68,7 @@ pub struct Decisions {
 }
 
 /// A NodeClaim to create, as typed values; the JSON form (module docs) is only a view of it.
+/// [`crate::nodeclaim::build_node_claim`] turns it into the NodeClaim object.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeClaimPlan {

@@ -39,8 +39,8 @@ use karpenter_disruption::SimulationBudget;
 use karpenter_disruption::command::{Command, Decision, Method, Outcome, Pass, Reason};
 use karpenter_disruption::validation::{FailureKind, VALIDATION_DELAY, ValidationFailure, validate};
 use karpenter_requirements::InstanceType;
-use karpenter_scheduler::PoolInput;
 use karpenter_scheduler::snapshot::{SnapshotError, is_daemon_set_pod};
+use karpenter_scheduler::{PoolInput, build_node_claim};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
@@ -53,7 +53,6 @@ use karpenter_api::time::chrono_duration;
 use crate::events::{Event, Recorder, reasons};
 use crate::kube_util::{delete_ignoring_missing, is_not_found, label, retry_write_conflicts};
 use crate::metrics::Metrics;
-use crate::provisioner::build_node_claim;
 use crate::state::ClusterState;
 
 /// The controller name in logs.

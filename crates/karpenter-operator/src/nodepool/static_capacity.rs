@@ -25,6 +25,7 @@ use karpenter_api::labels;
 use karpenter_api::nodepool::NODES_LIMIT;
 use karpenter_api::{NodeClaim, NodePool, ProviderLabels};
 use karpenter_requirements::Quantity;
+use karpenter_scheduler::build_node_claim;
 use karpenter_scheduler::decision::NodeClaimPlan;
 use kube::api::{ListParams, PostParams};
 use kube::runtime::controller::Action;
@@ -34,7 +35,6 @@ use tokio_util::sync::CancellationToken;
 use super::{Watches, run_pool_controller};
 use crate::kube_util::{ReconcileError, Requeue, delete_ignoring_missing};
 use crate::metrics::Metrics;
-use crate::provisioner::build_node_claim;
 use crate::state::ClusterState;
 use crate::termination::to_action;
 
