@@ -103,7 +103,7 @@ fn report(id: &str, pods: Vec<Pod>, its: &[InstanceType], options: &SchedulerOpt
     };
     let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
     for u in &d.unschedulable {
-        *reasons.entry(u.reason.chars().take(140).collect()).or_default() += 1;
+        *reasons.entry(format!("{}: {}", u.reason.code(), u.reason).chars().take(140).collect()).or_default() += 1;
     }
     eprintln!(
         "{id}: {n} pods in {secs:.3} s ({:.0} pods/s), {} new nodes, ${cost:.2}/h, {bound}, {} unschedulable{}",

@@ -201,7 +201,8 @@ pub enum Reason {
     SpotToSpotTooFewOptions { count: usize },
     /// The Balanced policy judged the savings not worth the disruption.
     BalancedRejected { node_pool: String, score: f64 },
-    /// Drifted, but a static pool's scale-down is in progress or its node limit is reached.
+    /// Drifted, but a static pool's scale-down is in progress, its node limit is reached, or its template's
+    /// requirements do not parse (no replacement can be built).
     StaticDriftWaiting { detail: String },
     /// Not simulated for this method this pass: an earlier candidate already gave the pass its command, and the
     /// pass was asked to stop there ([`DisruptionOptions::every_verdict`](crate::DisruptionOptions) off, as the

@@ -10,7 +10,7 @@ use karpenter_requirements::{
     InstanceType, OfferingsExt, Requirement, Requirements, order_by_price, satisfies_min_values,
 };
 use karpenter_scheduler::Decisions;
-use karpenter_scheduler::decision::{NodeClaimPlan, RequirementJson, UnschedulablePod};
+use karpenter_scheduler::decision::{NodeClaimPlan, UnschedulablePod};
 use karpenter_scheduler::simulation::{SimulationView, Simulator};
 use karpenter_scheduler::snapshot::pod_key;
 
@@ -225,8 +225,7 @@ impl<'a> Engine<'a> {
         let Some(catalogue) = self.catalogue.get(plan.node_pool.as_str()) else {
             return Err(Reason::NoCheaperOption { price: candidate_price });
         };
-        let mut reqs = RequirementJson::to_requirements(&plan.requirements)
-            .map_err(|_| Reason::NoCheaperOption { price: candidate_price })?;
+        let mut reqs = plan.requirements.clone();
         let mut its: Vec<&InstanceType> =
             plan.instance_types.iter().filter_map(|n| catalogue.get(n.as_str()).copied()).collect();
         let all_spot = cands.iter().all(|c| c.capacity_type == Some(SPOT));
@@ -285,7 +284,7 @@ impl<'a> Engine<'a> {
             plan.instance_types.iter().filter_map(|n| removed.get(n.as_str()).copied()).min_by(f64::total_cmp);
         let Some(limit) = cheapest_same else { return Some(cmd) };
         let catalogue = self.catalogue.get(plan.node_pool.as_str())?;
-        let reqs = RequirementJson::to_requirements(&plan.requirements).ok()?;
+        let reqs = plan.requirements.clone();
         let its: Vec<&InstanceType> = plan
             .instance_types
             .iter()
@@ -457,6 +456,6 @@ pub(crate) fn rewrite_plan(
     );
     plan.price = its.first().map(|it| it.min_compatible_price(&reqs, provider)).filter(|p| p.is_finite());
     plan.instance_types = its.iter().map(|it| it.name.clone()).collect();
-    plan.requirements = RequirementJson::from_requirements(&reqs);
+    plan.requirements = reqs;
     plan
 }

@@ -14,7 +14,8 @@
 //!   command, or one per node for StaticDrift). In addition every node gets a [`Verdict`] computed against the
 //!   unchanged snapshot: disrupted, deferred (a valid move exists, a later pass will take it), blocked (PDB,
 //!   do-not-disrupt, budget, ...) or kept (no cheaper option, pods cannot move, ...).
-//! * [`validation::validate`]: the re-check after the 15 s wait against a later snapshot.
+//! * [`validation::validate`]: the re-check after the wait ([`validation::VALIDATION_DELAY`], 15 s) against a
+//!   later snapshot.
 //! * [`expiration`]: forceful expiry and terminationGracePeriod deadlines at `now`.
 //! * [`budget`]: allowances per NodePool and reason.
 //! * [`command`]: the serialisable output ([`Pass`], versioned `karpenter-rs.disruption/v1`).
@@ -50,7 +51,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use chrono::{DateTime, Utc};
 use karpenter_api::ProviderLabels;
-use karpenter_scheduler::decision::{NodeClaimPlan, RequirementJson};
+use karpenter_scheduler::decision::NodeClaimPlan;
 use karpenter_scheduler::{ClusterSnapshot, PoolInput, SchedulerOptions};
 
 pub use command::{API_VERSION, Command, Decision, Method, Outcome, Pass, Reason, Verdict};
@@ -497,7 +498,15 @@ fn static_drift<'a>(
         }
         for (i, c) in list.iter().enumerate() {
             if i < n {
-                let plan = template_plan(pool, pool_name, i);
+                let plan = match NodeClaimPlan::from_template(pool, format!("{pool_name}-replacement-{}", i + 1)) {
+                    Ok(plan) => plan,
+                    Err(e) => {
+                        // Validation rejects such a pool; nothing to replace with until it is fixed.
+                        let detail = format!("NodePool {pool_name} has invalid requirements: {e}");
+                        record(&c.node.name, Method::StaticDrift, Err(Reason::StaticDriftWaiting { detail }));
+                        continue;
+                    }
+                };
                 let cmd = Engine::command(Method::StaticDrift, &[c], vec![plan], "drifted (static pool)");
                 record(&c.node.name, Method::StaticDrift, Ok(cmd.explanation.clone()));
                 out.push(cmd);
@@ -512,21 +521,6 @@ fn static_drift<'a>(
         }
     }
     out
-}
-
-/// A NodeClaim straight from a static pool's template (no pods; the provider picks the instance type).
-fn template_plan(pool: &karpenter_api::NodePool, pool_name: &str, i: usize) -> NodeClaimPlan {
-    NodeClaimPlan {
-        name: format!("{pool_name}-replacement-{}", i + 1),
-        node_pool: pool_name.to_owned(),
-        requirements: RequirementJson::from_node_pool_requirements(&pool.spec.template.spec.requirements),
-        instance_types: Vec::new(),
-        price: None,
-        pods: Vec::new(),
-        requests: BTreeMap::new(),
-        daemon_set_overhead: BTreeMap::new(),
-        min_values_relaxed: false,
-    }
 }
 
 #[cfg(test)]

@@ -6,6 +6,8 @@
 //! no new node and a replace exactly one, whose options include every option of the command's replacement.
 //! Emptiness commands drop invalid candidates individually and only fail when none remain.
 
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
 use karpenter_api::ProviderLabels;
 use karpenter_scheduler::{ClusterSnapshot, PoolInput};
@@ -16,6 +18,11 @@ use crate::candidate::{Candidate, Cluster, candidate};
 use crate::command::{Command, Decision, Method, Reason};
 use crate::engine::Engine;
 use crate::{DisruptionOptions, emptiness_check};
+
+/// How long a graceful command (Emptiness, consolidation) waits between its decision and [`validate`] (upstream's
+/// `commandValidationDelay`). The one definition: the controller's disruption loop and `simulate`'s simulated
+/// time both wait this long.
+pub const VALIDATION_DELAY: Duration = Duration::from_secs(15);
 
 /// Failure classes (upstream's `budget | scheduling | churn` metric label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -11,7 +11,6 @@ use chrono::{DateTime, Utc};
 use karpenter_api::{ProviderLabels, load_str};
 use karpenter_disruption::{Decision, DisruptionOptions, Method, evaluate};
 use karpenter_requirements::{InstanceType, OfferingsExt, Requirements};
-use karpenter_scheduler::decision::RequirementJson;
 use karpenter_scheduler::simulation::{SimulationView, Simulator};
 use karpenter_scheduler::{ClusterSnapshot, SchedulerOptions};
 use proptest::prelude::*;
@@ -240,7 +239,7 @@ fn reference_multi_node(snapshot: &ClusterSnapshot, catalogue: &[InstanceType]) 
         match d.new_node_claims.as_slice() {
             [] => Some(total),
             [claim] => {
-                let reqs: Requirements = RequirementJson::to_requirements(&claim.requirements).ok()?;
+                let reqs: &Requirements = &claim.requirements;
                 let same_type_limit = prefix
                     .iter()
                     .filter(|c| claim.instance_types.contains(&c.2))
@@ -252,9 +251,9 @@ fn reference_multi_node(snapshot: &ClusterSnapshot, catalogue: &[InstanceType]) 
                     .filter_map(|n| catalogue.iter().find(|t| &t.name == n))
                     .filter(|t| {
                         let offerings: Vec<_> = t.offerings.available().cloned().collect();
-                        offerings.worst_launch_price(&reqs, &provider) < total
+                        offerings.worst_launch_price(reqs, &provider) < total
                     })
-                    .map(|t| t.min_compatible_price(&reqs, &provider))
+                    .map(|t| t.min_compatible_price(reqs, &provider))
                     .filter(|p| *p < same_type_limit)
                     .fold(f64::INFINITY, f64::min);
                 best.is_finite().then_some(total - best)

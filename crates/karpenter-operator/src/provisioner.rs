@@ -15,31 +15,23 @@
 //!   re-checking the NodePool's limits), each recorded in the state at once with its pods and announced with
 //!   `Nominated` events, `karpenter_nodeclaims_created_total{reason="provisioned"}`.
 //!
-//! The NodeClaim ([`build_node_claim`]) comes from the NodePool's template, as upstream's NodeClaimTemplate: labels
-//! (the template's, `karpenter.sh/nodepool`, the node-class label, and one value for each single-key custom
-//! requirement), annotations (the template's, the NodePool hash and its version, the min-values-relaxed flag),
-//! the decision's requirements (instance-type options and capacity types included), taints and startup taints,
-//! `resources.requests` (the pods' requests plus the DaemonSet overhead), `nodeClassRef`, `expireAfter`,
-//! `terminationGracePeriod`, and an owner reference to the NodePool. The `karpenter.sh/termination` finalizer is
-//! added by the lifecycle controller before launch, as upstream.
+//! The NodeClaim comes from the plan and the NodePool's template through
+//! [`karpenter_scheduler::build_node_claim`], the one builder the disruption replacements, static capacity and
+//! `simulate` use too (its docs list what the claim carries). Unschedulable pods' reasons are typed
+//! ([`karpenter_scheduler::UnschedulableReason`]): events and log lines carry the message, log lines also its
+//! code.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use karpenter_api::hash::node_pool_hash_annotations;
-use karpenter_api::labels::{self, annotations};
-use karpenter_api::nodeclaim::{ResourceQuantity, ResourceRequirements};
-use karpenter_api::{
-    CompactPod, NodeClaim, NodeClaimSpec, NodePool, NodeSelectorRequirementWithMinValues, ProviderLabels,
-};
+use karpenter_api::{CompactPod, NodeClaim, NodePool};
 use karpenter_cloudprovider::CloudProvider;
 use karpenter_requirements::{InstanceType, Quantity, ResourceList};
 use karpenter_scheduler::decision::{NodeClaimPlan, UnschedulablePod};
 use karpenter_scheduler::snapshot::SnapshotError;
-use karpenter_scheduler::{Decisions, PoolInput, SchedulerOptions, schedule_until};
+use karpenter_scheduler::{BuildError, Decisions, PoolInput, SchedulerOptions, build_node_claim, schedule_until};
 use kube::api::{Api, PostParams};
 use kube::{Client, ResourceExt};
 use tokio::sync::mpsc;
@@ -239,7 +231,7 @@ pub enum ProvisionError {
         /// The limit.
         limit: String,
     },
-    /// A quantity in the NodePool or the decision does not parse.
+    /// A quantity in the NodePool or a NodeClaim does not parse.
     #[error("NodePool {pool}: {message}")]
     Invalid {
         /// The NodePool.
@@ -247,6 +239,9 @@ pub enum ProvisionError {
         /// What is wrong.
         message: String,
     },
+    /// The plan cannot become a NodeClaim of the NodePool.
+    #[error("building the NodeClaim: {0}")]
+    Build(#[from] BuildError),
     /// The API server refused the NodeClaim.
     #[error("creating a NodeClaim for NodePool {pool}: {source}")]
     Create {
@@ -526,7 +521,7 @@ impl Provisioner {
     async fn failed_scheduling(&self, pods: &[UnschedulablePod], no_ready_pool: bool) {
         for line in unschedulable_summary(pods, no_ready_pool) {
             tracing::error!(controller = CONTROLLER, pods = line.pods, examples = %line.examples, error = %line.cause,
-                "{}", line.message);
+                code = line.code, "{}", line.message);
         }
         for u in pods {
             if let Some(pod) = self.pod(&u.pod).await {
@@ -567,6 +562,9 @@ pub struct SummaryLine {
     pub message: String,
     /// The cause (the scheduler's reason).
     pub cause: String,
+    /// The cause's code ([`karpenter_scheduler::UnschedulableReason::code`]; `NoNodePool` for no ready
+    /// NodePool, `Various` for the line counting the other causes).
+    pub code: &'static str,
     /// How many pods.
     pub pods: u64,
     /// The first few pods (`namespace/name`, comma-separated, `…` when there are more).
@@ -592,26 +590,29 @@ pub fn unschedulable_summary(pods: &[UnschedulablePod], no_ready_pool: bool) -> 
         return vec![SummaryLine {
             message: format!("no ready NodePool: {} pending pods cannot be provisioned", thousands(pods.len())),
             cause: "no ready NodePool".into(),
+            code: "NoNodePool",
             pods: pods.len() as u64,
             examples: examples(&keys),
         }];
     }
-    let mut by_reason: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    // By message (then code: two reasons could read alike).
+    let mut by_reason: BTreeMap<(String, &'static str), Vec<&str>> = BTreeMap::new();
     for u in pods {
-        by_reason.entry(u.reason.as_str()).or_default().push(u.pod.as_str());
+        by_reason.entry((u.reason.to_string(), u.reason.code())).or_default().push(u.pod.as_str());
     }
-    let mut groups: Vec<(&str, Vec<&str>)> = by_reason.into_iter().collect();
-    groups.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(b.0)));
+    let mut groups: Vec<((String, &'static str), Vec<&str>)> = by_reason.into_iter().collect();
+    groups.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(&b.0)));
     let mut out: Vec<SummaryLine> = groups
         .iter()
         .take(SUMMARY_CAUSES)
-        .map(|(reason, keys)| SummaryLine {
+        .map(|((reason, code), keys)| SummaryLine {
             message: if keys.len() == 1 {
                 "could not schedule pod".into()
             } else {
                 format!("could not schedule {} pods", thousands(keys.len()))
             },
-            cause: (*reason).to_owned(),
+            cause: reason.clone(),
+            code,
             pods: keys.len() as u64,
             examples: examples(keys),
         })
@@ -623,6 +624,7 @@ pub fn unschedulable_summary(pods: &[UnschedulablePod], no_ready_pool: bool) -> 
         out.push(SummaryLine {
             message: format!("could not schedule {} more pods for {} other causes", thousands(n), rest.len()),
             cause: "various".into(),
+            code: "Various",
             pods: n as u64,
             examples: examples(&keys),
         });
@@ -688,96 +690,14 @@ pub fn check_limits<C: std::borrow::Borrow<NodeClaim>>(pool: &NodePool, claims: 
     Ok(())
 }
 
-/// Builds the NodeClaim for one decision from its NodePool's template (see the module docs). The name is left to
-/// the API server (`generateName: <nodepool>-`).
-pub fn build_node_claim(
-    pool: &NodePool,
-    plan: &NodeClaimPlan,
-    provider: &ProviderLabels,
-) -> Result<NodeClaim, ProvisionError> {
-    let pool_name = pool.name_any();
-    let template = &pool.spec.template;
-    let node_class = &template.spec.node_class_ref;
-
-    let requirements: Vec<NodeSelectorRequirementWithMinValues> = plan
-        .requirements
-        .iter()
-        .map(|r| NodeSelectorRequirementWithMinValues {
-            key: r.key.clone(),
-            operator: r.operator.clone(),
-            values: r.values.clone(),
-            min_values: r.min_values.map(|m| i32::try_from(m).unwrap_or(i32::MAX)),
-        })
-        .collect();
-
-    let mut claim_labels: BTreeMap<String, String> = template.metadata.labels.clone();
-    // One value for each custom (not well-known, not restricted) single-key requirement, as upstream's Any().
-    for r in &requirements {
-        let custom = !provider.is_well_known(&r.key) && !provider.is_restricted(&r.key);
-        if custom
-            && r.operator == "In"
-            && !claim_labels.contains_key(&r.key)
-            && let Some(v) = r.values.first()
-        {
-            claim_labels.insert(r.key.clone(), v.clone());
-        }
-    }
-    claim_labels.insert(labels::NODE_POOL.to_owned(), pool_name.clone());
-    claim_labels.insert(node_class.label_key(), node_class.name.clone());
-
-    let mut claim_annotations = template.metadata.annotations.clone();
-    for (k, v) in node_pool_hash_annotations(pool) {
-        claim_annotations.insert(k.to_owned(), v);
-    }
-    claim_annotations.insert(
-        annotations::NODE_CLAIM_MIN_VALUES_RELAXED.to_owned(),
-        if plan.min_values_relaxed { "true" } else { "false" }.to_owned(),
-    );
-
-    // The pods' requests plus the DaemonSet overhead the claim was sized for.
-    let mut requests = ResourceList::new();
-    for (resource, q) in plan.requests.iter().chain(plan.daemon_set_overhead.iter()) {
-        let q = parse_quantity(&pool_name, &format!("decision request {resource}"), q)?;
-        let sum = requests.get_or_zero(resource).saturating_add(&q);
-        requests.insert(resource, sum);
-    }
-    let requests: BTreeMap<String, ResourceQuantity> =
-        requests.iter().map(|(k, q)| (k.to_string(), ResourceQuantity::new(q.to_string()))).collect();
-
-    let owner = OwnerReference {
-        api_version: "karpenter.sh/v1".into(),
-        kind: "NodePool".into(),
-        name: pool_name.clone(),
-        uid: pool.metadata.uid.clone().unwrap_or_default(),
-        block_owner_deletion: Some(true),
-        controller: None,
-    };
-    Ok(NodeClaim {
-        metadata: ObjectMeta {
-            generate_name: Some(format!("{pool_name}-")),
-            labels: Some(claim_labels),
-            annotations: Some(claim_annotations),
-            owner_references: pool.metadata.uid.is_some().then(|| vec![owner]),
-            ..ObjectMeta::default()
-        },
-        spec: NodeClaimSpec {
-            taints: template.spec.taints.clone(),
-            startup_taints: template.spec.startup_taints.clone(),
-            requirements,
-            resources: (!requests.is_empty()).then_some(ResourceRequirements { requests }),
-            node_class_ref: node_class.clone(),
-            termination_grace_period: template.spec.termination_grace_period.clone(),
-            expire_after: template.spec.expire_after.clone(),
-        },
-        status: None,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::metrics::BuildInfo;
+    use karpenter_api::labels::{self, annotations};
+    use karpenter_api::nodeclaim::ResourceQuantity;
     use karpenter_cloudprovider::FakeCloudProvider;
+    use karpenter_scheduler::decision::UnschedulableReason;
     use karpenter_testing::apiserver::{ApiServer, create_with_status};
     use karpenter_testing::{
         FakeClock, NodeClaimOptions, NodePoolOptions, PodOptions, kwok_node_class_ref, node_claim, node_pool,
@@ -1031,12 +951,15 @@ mod tests {
 
     #[test]
     fn unschedulable_pods_are_summarised_per_cause() {
-        let u = |pod: &str, reason: &str| UnschedulablePod { pod: pod.into(), reason: reason.into() };
+        let u = |pod: &str, reason: &str| UnschedulablePod {
+            pod: pod.into(),
+            reason: UnschedulableReason::InvalidPod { message: reason.into() },
+        };
         let pods = vec![u("a/1", "too big"), u("a/2", "no zone"), u("a/3", "too big"), u("a/4", "too big")];
         let lines = unschedulable_summary(&pods, false);
         assert_eq!(lines.len(), 2);
         assert_eq!(lines[0].message, "could not schedule 3 pods");
-        assert_eq!((lines[0].cause.as_str(), lines[0].pods), ("too big", 3));
+        assert_eq!((lines[0].cause.as_str(), lines[0].code, lines[0].pods), ("too big", "InvalidPod", 3));
         assert_eq!(lines[0].examples, "a/1, a/3, a/4");
         assert_eq!(lines[1].message, "could not schedule pod");
         assert_eq!(lines[1].examples, "a/2");
@@ -1050,6 +973,15 @@ mod tests {
         let lines = unschedulable_summary(&many, false);
         assert_eq!(lines.len(), SUMMARY_CAUSES + 1);
         assert_eq!(lines[SUMMARY_CAUSES].message, "could not schedule 5 more pods for 5 other causes");
+        assert_eq!(lines[SUMMARY_CAUSES].code, "Various");
+        // Reasons that read alike but differ in code are separate causes.
+        let alike = vec![
+            u("c/1", "scheduling timed out"),
+            UnschedulablePod { pod: "c/2".into(), reason: UnschedulableReason::Timeout },
+        ];
+        let lines = unschedulable_summary(&alike, false);
+        let codes: Vec<(&str, &str)> = lines.iter().map(|l| (l.cause.as_str(), l.code)).collect();
+        assert_eq!(codes, [("scheduling timed out", "InvalidPod"), ("scheduling timed out", "Timeout")]);
         assert_eq!(thousands(4812), "4,812");
         assert_eq!(thousands(1_234_567), "1,234,567");
         assert_eq!(thousands(999), "999");
@@ -1123,20 +1055,12 @@ mod tests {
     }
 
     #[test]
-    fn a_malformed_decision_quantity_is_an_error_not_a_panic() {
+    fn a_plan_for_another_pool_is_a_build_error() {
         let pool = node_pool(NodePoolOptions { name: Some("p".into()), ..Default::default() });
-        let plan = NodeClaimPlan {
-            name: "p-1".into(),
-            node_pool: "p".into(),
-            requirements: vec![],
-            instance_types: vec![],
-            price: None,
-            pods: vec![],
-            requests: [("cpu".to_owned(), "lots".to_owned())].into(),
-            daemon_set_overhead: BTreeMap::new(),
-            min_values_relaxed: false,
-        };
-        let err = build_node_claim(&pool, &plan, &ProviderLabels::kwok()).unwrap_err();
-        assert!(err.to_string().contains("decision request cpu \"lots\""), "{err}");
+        let mut plan = NodeClaimPlan::from_template(&pool, "p-1").unwrap();
+        plan.node_pool = "q".into();
+        let err: ProvisionError =
+            build_node_claim(&pool, &plan, &karpenter_api::ProviderLabels::kwok()).unwrap_err().into();
+        assert_eq!(err.to_string(), "building the NodeClaim: the plan p-1 is for NodePool q, not p");
     }
 }

@@ -47,6 +47,7 @@ use karpenter_api::lean::Lean;
 use karpenter_api::{CompactPod, NodeClaim, NodePool, SpecInterner};
 use karpenter_cloudprovider::Clock;
 use karpenter_scheduler::ClusterSnapshot;
+use karpenter_scheduler::decision::UnschedulableReason;
 use karpenter_scheduler::snapshot::SnapshotError;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
@@ -376,8 +377,8 @@ impl fmt::Debug for ClusterState {
 pub struct RejectedPod {
     /// `namespace/name`.
     pub pod: String,
-    /// Why (the `FailedScheduling` event's message).
-    pub reason: String,
+    /// Why (its `Display` is the `FailedScheduling` event's message).
+    pub reason: UnschedulableReason,
 }
 
 /// What [`ClusterState::snapshot`] returns.
@@ -909,7 +910,8 @@ impl ClusterState {
                     match validate_pod(pod, &o) {
                         Ok(()) => builder.pod(pod.clone()),
                         Err(PodRejection::OptOut) => ignored.push(key.clone()),
-                        Err(PodRejection::Invalid(reason)) => rejected.push(RejectedPod { pod: key.clone(), reason }),
+                        Err(PodRejection::Invalid(message)) => rejected
+                            .push(RejectedPod { pod: key.clone(), reason: UnschedulableReason::Volume { message } }),
                     }
                 }
             }
@@ -993,7 +995,7 @@ pub fn is_provisionable(pod: &CompactPod) -> bool {
 pub enum PodRejection {
     /// It requires `karpenter.sh/nodepool DoesNotExist`: it opts out of Karpenter's nodes (no event).
     OptOut,
-    /// Invalid for provisioning (the `FailedScheduling` message).
+    /// A volume of the pod cannot be used (the `FailedScheduling` message).
     Invalid(String),
 }
 
@@ -1313,7 +1315,10 @@ mod tests {
         assert_eq!(snap.ignored, ["default/opt-out"]);
         assert_eq!(snap.rejected.len(), 1);
         assert_eq!(snap.rejected[0].pod, "default/no-pvc");
-        assert!(snap.rejected[0].reason.contains("persistentvolumeclaim default/data not found"));
+        assert_eq!(
+            snap.rejected[0].reason,
+            UnschedulableReason::Volume { message: "persistentvolumeclaim default/data not found".into() }
+        );
         let n2 = snap.cluster.nodes.iter().find(|n| n.name == "n2").unwrap();
         assert!(n2.marked_for_deletion);
         s.unmark_for_deletion(["n2"]);

@@ -36,7 +36,7 @@ use karpenter_requirements::{
     spec_host_ports, spec_requests, tolerates_all,
 };
 
-use crate::decision::{Decisions, RequirementJson};
+use crate::decision::Decisions;
 use crate::scheduler::PoolInput;
 use crate::snapshot::{ClusterSnapshot, api_taint, pod_key};
 
@@ -142,15 +142,9 @@ pub fn check(
         if pool.node_pool.is_static() {
             v.push(format!("{ctx}: NodePool {} is static", claim.node_pool));
         }
-        let reqs = match RequirementJson::to_requirements(&claim.requirements) {
-            Ok(r) => r,
-            Err(e) => {
-                v.push(format!("{ctx}: requirements do not parse: {e}"));
-                continue;
-            }
-        };
+        let reqs = &claim.requirements;
         let pool_reqs = pool.node_pool.template_requirements().unwrap_or_default();
-        if let Err(e) = pool_reqs.compatible(&reqs, provider) {
+        if let Err(e) = pool_reqs.compatible(reqs, provider) {
             v.push(format!("{ctx}: requirements incompatible with the NodePool: {e}"));
         }
         let taints: Vec<Taint> = pool.node_pool.spec.template.spec.taints.iter().map(api_taint).collect();
@@ -185,10 +179,10 @@ pub fn check(
                 continue;
             };
             max = max.max(it.capacity());
-            if let Err(e) = it.requirements.intersects(&reqs) {
+            if let Err(e) = it.requirements.intersects(reqs) {
                 v.push(format!("{ctx}: instance type {name} does not match: {e}"));
             }
-            if !it.offerings.available().any(|o| o.is_compatible(&reqs, provider)) {
+            if !it.offerings.available().any(|o| o.is_compatible(reqs, provider)) {
                 v.push(format!("{ctx}: instance type {name} has no compatible available offering"));
             }
             let overhead = daemon_overhead(snapshot, &pool_reqs, &taints, it, provider);
@@ -576,7 +570,7 @@ fn check_topology(
         }
     }
     for c in &decisions.new_node_claims {
-        let Ok(reqs) = RequirementJson::to_requirements(&c.requirements) else { continue };
+        let reqs = c.requirements.clone();
         let pool = pools.iter().find(|p| p.node_pool.metadata.name.as_deref() == Some(c.node_pool.as_str()));
         let it_reqs = c
             .instance_types

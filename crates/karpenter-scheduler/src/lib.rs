@@ -109,10 +109,12 @@
 pub mod bound;
 pub mod check;
 pub mod decision;
+pub mod nodeclaim;
 pub mod scheduler;
 pub mod simulation;
 pub mod snapshot;
 
-pub use decision::{API_VERSION, Decisions};
+pub use decision::{API_VERSION, Decisions, NodeClaimPlan, UnschedulablePod, UnschedulableReason};
+pub use nodeclaim::{BuildError, build_node_claim};
 pub use scheduler::{PoolInput, ReservedOfferingMode, SchedulerOptions, schedule, schedule_until};
 pub use snapshot::{ClusterSnapshot, NamespaceInfo, NodeClaimInfo, NodeInfo, SnapshotBuilder, SnapshotError};

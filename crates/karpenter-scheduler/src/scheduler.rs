@@ -27,7 +27,8 @@ use topology::{Place, Prepared, Topology};
 use volumes::{VolumeIndex, first_compatible};
 
 use crate::decision::{
-    Decisions, ExistingNodePlacement, NodeClaimPlan, RequirementJson, UnschedulablePod, resources_json,
+    Decisions, ExistingNodePlacement, NodeClaimPlan, NodePoolRejection, RejectionKind, UnschedulablePod,
+    UnschedulableReason,
 };
 use crate::snapshot::ClusterSnapshot;
 
@@ -124,10 +125,10 @@ pub(crate) struct Solver<'a> {
     /// Indices of `claims` sorted by (number of pods, index): the order in-flight claims are tried in.
     claim_order: Vec<usize>,
     topology: Topology,
-    errors: Vec<Option<String>>,
+    errors: Vec<Option<UnschedulableReason>>,
     placed: Vec<bool>,
     any_prefer_no_schedule: bool,
-    no_templates_reason: Option<String>,
+    no_templates_reason: Option<UnschedulableReason>,
     /// Per (template, claim requirements without the hostname): whether each of the template's instance
     /// types intersects the requirements and has a compatible available offering (0 unknown, 1 yes, 2 no).
     /// Claims differ mostly by hostname, which neither instance types nor offerings carry (checked per
@@ -164,7 +165,7 @@ pub(crate) struct Base<'a> {
     pub templates: Vec<Template<'a>>,
     pub existing: Vec<ExistingNode>,
     pub any_prefer_no_schedule: bool,
-    pub no_templates_reason: Option<String>,
+    pub no_templates_reason: Option<UnschedulableReason>,
 }
 
 impl<'a> Base<'a> {
@@ -184,14 +185,8 @@ impl<'a> Base<'a> {
         });
         let templates: Vec<Template<'a>> =
             dynamic.iter().map(|p| Template::new(p.node_pool, p.instance_types, snapshot, daemons, provider)).collect();
-        let no_templates_reason = if dynamic.is_empty() {
-            Some(
-                if pools.is_empty() { "no NodePools given" } else { "no dynamic NodePools found (all are static)" }
-                    .to_owned(),
-            )
-        } else {
-            None
-        };
+        let no_templates_reason =
+            dynamic.is_empty().then_some(UnschedulableReason::NoNodePool { all_static: !pools.is_empty() });
         let any_prefer_no_schedule = templates.iter().any(|t| t.taints.iter().any(|t| t.effect == "PreferNoSchedule"));
         let volume_index = VolumeIndex::new(snapshot);
         Base {
@@ -339,14 +334,14 @@ impl<'a> Solver<'a> {
         if timed_out {
             for &i in &queue {
                 if self.errors[i].is_none() {
-                    self.errors[i] = Some("scheduling timed out".into());
+                    self.errors[i] = Some(UnschedulableReason::Timeout);
                 }
             }
         }
         self.finish(timed_out)
     }
 
-    fn try_schedule(&mut self, i: usize) -> Result<(), String> {
+    fn try_schedule(&mut self, i: usize) -> Result<(), UnschedulableReason> {
         let mut relax = Relaxation::default();
         loop {
             match self.add(i, &relax) {
@@ -361,7 +356,7 @@ impl<'a> Solver<'a> {
         }
     }
 
-    fn add(&mut self, i: usize, relax: &Relaxation) -> Result<(), String> {
+    fn add(&mut self, i: usize, relax: &Relaxation) -> Result<(), UnschedulableReason> {
         let pod = &self.pods[i];
         let reqs = pod.requirements(relax, self.options.preference_policy);
         let strict = pod.requirements(relax, PreferencePolicy::Ignore);
@@ -541,7 +536,7 @@ impl<'a> Solver<'a> {
                 }
             }
         }
-        Err(reasons.join("; "))
+        Err(UnschedulableReason::NodePools(reasons))
     }
 
     /// Records claim `c`'s domain per affinity key in `claim_domains` (after its requirements changed).
@@ -596,12 +591,14 @@ impl<'a> Solver<'a> {
         pod: (&Requirements, &Requirements, &Prepared),
         relax: &Relaxation,
         its: &[u32],
-    ) -> Result<Candidate, String> {
+    ) -> Result<Candidate, NodePoolRejection> {
         self.can_add_explained(template, claim, i, pod, relax, its, true)
+            .map_err(|e| e.unwrap_or_else(|| NodePoolRejection::new(&template.name, RejectionKind::Other, "")))
     }
 
-    /// [`Self::can_add`]; without `explain`, a claim no instance type survives for gets an empty reason
-    /// instead of the diagnosis (the in-flight claims loop discards reasons, and diagnosing is its hot path).
+    /// [`Self::can_add`]; without `explain`, the error carries no reason (`None`) instead of the diagnosis
+    /// (the in-flight claims loop discards reasons, and diagnosing is its hot path). With `explain` it always
+    /// has one.
     #[allow(clippy::too_many_arguments)]
     fn can_add_explained(
         &self,
@@ -612,17 +609,18 @@ impl<'a> Solver<'a> {
         relax: &Relaxation,
         its: &[u32],
         explain: bool,
-    ) -> Result<Candidate, String> {
+    ) -> Result<Candidate, Option<NodePoolRejection>> {
         let np = &template.name;
+        let reject = |kind: RejectionKind, detail: String| explain.then(|| NodePoolRejection::new(np, kind, detail));
         let pod = &self.pods[i];
-        pod.tolerates(relax, &template.taints).map_err(|t| format!("NodePool {np}: taint {t} not tolerated"))?;
+        pod.tolerates(relax, &template.taints)
+            .map_err(|t| reject(RejectionKind::Taints, format!("taint {t} not tolerated")))?;
         if !claim.requirements.compatible_ok(pod_reqs, self.provider) {
-            return Err(if explain {
+            return Err(explain.then(|| {
                 let e = claim.requirements.compatible(pod_reqs, self.provider).err();
-                format!("NodePool {np}: incompatible requirements: {}", e.map(|e| e.to_string()).unwrap_or_default())
-            } else {
-                String::new()
-            });
+                let detail = format!("incompatible requirements: {}", e.map(|e| e.to_string()).unwrap_or_default());
+                NodePoolRejection::new(np, RejectionKind::Requirements, detail)
+            }));
         }
         let mut changed = !pod_reqs.is_empty();
         // Borrowed while unchanged: cloned only when the pod is added.
@@ -632,17 +630,17 @@ impl<'a> Solver<'a> {
             Cow::Borrowed(&claim.requirements)
         };
         if let Err(c) = claim.ports.conflicts(&pod.host_ports) {
-            return Err(format!("NodePool {np}: {c}"));
+            return Err(reject(RejectionKind::HostPorts, c.to_string()));
         }
         if let Some(alt) = first_compatible(&pod.volumes.alternatives, &requirements, self.provider)
-            .map_err(|e| format!("NodePool {np}: {e}"))?
+            .map_err(|e| reject(RejectionKind::Volumes, e.to_string()))?
         {
             requirements = Cow::Owned(requirements.intersection(alt));
             changed = true;
         }
         if let Some(narrowed) =
             self.topology.add_requirements(i, relax, strict, &requirements, prepared).map_err(|e| {
-                if explain { format!("NodePool {np}: {}", self.topology.explain(&e)) } else { String::new() }
+                explain.then(|| NodePoolRejection::new(np, RejectionKind::Topology, self.topology.explain(&e)))
             })?
         {
             requirements = Cow::Owned(narrowed);
@@ -693,11 +691,7 @@ impl<'a> Solver<'a> {
             }
         }
         if survivors.is_empty() {
-            return Err(if explain {
-                self.diagnose(template, &requirements, &requests, pod, its)
-            } else {
-                String::new()
-            });
+            return Err(explain.then(|| self.diagnose(template, &requirements, &requests, pod, its)));
         }
         let mut requirements = requirements.into_owned();
         let mut min_values_relaxed = false;
@@ -706,7 +700,7 @@ impl<'a> Solver<'a> {
                 survivors.iter().filter_map(|&i| template.its.get(i as usize).copied()).collect();
             if let Err(e) = satisfies_min_values(&list, &requirements) {
                 match self.options.min_values_policy {
-                    MinValuesPolicy::Strict => return Err(format!("NodePool {np}: {e}")),
+                    MinValuesPolicy::Strict => return Err(reject(RejectionKind::MinValues, e.to_string())),
                     MinValuesPolicy::BestEffort => {
                         for (key, achieved) in &e.achieved {
                             if let Some(r) = requirements.remove(key) {
@@ -730,8 +724,8 @@ impl<'a> Solver<'a> {
         requests: &ResourceList,
         pod: &PodData<'_>,
         its: &[u32],
-    ) -> String {
-        let np = &template.name;
+    ) -> NodePoolRejection {
+        let reject = |kind: RejectionKind, detail: String| NodePoolRejection::new(&template.name, kind, detail);
         let list: Vec<u32> = its.to_vec();
         let matching: Vec<u32> = list
             .iter()
@@ -741,9 +735,9 @@ impl<'a> Solver<'a> {
             })
             .collect();
         if matching.is_empty() {
-            return format!(
-                "NodePool {np}: no instance type matches the requirements {}",
-                describe_reqs(requirements, template)
+            return reject(
+                RejectionKind::Requirements,
+                format!("no instance type matches the requirements {}", describe_reqs(requirements, template)),
             );
         }
         let offered: Vec<u32> = matching
@@ -757,9 +751,12 @@ impl<'a> Solver<'a> {
             })
             .collect();
         if offered.is_empty() {
-            return format!(
-                "NodePool {np}: no available offering (zone / capacity type) matches the requirements {}",
-                describe_reqs(requirements, template)
+            return reject(
+                RejectionKind::Offerings,
+                format!(
+                    "no available offering (zone / capacity type) matches the requirements {}",
+                    describe_reqs(requirements, template)
+                ),
             );
         }
         // Resources: which requested resources exceed every candidate's allocatable after daemon overhead.
@@ -777,14 +774,17 @@ impl<'a> Solver<'a> {
             }
         }
         if !short.is_empty() {
-            return format!(
-                "NodePool {np}: no instance type has {} after DaemonSet overhead{}",
-                short.join(", "),
-                if pod.requests.len() < requests.len() || requests != &pod.requests {
-                    " (counting pods already on the node)"
-                } else {
-                    ""
-                }
+            return reject(
+                RejectionKind::Resources,
+                format!(
+                    "no instance type has {} after DaemonSet overhead{}",
+                    short.join(", "),
+                    if pod.requests.len() < requests.len() || requests != &pod.requests {
+                        " (counting pods already on the node)"
+                    } else {
+                        ""
+                    }
+                ),
             );
         }
         let fits: Vec<u32> = offered
@@ -798,12 +798,15 @@ impl<'a> Solver<'a> {
             })
             .collect();
         if fits.is_empty() {
-            return format!(
-                "NodePool {np}: no instance type fits {} together after DaemonSet overhead",
-                requests.iter().map(|(n, q)| format!("{q} {n}")).collect::<Vec<_>>().join(", ")
+            return reject(
+                RejectionKind::Resources,
+                format!(
+                    "no instance type fits {} together after DaemonSet overhead",
+                    requests.iter().map(|(n, q)| format!("{q} {n}")).collect::<Vec<_>>().join(", ")
+                ),
             );
         }
-        format!("NodePool {np}: the pod's host ports conflict with its DaemonSets' host ports")
+        reject(RejectionKind::HostPorts, "the pod's host ports conflict with its DaemonSets' host ports".to_owned())
     }
 
     fn finish(mut self, timed_out: bool) -> Decisions {
@@ -838,8 +841,10 @@ impl<'a> Solver<'a> {
                 Err(e) => {
                     for &p in &claim.pods {
                         self.placed[p] = false;
-                        self.errors[p] =
-                            Some(format!("NodePool {} couldn't meet minValues requirements: {e}", template.name));
+                        self.errors[p] = Some(UnschedulableReason::MinValues {
+                            node_pool: template.name.clone(),
+                            detail: e.clone(),
+                        });
                     }
                     continue;
                 }
@@ -853,7 +858,7 @@ impl<'a> Solver<'a> {
                 instance_types: plan.instance_types.clone(),
                 price: plan.price,
                 pods,
-                requests: resources_json(&claim.requests),
+                requests: claim.requests,
                 daemon_set_overhead: plan.daemon_set_overhead.clone(),
                 min_values_relaxed: claim.min_values_relaxed,
             });
@@ -869,7 +874,7 @@ impl<'a> Solver<'a> {
         d.existing_nodes.sort_by(|a, b| a.name.cmp(&b.name));
         for (i, p) in self.pods.iter().enumerate() {
             if !self.placed[i] {
-                let reason = self.errors[i].clone().unwrap_or_else(|| "not scheduled".into());
+                let reason = self.errors[i].clone().unwrap_or(UnschedulableReason::NotScheduled);
                 d.unschedulable.push(UnschedulablePod { pod: p.key.clone(), reason });
             }
         }
@@ -897,10 +902,10 @@ struct Pricing {
 
 /// The parts of a [`NodeClaimPlan`] that depend on the claim's requirements and instance types only.
 struct BuiltPlan {
-    requirements: Vec<RequirementJson>,
+    requirements: Requirements,
     instance_types: Vec<String>,
     price: Option<f64>,
-    daemon_set_overhead: std::collections::BTreeMap<String, String>,
+    daemon_set_overhead: ResourceList,
 }
 
 impl Pricing {
@@ -998,10 +1003,10 @@ impl Pricing {
         }
         let price = kept_idx.first().and_then(|&i| self.price.get(i as usize).copied()).filter(|p| p.is_finite());
         Ok(BuiltPlan {
-            requirements: RequirementJson::from_requirements(&reqs),
+            requirements: reqs,
             instance_types: kept.iter().map(|it| it.name.clone()).collect(),
             price,
-            daemon_set_overhead: resources_json(&overhead.unwrap_or_default()),
+            daemon_set_overhead: overhead.unwrap_or_default(),
         })
     }
 }
@@ -1088,7 +1093,8 @@ mod tests {
         assert!(d.timed_out);
         assert_eq!(d.placed_pods(), 1, "what was decided before the deadline is kept");
         assert_eq!(d.unschedulable.len(), 2);
-        assert!(d.unschedulable.iter().all(|u| u.reason == "scheduling timed out"));
+        assert!(d.unschedulable.iter().all(|u| u.reason == UnschedulableReason::Timeout));
+        assert!(d.unschedulable.iter().all(|u| u.reason.code() == "Timeout"));
         let budget = SchedulerOptions { max_pod_attempts: Some(2), ..Default::default() };
         let d = schedule(&s, &pools, &ProviderLabels::aws(), &budget);
         assert!(d.timed_out);
@@ -1106,7 +1112,7 @@ mod tests {
         // 4 cpu holds two 1.5 cpu pods: 5 pods need 3 claims.
         assert_eq!(d.new_node_claims.len(), 3);
         assert_eq!(d.new_node_claims[0].instance_types, ["it-4"]);
-        assert_eq!(d.new_node_claims[0].requests.get("cpu").map(String::as_str), Some("3"));
+        assert_eq!(d.new_node_claims[0].requests.get("cpu").map(ToString::to_string).as_deref(), Some("3"));
         assert_eq!(d.new_node_claims[0].price, Some(4.0));
     }
 
@@ -1118,6 +1124,7 @@ mod tests {
         let pools = [PoolInput { node_pool: &s.node_pools[0], instance_types: &its }];
         let d = schedule(&s, &pools, &ProviderLabels::aws(), &SchedulerOptions::default());
         assert_eq!(d.unschedulable.len(), 1);
-        assert!(d.unschedulable[0].reason.contains("static"), "{}", d.unschedulable[0].reason);
+        assert_eq!(d.unschedulable[0].reason, UnschedulableReason::NoNodePool { all_static: true });
+        assert_eq!(d.unschedulable[0].reason.to_string(), "no dynamic NodePools found (all are static)");
     }
 }

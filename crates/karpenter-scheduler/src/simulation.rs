@@ -47,15 +47,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use karpenter_api::{CompactPod, ProviderLabels};
 use karpenter_requirements::ResourceList;
 
-use crate::decision::{Decisions, UnschedulablePod};
+use crate::decision::{Decisions, UnschedulablePod, UnschedulableReason};
 use crate::scheduler::pods::{PodData, pod_data};
 use crate::scheduler::templates::{ExistingNode, daemons};
 use crate::scheduler::volumes::VolumeIndex;
 use crate::scheduler::{Base, PoolInput, SchedulerOptions, Solver};
 use crate::snapshot::{ClusterSnapshot, pod_key};
 
-/// The reason given to a pod that would only fit on capacity that is not ready yet (disruption never relies on
-/// it).
+/// The message of [`UnschedulableReason::UninitializedNode`], given to a pod that would only fit on capacity
+/// that is not ready yet (disruption never relies on it).
 pub const UNINITIALIZED_NODE: &str = "would schedule against uninitialized nodeclaim";
 
 /// Prepared per-pass state for many simulations over one snapshot.
@@ -96,7 +96,8 @@ pub struct SimulationView<'v> {
     /// Leave the snapshot's pending pods out (they are included by default, as upstream does).
     pub skip_pending: bool,
     /// Accept placements on uninitialized nodes and in-flight claims; by default such a placement is turned
-    /// into an unschedulable entry with [`UNINITIALIZED_NODE`], so disruption never counts on capacity not yet ready.
+    /// into an unschedulable entry with [`UnschedulableReason::UninitializedNode`], so disruption never counts on
+    /// capacity not yet ready.
     pub allow_uninitialized: bool,
     /// Pack new NodeClaims in upstream's order, skipping the cost post-pass (as with
     /// [`SchedulerOptions::upstream_packing`]): the post-pass may spread pods over more, cheaper nodes than the
@@ -233,7 +234,7 @@ impl<'a> Simulator<'a> {
                         placement
                             .pods
                             .into_iter()
-                            .map(|pod| UnschedulablePod { pod, reason: UNINITIALIZED_NODE.into() }),
+                            .map(|pod| UnschedulablePod { pod, reason: UnschedulableReason::UninitializedNode }),
                     );
                 }
             }

@@ -62,6 +62,11 @@ fn run(dir: &Path) -> Result<(), String> {
         return Err("not deterministic".into());
     }
     let json = decisions.to_json() + "\n";
+    // The JSON is a view of the typed document: it reads back to a document with the same view.
+    let back: karpenter_scheduler::Decisions = serde_json::from_str(&json).map_err(|e| format!("reading back: {e}"))?;
+    if back.to_json() + "\n" != json {
+        return Err("the JSON does not read back to the same document".into());
+    }
     let expected_path = dir.join("expected.json");
     if std::env::var_os("UPDATE_SCENARIOS").is_some() {
         std::fs::write(&expected_path, &json).map_err(|e| e.to_string())?;

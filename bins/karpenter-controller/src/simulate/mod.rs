@@ -274,7 +274,7 @@ fn run_timeline(
             }
         })
         .collect();
-    let mut unschedulable: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut unschedulable: BTreeMap<(String, &'static str), Vec<String>> = BTreeMap::new();
     if !w.snapshot.pending_pods.is_empty() {
         let inputs: Vec<PoolInput<'_>> = w
             .pools()
@@ -283,7 +283,7 @@ fn run_timeline(
             .collect();
         let d = schedule(&w.snapshot, &inputs, run.provider, &SchedulerOptions::default());
         for u in d.unschedulable {
-            unschedulable.entry(u.reason).or_default().push(u.pod);
+            unschedulable.entry((u.reason.to_string(), u.reason.code())).or_default().push(u.pod);
         }
     }
     let mut summary = TimelineSummary {
@@ -326,7 +326,10 @@ fn run_timeline(
         events: std::mem::take(&mut w.events),
         nodes,
         verdicts: pass.verdicts,
-        unschedulable: unschedulable.into_iter().map(|(reason, pods)| PendingGroup { reason, pods }).collect(),
+        unschedulable: unschedulable
+            .into_iter()
+            .map(|((reason, code), pods)| PendingGroup { code, reason, pods })
+            .collect(),
     };
     Ok(Outcome::Timeline(Box::new(report)))
 }

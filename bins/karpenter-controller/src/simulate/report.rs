@@ -8,7 +8,6 @@ use karpenter_api::CompactPod;
 use karpenter_api::labels;
 use karpenter_api::loader::Loaded;
 use karpenter_requirements::InstanceType;
-use karpenter_scheduler::decision::RequirementJson;
 use karpenter_scheduler::snapshot::pod_key;
 use karpenter_scheduler::{ClusterSnapshot, Decisions};
 use serde::Serialize;
@@ -140,6 +139,8 @@ pub struct ExistingNode {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct UnschedulableGroup {
+    /// The reason's code (`karpenter_scheduler::UnschedulableReason::code`).
+    pub code: &'static str,
     /// Why they cannot be placed.
     pub reason: String,
     /// The pods.
@@ -176,9 +177,7 @@ impl Report {
             .map(|claim| {
                 // The claim's options (cheapest first), as the provider's create receives them.
                 let options = claim.instance_types.iter().filter_map(|n| by_name.get(n.as_str()).copied());
-                let launch = RequirementJson::to_requirements(&claim.requirements)
-                    .ok()
-                    .and_then(|reqs| cheapest_launch(options, &reqs));
+                let launch = cheapest_launch(options, &claim.requirements);
                 NewNode {
                     name: claim.name.clone(),
                     node_pool: claim.node_pool.clone(),
@@ -239,13 +238,13 @@ impl Report {
         }
         existing_nodes.sort_by(|a, b| a.name.cmp(&b.name).then(a.in_flight.cmp(&b.in_flight)));
 
-        let mut by_reason: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        let mut by_reason: BTreeMap<(String, &'static str), Vec<String>> = BTreeMap::new();
         for u in &decisions.unschedulable {
-            by_reason.entry(u.reason.as_str()).or_default().push(u.pod.clone());
+            by_reason.entry((u.reason.to_string(), u.reason.code())).or_default().push(u.pod.clone());
         }
         let unschedulable: Vec<UnschedulableGroup> = by_reason
             .into_iter()
-            .map(|(reason, pods)| UnschedulableGroup { reason: reason.to_owned(), pod_groups: groups(&pods), pods })
+            .map(|((reason, code), pods)| UnschedulableGroup { code, reason, pod_groups: groups(&pods), pods })
             .collect();
 
         let summary = Summary {

@@ -184,6 +184,8 @@ pub struct FinalNode {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PendingGroup {
+    /// The reason's code (`karpenter_scheduler::UnschedulableReason::code`).
+    pub code: &'static str,
     pub reason: String,
     pub pods: Vec<String>,
 }

@@ -26,21 +26,21 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use karpenter_api::loader::{self, Loaded, Object};
 use karpenter_api::time::{chrono_duration, from_k8s, parse_rfc3339, rfc3339};
 use karpenter_api::{CompactPod, IntoSharedPod, SpecInterner};
-use karpenter_api::{NodeClaim, NodePool, ProviderLabels, ValidationContext, labels};
+use karpenter_api::{NodePool, ProviderLabels, ValidationContext, labels};
+use karpenter_disruption::validation::VALIDATION_DELAY;
 use karpenter_disruption::{Command, DisruptionOptions, Method, Pass, Reason, evaluate, expiration, validation};
-use karpenter_requirements::InstanceType;
-use karpenter_scheduler::decision::{NodeClaimPlan, RequirementJson};
+use karpenter_requirements::{InstanceType, Operator};
+use karpenter_scheduler::decision::NodeClaimPlan;
 use karpenter_scheduler::snapshot::{api_taint, is_daemon_set_pod, pod_key};
-use karpenter_scheduler::{ClusterSnapshot, Decisions, NodeClaimInfo, NodeInfo, PoolInput, SchedulerOptions, schedule};
-use serde_json::json;
+use karpenter_scheduler::{
+    ClusterSnapshot, Decisions, NodeClaimInfo, NodeInfo, PoolInput, SchedulerOptions, build_node_claim, schedule,
+};
 
 use super::catalogue::{Catalogue, cheapest_launch};
 use super::pods::Owners;
 use super::timeline::{Action, Step, WorkloadKind, format_offset};
 use super::timeline_report::{ClusterState, Event, EventKind, LaunchedNode};
 
-/// The wait between a graceful command's decision and its execution (upstream's `commandValidationDelay`).
-pub const VALIDATION_WAIT: Duration = Duration::from_secs(15);
 /// Commands and scheduling rounds at one instant before the run gives up on settling (a safety net).
 const MAX_ROUNDS_PER_INSTANT: usize = 1_000;
 
@@ -295,58 +295,70 @@ impl<'c> World<'c> {
 
     /// Launches a node for `plan` (the offering the fake provider's create picks) and binds the plan's pods
     /// that are pending. `Ok(None)` when no offering is available.
+    ///
+    /// The NodeClaim is the controller's ([`build_node_claim`]), then filled in as a launch does: named, its
+    /// labels the cloud-resolved ones (the instance type's and the chosen offering's), then the single-value
+    /// requirement labels, then the claim's own (user-defined labels win), its status launched, registered and
+    /// initialized. The node carries the same labels plus its hostname and the registration labels.
     fn launch(&mut self, plan: &NodeClaimPlan) -> anyhow::Result<Option<LaunchedNode>> {
         let Some(pool) = self.pools.iter().find(|p| p.metadata.name.as_deref() == Some(plan.node_pool.as_str())) else {
             return Ok(None);
         };
         let pool = pool.clone();
-        let requirements = RequirementJson::to_requirements(&plan.requirements)
-            .map_err(|e| anyhow::anyhow!("requirements of the plan for {}: {e}", plan.name))?;
+        let mut claim = build_node_claim(&pool, plan, &self.provider)
+            .with_context(|| format!("building a NodeClaim for {} from NodePool {}", plan.name, plan.node_pool))?;
         let all: Vec<&InstanceType> = self.catalogue.instance_types.iter().collect();
         let options: Vec<&InstanceType> = if plan.instance_types.is_empty() {
             all
         } else {
             plan.instance_types.iter().filter_map(|n| self.catalogue.get(n)).collect()
         };
-        let Some(choice) = cheapest_launch(options.iter().copied(), &requirements) else { return Ok(None) };
+        let Some(choice) = cheapest_launch(options.iter().copied(), &plan.requirements) else { return Ok(None) };
         let Some(it) = self.catalogue.get(&choice.instance_type) else { return Ok(None) };
         let name = self.node_name_for(&plan.node_pool);
         let now = rfc3339(self.now);
 
-        let mut node_labels: BTreeMap<String, String> = pool.spec.template.metadata.labels.clone();
-        for r in &plan.requirements {
-            if r.operator == "In"
-                && let [one] = r.values.as_slice()
-            {
-                node_labels.insert(r.key.clone(), one.clone());
-            }
-        }
-        node_labels.extend(it.requirements.labels(|k| k == labels::ZONE || k == labels::CAPACITY_TYPE));
+        // Cloud-resolved: what the provider's create reports for the instance type and offering it picked.
+        let mut claim_labels: BTreeMap<String, String> =
+            it.requirements.labels(|k| k == labels::ZONE || k == labels::CAPACITY_TYPE);
+        claim_labels.insert(labels::INSTANCE_TYPE.to_owned(), it.name.clone());
         if let Some(z) = &choice.zone {
-            node_labels.insert(labels::ZONE.to_owned(), z.clone());
+            claim_labels.insert(labels::ZONE.to_owned(), z.clone());
         }
         if let Some(ct) = &choice.capacity_type {
-            node_labels.insert(labels::CAPACITY_TYPE.to_owned(), ct.clone());
+            claim_labels.insert(labels::CAPACITY_TYPE.to_owned(), ct.clone());
         }
-        node_labels.insert(labels::INSTANCE_TYPE.to_owned(), it.name.clone());
-        node_labels.insert("kubernetes.io/hostname".to_owned(), name.clone());
-        node_labels.insert(labels::NODE_POOL.to_owned(), plan.node_pool.clone());
+        // Then the single-value requirements, then the claim's own labels.
+        for r in plan.requirements.to_serialized() {
+            if r.operator == Operator::In
+                && let [one] = r.values.as_slice()
+            {
+                claim_labels.insert(r.key.clone(), one.clone());
+            }
+        }
+        claim_labels.extend(claim.metadata.labels.take().unwrap_or_default());
+        let mut node_labels = claim_labels;
+        node_labels.insert(labels::HOSTNAME.to_owned(), name.clone());
+        node_labels.insert(labels::NODE_REGISTERED.to_owned(), "true".to_owned());
         node_labels.insert(labels::NODE_INITIALIZED.to_owned(), "true".to_owned());
-        node_labels.insert("karpenter.sh/registered".to_owned(), "true".to_owned());
 
-        let mut spec = serde_json::to_value(&pool.spec.template.spec).context("NodePool template")?;
-        spec["requirements"] = serde_json::to_value(&plan.requirements).context("plan requirements")?;
-        let condition =
-            |t: &str| json!({"type": t, "status": "True", "lastTransitionTime": now, "reason": t, "message": ""});
-        let claim: NodeClaim = serde_json::from_value(json!({
-            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
-            "metadata": {"name": name, "labels": node_labels, "creationTimestamp": now,
-                         "annotations": pool.spec.template.metadata.annotations},
-            "spec": spec,
-            "status": {"nodeName": name, "lastPodEventTime": now,
-                       "conditions": [condition("Launched"), condition("Registered"), condition("Initialized")]}
-        }))
-        .with_context(|| format!("building NodeClaim {name} from NodePool {}", plan.node_pool))?;
+        claim.metadata.name = Some(name.clone());
+        claim.metadata.creation_timestamp = serde_json::from_value(serde_json::Value::String(now.clone())).ok();
+        claim.metadata.labels = Some(node_labels.clone());
+        let condition = |t: &str| karpenter_api::Condition {
+            type_: t.to_owned(),
+            status: karpenter_api::ConditionStatus::True,
+            observed_generation: None,
+            last_transition_time: now.clone(),
+            reason: t.to_owned(),
+            message: String::new(),
+        };
+        claim.status = Some(karpenter_api::nodeclaim::NodeClaimStatus {
+            node_name: Some(name.clone()),
+            last_pod_event_time: Some(now.clone()),
+            conditions: vec![condition("Launched"), condition("Registered"), condition("Initialized")],
+            ..Default::default()
+        });
         let taints = pool.spec.template.spec.taints.iter().map(api_taint).collect();
         self.snapshot.node_claims.push(NodeClaimInfo {
             name: name.clone(),
@@ -573,7 +585,7 @@ impl<'c> World<'c> {
             if immediate {
                 self.execute(&pass.commands, self.now)?;
             } else {
-                let due = self.now + chrono_duration(VALIDATION_WAIT);
+                let due = self.now + chrono_duration(VALIDATION_DELAY);
                 self.hints.insert(due);
                 self.waiting = Some(Waiting { decided: self.now, due, commands: pass.commands });
                 return Ok(());
@@ -605,7 +617,7 @@ impl<'c> World<'c> {
             self.notes.push(format!(
                 "a command decided at {} was still in its {}s validation wait at the end: {}",
                 rfc3339(w.decided),
-                VALIDATION_WAIT.as_secs(),
+                VALIDATION_DELAY.as_secs(),
                 commands.join("; ")
             ));
         }
@@ -991,6 +1003,61 @@ pub fn pods_per_node(snapshot: &ClusterSnapshot) -> HashMap<&str, Vec<&CompactPo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A launch uses the controller's NodeClaim (hash annotations, node class label, requests) and fills in what
+    /// a launch does: the offering's labels, the single-value requirements' and the claim's own.
+    #[test]
+    fn launched_claims_are_the_controllers_with_resolved_labels() {
+        let input = "
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: default}
+spec:
+  template:
+    metadata:
+      labels: {team: a}
+      annotations: {note: kept}
+    spec:
+      nodeClassRef: {group: karpenter.kwok.sh, kind: KWOKNodeClass, name: default}
+      requirements:
+        - {key: example.com/rack, operator: In, values: [r2, r1]}
+        - {key: kubernetes.io/arch, operator: In, values: [amd64]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: default}
+spec: {containers: [{name: c, resources: {requests: {cpu: '1'}}}]}
+";
+        let objects = loader::load_str(input, "input.yaml").expect("valid input");
+        let snapshot = ClusterSnapshot::from_objects(&objects).expect("snapshot");
+        let pools = snapshot.node_pools.clone();
+        let catalogue = Catalogue::kwok();
+        let start = parse_rfc3339("2026-01-01T00:00:00Z").expect("time");
+        let mut world = World::new(snapshot, pools, &catalogue, ProviderLabels::kwok(), objects, start);
+        let (placed, launched, left) = world.schedule_pending().expect("runs").expect("something happened");
+        assert_eq!((placed, launched.len(), left), (1, 1, 0));
+        let info = &world.snapshot.node_claims[0];
+        let claim = &info.claim;
+        assert_eq!(claim.metadata.name.as_deref(), Some(launched[0].name.as_str()));
+        let a = claim.metadata.annotations.as_ref().expect("annotations");
+        assert!(a.contains_key(labels::annotations::NODE_POOL_HASH), "{a:?}");
+        assert_eq!(a.get("note").map(String::as_str), Some("kept"));
+        let l = claim.metadata.labels.as_ref().expect("labels");
+        let get = |k: &str| l.get(k).map(String::as_str);
+        assert_eq!(get("team"), Some("a"));
+        assert_eq!(get("example.com/rack"), Some("r1"), "a custom In requirement: its smallest value");
+        assert_eq!(get("kubernetes.io/arch"), Some("amd64"), "single-value requirement");
+        assert_eq!(get("karpenter.kwok.sh/kwoknodeclass"), Some("default"));
+        assert_eq!(get(labels::INSTANCE_TYPE), Some(launched[0].instance_type.as_str()), "cloud-resolved");
+        assert_eq!(get(labels::ZONE), launched[0].zone.as_deref(), "cloud-resolved");
+        assert_eq!(get(labels::NODE_POOL), Some("default"));
+        let requests = &claim.spec.resources.as_ref().expect("requests").requests;
+        assert_eq!(requests.get("cpu").map(|q| q.as_str()), Some("1"));
+        let node = &world.snapshot.nodes[0];
+        assert_eq!(node.labels.get(labels::HOSTNAME), Some(&launched[0].name));
+        assert_eq!(node.labels.get("example.com/rack").map(String::as_str), Some("r1"));
+        assert!(karpenter_api::Conditions::is_true(claim.conditions(), "Initialized"));
+    }
 
     #[test]
     fn ordinals_sort_numerically() {

@@ -38,10 +38,10 @@ use karpenter_api::{CompactPod, NodeClaim, NodePool};
 use karpenter_cloudprovider::{Clock, CloudProvider};
 use karpenter_disruption::SimulationBudget;
 use karpenter_disruption::command::{Command, Decision, Method, Outcome, Pass, Reason};
-use karpenter_disruption::validation::{FailureKind, ValidationFailure, validate};
+use karpenter_disruption::validation::{FailureKind, VALIDATION_DELAY, ValidationFailure, validate};
 use karpenter_requirements::InstanceType;
-use karpenter_scheduler::PoolInput;
 use karpenter_scheduler::snapshot::{SnapshotError, is_daemon_set_pod};
+use karpenter_scheduler::{PoolInput, build_node_claim};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
@@ -54,7 +54,6 @@ use karpenter_api::time::chrono_duration;
 use crate::events::{Event, Recorder, reasons};
 use crate::kube_util::{delete_ignoring_missing, is_not_found, label, retry_write_conflicts};
 use crate::metrics::Metrics;
-use crate::provisioner::build_node_claim;
 use crate::state::ClusterState;
 
 /// The controller name in logs.
@@ -64,8 +63,6 @@ pub const POLL_INTERVAL: Duration = Duration::from_secs(10);
 /// Candidates marked, rolled back or deleted at once: a command may hold hundreds of empty nodes, and one after
 /// another their requests took minutes on a busy API server.
 const WRITE_CONCURRENCY: usize = 16;
-/// The wait before a consolidation or emptiness command is re-checked and executed.
-pub const VALIDATION_DELAY: Duration = Duration::from_secs(15);
 /// Requeue while the cluster state is not synced.
 pub const UNSYNCED_RETRY: Duration = Duration::from_secs(1);
 /// Requeue while commands wait for their replacements.
@@ -83,7 +80,7 @@ pub const PASS_SIMULATION_TIME: Duration = Duration::from_secs(3);
 pub struct DisruptionSettings {
     /// Idle requeue ([`POLL_INTERVAL`]).
     pub poll_interval: Duration,
-    /// Validation wait ([`VALIDATION_DELAY`]).
+    /// Validation wait ([`VALIDATION_DELAY`], karpenter-disruption's).
     pub validation_delay: Duration,
     /// Feature gate `SpotToSpotConsolidation`.
     pub spot_to_spot_consolidation: bool,

@@ -29,12 +29,13 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::controller::{CONSOLIDATION_REFRESH, VALIDATION_DELAY};
+use super::controller::CONSOLIDATION_REFRESH;
 use super::*;
 use crate::events::{Recorder, reasons};
 use crate::lifecycle::{LifecycleContext, reconcile as lifecycle_reconcile};
 use crate::metrics::{BuildInfo, Metrics};
 use crate::state::ClusterState;
+use karpenter_disruption::validation::VALIDATION_DELAY;
 
 const POOL: &str = "default";
 

@@ -25,7 +25,8 @@ use karpenter_api::labels;
 use karpenter_api::nodepool::NODES_LIMIT;
 use karpenter_api::{NodeClaim, NodePool, ProviderLabels};
 use karpenter_requirements::Quantity;
-use karpenter_scheduler::decision::{NodeClaimPlan, RequirementJson};
+use karpenter_scheduler::build_node_claim;
+use karpenter_scheduler::decision::NodeClaimPlan;
 use kube::api::{ListParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Api, Client, ResourceExt};
@@ -34,7 +35,6 @@ use tokio_util::sync::CancellationToken;
 use super::{Watches, run_pool_controller};
 use crate::kube_util::{ReconcileError, Requeue, delete_ignoring_missing};
 use crate::metrics::Metrics;
-use crate::provisioner::build_node_claim;
 use crate::state::ClusterState;
 use crate::termination::to_action;
 
@@ -146,17 +146,8 @@ impl StaticProvisioning {
                 "limits.nodes reached, not creating nodeclaims");
             return Ok(ScaleUp::LimitReached);
         }
-        let plan = NodeClaimPlan {
-            name: format!("{name}-static"),
-            node_pool: name.to_owned(),
-            requirements: RequirementJson::from_node_pool_requirements(&pool.spec.template.spec.requirements),
-            instance_types: Vec::new(),
-            price: None,
-            pods: Vec::new(),
-            requests: Default::default(),
-            daemon_set_overhead: Default::default(),
-            min_values_relaxed: false,
-        };
+        let plan = NodeClaimPlan::from_template(&pool, format!("{name}-static"))
+            .map_err(|e| StaticError::Invalid { pool: name.to_owned(), message: format!("requirements: {e}") })?;
         let claim = build_node_claim(&pool, &plan, &self.provider)
             .map_err(|e| StaticError::Invalid { pool: name.to_owned(), message: e.to_string() })?;
         let claims_api: Api<NodeClaim> = Api::all(self.client.clone());

@@ -10,6 +10,7 @@ use karpenter_requirements::{
 };
 
 use super::volumes::{PodVolumes, VolumeIndex};
+use crate::decision::UnschedulableReason;
 use crate::snapshot::pod_key;
 
 /// Formerly the message for pods with topology spread constraints; topology is simulated now and this
@@ -36,7 +37,7 @@ pub(crate) struct PodData<'a> {
     pub n_affinity_preferred: usize,
     pub n_anti_preferred: usize,
     /// Set when the pod cannot be scheduled by this pass at all.
-    pub error: Option<String>,
+    pub error: Option<UnschedulableReason>,
     pub uid: String,
 }
 
@@ -104,8 +105,8 @@ impl PodData<'_> {
     }
 }
 
-fn restricted(reqs: &Requirements, provider: &ProviderLabels) -> Option<String> {
-    reqs.keys().find(|k| provider.is_restricted(k)).map(|k| format!("label {k} is restricted and cannot be required"))
+fn restricted(reqs: &Requirements, provider: &ProviderLabels) -> Option<UnschedulableReason> {
+    reqs.keys().find(|k| provider.is_restricted(k)).map(|k| UnschedulableReason::RestrictedLabel { key: k.to_owned() })
 }
 
 /// Requests of a pod including `pods: 1`.
@@ -145,8 +146,9 @@ fn fill(
     pod: &CompactPod,
     provider: &ProviderLabels,
     volumes: &VolumeIndex<'_>,
-) -> Result<(), String> {
-    data.requests = requests_with_pod_count(pod)?;
+) -> Result<(), UnschedulableReason> {
+    let invalid = |message: String| UnschedulableReason::InvalidPod { message };
+    data.requests = requests_with_pod_count(pod).map_err(invalid)?;
     let spec = &*pod.spec;
     if let Some(sel) = &spec.node_selector {
         data.node_selector = Requirements::from_labels(sel);
@@ -154,10 +156,12 @@ fn fill(
     if let Some(na) = spec.affinity.as_ref().and_then(|a| a.node_affinity.as_ref()) {
         for term in na.required_during_scheduling_ignored_during_execution.iter().flat_map(|r| &r.node_selector_terms) {
             if term.match_fields.as_ref().is_some_and(|f| !f.is_empty()) {
-                return Err("node affinity with matchFields is not supported (Karpenter ignores such pods)".into());
+                return Err(UnschedulableReason::Unsupported {
+                    message: "node affinity with matchFields is not supported (Karpenter ignores such pods)".into(),
+                });
             }
-            let reqs =
-                Requirements::from_node_selector_term(term).map_err(|e| format!("invalid node affinity: {e}"))?;
+            let reqs = Requirements::from_node_selector_term(term)
+                .map_err(|e| invalid(format!("invalid node affinity: {e}")))?;
             if let Some(e) = restricted(&reqs, provider) {
                 return Err(e);
             }
@@ -166,7 +170,7 @@ fn fill(
         let mut preferred = Vec::new();
         for p in na.preferred_during_scheduling_ignored_during_execution.iter().flatten() {
             let reqs = Requirements::from_node_selector_term(&p.preference)
-                .map_err(|e| format!("invalid preferred node affinity: {e}"))?;
+                .map_err(|e| invalid(format!("invalid preferred node affinity: {e}")))?;
             preferred.push((p.weight, reqs));
         }
         preferred.sort_by_key(|p| std::cmp::Reverse(p.0));
@@ -179,12 +183,14 @@ fn fill(
         .chain(data.required_terms.first())
         .any(|r| r.get_ref(labels::NODE_POOL).is_some_and(|r| r.operator() == Operator::DoesNotExist));
     if opted_out {
-        return Err("pod requires karpenter.sh/nodepool DoesNotExist: it opts out of Karpenter nodes".into());
+        return Err(UnschedulableReason::OptedOut);
     }
     if spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty()) {
-        return Err("DRA resource claims are not supported (IGNORE_DRA_REQUESTS)".into());
+        return Err(UnschedulableReason::Unsupported {
+            message: "DRA resource claims are not supported (IGNORE_DRA_REQUESTS)".into(),
+        });
     }
-    data.volumes = volumes.pod(pod)?;
+    data.volumes = volumes.pod(pod).map_err(|message| UnschedulableReason::Volume { message })?;
     Ok(())
 }
 
@@ -205,16 +211,21 @@ mod tests {
     #[test]
     fn bad_inputs_are_per_pod_errors() {
         let p = pod(PodOptions { node_requirements: vec![requirement("a", "Like", &["x"])], ..Default::default() });
-        assert!(data(&p, PreferencePolicy::Respect).error.unwrap().contains("invalid node affinity"));
+        let e = data(&p, PreferencePolicy::Respect).error.unwrap();
+        assert!(e.to_string().contains("invalid node affinity"), "{e}");
+        assert_eq!(e.code(), "InvalidPod");
         let p = pod(PodOptions {
             node_selector: [("kubernetes.io/hostname".to_string(), "x".to_string())].into(),
             ..Default::default()
         });
-        assert!(data(&p, PreferencePolicy::Respect).error.unwrap().contains("restricted"));
+        assert_eq!(
+            data(&p, PreferencePolicy::Respect).error,
+            Some(UnschedulableReason::RestrictedLabel { key: "kubernetes.io/hostname".into() })
+        );
         let p = pod(PodOptions { pvcs: vec!["data".into()], ..Default::default() });
         assert_eq!(
-            data(&p, PreferencePolicy::Ignore).error.as_deref(),
-            Some("persistentvolumeclaim \"data\" not found"),
+            data(&p, PreferencePolicy::Ignore).error,
+            Some(UnschedulableReason::Volume { message: "persistentvolumeclaim \"data\" not found".into() }),
             "a missing claim is a per-pod error"
         );
         let mut p = pod(PodOptions::default());
@@ -227,7 +238,9 @@ mod tests {
                 ..Default::default()
             });
         }
-        assert!(data(&p, PreferencePolicy::Respect).error.unwrap().contains("invalid resource request"));
+        let e = data(&p, PreferencePolicy::Respect).error.unwrap();
+        assert!(e.to_string().starts_with("invalid resource request"), "{e}");
+        assert_eq!(e.code(), "InvalidPod");
     }
 
     #[test]

@@ -13,6 +13,8 @@ use std::sync::Arc;
 
 use super::pods::requests_with_pod_count;
 use super::volumes::{VolumeIndex, VolumeUsage};
+use crate::decision::NodePoolRejection;
+use crate::decision::RejectionKind::{Limits, Unusable};
 use crate::snapshot::{ClusterSnapshot, api_taint};
 
 /// A DaemonSet's representative pod, parsed.
@@ -95,7 +97,7 @@ pub(crate) struct Template<'a> {
     /// Indices of `its` within the remaining limits (recomputed when `remaining` changes).
     pub within_limits: Vec<u32>,
     /// Why the template cannot produce any NodeClaim (then `its` is empty).
-    pub unusable: Option<String>,
+    pub unusable: Option<NodePoolRejection>,
     pub claims_created: usize,
     /// No instance type or offering of `its` has a hostname requirement, so the hostname of a claim never
     /// decides which of them are compatible (the solver's compatibility cache leaves it out of its key).
@@ -129,7 +131,7 @@ impl<'a> Template<'a> {
         match pool.simulation_requirements() {
             Ok(r) => t.requirements = r,
             Err(e) => {
-                t.unusable = Some(format!("NodePool {}: invalid requirements: {e}", t.name));
+                t.unusable = Some(NodePoolRejection::new(&t.name, Unusable, format!("invalid requirements: {e}")));
                 return t;
             }
         }
@@ -139,7 +141,7 @@ impl<'a> Template<'a> {
                 t.remaining = r.map(|(_, rem)| rem);
             }
             Err(e) => {
-                t.unusable = Some(format!("NodePool {}: {e}", t.name));
+                t.unusable = Some(NodePoolRejection::new(&t.name, Unusable, e));
                 return t;
             }
         }
@@ -186,14 +188,14 @@ impl<'a> Template<'a> {
             t.daemon_ports.push(ports);
         }
         if t.its.is_empty() {
-            t.unusable = Some(format!(
-                "NodePool {}: no instance type is usable ({} given: {} do not match its requirements, {} cannot hold its DaemonSets, {} have no available offering)",
-                t.name,
+            let detail = format!(
+                "no instance type is usable ({} given: {} do not match its requirements, {} cannot hold its DaemonSets, {} have no available offering)",
                 instance_types.len(),
                 dropped[0],
                 dropped[1],
                 dropped[2]
-            ));
+            );
+            t.unusable = Some(NodePoolRejection::new(&t.name, Unusable, detail));
         }
         t.hostname_free = t.its.iter().all(|it| {
             !it.requirements.has(labels::HOSTNAME) && it.offerings.iter().all(|o| !o.requirements.has(labels::HOSTNAME))
@@ -211,10 +213,10 @@ impl<'a> Template<'a> {
     }
 
     /// `None` when a new claim may be created, else why not.
-    pub fn limit_block(&self) -> Option<String> {
+    pub fn limit_block(&self) -> Option<NodePoolRejection> {
         let r = self.remaining.as_ref()?;
         if r.get(karpenter_api::nodepool::NODES_LIMIT).is_some_and(|n| n.as_nanos() < 1_000_000_000) {
-            return Some(format!("NodePool {}: limit nodes reached", self.name));
+            return Some(NodePoolRejection::new(&self.name, Limits, "limit nodes reached"));
         }
         None
     }
@@ -245,9 +247,17 @@ impl<'a> Template<'a> {
         self.within_limits.retain(|&i| its.get(i as usize).is_some_and(|it| within(it.capacity(), r)));
     }
 
-    /// The remaining limits a pod's instance types exceed, as a reason.
-    pub fn limit_reason(&self, candidates: &[u32]) -> String {
-        let Some(r) = self.remaining.as_ref() else { return String::new() };
+    /// The remaining limits a pod's instance types exceed, as a reason (only asked when some instance types are
+    /// over the limits, so when the template has limits).
+    pub fn limit_reason(&self, candidates: &[u32]) -> NodePoolRejection {
+        let every = || {
+            NodePoolRejection::new(
+                &self.name,
+                Limits,
+                "every instance type that fits would exceed the remaining limits",
+            )
+        };
+        let Some(r) = self.remaining.as_ref() else { return every() };
         for (name, rem) in r.iter() {
             if name == karpenter_api::nodepool::NODES_LIMIT {
                 continue;
@@ -258,10 +268,11 @@ impl<'a> Template<'a> {
                 .all(|it| it.capacity().get(name).is_some_and(|c| c > rem));
             if all_exceed && !candidates.is_empty() {
                 let limit = self.limits.get_or_zero(name);
-                return format!("NodePool {}: limit {name} {limit} would be exceeded ({rem} remaining)", self.name);
+                let detail = format!("limit {name} {limit} would be exceeded ({rem} remaining)");
+                return NodePoolRejection::new(&self.name, Limits, detail);
             }
         }
-        format!("NodePool {}: every instance type that fits would exceed the remaining limits", self.name)
+        every()
     }
 }
 

@@ -443,8 +443,9 @@ impl Topology {
                     d.n_anti_preferred = t.anti_preferred.len();
                     per_pod.push(t);
                 }
-                Err(e) => {
-                    d.error = Some(e);
+                Err(message) => {
+                    // Label selectors and spread constraints that do not parse.
+                    d.error = Some(crate::decision::UnschedulableReason::InvalidPod { message });
                     per_pod.push(PodTopology::default());
                 }
             }
