@@ -293,52 +293,6 @@ pub fn unconstrained_pods(n: usize) -> Vec<Pod> {
     (0..n).map(|i| pod(i, "plain", &mut rng, BTreeMap::new(), |_| {})).collect()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn catalogue_matches_the_description() {
-        let its = catalogue();
-        assert_eq!(its.len(), 400);
-        let last = &its[399];
-        assert_eq!(last.name, "fake-it-399");
-        assert_eq!(last.capacity().cpu(), Quantity::from_int(400, Format::DecimalSI));
-        assert_eq!(last.capacity().memory(), "800Gi".parse::<Quantity>().unwrap());
-        assert_eq!(last.capacity().pods(), Quantity::from_int(4000, Format::DecimalSI));
-        assert_eq!(last.allocatable().cpu(), Quantity::from_milli(399_900));
-        assert!((last.offerings[0].price - (40.0 + 0.1 * 800.0 * 1.073_741_824)).abs() < 1e-9);
-        assert_eq!(last.offerings.len(), 5);
-    }
-
-    #[test]
-    fn workloads_are_deterministic_and_split_in_five_classes() {
-        let a = diverse_pods(1003);
-        assert_eq!(a, diverse_pods(1003));
-        assert_eq!(a.len(), 1003);
-        let count = |prefix: &str| {
-            a.iter().filter(|p| p.metadata.name.as_deref().is_some_and(|n| n.starts_with(prefix))).count()
-        };
-        assert_eq!(count("generic-"), 200 + 3);
-        for class in ["zone-spread-", "host-spread-", "zone-affinity-", "host-anti-affinity-"] {
-            assert_eq!(count(class), 200, "{class}");
-        }
-        let groups: std::collections::BTreeSet<&str> =
-            a.iter().filter_map(|p| p.metadata.labels.as_ref()?.get("my-affininity").map(String::as_str)).collect();
-        assert_eq!(groups.len(), 7);
-        let cpus: std::collections::BTreeSet<String> = unconstrained_pods(500)
-            .iter()
-            .map(|p| {
-                p.spec.as_ref().unwrap().containers[0].resources.as_ref().unwrap().requests.as_ref().unwrap()["cpu"]
-                    .0
-                    .clone()
-            })
-            .collect();
-        assert_eq!(cpus.len(), 5, "every CPU size is drawn");
-        assert_eq!(preference_pods(10).len(), 10);
-    }
-}
-
 /// A full cluster: `nodes` existing nodes of the NodePool with no room left (1 CPU allocatable each) and
 /// `pending` pending replicas of one workload that share one spec, as the controller's state shares them. The
 /// provisioning pass of the controller's `memory-50k` perf case near its end: every replica is turned down by the
@@ -397,4 +351,50 @@ pub fn full_cluster_objects(
         })
         .collect();
     (fixtures, pods)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn catalogue_matches_the_description() {
+        let its = catalogue();
+        assert_eq!(its.len(), 400);
+        let last = &its[399];
+        assert_eq!(last.name, "fake-it-399");
+        assert_eq!(last.capacity().cpu(), Quantity::from_int(400, Format::DecimalSI));
+        assert_eq!(last.capacity().memory(), "800Gi".parse::<Quantity>().unwrap());
+        assert_eq!(last.capacity().pods(), Quantity::from_int(4000, Format::DecimalSI));
+        assert_eq!(last.allocatable().cpu(), Quantity::from_milli(399_900));
+        assert!((last.offerings[0].price - (40.0 + 0.1 * 800.0 * 1.073_741_824)).abs() < 1e-9);
+        assert_eq!(last.offerings.len(), 5);
+    }
+
+    #[test]
+    fn workloads_are_deterministic_and_split_in_five_classes() {
+        let a = diverse_pods(1003);
+        assert_eq!(a, diverse_pods(1003));
+        assert_eq!(a.len(), 1003);
+        let count = |prefix: &str| {
+            a.iter().filter(|p| p.metadata.name.as_deref().is_some_and(|n| n.starts_with(prefix))).count()
+        };
+        assert_eq!(count("generic-"), 200 + 3);
+        for class in ["zone-spread-", "host-spread-", "zone-affinity-", "host-anti-affinity-"] {
+            assert_eq!(count(class), 200, "{class}");
+        }
+        let groups: std::collections::BTreeSet<&str> =
+            a.iter().filter_map(|p| p.metadata.labels.as_ref()?.get("my-affininity").map(String::as_str)).collect();
+        assert_eq!(groups.len(), 7);
+        let cpus: std::collections::BTreeSet<String> = unconstrained_pods(500)
+            .iter()
+            .map(|p| {
+                p.spec.as_ref().unwrap().containers[0].resources.as_ref().unwrap().requests.as_ref().unwrap()["cpu"]
+                    .0
+                    .clone()
+            })
+            .collect();
+        assert_eq!(cpus.len(), 5, "every CPU size is drawn");
+        assert_eq!(preference_pods(10).len(), 10);
+    }
 }
