@@ -8,9 +8,10 @@
 //! figure to lower.
 
 use std::process::Command;
+use std::sync::Arc;
 use std::time::Instant;
 
-use karpenter_api::ProviderLabels;
+use karpenter_api::{CompactPod, ProviderLabels};
 use karpenter_benches::upstream;
 use karpenter_scheduler::{ClusterSnapshot, PoolInput, SchedulerOptions, schedule};
 
@@ -23,6 +24,9 @@ const CASES: [(usize, usize); 3] = [(1_000, 8_000), (2_500, 20_000), (5_000, 40_
 
 /// Set in the child process: the index of the case it runs.
 const CASE_ENV: &str = "PASS_MEMORY_CASE";
+/// When set, each case also writes dhat's full profile (every allocation site, with the bytes it held at the
+/// pass's peak) to `<dir>/pass-memory-<nodes>-<pods>.json` (read it with dhat's viewer or a script over `gb`).
+const PROFILE_DIR_ENV: &str = "PASS_MEMORY_PROFILE_DIR";
 
 fn mib(bytes: usize) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
@@ -44,8 +48,15 @@ fn main() {
     let options = SchedulerOptions::default();
     let inputs = [PoolInput { node_pool: &pool, instance_types: &its }];
     let (node_objects, pods) = upstream::full_cluster_objects(nodes, pending);
+    // Shared before the profiler starts, as the controller's state hands the snapshot its own `Arc`s.
+    let pods: Vec<Arc<CompactPod>> = pods.into_iter().map(Arc::new).collect();
     // Started after the objects are decoded: the controller's state holds them already.
-    let _profiler = dhat::Profiler::builder().testing().build();
+    let _profiler = match std::env::var_os(PROFILE_DIR_ENV) {
+        Some(dir) => dhat::Profiler::builder()
+            .file_name(std::path::Path::new(&dir).join(format!("pass-memory-{nodes}-{pending}.json")))
+            .build(),
+        None => dhat::Profiler::builder().testing().build(),
+    };
     let before = dhat::HeapStats::get();
     let start = Instant::now();
     let mut builder = ClusterSnapshot::builder();
