@@ -8,10 +8,10 @@
 //! figure to lower.
 
 use std::process::Command;
-use std::time::Instant;
 
 use karpenter_api::ProviderLabels;
 use karpenter_benches::upstream;
+use karpenter_cloudprovider::time::Stopwatch;
 use karpenter_scheduler::{ClusterSnapshot, PoolInput, SchedulerOptions, schedule};
 
 #[global_allocator]
@@ -47,7 +47,7 @@ fn main() {
     // Started after the objects are decoded: the controller's state holds them already.
     let _profiler = dhat::Profiler::builder().testing().build();
     let before = dhat::HeapStats::get();
-    let start = Instant::now();
+    let start = Stopwatch::start();
     let mut builder = ClusterSnapshot::builder();
     for node in &node_objects {
         builder.node(node);
