@@ -15,7 +15,7 @@
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ResourceRequirements};
@@ -26,6 +26,7 @@ use karpenter_aws::ec2::InstanceTypeInfo;
 use karpenter_aws::instancetype::InstanceTypeContext;
 use karpenter_aws::moto::{LocationType, MotoCatalogue};
 use karpenter_aws::pricing::{PriceFile, PriceSource};
+use karpenter_cloudprovider::time::Stopwatch;
 use karpenter_requirements::InstanceType;
 use karpenter_scheduler::bound::decision_bound;
 use karpenter_scheduler::check::check;
@@ -130,7 +131,7 @@ fn report(pool_name: &str, pool: &NodePool, its: &[InstanceType], n: usize) {
         ..Default::default()
     };
     let inputs = [PoolInput { node_pool: pool, instance_types: its }];
-    let start = Instant::now();
+    let start = Stopwatch::start();
     let d = schedule(&snapshot, &inputs, &provider, &options);
     let secs = start.elapsed().as_secs_f64();
     if let Err(v) = check(&snapshot, &inputs, &provider, &d) {
@@ -161,7 +162,7 @@ fn report(pool_name: &str, pool: &NodePool, its: &[InstanceType], n: usize) {
 
 fn aws_catalogue(c: &mut Criterion) {
     let Some((infos, ctx)) = load() else { return };
-    let start = Instant::now();
+    let start = Stopwatch::start();
     let its = ctx.instance_types(&infos);
     let available = its.iter().filter(|it| it.offerings.iter().any(|o| o.available)).count();
     eprintln!(

@@ -22,7 +22,7 @@
 use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
@@ -32,6 +32,7 @@ use karpenter_aws::instancetype::InstanceTypeContext;
 use karpenter_aws::moto::{LocationType, MotoCatalogue};
 use karpenter_aws::pricing::{PriceFile, PriceSource};
 use karpenter_cloudprovider::kwok;
+use karpenter_cloudprovider::time::Stopwatch;
 use karpenter_disruption::{DisruptionOptions, Pass, evaluate, multi_node_consolidation};
 use karpenter_requirements::{InstanceType, ResourceList};
 use karpenter_scheduler::{ClusterSnapshot, NodeClaimInfo, NodeInfo, PoolInput};
@@ -229,7 +230,7 @@ fn single_node(c: &mut Criterion) {
         for n in [1_000usize, 5_000] {
             let snapshot = cluster(n, &case);
             let pools = [PoolInput { node_pool: &snapshot.node_pools[0], instance_types: &case.instance_types }];
-            let start = Instant::now();
+            let start = Stopwatch::start();
             let pass = evaluate(&snapshot, &pools, &provider, now(), &options);
             let secs = start.elapsed().as_secs_f64();
             eprintln!("disruption/single-node/{}/{n}: {secs:.3} s, {}", case.name, summary(&pass));
@@ -251,7 +252,7 @@ fn multi_node(c: &mut Criterion) {
         // 1,000 nodes; multi-node consolidation takes the first 100 sorted candidates (upstream's cap).
         let snapshot = cluster(1_000, &case);
         let pools = [PoolInput { node_pool: &snapshot.node_pools[0], instance_types: &case.instance_types }];
-        let start = Instant::now();
+        let start = Stopwatch::start();
         let cmd = multi_node_consolidation(&snapshot, &pools, &provider, now(), &options);
         let secs = start.elapsed().as_secs_f64();
         eprintln!(
@@ -297,7 +298,7 @@ fn pending(c: &mut Criterion) {
     let case = kwok_case();
     let snapshot = with_pending(cluster(5_000, &case));
     let pools = [PoolInput { node_pool: &snapshot.node_pools[0], instance_types: &case.instance_types }];
-    let start = Instant::now();
+    let start = Stopwatch::start();
     let pass = evaluate(&snapshot, &pools, &provider, now(), &options);
     let secs = start.elapsed().as_secs_f64();
     eprintln!("disruption/pending/kwok/5000: {secs:.3} s, {}", summary(&pass));

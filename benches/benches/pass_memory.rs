@@ -9,10 +9,10 @@
 
 use std::process::Command;
 use std::sync::Arc;
-use std::time::Instant;
 
 use karpenter_api::{CompactPod, ProviderLabels};
 use karpenter_benches::upstream;
+use karpenter_cloudprovider::time::Stopwatch;
 use karpenter_scheduler::{ClusterSnapshot, PoolInput, SchedulerOptions, schedule};
 
 #[global_allocator]
@@ -58,7 +58,7 @@ fn main() {
         None => dhat::Profiler::builder().testing().build(),
     };
     let before = dhat::HeapStats::get();
-    let start = Instant::now();
+    let start = Stopwatch::start();
     let mut builder = ClusterSnapshot::builder();
     for node in &node_objects {
         builder.node(node);

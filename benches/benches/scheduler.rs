@@ -16,12 +16,13 @@
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{BenchmarkGroup, Criterion, SamplingMode, criterion_group, criterion_main, measurement::WallTime};
 use k8s_openapi::api::core::v1::Pod;
 use karpenter_api::{IntoSharedPod, ProviderLabels};
 use karpenter_benches::upstream;
+use karpenter_cloudprovider::time::Stopwatch;
 use karpenter_requirements::{InstanceType, PreferencePolicy};
 use karpenter_scheduler::bound::decision_bound;
 use karpenter_scheduler::check::check;
@@ -86,7 +87,7 @@ fn report(id: &str, pods: Vec<Pod>, its: &[InstanceType], options: &SchedulerOpt
     let provider = ProviderLabels::aws();
     let inputs = [PoolInput { node_pool: &pool, instance_types: its }];
     let n = snapshot.pending_pods.len();
-    let start = Instant::now();
+    let start = Stopwatch::start();
     let d = schedule(&snapshot, &inputs, &provider, options);
     let secs = start.elapsed().as_secs_f64();
     if let Err(v) = check(&snapshot, &inputs, &provider, &d) {
@@ -203,7 +204,7 @@ fn full_cluster(c: &mut Criterion) {
     let provider = ProviderLabels::aws();
     let inputs = [PoolInput { node_pool: &pool, instance_types: &its }];
     let snapshot = upstream::full_cluster(5_000, 40_000);
-    let start = Instant::now();
+    let start = Stopwatch::start();
     let d = schedule(&snapshot, &inputs, &provider, &options);
     eprintln!(
         "{id}: {:.3} s, {} new nodes, {} unschedulable{}",

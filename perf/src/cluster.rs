@@ -3,13 +3,14 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use karpenter_testing::Stopwatch;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
 };
@@ -56,7 +57,7 @@ pub async fn install_crds(client: &Client, controller: &Path) -> anyhow::Result<
             Err(e) => return Err(e).with_context(|| format!("creating CRD {}", crd.name_any())),
         }
     }
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let waited = Stopwatch::start();
     for name in names {
         loop {
             let crd = api.get(&name).await.with_context(|| format!("reading CRD {name}"))?;
@@ -67,7 +68,7 @@ pub async fn install_crds(client: &Client, controller: &Path) -> anyhow::Result<
             if established {
                 break;
             }
-            if Instant::now() > deadline {
+            if waited.elapsed() > Duration::from_secs(60) {
                 bail!("CRD {name} not Established after 60 s");
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -206,7 +207,7 @@ pub async fn scale_deployment(client: &Client, app: &str, replicas: u32) -> anyh
 pub async fn create_pods(client: &Client, shape: &PodShape, count: u32, concurrency: usize) -> anyhow::Result<()> {
     let api: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
     let spec = shape.pod_spec();
-    let started = Instant::now();
+    let started = Stopwatch::start();
     let created = futures::stream::iter(0..count)
         .map(|i| {
             let api = api.clone();

@@ -16,10 +16,11 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Parser, ValueEnum};
+use karpenter_testing::Stopwatch;
 use kube::Client;
 use serde::Serialize;
 
@@ -386,7 +387,7 @@ async fn phases(case: Case, run: &Run<'_>, report: &mut CaseReport) -> anyhow::R
             let start = run.sampler.now();
             let old = cluster::karpenter_nodes(client).await?;
             cluster::drift_nodepool(client).await?;
-            let deadline = Instant::now() + run.timeout;
+            let waited = Stopwatch::start();
             loop {
                 let nodes = cluster::karpenter_nodes(client).await?;
                 let claims = cluster::count_nodeclaims(client).await?;
@@ -409,7 +410,7 @@ async fn phases(case: Case, run: &Run<'_>, report: &mut CaseReport) -> anyhow::R
                     push_phase(case, run, report, "drift", start, nodes.len());
                     break;
                 }
-                if Instant::now() > deadline {
+                if waited.elapsed() > run.timeout {
                     bail!("drift not finished after {:?}: {left} old nodes left", run.timeout);
                 }
                 tokio::time::sleep(run.poll).await;
@@ -431,7 +432,7 @@ async fn phases(case: Case, run: &Run<'_>, report: &mut CaseReport) -> anyhow::R
             let keep = pods / 5;
             let start = run.sampler.now();
             cluster::scale_deployment(client, &shape.app, keep).await?;
-            let deadline = Instant::now() + run.timeout;
+            let waited = Stopwatch::start();
             loop {
                 let nodes = cluster::karpenter_nodes(client).await?.len();
                 let claims = cluster::count_nodeclaims(client).await?;
@@ -445,7 +446,7 @@ async fn phases(case: Case, run: &Run<'_>, report: &mut CaseReport) -> anyhow::R
                     push_phase(case, run, report, "consolidation", start, nodes);
                     break;
                 }
-                if Instant::now() > deadline {
+                if waited.elapsed() > run.timeout {
                     bail!("consolidation not finished after {:?}: {nodes} nodes for {keep} pods", run.timeout);
                 }
                 tokio::time::sleep(run.poll).await;
@@ -503,7 +504,7 @@ fn case_of(report: &CaseReport) -> Case {
 /// Waits until every workload has exactly its pods, all Running. Returns the most nodes seen.
 async fn wait_running(run: &Run<'_>, want: &[(&PodShape, u32)]) -> anyhow::Result<usize> {
     let start = run.sampler.now();
-    let deadline = Instant::now() + run.timeout;
+    let waited = Stopwatch::start();
     let mut most = 0;
     loop {
         let nodes = cluster::karpenter_nodes(&run.client).await?.len();
@@ -520,7 +521,7 @@ async fn wait_running(run: &Run<'_>, want: &[(&PodShape, u32)]) -> anyhow::Resul
         if done {
             return Ok(most);
         }
-        if Instant::now() > deadline {
+        if waited.elapsed() > run.timeout {
             bail!("{running} of {total} pods running after {:?}", run.timeout);
         }
         tokio::time::sleep(run.poll).await;
@@ -530,7 +531,7 @@ async fn wait_running(run: &Run<'_>, want: &[(&PodShape, u32)]) -> anyhow::Resul
 /// Waits until the workload has no pods and no Karpenter Node or NodeClaim is left.
 async fn wait_empty(run: &Run<'_>, shape: &PodShape) -> anyhow::Result<()> {
     let start = run.sampler.now();
-    let deadline = Instant::now() + run.timeout;
+    let waited = Stopwatch::start();
     loop {
         let nodes = cluster::karpenter_nodes(&run.client).await?.len();
         let claims = cluster::count_nodeclaims(&run.client).await?;
@@ -539,7 +540,7 @@ async fn wait_empty(run: &Run<'_>, shape: &PodShape) -> anyhow::Result<()> {
         if nodes == 0 && claims == 0 && pods == 0 {
             return Ok(());
         }
-        if Instant::now() > deadline {
+        if waited.elapsed() > run.timeout {
             bail!("{nodes} nodes and {claims} NodeClaims still there after {:?}", run.timeout);
         }
         tokio::time::sleep(run.poll).await;

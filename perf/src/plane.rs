@@ -3,10 +3,11 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use karpenter_operator::client::{ClientOptions, build_client};
+use karpenter_testing::Stopwatch;
 use karpenter_testing::realplane::{PlaneOptions, RealPlane};
 use kube::Client;
 use tokio::process::{Child, Command};
@@ -113,14 +114,14 @@ impl Processes {
 
     /// Waits for the controller's "starting controllers" log line: its caches synced.
     pub async fn wait_synced(&self, timeout: Duration) -> anyhow::Result<()> {
-        let deadline = Instant::now() + timeout;
+        let waited = Stopwatch::start();
         loop {
             let log = tokio::fs::read_to_string(&self.controller_log).await.unwrap_or_default();
             if log.contains("\"starting controllers\"") || log.contains("starting controllers") {
                 return Ok(());
             }
             self.check_alive()?;
-            if Instant::now() > deadline {
+            if waited.elapsed() > timeout {
                 bail!(
                     "the controller's caches did not sync within {timeout:?} (see {})",
                     self.controller_log.display()

@@ -2,8 +2,9 @@
 //! `/proc/<pid>/stat`) once a second, with named phase marks so figures can be cut per phase.
 
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use karpenter_testing::Stopwatch;
 use tokio::task::JoinHandle;
 
 /// One reading.
@@ -35,7 +36,8 @@ impl Samples {
 #[derive(Debug)]
 pub struct Sampler {
     pub samples: Samples,
-    start: Instant,
+    /// The samples' time base: real time, as the process's CPU time it is compared with.
+    start: Stopwatch,
     task: JoinHandle<()>,
     ticks_per_second: f64,
     pid: u32,
@@ -51,7 +53,7 @@ impl Sampler {
     /// Starts sampling `pid` every `every`.
     pub fn start(pid: u32, every: Duration) -> Self {
         let samples = Samples::default();
-        let start = Instant::now();
+        let start = Stopwatch::start();
         let ticks_per_second = clock_ticks();
         let task = {
             let samples = samples.clone();
@@ -79,7 +81,7 @@ impl Sampler {
     }
 }
 
-fn read(pid: u32, ticks_per_second: f64, start: Instant) -> Option<Sample> {
+fn read(pid: u32, ticks_per_second: f64, start: Stopwatch) -> Option<Sample> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let rss_kib = status
         .lines()

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Parser;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -41,6 +41,7 @@ use karpenter_operator::disruption::DisruptionSettings;
 use karpenter_operator::manager::{Manager, ManagerError};
 use karpenter_operator::node_classes::KubeNodeClasses;
 use karpenter_requirements::Quantity;
+use karpenter_testing::Stopwatch;
 use karpenter_testing::realplane::{PlaneError, PlaneOptions, RealPlane, Stop};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -82,7 +83,7 @@ const MAX_FAULT_ERRORS: usize = 5;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_plane_scenarios() {
-    let started = Instant::now();
+    let started = Stopwatch::start();
     let options = PlaneOptions {
         controller_manager_args: Some("--node-monitor-period=1s".into()),
         // A small server concurrency (APF divides it among the priority levels by their shares): `apf-throttling`'s
@@ -103,7 +104,7 @@ async fn real_plane_scenarios() {
         if selected.as_ref().is_some_and(|s| !s.contains(*name)) {
             continue;
         }
-        let t = Instant::now();
+        let t = Stopwatch::start();
         scenario(&env).await;
         env.cleanup(name).await;
         eprintln!("real plane: {name} passed in {:.1}s", t.elapsed().as_secs_f64());
@@ -535,7 +536,8 @@ impl Env {
         F: FnMut() -> Fut,
         Fut: Future<Output = Option<T>>,
     {
-        let start = Instant::now();
+        // Real time: the plane runs in real processes, tokio's clock is never paused here.
+        let start = Stopwatch::start();
         loop {
             if let Some(v) = check().await {
                 return v;
@@ -549,7 +551,7 @@ impl Env {
 
     /// Checks that `check` stays true for `period` (polling); panics with a summary when it does not.
     async fn stays(&self, what: &str, period: Duration, mut check: impl AsyncFnMut() -> bool) {
-        let start = Instant::now();
+        let start = Stopwatch::start();
         while start.elapsed() < period {
             if !check().await {
                 panic!("no longer true after {:?}: {what}\n{}", start.elapsed(), self.describe().await);
@@ -753,7 +755,7 @@ async fn install_crds(client: &Client) {
         api.create(&PostParams::default(), &crd).await.expect("create CRD");
     }
     assert_eq!(names.len(), 3, "nodepools, nodeclaims, kwoknodeclasses: {names:?}");
-    let start = Instant::now();
+    let start = Stopwatch::start();
     for name in &names {
         loop {
             let crd = api.get(name).await.expect("CRD");
@@ -1107,7 +1109,7 @@ async fn apiserver_restart_mid_scale_out(env: &Env) {
     one_type_pool(env).await;
     env.deployment("web", 40, "500m", json!({})).await;
     // Restart as soon as the provisioner's first claim shows: the rest of the pass and the launches straddle it.
-    let start = Instant::now();
+    let start = Stopwatch::start();
     let claims = loop {
         let claims = env.claims().list(&ListParams::default()).await.expect("claims").items;
         if !claims.is_empty() {
@@ -1118,7 +1120,7 @@ async fn apiserver_restart_mid_scale_out(env: &Env) {
     };
     let initialized = claims.iter().filter(|c| condition_true(c, "Initialized")).count();
     assert!(initialized < claims.len(), "the restart must catch claims in flight: {initialized}/{}", claims.len());
-    let t = Instant::now();
+    let t = Stopwatch::start();
     tokio::task::block_in_place(|| -> Result<(), PlaneError> {
         env.plane.stop_apiserver(Stop::Kill)?;
         env.plane.start_apiserver()
@@ -1276,7 +1278,7 @@ async fn apf_throttling(env: &Env) {
         conditions.iter().any(|c| c["type"] == "Ready" && c["status"] == "True").then_some(())
     })
     .await;
-    let t = Instant::now();
+    let t = Stopwatch::start();
     env.deployment("web", 21, "500m", json!({})).await;
     env.running("web", 21, Duration::from_secs(180)).await;
     let took = t.elapsed().as_secs_f64();

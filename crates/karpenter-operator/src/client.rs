@@ -25,6 +25,7 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use http::{HeaderValue, Method, Request, Response};
+use karpenter_cloudprovider::time::tokio_now;
 use kube::client::retry::RetryPolicy;
 use kube::client::{Body, ClientBuilder};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -165,7 +166,13 @@ impl<Res> Policy<Request<Body>, Response<Res>, BoxError> for ControllerRetryPoli
     }
 }
 
-/// A token bucket: `burst` tokens, refilled at `qps` per second. Time is tokio's, so paused-time tests drive it.
+/// A token bucket: `burst` tokens, refilled at `qps` per second.
+///
+/// Its time is passed in (`now`), and [`RateLimit`] reads it with [`tokio_now`]: the refill must be measured on
+/// the clock the wait it computes is slept on (tokio's timer). On paused time (tests) a bucket on real time
+/// would see no refill after the sleep and wait again and again; on tokio's clock, tests pause and advance it
+/// and the bucket follows. The wall [`Clock`](karpenter_cloudprovider::Clock) would be wrong too: a step of the
+/// wall clock would empty or fill the bucket.
 #[derive(Debug)]
 struct TokenBucket {
     qps: f64,
@@ -175,12 +182,13 @@ struct TokenBucket {
 }
 
 impl TokenBucket {
-    fn new(qps: u32, burst: u32) -> Self {
+    /// A full bucket at `now`.
+    fn new(qps: u32, burst: u32, now: Instant) -> Self {
         let burst = f64::from(burst.max(1));
-        Self { qps: f64::from(qps), burst, tokens: burst, last: Instant::now() }
+        Self { qps: f64::from(qps), burst, tokens: burst, last: now }
     }
 
-    /// Takes a token, or says how long until one is there.
+    /// Takes a token at `now`, or says how long until one is there.
     fn try_take(&mut self, now: Instant) -> Result<(), Duration> {
         let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
         self.last = now;
@@ -203,7 +211,7 @@ pub struct RateLimitLayer {
 
 impl RateLimitLayer {
     pub fn new(qps: u32, burst: u32) -> Self {
-        Self { bucket: (qps > 0).then(|| Arc::new(Mutex::new(TokenBucket::new(qps, burst)))) }
+        Self { bucket: (qps > 0).then(|| Arc::new(Mutex::new(TokenBucket::new(qps, burst, tokio_now())))) }
     }
 }
 
@@ -245,7 +253,7 @@ where
                     ready!(sleep.as_mut().poll(cx));
                     self.sleep = None;
                 }
-                let taken = bucket.lock().unwrap_or_else(PoisonError::into_inner).try_take(Instant::now());
+                let taken = bucket.lock().unwrap_or_else(PoisonError::into_inner).try_take(tokio_now());
                 match taken {
                     Ok(()) => self.permit = true,
                     Err(wait) => self.sleep = Some(Box::pin(tokio::time::sleep(wait))),
@@ -345,22 +353,22 @@ mod tests {
             async { Ok::<_, BoxError>(()) }
         });
         let mut svc = RateLimitLayer::new(10, 3).layer(inner);
-        let start = Instant::now();
+        let start = tokio_now();
         let mut times = Vec::new();
         for _ in 0..6 {
             svc.ready().await.unwrap().call(()).await.unwrap();
-            times.push(start.elapsed().as_millis());
+            times.push((tokio_now() - start).as_millis());
         }
         assert_eq!(calls.load(Ordering::SeqCst), 6);
         // Three at once (the burst), then one every 100 ms (10 per second).
         assert_eq!(times, [0, 0, 0, 100, 200, 300]);
         // Idle time refills the bucket, up to the burst only.
         tokio::time::sleep(Duration::from_secs(10)).await;
-        let idle = Instant::now();
+        let idle = tokio_now();
         for _ in 0..4 {
             svc.ready().await.unwrap().call(()).await.unwrap();
         }
-        assert_eq!(idle.elapsed().as_millis(), 100);
+        assert_eq!((tokio_now() - idle).as_millis(), 100);
     }
 
     #[tokio::test(start_paused = true)]
@@ -380,11 +388,11 @@ mod tests {
         });
         let svc = InFlightLimitLayer::new(2).layer(inner);
         let get = |path: &str| Request::builder().uri(path).body(()).unwrap();
-        let start = Instant::now();
+        let start = tokio_now();
         let calls: Vec<_> = (0..6).map(|_| svc.clone().oneshot(get("/api/v1/nodes"))).collect();
         futures::future::join_all(calls).await;
         assert_eq!(most.load(Ordering::SeqCst), 2, "never more than the cap at once");
-        assert_eq!(start.elapsed(), Duration::from_millis(300), "six requests, two at a time");
+        assert_eq!(tokio_now() - start, Duration::from_millis(300), "six requests, two at a time");
 
         // Watches pass beside capped requests: two lists hold both permits, three watches still run at once.
         most.store(0, Ordering::SeqCst);
@@ -400,18 +408,34 @@ mod tests {
     async fn zero_qps_disables_limiting_and_clones_share_the_bucket() {
         let inner = tower::service_fn(|_: ()| async { Ok::<_, BoxError>(()) });
         let mut unlimited = RateLimitLayer::new(0, 0).layer(inner);
-        let start = Instant::now();
+        let start = tokio_now();
         for _ in 0..1000 {
             unlimited.ready().await.unwrap().call(()).await.unwrap();
         }
-        assert_eq!(start.elapsed(), Duration::ZERO);
+        assert_eq!(tokio_now() - start, Duration::ZERO);
 
         let layer = RateLimitLayer::new(1, 1);
         let mut a = layer.layer(inner);
         let mut b = layer.layer(inner);
         a.ready().await.unwrap().call(()).await.unwrap();
         b.ready().await.unwrap().call(()).await.unwrap();
-        assert_eq!(start.elapsed(), Duration::from_secs(1), "the second service waited for the shared bucket");
+        assert_eq!(tokio_now() - start, Duration::from_secs(1), "the second service waited for the shared bucket");
+    }
+
+    /// The bucket alone, at instants given by the test: the refill is exact and capped at the burst.
+    #[tokio::test(start_paused = true)]
+    async fn token_bucket_refills_with_the_time_it_is_given() {
+        let t0 = tokio_now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut bucket = TokenBucket::new(4, 2, t0);
+        assert_eq!((bucket.try_take(t0), bucket.try_take(t0)), (Ok(()), Ok(())), "the burst");
+        assert_eq!(bucket.try_take(t0), Err(Duration::from_millis(250)), "one token every 250 ms");
+        assert_eq!(bucket.try_take(at(125)), Err(Duration::from_millis(125)), "half a token accrued");
+        assert_eq!(bucket.try_take(at(250)), Ok(()));
+        // An hour idle refills the burst, no more; time going backwards refills nothing.
+        assert_eq!((bucket.try_take(at(3_600_000)), bucket.try_take(at(3_600_000))), (Ok(()), Ok(())));
+        assert!(bucket.try_take(at(3_600_000)).is_err());
+        assert!(bucket.try_take(at(0)).is_err());
     }
 
     fn request(method: Method, path: &str) -> Request<Body> {

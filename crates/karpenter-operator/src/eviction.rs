@@ -115,8 +115,9 @@ mod tests {
     use super::*;
     use crate::client::{ClientOptions, USER_AGENT, client_from_config};
     use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    use karpenter_cloudprovider::time::Stopwatch;
     use karpenter_testing::apiserver::{ApiServer, create_with_status};
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     fn running_pod(name: &str, app: &str) -> Pod {
         serde_json::from_value(serde_json::json!({
@@ -208,7 +209,9 @@ mod tests {
             ClientOptions { qps: 200, burst: 300, user_agent: USER_AGENT.into(), kubeconfig: None, context: None };
         let client =
             client_from_config(kube::Config::new(format!("http://{addr}").parse().unwrap()), &options).unwrap();
-        let start = Instant::now();
+        // Real time over real TCP (the test does not pause tokio's clock): kube's retries would back off for
+        // seconds.
+        let start = Stopwatch::start();
         for _ in 0..3 {
             let outcome = evict(&client, "default", "web-1").await.unwrap();
             assert!(matches!(outcome, EvictionOutcome::Blocked { .. }), "{outcome:?}");

@@ -370,7 +370,7 @@ mod tests {
         // A conflict every time: given up after CONFLICT_ATTEMPTS writes, the last conflict returned, with a
         // growing pause between the writes (25 + 50 + 100 + 200 ms).
         calls.set(0);
-        let started = tokio::time::Instant::now();
+        let started = karpenter_cloudprovider::time::tokio_now();
         let result: Result<(), _> = retry_write_conflicts(Some(&metrics), "test", "Node", "n1", || {
             calls.set(calls.get() + 1);
             async { Err(api(409)) }

@@ -16,8 +16,13 @@
 //! must not queue behind the controllers' requests in the shared rate limiter, or a busy leader could lose its
 //! Lease.
 //!
-//! Times written into the Lease (`acquireTime`, `renewTime`) come from the injected [`Clock`]; expiry and
-//! deadlines use tokio's monotonic clock, so tests drive them with paused time.
+//! Time goes through the clock module, in two kinds. Times written into the Lease (`acquireTime`, `renewTime`)
+//! are wall time from the injected [`Clock`]. When the record was last seen to change, and when this replica last
+//! renewed, are read with [`tokio_now`], tokio's monotonic clock, which tests pause and advance: these decide
+//! expiry and the renew deadline, so they must not jump with the wall clock (an NTP step would expire or extend a
+//! Lease; client-go measures them on Go's monotonic clock reading), and they must be on the clock the election's
+//! timers run on (the retry-period sleep, the renew-deadline timeout), or on paused time the timers would fire
+//! while the measured time stood still.
 
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
@@ -27,6 +32,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use karpenter_cloudprovider::Clock;
+use karpenter_cloudprovider::time::tokio_now;
 use kube::Client;
 use kube::api::{Api, PostParams};
 use tokio::task::JoinHandle;
@@ -110,7 +116,7 @@ pub enum Attempt {
     Error(String),
 }
 
-/// The record as last seen, and when (monotonic) it last changed.
+/// The record as last seen, and when (tokio's monotonic clock) it last changed.
 #[derive(Debug, Clone)]
 struct Observed {
     spec: LeaseSpec,
@@ -191,20 +197,21 @@ impl LeaderElector {
         };
         let spec = current.spec.clone().unwrap_or_default();
         let changed = self.observed.as_ref().is_none_or(|o| o.spec != spec);
+        let read_at = tokio_now();
         if changed {
             self.observed = Some(Observed {
                 spec: spec.clone(),
                 resource_version: current.metadata.resource_version.clone(),
-                at: Instant::now(),
+                at: read_at,
             });
         }
-        let observed_at = self.observed.as_ref().map_or_else(Instant::now, |o| o.at);
+        let unchanged_for = read_at.saturating_duration_since(self.observed.as_ref().map_or(read_at, |o| o.at));
         let held_by = holder(&spec).to_string();
         let lease_duration = spec
             .lease_duration_seconds
             .and_then(|s| u64::try_from(s).ok())
             .map_or(self.config.lease_duration, Duration::from_secs);
-        if !held_by.is_empty() && held_by != me && observed_at.elapsed() < lease_duration {
+        if !held_by.is_empty() && held_by != me && unchanged_for < lease_duration {
             return Attempt::HeldBy(held_by);
         }
         let mut next = spec.clone();
@@ -228,7 +235,7 @@ impl LeaderElector {
                 self.observed = Some(Observed {
                     spec: lease.spec.unwrap_or_default(),
                     resource_version: lease.metadata.resource_version,
-                    at: Instant::now(),
+                    at: tokio_now(),
                 });
                 Attempt::Leader
             }
@@ -291,7 +298,7 @@ impl LeaderElector {
                 self.observed = Some(Observed {
                     spec: lease.spec.unwrap_or_default(),
                     resource_version: lease.metadata.resource_version,
-                    at: Instant::now(),
+                    at: tokio_now(),
                 });
                 tracing::info!(identity = %self.config.identity, "released the leader-election lease");
                 true
@@ -314,7 +321,7 @@ impl LeaderElector {
     }
 
     async fn renew_loop(mut self, shutdown: CancellationToken, lost: CancellationToken) {
-        let mut last_renew = Instant::now();
+        let mut last_renew = tokio_now();
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => {
@@ -324,17 +331,18 @@ impl LeaderElector {
                 }
                 _ = tokio::time::sleep(self.config.retry_period) => {}
             }
-            let remaining = self.config.renew_deadline.saturating_sub(last_renew.elapsed());
+            let remaining =
+                self.config.renew_deadline.saturating_sub(tokio_now().saturating_duration_since(last_renew));
             let attempt = tokio::select! {
                 _ = shutdown.cancelled() => continue,
                 a = tokio::time::timeout(remaining, self.try_acquire_or_renew()) => a,
             };
             match attempt {
-                Ok(Attempt::Leader) => last_renew = Instant::now(),
+                Ok(Attempt::Leader) => last_renew = tokio_now(),
                 Ok(other) => tracing::warn!(attempt = ?other, "failed to renew the leader-election lease"),
                 Err(_) => tracing::warn!("timed out renewing the leader-election lease"),
             }
-            if last_renew.elapsed() >= self.config.renew_deadline {
+            if tokio_now().saturating_duration_since(last_renew) >= self.config.renew_deadline {
                 tracing::error!(identity = %self.config.identity, "leader-election lease lost");
                 lost.cancel();
                 return;
@@ -366,8 +374,8 @@ impl Leadership {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use karpenter_testing::FakeClock;
     use karpenter_testing::apiserver::ApiServer;
+    use karpenter_testing::{FakeClock, TokioClock};
 
     fn config(identity: &str) -> LeaderElectionConfig {
         LeaderElectionConfig {
@@ -380,22 +388,15 @@ mod tests {
         }
     }
 
-    /// Wall time that moves with tokio's (paused) clock, from the fake clock's start: renewals write a new
-    /// renewTime, as with a real clock.
-    #[derive(Debug)]
-    struct TokioClock {
-        base: chrono::DateTime<chrono::Utc>,
-        start: Instant,
-    }
-
-    impl Clock for TokioClock {
-        fn now(&self) -> chrono::DateTime<chrono::Utc> {
-            self.base + chrono::Duration::from_std(self.start.elapsed()).unwrap()
-        }
-    }
-
+    /// A candidate whose wall clock moves with tokio's (paused) clock from the fake clock's start: renewals
+    /// write a new renewTime, as with a real clock.
     fn candidate(server: &ApiServer, identity: &str) -> LeaderElector {
-        let clock = TokioClock { base: FakeClock::default().now(), start: Instant::now() };
+        candidate_skewed(server, identity, chrono::Duration::zero())
+    }
+
+    /// [`candidate`] with its wall clock `skew` ahead of the others'.
+    fn candidate_skewed(server: &ApiServer, identity: &str, skew: chrono::Duration) -> LeaderElector {
+        let clock = TokioClock::starting_at(FakeClock::default().now() + skew);
         LeaderElector::new(server.client(), config(identity), Arc::new(clock)).unwrap()
     }
 
@@ -432,15 +433,38 @@ mod tests {
         let (mut a, mut b) = (candidate(&server, "a"), candidate(&server, "b"));
         assert_eq!(a.try_acquire_or_renew().await, Attempt::Leader);
         // a stops renewing (its process hangs); b's own clock decides when the Lease expired.
-        let start = Instant::now();
+        let start = tokio_now();
         b.acquire(&CancellationToken::new()).await.unwrap();
-        let waited = start.elapsed();
+        let waited = tokio_now() - start;
         assert!(waited >= Duration::from_secs(15) && waited <= Duration::from_secs(17), "{waited:?}");
         let spec = lease(&server).await;
         assert_eq!(spec.holder_identity.as_deref(), Some("b"));
         assert_eq!(spec.lease_transitions, Some(1));
         // a comes back: it is not the leader any more.
         assert_eq!(a.try_acquire_or_renew().await, Attempt::HeldBy("b".into()));
+    }
+
+    /// Expiry is measured on the candidate's own tokio clock since it saw the record change, never by comparing
+    /// the renewTime written with its wall clock: an hour of skew between the replicas changes nothing.
+    #[tokio::test(start_paused = true)]
+    async fn wall_clock_skew_does_not_decide_expiry() {
+        let server = ApiServer::new();
+        let mut a = candidate(&server, "a");
+        let mut b = candidate_skewed(&server, "b", chrono::Duration::hours(1));
+        assert_eq!(a.try_acquire_or_renew().await, Attempt::Leader);
+        // To b the renewTimes look an hour old; a keeps renewing, so the record changes and b waits.
+        for _ in 0..20 {
+            tokio::time::advance(Duration::from_secs(2)).await;
+            assert_eq!(a.try_acquire_or_renew().await, Attempt::Leader);
+            assert_eq!(b.try_acquire_or_renew().await, Attempt::HeldBy("a".into()));
+        }
+        // a stops: b takes over once the record stood still for the lease duration on b's clock, not before.
+        tokio::time::advance(Duration::from_secs(14)).await;
+        assert_eq!(b.try_acquire_or_renew().await, Attempt::HeldBy("a".into()));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(b.try_acquire_or_renew().await, Attempt::Leader);
+        let renewed = lease(&server).await.renew_time.unwrap().0.to_string();
+        assert_eq!(renewed, "2024-01-01T01:00:55Z", "b writes its own (skewed) wall time");
     }
 
     #[tokio::test(start_paused = true)]
@@ -458,11 +482,12 @@ mod tests {
         shutdown_a.cancel();
         leadership.finished().await;
         assert!(lost.is_cancelled());
-        let released_at = Instant::now();
+        let released_at = tokio_now();
         let spec = lease(&server).await;
         assert!(spec.holder_identity.is_none() && spec.lease_duration_seconds == Some(1), "{spec:?}");
         let b_leadership = b.await.unwrap().unwrap();
-        assert!(released_at.elapsed() <= Duration::from_secs(2), "{:?}", released_at.elapsed());
+        let handed_over = tokio_now() - released_at;
+        assert!(handed_over <= Duration::from_secs(2), "{handed_over:?}");
         assert_eq!(lease(&server).await.holder_identity.as_deref(), Some("b"));
         assert!(!b_leadership.lost().is_cancelled());
     }
@@ -479,9 +504,9 @@ mod tests {
         let mut current = api.get("karpenter-leader-election").await.unwrap();
         current.spec.as_mut().unwrap().holder_identity = Some("intruder".into());
         api.replace("karpenter-leader-election", &PostParams::default(), &current).await.unwrap();
-        let start = Instant::now();
+        let start = tokio_now();
         lost.cancelled().await;
-        let after = start.elapsed();
+        let after = tokio_now() - start;
         assert!(after >= Duration::from_secs(8) && after <= Duration::from_secs(12), "{after:?}");
         leadership.finished().await;
         assert_eq!(lease(&server).await.holder_identity.as_deref(), Some("intruder"), "no release when not holder");

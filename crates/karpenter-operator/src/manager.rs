@@ -31,6 +31,7 @@ use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVo
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use karpenter_api::{CompactPod, NodeClaim, NodePool};
+use karpenter_cloudprovider::time::tokio_now;
 use karpenter_cloudprovider::{
     Clock, CloudProvider, Instrumented, InterruptionSource, MetricsSink, NodeClassKind, NodeClassLookup,
 };
@@ -368,13 +369,13 @@ async fn run_leader(mut parts: LeaderParts, shutdown: CancellationToken) -> Resu
         let leader = leader.clone();
         async move { state.run_watchers(client, leader).await }
     });
-    let mut next_warning = tokio::time::Instant::now() + SYNC_WARNING;
+    let mut next_warning = tokio_now() + SYNC_WARNING;
     while !all_kinds_listed(&state) {
         tokio::select! {
             () = leader.cancelled() => break,
             () = tokio::time::sleep(SYNC_POLL) => {}
         }
-        if tokio::time::Instant::now() >= next_warning {
+        if tokio_now() >= next_warning {
             tracing::warn!(reason = state.unsynced_reason().as_deref(), "waiting for the cluster state to sync");
             next_warning += SYNC_WARNING;
         }

@@ -24,10 +24,11 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use karpenter_api::{CompactPod, NodeClaim, NodePool};
 use karpenter_cloudprovider::CloudProvider;
+use karpenter_cloudprovider::time::{Stopwatch, tokio_now};
 use karpenter_requirements::{InstanceType, Quantity, ResourceList};
 use karpenter_scheduler::decision::{NodeClaimPlan, UnschedulablePod};
 use karpenter_scheduler::snapshot::SnapshotError;
@@ -105,6 +106,9 @@ impl ProvisionerOptions {
 /// when the NodeClaim it was planned onto is created, and stays marked (so the 10 s re-triggers of a pod still
 /// waiting for its node do not restart its clock) until the pod is no longer pending or is deleted
 /// ([`FirstSeen::retain`] after each pass), so the map holds at most the pending pods.
+///
+/// Times are on tokio's clock ([`tokio_now`]): the wait they measure is mostly batching windows and timers,
+/// which run on it, so paused-time tests see the latency they drove.
 #[derive(Clone, Debug, Default)]
 pub struct FirstSeen(Arc<Mutex<HashMap<String, (tokio::time::Instant, bool)>>>);
 
@@ -174,7 +178,7 @@ impl Batcher {
         tokio::spawn(async move {
             while let Some(trigger) = triggers.recv().await {
                 if let Trigger::Pod(key) = &trigger {
-                    first_seen.record(key, tokio::time::Instant::now());
+                    first_seen.record(key, tokio_now());
                 }
                 if tx.send(trigger).is_err() {
                     return;
@@ -193,7 +197,7 @@ impl Batcher {
             Ok(Some(t)) => batch.insert(t.key()),
             Ok(None) | Err(_) => return batch,
         };
-        let start = tokio::time::Instant::now();
+        let start = tokio_now();
         let mut idle_deadline = start + self.idle;
         let max_deadline = start + self.max;
         loop {
@@ -201,7 +205,7 @@ impl Batcher {
             match tokio::time::timeout_at(deadline, self.triggers.recv()).await {
                 Ok(Some(t)) => {
                     if batch.insert(t.key()) {
-                        idle_deadline = tokio::time::Instant::now() + self.idle;
+                        idle_deadline = tokio_now() + self.idle;
                     }
                 }
                 Ok(None) | Err(_) => return batch,
@@ -315,7 +319,7 @@ impl Provisioner {
             self.options.batch_max_duration,
             self.first_seen.clone(),
         );
-        let mut last_pass = tokio::time::Instant::now();
+        let mut last_pass = tokio_now();
         let retrigger = {
             let state = self.state.clone();
             let shutdown = shutdown.clone();
@@ -338,11 +342,11 @@ impl Provisioner {
                 // No pass for a while (pending pods are re-triggered every 10 s): forget pods that left.
                 if !self.first_seen.is_empty() && last_pass.elapsed() > 2 * RETRIGGER_INTERVAL {
                     self.prune_first_seen(None);
-                    last_pass = tokio::time::Instant::now();
+                    last_pass = tokio_now();
                 }
                 continue;
             }
-            last_pass = tokio::time::Instant::now();
+            last_pass = tokio_now();
             let report = self.provision().await;
             match report {
                 Ok(r) if r.waiting.is_some() => {
@@ -374,7 +378,7 @@ impl Provisioner {
             return Ok(report);
         }
         let gate = self.state.whole_cluster_pass().await;
-        let pass_started = Instant::now();
+        let pass_started = Stopwatch::start();
         let snapshot = self.state.snapshot()?;
         self.metrics.scheduler_ignored_pods_count().set(count(snapshot.ignored.len() + snapshot.rejected.len()));
         // Pods still pending keep their first-seen time; the others (bound, deleted, no longer provisionable) go.
@@ -414,9 +418,13 @@ impl Provisioner {
         let inputs: Vec<PoolInput<'_>> =
             pools.iter().map(|(pool, its)| PoolInput { node_pool: pool, instance_types: its }).collect();
         let options = self.options.scheduler_options();
-        let deadline = Instant::now() + self.options.solve_timeout;
-        let decisions: Decisions =
-            schedule_until(&cluster, &inputs, self.cloud.labels(), &options, &mut || Instant::now() >= deadline);
+        // Real time: the simulation never awaits, so on paused time (tests) tokio's clock would not move and the
+        // budget would never run out.
+        let solving = Stopwatch::start();
+        let solve_timeout = self.options.solve_timeout;
+        let decisions: Decisions = schedule_until(&cluster, &inputs, self.cloud.labels(), &options, &mut || {
+            solving.elapsed() >= solve_timeout
+        });
         self.metrics.scheduler_scheduling_duration_seconds(CONTROLLER).observe(pass_started.elapsed().as_secs_f64());
         // The snapshot is not needed to act on the decisions: free it before the API calls, and let the next
         // whole-cluster pass start.
@@ -478,7 +486,7 @@ impl Provisioner {
             .create(&PostParams::default(), &claim)
             .await
             .map_err(|source| ProvisionError::Create { pool: pool_name.clone(), source })?;
-        let answered = tokio::time::Instant::now();
+        let answered = tokio_now();
         let name = created.name_any();
         for pod in plan.pods.iter().filter_map(|key| self.state.get::<CompactPod>(key)) {
             if let Some(waited) = self.first_seen.observe(&trigger_key(&pod), answered) {
@@ -710,7 +718,7 @@ mod tests {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut batcher = Batcher::new(rx, Duration::from_secs(1), Duration::from_secs(10));
         // Nothing: returns empty after the first-trigger wait.
-        let t0 = tokio::time::Instant::now();
+        let t0 = tokio_now();
         assert!(batcher.wait().await.is_empty());
         assert_eq!(t0.elapsed(), FIRST_TRIGGER_WAIT);
 
@@ -721,7 +729,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(500)).await;
             sender.send(Trigger::Pod("b".into())).unwrap();
         });
-        let t0 = tokio::time::Instant::now();
+        let t0 = tokio_now();
         let batch = batcher.wait().await;
         assert_eq!(batch.into_iter().collect::<Vec<_>>(), ["a", "b"]);
         assert_eq!(t0.elapsed(), Duration::from_millis(1500));
@@ -733,7 +741,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(900)).await;
             sender.send(Trigger::Pod("a".into())).unwrap();
         });
-        let t0 = tokio::time::Instant::now();
+        let t0 = tokio_now();
         assert_eq!(batcher.wait().await.len(), 1);
         assert_eq!(t0.elapsed(), Duration::from_secs(1));
 
@@ -745,7 +753,7 @@ mod tests {
                 tokio::time::sleep(Duration::from_millis(300)).await;
             }
         });
-        let t0 = tokio::time::Instant::now();
+        let t0 = tokio_now();
         let batch = batcher.wait().await;
         assert_eq!(t0.elapsed(), Duration::from_secs(10));
         assert_eq!(batch.len(), 34);
@@ -998,7 +1006,7 @@ mod tests {
         let pod = f.state.get::<CompactPod>("default/a").unwrap();
         let uid = pod.metadata.uid.clone().expect("the API server sets a uid");
         let seen = f.provisioner.first_seen();
-        let now = tokio::time::Instant::now();
+        let now = tokio_now();
         seen.record(&uid, now.checked_sub(Duration::from_secs(3)).unwrap());
         seen.record(&uid, now); // a re-trigger keeps the first time
         let report = f.provisioner.provision().await.unwrap();
@@ -1012,7 +1020,7 @@ mod tests {
             "karpenter_provisioner_pod_to_nodeclaim_created_duration_seconds_bucket{le=\"3.5\",nodepool=\"default\"} 1";
         assert!(text.contains(le3) && text.contains(le35), "{text}");
         assert_eq!(seen.len(), 1, "kept (marked) while the pod is pending");
-        assert_eq!(seen.observe(&uid, tokio::time::Instant::now()), None, "observed once");
+        assert_eq!(seen.observe(&uid, tokio_now()), None, "observed once");
 
         // Bound: the next pass forgets it.
         let mut bound = pod.clone();
@@ -1042,7 +1050,7 @@ mod tests {
         let (tx, rx) = mpsc::unbounded_channel();
         let seen = FirstSeen::default();
         let mut batcher = Batcher::stamped(rx, Duration::from_secs(1), Duration::from_secs(10), seen.clone());
-        let t0 = tokio::time::Instant::now();
+        let t0 = tokio_now();
         tx.send(Trigger::Pod("uid-a".into())).unwrap();
         tx.send(Trigger::Node("n1".into())).unwrap();
         let batch = batcher.wait().await;

@@ -1088,6 +1088,7 @@ fn is_currently_reschedulable(pod: &CompactPod, pdbs: &[&PodDisruptionBudget], n
 #[cfg(test)]
 mod tests {
     use super::*;
+    use karpenter_cloudprovider::time::tokio_now;
     use karpenter_testing::apiserver::ApiServer;
     use karpenter_testing::{
         FakeClock, NodeClaimOptions, NodeOptions, NodePoolOptions, PodOptions, node, node_claim, node_pool, pod,
@@ -1363,15 +1364,15 @@ mod tests {
         )
         .await
         .unwrap();
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let deadline = tokio_now() + Duration::from_secs(10);
         while !(s.kind_synced::<CSINode>() && s.synced() && s.get::<CompactPod>("default/w").is_some()) {
-            assert!(tokio::time::Instant::now() < deadline, "state did not catch up: {:?}", s.unsynced_reason());
+            assert!(tokio_now() < deadline, "state did not catch up: {:?}", s.unsynced_reason());
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         assert!(s.get::<Namespace>("kube-system").is_some());
         pods.delete("w", &Default::default()).await.unwrap();
         while s.get::<CompactPod>("default/w").is_some() {
-            assert!(tokio::time::Instant::now() < deadline, "delete not seen");
+            assert!(tokio_now() < deadline, "delete not seen");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         shutdown.cancel();

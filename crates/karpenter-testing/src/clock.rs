@@ -1,14 +1,18 @@
 //! Time, injected: production code asks a [`Clock`], tests hand it a [`FakeClock`] and move time by hand.
 //!
-//! The [`Clock`] trait and [`SystemClock`] live in `karpenter-cloudprovider` (`karpenter_cloudprovider::time`,
-//! whose fake provider stamps launch times) and are re-exported here, so `karpenter_testing::Clock` keeps working.
+//! The clock module is `karpenter_cloudprovider::time` (whose fake provider stamps launch times); its [`Clock`]
+//! trait, [`SystemClock`] and [`Stopwatch`] (and with feature `tokio`, `tokio_now`) are re-exported here, so
+//! `karpenter_testing::Clock` keeps working. Its docs say which kind of time to use when.
 //! [`FakeClock`] is also a [`Sleeper`]: sleeping on it moves its time forward at once, so launch latency and
-//! polling in tests take no real time.
+//! polling in tests take no real time. `TokioClock` (feature `tokio`) is wall time that moves with tokio's
+//! clock, for tests on paused time whose code both waits on timers and reads a [`Clock`].
 
 use std::sync::{Arc, Mutex, PoisonError};
 
 use chrono::{DateTime, Duration, TimeZone, Utc};
-pub use karpenter_cloudprovider::time::{Clock, Sleeper, SystemClock};
+#[cfg(feature = "tokio")]
+pub use karpenter_cloudprovider::time::tokio_now;
+pub use karpenter_cloudprovider::time::{Clock, Sleeper, Stopwatch, SystemClock};
 
 /// A clock that only moves when told to. Clones share the same time, so a test can keep a handle while the code
 /// under test holds another. Thread-safe.
@@ -62,6 +66,33 @@ impl Sleeper for FakeClock {
     }
 }
 
+/// Wall time that moves with tokio's clock: the start it was given plus the time tokio's clock moved since it was
+/// made. On paused time (`#[tokio::test(start_paused = true)]`) it moves exactly when timers fire, so code that
+/// sleeps on tokio's timer and stamps or compares times with a [`Clock`] sees both advance together (a
+/// [`FakeClock`] would stand still while the timers fire). Feature `tokio`.
+#[cfg(feature = "tokio")]
+#[derive(Clone, Copy, Debug)]
+pub struct TokioClock {
+    start: DateTime<Utc>,
+    started_at: tokio::time::Instant,
+}
+
+#[cfg(feature = "tokio")]
+impl TokioClock {
+    /// A clock reading `start` now, moving on with tokio's clock.
+    pub fn starting_at(start: DateTime<Utc>) -> Self {
+        Self { start, started_at: tokio_now() }
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl Clock for TokioClock {
+    fn now(&self) -> DateTime<Utc> {
+        let moved = tokio_now().saturating_duration_since(self.started_at);
+        self.start.checked_add_signed(Duration::from_std(moved).unwrap_or(Duration::MAX)).unwrap_or(self.start)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,6 +131,16 @@ mod tests {
         let mut fut = fut;
         assert!(fut.as_mut().poll(&mut cx).is_ready());
         assert_eq!(clock.now(), start + Duration::seconds(5));
+    }
+
+    #[cfg(feature = "tokio")]
+    #[tokio::test(start_paused = true)]
+    async fn a_tokio_clock_moves_with_paused_time() {
+        let start = FakeClock::default().now();
+        let clock = TokioClock::starting_at(start);
+        assert_eq!(clock.now(), start);
+        tokio::time::sleep(std::time::Duration::from_secs(90)).await;
+        assert_eq!(clock.now(), start + Duration::seconds(90));
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! - **Small helpers** for the fields tests set most: [`Resources`] (`[("cpu", "1")].into()`), [`map`],
 //!   [`requirement`], [`toleration`], [`taint`], [`topology_spread`], [`pod_affinity_term`].
 //! - **Time**: the [`Clock`] trait, [`SystemClock`] and a [`FakeClock`] tests move by hand (also a `Sleeper`:
-//!   sleeping on it moves it).
+//!   sleeping on it moves it); [`Stopwatch`] for real elapsed time; with feature `tokio` (implied by `standins`,
+//!   `apiserver` and `realplane`) `tokio_now` and a `TokioClock` whose wall time moves with tokio's (paused) clock.
 //! - **CloudProvider conformance** (feature `conformance`): `conformance::run` checks any `CloudProvider` against
 //!   the trait's contract (see the module docs).
 //! - **An in-process API server** (feature `apiserver`): `apiserver::ApiServer` serves `kube::Client` as a tower
@@ -55,7 +56,9 @@ pub mod resources;
 pub mod standins;
 pub mod workloads;
 
-pub use clock::{Clock, FakeClock, SystemClock};
+pub use clock::{Clock, FakeClock, Stopwatch, SystemClock};
+#[cfg(feature = "tokio")]
+pub use clock::{TokioClock, tokio_now};
 pub use karpenter::{
     EC2NodeClassOptions, KWOKNodeClassOptions, NodeClaimOptions, NodePoolOptions, TaintEffect, condition,
     default_node_class_ref, ec2_node_class, karpenter_taint, kwok_node_class, kwok_node_class_ref, node_claim,

@@ -63,7 +63,9 @@ use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::clock::Stopwatch;
 
 /// Settings of [`RealPlane::start`]. `Default` gives a plane with the scheduler and the controller-manager.
 #[derive(Debug, Clone)]
@@ -371,7 +373,7 @@ impl RealPlane {
         if plane.run_dir.join("pids").is_dir() {
             let _ = plane.script("stop.sh", &[("K8SREAL_WIPE", "1")]);
         }
-        let started = Instant::now();
+        let started = Stopwatch::start();
         let out = plane.script(
             "start.sh",
             &[
@@ -621,9 +623,10 @@ impl RealPlane {
             Stop::Kill => Duration::ZERO,
         };
         signal(if grace.is_zero() { "-KILL" } else { "-TERM" })?;
-        let deadline = Instant::now() + grace;
+        // Blocking waits on a real process: real time.
+        let waited = Stopwatch::start();
         while process_alive(pid) {
-            if Instant::now() > deadline {
+            if waited.elapsed() > grace {
                 signal("-KILL")?;
                 std::thread::sleep(Duration::from_millis(300));
                 break;
@@ -634,9 +637,9 @@ impl RealPlane {
         // at once, e.g. in containers whose init does not reap): the process is gone, so is its pid file.
         let _ = std::fs::remove_file(self.run_dir.join("pids").join(component));
         if component == "apiserver" {
-            let deadline = Instant::now() + Duration::from_secs(15);
+            let waited = Stopwatch::start();
             while !port_free(self.ports.apiserver) {
-                if Instant::now() > deadline {
+                if waited.elapsed() > Duration::from_secs(15) {
                     return Err(PlaneError::Timeout(format!("port {} still in use", self.ports.apiserver)));
                 }
                 std::thread::sleep(Duration::from_millis(100));

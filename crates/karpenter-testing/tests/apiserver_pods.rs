@@ -244,7 +244,7 @@ async fn a_thousand_pods_under_one_budget() {
     let c = server.client();
     budget(&c, "web", Some(IntOrString::Int(1)), None).await;
     let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
-    let start = std::time::Instant::now();
+    let start = karpenter_testing::Stopwatch::start();
     for i in 0..1_000 {
         let p = pod(PodOptions { name: Some(format!("p{i}")), labels: map(&[("app", "web")]), ..Default::default() });
         pods.create(&PostParams::default(), &p).await.expect("pod");

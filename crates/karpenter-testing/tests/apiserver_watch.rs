@@ -3,13 +3,13 @@
 #![cfg(feature = "apiserver")]
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use karpenter_testing::apiserver::ApiServer;
-use karpenter_testing::{PodOptions, pod};
+use karpenter_testing::{PodOptions, Stopwatch, pod, tokio_now};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Client, ResourceExt};
@@ -99,18 +99,18 @@ async fn bookmarks_arrive_periodically_and_timeout_ends_the_stream() {
         leases.create(&PostParams::default(), &lease(&format!("l-{i}"))).await.expect("lease");
     }
     let target = server.resource_version().to_string();
-    let deadline = Instant::now() + WAIT;
+    let deadline = tokio_now() + WAIT;
     loop {
         let e = timeout(WAIT, stream.try_next()).await.expect("in time").expect("ok").expect("event");
         let WatchEvent::Bookmark(b) = e else { panic!("only bookmarks expected, got {:?}", describe(&e)) };
         if b.metadata.resource_version == target {
             break;
         }
-        assert!(Instant::now() < deadline, "no bookmark at {target}");
+        assert!(tokio_now() < deadline, "no bookmark at {target}");
     }
 
-    // Without allowWatchBookmarks there are none; timeoutSeconds closes the stream.
-    let started = Instant::now();
+    // Without allowWatchBookmarks there are none; timeoutSeconds closes the stream (a timer, on tokio's clock).
+    let started = tokio_now();
     let mut quiet = cms
         .watch(&WatchParams::default().disable_bookmarks().timeout(1), &server.resource_version().to_string())
         .await
@@ -193,9 +193,9 @@ async fn drive_until<S, T>(stream: &mut S, gone: &mut usize, done: impl Fn() -> 
 where
     S: futures::Stream<Item = Result<T, watcher::Error>> + Unpin,
 {
-    let deadline = Instant::now() + WAIT;
+    let deadline = tokio_now() + WAIT;
     while !done() {
-        assert!(Instant::now() < deadline, "timed out driving the watcher");
+        assert!(tokio_now() < deadline, "timed out driving the watcher");
         match timeout(Duration::from_millis(100), stream.next()).await {
             Ok(Some(Err(watcher::Error::WatchError(s)))) if s.code == 410 => *gone += 1,
             Ok(Some(Err(other))) => panic!("unexpected watcher error {other}"),
@@ -294,7 +294,7 @@ async fn reflector_store_stays_in_sync() {
         state.sort();
         state
     };
-    let deadline = Instant::now() + WAIT;
+    let deadline = tokio_now() + WAIT;
     loop {
         let mut truth: Vec<(String, String)> = pods
             .list(&ListParams::default())
@@ -309,7 +309,7 @@ async fn reflector_store_stays_in_sync() {
             assert_eq!(truth.len(), 25);
             break;
         }
-        assert!(Instant::now() < deadline, "reflector out of sync: {:?} vs {:?}", want(&reader), truth);
+        assert!(tokio_now() < deadline, "reflector out of sync: {:?} vs {:?}", want(&reader), truth);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     task.abort();
@@ -375,7 +375,8 @@ async fn a_thousand_objects_and_ten_watchers() {
         rx.await.expect("watcher initialised");
         done.push(h);
     }
-    let start = Instant::now();
+    // Throughput: real time.
+    let start = Stopwatch::start();
     let creators: Vec<_> = (0..4)
         .map(|w| {
             let api = cms.clone();

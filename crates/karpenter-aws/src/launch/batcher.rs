@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use karpenter_cloudprovider::time::tokio_now;
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
@@ -95,7 +96,8 @@ impl<I: Send + 'static, O: Send + 'static> Batcher<I, O> {
     /// executor) or the executor returned too few outputs.
     pub async fn submit(&self, key: String, item: I) -> Option<O> {
         let (tx, rx) = oneshot::channel();
-        let now = Instant::now();
+        // Windows are slept on tokio's timer, so arrivals are stamped on its clock (which tests pause).
+        let now = tokio_now();
         let spawn = {
             let mut open = lock(&self.open);
             match open.get(&key).cloned() {
@@ -146,7 +148,7 @@ async fn run_batch<I: Send + 'static, O: Send + 'static>(
             }
             (p.last + window.idle).min(p.first + window.max)
         };
-        if Instant::now() >= deadline {
+        if tokio_now() >= deadline {
             break;
         }
         tokio::select! {

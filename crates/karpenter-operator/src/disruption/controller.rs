@@ -35,6 +35,7 @@ use karpenter_api::condition::ConditionStatus;
 use karpenter_api::labels::{self, taints};
 use karpenter_api::nodeclaim::conditions as cond;
 use karpenter_api::{CompactPod, NodeClaim, NodePool};
+use karpenter_cloudprovider::time::Stopwatch;
 use karpenter_cloudprovider::{Clock, CloudProvider};
 use karpenter_disruption::SimulationBudget;
 use karpenter_disruption::command::{Command, Decision, Method, Outcome, Pass, Reason};
@@ -436,9 +437,11 @@ impl Disruption {
         resume_single_node_after: Option<String>,
     ) -> Result<Pass, DisruptionError> {
         let _gate = self.state.whole_cluster_pass().await;
-        let started = std::time::Instant::now();
-        let deadline = started + self.settings.pass_simulation_time;
-        let multi_deadline = started + self.settings.pass_simulation_time / 3;
+        // Real time: the simulations never await, so on paused time (tests) tokio's clock would stand still and
+        // the budgets would never run out. The same stopwatch times the pass for the metric.
+        let started = Stopwatch::start();
+        let budget = self.settings.pass_simulation_time;
+        let multi_node_budget = budget / 3;
         let snapshot = self.state.snapshot()?.cluster;
         let pools = self.pools(&snapshot.node_pools).await;
         let inputs: Vec<PoolInput<'_>> =
@@ -446,8 +449,8 @@ impl Disruption {
         let now = self.clock.now();
         let options = karpenter_disruption::DisruptionOptions {
             consolidation_unchanged,
-            simulation_budget: Some(SimulationBudget::new(move || std::time::Instant::now() < deadline)),
-            multi_node_budget: Some(SimulationBudget::new(move || std::time::Instant::now() < multi_deadline)),
+            simulation_budget: Some(SimulationBudget::new(move || started.elapsed() < budget)),
+            multi_node_budget: Some(SimulationBudget::new(move || started.elapsed() < multi_node_budget)),
             resume_single_node_after,
             ..self.options()
         };

@@ -765,19 +765,6 @@ async fn never_consolidate_removes_the_condition() {
     assert!(condition_of(&e.claim("n-claim").await.unwrap(), cond::CONSOLIDATABLE).is_none());
 }
 
-/// Wall time on tokio's (paused) clock, for the run-loop tests.
-#[derive(Debug)]
-struct TokioClock {
-    base: chrono::DateTime<Utc>,
-    start: tokio::time::Instant,
-}
-
-impl Clock for TokioClock {
-    fn now(&self) -> chrono::DateTime<Utc> {
-        self.base + chrono::Duration::from_std(self.start.elapsed()).unwrap_or_default()
-    }
-}
-
 async fn eventually<F: std::future::Future<Output = bool>>(what: &str, mut check: impl FnMut() -> F) {
     for _ in 0..600 {
         if check().await {
@@ -801,7 +788,8 @@ async fn the_run_loops_delete_an_empty_node_and_stop_on_shutdown() {
     crate::kube_util::patch_claim_conditions(&e.claims(), &claim, &conditions).await.unwrap();
     e.sync().await;
 
-    let clock: Arc<dyn Clock> = Arc::new(TokioClock { base: e.clock.now(), start: tokio::time::Instant::now() });
+    // Wall time on tokio's (paused) clock, so the run loops' timers and their notion of now move together.
+    let clock: Arc<dyn Clock> = Arc::new(karpenter_testing::TokioClock::starting_at(e.clock.now()));
     let state = ClusterState::new(clock.clone(), Duration::from_secs(20));
     let shutdown = CancellationToken::new();
     let watchers = tokio::spawn({

@@ -12,6 +12,7 @@ use karpenter_api::hash::{NODE_POOL_HASH_VERSION, node_pool_hash};
 use karpenter_api::labels::{self, annotations};
 use karpenter_api::nodeclaim::conditions as cond;
 use karpenter_api::{KWOKNodeClass, NodeClaim, NodePool, TaintEffect};
+use karpenter_cloudprovider::time::tokio_now;
 use karpenter_cloudprovider::{CloudProvider, FakeCloudProvider};
 use karpenter_testing::apiserver::{ApiServer, ApiService, create_with_status};
 use karpenter_testing::{
@@ -295,14 +296,14 @@ async fn a_conflicting_status_write_fails_the_step_and_the_run_loop_retries() {
     conflicts_left.store(1, Ordering::SeqCst);
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(Arc::new(readiness).run(shutdown.clone()));
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let deadline = tokio_now() + Duration::from_secs(10);
     loop {
         let p = f.get_pool("default").await;
         if cond_of(&p, cond::NODE_CLASS_READY).is_some() {
             assert_eq!(status_reason(&p, cond::NODE_CLASS_READY).unwrap().1, "NodeClassNotFound");
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "the run loop never wrote the condition");
+        assert!(tokio_now() < deadline, "the run loop never wrote the condition");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(conflicts_left.load(Ordering::SeqCst), 0, "the run loop met the conflict too");
@@ -746,16 +747,16 @@ async fn run_loops_make_a_new_pool_ready_and_count_it() {
     f.pool(NodePoolOptions { name: Some("default".into()), ..Default::default() }).await;
     // The class arrives after every controller has seen the pool without it (readiness has reported it missing):
     // its watch wakes readiness, and readiness's status write wakes registration health.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let deadline = tokio_now() + Duration::from_secs(10);
     while status_reason(&f.get_pool("default").await, cond::NODE_CLASS_READY).map(|r| r.0)
         != Some(ConditionStatus::False)
     {
-        assert!(tokio::time::Instant::now() < deadline, "the missing class was never reported");
+        assert!(tokio_now() < deadline, "the missing class was never reported");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
     f.classes().create(&PostParams::default(), &kwok_node_class(KWOKNodeClassOptions::default())).await.unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let deadline = tokio_now() + Duration::from_secs(10);
     loop {
         let p = f.get_pool("default").await;
         let done = p.is_ready()
@@ -764,13 +765,13 @@ async fn run_loops_make_a_new_pool_ready_and_count_it() {
         if done {
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "pool never got ready: {:?}", p.status);
+        assert!(tokio_now() < deadline, "pool never got ready: {:?}", p.status);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // Registration health: reset first, then a registered claim makes it healthy.
     let health = || async { status_reason(&f.get_pool("default").await, cond::NODE_REGISTRATION_HEALTHY) };
     while health().await.map(|h| h.1) != Some(registration_health::AWAITING_RECONCILIATION.into()) {
-        assert!(tokio::time::Instant::now() < deadline, "registration health never reset");
+        assert!(tokio_now() < deadline, "registration health never reset");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     f.claim(NodeClaimOptions {
@@ -782,7 +783,7 @@ async fn run_loops_make_a_new_pool_ready_and_count_it() {
     })
     .await;
     while health().await.map(|h| h.0) != Some(ConditionStatus::True) {
-        assert!(tokio::time::Instant::now() < deadline, "a registration was not seen: {:?}", health().await);
+        assert!(tokio_now() < deadline, "a registration was not seen: {:?}", health().await);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     shutdown.cancel();
@@ -801,14 +802,14 @@ async fn static_run_loops_follow_kubectl_scale() {
     let down = StaticDeprovisioning::new(f.client.clone(), state, true);
     let tasks = [tokio::spawn(Arc::new(up).run(shutdown.clone())), tokio::spawn(Arc::new(down).run(shutdown.clone()))];
     f.ready_pool(NodePoolOptions { name: Some("fixed".into()), replicas: Some(2), ..Default::default() }).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let deadline = tokio_now() + Duration::from_secs(10);
     for replicas in [2usize, 3, 1] {
         f.pools()
             .patch_scale("fixed", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": replicas}})))
             .await
             .unwrap();
         while names(&f, "fixed").await.len() != replicas {
-            assert!(tokio::time::Instant::now() < deadline, "never reached {replicas}: {:?}", names(&f, "fixed").await);
+            assert!(tokio_now() < deadline, "never reached {replicas}: {:?}", names(&f, "fixed").await);
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }

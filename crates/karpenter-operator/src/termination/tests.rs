@@ -500,26 +500,14 @@ fn drain_plan_takes_the_first_group_with_pods_and_skips_what_upstream_skips() {
     assert!(drain_plan(&[], None, now) == DrainPlan::default());
 }
 
-/// A clock that follows tokio's (paused) time, so the run loop's requeues and the controller's notion of now
-/// move together.
-#[derive(Debug)]
-struct TokioClock {
-    base: chrono::DateTime<Utc>,
-    start: tokio::time::Instant,
-}
-
-impl karpenter_cloudprovider::Clock for TokioClock {
-    fn now(&self) -> chrono::DateTime<Utc> {
-        self.base + chrono::Duration::from_std(self.start.elapsed()).unwrap_or_default()
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn the_run_loop_terminates_a_deleted_claim_and_stops_on_shutdown() {
     let e = env();
     e.node_and_claim(None).await;
+    // Wall time on tokio's (paused) clock, so the run loop's requeues and the controller's notion of now move
+    // together.
     let clock: Arc<dyn karpenter_cloudprovider::Clock> =
-        Arc::new(TokioClock { base: e.clock.now(), start: tokio::time::Instant::now() });
+        Arc::new(karpenter_testing::TokioClock::starting_at(e.clock.now()));
     let term = Arc::new(Termination::new(
         e.client.clone(),
         Arc::new(e.cloud.clone()),

@@ -11,7 +11,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chrono::{DateTime, TimeZone, Utc};
+use chrono::{TimeZone, Utc};
 use clap::Parser;
 use k8s_openapi::api::core::v1::{Event as CoreEvent, Node, Pod};
 use karpenter_api::{KWOKNodeClass, NodeClaim, NodePool};
@@ -31,29 +31,17 @@ use karpenter_testing::standins::Scheduler;
 use karpenter_testing::{
     KWOKNodeClassOptions, NodePoolOptions, PodOptions, kwok_node_class, kwok_node_class_ref, node_pool,
 };
+use karpenter_testing::{Stopwatch, TokioClock, tokio_now};
 use kube::api::{Api, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-/// A clock following tokio's (paused) time from a fixed start.
-#[derive(Debug)]
-pub struct TokioClock {
-    base: DateTime<Utc>,
-    start: tokio::time::Instant,
-}
-
-impl TokioClock {
-    pub fn new() -> Self {
-        Self { base: Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap(), start: tokio::time::Instant::now() }
-    }
-}
-
-impl Clock for TokioClock {
-    fn now(&self) -> DateTime<Utc> {
-        self.base + chrono::Duration::from_std(self.start.elapsed()).unwrap_or_default()
-    }
+/// The cluster's wall clock: it follows tokio's (paused) time from a fixed start, so the controllers' timers and
+/// their notion of now move together.
+fn cluster_clock() -> TokioClock {
+    TokioClock::starting_at(Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap())
 }
 
 #[derive(Parser)]
@@ -113,7 +101,7 @@ impl Running {
 impl Cluster {
     /// The server with a ready KWOKNodeClass `default`, the scheduler and kubelet stand-ins running every second.
     pub async fn new() -> Self {
-        let clock = Arc::new(TokioClock::new());
+        let clock = Arc::new(cluster_clock());
         let server = ApiServer::builder().clock(clock.clone()).build();
         let client = server.client();
         let classes: Api<KWOKNodeClass> = Api::all(client.clone());
@@ -258,12 +246,12 @@ impl Cluster {
         F: FnMut() -> Fut,
         Fut: Future<Output = Option<T>>,
     {
-        let start = tokio::time::Instant::now();
+        let start = tokio_now();
         loop {
             if let Some(v) = check().await {
                 return v;
             }
-            if start.elapsed() > limit {
+            if tokio_now() - start > limit {
                 panic!("timed out after {limit:?} of cluster time waiting for: {what}\n{}", self.describe().await);
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -473,12 +461,12 @@ pub fn is_true(claim: &NodeClaim, type_: &str) -> bool {
     })
 }
 
-/// Wall-clock time of a test, printed so `--nocapture` runs show the figures.
-pub struct Timer(std::time::Instant, &'static str);
+/// Real time a test took (not the cluster time it simulated), printed so `--nocapture` runs show the figures.
+pub struct Timer(Stopwatch, &'static str);
 
 impl Timer {
     pub fn start(name: &'static str) -> Self {
-        Self(std::time::Instant::now(), name)
+        Self(Stopwatch::start(), name)
     }
 }
 

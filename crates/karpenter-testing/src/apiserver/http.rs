@@ -13,6 +13,7 @@ use futures::StreamExt;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
+use karpenter_cloudprovider::time::tokio_now;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -712,7 +713,7 @@ fn scale(
 
 /// `t`, or (when it overflowed) a day from now, re-armed after it passes.
 fn far_future_or(t: Option<Instant>) -> Instant {
-    t.unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400))
+    t.unwrap_or_else(|| tokio_now() + Duration::from_secs(86_400))
 }
 
 fn event_line(etype: &str, object: &Value) -> Bytes {
@@ -773,7 +774,7 @@ impl WatchStream {
                     return None;
                 }
                 () = tokio::time::sleep_until(next_bookmark), if self.bookmarks => {
-                    self.next_bookmark = far_future_or(Instant::now().checked_add(self.interval));
+                    self.next_bookmark = far_future_or(tokio_now().checked_add(self.interval));
                     // Every event up to the store's current resourceVersion was queued for this watch under the
                     // store's lock, so once the queue is empty the bookmark can carry that resourceVersion (as
                     // the real server's do): a watcher idle through other kinds' writes stays inside the window.
@@ -814,7 +815,8 @@ fn watch(
         }
         Err(e) => return Err(e),
         Ok(start) => {
-            let now = Instant::now();
+            // Bookmarks and timeoutSeconds are timers: on tokio's clock, so paused-time tests drive them.
+            let now = tokio_now();
             let interval = shared.config.bookmark_interval;
             let state = WatchStream {
                 shared: shared.clone(),
