@@ -6,7 +6,7 @@
 //!
 //! * **Instances** in memory, per cluster: [`FakeCloudProvider::for_cluster`] gives a view of the same cloud for
 //!   another cluster (the same account), so "list finds this cluster's instances only" can be tested.
-//! * **Launches** pick [`kwok::cheapest_launch`] over the instance types whose allocatable fits the claim's
+//! * **Launches** pick [`cheapest_launch`] over the instance types whose allocatable fits the claim's
 //!   `spec.resources.requests`; `create` is idempotent per NodeClaim name (a second create returns the same
 //!   instance, also when both run concurrently).
 //! * **Launch latency** through an injected [`Sleeper`] (`karpenter_testing::FakeClock` moves its time instead of
@@ -48,6 +48,7 @@ use crate::error::{CloudProviderError, OfferingRef};
 use crate::interruption::InterruptionSource;
 use crate::interruption::{InterruptionAction, InterruptionError, InterruptionEvent, InterruptionKind};
 use crate::kwok::{self, PROVIDER_ID_PREFIX};
+use crate::launch::{LaunchChoice, cheapest_launch};
 use crate::node_class::{NodeClassLookup, get_node_class};
 use crate::provider::{CloudProvider, DriftReason, Method, NodeClassKind, RepairPolicy};
 use crate::time::{Clock, NoSleep, Sleeper, SystemClock};
@@ -421,7 +422,7 @@ impl FakeCloudProvider {
             return Ok(existing.node_claim.clone());
         }
         let fitting: Vec<&InstanceType> = catalogue.iter().filter(|it| requests.fits(it.allocatable())).collect();
-        let Some(choice) = kwok::cheapest_launch(fitting.iter().copied(), &reqs) else {
+        let Some(choice) = cheapest_launch(fitting.iter().copied(), &reqs) else {
             let mut failed = BTreeSet::new();
             for it in fitting.iter().filter(|it| reqs.intersects(&it.requirements).is_ok()) {
                 for o in it.offerings.iter().filter(|o| !o.available && reqs.intersects(&o.requirements).is_ok()) {
@@ -492,7 +493,7 @@ fn launched_claim(
     claim: &NodeClaim,
     reqs: &Requirements,
     it: &InstanceType,
-    choice: &kwok::LaunchChoice,
+    choice: &LaunchChoice,
     provider_id: &str,
     now: DateTime<Utc>,
 ) -> NodeClaim {

@@ -16,7 +16,8 @@
 //!   kind to a [`MetricsSink`] ([`InMemoryMetrics`] records counters, durations and the call sequence).
 //! * [`fake`]: [`FakeCloudProvider`], in memory, with launch latency, per-offering insufficient capacity, failure
 //!   injection, call recording, drift and interruption injection.
-//! * [`kwok`]: upstream's kwok catalogue, its JSON loader and [`cheapest_launch`], the offering a launch picks.
+//! * [`kwok`]: upstream's kwok catalogue and its JSON loader.
+//! * [`launch`]: [`cheapest_launch`], the offering a launch picks over any instance types, and [`LaunchChoice`].
 //! * [`time`]: the injected [`Clock`] and [`Sleeper`].
 //!
 //! # Implementing a cloud
@@ -87,7 +88,7 @@
 //! let catalogue = kwok::catalogue();
 //! assert_eq!(catalogue.len(), 144);
 //! let linux: Requirements = [Requirement::in_values("kubernetes.io/os", ["linux"])].into_iter().collect();
-//! let choice = kwok::cheapest_launch(&catalogue, &linux).unwrap();
+//! let choice = karpenter_cloudprovider::cheapest_launch(&catalogue, &linux).unwrap();
 //! assert_eq!((choice.instance_type.as_str(), choice.zone.as_str(), choice.capacity_type.as_str()),
 //!            ("c-1x-amd64-linux", "test-zone-a", "spot"));
 //!
@@ -101,9 +102,13 @@ pub mod error;
 pub mod fake;
 pub mod interruption;
 pub mod kwok;
+pub mod launch;
 pub mod node_class;
 pub mod provider;
 pub mod time;
+
+#[cfg(test)]
+mod test_types;
 
 pub use capacity::CapacityMarks;
 pub use decorator::{InMemoryMetrics, Instrumented, MethodStats, MetricsSink, Observation};
@@ -112,7 +117,8 @@ pub use fake::{Call, FakeCloudProvider, FakeInterruptionSource, FakeOptions};
 pub use interruption::{
     InterruptionAction, InterruptionError, InterruptionEvent, InterruptionKind, InterruptionSource,
 };
-pub use kwok::{KwokCatalogueError, LaunchChoice, cheapest_launch, load_instance_types_json, to_instance_types_json};
+pub use kwok::{KwokCatalogueError, load_instance_types_json, to_instance_types_json};
+pub use launch::{LaunchChoice, cheapest_launch};
 pub use node_class::{InMemoryNodeClasses, NodeClassLookup, get_node_class};
 pub use provider::{CloudProvider, DriftReason, Method, NodeClassKind, RepairPolicy};
 #[cfg(feature = "tokio")]

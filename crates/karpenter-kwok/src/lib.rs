@@ -6,7 +6,7 @@
 //!
 //! * **Choice**: among the instance types whose allocatable fits the NodeClaim's `spec.resources.requests`, the
 //!   cheapest available offering compatible with its `spec.requirements`
-//!   ([`karpenter_cloudprovider::kwok::cheapest_launch`]; ties by instance-type name, zone, capacity type).
+//!   ([`karpenter_cloudprovider::launch::cheapest_launch`]; ties by instance-type name, zone, capacity type).
 //!   Nothing left: `InsufficientCapacity`, naming the compatible offerings that are marked out of capacity.
 //! * **The Node** is named after the NodeClaim, with `spec.providerID: kwok://<name>`, the single taint
 //!   `karpenter.sh/unregistered:NoExecute` (the lifecycle controller removes it at registration and adds the

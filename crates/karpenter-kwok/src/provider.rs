@@ -19,7 +19,8 @@ use karpenter_api::nodeclaim::{
     NodeClaimSpec, NodeClaimStatus, NodeClassReference, ResourceQuantity, ResourceRequirements, conditions,
 };
 use karpenter_api::{ConditionStatus, KWOKNodeClass, NodeClaim, NodePool, ProviderLabels};
-use karpenter_cloudprovider::kwok::{self as catalogue, LaunchChoice, PROVIDER_ID_PREFIX};
+use karpenter_cloudprovider::kwok::{self as catalogue, PROVIDER_ID_PREFIX};
+use karpenter_cloudprovider::launch::{LaunchChoice, cheapest_launch};
 use karpenter_cloudprovider::{
     CapacityMarks, CloudProvider, CloudProviderError, DriftReason, KwokCatalogueError, NodeClassKind, NodeClassLookup,
     OfferingRef, RepairPolicy, get_node_class,
@@ -368,7 +369,7 @@ impl KwokCloudProvider {
         let (reqs, requests) = claim_needs(claim)?;
         let its = self.effective_instance_types();
         let fitting: Vec<&InstanceType> = its.iter().filter(|it| requests.fits(it.allocatable())).collect();
-        let Some(choice) = catalogue::cheapest_launch(fitting.iter().copied(), &reqs) else {
+        let Some(choice) = cheapest_launch(fitting.iter().copied(), &reqs) else {
             let mut failed = BTreeSet::new();
             for it in fitting.iter().filter(|it| reqs.intersects(&it.requirements).is_ok()) {
                 for o in it.offerings.iter().filter(|o| !o.available && reqs.intersects(&o.requirements).is_ok()) {

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use anyhow::Context;
-use karpenter_cloudprovider::kwok;
+use karpenter_cloudprovider::{kwok, launch};
 use karpenter_requirements::{InstanceType, Requirements};
 
 /// A catalogue and where it came from.
@@ -52,12 +52,12 @@ pub struct Launch {
 }
 
 /// The offering create would pick among `instance_types` for a claim with `requirements`
-/// ([`kwok::cheapest_launch`]: cheapest available compatible offering, ties by instance type, zone, capacity type).
+/// ([`launch::cheapest_launch`]: cheapest available compatible offering, ties by instance type, zone, capacity type).
 pub fn cheapest_launch<'a>(
     instance_types: impl IntoIterator<Item = &'a InstanceType>,
     requirements: &Requirements,
 ) -> Option<Launch> {
-    let choice = kwok::cheapest_launch(instance_types, requirements)?;
+    let choice = launch::cheapest_launch(instance_types, requirements)?;
     let non_empty = |s: String| if s.is_empty() { None } else { Some(s) };
     Some(Launch {
         instance_type: choice.instance_type,
