@@ -35,11 +35,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use karpenter_api::condition::Conditions;
-use karpenter_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use karpenter_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use karpenter_api::kwok::{GROUP as KWOK_GROUP, KIND as KWOK_KIND};
 use karpenter_api::labels::{CAPACITY_TYPE, INSTANCE_TYPE, ZONE};
 use karpenter_api::nodeclaim::NodeClaimStatus;
-use karpenter_api::nodeclaim::{NodeClassReference, ResourceQuantity, conditions};
+use karpenter_api::nodeclaim::{NodeClassReference, conditions};
 use karpenter_api::{ConditionStatus, KWOKNodeClass, NodeClaim, NodePool, ProviderLabels};
 use karpenter_requirements::{InstanceType, Operator, Quantity, Requirements, ResourceList};
 
@@ -48,7 +48,7 @@ use crate::error::{CloudProviderError, OfferingRef};
 use crate::interruption::InterruptionSource;
 use crate::interruption::{InterruptionAction, InterruptionError, InterruptionEvent, InterruptionKind};
 use crate::kwok::{self, PROVIDER_ID_PREFIX};
-use crate::launch::{LaunchChoice, cheapest_launch};
+use crate::launch::{LaunchChoice, cheapest_launch, k8s_time, resource_map};
 use crate::node_class::{NodeClassLookup, get_node_class};
 use crate::provider::{CloudProvider, DriftReason, Method, NodeClassKind, RepairPolicy};
 use crate::time::{Clock, NoSleep, Sleeper, SystemClock};
@@ -474,20 +474,6 @@ fn claim_name(claim: &NodeClaim) -> Result<&str, CloudProviderError> {
         .ok_or_else(|| CloudProviderError::create("InvalidNodeClaim", "the NodeClaim has no name"))
 }
 
-/// A chrono instant as a Kubernetes `Time` (what providers put in creation and deletion timestamps).
-pub fn k8s_time(t: DateTime<Utc>) -> Option<Time> {
-    let nanos = i32::try_from(t.timestamp_subsec_nanos()).ok()?;
-    karpenter_api::k8s_openapi::jiff::Timestamp::new(t.timestamp(), nanos).ok().map(Time)
-}
-
-/// An instance type's resource list as NodeClaim status quantities, zero entries dropped (as upstream).
-pub fn resource_map(list: &ResourceList) -> BTreeMap<String, ResourceQuantity> {
-    list.iter()
-        .filter(|(_, q)| !q.is_zero())
-        .map(|(n, q)| (n.to_owned(), ResourceQuantity::new(q.to_string())))
-        .collect()
-}
-
 /// The NodeClaim `create` returns: the claim with resolved labels and the launch status.
 fn launched_claim(
     claim: &NodeClaim,
@@ -687,6 +673,7 @@ mod tests {
     use karpenter_api::KWOKNodeClass;
     use karpenter_api::kwok::KWOKNodeClassSpec;
     use karpenter_api::labels::{ARCH, OS};
+    use karpenter_api::nodeclaim::ResourceQuantity;
     use serde_json::json;
 
     use super::*;

@@ -1,11 +1,17 @@
-//! The offering a launch picks: [`cheapest_launch`] over any instance types, and its answer, [`LaunchChoice`].
+//! What a launch picks and how a launched NodeClaim reports it, for any provider: [`cheapest_launch`] over any
+//! instance types with its answer, [`LaunchChoice`]; [`resource_map`] and [`k8s_time`] for the status and
+//! timestamps of the NodeClaim a provider returns.
 //!
 //! Provider-neutral: instance types arrive as data (a provider's catalogue, a file, a test's hand-made types), so
 //! the in-memory fake, the kwok provider and `simulate` share one rule and make the same choice for the same claim.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
-use karpenter_requirements::{InstanceType, Offering, Requirements};
+use chrono::{DateTime, Utc};
+use karpenter_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use karpenter_api::nodeclaim::ResourceQuantity;
+use karpenter_requirements::{InstanceType, Offering, Requirements, ResourceList};
 
 /// The offering a launch picks for a NodeClaim, as the fake and kwok providers' `create` do.
 #[derive(Clone, Debug, PartialEq)]
@@ -70,6 +76,20 @@ where
         capacity_type: ct.to_owned(),
         price: o.price,
     })
+}
+
+/// A chrono instant as a Kubernetes `Time` (what providers put in creation and deletion timestamps).
+pub fn k8s_time(t: DateTime<Utc>) -> Option<Time> {
+    let nanos = i32::try_from(t.timestamp_subsec_nanos()).ok()?;
+    karpenter_api::k8s_openapi::jiff::Timestamp::new(t.timestamp(), nanos).ok().map(Time)
+}
+
+/// An instance type's resource list as NodeClaim status quantities, zero entries dropped (as upstream).
+pub fn resource_map(list: &ResourceList) -> BTreeMap<String, ResourceQuantity> {
+    list.iter()
+        .filter(|(_, q)| !q.is_zero())
+        .map(|(n, q)| (n.to_owned(), ResourceQuantity::new(q.to_string())))
+        .collect()
 }
 
 #[cfg(test)]
