@@ -1,8 +1,13 @@
-//! [`FakeCloudProvider`]: an in-memory cloud implementing [`CloudProvider`], for tests and for `simulate`.
+//! [`FakeCloudProvider`]: an in-memory cloud implementing [`CloudProvider`], for tests.
 //!
 //! It stands in for the kwok provider: its node class is `KWOKNodeClass` (`karpenter.kwok.sh`), its labels are
-//! [`ProviderLabels::kwok`], its catalogue is [`kwok::catalogue`] unless configured otherwise. What it adds for
-//! tests:
+//! [`ProviderLabels::kwok`], its provider ids start with `kwok://`. Its instance types are whatever the caller
+//! gives [`FakeOptions::new`]: there is no default catalogue, because the kwok catalogue belongs to the kwok
+//! provider's crate (`karpenter_kwok::catalogue`), which depends on this one and so cannot be a dependency of it.
+//! Tests that want the fake over the kwok catalogue, as most do, take it from the test kit:
+//! `karpenter_testing::kwok::fake()` or `FakeOptions { .., ..karpenter_testing::kwok::fake_options() }`
+//! (feature `kwok`). Hand-made instance types work just as well where a test wants to say exactly what is on
+//! offer. What the fake adds for tests:
 //!
 //! * **Instances** in memory, per cluster: [`FakeCloudProvider::for_cluster`] gives a view of the same cloud for
 //!   another cluster (the same account), so "list finds this cluster's instances only" can be tested.
@@ -47,18 +52,20 @@ use crate::capacity::CapacityMarks;
 use crate::error::{CloudProviderError, OfferingRef};
 use crate::interruption::InterruptionSource;
 use crate::interruption::{InterruptionAction, InterruptionError, InterruptionEvent, InterruptionKind};
-use crate::kwok::{self, PROVIDER_ID_PREFIX};
+use crate::kwok::PROVIDER_ID_PREFIX;
 use crate::launch::{LaunchChoice, cheapest_launch, k8s_time, resource_map};
 use crate::node_class::{NodeClassLookup, get_node_class};
 use crate::provider::{CloudProvider, DriftReason, Method, NodeClassKind, RepairPolicy};
 use crate::time::{Clock, NoSleep, Sleeper, SystemClock};
 
-/// How to build a [`FakeCloudProvider`]; fill with `..Default::default()`.
+/// How to build a [`FakeCloudProvider`]: [`FakeOptions::new`] with the catalogue, the rest filled with
+/// `FakeOptions { launch_latency, ..FakeOptions::new(instance_types) }`. There is deliberately no `Default`: a
+/// fake without instance types launches nothing, which a test should ask for rather than get by omission.
 #[derive(Clone, Debug)]
 pub struct FakeOptions {
     /// The cluster this provider view serves (default `fake-cluster`).
     pub cluster_name: String,
-    /// The catalogue (default: [`kwok::catalogue`]).
+    /// The catalogue: what `instance_types` reports and `create` launches from.
     pub instance_types: Vec<InstanceType>,
     /// How long `create` takes, slept on [`sleeper`](Self::sleeper) (default zero).
     pub launch_latency: Duration,
@@ -76,8 +83,9 @@ pub struct FakeOptions {
     pub repair_policies: Vec<RepairPolicy>,
 }
 
-impl Default for FakeOptions {
-    fn default() -> Self {
+impl FakeOptions {
+    /// Options for a fake cloud offering `instance_types`, everything else at its default (see the fields).
+    pub fn new(instance_types: Vec<InstanceType>) -> Self {
         let ready = |status| RepairPolicy {
             condition_type: "Ready".into(),
             condition_status: status,
@@ -85,7 +93,7 @@ impl Default for FakeOptions {
         };
         Self {
             cluster_name: "fake-cluster".into(),
-            instance_types: kwok::catalogue(),
+            instance_types,
             launch_latency: Duration::ZERO,
             termination_delay: Duration::ZERO,
             clock: Arc::new(SystemClock),
@@ -184,12 +192,6 @@ impl fmt::Debug for FakeCloudProvider {
             .field("instance_types", &self.options.instance_types.len())
             .field("instances", &lock(&self.cloud).instances.len())
             .finish()
-    }
-}
-
-impl Default for FakeCloudProvider {
-    fn default() -> Self {
-        Self::new(FakeOptions::default())
     }
 }
 
@@ -746,7 +748,7 @@ mod tests {
             clock: clock.clone(),
             sleeper: clock.clone(),
             launch_latency: Duration::from_secs(3),
-            ..FakeOptions::default()
+            ..FakeOptions::new(crate::kwok::catalogue())
         });
         (fake, clock)
     }
@@ -816,7 +818,7 @@ mod tests {
         let fake = FakeCloudProvider::new(FakeOptions {
             clock: clock.clone(),
             termination_delay: Duration::from_secs(60),
-            ..FakeOptions::default()
+            ..FakeOptions::new(crate::kwok::catalogue())
         });
         let other = fake.for_cluster("other");
         let mine = block_on(fake.create(&linux("a", "1"))).unwrap();
@@ -847,7 +849,7 @@ mod tests {
 
     #[test]
     fn insufficient_capacity_names_the_offerings_and_marks_them_unavailable() {
-        let fake = FakeCloudProvider::default();
+        let fake = FakeCloudProvider::new(FakeOptions::new(crate::kwok::catalogue()));
         let c = claim("ice", &[(INSTANCE_TYPE, "In", &["c-1x-amd64-linux"]), (ZONE, "In", &["test-zone-a"])], "500m");
         fake.set_insufficient_capacity(OfferingRef::new("c-1x-amd64-linux", "test-zone-a", "spot"), true);
         let launched = block_on(fake.create(&c)).unwrap();
@@ -882,7 +884,7 @@ mod tests {
 
     #[test]
     fn failures_are_injected_per_method_and_calls_recorded() {
-        let fake = FakeCloudProvider::default();
+        let fake = FakeCloudProvider::new(FakeOptions::new(crate::kwok::catalogue()));
         fake.fail_next(Method::Create, 2, || CloudProviderError::create("Throttled", "slow down"));
         fake.fail_always(Method::List, || CloudProviderError::other("list broken"));
         let c = linux("a", "1");
@@ -908,7 +910,7 @@ mod tests {
         let classes = InMemoryNodeClasses::new();
         let fake = FakeCloudProvider::new(FakeOptions {
             node_classes: Some(Arc::new(classes.clone())),
-            ..FakeOptions::default()
+            ..FakeOptions::new(crate::kwok::catalogue())
         });
         let c = linux("a", "1");
         let err = block_on(fake.create(&c)).unwrap_err();
@@ -938,7 +940,7 @@ mod tests {
 
     #[test]
     fn drift_and_interruptions() {
-        let fake = FakeCloudProvider::default();
+        let fake = FakeCloudProvider::new(FakeOptions::new(crate::kwok::catalogue()));
         let launched = block_on(fake.create(&linux("a", "1"))).unwrap();
         let id = launched.provider_id().unwrap().to_owned();
         assert_eq!(block_on(fake.is_drifted(&launched)).unwrap(), None);

@@ -82,7 +82,7 @@
 //! # The fake and the kwok catalogue
 //!
 //! ```
-//! use karpenter_cloudprovider::{CloudProvider, FakeCloudProvider, kwok};
+//! use karpenter_cloudprovider::{CloudProvider, FakeCloudProvider, FakeOptions, kwok};
 //! use karpenter_requirements::{Requirement, Requirements};
 //!
 //! let catalogue = kwok::catalogue();
@@ -92,7 +92,7 @@
 //! assert_eq!((choice.instance_type.as_str(), choice.zone.as_str(), choice.capacity_type.as_str()),
 //!            ("c-1x-amd64-linux", "test-zone-a", "spot"));
 //!
-//! let fake = FakeCloudProvider::default(); // kwok catalogue, no latency, every node class ready
+//! let fake = FakeCloudProvider::new(FakeOptions::new(catalogue)); // no latency, every node class ready
 //! assert_eq!(fake.name(), "kwok");
 //! ```
 
