@@ -5,7 +5,7 @@
 //! gives [`FakeOptions::new`]: there is no default catalogue, because the kwok catalogue belongs to the kwok
 //! provider's crate (`karpenter_kwok::catalogue`), which depends on this one and so cannot be a dependency of it.
 //! Tests that want the fake over the kwok catalogue, as most do, take it from the test kit:
-//! `karpenter_testing::kwok::fake()` or `FakeOptions { .., ..karpenter_testing::kwok::fake_options() }`
+//! `karpenter_testing::kwok::fake()` or `FakeOptions { clock, ..karpenter_testing::kwok::fake_options() }`
 //! (feature `kwok`). Hand-made instance types work just as well where a test wants to say exactly what is on
 //! offer. What the fake adds for tests:
 //!
@@ -52,11 +52,14 @@ use crate::capacity::CapacityMarks;
 use crate::error::{CloudProviderError, OfferingRef};
 use crate::interruption::InterruptionSource;
 use crate::interruption::{InterruptionAction, InterruptionError, InterruptionEvent, InterruptionKind};
-use crate::kwok::PROVIDER_ID_PREFIX;
 use crate::launch::{LaunchChoice, cheapest_launch, k8s_time, resource_map};
 use crate::node_class::{NodeClassLookup, get_node_class};
 use crate::provider::{CloudProvider, DriftReason, Method, NodeClassKind, RepairPolicy};
 use crate::time::{Clock, NoSleep, Sleeper, SystemClock};
+
+/// Provider ids of fake instances start with this: the fake stands in for the kwok provider, so its instances
+/// carry the kwok scheme.
+const PROVIDER_ID_PREFIX: &str = "kwok://";
 
 /// How to build a [`FakeCloudProvider`]: [`FakeOptions::new`] with the catalogue, the rest filled with
 /// `FakeOptions { launch_latency, ..FakeOptions::new(instance_types) }`. There is deliberately no `Default`: a
@@ -682,6 +685,7 @@ mod tests {
     use crate::decorator::{InMemoryMetrics, Instrumented};
     use crate::error::ErrorKind;
     use crate::node_class::InMemoryNodeClasses;
+    use crate::test_types::{instance_type, offering};
 
     /// A clock tests move by hand; as a sleeper it moves itself.
     #[derive(Debug, Default)]
@@ -742,40 +746,57 @@ mod tests {
         claim(name, &[(OS, "In", &["linux"]), (ARCH, "In", &["arm64"])], cpu)
     }
 
+    /// What the fake offers does not change how it behaves: two linux arm64 sizes (the smaller one cheaper) and an
+    /// amd64 one, each with spot and on-demand in two zones.
+    fn catalogue() -> Vec<InstanceType> {
+        let offerings = |price: f64| {
+            ["zone-a", "zone-b"]
+                .into_iter()
+                .flat_map(|z| [offering(z, "spot", 0.7 * price, true), offering(z, "on-demand", price, true)])
+                .collect()
+        };
+        vec![
+            instance_type("large-arm64", "arm64", "linux", 8, offerings(0.4)),
+            instance_type("small-amd64", "amd64", "linux", 2, offerings(0.1)),
+            instance_type("small-arm64", "arm64", "linux", 2, offerings(0.1)),
+        ]
+    }
+
     fn fake_with_clock() -> (FakeCloudProvider, Arc<ManualClock>) {
         let clock = Arc::new(ManualClock::default());
         let fake = FakeCloudProvider::new(FakeOptions {
             clock: clock.clone(),
             sleeper: clock.clone(),
             launch_latency: Duration::from_secs(3),
-            ..FakeOptions::new(crate::kwok::catalogue())
+            ..FakeOptions::new(catalogue())
         });
         (fake, clock)
     }
 
     #[test]
-    fn create_launches_the_cheapest_fitting_offering_with_resolved_labels() {
+    fn create_launches_the_cheapest_offering_whose_allocatable_fits() {
         let (fake, clock) = fake_with_clock();
         let start = clock.now();
-        let launched = block_on(fake.create(&linux("a", "3"))).unwrap();
-        // 3 CPUs do not fit a 4-CPU type's allocatable? They do (3.9 allocatable): c-4x is the cheapest fit.
+        let launched = block_on(fake.create(&linux("a", "2"))).unwrap();
         let labels = launched.metadata.labels.clone().unwrap();
-        assert_eq!(labels.get(INSTANCE_TYPE).map(String::as_str), Some("c-4x-arm64-linux"));
-        assert_eq!(labels.get(ZONE).map(String::as_str), Some("test-zone-a"));
+        assert_eq!(labels.get(INSTANCE_TYPE).map(String::as_str), Some("small-arm64"));
+        assert_eq!(labels.get(ZONE).map(String::as_str), Some("zone-a"));
         assert_eq!(labels.get(CAPACITY_TYPE).map(String::as_str), Some("spot"));
         assert_eq!(labels.get(OS).map(String::as_str), Some("linux"));
         assert_eq!(labels.get("team").map(String::as_str), Some("a"), "claim labels are kept");
-        assert_eq!(labels.get("karpenter.kwok.sh/instance-family").map(String::as_str), Some("c"));
         let status = launched.status.clone().unwrap();
         assert!(status.provider_id.as_deref().unwrap().starts_with("kwok://a-"));
-        assert_eq!(status.capacity.get("cpu").map(ResourceQuantity::as_str), Some("4"));
-        assert_eq!(status.allocatable.get("cpu").map(ResourceQuantity::as_str), Some("3900m"));
+        assert_eq!(status.capacity.get("cpu").map(ResourceQuantity::as_str), Some("2"));
         let created = launched.metadata.creation_timestamp.clone().unwrap();
         assert_eq!(created.0.as_second(), (start + chrono::Duration::seconds(3)).timestamp(), "launch latency");
-        // 3.95 CPUs no longer fit c-4x (3.9 allocatable): the next size up.
-        let b = block_on(fake.create(&linux("b", "3950m"))).unwrap();
-        assert_eq!(b.metadata.labels.unwrap().get(INSTANCE_TYPE).map(String::as_str), Some("c-8x-arm64-linux"));
-        assert_eq!(fake.call_count(Method::Create), 2);
+        // More than the small type's 2 CPUs: the large one.
+        let b = block_on(fake.create(&linux("b", "2500m"))).unwrap();
+        assert_eq!(b.metadata.labels.unwrap().get(INSTANCE_TYPE).map(String::as_str), Some("large-arm64"));
+        // More than anything offers: InsufficientCapacity without offerings.
+        let err = block_on(fake.create(&linux("huge", "9"))).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InsufficientCapacity);
+        assert!(err.failed_offerings().is_empty());
+        assert_eq!(fake.call_count(Method::Create), 3);
     }
 
     #[test]
@@ -818,7 +839,7 @@ mod tests {
         let fake = FakeCloudProvider::new(FakeOptions {
             clock: clock.clone(),
             termination_delay: Duration::from_secs(60),
-            ..FakeOptions::new(crate::kwok::catalogue())
+            ..FakeOptions::new(catalogue())
         });
         let other = fake.for_cluster("other");
         let mine = block_on(fake.create(&linux("a", "1"))).unwrap();
@@ -848,43 +869,8 @@ mod tests {
     }
 
     #[test]
-    fn insufficient_capacity_names_the_offerings_and_marks_them_unavailable() {
-        let fake = FakeCloudProvider::new(FakeOptions::new(crate::kwok::catalogue()));
-        let c = claim("ice", &[(INSTANCE_TYPE, "In", &["c-1x-amd64-linux"]), (ZONE, "In", &["test-zone-a"])], "500m");
-        fake.set_insufficient_capacity(OfferingRef::new("c-1x-amd64-linux", "test-zone-a", "spot"), true);
-        let launched = block_on(fake.create(&c)).unwrap();
-        assert_eq!(launched.metadata.labels.unwrap().get(CAPACITY_TYPE).map(String::as_str), Some("on-demand"));
-        fake.set_insufficient_capacity(OfferingRef::new("c-1x-amd64-linux", "test-zone-a", "on-demand"), true);
-        let err = block_on(fake.create(&claim(
-            "ice2",
-            &[(INSTANCE_TYPE, "In", &["c-1x-amd64-linux"]), (ZONE, "In", &["test-zone-a"])],
-            "500m",
-        )))
-        .unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::InsufficientCapacity);
-        assert_eq!(
-            err.failed_offerings(),
-            [
-                OfferingRef::new("c-1x-amd64-linux", "test-zone-a", "on-demand"),
-                OfferingRef::new("c-1x-amd64-linux", "test-zone-a", "spot")
-            ]
-        );
-        let its = block_on(fake.instance_types(&pool())).unwrap();
-        let it = its.iter().find(|i| i.name == "c-1x-amd64-linux").unwrap();
-        assert_eq!(it.offerings.iter().filter(|o| !o.available).count(), 2);
-        assert_eq!(its.iter().flat_map(|i| &i.offerings).filter(|o| !o.available).count(), 2);
-        fake.clear_insufficient_capacity();
-        let its = block_on(fake.instance_types(&pool())).unwrap();
-        assert!(its.iter().flat_map(|i| &i.offerings).all(|o| o.available));
-        // Nothing fits: InsufficientCapacity without offerings.
-        let err = block_on(fake.create(&linux("huge", "1000"))).unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::InsufficientCapacity);
-        assert!(err.failed_offerings().is_empty());
-    }
-
-    #[test]
     fn failures_are_injected_per_method_and_calls_recorded() {
-        let fake = FakeCloudProvider::new(FakeOptions::new(crate::kwok::catalogue()));
+        let fake = FakeCloudProvider::new(FakeOptions::new(catalogue()));
         fake.fail_next(Method::Create, 2, || CloudProviderError::create("Throttled", "slow down"));
         fake.fail_always(Method::List, || CloudProviderError::other("list broken"));
         let c = linux("a", "1");
@@ -910,7 +896,7 @@ mod tests {
         let classes = InMemoryNodeClasses::new();
         let fake = FakeCloudProvider::new(FakeOptions {
             node_classes: Some(Arc::new(classes.clone())),
-            ..FakeOptions::new(crate::kwok::catalogue())
+            ..FakeOptions::new(catalogue())
         });
         let c = linux("a", "1");
         let err = block_on(fake.create(&c)).unwrap_err();
@@ -927,7 +913,7 @@ mod tests {
         class.status = Some(ready("False"));
         classes.insert_kwok(&class).unwrap();
         assert_eq!(block_on(fake.create(&c)).unwrap_err().kind(), ErrorKind::NodeClassNotReady);
-        assert_eq!(block_on(fake.instance_types(&pool())).unwrap().len(), 144);
+        assert_eq!(block_on(fake.instance_types(&pool())).unwrap().len(), catalogue().len());
         class.status = Some(ready("True"));
         classes.insert_kwok(&class).unwrap();
         assert!(block_on(fake.create(&c)).is_ok());
@@ -940,7 +926,7 @@ mod tests {
 
     #[test]
     fn drift_and_interruptions() {
-        let fake = FakeCloudProvider::new(FakeOptions::new(crate::kwok::catalogue()));
+        let fake = FakeCloudProvider::new(FakeOptions::new(catalogue()));
         let launched = block_on(fake.create(&linux("a", "1"))).unwrap();
         let id = launched.provider_id().unwrap().to_owned();
         assert_eq!(block_on(fake.is_drifted(&launched)).unwrap(), None);

@@ -15,9 +15,8 @@
 //! assert_eq!(fake.name(), "kwok");
 //! ```
 
-pub use karpenter_cloudprovider::kwok as catalogue;
 use karpenter_cloudprovider::{FakeCloudProvider, FakeOptions};
-pub use karpenter_kwok::kubelet;
+pub use karpenter_kwok::{catalogue, kubelet};
 
 /// The fake cloud over the kwok catalogue, everything else at [`FakeOptions::new`]'s defaults.
 pub fn fake() -> FakeCloudProvider {

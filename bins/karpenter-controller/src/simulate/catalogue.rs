@@ -1,12 +1,14 @@
 //! The instance types simulate evaluates every NodePool against, and the offering a launch would pick.
 //!
-//! Both come from the fake provider in `karpenter-cloudprovider` (its kwok catalogue, its loader for upstream's
-//! kwok instance-type JSON and the offering its create picks), so simulate shows what that provider would do.
+//! The catalogue is the kwok provider's (`karpenter_kwok::catalogue`: the built-in instance types or its loader for
+//! upstream's kwok instance-type JSON) and the offering is the one every provider's create picks
+//! (`karpenter_cloudprovider::launch::cheapest_launch`), so simulate shows what the kwok provider would do.
 
 use std::path::Path;
 
 use anyhow::Context;
-use karpenter_cloudprovider::{kwok, launch};
+use karpenter_cloudprovider::launch;
+use karpenter_kwok::catalogue as kwok;
 use karpenter_requirements::{InstanceType, Requirements};
 
 /// A catalogue and where it came from.
@@ -38,7 +40,7 @@ impl Catalogue {
     }
 }
 
-/// The offering the fake provider's create picks for a NodeClaim.
+/// The offering a provider's create picks for a NodeClaim.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Launch {
     /// Instance type name.

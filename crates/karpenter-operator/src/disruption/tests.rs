@@ -388,7 +388,7 @@ async fn an_underutilized_node_is_replaced_by_a_cheaper_one() {
     let new = e.claim(replacement).await.unwrap();
     let new_type = new.labels().get(labels::INSTANCE_TYPE).cloned().unwrap();
     let price = |name: &str| {
-        karpenter_cloudprovider::kwok::catalogue()
+        karpenter_testing::kwok::catalogue::catalogue()
             .into_iter()
             .find(|it| it.name == name)
             .and_then(|it| it.offerings.iter().map(|o| o.price).reduce(f64::max))

@@ -1,6 +1,11 @@
 //! The kwok instance-type catalogue: upstream's generic, cloud-neutral instance types (the set its kwok provider
 //! embeds) and a loader for upstream's kwok instance-type JSON.
 //!
+//! [`KwokCloudProvider`](crate::KwokCloudProvider) launches from these instance types (the built-in ones unless
+//! [`KwokOptions`](crate::KwokOptions) name others), picking with `karpenter_cloudprovider::cheapest_launch`;
+//! `simulate` evaluates NodePools against them; tests get them, and the in-memory fake provider over them, from
+//! `karpenter_testing::kwok` (feature `kwok`).
+//!
 //! # The built-in catalogue ([`catalogue`])
 //!
 //! 144 instance types: every CPU count in [`CPUS`] × memory of 2, 4 or 8 GiB per vCPU ([`MEMORY_FACTORS`]) ×
@@ -383,7 +388,7 @@ pub fn to_instance_types_json(instance_types: &[InstanceType]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::launch::cheapest_launch;
+    use karpenter_cloudprovider::cheapest_launch;
     use karpenter_requirements::OfferingsExt;
 
     fn find<'a>(its: &'a [InstanceType], name: &str) -> &'a InstanceType {
