@@ -1,9 +1,9 @@
-//! What a launch picks and how a launched NodeClaim reports it, for any provider: [`cheapest_launch`] over any
-//! instance types with its answer, [`LaunchChoice`]; [`resource_map`] and [`k8s_time`] for the status and
-//! timestamps of the NodeClaim a provider returns.
+//! Provider-neutral launch helpers: [`cheapest_launch`], the offering a launch picks over any instance types, with
+//! its answer, [`LaunchChoice`]; [`resource_map`] and [`k8s_time`] for the status and timestamps of the NodeClaim
+//! a provider returns.
 //!
-//! Provider-neutral: instance types arrive as data (a provider's catalogue, a file, a test's hand-made types), so
-//! the in-memory fake, the kwok provider and `simulate` share one rule and make the same choice for the same claim.
+//! Instance types arrive as data (a provider's catalogue, a file, a test's hand-made types), so the in-memory fake,
+//! the kwok provider and `simulate` share one rule and make the same choice for the same claim.
 
 use std::collections::BTreeMap;
 use std::fmt;

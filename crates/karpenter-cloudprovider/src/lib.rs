@@ -85,7 +85,7 @@
 //! # The fake and the launch choice
 //!
 //! The fake launches from the instance types it is given; tests usually give it the kwok catalogue
-//! (`karpenter_testing::kwok::fake()`). Every provider here picks the offering with [`cheapest_launch`]:
+//! (`karpenter_testing::kwok::fake()`). It picks the offering with [`cheapest_launch`], as the kwok provider does:
 //!
 //! ```
 //! use karpenter_api::labels::{CAPACITY_TYPE, ZONE};

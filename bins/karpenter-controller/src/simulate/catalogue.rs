@@ -1,8 +1,8 @@
 //! The instance types simulate evaluates every NodePool against, and the offering a launch would pick.
 //!
 //! The catalogue is the kwok provider's (`karpenter_kwok::catalogue`: the built-in instance types or its loader for
-//! upstream's kwok instance-type JSON) and the offering is the one every provider's create picks
-//! (`karpenter_cloudprovider::launch::cheapest_launch`), so simulate shows what the kwok provider would do.
+//! upstream's kwok instance-type JSON) and the offering is the one the kwok provider's create picks
+//! (`karpenter_cloudprovider::launch::cheapest_launch`), so simulate shows what that provider would do.
 
 use std::path::Path;
 
@@ -40,7 +40,7 @@ impl Catalogue {
     }
 }
 
-/// The offering a provider's create picks for a NodeClaim.
+/// The offering the kwok provider's create picks for a NodeClaim.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Launch {
     /// Instance type name.
