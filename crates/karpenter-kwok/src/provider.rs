@@ -94,7 +94,7 @@ pub enum KwokError {
 }
 
 /// Reads upstream's kwok instance-type JSON (the format of its `instance_types.json`; see
-/// [`catalogue`](crate::catalogue)) from a file.
+/// [`catalogue`]) from a file.
 pub fn load_instance_types_file(path: impl AsRef<Path>) -> Result<Vec<InstanceType>, KwokError> {
     let path = path.as_ref();
     let shown = path.display().to_string();
