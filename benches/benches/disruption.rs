@@ -1,4 +1,4 @@
-//! Disruption passes on large clusters, with two catalogues: `kwok` (`karpenter_cloudprovider::kwok::catalogue`,
+//! Disruption passes on large clusters, with two catalogues: `kwok` (`karpenter_kwok::catalogue::catalogue`,
 //! nodes of `s-16x-amd64-linux`, 16 vCPU / 64 GiB) and `aws` (the us-east-1 types of moto's EC2 catalogue converted
 //! by `karpenter_aws::instancetype` with on-demand prices from `../shared/data/aws/on-demand-prices.json`, as in
 //! the `aws_catalogue` bench; nodes of `m5.4xlarge`, 16 vCPU / 64 GiB). Without moto (`KARPENTER_MOTO_VENV`,
@@ -31,9 +31,9 @@ use karpenter_api::{IntoSharedPod, NodeClaim, NodePool, ProviderLabels};
 use karpenter_aws::instancetype::InstanceTypeContext;
 use karpenter_aws::moto::{LocationType, MotoCatalogue};
 use karpenter_aws::pricing::{PriceFile, PriceSource};
-use karpenter_cloudprovider::kwok;
 use karpenter_cloudprovider::time::Stopwatch;
 use karpenter_disruption::{DisruptionOptions, Pass, evaluate, multi_node_consolidation};
+use karpenter_kwok::catalogue as kwok;
 use karpenter_requirements::{InstanceType, ResourceList};
 use karpenter_scheduler::{ClusterSnapshot, NodeClaimInfo, NodeInfo, PoolInput};
 use serde_json::json;

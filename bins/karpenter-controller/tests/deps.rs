@@ -1,6 +1,7 @@
 //! The pure crates stay pure: no async runtime, Kubernetes client, HTTP stack, TLS library or AWS SDK in their
 //! normal dependencies (default features). They take data and return decisions; the IO lives in the operator,
-//! the providers and the binary.
+//! the providers and the binary. And the provider boundary points one way: providers depend on
+//! karpenter-cloudprovider, never it (nor its tests) on a provider.
 
 use std::process::Command;
 
@@ -20,11 +21,16 @@ const BANNED: [&str; 9] =
 
 /// The names of the crates in `package`'s normal dependency tree (itself included).
 fn normal_dependencies(package: &str) -> Vec<String> {
+    dependencies(package, "normal")
+}
+
+/// The names of the crates in `package`'s dependency tree over the `edges` kinds (`cargo tree -e`), itself included.
+fn dependencies(package: &str, edges: &str) -> Vec<String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let output = Command::new(cargo)
         .current_dir(&root)
-        .args(["tree", "-p", package, "-e", "normal", "--prefix", "none", "--offline"])
+        .args(["tree", "-p", package, "-e", edges, "--prefix", "none", "--offline"])
         .output()
         .expect("running cargo tree");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -50,5 +56,18 @@ fn pure_crates_pull_in_no_runtime_client_http_stack_or_aws_sdk() {
         let impure: Vec<&String> =
             crates.iter().filter(|c| BANNED.contains(&c.as_str()) || c.starts_with("aws-sdk-")).collect();
         assert!(impure.is_empty(), "{package} depends on {impure:?}");
+    }
+}
+
+/// The fake provider and the launch rule in karpenter-cloudprovider take instance types as data; the catalogues
+/// belong to the providers' crates, which depend on this one. A normal dependency back would be a cycle Cargo
+/// refuses, so the edge to guard against is a dev-dependency (which would give the crate's tests a second copy of
+/// its own types, through the provider).
+#[test]
+fn karpenter_cloudprovider_depends_on_no_provider_even_in_its_tests() {
+    let crates = dependencies("karpenter-cloudprovider", "normal,dev");
+    assert!(crates.iter().any(|c| c == "karpenter-requirements"), "unexpected output: {crates:?}");
+    for provider in ["karpenter-kwok", "karpenter-aws"] {
+        assert!(!crates.iter().any(|c| c == provider), "karpenter-cloudprovider depends on {provider}: {crates:?}");
     }
 }

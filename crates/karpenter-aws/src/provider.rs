@@ -37,7 +37,7 @@ use karpenter_api::labels::{
 };
 use karpenter_api::nodeclaim::{NodeClaimSpec, NodeClaimStatus, NodeClassReference};
 use karpenter_api::{ConditionStatus, EC2NodeClass, NodeClaim, NodePool, ProviderLabels};
-use karpenter_cloudprovider::fake::{k8s_time, resource_map};
+use karpenter_cloudprovider::launch::{k8s_time, resource_map};
 use karpenter_cloudprovider::{
     Clock, CloudProvider, CloudProviderError, DriftReason, NodeClassKind, NodeClassLookup, RepairPolicy, Sleeper,
     get_node_class,

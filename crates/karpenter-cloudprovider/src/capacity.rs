@@ -70,21 +70,32 @@ impl CapacityMarks {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_types::{instance_type, offering};
 
     #[test]
     fn version_changes_only_with_the_marks_and_apply_marks_unavailable() {
         let mut marks = CapacityMarks::default();
-        let a = OfferingRef::new("c-1x-amd64-linux", "test-zone-a", "spot");
+        let a = OfferingRef::new("small", "zone-a", "spot");
         assert!(marks.set(a.clone(), true));
         assert!(!marks.set(a.clone(), true));
         assert_eq!(marks.version(), 1);
-        let mut catalogue = crate::kwok::catalogue();
+        // Only the marked offering goes: not its type's other offerings, nor the same offering of another type.
+        let offerings = || {
+            ["zone-a", "zone-b"]
+                .into_iter()
+                .flat_map(|z| [offering(z, "spot", 0.7, true), offering(z, "on-demand", 1.0, true)])
+                .collect::<Vec<_>>()
+        };
+        let mut catalogue = vec![
+            instance_type("large", "amd64", "linux", 8, offerings()),
+            instance_type("small", "amd64", "linux", 2, offerings()),
+        ];
         marks.apply(&mut catalogue);
         let unavailable: Vec<_> = catalogue
             .iter()
             .flat_map(|it| it.offerings.iter().filter(|o| !o.available).map(move |o| (it.name.clone(), o.zone())))
             .collect();
-        assert_eq!(unavailable, [("c-1x-amd64-linux".to_string(), Some("test-zone-a"))]);
+        assert_eq!(unavailable, [("small".to_string(), Some("zone-a"))]);
         marks.clear();
         marks.clear();
         assert_eq!((marks.version(), marks.len()), (2, 0));

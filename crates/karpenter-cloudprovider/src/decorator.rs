@@ -8,11 +8,13 @@
 //! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 //! use std::sync::Arc;
 //! use karpenter_cloudprovider::{
-//!     CloudProvider, ErrorKind, FakeCloudProvider, InMemoryMetrics, Instrumented, Method, SystemClock,
+//!     CloudProvider, ErrorKind, FakeCloudProvider, FakeOptions, InMemoryMetrics, Instrumented, Method, SystemClock,
 //! };
 //!
 //! let metrics = InMemoryMetrics::default();
-//! let provider = Instrumented::new(Arc::new(FakeCloudProvider::default()), Arc::new(metrics.clone()), Arc::new(SystemClock))
+//! // A fake offering no instance types is enough to time a `get`.
+//! let fake = FakeCloudProvider::new(FakeOptions::new(Vec::new()));
+//! let provider = Instrumented::new(Arc::new(fake), Arc::new(metrics.clone()), Arc::new(SystemClock))
 //!     .for_controller("nodeclaim.garbagecollection");
 //! let _ = provider.get("kwok://nothing-here").await;
 //! assert_eq!(metrics.stats(Method::Get).calls, 1);

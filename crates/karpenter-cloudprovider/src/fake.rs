@@ -1,12 +1,17 @@
-//! [`FakeCloudProvider`]: an in-memory cloud implementing [`CloudProvider`], for tests and for `simulate`.
+//! [`FakeCloudProvider`]: an in-memory cloud implementing [`CloudProvider`], for tests.
 //!
 //! It stands in for the kwok provider: its node class is `KWOKNodeClass` (`karpenter.kwok.sh`), its labels are
-//! [`ProviderLabels::kwok`], its catalogue is [`kwok::catalogue`] unless configured otherwise. What it adds for
-//! tests:
+//! [`ProviderLabels::kwok`], its provider ids start with `kwok://`. Its instance types are whatever the caller
+//! gives [`FakeOptions::new`]: there is no default catalogue, because the kwok catalogue belongs to the kwok
+//! provider's crate (`karpenter_kwok::catalogue`), which depends on this one and so cannot be a dependency of it.
+//! Tests that want the fake over the kwok catalogue, as most do, take it from the test kit:
+//! `karpenter_testing::kwok::fake()` or `FakeOptions { clock, ..karpenter_testing::kwok::fake_options() }`
+//! (feature `kwok`). Hand-made instance types work just as well where a test wants to say exactly what is on
+//! offer. What the fake adds for tests:
 //!
 //! * **Instances** in memory, per cluster: [`FakeCloudProvider::for_cluster`] gives a view of the same cloud for
 //!   another cluster (the same account), so "list finds this cluster's instances only" can be tested.
-//! * **Launches** pick [`kwok::cheapest_launch`] over the instance types whose allocatable fits the claim's
+//! * **Launches** pick [`cheapest_launch`] over the instance types whose allocatable fits the claim's
 //!   `spec.resources.requests`; `create` is idempotent per NodeClaim name (a second create returns the same
 //!   instance, also when both run concurrently).
 //! * **Launch latency** through an injected [`Sleeper`] (`karpenter_testing::FakeClock` moves its time instead of
@@ -35,11 +40,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use karpenter_api::condition::Conditions;
-use karpenter_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use karpenter_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use karpenter_api::kwok::{GROUP as KWOK_GROUP, KIND as KWOK_KIND};
 use karpenter_api::labels::{CAPACITY_TYPE, INSTANCE_TYPE, ZONE};
 use karpenter_api::nodeclaim::NodeClaimStatus;
-use karpenter_api::nodeclaim::{NodeClassReference, ResourceQuantity, conditions};
+use karpenter_api::nodeclaim::{NodeClassReference, conditions};
 use karpenter_api::{ConditionStatus, KWOKNodeClass, NodeClaim, NodePool, ProviderLabels};
 use karpenter_requirements::{InstanceType, Operator, Quantity, Requirements, ResourceList};
 
@@ -47,17 +52,23 @@ use crate::capacity::CapacityMarks;
 use crate::error::{CloudProviderError, OfferingRef};
 use crate::interruption::InterruptionSource;
 use crate::interruption::{InterruptionAction, InterruptionError, InterruptionEvent, InterruptionKind};
-use crate::kwok::{self, PROVIDER_ID_PREFIX};
+use crate::launch::{LaunchChoice, cheapest_launch, k8s_time, resource_map};
 use crate::node_class::{NodeClassLookup, get_node_class};
 use crate::provider::{CloudProvider, DriftReason, Method, NodeClassKind, RepairPolicy};
 use crate::time::{Clock, NoSleep, Sleeper, SystemClock};
 
-/// How to build a [`FakeCloudProvider`]; fill with `..Default::default()`.
+/// Provider ids of fake instances start with this: the fake stands in for the kwok provider, so its instances
+/// carry the kwok scheme.
+const PROVIDER_ID_PREFIX: &str = "kwok://";
+
+/// How to build a [`FakeCloudProvider`]: [`FakeOptions::new`] with the catalogue, the rest filled with
+/// `FakeOptions { launch_latency, ..FakeOptions::new(instance_types) }`. There is deliberately no `Default`: a
+/// fake without instance types launches nothing, which a test should ask for rather than get by omission.
 #[derive(Clone, Debug)]
 pub struct FakeOptions {
     /// The cluster this provider view serves (default `fake-cluster`).
     pub cluster_name: String,
-    /// The catalogue (default: [`kwok::catalogue`]).
+    /// The catalogue: what `instance_types` reports and `create` launches from.
     pub instance_types: Vec<InstanceType>,
     /// How long `create` takes, slept on [`sleeper`](Self::sleeper) (default zero).
     pub launch_latency: Duration,
@@ -75,8 +86,9 @@ pub struct FakeOptions {
     pub repair_policies: Vec<RepairPolicy>,
 }
 
-impl Default for FakeOptions {
-    fn default() -> Self {
+impl FakeOptions {
+    /// Options for a fake cloud offering `instance_types`, everything else at its default (see the fields).
+    pub fn new(instance_types: Vec<InstanceType>) -> Self {
         let ready = |status| RepairPolicy {
             condition_type: "Ready".into(),
             condition_status: status,
@@ -84,7 +96,7 @@ impl Default for FakeOptions {
         };
         Self {
             cluster_name: "fake-cluster".into(),
-            instance_types: kwok::catalogue(),
+            instance_types,
             launch_latency: Duration::ZERO,
             termination_delay: Duration::ZERO,
             clock: Arc::new(SystemClock),
@@ -183,12 +195,6 @@ impl fmt::Debug for FakeCloudProvider {
             .field("instance_types", &self.options.instance_types.len())
             .field("instances", &lock(&self.cloud).instances.len())
             .finish()
-    }
-}
-
-impl Default for FakeCloudProvider {
-    fn default() -> Self {
-        Self::new(FakeOptions::default())
     }
 }
 
@@ -421,7 +427,7 @@ impl FakeCloudProvider {
             return Ok(existing.node_claim.clone());
         }
         let fitting: Vec<&InstanceType> = catalogue.iter().filter(|it| requests.fits(it.allocatable())).collect();
-        let Some(choice) = kwok::cheapest_launch(fitting.iter().copied(), &reqs) else {
+        let Some(choice) = cheapest_launch(fitting.iter().copied(), &reqs) else {
             let mut failed = BTreeSet::new();
             for it in fitting.iter().filter(|it| reqs.intersects(&it.requirements).is_ok()) {
                 for o in it.offerings.iter().filter(|o| !o.available && reqs.intersects(&o.requirements).is_ok()) {
@@ -473,26 +479,12 @@ fn claim_name(claim: &NodeClaim) -> Result<&str, CloudProviderError> {
         .ok_or_else(|| CloudProviderError::create("InvalidNodeClaim", "the NodeClaim has no name"))
 }
 
-/// A chrono instant as a Kubernetes `Time` (what providers put in creation and deletion timestamps).
-pub fn k8s_time(t: DateTime<Utc>) -> Option<Time> {
-    let nanos = i32::try_from(t.timestamp_subsec_nanos()).ok()?;
-    karpenter_api::k8s_openapi::jiff::Timestamp::new(t.timestamp(), nanos).ok().map(Time)
-}
-
-/// An instance type's resource list as NodeClaim status quantities, zero entries dropped (as upstream).
-pub fn resource_map(list: &ResourceList) -> BTreeMap<String, ResourceQuantity> {
-    list.iter()
-        .filter(|(_, q)| !q.is_zero())
-        .map(|(n, q)| (n.to_owned(), ResourceQuantity::new(q.to_string())))
-        .collect()
-}
-
 /// The NodeClaim `create` returns: the claim with resolved labels and the launch status.
 fn launched_claim(
     claim: &NodeClaim,
     reqs: &Requirements,
     it: &InstanceType,
-    choice: &kwok::LaunchChoice,
+    choice: &LaunchChoice,
     provider_id: &str,
     now: DateTime<Utc>,
 ) -> NodeClaim {
@@ -686,12 +678,14 @@ mod tests {
     use karpenter_api::KWOKNodeClass;
     use karpenter_api::kwok::KWOKNodeClassSpec;
     use karpenter_api::labels::{ARCH, OS};
+    use karpenter_api::nodeclaim::ResourceQuantity;
     use serde_json::json;
 
     use super::*;
     use crate::decorator::{InMemoryMetrics, Instrumented};
     use crate::error::ErrorKind;
     use crate::node_class::InMemoryNodeClasses;
+    use crate::test_types::{instance_type, offering};
 
     /// A clock tests move by hand; as a sleeper it moves itself.
     #[derive(Debug, Default)]
@@ -752,40 +746,57 @@ mod tests {
         claim(name, &[(OS, "In", &["linux"]), (ARCH, "In", &["arm64"])], cpu)
     }
 
+    /// What the fake offers does not change how it behaves: two linux arm64 sizes (the smaller one cheaper) and an
+    /// amd64 one, each with spot and on-demand in two zones.
+    fn catalogue() -> Vec<InstanceType> {
+        let offerings = |price: f64| {
+            ["zone-a", "zone-b"]
+                .into_iter()
+                .flat_map(|z| [offering(z, "spot", 0.7 * price, true), offering(z, "on-demand", price, true)])
+                .collect()
+        };
+        vec![
+            instance_type("large-arm64", "arm64", "linux", 8, offerings(0.4)),
+            instance_type("small-amd64", "amd64", "linux", 2, offerings(0.1)),
+            instance_type("small-arm64", "arm64", "linux", 2, offerings(0.1)),
+        ]
+    }
+
     fn fake_with_clock() -> (FakeCloudProvider, Arc<ManualClock>) {
         let clock = Arc::new(ManualClock::default());
         let fake = FakeCloudProvider::new(FakeOptions {
             clock: clock.clone(),
             sleeper: clock.clone(),
             launch_latency: Duration::from_secs(3),
-            ..FakeOptions::default()
+            ..FakeOptions::new(catalogue())
         });
         (fake, clock)
     }
 
     #[test]
-    fn create_launches_the_cheapest_fitting_offering_with_resolved_labels() {
+    fn create_launches_the_cheapest_offering_whose_allocatable_fits() {
         let (fake, clock) = fake_with_clock();
         let start = clock.now();
-        let launched = block_on(fake.create(&linux("a", "3"))).unwrap();
-        // 3 CPUs do not fit a 4-CPU type's allocatable? They do (3.9 allocatable): c-4x is the cheapest fit.
+        let launched = block_on(fake.create(&linux("a", "2"))).unwrap();
         let labels = launched.metadata.labels.clone().unwrap();
-        assert_eq!(labels.get(INSTANCE_TYPE).map(String::as_str), Some("c-4x-arm64-linux"));
-        assert_eq!(labels.get(ZONE).map(String::as_str), Some("test-zone-a"));
+        assert_eq!(labels.get(INSTANCE_TYPE).map(String::as_str), Some("small-arm64"));
+        assert_eq!(labels.get(ZONE).map(String::as_str), Some("zone-a"));
         assert_eq!(labels.get(CAPACITY_TYPE).map(String::as_str), Some("spot"));
         assert_eq!(labels.get(OS).map(String::as_str), Some("linux"));
         assert_eq!(labels.get("team").map(String::as_str), Some("a"), "claim labels are kept");
-        assert_eq!(labels.get("karpenter.kwok.sh/instance-family").map(String::as_str), Some("c"));
         let status = launched.status.clone().unwrap();
         assert!(status.provider_id.as_deref().unwrap().starts_with("kwok://a-"));
-        assert_eq!(status.capacity.get("cpu").map(ResourceQuantity::as_str), Some("4"));
-        assert_eq!(status.allocatable.get("cpu").map(ResourceQuantity::as_str), Some("3900m"));
+        assert_eq!(status.capacity.get("cpu").map(ResourceQuantity::as_str), Some("2"));
         let created = launched.metadata.creation_timestamp.clone().unwrap();
         assert_eq!(created.0.as_second(), (start + chrono::Duration::seconds(3)).timestamp(), "launch latency");
-        // 3.95 CPUs no longer fit c-4x (3.9 allocatable): the next size up.
-        let b = block_on(fake.create(&linux("b", "3950m"))).unwrap();
-        assert_eq!(b.metadata.labels.unwrap().get(INSTANCE_TYPE).map(String::as_str), Some("c-8x-arm64-linux"));
-        assert_eq!(fake.call_count(Method::Create), 2);
+        // More than the small type's 2 CPUs: the large one.
+        let b = block_on(fake.create(&linux("b", "2500m"))).unwrap();
+        assert_eq!(b.metadata.labels.unwrap().get(INSTANCE_TYPE).map(String::as_str), Some("large-arm64"));
+        // More than anything offers: InsufficientCapacity without offerings.
+        let err = block_on(fake.create(&linux("huge", "9"))).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InsufficientCapacity);
+        assert!(err.failed_offerings().is_empty());
+        assert_eq!(fake.call_count(Method::Create), 3);
     }
 
     #[test]
@@ -828,7 +839,7 @@ mod tests {
         let fake = FakeCloudProvider::new(FakeOptions {
             clock: clock.clone(),
             termination_delay: Duration::from_secs(60),
-            ..FakeOptions::default()
+            ..FakeOptions::new(catalogue())
         });
         let other = fake.for_cluster("other");
         let mine = block_on(fake.create(&linux("a", "1"))).unwrap();
@@ -858,43 +869,8 @@ mod tests {
     }
 
     #[test]
-    fn insufficient_capacity_names_the_offerings_and_marks_them_unavailable() {
-        let fake = FakeCloudProvider::default();
-        let c = claim("ice", &[(INSTANCE_TYPE, "In", &["c-1x-amd64-linux"]), (ZONE, "In", &["test-zone-a"])], "500m");
-        fake.set_insufficient_capacity(OfferingRef::new("c-1x-amd64-linux", "test-zone-a", "spot"), true);
-        let launched = block_on(fake.create(&c)).unwrap();
-        assert_eq!(launched.metadata.labels.unwrap().get(CAPACITY_TYPE).map(String::as_str), Some("on-demand"));
-        fake.set_insufficient_capacity(OfferingRef::new("c-1x-amd64-linux", "test-zone-a", "on-demand"), true);
-        let err = block_on(fake.create(&claim(
-            "ice2",
-            &[(INSTANCE_TYPE, "In", &["c-1x-amd64-linux"]), (ZONE, "In", &["test-zone-a"])],
-            "500m",
-        )))
-        .unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::InsufficientCapacity);
-        assert_eq!(
-            err.failed_offerings(),
-            [
-                OfferingRef::new("c-1x-amd64-linux", "test-zone-a", "on-demand"),
-                OfferingRef::new("c-1x-amd64-linux", "test-zone-a", "spot")
-            ]
-        );
-        let its = block_on(fake.instance_types(&pool())).unwrap();
-        let it = its.iter().find(|i| i.name == "c-1x-amd64-linux").unwrap();
-        assert_eq!(it.offerings.iter().filter(|o| !o.available).count(), 2);
-        assert_eq!(its.iter().flat_map(|i| &i.offerings).filter(|o| !o.available).count(), 2);
-        fake.clear_insufficient_capacity();
-        let its = block_on(fake.instance_types(&pool())).unwrap();
-        assert!(its.iter().flat_map(|i| &i.offerings).all(|o| o.available));
-        // Nothing fits: InsufficientCapacity without offerings.
-        let err = block_on(fake.create(&linux("huge", "1000"))).unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::InsufficientCapacity);
-        assert!(err.failed_offerings().is_empty());
-    }
-
-    #[test]
     fn failures_are_injected_per_method_and_calls_recorded() {
-        let fake = FakeCloudProvider::default();
+        let fake = FakeCloudProvider::new(FakeOptions::new(catalogue()));
         fake.fail_next(Method::Create, 2, || CloudProviderError::create("Throttled", "slow down"));
         fake.fail_always(Method::List, || CloudProviderError::other("list broken"));
         let c = linux("a", "1");
@@ -920,7 +896,7 @@ mod tests {
         let classes = InMemoryNodeClasses::new();
         let fake = FakeCloudProvider::new(FakeOptions {
             node_classes: Some(Arc::new(classes.clone())),
-            ..FakeOptions::default()
+            ..FakeOptions::new(catalogue())
         });
         let c = linux("a", "1");
         let err = block_on(fake.create(&c)).unwrap_err();
@@ -937,7 +913,7 @@ mod tests {
         class.status = Some(ready("False"));
         classes.insert_kwok(&class).unwrap();
         assert_eq!(block_on(fake.create(&c)).unwrap_err().kind(), ErrorKind::NodeClassNotReady);
-        assert_eq!(block_on(fake.instance_types(&pool())).unwrap().len(), 144);
+        assert_eq!(block_on(fake.instance_types(&pool())).unwrap().len(), catalogue().len());
         class.status = Some(ready("True"));
         classes.insert_kwok(&class).unwrap();
         assert!(block_on(fake.create(&c)).is_ok());
@@ -950,7 +926,7 @@ mod tests {
 
     #[test]
     fn drift_and_interruptions() {
-        let fake = FakeCloudProvider::default();
+        let fake = FakeCloudProvider::new(FakeOptions::new(catalogue()));
         let launched = block_on(fake.create(&linux("a", "1"))).unwrap();
         let id = launched.provider_id().unwrap().to_owned();
         assert_eq!(block_on(fake.is_drifted(&launched)).unwrap(), None);

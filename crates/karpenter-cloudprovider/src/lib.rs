@@ -1,6 +1,9 @@
 //! The cloud-provider boundary of karpenter-rs: the [`CloudProvider`] trait every cloud implements, its error
-//! enum, [`InterruptionSource`], a metrics/recording decorator, an in-memory [`FakeCloudProvider`] and the kwok
-//! instance-type catalogue.
+//! enum, [`InterruptionSource`], a metrics/recording decorator, an in-memory [`FakeCloudProvider`] and
+//! [`cheapest_launch`], the offering a launch picks.
+//!
+//! No provider lives here: each is whole in its own crate (`karpenter-aws`, `karpenter-kwok`, with its instance-type
+//! catalogue), depending on this one and never the other way round.
 //!
 //! # Modules
 //!
@@ -16,7 +19,8 @@
 //!   kind to a [`MetricsSink`] ([`InMemoryMetrics`] records counters, durations and the call sequence).
 //! * [`fake`]: [`FakeCloudProvider`], in memory, with launch latency, per-offering insufficient capacity, failure
 //!   injection, call recording, drift and interruption injection.
-//! * [`kwok`]: upstream's kwok catalogue, its JSON loader and [`cheapest_launch`], the offering a launch picks.
+//! * [`launch`]: [`cheapest_launch`], the offering a launch picks over any instance types, and [`LaunchChoice`];
+//!   [`resource_map`](launch::resource_map) and [`k8s_time`](launch::k8s_time) for the NodeClaim a launch returns.
 //! * [`time`]: the injected [`Clock`] and [`Sleeper`].
 //!
 //! # Implementing a cloud
@@ -78,20 +82,29 @@
 //! assert_eq!(provider.name(), "empty");
 //! ```
 //!
-//! # The fake and the kwok catalogue
+//! # The fake and the launch choice
+//!
+//! The fake launches from the instance types it is given; tests usually give it the kwok catalogue
+//! (`karpenter_testing::kwok::fake()`). It picks the offering with [`cheapest_launch`], as the kwok provider does:
 //!
 //! ```
-//! use karpenter_cloudprovider::{CloudProvider, FakeCloudProvider, kwok};
-//! use karpenter_requirements::{Requirement, Requirements};
+//! use karpenter_api::labels::{CAPACITY_TYPE, ZONE};
+//! use karpenter_cloudprovider::{CloudProvider, FakeCloudProvider, FakeOptions, cheapest_launch};
+//! use karpenter_requirements::{InstanceType, Offering, Overhead, Requirement, Requirements, ResourceList};
 //!
-//! let catalogue = kwok::catalogue();
-//! assert_eq!(catalogue.len(), 144);
-//! let linux: Requirements = [Requirement::in_values("kubernetes.io/os", ["linux"])].into_iter().collect();
-//! let choice = kwok::cheapest_launch(&catalogue, &linux).unwrap();
+//! let offering = |zone: &str, capacity_type: &str, price: f64| {
+//!     let reqs = [Requirement::in_values(ZONE, [zone]), Requirement::in_values(CAPACITY_TYPE, [capacity_type])];
+//!     Offering::new(reqs.into_iter().collect(), price)
+//! };
+//! let offerings = vec![offering("zone-a", "on-demand", 0.1), offering("zone-b", "spot", 0.03)];
+//! let capacity = ResourceList::new().with("cpu", "2".parse().unwrap());
+//! let small = InstanceType::new("small", Requirements::new(), offerings, capacity, Overhead::default());
+//!
+//! let choice = cheapest_launch([&small], &Requirements::new()).unwrap();
 //! assert_eq!((choice.instance_type.as_str(), choice.zone.as_str(), choice.capacity_type.as_str()),
-//!            ("c-1x-amd64-linux", "test-zone-a", "spot"));
+//!            ("small", "zone-b", "spot"));
 //!
-//! let fake = FakeCloudProvider::default(); // kwok catalogue, no latency, every node class ready
+//! let fake = FakeCloudProvider::new(FakeOptions::new(vec![small])); // no latency, every node class ready
 //! assert_eq!(fake.name(), "kwok");
 //! ```
 
@@ -100,10 +113,13 @@ pub mod decorator;
 pub mod error;
 pub mod fake;
 pub mod interruption;
-pub mod kwok;
+pub mod launch;
 pub mod node_class;
 pub mod provider;
 pub mod time;
+
+#[cfg(test)]
+mod test_types;
 
 pub use capacity::CapacityMarks;
 pub use decorator::{InMemoryMetrics, Instrumented, MethodStats, MetricsSink, Observation};
@@ -112,7 +128,7 @@ pub use fake::{Call, FakeCloudProvider, FakeInterruptionSource, FakeOptions};
 pub use interruption::{
     InterruptionAction, InterruptionError, InterruptionEvent, InterruptionKind, InterruptionSource,
 };
-pub use kwok::{KwokCatalogueError, LaunchChoice, cheapest_launch, load_instance_types_json, to_instance_types_json};
+pub use launch::{LaunchChoice, cheapest_launch};
 pub use node_class::{InMemoryNodeClasses, NodeClassLookup, get_node_class};
 pub use provider::{CloudProvider, DriftReason, Method, NodeClassKind, RepairPolicy};
 #[cfg(feature = "tokio")]

@@ -6,7 +6,7 @@
 //!
 //! * **Choice**: among the instance types whose allocatable fits the NodeClaim's `spec.resources.requests`, the
 //!   cheapest available offering compatible with its `spec.requirements`
-//!   ([`karpenter_cloudprovider::kwok::cheapest_launch`]; ties by instance-type name, zone, capacity type).
+//!   ([`karpenter_cloudprovider::launch::cheapest_launch`]; ties by instance-type name, zone, capacity type).
 //!   Nothing left: `InsufficientCapacity`, naming the compatible offerings that are marked out of capacity.
 //! * **The Node** is named after the NodeClaim, with `spec.providerID: kwok://<name>`, the single taint
 //!   `karpenter.sh/unregistered:NoExecute` (the lifecycle controller removes it at registration and adds the
@@ -56,11 +56,10 @@
 //! # Instance types: the built-in catalogue or a JSON file
 //!
 //! By default the provider launches from upstream's generic kwok catalogue
-//! ([`karpenter_cloudprovider::kwok::catalogue`]: 144 types `c|s|m-<cpu>x-<arch>-<os>`, zones `test-zone-a..d`,
-//! spot and on-demand). To launch from your own list, write it in the format of upstream's kwok
-//! `instance_types.json` (a JSON list of `{name, architecture, operatingSystems, resources, offerings: [{Price,
-//! Available, Requirements}]}`; see [`karpenter_cloudprovider::kwok`] for the fields and the two deliberate
-//! differences) and build the options from it:
+//! ([`catalogue::catalogue`]: 144 types `c|s|m-<cpu>x-<arch>-<os>`, zones `test-zone-a..d`, spot and on-demand).
+//! To launch from your own list, write it in the format of upstream's kwok `instance_types.json` (a JSON list of
+//! `{name, architecture, operatingSystems, resources, offerings: [{Price, Available, Requirements}]}`; see
+//! [`catalogue`] for the fields and the two deliberate differences) and build the options from it:
 //!
 //! ```no_run
 //! # fn run(client: kube::Client) -> Result<(), karpenter_kwok::KwokError> {
@@ -103,6 +102,10 @@
 //!
 //! # Modules
 //!
+//! * [`catalogue`]: the built-in instance types ([`catalogue::catalogue`]), the loader and writer of upstream's
+//!   kwok instance-type JSON ([`load_instance_types_json`], [`to_instance_types_json`]) and
+//!   [`PROVIDER_ID_PREFIX`]. The controller's `simulate` and the tests use it too (tests through
+//!   `karpenter_testing::kwok`, which also builds the in-memory fake provider over it).
 //! * [`provider`]: [`KwokCloudProvider`], [`KwokOptions`], [`KwokError`], [`load_instance_types_file`],
 //!   [`node_to_claim`] and the label/annotation keys.
 //! * [`kubelet`]: [`simulate_kubelet`], [`simulate_kubelet_with`] ([`SimulateOptions`]), [`kwok_kubelet`] (one
@@ -112,9 +115,11 @@
 //! in, and tests hand in the in-process API server's client. Its tests run the CloudProvider conformance suite
 //! (`karpenter_testing::conformance`) against it.
 
+pub mod catalogue;
 pub mod kubelet;
 pub mod provider;
 
+pub use catalogue::{KwokCatalogueError, PROVIDER_ID_PREFIX, load_instance_types_json, to_instance_types_json};
 pub use kubelet::{
     DEFAULT_INTERVAL, Kubelet, KubeletOptions, KubeletReport, SimulateOptions, kubelet_options, kwok_kubelet,
     simulate_kubelet, simulate_kubelet_with,

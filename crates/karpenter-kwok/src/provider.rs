@@ -19,14 +19,16 @@ use karpenter_api::nodeclaim::{
     NodeClaimSpec, NodeClaimStatus, NodeClassReference, ResourceQuantity, ResourceRequirements, conditions,
 };
 use karpenter_api::{ConditionStatus, KWOKNodeClass, NodeClaim, NodePool, ProviderLabels};
-use karpenter_cloudprovider::kwok::{self as catalogue, LaunchChoice, PROVIDER_ID_PREFIX};
+use karpenter_cloudprovider::launch::{LaunchChoice, cheapest_launch};
 use karpenter_cloudprovider::{
-    CapacityMarks, CloudProvider, CloudProviderError, DriftReason, KwokCatalogueError, NodeClassKind, NodeClassLookup,
-    OfferingRef, RepairPolicy, get_node_class,
+    CapacityMarks, CloudProvider, CloudProviderError, DriftReason, NodeClassKind, NodeClassLookup, OfferingRef,
+    RepairPolicy, get_node_class,
 };
 use karpenter_requirements::{InstanceType, Operator, Quantity, Requirement, Requirements, ResourceList};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Client, ResourceExt};
+
+use crate::catalogue::{self, KwokCatalogueError, PROVIDER_ID_PREFIX};
 
 /// Marks the Nodes this provider created (value `"true"`); `list` and the kubelet stand-in select on it.
 pub const MANAGED_LABEL: &str = "karpenter.kwok.sh/managed";
@@ -92,7 +94,7 @@ pub enum KwokError {
 }
 
 /// Reads upstream's kwok instance-type JSON (the format of its `instance_types.json`; see
-/// [`karpenter_cloudprovider::kwok`]) from a file.
+/// [`catalogue`]) from a file.
 pub fn load_instance_types_file(path: impl AsRef<Path>) -> Result<Vec<InstanceType>, KwokError> {
     let path = path.as_ref();
     let shown = path.display().to_string();
@@ -368,7 +370,7 @@ impl KwokCloudProvider {
         let (reqs, requests) = claim_needs(claim)?;
         let its = self.effective_instance_types();
         let fitting: Vec<&InstanceType> = its.iter().filter(|it| requests.fits(it.allocatable())).collect();
-        let Some(choice) = catalogue::cheapest_launch(fitting.iter().copied(), &reqs) else {
+        let Some(choice) = cheapest_launch(fitting.iter().copied(), &reqs) else {
             let mut failed = BTreeSet::new();
             for it in fitting.iter().filter(|it| reqs.intersects(&it.requirements).is_ok()) {
                 for o in it.offerings.iter().filter(|o| !o.available && reqs.intersects(&o.requirements).is_ok()) {

@@ -8,10 +8,10 @@ use k8s_openapi::api::core::v1::Node;
 use karpenter_api::NodeClaim;
 use karpenter_api::labels::{ARCH, CAPACITY_TYPE, HOSTNAME, INSTANCE_TYPE, NODE_POOL, NODE_REGISTERED, OS, ZONE};
 use karpenter_api::nodeclaim::NodeClassReference;
-use karpenter_cloudprovider::{CloudProvider, CloudProviderError, ErrorKind, InMemoryNodeClasses, OfferingRef, kwok};
+use karpenter_cloudprovider::{CloudProvider, CloudProviderError, ErrorKind, InMemoryNodeClasses, OfferingRef};
 use karpenter_kwok::{
     KWOK_NODE_KEY, KwokCloudProvider, KwokOptions, MANAGED_LABEL, NODE_CLAIM_ANNOTATION, PARTITION_LABEL, PRICE_LABEL,
-    UNREGISTERED_TAINT,
+    UNREGISTERED_TAINT, catalogue,
 };
 use karpenter_testing::apiserver::ApiServer;
 use karpenter_testing::{
@@ -291,5 +291,5 @@ async fn instance_types_come_from_a_json_file() {
     assert_eq!(label(&l, ZONE), Some("us-west-2a"));
     assert_eq!(label(&l, "karpenter.kwok.sh/instance-size"), Some("large"));
     assert_eq!(launched.status.unwrap().capacity.get("pods").map(|q| q.as_str()), Some("29"));
-    assert_eq!(kwok::catalogue().len(), 144, "the built-in catalogue is untouched");
+    assert_eq!(catalogue::catalogue().len(), 144, "the built-in catalogue is untouched");
 }

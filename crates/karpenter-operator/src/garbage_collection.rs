@@ -276,7 +276,10 @@ mod tests {
         let clock = FakeClock::new(Utc.with_ymd_and_hms(2026, 3, 1, 12, 0, 0).unwrap());
         let server = ApiServer::builder().clock(Arc::new(clock.clone())).build();
         let client = server.client();
-        let cloud = FakeCloudProvider::new(FakeOptions { clock: Arc::new(clock.clone()), ..Default::default() });
+        let cloud = FakeCloudProvider::new(FakeOptions {
+            clock: Arc::new(clock.clone()),
+            ..karpenter_testing::kwok::fake_options()
+        });
         let metrics = Arc::new(Metrics::new(&BuildInfo::current("test", "1.95")));
         let gc =
             GarbageCollection::new(client.clone(), Arc::new(cloud.clone()), metrics.clone(), Arc::new(clock.clone()));

@@ -698,7 +698,7 @@ mod tests {
         let clock = FakeClock::default();
         let state = ClusterState::new(Arc::new(clock.clone()), Duration::from_secs(20));
         state.mark_all_synced();
-        let cloud = Arc::new(FakeCloudProvider::default());
+        let cloud = Arc::new(karpenter_testing::kwok::fake());
         let ctx = LifecycleContext::new(
             client.clone(),
             state.clone(),

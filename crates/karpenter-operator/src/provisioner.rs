@@ -704,7 +704,6 @@ mod tests {
     use crate::metrics::BuildInfo;
     use karpenter_api::labels::{self, annotations};
     use karpenter_api::nodeclaim::ResourceQuantity;
-    use karpenter_cloudprovider::FakeCloudProvider;
     use karpenter_scheduler::decision::UnschedulableReason;
     use karpenter_testing::apiserver::{ApiServer, create_with_status};
     use karpenter_testing::{
@@ -779,7 +778,7 @@ mod tests {
         let provisioner = Provisioner::new(
             client.clone(),
             state.clone(),
-            Arc::new(FakeCloudProvider::default()),
+            Arc::new(karpenter_testing::kwok::fake()),
             Recorder::new(client, Arc::new(clock.clone()), "test"),
             Arc::new(Metrics::new(&BuildInfo::default())),
             ProvisionerOptions::default(),

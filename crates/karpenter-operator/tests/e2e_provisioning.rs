@@ -74,7 +74,7 @@ async fn provider_calls_are_timed_and_their_errors_counted_on_metrics() {
     let cluster = Cluster::new().await;
     cluster.node_pool(NodePoolOptions { name: Some("default".into()), ..Default::default() }).await;
     let labels = ProviderLabels { name: "fake".into(), ..ProviderLabels::kwok() };
-    let fake = FakeCloudProvider::new(FakeOptions { labels, ..FakeOptions::default() });
+    let fake = FakeCloudProvider::new(FakeOptions { labels, ..karpenter_testing::kwok::fake_options() });
     fake.fail_next(Method::Create, 1, || CloudProviderError::create("LaunchFailed", "injected"));
     let (running, metrics_addr) =
         cluster.start_serving(settings(&["--disable-leader-election"]), Arc::new(fake.clone())).await;

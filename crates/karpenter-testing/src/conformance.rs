@@ -20,14 +20,14 @@
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! use std::sync::Arc;
 //! use karpenter_cloudprovider::{FakeCloudProvider, FakeOptions};
-//! use karpenter_testing::FakeClock;
+//! use karpenter_testing::{FakeClock, kwok};
 //! use karpenter_testing::conformance::{FakeHooks, Fixtures, run};
 //!
 //! let clock = FakeClock::default();
 //! let fake = FakeCloudProvider::new(FakeOptions {
 //!     clock: Arc::new(clock.clone()),
 //!     sleeper: Arc::new(clock.clone()),
-//!     ..FakeOptions::default()
+//!     ..kwok::fake_options()
 //! });
 //! let fixtures = Fixtures {
 //!     other_cluster: Some(Arc::new(fake.for_cluster("another-cluster"))),

@@ -14,7 +14,11 @@
 //! - **An in-process API server** (feature `apiserver`): `apiserver::ApiServer` serves `kube::Client` as a tower
 //!   service with the real server's semantics (see the module docs).
 //! - **Cluster stand-ins** (feature `standins`, implied by `apiserver`): `standins::Scheduler` binds pending pods
-//!   to nodes that fit, through any `kube::Client`. (The kubelet stand-in is `karpenter_kwok::kubelet::Kubelet`.)
+//!   to nodes that fit, through any `kube::Client`. (The kubelet stand-in is `karpenter_kwok::kubelet::Kubelet`,
+//!   also at `kwok::kubelet`.)
+//! - **The kwok provider's pieces** (feature `kwok`): `kwok::fake()`, the in-memory `FakeCloudProvider` over the
+//!   kwok catalogue (`kwok::fake_options()` to set more), and the kwok crate's `catalogue` and `kubelet` modules
+//!   re-exported (see the module docs).
 //! - **A real control plane** (feature `realplane`): `realplane::require()` starts etcd, kube-apiserver,
 //!   kube-scheduler and kube-controller-manager v1.32.6 from the shared k8s folder on free ports for one test
 //!   binary (skipped with a printed reason where they are missing, a failure under `CI=true`).
@@ -46,6 +50,8 @@ pub mod clock;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod karpenter;
+#[cfg(feature = "kwok")]
+pub mod kwok;
 pub mod names;
 pub mod node;
 pub mod pod;

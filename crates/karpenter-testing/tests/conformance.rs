@@ -20,7 +20,7 @@ fn fake(clock: &FakeClock) -> FakeCloudProvider {
         sleeper: Arc::new(clock.clone()),
         launch_latency: Duration::from_secs(2),
         termination_delay: Duration::from_secs(30),
-        ..FakeOptions::default()
+        ..karpenter_testing::kwok::fake_options()
     })
 }
 

@@ -1,12 +1,14 @@
 //! The instance types simulate evaluates every NodePool against, and the offering a launch would pick.
 //!
-//! Both come from the fake provider in `karpenter-cloudprovider` (its kwok catalogue, its loader for upstream's
-//! kwok instance-type JSON and the offering its create picks), so simulate shows what that provider would do.
+//! The catalogue is the kwok provider's (`karpenter_kwok::catalogue`: the built-in instance types or its loader for
+//! upstream's kwok instance-type JSON) and the offering is the one the kwok provider's create picks
+//! (`karpenter_cloudprovider::launch::cheapest_launch`), so simulate shows what that provider would do.
 
 use std::path::Path;
 
 use anyhow::Context;
-use karpenter_cloudprovider::kwok;
+use karpenter_cloudprovider::launch;
+use karpenter_kwok::catalogue as kwok;
 use karpenter_requirements::{InstanceType, Requirements};
 
 /// A catalogue and where it came from.
@@ -38,7 +40,7 @@ impl Catalogue {
     }
 }
 
-/// The offering the fake provider's create picks for a NodeClaim.
+/// The offering the kwok provider's create picks for a NodeClaim.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Launch {
     /// Instance type name.
@@ -52,12 +54,12 @@ pub struct Launch {
 }
 
 /// The offering create would pick among `instance_types` for a claim with `requirements`
-/// ([`kwok::cheapest_launch`]: cheapest available compatible offering, ties by instance type, zone, capacity type).
+/// ([`launch::cheapest_launch`]: cheapest available compatible offering, ties by instance type, zone, capacity type).
 pub fn cheapest_launch<'a>(
     instance_types: impl IntoIterator<Item = &'a InstanceType>,
     requirements: &Requirements,
 ) -> Option<Launch> {
-    let choice = kwok::cheapest_launch(instance_types, requirements)?;
+    let choice = launch::cheapest_launch(instance_types, requirements)?;
     let non_empty = |s: String| if s.is_empty() { None } else { Some(s) };
     Some(Launch {
         instance_type: choice.instance_type,

@@ -7,7 +7,7 @@
 //! 2. Build the [`ClusterSnapshot`] with the scheduler's file-input rules (unbound pods are pending; workloads
 //!    are expanded only when their pods are absent; DaemonSets count as overhead; NodeClaims without a node are
 //!    in flight).
-//! 3. Evaluate every NodePool against one catalogue (the fake provider's kwok catalogue, or `--instance-types
+//! 3. Evaluate every NodePool against one catalogue (the kwok provider's built-in catalogue, or `--instance-types
 //!    FILE` in upstream's kwok JSON format) whatever its `nodeClassRef` kind. A referenced node class that is not
 //!    in the input is treated as ready (and a note says so); one in the input whose `Ready` condition is not
 //!    `True` leaves its NodePools out.

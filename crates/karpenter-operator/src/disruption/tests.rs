@@ -57,7 +57,10 @@ fn env() -> Env {
     let clock = FakeClock::new(Utc.with_ymd_and_hms(2026, 3, 1, 12, 0, 0).unwrap());
     let server = ApiServer::builder().clock(Arc::new(clock.clone())).build();
     let client = server.client();
-    let cloud = FakeCloudProvider::new(FakeOptions { clock: Arc::new(clock.clone()), ..Default::default() });
+    let cloud = FakeCloudProvider::new(FakeOptions {
+        clock: Arc::new(clock.clone()),
+        ..karpenter_testing::kwok::fake_options()
+    });
     let metrics = Arc::new(Metrics::new(&BuildInfo::current("test", "1.95")));
     let recorder = Recorder::new(client.clone(), Arc::new(clock.clone()), "test");
     let state = ClusterState::new(Arc::new(clock.clone()), Duration::from_secs(20));
@@ -385,7 +388,7 @@ async fn an_underutilized_node_is_replaced_by_a_cheaper_one() {
     let new = e.claim(replacement).await.unwrap();
     let new_type = new.labels().get(labels::INSTANCE_TYPE).cloned().unwrap();
     let price = |name: &str| {
-        karpenter_cloudprovider::kwok::catalogue()
+        karpenter_testing::kwok::catalogue::catalogue()
             .into_iter()
             .find(|it| it.name == name)
             .and_then(|it| it.offerings.iter().map(|o| o.price).reduce(f64::max))

@@ -12,8 +12,8 @@ use karpenter_api::hash::{NODE_POOL_HASH_VERSION, node_pool_hash};
 use karpenter_api::labels::{self, annotations};
 use karpenter_api::nodeclaim::conditions as cond;
 use karpenter_api::{KWOKNodeClass, NodeClaim, NodePool, TaintEffect};
+use karpenter_cloudprovider::CloudProvider;
 use karpenter_cloudprovider::time::tokio_now;
-use karpenter_cloudprovider::{CloudProvider, FakeCloudProvider};
 use karpenter_testing::apiserver::{ApiServer, ApiService, create_with_status};
 use karpenter_testing::{
     FakeClock, KWOKNodeClassOptions, NodeClaimOptions, NodeOptions, NodePoolOptions, PodOptions, condition,
@@ -49,7 +49,7 @@ fn fx() -> Fx {
         clock,
         state,
         metrics: Arc::new(Metrics::new(&BuildInfo::default())),
-        cloud: Arc::new(FakeCloudProvider::default()),
+        cloud: Arc::new(karpenter_testing::kwok::fake()),
     }
 }
 

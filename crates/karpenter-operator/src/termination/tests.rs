@@ -48,7 +48,10 @@ fn env() -> Env {
     let clock = FakeClock::new(Utc.with_ymd_and_hms(2026, 3, 1, 12, 0, 0).unwrap());
     let server = ApiServer::builder().clock(Arc::new(clock.clone())).build();
     let client = server.client();
-    let cloud = FakeCloudProvider::new(FakeOptions { clock: Arc::new(clock.clone()), ..Default::default() });
+    let cloud = FakeCloudProvider::new(FakeOptions {
+        clock: Arc::new(clock.clone()),
+        ..karpenter_testing::kwok::fake_options()
+    });
     let metrics = Arc::new(Metrics::new(&BuildInfo::current("test", "1.95")));
     let recorder = Recorder::new(client.clone(), Arc::new(clock.clone()), "test");
     let term =

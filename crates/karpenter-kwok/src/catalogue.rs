@@ -1,5 +1,10 @@
 //! The kwok instance-type catalogue: upstream's generic, cloud-neutral instance types (the set its kwok provider
-//! embeds), a loader for upstream's kwok instance-type JSON, and [`cheapest_launch`], the offering a launch picks.
+//! embeds) and a loader for upstream's kwok instance-type JSON.
+//!
+//! [`KwokCloudProvider`](crate::KwokCloudProvider) launches from these instance types (the built-in ones unless
+//! [`KwokOptions`](crate::KwokOptions) name others), picking with `karpenter_cloudprovider::cheapest_launch`;
+//! `simulate` evaluates NodePools against them; tests get them, and the in-memory fake provider over them, from
+//! `karpenter_testing::kwok` (feature `kwok`).
 //!
 //! # The built-in catalogue ([`catalogue`])
 //!
@@ -29,7 +34,6 @@
 //! not be launched). Errors name the entry (index and name) and the field.
 
 use std::collections::BTreeSet;
-use std::fmt;
 
 use karpenter_api::labels::kwok as kwok_labels;
 use karpenter_api::labels::{
@@ -381,74 +385,10 @@ pub fn to_instance_types_json(instance_types: &[InstanceType]) -> String {
     serde_json::to_string_pretty(&out).unwrap_or_else(|_| "[]".to_owned())
 }
 
-/// The offering a launch picks for a NodeClaim, as the fake provider's `create` does.
-#[derive(Clone, Debug, PartialEq)]
-pub struct LaunchChoice {
-    /// Instance type name.
-    pub instance_type: String,
-    /// The offering's zone (empty when the offering names none).
-    pub zone: String,
-    /// The offering's capacity type (empty when the offering names none).
-    pub capacity_type: String,
-    /// Hourly price of the offering.
-    pub price: f64,
-}
-
-impl fmt::Display for LaunchChoice {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {} {} ${:.4}/h", self.instance_type, self.zone, self.capacity_type, self.price)
-    }
-}
-
-/// The cheapest available offering compatible with `requirements` over every instance type whose requirements
-/// intersect them; ties broken by instance-type name, then zone, then capacity type (so the answer is
-/// deterministic). Offerings with a NaN price are never picked. `None` when nothing is launchable.
-///
-/// Compatibility is `Requirements::intersects` (keys constrained on both sides must share a value; a key only one
-/// side constrains is ignored), for the instance type as the scheduler filters them and for the offering. A
-/// claim's requirements normally pin the candidates with `node.kubernetes.io/instance-type In [...]`; resource fit
-/// is the caller's business (the scheduler only puts instance types that fit on a claim; the fake provider
-/// filters by the claim's requests before calling this).
-pub fn cheapest_launch<'a, I>(instance_types: I, requirements: &Requirements) -> Option<LaunchChoice>
-where
-    I: IntoIterator<Item = &'a InstanceType>,
-{
-    let mut best: Option<(&InstanceType, &Offering, &str, &str)> = None;
-    for it in instance_types {
-        if requirements.intersects(&it.requirements).is_err() {
-            continue;
-        }
-        for o in &it.offerings {
-            if !o.available || o.price.is_nan() || requirements.intersects(&o.requirements).is_err() {
-                continue;
-            }
-            let (zone, ct) = (o.zone().unwrap_or(""), o.capacity_type().unwrap_or(""));
-            let better = match best {
-                None => true,
-                Some((bit, bo, bz, bct)) => o
-                    .price
-                    .total_cmp(&bo.price)
-                    .then_with(|| it.name.cmp(&bit.name))
-                    .then_with(|| zone.cmp(bz))
-                    .then_with(|| ct.cmp(bct))
-                    .is_lt(),
-            };
-            if better {
-                best = Some((it, o, zone, ct));
-            }
-        }
-    }
-    best.map(|(it, o, zone, ct)| LaunchChoice {
-        instance_type: it.name.clone(),
-        zone: zone.to_owned(),
-        capacity_type: ct.to_owned(),
-        price: o.price,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use karpenter_cloudprovider::cheapest_launch;
     use karpenter_requirements::OfferingsExt;
 
     fn find<'a>(its: &'a [InstanceType], name: &str) -> &'a InstanceType {
@@ -519,7 +459,7 @@ mod tests {
     }
 
     #[test]
-    fn cheapest_launch_picks_cheapest_then_breaks_ties_by_name_zone_capacity_type() {
+    fn cheapest_launch_over_the_catalogue() {
         let its = catalogue();
         // Everything linux amd64: the cheapest is c-1x spot, tie over zones → test-zone-a.
         let r = reqs(&[(OS, &["linux"]), (ARCH, &["amd64"])]);
@@ -543,21 +483,6 @@ mod tests {
             ("s-4x-arm64-linux", "test-zone-c", "on-demand")
         );
         assert!((c.price - (0.1 + 0.016 * 1.073741824)).abs() < 1e-12, "{}", c.price);
-        // a capacity-type tie: two offerings in the same zone at the same price
-        let it = InstanceType::new(
-            "x",
-            reqs(&[(INSTANCE_TYPE, &["x"])]),
-            vec![offering("z", "spot", 1.0, true), offering("z", "on-demand", 1.0, true)],
-            ResourceList::new(),
-            Overhead::default(),
-        );
-        assert_eq!(cheapest_launch([&it], &Requirements::new()).unwrap().capacity_type, "on-demand");
-        // unavailable offerings are skipped; nothing compatible → None
-        let mut it2 = it.clone();
-        it2.offerings[1].available = false;
-        assert_eq!(cheapest_launch([&it2], &Requirements::new()).unwrap().capacity_type, "spot");
-        it2.offerings[0].available = false;
-        assert_eq!(cheapest_launch([&it2], &Requirements::new()), None);
         assert_eq!(cheapest_launch(&its, &reqs(&[(ZONE, &["elsewhere"])])), None);
         assert_eq!(cheapest_launch(&its, &reqs(&[(OS, &["plan9"])])), None);
     }

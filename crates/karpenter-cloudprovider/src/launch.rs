@@ -1,0 +1,178 @@
+//! Provider-neutral launch helpers: [`cheapest_launch`], the offering a launch picks over any instance types, with
+//! its answer, [`LaunchChoice`]; [`resource_map`] and [`k8s_time`] for the status and timestamps of the NodeClaim
+//! a provider returns.
+//!
+//! Instance types arrive as data (a provider's catalogue, a file, a test's hand-made types), so the in-memory fake,
+//! the kwok provider and `simulate` share one rule and make the same choice for the same claim.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use karpenter_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use karpenter_api::nodeclaim::ResourceQuantity;
+use karpenter_requirements::{InstanceType, Offering, Requirements, ResourceList};
+
+/// The offering a launch picks for a NodeClaim, as the fake and kwok providers' `create` do.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LaunchChoice {
+    /// Instance type name.
+    pub instance_type: String,
+    /// The offering's zone (empty when the offering names none).
+    pub zone: String,
+    /// The offering's capacity type (empty when the offering names none).
+    pub capacity_type: String,
+    /// Hourly price of the offering.
+    pub price: f64,
+}
+
+impl fmt::Display for LaunchChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {} {} ${:.4}/h", self.instance_type, self.zone, self.capacity_type, self.price)
+    }
+}
+
+/// The cheapest available offering compatible with `requirements` over every instance type whose requirements
+/// intersect them; ties broken by instance-type name, then zone, then capacity type (so the answer is
+/// deterministic). Offerings with a NaN price are never picked. `None` when nothing is launchable.
+///
+/// Compatibility is `Requirements::intersects` (keys constrained on both sides must share a value; a key only one
+/// side constrains is ignored), for the instance type as the scheduler filters them and for the offering. A
+/// claim's requirements normally pin the candidates with `node.kubernetes.io/instance-type In [...]`; resource fit
+/// is the caller's business (the scheduler only puts instance types that fit on a claim; the fake provider
+/// filters by the claim's requests before calling this).
+pub fn cheapest_launch<'a, I>(instance_types: I, requirements: &Requirements) -> Option<LaunchChoice>
+where
+    I: IntoIterator<Item = &'a InstanceType>,
+{
+    let mut best: Option<(&InstanceType, &Offering, &str, &str)> = None;
+    for it in instance_types {
+        if requirements.intersects(&it.requirements).is_err() {
+            continue;
+        }
+        for o in &it.offerings {
+            if !o.available || o.price.is_nan() || requirements.intersects(&o.requirements).is_err() {
+                continue;
+            }
+            let (zone, ct) = (o.zone().unwrap_or(""), o.capacity_type().unwrap_or(""));
+            let better = match best {
+                None => true,
+                Some((bit, bo, bz, bct)) => o
+                    .price
+                    .total_cmp(&bo.price)
+                    .then_with(|| it.name.cmp(&bit.name))
+                    .then_with(|| zone.cmp(bz))
+                    .then_with(|| ct.cmp(bct))
+                    .is_lt(),
+            };
+            if better {
+                best = Some((it, o, zone, ct));
+            }
+        }
+    }
+    best.map(|(it, o, zone, ct)| LaunchChoice {
+        instance_type: it.name.clone(),
+        zone: zone.to_owned(),
+        capacity_type: ct.to_owned(),
+        price: o.price,
+    })
+}
+
+/// A chrono instant as a Kubernetes `Time` (what providers put in creation and deletion timestamps).
+pub fn k8s_time(t: DateTime<Utc>) -> Option<Time> {
+    let nanos = i32::try_from(t.timestamp_subsec_nanos()).ok()?;
+    karpenter_api::k8s_openapi::jiff::Timestamp::new(t.timestamp(), nanos).ok().map(Time)
+}
+
+/// An instance type's resource list as NodeClaim status quantities, zero entries dropped (as upstream).
+pub fn resource_map(list: &ResourceList) -> BTreeMap<String, ResourceQuantity> {
+    list.iter()
+        .filter(|(_, q)| !q.is_zero())
+        .map(|(n, q)| (n.to_owned(), ResourceQuantity::new(q.to_string())))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use karpenter_api::labels::{ARCH, CAPACITY_TYPE, INSTANCE_TYPE, OS, ZONE};
+    use karpenter_requirements::{Overhead, Requirement, ResourceList};
+
+    use super::*;
+    use crate::test_types::{instance_type, offering};
+
+    fn reqs(entries: &[(&str, &[&str])]) -> Requirements {
+        entries.iter().map(|(k, v)| Requirement::in_values(k, v.iter().copied())).collect()
+    }
+
+    /// Spot at 0.7 and on-demand at 1.0 per unit of `scale`, in two zones.
+    fn priced(scale: f64) -> Vec<Offering> {
+        ["zone-b", "zone-a"]
+            .into_iter()
+            .flat_map(|z| [offering(z, "on-demand", scale, true), offering(z, "spot", 0.7 * scale, true)])
+            .collect()
+    }
+
+    fn catalogue() -> Vec<InstanceType> {
+        vec![
+            instance_type("big-amd64-linux", "amd64", "linux", 8, priced(4.0)),
+            instance_type("small-amd64-linux", "amd64", "linux", 2, priced(1.0)),
+            instance_type("small-arm64-linux", "arm64", "linux", 2, priced(1.0)),
+            instance_type("tiny-amd64-windows", "amd64", "windows", 1, priced(0.5)),
+        ]
+    }
+
+    #[test]
+    fn cheapest_launch_picks_cheapest_then_breaks_ties_by_name_zone_capacity_type() {
+        let its = catalogue();
+        // Everything linux amd64: the cheapest is small spot, tie over zones → zone-a.
+        let r = reqs(&[(OS, &["linux"]), (ARCH, &["amd64"])]);
+        let c = cheapest_launch(&its, &r).unwrap();
+        assert_eq!(
+            (c.instance_type.as_str(), c.zone.as_str(), c.capacity_type.as_str()),
+            ("small-amd64-linux", "zone-a", "spot")
+        );
+        assert!((c.price - 0.7).abs() < 1e-12, "{}", c.price);
+        // amd64 and arm64 cost the same: the name breaks the tie.
+        let c = cheapest_launch(&its, &reqs(&[(OS, &["linux"])])).unwrap();
+        assert_eq!(c.instance_type, "small-amd64-linux");
+        // Without requirements the cheaper windows type wins: compatibility is the only filter.
+        assert_eq!(cheapest_launch(&its, &Requirements::new()).unwrap().instance_type, "tiny-amd64-windows");
+        // on-demand only, one zone, two named candidates
+        let r = reqs(&[
+            (INSTANCE_TYPE, &["big-amd64-linux", "small-arm64-linux"]),
+            (CAPACITY_TYPE, &["on-demand"]),
+            (ZONE, &["zone-b"]),
+        ]);
+        let c = cheapest_launch(&its, &r).unwrap();
+        assert_eq!(
+            (c.instance_type.as_str(), c.zone.as_str(), c.capacity_type.as_str()),
+            ("small-arm64-linux", "zone-b", "on-demand")
+        );
+        assert_eq!(c.to_string(), "small-arm64-linux zone-b on-demand $1.0000/h");
+        // a capacity-type tie: two offerings in the same zone at the same price
+        let it = InstanceType::new(
+            "x",
+            reqs(&[(INSTANCE_TYPE, &["x"])]),
+            vec![offering("z", "spot", 1.0, true), offering("z", "on-demand", 1.0, true)],
+            ResourceList::new(),
+            Overhead::default(),
+        );
+        assert_eq!(cheapest_launch([&it], &Requirements::new()).unwrap().capacity_type, "on-demand");
+        // unavailable offerings are skipped; nothing compatible → None
+        let mut it2 = it.clone();
+        it2.offerings[1].available = false;
+        assert_eq!(cheapest_launch([&it2], &Requirements::new()).unwrap().capacity_type, "spot");
+        it2.offerings[0].available = false;
+        assert_eq!(cheapest_launch([&it2], &Requirements::new()), None);
+        assert_eq!(cheapest_launch(&its, &reqs(&[(ZONE, &["elsewhere"])])), None);
+        assert_eq!(cheapest_launch(&its, &reqs(&[(OS, &["plan9"])])), None);
+    }
+
+    #[test]
+    fn a_nan_price_is_never_picked() {
+        let mut it = instance_type("x", "amd64", "linux", 1, vec![offering("z", "spot", f64::NAN, true)]);
+        assert_eq!(cheapest_launch([&it], &Requirements::new()), None);
+        it.offerings.push(offering("z", "on-demand", 5.0, true));
+        assert_eq!(cheapest_launch([&it], &Requirements::new()).unwrap().capacity_type, "on-demand");
+    }
+}
