@@ -9,39 +9,34 @@ use karpenter_api::labels::{ARCH, CAPACITY_TYPE, INSTANCE_TYPE, OS, ZONE};
 use karpenter_api::nodeclaim::ResourceQuantity;
 use karpenter_api::{NodeClaim, NodePool};
 use karpenter_cloudprovider::{CloudProvider, ErrorKind, FakeCloudProvider, FakeOptions, Method, OfferingRef};
-use karpenter_testing::{Clock, FakeClock, kwok};
-use serde_json::json;
+use karpenter_testing::{
+    Clock, FakeClock, NodeClaimOptions, NodePoolOptions, kwok, kwok_node_class_ref, node_claim, node_pool,
+    nodepool_requirement,
+};
 
 fn block_on<F: std::future::Future>(f: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(f)
 }
 
+/// A NodeClaim of the `default` pool (labelled `team: a`) on the default KWOKNodeClass, built with the test kit.
 fn claim(name: &str, reqs: &[(&str, &str, &[&str])], cpu: &str) -> NodeClaim {
-    let reqs: Vec<_> = reqs.iter().map(|(k, op, v)| json!({"key": k, "operator": op, "values": v})).collect();
-    serde_json::from_value(json!({
-        "apiVersion": "karpenter.sh/v1",
-        "kind": "NodeClaim",
-        "metadata": {"name": name, "labels": {"karpenter.sh/nodepool": "default", "team": "a"}},
-        "spec": {
-            "requirements": reqs,
-            "resources": {"requests": {"cpu": cpu}},
-            "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"}
-        }
-    }))
-    .unwrap()
+    node_claim(NodeClaimOptions {
+        name: Some(name.into()),
+        node_pool: Some("default".into()),
+        labels: [("team".to_string(), "a".to_string())].into(),
+        requirements: reqs.iter().map(|(k, op, v)| nodepool_requirement(k, op, v)).collect(),
+        requests: [("cpu", cpu)].into(),
+        node_class_ref: Some(kwok_node_class_ref("default")),
+        ..Default::default()
+    })
 }
 
 fn pool() -> NodePool {
-    serde_json::from_value(json!({
-        "apiVersion": "karpenter.sh/v1",
-        "kind": "NodePool",
-        "metadata": {"name": "default"},
-        "spec": {"template": {"spec": {
-            "requirements": [],
-            "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"}
-        }}}
-    }))
-    .unwrap()
+    node_pool(NodePoolOptions {
+        name: Some("default".into()),
+        node_class_ref: Some(kwok_node_class_ref("default")),
+        ..Default::default()
+    })
 }
 
 fn linux(name: &str, cpu: &str) -> NodeClaim {
