@@ -52,6 +52,73 @@ pub const SOLVE_TIMEOUT: Duration = Duration::from_secs(60);
 /// The `controller` label of the scheduler metrics.
 pub const CONTROLLER: &str = "provisioner";
 
+/// Retries of a NodeClaim create whose answer was lost, and the wait before the first (doubled each time): an API
+/// server restart takes a few seconds.
+const CREATE_RETRIES: u32 = 4;
+const CREATE_RETRY_WAIT: Duration = Duration::from_secs(1);
+/// The characters the API server draws `generateName` suffixes from (no vowels, no look-alikes).
+const NAME_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+
+/// `prefix` and five characters drawn as the API server draws them for `generateName`, from a randomly keyed hash
+/// of a process-wide counter.
+fn generated_name(prefix: &str) -> String {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    let mut bits = hasher.finish();
+    let mut name = String::with_capacity(prefix.len() + 5);
+    name.push_str(prefix);
+    for _ in 0..5 {
+        name.push(char::from(NAME_ALPHABET[(bits % NAME_ALPHABET.len() as u64) as usize]));
+        bits /= NAME_ALPHABET.len() as u64;
+    }
+    name
+}
+
+/// Whether a failed request may nonetheless have been applied: the connection broke after the request went out,
+/// or the server failed (5xx). A 4xx answer means it was not.
+fn outcome_unknown(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(status) => status.code >= 500,
+        _ => true,
+    }
+}
+
+/// Creates `claim` under a name chosen here instead of the API server's `generateName`, so a create whose answer
+/// was lost can be sent again without launching twice: the retry either creates the claim or is refused with 409
+/// AlreadyExists because the first attempt did, and then the claim is read back. (With `generateName`, the next
+/// provisioning pass created a second claim for the same pods whenever kube-apiserver went away mid-request.) A
+/// 409 on a first attempt is a name collision with another claim: a new name is drawn.
+async fn create_named(api: &Api<NodeClaim>, mut claim: NodeClaim) -> Result<NodeClaim, kube::Error> {
+    let prefix = claim.metadata.generate_name.take().unwrap_or_default();
+    let mut name = claim.metadata.name.clone().unwrap_or_else(|| generated_name(&prefix));
+    let mut sent_before = false;
+    let mut retries = 0;
+    let mut wait = CREATE_RETRY_WAIT;
+    loop {
+        claim.metadata.name = Some(name.clone());
+        match api.create(&PostParams::default(), &claim).await {
+            Ok(created) => return Ok(created),
+            Err(kube::Error::Api(status)) if status.code == 409 && sent_before => return api.get(&name).await,
+            Err(kube::Error::Api(status)) if status.code == 409 && retries < CREATE_RETRIES => {
+                retries += 1;
+                name = generated_name(&prefix);
+            }
+            Err(e) if outcome_unknown(&e) && retries < CREATE_RETRIES => {
+                tracing::debug!(controller = CONTROLLER, NodeClaim = %name, error = %e,
+                    "creating the nodeclaim: no answer, sending it again under the same name");
+                sent_before = true;
+                retries += 1;
+                tokio::time::sleep(wait).await;
+                wait *= 2;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// The provisioner's settings.
 #[derive(Debug, Clone)]
 pub struct ProvisionerOptions {
@@ -482,8 +549,7 @@ impl Provisioner {
         }
         let claim = build_node_claim(&pool, plan, self.cloud.labels())?;
         let api: Api<NodeClaim> = Api::all(self.client.clone());
-        let created = api
-            .create(&PostParams::default(), &claim)
+        let created = create_named(&api, claim)
             .await
             .map_err(|source| ProvisionError::Create { pool: pool_name.clone(), source })?;
         let answered = tokio_now();
@@ -700,6 +766,27 @@ pub fn check_limits<C: std::borrow::Borrow<NodeClaim>>(pool: &NodePool, claims: 
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn generated_names_look_like_the_api_servers_and_differ() {
+        let a = super::generated_name("default-");
+        let b = super::generated_name("default-");
+        assert_eq!(a.len(), "default-".len() + 5);
+        assert!(
+            a.starts_with("default-") && a["default-".len()..].bytes().all(|c| super::NAME_ALPHABET.contains(&c)),
+            "{a}"
+        );
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn only_answers_below_500_say_a_create_was_not_applied() {
+        let status = |code: u16| kube::Error::Api(kube::core::Status::failure("x", "Reason").with_code(code).boxed());
+        assert!(!super::outcome_unknown(&status(409)));
+        assert!(!super::outcome_unknown(&status(422)));
+        assert!(super::outcome_unknown(&status(503)));
+        assert!(super::outcome_unknown(&kube::Error::LinesCodecMaxLineLengthExceeded));
+    }
+
     use super::*;
     use crate::metrics::BuildInfo;
     use karpenter_api::labels::{self, annotations};
