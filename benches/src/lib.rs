@@ -2,6 +2,7 @@
 //! requirements, and a catalogue of instance types with offerings ([`upstream`]: upstream Karpenter's
 //! scheduling benchmark workload). Everything is deterministic.
 
+pub mod disruption;
 pub mod upstream;
 
 use std::collections::BTreeSet;

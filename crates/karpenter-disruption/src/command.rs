@@ -190,8 +190,8 @@ pub enum Reason {
     PodsUnschedulable { pods: Vec<UnschedulablePod> },
     /// Removing it needs more than one new node.
     NeedsMultipleNodes { count: usize },
-    /// The pending pods alone need `count` (at least 2) new nodes, so no consolidation of this pass could make do
-    /// with one: consolidation waits until provisioning has launched them.
+    /// The pending pods alone need at least `count` (2: the simulation stops counting there) new nodes, so no
+    /// consolidation of this pass could make do with one: consolidation waits until provisioning has launched them.
     PendingPodsNeedNodes { count: usize },
     /// No replacement is strictly cheaper.
     NoCheaperOption { price: f64 },
@@ -292,7 +292,7 @@ impl std::fmt::Display for Reason {
             Reason::NeedsMultipleNodes { count } => write!(f, "can't remove without creating {count} nodes"),
             Reason::PendingPodsNeedNodes { count } => write!(
                 f,
-                "can't remove while pending pods need {count} new nodes (consolidation waits for provisioning)"
+                "can't remove while pending pods need {count} or more new nodes (consolidation waits for provisioning)"
             ),
             Reason::NoCheaperOption { price } => {
                 write!(f, "can't replace with a cheaper node (current price {})", money(*price))

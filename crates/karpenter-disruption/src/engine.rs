@@ -28,6 +28,8 @@ pub const SPOT_TO_SPOT_MIN_TYPES: usize = 15;
 
 const SPOT: &str = "spot";
 const ON_DEMAND: &str = "on-demand";
+/// New NodeClaims for the pending pods alone at which no consolidation of the pass can make do with one.
+const PENDING_CLAIMS_ENOUGH: usize = 2;
 
 /// Prepared per-pass state.
 pub(crate) struct Engine<'a> {
@@ -96,19 +98,21 @@ impl<'a> Engine<'a> {
         Engine { cluster, sim, budgets, totals, pending, window, catalogue, pending_claims: OnceCell::new() }
     }
 
-    /// How many new NodeClaims the pending pods need on their own, with the nodes consolidation never packs onto
-    /// left out: simulated once per pass, on first use. Every consolidation simulation places these pods too, on
-    /// less capacity (its candidates removed) and with more pods (the candidates'), so it needs as many new nodes
-    /// or more (short of a packing-order anomaly); at 2 or more no delete or single replacement can come of it.
-    /// Without this, a pass during a large scale-out re-packed every pending pod once per candidate (tens of
-    /// seconds at 40,000 pending pods) to reach the same verdict.
+    /// How many new NodeClaims the pending pods need on their own (counted up to 2), with the nodes consolidation
+    /// never packs onto left out: simulated once per pass, on first use. Every consolidation simulation places
+    /// these pods too, on less capacity (its candidates removed) and with more pods (the candidates'), so it needs
+    /// as many new nodes or more (short of a packing-order anomaly); at 2 or more no delete or single replacement
+    /// can come of it. Without this, a pass during a large scale-out re-packed every pending pod once per
+    /// candidate (tens of seconds at 40,000 pending pods) to reach the same verdict; and the count stops at 2
+    /// because planning every node the pending pods need (thousands, during a large scale-out of small nodes)
+    /// only to compare the number with 2 was the largest allocation of such a pass.
     fn pending_claims(&self) -> usize {
         *self.pending_claims.get_or_init(|| {
             if self.pending.is_empty() {
                 return 0;
             }
             let view = SimulationView { removed: &self.window, fewest_new_nodes: true, ..Default::default() };
-            self.sim.simulate(&view).new_node_claims.len()
+            self.sim.count_new_claims(&view, PENDING_CLAIMS_ENOUGH)
         })
     }
 
@@ -194,7 +198,7 @@ impl<'a> Engine<'a> {
     /// Upstream's `computeConsolidation` for `cands`: a delete or a replace, or why not.
     pub fn consolidate(&self, cands: &[&Candidate<'a>], method: Method) -> Result<Move, Reason> {
         let count = self.pending_claims();
-        if count >= 2 {
+        if count >= PENDING_CLAIMS_ENOUGH {
             return Err(Reason::PendingPodsNeedNodes { count });
         }
         let d = self.simulate(cands, true)?;

@@ -21,7 +21,7 @@ use karpenter_requirements::{
 };
 
 pub use pods::TOPOLOGY_NOT_SUPPORTED;
-use pods::{PodData, Relaxation, pod_data};
+use pods::{PodData, Relaxation, pods_data};
 use templates::{ExistingNode, Template, daemons, existing_nodes};
 use topology::{Place, Prepared, Topology};
 use volumes::{VolumeIndex, first_compatible};
@@ -145,6 +145,9 @@ pub(crate) struct Solver<'a> {
     /// a pod of the class down turns every later one down too; with thousands of full nodes and tens of
     /// thousands of pending replicas, scanning them all again for every replica was most of a pass.
     existing_unfit: HashMap<(u64, Relaxation), usize>,
+    /// Stop once this many new NodeClaims are open (the result then says `timedOut`); see
+    /// [`crate::simulation::Simulator::count_new_claims`].
+    claim_cap: Option<usize>,
 }
 
 /// The claim does not constrain the key to listed values (absent or a complement): never rejected by it.
@@ -208,8 +211,7 @@ impl<'a> Solver<'a> {
     ) -> Self {
         let daemons = daemons(snapshot);
         let volume_index = VolumeIndex::new(snapshot);
-        let pods: Vec<PodData<'a>> =
-            snapshot.pending_pods.iter().map(|p| pod_data(p, provider, &volume_index)).collect();
+        let pods: Vec<PodData<'a>> = pods_data(snapshot.pending_pods.iter().map(|p| &**p), provider, &volume_index);
         let base = Base::new(snapshot, pools, provider, &daemons);
         Solver::from_base(base, pods, provider, options)
     }
@@ -242,6 +244,7 @@ impl<'a> Solver<'a> {
             no_templates_reason: base.no_templates_reason,
             compat_cache: RefCell::new(HashMap::new()),
             existing_unfit: HashMap::new(),
+            claim_cap: None,
             pods,
         }
     }
@@ -271,8 +274,9 @@ impl<'a> Solver<'a> {
         Some(hasher.finish())
     }
 
-    /// Runs the solve loop (for [`crate::simulation`]).
-    pub(crate) fn run(self, should_stop: &mut dyn FnMut() -> bool) -> Decisions {
+    /// Runs the solve loop (for [`crate::simulation`]), stopping once `claim_cap` new NodeClaims are open.
+    pub(crate) fn run(mut self, should_stop: &mut dyn FnMut() -> bool, claim_cap: Option<usize>) -> Decisions {
+        self.claim_cap = claim_cap;
         self.solve(should_stop)
     }
 
@@ -298,7 +302,7 @@ impl<'a> Solver<'a> {
                 (a.0, a.1)
                     .cmp(&(b.0, b.1))
                     .then_with(|| created(a.2).cmp(&created(b.2)))
-                    .then_with(|| pods[a.2].uid.cmp(&pods[b.2].uid))
+                    .then_with(|| pods[a.2].uid().cmp(pods[b.2].uid()))
                     .then(a.2.cmp(&b.2))
             });
             order = keyed.into_iter().map(|k| k.2).collect();
@@ -323,6 +327,10 @@ impl<'a> Solver<'a> {
                 Ok(()) => {
                     self.errors[i] = None;
                     self.placed[i] = true;
+                    if self.claim_cap.is_some_and(|cap| self.claims.len() >= cap) {
+                        timed_out = true;
+                        break;
+                    }
                 }
                 Err(e) => {
                     self.errors[i] = Some(e);

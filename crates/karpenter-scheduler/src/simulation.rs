@@ -48,7 +48,7 @@ use karpenter_api::{CompactPod, ProviderLabels};
 use karpenter_requirements::ResourceList;
 
 use crate::decision::{Decisions, UnschedulablePod, UnschedulableReason};
-use crate::scheduler::pods::{PodData, pod_data};
+use crate::scheduler::pods::{PodData, pods_data};
 use crate::scheduler::templates::{ExistingNode, daemons};
 use crate::scheduler::volumes::VolumeIndex;
 use crate::scheduler::{Base, PoolInput, SchedulerOptions, Solver};
@@ -129,7 +129,7 @@ impl<'a> Simulator<'a> {
     ) -> Self {
         let daemons = daemons(snapshot);
         let volumes = VolumeIndex::new(snapshot);
-        let pending = snapshot.pending_pods.iter().map(|p| pod_data(p, provider, &volumes)).collect();
+        let pending = pods_data(snapshot.pending_pods.iter().map(|p| &**p), provider, &volumes);
         let base = Base::new(snapshot, pools, provider, &daemons);
         let index = base.existing.iter().enumerate().map(|(i, n)| (n.name.clone(), i)).collect();
         let prefix_ok = !base.any_prefer_no_schedule
@@ -153,13 +153,33 @@ impl<'a> Simulator<'a> {
     where
         'a: 'v,
     {
+        self.simulate_capped(view, None)
+    }
+
+    /// How many new NodeClaims [`Simulator::simulate`] would plan for `view`, counted up to `cap`: the solve stops
+    /// as soon as `cap` claims are open, so asking "two or more?" of 40,000 pending pods places a few dozen of
+    /// them instead of planning thousands of nodes. A solve never closes a claim it opened, so the full answer is
+    /// at least `cap` then, except that finalisation drops a claim whose instance types cannot meet a NodePool's
+    /// `minValues`, and a claim that more pods narrowed could fail there where the capped one did not: the count
+    /// may then be `cap` where the full solve plans fewer. Callers that use it to hold back (consolidation waits
+    /// for the pending pods' nodes) are at worst held back one pass too long.
+    pub fn count_new_claims<'v>(&self, view: &SimulationView<'v>, cap: usize) -> usize
+    where
+        'a: 'v,
+    {
+        let d = self.simulate_capped(view, Some(cap));
+        d.new_node_claims.len().min(cap)
+    }
+
+    fn simulate_capped<'v>(&self, view: &SimulationView<'v>, claim_cap: Option<usize>) -> Decisions
+    where
+        'a: 'v,
+    {
         let mut pods: Vec<PodData<'v>> = Vec::with_capacity(view.pods.len() + self.pending.len());
         if !view.skip_pending {
             pods.extend(self.pending.iter().cloned());
         }
-        for p in &view.pods {
-            pods.push(pod_data(p, self.provider, &self.volumes));
-        }
+        pods.extend(pods_data(view.pods.iter().copied(), self.provider, &self.volumes));
         // The element-wise smallest request: nodes that cannot hold it cannot hold any pod.
         let mut smallest: Option<ResourceList> = None;
         for p in pods.iter().filter(|p| p.error.is_none()) {
@@ -180,7 +200,7 @@ impl<'a> Simulator<'a> {
         let simple_pods = self.prefix_ok && pods.iter().all(|p| simple(p.pod));
         let topology = if simple_pods { &self.lean } else { self.base.snapshot };
         let Some(min) = smallest else {
-            return self.finish(self.solve(topology, Vec::new(), pods, view), view);
+            return self.finish(self.solve(topology, Vec::new(), pods, view, claim_cap), view);
         };
         let offered = self.base.existing.iter().filter(|n| !view.removed.contains(&n.name) && min.fits(&n.available));
         // Fast path: first fit over a prefix of the offered nodes. When every pod lands on a node of the prefix,
@@ -190,13 +210,13 @@ impl<'a> Simulator<'a> {
             let k = (pods.len() * 4).max(PREFIX_MIN);
             let prefix: Vec<ExistingNode> = offered.clone().take(k).cloned().collect();
             if prefix.len() == k {
-                let d = self.solve(topology, prefix, pods.clone(), view);
+                let d = self.solve(topology, prefix, pods.clone(), view, claim_cap);
                 if d.new_node_claims.is_empty() && d.unschedulable.is_empty() && !d.timed_out {
                     return self.finish(d, view);
                 }
             }
         }
-        let d = self.solve(topology, offered.cloned().collect(), pods, view);
+        let d = self.solve(topology, offered.cloned().collect(), pods, view, claim_cap);
         self.finish(d, view)
     }
 
@@ -206,6 +226,7 @@ impl<'a> Simulator<'a> {
         existing: Vec<ExistingNode>,
         pods: Vec<PodData<'s>>,
         view: &SimulationView<'_>,
+        claim_cap: Option<usize>,
     ) -> Decisions {
         let base = Base {
             snapshot,
@@ -215,7 +236,7 @@ impl<'a> Simulator<'a> {
             no_templates_reason: self.base.no_templates_reason.clone(),
         };
         let options = if view.fewest_new_nodes { &self.fewest_nodes_options } else { self.options };
-        Solver::from_base(base, pods, self.provider, options).run(&mut || false)
+        Solver::from_base(base, pods, self.provider, options).run(&mut || false, claim_cap)
     }
 
     fn finish(&self, mut d: Decisions, view: &SimulationView<'_>) -> Decisions {
@@ -336,6 +357,58 @@ mod tests {
                 let expected = schedule(&reference, &[], &provider, &options);
                 assert_eq!(d, expected, "seed {seed}, removed {removed:?}");
                 assert!(d.placed_pods() > 0);
+            }
+        }
+    }
+
+    /// `n` pending pods of 3 CPU and a catalogue of one 4-CPU type: each pod needs a new node of its own.
+    fn one_node_per_pod(n: usize) -> (ClusterSnapshot, Vec<karpenter_requirements::InstanceType>) {
+        use karpenter_api::IntoSharedPod;
+        use karpenter_requirements::{Format, InstanceType, Offering, Overhead, Quantity, Requirement};
+        use karpenter_testing::{NodePoolOptions, PodOptions, node_pool, pod};
+        let offering = Offering::new(
+            [
+                Requirement::in_values("topology.kubernetes.io/zone", ["z"]),
+                Requirement::in_values("karpenter.sh/capacity-type", ["on-demand"]),
+            ]
+            .into_iter()
+            .collect(),
+            1.0,
+        );
+        let it = InstanceType::new(
+            "it-4",
+            [Requirement::in_values("node.kubernetes.io/instance-type", ["it-4"])].into_iter().collect(),
+            vec![offering],
+            ResourceList::new()
+                .with("cpu", Quantity::from_int(4, Format::DecimalSI))
+                .with("pods", Quantity::from_int(100, Format::DecimalSI)),
+            Overhead::default(),
+        );
+        let mut s = ClusterSnapshot::new();
+        s.node_pools.push(node_pool(NodePoolOptions { name: Some("default".into()), ..Default::default() }));
+        for i in 0..n {
+            s.pending_pods.push(
+                pod(PodOptions { name: Some(format!("p{i}")), requests: [("cpu", "3")].into(), ..Default::default() })
+                    .into_shared(),
+            );
+        }
+        (s, vec![it])
+    }
+
+    #[test]
+    fn counting_new_claims_stops_at_the_cap_and_agrees_below_it() {
+        let provider = ProviderLabels::aws();
+        let options = SchedulerOptions::default();
+        for n in [0usize, 1, 2, 5] {
+            let (s, its) = one_node_per_pod(n);
+            let pools = [PoolInput { node_pool: &s.node_pools[0], instance_types: &its }];
+            let sim = Simulator::new(&s, &pools, &provider, &options);
+            let view = SimulationView { fewest_new_nodes: true, ..Default::default() };
+            let full = sim.simulate(&view);
+            assert_eq!(full.new_node_claims.len(), n, "one node per pod");
+            assert!(!full.timed_out);
+            for cap in [1usize, 2, 3, 10] {
+                assert_eq!(sim.count_new_claims(&view, cap), n.min(cap), "{n} pods, cap {cap}");
             }
         }
     }

@@ -25,6 +25,7 @@ use karpenter_api::labels;
 use karpenter_requirements::{Format, OfferingsExt, Quantity, Requirement, Requirements, ResourceList};
 
 use super::templates::Template;
+use super::topology::PodTopology;
 use super::{NewClaim, Solver};
 use crate::bound::{LpType, ShapeDemand, ShapeType, solve_lp, solve_shape_lp};
 
@@ -159,7 +160,7 @@ impl Solver<'_> {
         pod.host_ports.is_empty()
             && pod.volumes.alternatives.is_empty()
             && pod.volumes.claims.is_empty()
-            && self.topology.pods.get(p).is_none_or(|t| t.is_empty())
+            && self.topology.pods.get(p).and_then(Option::as_deref).is_none_or(PodTopology::is_empty)
     }
 
     /// New claims for the pods of `members` (without hostnames) and the template's remaining limits after

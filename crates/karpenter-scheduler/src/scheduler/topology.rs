@@ -195,7 +195,9 @@ pub(crate) struct Place<'p> {
 #[derive(Debug, Default)]
 pub(crate) struct Topology {
     pub groups: Vec<Group>,
-    pub pods: Vec<PodTopology>,
+    /// Per pending pod, its topology; `None` when it has none (most pods: boxed, so the ones without cost a word
+    /// each instead of nine empty lists, 8 MiB at 40,000 pending pods).
+    pub pods: Vec<Option<Box<PodTopology>>>,
 }
 
 fn labels_of(pod: &CompactPod) -> &BTreeMap<String, String> {
@@ -433,7 +435,7 @@ impl Topology {
         for d in data.iter_mut() {
             let pod = d.pod;
             if d.error.is_some() {
-                per_pod.push(PodTopology::default());
+                per_pod.push(None);
                 continue;
             }
             match b.pod(pod, d, policy) {
@@ -441,12 +443,12 @@ impl Topology {
                     d.n_spread_anyway = t.spread_anyway.len();
                     d.n_affinity_preferred = t.affinity_preferred.len();
                     d.n_anti_preferred = t.anti_preferred.len();
-                    per_pod.push(t);
+                    per_pod.push((!t.is_empty()).then(|| Box::new(t)));
                 }
                 Err(message) => {
                     // Label selectors and spread constraints that do not parse.
                     d.error = Some(crate::decision::UnschedulableReason::InvalidPod { message });
-                    per_pod.push(PodTopology::default());
+                    per_pod.push(None);
                 }
             }
         }
@@ -581,6 +583,7 @@ impl Topology {
             let (ns, pl) = (namespace_of(d.pod), labels_of(d.pod));
             for (g, gr) in topo.groups.iter().enumerate() {
                 if gr.selects(ns, pl) {
+                    let t = t.get_or_insert_with(Box::default);
                     if gr.kind == Kind::Inverse { t.blocked_by.push(g as u32) } else { t.counted_by.push(g as u32) }
                 }
             }
@@ -590,7 +593,7 @@ impl Topology {
     }
 
     fn pod(&self, i: usize) -> Option<&PodTopology> {
-        self.pods.get(i).filter(|t| !t.is_empty())
+        self.pods.get(i).and_then(Option::as_deref).filter(|t| !t.is_empty())
     }
 
     /// A cheap pre-check for a node whose hostname is `host`: hostname-keyed anti-affinity and spread.
@@ -828,7 +831,7 @@ impl Topology {
 
     /// Records pod `i` placed at `place`.
     pub fn record(&mut self, i: usize, relax: &Relaxation, place: &Place<'_>) {
-        let Some(t) = self.pods.get(i) else { return };
+        let Some(t) = self.pods.get(i).and_then(Option::as_deref) else { return };
         if t.is_empty() {
             return;
         }
