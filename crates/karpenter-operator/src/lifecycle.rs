@@ -167,10 +167,6 @@ pub(crate) fn truncate(message: &str) -> String {
     message.chars().take(MAX_CONDITION_MESSAGE).collect()
 }
 
-fn condition<'a>(claim: &'a NodeClaim, type_: &str) -> Option<&'a Condition> {
-    claim.conditions().iter().find(|c| c.type_ == type_)
-}
-
 fn transition_time(c: &Condition) -> Option<DateTime<Utc>> {
     parse_rfc3339(&c.last_transition_time)
 }
@@ -187,252 +183,259 @@ fn freshest(given: &NodeClaim, state: &ClusterState) -> NodeClaim {
     }
 }
 
-/// One pass over one NodeClaim (see the module docs).
+/// One pass over one NodeClaim (see the module docs): each step reads and amends the claim's status, and the
+/// status is written once at the end (a step that deletes the claim or fails to launch ends the pass early).
 pub async fn reconcile(ctx: &LifecycleContext, claim: &NodeClaim) -> Result<Action, LifecycleError> {
-    let mut claim = freshest(claim, &ctx.state);
-    let name = claim.name_any();
+    let claim = freshest(claim, &ctx.state);
     if claim.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
-    let api = ctx.api();
-    let kube_err = |action: &'static str| {
-        let name = name.clone();
-        move |source| LifecycleError::Kube { name, action, kind: "NodeClaim", source }
+    let claim = ensure_finalizer(ctx, claim).await?;
+    let mut pass = Pass::new(ctx, claim);
+    if let Some(done) = pass.launch().await? {
+        return Ok(done);
+    }
+    let (registered, node) = pass.register().await?;
+    if let Some(node) = &node {
+        pass.initialize(node).await?;
+    }
+    pass.set_ready();
+    let requeue = match pass.liveness(registered).await? {
+        Liveness::Deleted => return Ok(Action::await_change()),
+        Liveness::Alive(requeue) => requeue,
     };
+    write_status(ctx, &pass.claim, &pass.before, pass.status).await?;
+    Ok(match requeue {
+        Some(d) => Action::requeue(d),
+        None => Action::await_change(),
+    })
+}
 
-    // 1. Finalizer.
+/// Step 1: the termination finalizer, added before anything is launched for the claim.
+async fn ensure_finalizer(ctx: &LifecycleContext, claim: NodeClaim) -> Result<NodeClaim, LifecycleError> {
+    if claim.finalizers().iter().any(|f| f == finalizers::TERMINATION) {
+        return Ok(claim);
+    }
+    let name = claim.name_any();
     let mut finalizers_list = claim.finalizers().to_vec();
-    if !finalizers_list.iter().any(|f| f == finalizers::TERMINATION) {
-        finalizers_list.push(finalizers::TERMINATION.to_owned());
-        let patch = json!({"metadata": {"finalizers": finalizers_list, "resourceVersion": claim.resource_version()}});
-        claim = api
-            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(kube_err("adding the termination finalizer"))?;
-        ctx.state.apply(claim.clone());
+    finalizers_list.push(finalizers::TERMINATION.to_owned());
+    let patch = json!({"metadata": {"finalizers": finalizers_list, "resourceVersion": claim.resource_version()}});
+    let claim = ctx.api().patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(|source| {
+        LifecycleError::Kube { name, action: "adding the termination finalizer", kind: "NodeClaim", source }
+    })?;
+    ctx.state.apply(claim.clone());
+    Ok(claim)
+}
+
+/// What a liveness check decided.
+enum Liveness {
+    /// The claim timed out and was deleted.
+    Deleted,
+    /// Still within its time; look again after this long (`None`: registered, nothing to time).
+    Alive(Option<Duration>),
+}
+
+/// One reconcile of one claim: the claim as last written, its status before the pass and as amended so far.
+struct Pass<'c> {
+    ctx: &'c LifecycleContext,
+    name: String,
+    claim: NodeClaim,
+    before: NodeClaimStatus,
+    status: NodeClaimStatus,
+    generation: Option<i64>,
+    now: DateTime<Utc>,
+}
+
+impl<'c> Pass<'c> {
+    fn new(ctx: &'c LifecycleContext, claim: NodeClaim) -> Self {
+        let before = claim.status.clone().unwrap_or_default();
+        Pass {
+            ctx,
+            name: claim.name_any(),
+            generation: claim.metadata.generation,
+            now: ctx.clock.now(),
+            status: before.clone(),
+            before,
+            claim,
+        }
     }
 
-    let now = ctx.clock.now();
-    let generation = claim.metadata.generation;
-    let before = claim.status.clone().unwrap_or_default();
-    let mut status = before.clone();
-    let mut requeue: Option<Duration> = None;
+    fn set(&mut self, type_: &str, status: ConditionStatus, reason: &str, message: &str) {
+        set_condition(&mut self.status.conditions, type_, status, reason, message, self.generation, self.now);
+    }
 
-    // 2. Launch.
-    if claim.is_launched() {
-        ctx.forget_launch(claim.metadata.uid.as_deref().unwrap_or_default());
-    } else {
-        let uid = claim.metadata.uid.clone().unwrap_or_default();
+    fn is_true(&self, type_: &str) -> bool {
+        self.status.conditions.iter().any(|c| c.type_ == type_ && c.status == ConditionStatus::True)
+    }
+
+    fn kube_err(&self, action: &'static str) -> impl FnOnce(kube::Error) -> LifecycleError + use<> {
+        let name = self.name.clone();
+        move |source| LifecycleError::Kube { name, action, kind: "NodeClaim", source }
+    }
+
+    /// Step 2: launch (until `Launched=True`). `Some` ends the pass: the claim was deleted, or the launch failed
+    /// (then the status is written and the error returned for a retry).
+    async fn launch(&mut self) -> Result<Option<Action>, LifecycleError> {
+        let ctx = self.ctx;
+        let uid = self.claim.metadata.uid.clone().unwrap_or_default();
+        if self.claim.is_launched() {
+            ctx.forget_launch(&uid);
+            return Ok(None);
+        }
         let cached = ctx.cached_launch(&uid);
         // A cached launch is one whose status write lost a race: writing it again is not news.
         let fresh = cached.is_none();
         let result = match cached {
             Some(cached) => Ok(cached),
-            None => ctx.cloud.create(&claim).await,
+            None => ctx.cloud.create(&self.claim).await,
         };
-        match result {
-            Ok(launched) => {
-                ctx.cache_launch(&uid, &launched);
-                let mut labels_merged = launched.labels().clone();
-                labels_merged.extend(claim.labels().clone());
-                let mut annotations_merged = launched.annotations().clone();
-                annotations_merged.extend(claim.annotations().clone());
-                if &labels_merged != claim.labels() || &annotations_merged != claim.annotations() {
-                    let patch = json!({"metadata": {
-                        "labels": labels_merged, "annotations": annotations_merged,
-                        "resourceVersion": claim.resource_version()}});
-                    claim = api
-                        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                        .await
-                        .map_err(kube_err("writing the launched labels"))?;
-                    ctx.state.apply(claim.clone());
-                }
-                let l = launched.status.clone().unwrap_or_default();
-                status.provider_id = l.provider_id;
-                status.image_id = l.image_id;
-                status.capacity = l.capacity;
-                status.allocatable = l.allocatable;
-                set_condition(
-                    &mut status.conditions,
-                    cond::LAUNCHED,
-                    ConditionStatus::True,
-                    cond::LAUNCHED,
-                    "",
-                    generation,
-                    now,
-                );
-                let instance_type = claim.labels().get(labels::INSTANCE_TYPE).map(String::as_str).unwrap_or("");
-                let provider_id = status.provider_id.as_deref().unwrap_or("");
-                if fresh {
-                    tracing::info!(controller = CONTROLLER, NodeClaim = %name, provider_id, instance_type, "launched nodeclaim");
-                } else {
-                    tracing::debug!(controller = CONTROLLER, NodeClaim = %name, provider_id, instance_type,
-                        "writing the cached launch again");
-                }
-            }
+        let launched = match result {
+            Ok(launched) => launched,
             Err(e) if matches!(e.kind(), ErrorKind::InsufficientCapacity | ErrorKind::NodeClassNotReady) => {
-                let reason = if e.kind() == ErrorKind::InsufficientCapacity {
-                    reasons::INSUFFICIENT_CAPACITY_ERROR
+                let (reason, metric_reason) = if e.kind() == ErrorKind::InsufficientCapacity {
+                    (reasons::INSUFFICIENT_CAPACITY_ERROR, "insufficient_capacity")
                 } else {
-                    reasons::NODE_CLASS_NOT_READY
+                    (reasons::NODE_CLASS_NOT_READY, "node_class_not_ready")
                 };
+                let name = &self.name;
                 tracing::error!(controller = CONTROLLER, NodeClaim = %name, error = %e, "launch failed, deleting nodeclaim");
-                ctx.recorder.publish_detached(Event::warning(&claim, reason, format!("NodeClaim {name} event: {e}")));
-                delete_claim(
-                    ctx,
-                    &claim,
-                    if reason == reasons::INSUFFICIENT_CAPACITY_ERROR {
-                        "insufficient_capacity"
-                    } else {
-                        "node_class_not_ready"
-                    },
-                )
-                .await?;
-                return Ok(Action::await_change());
+                ctx.recorder.publish_detached(Event::warning(
+                    &self.claim,
+                    reason,
+                    format!("NodeClaim {name} event: {e}"),
+                ));
+                delete_claim(ctx, &self.claim, metric_reason).await?;
+                return Ok(Some(Action::await_change()));
             }
             Err(e) => {
-                set_condition(
-                    &mut status.conditions,
-                    cond::LAUNCHED,
-                    ConditionStatus::Unknown,
-                    e.kind().as_str(),
-                    &truncate(&e.to_string()),
-                    generation,
-                    now,
-                );
-                write_status(ctx, &claim, &before, status).await?;
-                return Err(LifecycleError::Launch { name, source: e });
+                self.set(cond::LAUNCHED, ConditionStatus::Unknown, e.kind().as_str(), &truncate(&e.to_string()));
+                write_status(ctx, &self.claim, &self.before, self.status.clone()).await?;
+                return Err(LifecycleError::Launch { name: self.name.clone(), source: e });
             }
+        };
+        ctx.cache_launch(&uid, &launched);
+        let mut labels_merged = launched.labels().clone();
+        labels_merged.extend(self.claim.labels().clone());
+        let mut annotations_merged = launched.annotations().clone();
+        annotations_merged.extend(self.claim.annotations().clone());
+        if &labels_merged != self.claim.labels() || &annotations_merged != self.claim.annotations() {
+            let patch = json!({"metadata": {
+                "labels": labels_merged, "annotations": annotations_merged,
+                "resourceVersion": self.claim.resource_version()}});
+            self.claim = ctx
+                .api()
+                .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(self.kube_err("writing the launched labels"))?;
+            ctx.state.apply(self.claim.clone());
         }
+        let l = launched.status.unwrap_or_default();
+        self.status.provider_id = l.provider_id;
+        self.status.image_id = l.image_id;
+        self.status.capacity = l.capacity;
+        self.status.allocatable = l.allocatable;
+        self.set(cond::LAUNCHED, ConditionStatus::True, cond::LAUNCHED, "");
+        let name = &self.name;
+        let instance_type = self.claim.labels().get(labels::INSTANCE_TYPE).map(String::as_str).unwrap_or("");
+        let provider_id = self.status.provider_id.as_deref().unwrap_or("");
+        if fresh {
+            tracing::info!(controller = CONTROLLER, NodeClaim = %name, provider_id, instance_type, "launched nodeclaim");
+        } else {
+            tracing::debug!(controller = CONTROLLER, NodeClaim = %name, provider_id, instance_type,
+                "writing the cached launch again");
+        }
+        Ok(None)
     }
 
-    // 3. Registration.
-    let launched = status.conditions.iter().any(|c| c.type_ == cond::LAUNCHED && c.status == ConditionStatus::True);
-    let mut registered =
-        status.conditions.iter().any(|c| c.type_ == cond::REGISTERED && c.status == ConditionStatus::True);
-    let mut node: Option<Node> = None;
-    if launched {
-        let provider_id = status.provider_id.clone().unwrap_or_default();
-        let nodes = ctx.state.nodes_by_provider_id(&provider_id);
+    /// Step 3: registration (until `Registered=True`). Returns whether the claim is registered (before or by this
+    /// pass) and its Node when exactly one has the claim's providerID.
+    async fn register(&mut self) -> Result<(bool, Option<Node>), LifecycleError> {
+        let registered = self.is_true(cond::REGISTERED);
+        if !self.is_true(cond::LAUNCHED) {
+            return Ok((registered, None));
+        }
+        let provider_id = self.status.provider_id.clone().unwrap_or_default();
+        let nodes = self.ctx.state.nodes_by_provider_id(&provider_id);
         match nodes.as_slice() {
             [] => {
-                set_condition(
-                    &mut status.conditions,
-                    cond::REGISTERED,
-                    ConditionStatus::Unknown,
-                    cond_reasons::NODE_NOT_FOUND,
-                    "Node not registered with cluster",
-                    generation,
-                    now,
-                );
+                let (reason, message) = (cond_reasons::NODE_NOT_FOUND, "Node not registered with cluster");
+                self.set(cond::REGISTERED, ConditionStatus::Unknown, reason, message);
+                Ok((registered, None))
             }
+            [one] if registered => Ok((true, Some(Node::clone(one)))),
             [one] => {
-                let synced = if registered { Node::clone(one) } else { register_node(ctx, &claim, one).await? };
-                if !registered {
-                    status.node_name = synced.metadata.name.clone();
-                    set_condition(
-                        &mut status.conditions,
-                        cond::REGISTERED,
-                        ConditionStatus::True,
-                        cond::REGISTERED,
-                        "",
-                        generation,
-                        now,
-                    );
-                    registered = true;
-                    let pool = claim.node_pool_name().unwrap_or("");
-                    let zone = synced.labels().get(labels::ZONE).map(String::as_str).unwrap_or("");
-                    ctx.metrics.nodes_created(pool, zone).inc();
-                    tracing::info!(controller = CONTROLLER, NodeClaim = %name, Node = %synced.name_any(), "registered nodeclaim");
-                }
-                node = Some(synced);
+                let synced = register_node(self.ctx, &self.claim, one).await?;
+                self.status.node_name = synced.metadata.name.clone();
+                self.set(cond::REGISTERED, ConditionStatus::True, cond::REGISTERED, "");
+                let pool = self.claim.node_pool_name().unwrap_or("");
+                let zone = synced.labels().get(labels::ZONE).map(String::as_str).unwrap_or("");
+                self.ctx.metrics.nodes_created(pool, zone).inc();
+                let name = &self.name;
+                tracing::info!(controller = CONTROLLER, NodeClaim = %name, Node = %synced.name_any(), "registered nodeclaim");
+                Ok((true, Some(synced)))
             }
             _ => {
-                set_condition(
-                    &mut status.conditions,
-                    cond::REGISTERED,
-                    ConditionStatus::False,
-                    cond_reasons::MULTIPLE_NODES_FOUND,
-                    &truncate(&format!("{} Nodes have providerID {provider_id}", nodes.len())),
-                    generation,
-                    now,
-                );
+                let message = truncate(&format!("{} Nodes have providerID {provider_id}", nodes.len()));
+                self.set(cond::REGISTERED, ConditionStatus::False, cond_reasons::MULTIPLE_NODES_FOUND, &message);
+                Ok((registered, None))
             }
         }
     }
 
-    // 4. Initialization.
-    if registered && let Some(n) = node.as_ref() {
-        let initialized =
-            status.conditions.iter().any(|c| c.type_ == cond::INITIALIZED && c.status == ConditionStatus::True);
-        if !initialized {
-            match initialization_blocker(&claim, n) {
-                Some((reason, message)) => {
-                    set_condition(
-                        &mut status.conditions,
-                        cond::INITIALIZED,
-                        ConditionStatus::Unknown,
-                        reason,
-                        &truncate(&message),
-                        generation,
-                        now,
-                    );
-                }
-                None => {
-                    label_initialized(ctx, &name, n).await?;
-                    set_condition(
-                        &mut status.conditions,
-                        cond::INITIALIZED,
-                        ConditionStatus::True,
-                        cond::INITIALIZED,
-                        "",
-                        generation,
-                        now,
-                    );
-                    tracing::info!(controller = CONTROLLER, NodeClaim = %name, Node = %n.name_any(), "initialized nodeclaim");
-                }
+    /// Step 4: initialization of the registered claim's `node` (until `Initialized=True`).
+    async fn initialize(&mut self, node: &Node) -> Result<(), LifecycleError> {
+        if self.is_true(cond::INITIALIZED) {
+            return Ok(());
+        }
+        match initialization_blocker(&self.claim, node) {
+            Some((reason, message)) => {
+                self.set(cond::INITIALIZED, ConditionStatus::Unknown, reason, &truncate(&message));
+            }
+            None => {
+                label_initialized(self.ctx, &self.name, node).await?;
+                self.set(cond::INITIALIZED, ConditionStatus::True, cond::INITIALIZED, "");
+                let name = &self.name;
+                tracing::info!(controller = CONTROLLER, NodeClaim = %name, Node = %node.name_any(), "initialized nodeclaim");
             }
         }
+        Ok(())
     }
 
-    // Root Ready condition.
-    let all_true = cond::NODE_CLAIM_READY_DEPENDENTS
-        .iter()
-        .all(|t| status.conditions.iter().any(|c| c.type_ == *t && c.status == ConditionStatus::True));
-    let (ready_status, ready_reason) =
-        if all_true { (ConditionStatus::True, cond::READY) } else { (ConditionStatus::Unknown, "NotReady") };
-    set_condition(&mut status.conditions, cond::READY, ready_status, ready_reason, "", generation, now);
+    /// The root `Ready` condition: `True` once launch, registration and initialization are.
+    fn set_ready(&mut self) {
+        let all_true = cond::NODE_CLAIM_READY_DEPENDENTS.iter().all(|t| self.is_true(t));
+        let (status, reason) =
+            if all_true { (ConditionStatus::True, cond::READY) } else { (ConditionStatus::Unknown, "NotReady") };
+        self.set(cond::READY, status, reason, "");
+    }
 
-    // 5. Liveness.
-    if !registered {
-        let fake = NodeClaim { status: Some(status.clone()), ..claim.clone() };
-        let creation = claim.metadata.creation_timestamp.as_ref().and_then(from_k8s);
-        if !launched {
-            let since = condition(&fake, cond::LAUNCHED).and_then(transition_time).or(creation).unwrap_or(now);
-            let left = chrono_duration(LAUNCH_TTL) - (now - since);
-            if left <= chrono::Duration::zero() {
-                tracing::error!(controller = CONTROLLER, NodeClaim = %name, "launch timed out, deleting nodeclaim");
-                delete_claim(ctx, &claim, "launch_timeout").await?;
-                return Ok(Action::await_change());
-            }
-            requeue = Some(left.to_std().unwrap_or(Duration::from_secs(1)));
+    /// Step 5: liveness. A claim not launched within [`LAUNCH_TTL`] of its launch attempt, or not registered
+    /// within [`REGISTRATION_TTL`] of its launch, is deleted.
+    async fn liveness(&self, registered: bool) -> Result<Liveness, LifecycleError> {
+        if registered {
+            return Ok(Liveness::Alive(None));
+        }
+        let since_condition =
+            |type_: &str| self.status.conditions.iter().find(|c| c.type_ == type_).and_then(transition_time);
+        let (ttl, since, why) = if self.is_true(cond::LAUNCHED) {
+            (REGISTRATION_TTL, since_condition(cond::REGISTERED).unwrap_or(self.now), "registration_timeout")
         } else {
-            let since = condition(&fake, cond::REGISTERED).and_then(transition_time).unwrap_or(now);
-            let left = chrono_duration(REGISTRATION_TTL) - (now - since);
-            if left <= chrono::Duration::zero() {
-                tracing::error!(controller = CONTROLLER, NodeClaim = %name, "registration timed out, deleting nodeclaim");
-                delete_claim(ctx, &claim, "registration_timeout").await?;
-                return Ok(Action::await_change());
-            }
-            requeue = Some(left.to_std().unwrap_or(Duration::from_secs(1)));
+            let creation = self.claim.metadata.creation_timestamp.as_ref().and_then(from_k8s);
+            (LAUNCH_TTL, since_condition(cond::LAUNCHED).or(creation).unwrap_or(self.now), "launch_timeout")
+        };
+        let left = chrono_duration(ttl) - (self.now - since);
+        if left > chrono::Duration::zero() {
+            return Ok(Liveness::Alive(Some(left.to_std().unwrap_or(Duration::from_secs(1)))));
         }
+        let name = &self.name;
+        if why == "launch_timeout" {
+            tracing::error!(controller = CONTROLLER, NodeClaim = %name, "launch timed out, deleting nodeclaim");
+        } else {
+            tracing::error!(controller = CONTROLLER, NodeClaim = %name, "registration timed out, deleting nodeclaim");
+        }
+        delete_claim(self.ctx, &self.claim, why).await?;
+        Ok(Liveness::Deleted)
     }
-
-    write_status(ctx, &claim, &before, status).await?;
-    Ok(match requeue {
-        Some(d) => Action::requeue(d),
-        None => Action::await_change(),
-    })
 }
 
 /// Writes `status` when it differs from `before`, with the claim's resourceVersion as precondition.
@@ -683,6 +686,10 @@ mod tests {
     use karpenter_testing::apiserver::ApiServer;
     use karpenter_testing::{FakeClock, NodeClaimOptions, NodeOptions, kwok_node_class_ref, node, node_claim, taint};
     use kube::api::PostParams;
+
+    fn condition<'a>(claim: &'a NodeClaim, type_: &str) -> Option<&'a Condition> {
+        claim.conditions().iter().find(|c| c.type_ == type_)
+    }
 
     struct Fixture {
         server: ApiServer,
