@@ -162,6 +162,10 @@ impl Default for DisruptionOptions {
 type Results = BTreeMap<String, Vec<(Method, Result<String, Reason>)>>;
 
 /// One disruption pass at `now`: the commands to start and a verdict for every node.
+///
+/// The methods run in upstream's order (emptiness, static drift and drift, then consolidation: multi-node, then
+/// single-node); the first that decides something provides the pass's command, and the later ones still give
+/// each node their verdict (or `NotEvaluated` when they would only simulate for it).
 pub fn evaluate(
     snapshot: &ClusterSnapshot,
     pools: &[PoolInput<'_>],
@@ -185,31 +189,7 @@ pub fn evaluate(
     let mut record = |node: &str, m: Method, r: Result<String, Reason>| {
         results.entry(node.to_owned()).or_default().push((m, r));
     };
-    let mut commands: Vec<Command> = Vec::new();
-
-    // Emptiness.
-    {
-        let mut empties: Vec<&Candidate<'_>> = Vec::new();
-        let remaining = Remaining::new(&engine.budgets, Method::Emptiness.reason());
-        for c in cands.iter().filter(|c| c.is_empty()) {
-            match emptiness_check(&engine, c, &remaining) {
-                Ok(()) => {
-                    record(&c.node.name, Method::Emptiness, Ok("empty".into()));
-                    empties.push(c);
-                }
-                Err(r) => record(&c.node.name, Method::Emptiness, Err(r)),
-            }
-        }
-        let mut sorted: Vec<Candidate<'_>> = Engine::sorted(empties.iter().copied());
-        let mut remaining = remaining;
-        sorted.retain(|c| remaining.take(c.pool_name));
-        if !sorted.is_empty() {
-            let refs: Vec<&Candidate<'_>> = sorted.iter().collect();
-            commands.push(Engine::command(Method::Emptiness, &refs, Vec::new(), "empty"));
-        }
-    }
-
-    // StaticDrift and Drift.
+    let mut commands: Vec<Command> = emptiness(&engine, &cands, &mut record).into_iter().collect();
     let static_commands = static_drift(&engine, &cands, &mut record);
     if commands.is_empty() {
         commands = static_commands;
@@ -220,8 +200,65 @@ pub fn evaluate(
     {
         commands.push(c);
     }
+    let consolidated = consolidation(&engine, &cands, options, !commands.is_empty(), &mut record);
+    if commands.is_empty()
+        && let Some(c) = consolidated.command
+    {
+        commands.push(c);
+    }
+    verdicts.extend(candidate_verdicts(&engine, &cands, &commands, results));
+    Pass {
+        api_version: API_VERSION.to_owned(),
+        now: karpenter_api::time::rfc3339(now),
+        verdicts: verdict_list(snapshot, verdicts, &commands),
+        commands,
+        budgets: engine.budgets.statuses(),
+        resume_single_node_after: consolidated.resume_single_node_after,
+    }
+}
 
-    // Consolidation: eligibility, then single-node verdicts for every eligible candidate.
+/// Emptiness: every empty candidate its budget allows, in one command.
+fn emptiness<'a>(
+    engine: &Engine<'a>,
+    cands: &[Candidate<'a>],
+    record: &mut impl FnMut(&str, Method, Result<String, Reason>),
+) -> Option<Command> {
+    let mut empties: Vec<&Candidate<'_>> = Vec::new();
+    let remaining = Remaining::new(&engine.budgets, Method::Emptiness.reason());
+    for c in cands.iter().filter(|c| c.is_empty()) {
+        match emptiness_check(engine, c, &remaining) {
+            Ok(()) => {
+                record(&c.node.name, Method::Emptiness, Ok("empty".into()));
+                empties.push(c);
+            }
+            Err(r) => record(&c.node.name, Method::Emptiness, Err(r)),
+        }
+    }
+    let mut sorted: Vec<Candidate<'_>> = Engine::sorted(empties.iter().copied());
+    let mut remaining = remaining;
+    sorted.retain(|c| remaining.take(c.pool_name));
+    let refs: Vec<&Candidate<'_>> = sorted.iter().collect();
+    (!refs.is_empty()).then(|| Engine::command(Method::Emptiness, &refs, Vec::new(), "empty"))
+}
+
+/// What consolidation decided in a pass.
+struct Consolidation {
+    /// The multi-node command, else the first single-node one.
+    command: Option<Command>,
+    /// Where the next pass's single-node consolidation resumes ([`Pass::resume_single_node_after`]).
+    resume_single_node_after: Option<String>,
+}
+
+/// Consolidation: eligibility, multi-node consolidation (unless an earlier method `decided`), then single-node
+/// verdicts for every eligible candidate (simulated only until something is decided, unless
+/// [`DisruptionOptions::every_verdict`], and while the pass's simulation budget lasts).
+fn consolidation<'a>(
+    engine: &Engine<'a>,
+    cands: &[Candidate<'a>],
+    options: &DisruptionOptions,
+    decided: bool,
+    record: &mut impl FnMut(&str, Method, Result<String, Reason>),
+) -> Consolidation {
     let remaining = Remaining::new(&engine.budgets, Method::SingleNodeConsolidation.reason());
     let mut eligible: Vec<&Candidate<'_>> = Vec::new();
     for c in cands.iter().filter(|c| !c.is_empty()) {
@@ -232,7 +269,7 @@ pub fn evaluate(
     }
     let sorted = Engine::sorted(eligible.iter().copied());
     let sorted_refs: Vec<&Candidate<'_>> = sorted.iter().collect();
-    let multi = if commands.is_empty() && !options.consolidation_unchanged {
+    let multi = if !decided && !options.consolidation_unchanged {
         engine.multi(&sorted_refs, options.multi_node_max_candidates, || may_simulate_multi(options))
     } else {
         None
@@ -247,65 +284,62 @@ pub fn evaluate(
     // The last candidate simulated, and whether the budget stopped the loop after it.
     let mut last_simulated: Option<&str> = None;
     let mut ran_out = false;
+    let method = Method::SingleNodeConsolidation;
     for c in single_order {
-        let decided = !commands.is_empty() || multi.is_some() || first_single.is_some();
+        let decided = decided || multi.is_some() || first_single.is_some();
         if decided && !options.every_verdict {
-            record(
-                &c.node.name,
-                Method::SingleNodeConsolidation,
-                Err(Reason::NotEvaluated { method: Method::SingleNodeConsolidation }),
-            );
+            record(&c.node.name, method, Err(Reason::NotEvaluated { method }));
             continue;
         }
         if options.consolidation_unchanged {
-            record(&c.node.name, Method::SingleNodeConsolidation, Err(Reason::ConsolidationUnchanged));
+            record(&c.node.name, method, Err(Reason::ConsolidationUnchanged));
             continue;
         }
-        if let Some(r) = engine.budget_block(c, Method::SingleNodeConsolidation, &remaining) {
-            record(&c.node.name, Method::SingleNodeConsolidation, Err(r));
+        if let Some(r) = engine.budget_block(c, method, &remaining) {
+            record(&c.node.name, method, Err(r));
             continue;
         }
         if ran_out || !may_simulate(options) {
             ran_out = true;
-            record(
-                &c.node.name,
-                Method::SingleNodeConsolidation,
-                Err(Reason::PassTimeSpent { method: Method::SingleNodeConsolidation }),
-            );
+            record(&c.node.name, method, Err(Reason::PassTimeSpent { method }));
             continue;
         }
         last_simulated = Some(c.node.name.as_str());
         match engine.single(c) {
             Ok(cmd) => {
-                record(&c.node.name, Method::SingleNodeConsolidation, Ok(cmd.explanation.clone()));
+                record(&c.node.name, method, Ok(cmd.explanation.clone()));
                 if first_single.is_none() {
                     first_single = Some(cmd);
                 }
             }
-            Err(r) => record(&c.node.name, Method::SingleNodeConsolidation, Err(r)),
+            Err(r) => record(&c.node.name, method, Err(r)),
         }
     }
     // Where the next pass resumes: after the last candidate simulated (where this pass started when it
     // simulated none).
-    let resume_after = ran_out
+    let resume_single_node_after = ran_out
         .then(|| last_simulated.map(str::to_owned).or_else(|| options.resume_single_node_after.clone()))
         .flatten();
-    if commands.is_empty() {
-        if let Some(m) = multi {
-            commands.push(m);
-        } else if let Some(s) = first_single {
-            commands.push(s);
-        }
-    }
+    Consolidation { command: multi.or(first_single), resume_single_node_after }
+}
 
-    // Verdicts.
+/// Each candidate's reason: part of a command (`Disrupted`), a method would act but the budget is spent by this
+/// pass's commands (`BudgetExhausted`) or it waits for a later pass (`Deferred`), or the first method's reason
+/// not to act.
+fn candidate_verdicts(
+    engine: &Engine<'_>,
+    cands: &[Candidate<'_>],
+    commands: &[Command],
+    mut results: Results,
+) -> BTreeMap<String, Reason> {
     let in_command: BTreeMap<&str, Method> =
         commands.iter().flat_map(|c| c.candidates.iter().map(move |r| (r.node.as_str(), c.method))).collect();
     let mut taken: BTreeMap<&str, u32> = BTreeMap::new();
     for c in commands.iter().flat_map(|c| &c.candidates) {
         *taken.entry(c.node_pool.as_str()).or_default() += 1;
     }
-    for c in &cands {
+    let mut verdicts = BTreeMap::new();
+    for c in cands {
         let name = c.node.name.clone();
         if let Some(m) = in_command.get(c.node.name.as_str()) {
             verdicts.insert(name, Reason::Disrupted { method: *m });
@@ -333,13 +367,19 @@ pub fn evaluate(
         };
         verdicts.insert(name, reason);
     }
+    verdicts
+}
+
+/// The verdicts by node name, with the node's claim and pool and a message (a command's explanation appended for
+/// its candidates).
+fn verdict_list(snapshot: &ClusterSnapshot, verdicts: BTreeMap<String, Reason>, commands: &[Command]) -> Vec<Verdict> {
     let explanations: BTreeMap<&str, &str> = commands
         .iter()
         .flat_map(|c| c.candidates.iter().map(move |r| (r.node.as_str(), c.explanation.as_str())))
         .collect();
     let nodes: BTreeMap<&str, &karpenter_scheduler::NodeInfo> =
         snapshot.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
-    let verdicts = verdicts
+    verdicts
         .into_iter()
         .map(|(node, reason)| {
             let n = nodes.get(node.as_str()).copied();
@@ -356,15 +396,7 @@ pub fn evaluate(
                 node,
             }
         })
-        .collect();
-    Pass {
-        api_version: API_VERSION.to_owned(),
-        now: karpenter_api::time::rfc3339(now),
-        commands,
-        verdicts,
-        budgets: engine.budgets.statuses(),
-        resume_single_node_after: resume_after,
-    }
+        .collect()
 }
 
 /// Multi-node consolidation alone at `now`, as if no earlier method acted: the command of the binary
