@@ -28,6 +28,9 @@
 //! 5. **liveness**: a claim not `Launched` 5 minutes after its launch attempt began (reason `launch_timeout`),
 //!    or not `Registered` 15 minutes after launch (`registration_timeout`) is deleted.
 //!
+//! Steps 2 to 5 each live in a submodule of their own (`launch`, `registration`, `initialization`, `liveness`),
+//! as methods of one pass over the claim and the status it is building, written once at the end.
+//!
 //! The root `Ready` condition is `True` once the three are. Every write names the resourceVersion it was
 //! computed from (a conflict is retried), and its answer is recorded in the [`ClusterState`] at once.
 
@@ -38,16 +41,14 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Taint as CoreTaint};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::api::core::v1::Node;
 use karpenter_api::NodeClaim;
 use karpenter_api::condition::{Condition, ConditionStatus, set_condition};
-use karpenter_api::labels::{self, finalizers, taints};
+use karpenter_api::labels::finalizers;
 use karpenter_api::nodeclaim::NodeClaimStatus;
-use karpenter_api::nodeclaim::conditions::{self as cond, reasons as cond_reasons};
-use karpenter_api::time::{chrono_duration, from_k8s, parse_rfc3339};
-use karpenter_cloudprovider::{Clock, CloudProvider, CloudProviderError, ErrorKind};
-use karpenter_scheduler::snapshot::api_taint;
+use karpenter_api::nodeclaim::conditions as cond;
+use karpenter_api::time::{chrono_duration, parse_rfc3339};
+use karpenter_cloudprovider::{Clock, CloudProvider, CloudProviderError};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::ObjectRef;
@@ -55,9 +56,17 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::events::{Event, Recorder, reasons};
+use crate::events::Recorder;
 use crate::metrics::Metrics;
 use crate::state::ClusterState;
+
+mod initialization;
+mod launch;
+mod liveness;
+mod registration;
+
+pub use initialization::initialization_blocker;
+use liveness::Liveness;
 
 /// A claim not launched this long after its launch began is deleted.
 pub const LAUNCH_TTL: Duration = Duration::from_secs(5 * 60);
@@ -227,14 +236,6 @@ async fn ensure_finalizer(ctx: &LifecycleContext, claim: NodeClaim) -> Result<No
     Ok(claim)
 }
 
-/// What a liveness check decided.
-enum Liveness {
-    /// The claim timed out and was deleted.
-    Deleted,
-    /// Still within its time; look again after this long (`None`: registered, nothing to time).
-    Alive(Option<Duration>),
-}
-
 /// One reconcile of one claim: the claim as last written, its status before the pass and as amended so far.
 struct Pass<'c> {
     ctx: &'c LifecycleContext,
@@ -273,168 +274,12 @@ impl<'c> Pass<'c> {
         move |source| LifecycleError::Kube { name, action, kind: "NodeClaim", source }
     }
 
-    /// Step 2: launch (until `Launched=True`). `Some` ends the pass: the claim was deleted, or the launch failed
-    /// (then the status is written and the error returned for a retry).
-    async fn launch(&mut self) -> Result<Option<Action>, LifecycleError> {
-        let ctx = self.ctx;
-        let uid = self.claim.metadata.uid.clone().unwrap_or_default();
-        if self.claim.is_launched() {
-            ctx.forget_launch(&uid);
-            return Ok(None);
-        }
-        let cached = ctx.cached_launch(&uid);
-        // A cached launch is one whose status write lost a race: writing it again is not news.
-        let fresh = cached.is_none();
-        let result = match cached {
-            Some(cached) => Ok(cached),
-            None => ctx.cloud.create(&self.claim).await,
-        };
-        let launched = match result {
-            Ok(launched) => launched,
-            Err(e) if matches!(e.kind(), ErrorKind::InsufficientCapacity | ErrorKind::NodeClassNotReady) => {
-                let (reason, metric_reason) = if e.kind() == ErrorKind::InsufficientCapacity {
-                    (reasons::INSUFFICIENT_CAPACITY_ERROR, "insufficient_capacity")
-                } else {
-                    (reasons::NODE_CLASS_NOT_READY, "node_class_not_ready")
-                };
-                let name = &self.name;
-                tracing::error!(controller = CONTROLLER, NodeClaim = %name, error = %e, "launch failed, deleting nodeclaim");
-                ctx.recorder.publish_detached(Event::warning(
-                    &self.claim,
-                    reason,
-                    format!("NodeClaim {name} event: {e}"),
-                ));
-                delete_claim(ctx, &self.claim, metric_reason).await?;
-                return Ok(Some(Action::await_change()));
-            }
-            Err(e) => {
-                self.set(cond::LAUNCHED, ConditionStatus::Unknown, e.kind().as_str(), &truncate(&e.to_string()));
-                write_status(ctx, &self.claim, &self.before, self.status.clone()).await?;
-                return Err(LifecycleError::Launch { name: self.name.clone(), source: e });
-            }
-        };
-        ctx.cache_launch(&uid, &launched);
-        let mut labels_merged = launched.labels().clone();
-        labels_merged.extend(self.claim.labels().clone());
-        let mut annotations_merged = launched.annotations().clone();
-        annotations_merged.extend(self.claim.annotations().clone());
-        if &labels_merged != self.claim.labels() || &annotations_merged != self.claim.annotations() {
-            let patch = json!({"metadata": {
-                "labels": labels_merged, "annotations": annotations_merged,
-                "resourceVersion": self.claim.resource_version()}});
-            self.claim = ctx
-                .api()
-                .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map_err(self.kube_err("writing the launched labels"))?;
-            ctx.state.apply(self.claim.clone());
-        }
-        let l = launched.status.unwrap_or_default();
-        self.status.provider_id = l.provider_id;
-        self.status.image_id = l.image_id;
-        self.status.capacity = l.capacity;
-        self.status.allocatable = l.allocatable;
-        self.set(cond::LAUNCHED, ConditionStatus::True, cond::LAUNCHED, "");
-        let name = &self.name;
-        let instance_type = self.claim.labels().get(labels::INSTANCE_TYPE).map(String::as_str).unwrap_or("");
-        let provider_id = self.status.provider_id.as_deref().unwrap_or("");
-        if fresh {
-            tracing::info!(controller = CONTROLLER, NodeClaim = %name, provider_id, instance_type, "launched nodeclaim");
-        } else {
-            tracing::debug!(controller = CONTROLLER, NodeClaim = %name, provider_id, instance_type,
-                "writing the cached launch again");
-        }
-        Ok(None)
-    }
-
-    /// Step 3: registration (until `Registered=True`). Returns whether the claim is registered (before or by this
-    /// pass) and its Node when exactly one has the claim's providerID.
-    async fn register(&mut self) -> Result<(bool, Option<Node>), LifecycleError> {
-        let registered = self.is_true(cond::REGISTERED);
-        if !self.is_true(cond::LAUNCHED) {
-            return Ok((registered, None));
-        }
-        let provider_id = self.status.provider_id.clone().unwrap_or_default();
-        let nodes = self.ctx.state.nodes_by_provider_id(&provider_id);
-        match nodes.as_slice() {
-            [] => {
-                let (reason, message) = (cond_reasons::NODE_NOT_FOUND, "Node not registered with cluster");
-                self.set(cond::REGISTERED, ConditionStatus::Unknown, reason, message);
-                Ok((registered, None))
-            }
-            [one] if registered => Ok((true, Some(Node::clone(one)))),
-            [one] => {
-                let synced = register_node(self.ctx, &self.claim, one).await?;
-                self.status.node_name = synced.metadata.name.clone();
-                self.set(cond::REGISTERED, ConditionStatus::True, cond::REGISTERED, "");
-                let pool = self.claim.node_pool_name().unwrap_or("");
-                let zone = synced.labels().get(labels::ZONE).map(String::as_str).unwrap_or("");
-                self.ctx.metrics.nodes_created(pool, zone).inc();
-                let name = &self.name;
-                tracing::info!(controller = CONTROLLER, NodeClaim = %name, Node = %synced.name_any(), "registered nodeclaim");
-                Ok((true, Some(synced)))
-            }
-            _ => {
-                let message = truncate(&format!("{} Nodes have providerID {provider_id}", nodes.len()));
-                self.set(cond::REGISTERED, ConditionStatus::False, cond_reasons::MULTIPLE_NODES_FOUND, &message);
-                Ok((registered, None))
-            }
-        }
-    }
-
-    /// Step 4: initialization of the registered claim's `node` (until `Initialized=True`).
-    async fn initialize(&mut self, node: &Node) -> Result<(), LifecycleError> {
-        if self.is_true(cond::INITIALIZED) {
-            return Ok(());
-        }
-        match initialization_blocker(&self.claim, node) {
-            Some((reason, message)) => {
-                self.set(cond::INITIALIZED, ConditionStatus::Unknown, reason, &truncate(&message));
-            }
-            None => {
-                label_initialized(self.ctx, &self.name, node).await?;
-                self.set(cond::INITIALIZED, ConditionStatus::True, cond::INITIALIZED, "");
-                let name = &self.name;
-                tracing::info!(controller = CONTROLLER, NodeClaim = %name, Node = %node.name_any(), "initialized nodeclaim");
-            }
-        }
-        Ok(())
-    }
-
     /// The root `Ready` condition: `True` once launch, registration and initialization are.
     fn set_ready(&mut self) {
         let all_true = cond::NODE_CLAIM_READY_DEPENDENTS.iter().all(|t| self.is_true(t));
         let (status, reason) =
             if all_true { (ConditionStatus::True, cond::READY) } else { (ConditionStatus::Unknown, "NotReady") };
         self.set(cond::READY, status, reason, "");
-    }
-
-    /// Step 5: liveness. A claim not launched within [`LAUNCH_TTL`] of its launch attempt, or not registered
-    /// within [`REGISTRATION_TTL`] of its launch, is deleted.
-    async fn liveness(&self, registered: bool) -> Result<Liveness, LifecycleError> {
-        if registered {
-            return Ok(Liveness::Alive(None));
-        }
-        let since_condition =
-            |type_: &str| self.status.conditions.iter().find(|c| c.type_ == type_).and_then(transition_time);
-        let (ttl, since, why) = if self.is_true(cond::LAUNCHED) {
-            (REGISTRATION_TTL, since_condition(cond::REGISTERED).unwrap_or(self.now), "registration_timeout")
-        } else {
-            let creation = self.claim.metadata.creation_timestamp.as_ref().and_then(from_k8s);
-            (LAUNCH_TTL, since_condition(cond::LAUNCHED).or(creation).unwrap_or(self.now), "launch_timeout")
-        };
-        let left = chrono_duration(ttl) - (self.now - since);
-        if left > chrono::Duration::zero() {
-            return Ok(Liveness::Alive(Some(left.to_std().unwrap_or(Duration::from_secs(1)))));
-        }
-        let name = &self.name;
-        if why == "launch_timeout" {
-            tracing::error!(controller = CONTROLLER, NodeClaim = %name, "launch timed out, deleting nodeclaim");
-        } else {
-            tracing::error!(controller = CONTROLLER, NodeClaim = %name, "registration timed out, deleting nodeclaim");
-        }
-        delete_claim(self.ctx, &self.claim, why).await?;
-        Ok(Liveness::Deleted)
     }
 }
 
@@ -472,137 +317,6 @@ async fn delete_claim(ctx: &LifecycleContext, claim: &NodeClaim, reason: &str) -
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
         Err(source) => Err(LifecycleError::Kube { name, action: "deleting", kind: "NodeClaim", source }),
     }
-}
-
-fn taint_matches(a: &CoreTaint, b: &CoreTaint) -> bool {
-    a.key == b.key && a.effect == b.effect
-}
-
-/// Syncs the claim onto its Node (see the module docs) and returns the written Node.
-async fn register_node(ctx: &LifecycleContext, claim: &NodeClaim, node: &Node) -> Result<Node, LifecycleError> {
-    let claim_name = claim.name_any();
-    let node_name = node.name_any();
-    let mut node_labels = node.labels().clone();
-    node_labels.extend(claim.labels().clone());
-    node_labels.insert(labels::NODE_REGISTERED.to_owned(), "true".to_owned());
-    let mut node_annotations = node.annotations().clone();
-    node_annotations.extend(claim.annotations().clone());
-
-    let mut owners = node.owner_references().to_vec();
-    if !owners.iter().any(|o| o.kind == "NodeClaim" && o.name == claim_name) {
-        owners.push(OwnerReference {
-            api_version: "karpenter.sh/v1".into(),
-            kind: "NodeClaim".into(),
-            name: claim_name.clone(),
-            uid: claim.metadata.uid.clone().unwrap_or_default(),
-            block_owner_deletion: Some(true),
-            controller: None,
-        });
-    }
-    let mut node_finalizers = node.finalizers().to_vec();
-    if !node_finalizers.iter().any(|f| f == finalizers::TERMINATION) {
-        node_finalizers.push(finalizers::TERMINATION.to_owned());
-    }
-
-    let mut node_taints: Vec<CoreTaint> = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
-    let had_unregistered = node_taints.iter().any(|t| t.key == taints::UNREGISTERED);
-    if !had_unregistered {
-        ctx.recorder.publish_detached(Event::warning(
-            node,
-            reasons::UNREGISTERED_TAINT_MISSING,
-            format!(
-                "Missing {} taint which prevents registration related race conditions on Karpenter-managed nodes",
-                taints::UNREGISTERED
-            ),
-        ));
-    }
-    node_taints.retain(|t| t.key != taints::UNREGISTERED);
-    let do_not_sync = node.labels().get(labels::DO_NOT_SYNC_TAINTS).is_some_and(|v| v == "true");
-    if !do_not_sync {
-        for t in claim.spec.taints.iter().chain(&claim.spec.startup_taints).map(api_taint) {
-            if !node_taints.iter().any(|have| taint_matches(have, &t)) {
-                node_taints.push(t);
-            }
-        }
-    }
-
-    let patch = json!({
-        "metadata": {
-            "labels": node_labels,
-            "annotations": node_annotations,
-            "ownerReferences": owners,
-            "finalizers": node_finalizers,
-            "resourceVersion": node.resource_version(),
-        },
-        "spec": {"taints": node_taints},
-    });
-    let api: Api<Node> = Api::all(ctx.client.clone());
-    let written = api.patch(&node_name, &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(|source| {
-        LifecycleError::Kube { name: claim_name, action: "registering the node", kind: "Node", source }
-    })?;
-    ctx.state.apply(written.clone());
-    Ok(written)
-}
-
-/// Why the Node is not initialized yet (condition reason and message), `None` when it is.
-pub fn initialization_blocker(claim: &NodeClaim, node: &Node) -> Option<(&'static str, String)> {
-    let node_name = node.name_any();
-    let ready = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-    if !ready {
-        return Some((cond_reasons::NODE_NOT_READY, format!("Node {node_name} is not ready")));
-    }
-    let node_taints: Vec<CoreTaint> = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
-    if let Some(t) =
-        claim.spec.startup_taints.iter().map(api_taint).find(|st| node_taints.iter().any(|t| taint_matches(t, st)))
-    {
-        return Some((cond_reasons::STARTUP_TAINTS_EXIST, format!("StartupTaint {:?} still exists", t.key)));
-    }
-    let ephemeral = [taints::NOT_READY, taints::UNREACHABLE, taints::CLOUD_PROVIDER_UNINITIALIZED];
-    if let Some(t) = node_taints.iter().find(|t| ephemeral.contains(&t.key.as_str())) {
-        return Some((
-            cond_reasons::KNOWN_EPHEMERAL_TAINTS_EXIST,
-            format!("KnownEphemeralTaint {:?} still exists", t.key),
-        ));
-    }
-    let allocatable = node.status.as_ref().and_then(|s| s.allocatable.clone()).unwrap_or_default();
-    for (resource, q) in claim.spec.resources.iter().flat_map(|r| r.requests.iter()) {
-        let requested = q.parse().is_ok_and(|q: karpenter_requirements::Quantity| !q.is_zero());
-        let registered = allocatable
-            .get(resource)
-            .and_then(|a| a.0.parse::<karpenter_requirements::Quantity>().ok())
-            .is_some_and(|a| !a.is_zero());
-        if requested && !registered {
-            return Some((
-                cond_reasons::RESOURCE_NOT_REGISTERED,
-                format!("Resource {resource:?} was requested but not registered"),
-            ));
-        }
-    }
-    None
-}
-
-async fn label_initialized(ctx: &LifecycleContext, claim_name: &str, node: &Node) -> Result<(), LifecycleError> {
-    if node.labels().get(labels::NODE_INITIALIZED).is_some_and(|v| v == "true") {
-        return Ok(());
-    }
-    let patch =
-        json!({"metadata": {"labels": {labels::NODE_INITIALIZED: "true"}, "resourceVersion": node.resource_version()}});
-    let api: Api<Node> = Api::all(ctx.client.clone());
-    let written =
-        api.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(|source| {
-            LifecycleError::Kube {
-                name: claim_name.to_owned(),
-                action: "labelling the node initialized",
-                kind: "Node",
-                source,
-            }
-        })?;
-    ctx.state.apply(written);
-    Ok(())
 }
 
 /// The NodeClaim a Node belongs to: its NodeClaim owner, else the claim with its providerID.
@@ -679,8 +393,12 @@ pub async fn run(ctx: Arc<LifecycleContext>, shutdown: CancellationToken) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::events::reasons;
     use crate::metrics::BuildInfo;
+    use k8s_openapi::api::core::v1::Taint as CoreTaint;
+    use karpenter_api::labels::{self, taints};
     use karpenter_api::nodeclaim::NodeSelectorRequirementWithMinValues as Req;
+    use karpenter_api::nodeclaim::conditions::reasons as cond_reasons;
     use karpenter_api::{Taint, TaintEffect};
     use karpenter_cloudprovider::{FakeCloudProvider, Method};
     use karpenter_testing::apiserver::ApiServer;
