@@ -28,11 +28,11 @@
 //! 5. **liveness**: a claim not `Launched` 5 minutes after its launch attempt began (reason `launch_timeout`),
 //!    or not `Registered` 15 minutes after launch (`registration_timeout`) is deleted.
 //!
-//! Steps 2 to 5 each live in a submodule of their own (`launch`, `registration`, `initialization`, `liveness`),
-//! as methods of one pass over the claim and the status it is building, written once at the end.
-//!
 //! The root `Ready` condition is `True` once the three are. Every write names the resourceVersion it was
 //! computed from (a conflict is retried), and its answer is recorded in the [`ClusterState`] at once.
+//!
+//! Steps 2 to 5 each live in a submodule of their own (`launch`, `registration`, `initialization`, `liveness`),
+//! as methods of one pass over the claim and the status it is building, written once at the end.
 
 use std::collections::BTreeMap;
 use std::fmt;
