@@ -38,5 +38,8 @@ pub use nodeclaim::{
     NodeClaim, NodeClaimSpec, NodeClassReference, NodeSelectorRequirementWithMinValues, Taint, TaintEffect,
 };
 pub use nodepool::{Budget, Disruption, NodePool, NodePoolSpec};
-pub use pod::{CompactPod, DoNotDisrupt, DoNotDisruptAnnotation, IntoSharedPod, SpecInterner, parse_do_not_disrupt};
+pub use pod::{
+    CompactPod, DoNotDisrupt, DoNotDisruptAnnotation, IntoSharedPod, SpecInterner, do_not_disrupt_problem,
+    parse_do_not_disrupt,
+};
 pub use validation::{Validate, ValidationContext, Violation, Violations};

@@ -49,6 +49,17 @@ pub fn parse_do_not_disrupt(value: &str) -> Option<DoNotDisruptAnnotation> {
     crate::duration::parse_go_duration(value).ok().filter(|d| !d.is_zero()).map(DoNotDisruptAnnotation::For)
 }
 
+/// Why a `karpenter.sh/do-not-disrupt` value is not one the annotation accepts (`"true"` or a Go duration), or
+/// `None` when it is. Such a value is ignored ([`parse_do_not_disrupt`]), and the disruption controller says so in
+/// a `InvalidDoNotDisruptAnnotation` event on the pod, as upstream does (`"false"` included: it is not a value the
+/// annotation takes).
+pub fn do_not_disrupt_problem(value: &str) -> Option<String> {
+    if value == "true" {
+        return None;
+    }
+    crate::duration::parse_go_duration(value).err().map(|e| e.to_string())
+}
+
 /// How the `karpenter.sh/do-not-disrupt` annotation protects a pod at a given moment
 /// ([`CompactPod::do_not_disrupt`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -547,6 +558,13 @@ mod tests {
 
     #[test]
     fn do_not_disrupt_values() {
+        for valid in ["true", "5m", "1h30m", "0s"] {
+            assert_eq!(do_not_disrupt_problem(valid), None, "{valid}");
+        }
+        for invalid in ["false", "yes", "5 minutes", ""] {
+            assert!(do_not_disrupt_problem(invalid).is_some(), "{invalid}");
+            assert_eq!(parse_do_not_disrupt(invalid), None, "{invalid} is ignored");
+        }
         assert_eq!(parse_do_not_disrupt("true"), Some(DoNotDisruptAnnotation::Always));
         assert_eq!(parse_do_not_disrupt("5m"), Some(DoNotDisruptAnnotation::For(Duration::from_secs(300))));
         assert_eq!(parse_do_not_disrupt("1h30m"), Some(DoNotDisruptAnnotation::For(Duration::from_secs(5400))));

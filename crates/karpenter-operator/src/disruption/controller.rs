@@ -443,6 +443,7 @@ impl Disruption {
         let budget = self.settings.pass_simulation_time;
         let multi_node_budget = budget / 3;
         let snapshot = self.state.snapshot()?.cluster;
+        self.invalid_do_not_disrupt(&snapshot.bound_pods);
         let pools = self.pools(&snapshot.node_pools).await;
         let inputs: Vec<PoolInput<'_>> =
             pools.iter().map(|(p, its)| PoolInput { node_pool: p, instance_types: its }).collect();
@@ -465,6 +466,25 @@ impl Disruption {
             )
             .observe(started.elapsed().as_secs_f64());
         Ok(pass)
+    }
+
+    /// A Warning event on each pod whose `karpenter.sh/do-not-disrupt` value the pass ignores because it is
+    /// neither `"true"` nor a duration (upstream's `InvalidDoNotDisruptAnnotation`); the recorder keeps one per
+    /// pod and value for its dedupe timeout.
+    fn invalid_do_not_disrupt(&self, pods: &[Arc<CompactPod>]) {
+        for pod in pods {
+            let Some(value) = pod.annotations().get(labels::annotations::DO_NOT_DISRUPT) else { continue };
+            let Some(problem) = karpenter_api::do_not_disrupt_problem(value) else { continue };
+            let message = format!(
+                "Invalid {} annotation value {value:?} ({problem}), ignoring annotation; use \"true\" or a duration \
+                 such as \"5m\" or \"1h\"",
+                labels::annotations::DO_NOT_DISRUPT
+            );
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            let event = Event::warning(&**pod, reasons::INVALID_DO_NOT_DISRUPT_ANNOTATION, message)
+                .with_dedupe_values([uid, value.clone()]);
+            self.recorder.publish_detached(event);
+        }
     }
 
     async fn validate(&self, command: &Command) -> Result<Command, ValidationFailure> {

@@ -511,6 +511,33 @@ async fn a_do_not_disrupt_pod_blocks_with_an_event() {
     assert!(events.iter().any(|(obj, m)| obj == "big" && m.contains("do-not-disrupt")), "{events:?}");
 }
 
+#[tokio::test]
+async fn an_invalid_do_not_disrupt_value_is_ignored_with_an_event() {
+    let e = env();
+    e.pool(pool_options()).await;
+    e.machine("big", "m-8x-amd64-linux").await;
+    e.bound_pod(
+        "careless",
+        "big",
+        PodOptions {
+            requests: [("cpu", "500m")].into(),
+            annotations: [(annotations::DO_NOT_DISRUPT.to_owned(), "yes please".to_owned())].into(),
+            ..Default::default()
+        },
+    )
+    .await;
+    let report = e.disruption.step().await.unwrap();
+    let v = report.pass.unwrap().verdict("big").cloned().unwrap();
+    assert!(!matches!(v.reason, Reason::PodDoNotDisrupt { .. }), "the value is ignored: {v:?}");
+    let events = e.events(reasons::INVALID_DO_NOT_DISRUPT_ANNOTATION).await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].0, "careless");
+    assert!(events[0].1.contains("\"yes please\""), "{events:?}");
+    // The next pass says nothing new: the recorder keeps one event per pod and value.
+    e.disruption.step().await.unwrap();
+    assert_eq!(e.events(reasons::INVALID_DO_NOT_DISRUPT_ANNOTATION).await.len(), 1);
+}
+
 /// Upstream's "already consolidated": once consolidation finds nothing, later passes skip its simulations until
 /// the state changes or 5 minutes have passed.
 #[tokio::test]
