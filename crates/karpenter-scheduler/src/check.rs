@@ -522,6 +522,9 @@ impl<'p> PodIndex<'p> {
 }
 
 /// Topology, affinity and volume checks over bound and placed pods (see the module docs).
+/// Where a pod is (an index into the places) and whether this decision placed it there.
+type PlacedPod<'s> = (&'s CompactPod, usize, bool);
+
 fn check_topology(
     snapshot: &ClusterSnapshot,
     pools: &[PoolInput<'_>],
@@ -531,9 +534,27 @@ fn check_topology(
 ) {
     let pending: BTreeMap<String, &CompactPod> =
         snapshot.pending_pods.iter().map(|p| (pod_key(p), p.as_ref())).collect();
+    let (places, pods) = places_and_pods(snapshot, pools, decisions, &pending);
+    let idx = PodIndex::new(&pods, &places);
+    let mut selected_cache: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    check_anti_affinity(snapshot, &pods, &places, &idx, &mut selected_cache, v);
+    check_affinity(snapshot, &pods, &places, &idx, &mut selected_cache, v);
+    // DoNotSchedule topology spread of placed pods.
+    check_spread(pools, provider, &pods, &places, v);
+    check_volumes(snapshot, provider, decisions, &pending, &pods, &places, v);
+}
+
+/// Every place a pod can be after the decision (existing nodes, in-flight claims, the decision's new claims) and
+/// every pod on one of them: bound pods where they are, pending pods where the decision put them.
+fn places_and_pods<'s>(
+    snapshot: &'s ClusterSnapshot,
+    pools: &[PoolInput<'_>],
+    decisions: &Decisions,
+    pending: &BTreeMap<String, &'s CompactPod>,
+) -> (Vec<Where>, Vec<PlacedPod<'s>>) {
     let mut places: Vec<Where> = Vec::new();
     // (pod, place index, placed in this decision)
-    let mut pods: Vec<(&CompactPod, usize, bool)> = Vec::new();
+    let mut pods: Vec<PlacedPod<'s>> = Vec::new();
     let mut node_place: BTreeMap<&str, usize> = BTreeMap::new();
     for n in &snapshot.nodes {
         let mut labels = Requirements::from_labels(&n.labels);
@@ -589,13 +610,22 @@ fn check_topology(
         }
     }
 
-    let idx = PodIndex::new(&pods, &places);
-    // Required anti-affinity, both directions, where at least one side was placed now.
-    let mut selected_cache: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    (places, pods)
+}
+
+/// Required pod anti-affinity, both directions, where at least one of the two pods was placed by the decision.
+fn check_anti_affinity(
+    snapshot: &ClusterSnapshot,
+    pods: &[PlacedPod<'_>],
+    places: &[Where],
+    idx: &PodIndex<'_>,
+    selected_cache: &mut BTreeMap<String, Vec<usize>>,
+    v: &mut Vec<String>,
+) {
     for (ai, &(a, ap, a_placed)) in pods.iter().enumerate() {
         for term in required_terms(a, true) {
             let key = term.topology_key.as_str();
-            let classes = idx.selected(&mut selected_cache, term, a, snapshot);
+            let classes = idx.selected(selected_cache, term, a, snapshot);
             let da = places[ap].domains(key);
             let a_unknown = da.is_none() && matches!(places[ap], Where::Claim { .. });
             let mut hit: Option<usize> = None;
@@ -637,8 +667,17 @@ fn check_topology(
             }
         }
     }
+}
 
-    // Required affinity of placed pods.
+/// Required pod affinity of the pods the decision placed.
+fn check_affinity(
+    snapshot: &ClusterSnapshot,
+    pods: &[PlacedPod<'_>],
+    places: &[Where],
+    idx: &PodIndex<'_>,
+    selected_cache: &mut BTreeMap<String, Vec<usize>>,
+    v: &mut Vec<String>,
+) {
     for (pi_, &(p, pi, placed)) in pods.iter().enumerate() {
         if !placed {
             continue;
@@ -649,7 +688,7 @@ fn check_topology(
                 v.push(format!("pod {}: affinity on {key} but its place has no known {key}", pod_key(p)));
                 continue;
             };
-            let classes = idx.selected(&mut selected_cache, term, p, snapshot);
+            let classes = idx.selected(selected_cache, term, p, snapshot);
             let mut occupied = BTreeSet::new();
             let mut mixed = false;
             for &c in &classes {
@@ -687,13 +726,20 @@ fn check_topology(
             ));
         }
     }
+}
 
-    // DoNotSchedule topology spread of placed pods.
-    check_spread(pools, provider, &pods, &places, v);
-
-    // Volume topology of placed pods.
+/// Volume topology of the pods the decision placed, and the CSI volume limits of the existing nodes it used.
+fn check_volumes(
+    snapshot: &ClusterSnapshot,
+    provider: &ProviderLabels,
+    decisions: &Decisions,
+    pending: &BTreeMap<String, &CompactPod>,
+    pods: &[PlacedPod<'_>],
+    places: &[Where],
+    v: &mut Vec<String>,
+) {
     let index = crate::scheduler::volumes::VolumeIndex::new(snapshot);
-    for &(p, pi, placed) in &pods {
+    for &(p, pi, placed) in pods {
         if !placed {
             continue;
         }
