@@ -68,7 +68,7 @@ use crate::kube_util::{
     node_claim_info, remove_finalizer, seconds_between,
 };
 use crate::metrics::{Metrics, StatusKind};
-use crate::state::ClusterState;
+use crate::state::{ClusterState, Tracked};
 
 /// How often a draining node is looked at again.
 pub const DRAIN_REQUEUE: Duration = Duration::from_secs(1);
@@ -279,6 +279,22 @@ impl Termination {
     }
 
     /// The NodeClaims whose `status.providerID` is `provider_id`.
+    /// The state, when it has listed every object of kind `K` (its copies are then as fresh as the watch).
+    fn synced<K: Tracked>(&self) -> Option<&ClusterState> {
+        self.state.as_ref().filter(|s| s.kind_synced::<K>())
+    }
+
+    /// The object `name` as the state holds it, else as the API server answers. Every write that follows names
+    /// the resourceVersion it was computed from, so a copy the watch has not brought up to date yet costs a
+    /// conflict and a retry, not a wrong write; reading the state spares a GET (and its decoding) per pass of
+    /// every deleting Node and NodeClaim.
+    async fn current<K: Tracked + Clone>(&self, api: &Api<K>, name: &str) -> Result<Option<K>, kube::Error> {
+        match self.synced::<K>() {
+            Some(state) => Ok(state.get::<K>(name)),
+            None => api.get_opt(name).await,
+        }
+    }
+
     async fn claims_with_provider_id(&self, provider_id: &str) -> Result<Vec<NodeClaim>, kube::Error> {
         if let Some(state) = self.state.as_ref().filter(|s| s.kind_synced::<NodeClaim>()) {
             return Ok(state.node_claims_by_provider_id(provider_id).iter().map(|c| NodeClaim::clone(c)).collect());
@@ -292,6 +308,11 @@ impl Termination {
     /// yet) every node with its provider id.
     async fn nodes_of(&self, claim: &NodeClaim) -> Result<Vec<Node>, kube::Error> {
         let Some(provider_id) = claim.provider_id().filter(|p| !p.is_empty()) else { return Ok(Vec::new()) };
+        // The state's providerID index when it has every Node: a deleting claim is reconciled every few seconds
+        // until its Node is gone, and once the Node is gone the fallback below lists every Node of the cluster.
+        if let Some(state) = self.synced::<Node>() {
+            return Ok(state.nodes_by_provider_id(provider_id).iter().map(|n| Node::clone(n)).collect());
+        }
         if let Some(name) = claim.node_name().filter(|n| !n.is_empty())
             && let Some(node) = self.nodes().get_opt(name).await?
             && node_provider_id(&node) == Some(provider_id)
@@ -306,7 +327,7 @@ impl Termination {
     /// Reconciles the NodeClaim `name`. Does nothing unless it is being deleted with the finalizer.
     pub async fn reconcile_node_claim(&self, name: &str) -> Result<Requeue, ReconcileError> {
         let api = self.claims();
-        let Some(mut claim) = api.get_opt(name).await? else { return Ok(None) };
+        let Some(mut claim) = self.current(&api, name).await? else { return Ok(None) };
         if claim.metadata.deletion_timestamp.is_none()
             || !claim.finalizers().iter().any(|f| f == finalizers::TERMINATION)
         {
@@ -387,7 +408,7 @@ impl Termination {
     /// Reconciles the Node `name`. Does nothing unless it is being deleted with the finalizer.
     pub async fn reconcile_node(&self, name: &str) -> Result<Requeue, ReconcileError> {
         let nodes = self.nodes();
-        let Some(node) = nodes.get_opt(name).await? else { return Ok(None) };
+        let Some(node) = self.current(&nodes, name).await? else { return Ok(None) };
         if node.metadata.deletion_timestamp.is_none() || !node.finalizers().iter().any(|f| f == finalizers::TERMINATION)
         {
             return Ok(None);
