@@ -296,7 +296,7 @@ impl Termination {
     }
 
     async fn claims_with_provider_id(&self, provider_id: &str) -> Result<Vec<NodeClaim>, kube::Error> {
-        if let Some(state) = self.state.as_ref().filter(|s| s.kind_synced::<NodeClaim>()) {
+        if let Some(state) = self.synced::<NodeClaim>() {
             return Ok(state.node_claims_by_provider_id(provider_id).iter().map(|c| NodeClaim::clone(c)).collect());
         }
         let mut claims = self.claims().list(&ListParams::default()).await?.items;
