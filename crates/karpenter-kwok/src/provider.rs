@@ -322,11 +322,13 @@ impl KwokCloudProvider {
 
     /// The Node named `name` if it exists, is ours and is not terminating; `Err(NodeClaimNotFound)` otherwise.
     async fn live_node(&self, name: &str) -> Result<Node, CloudProviderError> {
-        let node = self
-            .nodes()
+        // Decoded without managedFields: the drift check reads a Node on every change of its NodeClaim, and the
+        // kubelet's and controller-manager's field managers are most of a Node's JSON.
+        let node = Api::<Lean<Node>>::all(self.client.clone())
             .get_opt(name)
             .await
             .map_err(|e| api_error(format!("getting node {name}"), e))?
+            .map(|lean| lean.0)
             .ok_or_else(|| CloudProviderError::not_found(format!("node {name} not found")))?;
         if !is_managed(&node) {
             return Err(CloudProviderError::not_found(format!("node {name} was not launched by the kwok provider")));

@@ -165,14 +165,14 @@
 //!
 //! The server runs no scheduler and no kubelet: [`crate::standins`] has a scheduler stand-in and
 //! `karpenter_kwok::kubelet` a kubelet stand-in, written against `kube::Client` (so they also drive kwok nodes on
-//! a real cluster). `tests/apiserver_probe.rs`
+//! a real cluster). `tests/apiserver/apiserver_probe.rs`
 //! holds one list of semantic checks (resourceVersion, conflicts, generation and status subresource,
 //! finalizers, selectors, binding and graceful deletion, eviction with PDB status, garbage collection, the
 //! not-ready taint, Lease conflicts, watch replay, JSON patch failures) run against this server by `cargo
-//! test`, and against a real cluster with
-//! `KARPENTER_PROBE_SERVER=http://127.0.0.1:8001 cargo test -p karpenter-testing --test apiserver_probe --
-//! --ignored` (through `kubectl proxy`: this crate's kube client is built without TLS). Every check passes on
-//! both; what differs is listed above.
+//! test`, and against a real cluster with `KARPENTER_PROBE_SERVER=http://127.0.0.1:8001 cargo test -p
+//! karpenter-testing --features apiserver --test apiserver -- apiserver_probe --ignored` (through `kubectl
+//! proxy`: this crate's kube client is built without TLS). Every check passes on both; what differs is listed
+//! above.
 
 mod http;
 mod meta;

@@ -2,7 +2,7 @@
 //! was launched but before the claim's status recorded it), and a new replica takes over through the leader
 //! Lease. Nothing is launched twice and nothing leaks.
 
-mod e2e_support;
+use crate::e2e_support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

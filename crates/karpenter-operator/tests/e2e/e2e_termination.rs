@@ -2,7 +2,7 @@
 //! cordoned (`karpenter.sh/disrupted`) and waits, evictions refused with 429 and retried, nothing forced; once the
 //! budget goes, the drain finishes and the node, the claim and the instance are gone.
 
-mod e2e_support;
+use crate::e2e_support;
 
 use std::time::Duration;
 

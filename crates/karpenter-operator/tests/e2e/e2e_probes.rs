@@ -2,7 +2,7 @@
 //! CRDs are installed, `/metrics` serves the registry; the manager stops on shutdown even while it still waits
 //! for the cluster state (CRDs missing).
 
-mod e2e_support;
+use crate::e2e_support;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! clock in the cluster (the server's timestamps, the controllers', the kubelet's) follows tokio's time, which
 //! jumps ahead whenever everything waits, so minutes of cluster time take well under a second of wall time.
 
-#![allow(dead_code)] // each e2e test file uses part of the harness
+#![allow(dead_code)] // not every helper is used by the scenarios
 
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;

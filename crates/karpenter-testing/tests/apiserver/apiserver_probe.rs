@@ -4,7 +4,7 @@
 //! ```text
 //! kubectl proxy --port 8001 &            # plain HTTP to the real API server (this crate's kube has no TLS)
 //! KARPENTER_PROBE_SERVER=http://127.0.0.1:8001 \
-//!   cargo test -p karpenter-testing --test apiserver_probe -- --ignored --nocapture
+//!   cargo test -p karpenter-testing --features apiserver --test apiserver -- apiserver_probe --ignored --nocapture
 //! ```
 //!
 //! Each check works in its own namespace (`probe-…`, deleted afterwards) and uses only built-in kinds, so it

@@ -1,7 +1,7 @@
 //! End to end: pending pods → NodeClaims → kwok Nodes → registered and initialized → pods bound and running,
 //! with the whole manager (every controller, leader election off) against the in-process API server.
 
-mod e2e_support;
+use crate::e2e_support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

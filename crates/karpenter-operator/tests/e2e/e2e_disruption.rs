@@ -3,7 +3,7 @@
 //! instance is drained and replaced. Workloads are kept at their replica count by the harness's ReplicaSet
 //! stand-in, so evicted pods come back and must find room.
 
-mod e2e_support;
+use crate::e2e_support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
