@@ -75,11 +75,26 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     karpenter_operator::logging::init(&core, COMMIT, clock.clone()).context("setting up logging")?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(worker_threads())
         .enable_all()
         .thread_name("karpenter")
         .build()
         .context("starting the tokio runtime")?;
     runtime.block_on(run_async(args, core, clock))
+}
+
+/// The runtime's worker threads: `TOKIO_WORKER_THREADS` when set (tokio's own variable), else one. The
+/// controller's work between simulations is small and bursty (watch events, reconciles, API calls): one worker
+/// does it all, where two spent a tenth of the process's CPU waking and parking each other (docs/benchmarks.md,
+/// "scale-5k CPU"). The simulations, seconds of CPU at 5,000 nodes, run on tokio's blocking pool
+/// (`karpenter_operator::state::simulate_off_runtime`), so they never hold up the worker.
+fn worker_threads() -> usize {
+    worker_threads_from(std::env::var("TOKIO_WORKER_THREADS").ok().as_deref())
+}
+
+/// [`worker_threads`] for the variable's value: a positive count, else one.
+fn worker_threads_from(value: Option<&str>) -> usize {
+    value.and_then(|v| v.trim().parse().ok()).filter(|&n: &usize| n > 0).unwrap_or(1)
 }
 
 async fn run_async(args: RunArgs, core: CoreSettings, clock: Arc<dyn Clock>) -> anyhow::Result<ExitCode> {
@@ -152,4 +167,18 @@ async fn aws_manager(
     _metrics: Arc<Metrics>,
 ) -> anyhow::Result<Manager> {
     anyhow::bail!("--provider aws needs the `aws` cargo feature")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::worker_threads_from;
+
+    #[test]
+    fn one_worker_unless_tokio_worker_threads_names_a_positive_count() {
+        assert_eq!(worker_threads_from(None), 1);
+        assert_eq!(worker_threads_from(Some("4")), 4);
+        assert_eq!(worker_threads_from(Some(" 2 ")), 2);
+        assert_eq!(worker_threads_from(Some("0")), 1);
+        assert_eq!(worker_threads_from(Some("many")), 1);
+    }
 }

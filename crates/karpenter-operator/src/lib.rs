@@ -18,7 +18,7 @@
 //! [`garbage_collection`], [`interruption`], [`nodepool`], [`consistency`] and [`disruption`], over the shared
 //! [`state::ClusterState`]. [`manager::Manager`] assembles them for one cloud provider and runs them on the
 //! leader with the servers (what `karpenter-controller run` does); [`node_classes::KubeNodeClasses`] is the
-//! watcher-fed node-class lookup a provider is given. End-to-end tests (`tests/e2e_*.rs`) run the whole manager
+//! watcher-fed node-class lookup a provider is given. End-to-end tests (`tests/e2e/`) run the whole manager
 //! with the kwok provider against the in-process API server and the scheduler, kubelet and ReplicaSet
 //! stand-ins, on tokio's paused clock.
 

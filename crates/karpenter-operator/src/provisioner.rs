@@ -41,7 +41,7 @@ use tokio_util::sync::CancellationToken;
 use crate::events::{Event, Recorder, reasons};
 use crate::metrics::Metrics;
 use crate::settings::{CoreSettings, MinValuesPolicy, PreferencePolicy};
-use crate::state::{ClusterState, Trigger, object_key};
+use crate::state::{ClusterState, Trigger, object_key, simulate_off_runtime};
 
 /// How long the batcher waits for a first trigger before looking again.
 pub const FIRST_TRIGGER_WAIT: Duration = Duration::from_secs(1);
@@ -482,27 +482,31 @@ impl Provisioner {
                 }
             }
         }
-        let inputs: Vec<PoolInput<'_>> =
-            pools.iter().map(|(pool, its)| PoolInput { node_pool: pool, instance_types: its }).collect();
         let options = self.options.scheduler_options();
         // Real time: the simulation never awaits, so on paused time (tests) tokio's clock would not move and the
         // budget would never run out.
         let solving = Stopwatch::start();
         let solve_timeout = self.options.solve_timeout;
-        let decisions: Decisions = schedule_until(&cluster, &inputs, self.cloud.labels(), &options, &mut || {
-            solving.elapsed() >= solve_timeout
-        });
+        let labels = self.cloud.labels().clone();
+        // The snapshot is not needed to act on the decisions: it is freed with the simulation, before the API
+        // calls, and the next whole-cluster pass may start.
+        let solved = simulate_off_runtime(move || {
+            let inputs: Vec<PoolInput<'_>> =
+                pools.iter().map(|(pool, its)| PoolInput { node_pool: pool, instance_types: its }).collect();
+            let decisions: Decisions =
+                schedule_until(&cluster, &inputs, &labels, &options, &mut || solving.elapsed() >= solve_timeout);
+            (decisions, pools)
+        })
+        .await;
+        let Some((decisions, pools)) = solved else { return Ok(report) };
         self.metrics.scheduler_scheduling_duration_seconds(CONTROLLER).observe(pass_started.elapsed().as_secs_f64());
-        // The snapshot is not needed to act on the decisions: free it before the API calls, and let the next
-        // whole-cluster pass start.
-        drop(cluster);
         drop(gate);
         self.metrics.scheduler_unschedulable_pods_count(CONTROLLER).set(count(decisions.unschedulable.len()));
         if decisions.timed_out {
             tracing::warn!(controller = CONTROLLER, "scheduling simulation timed out, keeping what was decided");
         }
 
-        self.failed_scheduling(&decisions.unschedulable, inputs.is_empty()).await;
+        self.failed_scheduling(&decisions.unschedulable, pools.is_empty()).await;
         report.unschedulable = decisions.unschedulable.clone();
 
         for placement in &decisions.existing_nodes {

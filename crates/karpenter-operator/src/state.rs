@@ -393,6 +393,26 @@ pub struct Snapshot {
     pub ignored: Vec<String>,
 }
 
+/// Runs a whole-cluster simulation (a provisioning solve, a disruption evaluation or validation) on tokio's
+/// blocking pool and waits for it. The simulations never await and take up to seconds at 5,000 nodes; on the
+/// pool they leave the runtime's worker free for watch events, leases and API calls, which is what lets the
+/// controller run on one worker thread (`karpenter-controller run`: two workers spent a tenth of their CPU
+/// waking each other). A panic in `simulate` is resumed here, as if it had run inline; `None` means the runtime
+/// is shutting down.
+pub async fn simulate_off_runtime<T, F>(simulate: F) -> Option<T>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    match tokio::task::spawn_blocking(simulate).await {
+        Ok(value) => Some(value),
+        Err(e) => match e.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            Err(_) => None,
+        },
+    }
+}
+
 impl ClusterState {
     /// An empty state; `nomination_window` is how long a nomination lasts.
     pub fn new(clock: Arc<dyn Clock>, nomination_window: Duration) -> Self {
@@ -1089,6 +1109,16 @@ fn is_currently_reschedulable(pod: &CompactPod, pdbs: &[&PodDisruptionBudget], n
 mod tests {
     use super::*;
     use karpenter_cloudprovider::time::tokio_now;
+
+    #[tokio::test]
+    async fn a_simulation_off_the_runtime_returns_its_value_and_resumes_its_panic() {
+        let worker = std::thread::current().id();
+        let (value, ran_on) = simulate_off_runtime(move || (21 * 2, std::thread::current().id())).await.unwrap();
+        assert_eq!(value, 42);
+        assert_ne!(ran_on, worker, "the simulation ran on the blocking pool, not the runtime's thread");
+        let panicked = tokio::spawn(simulate_off_runtime(|| -> u32 { panic!("a scheduler bug") })).await.unwrap_err();
+        assert!(panicked.is_panic(), "the panic reaches the caller as its own");
+    }
     use karpenter_testing::apiserver::ApiServer;
     use karpenter_testing::{
         FakeClock, NodeClaimOptions, NodeOptions, NodePoolOptions, PodOptions, node, node_claim, node_pool, pod,

@@ -55,7 +55,7 @@ use karpenter_api::time::chrono_duration;
 use crate::events::{Event, Recorder, reasons};
 use crate::kube_util::{delete_ignoring_missing, is_not_found, label, retry_write_conflicts};
 use crate::metrics::Metrics;
-use crate::state::ClusterState;
+use crate::state::{ClusterState, simulate_off_runtime};
 
 /// The controller name in logs.
 pub const CONTROLLER: &str = "disruption";
@@ -128,6 +128,9 @@ pub enum DisruptionError {
     /// A quantity in the cluster state does not parse.
     #[error("building the disruption snapshot: {0}")]
     Snapshot(#[from] SnapshotError),
+    /// The runtime stopped while the pass simulated.
+    #[error("the controller is shutting down")]
+    ShuttingDown,
 }
 
 /// What one [`Disruption::step`] did.
@@ -445,8 +448,6 @@ impl Disruption {
         let snapshot = self.state.snapshot()?.cluster;
         self.invalid_do_not_disrupt(&snapshot.bound_pods);
         let pools = self.pools(&snapshot.node_pools).await;
-        let inputs: Vec<PoolInput<'_>> =
-            pools.iter().map(|(p, its)| PoolInput { node_pool: p, instance_types: its }).collect();
         let now = self.clock.now();
         let options = karpenter_disruption::DisruptionOptions {
             consolidation_unchanged,
@@ -455,7 +456,14 @@ impl Disruption {
             resume_single_node_after,
             ..self.options()
         };
-        let pass = karpenter_disruption::evaluate(&snapshot, &inputs, self.cloud.labels(), now, &options);
+        let labels = self.cloud.labels().clone();
+        let pass = simulate_off_runtime(move || {
+            let inputs: Vec<PoolInput<'_>> =
+                pools.iter().map(|(p, its)| PoolInput { node_pool: p, instance_types: its }).collect();
+            karpenter_disruption::evaluate(&snapshot, &inputs, &labels, now, &options)
+        })
+        .await
+        .ok_or(DisruptionError::ShuttingDown)?;
         // Every pass is observed: under its command's method, or, without a command, under the last method the
         // pass went through (single-node consolidation), so a quiet cluster's passes are measured too.
         let method = pass.commands.first().map_or(Method::SingleNodeConsolidation, |c| c.method);
@@ -495,9 +503,17 @@ impl Disruption {
         })?;
         let snapshot = snapshot.cluster;
         let pools = self.pools(&snapshot.node_pools).await;
-        let inputs: Vec<PoolInput<'_>> =
-            pools.iter().map(|(p, its)| PoolInput { node_pool: p, instance_types: its }).collect();
-        validate(command, &snapshot, &inputs, self.cloud.labels(), self.clock.now(), &self.options())
+        let (command, labels, now, options) =
+            (command.clone(), self.cloud.labels().clone(), self.clock.now(), self.options());
+        simulate_off_runtime(move || {
+            let inputs: Vec<PoolInput<'_>> =
+                pools.iter().map(|(p, its)| PoolInput { node_pool: p, instance_types: its }).collect();
+            validate(&command, &snapshot, &inputs, &labels, now, &options)
+        })
+        .await
+        .unwrap_or_else(|| {
+            Err(ValidationFailure { kind: FailureKind::Scheduling, message: "the controller is shutting down".into() })
+        })
     }
 
     fn rejected(&self, command: &Command, failure: ValidationFailure, report: &mut StepReport) {

@@ -9,7 +9,7 @@
 //! or listed again by a re-list, are recorded without stamping ([`PodEvents::prime`]): a restart of the
 //! controller does not reset every node's consolidation clock.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -58,7 +58,8 @@ pub struct PodEvents {
     client: Client,
     state: ClusterState,
     clock: Arc<dyn Clock>,
-    seen: Mutex<BTreeMap<String, Facts>>,
+    /// By pod uid. A hash map: every pod change of the cluster looks its pod up here.
+    seen: Mutex<HashMap<String, Facts>>,
 }
 
 impl std::fmt::Debug for PodEvents {
@@ -73,7 +74,7 @@ impl PodEvents {
         Self { client, state, clock, seen: Mutex::default() }
     }
 
-    fn seen(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Facts>> {
+    fn seen(&self) -> std::sync::MutexGuard<'_, HashMap<String, Facts>> {
         self.seen.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -112,13 +113,15 @@ impl PodEvents {
         event.then_some(node)
     }
 
+    /// The NodeClaim of `node`: through the Node's providerID (the state's index), else the claim that names the
+    /// node in its status (a Node not seen yet).
     fn claim_of(&self, node: &str) -> Option<Arc<NodeClaim>> {
-        if let Some(c) = self.state.find_shared::<NodeClaim>(|c| c.node_name() == Some(node)) {
-            return Some(c);
-        }
-        let node_obj = self.state.get_shared::<k8s_openapi::api::core::v1::Node>(node)?;
-        let provider_id = node_obj.spec.as_ref()?.provider_id.as_deref()?;
-        self.state.find_shared::<NodeClaim>(|c| c.provider_id() == Some(provider_id))
+        let by_provider_id = self
+            .state
+            .get_shared::<k8s_openapi::api::core::v1::Node>(node)
+            .and_then(|n| n.spec.as_ref()?.provider_id.clone())
+            .and_then(|id| self.state.node_claims_by_provider_id(&id).into_iter().next());
+        by_provider_id.or_else(|| self.state.find_shared::<NodeClaim>(|c| c.node_name() == Some(node)))
     }
 
     async fn stamp(&self, claim: &NodeClaim) -> Result<Option<String>, ReconcileError> {
