@@ -37,6 +37,8 @@ use karpenter_api::{ProviderLabels, ValidationContext};
 
 mod kwok_kubelet;
 mod run;
+#[cfg(test)]
+mod settings_reference;
 mod simulate;
 
 /// jemalloc, not glibc's malloc: the controller's allocations come in waves (a scale-out's watch events and

@@ -8,13 +8,14 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Args;
 use karpenter_api::KWOKNodeClass;
+use karpenter_aws::settings::AwsSettings;
 use karpenter_cloudprovider::{Clock, CloudProvider, SystemClock};
 use karpenter_kwok::{KwokCloudProvider, KwokOptions};
+use karpenter_operator::CoreSettings;
 use karpenter_operator::client::{ClientOptions, build_client};
 use karpenter_operator::manager::{Manager, ManagerError};
 use karpenter_operator::metrics::{BuildInfo, Metrics};
 use karpenter_operator::node_classes::KubeNodeClasses;
-use karpenter_operator::{AwsSettings, CoreSettings};
 
 use crate::Provider;
 
@@ -59,7 +60,6 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         eprintln!("error: --instance-types and --kwok-simulate-kubelet apply to --provider kwok only");
         return Ok(ExitCode::from(USAGE));
     }
-    #[cfg(feature = "aws")]
     if args.provider == Provider::Aws
         && let Err(e) = args.aws.validate()
     {
@@ -67,9 +67,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(USAGE));
     }
     // A malformed price file stops the controller before it starts anything.
-    #[cfg(feature = "aws")]
     if args.provider == Provider::Aws {
-        crate::aws::check_price_file(&args.aws)?;
+        args.aws.check_price_file().context("PRICE_FILE")?;
     }
     let core = args.core.clone().normalized();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
@@ -146,8 +145,9 @@ async fn aws_manager(
     shutdown: tokio_util::sync::CancellationToken,
     metrics: Arc<Metrics>,
 ) -> anyhow::Result<Manager> {
-    let runtime = crate::aws::start(&core, &args.aws, client.clone(), clock.clone(), shutdown, metrics).await?;
-    let mut manager = Manager::new(core, client, runtime.cloud_provider, runtime.node_classes, clock);
+    let (runtime, node_classes) =
+        crate::aws::start(&core, &args.aws, client.clone(), clock.clone(), shutdown, metrics).await?;
+    let mut manager = Manager::new(core, client, runtime.cloud_provider, node_classes, clock);
     if let Some(source) = runtime.interruption {
         manager = manager.with_interruption(source);
     }

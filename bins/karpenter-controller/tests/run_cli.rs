@@ -19,7 +19,7 @@ fn run_help_lists_every_setting() {
     assert_eq!(code, 0, "{stderr}");
     let docs = karpenter_operator::settings::setting_docs::<karpenter_operator::CoreSettings>()
         .into_iter()
-        .chain(karpenter_operator::settings::setting_docs::<karpenter_operator::AwsSettings>());
+        .chain(karpenter_operator::settings::setting_docs::<karpenter_aws::settings::AwsSettings>());
     let mut n = 0;
     for doc in docs {
         assert!(help.contains(&doc.flag), "run --help does not list {}:\n{help}", doc.flag);

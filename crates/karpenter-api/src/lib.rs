@@ -25,6 +25,7 @@ pub mod optional_spec;
 pub mod pod;
 pub mod scheduling;
 pub mod selector;
+pub mod settings;
 pub mod time;
 pub mod validation;
 

@@ -22,8 +22,10 @@
 //!     cache), [`instancetypes`], [`provider`] (`AwsCloudProvider`), [`queue`] (the SQS `InterruptionSource`),
 //!     [`pricing_api`], [`discovery`] (EKS DescribeCluster), [`tagging`] (post-registration instance tags) and
 //!     [`runtime`].
+//!   * [`settings`] — `AwsSettings`, the provider's flags and environment variables (`clap::Args`).
 //! * **SDK (feature `sdk`)**: the `sdk` module — `AwsClients` from the default credential chain (rustls over ring) and one
-//!   adapter per trait over aws-sdk-ec2/ssm/sqs/iam/eks/pricing; integration-tested against moto. Compiling the
+//!   adapter per trait over aws-sdk-ec2/ssm/sqs/iam/eks/pricing, and `assembly::start`, which turns the settings
+//!   into the CloudProvider, its controllers and its interruption source; integration-tested against moto. Compiling the
 //!   SDK costs minutes and gigabytes, so nothing else depends on it, and consumers that only need the catalogue
 //!   (the scheduler's benchmarks, `simulate`) never compile it.
 //!
@@ -60,6 +62,8 @@
 //! and never panics on malformed input.
 
 pub mod api_error;
+#[cfg(feature = "sdk")]
+pub mod assembly;
 pub mod discovery;
 pub mod drift;
 pub mod ec2;
@@ -76,6 +80,7 @@ pub mod queue;
 pub mod runtime;
 #[cfg(feature = "sdk")]
 pub mod sdk;
+pub mod settings;
 pub mod tagging;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;

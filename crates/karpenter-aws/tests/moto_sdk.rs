@@ -334,3 +334,93 @@ async fn spot_price_history_through_the_pricing_adapter() {
     assert!(m5.iter().any(|p| p.zone == "us-west-2a"), "{m5:?}");
     assert!(m5.iter().all(|p| p.price > 0.0 && p.timestamp.is_some()));
 }
+
+/// The AWS settings as `run --provider aws` would parse them from these flags.
+fn aws_settings(flags: &[&str]) -> karpenter_aws::settings::AwsSettings {
+    use clap::{Args, Command, FromArgMatches};
+    let command = karpenter_aws::settings::AwsSettings::augment_args(Command::new("run"));
+    let matches = command.try_get_matches_from(std::iter::once("run").chain(flags.iter().copied())).unwrap();
+    karpenter_aws::settings::AwsSettings::from_arg_matches(&matches).unwrap()
+}
+
+/// What the assembly needs from the binary: an in-process API server's client and no node classes.
+fn assembly_start<'a>(
+    settings: &'a karpenter_aws::settings::AwsSettings,
+    client: karpenter_api::kube::Client,
+    shutdown: &tokio_util::sync::CancellationToken,
+) -> karpenter_aws::assembly::AwsStart<'a> {
+    #[derive(Debug)]
+    struct NoSink;
+    impl karpenter_aws::launch::instance::LaunchFailureSink for NoSink {
+        fn launch_failed(&self, _: &karpenter_aws::launch::instance::LaunchFailure) {}
+    }
+    karpenter_aws::assembly::AwsStart {
+        settings,
+        reserved_capacity: true,
+        client,
+        clock: Arc::new(karpenter_cloudprovider::SystemClock),
+        shutdown: shutdown.clone(),
+        node_classes: Arc::new(karpenter_cloudprovider::InMemoryNodeClasses::new()),
+        launch_failures: Arc::new(NoSink),
+    }
+}
+
+#[tokio::test]
+async fn the_assembly_returns_the_provider_its_controllers_and_the_queue() {
+    let Some(server) = MotoServer::start() else { return };
+    let c = clients(&server).await;
+    c.sqs.create_queue().queue_name("karpenter-int").send().await.unwrap();
+    let api = karpenter_testing::apiserver::ApiServer::new();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let sdk = SdkOptions::emulator(&server.url(), REGION);
+
+    // An isolated VPC (no Pricing API, no instance-profile GC) with the endpoint configured (no DescribeCluster).
+    let settings = aws_settings(&[
+        "--cluster-name=test-cluster",
+        "--cluster-endpoint=https://10.0.0.1",
+        "--isolated-vpc",
+        "--interruption-queue=karpenter-int",
+    ]);
+    let runtime = karpenter_aws::assembly::start(assembly_start(&settings, api.client(), &shutdown), &sdk)
+        .await
+        .expect("the assembly starts against moto");
+    assert!(runtime.interruption.is_some(), "INTERRUPTION_QUEUE is set");
+    // Price and instance-type refresh, launch-template GC, tagging, the node class controller, SSM invalidation,
+    // capacity-block expiration and reserved-capacity demotion; no instance-profile GC in an isolated VPC.
+    assert_eq!(runtime.controllers.len(), 8, "{runtime:?}");
+    assert_eq!(runtime.cloud_provider.name(), "aws");
+
+    // Without a queue there is no interruption source; outside an isolated VPC the instance-profile GC runs.
+    let settings = aws_settings(&["--cluster-name=test-cluster", "--cluster-endpoint=https://10.0.0.1"]);
+    let runtime = karpenter_aws::assembly::start(assembly_start(&settings, api.client(), &shutdown), &sdk)
+        .await
+        .expect("the assembly starts against moto");
+    assert!(runtime.interruption.is_none());
+    assert_eq!(runtime.controllers.len(), 9, "{runtime:?}");
+
+    // Fatal errors name what is wrong: no endpoint and a cluster EKS does not know; a price file without the
+    // region.
+    let settings = aws_settings(&["--cluster-name=no-such-cluster"]);
+    let err = karpenter_aws::assembly::start(assembly_start(&settings, api.client(), &shutdown), &sdk)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.starts_with("resolving the cluster endpoint: "), "{err}");
+    let prices = std::env::temp_dir().join(format!("karpenter-assembly-prices-{}.json", std::process::id()));
+    let mut file = karpenter_aws::pricing::PriceFile::default();
+    file.set_region(
+        "eu-west-1",
+        karpenter_aws::pricing::PriceTable {
+            on_demand: BTreeMap::from([("m5.large".to_owned(), 0.107)]),
+            ..Default::default()
+        },
+    );
+    std::fs::write(&prices, file.to_json()).unwrap();
+    let flag = format!("--price-file={}", prices.display());
+    let settings = aws_settings(&["--cluster-name=test-cluster", "--cluster-endpoint=https://10.0.0.1", &flag]);
+    let result = karpenter_aws::assembly::start(assembly_start(&settings, api.client(), &shutdown), &sdk).await;
+    std::fs::remove_file(&prices).unwrap();
+    let err = result.unwrap_err().to_string();
+    assert!(err.starts_with("PRICE_FILE: ") && err.contains(REGION), "{err}");
+    shutdown.cancel();
+}

@@ -24,6 +24,33 @@ use crate::{DisruptionOptions, emptiness_check};
 /// time both wait this long.
 pub const VALIDATION_DELAY: Duration = Duration::from_secs(15);
 
+/// What the disruption loop does with one pass's commands. The one definition of that step: the controller's
+/// loop and `simulate`'s simulated time both follow it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NextStep {
+    /// The pass found nothing to disrupt.
+    Idle,
+    /// Start every command now. Drift (and static drift) is eventual: the nodes must go whatever the cluster
+    /// looks like in 15 s, so upstream starts them without the re-check.
+    StartNow(Vec<Command>),
+    /// Hold the command for [`VALIDATION_DELAY`], then [`validate`] it against a fresh snapshot and start what
+    /// is still valid. Emptiness and consolidation are graceful: they act only when moving the pods is still
+    /// safe and worth it after the wait (pods may have arrived, budgets may have been spent). One command per
+    /// pass, as upstream's queue holds one.
+    ValidateAfterDelay(Command),
+}
+
+/// The step that follows a pass with these commands (see [`NextStep`]). One method acts per pass, so the first
+/// command's method decides.
+pub fn next_step(mut commands: Vec<Command>) -> NextStep {
+    let Some(first) = commands.first() else { return NextStep::Idle };
+    if first.method.is_graceful() {
+        NextStep::ValidateAfterDelay(commands.swap_remove(0))
+    } else {
+        NextStep::StartNow(commands)
+    }
+}
+
 /// Failure classes (upstream's `budget | scheduling | churn` metric label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FailureKind {
@@ -155,5 +182,37 @@ pub fn validate(
                 )),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use karpenter_api::nodepool::DisruptionReason;
+
+    fn command(method: Method, node: &str) -> Command {
+        Command {
+            method,
+            reason: method.reason(),
+            decision: Decision::Delete,
+            candidates: Vec::new(),
+            replacements: Vec::new(),
+            displaced_pods: Vec::new(),
+            savings_per_hour: 0.0,
+            explanation: node.to_owned(),
+        }
+    }
+
+    #[test]
+    fn drift_starts_at_once_and_graceful_methods_wait_for_validation() {
+        assert_eq!(next_step(Vec::new()), NextStep::Idle);
+        let drift = vec![command(Method::StaticDrift, "a"), command(Method::StaticDrift, "b")];
+        assert_eq!(next_step(drift.clone()), NextStep::StartNow(drift));
+        assert_eq!(next_step(vec![command(Method::Drift, "a")]), NextStep::StartNow(vec![command(Method::Drift, "a")]));
+        for method in [Method::Emptiness, Method::MultiNodeConsolidation, Method::SingleNodeConsolidation] {
+            let step = next_step(vec![command(method, "a"), command(method, "b")]);
+            assert_eq!(step, NextStep::ValidateAfterDelay(command(method, "a")), "{method:?}: the first command only");
+        }
+        assert_eq!(command(Method::Emptiness, "a").reason, DisruptionReason::Empty);
     }
 }

@@ -46,6 +46,4 @@ pub mod state;
 pub mod termination;
 pub mod trim;
 
-pub use settings::{
-    AwsSettings, CoreSettings, FeatureGates, LogLevel, MinValuesPolicy, PreferencePolicy, SettingsError,
-};
+pub use settings::{CoreSettings, FeatureGates, LogLevel, MinValuesPolicy, PreferencePolicy, SettingsError};

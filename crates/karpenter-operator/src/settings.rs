@@ -1,36 +1,22 @@
-//! Controller settings: every setting is a flag that also reads an environment variable, with upstream
-//! Karpenter's names and defaults, so an operator's Helm values and env
-//! carry over unchanged. The environment gives the default; a flag overrides it.
+//! The core settings: every setting is a flag that also reads an environment variable, with upstream
+//! Karpenter's names and defaults, so an operator's Helm values and env carry over unchanged. The environment
+//! gives the default; a flag overrides it.
 //!
-//! [`CoreSettings`] apply to every provider; [`AwsSettings`] are added by the binary when it runs the AWS
-//! provider. Both are `clap::Args`, so the binary flattens them into its `run` command, and
-//! [`reference_markdown`] renders the checked-in settings reference (`docs/settings.md`) from the same
-//! definitions, so the docs cannot drift from the code.
+//! [`CoreSettings`] apply to every provider; a provider's own settings live in its crate (karpenter-aws's
+//! `AwsSettings`). All are `clap::Args`: the binary flattens them into its `run` command and renders the
+//! checked-in settings reference (`docs/settings.md`) from the same definitions with [`reference_section`], so
+//! the docs cannot drift from the code.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
 use clap::{ArgAction, Args, Command};
-use karpenter_api::duration::parse_go_duration;
 // The policies are the scheduler's own types: settings parse into what the scheduler reads, with no mapping.
 pub use karpenter_requirements::{MinValuesPolicy, PreferencePolicy};
 
-/// A setting that cannot be used, named by its environment variable.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum SettingsError {
-    #[error("{setting}: {message}")]
-    Invalid { setting: &'static str, message: String },
-}
-
-fn invalid(setting: &'static str, message: impl Into<String>) -> SettingsError {
-    SettingsError::Invalid { setting, message: message.into() }
-}
-
-fn duration(s: &str) -> Result<Duration, String> {
-    parse_go_duration(s).map_err(|e| format!("{s:?} is not a duration such as 10s or 1m30s: {e}"))
-}
+pub use karpenter_api::settings::SettingsError;
+use karpenter_api::settings::{parse_duration_setting as duration, parse_feature_gates};
 
 /// Log verbosity (`LOG_LEVEL`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -84,29 +70,11 @@ impl Default for FeatureGates {
     }
 }
 
-/// Parses `Name=bool,Name=bool`: the gate list syntax shared by `FEATURE_GATES` and `AWS_FEATURE_GATES`.
-/// Whitespace around entries is allowed, empty entries are skipped; a malformed entry is an error.
-fn parse_gate_list(s: &str) -> Result<BTreeMap<String, bool>, String> {
-    let mut gates = BTreeMap::new();
-    for entry in s.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-        let Some((name, value)) = entry.split_once('=') else {
-            return Err(format!("feature gate {entry:?} must have the form Name=true or Name=false"));
-        };
-        let value = match value.trim() {
-            "true" | "True" | "TRUE" => true,
-            "false" | "False" | "FALSE" => false,
-            other => return Err(format!("feature gate {}: {other:?} is not true or false", name.trim())),
-        };
-        gates.insert(name.trim().to_string(), value);
-    }
-    Ok(gates)
-}
-
 impl FromStr for FeatureGates {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         let mut gates = Self::default();
-        for (name, value) in parse_gate_list(s)? {
+        for (name, value) in parse_feature_gates(s)? {
             match name.as_str() {
                 "NodeRepair" => gates.node_repair = value,
                 "ReservedCapacity" => gates.reserved_capacity = value,
@@ -133,25 +101,6 @@ impl fmt::Display for FeatureGates {
             self.static_capacity,
             self.capacity_buffer
         )
-    }
-}
-
-/// The AWS feature gates (`AWS_FEATURE_GATES`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct AwsFeatureGates {
-    pub node_class_cel: bool,
-}
-
-impl FromStr for AwsFeatureGates {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let mut gates = Self::default();
-        for (name, value) in parse_gate_list(s)? {
-            if name == "NodeClassCEL" {
-                gates.node_class_cel = value;
-            }
-        }
-        Ok(gates)
     }
 }
 
@@ -257,87 +206,6 @@ impl CoreSettings {
     }
 }
 
-/// Settings of the AWS provider.
-#[derive(Debug, Clone, Args)]
-pub struct AwsSettings {
-    /// Name of the cluster: used in tags and discovery. Required.
-    #[arg(long, env = "CLUSTER_NAME", default_value = "")]
-    pub cluster_name: String,
-    /// API server endpoint handed to nodes; read with EKS DescribeCluster when empty.
-    #[arg(long, env = "CLUSTER_ENDPOINT", default_value = "")]
-    pub cluster_endpoint: String,
-    /// Cluster CA bundle handed to nodes; taken from the controller's own TLS config when empty.
-    #[arg(long, env = "CLUSTER_CA_BUNDLE", default_value = "")]
-    pub cluster_ca_bundle: String,
-    /// Discover the Kubernetes version and service CIDR through the EKS API.
-    #[arg(long, env = "EKS_CONTROL_PLANE", default_value = "false", action = ArgAction::Set,
-          num_args = 0..=1, default_missing_value = "true")]
-    pub eks_control_plane: bool,
-    /// The VPC has no internet access: no Pricing API (on-demand prices from PRICE_FILE, else the estimate) and
-    /// no instance-profile GC.
-    #[arg(long, env = "ISOLATED_VPC", default_value = "false", action = ArgAction::Set,
-          num_args = 0..=1, default_missing_value = "true")]
-    pub isolated_vpc: bool,
-    /// JSON price file (as `karpenter-controller prices` writes it) loaded at start; the controller refuses to
-    /// start if it is malformed or has no on-demand prices for the region. The initial prices, and in an
-    /// isolated VPC the only on-demand source. Empty: the Pricing API, or the documented estimate.
-    #[arg(long, env = "PRICE_FILE", default_value = "", value_name = "FILE")]
-    pub price_file: String,
-    /// SQS queue name for interruption events; empty disables interruption handling.
-    #[arg(long, env = "INTERRUPTION_QUEUE", default_value = "")]
-    pub interruption_queue: String,
-    /// Fraction of memory capacity discounted until a node reports its own capacity.
-    #[arg(long, env = "VM_MEMORY_OVERHEAD_PERCENT", default_value_t = 0.075)]
-    pub vm_memory_overhead_percent: f64,
-    /// ENIs kept out of the max-pods computation.
-    #[arg(long = "reserved-enis", env = "RESERVED_ENIS", default_value_t = 0)]
-    pub reserved_enis: u32,
-    /// Skip the dry-run authorization checks of EC2NodeClass resolution.
-    #[arg(long, env = "DISABLE_DRY_RUN", default_value = "false", action = ArgAction::Set,
-          num_args = 0..=1, default_missing_value = "true")]
-    pub disable_dry_run: bool,
-    /// Honour Application Recovery Controller zonal shifts.
-    #[arg(long, env = "ENABLE_ZONAL_SHIFT", default_value = "false", action = ArgAction::Set,
-          num_args = 0..=1, default_missing_value = "true")]
-    pub enable_zonal_shift: bool,
-    /// How long resolved AMIs are cached (at least 1m).
-    #[arg(long, env = "AMI_REFRESH_INTERVAL", default_value = "1m", value_parser = duration)]
-    pub ami_refresh_interval: Duration,
-    /// How long resolved subnets are cached (at least 1m).
-    #[arg(long, env = "SUBNET_REFRESH_INTERVAL", default_value = "1m", value_parser = duration)]
-    pub subnet_refresh_interval: Duration,
-    /// AWS feature gates as Name=bool pairs (NodeClassCEL).
-    #[arg(long, env = "AWS_FEATURE_GATES", default_value = "NodeClassCEL=false")]
-    pub aws_feature_gates: AwsFeatureGates,
-}
-
-impl AwsSettings {
-    /// Checks what clap cannot: the required cluster name, ranges and minimum refresh intervals.
-    pub fn validate(&self) -> Result<(), SettingsError> {
-        if self.cluster_name.trim().is_empty() {
-            return Err(invalid("CLUSTER_NAME", "is required (the name of the EKS cluster)"));
-        }
-        if !(0.0..1.0).contains(&self.vm_memory_overhead_percent) || self.vm_memory_overhead_percent.is_nan() {
-            return Err(invalid(
-                "VM_MEMORY_OVERHEAD_PERCENT",
-                format!("{} must be a fraction in [0, 1)", self.vm_memory_overhead_percent),
-            ));
-        }
-        if !self.cluster_endpoint.is_empty() && !self.cluster_endpoint.starts_with("https://") {
-            return Err(invalid("CLUSTER_ENDPOINT", format!("{:?} must be an https:// URL", self.cluster_endpoint)));
-        }
-        for (setting, value) in [
-            ("AMI_REFRESH_INTERVAL", self.ami_refresh_interval),
-            ("SUBNET_REFRESH_INTERVAL", self.subnet_refresh_interval),
-        ] {
-            if value < Duration::from_secs(60) {
-                return Err(invalid(setting, format!("{value:?} is below the minimum of 1m")));
-            }
-        }
-        Ok(())
-    }
-}
-
 /// One row of the settings reference.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SettingDoc {
@@ -363,37 +231,13 @@ pub fn setting_docs<A: Args>() -> Vec<SettingDoc> {
         .collect()
 }
 
-/// Every environment variable the controller reads, core and AWS.
-pub fn known_env_vars() -> Vec<String> {
-    setting_docs::<CoreSettings>().into_iter().chain(setting_docs::<AwsSettings>()).map(|d| d.env).collect()
-}
-
-/// The settings reference, checked in as `docs/settings.md` and tested for drift.
-pub fn reference_markdown() -> String {
-    let mut out = String::from(
-        "# Settings\n\n\
-         <!-- Generated from crates/karpenter-operator/src/settings.rs; do not edit. \
-         Regenerate: UPDATE_DOCS=1 cargo test -p karpenter-operator --test settings_docs -->\n\n\
-         Every setting is an environment variable and a flag of `karpenter-controller run`; the environment \
-         gives the default and a flag overrides it. Names and defaults follow upstream Karpenter, so existing \
-         Helm values and environments carry over.\n",
-    );
-    for (title, rows) in
-        [("Core", setting_docs::<CoreSettings>()), ("AWS (with `--provider aws`)", setting_docs::<AwsSettings>())]
-    {
-        out.push_str(&format!(
-            "\n## {title}\n\n| Environment variable | Flag | Default | Meaning |\n|---|---|---|---|\n"
-        ));
-        for row in rows {
-            let default = if row.default.is_empty() { "\"\"".to_string() } else { format!("`{}`", row.default) };
-            out.push_str(&format!(
-                "| `{}` | `{}` | {} | {} |\n",
-                row.env,
-                row.flag,
-                default,
-                row.help.replace('|', "\\|")
-            ));
-        }
+/// One section of the settings reference (`docs/settings.md`, composed by the binary): a heading and a table of
+/// `rows` (from [`setting_docs`]).
+pub fn reference_section(title: &str, rows: &[SettingDoc]) -> String {
+    let mut out = format!("\n## {title}\n\n| Environment variable | Flag | Default | Meaning |\n|---|---|---|---|\n");
+    for row in rows {
+        let default = if row.default.is_empty() { "\"\"".to_string() } else { format!("`{}`", row.default) };
+        out.push_str(&format!("| `{}` | `{}` | {} | {} |\n", row.env, row.flag, default, row.help.replace('|', "\\|")));
     }
     out
 }
@@ -407,8 +251,6 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         core: CoreSettings,
-        #[command(flatten)]
-        aws: AwsSettings,
     }
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
@@ -435,12 +277,6 @@ mod tests {
         assert_eq!(core.leader_election_name, "karpenter-leader-election");
         assert!(core.ignore_dra_requests && core.disable_controller_warmup);
         assert_eq!(core.nomination_window(), Duration::from_secs(20));
-        let aws = cli.aws;
-        assert_eq!(aws.vm_memory_overhead_percent, 0.075);
-        assert_eq!(aws.reserved_enis, 0);
-        assert_eq!(aws.price_file, "", "no price file unless set");
-        assert_eq!(aws.ami_refresh_interval, Duration::from_secs(60));
-        assert!(!aws.aws_feature_gates.node_class_cel);
     }
 
     #[test]
@@ -456,9 +292,6 @@ mod tests {
             "--feature-gates=SpotToSpotConsolidation=true, Unknown=true",
             "--log-output-paths=stdout,/var/log/k.log",
             "--cpu-requests=-5",
-            "--reserved-enis=1",
-            "--cluster-name=prod",
-            "--price-file=/etc/karpenter/prices.json",
         ])
         .unwrap();
         let core = cli.core.normalized();
@@ -474,9 +307,6 @@ mod tests {
         assert_eq!(core.log_output_paths, ["stdout", "/var/log/k.log"]);
         assert_eq!(core.cpu_requests, 1000, "CPU_REQUESTS <= 0 means 1000");
         assert_eq!(core.scheduler_parallelism(), 1);
-        assert_eq!(cli.aws.reserved_enis, 1);
-        assert_eq!(cli.aws.price_file, "/etc/karpenter/prices.json");
-        cli.aws.validate().unwrap();
     }
 
     #[test]
@@ -496,23 +326,6 @@ mod tests {
     }
 
     #[test]
-    fn aws_validation() {
-        let ok = parse(&["--cluster-name=prod"]).unwrap().aws;
-        ok.validate().unwrap();
-        let missing = parse(&[]).unwrap().aws;
-        assert_eq!(
-            missing.validate().unwrap_err().to_string(),
-            "CLUSTER_NAME: is required (the name of the EKS cluster)"
-        );
-        let short = parse(&["--cluster-name=p", "--ami-refresh-interval=30s"]).unwrap().aws;
-        assert!(short.validate().unwrap_err().to_string().starts_with("AMI_REFRESH_INTERVAL: "));
-        let overhead = parse(&["--cluster-name=p", "--vm-memory-overhead-percent=1.5"]).unwrap().aws;
-        assert!(overhead.validate().unwrap_err().to_string().starts_with("VM_MEMORY_OVERHEAD_PERCENT: "));
-        let endpoint = parse(&["--cluster-name=p", "--cluster-endpoint=http://x"]).unwrap().aws;
-        assert!(endpoint.validate().is_err());
-    }
-
-    #[test]
     fn feature_gates_round_trip_through_display() {
         let gates: FeatureGates = "NodeRepair=true,CapacityBuffer=true".parse().unwrap();
         assert_eq!(gates.to_string().parse::<FeatureGates>().unwrap(), gates);
@@ -522,17 +335,17 @@ mod tests {
 
     #[test]
     fn every_setting_has_an_env_var_and_help() {
-        let docs = setting_docs::<CoreSettings>().into_iter().chain(setting_docs::<AwsSettings>()).collect::<Vec<_>>();
-        assert!(docs.len() >= 35, "{}", docs.len());
+        let docs = setting_docs::<CoreSettings>();
+        assert!(docs.len() >= 20, "{}", docs.len());
         for doc in &docs {
             assert!(!doc.help.is_empty(), "{} has no help", doc.env);
             assert_eq!(doc.env, doc.env.to_uppercase());
         }
-        let envs = known_env_vars();
-        for expected in
-            ["CLUSTER_NAME", "INTERRUPTION_QUEUE", "BATCH_IDLE_DURATION", "FEATURE_GATES", "KUBE_CLIENT_QPS"]
-        {
-            assert!(envs.iter().any(|e| e == expected), "{expected}");
+        for expected in ["BATCH_IDLE_DURATION", "FEATURE_GATES", "KUBE_CLIENT_QPS"] {
+            assert!(docs.iter().any(|d| d.env == expected), "{expected}");
         }
+        let section = reference_section("Core", &docs);
+        assert!(section.starts_with("\n## Core\n"), "{section}");
+        assert!(section.contains("| `FEATURE_GATES` | `--feature-gates` |"), "{section}");
     }
 }

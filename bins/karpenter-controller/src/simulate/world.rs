@@ -27,8 +27,8 @@ use karpenter_api::loader::{self, Loaded, Object};
 use karpenter_api::time::{chrono_duration, from_k8s, parse_rfc3339, rfc3339};
 use karpenter_api::{CompactPod, IntoSharedPod, SpecInterner};
 use karpenter_api::{NodePool, ProviderLabels, ValidationContext, labels};
-use karpenter_disruption::validation::VALIDATION_DELAY;
-use karpenter_disruption::{Command, DisruptionOptions, Method, Pass, Reason, evaluate, expiration, validation};
+use karpenter_disruption::validation::{NextStep, VALIDATION_DELAY, next_step};
+use karpenter_disruption::{Command, DisruptionOptions, Pass, Reason, evaluate, expiration, validation};
 use karpenter_requirements::{InstanceType, Operator};
 use karpenter_scheduler::decision::NodeClaimPlan;
 use karpenter_scheduler::snapshot::{api_taint, is_daemon_set_pod, pod_key};
@@ -575,20 +575,17 @@ impl<'c> World<'c> {
             }
             let pass = self.pass();
             self.learn_hints(&pass);
-            if pass.commands.is_empty() {
-                if expired || provisioned {
-                    continue;
+            // The controller's step after a pass: drift starts at once, the graceful methods wait and re-check.
+            match next_step(pass.commands) {
+                NextStep::Idle if expired || provisioned => continue,
+                NextStep::Idle => return Ok(()),
+                NextStep::StartNow(commands) => self.execute(&commands, self.now)?,
+                NextStep::ValidateAfterDelay(command) => {
+                    let due = self.now + chrono_duration(VALIDATION_DELAY);
+                    self.hints.insert(due);
+                    self.waiting = Some(Waiting { decided: self.now, due, commands: vec![command] });
+                    return Ok(());
                 }
-                return Ok(());
-            }
-            let immediate = pass.commands.iter().all(|c| matches!(c.method, Method::Drift | Method::StaticDrift));
-            if immediate {
-                self.execute(&pass.commands, self.now)?;
-            } else {
-                let due = self.now + chrono_duration(VALIDATION_DELAY);
-                self.hints.insert(due);
-                self.waiting = Some(Waiting { decided: self.now, due, commands: pass.commands });
-                return Ok(());
             }
         }
         self.notes.push(format!(

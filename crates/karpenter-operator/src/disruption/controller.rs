@@ -39,7 +39,9 @@ use karpenter_cloudprovider::time::Stopwatch;
 use karpenter_cloudprovider::{Clock, CloudProvider};
 use karpenter_disruption::SimulationBudget;
 use karpenter_disruption::command::{Command, Decision, Method, Outcome, Pass, Reason};
-use karpenter_disruption::validation::{FailureKind, VALIDATION_DELAY, ValidationFailure, validate};
+use karpenter_disruption::validation::{
+    FailureKind, NextStep, VALIDATION_DELAY, ValidationFailure, next_step, validate,
+};
 use karpenter_requirements::InstanceType;
 use karpenter_scheduler::snapshot::{SnapshotError, is_daemon_set_pod};
 use karpenter_scheduler::{PoolInput, build_node_claim};
@@ -373,19 +375,16 @@ impl Disruption {
             inner.resume_single_node_after.clone_from(&pass.resume_single_node_after);
         }
         self.publish(&pass);
-        let commands = pass.commands.clone();
+        let step = next_step(pass.commands.clone());
         report.pass = Some(pass);
-        let Some(first) = commands.first() else {
-            settle(&mut report, self.settings.poll_interval);
-            return Ok(report);
-        };
-        match first.method {
-            Method::Emptiness | Method::MultiNodeConsolidation | Method::SingleNodeConsolidation => {
-                inner.pending = Some(Pending { command: first.clone(), computed: now });
-                report.awaiting_validation = Some(first.clone());
+        match step {
+            NextStep::Idle => settle(&mut report, self.settings.poll_interval),
+            NextStep::ValidateAfterDelay(command) => {
+                report.awaiting_validation = Some(command.clone());
+                inner.pending = Some(Pending { command, computed: now });
                 settle(&mut report, self.settings.validation_delay);
             }
-            Method::Drift | Method::StaticDrift => {
+            NextStep::StartNow(commands) => {
                 for c in commands {
                     self.start(&mut inner, c, &mut report).await;
                 }

@@ -5,6 +5,8 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
+use karpenter_operator::settings::setting_docs;
+
 fn chart_file(rel: &str) -> String {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../charts/karpenter").join(rel);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
@@ -63,7 +65,11 @@ fn every_settings_value_reaches_the_deployment() {
 
 #[test]
 fn every_deployment_env_var_is_a_controller_setting() {
-    let known: BTreeSet<String> = karpenter_operator::settings::known_env_vars().into_iter().collect();
+    let known: BTreeSet<String> = setting_docs::<karpenter_operator::CoreSettings>()
+        .into_iter()
+        .chain(setting_docs::<karpenter_aws::settings::AwsSettings>())
+        .map(|d| d.env)
+        .collect();
     let names = deployment_env_names(&chart_file("templates/deployment.yaml"));
     assert!(names.len() >= 15, "{names:?}");
     for name in &names {

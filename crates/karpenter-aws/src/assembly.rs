@@ -1,0 +1,341 @@
+//! The AWS provider assembled in one call ([`start`]): the CloudProvider, the AWS-side controllers and the SQS
+//! interruption source, built from [`AwsSettings`] and the SDK's default configuration. The binary
+//! (`karpenter-controller run --provider aws`) hands what it owns (the Kubernetes client, the clock, the shutdown
+//! token, the EC2NodeClass watcher and its metrics sink) and gets back what the controller manager runs.
+//!
+//! The order follows upstream's AWS operator startup: the SDK configuration from the default chains (region from
+//! `AWS_REGION`, the profile or IMDS; credentials from the environment, the profile, IRSA, EKS Pod Identity or
+//! IMDS); an EC2 connectivity check; the cluster endpoint from `CLUSTER_ENDPOINT` or EKS `DescribeCluster`
+//! (fatal when neither gives one); the price refresh; the CloudProvider, whose instance-type catalogue is loaded
+//! before [`start`] returns (fatal on failure); the EC2NodeClass resolver and its controllers; the interruption
+//! queue when `INTERRUPTION_QUEUE` is set.
+//!
+//! Prices: `PRICE_FILE` gives the initial prices, and in an isolated VPC the only on-demand ones; the Pricing API
+//! refresh replaces them elsewhere. With no price source at all offerings are priced by the documented estimate,
+//! logged by the refresh and published as a `PricesEstimated` Warning event on each EC2NodeClass.
+
+use std::sync::Arc;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use karpenter_cloudprovider::{Clock, CloudProvider, InterruptionSource, NodeClassLookup, TokioSleeper};
+use tokio_util::sync::CancellationToken;
+
+use crate::api_error::AwsApiError;
+use crate::discovery::{self, DiscoveryError};
+use crate::instancetype::Settings as InstanceTypeSettings;
+use crate::instancetypes::{self, SharedPrices};
+use crate::launch::instance::{ClusterInfo, LaunchFailureSink};
+use crate::nodeclass::controller::{
+    ApiServerVersion, CapacityBlockExpiration, InstanceProfileGarbageCollector, NodeClassController,
+    SsmInvalidationController,
+};
+use crate::nodeclass::demotion::ReservationDemotion;
+use crate::nodeclass::instance_profile::ClusterIdentity;
+use crate::nodeclass::reservation::{CapacityReservationProvider, PlacementGroupProvider};
+use crate::nodeclass::{NodeClassResolver, ResolverApis, ResolverSettings};
+use crate::pricing::{PriceFile, PriceFileError};
+use crate::pricing_api::{self, FetchPricesError, PricingProvider};
+use crate::provider::{AwsApis, AwsCloudProvider, AwsCloudProviderOptions};
+use crate::queue::{NodeClaimLookup, SqsInterruptionSource};
+use crate::runtime::every;
+use crate::sdk::dry_run::Ec2DryRun;
+use crate::sdk::{AwsClients, SdkLoadError, SdkOptions};
+use crate::settings::AwsSettings;
+
+/// How often unused launch templates are deleted (their cache keeps them one minute).
+const LAUNCH_TEMPLATE_GC_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// What the binary hands [`start`].
+pub struct AwsStart<'a> {
+    /// The AWS settings (already validated: [`AwsSettings::validate`]).
+    pub settings: &'a AwsSettings,
+    /// The `ReservedCapacity` core feature gate: launch templates' capacity-reservation preference, described
+    /// instances' capacity type, reservation resolution and the reserved-to-on-demand demotion follow it.
+    pub reserved_capacity: bool,
+    /// The Kubernetes client the AWS controllers use.
+    pub client: kube::Client,
+    /// The clock.
+    pub clock: Arc<dyn Clock>,
+    /// Stops the AWS controllers.
+    pub shutdown: CancellationToken,
+    /// The EC2NodeClasses, kept current by the caller's watcher.
+    pub node_classes: Arc<dyn NodeClassLookup>,
+    /// Where launch failures are counted (`karpenter_cloudprovider_instance_launch_failures_total`).
+    pub launch_failures: Arc<dyn LaunchFailureSink>,
+}
+
+impl std::fmt::Debug for AwsStart<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AwsStart")
+            .field("settings", self.settings)
+            .field("reserved_capacity", &self.reserved_capacity)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What [`start`] returns to the controller manager.
+pub struct AwsRuntime {
+    /// The CloudProvider.
+    pub cloud_provider: Arc<dyn CloudProvider>,
+    /// The SQS interruption source, when `INTERRUPTION_QUEUE` is set.
+    pub interruption: Option<Arc<dyn InterruptionSource>>,
+    /// The AWS-side controllers (node class status and finalizer, SSM invalidation, instance-profile GC, capacity
+    /// blocks, reserved-capacity demotion, post-registration tagging, price and instance-type refresh,
+    /// launch-template GC); each runs until the shutdown token fires.
+    pub controllers: Vec<BoxFuture<'static, ()>>,
+}
+
+impl std::fmt::Debug for AwsRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AwsRuntime")
+            .field("interruption", &self.interruption.is_some())
+            .field("controllers", &self.controllers.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why the AWS provider could not start; each is fatal for `run --provider aws`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    #[error("loading the AWS SDK configuration: {0}")]
+    Sdk(#[from] SdkLoadError),
+    #[error("checking EC2 connectivity: {0}")]
+    Connectivity(#[source] AwsApiError),
+    #[error("resolving the cluster endpoint: {0}")]
+    Cluster(#[from] DiscoveryError),
+    #[error("PRICE_FILE: {0}")]
+    PriceFile(#[from] PriceFileError),
+    #[error("fetching the instance-type catalogue: {0}")]
+    Catalogue(#[source] AwsApiError),
+}
+
+/// Builds the AWS provider (see the module docs); `sdk` is [`SdkOptions::default`] in production (the default
+/// chains) and points at an emulator in tests.
+pub async fn start(start: AwsStart<'_>, sdk: &SdkOptions) -> Result<AwsRuntime, StartError> {
+    let AwsStart { settings: aws, reserved_capacity, client, clock, shutdown, node_classes: lookup, launch_failures } =
+        start;
+    let clients = AwsClients::load(sdk).await?;
+    let zones_out = clients
+        .ec2
+        .describe_availability_zones()
+        .send()
+        .await
+        .map_err(|e| crate::sdk::api_error("DescribeAvailabilityZones", e))
+        .map_err(StartError::Connectivity)?;
+    let zones: Vec<String> =
+        zones_out.availability_zones().iter().filter_map(|z| z.zone_name()).map(str::to_owned).collect();
+    tracing::info!(region = %clients.region, zones = ?zones, "AWS SDK configured");
+
+    let cluster = discovery::discover(&clients.eks_adapter(), &aws.cluster_name, &aws.cluster_endpoint).await?;
+    let ca_bundle = Some(aws.cluster_ca_bundle.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .or_else(|| cluster.certificate_authority.clone());
+    let dns_ip = kube_dns_ip(&client).await;
+
+    let mut controllers: Vec<BoxFuture<'static, ()>> = Vec::new();
+    let ec2 = Arc::new(clients.ec2_adapter());
+
+    // Prices: the operator's file (if any) first, then refreshed every 12 h into the prices the instance-type
+    // provider reads.
+    let initial = aws.initial_prices(&clients.region)?;
+    let pricing = Arc::new(PricingProvider::new(
+        &clients.region,
+        Some(Arc::new(clients.pricing_adapter())),
+        aws.isolated_vpc,
+        initial,
+    ));
+    pricing.refresh(clock.now()).await;
+    let prices = SharedPrices::new(pricing.price_source(&zones));
+    {
+        let (pricing, prices, clock, zones) = (pricing.clone(), prices.clone(), clock.clone(), zones.clone());
+        controllers.push(
+            every(pricing_api::REFRESH_INTERVAL, shutdown.clone(), move || {
+                let (pricing, prices, clock, zones) = (pricing.clone(), prices.clone(), clock.clone(), zones.clone());
+                async move {
+                    pricing.refresh(clock.now()).await;
+                    prices.set(pricing.price_source(&zones));
+                }
+            })
+            .boxed(),
+        );
+    }
+
+    // The CloudProvider (launch templates, CreateFleet, instances, instance types).
+    let mut options = AwsCloudProviderOptions::new(
+        ClusterInfo {
+            name: aws.cluster_name.clone(),
+            endpoint: cluster.endpoint.clone(),
+            ca_bundle: ca_bundle.clone(),
+            service_cidr: cluster.service_cidr().map(str::to_owned),
+            dns_ip,
+        },
+        &clients.region,
+    );
+    // Launch templates' capacity-reservation preference and described instances' capacity type follow the gate.
+    options.reserved_capacity = reserved_capacity;
+    options.instance_types.settings = InstanceTypeSettings {
+        vm_memory_overhead_percent: aws.vm_memory_overhead_percent,
+        reserved_enis: i64::from(aws.reserved_enis),
+    };
+    // Shared with the node class resolver: its describes seed the reservation counts launches then track, and
+    // launches resolve placement groups through its cache.
+    let placement_groups = Arc::new(PlacementGroupProvider::new(ec2.clone(), clock.clone()));
+    let capacity_reservations = Arc::new(CapacityReservationProvider::new(ec2.clone(), clock.clone()));
+    let provider = AwsCloudProvider::new(
+        AwsApis { fleet: ec2.clone(), launch_templates: ec2.clone(), instance_types: ec2.clone() },
+        lookup.clone(),
+        clock.clone(),
+        Arc::new(TokioSleeper),
+        prices,
+        options,
+    )
+    .with_placement_groups(placement_groups.clone())
+    .with_capacity_reservations(capacity_reservations.clone())
+    .with_launch_failure_sink(launch_failures);
+    let types = provider.instance_type_provider().refresh().await.map_err(StartError::Catalogue)?;
+    tracing::info!(instance_types = types, "instance-type catalogue loaded");
+    match provider.launch_templates().hydrate().await {
+        Ok(n) => tracing::info!(launch_templates = n, "launch-template cache hydrated"),
+        Err(e) => tracing::warn!(error = %e, "hydrating the launch-template cache failed"),
+    }
+    {
+        let p = provider.clone();
+        controllers.push(
+            every(instancetypes::REFRESH_INTERVAL, shutdown.clone(), move || {
+                let p = p.clone();
+                async move {
+                    if let Err(e) = p.instance_type_provider().refresh().await {
+                        tracing::warn!(error = %e, "refreshing the instance-type catalogue failed");
+                    }
+                }
+            })
+            .boxed(),
+        );
+        let p = provider.clone();
+        controllers.push(
+            every(LAUNCH_TEMPLATE_GC_INTERVAL, shutdown.clone(), move || {
+                let p = p.clone();
+                async move {
+                    p.launch_templates().delete_expired().await;
+                }
+            })
+            .boxed(),
+        );
+    }
+
+    // Post-registration tagging (Name, karpenter.sh/nodeclaim, eks:eks-cluster-name once the node registered).
+    controllers.push(
+        Arc::new(crate::tagging::TaggingController::new(
+            client.clone(),
+            Arc::new(provider.clone()),
+            aws.cluster_name.clone(),
+        ))
+        .run(shutdown.clone())
+        .boxed(),
+    );
+
+    // EC2NodeClass resolution and its controllers.
+    let apis = ResolverApis {
+        subnets: ec2.clone(),
+        security_groups: ec2.clone(),
+        images: ec2.clone(),
+        ssm: Arc::new(clients.ssm_adapter()),
+        capacity_reservations: ec2.clone(),
+        placement_groups: ec2.clone(),
+        iam: Arc::new(clients.iam_adapter()),
+    };
+    let settings = ResolverSettings {
+        cluster: ClusterIdentity { cluster_name: aws.cluster_name.clone(), region: clients.region.clone() },
+        subnet_refresh_interval: aws.subnet_refresh_interval,
+        ami_refresh_interval: aws.ami_refresh_interval,
+        reserved_capacity,
+    };
+    let mut resolver = NodeClassResolver::new(apis, settings, clock.clone());
+    resolver.placement_groups = placement_groups;
+    resolver.capacity_reservations = capacity_reservations;
+    if !aws.disable_dry_run {
+        resolver = resolver.with_authorization_check(Arc::new(Ec2DryRun::new(clients.ec2.clone())));
+    }
+    // Launches choose subnets by the free-IP counts the resolver describes.
+    resolver.subnets.share_ips(provider.instance_provider().subnet_ips());
+    let resolver = Arc::new(resolver);
+    let version = Arc::new(ApiServerVersion::new(client.clone(), clock.clone()));
+    let node_class_controller =
+        NodeClassController::new(client.clone(), resolver.clone(), version, clock.clone(), ca_bundle.clone())
+            .with_launch_template_cleanup(Arc::new(provider.launch_templates().clone()))
+            .with_price_estimate_warning(pricing.clone());
+    controllers.push(Arc::new(node_class_controller).run(shutdown.clone()).boxed());
+    let ssm_invalidation = SsmInvalidationController::for_resolver(&resolver, clock.clone());
+    controllers.push(Arc::new(ssm_invalidation).run(shutdown.clone()).boxed());
+    if !aws.isolated_vpc {
+        let gc = InstanceProfileGarbageCollector::new(client.clone(), resolver.instance_profiles.clone());
+        controllers.push(Arc::new(gc).run(shutdown.clone()).boxed());
+    }
+    controllers.push(Arc::new(CapacityBlockExpiration::new(client.clone())).run(shutdown.clone()).boxed());
+    if reserved_capacity {
+        // Reserved capacity whose reservation ended runs on as on-demand: relabel its NodeClaims and Nodes.
+        let demotion = ReservationDemotion::new(client.clone(), provider.instance_provider().clone(), clock.clone());
+        controllers.push(Arc::new(demotion).run(shutdown.clone()).boxed());
+    }
+
+    // Interruption: the SQS queue; spot and reservation interruptions mark their offerings unavailable.
+    let interruption: Option<Arc<dyn InterruptionSource>> = if aws.interruption_queue.trim().is_empty() {
+        None
+    } else {
+        let source = SqsInterruptionSource::new(
+            Arc::new(clients.sqs_adapter()),
+            Arc::new(NodeClaimLookup::new(client.clone())),
+            aws.interruption_queue.trim(),
+        )
+        .with_hook(Arc::new(provider.clone()));
+        Some(Arc::new(source))
+    };
+
+    Ok(AwsRuntime { cloud_provider: Arc::new(provider), interruption, controllers })
+}
+
+/// The price file of each of `regions` from the Pricing API (and with `spot_since` the spot prices since then),
+/// merged into one, as `karpenter-controller prices` writes it.
+pub async fn fetch_prices(
+    regions: &[String],
+    spot_since: Option<chrono::DateTime<chrono::Utc>>,
+) -> Result<PriceFile, FetchPricesFailed> {
+    let mut file = PriceFile::default();
+    for region in regions {
+        let options = SdkOptions { region: Some(region.clone()), ..Default::default() };
+        let clients = AwsClients::load(&options).await?;
+        let prices = pricing_api::fetch_price_file(&clients.pricing_adapter(), region, spot_since)
+            .await
+            .map_err(|source| FetchPricesFailed::Region { region: region.clone(), source })?;
+        file.set_region(region, prices.region(region));
+    }
+    Ok(file)
+}
+
+/// Why [`fetch_prices`] failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FetchPricesFailed {
+    #[error("loading the AWS SDK configuration: {0}")]
+    Sdk(#[from] SdkLoadError),
+    #[error("pricing {region}: {source}")]
+    Region {
+        region: String,
+        #[source]
+        source: FetchPricesError,
+    },
+}
+
+/// The kube-dns service IP (nodes' default cluster DNS), when the cluster has that service.
+async fn kube_dns_ip(client: &kube::Client) -> Option<String> {
+    let services: kube::Api<k8s_openapi::api::core::v1::Service> = kube::Api::namespaced(client.clone(), "kube-system");
+    match services.get_opt("kube-dns").await {
+        Ok(service) => service.and_then(|s| s.spec?.cluster_ip).filter(|ip| !ip.is_empty() && ip != "None"),
+        Err(e) => {
+            tracing::info!(error = %e, "reading the kube-dns service failed; nodes use their default cluster DNS");
+            None
+        }
+    }
+}
