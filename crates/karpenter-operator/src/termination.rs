@@ -30,10 +30,10 @@
 //! 6. deletes the instance (`InstanceTerminating=True`, look again in 5 s until NodeClaimNotFound);
 //! 7. removes the finalizer (metrics `karpenter_nodes_terminated_total`, termination and lifetime durations).
 //!
-//! Evictions go through [`crate::eviction`]: give [`Termination::new`] a client from [`crate::client`] (it never
-//! retries a 429, so a PDB-blocked eviction does not hold the reconcile). Every reconcile reads the objects
-//! afresh and returns when to look again, so tests drive it step by step; [`Termination::run`] is the thin
-//! kube-runtime loop around them.
+//! Evictions go through [`crate::eviction`]: give [`Termination::new`] a context whose client comes from
+//! [`crate::client`] (it never retries a 429, so a PDB-blocked eviction does not hold the reconcile). Every
+//! reconcile reads the objects afresh and returns when to look again, so tests drive it step by step;
+//! [`Termination::run`] is the thin kube-runtime loop around them.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
