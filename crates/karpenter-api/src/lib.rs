@@ -19,6 +19,7 @@ pub mod kwok;
 pub mod labels;
 pub mod lean;
 pub mod loader;
+pub mod meta;
 pub mod nodeclaim;
 pub mod nodepool;
 pub mod optional_spec;
@@ -35,6 +36,7 @@ pub use ec2nodeclass::{AmiFamily, EC2NodeClass, EC2NodeClassSpec, EC2NodeClassSt
 pub use kwok::KWOKNodeClass;
 pub use labels::ProviderLabels;
 pub use loader::{LoadError, Loaded, Object, Origin, load_file, load_paths, load_str};
+pub use meta::namespaced_key;
 pub use nodeclaim::{
     NodeClaim, NodeClaimSpec, NodeClassReference, NodeSelectorRequirementWithMinValues, Taint, TaintEffect,
 };

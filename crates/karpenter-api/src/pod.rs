@@ -94,6 +94,12 @@ pub struct CompactPod {
 }
 
 impl CompactPod {
+    /// `"{namespace}/{name}"`, the key decisions name the pod by ([`crate::meta::namespaced_key`]: a missing
+    /// namespace reads as `default`).
+    pub fn key(&self) -> String {
+        crate::meta::namespaced_key(&self.metadata)
+    }
+
     /// The node the pod is bound to (`spec.nodeName`, when not empty).
     pub fn node_name(&self) -> Option<&str> {
         self.spec.node_name.as_deref().filter(|n| !n.is_empty())

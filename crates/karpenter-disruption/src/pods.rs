@@ -48,9 +48,9 @@ fn is_ready(pod: &CompactPod) -> bool {
         .any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
-/// `namespace/name` of a PDB.
+/// `namespace/name` of a PDB ([`karpenter_api::namespaced_key`]).
 pub fn pdb_key(pdb: &PodDisruptionBudget) -> String {
-    format!("{}/{}", pdb.metadata.namespace.as_deref().unwrap_or("default"), pdb.metadata.name.as_deref().unwrap_or(""))
+    karpenter_api::namespaced_key(&pdb.metadata)
 }
 
 /// Why a PDB blocks the eviction of a pod.

@@ -15,6 +15,7 @@ use std::time::Duration;
 use chrono::{DateTime, SecondsFormat, Utc};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use karpenter_api::namespaced_key;
 use karpenter_api::time::rfc3339;
 use karpenter_cloudprovider::{Clock, SystemClock};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
@@ -107,15 +108,6 @@ fn with_condition(mut conditions: Vec<Value>, cond: Value) -> Vec<Value> {
     conditions
 }
 
-/// `"{namespace}/{name}"`.
-fn pod_key(p: &Pod) -> String {
-    format!(
-        "{}/{}",
-        p.metadata.namespace.as_deref().unwrap_or_default(),
-        p.metadata.name.as_deref().unwrap_or_default()
-    )
-}
-
 impl Kubelet {
     /// A kubelet for every node, with the default options.
     pub fn new(client: Client, clock: Arc<dyn Clock>) -> Self {
@@ -149,7 +141,7 @@ impl Kubelet {
         let pods_api: Api<Pod> = Api::all(self.client.clone());
         let mut pods = pods_api.list(&ListParams::default().fields("spec.nodeName!=")).await?.items;
         pods.retain(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some_and(|n| names.contains(n)));
-        pods.sort_by_key(pod_key);
+        pods.sort_by_key(|p| namespaced_key(&p.metadata));
         let now = self.clock.now();
         for pod in &pods {
             let api: Api<Pod> =
@@ -162,7 +154,7 @@ impl Kubelet {
                         ..Default::default()
                     };
                     if api.delete(&pod.name_any(), &dp).await.is_ok() {
-                        report.pods_removed.push(pod_key(pod));
+                        report.pods_removed.push(namespaced_key(&pod.metadata));
                     }
                 }
                 continue;
@@ -191,7 +183,7 @@ impl Kubelet {
                 "status": {"phase": "Running", "startTime": at, "conditions": conditions},
             });
             if api.patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Merge(patch)).await.is_ok() {
-                report.pods_started.push(pod_key(pod));
+                report.pods_started.push(namespaced_key(&pod.metadata));
             }
         }
         Ok(report)

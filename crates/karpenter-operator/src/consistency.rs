@@ -29,6 +29,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
+use crate::context::ControllerContext;
 use crate::events::{Event, Recorder, reasons as event_reasons};
 use crate::kube_util::{ReconcileError, Requeue, ensure_claim_condition};
 use crate::state::ClusterState;
@@ -100,9 +101,14 @@ impl std::fmt::Debug for Consistency {
 }
 
 impl Consistency {
-    /// Nodes are looked up in `state` (by providerID).
-    pub fn new(client: Client, state: ClusterState, recorder: Recorder, clock: Arc<dyn Clock>) -> Self {
-        Self { client, state, recorder, clock }
+    /// Nodes are looked up in the context's cluster state (by providerID).
+    pub fn new(ctx: &ControllerContext) -> Self {
+        Self {
+            client: ctx.client().clone(),
+            state: ctx.state().clone(),
+            recorder: ctx.recorder().clone(),
+            clock: ctx.clock().clone(),
+        }
     }
 
     fn claims(&self) -> Api<NodeClaim> {
@@ -190,7 +196,7 @@ impl Consistency {
     }
 }
 
-impl crate::kube_util::ControllerContext for Consistency {
+impl crate::kube_util::ErrorPolicyContext for Consistency {
     fn controller_name(&self) -> &'static str {
         CONTROLLER
     }
@@ -251,8 +257,12 @@ mod tests {
         let clock = FakeClock::default();
         let server = ApiServer::builder().clock(Arc::new(clock.clone())).build();
         let client = server.client();
-        let state = ClusterState::new(Arc::new(clock.clone()), Duration::from_secs(20));
-        state.mark_all_synced();
+        let ctx = ControllerContext::for_tests(
+            client.clone(),
+            Arc::new(karpenter_testing::kwok::fake()),
+            Arc::new(clock.clone()),
+        );
+        let state = ctx.state();
         let api: Api<NodeClaim> = Api::all(client.clone());
         for (name, initialized) in [("small", true), ("fine", true), ("young", false)] {
             create_with_status(&api, &claim(name, initialized)).await.unwrap();
@@ -260,8 +270,7 @@ mod tests {
         state.apply(node_for("small", "2", true));
         state.apply(node_for("fine", "4", true));
         state.apply(node_for("young", "1", true));
-        let recorder = Recorder::new(client.clone(), Arc::new(clock.clone()), "test");
-        let consistency = Consistency::new(client.clone(), state, recorder, Arc::new(clock.clone()));
+        let consistency = Consistency::new(&ctx);
 
         assert_eq!(consistency.reconcile("small").await.unwrap(), Some(SCAN_PERIOD));
         let c = api.get("small").await.unwrap();

@@ -19,6 +19,7 @@ use kube::runtime::controller::{Action, Controller};
 use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
+use crate::context::ControllerContext;
 use crate::kube_util::{ReconcileError, Requeue, delete_ignoring_missing, node_claim_info, record_disrupted};
 use crate::metrics::Metrics;
 use crate::state::ClusterState;
@@ -41,8 +42,8 @@ impl std::fmt::Debug for Expiration {
 }
 
 impl Expiration {
-    pub fn new(client: Client, metrics: Arc<Metrics>, clock: Arc<dyn Clock>) -> Self {
-        Self { client, metrics, clock }
+    pub fn new(ctx: &ControllerContext) -> Self {
+        Self { client: ctx.client().clone(), metrics: ctx.metrics().clone(), clock: ctx.clock().clone() }
     }
 
     fn claims(&self) -> Api<NodeClaim> {
@@ -116,7 +117,7 @@ impl Expiration {
     }
 }
 
-impl crate::kube_util::ControllerContext for Expiration {
+impl crate::kube_util::ErrorPolicyContext for Expiration {
     fn controller_name(&self) -> &'static str {
         "nodeclaim.expiration"
     }
@@ -136,7 +137,6 @@ mod tests {
     use kube::api::PostParams;
 
     use super::*;
-    use crate::metrics::BuildInfo;
 
     fn claim(name: &str, expire_after: &str) -> NodeClaim {
         let mut c = node_claim(NodeClaimOptions {
@@ -154,8 +154,12 @@ mod tests {
         let clock = FakeClock::new(Utc.with_ymd_and_hms(2026, 3, 1, 12, 0, 0).unwrap());
         let server = ApiServer::builder().clock(Arc::new(clock.clone())).build();
         let client = server.client();
-        let metrics = Arc::new(Metrics::new(&BuildInfo::current("test", "1.95")));
-        let exp = Expiration::new(client.clone(), metrics.clone(), Arc::new(clock.clone()));
+        let ctx = ControllerContext::for_tests(
+            client.clone(),
+            Arc::new(karpenter_testing::kwok::fake()),
+            Arc::new(clock.clone()),
+        );
+        let (metrics, exp) = (ctx.metrics().clone(), Expiration::new(&ctx));
         let mut pool = node_pool(NodePoolOptions { name: Some("spot".into()), ..Default::default() });
         pool.metadata.uid = None;
         Api::<karpenter_api::NodePool>::all(client.clone()).create(&PostParams::default(), &pool).await.unwrap();

@@ -27,6 +27,7 @@ use kube::api::Api;
 use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
+use crate::context::ControllerContext;
 use crate::kube_util::{ReconcileError, delete_ignoring_missing, list_all_lean_map, record_disrupted};
 use crate::metrics::Metrics;
 use karpenter_api::time::from_k8s;
@@ -100,8 +101,13 @@ fn older_than(created: Option<DateTime<Utc>>, now: DateTime<Utc>, grace: Duratio
 }
 
 impl GarbageCollection {
-    pub fn new(client: Client, cloud: Arc<dyn CloudProvider>, metrics: Arc<Metrics>, clock: Arc<dyn Clock>) -> Self {
-        Self { client, cloud, metrics, clock }
+    pub fn new(ctx: &ControllerContext) -> Self {
+        Self {
+            client: ctx.client().clone(),
+            cloud: ctx.cloud().clone(),
+            metrics: ctx.metrics().clone(),
+            clock: ctx.clock().clone(),
+        }
     }
 
     fn claims(&self) -> Api<NodeClaim> {
@@ -261,7 +267,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::metrics::BuildInfo;
 
     struct Env {
         _server: ApiServer,
@@ -280,10 +285,9 @@ mod tests {
             clock: Arc::new(clock.clone()),
             ..karpenter_testing::kwok::fake_options()
         });
-        let metrics = Arc::new(Metrics::new(&BuildInfo::current("test", "1.95")));
-        let gc =
-            GarbageCollection::new(client.clone(), Arc::new(cloud.clone()), metrics.clone(), Arc::new(clock.clone()));
-        Env { _server: server, client, clock, cloud, metrics, gc }
+        let ctx = ControllerContext::for_tests(client.clone(), Arc::new(cloud.clone()), Arc::new(clock.clone()));
+        let gc = GarbageCollection::new(&ctx);
+        Env { _server: server, client, clock, cloud, metrics: ctx.metrics().clone(), gc }
     }
 
     impl Env {

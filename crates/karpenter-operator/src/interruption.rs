@@ -37,6 +37,7 @@ use tokio_util::sync::CancellationToken;
 
 use karpenter_api::time::{from_k8s, parse_rfc3339, rfc3339};
 
+use crate::context::ControllerContext;
 use crate::events::{Event, Recorder, reasons};
 use crate::kube_util::{ReconcileError, delete_ignoring_missing, ensure_claim_condition, record_disrupted};
 use crate::metrics::Metrics;
@@ -125,14 +126,15 @@ enum Handled {
 }
 
 impl Interruption {
-    pub fn new(
-        client: Client,
-        source: Arc<dyn InterruptionSource>,
-        recorder: Recorder,
-        metrics: Arc<Metrics>,
-        clock: Arc<dyn Clock>,
-    ) -> Self {
-        Self { client, source, recorder, metrics, clock }
+    /// A handler of the messages `source` delivers.
+    pub fn new(ctx: &ControllerContext, source: Arc<dyn InterruptionSource>) -> Self {
+        Self {
+            client: ctx.client().clone(),
+            source,
+            recorder: ctx.recorder().clone(),
+            metrics: ctx.metrics().clone(),
+            clock: ctx.clock().clone(),
+        }
     }
 
     fn claims(&self) -> Api<NodeClaim> {
@@ -295,7 +297,6 @@ mod tests {
     use kube::api::PostParams;
 
     use super::*;
-    use crate::metrics::BuildInfo;
 
     struct Env {
         _server: ApiServer,
@@ -314,15 +315,10 @@ mod tests {
             clock: Arc::new(clock.clone()),
             ..karpenter_testing::kwok::fake_options()
         });
-        let metrics = Arc::new(Metrics::new(&BuildInfo::current("test", "1.95")));
         let source = cloud.interruption_source();
-        let handler = Interruption::new(
-            client.clone(),
-            Arc::new(source.clone()),
-            Recorder::new(client.clone(), Arc::new(clock.clone()), "test"),
-            metrics.clone(),
-            Arc::new(clock),
-        );
+        let ctx = ControllerContext::for_tests(client.clone(), Arc::new(cloud.clone()), Arc::new(clock));
+        let handler = Interruption::new(&ctx, Arc::new(source.clone()));
+        let metrics = ctx.metrics().clone();
         Env { _server: server, client, cloud, metrics, handler, source }
     }
 

@@ -136,7 +136,7 @@ where
 
 /// A kube-runtime context whose errors go through [`error_policy`](crate::termination::error_policy): its name
 /// in logs and metrics and its metrics registry, if it holds one.
-pub trait ControllerContext {
+pub trait ErrorPolicyContext {
     /// The controller's name (`controller` in logs and metrics).
     fn controller_name(&self) -> &'static str;
     /// The registry write conflicts are counted in (`None`: the fallback registry).
@@ -408,7 +408,7 @@ mod tests {
     }
 
     struct Ctx(crate::metrics::Metrics);
-    impl ControllerContext for Ctx {
+    impl ErrorPolicyContext for Ctx {
         fn controller_name(&self) -> &'static str {
             "test.controller"
         }

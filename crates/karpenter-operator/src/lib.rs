@@ -16,7 +16,8 @@
 //!
 //! The controllers run on kube-runtime: [`provisioner`], [`lifecycle`], [`termination`], [`expiration`],
 //! [`garbage_collection`], [`interruption`], [`nodepool`], [`consistency`] and [`disruption`], over the shared
-//! [`state::ClusterState`]. [`manager::Manager`] assembles them for one cloud provider and runs them on the
+//! [`state::ClusterState`]. Each is built from one [`ControllerContext`] (client, state, provider, recorder,
+//! metrics, clock) plus its own options. [`manager::Manager`] assembles them for one cloud provider and runs them on the
 //! leader with the servers (what `karpenter-controller run` does); [`node_classes::KubeNodeClasses`] is the
 //! watcher-fed node-class lookup a provider is given. End-to-end tests (`tests/e2e/`) run the whole manager
 //! with the kwok provider against the in-process API server and the scheduler, kubelet and ReplicaSet
@@ -24,6 +25,7 @@
 
 pub mod client;
 pub mod consistency;
+pub mod context;
 pub mod disruption;
 pub mod events;
 pub mod eviction;
@@ -46,4 +48,5 @@ pub mod state;
 pub mod termination;
 pub mod trim;
 
+pub use context::ControllerContext;
 pub use settings::{CoreSettings, FeatureGates, LogLevel, MinValuesPolicy, PreferencePolicy, SettingsError};

@@ -56,6 +56,7 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::context::ControllerContext;
 use crate::events::Recorder;
 use crate::metrics::Metrics;
 use crate::state::ClusterState;
@@ -124,15 +125,17 @@ impl fmt::Debug for LifecycleContext {
 
 impl LifecycleContext {
     /// A context; `clock` times conditions and the TTLs.
-    pub fn new(
-        client: Client,
-        state: ClusterState,
-        cloud: Arc<dyn CloudProvider>,
-        recorder: Recorder,
-        metrics: Arc<Metrics>,
-        clock: Arc<dyn Clock>,
-    ) -> Self {
-        Self { client, state, cloud, recorder, metrics, clock, launches: Mutex::default(), failures: Mutex::default() }
+    pub fn new(ctx: &ControllerContext) -> Self {
+        Self {
+            client: ctx.client().clone(),
+            state: ctx.state().clone(),
+            cloud: ctx.cloud().clone(),
+            recorder: ctx.recorder().clone(),
+            metrics: ctx.metrics().clone(),
+            clock: ctx.clock().clone(),
+            launches: Mutex::default(),
+            failures: Mutex::default(),
+        }
     }
 
     fn api(&self) -> Api<NodeClaim> {
@@ -394,7 +397,6 @@ pub async fn run(ctx: Arc<LifecycleContext>, shutdown: CancellationToken) {
 mod tests {
     use super::*;
     use crate::events::reasons;
-    use crate::metrics::BuildInfo;
     use k8s_openapi::api::core::v1::Taint as CoreTaint;
     use karpenter_api::labels::{self, taints};
     use karpenter_api::nodeclaim::NodeSelectorRequirementWithMinValues as Req;
@@ -425,12 +427,7 @@ mod tests {
         state.mark_all_synced();
         let cloud = Arc::new(karpenter_testing::kwok::fake());
         let ctx = LifecycleContext::new(
-            client.clone(),
-            state.clone(),
-            cloud.clone(),
-            Recorder::new(client, Arc::new(clock.clone()), "test"),
-            Arc::new(Metrics::new(&BuildInfo::default())),
-            Arc::new(clock.clone()),
+            &ControllerContext::for_tests(client, cloud.clone(), Arc::new(clock.clone())).with_state(state.clone()),
         );
         Fixture { server, state, cloud, ctx, clock }
     }

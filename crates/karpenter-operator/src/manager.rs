@@ -32,13 +32,12 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use karpenter_api::{CompactPod, NodeClaim, NodePool};
 use karpenter_cloudprovider::time::tokio_now;
-use karpenter_cloudprovider::{
-    Clock, CloudProvider, Instrumented, InterruptionSource, MetricsSink, NodeClassKind, NodeClassLookup,
-};
+use karpenter_cloudprovider::{Clock, CloudProvider, InterruptionSource, NodeClassKind, NodeClassLookup};
 use kube::Client;
 use tokio_util::sync::CancellationToken;
 
 use crate::consistency::Consistency;
+use crate::context::ControllerContext;
 use crate::disruption::{Disruption, DisruptionSettings, NodeClaimDisruption, PodEvents};
 use crate::events::Recorder;
 use crate::expiration::Expiration;
@@ -442,130 +441,70 @@ struct Controllers {
 /// Every controller, not started yet (futures do nothing until polled).
 fn controllers(parts: &LeaderParts, leader: &CancellationToken) -> Controllers {
     let settings = &parts.settings;
-    let client = parts.client.clone();
     let clock = parts.clock.clone();
     let metrics = parts.metrics.clone();
-    // Every controller talks to the provider through its own metrics decorator, so each call is timed (and its
-    // error counted) under the calling controller's name, whatever the provider.
-    let sink: Arc<dyn MetricsSink> = metrics.clone();
-    let instrumented = Instrumented::new(parts.cloud.clone(), sink, clock.clone());
-    let cloud_for = |controller: &str| -> Arc<dyn CloudProvider> { Arc::new(instrumented.for_controller(controller)) };
     let cloud = &parts.cloud;
     // Write conflicts of controllers that hold no registry are counted here.
     crate::kube_util::set_fallback_metrics(metrics.clone());
     let state = parts.state.clone().unwrap_or_else(|| ClusterState::from_settings(settings, clock.clone()));
-    let recorder = Recorder::new(client.clone(), clock.clone(), parts.identity.clone());
+    let recorder = Recorder::new(parts.client.clone(), clock.clone(), parts.identity.clone());
+    let ctx = ControllerContext::new(parts.client.clone(), state.clone(), cloud.clone(), recorder, metrics, clock);
+    // Every controller talks to the provider through its own metrics decorator, so each call is timed (and its
+    // error counted) under the calling controller's name, whatever the provider.
+    let ctx_for = |controller: &str| ctx.for_controller(controller);
     let mut list: Vec<NamedController> = Vec::new();
 
-    let provisioner = Provisioner::new(
-        client.clone(),
-        state.clone(),
-        cloud_for("provisioner"),
-        recorder.clone(),
-        metrics.clone(),
-        ProvisionerOptions::from_settings(settings),
-    );
+    let provisioner = Provisioner::new(&ctx_for("provisioner"), ProvisionerOptions::from_settings(settings));
     list.push(("provisioner".into(), Box::pin(provisioner.run(leader.clone()))));
 
-    let lifecycle = Arc::new(LifecycleContext::new(
-        client.clone(),
-        state.clone(),
-        cloud_for("nodeclaim.lifecycle"),
-        recorder.clone(),
-        metrics.clone(),
-        clock.clone(),
-    ));
+    let lifecycle = Arc::new(LifecycleContext::new(&ctx_for("nodeclaim.lifecycle")));
     list.push(("nodeclaim.lifecycle".into(), Box::pin(crate::lifecycle::run(lifecycle, leader.clone()))));
 
-    let termination = Arc::new(
-        Termination::new(
-            client.clone(),
-            cloud_for("node.termination"),
-            recorder.clone(),
-            metrics.clone(),
-            clock.clone(),
-        )
-        .with_state(state.clone()),
-    );
+    let termination = Arc::new(Termination::new(&ctx_for("node.termination")));
     list.push(("node.termination".into(), Box::pin(termination.run(state.clone(), leader.clone()))));
 
-    let expiration = Arc::new(Expiration::new(client.clone(), metrics.clone(), clock.clone()));
+    let expiration = Arc::new(Expiration::new(&ctx));
     list.push(("nodeclaim.expiration".into(), Box::pin(expiration.run(state.clone(), leader.clone()))));
 
-    let gc = Arc::new(GarbageCollection::new(
-        client.clone(),
-        cloud_for("garbagecollection"),
-        metrics.clone(),
-        clock.clone(),
-    ));
+    let gc = Arc::new(GarbageCollection::new(&ctx_for("garbagecollection")));
     list.push(("garbagecollection".into(), Box::pin(gc.run(leader.clone()))));
 
     // NodePools: readiness, validation, registration health, counter, hash, static capacity.
     let resolver = NodeClassResolver::default();
-    let readiness =
-        Arc::new(Readiness::new(client.clone(), cloud_for("nodepool.readiness"), resolver.clone(), clock.clone()));
+    let readiness = Arc::new(Readiness::new(&ctx_for("nodepool.readiness"), resolver.clone()));
     list.push(("nodepool.readiness".into(), Box::pin(readiness.run(leader.clone()))));
-    let validation = Arc::new(Validation::new(client.clone(), cloud.labels().clone(), clock.clone()));
+    let validation = Arc::new(Validation::new(&ctx));
     list.push(("nodepool.validation".into(), Box::pin(validation.run(state.clone(), leader.clone()))));
-    let registration = Arc::new(RegistrationHealth::new(
-        client.clone(),
-        Arc::new(RegistrationTracker::new()),
-        resolver,
-        clock.clone(),
-    ));
+    let registration = Arc::new(RegistrationHealth::new(&ctx, Arc::new(RegistrationTracker::new()), resolver));
     list.push(("nodepool.registrationhealth".into(), Box::pin(registration.run(state.clone(), leader.clone()))));
-    let counter = Arc::new(Counter::new(client.clone(), state.clone(), metrics.clone()));
+    let counter = Arc::new(Counter::new(&ctx));
     list.push(("nodepool.counter".into(), Box::pin(counter.run(leader.clone()))));
-    let hash = Arc::new(HashController::new(client.clone()));
+    let hash = Arc::new(HashController::new(&ctx));
     list.push(("nodepool.hash".into(), Box::pin(hash.run(state.clone(), leader.clone()))));
     let static_capacity = settings.feature_gates.static_capacity;
-    let static_up = Arc::new(StaticProvisioning::new(
-        client.clone(),
-        state.clone(),
-        cloud.labels().clone(),
-        metrics.clone(),
-        static_capacity,
-    ));
+    let static_up = Arc::new(StaticProvisioning::new(&ctx, static_capacity));
     list.push(("static.provisioning".into(), Box::pin(static_up.run(leader.clone()))));
-    let static_down = Arc::new(StaticDeprovisioning::new(client.clone(), state.clone(), static_capacity));
+    let static_down = Arc::new(StaticDeprovisioning::new(&ctx, static_capacity));
     list.push(("static.deprovisioning".into(), Box::pin(static_down.run(leader.clone()))));
     let kwok = NodeClassKind::new(karpenter_api::kwok::GROUP, karpenter_api::kwok::KIND);
     if cloud.supported_node_classes().contains(&kwok) {
-        let status = Arc::new(KwokNodeClassStatus::new(client.clone(), clock.clone()));
+        let status = Arc::new(KwokNodeClassStatus::new(&ctx));
         list.push(("kwoknodeclass.status".into(), Box::pin(status.run(leader.clone()))));
     }
-    let consistency = Arc::new(Consistency::new(client.clone(), state.clone(), recorder.clone(), clock.clone()));
+    let consistency = Arc::new(Consistency::new(&ctx));
     list.push(("nodeclaim.consistency".into(), Box::pin(consistency.run(leader.clone()))));
 
     // Disruption: the NodeClaim conditions, pod events and the disruption loop.
-    let conditions = Arc::new(NodeClaimDisruption::new(
-        client.clone(),
-        state.clone(),
-        cloud_for("nodeclaim.disruption"),
-        clock.clone(),
-    ));
+    let conditions = Arc::new(NodeClaimDisruption::new(&ctx_for("nodeclaim.disruption")));
     list.push(("nodeclaim.disruption".into(), Box::pin(conditions.run(leader.clone()))));
-    let pod_events = Arc::new(PodEvents::new(client.clone(), state.clone(), clock.clone()));
+    let pod_events = Arc::new(PodEvents::new(&ctx));
     list.push(("nodeclaim.podevents".into(), Box::pin(pod_events.run(leader.clone()))));
-    let disruption = Arc::new(Disruption::new(
-        client.clone(),
-        state.clone(),
-        cloud_for("disruption"),
-        recorder.clone(),
-        metrics.clone(),
-        clock.clone(),
-        parts.disruption.clone().unwrap_or_else(|| DisruptionSettings::from_settings(settings)),
-    ));
+    let disruption_settings = parts.disruption.clone().unwrap_or_else(|| DisruptionSettings::from_settings(settings));
+    let disruption = Arc::new(Disruption::new(&ctx_for("disruption"), disruption_settings));
     list.push(("disruption".into(), Box::pin(disruption.run(leader.clone()))));
 
     if let Some(source) = &parts.interruption {
-        let interruption = Arc::new(Interruption::new(
-            client.clone(),
-            source.clone(),
-            recorder.clone(),
-            metrics.clone(),
-            clock.clone(),
-        ));
+        let interruption = Arc::new(Interruption::new(&ctx, source.clone()));
         list.push(("interruption".into(), Box::pin(interruption.run(leader.clone()))));
     }
 

@@ -38,6 +38,7 @@ use kube::{Client, ResourceExt};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::context::ControllerContext;
 use crate::events::{Event, Recorder, reasons};
 use crate::metrics::Metrics;
 use crate::settings::{CoreSettings, MinValuesPolicy, PreferencePolicy};
@@ -362,15 +363,16 @@ impl fmt::Debug for Provisioner {
 
 impl Provisioner {
     /// A provisioner writing through `client`.
-    pub fn new(
-        client: Client,
-        state: ClusterState,
-        cloud: Arc<dyn CloudProvider>,
-        recorder: Recorder,
-        metrics: Arc<Metrics>,
-        options: ProvisionerOptions,
-    ) -> Self {
-        Self { client, state, cloud, recorder, metrics, options, first_seen: FirstSeen::default() }
+    pub fn new(ctx: &ControllerContext, options: ProvisionerOptions) -> Self {
+        Self {
+            client: ctx.client().clone(),
+            state: ctx.state().clone(),
+            cloud: ctx.cloud().clone(),
+            recorder: ctx.recorder().clone(),
+            metrics: ctx.metrics().clone(),
+            options,
+            first_seen: FirstSeen::default(),
+        }
     }
 
     /// When each pending pod was first seen (shared with the run loop's batcher).
@@ -792,7 +794,6 @@ mod tests {
     }
 
     use super::*;
-    use crate::metrics::BuildInfo;
     use karpenter_api::labels::{self, annotations};
     use karpenter_api::nodeclaim::ResourceQuantity;
     use karpenter_scheduler::decision::UnschedulableReason;
@@ -866,14 +867,10 @@ mod tests {
         let pool = node_pool(NodePoolOptions { node_class_ref: Some(kwok_node_class_ref("default")), ..pool });
         let created = create_with_status(&Api::<NodePool>::all(client.clone()), &pool).await.unwrap();
         state.apply(created);
-        let provisioner = Provisioner::new(
-            client.clone(),
-            state.clone(),
-            Arc::new(karpenter_testing::kwok::fake()),
-            Recorder::new(client, Arc::new(clock.clone()), "test"),
-            Arc::new(Metrics::new(&BuildInfo::default())),
-            ProvisionerOptions::default(),
-        );
+        let ctx =
+            ControllerContext::for_tests(client, Arc::new(karpenter_testing::kwok::fake()), Arc::new(clock.clone()))
+                .with_state(state.clone());
+        let provisioner = Provisioner::new(&ctx, ProvisionerOptions::default());
         Fixture { server, state, provisioner, clock }
     }
 

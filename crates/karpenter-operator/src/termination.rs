@@ -30,10 +30,10 @@
 //! 6. deletes the instance (`InstanceTerminating=True`, look again in 5 s until NodeClaimNotFound);
 //! 7. removes the finalizer (metrics `karpenter_nodes_terminated_total`, termination and lifetime durations).
 //!
-//! Evictions go through [`crate::eviction`]: give [`Termination::new`] a client from [`crate::client`] (it never
-//! retries a 429, so a PDB-blocked eviction does not hold the reconcile). Every reconcile reads the objects
-//! afresh and returns when to look again, so tests drive it step by step; [`Termination::run`] is the thin
-//! kube-runtime loop around them.
+//! Evictions go through [`crate::eviction`]: give [`Termination::new`] a context whose client comes from
+//! [`crate::client`] (it never retries a 429, so a PDB-blocked eviction does not hold the reconcile). Every
+//! reconcile reads the objects afresh and returns when to look again, so tests drive it step by step;
+//! [`Termination::run`] is the thin kube-runtime loop around them.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -61,10 +61,11 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::context::ControllerContext;
 use crate::events::{Event, Recorder, reasons};
 use crate::eviction::{EvictionOutcome, evict_uid};
 use crate::kube_util::{
-    ControllerContext, ReconcileError, Requeue, delete_ignoring_missing, ensure_claim_condition, is_not_found, label,
+    ErrorPolicyContext, ReconcileError, Requeue, delete_ignoring_missing, ensure_claim_condition, is_not_found, label,
     node_claim_info, remove_finalizer, seconds_between,
 };
 use crate::metrics::{Metrics, StatusKind};
@@ -237,8 +238,10 @@ pub struct Termination {
     recorder: Recorder,
     metrics: Arc<Metrics>,
     clock: Arc<dyn Clock>,
-    /// Where a deleting Node finds its NodeClaims (`None`: a LIST of every NodeClaim per reconcile).
-    state: Option<ClusterState>,
+    /// Where a deleting Node's NodeClaims are found instead of listing every NodeClaim from the API server on
+    /// each reconcile (a scale-in drains hundreds of nodes at once), once it has listed them (a claim's
+    /// providerID never changes once set); until then reads go to the API server.
+    state: ClusterState,
 }
 
 impl std::fmt::Debug for Termination {
@@ -249,14 +252,15 @@ impl std::fmt::Debug for Termination {
 
 impl Termination {
     /// A controller writing through `client` (build it with [`crate::client`] so evictions are not retried).
-    pub fn new(
-        client: Client,
-        cloud: Arc<dyn CloudProvider>,
-        recorder: Recorder,
-        metrics: Arc<Metrics>,
-        clock: Arc<dyn Clock>,
-    ) -> Self {
-        Self { client, cloud, recorder, metrics, clock, state: None }
+    pub fn new(ctx: &ControllerContext) -> Self {
+        Self {
+            client: ctx.client().clone(),
+            cloud: ctx.cloud().clone(),
+            recorder: ctx.recorder().clone(),
+            metrics: ctx.metrics().clone(),
+            clock: ctx.clock().clone(),
+            state: ctx.state().clone(),
+        }
     }
 
     fn claims(&self) -> Api<NodeClaim> {
@@ -271,17 +275,10 @@ impl Termination {
         self.recorder.publish_detached(event);
     }
 
-    /// Finds a deleting Node's NodeClaims in `state` instead of listing every NodeClaim from the API server on
-    /// each reconcile (a scale-in drains hundreds of nodes at once). A claim's providerID never changes once set.
-    pub fn with_state(mut self, state: ClusterState) -> Self {
-        self.state = Some(state);
-        self
-    }
-
     /// The NodeClaims whose `status.providerID` is `provider_id`.
     /// The state, when it has listed every object of kind `K` (its copies are then as fresh as the watch).
     fn synced<K: Tracked>(&self) -> Option<&ClusterState> {
-        self.state.as_ref().filter(|s| s.kind_synced::<K>())
+        Some(&self.state).filter(|s| s.kind_synced::<K>())
     }
 
     /// The object `name` as the state holds it, else as the API server answers. Every write that follows names
@@ -789,7 +786,7 @@ pub(crate) fn to_action(requeue: Requeue) -> Action {
 pub(crate) fn error_policy<K, C>(obj: Arc<K>, error: &ReconcileError, ctx: Arc<C>) -> Action
 where
     K: Resource<DynamicType = ()>,
-    C: ControllerContext,
+    C: ErrorPolicyContext,
 {
     if error.is_conflict() {
         crate::kube_util::record_write_conflict(
@@ -808,7 +805,7 @@ where
 /// The termination controller's name in logs and metrics.
 pub const CONTROLLER: &str = "node.termination";
 
-impl ControllerContext for Termination {
+impl ErrorPolicyContext for Termination {
     fn controller_name(&self) -> &'static str {
         CONTROLLER
     }

@@ -197,10 +197,9 @@ fn owned_by(m: &ObjectMeta) -> impl Iterator<Item = &OwnerReference> {
     m.owner_references.iter().flatten()
 }
 
-/// `namespace/name` of a pod (the identifier used in decisions).
+/// `namespace/name` of a pod (the identifier used in decisions): [`CompactPod::key`], as a function to map with.
 pub fn pod_key(pod: &CompactPod) -> String {
-    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-    format!("{ns}/{}", pod.metadata.name.as_deref().unwrap_or(""))
+    pod.key()
 }
 
 /// Whether a pod is owned by a DaemonSet.

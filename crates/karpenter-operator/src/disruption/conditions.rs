@@ -37,6 +37,7 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::context::ControllerContext;
 use crate::kube_util::{ReconcileError, Requeue, patch_claim_conditions};
 use crate::nodepool::hash::version_rewrite;
 use crate::state::ClusterState;
@@ -88,9 +89,15 @@ pub fn requirements_drifted(pool: &NodePool, claim: &NodeClaim) -> bool {
 }
 
 impl NodeClaimDisruption {
-    /// A controller writing through `client`; NodePools are read from `state`.
-    pub fn new(client: Client, state: ClusterState, cloud: Arc<dyn CloudProvider>, clock: Arc<dyn Clock>) -> Self {
-        Self { client, state, cloud, clock, instance_type_checked: Mutex::default() }
+    /// A controller writing through the context's client; NodePools are read from its cluster state.
+    pub fn new(ctx: &ControllerContext) -> Self {
+        Self {
+            client: ctx.client().clone(),
+            state: ctx.state().clone(),
+            cloud: ctx.cloud().clone(),
+            clock: ctx.clock().clone(),
+            instance_type_checked: Mutex::default(),
+        }
     }
 
     fn claims(&self) -> Api<NodeClaim> {
@@ -296,7 +303,7 @@ impl NodeClaimDisruption {
     }
 }
 
-impl crate::kube_util::ControllerContext for NodeClaimDisruption {
+impl crate::kube_util::ErrorPolicyContext for NodeClaimDisruption {
     fn controller_name(&self) -> &'static str {
         CONTROLLER
     }

@@ -54,6 +54,7 @@ use tokio_util::sync::CancellationToken;
 use karpenter_api::condition::{remove_condition, set_condition};
 use karpenter_api::time::chrono_duration;
 
+use crate::context::ControllerContext;
 use crate::events::{Event, Recorder, reasons};
 use crate::kube_util::{delete_ignoring_missing, is_not_found, label, retry_write_conflicts};
 use crate::metrics::Metrics;
@@ -273,17 +274,18 @@ fn node_ready(node: &Node) -> bool {
 }
 
 impl Disruption {
-    /// A disruption loop writing through `client`.
-    pub fn new(
-        client: Client,
-        state: ClusterState,
-        cloud: Arc<dyn CloudProvider>,
-        recorder: Recorder,
-        metrics: Arc<Metrics>,
-        clock: Arc<dyn Clock>,
-        settings: DisruptionSettings,
-    ) -> Self {
-        Self { client, state, cloud, recorder, metrics, clock, settings, inner: Mutex::default() }
+    /// A disruption loop writing through the context's client, on `settings`' timings.
+    pub fn new(ctx: &ControllerContext, settings: DisruptionSettings) -> Self {
+        Self {
+            client: ctx.client().clone(),
+            state: ctx.state().clone(),
+            cloud: ctx.cloud().clone(),
+            recorder: ctx.recorder().clone(),
+            metrics: ctx.metrics().clone(),
+            clock: ctx.clock().clone(),
+            settings,
+            inner: Mutex::default(),
+        }
     }
 
     fn nodes(&self) -> Api<Node> {

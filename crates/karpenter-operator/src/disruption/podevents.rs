@@ -24,6 +24,7 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::context::ControllerContext;
 use crate::kube_util::ReconcileError;
 use crate::state::{ClusterState, PodChange, object_key};
 
@@ -69,9 +70,14 @@ impl std::fmt::Debug for PodEvents {
 }
 
 impl PodEvents {
-    /// A controller writing through `client`; NodeClaims are found in `state`.
-    pub fn new(client: Client, state: ClusterState, clock: Arc<dyn Clock>) -> Self {
-        Self { client, state, clock, seen: Mutex::default() }
+    /// A controller writing through the context's client; NodeClaims are found in its cluster state.
+    pub fn new(ctx: &ControllerContext) -> Self {
+        Self {
+            client: ctx.client().clone(),
+            state: ctx.state().clone(),
+            clock: ctx.clock().clone(),
+            seen: Mutex::default(),
+        }
     }
 
     fn seen(&self) -> std::sync::MutexGuard<'_, HashMap<String, Facts>> {

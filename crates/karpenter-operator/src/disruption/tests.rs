@@ -31,9 +31,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::controller::CONSOLIDATION_REFRESH;
 use super::*;
+use crate::context::ControllerContext;
 use crate::events::{Recorder, reasons};
 use crate::lifecycle::{LifecycleContext, reconcile as lifecycle_reconcile};
-use crate::metrics::{BuildInfo, Metrics};
+use crate::metrics::Metrics;
 use crate::state::ClusterState;
 use karpenter_disruption::validation::VALIDATION_DELAY;
 
@@ -45,6 +46,8 @@ struct Env {
     clock: FakeClock,
     state: ClusterState,
     metrics: Arc<Metrics>,
+    /// What the controllers were built from (the fake cloud, `state` marked listed).
+    ctx: ControllerContext,
     disruption: Disruption,
     conditions: NodeClaimDisruption,
     pod_events: PodEvents,
@@ -61,30 +64,12 @@ fn env() -> Env {
         clock: Arc::new(clock.clone()),
         ..karpenter_testing::kwok::fake_options()
     });
-    let metrics = Arc::new(Metrics::new(&BuildInfo::current("test", "1.95")));
-    let recorder = Recorder::new(client.clone(), Arc::new(clock.clone()), "test");
-    let state = ClusterState::new(Arc::new(clock.clone()), Duration::from_secs(20));
-    state.mark_all_synced();
-    let disruption = Disruption::new(
-        client.clone(),
-        state.clone(),
-        Arc::new(cloud.clone()),
-        recorder.clone(),
-        metrics.clone(),
-        Arc::new(clock.clone()),
-        DisruptionSettings::default(),
-    );
-    let conditions =
-        NodeClaimDisruption::new(client.clone(), state.clone(), Arc::new(cloud.clone()), Arc::new(clock.clone()));
-    let pod_events = PodEvents::new(client.clone(), state.clone(), Arc::new(clock.clone()));
-    let lifecycle = LifecycleContext::new(
-        client.clone(),
-        state.clone(),
-        Arc::new(cloud.clone()),
-        recorder,
-        metrics.clone(),
-        Arc::new(clock.clone()),
-    );
+    let ctx = ControllerContext::for_tests(client.clone(), Arc::new(cloud.clone()), Arc::new(clock.clone()));
+    let (state, metrics) = (ctx.state().clone(), ctx.metrics().clone());
+    let disruption = Disruption::new(&ctx, DisruptionSettings::default());
+    let conditions = NodeClaimDisruption::new(&ctx);
+    let pod_events = PodEvents::new(&ctx);
+    let lifecycle = LifecycleContext::new(&ctx);
     let kubelet = Kubelet::new(client.clone(), Arc::new(clock.clone()));
     Env {
         _server: server,
@@ -92,6 +77,7 @@ fn env() -> Env {
         clock,
         state,
         metrics,
+        ctx,
         disruption,
         conditions,
         pod_events,
@@ -826,19 +812,15 @@ async fn the_run_loops_delete_an_empty_node_and_stop_on_shutdown() {
         let (state, client, shutdown) = (state.clone(), e.client.clone(), shutdown.clone());
         async move { state.run_watchers(client, shutdown).await }
     });
-    let recorder = Recorder::new(e.client.clone(), clock.clone(), "test");
-    let cloud: Arc<dyn karpenter_cloudprovider::CloudProvider> = Arc::new(e.cloud.clone());
-    let disruption = Arc::new(Disruption::new(
-        e.client.clone(),
-        state.clone(),
-        cloud.clone(),
-        recorder,
-        e.metrics.clone(),
-        clock.clone(),
-        DisruptionSettings::default(),
-    ));
-    let conditions = Arc::new(NodeClaimDisruption::new(e.client.clone(), state.clone(), cloud, clock.clone()));
-    let pod_events = Arc::new(PodEvents::new(e.client.clone(), state.clone(), clock));
+    let ctx = e
+        .ctx
+        .clone()
+        .with_state(state.clone())
+        .with_recorder(Recorder::new(e.client.clone(), clock.clone(), "test"))
+        .with_clock(clock);
+    let disruption = Arc::new(Disruption::new(&ctx, DisruptionSettings::default()));
+    let conditions = Arc::new(NodeClaimDisruption::new(&ctx));
+    let pod_events = Arc::new(PodEvents::new(&ctx));
     let tasks = [
         tokio::spawn(disruption.clone().run(shutdown.clone())),
         tokio::spawn(conditions.run(shutdown.clone())),

@@ -25,6 +25,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::{Watches, patch_pool_status, run_pool_controller};
+use crate::context::ControllerContext;
 use crate::kube_util::{ReconcileError, Requeue};
 use crate::metrics::Metrics;
 use crate::state::ClusterState;
@@ -136,8 +137,13 @@ impl std::fmt::Debug for Counter {
 }
 
 impl Counter {
-    pub fn new(client: Client, state: ClusterState, metrics: Arc<Metrics>) -> Self {
-        Self { client, state, metrics, published: Mutex::default() }
+    pub fn new(ctx: &ControllerContext) -> Self {
+        Self {
+            client: ctx.client().clone(),
+            state: ctx.state().clone(),
+            metrics: ctx.metrics().clone(),
+            published: Mutex::default(),
+        }
     }
 
     fn publish(&self, pool: &str, usage: Option<&Usage>, limits: Option<&BTreeMap<String, String>>) {
@@ -243,7 +249,7 @@ impl Counter {
     }
 }
 
-impl crate::kube_util::ControllerContext for Counter {
+impl crate::kube_util::ErrorPolicyContext for Counter {
     fn controller_name(&self) -> &'static str {
         CONTROLLER
     }

@@ -22,6 +22,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::{Watches, run_pool_controller};
+use crate::context::ControllerContext;
 use crate::kube_util::{ReconcileError, Requeue};
 use crate::state::ClusterState;
 use crate::termination::to_action;
@@ -58,8 +59,8 @@ fn annotation<'a, K: ResourceExt>(obj: &'a K, key: &str) -> Option<&'a str> {
 }
 
 impl HashController {
-    pub fn new(client: Client) -> Self {
-        Self { client }
+    pub fn new(ctx: &ControllerContext) -> Self {
+        Self { client: ctx.client().clone() }
     }
 
     /// Rewrites the hash annotations of the pool's NodeClaims whose hash version is not the current one; returns
@@ -135,7 +136,7 @@ impl HashController {
     }
 }
 
-impl crate::kube_util::ControllerContext for HashController {
+impl crate::kube_util::ErrorPolicyContext for HashController {
     fn controller_name(&self) -> &'static str {
         CONTROLLER
     }

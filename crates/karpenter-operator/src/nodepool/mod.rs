@@ -165,7 +165,7 @@ pub(crate) async fn run_pool_controller<C, R, Fut>(
     shutdown: CancellationToken,
     reconcile: R,
 ) where
-    C: crate::kube_util::ControllerContext + Send + Sync + 'static,
+    C: crate::kube_util::ErrorPolicyContext + Send + Sync + 'static,
     R: FnMut(Arc<NodePool>, Arc<C>) -> Fut + Send + 'static,
     Fut: Future<Output = Result<Action, ReconcileError>> + Send + 'static,
 {

@@ -21,6 +21,7 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::context::ControllerContext;
 use crate::kube_util::{ReconcileError, Requeue};
 use crate::termination::{error_policy, to_action};
 
@@ -108,8 +109,8 @@ impl std::fmt::Debug for KwokNodeClassStatus {
 }
 
 impl KwokNodeClassStatus {
-    pub fn new(client: Client, clock: Arc<dyn Clock>) -> Self {
-        Self { client, clock }
+    pub fn new(ctx: &ControllerContext) -> Self {
+        Self { client: ctx.client().clone(), clock: ctx.clock().clone() }
     }
 
     fn api(&self) -> Api<KWOKNodeClass> {
@@ -160,7 +161,7 @@ impl KwokNodeClassStatus {
     }
 }
 
-impl crate::kube_util::ControllerContext for KwokNodeClassStatus {
+impl crate::kube_util::ErrorPolicyContext for KwokNodeClassStatus {
     fn controller_name(&self) -> &'static str {
         KWOK_CONTROLLER
     }

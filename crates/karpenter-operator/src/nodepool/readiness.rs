@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::nodeclass::{NodeClassResolver, NodeClassState};
 use super::{recompute_ready, set_pool_condition, write_pool_conditions};
+use crate::context::ControllerContext;
 use crate::kube_util::{ReconcileError, Requeue};
 use crate::termination::{error_policy, to_action};
 
@@ -49,13 +50,8 @@ impl std::fmt::Debug for Readiness {
 }
 
 impl Readiness {
-    pub fn new(
-        client: Client,
-        cloud: Arc<dyn CloudProvider>,
-        resolver: NodeClassResolver,
-        clock: Arc<dyn Clock>,
-    ) -> Self {
-        Self { client, cloud, resolver, clock }
+    pub fn new(ctx: &ControllerContext, resolver: NodeClassResolver) -> Self {
+        Self { client: ctx.client().clone(), cloud: ctx.cloud().clone(), resolver, clock: ctx.clock().clone() }
     }
 
     fn api(&self) -> Api<NodePool> {
@@ -152,7 +148,7 @@ impl Readiness {
     }
 }
 
-impl crate::kube_util::ControllerContext for Readiness {
+impl crate::kube_util::ErrorPolicyContext for Readiness {
     fn controller_name(&self) -> &'static str {
         CONTROLLER
     }

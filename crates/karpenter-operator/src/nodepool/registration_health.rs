@@ -30,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::nodeclass::{NodeClassResolver, NodeClassState};
 use super::{Watches, patch_pool_status, run_pool_controller, set_pool_condition};
+use crate::context::ControllerContext;
 use crate::kube_util::{ReconcileError, Requeue};
 use crate::state::ClusterState;
 use crate::termination::to_action;
@@ -147,13 +148,8 @@ impl std::fmt::Debug for RegistrationHealth {
 }
 
 impl RegistrationHealth {
-    pub fn new(
-        client: Client,
-        tracker: Arc<RegistrationTracker>,
-        resolver: NodeClassResolver,
-        clock: Arc<dyn Clock>,
-    ) -> Self {
-        Self { client, tracker, resolver, clock }
+    pub fn new(ctx: &ControllerContext, tracker: Arc<RegistrationTracker>, resolver: NodeClassResolver) -> Self {
+        Self { client: ctx.client().clone(), tracker, resolver, clock: ctx.clock().clone() }
     }
 
     /// The tracker outcomes are recorded in.
@@ -304,7 +300,7 @@ impl RegistrationHealth {
     }
 }
 
-impl crate::kube_util::ControllerContext for RegistrationHealth {
+impl crate::kube_util::ErrorPolicyContext for RegistrationHealth {
     fn controller_name(&self) -> &'static str {
         CONTROLLER
     }

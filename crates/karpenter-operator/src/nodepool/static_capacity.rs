@@ -33,6 +33,7 @@ use kube::{Api, Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
 use super::{Watches, run_pool_controller};
+use crate::context::ControllerContext;
 use crate::kube_util::{ReconcileError, Requeue, delete_ignoring_missing};
 use crate::metrics::Metrics;
 use crate::state::ClusterState;
@@ -104,15 +105,15 @@ impl std::fmt::Debug for StaticProvisioning {
 }
 
 impl StaticProvisioning {
-    /// `enabled` is the `StaticCapacity` feature gate; `provider` the cloud provider's labels.
-    pub fn new(
-        client: Client,
-        state: ClusterState,
-        provider: ProviderLabels,
-        metrics: Arc<Metrics>,
-        enabled: bool,
-    ) -> Self {
-        Self { client, state, provider, metrics, enabled }
+    /// `enabled` is the `StaticCapacity` feature gate; claims get the context's provider's labels.
+    pub fn new(ctx: &ControllerContext, enabled: bool) -> Self {
+        Self {
+            client: ctx.client().clone(),
+            state: ctx.state().clone(),
+            provider: ctx.cloud().labels().clone(),
+            metrics: ctx.metrics().clone(),
+            enabled,
+        }
     }
 
     /// One scale-up pass over the NodePool `name`.
@@ -210,8 +211,8 @@ impl std::fmt::Debug for StaticDeprovisioning {
 
 impl StaticDeprovisioning {
     /// `enabled` is the `StaticCapacity` feature gate.
-    pub fn new(client: Client, state: ClusterState, enabled: bool) -> Self {
-        Self { client, state, enabled }
+    pub fn new(ctx: &ControllerContext, enabled: bool) -> Self {
+        Self { client: ctx.client().clone(), state: ctx.state().clone(), enabled }
     }
 
     /// Deletion order key: (launched, has pods, disruption cost, name).
@@ -283,13 +284,13 @@ impl StaticDeprovisioning {
     }
 }
 
-impl crate::kube_util::ControllerContext for StaticProvisioning {
+impl crate::kube_util::ErrorPolicyContext for StaticProvisioning {
     fn controller_name(&self) -> &'static str {
         PROVISIONING_CONTROLLER
     }
 }
 
-impl crate::kube_util::ControllerContext for StaticDeprovisioning {
+impl crate::kube_util::ErrorPolicyContext for StaticDeprovisioning {
     fn controller_name(&self) -> &'static str {
         DEPROVISIONING_CONTROLLER
     }

@@ -12,7 +12,6 @@ use karpenter_api::hash::{NODE_POOL_HASH_VERSION, node_pool_hash};
 use karpenter_api::labels::{self, annotations};
 use karpenter_api::nodeclaim::conditions as cond;
 use karpenter_api::{KWOKNodeClass, NodeClaim, NodePool, TaintEffect};
-use karpenter_cloudprovider::CloudProvider;
 use karpenter_cloudprovider::time::tokio_now;
 use karpenter_testing::apiserver::{ApiServer, ApiService, create_with_status};
 use karpenter_testing::{
@@ -25,7 +24,8 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
-use crate::metrics::{BuildInfo, Metrics};
+use crate::context::ControllerContext;
+use crate::metrics::Metrics;
 use crate::state::ClusterState;
 
 struct Fx {
@@ -34,23 +34,20 @@ struct Fx {
     clock: FakeClock,
     state: ClusterState,
     metrics: Arc<Metrics>,
-    cloud: Arc<dyn CloudProvider>,
+    /// What the controllers are built from: `client`, `state` (marked listed), `metrics`, `clock`, the kwok fake.
+    ctx: ControllerContext,
 }
 
 fn fx() -> Fx {
     let clock = FakeClock::default();
     let server = ApiServer::builder().clock(Arc::new(clock.clone())).build();
     let client = server.client();
-    let state = ClusterState::new(Arc::new(clock.clone()), Duration::from_secs(20));
-    state.mark_all_synced();
-    Fx {
-        server,
-        client,
-        clock,
-        state,
-        metrics: Arc::new(Metrics::new(&BuildInfo::default())),
-        cloud: Arc::new(karpenter_testing::kwok::fake()),
-    }
+    let ctx = ControllerContext::for_tests(
+        client.clone(),
+        Arc::new(karpenter_testing::kwok::fake()),
+        Arc::new(clock.clone()),
+    );
+    Fx { server, client, clock, state: ctx.state().clone(), metrics: ctx.metrics().clone(), ctx }
 }
 
 impl Fx {
@@ -74,15 +71,10 @@ impl Fx {
         Api::all(self.client.clone())
     }
     fn readiness(&self) -> Readiness {
-        Readiness::new(
-            self.client.clone(),
-            self.cloud.clone(),
-            NodeClassResolver::default(),
-            Arc::new(self.clock.clone()),
-        )
+        Readiness::new(&self.ctx, NodeClassResolver::default())
     }
     fn validation(&self) -> Validation {
-        Validation::new(self.client.clone(), self.cloud.labels().clone(), Arc::new(self.clock.clone()))
+        Validation::new(&self.ctx)
     }
 
     /// Creates a pool without status (what a user applies).
@@ -152,7 +144,7 @@ async fn readiness_follows_the_node_class_and_validation() {
     );
 
     // The kwok status controller marks it ready; the pool follows; validation completes Ready.
-    let kwok = KwokNodeClassStatus::new(f.client.clone(), Arc::new(f.clock.clone()));
+    let kwok = KwokNodeClassStatus::new(&f.ctx);
     kwok.reconcile("default").await.unwrap();
     let stored = f.classes().get("default").await.unwrap();
     assert!(stored.is_ready());
@@ -226,7 +218,7 @@ async fn validation_failures_keep_the_pool_not_ready() {
     })
     .await;
     f.classes().create(&PostParams::default(), &kwok_node_class(KWOKNodeClassOptions::default())).await.unwrap();
-    KwokNodeClassStatus::new(f.client.clone(), Arc::new(f.clock.clone())).reconcile("default").await.unwrap();
+    KwokNodeClassStatus::new(&f.ctx).reconcile("default").await.unwrap();
     f.readiness().reconcile("dup").await.unwrap();
     f.validation().reconcile("dup").await.unwrap();
     let p = f.get_pool("dup").await;
@@ -282,8 +274,7 @@ async fn a_conflicting_status_write_fails_the_step_and_the_run_loop_retries() {
     let conflicts_left = Arc::new(AtomicUsize::new(1));
     let racing =
         Client::new(ConcurrentWriter { inner: f.server.service(), conflicts_left: conflicts_left.clone() }, "default");
-    let readiness =
-        Readiness::new(racing.clone(), f.cloud.clone(), NodeClassResolver::default(), Arc::new(f.clock.clone()));
+    let readiness = Readiness::new(&f.ctx.clone().with_client(racing.clone()), NodeClassResolver::default());
 
     // The single step reports the conflict (nothing written)...
     let err = readiness.reconcile("default").await.unwrap_err();
@@ -357,7 +348,7 @@ async fn counter_sums_capacity_writes_status_and_metrics() {
     })
     .await;
 
-    let counter = Counter::new(f.client.clone(), f.state.clone(), f.metrics.clone());
+    let counter = Counter::new(&f.ctx);
     assert_eq!(counter.reconcile("default").await.unwrap(), Some(counter::RESYNC));
     let p = f.get_pool("default").await;
     let status = p.status.clone().unwrap();
@@ -390,7 +381,7 @@ async fn counter_sums_capacity_writes_status_and_metrics() {
     // The state not listed yet: wait.
     let unsynced = ClusterState::new(Arc::new(f.clock.clone()), Duration::from_secs(20));
     f.ready_pool(NodePoolOptions { name: Some("later".into()), ..Default::default() }).await;
-    let waiting = Counter::new(f.client.clone(), unsynced, f.metrics.clone());
+    let waiting = Counter::new(&f.ctx.clone().with_state(unsynced));
     assert_eq!(waiting.reconcile("later").await.unwrap(), Some(counter::WAIT_FOR_STATE));
 }
 
@@ -414,7 +405,7 @@ async fn hash_annotations_are_kept_and_version_changes_rewrite_claims() {
     f.claim(claim_with("upstream-drifted", "456", "v3", true)).await;
     f.claim(claim_with("current-drifted", "789", NODE_POOL_HASH_VERSION, false)).await;
 
-    let hc = HashController::new(f.client.clone());
+    let hc = HashController::new(&f.ctx);
     hc.reconcile("default").await.unwrap();
     let p = f.get_pool("default").await;
     assert_eq!(p.annotations().get(annotations::NODE_POOL_HASH), Some(&hash));
@@ -488,9 +479,7 @@ async fn names(f: &Fx, pool: &str) -> Vec<String> {
 #[tokio::test]
 async fn static_pools_scale_to_replicas_within_limits() {
     let f = fx();
-    let provisioning = |enabled| {
-        StaticProvisioning::new(f.client.clone(), f.state.clone(), f.cloud.labels().clone(), f.metrics.clone(), enabled)
-    };
+    let provisioning = |enabled| StaticProvisioning::new(&f.ctx, enabled);
     f.ready_pool(NodePoolOptions {
         name: Some("fixed".into()),
         replicas: Some(3),
@@ -583,7 +572,7 @@ async fn static_pools_scale_down_through_the_scale_subresource() {
             ..Default::default()
         }));
     }
-    let down = StaticDeprovisioning::new(f.client.clone(), f.state.clone(), true);
+    let down = StaticDeprovisioning::new(&f.ctx, true);
     assert!(down.scale_down("fixed").await.unwrap().is_empty(), "at replicas");
     // A drift replacement in flight: five claims, one marked for deletion by the disruption command.
     f.claim(NodeClaimOptions {
@@ -607,13 +596,7 @@ async fn static_pools_scale_down_through_the_scale_subresource() {
     assert_eq!(deleted, ["fixed-unlaunched", "fixed-empty", "fixed-busy"]);
     assert_eq!(names(&f, "fixed").await, ["fixed-busier"]);
     assert_eq!(down.reconcile("fixed").await.unwrap(), Some(static_capacity::RESYNC));
-    assert!(
-        StaticDeprovisioning::new(f.client.clone(), f.state.clone(), false)
-            .scale_down("fixed")
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(StaticDeprovisioning::new(&f.ctx, false).scale_down("fixed").await.unwrap().is_empty());
 }
 
 #[tokio::test]
@@ -676,12 +659,7 @@ async fn registration_health_tracks_outcomes_and_resets_on_generation_changes() 
     f.classes().create(&PostParams::default(), &kwok_node_class(KWOKNodeClassOptions::default())).await.unwrap();
     f.pool(NodePoolOptions { name: Some("default".into()), ..Default::default() }).await;
     let tracker = Arc::new(RegistrationTracker::new());
-    let health = RegistrationHealth::new(
-        f.client.clone(),
-        tracker.clone(),
-        NodeClassResolver::default(),
-        Arc::new(f.clock.clone()),
-    );
+    let health = RegistrationHealth::new(&f.ctx, tracker.clone(), NodeClassResolver::default());
     tracker.record("default", registration_health::Outcome::Failure("x".into()));
     health.reconcile("default").await.unwrap();
     let p = f.get_pool("default").await;
@@ -726,22 +704,17 @@ async fn registration_health_tracks_outcomes_and_resets_on_generation_changes() 
 async fn run_loops_make_a_new_pool_ready_and_count_it() {
     let f = fx();
     let shutdown = CancellationToken::new();
-    let clock: Arc<dyn karpenter_cloudprovider::Clock> = Arc::new(f.clock.clone());
     let state = f.watched_state(&shutdown);
+    let ctx = f.ctx.clone().with_state(state.clone());
     let tasks = vec![
-        tokio::spawn(Arc::new(KwokNodeClassStatus::new(f.client.clone(), clock.clone())).run(shutdown.clone())),
+        tokio::spawn(Arc::new(KwokNodeClassStatus::new(&ctx)).run(shutdown.clone())),
         tokio::spawn(Arc::new(f.readiness()).run(shutdown.clone())),
         tokio::spawn(Arc::new(f.validation()).run(state.clone(), shutdown.clone())),
-        tokio::spawn(Arc::new(HashController::new(f.client.clone())).run(state.clone(), shutdown.clone())),
-        tokio::spawn(Arc::new(Counter::new(f.client.clone(), state.clone(), f.metrics.clone())).run(shutdown.clone())),
+        tokio::spawn(Arc::new(HashController::new(&ctx)).run(state.clone(), shutdown.clone())),
+        tokio::spawn(Arc::new(Counter::new(&ctx)).run(shutdown.clone())),
         tokio::spawn(
-            Arc::new(RegistrationHealth::new(
-                f.client.clone(),
-                Arc::new(RegistrationTracker::new()),
-                NodeClassResolver::default(),
-                clock.clone(),
-            ))
-            .run(state.clone(), shutdown.clone()),
+            Arc::new(RegistrationHealth::new(&ctx, Arc::new(RegistrationTracker::new()), NodeClassResolver::default()))
+                .run(state.clone(), shutdown.clone()),
         ),
     ];
     f.pool(NodePoolOptions { name: Some("default".into()), ..Default::default() }).await;
@@ -797,9 +770,9 @@ async fn static_run_loops_follow_kubectl_scale() {
     let f = fx();
     let shutdown = CancellationToken::new();
     let state = f.watched_state(&shutdown);
-    let up =
-        StaticProvisioning::new(f.client.clone(), state.clone(), f.cloud.labels().clone(), f.metrics.clone(), true);
-    let down = StaticDeprovisioning::new(f.client.clone(), state, true);
+    let ctx = f.ctx.clone().with_state(state);
+    let up = StaticProvisioning::new(&ctx, true);
+    let down = StaticDeprovisioning::new(&ctx, true);
     let tasks = [tokio::spawn(Arc::new(up).run(shutdown.clone())), tokio::spawn(Arc::new(down).run(shutdown.clone()))];
     f.ready_pool(NodePoolOptions { name: Some("fixed".into()), replicas: Some(2), ..Default::default() }).await;
     let deadline = tokio_now() + Duration::from_secs(10);

@@ -8,13 +8,14 @@ use std::sync::Arc;
 
 use karpenter_api::condition::ConditionStatus;
 use karpenter_api::nodeclaim::conditions as cond;
-use karpenter_api::{NodePool, ProviderLabels, Validate, ValidationContext};
+use karpenter_api::{NodePool, Validate, ValidationContext};
 use karpenter_cloudprovider::Clock;
 use kube::runtime::controller::Action;
 use kube::{Api, Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
 use super::{Watches, recompute_ready, run_pool_controller, set_pool_condition, write_pool_conditions};
+use crate::context::ControllerContext;
 use crate::kube_util::{ReconcileError, Requeue};
 use crate::state::ClusterState;
 use crate::termination::to_action;
@@ -38,9 +39,13 @@ impl std::fmt::Debug for Validation {
 }
 
 impl Validation {
-    /// Validates against `provider`'s labels (`CloudProvider::labels`).
-    pub fn new(client: Client, provider: ProviderLabels, clock: Arc<dyn Clock>) -> Self {
-        Self { client, context: ValidationContext { provider }, clock }
+    /// Validates against the context's provider's labels (`CloudProvider::labels`).
+    pub fn new(ctx: &ControllerContext) -> Self {
+        Self {
+            client: ctx.client().clone(),
+            context: ValidationContext { provider: ctx.cloud().labels().clone() },
+            clock: ctx.clock().clone(),
+        }
     }
 
     /// One pass over the NodePool `name`.
@@ -87,7 +92,7 @@ impl Validation {
     }
 }
 
-impl crate::kube_util::ControllerContext for Validation {
+impl crate::kube_util::ErrorPolicyContext for Validation {
     fn controller_name(&self) -> &'static str {
         CONTROLLER
     }

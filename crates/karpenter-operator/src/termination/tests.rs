@@ -28,8 +28,9 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use super::*;
+use crate::context::ControllerContext;
 use crate::events::Recorder;
-use crate::metrics::{BuildInfo, Metrics};
+use crate::metrics::Metrics;
 
 const NODE: &str = "node-a";
 const CLAIM: &str = "default-abc";
@@ -40,6 +41,8 @@ struct Env {
     clock: FakeClock,
     cloud: FakeCloudProvider,
     metrics: Arc<Metrics>,
+    /// What `term` was built from.
+    ctx: ControllerContext,
     term: Termination,
     kubelet: Kubelet,
 }
@@ -52,12 +55,12 @@ fn env() -> Env {
         clock: Arc::new(clock.clone()),
         ..karpenter_testing::kwok::fake_options()
     });
-    let metrics = Arc::new(Metrics::new(&BuildInfo::current("test", "1.95")));
-    let recorder = Recorder::new(client.clone(), Arc::new(clock.clone()), "test");
-    let term =
-        Termination::new(client.clone(), Arc::new(cloud.clone()), recorder, metrics.clone(), Arc::new(clock.clone()));
+    // A state that never lists: every read goes to the API server.
+    let ctx = ControllerContext::for_tests(client.clone(), Arc::new(cloud.clone()), Arc::new(clock.clone()))
+        .with_state(ClusterState::new(Arc::new(clock.clone()), Duration::from_secs(20)));
+    let term = Termination::new(&ctx);
     let kubelet = Kubelet::new(client.clone(), Arc::new(clock.clone()));
-    Env { _server: server, client, clock, cloud, metrics, term, kubelet }
+    Env { _server: server, client, clock, cloud, metrics: ctx.metrics().clone(), ctx, term, kubelet }
 }
 
 impl Env {
@@ -511,13 +514,6 @@ async fn the_run_loop_terminates_a_deleted_claim_and_stops_on_shutdown() {
     // together.
     let clock: Arc<dyn karpenter_cloudprovider::Clock> =
         Arc::new(karpenter_testing::TokioClock::starting_at(e.clock.now()));
-    let term = Arc::new(Termination::new(
-        e.client.clone(),
-        Arc::new(e.cloud.clone()),
-        Recorder::new(e.client.clone(), clock.clone(), "test"),
-        e.metrics.clone(),
-        clock,
-    ));
     let shutdown = CancellationToken::new();
     // The run loop follows the cluster state's watches.
     let state = ClusterState::new(Arc::new(e.clock.clone()), Duration::from_secs(20));
@@ -525,6 +521,13 @@ async fn the_run_loop_terminates_a_deleted_claim_and_stops_on_shutdown() {
         let (state, client, shutdown) = (state.clone(), e.client.clone(), shutdown.clone());
         async move { state.run_watchers(client, shutdown).await }
     });
+    let ctx = e
+        .ctx
+        .clone()
+        .with_state(state.clone())
+        .with_recorder(Recorder::new(e.client.clone(), clock.clone(), "test"))
+        .with_clock(clock);
+    let term = Arc::new(Termination::new(&ctx));
     let task = tokio::spawn(term.run(state, shutdown.clone()));
     e.delete_claim().await;
     let mut gone = false;

@@ -54,12 +54,3 @@ fn with_condition(mut conditions: Vec<Value>, cond: Value) -> Vec<Value> {
     conditions.push(cond);
     conditions
 }
-
-/// `"{namespace}/{name}"`.
-fn pod_key(p: &k8s_openapi::api::core::v1::Pod) -> String {
-    format!(
-        "{}/{}",
-        p.metadata.namespace.as_deref().unwrap_or_default(),
-        p.metadata.name.as_deref().unwrap_or_default()
-    )
-}

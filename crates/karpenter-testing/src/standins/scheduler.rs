@@ -4,12 +4,13 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, NodeSelectorTerm, Pod, Taint, Toleration};
+use karpenter_api::namespaced_key;
 use karpenter_requirements::{Requirement, ResourceList, pod_requests, taints::tolerates};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
-use super::{pod_key, with_condition};
+use super::with_condition;
 
 /// What one [`Scheduler::step`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -178,7 +179,7 @@ impl Scheduler {
             prio(b)
                 .cmp(&prio(a))
                 .then_with(|| a.metadata.creation_timestamp.cmp(&b.metadata.creation_timestamp))
-                .then_with(|| pod_key(a).cmp(&pod_key(b)))
+                .then_with(|| namespaced_key(&a.metadata).cmp(&namespaced_key(&b.metadata)))
         });
         let mut report = ScheduleReport::default();
         for pod in queue {
@@ -186,7 +187,7 @@ impl Scheduler {
                 Ok(r) => r,
                 Err(_) => {
                     self.mark_unschedulable(pod, "the pod's resource requests cannot be parsed").await;
-                    report.unschedulable.push(pod_key(pod));
+                    report.unschedulable.push(namespaced_key(&pod.metadata));
                     continue;
                 }
             };
@@ -213,7 +214,7 @@ impl Scheduler {
                 let detail: Vec<String> = reasons.iter().map(|(why, n)| format!("{n} {why}")).collect();
                 let message = format!("0/{} nodes are available: {}.", nodes.len(), detail.join(", "));
                 self.mark_unschedulable(pod, &message).await;
-                report.unschedulable.push(pod_key(pod));
+                report.unschedulable.push(namespaced_key(&pod.metadata));
                 continue;
             };
             let ns = pod.metadata.namespace.clone().unwrap_or_default();
@@ -230,7 +231,7 @@ impl Scheduler {
                     room.free = room.free.sub(&requests);
                     room.pods = room.pods.map(|n| n - 1);
                 }
-                report.bound.push((pod_key(pod), node));
+                report.bound.push((namespaced_key(&pod.metadata), node));
             }
         }
         Ok(report)
