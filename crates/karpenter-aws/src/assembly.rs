@@ -114,10 +114,23 @@ pub enum StartError {
 /// Builds the AWS provider (see the module docs); `sdk` is [`SdkOptions::default`] in production (the default
 /// chains) and points at an emulator in tests.
 pub async fn start(start: AwsStart<'_>, sdk: &SdkOptions) -> Result<AwsRuntime, StartError> {
-    let AwsStart { settings: aws, reserved_capacity, client, clock, shutdown, node_classes: lookup, launch_failures } =
-        start;
     let clients = AwsClients::load(sdk).await?;
-    let zones_out = clients
+    let zones = availability_zones(&clients).await?;
+    let mut assembly = Assembly { start, clients, controllers: Vec::new() };
+    let cluster = assembly.cluster_info().await?;
+    let ca_bundle = cluster.ca_bundle.clone();
+    let pricing = assembly.pricing().await?;
+    let prices = SharedPrices::new(pricing.price_source(&zones));
+    assembly.price_loop(&pricing, &prices, &zones);
+    let (provider, shared) = assembly.cloud_provider(cluster, prices).await?;
+    assembly.node_class_controllers(&provider, shared, pricing, ca_bundle);
+    let interruption = assembly.interruption_source(&provider);
+    Ok(AwsRuntime { cloud_provider: Arc::new(provider), interruption, controllers: assembly.controllers })
+}
+
+/// The region's zones; the first call to EC2, so a provider without EC2 access fails here, at once.
+async fn availability_zones(clients: &AwsClients) -> Result<Vec<String>, StartError> {
+    let zones = clients
         .ec2
         .describe_availability_zones()
         .send()
@@ -125,84 +138,112 @@ pub async fn start(start: AwsStart<'_>, sdk: &SdkOptions) -> Result<AwsRuntime, 
         .map_err(|e| crate::sdk::api_error("DescribeAvailabilityZones", e))
         .map_err(StartError::Connectivity)?;
     let zones: Vec<String> =
-        zones_out.availability_zones().iter().filter_map(|z| z.zone_name()).map(str::to_owned).collect();
+        zones.availability_zones().iter().filter_map(|z| z.zone_name()).map(str::to_owned).collect();
     tracing::info!(region = %clients.region, zones = ?zones, "AWS SDK configured");
+    Ok(zones)
+}
 
-    let cluster = discovery::discover(&clients.eks_adapter(), &aws.cluster_name, &aws.cluster_endpoint).await?;
-    let ca_bundle = Some(aws.cluster_ca_bundle.trim().to_owned())
-        .filter(|s| !s.is_empty())
-        .or_else(|| cluster.certificate_authority.clone());
-    let dns_ip = kube_dns_ip(&client).await;
+/// The caches the CloudProvider and the EC2NodeClass resolver share: the resolver's describes seed the
+/// reservation counts launches then track, and launches resolve placement groups through its cache.
+struct SharedCaches {
+    placement_groups: Arc<PlacementGroupProvider>,
+    capacity_reservations: Arc<CapacityReservationProvider>,
+}
 
-    let mut controllers: Vec<BoxFuture<'static, ()>> = Vec::new();
-    let ec2 = Arc::new(clients.ec2_adapter());
+/// The state of one [`start`]: what the binary handed in, the SDK clients and the controllers built so far.
+struct Assembly<'a> {
+    start: AwsStart<'a>,
+    clients: AwsClients,
+    controllers: Vec<BoxFuture<'static, ()>>,
+}
 
-    // Prices: the operator's file (if any) first, then refreshed every 12 h into the prices the instance-type
-    // provider reads.
-    let initial = aws.initial_prices(&clients.region)?;
-    let pricing = Arc::new(PricingProvider::new(
-        &clients.region,
-        Some(Arc::new(clients.pricing_adapter())),
-        aws.isolated_vpc,
-        initial,
-    ));
-    pricing.refresh(clock.now()).await;
-    let prices = SharedPrices::new(pricing.price_source(&zones));
-    {
-        let (pricing, prices, clock, zones) = (pricing.clone(), prices.clone(), clock.clone(), zones.clone());
-        controllers.push(
-            every(pricing_api::REFRESH_INTERVAL, shutdown.clone(), move || {
-                let (pricing, prices, clock, zones) = (pricing.clone(), prices.clone(), clock.clone(), zones.clone());
-                async move {
-                    pricing.refresh(clock.now()).await;
-                    prices.set(pricing.price_source(&zones));
-                }
-            })
-            .boxed(),
-        );
+impl Assembly<'_> {
+    fn settings(&self) -> &AwsSettings {
+        self.start.settings
     }
 
-    // The CloudProvider (launch templates, CreateFleet, instances, instance types).
-    let mut options = AwsCloudProviderOptions::new(
-        ClusterInfo {
+    /// What nodes need to join: the endpoint (configured or discovered), the CA bundle (configured, else
+    /// EKS's), the service CIDR and the cluster DNS IP.
+    async fn cluster_info(&self) -> Result<ClusterInfo, StartError> {
+        let aws = self.settings();
+        let cluster =
+            discovery::discover(&self.clients.eks_adapter(), &aws.cluster_name, &aws.cluster_endpoint).await?;
+        let ca_bundle = Some(aws.cluster_ca_bundle.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .or_else(|| cluster.certificate_authority.clone());
+        Ok(ClusterInfo {
             name: aws.cluster_name.clone(),
             endpoint: cluster.endpoint.clone(),
-            ca_bundle: ca_bundle.clone(),
+            ca_bundle,
             service_cidr: cluster.service_cidr().map(str::to_owned),
-            dns_ip,
-        },
-        &clients.region,
-    );
-    // Launch templates' capacity-reservation preference and described instances' capacity type follow the gate.
-    options.reserved_capacity = reserved_capacity;
-    options.instance_types.settings = InstanceTypeSettings {
-        vm_memory_overhead_percent: aws.vm_memory_overhead_percent,
-        reserved_enis: i64::from(aws.reserved_enis),
-    };
-    // Shared with the node class resolver: its describes seed the reservation counts launches then track, and
-    // launches resolve placement groups through its cache.
-    let placement_groups = Arc::new(PlacementGroupProvider::new(ec2.clone(), clock.clone()));
-    let capacity_reservations = Arc::new(CapacityReservationProvider::new(ec2.clone(), clock.clone()));
-    let provider = AwsCloudProvider::new(
-        AwsApis { fleet: ec2.clone(), launch_templates: ec2.clone(), instance_types: ec2.clone() },
-        lookup.clone(),
-        clock.clone(),
-        Arc::new(TokioSleeper),
-        prices,
-        options,
-    )
-    .with_placement_groups(placement_groups.clone())
-    .with_capacity_reservations(capacity_reservations.clone())
-    .with_launch_failure_sink(launch_failures);
-    let types = provider.instance_type_provider().refresh().await.map_err(StartError::Catalogue)?;
-    tracing::info!(instance_types = types, "instance-type catalogue loaded");
-    match provider.launch_templates().hydrate().await {
-        Ok(n) => tracing::info!(launch_templates = n, "launch-template cache hydrated"),
-        Err(e) => tracing::warn!(error = %e, "hydrating the launch-template cache failed"),
+            dns_ip: kube_dns_ip(&self.start.client).await,
+        })
     }
-    {
+
+    /// Prices: the operator's file (if any) first, then the Pricing API's first refresh (the later ones are
+    /// [`Assembly::price_loop`]).
+    async fn pricing(&self) -> Result<Arc<PricingProvider>, StartError> {
+        let aws = self.start.settings;
+        let initial = aws.initial_prices(&self.clients.region)?;
+        let pricing = Arc::new(PricingProvider::new(
+            &self.clients.region,
+            Some(Arc::new(self.clients.pricing_adapter())),
+            aws.isolated_vpc,
+            initial,
+        ));
+        pricing.refresh(self.start.clock.now()).await;
+        Ok(pricing)
+    }
+
+    /// The CloudProvider (launch templates, CreateFleet, instances, instance types) with its catalogue loaded,
+    /// and its periodic loops ([`Assembly::provider_loops`]).
+    async fn cloud_provider(
+        &mut self,
+        cluster: ClusterInfo,
+        prices: SharedPrices,
+    ) -> Result<(AwsCloudProvider, SharedCaches), StartError> {
+        let aws = self.start.settings;
+        let clock = self.start.clock.clone();
+        let ec2 = Arc::new(self.clients.ec2_adapter());
+        let mut options = AwsCloudProviderOptions::new(cluster, &self.clients.region);
+        // Launch templates' capacity-reservation preference and described instances' capacity type follow the
+        // gate.
+        options.reserved_capacity = self.start.reserved_capacity;
+        options.instance_types.settings = InstanceTypeSettings {
+            vm_memory_overhead_percent: aws.vm_memory_overhead_percent,
+            reserved_enis: i64::from(aws.reserved_enis),
+        };
+        let shared = SharedCaches {
+            placement_groups: Arc::new(PlacementGroupProvider::new(ec2.clone(), clock.clone())),
+            capacity_reservations: Arc::new(CapacityReservationProvider::new(ec2.clone(), clock.clone())),
+        };
+        let provider = AwsCloudProvider::new(
+            AwsApis { fleet: ec2.clone(), launch_templates: ec2.clone(), instance_types: ec2 },
+            self.start.node_classes.clone(),
+            clock,
+            Arc::new(TokioSleeper),
+            prices,
+            options,
+        )
+        .with_placement_groups(shared.placement_groups.clone())
+        .with_capacity_reservations(shared.capacity_reservations.clone())
+        .with_launch_failure_sink(self.start.launch_failures.clone());
+        let types = provider.instance_type_provider().refresh().await.map_err(StartError::Catalogue)?;
+        tracing::info!(instance_types = types, "instance-type catalogue loaded");
+        match provider.launch_templates().hydrate().await {
+            Ok(n) => tracing::info!(launch_templates = n, "launch-template cache hydrated"),
+            Err(e) => tracing::warn!(error = %e, "hydrating the launch-template cache failed"),
+        }
+        self.provider_loops(&provider);
+        Ok((provider, shared))
+    }
+
+    /// The provider's periodic loops: catalogue refresh, launch-template GC, and the tagging of
+    /// registered instances (Name, karpenter.sh/nodeclaim, eks:eks-cluster-name).
+    fn provider_loops(&mut self, provider: &AwsCloudProvider) {
+        let shutdown = self.start.shutdown.clone();
         let p = provider.clone();
-        controllers.push(
+        self.controllers.push(
             every(instancetypes::REFRESH_INTERVAL, shutdown.clone(), move || {
                 let p = p.clone();
                 async move {
@@ -214,7 +255,7 @@ pub async fn start(start: AwsStart<'_>, sdk: &SdkOptions) -> Result<AwsRuntime, 
             .boxed(),
         );
         let p = provider.clone();
-        controllers.push(
+        self.controllers.push(
             every(LAUNCH_TEMPLATE_GC_INTERVAL, shutdown.clone(), move || {
                 let p = p.clone();
                 async move {
@@ -223,77 +264,104 @@ pub async fn start(start: AwsStart<'_>, sdk: &SdkOptions) -> Result<AwsRuntime, 
             })
             .boxed(),
         );
-    }
-
-    // Post-registration tagging (Name, karpenter.sh/nodeclaim, eks:eks-cluster-name once the node registered).
-    controllers.push(
-        Arc::new(crate::tagging::TaggingController::new(
-            client.clone(),
+        let tagging = crate::tagging::TaggingController::new(
+            self.start.client.clone(),
             Arc::new(provider.clone()),
-            aws.cluster_name.clone(),
-        ))
-        .run(shutdown.clone())
-        .boxed(),
-    );
-
-    // EC2NodeClass resolution and its controllers.
-    let apis = ResolverApis {
-        subnets: ec2.clone(),
-        security_groups: ec2.clone(),
-        images: ec2.clone(),
-        ssm: Arc::new(clients.ssm_adapter()),
-        capacity_reservations: ec2.clone(),
-        placement_groups: ec2.clone(),
-        iam: Arc::new(clients.iam_adapter()),
-    };
-    let settings = ResolverSettings {
-        cluster: ClusterIdentity { cluster_name: aws.cluster_name.clone(), region: clients.region.clone() },
-        subnet_refresh_interval: aws.subnet_refresh_interval,
-        ami_refresh_interval: aws.ami_refresh_interval,
-        reserved_capacity,
-    };
-    let mut resolver = NodeClassResolver::new(apis, settings, clock.clone());
-    resolver.placement_groups = placement_groups;
-    resolver.capacity_reservations = capacity_reservations;
-    if !aws.disable_dry_run {
-        resolver = resolver.with_authorization_check(Arc::new(Ec2DryRun::new(clients.ec2.clone())));
+            self.settings().cluster_name.clone(),
+        );
+        self.controllers.push(Arc::new(tagging).run(shutdown).boxed());
     }
-    // Launches choose subnets by the free-IP counts the resolver describes.
-    resolver.subnets.share_ips(provider.instance_provider().subnet_ips());
-    let resolver = Arc::new(resolver);
-    let version = Arc::new(ApiServerVersion::new(client.clone(), clock.clone()));
-    let node_class_controller =
-        NodeClassController::new(client.clone(), resolver.clone(), version, clock.clone(), ca_bundle.clone())
+
+    /// The price refresh loop: every 12 h the Pricing API (or the price file) into the prices launches read.
+    fn price_loop(&mut self, pricing: &Arc<PricingProvider>, prices: &SharedPrices, zones: &[String]) {
+        let (pricing, prices, clock, zones) =
+            (pricing.clone(), prices.clone(), self.start.clock.clone(), zones.to_vec());
+        self.controllers.push(
+            every(pricing_api::REFRESH_INTERVAL, self.start.shutdown.clone(), move || {
+                let (pricing, prices, clock, zones) = (pricing.clone(), prices.clone(), clock.clone(), zones.clone());
+                async move {
+                    pricing.refresh(clock.now()).await;
+                    prices.set(pricing.price_source(&zones));
+                }
+            })
+            .boxed(),
+        );
+    }
+
+    /// EC2NodeClass resolution and its controllers: status and finalizer, SSM invalidation, instance-profile GC
+    /// (not in an isolated VPC: IAM has no VPC endpoint), capacity-block expiration and, with reserved capacity,
+    /// the demotion of NodeClaims whose reservation ended.
+    fn node_class_controllers(
+        &mut self,
+        provider: &AwsCloudProvider,
+        shared: SharedCaches,
+        pricing: Arc<PricingProvider>,
+        ca_bundle: Option<String>,
+    ) {
+        let aws = self.start.settings;
+        let (client, clock, shutdown) = (&self.start.client, &self.start.clock, &self.start.shutdown);
+        let ec2 = Arc::new(self.clients.ec2_adapter());
+        let apis = ResolverApis {
+            subnets: ec2.clone(),
+            security_groups: ec2.clone(),
+            images: ec2.clone(),
+            ssm: Arc::new(self.clients.ssm_adapter()),
+            capacity_reservations: ec2.clone(),
+            placement_groups: ec2,
+            iam: Arc::new(self.clients.iam_adapter()),
+        };
+        let settings = ResolverSettings {
+            cluster: ClusterIdentity { cluster_name: aws.cluster_name.clone(), region: self.clients.region.clone() },
+            subnet_refresh_interval: aws.subnet_refresh_interval,
+            ami_refresh_interval: aws.ami_refresh_interval,
+            reserved_capacity: self.start.reserved_capacity,
+        };
+        let mut resolver = NodeClassResolver::new(apis, settings, clock.clone());
+        resolver.placement_groups = shared.placement_groups;
+        resolver.capacity_reservations = shared.capacity_reservations;
+        if !aws.disable_dry_run {
+            resolver = resolver.with_authorization_check(Arc::new(Ec2DryRun::new(self.clients.ec2.clone())));
+        }
+        // Launches choose subnets by the free-IP counts the resolver describes.
+        resolver.subnets.share_ips(provider.instance_provider().subnet_ips());
+        let resolver = Arc::new(resolver);
+        let version = Arc::new(ApiServerVersion::new(client.clone(), clock.clone()));
+        let status = NodeClassController::new(client.clone(), resolver.clone(), version, clock.clone(), ca_bundle)
             .with_launch_template_cleanup(Arc::new(provider.launch_templates().clone()))
-            .with_price_estimate_warning(pricing.clone());
-    controllers.push(Arc::new(node_class_controller).run(shutdown.clone()).boxed());
-    let ssm_invalidation = SsmInvalidationController::for_resolver(&resolver, clock.clone());
-    controllers.push(Arc::new(ssm_invalidation).run(shutdown.clone()).boxed());
-    if !aws.isolated_vpc {
-        let gc = InstanceProfileGarbageCollector::new(client.clone(), resolver.instance_profiles.clone());
-        controllers.push(Arc::new(gc).run(shutdown.clone()).boxed());
-    }
-    controllers.push(Arc::new(CapacityBlockExpiration::new(client.clone())).run(shutdown.clone()).boxed());
-    if reserved_capacity {
-        // Reserved capacity whose reservation ended runs on as on-demand: relabel its NodeClaims and Nodes.
-        let demotion = ReservationDemotion::new(client.clone(), provider.instance_provider().clone(), clock.clone());
-        controllers.push(Arc::new(demotion).run(shutdown.clone()).boxed());
+            .with_price_estimate_warning(pricing);
+        let mut controllers = vec![
+            Arc::new(status).run(shutdown.clone()).boxed(),
+            Arc::new(SsmInvalidationController::for_resolver(&resolver, clock.clone())).run(shutdown.clone()).boxed(),
+            Arc::new(CapacityBlockExpiration::new(client.clone())).run(shutdown.clone()).boxed(),
+        ];
+        if !aws.isolated_vpc {
+            let gc = InstanceProfileGarbageCollector::new(client.clone(), resolver.instance_profiles.clone());
+            controllers.push(Arc::new(gc).run(shutdown.clone()).boxed());
+        }
+        if self.start.reserved_capacity {
+            // Reserved capacity whose reservation ended runs on as on-demand: relabel its NodeClaims and Nodes.
+            let demotion =
+                ReservationDemotion::new(client.clone(), provider.instance_provider().clone(), clock.clone());
+            controllers.push(Arc::new(demotion).run(shutdown.clone()).boxed());
+        }
+        self.controllers.extend(controllers);
     }
 
-    // Interruption: the SQS queue; spot and reservation interruptions mark their offerings unavailable.
-    let interruption: Option<Arc<dyn InterruptionSource>> = if aws.interruption_queue.trim().is_empty() {
-        None
-    } else {
+    /// The SQS interruption source when `INTERRUPTION_QUEUE` is set; spot and reservation interruptions mark
+    /// their offerings unavailable through the provider.
+    fn interruption_source(&self, provider: &AwsCloudProvider) -> Option<Arc<dyn InterruptionSource>> {
+        let queue = self.settings().interruption_queue.trim();
+        if queue.is_empty() {
+            return None;
+        }
         let source = SqsInterruptionSource::new(
-            Arc::new(clients.sqs_adapter()),
-            Arc::new(NodeClaimLookup::new(client.clone())),
-            aws.interruption_queue.trim(),
+            Arc::new(self.clients.sqs_adapter()),
+            Arc::new(NodeClaimLookup::new(self.start.client.clone())),
+            queue,
         )
         .with_hook(Arc::new(provider.clone()));
         Some(Arc::new(source))
-    };
-
-    Ok(AwsRuntime { cloud_provider: Arc::new(provider), interruption, controllers })
+    }
 }
 
 /// The price file of each of `regions` from the Pricing API (and with `spot_since` the spot prices since then),
