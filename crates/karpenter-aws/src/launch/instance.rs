@@ -45,7 +45,7 @@ use crate::launch::template::{
     LaunchTemplate, LaunchTemplateInputs, LaunchTemplateProvider, launch_template_data, launch_template_tags,
 };
 use crate::launch::userdata::{BootstrapConfig, user_data};
-use crate::nodeclass::network::{DEFAULT_FREE_IP_TTL, SUBNET_OUT_OF_ADDRESSES, SubnetIps};
+use crate::nodeclass::network::{DEFAULT_FREE_IP_TTL, InFlightSubnets, SUBNET_OUT_OF_ADDRESSES, SubnetIps};
 use crate::nodeclass::reservation::{CapacityReservationProvider, PlacementGroupInfo};
 
 /// At most this many instance types go into one fleet request.
@@ -407,6 +407,8 @@ impl InstanceProvider {
         }
     }
 
+    /// One launch attempt: the steps of the module docs in order. `Retry::LaunchTemplates` asks the caller to
+    /// try once more after EC2 said a launch template is gone.
     async fn create_once(
         &self,
         claim: &NodeClaim,
@@ -415,165 +417,54 @@ impl InstanceProvider {
         placement: Option<&PlacementGroupInfo>,
     ) -> Result<Launched, Retry> {
         let name = claim.metadata.name.clone().unwrap_or_default();
-        let mut reqs =
-            claim.requirements().map_err(|e| CloudProviderError::create("InvalidRequirements", e.to_string()))?;
-        let requests = requests(claim)?;
-        let partition = placement
-            .and_then(PlacementGroupInfo::partitions)
-            .and_then(|n| choose_partition(&reqs, &requests, n, instance_types));
-        if let Some(p) = partition {
-            reqs.add(Requirement::in_values(karpenter_api::labels::aws::PLACEMENT_GROUP_PARTITION, [p.to_string()]));
-        }
-        let scope = placement.map(|g| PlacementScope::new(&g.id, partition));
-        let allow = karpenter_api::ProviderLabels::aws().all_well_known();
-        let fits = |it: &&InstanceType| requests.fits(it.allocatable()) && it.requirements.intersects_ok(&reqs);
-        let compatible: Vec<&InstanceType> = instance_types.iter().filter(fits).collect();
-        let available: Vec<&InstanceType> = compatible
-            .iter()
-            .copied()
-            .filter(|it| it.offerings.iter().any(|o| o.available && reqs.intersects_ok(&o.requirements)))
-            .collect();
-        if available.is_empty() {
-            let failed: BTreeSet<OfferingRef> = compatible
-                .iter()
-                .flat_map(|it| {
-                    it.offerings.iter().filter(|o| reqs.intersects_ok(&o.requirements)).map(|o| offering_ref(it, o))
-                })
-                .collect();
-            return Err(CloudProviderError::insufficient_capacity(
-                failed.into_iter().collect(),
-                format!("all requested instance types were unavailable during launch of nodeclaim {name}"),
-            )
-            .into());
-        }
-        // Capacity type.
-        let offered = |ct: &str| available.iter().any(|it| it.offerings.iter().any(|o| usable(o, &reqs, ct)));
-        let capacity_type = [CAPACITY_TYPE_RESERVED, CAPACITY_TYPE_SPOT, CAPACITY_TYPE_ON_DEMAND]
-            .into_iter()
-            .find(|ct| allows(&reqs, ct) && offered(ct))
-            .unwrap_or(CAPACITY_TYPE_ON_DEMAND);
-        let mut candidates: Vec<InstanceType> = available
-            .iter()
-            .filter(|it| it.offerings.iter().any(|o| usable(o, &reqs, capacity_type)))
-            .map(|it| (*it).clone())
-            .collect();
-        let min_values = reqs.has_min_values();
-        // Reserved launches: one market per request (capacity blocks alone, one type), one offering per zone.
-        let mut market: Option<&'static str> = None;
-        if capacity_type == CAPACITY_TYPE_RESERVED {
-            let is_block = |o: &Offering| {
-                o.requirements
-                    .get_ref(karpenter_api::labels::aws::CAPACITY_RESERVATION_TYPE)
-                    .is_some_and(|r| r.has("capacity-block"))
-            };
-            let any_block =
-                candidates.iter().any(|it| it.offerings.iter().any(|o| usable(o, &reqs, capacity_type) && is_block(o)));
-            if any_block {
-                market = Some("capacity-block");
-                candidates.retain(|it| it.offerings.iter().any(|o| usable(o, &reqs, capacity_type) && is_block(o)));
-                candidates.sort_by(|a, b| {
-                    a.min_compatible_price(&reqs, &allow).total_cmp(&b.min_compatible_price(&reqs, &allow))
-                });
-                candidates.truncate(1);
-            }
-            let interruptible = candidates.iter().any(|it| {
-                it.offerings.iter().any(|o| {
-                    usable(o, &reqs, capacity_type)
-                        && o.requirements
-                            .get_ref(karpenter_api::labels::aws::CAPACITY_RESERVATION_INTERRUPTIBLE)
-                            .is_some_and(|r| r.has("true"))
-                })
-            });
-            if interruptible && market.is_none() {
-                market = Some("interruptible-capacity-reservation");
-            }
-        }
-        if !min_values {
-            let plain: Vec<InstanceType> = candidates.iter().filter(|it| !is_exotic(it)).cloned().collect();
-            if !plain.is_empty() {
-                candidates = plain;
-            }
-        }
-        if capacity_type == CAPACITY_TYPE_SPOT && !min_values && allows(&reqs, CAPACITY_TYPE_ON_DEMAND) {
-            let cheapest_od = candidates
-                .iter()
-                .flat_map(|it| it.offerings.iter().filter(|o| usable(o, &reqs, CAPACITY_TYPE_ON_DEMAND)))
-                .map(|o| o.price)
-                .min_by(f64::total_cmp);
-            if let Some(limit) = cheapest_od {
-                for it in &mut candidates {
-                    for o in &mut it.offerings {
-                        if o.capacity_type() == Some(CAPACITY_TYPE_SPOT) && o.price > limit {
-                            o.available = false;
-                        }
-                    }
-                }
-                candidates.retain(|it| it.offerings.iter().any(|o| usable(o, &reqs, CAPACITY_TYPE_SPOT)));
-            }
-        }
-        let mut pinned = reqs.clone();
-        pinned.add(Requirement::in_values(CAPACITY_TYPE, [capacity_type]));
-        let policy =
-            if claim.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(NODE_CLAIM_MIN_VALUES_RELAXED)) {
-                MinValuesPolicy::BestEffort
-            } else {
-                MinValuesPolicy::Strict
-            };
-        let candidates = truncate(candidates, &pinned, &allow, MAX_INSTANCE_TYPES, policy).map_err(|e| {
-            CloudProviderError::insufficient_capacity(vec![], format!("truncating instance types: {e}"))
-        })?;
-        if capacity_type == CAPACITY_TYPE_ON_DEMAND
-            && allows(&reqs, CAPACITY_TYPE_SPOT)
-            && candidates.len() < SPOT_FLEXIBILITY_WARNING
-        {
-            tracing::warn!(nodeclaim = %name, instance_types = candidates.len(), "launching on-demand with few instance types although spot was allowed");
-        }
-        // Launch templates and overrides.
+        let needs = ClaimNeeds::of(claim, instance_types, placement)?;
+        let available = available_instance_types(instance_types, &needs.reqs, &needs.requests, &name)?;
+        let policy = min_values_policy(claim);
+        let selection = select_instance_types(&available, &needs.reqs, policy)?;
+        warn_if_inflexible(&name, &needs.reqs, &selection);
         let status = node_class.status.clone().unwrap_or_default();
-        // Subnets: per zone the available subnet with the most free IPs, each holding its predicted use
-        // (the smallest pod capacity among the instance types offered in its zone) until the fleet answers.
-        let mut min_pods: BTreeMap<&str, i64> = BTreeMap::new();
-        for it in &candidates {
-            let pods = it.capacity().pods().value().unwrap_or(0);
-            for zone in it.offerings.iter().filter(|o| usable(o, &reqs, capacity_type)).filter_map(Offering::zone) {
-                min_pods.entry(zone).and_modify(|p| *p = (*p).min(pods)).or_insert(pods);
-            }
-        }
+        // Subnets: per zone the available subnet with the most free IPs, each holding its predicted use until
+        // the fleet answers.
+        let min_pods = min_pods_per_zone(&selection.candidates, &needs.reqs, selection.capacity_type);
         let in_flight = self.subnet_ips.reserve(&status.subnets, |zone| min_pods.get(zone).copied().unwrap_or(0));
         let subnets: BTreeMap<&str, &str> =
             in_flight.subnets().iter().map(|(zone, s)| (zone.as_str(), s.id.as_str())).collect();
         let tags = self.tags(claim, node_class);
-        let tenancy = if reqs.get_ref(karpenter_api::labels::aws::INSTANCE_TENANCY).is_none_or(|r| r.has("default")) {
-            "default"
-        } else {
-            "dedicated"
+        let configs = self.launch_template_configs(claim, node_class, &needs, &selection, &subnets, &tags).await?;
+        let overlay = claim.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(PRICE_OVERLAY_APPLIED));
+        let context = if policy == MinValuesPolicy::BestEffort { None } else { node_class.spec.context.clone() };
+        let target = target_capacity_type(selection.capacity_type, selection.market);
+        let request = fleet_request(target, overlay, context, configs, tags);
+        let response = self.create_fleet_with_retry(request.clone()).await?;
+        let zones_out_of_addresses = settle_subnets(in_flight, &response);
+        let context = LaunchContext {
+            name: &name,
+            capacity_type: selection.capacity_type,
+            placement,
+            scope: needs.scope.as_ref(),
+            zone_ids: zone_ids(&status.subnets),
+            zones_out_of_addresses,
         };
-        // (AMI, pods, EFA interfaces when the claim requests EFA, reservation).
-        type GroupKey = (String, i64, i64, Option<String>);
-        let wants_efa = requests.get(extended::EFA).is_some_and(|q| !q.is_zero());
-        let mut groups: BTreeMap<GroupKey, (Ami, Vec<&InstanceType>)> = BTreeMap::new();
-        for it in &candidates {
-            let Some(ami) = crate::nodeclass::ami::ami_for_instance_type(&status.amis, &it.requirements) else {
-                continue;
-            };
-            let pods = it.capacity().pods().value().unwrap_or(0);
-            let efa =
-                if wants_efa { it.capacity().get(extended::EFA).and_then(Quantity::value).unwrap_or(0) } else { 0 };
-            let reservations: BTreeSet<Option<String>> = if capacity_type == CAPACITY_TYPE_RESERVED {
-                it.offerings
-                    .iter()
-                    .filter(|o| usable(o, &reqs, capacity_type))
-                    .map(|o| o.reservation_id().map(str::to_owned))
-                    .collect()
-            } else {
-                BTreeSet::from([None])
-            };
-            for r in reservations {
-                groups.entry((ami.id.clone(), pods, efa, r)).or_insert_with(|| (ami.clone(), Vec::new())).1.push(it);
-            }
-        }
+        self.outcome(&context, &request, response, &selection.candidates)
+    }
+
+    /// One fleet launch-template config per group of candidates sharing a launch template
+    /// ([`template_groups`]), each template made sure to exist in EC2 first. Groups left without an override
+    /// (no subnet in their offerings' zones) are dropped; none left at all is `NoCapacityOfferings`.
+    async fn launch_template_configs(
+        &self,
+        claim: &NodeClaim,
+        node_class: &EC2NodeClass,
+        needs: &ClaimNeeds,
+        selection: &Selection,
+        subnets: &BTreeMap<&str, &str>,
+        tags: &BTreeMap<String, String>,
+    ) -> Result<Vec<FleetLaunchTemplateConfig>, Retry> {
+        let capacity_type = selection.capacity_type;
+        let tenancy = tenancy(&needs.reqs);
+        let amis = node_class.status.as_ref().map_or(&[][..], |s| s.amis.as_slice());
+        let groups = template_groups(&selection.candidates, amis, &needs.reqs, &needs.requests, capacity_type);
         let mut configs = Vec::new();
-        let mut images: BTreeMap<String, String> = BTreeMap::new();
         for ((ami_id, pods, efa, reservation), (ami, its)) in &groups {
             let template = self
                 .launch_template(
@@ -585,34 +476,13 @@ impl InstanceProvider {
                     capacity_type,
                     tenancy,
                     reservation.as_deref(),
-                    market,
-                    scope.as_ref(),
-                    &tags,
+                    selection.market,
+                    needs.scope.as_ref(),
+                    tags,
                 )
                 .map_err(Retry::Fail)?;
             self.templates.ensure(&template).await.map_err(|e| create_error(&e))?;
-            let mut seen = BTreeSet::new();
-            let mut overrides = Vec::new();
-            for it in its {
-                for o in it.offerings.iter().filter(|o| usable(o, &reqs, capacity_type)) {
-                    if reservation.is_some() && o.reservation_id() != reservation.as_deref() {
-                        continue;
-                    }
-                    let Some(zone) = o.zone() else { continue };
-                    let Some(subnet) = subnets.get(zone) else { continue };
-                    if !seen.insert((it.name.clone(), zone.to_owned())) {
-                        continue;
-                    }
-                    overrides.push(FleetOverride {
-                        instance_type: it.name.clone(),
-                        subnet_id: Some((*subnet).to_owned()),
-                        image_id: Some(ami_id.clone()),
-                        availability_zone: zone.to_owned(),
-                        priority: o.price,
-                    });
-                    images.insert(it.name.clone(), ami_id.clone());
-                }
-            }
+            let overrides = group_overrides(its, &needs.reqs, capacity_type, reservation.as_deref(), subnets, ami_id);
             if !overrides.is_empty() {
                 configs.push(FleetLaunchTemplateConfig { launch_template_name: template.name.clone(), overrides });
             }
@@ -624,45 +494,7 @@ impl InstanceProvider {
             )
             .into());
         }
-        let overlay = claim.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(PRICE_OVERLAY_APPLIED));
-        let target = match (capacity_type, market) {
-            (CAPACITY_TYPE_SPOT, _) => TargetCapacityType::Spot,
-            (CAPACITY_TYPE_RESERVED, Some("capacity-block")) => TargetCapacityType::CapacityBlock,
-            (CAPACITY_TYPE_RESERVED, Some(_)) => TargetCapacityType::ReservedCapacity,
-            _ => TargetCapacityType::OnDemand,
-        };
-        let request = CreateFleetRequest {
-            target_capacity_type: target,
-            total_target_capacity: 1,
-            spot_allocation_strategy: (target == TargetCapacityType::Spot).then(|| {
-                if overlay { "capacity-optimized-prioritized" } else { "price-capacity-optimized" }.to_owned()
-            }),
-            on_demand_allocation_strategy: (target != TargetCapacityType::Spot)
-                .then(|| if overlay { "prioritized" } else { "lowest-price" }.to_owned()),
-            interruptible_reservations: target == TargetCapacityType::ReservedCapacity,
-            context: if policy == MinValuesPolicy::BestEffort { None } else { node_class.spec.context.clone() },
-            launch_template_configs: configs,
-            tags,
-        };
-        let response = self.create_fleet_with_retry(request.clone()).await?;
-        // A subnet out of addresses is out for 3 minutes; its zone (and so the offering) only when no other
-        // subnet of the class is left there. Predictions of subnets the fleet did not use come back.
-        let mut zones_out_of_addresses = BTreeSet::new();
-        for e in response.errors.iter().filter(|e| e.error_code == SUBNET_OUT_OF_ADDRESSES) {
-            if let Some(zone) = e.subnet_id.as_deref().and_then(|s| in_flight.out_of_addresses(s)) {
-                zones_out_of_addresses.insert(zone);
-            }
-        }
-        in_flight.settle(response.instances.iter().filter_map(|i| i.subnet_id.as_deref()));
-        let context = LaunchContext {
-            name: &name,
-            capacity_type,
-            placement,
-            scope: scope.as_ref(),
-            zone_ids: status.subnets.iter().filter_map(|s| Some((s.zone.clone(), s.zone_id.clone()?))).collect(),
-            zones_out_of_addresses,
-        };
-        self.outcome(&context, &request, response, &candidates)
+        Ok(configs)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -805,6 +637,9 @@ impl InstanceProvider {
         Some(o)
     }
 
+    /// The launch's result from the fleet's answer: every error is recorded and handled first
+    /// ([`note_fleet_errors`](Self::note_fleet_errors)); then the launched instance, else a retry with fresh
+    /// launch templates when one was missing, else the failure ([`fleet_failure`]).
     fn outcome(
         &self,
         context: &LaunchContext<'_>,
@@ -812,18 +647,38 @@ impl InstanceProvider {
         response: CreateFleetResponse,
         candidates: &[InstanceType],
     ) -> Result<Launched, Retry> {
-        let (name, capacity_type) = (context.name, context.capacity_type);
-        let spread_limit = |e: &crate::launch::fleet::FleetError| {
-            context.placement.is_some_and(PlacementGroupInfo::is_spread) && is_spread_limit_error(e)
-        };
+        let (marked, template_missing) = self.note_fleet_errors(context, &response.errors, candidates);
+        if let Some(instance) = response.instances.into_iter().next() {
+            return self.launched(context, instance, candidates);
+        }
+        if template_missing {
+            for c in &request.launch_template_configs {
+                self.templates.invalidate(&c.launch_template_name);
+            }
+            return Err(Retry::LaunchTemplates);
+        }
+        Err(fleet_failure(context, marked, &response.errors).into())
+    }
+
+    /// Records every fleet error with a zone as a [`LaunchFailure`] and acts on it: the spot service-linked-role
+    /// error makes spot unavailable; a subnet out of addresses whose zone another subnet still serves is left to
+    /// the subnet accounting; capacity errors (and a spread group at its limit) mark what they refused
+    /// ([`mark_capacity_error`](Self::mark_capacity_error)). Returns the offerings marked and whether EC2 said a
+    /// launch template is missing.
+    fn note_fleet_errors(
+        &self,
+        context: &LaunchContext<'_>,
+        errors: &[crate::launch::fleet::FleetError],
+        candidates: &[InstanceType],
+    ) -> (Vec<OfferingRef>, bool) {
         let mut marked = Vec::new();
         let mut template_missing = false;
-        for e in &response.errors {
+        for e in errors {
             if let Some(zone) = &e.availability_zone {
                 self.record_failure(LaunchFailure {
                     zone: zone.clone(),
                     zone_id: context.zone_ids.get(zone).cloned().unwrap_or_default(),
-                    capacity_type: capacity_type.to_owned(),
+                    capacity_type: context.capacity_type.to_owned(),
                     reason: e.error_code.clone(),
                 });
             }
@@ -834,72 +689,48 @@ impl InstanceProvider {
                 && e.availability_zone.as_ref().is_none_or(|z| !context.zones_out_of_addresses.contains(z))
             {
                 // Another subnet still serves the zone: the subnet alone is out (marked after the fleet call).
-            } else if is_ice_code(&e.error_code) || spread_limit(e) {
+            } else if is_ice_code(&e.error_code) || context.is_spread_limit(e) {
                 marked.extend(self.mark_capacity_error(context, e, candidates));
             } else if is_launch_template_not_found(&e.error_code) {
                 template_missing = true;
             }
         }
-        if let Some(instance) = response.instances.into_iter().next() {
-            let Some(it) = candidates.iter().find(|it| it.name == instance.instance_type) else {
-                return Err(CloudProviderError::other(format!(
-                    "fleet launched {} which was not requested",
-                    instance.instance_type
-                ))
-                .into());
-            };
-            let offering = it.offerings.iter().find(|o| {
-                o.zone() == Some(instance.availability_zone.as_str()) && o.capacity_type() == Some(capacity_type)
-            });
-            let reservation_id = offering.and_then(|o| o.reservation_id().map(str::to_owned));
-            let reservation = offering.filter(|_| reservation_id.is_some()).map(|o| {
-                let kind = o
-                    .requirements
-                    .get_ref(karpenter_api::labels::aws::CAPACITY_RESERVATION_TYPE)
-                    .map_or_else(|| "default".to_owned(), |r| r.any());
-                let interruptible = o
-                    .requirements
-                    .get_ref(karpenter_api::labels::aws::CAPACITY_RESERVATION_INTERRUPTIBLE)
-                    .is_some_and(|r| r.has("true"));
-                (kind, interruptible)
-            });
-            if let (Some(id), Some(tracker)) = (&reservation_id, &self.reservations) {
-                tracker.mark_launched(id);
-            }
-            return Ok(Launched {
-                instance,
-                instance_type: it.clone(),
-                capacity_type: capacity_type.to_owned(),
-                reservation_id,
-                reservation,
-                placement: context.scope.cloned(),
-            });
-        }
-        if template_missing {
-            for c in &request.launch_template_configs {
-                self.templates.invalidate(&c.launch_template_name);
-            }
-            return Err(Retry::LaunchTemplates);
-        }
-        let all_ice = !response.errors.is_empty()
-            && response
-                .errors
-                .iter()
-                .all(|e| is_ice_code(&e.error_code) || e.error_code == SPOT_SLR_CODE || spread_limit(e));
-        if all_ice || response.errors.is_empty() {
-            marked.sort();
-            marked.dedup();
-            return Err(CloudProviderError::insufficient_capacity(
-                marked,
-                format!("no capacity for nodeclaim {name}: {}", describe_errors(&response.errors)),
-            )
+        (marked, template_missing)
+    }
+
+    /// The [`Launched`] of the fleet's instance, described by the candidate it was launched as and the offering
+    /// of its zone and the launch's capacity type; a reserved launch takes one from the reservation's count.
+    /// An instance type the launch did not ask for is an error.
+    fn launched(
+        &self,
+        context: &LaunchContext<'_>,
+        instance: FleetInstance,
+        candidates: &[InstanceType],
+    ) -> Result<Launched, Retry> {
+        let capacity_type = context.capacity_type;
+        let Some(it) = candidates.iter().find(|it| it.name == instance.instance_type) else {
+            return Err(CloudProviderError::other(format!(
+                "fleet launched {} which was not requested",
+                instance.instance_type
+            ))
             .into());
-        }
-        let first = response.errors.iter().find(|e| !is_ice_code(&e.error_code)).or(response.errors.first());
-        let (reason, message) = first.map_or(("LaunchFailed", String::new()), |e| {
-            (reason_for_code(&e.error_code), format!("{}: {}", e.error_code, e.error_message))
+        };
+        let offering = it.offerings.iter().find(|o| {
+            o.zone() == Some(instance.availability_zone.as_str()) && o.capacity_type() == Some(capacity_type)
         });
-        Err(CloudProviderError::create(reason, message).into())
+        let reservation_id = offering.and_then(|o| o.reservation_id().map(str::to_owned));
+        let reservation = offering.filter(|_| reservation_id.is_some()).map(reservation_kind);
+        if let (Some(id), Some(tracker)) = (&reservation_id, &self.reservations) {
+            tracker.mark_launched(id);
+        }
+        Ok(Launched {
+            instance,
+            instance_type: it.clone(),
+            capacity_type: capacity_type.to_owned(),
+            reservation_id,
+            reservation,
+            placement: context.scope.cloned(),
+        })
     }
 
     /// This cluster's live instance with that id; `None` when EC2 does not have it, it is terminated, or it
@@ -975,6 +806,407 @@ impl InstanceProvider {
     }
 }
 
+/// What the claim asks of one launch attempt.
+struct ClaimNeeds {
+    /// The claim's requirements, pinned to the partition chosen for a partition placement group.
+    reqs: Requirements,
+    /// The claim's resource requests.
+    requests: ResourceList,
+    /// The placement group (and partition) launched into; capacity errors are marked within it.
+    scope: Option<PlacementScope>,
+}
+
+impl ClaimNeeds {
+    /// The claim's requirements and requests; with a partition placement group, the partition
+    /// ([`choose_partition`]) joins the requirements so only offerings of that partition are used.
+    fn of(
+        claim: &NodeClaim,
+        instance_types: &[InstanceType],
+        placement: Option<&PlacementGroupInfo>,
+    ) -> Result<Self, CloudProviderError> {
+        let mut reqs =
+            claim.requirements().map_err(|e| CloudProviderError::create("InvalidRequirements", e.to_string()))?;
+        let requests = requests(claim)?;
+        let partition = placement
+            .and_then(PlacementGroupInfo::partitions)
+            .and_then(|n| choose_partition(&reqs, &requests, n, instance_types));
+        if let Some(p) = partition {
+            reqs.add(Requirement::in_values(karpenter_api::labels::aws::PLACEMENT_GROUP_PARTITION, [p.to_string()]));
+        }
+        let scope = placement.map(|g| PlacementScope::new(&g.id, partition));
+        Ok(Self { reqs, requests, scope })
+    }
+}
+
+/// The instance types and market one fleet request uses.
+#[derive(Debug)]
+struct Selection {
+    /// `reserved`, `spot` or `on-demand` ([`choose_capacity_type`]).
+    capacity_type: &'static str,
+    /// Reserved launches only: the reservation market ([`reserved_market`]).
+    market: Option<&'static str>,
+    /// The instance types, cheapest first, at most [`MAX_INSTANCE_TYPES`].
+    candidates: Vec<InstanceType>,
+}
+
+impl LaunchContext<'_> {
+    /// Whether the error says the launch's spread placement group is full in that zone (a capacity error).
+    fn is_spread_limit(&self, e: &crate::launch::fleet::FleetError) -> bool {
+        self.placement.is_some_and(PlacementGroupInfo::is_spread) && is_spread_limit_error(e)
+    }
+}
+
+/// Whether the offering's requirements allow `value` for `key`.
+fn offering_has(o: &Offering, key: &str, value: &str) -> bool {
+    o.requirements.get_ref(key).is_some_and(|r| r.has(value))
+}
+
+/// Whether the instance type has a [`usable`] offering of the capacity type.
+fn offers(it: &InstanceType, reqs: &Requirements, capacity_type: &str) -> bool {
+    it.offerings.iter().any(|o| usable(o, reqs, capacity_type))
+}
+
+/// The instance types the claim fits (requests and requirements) that have an available compatible offering.
+/// None is insufficient capacity naming every compatible offering of the types the claim fits, so the
+/// scheduler avoids them all.
+fn available_instance_types<'a>(
+    instance_types: &'a [InstanceType],
+    reqs: &Requirements,
+    requests: &ResourceList,
+    name: &str,
+) -> Result<Vec<&'a InstanceType>, CloudProviderError> {
+    let compatible: Vec<&InstanceType> = instance_types
+        .iter()
+        .filter(|it| requests.fits(it.allocatable()) && it.requirements.intersects_ok(reqs))
+        .collect();
+    let available: Vec<&InstanceType> = compatible
+        .iter()
+        .copied()
+        .filter(|it| it.offerings.iter().any(|o| o.available && reqs.intersects_ok(&o.requirements)))
+        .collect();
+    if !available.is_empty() {
+        return Ok(available);
+    }
+    let failed: BTreeSet<OfferingRef> = compatible
+        .iter()
+        .flat_map(|it| it.offerings.iter().filter(|o| reqs.intersects_ok(&o.requirements)).map(|o| offering_ref(it, o)))
+        .collect();
+    Err(CloudProviderError::insufficient_capacity(
+        failed.into_iter().collect(),
+        format!("all requested instance types were unavailable during launch of nodeclaim {name}"),
+    ))
+}
+
+/// The claim's minValues policy: best effort once the scheduler relaxed them (the claim's annotation says
+/// so), else strict.
+fn min_values_policy(claim: &NodeClaim) -> MinValuesPolicy {
+    if claim.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(NODE_CLAIM_MIN_VALUES_RELAXED)) {
+        MinValuesPolicy::BestEffort
+    } else {
+        MinValuesPolicy::Strict
+    }
+}
+
+/// The launch's capacity type: the first of reserved, spot, on-demand the claim allows and some available type
+/// offers usably; on-demand when none is.
+fn choose_capacity_type(available: &[&InstanceType], reqs: &Requirements) -> &'static str {
+    [CAPACITY_TYPE_RESERVED, CAPACITY_TYPE_SPOT, CAPACITY_TYPE_ON_DEMAND]
+        .into_iter()
+        .find(|ct| allows(reqs, ct) && available.iter().any(|it| offers(it, reqs, ct)))
+        .unwrap_or(CAPACITY_TYPE_ON_DEMAND)
+}
+
+/// The capacity type, market and instance types of the fleet request, from the available instance types:
+/// those offering the capacity type usably, narrowed to one reservation market for reserved launches, without
+/// exotic types and overpriced spot offerings (both kept under minValues, which need every type), then ordered
+/// by price and truncated to [`MAX_INSTANCE_TYPES`] keeping minValues satisfied under `policy`.
+fn select_instance_types(
+    available: &[&InstanceType],
+    reqs: &Requirements,
+    policy: MinValuesPolicy,
+) -> Result<Selection, CloudProviderError> {
+    let allow = karpenter_api::ProviderLabels::aws().all_well_known();
+    let capacity_type = choose_capacity_type(available, reqs);
+    let mut candidates: Vec<InstanceType> =
+        available.iter().filter(|it| offers(it, reqs, capacity_type)).map(|it| (*it).clone()).collect();
+    let min_values = reqs.has_min_values();
+    let market =
+        if capacity_type == CAPACITY_TYPE_RESERVED { reserved_market(&mut candidates, reqs, &allow) } else { None };
+    if !min_values {
+        candidates = without_exotic(candidates);
+    }
+    if capacity_type == CAPACITY_TYPE_SPOT && !min_values && allows(reqs, CAPACITY_TYPE_ON_DEMAND) {
+        drop_spot_above_on_demand(&mut candidates, reqs);
+    }
+    let mut pinned = reqs.clone();
+    pinned.add(Requirement::in_values(CAPACITY_TYPE, [capacity_type]));
+    let candidates = truncate(candidates, &pinned, &allow, MAX_INSTANCE_TYPES, policy)
+        .map_err(|e| CloudProviderError::insufficient_capacity(vec![], format!("truncating instance types: {e}")))?;
+    Ok(Selection { capacity_type, market, candidates })
+}
+
+/// The market of a reserved launch; one fleet request buys in one market only. When any candidate has a usable
+/// capacity-block offering, the launch is a capacity-block launch of the cheapest such type alone (the
+/// candidates are cut to it); else interruptible reservations among the candidates make it an
+/// interruptible-reservation launch; else ordinary reservations need no market (`None`).
+fn reserved_market(
+    candidates: &mut Vec<InstanceType>,
+    reqs: &Requirements,
+    allow: &BTreeSet<String>,
+) -> Option<&'static str> {
+    let reservation_type = karpenter_api::labels::aws::CAPACITY_RESERVATION_TYPE;
+    let has_block = |it: &InstanceType| {
+        it.offerings
+            .iter()
+            .any(|o| usable(o, reqs, CAPACITY_TYPE_RESERVED) && offering_has(o, reservation_type, "capacity-block"))
+    };
+    if candidates.iter().any(has_block) {
+        candidates.retain(has_block);
+        candidates.sort_by(|a, b| a.min_compatible_price(reqs, allow).total_cmp(&b.min_compatible_price(reqs, allow)));
+        candidates.truncate(1);
+        return Some("capacity-block");
+    }
+    let interruptible = karpenter_api::labels::aws::CAPACITY_RESERVATION_INTERRUPTIBLE;
+    candidates
+        .iter()
+        .any(|it| {
+            it.offerings
+                .iter()
+                .any(|o| usable(o, reqs, CAPACITY_TYPE_RESERVED) && offering_has(o, interruptible, "true"))
+        })
+        .then_some("interruptible-capacity-reservation")
+}
+
+/// The candidates without metal and accelerator types, which cost more than a plain type that serves as well;
+/// all of them when only such types are left.
+fn without_exotic(candidates: Vec<InstanceType>) -> Vec<InstanceType> {
+    let plain: Vec<InstanceType> = candidates.iter().filter(|it| !is_exotic(it)).cloned().collect();
+    if plain.is_empty() { candidates } else { plain }
+}
+
+/// Spot offerings dearer than the cheapest usable on-demand offering among the candidates are made
+/// unavailable (on-demand would be cheaper), and candidates left without a usable spot offering dropped.
+/// Without an on-demand offering nothing changes.
+fn drop_spot_above_on_demand(candidates: &mut Vec<InstanceType>, reqs: &Requirements) {
+    let cheapest_od = candidates
+        .iter()
+        .flat_map(|it| it.offerings.iter().filter(|o| usable(o, reqs, CAPACITY_TYPE_ON_DEMAND)))
+        .map(|o| o.price)
+        .min_by(f64::total_cmp);
+    let Some(limit) = cheapest_od else { return };
+    for it in candidates.iter_mut() {
+        for o in &mut it.offerings {
+            if o.capacity_type() == Some(CAPACITY_TYPE_SPOT) && o.price > limit {
+                o.available = false;
+            }
+        }
+    }
+    candidates.retain(|it| offers(it, reqs, CAPACITY_TYPE_SPOT));
+}
+
+/// An on-demand launch that could have been spot with few instance types is logged: spot would have had more
+/// pools to choose from.
+fn warn_if_inflexible(name: &str, reqs: &Requirements, selection: &Selection) {
+    let count = selection.candidates.len();
+    if selection.capacity_type == CAPACITY_TYPE_ON_DEMAND
+        && allows(reqs, CAPACITY_TYPE_SPOT)
+        && count < SPOT_FLEXIBILITY_WARNING
+    {
+        tracing::warn!(nodeclaim = %name, instance_types = count, "launching on-demand with few instance types although spot was allowed");
+    }
+}
+
+/// Per zone, the smallest pod capacity among the candidates with a usable offering there: the IPs a launch
+/// into that zone is predicted to take from its subnet until the fleet answers.
+fn min_pods_per_zone<'a>(
+    candidates: &'a [InstanceType],
+    reqs: &Requirements,
+    capacity_type: &str,
+) -> BTreeMap<&'a str, i64> {
+    let mut min_pods: BTreeMap<&str, i64> = BTreeMap::new();
+    for it in candidates {
+        let pods = it.capacity().pods().value().unwrap_or(0);
+        for zone in it.offerings.iter().filter(|o| usable(o, reqs, capacity_type)).filter_map(Offering::zone) {
+            min_pods.entry(zone).and_modify(|p| *p = (*p).min(pods)).or_insert(pods);
+        }
+    }
+    min_pods
+}
+
+/// The instance tenancy: `default` when the claim allows it (or says nothing), else `dedicated`.
+fn tenancy(reqs: &Requirements) -> &'static str {
+    if reqs.get_ref(karpenter_api::labels::aws::INSTANCE_TENANCY).is_none_or(|r| r.has("default")) {
+        "default"
+    } else {
+        "dedicated"
+    }
+}
+
+/// What instance types sharing one launch template have in common: the AMI id, the pods value (the kubelet's
+/// max pods), the EFA interface count (0 unless the claim requests EFA) and, for reserved launches, the
+/// capacity reservation.
+type GroupKey = (String, i64, i64, Option<String>);
+
+/// The candidates grouped by launch template ([`GroupKey`]), each group with its AMI. A reserved candidate
+/// joins the group of each reservation it has a usable offering in; a candidate no AMI serves is left out.
+fn template_groups<'a>(
+    candidates: &'a [InstanceType],
+    amis: &[Ami],
+    reqs: &Requirements,
+    requests: &ResourceList,
+    capacity_type: &str,
+) -> BTreeMap<GroupKey, (Ami, Vec<&'a InstanceType>)> {
+    let wants_efa = requests.get(extended::EFA).is_some_and(|q| !q.is_zero());
+    let mut groups: BTreeMap<GroupKey, (Ami, Vec<&InstanceType>)> = BTreeMap::new();
+    for it in candidates {
+        let Some(ami) = crate::nodeclass::ami::ami_for_instance_type(amis, &it.requirements) else {
+            continue;
+        };
+        let pods = it.capacity().pods().value().unwrap_or(0);
+        let efa = if wants_efa { it.capacity().get(extended::EFA).and_then(Quantity::value).unwrap_or(0) } else { 0 };
+        let reservations: BTreeSet<Option<String>> = if capacity_type == CAPACITY_TYPE_RESERVED {
+            it.offerings
+                .iter()
+                .filter(|o| usable(o, reqs, capacity_type))
+                .map(|o| o.reservation_id().map(str::to_owned))
+                .collect()
+        } else {
+            BTreeSet::from([None])
+        };
+        for r in reservations {
+            groups.entry((ami.id.clone(), pods, efa, r)).or_insert_with(|| (ami.clone(), Vec::new())).1.push(it);
+        }
+    }
+    groups
+}
+
+/// The fleet overrides of one launch-template group: one per (instance type, zone) with a usable offering (of
+/// the group's reservation, when it has one) in a zone that has a chosen subnet, the first such offering
+/// giving the priority (its price: cheaper offerings are tried first).
+fn group_overrides(
+    its: &[&InstanceType],
+    reqs: &Requirements,
+    capacity_type: &str,
+    reservation: Option<&str>,
+    subnets: &BTreeMap<&str, &str>,
+    ami_id: &str,
+) -> Vec<FleetOverride> {
+    let mut seen = BTreeSet::new();
+    let mut overrides = Vec::new();
+    for it in its {
+        for o in it.offerings.iter().filter(|o| usable(o, reqs, capacity_type)) {
+            if reservation.is_some() && o.reservation_id() != reservation {
+                continue;
+            }
+            let Some(zone) = o.zone() else { continue };
+            let Some(subnet) = subnets.get(zone) else { continue };
+            if !seen.insert((it.name.clone(), zone.to_owned())) {
+                continue;
+            }
+            overrides.push(FleetOverride {
+                instance_type: it.name.clone(),
+                subnet_id: Some((*subnet).to_owned()),
+                image_id: Some(ami_id.to_owned()),
+                availability_zone: zone.to_owned(),
+                priority: o.price,
+            });
+        }
+    }
+    overrides
+}
+
+/// The fleet's target capacity type: spot, a capacity block, reserved capacity (a reserved launch in a market
+/// other than capacity blocks) or on-demand (which also serves ordinary reservations, by the launch template's
+/// reservation target).
+fn target_capacity_type(capacity_type: &str, market: Option<&str>) -> TargetCapacityType {
+    match (capacity_type, market) {
+        (CAPACITY_TYPE_SPOT, _) => TargetCapacityType::Spot,
+        (CAPACITY_TYPE_RESERVED, Some("capacity-block")) => TargetCapacityType::CapacityBlock,
+        (CAPACITY_TYPE_RESERVED, Some(_)) => TargetCapacityType::ReservedCapacity,
+        _ => TargetCapacityType::OnDemand,
+    }
+}
+
+/// The CreateFleet request for one instance. The allocation strategy follows the override priorities when a
+/// price overlay changed prices (`overlay`), else EC2's own price (and, for spot, capacity) ranking. `context`
+/// is the node class's reserved-capacity context.
+fn fleet_request(
+    target: TargetCapacityType,
+    overlay: bool,
+    context: Option<String>,
+    configs: Vec<FleetLaunchTemplateConfig>,
+    tags: BTreeMap<String, String>,
+) -> CreateFleetRequest {
+    let spot = target == TargetCapacityType::Spot;
+    CreateFleetRequest {
+        target_capacity_type: target,
+        total_target_capacity: 1,
+        spot_allocation_strategy: spot
+            .then(|| if overlay { "capacity-optimized-prioritized" } else { "price-capacity-optimized" }.to_owned()),
+        on_demand_allocation_strategy: (!spot).then(|| if overlay { "prioritized" } else { "lowest-price" }.to_owned()),
+        interruptible_reservations: target == TargetCapacityType::ReservedCapacity,
+        context,
+        launch_template_configs: configs,
+        tags,
+    }
+}
+
+/// Subnet accounting once the fleet answered: a subnet out of addresses is out for a while, and its zone (so
+/// the offerings there) only when no other subnet of the class is left in it; the predictions of subnets the
+/// fleet did not use come back. Returns the zones left without a subnet.
+fn settle_subnets(in_flight: InFlightSubnets, response: &CreateFleetResponse) -> BTreeSet<String> {
+    let mut zones_out_of_addresses = BTreeSet::new();
+    for e in response.errors.iter().filter(|e| e.error_code == SUBNET_OUT_OF_ADDRESSES) {
+        if let Some(zone) = e.subnet_id.as_deref().and_then(|s| in_flight.out_of_addresses(s)) {
+            zones_out_of_addresses.insert(zone);
+        }
+    }
+    in_flight.settle(response.instances.iter().filter_map(|i| i.subnet_id.as_deref()));
+    zones_out_of_addresses
+}
+
+/// Zone name → zone id of the node class's subnets (subnets without a zone id left out).
+fn zone_ids(subnets: &[karpenter_api::ec2nodeclass::Subnet]) -> BTreeMap<String, String> {
+    subnets.iter().filter_map(|s| Some((s.zone.clone(), s.zone_id.clone()?))).collect()
+}
+
+/// The type and interruptibility of a reserved offering's reservation (`default` when it does not say).
+fn reservation_kind(o: &Offering) -> (String, bool) {
+    let kind = o
+        .requirements
+        .get_ref(karpenter_api::labels::aws::CAPACITY_RESERVATION_TYPE)
+        .map_or_else(|| "default".to_owned(), |r| r.any());
+    let interruptible = offering_has(o, karpenter_api::labels::aws::CAPACITY_RESERVATION_INTERRUPTIBLE, "true");
+    (kind, interruptible)
+}
+
+/// The error of a launch that got no instance. Only capacity errors (or none at all) make it insufficient
+/// capacity naming the offerings marked, so the scheduler retries elsewhere; otherwise the first other error
+/// gives the reason.
+fn fleet_failure(
+    context: &LaunchContext<'_>,
+    mut marked: Vec<OfferingRef>,
+    errors: &[crate::launch::fleet::FleetError],
+) -> CloudProviderError {
+    let all_ice = !errors.is_empty()
+        && errors
+            .iter()
+            .all(|e| is_ice_code(&e.error_code) || e.error_code == SPOT_SLR_CODE || context.is_spread_limit(e));
+    if all_ice || errors.is_empty() {
+        marked.sort();
+        marked.dedup();
+        return CloudProviderError::insufficient_capacity(
+            marked,
+            format!("no capacity for nodeclaim {}: {}", context.name, describe_errors(errors)),
+        );
+    }
+    let first = errors.iter().find(|e| !is_ice_code(&e.error_code)).or(errors.first());
+    let (reason, message) = first.map_or(("LaunchFailed", String::new()), |e| {
+        (reason_for_code(&e.error_code), format!("{}: {}", e.error_code, e.error_message))
+    });
+    CloudProviderError::create(reason, message)
+}
+
 fn describe_errors(errors: &[crate::launch::fleet::FleetError]) -> String {
     if errors.is_empty() {
         return "the fleet launched nothing".into();
@@ -1005,3 +1237,6 @@ impl From<CloudProviderError> for Retry {
         Retry::Fail(e)
     }
 }
+
+#[cfg(test)]
+mod tests;

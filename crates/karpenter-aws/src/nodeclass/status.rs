@@ -25,16 +25,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use karpenter_api::condition::{ConditionStatus, set_condition};
-use karpenter_api::ec2nodeclass::{FORBIDDEN_TAG_KEYS, FORBIDDEN_TAG_PREFIX, conditions, conditions::reasons};
-use karpenter_api::{EC2NodeClass, EC2NodeClassStatus};
+use karpenter_api::ec2nodeclass::{
+    Ami, FORBIDDEN_TAG_KEYS, FORBIDDEN_TAG_PREFIX, SecurityGroup, Subnet, conditions, conditions::reasons,
+};
+use karpenter_api::{EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};
 use karpenter_cloudprovider::Clock;
 
-use super::ami::{AmiError, AmiProvider, SsmProvider};
+use super::ami::{AmiError, AmiProvider, ResolvedAmi, SsmProvider};
 use super::api::{CapacityReservationApi, IamApi, ImageApi, PlacementGroupApi, SecurityGroupApi, SsmApi, SubnetApi};
 use super::cache::TtlCache;
 use super::instance_profile::{ClusterIdentity, InstanceProfileError, InstanceProfileProvider};
-use super::network::{SECURITY_GROUP_CACHE_TTL, SecurityGroupProvider, SubnetProvider};
+use super::network::{SECURITY_GROUP_CACHE_TTL, SecurityGroupProvider, SubnetInfo, SubnetProvider};
 use super::reservation::{CapacityReservationProvider, PlacementGroupProvider};
 use crate::api_error::AwsApiError;
 
@@ -149,6 +152,142 @@ fn keep_or_fail<T>(e: &AwsApiError, reason: &str, empty: T) -> Part<T> {
     }
 }
 
+/// The status one reconcile is computing, and how soon to look again so far.
+struct StatusUpdate {
+    status: EC2NodeClassStatus,
+    requeue: Duration,
+    /// The node class's generation (every condition's `observedGeneration`).
+    generation: Option<i64>,
+    now: DateTime<Utc>,
+}
+
+impl StatusUpdate {
+    /// Look again within `after` at the latest.
+    fn requeue_within(&mut self, after: Duration) {
+        self.requeue = self.requeue.min(after);
+    }
+
+    /// Sets a condition: True with its type as reason, or False with the reason and message.
+    fn set(&mut self, type_: &str, result: Result<(), (String, String)>) {
+        let (s, reason, message) = match result {
+            Ok(()) => (ConditionStatus::True, type_.to_string(), String::new()),
+            Err((reason, message)) => (ConditionStatus::False, reason, message),
+        };
+        set_condition(&mut self.status.conditions, type_, s, &reason, &message, self.generation, self.now);
+    }
+
+    /// Keeps a condition as it is after a retryable failure; one never set becomes Unknown
+    /// (`AwaitingResolution`) with the failure as message.
+    fn keep(&mut self, type_: &str, message: &str) {
+        if !self.status.conditions.iter().any(|c| c.type_ == type_) {
+            set_condition(
+                &mut self.status.conditions,
+                type_,
+                ConditionStatus::Unknown,
+                AWAITING_RESOLUTION,
+                message,
+                self.generation,
+                self.now,
+            );
+        }
+    }
+
+    /// Sets `Ready` from the dependent conditions ([`ready_condition`]).
+    fn set_ready(&mut self, dependents: &[&str]) {
+        let (s, reason, message) = ready_condition(&self.status, dependents);
+        set_condition(&mut self.status.conditions, conditions::READY, s, &reason, &message, self.generation, self.now);
+    }
+
+    /// Applies a part's resolution: a resolved value is stored (`store`) and its condition set; a kept one
+    /// leaves value and condition alone ([`keep`](Self::keep)). Returns whether the part is not resolved True,
+    /// for the parts that then look again sooner.
+    fn apply<T>(&mut self, type_: &str, part: Part<T>, store: impl FnOnce(&mut EC2NodeClassStatus, T)) -> bool {
+        match part {
+            Part::Done(v, r) => {
+                let failed = r.is_err();
+                store(&mut self.status, v);
+                self.set(type_, r);
+                failed
+            }
+            Part::Keep(m) => {
+                self.keep(type_, &m);
+                true
+            }
+        }
+    }
+}
+
+/// The AMIs part. None matching, an alias without SSM parameters, or one unsupported on this Kubernetes
+/// version is False; an API error is kept when retryable; an invalid Kubernetes version is kept (the AMIs
+/// cannot be judged without one).
+fn amis_part(resolved: Result<Vec<ResolvedAmi>, AmiError>) -> Part<Vec<Ami>> {
+    match resolved {
+        Ok(amis) if amis.is_empty() => {
+            Part::Done(vec![], Err((reasons::AMI_NOT_FOUND.into(), "AMISelector did not match any AMIs".into())))
+        }
+        Ok(amis) => Part::Done(amis.iter().map(ResolvedAmi::to_status).collect(), Ok(())),
+        Err(AmiError::UnsupportedAlias { alias, kubernetes_version }) => Part::Done(
+            vec![],
+            Err((
+                reasons::UNSUPPORTED_ALIAS.into(),
+                format!("alias {alias} is not supported on Kubernetes {kubernetes_version}"),
+            )),
+        ),
+        Err(e @ AmiError::NoParameters(_)) => Part::Done(vec![], Err((reasons::AMI_NOT_FOUND.into(), e.to_string()))),
+        Err(AmiError::Api(e)) => keep_or_fail(&e, reasons::AMI_NOT_FOUND, vec![]),
+        Err(e @ AmiError::InvalidKubernetesVersion(_)) => Part::Keep(e.to_string()),
+    }
+}
+
+/// The subnets part: none matching is False.
+fn subnets_part(listed: Result<Vec<SubnetInfo>, AwsApiError>) -> Part<Vec<Subnet>> {
+    match listed {
+        Ok(s) if s.is_empty() => Part::Done(
+            vec![],
+            Err((reasons::SUBNETS_NOT_FOUND.into(), "SubnetSelector did not match any Subnets".into())),
+        ),
+        Ok(s) => Part::Done(s.iter().map(SubnetInfo::to_status).collect(), Ok(())),
+        Err(e) => keep_or_fail(&e, reasons::SUBNETS_NOT_FOUND, vec![]),
+    }
+}
+
+/// The security groups part: none matching is False.
+fn security_groups_part(listed: Result<Vec<SecurityGroup>, AwsApiError>) -> Part<Vec<SecurityGroup>> {
+    match listed {
+        Ok(g) if g.is_empty() => Part::Done(
+            vec![],
+            Err((
+                reasons::SECURITY_GROUPS_NOT_FOUND.into(),
+                "SecurityGroupSelector did not match any SecurityGroups".into(),
+            )),
+        ),
+        Ok(g) => Part::Done(g, Ok(())),
+        Err(e) => keep_or_fail(&e, reasons::SECURITY_GROUPS_NOT_FOUND, vec![]),
+    }
+}
+
+/// `Ready` from the dependent conditions: True when all are True, else False when one is False and Unknown
+/// otherwise (a missing condition counts as Unknown), naming each one not True. Returns status, reason and
+/// message.
+fn ready_condition(status: &EC2NodeClassStatus, dependents: &[&str]) -> (ConditionStatus, String, String) {
+    let mut unhealthy = Vec::new();
+    let mut any_false = false;
+    for d in dependents {
+        let s = status.conditions.iter().find(|c| c.type_ == *d).map_or(ConditionStatus::Unknown, |c| c.status);
+        if s != ConditionStatus::True {
+            any_false |= s == ConditionStatus::False;
+            unhealthy.push(format!("{d}={s:?}"));
+        }
+    }
+    if unhealthy.is_empty() {
+        (ConditionStatus::True, conditions::READY.to_string(), String::new())
+    } else if any_false {
+        (ConditionStatus::False, UNHEALTHY_DEPENDENTS.to_string(), unhealthy.join(", "))
+    } else {
+        (ConditionStatus::Unknown, UNHEALTHY_DEPENDENTS.to_string(), unhealthy.join(", "))
+    }
+}
+
 impl NodeClassResolver {
     pub fn new(apis: ResolverApis, settings: ResolverSettings, clock: Arc<dyn Clock>) -> Self {
         let ssm = Arc::new(SsmProvider::new(apis.ssm, clock.clone()));
@@ -184,201 +323,96 @@ impl NodeClassResolver {
         self.reserved_capacity
     }
 
-    /// Computes the node class's new status for Kubernetes `k8s_version` (`1.31`).
+    /// Computes the node class's new status for Kubernetes `k8s_version` (`1.31`): each part in turn, then
+    /// validation (which needs the parts resolved) and `Ready` (which sums the conditions up).
     pub async fn reconcile(&self, node_class: &EC2NodeClass, k8s_version: &str) -> Reconciled {
-        let now = self.clock.now();
-        let generation = node_class.metadata.generation;
         let previous = node_class.status.clone().unwrap_or_default();
-        let mut status = previous.clone();
-        let mut requeue = REQUEUE_OK;
+        let mut update = StatusUpdate {
+            status: previous.clone(),
+            requeue: REQUEUE_OK,
+            generation: node_class.metadata.generation,
+            now: self.clock.now(),
+        };
         let spec = &node_class.spec;
-        let set = |status: &mut EC2NodeClassStatus, type_: &str, result: Result<(), (String, String)>| {
-            let (s, reason, message) = match result {
-                Ok(()) => (ConditionStatus::True, type_.to_string(), String::new()),
-                Err((reason, message)) => (ConditionStatus::False, reason, message),
-            };
-            set_condition(&mut status.conditions, type_, s, &reason, &message, generation, now);
-        };
-        let keep = |status: &mut EC2NodeClassStatus, type_: &str, message: &str| {
-            if !status.conditions.iter().any(|c| c.type_ == type_) {
-                set_condition(
-                    &mut status.conditions,
-                    type_,
-                    ConditionStatus::Unknown,
-                    AWAITING_RESOLUTION,
-                    message,
-                    generation,
-                    now,
-                );
-            }
-        };
-
-        // AMIs.
-        let amis = match self.amis.resolve(spec, k8s_version).await {
-            Ok(amis) if amis.is_empty() => {
-                Part::Done(vec![], Err((reasons::AMI_NOT_FOUND.into(), "AMISelector did not match any AMIs".into())))
-            }
-            Ok(amis) => Part::Done(amis.iter().map(|a| a.to_status()).collect(), Ok(())),
-            Err(AmiError::UnsupportedAlias { alias, kubernetes_version }) => Part::Done(
-                vec![],
-                Err((
-                    reasons::UNSUPPORTED_ALIAS.into(),
-                    format!("alias {alias} is not supported on Kubernetes {kubernetes_version}"),
-                )),
-            ),
-            Err(e @ AmiError::NoParameters(_)) => {
-                Part::Done(vec![], Err((reasons::AMI_NOT_FOUND.into(), e.to_string())))
-            }
-            Err(AmiError::Api(e)) => keep_or_fail(&e, reasons::AMI_NOT_FOUND, vec![]),
-            Err(e @ AmiError::InvalidKubernetesVersion(_)) => Part::Keep(e.to_string()),
-        };
-        match amis {
-            Part::Done(v, r) => {
-                if r.is_err() {
-                    requeue = requeue.min(REQUEUE_SHORT);
-                }
-                status.amis = v;
-                set(&mut status, conditions::AMIS_READY, r);
-            }
-            Part::Keep(m) => {
-                requeue = requeue.min(REQUEUE_SHORT);
-                keep(&mut status, conditions::AMIS_READY, &m);
-            }
+        let amis = amis_part(self.amis.resolve(spec, k8s_version).await);
+        if update.apply(conditions::AMIS_READY, amis, |s, v| s.amis = v) {
+            update.requeue_within(REQUEUE_SHORT);
         }
-
-        // Capacity reservations (gate ReservedCapacity).
-        if self.reserved_capacity {
-            match self.capacity_reservations.list(&spec.capacity_reservation_selector_terms).await {
-                Ok(list) => {
-                    requeue = requeue.min(self.capacity_reservations.next_requeue(&list));
-                    status.capacity_reservations = list;
-                    set(&mut status, conditions::CAPACITY_RESERVATIONS_READY, Ok(()));
-                }
-                Err(e) => {
-                    requeue = requeue.min(REQUEUE_SHORT);
-                    match keep_or_fail(&e, "CapacityReservationsNotFound", vec![]) {
-                        Part::Done(v, r) => {
-                            status.capacity_reservations = v;
-                            set(&mut status, conditions::CAPACITY_RESERVATIONS_READY, r);
-                        }
-                        Part::Keep(m) => keep(&mut status, conditions::CAPACITY_RESERVATIONS_READY, &m),
-                    }
-                }
-            }
-        } else {
-            status.capacity_reservations.clear();
-            status.conditions.retain(|c| c.type_ != conditions::CAPACITY_RESERVATIONS_READY);
-        }
-
-        // Placement group.
-        match &spec.placement_group_selector {
-            None => set(&mut status, conditions::PLACEMENT_GROUP_READY, Ok(())),
-            Some(selector) => match self.placement_groups.resolve(selector).await {
-                Ok(Some(_)) => set(&mut status, conditions::PLACEMENT_GROUP_READY, Ok(())),
-                Ok(None) => {
-                    requeue = requeue.min(REQUEUE_SHORT);
-                    let what = selector.id.as_deref().or(selector.name.as_deref()).unwrap_or_default();
-                    set(
-                        &mut status,
-                        conditions::PLACEMENT_GROUP_READY,
-                        Err((PLACEMENT_GROUP_NOT_FOUND.into(), format!("placement group {what} not found"))),
-                    );
-                }
-                Err(e) => {
-                    requeue = requeue.min(REQUEUE_SHORT);
-                    match keep_or_fail(&e, PLACEMENT_GROUP_NOT_FOUND, ()) {
-                        Part::Done((), r) => set(&mut status, conditions::PLACEMENT_GROUP_READY, r),
-                        Part::Keep(m) => keep(&mut status, conditions::PLACEMENT_GROUP_READY, &m),
-                    }
-                }
-            },
-        }
-
-        // Subnets (refreshed every minute).
-        requeue = requeue.min(REQUEUE_SHORT);
-        let subnets = match self.subnets.list(&spec.subnet_selector_terms).await {
-            Ok(s) if s.is_empty() => Part::Done(
-                vec![],
-                Err((reasons::SUBNETS_NOT_FOUND.into(), "SubnetSelector did not match any Subnets".into())),
-            ),
-            Ok(s) => Part::Done(s.iter().map(|s| s.to_status()).collect(), Ok(())),
-            Err(e) => keep_or_fail(&e, reasons::SUBNETS_NOT_FOUND, vec![]),
-        };
-        match subnets {
-            Part::Done(v, r) => {
-                status.subnets = v;
-                set(&mut status, conditions::SUBNETS_READY, r);
-            }
-            Part::Keep(m) => keep(&mut status, conditions::SUBNETS_READY, &m),
-        }
-
-        // Security groups.
-        let groups = match self.security_groups.list(&spec.security_group_selector_terms).await {
-            Ok(g) if g.is_empty() => Part::Done(
-                vec![],
-                Err((
-                    reasons::SECURITY_GROUPS_NOT_FOUND.into(),
-                    "SecurityGroupSelector did not match any SecurityGroups".into(),
-                )),
-            ),
-            Ok(g) => Part::Done(g, Ok(())),
-            Err(e) => keep_or_fail(&e, reasons::SECURITY_GROUPS_NOT_FOUND, vec![]),
-        };
-        match groups {
-            Part::Done(v, r) => {
-                status.security_groups = v;
-                set(&mut status, conditions::SECURITY_GROUPS_READY, r);
-            }
-            Part::Keep(m) => keep(&mut status, conditions::SECURITY_GROUPS_READY, &m),
-        }
-
-        // Instance profile.
-        match self.instance_profiles.resolve(node_class, previous.instance_profile.as_deref()).await {
-            Ok(name) => {
-                status.instance_profile = Some(name);
-                set(&mut status, conditions::INSTANCE_PROFILE_READY, Ok(()));
-            }
-            Err(InstanceProfileError::Api(e)) if e.is_retryable() => {
-                requeue = requeue.min(REQUEUE_SHORT);
-                keep(&mut status, conditions::INSTANCE_PROFILE_READY, &e.to_string());
-            }
-            Err(e) => {
-                requeue = requeue.min(REQUEUE_SHORT);
-                status.instance_profile = None;
-                set(
-                    &mut status,
-                    conditions::INSTANCE_PROFILE_READY,
-                    Err((reasons::INSTANCE_PROFILE_NOT_FOUND.into(), e.to_string())),
-                );
-            }
-        }
-
-        // Validation.
-        requeue = requeue.min(REQUEUE_VALIDATION);
-        let validation = self.validate(node_class, &status).await;
-        set(&mut status, conditions::VALIDATION_SUCCEEDED, validation);
-
-        // Ready.
-        let dependents = conditions::ready_dependents(self.reserved_capacity);
-        let mut unhealthy = Vec::new();
-        let mut any_false = false;
-        for d in &dependents {
-            let s = status.conditions.iter().find(|c| c.type_ == *d).map_or(ConditionStatus::Unknown, |c| c.status);
-            if s != ConditionStatus::True {
-                any_false |= s == ConditionStatus::False;
-                unhealthy.push(format!("{d}={s:?}"));
-            }
-        }
-        let (s, reason, message) = if unhealthy.is_empty() {
-            (ConditionStatus::True, conditions::READY.to_string(), String::new())
-        } else if any_false {
-            (ConditionStatus::False, UNHEALTHY_DEPENDENTS.to_string(), unhealthy.join(", "))
-        } else {
-            (ConditionStatus::Unknown, UNHEALTHY_DEPENDENTS.to_string(), unhealthy.join(", "))
-        };
-        set_condition(&mut status.conditions, conditions::READY, s, &reason, &message, generation, now);
+        self.reconcile_capacity_reservations(&mut update, spec).await;
+        self.reconcile_placement_group(&mut update, spec).await;
+        // Subnets are refreshed every minute.
+        update.requeue_within(REQUEUE_SHORT);
+        let subnets = subnets_part(self.subnets.list(&spec.subnet_selector_terms).await);
+        update.apply(conditions::SUBNETS_READY, subnets, |s, v| s.subnets = v);
+        let groups = security_groups_part(self.security_groups.list(&spec.security_group_selector_terms).await);
+        update.apply(conditions::SECURITY_GROUPS_READY, groups, |s, v| s.security_groups = v);
+        self.reconcile_instance_profile(&mut update, node_class, previous.instance_profile.as_deref()).await;
+        update.requeue_within(REQUEUE_VALIDATION);
+        let validation = self.validate(node_class, &update.status).await;
+        update.set(conditions::VALIDATION_SUCCEEDED, validation);
+        update.set_ready(&conditions::ready_dependents(self.reserved_capacity));
+        let StatusUpdate { mut status, requeue, .. } = update;
         status.conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
         Reconciled { status, requeue_after: requeue }
+    }
+
+    /// Capacity reservations, with the `ReservedCapacity` gate only (without it, they and their condition are
+    /// dropped). Looked at again when the first of them starts or ends ([`CapacityReservationProvider::next_requeue`]).
+    async fn reconcile_capacity_reservations(&self, update: &mut StatusUpdate, spec: &EC2NodeClassSpec) {
+        if !self.reserved_capacity {
+            update.status.capacity_reservations.clear();
+            update.status.conditions.retain(|c| c.type_ != conditions::CAPACITY_RESERVATIONS_READY);
+            return;
+        }
+        let part = match self.capacity_reservations.list(&spec.capacity_reservation_selector_terms).await {
+            Ok(list) => {
+                update.requeue_within(self.capacity_reservations.next_requeue(&list));
+                Part::Done(list, Ok(()))
+            }
+            Err(e) => {
+                update.requeue_within(REQUEUE_SHORT);
+                keep_or_fail(&e, "CapacityReservationsNotFound", vec![])
+            }
+        };
+        update.apply(conditions::CAPACITY_RESERVATIONS_READY, part, |s, v| s.capacity_reservations = v);
+    }
+
+    /// The placement group: True without a selector, else once the selected group exists. The status keeps no
+    /// value; launches resolve the group themselves.
+    async fn reconcile_placement_group(&self, update: &mut StatusUpdate, spec: &EC2NodeClassSpec) {
+        let Some(selector) = &spec.placement_group_selector else {
+            update.set(conditions::PLACEMENT_GROUP_READY, Ok(()));
+            return;
+        };
+        let part = match self.placement_groups.resolve(selector).await {
+            Ok(Some(_)) => Part::Done((), Ok(())),
+            Ok(None) => {
+                let what = selector.id.as_deref().or(selector.name.as_deref()).unwrap_or_default();
+                Part::Done((), Err((PLACEMENT_GROUP_NOT_FOUND.into(), format!("placement group {what} not found"))))
+            }
+            Err(e) => keep_or_fail(&e, PLACEMENT_GROUP_NOT_FOUND, ()),
+        };
+        if update.apply(conditions::PLACEMENT_GROUP_READY, part, |_, ()| {}) {
+            update.requeue_within(REQUEUE_SHORT);
+        }
+    }
+
+    /// The instance profile (created for a role when the spec names one); a failure that is not retryable
+    /// clears it.
+    async fn reconcile_instance_profile(
+        &self,
+        update: &mut StatusUpdate,
+        node_class: &EC2NodeClass,
+        previous: Option<&str>,
+    ) {
+        let part = match self.instance_profiles.resolve(node_class, previous).await {
+            Ok(name) => Part::Done(Some(name), Ok(())),
+            Err(InstanceProfileError::Api(e)) if e.is_retryable() => Part::Keep(e.to_string()),
+            Err(e) => Part::Done(None, Err((reasons::INSTANCE_PROFILE_NOT_FOUND.into(), e.to_string()))),
+        };
+        if update.apply(conditions::INSTANCE_PROFILE_READY, part, |s, v| s.instance_profile = v) {
+            update.requeue_within(REQUEUE_SHORT);
+        }
     }
 
     /// `ValidationSucceeded`: dependencies first, then tags, then the (cached) dry-run checks.
@@ -418,3 +452,6 @@ impl NodeClassResolver {
         result.map_err(|f| (f.reason, f.message))
     }
 }
+
+#[cfg(test)]
+mod tests;
