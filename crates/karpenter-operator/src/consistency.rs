@@ -21,18 +21,16 @@ use k8s_openapi::api::core::v1::Node;
 use karpenter_api::NodeClaim;
 use karpenter_api::condition::ConditionStatus;
 use karpenter_api::nodeclaim::conditions::{self as cond, reasons};
-use karpenter_cloudprovider::Clock;
 use karpenter_requirements::Quantity;
+use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
-use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::context::ControllerContext;
-use crate::events::{Event, Recorder, reasons as event_reasons};
+use crate::events::{Event, reasons as event_reasons};
 use crate::kube_util::{ReconcileError, Requeue, ensure_claim_condition};
-use crate::state::ClusterState;
 use crate::termination::{error_policy, to_action};
 
 /// The controller name in logs.
@@ -88,10 +86,7 @@ pub fn check(claim: &NodeClaim, node: &Node) -> Vec<String> {
 
 /// The consistency controller (see the module docs).
 pub struct Consistency {
-    client: Client,
-    state: ClusterState,
-    recorder: Recorder,
-    clock: Arc<dyn Clock>,
+    ctx: ControllerContext,
 }
 
 impl std::fmt::Debug for Consistency {
@@ -103,16 +98,11 @@ impl std::fmt::Debug for Consistency {
 impl Consistency {
     /// Nodes are looked up in the context's cluster state (by providerID).
     pub fn new(ctx: &ControllerContext) -> Self {
-        Self {
-            client: ctx.client().clone(),
-            state: ctx.state().clone(),
-            recorder: ctx.recorder().clone(),
-            clock: ctx.clock().clone(),
-        }
+        Self { ctx: ctx.clone() }
     }
 
     fn claims(&self) -> Api<NodeClaim> {
-        Api::all(self.client.clone())
+        Api::all(self.ctx.client.clone())
     }
 
     /// Checks the NodeClaim `name`; returns when to check again ([`SCAN_PERIOD`] for a checked claim).
@@ -121,7 +111,7 @@ impl Consistency {
         // The state's copy, as every reconcile triggered by a watch event: a GET per NodeClaim change was one of
         // the controller's larger costs in a 5,000-pod scale-out. Writes below are guarded by its resourceVersion.
         // A claim the state does not hold (not seen yet, or gone) is read from the API server.
-        let claim = match self.state.get_shared::<NodeClaim>(name) {
+        let claim = match self.ctx.state.get_shared::<NodeClaim>(name) {
             Some(c) => Some(NodeClaim::clone(&c)),
             None => api.get_opt(name).await?,
         };
@@ -130,11 +120,11 @@ impl Consistency {
             return Ok(None);
         }
         let Some(provider_id) = claim.provider_id().filter(|p| !p.is_empty()) else { return Ok(None) };
-        let Some(node) = self.state.nodes_by_provider_id(provider_id).into_iter().next() else {
+        let Some(node) = self.ctx.state.nodes_by_provider_id(provider_id).into_iter().next() else {
             return Ok(Some(SCAN_PERIOD));
         };
         let issues = check(&claim, &node);
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
         if issues.is_empty() {
             ensure_claim_condition(
                 &api,
@@ -155,7 +145,7 @@ impl Consistency {
                 event_reasons::FAILED_CONSISTENCY_CHECK,
                 format!("Consistency check failed, {issue}"),
             );
-            self.recorder.publish_detached(event);
+            self.ctx.recorder.publish_detached(event);
         }
         ensure_claim_condition(
             &api,
@@ -173,8 +163,8 @@ impl Consistency {
     /// Watches NodeClaims and Nodes (mapped to their NodeClaim by owner reference) until `shutdown`.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         // The cluster state's watches, not watches of our own (ClusterState::controller_source).
-        let (claims, claim_events) = self.state.controller_source::<NodeClaim>();
-        let (_, node_events) = self.state.controller_source::<Node>();
+        let (claims, claim_events) = self.ctx.state.controller_source::<NodeClaim>();
+        let (_, node_events) = self.ctx.state.controller_source::<Node>();
         Controller::for_shared_stream(claim_events, claims)
             .watches_shared_stream(node_events, |node: Arc<Node>| {
                 node.owner_references()

@@ -22,15 +22,15 @@ use crate::state::ClusterState;
 /// (and counts its errors) under that controller's name.
 #[derive(Clone)]
 pub struct ControllerContext {
-    client: Client,
-    state: ClusterState,
+    pub(crate) client: Client,
+    pub(crate) state: ClusterState,
     /// The provider as given, never instrumented (what [`ControllerContext::for_controller`] wraps).
-    provider: Arc<dyn CloudProvider>,
+    pub(crate) provider: Arc<dyn CloudProvider>,
     /// What controllers call: `provider`, or `provider` instrumented for one controller.
-    cloud: Arc<dyn CloudProvider>,
-    recorder: Recorder,
-    metrics: Arc<Metrics>,
-    clock: Arc<dyn Clock>,
+    pub(crate) cloud: Arc<dyn CloudProvider>,
+    pub(crate) recorder: Recorder,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
 impl std::fmt::Debug for ControllerContext {

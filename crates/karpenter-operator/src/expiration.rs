@@ -11,17 +11,15 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use karpenter_api::NodeClaim;
-use karpenter_cloudprovider::Clock;
 use karpenter_disruption::expiration::{expired, expires_at};
 use karpenter_scheduler::ClusterSnapshot;
+use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::context::ControllerContext;
 use crate::kube_util::{ReconcileError, Requeue, delete_ignoring_missing, node_claim_info, record_disrupted};
-use crate::metrics::Metrics;
 use crate::state::ClusterState;
 use crate::termination::{error_policy, to_action};
 
@@ -30,9 +28,7 @@ pub const REASON: &str = "expired";
 
 /// The expiration controller (see the module docs).
 pub struct Expiration {
-    client: Client,
-    metrics: Arc<Metrics>,
-    clock: Arc<dyn Clock>,
+    ctx: ControllerContext,
 }
 
 impl std::fmt::Debug for Expiration {
@@ -43,16 +39,16 @@ impl std::fmt::Debug for Expiration {
 
 impl Expiration {
     pub fn new(ctx: &ControllerContext) -> Self {
-        Self { client: ctx.client().clone(), metrics: ctx.metrics().clone(), clock: ctx.clock().clone() }
+        Self { ctx: ctx.clone() }
     }
 
     fn claims(&self) -> Api<NodeClaim> {
-        Api::all(self.client.clone())
+        Api::all(self.ctx.client.clone())
     }
 
     async fn expire(&self, claim: &NodeClaim) -> Result<(), ReconcileError> {
         delete_ignoring_missing(&self.claims(), &claim.name_any()).await?;
-        record_disrupted(&self.metrics, &self.client, claim, REASON, "forceful").await;
+        record_disrupted(&self.ctx.metrics, &self.ctx.client, claim, REASON, "forceful").await;
         tracing::info!(NodeClaim = %claim.name_any(), reason = REASON, "disrupting nodeclaim via delete");
         Ok(())
     }
@@ -71,7 +67,7 @@ impl Expiration {
             return Ok(None);
         }
         let Some(at) = expires_at(&node_claim_info(claim, None)) else { return Ok(None) };
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
         if now >= at {
             self.expire(claim).await?;
             return Ok(None);
@@ -87,7 +83,7 @@ impl Expiration {
             ..ClusterSnapshot::default()
         };
         let mut done = Vec::new();
-        for e in expired(&snapshot, self.clock.now()) {
+        for e in expired(&snapshot, self.ctx.clock.now()) {
             if let Some(claim) = claims.iter().find(|c| c.name_any() == e.node_claim) {
                 self.expire(claim).await?;
                 done.push(e.node_claim);
@@ -122,7 +118,7 @@ impl crate::kube_util::ErrorPolicyContext for Expiration {
         "nodeclaim.expiration"
     }
     fn metrics(&self) -> Option<&crate::metrics::Metrics> {
-        Some(&self.metrics)
+        Some(&self.ctx.metrics)
     }
 }
 

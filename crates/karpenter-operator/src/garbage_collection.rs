@@ -22,14 +22,13 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Node;
 use karpenter_api::NodeClaim;
-use karpenter_cloudprovider::{Clock, CloudProvider};
+use karpenter_cloudprovider::CloudProvider;
+use kube::ResourceExt;
 use kube::api::Api;
-use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::context::ControllerContext;
 use crate::kube_util::{ReconcileError, delete_ignoring_missing, list_all_lean_map, record_disrupted};
-use crate::metrics::Metrics;
 use karpenter_api::time::from_k8s;
 
 /// How long after launch an instance without a NodeClaim is left alone (the claim may not be written yet).
@@ -59,15 +58,12 @@ pub struct GcReport {
 
 /// The garbage collectors (see the module docs).
 pub struct GarbageCollection {
-    client: Client,
-    cloud: Arc<dyn CloudProvider>,
-    metrics: Arc<Metrics>,
-    clock: Arc<dyn Clock>,
+    ctx: ControllerContext,
 }
 
 impl std::fmt::Debug for GarbageCollection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GarbageCollection").field("cloud", &self.cloud.name()).finish_non_exhaustive()
+        f.debug_struct("GarbageCollection").field("cloud", &self.ctx.cloud.name()).finish_non_exhaustive()
     }
 }
 
@@ -102,39 +98,34 @@ fn older_than(created: Option<DateTime<Utc>>, now: DateTime<Utc>, grace: Duratio
 
 impl GarbageCollection {
     pub fn new(ctx: &ControllerContext) -> Self {
-        Self {
-            client: ctx.client().clone(),
-            cloud: ctx.cloud().clone(),
-            metrics: ctx.metrics().clone(),
-            clock: ctx.clock().clone(),
-        }
+        Self { ctx: ctx.clone() }
     }
 
     fn claims(&self) -> Api<NodeClaim> {
-        Api::all(self.client.clone())
+        Api::all(self.ctx.client.clone())
     }
 
     fn nodes(&self) -> Api<Node> {
-        Api::all(self.client.clone())
+        Api::all(self.ctx.client.clone())
     }
 
     /// Leaked instances and orphaned Nodes (see the module docs).
     pub async fn collect_instances(&self) -> Result<GcReport, ReconcileError> {
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
         // NodeClaims first: an instance launched after this list is younger than the grace anyway.
-        let claimed: BTreeSet<String> = list_all_lean_map(&self.client, |c: NodeClaim| {
+        let claimed: BTreeSet<String> = list_all_lean_map(&self.ctx.client, |c: NodeClaim| {
             c.provider_id().filter(|p| !p.is_empty()).map(str::to_owned)
         })
         .await?
         .into_iter()
         .collect();
-        let nodes = list_all_lean_map(&self.client, |n: Node| NodeFacts::of(&n)).await?;
+        let nodes = list_all_lean_map(&self.ctx.client, |n: Node| NodeFacts::of(&n)).await?;
         let mut nodes_by_id: BTreeMap<&str, Vec<&NodeFacts>> = BTreeMap::new();
         for n in &nodes {
             nodes_by_id.entry(n.provider_id.as_str()).or_default().push(n);
         }
         let mut report = GcReport::default();
-        let mut instances = self.cloud.list().await?;
+        let mut instances = self.ctx.cloud.list().await?;
         instances.sort_by(|a, b| a.provider_id().cmp(&b.provider_id()));
         let mut nodes_to_delete: BTreeSet<String> = BTreeSet::new();
         for instance in &instances {
@@ -146,7 +137,7 @@ impl GarbageCollection {
             if !older_than(launched, now, INSTANCE_GRACE) {
                 continue;
             }
-            match self.cloud.delete(instance).await {
+            match self.ctx.cloud.delete(instance).await {
                 Ok(()) => {}
                 Err(e) if e.is_not_found() => {}
                 Err(e) => return Err(e.into()),
@@ -157,7 +148,7 @@ impl GarbageCollection {
                 nodes_to_delete.insert(n.name.clone());
             }
         }
-        let prefix = format!("{}://", self.cloud.name());
+        let prefix = format!("{}://", self.ctx.cloud.name());
         for n in &nodes {
             if n.provider_id.starts_with(&prefix)
                 && !claimed.contains(&n.provider_id)
@@ -181,8 +172,8 @@ impl GarbageCollection {
         // listed are kept (a claim registered after this list is confirmed by `get` below before anything is
         // deleted).
         let live: BTreeSet<String> =
-            self.cloud.list().await?.iter().filter_map(|i| i.provider_id().map(str::to_owned)).collect();
-        let mut claims = list_all_lean_map(&self.client, |c: NodeClaim| {
+            self.ctx.cloud.list().await?.iter().filter_map(|i| i.provider_id().map(str::to_owned)).collect();
+        let mut claims = list_all_lean_map(&self.ctx.client, |c: NodeClaim| {
             let unlisted = c.provider_id().is_some_and(|p| !p.is_empty() && !live.contains(p));
             (unlisted && c.is_registered() && c.metadata.deletion_timestamp.is_none()).then_some(c)
         })
@@ -194,14 +185,14 @@ impl GarbageCollection {
             if self.node_ready(&claim, pid).await? {
                 continue;
             }
-            match self.cloud.get(pid).await {
+            match self.ctx.cloud.get(pid).await {
                 Ok(_) => continue,
                 Err(e) if e.is_not_found() => {}
                 Err(e) => return Err(e.into()),
             }
             if claim.metadata.deletion_timestamp.is_none() {
                 delete_ignoring_missing(&self.claims(), &claim.name_any()).await?;
-                record_disrupted(&self.metrics, &self.client, &claim, "garbage_collected", "forceful").await;
+                record_disrupted(&self.ctx.metrics, &self.ctx.client, &claim, "garbage_collected", "forceful").await;
                 tracing::info!(NodeClaim = %claim.name_any(), provider_id = %pid, "garbage collecting nodeclaim with no cloudprovider representation");
                 report.node_claims.push(claim.name_any());
             }
@@ -257,6 +248,9 @@ impl GarbageCollection {
 
 #[cfg(test)]
 mod tests {
+    use kube::Client;
+
+    use crate::metrics::Metrics;
     use chrono::TimeZone;
     use k8s_openapi::api::core::v1::Node;
     use karpenter_api::labels::finalizers;

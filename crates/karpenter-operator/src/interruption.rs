@@ -29,18 +29,17 @@ use karpenter_api::NodeClaim;
 use karpenter_api::condition::ConditionStatus;
 use karpenter_api::labels::annotations;
 use karpenter_api::nodeclaim::conditions;
-use karpenter_cloudprovider::{Clock, InterruptionAction, InterruptionEvent, InterruptionKind, InterruptionSource};
+use karpenter_cloudprovider::{InterruptionAction, InterruptionEvent, InterruptionKind, InterruptionSource};
+use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use karpenter_api::time::{from_k8s, parse_rfc3339, rfc3339};
 
 use crate::context::ControllerContext;
-use crate::events::{Event, Recorder, reasons};
+use crate::events::{Event, reasons};
 use crate::kube_util::{ReconcileError, delete_ignoring_missing, ensure_claim_condition, record_disrupted};
-use crate::metrics::Metrics;
 
 /// How long the run loop waits after the source failed.
 pub const SOURCE_ERROR_BACKOFF: Duration = Duration::from_secs(5);
@@ -105,11 +104,8 @@ pub struct InterruptionReport {
 
 /// The interruption controller (see the module docs).
 pub struct Interruption {
-    client: Client,
+    ctx: ControllerContext,
     source: Arc<dyn InterruptionSource>,
-    recorder: Recorder,
-    metrics: Arc<Metrics>,
-    clock: Arc<dyn Clock>,
 }
 
 impl std::fmt::Debug for Interruption {
@@ -128,17 +124,11 @@ enum Handled {
 impl Interruption {
     /// A handler of the messages `source` delivers.
     pub fn new(ctx: &ControllerContext, source: Arc<dyn InterruptionSource>) -> Self {
-        Self {
-            client: ctx.client().clone(),
-            source,
-            recorder: ctx.recorder().clone(),
-            metrics: ctx.metrics().clone(),
-            clock: ctx.clock().clone(),
-        }
+        Self { ctx: ctx.clone(), source }
     }
 
     fn claims(&self) -> Api<NodeClaim> {
-        Api::all(self.client.clone())
+        Api::all(self.ctx.client.clone())
     }
 
     /// Pulls one batch from the source, handles it and acknowledges what was handled.
@@ -163,7 +153,7 @@ impl Interruption {
             .collect();
         let mut failed: BTreeSet<&str> = BTreeSet::new();
         for event in events {
-            self.metrics.interruption_received_messages(event.kind.as_str()).inc();
+            self.ctx.metrics.interruption_received_messages(event.kind.as_str()).inc();
             match self.handle_one(event, by_id.get(&event.provider_id)).await {
                 Ok(Handled::Deleted(n)) => report.deleted.push(n),
                 Ok(Handled::DeletedForcefully(n)) => report.deleted_forcefully.push(n),
@@ -181,7 +171,7 @@ impl Interruption {
         if !done.is_empty() {
             self.source.acknowledge(&done).await?;
             for _ in &ack_ids {
-                self.metrics.interruption_deleted_messages().inc();
+                self.ctx.metrics.interruption_deleted_messages().inc();
             }
         }
         report.acknowledged = ack_ids.into_iter().collect();
@@ -204,7 +194,7 @@ impl Interruption {
         };
         let name = claim.name_any();
         let node = match claim.node_name().filter(|n| !n.is_empty()) {
-            Some(n) => Api::<Node>::all(self.client.clone()).get_opt(n).await?,
+            Some(n) => Api::<Node>::all(self.ctx.client.clone()).get_opt(n).await?,
             None => None,
         };
         if let Some((reason, message)) = event_for(&event.kind) {
@@ -218,7 +208,7 @@ impl Interruption {
         if claim.metadata.deletion_timestamp.is_some() {
             return Ok(Handled::Recorded(name));
         }
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
         let claim = ensure_claim_condition(
             &self.claims(),
             &claim,
@@ -240,7 +230,7 @@ impl Interruption {
             }
         }
         delete_ignoring_missing(&self.claims(), &name).await?;
-        record_disrupted(&self.metrics, &self.client, &claim, event.kind.as_str(), "forceful").await;
+        record_disrupted(&self.ctx.metrics, &self.ctx.client, &claim, event.kind.as_str(), "forceful").await;
         self.publish_both(
             &claim,
             node.as_ref(),
@@ -254,9 +244,9 @@ impl Interruption {
 
     fn publish_both(&self, claim: &NodeClaim, node: Option<&Node>, reason: &str, message: &str) {
         if let Some(node) = node {
-            self.recorder.publish_detached(Event::warning(node, reason, message));
+            self.ctx.recorder.publish_detached(Event::warning(node, reason, message));
         }
-        self.recorder.publish_detached(Event::warning(claim, reason, message));
+        self.ctx.recorder.publish_detached(Event::warning(claim, reason, message));
     }
 
     /// Pulls and handles batches until `shutdown` is cancelled.
@@ -287,6 +277,9 @@ impl Interruption {
 
 #[cfg(test)]
 mod tests {
+    use kube::Client;
+
+    use crate::metrics::Metrics;
     use chrono::{TimeZone, Utc};
     use k8s_openapi::api::core::v1::Event as CoreEvent;
     use karpenter_api::condition::Conditions;

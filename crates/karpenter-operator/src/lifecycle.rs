@@ -48,17 +48,15 @@ use karpenter_api::labels::finalizers;
 use karpenter_api::nodeclaim::NodeClaimStatus;
 use karpenter_api::nodeclaim::conditions as cond;
 use karpenter_api::time::{chrono_duration, parse_rfc3339};
-use karpenter_cloudprovider::{Clock, CloudProvider, CloudProviderError};
+use karpenter_cloudprovider::CloudProviderError;
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::ObjectRef;
-use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::ControllerContext;
-use crate::events::Recorder;
-use crate::metrics::Metrics;
 use crate::state::ClusterState;
 
 mod initialization;
@@ -107,12 +105,7 @@ pub enum LifecycleError {
 
 /// What the lifecycle controller works with.
 pub struct LifecycleContext {
-    client: Client,
-    state: ClusterState,
-    cloud: Arc<dyn CloudProvider>,
-    recorder: Recorder,
-    metrics: Arc<Metrics>,
-    clock: Arc<dyn Clock>,
+    shared: ControllerContext,
     launches: Mutex<BTreeMap<String, (DateTime<Utc>, NodeClaim)>>,
     failures: Mutex<BTreeMap<String, u32>>,
 }
@@ -126,24 +119,15 @@ impl fmt::Debug for LifecycleContext {
 impl LifecycleContext {
     /// A context; `clock` times conditions and the TTLs.
     pub fn new(ctx: &ControllerContext) -> Self {
-        Self {
-            client: ctx.client().clone(),
-            state: ctx.state().clone(),
-            cloud: ctx.cloud().clone(),
-            recorder: ctx.recorder().clone(),
-            metrics: ctx.metrics().clone(),
-            clock: ctx.clock().clone(),
-            launches: Mutex::default(),
-            failures: Mutex::default(),
-        }
+        Self { shared: ctx.clone(), launches: Mutex::default(), failures: Mutex::default() }
     }
 
     fn api(&self) -> Api<NodeClaim> {
-        Api::all(self.client.clone())
+        Api::all(self.shared.client.clone())
     }
 
     fn cached_launch(&self, uid: &str) -> Option<NodeClaim> {
-        let now = self.clock.now();
+        let now = self.shared.clock.now();
         let mut cache = self.launches.lock().unwrap_or_else(|p| p.into_inner());
         cache.retain(|_, (at, _)| now - *at < chrono_duration(LAUNCH_CACHE_TTL));
         cache.get(uid).map(|(_, c)| c.clone())
@@ -156,7 +140,7 @@ impl LifecycleContext {
     }
 
     fn cache_launch(&self, uid: &str, launched: &NodeClaim) {
-        let now = self.clock.now();
+        let now = self.shared.clock.now();
         self.launches.lock().unwrap_or_else(|p| p.into_inner()).insert(uid.to_owned(), (now, launched.clone()));
     }
 
@@ -198,7 +182,7 @@ fn freshest(given: &NodeClaim, state: &ClusterState) -> NodeClaim {
 /// One pass over one NodeClaim (see the module docs): each step reads and amends the claim's status, and the
 /// status is written once at the end (a step that deletes the claim or fails to launch ends the pass early).
 pub async fn reconcile(ctx: &LifecycleContext, claim: &NodeClaim) -> Result<Action, LifecycleError> {
-    let claim = freshest(claim, &ctx.state);
+    let claim = freshest(claim, &ctx.shared.state);
     if claim.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
@@ -235,7 +219,7 @@ async fn ensure_finalizer(ctx: &LifecycleContext, claim: NodeClaim) -> Result<No
     let claim = ctx.api().patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(|source| {
         LifecycleError::Kube { name, action: "adding the termination finalizer", kind: "NodeClaim", source }
     })?;
-    ctx.state.apply(claim.clone());
+    ctx.shared.state.apply(claim.clone());
     Ok(claim)
 }
 
@@ -257,7 +241,7 @@ impl<'c> Pass<'c> {
             ctx,
             name: claim.name_any(),
             generation: claim.metadata.generation,
-            now: ctx.clock.now(),
+            now: ctx.shared.clock.now(),
             status: before.clone(),
             before,
             claim,
@@ -303,7 +287,7 @@ async fn write_status(
         .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(|source| LifecycleError::Kube { name, action: "writing the status", kind: "NodeClaim", source })?;
-    ctx.state.apply(written);
+    ctx.shared.state.apply(written);
     Ok(())
 }
 
@@ -313,7 +297,7 @@ async fn delete_claim(ctx: &LifecycleContext, claim: &NodeClaim, reason: &str) -
     match ctx.api().delete(&name, &DeleteParams::default()).await {
         Ok(either) => {
             if let Some(obj) = either.left() {
-                ctx.state.apply(obj);
+                ctx.shared.state.apply(obj);
             }
             Ok(())
         }
@@ -347,7 +331,7 @@ impl LifecycleError {
 /// anything else an ERROR, both retried with exponential backoff.
 pub fn on_error(ctx: &LifecycleContext, name: &str, error: &LifecycleError) -> Action {
     if let Some(kind) = error.write_conflict() {
-        crate::kube_util::record_write_conflict(Some(&ctx.metrics), CONTROLLER, kind, name, error);
+        crate::kube_util::record_write_conflict(Some(&ctx.shared.metrics), CONTROLLER, kind, name, error);
         return Action::requeue(crate::kube_util::CONFLICT_RETRY);
     }
     let wait = ctx.backoff(name);
@@ -369,9 +353,9 @@ pub const CONCURRENCY: u16 = 64;
 /// Runs the controller until `shutdown` (see the module docs).
 pub async fn run(ctx: Arc<LifecycleContext>, shutdown: CancellationToken) {
     // The cluster state's watches, not watches of our own (ClusterState::controller_source).
-    let (claims, claim_events) = ctx.state.controller_source::<NodeClaim>();
-    let (_, node_events) = ctx.state.controller_source::<Node>();
-    let state = ctx.state.clone();
+    let (claims, claim_events) = ctx.shared.state.controller_source::<NodeClaim>();
+    let (_, node_events) = ctx.shared.state.controller_source::<Node>();
+    let state = ctx.shared.state.clone();
     Controller::for_shared_stream(claim_events, claims)
         .watches_shared_stream(node_events, move |node| claim_of(&state, &node))
         .with_config(controller::Config::default().concurrency(CONCURRENCY))
@@ -656,7 +640,7 @@ mod tests {
         use crate::kube_util::test_log::at;
         assert!(at(&events, tracing::Level::ERROR).is_empty(), "{:?}", events.lock().unwrap());
         assert_eq!(at(&events, tracing::Level::DEBUG).len(), 3);
-        let text = f.ctx.metrics.render();
+        let text = f.ctx.shared.metrics.render();
         assert!(
             text.contains(
                 "karpenter_kube_write_conflicts_total{controller=\"nodeclaim.lifecycle\",kind=\"NodeClaim\"} 3"

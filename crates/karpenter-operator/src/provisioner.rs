@@ -33,16 +33,15 @@ use karpenter_requirements::{InstanceType, Quantity, ResourceList};
 use karpenter_scheduler::decision::{NodeClaimPlan, UnschedulablePod};
 use karpenter_scheduler::snapshot::SnapshotError;
 use karpenter_scheduler::{BuildError, Decisions, PoolInput, SchedulerOptions, build_node_claim, schedule_until};
+use kube::ResourceExt;
 use kube::api::{Api, PostParams};
-use kube::{Client, ResourceExt};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::ControllerContext;
-use crate::events::{Event, Recorder, reasons};
-use crate::metrics::Metrics;
+use crate::events::{Event, reasons};
 use crate::settings::{CoreSettings, MinValuesPolicy, PreferencePolicy};
-use crate::state::{ClusterState, Trigger, object_key, simulate_off_runtime};
+use crate::state::{Trigger, object_key, simulate_off_runtime};
 
 /// How long the batcher waits for a first trigger before looking again.
 pub const FIRST_TRIGGER_WAIT: Duration = Duration::from_secs(1);
@@ -346,11 +345,7 @@ pub struct PassReport {
 /// The provisioner.
 #[derive(Clone)]
 pub struct Provisioner {
-    client: Client,
-    state: ClusterState,
-    cloud: Arc<dyn CloudProvider>,
-    recorder: Recorder,
-    metrics: Arc<Metrics>,
+    ctx: ControllerContext,
     options: ProvisionerOptions,
     first_seen: FirstSeen,
 }
@@ -364,15 +359,7 @@ impl fmt::Debug for Provisioner {
 impl Provisioner {
     /// A provisioner writing through `client`.
     pub fn new(ctx: &ControllerContext, options: ProvisionerOptions) -> Self {
-        Self {
-            client: ctx.client().clone(),
-            state: ctx.state().clone(),
-            cloud: ctx.cloud().clone(),
-            recorder: ctx.recorder().clone(),
-            metrics: ctx.metrics().clone(),
-            options,
-            first_seen: FirstSeen::default(),
-        }
+        Self { ctx: ctx.clone(), options, first_seen: FirstSeen::default() }
     }
 
     /// When each pending pod was first seen (shared with the run loop's batcher).
@@ -383,14 +370,14 @@ impl Provisioner {
     /// The run loop: batches triggers and runs a pass per batch until `shutdown`.
     pub async fn run(self, shutdown: CancellationToken) {
         let mut batcher = Batcher::stamped(
-            self.state.subscribe(),
+            self.ctx.state.subscribe(),
             self.options.batch_idle_duration,
             self.options.batch_max_duration,
             self.first_seen.clone(),
         );
         let mut last_pass = tokio_now();
         let retrigger = {
-            let state = self.state.clone();
+            let state = self.ctx.state.clone();
             let shutdown = shutdown.clone();
             tokio::spawn(async move {
                 let mut tick = tokio::time::interval(RETRIGGER_INTERVAL);
@@ -421,7 +408,7 @@ impl Provisioner {
                 Ok(r) if r.waiting.is_some() => {
                     tracing::debug!(controller = CONTROLLER, reason = r.waiting.as_deref(), "waiting on cluster sync");
                     tokio::time::sleep(Duration::from_secs(1)).await;
-                    self.state.retrigger_provisionable();
+                    self.ctx.state.retrigger_provisionable();
                 }
                 Ok(r) => {
                     for e in &r.errors {
@@ -441,19 +428,19 @@ impl Provisioner {
     /// simulation (snapshot, instance types, scheduling).
     pub async fn provision(&self) -> Result<PassReport, ProvisionError> {
         let mut report = PassReport::default();
-        self.metrics.cluster_state_synced().set(if self.state.synced() { 1.0 } else { 0.0 });
-        if let Some(reason) = self.state.unsynced_reason() {
+        self.ctx.metrics.cluster_state_synced().set(if self.ctx.state.synced() { 1.0 } else { 0.0 });
+        if let Some(reason) = self.ctx.state.unsynced_reason() {
             report.waiting = Some(reason);
             return Ok(report);
         }
-        let gate = self.state.whole_cluster_pass().await;
+        let gate = self.ctx.state.whole_cluster_pass().await;
         let pass_started = Stopwatch::start();
-        let snapshot = self.state.snapshot()?;
-        self.metrics.scheduler_ignored_pods_count().set(count(snapshot.ignored.len() + snapshot.rejected.len()));
+        let snapshot = self.ctx.state.snapshot()?;
+        self.ctx.metrics.scheduler_ignored_pods_count().set(count(snapshot.ignored.len() + snapshot.rejected.len()));
         // Pods still pending keep their first-seen time; the others (bound, deleted, no longer provisionable) go.
         let mut pending: HashSet<String> = snapshot.cluster.pending_pods.iter().map(|p| trigger_key(p)).collect();
         pending.extend(
-            snapshot.rejected.iter().filter_map(|r| self.state.get::<CompactPod>(&r.pod)).map(|p| trigger_key(&p)),
+            snapshot.rejected.iter().filter_map(|r| self.ctx.state.get::<CompactPod>(&r.pod)).map(|p| trigger_key(&p)),
         );
         self.prune_first_seen(Some(&pending));
         drop(pending);
@@ -475,7 +462,7 @@ impl Provisioner {
             if pool.is_static() || !pool.is_ready() || pool.metadata.deletion_timestamp.is_some() {
                 continue;
             }
-            match self.cloud.instance_types(pool).await {
+            match self.ctx.cloud.instance_types(pool).await {
                 Ok(its) => pools.push((pool.clone(), its)),
                 Err(e) => {
                     let name = pool.name_any();
@@ -489,7 +476,7 @@ impl Provisioner {
         // budget would never run out.
         let solving = Stopwatch::start();
         let solve_timeout = self.options.solve_timeout;
-        let labels = self.cloud.labels().clone();
+        let labels = self.ctx.cloud.labels().clone();
         // The snapshot is not needed to act on the decisions: it is freed with the simulation, before the API
         // calls, and the next whole-cluster pass may start.
         let solved = simulate_off_runtime(move || {
@@ -501,9 +488,12 @@ impl Provisioner {
         })
         .await;
         let Some((decisions, pools)) = solved else { return Ok(report) };
-        self.metrics.scheduler_scheduling_duration_seconds(CONTROLLER).observe(pass_started.elapsed().as_secs_f64());
+        self.ctx
+            .metrics
+            .scheduler_scheduling_duration_seconds(CONTROLLER)
+            .observe(pass_started.elapsed().as_secs_f64());
         drop(gate);
-        self.metrics.scheduler_unschedulable_pods_count(CONTROLLER).set(count(decisions.unschedulable.len()));
+        self.ctx.metrics.scheduler_unschedulable_pods_count(CONTROLLER).set(count(decisions.unschedulable.len()));
         if decisions.timed_out {
             tracing::warn!(controller = CONTROLLER, "scheduling simulation timed out, keeping what was decided");
         }
@@ -512,7 +502,7 @@ impl Provisioner {
         report.unschedulable = decisions.unschedulable.clone();
 
         for placement in &decisions.existing_nodes {
-            self.state.nominate(&placement.name);
+            self.ctx.state.nominate(&placement.name);
             let target = if placement.in_flight {
                 format!("nodeclaim/{}", placement.name)
             } else {
@@ -546,29 +536,32 @@ impl Provisioner {
         let pool_name = pool.name_any();
         // Re-read the pool: limits may have changed since the snapshot.
         let pool = self
+            .ctx
             .state
             .get::<NodePool>(&pool_name)
             .ok_or_else(|| ProvisionError::NodePoolNotFound(pool_name.clone()))?;
         // Only when the pool has limits: the check reads every NodeClaim (shared, not copied).
         if !pool.spec.limits.is_empty() {
-            check_limits(&pool, &self.state.list_shared::<NodeClaim>())?;
+            check_limits(&pool, &self.ctx.state.list_shared::<NodeClaim>())?;
         }
-        let claim = build_node_claim(&pool, plan, self.cloud.labels())?;
-        let api: Api<NodeClaim> = Api::all(self.client.clone());
+        let claim = build_node_claim(&pool, plan, self.ctx.cloud.labels())?;
+        let api: Api<NodeClaim> = Api::all(self.ctx.client.clone());
         let created = create_named(&api, claim)
             .await
             .map_err(|source| ProvisionError::Create { pool: pool_name.clone(), source })?;
         let answered = tokio_now();
         let name = created.name_any();
-        for pod in plan.pods.iter().filter_map(|key| self.state.get::<CompactPod>(key)) {
+        for pod in plan.pods.iter().filter_map(|key| self.ctx.state.get::<CompactPod>(key)) {
             if let Some(waited) = self.first_seen.observe(&trigger_key(&pod), answered) {
-                self.metrics
+                self.ctx
+                    .metrics
                     .provisioner_pod_to_nodeclaim_created_duration_seconds(&pool_name)
                     .observe(waited.as_secs_f64());
             }
         }
-        self.state.record_created_claim(&created, &plan.pods);
-        self.metrics
+        self.ctx.state.record_created_claim(&created, &plan.pods);
+        self.ctx
+            .metrics
             .nodeclaims_created("provisioned", &pool_name, if plan.min_values_relaxed { "true" } else { "false" })
             .inc();
         tracing::info!(controller = CONTROLLER, NodePool = %pool_name, NodeClaim = %name, pods = plan.pods.len(),
@@ -580,7 +573,7 @@ impl Provisioner {
     }
 
     async fn pod(&self, key: &str) -> Option<CompactPod> {
-        self.state.get::<CompactPod>(key)
+        self.ctx.state.get::<CompactPod>(key)
     }
 
     /// Forgets the first-seen times of pods not in `pending` (trigger keys), or, without a set, of pods the state
@@ -589,7 +582,8 @@ impl Provisioner {
         match pending {
             Some(pending) => self.first_seen.retain(|k| pending.contains(k)),
             None => {
-                let pending: HashSet<String> = self.state.provisionable_pods().iter().map(|p| trigger_key(p)).collect();
+                let pending: HashSet<String> =
+                    self.ctx.state.provisionable_pods().iter().map(|p| trigger_key(p)).collect();
                 self.first_seen.retain(|k| pending.contains(k));
             }
         }
@@ -607,7 +601,7 @@ impl Provisioner {
             if let Some(pod) = self.pod(&u.pod).await {
                 let event =
                     Event::warning(&pod, reasons::FAILED_SCHEDULING, format!("Failed to schedule pod, {}", u.reason));
-                self.recorder.publish_detached(event);
+                self.ctx.recorder.publish_detached(event);
             }
         }
     }
@@ -616,7 +610,7 @@ impl Provisioner {
         if let Some(pod) = self.pod(key).await {
             let event = Event::normal(&pod, reasons::NOMINATED, format!("Pod should schedule on: {target}"))
                 .with_dedupe_values([object_key(&pod), target.to_owned()]);
-            self.recorder.publish_detached(event);
+            self.ctx.recorder.publish_detached(event);
         }
     }
 }
@@ -794,6 +788,7 @@ mod tests {
     }
 
     use super::*;
+    use crate::state::ClusterState;
     use karpenter_api::labels::{self, annotations};
     use karpenter_api::nodeclaim::ResourceQuantity;
     use karpenter_scheduler::decision::UnschedulableReason;
@@ -1098,7 +1093,7 @@ mod tests {
         seen.record(&uid, now); // a re-trigger keeps the first time
         let report = f.provisioner.provision().await.unwrap();
         assert_eq!(report.created.len(), 1);
-        let text = f.provisioner.metrics.render();
+        let text = f.provisioner.ctx.metrics.render();
         let count = "karpenter_provisioner_pod_to_nodeclaim_created_duration_seconds_count{nodepool=\"default\"} 1";
         assert!(text.contains(count), "{text}");
         let le3 =

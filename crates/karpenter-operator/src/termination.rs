@@ -50,19 +50,19 @@ use karpenter_api::nodeclaim::conditions;
 use karpenter_api::nodeclaim::{NodeClaimSpec, NodeClassReference};
 use karpenter_api::time::{from_k8s, parse_rfc3339};
 use karpenter_api::{CompactPod, NodeClaim};
-use karpenter_cloudprovider::{Clock, CloudProvider};
+use karpenter_cloudprovider::CloudProvider;
 use karpenter_disruption::expiration::{STUCK_AFTER_SECONDS, TerminationDeadline, termination_deadline};
 use karpenter_disruption::pods::{is_static, tolerates_disrupted_taint};
 use karpenter_scheduler::ClusterSnapshot;
 use karpenter_scheduler::snapshot::{is_daemon_set_pod, pod_key};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
-use kube::{Client, Resource, ResourceExt};
+use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::ControllerContext;
-use crate::events::{Event, Recorder, reasons};
+use crate::events::{Event, reasons};
 use crate::eviction::{EvictionOutcome, evict_uid};
 use crate::kube_util::{
     ErrorPolicyContext, ReconcileError, Requeue, delete_ignoring_missing, ensure_claim_condition, is_not_found, label,
@@ -233,52 +233,40 @@ pub(crate) fn claim_for_instance(name: &str, provider_id: &str) -> NodeClaim {
 
 /// The termination controller (see the module docs).
 pub struct Termination {
-    client: Client,
-    cloud: Arc<dyn CloudProvider>,
-    recorder: Recorder,
-    metrics: Arc<Metrics>,
-    clock: Arc<dyn Clock>,
-    /// Where a deleting Node's NodeClaims are found instead of listing every NodeClaim from the API server on
-    /// each reconcile (a scale-in drains hundreds of nodes at once), once it has listed them (a claim's
-    /// providerID never changes once set); until then reads go to the API server.
-    state: ClusterState,
+    /// The context's state is where a deleting Node's NodeClaims are found instead of listing every NodeClaim
+    /// from the API server on each reconcile (a scale-in drains hundreds of nodes at once), once it has listed
+    /// them (a claim's providerID never changes once set); until then reads go to the API server.
+    ctx: ControllerContext,
 }
 
 impl std::fmt::Debug for Termination {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Termination").field("cloud", &self.cloud.name()).finish_non_exhaustive()
+        f.debug_struct("Termination").field("cloud", &self.ctx.cloud.name()).finish_non_exhaustive()
     }
 }
 
 impl Termination {
     /// A controller writing through `client` (build it with [`crate::client`] so evictions are not retried).
     pub fn new(ctx: &ControllerContext) -> Self {
-        Self {
-            client: ctx.client().clone(),
-            cloud: ctx.cloud().clone(),
-            recorder: ctx.recorder().clone(),
-            metrics: ctx.metrics().clone(),
-            clock: ctx.clock().clone(),
-            state: ctx.state().clone(),
-        }
+        Self { ctx: ctx.clone() }
     }
 
     fn claims(&self) -> Api<NodeClaim> {
-        Api::all(self.client.clone())
+        Api::all(self.ctx.client.clone())
     }
 
     fn nodes(&self) -> Api<Node> {
-        Api::all(self.client.clone())
+        Api::all(self.ctx.client.clone())
     }
 
     fn publish(&self, event: Event) {
-        self.recorder.publish_detached(event);
+        self.ctx.recorder.publish_detached(event);
     }
 
     /// The NodeClaims whose `status.providerID` is `provider_id`.
     /// The state, when it has listed every object of kind `K` (its copies are then as fresh as the watch).
     fn synced<K: Tracked>(&self) -> Option<&ClusterState> {
-        Some(&self.state).filter(|s| s.kind_synced::<K>())
+        Some(&self.ctx.state).filter(|s| s.kind_synced::<K>())
     }
 
     /// The object `name` as the state holds it, else as the API server answers. Every write that follows names
@@ -330,7 +318,7 @@ impl Termination {
         {
             return Ok(None);
         }
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
 
         // 1. The terminationGracePeriod deadline, as an annotation every later pass reads.
         if let Some(deadline) = claim_deadline(&claim, "", &[], now)
@@ -360,7 +348,7 @@ impl Termination {
 
         // 3. The instance.
         if claim.provider_id().is_some_and(|p| !p.is_empty()) {
-            match self.cloud.delete(&claim).await {
+            match self.ctx.cloud.delete(&claim).await {
                 Ok(()) => {
                     ensure_claim_condition(
                         &api,
@@ -382,22 +370,26 @@ impl Termination {
         // 4. The finalizer.
         remove_finalizer(&api, &claim, finalizers::TERMINATION).await?;
         let pool = claim.node_pool_name().unwrap_or("");
-        self.metrics
+        self.ctx
+            .metrics
             .nodeclaims_terminated(pool, label(&claim, labels::CAPACITY_TYPE), label(&claim, labels::ZONE))
             .inc();
         if let Some(deleted) = claim.metadata.deletion_timestamp.as_ref().and_then(from_k8s) {
             let secs = seconds_between(deleted, now);
-            self.metrics.nodeclaims_termination_duration_seconds(pool).observe(secs);
-            self.metrics.status_conditions(StatusKind::NodeClaim).termination_duration_seconds().observe(secs);
+            self.ctx.metrics.nodeclaims_termination_duration_seconds(pool).observe(secs);
+            self.ctx.metrics.status_conditions(StatusKind::NodeClaim).termination_duration_seconds().observe(secs);
         }
         if let Some(started) = claim
             .conditions()
             .condition(conditions::INSTANCE_TERMINATING)
             .and_then(|c| parse_rfc3339(&c.last_transition_time))
         {
-            self.metrics.nodeclaims_instance_termination_duration_seconds(pool).observe(seconds_between(started, now));
+            self.ctx
+                .metrics
+                .nodeclaims_instance_termination_duration_seconds(pool)
+                .observe(seconds_between(started, now));
         }
-        self.metrics.status_conditions(StatusKind::NodeClaim).forget_object(name, "");
+        self.ctx.metrics.status_conditions(StatusKind::NodeClaim).forget_object(name, "");
         tracing::info!(NodeClaim = %name, "deleted nodeclaim");
         Ok(None)
     }
@@ -410,7 +402,7 @@ impl Termination {
         {
             return Ok(None);
         }
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
         let provider_id = node_provider_id(&node).map(str::to_owned);
 
         // 1. Its NodeClaim goes too.
@@ -429,7 +421,7 @@ impl Termination {
         // 2. Instance already gone and node not Ready: nothing to drain.
         if !node_is_ready(&node) {
             let gone = match &provider_id {
-                Some(pid) => match self.cloud.get(pid).await {
+                Some(pid) => match self.ctx.cloud.get(pid).await {
                     Ok(_) => false,
                     Err(e) if e.is_not_found() => true,
                     Err(e) => return Err(e.into()),
@@ -452,7 +444,7 @@ impl Termination {
         };
 
         // 5. Drain.
-        let pods: Vec<CompactPod> = Api::<CompactPod>::all(self.client.clone())
+        let pods: Vec<CompactPod> = Api::<CompactPod>::all(self.ctx.client.clone())
             .list(&ListParams::default().fields(&format!("spec.nodeName={name}")))
             .await?
             .items;
@@ -518,7 +510,7 @@ impl Termination {
         // 7. The instance.
         if let Some(pid) = &provider_id {
             let target = claim.clone().unwrap_or_else(|| claim_for_instance(name, pid));
-            match self.cloud.delete(&target).await {
+            match self.ctx.cloud.delete(&target).await {
                 Ok(()) => {
                     if let Some(c) = &claim {
                         let api = self.claims();
@@ -549,12 +541,12 @@ impl Termination {
     async fn finish(&self, node: &Node, now: DateTime<Utc>) -> Result<Requeue, ReconcileError> {
         remove_finalizer(&self.nodes(), node, finalizers::TERMINATION).await?;
         let pool = label(node, labels::NODE_POOL);
-        self.metrics.nodes_terminated(pool, label(node, labels::ZONE)).inc();
+        self.ctx.metrics.nodes_terminated(pool, label(node, labels::ZONE)).inc();
         if let Some(deleted) = node.metadata.deletion_timestamp.as_ref().and_then(from_k8s) {
-            self.metrics.nodes_termination_duration_seconds(pool).observe(seconds_between(deleted, now));
+            self.ctx.metrics.nodes_termination_duration_seconds(pool).observe(seconds_between(deleted, now));
         }
         if let Some(created) = node.metadata.creation_timestamp.as_ref().and_then(from_k8s) {
-            self.metrics.nodes_lifetime_duration_seconds(pool).observe(seconds_between(created, now));
+            self.ctx.metrics.nodes_lifetime_duration_seconds(pool).observe(seconds_between(created, now));
         }
         tracing::info!(Node = %node.name_any(), "deleted node");
         Ok(None)
@@ -617,7 +609,7 @@ impl Termination {
                 }
                 ensure_claim_condition(&claims, &c, conditions::DRAINED, ConditionStatus::True, "Drained", "", now)
                     .await?;
-                self.metrics.nodes_drained(label(node, labels::NODE_POOL)).inc();
+                self.ctx.metrics.nodes_drained(label(node, labels::NODE_POOL)).inc();
                 Ok(None)
             }
             _ => {
@@ -640,7 +632,7 @@ impl Termination {
     /// Deletes a pod that would not finish before the deadline (no PDB, no do-not-disrupt check).
     async fn force_delete(&self, pod: &CompactPod, grace: i64, reason: &str) -> Result<(), ReconcileError> {
         let api: Api<Pod> =
-            Api::namespaced(self.client.clone(), pod.metadata.namespace.as_deref().unwrap_or("default"));
+            Api::namespaced(self.ctx.client.clone(), pod.metadata.namespace.as_deref().unwrap_or("default"));
         let dp = DeleteParams {
             grace_period_seconds: Some(u32::try_from(grace.max(1)).unwrap_or(u32::MAX)),
             preconditions: Some(Preconditions { uid: pod.metadata.uid.clone(), resource_version: None }),
@@ -648,7 +640,7 @@ impl Termination {
         };
         match api.delete(&pod.name_any(), &dp).await {
             Ok(_) => {
-                self.metrics.pods_drained(reason).inc();
+                self.ctx.metrics.pods_drained(reason).inc();
                 tracing::info!(Pod = %pod_key(pod), grace_seconds = grace, "deleted pod: terminationGracePeriod");
                 Ok(())
             }
@@ -669,15 +661,15 @@ impl Termination {
             return Ok(());
         }
         let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-        let result = evict_uid(&self.client, ns, &pod.name_any(), pod.metadata.uid.as_deref()).await;
+        let result = evict_uid(&self.ctx.client, ns, &pod.name_any(), pod.metadata.uid.as_deref()).await;
         let code = match &result {
             Ok(o) => o.code().to_string(),
             Err(e) => e.code().map(|c| c.to_string()).unwrap_or_default(),
         };
-        self.metrics.pods_eviction_requests(&code).inc();
+        self.ctx.metrics.pods_eviction_requests(&code).inc();
         match result? {
             EvictionOutcome::Evicted => {
-                self.metrics.pods_drained(reason).inc();
+                self.ctx.metrics.pods_drained(reason).inc();
                 let message =
                     if reason.is_empty() { "Evicted pod".to_string() } else { format!("Evicted pod: {reason}") };
                 self.publish(Event::normal(pod, reasons::EVICTED, message));
@@ -706,7 +698,7 @@ impl Termination {
         now: DateTime<Utc>,
     ) -> Result<Vec<String>, kube::Error> {
         let mut attachments: Vec<VolumeAttachment> =
-            Api::<VolumeAttachment>::all(self.client.clone()).list(&ListParams::default()).await?.items;
+            Api::<VolumeAttachment>::all(self.ctx.client.clone()).list(&ListParams::default()).await?.items;
         attachments.retain(|va| va.spec.node_name == node);
         if attachments.is_empty() {
             return Ok(Vec::new());
@@ -717,7 +709,7 @@ impl Termination {
                 continue;
             }
             let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-            let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), ns);
+            let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(self.ctx.client.clone(), ns);
             let claims = pod.spec.volumes.iter().flatten();
             for claim in claims.filter_map(|v| v.persistent_volume_claim.as_ref()) {
                 if let Some(pvc) = pvcs.get_opt(&claim.claim_name).await?
@@ -810,7 +802,7 @@ impl ErrorPolicyContext for Termination {
         CONTROLLER
     }
     fn metrics(&self) -> Option<&Metrics> {
-        Some(&self.metrics)
+        Some(&self.ctx.metrics)
     }
 }
 

@@ -28,19 +28,18 @@ use karpenter_api::nodeclaim::conditions::{self as cond, drift as cond_reasons};
 use karpenter_api::scheduling::requirements_from;
 use karpenter_api::time::{chrono_duration, from_k8s, parse_rfc3339};
 use karpenter_api::{NodeClaim, NodePool};
-use karpenter_cloudprovider::{Clock, CloudProvider, ErrorKind};
+use karpenter_cloudprovider::{CloudProvider, ErrorKind};
 use karpenter_requirements::{NoKeys, Requirements};
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::ControllerContext;
 use crate::kube_util::{ReconcileError, Requeue, patch_claim_conditions};
 use crate::nodepool::hash::version_rewrite;
-use crate::state::ClusterState;
 use crate::termination::{error_policy, to_action};
 use karpenter_api::condition::{remove_condition, set_condition};
 
@@ -55,10 +54,7 @@ pub const INSTANCE_TYPE_CHECK_INTERVAL: Duration = Duration::from_secs(30 * 60);
 
 /// The condition controller (see the module docs).
 pub struct NodeClaimDisruption {
-    client: Client,
-    state: ClusterState,
-    cloud: Arc<dyn CloudProvider>,
-    clock: Arc<dyn Clock>,
+    ctx: ControllerContext,
     /// NodeClaim uid → when its instance type was last found offered.
     instance_type_checked: Mutex<BTreeMap<String, DateTime<Utc>>>,
 }
@@ -91,17 +87,11 @@ pub fn requirements_drifted(pool: &NodePool, claim: &NodeClaim) -> bool {
 impl NodeClaimDisruption {
     /// A controller writing through the context's client; NodePools are read from its cluster state.
     pub fn new(ctx: &ControllerContext) -> Self {
-        Self {
-            client: ctx.client().clone(),
-            state: ctx.state().clone(),
-            cloud: ctx.cloud().clone(),
-            clock: ctx.clock().clone(),
-            instance_type_checked: Mutex::default(),
-        }
+        Self { ctx: ctx.clone(), instance_type_checked: Mutex::default() }
     }
 
     fn claims(&self) -> Api<NodeClaim> {
-        Api::all(self.client.clone())
+        Api::all(self.ctx.client.clone())
     }
 
     /// `Some(reason)` when the claim has drifted. May rewrite the claim's hash annotations (version mismatch, with
@@ -130,7 +120,7 @@ impl NodeClaimDisruption {
                 self.claims().patch(&claim.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
             tracing::info!(controller = CONTROLLER, NodeClaim = %claim.name_any(),
                 "nodepool hash version changed, rewrote the nodeclaim's hash annotations");
-            self.state.apply(written.clone());
+            self.ctx.state.apply(written.clone());
             claim = written;
         }
         // After a rewrite a non-drifted claim carries the pool's hash; an already drifted one keeps its old hash
@@ -144,7 +134,7 @@ impl NodeClaimDisruption {
         if let Some(r) = self.instance_type_drift(pool, &claim).await? {
             return Ok((claim, Some(r)));
         }
-        match self.cloud.is_drifted(&claim).await {
+        match self.ctx.cloud.is_drifted(&claim).await {
             Ok(Some(reason)) => Ok((claim, Some(reason.0))),
             Ok(None) => Ok((claim, None)),
             Err(e) if e.kind() == ErrorKind::NodeClaimNotFound => Ok((claim, None)),
@@ -153,7 +143,7 @@ impl NodeClaimDisruption {
     }
 
     async fn instance_type_drift(&self, pool: &NodePool, claim: &NodeClaim) -> Result<Option<String>, ReconcileError> {
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
         let old_enough = creation(claim).is_some_and(|c| now - c >= chrono_duration(INSTANCE_TYPE_CHECK_MIN_AGE));
         if !old_enough {
             return Ok(None);
@@ -167,7 +157,7 @@ impl NodeClaimDisruption {
             return Ok(None);
         }
         let Some(name) = claim.labels().get(labels::INSTANCE_TYPE) else { return Ok(None) };
-        let its = self.cloud.instance_types(pool).await?;
+        let its = self.ctx.cloud.instance_types(pool).await?;
         let claim_reqs = Requirements::from_labels(
             claim.labels().iter().filter(|(k, _)| k.as_str() == labels::ZONE || k.as_str() == labels::CAPACITY_TYPE),
         );
@@ -206,14 +196,14 @@ impl NodeClaimDisruption {
             return Ok(None);
         }
         let Some(pool_name) = claim.node_pool_name().map(str::to_owned) else { return Ok(None) };
-        let pool = match self.state.get::<NodePool>(&pool_name) {
+        let pool = match self.ctx.state.get::<NodePool>(&pool_name) {
             Some(p) => p,
-            None => match Api::<NodePool>::all(self.client.clone()).get_opt(&pool_name).await? {
+            None => match Api::<NodePool>::all(self.ctx.client.clone()).get_opt(&pool_name).await? {
                 Some(p) => p,
                 None => return Ok(None),
             },
         };
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
         let mut requeue: Option<Duration> = None;
         let mut earliest = |d: Duration| requeue = Some(requeue.map_or(d, |r: Duration| r.min(d)));
 
@@ -267,7 +257,7 @@ impl NodeClaimDisruption {
         };
         if changed {
             let written = patch_claim_conditions(&self.claims(), &claim, &conditions).await?;
-            self.state.apply(written);
+            self.ctx.state.apply(written);
         }
         Ok(requeue)
     }
@@ -275,8 +265,8 @@ impl NodeClaimDisruption {
     /// Watches NodeClaims (and NodePools, mapped to their NodeClaims) until `shutdown`.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         // The cluster state's watches, not watches of our own (ClusterState::controller_source).
-        let (claims, claim_events) = self.state.controller_source::<NodeClaim>();
-        let (_, pool_events) = self.state.controller_source::<NodePool>();
+        let (claims, claim_events) = self.ctx.state.controller_source::<NodeClaim>();
+        let (_, pool_events) = self.ctx.state.controller_source::<NodePool>();
         let pool_claims = claims.clone();
         // Only a pool's spec and annotations bear on its claims' conditions: its status writes (the counter's,
         // on every NodeClaim event) must not re-evaluate every claim of the pool.

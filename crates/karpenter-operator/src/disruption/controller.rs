@@ -35,8 +35,8 @@ use karpenter_api::condition::ConditionStatus;
 use karpenter_api::labels::{self, taints};
 use karpenter_api::nodeclaim::conditions as cond;
 use karpenter_api::{CompactPod, NodeClaim, NodePool};
+use karpenter_cloudprovider::CloudProvider;
 use karpenter_cloudprovider::time::Stopwatch;
-use karpenter_cloudprovider::{Clock, CloudProvider};
 use karpenter_disruption::SimulationBudget;
 use karpenter_disruption::command::{Command, Decision, Method, Outcome, Pass, Reason};
 use karpenter_disruption::validation::{
@@ -46,7 +46,7 @@ use karpenter_requirements::InstanceType;
 use karpenter_scheduler::snapshot::{SnapshotError, is_daemon_set_pod};
 use karpenter_scheduler::{PoolInput, build_node_claim};
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::{Client, Resource, ResourceExt};
+use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
@@ -55,10 +55,9 @@ use karpenter_api::condition::{remove_condition, set_condition};
 use karpenter_api::time::chrono_duration;
 
 use crate::context::ControllerContext;
-use crate::events::{Event, Recorder, reasons};
+use crate::events::{Event, reasons};
 use crate::kube_util::{delete_ignoring_missing, is_not_found, label, retry_write_conflicts};
-use crate::metrics::Metrics;
-use crate::state::{ClusterState, simulate_off_runtime};
+use crate::state::simulate_off_runtime;
 
 /// The controller name in logs.
 pub const CONTROLLER: &str = "disruption";
@@ -220,12 +219,7 @@ fn found_nothing(pass: &Pass) -> bool {
 
 /// The disruption loop (see the module docs).
 pub struct Disruption {
-    client: Client,
-    state: ClusterState,
-    cloud: Arc<dyn CloudProvider>,
-    recorder: Recorder,
-    metrics: Arc<Metrics>,
-    clock: Arc<dyn Clock>,
+    ctx: ControllerContext,
     settings: DisruptionSettings,
     inner: Mutex<Inner>,
 }
@@ -276,24 +270,15 @@ fn node_ready(node: &Node) -> bool {
 impl Disruption {
     /// A disruption loop writing through the context's client, on `settings`' timings.
     pub fn new(ctx: &ControllerContext, settings: DisruptionSettings) -> Self {
-        Self {
-            client: ctx.client().clone(),
-            state: ctx.state().clone(),
-            cloud: ctx.cloud().clone(),
-            recorder: ctx.recorder().clone(),
-            metrics: ctx.metrics().clone(),
-            clock: ctx.clock().clone(),
-            settings,
-            inner: Mutex::default(),
-        }
+        Self { ctx: ctx.clone(), settings, inner: Mutex::default() }
     }
 
     fn nodes(&self) -> Api<Node> {
-        Api::all(self.client.clone())
+        Api::all(self.ctx.client.clone())
     }
 
     fn claims(&self) -> Api<NodeClaim> {
-        Api::all(self.client.clone())
+        Api::all(self.ctx.client.clone())
     }
 
     /// Node names of the commands in flight.
@@ -339,14 +324,14 @@ impl Disruption {
             report.requeue = if busy { d.min(IN_FLIGHT_POLL) } else { d };
         };
 
-        self.metrics.cluster_state_synced().set(if self.state.synced() { 1.0 } else { 0.0 });
-        if let Some(reason) = self.state.unsynced_reason() {
+        self.ctx.metrics.cluster_state_synced().set(if self.ctx.state.synced() { 1.0 } else { 0.0 });
+        if let Some(reason) = self.ctx.state.unsynced_reason() {
             report.waiting = Some(reason);
             settle(&mut report, UNSYNCED_RETRY);
             return Ok(report);
         }
 
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
         if let Some(p) = inner.pending.take() {
             let due = p.computed + chrono_duration(self.settings.validation_delay);
             if now < due {
@@ -365,7 +350,7 @@ impl Disruption {
 
         self.clean_stale(&inner, &mut report).await;
 
-        let state_before = self.state.consolidation_state();
+        let state_before = self.ctx.state.consolidation_state();
         let unchanged = inner
             .consolidated
             .is_some_and(|(state, at)| state == state_before && now - at < chrono_duration(CONSOLIDATION_REFRESH));
@@ -400,7 +385,7 @@ impl Disruption {
     async fn pools(&self, pools: &[NodePool]) -> Vec<(NodePool, Arc<[InstanceType]>)> {
         let mut out = Vec::new();
         for pool in pools.iter().filter(|p| p.metadata.deletion_timestamp.is_none()) {
-            match self.cloud.instance_types(pool).await {
+            match self.ctx.cloud.instance_types(pool).await {
                 Ok(its) => out.push((pool.clone(), its)),
                 Err(e) => {
                     tracing::error!(controller = CONTROLLER, NodePool = %pool.name_any(), error = %e,
@@ -413,7 +398,7 @@ impl Disruption {
 
     fn options(&self) -> karpenter_disruption::DisruptionOptions {
         let not_ready_nodes: BTreeSet<String> =
-            self.state.list_shared::<Node>().iter().filter(|n| !node_ready(n)).map(|n| n.name_any()).collect();
+            self.ctx.state.list_shared::<Node>().iter().filter(|n| !node_ready(n)).map(|n| n.name_any()).collect();
         karpenter_disruption::DisruptionOptions {
             spot_to_spot_consolidation: self.settings.spot_to_spot_consolidation,
             not_ready_nodes,
@@ -440,16 +425,16 @@ impl Disruption {
         consolidation_unchanged: bool,
         resume_single_node_after: Option<String>,
     ) -> Result<Pass, DisruptionError> {
-        let _gate = self.state.whole_cluster_pass().await;
+        let _gate = self.ctx.state.whole_cluster_pass().await;
         // Real time: the simulations never await, so on paused time (tests) tokio's clock would stand still and
         // the budgets would never run out. The same stopwatch times the pass for the metric.
         let started = Stopwatch::start();
         let budget = self.settings.pass_simulation_time;
         let multi_node_budget = budget / 3;
-        let snapshot = self.state.snapshot()?.cluster;
+        let snapshot = self.ctx.state.snapshot()?.cluster;
         self.invalid_do_not_disrupt(&snapshot.bound_pods);
         let pools = self.pools(&snapshot.node_pools).await;
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
         let options = karpenter_disruption::DisruptionOptions {
             consolidation_unchanged,
             simulation_budget: Some(SimulationBudget::new(move || started.elapsed() < budget)),
@@ -457,7 +442,7 @@ impl Disruption {
             resume_single_node_after,
             ..self.options()
         };
-        let labels = self.cloud.labels().clone();
+        let labels = self.ctx.cloud.labels().clone();
         let pass = simulate_off_runtime(move || {
             let inputs: Vec<PoolInput<'_>> =
                 pools.iter().map(|(p, its)| PoolInput { node_pool: p, instance_types: its }).collect();
@@ -468,7 +453,8 @@ impl Disruption {
         // Every pass is observed: under its command's method, or, without a command, under the last method the
         // pass went through (single-node consolidation), so a quiet cluster's passes are measured too.
         let method = pass.commands.first().map_or(Method::SingleNodeConsolidation, |c| c.method);
-        self.metrics
+        self.ctx
+            .metrics
             .voluntary_disruption_decision_evaluation_duration_seconds(
                 &method.reason().as_str().to_lowercase(),
                 consolidation_type(method),
@@ -492,20 +478,20 @@ impl Disruption {
             let uid = pod.metadata.uid.clone().unwrap_or_default();
             let event = Event::warning(&**pod, reasons::INVALID_DO_NOT_DISRUPT_ANNOTATION, message)
                 .with_dedupe_values([uid, value.clone()]);
-            self.recorder.publish_detached(event);
+            self.ctx.recorder.publish_detached(event);
         }
     }
 
     async fn validate(&self, command: &Command) -> Result<Command, ValidationFailure> {
-        let _gate = self.state.whole_cluster_pass().await;
-        let snapshot = self.state.snapshot().map_err(|e| ValidationFailure {
+        let _gate = self.ctx.state.whole_cluster_pass().await;
+        let snapshot = self.ctx.state.snapshot().map_err(|e| ValidationFailure {
             kind: FailureKind::Scheduling,
             message: format!("building the snapshot: {e}"),
         })?;
         let snapshot = snapshot.cluster;
         let pools = self.pools(&snapshot.node_pools).await;
         let (command, labels, now, options) =
-            (command.clone(), self.cloud.labels().clone(), self.clock.now(), self.options());
+            (command.clone(), self.ctx.cloud.labels().clone(), self.ctx.clock.now(), self.options());
         simulate_off_runtime(move || {
             let inputs: Vec<PoolInput<'_>> =
                 pools.iter().map(|(p, its)| PoolInput { node_pool: p, instance_types: its }).collect();
@@ -520,10 +506,10 @@ impl Disruption {
     fn rejected(&self, command: &Command, failure: ValidationFailure, report: &mut StepReport) {
         tracing::info!(controller = CONTROLLER, method = ?command.method, error = %failure,
             "abandoning disruption command: it failed validation");
-        self.metrics.voluntary_disruption_failed_validations(consolidation_type(command.method)).inc();
+        self.ctx.metrics.voluntary_disruption_failed_validations(consolidation_type(command.method)).inc();
         for c in &command.candidates {
-            if let Some(node) = self.state.get_shared::<Node>(&c.node) {
-                self.recorder.publish_detached(Event::normal(
+            if let Some(node) = self.ctx.state.get_shared::<Node>(&c.node) {
+                self.ctx.recorder.publish_detached(Event::normal(
                     &*node,
                     reasons::CONSOLIDATION_REJECTED,
                     format!("Disruption was abandoned after revalidation: {failure}"),
@@ -537,8 +523,8 @@ impl Disruption {
     fn publish(&self, pass: &Pass) {
         for b in &pass.budgets {
             let reason = b.reason.as_str();
-            self.metrics.nodepools_allowed_disruptions(&b.node_pool, reason).set(f64::from(b.allowed));
-            self.metrics.nodepools_nodes_consuming_budgets(&b.node_pool, reason).set(f64::from(b.disrupting));
+            self.ctx.metrics.nodepools_allowed_disruptions(&b.node_pool, reason).set(f64::from(b.allowed));
+            self.ctx.metrics.nodepools_nodes_consuming_budgets(&b.node_pool, reason).set(f64::from(b.disrupting));
         }
         let mut eligible: BTreeMap<&'static str, u32> =
             karpenter_disruption::budget::REASONS.iter().map(|r| (r.as_str(), 0)).collect();
@@ -573,19 +559,19 @@ impl Disruption {
                 _ => None,
             };
             let Some(event_reason) = event_reason else { continue };
-            if let Some(node) = self.state.get_shared::<Node>(&v.node) {
-                self.recorder.publish_detached(Event::normal(&*node, event_reason, v.reason.to_string()));
+            if let Some(node) = self.ctx.state.get_shared::<Node>(&v.node) {
+                self.ctx.recorder.publish_detached(Event::normal(&*node, event_reason, v.reason.to_string()));
             }
-            if let Some(claim) = v.node_claim.as_deref().and_then(|c| self.state.get_shared::<NodeClaim>(c)) {
-                self.recorder.publish_detached(Event::normal(&*claim, event_reason, v.reason.to_string()));
+            if let Some(claim) = v.node_claim.as_deref().and_then(|c| self.ctx.state.get_shared::<NodeClaim>(c)) {
+                self.ctx.recorder.publish_detached(Event::normal(&*claim, event_reason, v.reason.to_string()));
             }
         }
         for (reason, n) in eligible {
-            self.metrics.voluntary_disruption_eligible_nodes(reason).set(f64::from(n));
+            self.ctx.metrics.voluntary_disruption_eligible_nodes(reason).set(f64::from(n));
         }
         for (pool, reason) in blocked_pools {
-            if let Some(p) = self.state.get::<NodePool>(&pool) {
-                self.recorder.publish_detached(Event::normal(
+            if let Some(p) = self.ctx.state.get::<NodePool>(&pool) {
+                self.ctx.recorder.publish_detached(Event::normal(
                     &p,
                     reasons::DISRUPTION_BLOCKED,
                     format!("No allowed disruptions for disruption reason {reason} due to blocking budget"),
@@ -602,10 +588,10 @@ impl Disruption {
             .flat_map(|c| c.targets.iter().flat_map(|t| [t.node.as_str(), t.claim.as_str()]))
             .collect();
         // Shared reads, and claims indexed by node: this runs every step, over thousands of nodes at scale.
-        let claims = self.state.list_shared::<NodeClaim>();
+        let claims = self.ctx.state.list_shared::<NodeClaim>();
         let claim_of_node: BTreeMap<&str, &NodeClaim> =
             claims.iter().filter_map(|c| c.node_name().map(|n| (n, &**c))).collect();
-        for node in self.state.list_shared::<Node>() {
+        for node in self.ctx.state.list_shared::<Node>() {
             let name = node.name_any();
             if busy.contains(name.as_str()) || node.metadata.deletion_timestamp.is_some() || !has_disrupted_taint(&node)
             {
@@ -651,7 +637,7 @@ impl Disruption {
         });
         let patch = json!({"metadata": {"resourceVersion": current.resource_version()}, "spec": {"taints": list}});
         let written = self.nodes().patch(node, &PatchParams::default(), &Patch::Merge(&patch)).await?;
-        self.state.apply(written);
+        self.ctx.state.apply(written);
         Ok(())
     }
 
@@ -669,7 +655,7 @@ impl Disruption {
         }
         let patch = json!({"metadata": {"resourceVersion": current.resource_version()}, "spec": {"taints": list}});
         let written = self.nodes().patch(node, &PatchParams::default(), &Patch::Merge(&patch)).await?;
-        self.state.apply(written);
+        self.ctx.state.apply(written);
         Ok(())
     }
 
@@ -683,11 +669,11 @@ impl Disruption {
             command.reason.as_str(),
             &crate::lifecycle::truncate(&command.explanation),
             current.metadata.generation,
-            self.clock.now(),
+            self.ctx.clock.now(),
         );
         if changed {
             let written = crate::kube_util::patch_claim_conditions(&self.claims(), &current, &conditions).await?;
-            self.state.apply(written);
+            self.ctx.state.apply(written);
         }
         Ok(())
     }
@@ -701,7 +687,7 @@ impl Disruption {
         let mut conditions = current.conditions().to_vec();
         if remove_condition(&mut conditions, cond::DISRUPTION_REASON) {
             let written = crate::kube_util::patch_claim_conditions(&self.claims(), &current, &conditions).await?;
-            self.state.apply(written);
+            self.ctx.state.apply(written);
         }
         Ok(())
     }
@@ -731,7 +717,7 @@ impl Disruption {
         // 1. Taint and DisruptionReason, several candidates at a time: an emptiness command may hold hundreds of
         //    nodes, each a few requests. A lost race (a kubelet heartbeat on the Node, a status write on the
         //    claim) is retried on fresh data, not a reason to roll the whole command back; any other failure is.
-        let metrics = Some(&*self.metrics);
+        let metrics = Some(&*self.ctx.metrics);
         let command_ref = &command;
         let outcomes: Vec<(Target, Result<(), kube::Error>)> = stream::iter(targets.iter().cloned())
             .map(|t| async move {
@@ -770,13 +756,15 @@ impl Disruption {
         for plan in &command.replacements {
             let created = async {
                 let pool = self
+                    .ctx
                     .state
                     .get::<NodePool>(&plan.node_pool)
                     .ok_or_else(|| format!("NodePool {} not found", plan.node_pool))?;
-                let claim = build_node_claim(&pool, plan, self.cloud.labels()).map_err(|e| e.to_string())?;
+                let claim = build_node_claim(&pool, plan, self.ctx.cloud.labels()).map_err(|e| e.to_string())?;
                 let created = self.claims().create(&PostParams::default(), &claim).await.map_err(|e| e.to_string())?;
-                self.state.record_created_claim(&created, &plan.pods);
-                self.metrics
+                self.ctx.state.record_created_claim(&created, &plan.pods);
+                self.ctx
+                    .metrics
                     .nodeclaims_created(
                         &reason,
                         &plan.node_pool,
@@ -802,15 +790,15 @@ impl Disruption {
         report.replacements.extend(replacements.iter().cloned());
 
         // 3. Marked for deletion after the replacements exist.
-        self.state.mark_for_deletion(targets.iter().flat_map(|t| [t.node.as_str(), t.claim.as_str()]));
+        self.ctx.state.mark_for_deletion(targets.iter().flat_map(|t| [t.node.as_str(), t.claim.as_str()]));
 
         // 4. Decision metrics.
         let decision = decision_label(command.decision);
         let ctype = consolidation_type(command.method);
-        self.metrics.voluntary_disruption_decisions(decision, &reason, ctype).inc();
+        self.ctx.metrics.voluntary_disruption_decisions(decision, &reason, ctype).inc();
         let pools: BTreeSet<&str> = targets.iter().map(|t| t.pool.as_str()).collect();
         for pool in pools {
-            self.metrics.voluntary_disruption_decisions_by_nodepool(decision, &reason, ctype, pool).inc();
+            self.ctx.metrics.voluntary_disruption_decisions_by_nodepool(decision, &reason, ctype, pool).inc();
         }
         if !replacements.is_empty() {
             for t in &targets {
@@ -823,7 +811,7 @@ impl Disruption {
             }
         }
         report.started.push(command.clone());
-        let mut flight = InFlight { command, targets, replacements, started: self.clock.now() };
+        let mut flight = InFlight { command, targets, replacements, started: self.ctx.clock.now() };
         if flight.replacements.is_empty() {
             if !self.finish(&mut flight, report).await {
                 inner.in_flight.push(flight);
@@ -834,11 +822,11 @@ impl Disruption {
     }
 
     async fn event_on(&self, t: &Target, reason: &str, message: String) {
-        if let Some(node) = self.state.get_shared::<Node>(&t.node) {
-            self.recorder.publish_detached(Event::normal(&*node, reason, message.clone()));
+        if let Some(node) = self.ctx.state.get_shared::<Node>(&t.node) {
+            self.ctx.recorder.publish_detached(Event::normal(&*node, reason, message.clone()));
         }
-        if let Some(claim) = self.state.get_shared::<NodeClaim>(&t.claim) {
-            self.recorder.publish_detached(Event::normal(&*claim, reason, message));
+        if let Some(claim) = self.ctx.state.get_shared::<NodeClaim>(&t.claim) {
+            self.ctx.recorder.publish_detached(Event::normal(&*claim, reason, message));
         }
     }
 
@@ -846,7 +834,7 @@ impl Disruption {
     async fn advance(&self, inner: &mut Inner, report: &mut StepReport) {
         let queued: usize = inner.in_flight.iter().map(|c| c.targets.len()).sum();
         let timeout = chrono_duration(self.settings.replacement_timeout(queued));
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
         let mut keep = Vec::new();
         for mut flight in std::mem::take(&mut inner.in_flight) {
             let mut failure: Option<String> = None;
@@ -854,7 +842,7 @@ impl Disruption {
             for name in &flight.replacements {
                 // The state's copy (the watch keeps it current, and a created replacement is recorded at once);
                 // the API server only for one the state does not hold.
-                let current = match self.state.get::<NodeClaim>(name) {
+                let current = match self.ctx.state.get::<NodeClaim>(name) {
                     Some(c) => Ok(Some(c)),
                     None => self.claims().get_opt(name).await,
                 };
@@ -881,7 +869,8 @@ impl Disruption {
                 failure = Some(format!("replacements not initialized after {}s", timeout.num_seconds()));
             }
             if let Some(why) = failure {
-                self.metrics
+                self.ctx
+                    .metrics
                     .voluntary_disruption_queue_failures(
                         decision_label(flight.command.decision),
                         &reason_label(&flight.command),
@@ -926,7 +915,7 @@ impl Disruption {
                     let result = match claims.delete(&t.claim, &Default::default()).await {
                         Ok(either) => {
                             if let Some(obj) = either.left() {
-                                self.state.apply(obj);
+                                self.ctx.state.apply(obj);
                             }
                             Ok(())
                         }
@@ -949,18 +938,20 @@ impl Disruption {
             self.event_on(&t, reasons::DISRUPTION_TERMINATING, format!("Disrupting Node: {}", command.reason.as_str()))
                 .await;
             let policy = self
+                .ctx
                 .state
                 .get::<NodePool>(&t.pool)
                 .map(|p| format!("{:?}", p.spec.disruption.consolidation_policy))
                 .unwrap_or_default();
-            self.metrics.nodeclaims_disrupted(&reason, &t.pool, &t.capacity_type, &policy, mode).inc();
-            let pods = self.state.pods_on_node(&t.node).iter().filter(|p| moves(p)).count();
-            self.metrics
+            self.ctx.metrics.nodeclaims_disrupted(&reason, &t.pool, &t.capacity_type, &policy, mode).inc();
+            let pods = self.ctx.state.pods_on_node(&t.node).iter().filter(|p| moves(p)).count();
+            self.ctx
+                .metrics
                 .pods_disruption_initiated(&reason, &t.pool, &t.capacity_type, &policy, mode)
                 .inc_by(pods as u64);
             // The claim's deletion timestamp marks it (and its node) from now on; the explicit mark goes, so a
             // later node reusing the name (AWS hostnames) is not taken for this one.
-            self.state.unmark_for_deletion([t.node.as_str(), t.claim.as_str()]);
+            self.ctx.state.unmark_for_deletion([t.node.as_str(), t.claim.as_str()]);
             report.deleted.push(t.claim.clone());
         }
         flight.targets = remaining;
@@ -992,7 +983,7 @@ impl Disruption {
             .concat()
             .await;
         report.errors.extend(errors);
-        self.state.unmark_for_deletion(targets.iter().flat_map(|t| [t.node.as_str(), t.claim.as_str()]));
+        self.ctx.state.unmark_for_deletion(targets.iter().flat_map(|t| [t.node.as_str(), t.claim.as_str()]));
         for name in replacements {
             if let Err(e) = delete_ignoring_missing(&self.claims(), name).await {
                 report.errors.push(format!("deleting replacement {name}: {e}"));

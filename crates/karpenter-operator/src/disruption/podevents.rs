@@ -17,16 +17,15 @@ use futures::{StreamExt, stream};
 
 use karpenter_api::time::{parse_rfc3339, rfc3339};
 use karpenter_api::{CompactPod, NodeClaim};
-use karpenter_cloudprovider::Clock;
 use karpenter_scheduler::snapshot::is_daemon_set_pod;
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
-use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::ControllerContext;
 use crate::kube_util::ReconcileError;
-use crate::state::{ClusterState, PodChange, object_key};
+use crate::state::{PodChange, object_key};
 
 /// The controller name in logs.
 pub const CONTROLLER: &str = "nodeclaim.podevents";
@@ -56,9 +55,7 @@ fn pod_id(pod: &CompactPod) -> String {
 
 /// The pod-events controller (see the module docs).
 pub struct PodEvents {
-    client: Client,
-    state: ClusterState,
-    clock: Arc<dyn Clock>,
+    ctx: ControllerContext,
     /// By pod uid. A hash map: every pod change of the cluster looks its pod up here.
     seen: Mutex<HashMap<String, Facts>>,
 }
@@ -72,12 +69,7 @@ impl std::fmt::Debug for PodEvents {
 impl PodEvents {
     /// A controller writing through the context's client; NodeClaims are found in its cluster state.
     pub fn new(ctx: &ControllerContext) -> Self {
-        Self {
-            client: ctx.client().clone(),
-            state: ctx.state().clone(),
-            clock: ctx.clock().clone(),
-            seen: Mutex::default(),
-        }
+        Self { ctx: ctx.clone(), seen: Mutex::default() }
     }
 
     fn seen(&self) -> std::sync::MutexGuard<'_, HashMap<String, Facts>> {
@@ -123,15 +115,16 @@ impl PodEvents {
     /// node in its status (a Node not seen yet).
     fn claim_of(&self, node: &str) -> Option<Arc<NodeClaim>> {
         let by_provider_id = self
+            .ctx
             .state
             .get_shared::<k8s_openapi::api::core::v1::Node>(node)
             .and_then(|n| n.spec.as_ref()?.provider_id.clone())
-            .and_then(|id| self.state.node_claims_by_provider_id(&id).into_iter().next());
-        by_provider_id.or_else(|| self.state.find_shared::<NodeClaim>(|c| c.node_name() == Some(node)))
+            .and_then(|id| self.ctx.state.node_claims_by_provider_id(&id).into_iter().next());
+        by_provider_id.or_else(|| self.ctx.state.find_shared::<NodeClaim>(|c| c.node_name() == Some(node)))
     }
 
     async fn stamp(&self, claim: &NodeClaim) -> Result<Option<String>, ReconcileError> {
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
         let last = claim.status.as_ref().and_then(|s| s.last_pod_event_time.as_deref()).and_then(parse_rfc3339);
         let dedupe = chrono::Duration::from_std(DEDUPE).unwrap_or(chrono::Duration::MAX);
         if last.is_some_and(|l| now - l < dedupe) || claim.metadata.deletion_timestamp.is_some() {
@@ -139,10 +132,10 @@ impl PodEvents {
         }
         let name = claim.name_any();
         let patch = json!({"status": {"lastPodEventTime": rfc3339(now)}});
-        let api: Api<NodeClaim> = Api::all(self.client.clone());
+        let api: Api<NodeClaim> = Api::all(self.ctx.client.clone());
         match api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
             Ok(written) => {
-                self.state.apply(written);
+                self.ctx.state.apply(written);
                 Ok(Some(name))
             }
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
@@ -158,7 +151,7 @@ impl PodEvents {
     /// changed meanwhile. A queued change holds its version of the pod, so a reader that waited on writes fell
     /// minutes behind a scale-out of thousands of nodes and held hundreds of MB at 50,000 pods.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        let mut changes = self.state.pod_changes();
+        let mut changes = self.ctx.state.pod_changes();
         let this = self.as_ref();
         // Nodes with a pod event not yet stamped, and one pod that gave it (for the log line).
         let due: Mutex<BTreeMap<String, String>> = Mutex::default();

@@ -82,7 +82,7 @@ async fn label_initialized(ctx: &LifecycleContext, claim_name: &str, node: &Node
     }
     let patch =
         json!({"metadata": {"labels": {labels::NODE_INITIALIZED: "true"}, "resourceVersion": node.resource_version()}});
-    let api: Api<Node> = Api::all(ctx.client.clone());
+    let api: Api<Node> = Api::all(ctx.shared.client.clone());
     let written =
         api.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(|source| {
             LifecycleError::Kube {
@@ -92,6 +92,6 @@ async fn label_initialized(ctx: &LifecycleContext, claim_name: &str, node: &Node
                 source,
             }
         })?;
-    ctx.state.apply(written);
+    ctx.shared.state.apply(written);
     Ok(())
 }

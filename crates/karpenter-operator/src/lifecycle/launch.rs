@@ -28,7 +28,7 @@ impl Pass<'_> {
         let fresh = cached.is_none();
         let result = match cached {
             Some(cached) => Ok(cached),
-            None => ctx.cloud.create(&self.claim).await,
+            None => ctx.shared.cloud.create(&self.claim).await,
         };
         let launched = match result {
             Ok(launched) => launched,
@@ -40,7 +40,7 @@ impl Pass<'_> {
                 };
                 let name = &self.name;
                 tracing::error!(controller = CONTROLLER, NodeClaim = %name, error = %e, "launch failed, deleting nodeclaim");
-                ctx.recorder.publish_detached(Event::warning(
+                ctx.shared.recorder.publish_detached(Event::warning(
                     &self.claim,
                     reason,
                     format!("NodeClaim {name} event: {e}"),
@@ -68,7 +68,7 @@ impl Pass<'_> {
                 .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
                 .map_err(self.kube_err("writing the launched labels"))?;
-            ctx.state.apply(self.claim.clone());
+            ctx.shared.state.apply(self.claim.clone());
         }
         let l = launched.status.unwrap_or_default();
         self.status.provider_id = l.provider_id;

@@ -23,7 +23,7 @@ impl Pass<'_> {
             return Ok((registered, None));
         }
         let provider_id = self.status.provider_id.clone().unwrap_or_default();
-        let nodes = self.ctx.state.nodes_by_provider_id(&provider_id);
+        let nodes = self.ctx.shared.state.nodes_by_provider_id(&provider_id);
         match nodes.as_slice() {
             [] => {
                 let (reason, message) = (cond_reasons::NODE_NOT_FOUND, "Node not registered with cluster");
@@ -37,7 +37,7 @@ impl Pass<'_> {
                 self.set(cond::REGISTERED, ConditionStatus::True, cond::REGISTERED, "");
                 let pool = self.claim.node_pool_name().unwrap_or("");
                 let zone = synced.labels().get(labels::ZONE).map(String::as_str).unwrap_or("");
-                self.ctx.metrics.nodes_created(pool, zone).inc();
+                self.ctx.shared.metrics.nodes_created(pool, zone).inc();
                 let name = &self.name;
                 tracing::info!(controller = CONTROLLER, NodeClaim = %name, Node = %synced.name_any(), "registered nodeclaim");
                 Ok((true, Some(synced)))
@@ -85,7 +85,7 @@ async fn register_node(ctx: &LifecycleContext, claim: &NodeClaim, node: &Node) -
     let mut node_taints: Vec<CoreTaint> = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
     let had_unregistered = node_taints.iter().any(|t| t.key == taints::UNREGISTERED);
     if !had_unregistered {
-        ctx.recorder.publish_detached(Event::warning(
+        ctx.shared.recorder.publish_detached(Event::warning(
             node,
             reasons::UNREGISTERED_TAINT_MISSING,
             format!(
@@ -114,10 +114,10 @@ async fn register_node(ctx: &LifecycleContext, claim: &NodeClaim, node: &Node) -
         },
         "spec": {"taints": node_taints},
     });
-    let api: Api<Node> = Api::all(ctx.client.clone());
+    let api: Api<Node> = Api::all(ctx.shared.client.clone());
     let written = api.patch(&node_name, &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(|source| {
         LifecycleError::Kube { name: claim_name, action: "registering the node", kind: "Node", source }
     })?;
-    ctx.state.apply(written.clone());
+    ctx.shared.state.apply(written.clone());
     Ok(written)
 }

@@ -20,15 +20,13 @@ use karpenter_api::nodepool::NODES_LIMIT;
 use karpenter_api::{NodeClaim, NodePool};
 use karpenter_requirements::{Format, Quantity, ResourceList};
 use kube::runtime::controller::Action;
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::{Watches, patch_pool_status, run_pool_controller};
 use crate::context::ControllerContext;
 use crate::kube_util::{ReconcileError, Requeue};
-use crate::metrics::Metrics;
-use crate::state::ClusterState;
 use crate::termination::to_action;
 
 /// The controller name in logs.
@@ -124,9 +122,7 @@ type Published = BTreeMap<String, (BTreeSet<String>, BTreeSet<String>)>;
 
 /// The counter (see the module docs).
 pub struct Counter {
-    client: Client,
-    state: ClusterState,
-    metrics: Arc<Metrics>,
+    ctx: ControllerContext,
     published: Mutex<Published>,
 }
 
@@ -138,12 +134,7 @@ impl std::fmt::Debug for Counter {
 
 impl Counter {
     pub fn new(ctx: &ControllerContext) -> Self {
-        Self {
-            client: ctx.client().clone(),
-            state: ctx.state().clone(),
-            metrics: ctx.metrics().clone(),
-            published: Mutex::default(),
-        }
+        Self { ctx: ctx.clone(), published: Mutex::default() }
     }
 
     fn publish(&self, pool: &str, usage: Option<&Usage>, limits: Option<&BTreeMap<String, String>>) {
@@ -152,13 +143,13 @@ impl Counter {
         let mut new_usage = BTreeSet::new();
         let mut new_limits = BTreeSet::new();
         for (resource, q) in usage.map(|u| u.resources.iter()).into_iter().flatten() {
-            self.metrics.nodepools_usage(pool, resource).set(as_f64(q));
+            self.ctx.metrics.nodepools_usage(pool, resource).set(as_f64(q));
             new_usage.insert(resource.to_string());
         }
         for (resource, q) in limits.into_iter().flatten() {
             match q.parse::<Quantity>() {
                 Ok(q) => {
-                    self.metrics.nodepools_limit(pool, resource).set(as_f64(&q));
+                    self.ctx.metrics.nodepools_limit(pool, resource).set(as_f64(&q));
                     new_limits.insert(resource.clone());
                 }
                 Err(e) => {
@@ -167,10 +158,10 @@ impl Counter {
             }
         }
         for gone in old_usage.difference(&new_usage) {
-            self.metrics.remove("nodepools_usage", &[("nodepool", pool), ("resource_type", gone)]);
+            self.ctx.metrics.remove("nodepools_usage", &[("nodepool", pool), ("resource_type", gone)]);
         }
         for gone in old_limits.difference(&new_limits) {
-            self.metrics.remove("nodepools_limit", &[("nodepool", pool), ("resource_type", gone)]);
+            self.ctx.metrics.remove("nodepools_limit", &[("nodepool", pool), ("resource_type", gone)]);
         }
         if usage.is_some() {
             published.insert(pool.to_owned(), (new_usage, new_limits));
@@ -179,10 +170,10 @@ impl Counter {
 
     /// Drops the series of pools the state no longer holds (the run loop never sees a deleted pool again).
     fn prune(&self) {
-        if !self.state.kind_synced::<NodePool>() {
+        if !self.ctx.state.kind_synced::<NodePool>() {
             return;
         }
-        let live: BTreeSet<String> = self.state.list_shared::<NodePool>().iter().map(|p| p.name_any()).collect();
+        let live: BTreeSet<String> = self.ctx.state.list_shared::<NodePool>().iter().map(|p| p.name_any()).collect();
         let gone: Vec<String> = {
             let published = self.published.lock().unwrap_or_else(PoisonError::into_inner);
             published.keys().filter(|p| !live.contains(*p)).cloned().collect()
@@ -195,7 +186,7 @@ impl Counter {
     /// Recounts the NodePool `name`, writes its status when it changed and refreshes its metrics (removed when the
     /// pool is gone).
     pub async fn reconcile(&self, name: &str) -> Result<Requeue, ReconcileError> {
-        let api: Api<NodePool> = Api::all(self.client.clone());
+        let api: Api<NodePool> = Api::all(self.ctx.client.clone());
         match api.get_opt(name).await? {
             Some(pool) => self.reconcile_pool(&pool).await,
             None => {
@@ -210,13 +201,13 @@ impl Counter {
     /// recorded in the state, so the next recount does not write from a stale resourceVersion.
     pub async fn reconcile_pool(&self, pool: &NodePool) -> Result<Requeue, ReconcileError> {
         self.prune();
-        let api: Api<NodePool> = Api::all(self.client.clone());
+        let api: Api<NodePool> = Api::all(self.ctx.client.clone());
         let name = pool.name_any();
         let name = name.as_str();
-        if !(self.state.kind_synced::<NodeClaim>() && self.state.kind_synced::<Node>()) {
+        if !(self.ctx.state.kind_synced::<NodeClaim>() && self.ctx.state.kind_synced::<Node>()) {
             return Ok(Some(WAIT_FOR_STATE));
         }
-        let (claims, nodes) = (self.state.list_shared::<NodeClaim>(), self.state.list_shared::<Node>());
+        let (claims, nodes) = (self.ctx.state.list_shared::<NodeClaim>(), self.ctx.state.list_shared::<Node>());
         let usage = usage(name, claims.iter().map(AsRef::as_ref), nodes.iter().map(AsRef::as_ref));
         let limits: BTreeMap<String, String> =
             pool.spec.limits.iter().map(|(k, v)| (k.clone(), v.as_str().to_owned())).collect();
@@ -233,14 +224,14 @@ impl Counter {
         let mut patch: serde_json::Map<String, Value> = stored.keys().map(|k| (k.clone(), Value::Null)).collect();
         patch.extend(resources.into_iter().map(|(k, v)| (k, Value::String(v))));
         let written = patch_pool_status(&api, pool, json!({"resources": patch, "nodes": usage.nodes})).await?;
-        self.state.apply(written);
+        self.ctx.state.apply(written);
         tracing::debug!(controller = CONTROLLER, NodePool = %name, nodes = usage.nodes, "nodepool usage updated");
         Ok(Some(RESYNC))
     }
 
     /// Follows the state's NodePools, NodeClaims and Nodes until `shutdown`.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        let state = self.state.clone();
+        let state = self.ctx.state.clone();
         let watches = Watches { node_claims: true, nodes: true, debounce: Some(DEBOUNCE), ..Watches::default() };
         run_pool_controller(&state, self, watches, shutdown, |pool: Arc<NodePool>, ctx: Arc<Self>| async move {
             Ok::<Action, ReconcileError>(to_action(ctx.reconcile_pool(&pool).await?))
@@ -254,6 +245,6 @@ impl crate::kube_util::ErrorPolicyContext for Counter {
         CONTROLLER
     }
     fn metrics(&self) -> Option<&crate::metrics::Metrics> {
-        Some(&self.metrics)
+        Some(&self.ctx.metrics)
     }
 }

@@ -17,7 +17,7 @@ use karpenter_api::nodeclaim::conditions as cond;
 use karpenter_api::{NodeClaim, NodePool};
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -32,7 +32,7 @@ pub const CONTROLLER: &str = "nodepool.hash";
 
 /// The hash controller (see the module docs).
 pub struct HashController {
-    client: Client,
+    ctx: ControllerContext,
 }
 
 impl std::fmt::Debug for HashController {
@@ -60,13 +60,13 @@ fn annotation<'a, K: ResourceExt>(obj: &'a K, key: &str) -> Option<&'a str> {
 
 impl HashController {
     pub fn new(ctx: &ControllerContext) -> Self {
-        Self { client: ctx.client().clone() }
+        Self { ctx: ctx.clone() }
     }
 
     /// Rewrites the hash annotations of the pool's NodeClaims whose hash version is not the current one; returns
     /// their names.
     pub async fn propagate(&self, pool: &NodePool, hash: &str) -> Result<Vec<String>, ReconcileError> {
-        let api: Api<NodeClaim> = Api::all(self.client.clone());
+        let api: Api<NodeClaim> = Api::all(self.ctx.client.clone());
         let selector = format!("{}={}", labels::NODE_POOL, pool.name_any());
         let claims = api.list(&ListParams::default().labels(&selector)).await?.items;
         let mut rewritten = Vec::new();
@@ -87,14 +87,14 @@ impl HashController {
 
     /// One pass over the NodePool `name`.
     pub async fn reconcile(&self, name: &str) -> Result<Requeue, ReconcileError> {
-        let api: Api<NodePool> = Api::all(self.client.clone());
+        let api: Api<NodePool> = Api::all(self.ctx.client.clone());
         let Some(pool) = api.get_opt(name).await? else { return Ok(None) };
         self.reconcile_pool(&pool).await
     }
 
     /// [`Self::reconcile`] on a pool already read (the run loop's: the cluster state's copy).
     pub async fn reconcile_pool(&self, pool: &NodePool) -> Result<Requeue, ReconcileError> {
-        let api: Api<NodePool> = Api::all(self.client.clone());
+        let api: Api<NodePool> = Api::all(self.ctx.client.clone());
         let name = pool.name_any();
         let name = name.as_str();
         if pool.metadata.deletion_timestamp.is_some() {

@@ -13,7 +13,6 @@ use futures::StreamExt;
 use karpenter_api::condition::{Condition, ConditionStatus};
 use karpenter_api::nodeclaim::conditions as cond;
 use karpenter_api::{EC2NodeClass, KWOKNodeClass, NodeClassReference};
-use karpenter_cloudprovider::Clock;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
@@ -98,8 +97,7 @@ impl NodeClassResolver {
 
 /// Marks every KWOKNodeClass `Ready=True` (see the module docs).
 pub struct KwokNodeClassStatus {
-    client: Client,
-    clock: Arc<dyn Clock>,
+    ctx: ControllerContext,
 }
 
 impl std::fmt::Debug for KwokNodeClassStatus {
@@ -110,11 +108,11 @@ impl std::fmt::Debug for KwokNodeClassStatus {
 
 impl KwokNodeClassStatus {
     pub fn new(ctx: &ControllerContext) -> Self {
-        Self { client: ctx.client().clone(), clock: ctx.clock().clone() }
+        Self { ctx: ctx.clone() }
     }
 
     fn api(&self) -> Api<KWOKNodeClass> {
-        Api::all(self.client.clone())
+        Api::all(self.ctx.client.clone())
     }
 
     /// Sets `Ready=True` on the KWOKNodeClass `name` unless it is already or the class is gone or deleting.
@@ -132,7 +130,7 @@ impl KwokNodeClassStatus {
             cond::READY,
             "",
             class.metadata.generation,
-            self.clock.now(),
+            self.ctx.clock.now(),
         );
         if changed {
             let patch = json!({

@@ -16,12 +16,12 @@ use futures::StreamExt;
 use karpenter_api::NodePool;
 use karpenter_api::condition::ConditionStatus;
 use karpenter_api::nodeclaim::conditions::{self as cond, reasons};
-use karpenter_cloudprovider::{Clock, CloudProvider};
+use karpenter_cloudprovider::CloudProvider;
+use kube::ResourceExt;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
-use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
 use super::nodeclass::{NodeClassResolver, NodeClassState};
@@ -37,10 +37,8 @@ pub const NODE_CLASS_READINESS_UNKNOWN: &str = "NodeClassReadinessUnknown";
 
 /// The readiness controller (see the module docs).
 pub struct Readiness {
-    client: Client,
-    cloud: Arc<dyn CloudProvider>,
+    ctx: ControllerContext,
     resolver: NodeClassResolver,
-    clock: Arc<dyn Clock>,
 }
 
 impl std::fmt::Debug for Readiness {
@@ -51,11 +49,11 @@ impl std::fmt::Debug for Readiness {
 
 impl Readiness {
     pub fn new(ctx: &ControllerContext, resolver: NodeClassResolver) -> Self {
-        Self { client: ctx.client().clone(), cloud: ctx.cloud().clone(), resolver, clock: ctx.clock().clone() }
+        Self { ctx: ctx.clone(), resolver }
     }
 
     fn api(&self) -> Api<NodePool> {
-        Api::all(self.client.clone())
+        Api::all(self.ctx.client.clone())
     }
 
     /// One pass over the NodePool `name` (absent: nothing to do).
@@ -63,10 +61,10 @@ impl Readiness {
         let api = self.api();
         let Some(pool) = api.get_opt(name).await? else { return Ok(None) };
         let reference = &pool.spec.template.spec.node_class_ref;
-        if !self.cloud.supported_node_classes().iter().any(|k| k.matches(reference)) {
+        if !self.ctx.cloud.supported_node_classes().iter().any(|k| k.matches(reference)) {
             return Ok(None);
         }
-        let Some(state) = self.resolver.fetch(&self.client, reference).await? else {
+        let Some(state) = self.resolver.fetch(&self.ctx.client, reference).await? else {
             tracing::warn!(controller = CONTROLLER, NodePool = %name, group = %reference.group, kind = %reference.kind,
                 "node class kind has no known API resource; readiness not evaluated");
             return Ok(None);
@@ -96,7 +94,7 @@ impl Readiness {
                 ),
             },
         };
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
         let generation = pool.metadata.generation;
         let mut conditions = pool.conditions().to_vec();
         set_pool_condition(&mut conditions, cond::NODE_CLASS_READY, status, &reason, &message, now, generation);
@@ -111,13 +109,13 @@ impl Readiness {
     /// Watches NodePools and node classes until `shutdown`.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let mut controller = Controller::new(self.api(), watcher::Config::default());
-        let supported = self.cloud.supported_node_classes();
+        let supported = self.ctx.cloud.supported_node_classes();
         for kind in &supported {
             let Some(resource) = self.resolver.resource(&kind.group, &kind.kind).cloned() else { continue };
             let pools = controller.store();
             let (group, kind_name) = (resource.group.clone(), resource.kind.clone());
             controller = controller.watches_with(
-                Api::<DynamicObject>::all_with(self.client.clone(), &resource),
+                Api::<DynamicObject>::all_with(self.ctx.client.clone(), &resource),
                 resource,
                 watcher::Config::default(),
                 move |class: DynamicObject| {

@@ -21,10 +21,9 @@ use futures::StreamExt;
 use karpenter_api::condition::ConditionStatus;
 use karpenter_api::nodeclaim::conditions as cond;
 use karpenter_api::{NodeClaim, NodePool};
-use karpenter_cloudprovider::Clock;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -135,10 +134,9 @@ impl RegistrationTracker {
 
 /// The registration-health controller (see the module docs).
 pub struct RegistrationHealth {
-    client: Client,
+    ctx: ControllerContext,
     tracker: Arc<RegistrationTracker>,
     resolver: NodeClassResolver,
-    clock: Arc<dyn Clock>,
 }
 
 impl std::fmt::Debug for RegistrationHealth {
@@ -149,7 +147,7 @@ impl std::fmt::Debug for RegistrationHealth {
 
 impl RegistrationHealth {
     pub fn new(ctx: &ControllerContext, tracker: Arc<RegistrationTracker>, resolver: NodeClassResolver) -> Self {
-        Self { client: ctx.client().clone(), tracker, resolver, clock: ctx.clock().clone() }
+        Self { ctx: ctx.clone(), tracker, resolver }
     }
 
     /// The tracker outcomes are recorded in.
@@ -159,7 +157,7 @@ impl RegistrationHealth {
 
     /// One pass over the NodePool `name`.
     pub async fn reconcile(&self, name: &str) -> Result<Requeue, ReconcileError> {
-        let api: Api<NodePool> = Api::all(self.client.clone());
+        let api: Api<NodePool> = Api::all(self.ctx.client.clone());
         let Some(pool) = api.get_opt(name).await? else {
             self.tracker.reset(name);
             return Ok(None);
@@ -169,15 +167,16 @@ impl RegistrationHealth {
 
     /// [`Self::reconcile`] on a pool already read (the run loop's: the cluster state's copy).
     pub async fn reconcile_pool(&self, pool: &NodePool) -> Result<Requeue, ReconcileError> {
-        let api: Api<NodePool> = Api::all(self.client.clone());
+        let api: Api<NodePool> = Api::all(self.ctx.client.clone());
         let name = pool.name_any();
         let name = name.as_str();
-        let class_generation = match self.resolver.fetch(&self.client, &pool.spec.template.spec.node_class_ref).await? {
-            Some(NodeClassState::Present { generation, .. }) => generation,
-            // Readiness reports a missing or unreadable class; there is nothing to judge registration against.
-            _ => return Ok(None),
-        };
-        let now = self.clock.now();
+        let class_generation =
+            match self.resolver.fetch(&self.ctx.client, &pool.spec.template.spec.node_class_ref).await? {
+                Some(NodeClassState::Present { generation, .. }) => generation,
+                // Readiness reports a missing or unreadable class; there is nothing to judge registration against.
+                _ => return Ok(None),
+            };
+        let now = self.ctx.clock.now();
         let generation = pool.metadata.generation;
         let mut status = super::status_of(pool);
         let observed = status.conditions.iter().find(|c| c.type_ == cond::NODE_REGISTRATION_HEALTHY);

@@ -35,8 +35,6 @@ use tokio_util::sync::CancellationToken;
 use super::{Watches, run_pool_controller};
 use crate::context::ControllerContext;
 use crate::kube_util::{ReconcileError, Requeue, delete_ignoring_missing};
-use crate::metrics::Metrics;
-use crate::state::ClusterState;
 use crate::termination::to_action;
 
 /// The provisioning controller's name in logs.
@@ -91,10 +89,8 @@ pub enum ScaleUp {
 
 /// Creates the missing NodeClaims of static pools (see the module docs).
 pub struct StaticProvisioning {
-    client: Client,
-    state: ClusterState,
+    ctx: ControllerContext,
     provider: ProviderLabels,
-    metrics: Arc<Metrics>,
     enabled: bool,
 }
 
@@ -107,13 +103,7 @@ impl std::fmt::Debug for StaticProvisioning {
 impl StaticProvisioning {
     /// `enabled` is the `StaticCapacity` feature gate; claims get the context's provider's labels.
     pub fn new(ctx: &ControllerContext, enabled: bool) -> Self {
-        Self {
-            client: ctx.client().clone(),
-            state: ctx.state().clone(),
-            provider: ctx.cloud().labels().clone(),
-            metrics: ctx.metrics().clone(),
-            enabled,
-        }
+        Self { ctx: ctx.clone(), provider: ctx.cloud().labels().clone(), enabled }
     }
 
     /// One scale-up pass over the NodePool `name`.
@@ -121,13 +111,13 @@ impl StaticProvisioning {
         if !self.enabled {
             return Ok(ScaleUp::Skipped);
         }
-        let api: Api<NodePool> = Api::all(self.client.clone());
+        let api: Api<NodePool> = Api::all(self.ctx.client.clone());
         let Some(pool) = api.get_opt(name).await? else { return Ok(ScaleUp::Skipped) };
         let Some(replicas) = pool.spec.replicas else { return Ok(ScaleUp::Skipped) };
         if pool.metadata.deletion_timestamp.is_some() || !pool.is_ready() {
             return Ok(ScaleUp::Skipped);
         }
-        let claims = pool_claims(&self.client, name).await?;
+        let claims = pool_claims(&self.ctx.client, name).await?;
         let running = i64::try_from(live(&claims).len()).unwrap_or(i64::MAX);
         if running >= replicas {
             return Ok(ScaleUp::Satisfied);
@@ -151,12 +141,12 @@ impl StaticProvisioning {
             .map_err(|e| StaticError::Invalid { pool: name.to_owned(), message: format!("requirements: {e}") })?;
         let claim = build_node_claim(&pool, &plan, &self.provider)
             .map_err(|e| StaticError::Invalid { pool: name.to_owned(), message: e.to_string() })?;
-        let claims_api: Api<NodeClaim> = Api::all(self.client.clone());
+        let claims_api: Api<NodeClaim> = Api::all(self.ctx.client.clone());
         let mut created = Vec::new();
         for _ in 0..wanted {
             let c = claims_api.create(&PostParams::default(), &claim).await?;
-            self.state.apply(c.clone());
-            self.metrics.nodeclaims_created("provisioned", name, "false").inc();
+            self.ctx.state.apply(c.clone());
+            self.ctx.metrics.nodeclaims_created("provisioned", name, "false").inc();
             tracing::info!(controller = PROVISIONING_CONTROLLER, NodePool = %name, NodeClaim = %c.name_any(), "created nodeclaim");
             created.push(c.name_any());
         }
@@ -180,7 +170,7 @@ impl StaticProvisioning {
     /// Follows the state's NodePools and NodeClaims until `shutdown`. Dynamic pools (no `spec.replicas` in the
     /// state's copy) cost nothing: only a static pool is read fresh and counted.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        let state = self.state.clone();
+        let state = self.ctx.state.clone();
         // Status changes too: a static pool scales up once it becomes Ready.
         let watches = Watches { node_claims: true, status_changes: true, ..Watches::default() };
         run_pool_controller(&state, self, watches, shutdown, |pool: Arc<NodePool>, ctx: Arc<Self>| async move {
@@ -198,8 +188,7 @@ type Rank = (bool, bool, f64, String);
 
 /// Deletes the excess NodeClaims of static pools (see the module docs).
 pub struct StaticDeprovisioning {
-    client: Client,
-    state: ClusterState,
+    ctx: ControllerContext,
     enabled: bool,
 }
 
@@ -212,7 +201,7 @@ impl std::fmt::Debug for StaticDeprovisioning {
 impl StaticDeprovisioning {
     /// `enabled` is the `StaticCapacity` feature gate.
     pub fn new(ctx: &ControllerContext, enabled: bool) -> Self {
-        Self { client: ctx.client().clone(), state: ctx.state().clone(), enabled }
+        Self { ctx: ctx.clone(), enabled }
     }
 
     /// Deletion order key: (launched, has pods, disruption cost, name).
@@ -220,7 +209,7 @@ impl StaticDeprovisioning {
         let launched = claim.provider_id().is_some_and(|p| !p.is_empty());
         let pods: Vec<_> = claim
             .node_name()
-            .map(|n| self.state.pods_on_node(n))
+            .map(|n| self.ctx.state.pods_on_node(n))
             .unwrap_or_default()
             .into_iter()
             .filter(|p| !karpenter_scheduler::snapshot::is_daemon_set_pod(p))
@@ -234,16 +223,16 @@ impl StaticDeprovisioning {
         if !self.enabled {
             return Ok(Vec::new());
         }
-        let api: Api<NodePool> = Api::all(self.client.clone());
+        let api: Api<NodePool> = Api::all(self.ctx.client.clone());
         let Some(pool) = api.get_opt(name).await? else { return Ok(Vec::new()) };
         let Some(replicas) = pool.spec.replicas else { return Ok(Vec::new()) };
         if pool.metadata.deletion_timestamp.is_some() {
             return Ok(Vec::new());
         }
-        let claims = pool_claims(&self.client, name).await?;
+        let claims = pool_claims(&self.ctx.client, name).await?;
         // Claims a disruption command is replacing are on their way out: neither running nor candidates.
         let live: Vec<&NodeClaim> =
-            live(&claims).into_iter().filter(|c| !self.state.is_marked_for_deletion(&c.name_any())).collect();
+            live(&claims).into_iter().filter(|c| !self.ctx.state.is_marked_for_deletion(&c.name_any())).collect();
         let excess = usize::try_from(i64::try_from(live.len()).unwrap_or(i64::MAX) - replicas.max(0)).unwrap_or(0);
         if excess == 0 {
             return Ok(Vec::new());
@@ -252,7 +241,7 @@ impl StaticDeprovisioning {
         ranked.sort_by(|(a, _), (b, _)| {
             a.0.cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.total_cmp(&b.2)).then_with(|| a.3.cmp(&b.3))
         });
-        let claims_api: Api<NodeClaim> = Api::all(self.client.clone());
+        let claims_api: Api<NodeClaim> = Api::all(self.ctx.client.clone());
         let mut deleted = Vec::new();
         for (_, claim) in ranked.into_iter().take(excess) {
             delete_ignoring_missing(&claims_api, &claim.name_any()).await?;
@@ -272,7 +261,7 @@ impl StaticDeprovisioning {
     /// Follows the state's NodePools and NodeClaims until `shutdown`; dynamic pools cost nothing (see
     /// [`StaticProvisioning::run`]).
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        let state = self.state.clone();
+        let state = self.ctx.state.clone();
         let watches = Watches { node_claims: true, ..Watches::default() };
         run_pool_controller(&state, self, watches, shutdown, |pool: Arc<NodePool>, ctx: Arc<Self>| async move {
             if pool.spec.replicas.is_none() {

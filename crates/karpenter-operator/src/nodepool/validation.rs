@@ -9,9 +9,8 @@ use std::sync::Arc;
 use karpenter_api::condition::ConditionStatus;
 use karpenter_api::nodeclaim::conditions as cond;
 use karpenter_api::{NodePool, Validate, ValidationContext};
-use karpenter_cloudprovider::Clock;
 use kube::runtime::controller::Action;
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
 use super::{Watches, recompute_ready, run_pool_controller, set_pool_condition, write_pool_conditions};
@@ -27,9 +26,8 @@ pub const VALIDATION_FAILED: &str = "NodePoolValidationFailed";
 
 /// The validation controller (see the module docs).
 pub struct Validation {
-    client: Client,
+    ctx: ControllerContext,
     context: ValidationContext,
-    clock: Arc<dyn Clock>,
 }
 
 impl std::fmt::Debug for Validation {
@@ -41,23 +39,19 @@ impl std::fmt::Debug for Validation {
 impl Validation {
     /// Validates against the context's provider's labels (`CloudProvider::labels`).
     pub fn new(ctx: &ControllerContext) -> Self {
-        Self {
-            client: ctx.client().clone(),
-            context: ValidationContext { provider: ctx.cloud().labels().clone() },
-            clock: ctx.clock().clone(),
-        }
+        Self { ctx: ctx.clone(), context: ValidationContext { provider: ctx.cloud().labels().clone() } }
     }
 
     /// One pass over the NodePool `name`.
     pub async fn reconcile(&self, name: &str) -> Result<Requeue, ReconcileError> {
-        let api: Api<NodePool> = Api::all(self.client.clone());
+        let api: Api<NodePool> = Api::all(self.ctx.client.clone());
         let Some(pool) = api.get_opt(name).await? else { return Ok(None) };
         self.reconcile_pool(&pool).await
     }
 
     /// [`Self::reconcile`] on a pool already read (the run loop's: the cluster state's copy).
     pub async fn reconcile_pool(&self, pool: &NodePool) -> Result<Requeue, ReconcileError> {
-        let api: Api<NodePool> = Api::all(self.client.clone());
+        let api: Api<NodePool> = Api::all(self.ctx.client.clone());
         let name = pool.name_any();
         let violations = pool.validate(&self.context);
         let (status, reason, message) = if violations.is_empty() {
@@ -66,7 +60,7 @@ impl Validation {
             let message = violations.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
             (ConditionStatus::False, VALIDATION_FAILED, message)
         };
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
         let generation = pool.metadata.generation;
         let mut conditions = pool.conditions().to_vec();
         set_pool_condition(&mut conditions, cond::VALIDATION_SUCCEEDED, status, reason, &message, now, generation);

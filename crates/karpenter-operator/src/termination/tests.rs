@@ -31,6 +31,7 @@ use super::*;
 use crate::context::ControllerContext;
 use crate::events::Recorder;
 use crate::metrics::Metrics;
+use karpenter_cloudprovider::Clock;
 
 const NODE: &str = "node-a";
 const CLAIM: &str = "default-abc";
