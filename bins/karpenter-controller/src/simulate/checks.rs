@@ -185,3 +185,72 @@ pub fn pending_only(snapshot: &ClusterSnapshot, notes: &mut Vec<String>) {
         ));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use karpenter_api::load_str;
+
+    const NODE: &str = "apiVersion: v1\nkind: Node\nmetadata: {name: n1, labels: {team: a}}\n\
+                        status: {allocatable: {cpu: '4', pods: '10'}}\n";
+
+    fn pod(name: &str, extra: &str) -> String {
+        format!(
+            "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec: {{{extra}containers: [{{name: c}}]}}\n"
+        )
+    }
+
+    fn notes_for(yaml: &str, provider: &ProviderLabels) -> Vec<String> {
+        let objects = load_str(yaml, "in.yaml").expect("valid input");
+        let snapshot = ClusterSnapshot::from_objects(&objects).expect("snapshot");
+        let mut notes = Vec::new();
+        unsupported_api_versions(&objects, &mut notes);
+        unevaluable_keys(&objects, &snapshot.node_pools, &Catalogue::kwok(), provider, &mut notes);
+        pending_only(&snapshot, &mut notes);
+        notes
+    }
+
+    #[test]
+    fn pending_only_dumps_warn_and_a_bound_pod_silences_it() {
+        let pending = format!("{NODE}{}", pod("p", ""));
+        let notes = notes_for(&pending, &ProviderLabels::kwok());
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(notes[0].starts_with("warning: the input has 1 node but no pod running on any"), "{notes:?}");
+        let with_bound = format!("{pending}{}", pod("q", "nodeName: n1, "));
+        assert_eq!(notes_for(&with_bound, &ProviderLabels::kwok()), Vec::<String>::new());
+        // No nodes: nothing to say.
+        assert_eq!(notes_for(&pod("p", "")[4..], &ProviderLabels::kwok()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn keys_nothing_defines_are_named() {
+        let pool = "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: gp}\nspec:\n  template:\n    \
+                    metadata: {labels: {tier: web}}\n    spec:\n      nodeClassRef: {group: karpenter.k8s.aws, kind: \
+                    EC2NodeClass, name: d}\n      requirements:\n      - {key: karpenter.k8s.aws/instance-family, \
+                    operator: In, values: [m5]}\n      - {key: example.com/pool, operator: Exists}\n";
+        let pods = [
+            pod("a", "nodeSelector: {tier: web, team: a, kubernetes.io/arch: amd64, example.com/pool: x}, "),
+            pod("b", "nodeSelector: {example.com/gpu: 'true'}, "),
+            pod("c", "affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: example.com/gpu, operator: Exists}]}]}}}, "),
+        ]
+        .concat();
+        let input = format!("{pool}---\n{NODE}{pods}{}", pod("bound", "nodeName: n1, "));
+        assert_eq!(
+            notes_for(&input, &ProviderLabels::aws()),
+            [
+                "NodePool gp has a requirement on karpenter.k8s.aws/instance-family, a label no instance type of the \
+                 kwok catalogue has: the catalogue cannot evaluate it",
+                "Pod/b, Pod/c require label example.com/gpu, which no instance type of the kwok catalogue, NodePool or \
+                 Node of the input defines",
+            ]
+        );
+        // For kwok, karpenter.k8s.aws/instance-family is a label the NodePool defines.
+        assert_eq!(notes_for(&input, &ProviderLabels::kwok()).len(), 1);
+    }
+
+    #[test]
+    fn negative_quantities_are_found_and_zero_is_fine() {
+        assert!(is_negative("-1") && is_negative("-500m") && is_negative(" -0.5Gi"));
+        assert!(!is_negative("-0") && !is_negative("0") && !is_negative("1"));
+    }
+}
