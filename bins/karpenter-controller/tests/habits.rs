@@ -264,3 +264,30 @@ fn dumps_without_replica_sets_count_existing_pods_and_pending_only_dumps_warn() 
     assert!(stderr.contains("warning: the input has 1 node but no pod running on any"), "{stderr}");
     assert!(!stdout.contains("warning"), "{stdout}");
 }
+
+#[test]
+fn run_without_a_reachable_cluster_names_kubeconfig_and_server_once() {
+    let tmp = TempDir::new("kubeconfig");
+    // Port 1 of the loopback address: nothing listens, the connection is refused at once.
+    let kubeconfig = tmp.write(
+        "config",
+        b"apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n\
+          users: [{name: u, user: {token: x}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\n",
+    );
+    let out = bin()
+        .args(["run", "--provider", "kwok", "--log-output-paths", "stderr"])
+        .env("KUBECONFIG", &kubeconfig)
+        .output()
+        .expect("running karpenter-controller");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = stderr.lines().find(|l| l.starts_with("error: ")).unwrap_or_else(|| panic!("no error line in {stderr}"));
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        line.starts_with(&format!(
+            "error: listing KWOKNodeClasses from the Kubernetes API server https://127.0.0.1:1/ (kubeconfig {kubeconfig}): "
+        )),
+        "{line}"
+    );
+    assert_eq!(line.matches("Connection refused").count(), 1, "the cause is said once: {line}");
+    assert!(!line.contains("CRDs"), "no CRD hint without a 404: {line}");
+}
