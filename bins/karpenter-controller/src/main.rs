@@ -1,16 +1,22 @@
 //! `karpenter-controller`: the karpenter-rs controller binary.
 //!
 //! Subcommands:
-//! - `simulate [PATH...] [--instance-types FILE] [--provider kwok|aws] [--output table|json]`: the what-if
+//! - `simulate [PATH...] [-f PATH...] [--instance-types FILE] [--provider kwok|aws] [-o table|json|yaml]`: the what-if
 //!   simulator (see [`simulate`] and docs/simulate.md): which nodes Karpenter would create for the pending pods
 //!   of a set of manifests, at what price, and why the rest cannot be placed. With no path it runs a bundled
 //!   example. With `--timeline FILE`, `--scale WORKLOAD=N` or `--for DURATION` the cluster then evolves over
 //!   simulated time (provisioning, expiration, disruption) and the report lists the commands, their reasons and
-//!   the $/h before and after. Exit status 1 if the input has errors, 2 on a usage error.
-//! - `validate -f FILE_OR_DIR [-f ...] [--provider aws|kwok]`: validates every NodePool, NodeClaim, EC2NodeClass
+//!   the $/h before and after. Exit status 1 if the input has errors or holds no objects, 2 on a usage error.
+//! - `validate [PATH...] [-f PATH...] [--provider aws|kwok]`: validates every NodePool, NodeClaim, EC2NodeClass
 //!   and KWOKNodeClass the way the API server (schema + CEL) plus upstream's runtime validation would. Other kinds
 //!   are loaded (so a file mixing Pods and NodePools works) but not validated. Exit status 1 if any object has a
-//!   violation or any file fails to load, 2 on a usage error.
+//!   violation, any file fails to load or the input holds no objects, 2 on a usage error.
+//!
+//!   Both read paths as kubectl's `-f` does: files, directories (recursive; symlinked directories followed, a
+//!   loop reported), `-` for standard input. Results go to standard output, errors and notes to standard error;
+//!   a closed standard output (`| head -1`) ends the command quietly.
+//! - `version`: the version and the commit the binary was built from.
+//! - `completion bash|zsh|fish`: a shell completion script.
 //! - `crds [--provider aws|kwok]`: prints the CRDs as multi-document YAML.
 //! - `prices --region R [--region R2 ...] --output FILE [--include-spot]`: writes the price file of isolated VPCs
 //!   (`PRICE_FILE`) from the AWS Pricing API (on-demand Linux prices, the controller's own queries) and, with
@@ -25,7 +31,6 @@
 //!   [`kwok_kubelet`]): Ready, Leases, running pods, removal of terminated pods, until SIGTERM. Client and logs
 //!   as `run` (`$KUBECONFIG` or in-cluster).
 
-use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -35,6 +40,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use karpenter_api::loader;
 use karpenter_api::{ProviderLabels, ValidationContext};
 
+mod inputs;
 mod kwok_kubelet;
 mod run;
 #[cfg(test)]
@@ -67,16 +73,20 @@ enum Command {
     /// would pick), the placements on existing nodes, prices, and why any pod cannot be placed. With no PATH it
     /// runs a bundled example. Every NodePool is evaluated against the kwok catalogue (or --instance-types).
     Simulate {
-        /// Manifest files or directories (walked recursively for .yaml/.yml/.json). None: the bundled example.
+        /// Manifest files or directories (walked recursively for .yaml/.yml/.json), `-` for standard input.
+        /// None (and no -f): the bundled example.
         #[arg(value_name = "PATH")]
         paths: Vec<PathBuf>,
+        /// The same as PATH, as kubectl spells it (repeatable).
+        #[arg(short = 'f', long = "filename", value_name = "PATH")]
+        filenames: Vec<PathBuf>,
         /// Instance types in upstream's kwok JSON format, instead of the built-in kwok catalogue.
         #[arg(long, value_name = "FILE")]
         instance_types: Option<PathBuf>,
         /// Cloud provider whose well-known labels and restricted domains apply.
         #[arg(long, value_enum, default_value_t = Provider::Kwok)]
         provider: Provider,
-        /// Output format: aligned tables, or one JSON document (docs/simulate.md).
+        /// Output format: aligned tables, or one JSON or YAML document (docs/simulate.md).
         #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Table)]
         output: OutputFormat,
         /// Run over simulated time with the steps of FILE (docs/simulate.md, "Simulated time").
@@ -89,10 +99,13 @@ enum Command {
         #[arg(long = "for", value_name = "DURATION")]
         run_for: Option<String>,
     },
-    /// Validate Karpenter manifests (files or directories of .yaml/.yml/.json).
+    /// Validate Karpenter manifests (files or directories of .yaml/.yml/.json, `-` for standard input).
     Validate {
-        /// A manifest file or a directory (walked recursively). Repeatable.
-        #[arg(short = 'f', long = "filename", value_name = "FILE_OR_DIR", required = true)]
+        /// Manifest files or directories (walked recursively), `-` for standard input.
+        #[arg(value_name = "PATH", required_unless_present = "files")]
+        paths: Vec<PathBuf>,
+        /// The same as PATH, as kubectl spells it (repeatable).
+        #[arg(short = 'f', long = "filename", value_name = "PATH")]
         files: Vec<PathBuf>,
         /// Cloud provider whose well-known labels and node class apply.
         #[arg(long, value_enum, default_value_t = Provider::Aws)]
@@ -121,6 +134,22 @@ enum Command {
     /// ec2:DescribeSpotPriceHistory with --include-spot), then mount the file into the controller and set
     /// PRICE_FILE. Needs the `aws` build feature. Nothing is written unless every region was priced.
     Prices(PricesArgs),
+    /// Print the version and the commit this binary was built from.
+    Version,
+    /// Print a shell completion script, e.g. `source <(karpenter-controller completion bash)`.
+    Completion {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: Shell,
+    },
+}
+
+/// The shells `completion` writes scripts for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Shell {
+    Bash,
+    Zsh,
+    Fish,
 }
 
 /// `karpenter-controller prices`.
@@ -148,6 +177,7 @@ pub(crate) enum Provider {
 enum OutputFormat {
     Table,
     Json,
+    Yaml,
 }
 
 impl Provider {
@@ -162,12 +192,18 @@ impl Provider {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Simulate { paths, instance_types, provider, output, timeline, scale, run_for } => {
+        Command::Simulate { mut paths, filenames, instance_types, provider, output, timeline, scale, run_for } => {
+            paths.extend(filenames);
             let time = (timeline.is_some() || !scale.is_empty() || run_for.is_some())
                 .then_some(simulate::TimeOptions { timeline, scale, run_for });
             run_simulate(simulate::Options { paths, instance_types, provider: provider.labels(), time }, output)
         }
-        Command::Validate { files, provider } => validate(&files, provider),
+        Command::Validate { mut paths, files, provider } => {
+            paths.extend(files);
+            validate(&paths, provider)
+        }
+        Command::Version => version(),
+        Command::Completion { shell } => completion(shell),
         Command::Crds { provider } => crds(provider),
         Command::Run(args) => run::run(*args),
         Command::KwokKubelet(args) => kwok_kubelet::run(*args),
@@ -175,11 +211,34 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        // The reader of standard output has gone (`| head -1`): nothing is left to say.
+        Err(e) if inputs::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", inputs::error_chain(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+fn version() -> anyhow::Result<ExitCode> {
+    let commit = if run::COMMIT.is_empty() { "unknown" } else { run::COMMIT };
+    let line = format!("karpenter-controller {} (commit {commit})\n", env!("CARGO_PKG_VERSION"));
+    std::io::stdout().lock().write_all(line.as_bytes()).context("writing to stdout")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn completion(shell: Shell) -> anyhow::Result<ExitCode> {
+    use clap::CommandFactory;
+    use clap_complete::Shell as S;
+    let shell = match shell {
+        Shell::Bash => S::Bash,
+        Shell::Zsh => S::Zsh,
+        Shell::Fish => S::Fish,
+    };
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "karpenter-controller", &mut script);
+    std::io::stdout().lock().write_all(&script).context("writing to stdout")?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Counts of one validation run.
@@ -193,18 +252,20 @@ struct Summary {
 
 fn validate(paths: &[PathBuf], provider: Provider) -> anyhow::Result<ExitCode> {
     let ctx = ValidationContext { provider: provider.labels() };
-    let (loaded, errors) = loader::load_paths(paths);
+    let (loaded, errors, files) = inputs::load(paths, |p| loader::load_paths(p));
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
+    let stderr = std::io::stderr();
+    let mut err = stderr.lock();
 
-    let mut summary = Summary::default();
-    let mut files: BTreeSet<String> = BTreeSet::new();
-    let (manifest_files, _) = loader::manifest_files(paths);
-    files.extend(manifest_files.iter().map(|f| f.display().to_string()));
-
+    let mut summary = Summary { files, ..Summary::default() };
     for error in &errors {
         summary.load_errors += 1;
-        writeln!(out, "{error}").context("writing to stdout")?;
+        writeln!(err, "{error}").context("writing to stderr")?;
+    }
+    for e in simulate::checks::negative_quantities(&loaded) {
+        summary.violations += 1;
+        writeln!(out, "{e}").context("writing to stdout")?;
     }
     for object in &loaded {
         let Some(violations) = object.object.validate(&ctx) else { continue };
@@ -215,30 +276,62 @@ fn validate(paths: &[PathBuf], provider: Provider) -> anyhow::Result<ExitCode> {
                 .context("writing to stdout")?;
         }
     }
-    summary.files = files.len();
-    let mut line =
-        format!("validated {} objects in {} files: {} violations", summary.objects, summary.files, summary.violations);
+    let mut line = format!(
+        "validated {} in {}: {}",
+        inputs::plural(summary.objects, "object", "objects"),
+        inputs::plural(summary.files, "file", "files"),
+        inputs::plural(summary.violations, "violation", "violations")
+    );
     if summary.load_errors > 0 {
-        line.push_str(&format!(", {} load errors", summary.load_errors));
+        line.push_str(&format!(", {}", inputs::plural(summary.load_errors, "load error", "load errors")));
     }
     writeln!(out, "{line}").context("writing to stdout")?;
+    if loaded.is_empty() && errors.is_empty() {
+        writeln!(err, "error: the input holds no objects").context("writing to stderr")?;
+        return Ok(ExitCode::FAILURE);
+    }
     Ok(if summary.violations == 0 && summary.load_errors == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// Notes on standard error: all of them with the table (which is the result), only warnings with JSON and YAML
+/// (whose documents carry every note).
+fn print_notes(notes: &[String], all: bool) -> anyhow::Result<()> {
+    let stderr = std::io::stderr();
+    let mut err = stderr.lock();
+    for note in notes {
+        if note.starts_with("warning: ") {
+            writeln!(err, "{note}").context("writing to stderr")?;
+        } else if all {
+            writeln!(err, "note: {note}").context("writing to stderr")?;
+        }
+    }
+    Ok(())
 }
 
 fn run_simulate(options: simulate::Options, output: OutputFormat) -> anyhow::Result<ExitCode> {
     match simulate::simulate(&options)? {
-        simulate::Outcome::Report(report) => {
+        simulate::Outcome::Report(mut report) => {
+            print_notes(&report.notes, output == OutputFormat::Table)?;
             let text = match output {
-                OutputFormat::Table => simulate::render(&report),
+                OutputFormat::Table => {
+                    report.notes.clear();
+                    simulate::render(&report)
+                }
                 OutputFormat::Json => report.to_json() + "\n",
+                OutputFormat::Yaml => serde_saphyr::to_string(&report).context("serialising the report")?,
             };
             std::io::stdout().lock().write_all(text.as_bytes()).context("writing to stdout")?;
             Ok(ExitCode::SUCCESS)
         }
-        simulate::Outcome::Timeline(report) => {
+        simulate::Outcome::Timeline(mut report) => {
+            print_notes(&report.notes, output == OutputFormat::Table)?;
             let text = match output {
-                OutputFormat::Table => simulate::render_timeline(&report),
+                OutputFormat::Table => {
+                    report.notes.clear();
+                    simulate::render_timeline(&report)
+                }
                 OutputFormat::Json => serde_json::to_string_pretty(&report).context("serialising the report")? + "\n",
+                OutputFormat::Yaml => serde_saphyr::to_string(&report).context("serialising the report")?,
             };
             std::io::stdout().lock().write_all(text.as_bytes()).context("writing to stdout")?;
             Ok(ExitCode::SUCCESS)
@@ -249,8 +342,8 @@ fn run_simulate(options: simulate::Options, output: OutputFormat) -> anyhow::Res
             for e in &errors {
                 writeln!(err, "{e}").context("writing to stderr")?;
             }
-            writeln!(err, "error: {} problems in the input; nothing was simulated", errors.len())
-                .context("writing to stderr")?;
+            let problems = inputs::plural(errors.len(), "problem", "problems");
+            writeln!(err, "error: {problems} in the input; nothing was simulated").context("writing to stderr")?;
             Ok(ExitCode::FAILURE)
         }
     }

@@ -12,7 +12,7 @@ use karpenter_aws::settings::AwsSettings;
 use karpenter_cloudprovider::{Clock, CloudProvider, SystemClock};
 use karpenter_kwok::{KwokCloudProvider, KwokOptions};
 use karpenter_operator::CoreSettings;
-use karpenter_operator::client::{ClientOptions, build_client};
+use karpenter_operator::client::{ClientOptions, client_from_config, load_config};
 use karpenter_operator::manager::{Manager, ManagerError};
 use karpenter_operator::metrics::{BuildInfo, Metrics};
 use karpenter_operator::node_classes::KubeNodeClasses;
@@ -82,6 +82,21 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     runtime.block_on(run_async(args, core, clock))
 }
 
+/// Where the client configuration comes from, as kube infers it: `$KUBECONFIG`, else `~/.kube/config`, else the
+/// in-cluster service account.
+fn config_source() -> String {
+    if let Some(path) = std::env::var_os("KUBECONFIG").filter(|p| !p.is_empty()) {
+        return format!("kubeconfig {}", path.to_string_lossy());
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from).map(|h| h.join(".kube/config"));
+    match home {
+        Some(path) if path.exists() || std::env::var_os("KUBERNETES_SERVICE_HOST").is_none() => {
+            format!("kubeconfig {}", path.display())
+        }
+        _ => "the in-cluster service account".to_owned(),
+    }
+}
+
 /// The runtime's worker threads: `TOKIO_WORKER_THREADS` when set (tokio's own variable), else one. The
 /// controller's work between simulations is small and bursty (watch events, reconciles, API calls): one worker
 /// does it all, where two spent a tenth of the process's CPU waking and parking each other (docs/benchmarks.md,
@@ -99,17 +114,27 @@ fn worker_threads_from(value: Option<&str>) -> usize {
 async fn run_async(args: RunArgs, core: CoreSettings, clock: Arc<dyn Clock>) -> anyhow::Result<ExitCode> {
     let shutdown = karpenter_operator::shutdown::on_signals();
     let options = ClientOptions::from_settings(&core);
-    let client = build_client(&options).await.context("building the Kubernetes client")?;
+    let source = config_source();
+    let config =
+        load_config(&options).await.with_context(|| format!("loading the Kubernetes configuration ({source})"))?;
+    let server = format!("the Kubernetes API server {} ({source})", config.cluster_url);
+    let client = client_from_config(config.clone(), &options).context("building the Kubernetes client")?;
     // The leader election gets its own client: renewals must not queue behind the controllers' requests.
-    let leader_client = build_client(&options).await.context("building the leader-election client")?;
+    let leader_client = client_from_config(config, &options).context("building the leader-election client")?;
     let metrics = Arc::new(Metrics::new(&BuildInfo::current(COMMIT, env!("CARGO_PKG_RUST_VERSION"))));
 
     let manager = match args.provider {
         Provider::Kwok => {
             let node_classes = KubeNodeClasses::new();
-            node_classes.start::<KWOKNodeClass>(client.clone(), shutdown.clone()).await.context(
-                "listing KWOKNodeClasses (are the kwok CRDs installed? `karpenter-controller crds --provider kwok`)",
-            )?;
+            if let Err(e) = node_classes.start::<KWOKNodeClass>(client.clone(), shutdown.clone()).await {
+                // Only a 404 says the resource is unknown to the server; anything else is about reaching it.
+                let hint = if matches!(&e, kube::Error::Api(s) if s.code == 404) {
+                    " (the kwok CRDs are not installed: `karpenter-controller crds --provider kwok | kubectl apply -f -`)"
+                } else {
+                    ""
+                };
+                return Err(anyhow::Error::new(e).context(format!("listing KWOKNodeClasses from {server}{hint}")));
+            }
             let mut kwok_options = match &args.instance_types {
                 Some(path) => KwokOptions::from_instance_types_file(path)?,
                 None => KwokOptions::default(),

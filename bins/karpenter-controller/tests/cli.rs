@@ -78,7 +78,7 @@ fn invalid_manifests_exit_1_and_name_file_document_object_and_path() {
     let typo = tmp.write("typo.yaml", &GOOD_POOL.replace("operator: In", "operater: In"));
     tmp.write("notes.txt", "not a manifest: [");
 
-    let (code, stdout, _) = run(&["validate", "-f", tmp.0.to_str().unwrap()]);
+    let (code, stdout, stderr) = run(&["validate", "-f", tmp.0.to_str().unwrap()]);
     assert_eq!(code, 1, "{stdout}");
     let violation =
         format!("{}: document 2: NodePool/bad: spec.template.spec.requirements[0].values:", invalid.display());
@@ -87,12 +87,12 @@ fn invalid_manifests_exit_1_and_name_file_document_object_and_path() {
         "{}: document 0: NodePool/good: spec.template.spec.requirements[0]: unknown field \"operater\"",
         typo.display()
     );
-    assert!(stdout.lines().any(|l| l.starts_with(&load_error)), "missing {load_error:?} in\n{stdout}");
+    assert!(stderr.lines().any(|l| l.starts_with(&load_error)), "missing {load_error:?} in\n{stderr}");
     assert!(!stdout.contains("notes.txt"), "{stdout}");
     // Two NodePools validated (the Pod is loaded, not validated), in the two manifest files.
     let summary = stdout.lines().last().unwrap_or_default();
     assert!(summary.starts_with("validated 2 objects in 2 files: "), "{summary}");
-    assert!(summary.ends_with(", 1 load errors"), "{summary}");
+    assert!(summary.ends_with(", 1 load error"), "{summary}");
 }
 
 #[test]
@@ -106,7 +106,7 @@ fn kwok_provider_validates_kwok_node_classes() {
     );
     let (code, stdout, _) = run(&["validate", "--provider", "kwok", "-f", file.to_str().unwrap()]);
     assert_eq!(code, 0, "{stdout}");
-    assert_eq!(stdout.trim(), "validated 2 objects in 1 files: 0 violations");
+    assert_eq!(stdout.trim(), "validated 2 objects in 1 file: 0 violations");
 }
 
 #[test]
@@ -121,9 +121,9 @@ fn usage_errors_exit_2() {
 
 #[test]
 fn missing_file_is_a_load_error() {
-    let (code, stdout, _) = run(&["validate", "-f", "/nonexistent/karpenter.yaml"]);
+    let (code, _, stderr) = run(&["validate", "-f", "/nonexistent/karpenter.yaml"]);
     assert_eq!(code, 1);
-    assert!(stdout.starts_with("/nonexistent/karpenter.yaml: "), "{stdout}");
+    assert!(stderr.starts_with("/nonexistent/karpenter.yaml: "), "{stderr}");
 }
 
 fn crd_names(provider: &str) -> Vec<String> {

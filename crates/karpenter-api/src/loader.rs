@@ -144,6 +144,18 @@ macro_rules! objects {
             }
         }
 
+        /// The apiVersion the loader decodes `kind` at (`apps/v1` for `Deployment`); `None` for kinds it does not
+        /// model. An object of such a kind at another apiVersion (`extensions/v1beta1`) loads as
+        /// [`Object::Unknown`].
+        pub fn supported_api_version(kind: &str) -> Option<&'static str> {
+            $(
+                if kind == stringify!($variant) {
+                    return Some($api_version);
+                }
+            )*
+            None
+        }
+
         /// Decodes `value` as the type registered for (apiVersion, kind); `None` if no type is registered.
         fn decode_known(api_version: &str, kind: &str, value: &Value) -> Option<Result<(Object, Value), Decoded>> {
             $(
@@ -379,8 +391,8 @@ pub fn load_file(path: impl AsRef<Path>) -> Result<Vec<Loaded>, LoadError> {
 }
 
 /// Loads files and directories. Directories are walked recursively in sorted order, reading only `.yaml`, `.yml`
-/// and `.json` files (symlinked directories are not followed); files named explicitly are read whatever their
-/// extension. Returns every object that loaded and every error (a bad document does not hide its neighbours).
+/// and `.json` files (symlinked directories are followed; a link back into the directories being walked is an
+/// error, not a loop); files named explicitly are read whatever their extension. Returns every object that loaded and every error (a bad document does not hide its neighbours).
 pub fn load_paths<P: AsRef<Path>>(paths: impl IntoIterator<Item = P>) -> (Vec<Loaded>, Vec<LoadError>) {
     let mut loaded = Vec::new();
     let mut errors = Vec::new();
@@ -420,27 +432,90 @@ pub fn is_manifest_file(path: &Path) -> bool {
 
 fn read(path: &Path) -> Result<String, LoadError> {
     let bytes = std::fs::read(path).map_err(|source| LoadError::Io { path: path.to_path_buf(), source })?;
-    String::from_utf8(bytes).map_err(|e| LoadError::Syntax {
-        file: path.display().to_string(),
-        line: None,
-        message: format!("not UTF-8 text: {e}"),
-    })
+    decode_text(bytes, &path.display().to_string())
 }
 
+/// Manifest bytes as text: UTF-8 (a byte-order mark is dropped). UTF-16 and UTF-32 (which editors and Windows
+/// shells write, recognised by their byte-order mark or, for UTF-16 without one, by the zero bytes between ASCII
+/// characters) are rejected with an error naming the encoding, as is anything else that is not UTF-8.
+pub fn decode_text(bytes: Vec<u8>, name: &str) -> Result<String, LoadError> {
+    let syntax = |message: String| LoadError::Syntax { file: name.to_owned(), line: None, message };
+    let convert = |encoding: &str| {
+        syntax(format!(
+            "the text is {encoding}; manifests must be UTF-8 (convert it, e.g. `iconv -f {} -t UTF-8`)",
+            encoding.split(' ').next().unwrap_or(encoding)
+        ))
+    };
+    let head: &[u8] = &bytes[..bytes.len().min(4)];
+    if head.starts_with(&[0xFF, 0xFE, 0, 0]) {
+        return Err(convert("UTF-32LE (little-endian, with a byte-order mark)"));
+    }
+    if head.starts_with(&[0, 0, 0xFE, 0xFF]) {
+        return Err(convert("UTF-32BE (big-endian, with a byte-order mark)"));
+    }
+    if head.starts_with(&[0xFF, 0xFE]) {
+        return Err(convert("UTF-16LE (little-endian, with a byte-order mark)"));
+    }
+    if head.starts_with(&[0xFE, 0xFF]) {
+        return Err(convert("UTF-16BE (big-endian, with a byte-order mark)"));
+    }
+    // UTF-16 without a mark: YAML starts with ASCII, so one byte of each of the first pairs is zero.
+    if bytes.len() >= 4 && bytes[0] != 0 && bytes[1] == 0 && bytes[2] != 0 && bytes[3] == 0 {
+        return Err(convert("UTF-16LE (little-endian)"));
+    }
+    if bytes.len() >= 4 && bytes[0] == 0 && bytes[1] != 0 && bytes[2] == 0 && bytes[3] != 0 {
+        return Err(convert("UTF-16BE (big-endian)"));
+    }
+    let mut text = String::from_utf8(bytes).map_err(|e| syntax(format!("not UTF-8 text: {e}")))?;
+    if text.starts_with('\u{feff}') {
+        text.drain(..'\u{feff}'.len_utf8());
+    }
+    Ok(text)
+}
+
+/// Walks `path` into `files`. Symlinked directories are followed; `ancestors` holds the canonical paths of the
+/// directories being walked, so a link back to one of them (a loop) is reported once and not entered.
 fn collect_files(path: &Path, explicit: bool, files: &mut Vec<PathBuf>, errors: &mut Vec<LoadError>) {
-    let meta = if explicit { std::fs::metadata(path) } else { std::fs::symlink_metadata(path) };
-    let meta = match meta {
+    collect_files_in(path, explicit, files, errors, &mut Vec::new());
+}
+
+fn collect_files_in(
+    path: &Path,
+    explicit: bool,
+    files: &mut Vec<PathBuf>,
+    errors: &mut Vec<LoadError>,
+    ancestors: &mut Vec<PathBuf>,
+) {
+    let io = |source: std::io::Error| LoadError::Io { path: path.to_path_buf(), source };
+    let meta = match std::fs::metadata(path) {
         Ok(m) => m,
+        // A dangling link or a link to itself found in a directory walk: skipped unless it looks like a
+        // manifest (then it is reported: the user meant it to be read).
+        Err(_) if !explicit && !is_manifest_file(path) => return,
         Err(source) => {
-            errors.push(LoadError::Io { path: path.to_path_buf(), source });
+            errors.push(io(source));
             return;
         }
     };
     if meta.is_dir() {
+        let canonical = match std::fs::canonicalize(path) {
+            Ok(c) => c,
+            Err(source) => {
+                errors.push(io(source));
+                return;
+            }
+        };
+        if ancestors.contains(&canonical) {
+            errors.push(io(std::io::Error::other(format!(
+                "symbolic link loop: {} is a directory being read already; not read again",
+                canonical.display()
+            ))));
+            return;
+        }
         let entries = match std::fs::read_dir(path) {
             Ok(entries) => entries,
             Err(source) => {
-                errors.push(LoadError::Io { path: path.to_path_buf(), source });
+                errors.push(io(source));
                 return;
             }
         };
@@ -448,20 +523,16 @@ fn collect_files(path: &Path, explicit: bool, files: &mut Vec<PathBuf>, errors: 
         for entry in entries {
             match entry {
                 Ok(entry) => children.push(entry.path()),
-                Err(source) => errors.push(LoadError::Io { path: path.to_path_buf(), source }),
+                Err(source) => errors.push(io(source)),
             }
         }
         children.sort();
+        ancestors.push(canonical);
         for child in children {
-            collect_files(&child, false, files, errors);
+            collect_files_in(&child, false, files, errors, ancestors);
         }
-    } else if explicit {
-        files.push(path.to_path_buf());
-    } else if is_manifest_file(path) {
-        // A symlink to a file counts; a symlink to a directory is not followed.
-        if meta.file_type().is_symlink() && !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
-            return;
-        }
+        ancestors.pop();
+    } else if explicit || is_manifest_file(path) {
         files.push(path.to_path_buf());
     }
 }
@@ -934,6 +1005,71 @@ mod tests {
             Seg::Key("a".into()),
         ];
         assert_eq!(render_path(&p), "metadata.labels[karpenter.sh/x].spec[2].a");
+    }
+
+    /// A fresh directory under the system temp dir, removed on drop.
+    struct TempDir(PathBuf);
+    impl TempDir {
+        fn new(name: &str) -> Self {
+            let dir = std::env::temp_dir().join(format!("karpenter-loader-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).expect("temp dir");
+            TempDir(dir)
+        }
+    }
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    const POD: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: []}\n";
+
+    #[cfg(unix)]
+    #[test]
+    fn symlinked_directories_are_followed_and_loops_reported_not_walked() {
+        let dir = TempDir::new("symlinks");
+        let real = dir.0.join("real");
+        std::fs::create_dir_all(real.join("sub")).expect("mkdir");
+        std::fs::write(real.join("sub/pod.yaml"), POD).expect("write");
+        let top = dir.0.join("top");
+        std::fs::create_dir_all(&top).expect("mkdir");
+        std::os::unix::fs::symlink(&real, top.join("linked")).expect("symlink");
+        // A loop: real/sub/back -> real.
+        std::os::unix::fs::symlink(&real, real.join("sub/back")).expect("symlink");
+        let (files, errors) = manifest_files([&top]);
+        assert_eq!(files, [top.join("linked/sub/pod.yaml")]);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        let message = errors[0].to_string();
+        assert!(message.contains("symbolic link loop") && message.contains("linked/sub/back"), "{message}");
+        // A link to itself named like a manifest is an error; one not named like a manifest is skipped.
+        std::os::unix::fs::symlink("self.yaml", top.join("self.yaml")).expect("symlink");
+        std::os::unix::fs::symlink("other", top.join("other")).expect("symlink");
+        let (_, errors) = manifest_files([&top]);
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(errors.iter().any(|e| e.file().ends_with("self.yaml")), "{errors:?}");
+    }
+
+    #[test]
+    fn utf16_and_utf32_are_named_and_a_utf8_bom_is_dropped() {
+        let utf16le: Vec<u8> = [0xFF, 0xFE].into_iter().chain(POD.encode_utf16().flat_map(u16::to_le_bytes)).collect();
+        let utf16be: Vec<u8> = POD.encode_utf16().flat_map(u16::to_be_bytes).collect();
+        let err = decode_text(utf16le, "in.yaml").expect_err("UTF-16LE").to_string();
+        assert!(err.starts_with("in.yaml: the text is UTF-16LE (little-endian, with a byte-order mark)"), "{err}");
+        let err = decode_text(utf16be, "in.yaml").expect_err("UTF-16BE").to_string();
+        assert!(err.contains("UTF-16BE (big-endian)") && err.contains("iconv -f UTF-16BE -t UTF-8"), "{err}");
+        let err = decode_text(vec![0xFF, 0xFE, 0, 0, b'a', 0, 0, 0], "in.yaml").expect_err("UTF-32").to_string();
+        assert!(err.contains("UTF-32LE"), "{err}");
+        let bom: Vec<u8> = "\u{feff}".bytes().chain(POD.bytes()).collect();
+        assert_eq!(decode_text(bom, "in.yaml").expect("UTF-8 with BOM"), POD);
+        assert!(decode_text(vec![b'a', 0xC3], "x").expect_err("bad").to_string().contains("not UTF-8"));
+    }
+
+    #[test]
+    fn supported_api_versions_by_kind() {
+        assert_eq!(supported_api_version("Deployment"), Some("apps/v1"));
+        assert_eq!(supported_api_version("NodePool"), Some("karpenter.sh/v1"));
+        assert_eq!(supported_api_version("Service"), None);
     }
 
     #[test]

@@ -94,16 +94,23 @@ pub enum LoggingError {
     AlreadySet,
 }
 
-/// Installs the JSON logger as the process's global subscriber: `LOG_LEVEL`, `LOG_OUTPUT_PATHS`, and `commit`
-/// on every line.
+/// Installs the JSON logger as the process's global subscriber: `LOG_LEVEL`, `LOG_OUTPUT_PATHS`,
+/// `LOG_ERROR_OUTPUT_PATHS` (ERROR lines also go there, except to a path `LOG_OUTPUT_PATHS` names already, so no
+/// line is written twice to one place), and `commit` on every line.
 pub fn init(settings: &CoreSettings, commit: &str, clock: Arc<dyn Clock>) -> Result<(), LoggingError> {
     use tracing_subscriber::layer::SubscriberExt;
-    let outputs = settings
-        .log_output_paths
-        .iter()
-        .map(|p| LogOutput::open(p).map_err(|source| LoggingError::Output { path: p.clone(), source }))
-        .collect::<Result<Vec<_>, _>>()?;
-    let layer = JsonLayer::new(outputs, commit, clock).with_filter(filter(settings.log_level));
+    let open = |paths: &mut dyn Iterator<Item = &String>| {
+        paths
+            .map(|p| LogOutput::open(p).map_err(|source| LoggingError::Output { path: p.clone(), source }))
+            .collect::<Result<Vec<_>, _>>()
+    };
+    let outputs = open(&mut settings.log_output_paths.iter())?;
+    let error_outputs = open(
+        &mut settings.log_error_output_paths.iter().filter(|p| !p.is_empty() && !settings.log_output_paths.contains(p)),
+    )?;
+    let layer = JsonLayer::new(outputs, commit, clock)
+        .with_error_outputs(error_outputs)
+        .with_filter(filter(settings.log_level));
     tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer))
         .map_err(|_| LoggingError::AlreadySet)
 }
@@ -112,6 +119,8 @@ pub fn init(settings: &CoreSettings, commit: &str, clock: Arc<dyn Clock>) -> Res
 #[derive(Debug)]
 pub struct JsonLayer {
     outputs: Vec<LogOutput>,
+    /// Where ERROR lines also go (`LOG_ERROR_OUTPUT_PATHS`).
+    error_outputs: Vec<LogOutput>,
     commit: String,
     clock: Arc<dyn Clock>,
 }
@@ -170,7 +179,13 @@ fn level_name(level: &Level) -> &'static str {
 
 impl JsonLayer {
     pub fn new(outputs: Vec<LogOutput>, commit: &str, clock: Arc<dyn Clock>) -> Self {
-        Self { outputs, commit: commit.to_string(), clock }
+        Self { outputs, error_outputs: Vec::new(), commit: commit.to_string(), clock }
+    }
+
+    /// ERROR lines also go to `outputs` (besides the layer's own outputs).
+    pub fn with_error_outputs(mut self, outputs: Vec<LogOutput>) -> Self {
+        self.error_outputs = outputs;
+        self
     }
 
     fn line(&self, level: &Level, mut fields: BTreeMap<String, Value>) -> String {
@@ -243,7 +258,8 @@ where
         }
         event.record(&mut Visitor(&mut fields));
         let line = self.line(event.metadata().level(), fields);
-        for output in &self.outputs {
+        let errors = if *event.metadata().level() == Level::ERROR { &self.error_outputs[..] } else { &[] };
+        for output in self.outputs.iter().chain(errors) {
             output.write_line(line.as_bytes());
         }
     }
@@ -262,6 +278,25 @@ mod tests {
     use super::*;
     use karpenter_testing::FakeClock;
     use tracing_subscriber::layer::SubscriberExt;
+
+    #[test]
+    fn error_lines_also_go_to_the_error_outputs() {
+        let all = Arc::new(Mutex::new(Vec::new()));
+        let errors = Arc::new(Mutex::new(Vec::new()));
+        let clock = FakeClock::default();
+        let layer = JsonLayer::new(vec![LogOutput::Buffer(all.clone())], "c", Arc::new(clock))
+            .with_error_outputs(vec![LogOutput::Buffer(errors.clone())]);
+        tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+            tracing::info!("fine");
+            tracing::error!("broken");
+        });
+        let text = |b: &Arc<Mutex<Vec<u8>>>| String::from_utf8(b.lock().expect("buffer").clone()).expect("UTF-8");
+        let messages = |t: String| -> Vec<String> {
+            t.lines().filter_map(parse_line).map(|m| m["message"].as_str().unwrap_or_default().to_owned()).collect()
+        };
+        assert_eq!(messages(text(&all)), ["fine", "broken"]);
+        assert_eq!(messages(text(&errors)), ["broken"]);
+    }
 
     #[test]
     fn kube_clients_per_request_errors_show_only_at_debug() {

@@ -10,13 +10,18 @@
 //!   Pending pods owned by a DaemonSet are left out: DaemonSet pods are accounted for as overhead.
 //! * A Pod **with `spec.nodeName` is bound**, unless its phase is `Succeeded` or `Failed` (terminal pods use no
 //!   resources and are dropped).
-//! * A Deployment, ReplicaSet, StatefulSet or Job is **expanded** into pending pods only when **none of the
-//!   objects it owns are in the input** (matched through `metadata.ownerReferences` by kind, name and
-//!   namespace; a Deployment owns ReplicaSets, which own Pods; StatefulSets and Jobs own Pods). So the output
-//!   of `kubectl get all -o yaml` is not counted twice. Replicas: `spec.replicas` (default 1) for Deployments,
-//!   ReplicaSets and StatefulSets; `spec.parallelism` (default 1) for Jobs. Generated pods are named
-//!   `<owner>-<i>` (i from 0), carry the template's labels and spec, an owner reference to the workload and
-//!   the uid `generated/<namespace>/<owner>-<i>`, so output is deterministic.
+//! * A Deployment, ReplicaSet, StatefulSet or Job is **expanded** into pending pods only for the **replicas no
+//!   pod of the input accounts for**. A non-terminal pod accounts for the workload its controlling
+//!   `metadata.ownerReferences` entry names (same namespace). A pod whose ReplicaSet is not in the input (a dump
+//!   without ReplicaSets) accounts for the Deployment whose name plus `-<pod-template-hash>` is that
+//!   ReplicaSet's name, else for the Deployment whose selector matches the pod's labels. A Deployment whose
+//!   ReplicaSets are in the input is represented by them (each expanded for its own missing replicas). So the
+//!   output of `kubectl get all -o yaml`, or of `kubectl get deployments,pods`, is not counted twice.
+//!   Replicas: `spec.replicas` (default 1) for Deployments, ReplicaSets and StatefulSets; `spec.parallelism`
+//!   (default 1) for Jobs, none for a Job with a `completionTime`. Generated pods are named `<owner>-<i>` with
+//!   the lowest `i` (from 0) no pod of the namespace has (a StatefulSet's missing ordinals), carry the
+//!   template's labels and spec, an owner reference to the workload and the uid `generated/<namespace>/<name>`,
+//!   so output is deterministic.
 //! * Namespaces come from Namespace objects; a namespace referenced by a pod but not listed is added with the
 //!   label `kubernetes.io/metadata.name` only (as the API server labels every namespace).
 //! * A Node is initialized when its NodeClaim says `Initialized=True`, when it carries
@@ -34,11 +39,12 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use karpenter_api::condition::ConditionStatus;
 use karpenter_api::labels;
 use karpenter_api::loader::{Loaded, Object};
 use karpenter_api::nodeclaim::NodeClaimStatus;
+use karpenter_api::selector::selector_matches;
 use karpenter_api::{CompactPod, IntoSharedPod, NodeClaim, NodePool, SpecInterner};
 use karpenter_requirements::{ResourceError, ResourceList};
 
@@ -215,12 +221,72 @@ struct Workload {
     uid: Option<String>,
     replicas: i32,
     template: PodTemplateSpec,
+    /// `spec.selector` (Deployments: ties pods to it when their ReplicaSet is not in the input).
+    selector: Option<LabelSelector>,
 }
 
-fn expand(w: &Workload) -> Vec<Pod> {
+/// The label the Deployment controller puts on a ReplicaSet's pods (and suffixes the ReplicaSet's name with).
+const POD_TEMPLATE_HASH: &str = "pod-template-hash";
+
+/// Non-terminal pods per workload (namespace, kind, name). A pod counts for its controlling owner reference; when
+/// that owner is a ReplicaSet absent from the input (a dump without ReplicaSets), or the pod has no owner, a pod
+/// carrying `pod-template-hash` counts for the Deployment of its namespace whose name plus `-<hash>` is the
+/// ReplicaSet's name, else for the one whose selector matches its labels.
+fn account_pods(
+    pods: &[&Pod],
+    workloads: &[Workload],
+    replica_sets: &[(Workload, Vec<OwnerReference>)],
+) -> BTreeMap<(String, &'static str, String), usize> {
+    let rs_in_input: BTreeSet<(&str, &str)> =
+        replica_sets.iter().map(|(w, _)| (w.namespace.as_str(), w.name.as_str())).collect();
+    let deployments: Vec<&Workload> = workloads.iter().filter(|w| w.kind == "Deployment").collect();
+    let mut out: BTreeMap<(String, &'static str, String), usize> = BTreeMap::new();
+    for p in pods {
+        if matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed")) {
+            continue;
+        }
+        let (ns, _) = meta_key(&p.metadata);
+        let refs = p.metadata.owner_references.as_deref().unwrap_or_default();
+        let owner = refs.iter().find(|o| o.controller == Some(true)).or_else(|| refs.first());
+        let orphan_rs =
+            owner.filter(|o| o.kind == "ReplicaSet" && !rs_in_input.contains(&(ns.as_str(), o.name.as_str())));
+        if let Some(o) = owner
+            && orphan_rs.is_none()
+        {
+            let kind = match o.kind.as_str() {
+                "Deployment" => "Deployment",
+                "ReplicaSet" => "ReplicaSet",
+                "StatefulSet" => "StatefulSet",
+                "Job" => "Job",
+                _ => continue,
+            };
+            *out.entry((ns, kind, o.name.clone())).or_default() += 1;
+            continue;
+        }
+        let labels = p.metadata.labels.clone().unwrap_or_default();
+        let Some(hash) = labels.get(POD_TEMPLATE_HASH) else { continue };
+        let in_ns = || deployments.iter().filter(|d| d.namespace == ns);
+        let by_name = orphan_rs.and_then(|o| in_ns().find(|d| o.name == format!("{}-{hash}", d.name)));
+        let found = by_name
+            .or_else(|| in_ns().find(|d| d.selector.is_some() && selector_matches(d.selector.as_ref(), &labels)));
+        if let Some(d) = found {
+            *out.entry((ns.clone(), "Deployment", d.name.clone())).or_default() += 1;
+        }
+    }
+    out
+}
+
+/// `count` invented pods of `w`, named `<owner>-<i>` with the lowest `i` whose name no pod of the namespace has
+/// (so a StatefulSet's missing ordinals are the ones invented).
+fn expand(w: &Workload, count: usize, taken: &mut BTreeSet<(String, String)>) -> Vec<Pod> {
     let mut out = Vec::new();
-    for i in 0..w.replicas.max(0) {
+    let mut i = 0u64;
+    while out.len() < count {
         let name = format!("{}-{i}", w.name);
+        i += 1;
+        if !taken.insert((w.namespace.clone(), name.clone())) {
+            continue;
+        }
         let tm = &w.template.metadata;
         let mut spec: PodSpec = w.template.spec.clone().unwrap_or_default();
         spec.node_name = None;
@@ -510,6 +576,7 @@ impl ClusterSnapshot {
                         uid: d.metadata.uid.clone(),
                         replicas: spec.replicas.unwrap_or(1),
                         template: spec.template,
+                        selector: Some(spec.selector),
                     });
                 }
                 Object::ReplicaSet(r) => {
@@ -524,6 +591,7 @@ impl ClusterSnapshot {
                             uid: r.metadata.uid.clone(),
                             replicas: spec.replicas.unwrap_or(1),
                             template: spec.template.unwrap_or_default(),
+                            selector: Some(spec.selector),
                         },
                         owned_by(&r.metadata).cloned().collect(),
                     ));
@@ -539,6 +607,7 @@ impl ClusterSnapshot {
                         uid: s.metadata.uid.clone(),
                         replicas: spec.replicas.unwrap_or(1),
                         template: spec.template,
+                        selector: Some(spec.selector),
                     });
                 }
                 Object::Job(j) => {
@@ -550,37 +619,43 @@ impl ClusterSnapshot {
                         namespace,
                         name,
                         uid: j.metadata.uid.clone(),
-                        replicas: spec.parallelism.unwrap_or(1),
+                        // A finished Job runs no pods.
+                        replicas: if j.status.as_ref().is_some_and(|s| s.completion_time.is_some()) {
+                            0
+                        } else {
+                            spec.parallelism.unwrap_or(1)
+                        },
                         template: spec.template,
+                        selector: spec.selector,
                     });
                 }
                 _ => {}
             }
         }
 
-        // Owners present in the input: (namespace, kind, name) of every owner reference of a pod or RS.
-        let mut owned: BTreeSet<(String, String, String)> = BTreeSet::new();
-        for p in &pods {
-            let ns = p.metadata.namespace.clone().unwrap_or_default();
-            for o in owned_by(&p.metadata) {
-                owned.insert((ns.clone(), o.kind.clone(), o.name.clone()));
-            }
-        }
+        // Replicas already accounted for, per workload (namespace, kind, name): the non-terminal pods it owns.
+        let accounted = account_pods(&pods, &workloads, &replica_sets);
+        // A Deployment whose ReplicaSets are in the input is represented by them (a rollout's old and new sets).
+        let mut has_replica_sets: BTreeSet<(String, String)> = BTreeSet::new();
         for (rs, owners) in &replica_sets {
-            for o in owners {
-                owned.insert((rs.namespace.clone(), o.kind.clone(), o.name.clone()));
+            for o in owners.iter().filter(|o| o.kind == "Deployment") {
+                has_replica_sets.insert((rs.namespace.clone(), o.name.clone()));
             }
         }
+        let mut taken: BTreeSet<(String, String)> = pods.iter().map(|p| meta_key(&p.metadata)).collect();
         // Replicas share one spec (a workload of 10,000 replicas is one spec, not 10,000 copies).
         let mut specs = SpecInterner::new();
         for p in pods {
             builder.pod(specs.intern(CompactPod::from(p)));
         }
         for w in workloads.iter().chain(replica_sets.iter().map(|(w, _)| w)) {
-            if !owned.contains(&(w.namespace.clone(), w.kind.to_owned(), w.name.clone())) {
-                for p in expand(w) {
-                    builder.pod(specs.intern(CompactPod::from(p)));
-                }
+            if w.kind == "Deployment" && has_replica_sets.contains(&(w.namespace.clone(), w.name.clone())) {
+                continue;
+            }
+            let have = accounted.get(&(w.namespace.clone(), w.kind, w.name.clone())).copied().unwrap_or(0);
+            let missing = (i64::from(w.replicas.max(0)) - have as i64).max(0) as usize;
+            for p in expand(w, missing, &mut taken) {
+                builder.pod(specs.intern(CompactPod::from(p)));
             }
         }
         builder.build()
@@ -715,7 +790,11 @@ metadata:
 spec: {containers: [{name: c, image: x}]}
 "#;
         let s = snap(&format!("{DEPLOY}{rs}{pod}"));
-        assert_eq!(names(&s.pending_pods), ["shop/web-abc-xyz"], "kubectl get all output counts each pod once");
+        assert_eq!(
+            names(&s.pending_pods),
+            ["shop/web-abc-0", "shop/web-abc-xyz"],
+            "kubectl get all output counts each pod once; the RS's second replica is invented"
+        );
     }
 
     #[test]
@@ -754,7 +833,7 @@ spec:
     }
 
     #[test]
-    fn statefulset_with_a_pod_in_the_input_is_not_expanded() {
+    fn statefulset_with_a_pod_in_the_input_is_expanded_for_its_missing_ordinals_only() {
         let s = snap(
             r#"
 apiVersion: apps/v1
@@ -777,8 +856,65 @@ metadata:
 spec: {nodeName: n1, containers: [{name: c, image: x}]}
 "#,
         );
-        assert!(s.pending_pods.is_empty());
+        assert_eq!(names(&s.pending_pods), ["default/db-1", "default/db-2"]);
         assert_eq!(names(&s.bound_pods), ["default/db-0"]);
+    }
+
+    /// A pod of `web` (DEPLOY's Deployment) as `kubectl get pods -o yaml` shows it: owned by a ReplicaSet that
+    /// the dump does not hold.
+    fn web_pod(name: &str, node: Option<&str>, hash: &str, app: &str) -> String {
+        let node = node.map(|n| format!("nodeName: {n}, ")).unwrap_or_default();
+        format!(
+            r#"
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: shop
+  labels: {{app: {app}, pod-template-hash: {hash}}}
+  ownerReferences: [{{apiVersion: apps/v1, kind: ReplicaSet, name: web-{hash}, uid: u2, controller: true}}]
+spec: {{{node}containers: [{{name: c, image: x, resources: {{requests: {{cpu: "1"}}}}}}]}}
+"#
+        )
+    }
+
+    #[test]
+    fn deployment_without_replica_sets_counts_its_pods_by_template_hash() {
+        let pods =
+            format!("{}{}", web_pod("web-5d8-a", None, "5d8", "web"), web_pod("web-5d8-b", Some("n1"), "5d8", "web"));
+        let s = snap(&format!("{DEPLOY}{pods}"));
+        assert_eq!(names(&s.pending_pods), ["shop/web-0", "shop/web-5d8-a"], "3 replicas, 2 pods: 1 invented");
+        assert_eq!(names(&s.bound_pods), ["shop/web-5d8-b"]);
+        assert_eq!(s.pods_on("n1").map(|p| p.key()).collect::<Vec<_>>(), ["shop/web-5d8-b"]);
+
+        // The ReplicaSet's name need not be `<deployment>-<hash>`: the selector ties the pod to it.
+        let renamed = web_pod("x-1", None, "f77", "web").replace("name: web-f77", "name: other-f77");
+        assert_eq!(names(&snap(&format!("{DEPLOY}{renamed}")).pending_pods), ["shop/web-0", "shop/web-1", "shop/x-1"]);
+        // A pod the selector does not match, without the hash of a ReplicaSet named after the Deployment, is not
+        // one of its replicas.
+        let stranger = web_pod("y-1", None, "f77", "api").replace("name: web-f77", "name: api-f77");
+        let s = snap(&format!("{DEPLOY}{stranger}"));
+        assert_eq!(names(&s.pending_pods), ["shop/web-0", "shop/web-1", "shop/web-2", "shop/y-1"]);
+        // Terminal pods are not replicas.
+        let done = web_pod("web-5d8-c", Some("n1"), "5d8", "web").replace("spec:", "status: {phase: Failed}\nspec:");
+        assert_eq!(names(&snap(&format!("{DEPLOY}{done}")).pending_pods), ["shop/web-0", "shop/web-1", "shop/web-2"]);
+    }
+
+    #[test]
+    fn finished_job_is_not_expanded() {
+        let s = snap(
+            r#"
+apiVersion: batch/v1
+kind: Job
+metadata: {name: batch, namespace: default}
+spec:
+  parallelism: 2
+  template: {spec: {restartPolicy: Never, containers: [{name: c, image: x}]}}
+status: {completionTime: "2026-01-01T00:00:00Z", succeeded: 1}
+"#,
+        );
+        assert!(s.pending_pods.is_empty());
     }
 
     #[test]

@@ -20,6 +20,7 @@
 //! timeline steps, provisioning, expiration and disruption, reported as a [`TimelineReport`].
 
 mod catalogue;
+pub mod checks;
 mod pods;
 mod report;
 mod table;
@@ -85,7 +86,7 @@ pub enum Outcome {
 pub fn simulate(options: &Options) -> anyhow::Result<Outcome> {
     let bundled = options.paths.is_empty();
     let (objects, load_errors) =
-        if bundled { loader::load_str_all(BUNDLED, BUNDLED_NAME) } else { load_parallel(&options.paths) };
+        if bundled { loader::load_str_all(BUNDLED, BUNDLED_NAME) } else { load_inputs(&options.paths) };
 
     let mut errors: Vec<String> = load_errors.iter().map(ToString::to_string).collect();
     let ctx = ValidationContext { provider: options.provider.clone() };
@@ -94,6 +95,10 @@ pub fn simulate(options: &Options) -> anyhow::Result<Outcome> {
         for v in violations.iter() {
             errors.push(format!("{}: {}: {}: {}", loaded.origin, loaded.object.display_name(), v.path, v.message));
         }
+    }
+    errors.extend(checks::negative_quantities(&objects));
+    if objects.is_empty() && errors.is_empty() {
+        errors.push(format!("the input holds no objects ({})", input_names(&options.paths).join(", ")));
     }
     if !errors.is_empty() {
         return Ok(Outcome::InputErrors(errors));
@@ -109,16 +114,12 @@ pub fn simulate(options: &Options) -> anyhow::Result<Outcome> {
     };
 
     let mut notes = Vec::new();
-    if objects.is_empty() {
-        notes.push("no objects found in the input".to_owned());
-    }
     duplicate_notes(&objects, &mut notes);
+    checks::unsupported_api_versions(&objects, &mut notes);
+    checks::unevaluable_keys(&objects, &snapshot.node_pools, &catalogue, &options.provider, &mut notes);
+    checks::pending_only(&snapshot, &mut notes);
     let ready = ready_node_pools(&snapshot.node_pools, &objects, &mut notes);
-    let inputs = if bundled {
-        vec![BUNDLED_NAME.to_owned()]
-    } else {
-        options.paths.iter().map(|p| p.display().to_string()).collect()
-    };
+    let inputs = if bundled { vec![BUNDLED_NAME.to_owned()] } else { input_names(&options.paths) };
     if let Some(time) = &options.time {
         let ready: Vec<NodePool> = ready.into_iter().cloned().collect();
         let run = Run { inputs, bundled, provider: &options.provider, notes, catalogue: &catalogue };
@@ -336,6 +337,19 @@ fn run_timeline(
 
 /// Objects and load errors, as [`loader::load_paths`] returns them.
 type Load = (Vec<Loaded>, Vec<loader::LoadError>);
+
+/// The inputs as the report names them (`-` is standard input).
+fn input_names(paths: &[PathBuf]) -> Vec<String> {
+    let name =
+        |p: &PathBuf| if p.as_os_str() == "-" { crate::inputs::STDIN_NAME.to_owned() } else { p.display().to_string() };
+    paths.iter().map(name).collect()
+}
+
+/// The paths (`-`: standard input) loaded with [`load_parallel`].
+fn load_inputs(paths: &[PathBuf]) -> Load {
+    let (objects, errors, _) = crate::inputs::load(paths, load_parallel);
+    (objects, errors)
+}
 
 /// [`loader::load_paths`] with the files spread over the available cores (parsing dominates a large input).
 /// Objects and errors come out in the same order as from `load_paths`, file by file.
