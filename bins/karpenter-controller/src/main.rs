@@ -88,6 +88,8 @@ enum Command {
         /// How long simulated time runs (e.g. 2h; default 1h without --timeline).
         #[arg(long = "for", value_name = "DURATION")]
         run_for: Option<String>,
+        #[command(flatten)]
+        cluster: simulate::live::ClusterArgs,
     },
     /// Validate Karpenter manifests (files or directories of .yaml/.yml/.json).
     Validate {
@@ -162,10 +164,11 @@ impl Provider {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Simulate { paths, instance_types, provider, output, timeline, scale, run_for } => {
+        Command::Simulate { paths, instance_types, provider, output, timeline, scale, run_for, cluster } => {
             let time = (timeline.is_some() || !scale.is_empty() || run_for.is_some())
                 .then_some(simulate::TimeOptions { timeline, scale, run_for });
-            run_simulate(simulate::Options { paths, instance_types, provider: provider.labels(), time }, output)
+            let options = simulate::Options { paths, instance_types, provider: provider.labels(), time };
+            run_simulate(options, &cluster, output)
         }
         Command::Validate { files, provider } => validate(&files, provider),
         Command::Crds { provider } => crds(provider),
@@ -225,8 +228,12 @@ fn validate(paths: &[PathBuf], provider: Provider) -> anyhow::Result<ExitCode> {
     Ok(if summary.violations == 0 && summary.load_errors == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
-fn run_simulate(options: simulate::Options, output: OutputFormat) -> anyhow::Result<ExitCode> {
-    match simulate::simulate(&options)? {
+fn run_simulate(
+    options: simulate::Options,
+    cluster: &simulate::live::ClusterArgs,
+    output: OutputFormat,
+) -> anyhow::Result<ExitCode> {
+    match simulate::live::run(&options, cluster)? {
         simulate::Outcome::Report(report) => {
             let text = match output {
                 OutputFormat::Table => simulate::render(&report),
