@@ -429,14 +429,10 @@ mod tests {
         Connection { server: "http://in-process".into(), kubeconfig: "test".into() }
     }
 
-    async fn create<K>(client: &Client, namespace: Option<&str>, value: serde_json::Value) -> K
+    async fn create<K>(api: Api<K>, value: serde_json::Value) -> K
     where
         K: Resource<DynamicType = ()> + Clone + Debug + serde::Serialize + DeserializeOwned,
     {
-        let api: Api<K> = match namespace {
-            Some(ns) => Api::namespaced(client.clone(), ns),
-            None => Api::all(client.clone()),
-        };
         let object: K = serde_json::from_value(value).expect("test object");
         api.create(&PostParams::default(), &object).await.expect("create")
     }
@@ -454,37 +450,37 @@ mod tests {
     async fn listed_objects_become_the_loaders_objects() {
         let server = ApiServer::new();
         let client = server.client();
-        create::<NodePool>(&client, None, json!({
+        create(Api::<NodePool>::all(client.clone()), json!({
             "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
             "spec": {"template": {"spec": {"requirements": [],
                 "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"}}}}
         }))
         .await;
-        create::<KWOKNodeClass>(&client, None, json!({
+        create(Api::<KWOKNodeClass>::all(client.clone()), json!({
             "apiVersion": "karpenter.kwok.sh/v1alpha1", "kind": "KWOKNodeClass", "metadata": {"name": "default"}
         }))
         .await;
-        create::<Node>(&client, None, json!({
+        create(Api::<Node>::all(client.clone()), json!({
             "apiVersion": "v1", "kind": "Node",
             "metadata": {"name": "node-a", "labels": {"node.kubernetes.io/instance-type": "c-4x-amd64-linux"}},
             "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "64"}}
         }))
         .await;
         for i in 0..3 {
-            create::<Pod>(&client, Some("default"), pod(&format!("pending-{i}"), None)).await;
+            create(Api::<Pod>::namespaced(client.clone(), "default"), pod(&format!("pending-{i}"), None)).await;
         }
-        create::<Pod>(&client, Some("default"), pod("bound", Some("node-a"))).await;
+        create(Api::<Pod>::namespaced(client.clone(), "default"), pod("bound", Some("node-a"))).await;
         let mut finished = pod("finished", None);
         finished["status"] = json!({"phase": "Succeeded"});
         // The server drops a pod's status on create; write it through the status subresource.
-        create::<Pod>(&client, Some("default"), pod("finished", None)).await;
+        create(Api::<Pod>::namespaced(client.clone(), "default"), pod("finished", None)).await;
         let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
         let mut current = pods.get("finished").await.expect("pod");
         current.status = Some(serde_json::from_value(finished["status"].clone()).expect("status"));
-        pods.replace_status("finished", &PostParams::default(), serde_json::to_vec(&current).expect("json"))
+        pods.replace_status("finished", &PostParams::default(), &current)
             .await
             .expect("status");
-        create::<PodDisruptionBudget>(&client, Some("default"), json!({
+        create(Api::<PodDisruptionBudget>::namespaced(client.clone(), "default"), json!({
             "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
             "metadata": {"name": "web", "namespace": "default"},
             "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}
