@@ -1465,9 +1465,10 @@ async fn real_plane_simulate_from_cluster() {
             .iter()
             .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none())
             .filter(|p| {
-                p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| {
-                    cs.iter().any(|c| c.type_ == "PodScheduled" && c.status == "False")
-                })
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "PodScheduled" && c.status == "False"))
             })
             .count();
         if list.items.len() == 4 && unschedulable == 4 {
@@ -1501,8 +1502,7 @@ async fn real_plane_simulate_from_cluster() {
     }
 
     // The run, with nothing changing around it but the plane's own bookkeeping.
-    let (revision_before, keys_before) =
-        tokio::task::block_in_place(|| etcd_keys(&plane)).expect("etcd keys before");
+    let (revision_before, keys_before) = tokio::task::block_in_place(|| etcd_keys(&plane)).expect("etcd keys before");
     let t = Stopwatch::start();
     let out = Command::new(env!("CARGO_BIN_EXE_karpenter-controller"))
         .args(["simulate", "--from-cluster", "-o", "json"])

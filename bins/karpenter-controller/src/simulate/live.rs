@@ -29,6 +29,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use karpenter_api::loader::{Loaded, Object, Origin};
 use karpenter_api::{EC2NodeClass, KWOKNodeClass, NodeClaim, NodePool};
+use karpenter_cloudprovider::{Clock, SystemClock};
 use karpenter_operator::client::{ClientOptions, USER_AGENT, client_from_config};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -84,10 +85,8 @@ pub fn run(options: &Options, cluster: &ClusterArgs) -> anyhow::Result<Outcome> 
 
 /// Reads the cluster `args` name (on a runtime of its own: simulate is otherwise synchronous).
 pub fn read(args: &ClusterArgs) -> anyhow::Result<ClusterInput> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the tokio runtime")?;
+    let runtime =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the tokio runtime")?;
     runtime.block_on(async {
         let (config, kubeconfig) = load_config(args).await?;
         let server = config.cluster_url.to_string().trim_end_matches('/').to_owned();
@@ -101,7 +100,7 @@ pub fn read(args: &ClusterArgs) -> anyhow::Result<ClusterInput> {
         };
         let client = client_from_config(config, &options).context("building the Kubernetes client")?;
         let connection = Connection { server, kubeconfig };
-        read_with(client, &connection).await
+        read_with(client, &connection, &SystemClock).await
     })
 }
 
@@ -139,7 +138,9 @@ async fn load_config(args: &ClusterArgs) -> anyhow::Result<(Config, String)> {
             Ok((config, path))
         }
         None if args.context.is_some() => {
-            anyhow::bail!("--context needs a kubeconfig: none given (--kubeconfig), none in $KUBECONFIG or ~/.kube/config")
+            anyhow::bail!(
+                "--context needs a kubeconfig: none given (--kubeconfig), none in $KUBECONFIG or ~/.kube/config"
+            )
         }
         None => {
             let config = Config::incluster().context(
@@ -203,7 +204,9 @@ pub fn rbac_yaml(subject: &str) -> String {
 }
 
 /// Reads every resource of [`READS`] through `client` (any `kube::Client`: tests pass the in-process server's).
-pub async fn read_with(client: Client, connection: &Connection) -> anyhow::Result<ClusterInput> {
+///
+/// `clock` says when the cluster was read: simulated time starts there.
+pub async fn read_with(client: Client, connection: &Connection, clock: &dyn Clock) -> anyhow::Result<ClusterInput> {
     let mut listing = Listing::default();
     list::<NodePool>(&client, connection, &mut listing, |o| Object::NodePool(Box::new(o))).await?;
     list::<NodeClaim>(&client, connection, &mut listing, |o| Object::NodeClaim(Box::new(o))).await?;
@@ -218,7 +221,7 @@ pub async fn read_with(client: Client, connection: &Connection) -> anyhow::Resul
     list::<Job>(&client, connection, &mut listing, |o| Object::Job(Box::new(o))).await?;
     list::<PodDisruptionBudget>(&client, connection, &mut listing, |o| Object::PodDisruptionBudget(Box::new(o)))
         .await?;
-    Ok(listing.finish(connection, Utc::now()))
+    Ok(listing.finish(connection, clock.now()))
 }
 
 /// What the lists gave so far.
@@ -264,7 +267,12 @@ fn resource_name(group: &str, plural: &str) -> String {
 ///
 /// Objects are listed untyped and decoded one by one, so one that does not decode is reported by name and the
 /// rest still load.
-async fn list<K>(client: &Client, connection: &Connection, listing: &mut Listing, wrap: fn(K) -> Object) -> anyhow::Result<()>
+async fn list<K>(
+    client: &Client,
+    connection: &Connection,
+    listing: &mut Listing,
+    wrap: fn(K) -> Object,
+) -> anyhow::Result<()>
 where
     K: Resource<DynamicType = ()> + DeserializeOwned,
 {
@@ -421,6 +429,7 @@ pub fn merge(cluster: Vec<Loaded>, files: Vec<Loaded>, notes: &mut Vec<String>) 
 mod tests {
     use super::*;
     use k8s_openapi::api::batch::v1::JobStatus;
+    use karpenter_testing::FakeClock;
     use karpenter_testing::apiserver::ApiServer;
     use kube::api::PostParams;
     use serde_json::json;
@@ -450,21 +459,30 @@ mod tests {
     async fn listed_objects_become_the_loaders_objects() {
         let server = ApiServer::new();
         let client = server.client();
-        create(Api::<NodePool>::all(client.clone()), json!({
-            "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
-            "spec": {"template": {"spec": {"requirements": [],
-                "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"}}}}
-        }))
+        create(
+            Api::<NodePool>::all(client.clone()),
+            json!({
+                "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
+                "spec": {"template": {"spec": {"requirements": [],
+                    "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"}}}}
+            }),
+        )
         .await;
-        create(Api::<KWOKNodeClass>::all(client.clone()), json!({
-            "apiVersion": "karpenter.kwok.sh/v1alpha1", "kind": "KWOKNodeClass", "metadata": {"name": "default"}
-        }))
+        create(
+            Api::<KWOKNodeClass>::all(client.clone()),
+            json!({
+                "apiVersion": "karpenter.kwok.sh/v1alpha1", "kind": "KWOKNodeClass", "metadata": {"name": "default"}
+            }),
+        )
         .await;
-        create(Api::<Node>::all(client.clone()), json!({
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": "node-a", "labels": {"node.kubernetes.io/instance-type": "c-4x-amd64-linux"}},
-            "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "64"}}
-        }))
+        create(
+            Api::<Node>::all(client.clone()),
+            json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": "node-a", "labels": {"node.kubernetes.io/instance-type": "c-4x-amd64-linux"}},
+                "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "64"}}
+            }),
+        )
         .await;
         for i in 0..3 {
             create(Api::<Pod>::namespaced(client.clone(), "default"), pod(&format!("pending-{i}"), None)).await;
@@ -477,17 +495,20 @@ mod tests {
         let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
         let mut current = pods.get("finished").await.expect("pod");
         current.status = Some(serde_json::from_value(finished["status"].clone()).expect("status"));
-        pods.replace_status("finished", &PostParams::default(), &current)
-            .await
-            .expect("status");
-        create(Api::<PodDisruptionBudget>::namespaced(client.clone(), "default"), json!({
-            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-            "metadata": {"name": "web", "namespace": "default"},
-            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}
-        }))
+        pods.replace_status("finished", &PostParams::default(), &current).await.expect("status");
+        create(
+            Api::<PodDisruptionBudget>::namespaced(client.clone(), "default"),
+            json!({
+                "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                "metadata": {"name": "web", "namespace": "default"},
+                "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}
+            }),
+        )
         .await;
 
-        let input = read_with(client, &connection()).await.expect("read");
+        let read_at = chrono::DateTime::parse_from_rfc3339("2026-05-01T10:00:00Z").expect("time").to_utc();
+        let input = read_with(client, &connection(), &FakeClock::new(read_at)).await.expect("read");
+        assert_eq!(input.now, read_at);
         assert!(input.errors.is_empty(), "{:?}", input.errors);
         let described: Vec<String> = input.objects.iter().map(Loaded::describe).collect();
         assert_eq!(
@@ -505,11 +526,18 @@ mod tests {
         );
         // The in-process server serves no Deployments, ReplicaSets, StatefulSets or Jobs: skipped like a missing CRD.
         assert!(
-            input.notes.iter().any(|n| n == "deployments.apps: not served by the cluster (404; a CRD not installed): skipped"),
+            input
+                .notes
+                .iter()
+                .any(|n| n == "deployments.apps: not served by the cluster (404; a CRD not installed): skipped"),
             "{:?}",
             input.notes
         );
-        assert!(input.notes.iter().any(|n| n == "1 finished pods (Succeeded or Failed): left out"), "{:?}", input.notes);
+        assert!(
+            input.notes.iter().any(|n| n == "1 finished pods (Succeeded or Failed): left out"),
+            "{:?}",
+            input.notes
+        );
         assert!(input.notes[0].contains("1 nodepools.karpenter.sh"), "{}", input.notes[0]);
         assert!(input.notes[0].contains("4 pods"), "{}", input.notes[0]);
         assert_eq!(input.source, "cluster http://in-process");
@@ -521,6 +549,22 @@ mod tests {
         assert_eq!(snapshot.nodes.len(), 1);
         assert_eq!(snapshot.node_pools.len(), 1);
         assert_eq!(snapshot.pdbs.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn lists_are_read_page_by_page() {
+        let server = ApiServer::new();
+        let client = server.client();
+        let count = PAGE as usize * 2 + 3;
+        for i in 0..count {
+            create(Api::<Pod>::namespaced(client.clone(), "default"), pod(&format!("p-{i:04}"), None)).await;
+        }
+        let input =
+            read_with(client, &connection(), &FakeClock::new(chrono::DateTime::UNIX_EPOCH)).await.expect("read");
+        let names: BTreeSet<&str> = input.objects.iter().filter_map(|l| l.object.name()).collect();
+        assert_eq!(names.len(), count, "every pod once, across three pages");
+        let last = input.objects.last().expect("objects");
+        assert_eq!(last.origin.document, count - 1);
     }
 
     #[test]
@@ -541,9 +585,8 @@ mod tests {
 
         let mut pod: Pod = serde_json::from_value(pod("p", None)).expect("pod");
         assert_eq!(left_out(&Object::Pod(Box::new(pod.clone()))), None);
-        pod.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
-        ));
+        pod.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
         assert_eq!(left_out(&Object::Pod(Box::new(pod.clone()))), Some("unbound pods being deleted"));
         // Bound and being deleted: still on its node until it is gone.
         pod.spec.as_mut().expect("spec").node_name = Some("n".into());
@@ -588,7 +631,9 @@ mod tests {
     #[test]
     fn files_replace_cluster_objects_of_the_same_name_and_add_the_rest() {
         let pod_yaml = |name: &str| {
-            format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec: {{containers: []}}\n")
+            format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec: {{containers: []}}\n"
+            )
         };
         let cluster =
             karpenter_api::load_str(&format!("{}---\n{}", pod_yaml("a"), pod_yaml("b")), "cluster").expect("valid");
@@ -599,7 +644,11 @@ mod tests {
         let described: Vec<String> = merged.iter().map(Loaded::describe).collect();
         assert_eq!(
             described,
-            ["cluster: document 0: Pod/default/a", "new.yaml: document 0: Pod/default/b", "new.yaml: document 1: Pod/default/c"]
+            [
+                "cluster: document 0: Pod/default/a",
+                "new.yaml: document 0: Pod/default/b",
+                "new.yaml: document 1: Pod/default/c"
+            ]
         );
         assert_eq!(notes, ["1 objects of the cluster replaced by the files' (Pod/default/b)"]);
     }
