@@ -98,6 +98,8 @@ enum Command {
         /// How long simulated time runs (e.g. 2h; default 1h without --timeline).
         #[arg(long = "for", value_name = "DURATION")]
         run_for: Option<String>,
+        #[command(flatten)]
+        cluster: simulate::live::ClusterArgs,
     },
     /// Validate Karpenter manifests (files or directories of .yaml/.yml/.json, `-` for standard input).
     Validate {
@@ -192,11 +194,22 @@ impl Provider {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Simulate { mut paths, filenames, instance_types, provider, output, timeline, scale, run_for } => {
+        Command::Simulate {
+            mut paths,
+            filenames,
+            instance_types,
+            provider,
+            output,
+            timeline,
+            scale,
+            run_for,
+            cluster,
+        } => {
             paths.extend(filenames);
             let time = (timeline.is_some() || !scale.is_empty() || run_for.is_some())
                 .then_some(simulate::TimeOptions { timeline, scale, run_for });
-            run_simulate(simulate::Options { paths, instance_types, provider: provider.labels(), time }, output)
+            let options = simulate::Options { paths, instance_types, provider: provider.labels(), time };
+            run_simulate(options, &cluster, output)
         }
         Command::Validate { mut paths, files, provider } => {
             paths.extend(files);
@@ -308,8 +321,12 @@ fn print_notes(notes: &[String], all: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn run_simulate(options: simulate::Options, output: OutputFormat) -> anyhow::Result<ExitCode> {
-    match simulate::simulate(&options)? {
+fn run_simulate(
+    options: simulate::Options,
+    cluster: &simulate::live::ClusterArgs,
+    output: OutputFormat,
+) -> anyhow::Result<ExitCode> {
+    match simulate::live::run(&options, cluster)? {
         simulate::Outcome::Report(mut report) => {
             print_notes(&report.notes, output == OutputFormat::Table)?;
             let text = match output {

@@ -27,7 +27,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::flowcontrol::v1::{FlowSchema, PriorityLevelConfiguration};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use karpenter_api::{KWOKNodeClass, NodeClaim, NodePool};
 use karpenter_cloudprovider::{
@@ -1368,4 +1368,273 @@ async fn write_conflicts(env: &Env) {
         "karpenter_kube_write_conflicts_total on /metrics counts the conflicts: {counted:?} (was {counted_before})"
     );
     env.assert_quiet("write-conflicts", mark, Some(MAX_FAULT_ERRORS));
+}
+
+// ------------------------------------------------------------------------------------------------ simulate
+
+/// The user the read-only role of docs/simulate.md is bound to.
+const READER: &str = "simulate-reader";
+
+/// `simulate --from-cluster` on a plane of its own (the scenarios' controller would write while it reads): the
+/// real binary, as a user bound only by the ClusterRole docs/simulate.md documents, sees the pending pods of a
+/// Deployment and provisions them onto new nodes; the kube-apiserver's audit log shows that user's requests were
+/// LISTs of exactly the documented resources; nothing in etcd changed but the control plane's own leases and
+/// events; the same user cannot create anything; and a user without the role gets an error naming the resource,
+/// the verb and the docs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_plane_simulate_from_cluster() {
+    let started = Stopwatch::start();
+    // The audit log records the reader's requests (and nobody else's). Outside the state dir, which a fresh
+    // start wipes.
+    let audit_dir = std::env::temp_dir().join(format!("karpenter-simulate-audit-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&audit_dir);
+    std::fs::create_dir_all(&audit_dir).expect("audit dir");
+    let policy = audit_dir.join("policy.yaml");
+    let audit_log = audit_dir.join("audit.log");
+    std::fs::write(
+        &policy,
+        format!(
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n\
+             - level: Metadata\n  users: [\"{READER}\"]\n- level: None\n"
+        ),
+    )
+    .expect("audit policy");
+    let options = PlaneOptions {
+        name: Some("real_plane-simulate".into()),
+        apiserver_args: Some(format!(
+            "--audit-policy-file={} --audit-log-path={} --audit-log-mode=blocking",
+            policy.display(),
+            audit_log.display()
+        )),
+        ..PlaneOptions::default()
+    };
+    let Some(plane) = tokio::task::block_in_place(|| karpenter_testing::realplane::require_with(options)) else {
+        return;
+    };
+    let client = plane.client().await.expect("client");
+    install_crds(&client).await;
+
+    // A NodePool, its KWOKNodeClass, two tainted Nodes nothing tolerates (no kubelet: kube-scheduler cannot place
+    // the pods anywhere) and a Deployment of four pods that stay Pending.
+    let class: KWOKNodeClass = serde_json::from_value(json!({
+        "apiVersion": "karpenter.kwok.sh/v1alpha1", "kind": "KWOKNodeClass", "metadata": {"name": "default"}
+    }))
+    .expect("class");
+    Api::<KWOKNodeClass>::all(client.clone()).create(&PostParams::default(), &class).await.expect("KWOKNodeClass");
+    let pool: NodePool = serde_json::from_value(json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
+        "spec": {"template": {"spec": {
+            "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"},
+            "requirements": [{"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]}}}
+    }))
+    .expect("pool");
+    Api::<NodePool>::all(client.clone()).create(&PostParams::default(), &pool).await.expect("NodePool");
+    for name in ["reserved-1", "reserved-2"] {
+        let node: Node = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {
+                "kubernetes.io/os": "linux", "node.kubernetes.io/instance-type": "c-4x-amd64-linux",
+                "topology.kubernetes.io/zone": "test-zone-a", "karpenter.sh/capacity-type": "on-demand"}},
+            "spec": {"taints": [{"key": "example.com/reserved", "value": "true", "effect": "NoSchedule"}]},
+            "status": {"capacity": {"cpu": "4", "memory": "8Gi", "pods": "64"},
+                       "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "64"}}
+        }))
+        .expect("node");
+        Api::<Node>::all(client.clone()).create(&PostParams::default(), &node).await.expect("Node");
+    }
+    let deployment: Deployment = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": NS},
+        "spec": {"replicas": 4, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": {"cpu": "1", "memory": "256Mi"}}}]}}}
+    }))
+    .expect("deployment");
+    Api::<Deployment>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &deployment)
+        .await
+        .expect("Deployment");
+    // Wait until the four pods exist and kube-scheduler has given up on each (PodScheduled=False), so the
+    // cluster is as quiet as it gets before the run.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let waited = Stopwatch::start();
+    loop {
+        let list = pods.list(&ListParams::default().labels("app=web")).await.expect("pods");
+        let unschedulable = list
+            .items
+            .iter()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none())
+            .filter(|p| {
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "PodScheduled" && c.status == "False"))
+            })
+            .count();
+        if list.items.len() == 4 && unschedulable == 4 {
+            break;
+        }
+        assert!(waited.elapsed() < Duration::from_secs(60), "pods not Pending: {:?}", list.items);
+        tokio::time::sleep(POLL).await;
+    }
+
+    // The documented role, bound to the reader.
+    let docs = include_str!("../../../docs/simulate.md");
+    let section = docs.split("## A live dry run").nth(1).expect("docs: section \"A live dry run\"");
+    let yaml = section.split("```yaml\n").nth(1).and_then(|s| s.split("```").next()).expect("docs: the RBAC yaml");
+    let yaml = yaml.replace("jane@example.com", READER);
+    let mut docs_iter = yaml.split("\n---\n");
+    let role: ClusterRole = serde_saphyr::from_str(docs_iter.next().expect("role")).expect("ClusterRole yaml");
+    let binding: ClusterRoleBinding =
+        serde_saphyr::from_str(docs_iter.next().expect("binding")).expect("ClusterRoleBinding yaml");
+    Api::<ClusterRole>::all(client.clone()).create(&PostParams::default(), &role).await.expect("ClusterRole");
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("ClusterRoleBinding");
+    let reader_kubeconfig = tokio::task::block_in_place(|| plane.user_kubeconfig(READER, &[])).expect("kubeconfig");
+    let reader = Client::try_from(plane.config(&reader_kubeconfig).await.expect("config")).expect("reader client");
+    // RBAC reaches the authorizer through an informer: wait until the reader may list.
+    let waited = Stopwatch::start();
+    while Api::<NodePool>::all(reader.clone()).list(&ListParams::default()).await.is_err() {
+        assert!(waited.elapsed() < Duration::from_secs(30), "the reader cannot list NodePools");
+        tokio::time::sleep(POLL).await;
+    }
+
+    // The run, with nothing changing around it but the plane's own bookkeeping.
+    let (revision_before, keys_before) = tokio::task::block_in_place(|| etcd_keys(&plane)).expect("etcd keys before");
+    let t = Stopwatch::start();
+    let out = Command::new(env!("CARGO_BIN_EXE_karpenter-controller"))
+        .args(["simulate", "--from-cluster", "-o", "json"])
+        .env("KUBECONFIG", &reader_kubeconfig)
+        .output()
+        .expect("karpenter-controller simulate");
+    let run_seconds = t.elapsed().as_secs_f64();
+    let (revision_after, keys_after) = tokio::task::block_in_place(|| etcd_keys(&plane)).expect("etcd keys after");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "simulate --from-cluster failed: {stderr}");
+    let report: Value = serde_json::from_slice(&out.stdout).expect("simulate's JSON");
+
+    // Nothing changed: every key of etcd has the revision it had, except the control plane's leases (leader
+    // election, apiserver identity) and events kube-scheduler keeps writing for the pending pods.
+    let changed: Vec<&String> = keys_before
+        .keys()
+        .chain(keys_after.keys())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .filter(|k| keys_before.get(*k) != keys_after.get(*k))
+        .collect();
+    let unexpected: Vec<&&String> =
+        changed.iter().filter(|k| !k.starts_with("/registry/leases/") && !k.starts_with("/registry/events/")).collect();
+    assert!(
+        unexpected.is_empty(),
+        "etcd changed during simulate (revision {revision_before} -> {revision_after}): {unexpected:?}"
+    );
+    eprintln!(
+        "real plane: simulate --from-cluster ran in {run_seconds:.2}s; etcd revision {revision_before} -> \
+         {revision_after}, keys changed meanwhile (the plane's own): {changed:?}"
+    );
+
+    // What it printed: the four pending pods on new nodes, the plane's nodes with their verdicts.
+    assert_eq!(report["apiVersion"], "karpenter-rs.timeline/v1", "{report:#}");
+    assert_eq!(report["inputs"], json!([format!("cluster {}", plane.server_url())]));
+    let notes: Vec<&str> = report["notes"].as_array().expect("notes").iter().filter_map(Value::as_str).collect();
+    assert!(
+        notes.iter().any(|n| n.starts_with("ec2nodeclasses.karpenter.k8s.aws: not served")),
+        "the AWS node class CRD is not installed: {notes:?}"
+    );
+    let provisioning = &report["events"][0];
+    assert_eq!(provisioning["type"], "Provisioning", "{report:#}");
+    let launched = provisioning["nodesLaunched"].as_array().expect("nodes launched");
+    assert!(!launched.is_empty(), "{report:#}");
+    let placed: u64 = launched.iter().filter_map(|n| n["pods"].as_u64()).sum();
+    assert_eq!(placed, 4, "the four pending pods on new nodes: {launched:?}");
+    assert!(launched.iter().all(|n| n["nodePool"] == "default"), "{launched:?}");
+    assert_eq!(report["summary"]["before"]["pendingPods"], 0, "{report:#}");
+    let nodes: BTreeSet<&str> =
+        report["nodes"].as_array().expect("nodes").iter().filter_map(|n| n["name"].as_str()).collect();
+    assert!(nodes.contains("reserved-1") && nodes.contains("reserved-2"), "{nodes:?}");
+    assert!(
+        report["nodes"].as_array().expect("nodes").iter().all(|n| n["verdict"].as_str().is_some_and(|v| !v.is_empty())),
+        "every node has its verdict: {report:#}"
+    );
+
+    // The audit log: the binary's requests (its user agent) were LISTs of exactly the documented resources.
+    let audit = std::fs::read_to_string(&audit_log).expect("audit log");
+    let mut listed = BTreeSet::new();
+    for line in audit.lines() {
+        let event: Value = serde_json::from_str(line).expect("audit event");
+        if !event["userAgent"].as_str().is_some_and(|a| a.contains("(simulate)")) {
+            continue;
+        }
+        assert_eq!(event["user"]["username"], READER, "{event}");
+        assert_eq!(event["verb"], "list", "simulate sent something else than a LIST: {event}");
+        let group = event["objectRef"]["apiGroup"].as_str().unwrap_or_default().to_owned();
+        // The AWS node class CRD is not installed here: 404, after the role allowed the request.
+        let expected = if group == "karpenter.k8s.aws" { 404 } else { 200 };
+        assert_eq!(event["responseStatus"]["code"], expected, "{event}");
+        listed.insert((group, event["objectRef"]["resource"].as_str().expect("resource").to_owned()));
+    }
+    let granted: BTreeSet<(String, String)> = role
+        .rules
+        .iter()
+        .flatten()
+        .flat_map(|r| {
+            let groups = r.api_groups.clone().unwrap_or_default();
+            let resources = r.resources.clone().unwrap_or_default();
+            groups.into_iter().flat_map(move |g| resources.clone().into_iter().map(move |res| (g.clone(), res)))
+        })
+        .collect();
+    assert_eq!(listed, granted, "simulate lists exactly the documented resources");
+
+    // The role is read-only: the reader cannot create anything.
+    let cm: k8s_openapi::api::core::v1::ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "x", "namespace": NS}})).expect("configmap");
+    let refused = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(reader.clone(), NS)
+        .create(&PostParams::default(), &cm)
+        .await
+        .expect_err("the reader cannot create");
+    assert!(matches!(&refused, kube::Error::Api(s) if s.code == 403), "{refused}");
+    let refused =
+        Api::<NodePool>::all(reader.clone()).create(&PostParams::default(), &pool).await.expect_err("no NodePools");
+    assert!(matches!(&refused, kube::Error::Api(s) if s.code == 403), "{refused}");
+
+    // A user without the role: exit 1, the resource, the verb and the docs named.
+    let stranger = tokio::task::block_in_place(|| plane.user_kubeconfig("stranger", &[])).expect("kubeconfig");
+    let out = Command::new(env!("CARGO_BIN_EXE_karpenter-controller"))
+        .args(["simulate", "--from-cluster"])
+        .env("KUBECONFIG", &stranger)
+        .output()
+        .expect("karpenter-controller simulate");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("verb \"list\" on nodepools.karpenter.sh"), "{stderr}");
+    assert!(stderr.contains("docs/simulate.md"), "{stderr}");
+    assert!(out.stdout.is_empty(), "nothing simulated");
+
+    drop(plane);
+    let _ = std::fs::remove_dir_all(&audit_dir);
+    eprintln!("real plane: simulate --from-cluster scenario in {:.1}s", started.elapsed().as_secs_f64());
+}
+
+/// etcd's revision and every key with its last modification (`etcdctl get --prefix / -w fields`).
+fn etcd_keys(plane: &RealPlane) -> Result<(i64, BTreeMap<String, i64>), PlaneError> {
+    let text = plane.etcdctl(&["get", "/", "--prefix", "--keys-only", "-w", "fields"])?;
+    let mut keys = BTreeMap::new();
+    let mut revision = 0;
+    let mut key = None;
+    for line in text.lines() {
+        let Some((name, value)) = line.split_once(" : ") else { continue };
+        match name.trim().trim_matches('"') {
+            "Revision" => revision = value.trim().parse().unwrap_or_default(),
+            "Key" => key = Some(value.trim().trim_matches('"').to_owned()),
+            "ModRevision" => {
+                if let Some(k) = key.take() {
+                    keys.insert(k, value.trim().parse().unwrap_or_default());
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok((revision, keys))
 }

@@ -18,9 +18,12 @@
 //!
 //! With `--timeline FILE`, `--scale` or `--for`, the cluster then evolves over simulated time ([`world`]):
 //! timeline steps, provisioning, expiration and disruption, reported as a [`TimelineReport`].
+//!
+//! With `--from-cluster` the input is a running cluster's objects ([`live`], read-only), plus any files.
 
 mod catalogue;
 pub mod checks;
+pub mod live;
 mod pods;
 mod report;
 mod table;
@@ -84,11 +87,42 @@ pub enum Outcome {
 
 /// Runs one simulation. `Err` for problems outside the manifests (an unreadable instance-type file).
 pub fn simulate(options: &Options) -> anyhow::Result<Outcome> {
-    let bundled = options.paths.is_empty();
-    let (objects, load_errors) =
-        if bundled { loader::load_str_all(BUNDLED, BUNDLED_NAME) } else { load_inputs(&options.paths) };
+    simulate_with(options, None)
+}
+
+/// How long a live run (`--from-cluster` without `--timeline`, `--scale` or `--for`) runs over simulated time:
+/// the disruption validation wait, so the commands decided now are executed (or rejected) in the report.
+const LIVE_RUN_FOR: &str = "15s";
+
+/// [`simulate`] over a cluster's objects (`--from-cluster`), with the objects of `options.paths` added (a file
+/// object replaces the cluster's object of the same kind, namespace and name). Without time options, a live
+/// run goes over [`LIVE_RUN_FOR`] from the time the cluster was read: what Karpenter would provision now, what
+/// it would disrupt, and every node's verdict.
+pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> anyhow::Result<Outcome> {
+    let bundled = options.paths.is_empty() && cluster.is_none();
+    let (mut objects, load_errors) = if bundled {
+        loader::load_str_all(BUNDLED, BUNDLED_NAME)
+    } else if options.paths.is_empty() {
+        (Vec::new(), Vec::new())
+    } else {
+        load_inputs(&options.paths)
+    };
 
     let mut errors: Vec<String> = load_errors.iter().map(ToString::to_string).collect();
+    let mut notes = Vec::new();
+    let mut live_source = None;
+    let mut now = None;
+    let live_time;
+    let mut time = options.time.as_ref();
+    if let Some(cluster) = cluster {
+        errors.extend(cluster.errors);
+        notes.extend(cluster.notes);
+        objects = live::merge(cluster.objects, objects, &mut notes);
+        live_source = Some(cluster.source);
+        now = Some(cluster.now);
+        live_time = TimeOptions { run_for: Some(LIVE_RUN_FOR.to_owned()), ..TimeOptions::default() };
+        time = time.or(Some(&live_time));
+    }
     let ctx = ValidationContext { provider: options.provider.clone() };
     for loaded in &objects {
         let Some(violations) = loaded.object.validate(&ctx) else { continue };
@@ -98,7 +132,8 @@ pub fn simulate(options: &Options) -> anyhow::Result<Outcome> {
     }
     errors.extend(checks::negative_quantities(&objects));
     if objects.is_empty() && errors.is_empty() {
-        errors.push(format!("the input holds no objects ({})", input_names(&options.paths).join(", ")));
+        let names: Vec<String> = live_source.clone().into_iter().chain(input_names(&options.paths)).collect();
+        errors.push(format!("the input holds no objects ({})", names.join(", ")));
     }
     if !errors.is_empty() {
         return Ok(Outcome::InputErrors(errors));
@@ -113,16 +148,19 @@ pub fn simulate(options: &Options) -> anyhow::Result<Outcome> {
         Err(e) => return Ok(Outcome::InputErrors(vec![e.to_string()])),
     };
 
-    let mut notes = Vec::new();
     duplicate_notes(&objects, &mut notes);
     checks::unsupported_api_versions(&objects, &mut notes);
     checks::unevaluable_keys(&objects, &snapshot.node_pools, &catalogue, &options.provider, &mut notes);
     checks::pending_only(&snapshot, &mut notes);
     let ready = ready_node_pools(&snapshot.node_pools, &objects, &mut notes);
-    let inputs = if bundled { vec![BUNDLED_NAME.to_owned()] } else { input_names(&options.paths) };
-    if let Some(time) = &options.time {
+    let inputs = if bundled {
+        vec![BUNDLED_NAME.to_owned()]
+    } else {
+        live_source.clone().into_iter().chain(input_names(&options.paths)).collect()
+    };
+    if let Some(time) = time {
         let ready: Vec<NodePool> = ready.into_iter().cloned().collect();
-        let run = Run { inputs, bundled, provider: &options.provider, notes, catalogue: &catalogue };
+        let run = Run { inputs, bundled, provider: &options.provider, notes, catalogue: &catalogue, now };
         return run_timeline(run, time, snapshot, ready, objects);
     }
     let pools: Vec<PoolInput<'_>> =
@@ -151,6 +189,8 @@ struct Run<'a> {
     provider: &'a ProviderLabels,
     notes: Vec<String>,
     catalogue: &'a Catalogue,
+    /// When a live cluster was read: simulated time starts here (unless the timeline says when).
+    now: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// The default start of simulated time (when neither the timeline nor the input says later).
@@ -210,6 +250,7 @@ fn run_timeline(
         .map(|t| t.with_timezone(&chrono::Utc))
         .context("default start")?;
     let start = file_start
+        .or(run.now)
         .unwrap_or_else(|| world::latest_timestamp(&snapshot).map_or(default_start, |t| t.max(default_start)));
     let end = start + chrono::Duration::from_std(length).unwrap_or(chrono::Duration::MAX);
 
