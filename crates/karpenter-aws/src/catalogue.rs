@@ -414,7 +414,7 @@ mod tests {
             ..Default::default()
         };
         let (a, b) = (ctx.instance_type(info).expect("converts"), ctx.instance_type(&pruned).expect("converts"));
-        assert_eq!((a.requirements, a.offerings), (b.requirements, b.offerings));
         assert_eq!(a.allocatable(), b.allocatable());
+        assert_eq!((a.requirements, a.offerings), (b.requirements, b.offerings));
     }
 }
