@@ -1,7 +1,7 @@
 //! `karpenter-controller`: the karpenter-rs controller binary.
 //!
 //! Subcommands:
-//! - `simulate [PATH...] [--instance-types FILE] [--provider kwok|aws] [--output table|json]`: the what-if
+//! - `simulate [PATH...] [--instance-types FILE] [--provider kwok|aws] [--region R] [--output table|json]`: the what-if
 //!   simulator (see [`simulate`] and docs/simulate.md): which nodes Karpenter would create for the pending pods
 //!   of a set of manifests, at what price, and why the rest cannot be placed. With no path it runs a bundled
 //!   example. With `--timeline FILE`, `--scale WORKLOAD=N` or `--for DURATION` the cluster then evolves over
@@ -65,17 +65,23 @@ enum Command {
     /// Reads NodePools, Pods, Deployments, ReplicaSets, StatefulSets, Jobs, DaemonSets, Nodes and NodeClaims
     /// (files, directories or `kubectl get -o yaml` output) and prints the new nodes (the offering a launch
     /// would pick), the placements on existing nodes, prices, and why any pod cannot be placed. With no PATH it
-    /// runs a bundled example. Every NodePool is evaluated against the kwok catalogue (or --instance-types).
+    /// runs a bundled example. Each NodePool is evaluated against the catalogue of its node class: the built-in
+    /// AWS catalogue for an EC2NodeClass (--region), the kwok catalogue otherwise (or --instance-types).
     Simulate {
         /// Manifest files or directories (walked recursively for .yaml/.yml/.json). None: the bundled example.
         #[arg(value_name = "PATH")]
         paths: Vec<PathBuf>,
-        /// Instance types in upstream's kwok JSON format, instead of the built-in kwok catalogue.
+        /// Instance types in upstream's kwok JSON format or an AWS catalogue file, instead of the built-in catalogue
+        /// of that kind.
         #[arg(long, value_name = "FILE")]
         instance_types: Option<PathBuf>,
-        /// Cloud provider whose well-known labels and restricted domains apply.
-        #[arg(long, value_enum, default_value_t = Provider::Kwok)]
-        provider: Provider,
+        /// Evaluate every NodePool against this provider's catalogue, with its well-known labels and restricted
+        /// domains (default: per NodePool by node class; AWS labels when any NodePool has an EC2NodeClass).
+        #[arg(long, value_enum)]
+        provider: Option<Provider>,
+        /// The AWS region simulated (its zone offerings; prices are us-east-1's where the catalogue has none).
+        #[arg(long, value_name = "REGION", default_value = simulate::DEFAULT_REGION)]
+        region: String,
         /// Output format: aligned tables, or one JSON document (docs/simulate.md).
         #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Table)]
         output: OutputFormat,
@@ -162,10 +168,11 @@ impl Provider {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Simulate { paths, instance_types, provider, output, timeline, scale, run_for } => {
+        Command::Simulate { paths, instance_types, provider, region, output, timeline, scale, run_for } => {
             let time = (timeline.is_some() || !scale.is_empty() || run_for.is_some())
                 .then_some(simulate::TimeOptions { timeline, scale, run_for });
-            run_simulate(simulate::Options { paths, instance_types, provider: provider.labels(), time }, output)
+            let provider = provider.map(Provider::labels);
+            run_simulate(simulate::Options { paths, instance_types, provider, region, time }, output)
         }
         Command::Validate { files, provider } => validate(&files, provider),
         Command::Crds { provider } => crds(provider),
