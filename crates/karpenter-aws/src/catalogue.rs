@@ -392,10 +392,9 @@ mod tests {
 
         // Spot prices in the file are used as they are.
         let mut file = tiny();
-        file.prices.spot.insert(
-            "us-east-1".to_owned(),
-            [("m5.large".to_owned(), [("us-east-1a".to_owned(), 0.03)].into())].into(),
-        );
+        file.prices
+            .spot
+            .insert("us-east-1".to_owned(), [("m5.large".to_owned(), [("us-east-1a".to_owned(), 0.03)].into())].into());
         let cat = AwsCatalogue { file };
         let east = cat.region("us-east-1").expect("region");
         assert!(!east.spot_estimated());
