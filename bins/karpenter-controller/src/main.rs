@@ -17,6 +17,9 @@
 //!   `--include-spot`, EC2's current spot prices. Needs the `aws` cargo feature (exit status 2 without it) and
 //!   credentials allowed `pricing:GetProducts` (and `ec2:DescribeSpotPriceHistory`); run it where the internet is
 //!   reachable and ship the file to the cluster. Exit status 1 if any region cannot be priced (nothing is written).
+//! - `catalogue --region R --output FILE [--include-spot]`: writes an AWS catalogue file for `simulate
+//!   --instance-types` from the account (EC2's instance types and zone offerings of the region, its prices from
+//!   the Pricing API). Needs the `aws` cargo feature (exit status 2 without it).
 //! - `run --provider kwok|aws [--kwok-simulate-kubelet] [--instance-types FILE] [settings...]`: the controller
 //!   (see [`run`]): every setting is a flag and an environment variable with upstream's names
 //!   (`karpenter_operator::settings`, docs/settings.md). `--provider aws` needs the `aws` cargo feature; without it
@@ -127,6 +130,25 @@ enum Command {
     /// ec2:DescribeSpotPriceHistory with --include-spot), then mount the file into the controller and set
     /// PRICE_FILE. Needs the `aws` build feature. Nothing is written unless every region was priced.
     Prices(PricesArgs),
+    /// Write an AWS catalogue file for `simulate --instance-types` from a live account: one region's instance
+    /// types and zone offerings (DescribeInstanceTypes, DescribeInstanceTypeOfferings) and its prices (Pricing
+    /// API). Needs the `aws` build feature and credentials allowed ec2:DescribeInstanceType* and
+    /// pricing:GetProducts (and ec2:DescribeSpotPriceHistory with --include-spot).
+    Catalogue(CatalogueArgs),
+}
+
+/// `karpenter-controller catalogue`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct CatalogueArgs {
+    /// The region.
+    #[arg(long, value_name = "REGION")]
+    pub(crate) region: String,
+    /// Where to write it (`-`: standard output); gzipped when the name ends in `.gz`. Written whole or not at all.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub(crate) output: PathBuf,
+    /// Also record the current spot prices per zone (otherwise simulate estimates spot prices).
+    #[arg(long)]
+    pub(crate) include_spot: bool,
 }
 
 /// `karpenter-controller prices`.
@@ -179,6 +201,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(*args),
         Command::KwokKubelet(args) => kwok_kubelet::run(*args),
         Command::Prices(args) => prices(&args),
+        Command::Catalogue(args) => catalogue(&args),
     };
     match result {
         Ok(code) => code,
@@ -266,6 +289,20 @@ fn run_simulate(options: simulate::Options, output: OutputFormat) -> anyhow::Res
 #[cfg(feature = "aws")]
 fn prices(args: &PricesArgs) -> anyhow::Result<ExitCode> {
     aws::prices(args)
+}
+
+#[cfg(feature = "aws")]
+fn catalogue(args: &CatalogueArgs) -> anyhow::Result<ExitCode> {
+    aws::catalogue(args)
+}
+
+#[cfg(not(feature = "aws"))]
+fn catalogue(_args: &CatalogueArgs) -> anyhow::Result<ExitCode> {
+    eprintln!(
+        "error: catalogue needs a karpenter-controller built with the `aws` cargo feature \
+         (cargo build -p karpenter-controller --features aws); this build cannot call EC2"
+    );
+    Ok(ExitCode::from(2))
 }
 
 #[cfg(not(feature = "aws"))]

@@ -35,8 +35,10 @@ use std::io::{Read, Write};
 use karpenter_requirements::InstanceType;
 use serde::{Deserialize, Serialize};
 
+use crate::api_error::AwsApiError;
 use crate::ec2::InstanceTypeInfo;
 use crate::instancetype::{self, InstanceTypeContext, NodeClassSettings};
+use crate::instancetypes::InstanceTypeApi;
 use crate::moto::{LocationType, MotoCatalogue, MotoError};
 use crate::pricing::{PriceFile, PriceSource, PriceTable};
 
@@ -194,8 +196,9 @@ impl AwsCatalogue {
             return Err(CatalogueError::UnknownRegion { region: region.to_owned(), known: self.regions() });
         }
         let own = self.file.prices.region(region);
-        let (mut prices, borrowed_from) = if own.on_demand.is_empty() {
-            (self.file.prices.region(PRICE_REGION), Some(PRICE_REGION.to_owned()))
+        let fallback = self.file.prices.region(PRICE_REGION);
+        let (mut prices, borrowed_from) = if own.on_demand.is_empty() && !fallback.on_demand.is_empty() {
+            (fallback, Some(PRICE_REGION.to_owned()))
         } else {
             (own, None)
         };
@@ -224,6 +227,11 @@ impl RegionCatalogue<'_> {
     /// The region whose on-demand prices stand in for this one's, if it has none of its own.
     pub fn borrowed_prices_from(&self) -> Option<&str> {
         self.borrowed_from.as_deref()
+    }
+
+    /// Whether any offering has a price (without, every offering is unavailable).
+    pub fn has_prices(&self) -> bool {
+        !self.prices.on_demand.is_empty()
     }
 
     /// Whether spot prices are [`SPOT_PRICE_FACTOR`] × on-demand rather than prices from the file.
@@ -279,6 +287,41 @@ pub fn prune(info: &InstanceTypeInfo) -> InstanceTypeInfo {
         g.total_gpu_memory_in_mib = None;
     }
     i
+}
+
+/// The catalogue of one region from EC2 itself (`karpenter-controller catalogue` with the SDK adapter): the types
+/// the conversion supports, pruned, their zone offerings, and `prices` as they are.
+pub async fn from_api(
+    api: &dyn InstanceTypeApi,
+    region: &str,
+    prices: PriceFile,
+    description: &str,
+) -> Result<CatalogueFile, AwsApiError> {
+    let mut by_type: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for o in api.describe_instance_type_offerings().await? {
+        by_type.entry(o.instance_type).or_default().insert(o.location);
+    }
+    let mut instance_types: Vec<InstanceTypeInfo> = api
+        .describe_instance_types()
+        .await?
+        .iter()
+        .filter(|i| instancetype::is_supported(i) && by_type.contains_key(&i.instance_type))
+        .map(prune)
+        .collect();
+    instance_types.sort_by(|a, b| a.instance_type.cmp(&b.instance_type));
+    instance_types.dedup_by(|a, b| a.instance_type == b.instance_type);
+    let zones = by_type
+        .into_iter()
+        .filter(|(t, _)| instance_types.binary_search_by(|i| i.instance_type.as_str().cmp(t)).is_ok())
+        .map(|(t, z)| (t, z.into_iter().collect()))
+        .collect();
+    Ok(CatalogueFile {
+        api_version: API_VERSION.to_owned(),
+        description: description.to_owned(),
+        instance_types,
+        zones: [(region.to_owned(), zones)].into(),
+        prices,
+    })
 }
 
 /// The catalogue of moto's EC2 data: every type the conversion supports and some region offers, pruned; the zone
@@ -399,6 +442,40 @@ mod tests {
         let east = cat.region("us-east-1").expect("region");
         assert!(!east.spot_estimated());
         assert_eq!(price(&east.instance_types(&NodeClassSettings::default()), CAPACITY_TYPE_SPOT), Some((0.03, true)));
+    }
+
+    #[derive(Debug)]
+    struct Api;
+
+    #[async_trait::async_trait]
+    impl InstanceTypeApi for Api {
+        async fn describe_instance_types(&self) -> Result<Vec<InstanceTypeInfo>, AwsApiError> {
+            let unsupported = InstanceTypeInfo { instance_type: "t1.micro".into(), ..Default::default() };
+            Ok(vec![tiny().instance_types[0].clone(), unsupported])
+        }
+        async fn describe_instance_type_offerings(&self) -> Result<Vec<crate::ec2::InstanceTypeOffering>, AwsApiError> {
+            let o = |t: &str, z: &str| crate::ec2::InstanceTypeOffering {
+                instance_type: t.into(),
+                location_type: Some("availability-zone".into()),
+                location: z.into(),
+            };
+            Ok(vec![o("m5.large", "eu-west-1b"), o("m5.large", "eu-west-1a"), o("t1.micro", "eu-west-1a")])
+        }
+    }
+
+    #[tokio::test]
+    async fn a_region_from_the_api_round_trips() {
+        let file = from_api(&Api, "eu-west-1", PriceFile::default(), "live").await.expect("catalogue");
+        assert_eq!(file.instance_types.len(), 1, "t1.micro is not supported");
+        assert_eq!(file.instance_types[0].current_generation, None, "pruned");
+        assert_eq!(file.zones["eu-west-1"]["m5.large"], ["eu-west-1a", "eu-west-1b"]);
+        assert_eq!(file.zones["eu-west-1"].len(), 1);
+        let cat = AwsCatalogue::parse(&file.to_gzip()).expect("parses");
+        // No prices at all: every offering is unavailable rather than free.
+        let region = cat.region("eu-west-1").expect("region");
+        assert!(!region.has_prices() && region.borrowed_prices_from().is_none());
+        let its = region.instance_types(&NodeClassSettings::default());
+        assert!(its[0].offerings.iter().all(|o| !o.available));
     }
 
     #[test]

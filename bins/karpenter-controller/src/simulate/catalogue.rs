@@ -175,6 +175,12 @@ impl Catalogue {
         let region = aws_cat
             .map(|c| c.region(selection.region).with_context(|| format!("--region {}", selection.region)))
             .transpose()?;
+        if region.as_ref().is_some_and(|r| !r.has_prices()) {
+            notes.push(format!(
+                "the AWS catalogue has no prices for {}: no offering is available to launch",
+                selection.region
+            ));
+        }
         if let Some(from) = region.as_ref().and_then(|r| r.borrowed_prices_from()) {
             notes.push(format!(
                 "the AWS catalogue has no prices for {}: {from}'s on-demand prices are used (marked estimated)",
