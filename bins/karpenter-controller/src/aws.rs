@@ -20,7 +20,7 @@ use karpenter_operator::metrics::Metrics;
 use karpenter_operator::node_classes::KubeNodeClasses;
 use tokio_util::sync::CancellationToken;
 
-use crate::PricesArgs;
+use crate::{CatalogueArgs, PricesArgs};
 
 /// Starts the EC2NodeClass watcher and the AWS provider; returns the provider's runtime and the watcher.
 pub async fn start(
@@ -79,6 +79,40 @@ pub fn prices(args: &PricesArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Writes `bytes` to a temporary file next to `path` and renames it over `path`.
+/// `karpenter-controller catalogue`: one region's instance types, zone offerings and prices from the account, as
+/// an AWS catalogue file for `simulate --instance-types` (gzipped when FILE ends in `.gz`).
+pub fn catalogue(args: &CatalogueArgs) -> anyhow::Result<ExitCode> {
+    let runtime =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the tokio runtime")?;
+    let now = SystemClock.now();
+    let spot_since = args.include_spot.then_some(now);
+    let description = format!(
+        "EC2 instance types, zone offerings and prices of {} as the account saw them at {}, written by \
+         `karpenter-controller catalogue`",
+        args.region,
+        now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    );
+    let file = runtime.block_on(karpenter_aws::assembly::fetch_catalogue(&args.region, spot_since, &description))?;
+    let bytes = if args.output.extension().is_some_and(|e| e == "gz") {
+        file.to_gzip()
+    } else {
+        serde_json::to_string_pretty(&file).map(|s| s + "\n").context("encoding the catalogue")?.into_bytes()
+    };
+    if args.output.as_os_str() == "-" {
+        std::io::stdout().lock().write_all(&bytes).context("writing to stdout")?;
+    } else {
+        write_whole(&args.output, &bytes)?;
+        eprintln!(
+            "{}: {} instance types, {} on-demand prices; wrote {}",
+            args.region,
+            file.instance_types.len(),
+            file.prices.region(&args.region).on_demand.len(),
+            args.output.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn write_whole(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");

@@ -1,7 +1,7 @@
 //! `karpenter-controller`: the karpenter-rs controller binary.
 //!
 //! Subcommands:
-//! - `simulate [PATH...] [-f PATH...] [--instance-types FILE] [--provider kwok|aws] [-o table|json|yaml]`: the what-if
+//! - `simulate [PATH...] [-f PATH...] [--instance-types FILE] [--provider kwok|aws] [--region R] [-o table|json|yaml]`: the what-if
 //!   simulator (see [`simulate`] and docs/simulate.md): which nodes Karpenter would create for the pending pods
 //!   of a set of manifests, at what price, and why the rest cannot be placed. With no path it runs a bundled
 //!   example. With `--timeline FILE`, `--scale WORKLOAD=N` or `--for DURATION` the cluster then evolves over
@@ -23,6 +23,9 @@
 //!   `--include-spot`, EC2's current spot prices. Needs the `aws` cargo feature (exit status 2 without it) and
 //!   credentials allowed `pricing:GetProducts` (and `ec2:DescribeSpotPriceHistory`); run it where the internet is
 //!   reachable and ship the file to the cluster. Exit status 1 if any region cannot be priced (nothing is written).
+//! - `catalogue --region R --output FILE [--include-spot]`: writes an AWS catalogue file for `simulate
+//!   --instance-types` from the account (EC2's instance types and zone offerings of the region, its prices from
+//!   the Pricing API). Needs the `aws` cargo feature (exit status 2 without it).
 //! - `run --provider kwok|aws [--kwok-simulate-kubelet] [--instance-types FILE] [settings...]`: the controller
 //!   (see [`run`]): every setting is a flag and an environment variable with upstream's names
 //!   (`karpenter_operator::settings`, docs/settings.md). `--provider aws` needs the `aws` cargo feature; without it
@@ -71,7 +74,8 @@ enum Command {
     /// Reads NodePools, Pods, Deployments, ReplicaSets, StatefulSets, Jobs, DaemonSets, Nodes and NodeClaims
     /// (files, directories or `kubectl get -o yaml` output) and prints the new nodes (the offering a launch
     /// would pick), the placements on existing nodes, prices, and why any pod cannot be placed. With no PATH it
-    /// runs a bundled example. Every NodePool is evaluated against the kwok catalogue (or --instance-types).
+    /// runs a bundled example. Each NodePool is evaluated against the catalogue of its node class: the built-in
+    /// AWS catalogue for an EC2NodeClass (--region), the kwok catalogue otherwise (or --instance-types).
     Simulate {
         /// Manifest files or directories (walked recursively for .yaml/.yml/.json), `-` for standard input.
         /// None (and no -f): the bundled example.
@@ -80,12 +84,17 @@ enum Command {
         /// The same as PATH, as kubectl spells it (repeatable).
         #[arg(short = 'f', long = "filename", value_name = "PATH")]
         filenames: Vec<PathBuf>,
-        /// Instance types in upstream's kwok JSON format, instead of the built-in kwok catalogue.
+        /// Instance types in upstream's kwok JSON format or an AWS catalogue file, instead of the built-in catalogue
+        /// of that kind.
         #[arg(long, value_name = "FILE")]
         instance_types: Option<PathBuf>,
-        /// Cloud provider whose well-known labels and restricted domains apply.
-        #[arg(long, value_enum, default_value_t = Provider::Kwok)]
-        provider: Provider,
+        /// Evaluate every NodePool against this provider's catalogue, with its well-known labels and restricted
+        /// domains (default: per NodePool by node class; AWS labels when any NodePool has an EC2NodeClass).
+        #[arg(long, value_enum)]
+        provider: Option<Provider>,
+        /// The AWS region simulated (its zone offerings; prices are us-east-1's where the catalogue has none).
+        #[arg(long, value_name = "REGION", default_value = simulate::DEFAULT_REGION)]
+        region: String,
         /// Output format: aligned tables, or one JSON or YAML document (docs/simulate.md).
         #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Table)]
         output: OutputFormat,
@@ -136,6 +145,11 @@ enum Command {
     /// ec2:DescribeSpotPriceHistory with --include-spot), then mount the file into the controller and set
     /// PRICE_FILE. Needs the `aws` build feature. Nothing is written unless every region was priced.
     Prices(PricesArgs),
+    /// Write an AWS catalogue file for `simulate --instance-types` from a live account: one region's instance
+    /// types and zone offerings (DescribeInstanceTypes, DescribeInstanceTypeOfferings) and its prices (Pricing
+    /// API). Needs the `aws` build feature and credentials allowed ec2:DescribeInstanceType* and
+    /// pricing:GetProducts (and ec2:DescribeSpotPriceHistory with --include-spot).
+    Catalogue(CatalogueArgs),
     /// Print the version and the commit this binary was built from.
     Version,
     /// Print a shell completion script, e.g. `source <(karpenter-controller completion bash)`.
@@ -152,6 +166,20 @@ enum Shell {
     Bash,
     Zsh,
     Fish,
+}
+
+/// `karpenter-controller catalogue`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct CatalogueArgs {
+    /// The region.
+    #[arg(long, value_name = "REGION")]
+    pub(crate) region: String,
+    /// Where to write it (`-`: standard output); gzipped when the name ends in `.gz`. Written whole or not at all.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub(crate) output: PathBuf,
+    /// Also record the current spot prices per zone (otherwise simulate estimates spot prices).
+    #[arg(long)]
+    pub(crate) include_spot: bool,
 }
 
 /// `karpenter-controller prices`.
@@ -199,6 +227,7 @@ fn main() -> ExitCode {
             filenames,
             instance_types,
             provider,
+            region,
             output,
             timeline,
             scale,
@@ -208,8 +237,8 @@ fn main() -> ExitCode {
             paths.extend(filenames);
             let time = (timeline.is_some() || !scale.is_empty() || run_for.is_some())
                 .then_some(simulate::TimeOptions { timeline, scale, run_for });
-            let options = simulate::Options { paths, instance_types, provider: provider.labels(), time };
-            run_simulate(options, &cluster, output)
+            let provider = provider.map(Provider::labels);
+            run_simulate(simulate::Options { paths, instance_types, provider, region, time }, &cluster, output)
         }
         Command::Validate { mut paths, files, provider } => {
             paths.extend(files);
@@ -221,6 +250,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(*args),
         Command::KwokKubelet(args) => kwok_kubelet::run(*args),
         Command::Prices(args) => prices(&args),
+        Command::Catalogue(args) => catalogue(&args),
     };
     match result {
         Ok(code) => code,
@@ -369,6 +399,20 @@ fn run_simulate(
 #[cfg(feature = "aws")]
 fn prices(args: &PricesArgs) -> anyhow::Result<ExitCode> {
     aws::prices(args)
+}
+
+#[cfg(feature = "aws")]
+fn catalogue(args: &CatalogueArgs) -> anyhow::Result<ExitCode> {
+    aws::catalogue(args)
+}
+
+#[cfg(not(feature = "aws"))]
+fn catalogue(_args: &CatalogueArgs) -> anyhow::Result<ExitCode> {
+    eprintln!(
+        "error: catalogue needs a karpenter-controller built with the `aws` cargo feature \
+         (cargo build -p karpenter-controller --features aws); this build cannot call EC2"
+    );
+    Ok(ExitCode::from(2))
 }
 
 #[cfg(not(feature = "aws"))]

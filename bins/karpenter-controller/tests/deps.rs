@@ -71,3 +71,14 @@ fn karpenter_cloudprovider_depends_on_no_provider_even_in_its_tests() {
         assert!(!crates.iter().any(|c| c == provider), "karpenter-cloudprovider depends on {provider}: {crates:?}");
     }
 }
+
+/// The default build of the binary (the README's `cargo run -p karpenter-controller -- simulate`) compiles no AWS
+/// SDK: simulate's AWS catalogue and the provider's settings come from karpenter-aws without its `sdk` feature.
+#[test]
+fn karpenter_controller_default_build_has_no_aws_sdk() {
+    let crates = normal_dependencies("karpenter-controller");
+    assert!(crates.iter().any(|c| c == "karpenter-aws"), "unexpected output: {crates:?}");
+    let sdk: Vec<&String> =
+        crates.iter().filter(|c| c.starts_with("aws-sdk-") || c.starts_with("aws-config")).collect();
+    assert!(sdk.is_empty(), "karpenter-controller's default features pull in {sdk:?}");
+}

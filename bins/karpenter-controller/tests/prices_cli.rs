@@ -72,6 +72,17 @@ fn prices_without_the_feature_fails_clearly_and_writes_nothing() {
     assert!(!out.exists());
 }
 
+#[cfg(not(feature = "aws"))]
+#[test]
+fn catalogue_without_the_feature_fails_clearly_and_writes_nothing() {
+    let dir = TempDir::new("nofeature-catalogue");
+    let out = dir.path("catalogue.json.gz");
+    let (code, _, stderr) = run(&["catalogue", "--region", "us-east-1", "--output", out.to_str().unwrap()]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("`aws` cargo feature") && stderr.contains("cannot call EC2"), "{stderr}");
+    assert!(!out.exists());
+}
+
 #[cfg(feature = "aws")]
 mod aws {
     use std::io::{BufRead, BufReader, Read, Write};

@@ -351,11 +351,131 @@ fn usage_errors_exit_2() {
 }
 
 #[test]
-fn aws_provider_labels_apply() {
+fn provider_flag_forces_its_labels_and_catalogue_for_every_pool() {
+    // The bundled example's NodePool references a KWOKNodeClass; --provider aws evaluates it against AWS types.
     let doc = simulate_json(&["--provider", "aws"]);
     assert_eq!(doc["provider"], "aws");
-    assert_eq!(doc["catalogue"]["source"], "kwok");
+    assert_eq!(doc["catalogue"]["source"], "aws us-east-1");
     assert_eq!(doc["summary"]["podsOnNewNodes"], 10);
+    for n in doc["newNodes"].as_array().expect("newNodes") {
+        assert!(n["instanceType"].as_str().is_some_and(|t| t.contains('.')), "an EC2 type name: {n}");
+        assert!(n["zone"].as_str().is_some_and(|z| z.starts_with("us-east-1")), "{n}");
+    }
+    // And --provider kwok evaluates an EC2NodeClass's NodePools against the kwok catalogue.
+    let doc = simulate_json(&["examples/simulate/aws-us-west-2.yaml", "--provider", "kwok"]);
+    assert_eq!(doc["provider"], "kwok");
+    assert_eq!(doc["catalogue"]["source"], "kwok");
+    // The kwok types have no us-west-2a offering.
+    assert_eq!(doc["summary"]["unschedulablePods"], 6, "{doc}");
+}
+
+/// The AWS scenarios: inputs in examples/simulate/, expected tables in tests/snapshots/.
+#[test]
+fn ec2_node_class_pools_use_the_aws_catalogue() {
+    let table = simulate_ok(&["examples/simulate/aws-gpu.yaml"]);
+    check_snapshot("aws-gpu.txt", &table);
+    let doc = simulate_json(&["examples/simulate/aws-gpu.yaml"]);
+    assert_eq!(doc["provider"], "aws");
+    assert_eq!(doc["catalogue"]["source"], "aws us-east-1");
+    assert_eq!(doc["notes"], serde_json::json!([]));
+    let nodes = doc["newNodes"].as_array().expect("newNodes");
+    let gpu = nodes.iter().find(|n| n["nodePool"] == "gpu").expect("a gpu node");
+    assert_eq!(gpu["instanceType"], "g5.xlarge", "{gpu}");
+    assert_eq!(gpu["capacityType"], "on-demand");
+    // us-east-1's published on-demand price of g5.xlarge (snapshot 2026-07-20).
+    assert_eq!(gpu["price"], 1.006);
+    assert!(gpu.get("priceEstimated").is_none(), "{gpu}");
+    assert_eq!(gpu["pods"], serde_json::json!(["default/trainer"]));
+    let general = nodes.iter().find(|n| n["nodePool"] == "general").expect("a general node");
+    assert!(general["instanceType"].as_str().is_some_and(|t| t.starts_with('c')), "{general}");
+    if general["capacityType"] == "spot" {
+        assert_eq!(general["priceEstimated"], true, "{general}");
+    }
+}
+
+#[test]
+fn other_regions_use_their_zones_and_us_east_1_prices_with_a_note() {
+    let (table, stderr) = simulate_with_notes(&["examples/simulate/aws-us-west-2.yaml", "--region", "us-west-2"]);
+    check_snapshot("aws-us-west-2.txt", &table);
+    assert!(
+        stderr.contains("note: the AWS catalogue has no prices for us-west-2: us-east-1's on-demand prices"),
+        "{stderr}"
+    );
+    let doc = simulate_json(&["examples/simulate/aws-us-west-2.yaml", "--region", "us-west-2"]);
+    assert_eq!(doc["catalogue"]["source"], "aws us-west-2");
+    assert!(doc["notes"][0].as_str().is_some_and(|n| n.contains("us-east-1's on-demand prices")), "{doc}");
+    for n in doc["newNodes"].as_array().expect("newNodes") {
+        assert_eq!(n["zone"], "us-west-2a", "{n}");
+        assert_eq!(n["priceEstimated"], true, "{n}");
+        assert!(n["instanceType"].as_str().is_some_and(|t| t.starts_with('c')), "{n}");
+    }
+    assert_eq!(doc["summary"]["unschedulablePods"], 0);
+    // Without --region the zone is not offered: nothing can be placed.
+    let doc = simulate_json(&["examples/simulate/aws-us-west-2.yaml"]);
+    assert_eq!(doc["summary"]["unschedulablePods"], 6, "{doc}");
+    let (code, _, stderr) = run(&["simulate", "examples/simulate/aws-us-west-2.yaml", "--region", "mars-1"]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("--region mars-1: region mars-1 is not in the catalogue (it has af-south-1"), "{stderr}");
+}
+
+#[test]
+fn mixed_node_classes_get_their_own_catalogues() {
+    let tmp = TempDir::new("mixed");
+    let kwok_pool = POOL.replace("name: default}", "name: kwok}");
+    let input = format!(
+        "{kwok_pool}---\n{}---\n{}",
+        std::fs::read_to_string(workspace_root().join("examples/simulate/aws-us-west-2.yaml")).expect("example"),
+        pod("web", "1").replace("spec: {", "spec: {nodeSelector: {karpenter.sh/nodepool: kwok}, ")
+    );
+    let file = tmp.write("mixed.yaml", &input);
+    let doc = simulate_json(&[&file, "--region", "us-west-2"]);
+    assert_eq!(doc["provider"], "aws");
+    assert_eq!(doc["catalogue"]["source"], "kwok + aws us-west-2");
+    let nodes = doc["newNodes"].as_array().expect("newNodes");
+    let kwok = nodes.iter().find(|n| n["nodePool"] == "kwok").expect("a kwok node");
+    assert!(kwok["zone"].as_str().is_some_and(|z| z.starts_with("test-zone-")), "{kwok}");
+    assert!(kwok.get("priceEstimated").is_none(), "{kwok}");
+    assert!(nodes.iter().filter(|n| n["nodePool"] == "compute").all(|n| n["zone"] == "us-west-2a"), "{doc}");
+    let table = simulate_ok(&[&file, "--region", "us-west-2"]);
+    assert!(table.contains("from the kwok catalogue and the AWS catalogue (us-west-2)"), "{table}");
+}
+
+#[test]
+fn instance_types_file_may_be_an_aws_catalogue() {
+    let tmp = TempDir::new("aws-file");
+    let catalogue = serde_json::json!({
+        "apiVersion": "karpenter-rs.aws-catalogue/v1",
+        "instanceTypes": [{
+            "InstanceType": "c5.large", "SupportedUsageClasses": ["on-demand"],
+            "SupportedVirtualizationTypes": ["hvm"], "ProcessorInfo": {"SupportedArchitectures": ["x86_64"]},
+            "VCpuInfo": {"DefaultVCpus": 2}, "MemoryInfo": {"SizeInMiB": 4096},
+            "NetworkInfo": {"MaximumNetworkInterfaces": 3, "Ipv4AddressesPerInterface": 10,
+                            "NetworkCards": [{"NetworkCardIndex": 0, "MaximumNetworkInterfaces": 3}]}
+        }],
+        "zones": {"us-west-2": {"c5.large": ["us-west-2a"]}},
+        "prices": {"onDemand": {"us-west-2": {"c5.large": 0.085}}}
+    });
+    let file = tmp.write("catalogue.json", &catalogue.to_string());
+    let doc =
+        simulate_json(&["examples/simulate/aws-us-west-2.yaml", "--instance-types", &file, "--region", "us-west-2"]);
+    assert_eq!(doc["catalogue"]["source"], format!("file {file} (aws us-west-2)"));
+    assert_eq!(doc["catalogue"]["instanceTypes"], 1);
+    assert_eq!(doc["notes"].as_array().map(Vec::len), Some(1), "only the missing node class: {doc}");
+    let node = &doc["newNodes"][0];
+    assert_eq!(node["instanceType"], "c5.large");
+    assert_eq!(node["price"], 0.085);
+    assert!(node.get("priceEstimated").is_none(), "the file's own region price: {node}");
+
+    // Neither format: an error naming the file.
+    let neither = tmp.write("neither.json", "{\"kind\": \"Something\"}");
+    let (code, _, stderr) = run(&["simulate", "--instance-types", &neither]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains(&neither) && stderr.contains("neither upstream's kwok instance-type JSON"), "{stderr}");
+    // A catalogue with an error: named too.
+    let bad = tmp.write("bad.json", &catalogue.to_string().replace("0.085", "-1"));
+    let (code, _, stderr) = run(&["simulate", "examples/simulate/aws-us-west-2.yaml", "--instance-types", &bad]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains(&bad) && stderr.contains("price"), "{stderr}");
 }
 
 #[test]

@@ -382,6 +382,31 @@ pub async fn fetch_prices(
     Ok(file)
 }
 
+/// `karpenter-controller catalogue`: one region's AWS catalogue (`crate::catalogue`) from EC2
+/// (`DescribeInstanceTypes`, `DescribeInstanceTypeOfferings` by zone, through the SDK adapter the provider uses)
+/// with the region's prices from the Pricing API ([`fetch_prices`]; spot prices too with `spot_since`).
+pub async fn fetch_catalogue(
+    region: &str,
+    spot_since: Option<chrono::DateTime<chrono::Utc>>,
+    description: &str,
+) -> Result<crate::catalogue::CatalogueFile, FetchCatalogueFailed> {
+    let options = SdkOptions { region: Some(region.to_owned()), ..Default::default() };
+    let clients = AwsClients::load(&options).await.map_err(FetchPricesFailed::Sdk)?;
+    let prices = fetch_prices(&[region.to_owned()], spot_since).await?;
+    let file = crate::catalogue::from_api(&clients.ec2_adapter(), region, prices, description).await?;
+    Ok(file)
+}
+
+/// Why [`fetch_catalogue`] failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FetchCatalogueFailed {
+    #[error(transparent)]
+    Prices(#[from] FetchPricesFailed),
+    #[error("describing instance types: {0}")]
+    Ec2(#[from] crate::api_error::AwsApiError),
+}
+
 /// Why [`fetch_prices`] failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

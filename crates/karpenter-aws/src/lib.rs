@@ -64,6 +64,7 @@
 pub mod api_error;
 #[cfg(feature = "sdk")]
 pub mod assembly;
+pub mod catalogue;
 pub mod discovery;
 pub mod drift;
 pub mod ec2;

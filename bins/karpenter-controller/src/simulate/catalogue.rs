@@ -1,43 +1,289 @@
-//! The instance types simulate evaluates every NodePool against, and the offering a launch would pick.
+//! The instance types simulate evaluates each NodePool against, and the offering a launch would pick.
 //!
-//! The catalogue is the kwok provider's (`karpenter_kwok::catalogue`: the built-in instance types or its loader for
-//! upstream's kwok instance-type JSON) and the offering is the one the kwok provider's create picks
-//! (`karpenter_cloudprovider::launch::cheapest_launch`), so simulate shows what that provider would do.
+//! Each NodePool gets the catalogue of its node class (`spec.template.spec.nodeClassRef.group`):
+//! * `karpenter.kwok.sh` (and any other group): the kwok provider's (`karpenter_kwok::catalogue`: the built-in
+//!   instance types, or `--instance-types FILE` in upstream's kwok instance-type JSON);
+//! * `karpenter.k8s.aws`: the AWS catalogue (`karpenter_aws::catalogue`: built in, or `--instance-types FILE` in
+//!   its format) for `--region`, converted by the controller's own conversion under the referenced
+//!   EC2NodeClass's kubelet and block-device settings when the input has it, else under a default EC2NodeClass.
+//!
+//! `--provider` forces one kind for every pool. The offering is the one the kwok provider's create picks
+//! (`karpenter_cloudprovider::launch::cheapest_launch`: the cheapest available compatible offering).
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use anyhow::Context;
+use anyhow::{Context, bail};
+use karpenter_api::NodePool;
+use karpenter_api::loader::{Loaded, Object};
+use karpenter_aws::catalogue::{self as aws, AwsCatalogue};
+use karpenter_aws::instancetype::NodeClassSettings;
 use karpenter_cloudprovider::launch;
 use karpenter_kwok::catalogue as kwok;
+use karpenter_requirements::labels::{CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT};
 use karpenter_requirements::{InstanceType, Requirements};
 
-/// A catalogue and where it came from.
+/// The AWS node class API group.
+pub const AWS_GROUP: &str = "karpenter.k8s.aws";
+/// The region simulated without `--region`.
+pub const DEFAULT_REGION: &str = "us-east-1";
+
+/// Which provider's catalogue a NodePool is evaluated against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    /// The kwok catalogue.
+    Kwok,
+    /// The AWS catalogue.
+    Aws,
+}
+
+impl Kind {
+    /// The catalogue of a node class group: AWS for `karpenter.k8s.aws`, kwok for anything else.
+    pub fn of_group(group: &str) -> Kind {
+        if group == AWS_GROUP { Kind::Aws } else { Kind::Kwok }
+    }
+
+    /// The kind a NodePool gets: `force`, else its node class group's.
+    pub fn of_pool(pool: &NodePool, force: Option<Kind>) -> Kind {
+        force.unwrap_or_else(|| Kind::of_group(&pool.spec.template.spec.node_class_ref.group))
+    }
+}
+
+/// How to choose the catalogues.
+#[derive(Debug, Clone, Copy)]
+pub struct Selection<'a> {
+    /// `--provider`: one kind for every NodePool; `None`: by node class.
+    pub force: Option<Kind>,
+    /// `--instance-types FILE`.
+    pub instance_types: Option<&'a Path>,
+    /// `--region` (AWS catalogue).
+    pub region: &'a str,
+}
+
+/// One set of instance types.
+#[derive(Debug)]
+struct Set {
+    kind: Kind,
+    instance_types: Vec<InstanceType>,
+    /// On-demand prices that are another region's.
+    on_demand_estimated: bool,
+    /// Spot prices that are a share of on-demand.
+    spot_estimated: bool,
+}
+
+/// The catalogues of a run and which NodePool uses which.
 #[derive(Debug)]
 pub struct Catalogue {
-    /// `kwok` (built in) or `file <path>`.
+    /// Where the instance types came from: `kwok`, `aws <region>`, `file <path>` (kwok JSON) or
+    /// `file <path> (aws <region>)`, joined by ` + ` when NodePools use both kinds.
     pub source: String,
-    /// The instance types.
-    pub instance_types: Vec<InstanceType>,
+    sets: Vec<Set>,
+    /// NodePool name → set.
+    by_pool: BTreeMap<String, usize>,
+    /// The set of NodePools not known at build time (timeline `apply`), and of the catalogue summary when there
+    /// are no NodePools.
+    default_set: usize,
+}
+
+/// A file given with `--instance-types`.
+enum File {
+    Kwok(Vec<InstanceType>),
+    Aws(Box<AwsCatalogue>),
+}
+
+fn read_file(path: &Path) -> anyhow::Result<File> {
+    let bytes = std::fs::read(path).with_context(|| format!("{}: reading instance types", path.display()))?;
+    if aws::looks_like_catalogue(&bytes) {
+        let cat = AwsCatalogue::parse(&bytes).with_context(|| format!("{}: AWS catalogue", path.display()))?;
+        return Ok(File::Aws(Box::new(cat)));
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    if !text.trim_start().starts_with('[') {
+        bail!(
+            "{}: neither upstream's kwok instance-type JSON (a list of instance types) nor an AWS catalogue \
+             ({})",
+            path.display(),
+            aws::API_VERSION
+        );
+    }
+    let types = kwok::load_instance_types_json(&text).with_context(|| path.display().to_string())?;
+    Ok(File::Kwok(types))
+}
+
+/// The EC2NodeClass named `name` in the input.
+fn ec2_node_class<'a>(objects: &'a [Loaded], name: &str) -> Option<&'a karpenter_api::EC2NodeClass> {
+    objects.iter().find_map(|l| match &l.object {
+        Object::EC2NodeClass(c) if c.metadata.name.as_deref() == Some(name) => Some(&**c),
+        _ => None,
+    })
 }
 
 impl Catalogue {
-    /// The built-in kwok catalogue.
+    /// The built-in kwok catalogue for every NodePool.
+    #[cfg(test)]
     pub fn kwok() -> Self {
-        Catalogue { source: "kwok".to_owned(), instance_types: kwok::catalogue() }
+        let set = Set {
+            kind: Kind::Kwok,
+            instance_types: kwok::catalogue(),
+            on_demand_estimated: false,
+            spot_estimated: false,
+        };
+        Catalogue { source: "kwok".to_owned(), sets: vec![set], by_pool: BTreeMap::new(), default_set: 0 }
     }
 
-    /// A file in upstream's kwok instance-type JSON format.
-    pub fn from_file(path: &Path) -> anyhow::Result<Self> {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("{}: reading instance types", path.display()))?;
-        let instance_types = kwok::load_instance_types_json(&text).with_context(|| path.display().to_string())?;
-        Ok(Catalogue { source: format!("file {}", path.display()), instance_types })
+    /// The catalogues for `pools` (see the module docs); notes say when prices are another region's.
+    pub fn build(
+        selection: &Selection<'_>,
+        pools: &[NodePool],
+        objects: &[Loaded],
+        notes: &mut Vec<String>,
+    ) -> anyhow::Result<Self> {
+        let file = selection.instance_types.map(|p| read_file(p).map(|f| (p, f))).transpose()?;
+        let default_kind = selection.force.unwrap_or(Kind::Kwok);
+        // (kind, EC2NodeClass name whose settings apply) → set index.
+        let mut keys: BTreeMap<(Kind, Option<String>), usize> = BTreeMap::new();
+        let mut wanted: Vec<(String, (Kind, Option<String>))> = Vec::new();
+        for pool in pools {
+            let kind = Kind::of_pool(pool, selection.force);
+            let r = &pool.spec.template.spec.node_class_ref;
+            let class = (kind == Kind::Aws && r.group == AWS_GROUP && ec2_node_class(objects, &r.name).is_some())
+                .then(|| r.name.clone());
+            wanted.push((pool.metadata.name.clone().unwrap_or_default(), (kind, class)));
+        }
+        let mut distinct: BTreeSet<(Kind, Option<String>)> = wanted.iter().map(|(_, k)| k.clone()).collect();
+        if distinct.is_empty() {
+            distinct.insert((default_kind, None));
+        }
+
+        let (kwok_file, aws_file) = match file {
+            Some((p, File::Kwok(t))) => (Some((p, t)), None),
+            Some((p, File::Aws(c))) => (None, Some((p, c))),
+            None => (None, None),
+        };
+        let builtin;
+        let (aws_cat, aws_source) = if distinct.iter().any(|(k, _)| *k == Kind::Aws) {
+            match &aws_file {
+                Some((p, c)) => (Some(&**c), format!("file {} (aws {})", p.display(), selection.region)),
+                None => {
+                    builtin = AwsCatalogue::builtin().context("the built-in AWS catalogue")?;
+                    (Some(&builtin), format!("aws {}", selection.region))
+                }
+            }
+        } else {
+            (None, String::new())
+        };
+        let region = aws_cat
+            .map(|c| c.region(selection.region).with_context(|| format!("--region {}", selection.region)))
+            .transpose()?;
+        if region.as_ref().is_some_and(|r| !r.has_prices()) {
+            notes.push(format!(
+                "the AWS catalogue has no prices for {}: no offering is available to launch",
+                selection.region
+            ));
+        }
+        if let Some(from) = region.as_ref().and_then(|r| r.borrowed_prices_from()) {
+            notes.push(format!(
+                "the AWS catalogue has no prices for {}: {from}'s on-demand prices are used (marked estimated)",
+                selection.region
+            ));
+        }
+
+        let mut sets = Vec::new();
+        let mut sources: Vec<String> = Vec::new();
+        for key in distinct {
+            let set = match (&key, &region) {
+                ((Kind::Aws, class), Some(region)) => {
+                    let settings = match class {
+                        Some(name) => {
+                            let c = ec2_node_class(objects, name).context("EC2NodeClass vanished")?;
+                            NodeClassSettings::from_spec(&c.spec)
+                                .with_context(|| format!("EC2NodeClass/{name}: spec.kubelet"))?
+                        }
+                        None => NodeClassSettings::default(),
+                    };
+                    Set {
+                        kind: Kind::Aws,
+                        instance_types: region.instance_types(&settings),
+                        on_demand_estimated: region.borrowed_prices_from().is_some(),
+                        spot_estimated: region.spot_estimated() || region.borrowed_prices_from().is_some(),
+                    }
+                }
+                _ => {
+                    let (source, types) = match &kwok_file {
+                        Some((p, t)) => (format!("file {}", p.display()), t.clone()),
+                        None => ("kwok".to_owned(), kwok::catalogue()),
+                    };
+                    if !sources.contains(&source) {
+                        sources.insert(0, source);
+                    }
+                    Set { kind: Kind::Kwok, instance_types: types, on_demand_estimated: false, spot_estimated: false }
+                }
+            };
+            if set.kind == Kind::Aws && !sources.contains(&aws_source) {
+                sources.push(aws_source.clone());
+            }
+            keys.insert(key, sets.len());
+            sets.push(set);
+        }
+        let by_pool = wanted.into_iter().map(|(pool, key)| (pool, keys[&key])).collect();
+        let default_set = keys
+            .iter()
+            .find(|((k, class), _)| *k == default_kind && class.is_none())
+            .or_else(|| keys.iter().next())
+            .map_or(0, |(_, i)| *i);
+        Ok(Catalogue { source: sources.join(" + "), sets, by_pool, default_set })
     }
 
-    /// The instance type named `name`.
+    /// The instance types the NodePool named `pool` is evaluated against.
+    pub fn for_pool(&self, pool: &str) -> &[InstanceType] {
+        let set = self.by_pool.get(pool).copied().unwrap_or(self.default_set);
+        &self.sets[set].instance_types
+    }
+
+    /// Every instance type of the run's catalogues.
+    pub fn all_instance_types(&self) -> impl Iterator<Item = &InstanceType> {
+        self.sets.iter().flat_map(|set| set.instance_types.iter())
+    }
+
+    /// The instance type named `name` (in any of the run's catalogues).
     pub fn get(&self, name: &str) -> Option<&InstanceType> {
-        self.instance_types.iter().find(|it| it.name == name)
+        self.sets.iter().find_map(|s| s.instance_types.iter().find(|it| it.name == name))
     }
+
+    /// Distinct instance types over the run's catalogues.
+    pub fn len(&self) -> usize {
+        let names: BTreeSet<&str> =
+            self.sets.iter().flat_map(|s| s.instance_types.iter().map(|it| it.name.as_str())).collect();
+        names.len()
+    }
+
+    /// Whether the price of `instance_type` as `capacity_type` is an estimate (AWS spot prices as a share of
+    /// on-demand; another region's on-demand prices).
+    pub fn price_estimated(&self, instance_type: &str, capacity_type: Option<&str>) -> bool {
+        let Some(set) = self.sets.iter().find(|s| s.instance_types.iter().any(|it| it.name == instance_type)) else {
+            return false;
+        };
+        match capacity_type {
+            Some(CAPACITY_TYPE_SPOT) => set.spot_estimated,
+            Some(CAPACITY_TYPE_ON_DEMAND) => set.on_demand_estimated,
+            _ => false,
+        }
+    }
+}
+
+/// The catalogue source as the tables say it.
+pub fn describe_source(source: &str) -> String {
+    let parts: Vec<String> = source
+        .split(" + ")
+        .map(|p| match p {
+            "kwok" => "the kwok catalogue".to_owned(),
+            _ => match p.strip_prefix("aws ") {
+                Some(region) => format!("the AWS catalogue ({region})"),
+                None => p.to_owned(),
+            },
+        })
+        .collect();
+    parts.join(" and ")
 }
 
 /// The offering the kwok provider's create picks for a NodeClaim.
@@ -67,4 +313,126 @@ pub fn cheapest_launch<'a>(
         capacity_type: non_empty(choice.capacity_type),
         price: choice.price,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use karpenter_api::load_str;
+
+    const INPUT: &str = "
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: on-kwok}
+spec: {template: {spec: {nodeClassRef: {group: karpenter.kwok.sh, kind: KWOKNodeClass, name: default}, requirements: []}}}
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: on-aws}
+spec: {template: {spec: {nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: small}, requirements: []}}}
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: on-missing-aws}
+spec: {template: {spec: {nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: absent}, requirements: []}}}
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: on-other}
+spec: {template: {spec: {nodeClassRef: {group: example.com, kind: FooClass, name: x}, requirements: []}}}
+---
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: small}
+spec:
+  role: r
+  amiSelectorTerms: [{alias: al2023@latest}]
+  subnetSelectorTerms: [{tags: {a: b}}]
+  securityGroupSelectorTerms: [{tags: {a: b}}]
+  kubelet: {maxPods: 7}
+  blockDeviceMappings: [{deviceName: /dev/xvda, rootVolume: true, ebs: {volumeSize: 200Gi}}]
+";
+
+    fn build(force: Option<Kind>, region: &str) -> (Catalogue, Vec<String>) {
+        let objects = load_str(INPUT, "input.yaml").expect("valid input");
+        let pools: Vec<NodePool> = objects
+            .iter()
+            .filter_map(|l| match &l.object {
+                Object::NodePool(p) => Some((**p).clone()),
+                _ => None,
+            })
+            .collect();
+        let mut notes = Vec::new();
+        let selection = Selection { force, instance_types: None, region };
+        let c = Catalogue::build(&selection, &pools, &objects, &mut notes).expect("catalogue");
+        (c, notes)
+    }
+
+    fn type_in<'a>(c: &'a Catalogue, pool: &str, name: &str) -> &'a InstanceType {
+        c.for_pool(pool).iter().find(|it| it.name == name).unwrap_or_else(|| panic!("{name} for {pool}"))
+    }
+
+    #[test]
+    fn each_pool_gets_its_node_class_s_catalogue() {
+        let (c, notes) = build(None, "us-east-1");
+        assert_eq!(c.source, "kwok + aws us-east-1");
+        assert!(notes.is_empty(), "{notes:?}");
+        assert_eq!(c.for_pool("on-kwok").len(), 144);
+        assert_eq!(c.for_pool("on-other").len(), 144, "other groups get the kwok catalogue");
+        assert!(c.for_pool("on-aws").iter().any(|it| it.name == "m5.large"));
+        assert!(c.for_pool("on-missing-aws").iter().any(|it| it.name == "m5.large"));
+        assert!(!c.for_pool("on-kwok").iter().any(|it| it.name == "m5.large"));
+        // A NodePool not known at build time (a timeline's apply) gets the default (kwok) catalogue.
+        assert_eq!(c.for_pool("applied-later").len(), 144);
+        assert!(c.len() > 144 + 700);
+    }
+
+    #[test]
+    fn the_referenced_ec2_node_class_s_settings_apply_and_defaults_otherwise() {
+        let (c, _) = build(None, "us-east-1");
+        let pods = |pool: &str| type_in(&c, pool, "m5.large").capacity().pods().value();
+        assert_eq!(pods("on-aws"), Some(7), "kubelet.maxPods of EC2NodeClass/small");
+        assert_eq!(pods("on-missing-aws"), Some(29), "m5.large's ENI limit: 3 × (10 − 1) + 2");
+        let storage = |pool: &str| type_in(&c, pool, "m5.large").capacity().ephemeral_storage().to_string();
+        assert_eq!(storage("on-aws"), "200Gi");
+        assert_eq!(storage("on-missing-aws"), "20Gi");
+    }
+
+    #[test]
+    fn forcing_a_kind_applies_to_every_pool() {
+        let (c, _) = build(Some(Kind::Aws), "us-east-1");
+        assert_eq!(c.source, "aws us-east-1");
+        assert!(c.for_pool("on-kwok").iter().any(|it| it.name == "m5.large"));
+        assert!(c.for_pool("applied-later").iter().any(|it| it.name == "m5.large"));
+        let (c, _) = build(Some(Kind::Kwok), "us-east-1");
+        assert_eq!(c.source, "kwok");
+        assert_eq!(c.for_pool("on-aws").len(), 144);
+    }
+
+    #[test]
+    fn prices_outside_us_east_1_and_spot_are_estimates() {
+        let (c, notes) = build(Some(Kind::Aws), "eu-west-1");
+        assert_eq!(
+            notes,
+            ["the AWS catalogue has no prices for eu-west-1: us-east-1's on-demand prices are used (marked estimated)"]
+        );
+        assert!(c.price_estimated("m5.large", Some("on-demand")));
+        let m5 = type_in(&c, "on-kwok", "m5.large");
+        assert!(m5.offerings.iter().all(|o| o.zone().is_some_and(|z| z.starts_with("eu-west-1"))));
+        let (c, _) = build(None, "us-east-1");
+        assert!(!c.price_estimated("m5.large", Some("on-demand")));
+        assert!(c.price_estimated("m5.large", Some("spot")));
+        assert!(!c.price_estimated("c-4x-amd64-linux", Some("spot")), "kwok prices are the catalogue's own");
+        let m5 = type_in(&c, "on-aws", "m5.large");
+        let price = |ct: &str| m5.offerings.iter().find(|o| o.capacity_type() == Some(ct)).map(|o| o.price);
+        assert_eq!(price("on-demand"), Some(0.096));
+        assert_eq!(price("spot"), Some(0.096 * aws::SPOT_PRICE_FACTOR));
+    }
+
+    #[test]
+    fn sources_read_well_in_the_table() {
+        assert_eq!(describe_source("kwok"), "the kwok catalogue");
+        assert_eq!(describe_source("kwok + aws us-west-2"), "the kwok catalogue and the AWS catalogue (us-west-2)");
+        assert_eq!(describe_source("file x.json (aws us-east-1)"), "file x.json (aws us-east-1)");
+    }
 }

@@ -117,20 +117,21 @@ pub fn unevaluable_keys(
     provider: &ProviderLabels,
     notes: &mut Vec<String>,
 ) {
-    let catalogue_keys: BTreeSet<&str> =
-        catalogue.instance_types.iter().flat_map(|it| it.requirements.keys()).collect();
+    let catalogue_keys: BTreeSet<&str> = catalogue.all_instance_types().flat_map(|it| it.requirements.keys()).collect();
     let mut defined: BTreeSet<&str> = catalogue_keys.clone();
     defined.extend(CORE_WELL_KNOWN_LABELS);
     defined.insert(HOSTNAME);
     let mut pool_missing: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     for pool in pools {
         let name = pool.metadata.name.clone().unwrap_or_default();
+        let pool_keys: BTreeSet<&str> =
+            catalogue.for_pool(&name).iter().flat_map(|it| it.requirements.keys()).collect();
         let template = &pool.spec.template;
         defined.extend(template.metadata.labels.keys().map(String::as_str));
         for r in &template.spec.requirements {
             let key = r.key.as_str();
             defined.insert(key);
-            if provider.well_known.contains(key) && !catalogue_keys.contains(key) {
+            if provider.well_known.contains(key) && !pool_keys.contains(key) {
                 pool_missing.entry(key).or_default().push(format!("NodePool {name}"));
             }
         }

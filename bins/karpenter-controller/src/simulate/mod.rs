@@ -7,10 +7,10 @@
 //! 2. Build the [`ClusterSnapshot`] with the scheduler's file-input rules (unbound pods are pending; workloads
 //!    are expanded only when their pods are absent; DaemonSets count as overhead; NodeClaims without a node are
 //!    in flight).
-//! 3. Evaluate every NodePool against one catalogue (the kwok provider's built-in catalogue, or `--instance-types
-//!    FILE` in upstream's kwok JSON format) whatever its `nodeClassRef` kind. A referenced node class that is not
-//!    in the input is treated as ready (and a note says so); one in the input whose `Ready` condition is not
-//!    `True` leaves its NodePools out.
+//! 3. Evaluate every NodePool against the catalogue of its node class ([`catalogue`]: kwok, or AWS for an
+//!    EC2NodeClass, with `--instance-types FILE` replacing the built-in one of its format; `--provider` forces one
+//!    kind). A referenced node class that is not in the input is treated as ready (and a note says so); one in
+//!    the input whose `Ready` condition is not `True` leaves its NodePools out.
 //! 4. Schedule, then report: per new node the offering the fake provider's create would pick, the pods, the
 //!    placements on existing nodes, prices, and why each unplaced pod cannot be placed ([`Report`]).
 //!
@@ -40,7 +40,7 @@ use karpenter_api::{Conditions, NodePool, ProviderLabels, ValidationContext};
 use karpenter_scheduler::{ClusterSnapshot, PoolInput, SchedulerOptions, schedule};
 use serde_json::Value;
 
-pub use catalogue::Catalogue;
+pub use catalogue::{Catalogue, DEFAULT_REGION, Kind};
 pub use report::Report;
 pub use table::render;
 pub use timeline_report::{TimelineReport, render as render_timeline};
@@ -55,10 +55,13 @@ pub const BUNDLED: &str = include_str!("../../../../examples/simulate/default.ya
 pub struct Options {
     /// Manifest files or directories; empty for the bundled example.
     pub paths: Vec<PathBuf>,
-    /// A kwok-format instance-type file replacing the built-in catalogue.
+    /// An instance-type file (kwok JSON or an AWS catalogue) replacing the built-in catalogue of its kind.
     pub instance_types: Option<PathBuf>,
-    /// Whose well-known labels and restricted domains apply.
-    pub provider: ProviderLabels,
+    /// `--provider`: whose well-known labels and restricted domains apply, and the catalogue of every NodePool;
+    /// `None`: per NodePool by node class, with AWS labels when any NodePool has an EC2NodeClass.
+    pub provider: Option<ProviderLabels>,
+    /// `--region`: the AWS catalogue's region.
+    pub region: String,
     /// Run over simulated time (`--timeline`, `--scale`, `--for`); `None`: one scheduling pass.
     pub time: Option<TimeOptions>,
 }
@@ -123,7 +126,9 @@ pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> 
         live_time = TimeOptions { run_for: Some(LIVE_RUN_FOR.to_owned()), ..TimeOptions::default() };
         time = time.or(Some(&live_time));
     }
-    let ctx = ValidationContext { provider: options.provider.clone() };
+    let force = options.provider.as_ref().map(|p| if p.name == "aws" { Kind::Aws } else { Kind::Kwok });
+    let provider = options.provider.clone().unwrap_or_else(|| provider_of(&objects));
+    let ctx = ValidationContext { provider: provider.clone() };
     for loaded in &objects {
         let Some(violations) = loaded.object.validate(&ctx) else { continue };
         for v in violations.iter() {
@@ -139,18 +144,17 @@ pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> 
         return Ok(Outcome::InputErrors(errors));
     }
 
-    let catalogue = match &options.instance_types {
-        Some(path) => Catalogue::from_file(path)?,
-        None => Catalogue::kwok(),
-    };
     let snapshot = match ClusterSnapshot::from_objects(&objects) {
         Ok(s) => s,
         Err(e) => return Ok(Outcome::InputErrors(vec![e.to_string()])),
     };
 
+    let selection =
+        catalogue::Selection { force, instance_types: options.instance_types.as_deref(), region: &options.region };
+    let catalogue = Catalogue::build(&selection, &snapshot.node_pools, &objects, &mut notes)?;
     duplicate_notes(&objects, &mut notes);
     checks::unsupported_api_versions(&objects, &mut notes);
-    checks::unevaluable_keys(&objects, &snapshot.node_pools, &catalogue, &options.provider, &mut notes);
+    checks::unevaluable_keys(&objects, &snapshot.node_pools, &catalogue, &provider, &mut notes);
     checks::pending_only(&snapshot, &mut notes);
     let ready = ready_node_pools(&snapshot.node_pools, &objects, &mut notes);
     let inputs = if bundled {
@@ -160,18 +164,23 @@ pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> 
     };
     if let Some(time) = time {
         let ready: Vec<NodePool> = ready.into_iter().cloned().collect();
-        let run = Run { inputs, bundled, provider: &options.provider, notes, catalogue: &catalogue, now };
+        let run = Run { inputs, bundled, provider: &provider, notes, catalogue: &catalogue, now };
         return run_timeline(run, time, snapshot, ready, objects);
     }
-    let pools: Vec<PoolInput<'_>> =
-        ready.iter().map(|p| PoolInput { node_pool: p, instance_types: &catalogue.instance_types }).collect();
-    let decisions = schedule(&snapshot, &pools, &options.provider, &SchedulerOptions::default());
+    let pools: Vec<PoolInput<'_>> = ready
+        .iter()
+        .map(|p| PoolInput {
+            node_pool: p,
+            instance_types: catalogue.for_pool(p.metadata.name.as_deref().unwrap_or("")),
+        })
+        .collect();
+    let decisions = schedule(&snapshot, &pools, &provider, &SchedulerOptions::default());
 
     let report = Report::build(
         report::Inputs {
             inputs,
             bundled_example: bundled,
-            provider: options.provider.name.clone(),
+            provider: provider.name.clone(),
             notes,
             objects: &objects,
             snapshot: &snapshot,
@@ -180,6 +189,16 @@ pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> 
         decisions,
     );
     Ok(Outcome::Report(Box::new(report)))
+}
+
+/// The labels of the provider whose catalogue the input asks for: AWS when any NodePool's node class is an
+/// EC2NodeClass, else kwok.
+fn provider_of(objects: &[Loaded]) -> ProviderLabels {
+    let aws = objects.iter().any(|l| match &l.object {
+        Object::NodePool(p) => Kind::of_group(&p.spec.template.spec.node_class_ref.group) == Kind::Aws,
+        _ => false,
+    });
+    if aws { ProviderLabels::aws() } else { ProviderLabels::kwok() }
 }
 
 /// What a run over simulated time reports besides its events.
@@ -321,7 +340,10 @@ fn run_timeline(
         let inputs: Vec<PoolInput<'_>> = w
             .pools()
             .iter()
-            .map(|p| PoolInput { node_pool: p, instance_types: &run.catalogue.instance_types })
+            .map(|p| PoolInput {
+                node_pool: p,
+                instance_types: run.catalogue.for_pool(p.metadata.name.as_deref().unwrap_or("")),
+            })
             .collect();
         let d = schedule(&w.snapshot, &inputs, run.provider, &SchedulerOptions::default());
         for u in d.unschedulable {
@@ -358,7 +380,7 @@ fn run_timeline(
         provider: run.provider.name.clone(),
         catalogue: report::CatalogueSummary {
             source: run.catalogue.source.clone(),
-            instance_types: run.catalogue.instance_types.len(),
+            instance_types: run.catalogue.len(),
         },
         notes,
         start: start.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),

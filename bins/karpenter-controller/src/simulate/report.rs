@@ -50,7 +50,8 @@ pub struct Report {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CatalogueSummary {
-    /// `kwok` or `file <path>`.
+    /// `kwok`, `aws <region>`, `file <path>` or `file <path> (aws <region>)`, joined by ` + ` when NodePools use
+    /// both kinds.
     pub source: String,
     /// How many instance types.
     pub instance_types: usize,
@@ -98,6 +99,9 @@ pub struct NewNode {
     pub capacity_type: Option<String>,
     /// Its hourly price.
     pub price: Option<f64>,
+    /// The price is an estimate (AWS spot, or another region's on-demand price); omitted when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub price_estimated: bool,
     /// How many instance types the NodeClaim allows.
     pub instance_type_options: usize,
     /// The pods (`namespace/name`).
@@ -127,6 +131,9 @@ pub struct ExistingNode {
     /// Why the price is unknown.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub price_unknown: Option<String>,
+    /// The price is an estimate (AWS spot, or another region's on-demand price); omitted when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub price_estimated: bool,
     /// Pods already bound to it.
     pub bound_pods: usize,
     /// Pending pods placed on it by this simulation.
@@ -168,16 +175,19 @@ impl Report {
         let pending: HashMap<String, &CompactPod> =
             input.snapshot.pending_pods.iter().map(|p| (pod_key(p), p.as_ref())).collect();
         let groups = |pods: &[String]| group(pods.iter().map(|k| (k.as_str(), pending.get(k).copied())), &owners);
-        let by_name: HashMap<&str, &InstanceType> =
-            input.catalogue.instance_types.iter().map(|it| (it.name.as_str(), it)).collect();
 
         let new_nodes: Vec<NewNode> = decisions
             .new_node_claims
             .iter()
             .map(|claim| {
                 // The claim's options (cheapest first), as the provider's create receives them.
+                let by_name: HashMap<&str, &InstanceType> =
+                    input.catalogue.for_pool(&claim.node_pool).iter().map(|it| (it.name.as_str(), it)).collect();
                 let options = claim.instance_types.iter().filter_map(|n| by_name.get(n.as_str()).copied());
                 let launch = cheapest_launch(options, &claim.requirements);
+                let price_estimated = launch
+                    .as_ref()
+                    .is_some_and(|l| input.catalogue.price_estimated(&l.instance_type, l.capacity_type.as_deref()));
                 NewNode {
                     name: claim.name.clone(),
                     node_pool: claim.node_pool.clone(),
@@ -185,6 +195,7 @@ impl Report {
                     zone: launch.as_ref().and_then(|l| l.zone.clone()),
                     capacity_type: launch.as_ref().and_then(|l| l.capacity_type.clone()),
                     price: launch.as_ref().map(|l| l.price),
+                    price_estimated,
                     instance_type_options: claim.instance_types.len(),
                     pods: claim.pods.clone(),
                     pod_groups: groups(&claim.pods),
@@ -267,7 +278,7 @@ impl Report {
             provider: input.provider,
             catalogue: CatalogueSummary {
                 source: input.catalogue.source.clone(),
-                instance_types: input.catalogue.instance_types.len(),
+                instance_types: input.catalogue.len(),
             },
             notes: input.notes,
             summary,
@@ -304,6 +315,8 @@ fn existing(
         Ok(p) => (Some(p), None),
         Err(why) => (None, Some(why)),
     };
+    let price_estimated = price.is_some()
+        && instance_type.as_deref().is_some_and(|it| catalogue.price_estimated(it, capacity_type.as_deref()));
     ExistingNode {
         name: name.to_owned(),
         in_flight,
@@ -313,6 +326,7 @@ fn existing(
         capacity_type,
         price,
         price_unknown,
+        price_estimated,
         bound_pods,
         pods: pods.to_vec(),
         pod_groups: groups(pods),

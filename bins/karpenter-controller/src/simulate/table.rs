@@ -20,11 +20,7 @@ pub fn render(report: &Report) -> String {
     } else {
         let _ = writeln!(out, "Input: {inputs}");
     }
-    let source = if report.catalogue.source == "kwok" {
-        "the kwok catalogue".to_owned()
-    } else {
-        report.catalogue.source.clone()
-    };
+    let source = super::catalogue::describe_source(&report.catalogue.source);
     let _ = writeln!(
         out,
         "Instance types: {} from {source}; provider labels: {}",
@@ -50,7 +46,7 @@ pub fn render(report: &Report) -> String {
                     text(&n.instance_type),
                     text(&n.zone),
                     text(&n.capacity_type),
-                    n.price.map(price).unwrap_or_else(|| "-".to_owned()),
+                    n.price.map(|p| marked(p, n.price_estimated)).unwrap_or_else(|| "-".to_owned()),
                     n.instance_type_options.to_string(),
                     compact(&n.pod_groups, MAX_GROUPS),
                 ]
@@ -85,7 +81,7 @@ pub fn render(report: &Report) -> String {
                     text(&n.instance_type),
                     text(&n.zone),
                     text(&n.capacity_type),
-                    n.price.map(price).unwrap_or_else(|| "unknown".to_owned()),
+                    n.price.map(|p| marked(p, n.price_estimated)).unwrap_or_else(|| "unknown".to_owned()),
                     n.bound_pods.to_string(),
                     compact(&n.pod_groups, MAX_GROUPS),
                 ]
@@ -137,6 +133,11 @@ fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
 
 pub(super) fn price(p: f64) -> String {
     format!("{p:.4}")
+}
+
+/// A price, followed by ` (estimated)` when it is an estimate.
+fn marked(p: f64, estimated: bool) -> String {
+    if estimated { format!("{} (estimated)", price(p)) } else { price(p) }
 }
 
 fn text(v: &Option<String>) -> String {

@@ -198,8 +198,7 @@ pub fn render(r: &TimelineReport) -> String {
     if let Some(t) = &r.timeline {
         let _ = writeln!(out, "Timeline: {t}");
     }
-    let source =
-        if r.catalogue.source == "kwok" { "the kwok catalogue".to_owned() } else { r.catalogue.source.clone() };
+    let source = super::catalogue::describe_source(&r.catalogue.source);
     let _ =
         writeln!(out, "Instance types: {} from {source}; provider labels: {}", r.catalogue.instance_types, r.provider);
     let _ = writeln!(out, "Simulated time: {} to {} ({})", r.start, r.end, r.duration);

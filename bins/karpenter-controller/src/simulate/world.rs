@@ -162,7 +162,13 @@ impl<'c> World<'c> {
     }
 
     fn pool_inputs(&self) -> Vec<PoolInput<'_>> {
-        self.pools.iter().map(|p| PoolInput { node_pool: p, instance_types: &self.catalogue.instance_types }).collect()
+        self.pools
+            .iter()
+            .map(|p| PoolInput {
+                node_pool: p,
+                instance_types: self.catalogue.for_pool(p.metadata.name.as_deref().unwrap_or("")),
+            })
+            .collect()
     }
 
     /// Nodes, their price sum and pod counts.
@@ -307,7 +313,7 @@ impl<'c> World<'c> {
         let pool = pool.clone();
         let mut claim = build_node_claim(&pool, plan, &self.provider)
             .with_context(|| format!("building a NodeClaim for {} from NodePool {}", plan.name, plan.node_pool))?;
-        let all: Vec<&InstanceType> = self.catalogue.instance_types.iter().collect();
+        let all: Vec<&InstanceType> = self.catalogue.for_pool(&plan.node_pool).iter().collect();
         let options: Vec<&InstanceType> = if plan.instance_types.is_empty() {
             all
         } else {
