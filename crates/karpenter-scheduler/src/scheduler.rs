@@ -145,6 +145,9 @@ pub(crate) struct Solver<'a> {
     /// a pod of the class down turns every later one down too; with thousands of full nodes and tens of
     /// thousands of pending replicas, scanning them all again for every replica was most of a pass.
     existing_unfit: HashMap<(u64, Relaxation), usize>,
+    /// Each pod's [`Solver::existing_class`], computed on its first placement attempt: hashing the labels again
+    /// on every attempt (each relaxation, each pass of the loop) was a quarter of a solve with many replicas.
+    existing_classes: Vec<std::cell::Cell<Option<Option<u64>>>>,
     /// Stop once this many new NodeClaims are open (the result then says `timedOut`); see
     /// [`crate::simulation::Simulator::count_new_claims`].
     claim_cap: Option<usize>,
@@ -244,6 +247,7 @@ impl<'a> Solver<'a> {
             no_templates_reason: base.no_templates_reason,
             compat_cache: RefCell::new(HashMap::new()),
             existing_unfit: HashMap::new(),
+            existing_classes: vec![std::cell::Cell::new(None); n],
             claim_cap: None,
             pods,
         }
@@ -256,6 +260,15 @@ impl<'a> Solver<'a> {
     /// a node's answer for them from no to yes, and so are pods with volume claims (another pod attaching the
     /// same claim to a node frees them of its attachment limit there).
     fn existing_class(&self, i: usize) -> Option<u64> {
+        if let Some(class) = self.existing_classes[i].get() {
+            return class;
+        }
+        let class = self.compute_existing_class(i);
+        self.existing_classes[i].set(Some(class));
+        class
+    }
+
+    fn compute_existing_class(&self, i: usize) -> Option<u64> {
         use std::hash::{Hash, Hasher};
         let data = &self.pods[i];
         let pod = data.pod;
@@ -370,7 +383,8 @@ impl<'a> Solver<'a> {
         let strict = pod.requirements(relax, PreferencePolicy::Ignore);
         let prepared = self.topology.prepare(i, relax, &strict);
         // 1. Existing nodes, in order, after those known not to take a pod like this one.
-        let class = self.existing_class(i).map(|c| (c, *relax));
+        // No existing node: nothing to remember, and no class to compute.
+        let class = if self.existing.is_empty() { None } else { self.existing_class(i).map(|c| (c, *relax)) };
         let known_unfit = class.and_then(|c| self.existing_unfit.get(&c).copied()).unwrap_or(0);
         for n in known_unfit..self.existing.len() {
             let node = &self.existing[n];
