@@ -145,9 +145,6 @@ pub(crate) struct Solver<'a> {
     /// a pod of the class down turns every later one down too; with thousands of full nodes and tens of
     /// thousands of pending replicas, scanning them all again for every replica was most of a pass.
     existing_unfit: HashMap<(u64, Relaxation), usize>,
-    /// Each pod's [`Solver::existing_class`], computed on its first placement attempt: hashing the labels again
-    /// on every attempt (each relaxation, each pass of the loop) was a quarter of a solve with many replicas.
-    existing_classes: Vec<std::cell::Cell<Option<Option<u64>>>>,
     /// Stop once this many new NodeClaims are open (the result then says `timedOut`); see
     /// [`crate::simulation::Simulator::count_new_claims`].
     claim_cap: Option<usize>,
@@ -157,6 +154,10 @@ pub(crate) struct Solver<'a> {
 const DOMAIN_OPEN: u32 = u32::MAX;
 /// The claim lists zero or several values for the key: checked with [`Topology::affinity_rejects`].
 const DOMAIN_MULTI: u32 = u32::MAX - 1;
+
+/// Solves with fewer pods than this do not remember which existing nodes turned a class of pods down
+/// ([`Solver::existing_unfit`]).
+const EXISTING_MEMORY_MIN_PODS: usize = 256;
 
 /// Entries kept in [`Solver::compat_cache`] before it is cleared (a bound on memory for inputs whose claims
 /// all have different requirements).
@@ -247,7 +248,6 @@ impl<'a> Solver<'a> {
             no_templates_reason: base.no_templates_reason,
             compat_cache: RefCell::new(HashMap::new()),
             existing_unfit: HashMap::new(),
-            existing_classes: vec![std::cell::Cell::new(None); n],
             claim_cap: None,
             pods,
         }
@@ -259,18 +259,15 @@ impl<'a> Solver<'a> {
     /// topology spread or pod (anti-)affinity of their own are left out, because pods placed elsewhere can turn
     /// a node's answer for them from no to yes, and so are pods with volume claims (another pod attaching the
     /// same claim to a node frees them of its attachment limit there).
+    /// Computed once per pod and kept with its facts: hashing the labels on every placement attempt was a
+    /// quarter of a solve with many replicas.
     fn existing_class(&self, i: usize) -> Option<u64> {
-        if let Some(class) = self.existing_classes[i].get() {
-            return class;
-        }
-        let class = self.compute_existing_class(i);
-        self.existing_classes[i].set(Some(class));
-        class
+        let data = &self.pods[i];
+        *data.existing_class.get_or_init(|| Self::compute_existing_class(data))
     }
 
-    fn compute_existing_class(&self, i: usize) -> Option<u64> {
+    fn compute_existing_class(data: &PodData<'_>) -> Option<u64> {
         use std::hash::{Hash, Hasher};
-        let data = &self.pods[i];
         let pod = data.pod;
         let spec = &*pod.spec;
         let affinity = spec.affinity.as_ref();
@@ -383,8 +380,10 @@ impl<'a> Solver<'a> {
         let strict = pod.requirements(relax, PreferencePolicy::Ignore);
         let prepared = self.topology.prepare(i, relax, &strict);
         // 1. Existing nodes, in order, after those known not to take a pod like this one.
-        // No existing node: nothing to remember, and no class to compute.
-        let class = if self.existing.is_empty() { None } else { self.existing_class(i).map(|c| (c, *relax)) };
+        // The memory pays off with many interchangeable pods (a provisioning pass's replicas); a disruption
+        // simulation places one candidate's few pods, where hashing them costs more than the scan it saves.
+        let remember = !self.existing.is_empty() && self.pods.len() >= EXISTING_MEMORY_MIN_PODS;
+        let class = if remember { self.existing_class(i).map(|c| (c, *relax)) } else { None };
         let known_unfit = class.and_then(|c| self.existing_unfit.get(&c).copied()).unwrap_or(0);
         for n in known_unfit..self.existing.len() {
             let node = &self.existing[n];

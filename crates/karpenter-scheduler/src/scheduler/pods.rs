@@ -46,6 +46,10 @@ pub(crate) struct PodFacts<'a> {
     /// `metadata.uid`; the key stands in when it is missing.
     uid: Option<&'a str>,
     spec: Arc<SpecFacts<'a>>,
+    /// The pod's class for the solver's memory of existing nodes that turned such pods down, computed on first
+    /// use and kept with the facts, so the many solves of a disruption pass that share the pending pods hash
+    /// their labels once.
+    pub existing_class: std::sync::OnceLock<Option<u64>>,
 }
 
 impl PodFacts<'_> {
@@ -181,7 +185,13 @@ pub(crate) fn pods_data<'a>(
 }
 
 fn with_spec<'a>(pod: &'a CompactPod, spec: Arc<SpecFacts<'a>>, error: Option<UnschedulableReason>) -> PodData<'a> {
-    let facts = PodFacts { pod, key: pod_key(pod), uid: pod.metadata.uid.as_deref(), spec };
+    let facts = PodFacts {
+        pod,
+        key: pod_key(pod),
+        uid: pod.metadata.uid.as_deref(),
+        spec,
+        existing_class: std::sync::OnceLock::new(),
+    };
     PodData { facts: Arc::new(facts), n_spread_anyway: 0, n_affinity_preferred: 0, n_anti_preferred: 0, error }
 }
 
