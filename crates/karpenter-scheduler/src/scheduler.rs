@@ -22,6 +22,7 @@ use karpenter_requirements::{
 
 pub use pods::TOPOLOGY_NOT_SUPPORTED;
 use pods::{PodData, Relaxation, pods_data};
+use rustc_hash::FxHashMap;
 use templates::{ExistingNode, Template, daemons, existing_nodes};
 use topology::{Place, Prepared, Topology};
 use volumes::{VolumeIndex, first_compatible};
@@ -144,7 +145,7 @@ pub(crate) struct Solver<'a> {
     /// existing nodes are known not to take such a pod. During a pass nodes only fill up, so a node that turned
     /// a pod of the class down turns every later one down too; with thousands of full nodes and tens of
     /// thousands of pending replicas, scanning them all again for every replica was most of a pass.
-    existing_unfit: HashMap<(u64, Relaxation), usize>,
+    existing_unfit: FxHashMap<(u64, Relaxation), usize>,
     /// Stop once this many new NodeClaims are open (the result then says `timedOut`); see
     /// [`crate::simulation::Simulator::count_new_claims`].
     claim_cap: Option<usize>,
@@ -247,7 +248,7 @@ impl<'a> Solver<'a> {
             any_prefer_no_schedule: base.any_prefer_no_schedule,
             no_templates_reason: base.no_templates_reason,
             compat_cache: RefCell::new(HashMap::new()),
-            existing_unfit: HashMap::new(),
+            existing_unfit: FxHashMap::default(),
             claim_cap: None,
             pods,
         }
@@ -277,7 +278,7 @@ impl<'a> Solver<'a> {
         {
             return None;
         }
-        let mut hasher = std::hash::DefaultHasher::new();
+        let mut hasher = rustc_hash::FxHasher::default();
         std::sync::Arc::as_ptr(&pod.spec).hash(&mut hasher);
         pod.metadata.namespace.hash(&mut hasher);
         pod.metadata.labels.hash(&mut hasher);
@@ -303,19 +304,16 @@ impl<'a> Solver<'a> {
             // as a time, not as the formatted string (equal empty strings cost a libc call per comparison,
             // 15 ms for 10k pods in profiles).
             let pods = &self.pods;
-            let created = |i: usize| pods[i].pod.metadata.creation_timestamp.as_ref().map(|t| &t.0);
             let mut keyed: Vec<_> = order
                 .iter()
-                .map(|&i| (Reverse(pods[i].requests.cpu()), Reverse(pods[i].requests.memory()), i))
+                .map(|&i| {
+                    let pod = &pods[i];
+                    let created = pod.pod.metadata.creation_timestamp.as_ref().map(|t| &t.0);
+                    (Reverse(pod.requests.cpu()), Reverse(pod.requests.memory()), created, pod.uid(), i)
+                })
                 .collect();
-            keyed.sort_unstable_by(|a, b| {
-                (a.0, a.1)
-                    .cmp(&(b.0, b.1))
-                    .then_with(|| created(a.2).cmp(&created(b.2)))
-                    .then_with(|| pods[a.2].uid().cmp(pods[b.2].uid()))
-                    .then(a.2.cmp(&b.2))
-            });
-            order = keyed.into_iter().map(|k| k.2).collect();
+            keyed.sort_unstable();
+            order = keyed.into_iter().map(|k| k.4).collect();
         }
         let mut queue: VecDeque<usize> = order.into();
         let mut pushed_at: Vec<Option<usize>> = vec![None; self.pods.len()];

@@ -1,7 +1,6 @@
 //! Per-pod data computed once per pass: requests, requirement terms, tolerations, host ports, and the
 //! reasons a pod cannot be handled at all.
 
-use std::collections::HashMap;
 use std::ops::Deref;
 use std::sync::Arc;
 
@@ -12,6 +11,7 @@ use karpenter_requirements::{
     HostPort, Operator, PreferencePolicy, Quantity, Requirements, ResourceList, spec_host_ports, spec_requests,
     tolerates_all,
 };
+use rustc_hash::FxHashMap;
 
 use super::volumes::{PodVolumes, VolumeIndex};
 use crate::decision::UnschedulableReason;
@@ -174,14 +174,15 @@ pub(crate) fn pods_data<'a>(
     volumes: &VolumeIndex<'_>,
 ) -> Vec<PodData<'a>> {
     type Parsed<'a> = (Arc<SpecFacts<'a>>, Option<UnschedulableReason>);
-    let mut parsed: HashMap<(*const PodSpec, Option<&'a str>), Parsed<'a>> = HashMap::new();
-    pods.into_iter()
-        .map(|pod| {
-            let key = (Arc::as_ptr(&pod.spec), pod.metadata.namespace.as_deref());
-            let (spec, error) = parsed.entry(key).or_insert_with(|| parse_spec(pod, provider, volumes));
-            with_spec(pod, spec.clone(), error.clone())
-        })
-        .collect()
+    let pods = pods.into_iter();
+    let mut parsed: FxHashMap<(*const PodSpec, Option<&'a str>), Parsed<'a>> =
+        FxHashMap::with_capacity_and_hasher(pods.size_hint().0, Default::default());
+    pods.map(|pod| {
+        let key = (Arc::as_ptr(&pod.spec), pod.metadata.namespace.as_deref());
+        let (spec, error) = parsed.entry(key).or_insert_with(|| parse_spec(pod, provider, volumes));
+        with_spec(pod, spec.clone(), error.clone())
+    })
+    .collect()
 }
 
 fn with_spec<'a>(pod: &'a CompactPod, spec: Arc<SpecFacts<'a>>, error: Option<UnschedulableReason>) -> PodData<'a> {
