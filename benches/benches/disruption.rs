@@ -17,7 +17,8 @@
 //!   nodes, so no consolidation can make do with one).
 //!
 //! Before criterion measures a case it runs once and prints: time, commands, verdict counts by outcome.
-//! `cargo bench -p karpenter-benches --bench disruption -- single-node/kwok/1000`.
+//! Only the cases the filter selects are built, e.g. `cargo bench -p karpenter-benches --bench disruption --
+//! single-node/kwok/1000`; with `BENCH_REPORT_ONLY=1` only that first run happens (for callgrind).
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -30,6 +31,7 @@ use karpenter_aws::instancetype::InstanceTypeContext;
 use karpenter_aws::moto::{LocationType, MotoCatalogue};
 use karpenter_aws::pricing::{PriceFile, PriceSource};
 use karpenter_benches::disruption::{Case, cluster, kwok_case, now, on_demand_zones, pool, with_pending};
+use karpenter_benches::{report_only, selected};
 use karpenter_cloudprovider::time::Stopwatch;
 use karpenter_disruption::{DisruptionOptions, Pass, evaluate, multi_node_consolidation};
 use karpenter_scheduler::PoolInput;
@@ -96,12 +98,19 @@ fn single_node(c: &mut Criterion) {
     group.sample_size(10).sampling_mode(SamplingMode::Flat).warm_up_time(Duration::from_millis(100));
     for case in cases() {
         for n in [1_000usize, 5_000] {
+            let id = format!("disruption/single-node/{}/{n}", case.name);
+            if !selected(&id) {
+                continue;
+            }
             let snapshot = cluster(n, &case, pool(&[]));
             let pools = [PoolInput { node_pool: &snapshot.node_pools[0], instance_types: &case.instance_types }];
             let start = Stopwatch::start();
             let pass = evaluate(&snapshot, &pools, &provider, now(), &options);
             let secs = start.elapsed().as_secs_f64();
-            eprintln!("disruption/single-node/{}/{n}: {secs:.3} s, {}", case.name, summary(&pass));
+            eprintln!("{id}: {secs:.3} s, {}", summary(&pass));
+            if report_only() {
+                continue;
+            }
             group.measurement_time(Duration::from_secs_f64((secs * 12.0).max(1.0)));
             group.bench_function(format!("{}/{n}", case.name), |b| {
                 b.iter(|| evaluate(black_box(&snapshot), &pools, &provider, now(), &options))
@@ -118,6 +127,9 @@ fn multi_node(c: &mut Criterion) {
     group.sample_size(10).sampling_mode(SamplingMode::Flat).warm_up_time(Duration::from_millis(100));
     for case in cases() {
         // 1,000 nodes; multi-node consolidation takes the first 100 sorted candidates (upstream's cap).
+        if !selected(&format!("disruption/multi-node/{}/100", case.name)) {
+            continue;
+        }
         let snapshot = cluster(1_000, &case, pool(&[]));
         let pools = [PoolInput { node_pool: &snapshot.node_pools[0], instance_types: &case.instance_types }];
         let start = Stopwatch::start();
@@ -131,6 +143,9 @@ fn multi_node(c: &mut Criterion) {
                 |c| format!("{:?} of {} nodes saving ${:.2}/h", c.decision, c.candidates.len(), c.savings_per_hour)
             )
         );
+        if report_only() {
+            continue;
+        }
         group.measurement_time(Duration::from_secs_f64((secs * 12.0).max(1.0)));
         group.bench_function(format!("{}/100", case.name), |b| {
             b.iter(|| multi_node_consolidation(black_box(&snapshot), &pools, &provider, now(), &options))
@@ -144,6 +159,9 @@ fn pending(c: &mut Criterion) {
     let options = DisruptionOptions { every_verdict: false, ..Default::default() };
     let mut group = c.benchmark_group("disruption/pending");
     group.sample_size(10).sampling_mode(SamplingMode::Flat).warm_up_time(Duration::from_millis(100));
+    if !selected("disruption/pending/kwok/5000") {
+        return;
+    }
     let case = kwok_case();
     let snapshot = with_pending(cluster(5_000, &case, pool(&[])), 40_000);
     let pools = [PoolInput { node_pool: &snapshot.node_pools[0], instance_types: &case.instance_types }];
@@ -151,6 +169,9 @@ fn pending(c: &mut Criterion) {
     let pass = evaluate(&snapshot, &pools, &provider, now(), &options);
     let secs = start.elapsed().as_secs_f64();
     eprintln!("disruption/pending/kwok/5000: {secs:.3} s, {}", summary(&pass));
+    if report_only() {
+        return;
+    }
     group.measurement_time(Duration::from_secs_f64((secs * 12.0).max(1.0)));
     group
         .bench_function("kwok/5000", |b| b.iter(|| evaluate(black_box(&snapshot), &pools, &provider, now(), &options)));

@@ -10,7 +10,7 @@
 //!
 //! Only cases matching the command-line filter are prepared and reported, e.g.
 //! `cargo bench -p karpenter-benches --bench scheduler -- diverse/10000`. With
-//! `SCHEDULER_BENCH_REPORT_ONLY=1` in the environment, only the report lines are produced (one solve per
+//! `BENCH_REPORT_ONLY=1` (or the older `SCHEDULER_BENCH_REPORT_ONLY=1`) in the environment, only the report lines are produced (one solve per
 //! case, no criterion measurement). `full-cluster` is the end of the controller's 50,000-pod perf case: 5,000
 //! full nodes and 40,000 pending replicas.
 
@@ -21,61 +21,12 @@ use std::time::Duration;
 use criterion::{BenchmarkGroup, Criterion, SamplingMode, criterion_group, criterion_main, measurement::WallTime};
 use k8s_openapi::api::core::v1::Pod;
 use karpenter_api::{IntoSharedPod, ProviderLabels};
-use karpenter_benches::upstream;
+use karpenter_benches::{report_only, selected, upstream};
 use karpenter_cloudprovider::time::Stopwatch;
 use karpenter_requirements::{InstanceType, PreferencePolicy};
 use karpenter_scheduler::bound::decision_bound;
 use karpenter_scheduler::check::check;
 use karpenter_scheduler::{ClusterSnapshot, PoolInput, SchedulerOptions, schedule};
-
-/// Positional arguments of the bench binary (criterion's filter), without options and their values.
-fn filters() -> Vec<String> {
-    const WITH_VALUE: [&str; 16] = [
-        "--warm-up-time",
-        "--measurement-time",
-        "--sample-size",
-        "--nresamples",
-        "--noise-threshold",
-        "--confidence-level",
-        "--significance-level",
-        "--save-baseline",
-        "--baseline",
-        "--baseline-lenient",
-        "--load-baseline",
-        "--profile-time",
-        "--output-format",
-        "--color",
-        "--format",
-        "--plotting-backend",
-    ];
-    let mut out = Vec::new();
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        if WITH_VALUE.contains(&a.as_str()) {
-            args.next();
-        } else if !a.starts_with('-') {
-            out.push(a);
-        }
-    }
-    out
-}
-
-/// Whether criterion's filter (a regex) selects `id`, for the forms used in docs/benchmarks.md: alternatives
-/// separated by `|`, each a substring, optionally anchored with `^` / `$`.
-fn selected(id: &str) -> bool {
-    let f = filters();
-    f.is_empty()
-        || f.iter().flat_map(|f| f.split('|')).any(|alt| {
-            let (start, alt) = alt.strip_prefix('^').map_or((false, alt), |a| (true, a));
-            let (end, alt) = alt.strip_suffix('$').map_or((false, alt), |a| (true, a));
-            match (start, end) {
-                (true, true) => id == alt,
-                (true, false) => id.starts_with(alt),
-                (false, true) => id.ends_with(alt),
-                (false, false) => id.contains(alt),
-            }
-        })
-}
 
 /// Solves once, checks, prints the report line; returns the snapshot for criterion.
 fn report(id: &str, pods: Vec<Pod>, its: &[InstanceType], options: &SchedulerOptions) -> ClusterSnapshot {
@@ -132,7 +83,7 @@ fn run_case(
         return;
     }
     let snapshot = report(&id, make(), its, options);
-    if std::env::var_os("SCHEDULER_BENCH_REPORT_ONLY").is_some() {
+    if report_only() {
         return;
     }
     let pool = upstream::node_pool();
@@ -213,7 +164,7 @@ fn full_cluster(c: &mut Criterion) {
         d.unschedulable.len(),
         if d.timed_out { " (timed out)" } else { "" }
     );
-    if std::env::var_os("SCHEDULER_BENCH_REPORT_ONLY").is_some() {
+    if report_only() {
         return;
     }
     let mut group = c.benchmark_group("scheduler/full-cluster");

@@ -11,6 +11,62 @@ use karpenter_requirements::{
     InstanceType, Offering, Operator, Overhead, Quantity, Requirement, Requirements, ResourceList,
 };
 
+/// Positional arguments of a bench binary (criterion's filter), without options and their values.
+pub fn filters() -> Vec<String> {
+    const WITH_VALUE: [&str; 16] = [
+        "--warm-up-time",
+        "--measurement-time",
+        "--sample-size",
+        "--nresamples",
+        "--noise-threshold",
+        "--confidence-level",
+        "--significance-level",
+        "--save-baseline",
+        "--baseline",
+        "--baseline-lenient",
+        "--load-baseline",
+        "--profile-time",
+        "--output-format",
+        "--color",
+        "--format",
+        "--plotting-backend",
+    ];
+    let mut out = Vec::new();
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        if WITH_VALUE.contains(&a.as_str()) {
+            args.next();
+        } else if !a.starts_with('-') {
+            out.push(a);
+        }
+    }
+    out
+}
+
+/// Whether criterion's filter (a regex) selects `id`, for the forms used in docs/benchmarks.md: alternatives
+/// separated by `|`, each a substring, optionally anchored with `^` / `$`.
+pub fn selected(id: &str) -> bool {
+    let f = filters();
+    f.is_empty()
+        || f.iter().flat_map(|f| f.split('|')).any(|alt| {
+            let (start, alt) = alt.strip_prefix('^').map_or((false, alt), |a| (true, a));
+            let (end, alt) = alt.strip_suffix('$').map_or((false, alt), |a| (true, a));
+            match (start, end) {
+                (true, true) => id == alt,
+                (true, false) => id.starts_with(alt),
+                (false, true) => id.ends_with(alt),
+                (false, false) => id.contains(alt),
+            }
+        })
+}
+
+/// Whether the bench should only print its report lines (one run per selected case, no criterion
+/// measurement): `BENCH_REPORT_ONLY` (or `SCHEDULER_BENCH_REPORT_ONLY`) is set. This is the mode to run under
+/// `valgrind --tool=callgrind` for instruction counts, which, unlike times, do not move with the machine's load.
+pub fn report_only() -> bool {
+    std::env::var_os("BENCH_REPORT_ONLY").is_some() || std::env::var_os("SCHEDULER_BENCH_REPORT_ONLY").is_some()
+}
+
 const ZONES: [&str; 3] = ["us-west-2a", "us-west-2b", "us-west-2c"];
 const FAMILIES: [&str; 20] = [
     "c5", "c5a", "c5d", "c6a", "c6g", "c6i", "c7g", "c7i", "m5", "m5a", "m5d", "m6a", "m6g", "m6i", "m7g", "m7i", "r5",
