@@ -281,14 +281,20 @@ impl Catalogue {
 
     /// The catalogues of the same selection for `pools` (the NodePools in use after a timeline `apply`), so a
     /// NodePool added or changed during a run gets the catalogue of its node class as one present at the start.
-    /// Notes the first build already gave are not repeated.
-    pub fn rebuilt(&self, pools: &[NodePool], objects: &[Loaded]) -> anyhow::Result<Self> {
+    /// Notes (prices of another region) are added only when the catalogues' sources changed, since the first
+    /// build gave them for the sources it had.
+    pub fn rebuilt(&self, pools: &[NodePool], objects: &[Loaded], notes: &mut Vec<String>) -> anyhow::Result<Self> {
         let selection = Selection {
             force: self.selection.force,
             instance_types: self.selection.instance_types.as_deref(),
             region: &self.selection.region,
         };
-        Catalogue::build(&selection, pools, objects, &mut Vec::new())
+        let mut new_notes = Vec::new();
+        let rebuilt = Catalogue::build(&selection, pools, objects, &mut new_notes)?;
+        if rebuilt.source != self.source {
+            notes.extend(new_notes);
+        }
+        Ok(rebuilt)
     }
 
     /// The instance types the NodePool named `pool` is evaluated against.

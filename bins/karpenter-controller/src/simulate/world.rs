@@ -944,7 +944,8 @@ impl<'c> World<'c> {
         self.objects.extend(objects);
         // A NodePool added (or moved to another node class) gets the catalogue of its node class.
         if self.catalogue.is_stale(&self.pools, &self.objects, &self.objects[first_new..]) {
-            let rebuilt = self.catalogue.rebuilt(&self.pools, &self.objects).map_err(|e| format!("{e:#}"))?;
+            let rebuilt =
+                self.catalogue.rebuilt(&self.pools, &self.objects, &mut self.notes).map_err(|e| format!("{e:#}"))?;
             self.catalogue = Cow::Owned(rebuilt);
         }
         self.snapshot.sort();
