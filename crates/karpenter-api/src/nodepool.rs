@@ -382,6 +382,27 @@ impl Budget {
         }
     }
 
+    /// The first instant after `now` at which [`Budget::is_active`] can change: the schedule's next firing (the
+    /// window opens) or the end of the window of the next firing after `now - duration` (it closes). `None` for
+    /// a budget without a schedule, one that cannot be evaluated (it never changes) or a schedule that never
+    /// fires again. Between `now` and that instant the budget stays as it is at `now`, so a simulation may
+    /// skip to it instead of looking every minute.
+    pub fn next_transition(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let (Some(schedule), Some(duration)) = (&self.schedule, &self.duration) else { return None };
+        let cron = parse_schedule(schedule).ok()?;
+        let tz = match &self.time_zone {
+            Some(name) => parse_time_zone(name).ok()?,
+            None => chrono_tz::UTC,
+        };
+        let next_fire = |after: DateTime<Utc>| {
+            cron.find_next_occurrence(&after.with_timezone(&tz), false).ok().map(|t| t.with_timezone(&Utc))
+        };
+        let window = chrono::Duration::from_std(duration.duration()).unwrap_or(chrono::Duration::MAX);
+        let opens = next_fire(now);
+        let closes = now.checked_sub_signed(window).and_then(next_fire).and_then(|t| t.checked_add_signed(window));
+        [opens, closes].into_iter().flatten().filter(|t| *t > now).min()
+    }
+
     /// Whether this budget limits `reason` (absent reasons = every reason).
     pub fn applies_to(&self, reason: DisruptionReason) -> bool {
         self.reasons.as_ref().is_none_or(|r| r.contains(&reason))
@@ -732,6 +753,53 @@ mod tests {
         assert_eq!(b.is_active(at(9, 0)), Ok(true), "the firing minute itself is inside");
         assert_eq!(b.is_active(at(16, 59)), Ok(true));
         assert_eq!(b.is_active(at(17, 0)), Ok(false), "now - duration is excluded");
+    }
+
+    /// `next_transition` agrees with `is_active` checked every minute: the state changes exactly at the
+    /// transitions it names, and nowhere in between (windows longer than the period, time zones with DST,
+    /// weekday ranges).
+    #[test]
+    fn next_transition_matches_is_active_minute_by_minute() {
+        // (budget, transitions in the week).
+        let cases = [
+            (budget("0", Some("0 9 * * mon-fri"), Some("8h"), None), 10),
+            (budget("0", Some("*/30 * * * *"), Some("20m"), None), 2 * 2 * 24 * 7),
+            // Windows overlap: always active, whatever the transitions say.
+            (budget("0", Some("*/10 * * * *"), Some("25m"), None), 0),
+            (budget("0", Some("30 2 * * *"), Some("30m"), Some("Europe/Berlin")), 14),
+            (budget("0", Some("@weekly"), Some("1h30m"), Some("America/New_York")), 2),
+        ];
+        // A week (Wednesday to Wednesday) around Berlin's spring DST change.
+        let from = Utc.with_ymd_and_hms(2024, 3, 27, 0, 0, 0).unwrap();
+        for (b, want) in &cases {
+            let mut t = from;
+            let mut next = b.next_transition(t).expect("scheduled");
+            let mut transitions = 0;
+            let mut active = b.is_active(t);
+            while t < from + chrono::Duration::days(7) {
+                let later = t + chrono::Duration::minutes(1);
+                let now_active = b.is_active(later);
+                let changed = now_active != active;
+                active = now_active;
+                if later == next {
+                    transitions += usize::from(changed);
+                    next = b.next_transition(later).expect("scheduled");
+                    assert!(next > later, "{b:?} at {later}");
+                } else {
+                    assert!(!changed, "{b:?}: active changed at {later}, next transition said {next}");
+                    assert!(later < next, "{b:?}: skipped past {next}");
+                }
+                t = later;
+            }
+            assert_eq!(transitions, *want, "{b:?}");
+        }
+        assert_eq!(budget("0", None, None, None).next_transition(from), None);
+        assert_eq!(budget("0", Some("@daily"), None, None).next_transition(from), None);
+        let b = budget("0", Some("0 9 * * *"), Some("8h"), None);
+        let at = |h: u32| Utc.with_ymd_and_hms(2024, 3, 5, h, 0, 0).unwrap();
+        assert_eq!(b.next_transition(at(8)), Some(at(9)));
+        assert_eq!(b.next_transition(at(9)), Some(at(17)));
+        assert_eq!(b.next_transition(at(17)), Some(at(9) + chrono::Duration::days(1)));
     }
 
     #[test]

@@ -12,13 +12,15 @@
 //!   "description": "where the data comes from",
 //!   "instanceTypes": [{"InstanceType": "m5.large", "VCpuInfo": {"DefaultVCpus": 2}, "...": "..."}],
 //!   "zones": {"us-east-1": {"m5.large": ["us-east-1a", "us-east-1b"]}},
+//!   "zoneIds": {"us-east-1": {"us-east-1a": "use1-az2", "us-east-1b": "use1-az4"}},
 //!   "prices": {"onDemand": {"us-east-1": {"m5.large": 0.096}}}
 //! }
 //! ```
 //!
 //! `instanceTypes` are EC2's `InstanceTypeInfo` objects (only the fields the conversion reads are kept by
-//! [`prune`]); `zones` maps region to instance type to the zones offering it; `prices` is a
-//! [`PriceFile`](crate::pricing::PriceFile).
+//! [`prune`]); `zones` maps region to instance type to the zones offering it; `zoneIds` (optional) maps region
+//! to zone name to zone id, which offerings then carry as `topology.k8s.aws/zone-id` (the controller takes it
+//! from the node class's subnets); `prices` is a [`PriceFile`](crate::pricing::PriceFile).
 //!
 //! Prices, in order: the region's own on-demand prices, else those of [`PRICE_REGION`] (the region's price is
 //! then an estimate, and [`RegionCatalogue::borrowed_prices_from`] says so). Spot: the file's spot price of the
@@ -100,6 +102,9 @@ pub struct CatalogueFile {
     pub instance_types: Vec<InstanceTypeInfo>,
     /// Region → instance type → zones offering it (sorted).
     pub zones: BTreeMap<String, BTreeMap<String, Vec<String>>>,
+    /// Region → zone name → zone id (`use1-az4`); zones without one get no `topology.k8s.aws/zone-id`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub zone_ids: BTreeMap<String, BTreeMap<String, String>>,
     /// On-demand (and optionally spot) prices.
     #[serde(default)]
     pub prices: PriceFile,
@@ -251,6 +256,7 @@ impl RegionCatalogue<'_> {
             region: self.region.clone(),
             node_class: node_class.clone(),
             zones: zones.iter().map(|(t, z)| (t.clone(), z.iter().cloned().collect())).collect(),
+            zone_ids: self.catalogue.file.zone_ids.get(&self.region).cloned().unwrap_or_default(),
             prices: PriceSource::Table(self.prices.clone()),
             ..Default::default()
         };
@@ -320,19 +326,28 @@ pub async fn from_api(
         description: description.to_owned(),
         instance_types,
         zones: [(region.to_owned(), zones)].into(),
+        zone_ids: BTreeMap::new(),
         prices,
     })
 }
 
 /// The catalogue of moto's EC2 data: every type the conversion supports and some region offers, pruned; the zone
-/// offerings of every region moto has; the on-demand prices of [`PRICE_REGION`] from `prices` (types in the
-/// catalogue only).
+/// offerings of every region moto has, with the zone ids [`zone_ids_by_offerings`] pairs them with; the on-demand
+/// prices of [`PRICE_REGION`] from `prices` (types in the catalogue only).
 pub fn generate(moto: &MotoCatalogue, prices: &PriceFile, description: &str) -> Result<CatalogueFile, MotoError> {
     let infos: Vec<InstanceTypeInfo> = moto.instance_types()?.into_iter().filter(instancetype::is_supported).collect();
     let supported: BTreeSet<&str> = infos.iter().map(|i| i.instance_type.as_str()).collect();
     let mut zones = BTreeMap::new();
+    let mut zone_ids = BTreeMap::new();
     let mut offered: BTreeSet<String> = BTreeSet::new();
     for region in moto.regions() {
+        let ids = zone_ids_by_offerings(
+            &moto.locations(&region, LocationType::AvailabilityZone)?,
+            &moto.locations(&region, LocationType::AvailabilityZoneId)?,
+        );
+        if !ids.is_empty() {
+            zone_ids.insert(region.clone(), ids);
+        }
         let by_type: BTreeMap<String, Vec<String>> = moto
             .locations(&region, LocationType::AvailabilityZone)?
             .into_iter()
@@ -353,8 +368,45 @@ pub fn generate(moto: &MotoCatalogue, prices: &PriceFile, description: &str) -> 
         description: description.to_owned(),
         instance_types,
         zones,
+        zone_ids,
         prices: price_file,
     })
+}
+
+/// Zone name → zone id of one region, from its offerings by zone name and by zone id (instance type →
+/// locations): a zone and a zone id are the same zone when they offer exactly the same instance types and no
+/// other zone (or id) offers that set. Zone names map to ids per AWS account; offerings captured from one
+/// account pair them as that account sees them, which is the only pairing the data can support. Zones whose
+/// set is shared or unmatched get no id.
+pub fn zone_ids_by_offerings(
+    by_zone: &BTreeMap<String, BTreeSet<String>>,
+    by_zone_id: &BTreeMap<String, BTreeSet<String>>,
+) -> BTreeMap<String, String> {
+    fn sets(by_type: &BTreeMap<String, BTreeSet<String>>) -> BTreeMap<&str, BTreeSet<&str>> {
+        let mut out: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+        for (t, locations) in by_type {
+            for l in locations {
+                out.entry(l.as_str()).or_default().insert(t.as_str());
+            }
+        }
+        out
+    }
+    let zones = sets(by_zone);
+    let ids = sets(by_zone_id);
+    let unique = |set: &BTreeSet<&str>, among: &BTreeMap<&str, BTreeSet<&str>>| {
+        among.values().filter(|s| *s == set).count() == 1
+    };
+    let mut out = BTreeMap::new();
+    for (zone, types) in &zones {
+        if !unique(types, &zones) {
+            continue;
+        }
+        let mut matching = ids.iter().filter(|(_, s)| *s == types);
+        if let (Some((id, _)), None) = (matching.next(), matching.next()) {
+            out.insert((*zone).to_owned(), (*id).to_owned());
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -386,6 +438,7 @@ mod tests {
                 ("eu-west-1".to_owned(), [("m5.large".to_owned(), vec!["eu-west-1b".to_owned()])].into()),
             ]
             .into(),
+            zone_ids: [("us-east-1".to_owned(), [("us-east-1a".to_owned(), "use1-az2".to_owned())].into())].into(),
             prices,
         }
     }
@@ -411,6 +464,32 @@ mod tests {
         let cat = AwsCatalogue { file: tiny() };
         let err = cat.region("mars-1").unwrap_err();
         assert_eq!(err.to_string(), "region mars-1 is not in the catalogue (it has eu-west-1, us-east-1)");
+    }
+
+    #[test]
+    fn offerings_carry_the_zone_id_of_their_zone() {
+        let cat = AwsCatalogue { file: tiny() };
+        let its = cat.region("us-east-1").expect("region").instance_types(&NodeClassSettings::default());
+        let zone_id = karpenter_api::labels::aws::ZONE_ID;
+        assert!(
+            its[0].offerings.iter().all(|o| o.requirements.get(zone_id).values().as_slice()[0].as_ref() == "use1-az2")
+        );
+        assert!(its[0].requirements.get(zone_id).values().as_slice().iter().any(|v| v.as_ref() == "use1-az2"));
+        // A region without zone ids: no zone-id requirement at all.
+        let its = cat.region("eu-west-1").expect("region").instance_types(&NodeClassSettings::default());
+        assert!(its[0].offerings.iter().all(|o| !o.requirements.has(zone_id)), "{:?}", its[0].offerings);
+    }
+
+    #[test]
+    fn zone_ids_pair_zones_offering_the_same_types() {
+        let by_type = |rows: &[(&str, &[&str])]| -> BTreeMap<String, BTreeSet<String>> {
+            rows.iter().map(|(t, l)| ((*t).to_owned(), l.iter().map(|s| (*s).to_owned()).collect())).collect()
+        };
+        let zones = by_type(&[("a1", &["z-a", "z-b"]), ("b1", &["z-b"]), ("c1", &["z-c", "z-d"])]);
+        let ids = by_type(&[("a1", &["id-1", "id-2"]), ("b1", &["id-2"]), ("c1", &["id-3", "id-4"])]);
+        let got = zone_ids_by_offerings(&zones, &ids);
+        // z-a offers {a1} like id-1; z-b {a1, b1} like id-2; z-c and z-d offer the same set: ambiguous, left out.
+        assert_eq!(got, BTreeMap::from([("z-a".to_owned(), "id-1".to_owned()), ("z-b".to_owned(), "id-2".to_owned())]));
     }
 
     #[test]

@@ -111,12 +111,16 @@ fn builtin_catalogue_converts_like_moto_s_full_data() {
     let builtin = AwsCatalogue::builtin().expect("built-in catalogue");
     let region = builtin.region("us-east-1").expect("us-east-1");
     let zones = moto.locations("us-east-1", LocationType::AvailabilityZone).expect("zones");
+    let ids = moto.locations("us-east-1", LocationType::AvailabilityZoneId).expect("zone ids");
+    let zone_ids = catalogue::zone_ids_by_offerings(&zones, &ids);
+    assert_eq!(zone_ids.len(), 6, "every us-east-1 zone has its id: {zone_ids:?}");
     let full = moto.instance_types_in("us-east-1").expect("moto types");
     for family in [AmiFamily::Al2023, AmiFamily::Bottlerocket, AmiFamily::Windows2022] {
         let node_class = NodeClassSettings { ami_family: family, ..Default::default() };
         let ctx = InstanceTypeContext {
             region: "us-east-1".into(),
             zones: zones.clone(),
+            zone_ids: zone_ids.clone(),
             node_class: node_class.clone(),
             prices: PriceSource::Table(region.prices().clone()),
             ..Default::default()

@@ -61,7 +61,7 @@ pub struct Selection<'a> {
 }
 
 /// One set of instance types.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Set {
     kind: Kind,
     instance_types: Vec<InstanceType>,
@@ -72,7 +72,7 @@ struct Set {
 }
 
 /// The catalogues of a run and which NodePool uses which.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Catalogue {
     /// Where the instance types came from: `kwok`, `aws <region>`, `file <path>` (kwok JSON) or
     /// `file <path> (aws <region>)`, joined by ` + ` when NodePools use both kinds.
@@ -80,9 +80,23 @@ pub struct Catalogue {
     sets: Vec<Set>,
     /// NodePool name → set.
     by_pool: BTreeMap<String, usize>,
-    /// The set of NodePools not known at build time (timeline `apply`), and of the catalogue summary when there
-    /// are no NodePools.
+    /// NodePool name → (kind, EC2NodeClass whose settings apply): what its set was built for.
+    keys: BTreeMap<String, SetKey>,
+    /// The set of NodePools not known at build time, and of the catalogue summary when there are no NodePools.
     default_set: usize,
+    /// How the catalogues were chosen, to build them again for NodePools added later.
+    selection: OwnedSelection,
+}
+
+/// (kind, EC2NodeClass name whose settings apply).
+type SetKey = (Kind, Option<String>);
+
+/// A [`Selection`] kept by the catalogue.
+#[derive(Debug, Clone, Default)]
+struct OwnedSelection {
+    force: Option<Kind>,
+    instance_types: Option<std::path::PathBuf>,
+    region: String,
 }
 
 /// A file given with `--instance-types`.
@@ -128,7 +142,14 @@ impl Catalogue {
             on_demand_estimated: false,
             spot_estimated: false,
         };
-        Catalogue { source: "kwok".to_owned(), sets: vec![set], by_pool: BTreeMap::new(), default_set: 0 }
+        Catalogue {
+            source: "kwok".to_owned(),
+            sets: vec![set],
+            by_pool: BTreeMap::new(),
+            keys: BTreeMap::new(),
+            default_set: 0,
+            selection: OwnedSelection { force: Some(Kind::Kwok), instance_types: None, region: DEFAULT_REGION.into() },
+        }
     }
 
     /// The catalogues for `pools` (see the module docs); notes say when prices are another region's.
@@ -141,16 +162,12 @@ impl Catalogue {
         let file = selection.instance_types.map(|p| read_file(p).map(|f| (p, f))).transpose()?;
         let default_kind = selection.force.unwrap_or(Kind::Kwok);
         // (kind, EC2NodeClass name whose settings apply) → set index.
-        let mut keys: BTreeMap<(Kind, Option<String>), usize> = BTreeMap::new();
-        let mut wanted: Vec<(String, (Kind, Option<String>))> = Vec::new();
-        for pool in pools {
-            let kind = Kind::of_pool(pool, selection.force);
-            let r = &pool.spec.template.spec.node_class_ref;
-            let class = (kind == Kind::Aws && r.group == AWS_GROUP && ec2_node_class(objects, &r.name).is_some())
-                .then(|| r.name.clone());
-            wanted.push((pool.metadata.name.clone().unwrap_or_default(), (kind, class)));
-        }
-        let mut distinct: BTreeSet<(Kind, Option<String>)> = wanted.iter().map(|(_, k)| k.clone()).collect();
+        let mut keys: BTreeMap<SetKey, usize> = BTreeMap::new();
+        let wanted: Vec<(String, SetKey)> = pools
+            .iter()
+            .map(|pool| (pool.metadata.name.clone().unwrap_or_default(), set_key(pool, selection.force, objects)))
+            .collect();
+        let mut distinct: BTreeSet<SetKey> = wanted.iter().map(|(_, k)| k.clone()).collect();
         if distinct.is_empty() {
             distinct.insert((default_kind, None));
         }
@@ -225,13 +242,59 @@ impl Catalogue {
             keys.insert(key, sets.len());
             sets.push(set);
         }
-        let by_pool = wanted.into_iter().map(|(pool, key)| (pool, keys[&key])).collect();
+        let by_pool = wanted.iter().map(|(pool, key)| (pool.clone(), keys[key])).collect();
         let default_set = keys
             .iter()
             .find(|((k, class), _)| *k == default_kind && class.is_none())
             .or_else(|| keys.iter().next())
             .map_or(0, |(_, i)| *i);
-        Ok(Catalogue { source: sources.join(" + "), sets, by_pool, default_set })
+        let selection = OwnedSelection {
+            force: selection.force,
+            instance_types: selection.instance_types.map(Path::to_path_buf),
+            region: selection.region.to_owned(),
+        };
+        Ok(Catalogue {
+            source: sources.join(" + "),
+            sets,
+            by_pool,
+            keys: wanted.into_iter().collect(),
+            default_set,
+            selection,
+        })
+    }
+
+    /// Whether `pools` (the NodePools in use after a timeline `apply`) need catalogues this one was not built
+    /// for: a NodePool it does not know, one whose node class changed kind or EC2NodeClass, or an EC2NodeClass
+    /// in `changed` (applied since) that a NodePool's set was converted under.
+    pub fn is_stale(&self, pools: &[NodePool], objects: &[Loaded], changed: &[Loaded]) -> bool {
+        let applied_class = |name: &str| {
+            changed
+                .iter()
+                .any(|l| matches!(&l.object, Object::EC2NodeClass(c) if c.metadata.name.as_deref() == Some(name)))
+        };
+        pools.iter().any(|pool| {
+            let key = set_key(pool, self.selection.force, objects);
+            let built = self.keys.get(pool.metadata.name.as_deref().unwrap_or(""));
+            built != Some(&key) || key.1.as_deref().is_some_and(applied_class)
+        })
+    }
+
+    /// The catalogues of the same selection for `pools` (the NodePools in use after a timeline `apply`), so a
+    /// NodePool added or changed during a run gets the catalogue of its node class as one present at the start.
+    /// Notes (prices of another region) are added only when the catalogues' sources changed, since the first
+    /// build gave them for the sources it had.
+    pub fn rebuilt(&self, pools: &[NodePool], objects: &[Loaded], notes: &mut Vec<String>) -> anyhow::Result<Self> {
+        let selection = Selection {
+            force: self.selection.force,
+            instance_types: self.selection.instance_types.as_deref(),
+            region: &self.selection.region,
+        };
+        let mut new_notes = Vec::new();
+        let rebuilt = Catalogue::build(&selection, pools, objects, &mut new_notes)?;
+        if rebuilt.source != self.source {
+            notes.extend(new_notes);
+        }
+        Ok(rebuilt)
     }
 
     /// The instance types the NodePool named `pool` is evaluated against.
@@ -269,6 +332,15 @@ impl Catalogue {
             _ => false,
         }
     }
+}
+
+/// The set a NodePool gets: its kind, and for AWS the EC2NodeClass of the input it references (if any).
+fn set_key(pool: &NodePool, force: Option<Kind>, objects: &[Loaded]) -> SetKey {
+    let kind = Kind::of_pool(pool, force);
+    let r = &pool.spec.template.spec.node_class_ref;
+    let class = (kind == Kind::Aws && r.group == AWS_GROUP && ec2_node_class(objects, &r.name).is_some())
+        .then(|| r.name.clone());
+    (kind, class)
 }
 
 /// The catalogue source as the tables say it.

@@ -329,6 +329,7 @@ fn run_timeline(
                 zone: l(karpenter_api::labels::ZONE),
                 capacity_type: l(karpenter_api::labels::CAPACITY_TYPE),
                 price: w.node_price(n),
+                price_estimated: w.node_price_estimated(n),
                 pods: on.len(),
                 pod_groups: groups,
                 verdict: verdicts.get(n.name.as_str()).map(|v| v.message.clone()).unwrap_or_default(),
@@ -342,7 +343,7 @@ fn run_timeline(
             .iter()
             .map(|p| PoolInput {
                 node_pool: p,
-                instance_types: run.catalogue.for_pool(p.metadata.name.as_deref().unwrap_or("")),
+                instance_types: w.catalogue().for_pool(p.metadata.name.as_deref().unwrap_or("")),
             })
             .collect();
         let d = schedule(&w.snapshot, &inputs, run.provider, &SchedulerOptions::default());
@@ -378,9 +379,10 @@ fn run_timeline(
         bundled_example: run.bundled,
         timeline: source,
         provider: run.provider.name.clone(),
+        // The catalogues at the end: NodePools applied during the run may have added some.
         catalogue: report::CatalogueSummary {
-            source: run.catalogue.source.clone(),
-            instance_types: run.catalogue.len(),
+            source: w.catalogue().source.clone(),
+            instance_types: w.catalogue().len(),
         },
         notes,
         start: start.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),

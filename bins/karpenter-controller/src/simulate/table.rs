@@ -136,7 +136,7 @@ pub(super) fn price(p: f64) -> String {
 }
 
 /// A price, followed by ` (estimated)` when it is an estimate.
-fn marked(p: f64, estimated: bool) -> String {
+pub(super) fn marked(p: f64, estimated: bool) -> String {
     if estimated { format!("{} (estimated)", price(p)) } else { price(p) }
 }
 

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::pods::{PodGroup, compact};
 use super::report::CatalogueSummary;
-use super::table::{price, table};
+use super::table::{marked, price, table};
 
 /// The `apiVersion` of [`TimelineReport`].
 pub const API_VERSION: &str = "karpenter-rs.timeline/v1";
@@ -64,6 +64,9 @@ pub struct ClusterState {
     pub price_per_hour: f64,
     /// Nodes whose price is unknown (left out of the sum).
     pub unpriced_nodes: usize,
+    /// The sum includes estimated prices (AWS spot, or another region's on-demand prices); omitted when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub price_estimated: bool,
     /// Pods bound to nodes.
     pub pods: usize,
     /// Pods pending.
@@ -134,6 +137,9 @@ pub struct Event {
     pub unschedulable_pods: usize,
     /// The cluster's $/h after the event.
     pub price_per_hour_after: f64,
+    /// That sum includes estimated prices; omitted when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub price_per_hour_after_estimated: bool,
     /// For commands that waited for validation: when they were decided.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decided_at: Option<String>,
@@ -157,6 +163,9 @@ pub struct LaunchedNode {
     pub capacity_type: Option<String>,
     /// Its $/h.
     pub price: f64,
+    /// The price is an estimate; omitted when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub price_estimated: bool,
     /// Pods bound to it at launch.
     pub pods: usize,
 }
@@ -172,6 +181,9 @@ pub struct FinalNode {
     pub capacity_type: Option<String>,
     /// $/h, `null` when unknown.
     pub price: Option<f64>,
+    /// The price is an estimate; omitted when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub price_estimated: bool,
     /// Pods bound to it.
     pub pods: usize,
     /// Those pods by owner.
@@ -235,7 +247,8 @@ pub fn render(r: &TimelineReport) -> String {
                     Some(c) if e.kind == super::timeline_report::EventKind::Disruption => c.explanation.clone(),
                     _ => e.message.clone(),
                 };
-                vec![e.offset.clone(), kind, removed, launched, price(e.price_per_hour_after), detail]
+                let after = marked(e.price_per_hour_after, e.price_per_hour_after_estimated);
+                vec![e.offset.clone(), kind, removed, launched, after, detail]
             })
             .collect();
         out.push_str(&table(&["TIME", "EVENT", "REMOVED", "LAUNCHED", "$/H AFTER", "DETAIL"], rows));
@@ -255,7 +268,7 @@ pub fn render(r: &TimelineReport) -> String {
                     text(&n.node_pool),
                     text(&n.instance_type),
                     text(&n.capacity_type),
-                    n.price.map(price).unwrap_or_else(|| "unknown".to_owned()),
+                    n.price.map(|p| marked(p, n.price_estimated)).unwrap_or_else(|| "unknown".to_owned()),
                     compact(&n.pod_groups, MAX_GROUPS),
                     n.verdict.clone(),
                 ]
@@ -308,9 +321,10 @@ fn nodes(n: usize) -> String {
 fn state(s: &ClusterState) -> String {
     let unpriced = if s.unpriced_nodes > 0 { format!(", {} unpriced", s.unpriced_nodes) } else { String::new() };
     format!(
-        "{}, ${}/h{unpriced}; {} pods bound, {} pending",
+        "{}, ${}/h{}{unpriced}; {} pods bound, {} pending",
         nodes(s.nodes),
         price(s.price_per_hour),
+        if s.price_estimated { " (estimated)" } else { "" },
         s.pods,
         s.pending_pods
     )

@@ -10,10 +10,11 @@
 //!    Emptiness and consolidation commands wait 15 s for validation (the controller does nothing else meanwhile).
 //!
 //! Then time jumps to the next instant something can change: the next step, the end of a validation wait,
-//! `consolidateAfter` elapsing on a node, a NodeClaim expiring, a pod's do-not-disrupt duration ending, or the
-//! next minute while any NodePool has scheduled budgets. Nodes launch and initialize instantly; a removed node's
+//! `consolidateAfter` elapsing on a node, a NodeClaim expiring, a pod's do-not-disrupt duration ending, or a
+//! scheduled budget's window opening or closing. Nodes launch and initialize instantly; a removed node's
 //! reschedulable pods become pending and are placed again by the next scheduling pass.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
@@ -70,7 +71,8 @@ struct Waiting {
 pub struct World<'c> {
     pub snapshot: ClusterSnapshot,
     pools: Vec<NodePool>,
-    catalogue: &'c Catalogue,
+    /// The run's catalogues, rebuilt (owned) when an `apply` adds a NodePool or changes its node class.
+    catalogue: Cow<'c, Catalogue>,
     provider: ProviderLabels,
     options: DisruptionOptions,
     objects: Vec<Loaded>,
@@ -81,7 +83,12 @@ pub struct World<'c> {
     waiting: Option<Waiting>,
     /// Instants after `now` at which something may change (from the last pass).
     hints: BTreeSet<DateTime<Utc>>,
+    /// Also visit every multiple of this (from the epoch); tests use it to check that visiting only the hinted
+    /// instants misses nothing.
+    tick: Option<chrono::Duration>,
     pub events: Vec<Event>,
+    /// Disruption passes run so far (each instant visited runs at least one).
+    pub passes: usize,
     /// Notes about the run (a command still waiting at the end, rounds cut short).
     pub notes: Vec<String>,
 }
@@ -117,7 +124,7 @@ impl<'c> World<'c> {
         let mut world = World {
             snapshot,
             pools,
-            catalogue,
+            catalogue: Cow::Borrowed(catalogue),
             provider,
             options: DisruptionOptions::default(),
             objects: Vec::new(),
@@ -127,7 +134,9 @@ impl<'c> World<'c> {
             next_node: BTreeMap::new(),
             waiting: None,
             hints: BTreeSet::new(),
+            tick: None,
             events: Vec::new(),
+            passes: 0,
             notes: Vec::new(),
         };
         world.learn_workloads(&objects);
@@ -150,6 +159,11 @@ impl<'c> World<'c> {
     /// The NodePools in use (the input's ready ones and those applied since).
     pub fn pools(&self) -> &[NodePool] {
         &self.pools
+    }
+
+    /// The catalogues the NodePools in use are evaluated against.
+    pub fn catalogue(&self) -> &Catalogue {
+        &self.catalogue
     }
 
     /// Every object loaded (input and applied files).
@@ -177,6 +191,7 @@ impl<'c> World<'c> {
             nodes: self.snapshot.nodes.len(),
             price_per_hour: round(self.snapshot.nodes.iter().filter_map(|n| self.node_price(n)).sum()),
             unpriced_nodes: self.snapshot.nodes.iter().filter(|n| self.node_price(n).is_none()).count(),
+            price_estimated: self.snapshot.nodes.iter().any(|n| self.node_price_estimated(n)),
             pods: self.snapshot.bound_pods.len(),
             pending_pods: self.snapshot.pending_pods.len(),
         }
@@ -185,8 +200,15 @@ impl<'c> World<'c> {
     /// The catalogue price of a node's offering (labels), if known.
     pub fn node_price(&self, node: &NodeInfo) -> Option<f64> {
         let l = |k: &str| node.labels.get(k).cloned();
-        super::report::price_of(self.catalogue, &l(labels::INSTANCE_TYPE), &l(labels::ZONE), &l(labels::CAPACITY_TYPE))
+        super::report::price_of(&self.catalogue, &l(labels::INSTANCE_TYPE), &l(labels::ZONE), &l(labels::CAPACITY_TYPE))
             .ok()
+    }
+
+    /// Whether the catalogue price of a node is an estimate (AWS spot, another region's on-demand price).
+    pub fn node_price_estimated(&self, node: &NodeInfo) -> bool {
+        let l = |k: &str| node.labels.get(k).map(String::as_str);
+        self.node_price(node).is_some()
+            && l(labels::INSTANCE_TYPE).is_some_and(|it| self.catalogue.price_estimated(it, l(labels::CAPACITY_TYPE)))
     }
 
     fn event(&mut self, kind: EventKind, message: String) -> &mut Event {
@@ -202,6 +224,7 @@ impl<'c> World<'c> {
             pods_placed: 0,
             unschedulable_pods: 0,
             price_per_hour_after: 0.0,
+            price_per_hour_after_estimated: false,
             decided_at: None,
             command: None,
         });
@@ -210,9 +233,10 @@ impl<'c> World<'c> {
     }
 
     fn close_event(&mut self) {
-        let price = self.state().price_per_hour;
+        let state = self.state();
         if let Some(e) = self.events.last_mut() {
-            e.price_per_hour_after = price;
+            e.price_per_hour_after = state.price_per_hour;
+            e.price_per_hour_after_estimated = state.price_estimated;
         }
     }
 
@@ -313,23 +337,36 @@ impl<'c> World<'c> {
         let pool = pool.clone();
         let mut claim = build_node_claim(&pool, plan, &self.provider)
             .with_context(|| format!("building a NodeClaim for {} from NodePool {}", plan.name, plan.node_pool))?;
-        let all: Vec<&InstanceType> = self.catalogue.for_pool(&plan.node_pool).iter().collect();
+        // The pool's own catalogue: two EC2NodeClasses give the same instance type different capacities.
+        let types = self.catalogue.for_pool(&plan.node_pool);
+        let find = |n: &str| types.iter().find(|it| it.name == n);
         let options: Vec<&InstanceType> = if plan.instance_types.is_empty() {
-            all
+            types.iter().collect()
         } else {
-            plan.instance_types.iter().filter_map(|n| self.catalogue.get(n)).collect()
+            plan.instance_types.iter().filter_map(|n| find(n)).collect()
         };
         let Some(choice) = cheapest_launch(options.iter().copied(), &plan.requirements) else { return Ok(None) };
-        let Some(it) = self.catalogue.get(&choice.instance_type) else { return Ok(None) };
+        let Some(it) = find(&choice.instance_type).cloned() else { return Ok(None) };
         let name = self.node_name_for(&plan.node_pool);
         let now = rfc3339(self.now);
 
         // Cloud-resolved: what the provider's create reports for the instance type and offering it picked.
-        let mut claim_labels: BTreeMap<String, String> =
-            it.requirements.labels(|k| k == labels::ZONE || k == labels::CAPACITY_TYPE);
+        // The zone id (AWS) is the chosen offering's, as the provider takes it from the launch's subnet.
+        let offering_labels = [labels::ZONE, labels::CAPACITY_TYPE, labels::aws::ZONE_ID];
+        let mut claim_labels: BTreeMap<String, String> = it.requirements.labels(|k| offering_labels.contains(&k));
         claim_labels.insert(labels::INSTANCE_TYPE.to_owned(), it.name.clone());
         if let Some(z) = &choice.zone {
             claim_labels.insert(labels::ZONE.to_owned(), z.clone());
+        }
+        let zone_id = it
+            .offerings
+            .iter()
+            .find(|o| o.zone() == choice.zone.as_deref() && o.capacity_type() == choice.capacity_type.as_deref())
+            .and_then(|o| o.requirements.get_ref(labels::aws::ZONE_ID))
+            .map(|r| r.any())
+            .filter(|id| !id.is_empty());
+        if let Some(id) = zone_id {
+            claim_labels.insert(labels::aws::ZONE_ID.to_owned(), id);
         }
         if let Some(ct) = &choice.capacity_type {
             claim_labels.insert(labels::CAPACITY_TYPE.to_owned(), ct.clone());
@@ -391,6 +428,7 @@ impl<'c> World<'c> {
             ..Default::default()
         });
         let pods = self.bind(&plan.pods, &name);
+        let price_estimated = self.catalogue.price_estimated(&choice.instance_type, choice.capacity_type.as_deref());
         Ok(Some(LaunchedNode {
             name,
             node_pool: plan.node_pool.clone(),
@@ -398,6 +436,7 @@ impl<'c> World<'c> {
             zone: choice.zone,
             capacity_type: choice.capacity_type,
             price: choice.price,
+            price_estimated,
             pods,
         }))
     }
@@ -540,10 +579,13 @@ impl<'c> World<'c> {
                 self.hints.insert(t.with_timezone(&Utc));
             }
         }
-        let scheduled = self.pools.iter().any(|p| p.spec.disruption.budgets.iter().any(|b| b.schedule.is_some()));
-        if scheduled {
-            let next_minute = (now.timestamp() / 60 + 1) * 60;
-            if let Some(t) = DateTime::<Utc>::from_timestamp(next_minute, 0) {
+        if let Some(tick) = self.tick.map(|t| t.num_seconds().max(1)) {
+            let next = (now.timestamp() / tick + 1) * tick;
+            self.hints.extend(DateTime::<Utc>::from_timestamp(next, 0));
+        }
+        // A scheduled budget changes what a pass may do only when its window opens or closes.
+        for b in self.pools.iter().flat_map(|p| &p.spec.disruption.budgets) {
+            if let Some(t) = b.next_transition(now) {
                 self.hints.insert(t);
             }
         }
@@ -580,6 +622,7 @@ impl<'c> World<'c> {
                 return Ok(());
             }
             let pass = self.pass();
+            self.passes += 1;
             self.learn_hints(&pass);
             // The controller's step after a pass: drift starts at once, the graceful methods wait and re-check.
             match next_step(pass.commands) {
@@ -897,7 +940,14 @@ impl<'c> World<'c> {
             self.snapshot.namespaces.entry(name).or_insert(ns);
         }
         self.learn_workloads(&objects);
+        let first_new = self.objects.len();
         self.objects.extend(objects);
+        // A NodePool added (or moved to another node class) gets the catalogue of its node class.
+        if self.catalogue.is_stale(&self.pools, &self.objects, &self.objects[first_new..]) {
+            let rebuilt =
+                self.catalogue.rebuilt(&self.pools, &self.objects, &mut self.notes).map_err(|e| format!("{e:#}"))?;
+            self.catalogue = Cow::Owned(rebuilt);
+        }
         self.snapshot.sort();
         if parts.is_empty() {
             parts.push("nothing to add".to_owned());
@@ -984,7 +1034,8 @@ fn plural(n: usize, one: &str, many: &str) -> String {
 }
 
 fn describe_launch(l: &LaunchedNode) -> String {
-    format!("{} ({}, ${:.4}/h)", l.name, l.instance_type, l.price)
+    let estimated = if l.price_estimated { ", estimated" } else { "" };
+    format!("{} ({}, ${:.4}/h{estimated})", l.name, l.instance_type, l.price)
 }
 
 /// Sums of prices rounded to 1e-6.
@@ -1060,6 +1111,249 @@ spec: {containers: [{name: c, resources: {requests: {cpu: '1'}}}]}
         assert_eq!(node.labels.get(labels::HOSTNAME), Some(&launched[0].name));
         assert_eq!(node.labels.get("example.com/rack").map(String::as_str), Some("r1"));
         assert!(karpenter_api::Conditions::is_true(claim.conditions(), "Initialized"));
+    }
+
+    /// A NodePool whose budget blocks every disruption 09:00-17:00 UTC on weekdays, and 10 pods of 1 CPU.
+    const BUSINESS_HOURS: &str = "
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: default}
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.kwok.sh, kind: KWOKNodeClass, name: default}
+      requirements:
+        - {key: kubernetes.io/os, operator: In, values: [linux]}
+        - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}
+      expireAfter: 720h
+  disruption:
+    consolidationPolicy: WhenEmptyOrUnderutilized
+    consolidateAfter: 5m
+    budgets:
+      - {nodes: '0', schedule: '0 9 * * mon-fri', duration: 8h}
+      - {nodes: '10%'}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: inflate, namespace: default}
+spec:
+  replicas: 10
+  selector: {matchLabels: {app: inflate}}
+  template:
+    metadata: {labels: {app: inflate}}
+    spec: {containers: [{name: c, resources: {requests: {cpu: '1'}}}]}
+";
+
+    /// Runs `input` from `start` to `start + length` under `steps` as `simulate --timeline` does (steps due, then
+    /// settle, then the next instant), visiting every multiple of `tick` too when given.
+    fn run_world<'c>(
+        input: &str,
+        catalogue: &'c Catalogue,
+        steps: &[Step],
+        start: &str,
+        length: Duration,
+        tick: Option<chrono::Duration>,
+    ) -> World<'c> {
+        let objects = loader::load_str(input, "input.yaml").expect("valid input");
+        let snapshot = ClusterSnapshot::from_objects(&objects).expect("snapshot");
+        let pools = snapshot.node_pools.clone();
+        let start = parse_rfc3339(start).expect("time");
+        let end = start + chrono_duration(length);
+        let mut w = World::new(snapshot, pools, catalogue, ProviderLabels::kwok(), objects, start);
+        w.tick = tick;
+        w.provision().expect("provisions");
+        let mut next_step = 0;
+        loop {
+            while let Some(step) = steps.get(next_step).filter(|s| start + chrono_duration(s.at) <= w.now) {
+                w.step(step).unwrap_or_else(|e| panic!("{}", e.0));
+                next_step += 1;
+            }
+            w.settle().expect("settles");
+            let due = steps.get(next_step).map(|s| start + chrono_duration(s.at));
+            match [due, w.next_instant()].into_iter().flatten().min() {
+                Some(t) if t <= end => w.now = t,
+                _ => break,
+            }
+        }
+        w
+    }
+
+    fn scale_to(at_minutes: u64, replicas: u32) -> Step {
+        Step {
+            label: format!("scale at {at_minutes}m"),
+            at: Duration::from_secs(at_minutes * 60),
+            action: Action::Scale {
+                kind: WorkloadKind::Deployment,
+                namespace: "default".into(),
+                name: "inflate".into(),
+                replicas,
+            },
+        }
+    }
+
+    fn disruptions(w: &World<'_>) -> Vec<(String, Option<String>)> {
+        w.events
+            .iter()
+            .filter(|e| e.kind == EventKind::Disruption)
+            .map(|e| (e.at.clone(), e.decided_at.clone()))
+            .collect()
+    }
+
+    /// A scale-down at 10:00 on a Monday cannot be consolidated before the budget's window closes at 17:00:
+    /// the command is decided at 17:00:00 and runs after its 15 s validation. Over a year the run visits the
+    /// window's edges, expiries and the steps only: a bounded number of passes, not one per minute.
+    #[test]
+    fn a_cron_budget_window_defers_consolidation_to_its_end_and_a_year_takes_few_passes() {
+        let catalogue = Catalogue::kwok();
+        // 2026-01-05 is a Monday.
+        let steps = [scale_to(600, 2)];
+        let year = Duration::from_secs(365 * 24 * 3600);
+        let w = run_world(BUSINESS_HOURS, &catalogue, &steps, "2026-01-05T00:00:00Z", year, None);
+        let got = disruptions(&w);
+        assert_eq!(
+            got.first(),
+            Some(&("2026-01-05T17:00:15Z".to_owned(), Some("2026-01-05T17:00:00Z".to_owned()))),
+            "{got:?}"
+        );
+        // Expiry every 30 days replaces the node; nothing else is disrupted.
+        assert!(w.events.iter().filter(|e| e.kind == EventKind::Expiration).count() >= 12);
+        // 261 weekdays open and close a window; 12 expiries with their provisioning; a few commands.
+        assert!(w.passes > 2 * 261, "{} passes", w.passes);
+        assert!(w.passes < 1_200, "{} passes over a year", w.passes);
+    }
+
+    /// Visiting only the hinted instants gives the same events as visiting every minute as well.
+    #[test]
+    fn skipping_to_the_next_hint_misses_nothing() {
+        let catalogue = Catalogue::kwok();
+        // From Monday 08:00: 08:50 down to 2 (consolidated at 08:55, before the window), 08:57 up to 9, 08:58 down
+        // to 3 (consolidateAfter elapses at 09:03, inside the window: deferred to 17:00).
+        let steps = [scale_to(50, 2), scale_to(57, 9), scale_to(58, 3)];
+        let length = Duration::from_secs(9 * 3600 + 30 * 60);
+        let start = "2026-01-05T08:00:00Z";
+        let fast = run_world(BUSINESS_HOURS, &catalogue, &steps, start, length, None);
+        let slow = run_world(BUSINESS_HOURS, &catalogue, &steps, start, length, Some(chrono::Duration::minutes(1)));
+        let events =
+            |w: &World<'_>| w.events.iter().map(|e| format!("{} {:?} {}", e.at, e.kind, e.message)).collect::<Vec<_>>();
+        assert_eq!(events(&fast), events(&slow));
+        let at: Vec<String> = disruptions(&fast).into_iter().map(|(at, _)| at).collect();
+        assert_eq!(at, ["2026-01-05T08:55:15Z", "2026-01-05T17:00:15Z"], "{:?}", events(&fast));
+        assert!(slow.passes > 9 * 60 && fast.passes < 30, "{} vs {} passes", fast.passes, slow.passes);
+    }
+
+    /// A NodePool added by a timeline `apply` is evaluated against the catalogue of its node class, with the
+    /// settings of an EC2NodeClass applied with it, as a NodePool of the input would be; its nodes carry the
+    /// zone id of their offering, and estimated (spot) prices are marked in the events and the nodes.
+    #[test]
+    fn applied_node_pools_get_the_catalogue_of_their_node_class() {
+        use super::super::{Options, Outcome, TimeOptions, simulate};
+        let dir = std::env::temp_dir().join(format!("karpenter-world-apply-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let class = |name: &str, max_pods: u32| {
+            format!(
+                "apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {{name: {name}}}
+spec:
+  role: r
+  amiSelectorTerms: [{{alias: al2023@latest}}]
+  subnetSelectorTerms: [{{tags: {{a: b}}}}]
+  securityGroupSelectorTerms: [{{tags: {{a: b}}}}]
+  kubelet: {{maxPods: {max_pods}}}
+"
+            )
+        };
+        let pool = |name: &str, class: &str, capacity: &str| {
+            format!(
+                "apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {{name: {name}}}
+spec:
+  template:
+    spec:
+      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: {class}}}
+      requirements:
+        - {{key: karpenter.sh/capacity-type, operator: In, values: [{capacity}]}}
+        - {{key: node.kubernetes.io/instance-type, operator: In, values: [m5.large]}}
+"
+            )
+        };
+        let pod = |name: &str, pool: &str| {
+            format!(
+                "apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: default}}
+spec:
+  nodeSelector: {{karpenter.sh/nodepool: {pool}}}
+  containers: [{{name: c, resources: {{requests: {{cpu: 100m}}}}}}]
+"
+            )
+        };
+        let input = dir.join("input.yaml");
+        let input_text = [class("first", 9), pool("first", "first", "on-demand"), pod("a", "first")].join("---\n");
+        std::fs::write(&input, &input_text).expect("write");
+        let later_text = [class("later", 7), pool("later", "later", "spot"), pod("b", "later")].join("---\n");
+        std::fs::write(dir.join("later.yaml"), &later_text).expect("write");
+        std::fs::write(dir.join("timeline.yaml"), "steps:\n  - {at: 10m, apply: later.yaml}\n").expect("write");
+        let options = Options {
+            paths: vec![input],
+            instance_types: None,
+            provider: None,
+            region: "us-east-1".into(),
+            time: Some(TimeOptions { timeline: Some(dir.join("timeline.yaml")), ..Default::default() }),
+        };
+        let outcome = simulate(&options).expect("runs");
+        let _ = std::fs::remove_dir_all(&dir);
+        let Outcome::Timeline(report) = outcome else { panic!("{outcome:?}") };
+        let node = |pool: &str| {
+            report.nodes.iter().find(|n| n.node_pool.as_deref() == Some(pool)).unwrap_or_else(|| panic!("{pool}"))
+        };
+        // Before the fix the applied pool had the kwok catalogue: no m5.large, so pod b stayed pending.
+        assert!(report.unschedulable.is_empty(), "{:?}", report.unschedulable);
+        let (first, later) = (node("first"), node("later"));
+        assert_eq!(later.instance_type.as_deref(), Some("m5.large"));
+        assert_eq!(later.capacity_type.as_deref(), Some("spot"));
+        assert!(later.price_estimated && !first.price_estimated, "spot prices are estimated");
+        assert!(report.summary.after.price_estimated);
+        let launch = report.events.iter().flat_map(|e| &e.nodes_launched).find(|l| l.node_pool == "later");
+        assert!(launch.is_some_and(|l| l.price_estimated), "{:?}", report.events);
+        let rendered = super::super::render_timeline(&report);
+        assert!(rendered.contains(" (estimated)"), "{rendered}");
+        assert!(report.catalogue.source.contains("aws us-east-1"), "{:?}", report.catalogue);
+
+        // The same at the level of the world: the applied EC2NodeClass's kubelet shapes the applied pool's
+        // instance types, and the node carries the zone id of its offering's zone.
+        let objects = loader::load_str(&input_text, "input.yaml").expect("valid input");
+        let snapshot = ClusterSnapshot::from_objects(&objects).expect("snapshot");
+        let pools = snapshot.node_pools.clone();
+        let selection = super::super::catalogue::Selection { force: None, instance_types: None, region: "us-east-1" };
+        let catalogue = Catalogue::build(&selection, &pools, &objects, &mut Vec::new()).expect("catalogue");
+        let start = parse_rfc3339("2026-01-01T00:00:00Z").expect("time");
+        let mut w = World::new(snapshot, pools, &catalogue, ProviderLabels::aws(), objects, start);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        std::fs::write(dir.join("later.yaml"), &later_text).expect("write");
+        let step = Step {
+            label: "steps[0]".into(),
+            at: Duration::ZERO,
+            action: Action::Apply { path: dir.join("later.yaml") },
+        };
+        w.step(&step).unwrap_or_else(|e| panic!("{}", e.0));
+        let _ = std::fs::remove_dir_all(&dir);
+        w.settle().expect("settles");
+        let node = |pool: &str| w.snapshot.nodes.iter().find(|n| n.node_pool.as_deref() == Some(pool)).expect("node");
+        assert_eq!(node("first").allocatable.pods().value(), Some(9));
+        assert_eq!(node("later").allocatable.pods().value(), Some(7), "maxPods of the applied EC2NodeClass");
+        let later = node("later");
+        let zone = later.labels.get(labels::ZONE).expect("zone");
+        let offering = catalogue
+            .for_pool("first")
+            .iter()
+            .find(|it| it.name == "m5.large")
+            .and_then(|it| it.offerings.iter().find(|o| o.zone() == Some(zone.as_str())))
+            .expect("offering");
+        let id = offering.requirements.get(labels::aws::ZONE_ID).any();
+        assert!(id.starts_with("use1-az"), "{id:?}");
+        assert_eq!(later.labels.get(labels::aws::ZONE_ID), Some(&id));
     }
 
     #[test]
