@@ -83,6 +83,12 @@ fn catalogue_without_the_feature_fails_clearly_and_writes_nothing() {
     assert!(!out.exists());
 }
 
+// The moto server helper of karpenter-aws's tests (started from the same virtualenv, skipped the same way).
+#[cfg(feature = "aws")]
+#[allow(dead_code)]
+#[path = "../../../crates/karpenter-aws/tests/common/moto.rs"]
+mod moto;
+
 #[cfg(feature = "aws")]
 mod aws {
     use std::io::{BufRead, BufReader, Read, Write};
@@ -209,5 +215,70 @@ mod aws {
         let (code, _, stderr) = run(&["run", "--provider", "aws", "--cluster-name", "prod", "--price-file", missing]);
         assert_eq!(code, 1, "{stderr}");
         assert!(stderr.contains(missing), "{stderr}");
+    }
+
+    /// `catalogue` end to end: EC2's instance types and zone offerings from moto, prices from the Pricing
+    /// stand-in (each service on its own endpoint, as `AWS_ENDPOINT_URL_<SERVICE>` selects), written as a gzipped
+    /// catalogue that simulate then reads with `--instance-types`.
+    #[test]
+    fn catalogue_writes_a_region_from_ec2_and_pricing_that_simulate_reads() {
+        let Some(moto) = crate::moto::MotoServer::start() else { return };
+        let pricing = pricing_api();
+        let mut env = offline_env(&pricing);
+        env.push(("AWS_ENDPOINT_URL_EC2", moto.url()));
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let dir = TempDir::new("catalogue");
+        let out = dir.path("us-east-1.json.gz");
+        let (code, _, stderr) =
+            run_with(&["catalogue", "--region", "us-east-1", "--output", out.to_str().unwrap()], &env);
+        assert_eq!(code, 0, "{stderr}");
+        assert!(stderr.contains("us-east-1: ") && stderr.contains(" instance types, 2 on-demand prices"), "{stderr}");
+        let count: usize = stderr
+            .split("us-east-1: ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        assert!(count > 500, "moto's us-east-1 has hundreds of instance types, the file {count}: {stderr}");
+
+        // simulate reads the file as an AWS catalogue: an EC2NodeClass pool asking for m5.large gets one, priced
+        // from the file (m5.large at $0.096/h from the stand-in).
+        let input = dir.path("input.yaml");
+        std::fs::write(
+            &input,
+            r#"apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: default}
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+      requirements:
+        - {key: node.kubernetes.io/instance-type, operator: In, values: [m5.large]}
+        - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}
+---
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: default}
+spec:
+  role: KarpenterNodeRole
+  amiSelectorTerms: [{alias: al2023@latest}]
+  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: test}}]
+  securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: test}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web, namespace: default}
+spec:
+  containers: [{name: c, image: x, resources: {requests: {cpu: "1", memory: 1Gi}}}]
+"#,
+        )
+        .unwrap();
+        let (code, stdout, stderr) =
+            run(&["simulate", "--instance-types", out.to_str().unwrap(), input.to_str().unwrap(), "-o", "json"]);
+        assert_eq!(code, 0, "{stderr}");
+        let report: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+        let text = report.to_string();
+        assert!(text.contains("m5.large") && text.contains("0.096"), "{stdout}");
     }
 }
