@@ -564,6 +564,49 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn insufficient_capacity_tells_the_pods_the_claim_was_planned_for() {
+        let f = fixture();
+        let claim = create_claim(&f).await;
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web-1", "namespace": "default", "uid": "u-web-1"},
+            "spec": {"containers": [{"name": "c", "image": "x"}]}
+        }))
+        .unwrap();
+        f.state.apply(pod);
+        // A second planned pod that is gone by now gets no event.
+        f.state.record_created_claim(&claim, &["default/web-1".to_owned(), "default/gone".to_owned()]);
+        f.cloud.fail_next(Method::Create, 1, || CloudProviderError::insufficient_capacity(vec![], "no capacity"));
+        reconcile(&f.ctx, &get(&f).await).await.unwrap();
+        let api: Api<k8s_openapi::api::core::v1::Event> = Api::all(f.server.client());
+        let mut on_pods = Vec::new();
+        for _ in 0..100 {
+            on_pods = api
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .filter(|e| {
+                    e.reason.as_deref() == Some(reasons::INSUFFICIENT_CAPACITY_ERROR)
+                        && e.involved_object.kind.as_deref() == Some("Pod")
+                })
+                .collect();
+            if !on_pods.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(on_pods.len(), 1, "{on_pods:?}");
+        let event = &on_pods[0];
+        assert_eq!(event.involved_object.name.as_deref(), Some("web-1"));
+        assert_eq!(event.type_.as_deref(), Some("Warning"));
+        let message = event.message.as_deref().unwrap_or_default();
+        assert!(message.starts_with("NodeClaim c1 nominated for this pod failed to launch: "), "{message}");
+        assert!(message.contains("no capacity"), "{message}");
+    }
+
+    #[tokio::test]
     async fn other_launch_errors_are_reported_and_retried() {
         let f = fixture();
         create_claim(&f).await;

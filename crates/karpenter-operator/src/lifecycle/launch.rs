@@ -1,6 +1,7 @@
 //! Step 2 of a lifecycle pass: launching the claim's instance through the cloud provider (see the module docs of
 //! [`super`]).
 
+use karpenter_api::CompactPod;
 use karpenter_api::condition::ConditionStatus;
 use karpenter_api::labels;
 use karpenter_api::nodeclaim::conditions as cond;
@@ -45,6 +46,19 @@ impl Pass<'_> {
                     reason,
                     format!("NodeClaim {name} event: {e}"),
                 ));
+                if e.kind() == ErrorKind::InsufficientCapacity {
+                    // The pods this claim was planned for learn why they are still pending; the next pass plans
+                    // them again without the offerings that just failed.
+                    for key in ctx.shared.state.claim_pods(name) {
+                        if let Some(pod) = ctx.shared.state.get::<CompactPod>(&key) {
+                            ctx.shared.recorder.publish_detached(Event::warning(
+                                &pod,
+                                reasons::INSUFFICIENT_CAPACITY_ERROR,
+                                format!("NodeClaim {name} nominated for this pod failed to launch: {e}"),
+                            ));
+                        }
+                    }
+                }
                 delete_claim(ctx, &self.claim, metric_reason).await?;
                 return Ok(Some(Action::await_change()));
             }
