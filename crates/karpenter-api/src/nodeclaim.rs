@@ -365,6 +365,17 @@ impl Conditions for NodeClaimStatus {
 }
 
 impl NodeClaim {
+    /// How the claim's node will be terminated, as the `termination_mode` label of the disruption metrics says
+    /// it: `graceful` without a `terminationGracePeriod` (pods' blocks always hold), `forceful` with a zero one,
+    /// `eventual` with a positive one (blocks are overridden once it has passed).
+    pub fn termination_mode(&self) -> &'static str {
+        match &self.spec.termination_grace_period {
+            None => "graceful",
+            Some(d) if d.duration().is_zero() => "forceful",
+            Some(_) => "eventual",
+        }
+    }
+
     /// The owning NodePool, from the `karpenter.sh/nodepool` label.
     pub fn node_pool_name(&self) -> Option<&str> {
         self.metadata.labels.as_ref()?.get(labels::NODE_POOL).map(String::as_str)
@@ -665,6 +676,23 @@ spec:
     - {key: karpenter.sh/nodepool, operator: In, values: [default]}
     - {key: node.kubernetes.io/instance-type, operator: In, values: [m5.large]}
 "#;
+
+    #[test]
+    fn termination_mode_follows_the_termination_grace_period() {
+        assert_eq!(claim(BASE).termination_mode(), "graceful");
+        let with = |tgp: &str| claim(&format!("{BASE}  terminationGracePeriod: {tgp}\n")).termination_mode();
+        assert_eq!(with("0s"), "forceful");
+        assert_eq!(with("30s"), "eventual");
+        assert_eq!(with("48h"), "eventual");
+    }
+
+    #[test]
+    fn consolidation_policy_metric_labels_are_snake_case() {
+        use crate::nodepool::ConsolidationPolicy as P;
+        assert_eq!(P::WhenEmpty.metric_label(), "when_empty");
+        assert_eq!(P::WhenEmptyOrUnderutilized.metric_label(), "when_empty_or_underutilized");
+        assert_eq!(P::Balanced.metric_label(), "balanced");
+    }
 
     #[test]
     fn decodes_defaults_and_helpers() {

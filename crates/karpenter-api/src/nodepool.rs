@@ -164,6 +164,17 @@ pub enum ConsolidationPolicy {
     Balanced,
 }
 
+impl ConsolidationPolicy {
+    /// The policy as the `consolidation_policy` label of the disruption metrics spells it (snake case).
+    pub fn metric_label(self) -> &'static str {
+        match self {
+            ConsolidationPolicy::WhenEmpty => "when_empty",
+            ConsolidationPolicy::WhenEmptyOrUnderutilized => "when_empty_or_underutilized",
+            ConsolidationPolicy::Balanced => "balanced",
+        }
+    }
+}
+
 /// Disruption reasons a budget can be limited to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 pub enum DisruptionReason {

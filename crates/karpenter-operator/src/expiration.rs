@@ -1,7 +1,8 @@
 //! NodeClaim expiration: a NodeClaim whose `creationTimestamp + expireAfter`
 //! has passed is deleted — forcefully in the sense of disruption (no budget, no replacement launched first);
 //! the drain itself is the normal termination flow (PDBs honoured up to the terminationGracePeriod). Metric
-//! `karpenter_nodeclaims_disrupted_total{reason="expired",termination_mode="forceful"}`.
+//! `karpenter_nodeclaims_disrupted_total{reason="expired"}`, its `termination_mode` from the claim's
+//! terminationGracePeriod.
 //!
 //! The expiry time comes from [`karpenter_disruption::expiration`]. [`Expiration::reconcile`] handles one claim
 //! and returns when to look again (its expiry); [`Expiration::sweep`] handles all of them at once;
@@ -48,7 +49,7 @@ impl Expiration {
 
     async fn expire(&self, claim: &NodeClaim) -> Result<(), ReconcileError> {
         delete_ignoring_missing(&self.claims(), &claim.name_any()).await?;
-        record_disrupted(&self.ctx.metrics, &self.ctx.client, claim, REASON, "forceful").await;
+        record_disrupted(&self.ctx.metrics, claim, REASON);
         tracing::info!(NodeClaim = %claim.name_any(), reason = REASON, "disrupting nodeclaim via delete");
         Ok(())
     }
@@ -172,7 +173,7 @@ mod tests {
         clock.step_secs(1);
         assert_eq!(exp.reconcile("short").await.unwrap(), None);
         assert!(claims.get_opt("short").await.unwrap().is_none(), "deleted (no finalizer here)");
-        assert_eq!(metrics.nodeclaims_disrupted(REASON, "spot", "", "WhenEmptyOrUnderutilized", "forceful").get(), 1);
+        assert_eq!(metrics.nodeclaims_disrupted(REASON, "spot", "", "", "graceful").get(), 1);
         clock.step_secs(30 * 24 * 3600);
         assert_eq!(exp.sweep().await.unwrap(), ["long"]);
         assert!(claims.get_opt("forever").await.unwrap().is_some(), "Never expires");

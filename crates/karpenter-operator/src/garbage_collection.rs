@@ -192,7 +192,7 @@ impl GarbageCollection {
             }
             if claim.metadata.deletion_timestamp.is_none() {
                 delete_ignoring_missing(&self.claims(), &claim.name_any()).await?;
-                record_disrupted(&self.ctx.metrics, &self.ctx.client, &claim, "garbage_collected", "forceful").await;
+                record_disrupted(&self.ctx.metrics, &claim, "garbage_collected");
                 tracing::info!(NodeClaim = %claim.name_any(), provider_id = %pid, "garbage collecting nodeclaim with no cloudprovider representation");
                 report.node_claims.push(claim.name_any());
             }
@@ -384,7 +384,7 @@ mod tests {
         assert!(claims.get_opt("gone").await.unwrap().is_none_or(|c| c.metadata.deletion_timestamp.is_some()));
         assert!(claims.get("gone-ready").await.unwrap().metadata.deletion_timestamp.is_none(), "its node is Ready");
         assert!(claims.get("alive").await.unwrap().metadata.deletion_timestamp.is_none());
-        assert_eq!(e.metrics.nodeclaims_disrupted("garbage_collected", "", "", "", "forceful").get(), 1);
+        assert_eq!(e.metrics.nodeclaims_disrupted("garbage_collected", "", "", "", "graceful").get(), 1);
         // Once the node stops being Ready the claim goes too.
         Api::<Node>::all(e.client.clone())
             .patch_status(

@@ -230,7 +230,7 @@ impl Interruption {
             }
         }
         delete_ignoring_missing(&self.claims(), &name).await?;
-        record_disrupted(&self.ctx.metrics, &self.ctx.client, &claim, event.kind.as_str(), "forceful").await;
+        record_disrupted(&self.ctx.metrics, &claim, event.kind.as_str());
         self.publish_both(
             &claim,
             node.as_ref(),
@@ -416,7 +416,7 @@ mod tests {
         assert_eq!(e.reasons_on("spot").await, ["SpotInterrupted", "TerminatingOnInterruption"]);
         assert_eq!(e.reasons_on("node-rebalance").await, ["SpotRebalanceRecommendation"]);
         assert_eq!(e.reasons_on("broken").await, ["InstanceUnhealthy", "TerminatingOnInterruption"]);
-        assert_eq!(e.metrics.nodeclaims_disrupted("spot_interrupted", "", "", "", "forceful").get(), 1);
+        assert_eq!(e.metrics.nodeclaims_disrupted("spot_interrupted", "", "", "", "graceful").get(), 1);
         assert_eq!(e.metrics.interruption_received_messages("spot_interrupted").get(), 1);
         assert_eq!(e.metrics.interruption_deleted_messages().get(), 4);
         assert!(e.cloud.instance_ids().contains(&spot), "the instance goes through termination, not here");
@@ -426,7 +426,7 @@ mod tests {
         let again = e.handler.poll_once().await.unwrap();
         assert_eq!(again.recorded, ["spot"]);
         assert!(again.deleted.is_empty());
-        assert_eq!(e.metrics.nodeclaims_disrupted("spot_interrupted", "", "", "", "forceful").get(), 1);
+        assert_eq!(e.metrics.nodeclaims_disrupted("spot_interrupted", "", "", "", "graceful").get(), 1);
         assert_eq!(e.source.in_flight(), 0);
         assert_eq!(e.handler.poll_once().await.unwrap(), InterruptionReport::default(), "empty queue");
     }

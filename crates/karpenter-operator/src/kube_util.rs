@@ -267,34 +267,17 @@ pub fn node_claim_info(claim: &NodeClaim, node_name: Option<&str>) -> karpenter_
     }
 }
 
-/// The consolidation policy of NodePool `pool` as upstream's metric label value ("" when unknown).
-pub(crate) async fn consolidation_policy(client: &kube::Client, pool: &str) -> String {
-    if pool.is_empty() {
-        return String::new();
-    }
-    match Api::<karpenter_api::NodePool>::all(client.clone()).get_opt(pool).await {
-        Ok(Some(p)) => format!("{:?}", p.spec.disruption.consolidation_policy),
-        _ => String::new(),
-    }
-}
-
-/// Counts a forceful disruption of `claim` in `karpenter_nodeclaims_disrupted_total`.
-pub(crate) async fn record_disrupted(
-    metrics: &crate::metrics::Metrics,
-    client: &kube::Client,
-    claim: &NodeClaim,
-    reason: &str,
-    termination_mode: &str,
-) {
-    let pool = claim.node_pool_name().unwrap_or("");
-    let policy = consolidation_policy(client, pool).await;
+/// Counts a disruption of `claim` outside the disruption queue (expiration, interruption, garbage collection) in
+/// `karpenter_nodeclaims_disrupted_total`: no consolidation policy (the label is only set for consolidation
+/// commands), the termination mode from the claim's `terminationGracePeriod`.
+pub(crate) fn record_disrupted(metrics: &crate::metrics::Metrics, claim: &NodeClaim, reason: &str) {
     metrics
         .nodeclaims_disrupted(
             reason,
-            pool,
+            claim.node_pool_name().unwrap_or(""),
             label(claim, karpenter_api::labels::CAPACITY_TYPE),
-            &policy,
-            termination_mode,
+            "",
+            claim.termination_mode(),
         )
         .inc();
 }

@@ -321,7 +321,7 @@ karpenter_metrics! {
     // NodeClaims
     counter nodeclaims_created(reason, nodepool, min_values_relaxed) "Number of NodeClaims created, by the reason they were created for.";
     counter nodeclaims_terminated(nodepool, capacity_type, zone) "Number of NodeClaims terminated.";
-    counter nodeclaims_disrupted(reason, nodepool, capacity_type, consolidation_policy, termination_mode) "Number of NodeClaims disrupted, by reason.";
+    counter nodeclaims_disrupted(reason, nodepool, capacity_type, consolidation_policy, termination_mode) "Number of NodeClaims disrupted, by reason. consolidation_policy is the pool's policy in snake case (when_empty, when_empty_or_underutilized, balanced) for consolidation commands and empty otherwise; termination_mode is graceful, forceful or eventual as the NodeClaim's terminationGracePeriod is unset, zero or positive.";
     counter nodeclaims_unhealthy_disrupted(condition, nodepool, capacity_type, image_id) "Number of NodeClaims disrupted because a node condition was unhealthy (node repair).";
     histogram nodeclaims_termination_duration_seconds(nodepool) "Time from a NodeClaim's deletion request to the removal of its finalizer.";
     histogram nodeclaims_instance_termination_duration_seconds(nodepool) "Time the cloud provider took to terminate a NodeClaim's instance.";
@@ -352,7 +352,7 @@ karpenter_metrics! {
     gauge pods_provisioning_scheduling_undecided_time_seconds(name, namespace) "Seconds a pod has been waiting for a scheduling decision.";
     counter pods_eviction_requests(code) "Number of eviction requests sent, by HTTP response code.";
     counter pods_drained(reason) "Number of pods drained, by reason.";
-    counter pods_disruption_initiated(reason, nodepool, capacity_type, consolidation_policy, termination_mode) "Number of pods whose disruption was initiated by node disruption, by reason.";
+    counter pods_disruption_initiated(reason, nodepool, capacity_type, consolidation_policy, termination_mode) "Number of pods whose disruption was initiated by node disruption, by reason (DaemonSet and mirror pods left out).";
     // NodePools
     gauge nodepools_limit(nodepool, resource_type) "The NodePool's limit, by resource type.";
     gauge nodepools_usage(nodepool, resource_type) "Resources the NodePool's nodes use, by resource type.";

@@ -34,6 +34,7 @@ use k8s_openapi::api::core::v1::{Node, Taint as CoreTaint};
 use karpenter_api::condition::ConditionStatus;
 use karpenter_api::labels::{self, taints};
 use karpenter_api::nodeclaim::conditions as cond;
+use karpenter_api::nodepool::DisruptionReason;
 use karpenter_api::{CompactPod, NodeClaim, NodePool};
 use karpenter_cloudprovider::CloudProvider;
 use karpenter_cloudprovider::time::Stopwatch;
@@ -250,10 +251,6 @@ pub fn consolidation_type(m: Method) -> &'static str {
 
 fn reason_label(c: &Command) -> String {
     c.reason.as_str().to_lowercase()
-}
-
-fn termination_mode(m: Method) -> &'static str {
-    if m.is_graceful() { "graceful" } else { "eventual" }
 }
 
 fn has_disrupted_taint(node: &Node) -> bool {
@@ -905,7 +902,6 @@ impl Disruption {
     async fn finish(&self, flight: &mut InFlight, report: &mut StepReport) -> bool {
         let command = &flight.command;
         let reason = reason_label(command);
-        let mode = termination_mode(command.method);
         let mut remaining = Vec::new();
         let claims = self.claims();
         let outcomes: Vec<(Target, Result<(), kube::Error>)> = stream::iter(std::mem::take(&mut flight.targets))
@@ -937,17 +933,22 @@ impl Disruption {
             tracing::info!(controller = CONTROLLER, NodeClaim = %t.claim, Node = %t.node, reason = %reason, "deleted nodeclaim");
             self.event_on(&t, reasons::DISRUPTION_TERMINATING, format!("Disrupting Node: {}", command.reason.as_str()))
                 .await;
-            let policy = self
-                .ctx
-                .state
-                .get::<NodePool>(&t.pool)
-                .map(|p| format!("{:?}", p.spec.disruption.consolidation_policy))
-                .unwrap_or_default();
-            self.ctx.metrics.nodeclaims_disrupted(&reason, &t.pool, &t.capacity_type, &policy, mode).inc();
+            // The policy label is set for consolidation commands only (emptiness and underutilization); the
+            // termination mode comes from the claim's terminationGracePeriod, whatever the method.
+            let policy = match command.method.reason() {
+                DisruptionReason::Empty | DisruptionReason::Underutilized => self
+                    .ctx
+                    .state
+                    .get::<NodePool>(&t.pool)
+                    .map_or("", |p| p.spec.disruption.consolidation_policy.metric_label()),
+                _ => "",
+            };
+            let mode = self.ctx.state.get::<NodeClaim>(&t.claim).map_or("graceful", |c| c.termination_mode());
+            self.ctx.metrics.nodeclaims_disrupted(&reason, &t.pool, &t.capacity_type, policy, mode).inc();
             let pods = self.ctx.state.pods_on_node(&t.node).iter().filter(|p| moves(p)).count();
             self.ctx
                 .metrics
-                .pods_disruption_initiated(&reason, &t.pool, &t.capacity_type, &policy, mode)
+                .pods_disruption_initiated(&reason, &t.pool, &t.capacity_type, policy, mode)
                 .inc_by(pods as u64);
             // The claim's deletion timestamp marks it (and its node) from now on; the explicit mark goes, so a
             // later node reusing the name (AWS hostnames) is not taken for this one.
