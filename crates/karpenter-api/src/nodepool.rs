@@ -181,6 +181,9 @@ pub enum DisruptionReason {
     Underutilized,
     Empty,
     Drifted,
+    /// Node repair's reason (upstream v1.15). Budgets naming it are accepted and kept; this project does not run
+    /// node repair as a disruption method yet, so no command uses up an `Unhealthy` allowance.
+    Unhealthy,
 }
 
 impl DisruptionReason {
@@ -189,6 +192,7 @@ impl DisruptionReason {
             Self::Underutilized => "Underutilized",
             Self::Empty => "Empty",
             Self::Drifted => "Drifted",
+            Self::Unhealthy => "Unhealthy",
         }
     }
 }
@@ -881,6 +885,19 @@ mod tests {
         assert_eq!(np.spec.template.spec.expire_after.as_str(), "720h");
         assert!(!np.is_static());
         assert!(np.validate(&ValidationContext::default()).is_empty());
+    }
+
+    #[test]
+    fn a_v1_15_budget_for_unhealthy_nodes_is_accepted() {
+        let np: NodePool = serde_saphyr::from_str(
+            "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: default}\nspec:\n  template:\n    spec:\n      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n      requirements: []\n  disruption:\n    budgets:\n      - {nodes: \"1\", reasons: [Unhealthy, Drifted]}\n",
+        )
+        .unwrap();
+        let reasons = np.spec.disruption.budgets[0].reasons.clone().unwrap();
+        assert_eq!(reasons, [DisruptionReason::Unhealthy, DisruptionReason::Drifted]);
+        assert!(np.validate(&ValidationContext::default()).is_empty());
+        assert!(np.spec.disruption.budgets[0].applies_to(DisruptionReason::Unhealthy));
+        assert!(!np.spec.disruption.budgets[0].applies_to(DisruptionReason::Empty));
     }
 
     #[test]

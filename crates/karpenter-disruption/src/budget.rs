@@ -221,6 +221,13 @@ mod tests {
         assert_eq!(allowance(&p, DisruptionReason::Empty, now, 10, 0).allowed, 5);
         let p = pool(vec![budget("lots")]);
         assert_eq!(allowance(&p, DisruptionReason::Empty, now, 10, 0).allowed, 0, "unparsable fails closed");
+        // A v1.15 budget for node repair only leaves the other reasons to the rest of the budgets.
+        let unhealthy_only = Budget { reasons: Some(vec![DisruptionReason::Unhealthy]), ..budget("0") };
+        let p = pool(vec![unhealthy_only, budget("3")]);
+        assert_eq!(allowance(&p, DisruptionReason::Unhealthy, now, 10, 0).allowed, 0);
+        for reason in [DisruptionReason::Empty, DisruptionReason::Drifted, DisruptionReason::Underutilized] {
+            assert_eq!(allowance(&p, reason, now, 10, 0).allowed, 3, "{reason:?}");
+        }
     }
 
     #[test]
