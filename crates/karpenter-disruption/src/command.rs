@@ -160,14 +160,24 @@ pub enum Reason {
     BeingDeleted,
     /// A pending pod was planned onto it.
     Nominated,
-    /// Node (or NodeClaim) annotation `karpenter.sh/do-not-disrupt: "true"`.
-    NodeDoNotDisrupt,
+    /// Node (or NodeClaim) annotation `karpenter.sh/do-not-disrupt: "true"`, or (`annotation`, `key=value`)
+    /// another autoscaler's annotation honoured as it ([`crate::DisruptionOptions`]).
+    NodeDoNotDisrupt {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        annotation: Option<String>,
+    },
     /// Its NodePool was not given.
     NodePoolNotFound { node_pool: String },
     /// Its NodePool has no instance types.
     NoInstanceTypes { node_pool: String },
-    /// A pod's `karpenter.sh/do-not-disrupt` annotation (`until`: end of a duration-form protection).
-    PodDoNotDisrupt { pod: String, until: Option<String> },
+    /// A pod's `karpenter.sh/do-not-disrupt` annotation (`until`: end of a duration-form protection), or
+    /// (`annotation`, `key=value`) another autoscaler's annotation honoured as it ([`crate::DisruptionOptions`]).
+    PodDoNotDisrupt {
+        pod: String,
+        until: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        annotation: Option<String>,
+    },
     /// A PodDisruptionBudget allows no disruption of a pod now.
     PdbBlocked { pod: String, pdb: String },
     /// A pod is selected by several PodDisruptionBudgets (the eviction API refuses it).
@@ -227,7 +237,7 @@ impl Reason {
             Reason::Deferred { .. } => Outcome::Deferred,
             Reason::BeingDeleted
             | Reason::Nominated
-            | Reason::NodeDoNotDisrupt
+            | Reason::NodeDoNotDisrupt { .. }
             | Reason::PodDoNotDisrupt { .. }
             | Reason::PdbBlocked { .. }
             | Reason::MultiplePdbs { .. }
@@ -255,13 +265,15 @@ impl std::fmt::Display for Reason {
             Reason::NotInitialized => write!(f, "not initialized yet"),
             Reason::BeingDeleted => write!(f, "already being deleted or disrupted"),
             Reason::Nominated => write!(f, "nominated for pending pods"),
-            Reason::NodeDoNotDisrupt => write!(f, "node annotated karpenter.sh/do-not-disrupt"),
+            Reason::NodeDoNotDisrupt { annotation: None } => write!(f, "node annotated karpenter.sh/do-not-disrupt"),
+            Reason::NodeDoNotDisrupt { annotation: Some(a) } => write!(f, "node has {a}"),
             Reason::NodePoolNotFound { node_pool } => write!(f, "NodePool {node_pool} not found"),
             Reason::NoInstanceTypes { node_pool } => write!(f, "NodePool {node_pool} has no instance types"),
-            Reason::PodDoNotDisrupt { pod, until: None } => {
+            Reason::PodDoNotDisrupt { pod, annotation: Some(a), .. } => write!(f, "pod {pod} has {a}"),
+            Reason::PodDoNotDisrupt { pod, until: None, .. } => {
                 write!(f, "pod {pod} is annotated karpenter.sh/do-not-disrupt")
             }
-            Reason::PodDoNotDisrupt { pod, until: Some(u) } => {
+            Reason::PodDoNotDisrupt { pod, until: Some(u), .. } => {
                 write!(f, "pod {pod} is annotated karpenter.sh/do-not-disrupt until {u}")
             }
             Reason::PdbBlocked { pod, pdb } => {

@@ -95,6 +95,9 @@ pub struct DisruptionSettings {
     pub replacement_timeout_per_candidate: Duration,
     /// The simulation time of one pass ([`PASS_SIMULATION_TIME`]).
     pub pass_simulation_time: Duration,
+    /// `HONOR_AUTOSCALER_ANNOTATIONS`: other autoscalers' annotations block voluntary disruption as
+    /// `karpenter.sh/do-not-disrupt` does (karpenter-disruption's `DisruptionOptions`).
+    pub honor_autoscaler_annotations: bool,
 }
 
 impl Default for DisruptionSettings {
@@ -107,14 +110,19 @@ impl Default for DisruptionSettings {
             max_replacement_timeout: Duration::from_secs(60 * 60),
             replacement_timeout_per_candidate: Duration::from_millis(80),
             pass_simulation_time: PASS_SIMULATION_TIME,
+            honor_autoscaler_annotations: true,
         }
     }
 }
 
 impl DisruptionSettings {
-    /// The settings for `settings` (the `SpotToSpotConsolidation` gate).
+    /// The settings for `settings` (the `SpotToSpotConsolidation` gate, `HONOR_AUTOSCALER_ANNOTATIONS`).
     pub fn from_settings(settings: &crate::settings::CoreSettings) -> Self {
-        Self { spot_to_spot_consolidation: settings.feature_gates.spot_to_spot_consolidation, ..Self::default() }
+        Self {
+            spot_to_spot_consolidation: settings.feature_gates.spot_to_spot_consolidation,
+            honor_autoscaler_annotations: settings.honor_autoscaler_annotations,
+            ..Self::default()
+        }
     }
 
     /// How long commands may wait for replacements when `queued` candidate nodes are in flight.
@@ -401,6 +409,7 @@ impl Disruption {
             self.ctx.state.list_shared::<Node>().iter().filter(|n| !node_ready(n)).map(|n| n.name_any()).collect();
         karpenter_disruption::DisruptionOptions {
             spot_to_spot_consolidation: self.settings.spot_to_spot_consolidation,
+            honor_autoscaler_annotations: self.settings.honor_autoscaler_annotations,
             not_ready_nodes,
             // One command per pass: stop simulating once it is found (the verdicts of the rest wait for a
             // later pass).
