@@ -528,7 +528,7 @@ impl Disruption {
         report.rejected = Some(failure);
     }
 
-    /// Budget gauges, eligible-node gauges and the verdicts' events.
+    /// Budget gauges, eligible-node gauges, the skipped-candidate counter and the verdicts' events.
     fn publish(&self, pass: &Pass) {
         for b in &pass.budgets {
             let reason = b.reason.as_str();
@@ -539,6 +539,12 @@ impl Disruption {
             karpenter_disruption::budget::REASONS.iter().map(|r| (r.as_str(), 0)).collect();
         let mut blocked_pools: BTreeSet<(String, &'static str)> = BTreeSet::new();
         for v in &pass.verdicts {
+            // Why each candidate was left alone this pass; nodes Karpenter does not manage are no candidates.
+            if matches!(v.outcome, Outcome::Blocked | Outcome::Kept)
+                && let (Some(_), Some(pool)) = (&v.node_claim, &v.node_pool)
+            {
+                self.ctx.metrics.voluntary_disruption_candidates_skipped(pool, v.reason.code()).inc();
+            }
             let method = match &v.reason {
                 Reason::Disrupted { method } | Reason::Deferred { method, .. } => Some(*method),
                 _ => None,

@@ -530,6 +530,37 @@ async fn an_autoscaler_safe_to_evict_pod_blocks_with_an_event_naming_it() {
     assert!(events.iter().any(|(obj, m)| obj == "big" && m.contains(&expected)), "{events:?}");
 }
 
+/// Each pass counts each candidate it left alone once, under its verdict's reason code.
+#[tokio::test]
+async fn skipped_candidates_are_counted_by_reason_once_per_pass() {
+    let e = env();
+    e.pool(pool_options()).await;
+    e.machine("big", "m-8x-amd64-linux").await;
+    e.bound_pod(
+        "precious",
+        "big",
+        PodOptions {
+            requests: [("cpu", "500m")].into(),
+            annotations: [(annotations::DO_NOT_DISRUPT.to_owned(), "true".to_owned())].into(),
+            ..Default::default()
+        },
+    )
+    .await;
+    let sample = |n: u32| {
+        format!(
+            "karpenter_voluntary_disruption_candidates_skipped_total{{nodepool=\"{POOL}\",reason=\"PodDoNotDisrupt\"}} {n}"
+        )
+    };
+    let report = e.disruption.step().await.unwrap();
+    assert!(report.awaiting_validation.is_none() && report.started.is_empty(), "{report:?}");
+    let rendered = e.metrics.render();
+    assert!(rendered.contains(&sample(1)), "{rendered}");
+    e.disruption.step().await.unwrap();
+    let rendered = e.metrics.render();
+    assert!(rendered.contains(&sample(2)), "one more per pass: {rendered}");
+    assert!(!rendered.contains("candidates_skipped_total{nodepool=\"default\",reason=\"Disrupted\""), "{rendered}");
+}
+
 /// cluster-autoscaler's node annotation keeps the node as a node's `karpenter.sh/do-not-disrupt` does.
 #[tokio::test]
 async fn an_autoscaler_scale_down_disabled_node_is_not_disrupted() {
