@@ -24,7 +24,7 @@ use std::time::Duration;
 use clap::Parser;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Event as CoreEvent, Node, Pod};
 use k8s_openapi::api::flowcontrol::v1::{FlowSchema, PriorityLevelConfiguration};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
@@ -64,6 +64,7 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("limits", |e| Box::pin(limits(e))),
     ("drift-and-budgets", |e| Box::pin(drift_and_budgets(e))),
     ("do-not-disrupt", |e| Box::pin(do_not_disrupt(e))),
+    ("autoscaler-annotations", |e| Box::pin(autoscaler_annotations(e))),
     ("expiration", |e| Box::pin(expiration(e))),
     ("consolidation", |e| Box::pin(consolidation(e))),
     ("pdb-blocked-drain", |e| Box::pin(pdb_blocked_drain(e))),
@@ -926,6 +927,64 @@ async fn do_not_disrupt(env: &Env) {
         claim_names(&claims) == original && claims.iter().all(|c| c.metadata.deletion_timestamp.is_none())
     })
     .await;
+}
+
+/// Other autoscalers' annotations keep a drifted node as `karpenter.sh/do-not-disrupt` does (on by default): a
+/// pod's `cluster-autoscaler.kubernetes.io/safe-to-evict: "false"`, then the node's
+/// `cluster-autoscaler.kubernetes.io/scale-down-disabled: "true"`; once both are gone the node is replaced.
+async fn autoscaler_annotations(env: &Env) {
+    env.pool("default", json!({})).await;
+    env.deployment("keep-ca", 1, "500m", json!({"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"})).await;
+    let pods = env.running("keep-ca", 1, Duration::from_secs(60)).await;
+    let (pod, node) = pods.into_iter().next().expect("a pod");
+    let original = claim_names(&env.list_claims().await);
+    let patch = json!({"spec": {"template": {"metadata": {"labels": {"team": "blue"}}}}});
+    env.pools().patch("default", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch pool");
+    env.eventually("claim Drifted", Duration::from_secs(30), || async {
+        env.list_claims().await.iter().all(|c| condition_true(c, "Drifted")).then_some(())
+    })
+    .await;
+    let kept = async || {
+        let claims = env.list_claims().await;
+        claim_names(&claims) == original && claims.iter().all(|c| c.metadata.deletion_timestamp.is_none())
+    };
+    // The block is positive, not just slowness: the node's DisruptionBlocked event names the annotation.
+    let blocked_by = async |needle: &str| {
+        let what = format!("a DisruptionBlocked event on {node} naming {needle}");
+        env.eventually(&what, Duration::from_secs(30), || async {
+            let events: Api<CoreEvent> = Api::namespaced(env.client.clone(), NS);
+            let list = events.list(&ListParams::default()).await.ok()?;
+            list.items
+                .iter()
+                .any(|e| {
+                    e.reason.as_deref() == Some("DisruptionBlocked")
+                        && e.involved_object.name.as_deref() == Some(node.as_str())
+                        && e.message.as_deref().is_some_and(|m| m.contains(needle))
+                })
+                .then_some(())
+        })
+        .await;
+    };
+    blocked_by(&format!("pod {NS}/{pod} has cluster-autoscaler.kubernetes.io/safe-to-evict=false")).await;
+    env.stays("safe-to-evict=false: the drifted claim stays", Duration::from_secs(6), kept).await;
+    // The node annotation alone keeps it too.
+    let annotate =
+        json!({"metadata": {"annotations": {"cluster-autoscaler.kubernetes.io/scale-down-disabled": "true"}}});
+    env.nodes().patch(&node, &PatchParams::default(), &Patch::Merge(&annotate)).await.expect("annotate node");
+    let unannotate = json!({"metadata": {"annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": null}}});
+    env.pods().patch(&pod, &PatchParams::default(), &Patch::Merge(&unannotate)).await.expect("unannotate pod");
+    blocked_by("node has cluster-autoscaler.kubernetes.io/scale-down-disabled=true").await;
+    env.stays("scale-down-disabled=true: the drifted claim stays", Duration::from_secs(6), kept).await;
+    // Without either, drift replaces it: the annotations were what held it.
+    let unannotate =
+        json!({"metadata": {"annotations": {"cluster-autoscaler.kubernetes.io/scale-down-disabled": null}}});
+    env.nodes().patch(&node, &PatchParams::default(), &Patch::Merge(&unannotate)).await.expect("unannotate node");
+    env.eventually("the drifted claim replaced", Duration::from_secs(90), || async {
+        let claims = env.list_claims().await;
+        (!claims.is_empty() && claim_names(&claims).is_disjoint(&original)).then_some(())
+    })
+    .await;
+    env.running("keep-ca", 1, Duration::from_secs(60)).await;
 }
 
 /// `expireAfter` deletes the claim once it is old enough; its pods get a new node.

@@ -52,6 +52,98 @@ pub mod annotations {
     pub const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
 }
 
+/// Other autoscalers' annotations that keep a node from voluntary disruption as `karpenter.sh/do-not-disrupt:
+/// "true"` does, so that a workload annotated for cluster-autoscaler (or with the proposed vendor-neutral
+/// `node-autoscaling.kubernetes.io/` keys, not final in Kubernetes) is protected under Karpenter too. Not part
+/// of upstream Karpenter: on by default, off with `HONOR_AUTOSCALER_ANNOTATIONS=false`. Only the exact values
+/// listed block; any other value (`safe-to-evict: "true"` included) changes nothing.
+pub mod autoscaler {
+    use std::collections::BTreeMap;
+    use std::fmt;
+
+    /// What an annotation of [`BLOCKING`] is read from.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Target {
+        /// A pod: it blocks the voluntary disruption of the node it runs on while it is active.
+        Pod,
+        /// A node (or its NodeClaim).
+        Node,
+    }
+
+    /// An annotation and the value with which it blocks voluntary disruption.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct BlockingAnnotation {
+        /// What carries it.
+        pub target: Target,
+        /// The annotation key.
+        pub key: &'static str,
+        /// The one value that blocks.
+        pub value: &'static str,
+    }
+
+    impl BlockingAnnotation {
+        /// Whether `annotations` hold this key with the blocking value.
+        pub fn is_set(&self, annotations: &BTreeMap<String, String>) -> bool {
+            annotations.get(self.key).is_some_and(|v| v == self.value)
+        }
+    }
+
+    impl fmt::Display for BlockingAnnotation {
+        /// `key=value`, as events and verdicts name it.
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "{}={}", self.key, self.value)
+        }
+    }
+
+    /// cluster-autoscaler's pod annotation: `"false"` keeps the pod's node from being scaled down.
+    pub const CLUSTER_AUTOSCALER_SAFE_TO_EVICT: &str = "cluster-autoscaler.kubernetes.io/safe-to-evict";
+    /// cluster-autoscaler's node annotation: `"true"` keeps the node from being scaled down.
+    pub const CLUSTER_AUTOSCALER_SCALE_DOWN_DISABLED: &str = "cluster-autoscaler.kubernetes.io/scale-down-disabled";
+    /// The proposed vendor-neutral pod annotation (same meaning as cluster-autoscaler's).
+    pub const NODE_AUTOSCALING_SAFE_TO_EVICT: &str = "node-autoscaling.kubernetes.io/safe-to-evict";
+    /// The proposed vendor-neutral node annotation.
+    pub const NODE_AUTOSCALING_DO_NOT_DISRUPT: &str = "node-autoscaling.kubernetes.io/do-not-disrupt";
+
+    /// Every annotation honoured, pods' first; the first one set is the one a verdict names.
+    pub const BLOCKING: [BlockingAnnotation; 4] = [
+        BlockingAnnotation { target: Target::Pod, key: CLUSTER_AUTOSCALER_SAFE_TO_EVICT, value: "false" },
+        BlockingAnnotation { target: Target::Pod, key: NODE_AUTOSCALING_SAFE_TO_EVICT, value: "false" },
+        BlockingAnnotation { target: Target::Node, key: CLUSTER_AUTOSCALER_SCALE_DOWN_DISABLED, value: "true" },
+        BlockingAnnotation { target: Target::Node, key: NODE_AUTOSCALING_DO_NOT_DISRUPT, value: "true" },
+    ];
+
+    /// The first annotation of [`BLOCKING`] for `target` that `annotations` set.
+    pub fn blocking(target: Target, annotations: &BTreeMap<String, String>) -> Option<&'static BlockingAnnotation> {
+        BLOCKING.iter().find(|a| a.target == target && a.is_set(annotations))
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        fn map(key: &str, value: &str) -> BTreeMap<String, String> {
+            BTreeMap::from([(key.to_owned(), value.to_owned())])
+        }
+
+        #[test]
+        fn each_annotation_blocks_only_with_its_value_and_target() {
+            for a in &BLOCKING {
+                let other = if a.target == Target::Pod { Target::Node } else { Target::Pod };
+                assert_eq!(blocking(a.target, &map(a.key, a.value)), Some(a), "{a}");
+                assert_eq!(blocking(other, &map(a.key, a.value)), None, "{a} is read from its target only");
+                let opposite = if a.value == "true" { "false" } else { "true" };
+                assert_eq!(blocking(a.target, &map(a.key, opposite)), None, "{a}: {opposite} changes nothing");
+                assert_eq!(blocking(a.target, &map(a.key, "False")), None, "{a}: only the exact value");
+            }
+            assert_eq!(blocking(Target::Pod, &BTreeMap::new()), None);
+            assert_eq!(
+                blocking(Target::Pod, &map(CLUSTER_AUTOSCALER_SAFE_TO_EVICT, "false")).unwrap().to_string(),
+                "cluster-autoscaler.kubernetes.io/safe-to-evict=false"
+            );
+        }
+    }
+}
+
 pub mod taints {
     /// Put on a node when a disruption command starts or termination begins.
     pub const DISRUPTED: &str = "karpenter.sh/disrupted";

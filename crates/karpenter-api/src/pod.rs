@@ -155,6 +155,16 @@ impl CompactPod {
         }
     }
 
+    /// The other autoscaler's annotation ([`crate::labels::autoscaler::BLOCKING`]) that protects the pod now,
+    /// as `karpenter.sh/do-not-disrupt: "true"` would: only active pods are protected.
+    pub fn autoscaler_do_not_disrupt(&self) -> Option<&'static crate::labels::autoscaler::BlockingAnnotation> {
+        if !self.is_active() {
+            return None;
+        }
+        let annotations = self.metadata.annotations.as_ref()?;
+        crate::labels::autoscaler::blocking(crate::labels::autoscaler::Target::Pod, annotations)
+    }
+
     /// Owned by a DaemonSet.
     pub fn is_daemon_set_pod(&self) -> bool {
         self.metadata.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet")
@@ -578,6 +588,24 @@ mod tests {
         assert_eq!(parse_do_not_disrupt("false"), None);
         assert_eq!(parse_do_not_disrupt("True"), None, "only the literal true");
         assert_eq!(parse_do_not_disrupt(""), None);
+    }
+
+    #[test]
+    fn autoscaler_pod_annotations_protect_active_pods() {
+        use crate::labels::autoscaler::{CLUSTER_AUTOSCALER_SAFE_TO_EVICT, NODE_AUTOSCALING_SAFE_TO_EVICT};
+        let with = |key: &str, value: &str| {
+            let mut p = Pod::default();
+            p.metadata.annotations.get_or_insert_default().insert(key.into(), value.into());
+            CompactPod::from(p)
+        };
+        for key in [CLUSTER_AUTOSCALER_SAFE_TO_EVICT, NODE_AUTOSCALING_SAFE_TO_EVICT] {
+            assert_eq!(with(key, "false").autoscaler_do_not_disrupt().map(|a| a.key), Some(key));
+            assert_eq!(with(key, "true").autoscaler_do_not_disrupt(), None, "{key}=true changes nothing");
+            let mut deleting = with(key, "false");
+            deleting.metadata.deletion_timestamp = Some(k8s_time("2026-01-01T12:00:00Z"));
+            assert_eq!(deleting.autoscaler_do_not_disrupt(), None, "terminating pods are not protected");
+        }
+        assert_eq!(with("karpenter.sh/do-not-disrupt", "true").autoscaler_do_not_disrupt(), None);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use karpenter_api::CompactPod;
 use karpenter_api::ProviderLabels;
 use karpenter_api::condition::ConditionStatus;
-use karpenter_api::labels::{self, annotations};
+use karpenter_api::labels::{self, annotations, autoscaler};
 use karpenter_api::nodeclaim::conditions;
 use karpenter_api::nodepool::ConsolidationPolicy;
 use karpenter_requirements::InstanceType;
@@ -210,6 +210,40 @@ fn annotated_do_not_disrupt(a: &BTreeMap<String, String>) -> bool {
     a.get(annotations::DO_NOT_DISRUPT).is_some_and(|v| v == "true")
 }
 
+/// Why the node itself may not be disrupted voluntarily: `karpenter.sh/do-not-disrupt: "true"` on the node or
+/// its NodeClaim, or, when honoured, another autoscaler's node annotation.
+fn node_do_not_disrupt(cluster: &Cluster<'_>, node: &NodeInfo, claim: &NodeClaimInfo) -> Option<Reason> {
+    if annotated_do_not_disrupt(&node.annotations) || annotated_do_not_disrupt(claim.annotations()) {
+        return Some(Reason::NodeDoNotDisrupt { annotation: None });
+    }
+    if !cluster.options.honor_autoscaler_annotations {
+        return None;
+    }
+    [&node.annotations, claim.annotations()]
+        .into_iter()
+        .find_map(|a| autoscaler::blocking(autoscaler::Target::Node, a))
+        .map(|a| Reason::NodeDoNotDisrupt { annotation: Some(a.to_string()) })
+}
+
+/// The do-not-disrupt protection of a pod now: its `karpenter.sh/do-not-disrupt` annotation, or, when honoured,
+/// another autoscaler's pod annotation (which protects like `"true"`).
+fn pod_do_not_disrupt(cluster: &Cluster<'_>, pod: &CompactPod) -> Option<Reason> {
+    match pod.do_not_disrupt(cluster.now) {
+        DoNotDisrupt::Permanent => {
+            return Some(Reason::PodDoNotDisrupt { pod: pod_key(pod), until: None, annotation: None });
+        }
+        DoNotDisrupt::Until(t) => {
+            return Some(Reason::PodDoNotDisrupt { pod: pod_key(pod), until: Some(rfc3339(t)), annotation: None });
+        }
+        DoNotDisrupt::No => {}
+    }
+    if !cluster.options.honor_autoscaler_annotations {
+        return None;
+    }
+    let a = pod.autoscaler_do_not_disrupt()?;
+    Some(Reason::PodDoNotDisrupt { pod: pod_key(pod), until: None, annotation: Some(a.to_string()) })
+}
+
 /// The node-level checks that make a node a disruption candidate; `Ok` with the candidate's data, or why the node
 /// is not a candidate.
 pub fn candidate<'a>(cluster: &Cluster<'a>, node: &'a NodeInfo) -> Result<Candidate<'a>, Reason> {
@@ -226,8 +260,8 @@ pub fn candidate<'a>(cluster: &Cluster<'a>, node: &'a NodeInfo) -> Result<Candid
     if node.nominated || claim.nominated {
         return Err(Reason::Nominated);
     }
-    if annotated_do_not_disrupt(&node.annotations) || annotated_do_not_disrupt(claim.annotations()) {
-        return Err(Reason::NodeDoNotDisrupt);
+    if let Some(reason) = node_do_not_disrupt(cluster, node, claim) {
+        return Err(reason);
     }
     let Some(pool_name) = node.node_pool.as_deref() else { return Err(Reason::NoNodePoolLabel) };
     let Some((&pool_name, &pool)) = cluster.pools.get_key_value(pool_name) else {
@@ -249,16 +283,9 @@ pub fn candidate<'a>(cluster: &Cluster<'a>, node: &'a NodeInfo) -> Result<Candid
     // Pod checks: the first blocking pod, in pod order.
     let mut pod_block = None;
     for p in &pods {
-        match p.do_not_disrupt(now) {
-            DoNotDisrupt::No => {}
-            DoNotDisrupt::Permanent => {
-                pod_block = Some(Reason::PodDoNotDisrupt { pod: pod_key(p), until: None });
-                break;
-            }
-            DoNotDisrupt::Until(t) => {
-                pod_block = Some(Reason::PodDoNotDisrupt { pod: pod_key(p), until: Some(rfc3339(t)) });
-                break;
-            }
+        if let Some(reason) = pod_do_not_disrupt(cluster, p) {
+            pod_block = Some(reason);
+            break;
         }
         if !would_be_evicted(p, now) {
             continue;
@@ -280,7 +307,7 @@ pub fn candidate<'a>(cluster: &Cluster<'a>, node: &'a NodeInfo) -> Result<Candid
         .iter()
         .copied()
         .filter(|p| is_reschedulable(p))
-        .filter(|p| p.do_not_disrupt(now) == DoNotDisrupt::No && cluster.pdbs.blocks(p).is_none())
+        .filter(|p| pod_do_not_disrupt(cluster, p).is_none() && cluster.pdbs.blocks(p).is_none())
         .collect();
     let all_reschedulable = pods.iter().copied().filter(|p| is_reschedulable(p));
     let mut reschedule_cost = 1.0;

@@ -160,14 +160,24 @@ pub enum Reason {
     BeingDeleted,
     /// A pending pod was planned onto it.
     Nominated,
-    /// Node (or NodeClaim) annotation `karpenter.sh/do-not-disrupt: "true"`.
-    NodeDoNotDisrupt,
+    /// Node (or NodeClaim) annotation `karpenter.sh/do-not-disrupt: "true"`, or (`annotation`, `key=value`)
+    /// another autoscaler's annotation honoured as it ([`crate::DisruptionOptions`]).
+    NodeDoNotDisrupt {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        annotation: Option<String>,
+    },
     /// Its NodePool was not given.
     NodePoolNotFound { node_pool: String },
     /// Its NodePool has no instance types.
     NoInstanceTypes { node_pool: String },
-    /// A pod's `karpenter.sh/do-not-disrupt` annotation (`until`: end of a duration-form protection).
-    PodDoNotDisrupt { pod: String, until: Option<String> },
+    /// A pod's `karpenter.sh/do-not-disrupt` annotation (`until`: end of a duration-form protection), or
+    /// (`annotation`, `key=value`) another autoscaler's annotation honoured as it ([`crate::DisruptionOptions`]).
+    PodDoNotDisrupt {
+        pod: String,
+        until: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        annotation: Option<String>,
+    },
     /// A PodDisruptionBudget allows no disruption of a pod now.
     PdbBlocked { pod: String, pdb: String },
     /// A pod is selected by several PodDisruptionBudgets (the eviction API refuses it).
@@ -220,6 +230,83 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Every [`Reason::code`], in declaration order.
+    pub const CODES: [&'static str; 33] = [
+        "Disrupted",
+        "Deferred",
+        "NotManaged",
+        "NodeClaimNotFound",
+        "NoNodePoolLabel",
+        "NotInitialized",
+        "BeingDeleted",
+        "Nominated",
+        "NodeDoNotDisrupt",
+        "NodePoolNotFound",
+        "NoInstanceTypes",
+        "PodDoNotDisrupt",
+        "PdbBlocked",
+        "MultiplePdbs",
+        "BudgetExhausted",
+        "StaticNodePool",
+        "ConsolidationDisabled",
+        "ConsolidateAfterNotElapsed",
+        "WhenEmptyPolicy",
+        "UnknownInstanceType",
+        "MissingLabels",
+        "PodsUnschedulable",
+        "NeedsMultipleNodes",
+        "PendingPodsNeedNodes",
+        "NoCheaperOption",
+        "SpotToSpotDisabled",
+        "SpotToSpotTooFewOptions",
+        "BalancedRejected",
+        "StaticDriftWaiting",
+        "NotEvaluated",
+        "PassTimeSpent",
+        "ConsolidationUnchanged",
+        "NothingToDo",
+    ];
+
+    /// The stable code of this reason: the variant's name, as the `code` tag of its JSON form. Metrics label
+    /// by it (`karpenter_voluntary_disruption_candidates_skipped_total`), so codes are only ever added.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Reason::Disrupted { .. } => "Disrupted",
+            Reason::Deferred { .. } => "Deferred",
+            Reason::NotManaged => "NotManaged",
+            Reason::NodeClaimNotFound { .. } => "NodeClaimNotFound",
+            Reason::NoNodePoolLabel => "NoNodePoolLabel",
+            Reason::NotInitialized => "NotInitialized",
+            Reason::BeingDeleted => "BeingDeleted",
+            Reason::Nominated => "Nominated",
+            Reason::NodeDoNotDisrupt { .. } => "NodeDoNotDisrupt",
+            Reason::NodePoolNotFound { .. } => "NodePoolNotFound",
+            Reason::NoInstanceTypes { .. } => "NoInstanceTypes",
+            Reason::PodDoNotDisrupt { .. } => "PodDoNotDisrupt",
+            Reason::PdbBlocked { .. } => "PdbBlocked",
+            Reason::MultiplePdbs { .. } => "MultiplePdbs",
+            Reason::BudgetExhausted { .. } => "BudgetExhausted",
+            Reason::StaticNodePool => "StaticNodePool",
+            Reason::ConsolidationDisabled => "ConsolidationDisabled",
+            Reason::ConsolidateAfterNotElapsed { .. } => "ConsolidateAfterNotElapsed",
+            Reason::WhenEmptyPolicy => "WhenEmptyPolicy",
+            Reason::UnknownInstanceType { .. } => "UnknownInstanceType",
+            Reason::MissingLabels { .. } => "MissingLabels",
+            Reason::PodsUnschedulable { .. } => "PodsUnschedulable",
+            Reason::NeedsMultipleNodes { .. } => "NeedsMultipleNodes",
+            Reason::PendingPodsNeedNodes { .. } => "PendingPodsNeedNodes",
+            Reason::NoCheaperOption { .. } => "NoCheaperOption",
+            Reason::SpotToSpotDisabled => "SpotToSpotDisabled",
+            Reason::SpotToSpotTooFewOptions { .. } => "SpotToSpotTooFewOptions",
+            Reason::BalancedRejected { .. } => "BalancedRejected",
+            Reason::StaticDriftWaiting { .. } => "StaticDriftWaiting",
+            Reason::NotEvaluated { .. } => "NotEvaluated",
+            Reason::PassTimeSpent { .. } => "PassTimeSpent",
+            Reason::ConsolidationUnchanged => "ConsolidationUnchanged",
+            Reason::NothingToDo => "NothingToDo",
+        }
+    }
+
     /// The broad outcome of this reason.
     pub fn outcome(&self) -> Outcome {
         match self {
@@ -227,7 +314,7 @@ impl Reason {
             Reason::Deferred { .. } => Outcome::Deferred,
             Reason::BeingDeleted
             | Reason::Nominated
-            | Reason::NodeDoNotDisrupt
+            | Reason::NodeDoNotDisrupt { .. }
             | Reason::PodDoNotDisrupt { .. }
             | Reason::PdbBlocked { .. }
             | Reason::MultiplePdbs { .. }
@@ -255,13 +342,15 @@ impl std::fmt::Display for Reason {
             Reason::NotInitialized => write!(f, "not initialized yet"),
             Reason::BeingDeleted => write!(f, "already being deleted or disrupted"),
             Reason::Nominated => write!(f, "nominated for pending pods"),
-            Reason::NodeDoNotDisrupt => write!(f, "node annotated karpenter.sh/do-not-disrupt"),
+            Reason::NodeDoNotDisrupt { annotation: None } => write!(f, "node annotated karpenter.sh/do-not-disrupt"),
+            Reason::NodeDoNotDisrupt { annotation: Some(a) } => write!(f, "node has {a}"),
             Reason::NodePoolNotFound { node_pool } => write!(f, "NodePool {node_pool} not found"),
             Reason::NoInstanceTypes { node_pool } => write!(f, "NodePool {node_pool} has no instance types"),
-            Reason::PodDoNotDisrupt { pod, until: None } => {
+            Reason::PodDoNotDisrupt { pod, annotation: Some(a), .. } => write!(f, "pod {pod} has {a}"),
+            Reason::PodDoNotDisrupt { pod, until: None, .. } => {
                 write!(f, "pod {pod} is annotated karpenter.sh/do-not-disrupt")
             }
-            Reason::PodDoNotDisrupt { pod, until: Some(u) } => {
+            Reason::PodDoNotDisrupt { pod, until: Some(u), .. } => {
                 write!(f, "pod {pod} is annotated karpenter.sh/do-not-disrupt until {u}")
             }
             Reason::PdbBlocked { pod, pdb } => {
@@ -402,5 +491,75 @@ impl Pass {
             out.push_str(&format!("{} [{:?}]: {}\n", v.node, v.outcome, v.message));
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One reason of every code (the match in `code` is exhaustive, so a new variant must be added there; this
+    /// list must then grow too, or the CODES comparison fails).
+    fn one_of_each() -> Vec<Reason> {
+        let m = Method::SingleNodeConsolidation;
+        let s = || String::from("x");
+        vec![
+            Reason::Disrupted { method: m },
+            Reason::Deferred { method: m, detail: s() },
+            Reason::NotManaged,
+            Reason::NodeClaimNotFound { node_claim: s() },
+            Reason::NoNodePoolLabel,
+            Reason::NotInitialized,
+            Reason::BeingDeleted,
+            Reason::Nominated,
+            Reason::NodeDoNotDisrupt { annotation: None },
+            Reason::NodePoolNotFound { node_pool: s() },
+            Reason::NoInstanceTypes { node_pool: s() },
+            Reason::PodDoNotDisrupt { pod: s(), until: None, annotation: Some(s()) },
+            Reason::PdbBlocked { pod: s(), pdb: s() },
+            Reason::MultiplePdbs { pod: s(), pdbs: vec![s()] },
+            Reason::BudgetExhausted { node_pool: s(), reason: DisruptionReason::Empty, detail: s() },
+            Reason::StaticNodePool,
+            Reason::ConsolidationDisabled,
+            Reason::ConsolidateAfterNotElapsed { remaining_seconds: 1 },
+            Reason::WhenEmptyPolicy,
+            Reason::UnknownInstanceType { instance_type: None },
+            Reason::MissingLabels { labels: vec![s()] },
+            Reason::PodsUnschedulable { pods: vec![] },
+            Reason::NeedsMultipleNodes { count: 2 },
+            Reason::PendingPodsNeedNodes { count: 2 },
+            Reason::NoCheaperOption { price: 1.0 },
+            Reason::SpotToSpotDisabled,
+            Reason::SpotToSpotTooFewOptions { count: 3 },
+            Reason::BalancedRejected { node_pool: s(), score: 0.1 },
+            Reason::StaticDriftWaiting { detail: s() },
+            Reason::NotEvaluated { method: m },
+            Reason::PassTimeSpent { method: m },
+            Reason::ConsolidationUnchanged,
+            Reason::NothingToDo,
+        ]
+    }
+
+    #[test]
+    fn codes_are_the_json_tags_and_all_listed() {
+        let reasons = one_of_each();
+        for r in &reasons {
+            let json = serde_json::to_value(r).unwrap();
+            assert_eq!(json["code"], r.code(), "{r:?}");
+        }
+        let codes: Vec<&str> = reasons.iter().map(Reason::code).collect();
+        assert_eq!(codes, Reason::CODES);
+    }
+
+    /// The annotation of the do-not-disrupt reasons is optional in JSON: documents written before it existed
+    /// still read, and without one the JSON is as it was.
+    #[test]
+    fn do_not_disrupt_annotation_is_optional_in_json() {
+        let node: Reason = serde_json::from_str(r#"{"code":"NodeDoNotDisrupt"}"#).unwrap();
+        assert_eq!(node, Reason::NodeDoNotDisrupt { annotation: None });
+        assert_eq!(serde_json::to_string(&node).unwrap(), r#"{"code":"NodeDoNotDisrupt"}"#);
+        let pod = Reason::PodDoNotDisrupt { pod: "default/a".into(), until: None, annotation: Some("k=v".into()) };
+        assert_eq!(serde_json::to_value(&pod).unwrap()["annotation"], "k=v");
+        assert_eq!(pod.to_string(), "pod default/a has k=v");
     }
 }

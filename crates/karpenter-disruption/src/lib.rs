@@ -91,6 +91,11 @@ pub struct DisruptionOptions {
     /// Single-node consolidation starts with the candidate after this node (in its order, wrapping around):
     /// where the previous pass ran out of budget ([`Pass::resume_single_node_after`]).
     pub resume_single_node_after: Option<String>,
+    /// Treat other autoscalers' annotations ([`karpenter_api::labels::autoscaler::BLOCKING`]: a pod's
+    /// `cluster-autoscaler.kubernetes.io/safe-to-evict: "false"`, a node's
+    /// `cluster-autoscaler.kubernetes.io/scale-down-disabled: "true"`, their `node-autoscaling.kubernetes.io/`
+    /// forms) as `karpenter.sh/do-not-disrupt: "true"` (default on; not upstream Karpenter's behaviour).
+    pub honor_autoscaler_annotations: bool,
 }
 
 /// How many simulations a pass may still start: a deadline on the caller's clock, or a count.
@@ -154,6 +159,7 @@ impl Default for DisruptionOptions {
             simulation_budget: None,
             multi_node_budget: None,
             resume_single_node_after: None,
+            honor_autoscaler_annotations: true,
         }
     }
 }

@@ -8,7 +8,7 @@
 //! `everyVerdict` (default true; false as the controller runs a pass), `consolidationUnchanged` (default false:
 //! the controller's "already consolidated" short-circuit), `simulations` and `multiNodeSimulations` (simulation
 //! budgets as counts; default unbounded), `resumeSingleNodeAfter` (a node name: where single-node consolidation
-//! resumes).
+//! resumes), `honorAutoscalerAnnotations` (default true: other autoscalers' do-not-disrupt annotations).
 
 mod common;
 
@@ -34,6 +34,7 @@ struct Scenario {
     simulations: Option<usize>,
     multi_node_simulations: Option<usize>,
     resume_single_node_after: Option<String>,
+    honor_autoscaler_annotations: Option<bool>,
 }
 
 const DEFAULT_NOW: &str = "2026-01-01T12:00:00Z";
@@ -60,6 +61,7 @@ fn run(dir: &Path) -> Result<(), String> {
         every_verdict: scenario.every_verdict.unwrap_or(true),
         consolidation_unchanged: scenario.consolidation_unchanged.unwrap_or(false),
         resume_single_node_after: scenario.resume_single_node_after.clone(),
+        honor_autoscaler_annotations: scenario.honor_autoscaler_annotations.unwrap_or(true),
         ..Default::default()
     };
     // Budgets are counts spent as the pass runs: each evaluation below gets fresh ones.

@@ -368,6 +368,7 @@ karpenter_metrics! {
     counter voluntary_disruption_consolidation_timeouts(consolidation_type) "Number of consolidation evaluations that hit their time limit.";
     counter voluntary_disruption_failed_validations(consolidation_type) "Number of disruption commands that failed revalidation before execution.";
     counter voluntary_disruption_queue_failures(decision, reason, consolidation_type) "Number of disruption commands that failed while executing.";
+    counter voluntary_disruption_candidates_skipped(nodepool, reason) "karpenter-rs addition: Karpenter-managed nodes a disruption pass left alone, by NodePool and the reason code of their verdict (listed below the table); counted once per node per pass, so a node skipped for the same reason adds 1 every pass (about every 10 s on a quiet cluster): read it with rate() or increase().";
     score_histogram consolidation_score(decision, nodepool, policy) "Score of the consolidation moves evaluated (the Balanced policy).";
     counter consolidation_moves(decision, nodepool, policy) "Number of consolidation moves taken (the Balanced policy).";
     // Scheduler
@@ -635,6 +636,19 @@ pub fn reference_markdown() -> String {
             d.help.replace('|', "\\|")
         ));
     }
+    out.push_str(
+        "\n## Reason codes of `karpenter_voluntary_disruption_candidates_skipped_total`\n\n\
+         The `reason` label is the stable code of the node's verdict, as `simulate` and the disruption pass's \
+         verdicts name it (`Disrupted` and `Deferred` are never counted: those nodes were not skipped; nor is \
+         `NotManaged`: such nodes are no candidates):\n\n",
+    );
+    let skipped: Vec<String> = karpenter_disruption::Reason::CODES
+        .iter()
+        .filter(|c| !matches!(**c, "Disrupted" | "Deferred" | "NotManaged"))
+        .map(|c| format!("`{c}`"))
+        .collect();
+    out.push_str(&skipped.join(", "));
+    out.push('\n');
     out
 }
 

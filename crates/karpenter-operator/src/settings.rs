@@ -175,6 +175,10 @@ pub struct CoreSettings {
     #[arg(long, env = "DISABLE_CLUSTER_STATE_OBSERVABILITY", default_value = "false", action = ArgAction::Set,
           num_args = 0..=1, default_missing_value = "true")]
     pub disable_cluster_state_observability: bool,
+    /// Treat other autoscalers' annotations as karpenter.sh/do-not-disrupt: a pod's cluster-autoscaler.kubernetes.io/safe-to-evict=false, a node's cluster-autoscaler.kubernetes.io/scale-down-disabled=true, and their node-autoscaling.kubernetes.io forms (safe-to-evict, do-not-disrupt). Not in upstream Karpenter (docs/beyond-upstream.md)
+    #[arg(long, env = "HONOR_AUTOSCALER_ANNOTATIONS", default_value = "true", action = ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true")]
+    pub honor_autoscaler_annotations: bool,
     /// Namespace the controller runs in (set by the Helm chart from the downward API).
     #[arg(long, env = "SYSTEM_NAMESPACE", default_value = "kube-system")]
     pub system_namespace: String,
@@ -276,6 +280,7 @@ mod tests {
         assert!(!core.disable_leader_election);
         assert_eq!(core.leader_election_name, "karpenter-leader-election");
         assert!(core.ignore_dra_requests && core.disable_controller_warmup);
+        assert!(core.honor_autoscaler_annotations, "on by default (beyond upstream)");
         assert_eq!(core.nomination_window(), Duration::from_secs(20));
     }
 
@@ -292,6 +297,7 @@ mod tests {
             "--feature-gates=SpotToSpotConsolidation=true, Unknown=true",
             "--log-output-paths=stdout,/var/log/k.log",
             "--cpu-requests=-5",
+            "--honor-autoscaler-annotations=false",
         ])
         .unwrap();
         let core = cli.core.normalized();
@@ -307,6 +313,9 @@ mod tests {
         assert_eq!(core.log_output_paths, ["stdout", "/var/log/k.log"]);
         assert_eq!(core.cpu_requests, 1000, "CPU_REQUESTS <= 0 means 1000");
         assert_eq!(core.scheduler_parallelism(), 1);
+        assert!(!core.honor_autoscaler_annotations);
+        let disruption = crate::disruption::DisruptionSettings::from_settings(&core);
+        assert!(!disruption.honor_autoscaler_annotations, "the off switch reaches the disruption loop");
     }
 
     #[test]

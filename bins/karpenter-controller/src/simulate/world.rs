@@ -1113,6 +1113,41 @@ spec: {containers: [{name: c, resources: {requests: {cpu: '1'}}}]}
         assert!(karpenter_api::Conditions::is_true(claim.conditions(), "Initialized"));
     }
 
+    /// A pod annotated for cluster-autoscaler keeps its node, and the node's verdict names the annotation.
+    #[test]
+    fn autoscaler_annotations_block_and_the_verdict_names_them() {
+        let input = "
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: default}
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.kwok.sh, kind: KWOKNodeClass, name: default}
+      requirements:
+        - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}
+  disruption: {consolidateAfter: 0s}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: keep
+  namespace: default
+  annotations: {cluster-autoscaler.kubernetes.io/safe-to-evict: 'false'}
+spec: {containers: [{name: c, resources: {requests: {cpu: '1'}}}]}
+";
+        let catalogue = Catalogue::kwok();
+        let mut w = run_world(input, &catalogue, &[], "2026-01-01T00:00:00Z", Duration::from_secs(3600), None);
+        let node = w.snapshot.nodes.first().expect("a node was launched").name.clone();
+        let pass = w.pass();
+        let verdict = pass.verdict(&node).expect("a verdict");
+        assert_eq!(verdict.message, "pod default/keep has cluster-autoscaler.kubernetes.io/safe-to-evict=false");
+        w.options.honor_autoscaler_annotations = false;
+        let pass = w.pass();
+        let verdict = pass.verdict(&node).expect("a verdict");
+        assert!(!matches!(verdict.reason, Reason::PodDoNotDisrupt { .. }), "off: {verdict:?}");
+    }
+
     /// A NodePool whose budget blocks every disruption 09:00-17:00 UTC on weekdays, and 10 pods of 1 CPU.
     const BUSINESS_HOURS: &str = "
 apiVersion: karpenter.sh/v1

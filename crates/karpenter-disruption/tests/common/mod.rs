@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
-use karpenter_api::DoNotDisrupt;
-use karpenter_api::labels;
+use karpenter_api::labels::{self, autoscaler};
+use karpenter_api::{CompactPod, DoNotDisrupt};
 use karpenter_disruption::pods::{Pdbs, is_reschedulable, would_be_evicted};
 use karpenter_disruption::{Decision, DisruptionOptions, Method, Pass, validation};
 use karpenter_requirements::{
@@ -88,17 +88,24 @@ pub fn check_pass(
     let pdbs = Pdbs::new(&snapshot.pdbs);
     let mut per_pool: BTreeMap<&str, u32> = BTreeMap::new();
     let provider = karpenter_api::ProviderLabels::aws();
+    let autoscaler_protected =
+        |p: &CompactPod| options.honor_autoscaler_annotations && p.autoscaler_do_not_disrupt().is_some();
     for cmd in &pass.commands {
         for c in &cmd.candidates {
             let node = snapshot.nodes.iter().find(|n| n.name == c.node).ok_or("unknown node")?;
             if node.annotations.get("karpenter.sh/do-not-disrupt").is_some_and(|v| v == "true") {
                 return Err(format!("{} has do-not-disrupt", c.node));
             }
+            if options.honor_autoscaler_annotations
+                && let Some(a) = autoscaler::blocking(autoscaler::Target::Node, &node.annotations)
+            {
+                return Err(format!("{} has {a}", c.node));
+            }
             let claim = snapshot.node_claims.iter().find(|x| x.name == c.node_claim).ok_or("unknown claim")?;
             let relaxed = !cmd.method_is_graceful() && claim.claim.spec.termination_grace_period.is_some();
             if !relaxed {
                 for p in snapshot.pods_on(&c.node) {
-                    if p.do_not_disrupt(now) != DoNotDisrupt::No {
+                    if p.do_not_disrupt(now) != DoNotDisrupt::No || autoscaler_protected(p) {
                         return Err(format!("{} disrupts do-not-disrupt pod {}", c.node, pod_key(p)));
                     }
                     if would_be_evicted(p, now) && pdbs.blocks(p).is_some() {
@@ -115,6 +122,7 @@ pub fn check_pass(
                 snapshot
                     .pods_on(&c.node)
                     .filter(|p| is_reschedulable(p) && p.do_not_disrupt(now) == DoNotDisrupt::No)
+                    .filter(|p| !autoscaler_protected(p))
                     .filter(|p| pdbs.blocks(p).is_none())
                     .map(pod_key)
             })

@@ -96,6 +96,9 @@ pub struct DisruptionSettings {
     pub replacement_timeout_per_candidate: Duration,
     /// The simulation time of one pass ([`PASS_SIMULATION_TIME`]).
     pub pass_simulation_time: Duration,
+    /// `HONOR_AUTOSCALER_ANNOTATIONS`: other autoscalers' annotations block voluntary disruption as
+    /// `karpenter.sh/do-not-disrupt` does (karpenter-disruption's `DisruptionOptions`).
+    pub honor_autoscaler_annotations: bool,
 }
 
 impl Default for DisruptionSettings {
@@ -108,14 +111,19 @@ impl Default for DisruptionSettings {
             max_replacement_timeout: Duration::from_secs(60 * 60),
             replacement_timeout_per_candidate: Duration::from_millis(80),
             pass_simulation_time: PASS_SIMULATION_TIME,
+            honor_autoscaler_annotations: true,
         }
     }
 }
 
 impl DisruptionSettings {
-    /// The settings for `settings` (the `SpotToSpotConsolidation` gate).
+    /// The settings for `settings` (the `SpotToSpotConsolidation` gate, `HONOR_AUTOSCALER_ANNOTATIONS`).
     pub fn from_settings(settings: &crate::settings::CoreSettings) -> Self {
-        Self { spot_to_spot_consolidation: settings.feature_gates.spot_to_spot_consolidation, ..Self::default() }
+        Self {
+            spot_to_spot_consolidation: settings.feature_gates.spot_to_spot_consolidation,
+            honor_autoscaler_annotations: settings.honor_autoscaler_annotations,
+            ..Self::default()
+        }
     }
 
     /// How long commands may wait for replacements when `queued` candidate nodes are in flight.
@@ -398,6 +406,7 @@ impl Disruption {
             self.ctx.state.list_shared::<Node>().iter().filter(|n| !node_ready(n)).map(|n| n.name_any()).collect();
         karpenter_disruption::DisruptionOptions {
             spot_to_spot_consolidation: self.settings.spot_to_spot_consolidation,
+            honor_autoscaler_annotations: self.settings.honor_autoscaler_annotations,
             not_ready_nodes,
             // One command per pass: stop simulating once it is found (the verdicts of the rest wait for a
             // later pass).
@@ -516,7 +525,7 @@ impl Disruption {
         report.rejected = Some(failure);
     }
 
-    /// Budget gauges, eligible-node gauges and the verdicts' events.
+    /// Budget gauges, eligible-node gauges, the skipped-candidate counter and the verdicts' events.
     fn publish(&self, pass: &Pass) {
         for b in &pass.budgets {
             let reason = b.reason.as_str();
@@ -527,6 +536,12 @@ impl Disruption {
             karpenter_disruption::budget::REASONS.iter().map(|r| (r.as_str(), 0)).collect();
         let mut blocked_pools: BTreeSet<(String, &'static str)> = BTreeSet::new();
         for v in &pass.verdicts {
+            // Why each candidate was left alone this pass; nodes Karpenter does not manage are no candidates.
+            if matches!(v.outcome, Outcome::Blocked | Outcome::Kept)
+                && let (Some(_), Some(pool)) = (&v.node_claim, &v.node_pool)
+            {
+                self.ctx.metrics.voluntary_disruption_candidates_skipped(pool, v.reason.code()).inc();
+            }
             let method = match &v.reason {
                 Reason::Disrupted { method } | Reason::Deferred { method, .. } => Some(*method),
                 _ => None,

@@ -497,6 +497,88 @@ async fn a_do_not_disrupt_pod_blocks_with_an_event() {
     assert!(events.iter().any(|(obj, m)| obj == "big" && m.contains("do-not-disrupt")), "{events:?}");
 }
 
+/// Another autoscaler's pod annotation blocks as do-not-disrupt does, and the event names it; with
+/// `HONOR_AUTOSCALER_ANNOTATIONS=false` it changes nothing.
+#[tokio::test]
+async fn an_autoscaler_safe_to_evict_pod_blocks_with_an_event_naming_it() {
+    let e = env();
+    e.pool(pool_options()).await;
+    e.machine("big", "m-8x-amd64-linux").await;
+    let key = labels::autoscaler::CLUSTER_AUTOSCALER_SAFE_TO_EVICT;
+    e.bound_pod(
+        "precious",
+        "big",
+        PodOptions {
+            requests: [("cpu", "500m")].into(),
+            annotations: [(key.to_owned(), "false".to_owned())].into(),
+            ..Default::default()
+        },
+    )
+    .await;
+    let off = Disruption::new(&e.ctx, DisruptionSettings { honor_autoscaler_annotations: false, ..Default::default() });
+    let pass = off.evaluate().await.unwrap();
+    let v = pass.verdict("big").cloned().unwrap();
+    assert!(!matches!(v.reason, Reason::PodDoNotDisrupt { .. }), "off: the annotation changes nothing: {v:?}");
+
+    let report = e.disruption.step().await.unwrap();
+    assert!(report.awaiting_validation.is_none(), "{report:?}");
+    let v = report.pass.unwrap().verdict("big").cloned().unwrap();
+    assert_eq!(v.outcome, Outcome::Blocked);
+    assert!(matches!(&v.reason, Reason::PodDoNotDisrupt { annotation: Some(a), .. } if a.starts_with(key)), "{v:?}");
+    let events = e.events(reasons::DISRUPTION_BLOCKED).await;
+    let expected = format!("pod default/precious has {key}=false");
+    assert!(events.iter().any(|(obj, m)| obj == "big" && m.contains(&expected)), "{events:?}");
+}
+
+/// Each pass counts each candidate it left alone once, under its verdict's reason code.
+#[tokio::test]
+async fn skipped_candidates_are_counted_by_reason_once_per_pass() {
+    let e = env();
+    e.pool(pool_options()).await;
+    e.machine("big", "m-8x-amd64-linux").await;
+    e.bound_pod(
+        "precious",
+        "big",
+        PodOptions {
+            requests: [("cpu", "500m")].into(),
+            annotations: [(annotations::DO_NOT_DISRUPT.to_owned(), "true".to_owned())].into(),
+            ..Default::default()
+        },
+    )
+    .await;
+    let sample = |n: u32| {
+        format!(
+            "karpenter_voluntary_disruption_candidates_skipped_total{{nodepool=\"{POOL}\",reason=\"PodDoNotDisrupt\"}} {n}"
+        )
+    };
+    let report = e.disruption.step().await.unwrap();
+    assert!(report.awaiting_validation.is_none() && report.started.is_empty(), "{report:?}");
+    let rendered = e.metrics.render();
+    assert!(rendered.contains(&sample(1)), "{rendered}");
+    e.disruption.step().await.unwrap();
+    let rendered = e.metrics.render();
+    assert!(rendered.contains(&sample(2)), "one more per pass: {rendered}");
+    assert!(!rendered.contains("candidates_skipped_total{nodepool=\"default\",reason=\"Disrupted\""), "{rendered}");
+}
+
+/// cluster-autoscaler's node annotation keeps the node as a node's `karpenter.sh/do-not-disrupt` does.
+#[tokio::test]
+async fn an_autoscaler_scale_down_disabled_node_is_not_disrupted() {
+    let e = env();
+    e.pool(pool_options()).await;
+    e.machine("empty", "c-2x-amd64-linux").await;
+    let key = labels::autoscaler::CLUSTER_AUTOSCALER_SCALE_DOWN_DISABLED;
+    e.nodes()
+        .patch("empty", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {key: "true"}}})))
+        .await
+        .unwrap();
+    e.sync().await;
+    let report = e.disruption.step().await.unwrap();
+    assert!(report.awaiting_validation.is_none() && report.started.is_empty(), "{report:?}");
+    let v = report.pass.unwrap().verdict("empty").cloned().unwrap();
+    assert_eq!(v.reason, Reason::NodeDoNotDisrupt { annotation: Some(format!("{key}=true")) }, "{v:?}");
+}
+
 #[tokio::test]
 async fn an_invalid_do_not_disrupt_value_is_ignored_with_an_event() {
     let e = env();
