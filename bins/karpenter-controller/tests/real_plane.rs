@@ -914,7 +914,7 @@ async fn drift_and_budgets(env: &Env) {
 async fn do_not_disrupt(env: &Env) {
     env.pool("default", json!({})).await;
     env.deployment("keep", 1, "500m", json!({"karpenter.sh/do-not-disrupt": "true"})).await;
-    env.running("keep", 1, Duration::from_secs(60)).await;
+    let node = env.running("keep", 1, Duration::from_secs(60)).await.into_values().next().expect("a pod");
     let original = claim_names(&env.list_claims().await);
     let patch = json!({"spec": {"template": {"metadata": {"labels": {"team": "blue"}}}}});
     env.pools().patch("default", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch pool");
@@ -922,9 +922,29 @@ async fn do_not_disrupt(env: &Env) {
         env.list_claims().await.iter().all(|c| condition_true(c, "Drifted")).then_some(())
     })
     .await;
+    // Positive evidence of the block (drift waits a few seconds anyway, so the claim staying alone proves little).
+    disruption_blocked(env, &node, "is annotated karpenter.sh/do-not-disrupt").await;
     env.stays("do-not-disrupt: the drifted claim stays", Duration::from_secs(6), async || {
         let claims = env.list_claims().await;
         claim_names(&claims) == original && claims.iter().all(|c| c.metadata.deletion_timestamp.is_none())
+    })
+    .await;
+}
+
+/// Waits for a `DisruptionBlocked` event on `node` whose message contains `needle`.
+async fn disruption_blocked(env: &Env, node: &str, needle: &str) {
+    let what = format!("a DisruptionBlocked event on {node} naming {needle}");
+    env.eventually(&what, Duration::from_secs(30), || async {
+        let events: Api<CoreEvent> = Api::namespaced(env.client.clone(), NS);
+        let list = events.list(&ListParams::default()).await.ok()?;
+        list.items
+            .iter()
+            .any(|e| {
+                e.reason.as_deref() == Some("DisruptionBlocked")
+                    && e.involved_object.name.as_deref() == Some(node)
+                    && e.message.as_deref().is_some_and(|m| m.contains(needle))
+            })
+            .then_some(())
     })
     .await;
 }
@@ -949,22 +969,7 @@ async fn autoscaler_annotations(env: &Env) {
         claim_names(&claims) == original && claims.iter().all(|c| c.metadata.deletion_timestamp.is_none())
     };
     // The block is positive, not just slowness: the node's DisruptionBlocked event names the annotation.
-    let blocked_by = async |needle: &str| {
-        let what = format!("a DisruptionBlocked event on {node} naming {needle}");
-        env.eventually(&what, Duration::from_secs(30), || async {
-            let events: Api<CoreEvent> = Api::namespaced(env.client.clone(), NS);
-            let list = events.list(&ListParams::default()).await.ok()?;
-            list.items
-                .iter()
-                .any(|e| {
-                    e.reason.as_deref() == Some("DisruptionBlocked")
-                        && e.involved_object.name.as_deref() == Some(node.as_str())
-                        && e.message.as_deref().is_some_and(|m| m.contains(needle))
-                })
-                .then_some(())
-        })
-        .await;
-    };
+    let blocked_by = async |needle: &str| disruption_blocked(env, &node, needle).await;
     blocked_by(&format!("pod {NS}/{pod} has cluster-autoscaler.kubernetes.io/safe-to-evict=false")).await;
     env.stays("safe-to-evict=false: the drifted claim stays", Duration::from_secs(6), kept).await;
     // The node annotation alone keeps it too.
