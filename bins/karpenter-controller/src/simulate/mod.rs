@@ -418,6 +418,9 @@ fn load_inputs(paths: &[PathBuf]) -> Load {
 /// Objects and errors come out in the same order as from `load_paths`, file by file.
 fn load_parallel(paths: &[PathBuf]) -> Load {
     let (files, mut errors) = loader::manifest_files(paths);
+    // Pods are kept as decisions read them: a dump of 50,000 pods is never held as full objects.
+    let options = loader::LoadOptions { compact_pods: true, ..loader::LoadOptions::default() };
+    let options = &options;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, files.len().max(1));
     let mut per_file: Vec<(usize, Load)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
@@ -429,7 +432,7 @@ fn load_parallel(paths: &[PathBuf]) -> Load {
                         .enumerate()
                         .skip(t)
                         .step_by(threads)
-                        .map(|(i, f)| (i, loader::load_paths([f])))
+                        .map(|(i, f)| (i, loader::load_paths_with([f], options)))
                         .collect::<Vec<_>>()
                 })
             })
