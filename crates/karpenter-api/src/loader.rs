@@ -351,9 +351,12 @@ pub struct LoadOptions<'a> {
     /// Pods become [`Object::CompactPod`] as soon as they are decoded, replicas sharing one spec, so a dump of
     /// many pods is never held as full `Pod` objects. For consumers that read pods as decisions do (`simulate`).
     pub compact_pods: bool,
-    /// Called while a large file is read: (file, bytes read so far, file size).
-    pub progress: Option<&'a (dyn Fn(&str, u64, u64) + Sync)>,
+    /// Called while a large file is read.
+    pub progress: Option<&'a Progress<'a>>,
 }
+
+/// A progress report: (file, bytes read so far, file size).
+pub type Progress<'a> = dyn Fn(&str, u64, u64) + Sync + 'a;
 
 impl fmt::Debug for LoadOptions<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -192,8 +192,9 @@ fn scalar(text: &str) -> Option<YNode> {
     if first.is_ascii_digit() || first == '-' {
         let digits = text.strip_prefix('-').unwrap_or(text);
         if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+            // Leading zeros keep a number a string (the general parser is told so).
             if digits.len() > 1 && digits.starts_with('0') {
-                return None;
+                return (first != '-').then(|| YNode::Str(text.to_owned()));
             }
             return if first == '-' {
                 text.parse::<i64>().ok().map(YNode::I64)
@@ -204,7 +205,9 @@ fn scalar(text: &str) -> Option<YNode> {
         // A quantity (`100m`, `128Mi`) is a string: it holds a letter no number form has.
         let numeric =
             |b: u8| b.is_ascii_hexdigit() || matches!(b, b'+' | b'-' | b'.' | b'_' | b'x' | b'X' | b'o' | b'O');
-        if first == '-' || text.bytes().all(numeric) {
+        // Digits and hex letters but no exponent, sign, point or base (`0000000a`, a hash) is no number either.
+        let number_mark = |b: u8| matches!(b, b'e' | b'E' | b'+' | b'-' | b'.' | b'_' | b'x' | b'X' | b'o' | b'O');
+        if first == '-' || (text.bytes().all(numeric) && text.bytes().any(number_mark)) {
             return None;
         }
         return Some(YNode::Str(text.to_owned()));
