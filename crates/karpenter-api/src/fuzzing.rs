@@ -12,6 +12,7 @@ pub fn manifest(data: &[u8]) {
         [ValidationContext { provider: ProviderLabels::aws() }, ValidationContext { provider: ProviderLabels::kwok() }];
     for origin in ["fuzz.yaml", "fuzz.json"] {
         let (loaded, errors) = loader::load_str_all(&text, origin);
+        streamed_agrees(&text, origin, &loaded, &errors);
         for e in &errors {
             let _ = e.to_string();
         }
@@ -26,6 +27,18 @@ pub fn manifest(data: &[u8]) {
             }
         }
     }
+}
+
+/// Where the block-wise reader of large Lists takes `text`, it must load exactly what the whole-text loader does:
+/// the same objects and the same errors, in the same order.
+pub fn streamed_agrees(text: &str, origin: &str, loaded: &[loader::Loaded], errors: &[loader::LoadError]) {
+    let Some((fast, fast_errors)) = loader::load_streamed(text.as_bytes(), origin, &loader::LoadOptions::default())
+    else {
+        return;
+    };
+    assert_eq!(format!("{fast:?}"), format!("{loaded:?}"), "{origin}: the streamed objects differ");
+    let messages = |e: &[loader::LoadError]| e.iter().map(ToString::to_string).collect::<Vec<_>>();
+    assert_eq!(messages(&fast_errors), messages(errors), "{origin}: the streamed errors differ");
 }
 
 /// Decodes arbitrary bytes as watched objects with and without [`crate::lean::Lean`]. Must never panic; where the

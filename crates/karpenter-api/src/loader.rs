@@ -28,6 +28,7 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
@@ -41,7 +42,11 @@ use crate::ec2nodeclass::EC2NodeClass;
 use crate::kwok::KWOKNodeClass;
 use crate::nodeclaim::NodeClaim;
 use crate::nodepool::NodePool;
+use crate::pod::{CompactPod, SpecInterner};
 use crate::validation::{Validate, ValidationContext, Violations};
+
+mod block;
+mod split;
 
 /// API groups owned by Karpenter: an unknown kind or version in one of them is a mistake, not a foreign object.
 pub const KARPENTER_GROUPS: [&str; 3] = ["karpenter.sh", "karpenter.k8s.aws", "karpenter.kwok.sh"];
@@ -108,6 +113,8 @@ macro_rules! objects {
             $( $variant(Box<$ty>), )*
             /// Any other apiVersion/kind (see the module docs).
             Unknown(Box<UnknownObject>),
+            /// A Pod as decisions read it, when loaded with [`LoadOptions::compact_pods`].
+            CompactPod(Arc<CompactPod>),
         }
 
         impl Object {
@@ -116,6 +123,7 @@ macro_rules! objects {
                 match self {
                     $( Object::$variant(_) => stringify!($variant), )*
                     Object::Unknown(u) => &u.kind,
+                    Object::CompactPod(_) => "Pod",
                 }
             }
 
@@ -124,6 +132,7 @@ macro_rules! objects {
                 match self {
                     $( Object::$variant(_) => $api_version, )*
                     Object::Unknown(u) => &u.api_version,
+                    Object::CompactPod(_) => "v1",
                 }
             }
 
@@ -132,6 +141,7 @@ macro_rules! objects {
                 match self {
                     $( Object::$variant(o) => o.metadata.name.as_deref(), )*
                     Object::Unknown(u) => u.metadata_str("name"),
+                    Object::CompactPod(p) => p.metadata.name.as_deref(),
                 }
             }
 
@@ -140,6 +150,7 @@ macro_rules! objects {
                 match self {
                     $( Object::$variant(o) => o.metadata.namespace.as_deref(), )*
                     Object::Unknown(u) => u.metadata_str("namespace"),
+                    Object::CompactPod(p) => p.metadata.namespace.as_deref(),
                 }
             }
         }
@@ -157,13 +168,23 @@ macro_rules! objects {
         }
 
         /// Decodes `value` as the type registered for (apiVersion, kind); `None` if no type is registered.
-        fn decode_known(api_version: &str, kind: &str, value: &Value) -> Option<Result<(Object, Value), Decoded>> {
+        fn decode_known(api_version: &str, kind: &str, value: &Value) -> Option<Result<Object, Decoded>> {
             $(
                 if api_version == $api_version && kind == stringify!($variant) {
-                    return Some(decode_as::<$ty>(value).map(|(o, v)| (Object::$variant(Box::new(o)), v)));
+                    return Some(decode_as::<$ty>(value).map(|o| Object::$variant(Box::new(o))));
                 }
             )*
             None
+        }
+
+        /// A decoded object serialised again (what [`unknown_fields`] compares the input with).
+        fn round_trip(object: &Object) -> Value {
+            // Serialising a decoded API object cannot fail in practice; if it did, the unknown-field check is
+            // skipped.
+            match object {
+                $( Object::$variant(o) => serde_json::to_value(o).unwrap_or(Value::Null), )*
+                Object::Unknown(_) | Object::CompactPod(_) => Value::Null,
+            }
         }
     };
 }
@@ -324,6 +345,28 @@ impl LoadError {
     }
 }
 
+/// How [`load_paths_with`] and [`load_str_all_with`] keep what they decode, and what they report while reading.
+#[derive(Clone, Copy, Default)]
+pub struct LoadOptions<'a> {
+    /// Pods become [`Object::CompactPod`] as soon as they are decoded, replicas sharing one spec, so a dump of
+    /// many pods is never held as full `Pod` objects. For consumers that read pods as decisions do (`simulate`).
+    pub compact_pods: bool,
+    /// Called while a large file is read.
+    pub progress: Option<&'a Progress<'a>>,
+}
+
+/// A progress report: (file, bytes read so far, file size).
+pub type Progress<'a> = dyn Fn(&str, u64, u64) + Sync + 'a;
+
+impl fmt::Debug for LoadOptions<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LoadOptions")
+            .field("compact_pods", &self.compact_pods)
+            .field("progress", &self.progress.is_some())
+            .finish()
+    }
+}
+
 /// Loads every object in `text`, stopping at the first error. `origin_name` names the source in origins and
 /// errors; if it ends in `.json` the text is read as JSON, otherwise as YAML (which also accepts JSON).
 pub fn load_str(text: &str, origin_name: &str) -> Result<Vec<Loaded>, LoadError> {
@@ -334,7 +377,30 @@ pub fn load_str(text: &str, origin_name: &str) -> Result<Vec<Loaded>, LoadError>
 /// Like [`load_str`] but keeps going after a bad document: returns every object that loaded and every error.
 /// A syntax error still rejects the whole text.
 pub fn load_str_all(text: &str, origin_name: &str) -> (Vec<Loaded>, Vec<LoadError>) {
-    with_large_stack(|| load_str_all_inner(text, origin_name))
+    load_str_all_with(text, origin_name, &LoadOptions::default())
+}
+
+/// [`load_str_all`] with options.
+pub fn load_str_all_with(text: &str, origin_name: &str, options: &LoadOptions<'_>) -> (Vec<Loaded>, Vec<LoadError>) {
+    let (loaded, errors) = with_large_stack(|| load_str_all_inner(text, origin_name));
+    (compact_all(loaded, options), errors)
+}
+
+/// The objects with their pods in compact form when `options` asks for it.
+fn compact_all(loaded: Vec<Loaded>, options: &LoadOptions<'_>) -> Vec<Loaded> {
+    if !options.compact_pods {
+        return loaded;
+    }
+    let mut specs = SpecInterner::new();
+    loaded.into_iter().map(|l| Loaded { origin: l.origin, object: compact(l.object, &mut specs) }).collect()
+}
+
+/// A Pod as an [`Object::CompactPod`] (its spec shared through `specs`); any other object as it is.
+fn compact(object: Object, specs: &mut SpecInterner) -> Object {
+    match object {
+        Object::Pod(pod) => Object::CompactPod(Arc::new(specs.intern(CompactPod::from(*pod)))),
+        other => other,
+    }
 }
 
 /// Stack for parsing and decoding. The parser caps nesting at 64 levels (and JSON at 128), but a deeply nested
@@ -385,29 +451,66 @@ fn load_str_all_inner(text: &str, origin_name: &str) -> (Vec<Loaded>, Vec<LoadEr
 
 /// Loads one file (any extension; `.json` is read as JSON), stopping at the first error.
 pub fn load_file(path: impl AsRef<Path>) -> Result<Vec<Loaded>, LoadError> {
-    let path = path.as_ref();
-    let text = read(path)?;
-    load_str(&text, &path.display().to_string())
+    let (loaded, mut errors) = load_file_all(path.as_ref(), &LoadOptions::default());
+    if errors.is_empty() { Ok(loaded) } else { Err(errors.swap_remove(0)) }
+}
+
+/// Files from this size on are read in blocks, a `List`'s items decoded in parallel as they arrive
+/// ([`split`]); smaller ones are read whole.
+const STREAM_FROM_BYTES: u64 = 1 << 20;
+
+/// What the block-wise reader of large Lists makes of `bytes` (named `name`), `None` where it reads the text
+/// whole instead. For the tests and fuzz targets that hold it to [`load_str_all_with`].
+pub(crate) fn load_streamed(
+    bytes: &[u8],
+    name: &str,
+    options: &LoadOptions<'_>,
+) -> Option<(Vec<Loaded>, Vec<LoadError>)> {
+    split::load(bytes, name, bytes.len() as u64, options).ok().flatten()
+}
+
+/// Every object of one file and every error.
+fn load_file_all(path: &Path, options: &LoadOptions<'_>) -> (Vec<Loaded>, Vec<LoadError>) {
+    let name = path.display().to_string();
+    let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    if size >= STREAM_FROM_BYTES {
+        match std::fs::File::open(path) {
+            Ok(file) => match split::load(file, &name, size, options) {
+                Ok(Some(done)) => return done,
+                // Not a plain List: read whole below.
+                Ok(None) => {}
+                Err(source) => return (Vec::new(), vec![LoadError::Io { path: path.to_path_buf(), source }]),
+            },
+            Err(source) => return (Vec::new(), vec![LoadError::Io { path: path.to_path_buf(), source }]),
+        }
+    }
+    match read(path) {
+        Ok(text) => load_str_all_with(&text, &name, options),
+        Err(e) => (Vec::new(), vec![e]),
+    }
 }
 
 /// Loads files and directories. Directories are walked recursively in sorted order, reading only `.yaml`, `.yml`
 /// and `.json` files (symlinked directories are followed; a link back into the directories being walked is an
 /// error, not a loop); files named explicitly are read whatever their extension. Returns every object that loaded and every error (a bad document does not hide its neighbours).
 pub fn load_paths<P: AsRef<Path>>(paths: impl IntoIterator<Item = P>) -> (Vec<Loaded>, Vec<LoadError>) {
+    load_paths_with(paths, &LoadOptions::default())
+}
+
+/// [`load_paths`] with options.
+pub fn load_paths_with<P: AsRef<Path>>(
+    paths: impl IntoIterator<Item = P>,
+    options: &LoadOptions<'_>,
+) -> (Vec<Loaded>, Vec<LoadError>) {
     let mut loaded = Vec::new();
     let mut errors = Vec::new();
     for path in paths {
         let mut files = Vec::new();
         collect_files(path.as_ref(), true, &mut files, &mut errors);
         for file in files {
-            match read(&file) {
-                Ok(text) => {
-                    let (l, e) = load_str_all(&text, &file.display().to_string());
-                    loaded.extend(l);
-                    errors.extend(e);
-                }
-                Err(e) => errors.push(e),
-            }
+            let (l, e) = load_file_all(&file, options);
+            loaded.extend(l);
+            errors.extend(e);
         }
     }
     (loaded, errors)
@@ -668,6 +771,18 @@ impl SNode {
         }
     }
 
+    /// Moves the node and everything under it `by` lines down (a node parsed out of a later part of a file).
+    fn shift(&mut self, by: u64) {
+        if self.line > 0 {
+            self.line += by;
+        }
+        match &mut self.node {
+            YNode::Seq(items) => items.iter_mut().for_each(|n| n.shift(by)),
+            YNode::Map(entries) => entries.iter_mut().for_each(|(_, n)| n.shift(by)),
+            _ => {}
+        }
+    }
+
     /// The line of the deepest node reachable along `path`.
     fn line_of(&self, path: &[Seg]) -> u64 {
         let mut node = self;
@@ -729,6 +844,15 @@ fn clone_node(node: &YNode) -> YNode {
 }
 
 fn parse_yaml(text: &str, file: &str) -> Result<Vec<Document>, LoadError> {
+    Ok(parse_yaml_nodes(text, file)?
+        .into_iter()
+        .filter(|n| !matches!(n.node, YNode::Null))
+        .map(|n| Document { value: n.to_value(), source: Some(n) })
+        .collect())
+}
+
+/// The documents of `text` as parse trees (empty ones included).
+fn parse_yaml_nodes(text: &str, file: &str) -> Result<Vec<SNode>, LoadError> {
     // YAML 1.2 scalars (`yes`, `n`, `on` stay strings), non-finite floats (`.inf`) and numbers with leading zeros or
     // underscores kept as strings, so a bad value fails on its own field rather than rejecting the whole file.
     let options = serde_saphyr::options! {
@@ -754,11 +878,7 @@ fn parse_yaml(text: &str, file: &str) -> Result<Vec<Document>, LoadError> {
         });
         LoadError::Syntax { file: file.to_string(), line, message: format!("invalid YAML: {message}") }
     })?;
-    Ok(nodes
-        .into_iter()
-        .filter(|n| !matches!(n.node, YNode::Null))
-        .map(|n| Document { value: n.to_value(), source: Some(n) })
-        .collect())
+    Ok(nodes)
 }
 
 fn parse_json(text: &str, file: &str) -> Result<Vec<Document>, LoadError> {
@@ -810,11 +930,11 @@ struct Decoded {
     message: String,
 }
 
-fn decode_as<T>(value: &Value) -> Result<(T, Value), Decoded>
+fn decode_as<T>(value: &Value) -> Result<T, Decoded>
 where
-    T: serde::de::DeserializeOwned + serde::Serialize,
+    T: serde::de::DeserializeOwned,
 {
-    let typed: T = serde_path_to_error::deserialize(value.clone()).map_err(|e| {
+    let typed: T = serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e
             .path()
             .iter()
@@ -827,10 +947,54 @@ where
             .collect();
         Decoded { path, message: e.into_inner().to_string() }
     })?;
-    // Serialising a decoded API object cannot fail in practice; if it did, the unknown-field check is skipped.
-    let round_trip = serde_json::to_value(&typed).unwrap_or(Value::Null);
-    Ok((typed, round_trip))
+    Ok(typed)
 }
+
+/// The shape of a document: its keys, the type and length of every value, and whether each value is empty or a
+/// default (what [`unknown_fields`] looks at), but not the values themselves. For the core kinds, whose types
+/// keep every field they know whatever its value, the unknown fields of a document follow from its shape.
+fn shape_of(kind: &str, value: &Value) -> (u64, u64) {
+    use std::hash::{Hash, Hasher};
+    fn walk(value: &Value, h: &mut impl Hasher) {
+        match value {
+            Value::Null => h.write_u8(0),
+            Value::Bool(b) => h.write_u8(1 + u8::from(*b)),
+            Value::Number(_) => h.write_u8(3 + u8::from(is_default_like(value))),
+            Value::String(s) => h.write_u8(5 + u8::from(s.is_empty())),
+            Value::Array(items) => {
+                h.write_u8(7);
+                h.write_usize(items.len());
+                items.iter().for_each(|v| walk(v, h));
+            }
+            Value::Object(map) => {
+                h.write_u8(8);
+                h.write_usize(map.len());
+                for (k, v) in map {
+                    k.hash(h);
+                    walk(v, h);
+                }
+            }
+        }
+    }
+    // Two independent 64-bit hashes, so two shapes are taken for one only by a 128-bit collision.
+    let mut first = std::hash::DefaultHasher::new();
+    let mut second = std::hash::DefaultHasher::new();
+    second.write_u64(0x9e37_79b9_7f4a_7c15);
+    for h in [&mut first, &mut second] {
+        kind.hash(h);
+        walk(value, h);
+    }
+    (first.finish(), second.finish())
+}
+
+thread_local! {
+    /// Shapes of core-kind documents found to have no unknown fields: a document of the same shape has none
+    /// either, and is not serialised again to check (a dump's replicas share a handful of shapes).
+    static CHECKED_SHAPES: std::cell::RefCell<std::collections::HashSet<(u64, u64)>> = Default::default();
+}
+
+/// Shapes remembered per thread at most.
+const MAX_CHECKED_SHAPES: usize = 4096;
 
 /// Fields present (with a non-default value) in `input` but absent from the decoded object's serialisation.
 fn unknown_fields(input: &Value, decoded: &Value, path: &mut Vec<Seg>, out: &mut Vec<(Vec<Seg>, String)>) {
@@ -938,9 +1102,27 @@ fn load_document(doc: Document, origin: Origin, loaded: &mut Vec<Loaded>, errors
         return;
     };
     match result {
-        Ok((object_value, round_trip)) => {
+        Ok(object_value) => {
+            let shape = (!object_value.is_karpenter()).then(|| shape_of(&kind, &doc.value));
+            if let Some(shape) = shape
+                && CHECKED_SHAPES.with(|s| s.borrow().contains(&shape))
+            {
+                loaded.push(Loaded { origin, object: object_value });
+                return;
+            }
             let mut unknown = Vec::new();
-            unknown_fields(&doc.value, &round_trip, &mut Vec::new(), &mut unknown);
+            unknown_fields(&doc.value, &round_trip(&object_value), &mut Vec::new(), &mut unknown);
+            if let Some(shape) = shape
+                && unknown.is_empty()
+            {
+                CHECKED_SHAPES.with(|s| {
+                    let mut s = s.borrow_mut();
+                    if s.len() >= MAX_CHECKED_SHAPES {
+                        s.clear();
+                    }
+                    s.insert(shape);
+                });
+            }
             for (path, field) in &unknown {
                 let mut field_path = path.clone();
                 field_path.push(Seg::Key(field.clone()));
@@ -1084,5 +1266,28 @@ mod tests {
     fn group_of_core_and_named() {
         assert_eq!(group_of("v1"), "");
         assert_eq!(group_of("karpenter.sh/v1"), "karpenter.sh");
+    }
+}
+
+#[cfg(test)]
+mod shape_tests {
+    use super::*;
+
+    #[test]
+    fn a_shape_seen_clean_does_not_hide_unknown_fields_of_another() {
+        let pod = |name: &str, extra: &str| {
+            format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec: {{containers: [{{name: c}}]{extra}}}\n"
+            )
+        };
+        // The same shape with other values is clean; an extra field (another shape) is still found, every time.
+        let text = [pod("a", ""), pod("b", ""), pod("c", ", bogus: 1"), pod("d", ", bogus: 1"), pod("e", ", bogus: 0")]
+            .join("---\n");
+        let (loaded, errors) = load_str_all(&text, "pods.yaml");
+        let names: Vec<_> = loaded.iter().map(|l| l.object.display_name()).collect();
+        assert_eq!(names, ["Pod/a", "Pod/b", "Pod/e"]);
+        let errors: Vec<_> = errors.iter().map(ToString::to_string).collect();
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(errors[1].starts_with("pods.yaml: document 3: Pod/d: spec: unknown field \"bogus\""), "{errors:?}");
     }
 }

@@ -30,12 +30,12 @@
 //!   `karpenter.sh/disrupted` taint. A NodeClaim whose node is not in the input is **in flight**.
 //! * Every list is sorted by (namespace, name) so iteration order never depends on input order.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{
-    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodSpec, PodTemplateSpec, Taint,
+    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodSpec, PodStatus, PodTemplateSpec, Taint,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
@@ -232,8 +232,8 @@ const POD_TEMPLATE_HASH: &str = "pod-template-hash";
 /// that owner is a ReplicaSet absent from the input (a dump without ReplicaSets), or the pod has no owner, a pod
 /// carrying `pod-template-hash` counts for the Deployment of its namespace whose name plus `-<hash>` is the
 /// ReplicaSet's name, else for the one whose selector matches its labels.
-fn account_pods(
-    pods: &[&Pod],
+fn account_pods<'a>(
+    pods: impl Iterator<Item = (&'a ObjectMeta, Option<&'a PodStatus>)>,
     workloads: &[Workload],
     replica_sets: &[(Workload, Vec<OwnerReference>)],
 ) -> BTreeMap<(String, &'static str, String), usize> {
@@ -241,12 +241,12 @@ fn account_pods(
         replica_sets.iter().map(|(w, _)| (w.namespace.as_str(), w.name.as_str())).collect();
     let deployments: Vec<&Workload> = workloads.iter().filter(|w| w.kind == "Deployment").collect();
     let mut out: BTreeMap<(String, &'static str, String), usize> = BTreeMap::new();
-    for p in pods {
-        if matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed")) {
+    for (metadata, status) in pods {
+        if matches!(status.and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed")) {
             continue;
         }
-        let (ns, _) = meta_key(&p.metadata);
-        let refs = p.metadata.owner_references.as_deref().unwrap_or_default();
+        let (ns, _) = meta_key(metadata);
+        let refs = metadata.owner_references.as_deref().unwrap_or_default();
         let owner = refs.iter().find(|o| o.controller == Some(true)).or_else(|| refs.first());
         let orphan_rs =
             owner.filter(|o| o.kind == "ReplicaSet" && !rs_in_input.contains(&(ns.as_str(), o.name.as_str())));
@@ -263,7 +263,7 @@ fn account_pods(
             *out.entry((ns, kind, o.name.clone())).or_default() += 1;
             continue;
         }
-        let labels = p.metadata.labels.clone().unwrap_or_default();
+        let labels = metadata.labels.clone().unwrap_or_default();
         let Some(hash) = labels.get(POD_TEMPLATE_HASH) else { continue };
         let in_ns = || deployments.iter().filter(|d| d.namespace == ns);
         let by_name = orphan_rs.and_then(|o| in_ns().find(|d| o.name == format!("{}-{hash}", d.name)));
@@ -550,6 +550,8 @@ impl ClusterSnapshot {
     pub fn from_objects(objects: &[Loaded]) -> Result<ClusterSnapshot, SnapshotError> {
         let mut builder = SnapshotBuilder::default();
         let mut pods: Vec<&Pod> = Vec::new();
+        // Pods the loader kept in compact form (simulate loads them so).
+        let mut compact_pods: Vec<&Arc<CompactPod>> = Vec::new();
         let mut workloads: Vec<Workload> = Vec::new();
         let mut replica_sets: Vec<(Workload, Vec<OwnerReference>)> = Vec::new();
         for loaded in objects {
@@ -559,6 +561,7 @@ impl ClusterSnapshot {
                 Object::NodeClaim(c) => builder.node_claim((**c).clone()),
                 Object::NodePool(p) => builder.node_pool((**p).clone()),
                 Object::Pod(p) => pods.push(p),
+                Object::CompactPod(p) => compact_pods.push(p),
                 Object::DaemonSet(d) => builder.daemon_set((**d).clone()),
                 Object::PersistentVolumeClaim(p) => builder.pvc((**p).clone()),
                 Object::PersistentVolume(p) => builder.pv((**p).clone()),
@@ -634,7 +637,13 @@ impl ClusterSnapshot {
         }
 
         // Replicas already accounted for, per workload (namespace, kind, name): the non-terminal pods it owns.
-        let accounted = account_pods(&pods, &workloads, &replica_sets);
+        let accounted = account_pods(
+            pods.iter()
+                .map(|p| (&p.metadata, p.status.as_ref()))
+                .chain(compact_pods.iter().map(|p| (&p.metadata, p.status.as_ref()))),
+            &workloads,
+            &replica_sets,
+        );
         // A Deployment whose ReplicaSets are in the input is represented by them (a rollout's old and new sets).
         let mut has_replica_sets: BTreeSet<(String, String)> = BTreeSet::new();
         for (rs, owners) in &replica_sets {
@@ -642,11 +651,26 @@ impl ClusterSnapshot {
                 has_replica_sets.insert((rs.namespace.clone(), o.name.clone()));
             }
         }
-        let mut taken: BTreeSet<(String, String)> = pods.iter().map(|p| meta_key(&p.metadata)).collect();
+        let mut taken: BTreeSet<(String, String)> = pods
+            .iter()
+            .map(|p| meta_key(&p.metadata))
+            .chain(compact_pods.iter().map(|p| meta_key(&p.metadata)))
+            .collect();
         // Replicas share one spec (a workload of 10,000 replicas is one spec, not 10,000 copies).
         let mut specs = SpecInterner::new();
         for p in pods {
             builder.pod(specs.intern(CompactPod::from(p)));
+        }
+        // A compact pod is shared as it is when its spec is the one this snapshot shares already; the loader's
+        // specs are shared within a file, so each spec is looked up once.
+        let mut shared_specs: HashMap<*const PodSpec, Arc<PodSpec>> = HashMap::new();
+        for p in compact_pods {
+            let spec = shared_specs.entry(Arc::as_ptr(&p.spec)).or_insert_with(|| specs.intern_spec(&p.spec));
+            if Arc::ptr_eq(spec, &p.spec) {
+                builder.pod(Arc::clone(p));
+            } else {
+                builder.pod(CompactPod { spec: Arc::clone(spec), ..(**p).clone() });
+            }
         }
         for w in workloads.iter().chain(replica_sets.iter().map(|(w, _)| w)) {
             if w.kind == "Deployment" && has_replica_sets.contains(&(w.namespace.clone(), w.name.clone())) {

@@ -18,6 +18,7 @@ fn pod_specs(objects: &[Loaded]) -> impl Iterator<Item = (&Loaded, &'static str,
     objects.iter().filter_map(|l| {
         let (path, spec) = match &l.object {
             Object::Pod(p) => ("spec", p.spec.as_ref()?),
+            Object::CompactPod(p) => ("spec", p.spec.as_ref()),
             Object::Deployment(d) => ("spec.template.spec", d.spec.as_ref()?.template.spec.as_ref()?),
             Object::ReplicaSet(r) => ("spec.template.spec", r.spec.as_ref()?.template.as_ref()?.spec.as_ref()?),
             Object::StatefulSet(s) => ("spec.template.spec", s.spec.as_ref()?.template.spec.as_ref()?),

@@ -420,6 +420,14 @@ fn load_inputs(paths: &[PathBuf]) -> Load {
 /// Objects and errors come out in the same order as from `load_paths`, file by file.
 fn load_parallel(paths: &[PathBuf]) -> Load {
     let (files, mut errors) = loader::manifest_files(paths);
+    // Pods are kept as decisions read them: a dump of 50,000 pods is never held as full objects.
+    let progress = Progress::new();
+    let report = |file: &str, read: u64, size: u64| progress.report(file, read, size);
+    let options = loader::LoadOptions {
+        compact_pods: true,
+        progress: progress.shown.then_some(&report as &loader::Progress<'_>),
+    };
+    let options = &options;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, files.len().max(1));
     let mut per_file: Vec<(usize, Load)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
@@ -431,7 +439,7 @@ fn load_parallel(paths: &[PathBuf]) -> Load {
                         .enumerate()
                         .skip(t)
                         .step_by(threads)
-                        .map(|(i, f)| (i, loader::load_paths([f])))
+                        .map(|(i, f)| (i, loader::load_paths_with([f], options)))
                         .collect::<Vec<_>>()
                 })
             })
@@ -441,6 +449,7 @@ fn load_parallel(paths: &[PathBuf]) -> Load {
             .flat_map(|h| h.join().unwrap_or_else(|payload| std::panic::resume_unwind(payload)))
             .collect()
     });
+    progress.done();
     per_file.sort_by_key(|(i, _)| *i);
     let mut objects = Vec::new();
     for (_, (loaded, errs)) in per_file {
@@ -448,6 +457,47 @@ fn load_parallel(paths: &[PathBuf]) -> Load {
         errors.extend(errs);
     }
     (objects, errors)
+}
+
+/// Loading progress on standard error: only when it is a terminal, and only once loading has taken
+/// [`Progress::AFTER`] (a quick run, or one whose errors are piped, prints nothing extra).
+struct Progress {
+    shown: bool,
+    start: karpenter_cloudprovider::time::Stopwatch,
+    /// When a line was last written (milliseconds since `start`), 0 before the first.
+    last: std::sync::atomic::AtomicU64,
+}
+
+impl Progress {
+    const AFTER: std::time::Duration = std::time::Duration::from_secs(2);
+
+    fn new() -> Self {
+        use std::io::IsTerminal;
+        Progress {
+            shown: std::io::stderr().is_terminal(),
+            start: karpenter_cloudprovider::time::Stopwatch::start(),
+            last: 0.into(),
+        }
+    }
+
+    fn report(&self, file: &str, read: u64, size: u64) {
+        use std::sync::atomic::Ordering;
+        let elapsed = self.start.elapsed();
+        let now = elapsed.as_millis() as u64;
+        let last = self.last.load(Ordering::Relaxed);
+        if elapsed < Self::AFTER || now < last + 200 || self.last.swap(now, Ordering::Relaxed) != last {
+            return;
+        }
+        let percent = (read.min(size) * 100).checked_div(size).unwrap_or(100);
+        eprint!("\rloading {file}: {percent}% of {} MB\x1b[K", size.div_ceil(1_000_000));
+    }
+
+    /// Clears the progress line, if one was written.
+    fn done(&self) {
+        if self.last.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+            eprint!("\r\x1b[K");
+        }
+    }
 }
 
 /// Duplicate notes shown before `and N more`.
