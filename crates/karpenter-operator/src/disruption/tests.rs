@@ -473,21 +473,22 @@ async fn a_budget_of_zero_blocks_with_an_event_on_the_pool() {
     assert!(events.iter().any(|(obj, m)| obj == POOL && m.contains("Empty")), "{events:?}");
 }
 
+/// The pool, node `big` and on it pod `precious` (500m) annotated `key: value`.
+async fn big_node_with_an_annotated_pod(e: &Env, key: &str, value: &str) {
+    e.pool(pool_options()).await;
+    e.machine("big", "m-8x-amd64-linux").await;
+    let pod = PodOptions {
+        requests: [("cpu", "500m")].into(),
+        annotations: [(key.to_owned(), value.to_owned())].into(),
+        ..Default::default()
+    };
+    e.bound_pod("precious", "big", pod).await;
+}
+
 #[tokio::test]
 async fn a_do_not_disrupt_pod_blocks_with_an_event() {
     let e = env();
-    e.pool(pool_options()).await;
-    e.machine("big", "m-8x-amd64-linux").await;
-    e.bound_pod(
-        "precious",
-        "big",
-        PodOptions {
-            requests: [("cpu", "500m")].into(),
-            annotations: [(annotations::DO_NOT_DISRUPT.to_owned(), "true".to_owned())].into(),
-            ..Default::default()
-        },
-    )
-    .await;
+    big_node_with_an_annotated_pod(&e, annotations::DO_NOT_DISRUPT, "true").await;
     let report = e.disruption.step().await.unwrap();
     assert!(report.awaiting_validation.is_none(), "{report:?}");
     let v = report.pass.unwrap().verdict("big").cloned().unwrap();
@@ -502,19 +503,8 @@ async fn a_do_not_disrupt_pod_blocks_with_an_event() {
 #[tokio::test]
 async fn an_autoscaler_safe_to_evict_pod_blocks_with_an_event_naming_it() {
     let e = env();
-    e.pool(pool_options()).await;
-    e.machine("big", "m-8x-amd64-linux").await;
     let key = labels::autoscaler::CLUSTER_AUTOSCALER_SAFE_TO_EVICT;
-    e.bound_pod(
-        "precious",
-        "big",
-        PodOptions {
-            requests: [("cpu", "500m")].into(),
-            annotations: [(key.to_owned(), "false".to_owned())].into(),
-            ..Default::default()
-        },
-    )
-    .await;
+    big_node_with_an_annotated_pod(&e, key, "false").await;
     let off = Disruption::new(&e.ctx, DisruptionSettings { honor_autoscaler_annotations: false, ..Default::default() });
     let pass = off.evaluate().await.unwrap();
     let v = pass.verdict("big").cloned().unwrap();
@@ -534,18 +524,7 @@ async fn an_autoscaler_safe_to_evict_pod_blocks_with_an_event_naming_it() {
 #[tokio::test]
 async fn skipped_candidates_are_counted_by_reason_once_per_pass() {
     let e = env();
-    e.pool(pool_options()).await;
-    e.machine("big", "m-8x-amd64-linux").await;
-    e.bound_pod(
-        "precious",
-        "big",
-        PodOptions {
-            requests: [("cpu", "500m")].into(),
-            annotations: [(annotations::DO_NOT_DISRUPT.to_owned(), "true".to_owned())].into(),
-            ..Default::default()
-        },
-    )
-    .await;
+    big_node_with_an_annotated_pod(&e, annotations::DO_NOT_DISRUPT, "true").await;
     let sample = |n: u32| {
         format!(
             "karpenter_voluntary_disruption_candidates_skipped_total{{nodepool=\"{POOL}\",reason=\"PodDoNotDisrupt\"}} {n}"
