@@ -107,6 +107,12 @@ enum Command {
         /// How long simulated time runs (e.g. 2h; default 1h without --timeline).
         #[arg(long = "for", value_name = "DURATION")]
         run_for: Option<String>,
+        /// Treat other autoscalers' do-not-disrupt annotations (cluster-autoscaler.kubernetes.io/safe-to-evict=false,
+        /// scale-down-disabled=true and their node-autoscaling.kubernetes.io forms) as karpenter.sh/do-not-disrupt,
+        /// as the controller does (docs/beyond-upstream.md).
+        #[arg(long, env = "HONOR_AUTOSCALER_ANNOTATIONS", default_value = "true", action = clap::ArgAction::Set,
+              num_args = 0..=1, default_missing_value = "true")]
+        honor_autoscaler_annotations: bool,
         #[command(flatten)]
         cluster: simulate::live::ClusterArgs,
     },
@@ -232,13 +238,16 @@ fn main() -> ExitCode {
             timeline,
             scale,
             run_for,
+            honor_autoscaler_annotations,
             cluster,
         } => {
             paths.extend(filenames);
             let time = (timeline.is_some() || !scale.is_empty() || run_for.is_some())
                 .then_some(simulate::TimeOptions { timeline, scale, run_for });
             let provider = provider.map(Provider::labels);
-            run_simulate(simulate::Options { paths, instance_types, provider, region, time }, &cluster, output)
+            let options =
+                simulate::Options { paths, instance_types, provider, region, time, honor_autoscaler_annotations };
+            run_simulate(options, &cluster, output)
         }
         Command::Validate { mut paths, files, provider } => {
             paths.extend(files);

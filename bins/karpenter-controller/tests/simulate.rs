@@ -687,3 +687,28 @@ fn bad_timelines_name_the_step_and_the_field() {
     assert_eq!(code, 1);
     assert!(stderr.starts_with("no/such/file.yaml: reading the timeline: "), "{stderr}");
 }
+
+/// A pod annotated `cluster-autoscaler.kubernetes.io/safe-to-evict: "false"` keeps its node, and the verdict names
+/// the annotation; `--honor-autoscaler-annotations=false` (the controller's setting) turns that off.
+#[test]
+fn autoscaler_annotations_keep_a_node_unless_turned_off() {
+    let example = std::fs::read_to_string(workspace_root().join("examples/consolidation/cluster.yaml")).unwrap();
+    let labels = "    metadata:\n      labels:\n        app: inflate\n";
+    assert!(example.contains(labels), "the example's inflate template changed");
+    let annotated = example.replacen(
+        labels,
+        &format!("{labels}      annotations:\n        cluster-autoscaler.kubernetes.io/safe-to-evict: \"false\"\n"),
+        1,
+    );
+    let dir = TempDir::new("autoscaler-annotations");
+    let input = dir.write("cluster.yaml", &annotated);
+    let verdicts = |extra: &[&str]| {
+        let mut args = vec![input.as_str(), "--for", "20m"];
+        args.extend_from_slice(extra);
+        simulate_json(&args)["verdicts"].to_string()
+    };
+    let honoured = verdicts(&[]);
+    assert!(honoured.contains("has cluster-autoscaler.kubernetes.io/safe-to-evict=false"), "{honoured}");
+    let ignored = verdicts(&["--honor-autoscaler-annotations=false"]);
+    assert!(!ignored.contains("safe-to-evict"), "{ignored}");
+}

@@ -64,6 +64,8 @@ pub struct Options {
     pub region: String,
     /// Run over simulated time (`--timeline`, `--scale`, `--for`); `None`: one scheduling pass.
     pub time: Option<TimeOptions>,
+    /// `HONOR_AUTOSCALER_ANNOTATIONS`: other autoscalers' annotations block disruption as do-not-disrupt does.
+    pub honor_autoscaler_annotations: bool,
 }
 
 /// What to run over simulated time.
@@ -164,7 +166,15 @@ pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> 
     };
     if let Some(time) = time {
         let ready: Vec<NodePool> = ready.into_iter().cloned().collect();
-        let run = Run { inputs, bundled, provider: &provider, notes, catalogue: &catalogue, now };
+        let run = Run {
+            inputs,
+            bundled,
+            provider: &provider,
+            notes,
+            catalogue: &catalogue,
+            now,
+            honor_autoscaler_annotations: options.honor_autoscaler_annotations,
+        };
         return run_timeline(run, time, snapshot, ready, objects);
     }
     let pools: Vec<PoolInput<'_>> = ready
@@ -210,6 +220,7 @@ struct Run<'a> {
     catalogue: &'a Catalogue,
     /// When a live cluster was read: simulated time starts here (unless the timeline says when).
     now: Option<chrono::DateTime<chrono::Utc>>,
+    honor_autoscaler_annotations: bool,
 }
 
 /// The default start of simulated time (when neither the timeline nor the input says later).
@@ -274,6 +285,7 @@ fn run_timeline(
     let end = start + chrono::Duration::from_std(length).unwrap_or(chrono::Duration::MAX);
 
     let mut w = world::World::new(snapshot, pools, run.catalogue, run.provider.clone(), objects, start);
+    w.options.honor_autoscaler_annotations = run.honor_autoscaler_annotations;
     // The input's pending pods first, as a plain simulate would place them.
     w.provision()?;
     let before = w.state();

@@ -74,7 +74,7 @@ pub struct World<'c> {
     /// The run's catalogues, rebuilt (owned) when an `apply` adds a NodePool or changes its node class.
     catalogue: Cow<'c, Catalogue>,
     provider: ProviderLabels,
-    options: DisruptionOptions,
+    pub(super) options: DisruptionOptions,
     objects: Vec<Loaded>,
     workloads: BTreeMap<WorkloadKey, Workload>,
     pub start: DateTime<Utc>,
@@ -1336,6 +1336,7 @@ spec:
             provider: None,
             region: "us-east-1".into(),
             time: Some(TimeOptions { timeline: Some(dir.join("timeline.yaml")), ..Default::default() }),
+            honor_autoscaler_annotations: true,
         };
         let outcome = simulate(&options).expect("runs");
         let _ = std::fs::remove_dir_all(&dir);
