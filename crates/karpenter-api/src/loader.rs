@@ -46,6 +46,7 @@ use crate::pod::{CompactPod, SpecInterner};
 use crate::validation::{Validate, ValidationContext, Violations};
 
 mod block;
+mod direct;
 mod split;
 
 /// API groups owned by Karpenter: an unknown kind or version in one of them is a mistake, not a foreign object.

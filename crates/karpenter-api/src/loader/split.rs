@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use super::{
     Document, LOADER_STACK_BYTES, LoadError, LoadOptions, Loaded, Object, Origin, SNode, SpecInterner, block, compact,
-    is_list_kind, load_document, parse_yaml_nodes,
+    direct, is_list_kind, load_document, parse_yaml_nodes,
 };
 
 /// Bytes read at a time (a few KiB in tests, so they cross block boundaries).
@@ -152,6 +152,15 @@ fn decode_batch(items: Vec<Item>, name: &str, json: bool, mut specs: Option<&mut
     let mut errors = Vec::new();
     for item in items {
         let origin = Origin { file: name.to_owned(), document: 0, item: Some(item.index) };
+        if json && let Some(pod) = direct::pod_from_json(&item.text) {
+            let object = Object::Pod(Box::new(pod));
+            let object = match specs.as_deref_mut() {
+                Some(specs) => compact(object, specs),
+                None => object,
+            };
+            loaded.push(Loaded { origin, object });
+            continue;
+        }
         let doc = if json {
             let value: Value = serde_json::from_str(&item.text).ok()?;
             Document { value, source: None }
