@@ -116,5 +116,6 @@ pub mod snapshot;
 
 pub use decision::{API_VERSION, Decisions, NodeClaimPlan, UnschedulablePod, UnschedulableReason};
 pub use nodeclaim::{BuildError, build_node_claim};
+pub use scheduler::templates::cluster_usage;
 pub use scheduler::{PoolInput, ReservedOfferingMode, SchedulerOptions, schedule, schedule_until};
 pub use snapshot::{ClusterSnapshot, NamespaceInfo, NodeClaimInfo, NodeInfo, SnapshotBuilder, SnapshotError};
