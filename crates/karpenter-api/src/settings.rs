@@ -75,8 +75,9 @@ pub fn parse_cluster_limits(s: &str) -> Result<ResourceList, String> {
         if let Err(why) = cluster_limit_name(name) {
             return Err(format!("{}: {why}", at()));
         }
-        let quantity: Quantity =
-            value.parse().map_err(|e| format!("{}: {value:?} is not a quantity such as 2000, 500m or 8Ti: {e}", at()))?;
+        let quantity: Quantity = value
+            .parse()
+            .map_err(|e| format!("{}: {value:?} is not a quantity such as 2000, 500m or 8Ti: {e}", at()))?;
         if quantity.is_negative() {
             return Err(format!("{}: a limit cannot be negative", at()));
         }
@@ -160,7 +161,11 @@ mod tests {
             "entry 2 (\"cpus=2\"): unknown resource \"cpus\": use cpu, memory, ephemeral-storage, pods, nodes, \
              hugepages-<size> or a domain-prefixed extended resource such as nvidia.com/gpu"
         );
-        assert!(err("cpu=lots").starts_with("entry 1 (\"cpu=lots\"): \"lots\" is not a quantity"), "{}", err("cpu=lots"));
+        assert!(
+            err("cpu=lots").starts_with("entry 1 (\"cpu=lots\"): \"lots\" is not a quantity"),
+            "{}",
+            err("cpu=lots")
+        );
         assert_eq!(err("memory=-1Gi"), "entry 1 (\"memory=-1Gi\"): a limit cannot be negative");
         assert_eq!(err("cpu=1,cpu=2"), "entry 2 (\"cpu=2\"): cpu is given more than once");
         assert_eq!(err("cpu=1,,nodes=2"), "entry 2 is empty: use resource=quantity pairs separated by commas");

@@ -180,7 +180,7 @@ pub struct CoreSettings {
     #[arg(long, env = "HONOR_AUTOSCALER_ANNOTATIONS", default_value = "true", action = ArgAction::Set,
           num_args = 0..=1, default_missing_value = "true")]
     pub honor_autoscaler_annotations: bool,
-    /// Cluster-wide limits over every NodePool, as resource=quantity pairs separated by commas (cpu, memory, ephemeral-storage, pods, nodes, hugepages-<size> or a domain-prefixed extended resource such as nvidia.com/gpu; e.g. cpu=2000,memory=8Ti,nodes=300). Enforced in provisioning like a NodePool's limits, counting every NodePool's nodes and in-flight NodeClaims; empty means none. Not in upstream Karpenter (docs/beyond-upstream.md)
+    /// Cluster-wide limits over every NodePool, as resource=quantity pairs separated by commas (cpu, memory, ephemeral-storage, pods, nodes, huge pages such as hugepages-2Mi, or a domain-prefixed extended resource such as nvidia.com/gpu; e.g. cpu=2000,memory=8Ti,nodes=300). Enforced in provisioning like a NodePool's limits, counting every NodePool's nodes and in-flight NodeClaims; empty means none. Not in upstream Karpenter (docs/beyond-upstream.md)
     #[arg(long, env = "CLUSTER_LIMITS", default_value = "", value_parser = parse_cluster_limits)]
     pub cluster_limits: ResourceList,
     /// Namespace the controller runs in (set by the Helm chart from the downward API).
