@@ -116,8 +116,8 @@ enum Command {
         /// Cluster-wide limits over every NodePool, as the controller takes them (e.g. cpu=2000,memory=8Ti,nodes=300;
         /// docs/beyond-upstream.md); also in the timeline.
         #[arg(long, env = "CLUSTER_LIMITS", value_name = "LIMITS", default_value = "",
-              value_parser = karpenter_api::settings::parse_cluster_limits)]
-        cluster_limits: karpenter_requirements::ResourceList,
+              value_parser = boxed_cluster_limits)]
+        cluster_limits: Box<karpenter_requirements::ResourceList>,
         #[command(flatten)]
         cluster: simulate::live::ClusterArgs,
     },
@@ -258,7 +258,7 @@ fn main() -> ExitCode {
                 region,
                 time,
                 honor_autoscaler_annotations,
-                cluster_limits,
+                cluster_limits: *cluster_limits,
             };
             run_simulate(options, &cluster, output)
         }
@@ -455,4 +455,9 @@ fn crds(provider: Provider) -> anyhow::Result<ExitCode> {
         out.write_all(yaml.as_bytes()).context("writing to stdout")?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--cluster-limits`, boxed: a resource list would make `Command::Simulate` many times larger than the others.
+fn boxed_cluster_limits(s: &str) -> Result<Box<karpenter_requirements::ResourceList>, String> {
+    karpenter_api::settings::parse_cluster_limits(s).map(Box::new)
 }

@@ -469,8 +469,10 @@ impl<'c> World<'c> {
         let decisions = {
             let pools = self.pool_inputs();
             // Provisioning's options (not disruption's), with the cluster limits disruption's simulations use too.
-            let options =
-                SchedulerOptions { cluster_limits: self.options.scheduler.cluster_limits.clone(), ..Default::default() };
+            let options = SchedulerOptions {
+                cluster_limits: self.options.scheduler.cluster_limits.clone(),
+                ..Default::default()
+            };
             schedule(&self.snapshot, &pools, &self.provider, &options)
         };
         let (placed, launched, left) = self.place(&decisions)?;
