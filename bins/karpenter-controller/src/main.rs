@@ -113,6 +113,11 @@ enum Command {
         #[arg(long, env = "HONOR_AUTOSCALER_ANNOTATIONS", default_value = "true", action = clap::ArgAction::Set,
               num_args = 0..=1, default_missing_value = "true")]
         honor_autoscaler_annotations: bool,
+        /// Cluster-wide limits over every NodePool, as the controller takes them (e.g. cpu=2000,memory=8Ti,nodes=300;
+        /// docs/beyond-upstream.md); also in the timeline.
+        #[arg(long, env = "CLUSTER_LIMITS", value_name = "LIMITS", default_value = "",
+              value_parser = boxed_cluster_limits)]
+        cluster_limits: Box<karpenter_requirements::ResourceList>,
         #[command(flatten)]
         cluster: simulate::live::ClusterArgs,
     },
@@ -239,14 +244,22 @@ fn main() -> ExitCode {
             scale,
             run_for,
             honor_autoscaler_annotations,
+            cluster_limits,
             cluster,
         } => {
             paths.extend(filenames);
             let time = (timeline.is_some() || !scale.is_empty() || run_for.is_some())
                 .then_some(simulate::TimeOptions { timeline, scale, run_for });
             let provider = provider.map(Provider::labels);
-            let options =
-                simulate::Options { paths, instance_types, provider, region, time, honor_autoscaler_annotations };
+            let options = simulate::Options {
+                paths,
+                instance_types,
+                provider,
+                region,
+                time,
+                honor_autoscaler_annotations,
+                cluster_limits: *cluster_limits,
+            };
             run_simulate(options, &cluster, output)
         }
         Command::Validate { mut paths, files, provider } => {
@@ -442,4 +455,9 @@ fn crds(provider: Provider) -> anyhow::Result<ExitCode> {
         out.write_all(yaml.as_bytes()).context("writing to stdout")?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--cluster-limits`, boxed: a resource list would make `Command::Simulate` many times larger than the others.
+fn boxed_cluster_limits(s: &str) -> Result<Box<karpenter_requirements::ResourceList>, String> {
+    karpenter_api::settings::parse_cluster_limits(s).map(Box::new)
 }

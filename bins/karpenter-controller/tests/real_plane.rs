@@ -75,6 +75,7 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("watch-gone-relist", |e| Box::pin(watch_gone_relist(e))),
     ("apf-throttling", |e| Box::pin(apf_throttling(e))),
     ("write-conflicts", |e| Box::pin(write_conflicts(e))),
+    ("cluster-limits", |e| Box::pin(cluster_limits(e))),
 ];
 
 /// ERROR lines a fault the controller should ride out quietly (an apiserver restart, a partition, throttling, write
@@ -125,6 +126,11 @@ struct SettingsCli {
 
 /// The controller's settings for these tests: short batches, servers on ephemeral ports.
 fn settings(leader_election: bool) -> CoreSettings {
+    settings_with(leader_election, &[])
+}
+
+/// [`settings`] with more controller flags (as the Helm chart's env would set them).
+fn settings_with(leader_election: bool, flags: &[&str]) -> CoreSettings {
     let mut args = vec![
         "karpenter-controller",
         "--metrics-port=0",
@@ -135,6 +141,7 @@ fn settings(leader_election: bool) -> CoreSettings {
     if !leader_election {
         args.push("--disable-leader-election");
     }
+    args.extend_from_slice(flags);
     SettingsCli::try_parse_from(args).expect("settings parse").core
 }
 
@@ -299,17 +306,27 @@ impl Env {
 
     /// A manager whose controllers and kwok provider use `client`, started.
     fn start_manager_on(&self, client: Client, identity: &str, leader_election: bool, interruption: bool) -> Running {
+        self.start_manager_with(client, identity, settings(leader_election), interruption)
+    }
+
+    /// A manager with `settings` whose controllers and kwok provider use `client`, started.
+    fn start_manager_with(
+        &self,
+        client: Client,
+        identity: &str,
+        settings: CoreSettings,
+        interruption: bool,
+    ) -> Running {
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let kwok = KwokCloudProvider::new(
             client.clone(),
             KwokOptions { node_classes: Some(Arc::new(self.node_classes.clone())), ..KwokOptions::default() },
         );
         let cloud: Arc<dyn CloudProvider> = Arc::new(kwok);
-        let mut manager =
-            Manager::new(settings(leader_election), client, cloud, Arc::new(self.node_classes.clone()), clock)
-                .with_bind_ip(IpAddr::V4(Ipv4Addr::LOCALHOST))
-                .with_identity(identity)
-                .with_disruption_settings(disruption_settings());
+        let mut manager = Manager::new(settings, client, cloud, Arc::new(self.node_classes.clone()), clock)
+            .with_bind_ip(IpAddr::V4(Ipv4Addr::LOCALHOST))
+            .with_identity(identity)
+            .with_disruption_settings(disruption_settings());
         if interruption {
             manager = manager.with_interruption(Arc::new(self.queue.clone()));
         }
@@ -1701,4 +1718,64 @@ fn etcd_keys(plane: &RealPlane) -> Result<(i64, BTreeMap<String, i64>), PlaneErr
         }
     }
     Ok((revision, keys))
+}
+
+// ------------------------------------------------------------------------------------------------ beyond upstream
+
+/// `CLUSTER_LIMITS=nodes=1` on a controller of its own: two pods that each need a 2-CPU node get exactly one
+/// NodeClaim; the other pod's `FailedScheduling` event names the cluster limit, and `/metrics` shows the limit
+/// and the usage. The NodePool has no limits of its own.
+async fn cluster_limits(env: &Env) {
+    env.stop_main().await;
+    let limited = env.start_manager_with(
+        env.controller_client.clone(),
+        "cluster-limits",
+        settings_with(false, &["--cluster-limits=nodes=1"]),
+        false,
+    );
+    env.pool("default", json!({})).await;
+    env.deployment("wide", 2, "1500m", json!({})).await;
+    let pending = env
+        .eventually("one wide pod running, one pending", Duration::from_secs(60), || async {
+            let pods = env.list_pods("app=wide").await;
+            let unbound: Vec<String> = pods
+                .iter()
+                .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none())
+                .map(|p| p.name_any())
+                .collect();
+            (pods.len() == 2 && unbound.len() == 1).then(|| unbound.into_iter().next()).flatten()
+        })
+        .await;
+    let needle = "NodePool default: cluster limit nodes 1 reached";
+    env.eventually(
+        &format!("a FailedScheduling event on {pending} naming the cluster limit"),
+        Duration::from_secs(30),
+        || async {
+            let events: Api<CoreEvent> = Api::namespaced(env.client.clone(), NS);
+            let list = events.list(&ListParams::default()).await.ok()?;
+            list.items
+                .iter()
+                .any(|e| {
+                    e.reason.as_deref() == Some("FailedScheduling")
+                        && e.involved_object.name.as_deref() == Some(pending.as_str())
+                        && e.message.as_deref().is_some_and(|m| m.contains(needle))
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    env.stays("exactly one NodeClaim (cluster limit nodes=1)", Duration::from_secs(6), async || {
+        env.list_claims().await.len() == 1
+    })
+    .await;
+    env.eventually("the cluster limit and usage metrics", Duration::from_secs(45), || async {
+        let text = limited.metrics().await;
+        (text.contains("karpenter_cluster_limit{resource_type=\"nodes\"} 1")
+            && text.contains("karpenter_cluster_usage{resource_type=\"nodes\"} 1")
+            && text.contains("karpenter_cluster_usage{resource_type=\"cpu\"} 2"))
+        .then_some(())
+    })
+    .await;
+    limited.stop().await;
+    env.restore_main();
 }

@@ -46,6 +46,23 @@ fn bad_settings_are_usage_errors_naming_the_flag() {
     assert!(stderr.contains("--log-level") && stderr.contains("not a log level"), "{stderr}");
 }
 
+#[test]
+fn bad_cluster_limits_stop_the_controller_at_start_up_naming_the_entry() {
+    let (code, _, stderr) = run(&["run", "--provider=kwok", "--cluster-limits=cpu=2000,cpus=10"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--cluster-limits"), "{stderr}");
+    assert!(stderr.contains("entry 2 (\"cpus=10\"): unknown resource \"cpus\""), "{stderr}");
+    // From the environment, as the Helm chart sets it.
+    let Output { status, stderr, .. } = Command::new(env!("CARGO_BIN_EXE_karpenter-controller"))
+        .args(["run", "--provider=kwok"])
+        .env("CLUSTER_LIMITS", "memory=-8Ti")
+        .output()
+        .expect("running the binary");
+    let stderr = String::from_utf8_lossy(&stderr);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("entry 1 (\"memory=-8Ti\"): a limit cannot be negative"), "{stderr}");
+}
+
 #[cfg(not(feature = "aws"))]
 #[test]
 fn aws_without_the_feature_fails_clearly() {

@@ -712,3 +712,39 @@ fn autoscaler_annotations_keep_a_node_unless_turned_off() {
     let ignored = verdicts(&["--honor-autoscaler-annotations=false"]);
     assert!(!ignored.contains("safe-to-evict"), "{ignored}");
 }
+
+/// `--cluster-limits` (the controller's `CLUSTER_LIMITS`): the second 200-cpu pod gets no node, and its reason names
+/// the cluster limit; the timeline honours it too; a typo in a resource name is a usage error naming the entry.
+#[test]
+fn cluster_limits_block_pods_with_the_limit_named() {
+    let tmp = TempDir::new("cluster-limits");
+    let input = tmp.write(
+        "cluster.yaml",
+        &format!(
+            "{POOL}---\napiVersion: karpenter.kwok.sh/v1alpha1\nkind: KWOKNodeClass\nmetadata: {{name: default}}\nspec: {{}}\n---\n{}---\n{}",
+            pod("a", "200"),
+            pod("b", "200")
+        ),
+    );
+    let unlimited = simulate_json(&[&input]);
+    assert_eq!(unlimited["summary"]["unschedulablePods"], 0, "{unlimited}");
+    let reasons = |doc: &Value| doc["unschedulable"].to_string();
+    let doc = simulate_json(&[&input, "--cluster-limits", "nodes=1"]);
+    assert_eq!(doc["summary"]["unschedulablePods"], 1, "{doc}");
+    assert!(reasons(&doc).contains("NodePool default: cluster limit nodes 1 reached"), "{doc}");
+    let doc = simulate_json(&[&input, "--cluster-limits=cpu=300"]);
+    assert_eq!(doc["summary"]["unschedulablePods"], 1, "{doc}");
+    assert!(reasons(&doc).contains("cluster limit cpu 300 would be exceeded (44 remaining)"), "{doc}");
+    let table = simulate_ok(&[&input, "--cluster-limits=cpu=300"]);
+    assert!(table.contains("cluster limit cpu 300 would be exceeded"), "{table}");
+
+    let timeline = simulate_json(&[&input, "--for", "10m", "--cluster-limits", "nodes=1"]);
+    let text = timeline.to_string();
+    assert!(text.contains("cluster limit nodes 1 reached"), "{text}");
+    let free = simulate_json(&[&input, "--for", "10m"]).to_string();
+    assert!(!free.contains("cluster limit"), "{free}");
+
+    let (code, _, stderr) = run(&["simulate", &input, "--cluster-limits=cpus=300"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("entry 1 (\"cpus=300\"): unknown resource \"cpus\""), "{stderr}");
+}

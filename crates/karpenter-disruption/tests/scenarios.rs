@@ -8,7 +8,8 @@
 //! `everyVerdict` (default true; false as the controller runs a pass), `consolidationUnchanged` (default false:
 //! the controller's "already consolidated" short-circuit), `simulations` and `multiNodeSimulations` (simulation
 //! budgets as counts; default unbounded), `resumeSingleNodeAfter` (a node name: where single-node consolidation
-//! resumes), `honorAutoscalerAnnotations` (default true: other autoscalers' do-not-disrupt annotations).
+//! resumes), `honorAutoscalerAnnotations` (default true: other autoscalers' do-not-disrupt annotations),
+//! `clusterLimits` (`CLUSTER_LIMITS` syntax, e.g. `cpu=6`; default none).
 
 mod common;
 
@@ -35,6 +36,8 @@ struct Scenario {
     multi_node_simulations: Option<usize>,
     resume_single_node_after: Option<String>,
     honor_autoscaler_annotations: Option<bool>,
+    /// `CLUSTER_LIMITS` syntax, e.g. `cpu=6`.
+    cluster_limits: Option<String>,
 }
 
 const DEFAULT_NOW: &str = "2026-01-01T12:00:00Z";
@@ -62,6 +65,13 @@ fn run(dir: &Path) -> Result<(), String> {
         consolidation_unchanged: scenario.consolidation_unchanged.unwrap_or(false),
         resume_single_node_after: scenario.resume_single_node_after.clone(),
         honor_autoscaler_annotations: scenario.honor_autoscaler_annotations.unwrap_or(true),
+        scheduler: karpenter_scheduler::SchedulerOptions {
+            cluster_limits: karpenter_api::settings::parse_cluster_limits(
+                scenario.cluster_limits.as_deref().unwrap_or(""),
+            )
+            .map_err(|e| format!("scenario.yaml clusterLimits: {e}"))?,
+            ..DisruptionOptions::default().scheduler
+        },
         ..Default::default()
     };
     // Budgets are counts spent as the pass runs: each evaluation below gets fresh ones.

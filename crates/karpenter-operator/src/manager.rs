@@ -477,7 +477,7 @@ fn controllers(parts: &LeaderParts, leader: &CancellationToken) -> Controllers {
     list.push(("nodepool.validation".into(), Box::pin(validation.run(state.clone(), leader.clone()))));
     let registration = Arc::new(RegistrationHealth::new(&ctx, Arc::new(RegistrationTracker::new()), resolver));
     list.push(("nodepool.registrationhealth".into(), Box::pin(registration.run(state.clone(), leader.clone()))));
-    let counter = Arc::new(Counter::new(&ctx));
+    let counter = Arc::new(Counter::new(&ctx).with_cluster_limits(settings.cluster_limits.clone()));
     list.push(("nodepool.counter".into(), Box::pin(counter.run(leader.clone()))));
     let hash = Arc::new(HashController::new(&ctx));
     list.push(("nodepool.hash".into(), Box::pin(hash.run(state.clone(), leader.clone()))));

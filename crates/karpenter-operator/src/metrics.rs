@@ -360,6 +360,8 @@ karpenter_metrics! {
     gauge nodepools_nodes_consuming_budgets(nodepool, reason) "Nodes of the NodePool currently counted against its disruption budgets.";
     gauge nodepools_cost_total(nodepool) "Estimated hourly cost of the NodePool's nodes.";
     counter nodepools_cost_tracker_errors(nodepool) "Errors estimating the NodePool's cost.";
+    gauge cluster_limit(resource_type) "The cluster-wide limit (CLUSTER_LIMITS) over every NodePool, by resource type. Not in upstream Karpenter.";
+    gauge cluster_usage(resource_type) "Resources the nodes and NodeClaims of every NodePool use, by resource type (what CLUSTER_LIMITS counts). Not in upstream Karpenter.";
     // Voluntary disruption
     counter voluntary_disruption_decisions(decision, reason, consolidation_type) "Number of disruption decisions taken, by decision (delete or replace).";
     counter voluntary_disruption_decisions_by_nodepool(decision, reason, consolidation_type, nodepool) "Number of disruption decisions taken, by NodePool.";

@@ -132,6 +132,8 @@ pub struct ProvisionerOptions {
     pub min_values_policy: MinValuesPolicy,
     /// Budget of one scheduling pass ([`SOLVE_TIMEOUT`]).
     pub solve_timeout: Duration,
+    /// `CLUSTER_LIMITS` (empty: none).
+    pub cluster_limits: ResourceList,
 }
 
 impl Default for ProvisionerOptions {
@@ -142,6 +144,7 @@ impl Default for ProvisionerOptions {
             preference_policy: PreferencePolicy::Respect,
             min_values_policy: MinValuesPolicy::Strict,
             solve_timeout: SOLVE_TIMEOUT,
+            cluster_limits: ResourceList::new(),
         }
     }
 }
@@ -155,6 +158,7 @@ impl ProvisionerOptions {
             preference_policy: settings.preference_policy,
             min_values_policy: settings.min_values_policy,
             solve_timeout: SOLVE_TIMEOUT,
+            cluster_limits: settings.cluster_limits.clone(),
         }
     }
 
@@ -162,6 +166,7 @@ impl ProvisionerOptions {
         SchedulerOptions {
             min_values_policy: self.min_values_policy,
             preference_policy: self.preference_policy,
+            cluster_limits: self.cluster_limits.clone(),
             ..SchedulerOptions::default()
         }
     }

@@ -16,7 +16,8 @@ use clap::{ArgAction, Args, Command};
 pub use karpenter_requirements::{MinValuesPolicy, PreferencePolicy};
 
 pub use karpenter_api::settings::SettingsError;
-use karpenter_api::settings::{parse_duration_setting as duration, parse_feature_gates};
+use karpenter_api::settings::{parse_cluster_limits, parse_duration_setting as duration, parse_feature_gates};
+use karpenter_requirements::ResourceList;
 
 /// Log verbosity (`LOG_LEVEL`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -179,6 +180,9 @@ pub struct CoreSettings {
     #[arg(long, env = "HONOR_AUTOSCALER_ANNOTATIONS", default_value = "true", action = ArgAction::Set,
           num_args = 0..=1, default_missing_value = "true")]
     pub honor_autoscaler_annotations: bool,
+    /// Cluster-wide limits over every NodePool, as resource=quantity pairs separated by commas (cpu, memory, ephemeral-storage, pods, nodes, huge pages such as hugepages-2Mi, or a domain-prefixed extended resource such as nvidia.com/gpu; e.g. cpu=2000,memory=8Ti,nodes=300). Enforced in provisioning like a NodePool's limits, counting every NodePool's nodes and in-flight NodeClaims; empty means none. Not in upstream Karpenter (docs/beyond-upstream.md)
+    #[arg(long, env = "CLUSTER_LIMITS", default_value = "", value_parser = parse_cluster_limits)]
+    pub cluster_limits: ResourceList,
     /// Namespace the controller runs in (set by the Helm chart from the downward API).
     #[arg(long, env = "SYSTEM_NAMESPACE", default_value = "kube-system")]
     pub system_namespace: String,
@@ -281,6 +285,7 @@ mod tests {
         assert_eq!(core.leader_election_name, "karpenter-leader-election");
         assert!(core.ignore_dra_requests && core.disable_controller_warmup);
         assert!(core.honor_autoscaler_annotations, "on by default (beyond upstream)");
+        assert!(core.cluster_limits.is_empty(), "no cluster limit by default");
         assert_eq!(core.nomination_window(), Duration::from_secs(20));
     }
 
@@ -298,6 +303,7 @@ mod tests {
             "--log-output-paths=stdout,/var/log/k.log",
             "--cpu-requests=-5",
             "--honor-autoscaler-annotations=false",
+            "--cluster-limits=cpu=2000, memory=8Ti,nodes=300",
         ])
         .unwrap();
         let core = cli.core.normalized();
@@ -316,6 +322,12 @@ mod tests {
         assert!(!core.honor_autoscaler_annotations);
         let disruption = crate::disruption::DisruptionSettings::from_settings(&core);
         assert!(!disruption.honor_autoscaler_annotations, "the off switch reaches the disruption loop");
+        assert_eq!(core.cluster_limits.get_or_zero("cpu").value(), Some(2000));
+        assert_eq!(core.cluster_limits.get_or_zero("nodes").value(), Some(300));
+        assert_eq!(core.cluster_limits.len(), 3);
+        assert_eq!(disruption.cluster_limits, core.cluster_limits, "disruption's simulations honour them too");
+        let provisioner = crate::provisioner::ProvisionerOptions::from_settings(&core);
+        assert_eq!(provisioner.cluster_limits, core.cluster_limits);
     }
 
     #[test]
@@ -328,6 +340,8 @@ mod tests {
             (&["--feature-gates=NodeRepair=yes"][..], "is not true or false"),
             (&["--batch-idle-duration=10"][..], "is not a duration"),
             (&["--metrics-port=70000"][..], "70000"),
+            (&["--cluster-limits=cpus=10"][..], "entry 1 (\"cpus=10\"): unknown resource \"cpus\""),
+            (&["--cluster-limits=cpu=10,memory=-1"][..], "entry 2 (\"memory=-1\"): a limit cannot be negative"),
         ] {
             let err = parse(args).expect_err(needle).to_string();
             assert!(err.contains(needle), "{args:?}: {err}");

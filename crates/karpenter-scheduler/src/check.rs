@@ -728,6 +728,40 @@ fn check_affinity(
     }
 }
 
+/// Checks `decisions` against cluster-wide limits (`limits`, empty for none): the capacity of every NodePool's
+/// nodes and in-flight claims, plus the largest option of each new claim (one node each), stays within them.
+pub fn check_cluster_limits(
+    snapshot: &ClusterSnapshot,
+    pools: &[PoolInput<'_>],
+    limits: &ResourceList,
+    decisions: &Decisions,
+) -> Result<(), Vec<String>> {
+    if limits.is_empty() {
+        return Ok(());
+    }
+    let mut used = crate::cluster_usage(snapshot);
+    let one = ResourceList::new()
+        .with(karpenter_api::nodepool::NODES_LIMIT, Quantity::from_int(1, karpenter_requirements::Format::DecimalSI));
+    for claim in &decisions.new_node_claims {
+        let its = pools
+            .iter()
+            .find(|p| p.node_pool.metadata.name.as_deref() == Some(claim.node_pool.as_str()))
+            .map_or(&[][..], |p| p.instance_types);
+        let largest = claim
+            .instance_types
+            .iter()
+            .filter_map(|name| its.iter().find(|it| &it.name == name))
+            .fold(ResourceList::new(), |m, it| m.max(it.capacity()));
+        used = used.add(&largest).add(&one);
+    }
+    let v: Vec<String> = limits
+        .iter()
+        .filter(|(k, limit)| used.get_or_zero(k) > **limit)
+        .map(|(k, limit)| format!("cluster limit {k} {limit} exceeded ({})", used.get_or_zero(k)))
+        .collect();
+    if v.is_empty() { Ok(()) } else { Err(v) }
+}
+
 /// Volume topology of the pods the decision placed, and the CSI volume limits of the existing nodes it used.
 fn check_volumes(
     snapshot: &ClusterSnapshot,

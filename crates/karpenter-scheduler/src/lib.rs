@@ -72,7 +72,8 @@
 //! nodeSelector and required node affinity (first term, later terms through relaxation); preferred node
 //! affinity under `Respect` / `Ignore`; taints and tolerations (startup taints ignored; ephemeral and startup
 //! taints of uninitialized nodes ignored); host ports; NodePool limits counting existing nodes and in-flight
-//! claims (`nodes` included); minValues (`Strict` / `BestEffort`); instance-type options ordered by price and
+//! claims (`nodes` included), and cluster-wide limits (`SchedulerOptions::cluster_limits`, beyond upstream) counted
+//! the same way over every NodePool, with one budget all NodePools' new claims draw on; minValues (`Strict` / `BestEffort`); instance-type options ordered by price and
 //! truncated to 600; static NodePools left out; per-pod errors for bad input (unknown operator, malformed
 //! quantity, restricted key, `matchFields`, invalid label selectors, missing or unusable PVCs).
 //!
@@ -116,5 +117,6 @@ pub mod snapshot;
 
 pub use decision::{API_VERSION, Decisions, NodeClaimPlan, UnschedulablePod, UnschedulableReason};
 pub use nodeclaim::{BuildError, build_node_claim};
+pub use scheduler::templates::cluster_usage;
 pub use scheduler::{PoolInput, ReservedOfferingMode, SchedulerOptions, schedule, schedule_until};
 pub use snapshot::{ClusterSnapshot, NamespaceInfo, NodeClaimInfo, NodeInfo, SnapshotBuilder, SnapshotError};

@@ -23,7 +23,7 @@ use karpenter_requirements::{
 pub use pods::TOPOLOGY_NOT_SUPPORTED;
 use pods::{PodData, Relaxation, pods_data};
 use rustc_hash::FxHashMap;
-use templates::{ExistingNode, Template, daemons, existing_nodes};
+use templates::{ClusterBudget, ExistingNode, Template, daemons, existing_nodes};
 use topology::{Place, Prepared, Topology};
 use volumes::{VolumeIndex, first_compatible};
 
@@ -65,6 +65,10 @@ pub struct SchedulerOptions {
     /// topology, host ports or volumes move, never across NodePools or requirements; NodePools with limits,
     /// minValues and timed-out passes are left alone). Default `false`: the post-pass runs.
     pub upstream_packing: bool,
+    /// Cluster-wide limits (`CLUSTER_LIMITS`; empty: none): like a NodePool's `spec.limits` (resources and
+    /// `nodes`), but over the nodes and in-flight NodeClaims of every NodePool, and every new claim of the pass,
+    /// whichever NodePool it comes from, draws on the same budget.
+    pub cluster_limits: ResourceList,
 }
 
 /// A NodePool with its instance types (data, never a provider).
@@ -149,6 +153,8 @@ pub(crate) struct Solver<'a> {
     /// Stop once this many new NodeClaims are open (the result then says `timedOut`); see
     /// [`crate::simulation::Simulator::count_new_claims`].
     claim_cap: Option<usize>,
+    /// What is left of the cluster-wide limits, `None` without them.
+    cluster: Option<ClusterBudget>,
 }
 
 /// The claim does not constrain the key to listed values (absent or a complement): never rejected by it.
@@ -174,6 +180,7 @@ pub(crate) struct Base<'a> {
     pub existing: Vec<ExistingNode>,
     pub any_prefer_no_schedule: bool,
     pub no_templates_reason: Option<UnschedulableReason>,
+    pub cluster: Option<ClusterBudget>,
 }
 
 impl<'a> Base<'a> {
@@ -182,6 +189,7 @@ impl<'a> Base<'a> {
         pools: &[PoolInput<'a>],
         provider: &'a ProviderLabels,
         daemons: &[templates::Daemon],
+        cluster_limits: &ResourceList,
     ) -> Self {
         let mut dynamic: Vec<&PoolInput<'a>> = pools.iter().filter(|p| !p.node_pool.is_static()).collect();
         // Weight descending, ties by name descending (upstream).
@@ -191,8 +199,14 @@ impl<'a> Base<'a> {
                 .cmp(&a.node_pool.weight())
                 .then_with(|| b.node_pool.metadata.name.cmp(&a.node_pool.metadata.name))
         });
-        let templates: Vec<Template<'a>> =
+        let cluster = ClusterBudget::new(cluster_limits, snapshot);
+        let mut templates: Vec<Template<'a>> =
             dynamic.iter().map(|p| Template::new(p.node_pool, p.instance_types, snapshot, daemons, provider)).collect();
+        if let Some(c) = &cluster {
+            for t in &mut templates {
+                t.retain_within_cluster(c);
+            }
+        }
         let no_templates_reason =
             dynamic.is_empty().then_some(UnschedulableReason::NoNodePool { all_static: !pools.is_empty() });
         let any_prefer_no_schedule = templates.iter().any(|t| t.taints.iter().any(|t| t.effect == "PreferNoSchedule"));
@@ -203,6 +217,7 @@ impl<'a> Base<'a> {
             templates,
             any_prefer_no_schedule,
             no_templates_reason,
+            cluster,
         }
     }
 }
@@ -217,7 +232,7 @@ impl<'a> Solver<'a> {
         let daemons = daemons(snapshot);
         let volume_index = VolumeIndex::new(snapshot);
         let pods: Vec<PodData<'a>> = pods_data(snapshot.pending_pods.iter().map(|p| &**p), provider, &volume_index);
-        let base = Base::new(snapshot, pools, provider, &daemons);
+        let base = Base::new(snapshot, pools, provider, &daemons, &options.cluster_limits);
         Solver::from_base(base, pods, provider, options)
     }
 
@@ -250,6 +265,7 @@ impl<'a> Solver<'a> {
             compat_cache: RefCell::new(HashMap::new()),
             existing_unfit: FxHashMap::default(),
             claim_cap: None,
+            cluster: base.cluster,
             pods,
         }
     }
@@ -492,7 +508,7 @@ impl<'a> Solver<'a> {
                 reasons.push(u.clone());
                 continue;
             }
-            if let Some(b) = template.limit_block() {
+            if let Some(b) = template.limit_block(self.cluster.as_ref()) {
                 reasons.push(b);
                 continue;
             }
@@ -512,7 +528,7 @@ impl<'a> Solver<'a> {
             if template.within_limits.is_empty() {
                 let all: Vec<u32> = (0..template.its.len() as u32).collect();
                 reasons.push(match self.can_add(template, &fresh, i, (&reqs, &strict, &prepared), relax, &all) {
-                    Ok(c) => template.limit_reason(&c.its),
+                    Ok(c) => template.limit_reason(&c.its, self.cluster.as_ref()),
                     Err(e) => e,
                 });
                 continue;
@@ -526,6 +542,13 @@ impl<'a> Solver<'a> {
                     claim.min_values_relaxed = cand.min_values_relaxed;
                     claim.ports.add(pod.host_ports.iter().cloned());
                     claim.pods.push(i);
+                    if let Some(cluster) = self.cluster.as_mut() {
+                        let names = cluster.limits.iter().map(|(name, _)| name);
+                        cluster.consume(&self.templates[t].claim_usage(&claim.its, names));
+                        for other in &mut self.templates {
+                            other.retain_within_cluster(cluster);
+                        }
+                    }
                     let template = &mut self.templates[t];
                     template.claims_created += 1;
                     template.consume(&claim.its);
@@ -547,7 +570,7 @@ impl<'a> Solver<'a> {
                     if limited {
                         let all: Vec<u32> = (0..template.its.len() as u32).collect();
                         if let Ok(c) = self.can_add(template, &fresh, i, (&reqs, &strict, &prepared), relax, &all) {
-                            reasons.push(template.limit_reason(&c.its));
+                            reasons.push(template.limit_reason(&c.its, self.cluster.as_ref()));
                             continue;
                         }
                     }
@@ -1052,6 +1075,9 @@ fn describe_reqs(reqs: &Requirements, template: &Template<'_>) -> String {
         .collect();
     if shown.is_empty() { reqs.to_string() } else { shown.join(", ") }
 }
+
+#[cfg(test)]
+mod cluster_limit_tests;
 
 #[cfg(test)]
 mod tests {

@@ -130,7 +130,7 @@ impl<'a> Simulator<'a> {
         let daemons = daemons(snapshot);
         let volumes = VolumeIndex::new(snapshot);
         let pending = pods_data(snapshot.pending_pods.iter().map(|p| &**p), provider, &volumes);
-        let base = Base::new(snapshot, pools, provider, &daemons);
+        let base = Base::new(snapshot, pools, provider, &daemons, &options.cluster_limits);
         let index = base.existing.iter().enumerate().map(|(i, n)| (n.name.clone(), i)).collect();
         let prefix_ok = !base.any_prefer_no_schedule
             && !snapshot
@@ -234,6 +234,7 @@ impl<'a> Simulator<'a> {
             existing,
             any_prefer_no_schedule: self.base.any_prefer_no_schedule,
             no_templates_reason: self.base.no_templates_reason.clone(),
+            cluster: self.base.cluster.clone(),
         };
         let options = if view.fewest_new_nodes { &self.fewest_nodes_options } else { self.options };
         Solver::from_base(base, pods, self.provider, options).run(&mut || false, claim_cap)

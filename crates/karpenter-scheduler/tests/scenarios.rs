@@ -4,7 +4,8 @@
 //!
 //! `scenario.yaml` fields (all optional): `catalogue` (`standard`, default, or `benchmark`),
 //! `preferencePolicy` (`Respect`/`Ignore`), `minValuesPolicy` (`Strict`/`BestEffort`), `maxPodAttempts`,
-//! `upstreamPacking` (`true`: no cost post-pass, upstream's packing exactly).
+//! `upstreamPacking` (`true`: no cost post-pass, upstream's packing exactly), `clusterLimits` (`CLUSTER_LIMITS`
+//! syntax: `cpu=16,nodes=3`).
 
 mod common;
 
@@ -24,6 +25,7 @@ struct Scenario {
     min_values_policy: Option<String>,
     max_pod_attempts: Option<usize>,
     upstream_packing: Option<bool>,
+    cluster_limits: Option<String>,
 }
 
 fn run(dir: &Path) -> Result<(), String> {
@@ -52,11 +54,15 @@ fn run(dir: &Path) -> Result<(), String> {
         },
         max_pod_attempts: scenario.max_pod_attempts,
         upstream_packing: scenario.upstream_packing.unwrap_or(false),
+        cluster_limits: karpenter_api::settings::parse_cluster_limits(scenario.cluster_limits.as_deref().unwrap_or(""))
+            .map_err(|e| format!("scenario.yaml clusterLimits: {e}"))?,
         ..Default::default()
     };
     let provider = ProviderLabels::aws();
     let decisions = schedule(&snapshot, &pools, &provider, &options);
     check(&snapshot, &pools, &provider, &decisions).map_err(|v| format!("checker: {v:#?}"))?;
+    karpenter_scheduler::check::check_cluster_limits(&snapshot, &pools, &options.cluster_limits, &decisions)
+        .map_err(|v| format!("checker: {v:#?}"))?;
     let again = schedule(&snapshot, &pools, &provider, &options);
     if again != decisions {
         return Err("not deterministic".into());

@@ -66,6 +66,8 @@ pub struct Options {
     pub time: Option<TimeOptions>,
     /// `HONOR_AUTOSCALER_ANNOTATIONS`: other autoscalers' annotations block disruption as do-not-disrupt does.
     pub honor_autoscaler_annotations: bool,
+    /// `CLUSTER_LIMITS` (`--cluster-limits`): every NodePool's new nodes draw on them, in both modes.
+    pub cluster_limits: karpenter_requirements::ResourceList,
 }
 
 /// What to run over simulated time.
@@ -174,6 +176,7 @@ pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> 
             catalogue: &catalogue,
             now,
             honor_autoscaler_annotations: options.honor_autoscaler_annotations,
+            cluster_limits: &options.cluster_limits,
         };
         return run_timeline(run, time, snapshot, ready, objects);
     }
@@ -184,7 +187,8 @@ pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> 
             instance_types: catalogue.for_pool(p.metadata.name.as_deref().unwrap_or("")),
         })
         .collect();
-    let decisions = schedule(&snapshot, &pools, &provider, &SchedulerOptions::default());
+    let scheduler = SchedulerOptions { cluster_limits: options.cluster_limits.clone(), ..Default::default() };
+    let decisions = schedule(&snapshot, &pools, &provider, &scheduler);
 
     let report = Report::build(
         report::Inputs {
@@ -221,6 +225,7 @@ struct Run<'a> {
     /// When a live cluster was read: simulated time starts here (unless the timeline says when).
     now: Option<chrono::DateTime<chrono::Utc>>,
     honor_autoscaler_annotations: bool,
+    cluster_limits: &'a karpenter_requirements::ResourceList,
 }
 
 /// The default start of simulated time (when neither the timeline nor the input says later).
@@ -286,6 +291,7 @@ fn run_timeline(
 
     let mut w = world::World::new(snapshot, pools, run.catalogue, run.provider.clone(), objects, start);
     w.options.honor_autoscaler_annotations = run.honor_autoscaler_annotations;
+    w.options.scheduler.cluster_limits = run.cluster_limits.clone();
     // The input's pending pods first, as a plain simulate would place them.
     w.provision()?;
     let before = w.state();

@@ -468,7 +468,12 @@ impl<'c> World<'c> {
         }
         let decisions = {
             let pools = self.pool_inputs();
-            schedule(&self.snapshot, &pools, &self.provider, &SchedulerOptions::default())
+            // Provisioning's options (not disruption's), with the cluster limits disruption's simulations use too.
+            let options = SchedulerOptions {
+                cluster_limits: self.options.scheduler.cluster_limits.clone(),
+                ..Default::default()
+            };
+            schedule(&self.snapshot, &pools, &self.provider, &options)
         };
         let (placed, launched, left) = self.place(&decisions)?;
         Ok((placed > 0 || !launched.is_empty()).then_some((placed, launched, left)))
@@ -1337,6 +1342,7 @@ spec:
             region: "us-east-1".into(),
             time: Some(TimeOptions { timeline: Some(dir.join("timeline.yaml")), ..Default::default() }),
             honor_autoscaler_annotations: true,
+            cluster_limits: Default::default(),
         };
         let outcome = simulate(&options).expect("runs");
         let _ = std::fs::remove_dir_all(&dir);

@@ -99,6 +99,8 @@ pub struct DisruptionSettings {
     /// `HONOR_AUTOSCALER_ANNOTATIONS`: other autoscalers' annotations block voluntary disruption as
     /// `karpenter.sh/do-not-disrupt` does (karpenter-disruption's `DisruptionOptions`).
     pub honor_autoscaler_annotations: bool,
+    /// `CLUSTER_LIMITS`: replacements must fit them, as they must fit their NodePool's limits.
+    pub cluster_limits: karpenter_requirements::ResourceList,
 }
 
 impl Default for DisruptionSettings {
@@ -112,6 +114,7 @@ impl Default for DisruptionSettings {
             replacement_timeout_per_candidate: Duration::from_millis(80),
             pass_simulation_time: PASS_SIMULATION_TIME,
             honor_autoscaler_annotations: true,
+            cluster_limits: karpenter_requirements::ResourceList::new(),
         }
     }
 }
@@ -122,6 +125,7 @@ impl DisruptionSettings {
         Self {
             spot_to_spot_consolidation: settings.feature_gates.spot_to_spot_consolidation,
             honor_autoscaler_annotations: settings.honor_autoscaler_annotations,
+            cluster_limits: settings.cluster_limits.clone(),
             ..Self::default()
         }
     }
@@ -411,6 +415,10 @@ impl Disruption {
             // One command per pass: stop simulating once it is found (the verdicts of the rest wait for a
             // later pass).
             every_verdict: false,
+            scheduler: karpenter_scheduler::SchedulerOptions {
+                cluster_limits: self.settings.cluster_limits.clone(),
+                ..karpenter_disruption::DisruptionOptions::default().scheduler
+            },
             ..Default::default()
         }
     }

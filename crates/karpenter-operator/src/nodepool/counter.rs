@@ -1,7 +1,9 @@
 //! The NodePool counter (`nodepool.counter`): `status.resources` (the summed capacity of the pool's nodes plus
 //! `nodes`, their count) and `status.nodes` (the count again: the scale subresource's status path), and the
 //! metrics `karpenter_nodepools_usage{nodepool,resource_type}` (the same sums) and
-//! `karpenter_nodepools_limit{nodepool,resource_type}` (`spec.limits`).
+//! `karpenter_nodepools_limit{nodepool,resource_type}` (`spec.limits`); and, summed the same way over every
+//! NodePool, `karpenter_cluster_usage{resource_type}` and `karpenter_cluster_limit{resource_type}`
+//! (`CLUSTER_LIMITS`).
 //!
 //! The sums come from the [`ClusterState`], as upstream's come from its cluster state: every NodeClaim of the
 //! pool (label `karpenter.sh/nodepool`), deleting ones included (they still hold capacity), counts once, with
@@ -85,7 +87,22 @@ pub fn usage<'a>(
     claims: impl IntoIterator<Item = &'a NodeClaim>,
     nodes: impl IntoIterator<Item = &'a Node>,
 ) -> Usage {
-    let in_pool = |l: &BTreeMap<String, String>| l.get(labels::NODE_POOL).map(String::as_str) == Some(pool);
+    usage_of(|l| l.get(labels::NODE_POOL).map(String::as_str) == Some(pool), claims, nodes)
+}
+
+/// The usage of every NodePool together: what `CLUSTER_LIMITS` counts.
+pub fn cluster_usage<'a>(
+    claims: impl IntoIterator<Item = &'a NodeClaim>,
+    nodes: impl IntoIterator<Item = &'a Node>,
+) -> Usage {
+    usage_of(|l| l.contains_key(labels::NODE_POOL), claims, nodes)
+}
+
+fn usage_of<'a>(
+    in_pool: impl Fn(&BTreeMap<String, String>) -> bool,
+    claims: impl IntoIterator<Item = &'a NodeClaim>,
+    nodes: impl IntoIterator<Item = &'a Node>,
+) -> Usage {
     let provider_id = |n: &'a Node| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()).filter(|p| !p.is_empty());
     let nodes: Vec<&Node> = nodes.into_iter().collect();
     let by_provider_id: BTreeMap<&str, &Node> = nodes.iter().filter_map(|n| Some((provider_id(n)?, *n))).collect();
@@ -124,6 +141,10 @@ type Published = BTreeMap<String, (BTreeSet<String>, BTreeSet<String>)>;
 pub struct Counter {
     ctx: ControllerContext,
     published: Mutex<Published>,
+    /// `CLUSTER_LIMITS`.
+    cluster_limits: ResourceList,
+    /// Resource types of the `cluster_usage` series set.
+    cluster_published: Mutex<BTreeSet<String>>,
 }
 
 impl std::fmt::Debug for Counter {
@@ -134,7 +155,42 @@ impl std::fmt::Debug for Counter {
 
 impl Counter {
     pub fn new(ctx: &ControllerContext) -> Self {
-        Self { ctx: ctx.clone(), published: Mutex::default() }
+        Self {
+            ctx: ctx.clone(),
+            published: Mutex::default(),
+            cluster_limits: ResourceList::new(),
+            cluster_published: Mutex::default(),
+        }
+    }
+
+    /// The counter, publishing `limits` as `karpenter_cluster_limit` (set once: they are a start-up setting).
+    pub fn with_cluster_limits(mut self, limits: ResourceList) -> Self {
+        for (resource, q) in limits.iter() {
+            self.ctx.metrics.cluster_limit(resource).set(as_f64(q));
+        }
+        self.cluster_limits = limits;
+        self
+    }
+
+    /// Publishes `karpenter_cluster_usage` for `usage`, removing series of resources no longer used.
+    fn publish_cluster(&self, usage: &Usage) {
+        let mut published = self.cluster_published.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut now = BTreeSet::new();
+        for (resource, q) in usage.resources.iter() {
+            self.ctx.metrics.cluster_usage(resource).set(as_f64(q));
+            now.insert(resource.to_string());
+        }
+        // A limited resource nothing uses yet reads 0 rather than missing, so `usage / limit` is defined.
+        for (resource, _) in self.cluster_limits.iter() {
+            if !now.contains(resource) {
+                self.ctx.metrics.cluster_usage(resource).set(0.0);
+                now.insert(resource.to_string());
+            }
+        }
+        for gone in published.difference(&now) {
+            self.ctx.metrics.remove("cluster_usage", &[("resource_type", gone)]);
+        }
+        *published = now;
     }
 
     fn publish(&self, pool: &str, usage: Option<&Usage>, limits: Option<&BTreeMap<String, String>>) {
@@ -209,6 +265,7 @@ impl Counter {
         }
         let (claims, nodes) = (self.ctx.state.list_shared::<NodeClaim>(), self.ctx.state.list_shared::<Node>());
         let usage = usage(name, claims.iter().map(AsRef::as_ref), nodes.iter().map(AsRef::as_ref));
+        self.publish_cluster(&cluster_usage(claims.iter().map(AsRef::as_ref), nodes.iter().map(AsRef::as_ref)));
         let limits: BTreeMap<String, String> =
             pool.spec.limits.iter().map(|(k, v)| (k.clone(), v.as_str().to_owned())).collect();
         self.publish(name, Some(&usage), Some(&limits));

@@ -348,7 +348,8 @@ async fn counter_sums_capacity_writes_status_and_metrics() {
     })
     .await;
 
-    let counter = Counter::new(&f.ctx);
+    let limits = karpenter_api::settings::parse_cluster_limits("cpu=100,nodes=5").unwrap();
+    let counter = Counter::new(&f.ctx).with_cluster_limits(limits);
     assert_eq!(counter.reconcile("default").await.unwrap(), Some(counter::RESYNC));
     let p = f.get_pool("default").await;
     let status = p.status.clone().unwrap();
@@ -360,6 +361,12 @@ async fn counter_sums_capacity_writes_status_and_metrics() {
     assert!(text.contains("karpenter_nodepools_usage{nodepool=\"default\",resource_type=\"cpu\"} 6.0"), "{text}");
     assert!(text.contains("karpenter_nodepools_usage{nodepool=\"default\",resource_type=\"nodes\"} 2.0"));
     assert!(text.contains("karpenter_nodepools_limit{nodepool=\"default\",resource_type=\"cpu\"} 100.0"));
+    // The cluster's usage counts every pool (the other pool's claim too); its limits are the setting.
+    assert!(text.contains("karpenter_cluster_usage{resource_type=\"cpu\"} 70.0"), "{text}");
+    assert!(text.contains("karpenter_cluster_usage{resource_type=\"nodes\"} 3.0"), "{text}");
+    assert!(text.contains("karpenter_cluster_usage{resource_type=\"nvidia.com/gpu\"} 1.0"), "{text}");
+    assert!(text.contains("karpenter_cluster_limit{resource_type=\"cpu\"} 100.0"), "{text}");
+    assert!(text.contains("karpenter_cluster_limit{resource_type=\"nodes\"} 5.0"), "{text}");
     // The scale subresource reads status.nodes.
     let scale = f.pools().get_scale("default").await.unwrap();
     assert_eq!(scale.status.unwrap().replicas, 2);
@@ -371,7 +378,8 @@ async fn counter_sums_capacity_writes_status_and_metrics() {
     let status = f.get_pool("default").await.status.unwrap();
     assert!(!status.resources.contains_key("nvidia.com/gpu"), "{:?}", status.resources);
     assert_eq!(status.nodes, Some(1));
-    assert!(!f.metrics.render().contains("resource_type=\"nvidia.com/gpu\""));
+    assert!(!f.metrics.render().contains("resource_type=\"nvidia.com/gpu\""), "pool and cluster series go");
+    assert!(f.metrics.render().contains("karpenter_cluster_usage{resource_type=\"cpu\"} 68.0"));
 
     // The pool is deleted: its series go.
     f.pools().delete("default", &DeleteParams::default()).await.unwrap();

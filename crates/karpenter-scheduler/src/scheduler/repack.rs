@@ -96,10 +96,16 @@ impl Solver<'_> {
         let mut replace: Vec<(Vec<usize>, Vec<NewClaim>)> = Vec::new();
         for ((t, reqs), members) in groups {
             let Some(template) = self.templates.get(t) else { continue };
-            if let Some((bins, remaining)) = self.repack_group(template, t, &reqs, &members) {
+            if let Some((bins, remaining, cluster)) = self.repack_group(template, t, &reqs, &members) {
+                if let (Some(c), Some(rem)) = (self.cluster.as_mut(), cluster) {
+                    c.remaining = rem;
+                }
+                let cluster = self.cluster.as_ref();
                 if let Some(tp) = self.templates.get_mut(t) {
                     tp.remaining = remaining;
-                    tp.update_within_limits();
+                }
+                for tp in &mut self.templates {
+                    tp.update_within_limits(cluster);
                 }
                 replace.push((members, bins));
             }
@@ -163,16 +169,16 @@ impl Solver<'_> {
             && self.topology.pods.get(p).and_then(Option::as_deref).is_none_or(PodTopology::is_empty)
     }
 
-    /// New claims for the pods of `members` (without hostnames) and the template's remaining limits after
-    /// them, when strictly cheaper and within the limits, else `None`. Limits are counted as the checker
-    /// and `Template::consume` count them: the largest capacity among each claim's options, one node each.
+    /// New claims for the pods of `members` (without hostnames), the template's remaining limits and the
+    /// cluster's after them, when strictly cheaper and within both, else `None`. Limits are counted as the
+    /// checker and `Template::consume` count them: the largest capacity among each claim's options, one node each.
     fn repack_group(
         &self,
         template: &Template<'_>,
         t: usize,
         reqs: &Requirements,
         members: &[usize],
-    ) -> Option<(Vec<NewClaim>, Option<ResourceList>)> {
+    ) -> Option<(Vec<NewClaim>, Option<ResourceList>, Option<ResourceList>)> {
         let pods: Vec<usize> =
             members.iter().filter_map(|&c| self.claims.get(c)).flat_map(|c| c.pods.iter().copied()).collect();
         if pods.is_empty() {
@@ -339,40 +345,47 @@ impl Solver<'_> {
         if new_cost >= old_cost * (1.0 - 1e-9) {
             return None;
         }
+        let largest = |its: &[u32]| -> ResourceList {
+            its.iter()
+                .filter_map(|&i| template.its.get(i as usize))
+                .fold(ResourceList::new(), |m, it| m.max(it.capacity()))
+        };
+        let nodes = |n: usize| {
+            ResourceList::new().with(
+                karpenter_api::nodepool::NODES_LIMIT,
+                Quantity::from_int(i64::try_from(n).unwrap_or(i64::MAX), Format::DecimalSI),
+            )
+        };
+        // What the group's claims count against limits before and after the repack.
+        let mut before = nodes(members.len());
+        for &c in members {
+            before = before.add(&largest(&self.claims.get(c)?.its));
+        }
+        let mut after_use = nodes(out.len());
+        for bin in &out {
+            after_use = after_use.add(&largest(&bin.its));
+        }
+        // `rem` after the swap; `None` when a limited resource would go negative (absent ones are unlimited).
+        let after = |rem: &ResourceList| -> Option<ResourceList> {
+            let after = rem.add(&before).sub(&after_use);
+            if rem.iter().any(|(name, _)| after.get(name).is_some_and(|q| q.as_nanos() < 0)) {
+                return None;
+            }
+            let mut kept = ResourceList::new();
+            for (name, _) in rem.iter() {
+                kept.insert(name, after.get_or_zero(name));
+            }
+            Some(kept)
+        };
         let remaining = match &template.remaining {
             None => None,
-            Some(rem) => {
-                let largest = |its: &[u32]| -> ResourceList {
-                    its.iter()
-                        .filter_map(|&i| template.its.get(i as usize))
-                        .fold(ResourceList::new(), |m, it| m.max(it.capacity()))
-                };
-                let nodes = |n: usize| {
-                    ResourceList::new().with(
-                        karpenter_api::nodepool::NODES_LIMIT,
-                        Quantity::from_int(i64::try_from(n).unwrap_or(i64::MAX), Format::DecimalSI),
-                    )
-                };
-                let mut budget = rem.add(&nodes(members.len()));
-                for &c in members {
-                    budget = budget.add(&largest(&self.claims.get(c)?.its));
-                }
-                let mut after = budget.sub(&nodes(out.len()));
-                for bin in &out {
-                    after = after.sub(&largest(&bin.its));
-                }
-                // Only the limited resources count (absent ones are unlimited).
-                if rem.iter().any(|(name, _)| after.get(name).is_some_and(|q| q.as_nanos() < 0)) {
-                    return None;
-                }
-                let mut kept = ResourceList::new();
-                for (name, _) in rem.iter() {
-                    kept.insert(name, after.get_or_zero(name));
-                }
-                Some(kept)
-            }
+            Some(rem) => Some(after(rem)?),
         };
-        Some((out, remaining))
+        let cluster = match &self.cluster {
+            None => None,
+            Some(c) => Some(after(&c.remaining)?),
+        };
+        Some((out, remaining, cluster))
     }
 }
 

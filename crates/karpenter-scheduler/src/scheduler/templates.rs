@@ -200,38 +200,51 @@ impl<'a> Template<'a> {
         t.hostname_free = t.its.iter().all(|it| {
             !it.requirements.has(labels::HOSTNAME) && it.offerings.iter().all(|o| !o.requirements.has(labels::HOSTNAME))
         });
-        t.update_within_limits();
+        t.update_within_limits(None);
         t
     }
 
-    /// Recomputes which instance types fit the remaining limits.
-    pub fn update_within_limits(&mut self) {
+    /// Recomputes which instance types fit the remaining limits (the NodePool's and the cluster's).
+    pub fn update_within_limits(&mut self, cluster: Option<&ClusterBudget>) {
         let remaining = self.remaining.as_ref();
         self.within_limits = (0..self.its.len() as u32)
-            .filter(|&i| remaining.is_none_or(|r| self.its.get(i as usize).is_some_and(|it| within(it.capacity(), r))))
+            .filter(|&i| {
+                self.its.get(i as usize).is_some_and(|it| {
+                    remaining.is_none_or(|r| within(it.capacity(), r))
+                        && cluster.is_none_or(|c| within(it.capacity(), &c.remaining))
+                })
+            })
             .collect();
     }
 
-    /// `None` when a new claim may be created, else why not.
-    pub fn limit_block(&self) -> Option<NodePoolRejection> {
-        let r = self.remaining.as_ref()?;
-        if r.get(karpenter_api::nodepool::NODES_LIMIT).is_some_and(|n| n.as_nanos() < 1_000_000_000) {
+    /// Drops the instance types over the cluster's remaining limits (which only shrink during a pass).
+    pub fn retain_within_cluster(&mut self, cluster: &ClusterBudget) {
+        let its = &self.its;
+        self.within_limits.retain(|&i| its.get(i as usize).is_some_and(|it| within(it.capacity(), &cluster.remaining)));
+    }
+
+    /// `None` when a new claim may be created, else why not: the NodePool's node limit, then the cluster's.
+    pub fn limit_block(&self, cluster: Option<&ClusterBudget>) -> Option<NodePoolRejection> {
+        if self.remaining.as_ref().is_some_and(no_node_left) {
             return Some(NodePoolRejection::new(&self.name, Limits, "limit nodes reached"));
+        }
+        let c = cluster?;
+        if no_node_left(&c.remaining) {
+            let limit = plain(&c.limits.get_or_zero(karpenter_api::nodepool::NODES_LIMIT));
+            return Some(NodePoolRejection::new(&self.name, Limits, format!("cluster limit nodes {limit} reached")));
         }
         None
     }
 
-    /// After creating a claim whose options are `its`: remaining −= max capacity over them, nodes −= 1.
-    /// Remaining limits only shrink here, so the types within them are filtered in place.
-    pub fn consume(&mut self, its: &[u32]) {
-        let Some(r) = self.remaining.as_mut() else { return };
-        let mut sub = ResourceList::new();
-        for (name, q) in r.iter() {
+    /// What a new claim whose options are `its` counts against limits naming `names`: one node, and per
+    /// resource the largest capacity among the options (if any option has it). Absent resources count nothing.
+    pub fn claim_usage<'n>(&self, its: &[u32], names: impl Iterator<Item = &'n str>) -> ResourceList {
+        let mut usage = ResourceList::new();
+        for name in names {
             if name == karpenter_api::nodepool::NODES_LIMIT {
-                sub.insert(name, Quantity::from_int(1, q.format()));
+                usage.insert(name, Quantity::from_int(1, karpenter_requirements::Format::DecimalSI));
                 continue;
             }
-            // The largest capacity among the options (at least zero), if any option has the resource.
             let mut max: Option<Quantity> = None;
             for &i in its {
                 if let Some(c) = self.its.get(i as usize).and_then(|it| it.capacity().get(name)) {
@@ -239,9 +252,18 @@ impl<'a> Template<'a> {
                 }
             }
             if let Some(m) = max {
-                sub.insert(name, m);
+                usage.insert(name, m);
             }
         }
+        usage
+    }
+
+    /// After creating a claim whose options are `its`: remaining −= max capacity over them, nodes −= 1.
+    /// Remaining limits only shrink here, so the types within them are filtered in place.
+    pub fn consume(&mut self, its: &[u32]) {
+        let Some(r) = self.remaining.as_ref() else { return };
+        let sub = self.claim_usage(its, r.iter().map(|(name, _)| name));
+        let Some(r) = self.remaining.as_mut() else { return };
         *r = r.sub(&sub);
         let (its, r) = (&self.its, &*r);
         self.within_limits.retain(|&i| its.get(i as usize).is_some_and(|it| within(it.capacity(), r)));
@@ -249,31 +271,104 @@ impl<'a> Template<'a> {
 
     /// The remaining limits a pod's instance types exceed, as a reason (only asked when some instance types are
     /// over the limits, so when the template has limits).
-    pub fn limit_reason(&self, candidates: &[u32]) -> NodePoolRejection {
-        let every = || {
-            NodePoolRejection::new(
-                &self.name,
-                Limits,
-                "every instance type that fits would exceed the remaining limits",
-            )
-        };
-        let Some(r) = self.remaining.as_ref() else { return every() };
-        for (name, rem) in r.iter() {
-            if name == karpenter_api::nodepool::NODES_LIMIT {
-                continue;
-            }
-            let all_exceed = candidates
-                .iter()
-                .filter_map(|&i| self.its.get(i as usize))
-                .all(|it| it.capacity().get(name).is_some_and(|c| c > rem));
-            if all_exceed && !candidates.is_empty() {
-                let limit = self.limits.get_or_zero(name);
-                let detail = format!("limit {name} {limit} would be exceeded ({rem} remaining)");
-                return NodePoolRejection::new(&self.name, Limits, detail);
-            }
+    /// The NodePool's limits are named first; then the cluster's, as `cluster limit cpu 2000 would be exceeded`.
+    pub fn limit_reason(&self, candidates: &[u32], cluster: Option<&ClusterBudget>) -> NodePoolRejection {
+        if let Some(r) = self.remaining.as_ref()
+            && let Some(name) = self.exceeded(candidates, r)
+        {
+            let (limit, rem) = (self.limits.get_or_zero(name), r.get_or_zero(name));
+            let detail = format!("limit {name} {limit} would be exceeded ({rem} remaining)");
+            return NodePoolRejection::new(&self.name, Limits, detail);
         }
-        every()
+        if let Some(c) = cluster
+            && let Some(name) = self.exceeded(candidates, &c.remaining)
+        {
+            let (limit, rem) = (plain(&c.limits.get_or_zero(name)), plain(&c.remaining.get_or_zero(name)));
+            let detail = format!("cluster limit {name} {limit} would be exceeded ({rem} remaining)");
+            return NodePoolRejection::new(&self.name, Limits, detail);
+        }
+        NodePoolRejection::new(&self.name, Limits, "every instance type that fits would exceed the remaining limits")
     }
+
+    /// The first resource of `remaining` (not `nodes`) that every candidate's capacity exceeds.
+    fn exceeded<'r>(&self, candidates: &[u32], remaining: &'r ResourceList) -> Option<&'r str> {
+        if candidates.is_empty() {
+            return None;
+        }
+        remaining.iter().find_map(|(name, rem)| {
+            let all_exceed = name != karpenter_api::nodepool::NODES_LIMIT
+                && candidates
+                    .iter()
+                    .filter_map(|&i| self.its.get(i as usize))
+                    .all(|it| it.capacity().get(name).is_some_and(|c| c > rem));
+            all_exceed.then_some(name)
+        })
+    }
+}
+
+fn no_node_left(remaining: &ResourceList) -> bool {
+    remaining.get(karpenter_api::nodepool::NODES_LIMIT).is_some_and(|n| n.as_nanos() < 1_000_000_000)
+}
+
+/// A quantity as an operator writes a limit: whole decimal numbers without a suffix (`2000`, not `2k`), the
+/// rest in canonical form (`8Ti`, `500m`).
+fn plain(q: &Quantity) -> String {
+    let whole = q.as_nanos() % 1_000_000_000 == 0 && q.format() == karpenter_requirements::Format::DecimalSI;
+    match q.value() {
+        Some(v) if whole => v.to_string(),
+        _ => q.to_string(),
+    }
+}
+
+/// Cluster-wide limits (`CLUSTER_LIMITS`): one budget every NodePool's new claims draw on, counted like a
+/// NodePool's limits but over the nodes and NodeClaims of every NodePool.
+#[derive(Debug, Clone)]
+pub(crate) struct ClusterBudget {
+    /// The limits.
+    pub limits: ResourceList,
+    /// `limits − usage`, less what the pass's new claims take.
+    pub remaining: ResourceList,
+}
+
+impl ClusterBudget {
+    /// The budget left by the snapshot, `None` without limits.
+    pub fn new(limits: &ResourceList, snapshot: &ClusterSnapshot) -> Option<ClusterBudget> {
+        if limits.is_empty() {
+            return None;
+        }
+        let used = cluster_usage(snapshot);
+        let mut sub = ResourceList::new();
+        for (k, _) in limits.iter() {
+            sub.insert(k, used.get_or_zero(k));
+        }
+        Some(ClusterBudget { limits: limits.clone(), remaining: limits.sub(&sub) })
+    }
+
+    /// Takes a new claim's usage ([`Template::claim_usage`] over the limits' names).
+    pub fn consume(&mut self, usage: &ResourceList) {
+        self.remaining = self.remaining.sub(usage);
+    }
+}
+
+/// What counts against cluster-wide limits: the capacity of every node of a NodePool (including nodes being
+/// deleted, whose capacity is still paid for) and of every in-flight NodeClaim, with `nodes` counting one each.
+/// Nodes no NodePool owns are not Karpenter's and count nothing.
+pub fn cluster_usage(snapshot: &ClusterSnapshot) -> ResourceList {
+    let mut used = ResourceList::new();
+    let mut count = 0i64;
+    for n in snapshot.nodes.iter().filter(|n| n.node_pool.is_some()) {
+        used = used.add(&n.capacity);
+        count += 1;
+    }
+    for c in snapshot.in_flight_claims() {
+        used = used.add(&c.capacity);
+        count += 1;
+    }
+    used.insert(
+        karpenter_api::nodepool::NODES_LIMIT,
+        Quantity::from_int(count, karpenter_requirements::Format::DecimalSI),
+    );
+    used
 }
 
 fn within(capacity: &ResourceList, remaining: &ResourceList) -> bool {
