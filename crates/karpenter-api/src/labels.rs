@@ -202,7 +202,10 @@ pub mod disruption_topology {
         #[test]
         fn label_keys_parse_and_anything_else_is_an_error() {
             assert_eq!(parse(&BTreeMap::new()), Ok(None));
-            assert_eq!(parse(&annotated("topology.kubernetes.io/zone")), Ok(Some("topology.kubernetes.io/zone".into())));
+            assert_eq!(
+                parse(&annotated("topology.kubernetes.io/zone")),
+                Ok(Some("topology.kubernetes.io/zone".into()))
+            );
             assert_eq!(parse(&annotated("rack")), Ok(Some("rack".into())), "a key without prefix");
             assert_eq!(
                 parse(&annotated("failure-domain.beta.kubernetes.io/zone")),

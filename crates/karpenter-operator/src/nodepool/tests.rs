@@ -844,7 +844,11 @@ async fn disruption_topology_key_is_reported_as_a_condition_and_event() {
     let c = cond_of(&p, CONDITION).expect("condition");
     assert_eq!((c.status, c.reason.as_str()), (ConditionStatus::False, INVALID_REASON));
     assert!(c.message.contains(ANNOTATION) && c.message.contains("\"Zone Name\""), "{}", c.message);
-    assert_eq!(status_reason(&p, cond::VALIDATION_SUCCEEDED).unwrap().0, ConditionStatus::True, "not a validation failure");
+    assert_eq!(
+        status_reason(&p, cond::VALIDATION_SUCCEEDED).unwrap().0,
+        ConditionStatus::True,
+        "not a validation failure"
+    );
     let events: Vec<CoreEvent> = Api::<CoreEvent>::all(f.client.clone())
         .list(&ListParams::default())
         .await

@@ -86,7 +86,15 @@ impl Validation {
             Err(e) => {
                 let message = format!("{e}; voluntary disruption of the NodePool is held until it is fixed");
                 let (c, f) = (disruption_topology::CONDITION, ConditionStatus::False);
-                set_pool_condition(&mut conditions, c, f, disruption_topology::INVALID_REASON, &message, now, generation);
+                set_pool_condition(
+                    &mut conditions,
+                    c,
+                    f,
+                    disruption_topology::INVALID_REASON,
+                    &message,
+                    now,
+                    generation,
+                );
                 Some(message)
             }
         };
@@ -95,7 +103,8 @@ impl Validation {
         }
         if let Some(message) = invalid_topology_key {
             tracing::warn!(controller = CONTROLLER, NodePool = %name, error = %message, "invalid disruption topology key");
-            let event = Event::warning(pool, disruption_topology::INVALID_REASON, format!("NodePool {name}: {message}"));
+            let event =
+                Event::warning(pool, disruption_topology::INVALID_REASON, format!("NodePool {name}: {message}"));
             if let Err(e) = self.ctx.recorder.publish(event).await {
                 tracing::warn!(controller = CONTROLLER, NodePool = %name, error = %e, "publishing an event failed");
             }
