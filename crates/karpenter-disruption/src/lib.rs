@@ -35,6 +35,9 @@
 //! * Node readiness is not in the snapshot: the caller lists not-Ready nodes in
 //!   [`DisruptionOptions::not_ready_nodes`] (they consume budgets as upstream).
 //! * CapacityBuffer virtual pods and reserved-offering fallback are not modelled.
+//! * Beyond upstream: a NodePool annotated `karpenter-rs.io/disruption-topology-key` is disrupted one domain of
+//!   that node label at a time (the `topology` module; [`Reason::TopologyDomainWaiting`],
+//!   [`Reason::TopologyKeyInvalid`]).
 
 pub mod budget;
 pub mod candidate;
