@@ -775,3 +775,37 @@ fn a_zonal_pool_is_emptied_zone_by_zone() {
         "without the annotation, one command across zones"
     );
 }
+
+/// The disruption scenario of a zonal pool whose test-zone-a node is being disrupted (tainted
+/// `karpenter.sh/disrupted`, which nothing in simulated time finishes): over simulated time the zone-a drifted
+/// node and the unannotated pool's node are replaced, while the other zone's and the unlabelled node's verdicts
+/// name the zone they wait for.
+#[test]
+fn a_zonal_pool_waits_for_the_zone_being_disrupted_and_the_verdicts_say_so() {
+    let input = workspace_root()
+        .join("crates/karpenter-disruption/tests/scenarios/topology-drift-waits-for-zone/input.yaml")
+        .display()
+        .to_string();
+    let doc = simulate_json(&[&input, "--for", "5m"]);
+    let removed: Vec<String> = events_of(&doc, "Disruption")
+        .iter()
+        .flat_map(|e| e["nodesRemoved"].as_array().cloned().unwrap_or_default())
+        .filter_map(|n| n.as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(removed, ["a1", "p1"], "{:#}", doc["events"]);
+    for node in ["b1", "x1"] {
+        let verdict = doc["verdicts"]
+            .as_array()
+            .expect("verdicts")
+            .iter()
+            .find(|v| v["node"] == node)
+            .unwrap_or_else(|| panic!("{node}'s verdict: {:#}", doc["verdicts"]));
+        assert_eq!(verdict["reason"]["code"], "TopologyDomainWaiting", "{verdict:#}");
+        assert_eq!(verdict["reason"]["domain"], "test-zone-a", "{verdict:#}");
+        let message = verdict["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with("waiting: topology.kubernetes.io/zone=test-zone-a is being disrupted"),
+            "{message}"
+        );
+    }
+}
