@@ -29,6 +29,7 @@ use k8s_openapi::api::flowcontrol::v1::{FlowSchema, PriorityLevelConfiguration};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use karpenter_api::condition::ConditionStatus;
 use karpenter_api::{KWOKNodeClass, NodeClaim, NodePool};
 use karpenter_cloudprovider::{
     Clock, CloudProvider, InterruptionAction, InterruptionError, InterruptionEvent, InterruptionKind,
@@ -76,6 +77,7 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("apf-throttling", |e| Box::pin(apf_throttling(e))),
     ("write-conflicts", |e| Box::pin(write_conflicts(e))),
     ("cluster-limits", |e| Box::pin(cluster_limits(e))),
+    ("disruption-topology", |e| Box::pin(disruption_topology(e))),
 ];
 
 /// ERROR lines a fault the controller should ride out quietly (an apiserver restart, a partition, throttling, write
@@ -1007,6 +1009,104 @@ async fn autoscaler_annotations(env: &Env) {
     })
     .await;
     env.running("keep-ca", 1, Duration::from_secs(60)).await;
+}
+
+/// A NodePool annotated `karpenter-rs.io/disruption-topology-key: topology.kubernetes.io/zone` with a budget of
+/// 100% and two drifted nodes in each of two kwok zones: the second zone's first NodeClaim is marked for deletion
+/// only after every NodeClaim of the first zone is gone (observed by polling: each claim's first sighting with a
+/// deletion timestamp and its first absence).
+async fn disruption_topology(env: &Env) {
+    const KEY: &str = "karpenter-rs.io/disruption-topology-key";
+    const ZONE: &str = "topology.kubernetes.io/zone";
+    env.pool("default", json!({"disruption": {"budgets": [{"nodes": "100%"}]}})).await;
+    let annotate = json!({"metadata": {"annotations": {KEY: ZONE}}});
+    env.pools().patch("default", &PatchParams::default(), &Patch::Merge(&annotate)).await.expect("annotate pool");
+    // Two pods per zone, one per 2-CPU node.
+    for (app, zone) in [("web-a", "test-zone-a"), ("web-b", "test-zone-b")] {
+        let d = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": app, "namespace": NS},
+            "spec": {
+                "replicas": 2,
+                "selector": {"matchLabels": {"app": app}},
+                "template": {
+                    "metadata": {"labels": {"app": app}},
+                    "spec": {
+                        "terminationGracePeriodSeconds": 0,
+                        "nodeSelector": {ZONE: zone},
+                        "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
+                            "resources": {"requests": {"cpu": "1500m", "memory": "128Mi"}}}],
+                    },
+                },
+            },
+        });
+        let d: Deployment = serde_json::from_value(d).expect("deployment json");
+        env.deployments().create(&PostParams::default(), &d).await.expect("create deployment");
+    }
+    env.running("web-a", 2, Duration::from_secs(60)).await;
+    env.running("web-b", 2, Duration::from_secs(60)).await;
+    env.eventually("DisruptionTopologyKeyValid=True", Duration::from_secs(30), || async {
+        let pool = env.pools().get("default").await.ok()?;
+        pool.conditions()
+            .iter()
+            .any(|c| c.type_ == "DisruptionTopologyKeyValid" && c.status == ConditionStatus::True)
+            .then_some(())
+    })
+    .await;
+    let zones: BTreeMap<String, String> = env
+        .list_claims()
+        .await
+        .iter()
+        .map(|c| (c.name_any(), c.labels().get(ZONE).cloned().unwrap_or_default()))
+        .collect();
+    let per_zone = |z: &str| zones.values().filter(|v| *v == z).count();
+    assert_eq!((per_zone("test-zone-a"), per_zone("test-zone-b")), (2, 2), "{zones:?}");
+
+    let patch = json!({"spec": {"template": {"metadata": {"labels": {"team": "blue"}}}}});
+    env.pools().patch("default", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch pool");
+    // When (seconds since the drift) each original claim was first seen deleting, and first seen gone.
+    let clock = Stopwatch::start();
+    let mut marked: BTreeMap<String, f64> = BTreeMap::new();
+    let mut gone: BTreeMap<String, f64> = BTreeMap::new();
+    while gone.len() < zones.len() {
+        assert!(
+            clock.elapsed() < Duration::from_secs(240),
+            "drift did not finish: {marked:?} {gone:?}\n{}",
+            env.describe().await
+        );
+        let t = clock.elapsed().as_secs_f64();
+        let claims = env.list_claims().await;
+        for name in zones.keys() {
+            match claims.iter().find(|c| &c.name_any() == name) {
+                Some(c) if c.metadata.deletion_timestamp.is_some() => {
+                    marked.entry(name.clone()).or_insert(t);
+                }
+                Some(_) => {}
+                None => {
+                    marked.entry(name.clone()).or_insert(t);
+                    gone.entry(name.clone()).or_insert(t);
+                }
+            }
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    let (first, _) = marked.iter().min_by(|a, b| a.1.total_cmp(b.1)).expect("a claim was marked");
+    let first_zone = zones[first].clone();
+    let last_gone_in_first =
+        zones.iter().filter(|(_, z)| **z == first_zone).map(|(n, _)| gone[n]).fold(f64::MIN, f64::max);
+    let first_marked_in_second =
+        zones.iter().filter(|(_, z)| **z != first_zone).map(|(n, _)| marked[n]).fold(f64::MAX, f64::min);
+    eprintln!(
+        "real plane: disruption-topology: {first_zone} first; its last claim gone at {last_gone_in_first:.1}s, the \
+         other zone's first claim marked at {first_marked_in_second:.1}s; marked {marked:?}, gone {gone:?}"
+    );
+    assert!(
+        last_gone_in_first <= first_marked_in_second,
+        "the second zone started at {first_marked_in_second:.1}s, before the first zone's claims were gone \
+         ({last_gone_in_first:.1}s): marked {marked:?}, gone {gone:?}"
+    );
+    env.running("web-a", 2, Duration::from_secs(60)).await;
+    env.running("web-b", 2, Duration::from_secs(60)).await;
 }
 
 /// `expireAfter` deletes the claim once it is old enough; its pods get a new node.

@@ -748,3 +748,100 @@ fn cluster_limits_block_pods_with_the_limit_named() {
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("entry 1 (\"cpus=300\"): unknown resource \"cpus\""), "{stderr}");
 }
+
+/// A NodePool annotated `karpenter-rs.io/disruption-topology-key: topology.kubernetes.io/zone` with a 100% budget:
+/// when both zones' nodes empty at once, Emptiness removes them zone by zone (one command per zone, the second
+/// after the first's validation wait); without the annotation one command removes all four.
+#[test]
+fn a_zonal_pool_is_emptied_zone_by_zone() {
+    let deployment = |name: &str, zone: &str| {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}, namespace: default}}\n\
+             spec: {{replicas: 2, selector: {{matchLabels: {{app: {name}}}}}, template: {{metadata: {{labels: {{app: {name}}}}}, \
+             spec: {{nodeSelector: {{topology.kubernetes.io/zone: {zone}}}, affinity: {{podAntiAffinity: \
+             {{requiredDuringSchedulingIgnoredDuringExecution: [{{topologyKey: kubernetes.io/hostname, \
+             labelSelector: {{matchLabels: {{app: {name}}}}}}}]}}}}, \
+             containers: [{{name: c, image: pause, resources: {{requests: {{cpu: '1'}}}}}}]}}}}}}\n"
+        )
+    };
+    let workloads = format!("{}---\n{}", deployment("web-a", "test-zone-a"), deployment("web-b", "test-zone-b"));
+    let disruption = "  disruption: {consolidateAfter: 0s, budgets: [{nodes: '100%'}]}\n";
+    let keyed = POOL.replace(
+        "metadata: {name: default}",
+        "metadata: {name: default, annotations: {karpenter-rs.io/disruption-topology-key: topology.kubernetes.io/zone}}",
+    );
+    assert_ne!(keyed, POOL);
+    let tmp = TempDir::new("zone-by-zone");
+    let zonal = tmp.write("zonal.yaml", &format!("{keyed}{disruption}---\n{workloads}"));
+    let plain = tmp.write("plain.yaml", &format!("{POOL}{disruption}---\n{workloads}"));
+    let timeline = tmp.write(
+        "timeline.yaml",
+        "steps:
+  - at: 1m
+    scale: {deployment: web-a, replicas: 0}
+  - at: 1m
+    scale: {deployment: web-b, replicas: 0}
+  - advance: 5m
+",
+    );
+    let commands = |cluster: &str| -> Vec<(String, Vec<String>)> {
+        let doc = simulate_json(&[cluster, "--timeline", &timeline]);
+        events_of(&doc, "Disruption")
+            .iter()
+            .map(|e| {
+                let zones: std::collections::BTreeSet<String> = e["command"]["candidates"]
+                    .as_array()
+                    .expect("candidates")
+                    .iter()
+                    .map(|c| c["zone"].as_str().unwrap_or("?").to_owned())
+                    .collect();
+                (e["offset"].as_str().unwrap_or("?").to_owned(), zones.into_iter().collect())
+            })
+            .collect()
+    };
+    let zone = |z: &str| vec![z.to_owned()];
+    assert_eq!(
+        commands(&zonal),
+        [("1m15s".to_owned(), zone("test-zone-a")), ("1m30s".to_owned(), zone("test-zone-b"))],
+        "one zone per command, the second after the first"
+    );
+    assert_eq!(
+        commands(&plain),
+        [("1m15s".to_owned(), vec!["test-zone-a".to_owned(), "test-zone-b".to_owned()])],
+        "without the annotation, one command across zones"
+    );
+}
+
+/// The disruption scenario of a zonal pool whose test-zone-a node is being disrupted (tainted
+/// `karpenter.sh/disrupted`, which nothing in simulated time finishes): over simulated time the zone-a drifted
+/// node and the unannotated pool's node are replaced, while the other zone's and the unlabelled node's verdicts
+/// name the zone they wait for.
+#[test]
+fn a_zonal_pool_waits_for_the_zone_being_disrupted_and_the_verdicts_say_so() {
+    let input = workspace_root()
+        .join("crates/karpenter-disruption/tests/scenarios/topology-drift-waits-for-zone/input.yaml")
+        .display()
+        .to_string();
+    let doc = simulate_json(&[&input, "--for", "5m"]);
+    let removed: Vec<String> = events_of(&doc, "Disruption")
+        .iter()
+        .flat_map(|e| e["nodesRemoved"].as_array().cloned().unwrap_or_default())
+        .filter_map(|n| n.as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(removed, ["a1", "p1"], "{:#}", doc["events"]);
+    for node in ["b1", "x1"] {
+        let verdict = doc["verdicts"]
+            .as_array()
+            .expect("verdicts")
+            .iter()
+            .find(|v| v["node"] == node)
+            .unwrap_or_else(|| panic!("{node}'s verdict: {:#}", doc["verdicts"]));
+        assert_eq!(verdict["reason"]["code"], "TopologyDomainWaiting", "{verdict:#}");
+        assert_eq!(verdict["reason"]["domain"], "test-zone-a", "{verdict:#}");
+        let message = verdict["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with("waiting: topology.kubernetes.io/zone=test-zone-a is being disrupted"),
+            "{message}"
+        );
+    }
+}

@@ -144,6 +144,84 @@ pub mod autoscaler {
     }
 }
 
+/// Voluntary disruption one topology domain at a time (not upstream Karpenter): a NodePool annotated
+/// `karpenter-rs.io/disruption-topology-key: <label key>` has its nodes disrupted (drift, emptiness,
+/// consolidation) in one domain of that key at a time. The annotation is read here, once; karpenter-disruption
+/// decides with it and the NodePool validation controller reports a bad value.
+pub mod disruption_topology {
+    use std::collections::BTreeMap;
+
+    /// The NodePool annotation naming the node label whose values are the domains.
+    pub const ANNOTATION: &str = "karpenter-rs.io/disruption-topology-key";
+    /// The NodePool status condition reporting whether the annotation's value is a label key (present only while
+    /// the annotation is).
+    pub const CONDITION: &str = "DisruptionTopologyKeyValid";
+    /// Reason of the condition (and of the Warning event) when the value is no label key.
+    pub const INVALID_REASON: &str = "InvalidDisruptionTopologyKey";
+
+    /// The annotation's value is not a label key.
+    #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+    #[error("annotation {ANNOTATION}: {value:?} is not a valid label key ({problems})")]
+    pub struct InvalidKey {
+        /// The value as written.
+        pub value: String,
+        /// What is wrong with it.
+        pub problems: String,
+    }
+
+    /// The topology key of a NodePool with these annotations: `None` without the annotation, the key (a deprecated
+    /// alias such as `failure-domain.beta.kubernetes.io/zone` rewritten to its current name, the one nodes carry)
+    /// when its value is a label key, else why not. A key no node carries is no error: nodes without the label
+    /// form one domain of their own.
+    pub fn parse(annotations: &BTreeMap<String, String>) -> Result<Option<String>, InvalidKey> {
+        let Some(value) = annotations.get(ANNOTATION) else { return Ok(None) };
+        let problems = crate::validation::qualified_name_errors(value);
+        if problems.is_empty() {
+            Ok(Some(super::normalize_label_key(value).to_owned()))
+        } else {
+            Err(InvalidKey { value: value.clone(), problems: problems.join("; ") })
+        }
+    }
+
+    /// [`parse`] on a NodePool's annotations.
+    pub fn of(pool: &crate::NodePool) -> Result<Option<String>, InvalidKey> {
+        match &pool.metadata.annotations {
+            Some(a) => parse(a),
+            None => Ok(None),
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        fn annotated(value: &str) -> BTreeMap<String, String> {
+            BTreeMap::from([(ANNOTATION.to_owned(), value.to_owned())])
+        }
+
+        #[test]
+        fn label_keys_parse_and_anything_else_is_an_error() {
+            assert_eq!(parse(&BTreeMap::new()), Ok(None));
+            assert_eq!(
+                parse(&annotated("topology.kubernetes.io/zone")),
+                Ok(Some("topology.kubernetes.io/zone".into()))
+            );
+            assert_eq!(parse(&annotated("rack")), Ok(Some("rack".into())), "a key without prefix");
+            assert_eq!(
+                parse(&annotated("failure-domain.beta.kubernetes.io/zone")),
+                Ok(Some(super::super::ZONE.into())),
+                "the deprecated alias means the key nodes carry"
+            );
+            for bad in ["", "zone/", "/zone", "a/b/c", "Topology.Kubernetes.io/zone", "zone name", "-zone"] {
+                let e = parse(&annotated(bad)).expect_err(bad);
+                assert_eq!(e.value, bad);
+                let text = e.to_string();
+                assert!(text.contains(ANNOTATION) && text.contains("not a valid label key"), "{text}");
+            }
+        }
+    }
+}
+
 pub mod taints {
     /// Put on a node when a disruption command starts or termination begins.
     pub const DISRUPTED: &str = "karpenter.sh/disrupted";

@@ -227,11 +227,18 @@ pub enum Reason {
     ConsolidationUnchanged,
     /// Healthy and in use: no method applies.
     NothingToDo,
+    /// Its NodePool is disrupted one domain of `key` (annotation `karpenter-rs.io/disruption-topology-key`) at a
+    /// time, and another domain's nodes are being disrupted (`domain`: that domain's value, `None` for the nodes
+    /// without the label), or were chosen by this pass's command.
+    TopologyDomainWaiting { node_pool: String, key: String, domain: Option<String> },
+    /// Its NodePool's `karpenter-rs.io/disruption-topology-key` annotation is not a label key: voluntary
+    /// disruption of the pool is held until it is fixed.
+    TopologyKeyInvalid { node_pool: String, detail: String },
 }
 
 impl Reason {
     /// Every [`Reason::code`], in declaration order.
-    pub const CODES: [&'static str; 33] = [
+    pub const CODES: [&'static str; 35] = [
         "Disrupted",
         "Deferred",
         "NotManaged",
@@ -265,6 +272,8 @@ impl Reason {
         "PassTimeSpent",
         "ConsolidationUnchanged",
         "NothingToDo",
+        "TopologyDomainWaiting",
+        "TopologyKeyInvalid",
     ];
 
     /// The stable code of this reason: the variant's name, as the `code` tag of its JSON form. Metrics label
@@ -304,6 +313,8 @@ impl Reason {
             Reason::PassTimeSpent { .. } => "PassTimeSpent",
             Reason::ConsolidationUnchanged => "ConsolidationUnchanged",
             Reason::NothingToDo => "NothingToDo",
+            Reason::TopologyDomainWaiting { .. } => "TopologyDomainWaiting",
+            Reason::TopologyKeyInvalid { .. } => "TopologyKeyInvalid",
         }
     }
 
@@ -319,7 +330,9 @@ impl Reason {
             | Reason::PdbBlocked { .. }
             | Reason::MultiplePdbs { .. }
             | Reason::BudgetExhausted { .. }
-            | Reason::StaticDriftWaiting { .. } => Outcome::Blocked,
+            | Reason::StaticDriftWaiting { .. }
+            | Reason::TopologyDomainWaiting { .. }
+            | Reason::TopologyKeyInvalid { .. } => Outcome::Blocked,
             _ => Outcome::Kept,
         }
     }
@@ -409,6 +422,19 @@ impl std::fmt::Display for Reason {
                 "not simulated: nothing changed since consolidation last found nothing to do (re-checked within 5 min)"
             ),
             Reason::NothingToDo => write!(f, "in use, not drifted, and no cheaper arrangement found"),
+            Reason::TopologyDomainWaiting { node_pool, key, domain: Some(d) } => write!(
+                f,
+                "waiting: {key}={d} is being disrupted (NodePool {node_pool} is disrupted one {key} at a time)"
+            ),
+            Reason::TopologyDomainWaiting { node_pool, key, domain: None } => write!(
+                f,
+                "waiting: nodes without {key} are being disrupted (NodePool {node_pool} is disrupted one {key} at a time)"
+            ),
+            Reason::TopologyKeyInvalid { node_pool, detail } => write!(
+                f,
+                "NodePool {node_pool} is not disrupted voluntarily until its {} annotation is fixed: {detail}",
+                karpenter_api::labels::disruption_topology::ANNOTATION
+            ),
         }
     }
 }
@@ -537,6 +563,8 @@ mod tests {
             Reason::PassTimeSpent { method: m },
             Reason::ConsolidationUnchanged,
             Reason::NothingToDo,
+            Reason::TopologyDomainWaiting { node_pool: s(), key: s(), domain: None },
+            Reason::TopologyKeyInvalid { node_pool: s(), detail: s() },
         ]
     }
 

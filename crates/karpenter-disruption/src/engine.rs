@@ -20,6 +20,7 @@ use crate::candidate::{
     pool_totals, sort_for_consolidation,
 };
 use crate::command::{Command, Decision, Method, Reason};
+use crate::topology::Topology;
 
 /// Upstream's cap on multi-node consolidation candidates.
 pub const MULTI_NODE_MAX_CANDIDATES: usize = 100;
@@ -36,6 +37,8 @@ pub(crate) struct Engine<'a> {
     pub cluster: Cluster<'a>,
     pub sim: Simulator<'a>,
     pub budgets: Budgets,
+    /// The pools' disruption-topology state at the start of the pass.
+    pub topology: Topology<'a>,
     totals: BTreeMap<String, PoolTotals>,
     pending: BTreeSet<String>,
     /// Managed nodes still inside their consolidateAfter window: consolidation simulations do not pack pods
@@ -73,6 +76,7 @@ impl<'a> Engine<'a> {
             cluster.now,
             &cluster.options.not_ready_nodes,
         );
+        let topology = Topology::new(&cluster);
         let totals = pool_totals(&cluster);
         let pending = sim.pending_keys();
         let mut window = BTreeSet::new();
@@ -95,7 +99,7 @@ impl<'a> Engine<'a> {
             .iter()
             .map(|(name, p)| (*name, p.instance_types.iter().map(|it| (it.name.as_str(), it)).collect()))
             .collect();
-        Engine { cluster, sim, budgets, totals, pending, window, catalogue, pending_claims: OnceCell::new() }
+        Engine { cluster, sim, budgets, topology, totals, pending, window, catalogue, pending_claims: OnceCell::new() }
     }
 
     /// How many new NodeClaims the pending pods need on their own (counted up to 2), with the nodes consolidation
@@ -378,9 +382,12 @@ impl<'a> Engine<'a> {
     /// each attempt, and the best command found so far stands when it says no.
     pub fn multi(&self, eligible: &[&Candidate<'a>], max: usize, may_simulate: impl Fn() -> bool) -> Option<Command> {
         let mut remaining = Remaining::new(&self.budgets, Method::MultiNodeConsolidation.reason());
+        // The best-ranked candidate of a keyed pool chooses its domain; the pool's others must share it.
+        let mut topology = self.topology.clone();
         let mut list: Vec<&Candidate<'a>> = Vec::new();
         for c in eligible {
-            if remaining.take(c.pool_name) {
+            if topology.block(c).is_none() && remaining.take(c.pool_name) {
+                topology.take(c);
                 list.push(c);
             }
             if list.len() >= max {

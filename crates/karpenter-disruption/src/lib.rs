@@ -35,6 +35,9 @@
 //! * Node readiness is not in the snapshot: the caller lists not-Ready nodes in
 //!   [`DisruptionOptions::not_ready_nodes`] (they consume budgets as upstream).
 //! * CapacityBuffer virtual pods and reserved-offering fallback are not modelled.
+//! * Beyond upstream: a NodePool annotated `karpenter-rs.io/disruption-topology-key` is disrupted one domain of
+//!   that node label at a time (the `topology` module; [`Reason::TopologyDomainWaiting`],
+//!   [`Reason::TopologyKeyInvalid`]).
 
 pub mod budget;
 pub mod candidate;
@@ -42,6 +45,7 @@ pub mod command;
 mod engine;
 pub mod expiration;
 pub mod pods;
+mod topology;
 pub mod validation;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -184,7 +188,9 @@ pub fn evaluate(
     let mut verdicts: BTreeMap<String, Reason> = BTreeMap::new();
     let mut cands: Vec<Candidate<'_>> = Vec::new();
     for n in &snapshot.nodes {
-        match candidate(&engine.cluster, n) {
+        // A candidate of a pool disrupted one topology domain at a time waits, unsimulated, while another
+        // domain of its pool is being disrupted.
+        match candidate(&engine.cluster, n).and_then(|c| engine.topology.block(&c).map_or(Ok(c), Err)) {
             Ok(c) => cands.push(c),
             Err(r) => {
                 verdicts.insert(n.name.clone(), r);
@@ -242,7 +248,8 @@ fn emptiness<'a>(
     }
     let mut sorted: Vec<Candidate<'_>> = Engine::sorted(empties.iter().copied());
     let mut remaining = remaining;
-    sorted.retain(|c| remaining.take(c.pool_name));
+    let mut topology = engine.topology.clone();
+    sorted.retain(|c| topology.block(c).is_none() && remaining.take(c.pool_name) && topology.admit(c).is_ok());
     let refs: Vec<&Candidate<'_>> = sorted.iter().collect();
     (!refs.is_empty()).then(|| Engine::command(Method::Emptiness, &refs, Vec::new(), "empty"))
 }
@@ -281,6 +288,14 @@ fn consolidation<'a>(
         None
     };
     let mut first_single: Option<Command> = None;
+    // The domain multi-node consolidation's command took, else the first single-node command's, is the one its
+    // keyed pool's other candidates would have to share.
+    let mut topology = engine.topology.clone();
+    for r in multi.iter().flat_map(|m| &m.candidates) {
+        if let Some(c) = sorted.iter().find(|c| c.node.name == r.node) {
+            topology.take(c);
+        }
+    }
     let mut single_order = Engine::single_order(&sorted);
     if let Some(after) = options.resume_single_node_after.as_deref()
         && let Some(i) = single_order.iter().position(|c| c.node.name == after)
@@ -301,6 +316,10 @@ fn consolidation<'a>(
             record(&c.node.name, method, Err(Reason::ConsolidationUnchanged));
             continue;
         }
+        if let Some(r) = topology.block(c) {
+            record(&c.node.name, method, Err(r));
+            continue;
+        }
         if let Some(r) = engine.budget_block(c, method, &remaining) {
             record(&c.node.name, method, Err(r));
             continue;
@@ -315,6 +334,7 @@ fn consolidation<'a>(
             Ok(cmd) => {
                 record(&c.node.name, method, Ok(cmd.explanation.clone()));
                 if first_single.is_none() {
+                    topology.take(c);
                     first_single = Some(cmd);
                 }
             }
@@ -344,6 +364,12 @@ fn candidate_verdicts(
     for c in commands.iter().flat_map(|c| &c.candidates) {
         *taken.entry(c.node_pool.as_str()).or_default() += 1;
     }
+    // The domains this pass's commands take: a candidate a method would act on in another domain of a keyed
+    // pool waits for them.
+    let mut chosen = engine.topology.clone();
+    for c in cands.iter().filter(|c| in_command.contains_key(c.node.name.as_str())) {
+        chosen.take(c);
+    }
     let mut verdicts = BTreeMap::new();
     for c in cands {
         let name = c.node.name.clone();
@@ -354,6 +380,7 @@ fn candidate_verdicts(
         let list = results.remove(&c.node.name).unwrap_or_default();
         let acting = list.iter().find_map(|(m, r)| r.as_ref().ok().map(|d| (*m, d.clone())));
         let reason = match acting {
+            Some(_) if let Some(waiting) = chosen.block(c) => waiting,
             Some((m, detail)) => {
                 let allowed = engine.budgets.allowed(c.pool_name, m.reason());
                 let used = taken.get(c.pool_name).copied().unwrap_or(0);
@@ -417,7 +444,12 @@ pub fn multi_node_consolidation(
 ) -> Option<Command> {
     let cluster = Cluster::new(snapshot, pools, provider, now, options);
     let engine = Engine::new(cluster);
-    let cands: Vec<Candidate<'_>> = snapshot.nodes.iter().filter_map(|n| candidate(&engine.cluster, n).ok()).collect();
+    let cands: Vec<Candidate<'_>> = snapshot
+        .nodes
+        .iter()
+        .filter_map(|n| candidate(&engine.cluster, n).ok())
+        .filter(|c| engine.topology.block(c).is_none())
+        .collect();
     let eligible = cands.iter().filter(|c| !c.is_empty() && engine.consolidation_precheck(c).is_ok());
     let sorted = Engine::sorted(eligible);
     let refs: Vec<&Candidate<'_>> = sorted.iter().collect();
@@ -463,10 +495,15 @@ fn drift<'a>(
     // Stable partition: empty (no reschedulable pods) first.
     drifted.sort_by_key(|c| !c.reschedulable.is_empty());
     let remaining = Remaining::new(&engine.budgets, Method::Drift.reason());
+    let mut topology = engine.topology.clone();
     let mut command = None;
     for c in drifted {
         if let Some(r) = c.pod_block_for(false) {
             record(&c.node.name, Method::Drift, Err(r.clone()));
+            continue;
+        }
+        if let Some(r) = topology.block(c) {
+            record(&c.node.name, Method::Drift, Err(r));
             continue;
         }
         if let Some(r) = engine.budget_block(c, Method::Drift, &remaining) {
@@ -486,6 +523,7 @@ fn drift<'a>(
                 let cmd = Engine::command(Method::Drift, &[c], d.new_node_claims, "drifted");
                 record(&c.node.name, Method::Drift, Ok(cmd.explanation.clone()));
                 if command.is_none() {
+                    topology.take(c);
                     command = Some(cmd);
                 }
             }
@@ -507,6 +545,7 @@ fn static_drift<'a>(
         by_pool.entry(c.pool_name).or_default().push(c);
     }
     let snapshot = engine.cluster.snapshot;
+    let mut topology = engine.topology.clone();
     let mut out = Vec::new();
     for (pool_name, mut list) in by_pool {
         list.sort_by(|a, b| {
@@ -534,9 +573,14 @@ fn static_drift<'a>(
                 }
             }
         }
-        for (i, c) in list.iter().enumerate() {
-            if i < n {
-                let plan = match NodeClaimPlan::from_template(pool, format!("{pool_name}-replacement-{}", i + 1)) {
+        let mut taken = 0;
+        for c in list {
+            if taken < n {
+                if let Some(r) = topology.block(c) {
+                    record(&c.node.name, Method::StaticDrift, Err(r));
+                    continue;
+                }
+                let plan = match NodeClaimPlan::from_template(pool, format!("{pool_name}-replacement-{}", taken + 1)) {
                     Ok(plan) => plan,
                     Err(e) => {
                         // Validation rejects such a pool; nothing to replace with until it is fixed.
@@ -547,6 +591,8 @@ fn static_drift<'a>(
                 };
                 let cmd = Engine::command(Method::StaticDrift, &[c], vec![plan], "drifted (static pool)");
                 record(&c.node.name, Method::StaticDrift, Ok(cmd.explanation.clone()));
+                topology.take(c);
+                taken += 1;
                 out.push(cmd);
             } else if let Some(w) = &wait {
                 record(&c.node.name, Method::StaticDrift, Err(Reason::StaticDriftWaiting { detail: w.clone() }));

@@ -2,7 +2,8 @@
 //! against a later snapshot?
 //!
 //! Every candidate must still be a candidate for the command's method (not nominated, not blocked, still
-//! empty / drifted / consolidatable) and within budget; the pods must still schedule; a delete must still need
+//! empty / drifted / consolidatable), within budget and, in a pool disrupted one topology domain at a time, in no
+//! domain waiting for another; the pods must still schedule; a delete must still need
 //! no new node and a replace exactly one, whose options include every option of the command's replacement.
 //! Emptiness commands drop invalid candidates individually and only fail when none remain.
 
@@ -99,6 +100,11 @@ pub fn validate(
                 .find(|n| n.name == r.node)
                 .ok_or((FailureKind::Churn, format!("node {} is gone", r.node)))?;
             let c = candidate(&engine.cluster, node).map_err(|e| (FailureKind::Churn, format!("{}: {e}", r.node)))?;
+            // Another domain of a pool disrupted one topology domain at a time may have started meanwhile (a
+            // forceful expiry, say): the command waits like a spent budget.
+            if let Some(waiting) = engine.topology.block(&c) {
+                return Err((FailureKind::Budget, format!("{}: {waiting}", r.node)));
+            }
             let still = match command.method {
                 Method::Emptiness => {
                     if !c.is_empty() {

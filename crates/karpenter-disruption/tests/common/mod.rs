@@ -71,8 +71,8 @@ pub fn pools<'a>(snapshot: &'a ClusterSnapshot, catalogue: &'a [InstanceType]) -
 
 /// The invariants of a pass: no command disrupts a node blocked by a PDB, a do-not-disrupt pod or node (for
 /// graceful methods, or eventual ones without terminationGracePeriod), no pool exceeds its budget, every
-/// displaced pod has a place in the simulation (re-validated against the same snapshot), and every node has
-/// exactly one verdict.
+/// displaced pod has a place in the simulation (re-validated against the same snapshot), every node has
+/// exactly one verdict, and a pool disrupted one topology domain at a time is so ([`check_topology`]).
 pub fn check_pass(
     snapshot: &ClusterSnapshot,
     pools: &[PoolInput<'_>],
@@ -142,6 +142,7 @@ pub fn check_pass(
                 .map_err(|e| format!("command does not validate against its own snapshot: {e}\n{cmd:#?}"))?;
         }
     }
+    check_topology(snapshot, pass)?;
     for b in pass.budgets.iter() {
         let method_reasons: Vec<_> = pass.commands.iter().map(|c| c.reason).collect();
         if !method_reasons.contains(&b.reason) {
@@ -163,4 +164,37 @@ impl GracefulExt for karpenter_disruption::Command {
     fn method_is_graceful(&self) -> bool {
         self.method.is_graceful()
     }
+}
+
+/// In a NodePool annotated `karpenter-rs.io/disruption-topology-key`, the nodes being disrupted and the pass's
+/// command candidates lie in one domain of the key (nodes without the label being one domain); a pool whose
+/// annotation is no label key has no candidate in a command.
+pub fn check_topology(snapshot: &ClusterSnapshot, pass: &Pass) -> Result<(), String> {
+    use karpenter_api::labels::disruption_topology;
+    for pool in &snapshot.node_pools {
+        let name = pool.metadata.name.as_deref().unwrap_or_default();
+        let key = match disruption_topology::of(pool) {
+            Ok(Some(key)) => key,
+            Ok(None) => continue,
+            Err(e) => {
+                if pass.commands.iter().flat_map(|c| &c.candidates).any(|c| c.node_pool == name) {
+                    return Err(format!("pool {name} is disrupted despite its invalid annotation ({e})"));
+                }
+                continue;
+            }
+        };
+        let in_command: BTreeSet<&str> =
+            pass.commands.iter().flat_map(|c| &c.candidates).map(|c| c.node.as_str()).collect();
+        let domains: BTreeSet<Option<&str>> = snapshot
+            .nodes
+            .iter()
+            .filter(|n| n.node_pool.as_deref() == Some(name))
+            .filter(|n| n.marked_for_deletion || in_command.contains(n.name.as_str()))
+            .map(|n| n.labels.get(&key).map(String::as_str))
+            .collect();
+        if domains.len() > 1 && pass.commands.iter().any(|c| c.candidates.iter().any(|r| r.node_pool == name)) {
+            return Err(format!("pool {name} is disrupted in several {key} domains at once: {domains:?}"));
+        }
+    }
+    Ok(())
 }

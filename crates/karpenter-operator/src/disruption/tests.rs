@@ -914,3 +914,68 @@ async fn the_run_loops_delete_an_empty_node_and_stop_on_shutdown() {
     }
     tokio::time::timeout(Duration::from_secs(30), watchers).await.expect("watchers stop").unwrap();
 }
+
+/// A pool annotated `karpenter-rs.io/disruption-topology-key: topology.kubernetes.io/zone` with a 100% budget and
+/// drifted nodes in two zones: the first pass starts one zone's node; while it is in flight the other zone's node
+/// waits, with a DisruptionBlocked event naming the zone and the skipped-candidate metric's code.
+#[tokio::test]
+async fn a_zonal_pool_waits_for_the_zone_being_disrupted() {
+    use karpenter_api::labels::disruption_topology::ANNOTATION;
+    let e = env();
+    e.pool(NodePoolOptions {
+        metadata_annotations: [(ANNOTATION.to_owned(), labels::ZONE.to_owned())].into(),
+        budgets: vec![Budget { nodes: "100%".into(), ..Default::default() }],
+        ..pool_options()
+    })
+    .await;
+    for name in ["a", "b"] {
+        e.machine(name, "c-2x-amd64-linux").await;
+        e.bound_pod(
+            &format!("web-{name}"),
+            name,
+            PodOptions { requests: [("cpu", "500m")].into(), ..Default::default() },
+        )
+        .await;
+    }
+    // b is in test-zone-b.
+    let zone_b = json!({"metadata": {"labels": {labels::ZONE: "test-zone-b"}}});
+    e.nodes().patch("b", &PatchParams::default(), &Patch::Merge(&zone_b)).await.unwrap();
+    e.claims().patch("b-claim", &PatchParams::default(), &Patch::Merge(&zone_b)).await.unwrap();
+    let patch = json!({"spec": {"template": {"metadata": {"labels": {"team": "b"}}}}});
+    let pool = Api::<NodePool>::all(e.client.clone()).patch(POOL, &PatchParams::default(), &Patch::Merge(&patch)).await;
+    e.state.apply(pool.unwrap());
+    e.sync().await;
+    for claim in ["a-claim", "b-claim"] {
+        e.conditions.reconcile_once(claim).await.unwrap();
+    }
+    e.sync().await;
+
+    let report = e.disruption.step().await.unwrap();
+    let [started] = report.started.as_slice() else { panic!("one drift command: {report:?}") };
+    assert_eq!(started.node_names().collect::<Vec<_>>(), ["a"], "oldest first, ties by name");
+    e.sync().await;
+    let report = e.disruption.step().await.unwrap();
+    assert!(report.started.is_empty(), "{report:?}");
+    let pass = report.pass.expect("a pass");
+    let v = pass.verdict("b").expect("b's verdict");
+    assert_eq!(
+        v.reason,
+        Reason::TopologyDomainWaiting {
+            node_pool: POOL.into(),
+            key: labels::ZONE.into(),
+            domain: Some("test-zone-a".into())
+        }
+    );
+    assert_eq!(v.outcome, Outcome::Blocked);
+    let events = e.events(reasons::DISRUPTION_BLOCKED).await;
+    assert!(
+        events.iter().any(|(obj, m)| obj == "b" && m.contains("waiting: topology.kubernetes.io/zone=test-zone-a")),
+        "{events:?}"
+    );
+    // Counted in both passes: in the first, b's zone waited for the zone the pass's command took.
+    let rendered = e.metrics.render();
+    let sample = format!(
+        "karpenter_voluntary_disruption_candidates_skipped_total{{nodepool=\"{POOL}\",reason=\"TopologyDomainWaiting\"}} 2"
+    );
+    assert!(rendered.contains(&sample), "{rendered}");
+}

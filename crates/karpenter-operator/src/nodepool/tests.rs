@@ -831,3 +831,57 @@ async fn status_only_pool_changes_do_not_wake_the_pool_controllers() {
         .await;
     assert_eq!(passed, vec![(Some(1), Some(0)), (Some(2), Some(2)), (Some(2), Some(3)), (Some(2), Some(9))]);
 }
+
+/// The disruption-topology annotation: a label key sets `DisruptionTopologyKeyValid=True`, anything else `False`
+/// with a Warning event naming the pool and the annotation (Ready is untouched: provisioning goes on), and
+/// removing the annotation removes the condition.
+#[tokio::test]
+async fn disruption_topology_key_is_reported_as_a_condition_and_event() {
+    use k8s_openapi::api::core::v1::Event as CoreEvent;
+    use karpenter_api::labels::disruption_topology::{ANNOTATION, CONDITION, INVALID_REASON};
+    let f = fx();
+    let annotated = |v: &str| BTreeMap::from([(ANNOTATION.to_owned(), v.to_owned())]);
+    f.pool(NodePoolOptions {
+        name: Some("zonal".into()),
+        metadata_annotations: annotated("Zone Name"),
+        ..Default::default()
+    })
+    .await;
+    f.validation().reconcile("zonal").await.unwrap();
+    let p = f.get_pool("zonal").await;
+    let c = cond_of(&p, CONDITION).expect("condition");
+    assert_eq!((c.status, c.reason.as_str()), (ConditionStatus::False, INVALID_REASON));
+    assert!(c.message.contains(ANNOTATION) && c.message.contains("\"Zone Name\""), "{}", c.message);
+    assert_eq!(
+        status_reason(&p, cond::VALIDATION_SUCCEEDED).unwrap().0,
+        ConditionStatus::True,
+        "not a validation failure"
+    );
+    let events: Vec<CoreEvent> = Api::<CoreEvent>::all(f.client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(INVALID_REASON))
+        .collect();
+    assert_eq!(events.len(), 1, "{events:?}");
+    let e = &events[0];
+    assert_eq!(e.type_.as_deref(), Some("Warning"));
+    assert_eq!(e.involved_object.kind.as_deref(), Some("NodePool"));
+    assert_eq!(e.involved_object.name.as_deref(), Some("zonal"));
+    let message = e.message.as_deref().unwrap_or_default();
+    assert!(message.contains("NodePool zonal") && message.contains(ANNOTATION), "{message}");
+
+    let patch = json!({"metadata": {"annotations": {ANNOTATION: "topology.kubernetes.io/zone"}}});
+    f.pools().patch("zonal", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    f.validation().reconcile("zonal").await.unwrap();
+    let c = cond_of(&f.get_pool("zonal").await, CONDITION).cloned().expect("condition");
+    assert_eq!(c.status, ConditionStatus::True);
+    assert!(c.message.contains("topology.kubernetes.io/zone"), "{}", c.message);
+
+    let patch = json!({"metadata": {"annotations": {ANNOTATION: null}}});
+    f.pools().patch("zonal", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    f.validation().reconcile("zonal").await.unwrap();
+    assert!(cond_of(&f.get_pool("zonal").await, CONDITION).is_none(), "no annotation, no condition");
+}

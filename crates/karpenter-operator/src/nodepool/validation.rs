@@ -3,10 +3,16 @@
 //! restricted label domains, requirement values of well-known keys, taint uniqueness, budgets, …), then the root
 //! `Ready`. A failure is `ValidationSucceeded=False(NodePoolValidationFailed)` with every violation in the
 //! message, which keeps the pool out of provisioning.
+//!
+//! It also reports the pool's `karpenter-rs.io/disruption-topology-key` annotation (not upstream Karpenter):
+//! `DisruptionTopologyKeyValid` is `True` when its value is a label key, `False(InvalidDisruptionTopologyKey)`
+//! with a Warning event on the pool when it is not (karpenter-disruption then holds the pool's voluntary
+//! disruption), and absent without the annotation. It is no dependent of `Ready`: provisioning goes on.
 
 use std::sync::Arc;
 
-use karpenter_api::condition::ConditionStatus;
+use karpenter_api::condition::{ConditionStatus, remove_condition};
+use karpenter_api::labels::disruption_topology;
 use karpenter_api::nodeclaim::conditions as cond;
 use karpenter_api::{NodePool, Validate, ValidationContext};
 use kube::runtime::controller::Action;
@@ -15,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Watches, recompute_ready, run_pool_controller, set_pool_condition, write_pool_conditions};
 use crate::context::ControllerContext;
+use crate::events::Event;
 use crate::kube_util::{ReconcileError, Requeue};
 use crate::state::ClusterState;
 use crate::termination::to_action;
@@ -65,8 +72,42 @@ impl Validation {
         let mut conditions = pool.conditions().to_vec();
         set_pool_condition(&mut conditions, cond::VALIDATION_SUCCEEDED, status, reason, &message, now, generation);
         recompute_ready(&mut conditions, now, generation);
+        let invalid_topology_key = match disruption_topology::of(pool) {
+            Ok(None) => {
+                remove_condition(&mut conditions, disruption_topology::CONDITION);
+                None
+            }
+            Ok(Some(key)) => {
+                let message = format!("voluntary disruption proceeds one {key} domain at a time");
+                let (c, t) = (disruption_topology::CONDITION, ConditionStatus::True);
+                set_pool_condition(&mut conditions, c, t, c, &message, now, generation);
+                None
+            }
+            Err(e) => {
+                let message = format!("{e}; voluntary disruption of the NodePool is held until it is fixed");
+                let (c, f) = (disruption_topology::CONDITION, ConditionStatus::False);
+                set_pool_condition(
+                    &mut conditions,
+                    c,
+                    f,
+                    disruption_topology::INVALID_REASON,
+                    &message,
+                    now,
+                    generation,
+                );
+                Some(message)
+            }
+        };
         if write_pool_conditions(&api, pool, conditions).await?.is_some() && status == ConditionStatus::False {
             tracing::error!(controller = CONTROLLER, NodePool = %name, error = %message, "nodepool failed validation");
+        }
+        if let Some(message) = invalid_topology_key {
+            tracing::warn!(controller = CONTROLLER, NodePool = %name, error = %message, "invalid disruption topology key");
+            let event =
+                Event::warning(pool, disruption_topology::INVALID_REASON, format!("NodePool {name}: {message}"));
+            if let Err(e) = self.ctx.recorder.publish(event).await {
+                tracing::warn!(controller = CONTROLLER, NodePool = %name, error = %e, "publishing an event failed");
+            }
         }
         Ok(None)
     }
