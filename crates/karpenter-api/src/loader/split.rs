@@ -167,6 +167,15 @@ fn decode_batch(items: Vec<Item>, name: &str, json: bool, mut specs: Option<&mut
         } else if let Some(entry) =
             item.text.strip_prefix("items:\n").and_then(|t| block::parse_entry(t, item.line + 2))
         {
+            if let Some(pod) = direct::pod_from_node(&entry) {
+                let object = Object::Pod(Box::new(pod));
+                let object = match specs.as_deref_mut() {
+                    Some(specs) => compact(object, specs),
+                    None => object,
+                };
+                loaded.push(Loaded { origin, object });
+                continue;
+            }
             Document { value: entry.to_value(), source: Some(entry) }
         } else {
             let mut nodes = parse_yaml_nodes(&item.text, name).ok()?;
