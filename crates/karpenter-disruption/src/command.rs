@@ -227,11 +227,14 @@ pub enum Reason {
     ConsolidationUnchanged,
     /// Healthy and in use: no method applies.
     NothingToDo,
+    /// Removing it would leave its NodePool with fewer NodeClaims than its `karpenter-rs.io/min-nodes` floor
+    /// (`nodes`: the pool's NodeClaims that count toward it; see [`crate::floor`]).
+    AtMinNodes { node_pool: String, min_nodes: u32, nodes: u32 },
 }
 
 impl Reason {
     /// Every [`Reason::code`], in declaration order.
-    pub const CODES: [&'static str; 33] = [
+    pub const CODES: [&'static str; 34] = [
         "Disrupted",
         "Deferred",
         "NotManaged",
@@ -265,6 +268,7 @@ impl Reason {
         "PassTimeSpent",
         "ConsolidationUnchanged",
         "NothingToDo",
+        "AtMinNodes",
     ];
 
     /// The stable code of this reason: the variant's name, as the `code` tag of its JSON form. Metrics label
@@ -304,6 +308,7 @@ impl Reason {
             Reason::PassTimeSpent { .. } => "PassTimeSpent",
             Reason::ConsolidationUnchanged => "ConsolidationUnchanged",
             Reason::NothingToDo => "NothingToDo",
+            Reason::AtMinNodes { .. } => "AtMinNodes",
         }
     }
 
@@ -319,7 +324,8 @@ impl Reason {
             | Reason::PdbBlocked { .. }
             | Reason::MultiplePdbs { .. }
             | Reason::BudgetExhausted { .. }
-            | Reason::StaticDriftWaiting { .. } => Outcome::Blocked,
+            | Reason::StaticDriftWaiting { .. }
+            | Reason::AtMinNodes { .. } => Outcome::Blocked,
             _ => Outcome::Kept,
         }
     }
@@ -409,6 +415,11 @@ impl std::fmt::Display for Reason {
                 "not simulated: nothing changed since consolidation last found nothing to do (re-checked within 5 min)"
             ),
             Reason::NothingToDo => write!(f, "in use, not drifted, and no cheaper arrangement found"),
+            Reason::AtMinNodes { node_pool, min_nodes, nodes } => write!(
+                f,
+                "NodePool {node_pool} is at its floor: removing it would leave fewer than {min_nodes} NodeClaims ({} {min_nodes}; {nodes} count toward it now)",
+                karpenter_api::labels::min_nodes::ANNOTATION
+            ),
         }
     }
 }
@@ -537,6 +548,7 @@ mod tests {
             Reason::PassTimeSpent { method: m },
             Reason::ConsolidationUnchanged,
             Reason::NothingToDo,
+            Reason::AtMinNodes { node_pool: s(), min_nodes: 2, nodes: 2 },
         ]
     }
 
