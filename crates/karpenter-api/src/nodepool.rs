@@ -501,7 +501,8 @@ impl NodePool {
             );
             return MinNodes { floor: 0, annotated: true, problem: Some(problem) };
         }
-        let limit = self.spec.limits.get(NODES_LIMIT).and_then(|l| l.as_str().parse::<karpenter_requirements::Quantity>().ok());
+        let limit =
+            self.spec.limits.get(NODES_LIMIT).and_then(|l| l.as_str().parse::<karpenter_requirements::Quantity>().ok());
         if let Some(limit) = limit.and_then(|l| l.value()) {
             let limit = u32::try_from(limit.max(0)).unwrap_or(u32::MAX);
             if n > limit {
