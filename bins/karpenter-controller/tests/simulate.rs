@@ -712,3 +712,49 @@ fn autoscaler_annotations_keep_a_node_unless_turned_off() {
     let ignored = verdicts(&["--honor-autoscaler-annotations=false"]);
     assert!(!ignored.contains("safe-to-evict"), "{ignored}");
 }
+
+/// A NodePool annotated `karpenter-rs.io/min-nodes` and its unannotated twin, with no pods and `consolidateAfter:
+/// 0s`; `floor_value` is the annotation's value.
+fn floor_cluster(floor_value: &str) -> String {
+    let pool = |name: &str, annotations: &str| {
+        format!(
+            "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata:\n  name: {name}\n{annotations}spec:\n  template:\n    spec:\n      nodeClassRef: {{group: karpenter.kwok.sh, kind: KWOKNodeClass, name: default}}\n      requirements:\n        - {{key: karpenter.sh/capacity-type, operator: In, values: [\"on-demand\"]}}\n  disruption:\n    consolidateAfter: 0s\n"
+        )
+    };
+    let annotated = pool("floor", &format!("  annotations:\n    karpenter-rs.io/min-nodes: \"{floor_value}\"\n"));
+    format!("{annotated}---\n{}", pool("plain", ""))
+}
+
+/// The floor's nodes are in the plan without pods, the timeline launches them and keeps them (the verdicts say the
+/// pool is at its floor), and a value that is not an integer is a note naming the pool and the annotation.
+#[test]
+fn min_nodes_floors_launch_without_pods_and_keep_their_nodes() {
+    let dir = TempDir::new("min-nodes");
+    let input = dir.write("cluster.yaml", &floor_cluster("2"));
+    let plan = simulate_json(&[input.as_str()]);
+    let new: Vec<(&str, usize)> = plan["newNodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| (n["nodePool"].as_str().unwrap(), n["pods"].as_array().unwrap().len()))
+        .collect();
+    assert_eq!(new, [("floor", 0), ("floor", 0)], "{plan}");
+
+    let timeline = simulate_json(&[input.as_str(), "--for", "20m"]);
+    let verdicts = timeline["verdicts"].as_array().unwrap();
+    assert_eq!(verdicts.len(), 2, "both floor nodes are kept past consolidateAfter: {timeline}");
+    for v in verdicts {
+        assert_eq!(v["nodePool"], "floor");
+        assert_eq!(v["reason"]["code"], "AtMinNodes", "{v}");
+    }
+    assert!(timeline["events"].to_string().contains("karpenter-rs.io/min-nodes"), "{timeline}");
+
+    let bad = dir.write("bad.yaml", &floor_cluster("two"));
+    let plan = simulate_json(&[bad.as_str()]);
+    assert_eq!(plan["newNodes"].as_array().map(Vec::len), Some(0), "no floor for a bad value: {plan}");
+    let notes = plan["notes"].to_string();
+    assert!(
+        notes.contains(r#"NodePool floor: annotation karpenter-rs.io/min-nodes \"two\" is not a non-negative integer"#),
+        "{notes}"
+    );
+}

@@ -493,6 +493,42 @@ impl<'c> World<'c> {
         Ok(true)
     }
 
+    /// Launches the nodes that bring pools below their `karpenter-rs.io/min-nodes` floor back to it (the
+    /// controller's `nodepool.minnodes`); records a provisioning event when it launched any.
+    pub fn floor(&mut self) -> anyhow::Result<bool> {
+        let mut notes = Vec::new();
+        let plans = {
+            let pools = self.pool_inputs();
+            super::floor::plans(&self.snapshot, &pools, &self.provider, self.now, &[], &mut notes)
+        };
+        for n in notes {
+            if !self.notes.contains(&n) {
+                self.notes.push(n);
+            }
+        }
+        let mut launched = Vec::new();
+        for plan in &plans {
+            if let Some(l) = self.launch(plan)? {
+                launched.push(l);
+            }
+        }
+        if launched.is_empty() {
+            return Ok(false);
+        }
+        self.snapshot.sort();
+        let names: Vec<String> = launched.iter().map(describe_launch).collect();
+        let message = format!(
+            "{} launched for {} floors: {}",
+            plural(launched.len(), "node", "nodes"),
+            karpenter_api::labels::min_nodes::ANNOTATION,
+            names.join(", ")
+        );
+        let e = self.event(EventKind::Provisioning, message);
+        e.nodes_launched = launched;
+        self.close_event();
+        Ok(true)
+    }
+
     fn expire(&mut self) -> bool {
         let expired = expiration::expired(&self.snapshot, self.now);
         if expired.is_empty() {
@@ -595,8 +631,10 @@ impl<'c> World<'c> {
     /// Runs provisioning, expiration and disruption at `now` until nothing more happens.
     pub fn settle(&mut self) -> anyhow::Result<()> {
         for _ in 0..MAX_ROUNDS_PER_INSTANT {
+            // The floor first: an expired node of a pool at its floor is replaced before it goes.
+            let floored = self.floor()?;
             let expired = self.expire();
-            let provisioned = self.provision()?;
+            let provisioned = self.provision()? || floored;
             if let Some(w) = self.waiting.take_if(|w| w.due <= self.now) {
                 let pools = self.pool_inputs();
                 let mut valid = Vec::new();
