@@ -86,3 +86,23 @@ fn removals_that_shrink_a_pool_below_its_floor_are_refused_replacements_are_not(
     assert_eq!(floors.allows([("floor", claim("claim-n1"))], []), Ok(()), "one above the floor");
     assert!(floors.allows([("floor", claim("claim-n1")), ("floor", claim("claim-n2"))], []).is_err());
 }
+
+#[test]
+fn validation_drops_what_a_later_snapshot_s_floor_no_longer_allows() {
+    let catalogue = common::catalogue();
+    let provider = ProviderLabels::aws();
+    let options = karpenter_disruption::DisruptionOptions::default();
+    let snap = with_floor("2", None);
+    let pools = common::pools(&snap, &catalogue);
+    let pass = karpenter_disruption::evaluate(&snap, &pools, &provider, now(), &options);
+    let command = pass.commands.first().expect("an emptiness command");
+    let nodes = |c: &karpenter_disruption::Command| c.candidates.iter().map(|r| r.node.clone()).collect::<Vec<_>>();
+    assert_eq!(nodes(command), ["n1", "n4"], "one of pool floor's three, and pool plain's node");
+    // Meanwhile another of pool floor's claims started deleting: only pool plain's node may still go.
+    let mut later = snap.clone();
+    later.node_claims.iter_mut().find(|c| c.name == "claim-n2").unwrap().marked_for_deletion = true;
+    let pools = common::pools(&later, &catalogue);
+    let valid =
+        karpenter_disruption::validation::validate(command, &later, &pools, &provider, now(), &options).unwrap();
+    assert_eq!(nodes(&valid), ["n4"]);
+}
