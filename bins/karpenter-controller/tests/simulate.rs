@@ -758,3 +758,28 @@ fn min_nodes_floors_launch_without_pods_and_keep_their_nodes() {
         "{notes}"
     );
 }
+
+/// An expiring node of a pool at its floor is replaced at the instant it expires, the replacement launched first.
+#[test]
+fn min_nodes_floors_replace_expired_nodes_first() {
+    let dir = TempDir::new("min-nodes-expiry");
+    let cluster = floor_cluster("1").replacen("      requirements:", "      expireAfter: 10m\n      requirements:", 1);
+    let input = dir.write("cluster.yaml", &cluster);
+    let timeline = simulate_json(&[input.as_str(), "--for", "25m"]);
+    let events: Vec<(String, String)> = timeline["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["offset"].as_str().unwrap().to_owned(), e["type"].as_str().unwrap().to_owned()))
+        .collect();
+    let expected = [
+        ("0s", "Provisioning"),
+        ("10m", "Provisioning"),
+        ("10m", "Expiration"),
+        ("20m", "Provisioning"),
+        ("20m", "Expiration"),
+    ]
+    .map(|(a, b)| (a.to_owned(), b.to_owned()));
+    assert_eq!(events, expected, "{timeline}");
+    assert_eq!(timeline["nodes"].as_array().map(Vec::len), Some(1), "{timeline}");
+}

@@ -530,7 +530,14 @@ impl<'c> World<'c> {
     }
 
     fn expire(&mut self) -> bool {
-        let expired = expiration::expired(&self.snapshot, self.now);
+        // As the controller: an expired node of a pool short of its karpenter-rs.io/min-nodes floor waits for
+        // its replacement (the floor launches it first; only limits can keep it from doing so).
+        let floors = karpenter_disruption::floor::Floors::new(&self.snapshot, &self.pools, self.now);
+        let pool_of = |claim: &str| self.snapshot.node_claims.iter().find(|c| c.name == claim)?.node_pool.clone();
+        let mut expired = expiration::expired(&self.snapshot, self.now);
+        expired.retain(|e| {
+            pool_of(&e.node_claim).and_then(|p| floors.get(&p).copied()).is_none_or(|f| f.counted >= f.min_nodes)
+        });
         if expired.is_empty() {
             return false;
         }
