@@ -1750,6 +1750,15 @@ async fn min_nodes(env: &Env) {
         &[("nodepool", "floor"), ("reason", "AtMinNodes")],
     );
     assert!(skipped.is_some_and(|n| n >= 2.0), "AtMinNodes skips of pool floor: {skipped:?}");
+    // A claim deleted by hand no longer counts: the floor launches its replacement.
+    let gone = floor_claims.iter().next().expect("a claim").clone();
+    env.claims().delete(&gone, &DeleteParams::default()).await.expect("delete claim");
+    env.eventually("the deleted claim replaced", Duration::from_secs(60), || async {
+        let claims = of_pool(env.list_claims().await, "floor");
+        let live: Vec<&NodeClaim> = claims.iter().filter(|c| c.metadata.deletion_timestamp.is_none()).collect();
+        (live.len() == 2 && live.iter().all(|c| c.name_any() != gone)).then_some(())
+    })
+    .await;
 
     // A value that is not an integer: the condition and a Warning event name the pool and the annotation.
     env.pools().patch("floor", &PatchParams::default(), &Patch::Merge(&annotate("two"))).await.expect("annotate");
