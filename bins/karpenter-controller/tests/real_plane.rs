@@ -78,6 +78,7 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("write-conflicts", |e| Box::pin(write_conflicts(e))),
     ("cluster-limits", |e| Box::pin(cluster_limits(e))),
     ("disruption-topology", |e| Box::pin(disruption_topology(e))),
+    ("min-nodes", |e| Box::pin(min_nodes(e))),
 ];
 
 /// ERROR lines a fault the controller should ride out quietly (an apiserver restart, a partition, throttling, write
@@ -1878,4 +1879,90 @@ async fn cluster_limits(env: &Env) {
     .await;
     limited.stop().await;
     env.restore_main();
+}
+
+/// `karpenter-rs.io/min-nodes`: a pool annotated with a floor of 2 gets two NodeClaims with no pod and keeps them
+/// past `consolidateAfter: 0s` (the verdicts' `AtMinNodes` counted in the skip metric), while an unannotated pool's
+/// emptied node is consolidated; a value that is not an integer is the pool's `MinNodesValid=False` condition and
+/// a Warning event, and without a floor in force the empty nodes go.
+async fn min_nodes(env: &Env) {
+    const ANNOTATION: &str = karpenter_api::labels::min_nodes::ANNOTATION;
+    let consolidate = json!({"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "0s"});
+    // A taint keeps the Deployment's pod off the floor's nodes, so that pool plain gets a node of its own.
+    let taint = json!([{"key": "dedicated", "value": "floor", "effect": "NoSchedule"}]);
+    env.pool("floor", json!({"template": {"spec": {"taints": taint}}, "disruption": consolidate.clone()})).await;
+    let annotate = |value: &str| json!({"metadata": {"annotations": {ANNOTATION: value}}});
+    env.pools().patch("floor", &PatchParams::default(), &Patch::Merge(&annotate("2"))).await.expect("annotate");
+    let of_pool = |claims: Vec<NodeClaim>, pool: &str| -> Vec<NodeClaim> {
+        claims
+            .into_iter()
+            .filter(|c| c.labels().get("karpenter.sh/nodepool").map(String::as_str) == Some(pool))
+            .collect()
+    };
+    let floor_claims = env
+        .eventually("two NodeClaims of pool floor, initialized, with no pod", Duration::from_secs(60), || async {
+            let claims = of_pool(env.list_claims().await, "floor");
+            (claims.len() == 2 && claims.iter().all(|c| condition_true(c, "Initialized"))).then(|| claim_names(&claims))
+        })
+        .await;
+
+    env.pool("plain", json!({"disruption": consolidate})).await;
+    env.deployment("web", 1, "500m", json!({})).await;
+    env.running("web", 1, Duration::from_secs(60)).await;
+    assert_eq!(of_pool(env.list_claims().await, "plain").len(), 1, "the pod's node is pool plain's");
+    env.scale("web", 0).await;
+    env.eventually("pool plain's empty node consolidated", Duration::from_secs(90), || async {
+        of_pool(env.list_claims().await, "plain").is_empty().then_some(())
+    })
+    .await;
+    let kept = async || {
+        let claims = of_pool(env.list_claims().await, "floor");
+        claim_names(&claims) == floor_claims && claims.iter().all(|c| c.metadata.deletion_timestamp.is_none())
+    };
+    env.stays("pool floor keeps its two empty nodes", Duration::from_secs(6), kept).await;
+    let metrics = env.main_metrics().await;
+    let skipped = metric_sum(
+        &metrics,
+        "karpenter_voluntary_disruption_candidates_skipped_total",
+        &[("nodepool", "floor"), ("reason", "AtMinNodes")],
+    );
+    assert!(skipped.is_some_and(|n| n >= 2.0), "AtMinNodes skips of pool floor: {skipped:?}");
+    // A claim deleted by hand no longer counts: the floor launches its replacement.
+    let gone = floor_claims.iter().next().expect("a claim").clone();
+    env.claims().delete(&gone, &DeleteParams::default()).await.expect("delete claim");
+    env.eventually("the deleted claim replaced", Duration::from_secs(60), || async {
+        let claims = of_pool(env.list_claims().await, "floor");
+        let live: Vec<&NodeClaim> = claims.iter().filter(|c| c.metadata.deletion_timestamp.is_none()).collect();
+        (live.len() == 2 && live.iter().all(|c| c.name_any() != gone)).then_some(())
+    })
+    .await;
+
+    // A value that is not an integer: the condition and a Warning event name the pool and the annotation.
+    env.pools().patch("floor", &PatchParams::default(), &Patch::Merge(&annotate("two"))).await.expect("annotate");
+    let needle = format!("NodePool floor: annotation {ANNOTATION} \"two\" is not a non-negative integer");
+    env.eventually("MinNodesValid=False on pool floor", Duration::from_secs(30), || async {
+        let pool = env.pools().get("floor").await.ok()?;
+        let c = pool.status.as_ref()?.conditions.iter().find(|c| c.type_ == "MinNodesValid")?.clone();
+        (c.status == karpenter_api::ConditionStatus::False && c.message.contains(&needle)).then_some(())
+    })
+    .await;
+    env.eventually("a MinNodesInvalid Warning event on pool floor", Duration::from_secs(30), || async {
+        let events: Api<CoreEvent> = Api::all(env.client.clone());
+        let list = events.list(&ListParams::default()).await.ok()?;
+        list.items
+            .iter()
+            .any(|e| {
+                e.reason.as_deref() == Some("MinNodesInvalid")
+                    && e.type_.as_deref() == Some("Warning")
+                    && e.involved_object.name.as_deref() == Some("floor")
+                    && e.message.as_deref().is_some_and(|m| m.contains(&needle))
+            })
+            .then_some(())
+    })
+    .await;
+    // No floor in force: the empty nodes are consolidated like any others.
+    env.eventually("pool floor's empty nodes consolidated", Duration::from_secs(90), || async {
+        of_pool(env.list_claims().await, "floor").is_empty().then_some(())
+    })
+    .await;
 }

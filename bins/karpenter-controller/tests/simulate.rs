@@ -845,3 +845,74 @@ fn a_zonal_pool_waits_for_the_zone_being_disrupted_and_the_verdicts_say_so() {
         );
     }
 }
+
+/// A NodePool annotated `karpenter-rs.io/min-nodes` and its unannotated twin, with no pods and `consolidateAfter:
+/// 0s`; `floor_value` is the annotation's value.
+fn floor_cluster(floor_value: &str) -> String {
+    let pool = |name: &str, annotations: &str| {
+        format!(
+            "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata:\n  name: {name}\n{annotations}spec:\n  template:\n    spec:\n      nodeClassRef: {{group: karpenter.kwok.sh, kind: KWOKNodeClass, name: default}}\n      requirements:\n        - {{key: karpenter.sh/capacity-type, operator: In, values: [\"on-demand\"]}}\n  disruption:\n    consolidateAfter: 0s\n"
+        )
+    };
+    let annotated = pool("floor", &format!("  annotations:\n    karpenter-rs.io/min-nodes: \"{floor_value}\"\n"));
+    format!("{annotated}---\n{}", pool("plain", ""))
+}
+
+/// The floor's nodes are in the plan without pods, the timeline launches them and keeps them (the verdicts say the
+/// pool is at its floor), and a value that is not an integer is a note naming the pool and the annotation.
+#[test]
+fn min_nodes_floors_launch_without_pods_and_keep_their_nodes() {
+    let dir = TempDir::new("min-nodes");
+    let input = dir.write("cluster.yaml", &floor_cluster("2"));
+    let plan = simulate_json(&[input.as_str()]);
+    let new: Vec<(&str, usize)> = plan["newNodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| (n["nodePool"].as_str().unwrap(), n["pods"].as_array().unwrap().len()))
+        .collect();
+    assert_eq!(new, [("floor", 0), ("floor", 0)], "{plan}");
+
+    let timeline = simulate_json(&[input.as_str(), "--for", "20m"]);
+    let verdicts = timeline["verdicts"].as_array().unwrap();
+    assert_eq!(verdicts.len(), 2, "both floor nodes are kept past consolidateAfter: {timeline}");
+    for v in verdicts {
+        assert_eq!(v["nodePool"], "floor");
+        assert_eq!(v["reason"]["code"], "AtMinNodes", "{v}");
+    }
+    assert!(timeline["events"].to_string().contains("karpenter-rs.io/min-nodes"), "{timeline}");
+
+    let bad = dir.write("bad.yaml", &floor_cluster("two"));
+    let plan = simulate_json(&[bad.as_str()]);
+    assert_eq!(plan["newNodes"].as_array().map(Vec::len), Some(0), "no floor for a bad value: {plan}");
+    let notes = plan["notes"].to_string();
+    assert!(
+        notes.contains(r#"NodePool floor: annotation karpenter-rs.io/min-nodes \"two\" is not a non-negative integer"#),
+        "{notes}"
+    );
+}
+
+/// An expiring node of a pool at its floor is replaced at the instant it expires, the replacement launched first.
+#[test]
+fn min_nodes_floors_replace_expired_nodes_first() {
+    let dir = TempDir::new("min-nodes-expiry");
+    let cluster = floor_cluster("1").replacen("      requirements:", "      expireAfter: 10m\n      requirements:", 1);
+    let input = dir.write("cluster.yaml", &cluster);
+    let timeline = simulate_json(&[input.as_str(), "--for", "25m"]);
+    let events: Vec<(String, String)> = timeline["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["offset"].as_str().unwrap().to_owned(), e["type"].as_str().unwrap().to_owned()))
+        .collect();
+    let expected = [
+        ("0s", "Provisioning"),
+        ("10m", "Provisioning"),
+        ("10m", "Expiration"),
+        ("20m", "Provisioning"),
+        ("20m", "Expiration"),
+    ]
+    .map(|(a, b)| (a.to_owned(), b.to_owned()));
+    assert_eq!(events, expected, "{timeline}");
+    assert_eq!(timeline["nodes"].as_array().map(Vec::len), Some(1), "{timeline}");
+}

@@ -222,6 +222,62 @@ pub mod disruption_topology {
     }
 }
 
+/// A floor for a dynamic NodePool, as cluster-autoscaler's node-group minimum (not part of upstream Karpenter;
+/// not a CRD field, so nothing in the NodePool's drift hash changes): the pool keeps at least this many live
+/// NodeClaims, launched without pending pods, and voluntary disruption does not take it below them.
+pub mod min_nodes {
+    /// The NodePool annotation: a non-negative decimal integer.
+    pub const ANNOTATION: &str = "karpenter-rs.io/min-nodes";
+    /// The NodePool condition type that reports whether the annotation is usable.
+    pub const CONDITION: &str = "MinNodesValid";
+
+    /// Why a `karpenter-rs.io/min-nodes` value is not a floor.
+    #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+    pub enum MinNodesError {
+        /// Not a decimal integer (or too large for one).
+        #[error("annotation {ANNOTATION} {value:?} is not a non-negative integer")]
+        NotAnInteger { value: String },
+        /// Negative.
+        #[error("annotation {ANNOTATION} {value:?} is negative")]
+        Negative { value: String },
+    }
+
+    /// Parses the annotation's value: a decimal integer, surrounding blanks allowed, `0` meaning no floor.
+    pub fn parse(value: &str) -> Result<u32, MinNodesError> {
+        let t = value.trim();
+        if let Some(rest) = t.strip_prefix('-')
+            && !rest.is_empty()
+            && rest.bytes().all(|b| b.is_ascii_digit())
+        {
+            return Err(MinNodesError::Negative { value: value.to_owned() });
+        }
+        if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(MinNodesError::NotAnInteger { value: value.to_owned() });
+        }
+        t.parse().map_err(|_| MinNodesError::NotAnInteger { value: value.to_owned() })
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn integers_parse_and_anything_else_is_named() {
+            assert_eq!(parse("2"), Ok(2));
+            assert_eq!(parse(" 0 "), Ok(0));
+            assert_eq!(parse("4294967295"), Ok(u32::MAX));
+            for bad in ["", "two", "1.5", "+1", "2n", "4294967296", "-"] {
+                assert_eq!(parse(bad), Err(MinNodesError::NotAnInteger { value: bad.into() }), "{bad:?}");
+            }
+            assert_eq!(parse("-1"), Err(MinNodesError::Negative { value: "-1".into() }));
+            assert_eq!(
+                parse("two").unwrap_err().to_string(),
+                "annotation karpenter-rs.io/min-nodes \"two\" is not a non-negative integer"
+            );
+        }
+    }
+}
+
 pub mod taints {
     /// Put on a node when a disruption command starts or termination begins.
     pub const DISRUPTED: &str = "karpenter.sh/disrupted";

@@ -28,6 +28,18 @@ pub const MAX_BUDGETS: usize = 50;
 /// The only limit a static NodePool may set.
 pub const NODES_LIMIT: &str = "nodes";
 
+/// A NodePool's floor from its `karpenter-rs.io/min-nodes` annotation ([`NodePool::min_nodes`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MinNodes {
+    /// The live NodeClaims the pool keeps (0: no floor).
+    pub floor: u32,
+    /// The pool carries the annotation.
+    pub annotated: bool,
+    /// Why the annotation is not applied as written (the `MinNodesValid` condition's message), naming the pool
+    /// and the annotation.
+    pub problem: Option<String>,
+}
+
 /// NodePool spec.
 // kube-derive takes one `printcolumn(...)` per column; clippy reads the repeated `type_ = "string"` as duplicates.
 #[allow(clippy::duplicated_attributes)]
@@ -468,6 +480,42 @@ impl NodePool {
         self.conditions().is_true(conditions::READY)
     }
 
+    /// The floor its `karpenter-rs.io/min-nodes` annotation sets ([`MinNodes`]): none without the annotation, none
+    /// (with the problem) for a value that does not parse or on a static pool, and `limits.nodes` (with the
+    /// problem) for a value above that limit.
+    pub fn min_nodes(&self) -> MinNodes {
+        use crate::labels::min_nodes;
+        let name = self.metadata.name.as_deref().unwrap_or_default();
+        let Some(value) = self.metadata.annotations.as_ref().and_then(|a| a.get(min_nodes::ANNOTATION)) else {
+            return MinNodes::default();
+        };
+        let n = match min_nodes::parse(value) {
+            Ok(n) => n,
+            Err(e) => return MinNodes { floor: 0, annotated: true, problem: Some(format!("NodePool {name}: {e}")) },
+        };
+        if self.is_static() {
+            let problem = format!(
+                "NodePool {name}: annotation {} applies to dynamic NodePools only; this one is static \
+                 (spec.replicas), its floor is not applied",
+                min_nodes::ANNOTATION
+            );
+            return MinNodes { floor: 0, annotated: true, problem: Some(problem) };
+        }
+        let limit =
+            self.spec.limits.get(NODES_LIMIT).and_then(|l| l.as_str().parse::<karpenter_requirements::Quantity>().ok());
+        if let Some(limit) = limit.and_then(|l| l.value()) {
+            let limit = u32::try_from(limit.max(0)).unwrap_or(u32::MAX);
+            if n > limit {
+                let problem = format!(
+                    "NodePool {name}: annotation {} {n} is above limits.nodes {limit}; the floor is {limit}",
+                    min_nodes::ANNOTATION
+                );
+                return MinNodes { floor: limit, annotated: true, problem: Some(problem) };
+            }
+        }
+        MinNodes { floor: n, annotated: true, problem: None }
+    }
+
     /// Whether `claim` belongs to this pool (by the `karpenter.sh/nodepool` label).
     pub fn owns(&self, claim: &NodeClaim) -> bool {
         claim.node_pool_name().is_some() && claim.node_pool_name() == self.metadata.name.as_deref()
@@ -724,6 +772,41 @@ mod tests {
         assert_eq!(budget("3", None, None, None).allowed_disruptions(1), 3);
         assert_eq!(budget("101%", None, None, None).allowed_disruptions(7), 0);
         assert_eq!(budget("99999999999999999999999", None, None, None).allowed_disruptions(7), u32::MAX);
+    }
+
+    #[test]
+    fn min_nodes_floor_and_its_problems() {
+        let pool = |value: Option<&str>, replicas: Option<i64>, nodes_limit: Option<&str>| {
+            let mut p: NodePool = serde_json::from_value(serde_json::json!({
+                "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "web"},
+                "spec": {"template": {"spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass",
+                    "name": "default"}, "requirements": []}}}
+            }))
+            .expect("fixture parses");
+            if let Some(v) = value {
+                p.metadata.annotations = Some(BTreeMap::from([(labels::min_nodes::ANNOTATION.into(), v.into())]));
+            }
+            p.spec.replicas = replicas;
+            if let Some(l) = nodes_limit {
+                p.spec.limits.insert(NODES_LIMIT.into(), crate::nodeclaim::ResourceQuantity::new(l));
+            }
+            p.min_nodes()
+        };
+        assert_eq!(pool(None, None, None), MinNodes::default());
+        assert_eq!(pool(Some("2"), None, None), MinNodes { floor: 2, annotated: true, problem: None });
+        assert_eq!(pool(Some("2"), None, Some("2")), MinNodes { floor: 2, annotated: true, problem: None });
+        let bad = pool(Some("two"), None, None);
+        assert_eq!((bad.floor, bad.annotated), (0, true));
+        assert_eq!(
+            bad.problem.as_deref(),
+            Some("NodePool web: annotation karpenter-rs.io/min-nodes \"two\" is not a non-negative integer")
+        );
+        let over = pool(Some("5"), None, Some("3"));
+        assert_eq!(over.floor, 3, "a floor above limits.nodes is capped at the limit");
+        assert!(over.problem.as_deref().is_some_and(|p| p.contains("above limits.nodes 3")), "{over:?}");
+        let stat = pool(Some("1"), Some(2), None);
+        assert_eq!(stat.floor, 0, "no floor on a static pool");
+        assert!(stat.problem.as_deref().is_some_and(|p| p.contains("static")), "{stat:?}");
     }
 
     #[test]

@@ -234,11 +234,14 @@ pub enum Reason {
     /// Its NodePool's `karpenter-rs.io/disruption-topology-key` annotation is not a label key: voluntary
     /// disruption of the pool is held until it is fixed.
     TopologyKeyInvalid { node_pool: String, detail: String },
+    /// Removing it would leave its NodePool with fewer NodeClaims than its `karpenter-rs.io/min-nodes` floor
+    /// (`nodes`: the pool's NodeClaims that count toward it; see [`crate::floor`]).
+    AtMinNodes { node_pool: String, min_nodes: u32, nodes: u32 },
 }
 
 impl Reason {
     /// Every [`Reason::code`], in declaration order.
-    pub const CODES: [&'static str; 35] = [
+    pub const CODES: [&'static str; 36] = [
         "Disrupted",
         "Deferred",
         "NotManaged",
@@ -274,6 +277,7 @@ impl Reason {
         "NothingToDo",
         "TopologyDomainWaiting",
         "TopologyKeyInvalid",
+        "AtMinNodes",
     ];
 
     /// The stable code of this reason: the variant's name, as the `code` tag of its JSON form. Metrics label
@@ -315,6 +319,7 @@ impl Reason {
             Reason::NothingToDo => "NothingToDo",
             Reason::TopologyDomainWaiting { .. } => "TopologyDomainWaiting",
             Reason::TopologyKeyInvalid { .. } => "TopologyKeyInvalid",
+            Reason::AtMinNodes { .. } => "AtMinNodes",
         }
     }
 
@@ -332,7 +337,8 @@ impl Reason {
             | Reason::BudgetExhausted { .. }
             | Reason::StaticDriftWaiting { .. }
             | Reason::TopologyDomainWaiting { .. }
-            | Reason::TopologyKeyInvalid { .. } => Outcome::Blocked,
+            | Reason::TopologyKeyInvalid { .. }
+            | Reason::AtMinNodes { .. } => Outcome::Blocked,
             _ => Outcome::Kept,
         }
     }
@@ -434,6 +440,11 @@ impl std::fmt::Display for Reason {
                 f,
                 "NodePool {node_pool} is not disrupted voluntarily until its {} annotation is fixed: {detail}",
                 karpenter_api::labels::disruption_topology::ANNOTATION
+            ),
+            Reason::AtMinNodes { node_pool, min_nodes, nodes } => write!(
+                f,
+                "NodePool {node_pool} is at its floor: removing it would leave fewer than {min_nodes} NodeClaims ({} {min_nodes}; {nodes} count toward it now)",
+                karpenter_api::labels::min_nodes::ANNOTATION
             ),
         }
     }
@@ -565,6 +576,7 @@ mod tests {
             Reason::NothingToDo,
             Reason::TopologyDomainWaiting { node_pool: s(), key: s(), domain: None },
             Reason::TopologyKeyInvalid { node_pool: s(), detail: s() },
+            Reason::AtMinNodes { node_pool: s(), min_nodes: 2, nodes: 2 },
         ]
     }
 

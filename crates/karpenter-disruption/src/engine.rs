@@ -20,6 +20,7 @@ use crate::candidate::{
     pool_totals, sort_for_consolidation,
 };
 use crate::command::{Command, Decision, Method, Reason};
+use crate::floor::Floors;
 use crate::topology::Topology;
 
 /// Upstream's cap on multi-node consolidation candidates.
@@ -48,6 +49,8 @@ pub(crate) struct Engine<'a> {
     catalogue: BTreeMap<&'a str, BTreeMap<&'a str, &'a InstanceType>>,
     /// New NodeClaims the pending pods alone need under consolidation's view ([`Engine::pending_claims`]).
     pending_claims: OnceCell<usize>,
+    /// The pools' `karpenter-rs.io/min-nodes` floors.
+    pub floors: Floors,
 }
 
 impl std::fmt::Debug for Engine<'_> {
@@ -99,7 +102,19 @@ impl<'a> Engine<'a> {
             .iter()
             .map(|(name, p)| (*name, p.instance_types.iter().map(|it| (it.name.as_str(), it)).collect()))
             .collect();
-        Engine { cluster, sim, budgets, topology, totals, pending, window, catalogue, pending_claims: OnceCell::new() }
+        let floors = Floors::new(cluster.snapshot, cluster.pools.values().map(|p| p.node_pool), cluster.now);
+        Engine {
+            cluster,
+            sim,
+            budgets,
+            topology,
+            totals,
+            pending,
+            window,
+            catalogue,
+            pending_claims: OnceCell::new(),
+            floors,
+        }
     }
 
     /// How many new NodeClaims the pending pods need on their own (counted up to 2), with the nodes consolidation
@@ -206,19 +221,23 @@ impl<'a> Engine<'a> {
             return Err(Reason::PendingPodsNeedNodes { count });
         }
         let d = self.simulate(cands, true)?;
-        match d.new_node_claims.len() {
-            0 => {
-                let cmd = Self::command(method, cands, Vec::new(), "the pods fit on existing nodes");
-                Ok(Move { command: cmd })
-            }
+        let cmd = match d.new_node_claims.len() {
+            0 => Self::command(method, cands, Vec::new(), "the pods fit on existing nodes"),
             1 => {
                 let plan = d.new_node_claims.into_iter().next().ok_or(Reason::NothingToDo)?;
                 let plan = self.cheaper_replacement(cands, plan, method)?;
-                let cmd = Self::command(method, cands, vec![plan], "a cheaper node holds their pods");
-                Ok(Move { command: cmd })
+                Self::command(method, cands, vec![plan], "a cheaper node holds their pods")
             }
-            n => Err(Reason::NeedsMultipleNodes { count: n }),
-        }
+            n => return Err(Reason::NeedsMultipleNodes { count: n }),
+        };
+        self.floor_allows(cands, &cmd.replacements)?;
+        Ok(Move { command: cmd })
+    }
+
+    /// Whether removing `cands` and creating `replacements` keeps every pool's `karpenter-rs.io/min-nodes` floor.
+    pub fn floor_allows(&self, cands: &[&Candidate<'a>], replacements: &[NodeClaimPlan]) -> Result<(), Reason> {
+        self.floors
+            .allows(cands.iter().map(|c| (c.pool_name, c.claim)), replacements.iter().map(|r| r.node_pool.as_str()))
     }
 
     /// The consolidation price filter (spot-to-spot rules included) applied to the simulation's one new NodeClaim.

@@ -38,12 +38,15 @@
 //! * Beyond upstream: a NodePool annotated `karpenter-rs.io/disruption-topology-key` is disrupted one domain of
 //!   that node label at a time (the `topology` module; [`Reason::TopologyDomainWaiting`],
 //!   [`Reason::TopologyKeyInvalid`]).
+//! * Beyond upstream: a NodePool's `karpenter-rs.io/min-nodes` floor refuses commands that would shrink it below
+//!   the floor ([`floor`], [`Reason::AtMinNodes`]); [`floor::launches`] plans the NodeClaims that restore it.
 
 pub mod budget;
 pub mod candidate;
 pub mod command;
 mod engine;
 pub mod expiration;
+pub mod floor;
 pub mod pods;
 mod topology;
 pub mod validation;
@@ -237,15 +240,24 @@ fn emptiness<'a>(
 ) -> Option<Command> {
     let mut empties: Vec<&Candidate<'_>> = Vec::new();
     let remaining = Remaining::new(&engine.budgets, Method::Emptiness.reason());
-    for c in cands.iter().filter(|c| c.is_empty()) {
-        match emptiness_check(engine, c, &remaining) {
+    // In consolidation order, so that a pool's floor keeps the nodes a command would take last.
+    let ordered = Engine::sorted(cands.iter().filter(|c| c.is_empty()));
+    let mut taken: Vec<&Candidate<'_>> = Vec::new();
+    for c in &ordered {
+        let checked = emptiness_check(engine, c, &remaining).and_then(|()| {
+            let mut with = taken.clone();
+            with.push(c);
+            engine.floor_allows(&with, &[])
+        });
+        match checked {
             Ok(()) => {
                 record(&c.node.name, Method::Emptiness, Ok("empty".into()));
-                empties.push(c);
+                taken.push(c);
             }
             Err(r) => record(&c.node.name, Method::Emptiness, Err(r)),
         }
     }
+    empties.extend(taken);
     let mut sorted: Vec<Candidate<'_>> = Engine::sorted(empties.iter().copied());
     let mut remaining = remaining;
     let mut topology = engine.topology.clone();
@@ -518,7 +530,7 @@ fn drift<'a>(
             record(&c.node.name, Method::Drift, Err(Reason::PassTimeSpent { method: Method::Drift }));
             continue;
         }
-        match engine.simulate(&[c], false) {
+        match engine.simulate(&[c], false).and_then(|d| engine.floor_allows(&[c], &d.new_node_claims).map(|()| d)) {
             Ok(d) => {
                 let cmd = Engine::command(Method::Drift, &[c], d.new_node_claims, "drifted");
                 record(&c.node.name, Method::Drift, Ok(cmd.explanation.clone()));

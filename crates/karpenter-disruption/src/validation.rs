@@ -151,10 +151,21 @@ pub fn validate(
             }
         }
     }
-    if kept.is_empty() {
+    // The pools' karpenter-rs.io/min-nodes floors, against the later snapshot: an emptiness command keeps the
+    // candidates the floors still allow, any other command holds as a whole or fails.
+    let mut refs: Vec<&Candidate<'_>> = Vec::new();
+    for c in &kept {
+        refs.push(c);
+        if let Err(e) = engine.floor_allows(&refs, &command.replacements) {
+            if command.method != Method::Emptiness {
+                return Err(fail(FailureKind::Churn, format!("{}: {e}", c.node.name)));
+            }
+            refs.pop();
+        }
+    }
+    if refs.is_empty() {
         return Err(fail(FailureKind::Churn, "no candidate of the command is still valid"));
     }
-    let refs: Vec<&Candidate<'_>> = kept.iter().collect();
     match command.method {
         Method::Emptiness => Ok(Engine::command(Method::Emptiness, &refs, Vec::new(), "empty")),
         Method::StaticDrift => Ok(command.clone()),

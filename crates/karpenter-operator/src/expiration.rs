@@ -4,6 +4,11 @@
 //! `karpenter_nodeclaims_disrupted_total{reason="expired"}`, its `termination_mode` from the claim's
 //! terminationGracePeriod.
 //!
+//! One exception, not part of upstream Karpenter: an expired NodeClaim of a NodePool with a
+//! `karpenter-rs.io/min-nodes` floor waits while the pool has fewer NodeClaims counting toward the floor than the
+//! floor (expired, drifted and deleting ones do not count), so the floor controller's replacement is in flight
+//! before the expired one goes and the pool never drops below its floor without one ([`FLOOR_RETRY`]).
+//!
 //! The expiry time comes from [`karpenter_disruption::expiration`]. [`Expiration::reconcile`] handles one claim
 //! and returns when to look again (its expiry); [`Expiration::sweep`] handles all of them at once;
 //! [`Expiration::run`] is the kube-runtime loop (a NodeClaim watch, each claim requeued at its expiry).
@@ -11,7 +16,7 @@
 use std::sync::Arc;
 
 use futures::StreamExt;
-use karpenter_api::NodeClaim;
+use karpenter_api::{NodeClaim, NodePool};
 use karpenter_disruption::expiration::{expired, expires_at};
 use karpenter_scheduler::ClusterSnapshot;
 use kube::ResourceExt;
@@ -23,6 +28,9 @@ use crate::context::ControllerContext;
 use crate::kube_util::{ReconcileError, Requeue, delete_ignoring_missing, node_claim_info, record_disrupted};
 use crate::state::ClusterState;
 use crate::termination::{error_policy, to_action};
+
+/// How soon an expired NodeClaim held for its pool's floor is looked at again.
+pub const FLOOR_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The metric reason of an expiry.
 pub const REASON: &str = "expired";
@@ -45,6 +53,23 @@ impl Expiration {
 
     fn claims(&self) -> Api<NodeClaim> {
         Api::all(self.ctx.client.clone())
+    }
+
+    /// Why the expired `claim` must wait: its pool's floor is not covered by other NodeClaims yet.
+    fn held_by_floor(&self, claim: &NodeClaim) -> Option<String> {
+        let pool_name = claim.node_pool_name()?;
+        let pool = self.ctx.state.get::<NodePool>(pool_name)?;
+        let floor = pool.min_nodes().floor;
+        if floor == 0 {
+            return None;
+        }
+        let counted = crate::nodepool::min_nodes::counted(&self.ctx.state, pool_name, self.ctx.clock.now());
+        (counted < floor).then(|| {
+            format!(
+                "NodePool {pool_name} has {counted} NodeClaim(s) counting toward its floor ({} {floor}); waiting for the replacement",
+                karpenter_api::labels::min_nodes::ANNOTATION
+            )
+        })
     }
 
     async fn expire(&self, claim: &NodeClaim) -> Result<(), ReconcileError> {
@@ -70,6 +95,10 @@ impl Expiration {
         let Some(at) = expires_at(&node_claim_info(claim, None)) else { return Ok(None) };
         let now = self.ctx.clock.now();
         if now >= at {
+            if let Some(why) = self.held_by_floor(claim) {
+                tracing::info!(NodeClaim = %claim.name_any(), reason = REASON, "expired nodeclaim waits: {why}");
+                return Ok(Some(FLOOR_RETRY));
+            }
             self.expire(claim).await?;
             return Ok(None);
         }
@@ -86,6 +115,9 @@ impl Expiration {
         let mut done = Vec::new();
         for e in expired(&snapshot, self.ctx.clock.now()) {
             if let Some(claim) = claims.iter().find(|c| c.name_any() == e.node_claim) {
+                if self.held_by_floor(claim).is_some() {
+                    continue;
+                }
                 self.expire(claim).await?;
                 done.push(e.node_claim);
             }
@@ -177,5 +209,37 @@ mod tests {
         clock.step_secs(30 * 24 * 3600);
         assert_eq!(exp.sweep().await.unwrap(), ["long"]);
         assert!(claims.get_opt("forever").await.unwrap().is_some(), "Never expires");
+    }
+
+    #[tokio::test]
+    async fn an_expired_claim_of_a_pool_at_its_floor_waits_for_its_replacement() {
+        let clock = FakeClock::new(Utc.with_ymd_and_hms(2026, 3, 1, 12, 0, 0).unwrap());
+        let server = ApiServer::builder().clock(Arc::new(clock.clone())).build();
+        let client = server.client();
+        let ctx = ControllerContext::for_tests(
+            client.clone(),
+            Arc::new(karpenter_testing::kwok::fake()),
+            Arc::new(clock.clone()),
+        );
+        let exp = Expiration::new(&ctx);
+        let mut pool = node_pool(NodePoolOptions {
+            name: Some("spot".into()),
+            metadata_annotations: [(labels::min_nodes::ANNOTATION.to_owned(), "1".to_owned())].into(),
+            ..Default::default()
+        });
+        pool.metadata.uid = None;
+        ctx.state().apply(pool);
+        let claims: Api<NodeClaim> = Api::all(client.clone());
+        let old = claims.create(&PostParams::default(), &claim("old", "1h")).await.unwrap();
+        ctx.state().apply(old);
+        clock.step_secs(3600);
+        assert_eq!(exp.reconcile("old").await.unwrap(), Some(FLOOR_RETRY), "the floor's only claim waits");
+        assert!(exp.sweep().await.unwrap().is_empty());
+        assert!(claims.get_opt("old").await.unwrap().is_some());
+        // The floor controller's replacement is in flight: now the expired claim goes.
+        let new = claims.create(&PostParams::default(), &claim("new", "1h")).await.unwrap();
+        ctx.state().apply(new);
+        assert_eq!(exp.reconcile("old").await.unwrap(), None);
+        assert!(claims.get_opt("old").await.unwrap().is_none());
     }
 }

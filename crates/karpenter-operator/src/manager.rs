@@ -47,7 +47,7 @@ use crate::leader::{LeaderElectionConfig, LeaderElector, LeaderError};
 use crate::lifecycle::LifecycleContext;
 use crate::metrics::Metrics;
 use crate::nodepool::{
-    Counter, HashController, KwokNodeClassStatus, NodeClassResolver, Readiness, RegistrationHealth,
+    self, Counter, HashController, KwokNodeClassStatus, MinNodes, NodeClassResolver, Readiness, RegistrationHealth,
     RegistrationTracker, StaticDeprovisioning, StaticProvisioning, Validation,
 };
 use crate::provisioner::{Provisioner, ProvisionerOptions};
@@ -486,6 +486,8 @@ fn controllers(parts: &LeaderParts, leader: &CancellationToken) -> Controllers {
     list.push(("static.provisioning".into(), Box::pin(static_up.run(leader.clone()))));
     let static_down = Arc::new(StaticDeprovisioning::new(&ctx, static_capacity));
     list.push(("static.deprovisioning".into(), Box::pin(static_down.run(leader.clone()))));
+    let min_nodes = Arc::new(MinNodes::new(&ctx_for(nodepool::min_nodes::CONTROLLER)));
+    list.push((nodepool::min_nodes::CONTROLLER.into(), Box::pin(min_nodes.run(leader.clone()))));
     let kwok = NodeClassKind::new(karpenter_api::kwok::GROUP, karpenter_api::kwok::KIND);
     if cloud.supported_node_classes().contains(&kwok) {
         let status = Arc::new(KwokNodeClassStatus::new(&ctx));

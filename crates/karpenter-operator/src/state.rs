@@ -689,6 +689,20 @@ impl ClusterState {
 
     /// Why the state is not synced (`None` when it is), for logs.
     pub fn unsynced_reason(&self) -> Option<String> {
+        if let Some(reason) = self.unlisted_reason() {
+            return Some(reason);
+        }
+        let o = self.read();
+        o.node_claims
+            .objects
+            .values()
+            .find(|c| c.metadata.deletion_timestamp.is_none() && c.provider_id().is_none_or(str::is_empty))
+            .map(|c| format!("NodeClaim {} has not launched yet (no providerID)", c.name_any()))
+    }
+
+    /// Which kind has not been listed yet (`None` once every kind has): the part of [`Self::unsynced_reason`]
+    /// that a controller counting NodeClaims, not their capacity, waits for.
+    pub fn unlisted_reason(&self) -> Option<String> {
         let o = self.read();
         let kinds: [(&str, bool); 11] = [
             (Node::KIND, o.nodes.synced),
@@ -703,14 +717,7 @@ impl ClusterState {
             (StorageClass::KIND, o.storage_classes.synced),
             (CSINode::KIND, o.csi_nodes.synced),
         ];
-        if let Some((kind, _)) = kinds.iter().find(|(_, synced)| !synced) {
-            return Some(format!("{kind}s not listed yet"));
-        }
-        o.node_claims
-            .objects
-            .values()
-            .find(|c| c.metadata.deletion_timestamp.is_none() && c.provider_id().is_none_or(str::is_empty))
-            .map(|c| format!("NodeClaim {} has not launched yet (no providerID)", c.name_any()))
+        kinds.iter().find(|(_, synced)| !synced).map(|(kind, _)| format!("{kind}s not listed yet"))
     }
 
     /// Runs one watcher per tracked kind until `shutdown` is cancelled. Watch errors are logged and the watcher

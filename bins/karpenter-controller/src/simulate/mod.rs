@@ -23,6 +23,7 @@
 
 mod catalogue;
 pub mod checks;
+mod floor;
 pub mod live;
 mod pods;
 mod report;
@@ -160,6 +161,7 @@ pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> 
     checks::unsupported_api_versions(&objects, &mut notes);
     checks::unevaluable_keys(&objects, &snapshot.node_pools, &catalogue, &provider, &mut notes);
     checks::pending_only(&snapshot, &mut notes);
+    notes.extend(floor::notes(&snapshot.node_pools));
     let ready = ready_node_pools(&snapshot.node_pools, &objects, &mut notes);
     let inputs = if bundled {
         vec![BUNDLED_NAME.to_owned()]
@@ -188,7 +190,11 @@ pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> 
         })
         .collect();
     let scheduler = SchedulerOptions { cluster_limits: options.cluster_limits.clone(), ..Default::default() };
-    let decisions = schedule(&snapshot, &pools, &provider, &scheduler);
+    let mut decisions = schedule(&snapshot, &pools, &provider, &scheduler);
+    // Pools below their karpenter-rs.io/min-nodes floor get nodes without pods, as the controller launches them.
+    let floor_now = now.or_else(|| world::latest_timestamp(&snapshot)).unwrap_or_default();
+    let extra = floor::plans(&snapshot, &pools, &provider, floor_now, &decisions.new_node_claims, &mut notes);
+    decisions.new_node_claims.extend(extra);
 
     let report = Report::build(
         report::Inputs {

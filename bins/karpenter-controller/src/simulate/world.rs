@@ -498,8 +498,51 @@ impl<'c> World<'c> {
         Ok(true)
     }
 
+    /// Launches the nodes that bring pools below their `karpenter-rs.io/min-nodes` floor back to it (the
+    /// controller's `nodepool.minnodes`); records a provisioning event when it launched any.
+    pub fn floor(&mut self) -> anyhow::Result<bool> {
+        let mut notes = Vec::new();
+        let plans = {
+            let pools = self.pool_inputs();
+            super::floor::plans(&self.snapshot, &pools, &self.provider, self.now, &[], &mut notes)
+        };
+        for n in notes {
+            if !self.notes.contains(&n) {
+                self.notes.push(n);
+            }
+        }
+        let mut launched = Vec::new();
+        for plan in &plans {
+            if let Some(l) = self.launch(plan)? {
+                launched.push(l);
+            }
+        }
+        if launched.is_empty() {
+            return Ok(false);
+        }
+        self.snapshot.sort();
+        let names: Vec<String> = launched.iter().map(describe_launch).collect();
+        let message = format!(
+            "{} launched for {} floors: {}",
+            plural(launched.len(), "node", "nodes"),
+            karpenter_api::labels::min_nodes::ANNOTATION,
+            names.join(", ")
+        );
+        let e = self.event(EventKind::Provisioning, message);
+        e.nodes_launched = launched;
+        self.close_event();
+        Ok(true)
+    }
+
     fn expire(&mut self) -> bool {
-        let expired = expiration::expired(&self.snapshot, self.now);
+        // As the controller: an expired node of a pool short of its karpenter-rs.io/min-nodes floor waits for
+        // its replacement (the floor launches it first; only limits can keep it from doing so).
+        let floors = karpenter_disruption::floor::Floors::new(&self.snapshot, &self.pools, self.now);
+        let pool_of = |claim: &str| self.snapshot.node_claims.iter().find(|c| c.name == claim)?.node_pool.clone();
+        let mut expired = expiration::expired(&self.snapshot, self.now);
+        expired.retain(|e| {
+            pool_of(&e.node_claim).and_then(|p| floors.get(&p).copied()).is_none_or(|f| f.counted >= f.min_nodes)
+        });
         if expired.is_empty() {
             return false;
         }
@@ -600,8 +643,10 @@ impl<'c> World<'c> {
     /// Runs provisioning, expiration and disruption at `now` until nothing more happens.
     pub fn settle(&mut self) -> anyhow::Result<()> {
         for _ in 0..MAX_ROUNDS_PER_INSTANT {
+            // The floor first: an expired node of a pool at its floor is replaced before it goes.
+            let floored = self.floor()?;
             let expired = self.expire();
-            let provisioned = self.provision()?;
+            let provisioned = self.provision()? || floored;
             if let Some(w) = self.waiting.take_if(|w| w.due <= self.now) {
                 let pools = self.pool_inputs();
                 let mut valid = Vec::new();

@@ -979,3 +979,26 @@ async fn a_zonal_pool_waits_for_the_zone_being_disrupted() {
     );
     assert!(rendered.contains(&sample), "{rendered}");
 }
+
+/// A pool's `karpenter-rs.io/min-nodes` floor keeps its empty node: no command, the verdict's `AtMinNodes` counted
+/// in the skip metric; without the annotation the same node is an emptiness command.
+#[tokio::test]
+async fn a_pool_at_its_min_nodes_floor_keeps_its_empty_node() {
+    let e = env();
+    let floor = [(labels::min_nodes::ANNOTATION.to_owned(), "1".to_owned())].into();
+    e.pool(NodePoolOptions { metadata_annotations: floor, ..pool_options() }).await;
+    e.machine("empty", "c-2x-amd64-linux").await;
+    let report = e.disruption.step().await.unwrap();
+    assert!(report.awaiting_validation.is_none() && report.started.is_empty(), "{report:?}");
+    let rendered = e.metrics.render();
+    let sample = format!(
+        "karpenter_voluntary_disruption_candidates_skipped_total{{nodepool=\"{POOL}\",reason=\"AtMinNodes\"}} 1"
+    );
+    assert!(rendered.contains(&sample), "{rendered}");
+
+    let mut pool = e.state.get::<NodePool>(POOL).unwrap();
+    pool.metadata.annotations = None;
+    e.state.apply(pool);
+    let report = e.disruption.step().await.unwrap();
+    assert_eq!(report.awaiting_validation.map(|c| c.method), Some(Method::Emptiness));
+}

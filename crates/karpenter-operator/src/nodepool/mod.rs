@@ -9,6 +9,7 @@
 //! | `nodepool.counter` | [`counter`] | `status.resources`, `status.nodes`; metrics `nodepools_limit`, `nodepools_usage` |
 //! | `nodepool.hash` | [`hash`] | `karpenter.sh/nodepool-hash(-version)` on the pool; the version rewrite on its NodeClaims |
 //! | `static.provisioning` / `static.deprovisioning` | [`static_capacity`] | NodeClaims of static pools (`spec.replicas`) |
+//! | `nodepool.minnodes` | [`min_nodes`] | `MinNodesValid`; NodeClaims up to a dynamic pool's `karpenter-rs.io/min-nodes` floor |
 //! | `kwoknodeclass.status` | [`nodeclass`] | `Ready=True` on KWOKNodeClasses |
 //!
 //! Every controller has a deterministic single step (`reconcile(name)`, reading the object fresh from the API
@@ -23,6 +24,7 @@
 
 pub mod counter;
 pub mod hash;
+pub mod min_nodes;
 pub mod nodeclass;
 pub mod readiness;
 pub mod registration_health;
@@ -57,6 +59,7 @@ use crate::termination::error_policy;
 
 pub use counter::Counter;
 pub use hash::HashController;
+pub use min_nodes::MinNodes;
 pub use nodeclass::{KwokNodeClassStatus, NodeClassResolver};
 pub use readiness::Readiness;
 pub use registration_health::{RegistrationHealth, RegistrationTracker};

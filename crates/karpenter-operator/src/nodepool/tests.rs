@@ -885,3 +885,122 @@ async fn disruption_topology_key_is_reported_as_a_condition_and_event() {
     f.validation().reconcile("zonal").await.unwrap();
     assert!(cond_of(&f.get_pool("zonal").await, CONDITION).is_none(), "no annotation, no condition");
 }
+
+fn floor_annotation(value: &str) -> BTreeMap<String, String> {
+    [(labels::min_nodes::ANNOTATION.to_owned(), value.to_owned())].into()
+}
+
+#[tokio::test]
+async fn a_dynamic_pool_is_kept_at_its_floor_without_pods() {
+    let f = fx();
+    let floor = MinNodes::new(&f.ctx);
+    f.ready_pool(NodePoolOptions {
+        name: Some("floor".into()),
+        metadata_annotations: floor_annotation("2"),
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(floor.reconcile("floor").await.unwrap(), Some(min_nodes::RESYNC));
+    let created = names(&f, "floor").await;
+    assert_eq!(created.len(), 2, "two NodeClaims with no pending pod");
+    let c = f.claims().get(&created[0]).await.unwrap();
+    assert!(
+        c.spec.requirements.iter().any(|r| r.key == labels::INSTANCE_TYPE && !r.values.is_empty()),
+        "planned like a pod's node: the compatible instance types, cheapest first"
+    );
+    let pool = f.get_pool("floor").await;
+    assert_eq!(
+        status_reason(&pool, labels::min_nodes::CONDITION),
+        Some((ConditionStatus::True, "MinNodesValid".into()))
+    );
+
+    // At the floor: nothing more. A claim being deleted no longer counts, and is replaced.
+    assert_eq!(floor.reconcile("floor").await.unwrap(), Some(min_nodes::RESYNC));
+    assert_eq!(names(&f, "floor").await.len(), 2);
+    let mut gone = f.claims().get(&created[0]).await.unwrap();
+    gone.metadata.deletion_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()));
+    f.state.apply(gone);
+    floor.reconcile("floor").await.unwrap();
+    assert_eq!(names(&f, "floor").await.len(), 3, "the replacement of the deleting claim");
+
+    // An unannotated pool gets nothing, and no condition.
+    f.ready_pool(NodePoolOptions { name: Some("plain".into()), ..Default::default() }).await;
+    assert_eq!(floor.reconcile("plain").await.unwrap(), None);
+    assert!(names(&f, "plain").await.is_empty());
+    assert!(cond_of(&f.get_pool("plain").await, labels::min_nodes::CONDITION).is_none());
+}
+
+#[tokio::test]
+async fn bad_floors_are_a_condition_and_an_event_not_an_error() {
+    let f = fx();
+    let floor = MinNodes::new(&f.ctx);
+    f.ready_pool(NodePoolOptions {
+        name: Some("typo".into()),
+        metadata_annotations: floor_annotation("two"),
+        ..Default::default()
+    })
+    .await;
+    f.ready_pool(NodePoolOptions {
+        name: Some("fixed".into()),
+        replicas: Some(1),
+        metadata_annotations: floor_annotation("1"),
+        ..Default::default()
+    })
+    .await;
+    f.ready_pool(NodePoolOptions {
+        name: Some("capped".into()),
+        limits: [("nodes", "1")].into(),
+        metadata_annotations: floor_annotation("3"),
+        ..Default::default()
+    })
+    .await;
+    for (pool, needle, claims) in [
+        ("typo", "\"two\" is not a non-negative integer", 0),
+        ("fixed", "static", 0),
+        ("capped", "above limits.nodes 1", 1),
+    ] {
+        floor.reconcile(pool).await.unwrap();
+        let p = f.get_pool(pool).await;
+        let c = cond_of(&p, labels::min_nodes::CONDITION).unwrap_or_else(|| panic!("{pool}: no condition"));
+        assert_eq!((c.status, c.reason.as_str()), (ConditionStatus::False, min_nodes::MIN_NODES_INVALID), "{pool}");
+        assert!(c.message.contains(&format!("NodePool {pool}")) && c.message.contains(labels::min_nodes::ANNOTATION));
+        assert!(c.message.contains(needle), "{pool}: {}", c.message);
+        assert_eq!(names(&f, pool).await.len(), claims, "{pool}");
+        assert!(p.is_ready(), "{pool}: a bad floor does not stop the pool");
+    }
+    // Events are published detached: wait for the three.
+    let api: Api<k8s_openapi::api::core::v1::Event> = Api::all(f.client.clone());
+    let mut events = Vec::new();
+    for _ in 0..100 {
+        events = api.list(&ListParams::default()).await.unwrap().items;
+        events.retain(|e| e.reason.as_deref() == Some(min_nodes::MIN_NODES_INVALID));
+        if events.len() >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for pool in ["typo", "fixed", "capped"] {
+        assert!(
+            events.iter().any(|e| e.type_.as_deref() == Some("Warning")
+                && e.involved_object.name.as_deref() == Some(pool)
+                && e.message.as_deref().is_some_and(|m| m.contains(labels::min_nodes::ANNOTATION))),
+            "{pool}: no Warning event in {events:?}"
+        );
+    }
+    // Fixing the value turns the condition True.
+    f.pools()
+        .patch(
+            "typo",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {labels::min_nodes::ANNOTATION: "1"}}})),
+        )
+        .await
+        .unwrap();
+    floor.reconcile("typo").await.unwrap();
+    assert_eq!(
+        cond_of(&f.get_pool("typo").await, labels::min_nodes::CONDITION).map(|c| c.status),
+        Some(ConditionStatus::True)
+    );
+    assert_eq!(names(&f, "typo").await.len(), 1);
+}
