@@ -163,6 +163,11 @@ fn decode_batch(items: Vec<Item>, name: &str, json: bool, mut specs: Option<&mut
         }
         let doc = if json {
             let value: Value = serde_json::from_str(&item.text).ok()?;
+            // Items cut by their closing line were not measured while cut: one nested deeper than the parser
+            // allows in the whole file is read with the whole file.
+            if depth(&value) > MAX_ITEM_DEPTH {
+                return None;
+            }
             Document { value, source: None }
         } else if let Some(entry) =
             item.text.strip_prefix("items:\n").and_then(|t| block::parse_entry(t, item.line + 2))
@@ -202,6 +207,15 @@ fn decode_batch(items: Vec<Item>, name: &str, json: bool, mut specs: Option<&mut
         }
     }
     Some((loaded, errors))
+}
+
+/// The nesting of a JSON value (a scalar is 0).
+fn depth(value: &Value) -> usize {
+    match value {
+        Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+        Value::Object(map) => 1 + map.values().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
 }
 
 /// The file's bytes as UTF-8 text, a block at a time.
@@ -440,7 +454,30 @@ fn string_end(bytes: &[u8], start: usize) -> Option<usize> {
 }
 
 fn memchr2(a: u8, b: u8, hay: &[u8]) -> Option<usize> {
-    hay.iter().position(|&c| c == a || c == b)
+    memchr::memchr2(a, b, hay)
+}
+
+/// The line an item of pretty-printed JSON ends with, up to its `}`: a newline, the indentation of the item's
+/// opening `{`, and `}` (`"\n        }"` in kubectl's output), if the `{` at `start` begins its own line.
+fn closing_marker(bytes: &[u8], start: usize) -> Option<Vec<u8>> {
+    let line_start = memchr::memrchr(b'\n', &bytes[..start])? + 1;
+    let indent = &bytes[line_start..start];
+    if indent.is_empty() || indent.iter().any(|b| *b != b' ') {
+        return None;
+    }
+    let mut marker = Vec::with_capacity(indent.len() + 2);
+    marker.push(b'\n');
+    marker.extend_from_slice(indent);
+    marker.push(b'}');
+    Some(marker)
+}
+
+/// Where the item starting at `start` ends, found by its closing line alone (`finder` looks for the
+/// [`closing_marker`]): `None` if the text ends first. A newline is never inside a JSON string, so the marker is
+/// always structure; if it is not the item's own closing brace (JSON indented some other way), the text cut here
+/// is not one JSON value, fails to parse on its own, and the file is read whole.
+fn item_end_by_marker(bytes: &[u8], start: usize, finder: &memchr::memmem::Finder<'_>) -> Option<usize> {
+    finder.find(&bytes[start..]).map(|at| start + at + finder.needle().len())
 }
 
 /// Where the JSON value starting at `start` ends: `Ok(None)` if the text ends first, `Err` if it is not one
@@ -564,6 +601,9 @@ fn split_json<R: Read>(
     let mut head = format!("{}\"items\": []", &buf[..key_start]);
     // The items, each an object, separated by commas.
     let mut expect_item = false;
+    // Pretty-printed JSON (kubectl's): each item ends with a line holding its closing brace alone, at the
+    // indentation of its opening one, found far faster than by matching brackets.
+    let mut marker: Option<Vec<u8>> = None;
     let tail_start = loop {
         let bytes = buf.as_bytes();
         pos = skip_ws(bytes, pos);
@@ -585,24 +625,33 @@ fn split_json<R: Read>(
                 expect_item = true;
                 pos += 1;
             }
-            b'{' if expect_item || batcher.next_index == 0 => match value_end(bytes, pos) {
-                Ok(Some(end)) => {
-                    let text = buf[pos..end].to_owned();
-                    if !batcher.push(text, 0) {
-                        return Ok(None);
-                    }
-                    expect_item = false;
-                    pos = end;
+            b'{' if expect_item || batcher.next_index == 0 => {
+                if batcher.next_index == 0 {
+                    marker = closing_marker(bytes, pos);
                 }
-                Ok(None) if !eof => {
-                    buf.drain(..pos);
-                    pos = 0;
-                    if !fill(&mut buf, &mut eof)? {
-                        return Ok(None);
+                let found = match &marker {
+                    Some(m) => Ok(item_end_by_marker(bytes, pos, &memchr::memmem::Finder::new(m))),
+                    None => value_end(bytes, pos),
+                };
+                match found {
+                    Ok(Some(end)) => {
+                        let text = buf[pos..end].to_owned();
+                        if !batcher.push(text, 0) {
+                            return Ok(None);
+                        }
+                        expect_item = false;
+                        pos = end;
                     }
+                    Ok(None) if !eof => {
+                        buf.drain(..pos);
+                        pos = 0;
+                        if !fill(&mut buf, &mut eof)? {
+                            return Ok(None);
+                        }
+                    }
+                    _ => return Ok(None),
                 }
-                _ => return Ok(None),
-            },
+            }
             _ => return Ok(None),
         }
     };
@@ -674,6 +723,27 @@ mod tests {
         let json: serde_json::Value = serde_json::from_str(&dump("pods-7.json")).expect("JSON");
         let compact_json = serde_json::to_string(&json).expect("JSON");
         both(&compact_json, "compact.json", false).expect("single-line JSON is streamed");
+        let two_spaces = serde_json::to_string_pretty(&json).expect("JSON");
+        both(&two_spaces, "two-spaces.json", true).expect("JSON indented by two is streamed");
+    }
+
+    /// Items of indented JSON are cut at the line closing them; where that line is not the item's own closing
+    /// brace, or an item is nested deeper than the whole file may be, the file is read whole, so the results are
+    /// still the whole text's.
+    #[test]
+    fn json_items_cut_at_a_misleading_closing_line_are_read_whole() {
+        let misleading = "{\n  \"apiVersion\": \"v1\",\n  \"items\": [\n    {\n    \"metadata\": {\"name\": \"a\"\n    },\n    \
+                          \"apiVersion\": \"v1\", \"kind\": \"Pod\"\n    }\n  ],\n  \"kind\": \"List\"\n}\n";
+        assert_eq!(both(misleading, "misleading.json", false), None);
+        let (loaded, errors) = load_str_all_with(misleading, "misleading.json", &LoadOptions::default());
+        assert!(errors.is_empty() && loaded.len() == 1, "{errors:?}");
+
+        let nested = format!("{}1{}", "[".repeat(60), "]".repeat(60));
+        let deep = format!(
+            "{{\n  \"apiVersion\": \"v1\",\n  \"items\": [\n    {{\n      \"apiVersion\": \"example.com/v1\", \"kind\": \"Thing\", \
+             \"spec\": {nested}\n    }}\n  ],\n  \"kind\": \"List\"\n}}\n"
+        );
+        assert_eq!(both(&deep, "deep.json", false), None);
     }
 
     #[test]
