@@ -105,7 +105,7 @@ impl MinNodes {
         let written = write_pool_conditions(&api, pool, conditions).await?;
         if let Some(problem) = &floor.problem {
             if written.is_some() {
-                tracing::error!(controller = CONTROLLER, NodePool = %pool.name_any(), error = %problem, "invalid nodepool floor");
+                tracing::warn!(controller = CONTROLLER, NodePool = %pool.name_any(), error = %problem, "invalid nodepool floor");
             }
             let event = Event::warning(pool, MIN_NODES_INVALID, problem.clone());
             self.ctx.recorder.publish_detached(event);
