@@ -167,6 +167,29 @@ fn special_word(s: &str) -> bool {
     WORDS.iter().any(|w| s.eq_ignore_ascii_case(w))
 }
 
+/// Whether some YAML reader could take `text` (starting with a digit) for a number: a base prefix (`0x`, `0o`,
+/// `0b`), or digits and underscores with at most one point and an exponent that has digits (`1.5`, `1e3`,
+/// `1_000`, `2.`). Leaving these to the general parser is always safe; a wrong "no" is not, so this errs towards
+/// yes.
+fn maybe_number(text: &str) -> bool {
+    let b = text.as_bytes();
+    if b.len() > 1 && b[0] == b'0' && matches!(b[1], b'x' | b'X' | b'o' | b'O' | b'b' | b'B') {
+        return true;
+    }
+    let mantissa_end = b.iter().position(|c| !(c.is_ascii_digit() || matches!(c, b'_' | b'.'))).unwrap_or(b.len());
+    if b[..mantissa_end].iter().filter(|c| **c == b'.').count() > 1 {
+        return false;
+    }
+    match &b[mantissa_end..] {
+        [] => true,
+        [b'e' | b'E', rest @ ..] => {
+            let digits = rest.strip_prefix(b"+").or_else(|| rest.strip_prefix(b"-")).unwrap_or(rest);
+            !digits.is_empty() && digits.iter().all(|c| c.is_ascii_digit() || *c == b'_')
+        }
+        _ => false,
+    }
+}
+
 /// A scalar (or `{}`, `[]`) written on one line; `None` if it is not one this parser reads.
 fn scalar(text: &str) -> Option<YNode> {
     match text {
@@ -202,14 +225,10 @@ fn scalar(text: &str) -> Option<YNode> {
                 text.parse::<u64>().ok().map(YNode::U64)
             };
         }
-        // A quantity (`100m`, `128Mi`) is a string: it holds a letter no number form has.
-        let numeric =
-            |b: u8| b.is_ascii_hexdigit() || matches!(b, b'+' | b'-' | b'.' | b'_' | b'x' | b'X' | b'o' | b'O');
-        // Digits and hex letters but no exponent, sign, point or base (`0000000a`, a hash) is no number either.
-        let number_mark = |b: u8| matches!(b, b'e' | b'E' | b'+' | b'-' | b'.' | b'_' | b'x' | b'X' | b'o' | b'O');
-        if first == '-' || (text.bytes().all(numeric) && text.bytes().any(number_mark)) {
+        if first == '-' || maybe_number(text) {
             return None;
         }
+        // A quantity (`100m`, `128Mi`) or a hash (`0000000a`, `000000000e`) is no number form: a string.
         return Some(YNode::Str(text.to_owned()));
     }
     if !(first.is_ascii_alphabetic() || first == '/' || first == '_') || special_word(text) {

@@ -871,6 +871,7 @@ mod block_tests {
             "-   a: 1\n    b: 2\n",
             "- a: 2026-11-01T00:00:00Z\n  b: registry.k8s.io/pause:3.9\n",
             "- a: 0000000008\n  b: 000000000a\n  c: 00\n  d: 7d4b9c8f6\n  e: 0\n  f: abc1e5\n",
+            "- a: 000000000e\n  b: 1e\n  c: 12e5x\n  d: 3e+\n  e: 1.2.3\n  f: 5d4f8b7c9\n  g: 1x2\n  h: 2026-11-01\n",
         ];
         for text in accepted {
             assert!(same(text), "declined: {text}");
@@ -881,6 +882,12 @@ mod block_tests {
             "- a: yes\n",
             "- a: True\n",
             "- a: 1e3\n",
+            "- a: 1E-3\n",
+            "- a: 1_000\n",
+            "- a: 2.\n",
+            "- a: 0b101\n",
+            "- a: 0o17\n",
+            "- a: 12e+5\n",
             "- a: .inf\n",
             "- a: &x 1\n",
             "- a: *x\n",
