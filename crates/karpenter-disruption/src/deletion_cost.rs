@@ -24,8 +24,8 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use karpenter_api::labels::{annotations, taints};
-use karpenter_api::{CompactPod, ProviderLabels};
 use karpenter_api::nodepool::DisruptionReason;
+use karpenter_api::{CompactPod, ProviderLabels};
 use karpenter_scheduler::snapshot::is_daemon_set_pod;
 use karpenter_scheduler::{ClusterSnapshot, PoolInput};
 
@@ -86,8 +86,7 @@ pub fn rank(
     options: &DisruptionOptions,
 ) -> Vec<RankedNode> {
     let cluster = Cluster::new(snapshot, pools, provider, now, options);
-    let budgets =
-        Budgets::new(snapshot, cluster.pools.values().map(|p| p.node_pool), now, &options.not_ready_nodes);
+    let budgets = Budgets::new(snapshot, cluster.pools.values().map(|p| p.node_pool), now, &options.not_ready_nodes);
     // (group, pods that would move, node, pool)
     let mut sorted: Vec<(Group, usize, &str, Option<&str>)> = Vec::new();
     for n in &snapshot.nodes {
