@@ -58,5 +58,5 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{/* FEATURE_GATES as the controller parses it: Name=bool pairs separated by commas. */}}
 {{- define "karpenter.featureGates" -}}
 {{- $gates := .Values.settings.featureGates -}}
-{{- printf "NodeRepair=%t,ReservedCapacity=%t,SpotToSpotConsolidation=%t,NodeOverlay=%t,StaticCapacity=%t,CapacityBuffer=%t" $gates.nodeRepair $gates.reservedCapacity $gates.spotToSpotConsolidation $gates.nodeOverlay $gates.staticCapacity $gates.capacityBuffer }}
+{{- printf "NodeRepair=%t,ReservedCapacity=%t,SpotToSpotConsolidation=%t,NodeOverlay=%t,StaticCapacity=%t,CapacityBuffer=%t,PodDeletionCostManagement=%t" $gates.nodeRepair $gates.reservedCapacity $gates.spotToSpotConsolidation $gates.nodeOverlay $gates.staticCapacity $gates.capacityBuffer (default false $gates.podDeletionCostManagement) }}
 {{- end }}

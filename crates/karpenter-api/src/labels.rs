@@ -50,6 +50,9 @@ pub mod annotations {
     pub const AWS_CLUSTER_NAME_TAGGED: &str = "compatibility.karpenter.k8s.aws/cluster-name-tagged";
     pub const AWS_INSTANCE_PROFILE_NAME: &str = "karpenter.k8s.aws/instance-profile-name";
     pub const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
+    /// A pod's cost of disruption for consolidation (an int32, alpha). With the `PodDeletionCostManagement` gate
+    /// on it is the only source of that cost, because Karpenter then writes `POD_DELETION_COST` itself.
+    pub const DISRUPTION_COST: &str = "karpenter.sh/disruption-cost";
 }
 
 /// Other autoscalers' annotations that keep a node from voluntary disruption as `karpenter.sh/do-not-disrupt:

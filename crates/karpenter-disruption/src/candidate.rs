@@ -16,7 +16,7 @@ use karpenter_scheduler::{ClusterSnapshot, PoolInput};
 
 use crate::DisruptionOptions;
 use crate::command::{CandidateRef, Reason};
-use crate::pods::{PdbBlock, Pdbs, eviction_cost, is_reschedulable, would_be_evicted};
+use crate::pods::{PdbBlock, Pdbs, is_reschedulable, would_be_evicted};
 use karpenter_api::DoNotDisrupt;
 use karpenter_api::time::{from_k8s, parse_rfc3339, rfc3339};
 
@@ -313,7 +313,7 @@ pub fn candidate<'a>(cluster: &Cluster<'a>, node: &'a NodeInfo) -> Result<Candid
     let mut reschedule_cost = 1.0;
     let mut cost_sum = 0.0;
     for p in all_reschedulable {
-        let c = eviction_cost(p);
+        let c = cluster.options.cost_annotations().eviction_cost(p);
         reschedule_cost += c.max(0.0);
         cost_sum += c;
     }
@@ -408,7 +408,7 @@ pub fn pool_totals(cluster: &Cluster<'_>) -> BTreeMap<String, PoolTotals> {
                 .pods_on(&n.name)
                 .iter()
                 .filter(|p| !is_daemon_set_pod(p))
-                .map(|p| eviction_cost(p).max(0.0))
+                .map(|p| cluster.options.cost_annotations().eviction_cost(p).max(0.0))
                 .sum::<f64>();
         let t = out.entry(pool_name.to_owned()).or_default();
         t.cost += price;

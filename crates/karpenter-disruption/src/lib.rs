@@ -44,6 +44,7 @@
 pub mod budget;
 pub mod candidate;
 pub mod command;
+pub mod deletion_cost;
 mod engine;
 pub mod expiration;
 pub mod floor;
@@ -103,6 +104,16 @@ pub struct DisruptionOptions {
     /// `cluster-autoscaler.kubernetes.io/scale-down-disabled: "true"`, their `node-autoscaling.kubernetes.io/`
     /// forms) as `karpenter.sh/do-not-disrupt: "true"` (default on; not upstream Karpenter's behaviour).
     pub honor_autoscaler_annotations: bool,
+    /// Feature gate `PodDeletionCostManagement` (default off, as upstream): which annotations give a pod's
+    /// eviction cost ([`pods::CostAnnotations`]).
+    pub pod_deletion_cost_management: bool,
+}
+
+impl DisruptionOptions {
+    /// The cost sources these options select.
+    pub fn cost_annotations(&self) -> pods::CostAnnotations {
+        pods::CostAnnotations { managed: self.pod_deletion_cost_management }
+    }
 }
 
 /// How many simulations a pass may still start: a deadline on the caller's clock, or a count.
@@ -167,6 +178,7 @@ impl Default for DisruptionOptions {
             multi_node_budget: None,
             resume_single_node_after: None,
             honor_autoscaler_annotations: true,
+            pod_deletion_cost_management: false,
         }
     }
 }

@@ -123,19 +123,56 @@ pub fn would_be_evicted(pod: &CompactPod, now: DateTime<Utc>) -> bool {
 const DELETION_COST_SCALE: f64 = (1u64 << 27) as f64;
 const PRIORITY_SCALE: f64 = (1u64 << 25) as f64;
 
-/// `EvictionCost(pod) = clamp(1 + deletionCost/2^27 + priority/2^25, -10, 10)`; an unparsable deletion cost is
-/// ignored.
-pub fn eviction_cost(pod: &CompactPod) -> f64 {
-    let mut cost = 1.0;
-    if let Some(v) = pod.metadata.annotations.as_ref().and_then(|a| a.get(annotations::POD_DELETION_COST))
-        && let Ok(c) = v.trim().parse::<i64>()
-    {
-        cost += c as f64 / DELETION_COST_SCALE;
+/// Where a pod's deletion cost comes from, by the feature gate `PodDeletionCostManagement`.
+///
+/// Gate off: `karpenter.sh/disruption-cost` when present, else `controller.kubernetes.io/pod-deletion-cost` (the
+/// v1.14 source plus the new key). Gate on: only `karpenter.sh/disruption-cost`, because Karpenter then writes
+/// `pod-deletion-cost` itself and that value no longer says what the user wants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CostAnnotations {
+    /// The `PodDeletionCostManagement` gate.
+    pub managed: bool,
+}
+
+/// A cost annotation whose value is not an integer of its range.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidCost {
+    /// The annotation key.
+    pub key: &'static str,
+    /// The value as written.
+    pub value: String,
+}
+
+impl CostAnnotations {
+    /// The annotation that gives `pod`'s cost and its parsed value: `None` when no source annotation is present,
+    /// `Some(Err)` when the one that counts does not parse (`karpenter.sh/disruption-cost` is an int32; the
+    /// Kubernetes key is read as v1.14 read it, any 64-bit integer). An invalid `disruption-cost` does not fall
+    /// back to `pod-deletion-cost`: the user's key is present, so it is the one that counts, and it is ignored.
+    pub fn deletion_cost(self, pod: &CompactPod) -> Option<Result<i64, InvalidCost>> {
+        let a = pod.metadata.annotations.as_ref()?;
+        let invalid = |key: &'static str, value: &str| InvalidCost { key, value: value.to_owned() };
+        if let Some(v) = a.get(annotations::DISRUPTION_COST) {
+            return Some(v.trim().parse::<i32>().map(i64::from).map_err(|_| invalid(annotations::DISRUPTION_COST, v)));
+        }
+        if self.managed {
+            return None;
+        }
+        let v = a.get(annotations::POD_DELETION_COST)?;
+        Some(v.trim().parse::<i64>().map_err(|_| invalid(annotations::POD_DELETION_COST, v)))
     }
-    if let Some(p) = pod.spec.priority {
-        cost += f64::from(p) / PRIORITY_SCALE;
+
+    /// `EvictionCost(pod) = clamp(1 + deletionCost/2^27 + priority/2^25, -10, 10)`, the deletion cost from
+    /// [`Self::deletion_cost`]; an unparsable one is ignored (the controller reports it).
+    pub fn eviction_cost(self, pod: &CompactPod) -> f64 {
+        let mut cost = 1.0;
+        if let Some(Ok(c)) = self.deletion_cost(pod) {
+            cost += c as f64 / DELETION_COST_SCALE;
+        }
+        if let Some(p) = pod.spec.priority {
+            cost += f64::from(p) / PRIORITY_SCALE;
+        }
+        cost.clamp(-10.0, 10.0)
     }
-    cost.clamp(-10.0, 10.0)
 }
 
 #[cfg(test)]
@@ -176,6 +213,7 @@ mod tests {
 
     #[test]
     fn eviction_cost_formula() {
+        let eviction_cost = |p: &CompactPod| CostAnnotations { managed: false }.eviction_cost(p);
         let mut p: CompactPod = pod(PodOptions::default()).into();
         assert_eq!(eviction_cost(&p), 1.0);
         p.metadata.annotations =
@@ -187,5 +225,34 @@ mod tests {
         assert_eq!(eviction_cost(&p), 10.0, "clamped");
         std::sync::Arc::make_mut(&mut p.spec).priority = Some(-(1 << 25));
         assert_eq!(eviction_cost(&p), 0.0);
+    }
+
+    #[test]
+    fn cost_annotation_precedence() {
+        let with = |pairs: &[(&str, &str)]| -> CompactPod {
+            let mut p: CompactPod = pod(PodOptions::default()).into();
+            p.metadata.annotations = Some(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
+            p
+        };
+        let (off, on) = (CostAnnotations { managed: false }, CostAnnotations { managed: true });
+        let both = with(&[(annotations::DISRUPTION_COST, "100"), (annotations::POD_DELETION_COST, "-5")]);
+        assert_eq!(off.deletion_cost(&both), Some(Ok(100)), "disruption-cost wins with the gate off");
+        assert_eq!(on.deletion_cost(&both), Some(Ok(100)));
+        let k8s_only = with(&[(annotations::POD_DELETION_COST, "-5")]);
+        assert_eq!(off.deletion_cost(&k8s_only), Some(Ok(-5)), "gate off: v1.14's source");
+        assert_eq!(on.deletion_cost(&k8s_only), None, "gate on: Karpenter's own writes are not user intent");
+        assert_eq!(on.eviction_cost(&k8s_only), 1.0);
+        assert!(off.eviction_cost(&k8s_only) < 1.0);
+        let bad = with(&[(annotations::DISRUPTION_COST, "lots"), (annotations::POD_DELETION_COST, "7")]);
+        assert_eq!(
+            off.deletion_cost(&bad),
+            Some(Err(InvalidCost { key: annotations::DISRUPTION_COST, value: "lots".into() })),
+            "an invalid user value is reported, not replaced by the other key"
+        );
+        assert_eq!(off.eviction_cost(&bad), 1.0, "and ignored");
+        let too_big = with(&[(annotations::DISRUPTION_COST, "4294967296")]);
+        assert!(on.deletion_cost(&too_big).is_some_and(|r| r.is_err()), "disruption-cost is an int32");
+        let big = with(&[(annotations::DISRUPTION_COST, &(1i64 << 27).to_string())]);
+        assert_eq!(on.eviction_cost(&big), 2.0);
     }
 }

@@ -26,6 +26,7 @@
 pub mod client;
 pub mod consistency;
 pub mod context;
+pub mod deletion_cost;
 pub mod disruption;
 pub mod events;
 pub mod eviction;

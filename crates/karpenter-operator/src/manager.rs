@@ -484,7 +484,10 @@ fn controllers(parts: &LeaderParts, leader: &CancellationToken) -> Controllers {
     let static_capacity = settings.feature_gates.static_capacity;
     let static_up = Arc::new(StaticProvisioning::new(&ctx, static_capacity));
     list.push(("static.provisioning".into(), Box::pin(static_up.run(leader.clone()))));
-    let static_down = Arc::new(StaticDeprovisioning::new(&ctx, static_capacity));
+    let static_down = Arc::new(
+        StaticDeprovisioning::new(&ctx, static_capacity)
+            .with_deletion_cost_management(settings.feature_gates.pod_deletion_cost_management),
+    );
     list.push(("static.deprovisioning".into(), Box::pin(static_down.run(leader.clone()))));
     let min_nodes = Arc::new(MinNodes::new(&ctx_for(nodepool::min_nodes::CONTROLLER)));
     list.push((nodepool::min_nodes::CONTROLLER.into(), Box::pin(min_nodes.run(leader.clone()))));
@@ -504,6 +507,14 @@ fn controllers(parts: &LeaderParts, leader: &CancellationToken) -> Controllers {
     let disruption_settings = parts.disruption.clone().unwrap_or_else(|| DisruptionSettings::from_settings(settings));
     let disruption = Arc::new(Disruption::new(&ctx_for("disruption"), disruption_settings));
     list.push(("disruption".into(), Box::pin(disruption.run(leader.clone()))));
+
+    // Pod deletion costs: registered only with the gate on (read once at start, as upstream).
+    if settings.feature_gates.pod_deletion_cost_management {
+        let ctx = ctx_for(crate::deletion_cost::CONTROLLER);
+        let deletion_cost =
+            Arc::new(crate::deletion_cost::DeletionCost::new(&ctx, settings.honor_autoscaler_annotations));
+        list.push((crate::deletion_cost::CONTROLLER.into(), Box::pin(deletion_cost.run(leader.clone()))));
+    }
 
     if let Some(source) = &parts.interruption {
         let interruption = Arc::new(Interruption::new(&ctx, source.clone()));

@@ -404,6 +404,12 @@ karpenter_metrics! {
     counter interruption_deleted_messages() "Number of interruption messages deleted from the queue (AWS).";
     histogram interruption_message_queue_duration_seconds() "Time between an interruption message being sent and its processing (AWS).";
     counter interruption_instance_status_unhealthy(category) "Number of instances found unhealthy by instance status checks, by category (AWS).";
+    // Pod deletion cost (feature gate PodDeletionCostManagement)
+    gauge pod_deletion_cost_nodes_ranked() "Nodes the last pod deletion-cost cycle ranked (drifted and disruptable nodes within their budgets).";
+    counter pod_deletion_cost_pods_updated(result) "Pods the deletion-cost controller considered, by result: updated, skipped_unchanged (already held their value, or gone or changed under the write) or error.";
+    histogram pod_deletion_cost_ranking_duration_seconds() "Time to rank the managed nodes in one deletion-cost cycle (snapshot and instance types included).";
+    histogram pod_deletion_cost_annotation_duration_seconds() "Time to write one deletion-cost cycle's pod annotations.";
+    counter pod_deletion_cost_reconcile_skipped() "Deletion-cost cycles skipped because the consolidation state had not changed since the last successful cycle.";
 }
 
 /// The registry as the cloud provider decorator's sink: every provider call the manager's

@@ -50,12 +50,14 @@ pub struct FeatureGates {
     pub node_overlay: bool,
     pub static_capacity: bool,
     pub capacity_buffer: bool,
+    pub pod_deletion_cost_management: bool,
 }
 
 impl FeatureGates {
     /// The defaults as text, in the form the setting takes.
     pub const DEFAULT: &'static str = "NodeRepair=false,ReservedCapacity=true,SpotToSpotConsolidation=false,\
-                                       NodeOverlay=false,StaticCapacity=false,CapacityBuffer=false";
+                                       NodeOverlay=false,StaticCapacity=false,CapacityBuffer=false,\
+                                       PodDeletionCostManagement=false";
 }
 
 impl Default for FeatureGates {
@@ -67,6 +69,7 @@ impl Default for FeatureGates {
             node_overlay: false,
             static_capacity: false,
             capacity_buffer: false,
+            pod_deletion_cost_management: false,
         }
     }
 }
@@ -83,6 +86,7 @@ impl FromStr for FeatureGates {
                 "NodeOverlay" => gates.node_overlay = value,
                 "StaticCapacity" => gates.static_capacity = value,
                 "CapacityBuffer" => gates.capacity_buffer = value,
+                "PodDeletionCostManagement" => gates.pod_deletion_cost_management = value,
                 _ => {} // unknown gates are ignored, as upstream does
             }
         }
@@ -94,13 +98,15 @@ impl fmt::Display for FeatureGates {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "NodeRepair={},ReservedCapacity={},SpotToSpotConsolidation={},NodeOverlay={},StaticCapacity={},CapacityBuffer={}",
+            "NodeRepair={},ReservedCapacity={},SpotToSpotConsolidation={},NodeOverlay={},StaticCapacity={},CapacityBuffer={},\
+             PodDeletionCostManagement={}",
             self.node_repair,
             self.reserved_capacity,
             self.spot_to_spot_consolidation,
             self.node_overlay,
             self.static_capacity,
-            self.capacity_buffer
+            self.capacity_buffer,
+            self.pod_deletion_cost_management
         )
     }
 }
@@ -354,6 +360,9 @@ mod tests {
         assert_eq!(gates.to_string().parse::<FeatureGates>().unwrap(), gates);
         assert_eq!(FeatureGates::DEFAULT.parse::<FeatureGates>().unwrap(), FeatureGates::default());
         assert_eq!("".parse::<FeatureGates>().unwrap(), FeatureGates::default());
+        let gates: FeatureGates = "PodDeletionCostManagement=true".parse().unwrap();
+        assert!(gates.pod_deletion_cost_management && !FeatureGates::default().pod_deletion_cost_management);
+        assert_eq!(gates.to_string().parse::<FeatureGates>().unwrap(), gates);
     }
 
     #[test]

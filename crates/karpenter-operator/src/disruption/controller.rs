@@ -101,6 +101,8 @@ pub struct DisruptionSettings {
     pub honor_autoscaler_annotations: bool,
     /// `CLUSTER_LIMITS`: replacements must fit them, as they must fit their NodePool's limits.
     pub cluster_limits: karpenter_requirements::ResourceList,
+    /// Feature gate `PodDeletionCostManagement`: pods' eviction cost reads only `karpenter.sh/disruption-cost`.
+    pub pod_deletion_cost_management: bool,
 }
 
 impl Default for DisruptionSettings {
@@ -115,6 +117,7 @@ impl Default for DisruptionSettings {
             pass_simulation_time: PASS_SIMULATION_TIME,
             honor_autoscaler_annotations: true,
             cluster_limits: karpenter_requirements::ResourceList::new(),
+            pod_deletion_cost_management: false,
         }
     }
 }
@@ -126,6 +129,7 @@ impl DisruptionSettings {
             spot_to_spot_consolidation: settings.feature_gates.spot_to_spot_consolidation,
             honor_autoscaler_annotations: settings.honor_autoscaler_annotations,
             cluster_limits: settings.cluster_limits.clone(),
+            pod_deletion_cost_management: settings.feature_gates.pod_deletion_cost_management,
             ..Self::default()
         }
     }
@@ -411,6 +415,7 @@ impl Disruption {
         karpenter_disruption::DisruptionOptions {
             spot_to_spot_consolidation: self.settings.spot_to_spot_consolidation,
             honor_autoscaler_annotations: self.settings.honor_autoscaler_annotations,
+            pod_deletion_cost_management: self.settings.pod_deletion_cost_management,
             not_ready_nodes,
             // One command per pass: stop simulating once it is found (the verdicts of the rest wait for a
             // later pass).

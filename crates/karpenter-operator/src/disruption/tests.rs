@@ -1002,3 +1002,69 @@ async fn a_pool_at_its_min_nodes_floor_keeps_its_empty_node() {
     let report = e.disruption.step().await.unwrap();
     assert_eq!(report.awaiting_validation.map(|c| c.method), Some(Method::Emptiness));
 }
+
+/// `pod.deletioncost` (gate `PodDeletionCostManagement`): the pods of the node consolidation would empty first
+/// get the lowest deletion cost, a node that is not disruptable loses the annotation, only changes are written
+/// and an unchanged cluster skips the cycle.
+#[tokio::test]
+async fn deletion_costs_follow_the_ranking() {
+    use crate::deletion_cost::DeletionCost;
+    let e = env();
+    e.pool(NodePoolOptions {
+        budgets: vec![Budget { nodes: "100%".into(), ..Default::default() }],
+        consolidate_after: Some("0s".into()),
+        ..pool_options()
+    })
+    .await;
+    for n in ["one", "three", "sts"] {
+        e.machine(n, "c-2x-amd64-linux").await;
+    }
+    let rs = || PodOptions { owner: Some(("ReplicaSet".into(), "web-1".into())), ..PodOptions::default() };
+    e.bound_pod("one-a", "one", rs()).await;
+    for p in ["three-a", "three-b", "three-c"] {
+        e.bound_pod(p, "three", rs()).await;
+    }
+    let user_cost = std::collections::BTreeMap::from([(annotations::POD_DELETION_COST.to_string(), "7".to_string())]);
+    e.bound_pod(
+        "db-0",
+        "sts",
+        PodOptions {
+            owner: Some(("StatefulSet".into(), "db".into())),
+            annotations: user_cost.clone(),
+            ..Default::default()
+        },
+    )
+    .await;
+    // Already holds its value: not written.
+    e.bound_pod(
+        "three-d",
+        "three",
+        PodOptions { annotations: [(annotations::POD_DELETION_COST.to_string(), "-1".to_string())].into(), ..rs() },
+    )
+    .await;
+    e.state.mark_all_synced();
+
+    let controller = DeletionCost::new(&e.ctx, true);
+    let report = controller.step().await.unwrap();
+    assert_eq!((report.ranked, report.updated, report.skipped_unchanged, report.errors), (2, 5, 1, 0), "{report:?}");
+    let cost = |pod: Pod| pod.annotations().get(annotations::POD_DELETION_COST).cloned();
+    assert_eq!(cost(e.pods().get("one-a").await.unwrap()).as_deref(), Some("-2"), "fewest pods: lowest cost");
+    for p in ["three-a", "three-b", "three-c", "three-d"] {
+        assert_eq!(cost(e.pods().get(p).await.unwrap()).as_deref(), Some("-1"), "{p}");
+    }
+    assert_eq!(cost(e.pods().get("db-0").await.unwrap()), None, "a StatefulSet's node is not disruptable");
+
+    let again = controller.step().await.unwrap();
+    assert!(again.skipped, "nothing changed in the state: {again:?}");
+    e.sync().await;
+    let after = controller.step().await.unwrap();
+    assert!(!after.skipped && after.updated == 0 && after.skipped_unchanged == 6, "{after:?}");
+    let text = e.metrics.render();
+    for line in [
+        "karpenter_pod_deletion_cost_pods_updated_total{result=\"updated\"} 5",
+        "karpenter_pod_deletion_cost_reconcile_skipped_total{} 1",
+        "karpenter_pod_deletion_cost_nodes_ranked{} 2.0",
+    ] {
+        assert!(text.contains(line), "{line} in\n{text}");
+    }
+}

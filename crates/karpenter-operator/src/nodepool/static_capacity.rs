@@ -190,6 +190,8 @@ type Rank = (bool, bool, f64, String);
 pub struct StaticDeprovisioning {
     ctx: ControllerContext,
     enabled: bool,
+    /// Which annotations give a pod's deletion cost (the `PodDeletionCostManagement` gate).
+    costs: karpenter_disruption::pods::CostAnnotations,
 }
 
 impl std::fmt::Debug for StaticDeprovisioning {
@@ -201,7 +203,13 @@ impl std::fmt::Debug for StaticDeprovisioning {
 impl StaticDeprovisioning {
     /// `enabled` is the `StaticCapacity` feature gate.
     pub fn new(ctx: &ControllerContext, enabled: bool) -> Self {
-        Self { ctx: ctx.clone(), enabled }
+        Self { ctx: ctx.clone(), enabled, costs: karpenter_disruption::pods::CostAnnotations { managed: false } }
+    }
+
+    /// Reads pods' deletion costs as the `PodDeletionCostManagement` gate says (default: off).
+    pub fn with_deletion_cost_management(mut self, managed: bool) -> Self {
+        self.costs = karpenter_disruption::pods::CostAnnotations { managed };
+        self
     }
 
     /// Deletion order key: (launched, has pods, disruption cost, name).
@@ -214,7 +222,7 @@ impl StaticDeprovisioning {
             .into_iter()
             .filter(|p| !karpenter_scheduler::snapshot::is_daemon_set_pod(p))
             .collect();
-        let cost: f64 = pods.iter().map(|p| karpenter_disruption::pods::eviction_cost(p)).sum();
+        let cost: f64 = pods.iter().map(|p| self.costs.eviction_cost(p)).sum();
         (launched, !pods.is_empty(), cost, claim.name_any())
     }
 
