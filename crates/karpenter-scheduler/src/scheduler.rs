@@ -31,6 +31,7 @@ use crate::decision::{
     Decisions, ExistingNodePlacement, NodeClaimPlan, NodePoolRejection, RejectionKind, UnschedulablePod,
     UnschedulableReason,
 };
+use crate::default_spread::{DefaultSpread, SchedulerConfig};
 use crate::snapshot::ClusterSnapshot;
 
 /// Upstream's cap on instance-type options per NodeClaim.
@@ -69,6 +70,9 @@ pub struct SchedulerOptions {
     /// `nodes`), but over the nodes and in-flight NodeClaims of every NodePool, and every new claim of the pass,
     /// whichever NodePool it comes from, draws on the same budget.
     pub cluster_limits: ResourceList,
+    /// The scheduler config (`SCHEDULER_CONFIG`): default topology spread constraints for pods without their
+    /// own (see [`crate::default_spread`]). Default: none.
+    pub scheduler_config: SchedulerConfig,
 }
 
 /// A NodePool with its instance types (data, never a provider).
@@ -231,7 +235,9 @@ impl<'a> Solver<'a> {
     ) -> Self {
         let daemons = daemons(snapshot);
         let volume_index = VolumeIndex::new(snapshot);
-        let pods: Vec<PodData<'a>> = pods_data(snapshot.pending_pods.iter().map(|p| &**p), provider, &volume_index);
+        let mut spread = DefaultSpread::new(&options.scheduler_config, snapshot);
+        let pods: Vec<PodData<'a>> =
+            pods_data(snapshot.pending_pods.iter().map(|p| &**p), provider, &volume_index, &mut spread);
         let base = Base::new(snapshot, pools, provider, &daemons, &options.cluster_limits);
         Solver::from_base(base, pods, provider, options)
     }
@@ -289,7 +295,7 @@ impl<'a> Solver<'a> {
         let spec = &*pod.spec;
         let affinity = spec.affinity.as_ref();
         if !data.volumes.claims.is_empty()
-            || spec.topology_spread_constraints.as_ref().is_some_and(|c| !c.is_empty())
+            || !data.spread_constraints().is_empty()
             || affinity.is_some_and(|a| a.pod_affinity.is_some() || a.pod_anti_affinity.is_some())
         {
             return None;
