@@ -4,7 +4,9 @@
 //! [`ClusterState`] is a cheap handle (clone it into every controller). It holds:
 //!
 //! - the watched objects of every [`Tracked`] kind: Nodes, NodeClaims, Pods, NodePools, DaemonSets,
-//!   PodDisruptionBudgets, Namespaces, PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes.
+//!   PodDisruptionBudgets, Namespaces, PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes (and,
+//!   with default topology spread constraints configured, Services, ReplicaSets, StatefulSets and
+//!   ReplicationControllers).
 //!   [`ClusterState::run_watchers`] keeps them current (one watcher per kind, re-listing after errors with
 //!   kube-runtime's backoff); [`ClusterState::apply`] / [`ClusterState::remove`] record an object directly, which
 //!   is what a controller does with the object a write returned, so the next pass sees it before the watch
@@ -37,10 +39,13 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::apps::v1::{DaemonSet, ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{
+    Namespace, Node, PersistentVolume, PersistentVolumeClaim, ReplicationController, Service,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use karpenter_api::labels;
 use karpenter_api::lean::Lean;
@@ -259,6 +264,12 @@ pub struct Objects {
     pvs: Store<PersistentVolume>,
     storage_classes: Store<StorageClass>,
     csi_nodes: Store<CSINode>,
+    /// Services and pod controllers, watched only with default topology spread constraints configured
+    /// ([`ClusterState::run_spread_watchers`]): their selectors decide the defaults' selectors.
+    services: Store<Service>,
+    replica_sets: Store<ReplicaSet>,
+    stateful_sets: Store<StatefulSet>,
+    replication_controllers: Store<ReplicationController>,
     /// Node or NodeClaim name → end of its nomination.
     nominations: BTreeMap<String, DateTime<Utc>>,
     /// Node or NodeClaim names marked for deletion by disruption.
@@ -329,6 +340,10 @@ tracked! {
     PersistentVolume => pvs, "PersistentVolume";
     StorageClass => storage_classes, "StorageClass";
     CSINode => csi_nodes, "CSINode";
+    Service => services, "Service";
+    ReplicaSet => replica_sets, "ReplicaSet";
+    StatefulSet => stateful_sets, "StatefulSet";
+    ReplicationController => replication_controllers, "ReplicationController";
 }
 
 /// `namespace/name` or `name`.
@@ -740,6 +755,21 @@ impl ClusterState {
         );
     }
 
+    /// Runs the watchers of the kinds default topology spread constraints read (Services, ReplicaSets,
+    /// StatefulSets, ReplicationControllers) until `shutdown` is cancelled. Started only when defaults are
+    /// configured; provisioning does not wait for them to be listed: until they are, a pod's defaults get the
+    /// selector of what is known (upstream likewise goes on with a partial selector after a lookup error).
+    pub async fn run_spread_watchers(&self, client: Client, shutdown: CancellationToken) {
+        let c = &client;
+        let s = &shutdown;
+        futures::join!(
+            self.watch::<Service>(Api::all(c.clone()), s.clone()),
+            self.watch::<ReplicaSet>(Api::all(c.clone()), s.clone()),
+            self.watch::<StatefulSet>(Api::all(c.clone()), s.clone()),
+            self.watch::<ReplicationController>(Api::all(c.clone()), s.clone()),
+        );
+    }
+
     /// Runs the watcher of one kind (cluster-wide, through `api`'s client) until `shutdown` is cancelled. Objects
     /// are decoded without their `managedFields` ([`Lean`]): the state would drop them anyway.
     pub async fn watch<K: Tracked>(&self, api: Api<K>, shutdown: CancellationToken) {
@@ -912,6 +942,23 @@ impl ClusterState {
         o.pvs.objects.values().for_each(|p| builder.pv(PersistentVolume::clone(p)));
         o.storage_classes.objects.values().for_each(|s| builder.storage_class(StorageClass::clone(s)));
         o.csi_nodes.objects.values().for_each(|c| builder.csi_node(c));
+        o.services.objects.values().for_each(|svc| builder.service(svc));
+        for rs in o.replica_sets.objects.values() {
+            let selector = rs.spec.as_ref().map(|s| s.selector.clone()).unwrap_or_default();
+            builder.controller("ReplicaSet", &rs.metadata, selector);
+        }
+        for sts in o.stateful_sets.objects.values() {
+            let selector = sts.spec.as_ref().map(|s| s.selector.clone()).unwrap_or_default();
+            builder.controller("StatefulSet", &sts.metadata, selector);
+        }
+        for rc in o.replication_controllers.objects.values() {
+            let match_labels = rc.spec.as_ref().and_then(|s| s.selector.clone());
+            builder.controller(
+                "ReplicationController",
+                &rc.metadata,
+                LabelSelector { match_labels, ..Default::default() },
+            );
+        }
 
         let mut rejected = Vec::new();
         let mut ignored = Vec::new();

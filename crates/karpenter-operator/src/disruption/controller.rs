@@ -101,6 +101,8 @@ pub struct DisruptionSettings {
     pub honor_autoscaler_annotations: bool,
     /// `CLUSTER_LIMITS`: replacements must fit them, as they must fit their NodePool's limits.
     pub cluster_limits: karpenter_requirements::ResourceList,
+    /// `SCHEDULER_CONFIG`: the simulations give pods the default topology spread constraints provisioning does.
+    pub scheduler_config: karpenter_scheduler::SchedulerConfig,
 }
 
 impl Default for DisruptionSettings {
@@ -115,6 +117,7 @@ impl Default for DisruptionSettings {
             pass_simulation_time: PASS_SIMULATION_TIME,
             honor_autoscaler_annotations: true,
             cluster_limits: karpenter_requirements::ResourceList::new(),
+            scheduler_config: karpenter_scheduler::SchedulerConfig::default(),
         }
     }
 }
@@ -126,6 +129,7 @@ impl DisruptionSettings {
             spot_to_spot_consolidation: settings.feature_gates.spot_to_spot_consolidation,
             honor_autoscaler_annotations: settings.honor_autoscaler_annotations,
             cluster_limits: settings.cluster_limits.clone(),
+            scheduler_config: settings.scheduler_config.clone(),
             ..Self::default()
         }
     }
@@ -417,6 +421,7 @@ impl Disruption {
             every_verdict: false,
             scheduler: karpenter_scheduler::SchedulerOptions {
                 cluster_limits: self.settings.cluster_limits.clone(),
+                scheduler_config: self.settings.scheduler_config.clone(),
                 ..karpenter_disruption::DisruptionOptions::default().scheduler
             },
             ..Default::default()
