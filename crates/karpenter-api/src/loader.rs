@@ -1256,7 +1256,8 @@ mod tests {
     fn supported_api_versions_by_kind() {
         assert_eq!(supported_api_version("Deployment"), Some("apps/v1"));
         assert_eq!(supported_api_version("NodePool"), Some("karpenter.sh/v1"));
-        assert_eq!(supported_api_version("Service"), None);
+        assert_eq!(supported_api_version("Service"), Some("v1"));
+        assert_eq!(supported_api_version("ConfigMap"), None);
     }
 
     #[test]

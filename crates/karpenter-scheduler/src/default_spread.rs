@@ -224,12 +224,15 @@ pub fn default_selector(pod: &CompactPod, snapshot: &ClusterSnapshot) -> Option<
     })
 }
 
+/// A pod's workload as far as its default constraints go: (namespace, controller `kind/name`, labels).
+type WorkloadKey = (String, Option<String>, Vec<(String, String)>);
+
 /// Gives pods their default constraints, once per pass; pods of one workload (same namespace, controller and
 /// labels) share one list.
 pub(crate) struct DefaultSpread<'s> {
     config: &'s SchedulerConfig,
     snapshot: &'s ClusterSnapshot,
-    cache: BTreeMap<(String, Option<String>, Vec<(String, String)>), Option<Arc<[TopologySpreadConstraint]>>>,
+    cache: BTreeMap<WorkloadKey, Option<Arc<[TopologySpreadConstraint]>>>,
 }
 
 impl<'s> DefaultSpread<'s> {
