@@ -1462,4 +1462,60 @@ mod tests {
         shutdown.cancel();
         task.await.unwrap();
     }
+
+    #[tokio::test]
+    async fn spread_watchers_bring_services_and_controllers_into_the_snapshot() {
+        let server = ApiServer::new();
+        let client = server.client();
+        let s = ClusterState::new(Arc::new(FakeClock::default()), Duration::from_secs(20));
+        s.mark_all_synced();
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn({
+            let s = s.clone();
+            let shutdown = shutdown.clone();
+            async move { s.run_spread_watchers(client, shutdown).await }
+        });
+        let svc: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"selector": {"app": "web"}}
+        }))
+        .unwrap();
+        Api::<Service>::namespaced(server.client(), "default").create(&PostParams::default(), &svc).await.unwrap();
+        let rs: ReplicaSet = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web-1", "namespace": "default"},
+            "spec": {"selector": {"matchLabels": {"app": "web", "pod-template-hash": "1"}},
+                     "template": {"metadata": {"labels": {"app": "web", "pod-template-hash": "1"}}}}
+        }))
+        .unwrap();
+        Api::<ReplicaSet>::namespaced(server.client(), "default").create(&PostParams::default(), &rs).await.unwrap();
+        let deadline = tokio_now() + Duration::from_secs(10);
+        while s.get::<Service>("default/web").is_none() || s.get::<ReplicaSet>("default/web-1").is_none() {
+            assert!(tokio_now() < deadline, "the spread watchers did not list the objects");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let snap = s.snapshot().unwrap().cluster;
+        assert_eq!(snap.services.len(), 1);
+        assert_eq!(snap.services[0].selector, Some(BTreeMap::from([("app".to_string(), "web".to_string())])));
+        assert_eq!(snap.controllers.len(), 1);
+        assert_eq!((snap.controllers[0].kind.as_str(), snap.controllers[0].name.as_str()), ("ReplicaSet", "web-1"));
+        // A replica of the ReplicaSet gets the Service's labels and the ReplicaSet's selector.
+        let mut p = unschedulable_pod(PodOptions {
+            name: Some("web-1-a".into()),
+            labels: BTreeMap::from([("app".into(), "web".into()), ("pod-template-hash".into(), "1".into())]),
+            ..Default::default()
+        });
+        p.metadata.owner_references = Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "apps/v1".into(),
+            kind: "ReplicaSet".into(),
+            name: "web-1".into(),
+            uid: "u".into(),
+            controller: Some(true),
+            block_owner_deletion: None,
+        }]);
+        let selector = karpenter_scheduler::default_spread::default_selector(&CompactPod::from(p), &snap).unwrap();
+        assert_eq!(selector.match_labels, Some(BTreeMap::from([("app".to_string(), "web".to_string())])));
+        assert_eq!(selector.match_expressions.map(|e| e.len()), Some(2));
+        shutdown.cancel();
+        task.await.unwrap();
+    }
 }
