@@ -118,6 +118,11 @@ enum Command {
         #[arg(long, env = "CLUSTER_LIMITS", value_name = "LIMITS", default_value = "",
               value_parser = boxed_cluster_limits)]
         cluster_limits: Box<karpenter_requirements::ResourceList>,
+        /// Scheduler config with default topology spread constraints, as the controller takes it:
+        /// {podTopologySpread: {defaultConstraints: [...]}} (YAML or JSON; docs/settings.md).
+        #[arg(long, env = "SCHEDULER_CONFIG", value_name = "CONFIG", default_value = "",
+              value_parser = boxed_scheduler_config)]
+        scheduler_config: Box<karpenter_scheduler::SchedulerConfig>,
         #[command(flatten)]
         cluster: simulate::live::ClusterArgs,
     },
@@ -245,6 +250,7 @@ fn main() -> ExitCode {
             run_for,
             honor_autoscaler_annotations,
             cluster_limits,
+            scheduler_config,
             cluster,
         } => {
             paths.extend(filenames);
@@ -259,6 +265,7 @@ fn main() -> ExitCode {
                 time,
                 honor_autoscaler_annotations,
                 cluster_limits: *cluster_limits,
+                scheduler_config: *scheduler_config,
             };
             run_simulate(options, &cluster, output)
         }
@@ -458,6 +465,11 @@ fn crds(provider: Provider) -> anyhow::Result<ExitCode> {
 }
 
 /// `--cluster-limits`, boxed: a resource list would make `Command::Simulate` many times larger than the others.
+/// `--scheduler-config`, boxed like `--cluster-limits`.
+fn boxed_scheduler_config(s: &str) -> Result<Box<karpenter_scheduler::SchedulerConfig>, String> {
+    karpenter_scheduler::SchedulerConfig::parse(s).map(Box::new).map_err(|e| e.to_string())
+}
+
 fn boxed_cluster_limits(s: &str) -> Result<Box<karpenter_requirements::ResourceList>, String> {
     karpenter_api::settings::parse_cluster_limits(s).map(Box::new)
 }

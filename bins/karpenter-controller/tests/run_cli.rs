@@ -80,3 +80,22 @@ fn kwok_flags_are_refused_with_aws() {
         assert!(stderr.contains("--provider kwok only"), "{stderr}");
     }
 }
+
+#[test]
+fn bad_scheduler_config_stops_the_controller_at_start_up_naming_the_field() {
+    let config = "podTopologySpread: {defaultConstraints: [{maxSkew: 1, topologyKey: topology.kubernetes.io/zone, \
+                  whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: web}}}]}";
+    let (code, _, stderr) = run(&["run", "--provider=kwok", &format!("--scheduler-config={config}")]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--scheduler-config"), "{stderr}");
+    assert!(stderr.contains("defaultConstraints[0]: labelSelector is not allowed"), "{stderr}");
+    // From the environment, as the Helm chart sets it: an unknown field is an error.
+    let Output { status, stderr, .. } = Command::new(env!("CARGO_BIN_EXE_karpenter-controller"))
+        .args(["run", "--provider=kwok"])
+        .env("SCHEDULER_CONFIG", "{\"podTopologySpread\": {\"defaultingType\": \"List\"}}")
+        .output()
+        .expect("running the binary");
+    let stderr = String::from_utf8_lossy(&stderr);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("scheduler config:") && stderr.contains("defaultingType"), "{stderr}");
+}

@@ -916,3 +916,29 @@ fn min_nodes_floors_replace_expired_nodes_first() {
     assert_eq!(events, expected, "{timeline}");
     assert_eq!(timeline["nodes"].as_array().map(Vec::len), Some(1), "{timeline}");
 }
+
+#[test]
+fn scheduler_config_flag_spreads_pods_without_their_own_constraints() {
+    let tmp = TempDir::new("scheduler-config");
+    let input = tmp.write(
+        "web.yaml",
+        &format!(
+            "{POOL}---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web, namespace: default}}\n\
+             spec: {{replicas: 3, selector: {{matchLabels: {{app: web}}}}, template: {{metadata: {{labels: {{app: web}}}}, \
+             spec: {{containers: [{{name: c, image: pause, resources: {{requests: {{cpu: 100m}}}}}}]}}}}}}\n"
+        ),
+    );
+    let nodes = |doc: &Value| doc["newNodes"].as_array().expect("newNodes").len();
+    // Without a config the three small replicas share one node.
+    assert_eq!(nodes(&simulate_json(&[&input])), 1);
+    let config = "podTopologySpread:\n  defaultConstraints:\n  - {maxSkew: 1, topologyKey: topology.kubernetes.io/zone, \
+                  whenUnsatisfiable: DoNotSchedule}\n";
+    let doc = simulate_json(&[&input, "--scheduler-config", config]);
+    assert_eq!(nodes(&doc), 3, "{doc}");
+    assert_eq!(doc["summary"]["podsOnNewNodes"], 3);
+    // A bad config is a usage error naming the field.
+    let (code, _, stderr) =
+        run(&["simulate", &input, "--scheduler-config", "podTopologySpread: {defaultConstraints: [{}]}"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("defaultConstraints[0]: maxSkew must be greater than zero"), "{stderr}");
+}

@@ -32,7 +32,9 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{
+    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController, Service,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -208,6 +210,8 @@ objects! {
     StorageClass(StorageClass) = "storage.k8s.io/v1",
     CSINode(CSINode) = "storage.k8s.io/v1",
     PodDisruptionBudget(PodDisruptionBudget) = "policy/v1",
+    Service(Service) = "v1",
+    ReplicationController(ReplicationController) = "v1",
 }
 
 impl Object {
@@ -1252,7 +1256,8 @@ mod tests {
     fn supported_api_versions_by_kind() {
         assert_eq!(supported_api_version("Deployment"), Some("apps/v1"));
         assert_eq!(supported_api_version("NodePool"), Some("karpenter.sh/v1"));
-        assert_eq!(supported_api_version("Service"), None);
+        assert_eq!(supported_api_version("Service"), Some("v1"));
+        assert_eq!(supported_api_version("ConfigMap"), None);
     }
 
     #[test]

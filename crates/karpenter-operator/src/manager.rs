@@ -275,6 +275,15 @@ impl Manager {
         probes.set_started();
         on_started(Started { metrics_addr: metrics_server.local_addr, probes_addr: probes_server.local_addr });
         tracing::info!(metrics = %metrics_server.local_addr, probes = %probes_server.local_addr, "starting manager");
+        if !settings.scheduler_config.is_empty() {
+            let constraints: Vec<String> = settings
+                .scheduler_config
+                .default_constraints
+                .iter()
+                .map(|c| format!("{}:{}:maxSkew={}", c.topology_key, c.when_unsatisfiable, c.max_skew))
+                .collect();
+            tracing::info!(?constraints, "default topology spread constraints configured");
+        }
 
         let result = run_leader(
             LeaderParts {
@@ -368,6 +377,13 @@ async fn run_leader(mut parts: LeaderParts, shutdown: CancellationToken) -> Resu
         let leader = leader.clone();
         async move { state.run_watchers(client, leader).await }
     });
+    // Default topology spread constraints read Services and pod controllers: watched only when configured.
+    let spread_watchers = (!parts.settings.scheduler_config.is_empty()).then(|| {
+        let state = state.clone();
+        let client = parts.client.clone();
+        let leader = leader.clone();
+        tokio::spawn(async move { state.run_spread_watchers(client, leader).await })
+    });
     let mut next_warning = tokio_now() + SYNC_WARNING;
     while !all_kinds_listed(&state) {
         tokio::select! {
@@ -406,6 +422,9 @@ async fn run_leader(mut parts: LeaderParts, shutdown: CancellationToken) -> Resu
     let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
         while tasks.join_next().await.is_some() {}
         let _ = watchers.await;
+        if let Some(w) = spread_watchers {
+            let _ = w.await;
+        }
     })
     .await;
     if drained.is_err() {

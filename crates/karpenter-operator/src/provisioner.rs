@@ -134,6 +134,8 @@ pub struct ProvisionerOptions {
     pub solve_timeout: Duration,
     /// `CLUSTER_LIMITS` (empty: none).
     pub cluster_limits: ResourceList,
+    /// `SCHEDULER_CONFIG`: default topology spread constraints (empty: none).
+    pub scheduler_config: karpenter_scheduler::SchedulerConfig,
 }
 
 impl Default for ProvisionerOptions {
@@ -145,6 +147,7 @@ impl Default for ProvisionerOptions {
             min_values_policy: MinValuesPolicy::Strict,
             solve_timeout: SOLVE_TIMEOUT,
             cluster_limits: ResourceList::new(),
+            scheduler_config: karpenter_scheduler::SchedulerConfig::default(),
         }
     }
 }
@@ -159,6 +162,7 @@ impl ProvisionerOptions {
             min_values_policy: settings.min_values_policy,
             solve_timeout: SOLVE_TIMEOUT,
             cluster_limits: settings.cluster_limits.clone(),
+            scheduler_config: settings.scheduler_config.clone(),
         }
     }
 
@@ -167,6 +171,7 @@ impl ProvisionerOptions {
             min_values_policy: self.min_values_policy,
             preference_policy: self.preference_policy,
             cluster_limits: self.cluster_limits.clone(),
+            scheduler_config: self.scheduler_config.clone(),
             ..SchedulerOptions::default()
         }
     }

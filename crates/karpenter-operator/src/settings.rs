@@ -18,6 +18,7 @@ pub use karpenter_requirements::{MinValuesPolicy, PreferencePolicy};
 pub use karpenter_api::settings::SettingsError;
 use karpenter_api::settings::{parse_cluster_limits, parse_duration_setting as duration, parse_feature_gates};
 use karpenter_requirements::ResourceList;
+pub use karpenter_scheduler::SchedulerConfig;
 
 /// Log verbosity (`LOG_LEVEL`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -192,6 +193,13 @@ pub struct CoreSettings {
     /// Namespace the controller runs in (set by the Helm chart from the downward API).
     #[arg(long, env = "SYSTEM_NAMESPACE", default_value = "kube-system")]
     pub system_namespace: String,
+    /// Scheduler config, a YAML or JSON document decoded strictly: {podTopologySpread: {defaultConstraints: [...]}}. The default topology spread constraints are given, in the scheduling simulation only, to pods that declare none, with a selector derived from the Services and ReplicaSet/StatefulSet/ReplicationController selecting the pod as kube-scheduler derives it. Empty: none (kube-scheduler's System defaults are not applied). A malformed config stops the controller at start-up
+    #[arg(long, env = "SCHEDULER_CONFIG", default_value = "", value_parser = parse_scheduler_config)]
+    pub scheduler_config: SchedulerConfig,
+}
+
+fn parse_scheduler_config(s: &str) -> Result<SchedulerConfig, String> {
+    SchedulerConfig::parse(s).map_err(|e| e.to_string())
 }
 
 impl CoreSettings {

@@ -4,7 +4,9 @@
 //! [`ClusterState`] is a cheap handle (clone it into every controller). It holds:
 //!
 //! - the watched objects of every [`Tracked`] kind: Nodes, NodeClaims, Pods, NodePools, DaemonSets,
-//!   PodDisruptionBudgets, Namespaces, PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes.
+//!   PodDisruptionBudgets, Namespaces, PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes (and,
+//!   with default topology spread constraints configured, Services, ReplicaSets, StatefulSets and
+//!   ReplicationControllers).
 //!   [`ClusterState::run_watchers`] keeps them current (one watcher per kind, re-listing after errors with
 //!   kube-runtime's backoff); [`ClusterState::apply`] / [`ClusterState::remove`] record an object directly, which
 //!   is what a controller does with the object a write returned, so the next pass sees it before the watch
@@ -37,10 +39,13 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::apps::v1::{DaemonSet, ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{
+    Namespace, Node, PersistentVolume, PersistentVolumeClaim, ReplicationController, Service,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use karpenter_api::labels;
 use karpenter_api::lean::Lean;
@@ -259,6 +264,12 @@ pub struct Objects {
     pvs: Store<PersistentVolume>,
     storage_classes: Store<StorageClass>,
     csi_nodes: Store<CSINode>,
+    /// Services and pod controllers, watched only with default topology spread constraints configured
+    /// ([`ClusterState::run_spread_watchers`]): their selectors decide the defaults' selectors.
+    services: Store<Service>,
+    replica_sets: Store<ReplicaSet>,
+    stateful_sets: Store<StatefulSet>,
+    replication_controllers: Store<ReplicationController>,
     /// Node or NodeClaim name → end of its nomination.
     nominations: BTreeMap<String, DateTime<Utc>>,
     /// Node or NodeClaim names marked for deletion by disruption.
@@ -329,6 +340,10 @@ tracked! {
     PersistentVolume => pvs, "PersistentVolume";
     StorageClass => storage_classes, "StorageClass";
     CSINode => csi_nodes, "CSINode";
+    Service => services, "Service";
+    ReplicaSet => replica_sets, "ReplicaSet";
+    StatefulSet => stateful_sets, "StatefulSet";
+    ReplicationController => replication_controllers, "ReplicationController";
 }
 
 /// `namespace/name` or `name`.
@@ -740,6 +755,21 @@ impl ClusterState {
         );
     }
 
+    /// Runs the watchers of the kinds default topology spread constraints read (Services, ReplicaSets,
+    /// StatefulSets, ReplicationControllers) until `shutdown` is cancelled. Started only when defaults are
+    /// configured; provisioning does not wait for them to be listed: until they are, a pod's defaults get the
+    /// selector of what is known (upstream likewise goes on with a partial selector after a lookup error).
+    pub async fn run_spread_watchers(&self, client: Client, shutdown: CancellationToken) {
+        let c = &client;
+        let s = &shutdown;
+        futures::join!(
+            self.watch::<Service>(Api::all(c.clone()), s.clone()),
+            self.watch::<ReplicaSet>(Api::all(c.clone()), s.clone()),
+            self.watch::<StatefulSet>(Api::all(c.clone()), s.clone()),
+            self.watch::<ReplicationController>(Api::all(c.clone()), s.clone()),
+        );
+    }
+
     /// Runs the watcher of one kind (cluster-wide, through `api`'s client) until `shutdown` is cancelled. Objects
     /// are decoded without their `managedFields` ([`Lean`]): the state would drop them anyway.
     pub async fn watch<K: Tracked>(&self, api: Api<K>, shutdown: CancellationToken) {
@@ -912,6 +942,23 @@ impl ClusterState {
         o.pvs.objects.values().for_each(|p| builder.pv(PersistentVolume::clone(p)));
         o.storage_classes.objects.values().for_each(|s| builder.storage_class(StorageClass::clone(s)));
         o.csi_nodes.objects.values().for_each(|c| builder.csi_node(c));
+        o.services.objects.values().for_each(|svc| builder.service(svc));
+        for rs in o.replica_sets.objects.values() {
+            let selector = rs.spec.as_ref().map(|s| s.selector.clone()).unwrap_or_default();
+            builder.controller("ReplicaSet", &rs.metadata, selector);
+        }
+        for sts in o.stateful_sets.objects.values() {
+            let selector = sts.spec.as_ref().map(|s| s.selector.clone()).unwrap_or_default();
+            builder.controller("StatefulSet", &sts.metadata, selector);
+        }
+        for rc in o.replication_controllers.objects.values() {
+            let match_labels = rc.spec.as_ref().and_then(|s| s.selector.clone());
+            builder.controller(
+                "ReplicationController",
+                &rc.metadata,
+                LabelSelector { match_labels, ..Default::default() },
+            );
+        }
 
         let mut rejected = Vec::new();
         let mut ignored = Vec::new();
@@ -1412,6 +1459,62 @@ mod tests {
             assert!(tokio_now() < deadline, "delete not seen");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        shutdown.cancel();
+        task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn spread_watchers_bring_services_and_controllers_into_the_snapshot() {
+        let server = ApiServer::new();
+        let client = server.client();
+        let s = ClusterState::new(Arc::new(FakeClock::default()), Duration::from_secs(20));
+        s.mark_all_synced();
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn({
+            let s = s.clone();
+            let shutdown = shutdown.clone();
+            async move { s.run_spread_watchers(client, shutdown).await }
+        });
+        let svc: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"selector": {"app": "web"}}
+        }))
+        .unwrap();
+        Api::<Service>::namespaced(server.client(), "default").create(&PostParams::default(), &svc).await.unwrap();
+        let rs: ReplicaSet = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web-1", "namespace": "default"},
+            "spec": {"selector": {"matchLabels": {"app": "web", "pod-template-hash": "1"}},
+                     "template": {"metadata": {"labels": {"app": "web", "pod-template-hash": "1"}}}}
+        }))
+        .unwrap();
+        Api::<ReplicaSet>::namespaced(server.client(), "default").create(&PostParams::default(), &rs).await.unwrap();
+        let deadline = tokio_now() + Duration::from_secs(10);
+        while s.get::<Service>("default/web").is_none() || s.get::<ReplicaSet>("default/web-1").is_none() {
+            assert!(tokio_now() < deadline, "the spread watchers did not list the objects");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let snap = s.snapshot().unwrap().cluster;
+        assert_eq!(snap.services.len(), 1);
+        assert_eq!(snap.services[0].selector, Some(BTreeMap::from([("app".to_string(), "web".to_string())])));
+        assert_eq!(snap.controllers.len(), 1);
+        assert_eq!((snap.controllers[0].kind.as_str(), snap.controllers[0].name.as_str()), ("ReplicaSet", "web-1"));
+        // A replica of the ReplicaSet gets the Service's labels and the ReplicaSet's selector.
+        let mut p = unschedulable_pod(PodOptions {
+            name: Some("web-1-a".into()),
+            labels: BTreeMap::from([("app".into(), "web".into()), ("pod-template-hash".into(), "1".into())]),
+            ..Default::default()
+        });
+        p.metadata.owner_references = Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "apps/v1".into(),
+            kind: "ReplicaSet".into(),
+            name: "web-1".into(),
+            uid: "u".into(),
+            controller: Some(true),
+            block_owner_deletion: None,
+        }]);
+        let selector = karpenter_scheduler::default_spread::default_selector(&CompactPod::from(p), &snap).unwrap();
+        assert_eq!(selector.match_labels, Some(BTreeMap::from([("app".to_string(), "web".to_string())])));
+        assert_eq!(selector.match_expressions.map(|e| e.len()), Some(2));
         shutdown.cancel();
         task.await.unwrap();
     }

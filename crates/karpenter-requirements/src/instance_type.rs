@@ -35,6 +35,9 @@ pub struct InstanceType {
     pub requirements: Requirements,
     /// All offerings, including unavailable ones.
     pub offerings: Vec<Offering>,
+    /// Volumes a node of this type can attach, per CSI driver name; a driver not listed has no known limit. A
+    /// registered node's CSINode limits take precedence; these apply to NodeClaims not launched yet.
+    pub volume_attachment_limits: BTreeMap<String, u32>,
     capacity: ResourceList,
     overhead: Overhead,
     allocatable: OnceLock<ResourceList>,
@@ -46,6 +49,7 @@ impl Clone for InstanceType {
             name: self.name.clone(),
             requirements: self.requirements.clone(),
             offerings: self.offerings.clone(),
+            volume_attachment_limits: self.volume_attachment_limits.clone(),
             capacity: self.capacity.clone(),
             overhead: self.overhead.clone(),
             allocatable: self.allocatable.clone(),
@@ -83,7 +87,21 @@ impl InstanceType {
         capacity: ResourceList,
         overhead: Overhead,
     ) -> Self {
-        InstanceType { name: name.into(), requirements, offerings, capacity, overhead, allocatable: OnceLock::new() }
+        InstanceType {
+            name: name.into(),
+            requirements,
+            offerings,
+            volume_attachment_limits: BTreeMap::new(),
+            capacity,
+            overhead,
+            allocatable: OnceLock::new(),
+        }
+    }
+
+    /// Sets the per-CSI-driver volume attachment limits (builder style).
+    pub fn with_volume_attachment_limits(mut self, limits: BTreeMap<String, u32>) -> Self {
+        self.volume_attachment_limits = limits;
+        self
     }
 
     /// Total capacity.

@@ -110,12 +110,14 @@
 pub mod bound;
 pub mod check;
 pub mod decision;
+pub mod default_spread;
 pub mod nodeclaim;
 pub mod scheduler;
 pub mod simulation;
 pub mod snapshot;
 
 pub use decision::{API_VERSION, Decisions, NodeClaimPlan, UnschedulablePod, UnschedulableReason};
+pub use default_spread::{SchedulerConfig, SchedulerConfigError};
 pub use nodeclaim::{BuildError, build_node_claim};
 pub use scheduler::templates::cluster_usage;
 pub use scheduler::{PoolInput, ReservedOfferingMode, SchedulerOptions, schedule, schedule_until};

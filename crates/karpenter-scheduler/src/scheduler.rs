@@ -5,6 +5,8 @@ pub(crate) mod pods;
 mod repack;
 pub(crate) mod templates;
 mod topology;
+#[cfg(test)]
+mod volume_limit_tests;
 pub(crate) mod volumes;
 
 use std::borrow::Cow;
@@ -25,12 +27,13 @@ use pods::{PodData, Relaxation, pods_data};
 use rustc_hash::FxHashMap;
 use templates::{ClusterBudget, ExistingNode, Template, daemons, existing_nodes};
 use topology::{Place, Prepared, Topology};
-use volumes::{VolumeIndex, first_compatible};
+use volumes::{ClaimVolumes, VolumeIndex, attach_counts, attach_limit_error, first_compatible, within_attach_limits};
 
 use crate::decision::{
     Decisions, ExistingNodePlacement, NodeClaimPlan, NodePoolRejection, RejectionKind, UnschedulablePod,
     UnschedulableReason,
 };
+use crate::default_spread::{DefaultSpread, SchedulerConfig};
 use crate::snapshot::ClusterSnapshot;
 
 /// Upstream's cap on instance-type options per NodeClaim.
@@ -69,6 +72,9 @@ pub struct SchedulerOptions {
     /// `nodes`), but over the nodes and in-flight NodeClaims of every NodePool, and every new claim of the pass,
     /// whichever NodePool it comes from, draws on the same budget.
     pub cluster_limits: ResourceList,
+    /// The scheduler config (`SCHEDULER_CONFIG`): default topology spread constraints for pods without their
+    /// own (see [`crate::default_spread`]). Default: none.
+    pub scheduler_config: SchedulerConfig,
 }
 
 /// A NodePool with its instance types (data, never a provider).
@@ -110,6 +116,8 @@ struct NewClaim {
     requests: ResourceList,
     pods: Vec<usize>,
     ports: HostPortUsage,
+    /// The volumes its pods attach (instance types' volume attachment limits).
+    volumes: ClaimVolumes,
     min_values_relaxed: bool,
 }
 
@@ -155,6 +163,12 @@ pub(crate) struct Solver<'a> {
     claim_cap: Option<usize>,
     /// What is left of the cluster-wide limits, `None` without them.
     cluster: Option<ClusterBudget>,
+}
+
+fn add_volumes(volumes: &mut ClaimVolumes, claims: &[(String, String)]) {
+    for (driver, claim) in claims {
+        volumes.entry(driver.clone()).or_default().insert(claim.clone());
+    }
 }
 
 /// The claim does not constrain the key to listed values (absent or a complement): never rejected by it.
@@ -231,7 +245,9 @@ impl<'a> Solver<'a> {
     ) -> Self {
         let daemons = daemons(snapshot);
         let volume_index = VolumeIndex::new(snapshot);
-        let pods: Vec<PodData<'a>> = pods_data(snapshot.pending_pods.iter().map(|p| &**p), provider, &volume_index);
+        let mut spread = DefaultSpread::new(&options.scheduler_config, snapshot);
+        let pods: Vec<PodData<'a>> =
+            pods_data(snapshot.pending_pods.iter().map(|p| &**p), provider, &volume_index, &mut spread);
         let base = Base::new(snapshot, pools, provider, &daemons, &options.cluster_limits);
         Solver::from_base(base, pods, provider, options)
     }
@@ -289,7 +305,7 @@ impl<'a> Solver<'a> {
         let spec = &*pod.spec;
         let affinity = spec.affinity.as_ref();
         if !data.volumes.claims.is_empty()
-            || spec.topology_spread_constraints.as_ref().is_some_and(|c| !c.is_empty())
+            || !data.spread_constraints().is_empty()
             || affinity.is_some_and(|a| a.pod_affinity.is_some() || a.pod_anti_affinity.is_some())
         {
             return None;
@@ -485,6 +501,7 @@ impl<'a> Solver<'a> {
                 claim.requests = cand.requests;
                 claim.min_values_relaxed |= cand.min_values_relaxed;
                 claim.ports.add(pod.host_ports.iter().cloned());
+                add_volumes(&mut claim.volumes, &pod.volumes.claims);
                 claim.pods.push(i);
                 let place = Place {
                     requirements: &claim.requirements,
@@ -523,6 +540,7 @@ impl<'a> Solver<'a> {
                 requests: ResourceList::new(),
                 pods: Vec::new(),
                 ports: HostPortUsage::new(),
+                volumes: ClaimVolumes::new(),
                 min_values_relaxed: false,
             };
             if template.within_limits.is_empty() {
@@ -541,6 +559,7 @@ impl<'a> Solver<'a> {
                     claim.requests = cand.requests;
                     claim.min_values_relaxed = cand.min_values_relaxed;
                     claim.ports.add(pod.host_ports.iter().cloned());
+                    add_volumes(&mut claim.volumes, &pod.volumes.claims);
                     claim.pods.push(i);
                     if let Some(cluster) = self.cluster.as_mut() {
                         let names = cluster.limits.iter().map(|(name, _)| name);
@@ -734,6 +753,22 @@ impl<'a> Solver<'a> {
         }
         if survivors.is_empty() {
             return Err(explain.then(|| self.diagnose(template, &requirements, &requests, pod, its)));
+        }
+        // Instance types' volume attachment limits: every option must attach the claim's volumes and the pod's.
+        if !pod.volumes.claims.is_empty() {
+            let counts = attach_counts(&claim.volumes, &pod.volumes.claims);
+            let fits = |i: &u32| template.its.get(*i as usize).is_some_and(|it| within_attach_limits(it, &counts));
+            if !survivors.iter().all(fits) {
+                let kept: Vec<u32> = survivors.iter().copied().filter(fits).collect();
+                if kept.is_empty() {
+                    return Err(explain.then(|| {
+                        let options: Vec<&InstanceType> =
+                            survivors.iter().filter_map(|&i| template.its.get(i as usize).copied()).collect();
+                        NodePoolRejection::new(np, RejectionKind::Volumes, attach_limit_error(&options, &counts))
+                    }));
+                }
+                survivors = kept;
+            }
         }
         let mut requirements = requirements.into_owned();
         let mut min_values_relaxed = false;

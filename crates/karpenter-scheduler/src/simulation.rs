@@ -48,6 +48,7 @@ use karpenter_api::{CompactPod, ProviderLabels};
 use karpenter_requirements::ResourceList;
 
 use crate::decision::{Decisions, UnschedulablePod, UnschedulableReason};
+use crate::default_spread::DefaultSpread;
 use crate::scheduler::pods::{PodData, pods_data};
 use crate::scheduler::templates::{ExistingNode, daemons};
 use crate::scheduler::volumes::VolumeIndex;
@@ -129,7 +130,8 @@ impl<'a> Simulator<'a> {
     ) -> Self {
         let daemons = daemons(snapshot);
         let volumes = VolumeIndex::new(snapshot);
-        let pending = pods_data(snapshot.pending_pods.iter().map(|p| &**p), provider, &volumes);
+        let mut spread = DefaultSpread::new(&options.scheduler_config, snapshot);
+        let pending = pods_data(snapshot.pending_pods.iter().map(|p| &**p), provider, &volumes, &mut spread);
         let base = Base::new(snapshot, pools, provider, &daemons, &options.cluster_limits);
         let index = base.existing.iter().enumerate().map(|(i, n)| (n.name.clone(), i)).collect();
         let prefix_ok = !base.any_prefer_no_schedule
@@ -179,7 +181,8 @@ impl<'a> Simulator<'a> {
         if !view.skip_pending {
             pods.extend(self.pending.iter().cloned());
         }
-        pods.extend(pods_data(view.pods.iter().copied(), self.provider, &self.volumes));
+        let mut spread = DefaultSpread::new(&self.options.scheduler_config, self.base.snapshot);
+        pods.extend(pods_data(view.pods.iter().copied(), self.provider, &self.volumes, &mut spread));
         // The element-wise smallest request: nodes that cannot hold it cannot hold any pod.
         let mut smallest: Option<ResourceList> = None;
         for p in pods.iter().filter(|p| p.error.is_none()) {
@@ -197,7 +200,7 @@ impl<'a> Simulator<'a> {
         }
         // Simple pods with no existing anti-affinity have no topology: the solver then needs no bound pods, and
         // reading them all once per simulation would make a pass quadratic.
-        let simple_pods = self.prefix_ok && pods.iter().all(|p| simple(p.pod));
+        let simple_pods = self.prefix_ok && pods.iter().all(|p| p.spread_constraints().is_empty() && simple(p.pod));
         let topology = if simple_pods { &self.lean } else { self.base.snapshot };
         let Some(min) = smallest else {
             return self.finish(self.solve(topology, Vec::new(), pods, view, claim_cap), view);

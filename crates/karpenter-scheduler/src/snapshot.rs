@@ -35,7 +35,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{
-    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodSpec, PodStatus, PodTemplateSpec, Taint,
+    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodSpec, PodStatus, PodTemplateSpec, Service, Taint,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
@@ -47,6 +47,8 @@ use karpenter_api::nodeclaim::NodeClaimStatus;
 use karpenter_api::selector::selector_matches;
 use karpenter_api::{CompactPod, IntoSharedPod, NodeClaim, NodePool, SpecInterner};
 use karpenter_requirements::{ResourceError, ResourceList};
+
+use crate::default_spread::{ControllerSelector, ServiceSelector};
 
 /// The label the API server puts on every namespace.
 pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
@@ -187,6 +189,10 @@ pub struct ClusterSnapshot {
     pub csi_limits: BTreeMap<String, CsiLimits>,
     /// PodDisruptionBudgets.
     pub pdbs: Vec<PodDisruptionBudget>,
+    /// Service selectors (read only for default topology spread constraints).
+    pub services: Vec<ServiceSelector>,
+    /// Pod controllers' selectors (read only for default topology spread constraints).
+    pub controllers: Vec<ControllerSelector>,
 }
 
 fn meta_key(m: &ObjectMeta) -> (String, String) {
@@ -430,6 +436,20 @@ impl<'a> SnapshotBuilder<'a> {
         self.snap.pdbs.push(pdb);
     }
 
+    /// Adds a Service's selector (default topology spread constraints read it).
+    pub fn service(&mut self, svc: &Service) {
+        let (namespace, name) = meta_key(&svc.metadata);
+        let selector = svc.spec.as_ref().and_then(|s| s.selector.clone());
+        self.snap.services.push(ServiceSelector { namespace, name, selector });
+    }
+
+    /// Adds a pod controller's selector (default topology spread constraints read it): `kind` is
+    /// `ReplicationController`, `ReplicaSet`, `StatefulSet` or `Deployment`.
+    pub fn controller(&mut self, kind: &str, metadata: &ObjectMeta, selector: LabelSelector) {
+        let (namespace, name) = meta_key(metadata);
+        self.snap.controllers.push(ControllerSelector { namespace, kind: kind.to_owned(), name, selector });
+    }
+
     /// Adds a CSINode (its drivers' volume limits).
     pub fn csi_node(&mut self, csi: &'a CSINode) {
         self.csi_nodes.push(csi);
@@ -568,9 +588,16 @@ impl ClusterSnapshot {
                 Object::StorageClass(s) => builder.storage_class((**s).clone()),
                 Object::PodDisruptionBudget(p) => builder.pdb((**p).clone()),
                 Object::CSINode(c) => builder.csi_node(c),
+                Object::Service(svc) => builder.service(svc),
+                Object::ReplicationController(rc) => {
+                    let selector = rc.spec.as_ref().and_then(|s| s.selector.clone());
+                    let selector = LabelSelector { match_labels: selector, match_expressions: None };
+                    builder.controller("ReplicationController", &rc.metadata, selector);
+                }
                 Object::Deployment(d) => {
                     let (namespace, name) = meta_key(&d.metadata);
                     let spec = d.spec.clone().unwrap_or_default();
+                    builder.controller("Deployment", &d.metadata, spec.selector.clone());
                     workloads.push(Workload {
                         kind: "Deployment",
                         api_version: "apps/v1",
@@ -585,6 +612,7 @@ impl ClusterSnapshot {
                 Object::ReplicaSet(r) => {
                     let (namespace, name) = meta_key(&r.metadata);
                     let spec = r.spec.clone().unwrap_or_default();
+                    builder.controller("ReplicaSet", &r.metadata, spec.selector.clone());
                     replica_sets.push((
                         Workload {
                             kind: "ReplicaSet",
@@ -602,6 +630,7 @@ impl ClusterSnapshot {
                 Object::StatefulSet(s) => {
                     let (namespace, name) = meta_key(&s.metadata);
                     let spec = s.spec.clone().unwrap_or_default();
+                    builder.controller("StatefulSet", &s.metadata, spec.selector.clone());
                     workloads.push(Workload {
                         kind: "StatefulSet",
                         api_version: "apps/v1",
@@ -698,6 +727,8 @@ impl ClusterSnapshot {
         self.pvs.sort_by(|a, b| meta_ref(&a.metadata).cmp(&meta_ref(&b.metadata)));
         self.storage_classes.sort_by(|a, b| meta_ref(&a.metadata).cmp(&meta_ref(&b.metadata)));
         self.pdbs.sort_by(|a, b| meta_ref(&a.metadata).cmp(&meta_ref(&b.metadata)));
+        self.services.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        self.controllers.sort_by(|a, b| (&a.namespace, &a.kind, &a.name).cmp(&(&b.namespace, &b.kind, &b.name)));
     }
 
     /// NodeClaims whose node is not in the snapshot.

@@ -5,7 +5,7 @@
 //! `scenario.yaml` fields (all optional): `catalogue` (`standard`, default, or `benchmark`),
 //! `preferencePolicy` (`Respect`/`Ignore`), `minValuesPolicy` (`Strict`/`BestEffort`), `maxPodAttempts`,
 //! `upstreamPacking` (`true`: no cost post-pass, upstream's packing exactly), `clusterLimits` (`CLUSTER_LIMITS`
-//! syntax: `cpu=16,nodes=3`).
+//! syntax: `cpu=16,nodes=3`), `schedulerConfig` (`SCHEDULER_CONFIG` text: default topology spread constraints).
 
 mod common;
 
@@ -26,6 +26,7 @@ struct Scenario {
     max_pod_attempts: Option<usize>,
     upstream_packing: Option<bool>,
     cluster_limits: Option<String>,
+    scheduler_config: Option<String>,
 }
 
 fn run(dir: &Path) -> Result<(), String> {
@@ -56,6 +57,10 @@ fn run(dir: &Path) -> Result<(), String> {
         upstream_packing: scenario.upstream_packing.unwrap_or(false),
         cluster_limits: karpenter_api::settings::parse_cluster_limits(scenario.cluster_limits.as_deref().unwrap_or(""))
             .map_err(|e| format!("scenario.yaml clusterLimits: {e}"))?,
+        scheduler_config: karpenter_scheduler::SchedulerConfig::parse(
+            scenario.scheduler_config.as_deref().unwrap_or(""),
+        )
+        .map_err(|e| format!("scenario.yaml schedulerConfig: {e}"))?,
         ..Default::default()
     };
     let provider = ProviderLabels::aws();

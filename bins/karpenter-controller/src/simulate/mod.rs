@@ -69,6 +69,8 @@ pub struct Options {
     pub honor_autoscaler_annotations: bool,
     /// `CLUSTER_LIMITS` (`--cluster-limits`): every NodePool's new nodes draw on them, in both modes.
     pub cluster_limits: karpenter_requirements::ResourceList,
+    /// `SCHEDULER_CONFIG` (`--scheduler-config`): default topology spread constraints, in both modes.
+    pub scheduler_config: karpenter_scheduler::SchedulerConfig,
 }
 
 /// What to run over simulated time.
@@ -179,6 +181,7 @@ pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> 
             now,
             honor_autoscaler_annotations: options.honor_autoscaler_annotations,
             cluster_limits: &options.cluster_limits,
+            scheduler_config: &options.scheduler_config,
         };
         return run_timeline(run, time, snapshot, ready, objects);
     }
@@ -189,7 +192,11 @@ pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> 
             instance_types: catalogue.for_pool(p.metadata.name.as_deref().unwrap_or("")),
         })
         .collect();
-    let scheduler = SchedulerOptions { cluster_limits: options.cluster_limits.clone(), ..Default::default() };
+    let scheduler = SchedulerOptions {
+        cluster_limits: options.cluster_limits.clone(),
+        scheduler_config: options.scheduler_config.clone(),
+        ..Default::default()
+    };
     let mut decisions = schedule(&snapshot, &pools, &provider, &scheduler);
     // Pools below their karpenter-rs.io/min-nodes floor get nodes without pods, as the controller launches them.
     let floor_now = now.or_else(|| world::latest_timestamp(&snapshot)).unwrap_or_default();
@@ -232,6 +239,7 @@ struct Run<'a> {
     now: Option<chrono::DateTime<chrono::Utc>>,
     honor_autoscaler_annotations: bool,
     cluster_limits: &'a karpenter_requirements::ResourceList,
+    scheduler_config: &'a karpenter_scheduler::SchedulerConfig,
 }
 
 /// The default start of simulated time (when neither the timeline nor the input says later).
@@ -298,6 +306,7 @@ fn run_timeline(
     let mut w = world::World::new(snapshot, pools, run.catalogue, run.provider.clone(), objects, start);
     w.options.honor_autoscaler_annotations = run.honor_autoscaler_annotations;
     w.options.scheduler.cluster_limits = run.cluster_limits.clone();
+    w.options.scheduler.scheduler_config = run.scheduler_config.clone();
     // The input's pending pods first, as a plain simulate would place them.
     w.provision()?;
     let before = w.state();

@@ -471,6 +471,7 @@ impl<'c> World<'c> {
             // Provisioning's options (not disruption's), with the cluster limits disruption's simulations use too.
             let options = SchedulerOptions {
                 cluster_limits: self.options.scheduler.cluster_limits.clone(),
+                scheduler_config: self.options.scheduler.scheduler_config.clone(),
                 ..Default::default()
             };
             schedule(&self.snapshot, &pools, &self.provider, &options)
@@ -1388,6 +1389,7 @@ spec:
             time: Some(TimeOptions { timeline: Some(dir.join("timeline.yaml")), ..Default::default() }),
             honor_autoscaler_annotations: true,
             cluster_limits: Default::default(),
+            scheduler_config: Default::default(),
         };
         let outcome = simulate(&options).expect("runs");
         let _ = std::fs::remove_dir_all(&dir);

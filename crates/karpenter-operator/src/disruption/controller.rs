@@ -103,6 +103,8 @@ pub struct DisruptionSettings {
     pub cluster_limits: karpenter_requirements::ResourceList,
     /// Feature gate `PodDeletionCostManagement`: pods' eviction cost reads only `karpenter.sh/disruption-cost`.
     pub pod_deletion_cost_management: bool,
+    /// `SCHEDULER_CONFIG`: the simulations give pods the default topology spread constraints provisioning does.
+    pub scheduler_config: karpenter_scheduler::SchedulerConfig,
 }
 
 impl Default for DisruptionSettings {
@@ -118,6 +120,7 @@ impl Default for DisruptionSettings {
             honor_autoscaler_annotations: true,
             cluster_limits: karpenter_requirements::ResourceList::new(),
             pod_deletion_cost_management: false,
+            scheduler_config: karpenter_scheduler::SchedulerConfig::default(),
         }
     }
 }
@@ -130,6 +133,7 @@ impl DisruptionSettings {
             honor_autoscaler_annotations: settings.honor_autoscaler_annotations,
             cluster_limits: settings.cluster_limits.clone(),
             pod_deletion_cost_management: settings.feature_gates.pod_deletion_cost_management,
+            scheduler_config: settings.scheduler_config.clone(),
             ..Self::default()
         }
     }
@@ -422,6 +426,7 @@ impl Disruption {
             every_verdict: false,
             scheduler: karpenter_scheduler::SchedulerOptions {
                 cluster_limits: self.settings.cluster_limits.clone(),
+                scheduler_config: self.settings.scheduler_config.clone(),
                 ..karpenter_disruption::DisruptionOptions::default().scheduler
             },
             ..Default::default()

@@ -4,7 +4,7 @@
 use std::ops::Deref;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{PodSpec, Taint, Toleration};
+use k8s_openapi::api::core::v1::{PodSpec, Taint, Toleration, TopologySpreadConstraint};
 use karpenter_api::labels;
 use karpenter_api::{CompactPod, ProviderLabels};
 use karpenter_requirements::{
@@ -15,6 +15,7 @@ use rustc_hash::FxHashMap;
 
 use super::volumes::{PodVolumes, VolumeIndex};
 use crate::decision::UnschedulableReason;
+use crate::default_spread::DefaultSpread;
 use crate::snapshot::pod_key;
 
 /// Formerly the message for pods with topology spread constraints; topology is simulated now and this
@@ -46,6 +47,8 @@ pub(crate) struct PodFacts<'a> {
     /// `metadata.uid`; the key stands in when it is missing.
     uid: Option<&'a str>,
     spec: Arc<SpecFacts<'a>>,
+    /// The default topology spread constraints the simulation gives this pod (it has none of its own).
+    default_spread: Option<Arc<[TopologySpreadConstraint]>>,
     /// The pod's class for the solver's memory of existing nodes that turned such pods down, computed on first
     /// use and kept with the facts, so the many solves of a disruption pass that share the pending pods hash
     /// their labels once.
@@ -53,6 +56,14 @@ pub(crate) struct PodFacts<'a> {
 }
 
 impl PodFacts<'_> {
+    /// The topology spread constraints the simulation applies: the pod's own, or the configured defaults.
+    pub fn spread_constraints(&self) -> &[TopologySpreadConstraint] {
+        match &self.default_spread {
+            Some(d) => d,
+            None => self.pod.spec.topology_spread_constraints.as_deref().unwrap_or_default(),
+        }
+    }
+
     /// The pod's uid (the scheduler's last tie-breaker in its pod order), or its key when it has none.
     pub fn uid(&self) -> &str {
         self.uid.unwrap_or(&self.key)
@@ -166,12 +177,13 @@ pub(crate) fn requests_with_pod_count(pod: &CompactPod) -> Result<ResourceList, 
     Ok(r)
 }
 
-/// Parses pending pods, each distinct (spec, namespace) once. Never fails: a pod's problems end up in its
-/// `error`.
+/// Parses pending pods, each distinct (spec, namespace) once, and gives them their default spread constraints.
+/// Never fails: a pod's problems end up in its `error`.
 pub(crate) fn pods_data<'a>(
     pods: impl IntoIterator<Item = &'a CompactPod>,
     provider: &ProviderLabels,
     volumes: &VolumeIndex<'_>,
+    spread: &mut DefaultSpread<'_>,
 ) -> Vec<PodData<'a>> {
     type Parsed<'a> = (Arc<SpecFacts<'a>>, Option<UnschedulableReason>);
     let pods = pods.into_iter();
@@ -180,17 +192,23 @@ pub(crate) fn pods_data<'a>(
     pods.map(|pod| {
         let key = (Arc::as_ptr(&pod.spec), pod.metadata.namespace.as_deref());
         let (spec, error) = parsed.entry(key).or_insert_with(|| parse_spec(pod, provider, volumes));
-        with_spec(pod, spec.clone(), error.clone())
+        with_spec(pod, spec.clone(), error.clone(), spread.for_pod(pod))
     })
     .collect()
 }
 
-fn with_spec<'a>(pod: &'a CompactPod, spec: Arc<SpecFacts<'a>>, error: Option<UnschedulableReason>) -> PodData<'a> {
+fn with_spec<'a>(
+    pod: &'a CompactPod,
+    spec: Arc<SpecFacts<'a>>,
+    error: Option<UnschedulableReason>,
+    default_spread: Option<Arc<[TopologySpreadConstraint]>>,
+) -> PodData<'a> {
     let facts = PodFacts {
         pod,
         key: pod_key(pod),
         uid: pod.metadata.uid.as_deref(),
         spec,
+        default_spread,
         existing_class: std::sync::OnceLock::new(),
     };
     PodData { facts: Arc::new(facts), n_spread_anyway: 0, n_affinity_preferred: 0, n_anti_preferred: 0, error }
@@ -275,7 +293,13 @@ mod tests {
         let snap = ClusterSnapshot::new();
         // Leaked: the parsed data borrows the pod, and a test's pods live as long as the test anyway.
         let p: &'static CompactPod = Box::leak(Box::new(CompactPod::from(p)));
-        pods_data([p], &ProviderLabels::aws(), &VolumeIndex::new(&snap)).remove(0)
+        pods_data(
+            [p],
+            &ProviderLabels::aws(),
+            &VolumeIndex::new(&snap),
+            &mut DefaultSpread::new(&Default::default(), &snap),
+        )
+        .remove(0)
     }
 
     #[test]
@@ -294,7 +318,12 @@ mod tests {
         let mut own = CompactPod::from(pod(PodOptions { requests: [("cpu", "1")].into(), ..Default::default() }));
         own.metadata.name = Some("own".into());
         pods.push(own);
-        let data = pods_data(pods.iter(), &ProviderLabels::aws(), &VolumeIndex::new(&snap));
+        let data = pods_data(
+            pods.iter(),
+            &ProviderLabels::aws(),
+            &VolumeIndex::new(&snap),
+            &mut DefaultSpread::new(&Default::default(), &snap),
+        );
         assert!(Arc::ptr_eq(&data[0].spec, &data[1].spec), "same spec, same namespace: one parse");
         assert!(!Arc::ptr_eq(&data[0].spec, &data[2].spec), "volumes are looked up per namespace");
         assert!(!Arc::ptr_eq(&data[0].spec, &data[3].spec));

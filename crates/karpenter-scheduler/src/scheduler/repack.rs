@@ -339,6 +339,7 @@ impl Solver<'_> {
                 requests,
                 pods: bin,
                 ports: Default::default(),
+                volumes: Default::default(),
                 min_values_relaxed: false,
             });
         }

@@ -301,7 +301,7 @@ impl Builder<'_> {
         let spec = &*pod.spec;
         let ns = namespace_of(pod);
         let own_labels = labels_of(pod);
-        for c in spec.topology_spread_constraints.iter().flatten() {
+        for c in data.spread_constraints() {
             let anyway = c.when_unsatisfiable == "ScheduleAnyway";
             if anyway && policy == PreferencePolicy::Ignore {
                 continue;

@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use karpenter_api::CompactPod;
 use karpenter_api::labels;
-use karpenter_requirements::{Requirement, Requirements};
+use karpenter_requirements::{InstanceType, Requirement, Requirements};
 
 use crate::snapshot::ClusterSnapshot;
 
@@ -242,6 +242,48 @@ pub(crate) fn first_compatible<'r>(
             alternatives.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(" or ")
         )
     })
+}
+
+/// The volumes a new NodeClaim attaches: CSI driver → distinct claims (`namespace/name`).
+pub(crate) type ClaimVolumes = BTreeMap<String, BTreeSet<String>>;
+
+/// Per CSI driver `claims` use: how many distinct claims a NodeClaim already attaching `used` would attach with
+/// them.
+pub(crate) fn attach_counts<'c>(used: &ClaimVolumes, claims: &'c [(String, String)]) -> BTreeMap<&'c str, usize> {
+    let mut added: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for (driver, claim) in claims {
+        if !used.get(driver).is_some_and(|u| u.contains(claim)) {
+            added.entry(driver).or_default().insert(claim);
+        }
+    }
+    claims
+        .iter()
+        .map(|(driver, _)| {
+            let n = used.get(driver).map_or(0, BTreeSet::len) + added.get(driver.as_str()).map_or(0, BTreeSet::len);
+            (driver.as_str(), n)
+        })
+        .collect()
+}
+
+/// Whether a node of `it` can attach `counts` (per driver); a driver without a limit for `it` has none.
+pub(crate) fn within_attach_limits(it: &InstanceType, counts: &BTreeMap<&str, usize>) -> bool {
+    counts.iter().all(|(driver, &n)| it.volume_attachment_limits.get(*driver).is_none_or(|&l| n as u64 <= u64::from(l)))
+}
+
+/// Why none of `its` can attach `counts`: the driver, the count and the largest limit when every option has a
+/// limit for that driver; otherwise a generic reason.
+pub(crate) fn attach_limit_error(its: &[&InstanceType], counts: &BTreeMap<&str, usize>) -> String {
+    for (driver, &n) in counts {
+        let limits: Option<Vec<u32>> = its.iter().map(|it| it.volume_attachment_limits.get(*driver).copied()).collect();
+        if let Some(max) = limits.and_then(|l| l.into_iter().max())
+            && n as u64 > u64::from(max)
+        {
+            return format!(
+                "{n} volumes of {driver} exceed the largest volume attachment limit of the instance types ({max})"
+            );
+        }
+    }
+    "no instance type can attach the pod's volumes (volume attachment limits)".into()
 }
 
 /// CSI volume usage of an existing node: driver → claims in use, and the node's limits.

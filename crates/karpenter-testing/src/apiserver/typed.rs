@@ -2,10 +2,11 @@
 //! its Go types: a field of the wrong type or a missing required field is rejected, and unknown fields are
 //! dropped (the real server prunes them, with a warning).
 
-use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::apps::v1::{DaemonSet, ReplicaSet, StatefulSet};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Event as CoreEvent, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod,
+    ReplicationController, Service,
 };
 use k8s_openapi::api::events::v1::Event as EventsEvent;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -31,6 +32,10 @@ pub(crate) fn normalize(group: &str, plural: &str, obj: Value) -> Result<Value, 
         ("", "persistentvolumeclaims") => round_trip::<PersistentVolumeClaim>(obj),
         ("", "persistentvolumes") => round_trip::<PersistentVolume>(obj),
         ("apps", "daemonsets") => round_trip::<DaemonSet>(obj),
+        ("", "services") => round_trip::<Service>(obj),
+        ("", "replicationcontrollers") => round_trip::<ReplicationController>(obj),
+        ("apps", "replicasets") => round_trip::<ReplicaSet>(obj),
+        ("apps", "statefulsets") => round_trip::<StatefulSet>(obj),
         ("policy", "poddisruptionbudgets") => round_trip::<PodDisruptionBudget>(obj),
         ("storage.k8s.io", "storageclasses") => round_trip::<StorageClass>(obj),
         ("storage.k8s.io", "csinodes") => round_trip::<CSINode>(obj),
