@@ -335,6 +335,21 @@ fn split_yaml<R: Read>(
         }
         let mut pos = 0;
         while pos < buf.len() {
+            if matches!(state, State::Items { column: 0 }) {
+                // Under an entry at column 0, every line that starts with a space is the entry's (indented, or
+                // blank): take a run of them at once, by newlines alone.
+                let run_start = pos;
+                let bytes = buf.as_bytes();
+                while bytes.get(pos) == Some(&b' ') {
+                    let Some(n) = memchr::memchr(b'\n', &bytes[pos..]) else { break };
+                    pos += n + 1;
+                    line_no += 1;
+                }
+                item.push_str(&buf[run_start..pos]);
+                if pos >= buf.len() {
+                    break;
+                }
+            }
             let end = match buf[pos..].find('\n') {
                 Some(i) => pos + i + 1,
                 None if eof => buf.len(),
@@ -723,6 +738,11 @@ mod tests {
         let json: serde_json::Value = serde_json::from_str(&dump("pods-7.json")).expect("JSON");
         let compact_json = serde_json::to_string(&json).expect("JSON");
         both(&compact_json, "compact.json", false).expect("single-line JSON is streamed");
+        // Ending inside the last item, without a final newline; a blank line and a comment inside an item.
+        let unterminated = "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Namespace\n\n  metadata:\n\
+                            # a comment\n    name: x\n- apiVersion: v1\n  kind: Namespace\n  metadata:\n    name: y";
+        let (objects, errors) = both(unterminated, "unterminated.yaml", false).expect("streamed");
+        assert!(errors.is_empty() && objects.matches("origin: Origin").count() == 2, "{objects} {errors}");
         let two_spaces = serde_json::to_string_pretty(&json).expect("JSON");
         both(&two_spaces, "two-spaces.json", true).expect("JSON indented by two is streamed");
     }
