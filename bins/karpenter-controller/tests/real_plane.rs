@@ -1970,8 +1970,8 @@ async fn min_nodes(env: &Env) {
 
 /// `pod.deletioncost` (`FEATURE_GATES=PodDeletionCostManagement=true`). Three 900m pods of one Deployment on two
 /// 2-CPU nodes of one pool (two pods on one, one on the other; consolidation only `WhenEmpty` after an hour, so
-/// both nodes stay, and a 100% budget, so both rank). With the gate off (the main manager) no pod gets
-/// `controller.kubernetes.io/pod-deletion-cost`, and a value set by hand stays. On a manager with the gate on, the
+/// both nodes stay, and a 100% budget, so both rank). With the gate off (the main manager, restarted once the pods
+/// run) no pod gets `controller.kubernetes.io/pod-deletion-cost`, and a value set by hand stays. On a manager with the gate on, the
 /// pods on the node with fewer pods (the one consolidation would rather remove) get `-2`, those on the other `-1`,
 /// the hand-set value included, and `/metrics` counts the writes.
 async fn pod_deletion_cost(env: &Env) {
@@ -2000,8 +2000,19 @@ async fn pod_deletion_cost(env: &Env) {
     let costs = async || -> BTreeMap<String, Option<String>> {
         env.list_pods("app=web").await.iter().map(|p| (p.name_any(), p.annotations().get(COST).cloned())).collect()
     };
-    // Gate off: the controller is not registered, so nothing writes (the first cycle runs within a second or two
-    // of the cluster state syncing when it is).
+    // Gate off: a main manager started now, with the pods in place (a registered controller's first cycle runs
+    // within a second of the cluster state syncing; its next only a minute later, so the manager that saw the
+    // pods arrive would prove nothing), writes nothing once synced.
+    env.stop_main().await;
+    env.restore_main();
+    env.eventually("the restarted main manager's cluster state synced", Duration::from_secs(30), || async {
+        if env.main.lock().expect("main").as_ref().is_none_or(|m| m.metrics_addr.get().is_none()) {
+            return None;
+        }
+        let synced = metric_sum(&env.main_metrics().await, "karpenter_cluster_state_synced", &[])?;
+        (synced == 1.0).then_some(())
+    })
+    .await;
     env.stays("gate off: no pod deletion cost written, the hand-set one kept", Duration::from_secs(6), async || {
         let now = costs().await;
         now.len() == 3
