@@ -79,6 +79,7 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("cluster-limits", |e| Box::pin(cluster_limits(e))),
     ("disruption-topology", |e| Box::pin(disruption_topology(e))),
     ("min-nodes", |e| Box::pin(min_nodes(e))),
+    ("pod-deletion-cost", |e| Box::pin(pod_deletion_cost(e))),
 ];
 
 /// ERROR lines a fault the controller should ride out quietly (an apiserver restart, a partition, throttling, write
@@ -1965,4 +1966,91 @@ async fn min_nodes(env: &Env) {
         of_pool(env.list_claims().await, "floor").is_empty().then_some(())
     })
     .await;
+}
+
+/// `pod.deletioncost` (`FEATURE_GATES=PodDeletionCostManagement=true`). Three 900m pods of one Deployment on two
+/// 2-CPU nodes of one pool (two pods on one, one on the other; consolidation only `WhenEmpty` after an hour, so
+/// both nodes stay, and a 100% budget, so both rank). With the gate off (the main manager, restarted once the pods
+/// run) no pod gets `controller.kubernetes.io/pod-deletion-cost`, and a value set by hand stays. On a manager with the gate on, the
+/// pods on the node with fewer pods (the one consolidation would rather remove) get `-2`, those on the other `-1`,
+/// the hand-set value included, and `/metrics` counts the writes.
+async fn pod_deletion_cost(env: &Env) {
+    const COST: &str = karpenter_api::labels::annotations::POD_DELETION_COST;
+    let disruption =
+        json!({"consolidationPolicy": "WhenEmpty", "consolidateAfter": "1h", "budgets": [{"nodes": "100%"}]});
+    env.pool("default", json!({"disruption": disruption})).await;
+    env.deployment("web", 3, "900m", json!({})).await;
+    let placed = env.running("web", 3, Duration::from_secs(60)).await;
+    let mut per_node: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (pod, node) in &placed {
+        per_node.entry(node.as_str()).or_default().push(pod.as_str());
+    }
+    let mut counts: Vec<usize> = per_node.values().map(Vec::len).collect();
+    counts.sort_unstable();
+    assert_eq!(counts, [1, 2], "three 900m pods on two 2-CPU nodes: {placed:?}");
+    let (fewer, more) = {
+        let mut nodes: Vec<(&str, &Vec<&str>)> = per_node.iter().map(|(n, p)| (*n, p)).collect();
+        nodes.sort_by_key(|(_, pods)| pods.len());
+        (nodes[0], nodes[1])
+    };
+    // A user's value on a pod of the node with more pods: Karpenter owns the annotation once the gate is on.
+    let hand_set = more.1[0];
+    let patch = json!({"metadata": {"annotations": {COST: "500"}}});
+    env.pods().patch(hand_set, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("annotate pod");
+    let costs = async || -> BTreeMap<String, Option<String>> {
+        env.list_pods("app=web").await.iter().map(|p| (p.name_any(), p.annotations().get(COST).cloned())).collect()
+    };
+    // Gate off: a main manager started now, with the pods in place (a registered controller's first cycle runs
+    // within a second of the cluster state syncing; its next only a minute later, so the manager that saw the
+    // pods arrive would prove nothing), writes nothing once synced.
+    env.stop_main().await;
+    env.restore_main();
+    env.eventually("the restarted main manager's cluster state synced", Duration::from_secs(30), || async {
+        if env.main.lock().expect("main").as_ref().is_none_or(|m| m.metrics_addr.get().is_none()) {
+            return None;
+        }
+        let synced = metric_sum(&env.main_metrics().await, "karpenter_cluster_state_synced", &[])?;
+        (synced == 1.0).then_some(())
+    })
+    .await;
+    env.stays("gate off: no pod deletion cost written, the hand-set one kept", Duration::from_secs(6), async || {
+        let now = costs().await;
+        now.len() == 3
+            && now.iter().all(
+                |(pod, cost)| {
+                    if pod == hand_set { cost.as_deref() == Some("500") } else { cost.is_none() }
+                },
+            )
+    })
+    .await;
+    let updated = metric_sum(&env.main_metrics().await, "karpenter_pod_deletion_cost_pods_updated_total", &[]);
+    assert!(updated.is_none_or(|n| n == 0.0), "gate off: no deletion-cost writes counted, got {updated:?}");
+
+    env.stop_main().await;
+    let gated = env.start_manager_with(
+        env.controller_client.clone(),
+        "pod-deletion-cost",
+        settings_with(false, &["--feature-gates=PodDeletionCostManagement=true"]),
+        false,
+    );
+    let mut expected: BTreeMap<String, Option<String>> = BTreeMap::new();
+    for pod in fewer.1 {
+        expected.insert((*pod).to_string(), Some("-2".into()));
+    }
+    for pod in more.1 {
+        expected.insert((*pod).to_string(), Some("-1".into()));
+    }
+    let what = format!("deletion costs -2 on {} (fewer pods), -1 on {}: {expected:?}", fewer.0, more.0);
+    env.eventually(&what, Duration::from_secs(30), || async { (costs().await == expected).then_some(()) }).await;
+    env.eventually("the deletion-cost writes in /metrics", Duration::from_secs(30), || async {
+        let text = gated.metrics().await;
+        let updated = metric_sum(&text, "karpenter_pod_deletion_cost_pods_updated_total", &[("result", "updated")])?;
+        (updated >= 3.0).then_some(())
+    })
+    .await;
+    // The pods stayed where they were: the values describe the placement read above.
+    let now = env.running("web", 3, Duration::from_secs(10)).await;
+    assert_eq!(now, placed, "the pods did not move");
+    gated.stop().await;
+    env.restore_main();
 }
