@@ -6,8 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
+use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{Event as CoreEvent, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use karpenter_api::condition::ConditionStatus;
 use karpenter_api::hash::node_pool_hash_annotations;
@@ -1003,6 +1005,49 @@ async fn a_pool_at_its_min_nodes_floor_keeps_its_empty_node() {
     assert_eq!(report.awaiting_validation.map(|c| c.method), Some(Method::Emptiness));
 }
 
+/// A ReplicaSet or StatefulSet named `name` in the default namespace, as the owner reference its pods carry.
+async fn owner_in_cluster(e: &Env, kind: &str, name: &str) -> OwnerReference {
+    let object = json!({
+        "apiVersion": "apps/v1",
+        "kind": kind,
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "serviceName": name,
+            "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
+        }
+    });
+    let uid = match kind {
+        "ReplicaSet" => {
+            let mut rs: ReplicaSet = serde_json::from_value(object).unwrap();
+            if let Some(spec) = rs.spec.as_mut() {
+                spec.replicas = Some(1);
+            }
+            Api::<ReplicaSet>::namespaced(e.client.clone(), "default")
+                .create(&PostParams::default(), &rs)
+                .await
+                .unwrap()
+                .uid()
+        }
+        _ => {
+            let set: StatefulSet = serde_json::from_value(object).unwrap();
+            Api::<StatefulSet>::namespaced(e.client.clone(), "default")
+                .create(&PostParams::default(), &set)
+                .await
+                .unwrap()
+                .uid()
+        }
+    };
+    OwnerReference {
+        api_version: "apps/v1".into(),
+        kind: kind.into(),
+        name: name.into(),
+        uid: uid.expect("a uid"),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
 /// `pod.deletioncost` (gate `PodDeletionCostManagement`): the pods of the node consolidation would empty first
 /// get the lowest deletion cost, a node that is not disruptable loses the annotation, only changes are written
 /// and an unchanged cluster skips the cycle.
@@ -1019,29 +1064,36 @@ async fn deletion_costs_follow_the_ranking() {
     for n in ["one", "three", "sts"] {
         e.machine(n, "c-2x-amd64-linux").await;
     }
-    let rs = || PodOptions { owner: Some(("ReplicaSet".into(), "web-1".into())), ..PodOptions::default() };
-    e.bound_pod("one-a", "one", rs()).await;
+    // The owners exist (the API server, as the real garbage collector, deletes pods whose owner does not).
+    let replica_set = owner_in_cluster(&e, "ReplicaSet", "web-1").await;
+    let stateful_set = owner_in_cluster(&e, "StatefulSet", "db").await;
+    let owned = |owner: &OwnerReference, name: &str, node: &str, cost: Option<&str>| {
+        let mut p = pod(PodOptions {
+            name: Some(name.into()),
+            node_name: Some(node.into()),
+            phase: Some("Running".into()),
+            annotations: cost
+                .map(|c| (annotations::POD_DELETION_COST.to_string(), c.to_string()))
+                .into_iter()
+                .collect(),
+            ..PodOptions::default()
+        });
+        p.metadata.uid = None;
+        p.metadata.owner_references = Some(vec![owner.clone()]);
+        p
+    };
+    let mut pods = vec![owned(&replica_set, "one-a", "one", None)];
     for p in ["three-a", "three-b", "three-c"] {
-        e.bound_pod(p, "three", rs()).await;
+        pods.push(owned(&replica_set, p, "three", None));
     }
-    let user_cost = std::collections::BTreeMap::from([(annotations::POD_DELETION_COST.to_string(), "7".to_string())]);
-    e.bound_pod(
-        "db-0",
-        "sts",
-        PodOptions {
-            owner: Some(("StatefulSet".into(), "db".into())),
-            annotations: user_cost.clone(),
-            ..Default::default()
-        },
-    )
-    .await;
+    pods.push(owned(&stateful_set, "db-0", "sts", Some("7")));
     // Already holds its value: not written.
-    e.bound_pod(
-        "three-d",
-        "three",
-        PodOptions { annotations: [(annotations::POD_DELETION_COST.to_string(), "-1".to_string())].into(), ..rs() },
-    )
-    .await;
+    pods.push(owned(&replica_set, "three-d", "three", Some("-1")));
+    for p in pods {
+        let created = create_with_status(&e.pods(), &p).await.unwrap();
+        assert!(created.metadata.deletion_timestamp.is_none(), "its owner exists: not collected");
+        e.state.apply(CompactPod::from(&created));
+    }
     e.state.mark_all_synced();
 
     let controller = DeletionCost::new(&e.ctx, true);

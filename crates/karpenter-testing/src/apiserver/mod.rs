@@ -89,9 +89,9 @@
 //!   object is removed, each dependent whose owners are all gone is deleted (background propagation, the
 //!   default; chains follow, e.g. NodeClaim → Node → node Lease); a dependent that still has an owner only loses
 //!   the references to the gone ones. A dependent created or updated with a reference to an owner that does not
-//!   exist (same uid and kind) is collected too. Owners of kinds this server does not serve (ReplicaSets, Jobs,
-//!   …) are never judged gone (the real collector cannot resolve them either), so test pods may name such
-//!   owners. `propagationPolicy: Foreground`: the owner gets `deletionTimestamp` and the `foregroundDeletion`
+//!   exist (same uid and kind) is collected too. Owners of kinds this server does not serve (Jobs,
+//!   Deployments, …) are never judged gone (the real collector cannot resolve them either), so test pods may
+//!   name such owners; a ReplicaSet, StatefulSet or ReplicationController a pod names must exist. `propagationPolicy: Foreground`: the owner gets `deletionTimestamp` and the `foregroundDeletion`
 //!   finalizer, its dependents are deleted, and it is removed once no dependent with `blockOwnerDeletion: true`
 //!   is left; `Orphan`: the dependents lose their reference and stay.
 //! - **Node condition taints** (TaintNodesByCondition): a Node created without `Ready=True` gets
