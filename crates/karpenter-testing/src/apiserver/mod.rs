@@ -91,7 +91,9 @@
 //!   the references to the gone ones. A dependent created or updated with a reference to an owner that does not
 //!   exist (same uid and kind) is collected too. Owners of kinds this server does not serve (Jobs,
 //!   Deployments, …) are never judged gone (the real collector cannot resolve them either), so test pods may
-//!   name such owners; a ReplicaSet, StatefulSet or ReplicationController a pod names must exist. `propagationPolicy: Foreground`: the owner gets `deletionTimestamp` and the `foregroundDeletion`
+//!   name such owners. ReplicaSets, StatefulSets and ReplicationControllers are served (for the controller's
+//!   watchers) but, as no workload controller runs here and the test stand-ins name owners they never create,
+//!   they are never judged gone either: unlike the real server, deleting one leaves its pods. `propagationPolicy: Foreground`: the owner gets `deletionTimestamp` and the `foregroundDeletion`
 //!   finalizer, its dependents are deleted, and it is removed once no dependent with `blockOwnerDeletion: true`
 //!   is left; `Orphan`: the dependents lose their reference and stay.
 //! - **Node condition taints** (TaintNodesByCondition): a Node created without `Ready=True` gets

@@ -122,7 +122,7 @@ async fn dependents_of_missing_owners_are_collected_unless_the_owner_kind_is_not
         block_owner_deletion: Some(true),
     };
     cm(&cms, "kept", vec![rs], &[]).await;
-    assert!(exists(&cms, "kept").await, "owners of kinds this server does not serve are never judged gone");
+    assert!(exists(&cms, "kept").await, "owners of workload kinds are never judged gone");
 }
 
 #[tokio::test]
