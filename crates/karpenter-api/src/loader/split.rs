@@ -29,9 +29,25 @@ const MAX_HEAD: usize = 1 << 20;
 /// Nesting inside an item beyond which the whole file is read instead (the parsers' limits count from the top).
 const MAX_ITEM_DEPTH: usize = 48;
 
+/// One item's text: its own (YAML, built line by line) or a range of the block it was read in (JSON, not copied).
+enum ItemText {
+    Owned(String),
+    Shared(Arc<String>, std::ops::Range<usize>),
+}
+
+impl std::ops::Deref for ItemText {
+    type Target = str;
+    fn deref(&self) -> &str {
+        match self {
+            ItemText::Owned(s) => s,
+            ItemText::Shared(block, range) => &block[range.clone()],
+        }
+    }
+}
+
 /// One item's text.
 struct Item {
-    text: String,
+    text: ItemText,
     /// Lines in the file before the item's text (YAML).
     line: u64,
     index: usize,
@@ -209,6 +225,22 @@ fn decode_batch(items: Vec<Item>, name: &str, json: bool, mut specs: Option<&mut
     Some((loaded, errors))
 }
 
+/// A new block: the text from `pos` on (an item the block's end cut) and the next block read; `pos` is then 0.
+/// False when the reader gives up.
+fn refill(
+    buf: &mut Arc<String>,
+    pos: &mut usize,
+    fill: &mut dyn FnMut(&mut String, &mut bool) -> std::io::Result<bool>,
+    eof: &mut bool,
+) -> std::io::Result<bool> {
+    let mut next = String::with_capacity(buf.len() - *pos + BLOCK + 4);
+    next.push_str(&buf[*pos..]);
+    *pos = 0;
+    let more = fill(&mut next, eof)?;
+    *buf = Arc::new(next);
+    Ok(more)
+}
+
 /// The nesting of a JSON value (a scalar is 0).
 fn depth(value: &Value) -> usize {
     match value {
@@ -270,7 +302,7 @@ struct Batcher<'a> {
 
 impl Batcher<'_> {
     /// Queues an item; false once the workers have given up.
-    fn push(&mut self, text: String, line: u64) -> bool {
+    fn push(&mut self, text: ItemText, line: u64) -> bool {
         self.bytes += text.len();
         self.items.push(Item { text, line, index: self.next_index });
         self.next_index += 1;
@@ -364,7 +396,9 @@ fn split_yaml<R: Read>(
                 && let Some(column) = entry_column(line)
                 && matches!(state, State::First) | matches!(state, State::Items { column: c } if c == column)
             {
-                if matches!(state, State::Items { .. }) && !batcher.push(std::mem::take(&mut item), item_line) {
+                if matches!(state, State::Items { .. })
+                    && !batcher.push(ItemText::Owned(std::mem::take(&mut item)), item_line)
+                {
                     return Ok(None);
                 }
                 state = State::Items { column };
@@ -406,7 +440,7 @@ fn split_yaml<R: Read>(
                     if line.starts_with([' ', '\t', '-']) || document_marker(line) {
                         return Ok(None);
                     }
-                    if !batcher.push(std::mem::take(&mut item), item_line) {
+                    if !batcher.push(ItemText::Owned(std::mem::take(&mut item)), item_line) {
                         return Ok(None);
                     }
                     // Empty lines keep the List's remaining fields on their own lines.
@@ -433,7 +467,7 @@ fn split_yaml<R: Read>(
     }
     match state {
         State::Items { .. } => {
-            if !batcher.push(std::mem::take(&mut item), item_line) {
+            if !batcher.push(ItemText::Owned(std::mem::take(&mut item)), item_line) {
                 return Ok(None);
             }
         }
@@ -614,21 +648,19 @@ fn split_json<R: Read>(
     };
     let (key_start, mut pos) = items_at;
     let mut head = format!("{}\"items\": []", &buf[..key_start]);
+    // The items are handed to the workers as ranges of the block they were read in, so their text is not copied
+    // again; a block is dropped once its last item is decoded.
+    let mut buf = Arc::new(buf);
     // The items, each an object, separated by commas.
     let mut expect_item = false;
     // Pretty-printed JSON (kubectl's): each item ends with a line holding its closing brace alone, at the
     // indentation of its opening one, found far faster than by matching brackets.
-    let mut marker: Option<Vec<u8>> = None;
+    let mut marker: Option<memchr::memmem::Finder<'static>> = None;
     let tail_start = loop {
         let bytes = buf.as_bytes();
         pos = skip_ws(bytes, pos);
         if pos >= bytes.len() {
-            if eof {
-                return Ok(None);
-            }
-            buf.drain(..pos);
-            pos = 0;
-            if !fill(&mut buf, &mut eof)? {
+            if eof || !refill(&mut buf, &mut pos, &mut fill, &mut eof)? {
                 return Ok(None);
             }
             continue;
@@ -642,25 +674,22 @@ fn split_json<R: Read>(
             }
             b'{' if expect_item || batcher.next_index == 0 => {
                 if batcher.next_index == 0 {
-                    marker = closing_marker(bytes, pos);
+                    marker = closing_marker(bytes, pos).map(|m| memchr::memmem::Finder::new(&m).into_owned());
                 }
                 let found = match &marker {
-                    Some(m) => Ok(item_end_by_marker(bytes, pos, &memchr::memmem::Finder::new(m))),
+                    Some(finder) => Ok(item_end_by_marker(bytes, pos, finder)),
                     None => value_end(bytes, pos),
                 };
                 match found {
                     Ok(Some(end)) => {
-                        let text = buf[pos..end].to_owned();
-                        if !batcher.push(text, 0) {
+                        if !batcher.push(ItemText::Shared(Arc::clone(&buf), pos..end), 0) {
                             return Ok(None);
                         }
                         expect_item = false;
                         pos = end;
                     }
                     Ok(None) if !eof => {
-                        buf.drain(..pos);
-                        pos = 0;
-                        if !fill(&mut buf, &mut eof)? {
+                        if !refill(&mut buf, &mut pos, &mut fill, &mut eof)? {
                             return Ok(None);
                         }
                     }
@@ -674,7 +703,7 @@ fn split_json<R: Read>(
         return Ok(None);
     }
     // The rest of the List (`"kind": "List", "metadata": {...}}`) is small: read it whole.
-    buf.drain(..tail_start);
+    let mut buf = buf[tail_start..].to_owned();
     while !eof {
         if !fill(&mut buf, &mut eof)? {
             return Ok(None);
