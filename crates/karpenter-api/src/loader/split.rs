@@ -29,19 +29,17 @@ const MAX_HEAD: usize = 1 << 20;
 /// Nesting inside an item beyond which the whole file is read instead (the parsers' limits count from the top).
 const MAX_ITEM_DEPTH: usize = 48;
 
-/// One item's text: its own (YAML, built line by line) or a range of the block it was read in (JSON, not copied).
-enum ItemText {
-    Owned(String),
-    Shared(Arc<String>, std::ops::Range<usize>),
+/// One item's text: a range of the block it was read in (not copied; the block is dropped once its last item is
+/// decoded).
+struct ItemText {
+    block: Arc<String>,
+    range: std::ops::Range<usize>,
 }
 
 impl std::ops::Deref for ItemText {
     type Target = str;
     fn deref(&self) -> &str {
-        match self {
-            ItemText::Owned(s) => s,
-            ItemText::Shared(block, range) => &block[range.clone()],
-        }
+        &self.block[self.range.clone()]
     }
 }
 
@@ -185,9 +183,7 @@ fn decode_batch(items: Vec<Item>, name: &str, json: bool, mut specs: Option<&mut
                 return None;
             }
             Document { value, source: None }
-        } else if let Some(entry) =
-            item.text.strip_prefix("items:\n").and_then(|t| block::parse_entry(t, item.line + 2))
-        {
+        } else if let Some(entry) = block::parse_entry(&item.text, item.line + 2) {
             if let Some(pod) = direct::pod_from_node(&entry) {
                 let object = Object::Pod(Box::new(pod));
                 let object = match specs.as_deref_mut() {
@@ -199,7 +195,7 @@ fn decode_batch(items: Vec<Item>, name: &str, json: bool, mut specs: Option<&mut
             }
             Document { value: entry.to_value(), source: Some(entry) }
         } else {
-            let mut nodes = parse_yaml_nodes(&item.text, name).ok()?;
+            let mut nodes = parse_yaml_nodes(&format!("items:\n{}", &*item.text), name).ok()?;
             // The text is one sequence entry under an `items:` key (so it is as deep as in the file, for the
             // parser's nesting limit): `items:\n- apiVersion: ...`.
             let [node] = &mut nodes[..] else { return None };
@@ -352,37 +348,45 @@ fn split_yaml<R: Read>(
     let mut state = State::Head;
     let mut batcher = Batcher { items: Vec::new(), bytes: 0, next_index: 0, send };
     let mut head = String::new();
-    let mut item = String::new();
+    // The current item is `buf[item_start..]` up to the line being read: handed to the workers as a range of the
+    // block, not copied.
+    let mut item_start = 0usize;
     let mut item_line = 0u64;
-    let mut buf = String::new();
+    let mut buf: Arc<String> = Arc::new(String::new());
+    let mut pos = 0usize;
     let mut line_no = 0u64;
     let mut eof = false;
     loop {
         if !eof {
-            match source.fill(&mut buf)? {
+            // The next block: what is left of this one (from the current item's start, or the cut line) first.
+            let keep = if matches!(state, State::Items { .. }) { item_start } else { pos };
+            let mut next = String::with_capacity(buf.len() - keep + BLOCK + 4);
+            next.push_str(&buf[keep..]);
+            match source.fill(&mut next)? {
                 None => return Ok(None),
                 Some(more) => eof = !more,
             }
+            pos -= keep;
+            item_start -= keep.min(item_start);
+            buf = Arc::new(next);
             progress(source.read);
         }
-        let mut pos = 0;
         while pos < buf.len() {
             if matches!(state, State::Items { column: 0 }) {
                 // Under an entry at column 0, every line that starts with a space is the entry's (indented, or
-                // blank): take a run of them at once, by newlines alone.
-                let run_start = pos;
+                // blank): skip a run of them at once, by newlines alone.
                 let bytes = buf.as_bytes();
                 while bytes.get(pos) == Some(&b' ') {
                     let Some(n) = memchr::memchr(b'\n', &bytes[pos..]) else { break };
                     pos += n + 1;
                     line_no += 1;
                 }
-                item.push_str(&buf[run_start..pos]);
                 if pos >= buf.len() {
                     break;
                 }
             }
-            let end = match buf[pos..].find('\n') {
+            let line_start = pos;
+            let end = match memchr::memchr(b'\n', &buf.as_bytes()[pos..]) {
                 Some(i) => pos + i + 1,
                 None if eof => buf.len(),
                 None => break,
@@ -397,15 +401,14 @@ fn split_yaml<R: Read>(
                 && matches!(state, State::First) | matches!(state, State::Items { column: c } if c == column)
             {
                 if matches!(state, State::Items { .. })
-                    && !batcher.push(ItemText::Owned(std::mem::take(&mut item)), item_line)
+                    && !batcher.push(ItemText { block: Arc::clone(&buf), range: item_start..line_start }, item_line)
                 {
                     return Ok(None);
                 }
                 state = State::Items { column };
-                // The line above is taken by the `items:` the text is parsed under.
+                // Numbered as if under an `items:` line above it (how a declined item is parsed).
                 item_line = this_line - 1;
-                item.push_str("items:\n");
-                item.push_str(line);
+                item_start = line_start;
                 continue;
             }
             match state {
@@ -433,14 +436,13 @@ fn split_yaml<R: Read>(
                 State::Items { column } => {
                     let indent = line.len() - line.trim_start_matches(' ').len();
                     if blank(line) || indent > column {
-                        item.push_str(line);
                         continue;
                     }
                     // The end of the items: the List's next field, at the top level.
                     if line.starts_with([' ', '\t', '-']) || document_marker(line) {
                         return Ok(None);
                     }
-                    if !batcher.push(ItemText::Owned(std::mem::take(&mut item)), item_line) {
+                    if !batcher.push(ItemText { block: Arc::clone(&buf), range: item_start..line_start }, item_line) {
                         return Ok(None);
                     }
                     // Empty lines keep the List's remaining fields on their own lines.
@@ -457,17 +459,16 @@ fn split_yaml<R: Read>(
                 }
             }
         }
-        buf.drain(..pos);
         if matches!(state, State::Head) && head.len() > MAX_HEAD {
             return Ok(None);
         }
-        if eof && buf.is_empty() {
+        if eof && pos >= buf.len() {
             break;
         }
     }
     match state {
         State::Items { .. } => {
-            if !batcher.push(ItemText::Owned(std::mem::take(&mut item)), item_line) {
+            if !batcher.push(ItemText { block: Arc::clone(&buf), range: item_start..buf.len() }, item_line) {
                 return Ok(None);
             }
         }
@@ -682,7 +683,7 @@ fn split_json<R: Read>(
                 };
                 match found {
                     Ok(Some(end)) => {
-                        if !batcher.push(ItemText::Shared(Arc::clone(&buf), pos..end), 0) {
+                        if !batcher.push(ItemText { block: Arc::clone(&buf), range: pos..end }, 0) {
                             return Ok(None);
                         }
                         expect_item = false;
