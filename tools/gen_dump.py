@@ -12,7 +12,10 @@ items.append({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {
 deploys = max(1, n // 500)
 for d in range(deploys):
     name = f"app-{d}"
-    h = f"{d:010x}"[:10]
+    # A pod-template-hash as Kubernetes writes it: 10 characters of its safe alphabet (no vowels, no 0/1/3), so
+    # no YAML reader takes it for a number (hex digits did: `00000000e0` is a float to a YAML 1.2 reader).
+    safe = "bcdfghjklmnpqrstvwxz2456789"
+    h = "".join(safe[(d * 7919 + i * 104729) % len(safe)] for i in range(10))
     items.append({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": "default", "uid": f"d-{d}"},
       "spec": {"replicas": 500, "selector": {"matchLabels": {"app": name}},
         "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.9",
