@@ -160,6 +160,16 @@ fn plain_list(head: &Value) -> bool {
         && map.get("items").and_then(Value::as_array).is_some_and(Vec::is_empty)
 }
 
+/// A pod the shortcut decoded, as the general path would have loaded it (compact when asked).
+fn pod_loaded(pod: k8s_openapi::api::core::v1::Pod, origin: Origin, specs: Option<&mut SpecInterner>) -> Loaded {
+    let object = Object::Pod(Box::new(pod));
+    let object = match specs {
+        Some(specs) => compact(object, specs),
+        None => object,
+    };
+    Loaded { origin, object }
+}
+
 /// Decodes the items of one batch; `None` if one of them is not valid YAML/JSON on its own.
 fn decode_batch(items: Vec<Item>, name: &str, json: bool, mut specs: Option<&mut SpecInterner>) -> Option<Done> {
     let mut loaded = Vec::new();
@@ -167,12 +177,7 @@ fn decode_batch(items: Vec<Item>, name: &str, json: bool, mut specs: Option<&mut
     for item in items {
         let origin = Origin { file: name.to_owned(), document: 0, item: Some(item.index) };
         if json && let Some(pod) = direct::pod_from_json(&item.text) {
-            let object = Object::Pod(Box::new(pod));
-            let object = match specs.as_deref_mut() {
-                Some(specs) => compact(object, specs),
-                None => object,
-            };
-            loaded.push(Loaded { origin, object });
+            loaded.push(pod_loaded(pod, origin, specs.as_deref_mut()));
             continue;
         }
         let doc = if json {
@@ -185,12 +190,7 @@ fn decode_batch(items: Vec<Item>, name: &str, json: bool, mut specs: Option<&mut
             Document { value, source: None }
         } else if let Some(entry) = block::parse_entry(&item.text, item.line + 2) {
             if let Some(pod) = direct::pod_from_node(&entry) {
-                let object = Object::Pod(Box::new(pod));
-                let object = match specs.as_deref_mut() {
-                    Some(specs) => compact(object, specs),
-                    None => object,
-                };
-                loaded.push(Loaded { origin, object });
+                loaded.push(pod_loaded(pod, origin, specs.as_deref_mut()));
                 continue;
             }
             Document { value: entry.to_value(), source: Some(entry) }
