@@ -858,6 +858,23 @@ fn floor_cluster(floor_value: &str) -> String {
     format!("{annotated}---\n{}", pool("plain", ""))
 }
 
+/// A floor obeys `--cluster-limits` as provisioning does: a floor of 3 under `nodes=2` launches two nodes, in the
+/// plan and in the timeline, and a note says what the limit kept out.
+#[test]
+fn min_nodes_floors_obey_the_cluster_limits() {
+    let dir = TempDir::new("min-nodes-limits");
+    let input = dir.write("cluster.yaml", &floor_cluster("3"));
+    let floor_nodes = |doc: &Value, key: &str| {
+        doc[key].as_array().map_or(0, |nodes| nodes.iter().filter(|n| n["nodePool"] == "floor").count())
+    };
+    assert_eq!(floor_nodes(&simulate_json(&[input.as_str()]), "newNodes"), 3);
+    let plan = simulate_json(&[input.as_str(), "--cluster-limits", "nodes=2"]);
+    assert_eq!(floor_nodes(&plan, "newNodes"), 2, "{plan}");
+    assert!(plan["notes"].to_string().contains("cluster limit nodes 2"), "{plan}");
+    let timeline = simulate_json(&[input.as_str(), "--cluster-limits", "nodes=2", "--for", "5m"]);
+    assert_eq!(floor_nodes(&timeline, "nodes"), 2, "{timeline}");
+}
+
 /// The floor's nodes are in the plan without pods, the timeline launches them and keeps them (the verdicts say the
 /// pool is at its floor), and a value that is not an integer is a note naming the pool and the annotation.
 #[test]

@@ -508,7 +508,10 @@ fn controllers(parts: &LeaderParts, leader: &CancellationToken) -> Controllers {
             .with_deletion_cost_management(settings.feature_gates.pod_deletion_cost_management),
     );
     list.push(("static.deprovisioning".into(), Box::pin(static_down.run(leader.clone()))));
-    let min_nodes = Arc::new(MinNodes::new(&ctx_for(nodepool::min_nodes::CONTROLLER)));
+    let min_nodes = Arc::new(
+        MinNodes::new(&ctx_for(nodepool::min_nodes::CONTROLLER))
+            .with_scheduler_options(ProvisionerOptions::from_settings(settings).scheduler_options()),
+    );
     list.push((nodepool::min_nodes::CONTROLLER.into(), Box::pin(min_nodes.run(leader.clone()))));
     let kwok = NodeClassKind::new(karpenter_api::kwok::GROUP, karpenter_api::kwok::KIND);
     if cloud.supported_node_classes().contains(&kwok) {

@@ -166,7 +166,8 @@ impl ProvisionerOptions {
         }
     }
 
-    fn scheduler_options(&self) -> SchedulerOptions {
+    /// The options every provisioning simulation runs with (also the min-nodes floor's launches).
+    pub(crate) fn scheduler_options(&self) -> SchedulerOptions {
         SchedulerOptions {
             min_values_policy: self.min_values_policy,
             preference_policy: self.preference_policy,

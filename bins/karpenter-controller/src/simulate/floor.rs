@@ -26,10 +26,11 @@ pub fn plans(
     provider: &ProviderLabels,
     now: DateTime<Utc>,
     planned: &[NodeClaimPlan],
+    options: &SchedulerOptions,
     notes: &mut Vec<String>,
 ) -> Vec<NodeClaimPlan> {
     let mut out = Vec::new();
-    for launch in launches(snapshot, pools, provider, now, &SchedulerOptions::default()) {
+    for launch in launches(snapshot, pools, provider, now, options) {
         let already = planned.iter().filter(|p| p.node_pool == launch.node_pool).count();
         if let Some(problem) = &launch.problem {
             notes.push(problem.clone());

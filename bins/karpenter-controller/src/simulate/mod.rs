@@ -200,7 +200,8 @@ pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> 
     let mut decisions = schedule(&snapshot, &pools, &provider, &scheduler);
     // Pools below their karpenter-rs.io/min-nodes floor get nodes without pods, as the controller launches them.
     let floor_now = now.or_else(|| world::latest_timestamp(&snapshot)).unwrap_or_default();
-    let extra = floor::plans(&snapshot, &pools, &provider, floor_now, &decisions.new_node_claims, &mut notes);
+    let extra =
+        floor::plans(&snapshot, &pools, &provider, floor_now, &decisions.new_node_claims, &scheduler, &mut notes);
     decisions.new_node_claims.extend(extra);
 
     let report = Report::build(

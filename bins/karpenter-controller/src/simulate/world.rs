@@ -505,7 +505,13 @@ impl<'c> World<'c> {
         let mut notes = Vec::new();
         let plans = {
             let pools = self.pool_inputs();
-            super::floor::plans(&self.snapshot, &pools, &self.provider, self.now, &[], &mut notes)
+            // Provisioning's options, as for pending pods: the floor obeys the cluster limits too.
+            let options = SchedulerOptions {
+                cluster_limits: self.options.scheduler.cluster_limits.clone(),
+                scheduler_config: self.options.scheduler.scheduler_config.clone(),
+                ..Default::default()
+            };
+            super::floor::plans(&self.snapshot, &pools, &self.provider, self.now, &[], &options, &mut notes)
         };
         for n in notes {
             if !self.notes.contains(&n) {

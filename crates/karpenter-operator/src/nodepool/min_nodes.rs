@@ -66,6 +66,9 @@ pub fn counted(state: &crate::state::ClusterState, name: &str, now: chrono::Date
 /// The floor controller (see the module docs).
 pub struct MinNodes {
     ctx: ControllerContext,
+    /// The provisioner's scheduling options (cluster limits, policies), so a floor's launches obey what
+    /// provisioning obeys.
+    options: SchedulerOptions,
 }
 
 impl std::fmt::Debug for MinNodes {
@@ -76,7 +79,13 @@ impl std::fmt::Debug for MinNodes {
 
 impl MinNodes {
     pub fn new(ctx: &ControllerContext) -> Self {
-        Self { ctx: ctx.clone() }
+        Self { ctx: ctx.clone(), options: SchedulerOptions::default() }
+    }
+
+    /// Plans the floor's launches with `options` (the provisioner's, from the settings).
+    pub fn with_scheduler_options(mut self, options: SchedulerOptions) -> Self {
+        self.options = options;
+        self
     }
 
     /// Writes `MinNodesValid` (and the Warning event of an invalid floor) for `pool`.
@@ -150,9 +159,10 @@ impl MinNodes {
         let labels = self.ctx.cloud.labels().clone();
         let now = self.ctx.clock.now();
         let owned = pool.clone();
+        let options = self.options.clone();
         let Some(planned) = simulate_off_runtime(move || {
             let input = PoolInput { node_pool: &owned, instance_types: &its };
-            launches(&cluster, &[input], &labels, now, &SchedulerOptions::default())
+            launches(&cluster, &[input], &labels, now, &options)
         })
         .await
         else {
