@@ -9,8 +9,9 @@
 //! * A domain is **being disrupted** while a node of the pool in it is marked for deletion: deleting, its
 //!   NodeClaim deleting, tainted `karpenter.sh/disrupted`, or part of a command in flight (the snapshot's
 //!   `marked_for_deletion`, which the controller sets for its commands' candidates). A deleting NodeClaim whose
-//!   node is not in the snapshot counts in the domain of its own label. Forceful expiration and other
-//!   involuntary deletions are not held back (as budgets do not hold them), but while their nodes go they count.
+//!   node is not in the snapshot counts in the domain of its own label. Involuntary deletions are not held
+//!   back here (as budgets do not hold them), but while their nodes go they count; the controller's expiration
+//!   holds an expired NodeClaim of a keyed pool while another domain is going.
 //! * A candidate may start only when no node of another domain of its pool is being disrupted; otherwise it
 //!   waits ([`Reason::TopologyDomainWaiting`], naming the domain). When none is, any domain may start: the one of
 //!   the first candidate the method takes in its own order (emptiness and consolidation: the consolidation sort;

@@ -7,7 +7,9 @@
 //! One exception, not part of upstream Karpenter: an expired NodeClaim of a NodePool with a
 //! `karpenter-rs.io/min-nodes` floor waits while the pool has fewer NodeClaims counting toward the floor than the
 //! floor (expired, drifted and deleting ones do not count), so the floor controller's replacement is in flight
-//! before the expired one goes and the pool never drops below its floor without one ([`FLOOR_RETRY`]).
+//! before the expired one goes and the pool never drops below its floor without one ([`HOLD_RETRY`]). Likewise an
+//! expired NodeClaim of a pool annotated `karpenter-rs.io/disruption-topology-key` waits while a NodeClaim of
+//! another domain of that pool is going, so expiry replaces the pool's nodes one domain at a time.
 //!
 //! The expiry time comes from [`karpenter_disruption::expiration`]. [`Expiration::reconcile`] handles one claim
 //! and returns when to look again (its expiry); [`Expiration::sweep`] handles all of them at once;
@@ -29,8 +31,8 @@ use crate::kube_util::{ReconcileError, Requeue, delete_ignoring_missing, node_cl
 use crate::state::ClusterState;
 use crate::termination::{error_policy, to_action};
 
-/// How soon an expired NodeClaim held for its pool's floor is looked at again.
-pub const FLOOR_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
+/// How soon an expired NodeClaim held for its pool's floor or topology domain is looked at again.
+pub const HOLD_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The metric reason of an expiry.
 pub const REASON: &str = "expired";
@@ -72,6 +74,46 @@ impl Expiration {
         })
     }
 
+    /// Why the expired `claim` must wait: its pool is disrupted one domain of a topology key at a time
+    /// (`karpenter-rs.io/disruption-topology-key`) and another domain's NodeClaims are going (deleting, or their
+    /// nodes tainted `karpenter.sh/disrupted`). Expiration then replaces a pool's nodes domain by domain as the
+    /// voluntary methods do; an invalid key holds nothing here (expiry is a promise the owner made first).
+    fn held_by_topology(&self, claim: &NodeClaim) -> Option<String> {
+        let pool_name = claim.node_pool_name()?;
+        let pool = self.ctx.state.get::<NodePool>(pool_name)?;
+        let key = karpenter_api::labels::disruption_topology::of(&pool).ok().flatten()?;
+        let domain_of =
+            |labels: Option<&std::collections::BTreeMap<String, String>>| labels.and_then(|l| l.get(&key)).cloned();
+        let own = domain_of(claim.metadata.labels.as_ref());
+        let disrupted_nodes: std::collections::BTreeSet<String> = self
+            .ctx
+            .state
+            .list_shared::<k8s_openapi::api::core::v1::Node>()
+            .iter()
+            .filter(|n| {
+                n.spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_ref())
+                    .is_some_and(|t| t.iter().any(|t| t.key == karpenter_api::labels::taints::DISRUPTED))
+            })
+            .map(|n| n.name_any())
+            .collect();
+        let busy = self.ctx.state.list_shared::<NodeClaim>().iter().find_map(|c| {
+            let going = c.metadata.deletion_timestamp.is_some()
+                || c.status.as_ref().and_then(|s| s.node_name.as_ref()).is_some_and(|n| disrupted_nodes.contains(n));
+            let domain = domain_of(c.metadata.labels.as_ref());
+            (c.name_any() != claim.name_any() && c.node_pool_name() == Some(pool_name) && going && domain != own)
+                .then_some(domain)
+        })?;
+        Some(format!(
+            "NodePool {pool_name} is disrupted one {key} at a time and {} is being disrupted",
+            match busy {
+                Some(d) => format!("{key}={d}"),
+                None => format!("the domain without {key}"),
+            }
+        ))
+    }
+
     async fn expire(&self, claim: &NodeClaim) -> Result<(), ReconcileError> {
         delete_ignoring_missing(&self.claims(), &claim.name_any()).await?;
         record_disrupted(&self.ctx.metrics, claim, REASON);
@@ -95,9 +137,9 @@ impl Expiration {
         let Some(at) = expires_at(&node_claim_info(claim, None)) else { return Ok(None) };
         let now = self.ctx.clock.now();
         if now >= at {
-            if let Some(why) = self.held_by_floor(claim) {
+            if let Some(why) = self.held_by_floor(claim).or_else(|| self.held_by_topology(claim)) {
                 tracing::info!(NodeClaim = %claim.name_any(), reason = REASON, "expired nodeclaim waits: {why}");
-                return Ok(Some(FLOOR_RETRY));
+                return Ok(Some(HOLD_RETRY));
             }
             self.expire(claim).await?;
             return Ok(None);
@@ -115,7 +157,7 @@ impl Expiration {
         let mut done = Vec::new();
         for e in expired(&snapshot, self.ctx.clock.now()) {
             if let Some(claim) = claims.iter().find(|c| c.name_any() == e.node_claim) {
-                if self.held_by_floor(claim).is_some() {
+                if self.held_by_floor(claim).is_some() || self.held_by_topology(claim).is_some() {
                     continue;
                 }
                 self.expire(claim).await?;
@@ -211,6 +253,49 @@ mod tests {
         assert!(claims.get_opt("forever").await.unwrap().is_some(), "Never expires");
     }
 
+    /// A pool disrupted one zone at a time: of two expired claims in two zones, the second waits while the
+    /// first (held by a finalizer) is going, and goes once it is gone.
+    #[tokio::test]
+    async fn expired_claims_of_a_zonal_pool_go_zone_by_zone() {
+        let clock = FakeClock::new(Utc.with_ymd_and_hms(2026, 3, 1, 12, 0, 0).unwrap());
+        let server = ApiServer::builder().clock(Arc::new(clock.clone())).build();
+        let client = server.client();
+        let ctx = ControllerContext::for_tests(
+            client.clone(),
+            Arc::new(karpenter_testing::kwok::fake()),
+            Arc::new(clock.clone()),
+        );
+        let exp = Expiration::new(&ctx);
+        let mut pool = node_pool(NodePoolOptions {
+            name: Some("spot".into()),
+            metadata_annotations: [(labels::disruption_topology::ANNOTATION.to_owned(), labels::ZONE.to_owned())]
+                .into(),
+            ..Default::default()
+        });
+        pool.metadata.uid = None;
+        ctx.state().apply(pool);
+        let claims: Api<NodeClaim> = Api::all(client.clone());
+        for (name, zone) in [("a", "test-zone-a"), ("b", "test-zone-b")] {
+            let mut c = claim(name, "1h");
+            c.labels_mut().insert(labels::ZONE.to_owned(), zone.to_owned());
+            c.metadata.finalizers = Some(vec![labels::finalizers::TERMINATION.to_owned()]);
+            ctx.state().apply(claims.create(&PostParams::default(), &c).await.unwrap());
+        }
+        clock.step_secs(3600);
+        assert_eq!(exp.reconcile("a").await.unwrap(), None, "the first zone starts");
+        ctx.state().apply(claims.get("a").await.unwrap());
+        assert_eq!(exp.reconcile("b").await.unwrap(), Some(HOLD_RETRY), "zone b waits while zone a goes");
+        assert!(exp.sweep().await.unwrap().is_empty());
+        assert!(claims.get("b").await.unwrap().metadata.deletion_timestamp.is_none());
+        // Zone a's claim is gone: zone b goes.
+        let going = claims.get("a").await.unwrap();
+        let patch = serde_json::json!({"metadata": {"finalizers": null}});
+        claims.patch("a", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await.unwrap();
+        ctx.state().remove(&going);
+        assert_eq!(exp.reconcile("b").await.unwrap(), None);
+        assert!(claims.get("b").await.unwrap().metadata.deletion_timestamp.is_some());
+    }
+
     #[tokio::test]
     async fn an_expired_claim_of_a_pool_at_its_floor_waits_for_its_replacement() {
         let clock = FakeClock::new(Utc.with_ymd_and_hms(2026, 3, 1, 12, 0, 0).unwrap());
@@ -233,7 +318,7 @@ mod tests {
         let old = claims.create(&PostParams::default(), &claim("old", "1h")).await.unwrap();
         ctx.state().apply(old);
         clock.step_secs(3600);
-        assert_eq!(exp.reconcile("old").await.unwrap(), Some(FLOOR_RETRY), "the floor's only claim waits");
+        assert_eq!(exp.reconcile("old").await.unwrap(), Some(HOLD_RETRY), "the floor's only claim waits");
         assert!(exp.sweep().await.unwrap().is_empty());
         assert!(claims.get_opt("old").await.unwrap().is_some());
         // The floor controller's replacement is in flight: now the expired claim goes.
