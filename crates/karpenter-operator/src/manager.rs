@@ -501,7 +501,8 @@ fn controllers(parts: &LeaderParts, leader: &CancellationToken) -> Controllers {
     let hash = Arc::new(HashController::new(&ctx));
     list.push(("nodepool.hash".into(), Box::pin(hash.run(state.clone(), leader.clone()))));
     let static_capacity = settings.feature_gates.static_capacity;
-    let static_up = Arc::new(StaticProvisioning::new(&ctx, static_capacity));
+    let static_up =
+        Arc::new(StaticProvisioning::new(&ctx, static_capacity).with_cluster_limits(&settings.cluster_limits));
     list.push(("static.provisioning".into(), Box::pin(static_up.run(leader.clone()))));
     let static_down = Arc::new(
         StaticDeprovisioning::new(&ctx, static_capacity)

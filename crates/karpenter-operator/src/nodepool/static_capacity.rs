@@ -92,6 +92,9 @@ pub struct StaticProvisioning {
     ctx: ControllerContext,
     provider: ProviderLabels,
     enabled: bool,
+    /// `nodes` of `CLUSTER_LIMITS`: the NodeClaims of every pool together stay within it (a static pool's
+    /// NodeClaims carry no requests before launch, so, as with `limits`, only the node count applies).
+    cluster_nodes: Option<i64>,
 }
 
 impl std::fmt::Debug for StaticProvisioning {
@@ -103,7 +106,13 @@ impl std::fmt::Debug for StaticProvisioning {
 impl StaticProvisioning {
     /// `enabled` is the `StaticCapacity` feature gate; claims get the context's provider's labels.
     pub fn new(ctx: &ControllerContext, enabled: bool) -> Self {
-        Self { ctx: ctx.clone(), provider: ctx.cloud().labels().clone(), enabled }
+        Self { ctx: ctx.clone(), provider: ctx.cloud().labels().clone(), enabled, cluster_nodes: None }
+    }
+
+    /// Honours the `nodes` entry of `CLUSTER_LIMITS` (`limits`), as provisioning does.
+    pub fn with_cluster_limits(mut self, limits: &karpenter_requirements::ResourceList) -> Self {
+        self.cluster_nodes = limits.get(NODES_LIMIT).map(|q| q.value().unwrap_or(i64::MAX));
+        self
     }
 
     /// One scale-up pass over the NodePool `name`.
@@ -132,9 +141,14 @@ impl StaticProvisioning {
             let total = i64::try_from(claims.len()).unwrap_or(i64::MAX);
             wanted = wanted.min((limit - total).max(0));
         }
+        if let Some(limit) = self.cluster_nodes {
+            let all = Api::<NodeClaim>::all(self.ctx.client.clone()).list(&ListParams::default()).await?.items;
+            let total = i64::try_from(all.len()).unwrap_or(i64::MAX);
+            wanted = wanted.min((limit - total).max(0));
+        }
         if wanted == 0 {
             tracing::info!(controller = PROVISIONING_CONTROLLER, NodePool = %name, replicas, running,
-                "limits.nodes reached, not creating nodeclaims");
+                "limits.nodes or the cluster's nodes limit reached, not creating nodeclaims");
             return Ok(ScaleUp::LimitReached);
         }
         let plan = NodeClaimPlan::from_template(&pool, format!("{name}-static"))

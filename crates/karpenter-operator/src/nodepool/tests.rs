@@ -484,6 +484,25 @@ async fn names(f: &Fx, pool: &str) -> Vec<String> {
     v
 }
 
+/// `CLUSTER_LIMITS=nodes=N` caps static pools too: with one NodeClaim elsewhere and `nodes=3`, a static pool of
+/// 4 replicas gets 2.
+#[tokio::test]
+async fn static_pools_stay_within_the_cluster_nodes_limit() {
+    let f = fx();
+    f.ready_pool(NodePoolOptions { name: Some("fixed".into()), replicas: Some(4), ..Default::default() }).await;
+    let mut other = node_claim(NodeClaimOptions { name: Some("elsewhere".into()), ..Default::default() });
+    other.metadata.uid = None;
+    f.claims().create(&PostParams::default(), &other).await.unwrap();
+    let limits: karpenter_requirements::ResourceList = [("nodes", "3".parse().unwrap())].into_iter().collect();
+    let p = StaticProvisioning::new(&f.ctx, true).with_cluster_limits(&limits);
+    match p.scale_up("fixed").await.unwrap() {
+        static_capacity::ScaleUp::Created(c) => assert_eq!(c.len(), 2),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(p.reconcile("fixed").await.unwrap(), Some(static_capacity::LIMIT_RETRY));
+    assert_eq!(names(&f, "fixed").await.len(), 2);
+}
+
 #[tokio::test]
 async fn static_pools_scale_to_replicas_within_limits() {
     let f = fx();
