@@ -209,6 +209,19 @@ mod tests {
 
     use super::*;
 
+    /// A clock, an API server on it (kept alive by the caller), its client and a controller context.
+    fn setup() -> (FakeClock, ApiServer, kube::Client, ControllerContext) {
+        let clock = FakeClock::new(Utc.with_ymd_and_hms(2026, 3, 1, 12, 0, 0).unwrap());
+        let server = ApiServer::builder().clock(Arc::new(clock.clone())).build();
+        let client = server.client();
+        let ctx = ControllerContext::for_tests(
+            client.clone(),
+            Arc::new(karpenter_testing::kwok::fake()),
+            Arc::new(clock.clone()),
+        );
+        (clock, server, client, ctx)
+    }
+
     fn claim(name: &str, expire_after: &str) -> NodeClaim {
         let mut c = node_claim(NodeClaimOptions {
             name: Some(name.into()),
@@ -222,14 +235,7 @@ mod tests {
 
     #[tokio::test]
     async fn claims_are_deleted_once_expired_and_requeued_until_then() {
-        let clock = FakeClock::new(Utc.with_ymd_and_hms(2026, 3, 1, 12, 0, 0).unwrap());
-        let server = ApiServer::builder().clock(Arc::new(clock.clone())).build();
-        let client = server.client();
-        let ctx = ControllerContext::for_tests(
-            client.clone(),
-            Arc::new(karpenter_testing::kwok::fake()),
-            Arc::new(clock.clone()),
-        );
+        let (clock, _server, client, ctx) = setup();
         let (metrics, exp) = (ctx.metrics().clone(), Expiration::new(&ctx));
         let mut pool = node_pool(NodePoolOptions { name: Some("spot".into()), ..Default::default() });
         pool.metadata.uid = None;
@@ -257,14 +263,7 @@ mod tests {
     /// first (held by a finalizer) is going, and goes once it is gone.
     #[tokio::test]
     async fn expired_claims_of_a_zonal_pool_go_zone_by_zone() {
-        let clock = FakeClock::new(Utc.with_ymd_and_hms(2026, 3, 1, 12, 0, 0).unwrap());
-        let server = ApiServer::builder().clock(Arc::new(clock.clone())).build();
-        let client = server.client();
-        let ctx = ControllerContext::for_tests(
-            client.clone(),
-            Arc::new(karpenter_testing::kwok::fake()),
-            Arc::new(clock.clone()),
-        );
+        let (clock, _server, client, ctx) = setup();
         let exp = Expiration::new(&ctx);
         let mut pool = node_pool(NodePoolOptions {
             name: Some("spot".into()),
@@ -298,14 +297,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_expired_claim_of_a_pool_at_its_floor_waits_for_its_replacement() {
-        let clock = FakeClock::new(Utc.with_ymd_and_hms(2026, 3, 1, 12, 0, 0).unwrap());
-        let server = ApiServer::builder().clock(Arc::new(clock.clone())).build();
-        let client = server.client();
-        let ctx = ControllerContext::for_tests(
-            client.clone(),
-            Arc::new(karpenter_testing::kwok::fake()),
-            Arc::new(clock.clone()),
-        );
+        let (clock, _server, client, ctx) = setup();
         let exp = Expiration::new(&ctx);
         let mut pool = node_pool(NodePoolOptions {
             name: Some("spot".into()),
