@@ -44,7 +44,8 @@ pub async fn start(
         clock,
         shutdown,
         node_classes: node_classes.clone(),
-        launch_failures: Arc::new(PrometheusLaunchFailures(metrics)),
+        launch_failures: Arc::new(PrometheusLaunchFailures(metrics.clone())),
+        unhealthy_instances: Arc::new(PrometheusUnhealthyInstances(metrics)),
     };
     let runtime = karpenter_aws::assembly::start(start, &SdkOptions::default()).await?;
     Ok((runtime, node_classes))
@@ -140,5 +141,20 @@ impl LaunchFailureSink for PrometheusLaunchFailures {
                 &failure.reason,
             )
             .inc();
+    }
+}
+
+/// `karpenter_interruption_instance_status_unhealthy_total{category}`, counted from the instance status checks.
+struct PrometheusUnhealthyInstances(Arc<Metrics>);
+
+impl std::fmt::Debug for PrometheusUnhealthyInstances {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PrometheusUnhealthyInstances")
+    }
+}
+
+impl karpenter_aws::status::UnhealthyInstanceSink for PrometheusUnhealthyInstances {
+    fn unhealthy(&self, category: &str) {
+        self.0.interruption_instance_status_unhealthy(category).inc();
     }
 }

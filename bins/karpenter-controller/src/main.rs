@@ -123,6 +123,11 @@ enum Command {
         #[arg(long, env = "SCHEDULER_CONFIG", value_name = "CONFIG", default_value = "",
               value_parser = boxed_scheduler_config)]
         scheduler_config: Box<karpenter_scheduler::SchedulerConfig>,
+        /// Feature gates as the controller takes them (Name=bool pairs). Over simulated time: NodeRepair repairs
+        /// the input's unhealthy Nodes with the provider's default policies, SpotToSpotConsolidation and
+        /// PodDeletionCostManagement change disruption as in the controller.
+        #[arg(long, env = "FEATURE_GATES", value_name = "GATES", default_value = karpenter_operator::settings::FeatureGates::DEFAULT)]
+        feature_gates: karpenter_operator::settings::FeatureGates,
         #[command(flatten)]
         cluster: simulate::live::ClusterArgs,
     },
@@ -251,6 +256,7 @@ fn main() -> ExitCode {
             honor_autoscaler_annotations,
             cluster_limits,
             scheduler_config,
+            feature_gates,
             cluster,
         } => {
             paths.extend(filenames);
@@ -266,6 +272,7 @@ fn main() -> ExitCode {
                 honor_autoscaler_annotations,
                 cluster_limits: *cluster_limits,
                 scheduler_config: *scheduler_config,
+                feature_gates,
             };
             run_simulate(options, &cluster, output)
         }

@@ -176,6 +176,7 @@ async fn aws_manager(
     if let Some(source) = runtime.interruption {
         manager = manager.with_interruption(source);
     }
+    manager = manager.with_interruption(runtime.instance_status);
     for (i, controller) in runtime.controllers.into_iter().enumerate() {
         manager = manager.with_controller(format!("aws.{i}"), controller);
     }

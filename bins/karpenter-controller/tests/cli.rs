@@ -147,10 +147,20 @@ fn crd_names(provider: &str) -> Vec<String> {
 fn crds_print_the_provider_crds() {
     assert_eq!(
         crd_names("aws"),
-        ["nodepools.karpenter.sh", "nodeclaims.karpenter.sh", "ec2nodeclasses.karpenter.k8s.aws"]
+        [
+            "nodepools.karpenter.sh",
+            "nodeclaims.karpenter.sh",
+            "nodeoverlays.karpenter.sh",
+            "ec2nodeclasses.karpenter.k8s.aws"
+        ]
     );
     assert_eq!(
         crd_names("kwok"),
-        ["nodepools.karpenter.sh", "nodeclaims.karpenter.sh", "kwoknodeclasses.karpenter.kwok.sh"]
+        [
+            "nodepools.karpenter.sh",
+            "nodeclaims.karpenter.sh",
+            "nodeoverlays.karpenter.sh",
+            "kwoknodeclasses.karpenter.kwok.sh"
+        ]
     );
 }

@@ -54,10 +54,12 @@ fn every_settings_value_reaches_the_deployment() {
     let helpers = chart_file("templates/_helpers.tpl");
     for key in &keys {
         let gate = key.strip_prefix(".Values.settings.featureGates.");
-        let used = match gate {
-            // Feature gates are assembled into FEATURE_GATES by a helper template.
-            Some(name) => helpers.contains(&format!("$gates.{name}")),
-            None => deployment.contains(&format!("{key} ")) || deployment.contains(&format!("{key}\n")),
+        let aws_gate = key.strip_prefix(".Values.settings.awsFeatureGates.");
+        let used = match (gate, aws_gate) {
+            // Feature gates are assembled into FEATURE_GATES (and AWS_FEATURE_GATES) by helper templates.
+            (Some(name), _) => helpers.contains(&format!("$gates.{name}")),
+            (_, Some(name)) => helpers.contains(&format!("$awsGates.{name}")),
+            _ => deployment.contains(&format!("{key} ")) || deployment.contains(&format!("{key}\n")),
         };
         assert!(used, "values.yaml sets {key} but no template uses it");
     }
@@ -91,6 +93,20 @@ fn feature_gate_helper_names_every_gate_the_controller_knows() {
 }
 
 #[test]
+fn aws_feature_gate_helper_names_every_aws_gate() {
+    let helpers = chart_file("templates/_helpers.tpl");
+    let line = helpers.lines().find(|l| l.contains("NodeClassCEL=%t")).expect("AWS_FEATURE_GATES helper");
+    for gate in karpenter_aws::settings::DEFAULT_AWS_FEATURE_GATES.split(',') {
+        let name = gate.split('=').next().unwrap();
+        assert!(line.contains(&format!("{name}=%t")), "helper misses {name}");
+    }
+    let values: serde_json::Value = serde_saphyr::from_str(&chart_file("values.yaml")).unwrap();
+    let off = values["settings"]["awsFeatureGates"].as_object().expect("settings.awsFeatureGates");
+    assert_eq!(off.len(), 4, "{off:?}");
+    assert!(off.values().all(|v| v == &serde_json::Value::Bool(false)), "every AWS gate off by default: {off:?}");
+}
+
+#[test]
 fn chart_crds_are_the_generated_ones() {
     // The generated CRDs are drift-tested in karpenter-api; here we check the chart ships all three.
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../charts/karpenter/crds");
@@ -99,6 +115,11 @@ fn chart_crds_are_the_generated_ones() {
     files.sort();
     assert_eq!(
         files,
-        ["karpenter.k8s.aws_ec2nodeclasses.yaml", "karpenter.sh_nodeclaims.yaml", "karpenter.sh_nodepools.yaml"]
+        [
+            "karpenter.k8s.aws_ec2nodeclasses.yaml",
+            "karpenter.sh_nodeclaims.yaml",
+            "karpenter.sh_nodeoverlays.yaml",
+            "karpenter.sh_nodepools.yaml"
+        ]
     );
 }

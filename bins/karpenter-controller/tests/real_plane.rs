@@ -80,6 +80,10 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("disruption-topology", |e| Box::pin(disruption_topology(e))),
     ("min-nodes", |e| Box::pin(min_nodes(e))),
     ("pod-deletion-cost", |e| Box::pin(pod_deletion_cost(e))),
+    ("node-repair", |e| Box::pin(node_repair(e))),
+    ("node-repair-reboot", |e| Box::pin(node_repair_reboot(e))),
+    ("scheduler-config", |e| Box::pin(scheduler_config(e))),
+    ("node-overlay", |e| Box::pin(node_overlay(e))),
 ];
 
 /// ERROR lines a fault the controller should ride out quietly (an apiserver restart, a partition, throttling, write
@@ -321,10 +325,22 @@ impl Env {
         settings: CoreSettings,
         interruption: bool,
     ) -> Running {
+        self.start_manager_kwok(client, identity, settings, interruption, KwokOptions::default())
+    }
+
+    /// [`Self::start_manager_with`] with the kwok provider's options (its node classes are always the env's).
+    fn start_manager_kwok(
+        &self,
+        client: Client,
+        identity: &str,
+        settings: CoreSettings,
+        interruption: bool,
+        kwok: KwokOptions,
+    ) -> Running {
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let kwok = KwokCloudProvider::new(
             client.clone(),
-            KwokOptions { node_classes: Some(Arc::new(self.node_classes.clone())), ..KwokOptions::default() },
+            KwokOptions { node_classes: Some(Arc::new(self.node_classes.clone())), ..kwok },
         );
         let cloud: Arc<dyn CloudProvider> = Arc::new(kwok);
         let mut manager = Manager::new(settings, client, cloud, Arc::new(self.node_classes.clone()), clock)
@@ -776,7 +792,7 @@ async fn install_crds(client: &Client) {
         names.push(crd.name_any());
         api.create(&PostParams::default(), &crd).await.expect("create CRD");
     }
-    assert_eq!(names.len(), 3, "nodepools, nodeclaims, kwoknodeclasses: {names:?}");
+    assert_eq!(names.len(), 4, "nodepools, nodeclaims, nodeoverlays, kwoknodeclasses: {names:?}");
     let start = Stopwatch::start();
     for name in &names {
         loop {
@@ -2051,6 +2067,297 @@ async fn pod_deletion_cost(env: &Env) {
     // The pods stayed where they were: the values describe the placement read above.
     let now = env.running("web", 3, Duration::from_secs(10)).await;
     assert_eq!(now, placed, "the pods did not move");
+    gated.stop().await;
+    env.restore_main();
+}
+
+/// Node repair as a disruption method (gate `NodeRepair`): a node whose `KernelReady` condition turns False is
+/// left alone while annotated `karpenter.sh/do-not-repair`, then replaced (the replacement initialized before
+/// the broken node's NodeClaim is deleted, its drain bounded by the policy) with the repair metrics in /metrics.
+/// The kubelet stand-in keeps every condition but Ready, so the broken condition stays as written.
+async fn node_repair(env: &Env) {
+    use karpenter_api::repair::RepairPolicy;
+    env.stop_main().await;
+    let mut kernel = RepairPolicy::replace("KernelReady", ConditionStatus::False, Duration::from_secs(3));
+    kernel.termination_grace_period = Some(Duration::from_secs(30));
+    let repairing = env.start_manager_kwok(
+        env.controller_client.clone(),
+        "node-repair",
+        settings_with(false, &["--feature-gates=NodeRepair=true"]),
+        false,
+        KwokOptions { repair_policies: vec![kernel], ..KwokOptions::default() },
+    );
+    env.pool("default", json!({})).await;
+    env.deployment("web", 1, "500m", json!({})).await;
+    let placed = env.running("web", 1, Duration::from_secs(60)).await;
+    let broken = placed.values().next().expect("a node").clone();
+    let broken_claim = env
+        .list_claims()
+        .await
+        .into_iter()
+        .find(|c| c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(broken.as_str()))
+        .map(|c| c.name_any())
+        .expect("the node's claim");
+    let veto = json!({"metadata": {"annotations": {"karpenter.sh/do-not-repair": "true"}}});
+    env.nodes().patch(&broken, &PatchParams::default(), &Patch::Merge(&veto)).await.expect("annotate node");
+    let node = env.nodes().get(&broken).await.expect("node");
+    let mut conditions: Vec<Value> = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .map(|cs| cs.iter().filter_map(|c| serde_json::to_value(c).ok()).collect())
+        .unwrap_or_default();
+    let now = karpenter_api::time::rfc3339(SystemClock.now());
+    conditions.push(json!({"type": "KernelReady", "status": "False", "reason": "KernelDeadlock",
+        "message": "test", "lastHeartbeatTime": now, "lastTransitionTime": now}));
+    let patch = json!({"status": {"conditions": conditions}});
+    env.nodes().patch_status(&broken, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("break node");
+    env.stays("do-not-repair keeps the broken node", Duration::from_secs(8), async || {
+        let claims = env.list_claims().await;
+        claims.len() == 1 && claims.iter().all(|c| c.metadata.deletion_timestamp.is_none())
+    })
+    .await;
+    let lift = json!({"metadata": {"annotations": {"karpenter.sh/do-not-repair": null}}});
+    env.nodes().patch(&broken, &PatchParams::default(), &Patch::Merge(&lift)).await.expect("lift veto");
+    // The broken node's claim goes only once its replacement is initialized, and its drain is bounded by the
+    // policy's 30 s.
+    env.eventually(
+        "the broken node's claim deleted after its replacement initialized",
+        Duration::from_secs(90),
+        || async {
+            let claims = env.list_claims().await;
+            let old = claims.iter().find(|c| c.name_any() == broken_claim);
+            if old.is_some_and(|c| c.metadata.deletion_timestamp.is_none()) {
+                return None;
+            }
+            let replaced = claims.iter().any(|c| c.name_any() != broken_claim && condition_true(c, "Initialized"));
+            assert!(replaced, "the broken claim went before an initialized replacement existed: {claims:?}");
+            if let Some(deadline) = old
+                .and_then(|c| c.annotations().get("karpenter.sh/nodeclaim-termination-timestamp"))
+                .and_then(|d| karpenter_api::time::parse_rfc3339(d))
+            {
+                let left = (deadline - SystemClock.now()).num_seconds();
+                assert!(left <= 30, "the drain is bounded by the policy's 30 s: {left}s left");
+            }
+            Some(())
+        },
+    )
+    .await;
+    env.running("web", 1, Duration::from_secs(60)).await;
+    env.eventually("the repair in /metrics", Duration::from_secs(30), || async {
+        let text = repairing.metrics().await;
+        let repaired =
+            metric_sum(&text, "karpenter_nodeclaims_unhealthy_disrupted_total", &[("condition", "KernelReady")])?;
+        let disrupted = metric_sum(&text, "karpenter_nodeclaims_disrupted_total", &[("reason", "unhealthy")])?;
+        (repaired >= 1.0 && disrupted >= 1.0).then_some(())
+    })
+    .await;
+    repairing.stop().await;
+    env.restore_main();
+}
+
+/// `SCHEDULER_CONFIG`'s default topology spread constraints: three small pods of one Deployment fit one node;
+/// with a default hostname spread (maxSkew 1, DoNotSchedule) given to pods that declare none, with the selector
+/// kube-scheduler derives from their ReplicaSet, Karpenter plans one node per pod.
+async fn scheduler_config(env: &Env) {
+    env.pool("default", json!({"disruption": {"consolidateAfter": "Never"}})).await;
+    env.deployment("web", 3, "100m", json!({})).await;
+    env.running("web", 3, Duration::from_secs(60)).await;
+    assert_eq!(env.list_claims().await.len(), 1, "without the config three 100m pods share one node");
+    env.cleanup("scheduler-config (no config)").await;
+
+    env.stop_main().await;
+    let config = "--scheduler-config={podTopologySpread: {defaultConstraints: \
+        [{maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule}]}}";
+    let spreading = env.start_manager_with(
+        env.controller_client.clone(),
+        "scheduler-config",
+        settings_with(false, &[config]),
+        false,
+    );
+    env.pool("default", json!({"disruption": {"consolidateAfter": "Never"}})).await;
+    env.deployment("web", 3, "100m", json!({})).await;
+    env.eventually("one NodeClaim per pod under the default hostname spread", Duration::from_secs(60), || async {
+        (env.list_claims().await.len() == 3).then_some(())
+    })
+    .await;
+    env.stays("still three NodeClaims", Duration::from_secs(5), async || env.list_claims().await.len() == 3).await;
+    spreading.stop().await;
+    env.restore_main();
+}
+
+/// Sets a Node condition through the status subresource (the kubelet stand-in keeps every condition but Ready).
+async fn set_node_condition(env: &Env, node: &str, type_: &str, status: &str) {
+    let current = env.nodes().get(node).await.expect("node");
+    let mut conditions: Vec<Value> = current
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .map(|cs| cs.iter().filter(|c| c.type_ != type_).filter_map(|c| serde_json::to_value(c).ok()).collect())
+        .unwrap_or_default();
+    let now = karpenter_api::time::rfc3339(SystemClock.now());
+    conditions.push(json!({"type": type_, "status": status, "reason": "Test", "message": "test",
+        "lastHeartbeatTime": now, "lastTransitionTime": now}));
+    let patch = json!({"status": {"conditions": conditions}});
+    env.nodes().patch_status(node, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("node condition");
+}
+
+/// Node repair's Reboot action on kwok: the node is drained and rebooted (the kwok provider gives it a new boot
+/// id), the NodeClaim records the old boot id and `Rebooting=True`; once the fault is gone the marks and the
+/// taint are removed and the node stays.
+async fn node_repair_reboot(env: &Env) {
+    use karpenter_api::repair::{RepairAction, RepairPolicy};
+    env.stop_main().await;
+    let mut kernel = RepairPolicy::replace("KernelReady", ConditionStatus::False, Duration::from_secs(3));
+    kernel.termination_grace_period = Some(Duration::ZERO);
+    kernel.action = RepairAction::Reboot;
+    let repairing = env.start_manager_kwok(
+        env.controller_client.clone(),
+        "node-repair-reboot",
+        settings_with(false, &["--feature-gates=NodeRepair=true"]),
+        false,
+        KwokOptions { repair_policies: vec![kernel], ..KwokOptions::default() },
+    );
+    env.pool("default", json!({"disruption": {"consolidateAfter": "Never"}})).await;
+    env.deployment("web", 1, "500m", json!({})).await;
+    let placed = env.running("web", 1, Duration::from_secs(60)).await;
+    let node = placed.values().next().expect("a node").clone();
+    let boot = |n: &Node| n.status.as_ref().and_then(|s| s.node_info.as_ref()).map(|i| i.boot_id.clone());
+    let before = boot(&env.nodes().get(&node).await.expect("node")).expect("kwok nodes carry a boot id");
+    let claim_name = env
+        .list_claims()
+        .await
+        .into_iter()
+        .find(|c| c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str()))
+        .map(|c| c.name_any())
+        .expect("the node's claim");
+    set_node_condition(env, &node, "KernelReady", "False").await;
+    env.eventually("rebooted: a new boot id, the old one on the claim", Duration::from_secs(60), || async {
+        let n = env.nodes().get(&node).await.ok()?;
+        let claim = env.claims().get(&claim_name).await.ok()?;
+        let recorded = claim.annotations().get("karpenter.sh/reboot-pre-boot-id")?.clone();
+        (recorded == before && boot(&n).is_some_and(|b| b != before) && condition_true(&claim, "Rebooting"))
+            .then_some(())
+    })
+    .await;
+    // The fault is gone after the reboot: the marks and the taint go, the node stays.
+    set_node_condition(env, &node, "KernelReady", "True").await;
+    env.eventually("the reboot's marks and taint removed", Duration::from_secs(60), || async {
+        let n = env.nodes().get(&node).await.ok()?;
+        let claim = env.claims().get(&claim_name).await.ok()?;
+        let tainted = n
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|t| t.iter().any(|t| t.key == "karpenter.sh/disrupted"));
+        (!tainted
+            && !claim.annotations().contains_key("karpenter.sh/reboot-pre-boot-id")
+            && !condition_true(&claim, "Rebooting"))
+        .then_some(())
+    })
+    .await;
+    assert!(
+        env.claims().get(&claim_name).await.expect("claim").metadata.deletion_timestamp.is_none(),
+        "a reboot that helped keeps the node"
+    );
+    repairing.stop().await;
+    env.restore_main();
+}
+
+/// NodeOverlay (gate on, on a controller of its own): an overlay pricing one instance type is applied (its
+/// NodeClaim carries `karpenter.sh/price-overlay-applied`), a pair of equal weight pricing the same type both get
+/// `ValidationSucceeded=False` (Conflict, each naming the other), and a capacity overlay giving one type an
+/// extended resource makes the provisioner pick that type for a pod asking for it (the kwok provider launches at
+/// its own prices, as upstream's does, so capacity is what steers the launch here).
+async fn node_overlay(env: &Env) {
+    use karpenter_api::nodeoverlay::{NodeOverlay, conditions};
+    const IT: &str = "node.kubernetes.io/instance-type";
+    env.stop_main().await;
+    let gated = env.start_manager_with(
+        env.controller_client.clone(),
+        "node-overlay",
+        settings_with(false, &["--feature-gates=NodeOverlay=true"]),
+        false,
+    );
+    let overlays: Api<NodeOverlay> = Api::all(env.client.clone());
+    let create = async |name: &str, spec: Value| {
+        let o = json!({"apiVersion": "karpenter.sh/v1alpha1", "kind": "NodeOverlay", "metadata": {"name": name}, "spec": spec});
+        let o: NodeOverlay = serde_json::from_value(o).expect("nodeoverlay json");
+        overlays.create(&PostParams::default(), &o).await.expect("create nodeoverlay");
+    };
+    let on = |it: &str| json!([{"key": IT, "operator": "In", "values": [it]}]);
+    create("cheap", json!({"weight": 10, "requirements": on("m-2x-amd64-linux"), "price": "0.0001"})).await;
+    create("clash-a", json!({"weight": 5, "requirements": on("s-2x-amd64-linux"), "priceAdjustment": "-50%"})).await;
+    create("clash-b", json!({"weight": 5, "requirements": on("s-2x-amd64-linux"), "price": "0.5"})).await;
+    create("license", json!({"requirements": on("c-2x-amd64-linux"), "capacity": {"example.com/license": "1"}})).await;
+    env.pool("default", json!({})).await;
+
+    let validation = |o: &NodeOverlay| {
+        o.status.as_ref()?.conditions.iter().find(|c| c.type_ == conditions::VALIDATION_SUCCEEDED).cloned()
+    };
+    env.eventually(
+        "overlay conditions: cheap and license valid, clash-a and clash-b in conflict",
+        Duration::from_secs(60),
+        || async {
+            let list = overlays.list(&ListParams::default()).await.ok()?.items;
+            let by: BTreeMap<String, _> = list.iter().map(|o| (o.name_any(), validation(o))).collect();
+            let valid = |n: &str| by.get(n)?.as_ref().map(|c| c.status == ConditionStatus::True);
+            let clash = |n: &str, other: &str| {
+                by.get(n)?.as_ref().map(|c| {
+                    c.status == ConditionStatus::False
+                        && c.reason == conditions::REASON_CONFLICT
+                        && c.message.contains(other)
+                })
+            };
+            (valid("cheap")? && valid("license")? && clash("clash-a", "clash-b")? && clash("clash-b", "clash-a")?)
+                .then_some(())
+        },
+    )
+    .await;
+
+    env.deployment("overlaid", 1, "500m", json!({})).await;
+    env.running("overlaid", 1, Duration::from_secs(90)).await;
+    let claims = env.list_claims().await;
+    assert_eq!(claims.len(), 1, "{}", env.describe().await);
+    let annotation = |c: &NodeClaim, key: &str| c.annotations().get(key).cloned();
+    assert_eq!(
+        annotation(&claims[0], karpenter_api::labels::annotations::PRICE_OVERLAY_APPLIED).as_deref(),
+        Some("true"),
+        "the claim's options include the overlaid m-2x-amd64-linux"
+    );
+
+    // A pod only the license overlay's type can hold: the provisioner plans a NodeClaim offering that one type.
+    // (The kwok provider then refuses to launch it: its create checks requests against its own catalogue, which
+    // has no such resource; see docs/node-overlay.md.)
+    let mark = env.log_mark();
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "licensed", "namespace": NS},
+        "spec": {"terminationGracePeriodSeconds": 0, "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
+            "resources": {"requests": {"cpu": "100m", "example.com/license": "1"}, "limits": {"example.com/license": "1"}}}]},
+    });
+    env.pods()
+        .create(&PostParams::default(), &serde_json::from_value(pod).expect("pod json"))
+        .await
+        .expect("create pod");
+    env.eventually(
+        "the provisioner creating a NodeClaim with one instance-type option",
+        Duration::from_secs(60),
+        || async {
+            env.log_since(mark)
+                .iter()
+                .any(|l| {
+                    l.get("message").and_then(Value::as_str) == Some("created nodeclaim")
+                        && l.get("instance_types").and_then(Value::as_u64) == Some(1)
+                        && l.get("pods").and_then(Value::as_u64) == Some(1)
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    let _ =
+        env.pods().delete("licensed", &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() }).await;
+    let _ = overlays.delete_collection(&DeleteParams::default(), &ListParams::default()).await;
     gated.stop().await;
     env.restore_main();
 }

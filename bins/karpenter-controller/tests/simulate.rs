@@ -959,3 +959,121 @@ fn scheduler_config_flag_spreads_pods_without_their_own_constraints() {
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("defaultConstraints[0]: maxSkew must be greater than zero"), "{stderr}");
 }
+
+/// `--feature-gates NodeRepair=true` over simulated time: a managed node that has been `Ready=False` past the
+/// kwok provider's 10-minute toleration is replaced (its pod's new node first); without the gate it stays.
+#[test]
+fn node_repair_over_simulated_time_follows_the_gate() {
+    let tmp = TempDir::new("node-repair");
+    let labels = "{kubernetes.io/os: linux, kubernetes.io/arch: amd64, node.kubernetes.io/instance-type: c-4x-amd64-linux, \
+                  topology.kubernetes.io/zone: test-zone-a, karpenter.sh/capacity-type: on-demand, \
+                  karpenter.sh/nodepool: default, karpenter.sh/initialized: 'true', karpenter.sh/registered: 'true'}";
+    let conditions = "[{type: Launched, status: 'True', lastTransitionTime: '2025-12-31T20:00:00Z', reason: Launched, message: ''}, \
+                      {type: Registered, status: 'True', lastTransitionTime: '2025-12-31T20:00:00Z', reason: Registered, message: ''}, \
+                      {type: Initialized, status: 'True', lastTransitionTime: '2025-12-31T20:00:00Z', reason: Initialized, message: ''}]";
+    let file = tmp.write(
+        "cluster.yaml",
+        &[
+            POOL.to_owned(),
+            format!(
+                "apiVersion: v1\nkind: Node\nmetadata: {{name: sick, labels: {labels}}}\n\
+                 spec: {{providerID: 'kwok://sick'}}\n\
+                 status:\n  allocatable: {{cpu: '4', memory: 8Gi, pods: '110'}}\n  capacity: {{cpu: '4', memory: 8Gi, pods: '110'}}\n\
+                 \x20 conditions: [{{type: Ready, status: 'False', reason: KubeletNotReady, lastTransitionTime: '2025-12-31T23:00:00Z', lastHeartbeatTime: '2025-12-31T23:00:00Z'}}]\n"
+            ),
+            format!(
+                "apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata: {{name: sick-claim, creationTimestamp: '2025-12-31T20:00:00Z', labels: {labels}}}\n\
+                 spec: {{nodeClassRef: {{group: karpenter.kwok.sh, kind: KWOKNodeClass, name: default}}, requirements: []}}\n\
+                 status: {{nodeName: sick, providerID: 'kwok://sick', capacity: {{cpu: '4', memory: 8Gi, pods: '110'}}, \
+                 allocatable: {{cpu: '4', memory: 8Gi, pods: '110'}}, conditions: {conditions}}}\n"
+            ),
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: db, namespace: default}\n\
+             spec: {nodeName: sick, containers: [{name: c, image: x, resources: {requests: {cpu: '3'}}}]}\n\
+             status: {phase: Running}\n"
+                .to_owned(),
+        ]
+        .join("---\n"),
+    );
+    let methods = |doc: &Value| -> Vec<String> {
+        events_of(doc, "Disruption")
+            .iter()
+            .map(|e| {
+                format!(
+                    "{} {} {}",
+                    e["offset"].as_str().unwrap_or("?"),
+                    e["command"]["method"].as_str().unwrap_or("?"),
+                    e["command"]["decision"].as_str().unwrap_or("?")
+                )
+            })
+            .collect()
+    };
+    let doc = simulate_json(&[&file, "--for", "30m", "--feature-gates", "NodeRepair=true"]);
+    let repaired = methods(&doc);
+    assert!(repaired.first().is_some_and(|m| m.starts_with("0s Repair Replace")), "{repaired:?} {:#}", doc["events"]);
+    let doc = simulate_json(&[&file, "--for", "30m"]);
+    assert!(methods(&doc).iter().all(|m| !m.contains("Repair")), "{:?}", methods(&doc));
+}
+
+fn node_overlay(name: &str, weight: u32, instance_type: &str, change: &str) -> String {
+    format!(
+        "apiVersion: karpenter.sh/v1alpha1\nkind: NodeOverlay\nmetadata: {{name: {name}}}\nspec:\n  weight: {weight}\n  \
+         requirements: [{{key: node.kubernetes.io/instance-type, operator: In, values: [{instance_type}]}}]\n  {change}\n"
+    )
+}
+
+#[test]
+fn node_overlays_change_prices_and_capacity_and_conflicts_are_named() {
+    let tmp = TempDir::new("overlays");
+    let its = ["--instance-types", "examples/simulate/instance-types.json"];
+    // Without overlays small-2x spot (0.02) is cheapest; an overlay pricing large-8x at 0.001 makes it the pick.
+    let cheap = tmp.write(
+        "cheap.yaml",
+        &format!("{POOL}---\n{}---\n{}", node_overlay("cheap", 10, "large-8x", "price: '0.001'"), pod("web", "1")),
+    );
+    let doc = simulate_json(&[&cheap, its[0], its[1]]);
+    assert_eq!(doc["newNodes"][0]["instanceType"], "large-8x", "{doc}");
+    assert_eq!(doc["newNodes"][0]["price"], 0.001, "{doc}");
+    let notes: Vec<&str> = doc["notes"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(
+        notes.iter().any(|n| n.contains("NodePool default: NodeOverlays change 1 of its instance types")),
+        "{notes:?}"
+    );
+
+    // Two overlays of equal weight pricing the same offerings conflict: both are named and neither applies.
+    let conflict = tmp.write(
+        "conflict.yaml",
+        &format!(
+            "{POOL}---\n{}---\n{}---\n{}",
+            node_overlay("a", 10, "large-8x", "price: '0.001'"),
+            node_overlay("b", 10, "large-8x", "priceAdjustment: '-99%'"),
+            pod("web", "1")
+        ),
+    );
+    let doc = simulate_json(&[&conflict, its[0], its[1]]);
+    assert_eq!(doc["newNodes"][0]["instanceType"], "small-2x", "{doc}");
+    let notes: Vec<&str> = doc["notes"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(
+        notes.iter().any(|n| n.starts_with("NodeOverlay a is not applied: conflicts with NodeOverlay b")),
+        "{notes:?}"
+    );
+    assert!(
+        notes.iter().any(|n| n.starts_with("NodeOverlay b is not applied: conflicts with NodeOverlay a")),
+        "{notes:?}"
+    );
+
+    // An extended resource only an overlay provides makes a pod that asks for it schedulable.
+    let license = "apiVersion: v1\nkind: Pod\nmetadata: {name: licensed, namespace: default}\n\
+                   spec: {containers: [{name: c, image: pause, resources: {requests: {example.com/license: '1'}}}]}\n";
+    let without = tmp.write("without.yaml", &format!("{POOL}---\n{license}"));
+    assert_eq!(simulate_json(&[&without, its[0], its[1]])["summary"]["podsOnNewNodes"], 0);
+    let with = tmp.write(
+        "with.yaml",
+        &format!(
+            "{POOL}---\n{}---\n{license}",
+            node_overlay("lic", 1, "large-8x", "capacity: {example.com/license: '2'}")
+        ),
+    );
+    let doc = simulate_json(&[&with, its[0], its[1]]);
+    assert_eq!(doc["summary"]["podsOnNewNodes"], 1, "{doc}");
+    assert_eq!(doc["newNodes"][0]["instanceType"], "large-8x", "{doc}");
+}

@@ -60,3 +60,9 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- $gates := .Values.settings.featureGates -}}
 {{- printf "NodeRepair=%t,ReservedCapacity=%t,SpotToSpotConsolidation=%t,NodeOverlay=%t,StaticCapacity=%t,CapacityBuffer=%t,PodDeletionCostManagement=%t" $gates.nodeRepair $gates.reservedCapacity $gates.spotToSpotConsolidation $gates.nodeOverlay $gates.staticCapacity $gates.capacityBuffer (default false $gates.podDeletionCostManagement) }}
 {{- end }}
+
+{{/* AWS_FEATURE_GATES, the same way. */}}
+{{- define "karpenter.awsFeatureGates" -}}
+{{- $awsGates := .Values.settings.awsFeatureGates -}}
+{{- printf "NodeClassCEL=%t,DRANVIDIAGPU=%t,DRAEFA=%t,RebootForRepair=%t" $awsGates.nodeClassCEL $awsGates.draNVIDIAGPU $awsGates.draEFA $awsGates.rebootForRepair }}
+{{- end }}

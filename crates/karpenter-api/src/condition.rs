@@ -35,6 +35,18 @@ pub enum ConditionStatus {
     Unknown,
 }
 
+impl ConditionStatus {
+    /// `True`, `False` or `Unknown`, as the API server writes a condition's status (Node conditions are plain
+    /// strings in k8s-openapi, so they are compared with this).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::True => "True",
+            Self::False => "False",
+            Self::Unknown => "Unknown",
+        }
+    }
+}
+
 /// Sets condition `type_` in `conditions`, recording `observed_generation` (the generation of the object the
 /// condition was computed from, so readers can tell a stale condition). The transition time changes only when
 /// the status does. Returns whether anything changed, a new generation included: the caller writes the status

@@ -313,11 +313,14 @@ pub fn generate<K: KarpenterCrd>(provider: &ProviderLabels) -> CustomResourceDef
     try_generate::<K>(provider).unwrap_or_else(|_| K::crd())
 }
 
-/// Every CRD Karpenter installs for `provider`: NodePool and NodeClaim, plus the provider's node class
-/// (`aws`: EC2NodeClass, `kwok`: KWOKNodeClass).
+/// Every CRD Karpenter installs for `provider`: NodePool, NodeClaim and NodeOverlay, plus the provider's node
+/// class (`aws`: EC2NodeClass, `kwok`: KWOKNodeClass).
 pub fn crds(provider: &ProviderLabels) -> Vec<CustomResourceDefinition> {
-    let mut out =
-        vec![generate::<crate::nodepool::NodePool>(provider), generate::<crate::nodeclaim::NodeClaim>(provider)];
+    let mut out = vec![
+        generate::<crate::nodepool::NodePool>(provider),
+        generate::<crate::nodeclaim::NodeClaim>(provider),
+        generate::<crate::nodeoverlay::NodeOverlay>(provider),
+    ];
     out.extend(node_class_crds(provider));
     out
 }

@@ -678,6 +678,16 @@ pub struct CpuOptions {
     pub nested_virtualization: Option<EnabledDisabled>,
 }
 
+/// Nitro Enclaves options.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EnclaveOptions {
+    /// Launch instances with Nitro Enclaves enabled (`true`) or explicitly disabled (`false`). Instance types
+    /// without enclave support are not filtered out: their launches fail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+}
+
 // -------------------------------------------------------------------------------------------------------------
 // Spec and status.
 // -------------------------------------------------------------------------------------------------------------
@@ -802,6 +812,9 @@ pub struct EC2NodeClassSpec {
     /// CPU options.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_options: Option<CpuOptions>,
+    /// Nitro Enclaves: unset leaves the launch template without `EnclaveOptions`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enclave_options: Option<EnclaveOptions>,
     /// EC2 Fleet `Context` (reserved).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<String>,

@@ -347,6 +347,9 @@ spec:
         assert_eq!(ec2_node_class_hash(&c, None), base, "selector terms drift dynamically");
         assert_ne!(ec2_node_class_hash(&class("  tags: {team: a}\n"), None), base, "tags drift");
         assert_ne!(ec2_node_class_hash(&class("  detailedMonitoring: true\n"), None), base);
+        let enabled = ec2_node_class_hash(&class("  enclaveOptions: {enabled: true}\n"), None);
+        let disabled = ec2_node_class_hash(&class("  enclaveOptions: {enabled: false}\n"), None);
+        assert!(enabled != base && disabled != base && enabled != disabled, "enclave options drift");
         assert_ne!(ec2_node_class_hash(&class(""), Some("CA")), base, "the CA bundle is hashed");
         assert_eq!(
             ec2_node_class_hash(&class("  amiFamily: AL2023\n"), None),

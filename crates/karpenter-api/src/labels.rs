@@ -37,6 +37,13 @@ pub const CORE_WELL_KNOWN_LABELS: [&str; 8] =
 
 pub mod annotations {
     pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
+    /// `"true"` on a Node or NodeClaim vetoes node repair (and only repair: `do-not-disrupt` does not block it).
+    pub const DO_NOT_REPAIR: &str = "karpenter.sh/do-not-repair";
+    /// On a NodeClaim being rebooted by repair: the Node's `bootID` before the reboot, so a restarted controller
+    /// sees that the reboot happened and never issues it twice.
+    pub const REBOOT_PRE_BOOT_ID: &str = "karpenter.sh/reboot-pre-boot-id";
+    /// On a NodeClaim: the drain bound before a repair reboot (a Go duration; `"0"` drains forcefully).
+    pub const REBOOT_TERMINATION_GRACE_PERIOD: &str = "karpenter.sh/reboot-termination-grace-period";
     pub const NODE_POOL_HASH: &str = "karpenter.sh/nodepool-hash";
     pub const NODE_POOL_HASH_VERSION: &str = "karpenter.sh/nodepool-hash-version";
     pub const EC2_NODE_CLASS_HASH: &str = "karpenter.k8s.aws/ec2nodeclass-hash";

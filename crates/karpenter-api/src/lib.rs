@@ -21,9 +21,11 @@ pub mod lean;
 pub mod loader;
 pub mod meta;
 pub mod nodeclaim;
+pub mod nodeoverlay;
 pub mod nodepool;
 pub mod optional_spec;
 pub mod pod;
+pub mod repair;
 pub mod scheduling;
 pub mod selector;
 pub mod settings;
@@ -40,6 +42,7 @@ pub use meta::namespaced_key;
 pub use nodeclaim::{
     NodeClaim, NodeClaimSpec, NodeClassReference, NodeSelectorRequirementWithMinValues, Taint, TaintEffect,
 };
+pub use nodeoverlay::{NodeOverlay, NodeOverlaySpec};
 pub use nodepool::{Budget, Disruption, NodePool, NodePoolSpec};
 pub use pod::{
     CompactPod, DoNotDisrupt, DoNotDisruptAnnotation, IntoSharedPod, SpecInterner, do_not_disrupt_problem,

@@ -43,6 +43,7 @@ use serde_json::{Map, Value};
 use crate::ec2nodeclass::EC2NodeClass;
 use crate::kwok::KWOKNodeClass;
 use crate::nodeclaim::NodeClaim;
+use crate::nodeoverlay::NodeOverlay;
 use crate::nodepool::NodePool;
 use crate::pod::{CompactPod, SpecInterner};
 use crate::validation::{Validate, ValidationContext, Violations};
@@ -55,9 +56,10 @@ mod split;
 pub const KARPENTER_GROUPS: [&str; 3] = ["karpenter.sh", "karpenter.k8s.aws", "karpenter.kwok.sh"];
 
 /// The Karpenter kinds the loader decodes, as (apiVersion, kind).
-pub const KARPENTER_KINDS: [(&str, &str); 4] = [
+pub const KARPENTER_KINDS: [(&str, &str); 5] = [
     ("karpenter.sh/v1", "NodePool"),
     ("karpenter.sh/v1", "NodeClaim"),
+    ("karpenter.sh/v1alpha1", "NodeOverlay"),
     ("karpenter.k8s.aws/v1", "EC2NodeClass"),
     ("karpenter.kwok.sh/v1alpha1", "KWOKNodeClass"),
 ];
@@ -195,6 +197,7 @@ macro_rules! objects {
 objects! {
     NodePool(NodePool) = "karpenter.sh/v1",
     NodeClaim(NodeClaim) = "karpenter.sh/v1",
+    NodeOverlay(NodeOverlay) = "karpenter.sh/v1alpha1",
     EC2NodeClass(EC2NodeClass) = "karpenter.k8s.aws/v1",
     KWOKNodeClass(KWOKNodeClass) = "karpenter.kwok.sh/v1alpha1",
     Pod(Pod) = "v1",
@@ -242,6 +245,7 @@ impl Object {
             Object::NodeClaim(o) => Some(o.validate(ctx)),
             Object::EC2NodeClass(o) => Some(o.validate(ctx)),
             Object::KWOKNodeClass(o) => Some(o.validate(ctx)),
+            Object::NodeOverlay(o) => Some(o.validate(ctx)),
             Object::Unknown(u) if u.is_karpenter_group() => Some(unknown_karpenter_kind(u)),
             _ => None,
         }

@@ -205,6 +205,8 @@ pub mod conditions {
     pub const CONSOLIDATABLE: &str = "Consolidatable";
     pub const DRIFTED: &str = "Drifted";
     pub const DISRUPTION_REASON: &str = "DisruptionReason";
+    /// Node repair is rebooting the instance (reason `RebootRequested`; `False` with `RebootCompleted` after).
+    pub const REBOOTING: &str = "Rebooting";
     pub const DRAINED: &str = "Drained";
     pub const VOLUMES_DETACHED: &str = "VolumesDetached";
     pub const INSTANCE_TERMINATING: &str = "InstanceTerminating";

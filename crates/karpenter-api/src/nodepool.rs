@@ -193,8 +193,8 @@ pub enum DisruptionReason {
     Underutilized,
     Empty,
     Drifted,
-    /// Node repair's reason (upstream v1.15). Budgets naming it are accepted and kept; this project does not run
-    /// node repair as a disruption method yet, so no command uses up an `Unhealthy` allowance.
+    /// Node repair's reason (upstream v1.15): repair commands (feature gate `NodeRepair`) use up its allowance, in
+    /// which only nodes being deleted count as disrupting.
     Unhealthy,
 }
 

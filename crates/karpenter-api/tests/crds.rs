@@ -100,6 +100,7 @@ fn every_kind_has_a_crd() {
     let aws: Vec<String> = crd::crds(&ProviderLabels::aws()).iter().map(crd::file_name).collect();
     assert!(aws.contains(&"karpenter.sh_nodepools.yaml".to_string()), "{aws:?}");
     assert!(aws.contains(&"karpenter.sh_nodeclaims.yaml".to_string()), "{aws:?}");
+    assert!(aws.contains(&"karpenter.sh_nodeoverlays.yaml".to_string()), "{aws:?}");
     let kwok: Vec<String> = crd::node_class_crds(&ProviderLabels::kwok()).iter().map(crd::file_name).collect();
     assert_eq!(kwok, vec!["karpenter.kwok.sh_kwoknodeclasses.yaml".to_string()]);
 }

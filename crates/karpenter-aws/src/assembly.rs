@@ -8,7 +8,7 @@
 //! IMDS); an EC2 connectivity check; the cluster endpoint from `CLUSTER_ENDPOINT` or EKS `DescribeCluster`
 //! (fatal when neither gives one); the price refresh; the CloudProvider, whose instance-type catalogue is loaded
 //! before [`start`] returns (fatal on failure); the EC2NodeClass resolver and its controllers; the interruption
-//! queue when `INTERRUPTION_QUEUE` is set.
+//! queue when `INTERRUPTION_QUEUE` is set; the instance status checks.
 //!
 //! Prices: `PRICE_FILE` gives the initial prices, and in an isolated VPC the only on-demand ones; the Pricing API
 //! refresh replaces them elsewhere. With no price source at all offerings are priced by the documented estimate,
@@ -42,6 +42,7 @@ use crate::runtime::every;
 use crate::sdk::dry_run::Ec2DryRun;
 use crate::sdk::{AwsClients, SdkLoadError, SdkOptions};
 use crate::settings::AwsSettings;
+use crate::status::{InstanceStatusSource, UnhealthyInstanceSink};
 
 /// How often unused launch templates are deleted (their cache keeps them one minute).
 const LAUNCH_TEMPLATE_GC_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
@@ -63,6 +64,9 @@ pub struct AwsStart<'a> {
     pub node_classes: Arc<dyn NodeClassLookup>,
     /// Where launch failures are counted (`karpenter_cloudprovider_instance_launch_failures_total`).
     pub launch_failures: Arc<dyn LaunchFailureSink>,
+    /// Where instances the status checks found unhealthy are counted
+    /// (`karpenter_interruption_instance_status_unhealthy_total`).
+    pub unhealthy_instances: Arc<dyn UnhealthyInstanceSink>,
 }
 
 impl std::fmt::Debug for AwsStart<'_> {
@@ -80,6 +84,9 @@ pub struct AwsRuntime {
     pub cloud_provider: Arc<dyn CloudProvider>,
     /// The SQS interruption source, when `INTERRUPTION_QUEUE` is set.
     pub interruption: Option<Arc<dyn InterruptionSource>>,
+    /// The instance status checks (every minute `DescribeInstanceStatus`), an interruption source of their own
+    /// that needs no queue.
+    pub instance_status: Arc<dyn InterruptionSource>,
     /// The AWS-side controllers (node class status and finalizer, SSM invalidation, instance-profile GC, capacity
     /// blocks, reserved-capacity demotion, post-registration tagging, price and instance-type refresh,
     /// launch-template GC); each runs until the shutdown token fires.
@@ -125,7 +132,13 @@ pub async fn start(start: AwsStart<'_>, sdk: &SdkOptions) -> Result<AwsRuntime, 
     let (provider, shared) = assembly.cloud_provider(cluster, prices).await?;
     assembly.node_class_controllers(&provider, shared, pricing, ca_bundle);
     let interruption = assembly.interruption_source(&provider);
-    Ok(AwsRuntime { cloud_provider: Arc::new(provider), interruption, controllers: assembly.controllers })
+    let instance_status = assembly.instance_status();
+    Ok(AwsRuntime {
+        cloud_provider: Arc::new(provider),
+        interruption,
+        instance_status,
+        controllers: assembly.controllers,
+    })
 }
 
 /// The region's zones; the first call to EC2, so a provider without EC2 access fails here, at once.
@@ -209,6 +222,7 @@ impl Assembly<'_> {
         // Launch templates' capacity-reservation preference and described instances' capacity type follow the
         // gate.
         options.reserved_capacity = self.start.reserved_capacity;
+        options.reboot_for_repair = aws.aws_feature_gates.reboot_for_repair;
         options.instance_types.settings = InstanceTypeSettings {
             vm_memory_overhead_percent: aws.vm_memory_overhead_percent,
             reserved_enis: i64::from(aws.reserved_enis),
@@ -314,6 +328,7 @@ impl Assembly<'_> {
             cluster: ClusterIdentity { cluster_name: aws.cluster_name.clone(), region: self.clients.region.clone() },
             subnet_refresh_interval: aws.subnet_refresh_interval,
             ami_refresh_interval: aws.ami_refresh_interval,
+            security_group_refresh_interval: aws.security_group_refresh_interval,
             reserved_capacity: self.start.reserved_capacity,
         };
         let mut resolver = NodeClassResolver::new(apis, settings, clock.clone());
@@ -345,6 +360,18 @@ impl Assembly<'_> {
             controllers.push(Arc::new(demotion).run(shutdown.clone()).boxed());
         }
         self.controllers.extend(controllers);
+    }
+
+    /// The instance status checks, finding NodeClaims as the queue does.
+    fn instance_status(&self) -> Arc<dyn InterruptionSource> {
+        let source = InstanceStatusSource::new(
+            Arc::new(self.clients.ec2_adapter()),
+            Arc::new(NodeClaimLookup::new(self.start.client.clone())),
+            self.start.clock.clone(),
+            Arc::new(TokioSleeper),
+        )
+        .with_sink(self.start.unhealthy_instances.clone());
+        Arc::new(source)
     }
 
     /// The SQS interruption source when `INTERRUPTION_QUEUE` is set; spot and reservation interruptions mark

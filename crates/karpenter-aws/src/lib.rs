@@ -20,6 +20,7 @@
 //!     SSM invalidation, instance-profile GC, capacity-block expiration, reserved→on-demand demotion), [`drift`],
 //!     [`launch`] (user data per AMI family, launch templates, CreateFleet, batchers, the unavailable-offerings
 //!     cache), [`instancetypes`], [`provider`] (`AwsCloudProvider`), [`queue`] (the SQS `InterruptionSource`),
+//!     [`status`] (instance status checks through DescribeInstanceStatus, an `InterruptionSource` too),
 //!     [`pricing_api`], [`discovery`] (EKS DescribeCluster), [`tagging`] (post-registration instance tags) and
 //!     [`runtime`].
 //!   * [`settings`] — `AwsSettings`, the provider's flags and environment variables (`clap::Args`).
@@ -30,14 +31,11 @@
 //!   (the scheduler's benchmarks, `simulate`) never compile it.
 //!
 //! Deferred, or simpler than upstream (each is a known gap, not a silent one):
-//! * instance status-check handling (`InstanceUnhealthy` from the EC2 status API) and zonal-shift awareness
-//!   (`ENABLE_ZONAL_SHIFT` is accepted but has no effect);
+//! * zonal-shift awareness (`ENABLE_ZONAL_SHIFT` is accepted but has no effect);
 //! * capacity reservations: remaining counts live in memory only (re-seeded by every describe of the status
 //!   controller, so at most a minute stale, and lost on restart until the next describe);
 //! * placement groups: a spread group's per-zone instance limit is recognised from the fleet error's message
 //!   (EC2 gives it no code of its own); unscoped capacity marks (no group) also apply inside groups;
-//! * launch templates set no `EnclaveOptions`: the EC2NodeClass API here (karpenter-api's `EC2NodeClass`) has no
-//!   `enclaveOptions` field;
 //! * subnet IP accounting (`nodeclass::network::SubnetIps`) lives in the process: predictions in flight and
 //!   subnets out of addresses are lost on restart (the next DescribeSubnets, within the refresh interval,
 //!   restores the counts); when a zone loses its last subnet only the offerings the fleet errors named are marked;
@@ -82,6 +80,7 @@ pub mod runtime;
 #[cfg(feature = "sdk")]
 pub mod sdk;
 pub mod settings;
+pub mod status;
 pub mod tagging;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;

@@ -39,8 +39,8 @@ use karpenter_api::nodeclaim::{NodeClaimSpec, NodeClaimStatus, NodeClassReferenc
 use karpenter_api::{ConditionStatus, EC2NodeClass, NodeClaim, NodePool, ProviderLabels};
 use karpenter_cloudprovider::launch::{k8s_time, resource_map};
 use karpenter_cloudprovider::{
-    Clock, CloudProvider, CloudProviderError, DriftReason, NodeClassKind, NodeClassLookup, RepairPolicy, Sleeper,
-    get_node_class,
+    Clock, CloudProvider, CloudProviderError, DriftReason, NodeClassKind, NodeClassLookup, RepairAction, RepairPolicy,
+    Sleeper, get_node_class,
 };
 use karpenter_requirements::{InstanceType, Operator};
 
@@ -61,7 +61,7 @@ pub const PROVIDER_NAME: &str = "aws";
 /// The API implementations the provider runs on.
 #[derive(Clone, Debug)]
 pub struct AwsApis {
-    /// CreateFleet, DescribeInstances, TerminateInstances, CreateTags.
+    /// CreateFleet, DescribeInstances, TerminateInstances, RebootInstances, CreateTags.
     pub fleet: Arc<dyn FleetApi>,
     /// Launch templates.
     pub launch_templates: Arc<dyn LaunchTemplateApi>,
@@ -83,6 +83,9 @@ pub struct AwsCloudProviderOptions {
     /// The `ReservedCapacity` feature gate (on by default): launch templates' capacity-reservation preference
     /// and the capacity type of described instances ([`capacity_type_of`]).
     pub reserved_capacity: bool,
+    /// The AWS `RebootForRepair` gate (off by default): `reboot` calls RebootInstances and the repair policies
+    /// include a reboot ([`repair_policies`]); off, `reboot` answers `NotImplemented`.
+    pub reboot_for_repair: bool,
 }
 
 impl AwsCloudProviderOptions {
@@ -94,6 +97,7 @@ impl AwsCloudProviderOptions {
             windows: BatchWindows::default(),
             retry: RetryPolicy::default(),
             reserved_capacity: true,
+            reboot_for_repair: false,
         }
     }
 }
@@ -109,6 +113,7 @@ pub struct AwsCloudProvider {
     create_locks: Arc<Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<()>>>>>,
     placement_groups: Option<Arc<PlacementGroupProvider>>,
     reservations: Option<Arc<CapacityReservationProvider>>,
+    reboot_for_repair: bool,
 }
 
 /// The placement group of a class: none (no selector), resolved, or a selector that resolves to nothing.
@@ -232,6 +237,7 @@ impl AwsCloudProvider {
         )
         .with_reserved_capacity(options.reserved_capacity);
         Self {
+            reboot_for_repair: options.reboot_for_repair,
             node_classes,
             instance_types,
             instances,
@@ -633,20 +639,21 @@ impl CloudProvider for AwsCloudProvider {
     }
 
     fn repair_policies(&self) -> Vec<RepairPolicy> {
-        let policy = |t: &str, s: ConditionStatus, minutes: u64| RepairPolicy {
-            condition_type: t.into(),
-            condition_status: s,
-            toleration_duration: Duration::from_secs(minutes * 60),
+        repair_policies(self.reboot_for_repair)
+    }
+
+    async fn reboot(&self, node_claim: &NodeClaim) -> Result<(), CloudProviderError> {
+        if !self.reboot_for_repair {
+            return Err(CloudProviderError::not_implemented("Reboot"));
+        }
+        let name = node_claim.metadata.name.as_deref().unwrap_or("");
+        let Some(provider_id) = node_claim.provider_id() else {
+            return Err(CloudProviderError::not_found(format!("nodeclaim {name} has no providerID")));
         };
-        vec![
-            policy("Ready", ConditionStatus::False, 30),
-            policy("Ready", ConditionStatus::Unknown, 30),
-            policy("AcceleratedHardwareReady", ConditionStatus::False, 10),
-            policy("StorageReady", ConditionStatus::False, 30),
-            policy("NetworkingReady", ConditionStatus::False, 30),
-            policy("KernelReady", ConditionStatus::False, 30),
-            policy("ContainerRuntimeReady", ConditionStatus::False, 30),
-        ]
+        let Some(id) = instance_id(provider_id) else {
+            return Err(CloudProviderError::not_found(format!("providerID {provider_id} is not an EC2 instance")));
+        };
+        self.instances.reboot(id).await
     }
 
     fn name(&self) -> &str {
@@ -660,6 +667,45 @@ impl CloudProvider for AwsCloudProvider {
     fn labels(&self) -> &ProviderLabels {
         &self.labels
     }
+}
+
+/// How long a repaired node's pods may take to drain where the kubelet can still evict them: long enough for
+/// ordinary shutdowns, short enough that a broken node does not linger for a NodeClaim's unbounded grace period.
+pub const REPAIR_DRAIN_BOUND: Duration = Duration::from_secs(10 * 60);
+
+/// The AWS provider's node repair policies; with `reboot_for_repair` (the `RebootForRepair` gate) also a reboot
+/// for `AcceleratedHardwareReady=False`. The conditions and tolerations are upstream v1.14's. The drain bounds:
+///
+/// * forceful (`0`) for `Ready=Unknown` (the kubelet stopped reporting: nothing on the node can evict, so waiting
+///   only delays the replacement) and `KernelReady=False` (a kernel fault: evictions cannot be trusted to finish);
+/// * [`REPAIR_DRAIN_BOUND`] for the rest, where the kubelet still runs and pods can shut down cleanly.
+///
+/// The reboot policy answers the same condition as its replace fallback (which stays, so a provider or cluster
+/// without reboot still replaces), with a higher priority so it decides first: accelerator faults (GPU Xid
+/// errors, Neuron device errors) are the ones EKS documents as cleared by a reboot. Its drain is forceful: the
+/// pods using the faulty accelerator make no progress while they wait, and the node is back within minutes.
+pub fn repair_policies(reboot_for_repair: bool) -> Vec<RepairPolicy> {
+    let policy = |t: &str, s: ConditionStatus, minutes: u64, drain: Duration| RepairPolicy {
+        termination_grace_period: Some(drain),
+        ..RepairPolicy::replace(t, s, Duration::from_secs(minutes * 60))
+    };
+    let mut out = vec![
+        policy("Ready", ConditionStatus::False, 30, REPAIR_DRAIN_BOUND),
+        policy("Ready", ConditionStatus::Unknown, 30, Duration::ZERO),
+        policy("AcceleratedHardwareReady", ConditionStatus::False, 10, REPAIR_DRAIN_BOUND),
+        policy("StorageReady", ConditionStatus::False, 30, REPAIR_DRAIN_BOUND),
+        policy("NetworkingReady", ConditionStatus::False, 30, REPAIR_DRAIN_BOUND),
+        policy("KernelReady", ConditionStatus::False, 30, Duration::ZERO),
+        policy("ContainerRuntimeReady", ConditionStatus::False, 30, REPAIR_DRAIN_BOUND),
+    ];
+    if reboot_for_repair {
+        out.push(RepairPolicy {
+            priority: 50,
+            action: RepairAction::Reboot,
+            ..policy("AcceleratedHardwareReady", ConditionStatus::False, 10, Duration::ZERO)
+        });
+    }
+    out
 }
 
 /// Interruptions seen by the SQS source: a spot interruption marks its (spot, type, zone) offering; a

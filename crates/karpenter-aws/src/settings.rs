@@ -11,19 +11,35 @@ use karpenter_api::settings::{SettingsError, parse_duration_setting as duration,
 
 use crate::pricing::{PriceFile, PriceFileError, PriceTable};
 
-/// The AWS feature gates (`AWS_FEATURE_GATES`).
+/// The AWS feature gates (`AWS_FEATURE_GATES`), upstream v1.15's, all alpha and off by default. Names this
+/// version does not know are ignored, as upstream does, so a newer values file still starts; a malformed entry
+/// is an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct AwsFeatureGates {
+    /// `NodeClassCEL`: CEL expressions in an EC2NodeClass's `spec.kubelet`.
     pub node_class_cel: bool,
+    /// `DRANVIDIAGPU`: DRA device templates for the NVIDIA GPU driver.
+    pub dra_nvidia_gpu: bool,
+    /// `DRAEFA`: DRA device templates for the EFA driver.
+    pub dra_efa: bool,
+    /// `RebootForRepair`: node repair may reboot an instance (`ec2:RebootInstances`) before replacing it.
+    pub reboot_for_repair: bool,
 }
+
+/// `AWS_FEATURE_GATES`' default: every gate named, every gate off.
+pub const DEFAULT_AWS_FEATURE_GATES: &str = "NodeClassCEL=false,DRANVIDIAGPU=false,DRAEFA=false,RebootForRepair=false";
 
 impl FromStr for AwsFeatureGates {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         let mut gates = Self::default();
         for (name, value) in parse_feature_gates(s)? {
-            if name == "NodeClassCEL" {
-                gates.node_class_cel = value;
+            match name.as_str() {
+                "NodeClassCEL" => gates.node_class_cel = value,
+                "DRANVIDIAGPU" => gates.dra_nvidia_gpu = value,
+                "DRAEFA" => gates.dra_efa = value,
+                "RebootForRepair" => gates.reboot_for_repair = value,
+                _ => {}
             }
         }
         Ok(gates)
@@ -79,8 +95,12 @@ pub struct AwsSettings {
     /// How long resolved subnets are cached (at least 1m).
     #[arg(long, env = "SUBNET_REFRESH_INTERVAL", default_value = "1m", value_parser = duration)]
     pub subnet_refresh_interval: Duration,
-    /// AWS feature gates as Name=bool pairs (NodeClassCEL).
-    #[arg(long, env = "AWS_FEATURE_GATES", default_value = "NodeClassCEL=false")]
+    /// How long resolved security groups are cached before DescribeSecurityGroups is called again (at least 1m).
+    #[arg(long, env = "SECURITY_GROUP_REFRESH_INTERVAL", default_value = "1m", value_parser = duration)]
+    pub security_group_refresh_interval: Duration,
+    /// AWS feature gates as Name=bool pairs (NodeClassCEL, DRANVIDIAGPU, DRAEFA, RebootForRepair; unknown names
+    /// are ignored).
+    #[arg(long, env = "AWS_FEATURE_GATES", default_value = DEFAULT_AWS_FEATURE_GATES)]
     pub aws_feature_gates: AwsFeatureGates,
 }
 
@@ -105,6 +125,7 @@ impl AwsSettings {
         for (setting, value) in [
             ("AMI_REFRESH_INTERVAL", self.ami_refresh_interval),
             ("SUBNET_REFRESH_INTERVAL", self.subnet_refresh_interval),
+            ("SECURITY_GROUP_REFRESH_INTERVAL", self.security_group_refresh_interval),
         ] {
             if value < Duration::from_secs(60) {
                 return Err(SettingsError::invalid(setting, format!("{value:?} is below the minimum of 1m")));
@@ -166,8 +187,26 @@ mod tests {
         assert_eq!(aws.price_file, "", "no price file unless set");
         assert_eq!(aws.ami_refresh_interval, Duration::from_secs(60));
         assert_eq!(aws.subnet_refresh_interval, Duration::from_secs(60));
+        assert_eq!(aws.security_group_refresh_interval, Duration::from_secs(60));
         assert!(!aws.isolated_vpc && !aws.disable_dry_run);
-        assert!(!aws.aws_feature_gates.node_class_cel);
+        assert_eq!(aws.aws_feature_gates, AwsFeatureGates::default(), "every gate off");
+    }
+
+    #[test]
+    fn every_v1_15_gate_parses_and_unknown_names_are_ignored() {
+        let gates: AwsFeatureGates =
+            "NodeClassCEL=true, DRANVIDIAGPU=True,DRAEFA=TRUE,RebootForRepair=true,SomeFutureGate=true"
+                .parse()
+                .unwrap();
+        assert_eq!(
+            gates,
+            AwsFeatureGates { node_class_cel: true, dra_nvidia_gpu: true, dra_efa: true, reboot_for_repair: true }
+        );
+        let only_reboot: AwsFeatureGates = "RebootForRepair=true".parse().unwrap();
+        assert_eq!(only_reboot, AwsFeatureGates { reboot_for_repair: true, ..AwsFeatureGates::default() });
+        assert_eq!(DEFAULT_AWS_FEATURE_GATES.parse::<AwsFeatureGates>().unwrap(), AwsFeatureGates::default());
+        let err = "RebootForRepair".parse::<AwsFeatureGates>().unwrap_err();
+        assert!(err.contains("must have the form Name=true"), "{err}");
     }
 
     #[test]
@@ -178,12 +217,14 @@ mod tests {
             "--price-file=/etc/karpenter/prices.json",
             "--isolated-vpc",
             "--aws-feature-gates=NodeClassCEL=true",
+            "--security-group-refresh-interval=5m",
         ])
         .unwrap();
         assert_eq!(aws.reserved_enis, 1);
         assert_eq!(aws.price_file, "/etc/karpenter/prices.json");
         assert!(aws.isolated_vpc);
         assert!(aws.aws_feature_gates.node_class_cel);
+        assert_eq!(aws.security_group_refresh_interval, Duration::from_secs(300));
         aws.validate().unwrap();
         let err = parse(&["--aws-feature-gates=NodeClassCEL=maybe"]).unwrap_err().to_string();
         assert!(err.contains("is not true or false"), "{err}");
@@ -199,6 +240,7 @@ mod tests {
         for (args, setting) in [
             (&["--cluster-name=p", "--ami-refresh-interval=30s"][..], "AMI_REFRESH_INTERVAL: "),
             (&["--cluster-name=p", "--subnet-refresh-interval=59s"][..], "SUBNET_REFRESH_INTERVAL: "),
+            (&["--cluster-name=p", "--security-group-refresh-interval=30s"][..], "SECURITY_GROUP_REFRESH_INTERVAL: "),
             (&["--cluster-name=p", "--vm-memory-overhead-percent=1.5"][..], "VM_MEMORY_OVERHEAD_PERCENT: "),
             (&["--cluster-name=p", "--cluster-endpoint=http://x"][..], "CLUSTER_ENDPOINT: "),
         ] {

@@ -1,6 +1,7 @@
 //! A launch through [`AwsCloudProvider`] over the SDK adapters against moto in us-west-2: the node class resolved
 //! by the resolver, then create (launch template + CreateFleet instant), create again (the tagged instance is
-//! found, no second launch), get, list, delete until NotFound.
+//! found, no second launch), get, list, reboot (NotImplemented without the `RebootForRepair` gate, RebootInstances
+//! with it), delete until NotFound.
 //!
 //! moto's quirks shape the assertions: CreateFleet always takes the first override (so the claim pins one
 //! instance type and zone) and instances do not get the launch template's security groups or profile.
@@ -26,14 +27,16 @@ use karpenter_api::condition::Conditions;
 use karpenter_api::ec2nodeclass::{GROUP, KIND, conditions};
 use karpenter_api::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODE_POOL, OS, ZONE};
 use karpenter_api::nodeclaim::NodeClassReference;
+use karpenter_aws::api_error::AwsErrorKind;
 use karpenter_aws::instancetypes::SharedPrices;
+use karpenter_aws::launch::fleet::FleetApi;
 use karpenter_aws::launch::instance::ClusterInfo;
 use karpenter_aws::nodeclass::instance_profile::ClusterIdentity;
 use karpenter_aws::nodeclass::{NodeClassResolver, ResolverApis, ResolverSettings};
 use karpenter_aws::pricing::PriceSource;
 use karpenter_aws::provider::{AwsApis, AwsCloudProvider, AwsCloudProviderOptions, instance_id};
 use karpenter_aws::sdk::{AwsClients, SdkOptions};
-use karpenter_cloudprovider::{Clock, CloudProvider, InMemoryNodeClasses, Sleeper, SystemClock};
+use karpenter_cloudprovider::{Clock, CloudProvider, ErrorKind, InMemoryNodeClasses, Sleeper, SystemClock};
 use karpenter_testing::karpenter::{NodeClaimOptions, node_claim};
 use karpenter_testing::nodepool_requirement;
 
@@ -125,23 +128,29 @@ async fn create_get_list_delete_through_the_cloud_provider() {
     let classes = InMemoryNodeClasses::new();
     classes.insert_value(GROUP, KIND, "default", serde_json::to_value(&node_class).unwrap());
 
-    let provider = AwsCloudProvider::new(
-        AwsApis { fleet: ec2.clone(), launch_templates: ec2.clone(), instance_types: ec2.clone() },
-        Arc::new(classes),
-        clock,
-        Arc::new(TokioSleep),
-        SharedPrices::new(PriceSource::Estimate),
-        AwsCloudProviderOptions::new(
-            ClusterInfo {
-                name: CLUSTER.into(),
-                endpoint: "https://api.example".into(),
-                ca_bundle: Some("Q0E=".into()),
-                service_cidr: Some("10.100.0.0/16".into()),
-                dns_ip: None,
-            },
-            REGION,
-        ),
+    let options = AwsCloudProviderOptions::new(
+        ClusterInfo {
+            name: CLUSTER.into(),
+            endpoint: "https://api.example".into(),
+            ca_bundle: Some("Q0E=".into()),
+            service_cidr: Some("10.100.0.0/16".into()),
+            dns_ip: None,
+        },
+        REGION,
     );
+    let classes = Arc::new(classes);
+    let provider_with = |options: AwsCloudProviderOptions| {
+        AwsCloudProvider::new(
+            AwsApis { fleet: ec2.clone(), launch_templates: ec2.clone(), instance_types: ec2.clone() },
+            classes.clone(),
+            clock.clone(),
+            Arc::new(TokioSleep),
+            SharedPrices::new(PriceSource::Estimate),
+            options,
+        )
+    };
+    let provider = provider_with(options.clone());
+    let rebooting = provider_with(AwsCloudProviderOptions { reboot_for_repair: true, ..options });
 
     let created = provider.create(&claim("default-abc12")).await.expect("create");
     let provider_id = created.provider_id().expect("provider id").to_owned();
@@ -180,6 +189,16 @@ async fn create_get_list_delete_through_the_cloud_provider() {
     let listed = provider.list().await.expect("list");
     assert_eq!(listed.iter().filter_map(|c| c.provider_id()).collect::<Vec<_>>(), [provider_id.as_str()]);
 
+    // Reboot: NotImplemented without the gate; with it RebootInstances is accepted and the instance stays the one
+    // instance, running. An id EC2 does not know is NotFound (what the provider maps to NodeClaimNotFound).
+    let err = provider.reboot(&created).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotImplemented, "{err}");
+    rebooting.reboot(&created).await.expect("reboot");
+    let listed = rebooting.list().await.expect("list after reboot");
+    assert_eq!(listed.iter().filter_map(|c| c.provider_id()).collect::<Vec<_>>(), [provider_id.as_str()]);
+    let err = ec2.reboot_instances(&["i-0123456789abcdef0".to_owned()]).await.unwrap_err();
+    assert_eq!(err.kind, AwsErrorKind::NotFound, "{err}");
+
     // Delete: in progress, then NotFound once EC2 no longer lists the instance as live.
     let mut gone = false;
     for _ in 0..20 {
@@ -194,6 +213,7 @@ async fn create_get_list_delete_through_the_cloud_provider() {
     }
     assert!(gone, "the instance never went away");
     assert!(provider.get(&provider_id).await.unwrap_err().is_not_found());
+    assert!(rebooting.reboot(&created).await.unwrap_err().is_not_found(), "a terminated instance is not rebooted");
 }
 
 #[tokio::test]
@@ -235,6 +255,7 @@ async fn launch_template_network_and_placement_fields_reach_ec2() {
             tenancy: Some("dedicated".into()),
         }),
         nested_virtualization: true,
+        enclave_enabled: Some(true),
         capacity_reservation_id: Some("cr-0123456789abcdef0".into()),
         capacity_reservation_preference: Some(Preference::CapacityReservationsOnly),
         resource_tags: [("team".to_string(), "a".to_string())].into(),
@@ -269,6 +290,7 @@ async fn launch_template_network_and_placement_fields_reach_ec2() {
     assert!(stored.security_group_ids().is_empty(), "groups are on the interfaces");
     let nested = stored.cpu_options().and_then(|o| o.nested_virtualization()).map(|n| n.as_str().to_owned());
     assert_eq!(nested.as_deref(), Some("enabled"));
+    assert_eq!(stored.enclave_options().and_then(|o| o.enabled()), Some(true));
     let spec = stored.capacity_reservation_specification().expect("capacity reservation specification");
     assert_eq!(spec.capacity_reservation_preference(), Some(&CapacityReservationPreference::CapacityReservationsOnly));
     let target = spec.capacity_reservation_target().and_then(|t| t.capacity_reservation_id());

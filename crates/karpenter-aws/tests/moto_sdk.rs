@@ -362,6 +362,7 @@ fn assembly_start<'a>(
         shutdown: shutdown.clone(),
         node_classes: Arc::new(karpenter_cloudprovider::InMemoryNodeClasses::new()),
         launch_failures: Arc::new(NoSink),
+        unhealthy_instances: Arc::new(karpenter_aws::status::NoUnhealthySink),
     }
 }
 
@@ -423,4 +424,56 @@ async fn the_assembly_returns_the_provider_its_controllers_and_the_queue() {
     let err = result.unwrap_err().to_string();
     assert!(err.starts_with("PRICE_FILE: ") && err.contains(REGION), "{err}");
     shutdown.cancel();
+}
+
+/// DescribeInstanceStatus through the adapter: moto reports its running instances with both checks `ok` and no
+/// pending event, so the status-check source finds nothing to do for a NodeClaim's instance.
+#[tokio::test]
+async fn instance_status_checks_read_moto_statuses() {
+    use karpenter_aws::status::{InstanceStatusApi, InstanceStatusSource};
+    let Some(server) = MotoServer::start() else { return };
+    let c = clients(&server).await;
+    let run = c
+        .ec2
+        .run_instances()
+        .image_id("ami-35e92e4c")
+        .instance_type(aws_sdk_ec2::types::InstanceType::M5Large)
+        .min_count(2)
+        .max_count(2)
+        .send()
+        .await
+        .unwrap();
+    let mut ids: Vec<String> = run.instances().iter().filter_map(|i| i.instance_id()).map(str::to_owned).collect();
+    ids.sort();
+    let ec2 = Arc::new(c.ec2_adapter());
+    let mut statuses = ec2.describe_instance_status().await.expect("DescribeInstanceStatus");
+    statuses.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
+    assert_eq!(statuses.iter().map(|s| s.instance_id.clone()).collect::<Vec<_>>(), ids, "{statuses:?}");
+    for s in &statuses {
+        assert_eq!((s.instance_status.as_str(), s.system_status.as_str()), ("ok", "ok"), "{s:?}");
+        assert!(s.availability_zone.as_deref().is_some_and(|z| z.starts_with(REGION)), "{s:?}");
+        assert!(karpenter_aws::status::assess(s).is_none(), "{s:?}");
+    }
+
+    // A stopped instance is not reported (running instances only).
+    c.ec2.stop_instances().instance_ids(&ids[0]).send().await.unwrap();
+    let statuses = ec2.describe_instance_status().await.expect("DescribeInstanceStatus");
+    assert_eq!(statuses.iter().map(|s| s.instance_id.clone()).collect::<Vec<_>>(), [ids[1].clone()]);
+
+    let claims = BTreeMap::from([(
+        ids[1].clone(),
+        InstanceClaim {
+            name: "claim".into(),
+            provider_id: format!("aws:///us-west-2a/{}", ids[1]),
+            ..Default::default()
+        },
+    )]);
+    let clock = Arc::new(karpenter_cloudprovider::SystemClock);
+    let source = InstanceStatusSource::new(
+        ec2,
+        Arc::new(StaticLookup(claims)),
+        clock,
+        Arc::new(karpenter_cloudprovider::NoSleep),
+    );
+    assert!(source.next_batch().await.expect("check").is_empty());
 }

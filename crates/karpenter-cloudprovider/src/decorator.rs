@@ -144,6 +144,13 @@ impl CloudProvider for Instrumented {
         r
     }
 
+    async fn reboot(&self, node_claim: &NodeClaim) -> Result<(), CloudProviderError> {
+        let start = self.clock.now();
+        let r = self.inner.reboot(node_claim).await;
+        self.record(Method::Reboot, start, &r);
+        r
+    }
+
     fn name(&self) -> &str {
         self.inner.name()
     }

@@ -95,6 +95,16 @@ pub enum CloudProviderError {
         #[source]
         source: Option<BoxError>,
     },
+    /// The provider does not offer this operation (e.g. an in-place reboot); callers fall back (repair replaces
+    /// the node instead).
+    #[error("not implemented by this provider: {method}")]
+    NotImplemented {
+        /// The operation, e.g. `Reboot`.
+        method: String,
+        /// Provider detail.
+        #[source]
+        source: Option<BoxError>,
+    },
     /// Anything else (API errors, throttling, malformed input).
     #[error("{message}")]
     Other {
@@ -123,6 +133,7 @@ pub enum ErrorKind {
     NodeClassNotReady,
     Create,
     UnevaluatedNodePool,
+    NotImplemented,
     Other,
 }
 
@@ -135,6 +146,7 @@ impl ErrorKind {
             ErrorKind::NodeClassNotReady => "NodeClassNotReadyError",
             ErrorKind::Create => "CreateError",
             ErrorKind::UnevaluatedNodePool => "UnevaluatedNodePoolError",
+            ErrorKind::NotImplemented => "NotImplementedError",
             ErrorKind::Other => "UnknownError",
         }
     }
@@ -172,6 +184,11 @@ impl CloudProviderError {
         Self::UnevaluatedNodePool { message: message.into(), source: None }
     }
 
+    /// [`NotImplemented`](Self::NotImplemented) without a source.
+    pub fn not_implemented(method: impl Into<String>) -> Self {
+        Self::NotImplemented { method: method.into(), source: None }
+    }
+
     /// [`Other`](Self::Other) without a source.
     pub fn other(message: impl Into<String>) -> Self {
         Self::Other { message: message.into(), source: None }
@@ -185,6 +202,7 @@ impl CloudProviderError {
             | Self::NodeClassNotReady { source, .. }
             | Self::Create { source, .. }
             | Self::UnevaluatedNodePool { source, .. }
+            | Self::NotImplemented { source, .. }
             | Self::Other { source, .. } => source,
         };
         *slot = Some(error.into());
@@ -199,6 +217,7 @@ impl CloudProviderError {
             Self::NodeClassNotReady { .. } => ErrorKind::NodeClassNotReady,
             Self::Create { .. } => ErrorKind::Create,
             Self::UnevaluatedNodePool { .. } => ErrorKind::UnevaluatedNodePool,
+            Self::NotImplemented { .. } => ErrorKind::NotImplemented,
             Self::Other { .. } => ErrorKind::Other,
         }
     }

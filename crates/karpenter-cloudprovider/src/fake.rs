@@ -24,6 +24,11 @@
 //! * **Failure injection per method** ([`FakeCloudProvider::fail_next`], [`FakeCloudProvider::fail_always`]).
 //! * **Call recording** ([`FakeCloudProvider::calls`]).
 //! * **Drift** per instance ([`FakeCloudProvider::set_drifted`]).
+//! * **Reboots** (node repair's `Reboot` action): `reboot` of a live instance counts one more boot of it
+//!   ([`FakeCloudProvider::boot_count`], [`FakeCloudProvider::reboots`]) and changes nothing else (the instance
+//!   keeps its provider id and stays in `list`); a gone, terminating or unknown instance gives
+//!   `NodeClaimNotFound`. With [`FakeOptions::reboot`] `false` it answers `NotImplemented`, a cloud without
+//!   in-place reboot, so callers can test their fallback to replace.
 //! * **Interruption events** ([`FakeCloudProvider::inject_interruption`], read through
 //!   [`FakeCloudProvider::interruption_source`]). A spot interruption also marks the instance's offering as
 //!   insufficient capacity, as a real cloud's spot warning does.
@@ -84,16 +89,15 @@ pub struct FakeOptions {
     pub labels: ProviderLabels,
     /// What [`CloudProvider::repair_policies`] returns (default: node `Ready` `False` or `Unknown` for 30 min).
     pub repair_policies: Vec<RepairPolicy>,
+    /// Whether `reboot` reboots (default `true`); `false` answers `NotImplemented`, as a cloud without in-place
+    /// reboot does.
+    pub reboot: bool,
 }
 
 impl FakeOptions {
     /// Options for a fake cloud offering `instance_types`, everything else at its default (see the fields).
     pub fn new(instance_types: Vec<InstanceType>) -> Self {
-        let ready = |status| RepairPolicy {
-            condition_type: "Ready".into(),
-            condition_status: status,
-            toleration_duration: Duration::from_secs(30 * 60),
-        };
+        let ready = |status| RepairPolicy::replace("Ready", status, Duration::from_secs(30 * 60));
         Self {
             cluster_name: "fake-cluster".into(),
             instance_types,
@@ -104,6 +108,7 @@ impl FakeOptions {
             node_classes: None,
             labels: ProviderLabels::kwok(),
             repair_policies: vec![ready(ConditionStatus::False), ready(ConditionStatus::Unknown)],
+            reboot: true,
         }
     }
 }
@@ -113,8 +118,8 @@ impl FakeOptions {
 pub struct Call {
     /// The method.
     pub method: Method,
-    /// What it was called with: the NodeClaim name (create, delete, is-drifted), the provider id (get), the
-    /// NodePool name (instance types), empty otherwise.
+    /// What it was called with: the NodeClaim name (create, delete, is-drifted, reboot), the provider id (get),
+    /// the NodePool name (instance types), empty otherwise.
     pub subject: String,
 }
 
@@ -135,6 +140,8 @@ struct Instance {
     offering: OfferingRef,
     terminating_at: Option<DateTime<Utc>>,
     drift: Option<DriftReason>,
+    /// Boots so far: 1 at launch, one more per reboot.
+    boots: u32,
 }
 
 /// State shared by every cluster view of one fake cloud.
@@ -147,6 +154,8 @@ struct Cloud {
     queue: VecDeque<InterruptionEvent>,
     in_flight: Vec<InterruptionEvent>,
     next_event: u64,
+    /// Provider ids of the instances rebooted, in order, one entry per reboot.
+    reboots: Vec<String>,
 }
 
 impl Cloud {
@@ -298,6 +307,20 @@ impl FakeCloudProvider {
             .filter(|(_, i)| i.cluster == self.options.cluster_name)
             .map(|(id, _)| id.clone())
             .collect()
+    }
+
+    /// How many times an instance has booted: 1 after its launch, one more per accepted `reboot`; `None` when
+    /// there is no such instance (or it is gone).
+    pub fn boot_count(&self, provider_id: &str) -> Option<u32> {
+        let mut cloud = lock(&self.cloud);
+        cloud.sweep(self.options.clock.now(), self.options.termination_delay);
+        cloud.instances.get(provider_id).map(|i| i.boots)
+    }
+
+    /// Provider ids of the instances this fake cloud rebooted, in order, one entry per accepted `reboot` (every
+    /// cluster view's).
+    pub fn reboots(&self) -> Vec<String> {
+        lock(&self.cloud).reboots.clone()
     }
 
     /// The offering an instance was launched on.
@@ -458,6 +481,7 @@ impl FakeCloudProvider {
                 offering,
                 terminating_at: None,
                 drift: None,
+                boots: 1,
             },
         );
         Ok(launched)
@@ -595,6 +619,31 @@ impl CloudProvider for FakeCloudProvider {
     fn repair_policies(&self) -> Vec<RepairPolicy> {
         lock(&self.local).calls.push(Call { method: Method::RepairPolicies, subject: String::new() });
         self.options.repair_policies.clone()
+    }
+
+    async fn reboot(&self, node_claim: &NodeClaim) -> Result<(), CloudProviderError> {
+        let name = node_claim.metadata.name.as_deref().unwrap_or("");
+        self.begin(Method::Reboot, name)?;
+        if !self.options.reboot {
+            return Err(CloudProviderError::not_implemented("Reboot"));
+        }
+        let Some(provider_id) = node_claim.provider_id() else {
+            return Err(CloudProviderError::not_found(format!("nodeclaim {name} has no providerID")));
+        };
+        let mut cloud = lock(&self.cloud);
+        match self.find(&mut cloud, provider_id) {
+            None => return Err(CloudProviderError::not_found(format!("instance {provider_id} not found"))),
+            // A machine shutting down cannot be rebooted; for repair it is as good as gone.
+            Some(i) if i.terminating_at.is_some() => {
+                return Err(CloudProviderError::not_found(format!("instance {provider_id} is terminating")));
+            }
+            Some(_) => {}
+        }
+        if let Some(i) = cloud.instances.get_mut(provider_id) {
+            i.boots += 1;
+        }
+        cloud.reboots.push(provider_id.to_owned());
+        Ok(())
     }
 
     fn name(&self) -> &str {
@@ -959,6 +1008,56 @@ mod tests {
         assert_eq!(again[0], batch[0]);
         block_on(source.acknowledge(&again)).unwrap();
         assert_eq!((source.queued(), source.in_flight()), (0, 0));
+    }
+
+    #[test]
+    fn reboot_counts_a_boot_of_a_live_instance_and_nothing_else() {
+        let clock = Arc::new(ManualClock::default());
+        let fake = FakeCloudProvider::new(FakeOptions {
+            clock: clock.clone(),
+            termination_delay: Duration::from_secs(60),
+            ..FakeOptions::new(catalogue())
+        });
+        let a = block_on(fake.create(&linux("a", "1"))).unwrap();
+        let b = block_on(fake.create(&linux("b", "1"))).unwrap();
+        let (ida, idb) = (a.provider_id().unwrap().to_owned(), b.provider_id().unwrap().to_owned());
+        assert_eq!(fake.boot_count(&ida), Some(1));
+        block_on(fake.reboot(&a)).unwrap();
+        block_on(fake.reboot(&a)).unwrap();
+        assert_eq!((fake.boot_count(&ida), fake.boot_count(&idb)), (Some(3), Some(1)));
+        assert_eq!(fake.reboots(), vec![ida.clone(), ida.clone()]);
+        let listed: Vec<_> =
+            block_on(fake.list()).unwrap().iter().map(|c| c.provider_id().unwrap().to_owned()).collect();
+        assert_eq!(listed, vec![ida.clone(), idb.clone()], "a reboot keeps the instance, launches nothing");
+        assert_eq!(
+            fake.calls().iter().filter(|c| c.method == Method::Reboot).map(|c| c.subject.as_str()).collect::<Vec<_>>(),
+            vec!["a", "a"]
+        );
+        // Another cluster's view does not reach this cluster's instance.
+        assert!(block_on(fake.for_cluster("other").reboot(&a)).unwrap_err().is_not_found());
+        // Terminating, then gone: NodeClaimNotFound, and no boot counted.
+        block_on(fake.delete(&b)).unwrap();
+        assert!(block_on(fake.reboot(&b)).unwrap_err().is_not_found());
+        clock.advance(Duration::from_secs(60));
+        assert!(block_on(fake.reboot(&b)).unwrap_err().is_not_found());
+        assert_eq!(fake.boot_count(&idb), None);
+        assert!(block_on(fake.reboot(&linux("never", "1"))).unwrap_err().is_not_found());
+        assert_eq!(fake.reboots().len(), 2);
+        // Injected failures apply to reboot like to every method.
+        fake.fail_next(Method::Reboot, 1, || CloudProviderError::other("throttled"));
+        assert_eq!(block_on(fake.reboot(&a)).unwrap_err().kind(), ErrorKind::Other);
+        assert_eq!(fake.boot_count(&ida), Some(3));
+    }
+
+    #[test]
+    fn a_fake_without_reboot_answers_not_implemented() {
+        let fake = FakeCloudProvider::new(FakeOptions { reboot: false, ..FakeOptions::new(catalogue()) });
+        let a = block_on(fake.create(&linux("a", "1"))).unwrap();
+        let err = block_on(fake.reboot(&a)).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::NotImplemented, "{err}");
+        assert_eq!(fake.boot_count(a.provider_id().unwrap()), Some(1));
+        assert!(fake.reboots().is_empty());
+        assert_eq!(fake.call_count(Method::Reboot), 1);
     }
 
     #[test]

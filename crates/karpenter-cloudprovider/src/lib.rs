@@ -67,6 +67,9 @@
 //!     fn repair_policies(&self) -> Vec<RepairPolicy> {
 //!         vec![]
 //!     }
+//!     async fn reboot(&self, _: &NodeClaim) -> Result<(), CloudProviderError> {
+//!         Err(CloudProviderError::not_implemented("Reboot"))
+//!     }
 //!     fn name(&self) -> &str {
 //!         "empty"
 //!     }
@@ -115,6 +118,7 @@ pub mod fake;
 pub mod interruption;
 pub mod launch;
 pub mod node_class;
+pub mod overlay;
 pub mod provider;
 pub mod time;
 
@@ -130,7 +134,8 @@ pub use interruption::{
 };
 pub use launch::{LaunchChoice, cheapest_launch};
 pub use node_class::{InMemoryNodeClasses, NodeClassLookup, get_node_class};
-pub use provider::{CloudProvider, DriftReason, Method, NodeClassKind, RepairPolicy};
+pub use overlay::{Evaluated, Overlaid, OverlayProblem, OverlayStore};
+pub use provider::{CloudProvider, DriftReason, Method, NodeClassKind, RepairAction, RepairPolicy};
 #[cfg(feature = "tokio")]
 pub use time::TokioSleeper;
 pub use time::{Clock, NoSleep, Sleeper, SystemClock};

@@ -2,11 +2,10 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use karpenter_api::nodeclaim::NodeClassReference;
-use karpenter_api::{ConditionStatus, NodeClaim, NodePool, ProviderLabels};
+use karpenter_api::{NodeClaim, NodePool, ProviderLabels};
 use karpenter_requirements::InstanceType;
 
 use crate::error::CloudProviderError;
@@ -39,17 +38,9 @@ impl From<&str> for DriftReason {
     }
 }
 
-/// A node condition that means "broken": when a Node has had `condition_type == condition_status` for
-/// `toleration_duration`, node repair (feature gate `NodeRepair`) replaces it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RepairPolicy {
-    /// Node condition type, e.g. `Ready`.
-    pub condition_type: String,
-    /// The status that means unhealthy.
-    pub condition_status: ConditionStatus,
-    /// How long the condition is tolerated before repair.
-    pub toleration_duration: Duration,
-}
+/// A provider's repair policies: defined next to the Node matching in `karpenter_api::repair`, which the
+/// disruption crate and the controller share.
+pub use karpenter_api::repair::{RepairAction, RepairPolicy};
 
 /// A node-class kind a provider supports (`karpenter.k8s.aws` / `EC2NodeClass`).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -107,6 +98,13 @@ impl NodeClassKind {
 ///   pool for this pass.
 /// * **`is_drifted`** computes provider-side drift; the controller records the answer as the NodeClaim's
 ///   `Drifted` condition and disruption only reads the condition.
+/// * **`reboot`** asks the cloud to reboot a live instance in place and returns once the request is accepted
+///   (the caller sees the reboot as a new boot id on the Node). It never terminates, replaces or duplicates the
+///   instance: `list` and `get` report the same instance afterwards. A gone instance gives `NodeClaimNotFound`;
+///   a provider without in-place reboot answers [`NotImplemented`] for every instance (node repair then
+///   replaces).
+/// * **`repair_policies`** is a set `RepairPolicies::new` accepts (every reason regex with a condition-level
+///   fallback, priorities within 0..=100); an invalid set keeps node repair from starting.
 /// * **`supported_node_classes`**: the first element is the default kind.
 /// * **`labels`**: the provider's well-known labels and restricted label domains, handed to validation and the
 ///   scheduler as a value.
@@ -115,6 +113,7 @@ impl NodeClassKind {
 /// [`NodeClassNotReady`]: CloudProviderError::NodeClassNotReady
 /// [`Create`]: CloudProviderError::Create
 /// [`NodeClaimNotFound`]: CloudProviderError::NodeClaimNotFound
+/// [`NotImplemented`]: CloudProviderError::NotImplemented
 /// [`UnevaluatedNodePool`]: CloudProviderError::UnevaluatedNodePool
 #[async_trait]
 pub trait CloudProvider: Send + Sync + fmt::Debug {
@@ -138,6 +137,12 @@ pub trait CloudProvider: Send + Sync + fmt::Debug {
 
     /// Node conditions that mean "broken" (node repair).
     fn repair_policies(&self) -> Vec<RepairPolicy>;
+
+    /// Asks the cloud to reboot the machine behind `node_claim` in place (node repair's `Reboot` action). Returns
+    /// once the request is accepted; the caller observes the recovery (a new boot id on the Node). A provider
+    /// that cannot reboot returns [`NotImplemented`](CloudProviderError::NotImplemented), and repair replaces the
+    /// node instead. `NodeClaimNotFound` once the instance is gone.
+    async fn reboot(&self, node_claim: &NodeClaim) -> Result<(), CloudProviderError>;
 
     /// The provider's name (`aws`, `kwok`): metrics label and log field.
     fn name(&self) -> &str;
@@ -174,6 +179,9 @@ impl<P: CloudProvider + ?Sized> CloudProvider for Arc<P> {
     fn repair_policies(&self) -> Vec<RepairPolicy> {
         (**self).repair_policies()
     }
+    async fn reboot(&self, node_claim: &NodeClaim) -> Result<(), CloudProviderError> {
+        (**self).reboot(node_claim).await
+    }
     fn name(&self) -> &str {
         (**self).name()
     }
@@ -195,11 +203,12 @@ pub enum Method {
     InstanceTypes,
     IsDrifted,
     RepairPolicies,
+    Reboot,
 }
 
 impl Method {
     /// Every method.
-    pub const ALL: [Method; 7] = [
+    pub const ALL: [Method; 8] = [
         Method::Create,
         Method::Delete,
         Method::Get,
@@ -207,6 +216,7 @@ impl Method {
         Method::InstanceTypes,
         Method::IsDrifted,
         Method::RepairPolicies,
+        Method::Reboot,
     ];
 
     /// The metrics label value (upstream's method names).
@@ -219,6 +229,7 @@ impl Method {
             Method::InstanceTypes => "GetInstanceTypes",
             Method::IsDrifted => "IsDrifted",
             Method::RepairPolicies => "RepairPolicies",
+            Method::Reboot => "Reboot",
         }
     }
 }

@@ -17,7 +17,8 @@ use karpenter_scheduler::ClusterSnapshot;
 
 use crate::command::BudgetStatus;
 
-/// The reasons budgets distinguish.
+/// The reasons budgets distinguish. Node repair's `Unhealthy` is added when repair runs
+/// ([`crate::repair::RepairOptions::enabled`]).
 pub const REASONS: [DisruptionReason; 3] =
     [DisruptionReason::Empty, DisruptionReason::Drifted, DisruptionReason::Underutilized];
 
@@ -36,21 +37,37 @@ pub struct Allowance {
     pub limiting: String,
 }
 
-/// Node counts of a pool: (nodes, disrupting).
-pub fn pool_counts(snapshot: &ClusterSnapshot, pool: &str, not_ready: &BTreeSet<String>) -> (u32, u32) {
+/// Node counts of a pool.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolCounts {
+    /// Managed, initialized nodes whose NodeClaim is not `InstanceTerminating`.
+    pub nodes: u32,
+    /// Of those, not Ready or being deleted / disrupted.
+    pub disrupting: u32,
+    /// Of those, being deleted / disrupted. Node repair's `Unhealthy` budget counts only these: the not-Ready
+    /// nodes are the ones it is to repair, and counting them would let broken nodes use up their own budget.
+    pub deleting: u32,
+}
+
+/// The node counts of `pool`.
+pub fn pool_counts(snapshot: &ClusterSnapshot, pool: &str, not_ready: &BTreeSet<String>) -> PoolCounts {
     let claims: BTreeMap<&str, _> = snapshot.node_claims.iter().map(|c| (c.name.as_str(), c)).collect();
-    let (mut nodes, mut disrupting) = (0u32, 0u32);
+    let mut counts = PoolCounts::default();
     for n in snapshot.nodes.iter().filter(|n| n.node_pool.as_deref() == Some(pool)) {
         let Some(claim) = n.node_claim.as_deref().and_then(|c| claims.get(c)) else { continue };
         if !n.initialized || claim.is_true(conditions::INSTANCE_TERMINATING) {
             continue;
         }
-        nodes += 1;
-        if n.marked_for_deletion || not_ready.contains(&n.name) {
-            disrupting += 1;
+        counts.nodes += 1;
+        let deleting = n.marked_for_deletion;
+        if deleting {
+            counts.deleting += 1;
+        }
+        if deleting || not_ready.contains(&n.name) {
+            counts.disrupting += 1;
         }
     }
-    (nodes, disrupting)
+    counts
 }
 
 /// The allowance of `pool` for `reason` at `now`, given its node counts.
@@ -99,19 +116,22 @@ pub struct Budgets {
 }
 
 impl Budgets {
-    /// Computes every pool's allowances.
+    /// Computes every pool's allowances; `repair`: node repair runs, so `Unhealthy` is computed too.
     pub fn new<'p>(
         snapshot: &ClusterSnapshot,
         pools: impl IntoIterator<Item = &'p NodePool>,
         now: DateTime<Utc>,
         not_ready: &BTreeSet<String>,
+        repair: bool,
     ) -> Self {
+        let unhealthy = repair.then_some(DisruptionReason::Unhealthy);
         let mut by_pool = BTreeMap::new();
         for p in pools {
             let name = p.metadata.name.clone().unwrap_or_default();
-            let (nodes, disrupting) = pool_counts(snapshot, &name, not_ready);
-            for r in REASONS {
-                by_pool.insert((name.clone(), r), allowance(p, r, now, nodes, disrupting));
+            let counts = pool_counts(snapshot, &name, not_ready);
+            for r in REASONS.into_iter().chain(unhealthy) {
+                let disrupting = if r == DisruptionReason::Unhealthy { counts.deleting } else { counts.disrupting };
+                by_pool.insert((name.clone(), r), allowance(p, r, now, counts.nodes, disrupting));
             }
         }
         Budgets { by_pool }

@@ -247,6 +247,23 @@ fn pod_do_not_disrupt(cluster: &Cluster<'_>, pod: &CompactPod) -> Option<Reason>
 /// The node-level checks that make a node a disruption candidate; `Ok` with the candidate's data, or why the node
 /// is not a candidate.
 pub fn candidate<'a>(cluster: &Cluster<'a>, node: &'a NodeInfo) -> Result<Candidate<'a>, Reason> {
+    build(cluster, node, Veto::DoNotDisrupt)
+}
+
+/// [`candidate()`] for node repair: `karpenter.sh/do-not-disrupt` (and other autoscalers' node annotations) do
+/// not keep a broken node, `karpenter.sh/do-not-repair: "true"` on the node or its NodeClaim does.
+pub fn repair_candidate<'a>(cluster: &Cluster<'a>, node: &'a NodeInfo) -> Result<Candidate<'a>, Reason> {
+    build(cluster, node, Veto::DoNotRepair)
+}
+
+/// Which node-level annotation vetoes the method asking.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Veto {
+    DoNotDisrupt,
+    DoNotRepair,
+}
+
+fn build<'a>(cluster: &Cluster<'a>, node: &'a NodeInfo, veto: Veto) -> Result<Candidate<'a>, Reason> {
     let Some(claim_name) = node.node_claim.as_deref() else { return Err(Reason::NotManaged) };
     let Some(&claim) = cluster.claims.get(claim_name) else {
         return Err(Reason::NodeClaimNotFound { node_claim: claim_name.to_owned() });
@@ -260,8 +277,18 @@ pub fn candidate<'a>(cluster: &Cluster<'a>, node: &'a NodeInfo) -> Result<Candid
     if node.nominated || claim.nominated {
         return Err(Reason::Nominated);
     }
-    if let Some(reason) = node_do_not_disrupt(cluster, node, claim) {
-        return Err(reason);
+    match veto {
+        Veto::DoNotDisrupt => {
+            if let Some(reason) = node_do_not_disrupt(cluster, node, claim) {
+                return Err(reason);
+            }
+        }
+        Veto::DoNotRepair => {
+            let vetoes = |a: &BTreeMap<String, String>| a.get(annotations::DO_NOT_REPAIR).is_some_and(|v| v == "true");
+            if vetoes(&node.annotations) || vetoes(claim.annotations()) {
+                return Err(Reason::NodeDoNotRepair);
+            }
+        }
     }
     let Some(pool_name) = node.node_pool.as_deref() else { return Err(Reason::NoNodePoolLabel) };
     let Some((&pool_name, &pool)) = cluster.pools.get_key_value(pool_name) else {

@@ -31,6 +31,9 @@ pub const API_VERSION: &str = "karpenter-rs.disruption/v1";
 /// Disruption methods, in the order the controller tries them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Method {
+    /// Replace (or reboot) nodes whose conditions match a provider's repair policy (node repair, feature gate
+    /// `NodeRepair`, upstream v1.15's voluntary form).
+    Repair,
     /// Delete empty nodes.
     Emptiness,
     /// Replace drifted nodes of static NodePools.
@@ -45,7 +48,8 @@ pub enum Method {
 
 impl Method {
     /// All methods in upstream's order.
-    pub const ORDER: [Method; 5] = [
+    pub const ORDER: [Method; 6] = [
+        Method::Repair,
         Method::Emptiness,
         Method::StaticDrift,
         Method::Drift,
@@ -56,6 +60,7 @@ impl Method {
     /// The budget reason the method consumes.
     pub fn reason(self) -> DisruptionReason {
         match self {
+            Method::Repair => DisruptionReason::Unhealthy,
             Method::Emptiness => DisruptionReason::Empty,
             Method::StaticDrift | Method::Drift => DisruptionReason::Drifted,
             Method::MultiNodeConsolidation | Method::SingleNodeConsolidation => DisruptionReason::Underutilized,
@@ -63,8 +68,9 @@ impl Method {
     }
 
     /// `graceful` (pod blocks always apply) or `eventual` (pod blocks are relaxed with terminationGracePeriod).
+    /// Repair is neither: pod blocks never keep a broken node, its drain is bounded by the repair policy.
     pub fn is_graceful(self) -> bool {
-        !matches!(self, Method::StaticDrift | Method::Drift)
+        !matches!(self, Method::StaticDrift | Method::Drift | Method::Repair)
     }
 }
 
@@ -75,6 +81,29 @@ pub enum Decision {
     Delete,
     /// Launch the replacements, then delete the candidates.
     Replace,
+    /// Reboot the candidate in place (node repair's `Reboot` action).
+    Reboot,
+}
+
+/// What node repair found wrong with a command's node, and how it is to be handled.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RepairDetail {
+    /// The Node condition type that matched, e.g. `Ready`.
+    pub condition: String,
+    /// Its status (`False`, `Unknown`, ...).
+    pub status: String,
+    /// Its reason, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub condition_reason: Option<String>,
+    /// The matching policy's drain bound in seconds (`0`: forceful). The controller takes the shorter of it and
+    /// the NodeClaim's terminationGracePeriod ([`karpenter_api::repair::drain_bound`]); absent: the NodeClaim's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub termination_grace_period_seconds: Option<u64>,
+    /// The node is deleted before its replacement exists: its NodePool has no room for one (static, or at its
+    /// limits), so the replacement follows through provisioning or the static pool's replica count.
+    #[serde(default)]
+    pub terminate_first: bool,
 }
 
 /// A node a command disrupts.
@@ -118,6 +147,9 @@ pub struct Command {
     pub savings_per_hour: f64,
     /// One line for humans.
     pub explanation: String,
+    /// Node repair's finding (repair commands only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repair: Option<RepairDetail>,
 }
 
 impl Command {
@@ -237,11 +269,16 @@ pub enum Reason {
     /// Removing it would leave its NodePool with fewer NodeClaims than its `karpenter-rs.io/min-nodes` floor
     /// (`nodes`: the pool's NodeClaims that count toward it; see [`crate::floor`]).
     AtMinNodes { node_pool: String, min_nodes: u32, nodes: u32 },
+    /// More of its NodePool's nodes match a repair policy than node repair's outer limit allows (20 %, rounded
+    /// up): something wider than one node is wrong, and replacing them would not help.
+    RepairBlocked { node_pool: String, unhealthy: u32, nodes: u32, threshold: u32 },
+    /// The node or its NodeClaim is annotated `karpenter.sh/do-not-repair: "true"`.
+    NodeDoNotRepair,
 }
 
 impl Reason {
     /// Every [`Reason::code`], in declaration order.
-    pub const CODES: [&'static str; 36] = [
+    pub const CODES: [&'static str; 38] = [
         "Disrupted",
         "Deferred",
         "NotManaged",
@@ -278,6 +315,8 @@ impl Reason {
         "TopologyDomainWaiting",
         "TopologyKeyInvalid",
         "AtMinNodes",
+        "RepairBlocked",
+        "NodeDoNotRepair",
     ];
 
     /// The stable code of this reason: the variant's name, as the `code` tag of its JSON form. Metrics label
@@ -320,6 +359,8 @@ impl Reason {
             Reason::TopologyDomainWaiting { .. } => "TopologyDomainWaiting",
             Reason::TopologyKeyInvalid { .. } => "TopologyKeyInvalid",
             Reason::AtMinNodes { .. } => "AtMinNodes",
+            Reason::RepairBlocked { .. } => "RepairBlocked",
+            Reason::NodeDoNotRepair => "NodeDoNotRepair",
         }
     }
 
@@ -338,7 +379,9 @@ impl Reason {
             | Reason::StaticDriftWaiting { .. }
             | Reason::TopologyDomainWaiting { .. }
             | Reason::TopologyKeyInvalid { .. }
-            | Reason::AtMinNodes { .. } => Outcome::Blocked,
+            | Reason::AtMinNodes { .. }
+            | Reason::RepairBlocked { .. }
+            | Reason::NodeDoNotRepair => Outcome::Blocked,
             _ => Outcome::Kept,
         }
     }
@@ -446,6 +489,13 @@ impl std::fmt::Display for Reason {
                 "NodePool {node_pool} is at its floor: removing it would leave fewer than {min_nodes} NodeClaims ({} {min_nodes}; {nodes} count toward it now)",
                 karpenter_api::labels::min_nodes::ANNOTATION
             ),
+            Reason::RepairBlocked { node_pool, unhealthy, nodes, threshold } => write!(
+                f,
+                "node repair blocked: {unhealthy} of NodePool {node_pool}'s {nodes} nodes are unhealthy, more than the {threshold} (20%) repair acts on"
+            ),
+            Reason::NodeDoNotRepair => {
+                write!(f, "unhealthy, but the node or its NodeClaim is annotated karpenter.sh/do-not-repair")
+            }
         }
     }
 }
@@ -577,6 +627,8 @@ mod tests {
             Reason::TopologyDomainWaiting { node_pool: s(), key: s(), domain: None },
             Reason::TopologyKeyInvalid { node_pool: s(), detail: s() },
             Reason::AtMinNodes { node_pool: s(), min_nodes: 2, nodes: 2 },
+            Reason::RepairBlocked { node_pool: s(), unhealthy: 3, nodes: 10, threshold: 2 },
+            Reason::NodeDoNotRepair,
         ]
     }
 

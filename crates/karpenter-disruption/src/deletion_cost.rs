@@ -86,7 +86,8 @@ pub fn rank(
     options: &DisruptionOptions,
 ) -> Vec<RankedNode> {
     let cluster = Cluster::new(snapshot, pools, provider, now, options);
-    let budgets = Budgets::new(snapshot, cluster.pools.values().map(|p| p.node_pool), now, &options.not_ready_nodes);
+    let budgets =
+        Budgets::new(snapshot, cluster.pools.values().map(|p| p.node_pool), now, &options.not_ready_nodes, false);
     // (group, pods that would move, node, pool)
     let mut sorted: Vec<(Group, usize, &str, Option<&str>)> = Vec::new();
     for n in &snapshot.nodes {

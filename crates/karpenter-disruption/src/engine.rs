@@ -78,6 +78,7 @@ impl<'a> Engine<'a> {
             cluster.pools.values().map(|p| p.node_pool),
             cluster.now,
             &cluster.options.not_ready_nodes,
+            cluster.options.repair.enabled,
         );
         let topology = Topology::new(&cluster);
         let totals = pool_totals(&cluster);
@@ -185,7 +186,7 @@ impl<'a> Engine<'a> {
         let decision = if replacements.is_empty() { Decision::Delete } else { Decision::Replace };
         let pods = Self::displaced(cands);
         let action = match decision {
-            Decision::Delete => format!("delete {}", Self::describe(cands)),
+            Decision::Delete | Decision::Reboot => format!("delete {}", Self::describe(cands)),
             Decision::Replace => {
                 let r: Vec<String> = replacements
                     .iter()
@@ -211,6 +212,7 @@ impl<'a> Engine<'a> {
             displaced_pods: pods,
             savings_per_hour: savings,
             explanation,
+            repair: None,
         }
     }
 
@@ -447,6 +449,7 @@ impl<'a> Engine<'a> {
         let cmd = match m.command.decision {
             Decision::Delete => m.command,
             Decision::Replace => self.filter_out_same_instance_type(prefix, m.command)?,
+            Decision::Reboot => return None,
         };
         if cmd.savings_per_hour <= 0.0 {
             return None;

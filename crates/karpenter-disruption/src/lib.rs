@@ -49,6 +49,7 @@ mod engine;
 pub mod expiration;
 pub mod floor;
 pub mod pods;
+pub mod repair;
 mod topology;
 pub mod validation;
 
@@ -107,6 +108,9 @@ pub struct DisruptionOptions {
     /// Feature gate `PodDeletionCostManagement` (default off, as upstream): which annotations give a pod's
     /// eviction cost ([`pods::CostAnnotations`]).
     pub pod_deletion_cost_management: bool,
+    /// Node repair (feature gate `NodeRepair`, voluntary form): the unhealthy nodes and the ordering knobs
+    /// ([`repair`]). Empty by default: no repair.
+    pub repair: repair::RepairOptions,
 }
 
 impl DisruptionOptions {
@@ -179,6 +183,7 @@ impl Default for DisruptionOptions {
             resume_single_node_after: None,
             honor_autoscaler_annotations: true,
             pod_deletion_cost_management: false,
+            repair: repair::RepairOptions::default(),
         }
     }
 }
@@ -216,7 +221,12 @@ pub fn evaluate(
     let mut record = |node: &str, m: Method, r: Result<String, Reason>| {
         results.entry(node.to_owned()).or_default().push((m, r));
     };
-    let mut commands: Vec<Command> = emptiness(&engine, &cands, &mut record).into_iter().collect();
+    // Node repair first: a broken node is replaced before anything is consolidated.
+    let mut commands: Vec<Command> = repair::repair(&engine, &mut record).into_iter().collect();
+    let empty_command = emptiness(&engine, &cands, &mut record);
+    if commands.is_empty() {
+        commands.extend(empty_command);
+    }
     let static_commands = static_drift(&engine, &cands, &mut record);
     if commands.is_empty() {
         commands = static_commands;
@@ -233,7 +243,25 @@ pub fn evaluate(
     {
         commands.push(c);
     }
+    // Nodes repair acted on or found that no other method may consider (a do-not-disrupt node is still repaired):
+    // their repair result is their verdict.
+    let in_cands: BTreeSet<&str> = cands.iter().map(|c| c.node.name.as_str()).collect();
+    for (node, list) in &results {
+        if in_cands.contains(node.as_str()) {
+            continue;
+        }
+        if let Some((_, r)) = list.iter().find(|(m, _)| *m == Method::Repair) {
+            let reason = match r {
+                Ok(detail) => Reason::Deferred { method: Method::Repair, detail: detail.clone() },
+                Err(r) => r.clone(),
+            };
+            verdicts.insert(node.clone(), reason);
+        }
+    }
     verdicts.extend(candidate_verdicts(&engine, &cands, &commands, results));
+    for c in commands.iter().flat_map(|c| c.candidates.iter().map(move |r| (r, c.method))) {
+        verdicts.insert(c.0.node.clone(), Reason::Disrupted { method: c.1 });
+    }
     Pass {
         api_version: API_VERSION.to_owned(),
         now: karpenter_api::time::rfc3339(now),
@@ -542,9 +570,19 @@ fn drift<'a>(
             record(&c.node.name, Method::Drift, Err(Reason::PassTimeSpent { method: Method::Drift }));
             continue;
         }
-        match engine.simulate(&[c], false).and_then(|d| engine.floor_allows(&[c], &d.new_node_claims).map(|()| d)) {
-            Ok(d) => {
-                let cmd = Engine::command(Method::Drift, &[c], d.new_node_claims, "drifted");
+        // A pool with no room for the replacement (at its limits) deletes first (upstream v1.15): the freed room
+        // then takes the replacement through provisioning, instead of the drift waiting forever.
+        let simulated = match engine.simulate(&[c], false) {
+            Ok(d) => Ok((d.new_node_claims, "drifted".to_owned())),
+            Err(e @ Reason::PodsUnschedulable { .. }) => match repair::no_room(engine, c) {
+                Some(why) => Ok((Vec::new(), format!("drifted; {why}, so it goes first"))),
+                None => Err(e),
+            },
+            Err(e) => Err(e),
+        };
+        match simulated.and_then(|(plans, what)| engine.floor_allows(&[c], &plans).map(|()| (plans, what))) {
+            Ok((plans, what)) => {
+                let cmd = Engine::command(Method::Drift, &[c], plans, &what);
                 record(&c.node.name, Method::Drift, Ok(cmd.explanation.clone()));
                 if command.is_none() {
                     topology.take(c);
@@ -587,21 +625,30 @@ fn static_drift<'a>(
             wait = Some(format!("scale-down in progress ({running} running, {replicas} replicas)"));
             n = 0;
         }
+        // Past `limits.nodes` no replacement can be launched first: those nodes are deleted first (upstream
+        // v1.15), and the replica count brings their replacements.
+        let mut room = usize::MAX;
+        let mut full = String::new();
         if let Some(limit) = pool.spec.limits.get(karpenter_api::nodepool::NODES_LIMIT) {
             let limit: u64 = limit.0.parse().unwrap_or(0);
-            let room = limit.saturating_sub(claims.len() as u64) as usize;
-            if room < n {
-                n = room;
-                if room == 0 {
-                    wait = Some(format!("limits.nodes {limit} reached"));
-                }
-            }
+            room = limit.saturating_sub(claims.len() as u64) as usize;
+            full = format!(
+                "drifted (static pool at limits.nodes {limit}: deleted first, the replica count brings its replacement)"
+            );
         }
         let mut taken = 0;
         for c in list {
             if taken < n {
                 if let Some(r) = topology.block(c) {
                     record(&c.node.name, Method::StaticDrift, Err(r));
+                    continue;
+                }
+                if taken >= room {
+                    let cmd = Engine::command(Method::StaticDrift, &[c], Vec::new(), &full);
+                    record(&c.node.name, Method::StaticDrift, Ok(cmd.explanation.clone()));
+                    topology.take(c);
+                    taken += 1;
+                    out.push(cmd);
                     continue;
                 }
                 let plan = match NodeClaimPlan::from_template(pool, format!("{pool_name}-replacement-{}", taken + 1)) {

@@ -120,6 +120,7 @@ pub fn validate(
                         c.pod_block_for(false).map_or(Ok(()), |b| Err(b.clone()))
                     }
                 }
+                Method::Repair => Ok(()),
                 Method::MultiNodeConsolidation | Method::SingleNodeConsolidation => {
                     if c.is_empty() {
                         Err(Reason::NothingToDo)
@@ -168,7 +169,8 @@ pub fn validate(
     }
     match command.method {
         Method::Emptiness => Ok(Engine::command(Method::Emptiness, &refs, Vec::new(), "empty")),
-        Method::StaticDrift => Ok(command.clone()),
+        // Eventual and repair commands start without the re-check ([`next_step`]); asked anyway, they stand.
+        Method::StaticDrift | Method::Repair => Ok(command.clone()),
         Method::Drift => {
             engine.simulate(&refs, false).map_err(|e| fail(FailureKind::Scheduling, e.to_string()))?;
             Ok(command.clone())
@@ -193,6 +195,7 @@ pub fn validate(
                         ))
                     }
                 }
+                (Decision::Reboot, _) => Err(fail(FailureKind::Churn, "consolidation never reboots")),
                 (Decision::Replace, claims) => Err(fail(
                     FailureKind::Scheduling,
                     format!("a replace now needs {} new node(s) instead of one", claims.len()),
@@ -217,6 +220,7 @@ mod tests {
             displaced_pods: Vec::new(),
             savings_per_hour: 0.0,
             explanation: node.to_owned(),
+            repair: None,
         }
     }
 

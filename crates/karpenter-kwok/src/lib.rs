@@ -11,7 +11,8 @@
 //! * **The Node** is named after the NodeClaim, with `spec.providerID: kwok://<name>`, the single taint
 //!   `karpenter.sh/unregistered:NoExecute` (the lifecycle controller removes it at registration and adds the
 //!   claim's taints and startup taints, as it does for a kubelet-registered node), `status.capacity` and
-//!   `status.allocatable` from the catalogue, phase `Pending`. Labels: the NodeClaim's labels, its single-valued
+//!   `status.allocatable` from the catalogue, phase `Pending`, `status.nodeInfo` with a boot id (`<node>-boot-0`,
+//!   what node repair records before a reboot), the architecture and the operating system. Labels: the NodeClaim's labels, its single-valued
 //!   `In` requirements (`karpenter.sh/nodepool`, ...), the instance type's single-valued requirements
 //!   (`node.kubernetes.io/instance-type`, `kubernetes.io/arch`, `kubernetes.io/os`, `karpenter.kwok.sh/instance-*`)
 //!   and the offering's (`topology.kubernetes.io/zone`, `karpenter.sh/capacity-type`), `kubernetes.io/hostname`,
@@ -47,6 +48,16 @@
 //! * **`is_drifted`**: `None`, unless the Node is annotated [`DRIFT_ANNOTATION`]` = <Reason>` (a test hook, see
 //!   [`KwokCloudProvider::set_drifted`]); upstream's kwok provider has no provider-side drift.
 //! * **`repair_policies`**: node `Ready` `False` or `Unknown` for 10 minutes (upstream's kwok values).
+//! * **`reboot`** (node repair's `Reboot` action; upstream's kwok provider has none): the Node is the machine, so
+//!   a reboot is played on it at once, before the call returns. Its `status.nodeInfo.bootID` changes
+//!   (`<node>-boot-<n>`, counting from `<node>-boot-0` given at launch; any other value becomes
+//!   `<node>-boot-1`) and its `Ready` condition is set True (transition time from [`KwokOptions::clock`] unless
+//!   it was True already). Every other condition is left as it is: no hardware is behind a kwok Node, so whether
+//!   a fault survives the reboot is the test's to say (clear the condition, or leave it to exercise the escalation
+//!   to replace). Pods, labels, taints and the Lease are untouched; `list` still reports the one instance. A
+//!   terminating, gone or foreign Node gives `NodeClaimNotFound`. The write is guarded by the Node's
+//!   resourceVersion and retried on a conflict. With a KWOK controller in the cluster, that controller owns the
+//!   Node's status and may write its own boot id.
 //! * **`name`** `kwok`; **`supported_node_classes`** `KWOKNodeClass` (`karpenter.kwok.sh`); labels
 //!   [`ProviderLabels::kwok`](karpenter_api::ProviderLabels::kwok).
 //! * **Out of capacity on demand** (tests, chaos runs): [`KwokCloudProvider::set_insufficient_capacity`],

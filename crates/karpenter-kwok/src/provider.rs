@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Taint};
+use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, NodeSystemInfo, Taint};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as KQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use karpenter_api::condition::Conditions;
@@ -21,8 +21,8 @@ use karpenter_api::nodeclaim::{
 use karpenter_api::{ConditionStatus, KWOKNodeClass, NodeClaim, NodePool, ProviderLabels};
 use karpenter_cloudprovider::launch::{LaunchChoice, cheapest_launch};
 use karpenter_cloudprovider::{
-    CapacityMarks, CloudProvider, CloudProviderError, DriftReason, NodeClassKind, NodeClassLookup, OfferingRef,
-    RepairPolicy, get_node_class,
+    CapacityMarks, Clock, CloudProvider, CloudProviderError, DriftReason, NodeClassKind, NodeClassLookup, OfferingRef,
+    RepairPolicy, SystemClock, get_node_class,
 };
 use karpenter_requirements::{InstanceType, Operator, Quantity, Requirement, Requirements, ResourceList};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
@@ -49,6 +49,12 @@ pub const PARTITION_LABEL: &str = "kwok-partition";
 pub const PRICE_LABEL: &str = "eks-node-viewer/instance-price";
 /// The taint every launched Node starts with; the lifecycle controller removes it at registration.
 pub const UNREGISTERED_TAINT: &str = karpenter_api::labels::taints::UNREGISTERED;
+
+/// Between a Node's name and its boot number in `status.nodeInfo.bootID` (`web-abc-boot-0`).
+const BOOT_ID_INFIX: &str = "-boot-";
+
+/// How often `reboot` retries its status write when another writer changed the Node in between.
+const REBOOT_ATTEMPTS: usize = 3;
 
 const PARTITIONS: [&str; 10] = [
     "partition-a",
@@ -119,20 +125,25 @@ pub struct KwokOptions {
     /// What [`CloudProvider::repair_policies`] returns (default, as upstream's kwok provider: node `Ready`
     /// `False` or `Unknown` for 10 minutes).
     pub repair_policies: Vec<RepairPolicy>,
+    /// The time a reboot writes into the Node's `Ready` condition (default [`SystemClock`]).
+    pub clock: Arc<dyn Clock>,
+}
+
+/// The kwok provider's default repair policies (upstream's kwok values): node `Ready` `False` or `Unknown` for
+/// 10 minutes.
+pub fn repair_policies() -> Vec<RepairPolicy> {
+    let ready = |status| RepairPolicy::replace("Ready", status, Duration::from_secs(10 * 60));
+    vec![ready(ConditionStatus::False), ready(ConditionStatus::Unknown)]
 }
 
 impl Default for KwokOptions {
     fn default() -> Self {
-        let ready = |status| RepairPolicy {
-            condition_type: "Ready".into(),
-            condition_status: status,
-            toleration_duration: Duration::from_secs(10 * 60),
-        };
         Self {
             instance_types: catalogue::catalogue(),
             node_classes: None,
             labels: ProviderLabels::kwok(),
-            repair_policies: vec![ready(ConditionStatus::False), ready(ConditionStatus::Unknown)],
+            repair_policies: repair_policies(),
+            clock: Arc::new(SystemClock),
         }
     }
 }
@@ -428,6 +439,11 @@ fn single(r: &Requirement) -> Option<(String, String)> {
     (r.operator() == Operator::In && r.values().len() == 1).then(|| (r.key().to_owned(), r.any()))
 }
 
+/// The value of `key` when the requirements pin it to one value, else empty.
+fn single_value(reqs: &Requirements, key: &str) -> String {
+    reqs.get_ref(key).and_then(single).map(|(_, v)| v).unwrap_or_default()
+}
+
 /// A stable partition for a node name (upstream picks one at random; a hash keeps runs reproducible).
 fn partition(name: &str) -> &'static str {
     // FNV-1a, 32 bit.
@@ -437,6 +453,23 @@ fn partition(name: &str) -> &'static str {
         h = h.wrapping_mul(0x0100_0193);
     }
     PARTITIONS.get(h as usize % PARTITIONS.len()).copied().unwrap_or("partition-a")
+}
+
+/// The boot id a launched Node starts with.
+fn first_boot_id(name: &str) -> String {
+    format!("{name}{BOOT_ID_INFIX}0")
+}
+
+/// The boot id after a reboot: `<node>-boot-<n+1>` after `<node>-boot-<n>`, else `<node>-boot-1`. Always
+/// different from `current`, which is all a reader of boot ids may rely on.
+fn next_boot_id(name: &str, current: &str) -> String {
+    let n = current
+        .strip_prefix(name)
+        .and_then(|rest| rest.strip_prefix(BOOT_ID_INFIX))
+        .and_then(|n| n.parse::<u64>().ok())
+        .and_then(|n| n.checked_add(1))
+        .unwrap_or(1);
+    format!("{name}{BOOT_ID_INFIX}{n}")
 }
 
 fn k8s_resources(list: &ResourceList) -> BTreeMap<String, KQuantity> {
@@ -496,6 +529,12 @@ fn build_node(claim: &NodeClaim, name: &str, it: &InstanceType, choice: &LaunchC
             capacity: Some(k8s_resources(it.capacity())),
             allocatable: Some(k8s_resources(it.allocatable())),
             phase: Some("Pending".into()),
+            node_info: Some(NodeSystemInfo {
+                boot_id: first_boot_id(name),
+                architecture: single_value(&it.requirements, karpenter_api::labels::ARCH),
+                operating_system: single_value(&it.requirements, karpenter_api::labels::OS),
+                ..NodeSystemInfo::default()
+            }),
             ..NodeStatus::default()
         }),
     }
@@ -662,6 +701,35 @@ impl CloudProvider for KwokCloudProvider {
         self.options.repair_policies.clone()
     }
 
+    async fn reboot(&self, node_claim: &NodeClaim) -> Result<(), CloudProviderError> {
+        let claim = node_claim.metadata.name.as_deref().unwrap_or("");
+        let Some(provider_id) = node_claim.provider_id() else {
+            return Err(CloudProviderError::not_found(format!("nodeclaim {claim} has no providerID")));
+        };
+        let Some(name) = provider_id.strip_prefix(PROVIDER_ID_PREFIX) else {
+            return Err(CloudProviderError::not_found(format!("{provider_id} is not a kwok provider id")));
+        };
+        let mut last = None;
+        for _ in 0..REBOOT_ATTEMPTS {
+            let node = self.live_node(name).await?;
+            let patch = rebooted_status(&node, name, self.options.clock.now());
+            match self.nodes().patch_status(name, &PatchParams::default(), &Patch::Merge(patch)).await {
+                Ok(_) => return Ok(()),
+                Err(e) if is_not_found(&e) => {
+                    return Err(CloudProviderError::not_found(format!("node {name} is gone")));
+                }
+                // Another writer (the kubelet stand-in renewing Ready) got in between: read it again.
+                Err(e) if api_status(&e).is_some_and(|s| s.code == 409) => last = Some(e),
+                Err(e) => return Err(api_error(format!("rebooting node {name}"), e)),
+            }
+        }
+        let what = format!("rebooting node {name}: it kept changing under {REBOOT_ATTEMPTS} attempts");
+        Err(match last {
+            Some(e) => api_error(what, e),
+            None => CloudProviderError::other(what),
+        })
+    }
+
     fn name(&self) -> &str {
         &self.options.labels.name
     }
@@ -675,9 +743,48 @@ impl CloudProvider for KwokCloudProvider {
     }
 }
 
+/// The status merge patch of a reboot: a new `nodeInfo.bootID` and `Ready=True` (transition time `now` unless
+/// it was True already), every other condition kept; guarded by the Node's resourceVersion.
+fn rebooted_status(node: &Node, name: &str, now: chrono::DateTime<chrono::Utc>) -> serde_json::Value {
+    let status = node.status.as_ref();
+    let current = status.and_then(|s| s.node_info.as_ref()).map(|i| i.boot_id.as_str()).unwrap_or_default();
+    let conditions = status.and_then(|s| s.conditions.clone()).unwrap_or_default();
+    let at = karpenter_api::time::rfc3339(now);
+    let was_ready = conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True");
+    let since = conditions
+        .iter()
+        .find(|c| c.type_ == "Ready" && was_ready)
+        .and_then(|c| c.last_transition_time.as_ref())
+        .and_then(|t| serde_json::to_value(t).ok())
+        .unwrap_or_else(|| serde_json::Value::String(at.clone()));
+    let mut out: Vec<serde_json::Value> =
+        conditions.iter().filter(|c| c.type_ != "Ready").filter_map(|c| serde_json::to_value(c).ok()).collect();
+    out.push(serde_json::json!({
+        "type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status",
+        "lastHeartbeatTime": at, "lastTransitionTime": since,
+    }));
+    serde_json::json!({
+        "metadata": {"resourceVersion": node.metadata.resource_version},
+        "status": {"nodeInfo": {"bootID": next_boot_id(name, current)}, "conditions": out},
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn boot_ids_count_up_and_always_change() {
+        assert_eq!(first_boot_id("n"), "n-boot-0");
+        assert_eq!(next_boot_id("n", "n-boot-0"), "n-boot-1");
+        assert_eq!(next_boot_id("n", "n-boot-41"), "n-boot-42");
+        assert_eq!(next_boot_id("n", ""), "n-boot-1");
+        assert_eq!(next_boot_id("n", "3f2a-uuid"), "n-boot-1");
+        assert_eq!(next_boot_id("n", "m-boot-1"), "n-boot-1");
+        assert_ne!(next_boot_id("n", "n-boot-x"), "n-boot-x");
+        let last = format!("n-boot-{}", u64::MAX);
+        assert_ne!(next_boot_id("n", &last), last);
+    }
 
     #[test]
     fn partitions_are_stable_and_spread() {

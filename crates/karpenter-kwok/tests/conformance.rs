@@ -45,6 +45,8 @@ async fn run_suite(provider: KwokCloudProvider, other: KwokCloudProvider, server
     }
     assert_eq!(report.provider, "kwok");
     assert!(report.check("insufficient_capacity").is_some() && report.check("drift").is_some(), "{report}");
+    assert!(report.check("reboot").is_some_and(|c| c.notes.is_empty()), "kwok reboots its Nodes: {report}");
+    assert!(report.check("repair_policies").is_some(), "{report}");
     // Everything launched was cleaned up: no kwok Node is left.
     let nodes: Api<Node> = Api::all(server.client());
     let left = nodes.list(&ListParams::default().labels(&format!("{MANAGED_LABEL}=true"))).await.unwrap();

@@ -293,3 +293,88 @@ async fn instance_types_come_from_a_json_file() {
     assert_eq!(launched.status.unwrap().capacity.get("pods").map(|q| q.as_str()), Some("29"));
     assert_eq!(catalogue::catalogue().len(), 144, "the built-in catalogue is untouched");
 }
+
+fn boot_id(node: &Node) -> String {
+    node.status.as_ref().and_then(|s| s.node_info.as_ref()).map(|i| i.boot_id.clone()).unwrap_or_default()
+}
+
+fn condition(node: &Node, type_: &str) -> Option<(String, String)> {
+    let c = node.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == type_)?;
+    let since = c
+        .last_transition_time
+        .as_ref()
+        .and_then(karpenter_api::time::from_k8s)
+        .map(karpenter_api::time::rfc3339)
+        .unwrap_or_default();
+    Some((c.status.clone(), since))
+}
+
+#[tokio::test]
+async fn reboot_brings_the_node_back_ready_with_a_new_boot_id() {
+    let server = ApiServer::new();
+    let start: chrono::DateTime<chrono::Utc> = "2026-01-01T00:00:00Z".parse().unwrap();
+    let clock = Arc::new(karpenter_testing::FakeClock::new(start));
+    let provider =
+        KwokCloudProvider::new(server.client(), KwokOptions { clock: clock.clone(), ..KwokOptions::default() });
+    let nodes: Api<Node> = Api::all(server.client());
+    let c = linux("sick", "1");
+    let mut launched = c.clone();
+    launched.status = provider.create(&c).await.unwrap().status;
+    let node = nodes.get("sick").await.unwrap();
+    assert_eq!(boot_id(&node), "sick-boot-0", "a launched Node has a boot id to record before a reboot");
+    assert_eq!(node.status.as_ref().unwrap().node_info.as_ref().unwrap().architecture, "amd64");
+    // The fault: Ready=False and a hardware condition, as node repair would see them.
+    let broken = serde_json::json!({"status": {"conditions": [
+        {"type": "Ready", "status": "False", "reason": "KubeletNotReady", "lastTransitionTime": "2025-12-31T23:00:00Z"},
+        {"type": "AcceleratedHardwareReady", "status": "False", "reason": "Xid79", "lastTransitionTime": "2025-12-31T23:00:00Z"},
+    ]}});
+    nodes.patch_status("sick", &PatchParams::default(), &Patch::Merge(broken)).await.unwrap();
+
+    clock.step_secs(60);
+    provider.reboot(&launched).await.unwrap();
+    let node = nodes.get("sick").await.unwrap();
+    assert_eq!(boot_id(&node), "sick-boot-1");
+    assert_eq!(condition(&node, "Ready"), Some(("True".into(), "2026-01-01T00:01:00Z".into())));
+    assert_eq!(
+        condition(&node, "AcceleratedHardwareReady"),
+        Some(("False".into(), "2025-12-31T23:00:00Z".into())),
+        "other conditions are the node's own: a fault the reboot did not fix stays"
+    );
+    // Again: another boot id; Ready was True already, so its transition time stays.
+    clock.step_secs(60);
+    provider.reboot(&launched).await.unwrap();
+    let node = nodes.get("sick").await.unwrap();
+    assert_eq!(boot_id(&node), "sick-boot-2");
+    assert_eq!(condition(&node, "Ready"), Some(("True".into(), "2026-01-01T00:01:00Z".into())));
+    // The same instance: nothing launched or removed.
+    let listed: Vec<_> = provider.list().await.unwrap().into_iter().filter_map(|c| c.status?.provider_id).collect();
+    assert_eq!(listed, vec!["kwok://sick".to_owned()]);
+
+    // A terminating Node, a gone one, one never launched, another provider's id: NodeClaimNotFound.
+    let patch = serde_json::json!({"metadata": {"finalizers": ["karpenter.sh/termination"]}});
+    nodes.patch("sick", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+    provider.delete(&launched).await.unwrap();
+    assert!(provider.reboot(&launched).await.unwrap_err().is_not_found());
+    assert_eq!(boot_id(&nodes.get("sick").await.unwrap()), "sick-boot-2", "a terminating Node is not rebooted");
+    let patch = serde_json::json!({"metadata": {"finalizers": null}});
+    nodes.patch("sick", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+    assert!(provider.reboot(&launched).await.unwrap_err().is_not_found());
+    assert!(provider.reboot(&linux("never", "1")).await.unwrap_err().is_not_found());
+    let mut foreign = launched.clone();
+    foreign.status.as_mut().unwrap().provider_id = Some("aws:///zone/i-1".into());
+    assert!(provider.reboot(&foreign).await.unwrap_err().is_not_found());
+}
+
+#[tokio::test]
+async fn reboot_leaves_nodes_it_did_not_launch_alone() {
+    let server = ApiServer::new();
+    let provider = KwokCloudProvider::with_defaults(server.client());
+    let nodes: Api<Node> = Api::all(server.client());
+    let real =
+        node(NodeOptions { name: Some("real".into()), provider_id: Some("kwok://real".into()), ..Default::default() });
+    nodes.create(&PostParams::default(), &real).await.unwrap();
+    let mut claim = linux("real", "1");
+    claim.status.get_or_insert_with(Default::default).provider_id = Some("kwok://real".into());
+    assert!(provider.reboot(&claim).await.unwrap_err().is_not_found());
+    assert_eq!(boot_id(&nodes.get("real").await.unwrap()), "");
+}

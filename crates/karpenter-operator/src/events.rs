@@ -56,6 +56,8 @@ pub mod reasons {
     pub const NODE_CLASS_NOT_READY: &str = "NodeClassNotReady";
     // Pods.
     pub const INVALID_DO_NOT_DISRUPT_ANNOTATION: &str = "InvalidDoNotDisruptAnnotation";
+    /// A pod's `karpenter.sh/disruption-cost` is not an int32 (gate `PodDeletionCostManagement`): ignored.
+    pub const INVALID_DISRUPTION_COST_ANNOTATION: &str = "InvalidDisruptionCostAnnotation";
     pub const DO_NOT_DISRUPT_UNTIL: &str = "DoNotDisruptUntil";
     pub const DO_NOT_DISRUPT_GRACE_PERIOD_ELAPSED: &str = "DoNotDisruptGracePeriodElapsed";
     // AWS interruption and node classes.
@@ -95,6 +97,7 @@ pub mod reasons {
         UNREGISTERED_TAINT_MISSING,
         NODE_CLASS_NOT_READY,
         INVALID_DO_NOT_DISRUPT_ANNOTATION,
+        INVALID_DISRUPTION_COST_ANNOTATION,
         DO_NOT_DISRUPT_UNTIL,
         DO_NOT_DISRUPT_GRACE_PERIOD_ELAPSED,
         SPOT_INTERRUPTED,
@@ -502,6 +505,6 @@ mod tests {
         assert!(!recorder.publish(event).await.unwrap());
         let posted = events(&server, "missing-namespace").await;
         assert_eq!(posted[0].message.as_ref().unwrap().len(), MAX_MESSAGE_BYTES);
-        assert!(reasons::ALL.contains(&"DoNotDisruptGracePeriodElapsed") && reasons::ALL.len() == 35);
+        assert!(reasons::ALL.contains(&"DoNotDisruptGracePeriodElapsed") && reasons::ALL.len() == 36);
     }
 }

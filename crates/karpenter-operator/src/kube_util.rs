@@ -282,6 +282,12 @@ pub(crate) fn record_disrupted(metrics: &crate::metrics::Metrics, claim: &NodeCl
         .inc();
 }
 
+/// Locks a std mutex; a poisoned one (a panic while held) still hands out its data: the controllers' in-memory
+/// notes stay usable, and the panic itself is reported where it happened.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Test support: records the events logged on this thread (level and rendered fields) while the guard lives.
 #[cfg(test)]
 pub(crate) mod test_log {

@@ -40,14 +40,17 @@ pub mod logging;
 pub mod manager;
 pub mod metrics;
 pub mod node_classes;
+pub mod nodeoverlay;
 pub mod nodepool;
 pub mod provisioner;
+pub mod repair;
 pub mod server;
 pub mod settings;
 pub mod shutdown;
 pub mod state;
 pub mod termination;
 pub mod trim;
+pub mod vpa;
 
 pub use context::ControllerContext;
 pub use settings::{CoreSettings, FeatureGates, LogLevel, MinValuesPolicy, PreferencePolicy, SettingsError};

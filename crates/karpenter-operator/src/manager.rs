@@ -85,7 +85,7 @@ pub struct Manager {
     leader_client: Option<Client>,
     cloud: Arc<dyn CloudProvider>,
     node_classes: Arc<dyn NodeClassLookup>,
-    interruption: Option<Arc<dyn InterruptionSource>>,
+    interruption: Vec<Arc<dyn InterruptionSource>>,
     clock: Arc<dyn Clock>,
     metrics: Arc<Metrics>,
     probes: Probes,
@@ -132,6 +132,9 @@ impl Manager {
         clock: Arc<dyn Clock>,
     ) -> Self {
         let mut crds = vec!["nodepools.karpenter.sh".to_string(), "nodeclaims.karpenter.sh".to_string()];
+        if settings.feature_gates.node_overlay {
+            crds.push("nodeoverlays.karpenter.sh".to_string());
+        }
         crds.extend(cloud.supported_node_classes().iter().map(|k| crd_name(&k.group, &k.kind)));
         Self {
             settings: settings.normalized(),
@@ -139,7 +142,7 @@ impl Manager {
             leader_client: None,
             cloud,
             node_classes,
-            interruption: None,
+            interruption: Vec::new(),
             clock,
             metrics: Arc::new(Metrics::new(&crate::metrics::BuildInfo::current("", ""))),
             probes: Probes::new(),
@@ -152,9 +155,9 @@ impl Manager {
         }
     }
 
-    /// The interruption queue to consume.
+    /// An interruption source to consume (the queue, status checks); each added source gets its own loop.
     pub fn with_interruption(mut self, source: Arc<dyn InterruptionSource>) -> Self {
-        self.interruption = Some(source);
+        self.interruption.push(source);
         self
     }
 
@@ -194,7 +197,8 @@ impl Manager {
         self
     }
 
-    /// The disruption loop's timings (default: upstream's, with the `SpotToSpotConsolidation` gate).
+    /// The disruption loop's timings (default: upstream's); the rest of the loop's settings always come from the
+    /// controller settings ([`DisruptionSettings::from_settings`]).
     pub fn with_disruption_settings(mut self, settings: DisruptionSettings) -> Self {
         self.disruption = Some(settings);
         self
@@ -321,7 +325,7 @@ struct LeaderParts {
     client: Client,
     leader_client: Option<Client>,
     cloud: Arc<dyn CloudProvider>,
-    interruption: Option<Arc<dyn InterruptionSource>>,
+    interruption: Vec<Arc<dyn InterruptionSource>>,
     clock: Arc<dyn Clock>,
     metrics: Arc<Metrics>,
     identity: String,
@@ -467,11 +471,23 @@ fn controllers(parts: &LeaderParts, leader: &CancellationToken) -> Controllers {
     crate::kube_util::set_fallback_metrics(metrics.clone());
     let state = parts.state.clone().unwrap_or_else(|| ClusterState::from_settings(settings, clock.clone()));
     let recorder = Recorder::new(parts.client.clone(), clock.clone(), parts.identity.clone());
-    let ctx = ControllerContext::new(parts.client.clone(), state.clone(), cloud.clone(), recorder, metrics, clock);
+    // NodeOverlay (gate): every controller reads instance types through the overlay decorator; the NodeOverlay
+    // controller evaluates the overlays against the undecorated provider and fills the decorator's store.
+    let overlay_store = settings.feature_gates.node_overlay.then(karpenter_cloudprovider::OverlayStore::new);
+    let decorated: Arc<dyn CloudProvider> = match &overlay_store {
+        Some(store) => Arc::new(karpenter_cloudprovider::Overlaid::new(cloud.clone(), store.clone())),
+        None => cloud.clone(),
+    };
+    let ctx = ControllerContext::new(parts.client.clone(), state.clone(), decorated, recorder, metrics, clock);
     // Every controller talks to the provider through its own metrics decorator, so each call is timed (and its
     // error counted) under the calling controller's name, whatever the provider.
     let ctx_for = |controller: &str| ctx.for_controller(controller);
     let mut list: Vec<NamedController> = Vec::new();
+
+    if let Some(store) = overlay_store {
+        let overlays = Arc::new(crate::nodeoverlay::NodeOverlayController::new(&ctx, cloud.clone(), store));
+        list.push((crate::nodeoverlay::CONTROLLER.into(), Box::pin(overlays.run(leader.clone()))));
+    }
 
     let provisioner = Provisioner::new(&ctx_for("provisioner"), ProvisionerOptions::from_settings(settings));
     list.push(("provisioner".into(), Box::pin(provisioner.run(leader.clone()))));
@@ -484,6 +500,20 @@ fn controllers(parts: &LeaderParts, leader: &CancellationToken) -> Controllers {
 
     let expiration = Arc::new(Expiration::new(&ctx));
     list.push(("nodeclaim.expiration".into(), Box::pin(expiration.run(state.clone(), leader.clone()))));
+
+    // Node repair: with the gate on, a disruption method (the disruption loop's); with LEGACY_NODE_REPAIR too,
+    // upstream v1.14's standalone controller.
+    if settings.feature_gates.node_repair
+        && settings.legacy_node_repair
+        && let Some(policies) = crate::repair::policies(&ctx)
+    {
+        let legacy = Arc::new(crate::repair::LegacyRepair::new(&ctx_for("node.health"), policies));
+        list.push(("node.health".into(), Box::pin(legacy.run(leader.clone()))));
+    }
+
+    // VerticalPodAutoscalers: watched and kept (upstream v1.15), read by nothing yet.
+    let vpas = crate::vpa::VpaStore::default();
+    list.push(("vpa".into(), Box::pin(crate::vpa::run(parts.client.clone(), vpas, leader.clone()))));
 
     let gc = Arc::new(GarbageCollection::new(&ctx_for("garbagecollection")));
     list.push(("garbagecollection".into(), Box::pin(gc.run(leader.clone()))));
@@ -527,7 +557,13 @@ fn controllers(parts: &LeaderParts, leader: &CancellationToken) -> Controllers {
     list.push(("nodeclaim.disruption".into(), Box::pin(conditions.run(leader.clone()))));
     let pod_events = Arc::new(PodEvents::new(&ctx));
     list.push(("nodeclaim.podevents".into(), Box::pin(pod_events.run(leader.clone()))));
-    let disruption_settings = parts.disruption.clone().unwrap_or_else(|| DisruptionSettings::from_settings(settings));
+    // Timings may be overridden (tests); what the settings decide (gates, limits, the scheduler config) is
+    // always theirs.
+    let from_settings = DisruptionSettings::from_settings(settings);
+    let disruption_settings = match &parts.disruption {
+        Some(custom) => from_settings.with_timings_of(custom),
+        None => from_settings,
+    };
     let disruption = Arc::new(Disruption::new(&ctx_for("disruption"), disruption_settings));
     list.push(("disruption".into(), Box::pin(disruption.run(leader.clone()))));
 
@@ -539,9 +575,10 @@ fn controllers(parts: &LeaderParts, leader: &CancellationToken) -> Controllers {
         list.push((crate::deletion_cost::CONTROLLER.into(), Box::pin(deletion_cost.run(leader.clone()))));
     }
 
-    if let Some(source) = &parts.interruption {
+    for (i, source) in parts.interruption.iter().enumerate() {
         let interruption = Arc::new(Interruption::new(&ctx, source.clone()));
-        list.push(("interruption".into(), Box::pin(interruption.run(leader.clone()))));
+        let name = if i == 0 { "interruption".to_owned() } else { format!("interruption.{i}") };
+        list.push((name, Box::pin(interruption.run(leader.clone()))));
     }
 
     Controllers { state, list }

@@ -403,7 +403,7 @@ karpenter_metrics! {
     counter interruption_received_messages(message_type) "Number of interruption messages received, by type (AWS).";
     counter interruption_deleted_messages() "Number of interruption messages deleted from the queue (AWS).";
     histogram interruption_message_queue_duration_seconds() "Time between an interruption message being sent and its processing (AWS).";
-    counter interruption_instance_status_unhealthy(category) "Number of instances found unhealthy by instance status checks, by category (AWS).";
+    counter interruption_instance_status_unhealthy(category) "Number of instances found unhealthy by instance status checks, by category: InstanceStatus, SystemStatus (impaired checks) or ScheduledEvent (AWS).";
     // Pod deletion cost (feature gate PodDeletionCostManagement)
     gauge pod_deletion_cost_nodes_ranked() "Nodes the last pod deletion-cost cycle ranked (drifted and disruptable nodes within their budgets).";
     counter pod_deletion_cost_pods_updated(result) "Pods the deletion-cost controller considered, by result: updated, skipped_unchanged (already held their value, or gone or changed under the write) or error.";
@@ -748,6 +748,61 @@ mod tests {
         }
         assert!(text.contains("karpenter_build_info{version=\""));
         assert!(text.contains("goarch=\"") && text.contains("commit=\"abc123\"} 1"));
+    }
+
+    /// The checked-in list of upstream v1.15.1's metrics (`src/metrics_upstream/v1.15.txt`): every upstream
+    /// metric is served with its type and labels, and every served metric is upstream's or listed as ours.
+    #[test]
+    fn served_metrics_match_upstream_v1_15() {
+        let list = include_str!("metrics_upstream/v1.15.txt");
+        let mut section = "";
+        let mut upstream: BTreeMap<String, (String, BTreeSet<String>, bool)> = BTreeMap::new();
+        let mut beyond: BTreeMap<String, (String, BTreeSet<String>, bool)> = BTreeMap::new();
+        for line in list.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+            if line.starts_with('[') {
+                section = line;
+                continue;
+            }
+            let parts: Vec<&str> = line.split_whitespace().collect();
+            let [name, kind, labels] = parts.as_slice() else { panic!("malformed line {line:?}") };
+            let dynamic = labels.contains("+node");
+            let labels: BTreeSet<String> =
+                labels.split(',').filter(|l| *l != "-" && *l != "+node").map(str::to_owned).collect();
+            let entry = ((*kind).to_owned(), labels, dynamic);
+            let target = match section {
+                "[upstream]" => &mut upstream,
+                "[beyond-upstream]" => &mut beyond,
+                other => panic!("unknown section {other:?}"),
+            };
+            assert!(target.insert((*name).to_owned(), entry).is_none(), "{name} listed twice");
+        }
+        assert!(upstream.len() > 90, "the upstream list: {}", upstream.len());
+        let metrics = Metrics::new(&BuildInfo::current("abc123", "1.95"));
+        metrics.touch_all();
+        let served: BTreeMap<String, (String, BTreeSet<String>)> = parse_exposition(&metrics.render())
+            .into_iter()
+            .map(|(name, kind, labels)| (name, (kind, labels.into_iter().collect())))
+            .collect();
+        let dynamic: BTreeSet<String> =
+            Metrics::descriptors().into_iter().filter(|d| d.dynamic_labels).map(|d| d.name).collect();
+        for (name, (kind, labels, node_labels)) in upstream.iter().chain(&beyond) {
+            let Some((served_kind, served_labels)) = served.get(name) else { panic!("{name} is not served") };
+            assert_eq!((served_kind, served_labels), (kind, labels), "{name}: type and labels");
+            assert_eq!(dynamic.contains(name), *node_labels, "{name}: the well-known node labels");
+        }
+        for name in served.keys() {
+            assert!(
+                upstream.contains_key(name) || beyond.contains_key(name),
+                "{name} is served but in neither section of metrics_upstream/v1.15.txt"
+            );
+        }
+        for name in beyond.keys() {
+            let help = Metrics::descriptors().into_iter().find(|d| &d.name == name).map(|d| d.help).unwrap_or_default();
+            assert!(
+                help.contains("Not in upstream Karpenter") || help.contains("karpenter-rs addition"),
+                "{name}'s help must say it is ours: {help}"
+            );
+        }
     }
 
     #[test]

@@ -477,7 +477,12 @@ impl Provisioner {
                 Ok(its) => pools.push((pool.clone(), its)),
                 Err(e) => {
                     let name = pool.name_any();
-                    tracing::error!(controller = CONTROLLER, NodePool = %name, error = %e, "skipping nodepool: listing instance types failed");
+                    // Not evaluated yet (NodeOverlays) is expected for a moment after start or a pool's creation.
+                    if e.kind() == karpenter_cloudprovider::ErrorKind::UnevaluatedNodePool {
+                        tracing::info!(controller = CONTROLLER, NodePool = %name, error = %e, "skipping nodepool this pass");
+                    } else {
+                        tracing::error!(controller = CONTROLLER, NodePool = %name, error = %e, "skipping nodepool: listing instance types failed");
+                    }
                     report.skipped_pools.push((name, e.to_string()));
                 }
             }

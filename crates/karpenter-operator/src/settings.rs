@@ -187,6 +187,10 @@ pub struct CoreSettings {
     #[arg(long, env = "HONOR_AUTOSCALER_ANNOTATIONS", default_value = "true", action = ArgAction::Set,
           num_args = 0..=1, default_missing_value = "true")]
     pub honor_autoscaler_annotations: bool,
+    /// With the NodeRepair gate on: repair unhealthy nodes as v1.14 did (forceful deletion, no replacement first, no budget) instead of as a disruption method within the Unhealthy budget
+    #[arg(long, env = "LEGACY_NODE_REPAIR", default_value = "false", action = ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true")]
+    pub legacy_node_repair: bool,
     /// Cluster-wide limits over every NodePool, as resource=quantity pairs separated by commas (cpu, memory, ephemeral-storage, pods, nodes, huge pages such as hugepages-2Mi, or a domain-prefixed extended resource such as nvidia.com/gpu; e.g. cpu=2000,memory=8Ti,nodes=300). Enforced in provisioning like a NodePool's limits, counting every NodePool's nodes and in-flight NodeClaims; empty means none. Not in upstream Karpenter (docs/beyond-upstream.md)
     #[arg(long, env = "CLUSTER_LIMITS", default_value = "", value_parser = parse_cluster_limits)]
     pub cluster_limits: ResourceList,

@@ -38,6 +38,8 @@ pub struct InstanceType {
     /// Volumes a node of this type can attach, per CSI driver name; a driver not listed has no known limit. A
     /// registered node's CSINode limits take precedence; these apply to NodeClaims not launched yet.
     pub volume_attachment_limits: BTreeMap<String, u32>,
+    /// A NodeOverlay added to this type's capacity (NodeClaims launched from it are annotated so).
+    pub capacity_overlay_applied: bool,
     capacity: ResourceList,
     overhead: Overhead,
     allocatable: OnceLock<ResourceList>,
@@ -50,6 +52,7 @@ impl Clone for InstanceType {
             requirements: self.requirements.clone(),
             offerings: self.offerings.clone(),
             volume_attachment_limits: self.volume_attachment_limits.clone(),
+            capacity_overlay_applied: self.capacity_overlay_applied,
             capacity: self.capacity.clone(),
             overhead: self.overhead.clone(),
             allocatable: self.allocatable.clone(),
@@ -92,6 +95,7 @@ impl InstanceType {
             requirements,
             offerings,
             volume_attachment_limits: BTreeMap::new(),
+            capacity_overlay_applied: false,
             capacity,
             overhead,
             allocatable: OnceLock::new(),

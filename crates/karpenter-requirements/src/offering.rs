@@ -25,6 +25,8 @@ pub struct Offering {
     pub capacity_override: Option<ResourceList>,
     /// Overhead that replaces the instance type's for this offering.
     pub overhead_override: Option<Overhead>,
+    /// A NodeOverlay set this offering's price (NodeClaims launched from it are annotated so).
+    pub price_overlay_applied: bool,
 }
 
 impl Offering {
@@ -37,6 +39,7 @@ impl Offering {
             reservation_capacity: 0,
             capacity_override: None,
             overhead_override: None,
+            price_overlay_applied: false,
         }
     }
 

@@ -24,8 +24,11 @@
 //!   existing nodes' domains the pod allows; 0 for hostname or below `minDomains`). Verified for groups whose
 //!   placed members all carry the same constraint and node constraints (the workload case), since the
 //!   final state alone cannot tell in which order mixed groups were placed;
+//! * `SCHEDULER_CONFIG`'s default spread constraints ([`check_with_defaults`]): as a pod's own, for the pods
+//!   that get them;
 //! * volumes: a placed pod's place is compatible with one of its volume-topology alternatives, and existing
-//!   nodes stay within their CSI volume limits (claims are resolved with the scheduler's PVC lookup).
+//!   nodes stay within their CSI volume limits, and a new claim's every instance-type option within its
+//!   volume attachment limits (claims are resolved with the scheduler's PVC lookup).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -96,6 +99,40 @@ fn daemon_overhead(
         }
     }
     out
+}
+
+/// [`check`] with `SCHEDULER_CONFIG`'s default topology spread constraints: every pending pod that declares no
+/// spread constraint and whose derived selector is not empty is checked as if it carried the defaults (with the
+/// selector kube-scheduler derives from its Services and controller, [`crate::default_spread::default_selector`]).
+/// An empty config checks nothing more than [`check`].
+pub fn check_with_defaults(
+    snapshot: &ClusterSnapshot,
+    pools: &[PoolInput<'_>],
+    provider: &ProviderLabels,
+    config: &crate::SchedulerConfig,
+    decisions: &Decisions,
+) -> Result<(), Vec<String>> {
+    if config.is_empty() {
+        return check(snapshot, pools, provider, decisions);
+    }
+    let mut with = snapshot.clone();
+    for pod in &mut with.pending_pods {
+        if pod.spec.topology_spread_constraints.as_ref().is_some_and(|c| !c.is_empty()) {
+            continue;
+        }
+        let Some(selector) = crate::default_spread::default_selector(pod, snapshot) else { continue };
+        let constraints = config
+            .default_constraints
+            .iter()
+            .map(|c| k8s_openapi::api::core::v1::TopologySpreadConstraint {
+                label_selector: Some(selector.clone()),
+                ..c.clone()
+            })
+            .collect();
+        let p = std::sync::Arc::make_mut(pod);
+        std::sync::Arc::make_mut(&mut p.spec).topology_spread_constraints = Some(constraints);
+    }
+    check(&with, pools, provider, decisions)
 }
 
 /// Checks `decisions` against the input; returns every violation found.
@@ -542,6 +579,49 @@ fn check_topology(
     // DoNotSchedule topology spread of placed pods.
     check_spread(pools, provider, &pods, &places, v);
     check_volumes(snapshot, provider, decisions, &pending, &pods, &places, v);
+    check_new_claim_volume_limits(snapshot, pools, decisions, &pending, v);
+}
+
+/// A new claim's pods need at most each instance-type option's volume attachment limit of distinct volumes per
+/// CSI driver (options without a limit for a driver are not limited).
+fn check_new_claim_volume_limits(
+    snapshot: &ClusterSnapshot,
+    pools: &[PoolInput<'_>],
+    decisions: &Decisions,
+    pending: &BTreeMap<String, &CompactPod>,
+    v: &mut Vec<String>,
+) {
+    let index = crate::scheduler::volumes::VolumeIndex::new(snapshot);
+    for claim in &decisions.new_node_claims {
+        let mut per_driver: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for k in &claim.pods {
+            let Some(p) = pending.get(k) else { continue };
+            for (d, c) in index.pod(p).map(|x| x.claims).unwrap_or_default() {
+                per_driver.entry(d).or_default().insert(c);
+            }
+        }
+        if per_driver.is_empty() {
+            continue;
+        }
+        let Some(pool) = pools.iter().find(|p| p.node_pool.metadata.name.as_deref() == Some(claim.node_pool.as_str()))
+        else {
+            continue;
+        };
+        for name in &claim.instance_types {
+            let Some(it) = pool.instance_types.iter().find(|it| &it.name == name) else { continue };
+            for (driver, volumes) in &per_driver {
+                if let Some(limit) = it.volume_attachment_limits.get(driver)
+                    && volumes.len() > *limit as usize
+                {
+                    v.push(format!(
+                        "new claim {}: option {name} attaches at most {limit} {driver} volumes, its pods use {}",
+                        claim.name,
+                        volumes.len()
+                    ));
+                }
+            }
+        }
+    }
 }
 
 /// Every place a pod can be after the decision (existing nodes, in-flight claims, the decision's new claims) and
@@ -1029,6 +1109,46 @@ mod tests {
         let ok = schedule(&strict, &pools, &provider, &SchedulerOptions::default());
         assert!(check(&strict, &pools, &provider, &ok).is_ok(), "the scheduler's own decision passes");
         check(&strict, &pools, &provider, &d).err().unwrap_or_default()
+    }
+
+    /// Three pods a Service selects, packed on one claim: fine without a scheduler config, a violation of the
+    /// default hostname spread with one; the scheduler's own decision under the config passes.
+    #[test]
+    fn checks_default_spread_constraints() {
+        let pool = node_pool(NodePoolOptions { name: Some("default".into()), ..Default::default() });
+        let its = catalogue();
+        let mut snap = ClusterSnapshot::new();
+        snap.node_pools.push(pool);
+        let app: std::collections::BTreeMap<String, String> = [("app".to_owned(), "web".to_owned())].into();
+        snap.services.push(crate::default_spread::ServiceSelector {
+            namespace: "default".into(),
+            name: "web".into(),
+            selector: Some(app.clone()),
+        });
+        for i in 0..3 {
+            let p = pod(PodOptions {
+                name: Some(format!("p{i}")),
+                labels: app.clone(),
+                requests: [("cpu", "1")].into(),
+                ..Default::default()
+            });
+            snap.pending_pods.push(p.into_shared());
+        }
+        let pools = [PoolInput { node_pool: &snap.node_pools[0], instance_types: &its }];
+        let provider = ProviderLabels::aws();
+        let packed = schedule(&snap, &pools, &provider, &SchedulerOptions::default());
+        assert_eq!(packed.new_node_claims.len(), 1);
+        let config = crate::SchedulerConfig::parse(
+            "podTopologySpread: {defaultConstraints: [{maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule}]}",
+        )
+        .unwrap();
+        assert!(check_with_defaults(&snap, &pools, &provider, &crate::SchedulerConfig::default(), &packed).is_ok());
+        let v = check_with_defaults(&snap, &pools, &provider, &config, &packed).unwrap_err();
+        assert!(v.iter().any(|v| v.contains("spread on kubernetes.io/hostname violated")), "{v:?}");
+        let options = SchedulerOptions { scheduler_config: config.clone(), ..Default::default() };
+        let spread = schedule(&snap, &pools, &provider, &options);
+        assert_eq!(spread.new_node_claims.len(), 3);
+        assert!(check_with_defaults(&snap, &pools, &provider, &config, &spread).is_ok());
     }
 
     #[test]

@@ -93,6 +93,12 @@ pub struct NodeClaimPlan {
     pub daemon_set_overhead: ResourceList,
     /// minValues were lowered under the BestEffort policy.
     pub min_values_relaxed: bool,
+    /// A NodeOverlay changed the price of an offering of one of the options (absent from the JSON when false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub price_overlay_applied: bool,
+    /// A NodeOverlay added capacity to one of the options (absent from the JSON when false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub capacity_overlay_applied: bool,
 }
 
 impl NodeClaimPlan {
@@ -110,6 +116,8 @@ impl NodeClaimPlan {
             requests: ResourceList::new(),
             daemon_set_overhead: ResourceList::new(),
             min_values_relaxed: false,
+            price_overlay_applied: false,
+            capacity_overlay_applied: false,
         })
     }
 
@@ -281,6 +289,8 @@ mod tests {
                 .with("pods", Quantity::from_int(1, Format::DecimalSI)),
             daemon_set_overhead: ResourceList::new().with("cpu", "100m".parse().expect("quantity")),
             min_values_relaxed: false,
+            price_overlay_applied: false,
+            capacity_overlay_applied: false,
         }
     }
 

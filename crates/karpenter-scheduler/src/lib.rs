@@ -102,8 +102,8 @@
 //!
 //! * DRA resource claims get a per-pod reason (as upstream's default `IGNORE_DRA_REQUESTS=true`).
 //! * Reserved offerings and [`ReservedOfferingMode`] are not simulated (reserved offerings are priced like
-//!   any other), nor the `consolidateAfter` window for non-pending pods, nor default (cluster-level) spread
-//!   constraints, nor sizing of in-flight NodeClaims without `status.allocatable` (nothing fits on them).
+//!   any other), nor the `consolidateAfter` window for non-pending pods, nor sizing of in-flight NodeClaims
+//!   without `status.allocatable` (nothing fits on them).
 //!   Existing nodes and in-flight claims are tried sequentially (upstream evaluates them in parallel with the
 //!   same result).
 
@@ -119,6 +119,6 @@ pub mod snapshot;
 pub use decision::{API_VERSION, Decisions, NodeClaimPlan, UnschedulablePod, UnschedulableReason};
 pub use default_spread::{SchedulerConfig, SchedulerConfigError};
 pub use nodeclaim::{BuildError, build_node_claim};
-pub use scheduler::templates::cluster_usage;
+pub use scheduler::templates::{cluster_usage, remaining_limits};
 pub use scheduler::{PoolInput, ReservedOfferingMode, SchedulerOptions, schedule, schedule_until};
 pub use snapshot::{ClusterSnapshot, NamespaceInfo, NodeClaimInfo, NodeInfo, SnapshotBuilder, SnapshotError};

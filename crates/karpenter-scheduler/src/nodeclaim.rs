@@ -95,6 +95,14 @@ pub fn build_node_claim(
         annotations::NODE_CLAIM_MIN_VALUES_RELAXED.to_owned(),
         if plan.min_values_relaxed { "true" } else { "false" }.to_owned(),
     );
+    // Set only when an overlay changed one of the options, as upstream does (the AWS launch then keeps the
+    // overlay's price order).
+    if plan.price_overlay_applied {
+        claim_annotations.insert(annotations::PRICE_OVERLAY_APPLIED.to_owned(), "true".to_owned());
+    }
+    if plan.capacity_overlay_applied {
+        claim_annotations.insert(annotations::CAPACITY_OVERLAY_APPLIED.to_owned(), "true".to_owned());
+    }
 
     let requests: BTreeMap<String, ResourceQuantity> =
         plan.total_requests().iter().map(|(name, q)| (name.to_owned(), ResourceQuantity::new(q.to_string()))).collect();
@@ -169,6 +177,8 @@ mod tests {
                 .with("memory", quantity("512Mi"))
                 .with("pods", Quantity::from_int(1, Format::DecimalSI)),
             min_values_relaxed: false,
+            price_overlay_applied: false,
+            capacity_overlay_applied: false,
         }
     }
 
@@ -245,6 +255,24 @@ mod tests {
         assert!(!l.contains_key("karpenter.sh/custom"), "restricted keys are no label");
         let a = claim.metadata.annotations.as_ref().expect("annotations");
         assert_eq!(a.get(annotations::NODE_CLAIM_MIN_VALUES_RELAXED).map(String::as_str), Some("true"));
+    }
+
+    #[test]
+    fn overlay_annotations_follow_the_plan() {
+        let pool = pool();
+        let p = plan(Requirements::new());
+        let a = build_node_claim(&pool, &p, &ProviderLabels::aws()).expect("builds").metadata.annotations.unwrap();
+        assert!(!a.contains_key(annotations::PRICE_OVERLAY_APPLIED));
+        assert!(!a.contains_key(annotations::CAPACITY_OVERLAY_APPLIED));
+        for (price, capacity) in [(true, false), (false, true), (true, true)] {
+            let mut p = plan(Requirements::new());
+            p.price_overlay_applied = price;
+            p.capacity_overlay_applied = capacity;
+            let a = build_node_claim(&pool, &p, &ProviderLabels::aws()).expect("builds").metadata.annotations.unwrap();
+            assert_eq!(a.contains_key(annotations::PRICE_OVERLAY_APPLIED), price);
+            assert_eq!(a.contains_key(annotations::CAPACITY_OVERLAY_APPLIED), capacity);
+            assert!(a.values().all(|v| !v.is_empty()));
+        }
     }
 
     #[test]

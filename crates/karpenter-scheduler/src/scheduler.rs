@@ -3,6 +3,7 @@
 
 pub(crate) mod pods;
 mod repack;
+mod room;
 pub(crate) mod templates;
 mod topology;
 #[cfg(test)]
@@ -24,6 +25,7 @@ use karpenter_requirements::{
 
 pub use pods::TOPOLOGY_NOT_SUPPORTED;
 use pods::{PodData, Relaxation, pods_data};
+use room::{NoRoom, RoomClasses};
 use rustc_hash::FxHashMap;
 use templates::{ClusterBudget, ExistingNode, Template, daemons, existing_nodes};
 use topology::{Place, Prepared, Topology};
@@ -158,6 +160,10 @@ pub(crate) struct Solver<'a> {
     /// a pod of the class down turns every later one down too; with thousands of full nodes and tens of
     /// thousands of pending replicas, scanning them all again for every replica was most of a pass.
     existing_unfit: FxHashMap<(u64, Relaxation), usize>,
+    /// Each pod's class of equal requests, and per class the in-flight claims known to have no room for it:
+    /// the in-flight scan skips those (exact: see the `room` module docs).
+    room_classes: RoomClasses,
+    no_room: NoRoom,
     /// Stop once this many new NodeClaims are open (the result then says `timedOut`); see
     /// [`crate::simulation::Simulator::count_new_claims`].
     claim_cap: Option<usize>,
@@ -263,7 +269,10 @@ impl<'a> Solver<'a> {
         let topology =
             Topology::new(base.snapshot, &mut pods, &base.templates, &base.existing, options.preference_policy);
         let affinity_keys = topology.affinity_keys();
+        let room_classes = RoomClasses::new(pods.iter().map(|p| &p.requests));
         Solver {
+            no_room: NoRoom::new(room_classes.len()),
+            room_classes,
             domain_ids: vec![HashMap::new(); affinity_keys.len()],
             affinity_keys,
             claim_domains: Vec::new(),
@@ -451,7 +460,10 @@ impl<'a> Solver<'a> {
             !skip || self.claims.iter().all(|c| self.topology.quick_reject(i, relax, &c.hostname)),
             "rejects_all_claims must imply quick_reject on every claim"
         );
-        let scan = if skip { 0 } else { self.claim_order.len() };
+        // Pods of a class whose claims all have no room for it go straight to a new claim.
+        let room_class = self.room_classes.class(i);
+        let all_full = room_class.is_some_and(|k| self.no_room.count(k) == self.claims.len());
+        let scan = if skip || all_full { 0 } else { self.claim_order.len() };
         // The pod-affinity pre-check over domain ids: (key index, allowed ids); `None` when a key is not
         // indexed (then every claim gets the full check).
         let affinity: Option<Vec<(usize, Vec<u32>)>> = prepared
@@ -465,6 +477,17 @@ impl<'a> Solver<'a> {
             .collect();
         for o in 0..scan {
             let Some(&c) = self.claim_order.get(o) else { break };
+            // First, before the claim itself is read: most claims a pod of a large workload meets are full.
+            if room_class.is_some_and(|k| self.no_room.has(k, c)) {
+                debug_assert!(
+                    self.claims.get(c).is_none_or(|claim| self.templates.get(claim.template).is_none_or(|t| {
+                        let pod = (&reqs, &strict, &prepared);
+                        self.can_add_explained(t, claim, i, pod, relax, &claim.its, false, &mut false).is_err()
+                    })),
+                    "a claim with no room for a class must turn its pods down"
+                );
+                continue;
+            }
             let claim = &self.claims[c];
             let Some(template) = self.templates.get(claim.template) else { continue };
             let domains = self.claim_domains.get(c);
@@ -485,16 +508,34 @@ impl<'a> Solver<'a> {
             debug_assert!(
                 !affinity_rejects
                     || self
-                        .can_add_explained(template, claim, i, (&reqs, &strict, &prepared), relax, &claim.its, false)
+                        .can_add_explained(
+                            template,
+                            claim,
+                            i,
+                            (&reqs, &strict, &prepared),
+                            relax,
+                            &claim.its,
+                            false,
+                            &mut false
+                        )
                         .is_err(),
                 "affinity_rejects must imply that CanAdd fails"
             );
             if affinity_rejects || self.topology.quick_reject(i, relax, &claim.hostname) {
                 continue;
             }
-            if let Ok(cand) =
-                self.can_add_explained(template, claim, i, (&reqs, &strict, &prepared), relax, &claim.its, false)
-            {
+            let mut no_room = false;
+            let added = self.can_add_explained(
+                template,
+                claim,
+                i,
+                (&reqs, &strict, &prepared),
+                relax,
+                &claim.its,
+                false,
+                &mut no_room,
+            );
+            if let Ok(cand) = added {
                 let claim = &mut self.claims[c];
                 claim.requirements = cand.requirements;
                 claim.its = cand.its;
@@ -512,6 +553,9 @@ impl<'a> Solver<'a> {
                 self.index_claim_domains(c);
                 self.reorder_claim(o);
                 return Ok(());
+            }
+            if let (true, Some(k)) = (no_room, room_class) {
+                self.no_room.insert(k, c);
             }
         }
         // 3. A new NodeClaim from each template, in weight order.
@@ -653,13 +697,14 @@ impl<'a> Solver<'a> {
         relax: &Relaxation,
         its: &[u32],
     ) -> Result<Candidate, NodePoolRejection> {
-        self.can_add_explained(template, claim, i, pod, relax, its, true)
+        self.can_add_explained(template, claim, i, pod, relax, its, true, &mut false)
             .map_err(|e| e.unwrap_or_else(|| NodePoolRejection::new(&template.name, RejectionKind::Other, "")))
     }
 
     /// [`Self::can_add`]; without `explain`, the error carries no reason (`None`) instead of the diagnosis
     /// (the in-flight claims loop discards reasons, and diagnosing is its hot path). With `explain` it always
-    /// has one.
+    /// has one. `no_room` is set when the check got as far as resources and none of `its` has room for the
+    /// claim's requests plus the pod's (left alone otherwise).
     #[allow(clippy::too_many_arguments)]
     fn can_add_explained(
         &self,
@@ -670,6 +715,7 @@ impl<'a> Solver<'a> {
         relax: &Relaxation,
         its: &[u32],
         explain: bool,
+        no_room: &mut bool,
     ) -> Result<Candidate, Option<NodePoolRejection>> {
         let np = &template.name;
         let reject = |kind: RejectionKind, detail: String| explain.then(|| NodePoolRejection::new(np, kind, detail));
@@ -709,6 +755,7 @@ impl<'a> Solver<'a> {
         }
         let requests = claim.requests.add(&pod.requests);
         let mut survivors = Vec::with_capacity(its.len());
+        let mut any_room = false;
         {
             let mut cache = self.compat_cache.borrow_mut();
             let mut mask: Option<&mut Vec<u8>> = None;
@@ -733,6 +780,7 @@ impl<'a> Solver<'a> {
                 if !requests.fits(room) {
                     continue;
                 }
+                any_room = true;
                 if let Some(m) = mask.as_deref_mut()
                     && let Some(state) = m.get_mut(i as usize)
                 {
@@ -751,6 +799,7 @@ impl<'a> Solver<'a> {
                 survivors.push(i);
             }
         }
+        *no_room = !any_room;
         if survivors.is_empty() {
             return Err(explain.then(|| self.diagnose(template, &requirements, &requests, pod, its)));
         }
@@ -938,6 +987,8 @@ impl<'a> Solver<'a> {
                 requests: claim.requests,
                 daemon_set_overhead: plan.daemon_set_overhead.clone(),
                 min_values_relaxed: claim.min_values_relaxed,
+                price_overlay_applied: plan.price_overlay_applied,
+                capacity_overlay_applied: plan.capacity_overlay_applied,
             });
         }
         for node in &self.existing {
@@ -983,6 +1034,8 @@ struct BuiltPlan {
     instance_types: Vec<String>,
     price: Option<f64>,
     daemon_set_overhead: ResourceList,
+    price_overlay_applied: bool,
+    capacity_overlay_applied: bool,
 }
 
 impl Pricing {
@@ -1084,6 +1137,8 @@ impl Pricing {
             instance_types: kept.iter().map(|it| it.name.clone()).collect(),
             price,
             daemon_set_overhead: overhead.unwrap_or_default(),
+            price_overlay_applied: kept.iter().any(|it| it.offerings.iter().any(|o| o.price_overlay_applied)),
+            capacity_overlay_applied: kept.iter().any(|it| it.capacity_overlay_applied),
         })
     }
 }
@@ -1194,6 +1249,43 @@ mod tests {
         assert_eq!(d.new_node_claims[0].instance_types, ["it-4"]);
         assert_eq!(d.new_node_claims[0].requests.get("cpu").map(ToString::to_string).as_deref(), Some("3"));
         assert_eq!(d.new_node_claims[0].price, Some(4.0));
+    }
+
+    #[test]
+    fn claims_without_room_are_remembered_per_class_and_change_no_decision() {
+        // 1.5 cpu pods: two fill a 4-cpu claim; 0.5 cpu pods still fit beside them.
+        let mut s = snapshot(7, "1500m");
+        for (i, cpu) in ["500m", "500m", "1500m", "500m"].iter().enumerate() {
+            s.pending_pods.push(
+                pod(PodOptions { name: Some(format!("q{i}")), requests: [("cpu", *cpu)].into(), ..Default::default() })
+                    .into_shared(),
+            );
+        }
+        let its = catalogue();
+        let pools = [PoolInput { node_pool: &s.node_pools[0], instance_types: &its }];
+        let provider = ProviderLabels::aws();
+        let options = SchedulerOptions::default();
+        let mut solver = Solver::new(&s, &pools, &provider, &options);
+        let big = solver.room_classes.class(0).expect("a class");
+        let small = solver.room_classes.class(7).expect("a class");
+        assert_ne!(big, small);
+        assert_eq!(solver.room_classes.class(9), Some(big), "equal requests, one class");
+        for i in 0..3 {
+            assert_eq!(solver.try_schedule(i), Ok(()));
+        }
+        assert_eq!(solver.claims.len(), 2);
+        assert!(solver.no_room.has(big, 0), "the third big pod found claim 0 full");
+        assert!(!solver.no_room.has(big, 1));
+        assert_eq!(solver.try_schedule(7), Ok(()));
+        assert_eq!(solver.claims[0].pods, [0, 1], "the small pod is not turned away by the big pods' memory");
+        assert_eq!(solver.claims[1].pods, [2, 7]);
+
+        let with = schedule(&s, &pools, &provider, &options);
+        let mut solver = Solver::new(&s, &pools, &provider, &options);
+        solver.room_classes = RoomClasses::default();
+        let without = solver.solve(&mut || false);
+        assert_eq!(with, without, "the memory only skips claims CanAdd would reject");
+        assert_eq!(with.new_node_claims.len(), 4, "eight big pods, two a claim; the small ones fit beside them");
     }
 
     #[test]

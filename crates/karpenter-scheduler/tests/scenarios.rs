@@ -13,7 +13,7 @@ use std::path::Path;
 
 use karpenter_api::{ProviderLabels, load_str};
 use karpenter_requirements::{MinValuesPolicy, PreferencePolicy};
-use karpenter_scheduler::check::check;
+use karpenter_scheduler::check::check_with_defaults;
 use karpenter_scheduler::{ClusterSnapshot, PoolInput, SchedulerOptions, schedule};
 use serde::Deserialize;
 
@@ -65,7 +65,8 @@ fn run(dir: &Path) -> Result<(), String> {
     };
     let provider = ProviderLabels::aws();
     let decisions = schedule(&snapshot, &pools, &provider, &options);
-    check(&snapshot, &pools, &provider, &decisions).map_err(|v| format!("checker: {v:#?}"))?;
+    check_with_defaults(&snapshot, &pools, &provider, &options.scheduler_config, &decisions)
+        .map_err(|v| format!("checker: {v:#?}"))?;
     karpenter_scheduler::check::check_cluster_limits(&snapshot, &pools, &options.cluster_limits, &decisions)
         .map_err(|v| format!("checker: {v:#?}"))?;
     let again = schedule(&snapshot, &pools, &provider, &options);

@@ -15,6 +15,8 @@
 //! | `delete_until_gone` | `delete` of a live instance is `Ok`; polling `delete` reaches `NodeClaimNotFound`; then `get` is `NodeClaimNotFound`, `list` no longer has it, and `delete` stays `NodeClaimNotFound` |
 //! | `insufficient_capacity` | (needs [`ConformanceHooks::exhaust_capacity`]) a create with every allowed offering exhausted fails with `InsufficientCapacity` naming offerings among the exhausted ones, launches nothing, and `instance_types` then reports the named offerings unavailable |
 //! | `drift` | a fresh instance is not drifted; after [`ConformanceHooks::cause_drift`] (when supported) `is_drifted` gives the expected reason |
+//! | `reboot` | `reboot` of a live instance is `Ok` or `NotImplemented` and neither terminates nor duplicates it (`list` unchanged, `get` finds it live); once the instance is gone `reboot` is `NodeClaimNotFound` (or `NotImplemented` from a provider that answered so for the live one) |
+//! | `repair_policies` | the provider's repair policies pass `RepairPolicies::new` (a set that does not would keep node repair from starting) |
 //!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -276,6 +278,9 @@ pub async fn run(provider: Arc<dyn CloudProvider>, fixtures: &Fixtures) -> Repor
     checks.push(skippable("insufficient_capacity", r));
     let r = suite.drift().await;
     checks.push(skippable("drift", r));
+    let r = suite.reboot().await;
+    checks.push(result("reboot", r));
+    checks.push(result("repair_policies", repair_policies(&*provider)));
     let leftovers = suite.cleanup().await;
     if !leftovers.is_empty() {
         checks.push(CheckResult {
@@ -598,6 +603,43 @@ impl Suite<'_> {
         }
     }
 
+    async fn reboot(&mut self) -> CheckFn {
+        let claim = self.claim("reboot");
+        let created = self.create(&claim).await.map_err(|e| err("create", &e))?;
+        let launched = Self::as_launched(&claim, &created);
+        let id = created.provider_id().unwrap_or_default().to_owned();
+        let before = self.list_ids().await?;
+        let rebooted = match self.provider.reboot(&launched).await {
+            Ok(()) => true,
+            Err(e) if e.kind() == ErrorKind::NotImplemented => false,
+            Err(e) => return Err(err("reboot of a live instance should be Ok or NotImplemented", &e)),
+        };
+        let after = self.list_ids().await?;
+        if after != before {
+            let gone: Vec<&String> = before.difference(&after).collect();
+            let new: Vec<&String> = after.difference(&before).collect();
+            return Err(format!("reboot changed list(): {gone:?} gone, {new:?} new"));
+        }
+        match self.provider.get(&id).await {
+            Ok(got) if got.metadata.deletion_timestamp.is_some() => {
+                return Err(format!("reboot left {id:?} terminating"));
+            }
+            Ok(_) => {}
+            Err(e) => return Err(err(&format!("get({id:?}) after reboot"), &e)),
+        }
+        if let Err(e) = self.provider.delete(&launched).await {
+            return Err(err("delete after reboot", &e));
+        }
+        self.poll_gone(&launched).await?;
+        match self.provider.reboot(&launched).await {
+            Err(e) if e.is_not_found() => {}
+            Err(e) if e.kind() == ErrorKind::NotImplemented && !rebooted => {}
+            Err(e) => return Err(err("reboot of a gone instance should be NodeClaimNotFound", &e)),
+            Ok(()) => return Err(format!("reboot of gone instance {id:?} returned Ok")),
+        }
+        if rebooted { Ok(vec![]) } else { Ok(vec!["reboot is NotImplemented: node repair replaces instead".into()]) }
+    }
+
     /// Deletes every launched instance and waits until gone; returns the provider ids that are not.
     async fn cleanup(&mut self) -> Vec<String> {
         let mut leftovers = cleanup(&*self.provider, self.fixtures, std::mem::take(&mut self.launched)).await;
@@ -606,6 +648,15 @@ impl Suite<'_> {
         }
         leftovers
     }
+}
+
+/// The provider's repair policies pass the same validation node repair applies at startup.
+fn repair_policies(provider: &dyn CloudProvider) -> CheckFn {
+    let policies = provider.repair_policies();
+    let n = policies.len();
+    karpenter_api::repair::RepairPolicies::new(policies)
+        .map_err(|e| format!("repair_policies() is not a valid set: {e}"))?;
+    Ok(vec![format!("{n} repair policies")])
 }
 
 /// Polls `delete` until `NodeClaimNotFound`; `Ok(polls)` or why not.

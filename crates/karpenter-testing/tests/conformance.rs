@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use karpenter_api::{NodeClaim, NodePool, ProviderLabels};
+use karpenter_api::{ConditionStatus, NodeClaim, NodePool, ProviderLabels};
 use karpenter_cloudprovider::{
     CloudProvider, CloudProviderError, DriftReason, FakeCloudProvider, FakeOptions, NodeClassKind, RepairPolicy,
 };
@@ -53,6 +53,8 @@ async fn the_fake_passes_every_check() {
         "delete_until_gone",
         "insufficient_capacity",
         "drift",
+        "reboot",
+        "repair_policies",
     ] {
         assert_eq!(outcome(&report, check), &Outcome::Passed, "{report}");
     }
@@ -63,6 +65,21 @@ async fn the_fake_passes_every_check() {
     // Everything launched was cleaned up, and capacity restored.
     assert!(fake.instance_ids().is_empty());
     assert!(fake.insufficient_capacity().is_empty());
+    assert_eq!(fake.reboots().len(), 1, "the reboot check rebooted its one instance");
+    assert!(report.check("reboot").unwrap().notes.is_empty(), "{report}");
+    assert_eq!(report.check("repair_policies").unwrap().notes, ["2 repair policies"], "{report}");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_provider_without_reboot_passes_with_a_note() {
+    let clock = FakeClock::default();
+    let fake = FakeCloudProvider::new(FakeOptions { reboot: false, ..FakeOptions::clone(fake(&clock).options()) });
+    let report = run(Arc::new(fake.clone()), &fixtures(&fake, &clock)).await;
+    assert!(report.passed(), "{report}");
+    let reboot = report.check("reboot").unwrap();
+    assert_eq!(reboot.outcome, Outcome::Passed, "{report}");
+    assert!(reboot.notes.iter().any(|n| n.contains("NotImplemented")), "{report}");
+    assert!(fake.reboots().is_empty());
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -94,6 +111,16 @@ enum Mode {
     LeakyList,
     /// Every instance claims to be drifted.
     AlwaysDrifted,
+    /// reboot replaces the instance: terminates it and launches another.
+    RebootReplaces,
+    /// reboot of a gone instance answers Ok.
+    RebootGhosts,
+    /// reboot of a live instance fails with a generic error.
+    RebootFails,
+    /// reboot says NotImplemented for a gone instance after rebooting live ones.
+    RebootForgets,
+    /// A repair policy with a reason regex and no fallback.
+    NoFallbackPolicy,
 }
 
 #[derive(Debug)]
@@ -157,7 +184,27 @@ impl CloudProvider for Broken {
         }
     }
     fn repair_policies(&self) -> Vec<RepairPolicy> {
-        self.inner.repair_policies()
+        let mut out = self.inner.repair_policies();
+        if self.mode == Mode::NoFallbackPolicy {
+            let mut gpu = RepairPolicy::replace("AcceleratedHardwareReady", ConditionStatus::False, Duration::ZERO);
+            gpu.reason_regex = Some("^Xid".into());
+            out.push(gpu);
+        }
+        out
+    }
+    async fn reboot(&self, claim: &NodeClaim) -> Result<(), CloudProviderError> {
+        match (self.mode, self.inner.reboot(claim).await) {
+            (Mode::RebootReplaces, Ok(())) => {
+                self.inner.delete(claim).await?;
+                let mut again = claim.clone();
+                again.metadata.name = claim.metadata.name.clone().map(|n| format!("{n}-again"));
+                self.inner.create(&again).await.map(drop)
+            }
+            (Mode::RebootGhosts, Err(e)) if e.is_not_found() => Ok(()),
+            (Mode::RebootFails, Ok(())) => Err(CloudProviderError::other("reboot refused")),
+            (Mode::RebootForgets, Err(e)) if e.is_not_found() => Err(CloudProviderError::not_implemented("Reboot")),
+            (_, r) => r,
+        }
     }
     fn name(&self) -> &str {
         "broken"
@@ -227,4 +274,34 @@ async fn a_provider_that_lists_other_clusters_fails() {
 async fn a_provider_that_always_answers_drifted_fails() {
     let report = run_broken(Mode::AlwaysDrifted).await;
     assert_fails(&report, "drift", "a fresh instance is drifted");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_provider_whose_reboot_replaces_the_instance_fails() {
+    let report = run_broken(Mode::RebootReplaces).await;
+    assert_fails(&report, "reboot", "reboot changed list()");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_provider_that_reboots_gone_instances_fails() {
+    let report = run_broken(Mode::RebootGhosts).await;
+    assert_fails(&report, "reboot", "reboot of gone instance");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_provider_whose_reboot_errors_fails() {
+    let report = run_broken(Mode::RebootFails).await;
+    assert_fails(&report, "reboot", "reboot of a live instance should be Ok or NotImplemented");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_provider_that_reboots_but_calls_gone_instances_not_implemented_fails() {
+    let report = run_broken(Mode::RebootForgets).await;
+    assert_fails(&report, "reboot", "reboot of a gone instance should be NodeClaimNotFound");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_provider_with_an_invalid_repair_policy_set_fails() {
+    let report = run_broken(Mode::NoFallbackPolicy).await;
+    assert_fails(&report, "repair_policies", "needs a fallback policy for AcceleratedHardwareReady=False");
 }

@@ -16,9 +16,10 @@ use std::path::Path;
 use anyhow::{Context, bail};
 use karpenter_api::NodePool;
 use karpenter_api::loader::{Loaded, Object};
+use karpenter_api::nodeoverlay::NodeOverlay;
 use karpenter_aws::catalogue::{self as aws, AwsCatalogue};
 use karpenter_aws::instancetype::NodeClassSettings;
-use karpenter_cloudprovider::launch;
+use karpenter_cloudprovider::{launch, overlay};
 use karpenter_kwok::catalogue as kwok;
 use karpenter_requirements::labels::{CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT};
 use karpenter_requirements::{InstanceType, Requirements};
@@ -253,14 +254,64 @@ impl Catalogue {
             instance_types: selection.instance_types.map(Path::to_path_buf),
             region: selection.region.to_owned(),
         };
-        Ok(Catalogue {
+        let mut catalogue = Catalogue {
             source: sources.join(" + "),
             sets,
             by_pool,
             keys: wanted.into_iter().collect(),
             default_set,
             selection,
-        })
+        };
+        catalogue.apply_overlays(pools, objects, notes);
+        Ok(catalogue)
+    }
+
+    /// Applies the input's NodeOverlays as the controller does with the `NodeOverlay` gate on: invalid and
+    /// conflicting ones are named in the notes and left out; a NodePool whose instance types the others change
+    /// gets its own overlaid copy of its set. Validation uses the AWS label set when any pool is evaluated
+    /// against the AWS catalogue, else kwok's.
+    fn apply_overlays(&mut self, pools: &[NodePool], objects: &[Loaded], notes: &mut Vec<String>) {
+        let overlays: Vec<NodeOverlay> = objects
+            .iter()
+            .filter_map(|l| match &l.object {
+                Object::NodeOverlay(o) => Some((**o).clone()),
+                _ => None,
+            })
+            .collect();
+        if overlays.is_empty() {
+            return;
+        }
+        let provider = if self.sets.iter().any(|s| s.kind == Kind::Aws) {
+            karpenter_api::ProviderLabels::aws()
+        } else {
+            karpenter_api::ProviderLabels::kwok()
+        };
+        let views: Vec<(&NodePool, &[InstanceType])> =
+            pools.iter().map(|p| (p, self.for_pool(p.metadata.name.as_deref().unwrap_or_default()))).collect();
+        let problems = overlay::evaluate(&overlays, &views, &provider);
+        for (name, problem) in &problems {
+            notes.push(format!("NodeOverlay {name} is not applied: {problem}"));
+        }
+        let applicable: Vec<NodeOverlay> = overlays.into_iter().filter(|o| !problems.contains_key(o.name())).collect();
+        if applicable.is_empty() {
+            return;
+        }
+        for pool in pools {
+            let name = pool.metadata.name.clone().unwrap_or_default();
+            let set = self.by_pool.get(&name).copied().unwrap_or(self.default_set);
+            let overlaid = overlay::apply(pool, &self.sets[set].instance_types, &applicable, &provider);
+            let changed = overlaid
+                .iter()
+                .filter(|it| it.capacity_overlay_applied || it.offerings.iter().any(|o| o.price_overlay_applied))
+                .count();
+            if changed == 0 {
+                continue;
+            }
+            notes.push(format!("NodePool {name}: NodeOverlays change {changed} of its instance types"));
+            let copy = Set { instance_types: overlaid, ..self.sets[set].clone() };
+            self.by_pool.insert(name, self.sets.len());
+            self.sets.push(copy);
+        }
     }
 
     /// Whether `pools` (the NodePools in use after a timeline `apply`) need catalogues this one was not built

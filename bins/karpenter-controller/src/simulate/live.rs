@@ -25,10 +25,10 @@ use anyhow::Context;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod, ReplicationController, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use karpenter_api::loader::{Loaded, Object, Origin};
-use karpenter_api::{EC2NodeClass, KWOKNodeClass, NodeClaim, NodePool};
+use karpenter_api::{EC2NodeClass, KWOKNodeClass, NodeClaim, NodeOverlay, NodePool};
 use karpenter_cloudprovider::{Clock, SystemClock};
 use karpenter_operator::client::{ClientOptions, USER_AGENT, client_from_config};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
@@ -165,6 +165,7 @@ pub struct ReadResource {
 pub const READS: &[ReadResource] = &[
     ReadResource { group: "karpenter.sh", resource: "nodepools" },
     ReadResource { group: "karpenter.sh", resource: "nodeclaims" },
+    ReadResource { group: "karpenter.sh", resource: "nodeoverlays" },
     ReadResource { group: "karpenter.k8s.aws", resource: "ec2nodeclasses" },
     ReadResource { group: "karpenter.kwok.sh", resource: "kwoknodeclasses" },
     ReadResource { group: "", resource: "nodes" },
@@ -175,6 +176,9 @@ pub const READS: &[ReadResource] = &[
     ReadResource { group: "apps", resource: "daemonsets" },
     ReadResource { group: "batch", resource: "jobs" },
     ReadResource { group: "policy", resource: "poddisruptionbudgets" },
+    // The selectors of SCHEDULER_CONFIG's default spread constraints, as kube-scheduler derives them.
+    ReadResource { group: "", resource: "services" },
+    ReadResource { group: "", resource: "replicationcontrollers" },
 ];
 
 /// The read-only ClusterRole (and a binding to `subject`, a user) that `--from-cluster` needs: `get`, `list`,
@@ -210,6 +214,7 @@ pub async fn read_with(client: Client, connection: &Connection, clock: &dyn Cloc
     let mut listing = Listing::default();
     list::<NodePool>(&client, connection, &mut listing, |o| Object::NodePool(Box::new(o))).await?;
     list::<NodeClaim>(&client, connection, &mut listing, |o| Object::NodeClaim(Box::new(o))).await?;
+    list::<NodeOverlay>(&client, connection, &mut listing, |o| Object::NodeOverlay(Box::new(o))).await?;
     list::<EC2NodeClass>(&client, connection, &mut listing, |o| Object::EC2NodeClass(Box::new(o))).await?;
     list::<KWOKNodeClass>(&client, connection, &mut listing, |o| Object::KWOKNodeClass(Box::new(o))).await?;
     list::<Node>(&client, connection, &mut listing, |o| Object::Node(Box::new(o))).await?;
@@ -220,6 +225,9 @@ pub async fn read_with(client: Client, connection: &Connection, clock: &dyn Cloc
     list::<DaemonSet>(&client, connection, &mut listing, |o| Object::DaemonSet(Box::new(o))).await?;
     list::<Job>(&client, connection, &mut listing, |o| Object::Job(Box::new(o))).await?;
     list::<PodDisruptionBudget>(&client, connection, &mut listing, |o| Object::PodDisruptionBudget(Box::new(o)))
+        .await?;
+    list::<Service>(&client, connection, &mut listing, |o| Object::Service(Box::new(o))).await?;
+    list::<ReplicationController>(&client, connection, &mut listing, |o| Object::ReplicationController(Box::new(o)))
         .await?;
     Ok(listing.finish(connection, clock.now()))
 }

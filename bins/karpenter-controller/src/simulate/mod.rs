@@ -71,6 +71,8 @@ pub struct Options {
     pub cluster_limits: karpenter_requirements::ResourceList,
     /// `SCHEDULER_CONFIG` (`--scheduler-config`): default topology spread constraints, in both modes.
     pub scheduler_config: karpenter_scheduler::SchedulerConfig,
+    /// `FEATURE_GATES` (`--feature-gates`): the disruption gates, over simulated time.
+    pub feature_gates: karpenter_operator::settings::FeatureGates,
 }
 
 /// What to run over simulated time.
@@ -182,6 +184,7 @@ pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> 
             honor_autoscaler_annotations: options.honor_autoscaler_annotations,
             cluster_limits: &options.cluster_limits,
             scheduler_config: &options.scheduler_config,
+            feature_gates: options.feature_gates,
         };
         return run_timeline(run, time, snapshot, ready, objects);
     }
@@ -219,6 +222,57 @@ pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> 
     Ok(Outcome::Report(Box::new(report)))
 }
 
+/// Node repair over simulated time (`--feature-gates NodeRepair=true`): the input's Nodes whose conditions match
+/// the provider's default repair policies (AWS's without its RebootForRepair gate, or kwok's).
+fn repair_options(
+    enabled: bool,
+    provider: &ProviderLabels,
+    objects: &[Loaded],
+    now: chrono::DateTime<chrono::Utc>,
+) -> anyhow::Result<karpenter_disruption::repair::RepairOptions> {
+    if !enabled {
+        return Ok(Default::default());
+    }
+    let policies = if provider.name == "aws" {
+        karpenter_aws::provider::repair_policies(false)
+    } else {
+        karpenter_kwok::provider::repair_policies()
+    };
+    let policies = karpenter_api::repair::RepairPolicies::new(policies).context("the provider's repair policies")?;
+    let unhealthy = objects
+        .iter()
+        .filter_map(|l| match &l.object {
+            Object::Node(n) => Some(n),
+            _ => None,
+        })
+        .filter_map(|n| {
+            let conditions = n.status.as_ref()?.conditions.as_deref()?;
+            Some((n.metadata.name.clone()?, policies.assess(conditions, now)?))
+        })
+        .collect();
+    Ok(karpenter_disruption::repair::RepairOptions { enabled: true, unhealthy, ..Default::default() })
+}
+
+/// The input's Nodes whose `Ready` condition is not True (they count as disrupting in budgets, as in the
+/// controller). Nodes without conditions (hand-written input) count as Ready.
+fn not_ready_nodes(objects: &[Loaded]) -> std::collections::BTreeSet<String> {
+    objects
+        .iter()
+        .filter_map(|l| match &l.object {
+            Object::Node(n) => Some(n),
+            _ => None,
+        })
+        .filter(|n| {
+            n.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+                .is_some_and(|c| c.status != "True")
+        })
+        .filter_map(|n| n.metadata.name.clone())
+        .collect()
+}
+
 /// The labels of the provider whose catalogue the input asks for: AWS when any NodePool's node class is an
 /// EC2NodeClass, else kwok.
 fn provider_of(objects: &[Loaded]) -> ProviderLabels {
@@ -241,6 +295,7 @@ struct Run<'a> {
     honor_autoscaler_annotations: bool,
     cluster_limits: &'a karpenter_requirements::ResourceList,
     scheduler_config: &'a karpenter_scheduler::SchedulerConfig,
+    feature_gates: karpenter_operator::settings::FeatureGates,
 }
 
 /// The default start of simulated time (when neither the timeline nor the input says later).
@@ -304,8 +359,14 @@ fn run_timeline(
         .unwrap_or_else(|| world::latest_timestamp(&snapshot).map_or(default_start, |t| t.max(default_start)));
     let end = start + chrono::Duration::from_std(length).unwrap_or(chrono::Duration::MAX);
 
+    let repair = repair_options(run.feature_gates.node_repair, run.provider, &objects, start)?;
+    let not_ready_nodes = not_ready_nodes(&objects);
     let mut w = world::World::new(snapshot, pools, run.catalogue, run.provider.clone(), objects, start);
     w.options.honor_autoscaler_annotations = run.honor_autoscaler_annotations;
+    w.options.spot_to_spot_consolidation = run.feature_gates.spot_to_spot_consolidation;
+    w.options.pod_deletion_cost_management = run.feature_gates.pod_deletion_cost_management;
+    w.options.repair = repair;
+    w.options.not_ready_nodes = not_ready_nodes;
     w.options.scheduler.cluster_limits = run.cluster_limits.clone();
     w.options.scheduler.scheduler_config = run.scheduler_config.clone();
     // The input's pending pods first, as a plain simulate would place them.

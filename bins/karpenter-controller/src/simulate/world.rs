@@ -1396,6 +1396,7 @@ spec:
             honor_autoscaler_annotations: true,
             cluster_limits: Default::default(),
             scheduler_config: Default::default(),
+            feature_gates: Default::default(),
         };
         let outcome = simulate(&options).expect("runs");
         let _ = std::fs::remove_dir_all(&dir);

@@ -15,7 +15,9 @@ use std::path::{Path, PathBuf};
 
 use karpenter_api::crd;
 use karpenter_api::ec2nodeclass::EC2NodeClass;
-use karpenter_api::{KWOKNodeClass, NodeClaim, NodePool, ProviderLabels, Validate, ValidationContext, Violations};
+use karpenter_api::{
+    KWOKNodeClass, NodeClaim, NodeOverlay, NodePool, ProviderLabels, Validate, ValidationContext, Violations,
+};
 use kube_cel::Validator;
 use serde_json::{Value, json};
 
@@ -54,6 +56,7 @@ pub enum Typed {
     NodeClaim(Box<NodeClaim>),
     Kwok(Box<KWOKNodeClass>),
     Ec2(Box<EC2NodeClass>),
+    Overlay(Box<NodeOverlay>),
 }
 
 pub fn kind_of(text: &str) -> Option<String> {
@@ -69,6 +72,7 @@ pub fn decode(text: &str) -> Option<Result<Typed, String>> {
         "NodeClaim" => serde_saphyr::from_str::<NodeClaim>(text).map(|o| Typed::NodeClaim(Box::new(o))),
         "KWOKNodeClass" => serde_saphyr::from_str::<KWOKNodeClass>(text).map(|o| Typed::Kwok(Box::new(o))),
         "EC2NodeClass" => serde_saphyr::from_str::<EC2NodeClass>(text).map(|o| Typed::Ec2(Box::new(o))),
+        "NodeOverlay" => serde_saphyr::from_str::<NodeOverlay>(text).map(|o| Typed::Overlay(Box::new(o))),
         _ => return None,
     };
     Some(r.map_err(|e| e.to_string()))
@@ -100,6 +104,7 @@ pub fn rust_violations(new: &Typed, old: Option<&Typed>) -> Violations {
         (Typed::NodeClaim(n), _) => n.validate(&ctx),
         (Typed::Kwok(n), _) => n.validate(&ctx),
         (Typed::Ec2(n), _) => n.validate(&ctx),
+        (Typed::Overlay(n), _) => n.validate(&ctx),
     }
 }
 
@@ -254,6 +259,7 @@ pub fn check_valid(name: &str, text: &str, schemas: &BTreeMap<String, Value>) ->
                 Typed::NodeClaim(o) => round_trip(o.as_ref()),
                 Typed::Kwok(o) => round_trip(o.as_ref()),
                 Typed::Ec2(o) => round_trip(o.as_ref()),
+                Typed::Overlay(o) => round_trip(o.as_ref()),
             };
             if let Err(e) = round_trips {
                 failures.push(format!("{name}: {e}"));

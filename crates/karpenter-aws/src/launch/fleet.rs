@@ -289,6 +289,8 @@ pub struct TerminatingInstance {
 ///   `InvalidInstanceID.NotFound` (kind [`NotFound`](crate::api_error::AwsErrorKind::NotFound)); the caller
 ///   handles that (the batcher retries id by id).
 /// * `terminate_instances`, `create_tags`: as EC2.
+/// * `reboot_instances`: as EC2: the reboot is queued and the call returns; an unknown id fails the call with
+///   `InvalidInstanceID.NotFound`.
 #[async_trait]
 pub trait FleetApi: Send + Sync + fmt::Debug {
     /// `CreateFleet`.
@@ -297,6 +299,8 @@ pub trait FleetApi: Send + Sync + fmt::Debug {
     async fn describe_instances(&self, request: &DescribeInstancesRequest) -> Result<Vec<Ec2Instance>, AwsApiError>;
     /// `TerminateInstances`.
     async fn terminate_instances(&self, instance_ids: &[String]) -> Result<Vec<TerminatingInstance>, AwsApiError>;
+    /// `RebootInstances` (node repair's reboot).
+    async fn reboot_instances(&self, instance_ids: &[String]) -> Result<(), AwsApiError>;
     /// `CreateTags`.
     async fn create_tags(&self, resource_ids: &[String], tags: &BTreeMap<String, String>) -> Result<(), AwsApiError>;
 }

@@ -794,6 +794,27 @@ impl InstanceProvider {
         }
     }
 
+    /// Asks EC2 to reboot an instance (node repair's reboot): `Ok` once EC2 accepted the request (the reboot
+    /// itself happens after), `NodeClaimNotFound` when the instance is gone, shutting down or another cluster's.
+    /// Unbatched: reboots are rare, and one id per call keeps an unknown id from failing others' requests.
+    pub async fn reboot(&self, instance_id: &str) -> Result<(), CloudProviderError> {
+        let Some(instance) = self.get(instance_id).await? else {
+            return Err(CloudProviderError::not_found(format!("instance {instance_id} not found")));
+        };
+        if instance.state == InstanceState::ShuttingDown {
+            return Err(CloudProviderError::not_found(format!("instance {instance_id} is shutting down")));
+        }
+        match self.api.reboot_instances(&[instance_id.to_owned()]).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind == AwsErrorKind::NotFound => {
+                Err(CloudProviderError::not_found(format!("instance {instance_id} not found")).with_source(e))
+            }
+            // Throttling, IncorrectInstanceState (it began terminating since the describe: the retry's describe
+            // then says NotFound), ...: the caller retries.
+            Err(e) => Err(api_error("RebootInstances", e)),
+        }
+    }
+
     /// Adds tags to an instance (post-registration tagging).
     pub async fn tag(&self, instance_id: &str, tags: &BTreeMap<String, String>) -> Result<(), CloudProviderError> {
         match self.api.create_tags(&[instance_id.to_owned()], tags).await {

@@ -7,7 +7,8 @@
 //! Instances are `running` at once; TerminateInstances makes them `shutting-down`, and the next
 //! DescribeInstances sees them `terminated` (EC2 keeps terminated instances describable for a while; so does
 //! the mock). DescribeInstances by an unknown id fails the whole call with `InvalidInstanceID.NotFound`, as EC2
-//! does. Failures can be injected per operation; every call is recorded.
+//! does; so does RebootInstances, which counts a reboot of each live instance ([`MockEc2::reboots`]) and refuses
+//! one shutting down or terminated with `IncorrectInstanceState`, as EC2 does. Failures can be injected per operation; every call is recorded.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
@@ -24,6 +25,7 @@ use crate::launch::fleet::{
     FleetInstance, InstanceState, TargetCapacityType, TerminatingInstance,
 };
 use crate::launch::template::{CapacityReservationPreference, LaunchTemplate, LaunchTemplateApi, LaunchTemplateInfo};
+use crate::status::{InstanceStatus, InstanceStatusApi};
 
 /// A recorded call.
 #[derive(Clone, Debug, PartialEq)]
@@ -31,6 +33,8 @@ pub enum MockCall {
     CreateFleet(CreateFleetRequest),
     DescribeInstances(DescribeInstancesRequest),
     TerminateInstances(Vec<String>),
+    RebootInstances(Vec<String>),
+    DescribeInstanceStatus,
     CreateTags(Vec<String>, BTreeMap<String, String>),
     CreateLaunchTemplate(String),
     DescribeLaunchTemplate(String),
@@ -54,6 +58,10 @@ struct State {
     failures: BTreeMap<&'static str, VecDeque<AwsApiError>>,
     calls: Vec<MockCall>,
     next_id: u64,
+    /// Reboots per instance id.
+    reboots: BTreeMap<String, u32>,
+    /// Health checks and events set by the test, per instance id (the rest are `ok` without events).
+    statuses: BTreeMap<String, InstanceStatus>,
 }
 
 /// See the module docs. Clones share the state.
@@ -75,6 +83,8 @@ pub mod ops {
     pub const CREATE_FLEET: &str = "CreateFleet";
     pub const DESCRIBE_INSTANCES: &str = "DescribeInstances";
     pub const TERMINATE_INSTANCES: &str = "TerminateInstances";
+    pub const REBOOT_INSTANCES: &str = "RebootInstances";
+    pub const DESCRIBE_INSTANCE_STATUS: &str = "DescribeInstanceStatus";
     pub const CREATE_TAGS: &str = "CreateTags";
     pub const CREATE_LAUNCH_TEMPLATE: &str = "CreateLaunchTemplate";
     pub const DESCRIBE_INSTANCE_TYPES: &str = "DescribeInstanceTypes";
@@ -174,6 +184,17 @@ impl MockEc2 {
     /// One instance.
     pub fn instance(&self, id: &str) -> Option<Ec2Instance> {
         self.lock().instances.get(id).cloned()
+    }
+
+    /// How many times RebootInstances rebooted an instance.
+    pub fn reboots(&self, id: &str) -> u32 {
+        self.lock().reboots.get(id).copied().unwrap_or(0)
+    }
+
+    /// Sets the status checks and scheduled events DescribeInstanceStatus reports for instance `id` (the
+    /// status's id and zone are taken from the instance).
+    pub fn set_instance_status(&self, id: &str, status: InstanceStatus) {
+        self.lock().statuses.insert(id.to_owned(), status);
     }
 
     /// Changes an instance (e.g. its image, to cause drift); returns whether it exists.
@@ -379,6 +400,28 @@ impl FleetApi for MockEc2 {
         Ok(out)
     }
 
+    async fn reboot_instances(&self, instance_ids: &[String]) -> Result<(), AwsApiError> {
+        self.lock().calls.push(MockCall::RebootInstances(instance_ids.to_vec()));
+        self.injected(ops::REBOOT_INSTANCES)?;
+        let mut s = self.lock();
+        for id in instance_ids {
+            let Some(i) = s.instances.get(id) else {
+                return Err(not_found(ops::REBOOT_INSTANCES, "InvalidInstanceID.NotFound", &format!("instance {id}")));
+            };
+            if matches!(i.state, InstanceState::ShuttingDown | InstanceState::Terminated) {
+                return Err(AwsApiError::new(
+                    ops::REBOOT_INSTANCES,
+                    "IncorrectInstanceState",
+                    format!("instance {id} is {}", i.state.as_str()),
+                ));
+            }
+        }
+        for id in instance_ids {
+            *s.reboots.entry(id.clone()).or_default() += 1;
+        }
+        Ok(())
+    }
+
     async fn create_tags(&self, resource_ids: &[String], tags: &BTreeMap<String, String>) -> Result<(), AwsApiError> {
         self.lock().calls.push(MockCall::CreateTags(resource_ids.to_vec(), tags.clone()));
         self.injected(ops::CREATE_TAGS)?;
@@ -480,4 +523,29 @@ pub fn instance_type_info(name: &str, vcpus: i64, memory_gib: i64) -> InstanceTy
                         "NetworkCards": [{"NetworkCardIndex": 0, "MaximumNetworkInterfaces": 3}]}
     });
     serde_json::from_value(json).unwrap_or_default()
+}
+
+/// As EC2 without `IncludeAllInstances`: the running instances only, `ok` unless set with
+/// [`MockEc2::set_instance_status`].
+#[async_trait]
+impl InstanceStatusApi for MockEc2 {
+    async fn describe_instance_status(&self) -> Result<Vec<InstanceStatus>, AwsApiError> {
+        self.lock().calls.push(MockCall::DescribeInstanceStatus);
+        self.injected(ops::DESCRIBE_INSTANCE_STATUS)?;
+        let s = self.lock();
+        Ok(s.instances
+            .values()
+            .filter(|i| i.state == InstanceState::Running)
+            .map(|i| {
+                let set = s.statuses.get(&i.instance_id);
+                InstanceStatus {
+                    instance_id: i.instance_id.clone(),
+                    availability_zone: Some(i.availability_zone.clone()),
+                    instance_status: set.map_or_else(|| "ok".to_owned(), |x| x.instance_status.clone()),
+                    system_status: set.map_or_else(|| "ok".to_owned(), |x| x.system_status.clone()),
+                    events: set.map(|x| x.events.clone()).unwrap_or_default(),
+                }
+            })
+            .collect())
+    }
 }

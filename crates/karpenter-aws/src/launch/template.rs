@@ -228,6 +228,10 @@ pub struct LaunchTemplateData {
     pub market_type: Option<String>,
     /// `CpuOptions.NestedVirtualization` enabled.
     pub nested_virtualization: bool,
+    /// `EnclaveOptions.Enabled`: the EC2NodeClass's `enclaveOptions.enabled`; `None` leaves the options out.
+    /// Left out of the name hash when `None`, so templates made before the field existed keep their names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enclave_enabled: Option<bool>,
     /// `TagSpecifications` for `network-interface` (and `spot-instances-request` for spot).
     pub resource_tags: BTreeMap<String, String>,
     /// Spot launches: `resource_tags` also tag the spot instance request.
@@ -452,6 +456,7 @@ pub fn launch_template_data(node_class: &EC2NodeClass, inputs: LaunchTemplateInp
             .as_ref()
             .and_then(|c| c.nested_virtualization)
             .is_some_and(|v| v == EnabledDisabled::Enabled),
+        enclave_enabled: spec.enclave_options.as_ref().and_then(|e| e.enabled),
         tag_spot_requests: inputs.capacity_type == "spot",
         resource_tags,
     }
@@ -800,6 +805,19 @@ mod tests {
         let tracked = class(json!({"connectionTracking": {"udpTimeout": 30}}));
         let with = LaunchTemplate::new(launch_template_data(&tracked, inputs(&ami)), tags.clone()).name;
         assert_ne!(with, names[0]);
+        // Enclave options: unset leaves them out (and the name as before the field existed); set, true or false,
+        // passes the value and names another template.
+        assert_eq!(base.enclave_enabled, None);
+        assert!(!serde_json::to_string(&base).unwrap().contains("enclave"), "unset is not hashed");
+        let enclave = |enabled: bool| class(json!({"enclaveOptions": {"enabled": enabled}}));
+        let on = launch_template_data(&enclave(true), inputs(&ami));
+        let off = launch_template_data(&enclave(false), inputs(&ami));
+        assert_eq!((on.enclave_enabled, off.enclave_enabled), (Some(true), Some(false)));
+        let named = |d: LaunchTemplateData| LaunchTemplate::new(d, tags.clone()).name;
+        let (on, off) = (named(on), named(off));
+        assert!(on != names[0] && off != names[0] && on != off, "{on} {off}");
+        let empty = class(json!({"enclaveOptions": {}}));
+        assert_eq!(named(launch_template_data(&empty, inputs(&ami))), names[0], "no value: no EnclaveOptions");
     }
 
     #[test]

@@ -399,7 +399,7 @@ pub struct SecurityGroupProvider {
     cache: TtlCache<Vec<Vec<Filter>>, Vec<SecurityGroup>>,
 }
 
-/// How long resolved security groups are reused.
+/// How long resolved security groups are reused by default (`SECURITY_GROUP_REFRESH_INTERVAL`'s default).
 pub const SECURITY_GROUP_CACHE_TTL: Duration = Duration::from_secs(60);
 
 impl SecurityGroupProvider {

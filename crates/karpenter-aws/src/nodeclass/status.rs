@@ -71,6 +71,9 @@ pub struct ResolverSettings {
     pub subnet_refresh_interval: Duration,
     /// `AMI_REFRESH_INTERVAL`.
     pub ami_refresh_interval: Duration,
+    /// `SECURITY_GROUP_REFRESH_INTERVAL`: how long resolved security groups are reused before
+    /// DescribeSecurityGroups is called again.
+    pub security_group_refresh_interval: Duration,
     /// The `ReservedCapacity` feature gate.
     pub reserved_capacity: bool,
 }
@@ -81,6 +84,7 @@ impl Default for ResolverSettings {
             cluster: ClusterIdentity::default(),
             subnet_refresh_interval: Duration::from_secs(60),
             ami_refresh_interval: Duration::from_secs(60),
+            security_group_refresh_interval: SECURITY_GROUP_CACHE_TTL,
             reserved_capacity: true,
         }
     }
@@ -296,7 +300,7 @@ impl NodeClassResolver {
             security_groups: Arc::new(SecurityGroupProvider::new(
                 apis.security_groups,
                 clock.clone(),
-                SECURITY_GROUP_CACHE_TTL,
+                settings.security_group_refresh_interval,
             )),
             amis: Arc::new(AmiProvider::new(apis.images, ssm, clock.clone(), settings.ami_refresh_interval)),
             instance_profiles: Arc::new(InstanceProfileProvider::new(apis.iam, settings.cluster, clock.clone())),

@@ -244,6 +244,38 @@ fn subnet_cache_honours_the_refresh_interval() {
     assert_eq!(r.subnets.available_ips("subnet-a2"), None);
 }
 
+#[test]
+fn security_group_cache_honours_the_refresh_interval() {
+    let aws = world();
+    let clock = clock();
+    let terms = vec![SecurityGroupSelectorTerm { tags: Some(tags(DISCOVERY)), ..Default::default() }];
+    // The default: one minute.
+    let r = resolver(&aws, &clock);
+    block_on(r.security_groups.list(&terms)).unwrap();
+    clock.step_secs(59);
+    block_on(r.security_groups.list(&terms)).unwrap();
+    assert_eq!(aws.count("DescribeSecurityGroups"), 1, "cached within the default minute");
+    clock.step_secs(1);
+    block_on(r.security_groups.list(&terms)).unwrap();
+    assert_eq!(aws.count("DescribeSecurityGroups"), 2, "described again after a minute");
+
+    let mut s = settings();
+    s.security_group_refresh_interval = Duration::from_secs(300);
+    let r = NodeClassResolver::new(apis(&aws), s, Arc::new(clock.clone()));
+    let before = block_on(r.security_groups.list(&terms)).unwrap();
+    aws.with(|w| w.security_groups.retain(|g| g.group_id != before[0].id));
+    clock.step_secs(299);
+    assert_eq!(block_on(r.security_groups.list(&terms)).unwrap(), before, "stale within the interval");
+    assert_eq!(aws.count("DescribeSecurityGroups"), 3);
+    clock.step_secs(1);
+    let after = block_on(r.security_groups.list(&terms)).unwrap();
+    assert_eq!(
+        (aws.count("DescribeSecurityGroups"), after.len()),
+        (4, before.len() - 1),
+        "described again once expired"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Aliases and SSM paths.
 // ---------------------------------------------------------------------------------------------------------------

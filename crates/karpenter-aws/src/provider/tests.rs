@@ -11,7 +11,7 @@ use karpenter_testing::nodepool_requirement;
 use serde_json::json;
 
 use super::*;
-use crate::api_error::AwsApiError;
+use crate::api_error::{AwsApiError, AwsErrorKind};
 use crate::ec2::InstanceTypeInfo;
 use crate::launch::fleet::{CreateFleetRequest, NODE_CLAIM_TAG, TargetCapacityType};
 use crate::launch::mock::{MockCall, MockEc2, instance_type_info, ops};
@@ -207,6 +207,31 @@ async fn passes_the_conformance_suite() {
         assert_eq!(c.outcome, karpenter_testing::conformance::Outcome::Passed, "{report}");
     }
     assert!(report.check("repeated_create").unwrap().notes.is_empty(), "create is idempotent: {report}");
+    // Without RebootForRepair the reboot rule holds through NotImplemented.
+    let reboot = report.check("reboot").unwrap();
+    assert!(reboot.notes.iter().any(|n| n.contains("NotImplemented")), "{report}");
+    assert_eq!(report.check("repair_policies").unwrap().notes, ["7 repair policies"], "{report}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn passes_the_conformance_suite_with_reboot_for_repair() {
+    let e = env();
+    let provider = rebooting(&e, "test-cluster");
+    let fixtures = Fixtures {
+        node_pool: pool(),
+        node_claim: claim("conformance", &["spot", "on-demand"]),
+        other_cluster: Some(Arc::new(rebooting(&e, "another-cluster"))),
+        hooks: Arc::new(Hooks(e.ec2.clone())),
+        sleeper: Arc::new(e.clock.clone()),
+        ..Fixtures::kwok()
+    };
+    let report = run(Arc::new(provider), &fixtures).await;
+    assert!(report.passed(), "{report}");
+    let reboot = report.check("reboot").unwrap();
+    assert_eq!(reboot.outcome, karpenter_testing::conformance::Outcome::Passed, "{report}");
+    assert!(reboot.notes.is_empty(), "rebooted through RebootInstances: {report}");
+    assert_eq!(reboot_calls(&e).len(), 1, "{report}");
+    assert_eq!(report.check("repair_policies").unwrap().notes, ["8 repair policies"], "{report}");
 }
 
 /// A running instance as DescribeInstances reports it.
@@ -844,6 +869,9 @@ mod placement_and_reservations {
         async fn terminate_instances(&self, ids: &[String]) -> Result<Vec<TerminatingInstance>, AwsApiError> {
             self.0.terminate_instances(ids).await
         }
+        async fn reboot_instances(&self, ids: &[String]) -> Result<(), AwsApiError> {
+            self.0.reboot_instances(ids).await
+        }
         async fn create_tags(&self, ids: &[String], tags: &BTreeMap<String, String>) -> Result<(), AwsApiError> {
             self.0.create_tags(ids, tags).await
         }
@@ -1066,4 +1094,166 @@ mod placement_and_reservations {
         });
         assert!(e.provider.unavailable_offerings().is_unavailable(&OfferingRef::new("c5.large", "us-west-2b", "spot")));
     }
+}
+
+/// The provider of `e`'s EC2 with the `RebootForRepair` gate on, for `cluster`.
+fn rebooting(e: &Env, cluster: &str) -> AwsCloudProvider {
+    let apis = AwsApis {
+        fleet: Arc::new(e.ec2.clone()),
+        launch_templates: Arc::new(e.ec2.clone()),
+        instance_types: Arc::new(e.ec2.clone()),
+    };
+    let info = ClusterInfo {
+        name: cluster.into(),
+        endpoint: "https://api.example".into(),
+        ca_bundle: Some("Q0E=".into()),
+        service_cidr: Some("10.100.0.0/16".into()),
+        dns_ip: Some("10.100.0.10".into()),
+    };
+    AwsCloudProvider::new(
+        apis,
+        Arc::new(e.classes.clone()),
+        Arc::new(e.clock.clone()),
+        Arc::new(e.clock.clone()),
+        SharedPrices::new(PriceSource::Table(prices(&catalogue()))),
+        AwsCloudProviderOptions { reboot_for_repair: true, ..AwsCloudProviderOptions::new(info, "us-west-2") },
+    )
+}
+
+fn reboot_calls(e: &Env) -> Vec<Vec<String>> {
+    e.ec2
+        .calls()
+        .into_iter()
+        .filter_map(|c| match c {
+            MockCall::RebootInstances(ids) => Some(ids),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn reboot_is_not_implemented_without_the_gate() {
+    let e = env();
+    let launched = e.provider.create(&claim("gpu", &["on-demand"])).await.unwrap();
+    let err = e.provider.reboot(&launched).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotImplemented, "{err}");
+    assert!(reboot_calls(&e).is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn reboot_calls_reboot_instances_with_the_gate_and_maps_errors_like_terminate() {
+    let e = env();
+    let provider = rebooting(&e, "test-cluster");
+    let c = claim("gpu", &["on-demand"]);
+    let mut launched = provider.create(&c).await.unwrap();
+    launched.spec = c.spec.clone();
+    let id = instance_id(launched.provider_id().unwrap()).unwrap().to_owned();
+    provider.reboot(&launched).await.unwrap();
+    assert_eq!(reboot_calls(&e), vec![vec![id.clone()]]);
+    assert_eq!(e.ec2.reboots(&id), 1);
+    let listed: Vec<_> =
+        provider.list().await.unwrap().iter().filter_map(|c| c.provider_id().map(str::to_owned)).collect();
+    assert_eq!(listed, vec![launched.provider_id().unwrap().to_owned()], "a reboot keeps the one instance");
+    assert_eq!(e.ec2.instance(&id).unwrap().state, InstanceState::Running);
+
+    // EC2 errors: throttling is retried by the caller, an unknown id is NodeClaimNotFound.
+    e.ec2
+        .fail_next(ops::REBOOT_INSTANCES, AwsApiError::new(ops::REBOOT_INSTANCES, "RequestLimitExceeded", "slow down"));
+    assert_eq!(provider.reboot(&launched).await.unwrap_err().kind(), ErrorKind::Other);
+    e.ec2.fail_next(
+        ops::REBOOT_INSTANCES,
+        AwsApiError::new(ops::REBOOT_INSTANCES, "InvalidInstanceID.NotFound", "gone meanwhile"),
+    );
+    assert!(provider.reboot(&launched).await.unwrap_err().is_not_found());
+    assert_eq!(e.ec2.reboots(&id), 1);
+
+    // Another cluster's instance is not ours to reboot; neither is a claim without an EC2 provider id.
+    let other = rebooting(&e, "other-cluster");
+    assert!(other.reboot(&launched).await.unwrap_err().is_not_found());
+    assert!(provider.reboot(&c).await.unwrap_err().is_not_found(), "no providerID");
+    let mut foreign = launched.clone();
+    foreign.status.as_mut().unwrap().provider_id = Some("kwok://x".into());
+    assert!(provider.reboot(&foreign).await.unwrap_err().is_not_found());
+
+    // Shutting down, then terminated: NodeClaimNotFound, and EC2 is not asked.
+    let before = reboot_calls(&e).len();
+    provider.delete(&launched).await.unwrap();
+    assert!(provider.reboot(&launched).await.unwrap_err().is_not_found());
+    assert!(provider.reboot(&launched).await.unwrap_err().is_not_found());
+    assert_eq!(reboot_calls(&e).len(), before);
+}
+
+/// A repair policy as (type, status, toleration minutes, drain bound minutes, priority, action).
+type PolicySummary = (String, &'static str, u64, Option<u64>, u8, RepairAction);
+
+#[test]
+fn the_default_repair_policies_are_v1_14s_with_drain_bounds_and_validate() {
+    use karpenter_api::repair::RepairPolicies;
+    let summary = |ps: &[RepairPolicy]| -> Vec<PolicySummary> {
+        ps.iter()
+            .map(|p| {
+                (
+                    p.condition_type.clone(),
+                    p.condition_status.as_str(),
+                    p.toleration_duration.as_secs() / 60,
+                    p.termination_grace_period.map(|d| d.as_secs() / 60),
+                    p.priority,
+                    p.action,
+                )
+            })
+            .collect()
+    };
+    let off = repair_policies(false);
+    let replace = RepairAction::Replace;
+    let expected = vec![
+        ("Ready".to_owned(), "False", 30, Some(10), 0, replace),
+        ("Ready".to_owned(), "Unknown", 30, Some(0), 0, replace),
+        ("AcceleratedHardwareReady".to_owned(), "False", 10, Some(10), 0, replace),
+        ("StorageReady".to_owned(), "False", 30, Some(10), 0, replace),
+        ("NetworkingReady".to_owned(), "False", 30, Some(10), 0, replace),
+        ("KernelReady".to_owned(), "False", 30, Some(0), 0, replace),
+        ("ContainerRuntimeReady".to_owned(), "False", 30, Some(10), 0, replace),
+    ];
+    assert_eq!(summary(&off), expected);
+    RepairPolicies::new(off.clone()).unwrap();
+    let on = repair_policies(true);
+    let mut with_reboot = expected.clone();
+    with_reboot.push(("AcceleratedHardwareReady".to_owned(), "False", 10, Some(0), 50, RepairAction::Reboot));
+    assert_eq!(summary(&on), with_reboot);
+    let set = RepairPolicies::new(on).unwrap();
+
+    // What a node with a broken accelerator gets: a reboot with the gate, a replace without; the replace
+    // fallback is still there for a provider answer of NotImplemented.
+    let now = chrono::DateTime::<chrono::Utc>::from_timestamp(1_800_000_000, 0).unwrap();
+    let broken: k8s_openapi::api::core::v1::NodeCondition = serde_json::from_value(json!({
+        "type": "AcceleratedHardwareReady", "status": "False", "reason": "Xid79",
+        "lastTransitionTime": "2027-01-15T08:00:00Z"
+    }))
+    .unwrap();
+    let m = set.assess(std::slice::from_ref(&broken), now).unwrap();
+    assert_eq!((m.action, m.termination_grace_period), (RepairAction::Reboot, Some(Duration::ZERO)));
+    let m = RepairPolicies::new(off).unwrap().assess(&[broken], now).unwrap();
+    assert_eq!((m.action, m.termination_grace_period), (RepairAction::Replace, Some(REPAIR_DRAIN_BOUND)));
+
+    // The provider answers with the set its gate selects.
+    let e = env();
+    assert_eq!(summary(&e.provider.repair_policies()), expected);
+    assert_eq!(rebooting(&e, "test-cluster").repair_policies().len(), 8);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_mock_refuses_to_reboot_unknown_or_terminating_instances_as_ec2_does() {
+    let e = env();
+    let c = claim("mock", &["on-demand"]);
+    let mut launched = e.provider.create(&c).await.unwrap();
+    launched.spec = c.spec.clone();
+    let id = instance_id(launched.provider_id().unwrap()).unwrap().to_owned();
+    let err = e.ec2.reboot_instances(&["i-unknown".into()]).await.unwrap_err();
+    assert_eq!((err.code.as_str(), err.kind), ("InvalidInstanceID.NotFound", AwsErrorKind::NotFound));
+    e.ec2.reboot_instances(std::slice::from_ref(&id)).await.unwrap();
+    assert_eq!(e.ec2.reboots(&id), 1);
+    e.provider.delete(&launched).await.unwrap();
+    let err = e.ec2.reboot_instances(std::slice::from_ref(&id)).await.unwrap_err();
+    assert_eq!(err.code, "IncorrectInstanceState", "{err}");
+    assert_eq!(e.ec2.reboots(&id), 1);
 }

@@ -1,5 +1,5 @@
 //! The launch traits over aws-sdk-ec2: [`LaunchTemplateApi`] (create, describe, list by tag, delete) and
-//! [`FleetApi`] (CreateFleet instant, DescribeInstances, TerminateInstances, CreateTags).
+//! [`FleetApi`] (CreateFleet instant, DescribeInstances, TerminateInstances, RebootInstances, CreateTags).
 
 use std::collections::BTreeMap;
 
@@ -138,6 +138,9 @@ fn template_data(t: &LaunchTemplate) -> sdk::RequestLaunchTemplateData {
                 .nested_virtualization(sdk::NestedVirtualizationSpecification::from("enabled"))
                 .build(),
         );
+    }
+    if let Some(enabled) = d.enclave_enabled {
+        b = b.enclave_options(sdk::LaunchTemplateEnclaveOptionsRequest::builder().enabled(enabled).build());
     }
     if !d.resource_tags.is_empty() {
         let mut resources = vec![sdk::ResourceType::NetworkInterface];
@@ -382,6 +385,16 @@ impl FleetApi for Ec2Adapter {
             .collect())
     }
 
+    async fn reboot_instances(&self, instance_ids: &[String]) -> Result<(), AwsApiError> {
+        self.client
+            .reboot_instances()
+            .set_instance_ids(Some(instance_ids.to_vec()))
+            .send()
+            .await
+            .map_err(|e| api_error("RebootInstances", e))?;
+        Ok(())
+    }
+
     async fn create_tags(&self, resource_ids: &[String], tags: &BTreeMap<String, String>) -> Result<(), AwsApiError> {
         self.client
             .create_tags()
@@ -391,5 +404,39 @@ impl FleetApi for Ec2Adapter {
             .await
             .map_err(|e| api_error("CreateTags", e))?;
         Ok(())
+    }
+}
+
+/// Running instances only (`IncludeAllInstances` unset), every page of 1000.
+#[async_trait]
+impl crate::status::InstanceStatusApi for Ec2Adapter {
+    async fn describe_instance_status(&self) -> Result<Vec<crate::status::InstanceStatus>, AwsApiError> {
+        use crate::status::{InstanceStatus, ScheduledEvent};
+        let mut pages = self.client.describe_instance_status().max_results(1000).into_paginator().send();
+        let mut out = Vec::new();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| api_error("DescribeInstanceStatus", e))?;
+            out.extend(page.instance_statuses().iter().filter_map(|s| {
+                let check = |c: Option<&sdk::InstanceStatusSummary>| {
+                    c.and_then(|c| c.status()).map(|s| s.as_str().to_owned()).unwrap_or_default()
+                };
+                Some(InstanceStatus {
+                    instance_id: s.instance_id()?.to_owned(),
+                    availability_zone: s.availability_zone().map(str::to_owned),
+                    instance_status: check(s.instance_status()),
+                    system_status: check(s.system_status()),
+                    events: s
+                        .events()
+                        .iter()
+                        .map(|e| ScheduledEvent {
+                            code: e.code().map(|c| c.as_str().to_owned()).unwrap_or_default(),
+                            description: e.description().unwrap_or_default().to_owned(),
+                            not_before: e.not_before().and_then(to_chrono),
+                        })
+                        .collect(),
+                })
+            }));
+        }
+        Ok(out)
     }
 }

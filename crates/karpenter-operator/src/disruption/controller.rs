@@ -44,7 +44,7 @@ use karpenter_disruption::validation::{
     FailureKind, NextStep, VALIDATION_DELAY, ValidationFailure, next_step, validate,
 };
 use karpenter_requirements::InstanceType;
-use karpenter_scheduler::snapshot::{SnapshotError, is_daemon_set_pod};
+use karpenter_scheduler::snapshot::{SnapshotError, is_daemon_set_pod, pod_key};
 use karpenter_scheduler::{PoolInput, build_node_claim};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
@@ -57,7 +57,7 @@ use karpenter_api::time::chrono_duration;
 
 use crate::context::ControllerContext;
 use crate::events::{Event, reasons};
-use crate::kube_util::{delete_ignoring_missing, is_not_found, label, retry_write_conflicts};
+use crate::kube_util::{delete_ignoring_missing, is_not_found, label, lock, retry_write_conflicts};
 use crate::state::simulate_off_runtime;
 
 /// The controller name in logs.
@@ -105,6 +105,8 @@ pub struct DisruptionSettings {
     pub pod_deletion_cost_management: bool,
     /// `SCHEDULER_CONFIG`: the simulations give pods the default topology spread constraints provisioning does.
     pub scheduler_config: karpenter_scheduler::SchedulerConfig,
+    /// Node repair runs as a disruption method: gate `NodeRepair` on and `LEGACY_NODE_REPAIR` off.
+    pub node_repair: bool,
 }
 
 impl Default for DisruptionSettings {
@@ -121,6 +123,7 @@ impl Default for DisruptionSettings {
             cluster_limits: karpenter_requirements::ResourceList::new(),
             pod_deletion_cost_management: false,
             scheduler_config: karpenter_scheduler::SchedulerConfig::default(),
+            node_repair: false,
         }
     }
 }
@@ -134,7 +137,22 @@ impl DisruptionSettings {
             cluster_limits: settings.cluster_limits.clone(),
             pod_deletion_cost_management: settings.feature_gates.pod_deletion_cost_management,
             scheduler_config: settings.scheduler_config.clone(),
+            node_repair: settings.feature_gates.node_repair && !settings.legacy_node_repair,
             ..Self::default()
+        }
+    }
+
+    /// These settings with the timings of `other` (poll interval, validation wait, replacement timeouts, pass
+    /// simulation time).
+    pub fn with_timings_of(self, other: &Self) -> Self {
+        Self {
+            poll_interval: other.poll_interval,
+            validation_delay: other.validation_delay,
+            min_replacement_timeout: other.min_replacement_timeout,
+            max_replacement_timeout: other.max_replacement_timeout,
+            replacement_timeout_per_candidate: other.replacement_timeout_per_candidate,
+            pass_simulation_time: other.pass_simulation_time,
+            ..self
         }
     }
 
@@ -212,6 +230,8 @@ struct Pending {
 struct Inner {
     pending: Option<Pending>,
     in_flight: Vec<InFlight>,
+    /// Reboots draining their node.
+    reboots: Vec<RebootFlight>,
     /// The state's consolidation state when a pass last found nothing for consolidation to do, and when.
     consolidated: Option<(u64, DateTime<Utc>)>,
     /// Where the last pass's simulation time ran out in single-node consolidation: the next pass resumes there.
@@ -243,7 +263,38 @@ pub struct Disruption {
     ctx: ControllerContext,
     settings: DisruptionSettings,
     inner: Mutex<Inner>,
+    /// The provider's repair policies when node repair runs here (validated at start).
+    repair_policies: Option<karpenter_api::repair::RepairPolicies>,
+    /// Node repair's memory: failed repairs per pool, and whether the provider refused a reboot.
+    repair: std::sync::Mutex<RepairMemory>,
 }
+
+/// What node repair remembers between passes (see [`karpenter_disruption::repair::RepairOptions`]).
+#[derive(Debug, Default)]
+struct RepairMemory {
+    /// Repair commands rolled back (replacements that never initialized), by pool, with when.
+    failures: Vec<(String, DateTime<Utc>)>,
+    /// The provider answered `NotImplemented` to a reboot: reboot policies replace instead.
+    reboot_unsupported: bool,
+    /// Nodes whose reboot is being prepared (draining): repair leaves them alone.
+    rebooting: BTreeSet<String>,
+    /// NodeClaims whose reboot did not help (back unhealthy, or not back within [`REBOOT_TIMEOUT`]): repair
+    /// replaces them. Kept in memory, as upstream keeps its reboot history.
+    escalated: BTreeSet<String>,
+}
+
+/// A reboot being prepared: the node drains (bounded by `deadline`), then the provider reboots it.
+#[derive(Debug, Clone)]
+struct RebootFlight {
+    target: Target,
+    command: Command,
+    deadline: Option<DateTime<Utc>>,
+}
+
+/// How long a failed repair weighs on its pool's order.
+pub const REPAIR_FAILURE_MEMORY: Duration = Duration::from_secs(60 * 60);
+/// How long a rebooted node may take to come back with a new boot id before repair replaces it instead.
+pub const REBOOT_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 
 impl fmt::Debug for Disruption {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -256,6 +307,7 @@ fn decision_label(d: Decision) -> &'static str {
     match d {
         Decision::Delete => "delete",
         Decision::Replace => "replace",
+        Decision::Reboot => "reboot",
     }
 }
 
@@ -265,7 +317,7 @@ pub fn consolidation_type(m: Method) -> &'static str {
         Method::Emptiness => "empty",
         Method::MultiNodeConsolidation => "multi",
         Method::SingleNodeConsolidation => "single",
-        Method::Drift | Method::StaticDrift => "",
+        Method::Drift | Method::StaticDrift | Method::Repair => "",
     }
 }
 
@@ -275,6 +327,19 @@ fn reason_label(c: &Command) -> String {
 
 fn has_disrupted_taint(node: &Node) -> bool {
     node.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some_and(|ts| ts.iter().any(|t| t.key == taints::DISRUPTED))
+}
+
+/// A reboot drain bound: a Go duration, or a bare `0` (forceful).
+fn parse_grace(text: &str) -> Option<Duration> {
+    if text.trim() == "0" {
+        return Some(Duration::ZERO);
+    }
+    karpenter_api::duration::parse_go_duration(text.trim()).ok()
+}
+
+/// The Node's `status.nodeInfo.bootID`, if reported.
+fn boot_id(node: &Node) -> Option<String> {
+    node.status.as_ref()?.node_info.as_ref().map(|i| i.boot_id.clone()).filter(|b| !b.is_empty())
 }
 
 fn node_ready(node: &Node) -> bool {
@@ -287,7 +352,8 @@ fn node_ready(node: &Node) -> bool {
 impl Disruption {
     /// A disruption loop writing through the context's client, on `settings`' timings.
     pub fn new(ctx: &ControllerContext, settings: DisruptionSettings) -> Self {
-        Self { ctx: ctx.clone(), settings, inner: Mutex::default() }
+        let repair_policies = if settings.node_repair { crate::repair::policies(ctx) } else { None };
+        Self { ctx: ctx.clone(), settings, inner: Mutex::default(), repair_policies, repair: Default::default() }
     }
 
     fn nodes(&self) -> Api<Node> {
@@ -336,7 +402,8 @@ impl Disruption {
         let mut report = StepReport { requeue: self.settings.poll_interval, ..StepReport::default() };
         let mut inner = self.inner.lock().await;
         self.advance(&mut inner, &mut report).await;
-        let busy = !inner.in_flight.is_empty();
+        self.advance_reboots(&mut inner, &mut report).await;
+        let busy = !inner.in_flight.is_empty() || !inner.reboots.is_empty();
         let settle = |report: &mut StepReport, d: Duration| {
             report.requeue = if busy { d.min(IN_FLIGHT_POLL) } else { d };
         };
@@ -366,6 +433,7 @@ impl Disruption {
         }
 
         self.clean_stale(&inner, &mut report).await;
+        self.finish_reboots(&mut report).await;
 
         let state_before = self.ctx.state.consolidation_state();
         let unchanged = inner
@@ -429,8 +497,43 @@ impl Disruption {
                 scheduler_config: self.settings.scheduler_config.clone(),
                 ..karpenter_disruption::DisruptionOptions::default().scheduler
             },
+            repair: self.repair_options(),
             ..Default::default()
         }
+    }
+
+    /// Node repair's inputs: the unhealthy nodes now, with reboots in progress left out (never issued twice) and
+    /// reboots that did not help (or that the provider refused) turned into replacements; the pools' recent
+    /// failures.
+    fn repair_options(&self) -> karpenter_disruption::repair::RepairOptions {
+        let Some(policies) = &self.repair_policies else { return Default::default() };
+        let now = self.ctx.clock.now();
+        let mut unhealthy = crate::repair::unhealthy_nodes(&self.ctx.state, policies, now);
+        let mut memory = lock(&self.repair);
+        memory.failures.retain(|(_, at)| now - *at < chrono_duration(REPAIR_FAILURE_MEMORY));
+        let mut failures: BTreeMap<String, u32> = BTreeMap::new();
+        for (pool, _) in &memory.failures {
+            *failures.entry(pool.clone()).or_default() += 1;
+        }
+        let reboot_unsupported = memory.reboot_unsupported;
+        for node in &memory.rebooting {
+            unhealthy.remove(node);
+        }
+        let escalated = memory.escalated.clone();
+        drop(memory);
+        for claim in self.ctx.state.list_shared::<NodeClaim>() {
+            let Some(node) = claim.node_name() else { continue };
+            let Some(m) = unhealthy.get_mut(node) else { continue };
+            if reboot_unsupported || escalated.contains(&claim.name_any()) {
+                m.action = karpenter_api::repair::RepairAction::Replace;
+            }
+            // A reboot under way (`finish_reboots` judges its end before each pass): not again, and nothing
+            // else either.
+            if claim.annotations().contains_key(labels::annotations::REBOOT_PRE_BOOT_ID) {
+                unhealthy.remove(node);
+            }
+        }
+        karpenter_disruption::repair::RepairOptions { enabled: true, unhealthy, failures, ..Default::default() }
     }
 
     /// One pass of karpenter-disruption over the current state.
@@ -503,6 +606,23 @@ impl Disruption {
             let event = Event::warning(&**pod, reasons::INVALID_DO_NOT_DISRUPT_ANNOTATION, message)
                 .with_dedupe_values([uid, value.clone()]);
             self.ctx.recorder.publish_detached(event);
+        }
+        // With PodDeletionCostManagement, karpenter.sh/disruption-cost is the user's cost: a value that is not an
+        // int32 is ignored (the pod costs as if unannotated), and says so.
+        if self.settings.pod_deletion_cost_management {
+            let costs = karpenter_disruption::pods::CostAnnotations { managed: true };
+            for pod in pods {
+                let Some(Err(bad)) = costs.deletion_cost(pod) else { continue };
+                let message = format!(
+                    "Invalid {} annotation value {:?} (not a 32-bit integer), ignoring annotation",
+                    bad.key, bad.value
+                );
+                tracing::warn!(controller = CONTROLLER, Pod = %pod_key(pod), "{message}");
+                let uid = pod.metadata.uid.clone().unwrap_or_default();
+                let event = Event::warning(&**pod, reasons::INVALID_DISRUPTION_COST_ANNOTATION, message)
+                    .with_dedupe_values([uid, bad.value]);
+                self.ctx.recorder.publish_detached(event);
+            }
         }
     }
 
@@ -612,15 +732,21 @@ impl Disruption {
 
     /// Removes the disrupted taint and `DisruptionReason` from nodes in no command and not being deleted.
     async fn clean_stale(&self, inner: &Inner, report: &mut StepReport) {
-        let busy: BTreeSet<&str> = inner
+        let mut busy: BTreeSet<&str> = inner
             .in_flight
             .iter()
             .flat_map(|c| c.targets.iter().flat_map(|t| [t.node.as_str(), t.claim.as_str()]))
             .collect();
+        busy.extend(inner.reboots.iter().flat_map(|r| [r.target.node.as_str(), r.target.claim.as_str()]));
         // Shared reads, and claims indexed by node: this runs every step, over thousands of nodes at scale.
         let claims = self.ctx.state.list_shared::<NodeClaim>();
         let claim_of_node: BTreeMap<&str, &NodeClaim> =
             claims.iter().filter_map(|c| c.node_name().map(|n| (n, &**c))).collect();
+        // A node rebooted by repair keeps its taint until it is back and healthy (`finish_reboots`).
+        let rebooting = |c: &NodeClaim| {
+            c.annotations().contains_key(labels::annotations::REBOOT_PRE_BOOT_ID)
+                || c.conditions().iter().any(|x| x.type_ == cond::REBOOTING && x.status == ConditionStatus::True)
+        };
         for node in self.ctx.state.list_shared::<Node>() {
             let name = node.name_any();
             if busy.contains(name.as_str()) || node.metadata.deletion_timestamp.is_some() || !has_disrupted_taint(&node)
@@ -628,7 +754,7 @@ impl Disruption {
                 continue;
             }
             let claim = claim_of_node.get(name.as_str());
-            if claim.is_some_and(|c| c.metadata.deletion_timestamp.is_some()) {
+            if claim.is_some_and(|c| c.metadata.deletion_timestamp.is_some() || rebooting(c)) {
                 continue;
             }
             match self.untaint(&name).await {
@@ -743,6 +869,19 @@ impl Disruption {
         tracing::info!(controller = CONTROLLER, method = ?command.method, decision = ?command.decision,
             nodes = ?targets.iter().map(|t| t.node.as_str()).collect::<Vec<_>>(), explanation = %command.explanation,
             "disrupting node(s)");
+        if command.decision == Decision::Reboot {
+            for t in targets {
+                match self.prepare_reboot(&t, &command).await {
+                    Ok(flight) => {
+                        lock(&self.repair).rebooting.insert(t.node.clone());
+                        inner.reboots.push(flight);
+                    }
+                    Err(e) => report.errors.push(format!("preparing the reboot of {}: {e}", t.node)),
+                }
+            }
+            report.started.push(command);
+            return;
+        }
 
         // 1. Taint and DisruptionReason, several candidates at a time: an emptiness command may hold hundreds of
         //    nodes, each a few requests. A lost race (a kubelet heartbeat on the Node, a status write on the
@@ -851,6 +990,214 @@ impl Disruption {
         }
     }
 
+    /// Starts a reboot (node repair's `Reboot` action): `Rebooting=True` (`RebootRequested`) on the NodeClaim
+    /// and the node tainted `karpenter.sh/disrupted`, then [`Self::advance_reboots`] drains it. The drain is
+    /// bounded by the NodeClaim's `karpenter.sh/reboot-termination-grace-period` (a duration; `0` forceful),
+    /// else by the repair policy's bound, else unbounded.
+    async fn prepare_reboot(&self, t: &Target, command: &Command) -> Result<RebootFlight, String> {
+        let claims = self.claims();
+        let current = claims.get(&t.claim).await.map_err(|e| e.to_string())?;
+        let now = self.ctx.clock.now();
+        let mut conditions = current.conditions().to_vec();
+        set_condition(
+            &mut conditions,
+            cond::REBOOTING,
+            ConditionStatus::True,
+            "RebootRequested",
+            &crate::lifecycle::truncate(&command.explanation),
+            current.metadata.generation,
+            now,
+        );
+        let written = crate::kube_util::patch_claim_conditions(&claims, &current, &conditions)
+            .await
+            .map_err(|e| e.to_string())?;
+        self.ctx.state.apply(written.clone());
+        retry_write_conflicts(Some(&*self.ctx.metrics), CONTROLLER, "Node", &t.node, || self.taint(&t.node))
+            .await
+            .map_err(|e| e.to_string())?;
+        let annotated = written.annotations().get(labels::annotations::REBOOT_TERMINATION_GRACE_PERIOD);
+        let bound = match annotated {
+            Some(text) => Some(parse_grace(text).ok_or_else(|| {
+                format!(
+                    "{} {text:?} is not a duration; draining without a bound",
+                    labels::annotations::REBOOT_TERMINATION_GRACE_PERIOD
+                )
+            }))
+            .transpose()
+            .unwrap_or_else(|e| {
+                tracing::warn!(controller = CONTROLLER, NodeClaim = %t.claim, "{e}");
+                None
+            }),
+            None => command.repair.as_ref().and_then(|r| r.termination_grace_period_seconds).map(Duration::from_secs),
+        };
+        Ok(RebootFlight {
+            target: t.clone(),
+            command: command.clone(),
+            deadline: bound.map(|b| now + chrono_duration(b)),
+        })
+    }
+
+    /// Reboots being prepared: evicts the node's pods (PDBs honoured) until none is left or the deadline has
+    /// passed (the rest are deleted), then reboots.
+    async fn advance_reboots(&self, inner: &mut Inner, report: &mut StepReport) {
+        let now = self.ctx.clock.now();
+        let mut keep = Vec::new();
+        for flight in std::mem::take(&mut inner.reboots) {
+            let node = &flight.target.node;
+            let pods: Vec<Arc<CompactPod>> = self
+                .ctx
+                .state
+                .pods_on_node(node)
+                .into_iter()
+                .filter(|p| {
+                    !is_daemon_set_pod(p)
+                        && !karpenter_disruption::pods::is_static(p)
+                        && !karpenter_disruption::pods::tolerates_disrupted_taint(p)
+                })
+                .collect();
+            let forceful = flight.deadline.is_some_and(|d| now >= d);
+            for pod in pods.iter().filter(|p| p.meta().deletion_timestamp.is_none() || forceful) {
+                let (ns, name) = (pod.metadata.namespace.as_deref().unwrap_or("default"), pod.name_any());
+                if forceful {
+                    let api: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(self.ctx.client.clone(), ns);
+                    let dp = kube::api::DeleteParams { grace_period_seconds: Some(1), ..Default::default() };
+                    if let Err(e) = api.delete(&name, &dp).await
+                        && !is_not_found(&e)
+                    {
+                        report.errors.push(format!("deleting pod {ns}/{name} before a reboot: {e}"));
+                    }
+                    continue;
+                }
+                match crate::eviction::evict_uid(&self.ctx.client, ns, &name, pod.metadata.uid.as_deref()).await {
+                    Ok(outcome) => {
+                        self.ctx.metrics.pods_eviction_requests(&outcome.code().to_string()).inc();
+                    }
+                    Err(e) => report.errors.push(format!("evicting {ns}/{name} before a reboot: {e}")),
+                }
+            }
+            if !pods.is_empty() && !forceful {
+                keep.push(flight);
+                continue;
+            }
+            if !pods.is_empty() && pods.iter().any(|p| p.meta().deletion_timestamp.is_none()) {
+                // Deleted this step: reboot once they are gone.
+                keep.push(flight);
+                continue;
+            }
+            lock(&self.repair).rebooting.remove(node);
+            if let Err(e) = self.reboot(&flight.target, &flight.command).await {
+                report.errors.push(format!("rebooting {node}: {e}"));
+            }
+        }
+        inner.reboots = keep;
+    }
+
+    /// The reboot itself: the node's boot id recorded on the NodeClaim before the provider is asked, so a
+    /// restarted controller sees a reboot under way (or done) and never issues it twice. A provider that cannot
+    /// reboot (`NotImplemented`) makes repair replace from now on; the marks are taken back so the next pass does.
+    async fn reboot(&self, t: &Target, command: &Command) -> Result<(), String> {
+        let claims = self.claims();
+        let boot = self.ctx.state.get_shared::<Node>(&t.node).and_then(|n| boot_id(&n)).unwrap_or_default();
+        let patch = json!({"metadata": {"annotations": {labels::annotations::REBOOT_PRE_BOOT_ID: boot}}});
+        let written =
+            claims.patch(&t.claim, &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(|e| e.to_string())?;
+        self.ctx.state.apply(written.clone());
+        match self.ctx.cloud.reboot(&written).await {
+            Ok(()) => {
+                self.ctx.metrics.voluntary_disruption_decisions("reboot", &reason_label(command), "").inc();
+                self.event_on(t, reasons::DISRUPTION_TERMINATING, format!("Rebooting Node: {}", command.explanation))
+                    .await;
+                tracing::info!(controller = CONTROLLER, NodeClaim = %t.claim, Node = %t.node, "rebooting unhealthy node");
+                Ok(())
+            }
+            Err(e) => {
+                if e.kind() == karpenter_cloudprovider::ErrorKind::NotImplemented {
+                    tracing::info!(controller = CONTROLLER, NodeClaim = %t.claim, provider = self.ctx.cloud.name(),
+                        "the provider cannot reboot; node repair replaces instead");
+                    lock(&self.repair).reboot_unsupported = true;
+                }
+                self.clear_reboot(&t.claim).await.map_err(|e| e.to_string())?;
+                if let Err(e) = self.untaint(&t.node).await {
+                    tracing::warn!(controller = CONTROLLER, Node = %t.node, error = %e, "removing the disrupted taint");
+                }
+                Err(e.to_string())
+            }
+        }
+    }
+
+    /// Removes a reboot's marks from a NodeClaim: the boot-id annotation and `Rebooting` (set `False`,
+    /// `RebootCompleted`, when it was there).
+    async fn clear_reboot(&self, claim: &str) -> Result<(), kube::Error> {
+        let claims = self.claims();
+        let current = match claims.get(claim).await {
+            Ok(c) => c,
+            Err(e) if is_not_found(&e) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let mut conditions = current.conditions().to_vec();
+        let had = conditions.iter().any(|c| c.type_ == cond::REBOOTING && c.status == ConditionStatus::True);
+        let mut written = current.clone();
+        if had {
+            set_condition(
+                &mut conditions,
+                cond::REBOOTING,
+                ConditionStatus::False,
+                "RebootCompleted",
+                "",
+                current.metadata.generation,
+                self.ctx.clock.now(),
+            );
+            written = crate::kube_util::patch_claim_conditions(&claims, &current, &conditions).await?;
+        }
+        if written.annotations().contains_key(labels::annotations::REBOOT_PRE_BOOT_ID) {
+            let patch = json!({"metadata": {"annotations": {labels::annotations::REBOOT_PRE_BOOT_ID: null}}});
+            written = claims.patch(claim, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        }
+        self.ctx.state.apply(written);
+        Ok(())
+    }
+
+    /// Ends the reboots that are over: the marks and the taint go when the node came back with a new boot id;
+    /// one that came back still unhealthy, or did not come back within [`REBOOT_TIMEOUT`], is replaced by a later
+    /// pass.
+    async fn finish_reboots(&self, report: &mut StepReport) {
+        let Some(policies) = &self.repair_policies else { return };
+        let now = self.ctx.clock.now();
+        for claim in self.ctx.state.list_shared::<NodeClaim>() {
+            let Some(before) = claim.annotations().get(labels::annotations::REBOOT_PRE_BOOT_ID) else { continue };
+            let Some(node) = claim.node_name().and_then(|n| self.ctx.state.get_shared::<Node>(n)) else { continue };
+            let rebooted = boot_id(&node).is_some_and(|b| &b != before);
+            // Back with its condition still matching but within its toleration (a kubelet starting up): wait.
+            let matched =
+                node.status.as_ref().and_then(|s| s.conditions.as_deref()).and_then(|c| policies.assess(c, now));
+            let healthy = matched.is_none();
+            let still_broken = matched.is_some_and(|m| m.is_eligible(now));
+            let requested = claim
+                .conditions()
+                .iter()
+                .find(|c| c.type_ == cond::REBOOTING)
+                .and_then(|c| karpenter_api::time::parse_rfc3339(&c.last_transition_time));
+            let timed_out = requested.is_none_or(|t| now - t >= chrono_duration(REBOOT_TIMEOUT));
+            let failed = (rebooted && still_broken) || (!healthy && timed_out);
+            if failed {
+                tracing::info!(controller = CONTROLLER, NodeClaim = %claim.name_any(), rebooted,
+                    "the reboot did not repair the node; replacing it");
+                lock(&self.repair).escalated.insert(claim.name_any());
+            }
+            if (rebooted && healthy) || failed {
+                let cleared = match self.clear_reboot(&claim.name_any()).await {
+                    Ok(()) => self.untaint(&node.name_any()).await,
+                    Err(e) => Err(e),
+                };
+                match cleared {
+                    Ok(()) => tracing::info!(controller = CONTROLLER, NodeClaim = %claim.name_any(),
+                        "node came back healthy after its reboot"),
+                    Err(e) => report.errors.push(format!("clearing the reboot of {}: {e}", claim.name_any())),
+                }
+            }
+        }
+    }
+
     async fn event_on(&self, t: &Target, reason: &str, message: String) {
         if let Some(node) = self.ctx.state.get_shared::<Node>(&t.node) {
             self.ctx.recorder.publish_detached(Event::normal(&*node, reason, message.clone()));
@@ -941,6 +1288,17 @@ impl Disruption {
             .map(|t| {
                 let claims = claims.clone();
                 async move {
+                    if let Some(repair) = &command.repair
+                        && let Some(claim) = self.ctx.state.get::<NodeClaim>(&t.claim)
+                    {
+                        let policy = repair.termination_grace_period_seconds.map(Duration::from_secs);
+                        let now = self.ctx.clock.now();
+                        if let Err(e) = crate::repair::annotate_drain_bound(&claims, &claim, policy, now).await
+                            && !is_not_found(&e)
+                        {
+                            return (t, Err(e));
+                        }
+                    }
                     let result = match claims.delete(&t.claim, &Default::default()).await {
                         Ok(either) => {
                             if let Some(obj) = either.left() {
@@ -976,6 +1334,9 @@ impl Disruption {
                     .map_or("", |p| p.spec.disruption.consolidation_policy.metric_label()),
                 _ => "",
             };
+            if let (Some(repair), Some(claim)) = (&command.repair, self.ctx.state.get::<NodeClaim>(&t.claim)) {
+                crate::repair::record_unhealthy(&self.ctx.metrics, &claim, &repair.condition);
+            }
             let mode = self.ctx.state.get::<NodeClaim>(&t.claim).map_or("graceful", |c| c.termination_mode());
             self.ctx.metrics.nodeclaims_disrupted(&reason, &t.pool, &t.capacity_type, policy, mode).inc();
             let pods = self.ctx.state.pods_on_node(&t.node).iter().filter(|p| moves(p)).count();
@@ -1002,6 +1363,10 @@ impl Disruption {
         report: &mut StepReport,
     ) {
         tracing::warn!(controller = CONTROLLER, method = ?command.method, reason = why, "disruption command failed, rolling back");
+        if command.method == Method::Repair {
+            let now = self.ctx.clock.now();
+            lock(&self.repair).failures.extend(targets.iter().map(|t| (t.pool.clone(), now)));
+        }
         let errors: Vec<String> = stream::iter(targets.iter().cloned())
             .map(|t: Target| async move {
                 let mut errors = Vec::new();

@@ -59,16 +59,20 @@ struct Env {
 }
 
 fn env() -> Env {
+    env_with(|_| {}, DisruptionSettings::default())
+}
+
+/// [`env`] with the fake cloud's options and the loop's settings changed.
+fn env_with(cloud_options: impl FnOnce(&mut FakeOptions), settings: DisruptionSettings) -> Env {
     let clock = FakeClock::new(Utc.with_ymd_and_hms(2026, 3, 1, 12, 0, 0).unwrap());
     let server = ApiServer::builder().clock(Arc::new(clock.clone())).build();
     let client = server.client();
-    let cloud = FakeCloudProvider::new(FakeOptions {
-        clock: Arc::new(clock.clone()),
-        ..karpenter_testing::kwok::fake_options()
-    });
+    let mut options = FakeOptions { clock: Arc::new(clock.clone()), ..karpenter_testing::kwok::fake_options() };
+    cloud_options(&mut options);
+    let cloud = FakeCloudProvider::new(options);
     let ctx = ControllerContext::for_tests(client.clone(), Arc::new(cloud.clone()), Arc::new(clock.clone()));
     let (state, metrics) = (ctx.state().clone(), ctx.metrics().clone());
-    let disruption = Disruption::new(&ctx, DisruptionSettings::default());
+    let disruption = Disruption::new(&ctx, settings);
     let conditions = NodeClaimDisruption::new(&ctx);
     let pod_events = PodEvents::new(&ctx);
     let lifecycle = LifecycleContext::new(&ctx);
@@ -585,6 +589,26 @@ async fn an_invalid_do_not_disrupt_value_is_ignored_with_an_event() {
     // The next pass says nothing new: the recorder keeps one event per pod and value.
     e.disruption.step().await.unwrap();
     assert_eq!(e.events(reasons::INVALID_DO_NOT_DISRUPT_ANNOTATION).await.len(), 1);
+}
+
+#[tokio::test]
+async fn an_invalid_disruption_cost_is_ignored_with_an_event_when_the_gate_is_on() {
+    for gate in [false, true] {
+        let e = env_with(|_| {}, DisruptionSettings { pod_deletion_cost_management: gate, ..Default::default() });
+        e.pool(pool_options()).await;
+        e.machine("big", "m-8x-amd64-linux").await;
+        let bad = [(annotations::DISRUPTION_COST.to_owned(), "lots".to_owned())].into();
+        e.bound_pod("priced", "big", PodOptions { annotations: bad, ..Default::default() }).await;
+        e.disruption.step().await.unwrap();
+        let events = e.events(reasons::INVALID_DISRUPTION_COST_ANNOTATION).await;
+        if gate {
+            assert_eq!(events.len(), 1, "{events:?}");
+            assert_eq!(events[0].0, "priced");
+            assert!(events[0].1.contains("karpenter.sh/disruption-cost annotation value \"lots\""), "{events:?}");
+        } else {
+            assert!(events.is_empty(), "without the gate the annotation means nothing: {events:?}");
+        }
+    }
 }
 
 /// Upstream's "already consolidated": once consolidation finds nothing, later passes skip its simulations until
@@ -1119,4 +1143,203 @@ async fn deletion_costs_follow_the_ranking() {
     ] {
         assert!(text.contains(line), "{line} in\n{text}");
     }
+}
+
+/// Sets the Node's `Ready` condition to `status` since `minutes_ago`.
+async fn set_ready(e: &Env, node: &str, status: &str, minutes_ago: i64) {
+    let since = karpenter_api::time::rfc3339(e.clock.now() - chrono::Duration::minutes(minutes_ago));
+    let patch = json!({"status": {"conditions": [
+        {"type": "Ready", "status": status, "reason": "KubeletNotReady", "lastTransitionTime": since, "lastHeartbeatTime": since}
+    ]}});
+    let written = e.nodes().patch_status(node, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    e.state.apply(written);
+}
+
+fn repair_settings() -> DisruptionSettings {
+    DisruptionSettings { node_repair: true, ..DisruptionSettings::default() }
+}
+
+/// Ready=False for 30 minutes is repaired, draining at most 5 minutes.
+fn bounded_ready_policy(o: &mut FakeOptions) {
+    let mut p = karpenter_api::repair::RepairPolicy::replace(
+        "Ready",
+        karpenter_api::ConditionStatus::False,
+        Duration::from_secs(30 * 60),
+    );
+    p.termination_grace_period = Some(Duration::from_secs(300));
+    o.repair_policies = vec![p];
+}
+
+#[tokio::test]
+async fn a_broken_node_is_replaced_first_then_deleted_with_its_drain_bounded() {
+    let e = env_with(bounded_ready_policy, repair_settings());
+    e.pool(pool_options()).await;
+    e.machine("sick", "m-8x-amd64-linux").await;
+    e.bound_pod("web", "sick", PodOptions { requests: [("cpu", "500m")].into(), ..Default::default() }).await;
+    set_ready(&e, "sick", "False", 10).await;
+    let report = e.disruption.step().await.unwrap();
+    assert!(report.started.is_empty(), "inside the 30 min toleration: {report:?}");
+    e.clock.step_secs(20 * 60);
+    let report = e.disruption.step().await.unwrap();
+    assert!(report.awaiting_validation.is_none(), "repair is not validated");
+    let started = report.started.first().expect("a repair command");
+    assert_eq!((started.method, started.decision), (Method::Repair, Decision::Replace), "{report:?}");
+    let [replacement] = report.replacements.as_slice() else { panic!("{report:?}") };
+    assert_eq!(e.metrics.nodeclaims_created("unhealthy", POOL, "false").get(), 1);
+    let marked = e.claim("sick-claim").await.unwrap();
+    assert_eq!(condition_of(&marked, cond::DISRUPTION_REASON).map(|c| c.1), Some("Unhealthy".to_owned()));
+    assert!(e.claim("sick-claim").await.unwrap().metadata.deletion_timestamp.is_none(), "not before the replacement");
+    e.bring_up(replacement).await;
+    let report = e.disruption.step().await.unwrap();
+    assert_eq!(report.deleted, ["sick-claim"]);
+    let gone = e.claim("sick-claim").await.unwrap();
+    let deadline = gone.annotations().get(annotations::NODE_CLAIM_TERMINATION_TIMESTAMP).cloned();
+    assert_eq!(deadline, Some(karpenter_api::time::rfc3339(e.clock.now() + chrono::Duration::minutes(5))));
+    assert_eq!(e.metrics.nodeclaims_disrupted("unhealthy", POOL, "on-demand", "", "graceful").get(), 1);
+    assert_eq!(e.metrics.nodeclaims_unhealthy_disrupted("Ready", POOL, "on-demand", "").get(), 1);
+}
+
+#[tokio::test]
+async fn without_the_gate_a_broken_node_stays() {
+    let e = env_with(bounded_ready_policy, DisruptionSettings::default());
+    e.pool(pool_options()).await;
+    e.machine("sick", "m-8x-amd64-linux").await;
+    e.bound_pod("web", "sick", PodOptions { requests: [("cpu", "500m")].into(), ..Default::default() }).await;
+    set_ready(&e, "sick", "False", 60).await;
+    let report = e.disruption.step().await.unwrap();
+    assert!(report.started.is_empty() && report.awaiting_validation.is_none(), "{report:?}");
+}
+
+#[tokio::test]
+async fn a_reboot_drains_first_and_one_the_provider_cannot_do_becomes_a_replacement() {
+    let e = env_with(
+        |o| {
+            reboot_policy(o);
+            o.repair_policies[0].termination_grace_period = Some(Duration::ZERO);
+            o.reboot = false;
+        },
+        repair_settings(),
+    );
+    e.pool(pool_options()).await;
+    e.machine("sick", "m-8x-amd64-linux").await;
+    e.bound_pod("web", "sick", PodOptions { requests: [("cpu", "500m")].into(), ..Default::default() }).await;
+    set_ready(&e, "sick", "False", 40).await;
+    let report = e.disruption.step().await.unwrap();
+    assert_eq!(report.started.first().map(|c| c.decision), Some(Decision::Reboot), "{report:?}");
+    let claim = e.claim("sick-claim").await.unwrap();
+    assert_eq!(condition_of(&claim, cond::REBOOTING).map(|c| c.0), Some(ConditionStatus::True));
+    assert!(e.node_taints("sick").await.contains(&taints::DISRUPTED.to_owned()), "tainted for the drain");
+    // The policy's bound is 0: the pod is deleted at once, and nothing else starts meanwhile.
+    let report = e.disruption.step().await.unwrap();
+    assert!(report.started.is_empty(), "{report:?}");
+    assert!(e.pods().get("web").await.unwrap().metadata.deletion_timestamp.is_some(), "drained");
+    e.sync().await;
+    // Drained: the reboot is asked for; this provider cannot, so the marks go and a replacement follows.
+    let report = e.disruption.step().await.unwrap();
+    assert!(report.errors.iter().any(|e| e.contains("not implemented by this provider: Reboot")), "{report:?}");
+    assert!(e.cloud.calls().iter().any(|c| c.method == karpenter_cloudprovider::Method::Reboot));
+    let claim = e.claim("sick-claim").await.unwrap();
+    assert!(!claim.annotations().contains_key(annotations::REBOOT_PRE_BOOT_ID), "marks taken back after the refusal");
+    assert_eq!(condition_of(&claim, cond::REBOOTING).map(|c| c.0), Some(ConditionStatus::False));
+    // Its pod is gone already, so the replacement is a plain delete: no new node needed.
+    let started = report.started.first().expect("a replacement command");
+    assert_eq!((started.method, started.decision), (Method::Repair, Decision::Delete), "{report:?}");
+}
+
+#[tokio::test]
+async fn legacy_repair_deletes_forcefully_unless_too_much_of_the_pool_is_broken() {
+    let e = env_with(bounded_ready_policy, DisruptionSettings::default());
+    e.pool(pool_options()).await;
+    for n in ["a", "b", "c"] {
+        e.machine(n, "m-8x-amd64-linux").await;
+    }
+    let legacy = crate::repair::LegacyRepair::new(&e.ctx, crate::repair::policies(&e.ctx).unwrap());
+    // Two of three broken: above 20 % (1 node), blocked with an event.
+    set_ready(&e, "a", "False", 40).await;
+    set_ready(&e, "b", "False", 40).await;
+    assert!(legacy.sweep().await.unwrap().is_empty());
+    assert!(!e.events(reasons::NODE_REPAIR_BLOCKED).await.is_empty());
+    // One broken: deleted at once, drained forcefully (deadline now), though its policy says 5 minutes.
+    set_ready(&e, "b", "True", 0).await;
+    e.clock.step_secs(5 * 60);
+    assert_eq!(legacy.sweep().await.unwrap(), ["a-claim"]);
+    let gone = e.claim("a-claim").await.unwrap();
+    let deadline = gone.annotations().get(annotations::NODE_CLAIM_TERMINATION_TIMESTAMP).cloned();
+    assert_eq!(deadline, Some(karpenter_api::time::rfc3339(e.clock.now())));
+    assert_eq!(e.metrics.nodeclaims_unhealthy_disrupted("Ready", POOL, "on-demand", "").get(), 1);
+}
+
+/// [`bounded_ready_policy`] with the reboot action.
+fn reboot_policy(o: &mut FakeOptions) {
+    bounded_ready_policy(o);
+    o.repair_policies[0].action = karpenter_api::repair::RepairAction::Reboot;
+}
+
+/// Sets the Node's boot id.
+async fn set_boot_id(e: &Env, node: &str, boot: &str) {
+    let patch = json!({"status": {"nodeInfo": {"bootID": boot, "machineID": "", "systemUUID": "", "kernelVersion": "",
+        "osImage": "", "containerRuntimeVersion": "", "kubeletVersion": "", "kubeProxyVersion": "",
+        "operatingSystem": "linux", "architecture": "amd64"}}});
+    let written = e.nodes().patch_status(node, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    e.state.apply(written);
+}
+
+#[tokio::test]
+async fn a_reboot_is_asked_once_and_its_marks_go_when_the_node_is_back_healthy() {
+    let e = env_with(reboot_policy, repair_settings());
+    e.pool(pool_options()).await;
+    e.machine("sick", "m-8x-amd64-linux").await;
+    set_boot_id(&e, "sick", "boot-1").await;
+    set_ready(&e, "sick", "False", 40).await;
+    let report = e.disruption.step().await.unwrap();
+    assert_eq!(report.started.first().map(|c| c.decision), Some(Decision::Reboot), "{report:?}");
+    // No pod to drain: the next step reboots, recording the boot id first.
+    e.disruption.step().await.unwrap();
+    let claim = e.claim("sick-claim").await.unwrap();
+    assert_eq!(claim.annotations().get(annotations::REBOOT_PRE_BOOT_ID).map(String::as_str), Some("boot-1"));
+    let reboots = || e.cloud.calls().iter().filter(|c| c.method == karpenter_cloudprovider::Method::Reboot).count();
+    assert_eq!(reboots(), 1);
+    // The same boot id and still broken: the reboot is under way, nothing is asked again (a restarted loop
+    // neither: its memory is empty, the annotation says it all).
+    e.sync().await;
+    for _ in 0..3 {
+        let report = e.disruption.step().await.unwrap();
+        assert!(report.started.is_empty(), "{report:?}");
+    }
+    let restarted = Disruption::new(&e.ctx, repair_settings());
+    assert!(restarted.step().await.unwrap().started.is_empty());
+    assert_eq!(reboots(), 1, "never asked twice");
+    assert!(e.node_taints("sick").await.contains(&taints::DISRUPTED.to_owned()), "tainted while it reboots");
+    // Back with a new boot id and Ready: the marks and the taint go.
+    set_boot_id(&e, "sick", "boot-2").await;
+    set_ready(&e, "sick", "True", 0).await;
+    e.sync().await;
+    e.disruption.step().await.unwrap();
+    let claim = e.claim("sick-claim").await.unwrap();
+    assert!(!claim.annotations().contains_key(annotations::REBOOT_PRE_BOOT_ID));
+    assert_eq!(condition_of(&claim, cond::REBOOTING).map(|c| c.0), Some(ConditionStatus::False));
+    assert!(!e.node_taints("sick").await.contains(&taints::DISRUPTED.to_owned()), "untainted");
+}
+
+#[tokio::test]
+async fn a_reboot_that_did_not_help_escalates_to_a_replacement() {
+    let e = env_with(reboot_policy, repair_settings());
+    e.pool(pool_options()).await;
+    e.machine("sick", "m-8x-amd64-linux").await;
+    e.bound_pod("web", "sick", PodOptions { requests: [("cpu", "500m")].into(), ..Default::default() }).await;
+    set_boot_id(&e, "sick", "boot-1").await;
+    set_ready(&e, "sick", "False", 40).await;
+    e.disruption.step().await.unwrap();
+    e.clock.step_secs(301);
+    e.disruption.step().await.unwrap(); // the drain's bound (5 min) has passed: the pod is deleted
+    e.sync().await;
+    e.disruption.step().await.unwrap(); // rebooted
+    assert!(e.claim("sick-claim").await.unwrap().annotations().contains_key(annotations::REBOOT_PRE_BOOT_ID));
+    // Back with a new boot id, but Ready=False again since before the toleration: replaced.
+    set_boot_id(&e, "sick", "boot-2").await;
+    set_ready(&e, "sick", "False", 40).await;
+    e.sync().await;
+    let report = e.disruption.step().await.unwrap();
+    let started = report.started.first().unwrap_or_else(|| panic!("a replacement: {report:?}"));
+    assert_eq!((started.method, started.decision == Decision::Reboot), (Method::Repair, false), "{report:?}");
 }

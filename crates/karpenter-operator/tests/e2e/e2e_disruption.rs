@@ -168,3 +168,42 @@ async fn an_interrupted_instance_is_drained_and_replaced() {
     assert!(rendered.contains("karpenter_nodeclaims_disrupted_total{reason=\"spot_interrupted\""), "{rendered}");
     running.stop().await;
 }
+
+/// Two interruption sources (on AWS the SQS queue and the instance status checks) are both consumed, each by its
+/// own loop: the same instance reported by both is deleted (forcefully, by the status check) and both events are
+/// acknowledged.
+#[tokio::test(start_paused = true)]
+async fn a_second_interruption_source_is_consumed_too() {
+    let _t = Timer::start("interruption, two sources");
+    let cluster = Cluster::new().await;
+    cluster
+        .node_pool(NodePoolOptions {
+            name: Some("default".into()),
+            consolidate_after: Some("Never".into()),
+            ..Default::default()
+        })
+        .await;
+    let (queue, status) = (InterruptionQueue::default(), InterruptionQueue::default());
+    let running = cluster.start_with(settings(&["--disable-leader-election"]), |m| {
+        m.with_interruption(Arc::new(queue.clone())).with_interruption(Arc::new(status.clone()))
+    });
+    cluster.workloads.scale("web", 1, "500m");
+    workload_running(&cluster, "web", 1).await;
+    let victim = cluster.list_claims().await.first().expect("a claim").clone();
+    let provider_id = victim.provider_id().expect("launched").to_string();
+
+    status.push(&provider_id, InterruptionKind::InstanceStatusFailure, InterruptionAction::DeleteForceful);
+    cluster
+        .eventually("the unhealthy claim gone", Duration::from_secs(600), || async {
+            cluster.claims().get_opt(&victim.name_any()).await.ok()?.is_none().then_some(())
+        })
+        .await;
+    queue.push(&provider_id, InterruptionKind::ScheduledChange, InterruptionAction::Delete);
+    cluster
+        .eventually("both sources acknowledged", Duration::from_secs(60), || async {
+            (status.acknowledged().len() == 1 && queue.acknowledged().len() == 1).then_some(())
+        })
+        .await;
+    assert!(!cluster.events("InstanceUnhealthy").await.is_empty());
+    running.stop().await;
+}

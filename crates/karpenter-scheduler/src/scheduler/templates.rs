@@ -377,8 +377,9 @@ fn within(capacity: &ResourceList, remaining: &ResourceList) -> bool {
         .all(|(name, rem)| name == karpenter_api::nodepool::NODES_LIMIT || capacity.get(name).is_none_or(|c| c <= rem))
 }
 
-/// `spec.limits − Σ capacity(nodes and in-flight claims of the pool)`, with `nodes` counting 1 each.
-pub(crate) fn remaining_limits(
+/// A NodePool's `(spec.limits, spec.limits − Σ capacity(nodes and in-flight claims of the pool))`, with `nodes`
+/// counting 1 each; `None` without limits, `Err` naming a limit that does not parse.
+pub fn remaining_limits(
     pool: &NodePool,
     snapshot: &ClusterSnapshot,
 ) -> Result<Option<(ResourceList, ResourceList)>, String> {

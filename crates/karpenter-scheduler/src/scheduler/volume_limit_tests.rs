@@ -132,3 +132,27 @@ fn a_pod_over_every_limit_is_unschedulable_naming_the_driver() {
     let reason = d.unschedulable[0].reason.to_string();
     assert!(reason.contains("no instance type can attach the pod's volumes"), "{reason}");
 }
+
+/// The checker catches a decision whose new claim offers an option that cannot attach its pods' volumes.
+#[test]
+fn the_checker_refuses_an_option_over_its_attachment_limit() {
+    let yaml = format!("{HEAD}{}{}", pod("a", &[("ebs", "a1"), ("ebs", "a2")]), pod("b", &[("ebs", "b1")]));
+    let its = catalogue(&[(EBS, 2)], &[(EBS, 8)]);
+    let objects = load_str(&yaml, "input.yaml").expect("input parses");
+    let snapshot = ClusterSnapshot::from_objects(&objects).expect("snapshot");
+    let pools: Vec<PoolInput<'_>> =
+        snapshot.node_pools.iter().map(|p| PoolInput { node_pool: p, instance_types: &its }).collect();
+    let provider = ProviderLabels::aws();
+    let mut d = schedule(&snapshot, &pools, &provider, &SchedulerOptions::default());
+    assert!(check(&snapshot, &pools, &provider, &d).is_ok());
+    // Forge a decision: both pods (three EBS volumes) on one claim that may still be `small` (2 attachments).
+    let all: Vec<String> = d.new_node_claims.iter().flat_map(|c| c.pods.clone()).collect();
+    d.new_node_claims.truncate(1);
+    d.new_node_claims[0].pods = all;
+    d.new_node_claims[0].instance_types = vec!["small".into(), "large".into()];
+    let v = check(&snapshot, &pools, &provider, &d).unwrap_err();
+    assert!(
+        v.iter().any(|v| v.contains("option small attaches at most 2 ebs.csi.aws.com volumes, its pods use 3")),
+        "{v:?}"
+    );
+}

@@ -1,0 +1,251 @@
+//! The NodeOverlay controller (gate `NodeOverlay`): evaluates every NodeOverlay against every NodePool's instance
+//! types, publishes the applicable ones to the [`OverlayStore`] that the [`Overlaid`] provider decorator reads
+//! (so the provisioner, disruption and every other `instance_types` caller see overlaid prices and capacity),
+//! and reports each overlay's `ValidationSucceeded` and `Ready` conditions, with a Warning event when an overlay
+//! is invalid or conflicts with another.
+//!
+//! One reconcile evaluates everything (a conflict involves two overlays, and pools change what overlays select):
+//! it runs at start, after any change to a NodeOverlay or NodePool, and every [`RESYNC`] so changed catalogues are
+//! picked up. Instance types are read from the undecorated provider.
+//!
+//! [`Overlaid`]: karpenter_cloudprovider::Overlaid
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use karpenter_api::condition::ConditionStatus;
+use karpenter_api::nodeoverlay::{NodeOverlay, conditions};
+use karpenter_api::{NodePool, set_condition};
+use karpenter_cloudprovider::overlay::evaluate;
+use karpenter_cloudprovider::{CloudProvider, Evaluated, OverlayStore};
+use karpenter_requirements::InstanceType;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::watcher;
+use serde_json::json;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::context::ControllerContext;
+use crate::events::Event;
+
+/// The controller's name (logs, metrics).
+pub const CONTROLLER: &str = "nodeoverlay";
+/// How often everything is evaluated again without a watch event.
+pub const RESYNC: Duration = Duration::from_secs(300);
+/// The pause after a failed evaluation before the next one.
+pub const ERROR_BACKOFF: Duration = Duration::from_secs(5);
+/// The Warning event's reason for an overlay that is not applied.
+pub const EVENT_REASON: &str = "NodeOverlayNotApplied";
+
+/// What one evaluation found.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Outcome {
+    /// Overlays applied.
+    pub applied: Vec<String>,
+    /// Overlays not applied, with why.
+    pub rejected: Vec<(String, String)>,
+    /// NodePools whose instance types could not be read (they get `UnevaluatedNodePool` until they can).
+    pub unevaluated_pools: Vec<String>,
+}
+
+/// See the module docs.
+pub struct NodeOverlayController {
+    ctx: ControllerContext,
+    provider: Arc<dyn CloudProvider>,
+    store: OverlayStore,
+}
+
+impl std::fmt::Debug for NodeOverlayController {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeOverlayController").finish_non_exhaustive()
+    }
+}
+
+impl NodeOverlayController {
+    /// `provider` is the undecorated provider; `store` the one its [`Overlaid`](karpenter_cloudprovider::Overlaid)
+    /// wrapper reads.
+    pub fn new(ctx: &ControllerContext, provider: Arc<dyn CloudProvider>, store: OverlayStore) -> Self {
+        Self { ctx: ctx.clone(), provider, store }
+    }
+
+    /// Evaluates every overlay against every pool, updates the store, then the overlays' conditions.
+    pub async fn reconcile(&self) -> Result<Outcome, kube::Error> {
+        let client = self.ctx.client().clone();
+        let overlays_api: Api<NodeOverlay> = Api::all(client.clone());
+        let overlays = overlays_api.list(&ListParams::default()).await?.items;
+        let pools = Api::<NodePool>::all(client).list(&ListParams::default()).await?.items;
+        let mut outcome = Outcome::default();
+        let mut catalogues: Vec<(&NodePool, Arc<[InstanceType]>)> = Vec::new();
+        for pool in &pools {
+            let name = pool.metadata.name.clone().unwrap_or_default();
+            match self.provider.instance_types(pool).await {
+                Ok(its) => catalogues.push((pool, its)),
+                Err(e) => {
+                    tracing::warn!(controller = CONTROLLER, NodePool = %name, error = %e, "listing instance types");
+                    outcome.unevaluated_pools.push(name);
+                }
+            }
+        }
+        let views: Vec<(&NodePool, &[InstanceType])> = catalogues.iter().map(|(p, its)| (*p, &its[..])).collect();
+        let problems = evaluate(&overlays, &views, self.provider.labels());
+        let node_pools: BTreeSet<String> = catalogues.iter().filter_map(|(p, _)| p.metadata.name.clone()).collect();
+        let applicable: Vec<NodeOverlay> =
+            overlays.iter().filter(|o| !problems.contains_key(o.name())).cloned().collect();
+        outcome.applied = applicable.iter().map(|o| o.name().to_owned()).collect();
+        self.store.set(Evaluated { overlays: applicable, node_pools });
+
+        let now = self.ctx.clock().now();
+        for overlay in &overlays {
+            let name = overlay.name();
+            let mut conds = overlay.status.clone().unwrap_or_default().conditions;
+            let (status, reason, message) = match problems.get(name) {
+                None => (ConditionStatus::True, conditions::REASON_VALID, String::new()),
+                Some(p) => {
+                    outcome.rejected.push((name.to_owned(), p.to_string()));
+                    (ConditionStatus::False, p.reason(), p.to_string())
+                }
+            };
+            let generation = overlay.metadata.generation;
+            let mut changed =
+                set_condition(&mut conds, conditions::VALIDATION_SUCCEEDED, status, reason, &message, generation, now);
+            changed |= set_condition(&mut conds, conditions::READY, status, reason, &message, generation, now);
+            if !changed {
+                continue;
+            }
+            let patch = json!({
+                "metadata": {"resourceVersion": overlay.metadata.resource_version},
+                "status": {"conditions": conds},
+            });
+            match overlays_api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                Ok(_) => {}
+                // Changed or deleted since the list: the watch brings the next evaluation.
+                Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => continue,
+                Err(e) => return Err(e),
+            }
+            if status == ConditionStatus::False {
+                tracing::warn!(controller = CONTROLLER, NodeOverlay = %name, %message, "NodeOverlay not applied");
+                self.ctx.recorder().publish_detached(Event::warning(overlay, EVENT_REASON, message));
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// Evaluates at start, after every NodeOverlay or NodePool change and every [`RESYNC`], until `shutdown`.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let changed = Arc::new(Notify::new());
+        let client = self.ctx.client().clone();
+        // Only events trigger an evaluation; a failing watch (its errors are items too) must not spin the loop.
+        fn events<T>(r: Result<T, watcher::Error>) -> futures::future::Ready<Option<()>> {
+            futures::future::ready(r.ok().map(|_| ()))
+        }
+        let overlays =
+            watcher(Api::<NodeOverlay>::all(client.clone()), watcher::Config::default()).filter_map(events).boxed();
+        let pools = watcher(Api::<NodePool>::all(client), watcher::Config::default()).filter_map(events).boxed();
+        let watch = tokio::spawn({
+            let (changed, shutdown) = (changed.clone(), shutdown.clone());
+            async move {
+                let mut events = futures::stream::select(overlays, pools);
+                loop {
+                    tokio::select! {
+                        () = shutdown.cancelled() => return,
+                        e = events.next() => match e {
+                            Some(()) => changed.notify_one(),
+                            None => return,
+                        },
+                    }
+                }
+            }
+        });
+        loop {
+            if let Err(e) = self.reconcile().await {
+                tracing::warn!(controller = CONTROLLER, error = %e, "evaluating NodeOverlays");
+                // Let the API server recover before the next attempt, whatever the watches report meanwhile.
+                tokio::select! {
+                    () = shutdown.cancelled() => break,
+                    () = tokio::time::sleep(ERROR_BACKOFF) => {}
+                }
+                continue;
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                () = changed.notified() => {}
+                () = tokio::time::sleep(RESYNC) => {}
+            }
+        }
+        watch.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use karpenter_api::nodeoverlay::{NodeOverlayRequirement, NodeOverlaySpec};
+    use karpenter_api::{Conditions, labels};
+    use karpenter_cloudprovider::Overlaid;
+    use karpenter_testing::apiserver::ApiServer;
+    use karpenter_testing::{FakeClock, NodePoolOptions, node_pool};
+    use kube::api::PostParams;
+
+    fn overlay(name: &str, it: &str, price: &str) -> NodeOverlay {
+        let spec = NodeOverlaySpec {
+            requirements: vec![NodeOverlayRequirement::new(labels::INSTANCE_TYPE, "In", &[it])],
+            price: Some(price.into()),
+            ..Default::default()
+        };
+        NodeOverlay::new(name, spec)
+    }
+
+    #[tokio::test]
+    async fn applies_valid_overlays_and_reports_conflicts_on_both() {
+        let clock = FakeClock::default();
+        let server = ApiServer::builder().clock(Arc::new(clock.clone())).build();
+        let client = server.client();
+        let raw: Arc<dyn CloudProvider> = Arc::new(karpenter_testing::kwok::fake());
+        let store = OverlayStore::new();
+        let overlaid: Arc<dyn CloudProvider> = Arc::new(Overlaid::new(raw.clone(), store.clone()));
+        let ctx = ControllerContext::for_tests(client.clone(), overlaid.clone(), Arc::new(clock.clone()));
+        let pool = node_pool(NodePoolOptions { name: Some("default".into()), ..Default::default() });
+        Api::<NodePool>::all(client.clone()).create(&PostParams::default(), &pool).await.unwrap();
+        // Before an evaluation the pool is skipped rather than launched at the provider's prices.
+        assert!(overlaid.instance_types(&pool).await.is_err());
+
+        let its = raw.instance_types(&pool).await.unwrap();
+        let (a, b) = (its[0].name.clone(), its[1].name.clone());
+        let api: Api<NodeOverlay> = Api::all(client.clone());
+        for o in [overlay("cheap", &a, "0.0001"), overlay("x", &b, "1"), overlay("y", &b, "2")] {
+            api.create(&PostParams::default(), &o).await.unwrap();
+        }
+        let controller = NodeOverlayController::new(&ctx, raw.clone(), store.clone());
+        let outcome = controller.reconcile().await.unwrap();
+        assert_eq!(outcome.applied, ["cheap"]);
+        assert_eq!(outcome.rejected.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["x", "y"]);
+
+        let seen = overlaid.instance_types(&pool).await.unwrap();
+        let cheap = seen.iter().find(|it| it.name == a).unwrap();
+        assert!(cheap.offerings.iter().all(|o| o.price == 0.0001 && o.price_overlay_applied));
+        let conflicted = seen.iter().find(|it| it.name == b).unwrap();
+        let original = its.iter().find(|it| it.name == b).unwrap();
+        assert_eq!(conflicted.offerings, original.offerings, "conflicting overlays are not applied");
+
+        let status = |name: &str| {
+            let api = api.clone();
+            let name = name.to_owned();
+            async move { api.get(&name).await.unwrap().status.unwrap_or_default() }
+        };
+        assert!(status("cheap").await.is_true(conditions::VALIDATION_SUCCEEDED));
+        assert!(status("cheap").await.is_true(conditions::READY));
+        for (name, other) in [("x", "y"), ("y", "x")] {
+            let s = status(name).await;
+            let c = s.conditions.iter().find(|c| c.type_ == conditions::VALIDATION_SUCCEEDED).unwrap();
+            assert_eq!((c.status, c.reason.as_str()), (ConditionStatus::False, conditions::REASON_CONFLICT));
+            assert!(c.message.contains(other), "{}", c.message);
+            assert!(!s.is_true(conditions::READY));
+        }
+        // Nothing changed: a second evaluation writes nothing.
+        let rv = api.get("cheap").await.unwrap().metadata.resource_version;
+        controller.reconcile().await.unwrap();
+        assert_eq!(api.get("cheap").await.unwrap().metadata.resource_version, rv);
+    }
+}
