@@ -240,6 +240,10 @@ mod aws {
             .and_then(|n| n.parse().ok())
             .unwrap_or(0);
         assert!(count > 500, "moto's us-east-1 has hundreds of instance types, the file {count}: {stderr}");
+        // The account's zone names are paired with their zone ids (DescribeAvailabilityZones).
+        let file = karpenter_aws::catalogue::CatalogueFile::parse(&std::fs::read(&out).unwrap()).unwrap();
+        let ids = &file.zone_ids["us-east-1"];
+        assert!(ids.get("us-east-1a").is_some_and(|id| id.starts_with("use1-az")), "zoneIds: {ids:?}");
 
         // simulate reads the file as an AWS catalogue: an EC2NodeClass pool asking for m5.large gets one, priced
         // from the file (m5.large at $0.096/h from the stand-in).

@@ -420,8 +420,28 @@ pub async fn fetch_catalogue(
     let options = SdkOptions { region: Some(region.to_owned()), ..Default::default() };
     let clients = AwsClients::load(&options).await.map_err(FetchPricesFailed::Sdk)?;
     let prices = fetch_prices(&[region.to_owned()], spot_since).await?;
-    let file = crate::catalogue::from_api(&clients.ec2_adapter(), region, prices, description).await?;
+    let mut file = crate::catalogue::from_api(&clients.ec2_adapter(), region, prices, description).await?;
+    let zone_ids = zone_ids(&clients).await?;
+    if !zone_ids.is_empty() {
+        file.zone_ids.insert(region.to_owned(), zone_ids);
+    }
     Ok(file)
+}
+
+/// The region's zone names with their zone ids (`us-east-1a` -> `use1-az4`): an account's zone names map to
+/// physical zones differently from another account's, so the file records the pairing of the account it came from.
+async fn zone_ids(clients: &AwsClients) -> Result<std::collections::BTreeMap<String, String>, AwsApiError> {
+    let zones = clients
+        .ec2
+        .describe_availability_zones()
+        .send()
+        .await
+        .map_err(|e| crate::sdk::api_error("DescribeAvailabilityZones", e))?;
+    Ok(zones
+        .availability_zones()
+        .iter()
+        .filter_map(|z| Some((z.zone_name()?.to_owned(), z.zone_id()?.to_owned())))
+        .collect())
 }
 
 /// Why [`fetch_catalogue`] failed.
