@@ -3,6 +3,7 @@
 
 pub(crate) mod pods;
 mod repack;
+mod reservations;
 mod room;
 pub(crate) mod templates;
 mod topology;
@@ -25,6 +26,7 @@ use karpenter_requirements::{
 
 pub use pods::TOPOLOGY_NOT_SUPPORTED;
 use pods::{PodData, Relaxation, pods_data};
+use reservations::{Held, Ledger};
 use room::{NoRoom, RoomClasses};
 use rustc_hash::FxHashMap;
 use templates::{ClusterBudget, ExistingNode, Template, daemons, existing_nodes};
@@ -121,6 +123,8 @@ struct NewClaim {
     /// The volumes its pods attach (instance types' volume attachment limits).
     volumes: ClaimVolumes,
     min_values_relaxed: bool,
+    /// The capacity reservations it holds (see the `reservations` module).
+    held: Held,
 }
 
 struct Candidate {
@@ -169,6 +173,8 @@ pub(crate) struct Solver<'a> {
     claim_cap: Option<usize>,
     /// What is left of the cluster-wide limits, `None` without them.
     cluster: Option<ClusterBudget>,
+    /// The capacity reservations the pass's claims hold.
+    reservations: Ledger,
 }
 
 fn add_volumes(volumes: &mut ClaimVolumes, claims: &[(String, String)]) {
@@ -291,6 +297,7 @@ impl<'a> Solver<'a> {
             existing_unfit: FxHashMap::default(),
             claim_cap: None,
             cluster: base.cluster,
+            reservations: Ledger::new(&base.templates),
             pods,
         }
     }
@@ -535,8 +542,14 @@ impl<'a> Solver<'a> {
                 false,
                 &mut no_room,
             );
-            if let Ok(cand) = added {
+            let held = added.as_ref().ok().map(|cand| {
+                let mode = self.options.reserved_offering_mode;
+                self.reservations.plan(template, &cand.its, &cand.requirements, self.provider, &claim.held, mode)
+            });
+            if let (Ok(cand), Some(Ok(held))) = (added, held) {
+                self.reservations.commit(&claim.held, &held);
                 let claim = &mut self.claims[c];
+                claim.held = held;
                 claim.requirements = cand.requirements;
                 claim.its = cand.its;
                 claim.requests = cand.requests;
@@ -586,6 +599,7 @@ impl<'a> Solver<'a> {
                 ports: HostPortUsage::new(),
                 volumes: ClaimVolumes::new(),
                 min_values_relaxed: false,
+                held: Held::default(),
             };
             if template.within_limits.is_empty() {
                 let all: Vec<u32> = (0..template.its.len() as u32).collect();
@@ -595,9 +609,29 @@ impl<'a> Solver<'a> {
                 });
                 continue;
             }
-            match self.can_add(template, &fresh, i, (&reqs, &strict, &prepared), relax, &template.within_limits) {
-                Ok(cand) => {
+            let added = self
+                .can_add(template, &fresh, i, (&reqs, &strict, &prepared), relax, &template.within_limits)
+                .and_then(|cand| {
+                    let mode = self.options.reserved_offering_mode;
+                    match self.reservations.plan(
+                        template,
+                        &cand.its,
+                        &cand.requirements,
+                        self.provider,
+                        &fresh.held,
+                        mode,
+                    ) {
+                        Ok(held) => Ok((cand, held)),
+                        Err(refusal) => {
+                            Err(NodePoolRejection::new(&template.name, RejectionKind::Offerings, refusal.to_string()))
+                        }
+                    }
+                });
+            match added {
+                Ok((cand, held)) => {
+                    self.reservations.commit(&fresh.held, &held);
                     let mut claim = fresh;
+                    claim.held = held;
                     claim.requirements = cand.requirements;
                     claim.its = cand.its;
                     claim.requests = cand.requests;
@@ -950,6 +984,7 @@ impl<'a> Solver<'a> {
             for k in SIMULATION_ONLY_KEYS {
                 reqs.remove(k);
             }
+            claim.held.pin(&mut reqs);
             // Price order, prices and capacity types depend on the requirements only: computed once per
             // distinct (template, requirements) over all of the template's types. What a claim turns into
             // depends on those and its instance types only, so it is built once per distinct set of them

@@ -10,8 +10,8 @@
 //! (hostname aside) whose pods are all *plain*: no topology spread, pod (anti-)affinity or required
 //! anti-affinity of others that selects them, no host ports, no volumes. Such a pod's placement depends only
 //! on the claim's requirements, taints (the NodePool's) and resources, so it may go to any claim of its group.
-//! Groups with minValues and timed-out passes are left alone; under NodePool limits the new claims must fit
-//! in what the group's claims held plus what was left.
+//! Groups with minValues, NodePools offered reserved capacity and timed-out passes are left alone; under
+//! NodePool limits the new claims must fit in what the group's claims held plus what was left.
 //!
 //! **How.** The LP of [`crate::bound`] over the group's demand and the instance types compatible with the
 //! group's requirements gives unit prices per resource and the optimal fractional mix (at most three types).
@@ -96,6 +96,11 @@ impl Solver<'_> {
         let mut replace: Vec<(Vec<usize>, Vec<NewClaim>)> = Vec::new();
         for ((t, reqs), members) in groups {
             let Some(template) = self.templates.get(t) else { continue };
+            // Claims of a NodePool offered reserved capacity keep what the pass gave them: re-packing would
+            // have to redo the reservations' bookkeeping for a price gain the reservations make moot.
+            if !self.reservations.is_empty() && template.offers_reserved() {
+                continue;
+            }
             if let Some((bins, remaining, cluster)) = self.repack_group(template, t, &reqs, &members) {
                 if let (Some(c), Some(rem)) = (self.cluster.as_mut(), cluster) {
                     c.remaining = rem;
@@ -341,6 +346,7 @@ impl Solver<'_> {
                 ports: Default::default(),
                 volumes: Default::default(),
                 min_values_relaxed: false,
+                held: Default::default(),
             });
         }
         if new_cost >= old_cost * (1.0 - 1e-9) {

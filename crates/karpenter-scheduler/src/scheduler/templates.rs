@@ -105,6 +105,15 @@ pub(crate) struct Template<'a> {
 }
 
 impl<'a> Template<'a> {
+    /// Whether an instance type of the template has an available reserved offering.
+    pub fn offers_reserved(&self) -> bool {
+        self.its.iter().any(|it| {
+            it.offerings
+                .available()
+                .any(|o| o.capacity_type() == Some(karpenter_requirements::labels::CAPACITY_TYPE_RESERVED))
+        })
+    }
+
     pub fn new(
         pool: &NodePool,
         instance_types: &'a [InstanceType],
