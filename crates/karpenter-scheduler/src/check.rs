@@ -842,6 +842,38 @@ pub fn check_cluster_limits(
     if v.is_empty() { Ok(()) } else { Err(v) }
 }
 
+/// Capacity reservations: the new NodeClaims pinned to a reservation (`capacity-reservation-id In [...]`, each
+/// counting on one instance of every id listed) number at most the capacity its offerings report.
+pub fn check_reservations(pools: &[PoolInput<'_>], decisions: &Decisions) -> Result<(), Vec<String>> {
+    let mut capacity: BTreeMap<&str, i32> = BTreeMap::new();
+    for p in pools {
+        for o in p.instance_types.iter().flat_map(|it| it.offerings.available()) {
+            if let (Some(labels::CAPACITY_TYPE_RESERVED), Some(id)) = (o.capacity_type(), o.reservation_id()) {
+                let n = o.reservation_capacity.max(0);
+                capacity.entry(id).and_modify(|c| *c = (*c).min(n)).or_insert(n);
+            }
+        }
+    }
+    let mut used: BTreeMap<String, i32> = BTreeMap::new();
+    for claim in &decisions.new_node_claims {
+        let Some(r) = claim.requirements.get_ref(karpenter_requirements::labels::RESERVATION_ID) else { continue };
+        for id in r.values().as_slice() {
+            *used.entry(id.to_string()).or_default() += 1;
+        }
+    }
+    let v: Vec<String> = used
+        .iter()
+        .filter(|(id, n)| **n > capacity.get(id.as_str()).copied().unwrap_or(0))
+        .map(|(id, n)| {
+            format!(
+                "{n} NodeClaims count on reservation {id}, which has room for {}",
+                capacity.get(id.as_str()).copied().unwrap_or(0)
+            )
+        })
+        .collect();
+    if v.is_empty() { Ok(()) } else { Err(v) }
+}
+
 /// Volume topology of the pods the decision placed, and the CSI volume limits of the existing nodes it used.
 fn check_volumes(
     snapshot: &ClusterSnapshot,

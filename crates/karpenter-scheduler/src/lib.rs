@@ -87,6 +87,11 @@
 //! precomputed. Relaxation follows upstream's order: required-term alternatives, preferred pod affinity,
 //! preferred pod anti-affinity, preferred node affinity, `ScheduleAnyway` spread, PreferNoSchedule.
 //!
+//! Capacity reservations: a pass's claims hold instances of the reservations their reserved offerings name and
+//! are pinned to them; once a reservation is used up, claims fall through to on-demand or spot, the next
+//! NodePool or preference relaxation in the same pass (v1.15.1); [`ReservedOfferingMode::Strict`] keeps a claim
+//! from losing the reservations it holds (see the `scheduler::reservations` module docs).
+//!
 //! Volumes: zonal requirements from bound PVs' node affinity (hostname dropped for local and
 //! hostPath volumes), storage classes' allowedTopologies for unbound claims (ephemeral volumes included),
 //! CSINode volume limits on existing nodes (drivers from the PV, in-tree plugins translated, or the class's
@@ -101,8 +106,7 @@
 //! # Not supported yet
 //!
 //! * DRA resource claims get a per-pod reason (as upstream's default `IGNORE_DRA_REQUESTS=true`).
-//! * Reserved offerings and [`ReservedOfferingMode`] are not simulated (reserved offerings are priced like
-//!   any other), nor the `consolidateAfter` window for non-pending pods, nor sizing of in-flight NodeClaims
+//! * The `consolidateAfter` window for non-pending pods is not simulated, nor sizing of in-flight NodeClaims
 //!   without `status.allocatable` (nothing fits on them).
 //!   Existing nodes and in-flight claims are tried sequentially (upstream evaluates them in parallel with the
 //!   same result).

@@ -43,13 +43,13 @@ use crate::snapshot::ClusterSnapshot;
 /// Upstream's cap on instance-type options per NodeClaim.
 pub const MAX_INSTANCE_TYPES: usize = 600;
 
-/// How reserved offerings are treated. Not simulated yet: see the crate docs.
+/// What a pod may do to a NodeClaim's capacity reservations (the `reservations` module).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ReservedOfferingMode {
-    /// Provisioning: a pod must not lose reserved offerings (default).
+    /// Provisioning: a pod may not join a NodeClaim if the claim would lose every reservation it holds (default).
     #[default]
     Strict,
-    /// Other simulations: losing reserved offerings is allowed.
+    /// Other simulations (disruption): a claim may let its reservations go.
     Fallback,
 }
 
@@ -276,7 +276,9 @@ impl<'a> Solver<'a> {
             Topology::new(base.snapshot, &mut pods, &base.templates, &base.existing, options.preference_policy);
         let affinity_keys = topology.affinity_keys();
         let room_classes = RoomClasses::new(pods.iter().map(|p| &p.requests));
+        let reservations = Ledger::new(&base.templates);
         Solver {
+            reservations,
             no_room: NoRoom::new(room_classes.len()),
             room_classes,
             domain_ids: vec![HashMap::new(); affinity_keys.len()],
@@ -297,7 +299,6 @@ impl<'a> Solver<'a> {
             existing_unfit: FxHashMap::default(),
             claim_cap: None,
             cluster: base.cluster,
-            reservations: Ledger::new(&base.templates),
             pods,
         }
     }
@@ -977,14 +978,14 @@ impl<'a> Solver<'a> {
         d.timed_out = timed_out;
         let claims = std::mem::take(&mut self.claims);
         let mut pricing_cache: HashMap<(usize, Requirements), Pricing> = HashMap::new();
-        for claim in claims {
+        for mut claim in claims {
             let Some(template) = self.templates.get(claim.template) else { continue };
             let mut reqs = claim.requirements.clone();
             reqs.remove(labels::HOSTNAME);
             for k in SIMULATION_ONLY_KEYS {
                 reqs.remove(k);
             }
-            claim.held.pin(&mut reqs);
+            claim.held.pin(&mut reqs, &mut claim.its, template, self.provider);
             // Price order, prices and capacity types depend on the requirements only: computed once per
             // distinct (template, requirements) over all of the template's types. What a claim turns into
             // depends on those and its instance types only, so it is built once per distinct set of them
@@ -1203,6 +1204,9 @@ fn describe_reqs(reqs: &Requirements, template: &Template<'_>) -> String {
 
 #[cfg(test)]
 mod cluster_limit_tests;
+
+#[cfg(test)]
+mod reservation_tests;
 
 #[cfg(test)]
 mod tests {

@@ -6,7 +6,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use karpenter_api::{IntoSharedPod, ProviderLabels};
-use karpenter_scheduler::check::{check, fits_some_empty_instance_type};
+use karpenter_scheduler::check::{check, check_reservations, fits_some_empty_instance_type};
 use karpenter_scheduler::{ClusterSnapshot, PoolInput, SchedulerOptions, schedule};
 use karpenter_testing::{
     DaemonSetOptions, NodePoolOptions, PodOptions, TaintEffect, daemon_set, karpenter_taint, node_pool,
@@ -25,6 +25,9 @@ struct ItGen {
     family: usize,
     zones: Vec<bool>,
     available: bool,
+    /// A capacity reservation for the type in the first zone, with this many instances left (an EC2
+    /// reservation is for one instance type, so each type has its own).
+    reserved: Option<i32>,
 }
 
 #[derive(Debug, Clone)]
@@ -57,14 +60,16 @@ fn it_gen() -> impl Strategy<Value = ItGen> {
         0usize..3,
         prop::collection::vec(any::<bool>(), 3),
         prop::bool::weighted(0.9),
+        prop::option::weighted(0.3, 0i32..3),
     )
-        .prop_map(|(cpu, gib_per_cpu, arch, family, zones, available)| ItGen {
+        .prop_map(|(cpu, gib_per_cpu, arch, family, zones, available, reserved)| ItGen {
             cpu,
             gib_per_cpu,
             arch,
             family,
             zones,
             available,
+            reserved,
         })
 }
 
@@ -108,7 +113,7 @@ fn catalogue(its: &[ItGen]) -> Vec<karpenter_requirements::InstanceType> {
                     offerings.push((z.to_string(), "spot".to_string(), price * 0.5, g.available));
                 }
             }
-            common::build(&common::Spec {
+            let it = common::build(&common::Spec {
                 name: format!("it-{i}"),
                 family: FAMILIES[g.family].to_string(),
                 arch: ARCHES[g.arch],
@@ -119,7 +124,14 @@ fn catalogue(its: &[ItGen]) -> Vec<karpenter_requirements::InstanceType> {
                 offerings,
                 overhead_cpu_milli: 100,
                 overhead_memory_mib: 100,
-            })
+            });
+            match g.reserved {
+                Some(left) if g.zones[0] => {
+                    let price = 0.005 * g.cpu as f64;
+                    common::with_reservation(it, common::ZONES[0], &format!("cr-{i}"), left, price, g.available)
+                }
+                _ => it,
+            }
         })
         .collect()
 }
@@ -217,6 +229,9 @@ proptest! {
         let decisions = schedule(&snapshot, &inputs, &provider, &SchedulerOptions::default());
         if let Err(v) = check(&snapshot, &inputs, &provider, &decisions) {
             prop_assert!(false, "checker: {v:#?}\n{}", decisions.to_json());
+        }
+        if let Err(v) = check_reservations(&inputs, &decisions) {
+            prop_assert!(false, "reservations: {v:#?}\n{}", decisions.to_json());
         }
         // The bound (resource LP and shape LP) is a lower bound on every placement onto new nodes, the
         // scheduler's included.

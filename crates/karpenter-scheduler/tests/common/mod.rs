@@ -69,6 +69,41 @@ pub fn build(s: &Spec) -> InstanceType {
     InstanceType::new(s.name.clone(), reqs, offerings, cap, overhead)
 }
 
+/// `it` with a reserved offering of reservation `id` in `zone` with `left` instances to go: the instance type's
+/// capacity types and reservation ids widened to match, as a provider with a reservation reports them.
+pub fn with_reservation(
+    mut it: InstanceType,
+    zone: &str,
+    id: &str,
+    left: i32,
+    price: f64,
+    available: bool,
+) -> InstanceType {
+    use karpenter_requirements::labels::RESERVATION_ID;
+    let offering: Requirements = [
+        Requirement::in_values(labels::ZONE, [zone]),
+        Requirement::in_values(labels::CAPACITY_TYPE, ["reserved"]),
+        Requirement::in_values(RESERVATION_ID, [id]),
+    ]
+    .into_iter()
+    .collect();
+    let mut reqs = Requirements::new();
+    for r in it.requirements.iter() {
+        match r.key() {
+            k if k == labels::CAPACITY_TYPE => {
+                let mut values: Vec<String> = r.values().as_slice().iter().map(|v| v.to_string()).collect();
+                values.push("reserved".to_owned());
+                reqs.add(Requirement::in_values(k, values));
+            }
+            k if k == RESERVATION_ID => {}
+            _ => reqs.add(r.clone()),
+        }
+    }
+    it.requirements = reqs;
+    it.offerings.push(Offering { available, reservation_capacity: left, ..Offering::new(offering, price) });
+    it
+}
+
 fn offerings(price: f64) -> Vec<(String, String, f64, bool)> {
     let mut out = Vec::new();
     for z in ZONES {
