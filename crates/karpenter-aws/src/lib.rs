@@ -31,7 +31,6 @@
 //!   (the scheduler's benchmarks, `simulate`) never compile it.
 //!
 //! Deferred, or simpler than upstream (each is a known gap, not a silent one):
-//! * zonal-shift awareness (`ENABLE_ZONAL_SHIFT` is accepted but has no effect);
 //! * capacity reservations: remaining counts live in memory only (re-seeded by every describe of the status
 //!   controller, so at most a minute stale, and lost on restart until the next describe);
 //! * placement groups: a spread group's per-zone instance limit is recognised from the fleet error's message
@@ -84,6 +83,7 @@ pub mod status;
 pub mod tagging;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
+pub mod zonalshift;
 
 #[doc(hidden)]
 pub mod fuzzing;

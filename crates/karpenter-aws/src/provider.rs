@@ -303,6 +303,13 @@ impl AwsCloudProvider {
     }
 
     /// The unavailable-offerings cache (the interruption handler marks spot interruptions).
+    /// The zone of the claim's instance when an ARC zonal shift moved the cluster away from it
+    /// (`crate::zonalshift`).
+    fn shifted_zone_of<'a>(&self, node_claim: &'a NodeClaim) -> Option<&'a str> {
+        let zone = node_claim.metadata.labels.as_ref()?.get(karpenter_api::labels::ZONE)?;
+        self.instance_types.unavailable().is_zone_shifted(zone).then_some(zone.as_str())
+    }
+
     pub fn unavailable_offerings(&self) -> &UnavailableOfferings {
         self.instance_types.unavailable()
     }
@@ -561,6 +568,12 @@ impl CloudProvider for AwsCloudProvider {
         let Some(id) = instance_id(provider_id) else {
             return Err(CloudProviderError::not_found(format!("providerID {provider_id} is not an EC2 instance")));
         };
+        if let Some(zone) = self.shifted_zone_of(node_claim) {
+            // The termination controller asks again until the instance is gone, so it goes once the shift ends.
+            tracing::debug!(NodeClaim = %name, instance = %id, zone = %zone,
+                "not terminating an instance in a zone under an ARC zonal shift until the shift ends");
+            return Ok(());
+        }
         let result = self.instances.delete(id).await;
         if let (Err(e), Some(tracker)) = (&result, &self.reservations)
             && e.kind() == karpenter_cloudprovider::ErrorKind::NodeClaimNotFound
@@ -585,7 +598,9 @@ impl CloudProvider for AwsCloudProvider {
 
     async fn list(&self) -> Result<Vec<NodeClaim>, CloudProviderError> {
         let mut out = Vec::new();
-        for i in self.instances.list().await? {
+        let offerings = self.instance_types.unavailable();
+        // Instances in a zone under a zonal shift are left out, so garbage collection leaves them alone.
+        for i in self.instances.list().await?.into_iter().filter(|i| !offerings.is_zone_shifted(&i.availability_zone)) {
             out.push(self.described_claim(None, &i).await);
         }
         Ok(out)

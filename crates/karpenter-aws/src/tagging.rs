@@ -20,6 +20,7 @@ use kube::runtime::{Controller, watcher};
 use kube::{Api, Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
+use crate::launch::ice::UnavailableOfferings;
 use crate::provider::{AwsCloudProvider, instance_id};
 
 /// The tag carrying the node's name, shown as the instance's name in the EC2 console.
@@ -84,11 +85,16 @@ pub fn pending_tags(claim: &NodeClaim, cluster_name: &str) -> Option<(String, BT
     Some((instance, tags))
 }
 
+/// How soon a claim held back by a zonal shift is looked at again.
+const ZONAL_SHIFT_RECHECK: Duration = crate::zonalshift::POLL_INTERVAL;
+
 /// The post-registration tagging controller.
 pub struct TaggingController {
     client: Client,
     tagger: Arc<dyn InstanceTagger>,
     cluster_name: String,
+    /// Zones under an ARC zonal shift (`crate::zonalshift`): their instances are tagged once the shift ends.
+    shifts: Option<UnavailableOfferings>,
 }
 
 impl std::fmt::Debug for TaggingController {
@@ -99,7 +105,19 @@ impl std::fmt::Debug for TaggingController {
 
 impl TaggingController {
     pub fn new(client: Client, tagger: Arc<dyn InstanceTagger>, cluster_name: impl Into<String>) -> Self {
-        Self { client, tagger, cluster_name: cluster_name.into() }
+        Self { client, tagger, cluster_name: cluster_name.into(), shifts: None }
+    }
+
+    /// Leaves instances in zones under an ARC zonal shift untagged until the shift ends.
+    pub fn with_zonal_shifts(mut self, shifts: UnavailableOfferings) -> Self {
+        self.shifts = Some(shifts);
+        self
+    }
+
+    /// Whether the claim's instance is in a zone under a zonal shift.
+    fn deferred(&self, claim: &NodeClaim) -> bool {
+        let zone = claim.metadata.labels.as_ref().and_then(|l| l.get(karpenter_api::labels::ZONE));
+        matches!((&self.shifts, zone), (Some(s), Some(z)) if s.is_zone_shifted(z))
     }
 
     /// Tags the claim's instance if it is due and records that on the claim. Returns whether it tagged.
@@ -107,6 +125,9 @@ impl TaggingController {
         let Some((instance, tags)) = pending_tags(claim, &self.cluster_name) else {
             return Ok(false);
         };
+        if self.deferred(claim) {
+            return Ok(false);
+        }
         let name = claim.name_any();
         let tagged = match self.tagger.tag(&instance, &tags).await {
             Ok(()) => true,
@@ -132,7 +153,10 @@ impl TaggingController {
             .graceful_shutdown_on(shutdown.clone().cancelled_owned())
             .run(
                 |claim: Arc<NodeClaim>, ctx: Arc<Self>| async move {
-                    ctx.reconcile(&claim).await.map(|_| Action::await_change())
+                    let tagged = ctx.reconcile(&claim).await;
+                    // A claim held back by a zonal shift is looked at again after the next poll of ARC.
+                    let deferred = ctx.deferred(&claim) && pending_tags(&claim, &ctx.cluster_name).is_some();
+                    tagged.map(|_| if deferred { Action::requeue(ZONAL_SHIFT_RECHECK) } else { Action::await_change() })
                 },
                 |_claim, error: &TaggingError, _ctx| {
                     tracing::warn!(error = %error, "post-registration tagging failed");
@@ -201,6 +225,27 @@ mod tests {
             serde_json::from_value(serde_json::json!("2026-01-01T00:00:00Z")).unwrap();
         assert!(deleting.metadata.deletion_timestamp.is_some());
         assert!(pending_tags(&deleting, "prod").is_none());
+    }
+
+    #[tokio::test]
+    async fn an_instance_in_a_shifted_zone_is_tagged_after_the_shift() {
+        let server = karpenter_testing::apiserver::ApiServer::builder().build();
+        let client = server.client();
+        let api: Api<NodeClaim> = Api::all(client.clone());
+        let mut zoned = claim("True", serde_json::json!({}));
+        zoned.metadata.labels = Some([(karpenter_api::labels::ZONE.to_owned(), "us-west-2a".to_owned())].into());
+        let created = karpenter_testing::apiserver::create_with_status(&api, &zoned).await.unwrap();
+        let recorder = Arc::new(Recorder::default());
+        let shifts = UnavailableOfferings::new(Arc::new(karpenter_cloudprovider::SystemClock));
+        shifts.set_shifted_zones(["us-west-2a".to_owned()].into());
+        let controller =
+            TaggingController::new(client.clone(), recorder.clone(), "prod").with_zonal_shifts(shifts.clone());
+        assert!(!controller.reconcile(&created).await.unwrap());
+        assert!(recorder.calls.lock().unwrap().is_empty(), "not tagged during the shift");
+        assert!(api.get("default-abc").await.unwrap().annotations().get(AWS_TAGGED).is_none());
+        shifts.set_shifted_zones(Default::default());
+        assert!(controller.reconcile(&created).await.unwrap());
+        assert_eq!(recorder.calls.lock().unwrap().len(), 1);
     }
 
     #[tokio::test]

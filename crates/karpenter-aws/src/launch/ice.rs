@@ -8,6 +8,9 @@
 //! [`UnavailableOfferings::apply_in_group`] applies them to a class's offerings: a mark without partition (or a
 //! zone mark) makes the offering unavailable; partition marks narrow the offering's partition requirement, and
 //! the offering is unavailable once every partition is marked. Marks without a group apply to every class.
+//!
+//! Zones an ARC zonal shift moves the cluster away from ([`UnavailableOfferings::set_shifted_zones`], kept by
+//! `crate::zonalshift`) make every offering there unavailable until the shift ends; they have no TTL.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -67,6 +70,8 @@ struct Inner {
     grouped: BTreeMap<(OfferingRef, PlacementScope), DateTime<Utc>>,
     /// (group id, zone) marks: every instance type of the zone, in the group.
     group_zones: BTreeMap<(String, String), DateTime<Utc>>,
+    /// Zones (names) under an active zonal shift.
+    shifted_zones: std::collections::BTreeSet<String>,
     version: u64,
 }
 
@@ -142,6 +147,22 @@ impl UnavailableOfferings {
         }
     }
 
+    /// Replaces the zones under an active zonal shift; `true` when they changed.
+    pub fn set_shifted_zones(&self, zones: std::collections::BTreeSet<String>) -> bool {
+        let mut inner = self.lock();
+        if inner.shifted_zones == zones {
+            return false;
+        }
+        inner.shifted_zones = zones;
+        inner.version += 1;
+        true
+    }
+
+    /// Whether `zone` (a name) is under an active zonal shift.
+    pub fn is_zone_shifted(&self, zone: &str) -> bool {
+        self.lock().shifted_zones.contains(zone)
+    }
+
     /// Whether the offering is unavailable within the group (and partition): an unscoped mark, a mark of the
     /// group without partition, of that partition, or of the group's zone.
     pub fn is_unavailable_in_group(&self, offering: &OfferingRef, scope: &PlacementScope) -> bool {
@@ -183,7 +204,9 @@ impl UnavailableOfferings {
     pub fn is_unavailable(&self, offering: &OfferingRef) -> bool {
         self.sweep();
         let inner = self.lock();
-        inner.capacity_types.contains_key(&offering.capacity_type) || inner.expiry.contains_key(offering)
+        inner.capacity_types.contains_key(&offering.capacity_type)
+            || inner.expiry.contains_key(offering)
+            || inner.shifted_zones.contains(&offering.zone)
     }
 
     /// The marked offerings now (sorted).
@@ -241,12 +264,14 @@ impl UnavailableOfferings {
         self.sweep();
         let inner = self.lock();
         inner.marks.apply(instance_types);
-        if inner.capacity_types.is_empty() {
+        if inner.capacity_types.is_empty() && inner.shifted_zones.is_empty() {
             return;
         }
         for it in instance_types {
             for o in &mut it.offerings {
-                if o.capacity_type().is_some_and(|ct| inner.capacity_types.contains_key(ct)) {
+                if o.capacity_type().is_some_and(|ct| inner.capacity_types.contains_key(ct))
+                    || o.zone().is_some_and(|z| inner.shifted_zones.contains(z))
+                {
                     o.available = false;
                 }
             }

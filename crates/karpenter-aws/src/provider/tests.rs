@@ -1257,3 +1257,37 @@ async fn the_mock_refuses_to_reboot_unknown_or_terminating_instances_as_ec2_does
     assert_eq!(err.code, "IncorrectInstanceState", "{err}");
     assert_eq!(e.ec2.reboots(&id), 1);
 }
+
+/// ARC zonal shifts (`crate::zonalshift`): the shifted zone is not offered, and its instances are neither
+/// listed for garbage collection nor terminated until the shift ends.
+#[tokio::test(start_paused = true)]
+async fn a_zonal_shift_keeps_launches_listing_and_termination_out_of_its_zone() {
+    let e = env();
+    let c = claim("shifted", &["on-demand"]);
+    let mut launched = e.provider.create(&c).await.unwrap();
+    launched.spec = c.spec.clone();
+    let zone = label(&launched, karpenter_api::labels::ZONE).expect("a zone label").to_owned();
+    let offerings = e.provider.unavailable_offerings().clone();
+    assert!(offerings.set_shifted_zones([zone.clone()].into()));
+
+    let its = e.provider.instance_types(&pool()).await.unwrap();
+    assert!(
+        its.iter().flat_map(|it| &it.offerings).filter(|o| o.zone() == Some(zone.as_str())).all(|o| !o.available),
+        "no offering of {zone} is available during the shift"
+    );
+    assert!(
+        e.provider.list().await.unwrap().iter().all(|l| l.provider_id() != launched.provider_id()),
+        "garbage collection does not see the shifted zone's instances"
+    );
+    e.ec2.clear_calls();
+    e.provider.delete(&launched).await.expect("deferred quietly, not an error");
+    let terminates = e.ec2.calls().into_iter().filter(|c| matches!(c, MockCall::TerminateInstances(_))).count();
+    assert_eq!(terminates, 0, "not terminated during the shift");
+    assert!(e.provider.get(launched.provider_id().unwrap()).await.is_ok(), "the instance still runs");
+
+    assert!(offerings.set_shifted_zones(Default::default()));
+    assert!(e.provider.list().await.unwrap().iter().any(|l| l.provider_id() == launched.provider_id()));
+    e.provider.delete(&launched).await.unwrap();
+    let terminates = e.ec2.calls().into_iter().filter(|c| matches!(c, MockCall::TerminateInstances(_))).count();
+    assert_eq!(terminates, 1, "terminated once the shift ended");
+}
