@@ -122,15 +122,16 @@ pub enum StartError {
 /// chains) and points at an emulator in tests.
 pub async fn start(start: AwsStart<'_>, sdk: &SdkOptions) -> Result<AwsRuntime, StartError> {
     let clients = AwsClients::load(sdk).await?;
-    let zones = availability_zones(&clients).await?;
+    let (zones, zone_names) = availability_zones(&clients).await?;
     let mut assembly = Assembly { start, clients, controllers: Vec::new() };
-    let cluster = assembly.cluster_info().await?;
+    let (cluster, cluster_arn) = assembly.cluster_info().await?;
     let ca_bundle = cluster.ca_bundle.clone();
     let pricing = assembly.pricing().await?;
     let prices = SharedPrices::new(pricing.price_source(&zones));
     assembly.price_loop(&pricing, &prices, &zones);
     let (provider, shared) = assembly.cloud_provider(cluster, prices).await?;
     assembly.node_class_controllers(&provider, shared, pricing, ca_bundle);
+    assembly.zonal_shift(&provider, cluster_arn, zone_names);
     let interruption = assembly.interruption_source(&provider);
     let instance_status = assembly.instance_status();
     Ok(AwsRuntime {
@@ -141,8 +142,11 @@ pub async fn start(start: AwsStart<'_>, sdk: &SdkOptions) -> Result<AwsRuntime, 
     })
 }
 
-/// The region's zones; the first call to EC2, so a provider without EC2 access fails here, at once.
-async fn availability_zones(clients: &AwsClients) -> Result<Vec<String>, StartError> {
+/// The region's zone names, and zone id -> name (ARC names zones by id); the first call to EC2, so a provider
+/// without EC2 access fails here, at once.
+async fn availability_zones(
+    clients: &AwsClients,
+) -> Result<(Vec<String>, std::collections::BTreeMap<String, String>), StartError> {
     let zones = clients
         .ec2
         .describe_availability_zones()
@@ -150,10 +154,15 @@ async fn availability_zones(clients: &AwsClients) -> Result<Vec<String>, StartEr
         .await
         .map_err(|e| crate::sdk::api_error("DescribeAvailabilityZones", e))
         .map_err(StartError::Connectivity)?;
-    let zones: Vec<String> =
+    let names: Vec<String> =
         zones.availability_zones().iter().filter_map(|z| z.zone_name()).map(str::to_owned).collect();
-    tracing::info!(region = %clients.region, zones = ?zones, "AWS SDK configured");
-    Ok(zones)
+    let by_id = zones
+        .availability_zones()
+        .iter()
+        .filter_map(|z| Some((z.zone_id()?.to_owned(), z.zone_name()?.to_owned())))
+        .collect();
+    tracing::info!(region = %clients.region, zones = ?names, "AWS SDK configured");
+    Ok((names, by_id))
 }
 
 /// The caches the CloudProvider and the EC2NodeClass resolver share: the resolver's describes seed the
@@ -177,20 +186,51 @@ impl Assembly<'_> {
 
     /// What nodes need to join: the endpoint (configured or discovered), the CA bundle (configured, else
     /// EKS's), the service CIDR and the cluster DNS IP.
-    async fn cluster_info(&self) -> Result<ClusterInfo, StartError> {
+    async fn cluster_info(&self) -> Result<(ClusterInfo, Option<String>), StartError> {
         let aws = self.settings();
         let cluster =
             discovery::discover(&self.clients.eks_adapter(), &aws.cluster_name, &aws.cluster_endpoint).await?;
         let ca_bundle = Some(aws.cluster_ca_bundle.trim().to_owned())
             .filter(|s| !s.is_empty())
             .or_else(|| cluster.certificate_authority.clone());
-        Ok(ClusterInfo {
+        let info = ClusterInfo {
             name: aws.cluster_name.clone(),
             endpoint: cluster.endpoint.clone(),
             ca_bundle,
             service_cidr: cluster.service_cidr().map(str::to_owned),
             dns_ip: kube_dns_ip(&self.start.client).await,
-        })
+        };
+        Ok((info, cluster.arn))
+    }
+
+    /// `ENABLE_ZONAL_SHIFT`: the ARC watcher of the cluster (`crate::zonalshift`), named by the ARN
+    /// `eks:DescribeCluster` gave; without it the setting cannot work, which a warning says.
+    fn zonal_shift(
+        &mut self,
+        provider: &AwsCloudProvider,
+        cluster_arn: Option<String>,
+        zone_names: std::collections::BTreeMap<String, String>,
+    ) {
+        if !self.settings().enable_zonal_shift {
+            return;
+        }
+        let Some(arn) = cluster_arn else {
+            tracing::warn!(cluster = %self.settings().cluster_name,
+                "ENABLE_ZONAL_SHIFT is on but eks:DescribeCluster gave no cluster ARN; zonal shifts are not watched");
+            return;
+        };
+        let events = crate::nodeclass::controller::NodeClassZonalShiftEvents::new(
+            self.start.client.clone(),
+            self.start.clock.clone(),
+        );
+        let watcher = Arc::new(crate::zonalshift::ZonalShiftWatcher::new(
+            Arc::new(self.clients.zonal_shift_adapter()),
+            arn,
+            zone_names,
+            provider.unavailable_offerings().clone(),
+            Arc::new(events),
+        ));
+        self.controllers.push(watcher.run(Arc::new(TokioSleeper), self.start.shutdown.clone()).boxed());
     }
 
     /// Prices: the operator's file (if any) first, then the Pricing API's first refresh (the later ones are
@@ -278,11 +318,14 @@ impl Assembly<'_> {
             })
             .boxed(),
         );
-        let tagging = crate::tagging::TaggingController::new(
+        let mut tagging = crate::tagging::TaggingController::new(
             self.start.client.clone(),
             Arc::new(provider.clone()),
             self.settings().cluster_name.clone(),
         );
+        if self.settings().enable_zonal_shift {
+            tagging = tagging.with_zonal_shifts(provider.unavailable_offerings().clone());
+        }
         self.controllers.push(Arc::new(tagging).run(shutdown).boxed());
     }
 

@@ -27,6 +27,8 @@ pub struct ClusterInfo {
     pub ip_family: Option<String>,
     /// The Kubernetes minor version (`1.33`).
     pub version: Option<String>,
+    /// The cluster's ARN (ARC zonal shift's name for it).
+    pub arn: Option<String>,
 }
 
 impl ClusterInfo {
@@ -136,6 +138,7 @@ mod tests {
             service_ipv6_cidr: None,
             ip_family: Some("ipv4".into()),
             version: Some("1.33".into()),
+            arn: Some("arn:aws:eks:us-west-2:111122223333:cluster/prod".into()),
         }
     }
 

@@ -21,11 +21,11 @@
 //!     [`launch`] (user data per AMI family, launch templates, CreateFleet, batchers, the unavailable-offerings
 //!     cache), [`instancetypes`], [`provider`] (`AwsCloudProvider`), [`queue`] (the SQS `InterruptionSource`),
 //!     [`status`] (instance status checks through DescribeInstanceStatus, an `InterruptionSource` too),
-//!     [`pricing_api`], [`discovery`] (EKS DescribeCluster), [`tagging`] (post-registration instance tags) and
-//!     [`runtime`].
+//!     [`pricing_api`], [`discovery`] (EKS DescribeCluster), [`tagging`] (post-registration instance tags),
+//!     [`zonalshift`] (ARC zonal shifts, `ENABLE_ZONAL_SHIFT`) and [`runtime`].
 //!   * [`settings`] — `AwsSettings`, the provider's flags and environment variables (`clap::Args`).
 //! * **SDK (feature `sdk`)**: the `sdk` module — `AwsClients` from the default credential chain (rustls over ring) and one
-//!   adapter per trait over aws-sdk-ec2/ssm/sqs/iam/eks/pricing, and `assembly::start`, which turns the settings
+//!   adapter per trait over aws-sdk-ec2/ssm/sqs/iam/eks/pricing/arczonalshift, and `assembly::start`, which turns the settings
 //!   into the CloudProvider, its controllers and its interruption source; integration-tested against moto. Compiling the
 //!   SDK costs minutes and gigabytes, so nothing else depends on it, and consumers that only need the catalogue
 //!   (the scheduler's benchmarks, `simulate`) never compile it.

@@ -32,6 +32,11 @@ use tokio_util::sync::CancellationToken;
 use crate::api_error::{AwsApiError, AwsErrorKind};
 use crate::launch::ice::UnavailableOfferings;
 
+/// The event reason when a zone's shift starts.
+pub const EVENT_ACTIVE: &str = "ZonalShiftActive";
+/// The event reason when a zone's shift ends.
+pub const EVENT_CLEARED: &str = "ZonalShiftCleared";
+
 /// How often ARC is asked.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(30);
 

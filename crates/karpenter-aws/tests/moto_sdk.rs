@@ -399,6 +399,25 @@ async fn the_assembly_returns_the_provider_its_controllers_and_the_queue() {
     assert!(runtime.interruption.is_none());
     assert_eq!(runtime.controllers.len(), 9, "{runtime:?}");
 
+    // ENABLE_ZONAL_SHIFT adds the ARC watcher of the cluster EKS describes (its ARN names it to ARC).
+    c.eks
+        .create_cluster()
+        .name("test-cluster")
+        .role_arn("arn:aws:iam::123456789012:role/eks")
+        .resources_vpc_config(aws_sdk_eks::types::VpcConfigRequest::builder().subnet_ids("subnet-1").build())
+        .send()
+        .await
+        .unwrap();
+    let settings = aws_settings(&[
+        "--cluster-name=test-cluster",
+        "--cluster-endpoint=https://10.0.0.1",
+        "--enable-zonal-shift=true",
+    ]);
+    let runtime = karpenter_aws::assembly::start(assembly_start(&settings, api.client(), &shutdown), &sdk)
+        .await
+        .expect("the assembly starts against moto");
+    assert_eq!(runtime.controllers.len(), 10, "{runtime:?}");
+
     // Fatal errors name what is wrong: no endpoint and a cluster EKS does not know; a price file without the
     // region.
     let settings = aws_settings(&["--cluster-name=no-such-cluster"]);
@@ -476,4 +495,75 @@ async fn instance_status_checks_read_moto_statuses() {
         Arc::new(karpenter_cloudprovider::NoSleep),
     );
     assert!(source.next_batch().await.expect("check").is_empty());
+}
+
+/// A stand-in for ARC zonal shift (moto has none): answers every request with `body` (JSON) and records the
+/// request lines.
+fn arc_stand_in(body: &'static str) -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let requests = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = requests.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            if reader.read_line(&mut line).is_err() {
+                continue;
+            }
+            seen.lock().unwrap().push(line.trim().to_owned());
+            // The headers, up to the blank line (a GET has no body).
+            loop {
+                let mut header = String::new();
+                if reader.read_line(&mut header).map_or(true, |n| n == 0) || header == "\r\n" {
+                    break;
+                }
+            }
+            let response = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(response.as_bytes());
+        }
+    });
+    (url, requests)
+}
+
+/// GetManagedResource through the adapter: applied zonal shifts, practice runs and autoshifts come back with
+/// their zone ids; shifts not applied are left out.
+#[tokio::test]
+async fn the_zonal_shift_adapter_reads_the_applied_shifts_of_the_cluster() {
+    use karpenter_aws::zonalshift::{AppliedShift, ShiftKind, ZonalShiftApi};
+    const ARN: &str = "arn:aws:eks:us-west-2:123456789012:cluster/prod";
+    let (url, requests) = arc_stand_in(
+        r#"{"arn":"arn:aws:eks:us-west-2:123456789012:cluster/prod","name":"prod","appliedWeights":{},
+        "zonalShifts":[
+          {"appliedStatus":"APPLIED","zonalShiftId":"zs-1","resourceIdentifier":"arn:aws:eks:us-west-2:123456789012:cluster/prod",
+           "awayFrom":"usw2-az1","expiryTime":1800003600,"startTime":1800000000,"comment":"bad deploy"},
+          {"appliedStatus":"APPLIED","zonalShiftId":"pr-1","resourceIdentifier":"arn:aws:eks:us-west-2:123456789012:cluster/prod",
+           "awayFrom":"usw2-az3","expiryTime":1800003600,"startTime":1800000000,"comment":"practice","shiftType":"PRACTICE_RUN"},
+          {"appliedStatus":"NOT_APPLIED","zonalShiftId":"zs-2","resourceIdentifier":"arn:aws:eks:us-west-2:123456789012:cluster/prod",
+           "awayFrom":"usw2-az4","expiryTime":1800003600,"startTime":1800000000,"comment":"superseded"}],
+        "autoshifts":[{"appliedStatus":"APPLIED","awayFrom":"usw2-az2","startTime":1800000000}]}"#,
+    );
+    let config = karpenter_aws::sdk::load_config(&SdkOptions::emulator(&url, REGION)).await.unwrap();
+    let adapter = karpenter_aws::sdk::ZonalShiftAdapter::new(aws_sdk_arczonalshift::Client::new(&config));
+    let mut shifts = adapter.applied_shifts(ARN).await.expect("the stand-in answers");
+    shifts.sort();
+    let shift = |zone: &str, kind, id: &str| AppliedShift { away_from: zone.into(), kind, id: id.into() };
+    assert_eq!(
+        shifts,
+        [
+            shift("usw2-az1", ShiftKind::ZonalShift, "zs-1"),
+            shift("usw2-az2", ShiftKind::Autoshift, ""),
+            shift("usw2-az3", ShiftKind::PracticeRun, "pr-1"),
+        ]
+    );
+    let requests = requests.lock().unwrap().clone();
+    assert!(
+        requests.iter().any(|r| r.starts_with("GET /managedresources/arn%3Aaws%3Aeks%3Aus-west-2%3A123456789012%3Acluster%2Fprod")),
+        "{requests:?}"
+    );
 }

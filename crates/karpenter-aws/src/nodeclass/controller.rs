@@ -376,39 +376,9 @@ impl NodeClassController {
         Ok(None)
     }
 
-    /// A core/v1 Event on the node class (cluster-scoped objects' events go to `default`, as client-go does).
+    /// A core/v1 Event on the node class.
     async fn publish_event(&self, node_class: &EC2NodeClass, type_: &str, reason: &str, message: &str) {
-        let now = self.clock.now();
-        let name = node_class.name_any();
-        let stamp = now.timestamp_nanos_opt().unwrap_or_default();
-        let event = CoreEvent {
-            metadata: ObjectMeta {
-                name: Some(format!("{name}.{stamp:x}")),
-                namespace: Some("default".into()),
-                ..Default::default()
-            },
-            involved_object: ObjectReference {
-                api_version: Some(EC2NodeClass::api_version(&()).into_owned()),
-                kind: Some(KIND.into()),
-                name: Some(name.clone()),
-                uid: node_class.metadata.uid.clone(),
-                resource_version: node_class.metadata.resource_version.clone(),
-                ..Default::default()
-            },
-            reason: Some(reason.into()),
-            message: Some(message.into()),
-            type_: Some(type_.into()),
-            source: Some(EventSource { component: Some("karpenter".into()), host: None }),
-            reporting_component: Some("karpenter".into()),
-            count: Some(1),
-            first_timestamp: k8s_time(now),
-            last_timestamp: k8s_time(now),
-            ..Default::default()
-        };
-        let api: Api<CoreEvent> = Api::namespaced(self.client.0.clone(), "default");
-        if let Err(e) = api.create(&PostParams::default(), &event).await {
-            tracing::debug!(error = %e, reason, "event not published");
-        }
+        publish_node_class_event(&self.client.0, self.clock.now(), node_class, type_, reason, message).await;
     }
 
     /// Runs the controller until `shutdown` is cancelled: EC2NodeClass changes and changes of NodeClaims that
@@ -450,6 +420,97 @@ impl NodeClassController {
         if tokio::time::timeout(SHUTDOWN_GRACE, run).await.is_err() {
             tracing::warn!("EC2NodeClass controller did not stop within {SHUTDOWN_GRACE:?}");
         }
+    }
+}
+
+/// A core/v1 Event on `node_class` (cluster-scoped objects' events go to `default`, as client-go does); a failure
+/// to publish is logged at debug level, as events are best effort.
+pub(crate) async fn publish_node_class_event(
+    client: &Client,
+    now: chrono::DateTime<chrono::Utc>,
+    node_class: &EC2NodeClass,
+    type_: &str,
+    reason: &str,
+    message: &str,
+) {
+    let name = node_class.name_any();
+    let stamp = now.timestamp_nanos_opt().unwrap_or_default();
+    let event = CoreEvent {
+        metadata: ObjectMeta {
+            name: Some(format!("{name}.{stamp:x}")),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
+        involved_object: ObjectReference {
+            api_version: Some(EC2NodeClass::api_version(&()).into_owned()),
+            kind: Some(KIND.into()),
+            name: Some(name.clone()),
+            uid: node_class.metadata.uid.clone(),
+            resource_version: node_class.metadata.resource_version.clone(),
+            ..Default::default()
+        },
+        reason: Some(reason.into()),
+        message: Some(message.into()),
+        type_: Some(type_.into()),
+        source: Some(EventSource { component: Some("karpenter".into()), host: None }),
+        reporting_component: Some("karpenter".into()),
+        count: Some(1),
+        first_timestamp: k8s_time(now),
+        last_timestamp: k8s_time(now),
+        ..Default::default()
+    };
+    let api: Api<CoreEvent> = Api::namespaced(client.clone(), "default");
+    if let Err(e) = api.create(&PostParams::default(), &event).await {
+        tracing::debug!(error = %e, reason, "event not published");
+    }
+}
+
+/// Zonal shift events ([`crate::zonalshift::ZonalShiftEvents`]) on every EC2NodeClass: a shift concerns every
+/// class whose subnets reach the zone, and an operator looks at the classes' events to see why a zone is not used.
+pub struct NodeClassZonalShiftEvents {
+    client: Client,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for NodeClassZonalShiftEvents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeClassZonalShiftEvents").finish_non_exhaustive()
+    }
+}
+
+impl NodeClassZonalShiftEvents {
+    /// Events through `client`, stamped by `clock`.
+    pub fn new(client: Client, clock: Arc<dyn Clock>) -> Self {
+        Self { client, clock }
+    }
+
+    async fn publish(&self, type_: &str, reason: &str, message: &str) {
+        let classes: Api<EC2NodeClass> = Api::all(self.client.clone());
+        match classes.list(&ListParams::default()).await {
+            Ok(list) => {
+                for class in &list.items {
+                    publish_node_class_event(&self.client, self.clock.now(), class, type_, reason, message).await;
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, reason, "listing EC2NodeClasses for a zonal shift event failed"),
+        }
+    }
+}
+
+#[async_trait]
+impl crate::zonalshift::ZonalShiftEvents for NodeClassZonalShiftEvents {
+    async fn shift_started(&self, zone: &str, shift: &crate::zonalshift::AppliedShift) {
+        let id = if shift.id.is_empty() { String::new() } else { format!(" {}", shift.id) };
+        let message = format!(
+            "{}{id} moved traffic away from {zone} ({}): no NodeClaims launch there and its instances are not terminated until it ends",
+            shift.kind, shift.away_from
+        );
+        self.publish("Warning", crate::zonalshift::EVENT_ACTIVE, &message).await;
+    }
+
+    async fn shift_ended(&self, zone: &str) {
+        let message = format!("the zonal shift away from {zone} ended: the zone is offered again");
+        self.publish("Normal", crate::zonalshift::EVENT_CLEARED, &message).await;
     }
 }
 

@@ -35,6 +35,7 @@ impl EksApi for EksAdapter {
             service_ipv6_cidr: net.and_then(|n| n.service_ipv6_cidr()).map(str::to_owned),
             ip_family: net.and_then(|n| n.ip_family()).map(|f| f.as_str().to_owned()),
             version: c.version().map(str::to_owned),
+            arn: c.arn().map(str::to_owned),
         })
     }
 }

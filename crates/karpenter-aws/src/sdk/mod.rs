@@ -1,5 +1,5 @@
 //! The AWS SDK side (feature `sdk`): the clients, and adapters implementing this crate's narrow API traits with
-//! aws-sdk-ec2/ssm/sqs/iam/eks/pricing.
+//! aws-sdk-ec2/ssm/sqs/iam/eks/pricing/arczonalshift.
 //!
 //! [`AwsClients::load`] builds every client from one `SdkConfig` loaded with the SDK's default chains: region
 //! from the options, `AWS_REGION`, the profile or IMDS; credentials from the environment, the profile, web
@@ -28,6 +28,7 @@ use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
 
 use crate::api_error::{AwsApiError, AwsErrorKind};
 
+mod arc;
 pub mod dry_run;
 mod ec2;
 mod eks;
@@ -38,6 +39,7 @@ mod pricing;
 mod sqs;
 mod ssm;
 
+pub use arc::ZonalShiftAdapter;
 pub use ec2::Ec2Adapter;
 pub use eks::EksAdapter;
 pub use iam::IamAdapter;
@@ -128,6 +130,8 @@ pub struct AwsClients {
     pub eks: aws_sdk_eks::Client,
     /// The Pricing API, in the region that serves this one ([`crate::pricing_api::pricing_region`]).
     pub pricing: aws_sdk_pricing::Client,
+    /// ARC zonal shift.
+    pub arc_zonal_shift: aws_sdk_arczonalshift::Client,
 }
 
 impl fmt::Debug for AwsClients {
@@ -154,6 +158,7 @@ impl AwsClients {
             sqs: aws_sdk_sqs::Client::new(config),
             iam: aws_sdk_iam::Client::new(config),
             eks: aws_sdk_eks::Client::new(config),
+            arc_zonal_shift: aws_sdk_arczonalshift::Client::new(config),
             pricing: aws_sdk_pricing::Client::from_conf(pricing_config),
             region,
         })
@@ -182,6 +187,11 @@ impl AwsClients {
     /// The EKS adapter.
     pub fn eks_adapter(&self) -> EksAdapter {
         EksAdapter::new(self.eks.clone())
+    }
+
+    /// The ARC zonal shift adapter.
+    pub fn zonal_shift_adapter(&self) -> ZonalShiftAdapter {
+        ZonalShiftAdapter::new(self.arc_zonal_shift.clone())
     }
 
     /// The pricing adapter (Pricing API for on-demand, EC2 for spot).
