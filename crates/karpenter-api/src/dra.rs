@@ -2,20 +2,15 @@
 //! copies of ResourceClaim, ResourceClaimTemplate, DeviceClass and ResourceSlice holding only what allocation
 //! needs, built from `v1beta1` (what a v1.32 API server serves; the loader decodes it with k8s-openapi's types)
 //! or from `v1beta2`/`v1` documents (same meaning, devices without the `basic` wrapper and requests with
-//! `exactly`), and CEL device selectors ([`DeviceSelector`]) compiled with the Kubernetes CEL library.
+//! `exactly`). CEL selectors are kept as text: the scheduler compiles them (this crate stays free of a CEL
+//! engine, which the kwok provider must not pull in).
 //!
 //! What is not modelled (see docs/dra.md): request `constraints` (matchAttribute), admin access, device taints
 //! and tolerations, partitionable devices (counters), per-device node selection, and device configuration.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
-
 use k8s_openapi::api::core::v1::NodeSelector;
 use k8s_openapi::api::resource::{v1beta1, v1beta2};
 use karpenter_requirements::{Device, DeviceAttribute, Quantity};
-use kube_cel::KubeCelExt;
-use kube_cel::cel::objects::{Key, Map};
-use kube_cel::cel::{Context, Program, Value};
 use serde_json::Value as Json;
 
 use crate::loader::{Object, UnknownObject};
@@ -454,112 +449,6 @@ fn slice_v1beta2(s: &v1beta2::ResourceSlice) -> Result<ResourceSlice, DraError> 
     Ok(ResourceSlice { name, driver: spec.driver.clone(), pool, nodes, devices })
 }
 
-/// A compiled CEL device selector. Expressions see `device.driver`, `device.attributes[domain].id` and
-/// `device.capacity[domain].id` (a quantity), as the API server's DRA CEL environment does; an unqualified
-/// attribute or capacity name belongs to the driver's domain.
-#[derive(Debug)]
-pub struct DeviceSelector {
-    expression: String,
-    program: Program,
-}
-
-impl DeviceSelector {
-    /// Compiles `expression`; the error is the CEL parser's message.
-    pub fn compile(expression: &str) -> Result<Self, String> {
-        Program::compile(expression)
-            .map(|program| DeviceSelector { expression: expression.to_owned(), program })
-            .map_err(|e| e.to_string().lines().next().unwrap_or("syntax error").to_owned())
-    }
-
-    /// The expression as written.
-    pub fn expression(&self) -> &str {
-        &self.expression
-    }
-}
-
-/// Evaluates device selectors. Holds the CEL context with the Kubernetes functions, built once and reused for
-/// every device.
-pub struct SelectorEnv {
-    root: Context<'static>,
-    quantity: Option<Program>,
-}
-
-impl std::fmt::Debug for SelectorEnv {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("SelectorEnv")
-    }
-}
-
-impl Default for SelectorEnv {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl SelectorEnv {
-    /// A context with the compiled-in Kubernetes CEL functions (quantity among them).
-    pub fn new() -> Self {
-        let root = Context::default().with_all();
-        SelectorEnv { root, quantity: Program::compile("quantity(q)").ok() }
-    }
-
-    /// The CEL value of `device` published by `driver` (build once per device, evaluate many selectors on it).
-    pub fn device_value(&self, driver: &str, device: &Device) -> Value {
-        let mut attributes: BTreeMap<&str, HashMap<Key, Value>> = BTreeMap::new();
-        for (key, a) in &device.attributes {
-            let (domain, id) = split_qualified(driver, key);
-            let v = match a {
-                DeviceAttribute::Bool(b) => Value::Bool(*b),
-                DeviceAttribute::Int(i) => Value::Int(*i),
-                DeviceAttribute::String(s) | DeviceAttribute::Version(s) => Value::String(Arc::new(s.clone())),
-            };
-            attributes.entry(domain).or_default().insert(Key::String(Arc::new(id.to_owned())), v);
-        }
-        let mut capacity: BTreeMap<&str, HashMap<Key, Value>> = BTreeMap::new();
-        for (key, q) in &device.capacity {
-            let (domain, id) = split_qualified(driver, key);
-            capacity.entry(domain).or_default().insert(Key::String(Arc::new(id.to_owned())), self.quantity_value(q));
-        }
-        let nest = |m: BTreeMap<&str, HashMap<Key, Value>>| -> Value {
-            let outer: HashMap<Key, Value> = m
-                .into_iter()
-                .map(|(d, inner)| (Key::String(Arc::new(d.to_owned())), Value::Map(Map::from(inner))))
-                .collect();
-            Value::Map(Map::from(outer))
-        };
-        let mut top: HashMap<Key, Value> = HashMap::new();
-        top.insert(Key::String(Arc::new("driver".into())), Value::String(Arc::new(driver.to_owned())));
-        top.insert(Key::String(Arc::new("attributes".into())), nest(attributes));
-        top.insert(Key::String(Arc::new("capacity".into())), nest(capacity));
-        Value::Map(Map::from(top))
-    }
-
-    fn quantity_value(&self, q: &Quantity) -> Value {
-        let text = q.to_string();
-        let Some(program) = &self.quantity else { return Value::String(Arc::new(text)) };
-        let mut ctx = self.root.new_inner_scope();
-        ctx.add_variable_from_value("q", Value::String(Arc::new(text.clone())));
-        program.execute(&ctx).unwrap_or(Value::String(Arc::new(text)))
-    }
-
-    /// Whether `selector` is true for the device value `device` ([`SelectorEnv::device_value`]). A runtime error
-    /// (a missing attribute, a non-boolean result) is an error naming the expression, as the API server reports.
-    pub fn matches(&self, selector: &DeviceSelector, device: &Value) -> Result<bool, String> {
-        let mut ctx = self.root.new_inner_scope();
-        ctx.add_variable_from_value("device", device.clone());
-        match selector.program.execute(&ctx) {
-            Ok(Value::Bool(b)) => Ok(b),
-            Ok(other) => Err(format!("CEL selector {:?} returned {other:?}, not a boolean", selector.expression)),
-            Err(e) => Err(format!("CEL selector {:?}: {e}", selector.expression)),
-        }
-    }
-}
-
-/// `domain/id` → (domain, id); an unqualified name belongs to the driver's domain.
-fn split_qualified<'a>(driver: &'a str, key: &'a str) -> (&'a str, &'a str) {
-    key.split_once('/').unwrap_or((driver, key))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -661,22 +550,5 @@ spec: {driver: d, nodeName: n, allNodes: true, pool: {name: p, generation: 1, re
         let loaded = load_str(both, "bad.yaml").expect("loads");
         let e = DraObjects::default().add(&loaded[0].object).expect_err("two node fields");
         assert!(e.to_string().contains("exactly one of nodeName"), "{e}");
-    }
-
-    #[test]
-    fn selectors_see_driver_attributes_and_quantities() {
-        let dra = objects();
-        let env = SelectorEnv::new();
-        let device = env.device_value("gpu.example.com", &dra.slices[0].devices[0]);
-        let check = |expr: &str| env.matches(&DeviceSelector::compile(expr).expect("compiles"), &device);
-        assert_eq!(check(&dra.classes[0].selectors[0]), Ok(true));
-        assert_eq!(check(&dra.claims[0].spec.requests[0].alternatives[0].selectors[0]), Ok(true));
-        assert_eq!(check(r#"device.capacity["gpu.example.com"].memory.compareTo(quantity("100Gi")) >= 0"#), Ok(false));
-        assert_eq!(check(r#"device.attributes["gpu.example.com"].index == 0"#), Ok(true));
-        assert_eq!(check(r#"device.attributes["gpu.example.com"].model == "H100""#), Ok(false));
-        let missing = check(r#"device.attributes["other.com"].model == "x""#).expect_err("no such domain");
-        assert!(missing.contains("other.com"), "{missing}");
-        assert!(check("device.driver").expect_err("not a boolean").contains("not a boolean"));
-        assert!(DeviceSelector::compile("device.driver ==").is_err());
     }
 }
