@@ -186,7 +186,9 @@ impl DraObjects {
     }
 }
 
-fn is_later_version(u: &UnknownObject) -> bool {
+/// A DRA object at `resource.k8s.io/v1beta2` or `v1`, which the loader keeps unknown and [`DraObjects::add`]
+/// reads.
+pub fn is_later_version(u: &UnknownObject) -> bool {
     matches!(u.api_version.as_str(), "resource.k8s.io/v1beta2" | "resource.k8s.io/v1")
         && matches!(u.kind.as_str(), "ResourceClaim" | "ResourceClaimTemplate" | "DeviceClass" | "ResourceSlice")
 }

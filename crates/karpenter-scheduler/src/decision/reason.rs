@@ -348,9 +348,9 @@ mod tests {
                 "pod requires karpenter.sh/nodepool DoesNotExist: it opts out of Karpenter nodes",
             ),
             (
-                R::Unsupported { message: "DRA resource claims are not supported (IGNORE_DRA_REQUESTS)".into() },
+                R::Unsupported { message: "DRA resource claims are not simulated (IGNORE_DRA_REQUESTS=true; false simulates device allocation)".into() },
                 "Unsupported",
-                "DRA resource claims are not supported (IGNORE_DRA_REQUESTS)",
+                "DRA resource claims are not simulated (IGNORE_DRA_REQUESTS=true; false simulates device allocation)",
             ),
             (
                 R::ResourceClaims { message: "ResourceClaim ml/gpu not found".into() },

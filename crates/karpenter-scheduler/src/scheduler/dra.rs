@@ -194,7 +194,7 @@ pub(crate) struct Alternative {
 /// A claim a pod uses, resolved.
 #[derive(Debug, Clone)]
 struct PassClaim {
-    /// `namespace/name`, or the template and pod for a claim not created yet.
+    /// `ResourceClaim namespace/name`, or the pod's claim entry and template for a claim not created yet.
     name: String,
     /// Per request, its alternatives in order.
     requests: Vec<Vec<Alternative>>,
@@ -405,14 +405,16 @@ impl<'a> DraPass<'a> {
             let id = match (named, r.resource_claim_template_name.as_deref()) {
                 (Some(name), _) => match index.claims.get(&(ns, name)) {
                     Some(claim) => {
-                        self.claim_id(resolver, format!("{ns}/{name}"), &claim.spec, claim.allocation.as_ref())?
+                        let name = format!("ResourceClaim {ns}/{name}");
+                        self.claim_id(resolver, name, &claim.spec, claim.allocation.as_ref())?
                     }
                     None => return Err(format!("ResourceClaim {ns}/{name} not found")),
                 },
                 (None, Some(template)) => match index.templates.get(&(ns, template)) {
                     Some(t) => {
                         // The claim the API server will make for this pod: one per pod and entry.
-                        let name = format!("{} {} (from ResourceClaimTemplate {ns}/{template})", pod.key(), r.name);
+                        let name =
+                            format!("claim {} of pod {} (ResourceClaimTemplate {ns}/{template})", r.name, pod.key());
                         self.claim_id(resolver, name, &t.spec, None)?
                     }
                     None => return Err(format!("ResourceClaimTemplate {ns}/{template} not found")),
@@ -476,7 +478,7 @@ impl<'a> DraPass<'a> {
             match self.placed.get(c as usize).copied().flatten() {
                 Some(w) if w == at => continue,
                 Some(_) => {
-                    return Err(format!("ResourceClaim {} is allocated on another node in this pass", claim.name));
+                    return Err(format!("{} is allocated on another node in this pass", claim.name));
                 }
                 None => {}
             }
@@ -485,7 +487,7 @@ impl<'a> DraPass<'a> {
                 (Some(None), _) => {}
                 (Some(Some(m)), Some((name, reqs))) if m.matches(name, reqs) => {}
                 (Some(Some(_)), _) => {
-                    return Err(format!("ResourceClaim {} is allocated to devices of another node", claim.name));
+                    return Err(format!("{} is allocated to devices of another node", claim.name));
                 }
             }
         }
@@ -554,7 +556,7 @@ impl<'a> DraPass<'a> {
             let what: Vec<String> = claims
                 .iter()
                 .filter_map(|&c| self.claim(c))
-                .map(|c| format!("ResourceClaim {} ({})", c.name, c.describe.join("; ")))
+                .map(|c| format!("{} ({})", c.name, c.describe.join("; ")))
                 .collect();
             return Err(format!("no instance type offers the devices of {}", what.join(" and ")));
         }

@@ -19,7 +19,8 @@ use crate::default_spread::DefaultSpread;
 use crate::snapshot::pod_key;
 
 /// The reason of a pod with DRA resource claims when `IGNORE_DRA_REQUESTS=true` (upstream's default).
-pub const DRA_IGNORED: &str = "DRA resource claims are not supported (IGNORE_DRA_REQUESTS)";
+pub const DRA_IGNORED: &str =
+    "DRA resource claims are not simulated (IGNORE_DRA_REQUESTS=true; false simulates device allocation)";
 
 /// Formerly the message for pods with topology spread constraints; topology is simulated now and this
 /// message is no longer produced (kept for API stability).
