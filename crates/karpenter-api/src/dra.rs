@@ -151,14 +151,37 @@ impl DraObjects {
     /// DRA object that cannot be read (a `v1beta2`/`v1` document that does not decode, a negative count).
     pub fn add(&mut self, object: &Object) -> Result<bool, DraError> {
         match object {
-            Object::ResourceClaim(c) => self.claims.push(claim_v1beta1(c)?),
-            Object::ResourceClaimTemplate(t) => self.templates.push(template_v1beta1(t)?),
-            Object::DeviceClass(c) => self.classes.push(class_v1beta1(c)),
-            Object::ResourceSlice(s) => self.slices.push(slice_v1beta1(s)?),
+            Object::ResourceClaim(c) => self.add_claim(c)?,
+            Object::ResourceClaimTemplate(t) => self.add_template(t)?,
+            Object::DeviceClass(c) => self.add_class(c),
+            Object::ResourceSlice(s) => self.add_slice(s)?,
             Object::Unknown(u) if is_later_version(u) => self.add_later(u)?,
             _ => return Ok(false),
         }
         Ok(true)
+    }
+
+    /// Adds a `v1beta1` ResourceClaim (as the controller watches them).
+    pub fn add_claim(&mut self, c: &v1beta1::ResourceClaim) -> Result<(), DraError> {
+        self.claims.push(claim_v1beta1(c)?);
+        Ok(())
+    }
+
+    /// Adds a `v1beta1` ResourceClaimTemplate.
+    pub fn add_template(&mut self, t: &v1beta1::ResourceClaimTemplate) -> Result<(), DraError> {
+        self.templates.push(template_v1beta1(t)?);
+        Ok(())
+    }
+
+    /// Adds a `v1beta1` DeviceClass.
+    pub fn add_class(&mut self, c: &v1beta1::DeviceClass) {
+        self.classes.push(class_v1beta1(c));
+    }
+
+    /// Adds a `v1beta1` ResourceSlice.
+    pub fn add_slice(&mut self, s: &v1beta1::ResourceSlice) -> Result<(), DraError> {
+        self.slices.push(slice_v1beta1(s)?);
+        Ok(())
     }
 
     /// `v1beta2` and `v1` documents (the loader keeps them as unknown objects; both read as `v1beta2`).
