@@ -150,7 +150,8 @@ impl<'a> DraIndex<'a> {
         (self.devices.len() - 1) as u32
     }
 
-    /// The devices `node` offers (sorted ids): published ones once initialized, else its instance type's.
+    /// The devices `node` offers (sorted ids): published ones once initialized, else its instance type's (none
+    /// while the type is not known: an in-flight claim with several options may launch any of them).
     fn node_view(&self, node: &ExistingNode) -> NodeView {
         if node.initialized && !node.in_flight {
             let mut ids: Vec<u32> = self.node_local.get(node.name.as_str()).cloned().unwrap_or_default();
@@ -164,8 +165,11 @@ impl<'a> DraIndex<'a> {
             ids.dedup();
             return NodeView::Published(ids);
         }
-        let it =
-            node.requirements.get_ref(labels::INSTANCE_TYPE).and_then(|r| r.values().first().map(|v| v.to_string()));
+        let it = node
+            .requirements
+            .get_ref(labels::INSTANCE_TYPE)
+            .filter(|r| !r.complement() && r.values().len() == 1)
+            .and_then(|r| r.values().first().map(|v| v.to_string()));
         NodeView::Template(it.and_then(|it| self.instance_types.get(it.as_str()).cloned()).unwrap_or_default())
     }
 

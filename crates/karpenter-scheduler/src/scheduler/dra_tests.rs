@@ -278,3 +278,25 @@ fn a_device_failure_relaxes_no_preference() {
     let d = solve(&format!("{POOL}{plain}"));
     assert_eq!(d.new_node_claims[0].instance_types, ["cpu-only"]);
 }
+
+#[test]
+fn an_in_flight_claim_offers_its_instance_types_template_devices() {
+    // A launched gpu-2x NodeClaim without its node yet: its two template GPUs take two claims; the third pod
+    // needs a new node. The same claim with two instance-type options offers nothing (which type launches is open).
+    let in_flight = |types: &str| {
+        format!(
+            "apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata: {{name: default-abc, labels: {{karpenter.sh/nodepool: default}}}}\n\
+spec:\n  nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}\n  requirements: [{{key: node.kubernetes.io/instance-type, operator: In, values: [{types}]}}]\n\
+status: {{providerID: 'aws:///z/i-1', capacity: {{cpu: '8', pods: '100'}}, allocatable: {{cpu: '8', pods: '100'}}}}\n---\n"
+        )
+    };
+    let pods: String =
+        (1..=3).map(|i| claim(&format!("c{i}"), 1, None) + &pod(&format!("p{i}"), &[&format!("c{i}")])).collect();
+    let d = solve(&format!("{POOL}{CLASS}{}{pods}", in_flight("gpu-2x")));
+    assert!(d.unschedulable.is_empty(), "{:?}", d.unschedulable);
+    let on_claim = d.existing_nodes.iter().find(|n| n.name == "default-abc").map_or(0, |n| n.pods.len());
+    assert_eq!(on_claim, 2, "{d:?}");
+    assert_eq!(d.new_node_claims.len(), 1);
+    let d = solve(&format!("{POOL}{CLASS}{}{pods}", in_flight("cpu-only, gpu-2x")));
+    assert!(d.existing_nodes.iter().all(|n| n.name != "default-abc"), "{d:?}");
+}
