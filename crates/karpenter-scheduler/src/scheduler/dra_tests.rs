@@ -300,3 +300,50 @@ status: {{providerID: 'aws:///z/i-1', capacity: {{cpu: '8', pods: '100'}}, alloc
     let d = solve(&format!("{POOL}{CLASS}{}{pods}", in_flight("cpu-only, gpu-2x")));
     assert!(d.existing_nodes.iter().all(|n| n.name != "default-abc"), "{d:?}");
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 24, ..Default::default() })]
+    /// Whatever the nodes publish and the pods ask, no node gets more GPUs' worth of claims than it published,
+    /// no new node more than its type's template holds, and every pod placed or not has a reason.
+    #[test]
+    fn placements_never_overcommit_devices(
+        gpus in proptest::collection::vec(0usize..4, 1..4),
+        asks in proptest::collection::vec(1u32..4, 1..8),
+    ) {
+        let mut yaml = format!("{POOL}{CLASS}");
+        for (n, count) in gpus.iter().enumerate() {
+            let models = vec!["A100"; *count];
+            if models.is_empty() {
+                yaml.push_str(&format!(
+                    "apiVersion: v1\nkind: Node\nmetadata: {{name: n{n}, labels: {{kubernetes.io/hostname: n{n}}}}}\nstatus: {{allocatable: {{cpu: '8', pods: '100'}}}}\n---\n"
+                ));
+            } else {
+                yaml.push_str(&node_with_gpus(&format!("n{n}"), &models));
+            }
+        }
+        for (p, ask) in asks.iter().enumerate() {
+            yaml.push_str(&claim(&format!("c{p}"), *ask, None));
+            yaml.push_str(&pod(&format!("p{p}"), &[&format!("c{p}")]));
+        }
+        let d = solve(&yaml);
+        let ask_of = |key: &str| -> u32 {
+            key.strip_prefix("default/p").and_then(|i| i.parse::<usize>().ok()).and_then(|i| asks.get(i)).copied().unwrap_or(0)
+        };
+        for node in &d.existing_nodes {
+            let published = node.name.strip_prefix('n').and_then(|i| i.parse::<usize>().ok()).and_then(|i| gpus.get(i)).copied().unwrap_or(0);
+            let used: u32 = node.pods.iter().map(|p| ask_of(p)).sum();
+            proptest::prop_assert!(used as usize <= published, "{}: {used} > {published}", node.name);
+        }
+        for claim in &d.new_node_claims {
+            let used: u32 = claim.pods.iter().map(|p| ask_of(p)).sum();
+            proptest::prop_assert!(used <= 2, "{}: {used} GPUs on a gpu-2x", claim.name);
+            proptest::prop_assert_eq!(&claim.instance_types, &vec!["gpu-2x".to_string()]);
+            proptest::prop_assert_eq!(&claim.requested_dra_drivers, &vec![DRIVER.to_string()]);
+        }
+        // A pod asking for more than any node or type holds is the only kind left over.
+        for u in &d.unschedulable {
+            proptest::prop_assert!(ask_of(&u.pod) > 2, "{} ({}) should have fit a new gpu-2x", u.pod, u.reason);
+        }
+        proptest::prop_assert_eq!(d.placed_pods() + d.unschedulable.len(), asks.len());
+    }
+}
