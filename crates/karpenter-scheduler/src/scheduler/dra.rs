@@ -17,7 +17,7 @@
 //! shared [`Allocator`] only when the pod is placed, so a candidate that turns the pod down holds nothing.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::NodeSelector;
 use karpenter_api::dra::{
@@ -97,6 +97,10 @@ pub(crate) struct DraIndex<'a> {
     claims: FxHashMap<(&'a str, &'a str), &'a ResourceClaim>,
     templates: FxHashMap<(&'a str, &'a str), &'a ResourceClaimTemplate>,
     classes: FxHashMap<&'a str, &'a DeviceClass>,
+    /// Matching devices (and the first selector error) per (device class, request selectors), or why the
+    /// selectors cannot be used: the replicas of a workload ask the same, and a disruption pass's many
+    /// simulations share the index, so CEL runs once per pass.
+    matched: Mutex<FxHashMap<SelectorKey, Result<Matched, ResolveError>>>,
 }
 
 impl<'a> DraIndex<'a> {
@@ -111,6 +115,7 @@ impl<'a> DraIndex<'a> {
             claims: dra.claims.iter().map(|c| ((c.namespace.as_str(), c.name.as_str()), c)).collect(),
             templates: dra.templates.iter().map(|t| ((t.namespace.as_str(), t.name.as_str()), t)).collect(),
             classes: dra.classes.iter().map(|c| (c.name.as_str(), c)).collect(),
+            matched: Mutex::new(FxHashMap::default()),
         };
         let mut published: FxHashMap<(&str, &str, &str), u32> = FxHashMap::default();
         for slice in &dra.slices {
@@ -592,7 +597,10 @@ impl<'a> DraPass<'a> {
 /// The devices matching a class and selectors, and the first selector error seen.
 type Matched = (Vec<u32>, Option<String>);
 
-/// Compiles selectors and evaluates them on devices, each once per pass.
+/// A device class and a request's selectors.
+type SelectorKey = (String, Vec<String>);
+
+/// Compiles selectors and evaluates them on devices (results cached in the index).
 #[derive(Default)]
 struct Resolver {
     env: Option<SelectorEnv>,
@@ -600,21 +608,21 @@ struct Resolver {
     values: FxHashMap<u32, CelValue>,
     /// Claims resolved so far, by name.
     by_name: FxHashMap<String, u32>,
-    /// Matching devices (and the first selector error) per (device class, request selectors): the replicas of a
-    /// workload ask the same.
-    matched: FxHashMap<(String, Vec<String>), Matched>,
 }
 
 impl Resolver {
     /// The devices matching `alt` (class selectors and its own), and a description of what it asks for.
     fn matches(&mut self, index: &DraIndex<'_>, alt: &RequestAlternative) -> Result<(Vec<u32>, String), ResolveError> {
         let key = (alt.device_class_name.clone(), alt.selectors.clone());
-        let (matches, first_error) = match self.matched.get(&key) {
-            Some(m) => m.clone(),
+        let cached = index.matched.lock().ok().and_then(|m| m.get(&key).cloned());
+        let (matches, first_error) = match cached {
+            Some(m) => m?,
             None => {
-                let m = self.evaluate(index, alt)?;
-                self.matched.insert(key, m.clone());
-                m
+                let m = self.evaluate(index, alt);
+                if let Ok(mut cache) = index.matched.lock() {
+                    cache.insert(key, m.clone());
+                }
+                m?
             }
         };
         let count = match alt.mode {
