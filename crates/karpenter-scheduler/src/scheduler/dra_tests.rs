@@ -347,3 +347,44 @@ proptest::proptest! {
         proptest::prop_assert_eq!(d.placed_pods() + d.unschedulable.len(), asks.len());
     }
 }
+
+#[test]
+fn disruption_simulations_keep_a_pod_with_an_allocated_claim_on_its_node() {
+    use crate::simulation::{SimulationView, Simulator};
+    use std::collections::BTreeSet;
+    // p runs on node-a with its claim allocated to node-a's GPU; node-b has a free GPU. Removing node-a cannot
+    // move p: its claim stays pinned to node-a (docs/dra.md, limits). A pod whose claim is not allocated yet
+    // moves to node-b's GPU.
+    let allocated = "apiVersion: resource.k8s.io/v1beta1\nkind: ResourceClaim\nmetadata: {name: held, namespace: default}\nspec: {devices: {requests: [{name: gpus, deviceClassName: gpu}]}}\nstatus:\n  allocation:\n    devices: {results: [{request: gpus, driver: gpu.example.com, pool: node-a, device: gpu-0}]}\n    nodeSelector: {nodeSelectorTerms: [{matchFields: [{key: metadata.name, operator: In, values: [node-a]}]}]}\n---\n";
+    let bound = |name: &str, claim: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec: {{nodeName: node-a, resourceClaims: [{{name: c, resourceClaimName: {claim}}}], containers: [{{name: c, image: x, resources: {{requests: {{cpu: 100m}}}}}}]}}\n---\n"
+        )
+    };
+    for (claim, extra, moves) in [("held", allocated.to_owned(), false), ("free", claim("free", 1, None), true)] {
+        let yaml = format!(
+            "{POOL}{CLASS}{}{}{extra}{}",
+            node_with_gpus("node-a", &["A100"]),
+            node_with_gpus("node-b", &["A100"]),
+            bound("p", claim)
+        );
+        let objects = load_str(&yaml, "input.yaml").expect("input parses");
+        let snapshot = ClusterSnapshot::from_objects(&objects).expect("snapshot");
+        let its = catalogue();
+        let pools = [PoolInput { node_pool: &snapshot.node_pools[0], instance_types: &its }];
+        let provider = ProviderLabels::aws();
+        let options = SchedulerOptions { ignore_dra_requests: false, ..Default::default() };
+        let sim = Simulator::new(&snapshot, &pools, &provider, &options);
+        let removed = BTreeSet::from(["node-a".to_string()]);
+        let view =
+            SimulationView { removed: &removed, pods: snapshot.pods_on("node-a").collect(), ..Default::default() };
+        let d = sim.simulate(&view);
+        if moves {
+            assert_eq!(d.existing_nodes.first().map(|n| n.name.as_str()), Some("node-b"), "{d:?}");
+        } else {
+            assert_eq!(d.unschedulable.len(), 1, "{d:?}");
+            let reason = d.unschedulable[0].reason.to_string();
+            assert!(reason.contains("ResourceClaim default/held is allocated to devices of another node"), "{reason}");
+        }
+    }
+}
