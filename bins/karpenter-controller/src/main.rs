@@ -128,6 +128,11 @@ enum Command {
         /// PodDeletionCostManagement change disruption as in the controller.
         #[arg(long, env = "FEATURE_GATES", value_name = "GATES", default_value = karpenter_operator::settings::FeatureGates::DEFAULT)]
         feature_gates: karpenter_operator::settings::FeatureGates,
+        /// Leave pods with DRA resource claims unplaced, as the controller does by default; false simulates device
+        /// allocation from ResourceSlices and instance types' slice templates (docs/dra.md).
+        #[arg(long, env = "IGNORE_DRA_REQUESTS", default_value = "true", action = clap::ArgAction::Set,
+              num_args = 0..=1, default_missing_value = "true")]
+        ignore_dra_requests: bool,
         #[command(flatten)]
         cluster: simulate::live::ClusterArgs,
     },
@@ -257,6 +262,7 @@ fn main() -> ExitCode {
             cluster_limits,
             scheduler_config,
             feature_gates,
+            ignore_dra_requests,
             cluster,
         } => {
             paths.extend(filenames);
@@ -273,6 +279,7 @@ fn main() -> ExitCode {
                 cluster_limits: *cluster_limits,
                 scheduler_config: *scheduler_config,
                 feature_gates,
+                ignore_dra_requests,
             };
             run_simulate(options, &cluster, output)
         }

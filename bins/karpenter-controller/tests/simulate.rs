@@ -1077,3 +1077,65 @@ fn node_overlays_change_prices_and_capacity_and_conflicts_are_named() {
     assert_eq!(doc["summary"]["podsOnNewNodes"], 1, "{doc}");
     assert_eq!(doc["newNodes"][0]["instanceType"], "large-8x", "{doc}");
 }
+
+/// DRA (docs/dra.md): `examples/simulate/dra.yaml` with the catalogue whose `g-8x` type has GPU slice templates.
+const DRA_ARGS: [&str; 4] = [
+    "examples/simulate/dra.yaml",
+    "--instance-types",
+    "examples/simulate/dra-instance-types.json",
+    "--ignore-dra-requests=false",
+];
+
+#[test]
+fn dra_claims_use_published_slices_then_instance_type_templates() {
+    let doc = simulate_json(&DRA_ARGS);
+    // gpu-node-a published one A100: one trainer's claim is allocated there.
+    let existing = doc["existingNodes"].as_array().expect("existingNodes");
+    assert_eq!(existing.len(), 1, "{doc}");
+    assert_eq!(existing[0]["name"], "gpu-node-a");
+    assert_eq!(existing[0]["pods"].as_array().map(Vec::len), Some(1), "{doc}");
+    // The other needs a new node; only g-8x's slice template offers GPUs (c-8x is cheaper but has none).
+    let new = doc["newNodes"].as_array().expect("newNodes");
+    assert_eq!(new.len(), 1, "{doc}");
+    assert_eq!(new[0]["instanceType"], "g-8x-amd64-linux");
+    assert_eq!(new[0]["instanceTypeOptions"], 1);
+    assert_eq!(new[0]["requestedDraDrivers"], serde_json::json!(["gpu.example.com"]));
+    assert_eq!(doc["summary"]["unschedulablePods"], 0, "{doc}");
+    let table = simulate_ok(&DRA_ARGS);
+    assert!(table.contains("gpu-1 waits for DRA drivers: gpu.example.com"), "{table}");
+}
+
+#[test]
+fn dra_is_ignored_by_default_and_an_unsatisfiable_claim_is_explained() {
+    // Default IGNORE_DRA_REQUESTS=true: pods with claims are left out, with the reason saying how to simulate.
+    let doc = simulate_json(&DRA_ARGS[..3]);
+    assert_eq!(doc["summary"]["unschedulablePods"], 2, "{doc}");
+    assert_eq!(doc["unschedulable"][0]["code"], "Unsupported");
+    assert!(
+        doc["unschedulable"][0]["reason"].as_str().is_some_and(|m| m.contains("IGNORE_DRA_REQUESTS=true")),
+        "{doc}"
+    );
+
+    // An H100 exists nowhere: neither published nor in any instance type's templates.
+    let tmp = TempDir::new("dra");
+    let input = std::fs::read_to_string(workspace_root().join(DRA_ARGS[0])).expect("example");
+    let file = tmp.write("h100.yaml", &input.replace(r#"model == "A100""#, r#"model == "H100""#));
+    let doc = simulate_json(&[&file, DRA_ARGS[1], DRA_ARGS[2], DRA_ARGS[3]]);
+    assert_eq!(doc["summary"]["unschedulablePods"], 2, "{doc}");
+    assert_eq!(doc["unschedulable"][0]["code"], "Incompatible");
+    let reason = doc["unschedulable"][0]["reason"].as_str().expect("reason");
+    assert!(
+        reason.starts_with("NodePool gpu: no instance type offers the devices of claim gpu of pod default/trainer-")
+            && reason.ends_with(
+                r#"(request gpu: 1 device(s) of class gpu.example.com matching device.attributes["gpu.example.com"].model == "H100")"#
+            ),
+        "{reason}"
+    );
+
+    // A claim that does not exist: a per-pod reason naming it.
+    let file = tmp
+        .write("missing.yaml", &input.replace("resourceClaimTemplateName: one-a100", "resourceClaimName: shared-gpu"));
+    let doc = simulate_json(&[&file, DRA_ARGS[1], DRA_ARGS[2], DRA_ARGS[3]]);
+    assert_eq!(doc["unschedulable"][0]["code"], "ResourceClaims", "{doc}");
+    assert_eq!(doc["unschedulable"][0]["reason"], "ResourceClaim default/shared-gpu not found");
+}

@@ -10,6 +10,7 @@ pub use kube;
 
 pub mod condition;
 pub mod crd;
+pub mod dra;
 pub mod duration;
 pub mod ec2nodeclass;
 #[doc(hidden)]

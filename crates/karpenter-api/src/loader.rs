@@ -36,6 +36,7 @@ use k8s_openapi::api::core::v1::{
     Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController, Service,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::resource::v1beta1::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
@@ -215,6 +216,10 @@ objects! {
     PodDisruptionBudget(PodDisruptionBudget) = "policy/v1",
     Service(Service) = "v1",
     ReplicationController(ReplicationController) = "v1",
+    ResourceClaim(ResourceClaim) = "resource.k8s.io/v1beta1",
+    ResourceClaimTemplate(ResourceClaimTemplate) = "resource.k8s.io/v1beta1",
+    DeviceClass(DeviceClass) = "resource.k8s.io/v1beta1",
+    ResourceSlice(ResourceSlice) = "resource.k8s.io/v1beta1",
 }
 
 impl Object {

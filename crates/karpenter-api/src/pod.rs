@@ -16,7 +16,7 @@
 //! but `name`, `resources`, `ports` (host ports) and `restartPolicy` (sidecars), and of the volumes all but those
 //! backed by a claim (`persistentVolumeClaim`, `ephemeral`), which is all the volume topology, CSI limit and
 //! detachment checks read; of the status only `phase`, the `PodScheduled` and `Ready` conditions,
-//! `nominatedNodeName` and `startTime`.
+//! `nominatedNodeName`, `startTime` and `resourceClaimStatuses` (the claims made from the pod's claim templates).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -89,7 +89,8 @@ pub struct CompactPod {
     pub metadata: ObjectMeta,
     /// The pod's spec (trimmed as the module docs say), shared with pods whose spec is equal.
     pub spec: Arc<PodSpec>,
-    /// The pod's status: `phase`, the `PodScheduled` and `Ready` conditions, `nominatedNodeName`, `startTime`.
+    /// The pod's status: `phase`, the `PodScheduled` and `Ready` conditions, `nominatedNodeName`, `startTime`,
+    /// `resourceClaimStatuses`.
     pub status: Option<PodStatus>,
 }
 
@@ -250,6 +251,8 @@ fn trim_status(status: PodStatus) -> PodStatus {
         conditions,
         nominated_node_name: status.nominated_node_name,
         start_time: status.start_time,
+        // The names of the claims generated from the pod's claim templates (DRA simulation).
+        resource_claim_statuses: status.resource_claim_statuses,
         ..PodStatus::default()
     }
 }

@@ -32,6 +32,11 @@
 //! `Available` is honoured (upstream forces every offering available; absent means available), and every offering
 //! must name exactly one zone and one capacity type (upstream's files always do; an offering without them could
 //! not be launched). Errors name the entry (index and name) and the field.
+//!
+//! One extension: an entry may carry `dynamicResources`, the DRA slice templates of the type (a list of
+//! `{driver, devices: [{name, attributes: {id: {string|int|bool|version: ...}}, capacity: {id: {value: ...}}}]}`,
+//! a ResourceSlice's devices in their `resource.k8s.io/v1` shape). The DRA simulation offers those devices on
+//! nodes of the type not launched or not initialized yet. The built-in catalogue has none.
 
 use std::collections::BTreeSet;
 
@@ -40,7 +45,8 @@ use karpenter_api::labels::{
     ARCH, CAPACITY_TYPE, CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT, INSTANCE_TYPE, OS, ZONE,
 };
 use karpenter_requirements::{
-    Format, InstanceType, Offering, Operator, Overhead, Quantity, Requirement, Requirements, ResourceList,
+    Device, DeviceAttribute, DeviceSliceTemplate, Format, InstanceType, Offering, Operator, Overhead, Quantity,
+    Requirement, Requirements, ResourceList,
 };
 use serde::Deserialize;
 use serde_json::Value;
@@ -197,6 +203,122 @@ struct RawInstanceType {
     #[serde(rename = "operatingSystems")]
     operating_systems: Vec<String>,
     resources: std::collections::BTreeMap<String, Value>,
+    /// DRA slice templates (a karpenter-rs extension; upstream's files have none).
+    #[serde(rename = "dynamicResources", default)]
+    dynamic_resources: Vec<RawSliceTemplate>,
+}
+
+/// A DRA slice template: the devices one driver publishes on a node of the type, in a ResourceSlice's
+/// `resource.k8s.io/v1` device shape (`attributes: {id: {string: ...}}`, `capacity: {id: {value: ...}}`).
+#[derive(Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawSliceTemplate {
+    driver: String,
+    #[serde(default)]
+    devices: Vec<RawDevice>,
+}
+
+#[derive(Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawDevice {
+    name: String,
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    attributes: std::collections::BTreeMap<String, RawAttribute>,
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    capacity: std::collections::BTreeMap<String, RawCapacity>,
+}
+
+#[derive(Deserialize, serde::Serialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawAttribute {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    bool: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    int: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    string: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    version: Option<String>,
+}
+
+#[derive(Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawCapacity {
+    value: String,
+}
+
+/// The slice templates of an entry; `Err((field, message))` names the bad field.
+fn slice_templates(raw: &[RawSliceTemplate]) -> Result<Vec<DeviceSliceTemplate>, (String, String)> {
+    let mut out = Vec::with_capacity(raw.len());
+    for (i, t) in raw.iter().enumerate() {
+        let path = format!("dynamicResources[{i}]");
+        if t.driver.is_empty() {
+            return Err((format!("{path}.driver"), "must not be empty".into()));
+        }
+        let mut devices = Vec::with_capacity(t.devices.len());
+        for (j, d) in t.devices.iter().enumerate() {
+            let dpath = format!("{path}.devices[{j}]");
+            let mut device = Device::named(&d.name);
+            for (key, a) in &d.attributes {
+                let value = match (a.bool, a.int, &a.string, &a.version) {
+                    (Some(b), None, None, None) => DeviceAttribute::Bool(b),
+                    (None, Some(n), None, None) => DeviceAttribute::Int(n),
+                    (None, None, Some(s), None) => DeviceAttribute::String(s.clone()),
+                    (None, None, None, Some(v)) => DeviceAttribute::Version(v.clone()),
+                    _ => {
+                        let field = format!("{dpath}.attributes.{key}");
+                        return Err((field, "exactly one of bool, int, string and version".into()));
+                    }
+                };
+                device.attributes.insert(key.clone(), value);
+            }
+            for (key, c) in &d.capacity {
+                let q: Quantity = c
+                    .value
+                    .parse()
+                    .map_err(|e| (format!("{dpath}.capacity.{key}.value"), format!("{:?}: {e}", c.value)))?;
+                device.capacity.insert(key.clone(), q);
+            }
+            devices.push(device);
+        }
+        out.push(DeviceSliceTemplate { driver: t.driver.clone(), devices });
+    }
+    Ok(out)
+}
+
+fn raw_slice_templates(templates: &[DeviceSliceTemplate]) -> Vec<RawSliceTemplate> {
+    templates
+        .iter()
+        .map(|t| RawSliceTemplate {
+            driver: t.driver.clone(),
+            devices: t
+                .devices
+                .iter()
+                .map(|d| RawDevice {
+                    name: d.name.clone(),
+                    attributes: d
+                        .attributes
+                        .iter()
+                        .map(|(k, a)| {
+                            let mut raw = RawAttribute::default();
+                            match a {
+                                DeviceAttribute::Bool(b) => raw.bool = Some(*b),
+                                DeviceAttribute::Int(n) => raw.int = Some(*n),
+                                DeviceAttribute::String(s) => raw.string = Some(s.clone()),
+                                DeviceAttribute::Version(v) => raw.version = Some(v.clone()),
+                            }
+                            (k.clone(), raw)
+                        })
+                        .collect(),
+                    capacity: d
+                        .capacity
+                        .iter()
+                        .map(|(k, q)| (k.clone(), RawCapacity { value: q.to_string() }))
+                        .collect(),
+                })
+                .collect(),
+        })
+        .collect()
 }
 
 #[derive(Deserialize)]
@@ -295,7 +417,10 @@ pub fn load_instance_types_json(json: &str) -> Result<Vec<InstanceType>, KwokCat
             offerings.push(Offering { available: o.available.unwrap_or(true), ..Offering::new(reqs, o.price) });
         }
         let oses: Vec<&str> = raw.operating_systems.iter().map(String::as_str).collect();
-        out.push(build(raw.name.clone(), &raw.architecture, &oses, offerings, capacity));
+        let templates = slice_templates(&raw.dynamic_resources).map_err(|(field, message)| err(field, message))?;
+        out.push(
+            build(raw.name.clone(), &raw.architecture, &oses, offerings, capacity).with_dynamic_resources(templates),
+        );
     }
     Ok(out)
 }
@@ -331,6 +456,8 @@ struct OutInstanceType<'a> {
     #[serde(rename = "operatingSystems")]
     operating_systems: Vec<String>,
     resources: std::collections::BTreeMap<&'a str, String>,
+    #[serde(rename = "dynamicResources", skip_serializing_if = "Vec::is_empty")]
+    dynamic_resources: Vec<RawSliceTemplate>,
 }
 
 #[derive(serde::Serialize)]
@@ -380,6 +507,7 @@ pub fn to_instance_types_json(instance_types: &[InstanceType]) -> String {
                 .map(|r| r.values().iter().map(|v| v.to_string()).collect())
                 .unwrap_or_default(),
             resources: it.capacity().iter().map(|(n, q)| (n, q.to_string())).collect(),
+            dynamic_resources: raw_slice_templates(&it.dynamic_resources),
         })
         .collect();
     serde_json::to_string_pretty(&out).unwrap_or_else(|_| "[]".to_owned())
@@ -388,6 +516,28 @@ pub fn to_instance_types_json(instance_types: &[InstanceType]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dynamic_resources_load_write_and_fail_with_the_field() {
+        let json = r#"[{"name": "g-1x", "architecture": "amd64", "operatingSystems": ["linux"],
+            "resources": {"cpu": "4", "memory": "16Gi"},
+            "offerings": [{"Price": 1, "Requirements": [
+                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["test-zone-a"]},
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}]}],
+            "dynamicResources": [{"driver": "gpu.example.com", "devices": [
+                {"name": "gpu-0", "attributes": {"model": {"string": "A100"}}, "capacity": {"memory": {"value": "80Gi"}}}]}]}]"#;
+        let its = load_instance_types_json(json).expect("loads");
+        let t = &its[0].dynamic_resources[0];
+        assert_eq!(t.driver, "gpu.example.com");
+        assert_eq!(t.devices[0].attributes.get("model"), Some(&DeviceAttribute::String("A100".into())));
+        assert_eq!(t.devices[0].capacity.get("memory").map(ToString::to_string).as_deref(), Some("80Gi"));
+        let again = load_instance_types_json(&to_instance_types_json(&its)).expect("reads back");
+        assert_eq!(again[0].dynamic_resources, its[0].dynamic_resources);
+        let bad = json.replace(r#"{"string": "A100"}"#, r#"{"string": "A100", "int": 1}"#);
+        let e = load_instance_types_json(&bad).expect_err("two values").to_string();
+        assert!(e.contains("dynamicResources[0].devices[0].attributes.model"), "{e}");
+        assert!(catalogue().iter().all(|it| it.dynamic_resources.is_empty()), "the built-in catalogue has none");
+    }
     use karpenter_cloudprovider::cheapest_launch;
     use karpenter_requirements::OfferingsExt;
 

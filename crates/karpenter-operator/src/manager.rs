@@ -388,6 +388,13 @@ async fn run_leader(mut parts: LeaderParts, shutdown: CancellationToken) -> Resu
         let leader = leader.clone();
         tokio::spawn(async move { state.run_spread_watchers(client, leader).await })
     });
+    // DRA objects are read only when DRA is simulated.
+    let dra_watchers = (!parts.settings.ignore_dra_requests).then(|| {
+        let state = state.clone();
+        let client = parts.client.clone();
+        let leader = leader.clone();
+        tokio::spawn(async move { state.run_dra_watchers(client, leader).await })
+    });
     let mut next_warning = tokio_now() + SYNC_WARNING;
     while !all_kinds_listed(&state) {
         tokio::select! {
@@ -426,7 +433,7 @@ async fn run_leader(mut parts: LeaderParts, shutdown: CancellationToken) -> Resu
     let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
         while tasks.join_next().await.is_some() {}
         let _ = watchers.await;
-        if let Some(w) = spread_watchers {
+        for w in [spread_watchers, dra_watchers].into_iter().flatten() {
             let _ = w.await;
         }
     })

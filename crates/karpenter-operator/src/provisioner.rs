@@ -136,6 +136,8 @@ pub struct ProvisionerOptions {
     pub cluster_limits: ResourceList,
     /// `SCHEDULER_CONFIG`: default topology spread constraints (empty: none).
     pub scheduler_config: karpenter_scheduler::SchedulerConfig,
+    /// `IGNORE_DRA_REQUESTS`: `false` simulates DRA device allocation (docs/dra.md).
+    pub ignore_dra_requests: bool,
 }
 
 impl Default for ProvisionerOptions {
@@ -148,6 +150,7 @@ impl Default for ProvisionerOptions {
             solve_timeout: SOLVE_TIMEOUT,
             cluster_limits: ResourceList::new(),
             scheduler_config: karpenter_scheduler::SchedulerConfig::default(),
+            ignore_dra_requests: true,
         }
     }
 }
@@ -163,6 +166,7 @@ impl ProvisionerOptions {
             solve_timeout: SOLVE_TIMEOUT,
             cluster_limits: settings.cluster_limits.clone(),
             scheduler_config: settings.scheduler_config.clone(),
+            ignore_dra_requests: settings.ignore_dra_requests,
         }
     }
 
@@ -173,6 +177,7 @@ impl ProvisionerOptions {
             preference_policy: self.preference_policy,
             cluster_limits: self.cluster_limits.clone(),
             scheduler_config: self.scheduler_config.clone(),
+            ignore_dra_requests: self.ignore_dra_requests,
             ..SchedulerOptions::default()
         }
     }
@@ -870,6 +875,10 @@ mod tests {
     }
 
     async fn fixture(pool: NodePoolOptions) -> Fixture {
+        fixture_with(pool, ProvisionerOptions::default()).await
+    }
+
+    async fn fixture_with(pool: NodePoolOptions, options: ProvisionerOptions) -> Fixture {
         let server = ApiServer::new();
         let client = server.client();
         let clock = FakeClock::default();
@@ -881,7 +890,7 @@ mod tests {
         let ctx =
             ControllerContext::for_tests(client, Arc::new(karpenter_testing::kwok::fake()), Arc::new(clock.clone()))
                 .with_state(state.clone());
-        let provisioner = Provisioner::new(&ctx, ProvisionerOptions::default());
+        let provisioner = Provisioner::new(&ctx, options);
         Fixture { server, state, provisioner, clock }
     }
 
@@ -974,6 +983,63 @@ mod tests {
         assert_eq!(third.nominated.get("default/a"), Some(name));
         assert_eq!(claims.list(&ListParams::default()).await.unwrap().items.len(), 1);
         let _ = &f.clock;
+    }
+
+    /// With `IGNORE_DRA_REQUESTS=false` a pod whose claim a node's published slice satisfies is nominated there;
+    /// with the default it is left unplaced with the "not simulated" reason.
+    #[tokio::test]
+    async fn dra_claims_are_simulated_only_when_not_ignored() {
+        use k8s_openapi::api::resource::v1beta1::{DeviceClass, ResourceClaim, ResourceSlice};
+        for ignore in [true, false] {
+            let options = ProvisionerOptions { ignore_dra_requests: ignore, ..Default::default() };
+            let f = fixture_with(NodePoolOptions { name: Some("default".into()), ..Default::default() }, options).await;
+            let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "gpu-node", "labels": {"kubernetes.io/hostname": "gpu-node"}},
+                "status": {"allocatable": {"cpu": "8", "memory": "16Gi", "pods": "110"}}
+            }))
+            .unwrap();
+            f.state.apply(node);
+            let class: DeviceClass =
+                serde_json::from_value(serde_json::json!({"metadata": {"name": "gpu"}, "spec": {}})).unwrap();
+            f.state.apply(class);
+            let slice: ResourceSlice = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "gpu-node-gpus"},
+                "spec": {"driver": "gpu.example.com", "nodeName": "gpu-node",
+                         "pool": {"name": "gpu-node", "generation": 1, "resourceSliceCount": 1},
+                         "devices": [{"name": "gpu-0", "basic": {}}]}
+            }))
+            .unwrap();
+            f.state.apply(slice);
+            let claim: ResourceClaim = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "gpu", "namespace": "default"},
+                "spec": {"devices": {"requests": [{"name": "r", "deviceClassName": "gpu"}]}}
+            }))
+            .unwrap();
+            f.state.apply(claim);
+            let mut pod = unschedulable_pod(PodOptions {
+                name: Some("trainer".into()),
+                requests: [("cpu", "1")].into(),
+                ..Default::default()
+            });
+            if let Some(spec) = pod.spec.as_mut() {
+                spec.resource_claims = Some(vec![k8s_openapi::api::core::v1::PodResourceClaim {
+                    name: "gpu".into(),
+                    resource_claim_name: Some("gpu".into()),
+                    resource_claim_template_name: None,
+                }]);
+            }
+            let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(f.server.client(), "default");
+            let created = create_with_status(&pods, &pod).await.unwrap();
+            f.state.apply(CompactPod::from(created));
+            let report = f.provisioner.provision().await.unwrap();
+            assert!(report.created.is_empty(), "{ignore}: {:?}", report.created);
+            if ignore {
+                assert_eq!(report.unschedulable.len(), 1);
+                assert_eq!(report.unschedulable[0].reason.code(), "Unsupported");
+            } else {
+                assert_eq!(report.nominated.get("default/trainer").map(String::as_str), Some("gpu-node"), "{report:?}");
+            }
+        }
     }
 
     #[tokio::test]

@@ -130,7 +130,7 @@ pub struct CoreSettings {
     /// Strict or BestEffort: whether a NodeClaim may launch when minValues cannot be met.
     #[arg(long, env = "MIN_VALUES_POLICY", default_value = "Strict")]
     pub min_values_policy: MinValuesPolicy,
-    /// Leave pods that request DRA ResourceClaims out of provisioning.
+    /// Leave pods that request DRA ResourceClaims out of provisioning; false simulates device allocation (docs/dra.md).
     #[arg(long, env = "IGNORE_DRA_REQUESTS", default_value = "true", action = ArgAction::Set,
           num_args = 0..=1, default_missing_value = "true")]
     pub ignore_dra_requests: bool,

@@ -44,9 +44,11 @@ use k8s_openapi::api::core::v1::{
     Namespace, Node, PersistentVolume, PersistentVolumeClaim, ReplicationController, Service,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::resource::v1beta1::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use karpenter_api::dra::DraObjects;
 use karpenter_api::labels;
 use karpenter_api::lean::Lean;
 use karpenter_api::{CompactPod, NodeClaim, NodePool, SpecInterner};
@@ -270,6 +272,12 @@ pub struct Objects {
     replica_sets: Store<ReplicaSet>,
     stateful_sets: Store<StatefulSet>,
     replication_controllers: Store<ReplicationController>,
+    /// DRA objects (`resource.k8s.io/v1beta1`), watched only with `IGNORE_DRA_REQUESTS=false`
+    /// ([`ClusterState::run_dra_watchers`]).
+    resource_claims: Store<ResourceClaim>,
+    resource_claim_templates: Store<ResourceClaimTemplate>,
+    device_classes: Store<DeviceClass>,
+    resource_slices: Store<ResourceSlice>,
     /// Node or NodeClaim name → end of its nomination.
     nominations: BTreeMap<String, DateTime<Utc>>,
     /// Node or NodeClaim names marked for deletion by disruption.
@@ -344,6 +352,10 @@ tracked! {
     ReplicaSet => replica_sets, "ReplicaSet";
     StatefulSet => stateful_sets, "StatefulSet";
     ReplicationController => replication_controllers, "ReplicationController";
+    ResourceClaim => resource_claims, "ResourceClaim";
+    ResourceClaimTemplate => resource_claim_templates, "ResourceClaimTemplate";
+    DeviceClass => device_classes, "DeviceClass";
+    ResourceSlice => resource_slices, "ResourceSlice";
 }
 
 /// `namespace/name` or `name`.
@@ -770,6 +782,19 @@ impl ClusterState {
         );
     }
 
+    /// Runs the watchers of the DRA kinds (`resource.k8s.io/v1beta1`) until `shutdown` is cancelled. Started only
+    /// with `IGNORE_DRA_REQUESTS=false`; until they have listed, pods with claims wait with a "not found" reason.
+    pub async fn run_dra_watchers(&self, client: Client, shutdown: CancellationToken) {
+        let c = &client;
+        let s = &shutdown;
+        futures::join!(
+            self.watch::<ResourceClaim>(Api::all(c.clone()), s.clone()),
+            self.watch::<ResourceClaimTemplate>(Api::all(c.clone()), s.clone()),
+            self.watch::<DeviceClass>(Api::all(c.clone()), s.clone()),
+            self.watch::<ResourceSlice>(Api::all(c.clone()), s.clone()),
+        );
+    }
+
     /// Runs the watcher of one kind (cluster-wide, through `api`'s client) until `shutdown` is cancelled. Objects
     /// are decoded without their `managedFields` ([`Lean`]): the state would drop them anyway.
     pub async fn watch<K: Tracked>(&self, api: Api<K>, shutdown: CancellationToken) {
@@ -943,6 +968,7 @@ impl ClusterState {
         o.storage_classes.objects.values().for_each(|s| builder.storage_class(StorageClass::clone(s)));
         o.csi_nodes.objects.values().for_each(|c| builder.csi_node(c));
         o.services.objects.values().for_each(|svc| builder.service(svc));
+        builder.dra(dra_objects(&o));
         for rs in o.replica_sets.objects.values() {
             let selector = rs.spec.as_ref().map(|s| s.selector.clone()).unwrap_or_default();
             builder.controller("ReplicaSet", &rs.metadata, selector);
@@ -1016,6 +1042,28 @@ fn unwrap_lean<K>(event: watcher::Event<Lean<K>>) -> watcher::Event<K> {
 }
 
 /// Names (nodes and NodeClaims) marked for deletion, each machine under both its names.
+/// The DRA objects of the state, typed for the scheduler. An object that cannot be read (a negative count, a
+/// slice with two node fields: the API server's validation prevents both) is left out with a warning; pods that
+/// use it then wait with a reason naming it.
+fn dra_objects(o: &Objects) -> DraObjects {
+    let mut dra = DraObjects::default();
+    let mut errors = Vec::new();
+    for c in o.resource_claims.objects.values() {
+        errors.extend(dra.add_claim(c).err());
+    }
+    for t in o.resource_claim_templates.objects.values() {
+        errors.extend(dra.add_template(t).err());
+    }
+    o.device_classes.objects.values().for_each(|c| dra.add_class(c));
+    for s in o.resource_slices.objects.values() {
+        errors.extend(dra.add_slice(s).err());
+    }
+    for error in errors {
+        tracing::warn!(%error, "DRA object left out of scheduling");
+    }
+    dra
+}
+
 fn marked_names(o: &Objects) -> BTreeSet<String> {
     let mut out = o.marked.clone();
     for n in o.nodes.objects.values() {
@@ -1348,6 +1396,39 @@ mod tests {
         });
         s.apply(launched);
         assert!(s.synced());
+    }
+
+    #[test]
+    fn dra_objects_reach_the_snapshot_and_bad_ones_are_left_out() {
+        let clock = FakeClock::default();
+        let s = state(&clock);
+        let claim: ResourceClaim = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "gpu", "namespace": "ml"},
+            "spec": {"devices": {"requests": [{"name": "r", "deviceClassName": "gpu"}]}}
+        }))
+        .unwrap();
+        let bad: ResourceClaim = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "zero", "namespace": "ml"},
+            "spec": {"devices": {"requests": [{"name": "r", "deviceClassName": "gpu", "count": 0}]}}
+        }))
+        .unwrap();
+        let slice: ResourceSlice = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n1-gpu"},
+            "spec": {"driver": "gpu.example.com", "nodeName": "n1",
+                     "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+                     "devices": [{"name": "gpu-0", "basic": {}}]}
+        }))
+        .unwrap();
+        let class: DeviceClass =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "gpu"}, "spec": {}})).unwrap();
+        s.apply(claim);
+        s.apply(bad);
+        s.apply(slice);
+        s.apply(class);
+        let dra = s.snapshot().expect("snapshot").cluster.dra;
+        assert_eq!(dra.claims.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["gpu"], "count 0 is left out");
+        assert_eq!(dra.slices[0].devices[0].name, "gpu-0");
+        assert_eq!(dra.classes[0].name, "gpu");
     }
 
     #[test]

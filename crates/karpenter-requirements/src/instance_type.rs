@@ -2,8 +2,9 @@
 
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
+use crate::devices::DeviceSliceTemplate;
 use crate::offering::{Offering, OfferingsExt};
 use crate::requirements::{KeySet, Requirements};
 use crate::resources::{MEMORY, ResourceList};
@@ -40,6 +41,10 @@ pub struct InstanceType {
     pub volume_attachment_limits: BTreeMap<String, u32>,
     /// A NodeOverlay added to this type's capacity (NodeClaims launched from it are annotated so).
     pub capacity_overlay_applied: bool,
+    /// The DRA devices a node of this type publishes once its drivers run (upstream's
+    /// `InstanceType.DynamicResources`), one template per driver; empty by default. The scheduler offers them to
+    /// pods with resource claims on nodes not launched or not initialized yet.
+    pub dynamic_resources: Arc<[DeviceSliceTemplate]>,
     capacity: ResourceList,
     overhead: Overhead,
     allocatable: OnceLock<ResourceList>,
@@ -53,6 +58,7 @@ impl Clone for InstanceType {
             offerings: self.offerings.clone(),
             volume_attachment_limits: self.volume_attachment_limits.clone(),
             capacity_overlay_applied: self.capacity_overlay_applied,
+            dynamic_resources: self.dynamic_resources.clone(),
             capacity: self.capacity.clone(),
             overhead: self.overhead.clone(),
             allocatable: self.allocatable.clone(),
@@ -96,6 +102,7 @@ impl InstanceType {
             offerings,
             volume_attachment_limits: BTreeMap::new(),
             capacity_overlay_applied: false,
+            dynamic_resources: Arc::from([]),
             capacity,
             overhead,
             allocatable: OnceLock::new(),
@@ -105,6 +112,12 @@ impl InstanceType {
     /// Sets the per-CSI-driver volume attachment limits (builder style).
     pub fn with_volume_attachment_limits(mut self, limits: BTreeMap<String, u32>) -> Self {
         self.volume_attachment_limits = limits;
+        self
+    }
+
+    /// Sets the DRA slice templates (builder style).
+    pub fn with_dynamic_resources(mut self, templates: Vec<DeviceSliceTemplate>) -> Self {
+        self.dynamic_resources = templates.into();
         self
     }
 

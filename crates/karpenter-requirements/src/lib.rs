@@ -33,6 +33,7 @@
 //! intersection is a linear merge, and `has_intersection` / `compatible` / `intersects` / `ResourceList::fits`
 //! do not allocate on the success path.
 
+pub mod devices;
 mod fastcmp;
 pub mod host_ports;
 pub mod instance_type;
@@ -47,6 +48,7 @@ pub mod taints;
 #[doc(hidden)]
 pub mod fuzzing;
 
+pub use devices::{Device, DeviceAttribute, DeviceSliceTemplate};
 pub use host_ports::{HostPort, HostPortConflict, HostPortUsage, pod_host_ports, spec_host_ports};
 pub use instance_type::{
     InstanceType, MinValuesError, MinValuesPolicy, Overhead, UnknownMinValuesPolicy, order_by_price,

@@ -335,7 +335,7 @@ pub fn lower_bound<'p>(
             Err(_) => skipped += 1,
         }
     }
-    let daemons = daemons(snapshot);
+    let daemons = daemons(snapshot, false);
     let mut types = Vec::new();
     let mut rooms: Vec<ResourceList> = Vec::new();
     let mut names: Vec<(String, String)> = Vec::new();

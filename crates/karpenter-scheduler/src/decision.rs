@@ -99,6 +99,10 @@ pub struct NodeClaimPlan {
     /// A NodeOverlay added capacity to one of the options (absent from the JSON when false).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub capacity_overlay_applied: bool,
+    /// The DRA drivers the claim's pods' resource claims rely on, sorted (annotation
+    /// `karpenter.sh/requested-dra-drivers`; absent from the JSON when empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requested_dra_drivers: Vec<String>,
 }
 
 impl NodeClaimPlan {
@@ -118,6 +122,7 @@ impl NodeClaimPlan {
             min_values_relaxed: false,
             price_overlay_applied: false,
             capacity_overlay_applied: false,
+            requested_dra_drivers: Vec::new(),
         })
     }
 
@@ -291,6 +296,7 @@ mod tests {
             min_values_relaxed: false,
             price_overlay_applied: false,
             capacity_overlay_applied: false,
+            requested_dra_drivers: Vec::new(),
         }
     }
 

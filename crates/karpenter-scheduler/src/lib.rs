@@ -97,6 +97,16 @@
 //! CSINode volume limits on existing nodes (drivers from the PV, in-tree plugins translated, or the class's
 //! provisioner).
 //!
+//! DRA ([`SchedulerOptions::ignore_dra_requests`] `false`; docs/dra.md): each pod's resource claims are resolved
+//! once per pass (named claims, claims made from templates, or the template itself), device classes' and
+//! requests' CEL selectors are evaluated once per device, and ExactCount / All / firstAvailable requests are
+//! allocated by a backtracking search: on initialized existing nodes from their published ResourceSlices (node
+//! name, node selector, all nodes), on uninitialized nodes, in-flight and new NodeClaims from the instance
+//! types' slice templates (a new claim keeps the types whose templates hold all of its claims). Devices held by
+//! claims' `status.allocation` are never reused, a shared claim is allocated once and pins its pods, a DRA failure
+//! relaxes no preference, and new NodeClaims list their drivers (`karpenter.sh/requested-dra-drivers`). With the
+//! default `true`, pods with claims get a per-pod reason, as upstream.
+//!
 //! Deliberate differences: inverse anti-affinity is tracked for required terms only (a preferred term of one
 //! pod would otherwise block pods that cannot relax it); a matching pod placed on a new NodeClaim whose key
 //! is still open blocks every domain for anti-affinity (upstream records nothing there and relies on the
@@ -105,7 +115,8 @@
 //!
 //! # Not supported yet
 //!
-//! * DRA resource claims get a per-pod reason (as upstream's default `IGNORE_DRA_REQUESTS=true`).
+//! * DRA: request constraints (`matchAttribute`), admin access, device taints, partitionable devices and
+//!   `perDeviceNodeSelection` slices (see docs/dra.md).
 //! * The `consolidateAfter` window for non-pending pods is not simulated, nor sizing of in-flight NodeClaims
 //!   without `status.allocatable` (nothing fits on them).
 //!   Existing nodes and in-flight claims are tried sequentially (upstream evaluates them in parallel with the

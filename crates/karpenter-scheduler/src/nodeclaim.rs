@@ -103,6 +103,10 @@ pub fn build_node_claim(
     if plan.capacity_overlay_applied {
         claim_annotations.insert(annotations::CAPACITY_OVERLAY_APPLIED.to_owned(), "true".to_owned());
     }
+    // Initialization waits for these drivers to publish their pools.
+    if !plan.requested_dra_drivers.is_empty() {
+        claim_annotations.insert(annotations::REQUESTED_DRA_DRIVERS.to_owned(), plan.requested_dra_drivers.join(","));
+    }
 
     let requests: BTreeMap<String, ResourceQuantity> =
         plan.total_requests().iter().map(|(name, q)| (name.to_owned(), ResourceQuantity::new(q.to_string()))).collect();
@@ -179,6 +183,7 @@ mod tests {
             min_values_relaxed: false,
             price_overlay_applied: false,
             capacity_overlay_applied: false,
+            requested_dra_drivers: Vec::new(),
         }
     }
 
@@ -273,6 +278,20 @@ mod tests {
             assert_eq!(a.contains_key(annotations::CAPACITY_OVERLAY_APPLIED), capacity);
             assert!(a.values().all(|v| !v.is_empty()));
         }
+    }
+
+    #[test]
+    fn requested_dra_drivers_annotation_lists_the_plans_drivers() {
+        let pool = pool();
+        let mut p = plan(Requirements::new());
+        let a = build_node_claim(&pool, &p, &ProviderLabels::aws()).expect("builds").metadata.annotations.unwrap();
+        assert!(!a.contains_key(annotations::REQUESTED_DRA_DRIVERS), "no claims, no annotation");
+        p.requested_dra_drivers = vec!["efa.amazonaws.com".into(), "gpu.nvidia.com".into()];
+        let a = build_node_claim(&pool, &p, &ProviderLabels::aws()).expect("builds").metadata.annotations.unwrap();
+        assert_eq!(
+            a.get(annotations::REQUESTED_DRA_DRIVERS).map(String::as_str),
+            Some("efa.amazonaws.com,gpu.nvidia.com")
+        );
     }
 
     #[test]

@@ -1,6 +1,10 @@
 //! The solve loop: queue order, placement order, NodeClaim.CanAdd, relaxation,
 //! finalisation.
 
+mod device_cel;
+pub(crate) mod dra;
+#[cfg(test)]
+mod dra_tests;
 pub(crate) mod pods;
 mod repack;
 mod reservations;
@@ -15,6 +19,7 @@ use std::borrow::Cow;
 use std::cell::RefCell;
 use std::cmp::Reverse;
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use karpenter_api::scheduling::SIMULATION_ONLY_KEYS;
@@ -24,7 +29,8 @@ use karpenter_requirements::{
     ResourceList, satisfies_min_values,
 };
 
-pub use pods::TOPOLOGY_NOT_SUPPORTED;
+use dra::{DraIndex, DraPass};
+pub use pods::{DRA_IGNORED, TOPOLOGY_NOT_SUPPORTED};
 use pods::{PodData, Relaxation, pods_data};
 use reservations::{Held, Ledger};
 use room::{NoRoom, RoomClasses};
@@ -55,7 +61,7 @@ pub enum ReservedOfferingMode {
 
 /// Scheduler options. The crate never reads the clock: `now` is informational and the deadline is a budget
 /// of pod attempts or a caller-supplied check ([`schedule_until`]).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct SchedulerOptions {
     /// `--min-values-policy`.
     pub min_values_policy: MinValuesPolicy,
@@ -79,6 +85,25 @@ pub struct SchedulerOptions {
     /// The scheduler config (`SCHEDULER_CONFIG`): default topology spread constraints for pods without their
     /// own (see [`crate::default_spread`]). Default: none.
     pub scheduler_config: SchedulerConfig,
+    /// `IGNORE_DRA_REQUESTS` (default `true`, as upstream): pods with DRA resource claims get [`DRA_IGNORED`] and
+    /// DaemonSets with claims are left out of overhead. `false` simulates device allocation (the `dra` module).
+    pub ignore_dra_requests: bool,
+}
+
+impl Default for SchedulerOptions {
+    fn default() -> Self {
+        SchedulerOptions {
+            min_values_policy: MinValuesPolicy::default(),
+            preference_policy: PreferencePolicy::default(),
+            reserved_offering_mode: ReservedOfferingMode::default(),
+            now: None,
+            max_pod_attempts: None,
+            upstream_packing: false,
+            cluster_limits: ResourceList::new(),
+            scheduler_config: SchedulerConfig::default(),
+            ignore_dra_requests: true,
+        }
+    }
 }
 
 /// A NodePool with its instance types (data, never a provider).
@@ -125,6 +150,10 @@ struct NewClaim {
     min_values_relaxed: bool,
     /// The capacity reservations it holds (see the `reservations` module).
     held: Held,
+    /// Its index in the pass's claims when opened (DRA records where claims are allocated by it).
+    id: usize,
+    /// The DRA claims allocated on it (indices of the pass's resolved claims).
+    dra_claims: Vec<u32>,
 }
 
 struct Candidate {
@@ -132,6 +161,8 @@ struct Candidate {
     its: Vec<u32>,
     requests: ResourceList,
     min_values_relaxed: bool,
+    /// DRA claims the pod allocates on the claim.
+    dra_claims: Vec<u32>,
 }
 
 pub(crate) struct Solver<'a> {
@@ -175,6 +206,8 @@ pub(crate) struct Solver<'a> {
     cluster: Option<ClusterBudget>,
     /// The capacity reservations the pass's claims hold.
     reservations: Ledger,
+    /// DRA allocation state, `None` when DRA is ignored or no pod has claims.
+    dra: Option<DraPass<'a>>,
 }
 
 fn add_volumes(volumes: &mut ClaimVolumes, claims: &[(String, String)]) {
@@ -207,6 +240,8 @@ pub(crate) struct Base<'a> {
     pub any_prefer_no_schedule: bool,
     pub no_templates_reason: Option<UnschedulableReason>,
     pub cluster: Option<ClusterBudget>,
+    /// The pass's DRA objects and devices, `None` when DRA is ignored.
+    pub dra: Option<Arc<DraIndex<'a>>>,
 }
 
 impl<'a> Base<'a> {
@@ -215,8 +250,9 @@ impl<'a> Base<'a> {
         pools: &[PoolInput<'a>],
         provider: &'a ProviderLabels,
         daemons: &[templates::Daemon],
-        cluster_limits: &ResourceList,
+        options: &SchedulerOptions,
     ) -> Self {
+        let cluster_limits = &options.cluster_limits;
         let mut dynamic: Vec<&PoolInput<'a>> = pools.iter().filter(|p| !p.node_pool.is_static()).collect();
         // Weight descending, ties by name descending (upstream).
         dynamic.sort_by(|a, b| {
@@ -237,6 +273,8 @@ impl<'a> Base<'a> {
             dynamic.is_empty().then_some(UnschedulableReason::NoNodePool { all_static: !pools.is_empty() });
         let any_prefer_no_schedule = templates.iter().any(|t| t.taints.iter().any(|t| t.effect == "PreferNoSchedule"));
         let volume_index = VolumeIndex::new(snapshot);
+        let dra = (!options.ignore_dra_requests)
+            .then(|| Arc::new(DraIndex::new(&snapshot.dra, pools.iter().flat_map(|p| p.instance_types.iter()))));
         Base {
             snapshot,
             existing: existing_nodes(snapshot, daemons, &volume_index),
@@ -244,6 +282,7 @@ impl<'a> Base<'a> {
             any_prefer_no_schedule,
             no_templates_reason,
             cluster,
+            dra,
         }
     }
 }
@@ -255,12 +294,12 @@ impl<'a> Solver<'a> {
         provider: &'a ProviderLabels,
         options: &'a SchedulerOptions,
     ) -> Self {
-        let daemons = daemons(snapshot);
+        let daemons = daemons(snapshot, !options.ignore_dra_requests);
         let volume_index = VolumeIndex::new(snapshot);
         let mut spread = DefaultSpread::new(&options.scheduler_config, snapshot);
         let pods: Vec<PodData<'a>> =
             pods_data(snapshot.pending_pods.iter().map(|p| &**p), provider, &volume_index, &mut spread);
-        let base = Base::new(snapshot, pools, provider, &daemons, &options.cluster_limits);
+        let base = Base::new(snapshot, pools, provider, &daemons, options);
         Solver::from_base(base, pods, provider, options)
     }
 
@@ -272,6 +311,7 @@ impl<'a> Solver<'a> {
         options: &'a SchedulerOptions,
     ) -> Self {
         let n = pods.len();
+        let dra = dra_pass(base.dra.as_ref(), &mut pods);
         let topology =
             Topology::new(base.snapshot, &mut pods, &base.templates, &base.existing, options.preference_policy);
         let affinity_keys = topology.affinity_keys();
@@ -299,6 +339,7 @@ impl<'a> Solver<'a> {
             existing_unfit: FxHashMap::default(),
             claim_cap: None,
             cluster: base.cluster,
+            dra,
             pods,
         }
     }
@@ -322,6 +363,7 @@ impl<'a> Solver<'a> {
         let spec = &*pod.spec;
         let affinity = spec.affinity.as_ref();
         if !data.volumes.claims.is_empty()
+            || has_resource_claims(pod)
             || !data.spread_constraints().is_empty()
             || affinity.is_some_and(|a| a.pod_affinity.is_some() || a.pod_anti_affinity.is_some())
         {
@@ -412,6 +454,10 @@ impl<'a> Solver<'a> {
             match self.add(i, &relax) {
                 Ok(()) => return Ok(()),
                 Err(e) => {
+                    // Upstream relaxes no preference for a DRA failure: devices do not depend on preferences.
+                    if e.rejections().iter().any(|r| r.kind == RejectionKind::Devices) {
+                        return Err(e);
+                    }
                     let pod = &self.pods[i];
                     if !pod.relax(&mut relax, self.options.preference_policy, self.any_prefer_no_schedule) {
                         return Err(e);
@@ -443,6 +489,17 @@ impl<'a> Solver<'a> {
                 || self.topology.add_requirements(i, relax, &strict, &node.requirements, &prepared).is_err()
             {
                 continue;
+            }
+            // Devices last: the search is the costliest check, and only pods with claims make it.
+            let devices = match self.dra.as_mut() {
+                Some(d) if d.has_claims(i) => match d.check_existing(i, n, node) {
+                    Some(commit) => Some(commit),
+                    None => continue,
+                },
+                _ => None,
+            };
+            if let (Some(d), Some(commit)) = (self.dra.as_mut(), devices) {
+                d.commit_existing(n, commit);
             }
             let node = &mut self.existing[n];
             node.available = node.available.sub(&pod.requests);
@@ -555,6 +612,10 @@ impl<'a> Solver<'a> {
                 claim.its = cand.its;
                 claim.requests = cand.requests;
                 claim.min_values_relaxed |= cand.min_values_relaxed;
+                if let Some(d) = self.dra.as_mut() {
+                    d.commit_new(claim.id, &cand.dra_claims);
+                }
+                claim.dra_claims.extend(cand.dra_claims);
                 claim.ports.add(pod.host_ports.iter().cloned());
                 add_volumes(&mut claim.volumes, &pod.volumes.claims);
                 claim.pods.push(i);
@@ -601,6 +662,8 @@ impl<'a> Solver<'a> {
                 volumes: ClaimVolumes::new(),
                 min_values_relaxed: false,
                 held: Held::default(),
+                id: self.claims.len(),
+                dra_claims: Vec::new(),
             };
             if template.within_limits.is_empty() {
                 let all: Vec<u32> = (0..template.its.len() as u32).collect();
@@ -637,6 +700,10 @@ impl<'a> Solver<'a> {
                     claim.its = cand.its;
                     claim.requests = cand.requests;
                     claim.min_values_relaxed = cand.min_values_relaxed;
+                    if let Some(d) = self.dra.as_mut() {
+                        d.commit_new(claim.id, &cand.dra_claims);
+                    }
+                    claim.dra_claims = cand.dra_claims;
                     claim.ports.add(pod.host_ports.iter().cloned());
                     add_volumes(&mut claim.volumes, &pod.volumes.claims);
                     claim.pods.push(i);
@@ -854,6 +921,20 @@ impl<'a> Solver<'a> {
                 survivors = kept;
             }
         }
+        // DRA: keep the instance types whose slice templates hold the claim's resource claims and the pod's.
+        let mut dra_claims = Vec::new();
+        if let Some(d) = &self.dra
+            && d.has_claims(i)
+        {
+            let named: Vec<(u32, &str)> = survivors
+                .iter()
+                .filter_map(|&k| template.its.get(k as usize).map(|it| (k, it.name.as_str())))
+                .collect();
+            let (kept, claims) =
+                d.filter_new(i, claim.id, &claim.dra_claims, &named).map_err(|e| reject(RejectionKind::Devices, e))?;
+            survivors = kept;
+            dra_claims = claims;
+        }
         let mut requirements = requirements.into_owned();
         let mut min_values_relaxed = false;
         if requirements.has_min_values() {
@@ -874,7 +955,7 @@ impl<'a> Solver<'a> {
                 }
             }
         }
-        Ok(Candidate { requirements, its: survivors, requests, min_values_relaxed })
+        Ok(Candidate { requirements, its: survivors, requests, min_values_relaxed, dra_claims })
     }
 
     /// Why no instance type survived: requirements, offerings, resources or host ports.
@@ -1013,6 +1094,13 @@ impl<'a> Solver<'a> {
             };
             let mut pods: Vec<String> = claim.pods.iter().map(|&p| self.pods[p].key.clone()).collect();
             pods.sort();
+            let requested_dra_drivers = match &self.dra {
+                Some(dra) if !claim.dra_claims.is_empty() => {
+                    let its: Vec<&str> = plan.instance_types.iter().map(String::as_str).collect();
+                    dra.drivers(&claim.dra_claims, &its)
+                }
+                _ => Vec::new(),
+            };
             d.new_node_claims.push(NodeClaimPlan {
                 name: claim.hostname.clone(),
                 node_pool: template.name.clone(),
@@ -1025,6 +1113,7 @@ impl<'a> Solver<'a> {
                 min_values_relaxed: claim.min_values_relaxed,
                 price_overlay_applied: plan.price_overlay_applied,
                 capacity_overlay_applied: plan.capacity_overlay_applied,
+                requested_dra_drivers,
             });
         }
         for node in &self.existing {
@@ -1177,6 +1266,36 @@ impl Pricing {
             capacity_overlay_applied: kept.iter().any(|it| it.capacity_overlay_applied),
         })
     }
+}
+
+/// Whether `pod` uses DRA resource claims.
+pub(crate) fn has_resource_claims(pod: &karpenter_api::CompactPod) -> bool {
+    pod.spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty())
+}
+
+/// The solve's DRA state: with DRA ignored, pods with claims get [`DRA_IGNORED`]; otherwise their claims are
+/// resolved (a pod whose claims cannot be resolved gets the reason and waits). `None` without such pods.
+fn dra_pass<'a>(index: Option<&Arc<DraIndex<'a>>>, pods: &mut [PodData<'a>]) -> Option<DraPass<'a>> {
+    let with_claims = |p: &PodData<'a>| p.error.is_none() && has_resource_claims(p.pod);
+    let Some(index) = index else {
+        for p in pods.iter_mut().filter(|p| with_claims(p)) {
+            p.error = Some(UnschedulableReason::Unsupported { message: DRA_IGNORED.into() });
+        }
+        return None;
+    };
+    if !pods.iter().any(with_claims) {
+        return None;
+    }
+    let (pass, errors) = DraPass::new(
+        Arc::clone(index),
+        pods.iter().enumerate().filter(|(_, p)| with_claims(p)).map(|(i, p)| (i, p.pod)),
+    );
+    for (i, message) in errors {
+        if let Some(p) = pods.get_mut(i) {
+            p.error = Some(UnschedulableReason::ResourceClaims { message });
+        }
+    }
+    Some(pass)
 }
 
 fn min_resources(a: &ResourceList, b: &ResourceList) -> ResourceList {

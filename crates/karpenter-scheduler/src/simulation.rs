@@ -128,11 +128,11 @@ impl<'a> Simulator<'a> {
         provider: &'a ProviderLabels,
         options: &'a SchedulerOptions,
     ) -> Self {
-        let daemons = daemons(snapshot);
+        let daemons = daemons(snapshot, !options.ignore_dra_requests);
         let volumes = VolumeIndex::new(snapshot);
         let mut spread = DefaultSpread::new(&options.scheduler_config, snapshot);
         let pending = pods_data(snapshot.pending_pods.iter().map(|p| &**p), provider, &volumes, &mut spread);
-        let base = Base::new(snapshot, pools, provider, &daemons, &options.cluster_limits);
+        let base = Base::new(snapshot, pools, provider, &daemons, options);
         let index = base.existing.iter().enumerate().map(|(i, n)| (n.name.clone(), i)).collect();
         let prefix_ok = !base.any_prefer_no_schedule
             && !snapshot
@@ -238,6 +238,7 @@ impl<'a> Simulator<'a> {
             any_prefer_no_schedule: self.base.any_prefer_no_schedule,
             no_templates_reason: self.base.no_templates_reason.clone(),
             cluster: self.base.cluster.clone(),
+            dra: self.base.dra.clone(),
         };
         let options = if view.fewest_new_nodes { &self.fewest_nodes_options } else { self.options };
         Solver::from_base(base, pods, self.provider, options).run(&mut || false, claim_cap)
@@ -283,7 +284,9 @@ const PREFIX_MIN: usize = 64;
 /// (no relaxation), no topology spread, no pod affinity or anti-affinity.
 fn simple(pod: &CompactPod) -> bool {
     let spec = &*pod.spec;
-    if spec.topology_spread_constraints.as_ref().is_some_and(|c| !c.is_empty()) {
+    if spec.topology_spread_constraints.as_ref().is_some_and(|c| !c.is_empty())
+        || crate::scheduler::has_resource_claims(pod)
+    {
         return false;
     }
     let Some(a) = spec.affinity.as_ref() else { return true };

@@ -41,6 +41,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use karpenter_api::condition::ConditionStatus;
+use karpenter_api::dra::{DraError, DraObjects};
 use karpenter_api::labels;
 use karpenter_api::loader::{Loaded, Object};
 use karpenter_api::nodeclaim::NodeClaimStatus;
@@ -66,6 +67,9 @@ pub enum SnapshotError {
         /// The bad quantity.
         source: ResourceError,
     },
+    /// A DRA object cannot be read.
+    #[error(transparent)]
+    Dra(#[from] DraError),
 }
 
 /// A namespace and its labels (namespace selectors of pod affinity use them).
@@ -193,6 +197,9 @@ pub struct ClusterSnapshot {
     pub services: Vec<ServiceSelector>,
     /// Pod controllers' selectors (read only for default topology spread constraints).
     pub controllers: Vec<ControllerSelector>,
+    /// DRA ResourceClaims, claim templates, DeviceClasses and ResourceSlices (read only when DRA is simulated,
+    /// `SchedulerOptions::ignore_dra_requests` false).
+    pub dra: DraObjects,
 }
 
 fn meta_key(m: &ObjectMeta) -> (String, String) {
@@ -455,6 +462,11 @@ impl<'a> SnapshotBuilder<'a> {
         self.csi_nodes.push(csi);
     }
 
+    /// Sets the DRA objects.
+    pub fn dra(&mut self, dra: DraObjects) {
+        self.snap.dra = dra;
+    }
+
     /// The snapshot: namespaces referenced by pods completed, nodes joined with their NodeClaims, every list
     /// sorted. Fails only on a node or NodeClaim quantity that does not parse.
     pub fn build(self) -> Result<ClusterSnapshot, SnapshotError> {
@@ -574,6 +586,7 @@ impl ClusterSnapshot {
         let mut compact_pods: Vec<&Arc<CompactPod>> = Vec::new();
         let mut workloads: Vec<Workload> = Vec::new();
         let mut replica_sets: Vec<(Workload, Vec<OwnerReference>)> = Vec::new();
+        let mut dra = DraObjects::default();
         for loaded in objects {
             match &loaded.object {
                 Object::Namespace(ns) => builder.namespace(ns),
@@ -589,6 +602,13 @@ impl ClusterSnapshot {
                 Object::PodDisruptionBudget(p) => builder.pdb((**p).clone()),
                 Object::CSINode(c) => builder.csi_node(c),
                 Object::Service(svc) => builder.service(svc),
+                Object::ResourceClaim(_)
+                | Object::ResourceClaimTemplate(_)
+                | Object::DeviceClass(_)
+                | Object::ResourceSlice(_)
+                | Object::Unknown(_) => {
+                    dra.add(&loaded.object)?;
+                }
                 Object::ReplicationController(rc) => {
                     let selector = rc.spec.as_ref().and_then(|s| s.selector.clone());
                     let selector = LabelSelector { match_labels: selector, match_expressions: None };
@@ -711,6 +731,7 @@ impl ClusterSnapshot {
                 builder.pod(specs.intern(CompactPod::from(p)));
             }
         }
+        builder.dra(dra);
         builder.build()
     }
 

@@ -73,6 +73,9 @@ pub struct Options {
     pub scheduler_config: karpenter_scheduler::SchedulerConfig,
     /// `FEATURE_GATES` (`--feature-gates`): the disruption gates, over simulated time.
     pub feature_gates: karpenter_operator::settings::FeatureGates,
+    /// `IGNORE_DRA_REQUESTS` (`--ignore-dra-requests`, default true): `false` simulates DRA device allocation
+    /// (docs/dra.md), in both modes.
+    pub ignore_dra_requests: bool,
 }
 
 /// What to run over simulated time.
@@ -185,6 +188,7 @@ pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> 
             cluster_limits: &options.cluster_limits,
             scheduler_config: &options.scheduler_config,
             feature_gates: options.feature_gates,
+            ignore_dra_requests: options.ignore_dra_requests,
         };
         return run_timeline(run, time, snapshot, ready, objects);
     }
@@ -198,6 +202,7 @@ pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> 
     let scheduler = SchedulerOptions {
         cluster_limits: options.cluster_limits.clone(),
         scheduler_config: options.scheduler_config.clone(),
+        ignore_dra_requests: options.ignore_dra_requests,
         ..Default::default()
     };
     let mut decisions = schedule(&snapshot, &pools, &provider, &scheduler);
@@ -296,6 +301,7 @@ struct Run<'a> {
     cluster_limits: &'a karpenter_requirements::ResourceList,
     scheduler_config: &'a karpenter_scheduler::SchedulerConfig,
     feature_gates: karpenter_operator::settings::FeatureGates,
+    ignore_dra_requests: bool,
 }
 
 /// The default start of simulated time (when neither the timeline nor the input says later).
@@ -369,6 +375,7 @@ fn run_timeline(
     w.options.not_ready_nodes = not_ready_nodes;
     w.options.scheduler.cluster_limits = run.cluster_limits.clone();
     w.options.scheduler.scheduler_config = run.scheduler_config.clone();
+    w.options.scheduler.ignore_dra_requests = run.ignore_dra_requests;
     // The input's pending pods first, as a plain simulate would place them.
     w.provision()?;
     let before = w.state();

@@ -108,6 +108,10 @@ pub struct NewNode {
     pub pods: Vec<String>,
     /// The pods grouped by owner.
     pub pod_groups: Vec<PodGroup>,
+    /// The DRA drivers its pods' resource claims rely on (the NodeClaim's `karpenter.sh/requested-dra-drivers`
+    /// annotation); omitted when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub requested_dra_drivers: Vec<String>,
 }
 
 /// An existing node or in-flight NodeClaim.
@@ -199,6 +203,7 @@ impl Report {
                     instance_type_options: claim.instance_types.len(),
                     pods: claim.pods.clone(),
                     pod_groups: groups(&claim.pods),
+                    requested_dra_drivers: claim.requested_dra_drivers.clone(),
                 }
             })
             .collect();

@@ -53,6 +53,9 @@ pub fn render(report: &Report) -> String {
             })
             .collect();
         out.push_str(&table(&["NODE", "NODEPOOL", "INSTANCE TYPE", "ZONE", "CAPACITY", "$/H", "TYPES", "PODS"], rows));
+        for n in report.new_nodes.iter().filter(|n| !n.requested_dra_drivers.is_empty()) {
+            let _ = writeln!(out, "{} waits for DRA drivers: {}", n.name, n.requested_dra_drivers.join(", "));
+        }
     }
 
     out.push('\n');

@@ -472,6 +472,7 @@ impl<'c> World<'c> {
             let options = SchedulerOptions {
                 cluster_limits: self.options.scheduler.cluster_limits.clone(),
                 scheduler_config: self.options.scheduler.scheduler_config.clone(),
+                ignore_dra_requests: self.options.scheduler.ignore_dra_requests,
                 ..Default::default()
             };
             schedule(&self.snapshot, &pools, &self.provider, &options)
@@ -509,6 +510,7 @@ impl<'c> World<'c> {
             let options = SchedulerOptions {
                 cluster_limits: self.options.scheduler.cluster_limits.clone(),
                 scheduler_config: self.options.scheduler.scheduler_config.clone(),
+                ignore_dra_requests: self.options.scheduler.ignore_dra_requests,
                 ..Default::default()
             };
             super::floor::plans(&self.snapshot, &pools, &self.provider, self.now, &[], &options, &mut notes)
@@ -1397,6 +1399,7 @@ spec:
             cluster_limits: Default::default(),
             scheduler_config: Default::default(),
             feature_gates: Default::default(),
+            ignore_dra_requests: true,
         };
         let outcome = simulate(&options).expect("runs");
         let _ = std::fs::remove_dir_all(&dir);

@@ -107,6 +107,8 @@ pub struct DisruptionSettings {
     pub scheduler_config: karpenter_scheduler::SchedulerConfig,
     /// Node repair runs as a disruption method: gate `NodeRepair` on and `LEGACY_NODE_REPAIR` off.
     pub node_repair: bool,
+    /// `IGNORE_DRA_REQUESTS`: the simulations treat pods with DRA claims as provisioning does.
+    pub ignore_dra_requests: bool,
 }
 
 impl Default for DisruptionSettings {
@@ -124,6 +126,7 @@ impl Default for DisruptionSettings {
             pod_deletion_cost_management: false,
             scheduler_config: karpenter_scheduler::SchedulerConfig::default(),
             node_repair: false,
+            ignore_dra_requests: true,
         }
     }
 }
@@ -138,6 +141,7 @@ impl DisruptionSettings {
             pod_deletion_cost_management: settings.feature_gates.pod_deletion_cost_management,
             scheduler_config: settings.scheduler_config.clone(),
             node_repair: settings.feature_gates.node_repair && !settings.legacy_node_repair,
+            ignore_dra_requests: settings.ignore_dra_requests,
             ..Self::default()
         }
     }
@@ -495,6 +499,7 @@ impl Disruption {
             scheduler: karpenter_scheduler::SchedulerOptions {
                 cluster_limits: self.settings.cluster_limits.clone(),
                 scheduler_config: self.settings.scheduler_config.clone(),
+                ignore_dra_requests: self.settings.ignore_dra_requests,
                 ..karpenter_disruption::DisruptionOptions::default().scheduler
             },
             repair: self.repair_options(),

@@ -61,6 +61,13 @@ pub enum UnschedulableReason {
         /// What.
         message: String,
     },
+    /// The pod's DRA resource claims cannot be used in this pass (simulated with `IGNORE_DRA_REQUESTS=false`): a
+    /// claim, claim template or device class missing, or a CEL selector that does not compile. The pod waits for
+    /// a later pass. Code `ResourceClaims`.
+    ResourceClaims {
+        /// The problem.
+        message: String,
+    },
     /// A volume of the pod cannot be used: a claim, volume or storage class missing, being deleted or lost, or
     /// a node's volume limit reached. Code `Volume`.
     Volume {
@@ -78,7 +85,7 @@ pub enum UnschedulableReason {
 
 impl UnschedulableReason {
     /// Every code [`code`](Self::code) can return.
-    pub const CODES: [&'static str; 12] = [
+    pub const CODES: [&'static str; 13] = [
         "NoNodePool",
         "NodePoolLimits",
         "Incompatible",
@@ -87,6 +94,7 @@ impl UnschedulableReason {
         "RestrictedLabel",
         "OptedOut",
         "Unsupported",
+        "ResourceClaims",
         "Volume",
         "Timeout",
         "UninitializedNode",
@@ -109,6 +117,7 @@ impl UnschedulableReason {
             UnschedulableReason::RestrictedLabel { .. } => "RestrictedLabel",
             UnschedulableReason::OptedOut => "OptedOut",
             UnschedulableReason::Unsupported { .. } => "Unsupported",
+            UnschedulableReason::ResourceClaims { .. } => "ResourceClaims",
             UnschedulableReason::Volume { .. } => "Volume",
             UnschedulableReason::Timeout => "Timeout",
             UnschedulableReason::UninitializedNode => "UninitializedNode",
@@ -153,6 +162,7 @@ impl UnschedulableReason {
             },
             "OptedOut" if message == OPTED_OUT => UnschedulableReason::OptedOut,
             "Unsupported" => UnschedulableReason::Unsupported { message: owned() },
+            "ResourceClaims" => UnschedulableReason::ResourceClaims { message: owned() },
             "Volume" => UnschedulableReason::Volume { message: owned() },
             "Timeout" if message == TIMED_OUT => UnschedulableReason::Timeout,
             "UninitializedNode" if message == UNINITIALIZED_NODE => UnschedulableReason::UninitializedNode,
@@ -181,6 +191,7 @@ impl fmt::Display for UnschedulableReason {
             }
             UnschedulableReason::InvalidPod { message }
             | UnschedulableReason::Unsupported { message }
+            | UnschedulableReason::ResourceClaims { message }
             | UnschedulableReason::Volume { message } => f.write_str(message),
             UnschedulableReason::RestrictedLabel { key } => write!(f, "{RESTRICTED_PREFIX}{key}{RESTRICTED_SUFFIX}"),
             UnschedulableReason::OptedOut => f.write_str(OPTED_OUT),
@@ -237,6 +248,9 @@ pub enum RejectionKind {
     Resources,
     /// A host port conflict (with the NodeClaim's other pods or the DaemonSets). Code `HostPorts`.
     HostPorts,
+    /// No instance type's DRA slice templates hold the pod's resource claims (with the NodeClaim's other claims).
+    /// Code `Devices`.
+    Devices,
     /// The pod's volumes' topology rules the NodePool out. Code `Volumes`.
     Volumes,
     /// Topology spread or pod (anti-)affinity. Code `Topology`.
@@ -259,6 +273,7 @@ impl RejectionKind {
             RejectionKind::Offerings => "Offerings",
             RejectionKind::Resources => "Resources",
             RejectionKind::HostPorts => "HostPorts",
+            RejectionKind::Devices => "Devices",
             RejectionKind::Volumes => "Volumes",
             RejectionKind::Topology => "Topology",
             RejectionKind::MinValues => "MinValues",
@@ -333,9 +348,14 @@ mod tests {
                 "pod requires karpenter.sh/nodepool DoesNotExist: it opts out of Karpenter nodes",
             ),
             (
-                R::Unsupported { message: "DRA resource claims are not supported (IGNORE_DRA_REQUESTS)".into() },
+                R::Unsupported { message: "DRA resource claims are not simulated (IGNORE_DRA_REQUESTS=true; false simulates device allocation)".into() },
                 "Unsupported",
-                "DRA resource claims are not supported (IGNORE_DRA_REQUESTS)",
+                "DRA resource claims are not simulated (IGNORE_DRA_REQUESTS=true; false simulates device allocation)",
+            ),
+            (
+                R::ResourceClaims { message: "ResourceClaim ml/gpu not found".into() },
+                "ResourceClaims",
+                "ResourceClaim ml/gpu not found",
             ),
             (
                 R::Volume { message: "persistentvolumeclaim \"d\" not found".into() },

@@ -18,6 +18,10 @@ use crate::decision::UnschedulableReason;
 use crate::default_spread::DefaultSpread;
 use crate::snapshot::pod_key;
 
+/// The reason of a pod with DRA resource claims when `IGNORE_DRA_REQUESTS=true` (upstream's default).
+pub const DRA_IGNORED: &str =
+    "DRA resource claims are not simulated (IGNORE_DRA_REQUESTS=true; false simulates device allocation)";
+
 /// Formerly the message for pods with topology spread constraints; topology is simulated now and this
 /// message is no longer produced (kept for API stability).
 pub const TOPOLOGY_NOT_SUPPORTED: &str = "topology spread constraints are not supported yet by this scheduler build";
@@ -272,11 +276,6 @@ fn fill(
         .any(|r| r.get_ref(labels::NODE_POOL).is_some_and(|r| r.operator() == Operator::DoesNotExist));
     if opted_out {
         return Err(UnschedulableReason::OptedOut);
-    }
-    if spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty()) {
-        return Err(UnschedulableReason::Unsupported {
-            message: "DRA resource claims are not supported (IGNORE_DRA_REQUESTS)".into(),
-        });
     }
     data.volumes = volumes.pod(pod).map_err(|message| UnschedulableReason::Volume { message })?;
     Ok(())

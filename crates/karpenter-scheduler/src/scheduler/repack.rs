@@ -171,6 +171,7 @@ impl Solver<'_> {
         pod.host_ports.is_empty()
             && pod.volumes.alternatives.is_empty()
             && pod.volumes.claims.is_empty()
+            && !super::has_resource_claims(pod.pod)
             && self.topology.pods.get(p).and_then(Option::as_deref).is_none_or(PodTopology::is_empty)
     }
 
@@ -347,6 +348,8 @@ impl Solver<'_> {
                 volumes: Default::default(),
                 min_values_relaxed: false,
                 held: Default::default(),
+                id: usize::MAX,
+                dra_claims: Vec::new(),
             });
         }
         if new_cost >= old_cost * (1.0 - 1e-9) {

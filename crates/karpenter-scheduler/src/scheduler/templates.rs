@@ -28,14 +28,15 @@ pub(crate) struct Daemon {
     pub host_ports: Vec<HostPort>,
 }
 
-/// The DaemonSets of the snapshot whose template parses (others are left out of overhead).
-pub(crate) fn daemons(snapshot: &ClusterSnapshot) -> Vec<Daemon> {
-    snapshot.daemon_sets.iter().filter_map(daemon).collect()
+/// The DaemonSets of the snapshot whose template parses (others are left out of overhead). DaemonSets with DRA
+/// resource claims count only when DRA is simulated (`with_claims`), and then for their resources only.
+pub(crate) fn daemons(snapshot: &ClusterSnapshot, with_claims: bool) -> Vec<Daemon> {
+    snapshot.daemon_sets.iter().filter_map(|ds| daemon(ds, with_claims)).collect()
 }
 
-fn daemon(ds: &DaemonSet) -> Option<Daemon> {
+fn daemon(ds: &DaemonSet, with_claims: bool) -> Option<Daemon> {
     let spec: PodSpec = ds.spec.as_ref()?.template.spec.clone()?;
-    if spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty()) {
+    if !with_claims && spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty()) {
         return None;
     }
     let pod = CompactPod { metadata: ObjectMeta::default(), spec: Arc::new(spec), status: None };

@@ -1,0 +1,579 @@
+//! Dynamic Resource Allocation (`resource.k8s.io`) objects as the scheduling simulation reads them: lean, typed
+//! copies of ResourceClaim, ResourceClaimTemplate, DeviceClass and ResourceSlice holding only what allocation
+//! needs, built from `v1beta1` (what a v1.32 API server serves; the loader decodes it with k8s-openapi's types)
+//! or from `v1beta2`/`v1` documents (same meaning, devices without the `basic` wrapper and requests with
+//! `exactly`). CEL selectors are kept as text: the scheduler compiles them (this crate stays free of a CEL
+//! engine, which the kwok provider must not pull in).
+//!
+//! What is not modelled (see docs/dra.md): request `constraints` (matchAttribute), admin access, device taints
+//! and tolerations, partitionable devices (counters), per-device node selection, and device configuration.
+
+use k8s_openapi::api::core::v1::NodeSelector;
+use k8s_openapi::api::resource::{v1beta1, v1beta2};
+use karpenter_requirements::{Device, DeviceAttribute, Quantity};
+use serde_json::Value as Json;
+
+use crate::loader::{Object, UnknownObject};
+
+/// The API group of DRA objects.
+pub const GROUP: &str = "resource.k8s.io";
+
+/// How many devices a request wants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AllocationMode {
+    /// Exactly this many matching devices (the API's default is one).
+    ExactCount(u32),
+    /// Every matching device of the pool the node sees (at least one).
+    All,
+}
+
+/// One way to satisfy a request: a device class, extra selectors and a count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestAlternative {
+    /// `request` or `request/subrequest` (for `firstAvailable`), as allocation results name it.
+    pub name: String,
+    pub device_class_name: String,
+    /// CEL expressions, all of which must be true.
+    pub selectors: Vec<String>,
+    pub mode: AllocationMode,
+}
+
+/// A device request of a claim: one alternative, or `firstAvailable` alternatives tried in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceRequest {
+    pub name: String,
+    pub alternatives: Vec<RequestAlternative>,
+}
+
+/// What a claim (or a claim template) asks for.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ClaimSpec {
+    pub requests: Vec<DeviceRequest>,
+}
+
+/// A device as allocation results name it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DeviceId {
+    pub driver: String,
+    pub pool: String,
+    pub device: String,
+}
+
+/// `status.allocation` of a claim.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Allocation {
+    pub devices: Vec<DeviceId>,
+    /// Nodes the allocated devices are reachable from (`None`: every node).
+    pub node_selector: Option<NodeSelector>,
+}
+
+/// A ResourceClaim.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResourceClaim {
+    pub namespace: String,
+    pub name: String,
+    pub spec: ClaimSpec,
+    pub allocation: Option<Allocation>,
+    /// `status.reservedFor` consumers, by name.
+    pub reserved_for: Vec<String>,
+}
+
+/// A ResourceClaimTemplate: the spec of the per-pod claims made from it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResourceClaimTemplate {
+    pub namespace: String,
+    pub name: String,
+    pub spec: ClaimSpec,
+}
+
+/// A DeviceClass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceClass {
+    pub name: String,
+    /// CEL expressions, all of which must be true.
+    pub selectors: Vec<String>,
+}
+
+/// Which nodes see the devices of a slice.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SliceNodes {
+    /// Local to one node.
+    Node(String),
+    /// Nodes matching a selector.
+    Selector(NodeSelector),
+    /// Every node.
+    All,
+}
+
+/// A ResourceSlice's pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pool {
+    pub name: String,
+    pub generation: i64,
+    pub resource_slice_count: i64,
+}
+
+/// A ResourceSlice.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResourceSlice {
+    pub name: String,
+    pub driver: String,
+    pub pool: Pool,
+    pub nodes: SliceNodes,
+    pub devices: Vec<Device>,
+}
+
+/// The DRA objects of a cluster or an input.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DraObjects {
+    pub claims: Vec<ResourceClaim>,
+    pub templates: Vec<ResourceClaimTemplate>,
+    pub classes: Vec<DeviceClass>,
+    pub slices: Vec<ResourceSlice>,
+}
+
+/// A DRA object that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind} {name}: {message}")]
+pub struct DraError {
+    pub kind: String,
+    pub name: String,
+    pub message: String,
+}
+
+impl DraObjects {
+    /// True without any object.
+    pub fn is_empty(&self) -> bool {
+        self.claims.is_empty() && self.templates.is_empty() && self.classes.is_empty() && self.slices.is_empty()
+    }
+
+    /// Takes `object` if it is a DRA object: `Ok(true)` when taken, `Ok(false)` for other objects, an error for a
+    /// DRA object that cannot be read (a `v1beta2`/`v1` document that does not decode, a negative count).
+    pub fn add(&mut self, object: &Object) -> Result<bool, DraError> {
+        match object {
+            Object::ResourceClaim(c) => self.add_claim(c)?,
+            Object::ResourceClaimTemplate(t) => self.add_template(t)?,
+            Object::DeviceClass(c) => self.add_class(c),
+            Object::ResourceSlice(s) => self.add_slice(s)?,
+            Object::Unknown(u) if is_later_version(u) => self.add_later(u)?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Adds a `v1beta1` ResourceClaim (as the controller watches them).
+    pub fn add_claim(&mut self, c: &v1beta1::ResourceClaim) -> Result<(), DraError> {
+        self.claims.push(claim_v1beta1(c)?);
+        Ok(())
+    }
+
+    /// Adds a `v1beta1` ResourceClaimTemplate.
+    pub fn add_template(&mut self, t: &v1beta1::ResourceClaimTemplate) -> Result<(), DraError> {
+        self.templates.push(template_v1beta1(t)?);
+        Ok(())
+    }
+
+    /// Adds a `v1beta1` DeviceClass.
+    pub fn add_class(&mut self, c: &v1beta1::DeviceClass) {
+        self.classes.push(class_v1beta1(c));
+    }
+
+    /// Adds a `v1beta1` ResourceSlice.
+    pub fn add_slice(&mut self, s: &v1beta1::ResourceSlice) -> Result<(), DraError> {
+        self.slices.push(slice_v1beta1(s)?);
+        Ok(())
+    }
+
+    /// `v1beta2` and `v1` documents (the loader keeps them as unknown objects; both read as `v1beta2`).
+    fn add_later(&mut self, u: &UnknownObject) -> Result<(), DraError> {
+        fn decode<T: serde::de::DeserializeOwned>(u: &UnknownObject) -> Result<T, DraError> {
+            // k8s-openapi checks apiVersion; v1 has v1beta2's shape.
+            let mut value = u.value.clone();
+            if let Some(v) = value.get_mut("apiVersion") {
+                *v = Json::String("resource.k8s.io/v1beta2".into());
+            }
+            serde_json::from_value::<T>(value).map_err(|e| DraError {
+                kind: u.kind.clone(),
+                name: u.value.pointer("/metadata/name").and_then(Json::as_str).unwrap_or_default().to_owned(),
+                message: format!("cannot read {}: {e}", u.api_version),
+            })
+        }
+        match u.kind.as_str() {
+            "ResourceClaim" => self.claims.push(claim_v1beta2(&decode(u)?)?),
+            "ResourceClaimTemplate" => self.templates.push(template_v1beta2(&decode(u)?)?),
+            "DeviceClass" => self.classes.push(class_v1beta2(&decode(u)?)),
+            "ResourceSlice" => self.slices.push(slice_v1beta2(&decode(u)?)?),
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// A DRA object at `resource.k8s.io/v1beta2` or `v1`, which the loader keeps unknown and [`DraObjects::add`]
+/// reads.
+pub fn is_later_version(u: &UnknownObject) -> bool {
+    matches!(u.api_version.as_str(), "resource.k8s.io/v1beta2" | "resource.k8s.io/v1")
+        && matches!(u.kind.as_str(), "ResourceClaim" | "ResourceClaimTemplate" | "DeviceClass" | "ResourceSlice")
+}
+
+fn error(kind: &str, name: &str, message: impl Into<String>) -> DraError {
+    DraError { kind: kind.to_owned(), name: name.to_owned(), message: message.into() }
+}
+
+fn cel_selectors<'s>(selectors: impl IntoIterator<Item = Option<&'s String>>) -> Vec<String> {
+    selectors.into_iter().flatten().cloned().collect()
+}
+
+fn mode(kind: &str, name: &str, mode: Option<&str>, count: Option<i64>) -> Result<AllocationMode, DraError> {
+    match mode.unwrap_or("ExactCount") {
+        "All" => Ok(AllocationMode::All),
+        "ExactCount" => {
+            let n = count.unwrap_or(1);
+            u32::try_from(n)
+                .ok()
+                .filter(|n| *n > 0)
+                .map(AllocationMode::ExactCount)
+                .ok_or_else(|| error(kind, name, format!("count {n} must be positive")))
+        }
+        other => Err(error(kind, name, format!("unknown allocationMode {other:?}"))),
+    }
+}
+
+fn claim_spec_v1beta1(kind: &str, name: &str, spec: &v1beta1::ResourceClaimSpec) -> Result<ClaimSpec, DraError> {
+    let mut requests = Vec::new();
+    for r in spec.devices.iter().flat_map(|d| d.requests.iter().flatten()) {
+        let alternatives = match &r.first_available {
+            Some(subs) if !subs.is_empty() => subs
+                .iter()
+                .map(|s| {
+                    Ok(RequestAlternative {
+                        name: format!("{}/{}", r.name, s.name),
+                        device_class_name: s.device_class_name.clone(),
+                        selectors: cel_selectors(
+                            s.selectors.iter().flatten().map(|s| s.cel.as_ref().map(|c| &c.expression)),
+                        ),
+                        mode: mode(kind, name, s.allocation_mode.as_deref(), s.count)?,
+                    })
+                })
+                .collect::<Result<_, DraError>>()?,
+            _ => vec![RequestAlternative {
+                name: r.name.clone(),
+                device_class_name: r.device_class_name.clone().unwrap_or_default(),
+                selectors: cel_selectors(r.selectors.iter().flatten().map(|s| s.cel.as_ref().map(|c| &c.expression))),
+                mode: mode(kind, name, r.allocation_mode.as_deref(), r.count)?,
+            }],
+        };
+        requests.push(DeviceRequest { name: r.name.clone(), alternatives });
+    }
+    Ok(ClaimSpec { requests })
+}
+
+fn claim_spec_v1beta2(kind: &str, name: &str, spec: &v1beta2::ResourceClaimSpec) -> Result<ClaimSpec, DraError> {
+    let mut requests = Vec::new();
+    for r in spec.devices.iter().flat_map(|d| d.requests.iter().flatten()) {
+        let mut alternatives = Vec::new();
+        if let Some(e) = &r.exactly {
+            alternatives.push(RequestAlternative {
+                name: r.name.clone(),
+                device_class_name: e.device_class_name.clone(),
+                selectors: cel_selectors(e.selectors.iter().flatten().map(|s| s.cel.as_ref().map(|c| &c.expression))),
+                mode: mode(kind, name, e.allocation_mode.as_deref(), e.count)?,
+            });
+        }
+        for s in r.first_available.iter().flatten() {
+            alternatives.push(RequestAlternative {
+                name: format!("{}/{}", r.name, s.name),
+                device_class_name: s.device_class_name.clone(),
+                selectors: cel_selectors(s.selectors.iter().flatten().map(|s| s.cel.as_ref().map(|c| &c.expression))),
+                mode: mode(kind, name, s.allocation_mode.as_deref(), s.count)?,
+            });
+        }
+        if alternatives.is_empty() {
+            return Err(error(kind, name, format!("request {:?} has neither exactly nor firstAvailable", r.name)));
+        }
+        requests.push(DeviceRequest { name: r.name.clone(), alternatives });
+    }
+    Ok(ClaimSpec { requests })
+}
+
+fn names(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> (String, String) {
+    (meta.namespace.clone().unwrap_or_else(|| "default".to_owned()), meta.name.clone().unwrap_or_default())
+}
+
+fn allocation_devices<'r>(results: impl Iterator<Item = (&'r str, &'r str, &'r str)>) -> Vec<DeviceId> {
+    results
+        .map(|(driver, pool, device)| DeviceId {
+            driver: driver.to_owned(),
+            pool: pool.to_owned(),
+            device: device.to_owned(),
+        })
+        .collect()
+}
+
+fn claim_v1beta1(c: &v1beta1::ResourceClaim) -> Result<ResourceClaim, DraError> {
+    let (namespace, name) = names(&c.metadata);
+    let spec = claim_spec_v1beta1("ResourceClaim", &name, &c.spec)?;
+    let status = c.status.as_ref();
+    let allocation = status.and_then(|s| s.allocation.as_ref()).map(|a| Allocation {
+        devices: allocation_devices(
+            a.devices
+                .iter()
+                .flat_map(|d| d.results.iter().flatten())
+                .map(|r| (r.driver.as_str(), r.pool.as_str(), r.device.as_str())),
+        ),
+        node_selector: a.node_selector.clone(),
+    });
+    let reserved_for = status.iter().flat_map(|s| s.reserved_for.iter().flatten()).map(|r| r.name.clone()).collect();
+    Ok(ResourceClaim { namespace, name, spec, allocation, reserved_for })
+}
+
+fn claim_v1beta2(c: &v1beta2::ResourceClaim) -> Result<ResourceClaim, DraError> {
+    let (namespace, name) = names(&c.metadata);
+    let spec = claim_spec_v1beta2("ResourceClaim", &name, &c.spec)?;
+    let status = c.status.as_ref();
+    let allocation = status.and_then(|s| s.allocation.as_ref()).map(|a| Allocation {
+        devices: allocation_devices(
+            a.devices
+                .iter()
+                .flat_map(|d| d.results.iter().flatten())
+                .map(|r| (r.driver.as_str(), r.pool.as_str(), r.device.as_str())),
+        ),
+        node_selector: a.node_selector.clone(),
+    });
+    let reserved_for = status.iter().flat_map(|s| s.reserved_for.iter().flatten()).map(|r| r.name.clone()).collect();
+    Ok(ResourceClaim { namespace, name, spec, allocation, reserved_for })
+}
+
+fn template_v1beta1(t: &v1beta1::ResourceClaimTemplate) -> Result<ResourceClaimTemplate, DraError> {
+    let (namespace, name) = names(&t.metadata);
+    let spec = claim_spec_v1beta1("ResourceClaimTemplate", &name, &t.spec.spec)?;
+    Ok(ResourceClaimTemplate { namespace, name, spec })
+}
+
+fn template_v1beta2(t: &v1beta2::ResourceClaimTemplate) -> Result<ResourceClaimTemplate, DraError> {
+    let (namespace, name) = names(&t.metadata);
+    let spec = claim_spec_v1beta2("ResourceClaimTemplate", &name, &t.spec.spec)?;
+    Ok(ResourceClaimTemplate { namespace, name, spec })
+}
+
+fn class_v1beta1(c: &v1beta1::DeviceClass) -> DeviceClass {
+    let selectors = c.spec.selectors.iter().flatten().map(|s| s.cel.as_ref().map(|c| &c.expression));
+    DeviceClass { name: c.metadata.name.clone().unwrap_or_default(), selectors: cel_selectors(selectors) }
+}
+
+fn class_v1beta2(c: &v1beta2::DeviceClass) -> DeviceClass {
+    let selectors = c.spec.selectors.iter().flatten().map(|s| s.cel.as_ref().map(|c| &c.expression));
+    DeviceClass { name: c.metadata.name.clone().unwrap_or_default(), selectors: cel_selectors(selectors) }
+}
+
+fn slice_nodes(
+    name: &str,
+    node_name: Option<&String>,
+    node_selector: Option<&NodeSelector>,
+    all_nodes: Option<bool>,
+    per_device: Option<bool>,
+) -> Result<SliceNodes, DraError> {
+    match (node_name, node_selector, all_nodes.unwrap_or(false), per_device.unwrap_or(false)) {
+        (Some(n), None, false, false) => Ok(SliceNodes::Node(n.clone())),
+        (None, Some(s), false, false) => Ok(SliceNodes::Selector(s.clone())),
+        (None, None, true, false) => Ok(SliceNodes::All),
+        (None, None, false, true) => Err(error("ResourceSlice", name, "perDeviceNodeSelection is not simulated")),
+        _ => Err(error("ResourceSlice", name, "exactly one of nodeName, nodeSelector and allNodes must be set")),
+    }
+}
+
+fn attribute(a: (Option<bool>, Option<i64>, Option<&String>, Option<&String>)) -> Option<DeviceAttribute> {
+    match a {
+        (Some(b), None, None, None) => Some(DeviceAttribute::Bool(b)),
+        (None, Some(i), None, None) => Some(DeviceAttribute::Int(i)),
+        (None, None, Some(s), None) => Some(DeviceAttribute::String(s.clone())),
+        (None, None, None, Some(v)) => Some(DeviceAttribute::Version(v.clone())),
+        _ => None,
+    }
+}
+
+type RawAttributes<'a> = Vec<(&'a String, (Option<bool>, Option<i64>, Option<&'a String>, Option<&'a String>))>;
+
+fn device(
+    slice: &str,
+    name: &str,
+    attributes: RawAttributes<'_>,
+    capacity: Vec<(&String, &k8s_openapi::apimachinery::pkg::api::resource::Quantity)>,
+) -> Result<Device, DraError> {
+    let mut out = Device::named(name);
+    for (key, raw) in attributes {
+        let value = attribute(raw).ok_or_else(|| {
+            error("ResourceSlice", slice, format!("device {name} attribute {key}: exactly one value"))
+        })?;
+        out.attributes.insert(key.clone(), value);
+    }
+    for (key, q) in capacity {
+        let value: Quantity = q.0.parse().map_err(|e| {
+            error("ResourceSlice", slice, format!("device {name} capacity {key}: invalid quantity {:?}: {e}", q.0))
+        })?;
+        out.capacity.insert(key.clone(), value);
+    }
+    Ok(out)
+}
+
+fn slice_v1beta1(s: &v1beta1::ResourceSlice) -> Result<ResourceSlice, DraError> {
+    let name = s.metadata.name.clone().unwrap_or_default();
+    let spec = &s.spec;
+    let nodes = slice_nodes(
+        &name,
+        spec.node_name.as_ref(),
+        spec.node_selector.as_ref(),
+        spec.all_nodes,
+        spec.per_device_node_selection,
+    )?;
+    let mut devices = Vec::new();
+    for d in spec.devices.iter().flatten() {
+        let basic = d.basic.as_ref();
+        let attributes = basic
+            .iter()
+            .flat_map(|b| b.attributes.iter().flatten())
+            .map(|(k, a)| (k, (a.bool, a.int, a.string.as_ref(), a.version.as_ref())))
+            .collect();
+        let capacity = basic.iter().flat_map(|b| b.capacity.iter().flatten()).map(|(k, c)| (k, &c.value)).collect();
+        devices.push(device(&name, &d.name, attributes, capacity)?);
+    }
+    let pool = Pool {
+        name: spec.pool.name.clone(),
+        generation: spec.pool.generation,
+        resource_slice_count: spec.pool.resource_slice_count,
+    };
+    Ok(ResourceSlice { name, driver: spec.driver.clone(), pool, nodes, devices })
+}
+
+fn slice_v1beta2(s: &v1beta2::ResourceSlice) -> Result<ResourceSlice, DraError> {
+    let name = s.metadata.name.clone().unwrap_or_default();
+    let spec = &s.spec;
+    let nodes = slice_nodes(
+        &name,
+        spec.node_name.as_ref(),
+        spec.node_selector.as_ref(),
+        spec.all_nodes,
+        spec.per_device_node_selection,
+    )?;
+    let mut devices = Vec::new();
+    for d in spec.devices.iter().flatten() {
+        let attributes = d
+            .attributes
+            .iter()
+            .flatten()
+            .map(|(k, a)| (k, (a.bool, a.int, a.string.as_ref(), a.version.as_ref())))
+            .collect();
+        let capacity = d.capacity.iter().flatten().map(|(k, c)| (k, &c.value)).collect();
+        devices.push(device(&name, &d.name, attributes, capacity)?);
+    }
+    let pool = Pool {
+        name: spec.pool.name.clone(),
+        generation: spec.pool.generation,
+        resource_slice_count: spec.pool.resource_slice_count,
+    };
+    Ok(ResourceSlice { name, driver: spec.driver.clone(), pool, nodes, devices })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::load_str;
+
+    const OBJECTS: &str = r#"
+apiVersion: resource.k8s.io/v1beta1
+kind: DeviceClass
+metadata: {name: gpu.example.com}
+spec:
+  selectors: [{cel: {expression: 'device.driver == "gpu.example.com"'}}]
+---
+apiVersion: resource.k8s.io/v1beta1
+kind: ResourceClaim
+metadata: {name: two-gpus, namespace: ml}
+spec:
+  devices:
+    requests:
+    - name: gpus
+      deviceClassName: gpu.example.com
+      count: 2
+      selectors: [{cel: {expression: 'device.capacity["gpu.example.com"].memory.compareTo(quantity("40Gi")) >= 0'}}]
+status:
+  allocation:
+    devices:
+      results: [{request: gpus, driver: gpu.example.com, pool: node-a, device: gpu-0}]
+  reservedFor: [{resource: pods, name: trainer, uid: "1"}]
+---
+apiVersion: resource.k8s.io/v1beta1
+kind: ResourceSlice
+metadata: {name: node-a-gpu}
+spec:
+  driver: gpu.example.com
+  nodeName: node-a
+  pool: {name: node-a, generation: 1, resourceSliceCount: 1}
+  devices:
+  - name: gpu-0
+    basic:
+      attributes: {model: {string: A100}, gpu.example.com/index: {int: 0}}
+      capacity: {memory: {value: 80Gi}}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: one-gpu, namespace: ml}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        firstAvailable:
+        - {name: big, deviceClassName: gpu.example.com, selectors: [{cel: {expression: 'device.attributes["gpu.example.com"].model == "H100"'}}]}
+        - {name: any, deviceClassName: gpu.example.com, allocationMode: All}
+"#;
+
+    fn objects() -> DraObjects {
+        let mut dra = DraObjects::default();
+        for l in load_str(OBJECTS, "dra.yaml").expect("loads") {
+            assert!(dra.add(&l.object).expect("valid"), "{} is a DRA object", l.object.display_name());
+        }
+        dra
+    }
+
+    #[test]
+    fn reads_v1beta1_and_v1_shapes() {
+        let dra = objects();
+        assert_eq!(dra.classes[0].selectors, [r#"device.driver == "gpu.example.com""#]);
+        let claim = &dra.claims[0];
+        assert_eq!((claim.namespace.as_str(), claim.name.as_str()), ("ml", "two-gpus"));
+        assert_eq!(claim.spec.requests[0].alternatives[0].mode, AllocationMode::ExactCount(2));
+        let alloc = claim.allocation.as_ref().expect("allocated");
+        assert_eq!(alloc.devices[0].device, "gpu-0");
+        assert_eq!(claim.reserved_for, ["trainer"]);
+        let slice = &dra.slices[0];
+        assert_eq!(slice.nodes, SliceNodes::Node("node-a".into()));
+        assert_eq!(slice.devices[0].attributes.get("model"), Some(&DeviceAttribute::String("A100".into())));
+        let template = &dra.templates[0];
+        let alts = &template.spec.requests[0].alternatives;
+        assert_eq!(alts.iter().map(|a| a.name.as_str()).collect::<Vec<_>>(), ["gpu/big", "gpu/any"]);
+        assert_eq!(alts[1].mode, AllocationMode::All);
+    }
+
+    #[test]
+    fn bad_objects_are_named_errors() {
+        let bad = r#"
+apiVersion: resource.k8s.io/v1beta1
+kind: ResourceClaim
+metadata: {name: zero, namespace: ml}
+spec: {devices: {requests: [{name: r, deviceClassName: c, count: 0}]}}
+"#;
+        let loaded = load_str(bad, "bad.yaml").expect("loads");
+        let e = DraObjects::default().add(&loaded[0].object).expect_err("count 0");
+        assert_eq!(e.to_string(), "ResourceClaim zero: count 0 must be positive");
+        let both = r#"
+apiVersion: resource.k8s.io/v1beta1
+kind: ResourceSlice
+metadata: {name: s}
+spec: {driver: d, nodeName: n, allNodes: true, pool: {name: p, generation: 1, resourceSliceCount: 1}}
+"#;
+        let loaded = load_str(both, "bad.yaml").expect("loads");
+        let e = DraObjects::default().add(&loaded[0].object).expect_err("two node fields");
+        assert!(e.to_string().contains("exactly one of nodeName"), "{e}");
+    }
+}

@@ -1,0 +1,58 @@
+//! DRA devices as the simulation sees them: a device's name, typed attributes and capacities, and the slices a
+//! cloud provider says a node of an instance type will publish ([`DeviceSliceTemplate`]).
+//!
+//! These live here, next to [`crate::InstanceType`], because an instance type carries its slice templates; the
+//! API crate's ResourceSlice conversion builds the same [`Device`] from published slices.
+
+use std::collections::BTreeMap;
+
+use crate::Quantity;
+
+/// A typed device attribute (exactly one of the API's `bool`, `int`, `string`, `version`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeviceAttribute {
+    Bool(bool),
+    Int(i64),
+    String(String),
+    /// A semantic version, kept as written.
+    Version(String),
+}
+
+/// One device of a pool.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Device {
+    /// Unique in its pool.
+    pub name: String,
+    /// Attributes by qualified name (`domain/id`, or `id` alone meaning the driver's domain).
+    pub attributes: BTreeMap<String, DeviceAttribute>,
+    /// Capacities by qualified name.
+    pub capacity: BTreeMap<String, Quantity>,
+}
+
+impl Device {
+    /// A device without attributes or capacity.
+    pub fn named(name: impl Into<String>) -> Self {
+        Device { name: name.into(), ..Default::default() }
+    }
+
+    /// Adds an attribute (builder style).
+    pub fn with_attribute(mut self, name: impl Into<String>, value: DeviceAttribute) -> Self {
+        self.attributes.insert(name.into(), value);
+        self
+    }
+
+    /// Adds a capacity (builder style).
+    pub fn with_capacity(mut self, name: impl Into<String>, value: Quantity) -> Self {
+        self.capacity.insert(name.into(), value);
+        self
+    }
+}
+
+/// The devices one DRA driver will publish on a node of an instance type, before the node exists. The pool is
+/// named after the node once it registers, so a template has no pool name.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DeviceSliceTemplate {
+    /// The DRA driver that will publish the devices (e.g. `gpu.nvidia.com`).
+    pub driver: String,
+    pub devices: Vec<Device>,
+}

@@ -1,0 +1,390 @@
+//! DRA in the solve loop: published devices on existing nodes, instance types' slice templates on new claims,
+//! shared and pre-allocated claims, per-pod reasons and `IGNORE_DRA_REQUESTS`.
+
+use karpenter_api::{ProviderLabels, labels, load_str};
+use karpenter_requirements::{
+    Device, DeviceAttribute, DeviceSliceTemplate, Format, InstanceType, Offering, Overhead, Quantity, Requirement,
+    ResourceList,
+};
+
+use super::{PoolInput, SchedulerOptions, Solver, schedule};
+use crate::decision::{Decisions, RejectionKind, UnschedulableReason};
+use crate::snapshot::ClusterSnapshot;
+
+const DRIVER: &str = "gpu.example.com";
+
+fn gpu(name: &str, model: &str) -> Device {
+    Device::named(name)
+        .with_attribute("model", DeviceAttribute::String(model.into()))
+        .with_capacity("memory", "80Gi".parse().expect("quantity"))
+}
+
+/// `cpu-only` (cheapest, no devices) and `gpu-2x` (two A100 GPUs from its slice template).
+fn catalogue() -> Vec<InstanceType> {
+    [("cpu-only", 1.0, 0usize), ("gpu-2x", 5.0, 2)]
+        .into_iter()
+        .map(|(name, price, gpus)| {
+            let offering = Offering::new(
+                [
+                    Requirement::in_values(labels::ZONE, ["z"]),
+                    Requirement::in_values(labels::CAPACITY_TYPE, ["on-demand"]),
+                ]
+                .into_iter()
+                .collect(),
+                price,
+            );
+            let capacity = ResourceList::new()
+                .with("cpu", Quantity::from_int(8, Format::DecimalSI))
+                .with("pods", Quantity::from_int(100, Format::DecimalSI));
+            let it = InstanceType::new(
+                name,
+                [Requirement::in_values(labels::INSTANCE_TYPE, [name])].into_iter().collect(),
+                vec![offering],
+                capacity,
+                Overhead::default(),
+            );
+            if gpus == 0 {
+                return it;
+            }
+            let devices = (0..gpus).map(|g| gpu(&format!("gpu-{g}"), "A100")).collect();
+            it.with_dynamic_resources(vec![DeviceSliceTemplate { driver: DRIVER.into(), devices }])
+        })
+        .collect()
+}
+
+const POOL: &str = "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: default}\nspec:\n  template:\n    spec:\n      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n      requirements: []\n---\n";
+
+const CLASS: &str = "apiVersion: resource.k8s.io/v1beta1\nkind: DeviceClass\nmetadata: {name: gpu}\nspec:\n  selectors: [{cel: {expression: 'device.driver == \"gpu.example.com\"'}}]\n---\n";
+
+/// An initialized, unmanaged node `name` that published one slice with `models` GPUs.
+fn node_with_gpus(name: &str, models: &[&str]) -> String {
+    let devices: Vec<String> = models
+        .iter()
+        .enumerate()
+        .map(|(i, m)| format!("  - {{name: gpu-{i}, basic: {{attributes: {{model: {{string: {m}}}}}}}}}"))
+        .collect();
+    format!(
+        "apiVersion: v1\nkind: Node\nmetadata: {{name: {name}, labels: {{kubernetes.io/hostname: {name}}}}}\nstatus: {{allocatable: {{cpu: '8', pods: '100'}}}}\n---\n\
+apiVersion: resource.k8s.io/v1beta1\nkind: ResourceSlice\nmetadata: {{name: {name}-gpus}}\nspec:\n  driver: {DRIVER}\n  nodeName: {name}\n  pool: {{name: {name}, generation: 1, resourceSliceCount: 1}}\n  devices:\n{}\n---\n",
+        devices.join("\n")
+    )
+}
+
+/// A ResourceClaim `name` for `count` GPUs of the class, with an optional extra selector.
+fn claim(name: &str, count: u32, selector: Option<&str>) -> String {
+    let selectors = selector.map(|s| format!(", selectors: [{{cel: {{expression: '{s}'}}}}]")).unwrap_or_default();
+    format!(
+        "apiVersion: resource.k8s.io/v1beta1\nkind: ResourceClaim\nmetadata: {{name: {name}, namespace: default}}\nspec: {{devices: {{requests: [{{name: gpus, deviceClassName: gpu, count: {count}{selectors}}}]}}}}\n---\n"
+    )
+}
+
+/// A pending pod using the named claims.
+fn pod(name: &str, claims: &[&str]) -> String {
+    let refs: Vec<String> =
+        claims.iter().enumerate().map(|(i, c)| format!("{{name: c{i}, resourceClaimName: {c}}}")).collect();
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec: {{resourceClaims: [{}], containers: [{{name: c, image: x, resources: {{requests: {{cpu: 100m}}}}}}]}}\n---\n",
+        refs.join(", ")
+    )
+}
+
+fn solve_with(yaml: &str, options: &SchedulerOptions) -> Decisions {
+    let objects = load_str(yaml, "input.yaml").expect("input parses");
+    let snapshot = ClusterSnapshot::from_objects(&objects).expect("snapshot");
+    let its = catalogue();
+    let pools: Vec<PoolInput<'_>> =
+        snapshot.node_pools.iter().map(|p| PoolInput { node_pool: p, instance_types: &its }).collect();
+    schedule(&snapshot, &pools, &ProviderLabels::aws(), options)
+}
+
+fn solve(yaml: &str) -> Decisions {
+    solve_with(yaml, &SchedulerOptions { ignore_dra_requests: false, ..Default::default() })
+}
+
+fn placed_on<'d>(d: &'d Decisions, pod: &str) -> Option<&'d str> {
+    let key = format!("default/{pod}");
+    d.existing_nodes
+        .iter()
+        .find(|n| n.pods.contains(&key))
+        .map(|n| n.name.as_str())
+        .or_else(|| d.new_node_claims.iter().find(|c| c.pods.contains(&key)).map(|c| c.name.as_str()))
+}
+
+#[test]
+fn ignored_by_default_as_upstream() {
+    let yaml =
+        format!("{POOL}{CLASS}{}{}{}", node_with_gpus("node-a", &["A100"]), claim("one", 1, None), pod("p", &["one"]));
+    let d = solve_with(&yaml, &SchedulerOptions::default());
+    assert_eq!(d.unschedulable.len(), 1);
+    assert_eq!(d.unschedulable[0].reason, UnschedulableReason::Unsupported { message: super::DRA_IGNORED.into() });
+}
+
+#[test]
+fn published_devices_are_used_once_then_templates_launch_a_gpu_node() {
+    // node-a has one GPU: the first pod takes it, the second needs a new node whose type brings GPUs.
+    let yaml = format!(
+        "{POOL}{CLASS}{}{}{}{}{}",
+        node_with_gpus("node-a", &["A100"]),
+        claim("first", 1, None),
+        claim("second", 1, None),
+        pod("p1", &["first"]),
+        pod("p2", &["second"]),
+    );
+    let d = solve(&yaml);
+    assert!(d.unschedulable.is_empty(), "{:?}", d.unschedulable);
+    let on: Vec<Option<&str>> = ["p1", "p2"].iter().map(|p| placed_on(&d, p)).collect();
+    assert!(on.contains(&Some("node-a")), "{on:?}");
+    assert_eq!(d.new_node_claims.len(), 1);
+    let new = &d.new_node_claims[0];
+    assert_eq!(new.instance_types, ["gpu-2x"], "cpu-only publishes no devices");
+    assert_eq!(new.requested_dra_drivers, [DRIVER]);
+}
+
+#[test]
+fn devices_held_by_allocated_claims_are_not_reused() {
+    let held = "apiVersion: resource.k8s.io/v1beta1\nkind: ResourceClaim\nmetadata: {name: held, namespace: default}\nspec: {devices: {requests: [{name: gpus, deviceClassName: gpu}]}}\nstatus:\n  allocation:\n    devices: {results: [{request: gpus, driver: gpu.example.com, pool: node-a, device: gpu-0}]}\n---\n";
+    let yaml = format!(
+        "{POOL}{CLASS}{}{held}{}{}",
+        node_with_gpus("node-a", &["A100"]),
+        claim("mine", 1, None),
+        pod("p", &["mine"])
+    );
+    let d = solve(&yaml);
+    assert_ne!(placed_on(&d, "p"), Some("node-a"), "node-a's only GPU is allocated already");
+    assert_eq!(d.new_node_claims.len(), 1);
+}
+
+#[test]
+fn selectors_pick_devices_and_a_claim_nobody_can_satisfy_gets_a_devices_reason() {
+    let want_h100 = r#"device.attributes["gpu.example.com"].model == "H100""#;
+    let yaml = format!(
+        "{POOL}{CLASS}{}{}{}{}{}{}",
+        node_with_gpus("node-a", &["A100"]),
+        node_with_gpus("node-b", &["H100"]),
+        claim("h100", 1, Some(want_h100)),
+        claim("three", 3, None),
+        pod("wants-h100", &["h100"]),
+        pod("wants-three", &["three"]),
+    );
+    let d = solve(&yaml);
+    assert_eq!(placed_on(&d, "wants-h100"), Some("node-b"));
+    let failed = d.unschedulable.iter().find(|u| u.pod == "default/wants-three").expect("three GPUs fit nowhere");
+    let rejections = failed.reason.rejections();
+    assert_eq!(rejections.len(), 1);
+    assert_eq!(rejections[0].kind, RejectionKind::Devices);
+    assert_eq!(
+        failed.reason.to_string(),
+        "NodePool default: no instance type offers the devices of ResourceClaim default/three (request gpus: 3 device(s) of class gpu)"
+    );
+}
+
+#[test]
+fn a_shared_claim_is_allocated_once_and_pins_its_pods_together() {
+    // Two pods share one claim for one GPU; node-a and node-b have one GPU each.
+    let yaml = format!(
+        "{POOL}{CLASS}{}{}{}{}{}",
+        node_with_gpus("node-a", &["A100"]),
+        node_with_gpus("node-b", &["A100"]),
+        claim("shared", 1, None),
+        pod("p1", &["shared"]),
+        pod("p2", &["shared"]),
+    );
+    let d = solve(&yaml);
+    assert!(d.unschedulable.is_empty(), "{:?}", d.unschedulable);
+    assert_eq!(placed_on(&d, "p1"), placed_on(&d, "p2"), "one allocation, one node");
+    assert!(d.new_node_claims.is_empty());
+    // The same on new nodes: both pods on the one claim that allocated it.
+    let yaml = format!("{POOL}{CLASS}{}{}{}", claim("shared", 2, None), pod("p1", &["shared"]), pod("p2", &["shared"]));
+    let d = solve(&yaml);
+    assert_eq!(d.new_node_claims.len(), 1, "{:?}", d.unschedulable);
+    assert_eq!(d.new_node_claims[0].pods.len(), 2);
+}
+
+#[test]
+fn an_allocated_claim_pins_its_pod_to_the_allocations_node() {
+    let allocated = "apiVersion: resource.k8s.io/v1beta1\nkind: ResourceClaim\nmetadata: {name: done, namespace: default}\nspec: {devices: {requests: [{name: gpus, deviceClassName: gpu}]}}\nstatus:\n  allocation:\n    devices: {results: [{request: gpus, driver: gpu.example.com, pool: node-b, device: gpu-0}]}\n    nodeSelector: {nodeSelectorTerms: [{matchFields: [{key: metadata.name, operator: In, values: [node-b]}]}]}\n---\n";
+    let yaml = format!(
+        "{POOL}{CLASS}{}{}{allocated}{}",
+        node_with_gpus("node-a", &["A100"]),
+        node_with_gpus("node-b", &["A100"]),
+        pod("p", &["done"]),
+    );
+    let d = solve(&yaml);
+    assert_eq!(placed_on(&d, "p"), Some("node-b"));
+}
+
+#[test]
+fn claims_from_templates_are_per_pod() {
+    let template = "apiVersion: resource.k8s.io/v1beta1\nkind: ResourceClaimTemplate\nmetadata: {name: one-gpu, namespace: default}\nspec: {spec: {devices: {requests: [{name: gpu, deviceClassName: gpu}]}}}\n---\n";
+    let deployment = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: trainer, namespace: default}\nspec:\n  replicas: 3\n  selector: {matchLabels: {app: t}}\n  template:\n    metadata: {labels: {app: t}}\n    spec:\n      resourceClaims: [{name: gpu, resourceClaimTemplateName: one-gpu}]\n      containers: [{name: c, image: x, resources: {requests: {cpu: 100m}}}]\n---\n";
+    let yaml = format!("{POOL}{CLASS}{}{template}{deployment}", node_with_gpus("node-a", &["A100"]));
+    let d = solve(&yaml);
+    assert!(d.unschedulable.is_empty(), "{:?}", d.unschedulable);
+    let on_a = d.existing_nodes.iter().find(|n| n.name == "node-a").map_or(0, |n| n.pods.len());
+    assert_eq!(on_a, 1, "node-a's one GPU holds one replica's claim");
+    assert_eq!(d.new_node_claims.len(), 1, "a gpu-2x node holds the other two");
+    assert_eq!(d.new_node_claims[0].pods.len(), 2);
+}
+
+#[test]
+fn unresolvable_claims_are_per_pod_reasons() {
+    let bad_cel = "apiVersion: resource.k8s.io/v1beta1\nkind: DeviceClass\nmetadata: {name: broken}\nspec: {selectors: [{cel: {expression: 'device.driver =='}}]}\n---\n\
+apiVersion: resource.k8s.io/v1beta1\nkind: ResourceClaim\nmetadata: {name: uses-broken, namespace: default}\nspec: {devices: {requests: [{name: r, deviceClassName: broken}]}}\n---\n\
+apiVersion: resource.k8s.io/v1beta1\nkind: ResourceClaim\nmetadata: {name: no-class, namespace: default}\nspec: {devices: {requests: [{name: r, deviceClassName: nope}]}}\n---\n";
+    let yaml = format!(
+        "{POOL}{CLASS}{bad_cel}{}{}{}",
+        pod("missing", &["ghost"]),
+        pod("broken", &["uses-broken"]),
+        pod("classless", &["no-class"])
+    );
+    let d = solve(&yaml);
+    let reason = |p: &str| {
+        d.unschedulable
+            .iter()
+            .find(|u| u.pod == format!("default/{p}"))
+            .map(|u| (u.reason.code(), u.reason.to_string()))
+    };
+    assert_eq!(reason("missing"), Some(("ResourceClaims", "ResourceClaim default/ghost not found".into())));
+    let (code, message) = reason("broken").expect("broken CEL");
+    assert_eq!(code, "ResourceClaims");
+    assert!(message.starts_with("DeviceClass broken: invalid CEL selector \"device.driver ==\""), "{message}");
+    assert_eq!(reason("classless"), Some(("ResourceClaims", "DeviceClass \"nope\" not found".into())));
+}
+
+#[test]
+fn pods_without_claims_leave_the_dra_state_out() {
+    let yaml = format!("{POOL}{CLASS}{}{}", node_with_gpus("node-a", &["A100"]), pod("plain", &[]));
+    let objects = load_str(&yaml, "input.yaml").expect("input parses");
+    let snapshot = ClusterSnapshot::from_objects(&objects).expect("snapshot");
+    let its = catalogue();
+    let pools = [PoolInput { node_pool: &snapshot.node_pools[0], instance_types: &its }];
+    let provider = ProviderLabels::aws();
+    let options = SchedulerOptions { ignore_dra_requests: false, ..Default::default() };
+    let solver = Solver::new(&snapshot, &pools, &provider, &options);
+    assert!(solver.dra.is_none(), "no pod has claims: no per-solve DRA state, no check in the hot path");
+    assert_eq!(solver.solve(&mut || false).existing_nodes[0].name, "node-a");
+}
+
+#[test]
+fn a_device_failure_relaxes_no_preference() {
+    // The first required term allows only `cpu-only` (no devices); the second would allow `gpu-2x`. Upstream
+    // does not relax on a DRA error, so the pod stays pending instead of trying the second term.
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: picky, namespace: default}\nspec:\n  resourceClaims: [{name: c, resourceClaimName: one}]\n  affinity:\n    nodeAffinity:\n      requiredDuringSchedulingIgnoredDuringExecution:\n        nodeSelectorTerms:\n        - matchExpressions: [{key: node.kubernetes.io/instance-type, operator: In, values: [cpu-only]}]\n        - matchExpressions: [{key: node.kubernetes.io/instance-type, operator: In, values: [gpu-2x]}]\n  containers: [{name: c, image: x, resources: {requests: {cpu: 100m}}}]\n---\n";
+    let d = solve(&format!("{POOL}{CLASS}{}{pod}", claim("one", 1, None)));
+    assert_eq!(d.unschedulable.len(), 1, "{:?}", d.new_node_claims);
+    assert_eq!(d.unschedulable[0].reason.rejections()[0].kind, RejectionKind::Devices);
+    // Without the claim the same pod is placed (on cpu-only: the first term).
+    let plain = pod.replace("  resourceClaims: [{name: c, resourceClaimName: one}]\n", "");
+    let d = solve(&format!("{POOL}{plain}"));
+    assert_eq!(d.new_node_claims[0].instance_types, ["cpu-only"]);
+}
+
+#[test]
+fn an_in_flight_claim_offers_its_instance_types_template_devices() {
+    // A launched gpu-2x NodeClaim without its node yet: its two template GPUs take two claims; the third pod
+    // needs a new node. The same claim with two instance-type options offers nothing (which type launches is open).
+    let in_flight = |types: &str| {
+        format!(
+            "apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata: {{name: default-abc, labels: {{karpenter.sh/nodepool: default}}}}\n\
+spec:\n  nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}\n  requirements: [{{key: node.kubernetes.io/instance-type, operator: In, values: [{types}]}}]\n\
+status: {{providerID: 'aws:///z/i-1', capacity: {{cpu: '8', pods: '100'}}, allocatable: {{cpu: '8', pods: '100'}}}}\n---\n"
+        )
+    };
+    let pods: String =
+        (1..=3).map(|i| claim(&format!("c{i}"), 1, None) + &pod(&format!("p{i}"), &[&format!("c{i}")])).collect();
+    let d = solve(&format!("{POOL}{CLASS}{}{pods}", in_flight("gpu-2x")));
+    assert!(d.unschedulable.is_empty(), "{:?}", d.unschedulable);
+    let on_claim = d.existing_nodes.iter().find(|n| n.name == "default-abc").map_or(0, |n| n.pods.len());
+    assert_eq!(on_claim, 2, "{d:?}");
+    assert_eq!(d.new_node_claims.len(), 1);
+    let d = solve(&format!("{POOL}{CLASS}{}{pods}", in_flight("cpu-only, gpu-2x")));
+    assert!(d.existing_nodes.iter().all(|n| n.name != "default-abc"), "{d:?}");
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 24, ..Default::default() })]
+    /// Whatever the nodes publish and the pods ask, no node gets more GPUs' worth of claims than it published,
+    /// no new node more than its type's template holds, and every pod placed or not has a reason.
+    #[test]
+    fn placements_never_overcommit_devices(
+        gpus in proptest::collection::vec(0usize..4, 1..4),
+        asks in proptest::collection::vec(1u32..4, 1..8),
+    ) {
+        let mut yaml = format!("{POOL}{CLASS}");
+        for (n, count) in gpus.iter().enumerate() {
+            let models = vec!["A100"; *count];
+            if models.is_empty() {
+                yaml.push_str(&format!(
+                    "apiVersion: v1\nkind: Node\nmetadata: {{name: n{n}, labels: {{kubernetes.io/hostname: n{n}}}}}\nstatus: {{allocatable: {{cpu: '8', pods: '100'}}}}\n---\n"
+                ));
+            } else {
+                yaml.push_str(&node_with_gpus(&format!("n{n}"), &models));
+            }
+        }
+        for (p, ask) in asks.iter().enumerate() {
+            yaml.push_str(&claim(&format!("c{p}"), *ask, None));
+            yaml.push_str(&pod(&format!("p{p}"), &[&format!("c{p}")]));
+        }
+        let d = solve(&yaml);
+        let ask_of = |key: &str| -> u32 {
+            key.strip_prefix("default/p").and_then(|i| i.parse::<usize>().ok()).and_then(|i| asks.get(i)).copied().unwrap_or(0)
+        };
+        for node in &d.existing_nodes {
+            let published = node.name.strip_prefix('n').and_then(|i| i.parse::<usize>().ok()).and_then(|i| gpus.get(i)).copied().unwrap_or(0);
+            let used: u32 = node.pods.iter().map(|p| ask_of(p)).sum();
+            proptest::prop_assert!(used as usize <= published, "{}: {used} > {published}", node.name);
+        }
+        for claim in &d.new_node_claims {
+            let used: u32 = claim.pods.iter().map(|p| ask_of(p)).sum();
+            proptest::prop_assert!(used <= 2, "{}: {used} GPUs on a gpu-2x", claim.name);
+            proptest::prop_assert_eq!(&claim.instance_types, &vec!["gpu-2x".to_string()]);
+            proptest::prop_assert_eq!(&claim.requested_dra_drivers, &vec![DRIVER.to_string()]);
+        }
+        // A pod asking for more than any node or type holds is the only kind left over.
+        for u in &d.unschedulable {
+            proptest::prop_assert!(ask_of(&u.pod) > 2, "{} ({}) should have fit a new gpu-2x", u.pod, u.reason);
+        }
+        proptest::prop_assert_eq!(d.placed_pods() + d.unschedulable.len(), asks.len());
+    }
+}
+
+#[test]
+fn disruption_simulations_keep_a_pod_with_an_allocated_claim_on_its_node() {
+    use crate::simulation::{SimulationView, Simulator};
+    use std::collections::BTreeSet;
+    // p runs on node-a with its claim allocated to node-a's GPU; node-b has a free GPU. Removing node-a cannot
+    // move p: its claim stays pinned to node-a (docs/dra.md, limits). A pod whose claim is not allocated yet
+    // moves to node-b's GPU.
+    let allocated = "apiVersion: resource.k8s.io/v1beta1\nkind: ResourceClaim\nmetadata: {name: held, namespace: default}\nspec: {devices: {requests: [{name: gpus, deviceClassName: gpu}]}}\nstatus:\n  allocation:\n    devices: {results: [{request: gpus, driver: gpu.example.com, pool: node-a, device: gpu-0}]}\n    nodeSelector: {nodeSelectorTerms: [{matchFields: [{key: metadata.name, operator: In, values: [node-a]}]}]}\n---\n";
+    let bound = |name: &str, claim: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec: {{nodeName: node-a, resourceClaims: [{{name: c, resourceClaimName: {claim}}}], containers: [{{name: c, image: x, resources: {{requests: {{cpu: 100m}}}}}}]}}\n---\n"
+        )
+    };
+    for (claim, extra, moves) in [("held", allocated.to_owned(), false), ("free", claim("free", 1, None), true)] {
+        let yaml = format!(
+            "{POOL}{CLASS}{}{}{extra}{}",
+            node_with_gpus("node-a", &["A100"]),
+            node_with_gpus("node-b", &["A100"]),
+            bound("p", claim)
+        );
+        let objects = load_str(&yaml, "input.yaml").expect("input parses");
+        let snapshot = ClusterSnapshot::from_objects(&objects).expect("snapshot");
+        let its = catalogue();
+        let pools = [PoolInput { node_pool: &snapshot.node_pools[0], instance_types: &its }];
+        let provider = ProviderLabels::aws();
+        let options = SchedulerOptions { ignore_dra_requests: false, ..Default::default() };
+        let sim = Simulator::new(&snapshot, &pools, &provider, &options);
+        let removed = BTreeSet::from(["node-a".to_string()]);
+        let view =
+            SimulationView { removed: &removed, pods: snapshot.pods_on("node-a").collect(), ..Default::default() };
+        let d = sim.simulate(&view);
+        if moves {
+            assert_eq!(d.existing_nodes.first().map(|n| n.name.as_str()), Some("node-b"), "{d:?}");
+        } else {
+            assert_eq!(d.unschedulable.len(), 1, "{d:?}");
+            let reason = d.unschedulable[0].reason.to_string();
+            assert!(reason.contains("ResourceClaim default/held is allocated to devices of another node"), "{reason}");
+        }
+    }
+}
