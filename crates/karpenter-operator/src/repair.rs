@@ -208,3 +208,52 @@ impl LegacyRepair {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus};
+    use karpenter_api::repair::{RepairPolicies, RepairPolicy};
+    use karpenter_cloudprovider::Clock;
+    use karpenter_testing::FakeClock;
+
+    use super::*;
+
+    fn not_ready(name: &str, labels: &[(&str, &str)]) -> Node {
+        Node {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.into()),
+                labels: Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+                ..Default::default()
+            },
+            status: Some(NodeStatus {
+                conditions: Some(vec![NodeCondition {
+                    type_: "Ready".into(),
+                    status: "False".into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// Nodes are assessed from their current labels in every pass: one whose NodePool label is synced after it was
+    /// created is repaired once the label is there (upstream v1.15.1 missed such nodes).
+    #[test]
+    fn a_node_labelled_managed_after_creation_is_assessed() {
+        let clock = FakeClock::default();
+        let state = ClusterState::new(Arc::new(clock.clone()), Duration::from_secs(20));
+        let policies = RepairPolicies::new(vec![RepairPolicy::replace(
+            "Ready",
+            karpenter_api::condition::ConditionStatus::False,
+            Duration::from_secs(600),
+        )])
+        .unwrap();
+        state.apply(not_ready("n-1", &[]));
+        assert!(unhealthy_nodes(&state, &policies, clock.now()).is_empty(), "not managed yet");
+        state.apply(not_ready("n-1", &[(labels::NODE_POOL, "default")]));
+        assert!(unhealthy_nodes(&state, &policies, clock.now()).contains_key("n-1"));
+    }
+}
