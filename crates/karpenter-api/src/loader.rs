@@ -33,13 +33,14 @@ use std::sync::Arc;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
-    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController, Service,
+    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplate, ReplicationController, Service,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
+use crate::capacitybuffer::CapacityBuffer;
 use crate::ec2nodeclass::EC2NodeClass;
 use crate::kwok::KWOKNodeClass;
 use crate::nodeclaim::NodeClaim;
@@ -215,6 +216,8 @@ objects! {
     PodDisruptionBudget(PodDisruptionBudget) = "policy/v1",
     Service(Service) = "v1",
     ReplicationController(ReplicationController) = "v1",
+    PodTemplate(PodTemplate) = "v1",
+    CapacityBuffer(CapacityBuffer) = "autoscaling.x-k8s.io/v1beta1",
 }
 
 impl Object {
@@ -246,6 +249,7 @@ impl Object {
             Object::EC2NodeClass(o) => Some(o.validate(ctx)),
             Object::KWOKNodeClass(o) => Some(o.validate(ctx)),
             Object::NodeOverlay(o) => Some(o.validate(ctx)),
+            Object::CapacityBuffer(o) => Some(o.validate(ctx)),
             Object::Unknown(u) if u.is_karpenter_group() => Some(unknown_karpenter_kind(u)),
             _ => None,
         }
