@@ -84,6 +84,8 @@ pub struct ScalableRef {
 }
 
 /// CapacityBuffer spec (SIG Autoscaling's API).
+// kube-derive takes one `printcolumn(...)` per column; clippy reads the repeated `type_ = ...` as duplicates.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "autoscaling.x-k8s.io",
