@@ -394,6 +394,9 @@ async fn run_leader(mut parts: LeaderParts, shutdown: CancellationToken) -> Resu
     });
     // CapacityBuffers and what they refer to: watched only with the gate (the workloads' watchers are shared
     // with the spread watchers when those run).
+    if parts.settings.feature_gates.capacity_buffer {
+        state.require_buffer_kinds();
+    }
     let buffer_watchers = parts.settings.feature_gates.capacity_buffer.then(|| {
         let state = state.clone();
         let client = parts.client.clone();
@@ -402,7 +405,7 @@ async fn run_leader(mut parts: LeaderParts, shutdown: CancellationToken) -> Resu
         tokio::spawn(async move { state.run_buffer_watchers(client, leader, workloads_watched).await })
     });
     let mut next_warning = tokio_now() + SYNC_WARNING;
-    while !all_kinds_listed(&state) {
+    while !all_kinds_listed(&state) || state.unlisted_reason().is_some() {
         tokio::select! {
             () = leader.cancelled() => break,
             () = tokio::time::sleep(SYNC_POLL) => {}

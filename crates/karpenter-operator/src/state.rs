@@ -439,6 +439,9 @@ pub struct ClusterState {
     pass_gate: Arc<tokio::sync::Mutex<()>>,
     /// Wakes the CapacityBuffer controller ([`Self::buffers_changed`]).
     buffers_changed: Arc<tokio::sync::Notify>,
+    /// With the `CapacityBuffer` gate: the buffer kinds must be listed before the state is synced
+    /// ([`Self::require_buffer_kinds`]).
+    buffer_kinds_required: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl fmt::Debug for ClusterState {
@@ -500,7 +503,15 @@ impl ClusterState {
             pod_specs: Arc::default(),
             pass_gate: Arc::default(),
             buffers_changed: Arc::default(),
+            buffer_kinds_required: Arc::default(),
         }
+    }
+
+    /// With the `CapacityBuffer` gate: the state is not synced until CapacityBuffers, PodTemplates and the
+    /// workloads buffers name are listed, so no pass after a restart misses the buffers (disruption would take a
+    /// buffer's node for empty).
+    pub fn require_buffer_kinds(&self) {
+        self.buffer_kinds_required.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Wakes the buffer controller when `K` is a kind a CapacityBuffer's status depends on.
@@ -774,6 +785,11 @@ impl ClusterState {
         self.mark_synced::<PersistentVolume>();
         self.mark_synced::<StorageClass>();
         self.mark_synced::<CSINode>();
+        self.mark_synced::<CapacityBuffer>();
+        self.mark_synced::<PodTemplate>();
+        self.mark_synced::<Deployment>();
+        self.mark_synced::<StatefulSet>();
+        self.mark_synced::<ReplicaSet>();
     }
 
     /// Whether `K` has been listed once.
@@ -817,7 +833,20 @@ impl ClusterState {
             (StorageClass::KIND, o.storage_classes.synced),
             (CSINode::KIND, o.csi_nodes.synced),
         ];
-        kinds.iter().find(|(_, synced)| !synced).map(|(kind, _)| format!("{kind}s not listed yet"))
+        if let Some((kind, _)) = kinds.iter().find(|(_, synced)| !synced) {
+            return Some(format!("{kind}s not listed yet"));
+        }
+        if !self.buffer_kinds_required.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
+        let buffer_kinds: [(&str, bool); 5] = [
+            (CapacityBuffer::KIND, o.capacity_buffers.synced),
+            (PodTemplate::KIND, o.pod_templates.synced),
+            (Deployment::KIND, o.deployments.synced),
+            (StatefulSet::KIND, o.stateful_sets.synced),
+            (ReplicaSet::KIND, o.replica_sets.synced),
+        ];
+        buffer_kinds.iter().find(|(_, synced)| !synced).map(|(kind, _)| format!("{kind}s not listed yet"))
     }
 
     /// Runs one watcher per tracked kind until `shutdown` is cancelled. Watch errors are logged and the watcher

@@ -176,3 +176,37 @@ fn provisioning_condition_follows_the_placement() {
     assert_eq!(provisioning_condition(true, 2, p(1, 0, 1)).0, ConditionStatus::False);
     assert_eq!(provisioning_condition(true, 2, None).0, ConditionStatus::Unknown);
 }
+
+#[test]
+fn with_the_gate_the_state_waits_for_the_buffer_kinds() {
+    use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+    use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim};
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+    use karpenter_api::CompactPod;
+    let state = ClusterState::new(Arc::new(FakeClock::default()), Duration::from_secs(20));
+    state.mark_synced::<Node>();
+    state.mark_synced::<NodeClaim>();
+    state.mark_synced::<CompactPod>();
+    state.mark_synced::<NodePool>();
+    state.mark_synced::<DaemonSet>();
+    state.mark_synced::<PodDisruptionBudget>();
+    state.mark_synced::<Namespace>();
+    state.mark_synced::<PersistentVolumeClaim>();
+    state.mark_synced::<PersistentVolume>();
+    state.mark_synced::<StorageClass>();
+    state.mark_synced::<CSINode>();
+    // Without the gate the buffer kinds are not waited for.
+    assert_eq!(state.unlisted_reason(), None);
+    state.require_buffer_kinds();
+    assert_eq!(state.unlisted_reason().as_deref(), Some("CapacityBuffers not listed yet"));
+    // A listing of buffers (nothing in it) ends.
+    state.handle_event::<CapacityBuffer>(kube::runtime::watcher::Event::Init);
+    state.handle_event::<CapacityBuffer>(kube::runtime::watcher::Event::InitDone);
+    assert_eq!(state.unlisted_reason().as_deref(), Some("PodTemplates not listed yet"));
+    state.mark_synced::<PodTemplate>();
+    state.mark_synced::<Deployment>();
+    state.mark_synced::<StatefulSet>();
+    state.mark_synced::<ReplicaSet>();
+    assert_eq!(state.unlisted_reason(), None);
+}
