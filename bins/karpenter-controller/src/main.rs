@@ -17,7 +17,8 @@
 //!   a closed standard output (`| head -1`) ends the command quietly.
 //! - `version`: the version and the commit the binary was built from.
 //! - `completion bash|zsh|fish`: a shell completion script.
-//! - `crds [--provider aws|kwok]`: prints the CRDs as multi-document YAML.
+//! - `crds [--provider aws|kwok] [--capacity-buffer]`: prints the CRDs as multi-document YAML (with the
+//!   CapacityBuffer CRD Karpenter reads but does not own, on request).
 //! - `prices --region R [--region R2 ...] --output FILE [--include-spot]`: writes the price file of isolated VPCs
 //!   (`PRICE_FILE`) from the AWS Pricing API (on-demand Linux prices, the controller's own queries) and, with
 //!   `--include-spot`, EC2's current spot prices. Needs the `aws` cargo feature (exit status 2 without it) and
@@ -164,6 +165,10 @@ enum Command {
         /// Cloud provider whose node class CRD is included.
         #[arg(long, value_enum, default_value_t = Provider::Aws)]
         provider: Provider,
+        /// Also print the CapacityBuffer CRD (`autoscaling.x-k8s.io`), which Karpenter reads with the
+        /// CapacityBuffer gate but does not own (docs/capacity-buffer.md).
+        #[arg(long)]
+        capacity_buffer: bool,
     },
     /// Write a price file for isolated VPCs (the controller's PRICE_FILE) from the AWS Pricing API.
     ///
@@ -289,7 +294,7 @@ fn main() -> ExitCode {
         }
         Command::Version => version(),
         Command::Completion { shell } => completion(shell),
-        Command::Crds { provider } => crds(provider),
+        Command::Crds { provider, capacity_buffer } => crds(provider, capacity_buffer),
         Command::Run(args) => run::run(*args),
         Command::KwokKubelet(args) => kwok_kubelet::run(*args),
         Command::Prices(args) => prices(&args),
@@ -467,10 +472,15 @@ fn prices(_args: &PricesArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(2))
 }
 
-fn crds(provider: Provider) -> anyhow::Result<ExitCode> {
+fn crds(provider: Provider, capacity_buffer: bool) -> anyhow::Result<ExitCode> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    for crd in karpenter_api::crd::crds(&provider.labels()) {
+    let labels = provider.labels();
+    let mut all = karpenter_api::crd::crds(&labels);
+    if capacity_buffer {
+        all.extend(karpenter_api::crd::optional_crds(&labels));
+    }
+    for crd in all {
         let yaml = karpenter_api::crd::try_render_yaml(&crd)
             .with_context(|| format!("rendering CRD {}", crd.metadata.name.as_deref().unwrap_or("?")))?;
         out.write_all(yaml.as_bytes()).context("writing to stdout")?;

@@ -84,6 +84,7 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("node-repair-reboot", |e| Box::pin(node_repair_reboot(e))),
     ("scheduler-config", |e| Box::pin(scheduler_config(e))),
     ("node-overlay", |e| Box::pin(node_overlay(e))),
+    ("capacity-buffer", |e| Box::pin(capacity_buffer(e))),
 ];
 
 /// ERROR lines a fault the controller should ride out quietly (an apiserver restart, a partition, throttling, write
@@ -777,10 +778,11 @@ fn merge(base: &mut Value, over: Value) {
     }
 }
 
-/// Installs the kwok CRDs (`karpenter-controller crds --provider kwok`) and waits until they are Established.
+/// Installs the kwok CRDs and the CapacityBuffer CRD (`karpenter-controller crds --provider kwok
+/// --capacity-buffer`) and waits until they are Established.
 async fn install_crds(client: &Client) {
     let out = Command::new(env!("CARGO_BIN_EXE_karpenter-controller"))
-        .args(["crds", "--provider", "kwok"])
+        .args(["crds", "--provider", "kwok", "--capacity-buffer"])
         .output()
         .expect("karpenter-controller crds");
     assert!(out.status.success(), "crds: {}", String::from_utf8_lossy(&out.stderr));
@@ -792,7 +794,7 @@ async fn install_crds(client: &Client) {
         names.push(crd.name_any());
         api.create(&PostParams::default(), &crd).await.expect("create CRD");
     }
-    assert_eq!(names.len(), 4, "nodepools, nodeclaims, nodeoverlays, kwoknodeclasses: {names:?}");
+    assert_eq!(names.len(), 5, "nodepools, nodeclaims, nodeoverlays, kwoknodeclasses, capacitybuffers: {names:?}");
     let start = Stopwatch::start();
     for name in &names {
         loop {
@@ -2358,6 +2360,80 @@ async fn node_overlay(env: &Env) {
     let _ =
         env.pods().delete("licensed", &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() }).await;
     let _ = overlays.delete_collection(&DeleteParams::default(), &ListParams::default()).await;
+    gated.stop().await;
+    env.restore_main();
+}
+
+/// CapacityBuffer (gate): without the gate a buffer launches nothing; with it, a buffer of 2 replicas of a PodTemplate
+/// makes Karpenter launch a node with no pending pod and report the buffer's status; the node outlives its
+/// consolidateAfter (it holds the buffer's room, so it is not empty), and deleting the buffer lets Emptiness remove it.
+async fn capacity_buffer(env: &Env) {
+    use k8s_openapi::api::core::v1::PodTemplate;
+    use karpenter_api::capacitybuffer::{CapacityBuffer, conditions};
+    let templates: Api<PodTemplate> = Api::namespaced(env.client.clone(), NS);
+    let buffers: Api<CapacityBuffer> = Api::namespaced(env.client.clone(), NS);
+    let template: PodTemplate = serde_json::from_value(json!({
+        "metadata": {"name": "chunk", "namespace": NS},
+        "template": {
+            "metadata": {"labels": {"app": "headroom"}},
+            "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {"cpu": "500m"}}}]},
+        },
+    }))
+    .expect("podtemplate json");
+    templates.create(&PostParams::default(), &template).await.expect("create podtemplate");
+    let buffer: CapacityBuffer = serde_json::from_value(json!({
+        "apiVersion": "autoscaling.x-k8s.io/v1beta1", "kind": "CapacityBuffer",
+        "metadata": {"name": "headroom", "namespace": NS},
+        "spec": {"podTemplateRef": {"name": "chunk"}, "replicas": 2},
+    }))
+    .expect("capacitybuffer json");
+    buffers.create(&PostParams::default(), &buffer).await.expect("create capacitybuffer");
+    env.pool(
+        "default",
+        json!({"disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "5s"}}),
+    )
+    .await;
+
+    // Without the gate: nothing reads the buffer.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert!(env.list_claims().await.is_empty(), "no gate, no capacity: {}", env.describe().await);
+    assert!(buffers.get("headroom").await.expect("buffer").status.is_none(), "no gate, no status");
+
+    env.stop_main().await;
+    let gated = env.start_manager_with(
+        env.controller_client.clone(),
+        "capacity-buffer",
+        settings_with(false, &["--feature-gates=CapacityBuffer=true"]),
+        false,
+    );
+    let condition = |b: &CapacityBuffer, t: &str| {
+        b.status.as_ref()?.conditions.iter().find(|c| c.type_ == t).map(|c| (c.status, c.reason.clone()))
+    };
+    env.eventually("the buffer's node launched and its status reporting it fits", Duration::from_secs(90), || async {
+        let b = buffers.get("headroom").await.ok()?;
+        let s = b.status.as_ref()?;
+        let ready = condition(&b, conditions::READY_FOR_PROVISIONING)? == (ConditionStatus::True, "Resolved".into());
+        let fits = condition(&b, conditions::PROVISIONING)?
+            == (ConditionStatus::True, conditions::REASON_FITS_EXISTING_CAPACITY.into());
+        let one = env.list_claims().await.len() == 1 && env.list_nodes().await.len() == 1;
+        (s.replicas == Some(2) && s.pod_template_ref.as_ref()?.name == "chunk" && ready && fits && one).then_some(())
+    })
+    .await;
+    assert!(env.list_pods("").await.is_empty(), "virtual pods are never created");
+    let names = async || env.list_claims().await.iter().map(|c| c.name_any()).collect::<Vec<_>>();
+    let launched = names().await;
+
+    // Well past consolidateAfter and the 15 s validation wait: the node holds the buffer's room and stays (the
+    // same claim: not deleted as empty and launched again).
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(names().await, launched, "the buffer's node is kept: {}", env.describe().await);
+
+    buffers.delete("headroom", &DeleteParams::default()).await.expect("delete buffer");
+    env.eventually("the empty node consolidated away once the buffer is gone", Duration::from_secs(90), || async {
+        (env.list_claims().await.is_empty() && env.list_nodes().await.is_empty()).then_some(())
+    })
+    .await;
+    let _ = templates.delete("chunk", &DeleteParams::default()).await;
     gated.stop().await;
     env.restore_main();
 }

@@ -1139,3 +1139,56 @@ fn dra_is_ignored_by_default_and_an_unsatisfiable_claim_is_explained() {
     assert_eq!(doc["unschedulable"][0]["code"], "ResourceClaims", "{doc}");
     assert_eq!(doc["unschedulable"][0]["reason"], "ResourceClaim default/shared-gpu not found");
 }
+
+/// CapacityBuffers and PodTemplates in the input (`--feature-gates CapacityBuffer=true`): the ready buffer's
+/// virtual pods launch capacity with no pending pod, shown as the buffer's; a buffer whose template is missing is
+/// named in a note; over simulated time the buffer's node is kept (it would otherwise be empty). Without the gate
+/// the buffers are ignored, with a note.
+#[test]
+fn capacity_buffers_add_virtual_pods_when_the_gate_is_on() {
+    let tmp = TempDir::new("buffers");
+    let file = tmp.write(
+        "buffer.yaml",
+        &[
+            POOL.to_owned(),
+            "apiVersion: v1\nkind: PodTemplate\nmetadata: {name: chunk, namespace: default}\n\
+             template:\n  metadata: {labels: {app: headroom}}\n  spec: {containers: [{name: c, image: pause, resources: {requests: {cpu: '1'}}}]}\n"
+                .to_owned(),
+            "apiVersion: autoscaling.x-k8s.io/v1beta1\nkind: CapacityBuffer\nmetadata: {name: headroom, namespace: default}\n\
+             spec: {podTemplateRef: {name: chunk}, replicas: 3}\n"
+                .to_owned(),
+            "apiVersion: autoscaling.x-k8s.io/v1beta1\nkind: CapacityBuffer\nmetadata: {name: ghost, namespace: default}\n\
+             spec: {podTemplateRef: {name: nothing}, replicas: 1}\n"
+                .to_owned(),
+        ]
+        .join("---\n"),
+    );
+    let gate = ["--feature-gates", "CapacityBuffer=true"];
+
+    let (table, notes) = simulate_with_notes(&[&file]);
+    assert!(notes.contains("2 CapacityBuffer(s) ignored: the CapacityBuffer feature gate is off"), "{notes}");
+    assert!(table.contains("Summary: 0 pending pods"), "{table}");
+
+    let (table, notes) = simulate_with_notes(&[&file, gate[0], gate[1]]);
+    assert!(table.contains("buffer default/headroom: 3 virtual pods"), "{table}");
+    assert!(table.contains("3 are CapacityBuffer virtual pods"), "{table}");
+    assert!(notes.contains("note: CapacityBuffer default/headroom: 3 virtual pods"), "{notes}");
+    assert!(
+        notes.contains("note: CapacityBuffer default/ghost is not ready (PodTemplateNotFound): PodTemplate default/nothing not found"),
+        "{notes}"
+    );
+    let doc = simulate_json(&[&file, gate[0], gate[1]]);
+    assert_eq!(doc["summary"]["bufferPods"], 3, "{:#}", doc["summary"]);
+    assert_eq!(doc["summary"]["podsOnNewNodes"], 3, "{:#}", doc["summary"]);
+    assert!(doc["summary"]["newNodes"].as_u64().is_some_and(|n| n >= 1), "{:#}", doc["summary"]);
+
+    // Over an hour: the buffer's node is launched and kept; its verdict says why.
+    let doc = simulate_json(&[&file, gate[0], gate[1], "--for", "1h"]);
+    let after = doc["summary"]["after"]["nodes"].as_u64().unwrap_or(0);
+    assert!(after >= 1, "{:#}", doc["summary"]);
+    let verdicts: Vec<&str> = doc["nodes"].as_array().unwrap().iter().filter_map(|n| n["verdict"].as_str()).collect();
+    assert!(verdicts.iter().any(|v| v.contains("keeps room for CapacityBuffer default/headroom")), "{verdicts:?}");
+    assert_eq!(doc["summary"]["after"]["pendingPods"], 0, "virtual pods are not pending pods: {:#}", doc["summary"]);
+    let doc = simulate_json(&[&file, "--for", "1h"]);
+    assert_eq!(doc["summary"]["after"]["nodes"], 0, "{:#}", doc["summary"]);
+}

@@ -325,6 +325,13 @@ pub fn crds(provider: &ProviderLabels) -> Vec<CustomResourceDefinition> {
     out
 }
 
+/// CRDs Karpenter reads but does not own, shipped separately and installed only on request: CapacityBuffer
+/// (`autoscaling.x-k8s.io`, SIG Autoscaling's API, which cluster-autoscaler's project also installs). See
+/// docs/capacity-buffer.md for how it is shipped.
+pub fn optional_crds(provider: &ProviderLabels) -> Vec<CustomResourceDefinition> {
+    vec![generate::<crate::capacitybuffer::CapacityBuffer>(provider)]
+}
+
 /// The provider's node class CRDs.
 pub fn node_class_crds(provider: &ProviderLabels) -> Vec<CustomResourceDefinition> {
     match provider.name.as_str() {

@@ -8,6 +8,7 @@
 pub use k8s_openapi;
 pub use kube;
 
+pub mod capacitybuffer;
 pub mod condition;
 pub mod crd;
 pub mod dra;
@@ -33,6 +34,7 @@ pub mod settings;
 pub mod time;
 pub mod validation;
 
+pub use capacitybuffer::{CapacityBuffer, CapacityBufferSpec, CapacityBufferStatus};
 pub use condition::{Condition, ConditionStatus, Conditions, remove_condition, set_condition};
 pub use duration::{KDuration, NillableDuration};
 pub use ec2nodeclass::{AmiFamily, EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};

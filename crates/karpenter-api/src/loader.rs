@@ -33,7 +33,7 @@ use std::sync::Arc;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
-    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController, Service,
+    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplate, ReplicationController, Service,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1beta1::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice};
@@ -41,6 +41,7 @@ use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
+use crate::capacitybuffer::CapacityBuffer;
 use crate::ec2nodeclass::EC2NodeClass;
 use crate::kwok::KWOKNodeClass;
 use crate::nodeclaim::NodeClaim;
@@ -220,6 +221,8 @@ objects! {
     ResourceClaimTemplate(ResourceClaimTemplate) = "resource.k8s.io/v1beta1",
     DeviceClass(DeviceClass) = "resource.k8s.io/v1beta1",
     ResourceSlice(ResourceSlice) = "resource.k8s.io/v1beta1",
+    PodTemplate(PodTemplate) = "v1",
+    CapacityBuffer(CapacityBuffer) = "autoscaling.x-k8s.io/v1beta1",
 }
 
 impl Object {
@@ -251,6 +254,7 @@ impl Object {
             Object::EC2NodeClass(o) => Some(o.validate(ctx)),
             Object::KWOKNodeClass(o) => Some(o.validate(ctx)),
             Object::NodeOverlay(o) => Some(o.validate(ctx)),
+            Object::CapacityBuffer(o) => Some(o.validate(ctx)),
             Object::Unknown(u) if u.is_karpenter_group() => Some(unknown_karpenter_kind(u)),
             _ => None,
         }

@@ -123,6 +123,7 @@ fn every_rule_compiles_and_fits_the_cost_budget() {
     for p in [ProviderLabels::aws(), ProviderLabels::kwok()] {
         let mut crds = crd::crds(&p);
         crds.extend(crd::node_class_crds(&p));
+        crds.extend(crd::optional_crds(&p));
         for (kind, schema) in crds.iter().map(|c| {
             let s = c.spec.versions[0].schema.as_ref().and_then(|s| s.open_api_v3_schema.as_ref()).unwrap();
             (c.spec.names.kind.clone(), serde_json::to_value(s).unwrap())

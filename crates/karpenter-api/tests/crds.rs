@@ -20,6 +20,16 @@ fn expected() -> Vec<(PathBuf, String, String)> {
         out.push((root.join("charts/karpenter/crds"), crd::file_name(&c), render_yaml(&c)));
         out.push((root.join("charts/karpenter-crd/templates"), crd::file_name(&c), helm_template(&render_yaml(&c))));
     }
+    // Not ours to own: a plain copy for `kubectl apply`, and a template the karpenter-crd chart renders only
+    // with `capacityBuffer.installCRD=true`.
+    for c in crd::optional_crds(&ProviderLabels::aws()) {
+        out.push((root.join("charts/karpenter-crd/optional"), crd::file_name(&c), render_yaml(&c)));
+        let gated = format!(
+            "{{{{- if .Values.capacityBuffer.installCRD }}}}\n{}{{{{- end }}}}\n",
+            helm_template(&render_yaml(&c))
+        );
+        out.push((root.join("charts/karpenter-crd/templates"), crd::file_name(&c), gated));
+    }
     for c in crd::node_class_crds(&ProviderLabels::kwok()) {
         out.push((root.join("charts/karpenter-kwok/crds"), crd::file_name(&c), render_yaml(&c)));
     }
@@ -101,6 +111,12 @@ fn every_kind_has_a_crd() {
     assert!(aws.contains(&"karpenter.sh_nodepools.yaml".to_string()), "{aws:?}");
     assert!(aws.contains(&"karpenter.sh_nodeclaims.yaml".to_string()), "{aws:?}");
     assert!(aws.contains(&"karpenter.sh_nodeoverlays.yaml".to_string()), "{aws:?}");
+    assert!(
+        !aws.iter().any(|n| n.contains("capacitybuffers")),
+        "the CapacityBuffer CRD is not ours to install: {aws:?}"
+    );
+    let optional: Vec<String> = crd::optional_crds(&ProviderLabels::aws()).iter().map(crd::file_name).collect();
+    assert_eq!(optional, ["autoscaling.x-k8s.io_capacitybuffers.yaml"]);
     let kwok: Vec<String> = crd::node_class_crds(&ProviderLabels::kwok()).iter().map(crd::file_name).collect();
     assert_eq!(kwok, vec!["karpenter.kwok.sh_kwoknodeclasses.yaml".to_string()]);
 }
@@ -121,6 +137,7 @@ fn patches_apply_cleanly() {
         crd::try_generate::<karpenter_api::NodePool>(&p).unwrap();
         crd::try_generate::<karpenter_api::NodeClaim>(&p).unwrap();
         crd::try_generate::<karpenter_api::KWOKNodeClass>(&p).unwrap();
+        crd::try_generate::<karpenter_api::CapacityBuffer>(&p).unwrap();
     }
 }
 

@@ -274,11 +274,14 @@ pub enum Reason {
     RepairBlocked { node_pool: String, unhealthy: u32, nodes: u32, threshold: u32 },
     /// The node or its NodeClaim is annotated `karpenter.sh/do-not-repair: "true"`.
     NodeDoNotRepair,
+    /// Empty of pods, but CapacityBuffer virtual pods land on it (`buffers`: `namespace/name`): it is the
+    /// buffers' room, so Emptiness leaves it.
+    HostsCapacityBuffer { buffers: Vec<String> },
 }
 
 impl Reason {
     /// Every [`Reason::code`], in declaration order.
-    pub const CODES: [&'static str; 38] = [
+    pub const CODES: [&'static str; 39] = [
         "Disrupted",
         "Deferred",
         "NotManaged",
@@ -317,6 +320,7 @@ impl Reason {
         "AtMinNodes",
         "RepairBlocked",
         "NodeDoNotRepair",
+        "HostsCapacityBuffer",
     ];
 
     /// The stable code of this reason: the variant's name, as the `code` tag of its JSON form. Metrics label
@@ -361,6 +365,7 @@ impl Reason {
             Reason::AtMinNodes { .. } => "AtMinNodes",
             Reason::RepairBlocked { .. } => "RepairBlocked",
             Reason::NodeDoNotRepair => "NodeDoNotRepair",
+            Reason::HostsCapacityBuffer { .. } => "HostsCapacityBuffer",
         }
     }
 
@@ -496,6 +501,9 @@ impl std::fmt::Display for Reason {
             Reason::NodeDoNotRepair => {
                 write!(f, "unhealthy, but the node or its NodeClaim is annotated karpenter.sh/do-not-repair")
             }
+            Reason::HostsCapacityBuffer { buffers } => {
+                write!(f, "keeps room for CapacityBuffer {}: its virtual pods land on it", buffers.join(", "))
+            }
         }
     }
 }
@@ -629,6 +637,7 @@ mod tests {
             Reason::AtMinNodes { node_pool: s(), min_nodes: 2, nodes: 2 },
             Reason::RepairBlocked { node_pool: s(), unhealthy: 3, nodes: 10, threshold: 2 },
             Reason::NodeDoNotRepair,
+            Reason::HostsCapacityBuffer { buffers: vec![s()] },
         ]
     }
 

@@ -51,6 +51,32 @@ pub(crate) struct Engine<'a> {
     pending_claims: OnceCell<usize>,
     /// The pools' `karpenter-rs.io/min-nodes` floors.
     pub floors: Floors,
+    /// Nodes that CapacityBuffer virtual pods (pending pods of the snapshot) land on with nothing removed, with
+    /// the buffers (`namespace/name`): they keep room for the buffers and are not empty.
+    pub buffer_hosts: BTreeMap<String, BTreeSet<String>>,
+}
+
+/// Where the snapshot's CapacityBuffer virtual pods land when nothing is removed: node name → buffers. No
+/// simulation runs when there are none.
+fn buffer_hosts(cluster: &Cluster<'_>, sim: &Simulator<'_>) -> BTreeMap<String, BTreeSet<String>> {
+    let buffers: BTreeMap<String, String> = cluster
+        .snapshot
+        .pending_pods
+        .iter()
+        .filter_map(|p| karpenter_api::capacitybuffer::buffer_of(p).map(|b| (pod_key(p), b)))
+        .collect();
+    if buffers.is_empty() {
+        return BTreeMap::new();
+    }
+    // Uninitialized nodes count: a node launched for a buffer hosts it before it is ready.
+    let view = SimulationView { allow_uninitialized: true, ..Default::default() };
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for placement in sim.simulate(&view).existing_nodes.iter().filter(|p| !p.in_flight) {
+        for b in placement.pods.iter().filter_map(|p| buffers.get(p)) {
+            out.entry(placement.name.clone()).or_default().insert(b.clone());
+        }
+    }
+    out
 }
 
 impl std::fmt::Debug for Engine<'_> {
@@ -104,6 +130,7 @@ impl<'a> Engine<'a> {
             .map(|(name, p)| (*name, p.instance_types.iter().map(|it| (it.name.as_str(), it)).collect()))
             .collect();
         let floors = Floors::new(cluster.snapshot, cluster.pools.values().map(|p| p.node_pool), cluster.now);
+        let buffer_hosts = buffer_hosts(&cluster, &sim);
         Engine {
             cluster,
             sim,
@@ -115,6 +142,7 @@ impl<'a> Engine<'a> {
             catalogue,
             pending_claims: OnceCell::new(),
             floors,
+            buffer_hosts,
         }
     }
 

@@ -34,7 +34,10 @@
 //!   reference time the condition itself decides.
 //! * Node readiness is not in the snapshot: the caller lists not-Ready nodes in
 //!   [`DisruptionOptions::not_ready_nodes`] (they consume budgets as upstream).
-//! * CapacityBuffer virtual pods and reserved-offering fallback are not modelled.
+//! * CapacityBuffer virtual pods are the snapshot's pending pods (the caller adds them with
+//!   `karpenter_api::capacitybuffer::virtual_pods`): every simulation re-places them, so consolidation keeps the
+//!   room, and Emptiness leaves a node they land on alone ([`Reason::HostsCapacityBuffer`]).
+//! * Reserved-offering fallback is not modelled.
 //! * Beyond upstream: a NodePool annotated `karpenter-rs.io/disruption-topology-key` is disrupted one domain of
 //!   that node label at a time (the `topology` module; [`Reason::TopologyDomainWaiting`],
 //!   [`Reason::TopologyKeyInvalid`]).
@@ -515,6 +518,9 @@ pub(crate) fn emptiness_check(engine: &Engine<'_>, c: &Candidate<'_>, remaining:
     }
     if pool.spec.disruption.consolidate_after.is_never() {
         return Err(Reason::ConsolidationDisabled);
+    }
+    if let Some(buffers) = engine.buffer_hosts.get(&c.node.name) {
+        return Err(Reason::HostsCapacityBuffer { buffers: buffers.iter().cloned().collect() });
     }
     candidate::consolidatable(c.claim, pool, engine.cluster.now)?;
     if let Some(r) = c.pod_block_for(true) {

@@ -23,6 +23,7 @@
 //! with the kwok provider against the in-process API server and the scheduler, kubelet and ReplicaSet
 //! stand-ins, on tokio's paused clock.
 
+pub mod capacitybuffer;
 pub mod client;
 pub mod consistency;
 pub mod context;

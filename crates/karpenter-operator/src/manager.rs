@@ -135,6 +135,10 @@ impl Manager {
         if settings.feature_gates.node_overlay {
             crds.push("nodeoverlays.karpenter.sh".to_string());
         }
+        // Not ours to install (docs/capacity-buffer.md), but the gate cannot work without it: /readyz says so.
+        if settings.feature_gates.capacity_buffer {
+            crds.push("capacitybuffers.autoscaling.x-k8s.io".to_string());
+        }
         crds.extend(cloud.supported_node_classes().iter().map(|k| crd_name(&k.group, &k.kind)));
         Self {
             settings: settings.normalized(),
@@ -395,8 +399,20 @@ async fn run_leader(mut parts: LeaderParts, shutdown: CancellationToken) -> Resu
         let leader = leader.clone();
         tokio::spawn(async move { state.run_dra_watchers(client, leader).await })
     });
+    // CapacityBuffers and what they refer to: watched only with the gate (the workloads' watchers are shared
+    // with the spread watchers when those run).
+    if parts.settings.feature_gates.capacity_buffer {
+        state.require_buffer_kinds();
+    }
+    let buffer_watchers = parts.settings.feature_gates.capacity_buffer.then(|| {
+        let state = state.clone();
+        let client = parts.client.clone();
+        let leader = leader.clone();
+        let workloads_watched = spread_watchers.is_some();
+        tokio::spawn(async move { state.run_buffer_watchers(client, leader, workloads_watched).await })
+    });
     let mut next_warning = tokio_now() + SYNC_WARNING;
-    while !all_kinds_listed(&state) {
+    while !all_kinds_listed(&state) || state.unlisted_reason().is_some() {
         tokio::select! {
             () = leader.cancelled() => break,
             () = tokio::time::sleep(SYNC_POLL) => {}
@@ -433,7 +449,7 @@ async fn run_leader(mut parts: LeaderParts, shutdown: CancellationToken) -> Resu
     let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
         while tasks.join_next().await.is_some() {}
         let _ = watchers.await;
-        for w in [spread_watchers, dra_watchers].into_iter().flatten() {
+        for w in [spread_watchers, dra_watchers, buffer_watchers].into_iter().flatten() {
             let _ = w.await;
         }
     })
@@ -494,6 +510,11 @@ fn controllers(parts: &LeaderParts, leader: &CancellationToken) -> Controllers {
     if let Some(store) = overlay_store {
         let overlays = Arc::new(crate::nodeoverlay::NodeOverlayController::new(&ctx, cloud.clone(), store));
         list.push((crate::nodeoverlay::CONTROLLER.into(), Box::pin(overlays.run(leader.clone()))));
+    }
+
+    if settings.feature_gates.capacity_buffer {
+        let buffers = crate::capacitybuffer::CapacityBufferController::new(&ctx);
+        list.push((crate::capacitybuffer::CONTROLLER.into(), Box::pin(buffers.run(leader.clone()))));
     }
 
     let provisioner = Provisioner::new(&ctx_for("provisioner"), ProvisionerOptions::from_settings(settings));

@@ -41,7 +41,7 @@ use tokio_util::sync::CancellationToken;
 use crate::context::ControllerContext;
 use crate::events::{Event, reasons};
 use crate::settings::{CoreSettings, MinValuesPolicy, PreferencePolicy};
-use crate::state::{Trigger, object_key, simulate_off_runtime};
+use crate::state::{BufferPlacement, Trigger, object_key, simulate_off_runtime};
 
 /// How long the batcher waits for a first trigger before looking again.
 pub const FIRST_TRIGGER_WAIT: Duration = Duration::from_secs(1);
@@ -451,7 +451,10 @@ impl Provisioner {
         }
         let gate = self.ctx.state.whole_cluster_pass().await;
         let pass_started = Stopwatch::start();
-        let snapshot = self.ctx.state.snapshot()?;
+        let mut snapshot = self.ctx.state.snapshot()?;
+        // CapacityBuffer virtual pods (gate `CapacityBuffer`): placed like pending pods, never bound or nominated.
+        let virtual_pods: HashSet<String> = self.ctx.state.add_buffer_pods(&mut snapshot.cluster).into_iter().collect();
+        let is_virtual = |key: &str| virtual_pods.contains(key);
         self.ctx.metrics.scheduler_ignored_pods_count().set(count(snapshot.ignored.len() + snapshot.rejected.len()));
         // Pods still pending keep their first-seen time; the others (bound, deleted, no longer provisionable) go.
         let mut pending: HashSet<String> = snapshot.cluster.pending_pods.iter().map(|p| trigger_key(p)).collect();
@@ -469,6 +472,7 @@ impl Provisioner {
         report.rejected = rejected;
         let cluster = snapshot.cluster;
         if cluster.pending_pods.is_empty() {
+            self.ctx.state.record_buffer_placements(BTreeMap::new());
             return Ok(report);
         }
 
@@ -519,29 +523,38 @@ impl Provisioner {
             tracing::warn!(controller = CONTROLLER, "scheduling simulation timed out, keeping what was decided");
         }
 
-        self.failed_scheduling(&decisions.unschedulable, pools.is_empty()).await;
-        report.unschedulable = decisions.unschedulable.clone();
+        self.ctx.state.record_buffer_placements(buffer_placements(&decisions, &virtual_pods));
+        let unschedulable: Vec<UnschedulablePod> =
+            decisions.unschedulable.iter().filter(|u| !is_virtual(&u.pod)).cloned().collect();
+        self.failed_scheduling(&unschedulable, pools.is_empty()).await;
+        report.unschedulable = unschedulable;
 
         for placement in &decisions.existing_nodes {
+            // Room kept for virtual pods on a node does not protect it from disruption: the disruption
+            // simulation re-adds the virtual pods itself.
+            if placement.pods.iter().all(|p| is_virtual(p)) {
+                continue;
+            }
             self.ctx.state.nominate(&placement.name);
             let target = if placement.in_flight {
                 format!("nodeclaim/{}", placement.name)
             } else {
                 format!("node/{}", placement.name)
             };
-            for pod in &placement.pods {
+            for pod in placement.pods.iter().filter(|p| !is_virtual(p)) {
                 self.nominated_event(pod, &target).await;
                 report.nominated.insert(pod.clone(), placement.name.clone());
             }
         }
 
         let pools = &pools;
+        let virtual_pods = &virtual_pods;
         let creations = decisions.new_node_claims.iter().map(|plan| async move {
             let pool = pools.iter().find(|(p, _)| p.metadata.name.as_deref() == Some(plan.node_pool.as_str()));
             let Some((pool, _)) = pool else {
                 return Err(ProvisionError::NodePoolNotFound(plan.node_pool.clone()));
             };
-            self.create(pool, plan).await.map(|name| (name, plan.pods.clone()))
+            self.create(pool, plan, virtual_pods).await.map(|name| (name, plan.pods.clone()))
         });
         for result in futures::future::join_all(creations).await {
             match result {
@@ -553,7 +566,12 @@ impl Provisioner {
     }
 
     /// Re-checks limits, builds, creates and records one NodeClaim; returns its name.
-    async fn create(&self, pool: &NodePool, plan: &NodeClaimPlan) -> Result<String, ProvisionError> {
+    async fn create(
+        &self,
+        pool: &NodePool,
+        plan: &NodeClaimPlan,
+        virtual_pods: &HashSet<String>,
+    ) -> Result<String, ProvisionError> {
         let pool_name = pool.name_any();
         // Re-read the pool: limits may have changed since the snapshot.
         let pool = self
@@ -580,14 +598,15 @@ impl Provisioner {
                     .observe(waited.as_secs_f64());
             }
         }
-        self.ctx.state.record_created_claim(&created, &plan.pods);
+        let real_pods: Vec<String> = plan.pods.iter().filter(|p| !virtual_pods.contains(*p)).cloned().collect();
+        self.ctx.state.record_created_claim(&created, &real_pods);
         self.ctx
             .metrics
             .nodeclaims_created("provisioned", &pool_name, if plan.min_values_relaxed { "true" } else { "false" })
             .inc();
-        tracing::info!(controller = CONTROLLER, NodePool = %pool_name, NodeClaim = %name, pods = plan.pods.len(),
-            instance_types = plan.instance_types.len(), "created nodeclaim");
-        for pod in &plan.pods {
+        tracing::info!(controller = CONTROLLER, NodePool = %pool_name, NodeClaim = %name, pods = real_pods.len(),
+            buffer_pods = plan.pods.len() - real_pods.len(), instance_types = plan.instance_types.len(), "created nodeclaim");
+        for pod in &real_pods {
             self.nominated_event(pod, &format!("nodeclaim/{name}")).await;
         }
         Ok(name)
@@ -634,6 +653,35 @@ impl Provisioner {
             self.ctx.recorder.publish_detached(event);
         }
     }
+}
+
+/// Where each buffer's virtual pods (keys in `virtual_pods`) went in a pass, by buffer `namespace/name`.
+fn buffer_placements(decisions: &Decisions, virtual_pods: &HashSet<String>) -> BTreeMap<String, BufferPlacement> {
+    let mut out: BTreeMap<String, BufferPlacement> = BTreeMap::new();
+    let mut add = |key: &str, f: fn(&mut BufferPlacement)| {
+        if let Some(b) = virtual_pods.contains(key).then(|| buffer_of_key(key)).flatten() {
+            f(out.entry(b).or_default());
+        }
+    };
+    for p in decisions.existing_nodes.iter().flat_map(|n| &n.pods) {
+        add(p, |b| b.existing += 1);
+    }
+    for p in decisions.new_node_claims.iter().flat_map(|c| &c.pods) {
+        add(p, |b| b.new += 1);
+    }
+    for u in &decisions.unschedulable {
+        add(&u.pod, |b| b.unschedulable += 1);
+    }
+    out
+}
+
+/// The buffer `namespace/name` of a virtual pod's key `namespace/capacity-buffer-<buffer>-<i>`.
+fn buffer_of_key(key: &str) -> Option<String> {
+    let (ns, name) = key.split_once('/')?;
+    let rest = name.strip_prefix(karpenter_api::capacitybuffer::VIRTUAL_POD_PREFIX)?.strip_prefix('-')?;
+    let (buffer, index) = rest.rsplit_once('-')?;
+    index.parse::<u32>().ok()?;
+    Some(format!("{ns}/{buffer}"))
 }
 
 fn count(n: usize) -> f64 {

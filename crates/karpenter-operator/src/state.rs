@@ -39,19 +39,21 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::{DaemonSet, ReplicaSet, StatefulSet};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{
-    Namespace, Node, PersistentVolume, PersistentVolumeClaim, ReplicationController, Service,
+    Namespace, Node, PersistentVolume, PersistentVolumeClaim, PodTemplate, PodTemplateSpec, ReplicationController,
+    Service,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1beta1::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use karpenter_api::capacitybuffer::{BufferSources, Resolved, Scalable, Unresolved};
 use karpenter_api::dra::DraObjects;
 use karpenter_api::labels;
 use karpenter_api::lean::Lean;
-use karpenter_api::{CompactPod, NodeClaim, NodePool, SpecInterner};
+use karpenter_api::{CapacityBuffer, CompactPod, NodeClaim, NodePool, SpecInterner};
 use karpenter_cloudprovider::Clock;
 use karpenter_scheduler::ClusterSnapshot;
 use karpenter_scheduler::decision::UnschedulableReason;
@@ -75,6 +77,9 @@ pub enum Trigger {
     Pod(String),
     /// A node carrying the `karpenter.sh/disrupted` taint (its name): its pods need capacity elsewhere.
     Node(String),
+    /// A CapacityBuffer that asks for virtual pods (`namespace/name`): a pass must find them room even with no
+    /// pending pod.
+    Buffer(String),
 }
 
 impl Trigger {
@@ -83,6 +88,7 @@ impl Trigger {
         match self {
             Trigger::Pod(uid) => uid.clone(),
             Trigger::Node(name) => format!("node/{name}"),
+            Trigger::Buffer(key) => format!("capacitybuffer/{key}"),
         }
     }
 }
@@ -278,6 +284,13 @@ pub struct Objects {
     resource_claim_templates: Store<ResourceClaimTemplate>,
     device_classes: Store<DeviceClass>,
     resource_slices: Store<ResourceSlice>,
+    /// CapacityBuffers and what they refer to, watched only with the `CapacityBuffer` gate
+    /// ([`ClusterState::run_buffer_watchers`]; ReplicaSets and StatefulSets share the stores above).
+    capacity_buffers: Store<CapacityBuffer>,
+    pod_templates: Store<PodTemplate>,
+    deployments: Store<Deployment>,
+    /// Buffer `namespace/name` → where its virtual pods went in the last provisioning pass.
+    buffer_placements: BTreeMap<String, BufferPlacement>,
     /// Node or NodeClaim name → end of its nomination.
     nominations: BTreeMap<String, DateTime<Utc>>,
     /// Node or NodeClaim names marked for deletion by disruption.
@@ -356,6 +369,51 @@ tracked! {
     ResourceClaimTemplate => resource_claim_templates, "ResourceClaimTemplate";
     DeviceClass => device_classes, "DeviceClass";
     ResourceSlice => resource_slices, "ResourceSlice";
+    CapacityBuffer => capacity_buffers, "CapacityBuffer";
+    PodTemplate => pod_templates, "PodTemplate";
+    Deployment => deployments, "Deployment";
+}
+
+/// Where a buffer's virtual pods went in a provisioning pass (the buffer's `Provisioning` condition).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BufferPlacement {
+    /// Placed on existing nodes or in-flight NodeClaims.
+    pub existing: usize,
+    /// Planned onto new NodeClaims.
+    pub new: usize,
+    /// Found no place.
+    pub unschedulable: usize,
+}
+
+/// The state's stores as a buffer's [`BufferSources`].
+struct StoreSources<'a>(&'a Objects);
+
+impl BufferSources for StoreSources<'_> {
+    fn pod_template(&self, namespace: &str, name: &str) -> Option<(PodTemplateSpec, Option<i64>)> {
+        let t = self.0.pod_templates.objects.get(&format!("{namespace}/{name}"))?;
+        Some((t.template.clone().unwrap_or_default(), t.metadata.generation))
+    }
+
+    fn scalable(&self, namespace: &str, kind: &str, name: &str) -> Option<Scalable> {
+        let key = format!("{namespace}/{name}");
+        let (template, replicas) = match kind {
+            "Deployment" => {
+                let s = self.0.deployments.objects.get(&key)?.spec.clone()?;
+                (s.template, s.replicas)
+            }
+            "StatefulSet" => {
+                let s = self.0.stateful_sets.objects.get(&key)?.spec.clone()?;
+                (s.template, s.replicas)
+            }
+            "ReplicaSet" => {
+                let s = self.0.replica_sets.objects.get(&key)?.spec.clone()?;
+                (s.template.unwrap_or_default(), s.replicas)
+            }
+            _ => return None,
+        };
+        // Kubernetes' default for an unset `spec.replicas`.
+        Some(Scalable { template, replicas: replicas.unwrap_or(1) })
+    }
 }
 
 /// `namespace/name` or `name`.
@@ -391,6 +449,11 @@ pub struct ClusterState {
     pod_specs: Arc<Mutex<SpecInterner>>,
     /// Held by each pass that snapshots and simulates the whole cluster ([`Self::whole_cluster_pass`]).
     pass_gate: Arc<tokio::sync::Mutex<()>>,
+    /// Wakes the CapacityBuffer controller ([`Self::buffers_changed`]).
+    buffers_changed: Arc<tokio::sync::Notify>,
+    /// With the `CapacityBuffer` gate: the buffer kinds must be listed before the state is synced
+    /// ([`Self::require_buffer_kinds`]).
+    buffer_kinds_required: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl fmt::Debug for ClusterState {
@@ -451,6 +514,31 @@ impl ClusterState {
             pod_subscribers: Arc::default(),
             pod_specs: Arc::default(),
             pass_gate: Arc::default(),
+            buffers_changed: Arc::default(),
+            buffer_kinds_required: Arc::default(),
+        }
+    }
+
+    /// With the `CapacityBuffer` gate: the state is not synced until CapacityBuffers, PodTemplates and the
+    /// workloads buffers name are listed, so no pass after a restart misses the buffers (disruption would take a
+    /// buffer's node for empty).
+    pub fn require_buffer_kinds(&self) {
+        self.buffer_kinds_required.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Wakes the buffer controller when `K` is a kind a CapacityBuffer's status depends on.
+    fn buffer_kind_changed<K: Tracked>(&self) {
+        use std::any::TypeId;
+        let id = TypeId::of::<K>();
+        let related = [
+            TypeId::of::<CapacityBuffer>(),
+            TypeId::of::<PodTemplate>(),
+            TypeId::of::<Deployment>(),
+            TypeId::of::<StatefulSet>(),
+            TypeId::of::<ReplicaSet>(),
+        ];
+        if related.contains(&id) {
+            self.buffers_changed.notify_one();
         }
     }
 
@@ -535,6 +623,9 @@ impl ClusterState {
             return is_provisionable(pod)
                 .then(|| Trigger::Pod(pod.metadata.uid.clone().unwrap_or_else(|| object_key(pod))));
         }
+        if let Some(buffer) = any.downcast_ref::<CapacityBuffer>() {
+            return (buffer.ready_replicas() > 0).then(|| Trigger::Buffer(buffer.key()));
+        }
         if let Some(node) = any.downcast_ref::<Node>() {
             let disrupted = node
                 .spec
@@ -575,6 +666,9 @@ impl ClusterState {
         if let Some(t) = trigger {
             self.notify(t);
         }
+        if stored.is_some() {
+            self.buffer_kind_changed::<K>();
+        }
         stored
     }
 
@@ -592,6 +686,7 @@ impl ClusterState {
                 feed.deleted(&obj);
             }
             objects.changes += 1;
+            self.buffer_kind_changed::<K>();
         }
         let any: &dyn std::any::Any = obj.as_ref();
         if any.is::<NodeClaim>() || any.is::<Node>() {
@@ -651,6 +746,7 @@ impl ClusterState {
                     feed.relist(&mut store.objects);
                 }
                 objects.changes += 1;
+                self.buffer_kind_changed::<K>();
             }
         }
     }
@@ -701,6 +797,11 @@ impl ClusterState {
         self.mark_synced::<PersistentVolume>();
         self.mark_synced::<StorageClass>();
         self.mark_synced::<CSINode>();
+        self.mark_synced::<CapacityBuffer>();
+        self.mark_synced::<PodTemplate>();
+        self.mark_synced::<Deployment>();
+        self.mark_synced::<StatefulSet>();
+        self.mark_synced::<ReplicaSet>();
     }
 
     /// Whether `K` has been listed once.
@@ -744,7 +845,20 @@ impl ClusterState {
             (StorageClass::KIND, o.storage_classes.synced),
             (CSINode::KIND, o.csi_nodes.synced),
         ];
-        kinds.iter().find(|(_, synced)| !synced).map(|(kind, _)| format!("{kind}s not listed yet"))
+        if let Some((kind, _)) = kinds.iter().find(|(_, synced)| !synced) {
+            return Some(format!("{kind}s not listed yet"));
+        }
+        if !self.buffer_kinds_required.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
+        let buffer_kinds: [(&str, bool); 5] = [
+            (CapacityBuffer::KIND, o.capacity_buffers.synced),
+            (PodTemplate::KIND, o.pod_templates.synced),
+            (Deployment::KIND, o.deployments.synced),
+            (StatefulSet::KIND, o.stateful_sets.synced),
+            (ReplicaSet::KIND, o.replica_sets.synced),
+        ];
+        buffer_kinds.iter().find(|(_, synced)| !synced).map(|(kind, _)| format!("{kind}s not listed yet"))
     }
 
     /// Runs one watcher per tracked kind until `shutdown` is cancelled. Watch errors are logged and the watcher
@@ -938,10 +1052,83 @@ impl ClusterState {
             .values()
             .filter(|p| is_provisionable(p))
             .map(|p| Trigger::Pod(p.metadata.uid.clone().unwrap_or_else(|| object_key(p.as_ref()))))
+            .chain(self.buffers_asking().into_iter().map(Trigger::Buffer))
             .collect();
         for trigger in triggers {
             self.notify(trigger);
         }
+    }
+
+    /// Keys of the buffers that ask for virtual pods now.
+    fn buffers_asking(&self) -> Vec<String> {
+        self.read().capacity_buffers.objects.values().filter(|b| b.ready_replicas() > 0).map(|b| b.key()).collect()
+    }
+
+    /// Resolves a buffer against the stored PodTemplates and workloads.
+    pub fn resolve_buffer(&self, buffer: &CapacityBuffer) -> Result<Resolved, Unresolved> {
+        karpenter_api::capacitybuffer::resolve(buffer, &StoreSources(&self.read()))
+    }
+
+    /// Every ready buffer's virtual pods ([`karpenter_api::capacitybuffer::buffers_virtual_pods`], the one
+    /// builder) added to `cluster`'s pending pods, as a provisioning pass and a disruption simulation see them.
+    /// Returns their keys. Without the `CapacityBuffer` gate no buffer is watched and this adds none.
+    pub fn add_buffer_pods(&self, cluster: &mut ClusterSnapshot) -> Vec<String> {
+        let o = self.read();
+        if o.capacity_buffers.objects.is_empty() {
+            return Vec::new();
+        }
+        let pods = karpenter_api::capacitybuffer::buffers_virtual_pods(
+            o.capacity_buffers.objects.values().map(AsRef::as_ref),
+            &StoreSources(&o),
+        );
+        let keys = pods.iter().map(CompactPod::key).collect();
+        cluster.pending_pods.extend(pods.into_iter().map(Arc::new));
+        keys
+    }
+
+    /// Records where each buffer's virtual pods went in a provisioning pass (buffers without virtual pods are
+    /// forgotten) and wakes the buffer controller when anything changed.
+    pub fn record_buffer_placements(&self, placements: BTreeMap<String, BufferPlacement>) {
+        let changed = {
+            let mut o = self.write();
+            let changed = o.buffer_placements != placements;
+            o.buffer_placements = placements;
+            changed
+        };
+        if changed {
+            self.buffers_changed.notify_one();
+        }
+    }
+
+    /// Where a buffer's virtual pods went in the last provisioning pass.
+    pub fn buffer_placement(&self, key: &str) -> Option<BufferPlacement> {
+        self.read().buffer_placements.get(key).copied()
+    }
+
+    /// Notified when a buffer, a PodTemplate, a workload or a buffer's placement changes.
+    pub fn buffers_changed(&self) -> Arc<tokio::sync::Notify> {
+        Arc::clone(&self.buffers_changed)
+    }
+
+    /// Runs the watchers the `CapacityBuffer` gate needs (CapacityBuffers, PodTemplates, Deployments and, unless
+    /// `workloads_watched` says the spread watchers do, StatefulSets and ReplicaSets) until `shutdown`.
+    pub async fn run_buffer_watchers(&self, client: Client, shutdown: CancellationToken, workloads_watched: bool) {
+        let c = &client;
+        let s = &shutdown;
+        let workloads = async {
+            if !workloads_watched {
+                futures::join!(
+                    self.watch::<StatefulSet>(Api::all(c.clone()), s.clone()),
+                    self.watch::<ReplicaSet>(Api::all(c.clone()), s.clone()),
+                );
+            }
+        };
+        futures::join!(
+            self.watch::<CapacityBuffer>(Api::all(c.clone()), s.clone()),
+            self.watch::<PodTemplate>(Api::all(c.clone()), s.clone()),
+            self.watch::<Deployment>(Api::all(c.clone()), s.clone()),
+            workloads,
+        );
     }
 
     /// The provisionable pods ([`is_provisionable`], before validation), by key.

@@ -25,10 +25,10 @@ use anyhow::Context;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Node, Pod, ReplicationController, Service};
+use k8s_openapi::api::core::v1::{Node, Pod, PodTemplate, ReplicationController, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use karpenter_api::loader::{Loaded, Object, Origin};
-use karpenter_api::{EC2NodeClass, KWOKNodeClass, NodeClaim, NodeOverlay, NodePool};
+use karpenter_api::{CapacityBuffer, EC2NodeClass, KWOKNodeClass, NodeClaim, NodeOverlay, NodePool};
 use karpenter_cloudprovider::{Clock, SystemClock};
 use karpenter_operator::client::{ClientOptions, USER_AGENT, client_from_config};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
@@ -179,6 +179,10 @@ pub const READS: &[ReadResource] = &[
     // The selectors of SCHEDULER_CONFIG's default spread constraints, as kube-scheduler derives them.
     ReadResource { group: "", resource: "services" },
     ReadResource { group: "", resource: "replicationcontrollers" },
+    // CapacityBuffers and the PodTemplates they name (`--feature-gates CapacityBuffer=true`; skipped when the
+    // CRD is not installed).
+    ReadResource { group: "", resource: "podtemplates" },
+    ReadResource { group: "autoscaling.x-k8s.io", resource: "capacitybuffers" },
 ];
 
 /// The read-only ClusterRole (and a binding to `subject`, a user) that `--from-cluster` needs: `get`, `list`,
@@ -229,6 +233,8 @@ pub async fn read_with(client: Client, connection: &Connection, clock: &dyn Cloc
     list::<Service>(&client, connection, &mut listing, |o| Object::Service(Box::new(o))).await?;
     list::<ReplicationController>(&client, connection, &mut listing, |o| Object::ReplicationController(Box::new(o)))
         .await?;
+    list::<PodTemplate>(&client, connection, &mut listing, |o| Object::PodTemplate(Box::new(o))).await?;
+    list::<CapacityBuffer>(&client, connection, &mut listing, |o| Object::CapacityBuffer(Box::new(o))).await?;
     Ok(listing.finish(connection, clock.now()))
 }
 
@@ -532,12 +538,12 @@ mod tests {
                 "cluster poddisruptionbudgets.policy: document 0: PodDisruptionBudget/default/web",
             ]
         );
-        // The in-process server serves no Deployments, ReplicaSets, StatefulSets or Jobs: skipped like a missing CRD.
+        // The in-process server serves no Jobs: skipped like a missing CRD.
         assert!(
             input
                 .notes
                 .iter()
-                .any(|n| n == "deployments.apps: not served by the cluster (404; a CRD not installed): skipped"),
+                .any(|n| n == "jobs.batch: not served by the cluster (404; a CRD not installed): skipped"),
             "{:?}",
             input.notes
         );

@@ -21,6 +21,7 @@
 //!
 //! With `--from-cluster` the input is a running cluster's objects ([`live`], read-only), plus any files.
 
+mod buffers;
 mod catalogue;
 pub mod checks;
 mod floor;
@@ -71,7 +72,8 @@ pub struct Options {
     pub cluster_limits: karpenter_requirements::ResourceList,
     /// `SCHEDULER_CONFIG` (`--scheduler-config`): default topology spread constraints, in both modes.
     pub scheduler_config: karpenter_scheduler::SchedulerConfig,
-    /// `FEATURE_GATES` (`--feature-gates`): the disruption gates, over simulated time.
+    /// `FEATURE_GATES` (`--feature-gates`): the disruption gates over simulated time, and `CapacityBuffer` in both
+    /// modes.
     pub feature_gates: karpenter_operator::settings::FeatureGates,
     /// `IGNORE_DRA_REQUESTS` (`--ignore-dra-requests`, default true): `false` simulates DRA device allocation
     /// (docs/dra.md), in both modes.
@@ -156,10 +158,11 @@ pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> 
         return Ok(Outcome::InputErrors(errors));
     }
 
-    let snapshot = match ClusterSnapshot::from_objects(&objects) {
+    let mut snapshot = match ClusterSnapshot::from_objects(&objects) {
         Ok(s) => s,
         Err(e) => return Ok(Outcome::InputErrors(vec![e.to_string()])),
     };
+    buffers::add(&mut snapshot, &objects, options.feature_gates.capacity_buffer, &mut notes);
 
     let selection =
         catalogue::Selection { force, instance_types: options.instance_types.as_deref(), region: &options.region };

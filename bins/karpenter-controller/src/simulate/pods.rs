@@ -24,11 +24,17 @@ pub struct PodGroup {
 impl PodGroup {
     /// `inflate x10`; `kube-system/coredns x2` outside the default namespace; a standalone pod by its name.
     pub fn label(&self) -> String {
+        if self.kind == BUFFER_KIND {
+            return format!("buffer {}/{}: {} virtual pods", self.namespace, self.name, self.count);
+        }
         let name =
             if self.namespace == "default" { self.name.clone() } else { format!("{}/{}", self.namespace, self.name) };
         if self.kind == "Pod" { name } else { format!("{name} x{}", self.count) }
     }
 }
+
+/// The owner kind a CapacityBuffer's virtual pods are grouped under.
+pub const BUFFER_KIND: &str = "CapacityBuffer";
 
 /// Resolves the workload a pod belongs to: a ReplicaSet is reported as its Deployment when the input holds the
 /// ReplicaSet with a Deployment owner, or when the pod's `pod-template-hash` label is the suffix of the
@@ -60,6 +66,13 @@ impl Owners {
     pub fn owner_of(&self, pod: &impl Resource) -> (String, String, String) {
         let meta = pod.meta();
         let namespace = meta.namespace.clone().unwrap_or_else(|| "default".to_owned());
+        let annotations = meta.annotations.as_ref();
+        let buffer = |k: &str| annotations.and_then(|a| a.get(k)).cloned();
+        if buffer(karpenter_api::capacitybuffer::annotations::FAKE_POD).as_deref() == Some("true")
+            && let Some(name) = buffer(karpenter_api::capacitybuffer::annotations::NAME)
+        {
+            return (namespace, BUFFER_KIND.to_owned(), name);
+        }
         let refs = meta.owner_references.as_deref().unwrap_or_default();
         let Some(owner) = refs.iter().find(|o| o.controller == Some(true)).or_else(|| refs.first()) else {
             let name = meta.name.clone().unwrap_or_default();

@@ -61,8 +61,11 @@ pub struct CatalogueSummary {
 #[derive(Debug, Clone, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Summary {
-    /// Pending pods in the snapshot.
+    /// Pending pods in the snapshot (CapacityBuffer virtual pods included).
     pub pending_pods: usize,
+    /// Of which CapacityBuffer virtual pods (gate `CapacityBuffer`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub buffer_pods: usize,
     /// Pods placed on new nodes.
     pub pods_on_new_nodes: usize,
     /// Pods placed on existing nodes and in-flight NodeClaims.
@@ -265,6 +268,7 @@ impl Report {
 
         let summary = Summary {
             pending_pods: input.snapshot.pending_pods.len(),
+            buffer_pods: input.snapshot.pending_pods.iter().filter(|p| super::buffers::is_virtual(p)).count(),
             pods_on_new_nodes: new_nodes.iter().map(|n| n.pods.len()).sum(),
             pods_on_existing_nodes: decisions.existing_nodes.iter().map(|n| n.pods.len()).sum(),
             unschedulable_pods: decisions.unschedulable.len(),
@@ -364,4 +368,8 @@ pub(super) fn price_of(
         .map(|o| o.price)
         .min_by(f64::total_cmp)
         .ok_or_else(|| format!("instance type {it} has no {ct} offering in {zone}"))
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }

@@ -127,6 +127,13 @@ pub fn render(report: &Report) -> String {
         price(s.new_nodes_price_per_hour),
         price(s.existing_nodes_price_per_hour),
     );
+    if s.buffer_pods > 0 {
+        let _ = writeln!(
+            out,
+            "Of the pending pods, {} are CapacityBuffer virtual pods (room kept for pods that do not exist yet).",
+            s.buffer_pods
+        );
+    }
     out
 }
 

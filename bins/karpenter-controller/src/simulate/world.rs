@@ -193,8 +193,13 @@ impl<'c> World<'c> {
             unpriced_nodes: self.snapshot.nodes.iter().filter(|n| self.node_price(n).is_none()).count(),
             price_estimated: self.snapshot.nodes.iter().any(|n| self.node_price_estimated(n)),
             pods: self.snapshot.bound_pods.len(),
-            pending_pods: self.snapshot.pending_pods.len(),
+            pending_pods: self.pending_real_pods(),
         }
+    }
+
+    /// Pending pods that are not CapacityBuffer virtual pods (those stay pending by design).
+    fn pending_real_pods(&self) -> usize {
+        self.snapshot.pending_pods.iter().filter(|p| !super::buffers::is_virtual(p)).count()
     }
 
     /// The catalogue price of a node's offering (labels), if known.
@@ -249,8 +254,9 @@ impl<'c> World<'c> {
         }
         let wanted: BTreeSet<&str> = keys.iter().map(String::as_str).collect();
         let mut moved = Vec::new();
+        // CapacityBuffer virtual pods are placed but never bound: they stay pending for the next pass.
         self.snapshot.pending_pods.retain(|p| {
-            if wanted.contains(pod_key(p).as_str()) {
+            if wanted.contains(pod_key(p).as_str()) && !super::buffers::is_virtual(p) {
                 moved.push(CompactPod::clone(p));
                 false
             } else {
@@ -458,7 +464,7 @@ impl<'c> World<'c> {
             }
         }
         self.snapshot.sort();
-        Ok((placed, launched, self.snapshot.pending_pods.len()))
+        Ok((placed, launched, self.pending_real_pods()))
     }
 
     /// Schedules the pending pods; `None` when there were none or nothing changed.
@@ -586,7 +592,7 @@ impl<'c> World<'c> {
                 }
             }
             self.snapshot.sort();
-            let mut left = self.snapshot.pending_pods.len();
+            let mut left = self.pending_real_pods();
             if let Some((p, more, l)) = self.schedule_pending()? {
                 placed += p;
                 launched.extend(more);

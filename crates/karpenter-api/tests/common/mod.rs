@@ -16,7 +16,8 @@ use std::path::{Path, PathBuf};
 use karpenter_api::crd;
 use karpenter_api::ec2nodeclass::EC2NodeClass;
 use karpenter_api::{
-    KWOKNodeClass, NodeClaim, NodeOverlay, NodePool, ProviderLabels, Validate, ValidationContext, Violations,
+    CapacityBuffer, KWOKNodeClass, NodeClaim, NodeOverlay, NodePool, ProviderLabels, Validate, ValidationContext,
+    Violations,
 };
 use kube_cel::Validator;
 use serde_json::{Value, json};
@@ -43,6 +44,7 @@ pub fn yaml_files(dir: &Path) -> Vec<PathBuf> {
 pub fn schemas() -> BTreeMap<String, Value> {
     let mut crds = crd::crds(&ProviderLabels::aws());
     crds.extend(crd::node_class_crds(&ProviderLabels::kwok()));
+    crds.extend(crd::optional_crds(&ProviderLabels::aws()));
     crds.iter()
         .map(|c| {
             let schema = c.spec.versions[0].schema.as_ref().and_then(|s| s.open_api_v3_schema.as_ref()).unwrap();
@@ -57,6 +59,7 @@ pub enum Typed {
     Kwok(Box<KWOKNodeClass>),
     Ec2(Box<EC2NodeClass>),
     Overlay(Box<NodeOverlay>),
+    Buffer(Box<CapacityBuffer>),
 }
 
 pub fn kind_of(text: &str) -> Option<String> {
@@ -73,6 +76,7 @@ pub fn decode(text: &str) -> Option<Result<Typed, String>> {
         "KWOKNodeClass" => serde_saphyr::from_str::<KWOKNodeClass>(text).map(|o| Typed::Kwok(Box::new(o))),
         "EC2NodeClass" => serde_saphyr::from_str::<EC2NodeClass>(text).map(|o| Typed::Ec2(Box::new(o))),
         "NodeOverlay" => serde_saphyr::from_str::<NodeOverlay>(text).map(|o| Typed::Overlay(Box::new(o))),
+        "CapacityBuffer" => serde_saphyr::from_str::<CapacityBuffer>(text).map(|o| Typed::Buffer(Box::new(o))),
         _ => return None,
     };
     Some(r.map_err(|e| e.to_string()))
@@ -105,6 +109,7 @@ pub fn rust_violations(new: &Typed, old: Option<&Typed>) -> Violations {
         (Typed::Kwok(n), _) => n.validate(&ctx),
         (Typed::Ec2(n), _) => n.validate(&ctx),
         (Typed::Overlay(n), _) => n.validate(&ctx),
+        (Typed::Buffer(n), _) => n.validate(&ctx),
     }
 }
 
@@ -260,6 +265,7 @@ pub fn check_valid(name: &str, text: &str, schemas: &BTreeMap<String, Value>) ->
                 Typed::Kwok(o) => round_trip(o.as_ref()),
                 Typed::Ec2(o) => round_trip(o.as_ref()),
                 Typed::Overlay(o) => round_trip(o.as_ref()),
+                Typed::Buffer(o) => round_trip(o.as_ref()),
             };
             if let Err(e) = round_trips {
                 failures.push(format!("{name}: {e}"));

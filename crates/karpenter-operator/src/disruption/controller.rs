@@ -563,7 +563,9 @@ impl Disruption {
         let started = Stopwatch::start();
         let budget = self.settings.pass_simulation_time;
         let multi_node_budget = budget / 3;
-        let snapshot = self.ctx.state.snapshot()?.cluster;
+        let mut snapshot = self.ctx.state.snapshot()?.cluster;
+        // CapacityBuffer virtual pods: every simulation re-places them, so consolidation keeps the buffers' room.
+        self.ctx.state.add_buffer_pods(&mut snapshot);
         self.invalid_do_not_disrupt(&snapshot.bound_pods);
         let pools = self.pools(&snapshot.node_pools).await;
         let now = self.ctx.clock.now();
@@ -637,7 +639,8 @@ impl Disruption {
             kind: FailureKind::Scheduling,
             message: format!("building the snapshot: {e}"),
         })?;
-        let snapshot = snapshot.cluster;
+        let mut snapshot = snapshot.cluster;
+        self.ctx.state.add_buffer_pods(&mut snapshot);
         let pools = self.pools(&snapshot.node_pools).await;
         let (command, labels, now, options) =
             (command.clone(), self.ctx.cloud.labels().clone(), self.ctx.clock.now(), self.options());

@@ -61,6 +61,8 @@ const BUILT_IN: &[Row] = &[
     ("", "v1", "replicationcontrollers", "ReplicationController", &["rc"], true, true, true),
     ("apps", "v1", "replicasets", "ReplicaSet", &["rs"], true, true, true),
     ("apps", "v1", "statefulsets", "StatefulSet", &["sts"], true, true, true),
+    ("apps", "v1", "deployments", "Deployment", &["deploy"], true, true, true),
+    ("", "v1", "podtemplates", "PodTemplate", &[], true, false, false),
     ("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", &["pdb"], true, true, true),
     ("storage.k8s.io", "v1", "storageclasses", "StorageClass", &["sc"], false, false, false),
     ("storage.k8s.io", "v1", "csinodes", "CSINode", &[], false, false, false),
@@ -88,10 +90,11 @@ pub struct Registry {
 
 impl Registry {
     /// Built-in kinds plus the Karpenter CRDs: karpenter.sh NodePool and NodeClaim, the AWS EC2NodeClass and the
-    /// kwok KWOKNodeClass.
+    /// kwok KWOKNodeClass, and the CapacityBuffer CRD Karpenter reads.
     pub fn karpenter() -> Self {
         let mut crd_list = crds(&ProviderLabels::aws());
         crd_list.extend(node_class_crds(&ProviderLabels::kwok()));
+        crd_list.extend(karpenter_api::crd::optional_crds(&ProviderLabels::aws()));
         Self::with_crds(crd_list)
     }
 
