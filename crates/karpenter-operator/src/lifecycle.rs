@@ -64,7 +64,7 @@ mod launch;
 mod liveness;
 mod registration;
 
-pub use initialization::initialization_blocker;
+pub use initialization::{initialization_blocker, unpublished_dra_drivers};
 use liveness::Liveness;
 
 /// A claim not launched this long after its launch began is deleted.
@@ -550,6 +550,42 @@ mod tests {
         assert_eq!(cond_of(&c, cond::READY).0, ConditionStatus::True);
         let n = Api::<Node>::all(f.server.client()).get("node-1").await.unwrap();
         assert_eq!(n.labels().get(labels::NODE_INITIALIZED).map(String::as_str), Some("true"));
+    }
+
+    /// A claim launched for DRA claims is initialized once its drivers published complete pools for its Node.
+    #[tokio::test]
+    async fn initialization_waits_for_the_requested_dra_drivers() {
+        let f = fixture();
+        create_claim(&f).await;
+        let patch =
+            json!({"metadata": {"annotations": {labels::annotations::REQUESTED_DRA_DRIVERS: "gpu.example.com"}}});
+        f.ctx.api().patch("c1", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        reconcile(&f.ctx, &get(&f).await).await.unwrap();
+        let pid = get(&f).await.provider_id().unwrap().to_owned();
+        add_node(&f, &pid, true, vec![]).await;
+        reconcile(&f.ctx, &get(&f).await).await.unwrap();
+        // Registration put the claim's startup taint on the node: remove it, as its agent would.
+        let n = Api::<Node>::all(f.server.client()).get("node-1").await.unwrap();
+        let kept: Vec<CoreTaint> =
+            n.spec.unwrap().taints.unwrap_or_default().into_iter().filter(|t| t.key != "example.com/agent").collect();
+        let n = Api::<Node>::all(f.server.client())
+            .patch("node-1", &PatchParams::default(), &Patch::Merge(&json!({"spec": {"taints": kept}})))
+            .await
+            .unwrap();
+        f.state.apply(n);
+        reconcile(&f.ctx, &get(&f).await).await.unwrap();
+        let (status, reason) = cond_of(&get(&f).await, cond::INITIALIZED);
+        assert_eq!((status, reason.as_str()), (ConditionStatus::Unknown, cond_reasons::DRA_DRIVER_POOLS_NOT_PUBLISHED));
+
+        let slice: k8s_openapi::api::resource::v1beta1::ResourceSlice = serde_json::from_value(json!({
+            "apiVersion": "resource.k8s.io/v1beta1", "kind": "ResourceSlice", "metadata": {"name": "node-1-gpu"},
+            "spec": {"driver": "gpu.example.com", "nodeName": "node-1",
+                     "pool": {"name": "node-1", "generation": 1, "resourceSliceCount": 1}}
+        }))
+        .unwrap();
+        f.state.apply(slice);
+        reconcile(&f.ctx, &get(&f).await).await.unwrap();
+        assert_eq!(cond_of(&get(&f).await, cond::INITIALIZED).0, ConditionStatus::True);
     }
 
     #[tokio::test]

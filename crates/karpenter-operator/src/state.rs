@@ -1228,7 +1228,15 @@ fn unwrap_lean<K>(event: watcher::Event<Lean<K>>) -> watcher::Event<K> {
     }
 }
 
-/// Names (nodes and NodeClaims) marked for deletion, each machine under both its names.
+impl ClusterState {
+    /// The drivers among `drivers` that have not yet published a complete pool of ResourceSlices for Node `node`
+    /// (see [`crate::lifecycle::unpublished_dra_drivers`]).
+    pub fn unpublished_dra_drivers(&self, node: &str, drivers: &[&str]) -> Vec<String> {
+        let slices = self.list_shared::<ResourceSlice>();
+        crate::lifecycle::unpublished_dra_drivers(slices.iter().map(|s| &**s), node, drivers)
+    }
+}
+
 /// The DRA objects of the state, typed for the scheduler. An object that cannot be read (a negative count, a
 /// slice with two node fields: the API server's validation prevents both) is left out with a warning; pods that
 /// use it then wait with a reason naming it.
@@ -1251,6 +1259,7 @@ fn dra_objects(o: &Objects) -> DraObjects {
     dra
 }
 
+/// Names (nodes and NodeClaims) marked for deletion, each machine under both its names.
 fn marked_names(o: &Objects) -> BTreeSet<String> {
     let mut out = o.marked.clone();
     for n in o.nodes.objects.values() {

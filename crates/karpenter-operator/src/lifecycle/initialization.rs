@@ -1,7 +1,10 @@
 //! Step 4 of a lifecycle pass: initializing the registered claim once its Node is ready (see the module docs of
 //! [`super`]).
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::core::v1::{Node, Taint as CoreTaint};
+use k8s_openapi::api::resource::v1beta1::ResourceSlice;
 use karpenter_api::NodeClaim;
 use karpenter_api::condition::ConditionStatus;
 use karpenter_api::labels::{self, taints};
@@ -20,7 +23,8 @@ impl Pass<'_> {
         if self.is_true(cond::INITIALIZED) {
             return Ok(());
         }
-        match initialization_blocker(&self.claim, node) {
+        let blocker = initialization_blocker(&self.claim, node).or_else(|| self.dra_blocker(node));
+        match blocker {
             Some((reason, message)) => {
                 self.set(cond::INITIALIZED, ConditionStatus::Unknown, reason, &truncate(&message));
             }
@@ -33,6 +37,54 @@ impl Pass<'_> {
         }
         Ok(())
     }
+}
+
+impl Pass<'_> {
+    /// A NodeClaim launched for pods with DRA claims (`karpenter.sh/requested-dra-drivers`) is initialized only
+    /// once each of those drivers has published a complete pool of ResourceSlices for its Node: until then the
+    /// scheduler could not place the pods that wait for its devices.
+    fn dra_blocker(&self, node: &Node) -> Option<(&'static str, String)> {
+        let requested = self.claim.annotations().get(labels::annotations::REQUESTED_DRA_DRIVERS)?;
+        let drivers: Vec<&str> = requested.split(',').map(str::trim).filter(|d| !d.is_empty()).collect();
+        let node_name = node.name_any();
+        let missing = self.ctx.shared.state.unpublished_dra_drivers(&node_name, &drivers);
+        (!missing.is_empty()).then(|| {
+            (
+                cond_reasons::DRA_DRIVER_POOLS_NOT_PUBLISHED,
+                format!(
+                    "DRA drivers {} have not published complete resource pools for Node {node_name}",
+                    missing.join(", ")
+                ),
+            )
+        })
+    }
+}
+
+/// The drivers among `drivers` without a complete pool for Node `node` in `slices`: a pool (driver, pool name) is
+/// complete when its newest generation's slices for the node number `resourceSliceCount`.
+pub fn unpublished_dra_drivers<'a>(
+    slices: impl Iterator<Item = &'a ResourceSlice>,
+    node: &str,
+    drivers: &[&str],
+) -> Vec<String> {
+    // (driver, pool) -> (generation, slices seen at it, slices the pool says it has)
+    let mut pools: BTreeMap<(&str, &str), (i64, i64, i64)> = BTreeMap::new();
+    for s in slices.filter(|s| s.spec.node_name.as_deref() == Some(node)) {
+        let pool = &s.spec.pool;
+        let entry = pools.entry((s.spec.driver.as_str(), pool.name.as_str())).or_insert((pool.generation, 0, 0));
+        if pool.generation > entry.0 {
+            *entry = (pool.generation, 0, 0);
+        }
+        if pool.generation == entry.0 {
+            entry.1 += 1;
+            entry.2 = pool.resource_slice_count;
+        }
+    }
+    drivers
+        .iter()
+        .filter(|d| !pools.iter().any(|((driver, _), (_, seen, count))| driver == *d && seen >= count))
+        .map(|d| (*d).to_owned())
+        .collect()
 }
 
 /// Why the Node is not initialized yet (condition reason and message), `None` when it is.
@@ -94,4 +146,40 @@ async fn label_initialized(ctx: &LifecycleContext, claim_name: &str, node: &Node
         })?;
     ctx.shared.state.apply(written);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slice(driver: &str, node: &str, pool: &str, generation: i64, count: i64) -> ResourceSlice {
+        serde_json::from_value(json!({
+            "apiVersion": "resource.k8s.io/v1beta1", "kind": "ResourceSlice",
+            "metadata": {"name": format!("{node}-{driver}-{pool}-{generation}")},
+            "spec": {"driver": driver, "nodeName": node,
+                     "pool": {"name": pool, "generation": generation, "resourceSliceCount": count}}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_driver_counts_once_its_newest_pool_generation_is_complete() {
+        let drivers = ["gpu.example.com", "nic.example.com"];
+        assert_eq!(unpublished_dra_drivers([].iter(), "n", &drivers), drivers);
+        // Two slices announced, one published: incomplete.
+        let half = [slice("gpu.example.com", "n", "p", 1, 2)];
+        assert_eq!(unpublished_dra_drivers(half.iter(), "n", &drivers), drivers);
+        let full = [slice("gpu.example.com", "n", "p", 1, 2), slice("gpu.example.com", "n", "p", 1, 2)];
+        assert_eq!(unpublished_dra_drivers(full.iter(), "n", &drivers), ["nic.example.com"]);
+        // A newer generation replaces the older one and must be complete itself.
+        let newer = [
+            slice("gpu.example.com", "n", "p", 1, 1),
+            slice("gpu.example.com", "n", "p", 2, 2),
+            slice("nic.example.com", "n", "q", 1, 1),
+        ];
+        assert_eq!(unpublished_dra_drivers(newer.iter(), "n", &drivers), ["gpu.example.com"]);
+        // Another node's slices do not count.
+        let elsewhere = [slice("nic.example.com", "other", "q", 1, 1)];
+        assert_eq!(unpublished_dra_drivers(elsewhere.iter(), "n", &["nic.example.com"]), ["nic.example.com"]);
+    }
 }
