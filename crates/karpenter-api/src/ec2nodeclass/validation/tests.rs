@@ -173,7 +173,7 @@ fn kubelet_rules() {
     let mut nc = base();
     let mut k = KubeletConfiguration {
         system_reserved: tags(&[("cpu", "100m"), ("memory", "-1Gi"), ("gpu", "1")]),
-        kube_reserved: tags(&[("pid", "1000"), ("ephemeral-storage", "lots")]),
+        kube_reserved: tags(&[("pid", "1000"), ("ephemeral-storage", "-2Gi")]),
         eviction_hard: tags(&[
             ("memory.available", "100%"),
             ("nodefs.available", "100.01%"),
@@ -186,7 +186,7 @@ fn kubelet_rules() {
             .collect(),
         image_gc_high_threshold_percent: Some(50),
         image_gc_low_threshold_percent: Some(60),
-        max_pods: Some(-1),
+        max_pods: Some(MaxPods::Static(-1)),
         ..Default::default()
     };
     nc.spec.kubelet = Some(k.clone());
@@ -211,9 +211,15 @@ fn kubelet_rules() {
     k.eviction_soft.remove("imagefs.available");
     k.eviction_soft_grace_period.remove("nodefs.inodesFree");
     k.image_gc_high_threshold_percent = Some(61);
-    k.max_pods = Some(0);
-    nc.spec.kubelet = Some(k);
+    k.max_pods = Some(MaxPods::Static(0));
+    nc.spec.kubelet = Some(k.clone());
     assert!(paths(&nc).is_empty(), "{:?}", paths(&nc));
+    // Values that are not quantities are CEL expressions: the API accepts them (the controller checks them).
+    k.max_pods = Some(MaxPods::Expression("min(max_pods, 50)".into()));
+    k.kube_reserved.insert("memory".into(), "11 * max_pods + 255".into());
+    nc.spec.kubelet = Some(k.clone());
+    assert!(paths(&nc).is_empty(), "{:?}", paths(&nc));
+    assert!(k.has_expressions());
 }
 
 #[test]
