@@ -72,6 +72,12 @@ pub mod conditions {
         pub const TAG_VALIDATION_FAILED: &str = "TagValidationFailed";
         pub const DEPENDENCIES_NOT_READY: &str = "DependenciesNotReady";
         pub const USER_DATA_SIZE_LIMIT_EXCEEDED: &str = "UserDataSizeLimitExceeded";
+        /// `spec.kubelet` has CEL expressions but the AWS `NodeClassCEL` gate is off.
+        pub const KUBELET_EXPRESSIONS_DISABLED: &str = "KubeletExpressionsDisabled";
+        /// A kubelet CEL expression does not compile.
+        pub const KUBELET_EXPRESSION_INVALID: &str = "KubeletExpressionInvalid";
+        /// A kubelet CEL expression fails for a known instance type.
+        pub const KUBELET_EXPRESSION_EVALUATION_FAILED: &str = "KubeletExpressionEvaluationFailed";
     }
 }
 

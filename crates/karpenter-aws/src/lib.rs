@@ -69,6 +69,7 @@ pub mod ec2;
 pub mod instancetype;
 pub mod instancetypes;
 pub mod interruption;
+pub mod kubelet_cel;
 pub mod launch;
 pub mod moto;
 pub mod nodeclass;
