@@ -128,6 +128,11 @@ enum Command {
         /// PodDeletionCostManagement change disruption as in the controller.
         #[arg(long, env = "FEATURE_GATES", value_name = "GATES", default_value = karpenter_operator::settings::FeatureGates::DEFAULT)]
         feature_gates: karpenter_operator::settings::FeatureGates,
+        /// AWS feature gates as the controller takes them (Name=bool pairs). NodeClassCEL evaluates EC2NodeClass
+        /// kubelet CEL expressions per instance type; off, they are ignored and noted.
+        #[arg(long, env = "AWS_FEATURE_GATES", value_name = "GATES",
+              default_value = karpenter_aws::settings::DEFAULT_AWS_FEATURE_GATES)]
+        aws_feature_gates: karpenter_aws::settings::AwsFeatureGates,
         #[command(flatten)]
         cluster: simulate::live::ClusterArgs,
     },
@@ -257,6 +262,7 @@ fn main() -> ExitCode {
             cluster_limits,
             scheduler_config,
             feature_gates,
+            aws_feature_gates,
             cluster,
         } => {
             paths.extend(filenames);
@@ -273,6 +279,7 @@ fn main() -> ExitCode {
                 cluster_limits: *cluster_limits,
                 scheduler_config: *scheduler_config,
                 feature_gates,
+                aws_feature_gates,
             };
             run_simulate(options, &cluster, output)
         }

@@ -73,6 +73,8 @@ pub struct Options {
     pub scheduler_config: karpenter_scheduler::SchedulerConfig,
     /// `FEATURE_GATES` (`--feature-gates`): the disruption gates, over simulated time.
     pub feature_gates: karpenter_operator::settings::FeatureGates,
+    /// `AWS_FEATURE_GATES` (`--aws-feature-gates`): `NodeClassCEL` evaluates EC2NodeClass kubelet expressions.
+    pub aws_feature_gates: karpenter_aws::settings::AwsFeatureGates,
 }
 
 /// What to run over simulated time.
@@ -158,8 +160,12 @@ pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> 
         Err(e) => return Ok(Outcome::InputErrors(vec![e.to_string()])),
     };
 
-    let selection =
-        catalogue::Selection { force, instance_types: options.instance_types.as_deref(), region: &options.region };
+    let selection = catalogue::Selection {
+        force,
+        instance_types: options.instance_types.as_deref(),
+        region: &options.region,
+        aws_feature_gates: options.aws_feature_gates,
+    };
     let catalogue = Catalogue::build(&selection, &snapshot.node_pools, &objects, &mut notes)?;
     duplicate_notes(&objects, &mut notes);
     checks::unsupported_api_versions(&objects, &mut notes);

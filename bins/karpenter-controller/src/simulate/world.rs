@@ -1397,6 +1397,7 @@ spec:
             cluster_limits: Default::default(),
             scheduler_config: Default::default(),
             feature_gates: Default::default(),
+            aws_feature_gates: Default::default(),
         };
         let outcome = simulate(&options).expect("runs");
         let _ = std::fs::remove_dir_all(&dir);
