@@ -18,6 +18,9 @@
 //!   Custom; the pods capacity for Bottlerocket and Windows).
 //! * Hard eviction defaults `memory.available=100Mi`, `nodefs.available=10%`; `evictionHard` overrides them
 //!   (percentages of the capacity, rounded up; `100%` means 0).
+//! * Kubelet CEL expressions ([`crate::kubelet_cel`], `NodeClassCEL` gate): [`InstanceTypeContext::kubelet`]
+//!   resolves `maxPods` and then the reserved values per type; the result feeds the pods capacity and the
+//!   overhead in place of the static values. A type an expression fails for is left out.
 //!
 //! Deviations, all documented on the items: the `instance-network-bandwidth` label is the sum of the network
 //! cards' `BaselineBandwidthInGbps` (in Mbit/s) instead of upstream's static table, which EC2 does not return;
