@@ -349,7 +349,8 @@ fn validate(paths: &[PathBuf], provider: Provider) -> anyhow::Result<ExitCode> {
         summary.load_errors += 1;
         writeln!(err, "{error}").context("writing to stderr")?;
     }
-    for e in simulate::checks::negative_quantities(&loaded) {
+    let checks = [simulate::checks::negative_quantities(&loaded), simulate::checks::kubelet_expressions(&loaded)];
+    for e in checks.iter().flatten() {
         summary.violations += 1;
         writeln!(out, "{e}").context("writing to stdout")?;
     }
