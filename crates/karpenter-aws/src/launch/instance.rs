@@ -215,6 +215,7 @@ pub struct InstanceProvider {
     failure_sink: Option<Arc<dyn LaunchFailureSink>>,
     subnet_ips: SubnetIps,
     reserved_capacity: bool,
+    node_class_cel: bool,
 }
 
 impl fmt::Debug for InstanceProvider {
@@ -291,6 +292,7 @@ impl InstanceProvider {
             failure_sink: None,
             subnet_ips: SubnetIps::new(templates_clock, DEFAULT_FREE_IP_TTL),
             reserved_capacity: true,
+            node_class_cel: false,
         }
     }
 
@@ -300,6 +302,13 @@ impl InstanceProvider {
     /// templates leave EC2's default preference and no described instance is reserved.
     pub fn with_reserved_capacity(mut self, gate: bool) -> Self {
         self.reserved_capacity = gate;
+        self
+    }
+
+    /// The AWS `NodeClassCEL` gate (off by default): on, kubelet CEL expressions reach the user data with the
+    /// values the instance types were built with; off, they are left out (as instance types ignore them).
+    pub fn with_node_class_cel(mut self, gate: bool) -> Self {
+        self.node_class_cel = gate;
         self
     }
 
@@ -463,7 +472,7 @@ impl InstanceProvider {
         let capacity_type = selection.capacity_type;
         let tenancy = tenancy(&needs.reqs);
         let amis = node_class.status.as_ref().map_or(&[][..], |s| s.amis.as_slice());
-        let kubelet = node_class.spec.kubelet.as_ref();
+        let kubelet = node_class.spec.kubelet.as_ref().map(|k| (k, self.node_class_cel));
         let groups = template_groups(&selection.candidates, amis, &needs.reqs, &needs.requests, capacity_type, kubelet);
         let mut configs = Vec::new();
         for ((ami_id, pods, efa, reservation, reserved), (ami, its)) in &groups {
@@ -1077,16 +1086,21 @@ type GroupKey = (String, i64, i64, Option<String>, NodeReserved);
 
 /// `kubeReserved` and `systemReserved` as a node of one instance type gets them when the node class has CEL
 /// expressions: quantities as written, each expression replaced by its value for the type (which the type's
-/// overhead holds). Empty maps when the class has no expressions (its maps are used as written).
+/// overhead holds), or left out with the `NodeClassCEL` gate off. Empty maps when the class has no expressions
+/// (its maps are used as written).
 type NodeReserved = (BTreeMap<String, String>, BTreeMap<String, String>);
 
-fn node_reserved(kubelet: Option<&KubeletConfiguration>, it: &InstanceType) -> NodeReserved {
-    let Some(k) = kubelet.filter(|k| k.has_expressions()) else { return NodeReserved::default() };
+/// A node class's kubelet settings and the `NodeClassCEL` gate.
+type KubeletAndGate<'a> = (&'a KubeletConfiguration, bool);
+
+fn node_reserved(kubelet: Option<KubeletAndGate<'_>>, it: &InstanceType) -> NodeReserved {
+    let Some((k, cel)) = kubelet.filter(|(k, _)| k.has_expressions()) else { return NodeReserved::default() };
     let resolve = |map: &BTreeMap<String, String>, resolved: &ResourceList| -> BTreeMap<String, String> {
         map.iter()
             .filter_map(|(key, v)| match ReservedValue::parse(v) {
                 ReservedValue::Quantity(_) => Some((key.clone(), v.clone())),
-                ReservedValue::Expression(_) => resolved.get(key).map(|q| (key.clone(), q.to_string())),
+                ReservedValue::Expression(_) if cel => resolved.get(key).map(|q| (key.clone(), q.to_string())),
+                ReservedValue::Expression(_) => None,
             })
             .collect()
     };
@@ -1102,7 +1116,7 @@ fn template_groups<'a>(
     reqs: &Requirements,
     requests: &ResourceList,
     capacity_type: &str,
-    kubelet: Option<&KubeletConfiguration>,
+    kubelet: Option<KubeletAndGate<'_>>,
 ) -> BTreeMap<GroupKey, (Ami, Vec<&'a InstanceType>)> {
     let wants_efa = requests.get(extended::EFA).is_some_and(|q| !q.is_zero());
     let mut groups: BTreeMap<GroupKey, (Ami, Vec<&InstanceType>)> = BTreeMap::new();

@@ -1314,4 +1314,12 @@ async fn kubelet_expressions_shape_instance_types_and_user_data() {
     let m5 = its.iter().find(|it| it.name == "m5.large").expect("m5.large");
     assert_ne!(m5.capacity().pods().value(), Some(20));
     assert_eq!(m5.overhead().kube_reserved.get("cpu"), Some(&"100m".parse().unwrap()));
+    // Its user data leaves the expressions out (status checks keep such a class from launching; this is the
+    // resolution path on its own).
+    off.provider.create(&claim("cel-off", &["on-demand"])).await.unwrap();
+    for lt in off.ec2.launch_templates() {
+        let u = &lt.data.user_data;
+        assert!(u.contains("maxPods: 29") && u.contains("100m"), "{u}");
+        assert!(!u.contains("max_pods") && !u.contains("memory:"), "no expression, no resolved memory: {u}");
+    }
 }

@@ -274,13 +274,17 @@ fn kubelet_expressions_split_template_groups_by_their_values() {
     };
     let amis = [Ami { id: "ami-1".into(), ..Ami::default() }];
     let (reqs, requests) = (Requirements::new(), ResourceList::new());
-    let groups = template_groups(&candidates, &amis, &reqs, &requests, CAPACITY_TYPE_ON_DEMAND, Some(&kubelet));
+    let groups = template_groups(&candidates, &amis, &reqs, &requests, CAPACITY_TYPE_ON_DEMAND, Some((&kubelet, true)));
     let got: Vec<(Vec<&str>, &BTreeMap<String, String>)> =
         groups.iter().map(|(k, (_, its))| (its.iter().map(|i| i.name.as_str()).collect(), &k.4.0)).collect();
     let map = |m: &str| BTreeMap::from([("cpu".to_owned(), "100m".to_owned()), ("memory".to_owned(), m.to_owned())]);
     assert_eq!(got, [(vec!["m5.large", "c5.large"], &map("320Mi")), (vec!["r5.large"], &map("480Mi"))]);
     // Without expressions the maps stay as written (no per-type split).
     let plain = KubeletConfiguration { kube_reserved: [("cpu".into(), "100m".into())].into(), ..Default::default() };
-    let groups = template_groups(&candidates, &amis, &reqs, &requests, CAPACITY_TYPE_ON_DEMAND, Some(&plain));
+    let groups = template_groups(&candidates, &amis, &reqs, &requests, CAPACITY_TYPE_ON_DEMAND, Some((&plain, true)));
     assert_eq!(groups.len(), 1);
+    // Gate off: the expressions are left out, the quantity stays.
+    let off = template_groups(&candidates, &amis, &reqs, &requests, CAPACITY_TYPE_ON_DEMAND, Some((&kubelet, false)));
+    let maps: Vec<&BTreeMap<String, String>> = off.keys().map(|k| &k.4.0).collect();
+    assert_eq!(maps, [&BTreeMap::from([("cpu".to_owned(), "100m".to_owned())])]);
 }
