@@ -873,6 +873,7 @@ async fn ec2nodeclass_crd(env: &Env) {
     }
     let rejected = [
         ("negative-max-pods", json!({"maxPods": -1}), "maxPods"),
+        ("too-many-max-pods", json!({"maxPods": 2_147_483_648_i64}), "maxPods"),
         ("negative-reserved", json!({"kubeReserved": {"cpu": "-100m"}}), "negative"),
         ("bad-reserved-key", json!({"systemReserved": {"gpu": "vcpus"}}), "valid keys"),
     ];

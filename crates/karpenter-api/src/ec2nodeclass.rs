@@ -437,7 +437,7 @@ pub struct KubeletConfiguration {
 
 /// `kubelet.maxPods`: an int (static) or a string (a CEL expression evaluated per instance type, v1.15). An int
 /// serializes as a JSON number exactly as the former `int32` field did, so existing objects hash alike.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 pub enum MaxPods {
     /// A fixed value (the CRD rejects negative ones).
@@ -464,6 +464,29 @@ impl MaxPods {
     }
 }
 
+/// An int must fit in int32 (the CRD's `maximum` says so too); any string is an expression.
+impl<'de> Deserialize<'de> for MaxPods {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = MaxPods;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an int32 or a CEL expression string")
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<MaxPods, E> {
+                i32::try_from(v).map(MaxPods::Static).map_err(|_| E::custom(format!("{v} is out of the int32 range")))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<MaxPods, E> {
+                i32::try_from(v).map(MaxPods::Static).map_err(|_| E::custom(format!("{v} is out of the int32 range")))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<MaxPods, E> {
+                Ok(MaxPods::Expression(v.to_owned()))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
 impl From<i32> for MaxPods {
     fn from(v: i32) -> Self {
         MaxPods::Static(v)
@@ -479,6 +502,8 @@ impl JsonSchema for MaxPods {
         schemars::json_schema!({
             "x-kubernetes-int-or-string": true,
             "anyOf": [{"type": "integer"}, {"type": "string"}],
+            // Applies to ints only: the int32 range the former `format: int32` enforced.
+            "maximum": i32::MAX,
             "x-kubernetes-validations": [
                 {"rule": MAX_PODS_RULE, "message": "maxPods must be a non-negative integer or a CEL expression not starting with '-'"}
             ]

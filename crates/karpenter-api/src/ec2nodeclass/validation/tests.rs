@@ -367,3 +367,16 @@ fn drift_hash_input_covers_the_right_fields() {
     nc.spec.ami_family = Some(AmiFamily::Custom);
     assert_ne!(nc.spec.drift_hash_input(Some("CA")), a);
 }
+
+#[test]
+fn max_pods_is_an_int32_or_an_expression() {
+    let decode = |s: &str| serde_json::from_str::<MaxPods>(s);
+    assert_eq!(decode("20").unwrap(), MaxPods::Static(20));
+    assert_eq!(decode("-1").unwrap(), MaxPods::Static(-1), "validation, not decoding, rejects negatives");
+    assert_eq!(decode("\"min(max_pods, 20)\"").unwrap(), MaxPods::Expression("min(max_pods, 20)".into()));
+    let err = decode("2147483648").unwrap_err().to_string();
+    assert!(err.contains("2147483648 is out of the int32 range"), "{err}");
+    assert!(decode("1.5").is_err() && decode("true").is_err());
+    // An int serializes as the former int32 field did (the drift hash depends on it).
+    assert_eq!(serde_json::to_string(&MaxPods::Static(20)).unwrap(), "20");
+}
