@@ -13,7 +13,9 @@
 //!   `maxPods` must be within `0..=i32::MAX`. A reserved value must not be negative and is read in its key's unit:
 //!   `cpu` millicores rounded up to a multiple of 10m, `memory` MiB rounded up to a multiple of 16Mi,
 //!   `ephemeral-storage` GiB, `pid` a count.
-//! * Compile errors: a parse error, a variable other than the six, or a function call outside [`FUNCTIONS`].
+//! * Compile errors: a parse error, a variable other than the six, or a function call outside [`FUNCTIONS`]. The
+//!   `cel` crate has no type checker, so this reference check stands in for one; list macros (`exists`, `map`, ...)
+//!   are refused because their loop variable looks like an unknown variable.
 //!
 //! Programs are compiled once per expression text and kept in a process-wide cache. Upstream expires its cache
 //! entries after 12 h; an expression's program never goes stale, so ours is bounded by size instead
