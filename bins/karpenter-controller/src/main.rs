@@ -134,6 +134,11 @@ enum Command {
         #[arg(long, env = "IGNORE_DRA_REQUESTS", default_value = "true", action = clap::ArgAction::Set,
               num_args = 0..=1, default_missing_value = "true")]
         ignore_dra_requests: bool,
+        /// AWS feature gates as the controller takes them (Name=bool pairs). NodeClassCEL evaluates EC2NodeClass
+        /// kubelet CEL expressions per instance type; off, they are ignored and noted.
+        #[arg(long, env = "AWS_FEATURE_GATES", value_name = "GATES",
+              default_value = karpenter_aws::settings::DEFAULT_AWS_FEATURE_GATES)]
+        aws_feature_gates: karpenter_aws::settings::AwsFeatureGates,
         #[command(flatten)]
         cluster: simulate::live::ClusterArgs,
     },
@@ -268,6 +273,7 @@ fn main() -> ExitCode {
             scheduler_config,
             feature_gates,
             ignore_dra_requests,
+            aws_feature_gates,
             cluster,
         } => {
             paths.extend(filenames);
@@ -285,6 +291,7 @@ fn main() -> ExitCode {
                 scheduler_config: *scheduler_config,
                 feature_gates,
                 ignore_dra_requests,
+                aws_feature_gates,
             };
             run_simulate(options, &cluster, output)
         }
@@ -354,7 +361,8 @@ fn validate(paths: &[PathBuf], provider: Provider) -> anyhow::Result<ExitCode> {
         summary.load_errors += 1;
         writeln!(err, "{error}").context("writing to stderr")?;
     }
-    for e in simulate::checks::negative_quantities(&loaded) {
+    let checks = [simulate::checks::negative_quantities(&loaded), simulate::checks::kubelet_expressions(&loaded)];
+    for e in checks.iter().flatten() {
         summary.violations += 1;
         writeln!(out, "{e}").context("writing to stdout")?;
     }

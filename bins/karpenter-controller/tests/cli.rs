@@ -164,3 +164,23 @@ fn crds_print_the_provider_crds() {
         ]
     );
 }
+
+#[test]
+fn kubelet_expressions_that_do_not_compile_are_violations() {
+    let tmp = TempDir::new("kubelet-cel");
+    let class = |kubelet: &str| {
+        format!(
+            "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {{name: c}}\nspec:\n  role: r\n  \
+             amiSelectorTerms: [{{alias: al2023@latest}}]\n  subnetSelectorTerms: [{{tags: {{k: v}}}}]\n  \
+             securityGroupSelectorTerms: [{{tags: {{k: v}}}}]\n  kubelet: {kubelet}\n"
+        )
+    };
+    let bad = tmp.write("bad.yaml", &class("{maxPods: \"min(max_pods,\"}"));
+    let (code, stdout, _) = run(&["validate", "-f", bad.to_str().unwrap()]);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(stdout.contains("EC2NodeClass/c: spec.kubelet.maxPods: ") && stdout.contains("KubeletExpressionInvalid"));
+    let good =
+        tmp.write("good.yaml", &class("{maxPods: \"min(max_pods, 50)\", systemReserved: {cpu: \"vcpus * 10\"}}"));
+    let (code, stdout, _) = run(&["validate", "-f", good.to_str().unwrap()]);
+    assert_eq!((code, stdout.trim()), (0, "validated 1 object in 1 file: 0 violations"));
+}

@@ -60,6 +60,7 @@ type Scenario = for<'a> fn(&'a Env) -> BoxFut<'a>;
 /// The scenarios, in order.
 const SCENARIOS: &[(&str, Scenario)] = &[
     ("provisioning", |e| Box::pin(provisioning(e))),
+    ("ec2nodeclass-crd", |e| Box::pin(ec2nodeclass_crd(e))),
     ("nodeclaim-deletion", |e| Box::pin(nodeclaim_deletion(e))),
     ("node-deletion", |e| Box::pin(node_deletion(e))),
     ("limits", |e| Box::pin(limits(e))),
@@ -823,6 +824,66 @@ fn condition_true(claim: &NodeClaim, type_: &str) -> bool {
 }
 
 // ------------------------------------------------------------------------------------------------ scenarios
+
+/// The EC2NodeClass CRD (`crds --provider aws`) is accepted by a real API server and its kubelet rules hold
+/// there: CEL expressions in `maxPods` and the reserved maps are accepted (client-side CEL engines cannot prove
+/// the `isQuantity` and int-or-string rules compile on the server), negative ints and quantities rejected.
+async fn ec2nodeclass_crd(env: &Env) {
+    let out = Command::new(env!("CARGO_BIN_EXE_karpenter-controller"))
+        .args(["crds", "--provider", "aws"])
+        .output()
+        .expect("karpenter-controller crds");
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    let crds: Api<CustomResourceDefinition> = Api::all(env.client.clone());
+    let crd: CustomResourceDefinition = text
+        .split("\n---")
+        .map(|d| d.trim().trim_start_matches("---").trim())
+        .filter_map(|d| serde_saphyr::from_str::<CustomResourceDefinition>(d).ok())
+        .find(|c| c.name_any() == "ec2nodeclasses.karpenter.k8s.aws")
+        .expect("the EC2NodeClass CRD");
+    crds.create(&PostParams::default(), &crd).await.expect("the API server accepts the EC2NodeClass CRD");
+    env.eventually("EC2NodeClass CRD established", Duration::from_secs(30), || async {
+        let c = crds.get("ec2nodeclasses.karpenter.k8s.aws").await.ok()?;
+        c.status?.conditions?.iter().any(|c| c.type_ == "Established" && c.status == "True").then_some(())
+    })
+    .await;
+    let resource = kube::discovery::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+        "karpenter.k8s.aws",
+        "v1",
+        "EC2NodeClass",
+    ));
+    let api: Api<kube::core::DynamicObject> = Api::all_with(env.client.clone(), &resource);
+    let class = |name: &str, kubelet: Value| -> kube::core::DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": name},
+            "spec": {"role": "r", "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                     "subnetSelectorTerms": [{"tags": {"k": "v"}}], "securityGroupSelectorTerms": [{"tags": {"k": "v"}}],
+                     "kubelet": kubelet}
+        }))
+        .expect("EC2NodeClass")
+    };
+    let accepted = [
+        ("static", json!({"maxPods": 110, "kubeReserved": {"cpu": "100m", "pid": "200"}})),
+        (
+            "expressions",
+            json!({"maxPods": "min(max_pods, 50)", "kubeReserved": {"memory": "11 * max_pods + 255"},
+                   "systemReserved": {"cpu": "max(vcpus * 10, 100)"}}),
+        ),
+    ];
+    for (name, kubelet) in accepted {
+        api.create(&PostParams::default(), &class(name, kubelet)).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    let rejected = [
+        ("negative-max-pods", json!({"maxPods": -1}), "maxPods"),
+        ("too-many-max-pods", json!({"maxPods": 2_147_483_648_i64}), "maxPods"),
+        ("negative-reserved", json!({"kubeReserved": {"cpu": "-100m"}}), "negative"),
+        ("bad-reserved-key", json!({"systemReserved": {"gpu": "vcpus"}}), "valid keys"),
+    ];
+    for (name, kubelet, message) in rejected {
+        let err = api.create(&PostParams::default(), &class(name, kubelet)).await.expect_err(name).to_string();
+        assert!(err.contains(message), "{name}: {err}");
+    }
+}
 
 /// Pending pods → NodeClaims → Nodes (registered, initialized, Ready) → pods Running, bound by kube-scheduler.
 async fn provisioning(env: &Env) {

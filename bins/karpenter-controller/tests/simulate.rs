@@ -1192,3 +1192,60 @@ fn capacity_buffers_add_virtual_pods_when_the_gate_is_on() {
     let doc = simulate_json(&[&file, "--for", "1h"]);
     assert_eq!(doc["summary"]["after"]["nodes"], 0, "{:#}", doc["summary"]);
 }
+
+/// An EC2NodeClass with `kubelet`, a NodePool of m5.large on-demand in one zone, and `pods` small pods.
+fn cel_input(kubelet: &str, pods: usize) -> String {
+    let mut text = format!(
+        "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {{name: default}}\nspec:\n  role: r\n  \
+         amiSelectorTerms: [{{alias: al2023@latest}}]\n  subnetSelectorTerms: [{{tags: {{k: v}}}}]\n  \
+         securityGroupSelectorTerms: [{{tags: {{k: v}}}}]\n  kubelet: {kubelet}\n---\n\
+         apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: small}}\nspec:\n  template:\n    spec:\n      \
+         nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}\n      requirements:\n        \
+         - {{key: node.kubernetes.io/instance-type, operator: In, values: [m5.large]}}\n        \
+         - {{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}}\n        \
+         - {{key: topology.kubernetes.io/zone, operator: In, values: [us-east-1a]}}\n"
+    );
+    for i in 0..pods {
+        text.push_str(&format!("---\n{}", pod(&format!("p{i}"), "10m")));
+    }
+    text
+}
+
+#[test]
+fn kubelet_expressions_shape_the_aws_catalogue_with_the_gate_on() {
+    let tmp = TempDir::new("kubelet-cel");
+    // m5.large: 29 pods by its ENIs, so 40 small pods need 2 nodes; capped at 10 by the expression, 4.
+    let file = tmp.write("cel.yaml", &cel_input("{maxPods: \"min(max_pods, 10)\"}", 40));
+    let nodes = |doc: &Value| doc["newNodes"].as_array().expect("newNodes").len();
+    let on = simulate_json(&[&file, "--aws-feature-gates", "NodeClassCEL=true"]);
+    assert_eq!(nodes(&on), 4, "{on}");
+    assert_eq!(on["notes"], Value::Array(vec![]), "{on}");
+    // The same from the environment, as the controller reads it.
+    let (code, stdout, _) = {
+        let Output { status, stdout, stderr } = Command::new(env!("CARGO_BIN_EXE_karpenter-controller"))
+            .current_dir(workspace_root())
+            .env("AWS_FEATURE_GATES", "NodeClassCEL=true")
+            .args(["simulate", &file, "--output", "json"])
+            .output()
+            .expect("running karpenter-controller");
+        (status.code(), String::from_utf8_lossy(&stdout).into_owned(), stderr)
+    };
+    assert_eq!(code, Some(0));
+    assert_eq!(nodes(&serde_json::from_str(&stdout).expect("json")), 4);
+
+    // Gate off: the expression is ignored (the family default) and a note says the controller would not launch.
+    let (table, notes) = simulate_with_notes(&[&file]);
+    assert!(
+        notes.contains(
+            "EC2NodeClass/default: the controller would not launch for it (ValidationSucceeded=False, \
+                        KubeletExpressionsDisabled"
+        ),
+        "{notes}"
+    );
+    assert!(table.contains("New nodes: 2 "), "{table}");
+
+    // Evaluation failures name the instance type and the expression.
+    let failing = tmp.write("failing.yaml", &cel_input("{maxPods: \"max_pods - 100\"}", 1));
+    let (_, notes) = simulate_with_notes(&[&failing, "--aws-feature-gates", "NodeClassCEL=true"]);
+    assert!(notes.contains("KubeletExpressionEvaluationFailed") && notes.contains("max_pods - 100"), "{notes}");
+}

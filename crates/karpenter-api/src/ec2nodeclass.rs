@@ -72,6 +72,12 @@ pub mod conditions {
         pub const TAG_VALIDATION_FAILED: &str = "TagValidationFailed";
         pub const DEPENDENCIES_NOT_READY: &str = "DependenciesNotReady";
         pub const USER_DATA_SIZE_LIMIT_EXCEEDED: &str = "UserDataSizeLimitExceeded";
+        /// `spec.kubelet` has CEL expressions but the AWS `NodeClassCEL` gate is off.
+        pub const KUBELET_EXPRESSIONS_DISABLED: &str = "KubeletExpressionsDisabled";
+        /// A kubelet CEL expression does not compile.
+        pub const KUBELET_EXPRESSION_INVALID: &str = "KubeletExpressionInvalid";
+        /// A kubelet CEL expression fails for a known instance type.
+        pub const KUBELET_EXPRESSION_EVALUATION_FAILED: &str = "KubeletExpressionEvaluationFailed";
     }
 }
 
@@ -383,19 +389,21 @@ pub struct KubeletConfiguration {
     #[serde(default, skip_serializing_if = "Vec::is_empty", rename = "clusterDNS")]
     #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub cluster_dns: Vec<String>,
-    /// Maximum pods per node; defaults to the instance type's ENI-based limit (or 110).
+    /// Maximum pods per node: a non-negative int, or a CEL expression evaluated per instance type (AWS gate
+    /// `NodeClassCEL`); defaults to the instance type's ENI-based limit (or 110).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
-    pub max_pods: Option<i32>,
+    pub max_pods: Option<MaxPods>,
     /// Maximum pods per vCPU; the smaller of this and `maxPods` wins.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub pods_per_core: Option<i32>,
-    /// Resources reserved for OS daemons (`cpu`, `memory`, `ephemeral-storage`, `pid`).
+    /// Resources reserved for OS daemons (`cpu`, `memory`, `ephemeral-storage`, `pid`): quantities, or CEL
+    /// expressions (any value that is not a quantity; AWS gate `NodeClassCEL`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(schema_with = "reserved_map_schema")]
     pub system_reserved: BTreeMap<String, String>,
-    /// Resources reserved for Kubernetes daemons (`cpu`, `memory`, `ephemeral-storage`, `pid`).
+    /// Resources reserved for Kubernetes daemons (`cpu`, `memory`, `ephemeral-storage`, `pid`): quantities, or
+    /// CEL expressions as in `systemReserved`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(schema_with = "reserved_map_schema")]
     pub kube_reserved: BTreeMap<String, String>,
@@ -427,9 +435,123 @@ pub struct KubeletConfiguration {
     pub cpu_cfs_quota: Option<bool>,
 }
 
-/// Non-negative quantity (no sign other than `+`), as accepted for reserved resources.
-pub const NON_NEGATIVE_QUANTITY_PATTERN: &str =
-    r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
+/// `kubelet.maxPods`: an int (static) or a string (a CEL expression evaluated per instance type, v1.15). An int
+/// serializes as a JSON number exactly as the former `int32` field did, so existing objects hash alike.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum MaxPods {
+    /// A fixed value (the CRD rejects negative ones).
+    Static(i32),
+    /// A CEL expression (see the AWS provider's kubelet expression docs).
+    Expression(String),
+}
+
+impl MaxPods {
+    /// The static value, if this is one.
+    pub fn as_static(&self) -> Option<i32> {
+        match self {
+            MaxPods::Static(v) => Some(*v),
+            MaxPods::Expression(_) => None,
+        }
+    }
+
+    /// The expression, if this is one.
+    pub fn as_expression(&self) -> Option<&str> {
+        match self {
+            MaxPods::Static(_) => None,
+            MaxPods::Expression(e) => Some(e),
+        }
+    }
+}
+
+/// An int must fit in int32 (the CRD's `maximum` says so too); any string is an expression.
+impl<'de> Deserialize<'de> for MaxPods {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = MaxPods;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an int32 or a CEL expression string")
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<MaxPods, E> {
+                i32::try_from(v).map(MaxPods::Static).map_err(|_| E::custom(format!("{v} is out of the int32 range")))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<MaxPods, E> {
+                i32::try_from(v).map(MaxPods::Static).map_err(|_| E::custom(format!("{v} is out of the int32 range")))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<MaxPods, E> {
+                Ok(MaxPods::Expression(v.to_owned()))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+impl From<i32> for MaxPods {
+    fn from(v: i32) -> Self {
+        MaxPods::Static(v)
+    }
+}
+
+impl JsonSchema for MaxPods {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "MaxPods".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "x-kubernetes-int-or-string": true,
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            // Applies to ints only: the int32 range the former `format: int32` enforced.
+            "maximum": i32::MAX,
+            "x-kubernetes-validations": [
+                {"rule": MAX_PODS_RULE, "message": "maxPods must be a non-negative integer or a CEL expression not starting with '-'"}
+            ]
+        })
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+}
+
+/// The CRD rule of `maxPods`: an int must not be negative (its decimal form has no `-`); a string is an
+/// expression the controller checks, and may not start with `-` either. `string(self)` works on both branches of
+/// an int-or-string, unlike a type test, which client-side CEL engines lack.
+const MAX_PODS_RULE: &str = "!string(self).startsWith('-')";
+
+/// A `kubeReserved` / `systemReserved` value: a quantity, or (anything that does not parse as one) a CEL
+/// expression. The one place that decides which a value is.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ReservedValue<'a> {
+    /// A resource quantity (possibly negative: validation rejects those).
+    Quantity(karpenter_requirements::Quantity),
+    /// A CEL expression.
+    Expression(&'a str),
+}
+
+impl<'a> ReservedValue<'a> {
+    /// Classifies `v`.
+    pub fn parse(v: &'a str) -> Self {
+        match v.parse() {
+            Ok(q) => ReservedValue::Quantity(q),
+            Err(_) => ReservedValue::Expression(v),
+        }
+    }
+}
+
+impl KubeletConfiguration {
+    /// Whether any value is a CEL expression (`maxPods` as a string, or a reserved value that is not a quantity).
+    pub fn has_expressions(&self) -> bool {
+        self.max_pods.as_ref().is_some_and(|m| m.as_expression().is_some())
+            || self
+                .kube_reserved
+                .values()
+                .chain(self.system_reserved.values())
+                .any(|v| matches!(ReservedValue::parse(v), ReservedValue::Expression(_)))
+    }
+}
+
 /// An eviction threshold: a percentage 0..100 with up to two decimals, or a non-negative quantity.
 pub const EVICTION_THRESHOLD_PATTERN: &str = r"^((100(\.0{1,2})?|[0-9]{1,2}(\.[0-9]{1,2})?)%|\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?)$";
 
@@ -437,10 +559,12 @@ fn reserved_map_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "type": "object",
         "maxProperties": 4,
-        "additionalProperties": {"type": "string", "maxLength": 64, "pattern": NON_NEGATIVE_QUANTITY_PATTERN},
+        // No value pattern since v1.15: a value that is not a quantity is a CEL expression, which the controller
+        // compiles and evaluates (the AWS `NodeClassCEL` gate).
+        "additionalProperties": {"type": "string", "maxLength": 256},
         "x-kubernetes-validations": [
             {"rule": "self.all(x, x == 'cpu' || x == 'memory' || x == 'ephemeral-storage' || x == 'pid')", "message": "valid keys are ['cpu', 'memory', 'ephemeral-storage', 'pid']"},
-            {"rule": "self.all(x, !self[x].startsWith('-'))", "message": "value cannot be a negative resource quantity"}
+            {"rule": "self.all(x, !isQuantity(self[x]) || !self[x].startsWith('-'))", "message": "value cannot be a negative resource quantity"}
         ]
     })
 }

@@ -359,6 +359,16 @@ spec:
     }
 
     #[test]
+    fn int_max_pods_hashes_as_before_the_int_or_string_change() {
+        // Pinned from the release where maxPods was a plain int32: an unchanged class must not drift (so our
+        // hash version stays; upstream bumped theirs to v6 for the type change).
+        let c = class("  kubelet: {maxPods: 20, kubeReserved: {cpu: 100m}}\n");
+        assert_eq!(ec2_node_class_hash(&c, None), "7760762043758552607");
+        let expr = class("  kubelet: {maxPods: \"20\", kubeReserved: {cpu: 100m}}\n");
+        assert_ne!(ec2_node_class_hash(&expr, None), ec2_node_class_hash(&c, None), "an expression is hashed");
+    }
+
+    #[test]
     fn claim_with_upstream_hash_version_is_not_drifted() {
         let c = class("");
         let claim: crate::NodeClaim = serde_saphyr::from_str(&format!(

@@ -263,6 +263,7 @@ impl Assembly<'_> {
         // gate.
         options.reserved_capacity = self.start.reserved_capacity;
         options.reboot_for_repair = aws.aws_feature_gates.reboot_for_repair;
+        options.instance_types.node_class_cel = aws.aws_feature_gates.node_class_cel;
         options.instance_types.settings = InstanceTypeSettings {
             vm_memory_overhead_percent: aws.vm_memory_overhead_percent,
             reserved_enis: i64::from(aws.reserved_enis),
@@ -380,6 +381,8 @@ impl Assembly<'_> {
         if !aws.disable_dry_run {
             resolver = resolver.with_authorization_check(Arc::new(Ec2DryRun::new(self.clients.ec2.clone())));
         }
+        // Validation evaluates kubelet CEL expressions against the provider's catalogue (and its NodeClassCEL gate).
+        resolver = resolver.with_instance_types(provider.instance_type_provider().clone());
         // Launches choose subnets by the free-IP counts the resolver describes.
         resolver.subnets.share_ips(provider.instance_provider().subnet_ips());
         let resolver = Arc::new(resolver);

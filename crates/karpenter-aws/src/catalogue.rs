@@ -40,7 +40,7 @@ use serde::{Deserialize, Serialize};
 use crate::api_error::AwsApiError;
 use crate::ec2::InstanceTypeInfo;
 use crate::instancetype::{self, InstanceTypeContext, NodeClassSettings};
-use crate::instancetypes::InstanceTypeApi;
+use crate::instancetypes::{ExpressionCheck, InstanceTypeApi, kubelet_expression_check};
 use crate::moto::{LocationType, MotoCatalogue, MotoError};
 use crate::pricing::{PriceFile, PriceSource, PriceTable};
 
@@ -247,6 +247,21 @@ impl RegionCatalogue<'_> {
     /// The prices offerings get.
     pub fn prices(&self) -> &PriceTable {
         &self.prices
+    }
+
+    /// What the controller's `ValidationSucceeded` would say of `node_class`'s kubelet CEL expressions over the
+    /// region's instance types, with the `NodeClassCEL` gate `gate`.
+    pub fn kubelet_expression_check(&self, node_class: &karpenter_api::EC2NodeClass, gate: bool) -> ExpressionCheck {
+        let zones = &self.catalogue.file.zones[&self.region];
+        let infos: Vec<InstanceTypeInfo> = self
+            .catalogue
+            .file
+            .instance_types
+            .iter()
+            .filter(|i| zones.contains_key(&i.instance_type))
+            .cloned()
+            .collect();
+        kubelet_expression_check(node_class, gate, Some(&infos), &instancetype::Settings::default())
     }
 
     /// The region's instance types under an EC2NodeClass's settings, sorted by name.

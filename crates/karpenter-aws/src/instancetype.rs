@@ -18,6 +18,9 @@
 //!   Custom; the pods capacity for Bottlerocket and Windows).
 //! * Hard eviction defaults `memory.available=100Mi`, `nodefs.available=10%`; `evictionHard` overrides them
 //!   (percentages of the capacity, rounded up; `100%` means 0).
+//! * Kubelet CEL expressions ([`crate::kubelet_cel`], `NodeClassCEL` gate): [`InstanceTypeContext::kubelet`]
+//!   resolves `maxPods` and then the reserved values per type; the result feeds the pods capacity and the
+//!   overhead in place of the static values. A type an expression fails for is left out.
 //!
 //! Deviations, all documented on the items: the `instance-network-bandwidth` label is the sum of the network
 //! cards' `BaselineBandwidthInGbps` (in Mbit/s) instead of upstream's static table, which EC2 does not return;
@@ -29,7 +32,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use karpenter_api::AmiFamily;
-use karpenter_api::ec2nodeclass::{BlockDeviceMapping, EC2NodeClassSpec, InstanceStorePolicy, InterfaceType};
+use karpenter_api::ec2nodeclass::{
+    BlockDeviceMapping, EC2NodeClassSpec, InstanceStorePolicy, InterfaceType, MaxPods, ReservedValue,
+};
 use karpenter_api::labels::aws as aws_labels;
 use karpenter_requirements::labels::{
     ARCH, CAPACITY_TYPE, CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT, INSTANCE_TYPE, OS, REGION, ZONE,
@@ -39,6 +44,7 @@ use karpenter_requirements::{
 };
 
 use crate::ec2::{GpuDeviceInfo, InstanceTypeInfo};
+use crate::kubelet_cel::{KubeletExpressionError, KubeletExpressions, Variables};
 use crate::pricing::{PriceSource, estimate};
 
 /// `node.kubernetes.io/windows-build`.
@@ -135,6 +141,9 @@ pub enum InstanceTypeError {
         /// What was expected.
         expected: &'static str,
     },
+    /// A kubelet CEL expression that does not compile (only with the `NodeClassCEL` gate).
+    #[error(transparent)]
+    KubeletExpression(#[from] KubeletExpressionError),
 }
 
 /// The parts of an EC2NodeClass that shape instance types, parsed once.
@@ -142,13 +151,16 @@ pub enum InstanceTypeError {
 pub struct NodeClassSettings {
     /// The resolved AMI family (`amiFamily`, else the alias's; AL2023 when neither says).
     pub ami_family: AmiFamily,
-    /// `kubelet.maxPods`.
+    /// `kubelet.maxPods` when it is an int.
     pub max_pods: Option<i64>,
+    /// The kubelet's CEL expressions (`maxPods` and reserved values), evaluated per instance type; empty unless
+    /// the `NodeClassCEL` gate is on.
+    pub expressions: KubeletExpressions,
     /// `kubelet.podsPerCore`.
     pub pods_per_core: Option<i64>,
-    /// `kubelet.kubeReserved`, overriding the computed defaults key by key.
+    /// `kubelet.kubeReserved`'s quantities, overriding the computed defaults key by key.
     pub kube_reserved: ResourceList,
-    /// `kubelet.systemReserved`.
+    /// `kubelet.systemReserved`'s quantities.
     pub system_reserved: ResourceList,
     /// `kubelet.evictionHard["memory.available"]`.
     pub eviction_memory: Option<Threshold>,
@@ -167,6 +179,7 @@ impl Default for NodeClassSettings {
         NodeClassSettings {
             ami_family: AmiFamily::Al2023,
             max_pods: None,
+            expressions: KubeletExpressions::default(),
             pods_per_core: None,
             kube_reserved: ResourceList::new(),
             system_reserved: ResourceList::new(),
@@ -182,12 +195,8 @@ impl Default for NodeClassSettings {
 fn parse_reserved(field: &'static str, map: &BTreeMap<String, String>) -> Result<ResourceList, InstanceTypeError> {
     let mut out = ResourceList::new();
     for (k, v) in map {
-        let q: Quantity = v.parse().map_err(|_| InstanceTypeError::InvalidKubeletValue {
-            field,
-            key: k.clone(),
-            value: v.clone(),
-            expected: "quantity",
-        })?;
+        // Expressions are compiled separately (gate on) or ignored (gate off).
+        let ReservedValue::Quantity(q) = ReservedValue::parse(v) else { continue };
         if q.is_negative() {
             return Err(InstanceTypeError::InvalidKubeletValue {
                 field,
@@ -202,9 +211,11 @@ fn parse_reserved(field: &'static str, map: &BTreeMap<String, String>) -> Result
 }
 
 impl NodeClassSettings {
-    /// Reads the settings of an EC2NodeClass spec; fails on kubelet values that are not quantities (the CRD's
-    /// patterns keep them out of a real cluster).
-    pub fn from_spec(spec: &EC2NodeClassSpec) -> Result<NodeClassSettings, InstanceTypeError> {
+    /// Reads the settings of an EC2NodeClass spec; fails on negative reserved quantities and bad eviction
+    /// thresholds (the CRD keeps them out of a real cluster). `cel` is the `NodeClassCEL` gate: on, the kubelet's
+    /// expressions are compiled (a compile error fails); off, they are ignored (the family default maxPods, the
+    /// expression-valued reserved entries dropped).
+    pub fn from_spec(spec: &EC2NodeClassSpec, cel: bool) -> Result<NodeClassSettings, InstanceTypeError> {
         let mut s = NodeClassSettings {
             ami_family: spec.effective_ami_family().unwrap_or(AmiFamily::Al2023),
             block_device_mappings: spec.block_device_mappings.clone(),
@@ -223,7 +234,10 @@ impl NodeClassSettings {
             ..Default::default()
         };
         if let Some(k) = &spec.kubelet {
-            s.max_pods = k.max_pods.map(i64::from);
+            s.max_pods = k.max_pods.as_ref().and_then(MaxPods::as_static).map(i64::from);
+            if cel {
+                s.expressions = KubeletExpressions::compile(k)?;
+            }
             s.pods_per_core = k.pods_per_core.map(i64::from);
             s.kube_reserved = parse_reserved("kubeReserved", &k.kube_reserved)?;
             s.system_reserved = parse_reserved("systemReserved", &k.system_reserved)?;
@@ -331,7 +345,18 @@ fn eni_limited_family(f: AmiFamily) -> bool {
 /// The `pods` capacity: `maxPods`, else ENI-limited (AL2, AL2023, Bottlerocket, Custom) or 110 (Windows); then
 /// `min(podsPerCore × vCPU, pods)` when `podsPerCore > 0` and the family honours it (not Bottlerocket).
 pub fn pods_capacity(info: &InstanceTypeInfo, node_class: &NodeClassSettings, settings: &Settings) -> i64 {
-    let mut pods = match node_class.max_pods {
+    pods_capacity_for(info, node_class, settings, node_class.max_pods)
+}
+
+/// [`pods_capacity`] with `max_pods` in place of the node class's static value (an expression's result, or
+/// `None` for the family default).
+pub fn pods_capacity_for(
+    info: &InstanceTypeInfo,
+    node_class: &NodeClassSettings,
+    settings: &Settings,
+    max_pods: Option<i64>,
+) -> i64 {
+    let mut pods = match max_pods {
         Some(m) => m.max(0),
         None if eni_limited_family(node_class.ami_family) => {
             eni_limited_pods(info, settings.reserved_enis, node_class.efa_only_on_card(0))
@@ -344,6 +369,29 @@ pub fn pods_capacity(info: &InstanceTypeInfo, node_class: &NodeClassSettings, se
         pods = pods.min(ppc.saturating_mul(info.vcpu_info.default_vcpus.unwrap_or(0)));
     }
     pods
+}
+
+/// The kubelet expression variables of `info`, with `max_pods`.
+pub fn expression_variables(info: &InstanceTypeInfo, max_pods: i64) -> Variables {
+    Variables {
+        vcpus: info.vcpu_info.default_vcpus.unwrap_or(0),
+        memory_mib: info.memory_info.size_in_mib.unwrap_or(0),
+        default_enis: default_card_max_enis(info),
+        ips_per_eni: info.network_info.ipv4_addresses_per_interface.unwrap_or(0),
+        max_pods,
+        instance_type: info.instance_type.clone(),
+    }
+}
+
+/// One instance type's kubelet values: the node class's static ones with its expressions evaluated for the type.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ResolvedKubelet {
+    /// `maxPods` (static, or the expression's value); `None` means the family default.
+    pub max_pods: Option<i64>,
+    /// `kubeReserved`: quantities and evaluated expressions.
+    pub kube_reserved: ResourceList,
+    /// `systemReserved`: quantities and evaluated expressions.
+    pub system_reserved: ResourceList,
 }
 
 /// Default kube-reserved CPU in millicores for `vcpus` vCPUs: 6 % of the first 1000m, 1 % of 1000–2000m, 0.5 % of
@@ -502,8 +550,47 @@ impl InstanceTypeContext {
             .collect()
     }
 
-    /// Capacity of the type under this node class.
-    pub fn capacity(&self, info: &InstanceTypeInfo) -> ResourceList {
+    /// The type's kubelet values. `maxPods`' expression sees the family default as `max_pods` (ENI-limited or
+    /// 110, `podsPerCore` applied); the reserved expressions see the pods capacity that results.
+    pub fn kubelet(&self, info: &InstanceTypeInfo) -> Result<ResolvedKubelet, KubeletExpressionError> {
+        let nc = &self.node_class;
+        let mut k = ResolvedKubelet {
+            max_pods: nc.max_pods,
+            kube_reserved: nc.kube_reserved.clone(),
+            system_reserved: nc.system_reserved.clone(),
+        };
+        if nc.expressions.is_empty() {
+            return Ok(k);
+        }
+        let mut vars = expression_variables(info, pods_capacity_for(info, nc, &self.settings, None));
+        if let Some(m) = nc.expressions.max_pods(&vars)? {
+            k.max_pods = Some(m);
+        }
+        vars.max_pods = pods_capacity_for(info, nc, &self.settings, k.max_pods);
+        let reserved = nc.expressions.reserved(&vars)?;
+        for (name, q) in reserved.kube_reserved.iter() {
+            k.kube_reserved.insert(name, *q);
+        }
+        for (name, q) in reserved.system_reserved.iter() {
+            k.system_reserved.insert(name, *q);
+        }
+        Ok(k)
+    }
+
+    /// Every kubelet expression evaluated for every supported type of `infos`: the first failure, naming the
+    /// instance type and the expression (what `ValidationSucceeded` reports).
+    pub fn check_expressions<'a>(
+        &self,
+        infos: impl IntoIterator<Item = &'a InstanceTypeInfo>,
+    ) -> Result<(), KubeletExpressionError> {
+        if self.node_class.expressions.is_empty() {
+            return Ok(());
+        }
+        infos.into_iter().filter(|i| is_supported(i)).try_for_each(|i| self.kubelet(i).map(drop))
+    }
+
+    /// Capacity of the type under this node class, with its kubelet values `kubelet`.
+    pub fn capacity(&self, info: &InstanceTypeInfo, kubelet: &ResolvedKubelet) -> ResourceList {
         let nc = &self.node_class;
         let vcpus = info.vcpu_info.default_vcpus.unwrap_or(0);
         let mut c = ResourceList::new()
@@ -516,7 +603,7 @@ impl InstanceTypeContext {
                 ),
             )
             .with("ephemeral-storage", ephemeral_storage(info, nc))
-            .with("pods", int(pods_capacity(info, nc, &self.settings)));
+            .with("pods", int(pods_capacity_for(info, nc, &self.settings, kubelet.max_pods)));
         let mut add = |name: &str, v: i64| {
             if v > 0 {
                 let cur = c.get(name).and_then(Quantity::value).unwrap_or(0);
@@ -553,8 +640,9 @@ impl InstanceTypeContext {
         c
     }
 
-    /// kube-reserved, system-reserved and hard eviction thresholds for a type with `capacity`.
-    pub fn overhead(&self, info: &InstanceTypeInfo, capacity: &ResourceList) -> Overhead {
+    /// kube-reserved, system-reserved and hard eviction thresholds for a type with `capacity` and kubelet values
+    /// `kubelet`.
+    pub fn overhead(&self, info: &InstanceTypeInfo, capacity: &ResourceList, kubelet: &ResolvedKubelet) -> Overhead {
         let nc = &self.node_class;
         let pods_for_memory = match nc.ami_family {
             AmiFamily::Al2 | AmiFamily::Al2023 | AmiFamily::Custom => eni_limited_pods(info, 0, nc.efa_only_on_card(0)),
@@ -564,7 +652,7 @@ impl InstanceTypeContext {
             .with("cpu", Quantity::from_milli(kube_reserved_cpu_millis(info.vcpu_info.default_vcpus.unwrap_or(0))))
             .with("memory", Quantity::from_int(kube_reserved_memory_mib(pods_for_memory) * MIB, Format::BinarySI))
             .with("ephemeral-storage", Quantity::from_int(GIB, Format::BinarySI));
-        for (k, v) in nc.kube_reserved.iter() {
+        for (k, v) in kubelet.kube_reserved.iter() {
             kube_reserved.insert(k, *v);
         }
         let memory = capacity.memory().value().unwrap_or(0);
@@ -580,7 +668,7 @@ impl InstanceTypeContext {
                 "ephemeral-storage",
                 nc.eviction_nodefs.as_ref().unwrap_or(&Threshold::Percent(1_000)).bytes(storage),
             );
-        Overhead { kube_reserved, system_reserved: nc.system_reserved.clone(), eviction_threshold }
+        Overhead { kube_reserved, system_reserved: kubelet.system_reserved.clone(), eviction_threshold }
     }
 
     /// The type's labels as requirements (every AWS well-known key: `In` one value, or `DoesNotExist`), with zone
@@ -724,13 +812,21 @@ impl InstanceTypeContext {
         out
     }
 
-    /// The instance type, or `None` when Karpenter does not consider it ([`is_supported`]).
+    /// The instance type, or `None` when Karpenter does not consider it ([`is_supported`]) or a kubelet
+    /// expression fails for it (the EC2NodeClass's `ValidationSucceeded` reports that and blocks launches).
     pub fn instance_type(&self, info: &InstanceTypeInfo) -> Option<InstanceType> {
         if !is_supported(info) {
             return None;
         }
-        let capacity = self.capacity(info);
-        let overhead = self.overhead(info, &capacity);
+        let kubelet = match self.kubelet(info) {
+            Ok(k) => k,
+            Err(e) => {
+                tracing::debug!(error = %e, "instance type left out");
+                return None;
+            }
+        };
+        let capacity = self.capacity(info, &kubelet);
+        let overhead = self.overhead(info, &capacity, &kubelet);
         let offerings = self.offerings(info);
         let requirements = self.requirements(info, &offerings);
         Some(InstanceType::new(info.instance_type.clone(), requirements, offerings, capacity, overhead))

@@ -28,6 +28,7 @@ use karpenter_requirements::{InstanceType, Offering, Requirement, Requirements};
 use crate::api_error::AwsApiError;
 use crate::ec2::{InstanceTypeInfo, InstanceTypeOffering};
 use crate::instancetype::{InstanceTypeContext, InstanceTypeError, NodeClassSettings, Settings};
+use crate::kubelet_cel::KubeletExpressions;
 use crate::launch::ice::UnavailableOfferings;
 use crate::nodeclass::reservation::{CapacityReservationProvider, PlacementGroupInfo};
 use crate::pricing::{PriceSource, estimate};
@@ -99,6 +100,8 @@ pub struct InstanceTypeProviderOptions {
     pub refresh_interval: Duration,
     /// Branch interfaces per instance type (security groups for pods), when known.
     pub branch_interfaces: BTreeMap<String, i64>,
+    /// The AWS `NodeClassCEL` gate: kubelet CEL expressions are evaluated (off: ignored).
+    pub node_class_cel: bool,
 }
 
 impl InstanceTypeProviderOptions {
@@ -109,6 +112,7 @@ impl InstanceTypeProviderOptions {
             settings: Settings::default(),
             refresh_interval: REFRESH_INTERVAL,
             branch_interfaces: BTreeMap::new(),
+            node_class_cel: false,
         }
     }
 }
@@ -243,6 +247,18 @@ impl InstanceTypeProvider {
         }
     }
 
+    /// The node class's kubelet expressions checked against the catalogue already fetched (this fetches
+    /// nothing): compiled, then evaluated for every known instance type ([`kubelet_expression_check`]).
+    pub fn check_kubelet_expressions(&self, node_class: &EC2NodeClass) -> ExpressionCheck {
+        let catalogue = lock(&self.catalogue).clone();
+        kubelet_expression_check(
+            node_class,
+            self.options.node_class_cel,
+            catalogue.as_ref().map(|c| c.infos.as_slice()),
+            &self.options.settings,
+        )
+    }
+
     /// Every instance type for `node_class` (without placement group), with all offerings (unavailable ones
     /// marked).
     pub async fn list(&self, node_class: &EC2NodeClass) -> Result<Arc<[InstanceType]>, InstanceTypeProviderError> {
@@ -308,7 +324,7 @@ impl InstanceTypeProvider {
         let prices = self.prices.get();
         let context = InstanceTypeContext {
             region: self.options.region.clone(),
-            node_class: NodeClassSettings::from_spec(&node_class.spec)?,
+            node_class: NodeClassSettings::from_spec(&node_class.spec, self.options.node_class_cel)?,
             settings: self.options.settings.clone(),
             zones: catalogue.zones.clone(),
             zone_ids: zone_ids.clone(),
@@ -331,6 +347,56 @@ impl InstanceTypeProvider {
             }
         }
         Ok(its)
+    }
+}
+
+/// What the kubelet expressions of a node class mean for `ValidationSucceeded`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ExpressionCheck {
+    /// No expressions, or every one compiles and evaluates for every known instance type.
+    Passed,
+    /// The condition's False reason and message.
+    Failed {
+        /// `KubeletExpressionsDisabled`, `KubeletExpressionInvalid` or `KubeletExpressionEvaluationFailed`.
+        reason: &'static str,
+        /// What is wrong, naming the expression (and the instance type).
+        message: String,
+    },
+    /// No instance types are known yet (the catalogue has not been fetched): look again soon.
+    NoInstanceTypes,
+}
+
+/// The kubelet expression check of `ValidationSucceeded` (pure): with the gate off any expression fails
+/// (`KubeletExpressionsDisabled`); with it on, compile errors (`KubeletExpressionInvalid`), then evaluation
+/// against every type of `infos` (`KubeletExpressionEvaluationFailed`); `infos` unknown or empty is transient.
+pub fn kubelet_expression_check(
+    node_class: &EC2NodeClass,
+    gate: bool,
+    infos: Option<&[InstanceTypeInfo]>,
+    settings: &Settings,
+) -> ExpressionCheck {
+    use karpenter_api::ec2nodeclass::conditions::reasons;
+    let Some(kubelet) = node_class.spec.kubelet.as_ref().filter(|k| k.has_expressions()) else {
+        return ExpressionCheck::Passed;
+    };
+    if !gate {
+        return ExpressionCheck::Failed {
+            reason: reasons::KUBELET_EXPRESSIONS_DISABLED,
+            message: "spec.kubelet has CEL expressions but the NodeClassCEL AWS feature gate is off".into(),
+        };
+    }
+    if let Err(e) = KubeletExpressions::compile(kubelet) {
+        return ExpressionCheck::Failed { reason: reasons::KUBELET_EXPRESSION_INVALID, message: e.to_string() };
+    }
+    let Some(infos) = infos.filter(|i| !i.is_empty()) else { return ExpressionCheck::NoInstanceTypes };
+    // Other unusable settings (bad eviction thresholds) are not this check's: listing instance types reports them.
+    let Ok(node_class) = NodeClassSettings::from_spec(&node_class.spec, true) else { return ExpressionCheck::Passed };
+    let context = InstanceTypeContext { node_class, settings: settings.clone(), ..Default::default() };
+    match context.check_expressions(infos) {
+        Ok(()) => ExpressionCheck::Passed,
+        Err(e) => {
+            ExpressionCheck::Failed { reason: reasons::KUBELET_EXPRESSION_EVALUATION_FAILED, message: e.to_string() }
+        }
     }
 }
 

@@ -8,6 +8,12 @@
 //!   * [`instancetype`] — their conversion into [`karpenter_requirements::InstanceType`]s: upstream's labels,
 //!     extended resources, capacity and allocatable formulas (ENI-limited pods, kube-reserved, eviction
 //!     thresholds, VM memory overhead), EC2NodeClass kubelet settings, offerings per zone × capacity type.
+//!   * [`kubelet_cel`] — EC2NodeClass kubelet CEL expressions (`maxPods`, `kubeReserved`, `systemReserved`; AWS gate
+//!     `NodeClassCEL`): compiled once, evaluated per instance type with the variables `vcpus`, `memory_mib`,
+//!     `default_enis`, `ips_per_eni`, `max_pods` and `instance_type`, results read in each key's unit and rounded
+//!     (cpu to 10m, memory to 16Mi). [`instancetype`] applies them to capacity and overhead, [`launch`] to the
+//!     user data, and the status controller reports them on `ValidationSucceeded`
+//!     ([`instancetypes::kubelet_expression_check`]). Documented in `docs/ec2nodeclass-kubelet.md`.
 //!   * [`moto`] — a loader for the EC2 catalogue that ships inside the `moto` Python package (tests, benchmarks,
 //!     offline use), found through `KARPENTER_MOTO_VENV`.
 //!   * [`pricing`] — price tables, the operator-supplied price file of isolated VPCs, and the documented price
@@ -31,6 +37,8 @@
 //!   (the scheduler's benchmarks, `simulate`) never compile it.
 //!
 //! Deferred, or simpler than upstream (each is a known gap, not a silent one):
+//! * the open `spec.kubelet` map of v1.15 (every KubeletConfiguration field, validated by the controller) is not
+//!   implemented; kubelet CEL programs are cached by count, not for 12 h (a program never goes stale);
 //! * capacity reservations: remaining counts live in memory only (re-seeded by every describe of the status
 //!   controller, so at most a minute stale, and lost on restart until the next describe);
 //! * placement groups: a spread group's per-zone instance limit is recognised from the fleet error's message
@@ -68,6 +76,7 @@ pub mod ec2;
 pub mod instancetype;
 pub mod instancetypes;
 pub mod interruption;
+pub mod kubelet_cel;
 pub mod launch;
 pub mod moto;
 pub mod nodeclass;

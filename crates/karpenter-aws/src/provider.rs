@@ -219,6 +219,8 @@ impl AwsCloudProvider {
     ) -> Self {
         let unavailable = UnavailableOfferings::new(clock.clone());
         let templates = LaunchTemplateProvider::new(apis.launch_templates, clock.clone(), &options.cluster.name);
+        // One gate for both: user data renders the kubelet values the instance types were built with.
+        let node_class_cel = options.instance_types.node_class_cel;
         let instance_types = InstanceTypeProvider::new(
             apis.instance_types,
             clock.clone(),
@@ -235,7 +237,8 @@ impl AwsCloudProvider {
             options.windows,
             options.retry,
         )
-        .with_reserved_capacity(options.reserved_capacity);
+        .with_reserved_capacity(options.reserved_capacity)
+        .with_node_class_cel(node_class_cel);
         Self {
             reboot_for_repair: options.reboot_for_repair,
             node_classes,

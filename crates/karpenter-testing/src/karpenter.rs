@@ -531,7 +531,7 @@ mod tests {
         assert_eq!(class.spec.instance_profile.as_deref(), Some("profile"));
         assert_eq!(class.spec.ami_selector_terms[0].id.as_deref(), Some("ami-0123"));
         assert_eq!(class.spec.tags["team"], "infra");
-        assert_eq!(class.spec.kubelet.as_ref().and_then(|k| k.max_pods), Some(20));
+        assert_eq!(class.spec.kubelet.as_ref().and_then(|k| k.max_pods.clone()), Some(20.into()));
         assert_valid(&class, &ValidationContext::default());
     }
 

@@ -19,6 +19,8 @@ use karpenter_api::loader::{Loaded, Object};
 use karpenter_api::nodeoverlay::NodeOverlay;
 use karpenter_aws::catalogue::{self as aws, AwsCatalogue};
 use karpenter_aws::instancetype::NodeClassSettings;
+use karpenter_aws::instancetypes::ExpressionCheck;
+use karpenter_aws::settings::AwsFeatureGates;
 use karpenter_cloudprovider::{launch, overlay};
 use karpenter_kwok::catalogue as kwok;
 use karpenter_requirements::labels::{CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT};
@@ -59,6 +61,8 @@ pub struct Selection<'a> {
     pub instance_types: Option<&'a Path>,
     /// `--region` (AWS catalogue).
     pub region: &'a str,
+    /// `--aws-feature-gates`: `NodeClassCEL` evaluates EC2NodeClass kubelet expressions.
+    pub aws_feature_gates: AwsFeatureGates,
 }
 
 /// One set of instance types.
@@ -98,6 +102,7 @@ struct OwnedSelection {
     force: Option<Kind>,
     instance_types: Option<std::path::PathBuf>,
     region: String,
+    aws_feature_gates: AwsFeatureGates,
 }
 
 /// A file given with `--instance-types`.
@@ -149,7 +154,12 @@ impl Catalogue {
             by_pool: BTreeMap::new(),
             keys: BTreeMap::new(),
             default_set: 0,
-            selection: OwnedSelection { force: Some(Kind::Kwok), instance_types: None, region: DEFAULT_REGION.into() },
+            selection: OwnedSelection {
+                force: Some(Kind::Kwok),
+                instance_types: None,
+                region: DEFAULT_REGION.into(),
+                aws_feature_gates: AwsFeatureGates::default(),
+            },
         }
     }
 
@@ -214,7 +224,20 @@ impl Catalogue {
                     let settings = match class {
                         Some(name) => {
                             let c = ec2_node_class(objects, name).context("EC2NodeClass vanished")?;
-                            NodeClassSettings::from_spec(&c.spec)
+                            let cel = selection.aws_feature_gates.node_class_cel;
+                            if let ExpressionCheck::Failed { reason, message } = region.kubelet_expression_check(c, cel)
+                            {
+                                notes.push(format!(
+                                    "EC2NodeClass/{name}: the controller would not launch for it \
+                                     (ValidationSucceeded=False, {reason}: {message}); simulated with {}",
+                                    if cel {
+                                        "the instance types it fails for left out"
+                                    } else {
+                                        "the expressions ignored"
+                                    }
+                                ));
+                            }
+                            NodeClassSettings::from_spec(&c.spec, cel)
                                 .with_context(|| format!("EC2NodeClass/{name}: spec.kubelet"))?
                         }
                         None => NodeClassSettings::default(),
@@ -253,6 +276,7 @@ impl Catalogue {
             force: selection.force,
             instance_types: selection.instance_types.map(Path::to_path_buf),
             region: selection.region.to_owned(),
+            aws_feature_gates: selection.aws_feature_gates,
         };
         let mut catalogue = Catalogue {
             source: sources.join(" + "),
@@ -339,6 +363,7 @@ impl Catalogue {
             force: self.selection.force,
             instance_types: self.selection.instance_types.as_deref(),
             region: &self.selection.region,
+            aws_feature_gates: self.selection.aws_feature_gates,
         };
         let mut new_notes = Vec::new();
         let rebuilt = Catalogue::build(&selection, pools, objects, &mut new_notes)?;
@@ -486,7 +511,7 @@ spec:
             })
             .collect();
         let mut notes = Vec::new();
-        let selection = Selection { force, instance_types: None, region };
+        let selection = Selection { force, instance_types: None, region, aws_feature_gates: Default::default() };
         let c = Catalogue::build(&selection, &pools, &objects, &mut notes).expect("catalogue");
         (c, notes)
     }

@@ -1,5 +1,6 @@
 //! Checks of the input that the schema does not make: negative resource quantities in pod specs (errors, as the
-//! API server would reject them), and notes for what simulate cannot read right: objects at an apiVersion the
+//! API server would reject them), EC2NodeClass kubelet CEL expressions that do not compile (`validate` errors, as
+//! the controller would not launch for the class), and notes for what simulate cannot read right: objects at an apiVersion the
 //! loader does not decode, requirements on labels the catalogue cannot evaluate, and dumps that hold Nodes but
 //! none of the pods running on them.
 
@@ -65,6 +66,29 @@ pub fn negative_quantities(objects: &[Loaded]) -> Vec<String> {
         }
     }
     errors
+}
+
+/// EC2NodeClass kubelet CEL expressions that do not compile, as `validate` reports violations:
+/// `class.yaml: document 0: EC2NodeClass/default: spec.kubelet.maxPods: ...`. The controller sets
+/// `ValidationSucceeded=False` (`KubeletExpressionInvalid`) for them, whatever the `NodeClassCEL` gate.
+pub fn kubelet_expressions(objects: &[Loaded]) -> Vec<String> {
+    use karpenter_aws::kubelet_cel::{KubeletExpressionError, KubeletExpressions};
+    objects
+        .iter()
+        .filter_map(|l| {
+            let Object::EC2NodeClass(c) = &l.object else { return None };
+            let Err(KubeletExpressionError::Invalid { field, message, .. }) =
+                KubeletExpressions::compile(c.spec.kubelet.as_ref()?)
+            else {
+                return None;
+            };
+            Some(format!(
+                "{}: {}: spec.kubelet.{field}: {message} (ValidationSucceeded=False, KubeletExpressionInvalid)",
+                l.origin,
+                l.object.display_name()
+            ))
+        })
+        .collect()
 }
 
 /// Objects listed in notes before `and N more`.
@@ -248,6 +272,27 @@ mod tests {
         );
         // For kwok, karpenter.k8s.aws/instance-family is a label the NodePool defines.
         assert_eq!(notes_for(&input, &ProviderLabels::kwok()).len(), 1);
+    }
+
+    #[test]
+    fn kubelet_expressions_that_do_not_compile_are_errors() {
+        let class = |kubelet: &str| {
+            format!(
+                "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {{name: c}}\nspec:\n  role: r\n  \
+                 amiSelectorTerms: [{{alias: al2023@latest}}]\n  subnetSelectorTerms: [{{tags: {{k: v}}}}]\n  \
+                 securityGroupSelectorTerms: [{{tags: {{k: v}}}}]\n  kubelet: {kubelet}\n"
+            )
+        };
+        let bad = load_str(&class("{kubeReserved: {memory: \"11 * pods\"}}"), "in.yaml").expect("loads");
+        let errors = kubelet_expressions(&bad);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].starts_with("in.yaml: document 0: EC2NodeClass/c: spec.kubelet.kubeReserved[memory]: ")
+                && errors[0].contains("undeclared variable \"pods\""),
+            "{errors:?}"
+        );
+        let good = load_str(&class("{maxPods: \"min(max_pods, 50)\", kubeReserved: {cpu: 100m}}"), "in.yaml");
+        assert!(kubelet_expressions(&good.expect("loads")).is_empty());
     }
 
     #[test]

@@ -78,6 +78,8 @@ pub struct Options {
     /// `IGNORE_DRA_REQUESTS` (`--ignore-dra-requests`, default true): `false` simulates DRA device allocation
     /// (docs/dra.md), in both modes.
     pub ignore_dra_requests: bool,
+    /// `AWS_FEATURE_GATES` (`--aws-feature-gates`): `NodeClassCEL` evaluates EC2NodeClass kubelet expressions.
+    pub aws_feature_gates: karpenter_aws::settings::AwsFeatureGates,
 }
 
 /// What to run over simulated time.
@@ -164,8 +166,12 @@ pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> 
     };
     buffers::add(&mut snapshot, &objects, options.feature_gates.capacity_buffer, &mut notes);
 
-    let selection =
-        catalogue::Selection { force, instance_types: options.instance_types.as_deref(), region: &options.region };
+    let selection = catalogue::Selection {
+        force,
+        instance_types: options.instance_types.as_deref(),
+        region: &options.region,
+        aws_feature_gates: options.aws_feature_gates,
+    };
     let catalogue = Catalogue::build(&selection, &snapshot.node_pools, &objects, &mut notes)?;
     duplicate_notes(&objects, &mut notes);
     checks::unsupported_api_versions(&objects, &mut notes);

@@ -1406,6 +1406,7 @@ spec:
             scheduler_config: Default::default(),
             feature_gates: Default::default(),
             ignore_dra_requests: true,
+            aws_feature_gates: Default::default(),
         };
         let outcome = simulate(&options).expect("runs");
         let _ = std::fs::remove_dir_all(&dir);
@@ -1431,7 +1432,12 @@ spec:
         let objects = loader::load_str(&input_text, "input.yaml").expect("valid input");
         let snapshot = ClusterSnapshot::from_objects(&objects).expect("snapshot");
         let pools = snapshot.node_pools.clone();
-        let selection = super::super::catalogue::Selection { force: None, instance_types: None, region: "us-east-1" };
+        let selection = super::super::catalogue::Selection {
+            force: None,
+            instance_types: None,
+            region: "us-east-1",
+            aws_feature_gates: Default::default(),
+        };
         let catalogue = Catalogue::build(&selection, &pools, &objects, &mut Vec::new()).expect("catalogue");
         let start = parse_rfc3339("2026-01-01T00:00:00Z").expect("time");
         let mut w = World::new(snapshot, pools, &catalogue, ProviderLabels::aws(), objects, start);

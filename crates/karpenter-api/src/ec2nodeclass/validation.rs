@@ -4,8 +4,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{
     Alias, AmiFamily, AmiSelectorTerm, BlockDevice, BlockDeviceMapping, CapacityReservationSelectorTerm,
-    ConnectionTracking, EC2NodeClass, EC2NodeClassSpec, InterfaceType, KubeletConfiguration, MAX_ALIAS_LEN,
-    MetadataOptions, NetworkInterface, PlacementGroupSelector, SecurityGroupSelectorTerm, SubnetSelectorTerm,
+    ConnectionTracking, EC2NodeClass, EC2NodeClassSpec, InterfaceType, KubeletConfiguration, MAX_ALIAS_LEN, MaxPods,
+    MetadataOptions, NetworkInterface, PlacementGroupSelector, ReservedValue, SecurityGroupSelectorTerm,
+    SubnetSelectorTerm,
 };
 use karpenter_requirements::Quantity;
 
@@ -289,8 +290,11 @@ fn validate_reserved(map: &BTreeMap<String, String>, path: &str, out: &mut Viola
         if !RESERVED_RESOURCES.contains(&k.as_str()) {
             out.push(&kp, format!("invalid key {k:?}, valid keys are {}", RESERVED_RESOURCES.join(", ")));
         }
-        if let Some(e) = non_negative_quantity_error(v) {
-            out.push(&kp, e);
+        // A value that is not a quantity is a CEL expression: the AWS controller compiles and evaluates it.
+        if let ReservedValue::Quantity(q) = ReservedValue::parse(v)
+            && (q.is_negative() || v.starts_with('-'))
+        {
+            out.push(&kp, format!("{v:?} cannot be a negative resource quantity"));
         }
     }
 }
@@ -317,7 +321,13 @@ fn validate_eviction_thresholds(map: &BTreeMap<String, String>, path: &str, out:
 }
 
 fn validate_kubelet(k: &KubeletConfiguration, path: &str, out: &mut Violations) {
-    for (name, v) in [("maxPods", k.max_pods), ("podsPerCore", k.pods_per_core)] {
+    if let Some(e) = k.max_pods.as_ref().and_then(MaxPods::as_expression)
+        && e.starts_with('-')
+    {
+        out.push(field(path, "maxPods"), "a maxPods expression must not start with '-'");
+    }
+    let static_max_pods = k.max_pods.as_ref().and_then(MaxPods::as_static);
+    for (name, v) in [("maxPods", static_max_pods), ("podsPerCore", k.pods_per_core)] {
         if let Some(v) = v
             && v < 0
         {

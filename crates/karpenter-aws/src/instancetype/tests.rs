@@ -317,7 +317,7 @@ fn kubelet_reserved_and_eviction_from_a_node_class() {
         "blockDeviceMappings": [{"deviceName": "/dev/xvda", "ebs": {"volumeSize": "100Gi"}}]
     }))
     .expect("spec decodes");
-    let nc = NodeClassSettings::from_spec(&spec).expect("valid settings");
+    let nc = NodeClassSettings::from_spec(&spec, false).expect("valid settings");
     assert_eq!(nc.ami_family, AmiFamily::Al2);
     let c = InstanceTypeContext { node_class: nc, ..ctx() };
     let it = build(&c, "m5.large");
@@ -353,11 +353,11 @@ fn eviction_thresholds_parse() {
     }))
     .expect("spec decodes");
     s.kubelet = Some(spec);
-    let err = NodeClassSettings::from_spec(&s).unwrap_err();
+    let err = NodeClassSettings::from_spec(&s, false).unwrap_err();
     assert!(err.to_string().contains("memory.available"), "{err}");
     s.kubelet =
         Some(KubeletConfiguration { kube_reserved: [("cpu".into(), "-1".into())].into(), ..Default::default() });
-    assert!(NodeClassSettings::from_spec(&s).is_err());
+    assert!(NodeClassSettings::from_spec(&s, false).is_err());
 }
 
 #[test]
@@ -481,4 +481,60 @@ fn estimated_prices_and_pod_eni_table() {
     c.branch_interfaces.insert("m5.large".into(), 9);
     assert_resources(build(&c, "m5.large").capacity(), &[("vpc.amazonaws.com/pod-eni", "9")]);
     assert_eq!(build(&c, "c6g.xlarge").capacity().get(resources::POD_ENI), None);
+}
+
+fn spec_with_kubelet(kubelet: serde_json::Value) -> EC2NodeClassSpec {
+    serde_json::from_value(serde_json::json!({
+        "subnetSelectorTerms": [{"id": "subnet-1"}], "securityGroupSelectorTerms": [{"id": "sg-1"}],
+        "amiSelectorTerms": [{"alias": "al2023@latest"}], "role": "r", "kubelet": kubelet
+    }))
+    .expect("spec decodes")
+}
+
+#[test]
+fn kubelet_expressions_shape_capacity_and_overhead() {
+    let spec = spec_with_kubelet(serde_json::json!({
+        "maxPods": "min(max_pods, 20)",
+        "kubeReserved": {"memory": "11 * max_pods + 100", "cpu": "vcpus * 25"},
+        "systemReserved": {"pid": "max_pods * 10", "memory": "100Mi"}
+    }));
+    let c = InstanceTypeContext { node_class: NodeClassSettings::from_spec(&spec, true).expect("compiles"), ..ctx() };
+    // m5.large: ENI default 29 → 20; memory 11 × 20 + 100 = 320 MiB (a multiple of 16); cpu 2 × 25 = 50m.
+    let it = build(&c, "m5.large");
+    assert_resources(it.capacity(), &[("pods", "20")]);
+    assert_resources(&it.overhead().kube_reserved, &[("cpu", "50m"), ("memory", "320Mi")]);
+    assert_resources(&it.overhead().system_reserved, &[("pid", "200"), ("memory", "100Mi")]);
+    // t3.micro: ENI default 4 stays 4; memory 11 × 4 + 100 = 144 MiB.
+    let small = build(&c, "t3.micro");
+    assert_resources(small.capacity(), &[("pods", "4")]);
+    assert_resources(&small.overhead().kube_reserved, &[("memory", "144Mi")]);
+    assert_eq!(c.check_expressions([&info("m5.large"), &info("t3.micro")]), Ok(()));
+}
+
+#[test]
+fn kubelet_expressions_are_ignored_with_the_gate_off() {
+    let spec = spec_with_kubelet(serde_json::json!({
+        "maxPods": "min(max_pods, 20)",
+        "kubeReserved": {"memory": "11 * max_pods + 100", "cpu": "200m"}
+    }));
+    let nc = NodeClassSettings::from_spec(&spec, false).expect("settings");
+    assert!(nc.expressions.is_empty());
+    let it = build(&InstanceTypeContext { node_class: nc, ..ctx() }, "m5.large");
+    // The family default max pods and the computed default memory; the quantity still applies.
+    assert_resources(it.capacity(), &[("pods", "29")]);
+    assert_resources(&it.overhead().kube_reserved, &[("cpu", "200m"), ("memory", "574Mi")]);
+}
+
+#[test]
+fn kubelet_expression_failures_name_the_type_and_leave_it_out() {
+    let bad = spec_with_kubelet(serde_json::json!({"maxPods": "max_pods +"}));
+    let err = NodeClassSettings::from_spec(&bad, true).unwrap_err();
+    assert!(matches!(err, InstanceTypeError::KubeletExpression(KubeletExpressionError::Invalid { .. })), "{err}");
+    // Fails for the small type only: 4 ENI-limited pods minus 10.
+    let spec = spec_with_kubelet(serde_json::json!({"maxPods": "max_pods - 10"}));
+    let c = InstanceTypeContext { node_class: NodeClassSettings::from_spec(&spec, true).expect("compiles"), ..ctx() };
+    let err = c.check_expressions([&info("m5.large"), &info("t3.micro")]).unwrap_err().to_string();
+    assert!(err.contains("t3.micro") && err.contains("max_pods - 10") && err.contains("maxPods"), "{err}");
+    assert!(c.instance_type(&info("t3.micro")).is_none());
+    assert_resources(build(&c, "m5.large").capacity(), &[("pods", "19")]);
 }

@@ -119,3 +119,36 @@ async fn capacity_reservations_add_reserved_offerings() {
     let c5 = its.iter().find(|it| it.name == "c5.large").unwrap();
     assert!(c5.offerings.iter().all(|o| o.capacity_type() != Some("reserved")));
 }
+
+#[test]
+fn kubelet_expression_check_is_the_validation_verdict() {
+    use karpenter_api::ec2nodeclass::MaxPods;
+    let mut class: EC2NodeClass = serde_json::from_value(serde_json::json!({
+        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "c"},
+        "spec": {"subnetSelectorTerms": [{"id": "subnet-1"}], "securityGroupSelectorTerms": [{"id": "sg-1"}],
+                 "amiSelectorTerms": [{"alias": "al2023@latest"}], "role": "r",
+                 "kubelet": {"maxPods": "max_pods - vcpus * 10"}}
+    }))
+    .expect("class decodes");
+    let infos = [instance_type_info("m5.large", 2, 8), instance_type_info("m5.4xlarge", 16, 64)];
+    let settings = Settings::default();
+    let check = |class: &EC2NodeClass, gate, infos: Option<&[InstanceTypeInfo]>| {
+        kubelet_expression_check(class, gate, infos, &settings)
+    };
+    let reason = |c: ExpressionCheck| match c {
+        ExpressionCheck::Failed { reason, message } => (reason, message),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(reason(check(&class, false, Some(&infos))).0, "KubeletExpressionsDisabled");
+    assert_eq!(check(&class, true, None), ExpressionCheck::NoInstanceTypes);
+    assert_eq!(check(&class, true, Some(&[])), ExpressionCheck::NoInstanceTypes);
+    // 29 − 160 < 0 on the 16-vCPU type.
+    let (r, m) = reason(check(&class, true, Some(&infos)));
+    assert_eq!(r, "KubeletExpressionEvaluationFailed");
+    assert!(m.contains("m5.4xlarge") && !m.contains("m5.large"), "{m}");
+    assert_eq!(check(&class, true, Some(&infos[..1])), ExpressionCheck::Passed);
+    class.spec.kubelet.as_mut().unwrap().max_pods = Some(MaxPods::Expression("max_pods -".into()));
+    assert_eq!(reason(check(&class, true, None)).0, "KubeletExpressionInvalid", "compile errors need no catalogue");
+    class.spec.kubelet.as_mut().unwrap().max_pods = Some(MaxPods::Static(20));
+    assert_eq!(check(&class, false, None), ExpressionCheck::Passed);
+}

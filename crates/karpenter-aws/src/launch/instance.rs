@@ -17,7 +17,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use karpenter_api::ec2nodeclass::Ami;
+use karpenter_api::ec2nodeclass::{Ami, KubeletConfiguration, MaxPods, ReservedValue};
 use karpenter_api::labels::annotations::{NODE_CLAIM_MIN_VALUES_RELAXED, PRICE_OVERLAY_APPLIED};
 use karpenter_api::labels::{DO_NOT_SYNC_TAINTS, NODE_RESTRICTION_DOMAIN, taints as taint_keys};
 use karpenter_api::nodeclaim::{Taint, TaintEffect};
@@ -215,6 +215,7 @@ pub struct InstanceProvider {
     failure_sink: Option<Arc<dyn LaunchFailureSink>>,
     subnet_ips: SubnetIps,
     reserved_capacity: bool,
+    node_class_cel: bool,
 }
 
 impl fmt::Debug for InstanceProvider {
@@ -291,6 +292,7 @@ impl InstanceProvider {
             failure_sink: None,
             subnet_ips: SubnetIps::new(templates_clock, DEFAULT_FREE_IP_TTL),
             reserved_capacity: true,
+            node_class_cel: false,
         }
     }
 
@@ -300,6 +302,13 @@ impl InstanceProvider {
     /// templates leave EC2's default preference and no described instance is reserved.
     pub fn with_reserved_capacity(mut self, gate: bool) -> Self {
         self.reserved_capacity = gate;
+        self
+    }
+
+    /// The AWS `NodeClassCEL` gate (off by default): on, kubelet CEL expressions reach the user data with the
+    /// values the instance types were built with; off, they are left out (as instance types ignore them).
+    pub fn with_node_class_cel(mut self, gate: bool) -> Self {
+        self.node_class_cel = gate;
         self
     }
 
@@ -463,15 +472,17 @@ impl InstanceProvider {
         let capacity_type = selection.capacity_type;
         let tenancy = tenancy(&needs.reqs);
         let amis = node_class.status.as_ref().map_or(&[][..], |s| s.amis.as_slice());
-        let groups = template_groups(&selection.candidates, amis, &needs.reqs, &needs.requests, capacity_type);
+        let kubelet = node_class.spec.kubelet.as_ref().map(|k| (k, self.node_class_cel));
+        let groups = template_groups(&selection.candidates, amis, &needs.reqs, &needs.requests, capacity_type, kubelet);
         let mut configs = Vec::new();
-        for ((ami_id, pods, efa, reservation), (ami, its)) in &groups {
+        for ((ami_id, pods, efa, reservation, reserved), (ami, its)) in &groups {
             let template = self
                 .launch_template(
                     claim,
                     node_class,
                     ami,
                     *pods,
+                    reserved,
                     *efa,
                     capacity_type,
                     tenancy,
@@ -504,6 +515,7 @@ impl InstanceProvider {
         node_class: &EC2NodeClass,
         ami: &Ami,
         pods: i64,
+        reserved: &NodeReserved,
         efa: i64,
         capacity_type: &str,
         tenancy: &str,
@@ -519,8 +531,12 @@ impl InstanceProvider {
         {
             kubelet.cluster_dns = vec![dns.clone()];
         }
-        if kubelet.max_pods.is_none() {
-            kubelet.max_pods = i32::try_from(pods).ok();
+        // Expressions were evaluated per instance type when the types were built: the node gets the group's values.
+        if kubelet.max_pods.as_ref().and_then(MaxPods::as_static).is_none() {
+            kubelet.max_pods = i32::try_from(pods).ok().map(MaxPods::Static);
+        }
+        if kubelet.has_expressions() {
+            (kubelet.kube_reserved, kubelet.system_reserved) = reserved.clone();
         }
         let mut labels: BTreeMap<String, String> = claim.metadata.labels.clone().unwrap_or_default();
         labels.retain(|k, _| {
@@ -1064,9 +1080,33 @@ fn tenancy(reqs: &Requirements) -> &'static str {
 }
 
 /// What instance types sharing one launch template have in common: the AMI id, the pods value (the kubelet's
-/// max pods), the EFA interface count (0 unless the claim requests EFA) and, for reserved launches, the
-/// capacity reservation.
-type GroupKey = (String, i64, i64, Option<String>);
+/// max pods), the EFA interface count (0 unless the claim requests EFA), for reserved launches the capacity
+/// reservation, and the reserved maps the kubelet gets when some are CEL expressions ([`node_reserved`]).
+type GroupKey = (String, i64, i64, Option<String>, NodeReserved);
+
+/// `kubeReserved` and `systemReserved` as a node of one instance type gets them when the node class has CEL
+/// expressions: quantities as written, each expression replaced by its value for the type (which the type's
+/// overhead holds), or left out with the `NodeClassCEL` gate off. Empty maps when the class has no expressions
+/// (its maps are used as written).
+type NodeReserved = (BTreeMap<String, String>, BTreeMap<String, String>);
+
+/// A node class's kubelet settings and the `NodeClassCEL` gate.
+type KubeletAndGate<'a> = (&'a KubeletConfiguration, bool);
+
+fn node_reserved(kubelet: Option<KubeletAndGate<'_>>, it: &InstanceType) -> NodeReserved {
+    let Some((k, cel)) = kubelet.filter(|(k, _)| k.has_expressions()) else { return NodeReserved::default() };
+    let resolve = |map: &BTreeMap<String, String>, resolved: &ResourceList| -> BTreeMap<String, String> {
+        map.iter()
+            .filter_map(|(key, v)| match ReservedValue::parse(v) {
+                ReservedValue::Quantity(_) => Some((key.clone(), v.clone())),
+                ReservedValue::Expression(_) if cel => resolved.get(key).map(|q| (key.clone(), q.to_string())),
+                ReservedValue::Expression(_) => None,
+            })
+            .collect()
+    };
+    let overhead = it.overhead();
+    (resolve(&k.kube_reserved, &overhead.kube_reserved), resolve(&k.system_reserved, &overhead.system_reserved))
+}
 
 /// The candidates grouped by launch template ([`GroupKey`]), each group with its AMI. A reserved candidate
 /// joins the group of each reservation it has a usable offering in; a candidate no AMI serves is left out.
@@ -1076,6 +1116,7 @@ fn template_groups<'a>(
     reqs: &Requirements,
     requests: &ResourceList,
     capacity_type: &str,
+    kubelet: Option<KubeletAndGate<'_>>,
 ) -> BTreeMap<GroupKey, (Ami, Vec<&'a InstanceType>)> {
     let wants_efa = requests.get(extended::EFA).is_some_and(|q| !q.is_zero());
     let mut groups: BTreeMap<GroupKey, (Ami, Vec<&InstanceType>)> = BTreeMap::new();
@@ -1094,8 +1135,13 @@ fn template_groups<'a>(
         } else {
             BTreeSet::from([None])
         };
+        let reserved = node_reserved(kubelet, it);
         for r in reservations {
-            groups.entry((ami.id.clone(), pods, efa, r)).or_insert_with(|| (ami.clone(), Vec::new())).1.push(it);
+            groups
+                .entry((ami.id.clone(), pods, efa, r, reserved.clone()))
+                .or_insert_with(|| (ami.clone(), Vec::new()))
+                .1
+                .push(it);
         }
     }
     groups

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use karpenter_api::AmiFamily;
-use karpenter_api::ec2nodeclass::KubeletConfiguration;
+use karpenter_api::ec2nodeclass::{KubeletConfiguration, MaxPods};
 use karpenter_api::nodeclaim::Taint;
 use serde_json::{Map, Value, json};
 
@@ -38,8 +38,9 @@ pub struct BootstrapConfig {
     pub ca_bundle: Option<String>,
     /// The service CIDR (AL2023's `spec.cluster.cidr`).
     pub service_cidr: Option<String>,
-    /// Kubelet settings of the node class; `cluster_dns` already defaulted to the kube-dns IP and `max_pods` to
-    /// the group's pods value by the caller.
+    /// Kubelet settings of the node class, resolved for the launch's instance types by the caller: `cluster_dns`
+    /// defaulted to the kube-dns IP, `max_pods` a static value (the group's pods value unless set), and no CEL
+    /// expression left in the reserved maps (see `crate::launch::instance`).
     pub kubelet: KubeletConfiguration,
     /// Node labels to register with.
     pub labels: BTreeMap<String, String>,
@@ -228,7 +229,7 @@ fn kubelet_args(config: &BootstrapConfig) -> Vec<String> {
         let taints: Vec<String> = config.taints.iter().map(taint_string).collect();
         args.push(format!("--register-with-taints=\"{}\"", taints.join(",")));
     }
-    if let Some(m) = k.max_pods {
+    if let Some(m) = k.max_pods.as_ref().and_then(MaxPods::as_static) {
         args.push(format!("--max-pods={m}"));
     }
     if let Some(p) = k.pods_per_core {
@@ -294,7 +295,7 @@ pub fn node_config(config: &BootstrapConfig) -> Value {
     if !k.cluster_dns.is_empty() {
         kc.insert("clusterDNS".into(), json!(k.cluster_dns));
     }
-    if let Some(v) = k.max_pods {
+    if let Some(v) = k.max_pods.as_ref().and_then(MaxPods::as_static) {
         kc.insert("maxPods".into(), json!(v));
     }
     if let Some(v) = k.pods_per_core {
@@ -544,7 +545,7 @@ fn bottlerocket(config: &BootstrapConfig) -> Result<String, UserDataError> {
             );
         }
     }
-    if let Some(m) = k.max_pods {
+    if let Some(m) = k.max_pods.as_ref().and_then(MaxPods::as_static) {
         kube.insert("max-pods".into(), toml::Value::Integer(i64::from(m)));
     }
     for (key, map) in [

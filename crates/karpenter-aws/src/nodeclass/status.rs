@@ -13,7 +13,7 @@
 //! | `InstanceProfileReady` | `InstanceProfileNotFound` (IAM refused or the spec names no role/profile) |
 //! | `PlacementGroupReady` | `PlacementGroupNotFound` (only with a selector; True without) |
 //! | `CapacityReservationsReady` | (only with the `ReservedCapacity` gate; True once described) |
-//! | `ValidationSucceeded` | `DependenciesNotReady`, `TagValidationFailed`, and the dry-run reasons of an [`AuthorizationCheck`] |
+//! | `ValidationSucceeded` | `KubeletExpressionsDisabled`, `KubeletExpressionInvalid`, `KubeletExpressionEvaluationFailed` (kubelet CEL expressions, with [`NodeClassResolver::with_instance_types`]), `DependenciesNotReady`, `TagValidationFailed`, and the dry-run reasons of an [`AuthorizationCheck`] |
 //! | `Ready` | `UnhealthyDependents` (False when one is False, Unknown when one is Unknown) |
 //!
 //! A True condition's reason is its type. Each condition carries the node class's generation as
@@ -40,6 +40,7 @@ use super::instance_profile::{ClusterIdentity, InstanceProfileError, InstancePro
 use super::network::{SECURITY_GROUP_CACHE_TTL, SecurityGroupProvider, SubnetInfo, SubnetProvider};
 use super::reservation::{CapacityReservationProvider, PlacementGroupProvider};
 use crate::api_error::AwsApiError;
+use crate::instancetypes::{ExpressionCheck, InstanceTypeProvider};
 
 /// `PlacementGroupReady=False` reason.
 pub const PLACEMENT_GROUP_NOT_FOUND: &str = "PlacementGroupNotFound";
@@ -47,6 +48,11 @@ pub const PLACEMENT_GROUP_NOT_FOUND: &str = "PlacementGroupNotFound";
 pub const UNHEALTHY_DEPENDENTS: &str = "UnhealthyDependents";
 /// Condition reason while a part has never been resolved (its first AWS call failed with a retryable error).
 pub const AWAITING_RESOLUTION: &str = "AwaitingResolution";
+
+/// `ValidationSucceeded=Unknown` reason while kubelet expressions wait for the instance-type catalogue.
+pub const AWAITING_INSTANCE_TYPES: &str = "AwaitingInstanceTypes";
+const AWAITING_INSTANCE_TYPES_MESSAGE: &str =
+    "the kubelet expressions are evaluated against every instance type once the catalogue is fetched";
 
 /// How long a validation result is reused.
 pub const VALIDATION_CACHE_TTL: Duration = Duration::from_secs(30 * 60);
@@ -128,6 +134,8 @@ pub struct NodeClassResolver {
     pub capacity_reservations: Arc<CapacityReservationProvider>,
     pub placement_groups: Arc<PlacementGroupProvider>,
     authorization: Option<Arc<dyn AuthorizationCheck>>,
+    /// Evaluates kubelet CEL expressions against its catalogue (and holds the `NodeClassCEL` gate).
+    instance_types: Option<InstanceTypeProvider>,
     validation: TtlCache<(String, i64), Result<(), AuthorizationFailure>>,
     reserved_capacity: bool,
     clock: Arc<dyn Clock>,
@@ -178,6 +186,12 @@ impl StatusUpdate {
             Err((reason, message)) => (ConditionStatus::False, reason, message),
         };
         set_condition(&mut self.status.conditions, type_, s, &reason, &message, self.generation, self.now);
+    }
+
+    /// Sets a condition Unknown (a transient state that blocks launches without failing).
+    fn unknown(&mut self, type_: &str, reason: &str, message: &str) {
+        let (generation, now) = (self.generation, self.now);
+        set_condition(&mut self.status.conditions, type_, ConditionStatus::Unknown, reason, message, generation, now);
     }
 
     /// Keeps a condition as it is after a retryable failure; one never set becomes Unknown
@@ -310,6 +324,7 @@ impl NodeClassResolver {
             )),
             placement_groups: Arc::new(PlacementGroupProvider::new(apis.placement_groups, clock.clone())),
             authorization: None,
+            instance_types: None,
             validation: TtlCache::new(clock.clone(), VALIDATION_CACHE_TTL),
             reserved_capacity: settings.reserved_capacity,
             clock,
@@ -319,6 +334,13 @@ impl NodeClassResolver {
     /// Adds the dry-run authorization checks to validation.
     pub fn with_authorization_check(mut self, check: Arc<dyn AuthorizationCheck>) -> Self {
         self.authorization = Some(check);
+        self
+    }
+
+    /// Checks the kubelet CEL expressions of node classes as part of validation, against `provider`'s catalogue
+    /// and `NodeClassCEL` gate (share the cloud provider's instance-type provider).
+    pub fn with_instance_types(mut self, provider: InstanceTypeProvider) -> Self {
+        self.instance_types = Some(provider);
         self
     }
 
@@ -352,8 +374,24 @@ impl NodeClassResolver {
         update.apply(conditions::SECURITY_GROUPS_READY, groups, |s, v| s.security_groups = v);
         self.reconcile_instance_profile(&mut update, node_class, previous.instance_profile.as_deref()).await;
         update.requeue_within(REQUEUE_VALIDATION);
-        let validation = self.validate(node_class, &update.status).await;
-        update.set(conditions::VALIDATION_SUCCEEDED, validation);
+        match self.instance_types.as_ref().map(|p| p.check_kubelet_expressions(node_class)) {
+            Some(ExpressionCheck::Failed { reason, message }) => {
+                update.set(conditions::VALIDATION_SUCCEEDED, Err((reason.to_owned(), message)));
+            }
+            Some(ExpressionCheck::NoInstanceTypes) => {
+                // Transient: the catalogue is fetched at start; until then the expressions cannot be judged.
+                update.requeue_within(REQUEUE_SHORT);
+                update.unknown(
+                    conditions::VALIDATION_SUCCEEDED,
+                    AWAITING_INSTANCE_TYPES,
+                    AWAITING_INSTANCE_TYPES_MESSAGE,
+                );
+            }
+            Some(ExpressionCheck::Passed) | None => {
+                let validation = self.validate(node_class, &update.status).await;
+                update.set(conditions::VALIDATION_SUCCEEDED, validation);
+            }
+        }
         update.set_ready(&conditions::ready_dependents(self.reserved_capacity));
         let StatusUpdate { mut status, requeue, .. } = update;
         status.conditions.sort_by(|a, b| a.type_.cmp(&b.type_));

@@ -969,3 +969,92 @@ fn ami_family_enum_roundtrip_is_used_for_windows_builds() {
     assert_eq!(windows_build(AmiFamily::Windows2022), Some("10.0.20348"));
     assert_eq!(windows_build(AmiFamily::Al2023), None);
 }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Kubelet CEL expressions in ValidationSucceeded.
+
+/// An instance-type provider over a mock catalogue (`types`: fetched when not empty) with the `NodeClassCEL` gate.
+fn instance_types(
+    clock: &FakeClock,
+    types: &[(&str, i64, i64)],
+    gate: bool,
+) -> crate::instancetypes::InstanceTypeProvider {
+    use crate::instancetypes::{InstanceTypeProvider, InstanceTypeProviderOptions, SharedPrices};
+    use crate::launch::mock::{MockEc2, instance_type_info};
+    let ec2 = MockEc2::new(Arc::new(clock.clone()));
+    let infos = types.iter().map(|(n, c, m)| instance_type_info(n, *c, *m)).collect();
+    ec2.set_catalogue(infos, &["us-west-2a"]);
+    let mut options = InstanceTypeProviderOptions::new("us-west-2");
+    options.node_class_cel = gate;
+    let unavailable = crate::launch::ice::UnavailableOfferings::new(Arc::new(clock.clone()));
+    let p = InstanceTypeProvider::new(
+        Arc::new(ec2),
+        Arc::new(clock.clone()),
+        SharedPrices::default(),
+        unavailable,
+        options,
+    );
+    if !types.is_empty() {
+        block_on(p.refresh()).expect("catalogue");
+    }
+    p
+}
+
+fn class_with_kubelet(kubelet: serde_json::Value) -> EC2NodeClass {
+    let mut c = default_class();
+    c.spec.kubelet = Some(serde_json::from_value(kubelet).expect("kubelet decodes"));
+    c
+}
+
+fn validation(r: &NodeClassResolver, c: &EC2NodeClass) -> (String, ConditionStatus, String, Duration) {
+    let out = block_on(r.reconcile(c, "1.31"));
+    let v = out.status.condition(conditions::VALIDATION_SUCCEEDED).expect("ValidationSucceeded").clone();
+    (v.reason, v.status, v.message, out.requeue_after)
+}
+
+#[test]
+fn kubelet_expressions_need_the_gate_compile_and_evaluate_for_every_type() {
+    let aws = world();
+    let clock = clock();
+    let types = [("m5.large", 2, 8), ("m5.xlarge", 4, 16)];
+    let expr = class_with_kubelet(serde_json::json!({"maxPods": "min(max_pods, 20)", "kubeReserved": {"cpu": "100m"}}));
+    // Gate off: any expression blocks launches.
+    let off = resolver(&aws, &clock).with_instance_types(instance_types(&clock, &types, false));
+    let (reason, status, message, _) = validation(&off, &expr);
+    assert_eq!((reason.as_str(), status), ("KubeletExpressionsDisabled", ConditionStatus::False));
+    assert!(message.contains("NodeClassCEL"), "{message}");
+    // Without expressions the gate does not matter.
+    let plain = class_with_kubelet(serde_json::json!({"maxPods": 20}));
+    assert_eq!(validation(&off, &plain).1, ConditionStatus::True);
+
+    let on = resolver(&aws, &clock).with_instance_types(instance_types(&clock, &types, true));
+    assert_eq!(validation(&on, &expr).1, ConditionStatus::True);
+    let invalid = class_with_kubelet(serde_json::json!({"kubeReserved": {"memory": "11 * pods + 255"}}));
+    let (reason, status, message, _) = validation(&on, &invalid);
+    assert_eq!((reason.as_str(), status), ("KubeletExpressionInvalid", ConditionStatus::False));
+    assert!(message.contains("kubeReserved[memory]") && message.contains("\"pods\""), "{message}");
+    // Fails for the 2-vCPU type only.
+    let failing = class_with_kubelet(serde_json::json!({"systemReserved": {"cpu": "(vcpus - 3) * 100"}}));
+    let (reason, status, message, _) = validation(&on, &failing);
+    assert_eq!((reason.as_str(), status), ("KubeletExpressionEvaluationFailed", ConditionStatus::False));
+    assert!(message.contains("m5.large") && message.contains("(vcpus - 3) * 100"), "{message}");
+    assert_eq!(
+        condition(&block_on(on.reconcile(&failing, "1.31")).status, conditions::READY).1,
+        ConditionStatus::False
+    );
+}
+
+#[test]
+fn kubelet_expressions_wait_for_the_instance_type_catalogue() {
+    let aws = world();
+    let clock = clock();
+    let r = resolver(&aws, &clock).with_instance_types(instance_types(&clock, &[], true));
+    let expr = class_with_kubelet(serde_json::json!({"maxPods": "min(max_pods, 20)"}));
+    let (reason, status, _, requeue) = validation(&r, &expr);
+    assert_eq!(
+        (reason.as_str(), status),
+        (AWAITING_INSTANCE_TYPES, ConditionStatus::Unknown),
+        "transient, not a failure"
+    );
+    assert!(requeue <= Duration::from_secs(60), "{requeue:?}");
+}

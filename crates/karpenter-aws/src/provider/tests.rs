@@ -93,6 +93,18 @@ fn provider_gated(
     prices: PriceTable,
     reserved_capacity: bool,
 ) -> AwsCloudProvider {
+    provider_with(ec2, classes, clock, cluster, prices, |o| o.reserved_capacity = reserved_capacity)
+}
+
+/// [`provider_on`] with its options changed by `options`.
+fn provider_with(
+    ec2: &MockEc2,
+    classes: &InMemoryNodeClasses,
+    clock: &FakeClock,
+    cluster: &str,
+    prices: PriceTable,
+    options: impl FnOnce(&mut AwsCloudProviderOptions),
+) -> AwsCloudProvider {
     let apis = AwsApis {
         fleet: Arc::new(ec2.clone()),
         launch_templates: Arc::new(ec2.clone()),
@@ -105,13 +117,15 @@ fn provider_gated(
         service_cidr: Some("10.100.0.0/16".into()),
         dns_ip: Some("10.100.0.10".into()),
     };
+    let mut o = AwsCloudProviderOptions::new(cluster, "us-west-2");
+    options(&mut o);
     AwsCloudProvider::new(
         apis,
         Arc::new(classes.clone()),
         Arc::new(clock.clone()),
         Arc::new(clock.clone()),
         SharedPrices::new(PriceSource::Table(prices)),
-        AwsCloudProviderOptions { reserved_capacity, ..AwsCloudProviderOptions::new(cluster, "us-west-2") },
+        o,
     )
 }
 
@@ -1290,4 +1304,56 @@ async fn a_zonal_shift_keeps_launches_listing_and_termination_out_of_its_zone() 
     e.provider.delete(&launched).await.unwrap();
     let terminates = e.ec2.calls().into_iter().filter(|c| matches!(c, MockCall::TerminateInstances(_))).count();
     assert_eq!(terminates, 1, "terminated once the shift ended");
+}
+
+/// An [`env`] whose class has kubelet CEL expressions, with the `NodeClassCEL` gate `gate`.
+fn cel_env(gate: bool) -> Env {
+    let clock = FakeClock::default();
+    let ec2 = MockEc2::new(Arc::new(clock.clone()));
+    let infos = catalogue();
+    let table = prices(&infos);
+    ec2.set_catalogue(infos, &ZONES);
+    let classes = InMemoryNodeClasses::new();
+    let mut class = class_json("True");
+    class["spec"]["kubelet"] = json!({
+        "maxPods": "min(max_pods, 20)",
+        "kubeReserved": {"memory": "11 * max_pods + 100", "cpu": "100m"}
+    });
+    classes.insert_value(GROUP, KIND, "default", class);
+    let provider = provider_with(&ec2, &classes, &clock, "test-cluster", table, |o| {
+        o.instance_types.node_class_cel = gate;
+    });
+    Env { ec2, classes, clock, provider }
+}
+
+#[tokio::test(start_paused = true)]
+async fn kubelet_expressions_shape_instance_types_and_user_data() {
+    let e = cel_env(true);
+    let pool = pool();
+    let its = e.provider.instance_types(&pool).await.unwrap();
+    let m5 = its.iter().find(|it| it.name == "m5.large").expect("m5.large");
+    assert_eq!(m5.capacity().pods().value(), Some(20));
+    // 11 × 20 + 100 = 320 MiB (already a multiple of 16).
+    assert_eq!(m5.overhead().kube_reserved.get("memory"), Some(&"320Mi".parse().unwrap()));
+    e.provider.create(&claim("cel-claim", &["on-demand"])).await.unwrap();
+    for lt in e.ec2.launch_templates() {
+        assert!(lt.data.user_data.contains("maxPods: 20"), "{}", lt.data.user_data);
+        assert!(lt.data.user_data.contains("320Mi") && lt.data.user_data.contains("100m"), "{}", lt.data.user_data);
+        assert!(!lt.data.user_data.contains("max_pods"), "no expression reaches the node: {}", lt.data.user_data);
+    }
+
+    // Gate off: the family default max pods and the computed default memory; the quantity still applies.
+    let off = cel_env(false);
+    let its = off.provider.instance_types(&pool).await.unwrap();
+    let m5 = its.iter().find(|it| it.name == "m5.large").expect("m5.large");
+    assert_ne!(m5.capacity().pods().value(), Some(20));
+    assert_eq!(m5.overhead().kube_reserved.get("cpu"), Some(&"100m".parse().unwrap()));
+    // Its user data leaves the expressions out (status checks keep such a class from launching; this is the
+    // resolution path on its own).
+    off.provider.create(&claim("cel-off", &["on-demand"])).await.unwrap();
+    for lt in off.ec2.launch_templates() {
+        let u = &lt.data.user_data;
+        assert!(u.contains("maxPods: 29") && u.contains("100m"), "{u}");
+        assert!(!u.contains("max_pods") && !u.contains("memory:"), "no expression, no resolved memory: {u}");
+    }
 }

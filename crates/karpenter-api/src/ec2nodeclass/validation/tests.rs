@@ -173,7 +173,7 @@ fn kubelet_rules() {
     let mut nc = base();
     let mut k = KubeletConfiguration {
         system_reserved: tags(&[("cpu", "100m"), ("memory", "-1Gi"), ("gpu", "1")]),
-        kube_reserved: tags(&[("pid", "1000"), ("ephemeral-storage", "lots")]),
+        kube_reserved: tags(&[("pid", "1000"), ("ephemeral-storage", "-2Gi")]),
         eviction_hard: tags(&[
             ("memory.available", "100%"),
             ("nodefs.available", "100.01%"),
@@ -186,7 +186,7 @@ fn kubelet_rules() {
             .collect(),
         image_gc_high_threshold_percent: Some(50),
         image_gc_low_threshold_percent: Some(60),
-        max_pods: Some(-1),
+        max_pods: Some(MaxPods::Static(-1)),
         ..Default::default()
     };
     nc.spec.kubelet = Some(k.clone());
@@ -211,9 +211,15 @@ fn kubelet_rules() {
     k.eviction_soft.remove("imagefs.available");
     k.eviction_soft_grace_period.remove("nodefs.inodesFree");
     k.image_gc_high_threshold_percent = Some(61);
-    k.max_pods = Some(0);
-    nc.spec.kubelet = Some(k);
+    k.max_pods = Some(MaxPods::Static(0));
+    nc.spec.kubelet = Some(k.clone());
     assert!(paths(&nc).is_empty(), "{:?}", paths(&nc));
+    // Values that are not quantities are CEL expressions: the API accepts them (the controller checks them).
+    k.max_pods = Some(MaxPods::Expression("min(max_pods, 50)".into()));
+    k.kube_reserved.insert("memory".into(), "11 * max_pods + 255".into());
+    nc.spec.kubelet = Some(k.clone());
+    assert!(paths(&nc).is_empty(), "{:?}", paths(&nc));
+    assert!(k.has_expressions());
 }
 
 #[test]
@@ -360,4 +366,17 @@ fn drift_hash_input_covers_the_right_fields() {
     nc.spec.metadata_options.http_tokens = crate::ec2nodeclass::HttpTokens::Required;
     nc.spec.ami_family = Some(AmiFamily::Custom);
     assert_ne!(nc.spec.drift_hash_input(Some("CA")), a);
+}
+
+#[test]
+fn max_pods_is_an_int32_or_an_expression() {
+    let decode = |s: &str| serde_json::from_str::<MaxPods>(s);
+    assert_eq!(decode("20").unwrap(), MaxPods::Static(20));
+    assert_eq!(decode("-1").unwrap(), MaxPods::Static(-1), "validation, not decoding, rejects negatives");
+    assert_eq!(decode("\"min(max_pods, 20)\"").unwrap(), MaxPods::Expression("min(max_pods, 20)".into()));
+    let err = decode("2147483648").unwrap_err().to_string();
+    assert!(err.contains("2147483648 is out of the int32 range"), "{err}");
+    assert!(decode("1.5").is_err() && decode("true").is_err());
+    // An int serializes as the former int32 field did (the drift hash depends on it).
+    assert_eq!(serde_json::to_string(&MaxPods::Static(20)).unwrap(), "20");
 }

@@ -3,7 +3,7 @@
 use super::*;
 use karpenter_api::labels::aws::{CAPACITY_RESERVATION_INTERRUPTIBLE, CAPACITY_RESERVATION_TYPE, INSTANCE_TENANCY};
 use karpenter_requirements::labels::{RESERVATION_ID, ZONE};
-use karpenter_requirements::{Overhead, Requirements};
+use karpenter_requirements::{Format, Overhead, Requirements};
 
 fn offering(zone: &str, capacity_type: &str, price: f64, extra: &[(&str, &str)]) -> Offering {
     let reqs: Requirements = [(ZONE, zone), (CAPACITY_TYPE, capacity_type)]
@@ -164,15 +164,18 @@ fn reserved_types_join_one_template_group_per_reservation() {
     let amis = [Ami { id: "ami-1".into(), ..Ami::default() }];
     let candidates = [it];
     let (reqs, requests) = (Requirements::new(), ResourceList::new());
-    let groups = template_groups(&candidates, &amis, &reqs, &requests, CAPACITY_TYPE_RESERVED);
+    let groups = template_groups(&candidates, &amis, &reqs, &requests, CAPACITY_TYPE_RESERVED, None);
     let keys: Vec<&GroupKey> = groups.keys().collect();
     assert_eq!(
         keys,
-        [&("ami-1".to_owned(), 29, 0, Some("cr-1".to_owned())), &("ami-1".to_owned(), 29, 0, Some("cr-2".to_owned()))]
+        [
+            &("ami-1".to_owned(), 29, 0, Some("cr-1".to_owned()), NodeReserved::default()),
+            &("ami-1".to_owned(), 29, 0, Some("cr-2".to_owned()), NodeReserved::default())
+        ]
     );
-    let on_demand = template_groups(&candidates, &amis, &reqs, &requests, CAPACITY_TYPE_ON_DEMAND);
-    assert_eq!(on_demand.keys().collect::<Vec<_>>(), [&("ami-1".to_owned(), 29, 0, None)]);
-    assert!(template_groups(&candidates, &[], &reqs, &requests, CAPACITY_TYPE_ON_DEMAND).is_empty());
+    let on_demand = template_groups(&candidates, &amis, &reqs, &requests, CAPACITY_TYPE_ON_DEMAND, None);
+    assert_eq!(on_demand.keys().collect::<Vec<_>>(), [&("ami-1".to_owned(), 29, 0, None, NodeReserved::default())]);
+    assert!(template_groups(&candidates, &[], &reqs, &requests, CAPACITY_TYPE_ON_DEMAND, None).is_empty());
 }
 
 #[test]
@@ -249,4 +252,39 @@ fn fleet_failure_is_insufficient_capacity_only_when_every_error_is_a_capacity_er
         }
         other => panic!("want a create error, got {other:?}"),
     }
+}
+
+#[test]
+fn kubelet_expressions_split_template_groups_by_their_values() {
+    let with_memory = |name: &str, mib: i64| {
+        let mut it = instance_type(name, "20", vec![offering("a", CAPACITY_TYPE_ON_DEMAND, 0.1, &[])]);
+        let overhead = Overhead {
+            kube_reserved: ResourceList::new().with("memory", Quantity::from_int(mib << 20, Format::BinarySI)),
+            ..Overhead::default()
+        };
+        it =
+            InstanceType::new(&it.name, it.requirements.clone(), it.offerings.clone(), it.capacity().clone(), overhead);
+        it
+    };
+    let candidates = [with_memory("m5.large", 320), with_memory("c5.large", 320), with_memory("r5.large", 480)];
+    let kubelet = KubeletConfiguration {
+        max_pods: Some(MaxPods::Expression("min(max_pods, 20)".into())),
+        kube_reserved: [("memory".into(), "11 * max_pods + 100".into()), ("cpu".into(), "100m".into())].into(),
+        ..Default::default()
+    };
+    let amis = [Ami { id: "ami-1".into(), ..Ami::default() }];
+    let (reqs, requests) = (Requirements::new(), ResourceList::new());
+    let groups = template_groups(&candidates, &amis, &reqs, &requests, CAPACITY_TYPE_ON_DEMAND, Some((&kubelet, true)));
+    let got: Vec<(Vec<&str>, &BTreeMap<String, String>)> =
+        groups.iter().map(|(k, (_, its))| (its.iter().map(|i| i.name.as_str()).collect(), &k.4.0)).collect();
+    let map = |m: &str| BTreeMap::from([("cpu".to_owned(), "100m".to_owned()), ("memory".to_owned(), m.to_owned())]);
+    assert_eq!(got, [(vec!["m5.large", "c5.large"], &map("320Mi")), (vec!["r5.large"], &map("480Mi"))]);
+    // Without expressions the maps stay as written (no per-type split).
+    let plain = KubeletConfiguration { kube_reserved: [("cpu".into(), "100m".into())].into(), ..Default::default() };
+    let groups = template_groups(&candidates, &amis, &reqs, &requests, CAPACITY_TYPE_ON_DEMAND, Some((&plain, true)));
+    assert_eq!(groups.len(), 1);
+    // Gate off: the expressions are left out, the quantity stays.
+    let off = template_groups(&candidates, &amis, &reqs, &requests, CAPACITY_TYPE_ON_DEMAND, Some((&kubelet, false)));
+    let maps: Vec<&BTreeMap<String, String>> = off.keys().map(|k| &k.4.0).collect();
+    assert_eq!(maps, [&BTreeMap::from([("cpu".to_owned(), "100m".to_owned())])]);
 }

@@ -9,8 +9,11 @@ use karpenter_api::nodeclaim::TaintEffect;
 use super::*;
 
 fn config() -> BootstrapConfig {
-    let mut kubelet =
-        KubeletConfiguration { cluster_dns: vec!["10.100.0.10".into()], max_pods: Some(29), ..Default::default() };
+    let mut kubelet = KubeletConfiguration {
+        cluster_dns: vec!["10.100.0.10".into()],
+        max_pods: Some(MaxPods::Static(29)),
+        ..Default::default()
+    };
     kubelet.kube_reserved.insert("cpu".into(), "100m".into());
     kubelet.eviction_hard.insert("memory.available".into(), "5%".into());
     BootstrapConfig {
