@@ -242,6 +242,9 @@ pub(crate) struct Base<'a> {
     pub cluster: Option<ClusterBudget>,
     /// The pass's DRA objects and devices, `None` when DRA is ignored.
     pub dra: Option<Arc<DraIndex<'a>>>,
+    /// The capacity reservations the templates offer, before any claim holds one (computed once: a disruption
+    /// pass runs many simulations over one base).
+    pub reservations: Ledger,
 }
 
 impl<'a> Base<'a> {
@@ -278,6 +281,7 @@ impl<'a> Base<'a> {
         Base {
             snapshot,
             existing: existing_nodes(snapshot, daemons, &volume_index),
+            reservations: Ledger::new(&templates),
             templates,
             any_prefer_no_schedule,
             no_templates_reason,
@@ -316,9 +320,8 @@ impl<'a> Solver<'a> {
             Topology::new(base.snapshot, &mut pods, &base.templates, &base.existing, options.preference_policy);
         let affinity_keys = topology.affinity_keys();
         let room_classes = RoomClasses::new(pods.iter().map(|p| &p.requests));
-        let reservations = Ledger::new(&base.templates);
         Solver {
-            reservations,
+            reservations: base.reservations,
             no_room: NoRoom::new(room_classes.len()),
             room_classes,
             domain_ids: vec![HashMap::new(); affinity_keys.len()],

@@ -239,6 +239,7 @@ impl<'a> Simulator<'a> {
             no_templates_reason: self.base.no_templates_reason.clone(),
             cluster: self.base.cluster.clone(),
             dra: self.base.dra.clone(),
+            reservations: self.base.reservations.clone(),
         };
         let options = if view.fewest_new_nodes { &self.fewest_nodes_options } else { self.options };
         Solver::from_base(base, pods, self.provider, options).run(&mut || false, claim_cap)

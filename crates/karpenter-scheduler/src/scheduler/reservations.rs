@@ -26,7 +26,7 @@ use super::ReservedOfferingMode;
 use super::templates::Template;
 
 /// What the claims of one pass hold of each reservation.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Ledger {
     /// Per reservation id: instances not yet held by a claim of this pass.
     left: FxHashMap<String, i32>,
