@@ -517,6 +517,46 @@ pub(crate) fn rewrite_plan(
     );
     plan.price = its.first().map(|it| it.min_compatible_price(&reqs, provider)).filter(|p| p.is_finite());
     plan.instance_types = its.iter().map(|it| it.name.clone()).collect();
+    plan.set_overlay_flags(its);
     plan.requirements = reqs;
     plan
+}
+
+#[cfg(test)]
+mod tests {
+    use karpenter_requirements::{InstanceType, Offering, Overhead, ResourceList};
+
+    use super::*;
+
+    fn it(name: &str, price_overlay: bool) -> InstanceType {
+        let offering = Offering {
+            price_overlay_applied: price_overlay,
+            ..Offering::new([Requirement::in_values(labels::CAPACITY_TYPE, ["spot"])].into_iter().collect(), 1.0)
+        };
+        InstanceType::new(
+            name,
+            [Requirement::in_values(labels::INSTANCE_TYPE, [name])].into_iter().collect(),
+            vec![offering],
+            ResourceList::new(),
+            Overhead::default(),
+        )
+    }
+
+    /// A rewritten plan (spot-to-spot's cheaper options) says whether an overlay priced its options now, not
+    /// before the rewrite.
+    #[test]
+    fn rewriting_a_plan_recomputes_its_overlay_flags() {
+        let (overlaid, plain) = (it("overlaid", true), it("plain", false));
+        let mut plan: NodeClaimPlan = serde_json::from_value(serde_json::json!({
+            "name": "c", "nodePool": "default", "requirements": [], "instanceTypes": ["overlaid"], "price": 1.0,
+            "pods": [], "requests": {}, "daemonSetOverhead": {}, "minValuesRelaxed": false,
+            "priceOverlayApplied": true
+        }))
+        .unwrap();
+        let provider = karpenter_api::ProviderLabels::aws();
+        plan = rewrite_plan(plan, Requirements::new(), &[&plain], &provider);
+        assert!(!plan.price_overlay_applied && plan.instance_types == ["plain"]);
+        plan = rewrite_plan(plan, Requirements::new(), &[&plain, &overlaid], &provider);
+        assert!(plan.price_overlay_applied);
+    }
 }

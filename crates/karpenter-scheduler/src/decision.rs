@@ -105,6 +105,15 @@ pub struct NodeClaimPlan {
     pub requested_dra_drivers: Vec<String>,
 }
 
+/// Whether a NodeOverlay set the price of an offering of one of `its`, and whether one added capacity to one of
+/// them: the plan's `price_overlay_applied` and `capacity_overlay_applied`.
+pub fn overlay_flags(its: &[&karpenter_requirements::InstanceType]) -> (bool, bool) {
+    (
+        its.iter().any(|it| it.offerings.iter().any(|o| o.price_overlay_applied)),
+        its.iter().any(|it| it.capacity_overlay_applied),
+    )
+}
+
 impl NodeClaimPlan {
     /// A plan straight from a NodePool's template (a static pool's NodeClaim, a static-drift replacement): the
     /// template's `spec.requirements` (normalised by the algebra), no instance-type options (the provider picks),
@@ -124,6 +133,11 @@ impl NodeClaimPlan {
             capacity_overlay_applied: false,
             requested_dra_drivers: Vec::new(),
         })
+    }
+
+    /// Sets the NodeOverlay flags from the plan's instance-type options `its` (whenever the options change).
+    pub fn set_overlay_flags(&mut self, its: &[&karpenter_requirements::InstanceType]) {
+        (self.price_overlay_applied, self.capacity_overlay_applied) = overlay_flags(its);
     }
 
     /// What the NodeClaim requests: the pods' requests plus the DaemonSet overhead.

@@ -1260,13 +1260,14 @@ impl Pricing {
             }
         }
         let price = kept_idx.first().and_then(|&i| self.price.get(i as usize).copied()).filter(|p| p.is_finite());
+        let (price_overlay_applied, capacity_overlay_applied) = crate::decision::overlay_flags(&kept);
         Ok(BuiltPlan {
             requirements: reqs,
             instance_types: kept.iter().map(|it| it.name.clone()).collect(),
             price,
             daemon_set_overhead: overhead.unwrap_or_default(),
-            price_overlay_applied: kept.iter().any(|it| it.offerings.iter().any(|o| o.price_overlay_applied)),
-            capacity_overlay_applied: kept.iter().any(|it| it.capacity_overlay_applied),
+            price_overlay_applied,
+            capacity_overlay_applied,
         })
     }
 }
