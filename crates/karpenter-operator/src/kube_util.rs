@@ -450,3 +450,19 @@ mod tests {
         assert_eq!(test_log::at(&events, tracing::Level::WARN).len(), 1);
     }
 }
+
+/// Logs why a NodePool's instance types could not be listed, and what the caller does instead (`consequence`). A
+/// pool the provider has not evaluated yet (NodeOverlays, a moment after start or the pool's creation) is
+/// expected and logged at INFO; anything else is an ERROR.
+pub(crate) fn log_instance_types_error(
+    controller: &str,
+    pool: &str,
+    error: &karpenter_cloudprovider::CloudProviderError,
+    consequence: &str,
+) {
+    if error.kind() == karpenter_cloudprovider::ErrorKind::UnevaluatedNodePool {
+        tracing::info!(controller, NodePool = %pool, %error, "not evaluated yet: {consequence}");
+    } else {
+        tracing::error!(controller, NodePool = %pool, %error, "listing instance types failed: {consequence}");
+    }
+}

@@ -486,12 +486,12 @@ impl Provisioner {
                 Ok(its) => pools.push((pool.clone(), its)),
                 Err(e) => {
                     let name = pool.name_any();
-                    // Not evaluated yet (NodeOverlays) is expected for a moment after start or a pool's creation.
-                    if e.kind() == karpenter_cloudprovider::ErrorKind::UnevaluatedNodePool {
-                        tracing::info!(controller = CONTROLLER, NodePool = %name, error = %e, "skipping nodepool this pass");
-                    } else {
-                        tracing::error!(controller = CONTROLLER, NodePool = %name, error = %e, "skipping nodepool: listing instance types failed");
-                    }
+                    crate::kube_util::log_instance_types_error(
+                        CONTROLLER,
+                        &name,
+                        &e,
+                        "skipping the NodePool this pass",
+                    );
                     report.skipped_pools.push((name, e.to_string()));
                 }
             }
