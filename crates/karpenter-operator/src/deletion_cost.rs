@@ -202,8 +202,12 @@ impl DeletionCost {
         for pool in pools.iter().filter(|p| p.metadata.deletion_timestamp.is_none()) {
             match self.ctx.cloud.instance_types(pool).await {
                 Ok(its) => out.push((pool.clone(), its)),
-                Err(e) => tracing::warn!(controller = CONTROLLER, NodePool = %pool.name_any(), error = %e,
-                    "listing instance types failed, the pool's nodes are not ranked this cycle"),
+                Err(e) => crate::kube_util::log_instance_types_error(
+                    CONTROLLER,
+                    &pool.name_any(),
+                    &e,
+                    "the pool's nodes are not ranked this cycle",
+                ),
             }
         }
         out

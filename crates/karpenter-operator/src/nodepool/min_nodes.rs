@@ -143,7 +143,7 @@ impl MinNodes {
         let its = match self.ctx.cloud.instance_types(pool).await {
             Ok(its) => its,
             Err(e) => {
-                tracing::error!(controller = CONTROLLER, NodePool = %name, error = %e, "listing instance types failed");
+                crate::kube_util::log_instance_types_error(CONTROLLER, &name, &e, "the floor waits for the next pass");
                 pass.short = true;
                 return Ok(pass);
             }
