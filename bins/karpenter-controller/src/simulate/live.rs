@@ -27,6 +27,7 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet}
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod, PodTemplate, ReplicationController, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::resource::v1beta1::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice};
 use karpenter_api::loader::{Loaded, Object, Origin};
 use karpenter_api::{CapacityBuffer, EC2NodeClass, KWOKNodeClass, NodeClaim, NodeOverlay, NodePool};
 use karpenter_cloudprovider::{Clock, SystemClock};
@@ -183,6 +184,11 @@ pub const READS: &[ReadResource] = &[
     // CRD is not installed).
     ReadResource { group: "", resource: "podtemplates" },
     ReadResource { group: "autoscaling.x-k8s.io", resource: "capacitybuffers" },
+    // DRA (`--ignore-dra-requests=false`; `resource.k8s.io/v1beta1`, skipped where the cluster does not serve it).
+    ReadResource { group: "resource.k8s.io", resource: "resourceclaims" },
+    ReadResource { group: "resource.k8s.io", resource: "resourceclaimtemplates" },
+    ReadResource { group: "resource.k8s.io", resource: "deviceclasses" },
+    ReadResource { group: "resource.k8s.io", resource: "resourceslices" },
 ];
 
 /// The read-only ClusterRole (and a binding to `subject`, a user) that `--from-cluster` needs: `get`, `list`,
@@ -235,6 +241,11 @@ pub async fn read_with(client: Client, connection: &Connection, clock: &dyn Cloc
         .await?;
     list::<PodTemplate>(&client, connection, &mut listing, |o| Object::PodTemplate(Box::new(o))).await?;
     list::<CapacityBuffer>(&client, connection, &mut listing, |o| Object::CapacityBuffer(Box::new(o))).await?;
+    list::<ResourceClaim>(&client, connection, &mut listing, |o| Object::ResourceClaim(Box::new(o))).await?;
+    list::<ResourceClaimTemplate>(&client, connection, &mut listing, |o| Object::ResourceClaimTemplate(Box::new(o)))
+        .await?;
+    list::<DeviceClass>(&client, connection, &mut listing, |o| Object::DeviceClass(Box::new(o))).await?;
+    list::<ResourceSlice>(&client, connection, &mut listing, |o| Object::ResourceSlice(Box::new(o))).await?;
     Ok(listing.finish(connection, clock.now()))
 }
 
