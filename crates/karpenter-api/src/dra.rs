@@ -310,61 +310,43 @@ fn allocation_devices<'r>(results: impl Iterator<Item = (&'r str, &'r str, &'r s
         .collect()
 }
 
-fn claim_v1beta1(c: &v1beta1::ResourceClaim) -> Result<ResourceClaim, DraError> {
-    let (namespace, name) = names(&c.metadata);
-    let spec = claim_spec_v1beta1("ResourceClaim", &name, &c.spec)?;
-    let status = c.status.as_ref();
-    let allocation = status.and_then(|s| s.allocation.as_ref()).map(|a| Allocation {
-        devices: allocation_devices(
-            a.devices
-                .iter()
-                .flat_map(|d| d.results.iter().flatten())
-                .map(|r| (r.driver.as_str(), r.pool.as_str(), r.device.as_str())),
-        ),
-        node_selector: a.node_selector.clone(),
-    });
-    let reserved_for = status.iter().flat_map(|s| s.reserved_for.iter().flatten()).map(|r| r.name.clone()).collect();
-    Ok(ResourceClaim { namespace, name, spec, allocation, reserved_for })
+/// The claim, template and class readers of one API version: the versions' types differ, their fields used here
+/// do not, so one body serves each.
+macro_rules! version_readers {
+    ($version:ident, $claim:ident, $template:ident, $class:ident, $claim_spec:ident) => {
+        fn $claim(c: &$version::ResourceClaim) -> Result<ResourceClaim, DraError> {
+            let (namespace, name) = names(&c.metadata);
+            let spec = $claim_spec("ResourceClaim", &name, &c.spec)?;
+            let status = c.status.as_ref();
+            let allocation = status.and_then(|s| s.allocation.as_ref()).map(|a| Allocation {
+                devices: allocation_devices(
+                    a.devices
+                        .iter()
+                        .flat_map(|d| d.results.iter().flatten())
+                        .map(|r| (r.driver.as_str(), r.pool.as_str(), r.device.as_str())),
+                ),
+                node_selector: a.node_selector.clone(),
+            });
+            let reserved_for =
+                status.iter().flat_map(|s| s.reserved_for.iter().flatten()).map(|r| r.name.clone()).collect();
+            Ok(ResourceClaim { namespace, name, spec, allocation, reserved_for })
+        }
+
+        fn $template(t: &$version::ResourceClaimTemplate) -> Result<ResourceClaimTemplate, DraError> {
+            let (namespace, name) = names(&t.metadata);
+            let spec = $claim_spec("ResourceClaimTemplate", &name, &t.spec.spec)?;
+            Ok(ResourceClaimTemplate { namespace, name, spec })
+        }
+
+        fn $class(c: &$version::DeviceClass) -> DeviceClass {
+            let selectors = c.spec.selectors.iter().flatten().map(|s| s.cel.as_ref().map(|c| &c.expression));
+            DeviceClass { name: c.metadata.name.clone().unwrap_or_default(), selectors: cel_selectors(selectors) }
+        }
+    };
 }
 
-fn claim_v1beta2(c: &v1beta2::ResourceClaim) -> Result<ResourceClaim, DraError> {
-    let (namespace, name) = names(&c.metadata);
-    let spec = claim_spec_v1beta2("ResourceClaim", &name, &c.spec)?;
-    let status = c.status.as_ref();
-    let allocation = status.and_then(|s| s.allocation.as_ref()).map(|a| Allocation {
-        devices: allocation_devices(
-            a.devices
-                .iter()
-                .flat_map(|d| d.results.iter().flatten())
-                .map(|r| (r.driver.as_str(), r.pool.as_str(), r.device.as_str())),
-        ),
-        node_selector: a.node_selector.clone(),
-    });
-    let reserved_for = status.iter().flat_map(|s| s.reserved_for.iter().flatten()).map(|r| r.name.clone()).collect();
-    Ok(ResourceClaim { namespace, name, spec, allocation, reserved_for })
-}
-
-fn template_v1beta1(t: &v1beta1::ResourceClaimTemplate) -> Result<ResourceClaimTemplate, DraError> {
-    let (namespace, name) = names(&t.metadata);
-    let spec = claim_spec_v1beta1("ResourceClaimTemplate", &name, &t.spec.spec)?;
-    Ok(ResourceClaimTemplate { namespace, name, spec })
-}
-
-fn template_v1beta2(t: &v1beta2::ResourceClaimTemplate) -> Result<ResourceClaimTemplate, DraError> {
-    let (namespace, name) = names(&t.metadata);
-    let spec = claim_spec_v1beta2("ResourceClaimTemplate", &name, &t.spec.spec)?;
-    Ok(ResourceClaimTemplate { namespace, name, spec })
-}
-
-fn class_v1beta1(c: &v1beta1::DeviceClass) -> DeviceClass {
-    let selectors = c.spec.selectors.iter().flatten().map(|s| s.cel.as_ref().map(|c| &c.expression));
-    DeviceClass { name: c.metadata.name.clone().unwrap_or_default(), selectors: cel_selectors(selectors) }
-}
-
-fn class_v1beta2(c: &v1beta2::DeviceClass) -> DeviceClass {
-    let selectors = c.spec.selectors.iter().flatten().map(|s| s.cel.as_ref().map(|c| &c.expression));
-    DeviceClass { name: c.metadata.name.clone().unwrap_or_default(), selectors: cel_selectors(selectors) }
-}
+version_readers!(v1beta1, claim_v1beta1, template_v1beta1, class_v1beta1, claim_spec_v1beta1);
+version_readers!(v1beta2, claim_v1beta2, template_v1beta2, class_v1beta2, claim_spec_v1beta2);
 
 fn slice_nodes(
     name: &str,
