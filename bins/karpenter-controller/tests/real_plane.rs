@@ -2337,7 +2337,9 @@ async fn node_repair_reboot(env: &Env) {
 /// NodeClaim carries `karpenter.sh/price-overlay-applied`), a pair of equal weight pricing the same type both get
 /// `ValidationSucceeded=False` (Conflict, each naming the other), and a capacity overlay giving one type an
 /// extended resource makes the provisioner pick that type for a pod asking for it (the kwok provider launches at
-/// its own prices, as upstream's does, so capacity is what steers the launch here).
+/// its own prices, as upstream's does, so capacity is what steers the launch here). The launched claim carries the
+/// overlaid resource in its capacity; once the Node publishes it (what a device plugin does; played here by a
+/// status patch) the pod runs there.
 async fn node_overlay(env: &Env) {
     use karpenter_api::nodeoverlay::{NodeOverlay, conditions};
     const IT: &str = "node.kubernetes.io/instance-type";
@@ -2396,8 +2398,6 @@ async fn node_overlay(env: &Env) {
     );
 
     // A pod only the license overlay's type can hold: the provisioner plans a NodeClaim offering that one type.
-    // (The kwok provider then refuses to launch it: its create checks requests against its own catalogue, which
-    // has no such resource; see docs/node-overlay.md.)
     let mark = env.log_mark();
     let pod = json!({
         "apiVersion": "v1", "kind": "Pod",
@@ -2424,6 +2424,59 @@ async fn node_overlay(env: &Env) {
         },
     )
     .await;
+    // The overlay decorator leaves the overlay-only request out of what kwok checks, and adds the overlaid capacity
+    // to what the launch reports.
+    let licensed_claim = env
+        .eventually("the licensed NodeClaim launched with the overlaid capacity", Duration::from_secs(60), || async {
+            env.list_claims().await.into_iter().find(|c| {
+                c.is_launched()
+                    && c.status.as_ref().and_then(|s| s.capacity.get("example.com/license")).map(|q| q.0.as_str())
+                        == Some("1")
+            })
+        })
+        .await;
+    // Every node of the overlaid type publishes the resource (the first deployment's claim may have landed on
+    // that type too: kwok launches at its own prices), else the consistency check rightly flags it.
+    let licensed: Vec<String> = env
+        .list_claims()
+        .await
+        .iter()
+        .filter(|c| c.status.as_ref().is_some_and(|s| s.capacity.contains_key("example.com/license")))
+        .filter_map(|c| c.status.as_ref()?.provider_id.clone())
+        .collect();
+    let node_name = env
+        .eventually("the licensed claim's Node", Duration::from_secs(60), || async {
+            let id = licensed_claim.status.as_ref()?.provider_id.clone()?;
+            env.list_nodes()
+                .await
+                .into_iter()
+                .find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(id.as_str()))
+        })
+        .await
+        .name_any();
+    let publish =
+        json!({"status": {"capacity": {"example.com/license": "1"}, "allocatable": {"example.com/license": "1"}}});
+    for node in env.list_nodes().await {
+        if node.spec.as_ref().and_then(|s| s.provider_id.as_ref()).is_some_and(|id| licensed.contains(id)) {
+            let name = node.name_any();
+            env.nodes()
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&publish))
+                .await
+                .expect("publish license");
+        }
+    }
+    env.eventually("the licensed pod running on the overlaid node", Duration::from_secs(90), || async {
+        let pod = env.pods().get("licensed").await.ok()?;
+        let on = pod.spec.as_ref()?.node_name.as_deref() == Some(node_name.as_str());
+        (on && pod.status.as_ref()?.phase.as_deref() == Some("Running")).then_some(())
+    })
+    .await;
+    assert_eq!(
+        env.list_claims().await.len(),
+        2,
+        "one claim per pod, none launched again for the licensed pod: {}",
+        env.describe().await
+    );
     let _ =
         env.pods().delete("licensed", &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() }).await;
     let _ = overlays.delete_collection(&DeleteParams::default(), &ListParams::default()).await;

@@ -23,6 +23,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use async_trait::async_trait;
 use karpenter_api::labels;
+use karpenter_api::nodeclaim::ResourceQuantity;
 use karpenter_api::nodeoverlay::{NodeOverlay, PriceChange, conditions, order_by_weight};
 use karpenter_api::{NodeClaim, NodePool, ProviderLabels, Validate, ValidationContext};
 use karpenter_requirements::{InstanceType, NoKeys, Quantity, Requirement, Requirements};
@@ -226,8 +227,9 @@ pub fn apply(
 pub struct Evaluated {
     /// Overlays that passed validation and conflict with none.
     pub overlays: Vec<NodeOverlay>,
-    /// NodePools whose instance types the evaluation saw.
-    pub node_pools: BTreeSet<String>,
+    /// NodePools whose instance types the evaluation saw, by name (their requirements and template labels
+    /// select overlays again when a launched NodeClaim's capacity is completed).
+    pub node_pools: BTreeMap<String, Arc<NodePool>>,
 }
 
 /// The NodeOverlay controller's latest [`Evaluated`], shared with [`Overlaid`]. A pool not in it (before the
@@ -271,12 +273,69 @@ impl Overlaid {
     pub fn inner(&self) -> &Arc<dyn CloudProvider> {
         &self.inner
     }
+
+    /// The claim without requests for resources some applicable overlay sets, or `None` when it has none.
+    fn without_overlaid_requests(&self, node_claim: &NodeClaim) -> Option<NodeClaim> {
+        let evaluated = self.store.get();
+        let overlaid = |name: &str| evaluated.overlays.iter().any(|o| o.spec.capacity.contains_key(name));
+        let requests = &node_claim.spec.resources.as_ref()?.requests;
+        if !requests.keys().any(|name| overlaid(name)) {
+            return None;
+        }
+        let mut claim = node_claim.clone();
+        if let Some(resources) = claim.spec.resources.as_mut() {
+            resources.requests.retain(|name, _| !overlaid(name));
+        }
+        Some(claim)
+    }
+
+    /// Adds to a launched claim's capacity and allocatable what the overlays change in its instance type's
+    /// capacity. The instance exists by now, so nothing here fails the launch: a catalogue that cannot be read
+    /// leaves the claim as launched (the Node's own capacity replaces it at registration anyway).
+    async fn add_overlaid_capacity(&self, launched: &mut NodeClaim) {
+        let evaluated = self.store.get();
+        if evaluated.overlays.iter().all(|o| o.spec.capacity.is_empty()) {
+            return;
+        }
+        let label = |key: &str| launched.metadata.labels.as_ref().and_then(|l| l.get(key)).cloned();
+        let (Some(pool_name), Some(it_name)) = (label(labels::NODE_POOL), label(labels::INSTANCE_TYPE)) else {
+            return;
+        };
+        let Some(pool) = evaluated.node_pools.get(&pool_name) else { return };
+        let its = match self.inner.instance_types(pool).await {
+            Ok(its) => its,
+            Err(e) => {
+                tracing::warn!(NodePool = %pool_name, instance_type = %it_name, error = %e,
+                    "reading instance types to add overlaid capacity to a launched nodeclaim");
+                return;
+            }
+        };
+        let Some(base) = its.iter().find(|it| it.name == it_name) else { return };
+        let overlaid = apply(pool, std::slice::from_ref(base), &evaluated.overlays, self.inner.labels());
+        let Some(overlaid) = overlaid.into_iter().next().filter(|it| it.capacity_overlay_applied) else { return };
+        let status = launched.status.get_or_insert_with(Default::default);
+        for (name, q) in overlaid.capacity().iter() {
+            if base.capacity().get(name) != Some(q) {
+                let allocatable = overlaid.allocatable().get(name).copied().unwrap_or(*q);
+                status.capacity.insert(name.to_owned(), ResourceQuantity::new(q.to_string()));
+                status.allocatable.insert(name.to_owned(), ResourceQuantity::new(allocatable.to_string()));
+            }
+        }
+    }
 }
 
 #[async_trait]
 impl CloudProvider for Overlaid {
+    /// The inner provider launches from its own catalogue (as upstream: overlaid prices rank instance types in the
+    /// simulation, the provider still picks by its own prices). Requests for resources that only overlays provide
+    /// are left out of what it checks (the claim's instance-type options were chosen with them already), and the
+    /// launched claim gets the capacity overlays add to its instance type, so the in-flight node offers the
+    /// extended resources the pods were planned for.
     async fn create(&self, node_claim: &NodeClaim) -> Result<NodeClaim, CloudProviderError> {
-        self.inner.create(node_claim).await
+        let stripped = self.without_overlaid_requests(node_claim);
+        let mut launched = self.inner.create(stripped.as_ref().unwrap_or(node_claim)).await?;
+        self.add_overlaid_capacity(&mut launched).await;
+        Ok(launched)
     }
     async fn delete(&self, node_claim: &NodeClaim) -> Result<(), CloudProviderError> {
         self.inner.delete(node_claim).await
@@ -291,7 +350,7 @@ impl CloudProvider for Overlaid {
         let its = self.inner.instance_types(node_pool).await?;
         let evaluated = self.store.get();
         let name = node_pool.metadata.name.as_deref().unwrap_or_default();
-        if !evaluated.node_pools.contains(name) {
+        if !evaluated.node_pools.contains_key(name) {
             return Err(CloudProviderError::unevaluated_node_pool(format!(
                 "NodeOverlays have not been evaluated for NodePool {name} yet"
             )));
@@ -507,13 +566,73 @@ mod tests {
         let p = pool("default", &[]);
         let err = provider.instance_types(&p).await.unwrap_err();
         assert_eq!(err.kind(), crate::ErrorKind::UnevaluatedNodePool);
-        store.set(Evaluated { overlays: Vec::new(), node_pools: ["default".to_string()].into() });
+        store
+            .set(Evaluated { overlays: Vec::new(), node_pools: [("default".to_string(), Arc::new(p.clone()))].into() });
         assert_eq!(prices(&provider.instance_types(&p).await.unwrap(), "large"), [4.0]);
         store.set(Evaluated {
             overlays: vec![priced(overlay("o", None, &[(IT, "In", &["large"])]), "0.5")],
-            node_pools: ["default".to_string()].into(),
+            node_pools: [("default".to_string(), Arc::new(p.clone()))].into(),
         });
         assert_eq!(prices(&provider.instance_types(&p).await.unwrap(), "large"), [0.5]);
+    }
+
+    #[tokio::test]
+    async fn a_launched_claim_gets_the_capacity_overlays_add_to_its_instance_type() {
+        let store = OverlayStore::new();
+        let fake: Arc<dyn CloudProvider> = Arc::new(FakeCloudProvider::new(FakeOptions::new(catalogue())));
+        let provider = Overlaid::new(fake, store.clone());
+        let p = pool("default", &[]);
+        let gpu = with_capacity(overlay("gpu", None, &[(IT, "In", &["large"])]), "example.com/gpu", "2");
+        let evaluated = |overlays: Vec<NodeOverlay>| Evaluated {
+            overlays,
+            node_pools: [("default".to_string(), Arc::new(p.clone()))].into(),
+        };
+        let claim = |name: &str, it: &str| -> NodeClaim {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+                "metadata": {"name": name, "labels": {"karpenter.sh/nodepool": "default"}},
+                "spec": {"requirements": [{"key": IT, "operator": "In", "values": [it]}],
+                         "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"}}
+            }))
+            .unwrap()
+        };
+        let gpus = |c: &NodeClaim| {
+            let s = c.status.clone().unwrap();
+            let get = |l: &karpenter_api::nodeclaim::ResourceList| l.get("example.com/gpu").map(|q| q.0.clone());
+            (get(&s.capacity), get(&s.allocatable))
+        };
+        store.set(evaluated(vec![gpu.clone()]));
+        let large = provider.create(&claim("a", "large")).await.unwrap();
+        assert_eq!(gpus(&large), (Some("2".into()), Some("2".into())));
+        assert!(large.status.unwrap().capacity.contains_key("cpu"), "the provider's own capacity stays");
+        // An instance type the overlay does not select, and a pool the store has not seen, are left alone.
+        let small = provider.create(&claim("b", "small")).await.unwrap();
+        assert_eq!(gpus(&small), (None, None));
+        store.set(Evaluated { overlays: vec![gpu], node_pools: BTreeMap::new() });
+        assert_eq!(gpus(&provider.create(&claim("c", "large")).await.unwrap()), (None, None));
+    }
+
+    #[tokio::test]
+    async fn requests_only_overlays_provide_do_not_fail_the_launch() {
+        let store = OverlayStore::new();
+        let fake: Arc<dyn CloudProvider> = Arc::new(FakeCloudProvider::new(FakeOptions::new(catalogue())));
+        let provider = Overlaid::new(fake.clone(), store.clone());
+        let p = pool("default", &[]);
+        let gpu = with_capacity(overlay("gpu", None, &[(IT, "In", &["large"])]), "example.com/gpu", "2");
+        store.set(Evaluated { overlays: vec![gpu], node_pools: [("default".to_string(), Arc::new(p))].into() });
+        let claim: NodeClaim = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": "a", "labels": {"karpenter.sh/nodepool": "default"}},
+            "spec": {"requirements": [{"key": IT, "operator": "In", "values": ["large"]}],
+                     "resources": {"requests": {"cpu": "1", "example.com/gpu": "1"}},
+                     "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"}}
+        }))
+        .unwrap();
+        let err = fake.create(&claim).await.unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::InsufficientCapacity, "the bare provider knows no such resource");
+        let launched = provider.create(&claim).await.unwrap();
+        let status = launched.status.unwrap();
+        assert_eq!(status.capacity.get("example.com/gpu").map(|q| q.0.as_str()), Some("2"));
     }
 
     proptest! {

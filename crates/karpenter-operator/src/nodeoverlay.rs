@@ -10,7 +10,7 @@
 //!
 //! [`Overlaid`]: karpenter_cloudprovider::Overlaid
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -90,7 +90,8 @@ impl NodeOverlayController {
         }
         let views: Vec<(&NodePool, &[InstanceType])> = catalogues.iter().map(|(p, its)| (*p, &its[..])).collect();
         let problems = evaluate(&overlays, &views, self.provider.labels());
-        let node_pools: BTreeSet<String> = catalogues.iter().filter_map(|(p, _)| p.metadata.name.clone()).collect();
+        let node_pools: BTreeMap<String, Arc<NodePool>> =
+            catalogues.iter().filter_map(|(p, _)| Some((p.metadata.name.clone()?, Arc::new((*p).clone())))).collect();
         let applicable: Vec<NodeOverlay> =
             overlays.iter().filter(|o| !problems.contains_key(o.name())).cloned().collect();
         outcome.applied = applicable.iter().map(|o| o.name().to_owned()).collect();
