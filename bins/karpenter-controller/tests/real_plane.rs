@@ -2543,6 +2543,40 @@ async fn capacity_buffer(env: &Env) {
     let names = async || env.list_claims().await.iter().map(|c| c.name_any()).collect::<Vec<_>>();
     let launched = names().await;
 
+    // A ResourceQuota caps a second buffer (filled in by kube-controller-manager's quota controller): 2 of its 5
+    // chunks fit `requests.example.com/foo: 2`, and LimitedByQuotas names the quota.
+    use k8s_openapi::api::core::v1::ResourceQuota;
+    let quotas: Api<ResourceQuota> = Api::namespaced(env.client.clone(), NS);
+    let quota: ResourceQuota = serde_json::from_value(json!({
+        "metadata": {"name": "foo-cap", "namespace": NS}, "spec": {"hard": {"requests.example.com/foo": "2"}},
+    }))
+    .expect("quota json");
+    quotas.create(&PostParams::default(), &quota).await.expect("create quota");
+    let foo_template: PodTemplate = serde_json::from_value(json!({
+        "metadata": {"name": "foo-chunk", "namespace": NS},
+        "template": {"spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
+            "resources": {"requests": {"example.com/foo": "1"}, "limits": {"example.com/foo": "1"}}}]}},
+    }))
+    .expect("podtemplate json");
+    templates.create(&PostParams::default(), &foo_template).await.expect("create podtemplate");
+    let capped: CapacityBuffer = serde_json::from_value(json!({
+        "apiVersion": "autoscaling.x-k8s.io/v1beta1", "kind": "CapacityBuffer",
+        "metadata": {"name": "capped", "namespace": NS},
+        "spec": {"podTemplateRef": {"name": "foo-chunk"}, "replicas": 5},
+    }))
+    .expect("capacitybuffer json");
+    buffers.create(&PostParams::default(), &capped).await.expect("create capped buffer");
+    env.eventually("the capped buffer limited to 2 replicas by foo-cap", Duration::from_secs(60), || async {
+        let b = buffers.get("capped").await.ok()?;
+        let limited = b.status.as_ref()?.conditions.iter().find(|c| c.type_ == conditions::LIMITED_BY_QUOTAS)?;
+        let named = limited.status == ConditionStatus::True && limited.message.contains("foo-cap");
+        (b.status.as_ref()?.replicas == Some(2) && named).then_some(())
+    })
+    .await;
+    buffers.delete("capped", &DeleteParams::default()).await.expect("delete capped buffer");
+    let _ = templates.delete("foo-chunk", &DeleteParams::default()).await;
+    let _ = quotas.delete("foo-cap", &DeleteParams::default()).await;
+
     // Well past consolidateAfter and the 15 s validation wait: the node holds the buffer's room and stays (the
     // same claim: not deleted as empty and launched again).
     tokio::time::sleep(Duration::from_secs(30)).await;

@@ -1191,6 +1191,17 @@ fn capacity_buffers_add_virtual_pods_when_the_gate_is_on() {
     assert_eq!(doc["summary"]["after"]["pendingPods"], 0, "virtual pods are not pending pods: {:#}", doc["summary"]);
     let doc = simulate_json(&[&file, "--for", "1h"]);
     assert_eq!(doc["summary"]["after"]["nodes"], 0, "{:#}", doc["summary"]);
+
+    // A ResourceQuota in the input caps the buffer as the controller would: 2 of its 3 chunks fit.
+    let quota = "apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: team-cpu, namespace: default}\n\
+                 spec: {hard: {requests.cpu: '4'}}\nstatus: {hard: {requests.cpu: '4'}, used: {requests.cpu: 1500m}}\n";
+    let capped = tmp.write("capped.yaml", &format!("{}---\n{quota}", std::fs::read_to_string(&file).expect("input")));
+    let (table, notes) = simulate_with_notes(&[&capped, gate[0], gate[1]]);
+    assert!(
+        notes.contains("note: CapacityBuffer default/headroom: 2 virtual pods (replicas limited from 3 to 2 by ResourceQuotas team-cpu)"),
+        "{notes}"
+    );
+    assert!(table.contains("buffer default/headroom: 2 virtual pods"), "{table}");
 }
 
 /// An EC2NodeClass with `kubelet`, a NodePool of m5.large on-demand in one zone, and `pods` small pods.

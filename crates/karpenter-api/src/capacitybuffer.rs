@@ -57,6 +57,8 @@ pub mod conditions {
     pub const REASON_REQUIRES_NEW_CAPACITY: &str = "RequiresNewCapacity";
     pub const REASON_NOT_READY_FOR_PROVISIONING: &str = "NotReadyForProvisioning";
     pub const REASON_BUFFER_EMPTY: &str = "BufferEmpty";
+    /// `LimitedByQuotas`'s reason, True or False (cluster-autoscaler's).
+    pub const REASON_QUOTAS_ALLOCATED: &str = "ResourceQuotasAllocated";
 }
 
 /// A reference to an object in the buffer's namespace by name.
@@ -525,6 +527,8 @@ pub fn buffers_virtual_pods<'a>(
     }
     out
 }
+
+pub mod quota;
 
 #[cfg(test)]
 mod tests;

@@ -33,7 +33,8 @@ use std::sync::Arc;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
-    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplate, ReplicationController, Service,
+    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplate, ReplicationController, ResourceQuota,
+    Service,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1beta1::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice};
@@ -222,6 +223,7 @@ objects! {
     DeviceClass(DeviceClass) = "resource.k8s.io/v1beta1",
     ResourceSlice(ResourceSlice) = "resource.k8s.io/v1beta1",
     PodTemplate(PodTemplate) = "v1",
+    ResourceQuota(ResourceQuota) = "v1",
     CapacityBuffer(CapacityBuffer) = "autoscaling.x-k8s.io/v1beta1",
 }
 

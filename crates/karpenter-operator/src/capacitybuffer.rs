@@ -2,20 +2,24 @@
 //! `buffer.x-k8s.io/active-capacity` strategy against the PodTemplates and workloads in the cluster state
 //! ([`karpenter_api::capacitybuffer::resolve`]) and writes its status: `replicas`, `podTemplateRef`,
 //! `ReadyForProvisioning`, and `Provisioning` from where the last provisioning pass put its virtual pods
-//! ([`ClusterState::buffer_placement`](crate::state::ClusterState::buffer_placement)). A buffer that does not
+//! ([`ClusterState::buffer_placement`](crate::state::ClusterState::buffer_placement)), with `replicas` capped by
+//! the namespace's ResourceQuotas and `LimitedByQuotas` saying so
+//! ([`karpenter_api::capacitybuffer::quota`]). A buffer that does not
 //! resolve gets a Warning event naming why. Buffers of other strategies are left alone (another autoscaler's).
 //!
 //! One reconcile looks at every buffer: it runs when the state records a change to a buffer, a PodTemplate, a
-//! Deployment, StatefulSet or ReplicaSet, or a buffer's placement, and every [`RESYNC`]. The status is written
+//! Deployment, StatefulSet or ReplicaSet, a ResourceQuota, or a buffer's placement, and every [`RESYNC`]. The status is written
 //! only when it changes, with the `resourceVersion` it was computed from; a conflict (someone wrote meanwhile)
 //! is retried quietly after [`CONFLICT_RETRY`](crate::kube_util::CONFLICT_RETRY).
 
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::ResourceQuota;
+use karpenter_api::capacitybuffer::quota::QuotaAllocator;
 use karpenter_api::capacitybuffer::{
     ACTIVE_CAPACITY, CapacityBuffer, CapacityBufferStatus, LocalObjectRef, conditions, resolution_status,
 };
-use karpenter_api::condition::ConditionStatus;
+use karpenter_api::condition::{ConditionStatus, remove_condition};
 use karpenter_api::set_condition;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
@@ -91,13 +95,31 @@ impl CapacityBufferController {
         Self { ctx: ctx.clone() }
     }
 
-    /// The status `buffer` should have now, and whether it is not ready (for the Warning event).
-    fn desired(&self, buffer: &CapacityBuffer) -> (CapacityBufferStatus, Option<(String, String)>) {
+    /// The status `buffer` should have now, and whether it is not ready (for the Warning event). `quotas` caps
+    /// the replicas and remembers what this buffer takes of them.
+    fn desired(
+        &self,
+        buffer: &CapacityBuffer,
+        quotas: &mut QuotaAllocator<'_>,
+    ) -> (CapacityBufferStatus, Option<(String, String)>) {
         let now = self.ctx.clock().now();
         let generation = buffer.metadata.generation;
         let resolved = self.ctx.state.resolve_buffer(buffer);
-        let (replicas, template_ref, status, reason, message) = resolution_status(&resolved);
+        let (mut replicas, template_ref, status, reason, message) = resolution_status(&resolved);
         let mut out = buffer.status.clone().unwrap_or_default();
+        match (&resolved, replicas) {
+            (Ok(r), Some(desired)) => {
+                let limit = quotas.allocate(buffer.namespace_or_default(), &r.template, desired);
+                replicas = Some(limit.allowed);
+                let (l_status, l_reason, l_message) = limit.condition();
+                let c = conditions::LIMITED_BY_QUOTAS;
+                set_condition(&mut out.conditions, c, l_status, l_reason, &l_message, generation, now);
+            }
+            // A buffer that does not resolve asks for nothing, so no quota limits it.
+            _ => {
+                remove_condition(&mut out.conditions, conditions::LIMITED_BY_QUOTAS);
+            }
+        }
         out.replicas = replicas;
         out.pod_template_ref = template_ref.map(|name| LocalObjectRef { name });
         out.pod_template_generation = resolved.as_ref().ok().and_then(|r| r.pod_template_generation);
@@ -124,11 +146,14 @@ impl CapacityBufferController {
     /// Writes the status of every buffer of the active-capacity strategy whose status changed.
     pub async fn reconcile(&self) -> Result<Outcome, kube::Error> {
         let mut outcome = Outcome::default();
+        let quota_objects = self.ctx.state.list_shared::<ResourceQuota>();
+        // Buffers come in `namespace/name` order, so the quotas of a namespace are shared out in that order.
+        let mut quotas = QuotaAllocator::new(quota_objects.iter().map(AsRef::as_ref));
         for buffer in self.ctx.state.list_shared::<CapacityBuffer>() {
             if buffer.spec.strategy() != ACTIVE_CAPACITY {
                 continue;
             }
-            let (status, problem) = self.desired(&buffer);
+            let (status, problem) = self.desired(&buffer, &mut quotas);
             if buffer.status.as_ref() == Some(&status) {
                 continue;
             }

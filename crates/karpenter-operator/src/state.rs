@@ -42,7 +42,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{
     Namespace, Node, PersistentVolume, PersistentVolumeClaim, PodTemplate, PodTemplateSpec, ReplicationController,
-    Service,
+    ResourceQuota, Service,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1beta1::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice};
@@ -289,6 +289,8 @@ pub struct Objects {
     capacity_buffers: Store<CapacityBuffer>,
     pod_templates: Store<PodTemplate>,
     deployments: Store<Deployment>,
+    /// ResourceQuotas cap buffers' replicas (`LimitedByQuotas`).
+    resource_quotas: Store<ResourceQuota>,
     /// Buffer `namespace/name` → where its virtual pods went in the last provisioning pass.
     buffer_placements: BTreeMap<String, BufferPlacement>,
     /// Node or NodeClaim name → end of its nomination.
@@ -372,6 +374,7 @@ tracked! {
     CapacityBuffer => capacity_buffers, "CapacityBuffer";
     PodTemplate => pod_templates, "PodTemplate";
     Deployment => deployments, "Deployment";
+    ResourceQuota => resource_quotas, "ResourceQuota";
 }
 
 /// Where a buffer's virtual pods went in a provisioning pass (the buffer's `Provisioning` condition).
@@ -536,6 +539,7 @@ impl ClusterState {
             TypeId::of::<Deployment>(),
             TypeId::of::<StatefulSet>(),
             TypeId::of::<ReplicaSet>(),
+            TypeId::of::<ResourceQuota>(),
         ];
         if related.contains(&id) {
             self.buffers_changed.notify_one();
@@ -802,6 +806,7 @@ impl ClusterState {
         self.mark_synced::<Deployment>();
         self.mark_synced::<StatefulSet>();
         self.mark_synced::<ReplicaSet>();
+        self.mark_synced::<ResourceQuota>();
     }
 
     /// Whether `K` has been listed once.
@@ -851,12 +856,13 @@ impl ClusterState {
         if !self.buffer_kinds_required.load(std::sync::atomic::Ordering::Relaxed) {
             return None;
         }
-        let buffer_kinds: [(&str, bool); 5] = [
+        let buffer_kinds: [(&str, bool); 6] = [
             (CapacityBuffer::KIND, o.capacity_buffers.synced),
             (PodTemplate::KIND, o.pod_templates.synced),
             (Deployment::KIND, o.deployments.synced),
             (StatefulSet::KIND, o.stateful_sets.synced),
             (ReplicaSet::KIND, o.replica_sets.synced),
+            (ResourceQuota::KIND, o.resource_quotas.synced),
         ];
         buffer_kinds.iter().find(|(_, synced)| !synced).map(|(kind, _)| format!("{kind}s not listed yet"))
     }
@@ -1105,12 +1111,13 @@ impl ClusterState {
         self.read().buffer_placements.get(key).copied()
     }
 
-    /// Notified when a buffer, a PodTemplate, a workload or a buffer's placement changes.
+    /// Notified when a buffer, a PodTemplate, a workload, a ResourceQuota or a buffer's placement changes.
     pub fn buffers_changed(&self) -> Arc<tokio::sync::Notify> {
         Arc::clone(&self.buffers_changed)
     }
 
-    /// Runs the watchers the `CapacityBuffer` gate needs (CapacityBuffers, PodTemplates, Deployments and, unless
+    /// Runs the watchers the `CapacityBuffer` gate needs (CapacityBuffers, PodTemplates, ResourceQuotas,
+    /// Deployments and, unless
     /// `workloads_watched` says the spread watchers do, StatefulSets and ReplicaSets) until `shutdown`.
     pub async fn run_buffer_watchers(&self, client: Client, shutdown: CancellationToken, workloads_watched: bool) {
         let c = &client;
@@ -1127,6 +1134,7 @@ impl ClusterState {
             self.watch::<CapacityBuffer>(Api::all(c.clone()), s.clone()),
             self.watch::<PodTemplate>(Api::all(c.clone()), s.clone()),
             self.watch::<Deployment>(Api::all(c.clone()), s.clone()),
+            self.watch::<ResourceQuota>(Api::all(c.clone()), s.clone()),
             workloads,
         );
     }

@@ -1,5 +1,5 @@
 //! CapacityBuffers in the input (gate `CapacityBuffer`): simulate plays the buffer controller, resolving each
-//! buffer against the input's PodTemplates and workloads, then adds the ready buffers' virtual pods to the pending
+//! buffer against the input's PodTemplates and workloads (capped by its ResourceQuotas), then adds the ready buffers' virtual pods to the pending
 //! pods with the one builder the controller uses ([`karpenter_api::capacitybuffer::buffers_virtual_pods`]).
 //! Virtual pods are placed and can launch nodes, but are never bound (over simulated time they stay pending and
 //! are placed again by every pass); reports show them as `buffer <namespace>/<name>: N virtual pods`.
@@ -10,6 +10,8 @@ use karpenter_api::capacitybuffer::{
     ACTIVE_CAPACITY, CapacityBuffer, CapacityBufferStatus, LoadedSources, buffers_virtual_pods, conditions,
     resolution_status, resolve,
 };
+use karpenter_api::capacitybuffer::quota::QuotaAllocator;
+use karpenter_api::condition::ConditionStatus;
 use karpenter_api::loader::{Loaded, Object};
 use karpenter_api::set_condition;
 use karpenter_scheduler::ClusterSnapshot;
@@ -35,6 +37,14 @@ pub fn add(snapshot: &mut ClusterSnapshot, objects: &[Loaded], enabled: bool, no
         return;
     }
     let sources = LoadedSources(objects);
+    let quota_objects = objects.iter().filter_map(|l| match &l.object {
+        Object::ResourceQuota(q) => Some(q.as_ref()),
+        _ => None,
+    });
+    let mut quotas = QuotaAllocator::new(quota_objects);
+    // The controller's order: quotas are shared out by `namespace/name`.
+    let mut buffers = buffers;
+    buffers.sort_by_key(|b| b.key());
     let mut resolved: Vec<CapacityBuffer> = Vec::new();
     for b in buffers {
         let key = b.key();
@@ -46,9 +56,18 @@ pub fn add(snapshot: &mut ClusterSnapshot, objects: &[Loaded], enabled: bool, no
             continue;
         }
         let result = resolve(b, &sources);
-        let (replicas, _, status, reason, message) = resolution_status(&result);
+        let (mut replicas, _, status, reason, message) = resolution_status(&result);
         match &result {
-            Ok(r) => notes.push(format!("CapacityBuffer {key}: {} virtual pods", r.replicas)),
+            Ok(r) => {
+                let limit = quotas.allocate(b.namespace_or_default(), &r.template, r.replicas);
+                replicas = Some(limit.allowed);
+                match limit.condition() {
+                    (ConditionStatus::True, _, why) => {
+                        notes.push(format!("CapacityBuffer {key}: {} virtual pods ({why})", limit.allowed))
+                    }
+                    _ => notes.push(format!("CapacityBuffer {key}: {} virtual pods", limit.allowed)),
+                }
+            }
             Err(_) => {
                 notes.push(format!("CapacityBuffer {key} is not ready ({reason}): {message}; it adds no virtual pods"))
             }

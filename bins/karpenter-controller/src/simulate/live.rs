@@ -25,7 +25,7 @@ use anyhow::Context;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Node, Pod, PodTemplate, ReplicationController, Service};
+use k8s_openapi::api::core::v1::{Node, Pod, PodTemplate, ReplicationController, ResourceQuota, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1beta1::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice};
 use karpenter_api::loader::{Loaded, Object, Origin};
@@ -180,9 +180,10 @@ pub const READS: &[ReadResource] = &[
     // The selectors of SCHEDULER_CONFIG's default spread constraints, as kube-scheduler derives them.
     ReadResource { group: "", resource: "services" },
     ReadResource { group: "", resource: "replicationcontrollers" },
-    // CapacityBuffers and the PodTemplates they name (`--feature-gates CapacityBuffer=true`; skipped when the
-    // CRD is not installed).
+    // CapacityBuffers, the PodTemplates they name and the ResourceQuotas that cap them (`--feature-gates
+    // CapacityBuffer=true`; buffers are skipped when the CRD is not installed).
     ReadResource { group: "", resource: "podtemplates" },
+    ReadResource { group: "", resource: "resourcequotas" },
     ReadResource { group: "autoscaling.x-k8s.io", resource: "capacitybuffers" },
     // DRA (`--ignore-dra-requests=false`; `resource.k8s.io/v1beta1`, skipped where the cluster does not serve it).
     ReadResource { group: "resource.k8s.io", resource: "resourceclaims" },
@@ -240,6 +241,7 @@ pub async fn read_with(client: Client, connection: &Connection, clock: &dyn Cloc
     list::<ReplicationController>(&client, connection, &mut listing, |o| Object::ReplicationController(Box::new(o)))
         .await?;
     list::<PodTemplate>(&client, connection, &mut listing, |o| Object::PodTemplate(Box::new(o))).await?;
+    list::<ResourceQuota>(&client, connection, &mut listing, |o| Object::ResourceQuota(Box::new(o))).await?;
     list::<CapacityBuffer>(&client, connection, &mut listing, |o| Object::CapacityBuffer(Box::new(o))).await?;
     list::<ResourceClaim>(&client, connection, &mut listing, |o| Object::ResourceClaim(Box::new(o))).await?;
     list::<ResourceClaimTemplate>(&client, connection, &mut listing, |o| Object::ResourceClaimTemplate(Box::new(o)))

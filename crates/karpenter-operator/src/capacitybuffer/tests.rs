@@ -208,5 +208,40 @@ fn with_the_gate_the_state_waits_for_the_buffer_kinds() {
     state.mark_synced::<Deployment>();
     state.mark_synced::<StatefulSet>();
     state.mark_synced::<ReplicaSet>();
+    assert_eq!(state.unlisted_reason().as_deref(), Some("ResourceQuotas not listed yet"));
+    state.mark_synced::<k8s_openapi::api::core::v1::ResourceQuota>();
     assert_eq!(state.unlisted_reason(), None);
+}
+
+#[tokio::test]
+async fn resource_quotas_cap_buffers_in_order_and_say_which() {
+    use k8s_openapi::api::core::v1::ResourceQuota;
+    let f = fixture().await;
+    f.add_template("chunk", "1").await;
+    // 3 CPUs left of the quota (its status as the API server's quota controller fills it).
+    let quota: ResourceQuota = serde_json::from_value(json!({
+        "metadata": {"name": "team-cpu", "namespace": "default"},
+        "spec": {"hard": {"requests.cpu": "4"}},
+        "status": {"hard": {"requests.cpu": "4"}, "used": {"requests.cpu": "1"}},
+    }))
+    .unwrap();
+    f.state.apply(quota);
+    f.add_buffer("a", json!({"podTemplateRef": {"name": "chunk"}, "replicas": 2})).await;
+    f.add_buffer("b", json!({"podTemplateRef": {"name": "chunk"}, "replicas": 3})).await;
+    let controller = CapacityBufferController::new(&f.ctx);
+    controller.reconcile().await.unwrap();
+    let replicas = async |name: &str| f.buffers().get(name).await.unwrap().status.unwrap().replicas;
+    assert_eq!(replicas("a").await, Some(2));
+    assert_eq!(replicas("b").await, Some(1), "b gets the one CPU a left");
+    let a = f.condition("a", conditions::LIMITED_BY_QUOTAS).await;
+    assert!(is(&a, ConditionStatus::False, conditions::REASON_QUOTAS_ALLOCATED), "{a:?}");
+    let b = f.condition("b", conditions::LIMITED_BY_QUOTAS).await;
+    assert!(is(&b, ConditionStatus::True, conditions::REASON_QUOTAS_ALLOCATED), "{b:?}");
+    assert_eq!(b.message, "replicas limited from 3 to 1 by ResourceQuotas team-cpu");
+
+    // The provisioner plans only the allowed virtual pods: 3 CPUs' worth.
+    let provisioner = Provisioner::new(&f.ctx, ProvisionerOptions::default());
+    provisioner.provision().await.unwrap();
+    let placed = |k: &str| f.state.buffer_placement(k).map(|p| p.existing + p.new + p.unschedulable);
+    assert_eq!((placed("default/a"), placed("default/b")), (Some(2), Some(1)));
 }

@@ -63,6 +63,7 @@ const BUILT_IN: &[Row] = &[
     ("apps", "v1", "statefulsets", "StatefulSet", &["sts"], true, true, true),
     ("apps", "v1", "deployments", "Deployment", &["deploy"], true, true, true),
     ("", "v1", "podtemplates", "PodTemplate", &[], true, false, false),
+    ("", "v1", "resourcequotas", "ResourceQuota", &["quota"], true, true, false),
     ("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", &["pdb"], true, true, true),
     ("storage.k8s.io", "v1", "storageclasses", "StorageClass", &["sc"], false, false, false),
     ("storage.k8s.io", "v1", "csinodes", "CSINode", &[], false, false, false),
