@@ -45,7 +45,8 @@ pub async fn start(
         shutdown,
         node_classes: node_classes.clone(),
         launch_failures: Arc::new(PrometheusLaunchFailures(metrics.clone())),
-        unhealthy_instances: Arc::new(PrometheusUnhealthyInstances(metrics)),
+        unhealthy_instances: Arc::new(PrometheusUnhealthyInstances(metrics.clone())),
+        queue_messages: Arc::new(PrometheusQueueMessages(metrics)),
     };
     let runtime = karpenter_aws::assembly::start(start, &SdkOptions::default()).await?;
     Ok((runtime, node_classes))
@@ -156,5 +157,26 @@ impl std::fmt::Debug for PrometheusUnhealthyInstances {
 impl karpenter_aws::status::UnhealthyInstanceSink for PrometheusUnhealthyInstances {
     fn unhealthy(&self, category: &str) {
         self.0.interruption_instance_status_unhealthy(category).inc();
+    }
+}
+
+/// The interruption queue's message metrics.
+struct PrometheusQueueMessages(Arc<Metrics>);
+
+impl std::fmt::Debug for PrometheusQueueMessages {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PrometheusQueueMessages")
+    }
+}
+
+impl karpenter_aws::queue::QueueMessageSink for PrometheusQueueMessages {
+    fn received(&self, message_type: &str) {
+        self.0.interruption_received_messages(message_type).inc();
+    }
+    fn deleted(&self, queued_for: Option<std::time::Duration>) {
+        self.0.interruption_deleted_messages().inc();
+        if let Some(d) = queued_for {
+            self.0.interruption_message_queue_duration_seconds().observe(d.as_secs_f64());
+        }
     }
 }

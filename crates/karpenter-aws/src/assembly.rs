@@ -37,7 +37,7 @@ use crate::nodeclass::{NodeClassResolver, ResolverApis, ResolverSettings};
 use crate::pricing::{PriceFile, PriceFileError};
 use crate::pricing_api::{self, FetchPricesError, PricingProvider};
 use crate::provider::{AwsApis, AwsCloudProvider, AwsCloudProviderOptions};
-use crate::queue::{NodeClaimLookup, SqsInterruptionSource};
+use crate::queue::{NodeClaimLookup, QueueMessageSink, SqsInterruptionSource};
 use crate::runtime::every;
 use crate::sdk::dry_run::Ec2DryRun;
 use crate::sdk::{AwsClients, SdkLoadError, SdkOptions};
@@ -67,6 +67,9 @@ pub struct AwsStart<'a> {
     /// Where instances the status checks found unhealthy are counted
     /// (`karpenter_interruption_instance_status_unhealthy_total`).
     pub unhealthy_instances: Arc<dyn UnhealthyInstanceSink>,
+    /// Where the interruption queue's messages are counted (`karpenter_interruption_received_messages_total`,
+    /// `..._deleted_messages_total`, `..._message_queue_duration_seconds`).
+    pub queue_messages: Arc<dyn QueueMessageSink>,
 }
 
 impl std::fmt::Debug for AwsStart<'_> {
@@ -432,7 +435,8 @@ impl Assembly<'_> {
             Arc::new(NodeClaimLookup::new(self.start.client.clone())),
             queue,
         )
-        .with_hook(Arc::new(provider.clone()));
+        .with_hook(Arc::new(provider.clone()))
+        .with_metrics(self.start.queue_messages.clone(), self.start.clock.clone());
         Some(Arc::new(source))
     }
 }

@@ -14,16 +14,23 @@
 //! mark the spot offering or the reservation unavailable (as upstream's interruption controller does): the binary
 //! passes `AwsCloudProvider`, which zeroes the reservation's tracked instance count.
 //!
+//! The queue's metrics go through a [`QueueMessageSink`] (the binary owns the Prometheus registry): every parsed
+//! message counts as received by its kind (`karpenter_interruption_received_messages_total{message_type}`), every
+//! deletion (by the source or on acknowledgement) as deleted, with the time since SQS's `SentTimestamp`
+//! (`karpenter_interruption_deleted_messages_total`, `karpenter_interruption_message_queue_duration_seconds`).
+//! Only queue messages count there: the instance status checks are another source with their own counter.
+//!
 //! Receive parameters follow upstream: at most [`MAX_MESSAGES`] messages, a [`WAIT_TIME_SECONDS`] long poll and a
 //! [`VISIBILITY_TIMEOUT_SECONDS`] visibility timeout, so an unacknowledged message is delivered again.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError};
+use std::time::Duration;
 
 use async_trait::async_trait;
-use karpenter_cloudprovider::{InterruptionAction, InterruptionError, InterruptionEvent, InterruptionKind};
+use karpenter_cloudprovider::{Clock, InterruptionAction, InterruptionError, InterruptionEvent, InterruptionKind};
 use tokio::sync::Mutex;
 
 use crate::api_error::AwsApiError;
@@ -183,6 +190,27 @@ pub fn kind_and_action(kind: Kind) -> Option<(InterruptionKind, InterruptionActi
     Some(mapped)
 }
 
+/// Where the queue's messages are counted (see the module docs).
+pub trait QueueMessageSink: Send + Sync + fmt::Debug {
+    /// A message of `message_type` ([`Kind::as_str`]) was received and parsed.
+    fn received(&self, message_type: &str);
+    /// A message was deleted from the queue, `queued_for` after SQS says it was sent (`None` when unknown).
+    fn deleted(&self, queued_for: Option<Duration>);
+}
+
+/// A sink that counts nothing.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoQueueSink;
+
+impl QueueMessageSink for NoQueueSink {
+    fn received(&self, _message_type: &str) {}
+    fn deleted(&self, _queued_for: Option<Duration>) {}
+}
+
+/// How long the send time of a message handed out as events is kept for its deletion's latency (a message
+/// whose handling failed comes back with a new receipt handle, so the old entry is never claimed).
+const SENT_TIMES_KEPT: Duration = Duration::from_secs(3600);
+
 /// The SQS interruption source (see the module docs).
 pub struct SqsInterruptionSource {
     api: Arc<dyn QueueApi>,
@@ -191,6 +219,10 @@ pub struct SqsInterruptionSource {
     queue_name: String,
     queue_url: Mutex<Option<String>>,
     stats: QueueStats,
+    sink: Arc<dyn QueueMessageSink>,
+    clock: Option<Arc<dyn Clock>>,
+    /// Receipt handle → SQS send time (ms since the epoch) of the messages handed out as events.
+    sent: std::sync::Mutex<BTreeMap<String, i64>>,
 }
 
 impl fmt::Debug for SqsInterruptionSource {
@@ -209,7 +241,37 @@ impl SqsInterruptionSource {
             queue_name: queue_name.into(),
             queue_url: Mutex::new(None),
             stats: QueueStats::default(),
+            sink: Arc::new(NoQueueSink),
+            clock: None,
+            sent: std::sync::Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// The same source counting its messages in `sink`, with their time in the queue measured on `clock`.
+    pub fn with_metrics(mut self, sink: Arc<dyn QueueMessageSink>, clock: Arc<dyn Clock>) -> Self {
+        self.sink = sink;
+        self.clock = Some(clock);
+        self
+    }
+
+    /// The time since `sent_ms` (SQS's `SentTimestamp`), when both it and a clock are known.
+    fn queued_for(&self, sent_ms: Option<i64>) -> Option<Duration> {
+        let now_ms = self.clock.as_ref()?.now().timestamp_millis();
+        let elapsed = now_ms.checked_sub(sent_ms?)?;
+        Some(Duration::from_millis(u64::try_from(elapsed).unwrap_or(0)))
+    }
+
+    fn sent_times(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, i64>> {
+        self.sent.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Remembers when the message behind `receipt_handle` was sent, for the latency of its deletion.
+    fn remember_sent(&self, receipt_handle: &str, sent_ms: Option<i64>) {
+        let (Some(sent_ms), Some(clock)) = (sent_ms, &self.clock) else { return };
+        let oldest = clock.now().timestamp_millis() - i64::try_from(SENT_TIMES_KEPT.as_millis()).unwrap_or(i64::MAX);
+        let mut sent = self.sent_times();
+        sent.retain(|_, t| *t >= oldest);
+        sent.insert(receipt_handle.to_owned(), sent_ms);
     }
 
     /// The same source telling `hook` about spot and capacity-reservation interruptions.
@@ -240,7 +302,10 @@ impl SqsInterruptionSource {
 
     async fn delete_now(&self, queue_url: &str, message: &QueueMessage, why: &str) {
         match self.api.delete(queue_url, &message.receipt_handle).await {
-            Ok(()) => add(&self.stats.deleted, 1),
+            Ok(()) => {
+                add(&self.stats.deleted, 1);
+                self.sink.deleted(self.queued_for(message.sent_timestamp_ms));
+            }
             // Deleted already (another replica, or a stale handle): nothing left to do.
             Err(e) if e.is_not_found() => {}
             Err(e) => {
@@ -263,7 +328,11 @@ impl SqsInterruptionSource {
 
         let mut parsed: Vec<(QueueMessage, Message)> = Vec::with_capacity(messages.len());
         for message in messages {
-            match interruption::parse(message.body.as_bytes()) {
+            let parsed_message = interruption::parse(message.body.as_bytes());
+            if let Ok(m) = &parsed_message {
+                self.sink.received(m.kind.as_str());
+            }
+            match parsed_message {
                 Ok(m) if kind_and_action(m.kind).is_some() => parsed.push((message, m)),
                 Ok(m) => {
                     tracing::debug!(message_id = %message.message_id, source = %m.source,
@@ -326,6 +395,8 @@ impl SqsInterruptionSource {
             if events.len() == before {
                 add(&self.stats.ignored, 1);
                 self.delete_now(&queue_url, &message, "no nodeclaim").await;
+            } else {
+                self.remember_sent(&message.receipt_handle, message.sent_timestamp_ms);
             }
         }
         add(&self.stats.events, events.len());
@@ -340,8 +411,14 @@ impl SqsInterruptionSource {
         let mut first_error = None;
         for handle in handles {
             match self.api.delete(&queue_url, handle).await {
-                Ok(()) => add(&self.stats.deleted, 1),
-                Err(e) if e.is_not_found() => {}
+                Ok(()) => {
+                    add(&self.stats.deleted, 1);
+                    let sent_ms = self.sent_times().remove(handle);
+                    self.sink.deleted(self.queued_for(sent_ms));
+                }
+                Err(e) if e.is_not_found() => {
+                    self.sent_times().remove(handle);
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "deleting interruption message failed");
                     first_error.get_or_insert(e);
@@ -523,6 +600,48 @@ mod tests {
         // Acknowledging again (stale handles) is not an error.
         source.acknowledge(&events).await.unwrap();
         assert!(source.next_batch().await.unwrap().is_empty());
+    }
+
+    #[derive(Debug, Default)]
+    struct RecordingSink(std::sync::Mutex<(Vec<String>, Vec<Option<Duration>>)>);
+
+    impl QueueMessageSink for RecordingSink {
+        fn received(&self, message_type: &str) {
+            self.0.lock().unwrap().0.push(message_type.to_owned());
+        }
+        fn deleted(&self, queued_for: Option<Duration>) {
+            self.0.lock().unwrap().1.push(queued_for);
+        }
+    }
+
+    #[tokio::test]
+    async fn parsed_messages_are_counted_by_kind_and_deletions_with_their_time_in_the_queue() {
+        let queue = Arc::new(MemoryQueue::new("q"));
+        let clock = karpenter_testing::FakeClock::new(chrono::DateTime::from_timestamp(1_000, 0).unwrap());
+        let known = "i-0123456789abcdef0";
+        queue.send_at(&spot(known), Some(990_000)); // sent 10 s before now
+        queue.send("{not json");
+        queue.send_at(&state("i-00000000000000001", "stopping"), Some(999_000)); // no nodeclaim: deleted at once
+        let sink = Arc::new(RecordingSink::default());
+        let source = SqsInterruptionSource::new(queue.clone(), lookup(&[known]), "q")
+            .with_metrics(sink.clone(), Arc::new(clock.clone()));
+        let events = source.next_batch().await.unwrap();
+        assert_eq!(events.len(), 1);
+        {
+            let (received, deleted) = &*sink.0.lock().unwrap();
+            // A malformed message is deleted but was never a message of any kind.
+            assert_eq!(received, &["spot_interrupted", "instance_stopped"]);
+            assert_eq!(deleted, &[None, Some(Duration::from_secs(1))]);
+        }
+        clock.step_secs(5);
+        source.acknowledge(&events).await.unwrap();
+        let (_, deleted) = &*sink.0.lock().unwrap();
+        assert_eq!(
+            deleted.last(),
+            Some(&Some(Duration::from_secs(15))),
+            "sent 10 s before the receive, acked 5 s after"
+        );
+        assert!(source.sent_times().is_empty(), "nothing kept once deleted");
     }
 
     #[tokio::test]

@@ -51,6 +51,11 @@ impl MemoryQueue {
 
     /// Sends a message; returns its id.
     pub fn send(&self, body: &str) -> String {
+        self.send_at(body, None)
+    }
+
+    /// Sends a message SQS says was sent at `sent_ms` (ms since the epoch); returns its id.
+    pub fn send_at(&self, body: &str, sent_ms: Option<i64>) -> String {
         let mut s = lock(&self.state);
         s.next_id += 1;
         let id = format!("msg-{}", s.next_id);
@@ -58,7 +63,7 @@ impl MemoryQueue {
             message_id: id.clone(),
             receipt_handle: String::new(),
             body: body.to_owned(),
-            sent_timestamp_ms: None,
+            sent_timestamp_ms: sent_ms,
         });
         id
     }

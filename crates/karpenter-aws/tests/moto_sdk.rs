@@ -363,6 +363,7 @@ fn assembly_start<'a>(
         node_classes: Arc::new(karpenter_cloudprovider::InMemoryNodeClasses::new()),
         launch_failures: Arc::new(NoSink),
         unhealthy_instances: Arc::new(karpenter_aws::status::NoUnhealthySink),
+        queue_messages: Arc::new(karpenter_aws::queue::NoQueueSink),
     }
 }
 

@@ -17,8 +17,9 @@
 //!
 //! Events are acknowledged once handled (an event whose provider id matches no NodeClaim is logged and
 //! acknowledged); a delivery whose handling failed is not, so the source delivers it again. Handling is
-//! idempotent. Metrics `karpenter_interruption_received_messages_total{message_type}` and
-//! `karpenter_interruption_deleted_messages_total`.
+//! idempotent. The queue metrics (`karpenter_interruption_received_messages_total{message_type}`,
+//! `karpenter_interruption_deleted_messages_total`, `karpenter_interruption_message_queue_duration_seconds`)
+//! are the queue's to count (a source may be no queue at all, as the instance status checks are).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -153,7 +154,6 @@ impl Interruption {
             .collect();
         let mut failed: BTreeSet<&str> = BTreeSet::new();
         for event in events {
-            self.ctx.metrics.interruption_received_messages(event.kind.as_str()).inc();
             match self.handle_one(event, by_id.get(&event.provider_id)).await {
                 Ok(Handled::Deleted(n)) => report.deleted.push(n),
                 Ok(Handled::DeletedForcefully(n)) => report.deleted_forcefully.push(n),
@@ -170,9 +170,6 @@ impl Interruption {
         let ack_ids: BTreeSet<String> = done.iter().map(|e| e.ack_id.clone()).collect();
         if !done.is_empty() {
             self.source.acknowledge(&done).await?;
-            for _ in &ack_ids {
-                self.ctx.metrics.interruption_deleted_messages().inc();
-            }
         }
         report.acknowledged = ack_ids.into_iter().collect();
         report.failed = failed.into_iter().map(str::to_owned).collect();
@@ -417,8 +414,9 @@ mod tests {
         assert_eq!(e.reasons_on("node-rebalance").await, ["SpotRebalanceRecommendation"]);
         assert_eq!(e.reasons_on("broken").await, ["InstanceUnhealthy", "TerminatingOnInterruption"]);
         assert_eq!(e.metrics.nodeclaims_disrupted("spot_interrupted", "", "", "", "graceful").get(), 1);
-        assert_eq!(e.metrics.interruption_received_messages("spot_interrupted").get(), 1);
-        assert_eq!(e.metrics.interruption_deleted_messages().get(), 4);
+        // Events are not queue messages: the queue, not this handler, counts those.
+        assert_eq!(e.metrics.interruption_received_messages("spot_interrupted").get(), 0);
+        assert_eq!(e.metrics.interruption_deleted_messages().get(), 0);
         assert!(e.cloud.instance_ids().contains(&spot), "the instance goes through termination, not here");
 
         // A redelivered event is handled idempotently: nothing deleted twice, still acknowledged.

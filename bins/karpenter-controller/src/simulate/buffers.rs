@@ -6,11 +6,11 @@
 
 use std::sync::Arc;
 
+use karpenter_api::capacitybuffer::quota::QuotaAllocator;
 use karpenter_api::capacitybuffer::{
     ACTIVE_CAPACITY, CapacityBuffer, CapacityBufferStatus, LoadedSources, buffers_virtual_pods, conditions,
     resolution_status, resolve,
 };
-use karpenter_api::capacitybuffer::quota::QuotaAllocator;
 use karpenter_api::condition::ConditionStatus;
 use karpenter_api::loader::{Loaded, Object};
 use karpenter_api::set_condition;
