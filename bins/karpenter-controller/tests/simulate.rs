@@ -1249,3 +1249,20 @@ fn kubelet_expressions_shape_the_aws_catalogue_with_the_gate_on() {
     let (_, notes) = simulate_with_notes(&[&failing, "--aws-feature-gates", "NodeClassCEL=true"]);
     assert!(notes.contains("KubeletExpressionEvaluationFailed") && notes.contains("max_pods - 100"), "{notes}");
 }
+
+#[test]
+fn an_invalid_open_kubelet_map_is_a_note_that_the_controller_would_not_launch() {
+    let tmp = TempDir::new("kubelet-open");
+    let file = tmp.write("open.yaml", &cel_input("{maxPods: 10, fooBar: 1, serializeImagePulls: false}", 1));
+    let (_, notes) = simulate_with_notes(&[&file]);
+    assert!(
+        notes.contains(
+            "EC2NodeClass/default: the controller would not launch for it (ValidationSucceeded=False, \
+             InvalidKubeletConfiguration: kubelet.fooBar: unknown field)"
+        ),
+        "{notes}"
+    );
+    let valid = tmp.write("valid.yaml", &cel_input("{maxPods: 10, serializeImagePulls: false}", 1));
+    let (_, notes) = simulate_with_notes(&[&valid]);
+    assert!(!notes.contains("InvalidKubeletConfiguration"), "{notes}");
+}

@@ -262,8 +262,8 @@ fn check_value(kind: FieldKind, v: &Value, path: &str, out: &mut Violations) {
         DurationOrInt => check_duration(v),
         Quantity => check_quantity(v),
         Int32OrString if v.is_string() => None,
-        Int32OrString => check_int(v, i64::from(i32::MIN), i64::from(i32::MAX), "int32")
-            .map(|_| "expected an int32 or a CEL expression string".to_owned()),
+        Int32OrString if v.is_i64() || v.is_u64() => check_int(v, i64::from(i32::MIN), i64::from(i32::MAX), "int32"),
+        Int32OrString => Some("expected an int32 or a CEL expression string".to_owned()),
         List(item) => match v.as_array() {
             None => Some("expected a list".to_owned()),
             Some(items) => {
