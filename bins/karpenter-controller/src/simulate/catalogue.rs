@@ -20,7 +20,6 @@ use karpenter_api::nodeoverlay::NodeOverlay;
 use karpenter_aws::catalogue::{self as aws, AwsCatalogue};
 use karpenter_aws::instancetype::NodeClassSettings;
 use karpenter_aws::instancetypes::ExpressionCheck;
-use karpenter_aws::nodeclass::status::kubelet_configuration_problems;
 use karpenter_aws::settings::AwsFeatureGates;
 use karpenter_cloudprovider::{launch, overlay};
 use karpenter_kwok::catalogue as kwok;
@@ -226,14 +225,7 @@ impl Catalogue {
                         Some(name) => {
                             let c = ec2_node_class(objects, name).context("EC2NodeClass vanished")?;
                             let cel = selection.aws_feature_gates.node_class_cel;
-                            if let Some(message) = kubelet_configuration_problems(&c.spec) {
-                                notes.push(format!(
-                                    "EC2NodeClass/{name}: the controller would not launch for it \
-                                     (ValidationSucceeded=False, InvalidKubeletConfiguration: {message}); simulated \
-                                     with the kubelet fields that decode"
-                                ));
-                            } else if let ExpressionCheck::Failed { reason, message } =
-                                region.kubelet_expression_check(c, cel)
+                            if let ExpressionCheck::Failed { reason, message } = region.kubelet_expression_check(c, cel)
                             {
                                 notes.push(format!(
                                     "EC2NodeClass/{name}: the controller would not launch for it \
