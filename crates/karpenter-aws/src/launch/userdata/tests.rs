@@ -219,4 +219,7 @@ fn bottlerocket_gets_the_settings_it_has_windows_and_custom_none() {
     }
     let windows = user_data(AmiFamily::Windows2022, &passthrough_config()).unwrap();
     assert_eq!(windows, user_data(AmiFamily::Windows2022, &config()).unwrap(), "validation rejects them for Windows");
+    let mut custom = passthrough_config();
+    custom.custom_user_data = Some("#!/bin/bash\necho mine\n".into());
+    assert_eq!(user_data(AmiFamily::Custom, &custom).unwrap(), "#!/bin/bash\necho mine\n", "Custom stays verbatim");
 }
