@@ -29,7 +29,7 @@ use k8s_openapi::api::flowcontrol::v1::{FlowSchema, PriorityLevelConfiguration};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use karpenter_api::condition::ConditionStatus;
+use karpenter_api::condition::{ConditionStatus, Conditions};
 use karpenter_api::{KWOKNodeClass, NodeClaim, NodePool};
 use karpenter_cloudprovider::{
     Clock, CloudProvider, InterruptionAction, InterruptionError, InterruptionEvent, InterruptionKind,
@@ -825,9 +825,11 @@ fn condition_true(claim: &NodeClaim, type_: &str) -> bool {
 
 // ------------------------------------------------------------------------------------------------ scenarios
 
-/// The EC2NodeClass CRD (`crds --provider aws`) is accepted by a real API server and its kubelet rules hold
-/// there: CEL expressions in `maxPods` and the reserved maps are accepted (client-side CEL engines cannot prove
-/// the `isQuantity` and int-or-string rules compile on the server), negative ints and quantities rejected.
+/// The EC2NodeClass CRD (`crds --provider aws`) is accepted by a real API server, whose `spec.kubelet` is an open
+/// map since v1.15: the server keeps any field (unknown ones and malformed values included), every stored class
+/// still decodes in our typed list (a watcher's view), and the EC2NodeClass status controller, run against the
+/// server with the in-memory AWS, reports the bad ones as `ValidationSucceeded=False`
+/// `InvalidKubeletConfiguration` with a Warning event, while CEL expressions and passed-through fields pass.
 async fn ec2nodeclass_crd(env: &Env) {
     let out = Command::new(env!("CARGO_BIN_EXE_karpenter-controller"))
         .args(["crds", "--provider", "aws"])
@@ -862,27 +864,98 @@ async fn ec2nodeclass_crd(env: &Env) {
         }))
         .expect("EC2NodeClass")
     };
-    let accepted = [
-        ("static", json!({"maxPods": 110, "kubeReserved": {"cpu": "100m", "pid": "200"}})),
+    // (name, kubelet, what the controller says: None when valid, else a part of the InvalidKubeletConfiguration
+    // message). The API server accepts them all.
+    let cases = [
+        ("static", json!({"maxPods": 110, "kubeReserved": {"cpu": "100m", "pid": "200"}}), None),
         (
             "expressions",
             json!({"maxPods": "min(max_pods, 50)", "kubeReserved": {"memory": "11 * max_pods + 255"},
                    "systemReserved": {"cpu": "max(vcpus * 10, 100)"}}),
+            None,
         ),
+        (
+            "passthrough",
+            json!({"serializeImagePulls": false, "featureGates": {"InPlacePodVerticalScaling": true},
+                   "authentication": {"webhook": {"cacheTTL": "1m"}}}),
+            None,
+        ),
+        ("unknown-field", json!({"maxPods": 20, "fooBar": {"a": 1}}), Some("kubelet.fooBar: unknown field")),
+        (
+            "malformed",
+            json!({"podsPerCore": "x", "evictionHard": 5}),
+            Some("kubelet.evictionHard: expected a map; kubelet.podsPerCore: expected an integer"),
+        ),
+        ("negative-max-pods", json!({"maxPods": -1}), Some("kubelet.maxPods: must be greater than or equal to 0")),
+        (
+            "too-many-max-pods",
+            json!({"maxPods": 2_147_483_648_i64}),
+            Some("kubelet.maxPods: 2147483648 is out of the int32 range"),
+        ),
+        ("negative-reserved", json!({"kubeReserved": {"cpu": "-100m"}}), Some("kubelet.kubeReserved[cpu]")),
+        ("bad-reserved-key", json!({"systemReserved": {"gpu": "vcpus"}}), Some("kubelet.systemReserved[gpu]")),
     ];
-    for (name, kubelet) in accepted {
-        api.create(&PostParams::default(), &class(name, kubelet)).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+    for (name, kubelet, _) in &cases {
+        api.create(&PostParams::default(), &class(name, kubelet.clone()))
+            .await
+            .unwrap_or_else(|e| panic!("{name}: the open kubelet map is accepted: {e}"));
     }
-    let rejected = [
-        ("negative-max-pods", json!({"maxPods": -1}), "maxPods"),
-        ("too-many-max-pods", json!({"maxPods": 2_147_483_648_i64}), "maxPods"),
-        ("negative-reserved", json!({"kubeReserved": {"cpu": "-100m"}}), "negative"),
-        ("bad-reserved-key", json!({"systemReserved": {"gpu": "vcpus"}}), "valid keys"),
-    ];
-    for (name, kubelet, message) in rejected {
-        let err = api.create(&PostParams::default(), &class(name, kubelet)).await.expect_err(name).to_string();
-        assert!(err.contains(message), "{name}: {err}");
+    let stored = api.get("unknown-field").await.expect("unknown-field");
+    assert_eq!(stored.data["spec"]["kubelet"]["fooBar"], json!({"a": 1}), "the server keeps unknown fields");
+    let typed: Api<karpenter_api::EC2NodeClass> = Api::all(env.client.clone());
+    let listed = typed.list(&ListParams::default()).await.expect("every class decodes, malformed kubelets included");
+    assert_eq!(listed.items.len(), cases.len());
+    let controller = ec2_node_class_controller(env);
+    for (name, _, problem) in &cases {
+        controller.reconcile(name).await.unwrap_or_else(|e| panic!("{name}: reconcile: {e}"));
+        let c = typed.get(name).await.expect(name);
+        let v = c.status.as_ref().and_then(|s| s.condition("ValidationSucceeded")).cloned().expect(name);
+        match problem {
+            None => assert_ne!(v.reason, "InvalidKubeletConfiguration", "{name}: {}", v.message),
+            Some(p) => {
+                assert_eq!(
+                    (v.status, v.reason.as_str()),
+                    (ConditionStatus::False, "InvalidKubeletConfiguration"),
+                    "{name}"
+                );
+                assert!(v.message.contains(p), "{name}: {}", v.message);
+            }
+        }
     }
+    let events: Api<CoreEvent> = Api::namespaced(env.client.clone(), "default");
+    let warned: BTreeSet<String> = events
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("InvalidKubeletConfiguration"))
+        .filter_map(|e| e.involved_object.name)
+        .collect();
+    let invalid: BTreeSet<String> =
+        cases.iter().filter(|(_, _, p)| p.is_some()).map(|(n, _, _)| n.to_string()).collect();
+    assert_eq!(warned, invalid, "one Warning event per invalid class");
+}
+
+/// The EC2NodeClass status controller against the plane's API server, with an empty in-memory AWS (the kubelet
+/// check does not need AWS: it comes before the checks that do).
+fn ec2_node_class_controller(env: &Env) -> karpenter_aws::nodeclass::controller::NodeClassController {
+    use karpenter_aws::nodeclass::controller::{NodeClassController, StaticKubernetesVersion};
+    use karpenter_aws::nodeclass::{NodeClassResolver, ResolverApis, ResolverSettings};
+    let aws = Arc::new(karpenter_aws::nodeclass::mock::MockAws::new());
+    let apis = ResolverApis {
+        subnets: aws.clone(),
+        security_groups: aws.clone(),
+        images: aws.clone(),
+        ssm: aws.clone(),
+        capacity_reservations: aws.clone(),
+        placement_groups: aws.clone(),
+        iam: aws,
+    };
+    let clock: Arc<dyn karpenter_cloudprovider::Clock> = Arc::new(karpenter_cloudprovider::SystemClock);
+    let resolver = Arc::new(NodeClassResolver::new(apis, ResolverSettings::default(), clock.clone()));
+    let version = Arc::new(StaticKubernetesVersion("1.32".into()));
+    NodeClassController::new(env.client.clone(), resolver, version, clock, None)
 }
 
 /// Pending pods → NodeClaims → Nodes (registered, initialized, Ready) → pods Running, bound by kube-scheduler.

@@ -1260,3 +1260,18 @@ fn kubelet_expressions_shape_the_aws_catalogue_with_the_gate_on() {
     let (_, notes) = simulate_with_notes(&[&failing, "--aws-feature-gates", "NodeClassCEL=true"]);
     assert!(notes.contains("KubeletExpressionEvaluationFailed") && notes.contains("max_pods - 100"), "{notes}");
 }
+
+#[test]
+fn the_open_kubelet_map_is_checked_before_simulating_and_passthrough_fields_simulate() {
+    let tmp = TempDir::new("kubelet-open");
+    // Unknown to the kubelet: refused with its path, as `validate` and the controller's
+    // InvalidKubeletConfiguration say (the API server would take it).
+    let file = tmp.write("open.yaml", &cel_input("{maxPods: 10, fooBar: 1, serializeImagePulls: false}", 1));
+    let (code, stdout, stderr) = run(&["simulate", &file]);
+    assert_eq!(code, 1, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stderr.contains("EC2NodeClass/default: spec.kubelet.fooBar: unknown field"), "{stderr}");
+    // Fields passed through to the node do not change what is simulated.
+    let valid = tmp.write("valid.yaml", &cel_input("{maxPods: 10, serializeImagePulls: false}", 1));
+    let plain = tmp.write("plain.yaml", &cel_input("{maxPods: 10}", 1));
+    assert_eq!(simulate_json(&[&valid])["newNodes"], simulate_json(&[&plain])["newNodes"]);
+}

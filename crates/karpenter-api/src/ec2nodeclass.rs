@@ -19,11 +19,13 @@ use crate::condition::{Condition, Conditions};
 use crate::crd::KarpenterCrd;
 use crate::duration::KDuration;
 
+mod kubelet_fields;
 mod validation;
 
+pub use kubelet_fields::{FieldKind, bottlerocket_setting, kubelet_field_kind};
 pub use validation::{
     EVICTION_SIGNALS, FORBIDDEN_TAG_KEYS, FORBIDDEN_TAG_PREFIX, MAX_BLOCK_DEVICE_MAPPINGS, MAX_NETWORK_INTERFACES,
-    MAX_SELECTOR_TAGS, MAX_SELECTOR_TERMS, RESERVED_RESOURCES, parse_volume_size,
+    MAX_SELECTOR_TAGS, MAX_SELECTOR_TERMS, RESERVED_RESOURCES, parse_volume_size, validate_kubelet_configuration,
 };
 
 /// API group of EC2NodeClass.
@@ -78,6 +80,9 @@ pub mod conditions {
         pub const KUBELET_EXPRESSION_INVALID: &str = "KubeletExpressionInvalid";
         /// A kubelet CEL expression fails for a known instance type.
         pub const KUBELET_EXPRESSION_EVALUATION_FAILED: &str = "KubeletExpressionEvaluationFailed";
+        /// `spec.kubelet` has an unknown field, a value of the wrong shape, a field the AMI family cannot carry,
+        /// or breaks a kubelet rule (also the reason of the Warning event naming the problem).
+        pub const INVALID_KUBELET_CONFIGURATION: &str = "InvalidKubeletConfiguration";
     }
 }
 
@@ -376,63 +381,165 @@ impl AmiSelectorTerm {
 // Kubelet.
 // -------------------------------------------------------------------------------------------------------------
 
-/// Kubelet settings passed to the node's bootstrap (the typed v1.14 field set).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[schemars(extend("x-kubernetes-validations" = [
-    {"rule": "!has(self.imageGCHighThresholdPercent) || !has(self.imageGCLowThresholdPercent) || self.imageGCHighThresholdPercent > self.imageGCLowThresholdPercent", "message": "imageGCHighThresholdPercent must be greater than imageGCLowThresholdPercent"},
-    {"rule": "!has(self.evictionSoft) || self.evictionSoft.all(e, has(self.evictionSoftGracePeriod) && e in self.evictionSoftGracePeriod)", "message": "every evictionSoft key must have a matching evictionSoftGracePeriod"},
-    {"rule": "!has(self.evictionSoftGracePeriod) || self.evictionSoftGracePeriod.all(e, has(self.evictionSoft) && e in self.evictionSoft)", "message": "every evictionSoftGracePeriod key must have a matching evictionSoft"}
-]))]
+/// `spec.kubelet`: an open map of upstream `kubelet.config.k8s.io/v1beta1 KubeletConfiguration` fields (v1.15).
+///
+/// Karpenter interprets 12 fields (the typed fields below; five of them shape scheduling) and passes every other
+/// field through to the node's bootstrap ([`other`](Self::other)). The CRD no longer validates the map (it is
+/// `x-kubernetes-preserve-unknown-fields`), so decoding never fails on its content: a field whose value does not
+/// fit its typed slot stays in `other` with its raw value, where [`validate_kubelet_configuration`] reports it
+/// (`ValidationSucceeded=False`, `InvalidKubeletConfiguration`) instead of the object vanishing from watches.
+/// Serialization writes the typed fields and then `other`, so a class holding only v1.14 fields serializes (and
+/// hashes) exactly as before.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct KubeletConfiguration {
     /// Cluster DNS server IPs; defaults to the kube-dns service IP.
-    #[serde(default, skip_serializing_if = "Vec::is_empty", rename = "clusterDNS")]
-    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
+    #[serde(skip_serializing_if = "Vec::is_empty", rename = "clusterDNS")]
     pub cluster_dns: Vec<String>,
     /// Maximum pods per node: a non-negative int, or a CEL expression evaluated per instance type (AWS gate
     /// `NodeClassCEL`); defaults to the instance type's ENI-based limit (or 110).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_pods: Option<MaxPods>,
     /// Maximum pods per vCPU; the smaller of this and `maxPods` wins.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub pods_per_core: Option<i32>,
     /// Resources reserved for OS daemons (`cpu`, `memory`, `ephemeral-storage`, `pid`): quantities, or CEL
     /// expressions (any value that is not a quantity; AWS gate `NodeClassCEL`).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(schema_with = "reserved_map_schema")]
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub system_reserved: BTreeMap<String, String>,
     /// Resources reserved for Kubernetes daemons (`cpu`, `memory`, `ephemeral-storage`, `pid`): quantities, or
     /// CEL expressions as in `systemReserved`.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(schema_with = "reserved_map_schema")]
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub kube_reserved: BTreeMap<String, String>,
     /// Hard eviction thresholds: signal → quantity or percentage.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(schema_with = "eviction_map_schema")]
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub eviction_hard: BTreeMap<String, String>,
     /// Soft eviction thresholds: signal → quantity or percentage; each needs a grace period.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(schema_with = "eviction_map_schema")]
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub eviction_soft: BTreeMap<String, String>,
     /// Grace period per soft eviction signal.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(schema_with = "eviction_grace_period_schema")]
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub eviction_soft_grace_period: BTreeMap<String, KDuration>,
     /// Maximum pod termination grace period (seconds) used when a soft eviction threshold is met.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub eviction_max_pod_grace_period: Option<i32>,
     /// Disk usage percent that always triggers image garbage collection.
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "imageGCHighThresholdPercent")]
-    #[schemars(range(min = 0, max = 100))]
+    #[serde(skip_serializing_if = "Option::is_none", rename = "imageGCHighThresholdPercent")]
     pub image_gc_high_threshold_percent: Option<i32>,
     /// Disk usage percent below which image garbage collection never runs.
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "imageGCLowThresholdPercent")]
-    #[schemars(range(min = 0, max = 100))]
+    #[serde(skip_serializing_if = "Option::is_none", rename = "imageGCLowThresholdPercent")]
     pub image_gc_low_threshold_percent: Option<i32>,
     /// Enforce CPU limits with CFS quota.
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "cpuCFSQuota")]
+    #[serde(skip_serializing_if = "Option::is_none", rename = "cpuCFSQuota")]
     pub cpu_cfs_quota: Option<bool>,
+    /// Every field not held by a typed field above, raw: the fields Karpenter passes through without
+    /// interpreting them ([`passthrough`](Self::passthrough)), and an interpreted field whose value has the wrong
+    /// shape (kept so validation names it and the drift hash sees it). Never holds a key a typed field also holds.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, serde_json::Value>,
+}
+
+/// The JSON names of the typed (interpreted) fields of [`KubeletConfiguration`].
+pub const INTERPRETED_KUBELET_FIELDS: [&str; 12] = [
+    "clusterDNS",
+    "maxPods",
+    "podsPerCore",
+    "systemReserved",
+    "kubeReserved",
+    "evictionHard",
+    "evictionSoft",
+    "evictionSoftGracePeriod",
+    "evictionMaxPodGracePeriod",
+    "imageGCHighThresholdPercent",
+    "imageGCLowThresholdPercent",
+    "cpuCFSQuota",
+];
+
+/// Moves `raw[name]` into `slot` when it decodes as `T`; a value that does not stays in `raw` (so it lands in
+/// `other`). A null is the same as absent.
+fn take_typed<T: serde::de::DeserializeOwned>(raw: &mut BTreeMap<String, serde_json::Value>, name: &str, slot: &mut T) {
+    match raw.remove(name) {
+        None | Some(serde_json::Value::Null) => {}
+        Some(v) => match T::deserialize(&v) {
+            Ok(t) => *slot = t,
+            Err(_) => {
+                raw.insert(name.to_owned(), v);
+            }
+        },
+    }
+}
+
+impl KubeletConfiguration {
+    /// The typed view of a raw `spec.kubelet` map: never fails (see the type's docs).
+    pub fn from_raw(mut raw: BTreeMap<String, serde_json::Value>) -> Self {
+        let mut k = Self::default();
+        take_typed(&mut raw, "clusterDNS", &mut k.cluster_dns);
+        take_typed(&mut raw, "maxPods", &mut k.max_pods);
+        take_typed(&mut raw, "podsPerCore", &mut k.pods_per_core);
+        take_typed(&mut raw, "systemReserved", &mut k.system_reserved);
+        take_typed(&mut raw, "kubeReserved", &mut k.kube_reserved);
+        take_typed(&mut raw, "evictionHard", &mut k.eviction_hard);
+        take_typed(&mut raw, "evictionSoft", &mut k.eviction_soft);
+        take_typed(&mut raw, "evictionSoftGracePeriod", &mut k.eviction_soft_grace_period);
+        take_typed(&mut raw, "evictionMaxPodGracePeriod", &mut k.eviction_max_pod_grace_period);
+        take_typed(&mut raw, "imageGCHighThresholdPercent", &mut k.image_gc_high_threshold_percent);
+        take_typed(&mut raw, "imageGCLowThresholdPercent", &mut k.image_gc_low_threshold_percent);
+        take_typed(&mut raw, "cpuCFSQuota", &mut k.cpu_cfs_quota);
+        k.other = raw;
+        k
+    }
+
+    /// The fields passed through to the node's bootstrap uninterpreted: `other` without the interpreted names
+    /// (an interpreted field there has a malformed value, which validation rejects).
+    pub fn passthrough(&self) -> impl Iterator<Item = (&String, &serde_json::Value)> {
+        self.other.iter().filter(|(k, _)| !INTERPRETED_KUBELET_FIELDS.contains(&k.as_str()))
+    }
+}
+
+fn decode_error<T: serde::de::DeserializeOwned>(v: &serde_json::Value) -> Option<String> {
+    T::deserialize(v).err().map(|e| e.to_string())
+}
+
+/// Why the value `v` of the interpreted field `name` does not fit its typed slot (`None` when it does, or when
+/// `name` is not interpreted). Mirrors the slot types of [`KubeletConfiguration::from_raw`].
+pub(crate) fn interpreted_decode_error(name: &str, v: &serde_json::Value) -> Option<String> {
+    match name {
+        "clusterDNS" => decode_error::<Vec<String>>(v),
+        "maxPods" => decode_error::<MaxPods>(v),
+        "podsPerCore" | "evictionMaxPodGracePeriod" | "imageGCHighThresholdPercent" | "imageGCLowThresholdPercent" => {
+            decode_error::<i32>(v)
+        }
+        "systemReserved" | "kubeReserved" | "evictionHard" | "evictionSoft" => {
+            decode_error::<BTreeMap<String, String>>(v)
+        }
+        "evictionSoftGracePeriod" => decode_error::<BTreeMap<String, KDuration>>(v),
+        "cpuCFSQuota" => decode_error::<bool>(v),
+        _ => None,
+    }
+}
+
+/// Any JSON object decodes (see [`KubeletConfiguration::from_raw`]); only a non-object fails, which the CRD's
+/// `type: object` already rules out.
+impl<'de> Deserialize<'de> for KubeletConfiguration {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        BTreeMap::<String, serde_json::Value>::deserialize(d).map(Self::from_raw)
+    }
+}
+
+/// An open object: the API server keeps every field and checks none (the controller does, see
+/// [`validate_kubelet_configuration`]).
+impl JsonSchema for KubeletConfiguration {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "KubeletConfiguration".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
 }
 
 /// `kubelet.maxPods`: an int (static) or a string (a CEL expression evaluated per instance type, v1.15). An int
@@ -440,7 +547,7 @@ pub struct KubeletConfiguration {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 pub enum MaxPods {
-    /// A fixed value (the CRD rejects negative ones).
+    /// A fixed value (validation rejects negative ones).
     Static(i32),
     /// A CEL expression (see the AWS provider's kubelet expression docs).
     Expression(String),
@@ -493,33 +600,6 @@ impl From<i32> for MaxPods {
     }
 }
 
-impl JsonSchema for MaxPods {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "MaxPods".into()
-    }
-
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({
-            "x-kubernetes-int-or-string": true,
-            "anyOf": [{"type": "integer"}, {"type": "string"}],
-            // Applies to ints only: the int32 range the former `format: int32` enforced.
-            "maximum": i32::MAX,
-            "x-kubernetes-validations": [
-                {"rule": MAX_PODS_RULE, "message": "maxPods must be a non-negative integer or a CEL expression not starting with '-'"}
-            ]
-        })
-    }
-
-    fn inline_schema() -> bool {
-        true
-    }
-}
-
-/// The CRD rule of `maxPods`: an int must not be negative (its decimal form has no `-`); a string is an
-/// expression the controller checks, and may not start with `-` either. `string(self)` works on both branches of
-/// an int-or-string, unlike a type test, which client-side CEL engines lack.
-const MAX_PODS_RULE: &str = "!string(self).startsWith('-')";
-
 /// A `kubeReserved` / `systemReserved` value: a quantity, or (anything that does not parse as one) a CEL
 /// expression. The one place that decides which a value is.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -550,44 +630,6 @@ impl KubeletConfiguration {
                 .chain(self.system_reserved.values())
                 .any(|v| matches!(ReservedValue::parse(v), ReservedValue::Expression(_)))
     }
-}
-
-/// An eviction threshold: a percentage 0..100 with up to two decimals, or a non-negative quantity.
-pub const EVICTION_THRESHOLD_PATTERN: &str = r"^((100(\.0{1,2})?|[0-9]{1,2}(\.[0-9]{1,2})?)%|\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?)$";
-
-fn reserved_map_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    schemars::json_schema!({
-        "type": "object",
-        "maxProperties": 4,
-        // No value pattern since v1.15: a value that is not a quantity is a CEL expression, which the controller
-        // compiles and evaluates (the AWS `NodeClassCEL` gate).
-        "additionalProperties": {"type": "string", "maxLength": 256},
-        "x-kubernetes-validations": [
-            {"rule": "self.all(x, x == 'cpu' || x == 'memory' || x == 'ephemeral-storage' || x == 'pid')", "message": "valid keys are ['cpu', 'memory', 'ephemeral-storage', 'pid']"},
-            {"rule": "self.all(x, !isQuantity(self[x]) || !self[x].startsWith('-'))", "message": "value cannot be a negative resource quantity"}
-        ]
-    })
-}
-
-const EVICTION_KEYS_RULE: &str = "self.all(x, x in ['memory.available', 'nodefs.available', 'nodefs.inodesFree', 'imagefs.available', 'imagefs.inodesFree', 'pid.available'])";
-const EVICTION_KEYS_MESSAGE: &str = "valid keys are ['memory.available', 'nodefs.available', 'nodefs.inodesFree', 'imagefs.available', 'imagefs.inodesFree', 'pid.available']";
-
-fn eviction_map_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    schemars::json_schema!({
-        "type": "object",
-        "maxProperties": 6,
-        "additionalProperties": {"type": "string", "maxLength": 64, "pattern": EVICTION_THRESHOLD_PATTERN},
-        "x-kubernetes-validations": [{"rule": EVICTION_KEYS_RULE, "message": EVICTION_KEYS_MESSAGE}]
-    })
-}
-
-fn eviction_grace_period_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    schemars::json_schema!({
-        "type": "object",
-        "maxProperties": 6,
-        "additionalProperties": {"type": "string", "maxLength": 64, "pattern": r"^([0-9]+(ns|us|ms|s|m|h))+$"},
-        "x-kubernetes-validations": [{"rule": EVICTION_KEYS_RULE, "message": EVICTION_KEYS_MESSAGE}]
-    })
 }
 
 // -------------------------------------------------------------------------------------------------------------
@@ -893,7 +935,8 @@ pub struct EC2NodeClassSpec {
         {"rule": "self.all(k, k != 'karpenter.k8s.aws/ec2nodeclass')", "message": "tag contains a restricted tag matching karpenter.k8s.aws/ec2nodeclass"}
     ]))]
     pub tags: BTreeMap<String, String>,
-    /// Kubelet settings.
+    /// Kubelet settings: any field of upstream's `kubelet.config.k8s.io/v1beta1 KubeletConfiguration`. Checked by
+    /// the controller (`ValidationSucceeded`, reason `InvalidKubeletConfiguration`), not by the API server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubelet: Option<KubeletConfiguration>,
     /// Block device mappings (at most 50; at most one root volume). Default: the AMI family's.

@@ -369,6 +369,21 @@ spec:
     }
 
     #[test]
+    fn open_kubelet_map_hashes_v1_14_fields_as_before_and_every_other_field() {
+        // The same pinned value as above: opening the map (v1.15) changes nothing for a v1.14-only class.
+        let c = class("  kubelet: {kubeReserved: {cpu: 100m}, maxPods: 20}\n");
+        assert!(c.spec.kubelet.as_ref().unwrap().other.is_empty());
+        assert_eq!(ec2_node_class_hash(&c, None), "7760762043758552607");
+        // A passed-through field drifts, and so does a malformed value (kept raw).
+        let passthrough = class("  kubelet: {maxPods: 20, kubeReserved: {cpu: 100m}, serializeImagePulls: false}\n");
+        let flipped = class("  kubelet: {maxPods: 20, kubeReserved: {cpu: 100m}, serializeImagePulls: true}\n");
+        let malformed = class("  kubelet: {maxPods: 20, kubeReserved: {cpu: 100m}, podsPerCore: x}\n");
+        let hashes = [&c, &passthrough, &flipped, &malformed].map(|n| ec2_node_class_hash(n, None));
+        let distinct: std::collections::BTreeSet<_> = hashes.iter().collect();
+        assert_eq!(distinct.len(), 4, "{hashes:?}");
+    }
+
+    #[test]
     fn claim_with_upstream_hash_version_is_not_drifted() {
         let c = class("");
         let claim: crate::NodeClaim = serde_saphyr::from_str(&format!(

@@ -2,11 +2,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::kubelet_fields;
 use super::{
     Alias, AmiFamily, AmiSelectorTerm, BlockDevice, BlockDeviceMapping, CapacityReservationSelectorTerm,
     ConnectionTracking, EC2NodeClass, EC2NodeClassSpec, InterfaceType, KubeletConfiguration, MAX_ALIAS_LEN, MaxPods,
     MetadataOptions, NetworkInterface, PlacementGroupSelector, ReservedValue, SecurityGroupSelectorTerm,
-    SubnetSelectorTerm,
+    SubnetSelectorTerm, interpreted_decode_error,
 };
 use karpenter_requirements::Quantity;
 
@@ -320,6 +321,55 @@ fn validate_eviction_thresholds(map: &BTreeMap<String, String>, path: &str, out:
     }
 }
 
+/// Validates `spec.kubelet` (found at `path`) for a class of AMI `family` (`None` when the class has none, which
+/// other rules report): each field against upstream's `KubeletConfiguration` field set (unknown fields and
+/// wrong JSON shapes), the fields the family cannot carry, then the semantic rules the CRD enforced before the
+/// map was opened (v1.15). The EC2NodeClass controller reports the result as `InvalidKubeletConfiguration`.
+pub fn validate_kubelet_configuration(k: &KubeletConfiguration, family: Option<AmiFamily>, path: &str) -> Violations {
+    let mut out = Violations::new();
+    for (name, v) in &k.other {
+        let fp = field(path, name);
+        let before = out.len();
+        kubelet_fields::check_field(name, v, &fp, &mut out);
+        // An interpreted field is in `other` only because its typed decoding failed: say why when its JSON
+        // shape alone did not (e.g. a maxPods beyond int32 or a grace period KDuration rejects).
+        if out.len() == before
+            && let Some(e) = interpreted_decode_error(name, v)
+        {
+            out.push(fp, e);
+        }
+    }
+    validate_family_passthrough(k, family, path, &mut out);
+    validate_kubelet(k, path, &mut out);
+    out
+}
+
+/// Bottlerocket takes only the fields it has a setting for; the Windows bootstrap takes only command-line flags,
+/// so no field beyond the interpreted ones. Custom gets no bootstrap from Karpenter: everything is accepted there.
+fn validate_family_passthrough(k: &KubeletConfiguration, family: Option<AmiFamily>, path: &str, out: &mut Violations) {
+    let Some(family) = family else { return };
+    for (name, _) in k.passthrough() {
+        if kubelet_fields::kubelet_field_kind(name).is_none() {
+            continue;
+        }
+        if family == AmiFamily::Bottlerocket && kubelet_fields::bottlerocket_setting(name).is_none() {
+            let supported: Vec<&str> = kubelet_fields::bottlerocket_fields().collect();
+            out.push(
+                field(path, name),
+                format!(
+                    "Bottlerocket has no setting for this field; beyond the interpreted fields it takes {}",
+                    supported.join(", ")
+                ),
+            );
+        } else if family.is_windows() {
+            out.push(
+                field(path, name),
+                format!("not supported on {family}: its bootstrap takes only the fields Karpenter interprets"),
+            );
+        }
+    }
+}
+
 fn validate_kubelet(k: &KubeletConfiguration, path: &str, out: &mut Violations) {
     if let Some(e) = k.max_pods.as_ref().and_then(MaxPods::as_expression)
         && e.starts_with('-')
@@ -498,7 +548,7 @@ impl EC2NodeClassSpec {
         }
         validate_tags(&self.tags, &field(path, "tags"), out);
         if let Some(k) = &self.kubelet {
-            validate_kubelet(k, &field(path, "kubelet"), out);
+            out.extend(validate_kubelet_configuration(k, self.effective_ami_family(), &field(path, "kubelet")));
         }
         validate_block_device_mappings(&self.block_device_mappings, &field(path, "blockDeviceMappings"), out);
         validate_network_interfaces(&self.network_interfaces, &field(path, "networkInterfaces"), out);

@@ -8,7 +8,9 @@
 //! - `# schema: rejects`: a structural keyword rejects it (pattern, enum, lengths, counts, ranges, required), and
 //!   none does when the line is absent;
 //! - `# old: <file>`: an update from `tests/fixtures/old/<file>` (transition rules, `validate_update`);
-//! - `# parse: rejects <text>`: decoding into the typed object fails with an error mentioning `<text>`.
+//! - `# parse: rejects <text>`: decoding into the typed object fails with an error mentioning `<text>`;
+//! - `# controller: rejects`: the CRD accepts it on purpose and the EC2NodeClass controller's validation rejects
+//!   it (`spec.kubelet`, an open map since v1.15); every `# expect:` path must be under `spec.kubelet`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -222,6 +224,7 @@ pub struct Header {
     pub schema_rejects: bool,
     pub old: Option<String>,
     pub parse_rejects: Option<String>,
+    pub controller_rejects: bool,
 }
 
 pub fn header(text: &str) -> Header {
@@ -234,6 +237,8 @@ pub fn header(text: &str) -> Header {
             h.cel_rejects = true;
         } else if l == "schema: rejects" {
             h.schema_rejects = true;
+        } else if l == "controller: rejects" {
+            h.controller_rejects = true;
         } else if let Some(o) = l.strip_prefix("old:") {
             h.old = Some(o.trim().to_string());
         } else if let Some(p) = l.strip_prefix("parse: rejects") {
@@ -311,8 +316,12 @@ pub fn check_invalid(
         && !h.cel_rejects
         && !h.schema_rejects
         && h.parse_rejects.is_none()
+        && !h.controller_rejects
     {
-        failures.push(format!("{name}: nothing rejects this fixture (cel, schema or parse)"));
+        failures.push(format!("{name}: nothing rejects this fixture (cel, schema, parse or controller)"));
+    }
+    if h.controller_rejects && h.expects.iter().any(|e| !e.starts_with("spec.kubelet")) {
+        failures.push(format!("{name}: '# controller: rejects' is for spec.kubelet paths only"));
     }
     let old_text = match h.old.as_ref().map(|o| std::fs::read_to_string(old_dir.join(o)).map_err(|e| (o, e))) {
         Some(Err((o, e))) => {

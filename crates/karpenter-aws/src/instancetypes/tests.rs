@@ -102,6 +102,20 @@ async fn price_updates_and_capacity_marks_rebuild_the_list() {
 }
 
 #[tokio::test]
+async fn every_kubelet_field_feeds_the_cache_key() {
+    let (_, _, p) = setup();
+    let nc = class(json!([]));
+    let before = p.list(&nc).await.unwrap();
+    // Same generation (a test shortcut; the API server would bump it): only the raw kubelet map differs.
+    let mut passthrough = nc.clone();
+    let kubelet = passthrough.spec.kubelet.as_mut().unwrap();
+    kubelet.other.insert("serializeImagePulls".into(), json!(false));
+    let after = p.list(&passthrough).await.unwrap();
+    assert!(!Arc::ptr_eq(&before, &after), "a passed-through field is part of the key");
+    assert!(Arc::ptr_eq(&after, &p.list(&passthrough).await.unwrap()), "and cached under it");
+}
+
+#[tokio::test]
 async fn capacity_reservations_add_reserved_offerings() {
     let (_, _, p) = setup();
     let nc = class(json!([{

@@ -8,6 +8,11 @@
 //! | Windows | PowerShell calling `Start-EKSBootstrap.ps1` | PowerShell, placed before ours inside one `<powershell>` block |
 //! | Custom | nothing | passed through verbatim |
 //!
+//! The kubelet fields Karpenter does not interpret ([`KubeletConfiguration::passthrough`]) reach the kubelet as
+//! configuration: merged into the nodeadm `spec.kubelet.config` (AL2023), merged with `jq` into the AMI's
+//! kubelet configuration file before `bootstrap.sh` runs (AL2), and as the `settings.kubernetes` keys
+//! Bottlerocket has for them ([`bottlerocket_setting`]). Windows takes none (validation rejects them there).
+//!
 //! The output is plain text; the launch-template API adapter base64-encodes it. Every function is
 //! deterministic (maps are ordered) and never panics on malformed user data: what cannot be parsed is an
 //! [`UserDataError`].
@@ -16,7 +21,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use karpenter_api::AmiFamily;
-use karpenter_api::ec2nodeclass::{KubeletConfiguration, MaxPods};
+use karpenter_api::ec2nodeclass::{KubeletConfiguration, MaxPods, bottlerocket_setting};
 use karpenter_api::nodeclaim::Taint;
 use serde_json::{Map, Value, json};
 
@@ -291,7 +296,8 @@ pub fn node_config(config: &BootstrapConfig) -> Value {
     if let Some(cidr) = &config.service_cidr {
         cluster.insert("cidr".into(), json!(cidr));
     }
-    let mut kc = Map::new();
+    // The passed-through fields first: the interpreted ones and Karpenter's own (registration taints) win.
+    let mut kc: Map<String, Value> = k.passthrough().map(|(n, v)| (n.clone(), v.clone())).collect();
     if !k.cluster_dns.is_empty() {
         kc.insert("clusterDNS".into(), json!(k.cluster_dns));
     }
@@ -436,6 +442,7 @@ fn al2(config: &BootstrapConfig) -> Result<String, UserDataError> {
     let mut script = String::from(
         "#!/bin/bash -xe\nexec > >(tee /var/log/user-data.log|logger -t user-data -s 2>/dev/console) 2>&1\n",
     );
+    script.push_str(&al2_kubelet_config_merge(&config.kubelet));
     let _ = write!(
         script,
         "/etc/eks/bootstrap.sh {} --apiserver-endpoint {}",
@@ -458,6 +465,29 @@ fn al2(config: &BootstrapConfig) -> Result<String, UserDataError> {
     }
     parts.push(MimePart { content_type: SHELL_CONTENT_TYPE.into(), body: script });
     Ok(write_mime(&parts))
+}
+
+/// Where the AL2 AMI keeps the kubelet's configuration file, which `bootstrap.sh` edits in place with `jq`.
+pub const AL2_KUBELET_CONFIG: &str = "/etc/kubernetes/kubelet/kubelet-config.json";
+/// The heredoc delimiter of the passed-through fields (JSON on one line never equals it).
+const AL2_KUBELET_CONFIG_EOF: &str = "KARPENTER_KUBELET_CONFIG";
+
+/// `bootstrap.sh` carries the kubelet's settings only as command-line flags, and not every configuration field
+/// has one, so the passed-through fields are merged into the AMI's kubelet configuration file before it runs
+/// (`jq` is on every EKS AL2 AMI; `bootstrap.sh` needs it). The merge is deep (`*`), so a nested field such as
+/// `authentication.webhook.cacheTTL` keeps its siblings; `bootstrap.sh`'s own edits and the flags of the
+/// interpreted fields still win. Empty when there is nothing to pass through.
+fn al2_kubelet_config_merge(k: &KubeletConfiguration) -> String {
+    let fields: Map<String, Value> = k.passthrough().map(|(n, v)| (n.clone(), v.clone())).collect();
+    if fields.is_empty() {
+        return String::new();
+    }
+    let json = Value::Object(fields).to_string();
+    format!(
+        "cat > /tmp/karpenter-kubelet-config.json <<'{AL2_KUBELET_CONFIG_EOF}'\n{json}\n{AL2_KUBELET_CONFIG_EOF}\n\
+         jq -s '.[0] * .[1]' {AL2_KUBELET_CONFIG} /tmp/karpenter-kubelet-config.json > /tmp/kubelet-config.merged \
+         && mv /tmp/kubelet-config.merged {AL2_KUBELET_CONFIG}\n"
+    )
 }
 
 // -------------------------------------------------------------------------------------------------------------
@@ -504,6 +534,23 @@ fn windows(config: &BootstrapConfig) -> String {
 
 fn toml_string_map(map: &BTreeMap<String, String>) -> toml::Table {
     map.iter().map(|(k, v)| (k.clone(), toml::Value::String(v.clone()))).collect()
+}
+
+/// A JSON value as TOML (`None` for null, which TOML lacks: the setting is left out).
+fn toml_value(v: &Value) -> Option<toml::Value> {
+    Some(match v {
+        Value::Null => return None,
+        Value::Bool(b) => toml::Value::Boolean(*b),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => toml::Value::Integer(i),
+            None => toml::Value::Float(n.as_f64()?),
+        },
+        Value::String(s) => toml::Value::String(s.clone()),
+        Value::Array(items) => toml::Value::Array(items.iter().filter_map(toml_value).collect()),
+        Value::Object(m) => {
+            toml::Value::Table(m.iter().filter_map(|(k, v)| Some((k.clone(), toml_value(v)?))).collect())
+        }
+    })
 }
 
 /// Gets or creates the table at `key` in `table`; a non-table value there is replaced.
@@ -574,6 +621,12 @@ fn bottlerocket(config: &BootstrapConfig) -> Result<String, UserDataError> {
     }
     if let Some(v) = k.cpu_cfs_quota {
         kube.insert("cpu-cfs-quota-enforced".into(), toml::Value::Boolean(v));
+    }
+    // Validation lets through only the fields Bottlerocket has a setting for; skip any other defensively.
+    for (name, v) in k.passthrough() {
+        if let (Some(key), Some(value)) = (bottlerocket_setting(name), toml_value(v)) {
+            kube.insert(key.to_owned(), value);
+        }
     }
     if !config.labels.is_empty() {
         let labels = subtable(kube, "node-labels");

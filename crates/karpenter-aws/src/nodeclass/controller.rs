@@ -8,6 +8,8 @@
 //!     drifts every node);
 //!   - computes the status with [`NodeClassResolver::reconcile`] and writes it (PUT of the status subresource
 //!     with the read resourceVersion, only when it changed), requeueing as the resolver says;
+//!   - publishes an `InvalidKubeletConfiguration` Warning event naming the problems when `ValidationSucceeded`
+//!     turns False for that reason (again when the problems change);
 //!   - while there is no price source ([`PricingProvider::uses_estimate`], given with
 //!     [`NodeClassController::with_price_estimate_warning`]), publishes a `PricesEstimated` Warning event on the
 //!     class (again every hour, the API server's default event TTL, while it lasts);
@@ -32,10 +34,12 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use karpenter_api::condition::{ConditionStatus, Conditions};
+use karpenter_api::ec2nodeclass::conditions::{self, reasons};
 use karpenter_api::ec2nodeclass::{CapacityReservationState, GROUP, KIND};
 use karpenter_api::hash::{EC2_NODE_CLASS_HASH_VERSION, ec2_node_class_hash};
 use karpenter_api::labels::{annotations, aws as aws_labels, finalizers};
-use karpenter_api::{EC2NodeClass, NodeClaim};
+use karpenter_api::{EC2NodeClass, EC2NodeClassStatus, NodeClaim};
 use karpenter_cloudprovider::Clock;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
@@ -255,6 +259,7 @@ impl NodeClassController {
             }
         };
         let reconciled = self.resolver.reconcile(&node_class, &version).await;
+        self.warn_if_kubelet_invalid(&node_class, &reconciled.status).await;
         if node_class.status.as_ref() != Some(&reconciled.status) {
             let mut updated = node_class.clone();
             updated.status = Some(reconciled.status);
@@ -262,6 +267,16 @@ impl NodeClassController {
         }
         self.warn_if_estimated(&node_class).await;
         Ok(Some(reconciled.requeue_after))
+    }
+
+    /// An `InvalidKubeletConfiguration` Warning event naming the problems when `ValidationSucceeded` newly says
+    /// so (or says it about other problems), so the class's events show why it launches nothing.
+    async fn warn_if_kubelet_invalid(&self, node_class: &EC2NodeClass, status: &EC2NodeClassStatus) {
+        let Some(message) = invalid_kubelet_message(Some(status)) else { return };
+        if invalid_kubelet_message(node_class.status.as_ref()) == Some(message) {
+            return;
+        }
+        self.publish_event(node_class, "Warning", reasons::INVALID_KUBELET_CONFIGURATION, message).await;
     }
 
     /// The `PricesEstimated` event, at most once per class per [`PRICES_ESTIMATED_EVENT_INTERVAL`].
@@ -421,6 +436,14 @@ impl NodeClassController {
             tracing::warn!("EC2NodeClass controller did not stop within {SHUTDOWN_GRACE:?}");
         }
     }
+}
+
+/// The message of a `ValidationSucceeded=False` condition with reason `InvalidKubeletConfiguration`.
+fn invalid_kubelet_message(status: Option<&EC2NodeClassStatus>) -> Option<&str> {
+    status?
+        .condition(conditions::VALIDATION_SUCCEEDED)
+        .filter(|c| c.status == ConditionStatus::False && c.reason == reasons::INVALID_KUBELET_CONFIGURATION)
+        .map(|c| c.message.as_str())
 }
 
 /// A core/v1 Event on `node_class` (cluster-scoped objects' events go to `default`, as client-go does); a failure

@@ -373,3 +373,46 @@ async fn no_price_source_is_a_warning_event_on_each_class_until_prices_are_known
     env.controller.reconcile("other").await.unwrap();
     assert_eq!(estimated().await.len(), 3);
 }
+
+#[tokio::test]
+async fn invalid_kubelet_configuration_is_a_condition_and_one_warning_event_per_problem_set() {
+    use karpenter_api::ec2nodeclass::conditions::reasons::INVALID_KUBELET_CONFIGURATION;
+    let env = env();
+    let mut c = ec2_node_class(EC2NodeClassOptions { role: Some("KarpenterNodeRole".into()), ..Default::default() });
+    c.metadata.uid = None;
+    c.spec.kubelet = Some(serde_json::from_value(serde_json::json!({"fooBar": 1, "podsPerCore": "x"})).unwrap());
+    env.classes().create(&PostParams::default(), &c).await.unwrap();
+    let events: Api<CoreEvent> = Api::namespaced(env.client.clone(), "default");
+    let warnings = || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(INVALID_KUBELET_CONFIGURATION))
+            .map(|e| (e.type_.unwrap_or_default(), e.message.unwrap_or_default()))
+            .collect::<Vec<_>>()
+    };
+    env.controller.reconcile("default").await.unwrap();
+    let stored = env.classes().get("default").await.unwrap();
+    let v = stored.status.as_ref().unwrap().condition(conditions::VALIDATION_SUCCEEDED).unwrap().clone();
+    let expected = "kubelet.fooBar: unknown field; kubelet.podsPerCore: expected an integer";
+    assert_eq!(
+        (v.status, v.reason.as_str(), v.message.as_str()),
+        (ConditionStatus::False, INVALID_KUBELET_CONFIGURATION, expected)
+    );
+    assert!(!stored.is_ready());
+    assert_eq!(warnings().await, [("Warning".to_owned(), expected.to_owned())]);
+    // The same problems again: no second event.
+    env.clock.step_secs(61);
+    env.controller.reconcile("default").await.unwrap();
+    assert_eq!(warnings().await.len(), 1);
+    // Fixed: the class becomes ready.
+    let mut fixed = env.classes().get("default").await.unwrap();
+    fixed.spec.kubelet = Some(serde_json::from_value(serde_json::json!({"serializeImagePulls": false})).unwrap());
+    env.classes().replace("default", &PostParams::default(), &fixed).await.unwrap();
+    env.controller.reconcile("default").await.unwrap();
+    assert!(env.classes().get("default").await.unwrap().is_ready());
+    assert_eq!(warnings().await.len(), 1);
+}

@@ -13,7 +13,7 @@
 //! | `InstanceProfileReady` | `InstanceProfileNotFound` (IAM refused or the spec names no role/profile) |
 //! | `PlacementGroupReady` | `PlacementGroupNotFound` (only with a selector; True without) |
 //! | `CapacityReservationsReady` | (only with the `ReservedCapacity` gate; True once described) |
-//! | `ValidationSucceeded` | `KubeletExpressionsDisabled`, `KubeletExpressionInvalid`, `KubeletExpressionEvaluationFailed` (kubelet CEL expressions, with [`NodeClassResolver::with_instance_types`]), `DependenciesNotReady`, `TagValidationFailed`, and the dry-run reasons of an [`AuthorizationCheck`] |
+//! | `ValidationSucceeded` | `InvalidKubeletConfiguration` ([`kubelet_configuration_problems`], checked first), `KubeletExpressionsDisabled`, `KubeletExpressionInvalid`, `KubeletExpressionEvaluationFailed` (kubelet CEL expressions, with [`NodeClassResolver::with_instance_types`]), `DependenciesNotReady`, `TagValidationFailed`, and the dry-run reasons of an [`AuthorizationCheck`] |
 //! | `Ready` | `UnhealthyDependents` (False when one is False, Unknown when one is Unknown) |
 //!
 //! A True condition's reason is its type. Each condition carries the node class's generation as
@@ -29,6 +29,7 @@ use chrono::{DateTime, Utc};
 use karpenter_api::condition::{ConditionStatus, set_condition};
 use karpenter_api::ec2nodeclass::{
     Ami, FORBIDDEN_TAG_KEYS, FORBIDDEN_TAG_PREFIX, SecurityGroup, Subnet, conditions, conditions::reasons,
+    validate_kubelet_configuration,
 };
 use karpenter_api::{EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};
 use karpenter_cloudprovider::Clock;
@@ -235,6 +236,14 @@ impl StatusUpdate {
     }
 }
 
+/// Every problem of the class's `spec.kubelet` (unknown fields, wrong shapes, fields its AMI family cannot carry,
+/// broken kubelet rules), joined into one message with `kubelet.`-rooted paths; `None` when it has none.
+pub fn kubelet_configuration_problems(spec: &EC2NodeClassSpec) -> Option<String> {
+    let kubelet = spec.kubelet.as_ref()?;
+    let violations = validate_kubelet_configuration(kubelet, spec.effective_ami_family(), "kubelet");
+    (!violations.is_empty()).then(|| violations.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))
+}
+
 /// The AMIs part. None matching, an alias without SSM parameters, or one unsupported on this Kubernetes
 /// version is False; an API error is kept when retryable; an invalid Kubernetes version is kept (the AMIs
 /// cannot be judged without one).
@@ -374,6 +383,21 @@ impl NodeClassResolver {
         update.apply(conditions::SECURITY_GROUPS_READY, groups, |s, v| s.security_groups = v);
         self.reconcile_instance_profile(&mut update, node_class, previous.instance_profile.as_deref()).await;
         update.requeue_within(REQUEUE_VALIDATION);
+        self.reconcile_validation(&mut update, node_class).await;
+        update.set_ready(&conditions::ready_dependents(self.reserved_capacity));
+        let StatusUpdate { mut status, requeue, .. } = update;
+        status.conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
+        Reconciled { status, requeue_after: requeue }
+    }
+
+    /// `ValidationSucceeded`: the kubelet configuration, then its CEL expressions, then [`Self::validate`].
+    async fn reconcile_validation(&self, update: &mut StatusUpdate, node_class: &EC2NodeClass) {
+        if let Some(message) = kubelet_configuration_problems(&node_class.spec) {
+            // First: an invalid map is not worth compiling expressions from, and blocks launches by itself.
+            let reason = reasons::INVALID_KUBELET_CONFIGURATION.to_owned();
+            update.set(conditions::VALIDATION_SUCCEEDED, Err((reason, message)));
+            return;
+        }
         match self.instance_types.as_ref().map(|p| p.check_kubelet_expressions(node_class)) {
             Some(ExpressionCheck::Failed { reason, message }) => {
                 update.set(conditions::VALIDATION_SUCCEEDED, Err((reason.to_owned(), message)));
@@ -392,10 +416,6 @@ impl NodeClassResolver {
                 update.set(conditions::VALIDATION_SUCCEEDED, validation);
             }
         }
-        update.set_ready(&conditions::ready_dependents(self.reserved_capacity));
-        let StatusUpdate { mut status, requeue, .. } = update;
-        status.conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
-        Reconciled { status, requeue_after: requeue }
     }
 
     /// Capacity reservations, with the `ReservedCapacity` gate only (without it, they and their condition are

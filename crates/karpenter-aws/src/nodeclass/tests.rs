@@ -1058,3 +1058,38 @@ fn kubelet_expressions_wait_for_the_instance_type_catalogue() {
     );
     assert!(requeue <= Duration::from_secs(60), "{requeue:?}");
 }
+
+// ---------------------------------------------------------------------------------------------------------------
+// The open kubelet map in ValidationSucceeded.
+
+#[test]
+fn invalid_kubelet_configuration_blocks_the_class_with_every_problem() {
+    let aws = world();
+    let clock = clock();
+    // With the CEL gate on and a catalogue: the map is judged before any expression.
+    let types = [("m5.large", 2, 8)];
+    let r = resolver(&aws, &clock).with_instance_types(instance_types(&clock, &types, true));
+    let bad = class_with_kubelet(serde_json::json!({
+        "maxPods": "min(max_pods, 20)",
+        "fooBar": true,
+        "podsPerCore": "x",
+        "evictionHard": {"memory.free": "5%"},
+    }));
+    let (reason, status, message, _) = validation(&r, &bad);
+    assert_eq!((reason.as_str(), status), ("InvalidKubeletConfiguration", ConditionStatus::False));
+    assert_eq!(
+        message,
+        "kubelet.fooBar: unknown field; kubelet.podsPerCore: expected an integer; kubelet.evictionHard[memory.free]: \
+         invalid key \"memory.free\", valid keys are memory.available, nodefs.available, nodefs.inodesFree, \
+         imagefs.available, imagefs.inodesFree, pid.available"
+    );
+    let out = block_on(r.reconcile(&bad, "1.31"));
+    assert_eq!(condition(&out.status, conditions::READY).1, ConditionStatus::False, "no launches");
+    // Without an instance-type provider too (the check needs none).
+    assert_eq!(validation(&resolver(&aws, &clock), &bad).0, "InvalidKubeletConfiguration");
+    // Passthrough fields the AMI family can carry are fine.
+    let good = class_with_kubelet(
+        serde_json::json!({"maxPods": 20, "serializeImagePulls": false, "featureGates": {"A": true}}),
+    );
+    assert_eq!(validation(&r, &good).1, ConditionStatus::True);
+}

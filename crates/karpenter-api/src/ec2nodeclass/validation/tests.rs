@@ -222,6 +222,86 @@ fn kubelet_rules() {
     assert!(k.has_expressions());
 }
 
+/// `base()` with `kubelet` (YAML flow map) and, when given, `amiFamily`/alias of that family.
+fn with_kubelet(kubelet: &str, alias: &str) -> EC2NodeClass {
+    let text = BASE.replace("alias: al2023@latest", &format!("alias: {alias}"));
+    serde_saphyr::from_str(&format!("{text}  kubelet: {kubelet}\n")).expect("decodes")
+}
+
+fn messages(nc: &EC2NodeClass) -> Vec<String> {
+    nc.validate(&ValidationContext::default()).into_iter().map(|v| v.to_string()).collect()
+}
+
+#[test]
+fn open_kubelet_map_decodes_whatever_its_content() {
+    // Malformed interpreted values and unknown fields never make the class undecodable: they stay raw.
+    let nc = with_kubelet(
+        r#"{podsPerCore: "x", evictionHard: 5, maxPods: 20, fooBar: {a: 1}, serializeImagePulls: false}"#,
+        "al2023@latest",
+    );
+    let k = nc.spec.kubelet.as_ref().unwrap();
+    assert_eq!(k.max_pods, Some(MaxPods::Static(20)));
+    assert_eq!(k.pods_per_core, None);
+    assert!(k.eviction_hard.is_empty());
+    assert_eq!(k.other.get("podsPerCore"), Some(&serde_json::json!("x")));
+    assert_eq!(k.other.get("evictionHard"), Some(&serde_json::json!(5)));
+    let passthrough: Vec<&str> = k.passthrough().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(passthrough, ["fooBar", "serializeImagePulls"], "malformed interpreted fields are not passed on");
+    // Every field round-trips, malformed ones included (the drift hash sees them).
+    let json = serde_json::to_value(&nc.spec.kubelet).unwrap();
+    assert_eq!(
+        json,
+        serde_json::json!({"podsPerCore": "x", "evictionHard": 5, "maxPods": 20, "fooBar": {"a": 1}, "serializeImagePulls": false})
+    );
+    assert_eq!(
+        messages(&nc),
+        [
+            "spec.kubelet.evictionHard: expected a map",
+            "spec.kubelet.fooBar: unknown field",
+            "spec.kubelet.podsPerCore: expected an integer",
+        ]
+    );
+}
+
+#[test]
+fn interpreted_values_the_typed_slot_refuses_are_reported_even_when_their_json_shape_fits() {
+    // A Go duration KDuration does not take, and a maxPods beyond int32.
+    let nc = with_kubelet(
+        r#"{evictionSoftGracePeriod: {memory.available: "1.5m"}, evictionSoft: {memory.available: 5%}, maxPods: 4294967296}"#,
+        "al2023@latest",
+    );
+    let m = messages(&nc);
+    assert_eq!(m.len(), 3, "{m:?}");
+    assert!(m[2].starts_with("spec.kubelet.evictionSoft["), "the soft key has no grace period left: {m:?}");
+    assert!(m.iter().any(|x| x.starts_with("spec.kubelet.evictionSoftGracePeriod: ")), "{m:?}");
+    assert!(m.iter().any(|x| x.starts_with("spec.kubelet.maxPods: ") && x.contains("int32")), "{m:?}");
+}
+
+#[test]
+fn passthrough_fields_per_family() {
+    let fields = r#"{maxPods: 30, serializeImagePulls: false, eventRecordQPS: 10}"#;
+    assert!(messages(&with_kubelet(fields, "al2023@latest")).is_empty());
+    assert!(messages(&with_kubelet(fields, "al2@latest")).is_empty());
+    assert_eq!(
+        messages(&with_kubelet(fields, "bottlerocket@latest"))
+            .iter()
+            .map(|m| m.split(':').next().unwrap())
+            .collect::<Vec<_>>(),
+        ["spec.kubelet.serializeImagePulls"],
+        "Bottlerocket has event-qps but no setting for serializeImagePulls"
+    );
+    assert_eq!(
+        messages(&with_kubelet(fields, "windows2022@latest"))
+            .iter()
+            .map(|m| m.split(':').next().unwrap())
+            .collect::<Vec<_>>(),
+        ["spec.kubelet.eventRecordQPS", "spec.kubelet.serializeImagePulls"]
+    );
+    let custom = BASE.replace("alias: al2023@latest", "id: ami-123\n  amiFamily: Custom");
+    let custom: EC2NodeClass = serde_saphyr::from_str(&format!("{custom}  kubelet: {fields}\n")).expect("decodes");
+    assert!(messages(&custom).is_empty(), "{:?}", messages(&custom));
+}
+
 #[test]
 fn percentages() {
     for ok in ["0%", "5%", "99.99%", "100%", "100.0%", "100.00%", "7.5%"] {

@@ -154,3 +154,72 @@ fn mime_round_trip() {
     assert!(is_mime("MIME-Version: 1.0\n"));
     assert!(!is_mime("#!/bin/bash\n"));
 }
+
+/// `config()` with passed-through fields (and a malformed interpreted one, which is never passed on).
+fn passthrough_config() -> BootstrapConfig {
+    let mut c = config();
+    for (k, v) in [
+        ("serializeImagePulls", serde_json::json!(false)),
+        ("eventRecordQPS", serde_json::json!(10)),
+        ("allowedUnsafeSysctls", serde_json::json!(["net.core.somaxconn"])),
+        ("authentication", serde_json::json!({"webhook": {"cacheTTL": "1m"}})),
+        ("registerWithTaints", serde_json::json!([{"key": "mine", "effect": "NoSchedule"}])),
+        ("podsPerCore", serde_json::json!("x")),
+    ] {
+        c.kubelet.other.insert(k.into(), v);
+    }
+    c
+}
+
+#[test]
+fn al2023_merges_passthrough_fields_into_the_kubelet_config_and_ours_win() {
+    let nc = node_config(&passthrough_config());
+    let kc = &nc["spec"]["kubelet"]["config"];
+    assert_eq!(kc["serializeImagePulls"], false);
+    assert_eq!(kc["eventRecordQPS"], 10);
+    assert_eq!(kc["authentication"]["webhook"]["cacheTTL"], "1m");
+    assert_eq!(kc["maxPods"], 29, "interpreted fields are still there");
+    assert!(kc.get("podsPerCore").is_none(), "a malformed interpreted field is not passed on");
+    let taints: Vec<&str> =
+        kc["registerWithTaints"].as_array().unwrap().iter().map(|t| t["key"].as_str().unwrap()).collect();
+    assert_eq!(taints, ["dedicated", "karpenter.sh/unregistered"], "Karpenter's registration taints win");
+    let text = user_data(AmiFamily::Al2023, &passthrough_config()).unwrap();
+    assert!(text.contains("serializeImagePulls: false"), "{text}");
+}
+
+#[test]
+fn al2_merges_passthrough_fields_into_the_kubelet_config_file_before_bootstrap() {
+    let text = user_data(AmiFamily::Al2, &passthrough_config()).unwrap();
+    let script = &parse_mime(&text).unwrap()[0].body;
+    let merge = script.find("jq -s '.[0] * .[1]' /etc/kubernetes/kubelet/kubelet-config.json").expect(script);
+    let bootstrap = script.find("/etc/eks/bootstrap.sh").unwrap();
+    assert!(merge < bootstrap, "merged before bootstrap.sh edits the file:\n{script}");
+    let json_line = script
+        .lines()
+        .skip_while(|l| !l.starts_with("cat > /tmp/karpenter-kubelet-config.json <<'KARPENTER_KUBELET_CONFIG'"))
+        .nth(1)
+        .expect("heredoc body");
+    let fields: serde_json::Value = serde_json::from_str(json_line).unwrap();
+    assert_eq!(fields["serializeImagePulls"], false);
+    assert_eq!(fields["authentication"]["webhook"]["cacheTTL"], "1m");
+    assert!(fields.get("podsPerCore").is_none());
+    // Nothing to pass through: no merge step.
+    assert!(!user_data(AmiFamily::Al2, &config()).unwrap().contains("jq "));
+}
+
+#[test]
+fn bottlerocket_gets_the_settings_it_has_windows_and_custom_none() {
+    let text = user_data(AmiFamily::Bottlerocket, &passthrough_config()).unwrap();
+    let root: toml::Table = text.parse().unwrap();
+    let kube = root["settings"]["kubernetes"].as_table().unwrap();
+    assert_eq!(kube["event-qps"].as_integer(), Some(10));
+    assert_eq!(kube["allowed-unsafe-sysctls"].as_array().unwrap()[0].as_str(), Some("net.core.somaxconn"));
+    for absent in ["serialize-image-pulls", "serializeImagePulls", "authentication", "registerWithTaints"] {
+        assert!(!kube.contains_key(absent), "{absent} has no Bottlerocket setting:\n{text}");
+    }
+    let windows = user_data(AmiFamily::Windows2022, &passthrough_config()).unwrap();
+    assert_eq!(windows, user_data(AmiFamily::Windows2022, &config()).unwrap(), "validation rejects them for Windows");
+    let mut custom = passthrough_config();
+    custom.custom_user_data = Some("#!/bin/bash\necho mine\n".into());
+    assert_eq!(user_data(AmiFamily::Custom, &custom).unwrap(), "#!/bin/bash\necho mine\n", "Custom stays verbatim");
+}
