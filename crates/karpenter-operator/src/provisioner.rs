@@ -2,7 +2,8 @@
 //!
 //! - **Triggers**: [`ClusterState`] sends a [`Trigger`](crate::state::Trigger) for each provisionable pod and for
 //!   each node carrying the `karpenter.sh/disrupted` taint; [`Provisioner::run`] also re-triggers every pod that
-//!   stays provisionable every 10 s.
+//!   stays provisionable every 10 s, and every CapacityBuffer whose virtual pods did not all fit existing capacity
+//!   in the last pass or whose cluster changed since.
 //! - **Batching** ([`Batcher`]): wait up to 1 s for a first trigger, then collect until `BATCH_IDLE_DURATION`
 //!   passes without a new one or `BATCH_MAX_DURATION` since the first (triggers for keys already in the batch do
 //!   not extend it). Time is tokio's, so tests drive it with paused time.
@@ -451,6 +452,8 @@ impl Provisioner {
         }
         let gate = self.ctx.state.whole_cluster_pass().await;
         let pass_started = Stopwatch::start();
+        // Read before the snapshot: a change in between only costs the buffers one more pass.
+        let seen = self.ctx.state.consolidation_state();
         let mut snapshot = self.ctx.state.snapshot()?;
         // CapacityBuffer virtual pods (gate `CapacityBuffer`): placed like pending pods, never bound or nominated.
         let virtual_pods: HashSet<String> = self.ctx.state.add_buffer_pods(&mut snapshot.cluster).into_iter().collect();
@@ -472,7 +475,7 @@ impl Provisioner {
         report.rejected = rejected;
         let cluster = snapshot.cluster;
         if cluster.pending_pods.is_empty() {
-            self.ctx.state.record_buffer_placements(BTreeMap::new());
+            self.ctx.state.record_buffer_placements(BTreeMap::new(), seen);
             return Ok(report);
         }
 
@@ -523,7 +526,7 @@ impl Provisioner {
             tracing::warn!(controller = CONTROLLER, "scheduling simulation timed out, keeping what was decided");
         }
 
-        self.ctx.state.record_buffer_placements(buffer_placements(&decisions, &virtual_pods));
+        self.ctx.state.record_buffer_placements(buffer_placements(&decisions, &virtual_pods), seen);
         let unschedulable: Vec<UnschedulablePod> =
             decisions.unschedulable.iter().filter(|u| !is_virtual(&u.pod)).cloned().collect();
         self.failed_scheduling(&unschedulable, pools.is_empty()).await;

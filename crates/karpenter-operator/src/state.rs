@@ -293,6 +293,8 @@ pub struct Objects {
     resource_quotas: Store<ResourceQuota>,
     /// Buffer `namespace/name` → where its virtual pods went in the last provisioning pass.
     buffer_placements: BTreeMap<String, BufferPlacement>,
+    /// The `changes` count of the snapshot those placements were computed from.
+    buffer_placements_seen: u64,
     /// Node or NodeClaim name → end of its nomination.
     nominations: BTreeMap<String, DateTime<Utc>>,
     /// Node or NodeClaim names marked for deletion by disruption.
@@ -1065,9 +1067,25 @@ impl ClusterState {
         }
     }
 
-    /// Keys of the buffers that ask for virtual pods now.
+    /// Keys of the buffers whose virtual pods want another pass: those that ask for some, except a buffer whose
+    /// virtual pods all fit existing capacity in the last pass when nothing in the cluster changed since (another
+    /// pass would find the same; a change, such as a pod taking the room, makes it ask again).
     fn buffers_asking(&self) -> Vec<String> {
-        self.read().capacity_buffers.objects.values().filter(|b| b.ready_replicas() > 0).map(|b| b.key()).collect()
+        let o = self.read();
+        let unchanged = o.changes == o.buffer_placements_seen;
+        o.capacity_buffers
+            .objects
+            .values()
+            .filter(|b| b.ready_replicas() > 0)
+            .filter(|b| {
+                let settled = o
+                    .buffer_placements
+                    .get(&b.key())
+                    .is_some_and(|p| p.new == 0 && p.unschedulable == 0 && p.existing == b.ready_replicas() as usize);
+                !(unchanged && settled)
+            })
+            .map(|b| b.key())
+            .collect()
     }
 
     /// Resolves a buffer against the stored PodTemplates and workloads.
@@ -1092,13 +1110,15 @@ impl ClusterState {
         keys
     }
 
-    /// Records where each buffer's virtual pods went in a provisioning pass (buffers without virtual pods are
+    /// Records where each buffer's virtual pods went in a provisioning pass whose snapshot was taken at `seen`
+    /// ([`consolidation_state`](Self::consolidation_state) just before it; buffers without virtual pods are
     /// forgotten) and wakes the buffer controller when anything changed.
-    pub fn record_buffer_placements(&self, placements: BTreeMap<String, BufferPlacement>) {
+    pub fn record_buffer_placements(&self, placements: BTreeMap<String, BufferPlacement>, seen: u64) {
         let changed = {
             let mut o = self.write();
             let changed = o.buffer_placements != placements;
             o.buffer_placements = placements;
+            o.buffer_placements_seen = seen;
             changed
         };
         if changed {

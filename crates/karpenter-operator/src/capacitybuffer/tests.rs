@@ -245,3 +245,30 @@ async fn resource_quotas_cap_buffers_in_order_and_say_which() {
     let placed = |k: &str| f.state.buffer_placement(k).map(|p| p.existing + p.new + p.unschedulable);
     assert_eq!((placed("default/a"), placed("default/b")), (Some(2), Some(1)));
 }
+
+#[tokio::test]
+async fn a_settled_buffer_is_not_retriggered_until_the_cluster_changes() {
+    let f = fixture().await;
+    f.add_template("chunk", "1").await;
+    f.add_buffer("headroom", json!({"podTemplateRef": {"name": "chunk"}, "replicas": 2})).await;
+    CapacityBufferController::new(&f.ctx).reconcile().await.unwrap();
+    let buffer_triggers = |state: &ClusterState| {
+        let mut rx = state.subscribe();
+        state.retrigger_provisionable();
+        std::iter::from_fn(|| rx.try_recv().ok()).filter(|t| matches!(t, Trigger::Buffer(_))).count()
+    };
+    // No pass yet: the buffer asks.
+    assert_eq!(buffer_triggers(&f.state), 1);
+    let placed = |existing, new| {
+        [("default/headroom".to_owned(), crate::state::BufferPlacement { existing, new, unschedulable: 0 })].into()
+    };
+    // Its pods needed new NodeClaims: it keeps asking until a pass finds room for all of them.
+    f.state.record_buffer_placements(placed(0, 2), f.state.consolidation_state());
+    assert_eq!(buffer_triggers(&f.state), 1);
+    // All on existing capacity, and nothing changed since that pass's snapshot: quiet.
+    f.state.record_buffer_placements(placed(2, 0), f.state.consolidation_state());
+    assert_eq!(buffer_triggers(&f.state), 0);
+    // Something changed (say a pod took the room): it asks again.
+    f.add_template("other", "1").await;
+    assert_eq!(buffer_triggers(&f.state), 1);
+}
