@@ -281,7 +281,7 @@ fn slice_templates(raw: &[RawSliceTemplate]) -> Result<Vec<DeviceSliceTemplate>,
             }
             devices.push(device);
         }
-        out.push(DeviceSliceTemplate { driver: t.driver.clone(), devices });
+        out.push(DeviceSliceTemplate { driver: t.driver.clone(), devices, shared_counters: Vec::new() });
     }
     Ok(out)
 }

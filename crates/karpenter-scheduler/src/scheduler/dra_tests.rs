@@ -47,7 +47,11 @@ fn catalogue() -> Vec<InstanceType> {
                 return it;
             }
             let devices = (0..gpus).map(|g| gpu(&format!("gpu-{g}"), "A100")).collect();
-            it.with_dynamic_resources(vec![DeviceSliceTemplate { driver: DRIVER.into(), devices }])
+            it.with_dynamic_resources(vec![DeviceSliceTemplate {
+                driver: DRIVER.into(),
+                devices,
+                ..Default::default()
+            }])
         })
         .collect()
 }
@@ -387,4 +391,106 @@ fn disruption_simulations_keep_a_pod_with_an_allocated_claim_on_its_node() {
             assert!(reason.contains("ResourceClaim default/held is allocated to devices of another node"), "{reason}");
         }
     }
+}
+
+/// A node `name` publishing, at `resource.k8s.io/v1`, `devices` (flow-style YAML list items) and `counters`.
+fn node_v1(name: &str, devices: &[&str], counters: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Node\nmetadata: {{name: {name}, labels: {{kubernetes.io/hostname: {name}}}}}\nstatus: {{allocatable: {{cpu: '8', pods: '100'}}}}\n---\n\
+apiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {{name: {name}-gpus}}\nspec:\n  driver: {DRIVER}\n  nodeName: {name}\n  pool: {{name: {name}, generation: 1, resourceSliceCount: 1}}\n  sharedCounters: [{counters}]\n  devices: [{}]\n---\n",
+        devices.join(", ")
+    )
+}
+
+/// A v1 ResourceClaim `name` with `requests` (flow-style YAML list items) and `constraints`.
+fn claim_v1(name: &str, requests: &[&str], constraints: &str) -> String {
+    format!(
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {{name: {name}, namespace: default}}\nspec: {{devices: {{requests: [{}], constraints: [{constraints}]}}}}\n---\n",
+        requests.join(", ")
+    )
+}
+
+fn gpu_v1(name: &str, model: &str, numa: i64) -> String {
+    format!("{{name: {name}, attributes: {{model: {{string: {model}}}, numa: {{int: {numa}}}}}}}")
+}
+
+#[test]
+fn match_attribute_backtracks_to_devices_sharing_the_value() {
+    // gpu-0 (A100, numa 0) is the first A100, but only gpu-1 shares numa 1 with the H100.
+    let node =
+        node_v1("node-a", &[&gpu_v1("gpu-0", "A100", 0), &gpu_v1("gpu-1", "A100", 1), &gpu_v1("gpu-2", "H100", 1)], "");
+    let requests = [
+        "{name: a, exactly: {deviceClassName: gpu, selectors: [{cel: {expression: 'device.attributes[\"gpu.example.com\"].model == \"A100\"'}}]}}",
+        "{name: h, exactly: {deviceClassName: gpu, selectors: [{cel: {expression: 'device.attributes[\"gpu.example.com\"].model == \"H100\"'}}]}}",
+    ];
+    let constraint = "{matchAttribute: gpu.example.com/numa}";
+    let yaml = format!(
+        "{POOL}{CLASS}{node}{}{}{}{}",
+        claim_v1("first", &requests, constraint),
+        claim_v1("second", &requests, constraint),
+        pod("p1", &["first"]),
+        pod("p2", &["second"]),
+    );
+    let d = solve(&yaml);
+    assert_eq!(placed_on(&d, "p1"), Some("node-a"), "{:?}", d.unschedulable);
+    // The second claim finds gpu-0 alone (no H100 left); the templates' GPUs have no numa attribute.
+    assert_eq!(d.unschedulable.len(), 1);
+    let reason = d.unschedulable[0].reason.to_string();
+    assert!(reason.contains("the same gpu.example.com/numa for all requests"), "{reason}");
+}
+
+#[test]
+fn tainted_devices_go_only_to_tolerating_requests() {
+    let tainted =
+        "{name: gpu-0, attributes: {model: {string: A100}}, taints: [{key: maintenance, effect: NoSchedule}]}";
+    let node = node_v1("node-a", &[tainted], "");
+    let plain = claim_v1("plain", &["{name: g, exactly: {deviceClassName: gpu}}"], "");
+    let tolerating = claim_v1(
+        "tolerating",
+        &["{name: g, exactly: {deviceClassName: gpu, tolerations: [{key: maintenance, operator: Exists}]}}"],
+        "",
+    );
+    let yaml = format!("{POOL}{CLASS}{node}{plain}{tolerating}{}{}", pod("p1", &["plain"]), pod("p2", &["tolerating"]));
+    let d = solve(&yaml);
+    assert!(d.unschedulable.is_empty(), "{:?}", d.unschedulable);
+    assert_eq!(placed_on(&d, "p2"), Some("node-a"));
+    assert_ne!(placed_on(&d, "p1"), Some("node-a"), "the untolerated taint keeps the plain claim off gpu-0");
+    assert_eq!(d.new_node_claims.len(), 1);
+}
+
+#[test]
+fn admin_access_shares_a_device_in_use() {
+    let node = node_v1("node-a", &[&gpu_v1("gpu-0", "A100", 0)], "");
+    let held = "apiVersion: resource.k8s.io/v1beta1\nkind: ResourceClaim\nmetadata: {name: held, namespace: default}\nspec: {devices: {requests: [{name: g, deviceClassName: gpu}]}}\nstatus:\n  allocation:\n    devices: {results: [{request: g, driver: gpu.example.com, pool: node-a, device: gpu-0}]}\n---\n";
+    let admin = claim_v1("monitor", &["{name: g, exactly: {deviceClassName: gpu, adminAccess: true}}"], "");
+    let also = claim_v1("monitor-2", &["{name: g, exactly: {deviceClassName: gpu, adminAccess: true}}"], "");
+    let plain = claim_v1("plain", &["{name: g, exactly: {deviceClassName: gpu}}"], "");
+    let yaml = format!(
+        "{POOL}{CLASS}{node}{held}{admin}{also}{plain}{}{}{}",
+        pod("m1", &["monitor"]),
+        pod("m2", &["monitor-2"]),
+        pod("p", &["plain"])
+    );
+    let d = solve(&yaml);
+    assert!(d.unschedulable.is_empty(), "{:?}", d.unschedulable);
+    assert_eq!(placed_on(&d, "m1"), Some("node-a"), "admin access may use the held device");
+    assert_eq!(placed_on(&d, "m2"), Some("node-a"), "and takes it from nobody");
+    assert_ne!(placed_on(&d, "p"), Some("node-a"), "a plain request still finds gpu-0 held");
+}
+
+#[test]
+fn partitions_share_their_counters() {
+    // Four partitions of one 80Gi GPU, 40Gi each: two fit at a time.
+    let parts: Vec<String> = (0..4)
+        .map(|i| format!("{{name: part-{i}, attributes: {{model: {{string: A100}}}}, consumesCounters: [{{counterSet: gpu-0, counters: {{memory: {{value: 40Gi}}}}}}]}}"))
+        .collect();
+    let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+    let node = node_v1("node-a", &parts, "{name: gpu-0, counters: {memory: {value: 80Gi}}}");
+    let claims: String = (0..3).map(|i| claim(&format!("c{i}"), 1, None)).collect();
+    let pods: String = (0..3).map(|i| pod(&format!("p{i}"), &[&format!("c{i}")])).collect();
+    let d = solve(&format!("{POOL}{CLASS}{node}{claims}{pods}"));
+    assert!(d.unschedulable.is_empty(), "{:?}", d.unschedulable);
+    let on_a = (0..3).filter(|i| placed_on(&d, &format!("p{i}")) == Some("node-a")).count();
+    assert_eq!(on_a, 2, "the counter holds two partitions");
+    assert_eq!(d.new_node_claims.len(), 1);
 }
