@@ -1363,3 +1363,64 @@ fn dra_constraints_taints_admin_access_and_counters() {
     assert_eq!(on_node_a(&doc).len(), 2, "{doc}");
     assert_eq!(doc["summary"]["podsOnNewNodes"], 1, "{doc}");
 }
+
+/// An EC2NodeClass, a NodePool (on-demand, us-east-1a) and the DeviceClass `class` selecting driver `driver`,
+/// then one pod whose claim template asks for `count` devices of it matching `selector` (CEL; may be empty).
+fn aws_dra_input(class: &str, driver: &str, count: u32, selector: &str) -> String {
+    let selectors = if selector.is_empty() {
+        String::new()
+    } else {
+        format!(", selectors: [{{cel: {{expression: '{selector}'}}}}]")
+    };
+    format!(
+        "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {{name: default}}\nspec:\n  role: r\n  \
+         amiSelectorTerms: [{{alias: al2023@latest}}]\n  subnetSelectorTerms: [{{tags: {{k: v}}}}]\n  \
+         securityGroupSelectorTerms: [{{tags: {{k: v}}}}]\n---\n\
+         apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: accel}}\nspec:\n  template:\n    spec:\n      \
+         nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}\n      requirements:\n        \
+         - {{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}}\n        \
+         - {{key: topology.kubernetes.io/zone, operator: In, values: [us-east-1a]}}\n---\n\
+         apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {{name: {class}}}\n\
+         spec: {{selectors: [{{cel: {{expression: 'device.driver == \"{driver}\"'}}}}]}}\n---\n\
+         apiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata: {{name: want, namespace: default}}\n\
+         spec: {{spec: {{devices: {{requests: [{{name: r, exactly: {{deviceClassName: {class}, count: {count}{selectors}}}}}]}}}}}}\n---\n\
+         apiVersion: v1\nkind: Pod\nmetadata: {{name: worker, namespace: default}}\n\
+         spec: {{resourceClaims: [{{name: c, resourceClaimTemplateName: want}}], containers: [{{name: c, image: x, resources: {{requests: {{cpu: 100m}}}}}}]}}\n"
+    )
+}
+
+/// AWS gates DRANVIDIAGPU and DRAEFA (docs/dra.md): with a gate on, the AWS catalogue's GPU and EFA types carry
+/// slice templates, so a pod whose claim asks for an NVIDIA GPU or EFA interfaces gets a node; off (the default),
+/// nothing offers the devices.
+#[test]
+fn aws_dra_gates_publish_gpu_and_efa_slice_templates() {
+    let tmp = TempDir::new("aws-dra");
+    let gpu = tmp.write(
+        "gpu.yaml",
+        &aws_dra_input(
+            "gpu.nvidia.com",
+            "gpu.nvidia.com",
+            1,
+            r#"device.attributes["gpu.nvidia.com"].productName == "A10G""#,
+        ),
+    );
+    let doc = simulate_json(&[&gpu, "--ignore-dra-requests=false", "--aws-feature-gates", "DRANVIDIAGPU=true"]);
+    assert_eq!(doc["summary"]["unschedulablePods"], 0, "{doc}");
+    let new = &doc["newNodes"][0];
+    assert!(new["instanceType"].as_str().is_some_and(|t| t.starts_with("g5.")), "an A10G type: {new}");
+    assert_eq!(new["requestedDraDrivers"], serde_json::json!(["gpu.nvidia.com"]), "{new}");
+    let off = simulate_json(&[&gpu, "--ignore-dra-requests=false"]);
+    assert_eq!(off["summary"]["unschedulablePods"], 1, "no AWS type offers the GPU without the gate: {off}");
+
+    let efa = tmp.write("efa.yaml", &aws_dra_input("efa", "dra.networking.k8s.aws", 4, ""));
+    let doc = simulate_json(&[&efa, "--ignore-dra-requests=false", "--aws-feature-gates", "DRAEFA=true"]);
+    assert_eq!(doc["summary"]["unschedulablePods"], 0, "{doc}");
+    assert_eq!(doc["newNodes"][0]["requestedDraDrivers"], serde_json::json!(["dra.networking.k8s.aws"]), "{doc}");
+
+    // The gate without IGNORE_DRA_REQUESTS=false is noted: the templates are not used.
+    let (_, notes) = simulate_with_notes(&[&efa, "--aws-feature-gates", "DRAEFA=true"]);
+    assert!(
+        notes.contains("AWS feature gate(s) DRAEFA publish DRA slice templates, but IGNORE_DRA_REQUESTS=true"),
+        "{notes}"
+    );
+}
