@@ -3,8 +3,8 @@
 
 use karpenter_api::{ProviderLabels, labels, load_str};
 use karpenter_requirements::{
-    Device, DeviceAttribute, DeviceSliceTemplate, Format, InstanceType, Offering, Overhead, Quantity, Requirement,
-    ResourceList,
+    CounterSet, Device, DeviceAttribute, DeviceSliceTemplate, Format, InstanceType, Offering, Overhead, Quantity,
+    Requirement, ResourceList,
 };
 
 use super::{PoolInput, SchedulerOptions, Solver, schedule};
@@ -93,9 +93,12 @@ fn pod(name: &str, claims: &[&str]) -> String {
 }
 
 fn solve_with(yaml: &str, options: &SchedulerOptions) -> Decisions {
+    solve_on(yaml, options, catalogue())
+}
+
+fn solve_on(yaml: &str, options: &SchedulerOptions, its: Vec<InstanceType>) -> Decisions {
     let objects = load_str(yaml, "input.yaml").expect("input parses");
     let snapshot = ClusterSnapshot::from_objects(&objects).expect("snapshot");
-    let its = catalogue();
     let pools: Vec<PoolInput<'_>> =
         snapshot.node_pools.iter().map(|p| PoolInput { node_pool: p, instance_types: &its }).collect();
     schedule(&snapshot, &pools, &ProviderLabels::aws(), options)
@@ -493,4 +496,34 @@ fn partitions_share_their_counters() {
     let on_a = (0..3).filter(|i| placed_on(&d, &format!("p{i}")) == Some("node-a")).count();
     assert_eq!(on_a, 2, "the counter holds two partitions");
     assert_eq!(d.new_node_claims.len(), 1);
+}
+
+#[test]
+fn template_partitions_share_each_new_nodes_counters() {
+    // gpu-2x's template: four partitions of one 80Gi GPU, 40Gi each; a node holds two of them at a time.
+    let its: Vec<InstanceType> = catalogue()
+        .into_iter()
+        .map(|it| {
+            if it.dynamic_resources.is_empty() {
+                return it;
+            }
+            let memory = |q: &str| [("memory".to_owned(), q.parse::<Quantity>().expect("quantity"))].into();
+            let devices = (0..4)
+                .map(|i| Device {
+                    consumes_counters: vec![CounterSet { name: "gpu-0".into(), counters: memory("40Gi") }],
+                    ..gpu(&format!("part-{i}"), "A100")
+                })
+                .collect();
+            let shared_counters = vec![CounterSet { name: "gpu-0".into(), counters: memory("80Gi") }];
+            it.with_dynamic_resources(vec![DeviceSliceTemplate { driver: DRIVER.into(), devices, shared_counters }])
+        })
+        .collect();
+    let claims: String = (0..3).map(|i| claim(&format!("c{i}"), 1, None)).collect();
+    let pods: String = (0..3).map(|i| pod(&format!("p{i}"), &[&format!("c{i}")])).collect();
+    let options = SchedulerOptions { ignore_dra_requests: false, ..Default::default() };
+    let d = solve_on(&format!("{POOL}{CLASS}{claims}{pods}"), &options, its);
+    assert!(d.unschedulable.is_empty(), "{:?}", d.unschedulable);
+    let mut per_node: Vec<usize> = d.new_node_claims.iter().map(|c| c.pods.len()).collect();
+    per_node.sort_unstable();
+    assert_eq!(per_node, [1, 2], "the counter holds two partitions per node");
 }
