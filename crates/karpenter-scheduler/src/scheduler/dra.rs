@@ -15,6 +15,10 @@
 //! claim shared by several pods is allocated once and pins the others to its node; a claim allocated already
 //! pins its pods to the nodes its allocation's node selector names. Published devices are taken from a
 //! shared [`Allocator`] only when the pod is placed, so a candidate that turns the pod down holds nothing.
+//!
+//! Which devices satisfy a candidate's claims is [`search`]'s (`device_search.rs`): it takes matchAttribute
+//! constraints, admin access and shared counters into account as it goes. Device taints are settled here, once per
+//! request: a device with a taint the request does not tolerate is not among its matches.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
