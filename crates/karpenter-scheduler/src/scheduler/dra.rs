@@ -568,8 +568,7 @@ impl Resolver {
             note.push_str(&format!(" matching {}", alt.selectors.join(" && ")));
         }
         if !alt.tolerations.is_empty() {
-            note.push_str(&format!(" tolerating {}", alt.tolerations.len()));
-            note.push_str(" device taint(s)");
+            note.push_str(&format!(" with {} toleration(s)", alt.tolerations.len()));
         }
         if alt.admin_access {
             note.push_str(" with admin access");

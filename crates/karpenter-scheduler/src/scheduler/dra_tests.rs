@@ -459,6 +459,16 @@ fn tainted_devices_go_only_to_tolerating_requests() {
     assert_eq!(placed_on(&d, "p2"), Some("node-a"));
     assert_ne!(placed_on(&d, "p1"), Some("node-a"), "the untolerated taint keeps the plain claim off gpu-0");
     assert_eq!(d.new_node_claims.len(), 1);
+
+    // Only a tainted H100 anywhere: the reason names the taint.
+    let h100 = "{name: gpu-0, attributes: {model: {string: H100}}, taints: [{key: maintenance, value: planned, effect: NoExecute}]}";
+    let wants = claim("h100", 1, Some(r#"device.attributes["gpu.example.com"].model == "H100""#));
+    let d = solve(&format!("{POOL}{CLASS}{}{wants}{}", node_v1("node-a", &[h100], ""), pod("p", &["h100"])));
+    let reason = d.unschedulable.first().map(|u| u.reason.to_string()).unwrap_or_default();
+    assert!(
+        reason.contains("(the matching devices have taints it does not tolerate: maintenance=planned:NoExecute)"),
+        "{reason}"
+    );
 }
 
 #[test]
