@@ -542,7 +542,53 @@ mod tests {
             .collect()
     }
 
+    /// Whether one device per request (each from its matches, all distinct, all with the same numa value) exists.
+    fn brute_force(matches: &[Vec<u32>], devices: &[Device], chosen: &mut Vec<u32>) -> bool {
+        let Some((first, rest)) = matches.split_first() else { return true };
+        let numa = |d: u32| devices[d as usize].attributes.get("numa");
+        for &d in first {
+            let agrees = chosen.first().is_none_or(|&c| numa(c) == numa(d));
+            if numa(d).is_some() && agrees && !chosen.contains(&d) {
+                chosen.push(d);
+                if brute_force(rest, devices, chosen) {
+                    return true;
+                }
+                chosen.pop();
+            }
+        }
+        false
+    }
+
     proptest! {
+        /// With a matchAttribute constraint over every request, the search finds an allocation exactly when one
+        /// exists (checked by brute force), and what it finds shares the attribute.
+        #[test]
+        fn match_attribute_search_is_complete(
+            matches in proptest::collection::vec(proptest::collection::btree_set(0u32..8, 0..5), 1..4),
+        ) {
+            // numa = d % 3, device 7 has none.
+            let devices: Vec<Device> = (0..8).map(|d| numa((d != 7).then_some(i64::from(d % 3)))).collect();
+            let t = table(&devices, Vec::new());
+            let matches: Vec<Vec<u32>> = matches.into_iter().map(|m| m.into_iter().collect()).collect();
+            let alts: Vec<[Alternative; 1]> =
+                matches.iter().map(|m| [Alternative { constraints: vec![0], ..one(m) }]).collect();
+            let reqs: Vec<Req<'_>> = alts.iter().map(|a| req(a)).collect();
+            let view: Vec<u32> = (0..8).collect();
+            let found = ids(search(&t, &reqs, &["gpu.example.com/numa"], &view, None));
+            prop_assert_eq!(found.is_some(), brute_force(&matches, &devices, &mut Vec::new()));
+            if let Some(found) = found {
+                let values: BTreeSet<i64> = found
+                    .iter()
+                    .map(|&d| match devices[d as usize].attributes.get("numa") {
+                        Some(DeviceAttribute::Int(n)) => *n,
+                        _ => -1,
+                    })
+                    .collect();
+                prop_assert_eq!(values.len(), 1, "one shared value, never a missing one: {:?}", found);
+                prop_assert!(!values.contains(&-1));
+            }
+        }
+
         /// Whatever is asked, an allocation never hands out a device twice (admin access aside), never one in
         /// use, never one the node does not see, gives each ExactCount request its count, and never consumes a
         /// shared counter beyond its capacity; committing it then releasing it restores the allocator exactly.
