@@ -31,6 +31,11 @@ pub async fn start(
     shutdown: CancellationToken,
     metrics: Arc<Metrics>,
 ) -> anyhow::Result<(AwsRuntime, Arc<dyn NodeClassLookup>)> {
+    if let Some(message) =
+        karpenter_aws::dynamic_resources::dra_gates_unused(&aws.aws_feature_gates, core.ignore_dra_requests)
+    {
+        tracing::warn!("{message}");
+    }
     let node_classes = KubeNodeClasses::new();
     node_classes
         .start::<EC2NodeClass>(client.clone(), shutdown.clone())

@@ -135,7 +135,8 @@ enum Command {
               num_args = 0..=1, default_missing_value = "true")]
         ignore_dra_requests: bool,
         /// AWS feature gates as the controller takes them (Name=bool pairs). NodeClassCEL evaluates EC2NodeClass
-        /// kubelet CEL expressions per instance type; off, they are ignored and noted.
+        /// kubelet CEL expressions per instance type; off, they are ignored and noted. DRANVIDIAGPU and DRAEFA give
+        /// the AWS catalogue's NVIDIA GPU and EFA types DRA slice templates (with --ignore-dra-requests=false).
         #[arg(long, env = "AWS_FEATURE_GATES", value_name = "GATES",
               default_value = karpenter_aws::settings::DEFAULT_AWS_FEATURE_GATES)]
         aws_feature_gates: karpenter_aws::settings::AwsFeatureGates,

@@ -1275,3 +1275,178 @@ fn the_open_kubelet_map_is_checked_before_simulating_and_passthrough_fields_simu
     let plain = tmp.write("plain.yaml", &cel_input("{maxPods: 10}", 1));
     assert_eq!(simulate_json(&[&valid])["newNodes"], simulate_json(&[&plain])["newNodes"]);
 }
+
+/// The KWOK node class, the `gpu` pool and the DeviceClass of `examples/simulate/dra.yaml`, then `node-a` publishing
+/// `devices` (flow-style YAML items, `resource.k8s.io/v1`) with `counters`, then `rest`.
+fn dra_input(devices: &[&str], counters: &str, rest: &str) -> String {
+    let example = std::fs::read_to_string(workspace_root().join(DRA_ARGS[0])).expect("example");
+    let head: Vec<&str> = example
+        .split("\n---\n")
+        .filter(|d| {
+            d.contains("kind: KWOKNodeClass") || d.contains("kind: NodePool") || d.contains("kind: DeviceClass")
+        })
+        .collect();
+    format!(
+        "{}\n---\napiVersion: v1\nkind: Node\nmetadata:\n  name: node-a\n  labels: {{kubernetes.io/hostname: node-a, kubernetes.io/os: linux, topology.kubernetes.io/zone: test-zone-a}}\n\
+status: {{allocatable: {{cpu: '8', memory: 64Gi, pods: '110'}}}}\n---\n\
+apiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {{name: node-a}}\nspec:\n  driver: gpu.example.com\n  nodeName: node-a\n  pool: {{name: node-a, generation: 1, resourceSliceCount: 1}}\n  sharedCounters: [{counters}]\n  devices: [{}]\n---\n{rest}",
+        head.join("\n---\n"),
+        devices.join(", ")
+    )
+}
+
+/// Pods `name-0`.. each with its own claim `name-i` asking (resource.k8s.io/v1) for `requests` under `constraints`.
+fn dra_pods(name: &str, n: usize, requests: &str, constraints: &str) -> String {
+    (0..n)
+        .map(|i| {
+            format!(
+                "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {{name: {name}-{i}, namespace: default}}\n\
+spec: {{devices: {{requests: [{requests}], constraints: [{constraints}]}}}}\n---\n\
+apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}-{i}, namespace: default}}\n\
+spec: {{resourceClaims: [{{name: c, resourceClaimName: {name}-{i}}}], containers: [{{name: c, image: x, resources: {{requests: {{cpu: 100m}}}}}}]}}\n---\n"
+            )
+        })
+        .collect()
+}
+
+/// The pods `simulate` placed on node-a.
+fn on_node_a(doc: &Value) -> Vec<String> {
+    let existing = doc["existingNodes"].as_array().cloned().unwrap_or_default();
+    let node = existing.iter().find(|n| n["name"] == "node-a");
+    let pods = node.and_then(|n| n["pods"].as_array().cloned()).unwrap_or_default();
+    let mut out: Vec<String> = pods.iter().filter_map(|p| p.as_str().map(str::to_owned)).collect();
+    out.sort();
+    out
+}
+
+/// DRA depth (docs/dra.md): matchAttribute constraints, device taints, admin access and shared counters, each on
+/// node-a's published slice (the catalogue's g-8x takes what node-a cannot).
+#[test]
+fn dra_constraints_taints_admin_access_and_counters() {
+    let tmp = TempDir::new("dra-depth");
+    let run =
+        |name: &str, input: String| simulate_json(&[&tmp.write(name, &input), DRA_ARGS[1], DRA_ARGS[2], DRA_ARGS[3]]);
+    let gpu = |n: &str, model: &str, numa: i64| {
+        format!("{{name: {n}, attributes: {{model: {{string: {model}}}, numa: {{int: {numa}}}}}}}")
+    };
+    let model = |m: &str| format!("{{cel: {{expression: 'device.attributes[\"gpu.example.com\"].model == \"{m}\"'}}}}");
+
+    // Two A100s on one NUMA node: gpu-0 is alone on numa 0, so only gpu-1 and gpu-2 qualify together.
+    let devices = [gpu("gpu-0", "A100", 0), gpu("gpu-1", "A100", 1), gpu("gpu-2", "H100", 1)];
+    let devices: Vec<&str> = devices.iter().map(String::as_str).collect();
+    let requests = format!(
+        "{{name: a, exactly: {{deviceClassName: gpu.example.com, selectors: [{}]}}}}, {{name: h, exactly: {{deviceClassName: gpu.example.com, selectors: [{}]}}}}",
+        model("A100"),
+        model("H100")
+    );
+    let doc = run(
+        "numa.yaml",
+        dra_input(&devices, "", &dra_pods("numa", 1, &requests, "{matchAttribute: gpu.example.com/numa}")),
+    );
+    assert_eq!(on_node_a(&doc), ["default/numa-0"], "{doc}");
+    let doc = run(
+        "numa0.yaml",
+        dra_input(&devices[..1], "", &dra_pods("numa", 1, &requests, "{matchAttribute: gpu.example.com/numa}")),
+    );
+    let reason = doc["unschedulable"][0]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("the same gpu.example.com/numa for all requests"), "{doc}");
+
+    // A tainted device: only the tolerating claim gets it; the other goes to a new g-8x node.
+    let tainted = "{name: gpu-0, attributes: {model: {string: A100}}, taints: [{key: maintenance, value: planned, effect: NoExecute}]}";
+    let pods = [
+        dra_pods("plain", 1, "{name: g, exactly: {deviceClassName: gpu.example.com}}", ""),
+        dra_pods(
+            "tolerating",
+            1,
+            "{name: g, exactly: {deviceClassName: gpu.example.com, tolerations: [{key: maintenance, value: planned}]}}",
+            "",
+        ),
+    ];
+    let doc = run("taint.yaml", dra_input(&[tainted], "", &pods.concat()));
+    assert_eq!(on_node_a(&doc), ["default/tolerating-0"], "{doc}");
+    assert_eq!(doc["newNodes"][0]["pods"], serde_json::json!(["default/plain-0"]), "{doc}");
+
+    // Admin access: two monitoring claims share the one GPU, which a plain claim takes as well.
+    let pods = [
+        dra_pods("monitor", 2, "{name: g, exactly: {deviceClassName: gpu.example.com, adminAccess: true}}", ""),
+        dra_pods("train", 1, "{name: g, exactly: {deviceClassName: gpu.example.com}}", ""),
+    ];
+    let doc = run("admin.yaml", dra_input(&[&gpu("gpu-0", "A100", 0)], "", &pods.concat()));
+    assert_eq!(on_node_a(&doc), ["default/monitor-0", "default/monitor-1", "default/train-0"], "{doc}");
+    assert_eq!(doc["summary"]["podsOnNewNodes"], 0, "{doc}");
+
+    // Partitions of one 80Gi GPU, 40Gi each: two of three claims fit; the third needs a new node.
+    let parts: Vec<String> = (0..4)
+        .map(|i| format!("{{name: part-{i}, attributes: {{model: {{string: A100}}}}, consumesCounters: [{{counterSet: gpu-0, counters: {{memory: {{value: 40Gi}}}}}}]}}"))
+        .collect();
+    let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+    let input = dra_input(
+        &parts,
+        "{name: gpu-0, counters: {memory: {value: 80Gi}}}",
+        &dra_pods("slice", 3, "{name: g, exactly: {deviceClassName: gpu.example.com}}", ""),
+    );
+    let doc = run("counters.yaml", input);
+    assert_eq!(on_node_a(&doc).len(), 2, "{doc}");
+    assert_eq!(doc["summary"]["podsOnNewNodes"], 1, "{doc}");
+}
+
+/// An EC2NodeClass, a NodePool (on-demand, us-east-1a) and the DeviceClass `class` selecting driver `driver`,
+/// then one pod whose claim template asks for `count` devices of it matching `selector` (CEL; may be empty).
+fn aws_dra_input(class: &str, driver: &str, count: u32, selector: &str) -> String {
+    let selectors = if selector.is_empty() {
+        String::new()
+    } else {
+        format!(", selectors: [{{cel: {{expression: '{selector}'}}}}]")
+    };
+    format!(
+        "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {{name: default}}\nspec:\n  role: r\n  \
+         amiSelectorTerms: [{{alias: al2023@latest}}]\n  subnetSelectorTerms: [{{tags: {{k: v}}}}]\n  \
+         securityGroupSelectorTerms: [{{tags: {{k: v}}}}]\n---\n\
+         apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: accel}}\nspec:\n  template:\n    spec:\n      \
+         nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}\n      requirements:\n        \
+         - {{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}}\n        \
+         - {{key: topology.kubernetes.io/zone, operator: In, values: [us-east-1a]}}\n---\n\
+         apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {{name: {class}}}\n\
+         spec: {{selectors: [{{cel: {{expression: 'device.driver == \"{driver}\"'}}}}]}}\n---\n\
+         apiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata: {{name: want, namespace: default}}\n\
+         spec: {{spec: {{devices: {{requests: [{{name: r, exactly: {{deviceClassName: {class}, count: {count}{selectors}}}}}]}}}}}}\n---\n\
+         apiVersion: v1\nkind: Pod\nmetadata: {{name: worker, namespace: default}}\n\
+         spec: {{resourceClaims: [{{name: c, resourceClaimTemplateName: want}}], containers: [{{name: c, image: x, resources: {{requests: {{cpu: 100m}}}}}}]}}\n"
+    )
+}
+
+/// AWS gates DRANVIDIAGPU and DRAEFA (docs/dra.md): with a gate on, the AWS catalogue's GPU and EFA types carry
+/// slice templates, so a pod whose claim asks for an NVIDIA GPU or EFA interfaces gets a node; off (the default),
+/// nothing offers the devices.
+#[test]
+fn aws_dra_gates_publish_gpu_and_efa_slice_templates() {
+    let tmp = TempDir::new("aws-dra");
+    let gpu = tmp.write(
+        "gpu.yaml",
+        &aws_dra_input(
+            "gpu.nvidia.com",
+            "gpu.nvidia.com",
+            1,
+            r#"device.attributes["gpu.nvidia.com"].productName == "A10G""#,
+        ),
+    );
+    let doc = simulate_json(&[&gpu, "--ignore-dra-requests=false", "--aws-feature-gates", "DRANVIDIAGPU=true"]);
+    assert_eq!(doc["summary"]["unschedulablePods"], 0, "{doc}");
+    let new = &doc["newNodes"][0];
+    assert!(new["instanceType"].as_str().is_some_and(|t| t.starts_with("g5.")), "an A10G type: {new}");
+    assert_eq!(new["requestedDraDrivers"], serde_json::json!(["gpu.nvidia.com"]), "{new}");
+    let off = simulate_json(&[&gpu, "--ignore-dra-requests=false"]);
+    assert_eq!(off["summary"]["unschedulablePods"], 1, "no AWS type offers the GPU without the gate: {off}");
+
+    let efa = tmp.write("efa.yaml", &aws_dra_input("efa", "dra.networking.k8s.aws", 4, ""));
+    let doc = simulate_json(&[&efa, "--ignore-dra-requests=false", "--aws-feature-gates", "DRAEFA=true"]);
+    assert_eq!(doc["summary"]["unschedulablePods"], 0, "{doc}");
+    assert_eq!(doc["newNodes"][0]["requestedDraDrivers"], serde_json::json!(["dra.networking.k8s.aws"]), "{doc}");
+
+    // The gate without IGNORE_DRA_REQUESTS=false is noted: the templates are not used.
+    let (_, notes) = simulate_with_notes(&[&efa, "--aws-feature-gates", "DRAEFA=true"]);
+    assert!(
+        notes.contains("AWS feature gate(s) DRAEFA publish DRA slice templates, but IGNORE_DRA_REQUESTS=true"),
+        "{notes}"
+    );
+}

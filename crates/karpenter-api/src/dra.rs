@@ -5,12 +5,14 @@
 //! `exactly`). CEL selectors are kept as text: the scheduler compiles them (this crate stays free of a CEL
 //! engine, which the kwok provider must not pull in).
 //!
-//! What is not modelled (see docs/dra.md): request `constraints` (matchAttribute), admin access, device taints
-//! and tolerations, partitionable devices (counters), per-device node selection, and device configuration.
+//! What is not modelled (see docs/dra.md): per-device node selection, device configuration, DeviceTaintRules and
+//! the admin-access namespace label (the API server enforces it when a claim is created).
 
-use k8s_openapi::api::core::v1::NodeSelector;
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{NodeSelector, Taint, Toleration};
 use k8s_openapi::api::resource::{v1beta1, v1beta2};
-use karpenter_requirements::{Device, DeviceAttribute, Quantity};
+use karpenter_requirements::{CounterSet, Device, DeviceAttribute, Quantity};
 use serde_json::Value as Json;
 
 use crate::loader::{Object, UnknownObject};
@@ -28,7 +30,7 @@ pub enum AllocationMode {
 }
 
 /// One way to satisfy a request: a device class, extra selectors and a count.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RequestAlternative {
     /// `request` or `request/subrequest` (for `firstAvailable`), as allocation results name it.
     pub name: String,
@@ -36,19 +38,33 @@ pub struct RequestAlternative {
     /// CEL expressions, all of which must be true.
     pub selectors: Vec<String>,
     pub mode: AllocationMode,
+    /// Device taints this alternative tolerates (the request's `tolerations`, as core tolerations).
+    pub tolerations: Vec<Toleration>,
+    /// `adminAccess`: the devices may be in use and are not taken from others.
+    pub admin_access: bool,
 }
 
 /// A device request of a claim: one alternative, or `firstAvailable` alternatives tried in order.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct DeviceRequest {
     pub name: String,
     pub alternatives: Vec<RequestAlternative>,
 }
 
+/// A claim's `matchAttribute` constraint: the devices of `requests` (every request when empty; a name is a
+/// request or a `request/subrequest`) all have the same value of the fully-qualified attribute.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MatchConstraint {
+    pub requests: Vec<String>,
+    /// `domain/id`.
+    pub attribute: String,
+}
+
 /// What a claim (or a claim template) asks for.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct ClaimSpec {
     pub requests: Vec<DeviceRequest>,
+    pub constraints: Vec<MatchConstraint>,
 }
 
 /// A device as allocation results name it.
@@ -62,6 +78,7 @@ pub struct DeviceId {
 /// `status.allocation` of a claim.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Allocation {
+    /// The devices the claim holds: results with admin access are left out (they do not hold their device).
     pub devices: Vec<DeviceId>,
     /// Nodes the allocated devices are reachable from (`None`: every node).
     pub node_selector: Option<NodeSelector>,
@@ -121,6 +138,8 @@ pub struct ResourceSlice {
     pub pool: Pool,
     pub nodes: SliceNodes,
     pub devices: Vec<Device>,
+    /// `sharedCounters`: what the pool's partitionable devices consume from.
+    pub shared_counters: Vec<CounterSet>,
 }
 
 /// The DRA objects of a cluster or an input.
@@ -239,6 +258,50 @@ fn mode(kind: &str, name: &str, mode: Option<&str>, count: Option<i64>) -> Resul
     }
 }
 
+/// A request's device tolerations as core tolerations (every version's type has the same fields; one matching
+/// rule, `karpenter_requirements::taints`, then serves pods and devices).
+macro_rules! tolerations {
+    ($list:expr) => {
+        $list
+            .iter()
+            .flatten()
+            .map(|t| Toleration {
+                key: t.key.clone(),
+                operator: t.operator.clone(),
+                value: t.value.clone(),
+                effect: t.effect.clone(),
+                toleration_seconds: t.toleration_seconds,
+            })
+            .collect::<Vec<_>>()
+    };
+}
+
+/// A claim's `constraints` (every version's type has the same fields).
+macro_rules! constraints {
+    ($kind:expr, $name:expr, $list:expr) => {
+        $list
+            .iter()
+            .flatten()
+            .map(|c| match_constraint($kind, $name, c.requests.clone().unwrap_or_default(), c.match_attribute.as_ref()))
+            .collect::<Result<Vec<_>, DraError>>()
+    };
+}
+
+fn match_constraint(
+    kind: &str,
+    name: &str,
+    requests: Vec<String>,
+    attribute: Option<&String>,
+) -> Result<MatchConstraint, DraError> {
+    let attribute = attribute.ok_or_else(|| error(kind, name, "a constraint without matchAttribute"))?;
+    match attribute.split_once('/') {
+        Some((domain, id)) if !domain.is_empty() && !id.is_empty() => {
+            Ok(MatchConstraint { requests, attribute: attribute.clone() })
+        }
+        _ => Err(error(kind, name, format!("matchAttribute {attribute:?} must be fully qualified (domain/id)"))),
+    }
+}
+
 fn claim_spec_v1beta1(kind: &str, name: &str, spec: &v1beta1::ResourceClaimSpec) -> Result<ClaimSpec, DraError> {
     let mut requests = Vec::new();
     for r in spec.devices.iter().flat_map(|d| d.requests.iter().flatten()) {
@@ -253,6 +316,9 @@ fn claim_spec_v1beta1(kind: &str, name: &str, spec: &v1beta1::ResourceClaimSpec)
                             s.selectors.iter().flatten().map(|s| s.cel.as_ref().map(|c| &c.expression)),
                         ),
                         mode: mode(kind, name, s.allocation_mode.as_deref(), s.count)?,
+                        tolerations: tolerations!(s.tolerations),
+                        // v1beta1 puts adminAccess on the request only.
+                        admin_access: r.admin_access.unwrap_or(false),
                     })
                 })
                 .collect::<Result<_, DraError>>()?,
@@ -261,11 +327,14 @@ fn claim_spec_v1beta1(kind: &str, name: &str, spec: &v1beta1::ResourceClaimSpec)
                 device_class_name: r.device_class_name.clone().unwrap_or_default(),
                 selectors: cel_selectors(r.selectors.iter().flatten().map(|s| s.cel.as_ref().map(|c| &c.expression))),
                 mode: mode(kind, name, r.allocation_mode.as_deref(), r.count)?,
+                tolerations: tolerations!(r.tolerations),
+                admin_access: r.admin_access.unwrap_or(false),
             }],
         };
         requests.push(DeviceRequest { name: r.name.clone(), alternatives });
     }
-    Ok(ClaimSpec { requests })
+    let constraints = constraints!(kind, name, spec.devices.as_ref().and_then(|d| d.constraints.clone()))?;
+    Ok(ClaimSpec { requests, constraints })
 }
 
 fn claim_spec_v1beta2(kind: &str, name: &str, spec: &v1beta2::ResourceClaimSpec) -> Result<ClaimSpec, DraError> {
@@ -278,6 +347,8 @@ fn claim_spec_v1beta2(kind: &str, name: &str, spec: &v1beta2::ResourceClaimSpec)
                 device_class_name: e.device_class_name.clone(),
                 selectors: cel_selectors(e.selectors.iter().flatten().map(|s| s.cel.as_ref().map(|c| &c.expression))),
                 mode: mode(kind, name, e.allocation_mode.as_deref(), e.count)?,
+                tolerations: tolerations!(e.tolerations),
+                admin_access: e.admin_access.unwrap_or(false),
             });
         }
         for s in r.first_available.iter().flatten() {
@@ -286,6 +357,8 @@ fn claim_spec_v1beta2(kind: &str, name: &str, spec: &v1beta2::ResourceClaimSpec)
                 device_class_name: s.device_class_name.clone(),
                 selectors: cel_selectors(s.selectors.iter().flatten().map(|s| s.cel.as_ref().map(|c| &c.expression))),
                 mode: mode(kind, name, s.allocation_mode.as_deref(), s.count)?,
+                tolerations: tolerations!(s.tolerations),
+                admin_access: false,
             });
         }
         if alternatives.is_empty() {
@@ -293,7 +366,8 @@ fn claim_spec_v1beta2(kind: &str, name: &str, spec: &v1beta2::ResourceClaimSpec)
         }
         requests.push(DeviceRequest { name: r.name.clone(), alternatives });
     }
-    Ok(ClaimSpec { requests })
+    let constraints = constraints!(kind, name, spec.devices.as_ref().and_then(|d| d.constraints.clone()))?;
+    Ok(ClaimSpec { requests, constraints })
 }
 
 fn names(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> (String, String) {
@@ -323,6 +397,7 @@ macro_rules! version_readers {
                     a.devices
                         .iter()
                         .flat_map(|d| d.results.iter().flatten())
+                        .filter(|r| r.admin_access != Some(true))
                         .map(|r| (r.driver.as_str(), r.pool.as_str(), r.device.as_str())),
                 ),
                 node_selector: a.node_selector.clone(),
@@ -374,6 +449,61 @@ fn attribute(a: (Option<bool>, Option<i64>, Option<&String>, Option<&String>)) -
     }
 }
 
+/// A slice's device taints as core taints; an effect other than NoSchedule and NoExecute is an error.
+macro_rules! taints {
+    ($slice:expr, $device:expr, $list:expr) => {
+        $list
+            .iter()
+            .flatten()
+            .map(|t| {
+                device_taint(
+                    $slice,
+                    $device,
+                    Taint { key: t.key.clone(), value: t.value.clone(), effect: t.effect.clone(), time_added: None },
+                )
+            })
+            .collect::<Result<Vec<_>, DraError>>()
+    };
+}
+
+/// Counter sets (a slice's `sharedCounters` or a device's `consumesCounters`; `$name` is the field naming the
+/// set).
+macro_rules! counter_sets {
+    ($slice:expr, $list:expr, $name:ident) => {
+        $list
+            .iter()
+            .flatten()
+            .map(|c| counter_set($slice, &c.$name, c.counters.iter().map(|(k, v)| (k, &v.value))))
+            .collect::<Result<Vec<_>, DraError>>()
+    };
+}
+
+fn device_taint(slice: &str, device: &str, taint: Taint) -> Result<Taint, DraError> {
+    match taint.effect.as_str() {
+        "NoSchedule" | "NoExecute" => Ok(taint),
+        other => Err(error(
+            "ResourceSlice",
+            slice,
+            format!("device {device} taint {}: effect {other:?} is not NoSchedule or NoExecute", taint.key),
+        )),
+    }
+}
+
+fn counter_set<'q>(
+    slice: &str,
+    name: &str,
+    counters: impl Iterator<Item = (&'q String, &'q k8s_openapi::apimachinery::pkg::api::resource::Quantity)>,
+) -> Result<CounterSet, DraError> {
+    let mut out = BTreeMap::new();
+    for (key, q) in counters {
+        let value: Quantity = q.0.parse().map_err(|e| {
+            error("ResourceSlice", slice, format!("counter set {name} counter {key}: invalid quantity {:?}: {e}", q.0))
+        })?;
+        out.insert(key.clone(), value);
+    }
+    Ok(CounterSet { name: name.to_owned(), counters: out })
+}
+
 type RawAttributes<'a> = Vec<(&'a String, (Option<bool>, Option<i64>, Option<&'a String>, Option<&'a String>))>;
 
 fn device(
@@ -417,14 +547,21 @@ fn slice_v1beta1(s: &v1beta1::ResourceSlice) -> Result<ResourceSlice, DraError> 
             .map(|(k, a)| (k, (a.bool, a.int, a.string.as_ref(), a.version.as_ref())))
             .collect();
         let capacity = basic.iter().flat_map(|b| b.capacity.iter().flatten()).map(|(k, c)| (k, &c.value)).collect();
-        devices.push(device(&name, &d.name, attributes, capacity)?);
+        let mut device = device(&name, &d.name, attributes, capacity)?;
+        // v1beta1 (1.33) keeps taints and counter consumption under `basic`.
+        if let Some(b) = basic {
+            device.taints = taints!(&name, &d.name, b.taints)?;
+            device.consumes_counters = counter_sets!(&name, b.consumes_counters, counter_set)?;
+        }
+        devices.push(device);
     }
     let pool = Pool {
         name: spec.pool.name.clone(),
         generation: spec.pool.generation,
         resource_slice_count: spec.pool.resource_slice_count,
     };
-    Ok(ResourceSlice { name, driver: spec.driver.clone(), pool, nodes, devices })
+    let shared_counters = counter_sets!(&name, spec.shared_counters, name)?;
+    Ok(ResourceSlice { name, driver: spec.driver.clone(), pool, nodes, devices, shared_counters })
 }
 
 fn slice_v1beta2(s: &v1beta2::ResourceSlice) -> Result<ResourceSlice, DraError> {
@@ -446,14 +583,18 @@ fn slice_v1beta2(s: &v1beta2::ResourceSlice) -> Result<ResourceSlice, DraError> 
             .map(|(k, a)| (k, (a.bool, a.int, a.string.as_ref(), a.version.as_ref())))
             .collect();
         let capacity = d.capacity.iter().flatten().map(|(k, c)| (k, &c.value)).collect();
-        devices.push(device(&name, &d.name, attributes, capacity)?);
+        let mut device = device(&name, &d.name, attributes, capacity)?;
+        device.taints = taints!(&name, &d.name, d.taints)?;
+        device.consumes_counters = counter_sets!(&name, d.consumes_counters, counter_set)?;
+        devices.push(device);
     }
     let pool = Pool {
         name: spec.pool.name.clone(),
         generation: spec.pool.generation,
         resource_slice_count: spec.pool.resource_slice_count,
     };
-    Ok(ResourceSlice { name, driver: spec.driver.clone(), pool, nodes, devices })
+    let shared_counters = counter_sets!(&name, spec.shared_counters, name)?;
+    Ok(ResourceSlice { name, driver: spec.driver.clone(), pool, nodes, devices, shared_counters })
 }
 
 #[cfg(test)]
@@ -537,6 +678,87 @@ spec:
         assert_eq!(alts[1].mode, AllocationMode::All);
     }
 
+    const DEPTH: &str = r#"
+apiVersion: resource.k8s.io/v1beta1
+kind: ResourceClaim
+metadata: {name: pair, namespace: ml}
+spec:
+  devices:
+    requests:
+    - {name: a, deviceClassName: gpu, adminAccess: true, tolerations: [{key: maintenance, operator: Exists, effect: NoSchedule}]}
+    - name: b
+      firstAvailable: [{name: x, deviceClassName: gpu, tolerations: [{key: k, value: v}]}]
+    constraints: [{requests: [a, b/x], matchAttribute: gpu.example.com/numa}, {matchAttribute: gpu.example.com/pcieRoot}]
+status:
+  allocation:
+    devices:
+      results:
+      - {request: a, driver: gpu.example.com, pool: p, device: gpu-0, adminAccess: true}
+      - {request: b, driver: gpu.example.com, pool: p, device: gpu-1}
+---
+apiVersion: resource.k8s.io/v1beta1
+kind: ResourceSlice
+metadata: {name: beta1}
+spec:
+  driver: gpu.example.com
+  nodeName: n
+  pool: {name: n, generation: 1, resourceSliceCount: 1}
+  sharedCounters: [{name: gpu-0-counters, counters: {memory: {value: 80Gi}}}]
+  devices:
+  - name: gpu-0-mig-1
+    basic:
+      taints: [{key: maintenance, effect: NoSchedule}]
+      consumesCounters: [{counterSet: gpu-0-counters, counters: {memory: {value: 10Gi}}}]
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: v1}
+spec:
+  driver: gpu.example.com
+  nodeName: n
+  pool: {name: n2, generation: 1, resourceSliceCount: 1}
+  sharedCounters: [{name: set, counters: {memory: {value: 40Gi}}}]
+  devices:
+  - name: part
+    taints: [{key: broken, value: "yes", effect: NoExecute}]
+    consumesCounters: [{counterSet: set, counters: {memory: {value: 20Gi}}}]
+"#;
+
+    #[test]
+    fn reads_constraints_tolerations_admin_access_taints_and_counters() {
+        let mut dra = DraObjects::default();
+        for l in load_str(DEPTH, "depth.yaml").expect("loads") {
+            dra.add(&l.object).expect("valid");
+        }
+        let claim = &dra.claims[0];
+        let a = &claim.spec.requests[0].alternatives[0];
+        assert!(a.admin_access);
+        assert_eq!(a.tolerations[0].key.as_deref(), Some("maintenance"));
+        assert_eq!(a.tolerations[0].operator.as_deref(), Some("Exists"));
+        let x = &claim.spec.requests[1].alternatives[0];
+        assert!(!x.admin_access);
+        assert_eq!(x.tolerations[0].value.as_deref(), Some("v"));
+        assert_eq!(
+            claim.spec.constraints,
+            [
+                MatchConstraint { requests: vec!["a".into(), "b/x".into()], attribute: "gpu.example.com/numa".into() },
+                MatchConstraint { requests: vec![], attribute: "gpu.example.com/pcieRoot".into() },
+            ]
+        );
+        let held: Vec<&str> = claim.allocation.iter().flat_map(|a| &a.devices).map(|d| d.device.as_str()).collect();
+        assert_eq!(held, ["gpu-1"], "an admin-access result holds nothing");
+        for (slice, set, taint, used) in
+            [(&dra.slices[0], "gpu-0-counters", "maintenance", "10Gi"), (&dra.slices[1], "set", "broken", "20Gi")]
+        {
+            let device = &slice.devices[0];
+            assert_eq!(device.taints[0].key, taint, "{}", slice.name);
+            assert_eq!(device.consumes_counters[0].name, set);
+            assert_eq!(device.consumes_counters[0].counters["memory"].to_string(), used);
+            assert_eq!(slice.shared_counters[0].name, set);
+        }
+        assert_eq!(dra.slices[0].shared_counters[0].counters["memory"].to_string(), "80Gi");
+    }
+
     #[test]
     fn bad_objects_are_named_errors() {
         let bad = r#"
@@ -557,5 +779,19 @@ spec: {driver: d, nodeName: n, allNodes: true, pool: {name: p, generation: 1, re
         let loaded = load_str(both, "bad.yaml").expect("loads");
         let e = DraObjects::default().add(&loaded[0].object).expect_err("two node fields");
         assert!(e.to_string().contains("exactly one of nodeName"), "{e}");
+        let unqualified = "apiVersion: resource.k8s.io/v1beta1\nkind: ResourceClaim\nmetadata: {name: c}\n\
+            spec: {devices: {requests: [{name: r, deviceClassName: c}], constraints: [{matchAttribute: numa}]}}\n";
+        let loaded = load_str(unqualified, "bad.yaml").expect("loads");
+        let e = DraObjects::default().add(&loaded[0].object).expect_err("unqualified attribute");
+        assert_eq!(e.to_string(), r#"ResourceClaim c: matchAttribute "numa" must be fully qualified (domain/id)"#);
+        let effect = "apiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {name: s}\n\
+            spec: {driver: d, nodeName: n, pool: {name: p, generation: 1, resourceSliceCount: 1}, \
+            devices: [{name: x, taints: [{key: k, effect: PreferNoSchedule}]}]}\n";
+        let loaded = load_str(effect, "bad.yaml").expect("loads");
+        let e = DraObjects::default().add(&loaded[0].object).expect_err("bad effect");
+        assert!(
+            e.to_string().contains(r#"device x taint k: effect "PreferNoSchedule" is not NoSchedule or NoExecute"#),
+            "{e}"
+        );
     }
 }

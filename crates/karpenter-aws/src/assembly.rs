@@ -267,6 +267,7 @@ impl Assembly<'_> {
         options.reserved_capacity = self.start.reserved_capacity;
         options.reboot_for_repair = aws.aws_feature_gates.reboot_for_repair;
         options.instance_types.node_class_cel = aws.aws_feature_gates.node_class_cel;
+        options.instance_types.dra = crate::dynamic_resources::DraTemplates::from_gates(&aws.aws_feature_gates);
         options.instance_types.settings = InstanceTypeSettings {
             vm_memory_overhead_percent: aws.vm_memory_overhead_percent,
             reserved_enis: i64::from(aws.reserved_enis),

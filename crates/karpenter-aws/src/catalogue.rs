@@ -38,6 +38,7 @@ use karpenter_requirements::InstanceType;
 use serde::{Deserialize, Serialize};
 
 use crate::api_error::AwsApiError;
+use crate::dynamic_resources::DraTemplates;
 use crate::ec2::InstanceTypeInfo;
 use crate::instancetype::{self, InstanceTypeContext, NodeClassSettings};
 use crate::instancetypes::{ExpressionCheck, InstanceTypeApi, kubelet_expression_check};
@@ -264,8 +265,9 @@ impl RegionCatalogue<'_> {
         kubelet_expression_check(node_class, gate, Some(&infos), &instancetype::Settings::default())
     }
 
-    /// The region's instance types under an EC2NodeClass's settings, sorted by name.
-    pub fn instance_types(&self, node_class: &NodeClassSettings) -> Vec<InstanceType> {
+    /// The region's instance types under an EC2NodeClass's settings with the DRA slice templates `dra`, sorted by
+    /// name.
+    pub fn instance_types(&self, node_class: &NodeClassSettings, dra: DraTemplates) -> Vec<InstanceType> {
         let zones = &self.catalogue.file.zones[&self.region];
         let ctx = InstanceTypeContext {
             region: self.region.clone(),
@@ -273,6 +275,7 @@ impl RegionCatalogue<'_> {
             zones: zones.iter().map(|(t, z)| (t.clone(), z.iter().cloned().collect())).collect(),
             zone_ids: self.catalogue.file.zone_ids.get(&self.region).cloned().unwrap_or_default(),
             prices: PriceSource::Table(self.prices.clone()),
+            dra,
             ..Default::default()
         };
         ctx.instance_types(self.catalogue.file.instance_types.iter().filter(|i| zones.contains_key(&i.instance_type)))
@@ -484,14 +487,16 @@ mod tests {
     #[test]
     fn offerings_carry_the_zone_id_of_their_zone() {
         let cat = AwsCatalogue { file: tiny() };
-        let its = cat.region("us-east-1").expect("region").instance_types(&NodeClassSettings::default());
+        let its =
+            cat.region("us-east-1").expect("region").instance_types(&NodeClassSettings::default(), Default::default());
         let zone_id = karpenter_api::labels::aws::ZONE_ID;
         assert!(
             its[0].offerings.iter().all(|o| o.requirements.get(zone_id).values().as_slice()[0].as_ref() == "use1-az2")
         );
         assert!(its[0].requirements.get(zone_id).values().as_slice().iter().any(|v| v.as_ref() == "use1-az2"));
         // A region without zone ids: no zone-id requirement at all.
-        let its = cat.region("eu-west-1").expect("region").instance_types(&NodeClassSettings::default());
+        let its =
+            cat.region("eu-west-1").expect("region").instance_types(&NodeClassSettings::default(), Default::default());
         assert!(its[0].offerings.iter().all(|o| !o.requirements.has(zone_id)), "{:?}", its[0].offerings);
     }
 
@@ -513,7 +518,7 @@ mod tests {
         let east = cat.region("us-east-1").expect("region");
         assert_eq!(east.borrowed_prices_from(), None);
         assert!(east.spot_estimated());
-        let its = east.instance_types(&NodeClassSettings::default());
+        let its = east.instance_types(&NodeClassSettings::default(), Default::default());
         assert_eq!(its.len(), 1);
         let price = |its: &[InstanceType], ct: &str| {
             its[0].offerings.iter().find(|o| o.capacity_type() == Some(ct)).map(|o| (o.price, o.available))
@@ -523,7 +528,7 @@ mod tests {
 
         let west = cat.region("eu-west-1").expect("region");
         assert_eq!(west.borrowed_prices_from(), Some("us-east-1"));
-        let its = west.instance_types(&NodeClassSettings::default());
+        let its = west.instance_types(&NodeClassSettings::default(), Default::default());
         assert_eq!(its[0].offerings[0].zone(), Some("eu-west-1b"));
         assert_eq!(price(&its, "on-demand"), Some((0.1, true)));
 
@@ -535,7 +540,10 @@ mod tests {
         let cat = AwsCatalogue { file };
         let east = cat.region("us-east-1").expect("region");
         assert!(!east.spot_estimated());
-        assert_eq!(price(&east.instance_types(&NodeClassSettings::default()), CAPACITY_TYPE_SPOT), Some((0.03, true)));
+        assert_eq!(
+            price(&east.instance_types(&NodeClassSettings::default(), Default::default()), CAPACITY_TYPE_SPOT),
+            Some((0.03, true))
+        );
     }
 
     #[derive(Debug)]
@@ -568,7 +576,7 @@ mod tests {
         // No prices at all: every offering is unavailable rather than free.
         let region = cat.region("eu-west-1").expect("region");
         assert!(!region.has_prices() && region.borrowed_prices_from().is_none());
-        let its = region.instance_types(&NodeClassSettings::default());
+        let its = region.instance_types(&NodeClassSettings::default(), Default::default());
         assert!(its[0].offerings.iter().all(|o| !o.available));
     }
 

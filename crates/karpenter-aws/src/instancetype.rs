@@ -43,6 +43,7 @@ use karpenter_requirements::{
     Format, InstanceType, Offering, Overhead, Quantity, Requirement, Requirements, ResourceList,
 };
 
+use crate::dynamic_resources::{DraTemplates, efa_interfaces};
 use crate::ec2::{GpuDeviceInfo, InstanceTypeInfo};
 use crate::kubelet_cel::{KubeletExpressionError, KubeletExpressions, Variables};
 use crate::pricing::{PriceSource, estimate};
@@ -284,6 +285,8 @@ pub struct InstanceTypeContext {
     pub unavailable: BTreeSet<(String, String, String)>,
     /// Instance type → branch interfaces (security groups for pods) for trunking-compatible types.
     pub branch_interfaces: BTreeMap<String, i64>,
+    /// DRA slice templates to publish (AWS gates `DRANVIDIAGPU`, `DRAEFA`).
+    pub dra: DraTemplates,
 }
 
 /// `x86_64` → `amd64`, `arm64` → `arm64`; other architectures are not supported.
@@ -627,12 +630,7 @@ impl InstanceTypeContext {
                 count.saturating_mul(d.core_info.as_ref().and_then(|c| c.count).unwrap_or(0)),
             );
         }
-        let efa = if nc.network_interfaces.is_empty() {
-            info.network_info.efa_info.as_ref().and_then(|e| e.maximum_efa_interfaces).unwrap_or(0)
-        } else {
-            nc.network_interfaces.iter().filter(|(_, _, efa)| *efa).count() as i64
-        };
-        add(resources::EFA, efa);
+        add(resources::EFA, efa_interfaces(info, nc));
         add(resources::POD_ENI, self.branch_interfaces.get(&info.instance_type).copied().unwrap_or(0));
         if nc.ami_family.is_windows() {
             add(resources::PRIVATE_IPV4_ADDRESS, info.network_info.ipv4_addresses_per_interface.unwrap_or(0) - 1);
@@ -829,7 +827,11 @@ impl InstanceTypeContext {
         let overhead = self.overhead(info, &capacity, &kubelet);
         let offerings = self.offerings(info);
         let requirements = self.requirements(info, &offerings);
-        Some(InstanceType::new(info.instance_type.clone(), requirements, offerings, capacity, overhead))
+        let it = InstanceType::new(info.instance_type.clone(), requirements, offerings, capacity, overhead);
+        if !self.dra.any() {
+            return Some(it);
+        }
+        Some(it.with_dynamic_resources(self.dra.templates(info, &self.node_class)))
     }
 
     /// Every supported type of `infos`, sorted by name.

@@ -26,6 +26,7 @@ use karpenter_requirements::labels::{CAPACITY_TYPE, CAPACITY_TYPE_RESERVED, ZONE
 use karpenter_requirements::{InstanceType, Offering, Requirement, Requirements};
 
 use crate::api_error::AwsApiError;
+use crate::dynamic_resources::DraTemplates;
 use crate::ec2::{InstanceTypeInfo, InstanceTypeOffering};
 use crate::instancetype::{InstanceTypeContext, InstanceTypeError, NodeClassSettings, Settings};
 use crate::kubelet_cel::KubeletExpressions;
@@ -102,6 +103,8 @@ pub struct InstanceTypeProviderOptions {
     pub branch_interfaces: BTreeMap<String, i64>,
     /// The AWS `NodeClassCEL` gate: kubelet CEL expressions are evaluated (off: ignored).
     pub node_class_cel: bool,
+    /// DRA slice templates (AWS gates `DRANVIDIAGPU`, `DRAEFA`).
+    pub dra: DraTemplates,
 }
 
 impl InstanceTypeProviderOptions {
@@ -113,6 +116,7 @@ impl InstanceTypeProviderOptions {
             refresh_interval: REFRESH_INTERVAL,
             branch_interfaces: BTreeMap::new(),
             node_class_cel: false,
+            dra: DraTemplates::default(),
         }
     }
 }
@@ -332,6 +336,7 @@ impl InstanceTypeProvider {
             prices: prices.clone(),
             unavailable: BTreeSet::new(),
             branch_interfaces: self.options.branch_interfaces.clone(),
+            dra: self.options.dra,
         };
         let mut its = context.instance_types(&catalogue.infos);
         if !status.capacity_reservations.is_empty() {

@@ -72,6 +72,7 @@ pub mod assembly;
 pub mod catalogue;
 pub mod discovery;
 pub mod drift;
+pub mod dynamic_resources;
 pub mod ec2;
 pub mod instancetype;
 pub mod instancetypes;

@@ -126,7 +126,7 @@ fn builtin_catalogue_converts_like_moto_s_full_data() {
             ..Default::default()
         };
         let expected = ctx.instance_types(&full);
-        let actual = region.instance_types(&node_class);
+        let actual = region.instance_types(&node_class, Default::default());
         assert!(expected.len() > 700, "{}", expected.len());
         assert_eq!(expected.len(), actual.len(), "{family:?}");
         for (e, a) in expected.iter().zip(&actual) {
@@ -146,11 +146,13 @@ fn builtin_catalogue_has_the_regions_types_and_prices() {
     assert!(builtin.regions().len() >= 20, "{:?}", builtin.regions());
     let east = builtin.region("us-east-1").expect("us-east-1");
     assert_eq!(east.prices().on_demand("m5.large"), Some(0.096));
-    let its = east.instance_types(&NodeClassSettings::default());
+    let its = east.instance_types(&NodeClassSettings::default(), Default::default());
     let g5 = its.iter().find(|it| it.name == "g5.xlarge").expect("g5.xlarge");
     assert_eq!(g5.capacity().get("nvidia.com/gpu").and_then(|q| q.value()), Some(1));
     assert!(g5.offerings.iter().any(|o| o.available && o.zone() == Some("us-east-1a")));
     let west = builtin.region("us-west-2").expect("us-west-2");
     assert_eq!(west.borrowed_prices_from(), Some("us-east-1"));
-    assert!(west.instance_types(&NodeClassSettings::default()).iter().any(|it| it.name == "c5.large"));
+    assert!(
+        west.instance_types(&NodeClassSettings::default(), Default::default()).iter().any(|it| it.name == "c5.large")
+    );
 }

@@ -40,13 +40,14 @@
 
 use std::collections::BTreeSet;
 
+use k8s_openapi::api::core::v1::Taint;
 use karpenter_api::labels::kwok as kwok_labels;
 use karpenter_api::labels::{
     ARCH, CAPACITY_TYPE, CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT, INSTANCE_TYPE, OS, ZONE,
 };
 use karpenter_requirements::{
-    Device, DeviceAttribute, DeviceSliceTemplate, Format, InstanceType, Offering, Operator, Overhead, Quantity,
-    Requirement, Requirements, ResourceList,
+    CounterSet, Device, DeviceAttribute, DeviceSliceTemplate, Format, InstanceType, Offering, Operator, Overhead,
+    Quantity, Requirement, Requirements, ResourceList,
 };
 use serde::Deserialize;
 use serde_json::Value;
@@ -216,6 +217,39 @@ struct RawSliceTemplate {
     driver: String,
     #[serde(default)]
     devices: Vec<RawDevice>,
+    /// Counter sets the devices consume from (partitionable devices).
+    #[serde(rename = "sharedCounters", default, skip_serializing_if = "Vec::is_empty")]
+    shared_counters: Vec<RawCounterSet>,
+}
+
+type RawCounters = std::collections::BTreeMap<String, RawCapacity>;
+
+/// A `sharedCounters` entry: `{name, counters: {id: {value}}}`.
+#[derive(Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawCounterSet {
+    name: String,
+    #[serde(default)]
+    counters: RawCounters,
+}
+
+/// A device's `consumesCounters` entry: `{counterSet, counters: {id: {value}}}`.
+#[derive(Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawConsumption {
+    #[serde(rename = "counterSet")]
+    counter_set: String,
+    #[serde(default)]
+    counters: RawCounters,
+}
+
+#[derive(Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawTaint {
+    key: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    value: Option<String>,
+    effect: String,
 }
 
 #[derive(Deserialize, serde::Serialize)]
@@ -226,6 +260,10 @@ struct RawDevice {
     attributes: std::collections::BTreeMap<String, RawAttribute>,
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     capacity: std::collections::BTreeMap<String, RawCapacity>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    taints: Vec<RawTaint>,
+    #[serde(rename = "consumesCounters", default, skip_serializing_if = "Vec::is_empty")]
+    consumes_counters: Vec<RawConsumption>,
 }
 
 #[derive(Deserialize, serde::Serialize, Default)]
@@ -279,11 +317,50 @@ fn slice_templates(raw: &[RawSliceTemplate]) -> Result<Vec<DeviceSliceTemplate>,
                     .map_err(|e| (format!("{dpath}.capacity.{key}.value"), format!("{:?}: {e}", c.value)))?;
                 device.capacity.insert(key.clone(), q);
             }
+            for (k, t) in d.taints.iter().enumerate() {
+                if !matches!(t.effect.as_str(), "NoSchedule" | "NoExecute") {
+                    return Err((
+                        format!("{dpath}.taints[{k}].effect"),
+                        format!("{:?}: NoSchedule or NoExecute", t.effect),
+                    ));
+                }
+                let taint =
+                    Taint { key: t.key.clone(), value: t.value.clone(), effect: t.effect.clone(), time_added: None };
+                device.taints.push(taint);
+            }
+            let consumes = d.consumes_counters.iter().map(|c| (&c.counter_set, &c.counters));
+            device.consumes_counters = counter_sets(&format!("{dpath}.consumesCounters"), consumes)?;
             devices.push(device);
         }
-        out.push(DeviceSliceTemplate { driver: t.driver.clone(), devices });
+        let shared = t.shared_counters.iter().map(|c| (&c.name, &c.counters));
+        let shared_counters = counter_sets(&format!("{path}.sharedCounters"), shared)?;
+        out.push(DeviceSliceTemplate { driver: t.driver.clone(), devices, shared_counters });
     }
     Ok(out)
+}
+
+/// Counter sets from (name, counters) pairs (`sharedCounters` or `consumesCounters`); the error names the field.
+fn counter_sets<'r>(
+    path: &str,
+    raw: impl Iterator<Item = (&'r String, &'r RawCounters)>,
+) -> Result<Vec<CounterSet>, (String, String)> {
+    let mut out = Vec::new();
+    for (i, (name, raw_counters)) in raw.enumerate() {
+        let mut counters = std::collections::BTreeMap::new();
+        for (key, c) in raw_counters {
+            let q: Quantity = c
+                .value
+                .parse()
+                .map_err(|e| (format!("{path}[{i}].counters.{key}.value"), format!("{:?}: {e}", c.value)))?;
+            counters.insert(key.clone(), q);
+        }
+        out.push(CounterSet { name: name.clone(), counters });
+    }
+    Ok(out)
+}
+
+fn raw_counters(set: &CounterSet) -> RawCounters {
+    set.counters.iter().map(|(k, q)| (k.clone(), RawCapacity { value: q.to_string() })).collect()
 }
 
 fn raw_slice_templates(templates: &[DeviceSliceTemplate]) -> Vec<RawSliceTemplate> {
@@ -315,7 +392,22 @@ fn raw_slice_templates(templates: &[DeviceSliceTemplate]) -> Vec<RawSliceTemplat
                         .iter()
                         .map(|(k, q)| (k.clone(), RawCapacity { value: q.to_string() }))
                         .collect(),
+                    taints: d
+                        .taints
+                        .iter()
+                        .map(|t| RawTaint { key: t.key.clone(), value: t.value.clone(), effect: t.effect.clone() })
+                        .collect(),
+                    consumes_counters: d
+                        .consumes_counters
+                        .iter()
+                        .map(|c| RawConsumption { counter_set: c.name.clone(), counters: raw_counters(c) })
+                        .collect(),
                 })
+                .collect(),
+            shared_counters: t
+                .shared_counters
+                .iter()
+                .map(|c| RawCounterSet { name: c.name.clone(), counters: raw_counters(c) })
                 .collect(),
         })
         .collect()
@@ -533,6 +625,23 @@ mod tests {
         assert_eq!(t.devices[0].capacity.get("memory").map(ToString::to_string).as_deref(), Some("80Gi"));
         let again = load_instance_types_json(&to_instance_types_json(&its)).expect("reads back");
         assert_eq!(again[0].dynamic_resources, its[0].dynamic_resources);
+        // Partitions, counters and taints (the ResourceSlice v1 device shape) load and write back too.
+        let partitioned = json.replace(
+            r#""capacity": {"memory": {"value": "80Gi"}}}]}]"#,
+            r#""capacity": {"memory": {"value": "80Gi"}},
+                "taints": [{"key": "maintenance", "effect": "NoSchedule"}],
+                "consumesCounters": [{"counterSet": "gpu-0", "counters": {"memory": {"value": "40Gi"}}}]}],
+              "sharedCounters": [{"name": "gpu-0", "counters": {"memory": {"value": "80Gi"}}}]}]"#,
+        );
+        let its = load_instance_types_json(&partitioned).expect("loads");
+        let t = &its[0].dynamic_resources[0];
+        assert_eq!(t.shared_counters[0].counters["memory"].to_string(), "80Gi");
+        assert_eq!(t.devices[0].consumes_counters[0].name, "gpu-0");
+        assert_eq!(t.devices[0].taints[0].effect, "NoSchedule");
+        let again = load_instance_types_json(&to_instance_types_json(&its)).expect("reads back");
+        assert_eq!(again[0].dynamic_resources, its[0].dynamic_resources);
+        let e = load_instance_types_json(&partitioned.replace("NoSchedule", "PreferNoSchedule")).expect_err("effect");
+        assert!(e.to_string().contains("dynamicResources[0].devices[0].taints[0].effect"), "{e}");
         let bad = json.replace(r#"{"string": "A100"}"#, r#"{"string": "A100", "int": 1}"#);
         let e = load_instance_types_json(&bad).expect_err("two values").to_string();
         assert!(e.contains("dynamicResources[0].devices[0].attributes.model"), "{e}");

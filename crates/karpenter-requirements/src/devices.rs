@@ -6,6 +6,8 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::Taint;
+
 use crate::Quantity;
 
 /// A typed device attribute (exactly one of the API's `bool`, `int`, `string`, `version`).
@@ -19,7 +21,7 @@ pub enum DeviceAttribute {
 }
 
 /// One device of a pool.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Device {
     /// Unique in its pool.
     pub name: String,
@@ -27,6 +29,21 @@ pub struct Device {
     pub attributes: BTreeMap<String, DeviceAttribute>,
     /// Capacities by qualified name.
     pub capacity: BTreeMap<String, Quantity>,
+    /// DRA device taints (`key`, `value`, `effect` NoSchedule or NoExecute): only a request tolerating them may
+    /// be given the device. Kept as core taints so pod and device tolerations match by one rule
+    /// ([`crate::taints::tolerates`]).
+    pub taints: Vec<Taint>,
+    /// Shared counters the device uses up while allocated (partitionable devices), per counter set of its
+    /// slice.
+    pub consumes_counters: Vec<CounterSet>,
+}
+
+/// Named counters: a slice's `sharedCounters` entry (what is available) or a device's `consumesCounters`
+/// entry (what the device takes from the set named `name`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CounterSet {
+    pub name: String,
+    pub counters: BTreeMap<String, Quantity>,
 }
 
 impl Device {
@@ -50,9 +67,11 @@ impl Device {
 
 /// The devices one DRA driver will publish on a node of an instance type, before the node exists. The pool is
 /// named after the node once it registers, so a template has no pool name.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct DeviceSliceTemplate {
     /// The DRA driver that will publish the devices (e.g. `gpu.nvidia.com`).
     pub driver: String,
     pub devices: Vec<Device>,
+    /// Counter sets the devices consume from (partitionable devices); each node has its own.
+    pub shared_counters: Vec<CounterSet>,
 }

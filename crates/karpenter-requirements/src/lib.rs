@@ -48,7 +48,7 @@ pub mod taints;
 #[doc(hidden)]
 pub mod fuzzing;
 
-pub use devices::{Device, DeviceAttribute, DeviceSliceTemplate};
+pub use devices::{CounterSet, Device, DeviceAttribute, DeviceSliceTemplate};
 pub use host_ports::{HostPort, HostPortConflict, HostPortUsage, pod_host_ports, spec_host_ports};
 pub use instance_type::{
     InstanceType, MinValuesError, MinValuesPolicy, Overhead, UnknownMinValuesPolicy, order_by_price,

@@ -2,6 +2,7 @@
 //! finalisation.
 
 mod device_cel;
+mod device_search;
 pub(crate) mod dra;
 #[cfg(test)]
 mod dra_tests;

@@ -18,6 +18,7 @@ use karpenter_api::NodePool;
 use karpenter_api::loader::{Loaded, Object};
 use karpenter_api::nodeoverlay::NodeOverlay;
 use karpenter_aws::catalogue::{self as aws, AwsCatalogue};
+use karpenter_aws::dynamic_resources::DraTemplates;
 use karpenter_aws::instancetype::NodeClassSettings;
 use karpenter_aws::instancetypes::ExpressionCheck;
 use karpenter_aws::settings::AwsFeatureGates;
@@ -61,7 +62,8 @@ pub struct Selection<'a> {
     pub instance_types: Option<&'a Path>,
     /// `--region` (AWS catalogue).
     pub region: &'a str,
-    /// `--aws-feature-gates`: `NodeClassCEL` evaluates EC2NodeClass kubelet expressions.
+    /// `--aws-feature-gates`: `NodeClassCEL` evaluates EC2NodeClass kubelet expressions; `DRANVIDIAGPU` and
+    /// `DRAEFA` give AWS instance types DRA slice templates.
     pub aws_feature_gates: AwsFeatureGates,
 }
 
@@ -244,7 +246,8 @@ impl Catalogue {
                     };
                     Set {
                         kind: Kind::Aws,
-                        instance_types: region.instance_types(&settings),
+                        instance_types: region
+                            .instance_types(&settings, DraTemplates::from_gates(&selection.aws_feature_gates)),
                         on_demand_estimated: region.borrowed_prices_from().is_some(),
                         spot_estimated: region.spot_estimated() || region.borrowed_prices_from().is_some(),
                     }

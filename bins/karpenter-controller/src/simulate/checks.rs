@@ -10,6 +10,8 @@ use k8s_openapi::api::core::v1::PodSpec;
 use karpenter_api::ProviderLabels;
 use karpenter_api::labels::{CORE_WELL_KNOWN_LABELS, HOSTNAME};
 use karpenter_api::loader::{self, Loaded, Object};
+use karpenter_aws::dynamic_resources::dra_gates_unused;
+use karpenter_aws::settings::AwsFeatureGates;
 use karpenter_scheduler::ClusterSnapshot;
 
 use super::Catalogue;
@@ -195,6 +197,14 @@ pub fn unevaluable_keys(
             named(&names),
             if names.len() == 1 { "requires" } else { "require" }
         ));
+    }
+}
+
+/// A note when the AWS DRA gates are on but DRA requests are ignored: the slice templates they publish are then
+/// never used (the controller logs the same at startup).
+pub fn dra_gates(gates: AwsFeatureGates, ignore_dra_requests: bool, notes: &mut Vec<String>) {
+    if let Some(message) = dra_gates_unused(&gates, ignore_dra_requests) {
+        notes.push(message);
     }
 }
 

@@ -166,6 +166,25 @@ fn g4dn_xlarge_nvidia_with_local_nvme() {
 }
 
 #[test]
+fn dra_gates_give_gpu_and_efa_types_slice_templates() {
+    // Off (the default): no templates, as upstream v1.14.
+    assert!(build(&ctx(), "g4dn.xlarge").dynamic_resources.is_empty());
+    let on = InstanceTypeContext { dra: DraTemplates { nvidia_gpu: true, efa: true }, ..ctx() };
+    let g4dn = build(&on, "g4dn.xlarge");
+    let drivers: Vec<&str> = g4dn.dynamic_resources.iter().map(|t| t.driver.as_str()).collect();
+    assert_eq!(drivers, ["gpu.nvidia.com"], "g4dn.xlarge has one T4 and no EFA");
+    let t4 = &g4dn.dynamic_resources[0].devices[0];
+    assert_eq!(t4.attributes.get("productName"), Some(&karpenter_requirements::DeviceAttribute::String("T4".into())));
+    assert_eq!(t4.capacity.get("memory"), Some(&q("16Gi")));
+    // dl1: Habana accelerators are no NVIDIA GPUs; its 4 EFA interfaces are published, as the extended resource says.
+    let dl1 = build(&on, "dl1.24xlarge");
+    let drivers: Vec<(&str, usize)> =
+        dl1.dynamic_resources.iter().map(|t| (t.driver.as_str(), t.devices.len())).collect();
+    assert_eq!(drivers, [(crate::dynamic_resources::EFA_DRIVER, 4)]);
+    assert!(build(&on, "m5.large").dynamic_resources.is_empty(), "neither GPUs nor EFA");
+}
+
+#[test]
 fn amd_and_habana_gpus() {
     let g4ad = build(&ctx(), "g4ad.xlarge");
     // 2 ENIs × (4 − 1) + 2 = 8 pods; 11 × 8 + 255 = 343Mi.

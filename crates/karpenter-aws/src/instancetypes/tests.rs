@@ -166,3 +166,38 @@ fn kubelet_expression_check_is_the_validation_verdict() {
     class.spec.kubelet.as_mut().unwrap().max_pods = Some(MaxPods::Static(20));
     assert_eq!(check(&class, false, None), ExpressionCheck::Passed);
 }
+
+/// The provider hands its DRA gates to the conversion: a GPU type gets the NVIDIA slice template only with
+/// `DRANVIDIAGPU` on.
+#[tokio::test]
+async fn dra_gates_reach_the_conversion() {
+    let listed = |gate: bool| async move {
+        let clock = FakeClock::default();
+        let ec2 = MockEc2::new(Arc::new(clock.clone()));
+        let mut gpu = instance_type_info("g4dn.xlarge", 4, 16);
+        gpu.gpu_info = Some(crate::ec2::GpuInfo {
+            gpus: vec![crate::ec2::GpuDeviceInfo {
+                name: Some("T4".into()),
+                manufacturer: Some("NVIDIA".into()),
+                count: Some(1),
+                memory_info: Some(crate::ec2::MemoryInfo { size_in_mib: Some(16384) }),
+            }],
+            total_gpu_memory_in_mib: Some(16384),
+        });
+        ec2.set_catalogue(vec![gpu], &["us-west-2a"]);
+        let mut options = InstanceTypeProviderOptions::new("us-west-2");
+        options.dra = DraTemplates { nvidia_gpu: gate, efa: false };
+        let p = InstanceTypeProvider::new(
+            Arc::new(ec2),
+            Arc::new(clock.clone()),
+            SharedPrices::default(),
+            UnavailableOfferings::new(Arc::new(clock)),
+            options,
+        );
+        p.list(&class(json!([]))).await.unwrap()
+    };
+    let on = listed(true).await;
+    let drivers: Vec<&str> = on[0].dynamic_resources.iter().map(|t| t.driver.as_str()).collect();
+    assert_eq!(drivers, ["gpu.nvidia.com"]);
+    assert!(listed(false).await[0].dynamic_resources.is_empty());
+}

@@ -15,6 +15,10 @@
 //! claim shared by several pods is allocated once and pins the others to its node; a claim allocated already
 //! pins its pods to the nodes its allocation's node selector names. Published devices are taken from a
 //! shared [`Allocator`] only when the pod is placed, so a candidate that turns the pod down holds nothing.
+//!
+//! Which devices satisfy a candidate's claims is [`search`]'s (`device_search.rs`): it takes matchAttribute
+//! constraints, admin access and shared counters into account as it goes. Device taints are settled here, once per
+//! request: a device with a taint the request does not tolerate is not among its matches.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -25,22 +29,12 @@ use karpenter_api::dra::{
     SliceNodes,
 };
 use karpenter_api::{CompactPod, labels};
-use karpenter_requirements::{Device, InstanceType, NoKeys, Requirements};
-use rustc_hash::{FxHashMap, FxHashSet};
+use karpenter_requirements::{Device, InstanceType, NoKeys, Requirements, tolerates_all};
+use rustc_hash::FxHashMap;
 
 use super::device_cel::{CelValue, DeviceSelector, SelectorEnv};
+use super::device_search::{Allocator, Alternative, CounterIds, DeviceEntry, DeviceTable, Req, Taken, search};
 use super::templates::ExistingNode;
-
-/// Device-search steps after which a claim counts as not allocatable on a candidate (a bound on pathological
-/// inputs: many identical devices and many requests).
-const MAX_SEARCH_STEPS: usize = 20_000;
-
-/// A device the pass knows.
-#[derive(Debug)]
-struct DeviceEntry<'a> {
-    driver: &'a str,
-    device: &'a Device,
-}
 
 /// One node-selector term: label requirements and, from `matchFields`, node names.
 #[derive(Debug, Clone)]
@@ -83,7 +77,10 @@ impl NodeMatch {
 /// The DRA objects of a pass, indexed (independent of the pods; shared by a disruption pass's simulations).
 #[derive(Debug)]
 pub(crate) struct DraIndex<'a> {
-    devices: Vec<DeviceEntry<'a>>,
+    /// Every device, published or promised, and every shared counter.
+    table: DeviceTable<'a>,
+    /// Some device has a taint (else tolerations need no look).
+    tainted: bool,
     /// Published devices local to one node, by node name.
     node_local: FxHashMap<&'a str, Vec<u32>>,
     /// Published devices of node-selector slices.
@@ -106,7 +103,8 @@ pub(crate) struct DraIndex<'a> {
 impl<'a> DraIndex<'a> {
     pub(crate) fn new(dra: &'a DraObjects, instance_types: impl IntoIterator<Item = &'a InstanceType>) -> Self {
         let mut index = DraIndex {
-            devices: Vec::new(),
+            table: DeviceTable::default(),
+            tainted: false,
             node_local: FxHashMap::default(),
             selected: Vec::new(),
             all_nodes: Vec::new(),
@@ -118,10 +116,17 @@ impl<'a> DraIndex<'a> {
             matched: Mutex::new(FxHashMap::default()),
         };
         let mut published: FxHashMap<(&str, &str, &str), u32> = FxHashMap::default();
+        // Counter sets are the pool's (1.33 keeps them in the device's slice; later versions anywhere in its pool).
+        let mut pool_counters: FxHashMap<(&str, &str), CounterIds<'a>> = FxHashMap::default();
         for slice in &dra.slices {
+            let sets = pool_counters.entry((slice.driver.as_str(), slice.pool.name.as_str())).or_default();
+            index.table.add_counters(sets, &slice.shared_counters);
+        }
+        for slice in &dra.slices {
+            let sets = pool_counters.get(&(slice.driver.as_str(), slice.pool.name.as_str()));
             let mut ids = Vec::with_capacity(slice.devices.len());
             for device in &slice.devices {
-                let id = index.push(&slice.driver, device);
+                let id = index.push(&slice.driver, device, sets);
                 published.insert((slice.driver.as_str(), slice.pool.name.as_str(), device.name.as_str()), id);
                 ids.push(id);
             }
@@ -137,8 +142,11 @@ impl<'a> DraIndex<'a> {
             }
             let mut ids = Vec::new();
             for template in it.dynamic_resources.iter() {
+                // Each node of the type has its own counters; a search over template devices starts from none used.
+                let mut sets = FxHashMap::default();
+                index.table.add_counters(&mut sets, &template.shared_counters);
                 for device in &template.devices {
-                    ids.push(index.push(&template.driver, device));
+                    ids.push(index.push(&template.driver, device, Some(&sets)));
                 }
             }
             index.instance_types.insert(it.name.as_str(), ids);
@@ -150,9 +158,11 @@ impl<'a> DraIndex<'a> {
         index
     }
 
-    fn push(&mut self, driver: &'a str, device: &'a Device) -> u32 {
-        self.devices.push(DeviceEntry { driver, device });
-        (self.devices.len() - 1) as u32
+    fn push(&mut self, driver: &'a str, device: &'a Device, sets: Option<&CounterIds<'a>>) -> u32 {
+        let consumes = self.table.consumption(sets, &device.consumes_counters);
+        self.tainted |= !device.taints.is_empty();
+        self.table.devices.push(DeviceEntry { driver, device, consumes });
+        (self.table.devices.len() - 1) as u32
     }
 
     /// The devices `node` offers (sorted ids): published ones once initialized, else its instance type's (none
@@ -178,6 +188,25 @@ impl<'a> DraIndex<'a> {
         NodeView::Template(it.and_then(|it| self.instance_types.get(it.as_str()).cloned()).unwrap_or_default())
     }
 
+    /// Drops from `matches` the devices with a taint `alt` does not tolerate; the first such taint, if any.
+    fn untolerated(&self, matches: &mut Vec<u32>, alt: &RequestAlternative) -> Option<String> {
+        if !self.tainted {
+            return None;
+        }
+        let mut first = None;
+        matches.retain(|&d| {
+            let taints = self.table.devices.get(d as usize).map_or(&[][..], |e| e.device.taints.as_slice());
+            match tolerates_all(&alt.tolerations, taints) {
+                Ok(()) => true,
+                Err(e) => {
+                    first.get_or_insert(e.taint);
+                    false
+                }
+            }
+        });
+        first
+    }
+
     fn it_devices(&self, it: &str) -> &[u32] {
         self.instance_types.get(it).map_or(&[], Vec::as_slice)
     }
@@ -192,14 +221,6 @@ enum NodeView {
     Template(Vec<u32>),
 }
 
-/// One way to satisfy a request, with the devices that match its class and selectors.
-#[derive(Debug, Clone)]
-pub(crate) struct Alternative {
-    mode: AllocationMode,
-    /// Sorted ids of the matching devices.
-    matches: Vec<u32>,
-}
-
 /// A claim a pod uses, resolved.
 #[derive(Debug, Clone)]
 struct PassClaim {
@@ -207,6 +228,8 @@ struct PassClaim {
     name: String,
     /// Per request, its alternatives in order.
     requests: Vec<Vec<Alternative>>,
+    /// Its `matchAttribute` constraints' attributes (alternatives refer to them by index).
+    constraints: Vec<String>,
     /// Why a request can match no device (a class missing, a selector that errs on every device), for reasons.
     describe: Vec<String>,
     /// Allocated already (`status.allocation`): the nodes it is reachable from (`None`: every node).
@@ -218,125 +241,6 @@ struct PassClaim {
 pub(crate) enum Where {
     Existing(usize),
     New(usize),
-}
-
-/// Published devices in use: held by claims' status or allocated during the solve.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Allocator {
-    used: FxHashSet<u32>,
-}
-
-impl Allocator {
-    pub(crate) fn new(held: impl IntoIterator<Item = u32>) -> Self {
-        Allocator { used: held.into_iter().collect() }
-    }
-
-    pub(crate) fn is_used(&self, id: u32) -> bool {
-        self.used.contains(&id)
-    }
-
-    /// Takes `devices`; `false` (and nothing taken) if one is in use already.
-    pub(crate) fn commit(&mut self, devices: &[u32]) -> bool {
-        if devices.iter().any(|d| self.used.contains(d)) {
-            return false;
-        }
-        self.used.extend(devices.iter().copied());
-        true
-    }
-
-    /// Gives `devices` back (a rollback of [`Allocator::commit`]). The solver itself never needs it: it commits
-    /// only once every other check of the candidate passed, so a candidate that turns a pod down holds nothing,
-    /// and each simulation starts from the index's allocations; the property test proves the two are inverse.
-    #[cfg(test)]
-    pub(crate) fn release(&mut self, devices: &[u32]) {
-        for d in devices {
-            self.used.remove(d);
-        }
-    }
-}
-
-/// Devices for every request of `requests` out of `view` (sorted ids), none of them `used`, each device for one
-/// request only; alternatives are tried in order and the search backtracks. `None` when there is no way.
-pub(crate) fn search(requests: &[&[Alternative]], view: &[u32], used: &dyn Fn(u32) -> bool) -> Option<Vec<u32>> {
-    let mut taken = Vec::new();
-    let mut steps = 0usize;
-    search_from(requests, view, used, &mut taken, &mut steps).then_some(taken)
-}
-
-fn in_view(view: &[u32], id: u32) -> bool {
-    view.binary_search(&id).is_ok()
-}
-
-fn search_from(
-    requests: &[&[Alternative]],
-    view: &[u32],
-    used: &dyn Fn(u32) -> bool,
-    taken: &mut Vec<u32>,
-    steps: &mut usize,
-) -> bool {
-    let Some((first, rest)) = requests.split_first() else { return true };
-    for alt in first.iter() {
-        *steps += 1;
-        if *steps > MAX_SEARCH_STEPS {
-            return false;
-        }
-        let mark = taken.len();
-        let free: Vec<u32> =
-            alt.matches.iter().copied().filter(|&d| in_view(view, d) && !used(d) && !taken.contains(&d)).collect();
-        match alt.mode {
-            AllocationMode::All => {
-                let all = alt.matches.iter().filter(|&&d| in_view(view, d)).count();
-                if all == 0 || free.len() < all {
-                    continue;
-                }
-                taken.extend(&free);
-                if search_from(rest, view, used, taken, steps) {
-                    return true;
-                }
-                taken.truncate(mark);
-            }
-            AllocationMode::ExactCount(n) => {
-                if pick(&free, n as usize, 0, rest, view, used, taken, steps) {
-                    return true;
-                }
-                taken.truncate(mark);
-            }
-        }
-    }
-    false
-}
-
-/// Chooses `n` more devices of `free[from..]` (in increasing position, so each set is tried once), then the
-/// remaining requests.
-#[allow(clippy::too_many_arguments)]
-fn pick(
-    free: &[u32],
-    n: usize,
-    from: usize,
-    rest: &[&[Alternative]],
-    view: &[u32],
-    used: &dyn Fn(u32) -> bool,
-    taken: &mut Vec<u32>,
-    steps: &mut usize,
-) -> bool {
-    if n == 0 {
-        return search_from(rest, view, used, taken, steps);
-    }
-    let mut k = from;
-    while k + n <= free.len() {
-        *steps += 1;
-        if *steps > MAX_SEARCH_STEPS {
-            return false;
-        }
-        let Some(&d) = free.get(k) else { return false };
-        taken.push(d);
-        if pick(free, n - 1, k + 1, rest, view, used, taken, steps) {
-            return true;
-        }
-        taken.pop();
-        k += 1;
-    }
-    false
 }
 
 /// A pod's claims could not be resolved (a per-pod reason; the pod waits for a later pass).
@@ -370,7 +274,7 @@ impl<'a> DraPass<'a> {
         index: Arc<DraIndex<'a>>,
         pods: impl Iterator<Item = (usize, &'p CompactPod)>,
     ) -> (Self, Vec<(usize, ResolveError)>) {
-        let allocator = Allocator::new(index.allocated.iter().copied());
+        let allocator = Allocator::new(&index.table, index.allocated.iter().copied());
         let mut pass = DraPass {
             index,
             claims: Vec::new(),
@@ -455,13 +359,28 @@ impl<'a> DraPass<'a> {
             for alt in &request.alternatives {
                 let (matches, note) = resolver.matches(&self.index, alt)?;
                 notes.push(note);
-                alts.push(Alternative { mode: alt.mode, matches });
+                // A constraint naming the request binds all its alternatives; one naming `request/sub`, that one.
+                let constraints = spec
+                    .constraints
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, c)| {
+                        c.requests.is_empty() || c.requests.iter().any(|r| *r == request.name || *r == alt.name)
+                    })
+                    .map(|(i, _)| i as u32)
+                    .collect();
+                alts.push(Alternative { mode: alt.mode, matches, admin: alt.admin_access, constraints });
             }
             requests.push(alts);
             describe.push(format!("request {}: {}", request.name, notes.join(", or ")));
         }
+        for c in &spec.constraints {
+            let over = if c.requests.is_empty() { "all requests".to_owned() } else { c.requests.join(", ") };
+            describe.push(format!("the same {} for {over}", c.attribute));
+        }
+        let constraints = spec.constraints.iter().map(|c| c.attribute.clone()).collect();
         let allocated = allocation.map(|a| a.node_selector.as_ref().map(NodeMatch::new));
-        self.claims.push(PassClaim { name: name.clone(), requests, describe, allocated });
+        self.claims.push(PassClaim { name: name.clone(), requests, constraints, describe, allocated });
         let id = (self.claims.len() - 1) as u32;
         resolver.by_name.insert(name, id);
         Ok(id)
@@ -475,8 +394,22 @@ impl<'a> DraPass<'a> {
         self.claims.get(c as usize)
     }
 
-    fn requests_of<'s>(&'s self, claims: &[u32]) -> Vec<&'s [Alternative]> {
-        claims.iter().filter_map(|&c| self.claim(c)).flat_map(|c| c.requests.iter().map(Vec::as_slice)).collect()
+    /// The requests of `claims` and their constraints' attributes, for [`search`].
+    fn requests_of<'s>(&'s self, claims: &[u32]) -> (Vec<Req<'s>>, Vec<&'s str>) {
+        let mut requests = Vec::new();
+        let mut constraints = Vec::new();
+        for claim in claims.iter().filter_map(|&c| self.claim(c)) {
+            let constraint_base = constraints.len() as u32;
+            constraints.extend(claim.constraints.iter().map(String::as_str));
+            requests.extend(claim.requests.iter().map(|alts| Req { alts, constraint_base }));
+        }
+        (requests, constraints)
+    }
+
+    /// [`search`] for `claims` on the devices `view`, from `base` (`None`: a candidate's template devices).
+    fn search(&self, claims: &[u32], view: &[u32], base: Option<&Allocator>) -> Option<Vec<Taken>> {
+        let (requests, constraints) = self.requests_of(claims);
+        search(&self.index.table, &requests, &constraints, view, base)
     }
 
     /// The pod's claims still to allocate on `at`, or why `at` cannot take it (a claim allocated elsewhere).
@@ -513,14 +446,15 @@ impl<'a> DraPass<'a> {
         let view = self.views.entry(n).or_insert_with(|| index.node_view(node)).clone();
         match view {
             NodeView::Published(ids) => {
-                let requests = self.requests_of(&claims);
-                let devices = search(&requests, &ids, &|d| self.allocator.is_used(d))?;
+                let taken = self.search(&claims, &ids, Some(&self.allocator))?;
+                // Admin access takes nothing from others.
+                let devices = taken.iter().filter(|t| !t.admin).map(|t| t.id).collect();
                 Some(Commit { devices, claims })
             }
             NodeView::Template(ids) => {
                 let mut all = self.node_claims.get(&n).cloned().unwrap_or_default();
                 all.extend(&claims);
-                search(&self.requests_of(&all), &ids, &|_| false)?;
+                self.search(&all, &ids, None)?;
                 Some(Commit { devices: Vec::new(), claims })
             }
         }
@@ -528,7 +462,7 @@ impl<'a> DraPass<'a> {
 
     /// Records pod `i` on existing node `n` (after [`DraPass::check_existing`] said yes).
     pub(crate) fn commit_existing(&mut self, n: usize, commit: Commit) {
-        let committed = self.allocator.commit(&commit.devices);
+        let committed = self.allocator.commit(&self.index.table, &commit.devices);
         debug_assert!(committed, "check_existing only offers free devices");
         if matches!(self.views.get(&n), Some(NodeView::Template(_))) {
             self.node_claims.entry(n).or_default().extend(&commit.claims);
@@ -555,10 +489,9 @@ impl<'a> DraPass<'a> {
         }
         let mut all = on_claim.to_vec();
         all.extend(&claims);
-        let requests = self.requests_of(&all);
         let kept: Vec<u32> = its
             .iter()
-            .filter(|(_, name)| search(&requests, self.index.it_devices(name), &|_| false).is_some())
+            .filter(|(_, name)| self.search(&all, self.index.it_devices(name), None).is_some())
             .map(|(k, _)| *k)
             .collect();
         if kept.is_empty() {
@@ -583,11 +516,11 @@ impl<'a> DraPass<'a> {
 
     /// The DRA drivers a new claim with `claims` relies on, over its instance types `its`.
     pub(crate) fn drivers(&self, claims: &[u32], its: &[&str]) -> Vec<String> {
-        let requests = self.requests_of(claims);
         let mut drivers = BTreeSet::new();
         for it in its {
-            if let Some(devices) = search(&requests, self.index.it_devices(it), &|_| false) {
-                drivers.extend(devices.iter().filter_map(|&d| self.index.devices.get(d as usize)).map(|e| e.driver));
+            if let Some(taken) = self.search(claims, self.index.it_devices(it), None) {
+                drivers
+                    .extend(taken.iter().filter_map(|t| self.index.table.devices.get(t.id as usize)).map(|e| e.driver));
             }
         }
         drivers.into_iter().map(str::to_owned).collect()
@@ -615,7 +548,7 @@ impl Resolver {
     fn matches(&mut self, index: &DraIndex<'_>, alt: &RequestAlternative) -> Result<(Vec<u32>, String), ResolveError> {
         let key = (alt.device_class_name.clone(), alt.selectors.clone());
         let cached = index.matched.lock().ok().and_then(|m| m.get(&key).cloned());
-        let (matches, first_error) = match cached {
+        let (mut matches, first_error) = match cached {
             Some(m) => m?,
             None => {
                 let m = self.evaluate(index, alt);
@@ -625,6 +558,7 @@ impl Resolver {
                 m?
             }
         };
+        let untolerated = index.untolerated(&mut matches, alt);
         let count = match alt.mode {
             AllocationMode::ExactCount(n) => format!("{n} device(s)"),
             AllocationMode::All => "all devices".to_owned(),
@@ -633,10 +567,18 @@ impl Resolver {
         if !alt.selectors.is_empty() {
             note.push_str(&format!(" matching {}", alt.selectors.join(" && ")));
         }
-        if matches.is_empty()
-            && let Some(e) = first_error
-        {
-            note.push_str(&format!(" ({e})"));
+        if !alt.tolerations.is_empty() {
+            note.push_str(&format!(" with {} toleration(s)", alt.tolerations.len()));
+        }
+        if alt.admin_access {
+            note.push_str(" with admin access");
+        }
+        if matches.is_empty() {
+            if let Some(taint) = untolerated {
+                note.push_str(&format!(" (the matching devices have taints it does not tolerate: {taint})"));
+            } else if let Some(e) = first_error {
+                note.push_str(&format!(" ({e})"));
+            }
         }
         Ok((matches, note))
     }
@@ -660,7 +602,7 @@ impl Resolver {
         let env = self.env.get_or_insert_with(SelectorEnv::new);
         let mut matches = Vec::new();
         let mut first_error = None;
-        for (id, entry) in index.devices.iter().enumerate() {
+        for (id, entry) in index.table.devices.iter().enumerate() {
             let id = id as u32;
             let value = self.values.entry(id).or_insert_with(|| env.device_value(entry.driver, entry.device));
             let mut ok = true;
@@ -682,94 +624,5 @@ impl Resolver {
             }
         }
         Ok((matches, first_error))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    fn alt(mode: AllocationMode, matches: &[u32]) -> Alternative {
-        let mut matches = matches.to_vec();
-        matches.sort_unstable();
-        matches.dedup();
-        Alternative { mode, matches }
-    }
-
-    #[test]
-    fn search_backtracks_and_tries_alternatives_in_order() {
-        // Greedy would give device 0 to the first request and leave the second (only device 0) without.
-        let a = [alt(AllocationMode::ExactCount(1), &[0, 1])];
-        let b = [alt(AllocationMode::ExactCount(1), &[0])];
-        assert_eq!(search(&[&a, &b], &[0, 1], &|_| false), Some(vec![1, 0]));
-        assert_eq!(search(&[&a, &b], &[0, 1], &|d| d == 0), None, "device 0 is in use");
-        // firstAvailable: the first alternative that fits wins.
-        let first = [alt(AllocationMode::ExactCount(2), &[5, 6]), alt(AllocationMode::ExactCount(1), &[7])];
-        assert_eq!(search(&[&first], &[5, 7], &|_| false), Some(vec![7]), "only one of 5, 6 is on the node");
-        assert_eq!(search(&[&first], &[5, 6, 7], &|_| false), Some(vec![5, 6]));
-        // All: every matching device on the node, and at least one; one in use means none.
-        let all = [alt(AllocationMode::All, &[1, 2, 3])];
-        assert_eq!(search(&[&all], &[1, 2, 9], &|_| false), Some(vec![1, 2]));
-        assert_eq!(search(&[&all], &[1, 2, 9], &|d| d == 2), None);
-        assert_eq!(search(&[&all], &[9], &|_| false), None);
-        assert_eq!(search(&[], &[], &|_| false), Some(vec![]), "no requests: nothing to allocate");
-    }
-
-    fn requests() -> impl Strategy<Value = Vec<Vec<(bool, u32, Vec<u32>)>>> {
-        let alt = (any::<bool>(), 1u32..3, proptest::collection::vec(0u32..12, 0..6));
-        proptest::collection::vec(proptest::collection::vec(alt, 1..3), 0..4)
-    }
-
-    fn to_alts(raw: &[Vec<(bool, u32, Vec<u32>)>]) -> Vec<Vec<Alternative>> {
-        raw.iter()
-            .map(|r| {
-                r.iter()
-                    .map(|(all, n, m)| alt(if *all { AllocationMode::All } else { AllocationMode::ExactCount(*n) }, m))
-                    .collect()
-            })
-            .collect()
-    }
-
-    proptest! {
-        /// Whatever is asked, an allocation never hands out a device twice, never one in use, never one the
-        /// node does not see, and gives each ExactCount request its count; committing it then releasing it
-        /// restores the allocator exactly.
-        #[test]
-        fn allocations_are_disjoint_and_rollback_restores(
-            batches in proptest::collection::vec(requests(), 1..5),
-            view in proptest::collection::btree_set(0u32..12, 0..12),
-            held in proptest::collection::btree_set(0u32..12, 0..4),
-        ) {
-            let view: Vec<u32> = view.into_iter().collect();
-            let mut allocator = Allocator::new(held.iter().copied());
-            let mut committed: Vec<Vec<u32>> = Vec::new();
-            for raw in &batches {
-                let alts = to_alts(raw);
-                let reqs: Vec<&[Alternative]> = alts.iter().map(Vec::as_slice).collect();
-                let before = allocator.clone();
-                if let Some(devices) = search(&reqs, &view, &|d| allocator.is_used(d)) {
-                    let distinct: BTreeSet<u32> = devices.iter().copied().collect();
-                    prop_assert_eq!(distinct.len(), devices.len(), "a device twice in one allocation");
-                    prop_assert!(devices.iter().all(|d| view.contains(d) && !allocator.is_used(*d)));
-                    prop_assert!(devices.len() >= reqs.len(), "every request gets a device");
-                    prop_assert!(allocator.commit(&devices));
-                    let mut probe = allocator.clone();
-                    probe.release(&devices);
-                    prop_assert_eq!(&probe, &before, "release undoes commit");
-                    committed.push(devices);
-                } else {
-                    prop_assert_eq!(&allocator, &before, "a failed search takes nothing");
-                }
-            }
-            let all: Vec<u32> = committed.iter().flatten().copied().collect();
-            let distinct: BTreeSet<u32> = all.iter().copied().collect();
-            prop_assert_eq!(distinct.len(), all.len(), "no device allocated twice across pods");
-            prop_assert!(all.iter().all(|d| !held.contains(d)), "devices held by claims' status are never reused");
-            for devices in committed.iter().rev() {
-                allocator.release(devices);
-            }
-            prop_assert_eq!(allocator, Allocator::new(held.iter().copied()), "rolling everything back restores");
-        }
     }
 }

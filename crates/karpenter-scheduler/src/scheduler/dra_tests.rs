@@ -3,8 +3,8 @@
 
 use karpenter_api::{ProviderLabels, labels, load_str};
 use karpenter_requirements::{
-    Device, DeviceAttribute, DeviceSliceTemplate, Format, InstanceType, Offering, Overhead, Quantity, Requirement,
-    ResourceList,
+    CounterSet, Device, DeviceAttribute, DeviceSliceTemplate, Format, InstanceType, Offering, Overhead, Quantity,
+    Requirement, ResourceList,
 };
 
 use super::{PoolInput, SchedulerOptions, Solver, schedule};
@@ -47,7 +47,11 @@ fn catalogue() -> Vec<InstanceType> {
                 return it;
             }
             let devices = (0..gpus).map(|g| gpu(&format!("gpu-{g}"), "A100")).collect();
-            it.with_dynamic_resources(vec![DeviceSliceTemplate { driver: DRIVER.into(), devices }])
+            it.with_dynamic_resources(vec![DeviceSliceTemplate {
+                driver: DRIVER.into(),
+                devices,
+                ..Default::default()
+            }])
         })
         .collect()
 }
@@ -89,9 +93,12 @@ fn pod(name: &str, claims: &[&str]) -> String {
 }
 
 fn solve_with(yaml: &str, options: &SchedulerOptions) -> Decisions {
+    solve_on(yaml, options, catalogue())
+}
+
+fn solve_on(yaml: &str, options: &SchedulerOptions, its: Vec<InstanceType>) -> Decisions {
     let objects = load_str(yaml, "input.yaml").expect("input parses");
     let snapshot = ClusterSnapshot::from_objects(&objects).expect("snapshot");
-    let its = catalogue();
     let pools: Vec<PoolInput<'_>> =
         snapshot.node_pools.iter().map(|p| PoolInput { node_pool: p, instance_types: &its }).collect();
     schedule(&snapshot, &pools, &ProviderLabels::aws(), options)
@@ -387,4 +394,146 @@ fn disruption_simulations_keep_a_pod_with_an_allocated_claim_on_its_node() {
             assert!(reason.contains("ResourceClaim default/held is allocated to devices of another node"), "{reason}");
         }
     }
+}
+
+/// A node `name` publishing, at `resource.k8s.io/v1`, `devices` (flow-style YAML list items) and `counters`.
+fn node_v1(name: &str, devices: &[&str], counters: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Node\nmetadata: {{name: {name}, labels: {{kubernetes.io/hostname: {name}}}}}\nstatus: {{allocatable: {{cpu: '8', pods: '100'}}}}\n---\n\
+apiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {{name: {name}-gpus}}\nspec:\n  driver: {DRIVER}\n  nodeName: {name}\n  pool: {{name: {name}, generation: 1, resourceSliceCount: 1}}\n  sharedCounters: [{counters}]\n  devices: [{}]\n---\n",
+        devices.join(", ")
+    )
+}
+
+/// A v1 ResourceClaim `name` with `requests` (flow-style YAML list items) and `constraints`.
+fn claim_v1(name: &str, requests: &[&str], constraints: &str) -> String {
+    format!(
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {{name: {name}, namespace: default}}\nspec: {{devices: {{requests: [{}], constraints: [{constraints}]}}}}\n---\n",
+        requests.join(", ")
+    )
+}
+
+fn gpu_v1(name: &str, model: &str, numa: i64) -> String {
+    format!("{{name: {name}, attributes: {{model: {{string: {model}}}, numa: {{int: {numa}}}}}}}")
+}
+
+#[test]
+fn match_attribute_backtracks_to_devices_sharing_the_value() {
+    // gpu-0 (A100, numa 0) is the first A100, but only gpu-1 shares numa 1 with the H100.
+    let node =
+        node_v1("node-a", &[&gpu_v1("gpu-0", "A100", 0), &gpu_v1("gpu-1", "A100", 1), &gpu_v1("gpu-2", "H100", 1)], "");
+    let requests = [
+        "{name: a, exactly: {deviceClassName: gpu, selectors: [{cel: {expression: 'device.attributes[\"gpu.example.com\"].model == \"A100\"'}}]}}",
+        "{name: h, exactly: {deviceClassName: gpu, selectors: [{cel: {expression: 'device.attributes[\"gpu.example.com\"].model == \"H100\"'}}]}}",
+    ];
+    let constraint = "{matchAttribute: gpu.example.com/numa}";
+    let yaml = format!(
+        "{POOL}{CLASS}{node}{}{}{}{}",
+        claim_v1("first", &requests, constraint),
+        claim_v1("second", &requests, constraint),
+        pod("p1", &["first"]),
+        pod("p2", &["second"]),
+    );
+    let d = solve(&yaml);
+    assert_eq!(placed_on(&d, "p1"), Some("node-a"), "{:?}", d.unschedulable);
+    // The second claim finds gpu-0 alone (no H100 left); the templates' GPUs have no numa attribute.
+    assert_eq!(d.unschedulable.len(), 1);
+    let reason = d.unschedulable[0].reason.to_string();
+    assert!(reason.contains("the same gpu.example.com/numa for all requests"), "{reason}");
+}
+
+#[test]
+fn tainted_devices_go_only_to_tolerating_requests() {
+    let tainted =
+        "{name: gpu-0, attributes: {model: {string: A100}}, taints: [{key: maintenance, effect: NoSchedule}]}";
+    let node = node_v1("node-a", &[tainted], "");
+    let plain = claim_v1("plain", &["{name: g, exactly: {deviceClassName: gpu}}"], "");
+    let tolerating = claim_v1(
+        "tolerating",
+        &["{name: g, exactly: {deviceClassName: gpu, tolerations: [{key: maintenance, operator: Exists}]}}"],
+        "",
+    );
+    let yaml = format!("{POOL}{CLASS}{node}{plain}{tolerating}{}{}", pod("p1", &["plain"]), pod("p2", &["tolerating"]));
+    let d = solve(&yaml);
+    assert!(d.unschedulable.is_empty(), "{:?}", d.unschedulable);
+    assert_eq!(placed_on(&d, "p2"), Some("node-a"));
+    assert_ne!(placed_on(&d, "p1"), Some("node-a"), "the untolerated taint keeps the plain claim off gpu-0");
+    assert_eq!(d.new_node_claims.len(), 1);
+
+    // Only a tainted H100 anywhere: the reason names the taint.
+    let h100 = "{name: gpu-0, attributes: {model: {string: H100}}, taints: [{key: maintenance, value: planned, effect: NoExecute}]}";
+    let wants = claim("h100", 1, Some(r#"device.attributes["gpu.example.com"].model == "H100""#));
+    let d = solve(&format!("{POOL}{CLASS}{}{wants}{}", node_v1("node-a", &[h100], ""), pod("p", &["h100"])));
+    let reason = d.unschedulable.first().map(|u| u.reason.to_string()).unwrap_or_default();
+    assert!(
+        reason.contains("(the matching devices have taints it does not tolerate: maintenance=planned:NoExecute)"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn admin_access_shares_a_device_in_use() {
+    let node = node_v1("node-a", &[&gpu_v1("gpu-0", "A100", 0)], "");
+    let held = "apiVersion: resource.k8s.io/v1beta1\nkind: ResourceClaim\nmetadata: {name: held, namespace: default}\nspec: {devices: {requests: [{name: g, deviceClassName: gpu}]}}\nstatus:\n  allocation:\n    devices: {results: [{request: g, driver: gpu.example.com, pool: node-a, device: gpu-0}]}\n---\n";
+    let admin = claim_v1("monitor", &["{name: g, exactly: {deviceClassName: gpu, adminAccess: true}}"], "");
+    let also = claim_v1("monitor-2", &["{name: g, exactly: {deviceClassName: gpu, adminAccess: true}}"], "");
+    let plain = claim_v1("plain", &["{name: g, exactly: {deviceClassName: gpu}}"], "");
+    let yaml = format!(
+        "{POOL}{CLASS}{node}{held}{admin}{also}{plain}{}{}{}",
+        pod("m1", &["monitor"]),
+        pod("m2", &["monitor-2"]),
+        pod("p", &["plain"])
+    );
+    let d = solve(&yaml);
+    assert!(d.unschedulable.is_empty(), "{:?}", d.unschedulable);
+    assert_eq!(placed_on(&d, "m1"), Some("node-a"), "admin access may use the held device");
+    assert_eq!(placed_on(&d, "m2"), Some("node-a"), "and takes it from nobody");
+    assert_ne!(placed_on(&d, "p"), Some("node-a"), "a plain request still finds gpu-0 held");
+}
+
+#[test]
+fn partitions_share_their_counters() {
+    // Four partitions of one 80Gi GPU, 40Gi each: two fit at a time.
+    let parts: Vec<String> = (0..4)
+        .map(|i| format!("{{name: part-{i}, attributes: {{model: {{string: A100}}}}, consumesCounters: [{{counterSet: gpu-0, counters: {{memory: {{value: 40Gi}}}}}}]}}"))
+        .collect();
+    let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+    let node = node_v1("node-a", &parts, "{name: gpu-0, counters: {memory: {value: 80Gi}}}");
+    let claims: String = (0..3).map(|i| claim(&format!("c{i}"), 1, None)).collect();
+    let pods: String = (0..3).map(|i| pod(&format!("p{i}"), &[&format!("c{i}")])).collect();
+    let d = solve(&format!("{POOL}{CLASS}{node}{claims}{pods}"));
+    assert!(d.unschedulable.is_empty(), "{:?}", d.unschedulable);
+    let on_a = (0..3).filter(|i| placed_on(&d, &format!("p{i}")) == Some("node-a")).count();
+    assert_eq!(on_a, 2, "the counter holds two partitions");
+    assert_eq!(d.new_node_claims.len(), 1);
+}
+
+#[test]
+fn template_partitions_share_each_new_nodes_counters() {
+    // gpu-2x's template: four partitions of one 80Gi GPU, 40Gi each; a node holds two of them at a time.
+    let its: Vec<InstanceType> = catalogue()
+        .into_iter()
+        .map(|it| {
+            if it.dynamic_resources.is_empty() {
+                return it;
+            }
+            let memory = |q: &str| [("memory".to_owned(), q.parse::<Quantity>().expect("quantity"))].into();
+            let devices = (0..4)
+                .map(|i| Device {
+                    consumes_counters: vec![CounterSet { name: "gpu-0".into(), counters: memory("40Gi") }],
+                    ..gpu(&format!("part-{i}"), "A100")
+                })
+                .collect();
+            let shared_counters = vec![CounterSet { name: "gpu-0".into(), counters: memory("80Gi") }];
+            it.with_dynamic_resources(vec![DeviceSliceTemplate { driver: DRIVER.into(), devices, shared_counters }])
+        })
+        .collect();
+    let claims: String = (0..3).map(|i| claim(&format!("c{i}"), 1, None)).collect();
+    let pods: String = (0..3).map(|i| pod(&format!("p{i}"), &[&format!("c{i}")])).collect();
+    let options = SchedulerOptions { ignore_dra_requests: false, ..Default::default() };
+    let d = solve_on(&format!("{POOL}{CLASS}{claims}{pods}"), &options, its);
+    assert!(d.unschedulable.is_empty(), "{:?}", d.unschedulable);
+    let mut per_node: Vec<usize> = d.new_node_claims.iter().map(|c| c.pods.len()).collect();
+    per_node.sort_unstable();
+    assert_eq!(per_node, [1, 2], "the counter holds two partitions per node");
 }
