@@ -941,17 +941,8 @@ async fn ec2nodeclass_crd(env: &Env) {
 /// check does not need AWS: it comes before the checks that do).
 fn ec2_node_class_controller(env: &Env) -> karpenter_aws::nodeclass::controller::NodeClassController {
     use karpenter_aws::nodeclass::controller::{NodeClassController, StaticKubernetesVersion};
-    use karpenter_aws::nodeclass::{NodeClassResolver, ResolverApis, ResolverSettings};
-    let aws = Arc::new(karpenter_aws::nodeclass::mock::MockAws::new());
-    let apis = ResolverApis {
-        subnets: aws.clone(),
-        security_groups: aws.clone(),
-        images: aws.clone(),
-        ssm: aws.clone(),
-        capacity_reservations: aws.clone(),
-        placement_groups: aws.clone(),
-        iam: aws,
-    };
+    use karpenter_aws::nodeclass::{NodeClassResolver, ResolverSettings};
+    let apis = Arc::new(karpenter_aws::nodeclass::mock::MockAws::new()).resolver_apis();
     let clock: Arc<dyn karpenter_cloudprovider::Clock> = Arc::new(karpenter_cloudprovider::SystemClock);
     let resolver = Arc::new(NodeClassResolver::new(apis, ResolverSettings::default(), clock.clone()));
     let version = Arc::new(StaticKubernetesVersion("1.32".into()));

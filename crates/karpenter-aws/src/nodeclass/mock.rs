@@ -73,6 +73,19 @@ impl MockAws {
         Self::default()
     }
 
+    /// Every API the resolver needs, answered by this one in-memory AWS.
+    pub fn resolver_apis(self: &std::sync::Arc<Self>) -> super::ResolverApis {
+        super::ResolverApis {
+            subnets: self.clone(),
+            security_groups: self.clone(),
+            images: self.clone(),
+            ssm: self.clone(),
+            capacity_reservations: self.clone(),
+            placement_groups: self.clone(),
+            iam: self.clone(),
+        }
+    }
+
     /// Runs `f` on the world (to set it up or inspect it).
     pub fn with<R>(&self, f: impl FnOnce(&mut World) -> R) -> R {
         f(&mut self.world.lock().unwrap_or_else(PoisonError::into_inner))

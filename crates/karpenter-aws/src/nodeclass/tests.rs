@@ -92,15 +92,7 @@ pub(super) fn world() -> Arc<MockAws> {
 }
 
 pub(super) fn apis(aws: &Arc<MockAws>) -> ResolverApis {
-    ResolverApis {
-        subnets: aws.clone(),
-        security_groups: aws.clone(),
-        images: aws.clone(),
-        ssm: aws.clone(),
-        capacity_reservations: aws.clone(),
-        placement_groups: aws.clone(),
-        iam: aws.clone(),
-    }
+    aws.resolver_apis()
 }
 
 pub(super) fn settings() -> ResolverSettings {
