@@ -21,7 +21,7 @@ use karpenter_api::{NodePool, set_condition};
 use karpenter_cloudprovider::overlay::evaluate;
 use karpenter_cloudprovider::{CloudProvider, Evaluated, OverlayStore};
 use karpenter_requirements::InstanceType;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::watcher;
 use serde_json::json;
 use tokio::sync::Notify;
@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::ControllerContext;
 use crate::events::Event;
+use crate::nodepool::nodeclass::NodeClassResolver;
 
 /// The controller's name (logs, metrics).
 pub const CONTROLLER: &str = "nodeoverlay";
@@ -133,7 +134,8 @@ impl NodeOverlayController {
         Ok(outcome)
     }
 
-    /// Evaluates at start, after every NodeOverlay or NodePool change and every [`RESYNC`], until `shutdown`.
+    /// Evaluates at start, after every NodeOverlay, NodePool or node-class change (a node class shapes its pools'
+    /// instance types) and every [`RESYNC`], until `shutdown`.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let changed = Arc::new(Notify::new());
         let client = self.ctx.client().clone();
@@ -143,11 +145,23 @@ impl NodeOverlayController {
         }
         let overlays =
             watcher(Api::<NodeOverlay>::all(client.clone()), watcher::Config::default()).filter_map(events).boxed();
-        let pools = watcher(Api::<NodePool>::all(client), watcher::Config::default()).filter_map(events).boxed();
+        let pools =
+            watcher(Api::<NodePool>::all(client.clone()), watcher::Config::default()).filter_map(events).boxed();
+        let resolver = NodeClassResolver::default();
+        let node_classes: Vec<_> = self
+            .provider
+            .supported_node_classes()
+            .into_iter()
+            .filter_map(|k| {
+                let resource = resolver.resource(&k.group, &k.kind)?;
+                let api = Api::<DynamicObject>::all_with(client.clone(), resource);
+                Some(watcher(api, watcher::Config::default()).filter_map(events).boxed())
+            })
+            .collect();
         let watch = tokio::spawn({
             let (changed, shutdown) = (changed.clone(), shutdown.clone());
             async move {
-                let mut events = futures::stream::select(overlays, pools);
+                let mut events = futures::stream::select_all([overlays, pools].into_iter().chain(node_classes));
                 loop {
                     tokio::select! {
                         () = shutdown.cancelled() => return,
@@ -248,5 +262,47 @@ mod tests {
         let rv = api.get("cheap").await.unwrap().metadata.resource_version;
         controller.reconcile().await.unwrap();
         assert_eq!(api.get("cheap").await.unwrap().metadata.resource_version, rv);
+    }
+
+    #[tokio::test]
+    async fn a_node_class_change_brings_an_evaluation_before_the_resync() {
+        use karpenter_cloudprovider::Method;
+        let server = ApiServer::new();
+        let client = server.client();
+        let fake = Arc::new(karpenter_testing::kwok::fake());
+        let raw: Arc<dyn CloudProvider> = fake.clone();
+        let ctx = ControllerContext::for_tests(client.clone(), raw.clone(), Arc::new(FakeClock::default()));
+        let pool = node_pool(NodePoolOptions { name: Some("default".into()), ..Default::default() });
+        Api::<NodePool>::all(client.clone()).create(&PostParams::default(), &pool).await.unwrap();
+        let controller = Arc::new(NodeOverlayController::new(&ctx, raw, OverlayStore::new()));
+        let shutdown = CancellationToken::new();
+        let run = tokio::spawn(controller.run(shutdown.clone()));
+        let evaluations = || fake.call_count(Method::InstanceTypes);
+        // Real time: the watches run on the in-process API server. Wait for the start's evaluations to settle.
+        let settled = async || {
+            let mut last = usize::MAX;
+            loop {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let now = evaluations();
+                if now == last && now > 0 {
+                    return now;
+                }
+                last = now;
+            }
+        };
+        let before = settled().await;
+        let class = karpenter_testing::kwok_node_class(Default::default());
+        Api::<karpenter_api::KWOKNodeClass>::all(client).create(&PostParams::default(), &class).await.unwrap();
+        let after = tokio::time::timeout(Duration::from_secs(10), async {
+            while evaluations() == before {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            evaluations()
+        })
+        .await
+        .expect("an evaluation after the node class appeared, long before the 5-minute resync");
+        assert!(after > before);
+        shutdown.cancel();
+        run.await.unwrap();
     }
 }
