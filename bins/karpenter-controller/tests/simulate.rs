@@ -1061,6 +1061,19 @@ fn node_overlays_change_prices_and_capacity_and_conflicts_are_named() {
         "{notes:?}"
     );
 
+    // An overlay naming an instance type no pool has changes nothing, and a note says so.
+    let typo = tmp.write(
+        "typo.yaml",
+        &format!("{POOL}---\n{}---\n{}", node_overlay("typo", 10, "large-9x", "price: '0.001'"), pod("web", "1")),
+    );
+    let doc = simulate_json(&[&typo, its[0], its[1]]);
+    assert_eq!(doc["newNodes"][0]["instanceType"], "small-2x", "{doc}");
+    let notes: Vec<&str> = doc["notes"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(
+        notes.contains(&"NodeOverlay typo selects no instance type of any NodePool: it changes nothing"),
+        "{notes:?}"
+    );
+
     // An extended resource only an overlay provides makes a pod that asks for it schedulable.
     let license = "apiVersion: v1\nkind: Pod\nmetadata: {name: licensed, namespace: default}\n\
                    spec: {containers: [{name: c, image: pause, resources: {requests: {example.com/license: '1'}}}]}\n";

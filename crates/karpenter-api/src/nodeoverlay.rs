@@ -37,6 +37,8 @@ pub mod conditions {
     pub const REASON_CONFLICT: &str = "Conflict";
     /// Reason of a True condition.
     pub const REASON_VALID: &str = "ValidationSucceeded";
+    /// `Ready=True`, but the overlay selects no instance type of any NodePool (so it changes nothing).
+    pub const REASON_NO_MATCHING_INSTANCE_TYPES: &str = "NoMatchingInstanceTypes";
 }
 
 /// A node selector requirement as overlays write it: like a NodePool's, without `minValues`.

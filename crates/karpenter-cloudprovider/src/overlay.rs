@@ -169,6 +169,28 @@ pub fn evaluate(
     problems
 }
 
+/// The valid overlays that select no offering of any of the given pools' instance types, by name: they change
+/// nothing (a misspelt instance type, a pool label no pool has), which their status says.
+pub fn unmatched(
+    overlays: &[NodeOverlay],
+    pools: &[(&NodePool, &[InstanceType])],
+    provider: &ProviderLabels,
+) -> BTreeSet<String> {
+    let well_known = provider.all_well_known();
+    let pool_reqs: Vec<Requirements> = pools.iter().map(|(p, _)| pool_requirements(p)).collect();
+    overlays
+        .iter()
+        .filter_map(|o| prepare(o, provider).ok())
+        .filter(|p| {
+            !pools
+                .iter()
+                .zip(&pool_reqs)
+                .any(|((_, its), reqs)| its.iter().any(|it| !selected(p, it, reqs, &well_known).is_empty()))
+        })
+        .map(|p| p.name)
+        .collect()
+}
+
 /// The pool's instance types with the overlays applied (see the module docs). Overlays that fail validation are
 /// skipped; callers pass the ones [`evaluate`] left.
 pub fn apply(
@@ -543,6 +565,25 @@ mod tests {
         assert!(
             evaluate(&[a, with_capacity(overlay("g", Some(3), &[]), "example.com/gpu", "1")], &pools, &k).is_empty()
         );
+    }
+
+    #[test]
+    fn overlays_selecting_nothing_are_named() {
+        let p = pool("default", &[("team", "x")]);
+        let its = catalogue();
+        let views = [(&p, &its[..])];
+        let k = ProviderLabels::kwok();
+        let overlays = [
+            priced(overlay("typo", None, &[(IT, "In", &["larg"])]), "1"),
+            priced(overlay("other-team", None, &[("team", "In", &["y"])]), "1"),
+            priced(overlay("spot-large", None, &[(IT, "In", &["large"]), (CT, "In", &["spot"])]), "1"),
+            priced(overlay("large", None, &[(IT, "In", &["large"])]), "1"),
+            priced(overlay("invalid", None, &[(IT, "In", &[])]), "1"),
+        ];
+        // `large` has no spot offering; an invalid overlay is reported as invalid, not here.
+        let names: Vec<String> = unmatched(&overlays, &views, &k).into_iter().collect();
+        assert_eq!(names, ["other-team", "spot-large", "typo"]);
+        assert_eq!(unmatched(&overlays[3..4], &[], &k).len(), 1, "no pool: nothing is selected");
     }
 
     #[test]

@@ -18,7 +18,7 @@ use futures::StreamExt;
 use karpenter_api::condition::ConditionStatus;
 use karpenter_api::nodeoverlay::{NodeOverlay, conditions};
 use karpenter_api::{NodePool, set_condition};
-use karpenter_cloudprovider::overlay::evaluate;
+use karpenter_cloudprovider::overlay::{evaluate, unmatched};
 use karpenter_cloudprovider::{CloudProvider, Evaluated, OverlayStore};
 use karpenter_requirements::InstanceType;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
@@ -39,6 +39,8 @@ pub const RESYNC: Duration = Duration::from_secs(300);
 pub const ERROR_BACKOFF: Duration = Duration::from_secs(5);
 /// The Warning event's reason for an overlay that is not applied.
 pub const EVENT_REASON: &str = "NodeOverlayNotApplied";
+/// The Warning event's reason for a valid overlay that selects no instance type of any NodePool.
+pub const EVENT_REASON_UNMATCHED: &str = "NodeOverlayMatchesNothing";
 
 /// What one evaluation found.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -47,6 +49,8 @@ pub struct Outcome {
     pub applied: Vec<String>,
     /// Overlays not applied, with why.
     pub rejected: Vec<(String, String)>,
+    /// Applied overlays that select no instance type of any NodePool.
+    pub unmatched: Vec<String>,
     /// NodePools whose instance types could not be read (they get `UnevaluatedNodePool` until they can).
     pub unevaluated_pools: Vec<String>,
 }
@@ -91,11 +95,13 @@ impl NodeOverlayController {
         }
         let views: Vec<(&NodePool, &[InstanceType])> = catalogues.iter().map(|(p, its)| (*p, &its[..])).collect();
         let problems = evaluate(&overlays, &views, self.provider.labels());
+        let unmatched = unmatched(&overlays, &views, self.provider.labels());
         let node_pools: BTreeMap<String, Arc<NodePool>> =
             catalogues.iter().filter_map(|(p, _)| Some((p.metadata.name.clone()?, Arc::new((*p).clone())))).collect();
         let applicable: Vec<NodeOverlay> =
             overlays.iter().filter(|o| !problems.contains_key(o.name())).cloned().collect();
         outcome.applied = applicable.iter().map(|o| o.name().to_owned()).collect();
+        let pool_names = node_pools.keys().cloned().collect::<Vec<_>>().join(", ");
         self.store.set(Evaluated { overlays: applicable, node_pools });
 
         let now = self.ctx.clock().now();
@@ -109,10 +115,21 @@ impl NodeOverlayController {
                     (ConditionStatus::False, p.reason(), p.to_string())
                 }
             };
+            // Valid but selecting nothing: ready (pools may change), with the reason saying it changes nothing.
+            let selects_nothing = status == ConditionStatus::True && unmatched.contains(name);
+            let (ready_reason, ready_message) = if selects_nothing {
+                outcome.unmatched.push(name.to_owned());
+                let message = format!("selects no instance type of any NodePool ({pool_names})");
+                (conditions::REASON_NO_MATCHING_INSTANCE_TYPES, message)
+            } else {
+                (reason, message.clone())
+            };
             let generation = overlay.metadata.generation;
             let mut changed =
                 set_condition(&mut conds, conditions::VALIDATION_SUCCEEDED, status, reason, &message, generation, now);
-            changed |= set_condition(&mut conds, conditions::READY, status, reason, &message, generation, now);
+            let ready_changed =
+                set_condition(&mut conds, conditions::READY, status, ready_reason, &ready_message, generation, now);
+            changed |= ready_changed;
             if !changed {
                 continue;
             }
@@ -129,6 +146,10 @@ impl NodeOverlayController {
             if status == ConditionStatus::False {
                 tracing::warn!(controller = CONTROLLER, NodeOverlay = %name, %message, "NodeOverlay not applied");
                 self.ctx.recorder().publish_detached(Event::warning(overlay, EVENT_REASON, message));
+            } else if selects_nothing && ready_changed {
+                tracing::info!(controller = CONTROLLER, NodeOverlay = %name, message = %ready_message,
+                    "NodeOverlay selects nothing");
+                self.ctx.recorder().publish_detached(Event::warning(overlay, EVENT_REASON_UNMATCHED, ready_message));
             }
         }
         Ok(outcome)
@@ -229,13 +250,15 @@ mod tests {
         let its = raw.instance_types(&pool).await.unwrap();
         let (a, b) = (its[0].name.clone(), its[1].name.clone());
         let api: Api<NodeOverlay> = Api::all(client.clone());
-        for o in [overlay("cheap", &a, "0.0001"), overlay("x", &b, "1"), overlay("y", &b, "2")] {
+        let typo = overlay("typo", "no-such-type", "1");
+        for o in [overlay("cheap", &a, "0.0001"), overlay("x", &b, "1"), overlay("y", &b, "2"), typo] {
             api.create(&PostParams::default(), &o).await.unwrap();
         }
         let controller = NodeOverlayController::new(&ctx, raw.clone(), store.clone());
         let outcome = controller.reconcile().await.unwrap();
-        assert_eq!(outcome.applied, ["cheap"]);
+        assert_eq!(outcome.applied, ["cheap", "typo"]);
         assert_eq!(outcome.rejected.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["x", "y"]);
+        assert_eq!(outcome.unmatched, ["typo"]);
 
         let seen = overlaid.instance_types(&pool).await.unwrap();
         let cheap = seen.iter().find(|it| it.name == a).unwrap();
@@ -251,6 +274,29 @@ mod tests {
         };
         assert!(status("cheap").await.is_true(conditions::VALIDATION_SUCCEEDED));
         assert!(status("cheap").await.is_true(conditions::READY));
+        // Valid and ready, but its Ready reason and a Warning event say it changes nothing.
+        let s = status("typo").await;
+        assert!(s.is_true(conditions::VALIDATION_SUCCEEDED));
+        let ready = s.conditions.iter().find(|c| c.type_ == conditions::READY).unwrap();
+        assert_eq!(
+            (ready.status, ready.reason.as_str(), ready.message.as_str()),
+            (
+                ConditionStatus::True,
+                conditions::REASON_NO_MATCHING_INSTANCE_TYPES,
+                "selects no instance type of any NodePool (default)"
+            )
+        );
+        let events: Api<k8s_openapi::api::core::v1::Event> = Api::all(client.clone());
+        let warned = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                let list = events.list(&Default::default()).await.unwrap().items;
+                if list.iter().any(|e| e.reason.as_deref() == Some(EVENT_REASON_UNMATCHED)) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+        warned.await.expect("a NodeOverlayMatchesNothing event");
         for (name, other) in [("x", "y"), ("y", "x")] {
             let s = status(name).await;
             let c = s.conditions.iter().find(|c| c.type_ == conditions::VALIDATION_SUCCEEDED).unwrap();

@@ -294,7 +294,7 @@ impl Catalogue {
     }
 
     /// Applies the input's NodeOverlays as the controller does with the `NodeOverlay` gate on: invalid and
-    /// conflicting ones are named in the notes and left out; a NodePool whose instance types the others change
+    /// conflicting ones are named in the notes and left out, and so are those that select nothing; a NodePool whose instance types the others change
     /// gets its own overlaid copy of its set. Validation uses the AWS label set when any pool is evaluated
     /// against the AWS catalogue, else kwok's.
     fn apply_overlays(&mut self, pools: &[NodePool], objects: &[Loaded], notes: &mut Vec<String>) {
@@ -320,6 +320,9 @@ impl Catalogue {
             notes.push(format!("NodeOverlay {name} is not applied: {problem}"));
         }
         let applicable: Vec<NodeOverlay> = overlays.into_iter().filter(|o| !problems.contains_key(o.name())).collect();
+        for name in overlay::unmatched(&applicable, &views, &provider) {
+            notes.push(format!("NodeOverlay {name} selects no instance type of any NodePool: it changes nothing"));
+        }
         if applicable.is_empty() {
             return;
         }
