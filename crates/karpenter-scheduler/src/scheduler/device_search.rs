@@ -170,10 +170,9 @@ impl Allocator {
         true
     }
 
-    /// Gives `devices` back (a rollback of [`Allocator::commit`]). The solver itself never needs it: it commits
-    /// only once every other check of the candidate passed, so a candidate that turns a pod down holds nothing,
-    /// and each simulation starts from the index's allocations; the property test proves the two are inverse.
-    #[cfg(test)]
+    /// Gives `devices` back (a rollback of [`Allocator::commit`]): a candidate searched jointly for all its claims
+    /// (a new NodeClaim, a node offering slice templates) replaces the shared devices it took before with the new
+    /// search's; the property test proves the two are inverse.
     pub(crate) fn release(&mut self, table: &DeviceTable<'_>, devices: &[u32]) {
         for &d in devices {
             if self.used.remove(&d) {
@@ -194,10 +193,33 @@ pub(crate) fn search(
     view: &[u32],
     base: Option<&Allocator>,
 ) -> Option<Vec<Taken>> {
+    search_again(table, requests, constraints, view, base, &[])
+}
+
+/// [`search`] for a candidate that holds `mine` (sorted ids, committed to `base` by its previous search): they
+/// count as free, and their counters as unconsumed, since the new choice replaces the old one.
+pub(crate) fn search_again(
+    table: &DeviceTable<'_>,
+    requests: &[Req<'_>],
+    constraints: &[&str],
+    view: &[u32],
+    base: Option<&Allocator>,
+    mine: &[u32],
+) -> Option<Vec<Taken>> {
+    let mut mine_consumed: FxHashMap<u32, i128> = FxHashMap::default();
+    if base.is_some() {
+        for &d in mine {
+            for &(c, amount) in table.consumes(d) {
+                *mine_consumed.entry(c).or_default() += amount;
+            }
+        }
+    }
     let mut s = Search {
         table,
         view,
         base,
+        mine,
+        mine_consumed,
         constraints,
         values: vec![None; constraints.len()],
         consumed: FxHashMap::default(),
@@ -211,6 +233,10 @@ struct Search<'s, 'a> {
     table: &'s DeviceTable<'a>,
     view: &'s [u32],
     base: Option<&'s Allocator>,
+    /// Devices the candidate took in its previous search (sorted): free again for this one.
+    mine: &'s [u32],
+    /// What `mine` consumes of `base`'s counters.
+    mine_consumed: FxHashMap<u32, i128>,
     /// Per constraint of the search, its fully-qualified attribute.
     constraints: &'s [&'s str],
     /// Per constraint: the value the devices taken so far share, and how many bind it.
@@ -259,7 +285,7 @@ impl<'s> Search<'s, '_> {
             .filter(|&d| {
                 in_view(self.view, d)
                     && (alt.admin
-                        || (!self.base.is_some_and(|b| b.is_used(d))
+                        || (!self.base.is_some_and(|b| b.is_used(d) && !in_view(self.mine, d))
                             && !self.taken.iter().any(|t| t.id == d && !t.admin)))
             })
             .collect()
@@ -321,7 +347,8 @@ impl<'s> Search<'s, '_> {
                 *self.consumed.entry(c).or_default() += amount;
             }
             let over = entry.consumes.iter().any(|&(c, _)| {
-                self.base.map_or(0, |b| b.consumed(c)) + self.consumed.get(&c).copied().unwrap_or(0) > table.capacity(c)
+                let before = self.base.map_or(0, |b| b.consumed(c)) - self.mine_consumed.get(&c).copied().unwrap_or(0);
+                before + self.consumed.get(&c).copied().unwrap_or(0) > table.capacity(c)
             });
             if over {
                 for &(c, amount) in &entry.consumes {
@@ -591,7 +618,8 @@ mod tests {
 
         /// Whatever is asked, an allocation never hands out a device twice (admin access aside), never one in
         /// use, never one the node does not see, gives each ExactCount request its count, and never consumes a
-        /// shared counter beyond its capacity; committing it then releasing it restores the allocator exactly.
+        /// shared counter beyond its capacity; searching again with what it took held finds the same choice;
+        /// committing it then releasing it restores the allocator exactly.
         #[test]
         fn allocations_are_disjoint_within_counters_and_rollback_restores(
             batches in proptest::collection::vec(requests(), 1..5),
@@ -626,6 +654,11 @@ mod tests {
                     for (c, cap) in capacities.iter().enumerate() {
                         prop_assert!(allocator.consumed(c as u32) <= *cap, "counter {} overdrawn", c);
                     }
+                    // A candidate searching again (jointly, with one more pod) sees its own devices as free.
+                    let mut mine = exclusive.clone();
+                    mine.sort_unstable();
+                    let again = search_again(&t, &reqs, &[], &view, Some(&allocator), &mine);
+                    prop_assert_eq!(again, Some(taken), "the devices it holds are free to its next search");
                     let mut probe = allocator.clone();
                     probe.release(&t, &exclusive);
                     prop_assert_eq!(&probe, &before, "release undoes commit");

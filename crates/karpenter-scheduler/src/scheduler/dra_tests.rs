@@ -537,3 +537,101 @@ fn template_partitions_share_each_new_nodes_counters() {
     per_node.sort_unstable();
     assert_eq!(per_node, [1, 2], "the counter holds two partitions per node");
 }
+
+const NET: &str = "net.example.com";
+
+const NET_CLASS: &str = "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {name: net}\nspec:\n  selectors: [{cel: {expression: 'device.driver == \"net.example.com\"'}}]\n---\n";
+
+/// A published `net.example.com` slice of `devices` accelerators seen by `nodes` (`allNodes: true` or a
+/// `nodeSelector: ...`), e.g. network-attached ones.
+fn shared_slice(name: &str, nodes: &str, devices: usize) -> String {
+    let devices: Vec<String> = (0..devices).map(|i| format!("{{name: acc-{i}}}")).collect();
+    format!(
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {{name: {name}}}\nspec:\n  driver: {NET}\n  {nodes}\n  pool: {{name: {name}, generation: 1, resourceSliceCount: 1}}\n  devices: [{}]\n---\n",
+        devices.join(", ")
+    )
+}
+
+fn net_claim(name: &str) -> String {
+    claim_v1(name, &["{name: a, exactly: {deviceClassName: net}}"], "")
+}
+
+#[test]
+fn all_nodes_devices_serve_new_nodes_once_each_and_wait_for_no_driver() {
+    // One network-attached accelerator for the whole cluster: the first pod's new node uses it (the cheapest
+    // type does, as it needs no device of its own), the second finds it taken.
+    let yaml = format!(
+        "{POOL}{NET_CLASS}{}{}{}{}{}",
+        shared_slice("fabric", "allNodes: true", 1),
+        net_claim("n1"),
+        net_claim("n2"),
+        pod("p1", &["n1"]),
+        pod("p2", &["n2"]),
+    );
+    let d = solve(&yaml);
+    assert_eq!(d.new_node_claims.len(), 1, "{d:?}");
+    let new = &d.new_node_claims[0];
+    assert_eq!(new.pods.len(), 1);
+    assert!(new.instance_types.contains(&"cpu-only".to_string()), "{:?}", new.instance_types);
+    assert!(new.requested_dra_drivers.is_empty(), "published devices have nothing to wait for");
+    assert_eq!(d.unschedulable.len(), 1, "one allocation per shared device: {d:?}");
+    assert!(d.unschedulable[0].reason.to_string().contains("no instance type offers the devices of ResourceClaim"));
+
+    // A pod using its node's GPU and a shared accelerator: only the GPU's driver is waited for.
+    let both = format!(
+        "{POOL}{CLASS}{NET_CLASS}{}{}{}{}",
+        shared_slice("fabric", "allNodes: true", 1),
+        claim("gpu", 1, None),
+        net_claim("n1"),
+        pod("p", &["gpu", "n1"]),
+    );
+    let d = solve(&both);
+    assert!(d.unschedulable.is_empty(), "{:?}", d.unschedulable);
+    assert_eq!(d.new_node_claims[0].instance_types, ["gpu-2x"]);
+    assert_eq!(d.new_node_claims[0].requested_dra_drivers, [DRIVER]);
+}
+
+#[test]
+fn node_selector_devices_serve_a_new_node_only_when_the_selector_is_certain() {
+    let on_type = "nodeSelector: {nodeSelectorTerms: [{matchExpressions: [{key: node.kubernetes.io/instance-type, operator: In, values: [cpu-only]}]}]}";
+    let yaml = |nodes: &str, pool: &str| {
+        format!("{pool}{NET_CLASS}{}{}{}", shared_slice("rack", nodes, 2), net_claim("n1"), pod("p", &["n1"]))
+    };
+    // Implied by the instance type's own requirement: a cpu-only node sees the slice.
+    let d = solve(&yaml(on_type, POOL));
+    assert!(d.unschedulable.is_empty(), "{:?}", d.unschedulable);
+    assert_eq!(d.new_node_claims[0].instance_types, ["cpu-only"]);
+
+    // A zone selector: the NodePool must pin the zone for the node to be certain to match.
+    let in_zone = "nodeSelector: {nodeSelectorTerms: [{matchExpressions: [{key: topology.kubernetes.io/zone, operator: In, values: [z, y]}]}]}";
+    let d = solve(&yaml(in_zone, POOL));
+    assert_eq!(d.unschedulable.len(), 1, "the zone is open: {d:?}");
+    let pinned = POOL
+        .replace("requirements: []", "requirements: [{key: topology.kubernetes.io/zone, operator: In, values: [z]}]");
+    let d = solve(&yaml(in_zone, &pinned));
+    assert!(d.unschedulable.is_empty(), "{:?}", d.unschedulable);
+    // A node name is never certain for a node not launched yet.
+    let by_name =
+        "nodeSelector: {nodeSelectorTerms: [{matchFields: [{key: metadata.name, operator: In, values: [a]}]}]}";
+    assert_eq!(solve(&yaml(by_name, &pinned)).unschedulable.len(), 1);
+}
+
+#[test]
+fn an_in_flight_claim_shares_all_nodes_devices_with_new_nodes() {
+    // The in-flight cpu-only NodeClaim takes the one accelerator; the second pod finds none left.
+    let in_flight = "apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata: {name: default-abc, labels: {karpenter.sh/nodepool: default}}\n\
+spec:\n  nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n  requirements: [{key: node.kubernetes.io/instance-type, operator: In, values: [cpu-only]}]\n\
+status: {providerID: 'aws:///z/i-1', capacity: {cpu: '8', pods: '100'}, allocatable: {cpu: '8', pods: '100'}}\n---\n";
+    let yaml = format!(
+        "{POOL}{NET_CLASS}{in_flight}{}{}{}{}{}",
+        shared_slice("fabric", "allNodes: true", 1),
+        net_claim("n1"),
+        net_claim("n2"),
+        pod("p1", &["n1"]),
+        pod("p2", &["n2"]),
+    );
+    let d = solve(&yaml);
+    assert_eq!(placed_on(&d, "p1"), Some("default-abc"), "{d:?}");
+    assert!(d.new_node_claims.is_empty(), "{d:?}");
+    assert_eq!(d.unschedulable.len(), 1);
+}
