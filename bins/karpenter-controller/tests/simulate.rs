@@ -1365,6 +1365,14 @@ fn dra_constraints_taints_admin_access_and_counters() {
         dra_input(&devices, "", &dra_pods("numa", 1, &requests, "{matchAttribute: gpu.example.com/numa}")),
     );
     assert_eq!(on_node_a(&doc), ["default/numa-0"], "{doc}");
+    // distinctAttribute: two devices on different NUMA nodes exist (gpu-0 and one on numa 1), three do not.
+    let two = "{name: a, exactly: {deviceClassName: gpu.example.com, count: 2}}";
+    let spread =
+        |n: &str| dra_input(&devices, "", &dra_pods("spread", 1, n, "{distinctAttribute: gpu.example.com/numa}"));
+    assert_eq!(on_node_a(&run("distinct.yaml", spread(two))), ["default/spread-0"]);
+    let doc = run("distinct3.yaml", spread(&two.replace("count: 2", "count: 3")));
+    let reason = doc["unschedulable"][0]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("a different gpu.example.com/numa for all requests"), "{doc}");
     let doc = run(
         "numa0.yaml",
         dra_input(&devices[..1], "", &dra_pods("numa", 1, &requests, "{matchAttribute: gpu.example.com/numa}")),

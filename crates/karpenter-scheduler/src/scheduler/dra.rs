@@ -25,8 +25,8 @@ use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::NodeSelector;
 use karpenter_api::dra::{
-    AllocationMode, ClaimSpec, DeviceClass, DraObjects, RequestAlternative, ResourceClaim, ResourceClaimTemplate,
-    SliceNodes,
+    AllocationMode, ClaimSpec, DeviceClass, DeviceConstraint, DraObjects, PoolGenerations, RequestAlternative,
+    ResourceClaim, ResourceClaimTemplate, ResourceSlice, SliceNodes,
 };
 use karpenter_api::{CompactPod, labels};
 use karpenter_requirements::{Device, InstanceType, NoKeys, Operator, Requirement, Requirements, tolerates_all};
@@ -34,7 +34,7 @@ use rustc_hash::FxHashMap;
 
 use super::device_cel::{CelValue, DeviceSelector, SelectorEnv};
 use super::device_search::{
-    Allocator, Alternative, CounterIds, DeviceEntry, DeviceTable, Req, Taken, search, search_again,
+    Allocator, Alternative, Constraint, CounterIds, DeviceEntry, DeviceTable, Req, Taken, search, search_again,
 };
 use super::templates::ExistingNode;
 
@@ -123,6 +123,8 @@ pub(crate) struct DraIndex<'a> {
     instance_types: FxHashMap<&'a str, Vec<u32>>,
     /// Published devices claims' `status.allocation` holds.
     allocated: Vec<u32>,
+    /// Pools left out because their newest generation's slices are not all there, described for reasons.
+    incomplete: Vec<String>,
     claims: FxHashMap<(&'a str, &'a str), &'a ResourceClaim>,
     templates: FxHashMap<(&'a str, &'a str), &'a ResourceClaimTemplate>,
     classes: FxHashMap<&'a str, &'a DeviceClass>,
@@ -143,6 +145,7 @@ impl<'a> DraIndex<'a> {
             templates_end: 0,
             instance_types: FxHashMap::default(),
             allocated: Vec::new(),
+            incomplete: Vec::new(),
             claims: dra.claims.iter().map(|c| ((c.namespace.as_str(), c.name.as_str()), c)).collect(),
             templates: dra.templates.iter().map(|t| ((t.namespace.as_str(), t.name.as_str()), t)).collect(),
             classes: dra.classes.iter().map(|c| (c.name.as_str(), c)).collect(),
@@ -165,13 +168,15 @@ impl<'a> DraIndex<'a> {
         }
         index.templates_end = index.table.devices.len() as u32;
         let mut published: FxHashMap<(&str, &str, &str), u32> = FxHashMap::default();
+        let (slices, incomplete) = complete_pools(&dra.slices);
+        index.incomplete = incomplete;
         // Counter sets are the pool's (1.33 keeps them in the device's slice; later versions anywhere in its pool).
         let mut pool_counters: FxHashMap<(&str, &str), CounterIds<'a>> = FxHashMap::default();
-        for slice in &dra.slices {
+        for slice in slices.iter().copied() {
             let sets = pool_counters.entry((slice.driver.as_str(), slice.pool.name.as_str())).or_default();
             index.table.add_counters(sets, &slice.shared_counters);
         }
-        for slice in &dra.slices {
+        for slice in slices {
             let sets = pool_counters.get(&(slice.driver.as_str(), slice.pool.name.as_str()));
             let mut ids = Vec::with_capacity(slice.devices.len());
             for device in &slice.devices {
@@ -273,6 +278,17 @@ impl<'a> DraIndex<'a> {
     }
 }
 
+/// The slices whose devices are offered: those of their pool's newest generation when it is complete (a pool
+/// being updated may be half old, half new); and the pools left out, described.
+fn complete_pools(slices: &[ResourceSlice]) -> (Vec<&ResourceSlice>, Vec<String>) {
+    let mut pools = PoolGenerations::default();
+    for s in slices {
+        pools.add(&s.driver, &s.pool.name, s.pool.generation, s.pool.resource_slice_count);
+    }
+    let usable = slices.iter().filter(|s| pools.usable(&s.driver, &s.pool.name, s.pool.generation)).collect();
+    (usable, pools.incomplete())
+}
+
 /// What an existing node offers.
 #[derive(Debug, Clone)]
 enum NodeView {
@@ -289,8 +305,8 @@ struct PassClaim {
     name: String,
     /// Per request, its alternatives in order.
     requests: Vec<Vec<Alternative>>,
-    /// Its `matchAttribute` constraints' attributes (alternatives refer to them by index).
-    constraints: Vec<String>,
+    /// Its constraints (alternatives refer to them by index).
+    constraints: Vec<DeviceConstraint>,
     /// Why a request can match no device (a class missing, a selector that errs on every device), for reasons.
     describe: Vec<String>,
     /// Allocated already (`status.allocation`): the nodes it is reachable from (`None`: every node).
@@ -451,9 +467,10 @@ impl<'a> DraPass<'a> {
         }
         for c in &spec.constraints {
             let over = if c.requests.is_empty() { "all requests".to_owned() } else { c.requests.join(", ") };
-            describe.push(format!("the same {} for {over}", c.attribute));
+            let how = if c.distinct { "a different" } else { "the same" };
+            describe.push(format!("{how} {} for {over}", c.attribute));
         }
-        let constraints = spec.constraints.iter().map(|c| c.attribute.clone()).collect();
+        let constraints = spec.constraints.clone();
         let allocated = allocation.map(|a| a.node_selector.as_ref().map(NodeMatch::new));
         self.claims.push(PassClaim { name: name.clone(), requests, constraints, describe, allocated });
         let id = (self.claims.len() - 1) as u32;
@@ -469,13 +486,15 @@ impl<'a> DraPass<'a> {
         self.claims.get(c as usize)
     }
 
-    /// The requests of `claims` and their constraints' attributes, for [`search`].
-    fn requests_of<'s>(&'s self, claims: &[u32]) -> (Vec<Req<'s>>, Vec<&'s str>) {
+    /// The requests of `claims` and their constraints, for [`search`].
+    fn requests_of<'s>(&'s self, claims: &[u32]) -> (Vec<Req<'s>>, Vec<Constraint<'s>>) {
         let mut requests = Vec::new();
         let mut constraints = Vec::new();
         for claim in claims.iter().filter_map(|&c| self.claim(c)) {
             let constraint_base = constraints.len() as u32;
-            constraints.extend(claim.constraints.iter().map(String::as_str));
+            constraints.extend(claim.constraints.iter().map(|c| {
+                if c.distinct { Constraint::Distinct(&c.attribute) } else { Constraint::Match(&c.attribute) }
+            }));
             requests.extend(claim.requests.iter().map(|alts| Req { alts, constraint_base }));
         }
         (requests, constraints)
@@ -614,7 +633,14 @@ impl<'a> DraPass<'a> {
                 .filter_map(|&c| self.claim(c))
                 .map(|c| format!("{} ({})", c.name, c.describe.join("; ")))
                 .collect();
-            return Err(format!("no instance type offers the devices of {}", what.join(" and ")));
+            let mut reason = format!("no instance type offers the devices of {}", what.join(" and "));
+            if !self.index.incomplete.is_empty() {
+                reason.push_str(&format!(
+                    "; published devices not offered while their pool is incomplete: {}",
+                    self.index.incomplete.join(", ")
+                ));
+            }
+            return Err(reason);
         }
         Ok(NewDevices { its: kept, claims, devices: Some(devices) })
     }

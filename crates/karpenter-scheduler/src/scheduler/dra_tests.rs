@@ -635,3 +635,59 @@ status: {providerID: 'aws:///z/i-1', capacity: {cpu: '8', pods: '100'}, allocata
     assert!(d.new_node_claims.is_empty(), "{d:?}");
     assert_eq!(d.unschedulable.len(), 1);
 }
+
+/// A `resource.k8s.io/v1` slice of node-a's pool at `generation` of `count` slices, with one GPU `model`.
+fn pool_slice(name: &str, generation: i64, count: i64, model: &str) -> String {
+    format!(
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {{name: {name}}}\nspec:\n  driver: {DRIVER}\n  nodeName: node-a\n  pool: {{name: node-a, generation: {generation}, resourceSliceCount: {count}}}\n  devices: [{{name: {name}, attributes: {{model: {{string: {model}}}}}}}]\n---\n"
+    )
+}
+
+#[test]
+fn only_complete_pools_of_the_newest_generation_are_offered() {
+    let node = "apiVersion: v1\nkind: Node\nmetadata: {name: node-a, labels: {kubernetes.io/hostname: node-a}}\nstatus: {allocatable: {cpu: '8', pods: '100'}}\n---\n";
+    let h100 = claim("h100", 1, Some(r#"device.attributes["gpu.example.com"].model == "H100""#));
+    let run = |slices: &str| solve(&format!("{POOL}{CLASS}{node}{slices}{h100}{}", pod("p", &["h100"])));
+    // The pool says two slices; one is here: nothing of it is offered, and the reason says why.
+    let d = run(&pool_slice("s1", 1, 2, "H100"));
+    assert_eq!(d.unschedulable.len(), 1, "{d:?}");
+    let reason = d.unschedulable[0].reason.to_string();
+    assert!(
+        reason.contains("not offered while their pool is incomplete: gpu.example.com pool node-a has 1 of its 2 slices of generation 1"),
+        "{reason}"
+    );
+    // Both slices: the pool is complete.
+    let d = run(&format!("{}{}", pool_slice("s1", 1, 2, "H100"), pool_slice("s2", 1, 2, "A100")));
+    assert_eq!(placed_on(&d, "p"), Some("node-a"), "{d:?}");
+    // A slice of an older generation is stale: the newest one (complete on its own) replaced it.
+    let d = run(&format!("{}{}", pool_slice("old", 1, 1, "H100"), pool_slice("new", 2, 1, "A100")));
+    assert_eq!(d.unschedulable.len(), 1, "{d:?}");
+    assert!(!d.unschedulable[0].reason.to_string().contains("incomplete"), "a complete newest generation");
+    let d = run(&format!("{}{}", pool_slice("old", 1, 1, "A100"), pool_slice("new", 2, 1, "H100")));
+    assert_eq!(placed_on(&d, "p"), Some("node-a"), "{d:?}");
+}
+
+#[test]
+fn distinct_attribute_spreads_devices_over_values() {
+    // Two GPUs on numa 0, one on numa 1: a claim for two on different NUMA nodes must take the numa-1 one, so
+    // a second such claim finds only numa 0 left (and the templates' GPUs have no numa attribute).
+    let node =
+        node_v1("node-a", &[&gpu_v1("gpu-0", "A100", 0), &gpu_v1("gpu-1", "A100", 0), &gpu_v1("gpu-2", "A100", 1)], "");
+    let two = ["{name: g, exactly: {deviceClassName: gpu, count: 2}}"];
+    let distinct = "{distinctAttribute: gpu.example.com/numa}";
+    let yaml = format!(
+        "{POOL}{CLASS}{node}{}{}{}{}",
+        claim_v1("first", &two, distinct),
+        claim_v1("second", &two, distinct),
+        pod("p1", &["first"]),
+        pod("p2", &["second"]),
+    );
+    let d = solve(&yaml);
+    assert_eq!(placed_on(&d, "p1"), Some("node-a"), "{d:?}");
+    assert_eq!(d.unschedulable.len(), 1, "{d:?}");
+    let reason = d.unschedulable[0].reason.to_string();
+    assert!(reason.contains("a different gpu.example.com/numa for all requests"), "{reason}");
+    // Without the constraint both claims fit: two plus one would not, so the second goes to a new node.
+    let d = solve(&yaml.replace(distinct, ""));
+    assert!(d.unschedulable.is_empty(), "{:?}", d.unschedulable);
+}
