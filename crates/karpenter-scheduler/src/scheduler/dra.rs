@@ -8,16 +8,19 @@
 //! device class's and the request's CEL selectors once and evaluates them once per device, and then tracks
 //! where each claim is allocated during the solve.
 //!
-//! Per candidate: an initialized existing node offers the devices published for it (node-name slices, slices
-//! whose node selector matches it, all-nodes slices) minus the allocated ones; a node not initialized yet, an
-//! in-flight NodeClaim and a new NodeClaim offer the slice templates of their instance type, jointly for every
-//! claim placed on them (a new NodeClaim keeps the instance types whose templates hold all of its claims). A
+//! Only complete pools of their newest generation are published devices. Per candidate: an initialized existing
+//! node offers the devices published for it (node-name slices, slices whose node selector matches it, all-nodes
+//! slices) minus the allocated ones; a node not initialized yet, an in-flight NodeClaim and a new NodeClaim offer
+//! the slice templates of their instance type and the shared published devices they are certain to see (all-nodes
+//! slices, node-selector slices their requirements imply), searched jointly for every claim placed on them (a new
+//! NodeClaim keeps the instance types that hold all of its claims); the shared devices such a candidate holds are
+//! replaced by each new joint search's. A
 //! claim shared by several pods is allocated once and pins the others to its node; a claim allocated already
 //! pins its pods to the nodes its allocation's node selector names. Published devices are taken from a
 //! shared [`Allocator`] only when the pod is placed, so a candidate that turns the pod down holds nothing.
 //!
-//! Which devices satisfy a candidate's claims is [`search`]'s (`device_search.rs`): it takes matchAttribute
-//! constraints, admin access and shared counters into account as it goes. Device taints are settled here, once per
+//! Which devices satisfy a candidate's claims is [`search`]'s (`device_search.rs`): it takes match and distinct
+//! attribute constraints, admin access and shared counters into account as it goes. Device taints are settled here, once per
 //! request: a device with a taint the request does not tolerate is not among its matches.
 
 use std::collections::BTreeSet;
