@@ -691,3 +691,43 @@ fn distinct_attribute_spreads_devices_over_values() {
     let d = solve(&yaml.replace(distinct, ""));
     assert!(d.unschedulable.is_empty(), "{:?}", d.unschedulable);
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 24, ..Default::default() })]
+    /// However many existing nodes and pods there are, the shared accelerators of an all-nodes slice are handed
+    /// out at most once across every candidate (existing and new), and no new node waits for their driver.
+    #[test]
+    fn shared_devices_are_never_handed_out_twice(
+        shared in 0usize..5,
+        nodes in 0usize..3,
+        asks in proptest::collection::vec(1usize..3, 1..7),
+    ) {
+        let mut yaml = format!("{POOL}{NET_CLASS}{}", shared_slice("fabric", "allNodes: true", shared));
+        for n in 0..nodes {
+            yaml.push_str(&format!(
+                "apiVersion: v1\nkind: Node\nmetadata: {{name: n{n}, labels: {{kubernetes.io/hostname: n{n}}}}}\nstatus: {{allocatable: {{cpu: '8', pods: '100'}}}}\n---\n"
+            ));
+        }
+        for (p, ask) in asks.iter().enumerate() {
+            let request = format!("{{name: a, exactly: {{deviceClassName: net, count: {ask}}}}}");
+            yaml.push_str(&claim_v1(&format!("c{p}"), &[&request], ""));
+            yaml.push_str(&pod(&format!("p{p}"), &[&format!("c{p}")]));
+        }
+        let d = solve(&yaml);
+        let ask_of = |key: &str| -> usize {
+            key.strip_prefix("default/p").and_then(|i| i.parse::<usize>().ok()).and_then(|i| asks.get(i)).copied().unwrap_or(0)
+        };
+        let on_existing = d.existing_nodes.iter().flat_map(|n| &n.pods);
+        let on_new = d.new_node_claims.iter().flat_map(|c| &c.pods);
+        let used: usize = on_existing.chain(on_new).map(|p| ask_of(p)).sum();
+        proptest::prop_assert!(used <= shared, "{used} accelerators handed out of {shared}: {d:?}");
+        for claim in &d.new_node_claims {
+            proptest::prop_assert!(claim.requested_dra_drivers.is_empty(), "{:?}", claim.requested_dra_drivers);
+        }
+        proptest::prop_assert_eq!(d.placed_pods() + d.unschedulable.len(), asks.len());
+        // A pod is left out only when what is left cannot hold it (what is left only shrinks during the pass).
+        for u in &d.unschedulable {
+            proptest::prop_assert!(ask_of(&u.pod) > shared - used, "{} fits the {} left: {d:?}", u.pod, shared - used);
+        }
+    }
+}
