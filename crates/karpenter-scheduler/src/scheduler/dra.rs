@@ -316,6 +316,13 @@ struct PassClaim {
     allocated: Option<Option<NodeMatch>>,
 }
 
+/// The node a pod's claims are checked for: an existing one (its name and requirements) or a new one.
+#[derive(Debug, Clone, Copy)]
+enum Target<'r> {
+    Node(&'r str, &'r Requirements),
+    New,
+}
+
 /// Where a claim was allocated during the solve.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Where {
@@ -539,7 +546,9 @@ impl<'a> DraPass<'a> {
     }
 
     /// The pod's claims still to allocate on `at`, or why `at` cannot take it (a claim allocated elsewhere).
-    fn to_allocate(&self, i: usize, at: Where, node: Option<(&str, &Requirements)>) -> Result<Vec<u32>, String> {
+    /// For a new node, claims allocated already to a node selector are pushed to `pinned`: whether the node is
+    /// certain to match depends on the instance type.
+    fn to_allocate(&self, i: usize, at: Where, node: Target<'_>, pinned: &mut Vec<u32>) -> Result<Vec<u32>, String> {
         let mut out = Vec::new();
         for &c in self.claims_of(i) {
             let Some(claim) = self.claim(c) else { continue };
@@ -553,7 +562,8 @@ impl<'a> DraPass<'a> {
             match (&claim.allocated, node) {
                 (None, _) => out.push(c),
                 (Some(None), _) => {}
-                (Some(Some(m)), Some((name, reqs))) if m.matches(name, reqs) => {}
+                (Some(Some(m)), Target::Node(name, reqs)) if m.matches(name, reqs) => {}
+                (Some(Some(_)), Target::New) => pinned.push(c),
                 (Some(Some(_)), _) => {
                     return Err(format!("{} is allocated to devices of another node", claim.name));
                 }
@@ -564,7 +574,9 @@ impl<'a> DraPass<'a> {
 
     /// Whether existing node `n` can hold pod `i`'s claims, and what placing it there takes.
     pub(crate) fn check_existing(&mut self, i: usize, n: usize, node: &ExistingNode) -> Option<Commit> {
-        let claims = self.to_allocate(i, Where::Existing(n), Some((&node.name, &node.requirements))).ok()?;
+        let claims = self
+            .to_allocate(i, Where::Existing(n), Target::Node(&node.name, &node.requirements), &mut Vec::new())
+            .ok()?;
         if claims.is_empty() {
             return Some(Commit::default());
         }
@@ -618,7 +630,15 @@ impl<'a> DraPass<'a> {
         its: &[(u32, &InstanceType)],
         requirements: &Requirements,
     ) -> Result<NewDevices, String> {
-        let claims = self.to_allocate(i, Where::New(c), None)?;
+        let mut pinned = Vec::new();
+        let claims = self.to_allocate(i, Where::New(c), Target::New, &mut pinned)?;
+        let pinned_its;
+        let its = if pinned.is_empty() {
+            its
+        } else {
+            pinned_its = self.pinned_its(&pinned, its, requirements)?;
+            pinned_its.as_slice()
+        };
         if claims.is_empty() {
             return Ok(NewDevices { its: its.iter().map(|(k, _)| *k).collect(), claims, devices: None });
         }
@@ -646,6 +666,32 @@ impl<'a> DraPass<'a> {
             return Err(reason);
         }
         Ok(NewDevices { its: kept, claims, devices: Some(devices) })
+    }
+
+    /// Of `its`, the instance types whose nodes are certain to be among the nodes the allocations of `pinned`
+    /// (claims allocated already) name.
+    fn pinned_its<'i>(
+        &self,
+        pinned: &[u32],
+        its: &[(u32, &'i InstanceType)],
+        requirements: &Requirements,
+    ) -> Result<Vec<(u32, &'i InstanceType)>, String> {
+        let kept: Vec<(u32, &InstanceType)> = its
+            .iter()
+            .filter(|(_, it)| {
+                let node = requirements.intersection(&it.requirements);
+                pinned.iter().filter_map(|&c| self.claim(c)).all(|claim| match &claim.allocated {
+                    Some(Some(m)) => m.implied_by(&node),
+                    _ => true,
+                })
+            })
+            .copied()
+            .collect();
+        if kept.is_empty() {
+            let name = pinned.first().and_then(|&c| self.claim(c)).map_or("", |c| c.name.as_str());
+            return Err(format!("{name} is allocated to devices of another node"));
+        }
+        Ok(kept)
     }
 
     /// [`DraPass::filter_new`]'s search when shared published devices exist: the types kept and the shared

@@ -731,3 +731,30 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn a_claim_allocated_on_a_node_selector_slice_may_go_to_a_new_node_that_certainly_matches() {
+    let selector = "{nodeSelectorTerms: [{matchExpressions: [{key: node.kubernetes.io/instance-type, operator: In, values: [cpu-only]}]}]}";
+    let allocated = |selector: &str| {
+        format!(
+            "apiVersion: resource.k8s.io/v1beta1\nkind: ResourceClaim\nmetadata: {{name: held, namespace: default}}\nspec: {{devices: {{requests: [{{name: a, deviceClassName: net}}]}}}}\nstatus:\n  allocation:\n    devices: {{results: [{{request: a, driver: {NET}, pool: rack, device: acc-0}}]}}\n    nodeSelector: {selector}\n---\n"
+        )
+    };
+    let yaml = |selector: &str| {
+        format!(
+            "{POOL}{NET_CLASS}{}{}{}",
+            shared_slice("rack", &format!("nodeSelector: {selector}"), 1),
+            allocated(selector),
+            pod("p", &["held"])
+        )
+    };
+    let d = solve(&yaml(selector));
+    assert!(d.unschedulable.is_empty(), "{:?}", d.unschedulable);
+    assert_eq!(d.new_node_claims[0].instance_types, ["cpu-only"], "the allocation's nodes: cpu-only ones");
+    assert!(d.new_node_claims[0].requested_dra_drivers.is_empty());
+    // A selector a new node cannot be certain of (a node name): the pod waits.
+    let by_name = "{nodeSelectorTerms: [{matchFields: [{key: metadata.name, operator: In, values: [a]}]}]}";
+    let d = solve(&yaml(by_name));
+    assert_eq!(d.unschedulable.len(), 1, "{d:?}");
+    assert!(d.unschedulable[0].reason.to_string().contains("is allocated to devices of another node"));
+}
