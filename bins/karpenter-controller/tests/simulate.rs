@@ -1292,6 +1292,17 @@ fn the_open_kubelet_map_is_checked_before_simulating_and_passthrough_fields_simu
 /// The KWOK node class, the `gpu` pool and the DeviceClass of `examples/simulate/dra.yaml`, then `node-a` publishing
 /// `devices` (flow-style YAML items, `resource.k8s.io/v1`) with `counters`, then `rest`.
 fn dra_input(devices: &[&str], counters: &str, rest: &str) -> String {
+    format!(
+        "{}\n---\napiVersion: v1\nkind: Node\nmetadata:\n  name: node-a\n  labels: {{kubernetes.io/hostname: node-a, kubernetes.io/os: linux, topology.kubernetes.io/zone: test-zone-a}}\n\
+status: {{allocatable: {{cpu: '8', memory: 64Gi, pods: '110'}}}}\n---\n\
+apiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {{name: node-a}}\nspec:\n  driver: gpu.example.com\n  nodeName: node-a\n  pool: {{name: node-a, generation: 1, resourceSliceCount: 1}}\n  sharedCounters: [{counters}]\n  devices: [{}]\n---\n{rest}",
+        dra_head(),
+        devices.join(", ")
+    )
+}
+
+/// The KWOK node class, the `gpu` pool and the DeviceClass of `examples/simulate/dra.yaml`.
+fn dra_head() -> String {
     let example = std::fs::read_to_string(workspace_root().join(DRA_ARGS[0])).expect("example");
     let head: Vec<&str> = example
         .split("\n---\n")
@@ -1299,13 +1310,23 @@ fn dra_input(devices: &[&str], counters: &str, rest: &str) -> String {
             d.contains("kind: KWOKNodeClass") || d.contains("kind: NodePool") || d.contains("kind: DeviceClass")
         })
         .collect();
-    format!(
-        "{}\n---\napiVersion: v1\nkind: Node\nmetadata:\n  name: node-a\n  labels: {{kubernetes.io/hostname: node-a, kubernetes.io/os: linux, topology.kubernetes.io/zone: test-zone-a}}\n\
-status: {{allocatable: {{cpu: '8', memory: 64Gi, pods: '110'}}}}\n---\n\
-apiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {{name: node-a}}\nspec:\n  driver: gpu.example.com\n  nodeName: node-a\n  pool: {{name: node-a, generation: 1, resourceSliceCount: 1}}\n  sharedCounters: [{counters}]\n  devices: [{}]\n---\n{rest}",
-        head.join("\n---\n"),
-        devices.join(", ")
-    )
+    head.join("\n---\n")
+}
+
+/// Published shared slices (docs/dra.md): an `allNodes` slice's device serves a new node, once across the pass,
+/// and the new node waits for no driver (the slice exists already).
+#[test]
+fn dra_all_nodes_slices_serve_new_nodes_once() {
+    let tmp = TempDir::new("dra-shared");
+    let shared = "apiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {name: fabric}\nspec:\n  driver: gpu.example.com\n  allNodes: true\n  pool: {name: fabric, generation: 1, resourceSliceCount: 1}\n  devices: [{name: acc-0, attributes: {model: {string: X1}}}]\n---\n";
+    let request = "{name: g, exactly: {deviceClassName: gpu.example.com, selectors: [{cel: {expression: 'device.attributes[\"gpu.example.com\"].model == \"X1\"'}}]}}";
+    let input = format!("{}\n---\n{shared}{}", dra_head(), dra_pods("remote", 2, request, ""));
+    let doc = simulate_json(&[&tmp.write("shared.yaml", &input), DRA_ARGS[1], DRA_ARGS[2], DRA_ARGS[3]]);
+    let new = doc["newNodes"].as_array().expect("newNodes");
+    assert_eq!(new.len(), 1, "{doc}");
+    assert_eq!(new[0]["instanceType"], "c-8x-amd64-linux", "the cheapest type: the device is not its own");
+    assert!(new[0].get("requestedDraDrivers").is_none_or(|d| d == &serde_json::json!([])), "{doc}");
+    assert_eq!(doc["summary"]["unschedulablePods"], 1, "the one device is taken: {doc}");
 }
 
 /// Pods `name-0`.. each with its own claim `name-i` asking (resource.k8s.io/v1) for `requests` under `constraints`.
@@ -1357,6 +1378,14 @@ fn dra_constraints_taints_admin_access_and_counters() {
         dra_input(&devices, "", &dra_pods("numa", 1, &requests, "{matchAttribute: gpu.example.com/numa}")),
     );
     assert_eq!(on_node_a(&doc), ["default/numa-0"], "{doc}");
+    // distinctAttribute: two devices on different NUMA nodes exist (gpu-0 and one on numa 1), three do not.
+    let two = "{name: a, exactly: {deviceClassName: gpu.example.com, count: 2}}";
+    let spread =
+        |n: &str| dra_input(&devices, "", &dra_pods("spread", 1, n, "{distinctAttribute: gpu.example.com/numa}"));
+    assert_eq!(on_node_a(&run("distinct.yaml", spread(two))), ["default/spread-0"]);
+    let doc = run("distinct3.yaml", spread(&two.replace("count: 2", "count: 3")));
+    let reason = doc["unschedulable"][0]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("a different gpu.example.com/numa for all requests"), "{doc}");
     let doc = run(
         "numa0.yaml",
         dra_input(&devices[..1], "", &dra_pods("numa", 1, &requests, "{matchAttribute: gpu.example.com/numa}")),

@@ -51,20 +51,23 @@ pub struct DeviceRequest {
     pub alternatives: Vec<RequestAlternative>,
 }
 
-/// A claim's `matchAttribute` constraint: the devices of `requests` (every request when empty; a name is a
-/// request or a `request/subrequest`) all have the same value of the fully-qualified attribute.
+/// A claim's constraint on the devices of `requests` (every request when empty; a name is a request or a
+/// `request/subrequest`): they all have the same value of the fully-qualified attribute (`matchAttribute`), or
+/// pairwise different values (`distinctAttribute`, Kubernetes 1.34+).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MatchConstraint {
+pub struct DeviceConstraint {
     pub requests: Vec<String>,
     /// `domain/id`.
     pub attribute: String,
+    /// `distinctAttribute` (else `matchAttribute`).
+    pub distinct: bool,
 }
 
 /// What a claim (or a claim template) asks for.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ClaimSpec {
     pub requests: Vec<DeviceRequest>,
-    pub constraints: Vec<MatchConstraint>,
+    pub constraints: Vec<DeviceConstraint>,
 }
 
 /// A device as allocation results name it.
@@ -142,6 +145,50 @@ pub struct ResourceSlice {
     pub shared_counters: Vec<CounterSet>,
 }
 
+/// The newest generation of each resource pool (driver, pool name) among a set of slices, and whether all its
+/// slices are there: a driver updating a pool publishes the new generation's slices one by one, so a pool is
+/// usable (complete) only once its newest generation has `resourceSliceCount` slices, and older slices are stale.
+#[derive(Debug, Clone, Default)]
+pub struct PoolGenerations<'a> {
+    /// (driver, pool) -> (newest generation, its slices seen, the slice count they state).
+    pools: BTreeMap<(&'a str, &'a str), (i64, i64, i64)>,
+}
+
+impl<'a> PoolGenerations<'a> {
+    /// Counts a slice of pool `pool` of `driver`.
+    pub fn add(&mut self, driver: &'a str, pool: &'a str, generation: i64, resource_slice_count: i64) {
+        let e = self.pools.entry((driver, pool)).or_insert((generation, 0, 0));
+        if generation > e.0 {
+            *e = (generation, 0, 0);
+        }
+        if generation == e.0 {
+            e.1 += 1;
+            e.2 = e.2.max(resource_slice_count);
+        }
+    }
+
+    /// Whether a slice of `generation` of the pool is of its newest generation, which is complete.
+    pub fn usable(&self, driver: &str, pool: &str, generation: i64) -> bool {
+        self.pools.get(&(driver, pool)).is_some_and(|&(newest, seen, count)| newest == generation && seen >= count)
+    }
+
+    /// Whether `driver` has a complete pool.
+    pub fn has_complete(&self, driver: &str) -> bool {
+        self.pools.iter().any(|((d, _), (_, seen, count))| *d == driver && seen >= count)
+    }
+
+    /// The incomplete pools, described (in driver and pool order).
+    pub fn incomplete(&self) -> Vec<String> {
+        self.pools
+            .iter()
+            .filter(|(_, (_, seen, count))| seen < count)
+            .map(|((driver, pool), (generation, seen, count))| {
+                format!("{driver} pool {pool} has {seen} of its {count} slices of generation {generation}")
+            })
+            .collect()
+    }
+}
+
 /// The DRA objects of a cluster or an input.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct DraObjects {
@@ -182,13 +229,13 @@ impl DraObjects {
 
     /// Adds a `v1beta1` ResourceClaim (as the controller watches them).
     pub fn add_claim(&mut self, c: &v1beta1::ResourceClaim) -> Result<(), DraError> {
-        self.claims.push(claim_v1beta1(c)?);
+        self.claims.push(claim_v1beta1(c, &[])?);
         Ok(())
     }
 
     /// Adds a `v1beta1` ResourceClaimTemplate.
     pub fn add_template(&mut self, t: &v1beta1::ResourceClaimTemplate) -> Result<(), DraError> {
-        self.templates.push(template_v1beta1(t)?);
+        self.templates.push(template_v1beta1(t, &[])?);
         Ok(())
     }
 
@@ -218,8 +265,14 @@ impl DraObjects {
             })
         }
         match u.kind.as_str() {
-            "ResourceClaim" => self.claims.push(claim_v1beta2(&decode(u)?)?),
-            "ResourceClaimTemplate" => self.templates.push(template_v1beta2(&decode(u)?)?),
+            "ResourceClaim" => {
+                let distinct = distinct_attributes(&u.value, "/spec/devices/constraints");
+                self.claims.push(claim_v1beta2(&decode(u)?, &distinct)?);
+            }
+            "ResourceClaimTemplate" => {
+                let distinct = distinct_attributes(&u.value, "/spec/spec/devices/constraints");
+                self.templates.push(template_v1beta2(&decode(u)?, &distinct)?);
+            }
             "DeviceClass" => self.classes.push(class_v1beta2(&decode(u)?)),
             "ResourceSlice" => self.slices.push(slice_v1beta2(&decode(u)?)?),
             _ => {}
@@ -276,33 +329,73 @@ macro_rules! tolerations {
     };
 }
 
-/// A claim's `constraints` (every version's type has the same fields).
+/// A claim's `constraints` (every version's type has the same fields; `$distinct` holds each constraint's
+/// `distinctAttribute`, which the typed objects of k8s-openapi's 1.33 API lack).
 macro_rules! constraints {
-    ($kind:expr, $name:expr, $list:expr) => {
+    ($kind:expr, $name:expr, $list:expr, $distinct:expr) => {
         $list
             .iter()
             .flatten()
-            .map(|c| match_constraint($kind, $name, c.requests.clone().unwrap_or_default(), c.match_attribute.as_ref()))
+            .enumerate()
+            .map(|(i, c)| {
+                let distinct = $distinct.get(i).and_then(Option::as_ref);
+                device_constraint(
+                    $kind,
+                    $name,
+                    c.requests.clone().unwrap_or_default(),
+                    c.match_attribute.as_ref(),
+                    distinct,
+                )
+            })
             .collect::<Result<Vec<_>, DraError>>()
     };
 }
 
-fn match_constraint(
+fn device_constraint(
     kind: &str,
     name: &str,
     requests: Vec<String>,
-    attribute: Option<&String>,
-) -> Result<MatchConstraint, DraError> {
-    let attribute = attribute.ok_or_else(|| error(kind, name, "a constraint without matchAttribute"))?;
+    matching: Option<&String>,
+    distinct: Option<&String>,
+) -> Result<DeviceConstraint, DraError> {
+    let (field, attribute) = match (matching, distinct) {
+        (Some(a), None) => ("matchAttribute", a),
+        (None, Some(a)) => ("distinctAttribute", a),
+        (Some(_), Some(_)) => {
+            return Err(error(kind, name, "a constraint with both matchAttribute and distinctAttribute"));
+        }
+        (None, None) => {
+            return Err(error(
+                kind,
+                name,
+                "a constraint without matchAttribute or distinctAttribute (distinctAttribute is read from \
+                 resource.k8s.io/v1beta2 and v1 documents only)",
+            ));
+        }
+    };
     match attribute.split_once('/') {
         Some((domain, id)) if !domain.is_empty() && !id.is_empty() => {
-            Ok(MatchConstraint { requests, attribute: attribute.clone() })
+            Ok(DeviceConstraint { requests, attribute: attribute.clone(), distinct: distinct.is_some() })
         }
-        _ => Err(error(kind, name, format!("matchAttribute {attribute:?} must be fully qualified (domain/id)"))),
+        _ => Err(error(kind, name, format!("{field} {attribute:?} must be fully qualified (domain/id)"))),
     }
 }
 
-fn claim_spec_v1beta1(kind: &str, name: &str, spec: &v1beta1::ResourceClaimSpec) -> Result<ClaimSpec, DraError> {
+/// Each constraint's `distinctAttribute` at `pointer` (the constraints list) in a raw document.
+fn distinct_attributes(value: &Json, pointer: &str) -> Vec<Option<String>> {
+    let list = value.pointer(pointer).and_then(Json::as_array);
+    list.iter()
+        .flat_map(|l| l.iter())
+        .map(|c| c.get("distinctAttribute").and_then(Json::as_str).map(str::to_owned))
+        .collect()
+}
+
+fn claim_spec_v1beta1(
+    kind: &str,
+    name: &str,
+    spec: &v1beta1::ResourceClaimSpec,
+    distinct: &[Option<String>],
+) -> Result<ClaimSpec, DraError> {
     let mut requests = Vec::new();
     for r in spec.devices.iter().flat_map(|d| d.requests.iter().flatten()) {
         let alternatives = match &r.first_available {
@@ -333,11 +426,16 @@ fn claim_spec_v1beta1(kind: &str, name: &str, spec: &v1beta1::ResourceClaimSpec)
         };
         requests.push(DeviceRequest { name: r.name.clone(), alternatives });
     }
-    let constraints = constraints!(kind, name, spec.devices.as_ref().and_then(|d| d.constraints.clone()))?;
+    let constraints = constraints!(kind, name, spec.devices.as_ref().and_then(|d| d.constraints.clone()), distinct)?;
     Ok(ClaimSpec { requests, constraints })
 }
 
-fn claim_spec_v1beta2(kind: &str, name: &str, spec: &v1beta2::ResourceClaimSpec) -> Result<ClaimSpec, DraError> {
+fn claim_spec_v1beta2(
+    kind: &str,
+    name: &str,
+    spec: &v1beta2::ResourceClaimSpec,
+    distinct: &[Option<String>],
+) -> Result<ClaimSpec, DraError> {
     let mut requests = Vec::new();
     for r in spec.devices.iter().flat_map(|d| d.requests.iter().flatten()) {
         let mut alternatives = Vec::new();
@@ -366,7 +464,7 @@ fn claim_spec_v1beta2(kind: &str, name: &str, spec: &v1beta2::ResourceClaimSpec)
         }
         requests.push(DeviceRequest { name: r.name.clone(), alternatives });
     }
-    let constraints = constraints!(kind, name, spec.devices.as_ref().and_then(|d| d.constraints.clone()))?;
+    let constraints = constraints!(kind, name, spec.devices.as_ref().and_then(|d| d.constraints.clone()), distinct)?;
     Ok(ClaimSpec { requests, constraints })
 }
 
@@ -388,9 +486,9 @@ fn allocation_devices<'r>(results: impl Iterator<Item = (&'r str, &'r str, &'r s
 /// do not, so one body serves each.
 macro_rules! version_readers {
     ($version:ident, $claim:ident, $template:ident, $class:ident, $claim_spec:ident) => {
-        fn $claim(c: &$version::ResourceClaim) -> Result<ResourceClaim, DraError> {
+        fn $claim(c: &$version::ResourceClaim, distinct: &[Option<String>]) -> Result<ResourceClaim, DraError> {
             let (namespace, name) = names(&c.metadata);
-            let spec = $claim_spec("ResourceClaim", &name, &c.spec)?;
+            let spec = $claim_spec("ResourceClaim", &name, &c.spec, distinct)?;
             let status = c.status.as_ref();
             let allocation = status.and_then(|s| s.allocation.as_ref()).map(|a| Allocation {
                 devices: allocation_devices(
@@ -407,9 +505,12 @@ macro_rules! version_readers {
             Ok(ResourceClaim { namespace, name, spec, allocation, reserved_for })
         }
 
-        fn $template(t: &$version::ResourceClaimTemplate) -> Result<ResourceClaimTemplate, DraError> {
+        fn $template(
+            t: &$version::ResourceClaimTemplate,
+            distinct: &[Option<String>],
+        ) -> Result<ResourceClaimTemplate, DraError> {
             let (namespace, name) = names(&t.metadata);
-            let spec = $claim_spec("ResourceClaimTemplate", &name, &t.spec.spec)?;
+            let spec = $claim_spec("ResourceClaimTemplate", &name, &t.spec.spec, distinct)?;
             Ok(ResourceClaimTemplate { namespace, name, spec })
         }
 
@@ -602,6 +703,21 @@ mod tests {
     use super::*;
     use crate::load_str;
 
+    #[test]
+    fn a_pool_is_usable_at_its_newest_generation_once_complete() {
+        let mut pools = PoolGenerations::default();
+        pools.add("d", "p", 1, 1);
+        assert!(pools.usable("d", "p", 1));
+        pools.add("d", "p", 2, 2);
+        assert!(!pools.usable("d", "p", 1), "generation 1 is stale");
+        assert!(!pools.usable("d", "p", 2), "one of two slices");
+        assert!(!pools.has_complete("d"));
+        assert_eq!(pools.incomplete(), ["d pool p has 1 of its 2 slices of generation 2"]);
+        pools.add("d", "p", 2, 2);
+        assert!(pools.usable("d", "p", 2) && pools.has_complete("d") && pools.incomplete().is_empty());
+        assert!(!pools.usable("d", "other", 2) && !pools.has_complete("e"));
+    }
+
     const OBJECTS: &str = r#"
 apiVersion: resource.k8s.io/v1beta1
 kind: DeviceClass
@@ -741,8 +857,12 @@ spec:
         assert_eq!(
             claim.spec.constraints,
             [
-                MatchConstraint { requests: vec!["a".into(), "b/x".into()], attribute: "gpu.example.com/numa".into() },
-                MatchConstraint { requests: vec![], attribute: "gpu.example.com/pcieRoot".into() },
+                DeviceConstraint {
+                    requests: vec!["a".into(), "b/x".into()],
+                    attribute: "gpu.example.com/numa".into(),
+                    distinct: false
+                },
+                DeviceConstraint { requests: vec![], attribute: "gpu.example.com/pcieRoot".into(), distinct: false },
             ]
         );
         let held: Vec<&str> = claim.allocation.iter().flat_map(|a| &a.devices).map(|d| d.device.as_str()).collect();
@@ -757,6 +877,53 @@ spec:
             assert_eq!(slice.shared_counters[0].name, set);
         }
         assert_eq!(dra.slices[0].shared_counters[0].counters["memory"].to_string(), "80Gi");
+    }
+
+    #[test]
+    fn reads_distinct_attribute_from_later_versions() {
+        let yaml = "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: c}\n\
+            spec: {devices: {requests: [{name: r, exactly: {deviceClassName: c, count: 2}}], \
+            constraints: [{distinctAttribute: gpu.example.com/numa}, {requests: [r], matchAttribute: gpu.example.com/model}]}}\n\
+            ---\napiVersion: resource.k8s.io/v1beta2\nkind: ResourceClaimTemplate\nmetadata: {name: t}\n\
+            spec: {spec: {devices: {requests: [{name: r, exactly: {deviceClassName: c}}], \
+            constraints: [{distinctAttribute: gpu.example.com/numa}]}}}\n";
+        let mut dra = DraObjects::default();
+        for l in load_str(yaml, "distinct.yaml").expect("loads") {
+            dra.add(&l.object).expect("valid");
+        }
+        let numa = DeviceConstraint { requests: vec![], attribute: "gpu.example.com/numa".into(), distinct: true };
+        let model =
+            DeviceConstraint { requests: vec!["r".into()], attribute: "gpu.example.com/model".into(), distinct: false };
+        assert_eq!(dra.claims[0].spec.constraints, [numa.clone(), model]);
+        assert_eq!(dra.templates[0].spec.constraints, [numa]);
+        let bad = |constraint: &str, version: &str| {
+            let request = if version == "v1beta1" { "deviceClassName: c" } else { "exactly: {deviceClassName: c}" };
+            let doc = format!(
+                "apiVersion: resource.k8s.io/{version}\nkind: ResourceClaim\nmetadata: {{name: c}}\n\
+                 spec: {{devices: {{requests: [{{name: r, {request}}}], constraints: [{constraint}]}}}}\n"
+            );
+            let loaded = load_str(&doc, "bad.yaml").expect("loads");
+            DraObjects::default().add(&loaded[0].object).expect_err("bad constraint").to_string()
+        };
+        let both = "{matchAttribute: gpu.example.com/a, distinctAttribute: gpu.example.com/b}";
+        assert_eq!(bad(both, "v1"), "ResourceClaim c: a constraint with both matchAttribute and distinctAttribute");
+        assert_eq!(
+            bad("{distinctAttribute: numa}", "v1"),
+            r#"ResourceClaim c: distinctAttribute "numa" must be fully qualified (domain/id)"#
+        );
+        // k8s-openapi's v1beta1 types (1.33) have no such field: an input file is refused by the loader, and a
+        // watched object (decoded leniently) is named, never used without its constraint.
+        let file = "apiVersion: resource.k8s.io/v1beta1\nkind: ResourceClaim\nmetadata: {name: c}\n\
+            spec: {devices: {requests: [{name: r, deviceClassName: c}], constraints: [{distinctAttribute: d/n}]}}\n";
+        assert!(load_str(file, "bad.yaml").is_err_and(|e| e.to_string().contains("distinctAttribute")));
+        let watched: v1beta1::ResourceClaim = serde_json::from_value(serde_json::json!({
+            "apiVersion": "resource.k8s.io/v1beta1", "kind": "ResourceClaim", "metadata": {"name": "c"},
+            "spec": {"devices": {"requests": [{"name": "r", "deviceClassName": "c"}],
+                "constraints": [{"distinctAttribute": "d/n"}]}}
+        }))
+        .expect("lenient decode");
+        let e = DraObjects::default().add_claim(&watched).expect_err("constraint unreadable");
+        assert!(e.to_string().contains("read from resource.k8s.io/v1beta2 and v1 documents only"), "{e}");
     }
 
     #[test]

@@ -164,6 +164,8 @@ struct Candidate {
     min_values_relaxed: bool,
     /// DRA claims the pod allocates on the claim.
     dra_claims: Vec<u32>,
+    /// The shared published devices the claim holds with the pod (`None`: unchanged).
+    dra_devices: Option<Vec<u32>>,
 }
 
 pub(crate) struct Solver<'a> {
@@ -617,7 +619,7 @@ impl<'a> Solver<'a> {
                 claim.requests = cand.requests;
                 claim.min_values_relaxed |= cand.min_values_relaxed;
                 if let Some(d) = self.dra.as_mut() {
-                    d.commit_new(claim.id, &cand.dra_claims);
+                    d.commit_new(claim.id, &cand.dra_claims, cand.dra_devices);
                 }
                 claim.dra_claims.extend(cand.dra_claims);
                 claim.ports.add(pod.host_ports.iter().cloned());
@@ -705,7 +707,7 @@ impl<'a> Solver<'a> {
                     claim.requests = cand.requests;
                     claim.min_values_relaxed = cand.min_values_relaxed;
                     if let Some(d) = self.dra.as_mut() {
-                        d.commit_new(claim.id, &cand.dra_claims);
+                        d.commit_new(claim.id, &cand.dra_claims, cand.dra_devices);
                     }
                     claim.dra_claims = cand.dra_claims;
                     claim.ports.add(pod.host_ports.iter().cloned());
@@ -927,17 +929,18 @@ impl<'a> Solver<'a> {
         }
         // DRA: keep the instance types whose slice templates hold the claim's resource claims and the pod's.
         let mut dra_claims = Vec::new();
+        let mut dra_devices = None;
         if let Some(d) = &self.dra
             && d.has_claims(i)
         {
-            let named: Vec<(u32, &str)> = survivors
-                .iter()
-                .filter_map(|&k| template.its.get(k as usize).map(|it| (k, it.name.as_str())))
-                .collect();
-            let (kept, claims) =
-                d.filter_new(i, claim.id, &claim.dra_claims, &named).map_err(|e| reject(RejectionKind::Devices, e))?;
-            survivors = kept;
-            dra_claims = claims;
+            let named: Vec<(u32, &InstanceType)> =
+                survivors.iter().filter_map(|&k| template.its.get(k as usize).map(|it| (k, *it))).collect();
+            let fit = d
+                .filter_new(i, claim.id, &claim.dra_claims, &named, &requirements)
+                .map_err(|e| reject(RejectionKind::Devices, e))?;
+            survivors = fit.its;
+            dra_claims = fit.claims;
+            dra_devices = fit.devices;
         }
         let mut requirements = requirements.into_owned();
         let mut min_values_relaxed = false;
@@ -959,7 +962,7 @@ impl<'a> Solver<'a> {
                 }
             }
         }
-        Ok(Candidate { requirements, its: survivors, requests, min_values_relaxed, dra_claims })
+        Ok(Candidate { requirements, its: survivors, requests, min_values_relaxed, dra_claims, dra_devices })
     }
 
     /// Why no instance type survived: requirements, offerings, resources or host ports.
@@ -1101,7 +1104,7 @@ impl<'a> Solver<'a> {
             let requested_dra_drivers = match &self.dra {
                 Some(dra) if !claim.dra_claims.is_empty() => {
                     let its: Vec<&str> = plan.instance_types.iter().map(String::as_str).collect();
-                    dra.drivers(&claim.dra_claims, &its)
+                    dra.drivers(claim.id, &claim.dra_claims, &its)
                 }
                 _ => Vec::new(),
             };

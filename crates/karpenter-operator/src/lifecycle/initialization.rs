@@ -1,12 +1,11 @@
 //! Step 4 of a lifecycle pass: initializing the registered claim once its Node is ready (see the module docs of
 //! [`super`]).
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::core::v1::{Node, Taint as CoreTaint};
 use k8s_openapi::api::resource::v1beta1::ResourceSlice;
 use karpenter_api::NodeClaim;
 use karpenter_api::condition::ConditionStatus;
+use karpenter_api::dra::PoolGenerations;
 use karpenter_api::labels::{self, taints};
 use karpenter_api::nodeclaim::conditions::{self as cond, reasons as cond_reasons};
 use karpenter_scheduler::snapshot::api_taint;
@@ -67,24 +66,12 @@ pub fn unpublished_dra_drivers<'a>(
     node: &str,
     drivers: &[&str],
 ) -> Vec<String> {
-    // (driver, pool) -> (generation, slices seen at it, slices the pool says it has)
-    let mut pools: BTreeMap<(&str, &str), (i64, i64, i64)> = BTreeMap::new();
+    let mut pools = PoolGenerations::default();
     for s in slices.filter(|s| s.spec.node_name.as_deref() == Some(node)) {
         let pool = &s.spec.pool;
-        let entry = pools.entry((s.spec.driver.as_str(), pool.name.as_str())).or_insert((pool.generation, 0, 0));
-        if pool.generation > entry.0 {
-            *entry = (pool.generation, 0, 0);
-        }
-        if pool.generation == entry.0 {
-            entry.1 += 1;
-            entry.2 = pool.resource_slice_count;
-        }
+        pools.add(&s.spec.driver, &pool.name, pool.generation, pool.resource_slice_count);
     }
-    drivers
-        .iter()
-        .filter(|d| !pools.iter().any(|((driver, _), (_, seen, count))| driver == *d && seen >= count))
-        .map(|d| (*d).to_owned())
-        .collect()
+    drivers.iter().filter(|d| !pools.has_complete(d)).map(|d| (*d).to_owned()).collect()
 }
 
 /// Why the Node is not initialized yet (condition reason and message), `None` when it is.

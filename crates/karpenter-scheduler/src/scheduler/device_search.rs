@@ -1,5 +1,5 @@
 //! The device search of DRA allocation: which devices of a candidate satisfy a set of requests, with
-//! `firstAvailable` alternatives, `matchAttribute` constraints, admin access and shared counters (partitionable
+//! `firstAvailable` alternatives, `matchAttribute` and `distinctAttribute` constraints, admin access and shared counters (partitionable
 //! devices), backtracking over choices; and the [`Allocator`] holding what the pass has taken of published
 //! devices.
 //!
@@ -93,6 +93,31 @@ pub(crate) struct Alternative {
     pub(crate) constraints: Vec<u32>,
 }
 
+/// A claim's constraint in a search, on a fully-qualified attribute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Constraint<'s> {
+    /// `matchAttribute`: every device bound by it has the same value.
+    Match(&'s str),
+    /// `distinctAttribute`: the devices bound by it have pairwise different values.
+    Distinct(&'s str),
+}
+
+impl<'s> Constraint<'s> {
+    fn attribute(self) -> &'s str {
+        match self {
+            Constraint::Match(a) | Constraint::Distinct(a) => a,
+        }
+    }
+
+    /// Whether a device with `value` may join `taken` (the values of the devices bound so far).
+    fn admits(self, taken: &[&DeviceAttribute], value: &DeviceAttribute) -> bool {
+        match self {
+            Constraint::Match(_) => taken.first().is_none_or(|v| *v == value),
+            Constraint::Distinct(_) => !taken.contains(&value),
+        }
+    }
+}
+
 /// A request in a search: its alternatives, and where its claim's constraints start in the search's list.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Req<'s> {
@@ -170,10 +195,9 @@ impl Allocator {
         true
     }
 
-    /// Gives `devices` back (a rollback of [`Allocator::commit`]). The solver itself never needs it: it commits
-    /// only once every other check of the candidate passed, so a candidate that turns a pod down holds nothing,
-    /// and each simulation starts from the index's allocations; the property test proves the two are inverse.
-    #[cfg(test)]
+    /// Gives `devices` back (a rollback of [`Allocator::commit`]): a candidate searched jointly for all its claims
+    /// (a new NodeClaim, a node offering slice templates) replaces the shared devices it took before with the new
+    /// search's; the property test proves the two are inverse.
     pub(crate) fn release(&mut self, table: &DeviceTable<'_>, devices: &[u32]) {
         for &d in devices {
             if self.used.remove(&d) {
@@ -190,16 +214,39 @@ impl Allocator {
 pub(crate) fn search(
     table: &DeviceTable<'_>,
     requests: &[Req<'_>],
-    constraints: &[&str],
+    constraints: &[Constraint<'_>],
     view: &[u32],
     base: Option<&Allocator>,
 ) -> Option<Vec<Taken>> {
+    search_again(table, requests, constraints, view, base, &[])
+}
+
+/// [`search`] for a candidate that holds `mine` (sorted ids, committed to `base` by its previous search): they
+/// count as free, and their counters as unconsumed, since the new choice replaces the old one.
+pub(crate) fn search_again(
+    table: &DeviceTable<'_>,
+    requests: &[Req<'_>],
+    constraints: &[Constraint<'_>],
+    view: &[u32],
+    base: Option<&Allocator>,
+    mine: &[u32],
+) -> Option<Vec<Taken>> {
+    let mut mine_consumed: FxHashMap<u32, i128> = FxHashMap::default();
+    if base.is_some() {
+        for &d in mine {
+            for &(c, amount) in table.consumes(d) {
+                *mine_consumed.entry(c).or_default() += amount;
+            }
+        }
+    }
     let mut s = Search {
         table,
         view,
         base,
+        mine,
+        mine_consumed,
         constraints,
-        values: vec![None; constraints.len()],
+        values: vec![Vec::new(); constraints.len()],
         consumed: FxHashMap::default(),
         taken: Vec::new(),
         steps: 0,
@@ -211,10 +258,14 @@ struct Search<'s, 'a> {
     table: &'s DeviceTable<'a>,
     view: &'s [u32],
     base: Option<&'s Allocator>,
-    /// Per constraint of the search, its fully-qualified attribute.
-    constraints: &'s [&'s str],
-    /// Per constraint: the value the devices taken so far share, and how many bind it.
-    values: Vec<Option<(&'s DeviceAttribute, u32)>>,
+    /// Devices the candidate took in its previous search (sorted): free again for this one.
+    mine: &'s [u32],
+    /// What `mine` consumes of `base`'s counters.
+    mine_consumed: FxHashMap<u32, i128>,
+    /// The constraints of the search's claims.
+    constraints: &'s [Constraint<'s>],
+    /// Per constraint: the values of the devices taken so far that it binds, in order taken.
+    values: Vec<Vec<&'s DeviceAttribute>>,
     /// Counters consumed by the devices taken so far (on top of `base`).
     consumed: FxHashMap<u32, i128>,
     taken: Vec<Taken>,
@@ -259,7 +310,7 @@ impl<'s> Search<'s, '_> {
             .filter(|&d| {
                 in_view(self.view, d)
                     && (alt.admin
-                        || (!self.base.is_some_and(|b| b.is_used(d))
+                        || (!self.base.is_some_and(|b| b.is_used(d) && !in_view(self.mine, d))
                             && !self.taken.iter().any(|t| t.id == d && !t.admin)))
             })
             .collect()
@@ -308,11 +359,11 @@ impl<'s> Search<'s, '_> {
         let Some(entry) = table.devices.get(d as usize) else { return false };
         for &c in &alt.constraints {
             let i = (base + c) as usize;
-            let Some(name) = self.constraints.get(i) else { return false };
-            match (entry.attribute(name), self.values.get(i).copied().flatten()) {
-                (None, _) => return false,
-                (Some(v), Some((set, _))) if v != set => return false,
-                _ => {}
+            let Some(&constraint) = self.constraints.get(i) else { return false };
+            // A device without the attribute satisfies neither kind.
+            let Some(value) = entry.attribute(constraint.attribute()) else { return false };
+            if !constraint.admits(self.values.get(i).map_or(&[], Vec::as_slice), value) {
+                return false;
             }
         }
         if !alt.admin && !entry.consumes.is_empty() {
@@ -321,7 +372,8 @@ impl<'s> Search<'s, '_> {
                 *self.consumed.entry(c).or_default() += amount;
             }
             let over = entry.consumes.iter().any(|&(c, _)| {
-                self.base.map_or(0, |b| b.consumed(c)) + self.consumed.get(&c).copied().unwrap_or(0) > table.capacity(c)
+                let before = self.base.map_or(0, |b| b.consumed(c)) - self.mine_consumed.get(&c).copied().unwrap_or(0);
+                before + self.consumed.get(&c).copied().unwrap_or(0) > table.capacity(c)
             });
             if over {
                 for &(c, amount) in &entry.consumes {
@@ -332,9 +384,9 @@ impl<'s> Search<'s, '_> {
         }
         for &c in &alt.constraints {
             let i = (base + c) as usize;
-            let value = self.constraints.get(i).and_then(|name| entry.attribute(name));
+            let value = self.constraints.get(i).and_then(|k| entry.attribute(k.attribute()));
             if let (Some(slot), Some(value)) = (self.values.get_mut(i), value) {
-                *slot = Some((slot.map_or(value, |(v, _)| v), slot.map_or(1, |(_, n)| n + 1)));
+                slot.push(value);
             }
         }
         self.taken.push(Taken { id: d, admin: alt.admin });
@@ -351,9 +403,10 @@ impl<'s> Search<'s, '_> {
                 *self.consumed.entry(c).or_default() -= amount;
             }
         }
+        // Takes are undone last first, so each constraint's last value is this device's.
         for &c in &alt.constraints {
             if let Some(slot) = self.values.get_mut((base + c) as usize) {
-                *slot = slot.and_then(|(v, n)| (n > 1).then_some((v, n - 1)));
+                slot.pop();
             }
         }
     }
@@ -443,7 +496,7 @@ mod tests {
         let view = [0, 1, 2, 3];
         // Unconstrained, the first request would take device 0 and the second could not match it: the search
         // backtracks to device 1 instead of giving up.
-        let constraint = ["gpu.example.com/numa"];
+        let constraint = [Constraint::Match("gpu.example.com/numa")];
         assert_eq!(ids(search(&t, &[req(&a), req(&b)], &constraint, &view, None)), Some(vec![1, 2]));
         // The domain may be written out in the slice too.
         let written = [numa(None).with_attribute("gpu.example.com/numa", DeviceAttribute::Int(1)), numa(Some(1))];
@@ -465,7 +518,7 @@ mod tests {
         // Constraints of different claims are separate: each claim's base offsets its own.
         let other_claim = [Alternative { constraints: vec![0], ..one(&[0]) }];
         let reqs = [req(&b), Req { alts: &other_claim, constraint_base: 1 }];
-        let two = ["gpu.example.com/numa", "gpu.example.com/numa"];
+        let two = [Constraint::Match("gpu.example.com/numa"), Constraint::Match("gpu.example.com/numa")];
         assert_eq!(ids(search(&t, &reqs, &two, &view, None)), Some(vec![2, 0]));
         assert_eq!(search(&t, &[req(&b), Req { constraint_base: 0, ..reqs[1] }], &constraint, &view, None), None);
     }
@@ -542,15 +595,20 @@ mod tests {
             .collect()
     }
 
-    /// Whether one device per request (each from its matches, all distinct, all with the same numa value) exists.
-    fn brute_force(matches: &[Vec<u32>], devices: &[Device], chosen: &mut Vec<u32>) -> bool {
+    /// Whether one device per request (each from its matches, all distinct, all with a numa value: the same one,
+    /// or with `distinct` pairwise different ones) exists.
+    fn brute_force(matches: &[Vec<u32>], devices: &[Device], distinct: bool, chosen: &mut Vec<u32>) -> bool {
         let Some((first, rest)) = matches.split_first() else { return true };
         let numa = |d: u32| devices[d as usize].attributes.get("numa");
         for &d in first {
-            let agrees = chosen.first().is_none_or(|&c| numa(c) == numa(d));
+            let agrees = if distinct {
+                chosen.iter().all(|&c| numa(c) != numa(d))
+            } else {
+                chosen.first().is_none_or(|&c| numa(c) == numa(d))
+            };
             if numa(d).is_some() && agrees && !chosen.contains(&d) {
                 chosen.push(d);
-                if brute_force(rest, devices, chosen) {
+                if brute_force(rest, devices, distinct, chosen) {
                     return true;
                 }
                 chosen.pop();
@@ -574,8 +632,8 @@ mod tests {
                 matches.iter().map(|m| [Alternative { constraints: vec![0], ..one(m) }]).collect();
             let reqs: Vec<Req<'_>> = alts.iter().map(|a| req(a)).collect();
             let view: Vec<u32> = (0..8).collect();
-            let found = ids(search(&t, &reqs, &["gpu.example.com/numa"], &view, None));
-            prop_assert_eq!(found.is_some(), brute_force(&matches, &devices, &mut Vec::new()));
+            let found = ids(search(&t, &reqs, &[Constraint::Match("gpu.example.com/numa")], &view, None));
+            prop_assert_eq!(found.is_some(), brute_force(&matches, &devices, false, &mut Vec::new()));
             if let Some(found) = found {
                 let values: BTreeSet<i64> = found
                     .iter()
@@ -589,9 +647,38 @@ mod tests {
             }
         }
 
+        /// With a distinctAttribute constraint over every request, the search finds an allocation exactly when one
+        /// exists, and what it finds has pairwise different values.
+        #[test]
+        fn distinct_attribute_search_is_complete(
+            matches in proptest::collection::vec(proptest::collection::btree_set(0u32..8, 0..5), 1..5),
+        ) {
+            let devices: Vec<Device> = (0..8).map(|d| numa((d != 7).then_some(i64::from(d % 3)))).collect();
+            let t = table(&devices, Vec::new());
+            let matches: Vec<Vec<u32>> = matches.into_iter().map(|m| m.into_iter().collect()).collect();
+            let alts: Vec<[Alternative; 1]> =
+                matches.iter().map(|m| [Alternative { constraints: vec![0], ..one(m) }]).collect();
+            let reqs: Vec<Req<'_>> = alts.iter().map(|a| req(a)).collect();
+            let view: Vec<u32> = (0..8).collect();
+            let found = ids(search(&t, &reqs, &[Constraint::Distinct("gpu.example.com/numa")], &view, None));
+            prop_assert_eq!(found.is_some(), brute_force(&matches, &devices, true, &mut Vec::new()));
+            if let Some(found) = found {
+                let values: BTreeSet<i64> = found
+                    .iter()
+                    .map(|&d| match devices[d as usize].attributes.get("numa") {
+                        Some(DeviceAttribute::Int(n)) => *n,
+                        _ => -1,
+                    })
+                    .collect();
+                prop_assert_eq!(values.len(), found.len(), "pairwise different: {:?}", found);
+                prop_assert!(!values.contains(&-1));
+            }
+        }
+
         /// Whatever is asked, an allocation never hands out a device twice (admin access aside), never one in
         /// use, never one the node does not see, gives each ExactCount request its count, and never consumes a
-        /// shared counter beyond its capacity; committing it then releasing it restores the allocator exactly.
+        /// shared counter beyond its capacity; searching again with what it took held finds the same choice;
+        /// committing it then releasing it restores the allocator exactly.
         #[test]
         fn allocations_are_disjoint_within_counters_and_rollback_restores(
             batches in proptest::collection::vec(requests(), 1..5),
@@ -626,6 +713,11 @@ mod tests {
                     for (c, cap) in capacities.iter().enumerate() {
                         prop_assert!(allocator.consumed(c as u32) <= *cap, "counter {} overdrawn", c);
                     }
+                    // A candidate searching again (jointly, with one more pod) sees its own devices as free.
+                    let mut mine = exclusive.clone();
+                    mine.sort_unstable();
+                    let again = search_again(&t, &reqs, &[], &view, Some(&allocator), &mine);
+                    prop_assert_eq!(again, Some(taken), "the devices it holds are free to its next search");
                     let mut probe = allocator.clone();
                     probe.release(&t, &exclusive);
                     prop_assert_eq!(&probe, &before, "release undoes commit");

@@ -8,16 +8,19 @@
 //! device class's and the request's CEL selectors once and evaluates them once per device, and then tracks
 //! where each claim is allocated during the solve.
 //!
-//! Per candidate: an initialized existing node offers the devices published for it (node-name slices, slices
-//! whose node selector matches it, all-nodes slices) minus the allocated ones; a node not initialized yet, an
-//! in-flight NodeClaim and a new NodeClaim offer the slice templates of their instance type, jointly for every
-//! claim placed on them (a new NodeClaim keeps the instance types whose templates hold all of its claims). A
+//! Only complete pools of their newest generation are published devices. Per candidate: an initialized existing
+//! node offers the devices published for it (node-name slices, slices whose node selector matches it, all-nodes
+//! slices) minus the allocated ones; a node not initialized yet, an in-flight NodeClaim and a new NodeClaim offer
+//! the slice templates of their instance type and the shared published devices they are certain to see (all-nodes
+//! slices, node-selector slices their requirements imply), searched jointly for every claim placed on them (a new
+//! NodeClaim keeps the instance types that hold all of its claims); the shared devices such a candidate holds are
+//! replaced by each new joint search's. A
 //! claim shared by several pods is allocated once and pins the others to its node; a claim allocated already
 //! pins its pods to the nodes its allocation's node selector names. Published devices are taken from a
 //! shared [`Allocator`] only when the pod is placed, so a candidate that turns the pod down holds nothing.
 //!
-//! Which devices satisfy a candidate's claims is [`search`]'s (`device_search.rs`): it takes matchAttribute
-//! constraints, admin access and shared counters into account as it goes. Device taints are settled here, once per
+//! Which devices satisfy a candidate's claims is [`search`]'s (`device_search.rs`): it takes match and distinct
+//! attribute constraints, admin access and shared counters into account as it goes. Device taints are settled here, once per
 //! request: a device with a taint the request does not tolerate is not among its matches.
 
 use std::collections::BTreeSet;
@@ -25,15 +28,17 @@ use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::NodeSelector;
 use karpenter_api::dra::{
-    AllocationMode, ClaimSpec, DeviceClass, DraObjects, RequestAlternative, ResourceClaim, ResourceClaimTemplate,
-    SliceNodes,
+    AllocationMode, ClaimSpec, DeviceClass, DeviceConstraint, DraObjects, PoolGenerations, RequestAlternative,
+    ResourceClaim, ResourceClaimTemplate, ResourceSlice, SliceNodes,
 };
 use karpenter_api::{CompactPod, labels};
-use karpenter_requirements::{Device, InstanceType, NoKeys, Requirements, tolerates_all};
+use karpenter_requirements::{Device, InstanceType, NoKeys, Operator, Requirement, Requirements, tolerates_all};
 use rustc_hash::FxHashMap;
 
 use super::device_cel::{CelValue, DeviceSelector, SelectorEnv};
-use super::device_search::{Allocator, Alternative, CounterIds, DeviceEntry, DeviceTable, Req, Taken, search};
+use super::device_search::{
+    Allocator, Alternative, Constraint, CounterIds, DeviceEntry, DeviceTable, Req, Taken, search, search_again,
+};
 use super::templates::ExistingNode;
 
 /// One node-selector term: label requirements and, from `matchFields`, node names.
@@ -72,6 +77,33 @@ impl NodeMatch {
             t.names.as_ref().is_none_or(|n| n.iter().any(|x| x == name)) && node.compatible_ok(&t.requirements, &NoKeys)
         })
     }
+
+    /// Whether a node launched with requirements `node` is certain to match: some term's every expression is
+    /// implied by them. A node not launched yet has no name (a `matchFields` term is never certain) and its
+    /// hostname label is a placeholder.
+    fn implied_by(&self, node: &Requirements) -> bool {
+        self.0.iter().any(|t| {
+            t.names.is_none()
+                && t.requirements.iter().all(|r| r.key() != labels::HOSTNAME && implied(r, node.get_ref(r.key())))
+        })
+    }
+}
+
+/// Whether every node allowed by `node` (its requirement on the selector's key, `None` when it has none) has a
+/// label `selector` matches. Conservative: a label the requirements do not pin is never certain, and a node
+/// requirement that allows the label to be absent only implies a selector that matches absence too (`NotIn`).
+fn implied(selector: &Requirement, node: Option<&Requirement>) -> bool {
+    let Some(node) = node else { return false };
+    let not_in = selector.operator() == Operator::NotIn && selector.gte().is_none() && selector.lte().is_none();
+    if node.complement() {
+        // NotIn / Exists on the node: any value but the excluded ones, or none.
+        return not_in && selector.values().as_slice().iter().all(|v| node.values().contains(v));
+    }
+    if node.values().is_empty() {
+        // DoesNotExist: the label is absent.
+        return not_in || selector.operator() == Operator::DoesNotExist;
+    }
+    node.values().as_slice().iter().all(|v| selector.has(v))
 }
 
 /// The DRA objects of a pass, indexed (independent of the pods; shared by a disruption pass's simulations).
@@ -85,12 +117,17 @@ pub(crate) struct DraIndex<'a> {
     node_local: FxHashMap<&'a str, Vec<u32>>,
     /// Published devices of node-selector slices.
     selected: Vec<(NodeMatch, Vec<u32>)>,
-    /// Published devices every node sees.
+    /// Published devices every node sees (sorted).
     all_nodes: Vec<u32>,
+    /// Ids below are slice templates' devices, the rest published ones (templates come first so that a search
+    /// over a candidate's own devices and shared published ones prefers its own).
+    templates_end: u32,
     /// Devices of each instance type's slice templates, by instance-type name.
     instance_types: FxHashMap<&'a str, Vec<u32>>,
     /// Published devices claims' `status.allocation` holds.
     allocated: Vec<u32>,
+    /// Pools left out because their newest generation's slices are not all there, described for reasons.
+    incomplete: Vec<String>,
     claims: FxHashMap<(&'a str, &'a str), &'a ResourceClaim>,
     templates: FxHashMap<(&'a str, &'a str), &'a ResourceClaimTemplate>,
     classes: FxHashMap<&'a str, &'a DeviceClass>,
@@ -108,34 +145,15 @@ impl<'a> DraIndex<'a> {
             node_local: FxHashMap::default(),
             selected: Vec::new(),
             all_nodes: Vec::new(),
+            templates_end: 0,
             instance_types: FxHashMap::default(),
             allocated: Vec::new(),
+            incomplete: Vec::new(),
             claims: dra.claims.iter().map(|c| ((c.namespace.as_str(), c.name.as_str()), c)).collect(),
             templates: dra.templates.iter().map(|t| ((t.namespace.as_str(), t.name.as_str()), t)).collect(),
             classes: dra.classes.iter().map(|c| (c.name.as_str(), c)).collect(),
             matched: Mutex::new(FxHashMap::default()),
         };
-        let mut published: FxHashMap<(&str, &str, &str), u32> = FxHashMap::default();
-        // Counter sets are the pool's (1.33 keeps them in the device's slice; later versions anywhere in its pool).
-        let mut pool_counters: FxHashMap<(&str, &str), CounterIds<'a>> = FxHashMap::default();
-        for slice in &dra.slices {
-            let sets = pool_counters.entry((slice.driver.as_str(), slice.pool.name.as_str())).or_default();
-            index.table.add_counters(sets, &slice.shared_counters);
-        }
-        for slice in &dra.slices {
-            let sets = pool_counters.get(&(slice.driver.as_str(), slice.pool.name.as_str()));
-            let mut ids = Vec::with_capacity(slice.devices.len());
-            for device in &slice.devices {
-                let id = index.push(&slice.driver, device, sets);
-                published.insert((slice.driver.as_str(), slice.pool.name.as_str(), device.name.as_str()), id);
-                ids.push(id);
-            }
-            match &slice.nodes {
-                SliceNodes::Node(n) => index.node_local.entry(n.as_str()).or_default().extend(ids),
-                SliceNodes::Selector(s) => index.selected.push((NodeMatch::new(s), ids)),
-                SliceNodes::All => index.all_nodes.extend(ids),
-            }
-        }
         for it in instance_types {
             if it.dynamic_resources.is_empty() || index.instance_types.contains_key(it.name.as_str()) {
                 continue;
@@ -151,6 +169,31 @@ impl<'a> DraIndex<'a> {
             }
             index.instance_types.insert(it.name.as_str(), ids);
         }
+        index.templates_end = index.table.devices.len() as u32;
+        let mut published: FxHashMap<(&str, &str, &str), u32> = FxHashMap::default();
+        let (slices, incomplete) = complete_pools(&dra.slices);
+        index.incomplete = incomplete;
+        // Counter sets are the pool's (1.33 keeps them in the device's slice; later versions anywhere in its pool).
+        let mut pool_counters: FxHashMap<(&str, &str), CounterIds<'a>> = FxHashMap::default();
+        for slice in slices.iter().copied() {
+            let sets = pool_counters.entry((slice.driver.as_str(), slice.pool.name.as_str())).or_default();
+            index.table.add_counters(sets, &slice.shared_counters);
+        }
+        for slice in slices {
+            let sets = pool_counters.get(&(slice.driver.as_str(), slice.pool.name.as_str()));
+            let mut ids = Vec::with_capacity(slice.devices.len());
+            for device in &slice.devices {
+                let id = index.push(&slice.driver, device, sets);
+                published.insert((slice.driver.as_str(), slice.pool.name.as_str(), device.name.as_str()), id);
+                ids.push(id);
+            }
+            match &slice.nodes {
+                SliceNodes::Node(n) => index.node_local.entry(n.as_str()).or_default().extend(ids),
+                SliceNodes::Selector(s) => index.selected.push((NodeMatch::new(s), ids)),
+                SliceNodes::All => index.all_nodes.extend(ids),
+            }
+        }
+        index.all_nodes.sort_unstable();
         let held = dra.claims.iter().flat_map(|c| c.allocation.iter().flat_map(|a| &a.devices));
         index.allocated = held
             .filter_map(|d| published.get(&(d.driver.as_str(), d.pool.as_str(), d.device.as_str())).copied())
@@ -185,7 +228,33 @@ impl<'a> DraIndex<'a> {
             .get_ref(labels::INSTANCE_TYPE)
             .filter(|r| !r.complement() && r.values().len() == 1)
             .and_then(|r| r.values().first().map(|v| v.to_string()));
-        NodeView::Template(it.and_then(|it| self.instance_types.get(it.as_str()).cloned()).unwrap_or_default())
+        let own = it.and_then(|it| self.instance_types.get(it.as_str())).map_or(&[][..], Vec::as_slice);
+        NodeView::Template(self.with_shared(own, &node.requirements))
+    }
+
+    /// Whether some published devices are shared by several nodes (all-nodes and node-selector slices).
+    fn has_shared(&self) -> bool {
+        !self.all_nodes.is_empty() || !self.selected.is_empty()
+    }
+
+    /// `own` (a candidate's template devices, sorted) with the shared published devices a node launched with
+    /// `requirements` is certain to see.
+    fn with_shared(&self, own: &[u32], requirements: &Requirements) -> Vec<u32> {
+        let mut ids = own.to_vec();
+        ids.extend(&self.all_nodes);
+        for (m, devices) in &self.selected {
+            if m.implied_by(requirements) {
+                ids.extend(devices);
+            }
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+
+    /// Whether device `id` is published (else a slice template's).
+    fn is_published(&self, id: u32) -> bool {
+        id >= self.templates_end
     }
 
     /// Drops from `matches` the devices with a taint `alt` does not tolerate; the first such taint, if any.
@@ -212,12 +281,23 @@ impl<'a> DraIndex<'a> {
     }
 }
 
+/// The slices whose devices are offered: those of their pool's newest generation when it is complete (a pool
+/// being updated may be half old, half new); and the pools left out, described.
+fn complete_pools(slices: &[ResourceSlice]) -> (Vec<&ResourceSlice>, Vec<String>) {
+    let mut pools = PoolGenerations::default();
+    for s in slices {
+        pools.add(&s.driver, &s.pool.name, s.pool.generation, s.pool.resource_slice_count);
+    }
+    let usable = slices.iter().filter(|s| pools.usable(&s.driver, &s.pool.name, s.pool.generation)).collect();
+    (usable, pools.incomplete())
+}
+
 /// What an existing node offers.
 #[derive(Debug, Clone)]
 enum NodeView {
     /// Published devices, shared with the pass's [`Allocator`].
     Published(Vec<u32>),
-    /// Its instance type's template devices, its own.
+    /// Its instance type's template devices, its own, and the shared published devices it is certain to see.
     Template(Vec<u32>),
 }
 
@@ -228,16 +308,23 @@ struct PassClaim {
     name: String,
     /// Per request, its alternatives in order.
     requests: Vec<Vec<Alternative>>,
-    /// Its `matchAttribute` constraints' attributes (alternatives refer to them by index).
-    constraints: Vec<String>,
+    /// Its constraints (alternatives refer to them by index).
+    constraints: Vec<DeviceConstraint>,
     /// Why a request can match no device (a class missing, a selector that errs on every device), for reasons.
     describe: Vec<String>,
     /// Allocated already (`status.allocation`): the nodes it is reachable from (`None`: every node).
     allocated: Option<Option<NodeMatch>>,
 }
 
+/// The node a pod's claims are checked for: an existing one (its name and requirements) or a new one.
+#[derive(Debug, Clone, Copy)]
+enum Target<'r> {
+    Node(&'r str, &'r Requirements),
+    New,
+}
+
 /// Where a claim was allocated during the solve.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Where {
     Existing(usize),
     New(usize),
@@ -259,6 +346,8 @@ pub(crate) struct DraPass<'a> {
     views: FxHashMap<usize, NodeView>,
     /// Per existing node offering template devices: the claims allocated on it.
     node_claims: FxHashMap<usize, Vec<u32>>,
+    /// Per candidate searched jointly for all its claims: the shared published devices its last search took.
+    mine: FxHashMap<Where, Vec<u32>>,
 }
 
 /// What placing a pod on a candidate takes: published devices and the claims it allocates there.
@@ -266,6 +355,17 @@ pub(crate) struct DraPass<'a> {
 pub(crate) struct Commit {
     devices: Vec<u32>,
     claims: Vec<u32>,
+    /// `devices` replace what the candidate took before (a joint search), rather than add to it.
+    replace: bool,
+}
+
+/// What a new NodeClaim can take for a pod: the instance types kept, the claims allocated and, when some are,
+/// every shared published device the NodeClaim then holds.
+#[derive(Debug, Default)]
+pub(crate) struct NewDevices {
+    pub(crate) its: Vec<u32>,
+    pub(crate) claims: Vec<u32>,
+    pub(crate) devices: Option<Vec<u32>>,
 }
 
 impl<'a> DraPass<'a> {
@@ -283,6 +383,7 @@ impl<'a> DraPass<'a> {
             allocator,
             views: FxHashMap::default(),
             node_claims: FxHashMap::default(),
+            mine: FxHashMap::default(),
         };
         let mut errors = Vec::new();
         let mut resolver = Resolver::default();
@@ -376,9 +477,10 @@ impl<'a> DraPass<'a> {
         }
         for c in &spec.constraints {
             let over = if c.requests.is_empty() { "all requests".to_owned() } else { c.requests.join(", ") };
-            describe.push(format!("the same {} for {over}", c.attribute));
+            let how = if c.distinct { "a different" } else { "the same" };
+            describe.push(format!("{how} {} for {over}", c.attribute));
         }
-        let constraints = spec.constraints.iter().map(|c| c.attribute.clone()).collect();
+        let constraints = spec.constraints.clone();
         let allocated = allocation.map(|a| a.node_selector.as_ref().map(NodeMatch::new));
         self.claims.push(PassClaim { name: name.clone(), requests, constraints, describe, allocated });
         let id = (self.claims.len() - 1) as u32;
@@ -394,13 +496,15 @@ impl<'a> DraPass<'a> {
         self.claims.get(c as usize)
     }
 
-    /// The requests of `claims` and their constraints' attributes, for [`search`].
-    fn requests_of<'s>(&'s self, claims: &[u32]) -> (Vec<Req<'s>>, Vec<&'s str>) {
+    /// The requests of `claims` and their constraints, for [`search`].
+    fn requests_of<'s>(&'s self, claims: &[u32]) -> (Vec<Req<'s>>, Vec<Constraint<'s>>) {
         let mut requests = Vec::new();
         let mut constraints = Vec::new();
         for claim in claims.iter().filter_map(|&c| self.claim(c)) {
             let constraint_base = constraints.len() as u32;
-            constraints.extend(claim.constraints.iter().map(String::as_str));
+            constraints.extend(claim.constraints.iter().map(|c| {
+                if c.distinct { Constraint::Distinct(&c.attribute) } else { Constraint::Match(&c.attribute) }
+            }));
             requests.extend(claim.requests.iter().map(|alts| Req { alts, constraint_base }));
         }
         (requests, constraints)
@@ -412,8 +516,39 @@ impl<'a> DraPass<'a> {
         search(&self.index.table, &requests, &constraints, view, base)
     }
 
+    /// A joint search for every claim on candidate `at` over `view` (its template devices and shared published
+    /// ones), the shared devices it holds counting as free.
+    fn search_joint(&self, claims: &[u32], view: &[u32], at: Where) -> Option<Vec<Taken>> {
+        let (requests, constraints) = self.requests_of(claims);
+        let mine = self.mine.get(&at).map_or(&[][..], Vec::as_slice);
+        search_again(&self.index.table, &requests, &constraints, view, Some(&self.allocator), mine)
+    }
+
+    /// The published devices of `taken` that are taken from others (sorted).
+    fn shared_taken(&self, taken: &[Taken]) -> Vec<u32> {
+        let mut out: Vec<u32> =
+            taken.iter().filter(|t| !t.admin && self.index.is_published(t.id)).map(|t| t.id).collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// Replaces the shared devices candidate `at` holds with `devices`.
+    fn hold(&mut self, at: Where, devices: Vec<u32>) {
+        if let Some(old) = self.mine.remove(&at) {
+            self.allocator.release(&self.index.table, &old);
+        }
+        let committed = self.allocator.commit(&self.index.table, &devices);
+        debug_assert!(committed, "a joint search only offers devices free apart from the candidate's own");
+        if !devices.is_empty() {
+            self.mine.insert(at, devices);
+        }
+    }
+
     /// The pod's claims still to allocate on `at`, or why `at` cannot take it (a claim allocated elsewhere).
-    fn to_allocate(&self, i: usize, at: Where, node: Option<(&str, &Requirements)>) -> Result<Vec<u32>, String> {
+    /// For a new node, claims allocated already to a node selector are pushed to `pinned`: whether the node is
+    /// certain to match depends on the instance type.
+    fn to_allocate(&self, i: usize, at: Where, node: Target<'_>, pinned: &mut Vec<u32>) -> Result<Vec<u32>, String> {
         let mut out = Vec::new();
         for &c in self.claims_of(i) {
             let Some(claim) = self.claim(c) else { continue };
@@ -427,7 +562,8 @@ impl<'a> DraPass<'a> {
             match (&claim.allocated, node) {
                 (None, _) => out.push(c),
                 (Some(None), _) => {}
-                (Some(Some(m)), Some((name, reqs))) if m.matches(name, reqs) => {}
+                (Some(Some(m)), Target::Node(name, reqs)) if m.matches(name, reqs) => {}
+                (Some(Some(_)), Target::New) => pinned.push(c),
                 (Some(Some(_)), _) => {
                     return Err(format!("{} is allocated to devices of another node", claim.name));
                 }
@@ -438,7 +574,9 @@ impl<'a> DraPass<'a> {
 
     /// Whether existing node `n` can hold pod `i`'s claims, and what placing it there takes.
     pub(crate) fn check_existing(&mut self, i: usize, n: usize, node: &ExistingNode) -> Option<Commit> {
-        let claims = self.to_allocate(i, Where::Existing(n), Some((&node.name, &node.requirements))).ok()?;
+        let claims = self
+            .to_allocate(i, Where::Existing(n), Target::Node(&node.name, &node.requirements), &mut Vec::new())
+            .ok()?;
         if claims.is_empty() {
             return Some(Commit::default());
         }
@@ -449,21 +587,25 @@ impl<'a> DraPass<'a> {
                 let taken = self.search(&claims, &ids, Some(&self.allocator))?;
                 // Admin access takes nothing from others.
                 let devices = taken.iter().filter(|t| !t.admin).map(|t| t.id).collect();
-                Some(Commit { devices, claims })
+                Some(Commit { devices, claims, replace: false })
             }
             NodeView::Template(ids) => {
                 let mut all = self.node_claims.get(&n).cloned().unwrap_or_default();
                 all.extend(&claims);
-                self.search(&all, &ids, None)?;
-                Some(Commit { devices: Vec::new(), claims })
+                let taken = self.search_joint(&all, &ids, Where::Existing(n))?;
+                Some(Commit { devices: self.shared_taken(&taken), claims, replace: true })
             }
         }
     }
 
     /// Records pod `i` on existing node `n` (after [`DraPass::check_existing`] said yes).
     pub(crate) fn commit_existing(&mut self, n: usize, commit: Commit) {
-        let committed = self.allocator.commit(&self.index.table, &commit.devices);
-        debug_assert!(committed, "check_existing only offers free devices");
+        if commit.replace {
+            self.hold(Where::Existing(n), commit.devices);
+        } else {
+            let committed = self.allocator.commit(&self.index.table, &commit.devices);
+            debug_assert!(committed, "check_existing only offers free devices");
+        }
         if matches!(self.views.get(&n), Some(NodeView::Template(_))) {
             self.node_claims.entry(n).or_default().extend(&commit.claims);
         }
@@ -474,53 +616,138 @@ impl<'a> DraPass<'a> {
         }
     }
 
-    /// Of the instance types `its` (with the new claim `c`'s claims `on_claim`), those whose slice templates hold
-    /// every claim of the claim and of pod `i`; `Err` with the reason when none does.
+    /// Of the instance types `its` (with the new claim `c`'s claims `on_claim` and requirements `requirements`),
+    /// those whose slice templates, with the shared published devices the node is certain to see, hold every
+    /// claim of the claim and of pod `i`; `Err` with the reason when none does.
+    ///
+    /// The NodeClaim holds one set of shared devices whichever type it launches as: the first type that fits
+    /// chooses them (its own devices first), and the other types are kept only if they fit with those.
     pub(crate) fn filter_new(
         &self,
         i: usize,
         c: usize,
         on_claim: &[u32],
-        its: &[(u32, &str)],
-    ) -> Result<(Vec<u32>, Vec<u32>), String> {
-        let claims = self.to_allocate(i, Where::New(c), None)?;
+        its: &[(u32, &InstanceType)],
+        requirements: &Requirements,
+    ) -> Result<NewDevices, String> {
+        let mut pinned = Vec::new();
+        let claims = self.to_allocate(i, Where::New(c), Target::New, &mut pinned)?;
+        let pinned_its;
+        let its = if pinned.is_empty() {
+            its
+        } else {
+            pinned_its = self.pinned_its(&pinned, its, requirements)?;
+            pinned_its.as_slice()
+        };
         if claims.is_empty() {
-            return Ok((its.iter().map(|(k, _)| *k).collect(), claims));
+            return Ok(NewDevices { its: its.iter().map(|(k, _)| *k).collect(), claims, devices: None });
         }
         let mut all = on_claim.to_vec();
         all.extend(&claims);
-        let kept: Vec<u32> = its
-            .iter()
-            .filter(|(_, name)| self.search(&all, self.index.it_devices(name), None).is_some())
-            .map(|(k, _)| *k)
-            .collect();
+        let (kept, devices) = if self.index.has_shared() {
+            self.fit_shared(&all, c, its, requirements)
+        } else {
+            let fits = |name: &str| self.search(&all, self.index.it_devices(name), None).is_some();
+            (its.iter().filter(|(_, it)| fits(&it.name)).map(|(k, _)| *k).collect(), Vec::new())
+        };
         if kept.is_empty() {
             let what: Vec<String> = claims
                 .iter()
                 .filter_map(|&c| self.claim(c))
                 .map(|c| format!("{} ({})", c.name, c.describe.join("; ")))
                 .collect();
-            return Err(format!("no instance type offers the devices of {}", what.join(" and ")));
+            let mut reason = format!("no instance type offers the devices of {}", what.join(" and "));
+            if !self.index.incomplete.is_empty() {
+                reason.push_str(&format!(
+                    "; published devices not offered while their pool is incomplete: {}",
+                    self.index.incomplete.join(", ")
+                ));
+            }
+            return Err(reason);
         }
-        Ok((kept, claims))
+        Ok(NewDevices { its: kept, claims, devices: Some(devices) })
     }
 
-    /// Records claims allocated on new claim `c`.
-    pub(crate) fn commit_new(&mut self, c: usize, claims: &[u32]) {
+    /// Of `its`, the instance types whose nodes are certain to be among the nodes the allocations of `pinned`
+    /// (claims allocated already) name.
+    fn pinned_its<'i>(
+        &self,
+        pinned: &[u32],
+        its: &[(u32, &'i InstanceType)],
+        requirements: &Requirements,
+    ) -> Result<Vec<(u32, &'i InstanceType)>, String> {
+        let kept: Vec<(u32, &InstanceType)> = its
+            .iter()
+            .filter(|(_, it)| {
+                let node = requirements.intersection(&it.requirements);
+                pinned.iter().filter_map(|&c| self.claim(c)).all(|claim| match &claim.allocated {
+                    Some(Some(m)) => m.implied_by(&node),
+                    _ => true,
+                })
+            })
+            .copied()
+            .collect();
+        if kept.is_empty() {
+            let name = pinned.first().and_then(|&c| self.claim(c)).map_or("", |c| c.name.as_str());
+            return Err(format!("{name} is allocated to devices of another node"));
+        }
+        Ok(kept)
+    }
+
+    /// [`DraPass::filter_new`]'s search when shared published devices exist: the types kept and the shared
+    /// devices the NodeClaim holds.
+    fn fit_shared(
+        &self,
+        all: &[u32],
+        c: usize,
+        its: &[(u32, &InstanceType)],
+        requirements: &Requirements,
+    ) -> (Vec<u32>, Vec<u32>) {
+        let selectors = !self.index.selected.is_empty();
+        let mut chosen: Option<Vec<u32>> = None;
+        let mut kept = Vec::new();
+        for (k, it) in its {
+            let own = self.index.it_devices(&it.name);
+            let mut view = if selectors {
+                self.index.with_shared(own, &requirements.intersection(&it.requirements))
+            } else {
+                self.index.with_shared(own, &Requirements::new())
+            };
+            if let Some(held) = &chosen {
+                view.retain(|d| !self.index.is_published(*d) || held.binary_search(d).is_ok());
+            }
+            if let Some(taken) = self.search_joint(all, &view, Where::New(c)) {
+                chosen.get_or_insert_with(|| self.shared_taken(&taken));
+                kept.push(*k);
+            }
+        }
+        (kept, chosen.unwrap_or_default())
+    }
+
+    /// Records claims allocated on new claim `c`, and the shared devices it now holds (`None`: unchanged).
+    pub(crate) fn commit_new(&mut self, c: usize, claims: &[u32], devices: Option<Vec<u32>>) {
         for &k in claims {
             if let Some(p) = self.placed.get_mut(k as usize) {
                 *p = Some(Where::New(c));
             }
         }
+        if let Some(devices) = devices {
+            self.hold(Where::New(c), devices);
+        }
     }
 
-    /// The DRA drivers a new claim with `claims` relies on, over its instance types `its`.
-    pub(crate) fn drivers(&self, claims: &[u32], its: &[&str]) -> Vec<String> {
+    /// The DRA drivers new claim `c` with `claims` waits for, over its instance types `its`: those of its own
+    /// (slice-template) devices. Shared published devices are in their slices already: nothing to wait for.
+    pub(crate) fn drivers(&self, c: usize, claims: &[u32], its: &[&str]) -> Vec<String> {
+        let held = self.mine.get(&Where::New(c)).map_or(&[][..], Vec::as_slice);
         let mut drivers = BTreeSet::new();
         for it in its {
-            if let Some(taken) = self.search(claims, self.index.it_devices(it), None) {
-                drivers
-                    .extend(taken.iter().filter_map(|t| self.index.table.devices.get(t.id as usize)).map(|e| e.driver));
+            let mut view = self.index.it_devices(it).to_vec();
+            view.extend(held);
+            view.sort_unstable();
+            if let Some(taken) = self.search(claims, &view, None) {
+                let own = taken.iter().filter(|t| !self.index.is_published(t.id));
+                drivers.extend(own.filter_map(|t| self.index.table.devices.get(t.id as usize)).map(|e| e.driver));
             }
         }
         drivers.into_iter().map(str::to_owned).collect()
@@ -624,5 +851,39 @@ impl Resolver {
             }
         }
         Ok((matches, first_error))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(key: &str, op: Operator, values: &[&str]) -> Requirement {
+        Requirement::new(key, op, values, None).expect("requirement")
+    }
+
+    #[test]
+    fn a_selector_is_implied_only_by_requirements_that_pin_it() {
+        use Operator::*;
+        let sel_in = req("zone", In, &["a", "b"]);
+        assert!(implied(&sel_in, Some(&req("zone", In, &["a"]))));
+        assert!(implied(&sel_in, Some(&req("zone", In, &["a", "b"]))));
+        assert!(!implied(&sel_in, Some(&req("zone", In, &["a", "c"]))), "c is possible");
+        assert!(!implied(&sel_in, Some(&req("zone", Exists, &[]))));
+        assert!(!implied(&sel_in, Some(&req("zone", DoesNotExist, &[]))));
+        assert!(!implied(&sel_in, None), "an unconstrained label is never certain");
+        let exists = req("zone", Exists, &[]);
+        assert!(implied(&exists, Some(&req("zone", In, &["a"]))));
+        assert!(!implied(&exists, Some(&req("zone", NotIn, &["a"]))), "NotIn allows the label to be absent");
+        let not_in = req("zone", NotIn, &["a"]);
+        assert!(implied(&not_in, Some(&req("zone", NotIn, &["a", "b"]))));
+        assert!(!implied(&not_in, Some(&req("zone", NotIn, &["b"]))));
+        assert!(implied(&not_in, Some(&req("zone", DoesNotExist, &[]))));
+        assert!(implied(&not_in, Some(&req("zone", In, &["b"]))));
+        assert!(implied(&req("zone", DoesNotExist, &[]), Some(&req("zone", DoesNotExist, &[]))));
+        let gt = req("gen", Gt, &["4"]);
+        assert!(implied(&gt, Some(&req("gen", In, &["5", "6"]))));
+        assert!(!implied(&gt, Some(&req("gen", In, &["4", "6"]))));
+        assert!(!implied(&gt, Some(&req("gen", Gt, &["5"]))), "a bounded node requirement is not pinned");
     }
 }

@@ -537,3 +537,224 @@ fn template_partitions_share_each_new_nodes_counters() {
     per_node.sort_unstable();
     assert_eq!(per_node, [1, 2], "the counter holds two partitions per node");
 }
+
+const NET: &str = "net.example.com";
+
+const NET_CLASS: &str = "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {name: net}\nspec:\n  selectors: [{cel: {expression: 'device.driver == \"net.example.com\"'}}]\n---\n";
+
+/// A published `net.example.com` slice of `devices` accelerators seen by `nodes` (`allNodes: true` or a
+/// `nodeSelector: ...`), e.g. network-attached ones.
+fn shared_slice(name: &str, nodes: &str, devices: usize) -> String {
+    let devices: Vec<String> = (0..devices).map(|i| format!("{{name: acc-{i}}}")).collect();
+    format!(
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {{name: {name}}}\nspec:\n  driver: {NET}\n  {nodes}\n  pool: {{name: {name}, generation: 1, resourceSliceCount: 1}}\n  devices: [{}]\n---\n",
+        devices.join(", ")
+    )
+}
+
+fn net_claim(name: &str) -> String {
+    claim_v1(name, &["{name: a, exactly: {deviceClassName: net}}"], "")
+}
+
+#[test]
+fn all_nodes_devices_serve_new_nodes_once_each_and_wait_for_no_driver() {
+    // One network-attached accelerator for the whole cluster: the first pod's new node uses it (the cheapest
+    // type does, as it needs no device of its own), the second finds it taken.
+    let yaml = format!(
+        "{POOL}{NET_CLASS}{}{}{}{}{}",
+        shared_slice("fabric", "allNodes: true", 1),
+        net_claim("n1"),
+        net_claim("n2"),
+        pod("p1", &["n1"]),
+        pod("p2", &["n2"]),
+    );
+    let d = solve(&yaml);
+    assert_eq!(d.new_node_claims.len(), 1, "{d:?}");
+    let new = &d.new_node_claims[0];
+    assert_eq!(new.pods.len(), 1);
+    assert!(new.instance_types.contains(&"cpu-only".to_string()), "{:?}", new.instance_types);
+    assert!(new.requested_dra_drivers.is_empty(), "published devices have nothing to wait for");
+    assert_eq!(d.unschedulable.len(), 1, "one allocation per shared device: {d:?}");
+    assert!(d.unschedulable[0].reason.to_string().contains("no instance type offers the devices of ResourceClaim"));
+
+    // A pod using its node's GPU and a shared accelerator: only the GPU's driver is waited for.
+    let both = format!(
+        "{POOL}{CLASS}{NET_CLASS}{}{}{}{}",
+        shared_slice("fabric", "allNodes: true", 1),
+        claim("gpu", 1, None),
+        net_claim("n1"),
+        pod("p", &["gpu", "n1"]),
+    );
+    let d = solve(&both);
+    assert!(d.unschedulable.is_empty(), "{:?}", d.unschedulable);
+    assert_eq!(d.new_node_claims[0].instance_types, ["gpu-2x"]);
+    assert_eq!(d.new_node_claims[0].requested_dra_drivers, [DRIVER]);
+}
+
+#[test]
+fn node_selector_devices_serve_a_new_node_only_when_the_selector_is_certain() {
+    let on_type = "nodeSelector: {nodeSelectorTerms: [{matchExpressions: [{key: node.kubernetes.io/instance-type, operator: In, values: [cpu-only]}]}]}";
+    let yaml = |nodes: &str, pool: &str| {
+        format!("{pool}{NET_CLASS}{}{}{}", shared_slice("rack", nodes, 2), net_claim("n1"), pod("p", &["n1"]))
+    };
+    // Implied by the instance type's own requirement: a cpu-only node sees the slice.
+    let d = solve(&yaml(on_type, POOL));
+    assert!(d.unschedulable.is_empty(), "{:?}", d.unschedulable);
+    assert_eq!(d.new_node_claims[0].instance_types, ["cpu-only"]);
+
+    // A zone selector: the NodePool must pin the zone for the node to be certain to match.
+    let in_zone = "nodeSelector: {nodeSelectorTerms: [{matchExpressions: [{key: topology.kubernetes.io/zone, operator: In, values: [z, y]}]}]}";
+    let d = solve(&yaml(in_zone, POOL));
+    assert_eq!(d.unschedulable.len(), 1, "the zone is open: {d:?}");
+    let pinned = POOL
+        .replace("requirements: []", "requirements: [{key: topology.kubernetes.io/zone, operator: In, values: [z]}]");
+    let d = solve(&yaml(in_zone, &pinned));
+    assert!(d.unschedulable.is_empty(), "{:?}", d.unschedulable);
+    // A node name is never certain for a node not launched yet.
+    let by_name =
+        "nodeSelector: {nodeSelectorTerms: [{matchFields: [{key: metadata.name, operator: In, values: [a]}]}]}";
+    assert_eq!(solve(&yaml(by_name, &pinned)).unschedulable.len(), 1);
+}
+
+#[test]
+fn an_in_flight_claim_shares_all_nodes_devices_with_new_nodes() {
+    // The in-flight cpu-only NodeClaim takes the one accelerator; the second pod finds none left.
+    let in_flight = "apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata: {name: default-abc, labels: {karpenter.sh/nodepool: default}}\n\
+spec:\n  nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n  requirements: [{key: node.kubernetes.io/instance-type, operator: In, values: [cpu-only]}]\n\
+status: {providerID: 'aws:///z/i-1', capacity: {cpu: '8', pods: '100'}, allocatable: {cpu: '8', pods: '100'}}\n---\n";
+    let yaml = format!(
+        "{POOL}{NET_CLASS}{in_flight}{}{}{}{}{}",
+        shared_slice("fabric", "allNodes: true", 1),
+        net_claim("n1"),
+        net_claim("n2"),
+        pod("p1", &["n1"]),
+        pod("p2", &["n2"]),
+    );
+    let d = solve(&yaml);
+    assert_eq!(placed_on(&d, "p1"), Some("default-abc"), "{d:?}");
+    assert!(d.new_node_claims.is_empty(), "{d:?}");
+    assert_eq!(d.unschedulable.len(), 1);
+}
+
+/// A `resource.k8s.io/v1` slice of node-a's pool at `generation` of `count` slices, with one GPU `model`.
+fn pool_slice(name: &str, generation: i64, count: i64, model: &str) -> String {
+    format!(
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {{name: {name}}}\nspec:\n  driver: {DRIVER}\n  nodeName: node-a\n  pool: {{name: node-a, generation: {generation}, resourceSliceCount: {count}}}\n  devices: [{{name: {name}, attributes: {{model: {{string: {model}}}}}}}]\n---\n"
+    )
+}
+
+#[test]
+fn only_complete_pools_of_the_newest_generation_are_offered() {
+    let node = "apiVersion: v1\nkind: Node\nmetadata: {name: node-a, labels: {kubernetes.io/hostname: node-a}}\nstatus: {allocatable: {cpu: '8', pods: '100'}}\n---\n";
+    let h100 = claim("h100", 1, Some(r#"device.attributes["gpu.example.com"].model == "H100""#));
+    let run = |slices: &str| solve(&format!("{POOL}{CLASS}{node}{slices}{h100}{}", pod("p", &["h100"])));
+    // The pool says two slices; one is here: nothing of it is offered, and the reason says why.
+    let d = run(&pool_slice("s1", 1, 2, "H100"));
+    assert_eq!(d.unschedulable.len(), 1, "{d:?}");
+    let reason = d.unschedulable[0].reason.to_string();
+    assert!(
+        reason.contains("not offered while their pool is incomplete: gpu.example.com pool node-a has 1 of its 2 slices of generation 1"),
+        "{reason}"
+    );
+    // Both slices: the pool is complete.
+    let d = run(&format!("{}{}", pool_slice("s1", 1, 2, "H100"), pool_slice("s2", 1, 2, "A100")));
+    assert_eq!(placed_on(&d, "p"), Some("node-a"), "{d:?}");
+    // A slice of an older generation is stale: the newest one (complete on its own) replaced it.
+    let d = run(&format!("{}{}", pool_slice("old", 1, 1, "H100"), pool_slice("new", 2, 1, "A100")));
+    assert_eq!(d.unschedulable.len(), 1, "{d:?}");
+    assert!(!d.unschedulable[0].reason.to_string().contains("incomplete"), "a complete newest generation");
+    let d = run(&format!("{}{}", pool_slice("old", 1, 1, "A100"), pool_slice("new", 2, 1, "H100")));
+    assert_eq!(placed_on(&d, "p"), Some("node-a"), "{d:?}");
+}
+
+#[test]
+fn distinct_attribute_spreads_devices_over_values() {
+    // Two GPUs on numa 0, one on numa 1: a claim for two on different NUMA nodes must take the numa-1 one, so
+    // a second such claim finds only numa 0 left (and the templates' GPUs have no numa attribute).
+    let node =
+        node_v1("node-a", &[&gpu_v1("gpu-0", "A100", 0), &gpu_v1("gpu-1", "A100", 0), &gpu_v1("gpu-2", "A100", 1)], "");
+    let two = ["{name: g, exactly: {deviceClassName: gpu, count: 2}}"];
+    let distinct = "{distinctAttribute: gpu.example.com/numa}";
+    let yaml = format!(
+        "{POOL}{CLASS}{node}{}{}{}{}",
+        claim_v1("first", &two, distinct),
+        claim_v1("second", &two, distinct),
+        pod("p1", &["first"]),
+        pod("p2", &["second"]),
+    );
+    let d = solve(&yaml);
+    assert_eq!(placed_on(&d, "p1"), Some("node-a"), "{d:?}");
+    assert_eq!(d.unschedulable.len(), 1, "{d:?}");
+    let reason = d.unschedulable[0].reason.to_string();
+    assert!(reason.contains("a different gpu.example.com/numa for all requests"), "{reason}");
+    // Without the constraint both claims fit: two plus one would not, so the second goes to a new node.
+    let d = solve(&yaml.replace(distinct, ""));
+    assert!(d.unschedulable.is_empty(), "{:?}", d.unschedulable);
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 24, ..Default::default() })]
+    /// However many existing nodes and pods there are, the shared accelerators of an all-nodes slice are handed
+    /// out at most once across every candidate (existing and new), and no new node waits for their driver.
+    #[test]
+    fn shared_devices_are_never_handed_out_twice(
+        shared in 0usize..5,
+        nodes in 0usize..3,
+        asks in proptest::collection::vec(1usize..3, 1..7),
+    ) {
+        let mut yaml = format!("{POOL}{NET_CLASS}{}", shared_slice("fabric", "allNodes: true", shared));
+        for n in 0..nodes {
+            yaml.push_str(&format!(
+                "apiVersion: v1\nkind: Node\nmetadata: {{name: n{n}, labels: {{kubernetes.io/hostname: n{n}}}}}\nstatus: {{allocatable: {{cpu: '8', pods: '100'}}}}\n---\n"
+            ));
+        }
+        for (p, ask) in asks.iter().enumerate() {
+            let request = format!("{{name: a, exactly: {{deviceClassName: net, count: {ask}}}}}");
+            yaml.push_str(&claim_v1(&format!("c{p}"), &[&request], ""));
+            yaml.push_str(&pod(&format!("p{p}"), &[&format!("c{p}")]));
+        }
+        let d = solve(&yaml);
+        let ask_of = |key: &str| -> usize {
+            key.strip_prefix("default/p").and_then(|i| i.parse::<usize>().ok()).and_then(|i| asks.get(i)).copied().unwrap_or(0)
+        };
+        let on_existing = d.existing_nodes.iter().flat_map(|n| &n.pods);
+        let on_new = d.new_node_claims.iter().flat_map(|c| &c.pods);
+        let used: usize = on_existing.chain(on_new).map(|p| ask_of(p)).sum();
+        proptest::prop_assert!(used <= shared, "{used} accelerators handed out of {shared}: {d:?}");
+        for claim in &d.new_node_claims {
+            proptest::prop_assert!(claim.requested_dra_drivers.is_empty(), "{:?}", claim.requested_dra_drivers);
+        }
+        proptest::prop_assert_eq!(d.placed_pods() + d.unschedulable.len(), asks.len());
+        // A pod is left out only when what is left cannot hold it (what is left only shrinks during the pass).
+        for u in &d.unschedulable {
+            proptest::prop_assert!(ask_of(&u.pod) > shared - used, "{} fits the {} left: {d:?}", u.pod, shared - used);
+        }
+    }
+}
+
+#[test]
+fn a_claim_allocated_on_a_node_selector_slice_may_go_to_a_new_node_that_certainly_matches() {
+    let selector = "{nodeSelectorTerms: [{matchExpressions: [{key: node.kubernetes.io/instance-type, operator: In, values: [cpu-only]}]}]}";
+    let allocated = |selector: &str| {
+        format!(
+            "apiVersion: resource.k8s.io/v1beta1\nkind: ResourceClaim\nmetadata: {{name: held, namespace: default}}\nspec: {{devices: {{requests: [{{name: a, deviceClassName: net}}]}}}}\nstatus:\n  allocation:\n    devices: {{results: [{{request: a, driver: {NET}, pool: rack, device: acc-0}}]}}\n    nodeSelector: {selector}\n---\n"
+        )
+    };
+    let yaml = |selector: &str| {
+        format!(
+            "{POOL}{NET_CLASS}{}{}{}",
+            shared_slice("rack", &format!("nodeSelector: {selector}"), 1),
+            allocated(selector),
+            pod("p", &["held"])
+        )
+    };
+    let d = solve(&yaml(selector));
+    assert!(d.unschedulable.is_empty(), "{:?}", d.unschedulable);
+    assert_eq!(d.new_node_claims[0].instance_types, ["cpu-only"], "the allocation's nodes: cpu-only ones");
+    assert!(d.new_node_claims[0].requested_dra_drivers.is_empty());
+    // A selector a new node cannot be certain of (a node name): the pod waits.
+    let by_name = "{nodeSelectorTerms: [{matchFields: [{key: metadata.name, operator: In, values: [a]}]}]}";
+    let d = solve(&yaml(by_name));
+    assert_eq!(d.unschedulable.len(), 1, "{d:?}");
+    assert!(d.unschedulable[0].reason.to_string().contains("is allocated to devices of another node"));
+}
