@@ -2341,7 +2341,9 @@ async fn set_node_condition(env: &Env, node: &str, type_: &str, status: &str) {
 async fn node_repair_reboot(env: &Env) {
     use karpenter_api::repair::{RepairAction, RepairPolicy};
     env.stop_main().await;
-    let mut kernel = RepairPolicy::replace("KernelReady", ConditionStatus::False, Duration::from_secs(3));
+    // The toleration is also the time a rebooted node gets to report itself healthy: long enough for this test
+    // to see the reboot and clear the condition on a loaded machine.
+    let mut kernel = RepairPolicy::replace("KernelReady", ConditionStatus::False, Duration::from_secs(10));
     kernel.termination_grace_period = Some(Duration::ZERO);
     kernel.action = RepairAction::Reboot;
     let repairing = env.start_manager_kwok(

@@ -131,6 +131,8 @@ pub struct RepairMatch {
     /// `lastTransitionTime + toleration_duration`: from then on the node may be repaired. A condition without a
     /// transition time counts from `now` (so it waits a full toleration).
     pub eligible_at: DateTime<Utc>,
+    /// The winning policy's toleration (how long the condition must hold before a repair).
+    pub toleration: Duration,
     /// The winning policy's priority.
     pub priority: u8,
     /// Its dense rank among the set's priorities (0 for the lowest): repair's ordering adds one per rank.
@@ -235,6 +237,7 @@ impl RepairPolicies {
                 condition_status: p.condition_status,
                 reason: c.reason.clone(),
                 eligible_at: since.checked_add_signed(toleration).unwrap_or(DateTime::<Utc>::MAX_UTC),
+                toleration: p.toleration_duration,
                 priority: p.priority,
                 rank: self.rank(p.priority),
                 action: p.action,

@@ -264,6 +264,7 @@ mod tests {
             condition_status: ConditionStatus::False,
             reason: None,
             eligible_at: at(eligible_minute),
+            toleration: Duration::from_secs(60),
             priority: 0,
             rank,
             action: RepairAction::Replace,

@@ -94,6 +94,7 @@ fn broken(rank: u32, eligible_minutes_ago: i64) -> RepairMatch {
         condition_status: ConditionStatus::False,
         reason: Some("KubeletNotReady".into()),
         eligible_at: now() - chrono::Duration::minutes(eligible_minutes_ago),
+        toleration: Duration::from_secs(60),
         priority: 0,
         rank,
         action: RepairAction::Replace,

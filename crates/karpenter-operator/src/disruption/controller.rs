@@ -1168,8 +1168,8 @@ impl Disruption {
     }
 
     /// Ends the reboots that are over: the marks and the taint go when the node came back with a new boot id;
-    /// one that came back still unhealthy, or did not come back within [`REBOOT_TIMEOUT`], is replaced by a later
-    /// pass.
+    /// one that came back still unhealthy (its condition matching past its toleration, counted from the reboot
+    /// request too), or did not come back healthy within [`REBOOT_TIMEOUT`], is replaced by a later pass.
     async fn finish_reboots(&self, report: &mut StepReport) {
         let Some(policies) = &self.repair_policies else { return };
         let now = self.ctx.clock.now();
@@ -1177,16 +1177,22 @@ impl Disruption {
             let Some(before) = claim.annotations().get(labels::annotations::REBOOT_PRE_BOOT_ID) else { continue };
             let Some(node) = claim.node_name().and_then(|n| self.ctx.state.get_shared::<Node>(n)) else { continue };
             let rebooted = boot_id(&node).is_some_and(|b| &b != before);
-            // Back with its condition still matching but within its toleration (a kubelet starting up): wait.
             let matched =
                 node.status.as_ref().and_then(|s| s.conditions.as_deref()).and_then(|c| policies.assess(c, now));
             let healthy = matched.is_none();
-            let still_broken = matched.is_some_and(|m| m.is_eligible(now));
             let requested = claim
                 .conditions()
                 .iter()
                 .find(|c| c.type_ == cond::REBOOTING)
                 .and_then(|c| karpenter_api::time::parse_rfc3339(&c.last_transition_time));
+            // Back with its condition still matching: broken only once the policy's toleration (at most
+            // REBOOT_TIMEOUT) has passed since the reboot was requested too. Until then the node may still be
+            // starting up and about to report itself healthy: a condition nothing has rewritten yet keeps its
+            // pre-reboot transition time, so it would look broken the moment the new boot id shows.
+            let still_broken = matched.is_some_and(|m| {
+                let settle = chrono_duration(m.toleration.min(REBOOT_TIMEOUT));
+                m.is_eligible(now) && requested.is_none_or(|t| now - t >= settle)
+            });
             let timed_out = requested.is_none_or(|t| now - t >= chrono_duration(REBOOT_TIMEOUT));
             let failed = (rebooted && still_broken) || (!healthy && timed_out);
             if failed {

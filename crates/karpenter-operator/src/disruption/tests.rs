@@ -1335,9 +1335,16 @@ async fn a_reboot_that_did_not_help_escalates_to_a_replacement() {
     e.sync().await;
     e.disruption.step().await.unwrap(); // rebooted
     assert!(e.claim("sick-claim").await.unwrap().annotations().contains_key(annotations::REBOOT_PRE_BOOT_ID));
-    // Back with a new boot id, but Ready=False again since before the toleration: replaced.
+    // Back with a new boot id, its Ready=False unchanged since before the reboot: the node gets the toleration
+    // (at most 10 minutes) from the reboot request to report itself healthy, as a starting kubelet would.
     set_boot_id(&e, "sick", "boot-2").await;
     set_ready(&e, "sick", "False", 40).await;
+    e.sync().await;
+    let report = e.disruption.step().await.unwrap();
+    assert!(report.started.is_empty(), "still settling after the reboot: {report:?}");
+    assert!(e.claim("sick-claim").await.unwrap().annotations().contains_key(annotations::REBOOT_PRE_BOOT_ID));
+    // Still broken once that has passed: replaced.
+    e.clock.step_secs(300);
     e.sync().await;
     let report = e.disruption.step().await.unwrap();
     let started = report.started.first().unwrap_or_else(|| panic!("a replacement: {report:?}"));
