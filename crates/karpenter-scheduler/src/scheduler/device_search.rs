@@ -617,6 +617,23 @@ mod tests {
         false
     }
 
+    /// Eight devices with `numa` = index mod 3 (device 7 has none), and the generated requests as lists.
+    fn numa_setup(matches: Vec<BTreeSet<u32>>) -> (Vec<Device>, Vec<Vec<u32>>) {
+        let devices = (0..8).map(|d| numa((d != 7).then_some(i64::from(d % 3)))).collect();
+        (devices, matches.into_iter().map(|m| m.into_iter().collect()).collect())
+    }
+
+    /// The `numa` values of the `found` devices (-1 for a device without one).
+    fn numa_values(devices: &[Device], found: &[u32]) -> BTreeSet<i64> {
+        found
+            .iter()
+            .map(|&d| match devices[d as usize].attributes.get("numa") {
+                Some(DeviceAttribute::Int(n)) => *n,
+                _ => -1,
+            })
+            .collect()
+    }
+
     proptest! {
         /// With a matchAttribute constraint over every request, the search finds an allocation exactly when one
         /// exists (checked by brute force), and what it finds shares the attribute.
@@ -624,10 +641,8 @@ mod tests {
         fn match_attribute_search_is_complete(
             matches in proptest::collection::vec(proptest::collection::btree_set(0u32..8, 0..5), 1..4),
         ) {
-            // numa = d % 3, device 7 has none.
-            let devices: Vec<Device> = (0..8).map(|d| numa((d != 7).then_some(i64::from(d % 3)))).collect();
+            let (devices, matches) = numa_setup(matches);
             let t = table(&devices, Vec::new());
-            let matches: Vec<Vec<u32>> = matches.into_iter().map(|m| m.into_iter().collect()).collect();
             let alts: Vec<[Alternative; 1]> =
                 matches.iter().map(|m| [Alternative { constraints: vec![0], ..one(m) }]).collect();
             let reqs: Vec<Req<'_>> = alts.iter().map(|a| req(a)).collect();
@@ -635,13 +650,7 @@ mod tests {
             let found = ids(search(&t, &reqs, &[Constraint::Match("gpu.example.com/numa")], &view, None));
             prop_assert_eq!(found.is_some(), brute_force(&matches, &devices, false, &mut Vec::new()));
             if let Some(found) = found {
-                let values: BTreeSet<i64> = found
-                    .iter()
-                    .map(|&d| match devices[d as usize].attributes.get("numa") {
-                        Some(DeviceAttribute::Int(n)) => *n,
-                        _ => -1,
-                    })
-                    .collect();
+                let values = numa_values(&devices, &found);
                 prop_assert_eq!(values.len(), 1, "one shared value, never a missing one: {:?}", found);
                 prop_assert!(!values.contains(&-1));
             }
@@ -653,9 +662,8 @@ mod tests {
         fn distinct_attribute_search_is_complete(
             matches in proptest::collection::vec(proptest::collection::btree_set(0u32..8, 0..5), 1..5),
         ) {
-            let devices: Vec<Device> = (0..8).map(|d| numa((d != 7).then_some(i64::from(d % 3)))).collect();
+            let (devices, matches) = numa_setup(matches);
             let t = table(&devices, Vec::new());
-            let matches: Vec<Vec<u32>> = matches.into_iter().map(|m| m.into_iter().collect()).collect();
             let alts: Vec<[Alternative; 1]> =
                 matches.iter().map(|m| [Alternative { constraints: vec![0], ..one(m) }]).collect();
             let reqs: Vec<Req<'_>> = alts.iter().map(|a| req(a)).collect();
@@ -663,13 +671,7 @@ mod tests {
             let found = ids(search(&t, &reqs, &[Constraint::Distinct("gpu.example.com/numa")], &view, None));
             prop_assert_eq!(found.is_some(), brute_force(&matches, &devices, true, &mut Vec::new()));
             if let Some(found) = found {
-                let values: BTreeSet<i64> = found
-                    .iter()
-                    .map(|&d| match devices[d as usize].attributes.get("numa") {
-                        Some(DeviceAttribute::Int(n)) => *n,
-                        _ => -1,
-                    })
-                    .collect();
+                let values = numa_values(&devices, &found);
                 prop_assert_eq!(values.len(), found.len(), "pairwise different: {:?}", found);
                 prop_assert!(!values.contains(&-1));
             }
