@@ -617,10 +617,22 @@ mod tests {
         false
     }
 
-    /// Eight devices with `numa` = index mod 3 (device 7 has none), and the generated requests as lists.
-    fn numa_setup(matches: Vec<BTreeSet<u32>>) -> (Vec<Device>, Vec<Vec<u32>>) {
-        let devices = (0..8).map(|d| numa((d != 7).then_some(i64::from(d % 3)))).collect();
-        (devices, matches.into_iter().map(|m| m.into_iter().collect()).collect())
+    /// Searches eight devices with `numa` = index mod 3 (device 7 has none) for one request per set of
+    /// `matches` (the devices each may take), all under `constraint`. Returns the devices, the requests as lists
+    /// and what the search found.
+    fn numa_search(
+        matches: Vec<BTreeSet<u32>>,
+        constraint: Constraint<'_>,
+    ) -> (Vec<Device>, Vec<Vec<u32>>, Option<Vec<u32>>) {
+        let devices: Vec<Device> = (0..8).map(|d| numa((d != 7).then_some(i64::from(d % 3)))).collect();
+        let matches: Vec<Vec<u32>> = matches.into_iter().map(|m| m.into_iter().collect()).collect();
+        let t = table(&devices, Vec::new());
+        let alts: Vec<[Alternative; 1]> =
+            matches.iter().map(|m| [Alternative { constraints: vec![0], ..one(m) }]).collect();
+        let reqs: Vec<Req<'_>> = alts.iter().map(|a| req(a)).collect();
+        let view: Vec<u32> = (0..8).collect();
+        let found = ids(search(&t, &reqs, &[constraint], &view, None));
+        (devices, matches, found)
     }
 
     /// The `numa` values of the `found` devices (-1 for a device without one).
@@ -641,13 +653,7 @@ mod tests {
         fn match_attribute_search_is_complete(
             matches in proptest::collection::vec(proptest::collection::btree_set(0u32..8, 0..5), 1..4),
         ) {
-            let (devices, matches) = numa_setup(matches);
-            let t = table(&devices, Vec::new());
-            let alts: Vec<[Alternative; 1]> =
-                matches.iter().map(|m| [Alternative { constraints: vec![0], ..one(m) }]).collect();
-            let reqs: Vec<Req<'_>> = alts.iter().map(|a| req(a)).collect();
-            let view: Vec<u32> = (0..8).collect();
-            let found = ids(search(&t, &reqs, &[Constraint::Match("gpu.example.com/numa")], &view, None));
+            let (devices, matches, found) = numa_search(matches, Constraint::Match("gpu.example.com/numa"));
             prop_assert_eq!(found.is_some(), brute_force(&matches, &devices, false, &mut Vec::new()));
             if let Some(found) = found {
                 let values = numa_values(&devices, &found);
@@ -662,13 +668,7 @@ mod tests {
         fn distinct_attribute_search_is_complete(
             matches in proptest::collection::vec(proptest::collection::btree_set(0u32..8, 0..5), 1..5),
         ) {
-            let (devices, matches) = numa_setup(matches);
-            let t = table(&devices, Vec::new());
-            let alts: Vec<[Alternative; 1]> =
-                matches.iter().map(|m| [Alternative { constraints: vec![0], ..one(m) }]).collect();
-            let reqs: Vec<Req<'_>> = alts.iter().map(|a| req(a)).collect();
-            let view: Vec<u32> = (0..8).collect();
-            let found = ids(search(&t, &reqs, &[Constraint::Distinct("gpu.example.com/numa")], &view, None));
+            let (devices, matches, found) = numa_search(matches, Constraint::Distinct("gpu.example.com/numa"));
             prop_assert_eq!(found.is_some(), brute_force(&matches, &devices, true, &mut Vec::new()));
             if let Some(found) = found {
                 let values = numa_values(&devices, &found);
