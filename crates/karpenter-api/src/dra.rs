@@ -580,14 +580,12 @@ macro_rules! counter_sets {
 }
 
 fn device_taint(slice: &str, device: &str, taint: Taint) -> Result<Taint, DraError> {
-    match taint.effect.as_str() {
-        "NoSchedule" | "NoExecute" => Ok(taint),
-        other => Err(error(
-            "ResourceSlice",
-            slice,
-            format!("device {device} taint {}: effect {other:?} is not NoSchedule or NoExecute", taint.key),
-        )),
+    if karpenter_requirements::devices::DEVICE_TAINT_EFFECTS.contains(&taint.effect.as_str()) {
+        return Ok(taint);
     }
+    let message =
+        format!("device {device} taint {}: effect {:?} is not NoSchedule or NoExecute", taint.key, taint.effect);
+    Err(error("ResourceSlice", slice, message))
 }
 
 fn counter_set<'q>(

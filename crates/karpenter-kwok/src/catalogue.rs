@@ -310,15 +310,9 @@ fn slice_templates(raw: &[RawSliceTemplate]) -> Result<Vec<DeviceSliceTemplate>,
                 };
                 device.attributes.insert(key.clone(), value);
             }
-            for (key, c) in &d.capacity {
-                let q: Quantity = c
-                    .value
-                    .parse()
-                    .map_err(|e| (format!("{dpath}.capacity.{key}.value"), format!("{:?}: {e}", c.value)))?;
-                device.capacity.insert(key.clone(), q);
-            }
+            device.capacity = parse_quantities(&format!("{dpath}.capacity"), &d.capacity)?;
             for (k, t) in d.taints.iter().enumerate() {
-                if !matches!(t.effect.as_str(), "NoSchedule" | "NoExecute") {
+                if !karpenter_requirements::devices::DEVICE_TAINT_EFFECTS.contains(&t.effect.as_str()) {
                     return Err((
                         format!("{dpath}.taints[{k}].effect"),
                         format!("{:?}: NoSchedule or NoExecute", t.effect),
@@ -346,21 +340,28 @@ fn counter_sets<'r>(
 ) -> Result<Vec<CounterSet>, (String, String)> {
     let mut out = Vec::new();
     for (i, (name, raw_counters)) in raw.enumerate() {
-        let mut counters = std::collections::BTreeMap::new();
-        for (key, c) in raw_counters {
-            let q: Quantity = c
-                .value
-                .parse()
-                .map_err(|e| (format!("{path}[{i}].counters.{key}.value"), format!("{:?}: {e}", c.value)))?;
-            counters.insert(key.clone(), q);
-        }
+        let counters = parse_quantities(&format!("{path}[{i}].counters"), raw_counters)?;
         out.push(CounterSet { name: name.clone(), counters });
     }
     Ok(out)
 }
 
-fn raw_counters(set: &CounterSet) -> RawCounters {
-    set.counters.iter().map(|(k, q)| (k.clone(), RawCapacity { value: q.to_string() })).collect()
+/// Quantities by name as the file gives them (`{name: {value}}`); the error names `path.<name>.value`.
+fn parse_quantities(
+    path: &str,
+    raw: &RawCounters,
+) -> Result<std::collections::BTreeMap<String, Quantity>, (String, String)> {
+    raw.iter()
+        .map(|(key, c)| {
+            let q = c.value.parse().map_err(|e| (format!("{path}.{key}.value"), format!("{:?}: {e}", c.value)))?;
+            Ok((key.clone(), q))
+        })
+        .collect()
+}
+
+/// Quantities by name as the file writes them (capacities and counters alike).
+fn raw_quantities(quantities: &std::collections::BTreeMap<String, Quantity>) -> RawCounters {
+    quantities.iter().map(|(k, q)| (k.clone(), RawCapacity { value: q.to_string() })).collect()
 }
 
 fn raw_slice_templates(templates: &[DeviceSliceTemplate]) -> Vec<RawSliceTemplate> {
@@ -387,11 +388,7 @@ fn raw_slice_templates(templates: &[DeviceSliceTemplate]) -> Vec<RawSliceTemplat
                             (k.clone(), raw)
                         })
                         .collect(),
-                    capacity: d
-                        .capacity
-                        .iter()
-                        .map(|(k, q)| (k.clone(), RawCapacity { value: q.to_string() }))
-                        .collect(),
+                    capacity: raw_quantities(&d.capacity),
                     taints: d
                         .taints
                         .iter()
@@ -400,14 +397,14 @@ fn raw_slice_templates(templates: &[DeviceSliceTemplate]) -> Vec<RawSliceTemplat
                     consumes_counters: d
                         .consumes_counters
                         .iter()
-                        .map(|c| RawConsumption { counter_set: c.name.clone(), counters: raw_counters(c) })
+                        .map(|c| RawConsumption { counter_set: c.name.clone(), counters: raw_quantities(&c.counters) })
                         .collect(),
                 })
                 .collect(),
             shared_counters: t
                 .shared_counters
                 .iter()
-                .map(|c| RawCounterSet { name: c.name.clone(), counters: raw_counters(c) })
+                .map(|c| RawCounterSet { name: c.name.clone(), counters: raw_quantities(&c.counters) })
                 .collect(),
         })
         .collect()

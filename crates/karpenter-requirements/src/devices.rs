@@ -38,6 +38,9 @@ pub struct Device {
     pub consumes_counters: Vec<CounterSet>,
 }
 
+/// The effects a DRA device taint may have (the API server allows no other).
+pub const DEVICE_TAINT_EFFECTS: [&str; 2] = ["NoSchedule", "NoExecute"];
+
 /// Named counters: a slice's `sharedCounters` entry (what is available) or a device's `consumesCounters`
 /// entry (what the device takes from the set named `name`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
