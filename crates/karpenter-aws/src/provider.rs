@@ -221,6 +221,7 @@ impl AwsCloudProvider {
         let templates = LaunchTemplateProvider::new(apis.launch_templates, clock.clone(), &options.cluster.name);
         // One gate for both: user data renders the kubelet values the instance types were built with.
         let node_class_cel = options.instance_types.node_class_cel;
+        let region = options.instance_types.region.clone();
         let instance_types = InstanceTypeProvider::new(
             apis.instance_types,
             clock.clone(),
@@ -238,7 +239,8 @@ impl AwsCloudProvider {
             options.retry,
         )
         .with_reserved_capacity(options.reserved_capacity)
-        .with_node_class_cel(node_class_cel);
+        .with_node_class_cel(node_class_cel)
+        .with_region(&region);
         Self {
             reboot_for_repair: options.reboot_for_repair,
             node_classes,

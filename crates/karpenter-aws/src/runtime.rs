@@ -95,7 +95,7 @@ mod tests {
             block_device_mappings: vec![],
             metadata_options: crate::launch::template::LtMetadataOptions {
                 http_endpoint: "enabled".into(),
-                http_protocol_ipv6: "disabled".into(),
+                http_protocol_ipv6: Some("disabled".into()),
                 http_put_response_hop_limit: 1,
                 http_tokens: "required".into(),
                 instance_metadata_tags: "disabled".into(),

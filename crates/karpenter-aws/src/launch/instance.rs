@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use karpenter_api::ec2nodeclass::{Ami, KubeletConfiguration, MaxPods, ReservedValue};
 use karpenter_api::labels::annotations::{NODE_CLAIM_MIN_VALUES_RELAXED, PRICE_OVERLAY_APPLIED};
-use karpenter_api::labels::{DO_NOT_SYNC_TAINTS, NODE_RESTRICTION_DOMAIN, taints as taint_keys};
+use karpenter_api::labels::{DO_NOT_SYNC_TAINTS, taints as taint_keys};
 use karpenter_api::nodeclaim::{Taint, TaintEffect};
 use karpenter_api::{AmiFamily, EC2NodeClass, NodeClaim};
 use karpenter_cloudprovider::{CloudProviderError, OfferingRef, Sleeper};
@@ -216,6 +216,7 @@ pub struct InstanceProvider {
     subnet_ips: SubnetIps,
     reserved_capacity: bool,
     node_class_cel: bool,
+    region: String,
 }
 
 impl fmt::Debug for InstanceProvider {
@@ -293,7 +294,15 @@ impl InstanceProvider {
             subnet_ips: SubnetIps::new(templates_clock, DEFAULT_FREE_IP_TTL),
             reserved_capacity: true,
             node_class_cel: false,
+            region: String::new(),
         }
+    }
+
+    /// The AWS region launches go to (the metadata options it takes, see
+    /// [`crate::launch::template::takes_imds_ipv6_option`]).
+    pub fn with_region(mut self, region: &str) -> Self {
+        region.clone_into(&mut self.region);
+        self
     }
 
     /// Sets the `ReservedCapacity` feature gate (on by default). On: launch templates without a reservation
@@ -538,11 +547,8 @@ impl InstanceProvider {
         if kubelet.has_expressions() {
             (kubelet.kube_reserved, kubelet.system_reserved) = reserved.clone();
         }
+        // `user_data` leaves out the labels only registration may set (`is_registration_only_label`).
         let mut labels: BTreeMap<String, String> = claim.metadata.labels.clone().unwrap_or_default();
-        labels.retain(|k, _| {
-            let domain = k.split_once('/').map_or("", |(d, _)| d);
-            domain != NODE_RESTRICTION_DOMAIN && !domain.ends_with(&format!(".{NODE_RESTRICTION_DOMAIN}"))
-        });
         labels.insert(CAPACITY_TYPE.into(), capacity_type.into());
         if family != AmiFamily::Custom {
             labels.insert(DO_NOT_SYNC_TAINTS.into(), "true".into());
@@ -583,6 +589,7 @@ impl InstanceProvider {
                 resource_tags: tags.clone(),
                 ipv6: self.cluster.is_ipv6(),
                 efa_count: efa,
+                region: &self.region,
             },
         );
         Ok(LaunchTemplate::new(data, launch_template_tags(&self.cluster.name, node_class)))

@@ -58,7 +58,7 @@ fn env(infos: Vec<InstanceTypeInfo>, spec: serde_json::Value, dns_ip: &str) -> E
         name: "test-cluster".into(),
         endpoint: "https://api.example".into(),
         ca_bundle: Some("Q0E=".into()),
-        service_cidr: None,
+        service_cidr: Some("10.100.0.0/16".into()),
         dns_ip: Some(dns_ip.into()),
     };
     let provider = AwsCloudProvider::new(

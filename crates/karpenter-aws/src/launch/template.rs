@@ -58,8 +58,8 @@ pub struct LtBlockDevice {
 pub struct LtMetadataOptions {
     /// `HttpEndpoint`.
     pub http_endpoint: String,
-    /// `HttpProtocolIpv6`.
-    pub http_protocol_ipv6: String,
+    /// `HttpProtocolIpv6`; `None` leaves it out (the ISO partitions, whose EC2 does not take it).
+    pub http_protocol_ipv6: Option<String>,
     /// `HttpPutResponseHopLimit`.
     pub http_put_response_hop_limit: i64,
     /// `HttpTokens`.
@@ -73,7 +73,7 @@ impl From<&MetadataOptions> for LtMetadataOptions {
         let ed = |v: EnabledDisabled| if v == EnabledDisabled::Enabled { "enabled" } else { "disabled" };
         Self {
             http_endpoint: ed(m.http_endpoint).into(),
-            http_protocol_ipv6: ed(m.http_protocol_ipv6).into(),
+            http_protocol_ipv6: Some(ed(m.http_protocol_ipv6).into()),
             http_put_response_hop_limit: m.http_put_response_hop_limit,
             http_tokens: if m.http_tokens == HttpTokens::Required { "required" } else { "optional" }.into(),
             instance_metadata_tags: "disabled".into(),
@@ -351,6 +351,17 @@ pub struct LaunchTemplateInputs<'a> {
     /// EFA interfaces to generate: the instance types' `vpc.amazonaws.com/efa` count when the claim requests
     /// EFA, else 0. Ignored when the node class lists its interfaces.
     pub efa_count: i64,
+    /// The AWS region of the launch ([`takes_imds_ipv6_option`]).
+    pub region: &'a str,
+}
+
+/// The regions of the ISO partitions (`aws-iso`, `aws-iso-b`, `aws-iso-f`), where EC2 does not take the
+/// `HttpProtocolIpv6` metadata option: a launch template that sets it is refused there.
+const ISO_REGION_PREFIXES: [&str; 3] = ["us-iso-", "us-isob-", "us-isof-"];
+
+/// Whether a launch template in `region` may carry `MetadataOptions.HttpProtocolIpv6`.
+pub fn takes_imds_ipv6_option(region: &str) -> bool {
+    !ISO_REGION_PREFIXES.iter().any(|p| region.starts_with(p))
 }
 
 /// The settings of the primary interface (card 0, device 0): public IP, prefixes, IPv6, connection tracking.
@@ -437,7 +448,13 @@ pub fn launch_template_data(node_class: &EC2NodeClass, inputs: LaunchTemplateInp
         security_group_ids: if network_interfaces.is_empty() { groups } else { Vec::new() },
         user_data: inputs.user_data,
         block_device_mappings,
-        metadata_options: (&spec.metadata_options).into(),
+        metadata_options: {
+            let mut m = LtMetadataOptions::from(&spec.metadata_options);
+            if !takes_imds_ipv6_option(inputs.region) {
+                m.http_protocol_ipv6 = None;
+            }
+            m
+        },
         network_interfaces,
         detailed_monitoring: spec.detailed_monitoring.unwrap_or(false),
         placement: Some({
@@ -657,6 +674,26 @@ mod tests {
             reserved_capacity: true,
             market_type: None,
             resource_tags: BTreeMap::from([("karpenter.sh/nodeclaim".to_string(), "x".to_string())]),
+            region: "us-west-2",
+        }
+    }
+
+    #[test]
+    fn iso_partitions_leave_the_imds_ipv6_option_out() {
+        let ami = Ami { id: "ami-1".into(), name: None, deprecated: false, requirements: vec![] };
+        let nc = class(json!({"metadataOptions": {"httpProtocolIPv6": "enabled"}}));
+        for (region, expected) in [
+            ("us-west-2", Some("enabled")),
+            ("us-gov-west-1", Some("enabled")),
+            ("cn-north-1", Some("enabled")),
+            ("us-iso-east-1", None),
+            ("us-iso-west-1", None),
+            ("us-isob-east-1", None),
+            ("us-isof-south-1", None),
+        ] {
+            let data = launch_template_data(&nc, LaunchTemplateInputs { region, ..inputs(&ami) });
+            assert_eq!(data.metadata_options.http_protocol_ipv6.as_deref(), expected, "{region}");
+            assert_eq!(data.metadata_options.http_tokens, "required", "{region}: the other options stay");
         }
     }
 

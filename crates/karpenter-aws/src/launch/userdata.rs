@@ -66,10 +66,28 @@ pub enum UserDataError {
     /// The node class `userData` of a Bottlerocket class is not TOML (or not a table where settings go).
     #[error("userData is not valid Bottlerocket TOML: {0}")]
     InvalidToml(String),
+    /// AL2023: nodeadm refuses a `NodeConfig` without `spec.cluster.cidr`, and the cluster's service CIDR is not
+    /// known (EKS `DescribeCluster` was not answered, as in an isolated VPC).
+    #[error(
+        "the cluster's service CIDR is unknown (EKS DescribeCluster gave none) and nodeadm refuses a NodeConfig \
+         without spec.cluster.cidr; AL2023 nodes are not launched until it is known"
+    )]
+    MissingServiceCidr,
 }
 
-/// The user data of a launch template of `family`.
+/// The user data of a launch template of `family`. Labels the kubelet may not set
+/// ([`is_registration_only_label`]) are left out for every family: Karpenter puts them on the Node when it
+/// registers.
 pub fn user_data(family: AmiFamily, config: &BootstrapConfig) -> Result<String, UserDataError> {
+    let filtered;
+    let config = if config.labels.keys().any(|k| is_registration_only_label(k)) {
+        let mut c = config.clone();
+        c.labels.retain(|k, _| !is_registration_only_label(k));
+        filtered = c;
+        &filtered
+    } else {
+        config
+    };
     match family {
         AmiFamily::Al2023 => al2023(config),
         AmiFamily::Al2 => al2(config),
@@ -77,6 +95,41 @@ pub fn user_data(family: AmiFamily, config: &BootstrapConfig) -> Result<String, 
         AmiFamily::Windows2019 | AmiFamily::Windows2022 | AmiFamily::Windows2025 => Ok(windows(config)),
         AmiFamily::Custom => Ok(config.custom_user_data.clone().unwrap_or_default()),
     }
+}
+
+/// Whether a label belongs to the `kubernetes.io` or `k8s.io` namespaces (the domain itself or a subdomain,
+/// `node-restriction.kubernetes.io` included). The kubelet refuses most of them in `--node-labels` and exits
+/// (`node-role.kubernetes.io/worker`, say), and the NodeRestriction admission plugin refuses the rest on a
+/// node's own writes, so none go into user data, as upstream does; the registration controller copies the
+/// NodeClaim's labels onto the Node instead.
+pub fn is_registration_only_label(key: &str) -> bool {
+    let Some((domain, _)) = key.split_once('/') else { return false };
+    ["kubernetes.io", "k8s.io"]
+        .iter()
+        .any(|ns| domain == *ns || domain.strip_suffix(ns).is_some_and(|p| p.ends_with('.')))
+}
+
+/// Whether the kubelet's cluster DNS is an IPv6 address: the node is in an IPv6 cluster (upstream's test too).
+fn ipv6_cluster(config: &BootstrapConfig) -> bool {
+    config.kubelet.cluster_dns.first().is_some_and(|ip| ip.trim().parse::<std::net::Ipv6Addr>().is_ok())
+}
+
+/// What is wrong with a node class's `userData` for `family`, judged as a launch would judge it (MIME split,
+/// Bottlerocket TOML), and, for AL2023, a service CIDR the cluster does not have. `None` when a launch can
+/// build its user data.
+pub fn node_class_user_data_problem(
+    family: AmiFamily,
+    custom_user_data: Option<&str>,
+    service_cidr: Option<&str>,
+) -> Option<UserDataError> {
+    let config = BootstrapConfig {
+        cluster_name: "check".into(),
+        cluster_endpoint: "https://check".into(),
+        service_cidr: service_cidr.map(str::to_owned),
+        custom_user_data: custom_user_data.map(str::to_owned),
+        ..Default::default()
+    };
+    user_data(family, &config).err()
 }
 
 // -------------------------------------------------------------------------------------------------------------
@@ -135,13 +188,11 @@ pub fn parse_mime(text: &str) -> Result<Vec<MimePart>, UserDataError> {
     let delimiter = format!("--{boundary}");
     let mut parts = Vec::new();
     let mut current: Option<Vec<&str>> = None;
-    let mut closed = false;
     for line in body.lines() {
         if line.trim_end() == format!("{delimiter}--") {
             if let Some(lines) = current.take() {
                 parts.push(part_from_lines(&lines)?);
             }
-            closed = true;
             break;
         }
         if line.trim_end() == delimiter {
@@ -155,8 +206,11 @@ pub fn parse_mime(text: &str) -> Result<Vec<MimePart>, UserDataError> {
             lines.push(line);
         }
     }
-    if !closed {
-        return Err(UserDataError::InvalidMime(format!("missing closing boundary {delimiter}--")));
+    // Still open after the last line: the closing delimiter is missing, and the document ends with its last
+    // part, as cloud-init reads it (upstream's reader accepts a document ending in a plain delimiter too); a
+    // trailing plain delimiter opens no part.
+    if let Some(lines) = current.filter(|l| l.iter().any(|x| !x.trim().is_empty())) {
+        parts.push(part_from_lines(&lines)?);
     }
     Ok(parts)
 }
@@ -215,12 +269,14 @@ fn taint_string(t: &Taint) -> String {
 }
 
 fn labels_flag(labels: &BTreeMap<String, String>) -> String {
-    labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+    map_flag(labels, '=')
 }
 
-/// `key=value,...` for a map flag.
-fn map_flag(map: &BTreeMap<String, String>) -> String {
-    map.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+/// `key<separator>value,...` for a map flag. Each map flag has its own pair syntax: the reserved maps and the
+/// grace periods take `key=value`, the eviction thresholds `signal<threshold` (the kubelet refuses
+/// `memory.available=10%` there and exits).
+fn map_flag(map: &BTreeMap<String, String>, separator: char) -> String {
+    map.iter().map(|(k, v)| format!("{k}{separator}{v}")).collect::<Vec<_>>().join(",")
 }
 
 /// The kubelet command-line arguments (AL2 `--kubelet-extra-args`, Windows `-KubeletExtraArgs`).
@@ -240,20 +296,20 @@ fn kubelet_args(config: &BootstrapConfig) -> Vec<String> {
     if let Some(p) = k.pods_per_core {
         args.push(format!("--pods-per-core={p}"));
     }
-    for (flag, map) in [
-        ("--system-reserved", &k.system_reserved),
-        ("--kube-reserved", &k.kube_reserved),
-        ("--eviction-hard", &k.eviction_hard),
-        ("--eviction-soft", &k.eviction_soft),
+    for (flag, map, separator) in [
+        ("--system-reserved", &k.system_reserved, '='),
+        ("--kube-reserved", &k.kube_reserved, '='),
+        ("--eviction-hard", &k.eviction_hard, '<'),
+        ("--eviction-soft", &k.eviction_soft, '<'),
     ] {
         if !map.is_empty() {
-            args.push(format!("{flag}=\"{}\"", map_flag(map)));
+            args.push(format!("{flag}=\"{}\"", map_flag(map, separator)));
         }
     }
     if !k.eviction_soft_grace_period.is_empty() {
         let m: BTreeMap<String, String> =
             k.eviction_soft_grace_period.iter().map(|(a, b)| (a.clone(), b.to_string())).collect();
-        args.push(format!("--eviction-soft-grace-period=\"{}\"", map_flag(&m)));
+        args.push(format!("--eviction-soft-grace-period=\"{}\"", map_flag(&m, '=')));
     }
     if let Some(v) = k.eviction_max_pod_grace_period {
         args.push(format!("--eviction-max-pod-grace-period={v}"));
@@ -427,6 +483,9 @@ fn yaml_into(value: &Value, indent: usize, out: &mut String) {
 }
 
 fn al2023(config: &BootstrapConfig) -> Result<String, UserDataError> {
+    if config.service_cidr.as_deref().is_none_or(|c| c.trim().is_empty()) {
+        return Err(UserDataError::MissingServiceCidr);
+    }
     let mut parts = user_parts(config.custom_user_data.as_deref(), true)?;
     let body = format!("---\n{}", yaml(&node_config(config)));
     parts.push(MimePart { content_type: NODEADM_CONTENT_TYPE.into(), body: body.trim_end().to_owned() });
@@ -451,6 +510,10 @@ fn al2(config: &BootstrapConfig) -> Result<String, UserDataError> {
     );
     if let Some(ca) = &config.ca_bundle {
         let _ = write!(script, " --b64-cluster-ca {}", sh_quote(ca));
+    }
+    // bootstrap.sh assumes IPv4 (its DNS and node-IP defaults) unless told otherwise.
+    if ipv6_cluster(config) {
+        script.push_str(" \\\n--ip-family ipv6");
     }
     if config.instance_store_raid0 {
         script.push_str(" \\\n--local-disks raid0");
@@ -567,13 +630,132 @@ fn subtable<'a>(table: &'a mut toml::Table, key: &str) -> &'a mut toml::Table {
     }
 }
 
-fn bottlerocket(config: &BootstrapConfig) -> Result<String, UserDataError> {
-    let mut root: toml::Table = match config.custom_user_data.as_deref().filter(|u| !u.trim().is_empty()) {
-        Some(text) => text.parse().map_err(|e: toml::de::Error| UserDataError::InvalidToml(e.to_string()))?,
-        None => toml::Table::new(),
+/// The `settings.kubernetes` keys Bottlerocket's settings model has and Karpenter knows (upstream's modelled
+/// subset, sorted). A user's key outside it is dropped, as upstream drops it: Bottlerocket refuses user data
+/// with a setting it does not know, and the node never joins.
+pub const BOTTLEROCKET_KUBERNETES_KEYS: &[&str] = &[
+    "allowed-unsafe-sysctls",
+    "api-server",
+    "cloud-provider",
+    "cluster-certificate",
+    "cluster-dns-ip",
+    "cluster-domain",
+    "cluster-name",
+    "container-log-max-files",
+    "container-log-max-size",
+    "container-log-max-workers",
+    "container-log-monitor-interval",
+    "cpu-cfs-quota-enforced",
+    "cpu-manager-policy",
+    "cpu-manager-policy-options",
+    "cpu-manager-reconcile-period",
+    "credential-providers",
+    "device-ownership-from-security-context",
+    "event-burst",
+    "event-qps",
+    "eviction-hard",
+    "eviction-max-pod-grace-period",
+    "eviction-soft",
+    "eviction-soft-grace-period",
+    "hostname-override-source",
+    "ids-per-pod",
+    "image-gc-high-threshold-percent",
+    "image-gc-low-threshold-percent",
+    "kube-api-burst",
+    "kube-api-qps",
+    "kube-reserved",
+    "log-level",
+    "max-pods",
+    "memory-manager-policy",
+    "memory-manager-reserved-memory",
+    "node-labels",
+    "node-taints",
+    "pod-pids-limit",
+    "registry-burst",
+    "registry-qps",
+    "seccomp-default",
+    "server-tls-bootstrap",
+    "shutdown-grace-period",
+    "shutdown-grace-period-for-critical-pods",
+    "single-process-oom-kill",
+    "static-pods",
+    "system-reserved",
+    "topology-manager-policy",
+    "topology-manager-policy-options",
+    "topology-manager-scope",
+];
+
+/// Bottlerocket's settings model types the image GC thresholds as strings (`"85"`), not integers.
+const BOTTLEROCKET_STRING_PERCENTS: [&str; 2] = ["image-gc-high-threshold-percent", "image-gc-low-threshold-percent"];
+
+/// The bootstrap command that sets up the instance store as RAID0 ephemeral storage and binds the directories
+/// that hold images, pod volumes and logs to it (`instanceStorePolicy: RAID0`; the capacity Karpenter offers
+/// counts that storage).
+pub const BOTTLEROCKET_INSTANCE_STORE_COMMAND: &str = "000-mount-instance-storage";
+
+/// The `settings.kubernetes` keys of a Bottlerocket `userData` that a launch drops
+/// ([`BOTTLEROCKET_KUBERNETES_KEYS`]), sorted; empty when it is not TOML or has none.
+pub fn bottlerocket_dropped_settings(custom_user_data: &str) -> Vec<String> {
+    let Ok(root) = custom_user_data.parse::<toml::Table>() else { return Vec::new() };
+    let Some(toml::Value::Table(kube)) = root.get("settings").and_then(|s| s.get("kubernetes")) else {
+        return Vec::new();
     };
+    kube.keys().filter(|k| BOTTLEROCKET_KUBERNETES_KEYS.binary_search(&k.as_str()).is_err()).cloned().collect()
+}
+
+/// The user's TOML as upstream's merge takes it: only `settings` is kept; under `settings.kubernetes` only the
+/// known keys, the image GC thresholds as strings, and no `node-taints` (the node registers with Karpenter's
+/// taints only). The user's node labels stay, and ours win key by key.
+fn bottlerocket_user_settings(text: Option<&str>) -> Result<toml::Table, UserDataError> {
+    let Some(text) = text.filter(|u| !u.trim().is_empty()) else { return Ok(toml::Table::new()) };
+    let mut user: toml::Table = text.parse().map_err(|e: toml::de::Error| UserDataError::InvalidToml(e.to_string()))?;
+    let mut root = toml::Table::new();
+    let Some(settings) = user.remove("settings") else { return Ok(root) };
+    let toml::Value::Table(mut settings) = settings else {
+        return Err(UserDataError::InvalidToml("settings is not a table".into()));
+    };
+    if let Some(kube) = settings.get_mut("kubernetes") {
+        let toml::Value::Table(kube) = kube else {
+            return Err(UserDataError::InvalidToml("settings.kubernetes is not a table".into()));
+        };
+        kube.retain(|k, _| BOTTLEROCKET_KUBERNETES_KEYS.binary_search(&k).is_ok() && k != "node-taints");
+        for key in BOTTLEROCKET_STRING_PERCENTS {
+            if let Some(toml::Value::Integer(i)) = kube.get(key) {
+                let text = i.to_string();
+                kube.insert(key.to_owned(), toml::Value::String(text));
+            }
+        }
+    }
+    root.insert("settings".into(), toml::Value::Table(settings));
+    Ok(root)
+}
+
+fn bottlerocket(config: &BootstrapConfig) -> Result<String, UserDataError> {
+    let mut root = bottlerocket_user_settings(config.custom_user_data.as_deref())?;
     let k = &config.kubelet;
     let settings = subtable(&mut root, "settings");
+    if config.instance_store_raid0 {
+        let commands = subtable(subtable(settings, "bootstrap-commands"), BOTTLEROCKET_INSTANCE_STORE_COMMAND);
+        let command =
+            |args: &[&str]| toml::Value::Array(args.iter().map(|a| toml::Value::String((*a).into())).collect());
+        commands.insert(
+            "commands".into(),
+            toml::Value::Array(vec![
+                command(&["apiclient", "ephemeral-storage", "init"]),
+                command(&[
+                    "apiclient",
+                    "ephemeral-storage",
+                    "bind",
+                    "--dirs",
+                    "/var/lib/containerd",
+                    "/var/lib/kubelet",
+                    "/var/log/pods",
+                ]),
+            ]),
+        );
+        commands.insert("mode".into(), toml::Value::String("always".into()));
+        commands.insert("essential".into(), toml::Value::Boolean(true));
+    }
     let kube = subtable(settings, "kubernetes");
     kube.insert("cluster-name".into(), toml::Value::String(config.cluster_name.clone()));
     kube.insert("api-server".into(), toml::Value::String(config.cluster_endpoint.clone()));
@@ -613,11 +795,13 @@ fn bottlerocket(config: &BootstrapConfig) -> Result<String, UserDataError> {
     if let Some(v) = k.eviction_max_pod_grace_period {
         kube.insert("eviction-max-pod-grace-period".into(), toml::Value::Integer(i64::from(v)));
     }
-    if let Some(v) = k.image_gc_high_threshold_percent {
-        kube.insert("image-gc-high-threshold-percent".into(), toml::Value::Integer(i64::from(v)));
-    }
-    if let Some(v) = k.image_gc_low_threshold_percent {
-        kube.insert("image-gc-low-threshold-percent".into(), toml::Value::Integer(i64::from(v)));
+    for (key, v) in BOTTLEROCKET_STRING_PERCENTS
+        .into_iter()
+        .zip([k.image_gc_high_threshold_percent, k.image_gc_low_threshold_percent])
+    {
+        if let Some(v) = v {
+            kube.insert(key.into(), toml::Value::String(v.to_string()));
+        }
     }
     if let Some(v) = k.cpu_cfs_quota {
         kube.insert("cpu-cfs-quota-enforced".into(), toml::Value::Boolean(v));

@@ -54,9 +54,9 @@ fn template_data(t: &LaunchTemplate) -> sdk::RequestLaunchTemplateData {
         .metadata_options(
             sdk::LaunchTemplateInstanceMetadataOptionsRequest::builder()
                 .http_endpoint(sdk::LaunchTemplateInstanceMetadataEndpointState::from(m.http_endpoint.as_str()))
-                .http_protocol_ipv6(sdk::LaunchTemplateInstanceMetadataProtocolIpv6::from(
-                    m.http_protocol_ipv6.as_str(),
-                ))
+                .set_http_protocol_ipv6(
+                    m.http_protocol_ipv6.as_deref().map(sdk::LaunchTemplateInstanceMetadataProtocolIpv6::from),
+                )
                 .set_http_put_response_hop_limit(to_i32(Some(m.http_put_response_hop_limit)))
                 .http_tokens(sdk::LaunchTemplateHttpTokensState::from(m.http_tokens.as_str()))
                 .instance_metadata_tags(sdk::LaunchTemplateInstanceMetadataTagsState::from(

@@ -110,10 +110,12 @@ fn bottlerocket_ours_win_on_cluster_keys_and_labels_merge() {
     assert_eq!(k["max-pods"].as_integer(), Some(29));
     assert_eq!(k["node-labels"]["team"].as_str(), Some("a"));
     assert_eq!(k["node-labels"]["karpenter.sh/nodepool"].as_str(), Some("default"));
-    // A scalar where a table goes is replaced, not a panic.
-    c.custom_user_data = Some("settings = 3\n".into());
-    let out: toml::Table = user_data(AmiFamily::Bottlerocket, &c).unwrap().parse().unwrap();
-    assert_eq!(out["settings"]["kubernetes"]["cluster-name"].as_str(), Some("my-cluster"));
+    // A scalar where a table goes is an error that names it (the node class goes not ready), not a panic.
+    for bad in ["settings = 3\n", "[settings]\nkubernetes = \"x\"\n"] {
+        c.custom_user_data = Some(bad.into());
+        let err = user_data(AmiFamily::Bottlerocket, &c).unwrap_err();
+        assert!(matches!(&err, UserDataError::InvalidToml(m) if m.contains("not a table")), "{bad}: {err}");
+    }
 }
 
 #[test]
@@ -222,4 +224,221 @@ fn bottlerocket_gets_the_settings_it_has_windows_and_custom_none() {
     let mut custom = passthrough_config();
     custom.custom_user_data = Some("#!/bin/bash\necho mine\n".into());
     assert_eq!(user_data(AmiFamily::Custom, &custom).unwrap(), "#!/bin/bash\necho mine\n", "Custom stays verbatim");
+}
+
+/// The MIME parts of a rendered document, by content type and body.
+fn parts_of(out: &str) -> Vec<MimePart> {
+    parse_mime(out).unwrap()
+}
+
+/// The `--kubelet-extra-args` of AL2 user data, split as bootstrap.sh hands them to the kubelet.
+fn al2_extra_args(out: &str) -> Vec<String> {
+    let start = out.find("--kubelet-extra-args '").expect("extra args") + "--kubelet-extra-args '".len();
+    let rest = &out[start..];
+    let quoted = &rest[..rest.find('\'').unwrap()];
+    quoted.split(' ').map(|a| a.replace('"', "")).collect()
+}
+
+#[test]
+fn eviction_flags_take_signal_less_than_threshold_and_the_other_maps_take_equals() {
+    let mut c = config();
+    c.kubelet.eviction_soft.insert("nodefs.available".into(), "15%".into());
+    c.kubelet.eviction_soft_grace_period.insert("nodefs.available".into(), "2m".parse::<KDuration>().unwrap());
+    c.kubelet.system_reserved.insert("memory".into(), "100Mi".into());
+    for family in [AmiFamily::Al2, AmiFamily::Windows2022] {
+        let out = user_data(family, &c).unwrap();
+        for expected in [
+            "--eviction-hard=\"memory.available<5%\"",
+            "--eviction-soft=\"nodefs.available<15%\"",
+            "--eviction-soft-grace-period=\"nodefs.available=2m\"",
+            "--kube-reserved=\"cpu=100m\"",
+            "--system-reserved=\"memory=100Mi\"",
+        ] {
+            assert!(out.contains(expected), "{family:?}: {expected} in {out}");
+        }
+    }
+    let args = al2_extra_args(&user_data(AmiFamily::Al2, &c).unwrap());
+    assert!(args.iter().any(|a| a == "--eviction-hard=memory.available<5%"), "{args:?}");
+}
+
+#[test]
+fn kubernetes_io_and_k8s_io_labels_stay_out_of_user_data_for_every_family() {
+    let mut c = config();
+    for (k, v) in [
+        ("node-role.kubernetes.io/worker", "true"),
+        ("topology.kubernetes.io/zone", "us-west-2a"),
+        ("node.kubernetes.io/instance-type", "m5.large"),
+        ("kubernetes.io/arch", "amd64"),
+        ("node-restriction.kubernetes.io/team", "a"),
+        ("example.k8s.io/x", "y"),
+        ("k8s.io/y", "z"),
+        ("team", "a"),
+        ("example.com/kubernetes.io", "kept"),
+        ("notkubernetes.io/kept", "yes"),
+    ] {
+        c.labels.insert(k.into(), v.into());
+    }
+    let kept = [
+        "karpenter.sh/capacity-type",
+        "karpenter.sh/nodepool",
+        "team",
+        "example.com/kubernetes.io",
+        "notkubernetes.io/kept",
+    ];
+    for family in [AmiFamily::Al2, AmiFamily::Al2023, AmiFamily::Bottlerocket, AmiFamily::Windows2022] {
+        let out = user_data(family, &c).unwrap();
+        let labels: Vec<String> = if family == AmiFamily::Bottlerocket {
+            let t: toml::Table = out.parse().unwrap();
+            t["settings"]["kubernetes"]["node-labels"].as_table().unwrap().keys().cloned().collect()
+        } else {
+            let flag = out.split("--node-labels=").nth(1).expect("a --node-labels flag");
+            let value = flag.trim_start_matches('"').split(['"', '\n', ' ']).next().unwrap();
+            value.split(',').map(|kv| kv.split_once('=').unwrap().0.to_owned()).collect()
+        };
+        let mut expected: Vec<&str> = kept.to_vec();
+        expected.sort_unstable();
+        assert_eq!(labels, expected, "{family:?}\n{out}");
+    }
+    assert!(is_registration_only_label("kubernetes.io/hostname"));
+    assert!(!is_registration_only_label("karpenter.k8s.aws/instance-family"));
+    assert!(!is_registration_only_label("nokubernetes.io"), "no domain without a slash");
+}
+
+#[test]
+fn al2023_without_a_service_cidr_is_refused_and_the_other_families_need_none() {
+    let mut c = config();
+    c.service_cidr = None;
+    assert_eq!(user_data(AmiFamily::Al2023, &c), Err(UserDataError::MissingServiceCidr));
+    c.service_cidr = Some(" ".into());
+    assert_eq!(user_data(AmiFamily::Al2023, &c), Err(UserDataError::MissingServiceCidr));
+    for family in [AmiFamily::Al2, AmiFamily::Bottlerocket, AmiFamily::Windows2022, AmiFamily::Custom] {
+        assert!(user_data(family, &c).is_ok(), "{family:?}");
+    }
+    assert_eq!(node_class_user_data_problem(AmiFamily::Al2023, None, None), Some(UserDataError::MissingServiceCidr));
+    assert_eq!(node_class_user_data_problem(AmiFamily::Al2023, None, Some("10.100.0.0/16")), None);
+}
+
+#[test]
+fn al2_in_an_ipv6_cluster_tells_bootstrap_sh_its_ip_family() {
+    let mut c = config();
+    assert!(!user_data(AmiFamily::Al2, &c).unwrap().contains("--ip-family"));
+    c.kubelet.cluster_dns = vec!["fd01:b0c7:6f5a::a".into()];
+    let out = user_data(AmiFamily::Al2, &c).unwrap();
+    assert!(out.contains(" \\\n--ip-family ipv6 \\\n"), "{out}");
+    assert!(out.contains("--dns-cluster-ip 'fd01:b0c7:6f5a::a'"), "{out}");
+}
+
+#[test]
+fn mime_user_data_without_its_closing_delimiter_is_read_to_its_end() {
+    let open = "MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"B\"\n\n--B\n\
+                Content-Type: text/x-shellscript\n\n#!/bin/bash\necho one\n\n--B\n\
+                Content-Type: text/x-shellscript\n\n#!/bin/bash\necho two\n";
+    let parts = parse_mime(open).unwrap();
+    assert_eq!(parts.len(), 2, "{parts:?}");
+    assert_eq!(parts[1].body, "#!/bin/bash\necho two");
+    // Ending in a plain delimiter opens no part.
+    let parts = parse_mime(&format!("{open}\n--B\n")).unwrap();
+    assert_eq!(parts.len(), 2, "{parts:?}");
+    let mut c = config();
+    c.custom_user_data = Some(open.into());
+    for family in [AmiFamily::Al2, AmiFamily::Al2023] {
+        let out = parts_of(&user_data(family, &c).unwrap());
+        assert_eq!(out.len(), 3, "{family:?}: the user's two parts and ours");
+        assert!(out[1].body.ends_with("echo two"));
+    }
+    assert_eq!(node_class_user_data_problem(AmiFamily::Al2, Some(open), None), None);
+    // Still an error: a part without headers, and no boundary at all.
+    let headless = "Content-Type: multipart/mixed; boundary=\"B\"\n\n--B\necho\n--B--\n";
+    assert!(matches!(parse_mime(headless), Err(UserDataError::InvalidMime(_))));
+    assert!(matches!(parse_mime("Content-Type: multipart/mixed\n\nx"), Err(UserDataError::InvalidMime(_))));
+}
+
+#[test]
+fn bottlerocket_raid0_mounts_the_instance_store_at_bootstrap() {
+    let mut c = config();
+    let out: toml::Table = user_data(AmiFamily::Bottlerocket, &c).unwrap().parse().unwrap();
+    assert!(out["settings"].get("bootstrap-commands").is_none());
+    c.instance_store_raid0 = true;
+    c.custom_user_data = Some(
+        "[settings.bootstrap-commands.010-theirs]\ncommands = [[\"echo\", \"hi\"]]\nmode = \"once\"\nessential = false\n"
+            .into(),
+    );
+    let out: toml::Table = user_data(AmiFamily::Bottlerocket, &c).unwrap().parse().unwrap();
+    let commands = &out["settings"]["bootstrap-commands"];
+    let ours = &commands[BOTTLEROCKET_INSTANCE_STORE_COMMAND];
+    let as_args = |v: &toml::Value| -> Vec<Vec<String>> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_owned()).collect())
+            .collect()
+    };
+    assert_eq!(
+        as_args(&ours["commands"]),
+        [
+            vec!["apiclient", "ephemeral-storage", "init"],
+            vec![
+                "apiclient",
+                "ephemeral-storage",
+                "bind",
+                "--dirs",
+                "/var/lib/containerd",
+                "/var/lib/kubelet",
+                "/var/log/pods"
+            ],
+        ]
+    );
+    assert_eq!(ours["mode"].as_str(), Some("always"));
+    assert_eq!(ours["essential"].as_bool(), Some(true));
+    assert_eq!(commands["010-theirs"]["mode"].as_str(), Some("once"), "the user's commands stay");
+}
+
+#[test]
+fn bottlerocket_merge_keeps_known_settings_replaces_taints_and_types_gc_thresholds_as_strings() {
+    let mut c = config();
+    c.kubelet.image_gc_high_threshold_percent = Some(85);
+    c.kubelet.image_gc_low_threshold_percent = Some(80);
+    c.custom_user_data = Some(
+        "[settings.kubernetes]\nfoo = \"bar\"\nallowed-unsafe-sysctls = [\"net.core.somaxconn\"]\n\
+         [settings.kubernetes.node-taints]\ntheirs = [\"x:NoSchedule\"]\n\
+         [settings.host-containers.admin]\nenabled = true\n[other]\nx = 1\n"
+            .into(),
+    );
+    let out: toml::Table = user_data(AmiFamily::Bottlerocket, &c).unwrap().parse().unwrap();
+    let k = &out["settings"]["kubernetes"];
+    assert!(k.get("foo").is_none(), "a setting Bottlerocket's model lacks is dropped");
+    assert_eq!(k["allowed-unsafe-sysctls"][0].as_str(), Some("net.core.somaxconn"), "a modelled one stays");
+    let taints = k["node-taints"].as_table().unwrap();
+    assert_eq!(taints.keys().collect::<Vec<_>>(), ["dedicated", "karpenter.sh/unregistered"], "ours replace theirs");
+    assert_eq!(k["image-gc-high-threshold-percent"].as_str(), Some("85"));
+    assert_eq!(k["image-gc-low-threshold-percent"].as_str(), Some("80"));
+    assert_eq!(out["settings"]["host-containers"]["admin"]["enabled"].as_bool(), Some(true), "other settings stay");
+    assert!(out.get("other").is_none(), "only settings is Bottlerocket user data");
+    assert_eq!(
+        bottlerocket_dropped_settings(c.custom_user_data.as_deref().unwrap()),
+        ["foo"],
+        "named for the node class's event"
+    );
+    // A user's integer threshold becomes the string Bottlerocket's model wants.
+    c.kubelet.image_gc_high_threshold_percent = None;
+    c.custom_user_data = Some("[settings.kubernetes]\nimage-gc-high-threshold-percent = 90\n".into());
+    let out: toml::Table = user_data(AmiFamily::Bottlerocket, &c).unwrap().parse().unwrap();
+    assert_eq!(out["settings"]["kubernetes"]["image-gc-high-threshold-percent"].as_str(), Some("90"));
+}
+
+#[test]
+fn bottlerocket_known_keys_are_sorted_for_their_binary_search() {
+    assert!(BOTTLEROCKET_KUBERNETES_KEYS.windows(2).all(|w| w[0] < w[1]));
+    // Every key Karpenter itself writes is a known one.
+    for k in [
+        "cluster-name",
+        "api-server",
+        "cluster-certificate",
+        "cluster-dns-ip",
+        "max-pods",
+        "node-labels",
+        "node-taints",
+    ] {
+        assert!(BOTTLEROCKET_KUBERNETES_KEYS.binary_search(&k).is_ok(), "{k}");
+    }
 }
