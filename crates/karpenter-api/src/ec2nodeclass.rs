@@ -83,6 +83,12 @@ pub mod conditions {
         /// `spec.kubelet` has an unknown field, a value of the wrong shape, a field the AMI family cannot carry,
         /// or breaks a kubelet rule (also the reason of the Warning event naming the problem).
         pub const INVALID_KUBELET_CONFIGURATION: &str = "InvalidKubeletConfiguration";
+        /// `spec.userData` cannot be merged with Karpenter's bootstrap (a MIME document that cannot be split,
+        /// Bottlerocket settings that are not TOML tables); also the Warning event's reason.
+        pub const INVALID_USER_DATA: &str = "InvalidUserData";
+        /// An AL2023 class while the cluster's service CIDR is unknown (nodeadm needs it); also the Warning
+        /// event's reason.
+        pub const CLUSTER_CIDR_NOT_FOUND: &str = "ClusterCIDRNotFound";
     }
 }
 

@@ -106,6 +106,7 @@ async fn create_get_list_delete_through_the_cloud_provider() {
     };
     let settings = ResolverSettings {
         cluster: ClusterIdentity { cluster_name: CLUSTER.into(), region: REGION.into() },
+        service_cidr: Some("10.100.0.0/16".into()),
         ..ResolverSettings::default()
     };
     let resolver = NodeClassResolver::new(apis, settings, clock.clone());

@@ -282,6 +282,7 @@ async fn node_class_resolution_through_the_adapters() {
     };
     let settings = ResolverSettings {
         cluster: ClusterIdentity { cluster_name: "test-cluster".into(), region: REGION.into() },
+        service_cidr: Some("10.100.0.0/16".into()),
         ..ResolverSettings::default()
     };
     let clock: Arc<dyn karpenter_cloudprovider::Clock> = Arc::new(karpenter_cloudprovider::SystemClock);

@@ -8,8 +8,10 @@
 //!     drifts every node);
 //!   - computes the status with [`NodeClassResolver::reconcile`] and writes it (PUT of the status subresource
 //!     with the read resourceVersion, only when it changed), requeueing as the resolver says;
-//!   - publishes an `InvalidKubeletConfiguration` Warning event naming the problems when `ValidationSucceeded`
-//!     turns False for that reason (again when the problems change);
+//!   - publishes a Warning event naming the problem when `ValidationSucceeded` turns False for a problem of the
+//!     spec (`InvalidKubeletConfiguration`, `InvalidUserData`, `ClusterCIDRNotFound`; again when it changes), and
+//!     `UserDataSettingsDropped` once per generation when a Bottlerocket `userData` has settings launches leave
+//!     out;
 //!   - while there is no price source ([`PricingProvider::uses_estimate`], given with
 //!     [`NodeClassController::with_price_estimate_warning`]), publishes a `PricesEstimated` Warning event on the
 //!     class (again every hour, the API server's default event TTL, while it lasts);
@@ -39,7 +41,7 @@ use karpenter_api::ec2nodeclass::conditions::{self, reasons};
 use karpenter_api::ec2nodeclass::{CapacityReservationState, GROUP, KIND};
 use karpenter_api::hash::{EC2_NODE_CLASS_HASH_VERSION, ec2_node_class_hash};
 use karpenter_api::labels::{annotations, aws as aws_labels, finalizers};
-use karpenter_api::{EC2NodeClass, EC2NodeClassStatus, NodeClaim};
+use karpenter_api::{AmiFamily, EC2NodeClass, EC2NodeClassStatus, NodeClaim};
 use karpenter_cloudprovider::Clock;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
@@ -57,6 +59,7 @@ use super::instance_profile::InstanceProfileProvider;
 use super::status::NodeClassResolver;
 use crate::api_error::AwsApiError;
 use crate::launch::instance::InstanceProvider;
+use crate::launch::userdata::bottlerocket_dropped_settings;
 use crate::pricing_api::{PRICES_ESTIMATED_MESSAGE, PRICES_ESTIMATED_REASON, PricingProvider};
 
 /// A kube client that formats as `Client` (kube's has no `Debug`).
@@ -194,6 +197,7 @@ pub struct NodeClassController {
     waiting_events: TtlCache<String, ()>,
     pricing: Option<Arc<PricingProvider>>,
     estimate_events: TtlCache<String, ()>,
+    dropped_settings_events: TtlCache<String, ()>,
 }
 
 impl NodeClassController {
@@ -213,6 +217,8 @@ impl NodeClassController {
             waiting_events: TtlCache::new(clock.clone(), WAITING_EVENT_INTERVAL),
             pricing: None,
             estimate_events: TtlCache::new(clock.clone(), PRICES_ESTIMATED_EVENT_INTERVAL),
+            // Per generation, again after the API server's default event TTL while the class is unchanged.
+            dropped_settings_events: TtlCache::new(clock.clone(), PRICES_ESTIMATED_EVENT_INTERVAL),
             clock,
             ca_bundle,
         }
@@ -259,7 +265,8 @@ impl NodeClassController {
             }
         };
         let reconciled = self.resolver.reconcile(&node_class, &version).await;
-        self.warn_if_kubelet_invalid(&node_class, &reconciled.status).await;
+        self.warn_if_newly_invalid(&node_class, &reconciled.status).await;
+        self.warn_if_user_settings_dropped(&node_class).await;
         if node_class.status.as_ref() != Some(&reconciled.status) {
             let mut updated = node_class.clone();
             updated.status = Some(reconciled.status);
@@ -269,14 +276,42 @@ impl NodeClassController {
         Ok(Some(reconciled.requeue_after))
     }
 
-    /// An `InvalidKubeletConfiguration` Warning event naming the problems when `ValidationSucceeded` newly says
-    /// so (or says it about other problems), so the class's events show why it launches nothing.
-    async fn warn_if_kubelet_invalid(&self, node_class: &EC2NodeClass, status: &EC2NodeClassStatus) {
-        let Some(message) = invalid_kubelet_message(Some(status)) else { return };
-        if invalid_kubelet_message(node_class.status.as_ref()) == Some(message) {
+    /// A Warning event naming the problem when `ValidationSucceeded` newly turns False for a problem of the
+    /// class's own spec ([`SPEC_PROBLEM_REASONS`]), or for another such problem, so the class's events show why
+    /// it launches nothing. The event's reason is the condition's.
+    async fn warn_if_newly_invalid(&self, node_class: &EC2NodeClass, status: &EC2NodeClassStatus) {
+        let Some((reason, message)) = spec_problem(Some(status)) else { return };
+        if spec_problem(node_class.status.as_ref()) == Some((reason, message)) {
             return;
         }
-        self.publish_event(node_class, "Warning", reasons::INVALID_KUBELET_CONFIGURATION, message).await;
+        self.publish_event(node_class, "Warning", reason, message).await;
+    }
+
+    /// A `UserDataSettingsDropped` Warning event, once per generation of a Bottlerocket class, naming the
+    /// `settings.kubernetes` keys of its `userData` that launches leave out (Bottlerocket would refuse them).
+    async fn warn_if_user_settings_dropped(&self, node_class: &EC2NodeClass) {
+        if node_class.spec.effective_ami_family() != Some(AmiFamily::Bottlerocket) {
+            return;
+        }
+        let Some(user_data) = node_class.spec.user_data.as_deref() else { return };
+        let dropped = bottlerocket_dropped_settings(user_data);
+        if dropped.is_empty() {
+            return;
+        }
+        let key = format!(
+            "{}/{}",
+            node_class.metadata.uid.as_deref().unwrap_or_else(|| node_class.metadata.name.as_deref().unwrap_or("")),
+            node_class.metadata.generation.unwrap_or(0)
+        );
+        if self.dropped_settings_events.get(&key).is_some() {
+            return;
+        }
+        self.dropped_settings_events.insert(key, ());
+        let message = format!(
+            "userData settings.kubernetes keys Bottlerocket's settings model lacks are left out of launches: {}",
+            dropped.join(", ")
+        );
+        self.publish_event(node_class, "Warning", USER_DATA_SETTINGS_DROPPED, &message).await;
     }
 
     /// The `PricesEstimated` event, at most once per class per [`PRICES_ESTIMATED_EVENT_INTERVAL`].
@@ -438,12 +473,20 @@ impl NodeClassController {
     }
 }
 
-/// The message of a `ValidationSucceeded=False` condition with reason `InvalidKubeletConfiguration`.
-fn invalid_kubelet_message(status: Option<&EC2NodeClassStatus>) -> Option<&str> {
+/// The `ValidationSucceeded=False` reasons that name a problem of the class's own spec, which its owner must
+/// fix (each gets a Warning event).
+pub const SPEC_PROBLEM_REASONS: [&str; 3] =
+    [reasons::INVALID_KUBELET_CONFIGURATION, reasons::INVALID_USER_DATA, reasons::CLUSTER_CIDR_NOT_FOUND];
+
+/// Event reason: a Bottlerocket class's `userData` has `settings.kubernetes` keys that launches leave out.
+pub const USER_DATA_SETTINGS_DROPPED: &str = "UserDataSettingsDropped";
+
+/// The reason and message of a `ValidationSucceeded=False` condition for a spec problem.
+fn spec_problem(status: Option<&EC2NodeClassStatus>) -> Option<(&str, &str)> {
     status?
         .condition(conditions::VALIDATION_SUCCEEDED)
-        .filter(|c| c.status == ConditionStatus::False && c.reason == reasons::INVALID_KUBELET_CONFIGURATION)
-        .map(|c| c.message.as_str())
+        .filter(|c| c.status == ConditionStatus::False && SPEC_PROBLEM_REASONS.contains(&c.reason.as_str()))
+        .map(|c| (c.reason.as_str(), c.message.as_str()))
 }
 
 /// A core/v1 Event on `node_class` (cluster-scoped objects' events go to `default`, as client-go does); a failure

@@ -13,7 +13,7 @@
 //! | `InstanceProfileReady` | `InstanceProfileNotFound` (IAM refused or the spec names no role/profile) |
 //! | `PlacementGroupReady` | `PlacementGroupNotFound` (only with a selector; True without) |
 //! | `CapacityReservationsReady` | (only with the `ReservedCapacity` gate; True once described) |
-//! | `ValidationSucceeded` | `InvalidKubeletConfiguration` ([`kubelet_configuration_problems`], checked first), `KubeletExpressionsDisabled`, `KubeletExpressionInvalid`, `KubeletExpressionEvaluationFailed` (kubelet CEL expressions, with [`NodeClassResolver::with_instance_types`]), `DependenciesNotReady`, `TagValidationFailed`, and the dry-run reasons of an [`AuthorizationCheck`] |
+//! | `ValidationSucceeded` | `InvalidKubeletConfiguration` ([`kubelet_configuration_problems`], checked first), `InvalidUserData` and `ClusterCIDRNotFound` ([`user_data_problem`]: user data a launch could not merge, AL2023 without the cluster's service CIDR), `KubeletExpressionsDisabled`, `KubeletExpressionInvalid`, `KubeletExpressionEvaluationFailed` (kubelet CEL expressions, with [`NodeClassResolver::with_instance_types`]), `DependenciesNotReady`, `TagValidationFailed`, and the dry-run reasons of an [`AuthorizationCheck`] |
 //! | `Ready` | `UnhealthyDependents` (False when one is False, Unknown when one is Unknown) |
 //!
 //! A True condition's reason is its type. Each condition carries the node class's generation as
@@ -31,7 +31,7 @@ use karpenter_api::ec2nodeclass::{
     Ami, FORBIDDEN_TAG_KEYS, FORBIDDEN_TAG_PREFIX, SecurityGroup, Subnet, conditions, conditions::reasons,
     validate_kubelet_configuration,
 };
-use karpenter_api::{EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};
+use karpenter_api::{AmiFamily, EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};
 use karpenter_cloudprovider::Clock;
 
 use super::ami::{AmiError, AmiProvider, ResolvedAmi, SsmProvider};
@@ -42,6 +42,7 @@ use super::network::{SECURITY_GROUP_CACHE_TTL, SecurityGroupProvider, SubnetInfo
 use super::reservation::{CapacityReservationProvider, PlacementGroupProvider};
 use crate::api_error::AwsApiError;
 use crate::instancetypes::{ExpressionCheck, InstanceTypeProvider};
+use crate::launch::userdata::{UserDataError, node_class_user_data_problem};
 
 /// `PlacementGroupReady=False` reason.
 pub const PLACEMENT_GROUP_NOT_FOUND: &str = "PlacementGroupNotFound";
@@ -83,6 +84,9 @@ pub struct ResolverSettings {
     pub security_group_refresh_interval: Duration,
     /// The `ReservedCapacity` feature gate.
     pub reserved_capacity: bool,
+    /// The cluster's service CIDR (EKS `DescribeCluster`); AL2023 classes are not valid without it, since
+    /// nodeadm refuses a `NodeConfig` that lacks it.
+    pub service_cidr: Option<String>,
 }
 
 impl Default for ResolverSettings {
@@ -93,6 +97,7 @@ impl Default for ResolverSettings {
             ami_refresh_interval: Duration::from_secs(60),
             security_group_refresh_interval: SECURITY_GROUP_CACHE_TTL,
             reserved_capacity: true,
+            service_cidr: None,
         }
     }
 }
@@ -139,6 +144,7 @@ pub struct NodeClassResolver {
     instance_types: Option<InstanceTypeProvider>,
     validation: TtlCache<(String, i64), Result<(), AuthorizationFailure>>,
     reserved_capacity: bool,
+    service_cidr: Option<String>,
     clock: Arc<dyn Clock>,
 }
 
@@ -244,6 +250,19 @@ pub fn kubelet_configuration_problems(spec: &EC2NodeClassSpec) -> Option<String>
     (!violations.is_empty()).then(|| violations.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))
 }
 
+/// What keeps a launch from building the class's user data ([`node_class_user_data_problem`]), as a
+/// `ValidationSucceeded=False` reason and message; `None` when a launch can build it.
+pub fn user_data_problem(spec: &EC2NodeClassSpec, service_cidr: Option<&str>) -> Option<(&'static str, String)> {
+    // Launches bootstrap an unknown family as AL2023 (`crate::launch::instance`).
+    let family = spec.effective_ami_family().unwrap_or(AmiFamily::Al2023);
+    let problem = node_class_user_data_problem(family, spec.user_data.as_deref(), service_cidr)?;
+    let reason = match problem {
+        UserDataError::MissingServiceCidr => reasons::CLUSTER_CIDR_NOT_FOUND,
+        UserDataError::InvalidMime(_) | UserDataError::InvalidToml(_) => reasons::INVALID_USER_DATA,
+    };
+    Some((reason, problem.to_string()))
+}
+
 /// The AMIs part. None matching, an alias without SSM parameters, or one unsupported on this Kubernetes
 /// version is False; an API error is kept when retryable; an invalid Kubernetes version is kept (the AMIs
 /// cannot be judged without one).
@@ -336,6 +355,7 @@ impl NodeClassResolver {
             instance_types: None,
             validation: TtlCache::new(clock.clone(), VALIDATION_CACHE_TTL),
             reserved_capacity: settings.reserved_capacity,
+            service_cidr: settings.service_cidr,
             clock,
         }
     }
@@ -396,6 +416,11 @@ impl NodeClassResolver {
             // First: an invalid map is not worth compiling expressions from, and blocks launches by itself.
             let reason = reasons::INVALID_KUBELET_CONFIGURATION.to_owned();
             update.set(conditions::VALIDATION_SUCCEEDED, Err((reason, message)));
+            return;
+        }
+        if let Some((reason, message)) = user_data_problem(&node_class.spec, self.service_cidr.as_deref()) {
+            // A launch would fail building the user data: say so before anything that needs AWS.
+            update.set(conditions::VALIDATION_SUCCEEDED, Err((reason.to_owned(), message)));
             return;
         }
         match self.instance_types.as_ref().map(|p| p.check_kubelet_expressions(node_class)) {

@@ -98,6 +98,7 @@ pub(super) fn apis(aws: &Arc<MockAws>) -> ResolverApis {
 pub(super) fn settings() -> ResolverSettings {
     ResolverSettings {
         cluster: ClusterIdentity { cluster_name: "test-cluster".into(), region: "us-west-2".into() },
+        service_cidr: Some("10.100.0.0/16".into()),
         ..Default::default()
     }
 }
@@ -1084,4 +1085,74 @@ fn invalid_kubelet_configuration_blocks_the_class_with_every_problem() {
         serde_json::json!({"maxPods": 20, "serializeImagePulls": false, "featureGates": {"A": true}}),
     );
     assert_eq!(validation(&r, &good).1, ConditionStatus::True);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// User data a launch could not build.
+
+#[test]
+fn al2023_classes_wait_for_the_service_cidr_and_say_why() {
+    let aws = world();
+    let clock = clock();
+    let no_cidr = ResolverSettings { service_cidr: None, ..settings() };
+    let r = NodeClassResolver::new(apis(&aws), no_cidr, Arc::new(clock.clone()));
+    let (reason, status, message, _) = validation(&r, &default_class());
+    assert_eq!((reason.as_str(), status), ("ClusterCIDRNotFound", ConditionStatus::False));
+    assert!(message.contains("service CIDR") && message.contains("nodeadm"), "{message}");
+    let out = block_on(r.reconcile(&default_class(), "1.31"));
+    assert_eq!(condition(&out.status, conditions::READY).1, ConditionStatus::False, "no launches");
+    // The other families bootstrap without it.
+    let mut al2 = class(EC2NodeClassOptions { ami_alias: Some("al2@latest".into()), ..Default::default() });
+    al2.metadata.generation = Some(3);
+    let (reason, ..) = validation(&r, &al2);
+    assert_ne!(reason, "ClusterCIDRNotFound");
+    // With the CIDR the AL2023 class validates.
+    assert_eq!(validation(&resolver(&aws, &clock), &default_class()).1, ConditionStatus::True);
+}
+
+#[test]
+fn user_data_a_launch_cannot_merge_blocks_the_class_and_tolerated_forms_do_not() {
+    let aws = world();
+    let clock = clock();
+    let r = resolver(&aws, &clock);
+    let with_user_data = |alias: &str, user_data: &str| {
+        class(EC2NodeClassOptions {
+            ami_alias: Some(alias.into()),
+            user_data: Some(user_data.into()),
+            ..Default::default()
+        })
+    };
+    let cases = [
+        ("al2023@latest", "MIME-Version: 1.0\nContent-Type: multipart/mixed\n\nx", Some("InvalidUserData")),
+        (
+            "al2@latest",
+            "Content-Type: multipart/mixed; boundary=\"B\"\n\n--B\nno headers\n--B--\n",
+            Some("InvalidUserData"),
+        ),
+        ("bottlerocket@latest", "settings = [", Some("InvalidUserData")),
+        ("bottlerocket@latest", "[settings]\nkubernetes = 1\n", Some("InvalidUserData")),
+        // No closing delimiter: read to the end, as upstream reads it.
+        (
+            "al2@latest",
+            "Content-Type: multipart/mixed; boundary=\"B\"\n\n--B\nContent-Type: text/x-shellscript\n\necho\n",
+            None,
+        ),
+        // Unknown Bottlerocket settings are dropped at launch (with an event), not a failure.
+        ("bottlerocket@latest", "[settings.kubernetes]\nfoo = 1\n", None),
+        ("al2023@latest", "#!/bin/bash\necho hi\n", None),
+    ];
+    for (alias, user_data, problem) in cases {
+        let (reason, status, message, _) = validation(&r, &with_user_data(alias, user_data));
+        match problem {
+            Some(p) => {
+                assert_eq!((reason.as_str(), status), (p, ConditionStatus::False), "{alias}: {user_data:?}");
+                assert!(message.starts_with("userData is not"), "{message}");
+            }
+            // (The mock world has AL2023 images only: other aliases stop at DependenciesNotReady.)
+            None => assert!(
+                !["InvalidUserData", "ClusterCIDRNotFound"].contains(&reason.as_str()),
+                "{alias}: {user_data:?}: {reason} {message}"
+            ),
+        }
+    }
 }
