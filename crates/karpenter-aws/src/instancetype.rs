@@ -844,3 +844,6 @@ impl InstanceTypeContext {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod upstream_expectations;

@@ -10,9 +10,12 @@ pub mod batcher;
 pub mod fleet;
 pub mod ice;
 pub mod instance;
+pub mod kubelet_inputs;
 #[cfg(any(test, feature = "test-util"))]
 pub mod mock;
 #[cfg(test)]
 mod net_tests;
 pub mod template;
+#[cfg(test)]
+mod upstream_expectations;
 pub mod userdata;
