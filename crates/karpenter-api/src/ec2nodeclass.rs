@@ -22,7 +22,7 @@ use crate::duration::KDuration;
 mod kubelet_fields;
 mod validation;
 
-pub use kubelet_fields::{FieldKind, bottlerocket_setting, kubelet_field_kind};
+pub use kubelet_fields::{FieldKind, bottlerocket_setting, kubelet_field_kind, kubelet_field_of_bottlerocket_setting};
 pub use validation::{
     EVICTION_SIGNALS, FORBIDDEN_TAG_KEYS, FORBIDDEN_TAG_PREFIX, MAX_BLOCK_DEVICE_MAPPINGS, MAX_NETWORK_INTERFACES,
     MAX_SELECTOR_TAGS, MAX_SELECTOR_TERMS, RESERVED_RESOURCES, parse_volume_size, validate_kubelet_configuration,

@@ -22,6 +22,8 @@
 //! - **A real control plane** (feature `realplane`): `realplane::require()` starts etcd, kube-apiserver,
 //!   kube-scheduler and kube-controller-manager v1.32.6 from the shared k8s folder on free ports for one test
 //!   binary (skipped with a printed reason where they are missing, a failure under `CI=true`).
+//! - **The real kubelet as a judge**: `kubelet_check::KubeletCheck::require()` runs the shared folder's
+//!   `kubelet-check.sh` on flags and a `KubeletConfiguration` (same skipping rule).
 //!
 //! ```
 //! use karpenter_testing::{PodOptions, requirement, unschedulable_pod};
@@ -50,6 +52,7 @@ pub mod clock;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod karpenter;
+pub mod kubelet_check;
 #[cfg(feature = "kwok")]
 pub mod kwok;
 pub mod names;

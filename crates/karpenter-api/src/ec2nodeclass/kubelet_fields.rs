@@ -232,6 +232,12 @@ pub fn bottlerocket_setting(name: &str) -> Option<&'static str> {
     BOTTLEROCKET_SETTINGS.binary_search_by(|(n, _)| n.cmp(&name)).ok().map(|i| BOTTLEROCKET_SETTINGS[i].1)
 }
 
+/// The passed-through kubelet field a Bottlerocket `settings.kubernetes` key sets, if Karpenter maps one to it
+/// (the inverse of [`bottlerocket_setting`]).
+pub fn kubelet_field_of_bottlerocket_setting(key: &str) -> Option<&'static str> {
+    BOTTLEROCKET_SETTINGS.iter().find(|(_, k)| *k == key).map(|(n, _)| *n)
+}
+
 /// The field names Bottlerocket accepts, for error messages.
 pub(crate) fn bottlerocket_fields() -> impl Iterator<Item = &'static str> {
     BOTTLEROCKET_SETTINGS.iter().map(|(n, _)| *n)
