@@ -22,6 +22,10 @@ pub struct InstanceTypeInfo {
     /// `nitro` or `xen`; absent for bare metal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hypervisor: Option<String>,
+    /// `supported` or `unsupported`: Nitro Enclaves (the `karpenter.k8s.aws/nitro-sandbox` label); absent
+    /// where the source does not say (moto's catalogue).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nitro_enclaves_support: Option<String>,
     /// `on-demand`, `spot`, `capacity-block`.
     #[serde(default)]
     pub supported_usage_classes: Vec<String>,

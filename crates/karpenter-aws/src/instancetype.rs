@@ -743,6 +743,10 @@ impl InstanceTypeContext {
             in_or_dne(aws_labels::INSTANCE_FAMILY, family),
             in_or_dne(aws_labels::INSTANCE_SIZE, size),
             in_or_dne(aws_labels::INSTANCE_HYPERVISOR, info.hypervisor.clone().filter(|h| !h.is_empty())),
+            in_or_dne(
+                aws_labels::NITRO_SANDBOX,
+                info.nitro_enclaves_support.as_deref().map(|s| (s == "supported").to_string()),
+            ),
             Requirement::in_values(
                 aws_labels::INSTANCE_ENCRYPTION_IN_TRANSIT_SUPPORTED,
                 [info.network_info.encryption_in_transit_supported.unwrap_or(false).to_string().as_str()],

@@ -364,8 +364,10 @@ pub fn takes_imds_ipv6_option(region: &str) -> bool {
     !ISO_REGION_PREFIXES.iter().any(|p| region.starts_with(p))
 }
 
-/// The settings of the primary interface (card 0, device 0): public IP, prefixes, IPv6, connection tracking.
-fn primary(mut n: LtNetworkInterface, node_class: &EC2NodeClass, ipv6: bool) -> LtNetworkInterface {
+/// The node class's interface settings (public IP, prefixes, IPv6 address, connection tracking), which every
+/// interface but an `efa-only` one carries, as upstream sets them: EC2 refuses prefixes or a public IP on an
+/// `efa-only` interface.
+fn with_interface_settings(mut n: LtNetworkInterface, node_class: &EC2NodeClass, ipv6: bool) -> LtNetworkInterface {
     let spec = &node_class.spec;
     n.associate_public_ip_address = spec.associate_public_ip_address;
     if ipv6 {
@@ -381,7 +383,8 @@ fn primary(mut n: LtNetworkInterface, node_class: &EC2NodeClass, ipv6: bool) -> 
 
 /// `NetworkInterfaces`: the node class's explicit list; else one `efa` interface per EFA (card `i`, device 0
 /// for the first and 1 for the others); else a single primary interface when something needs one (public IP,
-/// prefixes, IPv6, connection tracking); else none (the security groups then go on the template itself).
+/// prefixes, IPv6, connection tracking); else none (the security groups then go on the template itself). Every
+/// interface but an `efa-only` one carries the node class's interface settings ([`with_interface_settings`]).
 pub fn network_interfaces(
     node_class: &EC2NodeClass,
     groups: &[String],
@@ -397,23 +400,21 @@ pub fn network_interfaces(
         delete_on_termination: true,
         ..Default::default()
     };
-    let is_primary = |card: i32, device: i32| card == 0 && device == 0;
     if !spec.network_interfaces.is_empty() {
         return spec
             .network_interfaces
             .iter()
             .map(|n| {
-                let kind = (n.interface_type == InterfaceType::EfaOnly).then_some("efa-only");
-                let i = base(n.network_card_index, n.device_index, kind);
-                if is_primary(n.network_card_index, n.device_index) { primary(i, node_class, ipv6) } else { i }
+                let efa_only = n.interface_type == InterfaceType::EfaOnly;
+                let i = base(n.network_card_index, n.device_index, efa_only.then_some("efa-only"));
+                if efa_only { i } else { with_interface_settings(i, node_class, ipv6) }
             })
             .collect();
     }
     if efa_count > 0 {
         return (0..i32::try_from(efa_count).unwrap_or(i32::MAX))
             .map(|card| {
-                let i = base(card, if card == 0 { 0 } else { 1 }, Some("efa"));
-                if card == 0 { primary(i, node_class, ipv6) } else { i }
+                with_interface_settings(base(card, if card == 0 { 0 } else { 1 }, Some("efa")), node_class, ipv6)
             })
             .collect();
     }
@@ -422,7 +423,7 @@ pub fn network_interfaces(
         || spec.connection_tracking.is_some()
         || ipv6
     {
-        return vec![primary(base(0, 0, None), node_class, ipv6)];
+        return vec![with_interface_settings(base(0, 0, None), node_class, ipv6)];
     }
     Vec::new()
 }
@@ -756,12 +757,12 @@ mod tests {
         assert_eq!(cards, [(0, 0, Some("efa")), (1, 1, Some("efa")), (2, 1, Some("efa"))]);
         assert!(data.security_group_ids.is_empty());
         assert!(data.network_interfaces.iter().all(|n| n.security_group_ids == groups && n.delete_on_termination));
-        assert_eq!(data.network_interfaces[0].associate_public_ip_address, Some(true));
-        assert_eq!(data.network_interfaces[0].ipv4_prefix_count, Some(2));
-        assert_eq!(data.network_interfaces[1].associate_public_ip_address, None, "primary-only settings");
-        assert_eq!(data.network_interfaces[1].ipv4_prefix_count, None);
+        // Each carries the interface settings, as upstream sets them (not only the primary).
+        for n in &data.network_interfaces {
+            assert_eq!((n.associate_public_ip_address, n.ipv4_prefix_count), (Some(true), Some(2)), "{n:?}");
+        }
 
-        // An explicit list wins over EFA generation; the primary carries the primary settings.
+        // An explicit list wins over EFA generation; every interface but the efa-only one carries the settings.
         let nc = class(json!({
             "networkInterfaces": [
                 {"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface"},

@@ -1023,11 +1023,16 @@ fn bottlerocket_kubelet_settings_use_upstreams_keys_and_types() {
             toml::Value::String("50".into()),
         ),
         ("cluster DNS", json!({}), "cluster-dns-ip", toml::Value::String("10.0.100.10".into())),
+        // Deliberately different (docs/upstream-aws-expectations.md): upstream keeps only the first IP; Bottlerocket's
+        // model takes a list, as AL2023's clusterDNS does, so both servers reach the node.
         (
             "cluster DNS, two IPs",
             json!({"clusterDNS": ["10.0.100.10", "10.0.100.11"]}),
             "cluster-dns-ip",
-            toml::Value::String("10.0.100.10".into()),
+            toml::Value::Array(vec![
+                toml::Value::String("10.0.100.10".into()),
+                toml::Value::String("10.0.100.11".into()),
+            ]),
         ),
         ("CPU CFS quota", json!({"cpuCFSQuota": false}), "cpu-cfs-quota-enforced", toml::Value::Boolean(false)),
     ] {

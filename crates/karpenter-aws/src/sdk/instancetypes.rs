@@ -29,6 +29,7 @@ pub fn convert(t: &sdk::InstanceTypeInfo) -> InstanceTypeInfo {
         current_generation: t.current_generation(),
         bare_metal: t.bare_metal(),
         hypervisor: t.hypervisor().map(|h| h.as_str().to_owned()),
+        nitro_enclaves_support: t.nitro_enclaves_support().map(|n| n.as_str().to_owned()),
         supported_usage_classes: t.supported_usage_classes().iter().map(|u| u.as_str().to_owned()).collect(),
         supported_virtualization_types: t
             .supported_virtualization_types()
