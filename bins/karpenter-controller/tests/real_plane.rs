@@ -10,7 +10,11 @@
 //! `karpenter_operator::logging`) go to `<state dir>.controller.log` beside the plane's state dir, and the fault
 //! scenarios (the last four) count the ERROR lines written while they ran.
 //!
-//! Skipped (with the reason on stderr) where the plane is not installed; a failure under `CI=true`.
+//! `chart-rbac` runs the controller as the Helm chart's service account (its rendered RBAC, applied to the plane)
+//! instead of cluster-admin; it needs Helm (`tools/get-helm.sh` or `KARPENTER_HELM`).
+//!
+//! Skipped (with the reason on stderr) where the plane (or, for `chart-rbac`, Helm) is not installed; a failure
+//! under `CI=true`.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::future::Future;
@@ -86,6 +90,7 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("scheduler-config", |e| Box::pin(scheduler_config(e))),
     ("node-overlay", |e| Box::pin(node_overlay(e))),
     ("capacity-buffer", |e| Box::pin(capacity_buffer(e))),
+    ("chart-rbac", |e| Box::pin(chart_rbac(e))),
 ];
 
 /// ERROR lines a fault the controller should ride out quietly (an apiserver restart, a partition, throttling, write
@@ -831,24 +836,7 @@ fn condition_true(claim: &NodeClaim, type_: &str) -> bool {
 /// server with the in-memory AWS, reports the bad ones as `ValidationSucceeded=False`
 /// `InvalidKubeletConfiguration` with a Warning event, while CEL expressions and passed-through fields pass.
 async fn ec2nodeclass_crd(env: &Env) {
-    let out = Command::new(env!("CARGO_BIN_EXE_karpenter-controller"))
-        .args(["crds", "--provider", "aws"])
-        .output()
-        .expect("karpenter-controller crds");
-    let text = String::from_utf8(out.stdout).expect("utf-8");
-    let crds: Api<CustomResourceDefinition> = Api::all(env.client.clone());
-    let crd: CustomResourceDefinition = text
-        .split("\n---")
-        .map(|d| d.trim().trim_start_matches("---").trim())
-        .filter_map(|d| serde_saphyr::from_str::<CustomResourceDefinition>(d).ok())
-        .find(|c| c.name_any() == "ec2nodeclasses.karpenter.k8s.aws")
-        .expect("the EC2NodeClass CRD");
-    crds.create(&PostParams::default(), &crd).await.expect("the API server accepts the EC2NodeClass CRD");
-    env.eventually("EC2NodeClass CRD established", Duration::from_secs(30), || async {
-        let c = crds.get("ec2nodeclasses.karpenter.k8s.aws").await.ok()?;
-        c.status?.conditions?.iter().any(|c| c.type_ == "Established" && c.status == "True").then_some(())
-    })
-    .await;
+    install_ec2nodeclass_crd(env).await;
     let resource = kube::discovery::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
         "karpenter.k8s.aws",
         "v1",
@@ -937,16 +925,47 @@ async fn ec2nodeclass_crd(env: &Env) {
     assert_eq!(warned, invalid, "one Warning event per invalid class");
 }
 
+/// Installs the EC2NodeClass CRD (`crds --provider aws`; already there is fine) and waits until it is Established.
+async fn install_ec2nodeclass_crd(env: &Env) {
+    let out = Command::new(env!("CARGO_BIN_EXE_karpenter-controller"))
+        .args(["crds", "--provider", "aws"])
+        .output()
+        .expect("karpenter-controller crds");
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    let crds: Api<CustomResourceDefinition> = Api::all(env.client.clone());
+    let crd: CustomResourceDefinition = text
+        .split("\n---")
+        .map(|d| d.trim().trim_start_matches("---").trim())
+        .filter_map(|d| serde_saphyr::from_str::<CustomResourceDefinition>(d).ok())
+        .find(|c| c.name_any() == "ec2nodeclasses.karpenter.k8s.aws")
+        .expect("the EC2NodeClass CRD");
+    match crds.create(&PostParams::default(), &crd).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => panic!("the API server accepts the EC2NodeClass CRD: {e}"),
+    }
+    env.eventually("EC2NodeClass CRD established", Duration::from_secs(30), || async {
+        let c = crds.get("ec2nodeclasses.karpenter.k8s.aws").await.ok()?;
+        c.status?.conditions?.iter().any(|c| c.type_ == "Established" && c.status == "True").then_some(())
+    })
+    .await;
+}
+
 /// The EC2NodeClass status controller against the plane's API server, with an empty in-memory AWS (the kubelet
 /// check does not need AWS: it comes before the checks that do).
 fn ec2_node_class_controller(env: &Env) -> karpenter_aws::nodeclass::controller::NodeClassController {
+    ec2_node_class_controller_on(env.client.clone())
+}
+
+/// [`ec2_node_class_controller`] writing through `client`.
+fn ec2_node_class_controller_on(client: Client) -> karpenter_aws::nodeclass::controller::NodeClassController {
     use karpenter_aws::nodeclass::controller::{NodeClassController, StaticKubernetesVersion};
     use karpenter_aws::nodeclass::{NodeClassResolver, ResolverSettings};
     let apis = Arc::new(karpenter_aws::nodeclass::mock::MockAws::new()).resolver_apis();
     let clock: Arc<dyn karpenter_cloudprovider::Clock> = Arc::new(karpenter_cloudprovider::SystemClock);
     let resolver = Arc::new(NodeClassResolver::new(apis, ResolverSettings::default(), clock.clone()));
     let version = Arc::new(StaticKubernetesVersion("1.32".into()));
-    NodeClassController::new(env.client.clone(), resolver, version, clock, None)
+    NodeClassController::new(client, resolver, version, clock, None)
 }
 
 /// Pending pods → NodeClaims → Nodes (registered, initialized, Ready) → pods Running, bound by kube-scheduler.
@@ -2658,5 +2677,339 @@ async fn capacity_buffer(env: &Env) {
     .await;
     let _ = templates.delete("chunk", &DeleteParams::default()).await;
     gated.stop().await;
+    env.restore_main();
+}
+
+// ------------------------------------------------------------------------------------------------ chart RBAC
+
+/// The release namespace `chart-rbac` renders the chart for.
+const CHART_NS: &str = "karpenter";
+/// The chart's ServiceAccount (its fullname for release `karpenter`).
+const CHART_SA: &str = "karpenter";
+/// The kinds of the rendered chart `chart-rbac` applies.
+const RBAC_KINDS: [&str; 5] = ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"];
+/// The test-only grants of the kwok provider (the chart is the AWS provider's and has none): what
+/// `karpenter_kwok::KwokCloudProvider` and the kwok node-class controllers call beyond the chart's rules. Nodes are
+/// the provider's instances (created, and their status written at launch); KWOKNodeClasses are its node classes
+/// (the node-class store and NodePool readiness watch and read them, the kwok status controller marks them Ready).
+const KWOK_TEST_ROLE: &str = "karpenter-kwok-test";
+
+/// The Helm binary: `KARPENTER_HELM`, else `target/tools/helm` (tools/get-helm.sh). `None`, with the reason on
+/// stderr, when there is none; under `CI=true` that fails the test.
+fn helm_binary() -> Option<PathBuf> {
+    let path = std::env::var_os("KARPENTER_HELM")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/tools/helm"));
+    if path.is_file() {
+        return Some(path);
+    }
+    let why = format!("no helm at {} (run tools/get-helm.sh, or set KARPENTER_HELM)", path.display());
+    assert!(!karpenter_testing::realplane::in_ci(), "chart-rbac needs helm under CI=true: {why}");
+    eprintln!("real plane: chart-rbac skipped: {why}");
+    None
+}
+
+/// `helm template karpenter charts/karpenter --namespace <CHART_NS>` with the chart's defaults (only the required
+/// cluster name set), as JSON documents.
+fn render_chart(helm: &Path) -> Vec<Value> {
+    let chart = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../charts/karpenter");
+    let out = Command::new(helm)
+        .args(["template", "karpenter"])
+        .arg(&chart)
+        .args(["--namespace", CHART_NS, "--set", "settings.clusterName=real-plane"])
+        .output()
+        .expect("running helm");
+    assert!(out.status.success(), "helm template: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    text.split("\n---")
+        .map(|d| d.trim().trim_start_matches("---"))
+        .filter_map(|d| serde_saphyr::from_str::<Value>(d).ok())
+        .filter(Value::is_object)
+        .collect()
+}
+
+/// The controller flags the rendered Deployment's environment sets (its literal values, for every variable
+/// `CoreSettings` reads), except the ports, batch windows and log outputs the tests choose themselves.
+fn chart_core_flags(docs: &[Value]) -> Vec<String> {
+    use clap::CommandFactory;
+    let deployment = docs.iter().find(|d| d["kind"] == "Deployment").expect("the chart's Deployment");
+    let env = deployment["spec"]["template"]["spec"]["containers"][0]["env"].as_array().expect("container env");
+    let command = SettingsCli::command();
+    let long_of: BTreeMap<String, String> = command
+        .get_arguments()
+        .filter_map(|a| Some((a.get_env()?.to_string_lossy().into_owned(), a.get_long()?.to_string())))
+        .collect();
+    let own = ["METRICS_PORT", "HEALTH_PROBE_PORT", "BATCH_MAX_DURATION", "BATCH_IDLE_DURATION"];
+    env.iter()
+        .filter_map(|e| {
+            let (name, value) = (e["name"].as_str()?, e["value"].as_str()?);
+            if own.contains(&name) || name.starts_with("LOG_") {
+                return None;
+            }
+            Some(format!("--{}={value}", long_of.get(name)?))
+        })
+        .collect()
+}
+
+/// A client with the controller's stack that the plane's admin certificate uses to impersonate `user` in
+/// `groups` (what a pod's service-account token would authenticate as).
+async fn impersonating_client(plane: &RealPlane, user: &str, groups: &[&str]) -> Client {
+    let mut config = plane.config(plane.kubeconfig()).await.expect("kubeconfig");
+    config.auth_info.impersonate = Some(user.to_string());
+    config.auth_info.impersonate_groups = Some(groups.iter().map(|g| (*g).to_string()).collect());
+    client_from_config(config, &ClientOptions::from_settings(&settings(false))).expect("impersonating client")
+}
+
+/// The impersonation of service account `name` in [`CHART_NS`], with the groups the API server gives a token.
+async fn service_account_client(plane: &RealPlane, name: &str) -> Client {
+    let user = format!("system:serviceaccount:{CHART_NS}:{name}");
+    let ns_group = format!("system:serviceaccounts:{CHART_NS}");
+    impersonating_client(plane, &user, &["system:serviceaccounts", &ns_group, "system:authenticated"]).await
+}
+
+/// Creates `obj` (a JSON object of a kind `ApiResource` names) through the dynamic API; one already there is
+/// replaced by deleting it first, so a re-run starts from the chart's current rules.
+async fn apply_object(client: &Client, obj: &Value) {
+    let (api_version, kind) = (obj["apiVersion"].as_str().expect("apiVersion"), obj["kind"].as_str().expect("kind"));
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let plural = format!("{}s", kind.to_ascii_lowercase());
+    let resource = kube::discovery::ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk(group, version, kind),
+        &plural,
+    );
+    let api: Api<kube::core::DynamicObject> = match obj["metadata"]["namespace"].as_str() {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    let object: kube::core::DynamicObject = serde_json::from_value(obj.clone()).expect("object");
+    let name = object.name_any();
+    let _ = api.delete(&name, &DeleteParams::default()).await;
+    api.create(&PostParams::default(), &object).await.unwrap_or_else(|e| panic!("create {kind} {name}: {e}"));
+}
+
+/// Deletes what [`apply_object`] created.
+async fn delete_object(client: &Client, obj: &Value) {
+    let (api_version, kind) = (obj["apiVersion"].as_str().unwrap_or("v1"), obj["kind"].as_str().unwrap_or_default());
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let resource = kube::discovery::ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk(group, version, kind),
+        &format!("{}s", kind.to_ascii_lowercase()),
+    );
+    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+    let api: Api<kube::core::DynamicObject> = match obj["metadata"]["namespace"].as_str() {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    let _ = api.delete(name, &DeleteParams::default()).await;
+}
+
+/// The controller's log lines since `mark` that report a refusal (a 403 says `forbidden`).
+fn refusals(env: &Env, mark: u64) -> Vec<String> {
+    let lines = env.log_since(mark).into_iter().map(|l| Value::Object(l).to_string());
+    lines.filter(|l| l.to_ascii_lowercase().contains("forbidden")).collect()
+}
+
+/// `GET path` on `addr` over plain HTTP/1.0: the status line and the body.
+async fn http_get(addr: SocketAddr, path: &str) -> (String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut sock = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    sock.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes()).await.expect("request");
+    let mut response = String::new();
+    sock.read_to_string(&mut response).await.expect("response");
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    (head.lines().next().unwrap_or_default().to_string(), body.to_string())
+}
+
+/// The controller under the chart's RBAC instead of cluster-admin. The chart is rendered by a real Helm with its
+/// defaults; its ServiceAccount, ClusterRoles, Roles and bindings are applied, plus the test-only kwok role
+/// ([`KWOK_TEST_ROLE`]); then everything Karpenter does here goes through a client impersonating that service
+/// account, with the settings the rendered Deployment's environment gives (leader election on, in the release
+/// namespace):
+/// - the AWS provider's kube-dns read (`karpenter_aws::discovery::kube_dns_ip`) returns the Service's ClusterIP
+///   (and a service account without the chart's grants reads nothing: the check can fail);
+/// - the EC2NodeClass status controller validates a class, reports its conditions, emits its Warning event and
+///   removes its finalizer on deletion;
+/// - a Manager with the kwok provider takes the leader Lease, reports ready (its CRD check), provisions, consolidates
+///   (drain by eviction) and drains through a PodDisruptionBudget; every NodeClaim and Node is finalized.
+///
+/// No controller log line while it runs may mention `forbidden`: a grant the code needs and the chart lacks shows
+/// up there (a watch that cannot list, a write refused) or as a scenario that never completes.
+async fn chart_rbac(env: &Env) {
+    use futures::FutureExt as _;
+    let Some(helm) = helm_binary() else { return };
+    let docs = render_chart(&helm);
+    let rbac: Vec<&Value> = docs.iter().filter(|d| RBAC_KINDS.iter().any(|k| d["kind"] == *k)).collect();
+    let kinds: BTreeSet<&str> = rbac.iter().filter_map(|d| d["kind"].as_str()).collect();
+    assert_eq!(kinds.len(), RBAC_KINDS.len(), "the chart renders every RBAC kind: {kinds:?}");
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(env.client.clone());
+    let ns = serde_json::from_value(json!({"metadata": {"name": CHART_NS}})).expect("namespace");
+    match namespaces.create(&PostParams::default(), &ns).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => panic!("create namespace {CHART_NS}: {e}"),
+    }
+    let subject = json!([{"kind": "ServiceAccount", "name": CHART_SA, "namespace": CHART_NS}]);
+    let kwok_role = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": KWOK_TEST_ROLE},
+        "rules": [
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["create"]},
+            {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
+            {"apiGroups": ["karpenter.kwok.sh"], "resources": ["kwoknodeclasses"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["karpenter.kwok.sh"], "resources": ["kwoknodeclasses/status"], "verbs": ["patch"]},
+        ],
+    });
+    let kwok_binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": KWOK_TEST_ROLE},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": KWOK_TEST_ROLE},
+        "subjects": subject,
+    });
+    let mut applied: Vec<Value> = rbac.iter().map(|d| (*d).clone()).collect();
+    applied.push(kwok_role);
+    applied.push(kwok_binding);
+    for obj in &applied {
+        apply_object(&env.client, obj).await;
+    }
+    let client = service_account_client(&env.plane, CHART_SA).await;
+    env.eventually("the chart's bindings in force", Duration::from_secs(30), || async {
+        Api::<Node>::all(client.clone()).list(&ListParams::default().limit(1)).await.ok().map(|_| ())
+    })
+    .await;
+
+    // The AWS provider's kube-dns read, without the chart's grants (the check can fail: that read logs a refusal,
+    // before `mark`) and with them.
+    let services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(env.client.clone(), "kube-system");
+    let dns: k8s_openapi::api::core::v1::Service = serde_json::from_value(json!({
+        "metadata": {"name": "kube-dns", "namespace": "kube-system", "labels": {"k8s-app": "kube-dns"}},
+        "spec": {"selector": {"k8s-app": "kube-dns"},
+                 "ports": [{"name": "dns", "port": 53, "protocol": "UDP"}, {"name": "dns-tcp", "port": 53, "protocol": "TCP"}]},
+    }))
+    .expect("service");
+    let _ = services.delete("kube-dns", &DeleteParams::default()).await;
+    let dns = services.create(&PostParams::default(), &dns).await.expect("create kube-dns");
+    let ip = dns.spec.and_then(|s| s.cluster_ip).expect("a ClusterIP");
+    let stranger = service_account_client(&env.plane, "not-karpenter").await;
+    assert_eq!(karpenter_aws::discovery::kube_dns_ip(&stranger).await, None, "no grant, no read");
+    let mark = env.log_mark();
+    assert_eq!(karpenter_aws::discovery::kube_dns_ip(&client).await, Some(ip), "kube-dns read under the chart");
+
+    // The EC2NodeClass status controller.
+    install_ec2nodeclass_crd(env).await;
+    let classes: Api<karpenter_api::EC2NodeClass> = Api::all(env.client.clone());
+    let class = |name: &str, kubelet: Value| -> karpenter_api::EC2NodeClass {
+        serde_json::from_value(json!({
+            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": name},
+            "spec": {"role": "r", "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                     "subnetSelectorTerms": [{"tags": {"k": "v"}}], "securityGroupSelectorTerms": [{"tags": {"k": "v"}}],
+                     "kubelet": kubelet}
+        }))
+        .expect("EC2NodeClass")
+    };
+    let cases = [("rbac-valid", json!({"maxPods": 110})), ("rbac-invalid", json!({"maxPods": -1}))];
+    for (name, kubelet) in &cases {
+        let _ = classes.delete(name, &DeleteParams::default()).await;
+        classes.create(&PostParams::default(), &class(name, kubelet.clone())).await.expect("create EC2NodeClass");
+    }
+    let controller = ec2_node_class_controller_on(client.clone());
+    for (name, _) in &cases {
+        controller.reconcile(name).await.unwrap_or_else(|e| panic!("{name}: reconcile under the chart's RBAC: {e}"));
+        let c = classes.get(name).await.expect(name);
+        let v = c.status.as_ref().and_then(|s| s.condition("ValidationSucceeded")).cloned();
+        let v = v.unwrap_or_else(|| panic!("{name}: status written under the chart's RBAC"));
+        assert_eq!(v.reason == "InvalidKubeletConfiguration", *name == "rbac-invalid", "{name}: {}", v.message);
+    }
+    let events: Api<CoreEvent> = Api::namespaced(env.client.clone(), "default");
+    env.eventually("the invalid class's Warning event", Duration::from_secs(10), || async {
+        let list = events.list(&ListParams::default()).await.ok()?.items;
+        list.iter()
+            .any(|e| {
+                e.reason.as_deref() == Some("InvalidKubeletConfiguration")
+                    && e.involved_object.name.as_deref() == Some("rbac-invalid")
+            })
+            .then_some(())
+    })
+    .await;
+    for (name, _) in &cases {
+        classes.delete(name, &DeleteParams::default()).await.expect("delete EC2NodeClass");
+        controller.reconcile(name).await.unwrap_or_else(|e| panic!("{name}: finalize under the chart's RBAC: {e}"));
+        env.eventually(&format!("EC2NodeClass {name} gone"), Duration::from_secs(10), || async {
+            classes.get_opt(name).await.ok()?.is_none().then_some(())
+        })
+        .await;
+    }
+
+    // The Manager with the kwok provider, with the chart's settings.
+    env.stop_main().await;
+    let flags = chart_core_flags(&docs);
+    eprintln!("real plane: chart-rbac: controller flags from the chart: {flags:?}");
+    for setting in ["--feature-gates=", "--ignore-dra-requests="] {
+        assert!(flags.iter().any(|f| f.starts_with(setting)), "the chart sets {setting}: {flags:?}");
+    }
+    let namespace_flag = format!("--system-namespace={CHART_NS}");
+    let mut args = vec![
+        "karpenter-controller",
+        "--metrics-port=0",
+        "--health-probe-port=0",
+        "--batch-idle-duration=1s",
+        "--batch-max-duration=3s",
+        &namespace_flag,
+    ];
+    args.extend(flags.iter().map(String::as_str));
+    let settings = SettingsCli::try_parse_from(args).expect("the chart's settings parse").core;
+    let background = CancellationToken::new();
+    let node_classes = KubeNodeClasses::new();
+    node_classes.start::<KWOKNodeClass>(client.clone(), background.clone()).await.expect("node classes, as the chart");
+    let kwok = KwokCloudProvider::new(
+        client.clone(),
+        KwokOptions { node_classes: Some(Arc::new(node_classes.clone())), ..KwokOptions::default() },
+    );
+    let manager = Manager::new(settings, client.clone(), Arc::new(kwok), Arc::new(node_classes), Arc::new(SystemClock))
+        .with_bind_ip(IpAddr::V4(Ipv4Addr::LOCALHOST))
+        .with_identity("chart-rbac")
+        .with_disruption_settings(disruption_settings());
+    let shutdown = CancellationToken::new();
+    let metrics_addr = Arc::new(OnceLock::new());
+    let probes_addr = Arc::new(OnceLock::new());
+    let (m, p) = (metrics_addr.clone(), probes_addr.clone());
+    let task = tokio::spawn(manager.run_with(shutdown.clone(), move |started| {
+        let _ = m.set(started.metrics_addr);
+        let _ = p.set(started.probes_addr);
+    }));
+    let running = Running { shutdown, task, metrics_addr };
+    let leases: Api<Lease> = Api::namespaced(env.client.clone(), CHART_NS);
+    env.eventually("the leader Lease in the release namespace", Duration::from_secs(30), || async {
+        let lease = leases.get_opt("karpenter-leader-election").await.ok()??;
+        lease.spec?.holder_identity.filter(|h| h.starts_with("chart-rbac")).map(|_| ())
+    })
+    .await;
+    env.eventually("/readyz answers 200", Duration::from_secs(60), || async {
+        let addr = *probes_addr.get()?;
+        http_get(addr, "/readyz").await.0.contains(" 200").then_some(())
+    })
+    .await;
+    for name in ["provisioning", "consolidation", "pdb-blocked-drain"] {
+        let (_, scenario) = SCENARIOS.iter().find(|(n, _)| *n == name).expect("a scenario");
+        let t = Stopwatch::start();
+        // A refused request mostly shows as a scenario that never completes: say which, then fail as it did.
+        if let Err(panic) = std::panic::AssertUnwindSafe(scenario(env)).catch_unwind().await {
+            let refused = refusals(env, mark);
+            eprintln!("real plane: chart-rbac: {name} failed; refused under the chart's RBAC:\n{}", refused.join("\n"));
+            std::panic::resume_unwind(panic);
+        }
+        env.cleanup(&format!("chart-rbac: {name}")).await;
+        eprintln!("real plane: chart-rbac: {name} passed in {:.1}s", t.elapsed().as_secs_f64());
+    }
+    let refused = refusals(env, mark);
+    env.assert_quiet("chart-rbac", mark, None);
+    running.stop().await;
+    background.cancel();
+    assert!(refused.is_empty(), "the chart's RBAC refused the controller:\n{}", refused.join("\n"));
+
+    let _ = services.delete("kube-dns", &DeleteParams::default()).await;
+    for obj in applied.iter().rev() {
+        delete_object(&env.client, obj).await;
+    }
+    let _ = leases.delete("karpenter-leader-election", &DeleteParams::default()).await;
     env.restore_main();
 }

@@ -201,7 +201,7 @@ impl Assembly<'_> {
             endpoint: cluster.endpoint.clone(),
             ca_bundle,
             service_cidr: cluster.service_cidr().map(str::to_owned),
-            dns_ip: kube_dns_ip(&self.start.client).await,
+            dns_ip: crate::discovery::kube_dns_ip(&self.start.client).await,
         };
         Ok((info, cluster.arn))
     }
@@ -517,16 +517,4 @@ pub enum FetchPricesFailed {
         #[source]
         source: FetchPricesError,
     },
-}
-
-/// The kube-dns service IP (nodes' default cluster DNS), when the cluster has that service.
-async fn kube_dns_ip(client: &kube::Client) -> Option<String> {
-    let services: kube::Api<k8s_openapi::api::core::v1::Service> = kube::Api::namespaced(client.clone(), "kube-system");
-    match services.get_opt("kube-dns").await {
-        Ok(service) => service.and_then(|s| s.spec?.cluster_ip).filter(|ip| !ip.is_empty() && ip != "None"),
-        Err(e) => {
-            tracing::info!(error = %e, "reading the kube-dns service failed; nodes use their default cluster DNS");
-            None
-        }
-    }
 }

@@ -125,6 +125,20 @@ pub async fn discover(
     Ok(info)
 }
 
+/// The ClusterIP of the `kube-dns` Service in `kube-system`: the cluster DNS handed to nodes in their user data.
+/// `None` when the Service is missing, headless, or cannot be read: nodes then keep their image's default. The
+/// one Kubernetes read of cluster discovery; the chart's `-dns` Role in `kube-system` grants exactly this `get`.
+pub async fn kube_dns_ip(client: &kube::Client) -> Option<String> {
+    let services: kube::Api<k8s_openapi::api::core::v1::Service> = kube::Api::namespaced(client.clone(), "kube-system");
+    match services.get_opt("kube-dns").await {
+        Ok(service) => service.and_then(|s| s.spec?.cluster_ip).filter(|ip| !ip.is_empty() && ip != "None"),
+        Err(e) => {
+            tracing::info!(error = %e, "reading the kube-dns service failed; nodes use their default cluster DNS");
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
