@@ -24,8 +24,9 @@ mod validation;
 
 pub use kubelet_fields::{FieldKind, bottlerocket_setting, kubelet_field_kind, kubelet_field_of_bottlerocket_setting};
 pub use validation::{
-    EVICTION_SIGNALS, FORBIDDEN_TAG_KEYS, FORBIDDEN_TAG_PREFIX, MAX_BLOCK_DEVICE_MAPPINGS, MAX_NETWORK_INTERFACES,
-    MAX_SELECTOR_TAGS, MAX_SELECTOR_TERMS, RESERVED_RESOURCES, parse_volume_size, validate_kubelet_configuration,
+    EVICTION_SIGNALS, FORBIDDEN_TAG_KEYS, FORBIDDEN_TAG_PREFIX, KUBELET_DEFAULT_IMAGE_GC_HIGH_PERCENT,
+    KUBELET_DEFAULT_IMAGE_GC_LOW_PERCENT, MAX_BLOCK_DEVICE_MAPPINGS, MAX_NETWORK_INTERFACES, MAX_SELECTOR_TAGS,
+    MAX_SELECTOR_TERMS, RESERVED_RESOURCES, parse_volume_size, validate_kubelet_configuration,
 };
 
 /// API group of EC2NodeClass.

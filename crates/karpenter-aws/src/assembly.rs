@@ -129,11 +129,12 @@ pub async fn start(start: AwsStart<'_>, sdk: &SdkOptions) -> Result<AwsRuntime, 
     let mut assembly = Assembly { start, clients, controllers: Vec::new() };
     let (cluster, cluster_arn) = assembly.cluster_info().await?;
     let ca_bundle = cluster.ca_bundle.clone();
+    let service_cidr = cluster.service_cidr.clone();
     let pricing = assembly.pricing().await?;
     let prices = SharedPrices::new(pricing.price_source(&zones));
     assembly.price_loop(&pricing, &prices, &zones);
     let (provider, shared) = assembly.cloud_provider(cluster, prices).await?;
-    assembly.node_class_controllers(&provider, shared, pricing, ca_bundle);
+    assembly.node_class_controllers(&provider, shared, pricing, ca_bundle, service_cidr);
     assembly.zonal_shift(&provider, cluster_arn, zone_names);
     let interruption = assembly.interruption_source(&provider);
     let instance_status = assembly.instance_status();
@@ -359,6 +360,7 @@ impl Assembly<'_> {
         shared: SharedCaches,
         pricing: Arc<PricingProvider>,
         ca_bundle: Option<String>,
+        service_cidr: Option<String>,
     ) {
         let aws = self.start.settings;
         let (client, clock, shutdown) = (&self.start.client, &self.start.clock, &self.start.shutdown);
@@ -378,6 +380,7 @@ impl Assembly<'_> {
             ami_refresh_interval: aws.ami_refresh_interval,
             security_group_refresh_interval: aws.security_group_refresh_interval,
             reserved_capacity: self.start.reserved_capacity,
+            service_cidr,
         };
         let mut resolver = NodeClassResolver::new(apis, settings, clock.clone());
         resolver.placement_groups = shared.placement_groups;

@@ -416,12 +416,36 @@ fn validate_kubelet(k: &KubeletConfiguration, path: &str, out: &mut Violations) 
             out.push(p.as_str(), "must be between 0 and 100");
         }
     }
-    if let (Some(high), Some(low)) = (k.image_gc_high_threshold_percent, k.image_gc_low_threshold_percent)
-        && high <= low
-    {
-        out.push(high_path, "imageGCHighThresholdPercent must be greater than imageGCLowThresholdPercent");
+    // The kubelet compares the two with its defaults in place of an unset one, and refuses to start when the
+    // low threshold is not below the high one: `imageGCHighThresholdPercent: 50` alone fails against the
+    // default low of 80.
+    match (k.image_gc_high_threshold_percent, k.image_gc_low_threshold_percent) {
+        (None, None) => {}
+        (Some(high), Some(low)) if high <= low => {
+            out.push(high_path, "imageGCHighThresholdPercent must be greater than imageGCLowThresholdPercent");
+        }
+        (Some(high), None) if high <= KUBELET_DEFAULT_IMAGE_GC_LOW_PERCENT => out.push(
+            high_path,
+            format!(
+                "must be greater than the kubelet's default imageGCLowThresholdPercent \
+                 ({KUBELET_DEFAULT_IMAGE_GC_LOW_PERCENT}); set imageGCLowThresholdPercent too"
+            ),
+        ),
+        (None, Some(low)) if low >= KUBELET_DEFAULT_IMAGE_GC_HIGH_PERCENT => out.push(
+            low_path,
+            format!(
+                "must be less than the kubelet's default imageGCHighThresholdPercent \
+                 ({KUBELET_DEFAULT_IMAGE_GC_HIGH_PERCENT}); set imageGCHighThresholdPercent too"
+            ),
+        ),
+        _ => {}
     }
 }
+
+/// The kubelet's default `imageGCHighThresholdPercent`.
+pub const KUBELET_DEFAULT_IMAGE_GC_HIGH_PERCENT: i32 = 85;
+/// The kubelet's default `imageGCLowThresholdPercent`.
+pub const KUBELET_DEFAULT_IMAGE_GC_LOW_PERCENT: i32 = 80;
 
 fn validate_block_device(ebs: &BlockDevice, path: &str, out: &mut Violations) {
     if ebs.snapshot_id.is_none() && ebs.volume_size.is_none() {

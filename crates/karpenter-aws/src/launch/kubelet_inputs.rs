@@ -17,9 +17,12 @@
 use serde_json::{Value, json};
 
 use karpenter_api::AmiFamily;
-use karpenter_api::ec2nodeclass::kubelet_field_of_bottlerocket_setting;
+use karpenter_api::ec2nodeclass::{
+    KUBELET_DEFAULT_IMAGE_GC_HIGH_PERCENT, KUBELET_DEFAULT_IMAGE_GC_LOW_PERCENT, KubeletConfiguration,
+    kubelet_field_of_bottlerocket_setting,
+};
 
-use super::userdata::{MimePart, NODEADM_CONTENT_TYPE, is_mime, parse_mime};
+use super::userdata::{BootstrapConfig, MimePart, NODEADM_CONTENT_TYPE, is_mime, parse_mime, user_data};
 
 /// The kubelet's command-line flags and configuration file.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -205,14 +208,17 @@ fn toml_to_json(v: &toml::Value) -> Value {
     }
 }
 
+/// How a Bottlerocket setting's value becomes the kubelet field's value.
+type Retype = fn(Value) -> Value;
+
 /// The configuration field a Bottlerocket `settings.kubernetes` key sets, and how its value is typed there.
-fn bottlerocket_field(key: &str) -> Option<(&'static str, fn(Value) -> Value)> {
-    let same: fn(Value) -> Value = |v| v;
-    let integer: fn(Value) -> Value = |v| match &v {
+fn bottlerocket_field(key: &str) -> Option<(&'static str, Retype)> {
+    let same: Retype = |v| v;
+    let integer: Retype = |v| match &v {
         Value::String(s) => s.trim().parse::<i64>().map_or(v.clone(), |i| json!(i)),
         _ => v,
     };
-    let list: fn(Value) -> Value = |v| if v.is_array() { v } else { json!([v]) };
+    let list: Retype = |v| if v.is_array() { v } else { json!([v]) };
     Some(match key {
         "max-pods" => ("maxPods", same),
         "cluster-dns-ip" => ("clusterDNS", list),
@@ -283,6 +289,127 @@ fn windows(user_data: &str) -> Result<KubeletInputs, KubeletInputsError> {
     let flags =
         single_quoted_after(user_data, "-KubeletExtraArgs", "''").map(|a| split_systemd_words(&a)).unwrap_or_default();
     Ok(KubeletInputs { flags, config })
+}
+
+/// The rules of the kubelet's own configuration validation (v1.32) that a node class's `userData` can break,
+/// as the kubelet words them, judged on a merged configuration (`KubeletInputs::config`): a kubelet given that
+/// configuration refuses to start. The kubelet judge of the test suite checks this list agrees with the real
+/// kubelet. Empty when none is broken.
+pub fn kubelet_config_refusals(config: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    let int = |name: &str| config.get(name).and_then(Value::as_i64);
+    let num = |name: &str| config.get(name).and_then(Value::as_f64);
+    let text = |name: &str| config.get(name).and_then(Value::as_str);
+    // A duration the kubelet cannot read, or a negative one, as `None` with the text kept for the message.
+    let duration = |name: &str| -> Option<Result<std::time::Duration, String>> {
+        let t = text(name)?;
+        Some(karpenter_api::duration::parse_go_duration(t).map_err(|_| t.to_owned()))
+    };
+    let high = int("imageGCHighThresholdPercent").unwrap_or(i64::from(KUBELET_DEFAULT_IMAGE_GC_HIGH_PERCENT));
+    let low = int("imageGCLowThresholdPercent").unwrap_or(i64::from(KUBELET_DEFAULT_IMAGE_GC_LOW_PERCENT));
+    for (name, v) in [("imageGCHighThresholdPercent", high), ("imageGCLowThresholdPercent", low)] {
+        if !(0..=100).contains(&v) {
+            out.push(format!("{name} {v} must be between 0 and 100, inclusive"));
+        }
+    }
+    if low >= high {
+        out.push(format!("imageGCLowThresholdPercent {low} must be less than imageGCHighThresholdPercent {high}"));
+    }
+    for name in [
+        "maxPods",
+        "podsPerCore",
+        "maxOpenFiles",
+        "kubeAPIQPS",
+        "kubeAPIBurst",
+        "eventRecordQPS",
+        "eventBurst",
+        "registryPullQPS",
+        "registryBurst",
+    ] {
+        if let Some(v) = num(name).filter(|v| *v < 0.0) {
+            out.push(format!("{name} {v} must not be a negative number"));
+        }
+    }
+    if let Some(v) = int("nodeStatusMaxImages").filter(|v| *v < -1) {
+        out.push(format!("nodeStatusMaxImages {v} must be -1 or greater"));
+    }
+    if let Some(v) = int("oomScoreAdj").filter(|v| !(-1000..=1000).contains(v)) {
+        out.push(format!("oomScoreAdj {v} must be between -1000 and 1000, inclusive"));
+    }
+    if let Some(v) = int("containerLogMaxWorkers").filter(|v| *v < 1) {
+        out.push(format!("containerLogMaxWorkers {v} must be greater than or equal to 1"));
+    }
+    let policies = ["none", "best-effort", "restricted", "single-numa-node"];
+    if let Some(p) = text("topologyManagerPolicy").filter(|p| !policies.contains(p)) {
+        out.push(format!("topologyManagerPolicy {p:?} must be one of {policies:?}"));
+    }
+    if let Some(s) = text("topologyManagerScope").filter(|s| !["container", "pod"].contains(s)) {
+        out.push(format!("topologyManagerScope {s:?} must be \"container\" or \"pod\""));
+    }
+    let grace = duration("shutdownGracePeriod");
+    let critical = duration("shutdownGracePeriodCriticalPods");
+    for (name, d) in [("shutdownGracePeriod", &grace), ("shutdownGracePeriodCriticalPods", &critical)] {
+        if let Some(Err(t)) = d {
+            out.push(format!("{name} {t} must be a non-negative duration"));
+        }
+    }
+    if let (Some(Ok(critical)), grace) = (&critical, &grace) {
+        let grace = match grace {
+            Some(Ok(g)) => *g,
+            _ => std::time::Duration::ZERO,
+        };
+        if *critical > grace {
+            out.push(format!("shutdownGracePeriodCriticalPods {critical:?} must be <= shutdownGracePeriod {grace:?}"));
+        }
+    }
+    if let Some(Ok(d)) = duration("containerLogMonitorInterval").filter(|d| matches!(d, Ok(d) if d.as_secs() < 3)) {
+        out.push(format!("containerLogMonitorInterval {d:?} must be at least 3s"));
+    }
+    let min_age = match duration("imageMinimumGCAge") {
+        Some(Ok(d)) => d,
+        _ => std::time::Duration::from_secs(120),
+    };
+    if let Some(Ok(max_age)) = duration("imageMaximumGCAge")
+        && !max_age.is_zero()
+        && max_age <= min_age
+    {
+        out.push(format!("imageMaximumGCAge {max_age:?} must be greater than imageMinimumGCAge {min_age:?}"));
+    }
+    let custom_period = config["featureGates"]["CustomCPUCFSQuotaPeriod"].as_bool() == Some(true);
+    if let Some(Ok(period)) = duration("cpuCFSQuotaPeriod")
+        && period != std::time::Duration::from_millis(100)
+        && !custom_period
+    {
+        out.push(format!("cpuCFSQuotaPeriod {period:?} requires feature gate CustomCPUCFSQuotaPeriod"));
+    }
+    out
+}
+
+/// What the kubelet would refuse in the configuration a node class's `userData` contributes, merged with the
+/// class's static kubelet settings (an AL2023 NodeConfig's `kubelet.config`, Bottlerocket's `settings.kubernetes`)
+/// ([`kubelet_config_refusals`]); empty when nothing, when the family takes no configuration from user data
+/// (AL2's and Windows' are scripts, Custom's is not Karpenter's), or when the user data cannot be built (its own
+/// problem, reported elsewhere).
+pub fn user_data_kubelet_refusals(
+    family: AmiFamily,
+    custom_user_data: Option<&str>,
+    kubelet: Option<&KubeletConfiguration>,
+) -> Vec<String> {
+    if !matches!(family, AmiFamily::Al2023 | AmiFamily::Bottlerocket) || custom_user_data.is_none() {
+        return Vec::new();
+    }
+    // Expressions resolve per instance type; their fields are judged by node class validation instead.
+    let kubelet = kubelet.filter(|k| !k.has_expressions()).cloned().unwrap_or_default();
+    let config = BootstrapConfig {
+        cluster_name: "check".into(),
+        cluster_endpoint: "https://check".into(),
+        service_cidr: Some("10.100.0.0/16".into()),
+        kubelet,
+        custom_user_data: custom_user_data.map(str::to_owned),
+        ..Default::default()
+    };
+    let Ok(text) = user_data(family, &config) else { return Vec::new() };
+    kubelet_inputs(family, &text).map(|i| kubelet_config_refusals(&i.config)).unwrap_or_default()
 }
 
 #[cfg(test)]

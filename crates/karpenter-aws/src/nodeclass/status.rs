@@ -42,6 +42,7 @@ use super::network::{SECURITY_GROUP_CACHE_TTL, SecurityGroupProvider, SubnetInfo
 use super::reservation::{CapacityReservationProvider, PlacementGroupProvider};
 use crate::api_error::AwsApiError;
 use crate::instancetypes::{ExpressionCheck, InstanceTypeProvider};
+use crate::launch::kubelet_inputs::user_data_kubelet_refusals;
 use crate::launch::userdata::{UserDataError, node_class_user_data_problem};
 
 /// `PlacementGroupReady=False` reason.
@@ -255,12 +256,20 @@ pub fn kubelet_configuration_problems(spec: &EC2NodeClassSpec) -> Option<String>
 pub fn user_data_problem(spec: &EC2NodeClassSpec, service_cidr: Option<&str>) -> Option<(&'static str, String)> {
     // Launches bootstrap an unknown family as AL2023 (`crate::launch::instance`).
     let family = spec.effective_ami_family().unwrap_or(AmiFamily::Al2023);
-    let problem = node_class_user_data_problem(family, spec.user_data.as_deref(), service_cidr)?;
-    let reason = match problem {
-        UserDataError::MissingServiceCidr => reasons::CLUSTER_CIDR_NOT_FOUND,
-        UserDataError::InvalidMime(_) | UserDataError::InvalidToml(_) => reasons::INVALID_USER_DATA,
-    };
-    Some((reason, problem.to_string()))
+    if let Some(problem) = node_class_user_data_problem(family, spec.user_data.as_deref(), service_cidr) {
+        let reason = match problem {
+            UserDataError::MissingServiceCidr => reasons::CLUSTER_CIDR_NOT_FOUND,
+            UserDataError::InvalidMime(_) | UserDataError::InvalidToml(_) => reasons::INVALID_USER_DATA,
+        };
+        return Some((reason, problem.to_string()));
+    }
+    // The kubelet configuration the user data contributes, merged with the class's: what the kubelet refuses
+    // would leave every node of the class unregistered.
+    let refusals = user_data_kubelet_refusals(family, spec.user_data.as_deref(), spec.kubelet.as_ref());
+    (!refusals.is_empty()).then(|| {
+        let message = format!("userData: the kubelet would refuse its configuration: {}", refusals.join("; "));
+        (reasons::INVALID_USER_DATA, message)
+    })
 }
 
 /// The AMIs part. None matching, an alias without SSM parameters, or one unsupported on this Kubernetes

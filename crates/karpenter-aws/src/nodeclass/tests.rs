@@ -1131,6 +1131,13 @@ fn user_data_a_launch_cannot_merge_blocks_the_class_and_tolerated_forms_do_not()
         ),
         ("bottlerocket@latest", "settings = [", Some("InvalidUserData")),
         ("bottlerocket@latest", "[settings]\nkubernetes = 1\n", Some("InvalidUserData")),
+        // A kubelet configuration in the user's NodeConfig the kubelet refuses (low GC threshold over high).
+        (
+            "al2023@latest",
+            "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  kubelet:\n    config:\n      \
+             imageGCHighThresholdPercent: 40\n      imageGCLowThresholdPercent: 60\n",
+            Some("InvalidUserData"),
+        ),
         // No closing delimiter: read to the end, as upstream reads it.
         (
             "al2@latest",
@@ -1146,7 +1153,7 @@ fn user_data_a_launch_cannot_merge_blocks_the_class_and_tolerated_forms_do_not()
         match problem {
             Some(p) => {
                 assert_eq!((reason.as_str(), status), (p, ConditionStatus::False), "{alias}: {user_data:?}");
-                assert!(message.starts_with("userData is not"), "{message}");
+                assert!(message.starts_with("userData"), "{message}");
             }
             // (The mock world has AL2023 images only: other aliases stop at DependenciesNotReady.)
             None => assert!(

@@ -460,3 +460,31 @@ fn max_pods_is_an_int32_or_an_expression() {
     // An int serializes as the former int32 field did (the drift hash depends on it).
     assert_eq!(serde_json::to_string(&MaxPods::Static(20)).unwrap(), "20");
 }
+
+#[test]
+fn one_image_gc_threshold_alone_is_judged_against_the_kubelets_default_other() {
+    // The kubelet fills the unset one with its default (high 85, low 80) and refuses low >= high.
+    for (kubelet, problem) in [
+        (
+            "{imageGCHighThresholdPercent: 80}",
+            Some(
+                "imageGCHighThresholdPercent: must be greater than the kubelet's default imageGCLowThresholdPercent (80)",
+            ),
+        ),
+        ("{imageGCHighThresholdPercent: 81}", None),
+        (
+            "{imageGCLowThresholdPercent: 85}",
+            Some(
+                "imageGCLowThresholdPercent: must be less than the kubelet's default imageGCHighThresholdPercent (85)",
+            ),
+        ),
+        ("{imageGCLowThresholdPercent: 84}", None),
+        ("{imageGCHighThresholdPercent: 50, imageGCLowThresholdPercent: 40}", None),
+    ] {
+        let found = messages(&with_kubelet(kubelet, "al2023@latest"));
+        match problem {
+            None => assert!(found.is_empty(), "{kubelet}: {found:?}"),
+            Some(p) => assert!(found.iter().any(|m| m.contains(p)), "{kubelet}: {found:?}"),
+        }
+    }
+}

@@ -110,6 +110,10 @@ fn matrix() -> Vec<(&'static str, serde_json::Value)> {
         // A kubelet rule validation must catch (else nodes never join): low >= high.
         ("image GC low above high", json!({"imageGCHighThresholdPercent": 50, "imageGCLowThresholdPercent": 60})),
         ("image GC percent over 100", json!({"imageGCHighThresholdPercent": 101})),
+        // One threshold alone meets the kubelet's default of the other (high 85, low 80).
+        ("image GC high alone at the default low", json!({"imageGCHighThresholdPercent": 80})),
+        ("image GC low alone above the default high", json!({"imageGCLowThresholdPercent": 90})),
+        ("image GC high alone above the default low", json!({"imageGCHighThresholdPercent": 90})),
         ("negative pods per core", json!({"podsPerCore": -1})),
         ("cpu manager static without reservation", json!({"cpuManagerPolicy": "static"})),
     ]
@@ -202,4 +206,116 @@ fn the_real_kubelet_accepts_what_validation_lets_through() {
     );
     assert!(rejected.is_empty(), "the kubelet refuses what validation lets through:\n{}", rejected.join("\n"));
     assert!(results.len() >= 20, "the matrix shrank: {}", results.len());
+}
+
+/// Single kubelet configuration fields, each with what `kubelet_config_refusals` predicts; the judge checks the
+/// real kubelet says the same of each.
+fn configuration_cases() -> Vec<(serde_json::Value, bool)> {
+    vec![
+        (json!({}), true),
+        (json!({"imageGCHighThresholdPercent": 50}), false),
+        (json!({"imageGCLowThresholdPercent": 90}), false),
+        (json!({"imageGCHighThresholdPercent": 101}), false),
+        (json!({"imageGCHighThresholdPercent": 90, "imageGCLowThresholdPercent": 10}), true),
+        (json!({"imageGCHighThresholdPercent": 50, "imageGCLowThresholdPercent": 50}), false),
+        (json!({"maxPods": -1}), false),
+        (json!({"maxPods": 0}), true),
+        (json!({"podsPerCore": -1}), false),
+        (json!({"registryPullQPS": -1}), false),
+        (json!({"kubeAPIBurst": -1}), false),
+        (json!({"eventRecordQPS": 0}), true),
+        (json!({"maxOpenFiles": -1}), false),
+        (json!({"nodeStatusMaxImages": -2}), false),
+        (json!({"nodeStatusMaxImages": -1}), true),
+        (json!({"oomScoreAdj": -1001}), false),
+        (json!({"oomScoreAdj": -999}), true),
+        (json!({"topologyManagerPolicy": "foo"}), false),
+        (json!({"topologyManagerPolicy": "single-numa-node"}), true),
+        (json!({"topologyManagerScope": "node"}), false),
+        (json!({"shutdownGracePeriod": "10s", "shutdownGracePeriodCriticalPods": "20s"}), false),
+        (json!({"shutdownGracePeriod": "30s", "shutdownGracePeriodCriticalPods": "10s"}), true),
+        (json!({"shutdownGracePeriodCriticalPods": "5s"}), false),
+        (json!({"containerLogMaxWorkers": 0}), false),
+        (json!({"containerLogMonitorInterval": "1s"}), false),
+        (json!({"containerLogMonitorInterval": "10s"}), true),
+        (json!({"imageMinimumGCAge": "10m", "imageMaximumGCAge": "5m"}), false),
+        (json!({"imageMaximumGCAge": "1h"}), true),
+        (json!({"cpuCFSQuotaPeriod": "2s"}), false),
+        (json!({"cpuCFSQuotaPeriod": "100ms"}), true),
+    ]
+}
+
+#[test]
+fn kubelet_config_refusals_name_each_broken_rule() {
+    for (fields, accepted) in configuration_cases() {
+        let mut config = base_configuration();
+        merge(&mut config, &fields);
+        let refusals = kubelet_config_refusals(&config);
+        assert_eq!(refusals.is_empty(), accepted, "{fields}: {refusals:?}");
+    }
+    let mut config = base_configuration();
+    merge(&mut config, &json!({"imageGCHighThresholdPercent": 50}));
+    assert_eq!(
+        kubelet_config_refusals(&config),
+        ["imageGCLowThresholdPercent 80 must be less than imageGCHighThresholdPercent 50"]
+    );
+}
+
+/// The judge of the predictor: the real kubelet accepts exactly the configurations `kubelet_config_refusals`
+/// finds nothing in.
+#[test]
+fn the_real_kubelet_agrees_with_the_predicted_refusals() {
+    let Some(judge) = KubeletCheck::require() else { return };
+    let cases = configuration_cases();
+    let run = |half: &[(serde_json::Value, bool)]| -> Vec<(String, bool, Result<Verdict, String>)> {
+        half.iter()
+            .map(|(fields, accepted)| {
+                let mut config = base_configuration();
+                merge(&mut config, fields);
+                (fields.to_string(), *accepted, judge.check(Some(&config), &[]))
+            })
+            .collect()
+    };
+    let (a, b) = cases.split_at(cases.len() / 2);
+    let verdicts: Vec<(String, bool, Result<Verdict, String>)> = std::thread::scope(|s| {
+        let first = s.spawn(|| run(a));
+        let mut out = run(b);
+        out.extend(first.join().expect("kubelet-check thread"));
+        out
+    });
+    let disagreements: Vec<String> = verdicts
+        .iter()
+        .filter(|(_, accepted, v)| match v {
+            Ok(Verdict::Accepted) => !accepted,
+            Ok(Verdict::Refused(_)) => *accepted,
+            Err(_) => true,
+        })
+        .map(|(f, accepted, v)| format!("{f}: predicted accepted={accepted}, kubelet {v:?}"))
+        .collect();
+    assert!(disagreements.is_empty(), "{}", disagreements.join("\n"));
+}
+
+#[test]
+fn user_data_kubelet_refusals_judge_the_merge_of_the_users_config_and_ours() {
+    let node_config = |config: &str| {
+        format!("apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  kubelet:\n    config:\n{config}")
+    };
+    let broken = node_config("      imageGCHighThresholdPercent: 40\n      imageGCLowThresholdPercent: 60\n");
+    let refusals = user_data_kubelet_refusals(AmiFamily::Al2023, Some(&broken), None);
+    assert_eq!(refusals, ["imageGCLowThresholdPercent 60 must be less than imageGCHighThresholdPercent 40"]);
+    // Theirs alone is fine (82 is below the default high of 85), and so is ours alone (81 is above the default
+    // low of 80); the merge is not.
+    let low = node_config("      imageGCLowThresholdPercent: 82\n");
+    assert!(user_data_kubelet_refusals(AmiFamily::Al2023, Some(&low), None).is_empty());
+    let ours = kubelet(json!({"imageGCHighThresholdPercent": 81}));
+    assert_eq!(
+        user_data_kubelet_refusals(AmiFamily::Al2023, Some(&low), Some(&ours)),
+        ["imageGCLowThresholdPercent 82 must be less than imageGCHighThresholdPercent 81"]
+    );
+    // Bottlerocket settings map to the fields they set.
+    let toml = "[settings.kubernetes]\nimage-gc-high-threshold-percent = \"50\"\n";
+    assert_eq!(user_data_kubelet_refusals(AmiFamily::Bottlerocket, Some(toml), None).len(), 1);
+    // Scripts are not judged, nor is a family without Karpenter's bootstrap.
+    assert!(user_data_kubelet_refusals(AmiFamily::Al2, Some(&broken), None).is_empty());
+    assert!(user_data_kubelet_refusals(AmiFamily::Custom, Some(&broken), None).is_empty());
 }
