@@ -107,6 +107,19 @@ fn matrix() -> Vec<(&'static str, serde_json::Value)> {
                 "kubeReserved": {"cpu": "100m"}
             }),
         ),
+        (
+            "the open map beyond Bottlerocket's settings (AL2, AL2023)",
+            json!({
+                "featureGates": {"InPlacePodVerticalScaling": true},
+                "authentication": {"webhook": {"cacheTTL": "1m"}},
+                "serializeImagePulls": false, "maxParallelImagePulls": 5,
+                "containerLogMaxWorkers": 2, "containerLogMonitorInterval": "10s",
+                "imageMaximumGCAge": "168h", "imageMinimumGCAge": "5m",
+                "nodeStatusMaxImages": 100, "kubeletCgroups": "/kubelet.slice",
+                "memoryManagerPolicy": "None", "topologyManagerPolicyOptions": {"prefer-closest-numa-nodes": "true"},
+                "reservedSystemCPUs": "0", "cpuManagerPolicy": "static", "cpuManagerPolicyOptions": {"full-pcpus-only": "true"}
+            }),
+        ),
         // A kubelet rule validation must catch (else nodes never join): low >= high.
         ("image GC low above high", json!({"imageGCHighThresholdPercent": 50, "imageGCLowThresholdPercent": 60})),
         ("image GC percent over 100", json!({"imageGCHighThresholdPercent": 101})),
