@@ -6,8 +6,9 @@
 //!   its variant (architecture + GPU/accelerator presence, and OS/build for Windows). Missing parameters are
 //!   skipped; the images found are described with one `image-id` query.
 //! * **Terms**: every `id` term and every `ssmParameter` whose value is an `ami-...` id go into one `image-id`
-//!   query; every other term is a query of its own (`name`, tags, owner; owners default to `self,amazon` when a
-//!   name is given without an owner). These images get only an architecture requirement.
+//!   query (a missing parameter is skipped, any other SSM failure fails the resolution); every other term is a
+//!   query of its own (`name`, tags, owner; owners default to `self,amazon` when a name is given without an
+//!   owner). These images get only an architecture requirement.
 //! * Every query adds `state = available`; deprecated images are described too. Per requirement set the best image
 //!   wins: not deprecated over deprecated, then the newest `CreationDate`, then the name in descending order, then
 //!   the id. Images of unknown architectures are ignored.
@@ -86,7 +87,7 @@ pub enum AmiError {
     /// The alias's family does not support this Kubernetes version (AL2 on ≥ 1.33, Windows2025 on < 1.35).
     #[error("alias {alias} is not supported on Kubernetes {kubernetes_version}")]
     UnsupportedAlias { alias: String, kubernetes_version: String },
-    /// The Kubernetes version is not `<major>.<minor>`.
+    /// The Kubernetes version is not `<major>.<minor>` (optionally followed by `.<patch>`).
     #[error("invalid Kubernetes version {0:?}")]
     InvalidKubernetesVersion(String),
     /// None of the alias's SSM parameters exists.
@@ -97,10 +98,15 @@ pub enum AmiError {
     Api(#[from] AwsApiError),
 }
 
+/// `1.31`, `1.31+` (EKS's minor) and `1.31.4` (a patch, ignored) → `(1, 31)`.
 fn parse_minor(k8s_version: &str) -> Result<(u32, u32), AmiError> {
     let bad = || AmiError::InvalidKubernetesVersion(k8s_version.to_string());
-    let (major, minor) = k8s_version.split_once('.').ok_or_else(bad)?;
-    let minor = minor.trim_end_matches('+');
+    let (major, rest) = k8s_version.split_once('.').ok_or_else(bad)?;
+    let minor = match rest.split_once('.') {
+        Some((minor, patch)) if patch.starts_with(|c: char| c.is_ascii_digit()) => minor,
+        Some(_) => return Err(bad()),
+        None => rest.trim_end_matches('+'),
+    };
     Ok((major.parse().map_err(|_| bad())?, minor.parse().map_err(|_| bad())?))
 }
 
@@ -502,10 +508,15 @@ impl AmiProvider {
                 continue;
             }
             if let Some(param) = &term.ssm_parameter {
+                // A missing parameter is skipped; any other failure (throttling, access denied) fails the
+                // resolution, so the AMIs it would have contributed are not silently dropped from the status.
                 match self.ssm.get(param, true, SSM_TERM_CACHE_TTL).await {
                     Ok(v) if v.starts_with("ami-") => ids.push(v),
                     Ok(v) => tracing::debug!(parameter = %param, value = %v, "SSM parameter does not hold an AMI id"),
-                    Err(e) => tracing::debug!(parameter = %param, error = %e, "skipping missing SSM parameter"),
+                    Err(e) if e.is_not_found() => {
+                        tracing::debug!(parameter = %param, error = %e, "skipping missing SSM parameter")
+                    }
+                    Err(e) => return Err(e.into()),
                 }
                 continue;
             }

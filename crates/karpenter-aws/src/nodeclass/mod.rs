@@ -32,6 +32,8 @@ pub mod mock;
 pub use status::{NodeClassResolver, Reconciled, ResolverApis, ResolverSettings};
 
 #[cfg(test)]
+mod ami_upstream_expectations;
+#[cfg(test)]
 mod controller_tests;
 #[cfg(test)]
 mod tests;
