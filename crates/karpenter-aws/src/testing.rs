@@ -2,6 +2,11 @@
 //! `test-util`): [`MemoryQueue`] ([`QueueApi`]), [`FakeEks`] ([`EksApi`]) and [`FakePricing`] ([`PricingApi`]).
 //! Each records its calls and can be told to fail the next call with a given [`AwsApiError`], so tests reach the
 //! error paths (throttling, missing queue, access denied) an emulator cannot produce.
+//!
+//! [`aws_kubelet`]: the instances of [`MockEc2`](crate::launch::mock::MockEc2) booting on a real API server, their
+//! Nodes registering only when the real kubelet accepts their user data.
+
+pub mod aws_kubelet;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;

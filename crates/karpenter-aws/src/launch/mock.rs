@@ -62,6 +62,8 @@ struct State {
     reboots: BTreeMap<String, u32>,
     /// Health checks and events set by the test, per instance id (the rest are `ok` without events).
     statuses: BTreeMap<String, InstanceStatus>,
+    /// The launch template each instance was launched from, as it was then (by instance id).
+    launched_from: BTreeMap<String, LaunchTemplate>,
 }
 
 /// See the module docs. Clones share the state.
@@ -207,6 +209,12 @@ impl MockEc2 {
         self.lock().instances.insert(instance.instance_id.clone(), instance);
     }
 
+    /// The launch template instance `id` was launched from, as it was at launch: what the instance booted with
+    /// (its user data above all), even once the template is deleted.
+    pub fn launch_template_of(&self, id: &str) -> Option<LaunchTemplate> {
+        self.lock().launched_from.get(id).cloned()
+    }
+
     /// The launch templates.
     pub fn launch_templates(&self) -> Vec<LaunchTemplate> {
         self.lock().templates.values().cloned().collect()
@@ -334,6 +342,7 @@ impl FleetApi for MockEc2 {
                     tags: request.tags.clone(),
                 };
                 s.instances.insert(id.clone(), instance);
+                s.launched_from.insert(id.clone(), lt);
                 response.instances.push(FleetInstance {
                     instance_id: id,
                     instance_type: o.instance_type.clone(),
