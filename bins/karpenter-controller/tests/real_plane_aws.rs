@@ -678,16 +678,17 @@ async fn families(env: &Env) {
     assert_eq!(env.aws_kubelet.failures(), Vec::<String>::new(), "every instance booted");
 }
 
-/// User data the kubelet refuses never registers a Node. Two AL2023 classes whose `userData` is a user NodeConfig
+/// User data the kubelet refuses never registers a Node. Three AL2023 classes whose `userData` is a user NodeConfig
 /// that nodeadm merges with Karpenter's at boot:
 /// - `bad-gc`: `kubelet.config` with the image GC thresholds the wrong way round (low 60 ≥ high 40);
 /// - `role-flag`: `kubelet.flags` with `--node-labels=node-role.kubernetes.io/worker=true`, a label the kubelet
-///   refuses to set on itself (Karpenter's registration sets it, as `families` shows).
+///   refuses to set on itself (Karpenter's registration sets it, as `families` shows);
+/// - `unknown-flag`: `kubelet.flags` with a flag the kubelet does not have, which validation cannot know.
 ///
 /// For each: where the EC2NodeClass reports the user data invalid (`ValidationSucceeded=False`,
 /// `InvalidUserData`, the message naming the field), nothing launches for it; otherwise its instance launches,
 /// the kubelet refuses to start with a message naming the field, and the Node never registers (the claim stays
-/// unregistered, its pod pending). At least one of the two must reach the kubelet (its refusal is the point here);
+/// unregistered, its pod pending). At least one of them must reach the kubelet (its refusal is the point here);
 /// the stand-in's refusal is also covered against `MockEc2` alone by karpenter-aws's `testing::aws_kubelet` tests.
 async fn refusal(env: &Env) {
     let node_config =
@@ -703,6 +704,8 @@ async fn refusal(env: &Env) {
             node_config("    flags:\n      - --node-labels=node-role.kubernetes.io/worker=true\n"),
             "node-role.kubernetes.io",
         ),
+        // Validation does not know the kubelet's flag set: this one reaches the kubelet.
+        ("unknown-flag", node_config("    flags:\n      - --no-such-kubelet-flag=1\n"), "no-such-kubelet-flag"),
     ];
     let mut refused = 0;
     for (name, user_data, needle) in &cases {

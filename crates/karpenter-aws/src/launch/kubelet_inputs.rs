@@ -385,9 +385,54 @@ pub fn kubelet_config_refusals(config: &Value) -> Vec<String> {
     out
 }
 
+/// The labels in the `kubernetes.io` / `k8s.io` namespaces the kubelet sets on its own Node and therefore takes
+/// in `--node-labels`.
+const KUBELET_LABELS: [&str; 11] = [
+    "kubernetes.io/hostname",
+    "kubernetes.io/arch",
+    "kubernetes.io/os",
+    "beta.kubernetes.io/arch",
+    "beta.kubernetes.io/os",
+    "beta.kubernetes.io/instance-type",
+    "node.kubernetes.io/instance-type",
+    "topology.kubernetes.io/zone",
+    "topology.kubernetes.io/region",
+    "failure-domain.beta.kubernetes.io/zone",
+    "failure-domain.beta.kubernetes.io/region",
+];
+
+/// Whether the kubelet takes `key` in `--node-labels`: outside the `kubernetes.io` / `k8s.io` namespaces
+/// anything; inside them its own labels ([`KUBELET_LABELS`]) and the `kubelet.kubernetes.io` and
+/// `node.kubernetes.io` namespaces (subdomains included).
+fn kubelet_takes_label(key: &str) -> bool {
+    let Some((domain, _)) = key.split_once('/') else { return true };
+    let within = |ns: &str| domain == ns || domain.strip_suffix(ns).is_some_and(|p| p.ends_with('.'));
+    if !within("kubernetes.io") && !within("k8s.io") {
+        return true;
+    }
+    KUBELET_LABELS.contains(&key) || within("kubelet.kubernetes.io") || within("node.kubernetes.io")
+}
+
+/// The kubelet's refusals of `--node-labels` among `flags` (labels in its protected namespaces it does not
+/// take, [`kubelet_takes_label`]), as it words them. The kubelet judge checks the rule agrees with the kubelet.
+pub fn kubelet_flag_refusals(flags: &[String]) -> Vec<String> {
+    let refused: Vec<&str> = flags
+        .iter()
+        .filter_map(|f| f.strip_prefix("--node-labels="))
+        .flat_map(|v| v.trim_matches('"').split(','))
+        .filter_map(|kv| kv.split('=').next())
+        .filter(|k| !k.is_empty() && !kubelet_takes_label(k))
+        .collect();
+    if refused.is_empty() {
+        Vec::new()
+    } else {
+        vec![format!("unknown 'kubernetes.io' or 'k8s.io' labels specified with --node-labels: {}", refused.join(", "))]
+    }
+}
+
 /// What the kubelet would refuse in the configuration a node class's `userData` contributes, merged with the
-/// class's static kubelet settings (an AL2023 NodeConfig's `kubelet.config`, Bottlerocket's `settings.kubernetes`)
-/// ([`kubelet_config_refusals`]); empty when nothing, when the family takes no configuration from user data
+/// class's static kubelet settings (an AL2023 NodeConfig's `kubelet.config` and `kubelet.flags`, Bottlerocket's
+/// `settings.kubernetes`) ([`kubelet_config_refusals`], [`kubelet_flag_refusals`]); empty when nothing, when the family takes no configuration from user data
 /// (AL2's and Windows' are scripts, Custom's is not Karpenter's), or when the user data cannot be built (its own
 /// problem, reported elsewhere).
 pub fn user_data_kubelet_refusals(
@@ -409,7 +454,10 @@ pub fn user_data_kubelet_refusals(
         ..Default::default()
     };
     let Ok(text) = user_data(family, &config) else { return Vec::new() };
-    kubelet_inputs(family, &text).map(|i| kubelet_config_refusals(&i.config)).unwrap_or_default()
+    let Ok(inputs) = kubelet_inputs(family, &text) else { return Vec::new() };
+    let mut refusals = kubelet_config_refusals(&inputs.config);
+    refusals.extend(kubelet_flag_refusals(&inputs.flags));
+    refusals
 }
 
 #[cfg(test)]

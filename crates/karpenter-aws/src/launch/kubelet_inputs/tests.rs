@@ -332,3 +332,45 @@ fn user_data_kubelet_refusals_judge_the_merge_of_the_users_config_and_ours() {
     assert!(user_data_kubelet_refusals(AmiFamily::Al2, Some(&broken), None).is_empty());
     assert!(user_data_kubelet_refusals(AmiFamily::Custom, Some(&broken), None).is_empty());
 }
+
+/// `--node-labels` flags, each with whether the kubelet takes it (as `kubelet_flag_refusals` predicts).
+fn label_flag_cases() -> Vec<(&'static str, bool)> {
+    vec![
+        ("team=a,example.com/x=y", true),
+        ("kubernetes.io/hostname=x", true),
+        ("node.kubernetes.io/foo=x", true),
+        ("a.node.kubernetes.io/foo=x", true),
+        ("kubelet.kubernetes.io/foo=x", true),
+        ("topology.kubernetes.io/zone=a", true),
+        ("failure-domain.beta.kubernetes.io/zone=a", true),
+        ("beta.kubernetes.io/instance-type=m5", true),
+        ("kubernetes.io/foo=x", false),
+        ("example.k8s.io/x=y", false),
+        ("node-restriction.kubernetes.io/x=y", false),
+        ("team=a,node-role.kubernetes.io/worker=true", false),
+    ]
+}
+
+#[test]
+fn the_real_kubelet_agrees_with_the_predicted_label_refusals() {
+    for (labels, taken) in label_flag_cases() {
+        let flags = vec![format!("--node-labels={labels}")];
+        assert_eq!(kubelet_flag_refusals(&flags).is_empty(), taken, "{labels}");
+    }
+    let Some(judge) = KubeletCheck::require() else { return };
+    for (labels, taken) in label_flag_cases() {
+        let verdict = judge.check(None, &[format!("--node-labels={labels}")]);
+        assert_eq!(verdict.as_ref().map(|v| *v == Verdict::Accepted), Ok(taken), "{labels}: {verdict:?}");
+    }
+}
+
+#[test]
+fn a_users_node_config_flags_are_judged_too() {
+    let user = "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  kubelet:\n    flags:\n    - \
+                --node-labels=node-role.kubernetes.io/worker=true\n";
+    let refusals = user_data_kubelet_refusals(AmiFamily::Al2023, Some(user), None);
+    assert_eq!(
+        refusals,
+        ["unknown 'kubernetes.io' or 'k8s.io' labels specified with --node-labels: node-role.kubernetes.io/worker"]
+    );
+}
