@@ -960,6 +960,19 @@ fn scheduler_config_flag_spreads_pods_without_their_own_constraints() {
     assert!(stderr.contains("defaultConstraints[0]: maxSkew must be greater than zero"), "{stderr}");
 }
 
+/// minDomains on a ScheduleAnyway default is accepted, as upstream accepts it; it has no effect, and a note says so
+/// naming the constraint.
+#[test]
+fn scheduler_config_min_domains_on_schedule_anyway_is_a_note() {
+    let tmp = TempDir::new("scheduler-config-min-domains");
+    let input = tmp.write("pod.yaml", &format!("{POOL}---\n{}", pod("p", "100m")));
+    let config = "podTopologySpread: {defaultConstraints: [{maxSkew: 1, topologyKey: topology.kubernetes.io/zone, \
+                  whenUnsatisfiable: ScheduleAnyway, minDomains: 3}]}";
+    let (_, stderr) = simulate_with_notes(&[&input, "--scheduler-config", config]);
+    let note = stderr.lines().find(|l| l.contains("minDomains")).unwrap_or_else(|| panic!("no note: {stderr}"));
+    assert!(note.contains("defaultConstraints[0]") && note.contains("topology.kubernetes.io/zone"), "{note}");
+}
+
 /// `--feature-gates NodeRepair=true` over simulated time: a managed node that has been `Ready=False` past the
 /// kwok provider's 10-minute toleration is replaced (its pod's new node first); without the gate it stays.
 #[test]

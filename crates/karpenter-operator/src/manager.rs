@@ -291,6 +291,9 @@ impl Manager {
                 .map(|c| format!("{}:{}:maxSkew={}", c.topology_key, c.when_unsatisfiable, c.max_skew))
                 .collect();
             tracing::info!(?constraints, "default topology spread constraints configured");
+            for warning in settings.scheduler_config.warnings.iter() {
+                tracing::warn!("{warning}");
+            }
         }
 
         let result = run_leader(

@@ -286,6 +286,18 @@ mod tests {
     }
 
     #[test]
+    fn scheduler_config_with_min_domains_on_schedule_anyway_starts() {
+        // Upstream accepts it; minDomains has no effect there and is dropped with a warning.
+        let config = "podTopologySpread: {defaultConstraints: [{maxSkew: 1, topologyKey: topology.kubernetes.io/zone, \
+                      whenUnsatisfiable: ScheduleAnyway, minDomains: 3}]}";
+        let core = parse(&["--scheduler-config", config]).expect("accepted").core;
+        assert_eq!(core.scheduler_config.default_constraints.len(), 1);
+        assert_eq!(core.scheduler_config.default_constraints[0].min_domains, None);
+        assert_eq!(core.scheduler_config.warnings.len(), 1);
+        assert!(core.scheduler_config.warnings[0].contains("topology.kubernetes.io/zone"));
+    }
+
+    #[test]
     fn defaults_are_upstreams() {
         let cli = parse(&[]).unwrap();
         let core = cli.core;

@@ -28,7 +28,9 @@
 //!
 //! [`ClusterState::snapshot`] builds the scheduler's [`ClusterSnapshot`] with the controller's pod rules
 //! (upstream's provisioner rules): pending pods are the provisionable ones ([`is_provisionable`]) that pass
-//! [`validate_pod`], plus the reschedulable pods of nodes being deleted; in-flight NodeClaims are included.
+//! [`validate_pod`], plus the reschedulable pods of nodes being deleted; in-flight NodeClaims are included; every
+//! DaemonSet pod is offered as its DaemonSet's representative (the newest one's spec is what DaemonSet overhead
+//! is judged on, [`ClusterSnapshot::daemon_set_pod_spec`]).
 //! Provisioning triggers ([`Trigger`]) go to every [`ClusterState::subscribe`]r when a provisionable pod or a
 //! node with the `karpenter.sh/disrupted` taint is recorded.
 
@@ -1205,6 +1207,8 @@ impl ClusterState {
         let mut ignored = Vec::new();
         let pdbs: Vec<&PodDisruptionBudget> = o.pdbs.objects.values().map(AsRef::as_ref).collect();
         for (key, pod) in &o.pods.objects {
+            // Every DaemonSet pod (pending, terminal, on a node being deleted too) may stand for its DaemonSet.
+            builder.daemon_set_pod(pod);
             match pod.node_name() {
                 Some(node) if marked.contains(node) => {
                     if is_currently_reschedulable(pod, &pdbs, now) {
@@ -1713,6 +1717,43 @@ mod tests {
         assert!(n2.marked_for_deletion);
         s.unmark_for_deletion(["n2"]);
         assert!(!s.is_marked_for_deletion("n2"));
+    }
+
+    /// A DaemonSet is judged on its pod (requests as admission left them) even when the pod is pending or on a
+    /// node being deleted, so neither place to put it nor room it takes.
+    #[test]
+    fn snapshot_offers_every_daemon_set_pod_as_its_representative() {
+        let clock = FakeClock::default();
+        let s = state(&clock);
+        let cpu = |v: &str| PodOptions { requests: [("cpu", v)].into(), ..Default::default() };
+        s.apply(karpenter_testing::daemon_set(karpenter_testing::DaemonSetOptions {
+            name: Some("agent".into()),
+            pod: cpu("3"),
+            ..Default::default()
+        }));
+        s.apply(node(NodeOptions { name: Some("n2".into()), ..Default::default() }));
+        s.mark_for_deletion(["n2"]);
+        let ds_pod = |name: &str, minutes: i64, node_name: Option<&str>, requests: &str| {
+            let mut p = unschedulable_pod(PodOptions {
+                name: Some(name.into()),
+                owner: Some(("DaemonSet".into(), "agent".into())),
+                node_name: node_name.map(str::to_owned),
+                ..cpu(requests)
+            });
+            p.metadata.creation_timestamp =
+                karpenter_testing::k8s_time(chrono::DateTime::UNIX_EPOCH + chrono::Duration::minutes(minutes));
+            p
+        };
+        s.apply(ds_pod("agent-on-n2", 1, Some("n2"), "2"));
+        let requests = |s: &ClusterState| {
+            let snap = s.snapshot().unwrap().cluster;
+            assert!(snap.pending_pods.is_empty() && snap.bound_pods.is_empty(), "DaemonSet pods are overhead");
+            let spec = snap.daemon_set_pod_spec(&snap.daemon_sets[0]).unwrap();
+            spec.containers[0].resources.as_ref().unwrap().requests.as_ref().unwrap()["cpu"].0.clone()
+        };
+        assert_eq!(requests(&s), "2", "the pod of a node being deleted");
+        s.apply(ds_pod("agent-pending", 2, None, "1"));
+        assert_eq!(requests(&s), "1", "the newest pod, pending");
     }
 
     #[test]

@@ -85,7 +85,7 @@ fn daemon_overhead(
 ) -> ResourceList {
     let mut out = ResourceList::new();
     for ds in &snapshot.daemon_sets {
-        let Some(spec) = ds.spec.as_ref().and_then(|s| s.template.spec.clone()) else { continue };
+        let Some(spec) = snapshot.daemon_set_pod_spec(ds) else { continue };
         let pod = CompactPod { spec: std::sync::Arc::new(spec), ..Default::default() };
         let hard: Vec<Taint> = taints.iter().filter(|t| t.effect != "PreferNoSchedule").cloned().collect();
         if tolerates_all(tolerations(&pod), &hard).is_err() {

@@ -26,6 +26,10 @@ use crate::snapshot::ClusterSnapshot;
 pub struct SchedulerConfig {
     /// `podTopologySpread.defaultConstraints`, validated; none has a label selector (it is derived per pod).
     pub default_constraints: Arc<[TopologySpreadConstraint]>,
+    /// What the config says that has no effect, one message per constraint, naming it (the controller logs
+    /// them as warnings at start-up, `simulate` shows them as notes): today `minDomains` on a `ScheduleAnyway`
+    /// constraint, which is dropped.
+    pub warnings: Arc<[String]>,
 }
 
 /// Why a scheduler config was rejected; the message names the field.
@@ -91,6 +95,7 @@ impl SchedulerConfig {
         let constraints = raw.pod_topology_spread.unwrap_or_default().default_constraints.unwrap_or_default();
         let mut seen = BTreeSet::new();
         let mut out = Vec::with_capacity(constraints.len());
+        let mut warnings = Vec::new();
         for (index, c) in constraints.into_iter().enumerate() {
             let bad = |message: String| SchedulerConfigError::Constraint { index, message };
             if c.max_skew <= 0 {
@@ -114,12 +119,20 @@ impl SchedulerConfig {
             if c.match_label_keys.is_some() {
                 return Err(bad("matchLabelKeys is not allowed in default constraints".into()));
             }
-            if let Some(m) = c.min_domains {
-                if m < 1 {
-                    return Err(bad(format!("minDomains must be at least 1, got {m}")));
-                }
+            let mut min_domains = c.min_domains;
+            if let Some(m) = min_domains {
                 if c.when_unsatisfiable != "DoNotSchedule" {
-                    return Err(bad("minDomains is only allowed with whenUnsatisfiable DoNotSchedule".into()));
+                    // Accepted as upstream accepts it; kube-scheduler reads minDomains only for DoNotSchedule
+                    // (a soft constraint only scores nodes), so it is dropped here and the user told.
+                    warnings.push(format!(
+                        "scheduler config: podTopologySpread.defaultConstraints[{index}] (topologyKey {}, \
+                         whenUnsatisfiable {}): minDomains {m} has no effect unless whenUnsatisfiable is \
+                         DoNotSchedule; ignored",
+                        c.topology_key, c.when_unsatisfiable
+                    ));
+                    min_domains = None;
+                } else if m < 1 {
+                    return Err(bad(format!("minDomains must be at least 1, got {m}")));
                 }
             }
             for (field, v) in
@@ -142,14 +155,14 @@ impl SchedulerConfig {
                 max_skew: c.max_skew,
                 topology_key: c.topology_key,
                 when_unsatisfiable: c.when_unsatisfiable,
-                min_domains: c.min_domains,
+                min_domains,
                 node_affinity_policy: c.node_affinity_policy,
                 node_taints_policy: c.node_taints_policy,
                 label_selector: None,
                 match_label_keys: None,
             });
         }
-        Ok(SchedulerConfig { default_constraints: out.into() })
+        Ok(SchedulerConfig { default_constraints: out.into(), warnings: warnings.into() })
     }
 
     /// Whether any default constraint is configured.
@@ -339,7 +352,6 @@ mod tests {
                 "{maxSkew: 1, topologyKey: k, whenUnsatisfiable: DoNotSchedule, minDomains: 0}",
                 "minDomains must be at least 1",
             ),
-            ("{maxSkew: 1, topologyKey: k, whenUnsatisfiable: ScheduleAnyway, minDomains: 2}", "only allowed with"),
             (
                 "{maxSkew: 1, topologyKey: k, whenUnsatisfiable: DoNotSchedule, nodeTaintsPolicy: Maybe}",
                 "nodeTaintsPolicy",
@@ -355,6 +367,28 @@ mod tests {
         assert!(err(dup).contains("defaultConstraints[1]: another default constraint"), "{}", err(dup));
         let ok = "podTopologySpread:\n  defaultConstraints:\n  - {maxSkew: 1, topologyKey: k, whenUnsatisfiable: DoNotSchedule}\n  - {maxSkew: 2, topologyKey: k, whenUnsatisfiable: ScheduleAnyway}\n";
         assert_eq!(SchedulerConfig::parse(ok).unwrap().default_constraints.len(), 2);
+        assert!(SchedulerConfig::parse(ok).unwrap().warnings.is_empty());
+    }
+
+    #[test]
+    fn min_domains_on_a_schedule_anyway_default_is_accepted_with_a_warning() {
+        let text = "podTopologySpread:\n  defaultConstraints:\n  \
+                    - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule, minDomains: 2}\n  \
+                    - {maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: ScheduleAnyway, minDomains: 3}\n";
+        let c = SchedulerConfig::parse(text).unwrap();
+        assert_eq!(c.default_constraints.len(), 2);
+        assert_eq!(c.default_constraints[0].min_domains, Some(2), "kept where it has an effect");
+        assert_eq!(c.default_constraints[1].min_domains, None, "dropped where it has none");
+        assert_eq!(c.default_constraints[1].when_unsatisfiable, "ScheduleAnyway");
+        assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+        let w = &c.warnings[0];
+        for part in ["defaultConstraints[1]", "topology.kubernetes.io/zone", "ScheduleAnyway", "minDomains 3"] {
+            assert!(w.contains(part), "{part}: {w}");
+        }
+        // Whatever the value: it is ignored all the same.
+        let zero = "podTopologySpread: {defaultConstraints: [{maxSkew: 1, topologyKey: k, \
+                    whenUnsatisfiable: ScheduleAnyway, minDomains: 0}]}";
+        assert_eq!(SchedulerConfig::parse(zero).unwrap().warnings.len(), 1);
     }
 
     fn pod(labels: &[(&str, &str)], owner: Option<(&str, &str)>) -> CompactPod {

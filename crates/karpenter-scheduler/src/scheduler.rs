@@ -38,7 +38,10 @@ use room::{NoRoom, RoomClasses};
 use rustc_hash::FxHashMap;
 use templates::{ClusterBudget, ExistingNode, Template, daemons, existing_nodes};
 use topology::{Place, Prepared, Topology};
-use volumes::{ClaimVolumes, VolumeIndex, attach_counts, attach_limit_error, first_compatible, within_attach_limits};
+use volumes::{
+    ClaimVolumes, VolumeIndex, attach_counts, attach_limit_error, first_compatible, incompatible_alternatives,
+    within_attach_limits,
+};
 
 use crate::decision::{
     Decisions, ExistingNodePlacement, NodeClaimPlan, NodePoolRejection, RejectionKind, UnschedulablePod,
@@ -837,9 +840,9 @@ impl<'a> Solver<'a> {
                 NodePoolRejection::new(np, RejectionKind::Requirements, detail)
             }));
         }
-        let mut changed = !pod_reqs.is_empty();
+        let changed = !pod_reqs.is_empty();
         // Borrowed while unchanged: cloned only when the pod is added.
-        let mut requirements: Cow<'_, Requirements> = if changed {
+        let requirements: Cow<'_, Requirements> = if changed {
             Cow::Owned(claim.requirements.intersection(pod_reqs))
         } else {
             Cow::Borrowed(&claim.requirements)
@@ -847,12 +850,65 @@ impl<'a> Solver<'a> {
         if let Err(c) = claim.ports.conflicts(&pod.host_ports) {
             return Err(reject(RejectionKind::HostPorts, c.to_string()));
         }
-        if let Some(alt) = first_compatible(&pod.volumes.alternatives, &requirements, self.provider)
-            .map_err(|e| reject(RejectionKind::Volumes, e.to_string()))?
-        {
-            requirements = Cow::Owned(requirements.intersection(alt));
-            changed = true;
+        let alternatives = &pod.volumes.alternatives;
+        if alternatives.is_empty() {
+            let attempt = (requirements, changed);
+            return self.try_volume_alternative(
+                template,
+                claim,
+                i,
+                attempt,
+                (strict, prepared),
+                relax,
+                its,
+                explain,
+                no_room,
+            );
         }
+        // Each volume-topology alternative in turn, as upstream does: the one chosen narrows what topology sees,
+        // so the first compatible one may be refused (a zone already taken by anti-affinity) where a later one fits.
+        let mut last = None;
+        for alt in alternatives.iter().filter(|a| requirements.compatible_ok(a, self.provider)) {
+            let attempt = (Cow::Owned(requirements.intersection(alt)), true);
+            match self.try_volume_alternative(
+                template,
+                claim,
+                i,
+                attempt,
+                (strict, prepared),
+                relax,
+                its,
+                explain,
+                no_room,
+            ) {
+                Ok(c) => return Ok(c),
+                Err(e) => last = Some(e),
+            }
+        }
+        match last {
+            Some(e) => Err(e),
+            None => Err(reject(RejectionKind::Volumes, incompatible_alternatives(alternatives))),
+        }
+    }
+
+    /// The rest of [`Self::can_add_explained`] for one volume-topology alternative: `requirements` are the
+    /// claim's with the pod's and the alternative's (`changed` when they differ from the claim's).
+    #[allow(clippy::too_many_arguments)]
+    fn try_volume_alternative(
+        &self,
+        template: &Template<'_>,
+        claim: &NewClaim,
+        i: usize,
+        (mut requirements, mut changed): (Cow<'_, Requirements>, bool),
+        (strict, prepared): (&Requirements, &Prepared),
+        relax: &Relaxation,
+        its: &[u32],
+        explain: bool,
+        no_room: &mut bool,
+    ) -> Result<Candidate, Option<NodePoolRejection>> {
+        let np = &template.name;
+        let reject = |kind: RejectionKind, detail: String| explain.then(|| NodePoolRejection::new(np, kind, detail));
+        let pod = &self.pods[i];
         if let Some(narrowed) =
             self.topology.add_requirements(i, relax, strict, &requirements, prepared).map_err(|e| {
                 explain.then(|| NodePoolRejection::new(np, RejectionKind::Topology, self.topology.explain(&e)))

@@ -7,7 +7,9 @@
 //!
 //! * A Pod **without `spec.nodeName` is pending**; its `status` is ignored so hand-written pods work. (The
 //!   controller instead applies upstream's provisionable-pod rules before filling the snapshot.)
-//!   Pending pods owned by a DaemonSet are left out: DaemonSet pods are accounted for as overhead.
+//!   Pending pods owned by a DaemonSet are left out: DaemonSet pods are accounted for as overhead. Every pod a
+//!   DaemonSet controls (pending, bound or terminal) may stand for it: the newest one's spec is what the
+//!   DaemonSet's overhead is judged on ([`ClusterSnapshot::daemon_set_pod_spec`]), as upstream does.
 //! * A Pod **with `spec.nodeName` is bound**, unless its phase is `Succeeded` or `Failed` (terminal pods use no
 //!   resources and are dropped).
 //! * A Deployment, ReplicaSet, StatefulSet or Job is **expanded** into pending pods only for the **replicas no
@@ -183,6 +185,10 @@ pub struct ClusterSnapshot {
     pub pending_pods: Vec<Arc<CompactPod>>,
     /// DaemonSets, by (namespace, name).
     pub daemon_sets: Vec<DaemonSet>,
+    /// The newest pod of each DaemonSet, by the (namespace, name, uid) its pods' owner reference names (uid empty
+    /// when the reference has none): what the DaemonSet costs a node is judged on it when there is one
+    /// ([`ClusterSnapshot::daemon_set_pod_spec`]). Filled by [`ClusterSnapshot::offer_daemon_set_pod`].
+    pub daemon_set_pods: BTreeMap<(String, String, String), Arc<CompactPod>>,
     /// PersistentVolumeClaims.
     pub pvcs: Vec<PersistentVolumeClaim>,
     /// PersistentVolumes.
@@ -214,6 +220,18 @@ fn meta_ref(m: &ObjectMeta) -> (&str, &str) {
 
 fn owned_by(m: &ObjectMeta) -> impl Iterator<Item = &OwnerReference> {
     m.owner_references.iter().flatten()
+}
+
+/// Newest first: by creation time (none: oldest), then by name.
+fn newest_first(a: &CompactPod, b: &CompactPod) -> std::cmp::Ordering {
+    let rank = |p: &CompactPod| (p.metadata.creation_timestamp.as_ref().map(|t| t.0), p.metadata.name.clone());
+    rank(b).cmp(&rank(a))
+}
+
+/// The DaemonSet controlling an object: its owner reference of kind `DaemonSet` (not marked `controller: false`,
+/// so hand-written pods without the flag count).
+fn daemon_set_owner(m: &ObjectMeta) -> Option<&OwnerReference> {
+    owned_by(m).find(|o| o.kind == "DaemonSet" && o.controller != Some(false))
 }
 
 /// `namespace/name` of a pod (the identifier used in decisions): [`CompactPod::key`], as a function to map with.
@@ -406,9 +424,11 @@ impl<'a> SnapshotBuilder<'a> {
     }
 
     /// Adds a pod: bound with `spec.nodeName` (dropped when terminal), pending without (dropped when owned by a
-    /// DaemonSet: DaemonSet pods are overhead).
+    /// DaemonSet: DaemonSet pods are overhead). A DaemonSet's pod, whatever its state, is also offered as its
+    /// DaemonSet's representative ([`Self::daemon_set_pod`]).
     pub fn pod(&mut self, pod: impl IntoSharedPod) {
         let pod: Arc<CompactPod> = pod.into_shared();
+        self.snap.offer_daemon_set_pod(&pod);
         if pod.node_name().is_some() {
             if !pod.is_terminal() {
                 self.snap.bound_pods.push(pod);
@@ -416,6 +436,12 @@ impl<'a> SnapshotBuilder<'a> {
         } else if !pod.is_daemon_set_pod() {
             self.snap.pending_pods.push(pod);
         }
+    }
+
+    /// Offers a DaemonSet's pod as its DaemonSet's representative only (the pod is not placed or counted):
+    /// for the DaemonSet pods a caller leaves out of [`Self::pod`] (pending or on a node being deleted).
+    pub fn daemon_set_pod(&mut self, pod: &Arc<CompactPod>) {
+        self.snap.offer_daemon_set_pod(pod);
     }
 
     /// Adds a DaemonSet.
@@ -752,6 +778,59 @@ impl ClusterSnapshot {
         self.controllers.sort_by(|a, b| (&a.namespace, &a.kind, &a.name).cmp(&(&b.namespace, &b.kind, &b.name)));
     }
 
+    /// Keeps `pod` as its DaemonSet's representative when a DaemonSet controls it (its owner reference of kind
+    /// `DaemonSet` not marked `controller: false`) and it is the newest such pod so far (by creation time,
+    /// then name), as upstream keeps the newest pod its DaemonSet controls. Other pods are ignored.
+    pub fn offer_daemon_set_pod(&mut self, pod: &Arc<CompactPod>) {
+        let Some(owner) = daemon_set_owner(&pod.metadata) else { return };
+        let namespace = pod.metadata.namespace.clone().unwrap_or_else(|| "default".to_owned());
+        let key = (namespace, owner.name.clone(), owner.uid.clone());
+        match self.daemon_set_pods.get(&key) {
+            Some(kept) if newest_first(kept, pod).is_le() => {}
+            _ => {
+                self.daemon_set_pods.insert(key, Arc::clone(pod));
+            }
+        }
+    }
+
+    /// The pod spec a DaemonSet is judged on (its requests, tolerations, node selector and affinity): its newest
+    /// pod's, which carries what admission changed (a LimitRange's or a webhook's requests), with the required
+    /// node affinity of the template put back when the template has one (the DaemonSet controller pins each of
+    /// its pods to its node, which says nothing of a new node); the template's when it has no pod. `None`
+    /// without a template.
+    pub fn daemon_set_pod_spec(&self, ds: &DaemonSet) -> Option<PodSpec> {
+        let template = ds.spec.as_ref()?.template.spec.as_ref()?;
+        let (namespace, name) = meta_key(&ds.metadata);
+        let namespace = if namespace.is_empty() { "default".to_owned() } else { namespace };
+        let uid = ds.metadata.uid.as_deref().unwrap_or_default();
+        // Pods whose owner reference names this DaemonSet: by uid when both sides have one (a pod of an earlier
+        // DaemonSet of the same name is not this one's), by name otherwise.
+        let pod = self
+            .daemon_set_pods
+            .range((namespace.clone(), name.clone(), String::new())..)
+            .take_while(|((n, m, _), _)| *n == namespace && *m == name)
+            .filter(|((_, _, owner_uid), _)| uid.is_empty() || owner_uid.is_empty() || owner_uid == uid)
+            .map(|(_, p)| p)
+            .min_by(|a, b| newest_first(a, b));
+        let Some(pod) = pod else { return Some(template.clone()) };
+        let mut spec = PodSpec::clone(&pod.spec);
+        let required = template
+            .affinity
+            .as_ref()
+            .and_then(|a| a.node_affinity.as_ref())
+            .and_then(|n| n.required_during_scheduling_ignored_during_execution.clone());
+        if let Some(required) = required {
+            spec.affinity
+                .get_or_insert_with(Default::default)
+                .node_affinity
+                .get_or_insert_with(Default::default)
+                .required_during_scheduling_ignored_during_execution = Some(required);
+        }
+        // The pod is bound: its node name is not part of what the DaemonSet asks of a node.
+        spec.node_name = None;
+        Some(spec)
+    }
+
     /// NodeClaims whose node is not in the snapshot.
     pub fn in_flight_claims(&self) -> impl Iterator<Item = &NodeClaimInfo> {
         self.node_claims.iter().filter(|c| c.in_flight)
@@ -1080,5 +1159,92 @@ spec:
             let err = ClusterSnapshot::from_objects(&objects).expect_err("bad quantity");
             assert!(err.to_string().contains("bad"), "{err}");
         }
+    }
+
+    const AGENT: &str = r#"
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: agent, namespace: kube-system, uid: ds-2}
+spec:
+  selector: {matchLabels: {app: agent}}
+  template:
+    metadata: {labels: {app: agent}}
+    spec:
+      containers: [{name: c, image: x, resources: {requests: {cpu: "3"}}}]
+"#;
+
+    fn agent_pod(name: &str, created: &str, uid: &str, cpu: &str, node: Option<&str>) -> String {
+        let node = node.map(|n| format!("nodeName: {n}, ")).unwrap_or_default();
+        format!(
+            r#"
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: kube-system
+  creationTimestamp: "{created}"
+  ownerReferences: [{{apiVersion: apps/v1, kind: DaemonSet, name: agent, uid: {uid}, controller: true}}]
+spec:
+  {{{node}affinity: {{nodeAffinity: {{requiredDuringSchedulingIgnoredDuringExecution: {{nodeSelectorTerms: [{{matchFields: [{{key: metadata.name, operator: In, values: [n1]}}]}}]}}}}}}, containers: [{{name: c, image: x, resources: {{requests: {{cpu: "{cpu}"}}}}}}]}}
+"#
+        )
+    }
+
+    fn cpu(spec: &PodSpec) -> String {
+        let c = &spec.containers[0];
+        c.resources.as_ref().and_then(|r| r.requests.as_ref()).and_then(|r| r.get("cpu")).map(|q| q.0.clone()).unwrap()
+    }
+
+    #[test]
+    fn daemon_set_is_judged_on_its_newest_pod() {
+        // Bound, pending and of an earlier DaemonSet of the same name (another uid): the newest of this one's wins,
+        // whatever the order the pods come in.
+        let pods = [
+            agent_pod("agent-a", "2026-01-01T10:00:00Z", "ds-2", "2", Some("n1")),
+            agent_pod("agent-b", "2026-01-01T12:00:00Z", "ds-2", "1", None),
+            agent_pod("agent-c", "2026-01-01T13:00:00Z", "ds-1", "500m", Some("n1")),
+        ];
+        for order in [[0, 1, 2], [2, 1, 0], [1, 2, 0]] {
+            let yaml = format!("{AGENT}{}{}{}", pods[order[0]], pods[order[1]], pods[order[2]]);
+            let s = snap(&yaml);
+            assert_eq!(s.pending_pods.len(), 0, "a DaemonSet's pending pod is not placed");
+            let spec = s.daemon_set_pod_spec(&s.daemon_sets[0]).unwrap();
+            assert_eq!(cpu(&spec), "1", "order {order:?}");
+            assert_eq!(spec.node_name, None);
+        }
+        let s = snap(AGENT);
+        assert_eq!(cpu(&s.daemon_set_pod_spec(&s.daemon_sets[0]).unwrap()), "3", "no pod: the template");
+    }
+
+    #[test]
+    fn daemon_set_pod_node_pin_gives_way_to_the_template_affinity() {
+        let term = |spec: &PodSpec| {
+            spec.affinity
+                .as_ref()
+                .and_then(|a| a.node_affinity.as_ref())
+                .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref())
+                .map(|r| r.node_selector_terms.clone())
+        };
+        // The template has no required node affinity: the pod's (the controller's node pin, matchFields only,
+        // which constrains no label) stays as upstream leaves it.
+        let s = snap(&format!("{AGENT}{}", agent_pod("agent-a", "2026-01-01T10:00:00Z", "ds-2", "1", Some("n1"))));
+        let spec = s.daemon_set_pod_spec(&s.daemon_sets[0]).unwrap();
+        assert!(term(&spec).unwrap()[0].match_fields.is_some());
+        // The template requires a label: that replaces the pin.
+        let with_affinity = AGENT.replace(
+            "    spec:\n      containers",
+            "    spec:\n      affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: \
+             {nodeSelectorTerms: [{matchExpressions: [{key: foo, operator: In, values: [bar]}]}]}}}\n      containers",
+        );
+        assert_ne!(with_affinity, AGENT);
+        let s =
+            snap(&format!("{with_affinity}{}", agent_pod("agent-a", "2026-01-01T10:00:00Z", "ds-2", "1", Some("n1"))));
+        let spec = s.daemon_set_pod_spec(&s.daemon_sets[0]).unwrap();
+        let terms = term(&spec).unwrap();
+        assert_eq!(terms.len(), 1);
+        assert!(terms[0].match_fields.is_none());
+        assert_eq!(terms[0].match_expressions.as_ref().unwrap()[0].key, "foo");
+        assert_eq!(cpu(&spec), "1", "the pod's requests");
     }
 }

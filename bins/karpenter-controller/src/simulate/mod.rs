@@ -178,6 +178,7 @@ pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> 
     checks::unevaluable_keys(&objects, &snapshot.node_pools, &catalogue, &provider, &mut notes);
     checks::pending_only(&snapshot, &mut notes);
     checks::dra_gates(options.aws_feature_gates, options.ignore_dra_requests, &mut notes);
+    notes.extend(options.scheduler_config.warnings.iter().cloned());
     notes.extend(floor::notes(&snapshot.node_pools));
     let ready = ready_node_pools(&snapshot.node_pools, &objects, &mut notes);
     let inputs = if bundled {

@@ -1001,6 +1001,9 @@ impl<'c> World<'c> {
             parts.push(format!("DaemonSet {}", ds.metadata.name.as_deref().unwrap_or_default()));
             self.snapshot.daemon_sets.push(ds);
         }
+        for pod in added.daemon_set_pods.values() {
+            self.snapshot.offer_daemon_set_pod(pod);
+        }
         for (name, ns) in added.namespaces {
             self.snapshot.namespaces.entry(name).or_insert(ns);
         }

@@ -17,7 +17,8 @@ use crate::decision::NodePoolRejection;
 use crate::decision::RejectionKind::{Limits, Unusable};
 use crate::snapshot::{ClusterSnapshot, api_taint};
 
-/// A DaemonSet's representative pod, parsed.
+/// A DaemonSet as a new node would see it, parsed from its representative pod's spec
+/// ([`ClusterSnapshot::daemon_set_pod_spec`]).
 #[derive(Debug)]
 pub(crate) struct Daemon {
     pub name: (String, String),
@@ -31,11 +32,11 @@ pub(crate) struct Daemon {
 /// The DaemonSets of the snapshot whose template parses (others are left out of overhead). DaemonSets with DRA
 /// resource claims count only when DRA is simulated (`with_claims`), and then for their resources only.
 pub(crate) fn daemons(snapshot: &ClusterSnapshot, with_claims: bool) -> Vec<Daemon> {
-    snapshot.daemon_sets.iter().filter_map(|ds| daemon(ds, with_claims)).collect()
+    snapshot.daemon_sets.iter().filter_map(|ds| daemon(snapshot, ds, with_claims)).collect()
 }
 
-fn daemon(ds: &DaemonSet, with_claims: bool) -> Option<Daemon> {
-    let spec: PodSpec = ds.spec.as_ref()?.template.spec.clone()?;
+fn daemon(snapshot: &ClusterSnapshot, ds: &DaemonSet, with_claims: bool) -> Option<Daemon> {
+    let spec: PodSpec = snapshot.daemon_set_pod_spec(ds)?;
     if !with_claims && spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty()) {
         return None;
     }

@@ -86,12 +86,16 @@ impl<'a> VolumeIndex<'a> {
     fn class_alternatives(&self, class: &str) -> Result<(Vec<Requirements>, String), String> {
         let sc = self.classes.get(class).ok_or_else(|| format!("storage class {class} not found"))?;
         let mut alts = Vec::new();
+        // Each term is one alternative (terms are ORed); a term without expressions constrains nothing and is
+        // left out, as upstream does.
         for term in sc.allowed_topologies.iter().flatten() {
             let mut r = Requirements::new();
             for e in term.match_label_expressions.iter().flatten() {
                 r.add(Requirement::in_values(&e.key, e.values.iter().map(String::as_str)));
             }
-            alts.push(r);
+            if !r.is_empty() {
+                alts.push(r);
+            }
         }
         Ok((alts, in_tree_provisioner(&sc.provisioner).to_owned()))
     }
@@ -104,15 +108,21 @@ impl<'a> VolumeIndex<'a> {
             .and_then(|a| a.required.as_ref())
             .map(|r| r.node_selector_terms.as_slice())
             .unwrap_or(&[]);
+        // Each term is one alternative (terms are ORed). A local or hostPath volume's hostname is dropped (a new
+        // node has another name), and a term that named only the hostname stays as an alternative that
+        // constrains nothing; any other term without expressions is left out, as upstream does.
         let mut alts = Vec::new();
         for t in terms {
             let mut r = Requirements::from_node_selector_term(t).map_err(|e| {
                 format!("persistent volume {}: invalid node affinity: {e}", pv.metadata.name.as_deref().unwrap_or(""))
             })?;
+            let named_something = !r.is_empty();
             if local {
                 r.remove(labels::HOSTNAME);
             }
-            alts.push(r);
+            if named_something {
+                alts.push(r);
+            }
         }
         Ok(alts)
     }
@@ -236,12 +246,19 @@ pub(crate) fn first_compatible<'r>(
     if alternatives.is_empty() {
         return Ok(None);
     }
-    alternatives.iter().find(|a| node.compatible_ok(a, allow)).map(Some).ok_or_else(|| {
-        format!(
-            "volume topology {} is not compatible",
-            alternatives.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(" or ")
-        )
-    })
+    alternatives
+        .iter()
+        .find(|a| node.compatible_ok(a, allow))
+        .map(Some)
+        .ok_or_else(|| incompatible_alternatives(alternatives))
+}
+
+/// Why no volume-topology alternative fits: every alternative named.
+pub(crate) fn incompatible_alternatives(alternatives: &[Requirements]) -> String {
+    format!(
+        "volume topology {} is not compatible",
+        alternatives.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(" or ")
+    )
 }
 
 /// The volumes a new NodeClaim attaches: CSI driver → distinct claims (`namespace/name`).
