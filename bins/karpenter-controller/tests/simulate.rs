@@ -1505,3 +1505,144 @@ fn aws_dra_gates_publish_gpu_and_efa_slice_templates() {
         "{notes}"
     );
 }
+
+/// A kwok instance-type entry with `cpu` vCPUs and one offering in zone-a.
+fn one_offering_type(name: &str, cpu: &str, capacity_type: &str, price: f64) -> String {
+    format!(
+        r#"{{"name": "{name}", "offerings": [{{"Price": {price}, "Available": true, "Requirements": [
+             {{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["{capacity_type}"]}},
+             {{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-a"]}}]}}],
+           "architecture": "amd64", "operatingSystems": ["linux"],
+           "resources": {{"cpu": "{cpu}", "memory": "16Gi", "pods": "110"}}}}"#
+    )
+}
+
+/// A NodePool consolidating at once with a 100 % budget, allowing these capacity types.
+fn consolidating_pool(capacity_types: &str) -> String {
+    format!(
+        "{POOL}        - {{key: karpenter.sh/capacity-type, operator: In, values: [{capacity_types}]}}\n  \
+         disruption: {{consolidateAfter: 0s, budgets: [{{nodes: '100%'}}]}}\n"
+    )
+}
+
+/// An initialized Node of the default pool with its NodeClaim, in zone-a.
+fn managed_node(name: &str, instance_type: &str, capacity_type: &str, cpu: &str) -> String {
+    let labels = format!(
+        "{{kubernetes.io/hostname: {name}, kubernetes.io/os: linux, kubernetes.io/arch: amd64, \
+         node.kubernetes.io/instance-type: {instance_type}, topology.kubernetes.io/zone: zone-a, \
+         karpenter.sh/capacity-type: {capacity_type}, karpenter.sh/nodepool: default, \
+         karpenter.sh/initialized: 'true', karpenter.sh/registered: 'true'}}"
+    );
+    let resources = format!("{{cpu: '{cpu}', memory: 16Gi, pods: '110'}}");
+    let condition =
+        |t: &str| format!("{{type: {t}, status: 'True', reason: {t}, lastTransitionTime: '2025-12-31T00:00:00Z'}}");
+    format!(
+        "apiVersion: v1\nkind: Node\nmetadata: {{name: {name}, labels: {labels}}}\nspec: {{providerID: 'kwok://{name}'}}\n\
+         status: {{allocatable: {resources}, capacity: {resources}}}\n---\n\
+         apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata: {{name: {name}, labels: {labels}}}\n\
+         spec: {{nodeClassRef: {{group: karpenter.kwok.sh, kind: KWOKNodeClass, name: default}}, requirements: []}}\n\
+         status: {{nodeName: {name}, providerID: 'kwok://{name}', capacity: {resources}, allocatable: {resources}, \
+         conditions: [{}, {}, {}]}}\n",
+        condition("Launched"),
+        condition("Registered"),
+        condition("Initialized")
+    )
+}
+
+/// A running pod bound to `node`.
+fn bound_pod(name: &str, node: &str, cpu: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\n\
+         spec: {{nodeName: {node}, containers: [{{name: c, image: pause, resources: {{requests: {{cpu: '{cpu}'}}}}}}]}}\n\
+         status: {{phase: Running}}\n"
+    )
+}
+
+/// (offset, method, decision, nodes removed, nodes launched) of every disruption command.
+fn disruption_commands(doc: &Value) -> Vec<(String, String, String, usize, usize)> {
+    events_of(doc, "Disruption")
+        .iter()
+        .map(|e| {
+            let count = |k: &str| e[k].as_array().map_or(0, Vec::len);
+            let text = |v: &Value| v.as_str().unwrap_or("?").to_owned();
+            (
+                text(&e["offset"]),
+                text(&e["command"]["method"]),
+                text(&e["command"]["decision"]),
+                count("nodesRemoved"),
+                count("nodesLaunched"),
+            )
+        })
+        .collect()
+}
+
+/// Two 1-vCPU on-demand nodes whose type has no spot offering, in a pool that may launch spot; the one spot type
+/// costs what one node costs. Merging both onto it saves what deleting the emptier node saves, and moves every
+/// pod: as upstream, the same-instance-type check sees the candidates' own type among the options and refuses the
+/// merge, and single-node consolidation deletes a node.
+#[test]
+fn consolidating_on_demand_onto_spot_that_saves_no_more_than_a_delete_deletes() {
+    let tmp = TempDir::new("od-to-spot");
+    let types = tmp.write(
+        "types.json",
+        &format!(
+            "[{}, {}]",
+            one_offering_type("od-small", "1", "on-demand", 0.05),
+            one_offering_type("spot-small", "1", "spot", 0.05)
+        ),
+    );
+    let cluster = tmp.write(
+        "cluster.yaml",
+        &[
+            consolidating_pool("on-demand, spot"),
+            managed_node("n1", "od-small", "on-demand", "1"),
+            bound_pod("n1-web", "n1", "300m"),
+            managed_node("n2", "od-small", "on-demand", "1"),
+            bound_pod("n2-web", "n2", "500m"),
+        ]
+        .join("---\n"),
+    );
+    let doc = simulate_json(&[&cluster, "--instance-types", &types, "--for", "1m"]);
+    let commands = disruption_commands(&doc);
+    assert_eq!(
+        commands,
+        [("15s".to_owned(), "SingleNodeConsolidation".to_owned(), "Delete".to_owned(), 1, 0)],
+        "{:#}",
+        doc["events"]
+    );
+    assert_eq!(doc["summary"]["after"]["nodes"], 1, "{:#}", doc["summary"]);
+}
+
+/// Four 4-vCPU nodes with a 1-vCPU pod each: multi-node consolidation decides to delete three. During the
+/// validation wait a second pod lands on every node, and the command fails validation. As upstream's method loop,
+/// single-node consolidation takes its turn in the same pass (and deletes one node); a new pass from the first
+/// method would have had multi-node consolidation delete two.
+#[test]
+fn a_multi_node_command_rejected_by_validation_hands_over_to_single_node_consolidation() {
+    let tmp = TempDir::new("multi-then-single");
+    let types = tmp.write("types.json", &format!("[{}]", one_offering_type("c4", "4", "on-demand", 0.2)));
+    let mut cluster = vec![consolidating_pool("on-demand")];
+    let mut late = Vec::new();
+    for n in ["a", "b", "c", "d"] {
+        cluster.push(managed_node(n, "c4", "on-demand", "4"));
+        cluster.push(bound_pod(&format!("{n}-web"), n, "1"));
+        late.push(bound_pod(&format!("{n}-late"), n, "1"));
+    }
+    let cluster = tmp.write("cluster.yaml", &cluster.join("---\n"));
+    tmp.write("late.yaml", &late.join("---\n"));
+    let timeline = tmp.write("timeline.yaml", "steps:\n  - at: 10s\n    apply: late.yaml\n  - advance: 1m\n");
+    let doc = simulate_json(&[&cluster, "--instance-types", &types, "--timeline", &timeline]);
+    let rejected = events_of(&doc, "ValidationFailed");
+    assert_eq!(rejected.len(), 1, "{:#}", doc["events"]);
+    assert_eq!(rejected[0]["offset"], "15s");
+    assert_eq!(rejected[0]["command"]["method"], "MultiNodeConsolidation");
+    let commands = disruption_commands(&doc);
+    assert_eq!(
+        commands.first(),
+        Some(&("30s".to_owned(), "SingleNodeConsolidation".to_owned(), "Delete".to_owned(), 1, 0)),
+        "{:#}",
+        doc["events"]
+    );
+    let first = events_of(&doc, "Disruption")[0];
+    assert_eq!(first["decidedAt"], "2026-01-01T00:00:15Z", "decided in the pass that rejected the multi-node command");
+}

@@ -89,6 +89,10 @@ impl std::fmt::Debug for Engine<'_> {
 #[derive(Debug, Clone)]
 pub(crate) struct Move {
     pub command: Command,
+    /// A replace's instance types as the price filter left them, before a replacement held to spot dropped those
+    /// without a spot offering: upstream keeps them in the options (it only adds the capacity-type requirement),
+    /// so its same-instance-type check still finds the candidates' own type among them. Empty for a delete.
+    pub priced_types: Vec<String>,
 }
 
 impl<'a> Engine<'a> {
@@ -251,17 +255,17 @@ impl<'a> Engine<'a> {
             return Err(Reason::PendingPodsNeedNodes { count });
         }
         let d = self.simulate(cands, true)?;
-        let cmd = match d.new_node_claims.len() {
-            0 => Self::command(method, cands, Vec::new(), "the pods fit on existing nodes"),
+        let (cmd, priced_types) = match d.new_node_claims.len() {
+            0 => (Self::command(method, cands, Vec::new(), "the pods fit on existing nodes"), Vec::new()),
             1 => {
                 let plan = d.new_node_claims.into_iter().next().ok_or(Reason::NothingToDo)?;
-                let plan = self.cheaper_replacement(cands, plan, method)?;
-                Self::command(method, cands, vec![plan], "a cheaper node holds their pods")
+                let (plan, priced_types) = self.cheaper_replacement(cands, plan, method)?;
+                (Self::command(method, cands, vec![plan], "a cheaper node holds their pods"), priced_types)
             }
             n => return Err(Reason::NeedsMultipleNodes { count: n }),
         };
         self.floor_allows(cands, &cmd.replacements)?;
-        Ok(Move { command: cmd })
+        Ok(Move { command: cmd, priced_types })
     }
 
     /// Whether removing `cands` and creating `replacements` keeps every pool's `karpenter-rs.io/min-nodes` floor.
@@ -270,13 +274,14 @@ impl<'a> Engine<'a> {
             .allows(cands.iter().map(|c| (c.pool_name, c.claim)), replacements.iter().map(|r| r.node_pool.as_str()))
     }
 
-    /// The consolidation price filter (spot-to-spot rules included) applied to the simulation's one new NodeClaim.
+    /// The consolidation price filter (spot-to-spot rules included) applied to the simulation's one new NodeClaim,
+    /// with the instance types the price filter kept ([`Move::priced_types`]).
     fn cheaper_replacement(
         &self,
         cands: &[&Candidate<'a>],
         plan: NodeClaimPlan,
         method: Method,
-    ) -> Result<NodeClaimPlan, Reason> {
+    ) -> Result<(NodeClaimPlan, Vec<String>), Reason> {
         let provider = self.cluster.provider;
         let candidate_price: f64 = cands.iter().map(|c| c.price).sum();
         let Some(catalogue) = self.catalogue.get(plan.node_pool.as_str()) else {
@@ -296,13 +301,11 @@ impl<'a> Engine<'a> {
         }
         its.retain(|it| it.offerings.available().any(|o| o.is_compatible(&reqs, provider)));
         order_by_price(&mut its, &reqs, provider);
-        its.retain(|it| {
-            let offerings: Vec<_> = it.offerings.available().cloned().collect();
-            offerings.worst_launch_price(&reqs, provider) < candidate_price
-        });
-        if its.is_empty() || satisfies_min_values(&its, &reqs).is_err() {
+        let its = cheaper_than(&its, &reqs, candidate_price, provider);
+        let Some(mut its) = its.filter(|its| !its.is_empty()) else {
             return Err(Reason::NoCheaperOption { price: candidate_price });
-        }
+        };
+        let priced_types: Vec<String> = its.iter().map(|it| it.name.clone()).collect();
         if spot_to_spot && method == Method::SingleNodeConsolidation {
             if its.len() < SPOT_TO_SPOT_MIN_TYPES {
                 return Err(Reason::SpotToSpotTooFewOptions { count: its.len() });
@@ -321,13 +324,21 @@ impl<'a> Engine<'a> {
                 }
             }
         }
-        Ok(rewrite_plan(plan, reqs, &its, provider))
+        Ok((rewrite_plan(plan, reqs, &its, provider), priced_types))
     }
 
     /// Upstream's `filterOutSameInstanceType`: replacing several nodes with one of a type being removed
     /// is really a delete, so replacement types priced at or above the cheapest removed node of such a type
-    /// are dropped. `None` when nothing remains.
-    pub fn filter_out_same_instance_type(&self, cands: &[&Candidate<'a>], mut cmd: Command) -> Option<Command> {
+    /// are dropped. Which types are "being removed" is judged on `priced_types` (the options before a spot
+    /// replacement dropped the types without spot offerings, as upstream still has them); the price filter, and
+    /// the minValues re-check after it, on the replacement's own options. `None` when nothing remains or what
+    /// remains breaks minValues.
+    pub fn filter_out_same_instance_type(
+        &self,
+        cands: &[&Candidate<'a>],
+        priced_types: &[String],
+        mut cmd: Command,
+    ) -> Option<Command> {
         let provider = self.cluster.provider;
         let plan = cmd.replacements.first_mut()?;
         let removed: BTreeMap<&str, f64> = cands.iter().fold(BTreeMap::new(), |mut m, c| {
@@ -337,20 +348,17 @@ impl<'a> Engine<'a> {
             }
             m
         });
-        let cheapest_same =
-            plan.instance_types.iter().filter_map(|n| removed.get(n.as_str()).copied()).min_by(f64::total_cmp);
-        let Some(limit) = cheapest_same else { return Some(cmd) };
+        // Without a removed type among them, the filter still drops what cannot launch and re-checks minValues.
+        let limit = priced_types
+            .iter()
+            .filter_map(|n| removed.get(n.as_str()).copied())
+            .min_by(f64::total_cmp)
+            .unwrap_or(f64::INFINITY);
         let catalogue = self.catalogue.get(plan.node_pool.as_str())?;
         let reqs = plan.requirements.clone();
-        let its: Vec<&InstanceType> = plan
-            .instance_types
-            .iter()
-            .filter_map(|n| catalogue.get(n.as_str()).copied())
-            .filter(|it| it.min_compatible_price(&reqs, provider) < limit)
-            .collect();
-        if its.is_empty() {
-            return None;
-        }
+        let options: Vec<&InstanceType> =
+            plan.instance_types.iter().filter_map(|n| catalogue.get(n.as_str()).copied()).collect();
+        let its = cheaper_than(&options, &reqs, limit, provider).filter(|its| !its.is_empty())?;
         let rewritten = rewrite_plan(plan.clone(), reqs, &its, provider);
         *plan = rewritten;
         let price: f64 = cands.iter().map(|c| c.price).sum();
@@ -476,7 +484,7 @@ impl<'a> Engine<'a> {
         let m = self.consolidate(prefix, Method::MultiNodeConsolidation).ok()?;
         let cmd = match m.command.decision {
             Decision::Delete => m.command,
-            Decision::Replace => self.filter_out_same_instance_type(prefix, m.command)?,
+            Decision::Replace => self.filter_out_same_instance_type(prefix, &m.priced_types, m.command)?,
             Decision::Reboot => return None,
         };
         if cmd.savings_per_hour <= 0.0 {
@@ -502,6 +510,25 @@ impl<'a> Engine<'a> {
     }
 }
 
+/// Upstream's `RemoveInstanceTypeOptionsByPriceAndMinValues`: the options (in their order) whose worst-case
+/// launch price under `reqs` is below `max_price`; `None` when those break the requirements' minValues.
+fn cheaper_than<'t>(
+    its: &[&'t InstanceType],
+    reqs: &Requirements,
+    max_price: f64,
+    provider: &karpenter_api::ProviderLabels,
+) -> Option<Vec<&'t InstanceType>> {
+    let kept: Vec<&InstanceType> = its
+        .iter()
+        .copied()
+        .filter(|it| {
+            let offerings: Vec<_> = it.offerings.available().cloned().collect();
+            offerings.worst_launch_price(reqs, provider) < max_price
+        })
+        .collect();
+    satisfies_min_values(&kept, reqs).ok().map(|_| kept)
+}
+
 /// The plan with its instance-type options replaced by `its` (cheapest first) and `reqs` as requirements.
 pub(crate) fn rewrite_plan(
     mut plan: NodeClaimPlan,
@@ -523,7 +550,7 @@ pub(crate) fn rewrite_plan(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use karpenter_requirements::{InstanceType, Offering, Overhead, ResourceList};
 
     use super::*;
@@ -540,6 +567,139 @@ mod tests {
             ResourceList::new(),
             Overhead::default(),
         )
+    }
+
+    /// A one-zone instance type with `cpu` vCPUs and one offering per `(capacity type, price)`.
+    pub(crate) fn sized(name: &str, cpu: i64, prices: &[(&str, f64)]) -> InstanceType {
+        use karpenter_requirements::{Format, Quantity};
+        let zone = "test-zone-a";
+        let offerings = prices
+            .iter()
+            .map(|(ct, price)| {
+                let reqs = [
+                    Requirement::in_values(labels::ZONE, [zone]),
+                    Requirement::in_values(labels::CAPACITY_TYPE, [*ct]),
+                ];
+                Offering::new(reqs.into_iter().collect(), *price)
+            })
+            .collect();
+        let reqs = [
+            Requirement::in_values(labels::INSTANCE_TYPE, [name]),
+            Requirement::in_values(labels::ARCH, ["amd64"]),
+            Requirement::in_values(labels::OS, ["linux"]),
+            Requirement::in_values(labels::ZONE, [zone]),
+            Requirement::in_values(labels::CAPACITY_TYPE, prices.iter().map(|(ct, _)| *ct)),
+        ];
+        let capacity = ResourceList::new()
+            .with("cpu", Quantity::from_int(cpu, Format::DecimalSI))
+            .with("memory", Quantity::from_int(16 << 30, Format::BinarySI))
+            .with("pods", Quantity::from_int(110, Format::DecimalSI));
+        InstanceType::new(name, reqs.into_iter().collect(), offerings, capacity, Overhead::default())
+    }
+
+    /// Manifests of a pool with `requirements` (JSON) and initialized nodes `(name, type, capacity type,
+    /// allocatable cpu, pods' cpu)`, one ReplicaSet's pods on each.
+    pub(crate) fn manifests(requirements: &str, nodes: &[(&str, &str, &str, &str, &[&str])]) -> String {
+        let mut docs = vec![format!(
+            r#"{{"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {{"name": "default"}}, "spec": {{"template": {{"spec": {{"nodeClassRef": {{"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}, "requirements": {requirements}}}}}, "disruption": {{"budgets": [{{"nodes": "100%"}}]}}}}}}"#
+        )];
+        for (name, it, ct, cpu, pods) in nodes {
+            let labels = format!(
+                r#"{{"kubernetes.io/hostname": "{name}", "kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux", "node.kubernetes.io/instance-type": "{it}", "topology.kubernetes.io/zone": "test-zone-a", "karpenter.sh/capacity-type": "{ct}", "karpenter.sh/nodepool": "default", "karpenter.sh/initialized": "true"}}"#
+            );
+            let resources = format!(r#"{{"cpu": "{cpu}", "memory": "16Gi", "pods": "110"}}"#);
+            docs.push(format!(
+                r#"{{"apiVersion": "v1", "kind": "Node", "metadata": {{"name": "{name}", "labels": {labels}}}, "status": {{"allocatable": {resources}, "capacity": {resources}}}}}"#
+            ));
+            let condition = |t: &str| {
+                format!(
+                    r#"{{"type": "{t}", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z", "reason": "{t}", "message": ""}}"#
+                )
+            };
+            docs.push(format!(
+                r#"{{"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {{"name": "claim-{name}", "creationTimestamp": "2026-01-01T00:00:00Z", "labels": {labels}}}, "spec": {{"nodeClassRef": {{"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}, "requirements": []}}, "status": {{"nodeName": "{name}", "providerID": "aws:///test-zone-a/i-{name}", "capacity": {resources}, "allocatable": {resources}, "conditions": [{}, {}, {}]}}}}"#,
+                condition("Launched"),
+                condition("Registered"),
+                condition("Initialized")
+            ));
+            for (i, pod_cpu) in pods.iter().enumerate() {
+                docs.push(format!(
+                    r#"{{"apiVersion": "v1", "kind": "Pod", "metadata": {{"name": "{name}-{i}", "namespace": "default", "ownerReferences": [{{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u-rs"}}]}}, "spec": {{"containers": [{{"name": "c", "image": "x", "resources": {{"requests": {{"cpu": "{pod_cpu}"}}}}}}], "nodeName": "{name}"}}, "status": {{"phase": "Running", "startTime": "2026-01-01T00:00:00Z", "conditions": [{{"type": "Ready", "status": "True"}}]}}}}"#
+                ));
+            }
+        }
+        docs.join("\n---\n")
+    }
+
+    /// One pass over `manifests` with `catalogue` as every pool's instance types.
+    pub(crate) fn pass_over(
+        manifests: &str,
+        catalogue: &[InstanceType],
+        options: &crate::DisruptionOptions,
+    ) -> crate::Pass {
+        let objects = karpenter_api::load_str(manifests, "test.yaml").expect("manifests");
+        let snapshot = karpenter_scheduler::ClusterSnapshot::from_objects(&objects).expect("snapshot");
+        let pools: Vec<karpenter_scheduler::PoolInput<'_>> = snapshot
+            .node_pools
+            .iter()
+            .map(|p| karpenter_scheduler::PoolInput { node_pool: p, instance_types: catalogue })
+            .collect();
+        let now = chrono::DateTime::parse_from_rfc3339("2026-01-01T12:00:00Z").expect("now").to_utc();
+        crate::evaluate(&snapshot, &pools, &karpenter_api::ProviderLabels::aws(), now, options)
+    }
+
+    pub(crate) fn summary(pass: &crate::Pass) -> Vec<String> {
+        pass.commands
+            .iter()
+            .map(|c| {
+                let nodes: Vec<&str> = c.candidates.iter().map(|r| r.node.as_str()).collect();
+                let with: Vec<String> = c.replacements.iter().map(|r| r.instance_types.join("|")).collect();
+                format!("{:?} {:?} {} -> [{}]", c.method, c.decision, nodes.join(","), with.join(","))
+            })
+            .collect()
+    }
+
+    /// Two 1-vCPU on-demand nodes whose pods fit on one of them, in a pool that may launch spot: the only spot
+    /// option costs what one of the nodes costs. Upstream's same-instance-type check still sees the candidates'
+    /// own type among the replacement's options (adding the spot requirement narrows nothing there) and refuses
+    /// the merge; single-node consolidation then deletes one node. Narrowing the options to spot before that check
+    /// hid the type and replaced both nodes with the spot node, moving every pod for the saving a delete gives.
+    #[test]
+    fn a_merge_onto_spot_is_refused_when_a_candidates_own_type_would_do() {
+        let catalogue = [sized("od-small", 1, &[("on-demand", 1.0)]), sized("spot-small", 1, &[("spot", 1.0)])];
+        let manifests = manifests(
+            r#"[{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand", "spot"]}]"#,
+            &[("n1", "od-small", "on-demand", "1", &["300m"]), ("n2", "od-small", "on-demand", "1", &["500m"])],
+        );
+        let options = crate::DisruptionOptions::default();
+        let pass = pass_over(&manifests, &catalogue, &options);
+        let summary = summary(&pass);
+        assert_eq!(summary.len(), 1, "{summary:?}");
+        assert!(summary[0].starts_with("SingleNodeConsolidation Delete "), "{summary:?}");
+        assert!(summary[0].ends_with(" -> []"), "{summary:?}");
+    }
+
+    /// Upstream's "failing filterOutSameInstanceType when minValues isn't satisfied": three 4-vCPU nodes of
+    /// `current` ($0.5/h; `other` costs $0.4/h), the pool asking for two instance types at least. Merging the two
+    /// emptiest onto one new node leaves, once `current` itself is filtered out, `other` alone: minValues is broken
+    /// and the merge refused, so single-node consolidation deletes one of them instead.
+    #[test]
+    fn a_merge_whose_options_break_min_values_after_the_same_type_filter_is_refused() {
+        let catalogue = [sized("current", 5, &[("on-demand", 0.5)]), sized("other", 5, &[("on-demand", 0.4)])];
+        let manifests = manifests(
+            r#"[{"key": "node.kubernetes.io/instance-type", "operator": "Exists", "minValues": 2},
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}]"#,
+            &[
+                ("n1", "current", "on-demand", "4", &["2"]),
+                ("n2", "current", "on-demand", "4", &["2"]),
+                ("n3", "current", "on-demand", "4", &["2", "2"]),
+            ],
+        );
+        let pass = pass_over(&manifests, &catalogue, &crate::DisruptionOptions::default());
+        let summary = summary(&pass);
+        assert_eq!(summary.len(), 1, "{summary:?}");
+        assert!(summary[0].starts_with("SingleNodeConsolidation Delete n"), "{summary:?}");
+        assert!(summary[0].ends_with(" -> []"), "{summary:?}");
     }
 
     /// A rewritten plan (spot-to-spot's cheaper options) says whether an overlay priced its options now, not

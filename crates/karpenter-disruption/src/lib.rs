@@ -15,7 +15,8 @@
 //!   unchanged snapshot: disrupted, deferred (a valid move exists, a later pass will take it), blocked (PDB,
 //!   do-not-disrupt, budget, ...) or kept (no cheaper option, pods cannot move, ...).
 //! * [`validation::validate`]: the re-check after the wait ([`validation::VALIDATION_DELAY`], 15 s) against a
-//!   later snapshot.
+//!   later snapshot; when it fails, [`validation::continue_after`] says which methods still get their turn then
+//!   ([`DisruptionOptions::continue_after`]).
 //! * [`expiration`]: forceful expiry and terminationGracePeriod deadlines at `now`.
 //! * [`budget`]: allowances per NodePool and reason.
 //! * [`command`]: the serialisable output ([`Pass`], versioned `karpenter-rs.disruption/v1`).
@@ -114,6 +115,11 @@ pub struct DisruptionOptions {
     /// Node repair (feature gate `NodeRepair`, voluntary form): the unhealthy nodes and the ordering knobs
     /// ([`repair`]). Empty by default: no repair.
     pub repair: repair::RepairOptions,
+    /// The method whose command just failed validation: upstream's method loop goes on in the same pass with the
+    /// methods after it ([`validation::continue_after`]), so the pass takes no command from this method or an
+    /// earlier one (their verdicts still come). Node repair, its own controller upstream, is not part of that
+    /// loop and still acts. `None`: a full pass.
+    pub continue_after: Option<Method>,
 }
 
 impl DisruptionOptions {
@@ -187,6 +193,7 @@ impl Default for DisruptionOptions {
             honor_autoscaler_annotations: true,
             pod_deletion_cost_management: false,
             repair: repair::RepairOptions::default(),
+            continue_after: None,
         }
     }
 }
@@ -224,25 +231,34 @@ pub fn evaluate(
     let mut record = |node: &str, m: Method, r: Result<String, Reason>| {
         results.entry(node.to_owned()).or_default().push((m, r));
     };
+    // A method at or before the one whose command failed validation gives no command this pass.
+    let skipped = |m: Method| options.continue_after.is_some_and(|after| m <= after);
     // Node repair first: a broken node is replaced before anything is consolidated.
     let mut commands: Vec<Command> = repair::repair(&engine, &mut record).into_iter().collect();
     let empty_command = emptiness(&engine, &cands, &mut record);
-    if commands.is_empty() {
+    if commands.is_empty() && !skipped(Method::Emptiness) {
         commands.extend(empty_command);
     }
     let static_commands = static_drift(&engine, &cands, &mut record);
-    if commands.is_empty() {
+    if commands.is_empty() && !skipped(Method::StaticDrift) {
         commands = static_commands;
     }
-    let drift_command = drift(&engine, &cands, options, !commands.is_empty(), &mut record);
+    let drift_command = drift(&engine, &cands, options, !commands.is_empty() || skipped(Method::Drift), &mut record);
     if commands.is_empty()
-        && let Some(c) = drift_command
+        && let Some(c) = drift_command.filter(|_| !skipped(Method::Drift))
     {
         commands.push(c);
     }
-    let consolidated = consolidation(&engine, &cands, options, !commands.is_empty(), &mut record);
+    let consolidated = consolidation(
+        &engine,
+        &cands,
+        options,
+        !commands.is_empty() || skipped(Method::SingleNodeConsolidation),
+        skipped(Method::MultiNodeConsolidation),
+        &mut record,
+    );
     if commands.is_empty()
-        && let Some(c) = consolidated.command
+        && let Some(c) = consolidated.command.filter(|c| !skipped(c.method))
     {
         commands.push(c);
     }
@@ -317,14 +333,16 @@ struct Consolidation {
     resume_single_node_after: Option<String>,
 }
 
-/// Consolidation: eligibility, multi-node consolidation (unless an earlier method `decided`), then single-node
-/// verdicts for every eligible candidate (simulated only until something is decided, unless
-/// [`DisruptionOptions::every_verdict`], and while the pass's simulation budget lasts).
+/// Consolidation: eligibility, multi-node consolidation (unless an earlier method `decided` or the pass continues
+/// after its failed command, `skip_multi`), then single-node verdicts for every eligible candidate (simulated only
+/// until something is decided, unless [`DisruptionOptions::every_verdict`], and while the pass's simulation budget
+/// lasts).
 fn consolidation<'a>(
     engine: &Engine<'a>,
     cands: &[Candidate<'a>],
     options: &DisruptionOptions,
     decided: bool,
+    skip_multi: bool,
     record: &mut impl FnMut(&str, Method, Result<String, Reason>),
 ) -> Consolidation {
     let remaining = Remaining::new(&engine.budgets, Method::SingleNodeConsolidation.reason());
@@ -337,7 +355,7 @@ fn consolidation<'a>(
     }
     let sorted = Engine::sorted(eligible.iter().copied());
     let sorted_refs: Vec<&Candidate<'_>> = sorted.iter().collect();
-    let multi = if !decided && !options.consolidation_unchanged {
+    let multi = if !decided && !skip_multi && !options.consolidation_unchanged {
         engine.multi(&sorted_refs, options.multi_node_max_candidates, || may_simulate_multi(options))
     } else {
         None

@@ -52,6 +52,16 @@ pub fn next_step(mut commands: Vec<Command>) -> NextStep {
     }
 }
 
+/// Where the pass goes on after `command` failed validation. Upstream validates inside its method loop, and a
+/// method whose command fails validation hands over to the next method in the same pass (multi-node
+/// consolidation to single-node consolidation, Emptiness to drift and consolidation), against the cluster as it is
+/// after the wait: evaluate again now with [`DisruptionOptions::continue_after`] set to the answer. `None` when no
+/// graceful method follows (single-node consolidation ends the loop): the next pass is a full one. The one
+/// definition of that step: the controller's loop and `simulate`'s simulated time both follow it.
+pub fn continue_after(command: &Command) -> Option<Method> {
+    (command.method.is_graceful() && command.method != Method::SingleNodeConsolidation).then_some(command.method)
+}
+
 /// Failure classes (upstream's `budget | scheduling | churn` metric label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FailureKind {
@@ -222,6 +232,40 @@ mod tests {
             explanation: node.to_owned(),
             repair: None,
         }
+    }
+
+    /// Upstream's method loop after a failed validation: multi-node consolidation's command failing hands over to
+    /// single-node consolidation in the same pass, which finds its own command; after single-node consolidation
+    /// nothing follows.
+    #[test]
+    fn a_pass_continues_after_the_method_whose_command_failed_validation() {
+        use crate::engine::tests::{manifests, pass_over, sized, summary};
+        assert_eq!(continue_after(&command(Method::MultiNodeConsolidation, "a")), Some(Method::MultiNodeConsolidation));
+        assert_eq!(continue_after(&command(Method::Emptiness, "a")), Some(Method::Emptiness));
+        assert_eq!(continue_after(&command(Method::SingleNodeConsolidation, "a")), None);
+        assert_eq!(continue_after(&command(Method::Drift, "a")), None, "drift is never validated");
+
+        let catalogue = [sized("c4", 4, &[("on-demand", 0.2)])];
+        let manifests = manifests(
+            r#"[{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}]"#,
+            &[
+                ("n1", "c4", "on-demand", "4", &["1"]),
+                ("n2", "c4", "on-demand", "4", &["1"]),
+                ("n3", "c4", "on-demand", "4", &["1"]),
+            ],
+        );
+        let full = summary(&pass_over(&manifests, &catalogue, &DisruptionOptions::default()));
+        assert_eq!(full.len(), 1, "{full:?}");
+        assert!(full[0].starts_with("MultiNodeConsolidation Delete "), "{full:?}");
+        let after = |m: Method| {
+            let options = DisruptionOptions { continue_after: Some(m), ..DisruptionOptions::default() };
+            summary(&pass_over(&manifests, &catalogue, &options))
+        };
+        let single = after(Method::MultiNodeConsolidation);
+        assert_eq!(single.len(), 1, "{single:?}");
+        assert!(single[0].starts_with("SingleNodeConsolidation Delete "), "{single:?}");
+        assert_eq!(after(Method::Emptiness), full, "the methods after Emptiness still run");
+        assert!(after(Method::SingleNodeConsolidation).is_empty());
     }
 
     #[test]

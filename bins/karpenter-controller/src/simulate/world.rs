@@ -29,7 +29,7 @@ use karpenter_api::time::{chrono_duration, from_k8s, parse_rfc3339, rfc3339};
 use karpenter_api::{CompactPod, IntoSharedPod, SpecInterner};
 use karpenter_api::{NodePool, ProviderLabels, ValidationContext, labels};
 use karpenter_disruption::validation::{NextStep, VALIDATION_DELAY, next_step};
-use karpenter_disruption::{Command, DisruptionOptions, Pass, Reason, evaluate, expiration, validation};
+use karpenter_disruption::{Command, DisruptionOptions, Method, Pass, Reason, evaluate, expiration, validation};
 use karpenter_requirements::{InstanceType, Operator};
 use karpenter_scheduler::decision::NodeClaimPlan;
 use karpenter_scheduler::snapshot::{api_taint, is_daemon_set_pod, pod_key};
@@ -617,8 +617,18 @@ impl<'c> World<'c> {
 
     /// One disruption pass at now (and the hints it gives).
     pub fn pass(&self) -> Pass {
+        self.pass_continuing(None)
+    }
+
+    /// [`Self::pass`]; with `continue_after`, the pass that goes on after that method's command failed
+    /// validation (`karpenter_disruption::validation::continue_after`).
+    fn pass_continuing(&self, continue_after: Option<Method>) -> Pass {
         let pools = self.pool_inputs();
-        evaluate(&self.snapshot, &pools, &self.provider, self.now, &self.options)
+        let options = match continue_after {
+            None => Cow::Borrowed(&self.options),
+            Some(m) => Cow::Owned(DisruptionOptions { continue_after: Some(m), ..self.options.clone() }),
+        };
+        evaluate(&self.snapshot, &pools, &self.provider, self.now, &options)
     }
 
     fn learn_hints(&mut self, pass: &Pass) {
@@ -657,6 +667,8 @@ impl<'c> World<'c> {
 
     /// Runs provisioning, expiration and disruption at `now` until nothing more happens.
     pub fn settle(&mut self) -> anyhow::Result<()> {
+        // Set when a command failed validation: the methods after its own take their turn in the next pass.
+        let mut continuing: Option<Method> = None;
         for _ in 0..MAX_ROUNDS_PER_INSTANT {
             // The floor first: an expired node of a pool at its floor is replaced before it goes.
             let floored = self.floor()?;
@@ -674,6 +686,7 @@ impl<'c> World<'c> {
                 }
                 drop(pools);
                 for (c, f) in failures {
+                    continuing = continuing.or(validation::continue_after(&c));
                     let message = format!("{:?} command rejected by validation ({f}): {}", c.method, c.explanation);
                     let e = self.event(EventKind::ValidationFailed, message);
                     e.decided_at = Some(rfc3339(w.decided));
@@ -686,7 +699,7 @@ impl<'c> World<'c> {
             if self.waiting.is_some() {
                 return Ok(());
             }
-            let pass = self.pass();
+            let pass = self.pass_continuing(continuing.take());
             self.passes += 1;
             self.learn_hints(&pass);
             // The controller's step after a pass: drift starts at once, the graceful methods wait and re-check.

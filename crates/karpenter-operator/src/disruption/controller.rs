@@ -11,7 +11,9 @@
 //! 2. waits (1 s) while the cluster state is not synced;
 //! 3. if a command awaits validation: before the delay has passed, nothing else; after it, re-checks the
 //!    command against a fresh snapshot and starts it, or drops it (`ConsolidationRejected`,
-//!    `karpenter_voluntary_disruption_failed_validations_total`);
+//!    `karpenter_voluntary_disruption_failed_validations_total`) and, as upstream's method loop, goes on with the
+//!    methods after the dropped command's in this iteration (multi-node consolidation's hands over to single-node
+//!    consolidation; `karpenter_disruption::validation::continue_after`);
 //! 4. removes the `karpenter.sh/disrupted` taint and the `DisruptionReason` condition from nodes that are in no
 //!    command and not being deleted (what a crash mid-command leaves behind);
 //! 5. evaluates a pass, publishes its verdicts and budgets, and takes its command: drift commands start at once,
@@ -41,7 +43,7 @@ use karpenter_cloudprovider::time::Stopwatch;
 use karpenter_disruption::SimulationBudget;
 use karpenter_disruption::command::{Command, Decision, Method, Outcome, Pass, Reason};
 use karpenter_disruption::validation::{
-    FailureKind, NextStep, VALIDATION_DELAY, ValidationFailure, next_step, validate,
+    FailureKind, NextStep, VALIDATION_DELAY, ValidationFailure, continue_after, next_step, validate,
 };
 use karpenter_requirements::InstanceType;
 use karpenter_scheduler::snapshot::{SnapshotError, is_daemon_set_pod, pod_key};
@@ -420,6 +422,8 @@ impl Disruption {
         }
 
         let now = self.ctx.clock.now();
+        // Set when a command failed validation and the methods after its own still get their turn now.
+        let mut continuing = None;
         if let Some(p) = inner.pending.take() {
             let due = p.computed + chrono_duration(self.settings.validation_delay);
             if now < due {
@@ -430,24 +434,31 @@ impl Disruption {
             }
             match self.validate(&p.command).await {
                 Ok(command) => self.start(&mut inner, command, &mut report).await,
-                Err(failure) => self.rejected(&p.command, failure, &mut report),
+                Err(failure) => {
+                    self.rejected(&p.command, failure, &mut report);
+                    continuing = continue_after(&p.command);
+                }
             }
-            settle(&mut report, Duration::ZERO);
-            return Ok(report);
+            if continuing.is_none() {
+                settle(&mut report, Duration::ZERO);
+                return Ok(report);
+            }
         }
 
         self.clean_stale(&inner, &mut report).await;
         self.finish_reboots(&mut report).await;
 
+        let now = self.ctx.clock.now();
         let state_before = self.ctx.state.consolidation_state();
         let unchanged = inner
             .consolidated
             .is_some_and(|(state, at)| state == state_before && now - at < chrono_duration(CONSOLIDATION_REFRESH));
         // A pass that skips consolidation keeps the resume point for the next one that runs it.
         let resume = if unchanged { None } else { inner.resume_single_node_after.clone() };
-        let pass = self.evaluate_pass(unchanged, resume).await?;
+        let pass = self.evaluate_pass(unchanged, resume, continuing).await?;
         if !unchanged {
-            inner.consolidated = found_nothing(&pass).then_some((state_before, now));
+            // A pass that skipped multi-node consolidation cannot say that consolidation has nothing to do.
+            inner.consolidated = (found_nothing(&pass) && continuing.is_none()).then_some((state_before, now));
             inner.resume_single_node_after.clone_from(&pass.resume_single_node_after);
         }
         self.publish(&pass);
@@ -547,17 +558,19 @@ impl Disruption {
     /// `karpenter_voluntary_disruption_decision_evaluation_duration_seconds` covers the whole pass: building the
     /// snapshot, listing instance types and the evaluation.
     pub async fn evaluate(&self) -> Result<Pass, DisruptionError> {
-        self.evaluate_pass(false, None).await
+        self.evaluate_pass(false, None, None).await
     }
 
     /// [`Self::evaluate`]; with `consolidation_unchanged`, multi-node and single-node consolidation are skipped
     /// (nothing changed since they last found nothing); single-node consolidation starts after
-    /// `resume_single_node_after`. Simulations stop [`DisruptionSettings::pass_simulation_time`] after the pass
-    /// started.
+    /// `resume_single_node_after`; with `continue_after`, only the methods after that one (whose command just
+    /// failed validation) may give the command. Simulations stop [`DisruptionSettings::pass_simulation_time`]
+    /// after the pass started.
     async fn evaluate_pass(
         &self,
         consolidation_unchanged: bool,
         resume_single_node_after: Option<String>,
+        continue_after: Option<Method>,
     ) -> Result<Pass, DisruptionError> {
         let _gate = self.ctx.state.whole_cluster_pass().await;
         // Real time: the simulations never await, so on paused time (tests) tokio's clock would stand still and
@@ -576,6 +589,7 @@ impl Disruption {
             simulation_budget: Some(SimulationBudget::new(move || started.elapsed() < budget)),
             multi_node_budget: Some(SimulationBudget::new(move || started.elapsed() < multi_node_budget)),
             resume_single_node_after,
+            continue_after,
             ..self.options()
         };
         let labels = self.ctx.cloud.labels().clone();

@@ -682,13 +682,54 @@ async fn validation_rejects_a_command_when_a_pod_lands_on_the_candidate() {
     e.bound_pod("late", "empty", PodOptions { requests: [("cpu", "100m")].into(), ..Default::default() }).await;
     e.clock.step_secs(15);
     let report = e.disruption.step().await.unwrap();
-    let failure = report.rejected.expect("rejected by validation");
+    let failure = report.rejected.clone().expect("rejected by validation");
     assert_eq!(failure.kind, FailureKind::Churn, "{failure}");
     assert!(report.started.is_empty());
     assert!(e.node_taints("empty").await.is_empty());
     assert!(e.claim("empty-claim").await.unwrap().metadata.deletion_timestamp.is_none());
     assert_eq!(e.metrics.voluntary_disruption_failed_validations("empty").get(), 1);
-    assert!(e.disruption.pending_command().await.is_none());
+    // The methods after Emptiness take their turn in the same iteration, as in upstream's method loop: the node,
+    // no longer empty, is now worth replacing with a smaller one.
+    let next = e.disruption.pending_command().await.expect("single-node consolidation's command");
+    assert_eq!((next.method, next.decision), (Method::SingleNodeConsolidation, Decision::Replace), "{next:?}");
+    assert_eq!(report.awaiting_validation, Some(next));
+}
+
+/// Upstream's method loop: when multi-node consolidation's command fails validation, single-node consolidation
+/// gets its turn in the same iteration (against the cluster as it is after the wait), not a pass later from the
+/// first method.
+#[tokio::test]
+async fn a_multi_node_command_failing_validation_hands_over_to_single_node_consolidation() {
+    let e = env();
+    e.pool(NodePoolOptions { budgets: vec![Budget { nodes: "100%".into(), ..Default::default() }], ..pool_options() })
+        .await;
+    let one_cpu = || PodOptions { requests: [("cpu", "1")].into(), ..Default::default() };
+    for name in ["n1", "n2", "n3"] {
+        e.machine(name, "c-4x-amd64-linux").await;
+        e.bound_pod(&format!("{name}-web"), name, one_cpu()).await;
+    }
+    let report = e.disruption.step().await.unwrap();
+    let multi = report.awaiting_validation.expect("a multi-node command");
+    assert_eq!((multi.method, multi.decision), (Method::MultiNodeConsolidation, Decision::Delete), "{multi:?}");
+    // A pod lands on each candidate meanwhile: their four pods no longer fit on the third node, one node's two do.
+    for c in &multi.candidates {
+        e.bound_pod(&format!("{}-late", c.node), &c.node, one_cpu()).await;
+    }
+    e.clock.step_secs(15);
+    let report = e.disruption.step().await.unwrap();
+    let failure = report.rejected.as_ref().unwrap_or_else(|| panic!("rejected by validation: {report:?}"));
+    assert_eq!(failure.kind, FailureKind::Scheduling, "{failure}");
+    assert!(report.started.is_empty(), "{report:?}");
+    let single = report.awaiting_validation.as_ref().unwrap_or_else(|| panic!("single-node's turn: {report:?}"));
+    assert_eq!((single.method, single.decision), (Method::SingleNodeConsolidation, Decision::Delete), "{single:?}");
+    assert_eq!(report.requeue, VALIDATION_DELAY);
+    assert_eq!(e.metrics.voluntary_disruption_failed_validations("multi").get(), 1);
+
+    // Its own validation, then it starts.
+    e.clock.step_secs(15);
+    let report = e.disruption.step().await.unwrap();
+    assert_eq!(report.started.len(), 1, "{report:?}");
+    assert_eq!(report.started[0].method, Method::SingleNodeConsolidation);
 }
 
 #[tokio::test]
