@@ -111,7 +111,7 @@ enum Command {
         /// Treat other autoscalers' do-not-disrupt annotations (cluster-autoscaler.kubernetes.io/safe-to-evict=false,
         /// scale-down-disabled=true and their node-autoscaling.kubernetes.io forms) as karpenter.sh/do-not-disrupt,
         /// as the controller does (docs/beyond-upstream.md).
-        #[arg(long, env = "HONOR_AUTOSCALER_ANNOTATIONS", default_value = "true", action = clap::ArgAction::Set,
+        #[arg(long, env = "HONOR_AUTOSCALER_ANNOTATIONS", default_value = "true", action = clap::ArgAction::Set, value_parser = karpenter_api::settings::parse_go_bool,
               num_args = 0..=1, default_missing_value = "true")]
         honor_autoscaler_annotations: bool,
         /// Cluster-wide limits over every NodePool, as the controller takes them (e.g. cpu=2000,memory=8Ti,nodes=300;
@@ -131,7 +131,7 @@ enum Command {
         feature_gates: karpenter_operator::settings::FeatureGates,
         /// Leave pods with DRA resource claims unplaced, as the controller does by default; false simulates device
         /// allocation from ResourceSlices and instance types' slice templates (docs/dra.md).
-        #[arg(long, env = "IGNORE_DRA_REQUESTS", default_value = "true", action = clap::ArgAction::Set,
+        #[arg(long, env = "IGNORE_DRA_REQUESTS", default_value = "true", action = clap::ArgAction::Set, value_parser = karpenter_api::settings::parse_go_bool,
               num_args = 0..=1, default_missing_value = "true")]
         ignore_dra_requests: bool,
         /// AWS feature gates as the controller takes them (Name=bool pairs). NodeClassCEL evaluates EC2NodeClass

@@ -35,7 +35,7 @@ pub struct RunArgs {
     provider: Provider,
     /// kwok: also play the kubelet of the kwok Nodes (Ready, Leases, running pods), for clusters without a KWOK
     /// controller.
-    #[arg(long, env = "KWOK_SIMULATE_KUBELET", default_value = "false", action = clap::ArgAction::Set,
+    #[arg(long, env = "KWOK_SIMULATE_KUBELET", default_value = "false", action = clap::ArgAction::Set, value_parser = karpenter_api::settings::parse_go_bool,
           num_args = 0..=1, default_missing_value = "true")]
     kwok_simulate_kubelet: bool,
     /// kwok: instance types in upstream's kwok JSON format instead of the built-in catalogue.

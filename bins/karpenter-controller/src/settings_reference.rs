@@ -16,7 +16,8 @@ pub(crate) fn reference_markdown() -> String {
          --bin karpenter-controller settings_reference -->\n\n\
          Every setting is an environment variable and a flag of `karpenter-controller run`; the environment \
          gives the default and a flag overrides it. Names and defaults follow upstream Karpenter, so existing \
-         Helm values and environments carry over.\n",
+         Helm values and environments carry over. Booleans (and feature-gate values) are read as upstream's Go \
+         code reads them: `true`/`false`, `1`/`0`, `t`/`f`, `TRUE`/`FALSE`, `True`/`False`.\n",
     );
     out.push_str(&reference_section("Core", &setting_docs::<CoreSettings>()));
     out.push_str(&reference_section("AWS (with `--provider aws`)", &setting_docs::<AwsSettings>()));

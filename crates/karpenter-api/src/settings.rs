@@ -30,9 +30,22 @@ pub fn parse_duration_setting(s: &str) -> Result<Duration, String> {
     parse_go_duration(s).map_err(|e| format!("{s:?} is not a duration such as 10s or 1m30s: {e}"))
 }
 
+/// A boolean setting as Go's `strconv.ParseBool` reads it, which upstream's settings use: `1`, `t`, `T`, `TRUE`,
+/// `true`, `True` and `0`, `f`, `F`, `FALSE`, `false`, `False`. Anything else (`yes`, `on`, an empty value) is an
+/// error that lists the accepted forms.
+pub fn parse_go_bool(s: &str) -> Result<bool, String> {
+    match s {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+        other => Err(format!(
+            "{other:?} is not a boolean; use true or false (or 1, t, T, TRUE, True, 0, f, F, FALSE, False)"
+        )),
+    }
+}
+
 /// Parses a feature-gate list, `Name=bool,Name=bool` (`FEATURE_GATES`, `AWS_FEATURE_GATES`). Whitespace around
-/// entries is allowed and empty entries are skipped; a malformed entry is an error. Go's boolean spellings
-/// `true`/`True`/`TRUE` and their false forms are accepted, as upstream's flag parsing does. Which names are
+/// entries is allowed and empty entries are skipped; a malformed entry is an error. Values are Go booleans
+/// ([`parse_go_bool`]), as upstream's feature-gate parsing reads them. Which names are
 /// known is the caller's business (upstream ignores unknown gates, so a newer values file still starts).
 pub fn parse_feature_gates(s: &str) -> Result<BTreeMap<String, bool>, String> {
     let mut gates = BTreeMap::new();
@@ -40,11 +53,7 @@ pub fn parse_feature_gates(s: &str) -> Result<BTreeMap<String, bool>, String> {
         let Some((name, value)) = entry.split_once('=') else {
             return Err(format!("feature gate {entry:?} must have the form Name=true or Name=false"));
         };
-        let value = match value.trim() {
-            "true" | "True" | "TRUE" => true,
-            "false" | "False" | "FALSE" => false,
-            other => return Err(format!("feature gate {}: {other:?} is not true or false", name.trim())),
-        };
+        let value = parse_go_bool(value.trim()).map_err(|e| format!("feature gate {}: {e}", name.trim()))?;
         gates.insert(name.trim().to_string(), value);
     }
     Ok(gates)
@@ -123,12 +132,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn go_booleans_are_parse_bool_spellings() {
+        for t in ["1", "t", "T", "TRUE", "true", "True"] {
+            assert_eq!(parse_go_bool(t), Ok(true), "{t}");
+        }
+        for f in ["0", "f", "F", "FALSE", "false", "False"] {
+            assert_eq!(parse_go_bool(f), Ok(false), "{f}");
+        }
+        for bad in ["", "yes", "on", "tRUE", " true", "2"] {
+            assert!(parse_go_bool(bad).unwrap_err().contains("is not a boolean"), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn gate_lists() {
         let gates = parse_feature_gates(" A=true, ,B=False ").unwrap();
         assert_eq!(gates, BTreeMap::from([("A".to_owned(), true), ("B".to_owned(), false)]));
         assert!(parse_feature_gates("").unwrap().is_empty());
         assert!(parse_feature_gates("A").unwrap_err().contains("must have the form Name=true"));
-        assert!(parse_feature_gates("A=yes").unwrap_err().contains("\"yes\" is not true or false"));
+        assert!(parse_feature_gates("A=yes").unwrap_err().contains("\"yes\" is not a boolean"));
+        assert_eq!(parse_feature_gates("A=1,B=f").unwrap(), BTreeMap::from([("A".into(), true), ("B".into(), false)]));
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use clap::{ArgAction, Args};
-use karpenter_api::settings::{SettingsError, parse_duration_setting as duration, parse_feature_gates};
+use karpenter_api::settings::{SettingsError, parse_duration_setting as duration, parse_feature_gates, parse_go_bool};
 
 use crate::pricing::{PriceFile, PriceFileError, PriceTable};
 
@@ -59,12 +59,12 @@ pub struct AwsSettings {
     #[arg(long, env = "CLUSTER_CA_BUNDLE", default_value = "")]
     pub cluster_ca_bundle: String,
     /// Discover the Kubernetes version and service CIDR through the EKS API.
-    #[arg(long, env = "EKS_CONTROL_PLANE", default_value = "false", action = ArgAction::Set,
+    #[arg(long, env = "EKS_CONTROL_PLANE", default_value = "false", action = ArgAction::Set, value_parser = parse_go_bool,
           num_args = 0..=1, default_missing_value = "true")]
     pub eks_control_plane: bool,
     /// The VPC has no internet access: no Pricing API (on-demand prices from PRICE_FILE, else the estimate) and
     /// no instance-profile GC.
-    #[arg(long, env = "ISOLATED_VPC", default_value = "false", action = ArgAction::Set,
+    #[arg(long, env = "ISOLATED_VPC", default_value = "false", action = ArgAction::Set, value_parser = parse_go_bool,
           num_args = 0..=1, default_missing_value = "true")]
     pub isolated_vpc: bool,
     /// JSON price file (as `karpenter-controller prices` writes it) loaded at start; the controller refuses to
@@ -82,11 +82,11 @@ pub struct AwsSettings {
     #[arg(long = "reserved-enis", env = "RESERVED_ENIS", default_value_t = 0)]
     pub reserved_enis: u32,
     /// Skip the dry-run authorization checks of EC2NodeClass resolution.
-    #[arg(long, env = "DISABLE_DRY_RUN", default_value = "false", action = ArgAction::Set,
+    #[arg(long, env = "DISABLE_DRY_RUN", default_value = "false", action = ArgAction::Set, value_parser = parse_go_bool,
           num_args = 0..=1, default_missing_value = "true")]
     pub disable_dry_run: bool,
     /// Honour Application Recovery Controller zonal shifts.
-    #[arg(long, env = "ENABLE_ZONAL_SHIFT", default_value = "false", action = ArgAction::Set,
+    #[arg(long, env = "ENABLE_ZONAL_SHIFT", default_value = "false", action = ArgAction::Set, value_parser = parse_go_bool,
           num_args = 0..=1, default_missing_value = "true")]
     pub enable_zonal_shift: bool,
     /// How long resolved AMIs are cached (at least 1m).
@@ -227,7 +227,14 @@ mod tests {
         assert_eq!(aws.security_group_refresh_interval, Duration::from_secs(300));
         aws.validate().unwrap();
         let err = parse(&["--aws-feature-gates=NodeClassCEL=maybe"]).unwrap_err().to_string();
-        assert!(err.contains("is not true or false"), "{err}");
+        assert!(err.contains("is not a boolean"), "{err}");
+    }
+
+    #[test]
+    fn booleans_parse_as_go() {
+        let aws = parse(&["--isolated-vpc=True", "--disable-dry-run=t", "--enable-zonal-shift=0"]).unwrap();
+        assert!(aws.isolated_vpc && aws.disable_dry_run && !aws.enable_zonal_shift);
+        assert!(parse(&["--isolated-vpc=yes"]).is_err());
     }
 
     #[test]

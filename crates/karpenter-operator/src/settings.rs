@@ -16,7 +16,9 @@ use clap::{ArgAction, Args, Command};
 pub use karpenter_requirements::{MinValuesPolicy, PreferencePolicy};
 
 pub use karpenter_api::settings::SettingsError;
-use karpenter_api::settings::{parse_cluster_limits, parse_duration_setting as duration, parse_feature_gates};
+use karpenter_api::settings::{
+    parse_cluster_limits, parse_duration_setting as duration, parse_feature_gates, parse_go_bool,
+};
 use karpenter_requirements::ResourceList;
 pub use karpenter_scheduler::SchedulerConfig;
 
@@ -34,7 +36,8 @@ impl FromStr for LogLevel {
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
             "debug" => Ok(Self::Debug),
-            "info" => Ok(Self::Info),
+            // Empty is upstream's default level (its logger reads "" as info).
+            "info" | "" => Ok(Self::Info),
             "error" => Ok(Self::Error),
             _ => Err(format!("{s:?} is not a log level; use debug, info or error")),
         }
@@ -131,7 +134,7 @@ pub struct CoreSettings {
     #[arg(long, env = "MIN_VALUES_POLICY", default_value = "Strict")]
     pub min_values_policy: MinValuesPolicy,
     /// Leave pods that request DRA ResourceClaims out of provisioning; false simulates device allocation (docs/dra.md).
-    #[arg(long, env = "IGNORE_DRA_REQUESTS", default_value = "true", action = ArgAction::Set,
+    #[arg(long, env = "IGNORE_DRA_REQUESTS", default_value = "true", action = ArgAction::Set, value_parser = parse_go_bool,
           num_args = 0..=1, default_missing_value = "true")]
     pub ignore_dra_requests: bool,
     /// CPU requests of the controller in millicores; sizes the scheduler's parallelism. Values <= 0 mean 1000.
@@ -153,10 +156,10 @@ pub struct CoreSettings {
     #[arg(long, env = "HEALTH_PROBE_PORT", default_value_t = 8081)]
     pub health_probe_port: u16,
     /// Serve profiling endpoints on the metrics server.
-    #[arg(long, env = "ENABLE_PROFILING", default_value = "false", action = ArgAction::Set,
+    #[arg(long, env = "ENABLE_PROFILING", default_value = "false", action = ArgAction::Set, value_parser = parse_go_bool,
           num_args = 0..=1, default_missing_value = "true")]
     pub enable_profiling: bool,
-    /// Log level: debug, info or error.
+    /// Log level: debug, info or error (empty: info).
     #[arg(long, env = "LOG_LEVEL", default_value = "info")]
     pub log_level: LogLevel,
     /// Where logs go, comma-separated (stdout, stderr or file paths).
@@ -166,7 +169,7 @@ pub struct CoreSettings {
     #[arg(long, env = "LOG_ERROR_OUTPUT_PATHS", default_value = "stderr", value_delimiter = ',')]
     pub log_error_output_paths: Vec<String>,
     /// Run every controller without first acquiring the leader-election Lease.
-    #[arg(long, env = "DISABLE_LEADER_ELECTION", default_value = "false", action = ArgAction::Set,
+    #[arg(long, env = "DISABLE_LEADER_ELECTION", default_value = "false", action = ArgAction::Set, value_parser = parse_go_bool,
           num_args = 0..=1, default_missing_value = "true")]
     pub disable_leader_election: bool,
     /// Name of the leader-election Lease.
@@ -176,19 +179,19 @@ pub struct CoreSettings {
     #[arg(long, env = "LEADER_ELECTION_NAMESPACE", default_value = "")]
     pub leader_election_namespace: String,
     /// Do not start informers before winning the Lease.
-    #[arg(long, env = "DISABLE_CONTROLLER_WARMUP", default_value = "true", action = ArgAction::Set,
+    #[arg(long, env = "DISABLE_CONTROLLER_WARMUP", default_value = "true", action = ArgAction::Set, value_parser = parse_go_bool,
           num_args = 0..=1, default_missing_value = "true")]
     pub disable_controller_warmup: bool,
     /// Turn off the pod, node and NodePool state metrics and the status-condition metrics.
-    #[arg(long, env = "DISABLE_CLUSTER_STATE_OBSERVABILITY", default_value = "false", action = ArgAction::Set,
+    #[arg(long, env = "DISABLE_CLUSTER_STATE_OBSERVABILITY", default_value = "false", action = ArgAction::Set, value_parser = parse_go_bool,
           num_args = 0..=1, default_missing_value = "true")]
     pub disable_cluster_state_observability: bool,
     /// Treat other autoscalers' annotations as karpenter.sh/do-not-disrupt: a pod's cluster-autoscaler.kubernetes.io/safe-to-evict=false, a node's cluster-autoscaler.kubernetes.io/scale-down-disabled=true, and their node-autoscaling.kubernetes.io forms (safe-to-evict, do-not-disrupt). Not in upstream Karpenter (docs/beyond-upstream.md)
-    #[arg(long, env = "HONOR_AUTOSCALER_ANNOTATIONS", default_value = "true", action = ArgAction::Set,
+    #[arg(long, env = "HONOR_AUTOSCALER_ANNOTATIONS", default_value = "true", action = ArgAction::Set, value_parser = parse_go_bool,
           num_args = 0..=1, default_missing_value = "true")]
     pub honor_autoscaler_annotations: bool,
     /// With the NodeRepair gate on: repair unhealthy nodes as v1.14 did (forceful deletion, no replacement first, no budget) instead of as a disruption method within the Unhealthy budget
-    #[arg(long, env = "LEGACY_NODE_REPAIR", default_value = "false", action = ArgAction::Set,
+    #[arg(long, env = "LEGACY_NODE_REPAIR", default_value = "false", action = ArgAction::Set, value_parser = parse_go_bool,
           num_args = 0..=1, default_missing_value = "true")]
     pub legacy_node_repair: bool,
     /// Cluster-wide limits over every NodePool, as resource=quantity pairs separated by commas (cpu, memory, ephemeral-storage, pods, nodes, huge pages such as hugepages-2Mi, or a domain-prefixed extended resource such as nvidia.com/gpu; e.g. cpu=2000,memory=8Ti,nodes=300). Enforced in provisioning like a NodePool's limits, counting every NodePool's nodes and in-flight NodeClaims; empty means none. Not in upstream Karpenter (docs/beyond-upstream.md)
@@ -286,6 +289,27 @@ mod tests {
     }
 
     #[test]
+    fn booleans_parse_as_go_and_an_empty_log_level_is_info() {
+        let core = parse(&[
+            "--enable-profiling=True",
+            "--disable-controller-warmup=0",
+            "--disable-leader-election=T",
+            "--ignore-dra-requests=FALSE",
+            "--legacy-node-repair=1",
+            "--log-level=",
+        ])
+        .unwrap()
+        .core;
+        assert!(core.enable_profiling && core.disable_leader_election && core.legacy_node_repair);
+        assert!(!core.disable_controller_warmup && !core.ignore_dra_requests);
+        assert_eq!(core.log_level, LogLevel::Info);
+        // What Go refuses stays refused, with the accepted forms named.
+        let err = parse(&["--enable-profiling=yes"]).unwrap_err().to_string();
+        assert!(err.contains("is not a boolean"), "{err}");
+        assert!(parse(&["--log-level=verbose"]).is_err());
+    }
+
+    #[test]
     fn scheduler_config_with_min_domains_on_schedule_anyway_starts() {
         // Upstream accepts it; minDomains has no effect there and is dropped with a warning.
         let config = "podTopologySpread: {defaultConstraints: [{maxSkew: 1, topologyKey: topology.kubernetes.io/zone, \
@@ -367,7 +391,7 @@ mod tests {
             (&["--preference-policy=respect"][..], "not a preference policy"),
             (&["--min-values-policy=Loose"][..], "not a min-values policy"),
             (&["--feature-gates=NodeRepair"][..], "must have the form Name=true"),
-            (&["--feature-gates=NodeRepair=yes"][..], "is not true or false"),
+            (&["--feature-gates=NodeRepair=yes"][..], "\"yes\" is not a boolean"),
             (&["--batch-idle-duration=10"][..], "is not a duration"),
             (&["--metrics-port=70000"][..], "70000"),
             (&["--cluster-limits=cpus=10"][..], "entry 1 (\"cpus=10\"): unknown resource \"cpus\""),
