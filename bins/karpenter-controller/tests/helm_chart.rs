@@ -133,20 +133,9 @@ fn chart_crds_are_the_generated_ones() {
     );
 }
 
-/// The Helm binary: `KARPENTER_HELM`, else `target/tools/helm`; `None` (said on stderr) without one, a failure
-/// under `CI=true`.
+/// The Helm binary ([`karpenter_testing::helm::require`]).
 fn helm() -> Option<PathBuf> {
-    let path = std::env::var_os("KARPENTER_HELM")
-        .filter(|p| !p.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/tools/helm"));
-    if path.is_file() {
-        return Some(path);
-    }
-    let why = format!("no helm at {} (run tools/get-helm.sh, or set KARPENTER_HELM)", path.display());
-    assert!(!karpenter_testing::realplane::in_ci(), "{why}");
-    eprintln!("skipped: {why}");
-    None
+    karpenter_testing::helm::require()
 }
 
 /// The chart rendered by `helm` with `sets` (`key=value`), as JSON documents.

@@ -2694,20 +2694,10 @@ const RBAC_KINDS: [&str; 5] = ["ServiceAccount", "ClusterRole", "ClusterRoleBind
 /// (the node-class store and NodePool readiness watch and read them, the kwok status controller marks them Ready).
 const KWOK_TEST_ROLE: &str = "karpenter-kwok-test";
 
-/// The Helm binary: `KARPENTER_HELM`, else `target/tools/helm` (tools/get-helm.sh). `None`, with the reason on
-/// stderr, when there is none; under `CI=true` that fails the test.
+/// The Helm binary ([`karpenter_testing::helm::require`]; chart-rbac is skipped without one, a failure under
+/// `CI=true`).
 fn helm_binary() -> Option<PathBuf> {
-    let path = std::env::var_os("KARPENTER_HELM")
-        .filter(|p| !p.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/tools/helm"));
-    if path.is_file() {
-        return Some(path);
-    }
-    let why = format!("no helm at {} (run tools/get-helm.sh, or set KARPENTER_HELM)", path.display());
-    assert!(!karpenter_testing::realplane::in_ci(), "chart-rbac needs helm under CI=true: {why}");
-    eprintln!("real plane: chart-rbac skipped: {why}");
-    None
+    karpenter_testing::helm::require()
 }
 
 /// `helm template karpenter charts/karpenter --namespace <CHART_NS>` with the chart's defaults (only the required

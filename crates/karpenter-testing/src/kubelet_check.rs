@@ -14,6 +14,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::in_ci;
+
 /// What the kubelet said.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -27,10 +29,6 @@ pub enum Verdict {
 #[derive(Clone, Debug)]
 pub struct KubeletCheck {
     script: PathBuf,
-}
-
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
 }
 
 impl KubeletCheck {

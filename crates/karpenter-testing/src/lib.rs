@@ -22,6 +22,7 @@
 //! - **A real control plane** (feature `realplane`): `realplane::require()` starts etcd, kube-apiserver,
 //!   kube-scheduler and kube-controller-manager v1.32.6 from the shared k8s folder on free ports for one test
 //!   binary (skipped with a printed reason where they are missing, a failure under `CI=true`).
+//! - **Real Helm**: `helm::require()` finds the binary tools/get-helm.sh installs (same skipping rule).
 //! - **The real kubelet as a judge**: `kubelet_check::KubeletCheck::require()` runs the shared folder's
 //!   `kubelet-check.sh` on flags and a `KubeletConfiguration` (same skipping rule).
 //!
@@ -51,6 +52,7 @@ pub mod apiserver;
 pub mod clock;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+pub mod helm;
 pub mod karpenter;
 pub mod kubelet_check;
 #[cfg(feature = "kwok")]
@@ -81,3 +83,9 @@ pub use pod::{
 };
 pub use resources::{Resources, map, res};
 pub use workloads::{DaemonSetOptions, PdbOptions, daemon_set, pod_disruption_budget};
+
+/// Whether `CI` is set to `true` (or `1`): the tests that need a real part of the machine (the control plane, the
+/// kubelet judge, Helm) fail instead of skipping where it is missing.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
+}

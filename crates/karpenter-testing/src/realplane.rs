@@ -208,10 +208,7 @@ pub fn require_with(options: PlaneOptions) -> Option<RealPlane> {
     }
 }
 
-/// Whether `CI` is set to `true` (or `1`).
-pub fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
-}
+pub use crate::in_ci;
 
 /// The default folder of `start.sh`: `$KARPENTER_K8S_DIR`, else `../shared/k8s` beside the workspace root.
 pub fn default_k8s_dir() -> PathBuf {
