@@ -23,7 +23,7 @@ pub struct InstanceTypeInfo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hypervisor: Option<String>,
     /// `supported` or `unsupported`: Nitro Enclaves (the `karpenter.k8s.aws/nitro-sandbox` label); absent
-    /// where the source does not say (moto's catalogue).
+    /// where the source does not say.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nitro_enclaves_support: Option<String>,
     /// `on-demand`, `spot`, `capacity-block`.
