@@ -1646,3 +1646,131 @@ fn a_multi_node_command_rejected_by_validation_hands_over_to_single_node_consoli
     let first = events_of(&doc, "Disruption")[0];
     assert_eq!(first["decidedAt"], "2026-01-01T00:00:15Z", "decided in the pass that rejected the multi-node command");
 }
+
+/// The issue-33 fixtures (`tests/fixtures/simulate/`), by path from the workspace root.
+fn fixture(name: &str) -> String {
+    format!("bins/karpenter-controller/tests/fixtures/simulate/{name}")
+}
+
+fn notes_of(doc: &Value) -> Vec<String> {
+    doc["notes"].as_array().expect("notes").iter().filter_map(Value::as_str).map(str::to_owned).collect()
+}
+
+/// The NodePools of the nodes a run launched (`newNodes` of a plain run, the launch events of a run over time).
+fn launched_pools(doc: &Value) -> Vec<String> {
+    let pool = |n: &Value| n["nodePool"].as_str().unwrap_or("?").to_owned();
+    match doc["newNodes"].as_array() {
+        Some(nodes) => nodes.iter().map(pool).collect(),
+        None => doc["events"]
+            .as_array()
+            .expect("events")
+            .iter()
+            .flat_map(|e| e["nodesLaunched"].as_array().cloned().unwrap_or_default())
+            .map(|n| pool(&n))
+            .collect(),
+    }
+}
+
+/// Provisioning launches from no NodePool that is not Ready or is being deleted (the controller's rule, shared),
+/// in one pass and over time, even when such a pool weighs more; a note names each pool left out.
+#[test]
+fn node_pools_not_ready_or_being_deleted_launch_nothing() {
+    let file = fixture("pools-not-ready-or-deleting.yaml");
+    for args in [vec![file.as_str()], vec![file.as_str(), "--for", "10m"]] {
+        let doc = simulate_json(&args);
+        let pools = launched_pools(&doc);
+        assert!(!pools.is_empty() && pools.iter().all(|p| p == "ready"), "{args:?}: {pools:?}");
+        let notes = notes_of(&doc);
+        for expected in [
+            "NodePool broken left out of provisioning: it is not ready (Ready=False, ValidationFailed)",
+            "NodePool leaving left out of provisioning: it is being deleted",
+        ] {
+            assert!(notes.iter().any(|n| n == expected), "{args:?}: {notes:?}");
+        }
+    }
+}
+
+/// The pods of nodes being deleted (a deletion timestamp, or the karpenter.sh/disrupted taint) are scheduled
+/// again, as the controller's provisioner does: active pods and a StatefulSet's terminating one; not DaemonSet
+/// pods, finished pods, do-not-disrupt pods or pods a PodDisruptionBudget never lets go. Over time the deleted
+/// node whose pods all moved is drained and removed; the one still holding protected pods stays, and so does the
+/// one that is only tainted (its disruption command is not in the input).
+#[test]
+fn pods_of_nodes_being_deleted_are_scheduled_again() {
+    let file = fixture("nodes-being-deleted.yaml");
+    let doc = simulate_json(&[&file]);
+    let mut moved: Vec<String> = doc["newNodes"]
+        .as_array()
+        .expect("newNodes")
+        .iter()
+        .flat_map(|n| n["pods"].as_array().cloned().unwrap_or_default())
+        .filter_map(|p| p.as_str().map(str::to_owned))
+        .collect();
+    moved.sort_unstable();
+    assert_eq!(moved, ["default/db-0", "default/web-a", "default/web-b", "default/web-c"], "{doc:#}");
+    assert_eq!(doc["summary"]["unschedulablePods"], 0, "{doc:#}");
+    let notes = notes_of(&doc);
+    assert!(
+        notes.iter().any(|n| n
+            == "4 pods of nodes being deleted scheduled again, as the controller does: \
+                                   default/db-0, default/web-a, default/web-b, default/web-c"),
+        "{notes:?}"
+    );
+
+    let doc = simulate_json(&[&file, "--for", "5m"]);
+    let events = doc["events"].as_array().expect("events");
+    let terminated: Vec<&Value> = events.iter().filter(|e| e["type"] == "Termination").collect();
+    assert_eq!(terminated.len(), 1, "{:#}", doc["events"]);
+    assert_eq!(terminated[0]["nodesRemoved"], serde_json::json!(["leaving-3"]), "{:#}", doc["events"]);
+    let nodes: Vec<&str> = doc["nodes"].as_array().expect("nodes").iter().filter_map(|n| n["name"].as_str()).collect();
+    assert!(nodes.contains(&"leaving-1") && nodes.contains(&"leaving-2") && !nodes.contains(&"leaving-3"), "{nodes:?}");
+    let pods_on =
+        |name: &str| doc["nodes"].as_array().unwrap().iter().find(|n| n["name"] == name).unwrap()["pods"].clone();
+    assert_eq!(pods_on("leaving-1"), 3, "agent, pinned and guarded stay: {:#}", doc["nodes"]);
+    assert_eq!(pods_on("leaving-2"), 0, "web-b moved: {:#}", doc["nodes"]);
+}
+
+/// A static NodePool gets its replicas from simulate as from the controller's static provisioning (gate
+/// StaticCapacity), in one pass and over time; without the gate a note says why nothing is created.
+#[test]
+fn static_node_pools_get_their_replicas() {
+    let gate = ["--feature-gates", "StaticCapacity=true"];
+    // kOps: a static pool of an EC2NodeClass with amiFamily Custom.
+    let kops = "examples/simulate/kops-static.yaml";
+    let doc = simulate_json(&[kops, gate[0], gate[1]]);
+    let nodes = doc["newNodes"].as_array().expect("newNodes");
+    assert_eq!(nodes.len(), 2, "{doc:#}");
+    for (i, n) in nodes.iter().enumerate() {
+        assert_eq!(n["name"], format!("nodes-us-east-1a-static-{}", i + 1));
+        assert_eq!(n["nodePool"], "nodes-us-east-1a");
+        assert_eq!(n["instanceType"], "t3.medium");
+        assert_eq!(n["zone"], "us-east-1a");
+        assert_eq!(n["capacityType"], "on-demand");
+        assert!(n["pods"].as_array().is_some_and(Vec::is_empty), "{n}");
+    }
+    let table = simulate_ok(&[kops, gate[0], gate[1]]);
+    assert!(table.contains("nodes-us-east-1a-static-1"), "{table}");
+    let doc = simulate_json(&[kops]);
+    assert_eq!(doc["newNodes"], serde_json::json!([]), "{doc:#}");
+    assert!(
+        notes_of(&doc).iter().any(|n| n.starts_with("NodePool nodes-us-east-1a is static (spec.replicas: 2)")),
+        "{:?}",
+        notes_of(&doc)
+    );
+
+    // KWOK: one replica of three runs; two are created at once, and over an hour the expiring nodes are
+    // replaced, so the pool ends with its three replicas.
+    let file = fixture("static-pool-kwok.yaml");
+    let doc = simulate_json(&[&file, gate[0], gate[1]]);
+    assert_eq!(launched_pools(&doc), ["fixed", "fixed"], "{doc:#}");
+    assert_eq!(doc["newNodes"][0]["instanceType"], "c-2x-amd64-linux");
+    let doc = simulate_json(&[&file, "--for", "1h", gate[0], gate[1]]);
+    let launched = launched_pools(&doc);
+    assert!(launched.len() >= 4 && launched.iter().all(|p| p == "fixed"), "{launched:?} {:#}", doc["events"]);
+    let expired = doc["events"].as_array().unwrap().iter().filter(|e| e["type"] == "Expiration").count();
+    assert!(expired >= 1, "{:#}", doc["events"]);
+    let final_nodes = doc["nodes"].as_array().expect("nodes");
+    assert_eq!(final_nodes.len(), 3, "{final_nodes:#?}");
+    let doc = simulate_json(&[&file, "--for", "1h"]);
+    assert!(launched_pools(&doc).is_empty(), "no gate, no static nodes: {:#}", doc["events"]);
+}

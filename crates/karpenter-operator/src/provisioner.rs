@@ -482,7 +482,8 @@ impl Provisioner {
         // The NodePools provisioning may use, with their instance types.
         let mut pools: Vec<(NodePool, Arc<[InstanceType]>)> = Vec::new();
         for pool in &cluster.node_pools {
-            if pool.is_static() || !pool.is_ready() || pool.metadata.deletion_timestamp.is_some() {
+            // Static, not Ready or being deleted: the rule simulate applies too.
+            if karpenter_scheduler::provisioning::dynamic_pool_exclusion(pool).is_some() {
                 continue;
             }
             match self.ctx.cloud.instance_types(pool).await {

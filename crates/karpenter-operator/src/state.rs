@@ -28,7 +28,8 @@
 //!
 //! [`ClusterState::snapshot`] builds the scheduler's [`ClusterSnapshot`] with the controller's pod rules
 //! (upstream's provisioner rules): pending pods are the provisionable ones ([`is_provisionable`]) that pass
-//! [`validate_pod`], plus the reschedulable pods of nodes being deleted; in-flight NodeClaims are included; every
+//! [`validate_pod`], plus the currently reschedulable pods of nodes being deleted
+//! ([`karpenter_disruption::pods::is_currently_reschedulable`], the rule `simulate` applies too); in-flight NodeClaims are included; every
 //! DaemonSet pod is offered as its DaemonSet's representative (the newest one's spec is what DaemonSet overhead
 //! is judged on, [`ClusterSnapshot::daemon_set_pod_spec`]).
 //! Provisioning triggers ([`Trigger`]) go to every [`ClusterState::subscribe`]r when a provisionable pod or a
@@ -50,13 +51,13 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1beta1::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use karpenter_api::capacitybuffer::{BufferSources, Resolved, Scalable, Unresolved};
 use karpenter_api::dra::DraObjects;
 use karpenter_api::labels;
 use karpenter_api::lean::Lean;
 use karpenter_api::{CapacityBuffer, CompactPod, NodeClaim, NodePool, SpecInterner};
 use karpenter_cloudprovider::Clock;
+use karpenter_disruption::pods::{Pdbs, is_currently_reschedulable};
 use karpenter_scheduler::ClusterSnapshot;
 use karpenter_scheduler::decision::UnschedulableReason;
 use karpenter_scheduler::snapshot::SnapshotError;
@@ -1205,7 +1206,7 @@ impl ClusterState {
 
         let mut rejected = Vec::new();
         let mut ignored = Vec::new();
-        let pdbs: Vec<&PodDisruptionBudget> = o.pdbs.objects.values().map(AsRef::as_ref).collect();
+        let pdbs = Pdbs::from_refs(o.pdbs.objects.values().map(AsRef::as_ref));
         for (key, pod) in &o.pods.objects {
             // Every DaemonSet pod (pending, terminal, on a node being deleted too) may stand for its DaemonSet.
             builder.daemon_set_pod(pod);
@@ -1295,12 +1296,7 @@ fn dra_objects(o: &Objects) -> DraObjects {
 fn marked_names(o: &Objects) -> BTreeSet<String> {
     let mut out = o.marked.clone();
     for n in o.nodes.objects.values() {
-        let disrupted = n
-            .spec
-            .as_ref()
-            .and_then(|s| s.taints.as_ref())
-            .is_some_and(|ts| ts.iter().any(|t| t.key == labels::taints::DISRUPTED));
-        if disrupted || n.metadata.deletion_timestamp.is_some() {
+        if karpenter_scheduler::snapshot::is_deleting_node(n) {
             out.insert(n.name_any());
         }
     }
@@ -1407,34 +1403,6 @@ fn validate_pod(pod: &CompactPod, o: &Objects) -> Result<(), PodRejection> {
     Ok(())
 }
 
-fn fully_blocking(pdb: &PodDisruptionBudget) -> bool {
-    let Some(spec) = pdb.spec.as_ref() else { return false };
-    let zero = |v: &IntOrString| matches!(v, IntOrString::Int(0)) || matches!(v, IntOrString::String(s) if s == "0%");
-    spec.max_unavailable.as_ref().is_some_and(zero)
-        || matches!(spec.min_available.as_ref(), Some(IntOrString::String(s)) if s == "100%")
-}
-
-/// Upstream's "currently reschedulable": a pod of a node being deleted that provisioning should find
-/// room for. Disruption's "reschedulable" ([`karpenter_disruption::pods::is_reschedulable`]) plus two conditions
-/// of the moment: no active `karpenter.sh/do-not-disrupt` (either form: `"true"`, or a duration still running at
-/// `now`) and no PodDisruptionBudget that allows no disruption of it.
-fn is_currently_reschedulable(pod: &CompactPod, pdbs: &[&PodDisruptionBudget], now: DateTime<Utc>) -> bool {
-    use karpenter_disruption::pods::is_reschedulable;
-    if !is_reschedulable(pod) || pod.do_not_disrupt(now) != karpenter_api::DoNotDisrupt::No {
-        return false;
-    }
-    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-    let pod_labels = pod.metadata.labels.clone().unwrap_or_default();
-    !pdbs.iter().any(|pdb| {
-        pdb.metadata.namespace.as_deref() == Some(ns)
-            && fully_blocking(pdb)
-            && karpenter_api::selector::selector_matches(
-                pdb.spec.as_ref().and_then(|s| s.selector.as_ref()),
-                &pod_labels,
-            )
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1482,34 +1450,6 @@ mod tests {
         let mut deleting = p.clone();
         deleting.metadata.deletion_timestamp = karpenter_testing::k8s_time(chrono::DateTime::UNIX_EPOCH);
         assert!(!provisionable(&deleting));
-    }
-
-    /// A pod of a node being deleted is placed again unless protected now: do-not-disrupt in either form (the
-    /// duration form counts from the pod's start), or a PDB that allows no disruption.
-    #[test]
-    fn currently_reschedulable_reads_both_do_not_disrupt_forms() {
-        let now = chrono::DateTime::parse_from_rfc3339("2026-01-01T12:00:00Z").unwrap().with_timezone(&Utc);
-        let with = |value: &str, started_mins_ago: i64| {
-            let mut p = pod(PodOptions {
-                name: Some("p".into()),
-                annotations: [(labels::annotations::DO_NOT_DISRUPT.to_owned(), value.to_owned())].into(),
-                node_name: Some("n1".into()),
-                ..Default::default()
-            });
-            p.status.get_or_insert_default().start_time =
-                karpenter_testing::k8s_time(now - chrono::Duration::minutes(started_mins_ago));
-            CompactPod::from(p)
-        };
-        assert!(!is_currently_reschedulable(&with("true", 60), &[], now));
-        assert!(!is_currently_reschedulable(&with("10m", 1), &[], now), "the duration is still running");
-        assert!(is_currently_reschedulable(&with("10m", 20), &[], now), "the duration is over");
-        assert!(is_currently_reschedulable(&with("not-a-duration", 1), &[], now), "invalid values are ignored");
-        let pdb: PodDisruptionBudget = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "all", "namespace": "default"},
-            "spec": {"selector": {}, "maxUnavailable": 0}
-        }))
-        .unwrap();
-        assert!(!is_currently_reschedulable(&with("10m", 20), &[&pdb], now), "a PDB that never allows a disruption");
     }
 
     #[test]

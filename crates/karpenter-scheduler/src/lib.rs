@@ -16,6 +16,8 @@
 //! * [`simulation`]: [`simulation::Simulator`], prepared once per pass for many what-if solves ("remove these
 //!   nodes, where do their pods go?"), used by disruption.
 //! * [`check`]: an independent checker of a decision against its input, used by the tests and benchmarks.
+//! * [`provisioning`]: the rules around the solver the controller and `simulate` share (which NodePools
+//!   provisioning launches from, how many NodeClaims a static NodePool gets).
 //! * [`bound`]: a lower bound on the cost of new nodes for a set of pods (LP relaxation over cpu, memory
 //!   and pods), to judge packing quality.
 //!
@@ -127,6 +129,7 @@ pub mod check;
 pub mod decision;
 pub mod default_spread;
 pub mod nodeclaim;
+pub mod provisioning;
 pub mod scheduler;
 pub mod simulation;
 pub mod snapshot;

@@ -384,6 +384,18 @@ fn fill_missing(base: &mut ResourceList, fallback: &ResourceList) {
     }
 }
 
+/// Whether a Node is being deleted as provisioning and disruption see it (the controller's state and `simulate`
+/// share the rule): it has a deletion timestamp or carries the `karpenter.sh/disrupted` taint (a disruption
+/// command is taking it away). A node whose NodeClaim has a deletion timestamp is being deleted too.
+pub fn is_deleting_node(node: &Node) -> bool {
+    node.metadata.deletion_timestamp.is_some()
+        || node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|ts| ts.iter().any(|t| t.key == labels::taints::DISRUPTED))
+}
+
 /// Fills a [`ClusterSnapshot`] from typed objects, one call per object, with the same rules as
 /// [`ClusterSnapshot::from_objects`] (which is built on it) minus workload expansion: a pod with `spec.nodeName`
 /// is bound (dropped when terminal), one without is pending (dropped when a DaemonSet owns it); nodes are
@@ -570,9 +582,7 @@ impl<'a> SnapshotBuilder<'a> {
                 startup_taints: claim
                     .map(|c| c.claim.spec.startup_taints.iter().map(api_taint).collect())
                     .unwrap_or_default(),
-                marked_for_deletion: n.metadata.deletion_timestamp.is_some()
-                    || claim.is_some_and(|c| c.marked_for_deletion)
-                    || taints.iter().any(|t| t.key == labels::taints::DISRUPTED),
+                marked_for_deletion: is_deleting_node(n) || claim.is_some_and(|c| c.marked_for_deletion),
                 node_claim: claim.map(|c| c.name.clone()),
                 unschedulable: n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
                 nominated: false,

@@ -28,6 +28,7 @@ mod floor;
 pub mod live;
 mod pods;
 mod report;
+mod static_pools;
 mod table;
 pub mod timeline;
 mod timeline_report;
@@ -39,6 +40,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use karpenter_api::loader::{self, Loaded, Object};
 use karpenter_api::{Conditions, NodePool, ProviderLabels, ValidationContext};
+use karpenter_scheduler::provisioning::{PoolExclusion, dynamic_pool_exclusion};
 use karpenter_scheduler::{ClusterSnapshot, PoolInput, SchedulerOptions, schedule};
 use serde_json::Value;
 
@@ -165,6 +167,7 @@ pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> 
         Err(e) => return Ok(Outcome::InputErrors(vec![e.to_string()])),
     };
     buffers::add(&mut snapshot, &objects, options.feature_gates.capacity_buffer, &mut notes);
+    snapshot.node_pools.iter_mut().for_each(assume_ready);
 
     let selection = catalogue::Selection {
         force,
@@ -181,6 +184,7 @@ pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> 
     notes.extend(options.scheduler_config.warnings.iter().cloned());
     notes.extend(floor::notes(&snapshot.node_pools));
     let ready = ready_node_pools(&snapshot.node_pools, &objects, &mut notes);
+    provisioning_notes(&ready, options.feature_gates.static_capacity, &mut notes);
     let inputs = if bundled {
         vec![BUNDLED_NAME.to_owned()]
     } else {
@@ -203,8 +207,10 @@ pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> 
         };
         return run_timeline(run, time, snapshot, ready, objects);
     }
+    // The provisioner's NodePools: dynamic, Ready, not being deleted (the controller's rule).
     let pools: Vec<PoolInput<'_>> = ready
         .iter()
+        .filter(|p| dynamic_pool_exclusion(p).is_none())
         .map(|p| PoolInput {
             node_pool: p,
             instance_types: catalogue.for_pool(p.metadata.name.as_deref().unwrap_or("")),
@@ -216,12 +222,48 @@ pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> 
         ignore_dra_requests: options.ignore_dra_requests,
         ..Default::default()
     };
-    let mut decisions = schedule(&snapshot, &pools, &provider, &scheduler);
-    // Pools below their karpenter-rs.io/min-nodes floor get nodes without pods, as the controller launches them.
+    // As the controller's provisioner: the currently reschedulable pods of nodes being deleted are scheduled
+    // with the pending ones (the report shows them as pending pods placed).
     let floor_now = now.or_else(|| world::latest_timestamp(&snapshot)).unwrap_or_default();
+    let rescheduling =
+        karpenter_disruption::pods::reschedule_deleting_nodes(&snapshot, floor_now).filter(|r| !r.pods.is_empty());
+    if let Some(r) = &rescheduling {
+        notes.push(format!(
+            "{} of nodes being deleted scheduled again, as the controller does: {}",
+            if r.pods.len() == 1 { "1 pod".to_owned() } else { format!("{} pods", r.pods.len()) },
+            r.pods.join(", ")
+        ));
+    }
+    // The report's view: the pods that stay on the nodes being deleted are shown there still.
+    let shown = rescheduling.as_ref().map(|r| {
+        let mut shown = r.snapshot.clone();
+        let moved: std::collections::BTreeSet<&str> = r.pods.iter().map(String::as_str).collect();
+        let deleting: std::collections::BTreeSet<&str> =
+            snapshot.nodes.iter().filter(|n| n.marked_for_deletion).map(|n| n.name.as_str()).collect();
+        shown.bound_pods.extend(
+            snapshot
+                .bound_pods
+                .iter()
+                .filter(|p| {
+                    p.node_name().is_some_and(|n| deleting.contains(n))
+                        && !moved.contains(karpenter_scheduler::snapshot::pod_key(p).as_str())
+                })
+                .cloned(),
+        );
+        shown
+    });
+    let shown = shown.as_ref().unwrap_or(&snapshot);
+    let snapshot = rescheduling.as_ref().map_or(&snapshot, |r| &r.snapshot);
+    let mut decisions = schedule(snapshot, &pools, &provider, &scheduler);
+    // Pools below their karpenter-rs.io/min-nodes floor get nodes without pods, as the controller launches them.
     let extra =
-        floor::plans(&snapshot, &pools, &provider, floor_now, &decisions.new_node_claims, &scheduler, &mut notes);
+        floor::plans(snapshot, &pools, &provider, floor_now, &decisions.new_node_claims, &scheduler, &mut notes);
     decisions.new_node_claims.extend(extra);
+    // Static NodePools get their replicas, as the controller's static provisioning creates them.
+    if options.feature_gates.static_capacity {
+        let extra = static_pools::plans(snapshot, &ready, &catalogue, &options.cluster_limits, &decisions, &mut notes);
+        decisions.new_node_claims.extend(extra);
+    }
 
     let report = Report::build(
         report::Inputs {
@@ -230,7 +272,7 @@ pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> 
             provider: provider.name.clone(),
             notes,
             objects: &objects,
-            snapshot: &snapshot,
+            snapshot: shown,
             catalogue: &catalogue,
         },
         decisions,
@@ -379,6 +421,7 @@ fn run_timeline(
     let repair = repair_options(run.feature_gates.node_repair, run.provider, &objects, start)?;
     let not_ready_nodes = not_ready_nodes(&objects);
     let mut w = world::World::new(snapshot, pools, run.catalogue, run.provider.clone(), objects, start);
+    w.static_capacity = run.feature_gates.static_capacity;
     w.options.honor_autoscaler_annotations = run.honor_autoscaler_annotations;
     w.options.spot_to_spot_consolidation = run.feature_gates.spot_to_spot_consolidation;
     w.options.pod_deletion_cost_management = run.feature_gates.pod_deletion_cost_management;
@@ -454,6 +497,7 @@ fn run_timeline(
         let inputs: Vec<PoolInput<'_>> = w
             .pools()
             .iter()
+            .filter(|p| dynamic_pool_exclusion(p).is_none())
             .map(|p| PoolInput {
                 node_pool: p,
                 instance_types: w.catalogue().for_pool(p.metadata.name.as_deref().unwrap_or("")),
@@ -677,6 +721,47 @@ fn ready_node_pools<'a>(pools: &'a [NodePool], objects: &[Loaded], notes: &mut V
         ));
     }
     ready
+}
+
+/// A NodePool of the input without a `Ready` condition (written by hand) is taken as `Ready=True`: the
+/// controller's readiness controllers would judge it from its node class, which [`ready_node_pools`] does here.
+/// A pool whose input status says otherwise keeps it (a captured cluster's pool that is not ready).
+pub(crate) fn assume_ready(pool: &mut NodePool) {
+    use karpenter_api::nodeclaim::conditions;
+    if pool.conditions().condition(conditions::READY).is_some() {
+        return;
+    }
+    let status = pool.status.get_or_insert_with(Default::default);
+    status.conditions.push(karpenter_api::Condition {
+        type_: conditions::READY.to_owned(),
+        status: karpenter_api::ConditionStatus::True,
+        observed_generation: None,
+        last_transition_time: DEFAULT_START.to_owned(),
+        reason: conditions::READY.to_owned(),
+        message: "no status in the input: taken as ready by simulate".to_owned(),
+    });
+}
+
+/// Notes for the NodePools provisioning leaves out (not Ready, being deleted: the controller's rule) and for
+/// static pools while the `StaticCapacity` gate is off.
+fn provisioning_notes(pools: &[&NodePool], static_capacity: bool, notes: &mut Vec<String>) {
+    for pool in pools {
+        let name = pool.metadata.name.as_deref().unwrap_or_default();
+        match dynamic_pool_exclusion(pool) {
+            None => {}
+            Some(PoolExclusion::Static) if static_capacity => {
+                if let Some(e) = karpenter_scheduler::provisioning::pool_exclusion(pool) {
+                    notes.push(format!("static NodePool {name} gets no nodes: it is {e}"));
+                }
+            }
+            Some(PoolExclusion::Static) => notes.push(format!(
+                "NodePool {name} is static (spec.replicas: {}): its nodes are created only with the \
+                 StaticCapacity feature gate (--feature-gates StaticCapacity=true)",
+                pool.spec.replicas.unwrap_or_default()
+            )),
+            Some(e) => notes.push(format!("NodePool {name} left out of provisioning: it is {e}")),
+        }
+    }
 }
 
 fn group_of(api_version: &str) -> &str {

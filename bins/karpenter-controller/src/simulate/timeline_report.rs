@@ -108,6 +108,9 @@ pub enum EventKind {
     Disruption,
     /// A disruption command was rejected by its validation after the wait.
     ValidationFailed,
+    /// A node being deleted in the input (deletion timestamp, or the `karpenter.sh/disrupted` taint) was drained
+    /// of its reschedulable pods and removed.
+    Termination,
 }
 
 /// Something that happened.

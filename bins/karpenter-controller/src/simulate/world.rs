@@ -25,13 +25,18 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{Pod, PodStatus, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use karpenter_api::loader::{self, Loaded, Object};
+use karpenter_api::nodepool::NODES_LIMIT;
 use karpenter_api::time::{chrono_duration, from_k8s, parse_rfc3339, rfc3339};
 use karpenter_api::{CompactPod, IntoSharedPod, SpecInterner};
 use karpenter_api::{NodePool, ProviderLabels, ValidationContext, labels};
+use karpenter_disruption::pods::reschedule_deleting_nodes;
 use karpenter_disruption::validation::{NextStep, VALIDATION_DELAY, next_step};
 use karpenter_disruption::{Command, DisruptionOptions, Method, Pass, Reason, evaluate, expiration, validation};
 use karpenter_requirements::{InstanceType, Operator};
 use karpenter_scheduler::decision::NodeClaimPlan;
+use karpenter_scheduler::provisioning::{
+    ClusterNodes, PoolExclusion, StaticClaims, StaticScaleUp, dynamic_pool_exclusion, static_plan, static_scale_up,
+};
 use karpenter_scheduler::snapshot::{api_taint, is_daemon_set_pod, pod_key};
 use karpenter_scheduler::{
     ClusterSnapshot, Decisions, NodeClaimInfo, NodeInfo, PoolInput, SchedulerOptions, build_node_claim, schedule,
@@ -91,6 +96,13 @@ pub struct World<'c> {
     pub passes: usize,
     /// Notes about the run (a command still waiting at the end, rounds cut short).
     pub notes: Vec<String>,
+    /// The `StaticCapacity` feature gate: static NodePools get their replicas.
+    pub static_capacity: bool,
+    /// The input's nodes being deleted (a deletion timestamp on the Node or its NodeClaim): their termination
+    /// finishes once they are drained ([`Self::terminate_drained`]). A node that only carries the
+    /// `karpenter.sh/disrupted` taint is in a disruption command the input does not show, which nothing here
+    /// finishes.
+    deleted_nodes: BTreeSet<String>,
 }
 
 /// The latest timestamp of the input's NodeClaims (creation, condition transitions, last pod event), so a run
@@ -121,6 +133,9 @@ impl<'c> World<'c> {
         objects: Vec<Loaded>,
         start: DateTime<Utc>,
     ) -> Self {
+        // A pool without status is taken as ready, as for a plain run (mod.rs does it for the input's pools).
+        let mut pools = pools;
+        pools.iter_mut().for_each(super::assume_ready);
         let mut world = World {
             snapshot,
             pools,
@@ -138,7 +153,24 @@ impl<'c> World<'c> {
             events: Vec::new(),
             passes: 0,
             notes: Vec::new(),
+            static_capacity: false,
+            deleted_nodes: BTreeSet::new(),
         };
+        world.deleted_nodes = objects
+            .iter()
+            .filter_map(|l| match &l.object {
+                Object::Node(n) if n.metadata.deletion_timestamp.is_some() => n.metadata.name.clone(),
+                _ => None,
+            })
+            .chain(
+                world
+                    .snapshot
+                    .node_claims
+                    .iter()
+                    .filter(|c| c.claim.metadata.deletion_timestamp.is_some())
+                    .filter_map(|c| c.node_name.clone()),
+            )
+            .collect();
         world.learn_workloads(&objects);
         world.objects = objects;
         world
@@ -175,9 +207,21 @@ impl<'c> World<'c> {
         (self.now - self.start).to_std().unwrap_or_default()
     }
 
+    /// The NodePools disruption reads: those not being deleted (as the controller's disruption).
     fn pool_inputs(&self) -> Vec<PoolInput<'_>> {
+        self.pool_inputs_where(|p| p.metadata.deletion_timestamp.is_none())
+    }
+
+    /// The NodePools the provisioner launches from: dynamic, Ready and not being deleted (the controller's rule,
+    /// [`dynamic_pool_exclusion`]).
+    fn provisioning_pool_inputs(&self) -> Vec<PoolInput<'_>> {
+        self.pool_inputs_where(|p| dynamic_pool_exclusion(p).is_none())
+    }
+
+    fn pool_inputs_where(&self, keep: impl Fn(&NodePool) -> bool) -> Vec<PoolInput<'_>> {
         self.pools
             .iter()
+            .filter(|p| keep(p))
             .map(|p| PoolInput {
                 node_pool: p,
                 instance_types: self.catalogue.for_pool(p.metadata.name.as_deref().unwrap_or("")),
@@ -309,6 +353,66 @@ impl<'c> World<'c> {
             p.status = None;
             self.snapshot.pending_pods.push(Arc::new(specs.intern(p)));
         }
+    }
+
+    /// Takes the bound pods `keys` off their nodes and makes them pending (a drain's eviction).
+    fn evict(&mut self, keys: &BTreeSet<&str>) {
+        if keys.is_empty() {
+            return;
+        }
+        let mut evicted = Vec::new();
+        self.snapshot.bound_pods.retain(|p| {
+            if keys.contains(pod_key(p).as_str()) {
+                evicted.push(Arc::clone(p));
+                false
+            } else {
+                true
+            }
+        });
+        for mut p in evicted {
+            Arc::make_mut(&mut Arc::make_mut(&mut p).spec).node_name = None;
+            self.snapshot.pending_pods.push(p);
+        }
+    }
+
+    /// The termination of the input's nodes being deleted: a node with a deletion timestamp that holds no
+    /// reschedulable pod any more (its pods were placed elsewhere; DaemonSet, static and terminal pods do not
+    /// hold it) is removed. One holding a pod that do-not-disrupt or a PodDisruptionBudget keeps on it stays, as
+    /// the controller's drain waits for it (its `terminationGracePeriod` is not simulated).
+    fn terminate_drained(&mut self) -> bool {
+        let holding: BTreeSet<&str> = self
+            .snapshot
+            .bound_pods
+            .iter()
+            .filter(|p| karpenter_disruption::pods::is_reschedulable(p))
+            .filter_map(|p| p.node_name())
+            .collect();
+        let drained: Vec<String> = self
+            .snapshot
+            .nodes
+            .iter()
+            .filter(|n| self.deleted_nodes.contains(&n.name) && !holding.contains(n.name.as_str()))
+            .map(|n| n.name.clone())
+            .collect();
+        if drained.is_empty() {
+            return false;
+        }
+        for name in &drained {
+            self.remove_node(name);
+            self.deleted_nodes.remove(name);
+        }
+        self.snapshot.sort();
+        let e = self.event(
+            EventKind::Termination,
+            format!(
+                "{} being deleted drained and removed: {}",
+                plural(drained.len(), "node", "nodes"),
+                drained.join(", ")
+            ),
+        );
+        e.nodes_removed = drained;
+        self.close_event();
+        true
     }
 
     fn node_name_for(&mut self, pool: &str) -> String {
@@ -468,12 +572,18 @@ impl<'c> World<'c> {
     }
 
     /// Schedules the pending pods; `None` when there were none or nothing changed.
+    ///
+    /// As the controller's provisioner, the currently reschedulable pods of nodes being deleted are scheduled with
+    /// the pending ones ([`reschedule_deleting_nodes`]); those placed leave their node for the new one (evicted
+    /// by its drain, bound again), the others stay.
     fn schedule_pending(&mut self) -> anyhow::Result<Option<(usize, Vec<LaunchedNode>, usize)>> {
-        if self.snapshot.pending_pods.is_empty() {
+        let rescheduling = reschedule_deleting_nodes(&self.snapshot, self.now).filter(|r| !r.pods.is_empty());
+        if self.snapshot.pending_pods.is_empty() && rescheduling.is_none() {
             return Ok(None);
         }
         let decisions = {
-            let pools = self.pool_inputs();
+            let pools = self.provisioning_pool_inputs();
+            let input = rescheduling.as_ref().map_or(&self.snapshot, |r| &r.snapshot);
             // Provisioning's options (not disruption's), with the cluster limits disruption's simulations use too.
             let options = SchedulerOptions {
                 cluster_limits: self.options.scheduler.cluster_limits.clone(),
@@ -481,8 +591,19 @@ impl<'c> World<'c> {
                 ignore_dra_requests: self.options.scheduler.ignore_dra_requests,
                 ..Default::default()
             };
-            schedule(&self.snapshot, &pools, &self.provider, &options)
+            schedule(input, &pools, &self.provider, &options)
         };
+        if let Some(r) = &rescheduling {
+            let placed: BTreeSet<&str> = decisions
+                .existing_nodes
+                .iter()
+                .flat_map(|n| &n.pods)
+                .chain(decisions.new_node_claims.iter().flat_map(|c| &c.pods))
+                .map(String::as_str)
+                .collect();
+            let moving: BTreeSet<&str> = r.pods.iter().map(String::as_str).filter(|k| placed.contains(k)).collect();
+            self.evict(&moving);
+        }
         let (placed, launched, left) = self.place(&decisions)?;
         Ok((placed > 0 || !launched.is_empty()).then_some((placed, launched, left)))
     }
@@ -511,7 +632,7 @@ impl<'c> World<'c> {
     pub fn floor(&mut self) -> anyhow::Result<bool> {
         let mut notes = Vec::new();
         let plans = {
-            let pools = self.pool_inputs();
+            let pools = self.provisioning_pool_inputs();
             // Provisioning's options, as for pending pods: the floor obeys the cluster limits too.
             let options = SchedulerOptions {
                 cluster_limits: self.options.scheduler.cluster_limits.clone(),
@@ -547,6 +668,74 @@ impl<'c> World<'c> {
         e.nodes_launched = launched;
         self.close_event();
         Ok(true)
+    }
+
+    /// The controller's static provisioning (gate `StaticCapacity`): each static NodePool short of its
+    /// `replicas` gets the missing nodes, within `limits.nodes` and the cluster's `nodes` limit
+    /// ([`static_scale_up`], the controller's decision); records a provisioning event when it launched any.
+    pub fn static_provision(&mut self) -> anyhow::Result<bool> {
+        if !self.static_capacity {
+            return Ok(false);
+        }
+        let cluster_limit =
+            self.options.scheduler.cluster_limits.get(NODES_LIMIT).map(|q| q.value().unwrap_or(i64::MAX));
+        let mut launched = Vec::new();
+        let static_pools: Vec<NodePool> = self.pools.iter().filter(|p| p.is_static()).cloned().collect();
+        for pool in &static_pools {
+            let name = pool.metadata.name.clone().unwrap_or_default();
+            let of_pool = self.snapshot.node_claims.iter().filter(|c| c.node_pool.as_deref() == Some(name.as_str()));
+            let claims = StaticClaims {
+                live: of_pool.clone().filter(|c| !c.marked_for_deletion).count(),
+                total: of_pool.count(),
+            };
+            let cluster = cluster_limit.map(|limit| ClusterNodes { limit, claims: self.snapshot.node_claims.len() });
+            let wanted = match static_scale_up(pool, claims, cluster) {
+                Ok(StaticScaleUp::Create(n)) => n,
+                Ok(_) => continue,
+                Err(e) => {
+                    self.note_once(format!("static NodePool {name}: {e}"));
+                    continue;
+                }
+            };
+            let plan = match static_plan(pool) {
+                Ok(p) => p,
+                Err(e) => {
+                    self.note_once(format!("static NodePool {name}: {e}"));
+                    continue;
+                }
+            };
+            for _ in 0..wanted {
+                match self.launch(&plan)? {
+                    Some(l) => launched.push(l),
+                    None => {
+                        self.note_once(format!(
+                            "static NodePool {name}: no offering of its instance types fits its requirements"
+                        ));
+                        break;
+                    }
+                }
+            }
+        }
+        if launched.is_empty() {
+            return Ok(false);
+        }
+        self.snapshot.sort();
+        let names: Vec<String> = launched.iter().map(describe_launch).collect();
+        let message = format!(
+            "{} launched for static NodePools (spec.replicas): {}",
+            plural(launched.len(), "node", "nodes"),
+            names.join(", ")
+        );
+        let e = self.event(EventKind::Provisioning, message);
+        e.nodes_launched = launched;
+        self.close_event();
+        Ok(true)
+    }
+
+    fn note_once(&mut self, note: String) {
+        if !self.notes.contains(&note) {
+            self.notes.push(note);
+        }
     }
 
     fn expire(&mut self) -> bool {
@@ -672,8 +861,10 @@ impl<'c> World<'c> {
         for _ in 0..MAX_ROUNDS_PER_INSTANT {
             // The floor first: an expired node of a pool at its floor is replaced before it goes.
             let floored = self.floor()?;
+            let static_launched = self.static_provision()?;
             let expired = self.expire();
-            let provisioned = self.provision()? || floored;
+            let provisioned = self.provision()? || floored || static_launched;
+            let terminated = self.terminate_drained();
             if let Some(w) = self.waiting.take_if(|w| w.due <= self.now) {
                 let pools = self.pool_inputs();
                 let mut valid = Vec::new();
@@ -704,7 +895,7 @@ impl<'c> World<'c> {
             self.learn_hints(&pass);
             // The controller's step after a pass: drift starts at once, the graceful methods wait and re-check.
             match next_step(pass.commands) {
-                NextStep::Idle if expired || provisioned => continue,
+                NextStep::Idle if expired || provisioned || terminated => continue,
                 NextStep::Idle => return Ok(()),
                 NextStep::StartNow(commands) => self.execute(&commands, self.now)?,
                 NextStep::ValidateAfterDelay(command) => {
@@ -990,8 +1181,12 @@ impl<'c> World<'c> {
         if new_pods > 0 {
             parts.push(format!("{new_pods} new pods"));
         }
-        for pool in added.node_pools {
+        for mut pool in added.node_pools {
+            super::assume_ready(&mut pool);
             let name = pool.metadata.name.clone().unwrap_or_default();
+            if let Some(e) = dynamic_pool_exclusion(&pool).filter(|e| *e != PoolExclusion::Static) {
+                self.note_once(format!("NodePool {name} (applied) left out of provisioning: it is {e}"));
+            }
             let replaced = self.pools.iter().any(|p| p.metadata.name == pool.metadata.name);
             self.pools.retain(|p| p.metadata.name != pool.metadata.name);
             self.snapshot.node_pools.retain(|p| p.metadata.name != pool.metadata.name);

@@ -3,7 +3,8 @@
 //! - [`StaticProvisioning`] (`static.provisioning`): for a ready, static, non-deleting pool with fewer live
 //!   (not deleting) NodeClaims than `replicas`, creates the missing ones straight from the template (no pods, no
 //!   instance-type decision: the claim carries the pool's requirements and the cloud provider picks the instance
-//!   type at launch). Creation honours `limits.nodes` against every NodeClaim of the pool, deleting ones
+//!   type at launch). How many is [`karpenter_scheduler::provisioning::static_scale_up`]'s pure decision, which
+//!   `simulate` applies too. Creation honours `limits.nodes` against every NodeClaim of the pool, deleting ones
 //!   included (they still hold a node); when the limit leaves no room it looks again in [`LIMIT_RETRY`].
 //!   Requeue [`RESYNC`] otherwise. Claims being replaced by a disruption command count as live, so a drift
 //!   replacement in flight is not doubled.
@@ -24,9 +25,10 @@ use std::time::Duration;
 use karpenter_api::labels;
 use karpenter_api::nodepool::NODES_LIMIT;
 use karpenter_api::{NodeClaim, NodePool, ProviderLabels};
-use karpenter_requirements::Quantity;
 use karpenter_scheduler::build_node_claim;
-use karpenter_scheduler::decision::NodeClaimPlan;
+use karpenter_scheduler::provisioning::{
+    ClusterNodes, StaticClaims, StaticScaleUp as Decision, static_plan, static_scale_up,
+};
 use kube::api::{ListParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Api, Client, ResourceExt};
@@ -122,39 +124,32 @@ impl StaticProvisioning {
         }
         let api: Api<NodePool> = Api::all(self.ctx.client.clone());
         let Some(pool) = api.get_opt(name).await? else { return Ok(ScaleUp::Skipped) };
-        let Some(replicas) = pool.spec.replicas else { return Ok(ScaleUp::Skipped) };
-        if pool.metadata.deletion_timestamp.is_some() || !pool.is_ready() {
+        // Not static, not ready or deleting: skipped before anything is listed.
+        if static_scale_up(&pool, StaticClaims::default(), None) == Ok(Decision::Skipped) {
             return Ok(ScaleUp::Skipped);
         }
         let claims = pool_claims(&self.ctx.client, name).await?;
-        let running = i64::try_from(live(&claims).len()).unwrap_or(i64::MAX);
-        if running >= replicas {
-            return Ok(ScaleUp::Satisfied);
-        }
-        let mut wanted = replicas - running;
-        if let Some(limit) = pool.spec.limits.get(NODES_LIMIT) {
-            let limit: Quantity = limit.as_str().parse().map_err(|e| StaticError::Invalid {
-                pool: name.to_owned(),
-                message: format!("limits.nodes {:?}: {e}", limit.as_str()),
-            })?;
-            let limit = limit.value().unwrap_or(i64::MAX);
-            let total = i64::try_from(claims.len()).unwrap_or(i64::MAX);
-            wanted = wanted.min((limit - total).max(0));
-        }
-        if let Some(limit) = self.cluster_nodes {
-            let all = Api::<NodeClaim>::all(self.ctx.client.clone()).list(&ListParams::default()).await?.items;
-            let total = i64::try_from(all.len()).unwrap_or(i64::MAX);
-            wanted = wanted.min((limit - total).max(0));
-        }
-        if wanted == 0 {
-            tracing::info!(controller = PROVISIONING_CONTROLLER, NodePool = %name, replicas, running,
-                "limits.nodes or the cluster's nodes limit reached, not creating nodeclaims");
-            return Ok(ScaleUp::LimitReached);
-        }
-        let plan = NodeClaimPlan::from_template(&pool, format!("{name}-static"))
-            .map_err(|e| StaticError::Invalid { pool: name.to_owned(), message: format!("requirements: {e}") })?;
-        let claim = build_node_claim(&pool, &plan, &self.provider)
-            .map_err(|e| StaticError::Invalid { pool: name.to_owned(), message: e.to_string() })?;
+        let counts = StaticClaims { live: live(&claims).len(), total: claims.len() };
+        let cluster = match self.cluster_nodes {
+            Some(limit) => {
+                let all = Api::<NodeClaim>::all(self.ctx.client.clone()).list(&ListParams::default()).await?.items;
+                Some(ClusterNodes { limit, claims: all.len() })
+            }
+            None => None,
+        };
+        let invalid = |message: String| StaticError::Invalid { pool: name.to_owned(), message };
+        let wanted = match static_scale_up(&pool, counts, cluster).map_err(invalid)? {
+            Decision::Skipped => return Ok(ScaleUp::Skipped),
+            Decision::Satisfied => return Ok(ScaleUp::Satisfied),
+            Decision::LimitReached => {
+                tracing::info!(controller = PROVISIONING_CONTROLLER, NodePool = %name, replicas = pool.spec.replicas,
+                    running = counts.live, "limits.nodes or the cluster's nodes limit reached, not creating nodeclaims");
+                return Ok(ScaleUp::LimitReached);
+            }
+            Decision::Create(n) => n,
+        };
+        let plan = static_plan(&pool).map_err(invalid)?;
+        let claim = build_node_claim(&pool, &plan, &self.provider).map_err(|e| invalid(e.to_string()))?;
         let claims_api: Api<NodeClaim> = Api::all(self.ctx.client.clone());
         let mut created = Vec::new();
         for _ in 0..wanted {
