@@ -48,7 +48,7 @@ use karpenter_aws::nodeclass::instance_profile::ClusterIdentity;
 use karpenter_aws::nodeclass::mock::MockAws;
 use karpenter_aws::nodeclass::{NodeClassResolver, ResolverSettings};
 use karpenter_aws::pricing::{PriceSource, PriceTable};
-use karpenter_aws::provider::{AwsApis, AwsCloudProvider, AwsCloudProviderOptions};
+use karpenter_aws::provider::{AwsCloudProvider, AwsCloudProviderOptions};
 use karpenter_aws::testing::aws_kubelet::AwsKubelet;
 use karpenter_cloudprovider::{Clock, SystemClock, TokioSleeper};
 use karpenter_operator::CoreSettings;
@@ -230,11 +230,7 @@ impl Env {
             dns_ip: Some("10.100.0.10".into()),
         };
         let provider = AwsCloudProvider::new(
-            AwsApis {
-                fleet: Arc::new(ec2.clone()),
-                launch_templates: Arc::new(ec2.clone()),
-                instance_types: Arc::new(ec2.clone()),
-            },
+            ec2.apis(),
             Arc::new(node_classes.clone()),
             clock.clone(),
             Arc::new(TokioSleeper),

@@ -22,7 +22,10 @@ use karpenter_api::ec2nodeclass::{
     kubelet_field_of_bottlerocket_setting,
 };
 
-use super::userdata::{BootstrapConfig, MimePart, NODEADM_CONTENT_TYPE, is_mime, parse_mime, user_data};
+use super::userdata::{
+    BootstrapConfig, MimePart, NODEADM_CONTENT_TYPE, is_mime, is_registration_only_label, label_in_namespace,
+    parse_mime, user_data,
+};
 
 /// The kubelet's command-line flags and configuration file.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -405,12 +408,10 @@ const KUBELET_LABELS: [&str; 11] = [
 /// anything; inside them its own labels ([`KUBELET_LABELS`]) and the `kubelet.kubernetes.io` and
 /// `node.kubernetes.io` namespaces (subdomains included).
 fn kubelet_takes_label(key: &str) -> bool {
-    let Some((domain, _)) = key.split_once('/') else { return true };
-    let within = |ns: &str| domain == ns || domain.strip_suffix(ns).is_some_and(|p| p.ends_with('.'));
-    if !within("kubernetes.io") && !within("k8s.io") {
-        return true;
-    }
-    KUBELET_LABELS.contains(&key) || within("kubelet.kubernetes.io") || within("node.kubernetes.io")
+    !is_registration_only_label(key)
+        || KUBELET_LABELS.contains(&key)
+        || label_in_namespace(key, "kubelet.kubernetes.io")
+        || label_in_namespace(key, "node.kubernetes.io")
 }
 
 /// The kubelet's refusals of `--node-labels` among `flags` (labels in its protected namespaces it does not
@@ -445,14 +446,8 @@ pub fn user_data_kubelet_refusals(
     }
     // Expressions resolve per instance type; their fields are judged by node class validation instead.
     let kubelet = kubelet.filter(|k| !k.has_expressions()).cloned().unwrap_or_default();
-    let config = BootstrapConfig {
-        cluster_name: "check".into(),
-        cluster_endpoint: "https://check".into(),
-        service_cidr: Some("10.100.0.0/16".into()),
-        kubelet,
-        custom_user_data: custom_user_data.map(str::to_owned),
-        ..Default::default()
-    };
+    // Any CIDR: without one, AL2023 user data is not built at all, which is a problem of its own.
+    let config = BootstrapConfig::for_validation(custom_user_data, Some("10.100.0.0/16"), kubelet);
     let Ok(text) = user_data(family, &config) else { return Vec::new() };
     let Ok(inputs) = kubelet_inputs(family, &text) else { return Vec::new() };
     let mut refusals = kubelet_config_refusals(&inputs.config);

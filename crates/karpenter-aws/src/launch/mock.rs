@@ -98,6 +98,15 @@ impl MockEc2 {
         Self { state: Arc::default(), clock }
     }
 
+    /// The provider's APIs (fleet, launch templates, instance types) all served by this EC2.
+    pub fn apis(&self) -> crate::provider::AwsApis {
+        crate::provider::AwsApis {
+            fleet: Arc::new(self.clone()),
+            launch_templates: Arc::new(self.clone()),
+            instance_types: Arc::new(self.clone()),
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }

@@ -19,7 +19,7 @@ use crate::instancetypes::SharedPrices;
 use crate::launch::instance::ClusterInfo;
 use crate::launch::mock::{MockEc2, instance_type_info};
 use crate::pricing::{PriceSource, PriceTable};
-use crate::provider::{AwsApis, AwsCloudProvider, AwsCloudProviderOptions};
+use crate::provider::{AwsCloudProvider, AwsCloudProviderOptions};
 
 const ZONES: [&str; 2] = ["us-west-2a", "us-west-2b"];
 /// Pods of [`instance_type_info`] types: 3 ENIs × (10 − 1) + 2.
@@ -62,11 +62,7 @@ fn env(infos: Vec<InstanceTypeInfo>, spec: serde_json::Value, dns_ip: &str) -> E
         dns_ip: Some(dns_ip.into()),
     };
     let provider = AwsCloudProvider::new(
-        AwsApis {
-            fleet: Arc::new(ec2.clone()),
-            launch_templates: Arc::new(ec2.clone()),
-            instance_types: Arc::new(ec2.clone()),
-        },
+        ec2.apis(),
         Arc::new(classes),
         Arc::new(clock.clone()),
         Arc::new(clock.clone()),

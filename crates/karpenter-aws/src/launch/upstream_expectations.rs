@@ -30,7 +30,7 @@ use crate::launch::template::{
 };
 use crate::launch::userdata::{BootstrapConfig, MimePart, parse_mime, user_data, write_mime};
 use crate::pricing::{PriceSource, PriceTable};
-use crate::provider::{AwsApis, AwsCloudProvider, AwsCloudProviderOptions};
+use crate::provider::{AwsCloudProvider, AwsCloudProviderOptions};
 
 // =============================================================================================================
 // Readers: MIME, a YAML subset, shell and PowerShell words, Go durations.
@@ -1274,11 +1274,7 @@ fn env(region: &str, cluster: ClusterInfo, spec: Value) -> Env {
     let classes = InMemoryNodeClasses::new();
     classes.insert_value(GROUP, KIND, "default", class);
     let provider = AwsCloudProvider::new(
-        AwsApis {
-            fleet: Arc::new(ec2.clone()),
-            launch_templates: Arc::new(ec2.clone()),
-            instance_types: Arc::new(ec2.clone()),
-        },
+        ec2.apis(),
         Arc::new(classes),
         Arc::new(clock.clone()),
         Arc::new(clock.clone()),

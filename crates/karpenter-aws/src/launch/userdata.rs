@@ -103,10 +103,14 @@ pub fn user_data(family: AmiFamily, config: &BootstrapConfig) -> Result<String, 
 /// node's own writes, so none go into user data, as upstream does; the registration controller copies the
 /// NodeClaim's labels onto the Node instead.
 pub fn is_registration_only_label(key: &str) -> bool {
+    label_in_namespace(key, "kubernetes.io") || label_in_namespace(key, "k8s.io")
+}
+
+/// Whether `key`'s domain prefix is the namespace `ns` or a subdomain of it (`node-role.kubernetes.io` is in
+/// `kubernetes.io`; `notkubernetes.io` is not). A key without a prefix is in no namespace.
+pub(crate) fn label_in_namespace(key: &str, ns: &str) -> bool {
     let Some((domain, _)) = key.split_once('/') else { return false };
-    ["kubernetes.io", "k8s.io"]
-        .iter()
-        .any(|ns| domain == *ns || domain.strip_suffix(ns).is_some_and(|p| p.ends_with('.')))
+    domain == ns || domain.strip_suffix(ns).is_some_and(|p| p.ends_with('.'))
 }
 
 /// Whether the kubelet's cluster DNS is an IPv6 address: the node is in an IPv6 cluster (upstream's test too).
@@ -122,14 +126,28 @@ pub fn node_class_user_data_problem(
     custom_user_data: Option<&str>,
     service_cidr: Option<&str>,
 ) -> Option<UserDataError> {
-    let config = BootstrapConfig {
-        cluster_name: "check".into(),
-        cluster_endpoint: "https://check".into(),
-        service_cidr: service_cidr.map(str::to_owned),
-        custom_user_data: custom_user_data.map(str::to_owned),
-        ..Default::default()
-    };
-    user_data(family, &config).err()
+    user_data(family, &BootstrapConfig::for_validation(custom_user_data, service_cidr, KubeletConfiguration::default()))
+        .err()
+}
+
+impl BootstrapConfig {
+    /// What validation renders a node class's user data with, launch-free: placeholder cluster name and
+    /// endpoint (they never decide whether user data can be built), the cluster's service CIDR, the class's
+    /// `userData` and the kubelet settings to merge it with.
+    pub fn for_validation(
+        custom_user_data: Option<&str>,
+        service_cidr: Option<&str>,
+        kubelet: KubeletConfiguration,
+    ) -> Self {
+        Self {
+            cluster_name: "validation".into(),
+            cluster_endpoint: "https://validation".into(),
+            service_cidr: service_cidr.map(str::to_owned),
+            kubelet,
+            custom_user_data: custom_user_data.map(str::to_owned),
+            ..Default::default()
+        }
+    }
 }
 
 // -------------------------------------------------------------------------------------------------------------
@@ -693,6 +711,11 @@ const BOTTLEROCKET_STRING_PERCENTS: [&str; 2] = ["image-gc-high-threshold-percen
 /// counts that storage).
 pub const BOTTLEROCKET_INSTANCE_STORE_COMMAND: &str = "000-mount-instance-storage";
 
+/// Whether `key` is one of [`BOTTLEROCKET_KUBERNETES_KEYS`].
+fn is_bottlerocket_kubernetes_key(key: &str) -> bool {
+    BOTTLEROCKET_KUBERNETES_KEYS.binary_search(&key).is_ok()
+}
+
 /// The `settings.kubernetes` keys of a Bottlerocket `userData` that a launch drops
 /// ([`BOTTLEROCKET_KUBERNETES_KEYS`]), sorted; empty when it is not TOML or has none.
 pub fn bottlerocket_dropped_settings(custom_user_data: &str) -> Vec<String> {
@@ -700,7 +723,7 @@ pub fn bottlerocket_dropped_settings(custom_user_data: &str) -> Vec<String> {
     let Some(toml::Value::Table(kube)) = root.get("settings").and_then(|s| s.get("kubernetes")) else {
         return Vec::new();
     };
-    kube.keys().filter(|k| BOTTLEROCKET_KUBERNETES_KEYS.binary_search(&k.as_str()).is_err()).cloned().collect()
+    kube.keys().filter(|k| !is_bottlerocket_kubernetes_key(k)).cloned().collect()
 }
 
 /// The user's TOML as upstream's merge takes it: only `settings` is kept; under `settings.kubernetes` only the
@@ -718,7 +741,7 @@ fn bottlerocket_user_settings(text: Option<&str>) -> Result<toml::Table, UserDat
         let toml::Value::Table(kube) = kube else {
             return Err(UserDataError::InvalidToml("settings.kubernetes is not a table".into()));
         };
-        kube.retain(|k, _| BOTTLEROCKET_KUBERNETES_KEYS.binary_search(&k).is_ok() && k != "node-taints");
+        kube.retain(|k, _| is_bottlerocket_kubernetes_key(k) && k != "node-taints");
         for key in BOTTLEROCKET_STRING_PERCENTS {
             if let Some(toml::Value::Integer(i)) = kube.get(key) {
                 let text = i.to_string();

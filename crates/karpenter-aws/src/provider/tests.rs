@@ -105,11 +105,7 @@ fn provider_with(
     prices: PriceTable,
     options: impl FnOnce(&mut AwsCloudProviderOptions),
 ) -> AwsCloudProvider {
-    let apis = AwsApis {
-        fleet: Arc::new(ec2.clone()),
-        launch_templates: Arc::new(ec2.clone()),
-        instance_types: Arc::new(ec2.clone()),
-    };
+    let apis = ec2.apis();
     let cluster = ClusterInfo {
         name: cluster.into(),
         endpoint: "https://api.example".into(),
@@ -1112,11 +1108,7 @@ mod placement_and_reservations {
 
 /// The provider of `e`'s EC2 with the `RebootForRepair` gate on, for `cluster`.
 fn rebooting(e: &Env, cluster: &str) -> AwsCloudProvider {
-    let apis = AwsApis {
-        fleet: Arc::new(e.ec2.clone()),
-        launch_templates: Arc::new(e.ec2.clone()),
-        instance_types: Arc::new(e.ec2.clone()),
-    };
+    let apis = e.ec2.apis();
     let info = ClusterInfo {
         name: cluster.into(),
         endpoint: "https://api.example".into(),

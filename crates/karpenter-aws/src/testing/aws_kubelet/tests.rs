@@ -18,7 +18,7 @@ use crate::instancetypes::SharedPrices;
 use crate::launch::instance::ClusterInfo;
 use crate::launch::mock::instance_type_info;
 use crate::pricing::{PriceSource, PriceTable};
-use crate::provider::{AwsApis, AwsCloudProvider, AwsCloudProviderOptions};
+use crate::provider::{AwsCloudProvider, AwsCloudProviderOptions};
 
 /// A provider over a fresh [`MockEc2`] whose class `default` (AL2023, Ready) has `spec` merged in.
 fn provider(spec: serde_json::Value) -> (MockEc2, AwsCloudProvider) {
@@ -41,11 +41,7 @@ fn provider(spec: serde_json::Value) -> (MockEc2, AwsCloudProvider) {
         dns_ip: Some("10.100.0.10".into()),
     };
     let provider = AwsCloudProvider::new(
-        AwsApis {
-            fleet: Arc::new(ec2.clone()),
-            launch_templates: Arc::new(ec2.clone()),
-            instance_types: Arc::new(ec2.clone()),
-        },
+        ec2.apis(),
         Arc::new(classes),
         Arc::new(clock.clone()),
         Arc::new(clock),
