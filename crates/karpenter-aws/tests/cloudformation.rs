@@ -1,0 +1,402 @@
+//! deploy/cloudformation.yaml, the IAM and infrastructure template docs/install-eks.md installs from, held to the
+//! code:
+//!
+//! - cfn-lint (AWS's own template checker, with the CloudFormation resource schemas) accepts it. Skipped with a
+//!   message where cfn-lint is not installed; under CI (`karpenter_testing::in_ci`) its absence fails, as .ci/run
+//!   installs it.
+//! - The controller's managed policies allow every AWS API call the SDK adapters make. The calls are read from the
+//!   adapter source (crates/karpenter-aws/src/sdk, behind the `sdk` feature, so read rather than compiled): every
+//!   `<client>.operation_name(` on a field or parameter typed `aws_sdk_<service>::Client`. A new call without a
+//!   policy statement fails here, and so does a granted action no adapter calls unless it is listed, with its
+//!   reason, in [`GRANTED_WITHOUT_A_CALL`].
+//! - Its EventBridge rules deliver every kind of event the interruption parser acts on, and nothing it ignores.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use karpenter_aws::interruption::{self, Kind};
+use serde_json::Value;
+
+/// Actions the policies grant that no adapter calls by that name, and why each is needed.
+const GRANTED_WITHOUT_A_CALL: &[(&str, &str)] = &[(
+    "iam:PassRole",
+    "RunInstances and CreateFleet hand the node role (through the instance profile) to EC2; IAM checks this \
+     permission on the launch, it is no API call of its own",
+)];
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn template() -> Value {
+    let path = workspace_root().join("deploy/cloudformation.yaml");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{} is not plain YAML: {e}", path.display()))
+}
+
+fn resources_of_type<'a>(template: &'a Value, kind: &str) -> Vec<(&'a str, &'a Value)> {
+    let resources = template["Resources"].as_object().expect("the template has Resources");
+    resources.iter().filter(|(_, r)| r["Type"] == kind).map(|(name, r)| (name.as_str(), &r["Properties"])).collect()
+}
+
+/// `${Anything}` replaced by a placeholder: what `Fn::Sub` leaves is then plain JSON.
+fn without_substitutions(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let end = rest[start..].find('}').map(|e| start + e + 1).expect("an unterminated ${ in a policy");
+        out.push_str("SUBSTITUTED");
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn as_strings(v: &Value) -> Vec<String> {
+    match v {
+        Value::String(s) => vec![s.clone()],
+        Value::Array(items) => items.iter().filter_map(Value::as_str).map(str::to_owned).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Every action an `Allow` statement of the controller's managed policies grants, with the policy granting it.
+fn granted_actions() -> BTreeMap<String, String> {
+    let template = template();
+    let mut granted = BTreeMap::new();
+    let policies = resources_of_type(&template, "AWS::IAM::ManagedPolicy");
+    assert!(!policies.is_empty(), "the template declares no managed policy");
+    for (name, props) in policies {
+        let document = &props["PolicyDocument"];
+        let document: Value = match document.get("Fn::Sub").and_then(Value::as_str) {
+            Some(text) => serde_json::from_str(&without_substitutions(text))
+                .unwrap_or_else(|e| panic!("{name}: the policy document is not JSON: {e}")),
+            None => document.clone(),
+        };
+        let statements = document["Statement"].as_array().unwrap_or_else(|| panic!("{name}: no Statement list"));
+        for statement in statements {
+            if statement["Effect"] != "Allow" {
+                continue;
+            }
+            for action in as_strings(&statement["Action"]) {
+                assert!(!action.contains('*'), "{name} grants the wildcard action {action}: list the calls instead");
+                granted.insert(action, name.to_owned());
+            }
+        }
+    }
+    granted
+}
+
+/// The IAM action prefix of an SDK crate (`aws_sdk_<crate>`).
+fn iam_prefix(sdk_crate: &str) -> &'static str {
+    match sdk_crate {
+        "ec2" => "ec2",
+        "ssm" => "ssm",
+        "sqs" => "sqs",
+        "iam" => "iam",
+        "eks" => "eks",
+        "pricing" => "pricing",
+        "arczonalshift" => "arc-zonal-shift",
+        other => panic!("an adapter uses aws_sdk_{other}, whose IAM action prefix this test does not know: add it"),
+    }
+}
+
+/// `describe_instance_types` -> `DescribeInstanceTypes`.
+fn operation_name(snake: &str) -> String {
+    snake
+        .split('_')
+        .map(|word| {
+            let mut chars = word.chars();
+            chars.next().map(|c| c.to_ascii_uppercase().to_string() + chars.as_str()).unwrap_or_default()
+        })
+        .collect()
+}
+
+fn is_ident_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
+}
+
+/// Source without its comment lines (docs may name calls an adapter does not make).
+fn code_of(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    text.lines().filter(|l| !l.trim_start().starts_with("//")).collect::<Vec<_>>().join("\n")
+}
+
+/// `name: aws_sdk_<crate>::Client` and `name: &aws_sdk_<crate>::Client` (fields and parameters) in `code`.
+fn client_declarations(code: &str) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("aws_sdk_") {
+        let after = &rest[at + "aws_sdk_".len()..];
+        let sdk_crate: String = after.chars().take_while(|c| is_ident_char(*c)).collect();
+        let is_client = after[sdk_crate.len()..].starts_with("::Client");
+        let before = rest[..at].trim_end().trim_end_matches('&').trim_end();
+        if is_client && let Some(before) = before.strip_suffix(':') {
+            let before = before.trim_end();
+            let name: String =
+                before.chars().rev().take_while(|c| is_ident_char(*c)).collect::<Vec<_>>().into_iter().rev().collect();
+            if !name.is_empty() {
+                found.push((name, sdk_crate));
+            }
+        }
+        rest = &rest[at + "aws_sdk_".len()..];
+    }
+    found
+}
+
+/// The structs a file implements (`impl X` / `impl Trait for X`).
+fn implemented_types(code: &str) -> BTreeSet<String> {
+    let mut types = BTreeSet::new();
+    for line in code.lines() {
+        let Some(rest) = line.trim_start().strip_prefix("impl") else { continue };
+        let target = rest.split(" for ").last().unwrap_or(rest);
+        let name: String = target.trim_start().chars().take_while(|c| is_ident_char(*c)).collect();
+        if !name.is_empty() {
+            types.insert(name);
+        }
+    }
+    types
+}
+
+/// The client-typed fields of every `struct X { .. }` in `code`, by struct name.
+fn struct_fields(code: &str) -> BTreeMap<String, Vec<(String, String)>> {
+    let mut out = BTreeMap::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("struct ") {
+        let after = &rest[at + "struct ".len()..];
+        let name: String = after.chars().take_while(|c| is_ident_char(*c)).collect();
+        if let (Some(open), false) = (after.find('{'), name.is_empty()) {
+            let close = after[open..].find('}').map_or(after.len(), |c| open + c);
+            out.insert(name, client_declarations(&after[open..close]));
+        }
+        rest = after;
+    }
+    out
+}
+
+/// Every AWS call of the SDK adapters: `service:Operation` -> the files making it.
+fn adapter_calls() -> BTreeMap<String, BTreeSet<String>> {
+    let dir = workspace_root().join("crates/karpenter-aws/src/sdk");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+        .map(|e| e.expect("a directory entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+        .collect();
+    files.sort();
+    let sources: Vec<(String, String)> = files
+        .iter()
+        .map(|p| (p.file_name().expect("a file name").to_string_lossy().into_owned(), code_of(p)))
+        .collect();
+    let mut fields_of_struct = BTreeMap::new();
+    for (_, code) in &sources {
+        fields_of_struct.extend(struct_fields(code));
+    }
+
+    let mut calls: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (file, code) in &sources {
+        // Which service each client-typed name in this file is: its own fields and parameters, then the fields of
+        // the adapters it implements methods for.
+        let mut receivers: BTreeMap<String, String> = BTreeMap::new();
+        let mut declared = client_declarations(code);
+        for ty in implemented_types(code) {
+            declared.extend(fields_of_struct.get(&ty).cloned().unwrap_or_default());
+        }
+        for (name, sdk_crate) in declared {
+            if let Some(other) = receivers.insert(name.clone(), sdk_crate.clone()) {
+                assert_eq!(
+                    other, sdk_crate,
+                    "{file}: `{name}` names clients of two services; the test cannot tell them apart"
+                );
+            }
+        }
+        for (receiver, sdk_crate) in &receivers {
+            let mut rest = code.as_str();
+            while let Some(at) = rest.find(receiver.as_str()) {
+                let preceded_by_ident = rest[..at].chars().next_back().is_some_and(is_ident_char);
+                let after = &rest[at + receiver.len()..];
+                rest = after;
+                if preceded_by_ident || after.starts_with(is_ident_char) {
+                    continue;
+                }
+                let Some(after_dot) = after.trim_start().strip_prefix('.') else { continue };
+                let method: String = after_dot.trim_start().chars().take_while(|c| is_ident_char(*c)).collect();
+                let called = after_dot.trim_start()[method.len()..].trim_start().starts_with('(');
+                // `clone` copies the client; every other method of an SDK client is an operation.
+                if !called || method.is_empty() || method == "clone" || method == "config" {
+                    continue;
+                }
+                let action = format!("{}:{}", iam_prefix(sdk_crate), operation_name(&method));
+                calls.entry(action).or_default().insert(file.clone());
+            }
+        }
+    }
+    calls
+}
+
+/// The operation names the adapters give their errors (`api_error("DescribeSubnets", e)`): an independent list
+/// to check the call finder against.
+fn error_operation_names() -> BTreeSet<String> {
+    let dir = workspace_root().join("crates/karpenter-aws/src/sdk");
+    let mut names = BTreeSet::new();
+    for entry in std::fs::read_dir(&dir).expect("the sdk directory") {
+        let path = entry.expect("a directory entry").path();
+        if path.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        let code = code_of(&path);
+        for piece in code.split("api_error(\"").skip(1) {
+            let name: String = piece.chars().take_while(|c| *c != '"').collect();
+            names.insert(name);
+        }
+    }
+    names
+}
+
+#[test]
+fn the_call_finder_sees_every_operation_the_adapters_report_errors_for() {
+    let found: BTreeSet<String> =
+        adapter_calls().keys().map(|a| a.split_once(':').expect("service:Operation").1.to_owned()).collect();
+    let reported = error_operation_names();
+    assert!(reported.len() >= 30, "too few api_error(\"...\") names found: {reported:?}");
+    assert_eq!(found, reported, "calls found in the adapters vs the operations their errors name");
+}
+
+#[test]
+fn the_controller_policies_allow_every_call_the_adapters_make() {
+    let calls = adapter_calls();
+    let granted = granted_actions();
+    for known in
+        ["ec2:CreateFleet", "ec2:DescribeInstanceTypes", "sqs:ReceiveMessage", "arc-zonal-shift:GetManagedResource"]
+    {
+        assert!(calls.contains_key(known), "the call finder missed {known}: {:?}", calls.keys());
+    }
+    let missing: Vec<String> = calls
+        .iter()
+        .filter(|(action, _)| !granted.contains_key(*action))
+        .map(|(action, files)| {
+            format!("{action} (called in src/sdk/{})", files.iter().cloned().collect::<Vec<_>>().join(", "))
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "deploy/cloudformation.yaml's controller policies do not allow:\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn the_controller_policies_grant_nothing_the_adapters_do_not_call_unless_explained() {
+    let calls = adapter_calls();
+    let granted = granted_actions();
+    let explained: BTreeMap<&str, &str> = GRANTED_WITHOUT_A_CALL.iter().copied().collect();
+    let unexplained: Vec<String> = granted
+        .iter()
+        .filter(|(action, _)| !calls.contains_key(*action) && !explained.contains_key(action.as_str()))
+        .map(|(action, policy)| format!("{action} (in {policy})"))
+        .collect();
+    assert!(
+        unexplained.is_empty(),
+        "granted but never called; remove them or list them in GRANTED_WITHOUT_A_CALL with the reason:\n{}",
+        unexplained.join("\n")
+    );
+    for (action, reason) in GRANTED_WITHOUT_A_CALL {
+        assert!(
+            granted.contains_key(*action),
+            "{action} is listed as granted ({reason}) but the template does not grant it"
+        );
+        assert!(
+            !calls.contains_key(*action),
+            "{action} is called by an adapter now: drop it from GRANTED_WITHOUT_A_CALL"
+        );
+    }
+}
+
+/// A minimal EventBridge event matching a rule, carrying every detail the parser may want for its kind.
+fn event(source: &str, detail_type: &str, state: &str) -> String {
+    serde_json::json!({
+        "version": "0",
+        "id": "e",
+        "source": source,
+        "detail-type": detail_type,
+        "detail": {
+            "instance-id": "i-0123456789abcdef0",
+            "state": state,
+            "capacity-reservation-id": "cr-0123456789abcdef0",
+            "service": "EC2",
+            "eventTypeCategory": "scheduledChange",
+            "affectedEntities": [{ "entityValue": "i-0123456789abcdef0" }]
+        }
+    })
+    .to_string()
+}
+
+#[test]
+fn the_eventbridge_rules_deliver_every_event_the_interruption_handling_acts_on() {
+    let template = template();
+    let mut kinds = BTreeSet::new();
+    let rules = resources_of_type(&template, "AWS::Events::Rule");
+    for (name, props) in &rules {
+        let pattern = &props["EventPattern"];
+        let target = &props["Targets"][0]["Arn"]["Fn::GetAtt"];
+        assert_eq!(target, &serde_json::json!(["KarpenterInterruptionQueue", "Arn"]), "{name} targets the queue");
+        for source in as_strings(&pattern["source"]) {
+            for detail_type in as_strings(&pattern["detail-type"]) {
+                // A state-change rule delivers every state; the parser acts on stopping and terminating ones.
+                for state in ["stopping", "shutting-down"] {
+                    let message = interruption::parse(event(&source, &detail_type, state).as_bytes())
+                        .unwrap_or_else(|e| panic!("{name}: {source}/{detail_type}: {e}"));
+                    assert_ne!(message.kind, Kind::NoOp, "{name} delivers {source}/{detail_type}, which is ignored");
+                    kinds.insert(format!("{:?}", message.kind));
+                }
+            }
+        }
+    }
+    let expected: BTreeSet<String> = [
+        Kind::SpotInterrupted,
+        Kind::RebalanceRecommendation,
+        Kind::ScheduledChange,
+        Kind::InstanceStopped,
+        Kind::InstanceTerminated,
+        Kind::CapacityReservationInterrupted,
+    ]
+    .iter()
+    .map(|k| format!("{k:?}"))
+    .collect();
+    assert_eq!(kinds, expected, "the kinds of event the template's rules deliver");
+}
+
+/// cfn-lint: `KARPENTER_CFN_LINT`, else the venv .ci/run installs (target/cfn-lint-venv), else `cfn-lint` on PATH.
+fn cfn_lint() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("KARPENTER_CFN_LINT") {
+        return Some(PathBuf::from(path));
+    }
+    let venv = workspace_root().join("target/cfn-lint-venv/bin/cfn-lint");
+    if venv.is_file() {
+        return Some(venv);
+    }
+    let on_path = Command::new("cfn-lint").arg("--version").output().is_ok_and(|o| o.status.success());
+    on_path.then(|| PathBuf::from("cfn-lint"))
+}
+
+#[test]
+fn cfn_lint_accepts_the_template() {
+    let Some(lint) = cfn_lint() else {
+        assert!(
+            !karpenter_testing::in_ci(),
+            "cfn-lint is not installed (.ci/run installs it into target/cfn-lint-venv)"
+        );
+        eprintln!("skipped: cfn-lint not found (pip install cfn-lint==1.51.0, or set KARPENTER_CFN_LINT)");
+        return;
+    };
+    let template = workspace_root().join("deploy/cloudformation.yaml");
+    let output =
+        Command::new(&lint).arg(&template).output().unwrap_or_else(|e| panic!("running {}: {e}", lint.display()));
+    assert!(
+        output.status.success(),
+        "cfn-lint found problems in deploy/cloudformation.yaml:\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
