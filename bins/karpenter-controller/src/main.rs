@@ -140,8 +140,17 @@ enum Command {
         #[arg(long, env = "AWS_FEATURE_GATES", value_name = "GATES",
               default_value = karpenter_aws::settings::DEFAULT_AWS_FEATURE_GATES)]
         aws_feature_gates: karpenter_aws::settings::AwsFeatureGates,
+        /// Respect or Ignore preferred affinities and ScheduleAnyway topology spreads when provisioning, as the
+        /// controller's PREFERENCE_POLICY (the same parser).
+        #[arg(long, env = "PREFERENCE_POLICY", value_name = "POLICY", default_value = "Respect")]
+        preference_policy: karpenter_requirements::PreferencePolicy,
+        /// Strict or BestEffort: whether a new node may launch when minValues cannot be met, as the controller's
+        /// MIN_VALUES_POLICY (the same parser).
+        #[arg(long, env = "MIN_VALUES_POLICY", value_name = "POLICY", default_value = "Strict")]
+        min_values_policy: karpenter_requirements::MinValuesPolicy,
+        /// Boxed: the variant is by far the largest (clippy's large_enum_variant).
         #[command(flatten)]
-        cluster: simulate::live::ClusterArgs,
+        cluster: Box<simulate::live::ClusterArgs>,
     },
     /// Validate Karpenter manifests (files or directories of .yaml/.yml/.json, `-` for standard input).
     Validate {
@@ -275,6 +284,8 @@ fn main() -> ExitCode {
             feature_gates,
             ignore_dra_requests,
             aws_feature_gates,
+            preference_policy,
+            min_values_policy,
             cluster,
         } => {
             paths.extend(filenames);
@@ -293,6 +304,8 @@ fn main() -> ExitCode {
                 feature_gates,
                 ignore_dra_requests,
                 aws_feature_gates,
+                preference_policy,
+                min_values_policy,
             };
             run_simulate(options, &cluster, output)
         }

@@ -1774,3 +1774,41 @@ fn static_node_pools_get_their_replicas() {
     let doc = simulate_json(&[&file, "--for", "1h"]);
     assert!(launched_pools(&doc).is_empty(), "no gate, no static nodes: {:#}", doc["events"]);
 }
+
+/// The new node (zone, or `None` when the pod is unschedulable) of `pod` in a one-pass JSON document.
+fn new_node_zone_of(doc: &Value, pod: &str) -> Option<String> {
+    doc["newNodes"]
+        .as_array()
+        .expect("newNodes")
+        .iter()
+        .find(|n| n["pods"].as_array().is_some_and(|p| p.iter().any(|p| p == pod)))
+        .map(|n| n["zone"].as_str().unwrap_or_default().to_owned())
+}
+
+#[test]
+fn preference_and_min_values_policies_change_provisioning_as_in_the_controller() {
+    let fixture = "bins/karpenter-controller/tests/fixtures/simulate/policies.yaml";
+    let default = simulate_json(&[fixture]);
+    assert_eq!(new_node_zone_of(&default, "default/web").as_deref(), Some("test-zone-c"));
+    assert_eq!(new_node_zone_of(&default, "default/batch"), None);
+    let unschedulable = default["unschedulable"].to_string();
+    assert!(unschedulable.contains("default/batch") && unschedulable.contains("minValues"), "{unschedulable}");
+
+    let relaxed = simulate_json(&[fixture, "--preference-policy", "Ignore", "--min-values-policy", "BestEffort"]);
+    assert_eq!(new_node_zone_of(&relaxed, "default/web").as_deref(), Some("test-zone-a"));
+    assert!(new_node_zone_of(&relaxed, "default/batch").is_some(), "{relaxed}");
+    assert_eq!(relaxed["summary"]["unschedulablePods"], 0);
+
+    // Over simulated time the provisioner takes them too.
+    let timeline = simulate_json(&[fixture, "--for", "1m", "--preference-policy=Ignore"]);
+    let launched = events_of(&timeline, "Provisioning")[0]["nodesLaunched"].to_string();
+    assert!(launched.contains("test-zone-a") && !launched.contains("test-zone-c"), "{launched}");
+
+    // The controller's own parser: a bad value is a usage error naming the accepted ones.
+    let (code, _, stderr) = run(&["simulate", fixture, "--preference-policy", "respect"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("use Respect or Ignore"), "{stderr}");
+    let (code, _, stderr) = run(&["simulate", fixture, "--min-values-policy", "Lax"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("Strict") && stderr.contains("BestEffort"), "{stderr}");
+}

@@ -74,6 +74,27 @@ impl<'a> Cluster<'a> {
     }
 }
 
+/// When the NodeClaim disruption-condition controller sets `Consolidatable=True` on `claim` (the operator's
+/// `disruption::conditions`, and `simulate`'s report, read this one rule): `consolidateAfter` after the claim's
+/// `status.lastPodEventTime`, else after its `Initialized` transition. `None` when the condition is never set: a
+/// static NodePool, `consolidateAfter: Never`, a claim not `Initialized`, or no reference time.
+pub fn consolidatable_at(claim: &karpenter_api::NodeClaim, pool: &karpenter_api::NodePool) -> Option<DateTime<Utc>> {
+    let after = pool.spec.disruption.consolidate_after.duration()?;
+    if pool.is_static() || !claim.is_initialized() {
+        return None;
+    }
+    let reference =
+        claim.status.as_ref().and_then(|s| s.last_pod_event_time.as_deref()).and_then(parse_rfc3339).or_else(|| {
+            claim
+                .conditions()
+                .iter()
+                .find(|c| c.type_ == conditions::INITIALIZED && c.status == ConditionStatus::True)
+                .and_then(|c| parse_rfc3339(&c.last_transition_time))
+        })?;
+    let after = chrono::Duration::from_std(after).unwrap_or(chrono::Duration::MAX);
+    Some(reference.checked_add_signed(after).unwrap_or(DateTime::<Utc>::MAX_UTC))
+}
+
 /// Whether a node can be consolidated at `now` with respect to `consolidateAfter`: the
 /// reference time is `status.lastPodEventTime`, else the `Initialized` transition; the node is consolidatable
 /// once `now ≥ reference + consolidateAfter`. Without any reference time the `Consolidatable` condition

@@ -171,8 +171,9 @@ impl ProvisionerOptions {
         }
     }
 
-    /// The options every provisioning simulation runs with (also the min-nodes floor's launches).
-    pub(crate) fn scheduler_options(&self) -> SchedulerOptions {
+    /// The options every provisioning simulation runs with (also the min-nodes floor's launches, and
+    /// `simulate`'s provisioning, so both read the settings the same way).
+    pub fn scheduler_options(&self) -> SchedulerOptions {
         SchedulerOptions {
             min_values_policy: self.min_values_policy,
             preference_policy: self.preference_policy,

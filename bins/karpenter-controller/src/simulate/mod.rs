@@ -82,6 +82,27 @@ pub struct Options {
     pub ignore_dra_requests: bool,
     /// `AWS_FEATURE_GATES` (`--aws-feature-gates`): `NodeClassCEL` evaluates EC2NodeClass kubelet expressions.
     pub aws_feature_gates: karpenter_aws::settings::AwsFeatureGates,
+    /// `PREFERENCE_POLICY` (`--preference-policy`): `Ignore` drops preferences in provisioning, in both modes.
+    pub preference_policy: karpenter_requirements::PreferencePolicy,
+    /// `MIN_VALUES_POLICY` (`--min-values-policy`): `BestEffort` relaxes minValues in provisioning, in both modes.
+    pub min_values_policy: karpenter_requirements::MinValuesPolicy,
+}
+
+impl Options {
+    /// The scheduler options of provisioning (pending pods, min-nodes floors), built by the controller's own
+    /// [`karpenter_operator::provisioner::ProvisionerOptions::scheduler_options`] so both read the settings
+    /// alike. Disruption's simulations keep their own options, as the controller's (and upstream's) do.
+    pub fn provisioning(&self) -> SchedulerOptions {
+        karpenter_operator::provisioner::ProvisionerOptions {
+            preference_policy: self.preference_policy,
+            min_values_policy: self.min_values_policy,
+            cluster_limits: self.cluster_limits.clone(),
+            scheduler_config: self.scheduler_config.clone(),
+            ignore_dra_requests: self.ignore_dra_requests,
+            ..Default::default()
+        }
+        .scheduler_options()
+    }
 }
 
 /// What to run over simulated time.
@@ -204,6 +225,7 @@ pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> 
             scheduler_config: &options.scheduler_config,
             feature_gates: options.feature_gates,
             ignore_dra_requests: options.ignore_dra_requests,
+            provisioning: options.provisioning(),
         };
         return run_timeline(run, time, snapshot, ready, objects);
     }
@@ -216,12 +238,7 @@ pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> 
             instance_types: catalogue.for_pool(p.metadata.name.as_deref().unwrap_or("")),
         })
         .collect();
-    let scheduler = SchedulerOptions {
-        cluster_limits: options.cluster_limits.clone(),
-        scheduler_config: options.scheduler_config.clone(),
-        ignore_dra_requests: options.ignore_dra_requests,
-        ..Default::default()
-    };
+    let scheduler = options.provisioning();
     // As the controller's provisioner: the currently reschedulable pods of nodes being deleted are scheduled
     // with the pending ones (the report shows them as pending pods placed).
     let floor_now = now.or_else(|| world::latest_timestamp(&snapshot)).unwrap_or_default();
@@ -355,6 +372,8 @@ struct Run<'a> {
     scheduler_config: &'a karpenter_scheduler::SchedulerConfig,
     feature_gates: karpenter_operator::settings::FeatureGates,
     ignore_dra_requests: bool,
+    /// Provisioning's scheduler options ([`Options::provisioning`]).
+    provisioning: SchedulerOptions,
 }
 
 /// The default start of simulated time (when neither the timeline nor the input says later).
@@ -430,6 +449,7 @@ fn run_timeline(
     w.options.scheduler.cluster_limits = run.cluster_limits.clone();
     w.options.scheduler.scheduler_config = run.scheduler_config.clone();
     w.options.scheduler.ignore_dra_requests = run.ignore_dra_requests;
+    w.provisioning = run.provisioning.clone();
     // The input's pending pods first, as a plain simulate would place them.
     w.provision()?;
     let before = w.state();
@@ -503,7 +523,7 @@ fn run_timeline(
                 instance_types: w.catalogue().for_pool(p.metadata.name.as_deref().unwrap_or("")),
             })
             .collect();
-        let d = schedule(&w.snapshot, &inputs, run.provider, &SchedulerOptions::default());
+        let d = schedule(&w.snapshot, &inputs, run.provider, &run.provisioning);
         for u in d.unschedulable {
             unschedulable.entry((u.reason.to_string(), u.reason.code())).or_default().push(u.pod);
         }

@@ -80,6 +80,9 @@ pub struct World<'c> {
     catalogue: Cow<'c, Catalogue>,
     provider: ProviderLabels,
     pub(super) options: DisruptionOptions,
+    /// Provisioning's scheduler options (`PREFERENCE_POLICY`, `MIN_VALUES_POLICY` and the settings shared with
+    /// disruption), as the controller's provisioner builds them.
+    pub(super) provisioning: SchedulerOptions,
     objects: Vec<Loaded>,
     workloads: BTreeMap<WorkloadKey, Workload>,
     pub start: DateTime<Utc>,
@@ -142,6 +145,7 @@ impl<'c> World<'c> {
             catalogue: Cow::Borrowed(catalogue),
             provider,
             options: DisruptionOptions::default(),
+            provisioning: SchedulerOptions::default(),
             objects: Vec::new(),
             workloads: BTreeMap::new(),
             start,
@@ -584,14 +588,8 @@ impl<'c> World<'c> {
         let decisions = {
             let pools = self.provisioning_pool_inputs();
             let input = rescheduling.as_ref().map_or(&self.snapshot, |r| &r.snapshot);
-            // Provisioning's options (not disruption's), with the cluster limits disruption's simulations use too.
-            let options = SchedulerOptions {
-                cluster_limits: self.options.scheduler.cluster_limits.clone(),
-                scheduler_config: self.options.scheduler.scheduler_config.clone(),
-                ignore_dra_requests: self.options.scheduler.ignore_dra_requests,
-                ..Default::default()
-            };
-            schedule(input, &pools, &self.provider, &options)
+            // Provisioning's options (not disruption's): the preference and minValues policies apply here only.
+            schedule(input, &pools, &self.provider, &self.provisioning)
         };
         if let Some(r) = &rescheduling {
             let placed: BTreeSet<&str> = decisions
@@ -633,14 +631,8 @@ impl<'c> World<'c> {
         let mut notes = Vec::new();
         let plans = {
             let pools = self.provisioning_pool_inputs();
-            // Provisioning's options, as for pending pods: the floor obeys the cluster limits too.
-            let options = SchedulerOptions {
-                cluster_limits: self.options.scheduler.cluster_limits.clone(),
-                scheduler_config: self.options.scheduler.scheduler_config.clone(),
-                ignore_dra_requests: self.options.scheduler.ignore_dra_requests,
-                ..Default::default()
-            };
-            super::floor::plans(&self.snapshot, &pools, &self.provider, self.now, &[], &options, &mut notes)
+            // Provisioning's options, as for pending pods (the controller's floor takes them too).
+            super::floor::plans(&self.snapshot, &pools, &self.provider, self.now, &[], &self.provisioning, &mut notes)
         };
         for n in notes {
             if !self.notes.contains(&n) {
@@ -1618,6 +1610,8 @@ spec:
             feature_gates: Default::default(),
             ignore_dra_requests: true,
             aws_feature_gates: Default::default(),
+            preference_policy: Default::default(),
+            min_values_policy: Default::default(),
         };
         let outcome = simulate(&options).expect("runs");
         let _ = std::fs::remove_dir_all(&dir);

@@ -26,7 +26,7 @@ use karpenter_api::hash::{StaticDrift, node_pool_hash_annotations, node_pool_sta
 use karpenter_api::labels::{self, annotations};
 use karpenter_api::nodeclaim::conditions::{self as cond, drift as cond_reasons};
 use karpenter_api::scheduling::requirements_from;
-use karpenter_api::time::{chrono_duration, from_k8s, parse_rfc3339};
+use karpenter_api::time::{chrono_duration, from_k8s};
 use karpenter_api::{NodeClaim, NodePool};
 use karpenter_cloudprovider::{CloudProvider, ErrorKind};
 use karpenter_requirements::{NoKeys, Requirements};
@@ -63,14 +63,6 @@ impl std::fmt::Debug for NodeClaimDisruption {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NodeClaimDisruption").finish_non_exhaustive()
     }
-}
-
-fn condition_time(claim: &NodeClaim, type_: &str) -> Option<DateTime<Utc>> {
-    claim
-        .conditions()
-        .iter()
-        .find(|c| c.type_ == type_ && c.status == ConditionStatus::True)
-        .and_then(|c| parse_rfc3339(&c.last_transition_time))
 }
 
 fn creation(claim: &NodeClaim) -> Option<DateTime<Utc>> {
@@ -225,29 +217,14 @@ impl NodeClaimDisruption {
         }
 
         // Consolidatable.
-        let after = pool.spec.disruption.consolidate_after.duration();
-        let consolidatable = match after {
-            Some(after) if !pool.is_static() && claim.is_initialized() => {
-                let reference = claim
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.last_pod_event_time.as_deref())
-                    .and_then(parse_rfc3339)
-                    .or_else(|| condition_time(&claim, cond::INITIALIZED));
-                match reference {
-                    Some(r) => {
-                        let due = r + chrono_duration(after);
-                        if now >= due {
-                            true
-                        } else {
-                            earliest((due - now).to_std().unwrap_or(Duration::ZERO));
-                            false
-                        }
-                    }
-                    None => false,
-                }
+        // The rule simulate's report reads too (karpenter_disruption::candidate::consolidatable_at).
+        let consolidatable = match karpenter_disruption::candidate::consolidatable_at(&claim, &pool) {
+            Some(due) if now >= due => true,
+            Some(due) => {
+                earliest((due - now).to_std().unwrap_or(Duration::ZERO));
+                false
             }
-            _ => false,
+            None => false,
         };
         changed |= if consolidatable {
             let (status, reason) = (ConditionStatus::True, cond::CONSOLIDATABLE);
