@@ -189,8 +189,12 @@ impl CapacityBufferController {
     /// Reconciles at start, after every change the state reports and every [`RESYNC`], until `shutdown`.
     pub async fn run(self, shutdown: CancellationToken) {
         let changed = self.ctx.state.buffers_changed();
+        let passes = self.ctx.metrics.reconciler(CONTROLLER, 1);
         loop {
-            let wait = match self.reconcile().await {
+            let pass = passes.pass();
+            let reconciled = self.reconcile().await;
+            pass.finish(crate::metrics::ReconcileResult::of_pass(&reconciled));
+            let wait = match reconciled {
                 Ok(o) if !o.conflicts.is_empty() => CONFLICT_RETRY,
                 Ok(_) => RESYNC,
                 Err(e) => {

@@ -175,9 +175,11 @@ impl Consistency {
             })
             .graceful_shutdown_on(shutdown.cancelled_owned())
             .run(
-                |claim: Arc<NodeClaim>, ctx: Arc<Self>| async move {
+                crate::metrics::runtime::instrumented(
+                    crate::kube_util::ErrorPolicyContext::reconciles(&*self, 0),
+                    |claim: Arc<NodeClaim>, ctx: Arc<Self>| async move {
                     Ok::<Action, ReconcileError>(to_action(ctx.reconcile(&claim.name_any()).await?))
-                },
+                }),
                 error_policy,
                 self,
             )

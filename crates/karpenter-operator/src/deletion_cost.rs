@@ -99,8 +99,12 @@ impl DeletionCost {
 
     /// Runs cycles until `shutdown`.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let passes = self.ctx.metrics.reconciler(CONTROLLER, 1);
         loop {
-            let wait = match self.step().await {
+            let pass = passes.pass();
+            let step = self.step().await;
+            pass.finish(crate::metrics::ReconcileResult::of_pass(&step));
+            let wait = match step {
                 Ok(report) => report.requeue,
                 Err(e) => {
                     tracing::error!(controller = CONTROLLER, error = %e, "deletion-cost ranking failed");

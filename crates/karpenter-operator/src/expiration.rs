@@ -174,12 +174,14 @@ impl Expiration {
         Controller::for_shared_stream(claim_events, claims)
             .graceful_shutdown_on(shutdown.cancelled_owned())
             .run(
-                |claim: Arc<NodeClaim>, ctx: Arc<Self>| async move {
+                crate::metrics::runtime::instrumented(
+                    crate::kube_util::ErrorPolicyContext::reconciles(&*self, 0),
+                    |claim: Arc<NodeClaim>, ctx: Arc<Self>| async move {
                     if claim.metadata.deletion_timestamp.is_some() {
                         return Ok(Action::await_change());
                     }
                     Ok(to_action(ctx.reconcile_claim(&claim).await?))
-                },
+                }),
                 error_policy,
                 self.clone(),
             )

@@ -56,6 +56,9 @@ pub struct GcReport {
     pub node_claims: Vec<String>,
 }
 
+/// The controller's name, upstream's (logs, metrics).
+pub const CONTROLLER: &str = "nodeclaim.garbagecollection";
+
 /// The garbage collectors (see the module docs).
 pub struct GarbageCollection {
     ctx: ControllerContext,
@@ -218,10 +221,15 @@ impl GarbageCollection {
 
     /// Runs both collectors on their intervals until `shutdown` is cancelled.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        // Both collectors are upstream's one controller, nodeclaim.garbagecollection.
+        let passes = self.ctx.metrics.reconciler(CONTROLLER, 2);
         let instances = async {
             let mut successes = 0u32;
             loop {
-                match self.collect_instances().await {
+                let pass = passes.pass();
+                let collected = self.collect_instances().await;
+                pass.finish(crate::metrics::ReconcileResult::of_pass(&collected));
+                match collected {
                     Ok(_) => successes = successes.saturating_add(1),
                     Err(e) => tracing::warn!(error = %e, "instance garbage collection failed"),
                 }
@@ -237,7 +245,10 @@ impl GarbageCollection {
                     () = shutdown.cancelled() => return,
                     () = tokio::time::sleep(GC_INTERVAL) => {}
                 }
-                if let Err(e) = self.collect_node_claims().await {
+                let pass = passes.pass();
+                let collected = self.collect_node_claims().await;
+                pass.finish(crate::metrics::ReconcileResult::of_pass(&collected));
+                if let Err(e) = collected {
                     tracing::warn!(error = %e, "nodeclaim garbage collection failed");
                 }
             }

@@ -248,18 +248,22 @@ impl Interruption {
 
     /// Pulls and handles batches until `shutdown` is cancelled.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let passes = self.ctx.metrics.reconciler("interruption", 1);
         loop {
-            let wait = tokio::select! {
+            let pass = passes.pass();
+            let result = tokio::select! {
                 () = shutdown.cancelled() => return,
-                result = self.poll_once() => match result {
-                    Ok(r) if r.acknowledged.is_empty() && r.failed.is_empty() => EMPTY_BATCH_WAIT,
-                    Ok(r) if !r.failed.is_empty() => SOURCE_ERROR_BACKOFF,
-                    Ok(_) => Duration::ZERO,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "interruption source failed");
-                        SOURCE_ERROR_BACKOFF
-                    }
-                },
+                result = self.poll_once() => result,
+            };
+            pass.finish(crate::metrics::ReconcileResult::of_pass(&result));
+            let wait = match result {
+                Ok(r) if r.acknowledged.is_empty() && r.failed.is_empty() => EMPTY_BATCH_WAIT,
+                Ok(r) if !r.failed.is_empty() => SOURCE_ERROR_BACKOFF,
+                Ok(_) => Duration::ZERO,
+                Err(e) => {
+                    tracing::warn!(error = %e, "interruption source failed");
+                    SOURCE_ERROR_BACKOFF
+                }
             };
             if wait.is_zero() {
                 continue;

@@ -143,6 +143,11 @@ pub trait ErrorPolicyContext {
     fn metrics(&self) -> Option<&crate::metrics::Metrics> {
         None
     }
+    /// The controller's reconcile and workqueue series (in [`ErrorPolicyContext::metrics`]), for
+    /// [`crate::metrics::runtime::instrumented`]; `max_concurrent` as configured (0: unbounded).
+    fn reconciles(&self, max_concurrent: usize) -> Option<crate::metrics::ReconcileMetrics> {
+        self.metrics().map(|m| m.reconciler(self.controller_name(), max_concurrent))
+    }
 }
 
 /// Every object of kind `K` from the API server (not a cache), in pages of [`LIST_PAGE`] and decoded without

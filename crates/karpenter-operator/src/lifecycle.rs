@@ -356,18 +356,22 @@ pub async fn run(ctx: Arc<LifecycleContext>, shutdown: CancellationToken) {
     let (claims, claim_events) = ctx.shared.state.controller_source::<NodeClaim>();
     let (_, node_events) = ctx.shared.state.controller_source::<Node>();
     let state = ctx.shared.state.clone();
+    let reconciles = ctx.shared.metrics.reconciler(CONTROLLER, usize::from(CONCURRENCY));
     Controller::for_shared_stream(claim_events, claims)
         .watches_shared_stream(node_events, move |node| claim_of(&state, &node))
         .with_config(controller::Config::default().concurrency(CONCURRENCY))
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(
-            |claim: Arc<NodeClaim>, ctx: Arc<LifecycleContext>| async move {
-                let result = reconcile(&ctx, &claim).await;
-                if result.is_ok() {
-                    ctx.succeeded(&claim.name_any());
-                }
-                result
-            },
+            crate::metrics::runtime::instrumented(
+                Some(reconciles),
+                |claim: Arc<NodeClaim>, ctx: Arc<LifecycleContext>| async move {
+                    let result = reconcile(&ctx, &claim).await;
+                    if result.is_ok() {
+                        ctx.succeeded(&claim.name_any());
+                    }
+                    result
+                },
+            ),
             |claim: Arc<NodeClaim>, error: &LifecycleError, ctx: Arc<LifecycleContext>| {
                 on_error(&ctx, &claim.name_any(), error)
             },

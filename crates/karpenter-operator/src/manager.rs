@@ -546,8 +546,8 @@ fn controllers(parts: &LeaderParts, leader: &CancellationToken) -> Controllers {
     let vpas = crate::vpa::VpaStore::default();
     list.push(("vpa".into(), Box::pin(crate::vpa::run(parts.client.clone(), vpas, leader.clone()))));
 
-    let gc = Arc::new(GarbageCollection::new(&ctx_for("garbagecollection")));
-    list.push(("garbagecollection".into(), Box::pin(gc.run(leader.clone()))));
+    let gc = Arc::new(GarbageCollection::new(&ctx_for(crate::garbage_collection::CONTROLLER)));
+    list.push((crate::garbage_collection::CONTROLLER.into(), Box::pin(gc.run(leader.clone()))));
 
     // NodePools: readiness, validation, registration health, counter, hash, static capacity.
     let resolver = NodeClassResolver::default();

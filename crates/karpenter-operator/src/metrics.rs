@@ -32,6 +32,9 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 /// The media type of [`Metrics::render`]'s output.
+pub mod runtime;
+pub use runtime::{ReconcileGuard, ReconcileMetrics, ReconcileResult};
+
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Buckets of every duration histogram, in seconds: controller-runtime's reconcile-time buckets (5 ms to 60 s),
@@ -151,6 +154,7 @@ macro_rules! karpenter_metrics {
             build_info: GaugeFamily,
             status: [StatusConditionMetrics; 4],
             $( $name: karpenter_metrics!(@family $kind), )*
+            runtime: runtime::RuntimeFamilies,
         }
 
         impl Metrics {
@@ -159,6 +163,7 @@ macro_rules! karpenter_metrics {
                 let mut registry = Registry::default();
                 let status = StatusKind::ALL.map(|k| StatusConditionMetrics::register(&mut registry, k));
                 let sub = registry.sub_registry_with_prefix("karpenter");
+                let runtime = runtime::RuntimeFamilies::register(&mut registry);
                 let build_info = GaugeFamily::default();
                 sub.register("build_info", "A metric with a constant '1' value labeled by version, goversion, goarch and commit of this build.", build_info.clone());
                 build_info
@@ -171,7 +176,7 @@ macro_rules! karpenter_metrics {
                     let $name = karpenter_metrics!(@new $kind $name);
                     sub.register(stringify!($name), $help, $name.clone());
                 )*
-                Self { registry, build_info, status, $( $name, )* }
+                Self { registry, build_info, status, runtime, $( $name, )* }
             }
 
             $( karpenter_metrics!(@accessor $kind $name ($($label),*) $help); )*
@@ -218,6 +223,9 @@ macro_rules! karpenter_metrics {
                     m.termination_current_time_seconds("x", "x").set(1.0);
                 }
             }
+                let reconciler = self.reconciler("x", 1);
+                reconciler.queued();
+                reconciler.start().finish(ReconcileResult::Success);
 
             fn is_counter(&self, name: &str) -> bool {
                 [$( (stringify!($name), karpenter_metrics!(@type $kind)) ),*]
@@ -249,6 +257,7 @@ macro_rules! karpenter_metrics {
                     out.extend(StatusConditionMetrics::descriptors(kind));
                 }
                 out.sort_by(|a, b| a.name.cmp(&b.name));
+                out.extend(runtime::RuntimeFamilies::descriptors());
                 out
             }
         }
@@ -441,12 +450,20 @@ impl Metrics {
     }
 
     /// `karpenter_build_info`'s series.
+        self.runtime.refresh_in_flight();
     pub fn build_info(&self) -> &Family<Labels, FloatGauge> {
         &self.build_info
     }
 
     /// The `operator_<kind>_…` metrics of one kind.
     pub fn status_conditions(&self, kind: StatusKind) -> &StatusConditionMetrics {
+    /// The reconcile and workqueue series of the controller named `controller` (upstream's name for it: the
+    /// `controller` and `name` labels), which runs at most `max_concurrent` reconciles at once. Every series
+    /// exists from this call on (at 0). Asking again for the same name shares the series.
+    pub fn reconciler(&self, controller: &str, max_concurrent: usize) -> ReconcileMetrics {
+        self.runtime.controller(controller, max_concurrent)
+    }
+
         // `status` holds one entry per kind, in declaration order.
         &self.status[kind as usize]
     }
@@ -759,11 +776,20 @@ mod tests {
         let mut upstream: BTreeMap<String, (String, BTreeSet<String>, bool)> = BTreeMap::new();
         let mut beyond: BTreeMap<String, (String, BTreeSet<String>, bool)> = BTreeMap::new();
         for line in list.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+        let mut not_emitted: BTreeMap<String, String> = BTreeMap::new();
             if line.starts_with('[') {
                 section = line;
                 continue;
             }
             let parts: Vec<&str> = line.split_whitespace().collect();
+            if section == "[not-emitted]" {
+                // `name type labels because <reason>`
+                let (family, reason) = line.split_once(" because ").unwrap_or_else(|| panic!("no reason: {line:?}"));
+                let name = family.split_whitespace().next().unwrap_or_default();
+                assert!(reason.trim().len() > 20, "{name}: say why it is not emitted");
+                assert!(not_emitted.insert(name.to_owned(), reason.to_owned()).is_none(), "{name} listed twice");
+                continue;
+            }
             let [name, kind, labels] = parts.as_slice() else { panic!("malformed line {line:?}") };
             let dynamic = labels.contains("+node");
             let labels: BTreeSet<String> =
@@ -791,6 +817,10 @@ mod tests {
             assert_eq!(dynamic.contains(name), *node_labels, "{name}: the well-known node labels");
         }
         for name in served.keys() {
+        for name in not_emitted.keys() {
+            assert!(!served.contains_key(name), "{name} is listed as not emitted but is served");
+            assert!(!upstream.contains_key(name) && !beyond.contains_key(name), "{name} is in two sections");
+        }
             assert!(
                 upstream.contains_key(name) || beyond.contains_key(name),
                 "{name} is served but in neither section of metrics_upstream/v1.15.txt"
@@ -827,7 +857,11 @@ mod tests {
         assert_eq!(find("operator_nodeclaim_status_condition_count").labels, ["type", "status", "reason"]);
         assert_eq!(find("operator_ec2nodeclass_termination_duration_seconds").kind, MetricType::Histogram);
         for m in &d {
-            assert!(m.name.starts_with("karpenter_") || m.name.starts_with("operator_"), "{}", m.name);
+            assert!(
+                ["karpenter_", "operator_", "controller_runtime_", "workqueue_"].iter().any(|p| m.name.starts_with(p)),
+                "{}",
+                m.name
+            );
             assert_eq!(
                 m.kind == MetricType::Counter,
                 m.name.ends_with("_total") && m.name != "karpenter_nodepools_cost_total"

@@ -32,7 +32,7 @@ use crate::events::Event;
 use crate::nodepool::nodeclass::NodeClassResolver;
 
 /// The controller's name (logs, metrics).
-pub const CONTROLLER: &str = "nodeoverlay";
+pub const CONTROLLER: &str = "nodeoverlay.controller";
 /// How often everything is evaluated again without a watch event.
 pub const RESYNC: Duration = Duration::from_secs(300);
 /// The pause after a failed evaluation before the next one.
@@ -194,8 +194,12 @@ impl NodeOverlayController {
                 }
             }
         });
+        let passes = self.ctx.metrics().reconciler(CONTROLLER, 1);
         loop {
-            if let Err(e) = self.reconcile().await {
+            let pass = passes.pass();
+            let reconciled = self.reconcile().await;
+            pass.finish(crate::metrics::ReconcileResult::of_pass(&reconciled));
+            if let Err(e) = reconciled {
                 tracing::warn!(controller = CONTROLLER, error = %e, "evaluating NodeOverlays");
                 // Let the API server recover before the next attempt, whatever the watches report meanwhile.
                 tokio::select! {

@@ -400,6 +400,7 @@ impl Provisioner {
             tokio::spawn(async move {
                 let mut tick = tokio::time::interval(RETRIGGER_INTERVAL);
                 loop {
+        let passes = self.ctx.metrics.reconciler(CONTROLLER, 1);
                     tokio::select! {
                         () = shutdown.cancelled() => return,
                         _ = tick.tick() => state.retrigger_provisionable(),
@@ -427,7 +428,9 @@ impl Provisioner {
                     tracing::debug!(controller = CONTROLLER, reason = r.waiting.as_deref(), "waiting on cluster sync");
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     self.ctx.state.retrigger_provisionable();
+            let pass = passes.pass();
                 }
+            pass.finish(crate::metrics::ReconcileResult::of_pass(&report));
                 Ok(r) => {
                     for e in &r.errors {
                         tracing::error!(controller = CONTROLLER, error = %e, "creating nodeclaim");

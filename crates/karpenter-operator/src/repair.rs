@@ -197,8 +197,12 @@ impl LegacyRepair {
 
     /// Sweeps every [`LEGACY_INTERVAL`] until `shutdown`.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let passes = self.ctx.metrics.reconciler("node.health", 1);
         loop {
-            if let Err(e) = self.sweep().await {
+            let pass = passes.pass();
+            let swept = self.sweep().await;
+            pass.finish(crate::metrics::ReconcileResult::of_pass(&swept));
+            if let Err(e) = swept {
                 tracing::error!(controller = "node.health", error = %e, "node repair sweep failed");
             }
             tokio::select! {

@@ -735,12 +735,14 @@ impl Termination {
         let node_loop = Controller::for_shared_stream(node_events, nodes)
             .graceful_shutdown_on(shutdown.clone().cancelled_owned())
             .run(
-                |node: Arc<Node>, ctx: Arc<Self>| async move {
+                crate::metrics::runtime::instrumented(
+                    crate::kube_util::ErrorPolicyContext::reconciles(&*self, 0),
+                    |node: Arc<Node>, ctx: Arc<Self>| async move {
                     if node.metadata.deletion_timestamp.is_none() {
                         return Ok(Action::await_change());
                     }
                     Ok(to_action(ctx.reconcile_node(&node.name_any()).await?))
-                },
+                }),
                 error_policy,
                 self.clone(),
             )
@@ -751,12 +753,14 @@ impl Termination {
             .owns_shared_stream(owned_node_events)
             .graceful_shutdown_on(shutdown.cancelled_owned())
             .run(
-                |claim: Arc<NodeClaim>, ctx: Arc<Self>| async move {
+                crate::metrics::runtime::instrumented(
+                    crate::kube_util::ErrorPolicyContext::reconciles(&*self, 0),
+                    |claim: Arc<NodeClaim>, ctx: Arc<Self>| async move {
                     if claim.metadata.deletion_timestamp.is_none() {
                         return Ok(Action::await_change());
                     }
                     Ok(to_action(ctx.reconcile_node_claim(&claim.name_any()).await?))
-                },
+                }),
                 error_policy,
                 self.clone(),
             )

@@ -259,9 +259,12 @@ impl NodeClaimDisruption {
             })
             .graceful_shutdown_on(shutdown.cancelled_owned())
             .run(
-                |claim: Arc<NodeClaim>, ctx: Arc<Self>| async move {
-                    Ok::<_, ReconcileError>(to_action(ctx.reconcile_claim(NodeClaim::clone(&claim)).await?))
-                },
+                crate::metrics::runtime::instrumented(
+                    crate::kube_util::ErrorPolicyContext::reconciles(&*self, 0),
+                    |claim: Arc<NodeClaim>, ctx: Arc<Self>| async move {
+                        Ok::<_, ReconcileError>(to_action(ctx.reconcile_claim(NodeClaim::clone(&claim)).await?))
+                    },
+                ),
                 error_policy,
                 self.clone(),
             )

@@ -384,10 +384,14 @@ impl Disruption {
     /// Runs the loop until `shutdown`: steps, then sleeps what the step asked for.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         loop {
-            let wait = match self.step().await {
+            let pass = passes.pass();
+            let step = self.step().await;
+            pass.finish(crate::metrics::ReconcileResult::of_pass(&step));
+            let wait = match step {
                 Ok(report) => {
                     for e in &report.errors {
                         tracing::error!(controller = CONTROLLER, error = %e, "disruption");
+        let passes = self.ctx.metrics.reconciler(CONTROLLER, 1);
                     }
                     report.requeue
                 }

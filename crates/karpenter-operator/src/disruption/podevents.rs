@@ -23,6 +23,8 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::metrics::ReconcileResult;
+
 use crate::context::ControllerContext;
 use crate::kube_util::ReconcileError;
 use crate::state::{PodChange, object_key};
@@ -156,6 +158,8 @@ impl PodEvents {
         // Nodes with a pod event not yet stamped, and one pod that gave it (for the log line).
         let due: Mutex<BTreeMap<String, String>> = Mutex::default();
         let wake = tokio::sync::Notify::new();
+        // Its queue is `due`: a node enters it once however many pod events it gets before its stamp.
+        let queue = this.ctx.metrics.reconciler(CONTROLLER, STAMP_CONCURRENCY);
         let read = async {
             while let Some(change) = changes.recv().await {
                 match change {
@@ -163,7 +167,10 @@ impl PodEvents {
                     PodChange::Applied(pod) => {
                         if let Some(node) = this.event_node(&pod) {
                             let mut due = due.lock().unwrap_or_else(|p| p.into_inner());
-                            due.entry(node).or_insert_with(|| object_key(pod.as_ref()));
+                            due.entry(node).or_insert_with(|| {
+                                queue.queued();
+                                object_key(pod.as_ref())
+                            });
                             wake.notify_one();
                         }
                     }
@@ -177,11 +184,22 @@ impl PodEvents {
                 let nodes = std::mem::take(&mut *due.lock().unwrap_or_else(|p| p.into_inner()));
                 let stamps: Vec<(Arc<NodeClaim>, String)> = nodes
                     .into_iter()
-                    .filter_map(|(node, pod)| this.claim_of(&node).map(|claim| (claim, pod)))
+                    .filter_map(|(node, pod)| {
+                        let claim = this.claim_of(&node);
+                        if claim.is_none() {
+                            // Taken from the queue with nothing to do.
+                            queue.start().finish(ReconcileResult::Success);
+                        }
+                        claim.map(|claim| (claim, pod))
+                    })
                     .collect();
+                let queue = &queue;
                 stream::iter(stamps)
                     .for_each_concurrent(STAMP_CONCURRENCY, |(claim, pod)| async move {
-                        if let Err(e) = this.stamp(&claim).await {
+                        let stamping = queue.start();
+                        let stamped = this.stamp(&claim).await;
+                        stamping.finish(if stamped.is_ok() { ReconcileResult::Success } else { ReconcileResult::Error });
+                        if let Err(e) = stamped {
                             tracing::warn!(controller = CONTROLLER, Pod = %pod, NodeClaim = %claim.name_any(), error = %e,
                                 "recording the last pod event time failed");
                         }

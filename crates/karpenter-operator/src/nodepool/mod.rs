@@ -192,7 +192,7 @@ pub(crate) async fn run_pool_controller<C, R, Fut>(
     }
     controller
         .graceful_shutdown_on(shutdown.cancelled_owned())
-        .run(reconcile, error_policy, ctx)
+        .run(crate::metrics::runtime::instrumented(ctx.reconciles(0), reconcile), error_policy, ctx)
         .for_each(|_| async {})
         .await;
 }

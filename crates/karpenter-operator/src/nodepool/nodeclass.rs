@@ -148,9 +148,11 @@ impl KwokNodeClassStatus {
         Controller::new(self.api(), watcher::Config::default())
             .graceful_shutdown_on(shutdown.cancelled_owned())
             .run(
-                |class: Arc<KWOKNodeClass>, ctx: Arc<Self>| async move {
+                crate::metrics::runtime::instrumented(
+                    crate::kube_util::ErrorPolicyContext::reconciles(&*self, 0),
+                    |class: Arc<KWOKNodeClass>, ctx: Arc<Self>| async move {
                     Ok::<Action, ReconcileError>(to_action(ctx.reconcile(&class.name_any()).await?))
-                },
+                }),
                 error_policy,
                 self,
             )

@@ -135,9 +135,11 @@ impl Readiness {
         controller
             .graceful_shutdown_on(shutdown.cancelled_owned())
             .run(
-                |pool: Arc<NodePool>, ctx: Arc<Self>| async move {
+                crate::metrics::runtime::instrumented(
+                    crate::kube_util::ErrorPolicyContext::reconciles(&*self, 0),
+                    |pool: Arc<NodePool>, ctx: Arc<Self>| async move {
                     Ok::<Action, ReconcileError>(to_action(ctx.reconcile(&pool.name_any()).await?))
-                },
+                }),
                 error_policy,
                 self,
             )
