@@ -33,7 +33,11 @@
 //! must name exactly one zone and one capacity type (upstream's files always do; an offering without them could
 //! not be launched). Errors name the entry (index and name) and the field.
 //!
-//! One extension: an entry may carry `dynamicResources`, the DRA slice templates of the type (a list of
+//! Two extensions. An entry may carry `requirements` (`[{key, operator, values}]`, the NodePool requirement shape
+//! without `minValues`): further labels of the type, intersected with the derived ones, e.g. the `size`,
+//! `special` and `integer` labels of upstream's fake test instance types
+//! (`bins/karpenter-controller/tests/fixtures/upstream-specs/*.json`). [`to_instance_types_json`] does not write
+//! them back. An entry may also carry `dynamicResources`, the DRA slice templates of the type (a list of
 //! `{driver, devices: [{name, attributes: {id: {string|int|bool|version: ...}}, capacity: {id: {value: ...}}}]}`,
 //! a ResourceSlice's devices in their `resource.k8s.io/v1` shape). The DRA simulation offers those devices on
 //! nodes of the type not launched or not initialized yet. The built-in catalogue has none.
@@ -105,7 +109,7 @@ pub fn catalogue() -> Vec<InstanceType> {
                         .with("memory", mem_q)
                         .with("pods", Quantity::from_int((cpu * 16).min(1024), Format::DecimalSI))
                         .with("ephemeral-storage", Quantity::from_int(20 << 30, Format::BinarySI));
-                    out.push(build(name, arch, &[os], offerings, capacity));
+                    out.push(build(name, arch, &[os], offerings, capacity, Vec::new()));
                 }
             }
         }
@@ -152,13 +156,21 @@ fn family_label(name: &str) -> String {
 }
 
 /// Builds an instance type the way upstream's kwok provider does (requirements from the name, resources and
-/// offerings; the kwok overhead). `capacity` must hold `cpu` and `memory`.
-fn build(name: String, arch: &str, oses: &[&str], offerings: Vec<Offering>, capacity: ResourceList) -> InstanceType {
+/// offerings; the kwok overhead), then narrows them by `extra` (the file's per-type `requirements`). `capacity`
+/// must hold `cpu` and `memory`.
+fn build(
+    name: String,
+    arch: &str,
+    oses: &[&str],
+    offerings: Vec<Offering>,
+    capacity: ResourceList,
+    extra: Vec<Requirement>,
+) -> InstanceType {
     let cpu = capacity.cpu().to_string();
     let memory = capacity.memory().to_string();
     let zones: BTreeSet<&str> = offerings.iter().filter_map(Offering::zone).collect();
     let cts: BTreeSet<&str> = offerings.iter().filter_map(Offering::capacity_type).collect();
-    let reqs: Requirements = [
+    let mut reqs: Requirements = [
         Requirement::in_values(INSTANCE_TYPE, [name.as_str()]),
         Requirement::in_values(ARCH, [arch]),
         Requirement::in_values(OS, oses.iter().copied()),
@@ -171,6 +183,9 @@ fn build(name: String, arch: &str, oses: &[&str], offerings: Vec<Offering>, capa
     ]
     .into_iter()
     .collect();
+    for r in extra {
+        reqs.add(r);
+    }
     InstanceType::new(name, reqs, offerings, capacity, overhead())
 }
 
@@ -207,6 +222,10 @@ struct RawInstanceType {
     /// DRA slice templates (a karpenter-rs extension; upstream's files have none).
     #[serde(rename = "dynamicResources", default)]
     dynamic_resources: Vec<RawSliceTemplate>,
+    /// Further requirements of the type (a karpenter-rs extension): the labels a test catalogue's types carry
+    /// beyond the derived ones, e.g. upstream's fake `size`/`special`/`integer`.
+    #[serde(default)]
+    requirements: Vec<RawRequirement>,
 }
 
 /// A DRA slice template: the devices one driver publishes on a node of the type, in a ResourceSlice's
@@ -507,8 +526,18 @@ pub fn load_instance_types_json(json: &str) -> Result<Vec<InstanceType>, KwokCat
         }
         let oses: Vec<&str> = raw.operating_systems.iter().map(String::as_str).collect();
         let templates = slice_templates(&raw.dynamic_resources).map_err(|(field, message)| err(field, message))?;
+        let mut extra = Vec::with_capacity(raw.requirements.len());
+        for (j, r) in raw.requirements.iter().enumerate() {
+            let rpath = format!("requirements[{j}]");
+            let op: Operator = r.operator.parse().map_err(|e| err(format!("{rpath}.operator"), format!("{e}")))?;
+            extra.push(
+                Requirement::new(&r.key, op, &r.values, None)
+                    .map_err(|e| err(format!("{rpath}.values"), e.to_string()))?,
+            );
+        }
         out.push(
-            build(raw.name.clone(), &raw.architecture, &oses, offerings, capacity).with_dynamic_resources(templates),
+            build(raw.name.clone(), &raw.architecture, &oses, offerings, capacity, extra)
+                .with_dynamic_resources(templates),
         );
     }
     Ok(out)
@@ -644,6 +673,27 @@ mod tests {
         assert!(e.contains("dynamicResources[0].devices[0].attributes.model"), "{e}");
         assert!(catalogue().iter().all(|it| it.dynamic_resources.is_empty()), "the built-in catalogue has none");
     }
+    #[test]
+    fn per_type_requirements_narrow_the_derived_ones_and_bad_ones_name_the_field() {
+        let json = r#"[{"name": "default-instance-type", "architecture": "amd64", "operatingSystems": ["linux"],
+            "resources": {"cpu": "4", "memory": "4Gi"},
+            "offerings": [{"Price": 1, "Requirements": [
+                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["test-zone-1"]},
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}]}],
+            "requirements": [{"key": "size", "operator": "In", "values": ["small"]},
+                {"key": "special", "operator": "DoesNotExist"},
+                {"key": "kubernetes.io/os", "operator": "In", "values": ["linux", "windows"]}]}]"#;
+        let its = load_instance_types_json(json).expect("loads");
+        let reqs = &its[0].requirements;
+        assert_eq!(label(&its[0], "size"), "small");
+        assert_eq!(reqs.get_ref("special").map(|r| r.operator()), Some(Operator::DoesNotExist));
+        // Intersected, not replaced: the OS stays the one the entry derives.
+        assert_eq!(label(&its[0], OS), "linux");
+        let bad = json.replace(r#""operator": "DoesNotExist""#, r#""operator": "Maybe""#);
+        let e = load_instance_types_json(&bad).expect_err("bad operator").to_string();
+        assert!(e.contains("requirements[1].operator"), "{e}");
+    }
+
     use karpenter_cloudprovider::cheapest_launch;
     use karpenter_requirements::OfferingsExt;
 

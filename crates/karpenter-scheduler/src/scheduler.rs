@@ -495,7 +495,14 @@ impl<'a> Solver<'a> {
                 || !pod.requests.fits(&node.available)
                 || !node.requirements.compatible_ok(&reqs, &NoKeys)
                 || first_compatible(&pod.volumes.alternatives, &node.requirements, &NoKeys).is_err()
-                || self.topology.add_requirements(i, relax, &strict, &node.requirements, &prepared).is_err()
+                // The node must carry the domain the topology narrows it to: a node without the topology key's
+                // label is in no domain, so a pod spreading or (anti-)affine on that key cannot go there (as
+                // upstream's compatibility check of the node with its topology requirements).
+                || !match self.topology.add_requirements(i, relax, &strict, &node.requirements, &prepared) {
+                    Ok(None) => true,
+                    Ok(Some(narrowed)) => node.requirements.compatible_ok(&narrowed, &NoKeys),
+                    Err(_) => false,
+                }
             {
                 continue;
             }

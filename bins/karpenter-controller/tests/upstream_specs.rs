@@ -1,0 +1,484 @@
+//! Upstream Karpenter's own scheduling specs as our judge: each fixture under
+//! `tests/fixtures/upstream-specs/<area>/*.yaml` is one upstream `It`/`Entry` (inputs and expected outcome are
+//! upstream's facts, written as manifests), run through `karpenter-controller simulate -o json` on a catalogue of
+//! upstream's fake instance types, and checked against what upstream asserts.
+//!
+//! # Fixture format
+//!
+//! A multi-document YAML file. The **first document** is the spec, stripped before simulate sees the rest (the
+//! NodePools, pods, nodes... of the spec, as simulate reads them):
+//!
+//! ```yaml
+//! upstream:
+//!   file: pkg/controllers/provisioning/scheduling/topology_test.go
+//!   spec: Topology / Zonal / should balance pods across zones (match labels)   # Describe / Context / It
+//! instanceTypes: fake-instance-types.json   # optional; a file in upstream-specs/ (default: this one)
+//! args: [--scheduler-config, "..."]         # optional; more simulate arguments
+//! deliberate: why we differ                 # optional; see below
+//! expect:                                    # every entry must hold
+//!   - newNodes: 2                            # NodeClaims created
+//!   - scheduled: [spread-*]                  # these pods are placed (new or existing node)
+//!   - unschedulable: [big]                   # these pods are not placed
+//!   - sameNode: [a, b]                       # these pods share one node
+//!   - differentNodes: [a, b]                 # no two of these pods share a node
+//!   - skew: {topologyKey: topology.kubernetes.io/zone, pods: [spread-*], counts: [1, 1, 2]}
+//!   - instanceType: {pods: [a], in: [small-instance-type]}   # the launched node's instance type
+//!   - zone: {pods: [a], in: [test-zone-1]}
+//!   - capacityType: {pods: [a], in: [spot]}
+//! ```
+//!
+//! Pods are named `name` (namespace `default`) or `namespace/name`; a trailing `*` matches any suffix (a
+//! Deployment `spread` of 4 expands into `spread-0`..`spread-3`). Every pattern must match at least one pod of the
+//! result. `skew` counts the placed pods matching `pods` per value of `topologyKey` on their node (per node for
+//! `kubernetes.io/hostname`), as upstream's `ExpectSkew`; `counts` are compared sorted (upstream's `ConsistOf`).
+//! The input's bound pods count too (a Pod with `spec.nodeName`, not `Succeeded`/`Failed`, not terminating, on a
+//! Node of the input: its labels give the domain), so a spec that provisions in rounds is ported as the state
+//! upstream asserts after the earlier rounds (Nodes and bound Pods) plus the last round's pending pods. Other
+//! expectations read only the pods this run places or leaves unschedulable.
+//!
+//! `deliberate` marks a spec where karpenter-rs differs from upstream on purpose: the expectations stay
+//! upstream's, the harness requires them to still fail (so the difference stays documented truthfully), and
+//! docs/upstream-specs.md lists it with the reason.
+//!
+//! The harness prints, per area, how many fixtures are ported, pass, and differ deliberately, and fails on any
+//! other difference. `UPSTREAM_SPECS=<substring>` runs only fixtures whose path contains it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+fn fixtures_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/upstream-specs")
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Spec {
+    upstream: Upstream,
+    #[serde(default)]
+    instance_types: Option<String>,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    deliberate: Option<String>,
+    expect: Vec<Expectation>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Upstream {
+    file: String,
+    spec: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+enum Expectation {
+    NewNodes(usize),
+    Scheduled(Vec<String>),
+    Unschedulable(Vec<String>),
+    SameNode(Vec<String>),
+    DifferentNodes(Vec<String>),
+    Skew(Skew),
+    InstanceType(OneOf),
+    Zone(OneOf),
+    CapacityType(OneOf),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Skew {
+    topology_key: String,
+    pods: Vec<String>,
+    counts: Vec<usize>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OneOf {
+    pods: Vec<String>,
+    #[serde(rename = "in")]
+    values: Vec<String>,
+}
+
+/// Where simulate put one pod.
+#[derive(Debug, Clone)]
+struct Placement {
+    node: String,
+    /// Node labels known for the placement: zone, capacity type, instance type, and the claim's single-valued
+    /// `In` requirements (new nodes).
+    labels: BTreeMap<String, String>,
+}
+
+/// The parts of simulate's JSON report the expectations read.
+#[derive(Debug, Default)]
+struct Outcome {
+    new_nodes: usize,
+    placed: BTreeMap<String, Placement>,
+    unschedulable: BTreeMap<String, String>,
+    /// The input's bound pods (`namespace/name`) → their node's labels (hostname: the node's name).
+    bound: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+/// The input's bound pods that count for topology, with their node's labels.
+fn bound_pods(manifests: &[Value]) -> BTreeMap<String, BTreeMap<String, String>> {
+    let mut nodes: BTreeMap<&str, BTreeMap<String, String>> = BTreeMap::new();
+    for m in manifests.iter().filter(|m| m["kind"] == "Node") {
+        let Some(name) = m["metadata"]["name"].as_str() else { continue };
+        let mut labels: BTreeMap<String, String> = m["metadata"]["labels"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+            .collect();
+        labels.insert(HOSTNAME.to_owned(), name.to_owned());
+        nodes.insert(name, labels);
+    }
+    let mut out = BTreeMap::new();
+    for m in manifests.iter().filter(|m| m["kind"] == "Pod") {
+        let finished = matches!(m["status"]["phase"].as_str(), Some("Succeeded" | "Failed"));
+        if finished || !m["metadata"]["deletionTimestamp"].is_null() {
+            continue;
+        }
+        let (Some(node), Some(name)) = (m["spec"]["nodeName"].as_str(), m["metadata"]["name"].as_str()) else {
+            continue;
+        };
+        let namespace = m["metadata"]["namespace"].as_str().unwrap_or("default");
+        if let Some(labels) = nodes.get(node) {
+            out.insert(format!("{namespace}/{name}"), labels.clone());
+        }
+    }
+    out
+}
+
+const ZONE: &str = "topology.kubernetes.io/zone";
+const CAPACITY_TYPE: &str = "karpenter.sh/capacity-type";
+const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
+const HOSTNAME: &str = "kubernetes.io/hostname";
+
+impl Outcome {
+    fn from_report(report: &Value) -> Outcome {
+        let mut out = Outcome::default();
+        let claims: BTreeMap<&str, &Value> = report["decisions"]["newNodeClaims"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| Some((c["name"].as_str()?, c)))
+            .collect();
+        let new_nodes = report["newNodes"].as_array().cloned().unwrap_or_default();
+        out.new_nodes = new_nodes.len();
+        for node in &new_nodes {
+            let name = node["name"].as_str().unwrap_or_default().to_owned();
+            let mut labels = BTreeMap::new();
+            if let Some(claim) = claims.get(name.as_str()) {
+                for r in claim["requirements"].as_array().into_iter().flatten() {
+                    let values = r["values"].as_array().cloned().unwrap_or_default();
+                    if r["operator"] == "In" && values.len() == 1 {
+                        let (Some(k), Some(v)) = (r["key"].as_str(), values[0].as_str()) else { continue };
+                        labels.insert(k.to_owned(), v.to_owned());
+                    }
+                }
+            }
+            // The launch narrows the claim to one offering: its labels win.
+            for (key, field) in [(ZONE, "zone"), (CAPACITY_TYPE, "capacityType"), (INSTANCE_TYPE, "instanceType")] {
+                if let Some(v) = node[field].as_str() {
+                    labels.insert(key.to_owned(), v.to_owned());
+                }
+            }
+            labels.insert(HOSTNAME.to_owned(), name.clone());
+            for pod in node["pods"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+                out.placed.insert(pod.to_owned(), Placement { node: name.clone(), labels: labels.clone() });
+            }
+        }
+        for node in report["existingNodes"].as_array().into_iter().flatten() {
+            let name = node["name"].as_str().unwrap_or_default().to_owned();
+            let mut labels = BTreeMap::new();
+            for (key, field) in [(ZONE, "zone"), (CAPACITY_TYPE, "capacityType"), (INSTANCE_TYPE, "instanceType")] {
+                if let Some(v) = node[field].as_str() {
+                    labels.insert(key.to_owned(), v.to_owned());
+                }
+            }
+            labels.insert(HOSTNAME.to_owned(), name.clone());
+            for pod in node["pods"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+                out.placed.insert(pod.to_owned(), Placement { node: name.clone(), labels: labels.clone() });
+            }
+        }
+        for group in report["unschedulable"].as_array().into_iter().flatten() {
+            let reason = group["reason"].as_str().unwrap_or_default();
+            for pod in group["pods"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+                out.unschedulable.insert(pod.to_owned(), reason.to_owned());
+            }
+        }
+        out
+    }
+
+    /// The pods of the result (and with `with_bound` the input's bound pods) matching `patterns`; a pattern
+    /// matching none is an error.
+    fn select_from(&self, patterns: &[String], with_bound: bool) -> Result<BTreeSet<String>, String> {
+        let bound = self.bound.keys().filter(|_| with_bound);
+        let all: Vec<&String> = self.placed.keys().chain(self.unschedulable.keys()).chain(bound).collect();
+        let mut out = BTreeSet::new();
+        for p in patterns {
+            let full = if p.contains('/') { p.clone() } else { format!("default/{p}") };
+            let matched: Vec<&String> = all
+                .iter()
+                .copied()
+                .filter(|pod| match full.strip_suffix('*') {
+                    Some(prefix) => pod.starts_with(prefix),
+                    None => **pod == full,
+                })
+                .collect();
+            if matched.is_empty() {
+                return Err(format!("no pod of the result matches {p:?}"));
+            }
+            out.extend(matched.into_iter().cloned());
+        }
+        Ok(out)
+    }
+
+    /// The pods this run placed or left unschedulable matching `patterns`.
+    fn select(&self, patterns: &[String]) -> Result<BTreeSet<String>, String> {
+        self.select_from(patterns, false)
+    }
+
+    fn placement(&self, pod: &str) -> Result<&Placement, String> {
+        self.placed.get(pod).ok_or_else(|| match self.unschedulable.get(pod) {
+            Some(reason) => format!("{pod} is unschedulable: {reason}"),
+            None => format!("{pod} is not in the result"),
+        })
+    }
+
+    fn check(&self, e: &Expectation) -> Result<(), String> {
+        match e {
+            Expectation::NewNodes(n) => {
+                if self.new_nodes != *n {
+                    return Err(format!("{} new nodes, expected {n}", self.new_nodes));
+                }
+            }
+            Expectation::Scheduled(pods) => {
+                for pod in self.select(pods)? {
+                    self.placement(&pod)?;
+                }
+            }
+            Expectation::Unschedulable(pods) => {
+                for pod in self.select(pods)? {
+                    if let Some(p) = self.placed.get(&pod) {
+                        return Err(format!("{pod} was placed on {}, expected unschedulable", p.node));
+                    }
+                }
+            }
+            Expectation::SameNode(pods) => {
+                let nodes: BTreeSet<&str> = self
+                    .select(pods)?
+                    .iter()
+                    .map(|p| self.placement(p).map(|p| p.node.as_str()))
+                    .collect::<Result<_, _>>()?;
+                if nodes.len() != 1 {
+                    return Err(format!("{pods:?} are on nodes {nodes:?}, expected one node"));
+                }
+            }
+            Expectation::DifferentNodes(pods) => {
+                let mut seen: BTreeMap<&str, &str> = BTreeMap::new();
+                let selected = self.select(pods)?;
+                for pod in &selected {
+                    let node = self.placement(pod)?.node.as_str();
+                    if let Some(other) = seen.insert(node, pod) {
+                        return Err(format!("{other} and {pod} share node {node}"));
+                    }
+                }
+            }
+            Expectation::Skew(s) => {
+                let mut per_domain: BTreeMap<&str, usize> = BTreeMap::new();
+                for pod in self.select_from(&s.pods, true)? {
+                    let labels = self.placed.get(&pod).map(|p| &p.labels).or_else(|| self.bound.get(&pod));
+                    if let Some(v) = labels.and_then(|l| l.get(&s.topology_key)) {
+                        *per_domain.entry(v.as_str()).or_default() += 1;
+                    }
+                }
+                let mut counts: Vec<usize> = per_domain.values().copied().collect();
+                counts.sort_unstable();
+                let mut expected = s.counts.clone();
+                expected.sort_unstable();
+                if counts != expected {
+                    return Err(format!("{} skew {per_domain:?}, expected counts {:?}", s.topology_key, s.counts));
+                }
+            }
+            Expectation::InstanceType(o) => self.check_label(INSTANCE_TYPE, o)?,
+            Expectation::Zone(o) => self.check_label(ZONE, o)?,
+            Expectation::CapacityType(o) => self.check_label(CAPACITY_TYPE, o)?,
+        }
+        Ok(())
+    }
+
+    fn check_label(&self, key: &str, o: &OneOf) -> Result<(), String> {
+        for pod in self.select(&o.pods)? {
+            let p = self.placement(&pod)?;
+            match p.labels.get(key) {
+                Some(v) if o.values.contains(v) => {}
+                other => return Err(format!("{pod} on {}: {key} {other:?}, expected one of {:?}", p.node, o.values)),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Splits a fixture into its spec document and the manifests simulate reads.
+fn split(text: &str) -> (String, String) {
+    let mut docs: Vec<String> = vec![String::new()];
+    for line in text.lines() {
+        if line.trim_end() == "---" {
+            docs.push(String::new());
+        } else if let Some(last) = docs.last_mut() {
+            last.push_str(line);
+            last.push('\n');
+        }
+    }
+    // A leading `---` or comment-only document before the spec is allowed.
+    let first = docs.iter().position(|d| d.lines().any(|l| l.starts_with("upstream:"))).unwrap_or(0);
+    let spec = docs[first].clone();
+    let rest: Vec<&String> = docs.iter().skip(first + 1).collect();
+    (spec, rest.iter().map(|d| d.as_str()).collect::<Vec<_>>().join("---\n"))
+}
+
+enum Verdict {
+    Pass,
+    Deliberate,
+    Fail(String),
+}
+
+fn run_fixture(path: &Path, tmp: &Path) -> Result<(Spec, Verdict), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("reading: {e}"))?;
+    let (spec_text, manifests) = split(&text);
+    let spec: Spec = serde_saphyr::from_str(&spec_text).map_err(|e| format!("spec document: {e}"))?;
+    if spec.expect.is_empty() {
+        return Err("expect: empty".into());
+    }
+    let input = tmp.join(path.file_name().unwrap_or_default());
+    std::fs::write(&input, &manifests).map_err(|e| format!("writing {}: {e}", input.display()))?;
+    let catalogue = fixtures_dir().join(spec.instance_types.as_deref().unwrap_or("fake-instance-types.json"));
+    let output = Command::new(env!("CARGO_BIN_EXE_karpenter-controller"))
+        .arg("simulate")
+        .arg(&input)
+        .arg("--instance-types")
+        .arg(&catalogue)
+        .args(["--provider", "kwok", "-o", "json"])
+        .args(&spec.args)
+        .output()
+        .map_err(|e| format!("running simulate: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "simulate exited {:?}:\n{}{}",
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    let report: Value = serde_json::from_slice(&output.stdout).map_err(|e| format!("report is not JSON: {e}"))?;
+    let mut outcome = Outcome::from_report(&report);
+    let parsed: Vec<Value> = manifests
+        .split("---\n")
+        .filter(|d| d.lines().any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#')))
+        .map(serde_saphyr::from_str::<Value>)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("manifests: {e}"))?;
+    outcome.bound = bound_pods(&parsed);
+    let failures: Vec<String> =
+        spec.expect.iter().filter_map(|e| outcome.check(e).err().map(|m| format!("{e:?}: {m}"))).collect();
+    let verdict = match (&spec.deliberate, failures.is_empty()) {
+        (None, true) => Verdict::Pass,
+        (None, false) => Verdict::Fail(format!(
+            "{}\nnotes: {}\nunschedulable: {:?}",
+            failures.join("\n"),
+            report["notes"],
+            outcome.unschedulable
+        )),
+        (Some(_), false) => Verdict::Deliberate,
+        (Some(_), true) => Verdict::Fail(
+            "marked deliberate but now behaves as upstream: drop `deliberate` and its docs/upstream-specs.md entry"
+                .into(),
+        ),
+    };
+    Ok((spec, verdict))
+}
+
+#[derive(Default)]
+struct Counts {
+    ported: usize,
+    passing: usize,
+    deliberate: usize,
+}
+
+#[test]
+fn upstream_scheduling_specs_hold() {
+    let filter = std::env::var("UPSTREAM_SPECS").ok();
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR")).join("upstream-specs");
+    let mut per_area: BTreeMap<String, Counts> = BTreeMap::new();
+    let mut failures = Vec::new();
+    let mut areas: Vec<PathBuf> = std::fs::read_dir(fixtures_dir())
+        .expect("fixtures dir")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_dir())
+        .collect();
+    areas.sort();
+    for area in areas {
+        let name = area.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        let area_tmp = tmp.join(&name);
+        std::fs::create_dir_all(&area_tmp).expect("tmp dir");
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&area)
+            .expect("area dir")
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+            .filter(|p| filter.as_deref().is_none_or(|f| p.to_string_lossy().contains(f)))
+            .collect();
+        files.sort();
+        let counts = per_area.entry(name.clone()).or_default();
+        for file in files {
+            counts.ported += 1;
+            let label = format!("{name}/{}", file.file_name().unwrap_or_default().to_string_lossy());
+            match run_fixture(&file, &area_tmp) {
+                Ok((_, Verdict::Pass)) => counts.passing += 1,
+                Ok((_, Verdict::Deliberate)) => counts.deliberate += 1,
+                Ok((spec, Verdict::Fail(why))) => {
+                    failures.push(format!("{label} ({} / {}):\n{why}", spec.upstream.file, spec.upstream.spec))
+                }
+                Err(why) => failures.push(format!("{label}: {why}")),
+            }
+        }
+    }
+    println!("{:<28} {:>7} {:>8} {:>11} {:>7}", "AREA", "PORTED", "PASSING", "DELIBERATE", "FAILING");
+    for (area, c) in &per_area {
+        let failing = c.ported - c.passing - c.deliberate;
+        println!("{area:<28} {:>7} {:>8} {:>11} {failing:>7}", c.ported, c.passing, c.deliberate);
+    }
+    assert!(failures.is_empty(), "{} fixtures differ from upstream:\n\n{}", failures.len(), failures.join("\n\n"));
+}
+
+#[test]
+fn the_spec_document_is_stripped_and_patterns_must_match() {
+    let (spec, rest) =
+        split("upstream:\n  file: f\n  spec: s\nexpect: [{newNodes: 1}]\n---\nkind: Pod\n---\nkind: Node\n");
+    assert!(spec.starts_with("upstream:"));
+    assert_eq!(rest, "kind: Pod\n---\nkind: Node\n");
+    let report = serde_json::json!({
+        "newNodes": [{"name": "n-1", "zone": "test-zone-1", "capacityType": "spot", "instanceType": "t",
+                      "pods": ["default/a-0", "default/a-1"]},
+                     {"name": "n-2", "zone": "test-zone-2", "pods": ["default/a-2"]}],
+        "existingNodes": [],
+        "unschedulable": [{"reason": "too big", "pods": ["default/big"]}],
+        "decisions": {"newNodeClaims": []}
+    });
+    let o = Outcome::from_report(&report);
+    let skew =
+        |counts: Vec<usize>| Expectation::Skew(Skew { topology_key: ZONE.into(), pods: vec!["a-*".into()], counts });
+    assert!(o.check(&skew(vec![1, 2])).is_ok());
+    assert!(o.check(&skew(vec![1, 1, 1])).is_err());
+    assert!(o.check(&Expectation::Unschedulable(vec!["big".into()])).is_ok());
+    assert!(o.check(&Expectation::Scheduled(vec!["big".into()])).is_err());
+    assert!(o.check(&Expectation::Scheduled(vec!["nope".into()])).unwrap_err().contains("matches"));
+    assert!(o.check(&Expectation::SameNode(vec!["a-0".into(), "a-1".into()])).is_ok());
+    assert!(o.check(&Expectation::DifferentNodes(vec!["a-*".into()])).is_err());
+    assert!(o.check(&Expectation::NewNodes(2)).is_ok());
+}
