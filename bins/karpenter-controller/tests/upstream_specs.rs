@@ -22,6 +22,7 @@
 //!   - sameNode: [a, b]                       # these pods share one node
 //!   - differentNodes: [a, b]                 # no two of these pods share a node
 //!   - skew: {topologyKey: topology.kubernetes.io/zone, pods: [spread-*], counts: [1, 1, 2]}
+//!   - maxPerDomain: {topologyKey: kubernetes.io/hostname, pods: [spread-*], max: 3}
 //!   - instanceType: {pods: [a], in: [small-instance-type]}   # the launched node's instance type
 //!   - zone: {pods: [a], in: [test-zone-1]}
 //!   - capacityType: {pods: [a], in: [spot]}
@@ -83,6 +84,7 @@ enum Expectation {
     SameNode(Vec<String>),
     DifferentNodes(Vec<String>),
     Skew(Skew),
+    MaxPerDomain(MaxPerDomain),
     InstanceType(OneOf),
     Zone(OneOf),
     CapacityType(OneOf),
@@ -94,6 +96,15 @@ struct Skew {
     topology_key: String,
     pods: Vec<String>,
     counts: Vec<usize>,
+}
+
+/// No domain of `topology_key` holds more than `max` of `pods` (upstream's "no element above max").
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct MaxPerDomain {
+    topology_key: String,
+    pods: Vec<String>,
+    max: usize,
 }
 
 #[derive(Debug, Deserialize)]
@@ -290,14 +301,14 @@ impl Outcome {
                     }
                 }
             }
-            Expectation::Skew(s) => {
-                let mut per_domain: BTreeMap<&str, usize> = BTreeMap::new();
-                for pod in self.select_from(&s.pods, true)? {
-                    let labels = self.placed.get(&pod).map(|p| &p.labels).or_else(|| self.bound.get(&pod));
-                    if let Some(v) = labels.and_then(|l| l.get(&s.topology_key)) {
-                        *per_domain.entry(v.as_str()).or_default() += 1;
-                    }
+            Expectation::MaxPerDomain(m) => {
+                let per_domain = self.per_domain(&m.topology_key, &m.pods)?;
+                if per_domain.values().any(|c| *c > m.max) {
+                    return Err(format!("{} counts {per_domain:?}, expected none above {}", m.topology_key, m.max));
                 }
+            }
+            Expectation::Skew(s) => {
+                let per_domain = self.per_domain(&s.topology_key, &s.pods)?;
                 let mut counts: Vec<usize> = per_domain.values().copied().collect();
                 counts.sort_unstable();
                 let mut expected = s.counts.clone();
@@ -311,6 +322,18 @@ impl Outcome {
             Expectation::CapacityType(o) => self.check_label(CAPACITY_TYPE, o)?,
         }
         Ok(())
+    }
+
+    /// Pods matching `patterns` (placed by this run or bound in the input) per value of `key` on their node.
+    fn per_domain(&self, key: &str, patterns: &[String]) -> Result<BTreeMap<String, usize>, String> {
+        let mut per_domain: BTreeMap<String, usize> = BTreeMap::new();
+        for pod in self.select_from(patterns, true)? {
+            let labels = self.placed.get(&pod).map(|p| &p.labels).or_else(|| self.bound.get(&pod));
+            if let Some(v) = labels.and_then(|l| l.get(key)) {
+                *per_domain.entry(v.clone()).or_default() += 1;
+            }
+        }
+        Ok(per_domain)
     }
 
     fn check_label(&self, key: &str, o: &OneOf) -> Result<(), String> {
