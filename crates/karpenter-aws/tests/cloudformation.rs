@@ -4,9 +4,10 @@
 //! - cfn-lint (AWS's own template checker, with the CloudFormation resource schemas) accepts it. Skipped with a
 //!   message where cfn-lint is not installed; under CI (`karpenter_testing::in_ci`) its absence fails, as .ci/run
 //!   installs it.
-//! - The controller's managed policies allow every AWS API call the SDK adapters make. The calls are read from the
-//!   adapter source (crates/karpenter-aws/src/sdk, behind the `sdk` feature, so read rather than compiled): every
-//!   `<client>.operation_name(` on a field or parameter typed `aws_sdk_<service>::Client`. A new call without a
+//! - The controller's managed policies allow every AWS API call karpenter-aws makes. The calls are read from its
+//!   source (the SDK code is behind the `sdk` feature: the adapters in src/sdk and the start-up in src/assembly.rs;
+//!   read rather than compiled): every `<client>.operation_name(` on a field or parameter typed
+//!   `aws_sdk_<service>::Client`, directly or through a struct holding one (`clients.ec2`). A new call without a
 //!   policy statement fails here, and so does a granted action no adapter calls unless it is listed, with its
 //!   reason, in [`GRANTED_WITHOUT_A_CALL`].
 //! - Its EventBridge rules deliver every kind of event the interruption parser acts on, and nothing it ignores.
@@ -176,19 +177,53 @@ fn struct_fields(code: &str) -> BTreeMap<String, Vec<(String, String)>> {
     out
 }
 
-/// Every AWS call of the SDK adapters: `service:Operation` -> the files making it.
-fn adapter_calls() -> BTreeMap<String, BTreeSet<String>> {
-    let dir = workspace_root().join("crates/karpenter-aws/src/sdk");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
-        .map(|e| e.expect("a directory entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
-        .collect();
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("reading {}: {e}", dir.display())) {
+        let path = entry.expect("a directory entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// karpenter-aws's source files, as (path under src/, code without comment lines).
+fn sources() -> Vec<(String, String)> {
+    let src = workspace_root().join("crates/karpenter-aws/src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
     files.sort();
-    let sources: Vec<(String, String)> = files
-        .iter()
-        .map(|p| (p.file_name().expect("a file name").to_string_lossy().into_owned(), code_of(p)))
-        .collect();
+    files.iter().map(|p| (p.strip_prefix(&src).expect("under src").display().to_string(), code_of(p))).collect()
+}
+
+/// The fields and parameters `code` gives the type `ty` (`name: Ty`, `name: &Ty`).
+fn typed_bindings(code: &str, ty: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for pattern in [format!(": {ty}"), format!(": &{ty}")] {
+        for (at, m) in code.match_indices(pattern.as_str()) {
+            if code[at + m.len()..].starts_with(is_ident_char) {
+                continue;
+            }
+            let name: String = code[..at]
+                .chars()
+                .rev()
+                .take_while(|c| is_ident_char(*c))
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            if !name.is_empty() {
+                names.insert(name);
+            }
+        }
+    }
+    names
+}
+
+/// Every AWS call of karpenter-aws: `service:Operation` -> the files making it.
+fn adapter_calls() -> BTreeMap<String, BTreeSet<String>> {
+    let sources = sources();
     let mut fields_of_struct = BTreeMap::new();
     for (_, code) in &sources {
         fields_of_struct.extend(struct_fields(code));
@@ -196,39 +231,63 @@ fn adapter_calls() -> BTreeMap<String, BTreeSet<String>> {
 
     let mut calls: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (file, code) in &sources {
-        // Which service each client-typed name in this file is: its own fields and parameters, then the fields of
-        // the adapters it implements methods for.
-        let mut receivers: BTreeMap<String, String> = BTreeMap::new();
-        let mut declared = client_declarations(code);
-        for ty in implemented_types(code) {
-            declared.extend(fields_of_struct.get(&ty).cloned().unwrap_or_default());
-        }
-        for (name, sdk_crate) in declared {
-            if let Some(other) = receivers.insert(name.clone(), sdk_crate.clone()) {
-                assert_eq!(
-                    other, sdk_crate,
-                    "{file}: `{name}` names clients of two services; the test cannot tell them apart"
+        // Which service each client-typed name in this file is: its own fields and parameters, then the client
+        // fields of the structs it implements methods for or binds a field or parameter to.
+        // (name, service, the names it must be a field of: `None` for a client declared in this file).
+        let mut receivers: Vec<(String, String, Option<BTreeSet<String>>)> =
+            client_declarations(code).into_iter().map(|(name, sdk_crate)| (name, sdk_crate, None)).collect();
+        let implemented = implemented_types(code);
+        for (ty, fields) in &fields_of_struct {
+            let mut owners = typed_bindings(code, ty);
+            if implemented.contains(ty) {
+                owners.insert("self".to_owned());
+            }
+            if !owners.is_empty() {
+                receivers.extend(
+                    fields.iter().map(|(name, sdk_crate)| (name.clone(), sdk_crate.clone(), Some(owners.clone()))),
                 );
             }
         }
-        for (receiver, sdk_crate) in &receivers {
+        let names: BTreeSet<&String> = receivers.iter().map(|(name, _, _)| name).collect();
+        for receiver in names {
             let mut rest = code.as_str();
-            while let Some(at) = rest.find(receiver.as_str()) {
-                let preceded_by_ident = rest[..at].chars().next_back().is_some_and(is_ident_char);
-                let after = &rest[at + receiver.len()..];
-                rest = after;
-                if preceded_by_ident || after.starts_with(is_ident_char) {
+            let mut offset = 0;
+            while let Some(found) = rest.find(receiver.as_str()) {
+                let at = offset + found;
+                rest = &code[at + receiver.len()..];
+                offset = at + receiver.len();
+                let before = &code[..at];
+                if before.chars().next_back().is_some_and(is_ident_char) || rest.starts_with(is_ident_char) {
                     continue;
                 }
-                let Some(after_dot) = after.trim_start().strip_prefix('.') else { continue };
+                let Some(after_dot) = rest.trim_start().strip_prefix('.') else { continue };
                 let method: String = after_dot.trim_start().chars().take_while(|c| is_ident_char(*c)).collect();
                 let called = after_dot.trim_start()[method.len()..].trim_start().starts_with('(');
                 // `clone` copies the client; every other method of an SDK client is an operation.
                 if !called || method.is_empty() || method == "clone" || method == "config" {
                     continue;
                 }
-                let action = format!("{}:{}", iam_prefix(sdk_crate), operation_name(&method));
-                calls.entry(action).or_default().insert(file.clone());
+                // The identifier this name is a field of (`clients` in `clients.ec2`), if any.
+                let owner: Option<String> = before.trim_end().strip_suffix('.').map(|b| {
+                    let b = b.trim_end();
+                    b.chars().rev().take_while(|c| is_ident_char(*c)).collect::<Vec<_>>().into_iter().rev().collect()
+                });
+                let services: BTreeSet<&String> = receivers
+                    .iter()
+                    .filter(|(name, _, owners)| {
+                        name == receiver
+                            && match owners {
+                                None => true,
+                                Some(owners) => owner.as_ref().is_some_and(|o| owners.contains(o)),
+                            }
+                    })
+                    .map(|(_, sdk_crate, _)| sdk_crate)
+                    .collect();
+                assert!(services.len() <= 1, "{file}: `{receiver}.{method}` could be a client of {services:?}");
+                if let Some(sdk_crate) = services.first() {
+                    let action = format!("{}:{}", iam_prefix(sdk_crate), operation_name(&method));
+                    calls.entry(action).or_default().insert(file.clone());
+                }
             }
         }
     }
@@ -238,14 +297,8 @@ fn adapter_calls() -> BTreeMap<String, BTreeSet<String>> {
 /// The operation names the adapters give their errors (`api_error("DescribeSubnets", e)`): an independent list
 /// to check the call finder against.
 fn error_operation_names() -> BTreeSet<String> {
-    let dir = workspace_root().join("crates/karpenter-aws/src/sdk");
     let mut names = BTreeSet::new();
-    for entry in std::fs::read_dir(&dir).expect("the sdk directory") {
-        let path = entry.expect("a directory entry").path();
-        if path.extension().is_none_or(|e| e != "rs") {
-            continue;
-        }
-        let code = code_of(&path);
+    for (_, code) in sources() {
         for piece in code.split("api_error(\"").skip(1) {
             let name: String = piece.chars().take_while(|c| *c != '"').collect();
             names.insert(name);
@@ -276,7 +329,7 @@ fn the_controller_policies_allow_every_call_the_adapters_make() {
         .iter()
         .filter(|(action, _)| !granted.contains_key(*action))
         .map(|(action, files)| {
-            format!("{action} (called in src/sdk/{})", files.iter().cloned().collect::<Vec<_>>().join(", "))
+            format!("{action} (called in src/{})", files.iter().cloned().collect::<Vec<_>>().join(", "))
         })
         .collect();
     assert!(
