@@ -43,6 +43,7 @@ pub mod metrics;
 pub mod node_classes;
 pub mod nodeoverlay;
 pub mod nodepool;
+pub mod observability;
 pub mod provisioner;
 pub mod repair;
 pub mod server;

@@ -606,6 +606,10 @@ fn controllers(parts: &LeaderParts, leader: &CancellationToken) -> Controllers {
         list.push((crate::deletion_cost::CONTROLLER.into(), Box::pin(deletion_cost.run(leader.clone()))));
     }
 
+    // Cluster-state observability: metrics.pod, metrics.nodepool and metrics.node unless
+    // DISABLE_CLUSTER_STATE_OBSERVABILITY (as upstream); the state's own gauges always.
+    list.extend(crate::observability::controllers(&ctx, settings, leader));
+
     for (i, source) in parts.interruption.iter().enumerate() {
         let interruption = Arc::new(Interruption::new(&ctx, source.clone()));
         let name = if i == 0 { "interruption".to_owned() } else { format!("interruption.{i}") };

@@ -476,6 +476,7 @@ impl Provisioner {
             .map(|r| UnschedulablePod { pod: r.pod.clone(), reason: r.reason.clone() })
             .collect();
         self.failed_scheduling(&rejected, false).await;
+        let rejected_keys: Vec<String> = rejected.iter().map(|r| r.pod.clone()).collect();
         report.rejected = rejected;
         let cluster = snapshot.cluster;
         if cluster.pending_pods.is_empty() {
@@ -526,6 +527,14 @@ impl Provisioner {
             .scheduler_scheduling_duration_seconds(CONTROLLER)
             .observe(pass_started.elapsed().as_secs_f64());
         drop(gate);
+        // Upstream's scheduling decisions: when each pod was first decided about and first found a place.
+        crate::observability::scheduling_times::record_pass(
+            &self.ctx.state,
+            &self.ctx.metrics,
+            &rejected_keys,
+            &decisions,
+            self.ctx.clock.now(),
+        );
         self.ctx.metrics.scheduler_unschedulable_pods_count(CONTROLLER).set(count(decisions.unschedulable.len()));
         if decisions.timed_out {
             tracing::warn!(controller = CONTROLLER, "scheduling simulation timed out, keeping what was decided");

@@ -462,6 +462,9 @@ pub struct ClusterState {
     /// With the `CapacityBuffer` gate: the buffer kinds must be listed before the state is synced
     /// ([`Self::require_buffer_kinds`]).
     buffer_kinds_required: Arc<std::sync::atomic::AtomicBool>,
+    /// When the provisioner first saw and first decided about each pending pod (upstream's pod acks and
+    /// scheduling decisions), for the pod latency metrics; a deleted pod's entry goes with it.
+    scheduling_times: crate::observability::SchedulingTimes,
 }
 
 impl fmt::Debug for ClusterState {
@@ -524,7 +527,13 @@ impl ClusterState {
             pass_gate: Arc::default(),
             buffers_changed: Arc::default(),
             buffer_kinds_required: Arc::default(),
+            scheduling_times: Default::default(),
         }
+    }
+
+    /// The pods' scheduling times (see [`crate::observability::SchedulingTimes`]).
+    pub fn scheduling_times(&self) -> &crate::observability::SchedulingTimes {
+        &self.scheduling_times
     }
 
     /// With the `CapacityBuffer` gate: the state is not synced until CapacityBuffers, PodTemplates and the
@@ -656,6 +665,7 @@ impl ClusterState {
     fn record<K: Tracked>(&self, obj: K) -> Option<Arc<K>> {
         let obj = self.share(obj);
         let trigger = Self::trigger_for(&obj);
+        let acked = matches!(trigger, Some(Trigger::Pod(_))).then(|| object_key(&obj));
         let stored = {
             let mut objects = self.write();
             let store = K::store(&mut objects);
@@ -672,6 +682,10 @@ impl ClusterState {
                 None
             }
         };
+        // A provisionable pod is acknowledged for the provisioner (upstream's pod ack; the first time counts).
+        if let Some(key) = acked {
+            self.scheduling_times.ack([key.as_str()], self.clock.now());
+        }
         if let Some(t) = trigger {
             self.notify(t);
         }
@@ -698,6 +712,9 @@ impl ClusterState {
             self.buffer_kind_changed::<K>();
         }
         let any: &dyn std::any::Any = obj.as_ref();
+        if any.is::<CompactPod>() {
+            self.scheduling_times.forget(&key);
+        }
         if any.is::<NodeClaim>() || any.is::<Node>() {
             let name = obj.meta().name.clone().unwrap_or_default();
             objects.nominations.remove(&name);
@@ -730,9 +747,13 @@ impl ClusterState {
                 let trigger = Self::trigger_for(&obj);
                 let obj = Arc::new(obj);
                 let pod = Self::as_pod(&obj);
-                K::store(&mut self.write()).buffer.get_or_insert_default().insert(object_key(obj.as_ref()), obj);
+                let key = object_key(obj.as_ref());
+                K::store(&mut self.write()).buffer.get_or_insert_default().insert(key.clone(), obj);
                 pod.into_iter().for_each(|p| self.publish_pod(PodChange::Listed(p)));
                 if let Some(t) = trigger {
+                    if matches!(t, Trigger::Pod(_)) {
+                        self.scheduling_times.ack([key.as_str()], self.clock.now());
+                    }
                     self.notify(t);
                 }
             }
