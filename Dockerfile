@@ -3,7 +3,8 @@
 # The karpenter-rs controller image: one static binary (musl, rustls with ring, no OpenSSL) built with the `aws`
 # feature, on a distroless base that has no shell. Multi-platform:
 #
-#   docker buildx build --platform linux/amd64,linux/arm64 -t <registry>/karpenter-rs:<tag> .
+#   docker buildx build --platform linux/amd64,linux/arm64 \
+#     --build-arg KARPENTER_GIT_COMMIT=$(git rev-parse HEAD) -t <registry>/karpenter-rs:<tag> .
 #
 # Each platform compiles natively inside its own platform's builder (QEMU under buildx when it differs from the
 # host), which avoids cross linkers; the Alpine toolchain targets musl, so the result is statically linked.
@@ -24,8 +25,12 @@ COPY perf ./perf
 COPY examples ./examples
 COPY charts ./charts
 COPY docs ./docs
+# The commit `version` and the karpenter_build_info metric report: the build context has no .git (.dockerignore),
+# so it comes as a build argument: --build-arg KARPENTER_GIT_COMMIT=$(git rev-parse HEAD) ("unknown" without).
+ARG KARPENTER_GIT_COMMIT=unknown
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
+    KARPENTER_GIT_COMMIT="${KARPENTER_GIT_COMMIT}" \
     cargo build --locked --release -p karpenter-controller --features aws \
  && install -D -m 0755 target/release/karpenter-controller /out/karpenter-controller
 

@@ -55,7 +55,7 @@ fn parse_interval(text: &str) -> Result<Duration, String> {
 pub fn run(args: KwokKubeletArgs) -> anyhow::Result<ExitCode> {
     let core = args.core.clone().normalized();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    karpenter_operator::logging::init(&core, crate::run::COMMIT, clock.clone()).context("setting up logging")?;
+    karpenter_operator::logging::init(&core, crate::build_info::COMMIT, clock.clone()).context("setting up logging")?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

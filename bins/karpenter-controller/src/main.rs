@@ -6,19 +6,21 @@
 //!   of a set of manifests, at what price, and why the rest cannot be placed. With no path it runs a bundled
 //!   example. With `--timeline FILE`, `--scale WORKLOAD=N` or `--for DURATION` the cluster then evolves over
 //!   simulated time (provisioning, expiration, disruption) and the report lists the commands, their reasons and
-//!   the $/h before and after. Exit status 1 if the input has errors or holds no objects, 2 on a usage error.
-//! - `validate [PATH...] [-f PATH...] [--provider aws|kwok]`: validates every NodePool, NodeClaim, EC2NodeClass
-//!   and KWOKNodeClass the way the API server (schema + CEL) plus upstream's runtime validation would. Other kinds
-//!   are loaded (so a file mixing Pods and NodePools works) but not validated. Exit status 1 if any object has a
-//!   violation, any file fails to load or the input holds no objects, 2 on a usage error.
+//!   the $/h before and after. With no path, what is piped to standard input, else the bundled example (said on
+//!   standard error). Exit status 1 if the input has errors or holds no objects.
+//! - `validate [PATH...] [-f PATH...] [--provider aws|kwok] [-o json|yaml]`: validates every NodePool, NodeClaim,
+//!   EC2NodeClass and KWOKNodeClass the way the API server (schema + CEL) plus upstream's runtime validation
+//!   would. Other kinds are loaded (so a file mixing Pods and NodePools works) but not validated. Exit status 1
+//!   if any object has a violation, any file fails to load or the input holds no objects.
 //!
 //!   Both read paths as kubectl's `-f` does: files, directories (recursive; symlinked directories followed, a
-//!   loop reported), `-` for standard input. Results go to standard output, errors and notes to standard error;
-//!   a closed standard output (`| head -1`) ends the command quietly.
-//! - `version`: the version and the commit the binary was built from.
+//!   loop reported), `-` for standard input; a file of a directory that holds no Kubernetes object (instance-type
+//!   JSON) is skipped with a warning. Results go to standard output, errors and notes to standard error; a
+//!   closed standard output (`| head -1`) ends the command quietly.
+//! - `version [-o json|yaml]`: the version and the commit the binary was built from (build.rs).
 //! - `completion bash|zsh|fish`: a shell completion script.
-//! - `crds [--provider aws|kwok] [--capacity-buffer]`: prints the CRDs as multi-document YAML (with the
-//!   CapacityBuffer CRD Karpenter reads but does not own, on request).
+//! - `crds [--provider aws|kwok] [--capacity-buffer] [-o yaml|json]`: prints the CRDs as multi-document YAML, or
+//!   as one JSON `List` (with the CapacityBuffer CRD Karpenter reads but does not own, on request).
 //! - `prices --region R [--region R2 ...] --output FILE [--include-spot]`: writes the price file of isolated VPCs
 //!   (`PRICE_FILE`) from the AWS Pricing API (on-demand Linux prices, the controller's own queries) and, with
 //!   `--include-spot`, EC2's current spot prices. Needs the `aws` cargo feature (exit status 2 without it) and
@@ -34,6 +36,10 @@
 //! - `kwok-kubelet [--interval 1s] [--all-nodes]`: the kwok Nodes' kubelet stand-in as a process of its own (see
 //!   [`kwok_kubelet`]): Ready, Leases, running pods, removal of terminated pods, until SIGTERM. Client and logs
 //!   as `run` (`$KUBECONFIG` or in-cluster).
+//!
+//! Habits of kubectl's: help asked for (`--help`, `help`, no subcommand at all) goes to standard output with exit
+//! status 0; every usage error (an unknown flag, a missing argument, a value that does not parse, `--for 10x`
+//! included) exits with status 2 and runtime failures with status 1.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -44,6 +50,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use karpenter_api::loader;
 use karpenter_api::{ProviderLabels, ValidationContext};
 
+mod build_info;
 mod inputs;
 mod kwok_kubelet;
 mod run;
@@ -62,10 +69,11 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 mod aws;
 
 #[derive(Debug, Parser)]
-#[command(name = "karpenter-controller", version, about = "Karpenter node autoscaler (karpenter-rs)")]
+#[command(name = "karpenter-controller", version = build_info::VERSION_LINE, about = "Karpenter node autoscaler (karpenter-rs)")]
 struct Cli {
+    /// None: the help is printed (to standard output, exit status 0), as bare `kubectl` does.
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -75,11 +83,12 @@ enum Command {
     /// Reads NodePools, Pods, Deployments, ReplicaSets, StatefulSets, Jobs, DaemonSets, Nodes and NodeClaims
     /// (files, directories or `kubectl get -o yaml` output) and prints the new nodes (the offering a launch
     /// would pick), the placements on existing nodes, prices, and why any pod cannot be placed. With no PATH it
-    /// runs a bundled example. Each NodePool is evaluated against the catalogue of its node class: the built-in
+    /// reads what is piped to standard input, else runs a bundled example. Each NodePool is evaluated against the catalogue of its node class: the built-in
     /// AWS catalogue for an EC2NodeClass (--region), the kwok catalogue otherwise (or --instance-types).
     Simulate {
-        /// Manifest files or directories (walked recursively for .yaml/.yml/.json), `-` for standard input.
-        /// None (and no -f): the bundled example.
+        /// Manifest files or directories (walked recursively for .yaml/.yml/.json; files there that hold no
+        /// Kubernetes object are skipped with a warning), `-` for standard input. None (and no -f): standard
+        /// input when something is piped in, else the bundled example.
         #[arg(value_name = "PATH")]
         paths: Vec<PathBuf>,
         /// The same as PATH, as kubectl spells it (repeatable).
@@ -103,10 +112,10 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         timeline: Option<PathBuf>,
         /// Scale a workload at time 0: `[KIND/][NAMESPACE/]NAME=REPLICAS` (repeatable); runs over simulated time.
-        #[arg(long, value_name = "WORKLOAD=N")]
+        #[arg(long, value_name = "WORKLOAD=N", value_parser = checked_scale)]
         scale: Vec<String>,
         /// How long simulated time runs (e.g. 2h; default 1h without --timeline).
-        #[arg(long = "for", value_name = "DURATION")]
+        #[arg(long = "for", value_name = "DURATION", value_parser = checked_duration)]
         run_for: Option<String>,
         /// Treat other autoscalers' do-not-disrupt annotations (cluster-autoscaler.kubernetes.io/safe-to-evict=false,
         /// scale-down-disabled=true and their node-autoscaling.kubernetes.io forms) as karpenter.sh/do-not-disrupt,
@@ -163,6 +172,10 @@ enum Command {
         /// Cloud provider whose well-known labels and node class apply.
         #[arg(long, value_enum, default_value_t = Provider::Aws)]
         provider: Provider,
+        /// Output format: lines (`FILE: document N: Kind/name: field: message`, then a summary), or one JSON or
+        /// YAML document with the counts, the violations by field and the load errors.
+        #[arg(short = 'o', long, value_enum)]
+        output: Option<DataFormat>,
     },
     /// Run the controller: provisioning, NodeClaim lifecycle, termination, disruption, interruption, garbage
     /// collection and the NodePool controllers, on the leader replica.
@@ -175,7 +188,8 @@ enum Command {
     /// SIGTERM, for clusters without a KWOK controller: what `run --kwok-simulate-kubelet` does, in its own
     /// process. The client and logs are `run`'s (`$KUBECONFIG` or in-cluster; every setting of `run` applies).
     KwokKubelet(Box<kwok_kubelet::KwokKubeletArgs>),
-    /// Print the CustomResourceDefinitions as multi-document YAML.
+    /// Print the CustomResourceDefinitions as multi-document YAML (`kubectl apply -f -` takes it), or as a JSON
+    /// `List` with -o json (as `kubectl get -o json` prints several objects).
     Crds {
         /// Cloud provider whose node class CRD is included.
         #[arg(long, value_enum, default_value_t = Provider::Aws)]
@@ -184,6 +198,9 @@ enum Command {
         /// CapacityBuffer gate but does not own (docs/capacity-buffer.md).
         #[arg(long)]
         capacity_buffer: bool,
+        /// Output format: multi-document YAML (the default), or one JSON `v1 List` of the CRDs.
+        #[arg(short = 'o', long, value_enum, default_value_t = DataFormat::Yaml)]
+        output: DataFormat,
     },
     /// Write a price file for isolated VPCs (the controller's PRICE_FILE) from the AWS Pricing API.
     ///
@@ -197,7 +214,11 @@ enum Command {
     /// pricing:GetProducts (and ec2:DescribeSpotPriceHistory with --include-spot).
     Catalogue(CatalogueArgs),
     /// Print the version and the commit this binary was built from.
-    Version,
+    Version {
+        /// Output format: one line, or a JSON or YAML document (version, gitCommit, rustVersion, platform).
+        #[arg(short = 'o', long, value_enum)]
+        output: Option<DataFormat>,
+    },
     /// Print a shell completion script, e.g. `source <(karpenter-controller completion bash)`.
     Completion {
         /// The shell.
@@ -256,6 +277,23 @@ enum OutputFormat {
     Yaml,
 }
 
+/// `-o` of the commands whose human form is lines of text (`validate`, `version`) or YAML (`crds`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum DataFormat {
+    Json,
+    Yaml,
+}
+
+impl DataFormat {
+    /// `value` as one JSON document (indented, a final newline) or one YAML document.
+    fn render(self, value: &impl serde::Serialize) -> anyhow::Result<String> {
+        Ok(match self {
+            DataFormat::Json => serde_json::to_string_pretty(value).context("serialising to JSON")? + "\n",
+            DataFormat::Yaml => serde_saphyr::to_string(value).context("serialising to YAML")?,
+        })
+    }
+}
+
 impl Provider {
     fn labels(self) -> ProviderLabels {
         match self {
@@ -267,7 +305,10 @@ impl Provider {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match cli.command {
+    let Some(command) = cli.command else {
+        return help();
+    };
+    let result = match command {
         Command::Simulate {
             mut paths,
             filenames,
@@ -289,6 +330,14 @@ fn main() -> ExitCode {
             cluster,
         } => {
             paths.extend(filenames);
+            if paths.is_empty() && !cluster.from_cluster {
+                match inputs::default_input() {
+                    inputs::DefaultInput::Stdin => paths.push(PathBuf::from("-")),
+                    inputs::DefaultInput::Bundled(why) => {
+                        eprintln!("note: {why}; simulating the bundled example {}", simulate::BUNDLED_NAME)
+                    }
+                }
+            }
             let time = (timeline.is_some() || !scale.is_empty() || run_for.is_some())
                 .then_some(simulate::TimeOptions { timeline, scale, run_for });
             let provider = provider.map(Provider::labels);
@@ -309,13 +358,13 @@ fn main() -> ExitCode {
             };
             run_simulate(options, &cluster, output)
         }
-        Command::Validate { mut paths, files, provider } => {
+        Command::Validate { mut paths, files, provider, output } => {
             paths.extend(files);
-            validate(&paths, provider)
+            validate(&paths, provider, output)
         }
-        Command::Version => version(),
+        Command::Version { output } => version(output),
         Command::Completion { shell } => completion(shell),
-        Command::Crds { provider, capacity_buffer } => crds(provider, capacity_buffer),
+        Command::Crds { provider, capacity_buffer, output } => crds(provider, capacity_buffer, output),
         Command::Run(args) => run::run(*args),
         Command::KwokKubelet(args) => kwok_kubelet::run(*args),
         Command::Prices(args) => prices(&args),
@@ -332,10 +381,26 @@ fn main() -> ExitCode {
     }
 }
 
-fn version() -> anyhow::Result<ExitCode> {
-    let commit = if run::COMMIT.is_empty() { "unknown" } else { run::COMMIT };
-    let line = format!("karpenter-controller {} (commit {commit})\n", env!("CARGO_PKG_VERSION"));
-    std::io::stdout().lock().write_all(line.as_bytes()).context("writing to stdout")?;
+/// The top-level help on standard output, exit status 0: bare `kubectl` prints its help the same way.
+fn help() -> ExitCode {
+    use clap::CommandFactory;
+    let help = Cli::command().render_help().to_string();
+    match std::io::stdout().lock().write_all(help.as_bytes()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            eprintln!("error: writing to stdout: {e}");
+            ExitCode::FAILURE
+        }
+        _ => ExitCode::SUCCESS,
+    }
+}
+
+fn version(output: Option<DataFormat>) -> anyhow::Result<ExitCode> {
+    let info = build_info::VersionInfo::current();
+    let text = match output {
+        None => info.line(),
+        Some(format) => format.render(&info)?,
+    };
+    std::io::stdout().lock().write_all(text.as_bytes()).context("writing to stdout")?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -353,57 +418,130 @@ fn completion(shell: Shell) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Counts of one validation run.
-#[derive(Debug, Default)]
-struct Summary {
-    objects: usize,
+/// What `validate -o json|yaml` prints; the line form prints the same content.
+#[derive(Debug, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ValidationReport {
+    /// Files read (standard input counts as one; skipped files do not).
     files: usize,
-    violations: usize,
-    load_errors: usize,
+    /// Karpenter objects validated (other kinds are loaded, not counted).
+    objects: usize,
+    violations: Vec<Violation>,
+    /// Files and documents that could not be loaded, as the line form prints them on standard error.
+    load_errors: Vec<String>,
+    /// Files of directories skipped as not manifests, as the warnings on standard error say.
+    skipped: Vec<String>,
 }
 
-fn validate(paths: &[PathBuf], provider: Provider) -> anyhow::Result<ExitCode> {
+/// One violation, by field.
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Violation {
+    file: String,
+    /// 0-based index of the document in the file.
+    document: usize,
+    /// 0-based index in the `items` of a `List` document.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    item: Option<usize>,
+    /// `Kind/name` or `Kind/namespace/name`.
+    object: String,
+    /// The field path, in the API server's notation (`spec.template.spec.requirements[0]`).
+    field: String,
+    message: String,
+}
+
+impl Violation {
+    fn new(loaded: &karpenter_api::loader::Loaded, field: &str, message: &str) -> Self {
+        Violation {
+            file: loaded.origin.file.clone(),
+            document: loaded.origin.document,
+            item: loaded.origin.item,
+            object: loaded.object.display_name(),
+            field: field.to_owned(),
+            message: message.to_owned(),
+        }
+    }
+
+    /// `FILE: document N: Kind/name: field: message`, the line form.
+    fn line(&self) -> String {
+        let origin =
+            karpenter_api::loader::Origin { file: self.file.clone(), document: self.document, item: self.item };
+        format!("{origin}: {}: {}: {}", self.object, self.field, self.message)
+    }
+}
+
+/// The violations of one object: the binary's own checks (negative quantities, kubelet CEL) first, then the
+/// object's validation. The checks report whole lines; the object's known prefix is taken off to get the field.
+fn violations_of(loaded: &karpenter_api::loader::Loaded, ctx: &ValidationContext) -> (bool, Vec<Violation>) {
+    let one = std::slice::from_ref(loaded);
+    let prefix = format!("{}: {}: ", loaded.origin, loaded.object.display_name());
+    let mut out: Vec<Violation> =
+        [simulate::checks::negative_quantities(one), simulate::checks::kubelet_expressions(one)]
+            .iter()
+            .flatten()
+            .map(|line| {
+                let rest = line.strip_prefix(&prefix).unwrap_or(line);
+                let (field, message) = rest.split_once(": ").unwrap_or(("", rest));
+                Violation::new(loaded, field, message)
+            })
+            .collect();
+    let violations = loaded.object.validate(ctx);
+    let validated = violations.is_some();
+    for v in violations.iter().flat_map(|v| v.iter()) {
+        out.push(Violation::new(loaded, &v.path.to_string(), &v.message));
+    }
+    (validated, out)
+}
+
+fn validate(paths: &[PathBuf], provider: Provider, output: Option<DataFormat>) -> anyhow::Result<ExitCode> {
     let ctx = ValidationContext { provider: provider.labels() };
-    let (loaded, errors, files) = inputs::load(paths, |p| loader::load_paths(p));
+    let input = inputs::load(paths, |p| loader::load_paths(p));
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let stderr = std::io::stderr();
     let mut err = stderr.lock();
 
-    let mut summary = Summary { files, ..Summary::default() };
-    for error in &errors {
-        summary.load_errors += 1;
+    let mut report = ValidationReport { files: input.files, ..ValidationReport::default() };
+    for warning in &input.skipped {
+        writeln!(err, "{warning}").context("writing to stderr")?;
+    }
+    report.skipped = input.skipped.clone();
+    for error in &input.errors {
         writeln!(err, "{error}").context("writing to stderr")?;
+        report.load_errors.push(error.to_string());
     }
-    let checks = [simulate::checks::negative_quantities(&loaded), simulate::checks::kubelet_expressions(&loaded)];
-    for e in checks.iter().flatten() {
-        summary.violations += 1;
-        writeln!(out, "{e}").context("writing to stdout")?;
+    for object in &input.objects {
+        let (validated, violations) = violations_of(object, &ctx);
+        report.objects += usize::from(validated);
+        report.violations.extend(violations);
     }
-    for object in &loaded {
-        let Some(violations) = object.object.validate(&ctx) else { continue };
-        summary.objects += 1;
-        for v in violations.iter() {
-            summary.violations += 1;
-            writeln!(out, "{}: {}: {}: {}", object.origin, object.object.display_name(), v.path, v.message)
-                .context("writing to stdout")?;
+    match output {
+        Some(format) => out.write_all(format.render(&report)?.as_bytes()).context("writing to stdout")?,
+        None => {
+            for v in &report.violations {
+                writeln!(out, "{}", v.line()).context("writing to stdout")?;
+            }
+            let mut line = format!(
+                "validated {} in {}: {}",
+                inputs::plural(report.objects, "object", "objects"),
+                inputs::plural(report.files, "file", "files"),
+                inputs::plural(report.violations.len(), "violation", "violations")
+            );
+            if !report.load_errors.is_empty() {
+                line.push_str(&format!(", {}", inputs::plural(report.load_errors.len(), "load error", "load errors")));
+            }
+            writeln!(out, "{line}").context("writing to stdout")?;
         }
     }
-    let mut line = format!(
-        "validated {} in {}: {}",
-        inputs::plural(summary.objects, "object", "objects"),
-        inputs::plural(summary.files, "file", "files"),
-        inputs::plural(summary.violations, "violation", "violations")
-    );
-    if summary.load_errors > 0 {
-        line.push_str(&format!(", {}", inputs::plural(summary.load_errors, "load error", "load errors")));
-    }
-    writeln!(out, "{line}").context("writing to stdout")?;
-    if loaded.is_empty() && errors.is_empty() {
+    if input.objects.is_empty() && input.errors.is_empty() {
         writeln!(err, "error: the input holds no objects").context("writing to stderr")?;
         return Ok(ExitCode::FAILURE);
     }
-    Ok(if summary.violations == 0 && summary.load_errors == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if report.violations.is_empty() && report.load_errors.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 /// Notes on standard error: all of them with the table (which is the result), only warnings with JSON and YAML
@@ -459,7 +597,8 @@ fn run_simulate(
             for e in &errors {
                 writeln!(err, "{e}").context("writing to stderr")?;
             }
-            let problems = inputs::plural(errors.len(), "problem", "problems");
+            let count = errors.iter().filter(|e| !e.starts_with("warning: ")).count();
+            let problems = inputs::plural(count, "problem", "problems");
             writeln!(err, "error: {problems} in the input; nothing was simulated").context("writing to stderr")?;
             Ok(ExitCode::FAILURE)
         }
@@ -494,7 +633,7 @@ fn prices(_args: &PricesArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(2))
 }
 
-fn crds(provider: Provider, capacity_buffer: bool) -> anyhow::Result<ExitCode> {
+fn crds(provider: Provider, capacity_buffer: bool, output: DataFormat) -> anyhow::Result<ExitCode> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let labels = provider.labels();
@@ -502,12 +641,30 @@ fn crds(provider: Provider, capacity_buffer: bool) -> anyhow::Result<ExitCode> {
     if capacity_buffer {
         all.extend(karpenter_api::crd::optional_crds(&labels));
     }
+    if output == DataFormat::Json {
+        // Several objects as `kubectl get -o json` prints them: one `v1 List`.
+        let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "metadata": {}, "items": all});
+        out.write_all(DataFormat::Json.render(&list)?.as_bytes()).context("writing to stdout")?;
+        return Ok(ExitCode::SUCCESS);
+    }
     for crd in all {
         let yaml = karpenter_api::crd::try_render_yaml(&crd)
             .with_context(|| format!("rendering CRD {}", crd.metadata.name.as_deref().unwrap_or("?")))?;
         out.write_all(yaml.as_bytes()).context("writing to stdout")?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--scale`, checked while the flags are parsed so a bad value is a usage error (exit status 2) like any other.
+fn checked_scale(s: &str) -> Result<String, String> {
+    simulate::timeline::parse_scale_flag(s)
+        .map(|_| s.to_owned())
+        .map_err(|e| e.strip_prefix(&format!("--scale {s}: ")).unwrap_or(&e).to_owned())
+}
+
+/// `--for`, checked while the flags are parsed (a usage error, exit status 2); the simulation parses it again.
+fn checked_duration(s: &str) -> Result<String, String> {
+    karpenter_api::duration::parse_go_duration(s).map(|_| s.to_owned()).map_err(|e| e.to_string())
 }
 
 /// `--cluster-limits`, boxed: a resource list would make `Command::Simulate` many times larger than the others.

@@ -18,12 +18,7 @@ use karpenter_operator::metrics::{BuildInfo, Metrics};
 use karpenter_operator::node_classes::KubeNodeClasses;
 
 use crate::Provider;
-
-/// The commit this binary was built from (`KARPENTER_COMMIT` at build time; the Dockerfile sets it).
-pub(crate) const COMMIT: &str = match option_env!("KARPENTER_COMMIT") {
-    Some(c) => c,
-    None => "",
-};
+use crate::build_info::{COMMIT, RUSTC_VERSION};
 
 /// Exit status of a usage error (as the other subcommands).
 const USAGE: u8 = 2;
@@ -121,7 +116,7 @@ async fn run_async(args: RunArgs, core: CoreSettings, clock: Arc<dyn Clock>) -> 
     let client = client_from_config(config.clone(), &options).context("building the Kubernetes client")?;
     // The leader election gets its own client: renewals must not queue behind the controllers' requests.
     let leader_client = client_from_config(config, &options).context("building the leader-election client")?;
-    let metrics = Arc::new(Metrics::new(&BuildInfo::current(COMMIT, env!("CARGO_PKG_RUST_VERSION"))));
+    let metrics = Arc::new(Metrics::new(&BuildInfo::current(COMMIT, RUSTC_VERSION)));
 
     let manager = match args.provider {
         Provider::Kwok => {

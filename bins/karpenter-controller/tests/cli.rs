@@ -184,3 +184,22 @@ fn kubelet_expressions_that_do_not_compile_are_violations() {
     let (code, stdout, _) = run(&["validate", "-f", good.to_str().unwrap()]);
     assert_eq!((code, stdout.trim()), (0, "validated 1 object in 1 file: 0 violations"));
 }
+
+/// `crds -o json`: one `v1 List` of the same CRDs, as `kubectl get -o json` prints several objects; `-o yaml` is
+/// the default multi-document form (what `kubectl apply -f -` and a chart's crds/ take).
+#[test]
+fn crds_as_a_json_list() {
+    let (code, stdout, stderr) = run(&["crds", "--provider", "kwok", "-o", "json"]);
+    assert_eq!(code, 0, "{stderr}");
+    let list: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!((list["apiVersion"].as_str(), list["kind"].as_str()), (Some("v1"), Some("List")));
+    let names: Vec<&str> =
+        list["items"].as_array().expect("items").iter().filter_map(|i| i["metadata"]["name"].as_str()).collect();
+    assert_eq!(names, crd_names("kwok"));
+    // The same objects as the YAML form.
+    let (_, yaml, _) = run(&["crds", "--provider", "kwok"]);
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&yaml).expect("YAML documents");
+    assert_eq!(list["items"].as_array().expect("items"), &docs);
+    let (code, explicit, _) = run(&["crds", "--provider", "kwok", "-o", "yaml"]);
+    assert_eq!((code, explicit), (0, yaml));
+}

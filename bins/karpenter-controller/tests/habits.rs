@@ -162,8 +162,12 @@ fn yaml_output_parses_and_matches_json() {
     let from_json: serde_json::Value = serde_json::from_str(&json).expect("JSON output parses");
     assert_eq!(from_yaml, from_json);
     assert_eq!(from_yaml["summary"]["podsOnNewNodes"], 10);
-    // With JSON and YAML the notes are in the document, not on stderr.
-    assert!(stderr.is_empty(), "{stderr}");
+    // With JSON and YAML the notes are in the document, not on stderr; only which input ran is said there.
+    assert_eq!(
+        stderr,
+        "note: no input given and standard input is empty; simulating the bundled example \
+         examples/simulate/default.yaml\n"
+    );
 }
 
 #[test]
@@ -291,4 +295,230 @@ fn run_without_a_reachable_cluster_names_kubeconfig_and_server_once() {
     );
     assert_eq!(line.matches("Connection refused").count(), 1, "the cause is said once: {line}");
     assert!(!line.contains("CRDs"), "no CRD hint without a 404: {line}");
+}
+
+/// (exit code, stdout, stderr) with standard input closed at once (`< /dev/null`, as cron and CI give it).
+fn run_null_stdin(args: &[&str]) -> (i32, String, String) {
+    let Output { status, stdout, stderr } =
+        bin().args(args).stdin(Stdio::null()).output().expect("running karpenter-controller");
+    (
+        status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&stdout).into_owned(),
+        String::from_utf8_lossy(&stderr).into_owned(),
+    )
+}
+
+/// Help asked for goes to standard output with exit status 0, as kubectl's does (bare `kubectl` included).
+#[test]
+fn help_goes_to_stdout_with_exit_0() {
+    for args in [&[][..], &["--help"], &["-h"], &["help"], &["help", "simulate"], &["simulate", "--help"]] {
+        let (code, stdout, stderr) = run_null_stdin(args);
+        assert_eq!(code, 0, "{args:?}: {stderr}");
+        assert!(stdout.contains("Usage: karpenter-controller"), "{args:?}: {stdout}");
+        assert!(stderr.is_empty(), "{args:?}: {stderr}");
+    }
+    let (_, bare, _) = run_null_stdin(&[]);
+    let (_, asked, _) = run_null_stdin(&["--help"]);
+    for subcommand in ["simulate", "validate", "crds", "version", "run"] {
+        assert!(bare.contains(&format!("  {subcommand} ")), "{subcommand} listed: {bare}");
+    }
+    assert_eq!(bare, asked, "bare invocation prints the --help text");
+}
+
+/// One exit status for every usage error (2), value parse errors included; runtime failures exit 1.
+#[test]
+fn usage_errors_exit_2_and_runtime_failures_exit_1() {
+    let usage: &[(&[&str], &str)] = &[
+        (&["simulate", "--for", "10x"], "invalid value '10x' for '--for <DURATION>'"),
+        (&["simulate", "--scale", "inflate"], "invalid value 'inflate' for '--scale <WORKLOAD=N>'"),
+        (&["simulate", "-o", "xml"], "invalid value 'xml'"),
+        (&["validate", "-o", "table", "x.yaml"], "invalid value 'table'"),
+        (&["crds", "-o", "table"], "invalid value 'table'"),
+        (&["version", "-o", "wide"], "invalid value 'wide'"),
+        (&["simulate", "--no-such-flag"], "unexpected argument '--no-such-flag'"),
+        (&["frobnicate"], "unrecognized subcommand 'frobnicate'"),
+        (&["validate"], "required"),
+    ];
+    for (args, message) in usage {
+        let (code, stdout, stderr) = run_null_stdin(args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stdout.is_empty(), "{args:?}: {stdout}");
+        assert!(stderr.starts_with("error: ") && stderr.contains(message), "{args:?}: {stderr}");
+    }
+    // A good --for still runs (the value is checked while parsing and used by the simulation).
+    let (code, stdout, stderr) = run_null_stdin(&["simulate", "--for", "10m"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("10m"), "{stdout}");
+    for args in [&["simulate", "/nonexistent/cluster.yaml"][..], &["validate", "/nonexistent/cluster.yaml"]] {
+        let (code, _, stderr) = run_null_stdin(args);
+        assert_eq!(code, 1, "{args:?}: {stderr}");
+    }
+}
+
+/// Piped input is never ignored: `... | simulate` reads it; with nothing piped the bundled example runs and
+/// standard error says so.
+#[test]
+fn simulate_without_a_path_reads_piped_stdin_else_says_it_runs_the_bundled_example() {
+    let three = bundled().replace("replicas: 10", "replicas: 3");
+    assert_ne!(three, bundled(), "the bundled example has 10 replicas");
+    let (code, stdout, stderr) = run_with(&["simulate"], three.as_bytes());
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.starts_with("Input: <stdin>\n"), "{stdout}");
+    assert!(stdout.contains("inflate x3"), "{stdout}");
+    assert!(!stderr.contains("bundled example"), "{stderr}");
+    // `-` says the same explicitly.
+    let (code, explicit, _) = run_with(&["simulate", "-"], three.as_bytes());
+    assert_eq!((code, explicit), (0, stdout));
+
+    // Piped but not manifests: an error about standard input, not a silent bundled run.
+    let (code, stdout, stderr) = run_with(&["simulate", "-o", "json"], b"# nothing here\n");
+    assert_eq!(code, 1, "{stdout}");
+    assert!(stderr.starts_with("the input holds no objects (<stdin>)\n"), "{stderr}");
+
+    let note = "note: no input given and standard input is empty; simulating the bundled example \
+                examples/simulate/default.yaml\n";
+    for (code, stdout, stderr) in [run_with(&["simulate"], b""), run_null_stdin(&["simulate"])] {
+        assert_eq!(code, 0, "{stderr}");
+        assert!(stdout.starts_with("Input: examples/simulate/default.yaml (the bundled example"), "{stdout}");
+        assert!(stdout.contains("inflate x10"), "{stdout}");
+        assert!(stderr.starts_with(note), "{stderr}");
+    }
+    // With JSON the note is on standard error too (the document says bundledExample: true).
+    let (code, stdout, stderr) = run_with(&["simulate", "-o", "json"], b"");
+    assert_eq!(code, 0);
+    assert_eq!(stderr, note);
+    let doc: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(doc["bundledExample"], true);
+}
+
+/// `simulate examples/simulate` runs on the repo's own example folder: the instance-type JSON beside the
+/// manifests is skipped with a warning naming each file; named explicitly it is an error saying what it is.
+#[test]
+fn directories_skip_files_that_are_not_manifests() {
+    let (code, stdout, stderr) = run(&["simulate", "examples/simulate"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.starts_with("Input: examples/simulate\n"), "{stdout}");
+    for file in ["dra-instance-types.json", "instance-types.json"] {
+        let warning = format!(
+            "warning: examples/simulate/{file} skipped: a list of instance types (upstream's kwok format), not \
+             Kubernetes objects (simulate reads it with --instance-types)\n"
+        );
+        assert!(stderr.contains(&warning), "{file}: {stderr}");
+    }
+    assert!(!stderr.contains("apiVersion"), "{stderr}");
+    // The JSON document lists the skipped files among its notes; the warnings reach standard error as well.
+    let (code, stdout, stderr) = run(&["simulate", "examples/simulate", "-o", "json"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stderr.matches(" skipped: ").count(), 2, "{stderr}");
+    let doc: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    let notes = doc["notes"].to_string();
+    assert!(notes.contains("examples/simulate/instance-types.json skipped"), "{notes}");
+
+    // validate reads directories the same way; skipped files are not counted.
+    let (code, stdout, stderr) = run(&["validate", "examples/simulate"]);
+    assert_eq!(code, 0, "{stderr}");
+    let yaml_files = std::fs::read_dir(workspace_root().join("examples/simulate"))
+        .expect("examples/simulate")
+        .filter(|e| e.as_ref().is_ok_and(|e| e.path().extension().is_some_and(|x| x == "yaml")))
+        .count();
+    assert!(stdout.contains(&format!(" in {yaml_files} files: 0 violations")), "{stdout}");
+    assert_eq!(stderr.matches(" skipped: ").count(), 2, "{stderr}");
+
+    // Named explicitly: one error saying what the file is.
+    let (code, stdout, stderr) = run(&["simulate", "examples/simulate/instance-types.json"]);
+    assert_eq!(code, 1, "{stdout}");
+    assert_eq!(
+        stderr,
+        "examples/simulate/instance-types.json: not a manifest: a list of instance types (upstream's kwok \
+         format), not Kubernetes objects (simulate reads it with --instance-types)\n\
+         error: 1 problem in the input; nothing was simulated\n"
+    );
+    let (code, _, stderr) = run_with(&["validate", "-"], b"{\"name\": \"x\", \"size\": 3}\n");
+    assert_eq!(code, 1);
+    assert!(stderr.starts_with("<stdin>: not a manifest: no document has an apiVersion or a kind\n"), "{stderr}");
+}
+
+/// A directory's malformed manifest is still an error naming file, document and field; a file of the same
+/// directory that holds no object at all (a values file) is skipped.
+#[test]
+fn malformed_manifests_in_a_directory_are_errors_not_skipped() {
+    let tmp = TempDir::new("mixed");
+    tmp.write("values.yaml", b"replicaCount: 2\nimage: {tag: v1}\n");
+    tmp.write("README.md", b"# not read: only .yaml, .yml and .json are\n");
+    let pool = bundled().split("\n---\n").next().expect("a NodePool").to_owned();
+    let bad = tmp.write("pool.yaml", pool.replace("operator: In", "operater: In").as_bytes());
+    let no_kind = tmp.write("no-kind.yaml", b"apiVersion: v1\nmetadata: {name: x}\n");
+    let dir = tmp.0.display().to_string();
+    let (code, stdout, stderr) = run(&["simulate", &dir]);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(stderr.contains(&format!("warning: {dir}/values.yaml skipped: no document has an apiVersion or a kind")));
+    assert!(
+        stderr.contains(&format!(
+            "{bad}: document 0: NodePool/default: spec.template.spec.requirements[0]: unknown field \"operater\""
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains(&format!("{no_kind}: document 0")), "{stderr}");
+    assert!(!stderr.contains("README"), "{stderr}");
+}
+
+/// `version -o json|yaml` and the human line carry the commit build.rs recorded: in a git checkout, a commit of
+/// this repository.
+#[test]
+fn version_output_formats_carry_the_commit() {
+    let (code, json, stderr) = run(&["version", "-o", "json"]);
+    assert_eq!(code, 0, "{stderr}");
+    let doc: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+    let (code, yaml, _) = run(&["version", "-o", "yaml"]);
+    assert_eq!(code, 0);
+    let from_yaml: serde_json::Value = serde_saphyr::from_str(&yaml).expect("YAML");
+    assert_eq!(doc, from_yaml);
+    assert_eq!(doc["version"], env!("CARGO_PKG_VERSION"));
+    let commit = doc["gitCommit"].as_str().expect("gitCommit").to_owned();
+    assert!(doc["rustVersion"].as_str().is_some_and(|v| v.split('.').count() == 3), "{doc}");
+    assert_eq!(doc["platform"], format!("{}/{}", std::env::consts::OS, std::env::consts::ARCH));
+    let (_, line, _) = run(&["version"]);
+    assert_eq!(line, format!("karpenter-controller {} (commit {commit})\n", env!("CARGO_PKG_VERSION")));
+    let (code, flag, _) = run(&["--version"]);
+    assert_eq!((code, flag), (0, line));
+    // Built in this checkout (no KARPENTER_GIT_COMMIT): git knows the commit.
+    let known = Command::new("git")
+        .args(["cat-file", "-t", &commit])
+        .current_dir(workspace_root())
+        .output()
+        .is_ok_and(|o| o.status.success() && o.stdout == b"commit\n");
+    if workspace_root().join(".git").exists() && std::env::var_os("KARPENTER_GIT_COMMIT").is_none() {
+        assert!(known, "{commit} is not a commit of this repository");
+    }
+}
+
+/// `validate -o json|yaml`: the counts, each violation by field, the load errors; the exit status as the line form.
+#[test]
+fn validate_output_formats() {
+    let bad = bundled().replace("values: [\"linux\"]", "values: []").replace("values: [linux]", "values: []");
+    assert_ne!(bad, bundled());
+    let (code, lines, _) = run_with(&["validate", "-"], bad.as_bytes());
+    assert_eq!(code, 1);
+    let (code, json, stderr) = run_with(&["validate", "-", "-o", "json"], bad.as_bytes());
+    assert_eq!(code, 1, "{stderr}");
+    let doc: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+    assert_eq!((doc["files"].as_u64(), doc["objects"].as_u64()), (Some(1), Some(1)), "{doc}");
+    let v = &doc["violations"][0];
+    assert_eq!(v["file"], "<stdin>");
+    assert_eq!(v["document"], 0);
+    assert_eq!(v["object"], "NodePool/default");
+    assert_eq!(v["field"], "spec.template.spec.requirements[0].values");
+    let line = format!(
+        "<stdin>: document 0: NodePool/default: spec.template.spec.requirements[0].values: {}\n",
+        v["message"].as_str().expect("message")
+    );
+    assert!(lines.starts_with(&line), "the line form says the same: {lines}");
+    let (code, yaml, _) = run_with(&["validate", "-", "-o", "yaml"], bad.as_bytes());
+    assert_eq!(code, 1);
+    assert_eq!(serde_saphyr::from_str::<serde_json::Value>(&yaml).expect("YAML"), doc);
+    let (code, json, _) = run_with(&["validate", "-f", "-", "-o", "json"], bundled().as_bytes());
+    assert_eq!(code, 0);
+    let doc: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+    assert_eq!(doc["violations"], serde_json::json!([]));
+    assert_eq!(doc["loadErrors"], serde_json::json!([]));
 }

@@ -119,6 +119,13 @@ async fn run_kwok_provisions_a_pending_pod_and_stops_on_sigterm() {
     let (code, metrics) = http_get((Ipv4Addr::LOCALHOST, metrics_port).into(), "/metrics").await.expect("metrics");
     assert_eq!(code, 200);
     assert!(metrics.contains("karpenter_nodeclaims_created_total{reason=\"provisioned\""), "{metrics}");
+    // The commit `version` reports (build.rs) reaches karpenter_build_info and every log line.
+    let version = Command::new(env!("CARGO_BIN_EXE_karpenter-controller")).args(["version", "-o", "json"]).output();
+    let version: serde_json::Value = serde_json::from_slice(&version.expect("version").stdout).expect("JSON");
+    let commit = version["gitCommit"].as_str().expect("gitCommit");
+    let build_info = metrics.lines().find(|l| l.starts_with("karpenter_build_info{")).expect("karpenter_build_info");
+    assert!(build_info.contains(&format!("commit=\"{commit}\"")), "{build_info}");
+    assert!(logs.contains(&format!("\"commit\":\"{commit}\"")), "{logs}");
 
     // SIGTERM: graceful shutdown, exit status 0.
     let pid = process.0.id().to_string();

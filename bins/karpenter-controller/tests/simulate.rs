@@ -135,9 +135,12 @@ fn inflate_100_table_and_json_snapshots() {
 fn bundled_example_runs_without_arguments_and_notes_the_missing_node_class() {
     let (table, notes) = simulate_with_notes(&[]);
     assert!(table.starts_with("Input: examples/simulate/default.yaml (the bundled example"), "{table}");
+    // Standard input is empty here (`Command::output`): the bundled example runs, and standard error says so.
     assert_eq!(
         notes,
-        "note: KWOKNodeClass/default (karpenter.kwok.sh) is not in the input: treated as ready (NodePool default)\n"
+        "note: no input given and standard input is empty; simulating the bundled example \
+         examples/simulate/default.yaml\n\
+         note: KWOKNodeClass/default (karpenter.kwok.sh) is not in the input: treated as ready (NodePool default)\n"
     );
     assert!(table.contains("inflate x"), "{table}");
     assert!(table.contains("Summary: 10 pending pods: 10 on "), "{table}");
@@ -666,7 +669,9 @@ fn bad_timelines_name_the_step_and_the_field() {
     assert_eq!(
         stderr,
         format!(
-            "{bad}: steps[0].scale.replicas: expected a non-negative integer, found \"many\"\n\
+            "note: no input given and standard input is empty; simulating the bundled example \
+             examples/simulate/default.yaml\n\
+             {bad}: steps[0].scale.replicas: expected a non-negative integer, found \"many\"\n\
              {bad}: steps[1].drift: expected nodepool/NAME or node/NAME, found \"cluster\"\n\
              error: 2 problems in the input; nothing was simulated\n"
         )
@@ -675,17 +680,27 @@ fn bad_timelines_name_the_step_and_the_field() {
     let missing = tmp.write("missing.yaml", "steps:\n  - at: 1m\n    scale: {statefulset: nope, replicas: 1}\n");
     let (code, _, stderr) = run(&["simulate", "--timeline", &missing]);
     assert_eq!(code, 1);
+    // After the note that the bundled example runs (no path given).
+    let after_note =
+        |s: &str| s.split_once("examples/simulate/default.yaml\n").map_or(s.to_owned(), |(_, r)| r.to_owned());
     assert!(
-        stderr.starts_with(&format!("{missing}: steps[0].scale: StatefulSet default/nope is not in the input\n")),
+        after_note(&stderr)
+            .starts_with(&format!("{missing}: steps[0].scale: StatefulSet default/nope is not in the input\n")),
         "{stderr}"
     );
-    let (code, _, stderr) = run(&["simulate", "--scale", "inflate", "--for", "soon"]);
-    assert_eq!(code, 1);
-    assert!(stderr.contains("--scale inflate: expected [KIND/][NAMESPACE/]NAME=REPLICAS"), "{stderr}");
-    assert!(stderr.contains("--for soon: expected a duration such as 2h or 90m"), "{stderr}");
+    // Flags that do not parse are usage errors (exit status 2), as any other flag's bad value.
+    let (code, _, stderr) = run(&["simulate", "--scale", "inflate"]);
+    assert_eq!(code, 2);
+    assert!(
+        stderr.contains("'--scale <WORKLOAD=N>': expected [KIND/][NAMESPACE/]NAME=REPLICAS such as inflate=2"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = run(&["simulate", "--for", "soon"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("invalid value 'soon' for '--for <DURATION>': invalid duration"), "{stderr}");
     let (code, _, stderr) = run(&["simulate", "--timeline", "no/such/file.yaml"]);
     assert_eq!(code, 1);
-    assert!(stderr.starts_with("no/such/file.yaml: reading the timeline: "), "{stderr}");
+    assert!(after_note(&stderr).starts_with("no/such/file.yaml: reading the timeline: "), "{stderr}");
 }
 
 /// A pod annotated `cluster-autoscaler.kubernetes.io/safe-to-evict: "false"` keeps its node, and the verdict names

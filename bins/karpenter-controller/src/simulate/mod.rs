@@ -14,7 +14,10 @@
 //! 4. Schedule, then report: per new node the offering the fake provider's create would pick, the pods, the
 //!    placements on existing nodes, prices, and why each unplaced pod cannot be placed ([`Report`]).
 //!
-//! With no path, the bundled example `examples/simulate/default.yaml` runs (compiled into the binary).
+//! With no path, the binary's entry reads standard input when something is piped in, else runs the bundled
+//! example `examples/simulate/default.yaml` (compiled into the binary) and says so on standard error. Files of a
+//! directory that hold no Kubernetes object (instance-type JSON beside the manifests) are skipped with a warning
+//! ([`crate::inputs`]).
 //!
 //! With `--timeline FILE`, `--scale` or `--for`, the cluster then evolves over simulated time ([`world`]):
 //! timeline steps, provisioning, expiration and disruption, reported as a [`TimelineReport`].
@@ -123,7 +126,8 @@ pub enum Outcome {
     Report(Box<Report>),
     /// The run over simulated time ran.
     Timeline(Box<TimelineReport>),
-    /// The input has problems (each line names file, document, object and field); nothing was simulated.
+    /// The input has problems (each line names file, document, object and field); nothing was simulated. Lines
+    /// starting `warning: ` (files of a directory skipped as not manifests) come first and are not problems.
     InputErrors(Vec<String>),
 }
 
@@ -142,16 +146,17 @@ const LIVE_RUN_FOR: &str = "15s";
 /// it would disrupt, and every node's verdict.
 pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> anyhow::Result<Outcome> {
     let bundled = options.paths.is_empty() && cluster.is_none();
-    let (mut objects, load_errors) = if bundled {
-        loader::load_str_all(BUNDLED, BUNDLED_NAME)
+    let (mut objects, load_errors, skipped) = if bundled {
+        let (objects, errors) = loader::load_str_all(BUNDLED, BUNDLED_NAME);
+        (objects, errors, Vec::new())
     } else if options.paths.is_empty() {
-        (Vec::new(), Vec::new())
+        (Vec::new(), Vec::new(), Vec::new())
     } else {
         load_inputs(&options.paths)
     };
 
     let mut errors: Vec<String> = load_errors.iter().map(ToString::to_string).collect();
-    let mut notes = Vec::new();
+    let mut notes = skipped.clone();
     let mut live_source = None;
     let mut now = None;
     let live_time;
@@ -180,7 +185,8 @@ pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> 
         errors.push(format!("the input holds no objects ({})", names.join(", ")));
     }
     if !errors.is_empty() {
-        return Ok(Outcome::InputErrors(errors));
+        // The files skipped are said too: one of them may be the manifest that was meant.
+        return Ok(Outcome::InputErrors(skipped.into_iter().chain(errors).collect()));
     }
 
     let mut snapshot = match ClusterSnapshot::from_objects(&objects) {
@@ -587,10 +593,11 @@ fn input_names(paths: &[PathBuf]) -> Vec<String> {
     paths.iter().map(name).collect()
 }
 
-/// The paths (`-`: standard input) loaded with [`load_parallel`].
-fn load_inputs(paths: &[PathBuf]) -> Load {
-    let (objects, errors, _) = crate::inputs::load(paths, load_parallel);
-    (objects, errors)
+/// The paths (`-`: standard input) loaded with [`load_parallel`], and a warning per file of a directory that is
+/// not a manifest (skipped).
+fn load_inputs(paths: &[PathBuf]) -> (Vec<Loaded>, Vec<loader::LoadError>, Vec<String>) {
+    let input = crate::inputs::load(paths, load_parallel);
+    (input.objects, input.errors, input.skipped)
 }
 
 /// [`loader::load_paths`] with the files spread over the available cores (parsing dominates a large input).
