@@ -25,6 +25,7 @@
 
 pub mod capacitybuffer;
 pub mod client;
+pub mod cloudprovider_metrics;
 pub mod consistency;
 pub mod context;
 pub mod deletion_cost;

@@ -548,6 +548,11 @@ fn controllers(parts: &LeaderParts, leader: &CancellationToken) -> Controllers {
 
     let gc = Arc::new(GarbageCollection::new(&ctx_for(crate::garbage_collection::CONTROLLER)));
     list.push((crate::garbage_collection::CONTROLLER.into(), Box::pin(gc.run(leader.clone()))));
+    // What the provider offers, as gauges (upstream's AWS cloudprovider.metrics, for every provider).
+    let offerings = Arc::new(crate::cloudprovider_metrics::CloudProviderMetrics::new(&ctx_for(
+        crate::cloudprovider_metrics::CONTROLLER,
+    )));
+    list.push((crate::cloudprovider_metrics::CONTROLLER.into(), Box::pin(offerings.run(leader.clone()))));
 
     // NodePools: readiness, validation, registration health, counter, hash, static capacity.
     let resolver = NodeClassResolver::default();

@@ -394,13 +394,13 @@ impl Provisioner {
             self.first_seen.clone(),
         );
         let mut last_pass = tokio_now();
+        let passes = self.ctx.metrics.reconciler(CONTROLLER, 1);
         let retrigger = {
             let state = self.ctx.state.clone();
             let shutdown = shutdown.clone();
             tokio::spawn(async move {
                 let mut tick = tokio::time::interval(RETRIGGER_INTERVAL);
                 loop {
-        let passes = self.ctx.metrics.reconciler(CONTROLLER, 1);
                     tokio::select! {
                         () = shutdown.cancelled() => return,
                         _ = tick.tick() => state.retrigger_provisionable(),
@@ -422,15 +422,15 @@ impl Provisioner {
                 continue;
             }
             last_pass = tokio_now();
+            let pass = passes.pass();
             let report = self.provision().await;
+            pass.finish(crate::metrics::ReconcileResult::of_pass(&report));
             match report {
                 Ok(r) if r.waiting.is_some() => {
                     tracing::debug!(controller = CONTROLLER, reason = r.waiting.as_deref(), "waiting on cluster sync");
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     self.ctx.state.retrigger_provisionable();
-            let pass = passes.pass();
                 }
-            pass.finish(crate::metrics::ReconcileResult::of_pass(&report));
                 Ok(r) => {
                     for e in &r.errors {
                         tracing::error!(controller = CONTROLLER, error = %e, "creating nodeclaim");

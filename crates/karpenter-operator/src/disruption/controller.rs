@@ -327,6 +327,24 @@ pub fn consolidation_type(m: Method) -> &'static str {
     }
 }
 
+/// `karpenter_voluntary_disruption_consolidation_timeouts_total`: once per consolidation method whose evaluation
+/// the pass's simulation budget cut short (candidates left with `PassTimeSpent`), as upstream counts a single- or
+/// multi-node consolidation that hit its timeout once per evaluation.
+fn count_consolidation_timeouts(metrics: &crate::metrics::Metrics, pass: &Pass) {
+    let timed_out: BTreeSet<&'static str> = pass
+        .verdicts
+        .iter()
+        .filter_map(|v| match v.reason {
+            Reason::PassTimeSpent { method } => Some(consolidation_type(method)),
+            _ => None,
+        })
+        .filter(|t| !t.is_empty())
+        .collect();
+    for consolidation_type in timed_out {
+        metrics.voluntary_disruption_consolidation_timeouts(consolidation_type).inc();
+    }
+}
+
 fn reason_label(c: &Command) -> String {
     c.reason.as_str().to_lowercase()
 }
@@ -383,6 +401,7 @@ impl Disruption {
 
     /// Runs the loop until `shutdown`: steps, then sleeps what the step asked for.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let passes = self.ctx.metrics.reconciler(CONTROLLER, 1);
         loop {
             let pass = passes.pass();
             let step = self.step().await;
@@ -391,7 +410,6 @@ impl Disruption {
                 Ok(report) => {
                     for e in &report.errors {
                         tracing::error!(controller = CONTROLLER, error = %e, "disruption");
-        let passes = self.ctx.metrics.reconciler(CONTROLLER, 1);
                     }
                     report.requeue
                 }
@@ -693,6 +711,7 @@ impl Disruption {
 
     /// Budget gauges, eligible-node gauges, the skipped-candidate counter and the verdicts' events.
     fn publish(&self, pass: &Pass) {
+        count_consolidation_timeouts(&self.ctx.metrics, pass);
         for b in &pass.budgets {
             let reason = b.reason.as_str();
             self.ctx.metrics.nodepools_allowed_disruptions(&b.node_pool, reason).set(f64::from(b.allowed));
@@ -1437,4 +1456,53 @@ fn moves(pod: &CompactPod) -> bool {
 /// The capacity-type label of a NodeClaim ("" when absent), for metric labels.
 pub fn capacity_type(claim: &NodeClaim) -> &str {
     label(claim, labels::CAPACITY_TYPE)
+}
+
+#[cfg(test)]
+mod timeout_tests {
+    use super::*;
+    use crate::metrics::{BuildInfo, Metrics};
+
+    fn verdict(node: &str, reason: Reason) -> karpenter_disruption::command::Verdict {
+        karpenter_disruption::command::Verdict {
+            node: node.into(),
+            node_claim: None,
+            node_pool: Some("default".into()),
+            outcome: Outcome::Kept,
+            message: reason.to_string(),
+            reason,
+        }
+    }
+
+    /// The fault path: the simulation budget runs out mid-pass.
+    #[test]
+    fn a_pass_cut_short_counts_one_timeout_per_consolidation_method() {
+        let metrics = Metrics::new(&BuildInfo::default());
+        let single = Method::SingleNodeConsolidation;
+        let pass = Pass {
+            api_version: String::new(),
+            now: String::new(),
+            commands: Vec::new(),
+            verdicts: vec![
+                verdict("a", Reason::PassTimeSpent { method: single }),
+                verdict("b", Reason::PassTimeSpent { method: single }),
+                verdict("c", Reason::PassTimeSpent { method: Method::Drift }),
+                verdict("d", Reason::WhenEmptyPolicy),
+            ],
+            budgets: Vec::new(),
+            resume_single_node_after: None,
+        };
+        count_consolidation_timeouts(&metrics, &pass);
+        let text = metrics.render();
+        assert!(
+            text.contains(
+                "karpenter_voluntary_disruption_consolidation_timeouts_total{consolidation_type=\"single\"} 1\n"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("karpenter_voluntary_disruption_consolidation_timeouts_total{consolidation_type=\"\"}"));
+        let quiet = Pass { verdicts: vec![verdict("d", Reason::WhenEmptyPolicy)], ..pass };
+        count_consolidation_timeouts(&metrics, &quiet);
+        assert!(metrics.render().contains("consolidation_timeouts_total{consolidation_type=\"single\"} 1\n"));
+    }
 }
