@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use clap::Parser;
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event as CoreEvent, Node, Pod};
 use k8s_openapi::api::flowcontrol::v1::{FlowSchema, PriorityLevelConfiguration};
@@ -91,6 +91,7 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("node-overlay", |e| Box::pin(node_overlay(e))),
     ("capacity-buffer", |e| Box::pin(capacity_buffer(e))),
     ("chart-rbac", |e| Box::pin(chart_rbac(e))),
+    ("metrics", |e| Box::pin(metrics(e))),
 ];
 
 /// ERROR lines a fault the controller should ride out quietly (an apiserver restart, a partition, throttling, write
@@ -3002,4 +3003,429 @@ async fn chart_rbac(env: &Env) {
     }
     let _ = leases.delete("karpenter-leader-election", &DeleteParams::default()).await;
     env.restore_main();
+}
+
+// ------------------------------------------------------------------------------------------------ metrics
+
+/// What a run's scrapes of `/metrics` saw: sample name → the sets of label names its samples carried.
+type SeenSamples = BTreeMap<String, BTreeSet<BTreeSet<String>>>;
+
+/// Labels a dashboard may match on or group by that Prometheus attaches at scrape or query time, never the
+/// exporter: `job` (the scrape job; the chart's ServiceMonitor names it after the Service, `karpenter`) and
+/// `cluster` (an external label of multi-cluster setups; without it, `by (cluster)` makes one group).
+const SCRAPE_LABELS: &[&str] = &["job", "cluster"];
+
+/// Metrics dashboards read that another exporter serves, with the exporter: the real-plane run cannot hold them.
+const OTHER_EXPORTERS: &[(&str, &str)] =
+    &[("node_time_seconds", "node-exporter"), ("node_boot_time_seconds", "node-exporter")];
+
+/// Labels upstream's own dashboards group by that upstream Karpenter does not serve on that metric either
+/// (`crates/karpenter-operator/src/metrics_upstream/v1.15.txt` lists its labels; a test holds this list against
+/// it): (metric, label). Grouping by an absent label makes one group, so those panels still draw.
+const UPSTREAM_DASHBOARD_GAPS: &[(&str, &str)] = &[("karpenter_voluntary_disruption_decisions_total", "nodepool")];
+
+/// The dashboards whose facts the `metrics` scenario holds against `/metrics` (written by
+/// tools/dashboard-facts.py): upstream's getting-started dashboards and ours in docs/dashboards/.
+const DASHBOARD_FIXTURES: &[(&str, &str)] = &[
+    ("upstream-dashboards.txt", include_str!("fixtures/upstream-dashboards.txt")),
+    ("our-dashboards.txt", include_str!("fixtures/our-dashboards.txt")),
+];
+
+/// Adds the samples of one exposition (Prometheus or OpenMetrics text) to `seen`. Label values are read as
+/// quoted strings with escapes, so a `,` or `}` inside a value does not cut it.
+fn record_samples(text: &str, seen: &mut SeenSamples) -> Result<(), String> {
+    for line in text.lines().filter(|l| !l.is_empty() && !l.starts_with('#')) {
+        let name_end = line.find(['{', ' ']).ok_or_else(|| format!("no value: {line:?}"))?;
+        let (name, mut rest) = line.split_at(name_end);
+        let mut labels = BTreeSet::new();
+        if let Some(body) = rest.strip_prefix('{') {
+            rest = body;
+            loop {
+                rest = rest.trim_start_matches(',');
+                if let Some(after) = rest.strip_prefix('}') {
+                    rest = after;
+                    break;
+                }
+                let (label, after) =
+                    rest.split_once("=\"").ok_or_else(|| format!("a label without a value: {line:?}"))?;
+                labels.insert(label.to_string());
+                let mut chars = after.char_indices();
+                let mut end = None;
+                while let Some((i, c)) = chars.next() {
+                    match c {
+                        '\\' => {
+                            chars.next();
+                        }
+                        '"' => {
+                            end = Some(i);
+                            break;
+                        }
+                        _ => {}
+                    }
+                }
+                let end = end.ok_or_else(|| format!("an unterminated label value: {line:?}"))?;
+                rest = &after[end + 1..];
+            }
+        }
+        if rest.split_whitespace().next().is_none() {
+            return Err(format!("no value: {line:?}"));
+        }
+        seen.entry(name.to_string()).or_default().insert(labels);
+    }
+    Ok(())
+}
+
+/// The sample a declared family shows when it has data: a histogram its `_count`, others their own name.
+fn family_sample(d: &karpenter_operator::metrics::MetricDescriptor) -> String {
+    match d.kind {
+        karpenter_operator::metrics::MetricType::Histogram => format!("{}_count", d.name),
+        _ => d.name.clone(),
+    }
+}
+
+/// Every declared family (`Metrics::descriptors`) without a sample in `seen`, but for the fault-path families
+/// listed beside the declaration.
+fn families_without_samples(seen: &SeenSamples) -> Vec<String> {
+    let exempt: BTreeSet<&str> = karpenter_operator::metrics::FAULT_PATH_FAMILIES.iter().map(|(n, _)| *n).collect();
+    karpenter_operator::metrics::Metrics::descriptors()
+        .iter()
+        .filter(|d| !exempt.contains(d.name.as_str()) && !seen.contains_key(&family_sample(d)))
+        .map(|d| d.name.clone())
+        .collect()
+}
+
+/// One line of a dashboard-facts fixture: a metric a panel reads and the labels it matches on or groups by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct DashboardFact {
+    metric: String,
+    labels: BTreeSet<String>,
+    /// `<dashboard file> / <panel title>`.
+    source: String,
+}
+
+fn dashboard_facts(fixture: &str) -> Result<Vec<DashboardFact>, String> {
+    fixture
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|line| {
+            let [metric, labels, file, panel] = line.split('\t').collect::<Vec<_>>()[..] else {
+                return Err(format!("not four tab-separated fields: {line:?}"));
+            };
+            let labels = labels.split(',').filter(|l| *l != "-" && !l.is_empty()).map(str::to_owned).collect();
+            Ok(DashboardFact { metric: metric.to_owned(), labels, source: format!("{file} / {panel}") })
+        })
+        .collect()
+}
+
+/// The facts `seen` does not bear out, one message each: a metric without samples, or no sample carrying every
+/// label the panel matches on or groups by (scrape-time labels and other exporters' metrics left out).
+fn unmet_dashboard_facts(facts: &[DashboardFact], seen: &SeenSamples) -> Vec<String> {
+    let mut out = Vec::new();
+    for fact in facts {
+        if OTHER_EXPORTERS.iter().any(|(m, _)| *m == fact.metric) {
+            continue;
+        }
+        let needed: BTreeSet<&str> = fact
+            .labels
+            .iter()
+            .map(String::as_str)
+            .filter(|l| !SCRAPE_LABELS.contains(l) && !UPSTREAM_DASHBOARD_GAPS.contains(&(fact.metric.as_str(), *l)))
+            .collect();
+        let Some(samples) = seen.get(&fact.metric) else {
+            // A summary's quantiles read where a histogram is served: say so, the fix is the type.
+            let histogram = seen.contains_key(&format!("{}_bucket", fact.metric));
+            let why = if histogram {
+                " (served as a histogram: _bucket, _sum, _count; the panel reads a summary)"
+            } else {
+                ""
+            };
+            out.push(format!("{}: {} has no samples{why}", fact.source, fact.metric));
+            continue;
+        };
+        if !samples.iter().any(|labels| needed.iter().all(|l| labels.contains(*l))) {
+            let missing: BTreeSet<&str> =
+                needed.iter().copied().filter(|l| !samples.iter().any(|s| s.contains(*l))).collect();
+            out.push(format!(
+                "{}: no {} sample carries all of {needed:?} (never seen: {missing:?})",
+                fact.source, fact.metric
+            ));
+        }
+    }
+    out
+}
+
+/// `/metrics` at `addr`, or `None` when it does not answer 200 within a few seconds.
+async fn scrape(addr: SocketAddr) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let get = async {
+        let mut sock = tokio::net::TcpStream::connect(addr).await.ok()?;
+        sock.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n").await.ok()?;
+        let mut response = String::new();
+        sock.read_to_string(&mut response).await.ok()?;
+        let (head, body) = response.split_once("\r\n\r\n")?;
+        head.lines().next()?.contains(" 200").then(|| body.to_string())
+    };
+    tokio::time::timeout(Duration::from_secs(5), get).await.ok().flatten()
+}
+
+/// After a scale-out, a consolidation and a drift, every declared metric family has had samples (scraped every
+/// half second through the run, so families that exist only while something is pending count too), and every
+/// fact of upstream's dashboards and ours holds on them. One failure lists everything missing.
+///
+/// The manager runs with cluster limits and the pod deletion-cost gate on, so the families behind them are
+/// recorded.
+async fn metrics(env: &Env) {
+    env.stop_main().await;
+    let flags = ["--cluster-limits=cpu=1000,nodes=100", "--feature-gates=PodDeletionCostManagement=true"];
+    let main = env.start_manager_with(env.controller_client.clone(), "metrics", settings_with(false, &flags), true);
+    let addr = main.metrics_addr.clone();
+    *env.main.lock().expect("main") = Some(main);
+    let addr = env
+        .eventually("the metrics manager's /metrics listening", Duration::from_secs(30), || async {
+            addr.get().copied()
+        })
+        .await;
+    let seen = Arc::new(Mutex::new(SeenSamples::new()));
+    let errors = Arc::new(Mutex::new(Vec::<String>::new()));
+    let stop = CancellationToken::new();
+    let scraper = {
+        let (seen, errors, stop) = (seen.clone(), errors.clone(), stop.clone());
+        tokio::spawn(async move {
+            while !stop.is_cancelled() {
+                if let Some(text) = scrape(addr).await {
+                    let mut seen = seen.lock().expect("seen");
+                    if let Err(e) = record_samples(&text, &mut seen) {
+                        errors.lock().expect("errors").push(e);
+                    }
+                }
+                tokio::select! {
+                    () = stop.cancelled() => {}
+                    () = tokio::time::sleep(Duration::from_millis(500)) => {}
+                }
+            }
+        })
+    };
+
+    // Scale-out: four 900m pods on two 2-CPU nodes, under NodePool limits (karpenter_nodepools_limit), with a
+    // DaemonSet's pod on each node (karpenter_nodes_total_daemon_*).
+    let disruption = json!({"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "0s",
+        "budgets": [{"nodes": "100%"}]});
+    env.pool("default", json!({"disruption": disruption, "limits": {"cpu": "1000", "memory": "1000Gi"}})).await;
+    let daemons: Api<DaemonSet> = Api::namespaced(env.client.clone(), NS);
+    let daemon: DaemonSet = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": "daemon", "namespace": NS},
+        "spec": {
+            "selector": {"matchLabels": {"app": "daemon"}},
+            "template": {
+                "metadata": {"labels": {"app": "daemon"}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [{"name": "agent", "image": "registry.k8s.io/pause:3.10", "resources": {
+                        "requests": {"cpu": "10m", "memory": "16Mi"},
+                        "limits": {"cpu": "50m", "memory": "32Mi"}}}],
+                },
+            },
+        },
+    }))
+    .expect("daemonset json");
+    daemons.create(&PostParams::default(), &daemon).await.expect("create daemonset");
+    env.deployment("web", 4, "900m", json!({})).await;
+    env.running("web", 4, Duration::from_secs(60)).await;
+    // Consolidation: one pod left, one node.
+    env.scale("web", 1).await;
+    env.eventually("consolidated to one node", Duration::from_secs(120), || async {
+        let one = env.list_claims().await.len() == 1 && env.list_nodes().await.len() == 1;
+        (one && env.consistent().await).then_some(())
+    })
+    .await;
+    // Drift: a template label replaces the node.
+    let original = claim_names(&env.list_claims().await);
+    let patch = json!({"spec": {"template": {"metadata": {"labels": {"team": "blue"}}}}});
+    env.pools().patch("default", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch pool");
+    env.eventually("the drifted node replaced", Duration::from_secs(120), || async {
+        let claims = env.list_claims().await;
+        let replaced = !claims.is_empty() && claim_names(&claims).is_disjoint(&original);
+        (replaced && env.consistent().await).then_some(())
+    })
+    .await;
+    env.running("web", 1, Duration::from_secs(60)).await;
+    env.eventually("a DaemonSet pod running on the replacement", Duration::from_secs(60), || async {
+        let pods = env.list_pods("app=daemon").await;
+        pods.iter()
+            .any(|p| {
+                p.metadata.deletion_timestamp.is_none()
+                    && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+            })
+            .then_some(())
+    })
+    .await;
+
+    stop.cancel();
+    scraper.await.expect("scraper");
+    let last = scrape(addr).await.expect("a last scrape of /metrics");
+    let mut seen = Arc::try_unwrap(seen).expect("the scraper is done").into_inner().expect("seen");
+    record_samples(&last, &mut seen).expect("the last scrape parses");
+    let errors = errors.lock().expect("errors").clone();
+    daemons.delete("daemon", &DeleteParams::default()).await.expect("delete daemonset");
+    env.stop_main().await;
+    env.restore_main();
+
+    let missing = families_without_samples(&seen);
+    let mut unmet = Vec::new();
+    for (fixture, text) in DASHBOARD_FIXTURES {
+        let facts = dashboard_facts(text).unwrap_or_else(|e| panic!("{fixture}: {e}"));
+        unmet.extend(unmet_dashboard_facts(&facts, &seen).into_iter().map(|u| format!("{fixture}: {u}")));
+    }
+    eprintln!(
+        "real plane: metrics: {} sample names seen, {} declared families without samples, {} dashboard facts unmet",
+        seen.len(),
+        missing.len(),
+        unmet.len()
+    );
+    assert!(
+        errors.is_empty() && missing.is_empty() && unmet.is_empty(),
+        "/metrics after a scale-out, a consolidation and a drift:\n\
+         unreadable scrapes: {errors:#?}\n\
+         {} declared families without a sample:\n  {}\n\
+         {} dashboard facts unmet:\n  {}",
+        missing.len(),
+        missing.join("\n  "),
+        unmet.len(),
+        unmet.join("\n  ")
+    );
+}
+
+#[test]
+fn samples_are_read_with_their_label_names() {
+    let text = "# TYPE a counter\na_total{x=\"1,}\\\"\",y=\"\"} 3\nb 1.5\nh_bucket{le=\"+Inf\"} 2 1700000000\n# EOF\n";
+    let mut seen = SeenSamples::new();
+    record_samples(text, &mut seen).expect("parses");
+    let names = |v: &[&str]| v.iter().map(|s| (*s).to_string()).collect::<BTreeSet<_>>();
+    assert_eq!(seen["a_total"], BTreeSet::from([names(&["x", "y"])]));
+    assert_eq!(seen["b"], BTreeSet::from([names(&[])]));
+    assert_eq!(seen["h_bucket"], BTreeSet::from([names(&["le"])]));
+    assert!(record_samples("c{x=\"open} 1\n", &mut seen).is_err());
+    assert!(record_samples("d\n", &mut seen).is_err());
+}
+
+#[test]
+fn declared_families_without_samples_are_all_named() {
+    let metrics = karpenter_operator::metrics::Metrics::new(&karpenter_operator::metrics::BuildInfo::default());
+    metrics.nodeclaims_created("provisioned", "default", "false").inc();
+    metrics.nodes_termination_duration_seconds("default").observe(1.0);
+    let mut seen = SeenSamples::new();
+    record_samples(&metrics.render(), &mut seen).expect("our exposition parses");
+    let missing = families_without_samples(&seen);
+    for present in
+        ["karpenter_build_info", "karpenter_nodeclaims_created_total", "karpenter_nodes_termination_duration_seconds"]
+    {
+        assert!(!missing.iter().any(|m| m == present), "{present} has a sample");
+    }
+    for absent in ["karpenter_nodes_created_total", "karpenter_pods_startup_duration_seconds"] {
+        assert!(missing.iter().any(|m| m == absent), "{absent} has none");
+    }
+    let declared = karpenter_operator::metrics::Metrics::descriptors().len();
+    let exempt = karpenter_operator::metrics::FAULT_PATH_FAMILIES.len();
+    assert_eq!(missing.len() + 3, declared - exempt, "every other family is named");
+}
+
+/// Each fault-path family exempted from the `metrics` scenario is a declared family (a renamed one would
+/// silently stop being checked) and names the unit test that provokes it.
+#[test]
+fn fault_path_exemptions_name_declared_families_and_their_tests() {
+    let declared: BTreeSet<String> =
+        karpenter_operator::metrics::Metrics::descriptors().into_iter().map(|d| d.name).collect();
+    for (family, test) in karpenter_operator::metrics::FAULT_PATH_FAMILIES {
+        assert!(declared.contains(*family), "{family} is not declared");
+        assert!(test.contains("::"), "{family}: name the unit test as a path, got {test:?}");
+    }
+}
+
+#[test]
+fn dashboard_facts_hold_only_on_samples_with_their_labels() {
+    let facts = dashboard_facts(
+        "# header\n\
+         m_total\tcluster,nodepool\td.json\tNodes\n\
+         h_bucket\tquantile\td.json\tLatency\n\
+         gone\t-\td.json\tGone\n\
+         node_time_seconds\tnode\td.json\tUptime\n\
+         lat\tquantile\td.json\tP99\n",
+    )
+    .expect("a fixture");
+    assert_eq!(facts.len(), 5);
+    assert_eq!(facts[0].labels, BTreeSet::from(["cluster".to_string(), "nodepool".to_string()]));
+    assert_eq!(facts[0].source, "d.json / Nodes");
+    let mut seen = SeenSamples::new();
+    record_samples("m_total{nodepool=\"a\"} 1\nh_bucket{le=\"1\"} 1\nlat_bucket{le=\"1\"} 1\n", &mut seen)
+        .expect("parses");
+    let unmet = unmet_dashboard_facts(&facts, &seen);
+    // `cluster` is Prometheus's, node-exporter's metric is not ours; the summary label, the absent metric and the
+    // summary read where a histogram is served fail.
+    assert_eq!(unmet.len(), 3, "{unmet:#?}");
+    assert!(unmet[0].contains("h_bucket") && unmet[0].contains("quantile"), "{}", unmet[0]);
+    assert!(unmet[1].contains("gone has no samples"), "{}", unmet[1]);
+    assert!(unmet[2].contains("lat has no samples (served as a histogram"), "{}", unmet[2]);
+    assert!(dashboard_facts("a\tb\n").is_err());
+}
+
+/// Each gap of upstream's dashboards is one upstream has too: its v1.15 list serves the metric without the label.
+#[test]
+fn upstream_dashboard_gaps_are_upstreams_own() {
+    let list = include_str!("../../../crates/karpenter-operator/src/metrics_upstream/v1.15.txt");
+    for (metric, label) in UPSTREAM_DASHBOARD_GAPS {
+        let line = list
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(*metric))
+            .unwrap_or_else(|| panic!("{metric} is not in upstream's list"));
+        let labels = line.split_whitespace().nth(2).unwrap_or_default();
+        assert!(!labels.split(',').any(|l| l == *label), "upstream serves {metric} with {label}: {line}");
+    }
+}
+
+/// The exemptions of the dashboard check are in use: every scrape-time label and other exporter's metric is
+/// read by some dashboard of the fixtures (a stale entry would hide nothing, but would claim a need).
+#[test]
+fn dashboard_exemptions_are_in_use() {
+    let facts: Vec<DashboardFact> = DASHBOARD_FIXTURES
+        .iter()
+        .flat_map(|(n, t)| dashboard_facts(t).unwrap_or_else(|e| panic!("{n}: {e}")))
+        .collect();
+    for label in SCRAPE_LABELS {
+        assert!(facts.iter().any(|f| f.labels.contains(*label)), "{label}");
+    }
+    for (metric, _) in OTHER_EXPORTERS {
+        assert!(facts.iter().any(|f| f.metric == *metric), "{metric}");
+    }
+    for (metric, label) in UPSTREAM_DASHBOARD_GAPS {
+        assert!(facts.iter().any(|f| f.metric == *metric && f.labels.contains(*label)), "{metric} by {label}");
+    }
+}
+
+/// The fixtures are what tools/dashboard-facts.py reads from the dashboards: ours from docs/dashboards/*.json,
+/// upstream's from aws/karpenter-provider-aws at the commit the fixture names (a git dir of it in
+/// `UPSTREAM_AWS_GIT_DIR`, else the mirror beside the workspace when there is one). Needs python3.
+#[test]
+fn dashboard_fixtures_match_the_dashboards() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut cmd = Command::new("python3");
+    cmd.arg(root.join("tools/dashboard-facts.py")).arg("--check");
+    let upstream = std::env::var_os("UPSTREAM_AWS_GIT_DIR")
+        .map(PathBuf::from)
+        .or_else(|| Some(root.join("../.mirror/aws+karpenter-provider-aws/repo")).filter(|p| p.is_dir()));
+    match &upstream {
+        Some(dir) => {
+            cmd.arg("--upstream").arg(dir);
+        }
+        None => eprintln!("upstream-dashboards.txt not re-read: no UPSTREAM_AWS_GIT_DIR"),
+    }
+    let out = match cmd.output() {
+        Ok(out) => out,
+        Err(e) if !karpenter_testing::in_ci() => {
+            eprintln!("skipped: python3 not runnable ({e})");
+            return;
+        }
+        Err(e) => panic!("python3: {e}"),
+    };
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
