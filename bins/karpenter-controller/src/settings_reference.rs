@@ -48,4 +48,34 @@ mod tests {
             assert!(expected.contains(section), "{section}");
         }
     }
+
+    /// The settings accepted for compatibility only are exactly those of the one list, and both the reference
+    /// and `run --help` say so, with why, for each of them and for no other.
+    #[test]
+    fn settings_without_effect_are_the_listed_ones_and_say_so() {
+        use clap::CommandFactory;
+        use karpenter_api::settings::{COMPATIBILITY_NOTE, COMPATIBILITY_ONLY};
+        use karpenter_aws::settings::AwsSettings;
+        use karpenter_operator::CoreSettings;
+        use karpenter_operator::settings::setting_docs;
+
+        let listed: Vec<&str> = COMPATIBILITY_ONLY.iter().map(|(env, _)| *env).collect();
+        assert_eq!(listed, ["MEMORY_LIMIT"], "Go's GC soft limit has no counterpart here");
+        let rows: Vec<_> = setting_docs::<CoreSettings>().into_iter().chain(setting_docs::<AwsSettings>()).collect();
+        let noted: Vec<&str> =
+            rows.iter().filter(|r| r.help.contains(COMPATIBILITY_NOTE)).map(|r| r.env.as_str()).collect();
+        assert_eq!(noted, listed, "the reference notes exactly the listed settings");
+        // `run --help`, with clap's line wrapping undone.
+        let mut command = crate::Cli::command();
+        let run = command.find_subcommand_mut("run").expect("run");
+        let help = run.render_long_help().to_string().split_whitespace().collect::<Vec<_>>().join(" ");
+        for (env, why) in COMPATIBILITY_ONLY {
+            let row = rows.iter().find(|r| r.env == *env).expect("a listed setting exists");
+            assert!(row.help.ends_with(&format!("{COMPATIBILITY_NOTE}: {why}")), "{}", row.help);
+            let note = format!("{COMPATIBILITY_NOTE}: {why}").split_whitespace().collect::<Vec<_>>().join(" ");
+            assert!(help.contains(&note), "run --help lacks the note of {env}");
+            assert!(help.contains(&format!("env: {env}=")), "run --help lacks {env}");
+        }
+        assert_eq!(help.matches(COMPATIBILITY_NOTE).count(), listed.len(), "run --help notes only the listed settings");
+    }
 }

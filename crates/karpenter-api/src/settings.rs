@@ -25,6 +25,27 @@ impl SettingsError {
     }
 }
 
+/// The words that start the help of a setting in [`COMPATIBILITY_ONLY`].
+pub const COMPATIBILITY_NOTE: &str = "Accepted for compatibility, no effect";
+
+/// Settings accepted so that upstream's values files and environments start unchanged, but that have no effect in
+/// this build: (environment variable, why). The one list: each listed setting's help, in `run --help` and
+/// docs/settings.md, is [`compatibility_help`]'s, and the binary's settings-reference test pins both ways (every
+/// listed setting says so, no other does).
+pub const COMPATIBILITY_ONLY: &[(&str, &str)] = &[(
+    "MEMORY_LIMIT",
+    "upstream sets Go's garbage-collector soft limit to 90 % of it; Rust has no garbage collector (memory is \
+     freed when its owner is dropped, and jemalloc returns freed pages to the system), so there is no limit to set",
+)];
+
+/// The help of the setting `env`: `help`, then, when it is in [`COMPATIBILITY_ONLY`], the note and why.
+pub fn compatibility_help(env: &str, help: &str) -> String {
+    match COMPATIBILITY_ONLY.iter().find(|(name, _)| *name == env) {
+        Some((_, why)) => format!("{help}. {COMPATIBILITY_NOTE}: {why}"),
+        None => help.to_owned(),
+    }
+}
+
 /// A duration setting in Go syntax (`10s`, `1m30s`), with an error that shows the accepted form.
 pub fn parse_duration_setting(s: &str) -> Result<Duration, String> {
     parse_go_duration(s).map_err(|e| format!("{s:?} is not a duration such as 10s or 1m30s: {e}"))

@@ -27,8 +27,8 @@ use crate::instancetype::Settings as InstanceTypeSettings;
 use crate::instancetypes::{self, SharedPrices};
 use crate::launch::instance::{ClusterInfo, LaunchFailureSink};
 use crate::nodeclass::controller::{
-    ApiServerVersion, CapacityBlockExpiration, InstanceProfileGarbageCollector, NodeClassController,
-    SsmInvalidationController,
+    CapacityBlockExpiration, InstanceProfileGarbageCollector, NodeClassController, SsmInvalidationController,
+    kubernetes_version_source,
 };
 use crate::nodeclass::demotion::ReservationDemotion;
 use crate::nodeclass::instance_profile::ClusterIdentity;
@@ -393,7 +393,9 @@ impl Assembly<'_> {
         // Launches choose subnets by the free-IP counts the resolver describes.
         resolver.subnets.share_ips(provider.instance_provider().subnet_ips());
         let resolver = Arc::new(resolver);
-        let version = Arc::new(ApiServerVersion::new(client.clone(), clock.clone()));
+        let eks: Arc<dyn discovery::EksApi> = Arc::new(self.clients.eks_adapter());
+        let version =
+            kubernetes_version_source(aws.eks_control_plane, client.clone(), eks, &aws.cluster_name, clock.clone());
         let status = NodeClassController::new(client.clone(), resolver.clone(), version, clock.clone(), ca_bundle)
             .with_launch_template_cleanup(Arc::new(provider.launch_templates().clone()))
             .with_price_estimate_warning(pricing);

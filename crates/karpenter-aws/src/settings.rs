@@ -58,7 +58,7 @@ pub struct AwsSettings {
     /// Cluster CA bundle handed to nodes; taken from the controller's own TLS config when empty.
     #[arg(long, env = "CLUSTER_CA_BUNDLE", default_value = "")]
     pub cluster_ca_bundle: String,
-    /// Discover the Kubernetes version and service CIDR through the EKS API.
+    /// Take the cluster's Kubernetes version (for AMI aliases) from eks:DescribeCluster instead of the API server's /version, as upstream. DescribeCluster supplies the endpoint (when CLUSTER_ENDPOINT is empty), the CA bundle and the service CIDR whatever this says.
     #[arg(long, env = "EKS_CONTROL_PLANE", default_value = "false", action = ArgAction::Set, value_parser = parse_go_bool,
           num_args = 0..=1, default_missing_value = "true")]
     pub eks_control_plane: bool,

@@ -44,6 +44,7 @@ pub mod metrics;
 pub mod node_classes;
 pub mod nodeoverlay;
 pub mod nodepool;
+pub mod profiling;
 pub mod observability;
 pub mod provisioner;
 pub mod repair;

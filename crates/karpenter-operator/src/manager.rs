@@ -10,7 +10,10 @@
 //! 2. acquires the leader-election Lease ([`crate::leader`], with the leader client if one was given) unless
 //!    `DISABLE_LEADER_ELECTION`; every controller runs only on the leader;
 //! 3. starts the cluster-state watchers and waits until every tracked kind has been listed once (a provisioning
-//!    or lifecycle pass on a half-filled state would decide on missing objects);
+//!    or lifecycle pass on a half-filled state would decide on missing objects). With controller warmup
+//!    (`DISABLE_CONTROLLER_WARMUP=false`, leader election on; upstream's `EnableWarmup`) the watchers start
+//!    before step 2 instead, so a standby keeps its state synced while it waits for the Lease and its controllers
+//!    start on a full state as soon as it wins; only the controllers wait for leadership;
 //! 4. runs, until the shutdown token is cancelled or the leadership is lost: the provisioner, the NodeClaim
 //!    lifecycle, node/NodeClaim termination, expiration, garbage collection, interruption (with a source),
 //!    the NodePool controllers, the disruption controllers, and the extra (provider) controllers handed in
@@ -50,6 +53,7 @@ use crate::nodepool::{
     self, Counter, HashController, KwokNodeClassStatus, MinNodes, NodeClassResolver, Readiness, RegistrationHealth,
     RegistrationTracker, StaticDeprovisioning, StaticProvisioning, Validation,
 };
+use crate::profiling::{HeapProfiler, Profiling};
 use crate::provisioner::{Provisioner, ProvisionerOptions};
 use crate::server::{self, Probes, RunningServer};
 use crate::settings::CoreSettings;
@@ -95,6 +99,7 @@ pub struct Manager {
     crds: Vec<String>,
     state: Option<ClusterState>,
     disruption: Option<DisruptionSettings>,
+    heap_profiler: Option<HeapProfiler>,
 }
 
 impl std::fmt::Debug for Manager {
@@ -156,6 +161,7 @@ impl Manager {
             crds,
             state: None,
             disruption: None,
+            heap_profiler: None,
         }
     }
 
@@ -172,6 +178,13 @@ impl Manager {
     }
 
     /// The metrics registry (to share it with provider code).
+    /// The heap profile reader `/debug/pprof/heap` serves with `ENABLE_PROFILING` (the binary knows its
+    /// allocator; without one that path answers 501).
+    pub fn with_heap_profiler(mut self, heap: HeapProfiler) -> Self {
+        self.heap_profiler = Some(heap);
+        self
+    }
+
     pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
         self.metrics = metrics;
         self
@@ -263,6 +276,7 @@ impl Manager {
             crds,
             state,
             disruption,
+            heap_profiler,
         } = self;
 
         // 1. Servers.
@@ -270,9 +284,15 @@ impl Manager {
         let probes = probes.with_readiness_check("crd", server::crds_present(client.clone(), crds));
         let metrics_addr = SocketAddr::new(bind_ip, settings.metrics_port);
         let probes_addr = SocketAddr::new(bind_ip, settings.health_probe_port);
-        let metrics_server = server::start_metrics(metrics_addr, metrics.clone(), servers_token.clone())
-            .await
-            .map_err(|source| ManagerError::Server { server: "metrics", addr: metrics_addr, source })?;
+        // ENABLE_PROFILING: the profiles of `crate::profiling` on the metrics server; 404 there otherwise.
+        let profiling = settings.enable_profiling.then(|| match heap_profiler {
+            Some(heap) => Profiling::new().with_heap(heap),
+            None => Profiling::new(),
+        });
+        let metrics_server =
+            server::start_metrics_with(metrics_addr, metrics.clone(), profiling, servers_token.clone())
+                .await
+                .map_err(|source| ManagerError::Server { server: "metrics", addr: metrics_addr, source })?;
         let probes_server = match server::start_probes(probes_addr, probes.clone(), servers_token.clone()).await {
             Ok(s) => s,
             Err(source) => {
@@ -346,6 +366,16 @@ async fn run_leader(mut parts: LeaderParts, shutdown: CancellationToken) -> Resu
     // 2. Leadership. `leader` is cancelled on shutdown and when the Lease is lost. The Lease is released only
     // after the controllers have stopped (`release`), so the next leader never overlaps with them.
     let release = CancellationToken::new();
+    // The cluster state exists before the election, so a warm standby can fill it; the controllers use it too.
+    let state =
+        parts.state.get_or_insert_with(|| ClusterState::from_settings(&parts.settings, parts.clock.clone())).clone();
+    // Warmup: the watchers run from now until shutdown or the loss of the Lease (linked below, once won); the
+    // guard stops them if the election itself ends this function.
+    let warm = warmup(&parts.settings).then(|| {
+        let token = shutdown.child_token();
+        tracing::info!("controller warmup: starting the cluster-state watchers before the leader election");
+        (start_watchers(&parts, &state, &token), token.clone().drop_guard(), token)
+    });
     let (leader, leadership) = if parts.settings.disable_leader_election {
         (shutdown.child_token(), None)
     } else {
@@ -379,41 +409,19 @@ async fn run_leader(mut parts: LeaderParts, shutdown: CancellationToken) -> Resu
 
     let mut controllers = controllers(&parts, &leader);
     controllers.list.append(&mut parts.extra);
-    let state = controllers.state.clone();
 
-    // 3. Cluster state: list every kind before the controllers start.
-    let watchers = tokio::spawn({
-        let state = state.clone();
-        let client = parts.client.clone();
-        let leader = leader.clone();
-        async move { state.run_watchers(client, leader).await }
-    });
-    // Default topology spread constraints read Services and pod controllers: watched only when configured.
-    let spread_watchers = (!parts.settings.scheduler_config.is_empty()).then(|| {
-        let state = state.clone();
-        let client = parts.client.clone();
-        let leader = leader.clone();
-        tokio::spawn(async move { state.run_spread_watchers(client, leader).await })
-    });
-    // DRA objects are read only when DRA is simulated.
-    let dra_watchers = (!parts.settings.ignore_dra_requests).then(|| {
-        let state = state.clone();
-        let client = parts.client.clone();
-        let leader = leader.clone();
-        tokio::spawn(async move { state.run_dra_watchers(client, leader).await })
-    });
-    // CapacityBuffers and what they refer to: watched only with the gate (the workloads' watchers are shared
-    // with the spread watchers when those run).
-    if parts.settings.feature_gates.capacity_buffer {
-        state.require_buffer_kinds();
-    }
-    let buffer_watchers = parts.settings.feature_gates.capacity_buffer.then(|| {
-        let state = state.clone();
-        let client = parts.client.clone();
-        let leader = leader.clone();
-        let workloads_watched = spread_watchers.is_some();
-        tokio::spawn(async move { state.run_buffer_watchers(client, leader, workloads_watched).await })
-    });
+    // 3. Cluster state: list every kind before the controllers start (already watching when warm).
+    let (watchers, _warm_guard) = match warm {
+        Some((watchers, guard, token)) => {
+            let leader = leader.clone();
+            tokio::spawn(async move {
+                leader.cancelled().await;
+                token.cancel();
+            });
+            (watchers, Some(guard))
+        }
+        None => (start_watchers(&parts, &state, &leader), None),
+    };
     let mut next_warning = tokio_now() + SYNC_WARNING;
     while !all_kinds_listed(&state) || state.unlisted_reason().is_some() {
         tokio::select! {
@@ -451,8 +459,7 @@ async fn run_leader(mut parts: LeaderParts, shutdown: CancellationToken) -> Resu
     // 5. Stop.
     let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
         while tasks.join_next().await.is_some() {}
-        let _ = watchers.await;
-        for w in [spread_watchers, dra_watchers, buffer_watchers].into_iter().flatten() {
+        for w in watchers {
             let _ = w.await;
         }
     })
@@ -466,6 +473,41 @@ async fn run_leader(mut parts: LeaderParts, shutdown: CancellationToken) -> Resu
         leadership.finished().await;
     }
     if lost { Err(ManagerError::LeadershipLost) } else { Ok(()) }
+}
+
+/// Upstream's `EnableWarmup`: watchers before the election, when there is one and `DISABLE_CONTROLLER_WARMUP` is
+/// false.
+fn warmup(settings: &CoreSettings) -> bool {
+    !settings.disable_leader_election && !settings.disable_controller_warmup
+}
+
+/// Starts the cluster-state watchers the settings call for, until `token` is cancelled.
+fn start_watchers(
+    parts: &LeaderParts,
+    state: &ClusterState,
+    token: &CancellationToken,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let spawn = |run: fn(ClusterState, Client, CancellationToken) -> BoxFuture<'static, ()>| {
+        tokio::spawn(run(state.clone(), parts.client.clone(), token.clone()))
+    };
+    let mut watchers = vec![spawn(|s, c, t| Box::pin(async move { s.run_watchers(c, t).await }))];
+    // Default topology spread constraints read Services and pod controllers: watched only when configured.
+    let spread = !parts.settings.scheduler_config.is_empty();
+    if spread {
+        watchers.push(spawn(|s, c, t| Box::pin(async move { s.run_spread_watchers(c, t).await })));
+    }
+    // DRA objects are read only when DRA is simulated.
+    if !parts.settings.ignore_dra_requests {
+        watchers.push(spawn(|s, c, t| Box::pin(async move { s.run_dra_watchers(c, t).await })));
+    }
+    // CapacityBuffers and what they refer to: watched only with the gate (the workloads' watchers are shared
+    // with the spread watchers when those run).
+    if parts.settings.feature_gates.capacity_buffer {
+        state.require_buffer_kinds();
+        let (state, client, token) = (state.clone(), parts.client.clone(), token.clone());
+        watchers.push(tokio::spawn(async move { state.run_buffer_watchers(client, token, spread).await }));
+    }
+    watchers
 }
 
 fn all_kinds_listed(state: &ClusterState) -> bool {
@@ -483,7 +525,6 @@ fn all_kinds_listed(state: &ClusterState) -> bool {
 }
 
 struct Controllers {
-    state: ClusterState,
     list: Vec<NamedController>,
 }
 
@@ -621,7 +662,7 @@ fn controllers(parts: &LeaderParts, leader: &CancellationToken) -> Controllers {
         list.push((name, Box::pin(interruption.run(leader.clone()))));
     }
 
-    Controllers { state, list }
+    Controllers { list }
 }
 
 #[cfg(test)]

@@ -139,6 +139,9 @@ pub struct ProvisionerOptions {
     pub scheduler_config: karpenter_scheduler::SchedulerConfig,
     /// `IGNORE_DRA_REQUESTS`: `false` simulates DRA device allocation (docs/dra.md).
     pub ignore_dra_requests: bool,
+    /// Threads that check existing nodes for each pod of a pass: `ceil(CPU_REQUESTS / 1000)`
+    /// ([`CoreSettings::scheduler_parallelism`]); decisions do not depend on it.
+    pub parallelism: usize,
 }
 
 impl Default for ProvisionerOptions {
@@ -152,6 +155,7 @@ impl Default for ProvisionerOptions {
             cluster_limits: ResourceList::new(),
             scheduler_config: karpenter_scheduler::SchedulerConfig::default(),
             ignore_dra_requests: true,
+            parallelism: 1,
         }
     }
 }
@@ -168,6 +172,7 @@ impl ProvisionerOptions {
             cluster_limits: settings.cluster_limits.clone(),
             scheduler_config: settings.scheduler_config.clone(),
             ignore_dra_requests: settings.ignore_dra_requests,
+            parallelism: settings.scheduler_parallelism(),
         }
     }
 
@@ -180,6 +185,7 @@ impl ProvisionerOptions {
             cluster_limits: self.cluster_limits.clone(),
             scheduler_config: self.scheduler_config.clone(),
             ignore_dra_requests: self.ignore_dra_requests,
+            parallelism: self.parallelism,
             ..SchedulerOptions::default()
         }
     }

@@ -32,6 +32,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::{CONTENT_TYPE, Metrics};
+use crate::profiling::{self, ProfileError, Profiling};
 
 /// The future of one check: `Err` carries the reason it fails.
 pub type CheckFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
@@ -144,8 +145,45 @@ pub fn crds_present(client: kube::Client, names: Vec<String>) -> Check {
 /// What a server answers.
 #[derive(Clone)]
 enum Routes {
-    Metrics(Arc<Metrics>),
+    /// `/metrics`, and the profiles under `/debug/pprof/` when profiling is on (`ENABLE_PROFILING`).
+    Metrics(Arc<Metrics>, Option<Profiling>),
     Probes(Probes),
+}
+
+/// A profile, or the status and reason it was not served.
+async fn profile(profiling: &Profiling, path: &str, query: Option<&str>) -> Response<Full<Bytes>> {
+    const PLAIN: &str = "text/plain; charset=utf-8";
+    const PROTOBUF: &str = "application/octet-stream";
+    let served = match path {
+        "/debug/pprof" => return text(StatusCode::OK, "text/html; charset=utf-8", profiling.index()),
+        "/debug/pprof/profile" => match profiling::cpu_seconds(query) {
+            Ok(seconds) => profiling::cpu_profile(Duration::from_secs(seconds)).await,
+            Err(e) => Err(e),
+        },
+        "/debug/pprof/heap" => profiling.heap().await,
+        _ => return text(StatusCode::NOT_FOUND, PLAIN, "404 page not found\n".into()),
+    };
+    match served {
+        Ok(bytes) => {
+            let mut response = Response::new(Full::new(Bytes::from(bytes)));
+            response.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static(PROTOBUF));
+            let name = if path.ends_with("heap") { "heap" } else { "profile" };
+            let disposition = format!("attachment; filename=\"{name}\"");
+            if let Ok(value) = header::HeaderValue::from_str(&disposition) {
+                response.headers_mut().insert(header::CONTENT_DISPOSITION, value);
+            }
+            response
+        }
+        Err(e) => {
+            let status = match e {
+                ProfileError::BadRequest(_) => StatusCode::BAD_REQUEST,
+                ProfileError::Busy => StatusCode::CONFLICT,
+                ProfileError::Unavailable(_) => StatusCode::NOT_IMPLEMENTED,
+                ProfileError::Failed(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            text(status, PLAIN, format!("{e}\n"))
+        }
+    }
 }
 
 fn text(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
@@ -163,7 +201,10 @@ async fn handle(routes: Routes, req: Request<Incoming>) -> Result<Response<Full<
     let path = req.uri().path().trim_end_matches('/');
     let verbose = req.uri().query().is_some_and(|q| q.split('&').any(|p| p == "verbose" || p.starts_with("verbose=")));
     let response = match (&routes, path) {
-        (Routes::Metrics(metrics), "/metrics") => text(StatusCode::OK, CONTENT_TYPE, metrics.render()),
+        (Routes::Metrics(metrics, _), "/metrics") => text(StatusCode::OK, CONTENT_TYPE, metrics.render()),
+        (Routes::Metrics(_, Some(profiling)), p) if p == "/debug/pprof" || p.starts_with("/debug/pprof/") => {
+            profile(profiling, p, req.uri().query()).await
+        }
         (Routes::Probes(probes), "/healthz" | "/readyz") => {
             let ready = path == "/readyz";
             let (ok, mut lines) = probes.run(ready).await;
@@ -194,7 +235,17 @@ pub async fn start_metrics(
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) -> std::io::Result<RunningServer> {
-    start(addr, Routes::Metrics(metrics), shutdown).await
+    start_metrics_with(addr, metrics, None, shutdown).await
+}
+
+/// [`start_metrics`], with the profiles of [`crate::profiling`] when `profiling` is given (`ENABLE_PROFILING`).
+pub async fn start_metrics_with(
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    profiling: Option<Profiling>,
+    shutdown: CancellationToken,
+) -> std::io::Result<RunningServer> {
+    start(addr, Routes::Metrics(metrics, profiling), shutdown).await
 }
 
 /// Serves `/healthz` and `/readyz` on `addr` until `shutdown` is cancelled.
@@ -290,6 +341,65 @@ mod tests {
         shutdown.cancel();
         tokio::time::timeout(Duration::from_secs(5), server.task).await.unwrap().unwrap();
         assert!(tokio::net::TcpStream::connect(server.local_addr).await.is_err(), "stopped listening");
+    }
+
+    /// A GET whose body is bytes (a profile): (status, body).
+    async fn get_bytes(addr: SocketAddr, path: &str) -> (u16, Vec<u8>) {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).await.unwrap();
+        let end = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+        let head = String::from_utf8_lossy(&raw[..end]).to_string();
+        let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+        (status, raw[end + 4..].to_vec())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn profiles_are_served_only_when_enabled_and_decode_with_samples() {
+        use pprof::protos::Message;
+        let metrics = Arc::new(Metrics::new(&BuildInfo::current("abc", "1.95")));
+        let shutdown = CancellationToken::new();
+        let off = start_metrics(local(), metrics.clone(), shutdown.clone()).await.unwrap();
+        for path in ["/debug/pprof/", "/debug/pprof/profile?seconds=1", "/debug/pprof/heap"] {
+            assert_eq!(get(off.local_addr, path).await.0, 404, "{path} with profiling off");
+        }
+        let on = start_metrics_with(local(), metrics, Some(Profiling::new()), shutdown.clone()).await.unwrap();
+        let addr = on.local_addr;
+        let (status, _, index) = get(addr, "/debug/pprof/").await;
+        assert_eq!(status, 200);
+        assert!(index.contains("href=\"profile?seconds=30\""), "{index}");
+        let (status, _, body) = get(addr, "/debug/pprof/heap").await;
+        assert_eq!(status, 501, "no heap reader given: {body}");
+        assert_eq!(get(addr, "/debug/pprof/profile?seconds=0").await.0, 400);
+        assert_eq!(get(addr, "/debug/pprof/goroutine").await.0, 404);
+
+        // A thread burns CPU while a 2 s profile is taken; a second request meanwhile is turned away.
+        let spinning = Arc::new(AtomicBool::new(true));
+        let spinner = std::thread::spawn({
+            let spinning = spinning.clone();
+            move || {
+                let mut x = 0u64;
+                while spinning.load(Ordering::Relaxed) {
+                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                }
+            }
+        });
+        let profile = tokio::spawn(get_bytes(addr, "/debug/pprof/profile?seconds=2"));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let (status, _, body) = get(addr, "/debug/pprof/profile?seconds=1").await;
+        assert_eq!(status, 409, "{body}");
+        let (status, bytes) = profile.await.unwrap();
+        spinning.store(false, Ordering::Relaxed);
+        spinner.join().unwrap();
+        assert_eq!(status, 200);
+        let decoded = pprof::protos::Profile::decode(bytes.as_slice()).expect("a pprof protobuf profile");
+        assert!(!decoded.sample.is_empty(), "no samples in {} bytes", bytes.len());
+        let samples: i64 = decoded.sample.iter().map(|s| s.value.iter().sum::<i64>()).sum();
+        assert!(samples >= 50, "about 100 samples a second of the busy thread, got {samples}");
+        assert!(decoded.string_table.iter().any(|s| s == "cpu"), "{:?}", &decoded.string_table[..5]);
+        shutdown.cancel();
     }
 
     #[tokio::test]

@@ -17,7 +17,7 @@ pub use karpenter_requirements::{MinValuesPolicy, PreferencePolicy};
 
 pub use karpenter_api::settings::SettingsError;
 use karpenter_api::settings::{
-    parse_cluster_limits, parse_duration_setting as duration, parse_feature_gates, parse_go_bool,
+    compatibility_help, parse_cluster_limits, parse_duration_setting as duration, parse_feature_gates, parse_go_bool,
 };
 use karpenter_requirements::ResourceList;
 pub use karpenter_scheduler::SchedulerConfig;
@@ -137,11 +137,16 @@ pub struct CoreSettings {
     #[arg(long, env = "IGNORE_DRA_REQUESTS", default_value = "true", action = ArgAction::Set, value_parser = parse_go_bool,
           num_args = 0..=1, default_missing_value = "true")]
     pub ignore_dra_requests: bool,
-    /// CPU requests of the controller in millicores; sizes the scheduler's parallelism. Values <= 0 mean 1000.
-    #[arg(long, env = "CPU_REQUESTS", default_value_t = 1000, allow_negative_numbers = true)]
+    // CPU requests of the controller in millicores: the scheduler's threads (`scheduler_parallelism`).
+    #[arg(long, env = "CPU_REQUESTS", default_value_t = 1000, allow_negative_numbers = true, help = format!(
+        "CPU requests of the controller in millicores. Provisioning and disruption simulations check the existing \
+         nodes for each pod on ceil(CPU_REQUESTS / 1000) threads when at least {} nodes are left to check \
+         (upstream's scheduler concurrency); decisions are the same whatever the count. Values <= 0 mean 1000",
+        karpenter_scheduler::scheduler::PARALLEL_MIN_EXISTING))]
     pub cpu_requests: i64,
-    /// Memory limit of the controller in bytes; -1 means none.
-    #[arg(long, env = "MEMORY_LIMIT", default_value_t = -1, allow_negative_numbers = true)]
+    // The help comes from the one list of settings without effect (karpenter_api::settings::COMPATIBILITY_ONLY).
+    #[arg(long, env = "MEMORY_LIMIT", default_value_t = -1, allow_negative_numbers = true,
+          help = compatibility_help("MEMORY_LIMIT", "Memory limit of the controller in bytes; -1 means none"))]
     pub memory_limit: i64,
     /// Kubernetes client queries per second.
     #[arg(long, env = "KUBE_CLIENT_QPS", default_value_t = 200)]
@@ -155,7 +160,7 @@ pub struct CoreSettings {
     /// Port of the /healthz and /readyz probes.
     #[arg(long, env = "HEALTH_PROBE_PORT", default_value_t = 8081)]
     pub health_probe_port: u16,
-    /// Serve profiling endpoints on the metrics server.
+    /// Serve profiles on the metrics server, at upstream's paths: /debug/pprof/ (index), /debug/pprof/profile?seconds=N (CPU over N seconds, default 30, at most 600; pprof protobuf, one at a time) and /debug/pprof/heap (a build with the jemalloc-profiling feature started with _RJEM_MALLOC_CONF=prof:true; otherwise 501). Off: those paths answer 404
     #[arg(long, env = "ENABLE_PROFILING", default_value = "false", action = ArgAction::Set, value_parser = parse_go_bool,
           num_args = 0..=1, default_missing_value = "true")]
     pub enable_profiling: bool,
@@ -178,7 +183,7 @@ pub struct CoreSettings {
     /// Namespace of the leader-election Lease; empty means the controller's own namespace.
     #[arg(long, env = "LEADER_ELECTION_NAMESPACE", default_value = "")]
     pub leader_election_namespace: String,
-    /// Do not start informers before winning the Lease.
+    /// true: a standby starts watching the cluster only once it wins the Lease. false (upstream's warmup): the cluster-state watchers start before the leader election, so a standby's state is synced when it takes over; only the controllers wait for the Lease. No effect with DISABLE_LEADER_ELECTION
     #[arg(long, env = "DISABLE_CONTROLLER_WARMUP", default_value = "true", action = ArgAction::Set, value_parser = parse_go_bool,
           num_args = 0..=1, default_missing_value = "true")]
     pub disable_controller_warmup: bool,
@@ -382,6 +387,19 @@ mod tests {
         assert_eq!(disruption.cluster_limits, core.cluster_limits, "disruption's simulations honour them too");
         let provisioner = crate::provisioner::ProvisionerOptions::from_settings(&core);
         assert_eq!(provisioner.cluster_limits, core.cluster_limits);
+    }
+
+    #[test]
+    fn cpu_requests_size_the_threads_of_provisioning_and_disruption_simulations() {
+        for (millicores, threads) in [("1000", 1), ("1001", 2), ("2500", 3), ("8000", 8), ("0", 1), ("-3", 1)] {
+            let core = parse(&[&format!("--cpu-requests={millicores}")]).unwrap().core.normalized();
+            assert_eq!(core.scheduler_parallelism(), threads, "{millicores}");
+            let provisioner = crate::provisioner::ProvisionerOptions::from_settings(&core);
+            assert_eq!(provisioner.scheduler_options().parallelism, threads, "{millicores}: provisioning");
+            let disruption = crate::disruption::DisruptionSettings::from_settings(&core);
+            assert_eq!(disruption.scheduler_parallelism, threads, "{millicores}: disruption");
+        }
+        assert!(parse(&["--cpu-requests=1.5"]).is_err(), "millicores are a whole number, as upstream's int64");
     }
 
     #[test]

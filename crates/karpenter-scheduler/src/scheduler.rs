@@ -6,6 +6,7 @@ mod device_search;
 pub(crate) mod dra;
 #[cfg(test)]
 mod dra_tests;
+mod parallel;
 pub(crate) mod pods;
 mod repack;
 mod reservations;
@@ -92,7 +93,16 @@ pub struct SchedulerOptions {
     /// `IGNORE_DRA_REQUESTS` (default `true`, as upstream): pods with DRA resource claims get [`DRA_IGNORED`] and
     /// DaemonSets with claims are left out of overhead. `false` simulates device allocation (the `dra` module).
     pub ignore_dra_requests: bool,
+    /// Threads that check existing nodes for a pod (upstream's `ceil(CPU_REQUESTS / 1000)`; 0 and 1 mean the
+    /// calling thread alone). Decisions do not depend on it: the earliest node that takes the pod wins, as with
+    /// one thread (the `parallel` module). Threads are used only when at least [`PARALLEL_MIN_EXISTING`] nodes
+    /// are left to check.
+    pub parallelism: usize,
 }
+
+/// Existing nodes left to check below which a pod's scan stays on one thread: starting threads costs tens of
+/// microseconds, more than checking a few hundred nodes.
+pub const PARALLEL_MIN_EXISTING: usize = 256;
 
 impl Default for SchedulerOptions {
     fn default() -> Self {
@@ -106,6 +116,7 @@ impl Default for SchedulerOptions {
             cluster_limits: ResourceList::new(),
             scheduler_config: SchedulerConfig::default(),
             ignore_dra_requests: true,
+            parallelism: 1,
         }
     }
 }
@@ -366,6 +377,38 @@ impl<'a> Solver<'a> {
         *data.existing_class.get_or_init(|| Self::compute_existing_class(data))
     }
 
+    /// The first existing node from `from` on that takes pod `i` under `relax` by everything but devices
+    /// (checked by the caller, on the node found). On up to `options.parallelism` threads, always with the
+    /// answer one thread gives: the `parallel` module.
+    fn first_existing_fit(
+        &self,
+        i: usize,
+        relax: &Relaxation,
+        (reqs, strict, prepared): (&Requirements, &Requirements, &Prepared),
+        from: usize,
+    ) -> Option<usize> {
+        // Only the fields the check reads are shared with the workers (the solver's caches are not `Sync`).
+        let (pod, existing, topology) = (&self.pods[i], &self.existing, &self.topology);
+        let fits = |n: usize| {
+            let node = &existing[n];
+            pod.tolerates(relax, &node.taints).is_ok()
+                && node.volumes.check(&pod.volumes.claims).is_ok()
+                && node.ports.conflicts(&pod.host_ports).is_ok()
+                && pod.requests.fits(&node.available)
+                && node.requirements.compatible_ok(reqs, &NoKeys)
+                && first_compatible(&pod.volumes.alternatives, &node.requirements, &NoKeys).is_ok()
+                // The node must carry the domain the topology narrows it to: a node without the topology key's
+                // label is in no domain, so a pod spreading or (anti-)affine on that key cannot go there (as
+                // upstream's compatibility check of the node with its topology requirements).
+                && match topology.add_requirements(i, relax, strict, &node.requirements, prepared) {
+                    Ok(None) => true,
+                    Ok(Some(narrowed)) => node.requirements.compatible_ok(&narrowed, &NoKeys),
+                    Err(_) => false,
+                }
+        };
+        parallel::first_match(from..existing.len(), self.options.parallelism, PARALLEL_MIN_EXISTING, fits)
+    }
+
     fn compute_existing_class(data: &PodData<'_>) -> Option<u64> {
         use std::hash::{Hash, Hasher};
         let pod = data.pod;
@@ -487,30 +530,17 @@ impl<'a> Solver<'a> {
         let remember = !self.existing.is_empty() && self.pods.len() >= EXISTING_MEMORY_MIN_PODS;
         let class = if remember { self.existing_class(i).map(|c| (c, *relax)) } else { None };
         let known_unfit = class.and_then(|c| self.existing_unfit.get(&c).copied()).unwrap_or(0);
-        for n in known_unfit..self.existing.len() {
+        let mut from = known_unfit;
+        while let Some(n) = self.first_existing_fit(i, relax, (&reqs, &strict, &prepared), from) {
             let node = &self.existing[n];
-            if pod.tolerates(relax, &node.taints).is_err()
-                || node.volumes.check(&pod.volumes.claims).is_err()
-                || node.ports.conflicts(&pod.host_ports).is_err()
-                || !pod.requests.fits(&node.available)
-                || !node.requirements.compatible_ok(&reqs, &NoKeys)
-                || first_compatible(&pod.volumes.alternatives, &node.requirements, &NoKeys).is_err()
-                // The node must carry the domain the topology narrows it to: a node without the topology key's
-                // label is in no domain, so a pod spreading or (anti-)affine on that key cannot go there (as
-                // upstream's compatibility check of the node with its topology requirements).
-                || !match self.topology.add_requirements(i, relax, &strict, &node.requirements, &prepared) {
-                    Ok(None) => true,
-                    Ok(Some(narrowed)) => node.requirements.compatible_ok(&narrowed, &NoKeys),
-                    Err(_) => false,
-                }
-            {
-                continue;
-            }
             // Devices last: the search is the costliest check, and only pods with claims make it.
             let devices = match self.dra.as_mut() {
                 Some(d) if d.has_claims(i) => match d.check_existing(i, n, node) {
                     Some(commit) => Some(commit),
-                    None => continue,
+                    None => {
+                        from = n + 1;
+                        continue;
+                    }
                 },
                 _ => None,
             };

@@ -149,6 +149,59 @@ impl KubernetesVersionSource for ApiServerVersion {
     }
 }
 
+/// The cluster's version as EKS reports it (`DescribeCluster`'s `version`), cached for 5 minutes like
+/// [`ApiServerVersion`]: upstream's source when `EKS_CONTROL_PLANE` is true.
+#[derive(Debug)]
+pub struct EksKubernetesVersion {
+    api: Arc<dyn crate::discovery::EksApi>,
+    cluster_name: String,
+    cache: TtlCache<(), String>,
+}
+
+impl EksKubernetesVersion {
+    pub fn new(api: Arc<dyn crate::discovery::EksApi>, cluster_name: impl Into<String>, clock: Arc<dyn Clock>) -> Self {
+        Self { api, cluster_name: cluster_name.into(), cache: TtlCache::new(clock, Duration::from_secs(300)) }
+    }
+}
+
+#[async_trait]
+impl KubernetesVersionSource for EksKubernetesVersion {
+    async fn version(&self) -> Result<String, String> {
+        if let Some(v) = self.cache.get(&()) {
+            return Ok(v);
+        }
+        let info = self.api.describe_cluster(&self.cluster_name).await.map_err(|e| e.to_string())?;
+        let reported = info.version.unwrap_or_default();
+        let well_formed = reported.split_once('.').is_some_and(|(major, minor)| {
+            [major, minor].iter().all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        });
+        if !well_formed {
+            return Err(format!(
+                "eks:DescribeCluster reports version {reported:?} for cluster {:?}, not <major>.<minor>",
+                self.cluster_name
+            ));
+        }
+        self.cache.insert((), reported.clone());
+        Ok(reported)
+    }
+}
+
+/// Where the cluster's Kubernetes version comes from (`EKS_CONTROL_PLANE`, as upstream): EKS `DescribeCluster`
+/// when true, the API server's `/version` otherwise.
+pub fn kubernetes_version_source(
+    eks_control_plane: bool,
+    client: Client,
+    eks: Arc<dyn crate::discovery::EksApi>,
+    cluster_name: &str,
+    clock: Arc<dyn Clock>,
+) -> Arc<dyn KubernetesVersionSource> {
+    if eks_control_plane {
+        Arc::new(EksKubernetesVersion::new(eks, cluster_name, clock))
+    } else {
+        Arc::new(ApiServerVersion::new(client, clock))
+    }
+}
+
 /// Deletes the launch templates of a node class (the launch side implements it; upstream deletes every launch
 /// template tagged `karpenter.k8s.aws/ec2nodeclass=<name>`).
 #[async_trait]

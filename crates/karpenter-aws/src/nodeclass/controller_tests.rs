@@ -306,6 +306,40 @@ async fn api_server_version_and_controller_set() {
 }
 
 #[tokio::test]
+async fn eks_control_plane_takes_the_version_from_describe_cluster() {
+    use crate::discovery::ClusterInfo;
+    use crate::testing::FakeEks;
+    let env = env();
+    let clock: Arc<dyn Clock> = Arc::new(env.clock.clone());
+    let info = ClusterInfo { version: Some("1.33".into()), ..Default::default() };
+    let eks = Arc::new(FakeEks::new().with_cluster("prod", info));
+    let source = kubernetes_version_source(true, env.client.clone(), eks.clone(), "prod", clock.clone());
+    assert_eq!(source.version().await.unwrap(), "1.33");
+    assert_eq!(source.version().await.unwrap(), "1.33");
+    assert_eq!(eks.calls(), ["prod"], "cached between calls");
+    env.clock.step_secs(301);
+    eks.fail_next(AwsApiError::new("DescribeCluster", "AccessDeniedException", "no eks:DescribeCluster"));
+    let err = source.version().await.unwrap_err();
+    assert!(err.contains("AccessDeniedException"), "{err}");
+    // A cluster EKS does not know, or a version that is not <major>.<minor>, is an error naming the cluster.
+    let missing = kubernetes_version_source(true, env.client.clone(), eks.clone(), "other", clock.clone());
+    assert!(missing.version().await.unwrap_err().contains("other"));
+    let odd =
+        Arc::new(FakeEks::new().with_cluster("odd", ClusterInfo { version: Some("v1".into()), ..Default::default() }));
+    let err =
+        kubernetes_version_source(true, env.client.clone(), odd, "odd", clock.clone()).version().await.unwrap_err();
+    assert!(err.contains("\"v1\"") && err.contains("odd"), "{err}");
+    // Off (the default): the API server's version, EKS never asked.
+    let unused = Arc::new(FakeEks::new());
+    let api_server = kubernetes_version_source(false, env.client.clone(), unused.clone(), "prod", clock);
+    assert_eq!(
+        api_server.version().await.unwrap(),
+        ApiServerVersion::new(env.client.clone(), Arc::new(env.clock.clone())).version().await.unwrap()
+    );
+    assert!(unused.calls().is_empty());
+}
+
+#[tokio::test]
 async fn no_price_source_is_a_warning_event_on_each_class_until_prices_are_known() {
     use crate::pricing::PriceTable;
     use crate::pricing_api::{PRICES_ESTIMATED_REASON, PricingProvider};

@@ -111,6 +111,9 @@ pub struct DisruptionSettings {
     pub node_repair: bool,
     /// `IGNORE_DRA_REQUESTS`: the simulations treat pods with DRA claims as provisioning does.
     pub ignore_dra_requests: bool,
+    /// Threads that check existing nodes for each pod of a simulation: `ceil(CPU_REQUESTS / 1000)`, as
+    /// provisioning (upstream's disruption simulations use the provisioner's scheduler).
+    pub scheduler_parallelism: usize,
 }
 
 impl Default for DisruptionSettings {
@@ -129,6 +132,7 @@ impl Default for DisruptionSettings {
             scheduler_config: karpenter_scheduler::SchedulerConfig::default(),
             node_repair: false,
             ignore_dra_requests: true,
+            scheduler_parallelism: 1,
         }
     }
 }
@@ -144,6 +148,7 @@ impl DisruptionSettings {
             scheduler_config: settings.scheduler_config.clone(),
             node_repair: settings.feature_gates.node_repair && !settings.legacy_node_repair,
             ignore_dra_requests: settings.ignore_dra_requests,
+            scheduler_parallelism: settings.scheduler_parallelism(),
             ..Self::default()
         }
     }
@@ -535,6 +540,7 @@ impl Disruption {
                 cluster_limits: self.settings.cluster_limits.clone(),
                 scheduler_config: self.settings.scheduler_config.clone(),
                 ignore_dra_requests: self.settings.ignore_dra_requests,
+                parallelism: self.settings.scheduler_parallelism,
                 ..karpenter_disruption::DisruptionOptions::default().scheduler
             },
             repair: self.repair_options(),

@@ -7,3 +7,4 @@ mod e2e_provisioning;
 mod e2e_restart;
 mod e2e_support;
 mod e2e_termination;
+mod e2e_warmup;
