@@ -1827,3 +1827,46 @@ fn preference_and_min_values_policies_change_provisioning_as_in_the_controller()
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("Strict") && stderr.contains("BestEffort"), "{stderr}");
 }
+
+#[test]
+fn reports_show_taints_annotations_and_the_consolidatable_condition() {
+    let fixture = "bins/karpenter-controller/tests/fixtures/simulate/node-details.yaml";
+    let doc = simulate_json(&[fixture]);
+    let node = |name: &str| -> &Value {
+        doc["existingNodes"].as_array().expect("nodes").iter().find(|n| n["name"] == name).expect(name)
+    };
+    assert_eq!(node("old")["consolidatable"], serde_json::json!({"status": "True", "at": "2026-03-01T11:10:00Z"}));
+    assert_eq!(node("fresh")["consolidatable"], serde_json::json!({"status": "False", "at": "2026-03-01T12:10:00Z"}));
+    assert_eq!(node("gpu")["consolidatable"], serde_json::json!({"status": "False"}));
+    assert_eq!(
+        node("gpu")["taints"],
+        serde_json::json!([
+            {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+            {"key": "example.com/draining", "effect": "PreferNoSchedule"}
+        ])
+    );
+    assert_eq!(node("gpu")["annotations"]["team.example.com/owner"], "ml");
+    assert!(node("old").get("taints").is_none() && node("old").get("annotations").is_none());
+
+    let table = simulate_ok(&[fixture]);
+    assert!(table.contains("CONSOLIDATABLE"), "{table}");
+    let row = |name: &str| table.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_default().to_owned();
+    assert!(row("old").contains(" True "), "{table}");
+    assert!(row("fresh").contains("False (at 2026-03-01T12:10:00Z)"), "{table}");
+    assert!(
+        table.contains(
+            "  gpu: taints: nvidia.com/gpu=present:NoSchedule, example.com/draining:PreferNoSchedule; \
+             annotations: karpenter.sh/do-not-disrupt=true, karpenter.sh/nodepool-hash=4128310846, \
+             team.example.com/owner=ml"
+        ),
+        "{table}"
+    );
+
+    // Over time: the final nodes carry the same details (the empty `old` and `fresh` are consolidated away).
+    let timeline = simulate_json(&[fixture, "--for", "30m"]);
+    let gpu = timeline["nodes"].as_array().expect("nodes").iter().find(|n| n["name"] == "gpu").expect("gpu stays");
+    assert_eq!(gpu["taints"][0]["key"], "nvidia.com/gpu", "{timeline}");
+    assert_eq!(gpu["consolidatable"], serde_json::json!({"status": "False"}));
+    let table = simulate_ok(&[fixture, "--for", "30m"]);
+    assert!(table.contains("  gpu: taints: nvidia.com/gpu=present:NoSchedule"), "{table}");
+}

@@ -290,6 +290,7 @@ pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> 
 
     let report = Report::build(
         report::Inputs {
+            now: floor_now,
             inputs,
             bundled_example: bundled,
             provider: provider.name.clone(),
@@ -515,6 +516,7 @@ fn run_timeline(
                 pods: on.len(),
                 pod_groups: groups,
                 verdict: verdicts.get(n.name.as_str()).map(|v| v.message.clone()).unwrap_or_default(),
+                details: report::NodeDetails::of_node(n, &w.snapshot, w.now),
             }
         })
         .collect();

@@ -4,12 +4,15 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::Taint;
 use karpenter_api::CompactPod;
 use karpenter_api::labels;
 use karpenter_api::loader::Loaded;
+use karpenter_api::time::rfc3339;
 use karpenter_requirements::InstanceType;
-use karpenter_scheduler::snapshot::pod_key;
-use karpenter_scheduler::{ClusterSnapshot, Decisions};
+use karpenter_scheduler::snapshot::{api_taint, pod_key};
+use karpenter_scheduler::{ClusterSnapshot, Decisions, NodeClaimInfo, NodeInfo};
 use serde::Serialize;
 
 use super::catalogue::{Catalogue, cheapest_launch};
@@ -147,6 +150,119 @@ pub struct ExistingNode {
     pub pods: Vec<String>,
     /// Those pods grouped by owner.
     pub pod_groups: Vec<PodGroup>,
+    /// Taints, annotations and the NodeClaim's `Consolidatable` condition.
+    #[serde(flatten)]
+    pub details: NodeDetails,
+}
+
+/// What a node carries besides its offering: its taints and annotations, and its NodeClaim's `Consolidatable`
+/// condition as the controller's condition controller sets it.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeDetails {
+    /// `spec.taints` of the Node (an in-flight NodeClaim's `spec.taints`); omitted when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<Taint>,
+    /// `metadata.annotations` of the Node; omitted when none.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// The NodeClaim's `Consolidatable` condition; omitted for a node without a NodeClaim.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub consolidatable: Option<ConsolidatableCondition>,
+}
+
+/// A NodeClaim's `Consolidatable` condition at the report's time, by the controller's rule
+/// ([`karpenter_disruption::candidate::consolidatable_at`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConsolidatableCondition {
+    /// `True` once `consolidateAfter` has passed since the last pod event (else since `Initialized`); `False`
+    /// while it has not, or when it never will (a static NodePool, `consolidateAfter: Never`, not initialized).
+    pub status: &'static str,
+    /// When it became (or becomes) `True`; omitted when it never does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
+}
+
+impl NodeDetails {
+    /// The details of `node` (a Node of `snapshot`) at `now`.
+    pub fn of_node(node: &NodeInfo, snapshot: &ClusterSnapshot, now: DateTime<Utc>) -> NodeDetails {
+        let claim = node.node_claim.as_deref().and_then(|c| snapshot.node_claims.iter().find(|x| x.name == c));
+        NodeDetails {
+            taints: node.taints.clone(),
+            annotations: node.annotations.clone(),
+            consolidatable: claim.map(|c| consolidatable_condition(c, snapshot, now)),
+        }
+    }
+
+    /// The details of an in-flight NodeClaim (no Node yet) at `now`.
+    pub fn of_claim(claim: &NodeClaimInfo, snapshot: &ClusterSnapshot, now: DateTime<Utc>) -> NodeDetails {
+        NodeDetails {
+            taints: claim.claim.spec.taints.iter().map(api_taint).collect(),
+            annotations: BTreeMap::new(),
+            consolidatable: Some(consolidatable_condition(claim, snapshot, now)),
+        }
+    }
+
+    /// One line for the table (`taints: ...; annotations: ...`), `None` when there is nothing to say. Long
+    /// annotation values (a `last-applied-configuration`) are cut; the JSON has them whole.
+    pub fn line(&self) -> Option<String> {
+        const MAX_VALUE: usize = 40;
+        let mut parts = Vec::new();
+        if !self.taints.is_empty() {
+            let taints: Vec<String> = self.taints.iter().map(taint_text).collect();
+            parts.push(format!("taints: {}", taints.join(", ")));
+        }
+        if !self.annotations.is_empty() {
+            let annotations: Vec<String> = self
+                .annotations
+                .iter()
+                .map(|(k, v)| {
+                    if v.chars().count() > MAX_VALUE {
+                        format!("{k}={}...", v.chars().take(MAX_VALUE).collect::<String>())
+                    } else {
+                        format!("{k}={v}")
+                    }
+                })
+                .collect();
+            parts.push(format!("annotations: {}", annotations.join(", ")));
+        }
+        (!parts.is_empty()).then(|| parts.join("; "))
+    }
+
+    /// The `CONSOLIDATABLE` cell: `True`, `False (at TIME)`, `False`, or `-` without a NodeClaim.
+    pub fn consolidatable_cell(&self) -> String {
+        match &self.consolidatable {
+            None => "-".to_owned(),
+            Some(c) if c.status == "True" => "True".to_owned(),
+            Some(ConsolidatableCondition { at: Some(at), .. }) => format!("False (at {at})"),
+            Some(_) => "False".to_owned(),
+        }
+    }
+}
+
+/// `key=value:Effect`, as kubectl prints a taint.
+fn taint_text(t: &Taint) -> String {
+    match t.value.as_deref().filter(|v| !v.is_empty()) {
+        Some(v) => format!("{}={v}:{}", t.key, t.effect),
+        None => format!("{}:{}", t.key, t.effect),
+    }
+}
+
+fn consolidatable_condition(
+    claim: &NodeClaimInfo,
+    snapshot: &ClusterSnapshot,
+    now: DateTime<Utc>,
+) -> ConsolidatableCondition {
+    let pool = claim
+        .node_pool
+        .as_deref()
+        .and_then(|p| snapshot.node_pools.iter().find(|x| x.metadata.name.as_deref() == Some(p)));
+    let at = pool.and_then(|pool| karpenter_disruption::candidate::consolidatable_at(&claim.claim, pool));
+    ConsolidatableCondition {
+        status: if at.is_some_and(|at| now >= at) { "True" } else { "False" },
+        at: at.map(rfc3339),
+    }
 }
 
 /// Unschedulable pods sharing one reason.
@@ -166,6 +282,8 @@ pub struct UnschedulableGroup {
 /// What [`Report::build`] reads.
 #[derive(Debug)]
 pub struct Inputs<'a> {
+    /// The report's time (conditions such as `Consolidatable` are judged then).
+    pub now: DateTime<Utc>,
     pub inputs: Vec<String>,
     pub bundled_example: bool,
     pub provider: String,
@@ -224,6 +342,7 @@ impl Report {
             let labels = |key: &str| node.labels.get(key).cloned();
             let bound_pods = bound.get(node.name.as_str()).copied().unwrap_or_default();
             existing_nodes.push(existing(
+                NodeDetails::of_node(node, input.snapshot, input.now),
                 &node.name,
                 false,
                 node.node_pool.clone(),
@@ -245,6 +364,7 @@ impl Report {
                 })
             };
             existing_nodes.push(existing(
+                NodeDetails::of_claim(claim, input.snapshot, input.now),
                 &claim.name,
                 true,
                 claim.node_pool.clone(),
@@ -311,6 +431,7 @@ fn round(price: f64) -> f64 {
 
 #[allow(clippy::too_many_arguments)]
 fn existing(
+    details: NodeDetails,
     name: &str,
     in_flight: bool,
     node_pool: Option<String>,
@@ -339,6 +460,7 @@ fn existing(
         bound_pods,
         pods: pods.to_vec(),
         pod_groups: groups(pods),
+        details,
     }
 }
 

@@ -86,16 +86,22 @@ pub fn render(report: &Report) -> String {
                     text(&n.capacity_type),
                     n.price.map(|p| marked(p, n.price_estimated)).unwrap_or_else(|| "unknown".to_owned()),
                     n.bound_pods.to_string(),
+                    n.details.consolidatable_cell(),
                     compact(&n.pod_groups, MAX_GROUPS),
                 ]
             })
             .collect();
         out.push_str(&table(
-            &["NODE", "NODEPOOL", "INSTANCE TYPE", "ZONE", "CAPACITY", "$/H", "BOUND", "NEW PODS"],
+            &["NODE", "NODEPOOL", "INSTANCE TYPE", "ZONE", "CAPACITY", "$/H", "BOUND", "CONSOLIDATABLE", "NEW PODS"],
             rows,
         ));
         for n in report.existing_nodes.iter().filter(|n| n.price_unknown.is_some()) {
             let _ = writeln!(out, "  {}: price unknown: {}", n.name, text(&n.price_unknown));
+        }
+        for n in &report.existing_nodes {
+            if let Some(line) = n.details.line() {
+                let _ = writeln!(out, "  {}: {line}", n.name);
+            }
         }
     }
 

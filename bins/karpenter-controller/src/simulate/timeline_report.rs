@@ -193,6 +193,9 @@ pub struct FinalNode {
     pub pod_groups: Vec<PodGroup>,
     /// Why disruption leaves it (or would act on it): the verdict's message.
     pub verdict: String,
+    /// Taints, annotations and the NodeClaim's `Consolidatable` condition at the end.
+    #[serde(flatten)]
+    pub details: super::report::NodeDetails,
 }
 
 /// Pending pods at the end sharing one reason.
@@ -273,11 +276,20 @@ pub fn render(r: &TimelineReport) -> String {
                     text(&n.capacity_type),
                     n.price.map(|p| marked(p, n.price_estimated)).unwrap_or_else(|| "unknown".to_owned()),
                     compact(&n.pod_groups, MAX_GROUPS),
+                    n.details.consolidatable_cell(),
                     n.verdict.clone(),
                 ]
             })
             .collect();
-        out.push_str(&table(&["NODE", "NODEPOOL", "INSTANCE TYPE", "CAPACITY", "$/H", "PODS", "WHY IT STAYS"], rows));
+        out.push_str(&table(
+            &["NODE", "NODEPOOL", "INSTANCE TYPE", "CAPACITY", "$/H", "PODS", "CONSOLIDATABLE", "WHY IT STAYS"],
+            rows,
+        ));
+        for n in &r.nodes {
+            if let Some(line) = n.details.line() {
+                let _ = writeln!(out, "  {}: {line}", n.name);
+            }
+        }
     }
     if !r.unschedulable.is_empty() {
         out.push('\n');
