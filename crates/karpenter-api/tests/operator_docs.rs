@@ -1,0 +1,227 @@
+//! The operator documents (docs/*.md and README.md) name only things that exist: every repository path
+//! (`crates/...`, `bins/...`, `charts/...`, `deploy/...`, ...), every crate-relative test path (`tests/x.rs`, in
+//! some crate), and every `cargo test|bench -p <crate> --test|--bench <name>` target. And the settings reference
+//! (docs/settings.md, generated from the code) has every environment variable upstream Karpenter reads, but the one
+//! docs/migration-from-upstream.md explains.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// (name, text) of every operator document.
+fn documents() -> Vec<(String, String)> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(root().join("docs"))
+        .expect("docs/")
+        .map(|e| e.expect("a directory entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    paths.push(root().join("README.md"));
+    paths.sort();
+    paths
+        .into_iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("reading {}: {e}", p.display()));
+            (p.strip_prefix(root()).expect("in the repository").display().to_string(), text)
+        })
+        .collect()
+}
+
+fn is_path_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || "_-./*".contains(c)
+}
+
+/// The path-like words of `text` that start with `prefix` at a word boundary, trailing punctuation dropped.
+fn words_starting_with<'a>(text: &'a str, prefix: &str) -> Vec<&'a str> {
+    let mut out = Vec::new();
+    for (at, _) in text.match_indices(prefix) {
+        if text[..at].chars().next_back().is_some_and(|c| is_path_char(c) || c == '/') {
+            continue;
+        }
+        let len = text[at..].find(|c: char| !is_path_char(c)).unwrap_or(text.len() - at);
+        let word = text[at..at + len].trim_end_matches(['.', ',', ':']);
+        if word.len() > prefix.len() {
+            out.push(word);
+        }
+    }
+    out
+}
+
+/// Whether `path` (relative to `base`; `*` matches within one name) names an existing file or directory.
+fn exists(base: &Path, path: &str) -> bool {
+    let mut dirs = vec![base.to_path_buf()];
+    for part in path.trim_end_matches('/').split('/') {
+        let mut next = Vec::new();
+        for dir in &dirs {
+            if let Some((head, tail)) = part.split_once('*') {
+                let Ok(entries) = std::fs::read_dir(dir) else { continue };
+                for entry in entries.flatten() {
+                    let name = entry.file_name().to_string_lossy().into_owned();
+                    if name.starts_with(head) && name.ends_with(tail) && name.len() >= head.len() + tail.len() {
+                        next.push(entry.path());
+                    }
+                }
+            } else if dir.join(part).exists() {
+                next.push(dir.join(part));
+            }
+        }
+        dirs = next;
+    }
+    !dirs.is_empty()
+}
+
+/// The directories of the workspace's packages, by package name.
+fn package_dirs() -> Vec<(String, PathBuf)> {
+    let mut dirs = Vec::new();
+    for parent in ["crates", "bins"] {
+        for entry in std::fs::read_dir(root().join(parent)).expect("the package folders") {
+            dirs.push(entry.expect("a directory entry").path());
+        }
+    }
+    dirs.extend(["benches", "perf", "fuzz"].map(|d| root().join(d)));
+    dirs.into_iter()
+        .filter_map(|dir| {
+            let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).ok()?;
+            let name =
+                manifest.lines().find_map(|l| l.strip_prefix("name = ")).map(|n| n.trim_matches('"').to_owned())?;
+            Some((name, dir))
+        })
+        .collect()
+}
+
+#[test]
+fn every_repository_path_the_documents_name_exists() {
+    let roots = ["crates/", "bins/", "charts/", "tools/", "examples/", "deploy/", "fuzz/", "benches/", "perf/", ".ci/"];
+    let mut missing = Vec::new();
+    let mut checked = 0;
+    for (doc, text) in documents() {
+        for prefix in roots {
+            for path in words_starting_with(&text, prefix) {
+                // `deploy/karpenter` without an extension is kubectl's name of the Deployment, not our deploy/.
+                if prefix == "deploy/" && !path.contains('.') {
+                    continue;
+                }
+                checked += 1;
+                if !exists(&root(), path) {
+                    missing.push(format!("{doc}: {path}"));
+                }
+            }
+        }
+    }
+    assert!(checked > 50, "only {checked} paths found: the finder is broken");
+    assert!(missing.is_empty(), "paths named in the documents that do not exist:\n{}", missing.join("\n"));
+}
+
+#[test]
+fn every_crate_relative_test_path_exists_in_some_package() {
+    let packages = package_dirs();
+    let mut missing = Vec::new();
+    for (doc, text) in documents() {
+        for path in words_starting_with(&text, "tests/") {
+            if !packages.iter().any(|(_, dir)| exists(dir, path)) {
+                missing.push(format!("{doc}: {path}"));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "test paths named in the documents that no package has:\n{}", missing.join("\n"));
+}
+
+#[test]
+fn every_cargo_test_and_bench_target_the_documents_name_exists() {
+    let packages = package_dirs();
+    let mut missing = Vec::new();
+    let mut checked = BTreeSet::new();
+    for (doc, text) in documents() {
+        for (at, _) in text.match_indices("cargo ") {
+            let line = text[at..].lines().next().unwrap_or_default();
+            let words: Vec<&str> =
+                line.split_whitespace().map(|w| w.trim_end_matches(['`', ')', ',', '.', ';', ':'])).collect();
+            let after = |flag: &str| words.iter().position(|w| *w == flag).and_then(|i| words.get(i + 1)).copied();
+            let (Some(package), Some(kind)) = (after("-p"), words.get(1).copied()) else { continue };
+            let Some((_, dir)) = packages.iter().find(|(name, _)| name == package) else {
+                if !package.starts_with('<') {
+                    missing.push(format!("{doc}: no package {package}"));
+                }
+                continue;
+            };
+            let (flag, folder) = match kind {
+                "test" => ("--test", "tests"),
+                "bench" => ("--bench", "benches"),
+                _ => continue,
+            };
+            let Some(target) = after(flag).filter(|t| !t.starts_with(['<', '-'])) else { continue };
+            checked.insert(format!("{package} {flag} {target}"));
+            let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap_or_default();
+            let declared = manifest.contains(&format!("name = \"{target}\""));
+            let as_file = dir.join(folder).join(format!("{target}.rs")).is_file();
+            let as_dir = dir.join(folder).join(target).join("main.rs").is_file();
+            if !(declared || as_file || as_dir) {
+                missing.push(format!("{doc}: cargo {kind} -p {package} {flag} {target}"));
+            }
+        }
+    }
+    assert!(checked.len() >= 5, "only {checked:?} found: the finder is broken");
+    assert!(missing.is_empty(), "cargo targets named in the documents that do not exist:\n{}", missing.join("\n"));
+}
+
+/// Every environment variable upstream Karpenter v1.14's options read (kubernetes-sigs/karpenter and
+/// aws/karpenter-provider-aws, pkg/operator/options/options.go).
+const UPSTREAM_SETTINGS: &[&str] = &[
+    "AMI_REFRESH_INTERVAL",
+    "BATCH_IDLE_DURATION",
+    "BATCH_MAX_DURATION",
+    "CLUSTER_CA_BUNDLE",
+    "CLUSTER_ENDPOINT",
+    "CLUSTER_NAME",
+    "CPU_REQUESTS",
+    "DISABLE_CLUSTER_STATE_OBSERVABILITY",
+    "DISABLE_CONTROLLER_WARMUP",
+    "DISABLE_DRY_RUN",
+    "DISABLE_LEADER_ELECTION",
+    "EKS_CONTROL_PLANE",
+    "ENABLE_PROFILING",
+    "ENABLE_ZONAL_SHIFT",
+    "FEATURE_GATES",
+    "AWS_FEATURE_GATES",
+    "HEALTH_PROBE_PORT",
+    "IGNORE_DRA_REQUESTS",
+    "INTERRUPTION_QUEUE",
+    "ISOLATED_VPC",
+    "KARPENTER_SERVICE",
+    "KUBE_CLIENT_BURST",
+    "KUBE_CLIENT_QPS",
+    "LEADER_ELECTION_NAME",
+    "LEADER_ELECTION_NAMESPACE",
+    "LOG_ERROR_OUTPUT_PATHS",
+    "LOG_LEVEL",
+    "LOG_OUTPUT_PATHS",
+    "MEMORY_LIMIT",
+    "METRICS_PORT",
+    "MIN_VALUES_POLICY",
+    "PREFERENCE_POLICY",
+    "RESERVED_ENIS",
+    "SCHEDULER_CONFIG",
+    "SUBNET_REFRESH_INTERVAL",
+    "VM_MEMORY_OVERHEAD_PERCENT",
+];
+
+/// Upstream settings this build does not read, each explained in docs/migration-from-upstream.md.
+const UPSTREAM_SETTINGS_NOT_READ: &[&str] = &["KARPENTER_SERVICE"];
+
+#[test]
+fn the_settings_reference_has_every_upstream_setting_but_the_explained_ones() {
+    let reference = std::fs::read_to_string(root().join("docs/settings.md")).expect("docs/settings.md");
+    let migration = std::fs::read_to_string(root().join("docs/migration-from-upstream.md"))
+        .expect("docs/migration-from-upstream.md");
+    for env in UPSTREAM_SETTINGS {
+        let row = format!("| `{env}` |");
+        if UPSTREAM_SETTINGS_NOT_READ.contains(env) {
+            assert!(!reference.contains(&row), "{env} is read now: drop it from UPSTREAM_SETTINGS_NOT_READ");
+            assert!(migration.contains(&format!("`{env}`")), "docs/migration-from-upstream.md must explain {env}");
+        } else {
+            assert!(reference.contains(&row), "upstream's {env} is not a setting here (docs/settings.md)");
+        }
+    }
+}
