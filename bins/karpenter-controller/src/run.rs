@@ -146,6 +146,8 @@ async fn run_async(args: RunArgs, core: CoreSettings, clock: Arc<dyn Clock>) -> 
         Provider::Aws => aws_manager(&args, core, client.clone(), clock, shutdown.clone(), metrics.clone()).await?,
     };
     let manager = manager.with_leader_client(leader_client).with_metrics(metrics);
+    #[cfg(feature = "jemalloc-profiling")]
+    let manager = manager.with_heap_profiler(jemalloc_heap_profile());
     match manager.run(shutdown).await {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(e @ ManagerError::LeadershipLost) => {
@@ -154,6 +156,28 @@ async fn run_async(args: RunArgs, core: CoreSettings, clock: Arc<dyn Clock>) -> 
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// `/debug/pprof/heap` (with `ENABLE_PROFILING`): jemalloc's sampled live heap as gzip-compressed pprof protobuf.
+/// jemalloc samples only when the process started with its profiler on (`_RJEM_MALLOC_CONF=prof:true`); otherwise
+/// the request is answered with what to set.
+#[cfg(feature = "jemalloc-profiling")]
+fn jemalloc_heap_profile() -> karpenter_operator::profiling::HeapProfiler {
+    Arc::new(|| {
+        Box::pin(async {
+            let Some(ctl) = jemalloc_pprof::PROF_CTL.as_ref() else {
+                return Err("jemalloc's profiler is off: start the controller with _RJEM_MALLOC_CONF=prof:true".into());
+            };
+            let mut ctl = ctl.clone().lock_owned().await;
+            if !ctl.activated() {
+                return Err("jemalloc's profiler is inactive (prof_active:false)".into());
+            }
+            // The dump goes through a temporary file: off the runtime's worker.
+            tokio::task::spawn_blocking(move || ctl.dump_pprof().map_err(|e| format!("dumping jemalloc's heap: {e}")))
+                .await
+                .map_err(|e| format!("dumping jemalloc's heap: {e}"))?
+        })
+    })
 }
 
 #[cfg(feature = "aws")]
