@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the instance-type catalogues of upstream's fake cloud provider (sigs.k8s.io/karpenter
 pkg/cloudprovider/fake: NewInstanceType's defaults, the provider's default set, InstanceTypes(n)) as kwok
-instance-type JSON for `simulate --instance-types`, into bins/karpenter-controller/tests/fixtures/upstream-specs/.
+instance-type JSON for `simulate --instance-types` (also InstanceTypesAssorted()), into bins/karpenter-controller/tests/fixtures/upstream-specs/.
 
 The facts reproduced (read from upstream, not copied): a type defaults to 4 CPU, 4Gi memory and 5 pods; amd64;
 linux, windows and darwin; five offerings (spot in test-zone-1/2, on-demand in test-zone-1/2/3), all available,
@@ -65,12 +65,33 @@ def incrementing(total):
             for i in range(total)]
 
 
-def write(name, types):
+def assorted():
+    """InstanceTypesAssorted(): every CPU x memory x zone x capacity type x OS x arch, one offering each."""
+    out = []
+    for cpu in (1, 2, 4, 8, 16, 32, 64):
+        for mem in (1, 2, 4, 8, 16, 32, 64, 128):
+            for zone in ("test-zone-1", "test-zone-2", "test-zone-3"):
+                for ct in ("spot", "on-demand"):
+                    for os_ in ("linux", "windows"):
+                        for arch in ("amd64", "arm64"):
+                            price = 0.1 * cpu + 0.1 * mem * GIB / 1e9
+                            out.append(fake_type(f"{cpu}-cpu-{mem}-mem-{arch}-{os_}-{zone}-{ct}",
+                                                 {"cpu": str(cpu), "memory": f"{mem}Gi"}, arch=arch, oses=(os_,),
+                                                 offerings=[(ct, zone, price)]))
+    return out
+
+
+def write(name, types, compact=False):
     with open(os.path.join(OUT, name), "w") as f:
-        json.dump(types, f, indent=1)
-        f.write("\n")
+        if compact:
+            # One entry per line: 1344 entries stay reviewable as line diffs.
+            f.write("[\n" + ",\n".join(json.dumps(t, separators=(",", ":")) for t in types) + "\n]\n")
+        else:
+            json.dump(types, f, indent=1)
+            f.write("\n")
 
 
 if __name__ == "__main__":
     write("fake-instance-types.json", default_set())
     write("fake-instance-types-5.json", incrementing(5))
+    write("fake-instance-types-assorted.json", assorted(), compact=True)

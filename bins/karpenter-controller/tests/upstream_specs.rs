@@ -12,7 +12,8 @@
 //! upstream:
 //!   file: pkg/controllers/provisioning/scheduling/topology_test.go
 //!   spec: Topology / Zonal / should balance pods across zones (match labels)   # Describe / Context / It
-//! instanceTypes: fake-instance-types.json   # optional; a file in upstream-specs/ (default: this one)
+//! instanceTypes: fake-instance-types.json   # optional; a path under upstream-specs/ (default: this one)
+//! without: {arch: arm64, zone: test-zone-2}  # optional; leave out the catalogue's types matching every field
 //! args: [--scheduler-config, "..."]         # optional; more simulate arguments
 //! deliberate: why we differ                 # optional; see below
 //! expect:                                    # every entry must hold
@@ -26,7 +27,13 @@
 //!   - instanceType: {pods: [a], in: [small-instance-type]}   # the launched node's instance type
 //!   - zone: {pods: [a], in: [test-zone-1]}
 //!   - capacityType: {pods: [a], in: [spot]}
+//!   - price: {pods: [a], equals: 0.2073741824}               # the launched offering's price
+//!   - options: {pods: [a], arch: arm64, os: windows, capacityType: spot, zone: test-zone-1}
 //! ```
+//!
+//! `options` judges every instance type the new NodeClaim of each pod may launch (upstream's check of the types
+//! handed to the provider's create): each named field must hold for every option, `arch`/`os` as the catalogue
+//! entry declares them, `capacityType`/`zone` as one of its offerings (both together when both are named).
 //!
 //! Pods are named `name` (namespace `default`) or `namespace/name`; a trailing `*` matches any suffix (a
 //! Deployment `spread` of 4 expands into `spread-0`..`spread-3`). Every pattern must match at least one pod of the
@@ -61,6 +68,9 @@ struct Spec {
     upstream: Upstream,
     #[serde(default)]
     instance_types: Option<String>,
+    /// Catalogue entries to leave out (upstream's specs that filter the fake types first).
+    #[serde(default)]
+    without: Option<Without>,
     #[serde(default)]
     args: Vec<String>,
     #[serde(default)]
@@ -88,6 +98,72 @@ enum Expectation {
     InstanceType(OneOf),
     Zone(OneOf),
     CapacityType(OneOf),
+    Price(Price),
+    Options(Options),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Price {
+    pods: Vec<String>,
+    equals: f64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Options {
+    pods: Vec<String>,
+    #[serde(default)]
+    arch: Option<String>,
+    #[serde(default)]
+    os: Option<String>,
+    #[serde(default)]
+    capacity_type: Option<String>,
+    #[serde(default)]
+    zone: Option<String>,
+}
+
+/// Entries matching every named field are left out of the catalogue: `arch` as declared, `zone` among the
+/// offerings.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Without {
+    #[serde(default)]
+    arch: Option<String>,
+    #[serde(default)]
+    zone: Option<String>,
+}
+
+impl Without {
+    fn drops(&self, entry: &CatalogueEntry) -> bool {
+        self.arch.as_ref().is_none_or(|a| *a == entry.architecture) && entry.offers(None, self.zone.as_deref())
+    }
+}
+
+/// What `options` reads of a catalogue entry.
+#[derive(Debug, Deserialize)]
+struct CatalogueEntry {
+    name: String,
+    architecture: String,
+    #[serde(rename = "operatingSystems")]
+    operating_systems: Vec<String>,
+    offerings: Vec<Value>,
+}
+
+impl CatalogueEntry {
+    fn offers(&self, capacity_type: Option<&str>, zone: Option<&str>) -> bool {
+        self.offerings.iter().any(|o| {
+            let value = |key: &str| {
+                o["Requirements"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|r| r["key"] == key)
+                    .and_then(|r| r["values"][0].as_str())
+            };
+            capacity_type.is_none_or(|c| value(CAPACITY_TYPE) == Some(c)) && zone.is_none_or(|z| value(ZONE) == Some(z))
+        })
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -119,6 +195,10 @@ struct OneOf {
 #[derive(Debug, Clone)]
 struct Placement {
     node: String,
+    /// The launched offering's price (new nodes).
+    price: Option<f64>,
+    /// The instance types the new node may launch (its claim's `node.kubernetes.io/instance-type` values).
+    options: Vec<String>,
     /// Node labels known for the placement: zone, capacity type, instance type, and the claim's single-valued
     /// `In` requirements (new nodes).
     labels: BTreeMap<String, String>,
@@ -132,6 +212,8 @@ struct Outcome {
     unschedulable: BTreeMap<String, String>,
     /// The input's bound pods (`namespace/name`) → their node's labels (hostname: the node's name).
     bound: BTreeMap<String, BTreeMap<String, String>>,
+    /// The catalogue's entries by name.
+    catalogue: BTreeMap<String, CatalogueEntry>,
 }
 
 /// The input's bound pods that count for topology, with their node's labels.
@@ -184,9 +266,13 @@ impl Outcome {
         for node in &new_nodes {
             let name = node["name"].as_str().unwrap_or_default().to_owned();
             let mut labels = BTreeMap::new();
+            let mut options = Vec::new();
             if let Some(claim) = claims.get(name.as_str()) {
                 for r in claim["requirements"].as_array().into_iter().flatten() {
                     let values = r["values"].as_array().cloned().unwrap_or_default();
+                    if r["key"] == INSTANCE_TYPE && r["operator"] == "In" {
+                        options = values.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect();
+                    }
                     if r["operator"] == "In" && values.len() == 1 {
                         let (Some(k), Some(v)) = (r["key"].as_str(), values[0].as_str()) else { continue };
                         labels.insert(k.to_owned(), v.to_owned());
@@ -200,8 +286,11 @@ impl Outcome {
                 }
             }
             labels.insert(HOSTNAME.to_owned(), name.clone());
+            let price = node["price"].as_f64();
             for pod in node["pods"].as_array().into_iter().flatten().filter_map(Value::as_str) {
-                out.placed.insert(pod.to_owned(), Placement { node: name.clone(), labels: labels.clone() });
+                let placement =
+                    Placement { node: name.clone(), price, options: options.clone(), labels: labels.clone() };
+                out.placed.insert(pod.to_owned(), placement);
             }
         }
         for node in report["existingNodes"].as_array().into_iter().flatten() {
@@ -213,8 +302,10 @@ impl Outcome {
                 }
             }
             labels.insert(HOSTNAME.to_owned(), name.clone());
+            let price = node["price"].as_f64();
             for pod in node["pods"].as_array().into_iter().flatten().filter_map(Value::as_str) {
-                out.placed.insert(pod.to_owned(), Placement { node: name.clone(), labels: labels.clone() });
+                let placement = Placement { node: name.clone(), price, options: Vec::new(), labels: labels.clone() };
+                out.placed.insert(pod.to_owned(), placement);
             }
         }
         for group in report["unschedulable"].as_array().into_iter().flatten() {
@@ -317,6 +408,35 @@ impl Outcome {
                     return Err(format!("{} skew {per_domain:?}, expected counts {:?}", s.topology_key, s.counts));
                 }
             }
+            Expectation::Price(p) => {
+                for pod in self.select(&p.pods)? {
+                    let placement = self.placement(&pod)?;
+                    if placement.price.is_none_or(|price| (price - p.equals).abs() > 1e-9) {
+                        return Err(format!(
+                            "{pod} on {} at {:?}, expected {}",
+                            placement.node, placement.price, p.equals
+                        ));
+                    }
+                }
+            }
+            Expectation::Options(o) => {
+                for pod in self.select(&o.pods)? {
+                    let placement = self.placement(&pod)?;
+                    if placement.options.is_empty() {
+                        return Err(format!("{pod} on {}: no instance-type options (not a new node)", placement.node));
+                    }
+                    for name in &placement.options {
+                        let entry =
+                            self.catalogue.get(name).ok_or_else(|| format!("{name} is not in the catalogue"))?;
+                        let arch_ok = o.arch.as_ref().is_none_or(|a| *a == entry.architecture);
+                        let os_ok = o.os.as_ref().is_none_or(|os| entry.operating_systems.contains(os));
+                        let offer_ok = entry.offers(o.capacity_type.as_deref(), o.zone.as_deref());
+                        if !(arch_ok && os_ok && offer_ok) {
+                            return Err(format!("{pod} on {}: option {name} does not satisfy {o:?}", placement.node));
+                        }
+                    }
+                }
+            }
             Expectation::InstanceType(o) => self.check_label(INSTANCE_TYPE, o)?,
             Expectation::Zone(o) => self.check_label(ZONE, o)?,
             Expectation::CapacityType(o) => self.check_label(CAPACITY_TYPE, o)?,
@@ -381,7 +501,26 @@ fn run_fixture(path: &Path, tmp: &Path) -> Result<(Spec, Verdict), String> {
     }
     let input = tmp.join(path.file_name().unwrap_or_default());
     std::fs::write(&input, &manifests).map_err(|e| format!("writing {}: {e}", input.display()))?;
-    let catalogue = fixtures_dir().join(spec.instance_types.as_deref().unwrap_or("fake-instance-types.json"));
+    let mut catalogue = fixtures_dir().join(spec.instance_types.as_deref().unwrap_or("fake-instance-types.json"));
+    let catalogue_text = std::fs::read(&catalogue).map_err(|e| format!("reading {}: {e}", catalogue.display()))?;
+    let raw: Vec<Value> =
+        serde_json::from_slice(&catalogue_text).map_err(|e| format!("{}: {e}", catalogue.display()))?;
+    let mut entries: Vec<CatalogueEntry> = Vec::with_capacity(raw.len());
+    let mut kept: Vec<Value> = Vec::with_capacity(raw.len());
+    for value in raw {
+        let entry: CatalogueEntry =
+            serde_json::from_value(value.clone()).map_err(|e| format!("{}: {e}", catalogue.display()))?;
+        if spec.without.as_ref().is_some_and(|w| w.drops(&entry)) {
+            continue;
+        }
+        entries.push(entry);
+        kept.push(value);
+    }
+    if spec.without.is_some() {
+        catalogue = input.with_extension("instance-types.json");
+        let text = serde_json::to_string(&kept).map_err(|e| format!("catalogue: {e}"))?;
+        std::fs::write(&catalogue, text).map_err(|e| format!("writing {}: {e}", catalogue.display()))?;
+    }
     let output = Command::new(env!("CARGO_BIN_EXE_karpenter-controller"))
         .arg("simulate")
         .arg(&input)
@@ -408,6 +547,7 @@ fn run_fixture(path: &Path, tmp: &Path) -> Result<(Spec, Verdict), String> {
         .collect::<Result<_, _>>()
         .map_err(|e| format!("manifests: {e}"))?;
     outcome.bound = bound_pods(&parsed);
+    outcome.catalogue = entries.into_iter().map(|e| (e.name.clone(), e)).collect();
     let failures: Vec<String> =
         spec.expect.iter().filter_map(|e| outcome.check(e).err().map(|m| format!("{e:?}: {m}"))).collect();
     let verdict = match (&spec.deliberate, failures.is_empty()) {
