@@ -3336,10 +3336,35 @@ fn declared_families_without_samples_are_all_named() {
 fn fault_path_exemptions_name_declared_families_and_their_tests() {
     let declared: BTreeSet<String> =
         karpenter_operator::metrics::Metrics::descriptors().into_iter().map(|d| d.name).collect();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     for (family, test) in karpenter_operator::metrics::FAULT_PATH_FAMILIES {
         assert!(declared.contains(*family), "{family} is not declared");
-        assert!(test.contains("::"), "{family}: name the unit test as a path, got {test:?}");
+        let (krate, name) = match (test.split_once("::"), test.rsplit_once("::")) {
+            (Some((krate, _)), Some((_, name))) => (krate, name),
+            _ => panic!("{family}: name the unit test as a path (crate::module::test), got {test:?}"),
+        };
+        let src = root.join("crates").join(krate.replace('_', "-")).join("src");
+        let needle = format!("fn {name}(");
+        assert!(
+            rust_sources(&src).iter().any(|text| text.contains(&needle)),
+            "{family}: no `{needle}` under {}",
+            src.display()
+        );
     }
+}
+
+/// The text of every `.rs` file under `dir`.
+fn rust_sources(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(rust_sources(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.extend(std::fs::read_to_string(&path).ok());
+        }
+    }
+    out
 }
 
 #[test]
