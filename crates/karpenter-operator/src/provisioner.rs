@@ -33,7 +33,7 @@ use karpenter_cloudprovider::time::{Stopwatch, tokio_now};
 use karpenter_requirements::{InstanceType, Quantity, ResourceList};
 use karpenter_scheduler::decision::{NodeClaimPlan, UnschedulablePod};
 use karpenter_scheduler::snapshot::SnapshotError;
-use karpenter_scheduler::{BuildError, Decisions, PoolInput, SchedulerOptions, build_node_claim, schedule_until};
+use karpenter_scheduler::{BuildError, Decisions, PoolInput, SchedulerOptions, build_node_claim, schedule_watching};
 use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 use tokio::sync::mpsc;
@@ -372,6 +372,8 @@ pub struct Provisioner {
     ctx: ControllerContext,
     options: ProvisionerOptions,
     first_seen: FirstSeen,
+    /// The `scheduling_id` of the next simulation (upstream labels each with a fresh UUID).
+    next_scheduling_id: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl fmt::Debug for Provisioner {
@@ -383,7 +385,7 @@ impl fmt::Debug for Provisioner {
 impl Provisioner {
     /// A provisioner writing through `client`.
     pub fn new(ctx: &ControllerContext, options: ProvisionerOptions) -> Self {
-        Self { ctx: ctx.clone(), options, first_seen: FirstSeen::default() }
+        Self { ctx: ctx.clone(), options, first_seen: FirstSeen::default(), next_scheduling_id: Default::default() }
     }
 
     /// When each pending pod was first seen (shared with the run loop's batcher).
@@ -517,16 +519,34 @@ impl Provisioner {
         let solving = Stopwatch::start();
         let solve_timeout = self.options.solve_timeout;
         let labels = self.ctx.cloud.labels().clone();
+        // Upstream's progress gauges of the running simulation, under this pass's id: the pods still queued
+        // and the seconds spent, set before each pod attempt. A new simulation drops the last one's depth; the
+        // unfinished work goes when the simulation ends.
+        let scheduling_id = self.next_scheduling_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed).to_string();
+        self.ctx.metrics.clear("scheduler_queue_depth");
+        let depth = self.ctx.metrics.scheduler_queue_depth(CONTROLLER, &scheduling_id);
+        let unfinished = self.ctx.metrics.scheduler_unfinished_work_seconds(CONTROLLER, &scheduling_id);
         // The snapshot is not needed to act on the decisions: it is freed with the simulation, before the API
         // calls, and the next whole-cluster pass may start.
         let solved = simulate_off_runtime(move || {
             let inputs: Vec<PoolInput<'_>> =
                 pools.iter().map(|(pool, its)| PoolInput { node_pool: pool, instance_types: its }).collect();
-            let decisions: Decisions =
-                schedule_until(&cluster, &inputs, &labels, &options, &mut || solving.elapsed() >= solve_timeout);
+            let decisions: Decisions = schedule_watching(&cluster, &inputs, &labels, &options, &mut |queued| {
+                let spent = solving.elapsed();
+                depth.set(queued as f64);
+                unfinished.set(spent.as_secs_f64());
+                spent >= solve_timeout
+            });
+            if !decisions.timed_out {
+                depth.set(0.0);
+            }
             (decisions, pools)
         })
         .await;
+        self.ctx.metrics.remove(
+            "scheduler_unfinished_work_seconds",
+            &[("controller", CONTROLLER), ("scheduling_id", &scheduling_id)],
+        );
         let Some((decisions, pools)) = solved else { return Ok(report) };
         self.ctx
             .metrics
@@ -1229,6 +1249,21 @@ mod tests {
         assert_eq!(thousands(1_234_567), "1,234,567");
         assert_eq!(thousands(999), "999");
         assert_eq!(thousands(0), "0");
+    }
+
+    /// The simulation's progress gauges: a pass leaves its queue depth (0: every pod was tried) under its own
+    /// `scheduling_id` and drops its unfinished work.
+    #[tokio::test]
+    async fn a_simulation_reports_its_queue_depth_and_drops_its_unfinished_work() {
+        let f = fixture(NodePoolOptions { name: Some("default".into()), ..Default::default() }).await;
+        add_pod(&f, PodOptions { name: Some("a".into()), requests: [("cpu", "1")].into(), ..Default::default() }).await;
+        f.provisioner.provision().await.unwrap();
+        let text = f.provisioner.ctx.metrics.render();
+        assert!(
+            text.contains("karpenter_scheduler_queue_depth{controller=\"provisioner\",scheduling_id=\"0\"} 0.0"),
+            "{text}"
+        );
+        assert!(!text.contains("karpenter_scheduler_unfinished_work_seconds{"), "{text}");
     }
 
     /// The time from a pod's first trigger to its NodeClaim's creation is observed once per pod (re-triggers do

@@ -138,5 +138,5 @@ pub use decision::{API_VERSION, Decisions, NodeClaimPlan, UnschedulablePod, Unsc
 pub use default_spread::{SchedulerConfig, SchedulerConfigError};
 pub use nodeclaim::{BuildError, build_node_claim};
 pub use scheduler::templates::{cluster_usage, remaining_limits};
-pub use scheduler::{PoolInput, ReservedOfferingMode, SchedulerOptions, schedule, schedule_until};
+pub use scheduler::{PoolInput, ReservedOfferingMode, SchedulerOptions, schedule, schedule_until, schedule_watching};
 pub use snapshot::{ClusterSnapshot, NamespaceInfo, NodeClaimInfo, NodeInfo, SnapshotBuilder, SnapshotError};

@@ -149,6 +149,19 @@ pub fn schedule_until(
     options: &SchedulerOptions,
     should_stop: &mut dyn FnMut() -> bool,
 ) -> Decisions {
+    schedule_watching(snapshot, pools, provider, options, &mut |_| should_stop())
+}
+
+/// [`schedule_until`] whose `should_stop` also learns, before each pod attempt, how many pods are still queued
+/// (the one about to be tried included; a pod that failed and was relaxed is queued again): what a caller needs
+/// to report the simulation's progress (upstream's `karpenter_scheduler_queue_depth`).
+pub fn schedule_watching(
+    snapshot: &ClusterSnapshot,
+    pools: &[PoolInput<'_>],
+    provider: &ProviderLabels,
+    options: &SchedulerOptions,
+    should_stop: &mut dyn FnMut(usize) -> bool,
+) -> Decisions {
     Solver::new(snapshot, pools, provider, options).solve(should_stop)
 }
 
@@ -431,10 +444,10 @@ impl<'a> Solver<'a> {
     /// Runs the solve loop (for [`crate::simulation`]), stopping once `claim_cap` new NodeClaims are open.
     pub(crate) fn run(mut self, should_stop: &mut dyn FnMut() -> bool, claim_cap: Option<usize>) -> Decisions {
         self.claim_cap = claim_cap;
-        self.solve(should_stop)
+        self.solve(&mut |_| should_stop())
     }
 
-    fn solve(mut self, should_stop: &mut dyn FnMut() -> bool) -> Decisions {
+    fn solve(mut self, should_stop: &mut dyn FnMut(usize) -> bool) -> Decisions {
         let mut order: Vec<usize> = (0..self.pods.len()).filter(|&i| self.pods[i].error.is_none()).collect();
         for (i, p) in self.pods.iter().enumerate() {
             if let Some(e) = &p.error {
@@ -468,7 +481,7 @@ impl<'a> Solver<'a> {
                 queue.push_front(i);
                 break;
             }
-            if should_stop() || self.options.max_pod_attempts.is_some_and(|m| attempts >= m) {
+            if should_stop(queue.len() + 1) || self.options.max_pod_attempts.is_some_and(|m| attempts >= m) {
                 queue.push_front(i);
                 timed_out = true;
                 break;
@@ -1542,7 +1555,7 @@ mod tests {
         let with = schedule(&s, &pools, &provider, &options);
         let mut solver = Solver::new(&s, &pools, &provider, &options);
         solver.room_classes = RoomClasses::default();
-        let without = solver.solve(&mut || false);
+        let without = solver.solve(&mut |_| false);
         assert_eq!(with, without, "the memory only skips claims CanAdd would reject");
         assert_eq!(with.new_node_claims.len(), 4, "eight big pods, two a claim; the small ones fit beside them");
     }

@@ -269,7 +269,7 @@ fn pods_without_claims_leave_the_dra_state_out() {
     let options = SchedulerOptions { ignore_dra_requests: false, ..Default::default() };
     let solver = Solver::new(&snapshot, &pools, &provider, &options);
     assert!(solver.dra.is_none(), "no pod has claims: no per-solve DRA state, no check in the hot path");
-    assert_eq!(solver.solve(&mut || false).existing_nodes[0].name, "node-a");
+    assert_eq!(solver.solve(&mut |_| false).existing_nodes[0].name, "node-a");
 }
 
 #[test]
