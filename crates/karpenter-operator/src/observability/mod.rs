@@ -126,11 +126,6 @@ impl SeriesSet {
             self.delete(metrics, &owner);
         }
     }
-
-    /// The owners with series.
-    pub(crate) fn owners(&self) -> impl Iterator<Item = &String> {
-        self.by_owner.keys()
-    }
 }
 
 fn remove(metrics: &Metrics, (name, labels): &Series) {

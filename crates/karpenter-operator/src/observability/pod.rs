@@ -27,8 +27,8 @@ use karpenter_api::CompactPod;
 use karpenter_api::labels;
 use tokio_util::sync::CancellationToken;
 
+use super::SchedulingTimes;
 use super::scheduling_times::seconds;
-use super::{SchedulingTimes, SeriesSet};
 use crate::context::ControllerContext;
 use crate::metrics::Metrics;
 use crate::state::PodChange;
@@ -53,8 +53,8 @@ struct Tracking {
     pending: HashSet<String>,
     /// Pods seen Pending: their binding is observed when they leave Pending bound.
     unscheduled: HashSet<String>,
-    /// `pods_state` series per pod.
-    state: SeriesSet,
+    /// The labels of each pod's `pods_state` series.
+    state: PodStateSeries,
 }
 
 /// The pod metrics (see the module docs).
@@ -98,7 +98,8 @@ impl PodMetrics {
         let gone: Vec<String> = {
             let t = self.lock();
             t.state
-                .owners()
+                .by_pod
+                .keys()
                 .chain(t.pending.iter())
                 .chain(t.unscheduled.iter())
                 .filter(|k| !keys.contains(*k))
@@ -138,9 +139,7 @@ impl PodMetrics {
         let now = self.ctx.clock.now();
         let labels = self.state_labels(pod);
         let mut t = self.lock();
-        t.state.update(metrics, &key, vec![(("pods_state", labels), 1.0)], |m, (_, l), v| {
-            m.pods_state(l).set(v);
-        });
+        t.state.update(metrics, &key, labels);
         let facts = Facts::of(pod);
         self.undecided(pod, &key, &facts, now);
         let schedulable = self.times.schedulable_time(&key);
@@ -257,7 +256,8 @@ impl PodMetrics {
         }
     }
 
-    fn state_labels(&self, pod: &CompactPod) -> BTreeMap<String, String> {
+    /// The pod's `pods_state` label values, in [`POD_STATE_LABELS`] order.
+    fn state_labels(&self, pod: &CompactPod) -> [String; 13] {
         let (name, namespace) = name_namespace(pod);
         let owner = pod
             .metadata
@@ -273,21 +273,21 @@ impl PodMetrics {
         };
         let facts = Facts::of(pod);
         let nodepool = node_label(labels::NODE_POOL);
-        BTreeMap::from([
-            ("name".to_string(), name.to_string()),
-            ("namespace".to_string(), namespace.to_string()),
-            ("owner".to_string(), owner),
-            ("node".to_string(), pod.node_name().unwrap_or_default().to_string()),
-            ("scheduled".to_string(), pod.node_name().is_some().to_string()),
-            ("zone".to_string(), node_label(labels::ZONE)),
-            ("arch".to_string(), node_label(labels::ARCH)),
-            ("capacity_type".to_string(), node_label(labels::CAPACITY_TYPE)),
-            ("instance_type".to_string(), node_label(labels::INSTANCE_TYPE)),
-            ("phase".to_string(), pod.phase().unwrap_or_default().to_string()),
-            ("ready".to_string(), facts.ready.to_string()),
-            ("managed".to_string(), (!nodepool.is_empty()).to_string()),
-            ("nodepool".to_string(), nodepool),
-        ])
+        [
+            name.to_string(),
+            namespace.to_string(),
+            owner,
+            pod.node_name().unwrap_or_default().to_string(),
+            pod.node_name().is_some().to_string(),
+            nodepool.clone(),
+            node_label(labels::ZONE),
+            node_label(labels::ARCH),
+            node_label(labels::CAPACITY_TYPE),
+            node_label(labels::INSTANCE_TYPE),
+            pod.phase().unwrap_or_default().to_string(),
+            facts.ready.to_string(),
+            (!nodepool.is_empty()).to_string(),
+        ]
     }
 }
 
@@ -327,6 +327,59 @@ impl Facts {
             scheduled_at: scheduled.and_then(at),
             ready: ready.is_some(),
             ready_at: ready.and_then(at),
+        }
+    }
+}
+
+/// The `pods_state` label names, in the order [`PodStateSeries`] stores their values.
+pub const POD_STATE_LABELS: [&str; 13] = [
+    "name",
+    "namespace",
+    "owner",
+    "node",
+    "scheduled",
+    "nodepool",
+    "zone",
+    "arch",
+    "capacity_type",
+    "instance_type",
+    "phase",
+    "ready",
+    "managed",
+];
+
+/// The `pods_state` series of each pod, kept as one string of its label values (the registry holds the labels
+/// themselves; this copy only needs to name the series to remove, and at thousands of pods a map of owned
+/// label pairs per pod would cost as much again as the registry).
+#[derive(Debug, Default)]
+struct PodStateSeries {
+    by_pod: std::collections::HashMap<String, Box<str>>,
+}
+
+/// Separates label values in [`PodStateSeries`]: a control character no label value holds.
+const SEPARATOR: char = '\u{1f}';
+
+impl PodStateSeries {
+    fn labels(values: &str) -> BTreeMap<String, String> {
+        POD_STATE_LABELS.iter().zip(values.split(SEPARATOR)).map(|(k, v)| ((*k).to_string(), v.to_string())).collect()
+    }
+
+    /// Sets the pod's series to `values` (in [`POD_STATE_LABELS`] order), removing the one it replaces.
+    fn update(&mut self, metrics: &Metrics, pod: &str, values: [String; 13]) {
+        let joined = values.join(&SEPARATOR.to_string());
+        if self.by_pod.get(pod).is_some_and(|old| **old == *joined) {
+            return;
+        }
+        self.delete(metrics, pod);
+        metrics.pods_state(&Self::labels(&joined)).set(1.0);
+        self.by_pod.insert(pod.to_string(), joined.into_boxed_str());
+    }
+
+    fn delete(&mut self, metrics: &Metrics, pod: &str) {
+        if let Some(old) = self.by_pod.remove(pod) {
+            let labels = Self::labels(&old);
+            let pairs: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            metrics.remove("pods_state", &pairs);
         }
     }
 }
