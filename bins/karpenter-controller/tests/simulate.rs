@@ -1870,3 +1870,54 @@ fn reports_show_taints_annotations_and_the_consolidatable_condition() {
     let table = simulate_ok(&[fixture, "--for", "30m"]);
     assert!(table.contains("  gpu: taints: nvidia.com/gpu=present:NoSchedule"), "{table}");
 }
+
+#[test]
+fn delete_steps_drain_nodes_and_cascade_as_the_api_server_does() {
+    let dir = "bins/karpenter-controller/tests/fixtures/simulate/deletes";
+    let cluster = format!("{dir}/cluster.yaml");
+    let timeline = format!("{dir}/timeline.yaml");
+    let doc = simulate_json(&[&cluster, "--timeline", &timeline, "--for", "10m"]);
+    let events: Vec<String> = doc["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .map(|e| {
+            format!(
+                "{} {} -{} +{}",
+                e["offset"].as_str().unwrap_or("?"),
+                e["type"].as_str().unwrap_or("?"),
+                e["nodesRemoved"].as_array().map(|a| a.len()).unwrap_or(0),
+                e["nodesLaunched"].as_array().map(|a| a.len()).unwrap_or(0)
+            ) + ": "
+                + e["message"].as_str().unwrap_or("?")
+        })
+        .collect();
+    let find = |prefix: &str| {
+        events.iter().find(|e| e.starts_with(prefix)).unwrap_or_else(|| panic!("no {prefix:?} in {events:#?}"))
+    };
+    assert!(find("1m Step").ends_with("delete node node-a: draining, then terminated"), "{events:#?}");
+    // node-a waits for its PDB-held pod until the PDB goes; then the pod moves and node-a is terminated.
+    assert!(!events.iter().any(|e| e.starts_with("1m Termination")), "{events:#?}");
+    assert!(find("2m Termination -1").contains("node-a"), "{events:#?}");
+    assert!(find("3m Step").ends_with("delete Deployment default/web: 2 pods deleted with it"), "{events:#?}");
+    assert!(find("4m Step").ends_with("delete NodePool batch: 1 NodeClaim of it deleted (drained, then terminated)"));
+    assert!(find("4m Termination -1").contains("node-b"), "{events:#?}");
+    assert!(find("5m Step").ends_with("delete Namespace shop: 1 pod and 0 other objects in it deleted"));
+    let nodes: Vec<&str> = doc["nodes"].as_array().expect("nodes").iter().filter_map(|n| n["name"].as_str()).collect();
+    assert!(!nodes.contains(&"node-a") && !nodes.contains(&"node-b"), "{nodes:?}");
+    // Only `solo` and `worker` are left, both bound, on the default pool's nodes.
+    assert_eq!(doc["summary"]["after"]["pods"], 2, "{:#}", doc["summary"]);
+    assert_eq!(doc["summary"]["after"]["pendingPods"], 0);
+
+    // Bad deletions name the step and the field.
+    let tmp = TempDir::new("bad-deletes");
+    let bad = tmp.write("bad.yaml", "steps:\n  - {at: 1m, delete: nodepool/a/b}\n  - {at: 2m, delete: secret/x}\n");
+    let (code, _, stderr) = run(&["simulate", &cluster, "--timeline", &bad]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("steps[0].delete: NodePool is cluster-scoped: expected nodepool/NAME"), "{stderr}");
+    assert!(stderr.contains("steps[1].delete: expected KIND/NAME or KIND/NAMESPACE/NAME"), "{stderr}");
+    let missing = tmp.write("missing.yaml", "steps:\n  - {at: 1m, delete: statefulset/data/db}\n");
+    let (code, _, stderr) = run(&["simulate", &cluster, "--timeline", &missing]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("steps[0].delete: StatefulSet data/db does not exist at 1m"), "{stderr}");
+}

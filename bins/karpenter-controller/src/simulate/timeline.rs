@@ -55,6 +55,47 @@ impl WorkloadKind {
     }
 }
 
+/// A kind `delete` accepts besides pods and nodes (the kinds the input and `apply` can hold).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeletedKind {
+    NodeClaim,
+    NodePool,
+    Workload(WorkloadKind),
+    DaemonSet,
+    PodDisruptionBudget,
+    Namespace,
+}
+
+impl DeletedKind {
+    /// The Kubernetes kind.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeletedKind::NodeClaim => "NodeClaim",
+            DeletedKind::NodePool => "NodePool",
+            DeletedKind::Workload(w) => w.as_str(),
+            DeletedKind::DaemonSet => "DaemonSet",
+            DeletedKind::PodDisruptionBudget => "PodDisruptionBudget",
+            DeletedKind::Namespace => "Namespace",
+        }
+    }
+
+    /// Whether objects of the kind live in a namespace.
+    pub fn namespaced(self) -> bool {
+        matches!(self, DeletedKind::Workload(_) | DeletedKind::DaemonSet | DeletedKind::PodDisruptionBudget)
+    }
+
+    fn parse(s: &str) -> Option<DeletedKind> {
+        Some(match s.to_ascii_lowercase().as_str() {
+            "nodeclaim" | "nodeclaims" => DeletedKind::NodeClaim,
+            "nodepool" | "nodepools" => DeletedKind::NodePool,
+            "daemonset" | "ds" | "daemonsets" => DeletedKind::DaemonSet,
+            "poddisruptionbudget" | "pdb" | "poddisruptionbudgets" => DeletedKind::PodDisruptionBudget,
+            "namespace" | "ns" | "namespaces" => DeletedKind::Namespace,
+            other => DeletedKind::Workload(WorkloadKind::parse(other)?),
+        })
+    }
+}
+
 /// What a step does.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
@@ -62,8 +103,10 @@ pub enum Action {
     Scale { kind: WorkloadKind, namespace: String, name: String, replicas: u32 },
     /// Delete a pod (it is gone, not recreated).
     DeletePod { namespace: String, name: String },
-    /// Delete a node and its NodeClaim at once (forceful); its pods become pending.
+    /// Delete a node (and its NodeClaim): it is drained and terminated, as the controller's termination does.
     DeleteNode { name: String },
+    /// Delete another object; `namespace` is `None` for cluster-scoped kinds.
+    Delete { kind: DeletedKind, namespace: Option<String>, name: String },
     /// Add or replace objects from a manifest file.
     Apply { path: PathBuf },
     /// Mark every NodeClaim of a NodePool as drifted.
@@ -322,10 +365,34 @@ fn scale(v: &Value) -> Result<Action, (String, String)> {
     Ok(Action::Scale { kind, namespace, name, replicas })
 }
 
-/// `pod/NAME`, `pod/NAMESPACE/NAME` or `node/NAME`.
+/// `KIND/NAME` or, for a namespaced kind, `KIND/NAMESPACE/NAME`.
 fn delete(v: &Value) -> Result<Action, String> {
     let s = v.as_str().unwrap_or_default();
     let parts: Vec<&str> = s.split('/').collect();
+    let expected = || {
+        format!(
+            "expected KIND/NAME or KIND/NAMESPACE/NAME with KIND one of pod, node, nodeclaim, nodepool, deployment, \
+             statefulset, replicaset, daemonset, pdb, namespace; found {v}"
+        )
+    };
+    if let [kind, rest @ ..] = parts.as_slice()
+        && let Some(kind) = DeletedKind::parse(kind)
+    {
+        return match (rest, kind.namespaced()) {
+            ([name], namespaced) if !name.is_empty() => Ok(Action::Delete {
+                kind,
+                namespace: namespaced.then(|| "default".to_owned()),
+                name: (*name).to_owned(),
+            }),
+            ([ns, name], true) if !ns.is_empty() && !name.is_empty() => {
+                Ok(Action::Delete { kind, namespace: Some((*ns).to_owned()), name: (*name).to_owned() })
+            }
+            ([_, _], false) => {
+                Err(format!("{} is cluster-scoped: expected {}/NAME, found {v}", kind.as_str(), parts[0]))
+            }
+            _ => Err(expected()),
+        };
+    }
     match parts.as_slice() {
         ["pod" | "pods", name] if !name.is_empty() => {
             Ok(Action::DeletePod { namespace: "default".into(), name: (*name).to_owned() })
@@ -334,7 +401,7 @@ fn delete(v: &Value) -> Result<Action, String> {
             Ok(Action::DeletePod { namespace: (*ns).to_owned(), name: (*name).to_owned() })
         }
         ["node" | "nodes", name] if !name.is_empty() => Ok(Action::DeleteNode { name: (*name).to_owned() }),
-        _ => Err(format!("expected pod/NAME, pod/NAMESPACE/NAME or node/NAME, found {v}")),
+        _ => Err(expected()),
     }
 }
 
@@ -400,6 +467,8 @@ impl Action {
             }
             Action::DeletePod { namespace, name } => format!("delete pod {namespace}/{name}"),
             Action::DeleteNode { name } => format!("delete node {name}"),
+            Action::Delete { kind, namespace: Some(ns), name } => format!("delete {} {ns}/{name}", kind.as_str()),
+            Action::Delete { kind, namespace: None, name } => format!("delete {} {name}", kind.as_str()),
             Action::Apply { path } => format!("apply {}", path.display()),
             Action::DriftNodePool { name } => format!("drift NodePool {name}"),
             Action::DriftNode { name } => format!("drift node {name}"),

@@ -44,7 +44,7 @@ use karpenter_scheduler::{
 
 use super::catalogue::{Catalogue, cheapest_launch};
 use super::pods::Owners;
-use super::timeline::{Action, Step, WorkloadKind, format_offset};
+use super::timeline::{Action, DeletedKind, Step, WorkloadKind, format_offset};
 use super::timeline_report::{ClusterState, Event, EventKind, LaunchedNode};
 
 /// Commands and scheduling rounds at one instant before the run gives up on settling (a safety net).
@@ -106,6 +106,8 @@ pub struct World<'c> {
     /// `karpenter.sh/disrupted` taint is in a disruption command the input does not show, which nothing here
     /// finishes.
     deleted_nodes: BTreeSet<String>,
+    /// In-flight NodeClaims a `delete` step removed at once (no node to drain), for its event.
+    removed_by_step: Vec<String>,
 }
 
 /// The latest timestamp of the input's NodeClaims (creation, condition transitions, last pod event), so a run
@@ -159,6 +161,7 @@ impl<'c> World<'c> {
             notes: Vec::new(),
             static_capacity: false,
             deleted_nodes: BTreeSet::new(),
+            removed_by_step: Vec::new(),
         };
         world.deleted_nodes = objects
             .iter()
@@ -972,10 +975,16 @@ impl<'c> World<'c> {
                 if !self.snapshot.nodes.iter().any(|n| &n.name == name) {
                     return Err(err(".delete", format!("node {name} does not exist at {}", format_offset(step.at))));
                 }
-                self.remove_node(name);
-                self.snapshot.sort();
-                let e = self.event(EventKind::Step, message);
-                e.nodes_removed = vec![name.clone()];
+                self.begin_node_deletion(name);
+                self.event(EventKind::Step, format!("{message}: draining, then terminated"));
+            }
+            Action::Delete { kind, namespace, name } => {
+                let summary = self
+                    .delete(*kind, namespace.as_deref(), name)
+                    .map_err(|m| err(".delete", format!("{m} at {}", format_offset(step.at))))?;
+                let removed = std::mem::take(&mut self.removed_by_step);
+                let e = self.event(EventKind::Step, format!("{message}: {summary}"));
+                e.nodes_removed = removed;
             }
             Action::DriftNodePool { name } => {
                 if !self.pools.iter().any(|p| p.metadata.name.as_deref() == Some(name)) {
@@ -1001,6 +1010,166 @@ impl<'c> World<'c> {
         }
         self.close_event();
         Ok(())
+    }
+
+    /// A Node or NodeClaim deleted as the controller's termination handles it: the node (and its NodeClaim) get
+    /// a deletion timestamp and the `karpenter.sh/disrupted:NoSchedule` taint, count against disruption budgets
+    /// as deleting, their reschedulable pods are scheduled again by provisioning, and the node is removed once
+    /// drained ([`Self::terminate_drained`]).
+    fn begin_node_deletion(&mut self, node: &str) {
+        let now: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time> =
+            serde_json::from_value(serde_json::Value::String(rfc3339(self.now))).ok();
+        let mut claim_name = None;
+        if let Some(n) = self.snapshot.nodes.iter_mut().find(|n| n.name == node) {
+            n.marked_for_deletion = true;
+            if !n.taints.iter().any(|t| t.key == labels::taints::DISRUPTED) {
+                n.taints.push(k8s_openapi::api::core::v1::Taint {
+                    key: labels::taints::DISRUPTED.to_owned(),
+                    effect: "NoSchedule".to_owned(),
+                    ..Default::default()
+                });
+            }
+            claim_name.clone_from(&n.node_claim);
+        }
+        for c in self
+            .snapshot
+            .node_claims
+            .iter_mut()
+            .filter(|c| c.node_name.as_deref() == Some(node) || Some(&c.name) == claim_name.as_ref())
+        {
+            c.marked_for_deletion = true;
+            let claim = Arc::make_mut(&mut c.claim);
+            if claim.metadata.deletion_timestamp.is_none() {
+                claim.metadata.deletion_timestamp.clone_from(&now);
+            }
+        }
+        self.deleted_nodes.insert(node.to_owned());
+    }
+
+    /// Deletes a NodeClaim: its node is drained and terminated; an in-flight one (no node) goes at once.
+    fn delete_node_claim(&mut self, name: &str) {
+        let node = self.snapshot.node_claims.iter().find(|c| c.name == name).and_then(|c| c.node_name.clone());
+        match node.filter(|n| self.snapshot.nodes.iter().any(|x| &x.name == n)) {
+            Some(node) => self.begin_node_deletion(&node),
+            None => {
+                self.snapshot.node_claims.retain(|c| c.name != name);
+                self.removed_by_step.push(name.to_owned());
+            }
+        }
+    }
+
+    /// Removes pods (bound and pending) matching `gone`; bound ones give their node a pod event. Returns how many.
+    fn delete_pods(&mut self, gone: impl Fn(&CompactPod) -> bool) -> usize {
+        let nodes: BTreeSet<String> = self
+            .snapshot
+            .bound_pods
+            .iter()
+            .filter(|p| gone(p))
+            .filter_map(|p| p.node_name().map(str::to_owned))
+            .collect();
+        let before = self.snapshot.bound_pods.len() + self.snapshot.pending_pods.len();
+        self.snapshot.bound_pods.retain(|p| !gone(p));
+        self.snapshot.pending_pods.retain(|p| !gone(p));
+        for n in nodes {
+            self.pod_event(&n);
+        }
+        before - self.snapshot.bound_pods.len() - self.snapshot.pending_pods.len()
+    }
+
+    /// A `delete` step of a kind other than pod and node, with the garbage collector's cascade the API server
+    /// would run: a NodePool's NodeClaims and a workload's pods go with it, a namespace takes everything in it.
+    fn delete(&mut self, kind: DeletedKind, namespace: Option<&str>, name: &str) -> Result<String, String> {
+        let ns = namespace.unwrap_or("default");
+        let in_ns =
+            |m: &ObjectMeta| m.namespace.as_deref().unwrap_or("default") == ns && m.name.as_deref() == Some(name);
+        let missing = || match namespace {
+            Some(ns) => format!("{} {ns}/{name} does not exist", kind.as_str()),
+            None => format!("{} {name} does not exist", kind.as_str()),
+        };
+        match kind {
+            DeletedKind::NodeClaim => {
+                if !self.snapshot.node_claims.iter().any(|c| c.name == name) {
+                    return Err(missing());
+                }
+                self.delete_node_claim(name);
+                Ok("its node is drained, then terminated".to_owned())
+            }
+            DeletedKind::NodePool => {
+                if !self.pools.iter().any(|p| p.metadata.name.as_deref() == Some(name)) {
+                    return Err(missing());
+                }
+                self.pools.retain(|p| p.metadata.name.as_deref() != Some(name));
+                self.snapshot.node_pools.retain(|p| p.metadata.name.as_deref() != Some(name));
+                let claims: Vec<String> = self
+                    .snapshot
+                    .node_claims
+                    .iter()
+                    .filter(|c| c.node_pool.as_deref() == Some(name))
+                    .map(|c| c.name.clone())
+                    .collect();
+                for c in &claims {
+                    self.delete_node_claim(c);
+                }
+                Ok(format!(
+                    "{} of it deleted (drained, then terminated)",
+                    plural(claims.len(), "NodeClaim", "NodeClaims")
+                ))
+            }
+            DeletedKind::Workload(w) => {
+                let key = (w, ns.to_owned(), name.to_owned());
+                if self.workloads.remove(&key).is_none() {
+                    return Err(missing());
+                }
+                let pods: BTreeSet<String> = self.pods_of(&key).into_iter().map(|(k, _)| k).collect();
+                let n = self.delete_pods(|p| pods.contains(&pod_key(p)));
+                Ok(format!("{} deleted with it", plural(n, "pod", "pods")))
+            }
+            DeletedKind::DaemonSet => {
+                let before = self.snapshot.daemon_sets.len();
+                self.snapshot.daemon_sets.retain(|d| !in_ns(&d.metadata));
+                if before == self.snapshot.daemon_sets.len() {
+                    return Err(missing());
+                }
+                self.snapshot.daemon_set_pods.retain(|(n, m, _), _| !(n == ns && m == name));
+                let owned = |p: &CompactPod| {
+                    p.metadata.namespace.as_deref().unwrap_or("default") == ns
+                        && p.metadata.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet" && o.name == name)
+                };
+                let n = self.delete_pods(owned);
+                Ok(format!("{} deleted with it", plural(n, "pod", "pods")))
+            }
+            DeletedKind::PodDisruptionBudget => {
+                let before = self.snapshot.pdbs.len();
+                self.snapshot.pdbs.retain(|p| !in_ns(&p.metadata));
+                if before == self.snapshot.pdbs.len() {
+                    return Err(missing());
+                }
+                Ok("its pods are no longer protected by it".to_owned())
+            }
+            DeletedKind::Namespace => {
+                let known = self.snapshot.namespaces.remove(name).is_some();
+                let in_it = |m: &ObjectMeta| m.namespace.as_deref().unwrap_or("default") == name;
+                let pods = self.delete_pods(|p| p.metadata.namespace.as_deref().unwrap_or("default") == name);
+                let workloads = self.workloads.len();
+                self.workloads.retain(|(_, n, _), _| n != name);
+                let workloads = workloads - self.workloads.len();
+                let pdbs = self.snapshot.pdbs.len();
+                self.snapshot.pdbs.retain(|p| !in_it(&p.metadata));
+                let daemon_sets = self.snapshot.daemon_sets.len();
+                self.snapshot.daemon_sets.retain(|d| !in_it(&d.metadata));
+                self.snapshot.daemon_set_pods.retain(|(n, _, _), _| n != name);
+                let others =
+                    workloads + pdbs - self.snapshot.pdbs.len() + daemon_sets - self.snapshot.daemon_sets.len();
+                if !known && pods == 0 && others == 0 {
+                    return Err(missing());
+                }
+                Ok(format!(
+                    "{} and {} in it deleted",
+                    plural(pods, "pod", "pods"),
+                    plural(others, "other object", "other objects")
+                ))
+            }
+        }
     }
 
     fn drift(&mut self, select: impl Fn(&NodeClaimInfo) -> bool) -> usize {
