@@ -27,9 +27,31 @@
 //!   - instanceType: {pods: [a], in: [small-instance-type]}   # the launched node's instance type
 //!   - zone: {pods: [a], in: [test-zone-1]}
 //!   - capacityType: {pods: [a], in: [spot]}
+//!   - nodeLabel: {pods: [a], key: integer, in: ["16"]}      # a label of the pod's node
 //!   - price: {pods: [a], equals: 0.2073741824}               # the launched offering's price
 //!   - options: {pods: [a], arch: arm64, os: windows, capacityType: spot, zone: test-zone-1}
 //! ```
+//!
+//! Disruption specs run over simulated time (`args: [--for, 15s]`: upstream's one disruption reconcile plus the
+//! 15 s validation wait, so a command decided at the start is executed before the end) and read the report's
+//! `Disruption` events (nodes are named as in the input):
+//!
+//! ```yaml
+//! expect:
+//!   - disrupted: {nodes: [node-0], decision: delete, method: Emptiness}  # removed by a disruption command
+//!   - notDisrupted: [node-1]                     # no disruption command removed these nodes
+//!   - disruptedCount: 3                          # nodes removed by disruption commands in the run
+//!   - commands: 1                                # disruption commands executed
+//!   - firstCommand: {candidates: 3, decision: delete, method: Emptiness}   # the first command (one reconcile)
+//!   - firstCommand: {nodes: [node-1]}            # ... removed exactly these nodes
+//!   - replacementInstanceType: {in: [small-instance-type]}   # every replacement a command launched
+//!   - replacements: 1                            # nodes launched by disruption commands
+//! ```
+//!
+//! `decision` (`delete`, `replace`) and `method` (`Emptiness`, `Drift`, `StaticDrift`,
+//! `MultiNodeConsolidation`, `SingleNodeConsolidation`) are optional; `disrupted` with them requires the command
+//! that removed each node to have them. Upstream's "no commands in the queue and every NodeClaim still exists"
+//! is `commands: 0` (or `notDisrupted` of the nodes).
 //!
 //! `options` judges every instance type the new NodeClaim of each pod may launch (upstream's check of the types
 //! handed to the provider's create): each named field must hold for every option, `arch`/`os` as the catalogue
@@ -98,8 +120,80 @@ enum Expectation {
     InstanceType(OneOf),
     Zone(OneOf),
     CapacityType(OneOf),
+    NodeLabel(NodeLabel),
     Price(Price),
     Options(Options),
+    Disrupted(Disrupted),
+    NotDisrupted(Vec<String>),
+    DisruptedCount(usize),
+    Commands(usize),
+    FirstCommand(FirstCommand),
+    ReplacementInstanceType(InSet),
+    Replacements(usize),
+}
+
+/// Nodes a disruption command removed, optionally with that command's decision and method.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Disrupted {
+    nodes: Vec<String>,
+    #[serde(default)]
+    decision: Option<String>,
+    #[serde(default)]
+    method: Option<String>,
+}
+
+/// The first disruption command executed: what one upstream reconcile queues.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FirstCommand {
+    #[serde(default)]
+    candidates: Option<usize>,
+    /// Exactly these nodes, in any order.
+    #[serde(default)]
+    nodes: Option<Vec<String>>,
+    #[serde(default)]
+    decision: Option<String>,
+    #[serde(default)]
+    method: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InSet {
+    #[serde(rename = "in")]
+    values: Vec<String>,
+}
+
+/// One executed disruption command of a run over simulated time.
+#[derive(Debug)]
+struct CommandOutcome {
+    method: String,
+    decision: String,
+    removed: Vec<String>,
+    launched_types: Vec<String>,
+}
+
+impl CommandOutcome {
+    fn matches(&self, decision: Option<&String>, method: Option<&String>) -> Result<(), String> {
+        if let Some(d) = decision.filter(|d| !self.decision.eq_ignore_ascii_case(d)) {
+            return Err(format!("{:?} was removed by a {} decision, expected {d}", self.removed, self.decision));
+        }
+        if let Some(m) = method.filter(|m| self.method != **m) {
+            return Err(format!("{:?} was removed by {}, expected {m}", self.removed, self.method));
+        }
+        Ok(())
+    }
+}
+
+/// A label of the pod's node: the new NodeClaim's single-valued requirement, else the launched instance type's.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NodeLabel {
+    pods: Vec<String>,
+    key: String,
+    #[serde(rename = "in")]
+    values: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -148,6 +242,8 @@ struct CatalogueEntry {
     #[serde(rename = "operatingSystems")]
     operating_systems: Vec<String>,
     offerings: Vec<Value>,
+    #[serde(default)]
+    requirements: Vec<Value>,
 }
 
 impl CatalogueEntry {
@@ -214,6 +310,8 @@ struct Outcome {
     bound: BTreeMap<String, BTreeMap<String, String>>,
     /// The catalogue's entries by name.
     catalogue: BTreeMap<String, CatalogueEntry>,
+    /// A run over simulated time: its executed disruption commands in order (`None` for one pass).
+    commands: Option<Vec<CommandOutcome>>,
 }
 
 /// The input's bound pods that count for topology, with their node's labels.
@@ -307,6 +405,29 @@ impl Outcome {
                 let placement = Placement { node: name.clone(), price, options: Vec::new(), labels: labels.clone() };
                 out.placed.insert(pod.to_owned(), placement);
             }
+        }
+        if report["apiVersion"] == "karpenter-rs.timeline/v1" {
+            let strings = |v: &Value| -> Vec<String> {
+                v.as_array().into_iter().flatten().filter_map(|s| s.as_str().map(str::to_owned)).collect()
+            };
+            let commands = report["events"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|e| e["type"] == "Disruption")
+                .map(|e| CommandOutcome {
+                    method: e["command"]["method"].as_str().unwrap_or_default().to_owned(),
+                    decision: e["command"]["decision"].as_str().unwrap_or_default().to_owned(),
+                    removed: strings(&e["nodesRemoved"]),
+                    launched_types: e["nodesLaunched"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|n| n["instanceType"].as_str().unwrap_or("(no offering)").to_owned())
+                        .collect(),
+                })
+                .collect();
+            out.commands = Some(commands);
         }
         for group in report["unschedulable"].as_array().into_iter().flatten() {
             let reason = group["reason"].as_str().unwrap_or_default();
@@ -437,11 +558,99 @@ impl Outcome {
                     }
                 }
             }
+            Expectation::NodeLabel(l) => {
+                for pod in self.select(&l.pods)? {
+                    let p = self.placement(&pod)?;
+                    let from_type = || {
+                        let entry = self.catalogue.get(p.labels.get(INSTANCE_TYPE)?)?;
+                        let r =
+                            entry.requirements.iter().find(|r| r["key"] == l.key.as_str() && r["operator"] == "In")?;
+                        r["values"][0].as_str().map(str::to_owned)
+                    };
+                    let value = p.labels.get(&l.key).cloned().or_else(from_type);
+                    if !value.as_ref().is_some_and(|v| l.values.contains(v)) {
+                        return Err(format!(
+                            "{pod} on {}: {} {value:?}, expected one of {:?}",
+                            p.node, l.key, l.values
+                        ));
+                    }
+                }
+            }
+            Expectation::Disrupted(d) => {
+                let commands = self.commands()?;
+                for node in &d.nodes {
+                    let command = commands
+                        .iter()
+                        .find(|c| c.removed.contains(node))
+                        .ok_or_else(|| format!("{node} was not disrupted; commands: {commands:?}"))?;
+                    command.matches(d.decision.as_ref(), d.method.as_ref())?;
+                }
+            }
+            Expectation::NotDisrupted(nodes) => {
+                let commands = self.commands()?;
+                for node in nodes {
+                    if let Some(c) = commands.iter().find(|c| c.removed.contains(node)) {
+                        return Err(format!("{node} was disrupted by {c:?}"));
+                    }
+                }
+            }
+            Expectation::DisruptedCount(n) => {
+                let commands = self.commands()?;
+                let count: usize = commands.iter().map(|c| c.removed.len()).sum();
+                if count != *n {
+                    return Err(format!("{count} nodes disrupted, expected {n}; commands: {commands:?}"));
+                }
+            }
+            Expectation::Commands(n) => {
+                let commands = self.commands()?;
+                if commands.len() != *n {
+                    return Err(format!("{} commands, expected {n}: {commands:?}", commands.len()));
+                }
+            }
+            Expectation::FirstCommand(f) => {
+                let first = self.commands()?.first().ok_or("no disruption command was executed")?;
+                if let Some(n) = f.candidates.filter(|n| *n != first.removed.len()) {
+                    return Err(format!(
+                        "first command removed {} nodes, expected {n}: {first:?}",
+                        first.removed.len()
+                    ));
+                }
+                if let Some(nodes) = &f.nodes {
+                    let expected: BTreeSet<&String> = nodes.iter().collect();
+                    if first.removed.iter().collect::<BTreeSet<_>>() != expected {
+                        return Err(format!("first command removed {:?}, expected {nodes:?}", first.removed));
+                    }
+                }
+                first.matches(f.decision.as_ref(), f.method.as_ref())?;
+            }
+            Expectation::ReplacementInstanceType(set) => {
+                let commands = self.commands()?;
+                let launched: Vec<&String> = commands.iter().flat_map(|c| &c.launched_types).collect();
+                if launched.is_empty() {
+                    return Err(format!("no disruption command launched a replacement: {commands:?}"));
+                }
+                if let Some(t) = launched.iter().find(|t| !set.values.contains(t)) {
+                    return Err(format!("replacement {t}, expected one of {:?}", set.values));
+                }
+            }
+            Expectation::Replacements(n) => {
+                let commands = self.commands()?;
+                let count: usize = commands.iter().map(|c| c.launched_types.len()).sum();
+                if count != *n {
+                    return Err(format!("{count} replacements launched, expected {n}: {commands:?}"));
+                }
+            }
             Expectation::InstanceType(o) => self.check_label(INSTANCE_TYPE, o)?,
             Expectation::Zone(o) => self.check_label(ZONE, o)?,
             Expectation::CapacityType(o) => self.check_label(CAPACITY_TYPE, o)?,
         }
         Ok(())
+    }
+
+    fn commands(&self) -> Result<&[CommandOutcome], String> {
+        self.commands
+            .as_deref()
+            .ok_or_else(|| "a disruption expectation needs a run over simulated time (args: [--for, 15s])".into())
     }
 
     /// Pods matching `patterns` (placed by this run or bound in the input) per value of `key` on their node.
