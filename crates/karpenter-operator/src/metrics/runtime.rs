@@ -81,7 +81,7 @@ pub const FAMILIES: &[(&str, MetricType, &[&str], &str)] = &[
         "controller_runtime_max_concurrent_reconciles",
         MetricType::Gauge,
         CONTROLLER,
-        "Maximum number of concurrent reconciles per controller.",
+        "Maximum number of concurrent reconciles per controller (0: unbounded, kube-runtime's default).",
     ),
     (
         "workqueue_depth",
