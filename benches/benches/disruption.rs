@@ -36,6 +36,18 @@ use karpenter_cloudprovider::time::Stopwatch;
 use karpenter_disruption::{DisruptionOptions, Pass, evaluate, multi_node_consolidation};
 use karpenter_scheduler::PoolInput;
 
+/// The scheduler's threads for existing nodes (`SCHEDULER_PARALLELISM`, the controller's ceil(CPU_REQUESTS /
+/// 1000); default 1): the simulations decide the same whatever it is, and this measures how fast.
+fn options(every_verdict: bool) -> DisruptionOptions {
+    let parallelism = std::env::var("SCHEDULER_PARALLELISM").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+    let defaults = DisruptionOptions::default();
+    DisruptionOptions {
+        every_verdict,
+        scheduler: karpenter_scheduler::SchedulerOptions { parallelism, ..defaults.scheduler.clone() },
+        ..defaults
+    }
+}
+
 /// us-east-1 from moto, or `None` (with a note) without moto.
 fn aws_case() -> Option<Case> {
     const REGION: &str = "us-east-1";
@@ -93,7 +105,7 @@ fn summary(pass: &Pass) -> String {
 
 fn single_node(c: &mut Criterion) {
     let provider = ProviderLabels::aws();
-    let options = DisruptionOptions::default();
+    let options = options(true);
     let mut group = c.benchmark_group("disruption/single-node");
     group.sample_size(10).sampling_mode(SamplingMode::Flat).warm_up_time(Duration::from_millis(100));
     for case in cases() {
@@ -122,7 +134,7 @@ fn single_node(c: &mut Criterion) {
 
 fn multi_node(c: &mut Criterion) {
     let provider = ProviderLabels::aws();
-    let options = DisruptionOptions::default();
+    let options = options(true);
     let mut group = c.benchmark_group("disruption/multi-node");
     group.sample_size(10).sampling_mode(SamplingMode::Flat).warm_up_time(Duration::from_millis(100));
     for case in cases() {
@@ -156,7 +168,7 @@ fn multi_node(c: &mut Criterion) {
 
 fn pending(c: &mut Criterion) {
     let provider = ProviderLabels::aws();
-    let options = DisruptionOptions { every_verdict: false, ..Default::default() };
+    let options = options(false);
     let mut group = c.benchmark_group("disruption/pending");
     group.sample_size(10).sampling_mode(SamplingMode::Flat).warm_up_time(Duration::from_millis(100));
     if !selected("disruption/pending/kwok/5000") {
