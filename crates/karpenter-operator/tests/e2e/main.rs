@@ -2,6 +2,7 @@
 //! workspace links (and CI stores) one executable of this size instead of one per file.
 
 mod e2e_disruption;
+mod e2e_observability;
 mod e2e_probes;
 mod e2e_provisioning;
 mod e2e_restart;
