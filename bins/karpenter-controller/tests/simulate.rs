@@ -1921,3 +1921,33 @@ fn delete_steps_drain_nodes_and_cascade_as_the_api_server_does() {
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("steps[0].delete: StatefulSet data/db does not exist at 1m"), "{stderr}");
 }
+
+#[test]
+fn reserved_offerings_of_a_kwok_file_are_used_up_to_their_capacity() {
+    let dir = "bins/karpenter-controller/tests/fixtures/simulate";
+    let types = format!("{dir}/reserved-instance-types.json");
+    let doc = simulate_json(&[&format!("{dir}/reserved.yaml"), "--instance-types", &types]);
+    let launches: Vec<(String, f64)> = doc["newNodes"]
+        .as_array()
+        .expect("newNodes")
+        .iter()
+        .map(|n| (n["capacityType"].as_str().unwrap_or("?").to_owned(), n["price"].as_f64().unwrap_or(-1.0)))
+        .collect();
+    // One instance left in cr-0123: one node there, the other on-demand.
+    assert_eq!(launches, [("reserved".to_owned(), 0.05), ("on-demand".to_owned(), 0.2)], "{doc}");
+
+    // Bad reservations name the entry and the field.
+    let tmp = TempDir::new("bad-reservations");
+    let text = std::fs::read_to_string(workspace_root().join(&types)).expect("fixture");
+    let no_id = tmp.write("no-id.json", &text.replace("karpenter.k8s.aws/capacity-reservation-id", "example.com/id"));
+    let (code, _, stderr) = run(&["simulate", &format!("{dir}/reserved.yaml"), "--instance-types", &no_id]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("entry 0 (\"big-4x\"): offerings[1].Requirements: a reserved offering needs exactly one value of karpenter.k8s.aws/capacity-reservation-id"),
+        "{stderr}"
+    );
+    let no_capacity = tmp.write("no-capacity.json", &text.replace("\"ReservationCapacity\": 1, ", ""));
+    let (code, _, stderr) = run(&["simulate", &format!("{dir}/reserved.yaml"), "--instance-types", &no_capacity]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("offerings[1].ReservationCapacity: required for a reserved offering"), "{stderr}");
+}

@@ -47,8 +47,9 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::core::v1::Taint;
 use karpenter_api::labels::kwok as kwok_labels;
 use karpenter_api::labels::{
-    ARCH, CAPACITY_TYPE, CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT, INSTANCE_TYPE, OS, ZONE,
+    ARCH, CAPACITY_TYPE, CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_RESERVED, CAPACITY_TYPE_SPOT, INSTANCE_TYPE, OS, ZONE,
 };
+use karpenter_requirements::labels::RESERVATION_ID;
 use karpenter_requirements::{
     CounterSet, Device, DeviceAttribute, DeviceSliceTemplate, Format, InstanceType, Offering, Operator, Overhead,
     Quantity, Requirement, Requirements, ResourceList,
@@ -437,6 +438,9 @@ struct RawOffering {
     available: Option<bool>,
     #[serde(rename = "Requirements", alias = "requirements", default)]
     requirements: Vec<RawRequirement>,
+    /// Instances left in the capacity reservation of a `reserved` offering (upstream's `Offering` field).
+    #[serde(rename = "ReservationCapacity", alias = "reservationCapacity", default)]
+    reservation_capacity: Option<i64>,
     /// The older format's fields.
     #[serde(rename = "CapacityType", alias = "capacityType", default)]
     capacity_type: Option<String>,
@@ -450,6 +454,38 @@ struct RawRequirement {
     operator: String,
     #[serde(default)]
     values: Vec<String>,
+}
+
+/// The reservation capacity of an offering with requirements `reqs`: a `reserved` offering names exactly one
+/// `karpenter.sh/reservation-id` (operator In) and has a `ReservationCapacity` of 0 or more (instances left, as
+/// upstream's `Offering` has it); any other offering has neither. Errors: (field, message).
+fn reservation(reqs: &Requirements, capacity: Option<i64>) -> Result<i32, (String, String)> {
+    let reserved = reqs.get_ref(CAPACITY_TYPE).is_some_and(|r| r.has(CAPACITY_TYPE_RESERVED));
+    let id = reqs.get_ref(RESERVATION_ID);
+    if !reserved {
+        return match (id, capacity) {
+            (Some(_), _) | (_, Some(_)) => Err((
+                "Requirements".into(),
+                format!(
+                    "{RESERVATION_ID} and ReservationCapacity belong to {CAPACITY_TYPE} {CAPACITY_TYPE_RESERVED} offerings only"
+                ),
+            )),
+            _ => Ok(0),
+        };
+    }
+    if !id.is_some_and(|r| r.operator() == Operator::In && r.values().len() == 1) {
+        return Err((
+            "Requirements".into(),
+            format!("a {CAPACITY_TYPE_RESERVED} offering needs exactly one value of {RESERVATION_ID} (operator In)"),
+        ));
+    }
+    match capacity {
+        None => Err(("ReservationCapacity".into(), "required for a reserved offering (instances left in it)".into())),
+        Some(n) => i32::try_from(n)
+            .ok()
+            .filter(|n| *n >= 0)
+            .ok_or_else(|| ("ReservationCapacity".into(), format!("{n} is not a number of instances"))),
+    }
 }
 
 /// Loads upstream's kwok instance-type JSON (see the module docs). The result is in file order.
@@ -522,7 +558,13 @@ pub fn load_instance_types_json(json: &str) -> Result<Vec<InstanceType>, KwokCat
                     ));
                 }
             }
-            offerings.push(Offering { available: o.available.unwrap_or(true), ..Offering::new(reqs, o.price) });
+            let reservation_capacity =
+                reservation(&reqs, o.reservation_capacity).map_err(|(f, m)| err(format!("{path}.{f}"), m))?;
+            offerings.push(Offering {
+                available: o.available.unwrap_or(true),
+                reservation_capacity,
+                ..Offering::new(reqs, o.price)
+            });
         }
         let oses: Vec<&str> = raw.operating_systems.iter().map(String::as_str).collect();
         let templates = slice_templates(&raw.dynamic_resources).map_err(|(field, message)| err(field, message))?;
@@ -586,6 +628,9 @@ struct OutOffering {
     available: bool,
     #[serde(rename = "Requirements")]
     requirements: Vec<OutRequirement>,
+    /// Only for reserved offerings.
+    #[serde(rename = "ReservationCapacity", skip_serializing_if = "Option::is_none")]
+    reservation_capacity: Option<i32>,
 }
 
 #[derive(serde::Serialize)]
@@ -610,6 +655,8 @@ pub fn to_instance_types_json(instance_types: &[InstanceType]) -> String {
                 .map(|o| OutOffering {
                     price: o.price,
                     available: o.available,
+                    reservation_capacity: (o.capacity_type() == Some(CAPACITY_TYPE_RESERVED))
+                        .then_some(o.reservation_capacity),
                     requirements: o
                         .requirements
                         .iter()
@@ -692,6 +739,28 @@ mod tests {
         let bad = json.replace(r#""operator": "DoesNotExist""#, r#""operator": "Maybe""#);
         let e = load_instance_types_json(&bad).expect_err("bad operator").to_string();
         assert!(e.contains("requirements[1].operator"), "{e}");
+    }
+
+    #[test]
+    fn reserved_offerings_keep_their_reservation_through_a_round_trip() {
+        let json = r#"[{"name": "r", "architecture": "amd64", "operatingSystems": ["linux"],
+            "resources": {"cpu": "4", "memory": "4Gi"},
+            "offerings": [{"Price": 0.05, "ReservationCapacity": 2, "Requirements": [
+                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z"]},
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["reserved"]},
+                {"key": "karpenter.k8s.aws/capacity-reservation-id", "operator": "In", "values": ["cr-1"]}]},
+              {"Price": 0.2, "Requirements": [
+                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z"]},
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}]}]}]"#;
+        let its = load_instance_types_json(json).expect("loads");
+        let offs = &its[0].offerings;
+        assert_eq!((offs[0].reservation_id(), offs[0].reservation_capacity), (Some("cr-1"), 2));
+        assert_eq!((offs[1].reservation_id(), offs[1].reservation_capacity), (None, 0));
+        let again = load_instance_types_json(&to_instance_types_json(&its)).expect("reads its own output");
+        assert_eq!(again[0].offerings, its[0].offerings);
+        let on_demand_with_capacity = json.replace(r#""Price": 0.2,"#, r#""Price": 0.2, "ReservationCapacity": 1,"#);
+        let e = load_instance_types_json(&on_demand_with_capacity).expect_err("not reserved").to_string();
+        assert!(e.contains("offerings[1].Requirements") && e.contains("reserved offerings only"), "{e}");
     }
 
     use karpenter_cloudprovider::cheapest_launch;

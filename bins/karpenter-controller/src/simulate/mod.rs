@@ -171,7 +171,7 @@ pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> 
         time = time.or(Some(&live_time));
     }
     let force = options.provider.as_ref().map(|p| if p.name == "aws" { Kind::Aws } else { Kind::Kwok });
-    let provider = options.provider.clone().unwrap_or_else(|| provider_of(&objects));
+    let mut provider = options.provider.clone().unwrap_or_else(|| provider_of(&objects));
     let ctx = ValidationContext { provider: provider.clone() };
     for loaded in &objects {
         let Some(violations) = loaded.object.validate(&ctx) else { continue };
@@ -203,6 +203,21 @@ pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> 
         aws_feature_gates: options.aws_feature_gates,
     };
     let catalogue = Catalogue::build(&selection, &snapshot.node_pools, &objects, &mut notes)?;
+    // As upstream's kwok provider makes its offerings' requirement keys well-known, reserved offerings of a kwok
+    // file make the reservation-id label one, so claims can be matched to (and pinned to) reservations.
+    let reserved = |o: &karpenter_requirements::Offering| o.reservation_id().is_some();
+    if catalogue.all_instance_types().any(|it| it.offerings.iter().any(reserved)) {
+        provider.well_known.insert(karpenter_requirements::labels::RESERVATION_ID.to_owned());
+    }
+    // Upstream's kwok provider registers the requirement keys of its catalogue as well-known (its own labels and
+    // the offerings' keys), as its fake provider does for the labels its test types carry (`size`, `special`,
+    // `integer`): a pod or DaemonSet may then require such a key that its NodePool does not name. A kwok file's
+    // per-type `requirements` are such labels, so every key of a kwok catalogue is well-known here too.
+    if provider.name != "aws" {
+        for it in catalogue.all_instance_types() {
+            provider.well_known.extend(it.requirements.keys().map(str::to_owned));
+        }
+    }
     duplicate_notes(&objects, &mut notes);
     checks::unsupported_api_versions(&objects, &mut notes);
     checks::unevaluable_keys(&objects, &snapshot.node_pools, &catalogue, &provider, &mut notes);

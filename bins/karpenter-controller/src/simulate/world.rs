@@ -485,6 +485,27 @@ impl<'c> World<'c> {
         if let Some(id) = zone_id {
             claim_labels.insert(labels::aws::ZONE_ID.to_owned(), id);
         }
+        // A reserved launch runs in a reservation: the cheapest of the zone's reservations with instances left
+        // that the claim allows, its id the node's `karpenter.sh/reservation-id`, as a provider labels it.
+        if choice.capacity_type.as_deref() == Some(labels::CAPACITY_TYPE_RESERVED) {
+            let reservation = it
+                .offerings
+                .iter()
+                .filter(|o| o.zone() == choice.zone.as_deref() && o.capacity_type() == choice.capacity_type.as_deref())
+                .filter(|o| o.available && o.reservation_capacity > 0)
+                .filter(|o| {
+                    o.reservation_id().is_some_and(|id| {
+                        plan.requirements
+                            .get_ref(karpenter_requirements::labels::RESERVATION_ID)
+                            .is_none_or(|r| r.has(id))
+                    })
+                })
+                .min_by(|a, b| a.price.total_cmp(&b.price))
+                .and_then(|o| o.reservation_id());
+            if let Some(id) = reservation {
+                claim_labels.insert(karpenter_requirements::labels::RESERVATION_ID.to_owned(), id.to_owned());
+            }
+        }
         if let Some(ct) = &choice.capacity_type {
             claim_labels.insert(labels::CAPACITY_TYPE.to_owned(), ct.clone());
         }
