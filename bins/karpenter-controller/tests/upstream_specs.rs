@@ -30,6 +30,7 @@
 //!   - nodeLabel: {pods: [a], key: integer, in: ["16"]}      # a label of the pod's node
 //!   - price: {pods: [a], equals: 0.2073741824}               # the launched offering's price
 //!   - options: {pods: [a], arch: arm64, os: windows, capacityType: spot, zone: test-zone-1}
+//!   - claimRequirement: {pods: [a], key: node.kubernetes.io/instance-type, operator: In, values: [arm-instance-type]}
 //! ```
 //!
 //! Disruption specs run over simulated time (`args: [--for, 15s]`: upstream's one disruption reconcile plus the
@@ -123,6 +124,7 @@ enum Expectation {
     NodeLabel(NodeLabel),
     Price(Price),
     Options(Options),
+    ClaimRequirement(ClaimRequirement),
     Disrupted(Disrupted),
     NotDisrupted(Vec<String>),
     DisruptedCount(usize),
@@ -201,6 +203,18 @@ struct NodeLabel {
 struct Price {
     pods: Vec<String>,
     equals: f64,
+}
+
+/// A requirement of the pod's new NodeClaim (upstream's `ExpectNodeClaimRequirements` on the create call): the
+/// claim has a requirement on `key` with this operator and exactly these values (in any order).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClaimRequirement {
+    pods: Vec<String>,
+    key: String,
+    operator: String,
+    #[serde(default)]
+    values: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -295,6 +309,8 @@ struct Placement {
     price: Option<f64>,
     /// The instance types the new node may launch (its claim's `node.kubernetes.io/instance-type` values).
     options: Vec<String>,
+    /// The new node's claim requirements as (key, operator, sorted values); empty for existing nodes.
+    requirements: Vec<(String, String, Vec<String>)>,
     /// Node labels known for the placement: zone, capacity type, instance type, and the claim's single-valued
     /// `In` requirements (new nodes).
     labels: BTreeMap<String, String>,
@@ -365,9 +381,14 @@ impl Outcome {
             let name = node["name"].as_str().unwrap_or_default().to_owned();
             let mut labels = BTreeMap::new();
             let mut options = Vec::new();
+            let mut requirements = Vec::new();
             if let Some(claim) = claims.get(name.as_str()) {
                 for r in claim["requirements"].as_array().into_iter().flatten() {
                     let values = r["values"].as_array().cloned().unwrap_or_default();
+                    let mut sorted: Vec<String> = values.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect();
+                    sorted.sort();
+                    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+                    requirements.push((text(&r["key"]), text(&r["operator"]), sorted));
                     if r["key"] == INSTANCE_TYPE && r["operator"] == "In" {
                         options = values.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect();
                     }
@@ -386,8 +407,13 @@ impl Outcome {
             labels.insert(HOSTNAME.to_owned(), name.clone());
             let price = node["price"].as_f64();
             for pod in node["pods"].as_array().into_iter().flatten().filter_map(Value::as_str) {
-                let placement =
-                    Placement { node: name.clone(), price, options: options.clone(), labels: labels.clone() };
+                let placement = Placement {
+                    node: name.clone(),
+                    price,
+                    options: options.clone(),
+                    requirements: requirements.clone(),
+                    labels: labels.clone(),
+                };
                 out.placed.insert(pod.to_owned(), placement);
             }
         }
@@ -402,7 +428,13 @@ impl Outcome {
             labels.insert(HOSTNAME.to_owned(), name.clone());
             let price = node["price"].as_f64();
             for pod in node["pods"].as_array().into_iter().flatten().filter_map(Value::as_str) {
-                let placement = Placement { node: name.clone(), price, options: Vec::new(), labels: labels.clone() };
+                let placement = Placement {
+                    node: name.clone(),
+                    price,
+                    options: Vec::new(),
+                    requirements: Vec::new(),
+                    labels: labels.clone(),
+                };
                 out.placed.insert(pod.to_owned(), placement);
             }
         }
@@ -555,6 +587,20 @@ impl Outcome {
                         if !(arch_ok && os_ok && offer_ok) {
                             return Err(format!("{pod} on {}: option {name} does not satisfy {o:?}", placement.node));
                         }
+                    }
+                }
+            }
+            Expectation::ClaimRequirement(c) => {
+                let mut expected = c.values.clone();
+                expected.sort();
+                for pod in self.select(&c.pods)? {
+                    let p = self.placement(&pod)?;
+                    let found = p.requirements.iter().find(|(k, _, _)| *k == c.key);
+                    if !found.is_some_and(|(_, op, values)| *op == c.operator && *values == expected) {
+                        return Err(format!(
+                            "{pod} on {}: claim requirement on {} is {found:?}, expected {} {expected:?}",
+                            p.node, c.key, c.operator
+                        ));
                     }
                 }
             }
