@@ -14,9 +14,10 @@
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// The smallest index of `range` that `accepts`, checked on up to `parallelism` threads when the range holds at
-/// least `min_parallel` indices (below that a thread costs more than the scan it shares; one thread always
-/// scans in order).
+/// The smallest index of `range` that `accepts`. The first `min_parallel` indices are checked in order on the
+/// calling thread; when none accepts and at least `min_parallel` indices remain, the rest is checked on up to
+/// `parallelism` threads (below that a thread costs more than the scan it shares; one thread always scans in
+/// order).
 pub(crate) fn first_match(
     range: Range<usize>,
     parallelism: usize,
@@ -24,8 +25,19 @@ pub(crate) fn first_match(
     accepts: impl Fn(usize) -> bool + Sync,
 ) -> Option<usize> {
     let len = range.len();
-    let workers = parallelism.min(len);
-    if workers <= 1 || len < min_parallel {
+    if parallelism <= 1 || len < min_parallel {
+        return range.into_iter().find(|&i| accepts(i));
+    }
+    // The first `min_parallel` indices on the calling thread: a pod usually fits near the front, and starting
+    // threads for every pod cost 10-40 times the whole pass (docs/benchmarks.md). Threads share only the long
+    // tail that a pod which fits nowhere early has to search.
+    let prefix_end = range.start + min_parallel;
+    if let Some(found) = (range.start..prefix_end).find(|&i| accepts(i)) {
+        return Some(found);
+    }
+    let range = prefix_end..range.end;
+    let workers = parallelism.min(range.len());
+    if workers <= 1 || range.len() < min_parallel {
         return range.into_iter().find(|&i| accepts(i));
     }
     let best = AtomicUsize::new(usize::MAX);
@@ -60,10 +72,11 @@ mod tests {
             accepted in proptest::collection::vec(any::<bool>(), 0..200),
             start in 0usize..20,
             parallelism in 1usize..6,
+            min_parallel in 0usize..40,
         ) {
             let start = start.min(accepted.len());
             let expected = (start..accepted.len()).find(|&i| accepted[i]);
-            let found = first_match(start..accepted.len(), parallelism, 0, |i| accepted[i]);
+            let found = first_match(start..accepted.len(), parallelism, min_parallel, |i| accepted[i]);
             prop_assert_eq!(found, expected);
         }
     }
@@ -76,6 +89,16 @@ mod tests {
             i == 7
         });
         assert_eq!(found, Some(7));
+    }
+
+    #[test]
+    fn a_match_in_the_first_stretch_is_found_on_the_calling_thread() {
+        let caller = std::thread::current().id();
+        let found = first_match(0..4000, 4, 256, |i| {
+            assert_eq!(std::thread::current().id(), caller);
+            i == 200
+        });
+        assert_eq!(found, Some(200));
     }
 
     #[test]
