@@ -48,14 +48,22 @@ pub mod conditions {
     /// Whether quotas limit the buffer (ResourceQuotas are not consulted: never set, see docs/capacity-buffer.md).
     pub const LIMITED_BY_QUOTAS: &str = "LimitedByQuotas";
 
+    /// `ReadyForProvisioning=True`: the buffer resolved to a pod template and a replica count.
     pub const REASON_RESOLVED: &str = "Resolved";
+    /// `ReadyForProvisioning=False`: the workload the buffer's `scalableRef` names does not exist.
     pub const REASON_SCALABLE_REF_NOT_FOUND: &str = "ScalableRefNotFound";
+    /// `ReadyForProvisioning=False`: the PodTemplate the buffer's `podTemplateRef` names does not exist.
     pub const REASON_POD_TEMPLATE_NOT_FOUND: &str = "PodTemplateNotFound";
+    /// `ReadyForProvisioning=False`: the buffer could not be turned into pods for another reason (the message says which).
     pub const REASON_RESOLUTION_FAILED: &str = "ResolutionFailed";
 
+    /// `Provisioning`: the buffer's virtual pods fit on existing nodes.
     pub const REASON_FITS_EXISTING_CAPACITY: &str = "FitsExistingCapacity";
+    /// `Provisioning`: the buffer's virtual pods need new nodes, which Karpenter launches.
     pub const REASON_REQUIRES_NEW_CAPACITY: &str = "RequiresNewCapacity";
+    /// `Provisioning`: the buffer is not resolved, so it was not considered.
     pub const REASON_NOT_READY_FOR_PROVISIONING: &str = "NotReadyForProvisioning";
+    /// `Provisioning`: the buffer resolved to zero replicas.
     pub const REASON_BUFFER_EMPTY: &str = "BufferEmpty";
     /// `LimitedByQuotas`'s reason, True or False (cluster-autoscaler's).
     pub const REASON_QUOTAS_ALLOCATED: &str = "ResourceQuotasAllocated";
@@ -185,6 +193,7 @@ impl CapacityBuffer {
         self.metadata.namespace.as_deref().unwrap_or("default")
     }
 
+    /// `status.conditions`, empty when there is no status.
     pub fn conditions(&self) -> &[Condition] {
         self.status.as_ref().map_or(&[], |s| s.conditions.as_slice())
     }
@@ -319,10 +328,13 @@ pub struct Resolved {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Unresolved {
     #[error("{0}")]
+    /// [`REASON_SCALABLE_REF_NOT_FOUND`](conditions::REASON_SCALABLE_REF_NOT_FOUND), with the message.
     ScalableRefNotFound(String),
     #[error("{0}")]
+    /// [`REASON_POD_TEMPLATE_NOT_FOUND`](conditions::REASON_POD_TEMPLATE_NOT_FOUND), with the message.
     PodTemplateNotFound(String),
     #[error("{0}")]
+    /// [`REASON_RESOLUTION_FAILED`](conditions::REASON_RESOLUTION_FAILED), with the message.
     ResolutionFailed(String),
 }
 

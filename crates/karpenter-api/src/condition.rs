@@ -101,8 +101,10 @@ pub fn remove_condition(conditions: &mut Vec<Condition>, type_: &str) -> bool {
 
 /// Lookup helpers over a condition list.
 pub trait Conditions {
+    /// The conditions, in status order.
     fn conditions(&self) -> &[Condition];
 
+    /// The condition of type `type_`, if present.
     fn condition(&self, type_: &str) -> Option<&Condition> {
         self.conditions().iter().find(|c| c.type_ == type_)
     }

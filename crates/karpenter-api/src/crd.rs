@@ -33,9 +33,11 @@ pub const QUANTITY_PATTERN: &str = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([
 pub struct ResourceQuantity(pub String);
 
 impl ResourceQuantity {
+    /// A quantity with text `s`, unchecked (validation reports bad syntax with the field's path).
     pub fn new(s: impl Into<String>) -> Self {
         Self(s.into())
     }
+    /// The text as written.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -150,19 +152,25 @@ fn is_quantity(s: &str) -> bool {
 /// One `x-kubernetes-validations` entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CelRule {
+    /// The CEL expression; it must evaluate to `true` for a write to be accepted.
     pub rule: String,
+    /// The fixed error message when the rule fails.
     pub message: Option<String>,
+    /// A CEL expression that builds the error message when the rule fails (instead of `message`).
     pub message_expression: Option<String>,
 }
 
 impl CelRule {
+    /// A rule with no message (the API server then reports the rule itself).
     pub fn new(rule: impl Into<String>) -> Self {
         Self { rule: rule.into(), message: None, message_expression: None }
     }
+    /// Sets the fixed error message (builder style).
     pub fn message(mut self, m: impl Into<String>) -> Self {
         self.message = Some(m.into());
         self
     }
+    /// Sets the message expression (builder style).
     pub fn message_expression(mut self, m: impl Into<String>) -> Self {
         self.message_expression = Some(m.into());
         self
@@ -187,15 +195,29 @@ impl CelRule {
 #[derive(Clone, Debug, PartialEq)]
 pub enum SchemaPatch {
     /// Appends a CEL rule to the node's `x-kubernetes-validations`.
-    Validation { path: String, rule: CelRule },
+    Validation {
+        /// Where in the schema (see the path syntax above).
+        path: String,
+        /// The rule appended.
+        rule: CelRule,
+    },
     /// Sets `keyword` to `value` on the node (replacing any previous value).
-    Set { path: String, keyword: String, value: Value },
+    Set {
+        /// Where in the schema (see the path syntax above).
+        path: String,
+        /// The OpenAPI keyword, e.g. `maxItems` or `pattern`.
+        keyword: String,
+        /// Its value.
+        value: Value,
+    },
 }
 
 impl SchemaPatch {
+    /// A [`SchemaPatch::Validation`] at `path`.
     pub fn validation(path: &str, rule: CelRule) -> Self {
         Self::Validation { path: path.into(), rule }
     }
+    /// A [`SchemaPatch::Set`] at `path`.
     pub fn set(path: &str, keyword: &str, value: Value) -> Self {
         Self::Set { path: path.into(), keyword: keyword.into(), value }
     }
@@ -205,10 +227,13 @@ impl SchemaPatch {
 #[derive(Debug, thiserror::Error)]
 pub enum CrdError {
     #[error("schema path {0:?} does not exist")]
+    /// A patch path names no node of the generated schema.
     NoSuchPath(String),
     #[error("schema (de)serialisation failed: {0}")]
+    /// The generated schema did not survive a JSON round trip.
     Json(#[from] serde_json::Error),
     #[error("YAML rendering failed: {0}")]
+    /// The CRD could not be written as YAML.
     Yaml(String),
 }
 

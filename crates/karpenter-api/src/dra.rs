@@ -34,9 +34,11 @@ pub enum AllocationMode {
 pub struct RequestAlternative {
     /// `request` or `request/subrequest` (for `firstAvailable`), as allocation results name it.
     pub name: String,
+    /// The DeviceClass whose selectors the devices must also satisfy.
     pub device_class_name: String,
     /// CEL expressions, all of which must be true.
     pub selectors: Vec<String>,
+    /// How many devices: an exact count, or all that match.
     pub mode: AllocationMode,
     /// Device taints this alternative tolerates (the request's `tolerations`, as core tolerations).
     pub tolerations: Vec<Toleration>,
@@ -47,7 +49,9 @@ pub struct RequestAlternative {
 /// A device request of a claim: one alternative, or `firstAvailable` alternatives tried in order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeviceRequest {
+    /// The request's name, unique in its claim; pods' containers refer to it.
     pub name: String,
+    /// The ways to satisfy it: one, or several tried in order (`firstAvailable`).
     pub alternatives: Vec<RequestAlternative>,
 }
 
@@ -56,6 +60,7 @@ pub struct DeviceRequest {
 /// pairwise different values (`distinctAttribute`, Kubernetes 1.34+).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceConstraint {
+    /// The requests (or `request/subrequest`s) constrained; empty means every request of the claim.
     pub requests: Vec<String>,
     /// `domain/id`.
     pub attribute: String,
@@ -66,15 +71,20 @@ pub struct DeviceConstraint {
 /// What a claim (or a claim template) asks for.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ClaimSpec {
+    /// The device requests, each satisfied by its own devices.
     pub requests: Vec<DeviceRequest>,
+    /// Constraints across the requests' devices.
     pub constraints: Vec<DeviceConstraint>,
 }
 
 /// A device as allocation results name it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct DeviceId {
+    /// The DRA driver that published the device.
     pub driver: String,
+    /// The resource pool (within the driver) the device belongs to.
     pub pool: String,
+    /// The device's name, unique in its pool.
     pub device: String,
 }
 
@@ -90,9 +100,13 @@ pub struct Allocation {
 /// A ResourceClaim.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResourceClaim {
+    /// The claim's namespace (pods use claims of their own namespace only).
     pub namespace: String,
+    /// The claim's name.
     pub name: String,
+    /// What the claim asks for.
     pub spec: ClaimSpec,
+    /// `status.allocation`: the devices allocated to it, when allocated.
     pub allocation: Option<Allocation>,
     /// `status.reservedFor` consumers, by name.
     pub reserved_for: Vec<String>,
@@ -101,14 +115,18 @@ pub struct ResourceClaim {
 /// A ResourceClaimTemplate: the spec of the per-pod claims made from it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResourceClaimTemplate {
+    /// The template's namespace.
     pub namespace: String,
+    /// The template's name.
     pub name: String,
+    /// The spec each claim made from the template gets.
     pub spec: ClaimSpec,
 }
 
 /// A DeviceClass.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceClass {
+    /// The class's name, as requests name it.
     pub name: String,
     /// CEL expressions, all of which must be true.
     pub selectors: Vec<String>,
@@ -128,18 +146,26 @@ pub enum SliceNodes {
 /// A ResourceSlice's pool.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pool {
+    /// The pool's name, unique per driver (often the node's name for node-local devices).
     pub name: String,
+    /// The pool's generation: slices of an older generation are stale.
     pub generation: i64,
+    /// How many slices the pool's current generation has in all.
     pub resource_slice_count: i64,
 }
 
 /// A ResourceSlice.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResourceSlice {
+    /// The slice's object name.
     pub name: String,
+    /// The DRA driver that published it.
     pub driver: String,
+    /// The pool the slice is part of.
     pub pool: Pool,
+    /// The nodes that can reach its devices.
     pub nodes: SliceNodes,
+    /// The devices it lists.
     pub devices: Vec<Device>,
     /// `sharedCounters`: what the pool's partitionable devices consume from.
     pub shared_counters: Vec<CounterSet>,
@@ -192,9 +218,13 @@ impl<'a> PoolGenerations<'a> {
 /// The DRA objects of a cluster or an input.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct DraObjects {
+    /// ResourceClaims.
     pub claims: Vec<ResourceClaim>,
+    /// ResourceClaimTemplates.
     pub templates: Vec<ResourceClaimTemplate>,
+    /// DeviceClasses.
     pub classes: Vec<DeviceClass>,
+    /// ResourceSlices.
     pub slices: Vec<ResourceSlice>,
 }
 
@@ -202,8 +232,11 @@ pub struct DraObjects {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{kind} {name}: {message}")]
 pub struct DraError {
+    /// The object's kind, e.g. `ResourceClaim`.
     pub kind: String,
+    /// The object's `metadata.name`.
     pub name: String,
+    /// What is wrong with it.
     pub message: String,
 }
 

@@ -15,12 +15,15 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DurationError {
     #[error("duration is empty")]
+    /// The text was empty.
     Empty,
     #[error(
         "invalid duration {0:?}: expected a sequence of <integer><unit> with units h, m, s (e.g. \"720h\", \"1h30m\")"
     )]
+    /// Not a sequence of `<integer><h|m|s>`; holds the text as written.
     Syntax(String),
     #[error("duration {0:?} overflows")]
+    /// Too long to represent; holds the text as written.
     Overflow(String),
 }
 
@@ -125,9 +128,11 @@ impl KDuration {
     pub fn from_duration(d: Duration) -> Self {
         Self { text: format!("{}s", d.as_secs()), value: Duration::from_secs(d.as_secs()) }
     }
+    /// The duration as written (`"1h30m"`), which is what round-trips to the API server.
     pub fn as_str(&self) -> &str {
         &self.text
     }
+    /// The parsed length.
     pub fn duration(&self) -> Duration {
         self.value
     }
@@ -178,11 +183,14 @@ impl JsonSchema for KDuration {
 /// A duration that may also be `"Never"` (expireAfter, consolidateAfter).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum NillableDuration {
+    /// `"Never"`: the behaviour is off (no expiry, no consolidation).
     Never,
+    /// A finite duration.
     Duration(KDuration),
 }
 
 impl NillableDuration {
+    /// The text of [`NillableDuration::Never`].
     pub const NEVER: &'static str = "Never";
 
     /// `None` for `Never`.
@@ -192,12 +200,14 @@ impl NillableDuration {
             Self::Duration(d) => Some(d.duration()),
         }
     }
+    /// The text as written, or `"Never"`.
     pub fn as_str(&self) -> &str {
         match self {
             Self::Never => Self::NEVER,
             Self::Duration(d) => d.as_str(),
         }
     }
+    /// Whether this is `"Never"`.
     pub fn is_never(&self) -> bool {
         matches!(self, Self::Never)
     }

@@ -36,12 +36,19 @@ pub const KIND: &str = "EC2NodeClass";
 
 /// Condition types of an EC2NodeClass. `Ready` is the conjunction of the others (see [`ready_dependents`]).
 pub mod conditions {
+    /// `True` when every condition it depends on is `True`: the class can be launched from.
     pub const READY: &str = "Ready";
+    /// The AMI selector terms resolved to at least one AMI (`status.amis`).
     pub const AMIS_READY: &str = "AMIsReady";
+    /// The subnet selector terms resolved to at least one subnet (`status.subnets`).
     pub const SUBNETS_READY: &str = "SubnetsReady";
+    /// The security group selector terms resolved to at least one group (`status.securityGroups`).
     pub const SECURITY_GROUPS_READY: &str = "SecurityGroupsReady";
+    /// The instance profile exists: the one named in `spec.instanceProfile`, or the one created for `spec.role`.
     pub const INSTANCE_PROFILE_READY: &str = "InstanceProfileReady";
+    /// The controller's IAM permissions were checked with dry-run calls (CreateFleet, CreateLaunchTemplate, RunInstances).
     pub const VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
+    /// The placement group selector resolved to an existing placement group.
     pub const PLACEMENT_GROUP_READY: &str = "PlacementGroupReady";
     /// Only part of `Ready` when the `ReservedCapacity` feature gate is on.
     pub const CAPACITY_RESERVATIONS_READY: &str = "CapacityReservationsReady";
@@ -64,16 +71,27 @@ pub mod conditions {
 
     /// Reasons set by the status controllers.
     pub mod reasons {
+        /// `AMIsReady=False`: no AMI matches the selector terms.
         pub const AMI_NOT_FOUND: &str = "AMINotFound";
+        /// `AMIsReady=False`: the alias names a family or version that has no published AMI.
         pub const UNSUPPORTED_ALIAS: &str = "UnsupportedAlias";
+        /// `SubnetsReady=False`: no subnet matches the selector terms.
         pub const SUBNETS_NOT_FOUND: &str = "SubnetsNotFound";
+        /// `SecurityGroupsReady=False`: no security group matches the selector terms.
         pub const SECURITY_GROUPS_NOT_FOUND: &str = "SecurityGroupsNotFound";
+        /// `InstanceProfileReady=False`: the named instance profile does not exist.
         pub const INSTANCE_PROFILE_NOT_FOUND: &str = "InstanceProfileNotFound";
+        /// `ValidationSucceeded=False`: the CreateFleet dry run was denied.
         pub const CREATE_FLEET_AUTH_CHECK_FAILED: &str = "CreateFleetAuthCheckFailed";
+        /// `ValidationSucceeded=False`: the CreateLaunchTemplate dry run was denied.
         pub const CREATE_LAUNCH_TEMPLATE_AUTH_CHECK_FAILED: &str = "CreateLaunchTemplateAuthCheckFailed";
+        /// `ValidationSucceeded=False`: the RunInstances dry run was denied.
         pub const RUN_INSTANCES_AUTH_CHECK_FAILED: &str = "RunInstancesAuthCheckFailed";
+        /// `ValidationSucceeded=False`: `spec.tags` would overwrite tags Karpenter manages.
         pub const TAG_VALIDATION_FAILED: &str = "TagValidationFailed";
+        /// `ValidationSucceeded=Unknown`: validation waits for the other conditions to be `True`.
         pub const DEPENDENCIES_NOT_READY: &str = "DependenciesNotReady";
+        /// `ValidationSucceeded=False`: the generated user data is larger than EC2 accepts.
         pub const USER_DATA_SIZE_LIMIT_EXCEEDED: &str = "UserDataSizeLimitExceeded";
         /// `spec.kubelet` has CEL expressions but the AWS `NodeClassCEL` gate is off.
         pub const KUBELET_EXPRESSIONS_DISABLED: &str = "KubeletExpressionsDisabled";
@@ -114,6 +132,7 @@ pub enum AmiFamily {
 }
 
 impl AmiFamily {
+    /// Every family, in declaration order.
     pub const ALL: [AmiFamily; 7] = [
         Self::Al2,
         Self::Al2023,
@@ -155,6 +174,7 @@ impl AmiFamily {
         Self::ALL.into_iter().find(|f| f.alias_name() == Some(s))
     }
 
+    /// Whether nodes of this family run Windows (they get `kubernetes.io/os: windows`).
     pub fn is_windows(&self) -> bool {
         matches!(self, Self::Windows2019 | Self::Windows2022 | Self::Windows2025)
     }
@@ -176,14 +196,17 @@ impl FromStr for AmiFamily {
 /// A parsed AMI alias, `family@version` (`al2023@latest`, `bottlerocket@v1.20.3`, `al2@v20240807`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Alias {
+    /// The family the alias selects AMIs of.
     pub family: AmiFamily,
     /// `latest` or a pinned version, as written.
     pub version: String,
 }
 
 impl Alias {
+    /// The version meaning "the newest AMI of the family".
     pub const LATEST: &'static str = "latest";
 
+    /// Whether the alias follows the newest AMI (`family@latest`) rather than a pinned version.
     pub fn is_latest(&self) -> bool {
         self.version == Self::LATEST
     }
@@ -199,14 +222,18 @@ impl fmt::Display for Alias {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum AliasError {
     #[error("alias must be of the form family@version (e.g. al2023@latest), got {0:?}")]
+    /// Not `family@version`; holds the text as written.
     Format(String),
     #[error(
         "family {0:?} is not supported, must be one of al2, al2023, bottlerocket, windows2019, windows2022, windows2025"
     )]
+    /// A family with no alias (`custom` included); holds the family as written.
     UnknownFamily(String),
     #[error("windows families may only specify version 'latest'")]
+    /// A Windows family with a version other than `latest` (Windows AMIs cannot be pinned).
     WindowsVersion,
     #[error("alias may be at most {max} characters", max = MAX_ALIAS_LEN)]
+    /// Longer than the API allows.
     TooLong,
 }
 
@@ -1196,10 +1223,12 @@ impl EC2NodeClass {
         self.spec.effective_ami_family()
     }
 
+    /// `status.conditions`, empty when there is no status.
     pub fn conditions(&self) -> &[Condition] {
         self.status.as_ref().map_or(&[], |s| s.conditions.as_slice())
     }
 
+    /// Whether the `Ready` condition is `True`.
     pub fn is_ready(&self) -> bool {
         self.conditions().is_true(conditions::READY)
     }

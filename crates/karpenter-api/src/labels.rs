@@ -12,12 +12,19 @@ pub use karpenter_requirements::labels::{
 };
 
 // Core well-known labels (karpenter.sh and Kubernetes).
+/// The Windows build (e.g. `10.0.17763`) of a Windows node; well known so pods can select on it.
 pub const WINDOWS_BUILD: &str = "node.kubernetes.io/windows-build";
 
 // Lifecycle labels Karpenter puts on nodes.
+/// `"true"` once the NodeClaim's Node has registered with the cluster (the lifecycle controller sets it).
 pub const NODE_REGISTERED: &str = "karpenter.sh/registered";
+/// `"true"` once the Node is initialized: ready, startup taints gone, extended resources registered.
 pub const NODE_INITIALIZED: &str = "karpenter.sh/initialized";
+/// `"true"` on a Node whose kubelet was given its taints (every AWS AMI family but Custom), so registration does
+/// not copy the NodeClaim's taints onto it again.
 pub const DO_NOT_SYNC_TAINTS: &str = "karpenter.sh/do-not-sync-taints";
+/// Standard Kubernetes label that takes a node out of external load balancers; Karpenter adds it (value
+/// `karpenter`) when a node's termination starts, so traffic drains before the instance goes.
 pub const EXCLUDE_FROM_EXTERNAL_LB: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
 
 /// Values of `karpenter.sh/capacity-type`.
@@ -35,7 +42,10 @@ pub use karpenter_requirements::labels::normalize_key as normalize_label_key;
 pub const CORE_WELL_KNOWN_LABELS: [&str; 8] =
     [NODE_POOL, ZONE, REGION, INSTANCE_TYPE, ARCH, OS, CAPACITY_TYPE, WINDOWS_BUILD];
 
+/// Annotation keys Karpenter reads and writes on pods, nodes, NodeClaims and node classes.
 pub mod annotations {
+    /// On a Node, `"true"` keeps it out of voluntary disruption (consolidation, drift, expiration); on a pod, `"true"`
+    /// protects its node for good and a positive duration (`"30m"`) until the pod's start time plus that duration.
     pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
     /// `"true"` on a Node or NodeClaim vetoes node repair (and only repair: `do-not-disrupt` does not block it).
     pub const DO_NOT_REPAIR: &str = "karpenter.sh/do-not-repair";
@@ -44,18 +54,36 @@ pub mod annotations {
     pub const REBOOT_PRE_BOOT_ID: &str = "karpenter.sh/reboot-pre-boot-id";
     /// On a NodeClaim: the drain bound before a repair reboot (a Go duration; `"0"` drains forcefully).
     pub const REBOOT_TERMINATION_GRACE_PERIOD: &str = "karpenter.sh/reboot-termination-grace-period";
+    /// On NodePools and NodeClaims: the NodePool template's hash, compared to detect static drift.
     pub const NODE_POOL_HASH: &str = "karpenter.sh/nodepool-hash";
+    /// The hash scheme [`NODE_POOL_HASH`] was computed with; on a version change the hash is rewritten, not drifted.
     pub const NODE_POOL_HASH_VERSION: &str = "karpenter.sh/nodepool-hash-version";
+    /// On EC2NodeClasses and NodeClaims: the node class spec's hash, compared to detect static drift.
     pub const EC2_NODE_CLASS_HASH: &str = "karpenter.k8s.aws/ec2nodeclass-hash";
+    /// The hash scheme [`EC2_NODE_CLASS_HASH`] was computed with; on a version change the hash is rewritten, not drifted.
     pub const EC2_NODE_CLASS_HASH_VERSION: &str = "karpenter.k8s.aws/ec2nodeclass-hash-version";
+    /// On a NodeClaim being deleted: the RFC 3339 deadline (deletion time plus terminationGracePeriod) after which its
+    /// pods are deleted regardless of PDBs.
     pub const NODE_CLAIM_TERMINATION_TIMESTAMP: &str = "karpenter.sh/nodeclaim-termination-timestamp";
+    /// On a NodeClaim, `"true"` or `"false"`: whether its NodePool's `minValues` were relaxed (policy `BestEffort`)
+    /// to find instance types for it.
     pub const NODE_CLAIM_MIN_VALUES_RELAXED: &str = "karpenter.sh/nodeclaim-min-values-relaxed";
+    /// On a NodeClaim: the DRA drivers its pods' resource claims need, so the node is not ready before they publish.
     pub const REQUESTED_DRA_DRIVERS: &str = "karpenter.sh/requested-dra-drivers";
+    /// `"true"` on a NodeClaim launched with a price that a NodeOverlay changed.
     pub const PRICE_OVERLAY_APPLIED: &str = "karpenter.sh/price-overlay-applied";
+    /// `"true"` on a NodeClaim whose capacity a NodeOverlay changed.
     pub const CAPACITY_OVERLAY_APPLIED: &str = "karpenter.sh/capacity-overlay-applied";
+    /// On a NodeClaim: the AWS provider has tagged its instance after registration (`Name`, `karpenter.sh/nodeclaim`,
+    /// `eks:eks-cluster-name`), so it is not tagged again.
     pub const AWS_TAGGED: &str = "karpenter.k8s.aws/tagged";
+    /// On a NodeClaim: its instance also carries the `eks:eks-cluster-name` tag (added to instances launched before
+    /// the tag existed).
     pub const AWS_CLUSTER_NAME_TAGGED: &str = "compatibility.karpenter.k8s.aws/cluster-name-tagged";
+    /// On a NodeClaim: the instance profile its instance was launched with.
     pub const AWS_INSTANCE_PROFILE_NAME: &str = "karpenter.k8s.aws/instance-profile-name";
+    /// On a pod: the ReplicaSet controller's scale-down preference; Karpenter reads it as the pod's disruption cost, and
+    /// writes it itself with the `PodDeletionCostManagement` gate.
     pub const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
     /// A pod's cost of disruption for consolidation (an int32, alpha). With the `PodDeletionCostManagement` gate
     /// on it is the only source of that cost, because Karpenter then writes `POD_DELETION_COST` itself.
@@ -246,10 +274,16 @@ pub mod min_nodes {
     pub enum MinNodesError {
         /// Not a decimal integer (or too large for one).
         #[error("annotation {ANNOTATION} {value:?} is not a non-negative integer")]
-        NotAnInteger { value: String },
+        NotAnInteger {
+            /// The annotation's value as written.
+            value: String,
+        },
         /// Negative.
         #[error("annotation {ANNOTATION} {value:?} is negative")]
-        Negative { value: String },
+        Negative {
+            /// The annotation's value as written.
+            value: String,
+        },
     }
 
     /// Parses the annotation's value: a decimal integer, surrounding blanks allowed, `0` meaning no floor.
@@ -288,18 +322,23 @@ pub mod min_nodes {
     }
 }
 
+/// Taint keys Karpenter puts on nodes or waits for.
 pub mod taints {
     /// Put on a node when a disruption command starts or termination begins.
     pub const DISRUPTED: &str = "karpenter.sh/disrupted";
     /// Injected into kubelet's registration taints; removed at registration.
     pub const UNREGISTERED: &str = "karpenter.sh/unregistered";
+    /// Kubernetes' taint on a node whose `Ready` condition is not `True`.
     pub const NOT_READY: &str = "node.kubernetes.io/not-ready";
+    /// Kubernetes' taint on a node whose `Ready` condition is `Unknown` (the kubelet stopped reporting).
     pub const UNREACHABLE: &str = "node.kubernetes.io/unreachable";
+    /// The cloud controller manager's taint on a node it has not initialized yet.
     pub const CLOUD_PROVIDER_UNINITIALIZED: &str = "node.cloudprovider.kubernetes.io/uninitialized";
     /// Any taint key with this prefix is ephemeral while a node initializes (v1.13+).
     pub const READINESS_PREFIX: &str = "readiness.k8s.io/";
 }
 
+/// Finalizer keys Karpenter adds so it can clean up before an object goes.
 pub mod finalizers {
     /// On Nodes and NodeClaims.
     pub const TERMINATION: &str = "karpenter.sh/termination";
@@ -309,40 +348,71 @@ pub mod finalizers {
 
 /// AWS well-known labels.
 pub mod aws {
+    /// The AWS provider's restricted label domain: NodePools may not set labels in it except the well-known ones.
     pub const DOMAIN: &str = "karpenter.k8s.aws";
+    /// The ID of the capacity reservation (ODCR or capacity block) the instance was launched into.
     pub const CAPACITY_RESERVATION_ID: &str = "karpenter.k8s.aws/capacity-reservation-id";
+    /// The reservation's type: `default` (on-demand capacity reservation) or `capacity-block`.
     pub const CAPACITY_RESERVATION_TYPE: &str = "karpenter.k8s.aws/capacity-reservation-type";
+    /// `"true"` when the reservation's capacity may be reclaimed (interruptible capacity reservations).
     pub const CAPACITY_RESERVATION_INTERRUPTIBLE: &str = "karpenter.k8s.aws/capacity-reservation-interruptible";
+    /// The EC2 hypervisor (`nitro`, `xen`); empty for bare metal.
     pub const INSTANCE_HYPERVISOR: &str = "karpenter.k8s.aws/instance-hypervisor";
+    /// `"true"` when the instance type encrypts traffic between instances in transit.
     pub const INSTANCE_ENCRYPTION_IN_TRANSIT_SUPPORTED: &str =
         "karpenter.k8s.aws/instance-encryption-in-transit-supported";
+    /// `"true"` when the instance type supports Nitro sandboxed containers.
     pub const NITRO_SANDBOX: &str = "karpenter.k8s.aws/nitro-sandbox";
+    /// The instance category: the letters of the family before its generation (`c`, `m`, `r`, `g`, ...).
     pub const INSTANCE_CATEGORY: &str = "karpenter.k8s.aws/instance-category";
+    /// `"true"` for flex instance types (e.g. `c7i-flex`), which give baseline performance with bursts.
     pub const INSTANCE_CAPABILITY_FLEX: &str = "karpenter.k8s.aws/instance-capability-flex";
+    /// The instance family (`c5`, `m6g`, ...).
     pub const INSTANCE_FAMILY: &str = "karpenter.k8s.aws/instance-family";
+    /// The instance generation, the digit(s) of the family (`5` for `c5`).
     pub const INSTANCE_GENERATION: &str = "karpenter.k8s.aws/instance-generation";
+    /// The instance size (`large`, `2xlarge`, `metal`, ...).
     pub const INSTANCE_SIZE: &str = "karpenter.k8s.aws/instance-size";
+    /// Local NVMe instance storage in GiB.
     pub const INSTANCE_LOCAL_NVME: &str = "karpenter.k8s.aws/instance-local-nvme";
+    /// vCPUs of the instance type.
     pub const INSTANCE_CPU: &str = "karpenter.k8s.aws/instance-cpu";
+    /// The CPU manufacturer (`intel`, `amd`, `aws`).
     pub const INSTANCE_CPU_MANUFACTURER: &str = "karpenter.k8s.aws/instance-cpu-manufacturer";
+    /// The sustained all-core clock speed in MHz.
     pub const INSTANCE_CPU_SUSTAINED_CLOCK_SPEED_MHZ: &str = "karpenter.k8s.aws/instance-cpu-sustained-clock-speed-mhz";
+    /// Memory of the instance type in MiB.
     pub const INSTANCE_MEMORY: &str = "karpenter.k8s.aws/instance-memory";
+    /// Dedicated EBS bandwidth in Mbps.
     pub const INSTANCE_EBS_BANDWIDTH: &str = "karpenter.k8s.aws/instance-ebs-bandwidth";
+    /// Baseline network bandwidth in Mbps.
     pub const INSTANCE_NETWORK_BANDWIDTH: &str = "karpenter.k8s.aws/instance-network-bandwidth";
+    /// The GPU model, lower case (`t4`, `a100`, ...).
     pub const INSTANCE_GPU_NAME: &str = "karpenter.k8s.aws/instance-gpu-name";
+    /// The GPU manufacturer (`nvidia`, `amd`, ...).
     pub const INSTANCE_GPU_MANUFACTURER: &str = "karpenter.k8s.aws/instance-gpu-manufacturer";
+    /// How many GPUs the instance type has.
     pub const INSTANCE_GPU_COUNT: &str = "karpenter.k8s.aws/instance-gpu-count";
+    /// Total GPU memory in MiB.
     pub const INSTANCE_GPU_MEMORY: &str = "karpenter.k8s.aws/instance-gpu-memory";
+    /// The accelerator model (`inferentia`, `trainium`, ...).
     pub const INSTANCE_ACCELERATOR_NAME: &str = "karpenter.k8s.aws/instance-accelerator-name";
+    /// The accelerator manufacturer (`aws`, ...).
     pub const INSTANCE_ACCELERATOR_MANUFACTURER: &str = "karpenter.k8s.aws/instance-accelerator-manufacturer";
+    /// How many accelerators (Inferentia, Trainium) the instance type has.
     pub const INSTANCE_ACCELERATOR_COUNT: &str = "karpenter.k8s.aws/instance-accelerator-count";
+    /// Instance tenancy: `default` (shared hardware) or `dedicated`.
     pub const INSTANCE_TENANCY: &str = "karpenter.k8s.aws/instance-tenancy";
+    /// The placement group the instance was launched into (from the EC2NodeClass's placement group selector).
     pub const PLACEMENT_GROUP_ID: &str = "karpenter.k8s.aws/placement-group-id";
+    /// The partition number within a partition placement group.
     pub const PLACEMENT_GROUP_PARTITION: &str = "karpenter.k8s.aws/placement-group-partition";
+    /// The AWS zone ID (`use1-az1`): the same physical zone in every account, unlike the zone name.
     pub const ZONE_ID: &str = "topology.k8s.aws/zone-id";
     /// Informational: the node class name.
     pub const EC2_NODE_CLASS: &str = "karpenter.k8s.aws/ec2nodeclass";
 
+    /// The AWS well-known labels: NodePools and pods may constrain them even when no NodePool sets them.
     pub const WELL_KNOWN: [&str; 30] = [
         CAPACITY_RESERVATION_ID,
         CAPACITY_RESERVATION_TYPE,
@@ -379,13 +449,20 @@ pub mod aws {
 
 /// The kwok provider's well-known labels (upstream's fake provider for scale testing).
 pub mod kwok {
+    /// The kwok provider's restricted label domain.
     pub const DOMAIN: &str = "karpenter.kwok.sh";
+    /// The fake instance size (the size part of the instance type name).
     pub const INSTANCE_SIZE: &str = "karpenter.kwok.sh/instance-size";
+    /// The fake instance family.
     pub const INSTANCE_FAMILY: &str = "karpenter.kwok.sh/instance-family";
+    /// vCPUs of the fake instance type.
     pub const INSTANCE_CPU: &str = "karpenter.kwok.sh/instance-cpu";
+    /// Memory of the fake instance type.
     pub const INSTANCE_MEMORY: &str = "karpenter.kwok.sh/instance-memory";
+    /// The name of the KWOKNodeClass a node was launched from.
     pub const KWOK_NODE_CLASS: &str = "karpenter.kwok.sh/kwoknodeclass";
 
+    /// The kwok well-known labels.
     pub const WELL_KNOWN: [&str; 5] = [INSTANCE_SIZE, INSTANCE_FAMILY, INSTANCE_CPU, INSTANCE_MEMORY, KWOK_NODE_CLASS];
 }
 
@@ -441,6 +518,7 @@ impl ProviderLabels {
         all
     }
 
+    /// Whether `key` is a core or this provider's well-known label.
     pub fn is_well_known(&self, key: &str) -> bool {
         CORE_WELL_KNOWN_LABELS.contains(&key) || self.well_known.contains(key)
     }

@@ -2,6 +2,14 @@
 //! KWOKNodeClass (`karpenter.kwok.sh/v1alpha1`), with validation, drift hashes, CRD generation and manifest
 //! loading.
 //!
+//! ```toml
+//! [dependencies]
+//! karpenter-api = { version = "0.1" }
+//! # This crate leaves the Kubernetes version to the final binary (kube-rs's rule for libraries): the binary
+//! # enables exactly one k8s-openapi version feature, the one karpenter-rs is built and tested with being v1_33.
+//! k8s-openapi = { version = "0.29", features = ["v1_33"] }
+//! ```
+//!
 //! This crate is pure: it depends on `kube` with the `derive` feature only, so it pulls in no HTTP client and no
 //! async runtime. It re-exports [`kube`] and [`k8s_openapi`] so embedders line up on the same versions.
 

@@ -91,8 +91,11 @@ impl fmt::Display for Origin {
 /// An object whose apiVersion/kind the loader does not model. Kept as JSON so callers can still look at it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct UnknownObject {
+    /// The object's `apiVersion`.
     pub api_version: String,
+    /// The object's `kind`.
     pub kind: String,
+    /// The whole object as read.
     pub value: Value,
 }
 
@@ -118,7 +121,10 @@ macro_rules! objects {
         #[derive(Clone, Debug)]
         #[allow(clippy::large_enum_variant)]
         pub enum Object {
-            $( $variant(Box<$ty>), )*
+            $(
+                #[doc = concat!("A `", stringify!($variant), "` of `", $api_version, "`.")]
+                $variant(Box<$ty>),
+            )*
             /// Any other apiVersion/kind (see the module docs).
             Unknown(Box<UnknownObject>),
             /// A Pod as decisions read it, when loaded with [`LoadOptions::compact_pods`].
@@ -294,7 +300,9 @@ fn group_of(api_version: &str) -> &str {
 /// One object with its origin.
 #[derive(Clone, Debug)]
 pub struct Loaded {
+    /// Where the object came from (file, document, List item).
     pub origin: Origin,
+    /// The decoded object.
     pub object: Object,
 }
 
@@ -311,16 +319,20 @@ pub enum LoadError {
     /// The file or directory could not be read.
     #[error("{}: {source}", path.display())]
     Io {
+        /// The path that could not be read.
         path: PathBuf,
         #[source]
+        /// The operating system's error.
         source: std::io::Error,
     },
     /// The text is not valid YAML/JSON (or exceeds the parser's limits); the whole file is rejected.
     #[error("{file}: {message}")]
     Syntax {
+        /// The file's name as the loader was given it.
         file: String,
         /// 1-based line of the problem, when known (`message` names it too).
         line: Option<u64>,
+        /// The parser's message.
         message: String,
     },
     /// A document parsed but is not a valid object of its kind.
@@ -332,6 +344,7 @@ pub enum LoadError {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{origin}: {}{}{message}{}", object_prefix(object), path_prefix(path), line_suffix(*line))]
 pub struct DecodeError {
+    /// Where the document came from (file, document, List item).
     pub origin: Origin,
     /// `Kind/name` of the object, as far as it could be read.
     pub object: Option<String>,
@@ -339,6 +352,7 @@ pub struct DecodeError {
     pub path: String,
     /// 1-based line of the field in the YAML source, when known.
     pub line: Option<u64>,
+    /// What is wrong, in the decoder's words.
     pub message: String,
 }
 

@@ -32,6 +32,7 @@ pub enum TaintEffect {
 }
 
 impl TaintEffect {
+    /// The effect as Kubernetes spells it in a taint.
     pub fn as_str(&self) -> &'static str {
         match self {
             Self::NoSchedule => "NoSchedule",
@@ -77,6 +78,7 @@ pub struct Taint {
 }
 
 impl Taint {
+    /// A taint without `timeAdded`; `None` is the empty value.
     pub fn new(key: impl Into<String>, value: Option<&str>, effect: TaintEffect) -> Self {
         Self { key: key.into(), value: value.map(str::to_string), effect, time_added: None }
     }
@@ -86,6 +88,7 @@ impl Taint {
         self.key == other.key && self.effect == other.effect && self.value_str() == other.value_str()
     }
 
+    /// The value, empty when absent (Kubernetes treats the two alike when matching).
     pub fn value_str(&self) -> &str {
         self.value.as_deref().unwrap_or("")
     }
@@ -93,14 +96,23 @@ impl Taint {
 
 /// Requirement operators.
 pub mod operator {
+    /// The key's label value is one of `values`.
     pub const IN: &str = "In";
+    /// The key's label value is none of `values`, or the label is absent.
     pub const NOT_IN: &str = "NotIn";
+    /// The label is present, with any value.
     pub const EXISTS: &str = "Exists";
+    /// The label is absent.
     pub const DOES_NOT_EXIST: &str = "DoesNotExist";
+    /// The label's value, as an integer, is greater than the single value.
     pub const GT: &str = "Gt";
+    /// The label's value, as an integer, is less than the single value.
     pub const LT: &str = "Lt";
+    /// The label's value, as an integer, is greater than or equal to the single value (Karpenter v1.13+).
     pub const GTE: &str = "Gte";
+    /// The label's value, as an integer, is less than or equal to the single value (Karpenter v1.13+).
     pub const LTE: &str = "Lte";
+    /// Every operator a NodePool or NodeClaim requirement may use.
     pub const ALL: [&str; 8] = [IN, NOT_IN, EXISTS, DOES_NOT_EXIST, GT, LT, GTE, LTE];
     /// Operators that take exactly one non-negative integer.
     pub const NUMERIC: [&str; 4] = [GT, LT, GTE, LTE];
@@ -141,6 +153,7 @@ pub struct NodeSelectorRequirementWithMinValues {
 }
 
 impl NodeSelectorRequirementWithMinValues {
+    /// A requirement without `minValues`.
     pub fn new(key: impl Into<String>, operator: &str, values: &[&str]) -> Self {
         Self {
             key: key.into(),
@@ -170,6 +183,7 @@ pub struct NodeClassReference {
 }
 
 impl NodeClassReference {
+    /// A reference to the node class `name` of `kind` in API group `group`.
     pub fn new(group: &str, kind: &str, name: &str) -> Self {
         Self { group: group.into(), kind: kind.into(), name: name.into() }
     }
@@ -199,17 +213,27 @@ pub mod conditions {
     /// Root condition (NodeClaim: Launched ∧ Registered ∧ Initialized; NodePool: ValidationSucceeded ∧
     /// NodeClassReady; node classes: all of theirs).
     pub const READY: &str = "Ready";
+    /// The cloud provider has launched an instance for the NodeClaim (`status.providerID` is set).
     pub const LAUNCHED: &str = "Launched";
+    /// A Node with the NodeClaim's provider ID has joined the cluster.
     pub const REGISTERED: &str = "Registered";
+    /// The Node is ready, its startup taints are gone and its extended resources are registered.
     pub const INITIALIZED: &str = "Initialized";
+    /// The node has been empty or underutilized for the NodePool's `consolidateAfter`: consolidation may consider it.
     pub const CONSOLIDATABLE: &str = "Consolidatable";
+    /// The NodeClaim no longer matches its NodePool or node class; its reason names what changed (see [`drift`]).
     pub const DRIFTED: &str = "Drifted";
+    /// Why the NodeClaim is being disrupted (reasons `Underutilized`, `Empty`, `Drifted`, ...).
     pub const DISRUPTION_REASON: &str = "DisruptionReason";
     /// Node repair is rebooting the instance (reason `RebootRequested`; `False` with `RebootCompleted` after).
     pub const REBOOTING: &str = "Rebooting";
+    /// Termination has evicted every pod it must (reasons `Draining`, `TerminationGracePeriodElapsed`).
     pub const DRAINED: &str = "Drained";
+    /// Every volume attachment of the node is gone, so the instance can be terminated without losing data.
     pub const VOLUMES_DETACHED: &str = "VolumesDetached";
+    /// The provider has been asked to terminate the instance.
     pub const INSTANCE_TERMINATING: &str = "InstanceTerminating";
+    /// The Node matches what the NodeClaim asked for (capacity, labels); `False` reports a mismatch.
     pub const CONSISTENT_STATE_FOUND: &str = "ConsistentStateFound";
     /// NodePool / node class.
     pub const VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
@@ -221,43 +245,70 @@ pub mod conditions {
     /// The conditions whose conjunction is a NodeClaim's `Ready`.
     pub const NODE_CLAIM_READY_DEPENDENTS: [&str; 3] = [LAUNCHED, REGISTERED, INITIALIZED];
 
+    /// Reasons of the NodeClaim and NodePool conditions above.
     pub mod reasons {
         // Registered.
+        /// `Registered=Unknown`: no Node with the NodeClaim's provider ID yet.
         pub const NODE_NOT_FOUND: &str = "NodeNotFound";
+        /// `Registered=Unknown`: a registration hook (a provider's pre-registration check) has not passed yet.
         pub const REGISTRATION_HOOK_PENDING: &str = "RegistrationHookPending";
+        /// `Registered=False`: more than one Node has the NodeClaim's provider ID.
         pub const MULTIPLE_NODES_FOUND: &str = "MultipleNodesFound";
         // Initialized.
+        /// `Initialized=Unknown`: the Node is not `Ready` yet.
         pub const NODE_NOT_READY: &str = "NodeNotReady";
+        /// `Initialized=Unknown`: startup taints are still on the Node.
         pub const STARTUP_TAINTS_EXIST: &str = "StartupTaintsExist";
+        /// `Initialized=Unknown`: taints Kubernetes puts on a starting node (not-ready, uninitialized) are still there.
         pub const KNOWN_EPHEMERAL_TAINTS_EXIST: &str = "KnownEphemeralTaintsExist";
+        /// `Initialized=Unknown`: an extended resource the instance type promises is not in the Node's allocatable yet.
         pub const RESOURCE_NOT_REGISTERED: &str = "ResourceNotRegistered";
+        /// `Initialized=Unknown`: a DRA driver the NodeClaim's pods need has not published its device pools yet.
         pub const DRA_DRIVER_POOLS_NOT_PUBLISHED: &str = "DRADriverPoolsNotPublished";
         // Drained / VolumesDetached.
+        /// `Drained=Unknown`: pods are still being evicted.
         pub const DRAINING: &str = "Draining";
+        /// `VolumesDetached=Unknown`: volume attachments remain.
         pub const AWAITING_VOLUME_DETACHMENT: &str = "AwaitingVolumeDetachment";
+        /// The terminationGracePeriod ran out: remaining pods are deleted and volumes no longer awaited.
         pub const TERMINATION_GRACE_PERIOD_ELAPSED: &str = "TerminationGracePeriodElapsed";
         // ConsistentStateFound.
+        /// `ConsistentStateFound=False`: the Node differs from what the NodeClaim asked for.
         pub const CONSISTENCY_CHECK_FAILED: &str = "ConsistencyCheckFailed";
         // DisruptionReason.
+        /// `DisruptionReason`: consolidation replaces or removes an underutilized node.
         pub const UNDERUTILIZED: &str = "Underutilized";
+        /// `DisruptionReason`: the node has no pods left to reschedule.
         pub const EMPTY: &str = "Empty";
+        /// `DisruptionReason`: the node no longer matches its NodePool or node class.
         pub const DRIFTED: &str = "Drifted";
         // NodePool NodeClassReady.
+        /// `NodeClassReady=False`: the NodePool's nodeClassRef names no existing node class.
         pub const NODE_CLASS_NOT_FOUND: &str = "NodeClassNotFound";
+        /// `NodeClassReady=False`: the node class is being deleted.
         pub const NODE_CLASS_TERMINATING: &str = "NodeClassTerminating";
     }
 
     /// Reasons of the `Drifted` condition.
     pub mod drift {
+        /// The NodePool's template changed since the NodeClaim was made (its hash differs).
         pub const NODE_POOL_DRIFTED: &str = "NodePoolDrifted";
+        /// The NodeClaim's labels no longer satisfy the NodePool's requirements.
         pub const REQUIREMENTS_DRIFTED: &str = "RequirementsDrifted";
+        /// The NodeClaim's instance type is no longer offered.
         pub const INSTANCE_TYPE_NOT_FOUND: &str = "InstanceTypeNotFound";
         // AWS provider reasons.
+        /// The EC2NodeClass now resolves to AMIs other than the instance's.
         pub const AMI_DRIFT: &str = "AMIDrift";
+        /// The instance's subnet is no longer among the EC2NodeClass's resolved subnets.
         pub const SUBNET_DRIFT: &str = "SubnetDrift";
+        /// The instance's security groups differ from the EC2NodeClass's resolved ones.
         pub const SECURITY_GROUP_DRIFT: &str = "SecurityGroupDrift";
+        /// The instance's capacity reservation is no longer among the resolved ones.
         pub const CAPACITY_RESERVATION_DRIFT: &str = "CapacityReservationDrift";
+        /// The instance's placement group differs from the EC2NodeClass's resolved one.
         pub const PLACEMENT_GROUP_DRIFT: &str = "PlacementGroupDrift";
+        /// The EC2NodeClass spec changed since the NodeClaim was launched (its hash differs).
         pub const NODE_CLASS_DRIFT: &str = "NodeClassDrift";
     }
 }
@@ -383,6 +434,7 @@ impl NodeClaim {
         self.metadata.labels.as_ref()?.get(labels::NODE_POOL).map(String::as_str)
     }
 
+    /// `status.conditions`, empty when there is no status.
     pub fn conditions(&self) -> &[Condition] {
         self.status.as_ref().map_or(&[], |s| s.conditions.as_slice())
     }
@@ -392,21 +444,27 @@ impl NodeClaim {
         self.conditions().is_true(type_)
     }
 
+    /// Whether `Launched` is `True`.
     pub fn is_launched(&self) -> bool {
         self.is_condition_true(conditions::LAUNCHED)
     }
+    /// Whether `Registered` is `True`.
     pub fn is_registered(&self) -> bool {
         self.is_condition_true(conditions::REGISTERED)
     }
+    /// Whether `Initialized` is `True`.
     pub fn is_initialized(&self) -> bool {
         self.is_condition_true(conditions::INITIALIZED)
     }
+    /// Whether `Drifted` is `True`.
     pub fn is_drifted(&self) -> bool {
         self.is_condition_true(conditions::DRIFTED)
     }
+    /// `status.providerID`: the instance, once launched.
     pub fn provider_id(&self) -> Option<&str> {
         self.status.as_ref()?.provider_id.as_deref()
     }
+    /// `status.nodeName`: the Node, once registered.
     pub fn node_name(&self) -> Option<&str> {
         self.status.as_ref()?.node_name.as_deref()
     }
@@ -557,11 +615,17 @@ fn validate_duration_field(text: &str, allow_never: bool, path: &str, out: &mut 
 /// Borrowed view of the fields a NodeClaim spec and a NodePool template spec share, for shared validation.
 #[derive(Clone, Copy, Debug)]
 pub struct ClaimSpecFields<'a> {
+    /// `requirements`.
     pub requirements: &'a [NodeSelectorRequirementWithMinValues],
+    /// `taints`.
     pub taints: &'a [Taint],
+    /// `startupTaints`.
     pub startup_taints: &'a [Taint],
+    /// `nodeClassRef`.
     pub node_class_ref: &'a NodeClassReference,
+    /// `expireAfter`.
     pub expire_after: &'a NillableDuration,
+    /// `terminationGracePeriod`, when set.
     pub termination_grace_period: Option<&'a KDuration>,
 }
 
@@ -579,6 +643,7 @@ impl ClaimSpecFields<'_> {
 }
 
 impl NodeClaimSpec {
+    /// The fields validation shares with a NodePool's template spec.
     pub fn fields(&self) -> ClaimSpecFields<'_> {
         ClaimSpecFields {
             requirements: &self.requirements,

@@ -34,6 +34,8 @@ pub mod conditions {
     pub const READY: &str = "Ready";
     /// Reasons of a False `ValidationSucceeded` / `Ready`.
     pub const REASON_RUNTIME_VALIDATION: &str = "RuntimeValidation";
+    /// `ValidationSucceeded=False`: the overlay sets a price or capacity another overlay of the same weight also
+    /// sets for some instance type, so neither can apply there.
     pub const REASON_CONFLICT: &str = "Conflict";
     /// Reason of a True condition.
     pub const REASON_VALID: &str = "ValidationSucceeded";
@@ -64,6 +66,7 @@ pub struct NodeOverlayRequirement {
 }
 
 impl NodeOverlayRequirement {
+    /// A requirement on label `key` with `operator` (`In`, `NotIn`, `Exists`, ...) and `values`.
     pub fn new(key: impl Into<String>, operator: &str, values: &[&str]) -> Self {
         Self { key: key.into(), operator: operator.into(), values: values.iter().map(|s| s.to_string()).collect() }
     }
@@ -258,6 +261,7 @@ impl NodeOverlay {
         self.metadata.name.as_deref().unwrap_or_default()
     }
 
+    /// `status.conditions`, empty when there is no status.
     pub fn conditions(&self) -> &[Condition] {
         self.status.as_ref().map_or(&[], |s| s.conditions.as_slice())
     }

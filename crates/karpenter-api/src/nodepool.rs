@@ -114,6 +114,7 @@ pub struct TemplateMetadata {
 }
 
 impl TemplateMetadata {
+    /// Whether the template sets neither labels nor annotations.
     pub fn is_empty(&self) -> bool {
         self.labels.is_empty() && self.annotations.is_empty()
     }
@@ -199,6 +200,7 @@ pub enum DisruptionReason {
 }
 
 impl DisruptionReason {
+    /// The reason as the API spells it in `budgets[].reasons`.
     pub fn as_str(&self) -> &'static str {
         match self {
             Self::Underutilized => "Underutilized",
@@ -293,14 +295,24 @@ impl Default for Budget {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum BudgetError {
     #[error("invalid budget nodes {0:?}: must be an integer or a percentage 0%..100%")]
+    /// `nodes` is neither an integer nor a percentage from 0% to 100%; holds the text as written.
     Nodes(String),
     #[error("invalid schedule {schedule:?}: {reason}")]
-    Schedule { schedule: String, reason: String },
+    /// `schedule` is not a cron expression the budget accepts.
+    Schedule {
+        /// The schedule as written.
+        schedule: String,
+        /// What the cron parser rejected.
+        reason: String,
+    },
     #[error("schedule requires duration")]
+    /// `duration` is missing although `schedule` is set.
     MissingDuration,
     #[error("duration requires schedule")]
+    /// `schedule` is missing although `duration` is set.
     MissingSchedule,
     #[error("unknown time zone {0:?}")]
+    /// `timeZone` names no IANA time zone; holds the name as written.
     TimeZone(String),
 }
 
@@ -471,6 +483,7 @@ impl NodePool {
         self.spec.weight.unwrap_or(0)
     }
 
+    /// `status.conditions`, empty when there is no status.
     pub fn conditions(&self) -> &[Condition] {
         self.status.as_ref().map_or(&[], |s| s.conditions.as_slice())
     }

@@ -105,18 +105,44 @@ impl RepairPolicy {
 pub enum RepairPolicyError {
     /// A policy without a condition type.
     #[error("repair policy {index}: condition type is empty")]
-    EmptyConditionType { index: usize },
+    EmptyConditionType {
+        /// The policy's position in the provider's list.
+        index: usize,
+    },
     /// A priority above [`MAX_PRIORITY`].
     #[error("repair policy {index} ({policy}): priority {priority} is above {MAX_PRIORITY}")]
-    Priority { index: usize, policy: String, priority: u8 },
+    Priority {
+        /// The policy's position in the provider's list.
+        index: usize,
+        /// The policy as [`RepairPolicy::describe`] writes it.
+        policy: String,
+        /// The priority given.
+        priority: u8,
+    },
     /// A reason regex that does not compile.
     #[error("repair policy {index} ({policy}): reason regex does not compile: {error}")]
-    Regex { index: usize, policy: String, error: String },
+    Regex {
+        /// The policy's position in the provider's list.
+        index: usize,
+        /// The policy as [`RepairPolicy::describe`] writes it.
+        policy: String,
+        /// The regex compiler's message.
+        error: String,
+    },
     /// A reason regex with no condition-level fallback.
     #[error(
         "repair policy {index} ({policy}): a policy with a reason regex needs a fallback policy for {condition_type}={status} without one"
     )]
-    NoFallback { index: usize, policy: String, condition_type: String, status: &'static str },
+    NoFallback {
+        /// The policy's position in the provider's list.
+        index: usize,
+        /// The policy as [`RepairPolicy::describe`] writes it.
+        policy: String,
+        /// The condition type that has no fallback policy.
+        condition_type: String,
+        /// The condition status that has no fallback policy.
+        status: &'static str,
+    },
 }
 
 /// A Node's verdict under the policies: the policy that decides and what follows from it.

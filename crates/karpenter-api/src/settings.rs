@@ -15,7 +15,13 @@ use crate::validation::qualified_name_errors;
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SettingsError {
     #[error("{setting}: {message}")]
-    Invalid { setting: &'static str, message: String },
+    /// The value of `setting` is not usable.
+    Invalid {
+        /// The environment variable (and flag) name, e.g. `BATCH_MAX_DURATION`.
+        setting: &'static str,
+        /// What is wrong with the value.
+        message: String,
+    },
 }
 
 impl SettingsError {

@@ -27,6 +27,7 @@ impl fmt::Display for Violation {
 pub struct Violations(Vec<Violation>);
 
 impl Violations {
+    /// No violations.
     pub fn new() -> Self {
         Self::default()
     }
@@ -36,22 +37,27 @@ impl Violations {
         self.0.push(Violation { path: path.into(), message: message.into() });
     }
 
+    /// Appends `other`'s violations.
     pub fn extend(&mut self, other: Violations) {
         self.0.extend(other.0);
     }
 
+    /// Whether nothing is wrong.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
+    /// How many violations there are.
     pub fn len(&self) -> usize {
         self.0.len()
     }
 
+    /// The violations in the order found.
     pub fn iter(&self) -> impl Iterator<Item = &Violation> {
         self.0.iter()
     }
 
+    /// The violations, owned.
     pub fn into_vec(self) -> Vec<Violation> {
         self.0
     }
@@ -77,6 +83,7 @@ impl IntoIterator for Violations {
 /// `Default` uses [`ProviderLabels::default`], which is the AWS set.
 #[derive(Clone, Debug, Default)]
 pub struct ValidationContext {
+    /// The provider's well-known labels and restricted domains, which decide which label keys a manifest may use.
     pub provider: ProviderLabels,
 }
 

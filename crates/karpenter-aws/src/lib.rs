@@ -1,5 +1,14 @@
 //! The AWS CloudProvider for Karpenter.
 //!
+//! ```toml
+//! [dependencies]
+//! karpenter-aws = { version = "0.1" }
+//! # `features = ["sdk"]` for the AWS SDK adapters (the launching provider); without it, the SDK-free half.
+//! # This crate leaves the Kubernetes version to the final binary (kube-rs's rule for libraries): the binary
+//! # enables exactly one k8s-openapi version feature, the one karpenter-rs is built and tested with being v1_33.
+//! k8s-openapi = { version = "0.29", features = ["v1_33"] }
+//! ```
+//!
 //! This crate is split in two halves:
 //!
 //! * **SDK-free (always built, no features)**: everything that is data in, data out.

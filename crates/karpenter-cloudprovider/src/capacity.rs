@@ -38,10 +38,12 @@ impl CapacityMarks {
         self.offerings.iter().cloned().collect()
     }
 
+    /// How many offerings are marked out of capacity.
     pub fn len(&self) -> usize {
         self.offerings.len()
     }
 
+    /// Whether every offering is in capacity.
     pub fn is_empty(&self) -> bool {
         self.offerings.is_empty()
     }

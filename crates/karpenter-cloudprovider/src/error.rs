@@ -128,12 +128,19 @@ fn describe_offerings(offerings: &[OfferingRef]) -> String {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[non_exhaustive]
 pub enum ErrorKind {
+    /// [`CloudProviderError::NodeClaimNotFound`]: the instance is gone.
     NodeClaimNotFound,
+    /// [`CloudProviderError::InsufficientCapacity`]: no allowed offering could be launched.
     InsufficientCapacity,
+    /// [`CloudProviderError::NodeClassNotReady`]: the node class is not resolved.
     NodeClassNotReady,
+    /// [`CloudProviderError::Create`]: any other launch failure, retried until the launch timeout.
     Create,
+    /// [`CloudProviderError::UnevaluatedNodePool`]: the provider cannot answer for the NodePool yet.
     UnevaluatedNodePool,
+    /// [`CloudProviderError::NotImplemented`]: the provider does not offer the operation.
     NotImplemented,
+    /// [`CloudProviderError::Other`]: API errors, throttling, malformed input.
     Other,
 }
 

@@ -2,6 +2,14 @@
 //! enum, [`InterruptionSource`], a metrics/recording decorator, an in-memory [`FakeCloudProvider`] and
 //! [`cheapest_launch`], the offering a launch picks.
 //!
+//! ```toml
+//! [dependencies]
+//! karpenter-cloudprovider = { version = "0.1" }
+//! # This crate leaves the Kubernetes version to the final binary (kube-rs's rule for libraries): the binary
+//! # enables exactly one k8s-openapi version feature, the one karpenter-rs is built and tested with being v1_33.
+//! k8s-openapi = { version = "0.29", features = ["v1_33"] }
+//! ```
+//!
 //! No provider lives here: each is whole in its own crate (`karpenter-aws`, `karpenter-kwok`, with its instance-type
 //! catalogue), depending on this one and never the other way round.
 //!
@@ -110,6 +118,8 @@
 //! let fake = FakeCloudProvider::new(FakeOptions::new(vec![small])); // no latency, every node class ready
 //! assert_eq!(fake.name(), "kwok");
 //! ```
+
+#![warn(missing_docs)]
 
 pub mod capacity;
 pub mod decorator;

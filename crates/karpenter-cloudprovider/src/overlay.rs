@@ -263,6 +263,7 @@ pub struct OverlayStore {
 }
 
 impl OverlayStore {
+    /// A store holding no evaluation yet: every NodePool is unevaluated until the overlay controller sets one.
     pub fn new() -> Self {
         Self::default()
     }
@@ -287,6 +288,7 @@ pub struct Overlaid {
 }
 
 impl Overlaid {
+    /// Wraps `inner`, applying whatever evaluation `store` holds at the time of each `instance_types` call.
     pub fn new(inner: Arc<dyn CloudProvider>, store: OverlayStore) -> Self {
         Self { inner, store }
     }

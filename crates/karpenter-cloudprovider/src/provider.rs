@@ -196,13 +196,21 @@ impl<P: CloudProvider + ?Sized> CloudProvider for Arc<P> {
 /// The trait's methods, as a value (call records, metrics labels, failure injection).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Method {
+    /// [`CloudProvider::create`]: launch an instance for a NodeClaim.
     Create,
+    /// [`CloudProvider::delete`]: terminate a NodeClaim's instance.
     Delete,
+    /// [`CloudProvider::get`]: one NodeClaim's instance by provider ID.
     Get,
+    /// [`CloudProvider::list`]: every instance the provider launched (garbage collection).
     List,
+    /// [`CloudProvider::instance_types`]: a NodePool's instance types with their offerings.
     InstanceTypes,
+    /// [`CloudProvider::is_drifted`]: whether an instance no longer matches its node class.
     IsDrifted,
+    /// [`CloudProvider::repair_policies`]: the unhealthy node conditions that trigger repair.
     RepairPolicies,
+    /// [`CloudProvider::reboot`]: an in-place reboot (repair), where the provider offers one.
     Reboot,
 }
 

@@ -2,6 +2,14 @@
 //! scheduler's [`ClusterSnapshot`]: emptiness, drift, consolidation, budgets, expiration and
 //! terminationGracePeriod deadlines.
 //!
+//! ```toml
+//! [dependencies]
+//! karpenter-disruption = { version = "0.1" }
+//! # This crate leaves the Kubernetes version to the final binary (kube-rs's rule for libraries): the binary
+//! # enables exactly one k8s-openapi version feature, the one karpenter-rs is built and tested with being v1_33.
+//! k8s-openapi = { version = "0.29", features = ["v1_33"] }
+//! ```
+//!
 //! **No IO, no clock**: `now` is an argument. The snapshot is wrapped (indexes in [`candidate::Cluster`]), never
 //! edited. Displaced pods are placed with `karpenter-scheduler`'s [`Simulator`](karpenter_scheduler::simulation::Simulator),
 //! prepared once per pass and reused by every simulation. By default every candidate is evaluated; a caller

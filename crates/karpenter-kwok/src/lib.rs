@@ -2,6 +2,14 @@
 //! through the Kubernetes API, so provisioning, consolidation, drift and termination can be exercised at scale (or
 //! end to end in tests) with no machines behind the Nodes. The controller binary chooses it with its provider flag (`kwok`).
 //!
+//! ```toml
+//! [dependencies]
+//! karpenter-kwok = { version = "0.1" }
+//! # This crate leaves the Kubernetes version to the final binary (kube-rs's rule for libraries): the binary
+//! # enables exactly one k8s-openapi version feature, the one karpenter-rs is built and tested with being v1_33.
+//! k8s-openapi = { version = "0.29", features = ["v1_33"] }
+//! ```
+//!
 //! # What a launch does ([`KwokCloudProvider`])
 //!
 //! * **Choice**: among the instance types whose allocatable fits the NodeClaim's `spec.resources.requests`, the

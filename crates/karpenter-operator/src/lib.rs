@@ -1,5 +1,13 @@
 //! The controller's reconcile loops and their settings.
 //!
+//! ```toml
+//! [dependencies]
+//! karpenter-operator = { version = "0.1" }
+//! # This crate leaves the Kubernetes version to the final binary (kube-rs's rule for libraries): the binary
+//! # enables exactly one k8s-openapi version feature, the one karpenter-rs is built and tested with being v1_33.
+//! k8s-openapi = { version = "0.29", features = ["v1_33"] }
+//! ```
+//!
 //! This crate holds everything `karpenter-controller run` does that is not provider-specific, so the binary
 //! stays a thin wiring layer. This build contains the [`settings`] (flags and environment variables with
 //! upstream Karpenter's names and defaults) and the process plumbing the controllers run on:

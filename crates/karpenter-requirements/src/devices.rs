@@ -13,8 +13,11 @@ use crate::Quantity;
 /// A typed device attribute (exactly one of the API's `bool`, `int`, `string`, `version`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DeviceAttribute {
+    /// A boolean attribute (`bool`).
     Bool(bool),
+    /// A 64-bit integer attribute (`int`).
     Int(i64),
+    /// A string attribute (`string`).
     String(String),
     /// A semantic version, kept as written.
     Version(String),
@@ -45,7 +48,9 @@ pub const DEVICE_TAINT_EFFECTS: [&str; 2] = ["NoSchedule", "NoExecute"];
 /// entry (what the device takes from the set named `name`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct CounterSet {
+    /// The counter set's name, unique in its slice; a device's entry names the slice set it consumes from.
     pub name: String,
+    /// Counter values by counter name: the amount available (slice) or taken (device).
     pub counters: BTreeMap<String, Quantity>,
 }
 
@@ -74,6 +79,7 @@ impl Device {
 pub struct DeviceSliceTemplate {
     /// The DRA driver that will publish the devices (e.g. `gpu.nvidia.com`).
     pub driver: String,
+    /// The devices of the slice, as the driver will publish them.
     pub devices: Vec<Device>,
     /// Counter sets the devices consume from (partitionable devices); each node has its own.
     pub shared_counters: Vec<CounterSet>,

@@ -2,6 +2,14 @@
 //! (`In`/`NotIn`/`Exists`/`DoesNotExist`/`Gt`/`Lt`/`Gte`/`Lte`), taints and tolerations, host ports, and
 //! instance types with their offerings.
 //!
+//! ```toml
+//! [dependencies]
+//! karpenter-requirements = { version = "0.1" }
+//! # This crate leaves the Kubernetes version to the final binary (kube-rs's rule for libraries): the binary
+//! # enables exactly one k8s-openapi version feature, the one karpenter-rs is built and tested with being v1_33.
+//! k8s-openapi = { version = "0.29", features = ["v1_33"] }
+//! ```
+//!
 //! **This crate does no IO**: no tokio, no kube client, no clock. It takes data (mostly `k8s-openapi` types) and
 //! returns decisions; the scheduler and the API validation build on it. Behaviour follows upstream Karpenter
 //! v1.14.1 except where a doc comment says otherwise.
@@ -32,6 +40,8 @@
 //! Requirements are sorted vectors with `Arc<str>` keys and values: clones are reference-count bumps,
 //! intersection is a linear merge, and `has_intersection` / `compatible` / `intersects` / `ResourceList::fits`
 //! do not allocate on the success path.
+
+#![warn(missing_docs)]
 
 pub mod devices;
 mod fastcmp;

@@ -3,6 +3,14 @@
 //! well-known labels plus [`SchedulerOptions`] give [`Decisions`]: NodeClaims to create, pods placed on
 //! existing and in-flight nodes, and a reason for every pod that cannot be placed.
 //!
+//! ```toml
+//! [dependencies]
+//! karpenter-scheduler = { version = "0.1" }
+//! # This crate leaves the Kubernetes version to the final binary (kube-rs's rule for libraries): the binary
+//! # enables exactly one k8s-openapi version feature, the one karpenter-rs is built and tested with being v1_33.
+//! k8s-openapi = { version = "0.29", features = ["v1_33"] }
+//! ```
+//!
 //! **No IO, no async, no kube client, no clock.** The deadline is a pod-attempt budget
 //! ([`SchedulerOptions::max_pod_attempts`]) or a caller-supplied check ([`schedule_until`]).
 //! Output is deterministic: the same input gives the same JSON.

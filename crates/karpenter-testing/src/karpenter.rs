@@ -87,6 +87,7 @@ fn non_empty_map(m: &BTreeMap<String, String>) -> Option<BTreeMap<String, String
 /// and status `Ready=True` (the provisioner only uses ready pools).
 #[derive(Clone, Debug, Default)]
 pub struct NodePoolOptions {
+    /// Default: `nodepool-N` (a per-thread counter).
     pub name: Option<String>,
     /// Template labels (applied to nodes).
     pub labels: BTreeMap<String, String>,
@@ -94,13 +95,19 @@ pub struct NodePoolOptions {
     pub annotations: BTreeMap<String, String>,
     /// Annotations on the NodePool object itself (e.g. the drift hash).
     pub metadata_annotations: BTreeMap<String, String>,
+    /// `spec.template.spec.requirements`: the label constraints every node of the pool satisfies (with optional `minValues`).
     pub requirements: Vec<NodeSelectorRequirementWithMinValues>,
+    /// `spec.template.spec.taints`: taints every node of the pool carries; pods must tolerate them.
     pub taints: Vec<Taint>,
+    /// `spec.template.spec.startupTaints`: taints expected to be removed by a daemon after start; pods need not tolerate them.
     pub startup_taints: Vec<Taint>,
+    /// `spec.limits`: the most of each resource the pool's nodes may have in total; empty means no limit.
     pub limits: Resources,
+    /// `spec.weight`: pools with higher weight are tried first.
     pub weight: Option<i32>,
     /// Empty: upstream's default single `nodes: 10%` budget.
     pub budgets: Vec<Budget>,
+    /// `spec.disruption.consolidationPolicy`; default `WhenEmptyOrUnderutilized`.
     pub consolidation_policy: Option<ConsolidationPolicy>,
     /// e.g. `"30s"` or `"Never"`.
     pub consolidate_after: Option<String>,
@@ -110,6 +117,7 @@ pub struct NodePoolOptions {
     pub termination_grace_period: Option<String>,
     /// Makes the pool static.
     pub replicas: Option<i64>,
+    /// `spec.template.spec.nodeClassRef`; default EC2NodeClass `default`.
     pub node_class_ref: Option<NodeClassReference>,
     /// `Some(false)`: status `Ready=False`; `None`/`Some(true)`: ready.
     pub ready: Option<bool>,
@@ -173,27 +181,42 @@ pub fn node_pool(o: NodePoolOptions) -> NodePool {
 /// `expireAfter: 720h`, no conditions unless `launched`/`registered`/`initialized` are set.
 #[derive(Clone, Debug, Default)]
 pub struct NodeClaimOptions {
+    /// Default: `nodeclaim-N`, or `<node_pool>-N` when `node_pool` is set.
     pub name: Option<String>,
     /// Owning NodePool: sets the `karpenter.sh/nodepool` label and an owner reference.
     pub node_pool: Option<String>,
+    /// `metadata.labels` (besides the `karpenter.sh/nodepool` label `node_pool` sets).
     pub labels: BTreeMap<String, String>,
+    /// `metadata.annotations`, e.g. the drift hashes.
     pub annotations: BTreeMap<String, String>,
+    /// `metadata.finalizers`, e.g. Karpenter's termination finalizer.
     pub finalizers: Vec<String>,
+    /// `spec.requirements`: the label constraints the launched instance must satisfy.
     pub requirements: Vec<NodeSelectorRequirementWithMinValues>,
+    /// `spec.taints`: taints the node registers with.
     pub taints: Vec<Taint>,
+    /// `spec.startupTaints`: taints a daemon removes after the node starts.
     pub startup_taints: Vec<Taint>,
     /// `spec.resources.requests`.
     pub requests: Resources,
+    /// `spec.nodeClassRef`; default EC2NodeClass `default`.
     pub node_class_ref: Option<NodeClassReference>,
+    /// `spec.expireAfter`, e.g. `"720h"` or `"Never"`; default `720h`.
     pub expire_after: Option<String>,
+    /// `spec.terminationGracePeriod`, e.g. `"1h"`: how long draining may take before pods are deleted anyway.
     pub termination_grace_period: Option<String>,
     // Status.
+    /// `status.providerID`: the launched instance; unset until launch.
     pub provider_id: Option<String>,
+    /// `status.nodeName`: the Node that registered for this claim.
     pub node_name: Option<String>,
+    /// `status.imageID`: the image the instance runs (drift compares it).
     pub image_id: Option<String>,
+    /// `status.capacity`: the launched instance type's resources.
     pub capacity: Resources,
     /// Default: the capacity.
     pub allocatable: Resources,
+    /// `status.lastPodEventTime`: when a pod last bound to or left the node (consolidateAfter counts from it).
     pub last_pod_event_time: Option<DateTime<Utc>>,
     /// Adds `Launched=True`.
     pub launched: bool,
@@ -203,7 +226,9 @@ pub struct NodeClaimOptions {
     pub initialized: bool,
     /// Extra conditions, appended after the lifecycle ones.
     pub conditions: Vec<Condition>,
+    /// `metadata.creationTimestamp`; unset when `None`.
     pub creation_timestamp: Option<DateTime<Utc>>,
+    /// `metadata.deletionTimestamp`: set, the NodeClaim is being deleted.
     pub deletion_timestamp: Option<DateTime<Utc>>,
 }
 
@@ -284,21 +309,31 @@ fn next_name_for(pool: &str) -> String {
 /// tag `karpenter.sh/discovery: test-cluster`, upstream's metadata options; no status unless given.
 #[derive(Clone, Debug, Default)]
 pub struct EC2NodeClassOptions {
+    /// Default: `default` (the name the other builders' nodeClassRef points to).
     pub name: Option<String>,
+    /// `metadata.annotations`, e.g. the drift hash.
     pub annotations: BTreeMap<String, String>,
     /// Default `al2023@latest`; ignored when `ami_selector_terms` is non-empty.
     pub ami_alias: Option<String>,
+    /// `spec.amiSelectorTerms`, used as given when non-empty.
     pub ami_selector_terms: Vec<AmiSelectorTerm>,
     /// `AL2`, `AL2023`, `Bottlerocket`, `Custom`, `Windows2019`, …
     pub ami_family: Option<String>,
+    /// `spec.role`: the IAM role of the nodes' instance profile; default `KarpenterNodeRole-test-cluster`.
     pub role: Option<String>,
+    /// `spec.instanceProfile`: an existing instance profile instead of a role.
     pub instance_profile: Option<String>,
+    /// `spec.subnetSelectorTerms`; default the discovery tag.
     pub subnet_selector_terms: Vec<SubnetSelectorTerm>,
+    /// `spec.securityGroupSelectorTerms`; default the discovery tag.
     pub security_group_selector_terms: Vec<SecurityGroupSelectorTerm>,
+    /// `spec.tags`: tags put on the launched instances, volumes and templates.
     pub tags: BTreeMap<String, String>,
+    /// `spec.userData`: the user's bootstrap, which the AWS provider combines with its own by AMI family.
     pub user_data: Option<String>,
     /// Any further spec fields, as JSON merged over the generated spec (e.g. `{"kubelet": {"maxPods": 20}}`).
     pub extra_spec: Option<serde_json::Value>,
+    /// `status`, used as given (resolved AMIs, subnets, security groups, conditions); none by default.
     pub status: Option<EC2NodeClassStatus>,
 }
 
@@ -375,7 +410,9 @@ pub fn ec2_node_class(o: EC2NodeClassOptions) -> EC2NodeClass {
 /// A KWOKNodeClass (name default `default`), `Ready=True` unless `ready: Some(false)`.
 #[derive(Clone, Debug, Default)]
 pub struct KWOKNodeClassOptions {
+    /// Default: `default`.
     pub name: Option<String>,
+    /// `Some(false)`: status `Ready=False`; `None`/`Some(true)`: ready.
     pub ready: Option<bool>,
 }
 

@@ -1,5 +1,14 @@
 //! Test kit for karpenter-rs and for cloud-provider authors.
 //!
+//! ```toml
+//! [dev-dependencies]
+//! karpenter-testing = { version = "0.1", features = ["apiserver"] }
+//! # Under [dev-dependencies]; features as needed: apiserver, realplane, conformance, kwok, standins, tokio.
+//! # This crate leaves the Kubernetes version to the final binary (kube-rs's rule for libraries): the binary
+//! # enables exactly one k8s-openapi version feature, the one karpenter-rs is built and tested with being v1_33.
+//! k8s-openapi = { version = "0.29", features = ["v1_33"] }
+//! ```
+//!
 //! - **Builders with option structs**, filled with `..Default::default()`: [`pod`], [`unschedulable_pod`],
 //!   [`node`], [`daemon_set`], [`pod_disruption_budget`], and for the Karpenter kinds [`node_pool`],
 //!   [`node_claim`], [`ec2_node_class`], [`kwok_node_class`] (valid by default: they pass `Validate`). Unset names come from a per-thread counter
@@ -46,6 +55,8 @@
 //! });
 //! assert_eq!(pool.spec.template.spec.node_class_ref.name, "default");
 //! ```
+
+#![warn(missing_docs)]
 
 #[cfg(feature = "apiserver")]
 pub mod apiserver;

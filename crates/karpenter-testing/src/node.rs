@@ -15,19 +15,27 @@ use crate::resources::Resources;
 pub struct NodeOptions {
     /// Default: `node-N` (a per-thread counter).
     pub name: Option<String>,
+    /// `metadata.labels` (well-known labels such as zone and instance type go here).
     pub labels: BTreeMap<String, String>,
+    /// `metadata.annotations`.
     pub annotations: BTreeMap<String, String>,
+    /// `metadata.finalizers`, e.g. Karpenter's termination finalizer.
     pub finalizers: Vec<String>,
+    /// `spec.taints`.
     pub taints: Vec<Taint>,
+    /// `status.allocatable`: what pods may request on the node.
     pub allocatable: Resources,
     /// Default: the allocatable resources.
     pub capacity: Resources,
+    /// `spec.providerID`: how a node is matched to its NodeClaim; unset when `None`.
     pub provider_id: Option<String>,
     /// The `Ready` condition's status; `None` means ready (`True`).
     pub ready: Option<bool>,
     /// `spec.unschedulable` (cordoned).
     pub unschedulable: bool,
+    /// `metadata.creationTimestamp`; unset when `None`.
     pub creation_timestamp: Option<DateTime<Utc>>,
+    /// `metadata.deletionTimestamp`: set, the node is being deleted.
     pub deletion_timestamp: Option<DateTime<Utc>>,
 }
 

@@ -21,8 +21,11 @@ pub struct PodOptions {
     pub name: Option<String>,
     /// Default: `default`.
     pub namespace: Option<String>,
+    /// `metadata.labels` (what selectors, spread constraints and affinity terms match).
     pub labels: BTreeMap<String, String>,
+    /// `metadata.annotations`, e.g. `karpenter.sh/do-not-disrupt`.
     pub annotations: BTreeMap<String, String>,
+    /// `metadata.finalizers`: a pod with one stays after deletion until a test removes it.
     pub finalizers: Vec<String>,
     /// Default: `registry.k8s.io/pause`.
     pub image: Option<String>,
@@ -32,12 +35,15 @@ pub struct PodOptions {
     pub limits: Resources,
     /// Extra init containers, used as given (see [`container`]).
     pub init_containers: Vec<Container>,
+    /// `spec.nodeSelector`: labels a node must carry.
     pub node_selector: BTreeMap<String, String>,
     /// Required node affinity: one term with these requirements.
     pub node_requirements: Vec<NodeSelectorRequirement>,
     /// Preferred node affinity: one term of weight 1 per requirement.
     pub node_preferences: Vec<NodeSelectorRequirement>,
+    /// `spec.tolerations`: taints the pod may be placed despite.
     pub tolerations: Vec<Toleration>,
+    /// `spec.topologySpreadConstraints`, used as given (see [`topology_spread`](crate::topology_spread)).
     pub topology_spread: Vec<TopologySpreadConstraint>,
     /// Required pod affinity terms.
     pub pod_requirements: Vec<PodAffinityTerm>,
@@ -51,19 +57,29 @@ pub struct PodOptions {
     pub host_ports: Vec<i32>,
     /// Bound node; a bound pod defaults to phase `Running`, an unbound one to `Pending`.
     pub node_name: Option<String>,
+    /// `status.phase`; default `Running` when `node_name` is set, else `Pending`.
     pub phase: Option<String>,
+    /// `status.conditions`, used as given ([`unschedulable_pod`] adds `PodScheduled=False` itself).
     pub conditions: Vec<PodCondition>,
     /// Controller owner as (kind, name), e.g. `("ReplicaSet", "web-abc")`; apiVersion is inferred from the kind.
     pub owner: Option<(String, String)>,
     /// Names of PVCs mounted as volumes.
     pub pvcs: Vec<String>,
+    /// `spec.priority`: what preemption and disruption ordering compare.
     pub priority: Option<i32>,
+    /// `spec.priorityClassName` (e.g. `system-node-critical`, which some decisions treat specially).
     pub priority_class_name: Option<String>,
+    /// `spec.terminationGracePeriodSeconds`: how long eviction waits for the pod.
     pub termination_grace_period_seconds: Option<i64>,
+    /// `metadata.creationTimestamp`; unset when `None` (tests of age-based rules set it).
     pub creation_timestamp: Option<DateTime<Utc>>,
+    /// `metadata.deletionTimestamp`: set, the pod is terminating.
     pub deletion_timestamp: Option<DateTime<Utc>>,
+    /// `status.startTime`; unset when `None`.
     pub start_time: Option<DateTime<Utc>>,
+    /// `spec.restartPolicy` (`Always`, `OnFailure`, `Never`); unset when `None`.
     pub restart_policy: Option<String>,
+    /// `spec.serviceAccountName`; unset when `None`.
     pub service_account_name: Option<String>,
 }
 

@@ -10,6 +10,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 pub struct Resources(pub BTreeMap<String, Quantity>);
 
 impl Resources {
+    /// Whether no resource is listed (an empty list is left out of the built object).
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

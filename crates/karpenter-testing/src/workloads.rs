@@ -20,6 +20,7 @@ pub struct DaemonSetOptions {
     pub namespace: Option<String>,
     /// Labels of the pod template and the selector; default `app: <name>`.
     pub selector: BTreeMap<String, String>,
+    /// The pod template; `selector`'s labels are added to its own.
     pub pod: PodOptions,
 }
 
@@ -64,7 +65,9 @@ pub struct PdbOptions {
     pub namespace: Option<String>,
     /// The pods it selects (`spec.selector.matchLabels`).
     pub labels: BTreeMap<String, String>,
+    /// `spec.minAvailable`: pods (a number or a percentage) that must stay available.
     pub min_available: Option<IntOrString>,
+    /// `spec.maxUnavailable`: pods (a number or a percentage) that may be unavailable at once.
     pub max_unavailable: Option<IntOrString>,
     /// `status.disruptionsAllowed` as the disruption controller would compute it; `None` leaves status empty.
     pub disruptions_allowed: Option<i32>,

@@ -61,6 +61,7 @@ fn quota_key(q: &ResourceQuota) -> String {
 }
 
 impl<'a> QuotaAllocator<'a> {
+    /// An allocator over `quotas`, with nothing reserved yet.
     pub fn new(quotas: impl IntoIterator<Item = &'a ResourceQuota>) -> Self {
         Self { quotas: quotas.into_iter().collect(), reserved: BTreeMap::new() }
     }

@@ -12,6 +12,7 @@ use crate::validation::{Violations, field, index, key};
 /// The JSON shape of a kubelet configuration field.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FieldKind {
+    /// A JSON boolean.
     Bool,
     /// An integer within the int32 range.
     Int32,
@@ -21,6 +22,7 @@ pub enum FieldKind {
     Uint32,
     /// Any JSON number.
     Number,
+    /// A JSON string.
     String,
     /// A Go duration string (`"30s"`, `"1h30m"`, `"1.5m"`).
     Duration,
@@ -30,6 +32,7 @@ pub enum FieldKind {
     Quantity,
     /// `maxPods` in Karpenter: an int32 or a CEL expression string (see `MaxPods`).
     Int32OrString,
+    /// A JSON list whose items have the given shape.
     List(&'static FieldKind),
     /// A map with string keys.
     Map(&'static FieldKind),
