@@ -386,7 +386,8 @@ impl Assembly<'_> {
         resolver.placement_groups = shared.placement_groups;
         resolver.capacity_reservations = shared.capacity_reservations;
         if !aws.disable_dry_run {
-            resolver = resolver.with_authorization_check(Arc::new(Ec2DryRun::new(self.clients.ec2.clone())));
+            resolver = resolver
+                .with_authorization_check(Arc::new(Ec2DryRun::new(self.clients.ec2.clone(), aws.cluster_name.clone())));
         }
         // Validation evaluates kubelet CEL expressions against the provider's catalogue (and its NodeClassCEL gate).
         resolver = resolver.with_instance_types(provider.instance_type_provider().clone());

@@ -10,6 +10,9 @@
 //!   `aws_sdk_<service>::Client`, directly or through a struct holding one (`clients.ec2`). A new call without a
 //!   policy statement fails here, and so does a granted action no adapter calls unless it is listed, with its
 //!   reason, in [`GRANTED_WITHOUT_A_CALL`].
+//! - The node class validation's dry runs (`RunInstances`, `CreateFleet`, `CreateLaunchTemplate`), tagged by
+//!   `karpenter_aws::launch::tags::dry_run_tags`, meet the `aws:RequestTag/...` conditions of the statements
+//!   that allow them and `ec2:CreateTags` on creation, so a class validates under the template's policies.
 //! - Its EventBridge rules deliver every kind of event the interruption parser acts on, and nothing it ignores.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -452,4 +455,163 @@ fn cfn_lint_accepts_the_template() {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
+}
+
+// ---- The validation dry runs under the policies' tag conditions ----
+//
+// Every statement of the controller policies is evaluated as IAM would for one resource a dry run creates: the
+// action and the resource's ARN must match (`*` globs), and every condition must hold on what the request carries
+// (`aws:RequestTag/<key>` from the dry run's tags for that resource type, `ec2:CreateAction`,
+// `aws:RequestedRegion`). A condition on anything else (`aws:ResourceTag/...`: nothing exists yet) or an operator
+// other than `StringEquals`/`StringLike` counts as not met, so a statement is credited only when it surely applies.
+
+const POLICY_CLUSTER: &str = "prod";
+const POLICY_REGION: &str = "us-west-2";
+
+/// `*` and `?` globs, as IAM matches actions, resources and `StringLike` values.
+fn glob(pattern: &str, text: &str) -> bool {
+    fn matches(p: &[char], t: &[char]) -> bool {
+        match p.split_first() {
+            None => t.is_empty(),
+            Some(('*', rest)) => (0..=t.len()).any(|i| matches(rest, &t[i..])),
+            Some(('?', rest)) => !t.is_empty() && matches(rest, &t[1..]),
+            Some((c, rest)) => t.first() == Some(c) && matches(rest, &t[1..]),
+        }
+    }
+    matches(&pattern.chars().collect::<Vec<_>>(), &text.chars().collect::<Vec<_>>())
+}
+
+/// `Fn::Sub` as CloudFormation does it for one stack: the cluster's name, region, partition and account.
+fn substituted(text: &str) -> String {
+    text.replace("${ClusterName}", POLICY_CLUSTER)
+        .replace("${AWS::Region}", POLICY_REGION)
+        .replace("${AWS::Partition}", "aws")
+        .replace("${AWS::AccountId}", "111122223333")
+}
+
+/// The `Allow` statements of the controller's managed policies, substituted.
+fn allow_statements() -> Vec<Value> {
+    let template = template();
+    let mut out = Vec::new();
+    for (name, props) in resources_of_type(&template, "AWS::IAM::ManagedPolicy") {
+        let document = &props["PolicyDocument"];
+        let document: Value = match document.get("Fn::Sub").and_then(Value::as_str) {
+            Some(text) => serde_json::from_str(&without_substitutions(&substituted(text)))
+                .unwrap_or_else(|e| panic!("{name}: the policy document is not JSON: {e}")),
+            None => document.clone(),
+        };
+        let statements = document["Statement"].as_array().unwrap_or_else(|| panic!("{name}: no Statement list"));
+        out.extend(statements.iter().filter(|s| s["Effect"] == "Allow").cloned());
+    }
+    out
+}
+
+/// Whether `statement` allows `action` on `arn` for a request whose condition keys are `context`.
+fn allows(statement: &Value, action: &str, arn: &str, context: &BTreeMap<String, String>) -> bool {
+    if !as_strings(&statement["Action"]).iter().any(|a| glob(a, action)) {
+        return false;
+    }
+    if !as_strings(&statement["Resource"]).iter().any(|r| glob(r, arn)) {
+        return false;
+    }
+    let Some(conditions) = statement.get("Condition").and_then(Value::as_object) else { return true };
+    conditions.iter().all(|(operator, keys)| {
+        let Some(keys) = keys.as_object() else { return false };
+        keys.iter().all(|(key, wanted)| {
+            let Some(value) = context.get(key) else { return false };
+            let wanted = as_strings(wanted);
+            match operator.as_str() {
+                "StringEquals" => wanted.iter().any(|w| w == value),
+                "StringLike" => wanted.iter().any(|w| glob(w, value)),
+                _ => false,
+            }
+        })
+    })
+}
+
+/// Why the policies refuse `action` creating a `resource` tagged `tags`: the missing permission, or `None`.
+/// Tagging on creation needs `ec2:CreateTags` for the resource too, with `ec2:CreateAction` naming the call.
+fn refusal(
+    statements: &[Value],
+    action: karpenter_aws::launch::tags::DryRunAction,
+    resource: karpenter_aws::launch::tags::TaggedResource,
+    tags: &BTreeMap<String, String>,
+) -> Option<String> {
+    let arn = format!("arn:aws:ec2:{POLICY_REGION}:111122223333:{}/dry-run", resource.as_str());
+    let operation = action.iam_action().trim_start_matches("ec2:");
+    let mut context: BTreeMap<String, String> =
+        tags.iter().map(|(k, v)| (format!("aws:RequestTag/{k}"), v.clone())).collect();
+    context.insert("aws:RequestedRegion".into(), POLICY_REGION.into());
+    context.insert("ec2:CreateAction".into(), operation.into());
+    for needed in [action.iam_action(), "ec2:CreateTags"] {
+        if !statements.iter().any(|s| allows(s, needed, &arn, &context)) {
+            return Some(format!("{needed} on {} for {operation} tagged {tags:?}", resource.as_str()));
+        }
+    }
+    None
+}
+
+fn dry_run_node_class(tags: serde_json::Value) -> karpenter_api::EC2NodeClass {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
+        "metadata": {"name": "default"},
+        "spec": {"role": "KarpenterNodeRole", "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                 "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": POLICY_CLUSTER}}],
+                 "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": POLICY_CLUSTER}}],
+                 "tags": tags}
+    }))
+    .unwrap()
+}
+
+#[test]
+fn the_policy_evaluator_reads_conditions_as_iam_does() {
+    let statement: Value = serde_json::json!({
+        "Effect": "Allow", "Action": ["ec2:RunInstances"], "Resource": "arn:aws:ec2:*:*:instance/*",
+        "Condition": {"StringEquals": {"aws:RequestTag/a": "x"}, "StringLike": {"aws:RequestTag/b": "*"}}
+    });
+    let arn = "arn:aws:ec2:us-west-2:1:instance/i-1";
+    let context = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (format!("aws:RequestTag/{k}"), v.to_string())).collect()
+    };
+    assert!(allows(&statement, "ec2:RunInstances", arn, &context(&[("a", "x"), ("b", "")])));
+    assert!(!allows(&statement, "ec2:RunInstances", arn, &context(&[("a", "y"), ("b", "1")])));
+    assert!(!allows(&statement, "ec2:RunInstances", arn, &context(&[("a", "x")])), "an absent key fails");
+    assert!(!allows(&statement, "ec2:CreateFleet", arn, &context(&[("a", "x"), ("b", "1")])));
+    assert!(!allows(&statement, "ec2:RunInstances", "arn:aws:ec2:r:1:volume/v", &context(&[("a", "x"), ("b", "1")])));
+}
+
+#[test]
+fn the_policies_allow_every_validation_dry_run_with_its_tags() {
+    use karpenter_aws::launch::tags::{DryRunAction, dry_run_tags};
+    let statements = allow_statements();
+    // With and without tags of the class's own (a class's tags never replace the launch tags).
+    for class_tags in [serde_json::json!({}), serde_json::json!({"team": "a", "Name": "custom"})] {
+        let class = dry_run_node_class(class_tags);
+        let mut refused = Vec::new();
+        for action in DryRunAction::ALL {
+            let tagging = dry_run_tags(POLICY_CLUSTER, &class, action);
+            assert!(!tagging.request.is_empty(), "{action:?} tags nothing");
+            refused.extend(tagging.request.iter().filter_map(|t| refusal(&statements, action, t.resource, &t.tags)));
+        }
+        assert!(refused.is_empty(), "deploy/cloudformation.yaml refuses the dry runs:\n{}", refused.join("\n"));
+    }
+}
+
+// The bug this guards against: dry runs tagged with the class's `spec.tags` alone are refused by the same
+// policies, so the evaluator above is not vacuous.
+#[test]
+fn dry_runs_tagged_only_with_the_class_tags_would_be_refused() {
+    use karpenter_aws::launch::tags::{DryRunAction, dry_run_tags};
+    let statements = allow_statements();
+    let class = dry_run_node_class(serde_json::json!({"team": "a"}));
+    for action in DryRunAction::ALL {
+        for t in dry_run_tags(POLICY_CLUSTER, &class, action).request {
+            let class_tags_only = class.spec.tags.clone();
+            assert!(
+                refusal(&statements, action, t.resource, &class_tags_only).is_some(),
+                "{action:?} on {} allowed with the class's tags alone",
+                t.resource.as_str()
+            );
+        }
+    }
 }

@@ -319,7 +319,7 @@ async fn node_class_resolution_through_the_adapters() {
 
     // The validation dry runs pass (RunInstances answers DryRunOperation; moto takes the other two as allowed).
     use karpenter_aws::nodeclass::status::AuthorizationCheck;
-    let dry_run = karpenter_aws::sdk::dry_run::Ec2DryRun::new(c.ec2.clone());
+    let dry_run = karpenter_aws::sdk::dry_run::Ec2DryRun::new(c.ec2.clone(), "test-cluster");
     assert_eq!(dry_run.check(&node_class, &status).await, Ok(()));
 }
 

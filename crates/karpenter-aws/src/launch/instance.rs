@@ -38,9 +38,10 @@ use crate::launch::batcher::{
 use crate::launch::fleet::{
     CreateFleetRequest, CreateFleetResponse, DescribeInstancesRequest, EKS_CLUSTER_NAME_TAG, Ec2Instance, Filter,
     FleetApi, FleetInstance, FleetLaunchTemplateConfig, FleetOverride, InstanceState, NODE_CLAIM_TAG, NODE_CLASS_TAG,
-    NODE_POOL_TAG, TargetCapacityType, cluster_ownership_tag, is_launch_template_not_found, reason_for_code,
+    NODE_POOL_TAG, TargetCapacityType, is_launch_template_not_found, reason_for_code,
 };
 use crate::launch::ice::{PlacementScope, SPOT_SLR_CODE, UnavailableOfferings, is_ice_code};
+use crate::launch::tags::launch_tags;
 use crate::launch::template::{
     LaunchTemplate, LaunchTemplateInputs, LaunchTemplateProvider, launch_template_data, launch_template_tags,
 };
@@ -367,12 +368,9 @@ impl InstanceProvider {
         &self.templates
     }
 
-    /// The tags of a claim's instance: the node class's tags, then ours.
+    /// The tags of a claim's instance (and its volumes, interfaces and fleet): [`launch_tags`] for the claim's
+    /// NodePool (empty when it names none, as upstream), and the NodeClaim's own tag.
     pub fn tags(&self, claim: &NodeClaim, node_class: &EC2NodeClass) -> BTreeMap<String, String> {
-        let mut tags = node_class.spec.tags.clone();
-        tags.insert(cluster_ownership_tag(&self.cluster.name), "owned".into());
-        tags.insert(EKS_CLUSTER_NAME_TAG.into(), self.cluster.name.clone());
-        tags.insert(NODE_CLASS_TAG.into(), node_class.metadata.name.clone().unwrap_or_default());
         let pool =
             claim.metadata.labels.as_ref().and_then(|l| l.get(karpenter_api::labels::NODE_POOL)).cloned().or_else(
                 || {
@@ -384,9 +382,7 @@ impl InstanceProvider {
                         .and_then(|r| r.values.first().cloned())
                 },
             );
-        if let Some(pool) = pool {
-            tags.insert(NODE_POOL_TAG.into(), pool);
-        }
+        let mut tags = launch_tags(&self.cluster.name, node_class, pool.as_deref().unwrap_or_default());
         tags.insert(NODE_CLAIM_TAG.into(), claim.metadata.name.clone().unwrap_or_default());
         tags
     }

@@ -15,6 +15,7 @@ pub mod kubelet_inputs;
 pub mod mock;
 #[cfg(test)]
 mod net_tests;
+pub mod tags;
 pub mod template;
 #[cfg(test)]
 mod upstream_expectations;

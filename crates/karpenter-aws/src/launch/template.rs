@@ -21,7 +21,9 @@ use karpenter_cloudprovider::Clock;
 use serde::Serialize;
 
 use crate::api_error::{AwsApiError, AwsErrorKind};
-use crate::launch::fleet::{CLUSTER_TAG, EKS_CLUSTER_NAME_TAG, NODE_CLASS_TAG, cluster_ownership_tag};
+// The tags of a node class's launch templates live with every other launch tag (crate::launch::tags).
+use crate::launch::fleet::{EKS_CLUSTER_NAME_TAG, NODE_CLASS_TAG};
+pub use crate::launch::tags::launch_template_tags;
 
 /// Prefix of every launch template name Karpenter creates.
 pub const NAME_PREFIX: &str = "karpenter.k8s.aws/";
@@ -261,16 +263,6 @@ impl LaunchTemplate {
 pub fn launch_template_name(data: &LaunchTemplateData, tags: &BTreeMap<String, String>) -> String {
     let text = serde_json::to_string(&(data, tags)).unwrap_or_default();
     format!("{NAME_PREFIX}{}", fnv1a64(text.as_bytes()))
-}
-
-/// The tags of a node class's launch templates.
-pub fn launch_template_tags(cluster: &str, node_class: &EC2NodeClass) -> BTreeMap<String, String> {
-    let mut tags = node_class.spec.tags.clone();
-    tags.insert(CLUSTER_TAG.into(), cluster.into());
-    tags.insert(EKS_CLUSTER_NAME_TAG.into(), cluster.into());
-    tags.insert(cluster_ownership_tag(cluster), "owned".into());
-    tags.insert(NODE_CLASS_TAG.into(), node_class.metadata.name.clone().unwrap_or_default());
-    tags
 }
 
 fn volume_type(v: VolumeType) -> &'static str {

@@ -19,8 +19,8 @@
 //!     10 minutes) and waits; then deletes the managed instance profile(s) and, through
 //!     [`LaunchTemplateCleanup`], the class's launch templates, and removes the finalizer.
 //! * [`SsmInvalidationController`] — every 30 min drops cached `latest` SSM values whose AMI is deprecated.
-//! * [`InstanceProfileGarbageCollector`] — deletes managed instance profiles no EC2NodeClass references (not
-//!   run in isolated VPCs).
+//! * [`InstanceProfileGarbageCollector`] — deletes managed instance profiles no EC2NodeClass and no NodeClaim
+//!   references (not run in isolated VPCs).
 //! * [`CapacityBlockExpiration`] — every minute deletes NodeClaims launched into a reservation that the class's
 //!   status reports `expiring` (capacity blocks within 40 minutes of their end).
 //! * [`ReservationDemotion`] (in [`super::demotion`]) — every minute relabels reserved NodeClaims and Nodes
@@ -682,7 +682,7 @@ impl SsmInvalidationController {
     }
 }
 
-/// Deletes managed instance profiles that no EC2NodeClass references (not in isolated VPCs).
+/// Deletes managed instance profiles that no EC2NodeClass or NodeClaim references (not in isolated VPCs).
 #[derive(Debug)]
 pub struct InstanceProfileGarbageCollector {
     client: KubeClient,
@@ -698,15 +698,27 @@ impl InstanceProfileGarbageCollector {
         Self { client: KubeClient(client), profiles, interval: INSTANCE_PROFILE_GC_INTERVAL }
     }
 
-    /// One pass; the deleted profile names.
+    /// One pass; the deleted profile names. A profile is in use when an EC2NodeClass's status names it or a
+    /// NodeClaim's `karpenter.k8s.aws/instance-profile-name` annotation does, as upstream: the instances of a
+    /// claim launched with an older profile (before a role change, or by upstream Karpenter before a swap, whose
+    /// profiles live under the same path with other names) still run with it, and deleting it (its role first)
+    /// would take their credentials away.
     pub async fn run_once(&self) -> Result<Vec<String>, ControllerError> {
         let classes: Api<EC2NodeClass> = Api::all(self.client.0.clone());
-        let referenced: BTreeSet<String> = classes
+        let mut referenced: BTreeSet<String> = classes
             .list(&ListParams::default())
             .await?
             .into_iter()
             .filter_map(|c| c.status.and_then(|s| s.instance_profile))
             .collect();
+        let claims: Api<NodeClaim> = Api::all(self.client.0.clone());
+        referenced.extend(
+            claims
+                .list(&ListParams::default())
+                .await?
+                .into_iter()
+                .filter_map(|c| c.metadata.annotations?.remove(annotations::AWS_INSTANCE_PROFILE_NAME)),
+        );
         Ok(self.profiles.garbage_collect(&referenced).await?)
     }
 

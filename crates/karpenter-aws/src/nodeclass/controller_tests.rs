@@ -220,6 +220,35 @@ async fn run_loop_makes_a_new_class_ready_and_stops_on_shutdown() {
     tokio::time::timeout(Duration::from_secs(10), task).await.expect("stops on shutdown").unwrap();
 }
 
+// After a swap from upstream Karpenter (or a role change), running instances use a profile no node class names any
+// more; their NodeClaims name it, and garbage collection keeps it until they are gone.
+#[tokio::test]
+async fn instance_profile_gc_keeps_profiles_nodeclaims_were_launched_with() {
+    let env = env();
+    env.create_class().await;
+    env.controller.reconcile("default").await.unwrap();
+    let upstreams = "test-cluster_12750338151846425330";
+    env.aws.with(|w| {
+        w.instance_profiles.insert(
+            upstreams.into(),
+            super::api::InstanceProfileDescription {
+                name: upstreams.into(),
+                path: "/karpenter/us-west-2/test-cluster/some-uid/".into(),
+                roles: vec!["KarpenterNodeRole".into()],
+                ..Default::default()
+            },
+        )
+    });
+    let claim = env.create_claim("launched-by-upstream", &[(annotations::AWS_INSTANCE_PROFILE_NAME, upstreams)]).await;
+    let gc =
+        InstanceProfileGarbageCollector::new(env.client.clone(), env.controller.resolver().instance_profiles.clone());
+    env.clock.step_secs(3600);
+    assert_eq!(gc.run_once().await.unwrap(), Vec::<String>::new());
+    assert!(env.aws.with(|w| w.instance_profiles[upstreams].roles == ["KarpenterNodeRole"]), "role left attached");
+    env.claims().delete(&claim.name_any(), &Default::default()).await.unwrap();
+    assert_eq!(gc.run_once().await.unwrap(), vec![upstreams.to_string()], "collected once the claim is gone");
+}
+
 #[tokio::test]
 async fn instance_profile_gc_and_capacity_block_expiration() {
     let env = env();

@@ -1,6 +1,8 @@
 //! The node class validation's dry runs ([`AuthorizationCheck`]) over aws-sdk-ec2: `RunInstances`,
 //! `CreateLaunchTemplate` and `CreateFleet` with `DryRun = true`, built from the freshly resolved status (first
-//! AMI, subnet, security groups, instance profile) and the node class's tags.
+//! AMI, subnet, security groups, instance profile) and tagged as the real launches tag what they create
+//! ([`crate::launch::tags::dry_run_tags`]: the node class's tags, the cluster, NodePool and node class tags), so
+//! that a tag-scoped controller policy judges the dry run as it will judge the launches.
 //!
 //! EC2 answers a permitted dry run with the error `DryRunOperation`. Only a refusal of kind
 //! [`Unauthorized`](crate::api_error::AwsErrorKind::Unauthorized) fails validation (reasons
@@ -12,7 +14,9 @@ use aws_sdk_ec2::types as sdk;
 use karpenter_api::{EC2NodeClass, EC2NodeClassStatus};
 
 use super::api_error;
+use super::launch::{sdk_tags, tag_spec};
 use crate::api_error::{AwsApiError, AwsErrorKind};
+use crate::launch::tags::{DryRunAction, DryRunTags, dry_run_tags};
 use crate::nodeclass::status::{AuthorizationCheck, AuthorizationFailure};
 
 /// The instance type of the dry runs (any type EC2 knows; nothing is launched).
@@ -24,19 +28,24 @@ const DRY_RUN_TEMPLATE: &str = "karpenter.k8s.aws/dry-run";
 #[derive(Clone, Debug)]
 pub struct Ec2DryRun {
     client: aws_sdk_ec2::Client,
+    /// The cluster's name: the cluster tags of the dry runs carry it.
+    cluster_name: String,
 }
 
 impl Ec2DryRun {
-    /// The checks over `client`.
-    pub fn new(client: aws_sdk_ec2::Client) -> Self {
-        Self { client }
+    /// The checks over `client` for the cluster `cluster_name`.
+    pub fn new(client: aws_sdk_ec2::Client, cluster_name: impl Into<String>) -> Self {
+        Self { client, cluster_name: cluster_name.into() }
+    }
+
+    fn tags(&self, node_class: &EC2NodeClass, action: DryRunAction) -> DryRunTags {
+        dry_run_tags(&self.cluster_name, node_class, action)
     }
 }
 
-fn tags(node_class: &EC2NodeClass, resource: sdk::ResourceType) -> Option<sdk::TagSpecification> {
-    let tags: Vec<sdk::Tag> =
-        node_class.spec.tags.iter().map(|(k, v)| sdk::Tag::builder().key(k).value(v).build()).collect();
-    (!tags.is_empty()).then(|| sdk::TagSpecification::builder().resource_type(resource).set_tags(Some(tags)).build())
+/// The request's `TagSpecifications`.
+fn request_tags(tags: &DryRunTags) -> Vec<sdk::TagSpecification> {
+    tags.request.iter().map(|t| tag_spec(sdk::ResourceType::from(t.resource.as_str()), &t.tags)).collect()
 }
 
 /// `Ok` for an allowed dry run (`DryRunOperation`) and for errors unrelated to permissions; the failure for an
@@ -63,7 +72,7 @@ impl AuthorizationCheck for Ec2DryRun {
         let groups: Vec<String> = status.security_groups.iter().map(|g| g.id.clone()).collect();
         let profile = status.instance_profile.clone();
 
-        let mut run = self
+        let run = self
             .client
             .run_instances()
             .dry_run(true)
@@ -76,29 +85,40 @@ impl AuthorizationCheck for Ec2DryRun {
             .set_iam_instance_profile(
                 profile.clone().map(|p| sdk::IamInstanceProfileSpecification::builder().name(p).build()),
             );
-        if let Some(t) = tags(node_class, sdk::ResourceType::Instance) {
-            run = run.tag_specifications(t);
-        }
-        let result = run.send().await.map(|_| ()).map_err(|e| api_error("RunInstances", e));
+        let result = run
+            .set_tag_specifications(Some(request_tags(&self.tags(node_class, DryRunAction::RunInstances))))
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| api_error("RunInstances", e));
         judge(result, "RunInstancesAuthCheckFailed")?;
 
+        let lt_tags = self.tags(node_class, DryRunAction::CreateLaunchTemplate);
+        let data_tags = lt_tags.template_data.iter().map(|t| {
+            sdk::LaunchTemplateTagSpecificationRequest::builder()
+                .resource_type(sdk::ResourceType::from(t.resource.as_str()))
+                .set_tags(Some(sdk_tags(&t.tags)))
+                .build()
+        });
         let data = sdk::RequestLaunchTemplateData::builder()
             .set_image_id(image)
             .set_security_group_ids(Some(groups).filter(|g| !g.is_empty()))
             .set_iam_instance_profile(
                 profile.map(|p| sdk::LaunchTemplateIamInstanceProfileSpecificationRequest::builder().name(p).build()),
             )
+            .set_tag_specifications(Some(data_tags.collect()))
             .build();
-        let mut create = self
+        let result = self
             .client
             .create_launch_template()
             .dry_run(true)
             .launch_template_name(DRY_RUN_TEMPLATE)
-            .launch_template_data(data);
-        if let Some(t) = tags(node_class, sdk::ResourceType::LaunchTemplate) {
-            create = create.tag_specifications(t);
-        }
-        let result = create.send().await.map(|_| ()).map_err(|e| api_error("CreateLaunchTemplate", e));
+            .launch_template_data(data)
+            .set_tag_specifications(Some(request_tags(&lt_tags)))
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| api_error("CreateLaunchTemplate", e));
         judge(result, "CreateLaunchTemplateAuthCheckFailed")?;
 
         let spec = sdk::FleetLaunchTemplateSpecificationRequest::builder()
@@ -109,7 +129,7 @@ impl AuthorizationCheck for Ec2DryRun {
             .instance_type(sdk::InstanceType::from(DRY_RUN_INSTANCE_TYPE))
             .set_subnet_id(subnet)
             .build();
-        let mut fleet = self
+        let result = self
             .client
             .create_fleet()
             .dry_run(true)
@@ -125,11 +145,12 @@ impl AuthorizationCheck for Ec2DryRun {
                     .launch_template_specification(spec)
                     .overrides(overrides)
                     .build(),
-            );
-        if let Some(t) = tags(node_class, sdk::ResourceType::Instance) {
-            fleet = fleet.tag_specifications(t);
-        }
-        let result = fleet.send().await.map(|_| ()).map_err(|e| api_error("CreateFleet", e));
+            )
+            .set_tag_specifications(Some(request_tags(&self.tags(node_class, DryRunAction::CreateFleet))))
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| api_error("CreateFleet", e));
         judge(result, "CreateFleetAuthCheckFailed")
     }
 }

@@ -12,15 +12,16 @@ use crate::launch::fleet::{
     CreateFleetRequest, CreateFleetResponse, DescribeInstancesRequest, Ec2Instance, FleetApi, FleetError,
     FleetInstance, InstanceState, TerminatingInstance,
 };
+use crate::launch::tags::{FLEET_TAGGED, launch_template_data_tagged};
 use crate::launch::template::{
     CapacityReservationPreference, LaunchTemplate, LaunchTemplateApi, LaunchTemplateInfo, LtBlockDevice,
 };
 
-fn sdk_tags(tags: &BTreeMap<String, String>) -> Vec<sdk::Tag> {
+pub(super) fn sdk_tags(tags: &BTreeMap<String, String>) -> Vec<sdk::Tag> {
     tags.iter().map(|(k, v)| sdk::Tag::builder().key(k).value(v).build()).collect()
 }
 
-fn tag_spec(resource: sdk::ResourceType, tags: &BTreeMap<String, String>) -> sdk::TagSpecification {
+pub(super) fn tag_spec(resource: sdk::ResourceType, tags: &BTreeMap<String, String>) -> sdk::TagSpecification {
     sdk::TagSpecification::builder().resource_type(resource).set_tags(Some(sdk_tags(tags))).build()
 }
 
@@ -143,14 +144,10 @@ fn template_data(t: &LaunchTemplate) -> sdk::RequestLaunchTemplateData {
         b = b.enclave_options(sdk::LaunchTemplateEnclaveOptionsRequest::builder().enabled(enabled).build());
     }
     if !d.resource_tags.is_empty() {
-        let mut resources = vec![sdk::ResourceType::NetworkInterface];
-        if d.tag_spot_requests {
-            resources.push(sdk::ResourceType::SpotInstancesRequest);
-        }
-        for resource in resources {
+        for resource in launch_template_data_tagged(d.tag_spot_requests) {
             b = b.tag_specifications(
                 sdk::LaunchTemplateTagSpecificationRequest::builder()
-                    .resource_type(resource)
+                    .resource_type(sdk::ResourceType::from(resource.as_str()))
                     .set_tags(Some(sdk_tags(&d.resource_tags)))
                     .build(),
             );
@@ -283,8 +280,8 @@ fn fleet_request(
         );
     }
     if !r.tags.is_empty() {
-        for resource in [sdk::ResourceType::Instance, sdk::ResourceType::Volume, sdk::ResourceType::Fleet] {
-            b = b.tag_specifications(tag_spec(resource, &r.tags));
+        for resource in FLEET_TAGGED {
+            b = b.tag_specifications(tag_spec(sdk::ResourceType::from(resource.as_str()), &r.tags));
         }
     }
     b
