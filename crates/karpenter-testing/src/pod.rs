@@ -43,7 +43,7 @@ pub struct PodOptions {
     pub node_preferences: Vec<NodeSelectorRequirement>,
     /// `spec.tolerations`: taints the pod may be placed despite.
     pub tolerations: Vec<Toleration>,
-    /// `spec.topologySpreadConstraints`, used as given (see [`topology_spread`](crate::topology_spread)).
+    /// `spec.topologySpreadConstraints`, used as given (see [`topology_spread`]).
     pub topology_spread: Vec<TopologySpreadConstraint>,
     /// Required pod affinity terms.
     pub pod_requirements: Vec<PodAffinityTerm>,
