@@ -16,7 +16,8 @@
 //! ```
 //!
 //! Counters are registered without the `_total` suffix, which the encoder appends (their full name is the one
-//! documented). Duration histograms use [`DURATION_BUCKETS`]. Gauges whose objects go away are removed with
+//! documented). Duration histograms use [`DURATION_BUCKETS`]; the two latency families upstream serves as
+//! summaries (`nodes_termination_duration_seconds`, `pods_startup_duration_seconds`) are [`summary`] families. Gauges whose objects go away are removed with
 //! [`Metrics::remove`]. The metrics whose label set depends on the node's labels (`nodes_*`, `pods_state`) take
 //! a map of labels. `docs/metrics.md` is rendered from [`Metrics::descriptors`] and tested for drift.
 //!
@@ -33,6 +34,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 pub mod runtime;
+pub mod summary;
 pub use runtime::{ReconcileGuard, ReconcileMetrics, ReconcileResult};
 
 /// The media type of [`Metrics::render`]'s output.
@@ -87,6 +89,8 @@ pub enum MetricType {
     Counter,
     Gauge,
     Histogram,
+    /// Quantiles over a sliding window plus `_sum` and `_count` ([`summary`]).
+    Summary,
 }
 
 impl MetricType {
@@ -95,6 +99,7 @@ impl MetricType {
             Self::Counter => "counter",
             Self::Gauge => "gauge",
             Self::Histogram => "histogram",
+            Self::Summary => "summary",
         }
     }
 }
@@ -145,7 +150,8 @@ fn dynamic_labels(fixed: &[&'static str], map: &BTreeMap<String, String>) -> Lab
 }
 
 /// Declares the `karpenter_` metrics: `kind name(labels…) "help";` generates the field, its registration, the typed
-/// accessor and the descriptor. `dgauge` metrics take a label map (fixed labels listed, others dynamic).
+/// accessor and the descriptor. `dgauge` metrics take a label map (fixed labels listed, others dynamic);
+/// `mapgauge` ones take a map too but carry exactly the listed labels; `summary` ones are [`summary`] families.
 macro_rules! karpenter_metrics {
     ($( $kind:ident $name:ident ( $($label:ident),* ) $help:literal ; )*) => {
         /// The controller's metrics (see the module docs). Cheap to share behind an `Arc`; every method takes
@@ -155,12 +161,21 @@ macro_rules! karpenter_metrics {
             build_info: GaugeFamily,
             status: [StatusConditionMetrics; 4],
             runtime: runtime::RuntimeFamilies,
+            /// The summaries (full name, help, family), encoded by [`Metrics::render`] after the registry.
+            summaries: Vec<(String, &'static str, summary::SummaryFamily)>,
             $( $name: karpenter_metrics!(@family $kind), )*
         }
 
         impl Metrics {
-            /// Registers every metric; `karpenter_build_info` is set to 1 with `build`'s labels.
+            /// Registers every metric; `karpenter_build_info` is set to 1 with `build`'s labels. The summaries'
+            /// windows run on the wall clock.
             pub fn new(build: &BuildInfo) -> Self {
+                Self::with_clock(build, std::sync::Arc::new(karpenter_cloudprovider::time::SystemClock))
+            }
+
+            /// [`Metrics::new`] with the clock the summaries' sliding windows read.
+            pub fn with_clock(build: &BuildInfo, clock: std::sync::Arc<dyn karpenter_cloudprovider::time::Clock>) -> Self {
+                let mut summaries = Vec::new();
                 let mut registry = Registry::default();
                 let status = StatusKind::ALL.map(|k| StatusConditionMetrics::register(&mut registry, k));
                 let runtime = runtime::RuntimeFamilies::register(&mut registry);
@@ -174,10 +189,10 @@ macro_rules! karpenter_metrics {
                     ))
                     .set(1.0);
                 $(
-                    let $name = karpenter_metrics!(@new $kind $name);
-                    sub.register(stringify!($name), $help, $name.clone());
+                    let $name = karpenter_metrics!(@new $kind clock);
+                    karpenter_metrics!(@register $kind sub summaries $name $help);
                 )*
-                Self { registry, build_info, status, runtime, $( $name, )* }
+                Self { registry, build_info, status, runtime, summaries, $( $name, )* }
             }
 
             $( karpenter_metrics!(@accessor $kind $name ($($label),*) $help); )*
@@ -267,22 +282,28 @@ macro_rules! karpenter_metrics {
     (@family counter) => { CounterFamily };
     (@family gauge) => { GaugeFamily };
     (@family dgauge) => { GaugeFamily };
+    (@family mapgauge) => { GaugeFamily };
     (@family histogram) => { HistogramFamily };
     (@family size_histogram) => { HistogramFamily };
     (@family latency_histogram) => { HistogramFamily };
     (@family score_histogram) => { HistogramFamily };
 
+    (@family summary) => { summary::SummaryFamily };
+    (@new summary $clock:ident) => { summary::SummaryFamily::new($clock.clone()) };
     (@new counter $name:ident) => { CounterFamily::default() };
     (@new gauge $name:ident) => { GaugeFamily::default() };
     (@new dgauge $name:ident) => { GaugeFamily::default() };
+    (@new mapgauge $name:ident) => { GaugeFamily::default() };
     (@new histogram $name:ident) => { HistogramFamily::new_with_constructor(duration_histogram as fn() -> Histogram) };
     (@new size_histogram $name:ident) => { HistogramFamily::new_with_constructor(size_histogram as fn() -> Histogram) };
     (@new latency_histogram $name:ident) => { HistogramFamily::new_with_constructor(latency_histogram as fn() -> Histogram) };
     (@new score_histogram $name:ident) => { HistogramFamily::new_with_constructor(score_histogram as fn() -> Histogram) };
 
+    (@type summary) => { MetricType::Summary };
     (@type counter) => { MetricType::Counter };
     (@type gauge) => { MetricType::Gauge };
     (@type dgauge) => { MetricType::Gauge };
+    (@type mapgauge) => { MetricType::Gauge };
     (@type histogram) => { MetricType::Histogram };
     (@type size_histogram) => { MetricType::Histogram };
     (@type latency_histogram) => { MetricType::Histogram };
@@ -290,11 +311,21 @@ macro_rules! karpenter_metrics {
 
     (@touch counter $self:ident $name:ident ($($label:ident),*)) => { $self.$name($(karpenter_metrics!(@x $label)),*).inc(); };
     (@touch gauge $self:ident $name:ident ($($label:ident),*)) => { $self.$name($(karpenter_metrics!(@x $label)),*).set(1.0); };
+    (@touch mapgauge $self:ident $name:ident ($($label:ident),*)) => {
+        karpenter_metrics!(@touch dgauge $self $name ($($label),*));
+    };
     (@touch dgauge $self:ident $name:ident ($($label:ident),*)) => {
         $self.$name(&[$( (stringify!($label).to_string(), "x".to_string()) ),*].into_iter().collect()).set(1.0);
     };
     (@touch $hist:ident $self:ident $name:ident ($($label:ident),*)) => { $self.$name($(karpenter_metrics!(@x $label)),*).observe(1.0); };
     (@x $label:ident) => { "x" };
+
+    (@register summary $sub:ident $summaries:ident $name:ident $help:literal) => {
+        $summaries.push((format!("karpenter_{}", stringify!($name)), $help, $name.clone()));
+    };
+    (@register $kind:ident $sub:ident $summaries:ident $name:ident $help:literal) => {
+        $sub.register(stringify!($name), $help, $name.clone());
+    };
 
     (@dynamic dgauge) => { true };
     (@dynamic $other:ident) => { false };
@@ -311,12 +342,29 @@ macro_rules! karpenter_metrics {
             self.$name.get_or_create_owned(&labels(&[$(stringify!($label)),*], &[$($label),*]))
         }
     };
+    (@accessor mapgauge $name:ident ($($label:ident),*) $help:literal) => {
+        #[doc = $help]
+        #[doc = ""]
+        #[doc = "Labels: taken from the map by name (missing ones are empty), no others."]
+        pub fn $name(&self, labels: &BTreeMap<String, String>) -> FloatGauge {
+            let names = [$(stringify!($label)),*];
+            self.$name.get_or_create_owned(
+                &names.iter().map(|n| ((*n).to_string(), labels.get(*n).cloned().unwrap_or_default())).collect(),
+            )
+        }
+    };
     (@accessor dgauge $name:ident ($($label:ident),*) $help:literal) => {
         #[doc = $help]
         #[doc = ""]
         #[doc = "Labels: the fixed ones (missing ones are empty), then every other entry of the map, sorted."]
         pub fn $name(&self, labels: &BTreeMap<String, String>) -> FloatGauge {
             self.$name.get_or_create_owned(&dynamic_labels(&[$(stringify!($label)),*], labels))
+        }
+    };
+    (@accessor summary $name:ident ($($label:ident),*) $help:literal) => {
+        #[doc = $help]
+        pub fn $name(&self, $($label: &str),*) -> summary::Summary {
+            self.$name.get(labels(&[$(stringify!($label)),*], &[$($label),*]))
         }
     };
     (@accessor $hist:ident $name:ident ($($label:ident),*) $help:literal) => {
@@ -339,20 +387,20 @@ karpenter_metrics! {
     counter nodes_created(nodepool, zone) "Number of Nodes created.";
     counter nodes_terminated(nodepool, zone) "Number of Nodes terminated.";
     counter nodes_drained(nodepool) "Number of Nodes drained.";
-    histogram nodes_termination_duration_seconds(nodepool) "Time from a Node's deletion request to the removal of its finalizer.";
+    summary nodes_termination_duration_seconds(nodepool) "Time from a Node's deletion request to the removal of its finalizer: quantiles 0, 0.5, 0.9, 0.99 and 1 over the last 10 minutes, sum and count since start.";
     histogram nodes_lifetime_duration_seconds(nodepool) "Time from a Node's creation to its deletion.";
     dgauge nodes_allocatable(node_name, nodepool, resource_type, phase, managed) "Allocatable resources of a Node, by resource type. Also labeled by every well-known node label (the part after the '/', lower-cased, '-' as '_').";
-    dgauge nodes_total_pod_requests(node_name, nodepool, resource_type, phase, managed) "Sum of the requests of the non-DaemonSet pods bound to a Node. Also labeled by every well-known node label.";
-    dgauge nodes_total_pod_limits(node_name, nodepool, resource_type, phase, managed) "Sum of the limits of the non-DaemonSet pods bound to a Node. Also labeled by every well-known node label.";
+    dgauge nodes_total_pod_requests(node_name, nodepool, resource_type, phase, managed) "Sum of the requests of the pods bound to a Node, DaemonSet pods included (as upstream). Also labeled by every well-known node label.";
+    dgauge nodes_total_pod_limits(node_name, nodepool, resource_type, phase, managed) "Sum of the limits of the pods bound to a Node, DaemonSet pods included (as upstream). Also labeled by every well-known node label.";
     dgauge nodes_total_daemon_requests(node_name, nodepool, resource_type, phase, managed) "Sum of the requests of the DaemonSet pods bound to a Node. Also labeled by every well-known node label.";
     dgauge nodes_total_daemon_limits(node_name, nodepool, resource_type, phase, managed) "Sum of the limits of the DaemonSet pods bound to a Node. Also labeled by every well-known node label.";
     dgauge nodes_system_overhead(node_name, nodepool, resource_type, phase, managed) "Difference between a Node's capacity and allocatable. Also labeled by every well-known node label.";
     dgauge nodes_current_lifetime_seconds(node_name, nodepool, phase, managed) "Seconds since the Node was created. Also labeled by every well-known node label.";
     // Pods
-    dgauge pods_state(name, namespace, owner, node, nodepool, zone, arch, capacity_type, instance_type, phase) "Pod state: one series per pod, labeled by its scheduling facts.";
+    mapgauge pods_state(name, namespace, owner, node, scheduled, nodepool, zone, arch, capacity_type, instance_type, phase, ready, managed) "Pod state: one series per pod, labeled by its scheduling facts (the node's zone, arch, capacity type and instance type; managed when the node has a NodePool label).";
     histogram pods_bound_duration_seconds() "Time from a pod's creation until it was bound.";
     gauge pods_unbound_time_seconds(name, namespace) "Seconds a pod has been waiting to be bound.";
-    histogram pods_startup_duration_seconds() "Time from a pod's creation until it was running.";
+    summary pods_startup_duration_seconds() "Time from a pod's creation until it was running: quantiles 0, 0.5, 0.9, 0.99 and 1 over the last 10 minutes, sum and count since start.";
     gauge pods_unstarted_time_seconds(name, namespace) "Seconds a pod has been waiting to be running.";
     histogram pods_scheduling_decision_duration_seconds() "Time from a pod being seen by Karpenter until a scheduling decision was made for it.";
     histogram pods_provisioning_bound_duration_seconds() "Time from a pod's creation until it was bound, for pods Karpenter provisioned capacity for.";
@@ -457,6 +505,14 @@ impl Metrics {
         let mut out = String::new();
         // Writing into a String cannot fail; an encoder error would only drop the rest of the output.
         let _ = encode(&mut out, &self.registry);
+        // prometheus-client has no summary type: ours go between its families and the closing `# EOF`.
+        if out.ends_with("# EOF\n") {
+            out.truncate(out.len() - "# EOF\n".len());
+        }
+        for (name, help, family) in &self.summaries {
+            family.encode(&mut out, name, help);
+        }
+        out.push_str("# EOF\n");
         out
     }
 
@@ -709,7 +765,7 @@ mod tests {
                 .split("\",")
                 .filter(|l| !l.is_empty())
                 .map(|l| l.split_once('=').unwrap().0.to_string())
-                .filter(|l| l != "le")
+                .filter(|l| l != "le" && l != "quantile")
                 .collect();
             let (family, kind) = if let Some(kind) = types.get(sample) {
                 (sample.to_string(), Some(kind.clone()))
@@ -852,7 +908,8 @@ mod tests {
             find("karpenter_nodeclaims_disrupted_total").labels,
             ["reason", "nodepool", "capacity_type", "consolidation_policy", "termination_mode"]
         );
-        assert_eq!(find("karpenter_nodes_termination_duration_seconds").kind, MetricType::Histogram);
+        assert_eq!(find("karpenter_nodes_termination_duration_seconds").kind, MetricType::Summary);
+        assert_eq!(find("karpenter_pods_startup_duration_seconds").kind, MetricType::Summary);
         assert_eq!(find("karpenter_nodepools_cost_total").kind, MetricType::Gauge);
         assert_eq!(
             find("karpenter_voluntary_disruption_decisions_total").labels,
@@ -892,12 +949,11 @@ mod tests {
             "karpenter_nodeclaims_created_total{reason=\"provisioned\",nodepool=\"default\",min_values_relaxed=\"false\"} 2"
         ), "{text}");
         assert!(text.contains("karpenter_nodepools_usage{nodepool=\"default\",resource_type=\"cpu\"} 2.5"));
-        assert!(
-            text.contains("karpenter_nodes_termination_duration_seconds_bucket{le=\"600.0\",nodepool=\"default\"} 0")
-        );
-        assert!(
-            text.contains("karpenter_nodes_termination_duration_seconds_bucket{le=\"+Inf\",nodepool=\"default\"} 1")
-        );
+        assert!(text.contains(
+            "karpenter_nodes_termination_duration_seconds{nodepool=\"default\",quantile=\"0.99\"} 700.0"
+        ));
+        assert!(text.contains("karpenter_nodes_termination_duration_seconds_count{nodepool=\"default\"} 1"));
+        assert!(text.ends_with("# EOF\n") && text.matches("# EOF").count() == 1);
         assert!(text.contains(
             "karpenter_nodes_allocatable{node_name=\"n1\",nodepool=\"\",resource_type=\"cpu\",phase=\"\",managed=\"\",instance_type=\"m5.large\"} 2.0"
         ), "{text}");
