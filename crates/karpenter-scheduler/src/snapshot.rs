@@ -212,6 +212,12 @@ fn meta_key(m: &ObjectMeta) -> (String, String) {
     (m.namespace.clone().unwrap_or_default(), m.name.clone().unwrap_or_default())
 }
 
+/// (namespace, name) of a namespaced workload: a manifest without a namespace lands in `default`, as
+/// `kubectl apply` puts it, so the pods it expands into are `default/<name>-N` like a bare Pod's.
+fn workload_key(m: &ObjectMeta) -> (String, String) {
+    (m.namespace.clone().unwrap_or_else(|| "default".to_owned()), m.name.clone().unwrap_or_default())
+}
+
 /// (namespace, name) borrowed: the sort key of every list, compared without copying the strings (a snapshot of
 /// thousands of pods is sorted on every pass).
 fn meta_ref(m: &ObjectMeta) -> (&str, &str) {
@@ -651,7 +657,7 @@ impl ClusterSnapshot {
                     builder.controller("ReplicationController", &rc.metadata, selector);
                 }
                 Object::Deployment(d) => {
-                    let (namespace, name) = meta_key(&d.metadata);
+                    let (namespace, name) = workload_key(&d.metadata);
                     let spec = d.spec.clone().unwrap_or_default();
                     builder.controller("Deployment", &d.metadata, spec.selector.clone());
                     workloads.push(Workload {
@@ -666,7 +672,7 @@ impl ClusterSnapshot {
                     });
                 }
                 Object::ReplicaSet(r) => {
-                    let (namespace, name) = meta_key(&r.metadata);
+                    let (namespace, name) = workload_key(&r.metadata);
                     let spec = r.spec.clone().unwrap_or_default();
                     builder.controller("ReplicaSet", &r.metadata, spec.selector.clone());
                     replica_sets.push((
@@ -684,7 +690,7 @@ impl ClusterSnapshot {
                     ));
                 }
                 Object::StatefulSet(s) => {
-                    let (namespace, name) = meta_key(&s.metadata);
+                    let (namespace, name) = workload_key(&s.metadata);
                     let spec = s.spec.clone().unwrap_or_default();
                     builder.controller("StatefulSet", &s.metadata, spec.selector.clone());
                     workloads.push(Workload {
@@ -699,7 +705,7 @@ impl ClusterSnapshot {
                     });
                 }
                 Object::Job(j) => {
-                    let (namespace, name) = meta_key(&j.metadata);
+                    let (namespace, name) = workload_key(&j.metadata);
                     let spec = j.spec.clone().unwrap_or_default();
                     workloads.push(Workload {
                         kind: "Job",
@@ -919,6 +925,12 @@ status: {phase: Succeeded}
         assert_eq!(p.metadata.labels.as_ref().and_then(|l| l.get("app")).map(String::as_str), Some("web"));
         assert_eq!(p.metadata.uid.as_deref(), Some("generated/shop/web-0"));
         assert_eq!(s.namespaces["shop"].labels.get(NAMESPACE_NAME_LABEL).map(String::as_str), Some("shop"));
+    }
+
+    #[test]
+    fn a_workload_without_a_namespace_expands_into_the_default_namespace() {
+        let s = snap(&DEPLOY.replace("{name: web, namespace: shop}", "{name: web}"));
+        assert_eq!(names(&s.pending_pods), ["default/web-0", "default/web-1", "default/web-2"]);
     }
 
     #[test]
