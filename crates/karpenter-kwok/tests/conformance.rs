@@ -32,15 +32,18 @@ impl ConformanceHooks for KwokHooks {
     }
 }
 
-async fn run_suite(provider: KwokCloudProvider, other: KwokCloudProvider, server: &ApiServer) {
+/// `looks_up_classes`: the provider has node classes to look up; without them every KWOKNodeClass counts as
+/// present, so the suite's missing-class check does not apply.
+async fn run_suite(provider: KwokCloudProvider, other: KwokCloudProvider, server: &ApiServer, looks_up_classes: bool) {
     let fixtures = Fixtures {
+        missing_node_class: if looks_up_classes { Fixtures::kwok().missing_node_class } else { None },
         other_cluster: Some(Arc::new(other)),
         hooks: Arc::new(KwokHooks(provider.clone())),
         ..Fixtures::kwok()
     };
     let report = run(Arc::new(provider.clone()), &fixtures).await;
     assert!(report.passed(), "{report}");
-    for check in &report.checks {
+    for check in report.checks.iter().filter(|c| looks_up_classes || c.name != "unknown_node_class") {
         assert_eq!(check.outcome, Outcome::Passed, "{report}");
     }
     assert_eq!(report.provider, "kwok");
@@ -60,7 +63,7 @@ async fn kwok_provider_passes_the_conformance_suite() {
     let (server, other_server) = (ApiServer::new(), ApiServer::new());
     let provider = KwokCloudProvider::with_defaults(server.client());
     let other = KwokCloudProvider::with_defaults(other_server.client());
-    run_suite(provider, other, &server).await;
+    run_suite(provider, other, &server, false).await;
 }
 
 #[tokio::test]
@@ -73,5 +76,5 @@ async fn kwok_provider_passes_the_conformance_suite_with_node_classes() {
     let options = KwokOptions { node_classes: Some(Arc::new(classes.clone())), ..KwokOptions::default() };
     let provider = KwokCloudProvider::new(server.client(), options.clone());
     let other = KwokCloudProvider::new(other_server.client(), options);
-    run_suite(provider, other, &server).await;
+    run_suite(provider, other, &server, true).await;
 }
