@@ -3078,7 +3078,9 @@ fn record_samples(text: &str, seen: &mut SeenSamples) -> Result<(), String> {
 /// The sample a declared family shows when it has data: a histogram its `_count`, others their own name.
 fn family_sample(d: &karpenter_operator::metrics::MetricDescriptor) -> String {
     match d.kind {
-        karpenter_operator::metrics::MetricType::Histogram => format!("{}_count", d.name),
+        karpenter_operator::metrics::MetricType::Histogram | karpenter_operator::metrics::MetricType::Summary => {
+            format!("{}_count", d.name)
+        }
         _ => d.name.clone(),
     }
 }
