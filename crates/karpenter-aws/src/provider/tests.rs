@@ -208,7 +208,7 @@ async fn passes_the_conformance_suite() {
         other_cluster: Some(Arc::new(other)),
         hooks: Arc::new(Hooks(e.ec2.clone())),
         sleeper: Arc::new(e.clock.clone()),
-        ..Fixtures::kwok()
+        ..Fixtures::new(pool().spec.template.spec.node_class_ref)
     };
     let report = run(Arc::new(e.provider.clone()), &fixtures).await;
     assert!(report.passed(), "{report}");
@@ -233,7 +233,7 @@ async fn passes_the_conformance_suite_with_reboot_for_repair() {
         other_cluster: Some(Arc::new(rebooting(&e, "another-cluster"))),
         hooks: Arc::new(Hooks(e.ec2.clone())),
         sleeper: Arc::new(e.clock.clone()),
-        ..Fixtures::kwok()
+        ..Fixtures::new(pool().spec.template.spec.node_class_ref)
     };
     let report = run(Arc::new(provider), &fixtures).await;
     assert!(report.passed(), "{report}");
