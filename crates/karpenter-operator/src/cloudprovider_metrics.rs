@@ -26,6 +26,8 @@ use crate::metrics::{Metrics, ReconcileResult};
 pub const CONTROLLER: &str = "cloudprovider.metrics";
 /// How often the gauges are refreshed (upstream's requeue).
 pub const INTERVAL: Duration = Duration::from_secs(60);
+/// The refresh while no NodePool exists yet.
+const NO_POOL_RETRY: Duration = Duration::from_secs(5);
 
 /// Instance types of some NodePools could not be listed.
 #[derive(Debug, thiserror::Error)]
@@ -74,9 +76,12 @@ impl CloudProviderMetrics {
             if let Err(e) = reconciled {
                 tracing::warn!(controller = CONTROLLER, error = %e, "instance type metrics");
             }
+            // Until the first NodePool exists there is nothing to publish: look again soon, so a new cluster's
+            // first pool has its offering series within seconds rather than a full interval later.
+            let next = if self.ctx.state.list_shared::<NodePool>().is_empty() { NO_POOL_RETRY } else { INTERVAL };
             tokio::select! {
                 () = shutdown.cancelled() => return,
-                () = tokio::time::sleep(INTERVAL) => {}
+                () = tokio::time::sleep(next) => {}
             }
         }
     }
