@@ -178,8 +178,9 @@ impl Consistency {
                 crate::metrics::runtime::instrumented(
                     crate::kube_util::ErrorPolicyContext::reconciles(&*self, 0),
                     |claim: Arc<NodeClaim>, ctx: Arc<Self>| async move {
-                    Ok::<Action, ReconcileError>(to_action(ctx.reconcile(&claim.name_any()).await?))
-                }),
+                        Ok::<Action, ReconcileError>(to_action(ctx.reconcile(&claim.name_any()).await?))
+                    },
+                ),
                 error_policy,
                 self,
             )

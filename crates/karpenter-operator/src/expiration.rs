@@ -177,11 +177,12 @@ impl Expiration {
                 crate::metrics::runtime::instrumented(
                     crate::kube_util::ErrorPolicyContext::reconciles(&*self, 0),
                     |claim: Arc<NodeClaim>, ctx: Arc<Self>| async move {
-                    if claim.metadata.deletion_timestamp.is_some() {
-                        return Ok(Action::await_change());
-                    }
-                    Ok(to_action(ctx.reconcile_claim(&claim).await?))
-                }),
+                        if claim.metadata.deletion_timestamp.is_some() {
+                            return Ok(Action::await_change());
+                        }
+                        Ok(to_action(ctx.reconcile_claim(&claim).await?))
+                    },
+                ),
                 error_policy,
                 self.clone(),
             )

@@ -738,11 +738,12 @@ impl Termination {
                 crate::metrics::runtime::instrumented(
                     crate::kube_util::ErrorPolicyContext::reconciles(&*self, 0),
                     |node: Arc<Node>, ctx: Arc<Self>| async move {
-                    if node.metadata.deletion_timestamp.is_none() {
-                        return Ok(Action::await_change());
-                    }
-                    Ok(to_action(ctx.reconcile_node(&node.name_any()).await?))
-                }),
+                        if node.metadata.deletion_timestamp.is_none() {
+                            return Ok(Action::await_change());
+                        }
+                        Ok(to_action(ctx.reconcile_node(&node.name_any()).await?))
+                    },
+                ),
                 error_policy,
                 self.clone(),
             )
@@ -756,11 +757,12 @@ impl Termination {
                 crate::metrics::runtime::instrumented(
                     crate::kube_util::ErrorPolicyContext::reconciles(&*self, 0),
                     |claim: Arc<NodeClaim>, ctx: Arc<Self>| async move {
-                    if claim.metadata.deletion_timestamp.is_none() {
-                        return Ok(Action::await_change());
-                    }
-                    Ok(to_action(ctx.reconcile_node_claim(&claim.name_any()).await?))
-                }),
+                        if claim.metadata.deletion_timestamp.is_none() {
+                            return Ok(Action::await_change());
+                        }
+                        Ok(to_action(ctx.reconcile_node_claim(&claim.name_any()).await?))
+                    },
+                ),
                 error_policy,
                 self.clone(),
             )

@@ -151,8 +151,9 @@ impl KwokNodeClassStatus {
                 crate::metrics::runtime::instrumented(
                     crate::kube_util::ErrorPolicyContext::reconciles(&*self, 0),
                     |class: Arc<KWOKNodeClass>, ctx: Arc<Self>| async move {
-                    Ok::<Action, ReconcileError>(to_action(ctx.reconcile(&class.name_any()).await?))
-                }),
+                        Ok::<Action, ReconcileError>(to_action(ctx.reconcile(&class.name_any()).await?))
+                    },
+                ),
                 error_policy,
                 self,
             )

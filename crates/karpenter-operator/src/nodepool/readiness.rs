@@ -138,8 +138,9 @@ impl Readiness {
                 crate::metrics::runtime::instrumented(
                     crate::kube_util::ErrorPolicyContext::reconciles(&*self, 0),
                     |pool: Arc<NodePool>, ctx: Arc<Self>| async move {
-                    Ok::<Action, ReconcileError>(to_action(ctx.reconcile(&pool.name_any()).await?))
-                }),
+                        Ok::<Action, ReconcileError>(to_action(ctx.reconcile(&pool.name_any()).await?))
+                    },
+                ),
                 error_policy,
                 self,
             )
