@@ -225,3 +225,85 @@ fn the_settings_reference_has_every_upstream_setting_but_the_explained_ones() {
         }
     }
 }
+
+/// Every `.rs` file under `dir`, recursively, with its text.
+fn rust_sources(dir: &Path) -> Vec<(PathBuf, String)> {
+    let mut out = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                out.push((path, text));
+            }
+        }
+    }
+    out
+}
+
+/// Whether `name` is a module (a file or folder of that name) or an item (`fn`, `struct`, `enum`, `trait`, `type`,
+/// `const`, `macro_rules!`) somewhere in these sources.
+fn names_a_module_or_item(sources: &[(PathBuf, String)], name: &str) -> bool {
+    let module = |p: &PathBuf| {
+        p.file_stem().is_some_and(|s| s == name) || p.parent().and_then(|d| d.file_name()).is_some_and(|d| d == name)
+    };
+    let item = |text: &str| {
+        ["fn ", "struct ", "enum ", "trait ", "type ", "const ", "static ", "macro_rules! "].iter().any(|kw| {
+            text.match_indices(&format!("{kw}{name}"))
+                .any(|(at, m)| !text[at + m.len()..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_'))
+        })
+    };
+    sources.iter().any(|(p, text)| module(p) || item(text))
+}
+
+/// docs/architecture.md is a map, so what it names must be there: in each crate's paragraph (`**<package>** ...`),
+/// every code word that reads as a Rust name (`loader`, `build_node_claim`, `ClusterSnapshot`, `validate()`) is a
+/// module or an item of that package; every `crate_name::path::item` anywhere resolves in the crate it starts with.
+#[test]
+fn every_module_and_item_the_architecture_map_names_exists() {
+    let text = std::fs::read_to_string(root().join("docs/architecture.md")).expect("docs/architecture.md");
+    let packages = package_dirs();
+    let sources_of = |package: &str| {
+        let (_, dir) =
+            packages.iter().find(|(name, _)| name == package).unwrap_or_else(|| panic!("no package {package}"));
+        rust_sources(&dir.join("src"))
+    };
+    let is_rust_name = |w: &str| !w.is_empty() && w.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    let mut missing = Vec::new();
+    let mut checked = 0;
+    for paragraph in text.split("\n\n") {
+        let Some(rest) = paragraph.strip_prefix("**") else { continue };
+        let Some((package, _)) = rest.split_once("**") else { continue };
+        if !package.starts_with("karpenter-") {
+            continue;
+        }
+        let sources = sources_of(package);
+        for word in paragraph.split('`').skip(1).step_by(2) {
+            let word = word.trim_end_matches("()");
+            if !is_rust_name(word) || word.contains("::") {
+                continue;
+            }
+            checked += 1;
+            if !names_a_module_or_item(&sources, word) {
+                missing.push(format!("{package}: `{word}`"));
+            }
+        }
+    }
+    for word in text.split('`').skip(1).step_by(2) {
+        let Some((krate, path)) = word.split_once("::") else { continue };
+        let Some(package) = krate.strip_prefix("karpenter_").map(|k| format!("karpenter-{k}")) else { continue };
+        let sources = sources_of(&package);
+        for segment in path.split("::") {
+            checked += 1;
+            if !names_a_module_or_item(&sources, segment) {
+                missing.push(format!("{word}: `{segment}`"));
+            }
+        }
+    }
+    assert!(checked > 60, "only {checked} names found: the finder is broken");
+    assert!(missing.is_empty(), "names in docs/architecture.md that the code does not have:\n{}", missing.join("\n"));
+}
