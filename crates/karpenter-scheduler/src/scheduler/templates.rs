@@ -4,6 +4,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{PodSpec, Taint, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use karpenter_api::labels;
+use karpenter_api::meta::DEFAULT_NAMESPACE;
 use karpenter_api::{CompactPod, NodePool, ProviderLabels};
 use karpenter_requirements::{
     HostPort, HostPortUsage, InstanceType, NoKeys, OfferingsExt, Quantity, Requirement, Requirements, ResourceList,
@@ -60,7 +61,11 @@ fn daemon(snapshot: &ClusterSnapshot, ds: &DaemonSet, with_claims: bool) -> Opti
         alternatives.push(selector);
     }
     Some(Daemon {
-        name: (ds.metadata.namespace.clone().unwrap_or_default(), ds.metadata.name.clone().unwrap_or_default()),
+        // A manifest without a namespace is in `default` once applied; its pods are matched to it there.
+        name: (
+            ds.metadata.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE).to_owned(),
+            ds.metadata.name.clone().unwrap_or_default(),
+        ),
         requests: requests_with_pod_count(&pod).ok()?,
         tolerations: spec.tolerations.clone().unwrap_or_default(),
         host_ports: spec_host_ports(spec),
@@ -466,8 +471,10 @@ fn daemon_overhead_for(
         if !d.alternatives.iter().any(|a| reqs.compatible(a, &NoKeys).is_ok()) {
             continue;
         }
+        // A pod without a namespace is in `default`, as the DaemonSet without one is (`daemon`): compared raw, a
+        // running DaemonSet pod written without a namespace went unseen and its overhead was counted twice.
         let running = bound.iter().any(|p| {
-            p.metadata.namespace.clone().unwrap_or_default() == d.name.0
+            p.metadata.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE) == d.name.0
                 && p.metadata.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet" && o.name == d.name.1)
         });
         if !running {
@@ -573,4 +580,61 @@ pub(crate) fn existing_nodes(
     }
     out.sort_by(|a, b| b.initialized.cmp(&a.initialized).then_with(|| a.name.cmp(&b.name)));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    use karpenter_api::IntoSharedPod;
+    use karpenter_testing::{DaemonSetOptions, NodeOptions, PodOptions, daemon_set, node, pod};
+
+    /// A 4-CPU node holding one 1-CPU pod of a 1-CPU DaemonSet, the DaemonSet and its pod in the namespaces given
+    /// (`None`: written without one); the CPU the existing node has left.
+    fn free_cpu(ds_namespace: Option<&str>, pod_namespace: Option<&str>) -> String {
+        let mut ds = daemon_set(DaemonSetOptions {
+            name: Some("agent".into()),
+            pod: PodOptions { requests: [("cpu", "1")].into(), ..Default::default() },
+            ..Default::default()
+        });
+        ds.metadata.namespace = ds_namespace.map(str::to_owned);
+        let mut ds_pod = pod(PodOptions {
+            name: Some("agent-x".into()),
+            node_name: Some("n".into()),
+            requests: [("cpu", "1")].into(),
+            ..Default::default()
+        });
+        ds_pod.metadata.namespace = pod_namespace.map(str::to_owned);
+        ds_pod.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: "apps/v1".into(),
+            kind: "DaemonSet".into(),
+            name: "agent".into(),
+            uid: ds.metadata.uid.clone().unwrap_or_default(),
+            controller: Some(true),
+            ..Default::default()
+        }]);
+        let n = node(NodeOptions {
+            name: Some("n".into()),
+            allocatable: [("cpu", "4"), ("pods", "10")].into(),
+            ..Default::default()
+        });
+        let mut b = ClusterSnapshot::builder();
+        b.node(&n);
+        b.daemon_set(ds);
+        b.pod(ds_pod.into_shared());
+        let snapshot = b.build().expect("snapshot");
+        let daemons = daemons(&snapshot, false);
+        let existing = existing_nodes(&snapshot, &daemons, &VolumeIndex::new(&snapshot));
+        existing[0].available.cpu().to_string()
+    }
+
+    #[test]
+    fn a_running_daemon_set_pod_is_matched_to_its_daemon_set_whichever_side_omits_the_default_namespace() {
+        // 4 CPUs less the running DaemonSet pod's 1; no DaemonSet overhead is still to come.
+        assert_eq!(free_cpu(Some("default"), Some("default")), "3");
+        assert_eq!(free_cpu(Some("default"), None), "3", "a pod written without a namespace is in default");
+        assert_eq!(free_cpu(None, Some("default")), "3", "a DaemonSet written without a namespace is in default");
+        // A pod of a DaemonSet of the same name in another namespace is not this one's: its overhead is to come.
+        assert_eq!(free_cpu(Some("kube-system"), None), "2");
+    }
 }
