@@ -23,6 +23,13 @@ pub fn from_k8s(t: &Time) -> Option<DateTime<Utc>> {
     DateTime::<Utc>::from_timestamp(ts.as_second(), u32::try_from(ts.subsec_nanosecond()).unwrap_or(0))
 }
 
+/// A chrono time as a k8s-openapi `Time` (what objects carry in timestamps; the API server keeps whole seconds).
+/// `None` only when it lies outside the range k8s-openapi's timestamps can hold.
+pub fn to_k8s(t: DateTime<Utc>) -> Option<Time> {
+    let nanos = i32::try_from(t.timestamp_subsec_nanos()).ok()?;
+    k8s_openapi::jiff::Timestamp::new(t.timestamp(), nanos).ok().map(Time)
+}
+
 /// A std duration as a chrono one, saturating at chrono's maximum: durations here come from manifests (Go
 /// duration syntax allows values chrono cannot hold), and "longer than representable" means "never" to callers.
 pub fn chrono_duration(d: Duration) -> chrono::Duration {
@@ -45,6 +52,9 @@ mod tests {
     fn k8s_times_convert_to_chrono() {
         let k8s: Time = serde_json::from_value(serde_json::json!("2026-01-01T12:00:00Z")).unwrap();
         assert_eq!(from_k8s(&k8s), DateTime::from_timestamp(1_767_268_800, 0));
+        let t = DateTime::from_timestamp(1_767_268_800, 250_000_000).unwrap();
+        assert_eq!(to_k8s(t).as_ref().and_then(from_k8s), Some(t));
+        assert_eq!(serde_json::to_value(to_k8s(t)).unwrap(), serde_json::json!("2026-01-01T12:00:00Z"));
     }
 
     #[test]

@@ -8,8 +8,6 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use chrono::{DateTime, Utc};
-use karpenter_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use karpenter_api::nodeclaim::ResourceQuantity;
 use karpenter_requirements::{InstanceType, Offering, Requirements, ResourceList};
 
@@ -78,11 +76,9 @@ where
     })
 }
 
-/// A chrono instant as a Kubernetes `Time` (what providers put in creation and deletion timestamps).
-pub fn k8s_time(t: DateTime<Utc>) -> Option<Time> {
-    let nanos = i32::try_from(t.timestamp_subsec_nanos()).ok()?;
-    karpenter_api::k8s_openapi::jiff::Timestamp::new(t.timestamp(), nanos).ok().map(Time)
-}
+/// A chrono instant as a Kubernetes `Time` (what providers put in creation and deletion timestamps): karpenter-api's
+/// one conversion, here beside [`resource_map`] for the NodeClaim a launch returns.
+pub use karpenter_api::time::to_k8s as k8s_time;
 
 /// An instance type's resource list as NodeClaim status quantities, zero entries dropped (as upstream).
 pub fn resource_map(list: &ResourceList) -> BTreeMap<String, ResourceQuantity> {

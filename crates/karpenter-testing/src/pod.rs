@@ -170,10 +170,8 @@ pub fn pod_affinity_term(topology_key: &str, labels: &BTreeMap<String, String>) 
     }
 }
 
-/// Converts a chrono time to a Kubernetes `Time` (k8s-openapi uses jiff); out-of-range times become `None`.
-pub fn k8s_time(t: DateTime<Utc>) -> Option<Time> {
-    k8s_openapi::jiff::Timestamp::new(t.timestamp(), t.timestamp_subsec_nanos() as i32).ok().map(Time)
-}
+/// Converts a chrono time to a Kubernetes `Time` (karpenter-api's one conversion); out-of-range times become `None`.
+pub use karpenter_api::time::to_k8s as k8s_time;
 
 fn time(t: Option<DateTime<Utc>>) -> Option<Time> {
     t.and_then(k8s_time)

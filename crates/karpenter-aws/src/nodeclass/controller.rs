@@ -31,11 +31,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::SecondsFormat;
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource, ObjectReference};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use karpenter_api::condition::{ConditionStatus, Conditions};
 use karpenter_api::ec2nodeclass::conditions::{self, reasons};
 use karpenter_api::ec2nodeclass::{CapacityReservationState, GROUP, KIND};
@@ -574,8 +573,8 @@ pub(crate) async fn publish_node_class_event(
         source: Some(EventSource { component: Some("karpenter".into()), host: None }),
         reporting_component: Some("karpenter".into()),
         count: Some(1),
-        first_timestamp: k8s_time(now),
-        last_timestamp: k8s_time(now),
+        first_timestamp: karpenter_api::time::to_k8s(now),
+        last_timestamp: karpenter_api::time::to_k8s(now),
         ..Default::default()
     };
     let api: Api<CoreEvent> = Api::namespaced(client.clone(), "default");
@@ -631,10 +630,6 @@ impl crate::zonalshift::ZonalShiftEvents for NodeClassZonalShiftEvents {
         let message = format!("the zonal shift away from {zone} ended: the zone is offered again");
         self.publish("Normal", crate::zonalshift::EVENT_CLEARED, &message).await;
     }
-}
-
-fn k8s_time(t: chrono::DateTime<chrono::Utc>) -> Option<Time> {
-    t.to_rfc3339_opts(SecondsFormat::Secs, true).parse().ok().map(Time)
 }
 
 /// Sleeps `interval` (tokio time) or returns `false` when `shutdown` fires first.
