@@ -289,7 +289,10 @@ fn build<'a>(cluster: &Cluster<'a>, node: &'a NodeInfo, veto: Veto) -> Result<Ca
     let Some(&claim) = cluster.claims.get(claim_name) else {
         return Err(Reason::NodeClaimNotFound { node_claim: claim_name.to_owned() });
     };
-    if node.marked_for_deletion || claim.marked_for_deletion {
+    // A NodeClaim whose instance is already being terminated (`InstanceTerminating=True`, the termination
+    // controller's mark once the drain is done) is being deleted even before its deletion timestamp shows, as
+    // upstream's state node counts it.
+    if node.marked_for_deletion || claim.marked_for_deletion || claim.is_true(conditions::INSTANCE_TERMINATING) {
         return Err(Reason::BeingDeleted);
     }
     if !node.initialized {

@@ -657,16 +657,15 @@ fn static_drift<'a>(
             wait = Some(format!("scale-down in progress ({running} running, {replicas} replicas)"));
             n = 0;
         }
-        // Past `limits.nodes` no replacement can be launched first: those nodes are deleted first (upstream
-        // v1.15), and the replica count brings their replacements.
+        // Each command launches its replacement before its node goes, so it needs room under `limits.nodes`
+        // (every NodeClaim of the pool counts, deleting ones too); a node without room waits, as upstream's
+        // reservation against the limit grants no more commands than that.
         let mut room = usize::MAX;
         let mut full = String::new();
         if let Some(limit) = pool.spec.limits.get(karpenter_api::nodepool::NODES_LIMIT) {
             let limit: u64 = limit.0.parse().unwrap_or(0);
             room = limit.saturating_sub(claims.len() as u64) as usize;
-            full = format!(
-                "drifted (static pool at limits.nodes {limit}: deleted first, the replica count brings its replacement)"
-            );
+            full = format!("no room for a replacement under limits.nodes {limit} ({} NodeClaims)", claims.len());
         }
         let mut taken = 0;
         for c in list {
@@ -676,11 +675,7 @@ fn static_drift<'a>(
                     continue;
                 }
                 if taken >= room {
-                    let cmd = Engine::command(Method::StaticDrift, &[c], Vec::new(), &full);
-                    record(&c.node.name, Method::StaticDrift, Ok(cmd.explanation.clone()));
-                    topology.take(c);
-                    taken += 1;
-                    out.push(cmd);
+                    record(&c.node.name, Method::StaticDrift, Err(Reason::StaticDriftWaiting { detail: full.clone() }));
                     continue;
                 }
                 let plan = match NodeClaimPlan::from_template(pool, format!("{pool_name}-replacement-{}", taken + 1)) {

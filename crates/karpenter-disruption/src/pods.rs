@@ -463,6 +463,26 @@ mod tests {
         assert_eq!(eviction_cost(&p), 0.0);
     }
 
+    /// Upstream's `Pod Eviction Cost` specs (disruption suite_test.go): the standard cost is 1; a positive
+    /// deletion cost or priority raises it, a negative one lowers it, and higher deletion costs cost more.
+    #[test]
+    fn upstream_pod_eviction_cost_specs() {
+        let cost = |deletion_cost: Option<&str>, priority: Option<i32>| {
+            let mut p: CompactPod = pod(PodOptions::default()).into();
+            p.metadata.annotations =
+                deletion_cost.map(|c| BTreeMap::from([(annotations::POD_DELETION_COST.to_string(), c.to_string())]));
+            std::sync::Arc::make_mut(&mut p.spec).priority = priority;
+            CostAnnotations { managed: false }.eviction_cost(&p)
+        };
+        assert_eq!(cost(None, None), 1.0, "no priority and no deletion cost");
+        assert!(cost(Some("100"), None) > 1.0);
+        assert!(cost(Some("-100"), None) < 1.0);
+        assert!(cost(Some("101"), None) > cost(Some("100"), None));
+        assert!(cost(Some("100"), None) > cost(Some("99"), None));
+        assert!(cost(None, Some(1)) > 1.0);
+        assert!(cost(None, Some(-1)) < 1.0);
+    }
+
     #[test]
     fn cost_annotation_precedence() {
         let with = |pairs: &[(&str, &str)]| -> CompactPod {
