@@ -322,6 +322,157 @@ pub mod min_nodes {
     }
 }
 
+/// A minimum saving before consolidation replaces nodes or merges several (not upstream Karpenter): per NodePool
+/// (this annotation) and cluster-wide (the `CONSOLIDATION_MIN_SAVINGS` setting), both written in the one grammar
+/// [`MinSavings`] parses. karpenter-disruption decides with it; the NodePool validation controller reports a bad
+/// annotation.
+pub mod consolidation_min_savings {
+    use std::fmt;
+    use std::str::FromStr;
+
+    /// The NodePool annotation: a [`MinSavings`].
+    pub const ANNOTATION: &str = "karpenter-rs.io/consolidation-min-savings";
+    /// The NodePool status condition reporting whether the annotation parses (present only while it is set).
+    pub const CONDITION: &str = "ConsolidationMinSavingsValid";
+    /// Reason of the condition (and of the Warning event) when the value does not parse.
+    pub const INVALID_REASON: &str = "InvalidConsolidationMinSavings";
+    /// The cluster-wide setting's environment variable (its flag is `--consolidation-min-savings`).
+    pub const SETTING: &str = "CONSOLIDATION_MIN_SAVINGS";
+
+    /// How much a consolidation move must save, per hour, before it is worth moving pods: a percentage of the
+    /// candidates' price (`5%`, `2.5%`, at most `100%`) or an absolute amount in dollars per hour (`$0.02/h`).
+    /// The `%` or the `$`…`/h` is required, so a bare number is never read with the wrong unit.
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    pub enum MinSavings {
+        /// Percent (0-100) of the candidates' hourly price.
+        Percent(f64),
+        /// Dollars per hour.
+        PerHour(f64),
+    }
+
+    impl MinSavings {
+        /// The saving per hour this threshold asks of candidates costing `price` per hour.
+        pub fn required(self, price: f64) -> f64 {
+            match self {
+                MinSavings::Percent(p) => price * p / 100.0,
+                MinSavings::PerHour(a) => a,
+            }
+        }
+
+        /// Whether it asks for nothing (`0%`, `$0/h`).
+        pub fn is_zero(self) -> bool {
+            match self {
+                MinSavings::Percent(v) | MinSavings::PerHour(v) => v == 0.0,
+            }
+        }
+    }
+
+    impl fmt::Display for MinSavings {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            match self {
+                MinSavings::Percent(p) => write!(f, "{p}%"),
+                MinSavings::PerHour(a) => write!(f, "${a}/h"),
+            }
+        }
+    }
+
+    /// Why a value is not a [`MinSavings`].
+    #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+    pub enum MinSavingsError {
+        /// Neither `N%` nor `$N/h`.
+        #[error(
+            "{value:?} is not a minimum saving: write a percentage of the candidates' price such as 5% or an amount per hour such as $0.02/h"
+        )]
+        Syntax {
+            /// The value as written.
+            value: String,
+        },
+        /// A percentage above 100.
+        #[error("{value:?} is more than 100% (no move saves more than the candidates cost)")]
+        OverHundredPercent {
+            /// The value as written.
+            value: String,
+        },
+    }
+
+    /// A plain decimal: digits with at most one point, at least one digit, no sign or exponent.
+    fn decimal(s: &str) -> Option<f64> {
+        let digits = s.bytes().filter(u8::is_ascii_digit).count();
+        let points = s.bytes().filter(|b| *b == b'.').count();
+        if digits == 0 || points > 1 || digits + points != s.len() {
+            return None;
+        }
+        s.parse().ok().filter(|v: &f64| v.is_finite())
+    }
+
+    impl FromStr for MinSavings {
+        type Err = MinSavingsError;
+        fn from_str(value: &str) -> Result<Self, MinSavingsError> {
+            let syntax = || MinSavingsError::Syntax { value: value.to_owned() };
+            let t = value.trim();
+            if let Some(p) = t.strip_suffix('%') {
+                let p = decimal(p.trim_end()).ok_or_else(syntax)?;
+                if p > 100.0 {
+                    return Err(MinSavingsError::OverHundredPercent { value: value.to_owned() });
+                }
+                return Ok(MinSavings::Percent(p));
+            }
+            let amount = t.strip_prefix('$').and_then(|r| r.strip_suffix("/h")).ok_or_else(syntax)?;
+            decimal(amount.trim()).map(MinSavings::PerHour).ok_or_else(syntax)
+        }
+    }
+
+    /// The setting's value: empty (or blank) means no cluster-wide threshold.
+    pub fn parse_setting(value: &str) -> Result<Option<MinSavings>, MinSavingsError> {
+        if value.trim().is_empty() { Ok(None) } else { value.parse().map(Some) }
+    }
+
+    /// A NodePool's annotation: `None` without it, else its value parsed.
+    pub fn of(pool: &crate::NodePool) -> Result<Option<MinSavings>, MinSavingsError> {
+        match pool.metadata.annotations.as_ref().and_then(|a| a.get(ANNOTATION)) {
+            Some(v) => v.parse().map(Some),
+            None => Ok(None),
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn percentages_and_amounts_parse_and_anything_else_is_named() {
+            assert_eq!("5%".parse(), Ok(MinSavings::Percent(5.0)));
+            assert_eq!(" 2.5 % ".parse(), Ok(MinSavings::Percent(2.5)));
+            assert_eq!("100%".parse(), Ok(MinSavings::Percent(100.0)));
+            assert_eq!("0%".parse(), Ok(MinSavings::Percent(0.0)));
+            assert_eq!("$0.02/h".parse(), Ok(MinSavings::PerHour(0.02)));
+            assert_eq!("$ 1/h".parse(), Ok(MinSavings::PerHour(1.0)));
+            assert_eq!(parse_setting(""), Ok(None));
+            assert_eq!(parse_setting(" 10%"), Ok(Some(MinSavings::Percent(10.0))));
+            for bad in
+                ["", "5", "0.02", "five%", "-5%", "+5%", "1e2%", "5%%", "$0.02", "0.02/h", "$-1/h", "$.", "%", "1.2.3%"]
+            {
+                let e = bad.parse::<MinSavings>().expect_err(bad);
+                assert_eq!(e, MinSavingsError::Syntax { value: bad.into() }, "{bad:?}");
+                assert!(e.to_string().contains("such as 5%"), "{e}");
+            }
+            assert_eq!("150%".parse::<MinSavings>(), Err(MinSavingsError::OverHundredPercent { value: "150%".into() }));
+        }
+
+        #[test]
+        fn the_required_saving_and_the_text_form() {
+            assert!((MinSavings::Percent(5.0).required(2.0) - 0.1).abs() < 1e-12);
+            assert_eq!(MinSavings::PerHour(0.02).required(100.0), 0.02);
+            for text in ["5%", "2.5%", "$0.02/h", "$1/h"] {
+                let v: MinSavings = text.parse().unwrap();
+                assert_eq!(v.to_string(), text);
+                assert_eq!(v.to_string().parse::<MinSavings>(), Ok(v), "round trip");
+            }
+            assert!(MinSavings::Percent(0.0).is_zero() && !MinSavings::PerHour(0.01).is_zero());
+        }
+    }
+}
+
 /// Taint keys Karpenter puts on nodes or waits for.
 pub mod taints {
     /// Put on a node when a disruption command starts or termination begins.

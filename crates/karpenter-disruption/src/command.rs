@@ -239,8 +239,13 @@ pub enum Reason {
     NoCheaperOption { price: f64 },
     /// Spot-to-spot consolidation is behind the `SpotToSpotConsolidation` feature gate, which is off.
     SpotToSpotDisabled,
-    /// Single-node spot-to-spot needs at least 15 cheaper instance types.
-    SpotToSpotTooFewOptions { count: usize },
+    /// Single-node spot-to-spot needs at least `required` cheaper instance types (`SPOT_TO_SPOT_MIN_INSTANCE_TYPES`,
+    /// upstream's constant 15 by default); `count` were found.
+    SpotToSpotTooFewOptions {
+        count: usize,
+        #[serde(default = "spot_to_spot_min_types")]
+        required: usize,
+    },
     /// The Balanced policy judged the savings not worth the disruption.
     BalancedRejected { node_pool: String, score: f64 },
     /// Drifted, but a static pool's scale-down is in progress, its node limit is reached, or its template's
@@ -277,11 +282,31 @@ pub enum Reason {
     /// Empty of pods, but CapacityBuffer virtual pods land on it (`buffers`: `namespace/name`): it is the
     /// buffers' room, so Emptiness leaves it.
     HostsCapacityBuffer { buffers: Vec<String> },
+    /// A replacement or multi-node move saves too little for its disruption (not upstream Karpenter): the share
+    /// of the saving that falls to `node_pool` (`savings_per_hour`, `percent` of the pool's candidates' price) is
+    /// below what `threshold` requires of it (`required_per_hour`). `set_by` names where the threshold comes from:
+    /// the pool's `karpenter-rs.io/consolidation-min-savings` annotation or the `CONSOLIDATION_MIN_SAVINGS`
+    /// setting (the stricter of the two applies). See [`crate::savings`].
+    SavingsBelowThreshold {
+        node_pool: String,
+        savings_per_hour: f64,
+        percent: f64,
+        threshold: String,
+        required_per_hour: f64,
+        set_by: crate::savings::ThresholdSource,
+    },
+    /// The NodePool's `karpenter-rs.io/consolidation-min-savings` annotation does not parse: its replacements and
+    /// multi-node moves are held until it is fixed (deletes go on).
+    MinSavingsInvalid { node_pool: String, detail: String },
+}
+
+fn spot_to_spot_min_types() -> usize {
+    crate::SPOT_TO_SPOT_MIN_TYPES
 }
 
 impl Reason {
     /// Every [`Reason::code`], in declaration order.
-    pub const CODES: [&'static str; 39] = [
+    pub const CODES: [&'static str; 41] = [
         "Disrupted",
         "Deferred",
         "NotManaged",
@@ -321,6 +346,8 @@ impl Reason {
         "RepairBlocked",
         "NodeDoNotRepair",
         "HostsCapacityBuffer",
+        "SavingsBelowThreshold",
+        "MinSavingsInvalid",
     ];
 
     /// The stable code of this reason: the variant's name, as the `code` tag of its JSON form. Metrics label
@@ -366,6 +393,8 @@ impl Reason {
             Reason::RepairBlocked { .. } => "RepairBlocked",
             Reason::NodeDoNotRepair => "NodeDoNotRepair",
             Reason::HostsCapacityBuffer { .. } => "HostsCapacityBuffer",
+            Reason::SavingsBelowThreshold { .. } => "SavingsBelowThreshold",
+            Reason::MinSavingsInvalid { .. } => "MinSavingsInvalid",
         }
     }
 
@@ -386,7 +415,8 @@ impl Reason {
             | Reason::TopologyKeyInvalid { .. }
             | Reason::AtMinNodes { .. }
             | Reason::RepairBlocked { .. }
-            | Reason::NodeDoNotRepair => Outcome::Blocked,
+            | Reason::NodeDoNotRepair
+            | Reason::MinSavingsInvalid { .. } => Outcome::Blocked,
             _ => Outcome::Kept,
         }
     }
@@ -454,9 +484,9 @@ impl std::fmt::Display for Reason {
                 write!(f, "can't replace with a cheaper node (current price {})", money(*price))
             }
             Reason::SpotToSpotDisabled => write!(f, "SpotToSpotConsolidation is disabled, can't replace a spot node"),
-            Reason::SpotToSpotTooFewOptions { count } => write!(
+            Reason::SpotToSpotTooFewOptions { count, required } => write!(
                 f,
-                "spot-to-spot consolidation requires 15 cheaper instance type options than the current candidate, found {count}"
+                "spot-to-spot consolidation requires {required} cheaper instance type options than the current candidate, found {count}"
             ),
             Reason::BalancedRejected { node_pool, score } => {
                 write!(f, "Balanced policy of NodePool {node_pool}: score {score:.3} below the threshold 0.5")
@@ -504,6 +534,26 @@ impl std::fmt::Display for Reason {
             Reason::HostsCapacityBuffer { buffers } => {
                 write!(f, "keeps room for CapacityBuffer {}: its virtual pods land on it", buffers.join(", "))
             }
+            Reason::SavingsBelowThreshold { node_pool, savings_per_hour, percent, threshold, set_by, .. } => {
+                let saves = format!("saves {} ({percent:.1}%)", money(*savings_per_hour));
+                match set_by {
+                    crate::savings::ThresholdSource::NodePool => write!(
+                        f,
+                        "{saves}, NodePool {node_pool} requires {threshold} ({})",
+                        karpenter_api::labels::consolidation_min_savings::ANNOTATION
+                    ),
+                    crate::savings::ThresholdSource::Setting => write!(
+                        f,
+                        "{saves}, {} requires {threshold} (NodePool {node_pool})",
+                        karpenter_api::labels::consolidation_min_savings::SETTING
+                    ),
+                }
+            }
+            Reason::MinSavingsInvalid { node_pool, detail } => write!(
+                f,
+                "NodePool {node_pool}'s {} annotation is invalid ({detail}): its replacements and multi-node moves are held until it is fixed",
+                karpenter_api::labels::consolidation_min_savings::ANNOTATION
+            ),
         }
     }
 }
@@ -625,7 +675,7 @@ mod tests {
             Reason::PendingPodsNeedNodes { count: 2 },
             Reason::NoCheaperOption { price: 1.0 },
             Reason::SpotToSpotDisabled,
-            Reason::SpotToSpotTooFewOptions { count: 3 },
+            Reason::SpotToSpotTooFewOptions { count: 3, required: 15 },
             Reason::BalancedRejected { node_pool: s(), score: 0.1 },
             Reason::StaticDriftWaiting { detail: s() },
             Reason::NotEvaluated { method: m },
@@ -638,6 +688,15 @@ mod tests {
             Reason::RepairBlocked { node_pool: s(), unhealthy: 3, nodes: 10, threshold: 2 },
             Reason::NodeDoNotRepair,
             Reason::HostsCapacityBuffer { buffers: vec![s()] },
+            Reason::SavingsBelowThreshold {
+                node_pool: s(),
+                savings_per_hour: 0.012,
+                percent: 1.8,
+                threshold: s(),
+                required_per_hour: 0.05,
+                set_by: crate::savings::ThresholdSource::NodePool,
+            },
+            Reason::MinSavingsInvalid { node_pool: s(), detail: s() },
         ]
     }
 

@@ -21,11 +21,13 @@ use crate::candidate::{
 };
 use crate::command::{Command, Decision, Method, Reason};
 use crate::floor::Floors;
+use crate::savings::Thresholds;
 use crate::topology::Topology;
 
 /// Upstream's cap on multi-node consolidation candidates.
 pub const MULTI_NODE_MAX_CANDIDATES: usize = 100;
-/// Single-node spot-to-spot consolidation needs this many cheaper instance types and keeps this many.
+/// Single-node spot-to-spot consolidation needs this many cheaper instance types and keeps this many: upstream's
+/// constant, the default of `SPOT_TO_SPOT_MIN_INSTANCE_TYPES` ([`crate::DisruptionOptions::spot_to_spot_min_instance_types`]).
 pub const SPOT_TO_SPOT_MIN_TYPES: usize = 15;
 
 const SPOT: &str = "spot";
@@ -54,6 +56,8 @@ pub(crate) struct Engine<'a> {
     /// Nodes that CapacityBuffer virtual pods (pending pods of the snapshot) land on with nothing removed, with
     /// the buffers (`namespace/name`): they keep room for the buffers and are not empty.
     pub buffer_hosts: BTreeMap<String, BTreeSet<String>>,
+    /// The minimum savings of replacements and multi-node moves ([`crate::savings`]).
+    pub min_savings: Thresholds,
 }
 
 /// Where the snapshot's CapacityBuffer virtual pods land when nothing is removed: node name → buffers. No
@@ -135,6 +139,8 @@ impl<'a> Engine<'a> {
             .collect();
         let floors = Floors::new(cluster.snapshot, cluster.pools.values().map(|p| p.node_pool), cluster.now);
         let buffer_hosts = buffer_hosts(&cluster, &sim);
+        let min_savings =
+            Thresholds::new(cluster.options.consolidation_min_savings, cluster.pools.values().map(|p| p.node_pool));
         Engine {
             cluster,
             sim,
@@ -147,6 +153,7 @@ impl<'a> Engine<'a> {
             pending_claims: OnceCell::new(),
             floors,
             buffer_hosts,
+            min_savings,
         }
     }
 
@@ -307,10 +314,12 @@ impl<'a> Engine<'a> {
         };
         let priced_types: Vec<String> = its.iter().map(|it| it.name.clone()).collect();
         if spot_to_spot && method == Method::SingleNodeConsolidation {
-            if its.len() < SPOT_TO_SPOT_MIN_TYPES {
-                return Err(Reason::SpotToSpotTooFewOptions { count: its.len() });
+            // At least 1: keeping no type would leave the replacement nothing to launch.
+            let min_types = self.cluster.options.spot_to_spot_min_instance_types.max(1);
+            if its.len() < min_types {
+                return Err(Reason::SpotToSpotTooFewOptions { count: its.len(), required: min_types });
             }
-            let keep = satisfies_min_values(&its, &reqs).unwrap_or(0).max(SPOT_TO_SPOT_MIN_TYPES);
+            let keep = satisfies_min_values(&its, &reqs).unwrap_or(0).max(min_types);
             its.truncate(keep);
         }
         if !spot_to_spot {
@@ -390,6 +399,12 @@ impl<'a> Engine<'a> {
         Ok(())
     }
 
+    /// Whether `cmd`, a move of `cands`, saves at least what the pools' and the cluster's minimum savings require
+    /// ([`crate::savings`]).
+    pub fn pays_for_itself(&self, cands: &[&Candidate<'a>], cmd: &Command) -> Result<(), Reason> {
+        self.min_savings.check(cands.iter().map(|c| (c.pool_name, c.price)), cmd.savings_per_hour)
+    }
+
     /// Checks before any simulation for consolidation of a non-empty candidate.
     pub fn consolidation_precheck(&self, c: &Candidate<'a>) -> Result<(), Reason> {
         let pool = c.pool.node_pool;
@@ -431,6 +446,10 @@ impl<'a> Engine<'a> {
         self.balanced(&[c], m.command.savings_per_hour)?;
         if m.command.decision == Decision::Replace && m.command.savings_per_hour <= 0.0 {
             return Err(Reason::NoCheaperOption { price: c.price });
+        }
+        // A single node's delete is never held by the minimum saving (see `savings`); its replacement is.
+        if m.command.decision == Decision::Replace {
+            self.pays_for_itself(&[c], &m.command)?;
         }
         Ok(m.command)
     }
@@ -491,6 +510,7 @@ impl<'a> Engine<'a> {
             return None;
         }
         self.balanced(prefix, cmd.savings_per_hour).ok()?;
+        self.pays_for_itself(prefix, &cmd).ok()?;
         Some(cmd)
     }
 
@@ -700,6 +720,90 @@ pub(crate) mod tests {
         assert_eq!(summary.len(), 1, "{summary:?}");
         assert!(summary[0].starts_with("SingleNodeConsolidation Delete n"), "{summary:?}");
         assert!(summary[0].ends_with(" -> []"), "{summary:?}");
+    }
+
+    /// One 8-vCPU node ($1/h) in a pool annotated with `min_savings`, holding pods of `pods_cpu`: a 4-vCPU type
+    /// costs $0.97/h (3 % less) and a 2-vCPU one $0.40/h (60 % less).
+    fn replace_pass(pods_cpu: &[&str], annotation: Option<&str>, options: &crate::DisruptionOptions) -> crate::Pass {
+        let catalogue = [
+            sized("big", 8, &[("on-demand", 1.0)]),
+            sized("mid", 4, &[("on-demand", 0.97)]),
+            sized("small", 2, &[("on-demand", 0.4)]),
+        ];
+        let mut manifests = manifests(
+            r#"[{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}]"#,
+            &[("n1", "big", "on-demand", "8", pods_cpu)],
+        );
+        if let Some(v) = annotation {
+            let annotated = format!(
+                r#""metadata": {{"name": "default", "annotations": {{"{}": "{v}"}}}}"#,
+                karpenter_api::labels::consolidation_min_savings::ANNOTATION
+            );
+            manifests = manifests.replacen(r#""metadata": {"name": "default"}"#, &annotated, 1);
+        }
+        pass_over(&manifests, &catalogue, options)
+    }
+
+    /// A replacement saving 3 % is held by a 5 % threshold from the pool's annotation or the setting (the verdict
+    /// names the saving and the threshold), and made without one; a replacement saving 60 % goes ahead either way.
+    #[test]
+    fn a_replacement_must_save_the_minimum() {
+        let plain = crate::DisruptionOptions::default();
+        let marginal = replace_pass(&["3"], None, &plain);
+        assert_eq!(summary(&marginal), ["SingleNodeConsolidation Replace n1 -> [mid]"]);
+
+        let held = replace_pass(&["3"], Some("5%"), &plain);
+        assert!(held.commands.is_empty(), "{:?}", summary(&held));
+        let v = held.verdict("n1").unwrap();
+        assert_eq!(v.reason.code(), "SavingsBelowThreshold");
+        assert_eq!(
+            v.message,
+            "saves $0.0300/h (3.0%), NodePool default requires 5% (karpenter-rs.io/consolidation-min-savings)"
+        );
+        let setting =
+            crate::DisruptionOptions { consolidation_min_savings: Some("5%".parse().unwrap()), ..Default::default() };
+        let held = replace_pass(&["3"], None, &setting);
+        assert!(held.commands.is_empty());
+        assert_eq!(
+            held.verdict("n1").unwrap().message,
+            "saves $0.0300/h (3.0%), CONSOLIDATION_MIN_SAVINGS requires 5% (NodePool default)"
+        );
+        // The stricter applies: 2 % on the pool does not loosen the setting's 5 %.
+        assert!(replace_pass(&["3"], Some("2%"), &setting).commands.is_empty());
+
+        for (annotation, options) in [(Some("5%"), &plain), (None, &setting), (Some("$0.5/h"), &plain)] {
+            let large = replace_pass(&["1500m"], annotation, options);
+            assert_eq!(summary(&large), ["SingleNodeConsolidation Replace n1 -> [small|mid]"], "{annotation:?}");
+        }
+        let held = replace_pass(&["1500m"], Some("$0.7/h"), &plain);
+        assert_eq!(held.verdict("n1").unwrap().reason.code(), "SavingsBelowThreshold");
+    }
+
+    /// Deletes are not held: a node whose pods fit elsewhere goes whatever the threshold asks.
+    #[test]
+    fn a_delete_is_not_held_by_the_minimum() {
+        let catalogue = [sized("big", 8, &[("on-demand", 1.0)])];
+        let manifests = manifests(
+            r#"[{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}]"#,
+            &[("n1", "big", "on-demand", "8", &["1"]), ("n2", "big", "on-demand", "8", &["6"])],
+        )
+        .replacen(
+            r#""metadata": {"name": "default"}"#,
+            r#""metadata": {"name": "default", "annotations": {"karpenter-rs.io/consolidation-min-savings": "$5/h"}}"#,
+            1,
+        );
+        let pass = pass_over(&manifests, &catalogue, &crate::DisruptionOptions::default());
+        assert_eq!(summary(&pass), ["SingleNodeConsolidation Delete n1 -> []"]);
+    }
+
+    /// A bad annotation holds the pool's replacements with a verdict naming the value.
+    #[test]
+    fn a_bad_annotation_holds_replacements() {
+        let held = replace_pass(&["1500m"], Some("5"), &crate::DisruptionOptions::default());
+        assert!(held.commands.is_empty());
+        let v = held.verdict("n1").unwrap();
+        assert_eq!((v.reason.code(), v.outcome), ("MinSavingsInvalid", crate::Outcome::Blocked));
+        assert!(v.message.contains("\"5\" is not a minimum saving"), "{}", v.message);
     }
 
     /// A rewritten plan (spot-to-spot's cheaper options) says whether an overlay priced its options now, not

@@ -50,6 +50,10 @@
 //! * Beyond upstream: a NodePool annotated `karpenter-rs.io/disruption-topology-key` is disrupted one domain of
 //!   that node label at a time (the `topology` module; [`Reason::TopologyDomainWaiting`],
 //!   [`Reason::TopologyKeyInvalid`]).
+//! * Beyond upstream: replacements and multi-node moves must save at least a NodePool's
+//!   `karpenter-rs.io/consolidation-min-savings` and the cluster's `CONSOLIDATION_MIN_SAVINGS` ([`savings`],
+//!   [`Reason::SavingsBelowThreshold`]); the spot-to-spot floor of 15 instance types is a setting
+//!   ([`DisruptionOptions::spot_to_spot_min_instance_types`]).
 //! * Beyond upstream: a NodePool's `karpenter-rs.io/min-nodes` floor refuses commands that would shrink it below
 //!   the floor ([`floor`], [`Reason::AtMinNodes`]); [`floor::launches`] plans the NodeClaims that restore it.
 
@@ -62,6 +66,7 @@ pub mod expiration;
 pub mod floor;
 pub mod pods;
 pub mod repair;
+pub mod savings;
 mod topology;
 pub mod validation;
 
@@ -87,6 +92,13 @@ use engine::Engine;
 pub struct DisruptionOptions {
     /// Feature gate `SpotToSpotConsolidation` (default off, as upstream).
     pub spot_to_spot_consolidation: bool,
+    /// `SPOT_TO_SPOT_MIN_INSTANCE_TYPES`: how many cheaper instance types single-node spot-to-spot consolidation
+    /// needs, and keeps (upstream's constant, [`SPOT_TO_SPOT_MIN_TYPES`], by default; at least 1).
+    pub spot_to_spot_min_instance_types: usize,
+    /// `CONSOLIDATION_MIN_SAVINGS`: the cluster-wide minimum saving of replacements and multi-node moves
+    /// ([`savings`]; each pool's `karpenter-rs.io/consolidation-min-savings` annotation too, the stricter
+    /// applying). `None` (the default): any saving will do, as upstream.
+    pub consolidation_min_savings: Option<savings::MinSavings>,
     /// Options of the scheduling simulations.
     pub scheduler: SchedulerOptions,
     /// Nodes whose `Ready` condition is not True (they count as disrupting in budgets).
@@ -187,6 +199,8 @@ impl Default for DisruptionOptions {
     fn default() -> Self {
         DisruptionOptions {
             spot_to_spot_consolidation: false,
+            spot_to_spot_min_instance_types: SPOT_TO_SPOT_MIN_TYPES,
+            consolidation_min_savings: None,
             scheduler: SchedulerOptions {
                 reserved_offering_mode: karpenter_scheduler::ReservedOfferingMode::Fallback,
                 ..Default::default()
