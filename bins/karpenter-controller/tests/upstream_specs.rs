@@ -14,6 +14,7 @@
 //!   spec: Topology / Zonal / should balance pods across zones (match labels)   # Describe / Context / It
 //! instanceTypes: fake-instance-types.json   # optional; a path under upstream-specs/ (default: this one)
 //! without: {arch: arm64, zone: test-zone-2}  # optional; leave out the catalogue's types matching every field
+//! addOfferings: [{type: t, capacityType: reserved, zone: z, price: 0.1, reservationCapacity: 10, reservationId: r-t}]
 //! args: [--scheduler-config, "..."]         # optional; more simulate arguments
 //! deliberate: why we differ                 # optional; see below
 //! expect:                                    # every entry must hold
@@ -45,14 +46,22 @@
 //!   - commands: 1                                # disruption commands executed
 //!   - firstCommand: {candidates: 3, decision: delete, method: Emptiness}   # the first command (one reconcile)
 //!   - firstCommand: {nodes: [node-1]}            # ... removed exactly these nodes
+//!   - atStart: {commands: 2, perPool: {a: 1, b: 1}, method: StaticDrift}   # commands begun at the first instant
 //!   - replacementInstanceType: {in: [small-instance-type]}   # every replacement a command launched
 //!   - replacements: 1                            # nodes launched by disruption commands
+//!   - replacementOptions: {count: 15, includes: [a], excludes: [b]}   # every replacement's instance-type choices
+//!   - rejected: 1                                # commands validation rejected at the end of their wait
+//!   - replacementZone: {in: [test-zone-2]}        # every node a disruption command launched
+//!   - replacementCapacityType: {in: [reserved]}
 //! ```
 //!
 //! `decision` (`delete`, `replace`) and `method` (`Emptiness`, `Drift`, `StaticDrift`,
 //! `MultiNodeConsolidation`, `SingleNodeConsolidation`) are optional; `disrupted` with them requires the command
 //! that removed each node to have them. Upstream's "no commands in the queue and every NodeClaim still exists"
 //! is `commands: 0` (or `notDisrupted` of the nodes).
+//! `atStart` reads the commands begun at the run's first instant (executed there, or started there and still
+//! launching their replacements with `--node-startup`): upstream's one reconcile when it queues several
+//! commands (StaticDrift starts one per node) or when commands in flight hold the budget.
 //!
 //! `options` judges every instance type the new NodeClaim of each pod may launch (upstream's check of the types
 //! handed to the provider's create): each named field must hold for every option, `arch`/`os` as the catalogue
@@ -94,6 +103,9 @@ struct Spec {
     /// Catalogue entries to leave out (upstream's specs that filter the fake types first).
     #[serde(default)]
     without: Option<Without>,
+    /// Offerings added to catalogue entries (upstream's specs that give a type a reserved offering).
+    #[serde(default)]
+    add_offerings: Vec<AddOffering>,
     #[serde(default)]
     args: Vec<String>,
     #[serde(default)]
@@ -130,8 +142,29 @@ enum Expectation {
     DisruptedCount(usize),
     Commands(usize),
     FirstCommand(FirstCommand),
+    AtStart(AtStart),
     ReplacementInstanceType(InSet),
     Replacements(usize),
+    ReplacementOptions(ReplacementOptions),
+    Rejected(usize),
+    ReplacementZone(InSet),
+    ReplacementCapacityType(InSet),
+}
+
+/// The instance types a replacement NodeClaim may launch (its `node.kubernetes.io/instance-type` `In` values):
+/// upstream's check of the new NodeClaim's requirements. Every replacement of every command must hold.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReplacementOptions {
+    /// Exactly this many choices.
+    #[serde(default)]
+    count: Option<usize>,
+    /// Each of these is a choice.
+    #[serde(default)]
+    includes: Vec<String>,
+    /// None of these is a choice.
+    #[serde(default)]
+    excludes: Vec<String>,
 }
 
 /// Nodes a disruption command removed, optionally with that command's decision and method.
@@ -139,6 +172,24 @@ enum Expectation {
 #[serde(deny_unknown_fields)]
 struct Disrupted {
     nodes: Vec<String>,
+    #[serde(default)]
+    decision: Option<String>,
+    #[serde(default)]
+    method: Option<String>,
+}
+
+/// The disruption commands begun at the run's first instant: what one upstream reconcile queues when it starts
+/// several (StaticDrift) or when commands in flight hold the budget (`--node-startup`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct AtStart {
+    commands: usize,
+    /// Exactly these nodes, in any order.
+    #[serde(default)]
+    nodes: Option<Vec<String>>,
+    /// Commands per NodePool of their candidates (pools not named: none).
+    #[serde(default)]
+    per_pool: Option<BTreeMap<String, usize>>,
     #[serde(default)]
     decision: Option<String>,
     #[serde(default)]
@@ -174,6 +225,8 @@ struct CommandOutcome {
     decision: String,
     removed: Vec<String>,
     launched_types: Vec<String>,
+    /// Per replacement, the instance types its NodeClaim allows.
+    replacement_options: Vec<Vec<String>>,
 }
 
 impl CommandOutcome {
@@ -229,6 +282,39 @@ struct Options {
     capacity_type: Option<String>,
     #[serde(default)]
     zone: Option<String>,
+}
+
+/// An offering appended to the catalogue entry named `type`, in the kwok JSON's offering form (a reserved one
+/// names its reservation with the reservation-id requirement the kwok loader reads).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct AddOffering {
+    #[serde(rename = "type")]
+    instance_type: String,
+    capacity_type: String,
+    zone: String,
+    price: f64,
+    #[serde(default)]
+    reservation_capacity: Option<u64>,
+    #[serde(default)]
+    reservation_id: Option<String>,
+}
+
+impl AddOffering {
+    fn to_json(&self) -> Value {
+        let mut requirements = vec![
+            serde_json::json!({"key": CAPACITY_TYPE, "operator": "In", "values": [self.capacity_type]}),
+            serde_json::json!({"key": ZONE, "operator": "In", "values": [self.zone]}),
+        ];
+        if let Some(id) = &self.reservation_id {
+            requirements.push(serde_json::json!({"key": RESERVATION_ID, "operator": "In", "values": [id]}));
+        }
+        let mut offering = serde_json::json!({"Price": self.price, "Available": true, "Requirements": requirements});
+        if let Some(n) = self.reservation_capacity {
+            offering["ReservationCapacity"] = n.into();
+        }
+        offering
+    }
 }
 
 /// Entries matching every named field are left out of the catalogue: `arch` as declared, `zone` among the
@@ -328,6 +414,13 @@ struct Outcome {
     catalogue: BTreeMap<String, CatalogueEntry>,
     /// A run over simulated time: its executed disruption commands in order (`None` for one pass).
     commands: Option<Vec<CommandOutcome>>,
+    /// A run over simulated time: how many decided commands validation rejected.
+    rejected: usize,
+    /// A run over simulated time: every node disruption commands launched, as (zone, capacity type).
+    launched: Vec<(String, String)>,
+    /// The commands begun at the first instant (executed then, or started there and in flight), with the
+    /// NodePool of their first candidate.
+    at_start: Vec<(CommandOutcome, String)>,
 }
 
 /// The input's bound pods that count for topology, with their node's labels.
@@ -365,6 +458,8 @@ const ZONE: &str = "topology.kubernetes.io/zone";
 const CAPACITY_TYPE: &str = "karpenter.sh/capacity-type";
 const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
 const HOSTNAME: &str = "kubernetes.io/hostname";
+/// The reservation label of a reserved offering in the kwok catalogue.
+const RESERVATION_ID: &str = "karpenter.k8s.aws/capacity-reservation-id";
 
 impl Outcome {
     fn from_report(report: &Value) -> Outcome {
@@ -457,9 +552,60 @@ impl Outcome {
                         .flatten()
                         .map(|n| n["instanceType"].as_str().unwrap_or("(no offering)").to_owned())
                         .collect(),
+                    replacement_options: e["command"]["replacements"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|r| {
+                            r["requirements"]
+                                .as_array()
+                                .into_iter()
+                                .flatten()
+                                .filter(|q| q["key"] == INSTANCE_TYPE && q["operator"] == "In")
+                                .flat_map(|q| strings(&q["values"]))
+                                .collect()
+                        })
+                        .collect(),
                 })
                 .collect();
             out.commands = Some(commands);
+            out.launched = report["events"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|e| e["type"] == "Disruption")
+                .flat_map(|e| e["nodesLaunched"].as_array().cloned().unwrap_or_default())
+                .map(|n| {
+                    let text = |k: &str| n[k].as_str().unwrap_or_default().to_owned();
+                    (text("zone"), text("capacityType"))
+                })
+                .collect();
+            out.rejected =
+                report["events"].as_array().into_iter().flatten().filter(|e| e["type"] == "ValidationFailed").count();
+            // A command in flight is `DisruptionStarted` when it begins and `Disruption` when it completes.
+            out.at_start = report["events"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|e| e["offsetSeconds"] == 0 && e["launchedAt"].is_null())
+                .filter(|e| e["type"] == "Disruption" || e["type"] == "DisruptionStarted")
+                .map(|e| {
+                    let c = &e["command"];
+                    let outcome = CommandOutcome {
+                        method: c["method"].as_str().unwrap_or_default().to_owned(),
+                        decision: c["decision"].as_str().unwrap_or_default().to_owned(),
+                        removed: c["candidates"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|n| n["node"].as_str().map(str::to_owned))
+                            .collect(),
+                        launched_types: Vec::new(),
+                        replacement_options: Vec::new(),
+                    };
+                    (outcome, c["candidates"][0]["nodePool"].as_str().unwrap_or_default().to_owned())
+                })
+                .collect();
         }
         for group in report["unschedulable"].as_array().into_iter().flatten() {
             let reason = group["reason"].as_str().unwrap_or_default();
@@ -653,6 +799,38 @@ impl Outcome {
                     return Err(format!("{} commands, expected {n}: {commands:?}", commands.len()));
                 }
             }
+            Expectation::AtStart(a) => {
+                self.commands()?;
+                let started: Vec<&CommandOutcome> = self.at_start.iter().map(|(c, _)| c).collect();
+                if started.len() != a.commands {
+                    return Err(format!(
+                        "{} commands begun at the start, expected {}: {started:?}",
+                        started.len(),
+                        a.commands
+                    ));
+                }
+                if let Some(nodes) = &a.nodes {
+                    let expected: BTreeSet<&String> = nodes.iter().collect();
+                    let removed: BTreeSet<&String> = started.iter().flat_map(|c| &c.removed).collect();
+                    if removed != expected {
+                        return Err(format!("commands begun at the start take {removed:?}, expected {nodes:?}"));
+                    }
+                }
+                if let Some(per_pool) = &a.per_pool {
+                    let mut counted: BTreeMap<String, usize> = BTreeMap::new();
+                    for (_, pool) in &self.at_start {
+                        *counted.entry(pool.clone()).or_default() += 1;
+                    }
+                    if counted != *per_pool {
+                        return Err(format!(
+                            "commands begun at the start per NodePool {counted:?}, expected {per_pool:?}"
+                        ));
+                    }
+                }
+                for c in started {
+                    c.matches(a.decision.as_ref(), a.method.as_ref())?;
+                }
+            }
             Expectation::FirstCommand(f) => {
                 let first = self.commands()?.first().ok_or("no disruption command was executed")?;
                 if let Some(n) = f.candidates.filter(|n| *n != first.removed.len()) {
@@ -684,6 +862,44 @@ impl Outcome {
                 let count: usize = commands.iter().map(|c| c.launched_types.len()).sum();
                 if count != *n {
                     return Err(format!("{count} replacements launched, expected {n}: {commands:?}"));
+                }
+            }
+            Expectation::ReplacementOptions(o) => {
+                let commands = self.commands()?;
+                let all: Vec<&Vec<String>> = commands.iter().flat_map(|c| &c.replacement_options).collect();
+                if all.is_empty() {
+                    return Err(format!("no disruption command launched a replacement: {commands:?}"));
+                }
+                for options in all {
+                    if let Some(n) = o.count.filter(|n| *n != options.len()) {
+                        return Err(format!(
+                            "a replacement has {} instance-type options, expected {n}: {options:?}",
+                            options.len()
+                        ));
+                    }
+                    if let Some(t) = o.includes.iter().find(|t| !options.contains(t)) {
+                        return Err(format!("a replacement's options lack {t}: {options:?}"));
+                    }
+                    if let Some(t) = o.excludes.iter().find(|t| options.contains(t)) {
+                        return Err(format!("a replacement's options include {t}: {options:?}"));
+                    }
+                }
+            }
+            Expectation::ReplacementZone(set) | Expectation::ReplacementCapacityType(set) => {
+                self.commands()?;
+                let zone = matches!(e, Expectation::ReplacementZone(_));
+                let launched: Vec<&String> = self.launched.iter().map(|(z, c)| if zone { z } else { c }).collect();
+                if launched.is_empty() {
+                    return Err("no disruption command launched a replacement".into());
+                }
+                if let Some(v) = launched.iter().find(|v| !set.values.contains(v)) {
+                    return Err(format!("a replacement launched with {v}, expected one of {:?}", set.values));
+                }
+            }
+            Expectation::Rejected(n) => {
+                self.commands()?;
+                if self.rejected != *n {
+                    return Err(format!("{} commands rejected by validation, expected {n}", self.rejected));
                 }
             }
             Expectation::InstanceType(o) => self.check_label(INSTANCE_TYPE, o)?,
@@ -762,7 +978,13 @@ fn run_fixture(path: &Path, tmp: &Path) -> Result<(Spec, Verdict), String> {
         serde_json::from_slice(&catalogue_text).map_err(|e| format!("{}: {e}", catalogue.display()))?;
     let mut entries: Vec<CatalogueEntry> = Vec::with_capacity(raw.len());
     let mut kept: Vec<Value> = Vec::with_capacity(raw.len());
-    for value in raw {
+    for mut value in raw {
+        let name = value["name"].as_str().unwrap_or_default().to_owned();
+        for add in spec.add_offerings.iter().filter(|a| a.instance_type == name) {
+            if let Some(offerings) = value["offerings"].as_array_mut() {
+                offerings.push(add.to_json());
+            }
+        }
         let entry: CatalogueEntry =
             serde_json::from_value(value.clone()).map_err(|e| format!("{}: {e}", catalogue.display()))?;
         if spec.without.as_ref().is_some_and(|w| w.drops(&entry)) {
@@ -771,7 +993,10 @@ fn run_fixture(path: &Path, tmp: &Path) -> Result<(Spec, Verdict), String> {
         entries.push(entry);
         kept.push(value);
     }
-    if spec.without.is_some() {
+    if let Some(add) = spec.add_offerings.iter().find(|a| !entries.iter().any(|e| e.name == a.instance_type)) {
+        return Err(format!("addOfferings: no catalogue entry {}", add.instance_type));
+    }
+    if spec.without.is_some() || !spec.add_offerings.is_empty() {
         catalogue = input.with_extension("instance-types.json");
         let text = serde_json::to_string(&kept).map_err(|e| format!("catalogue: {e}"))?;
         std::fs::write(&catalogue, text).map_err(|e| format!("writing {}: {e}", catalogue.display()))?;

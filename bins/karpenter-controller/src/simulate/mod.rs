@@ -85,16 +85,19 @@ pub struct Options {
     pub ignore_dra_requests: bool,
     /// `AWS_FEATURE_GATES` (`--aws-feature-gates`): `NodeClassCEL` evaluates EC2NodeClass kubelet expressions.
     pub aws_feature_gates: karpenter_aws::settings::AwsFeatureGates,
-    /// `PREFERENCE_POLICY` (`--preference-policy`): `Ignore` drops preferences in provisioning, in both modes.
+    /// `PREFERENCE_POLICY` (`--preference-policy`): `Ignore` drops preferences in provisioning and in
+    /// disruption's simulations, in both modes.
     pub preference_policy: karpenter_requirements::PreferencePolicy,
-    /// `MIN_VALUES_POLICY` (`--min-values-policy`): `BestEffort` relaxes minValues in provisioning, in both modes.
+    /// `MIN_VALUES_POLICY` (`--min-values-policy`): `BestEffort` relaxes minValues in provisioning (disruption's
+    /// simulations judge minValues under it too), in both modes.
     pub min_values_policy: karpenter_requirements::MinValuesPolicy,
 }
 
 impl Options {
     /// The scheduler options of provisioning (pending pods, min-nodes floors), built by the controller's own
     /// [`karpenter_operator::provisioner::ProvisionerOptions::scheduler_options`] so both read the settings
-    /// alike. Disruption's simulations keep their own options, as the controller's (and upstream's) do.
+    /// alike. Disruption's simulations keep their own options (reserved offerings may be let go), with the same
+    /// preference and minValues policies, as the controller's (and upstream's) do.
     pub fn provisioning(&self) -> SchedulerOptions {
         karpenter_operator::provisioner::ProvisionerOptions {
             preference_policy: self.preference_policy,
@@ -471,6 +474,9 @@ fn run_timeline(
     w.options.scheduler.cluster_limits = run.cluster_limits.clone();
     w.options.scheduler.scheduler_config = run.scheduler_config.clone();
     w.options.scheduler.ignore_dra_requests = run.ignore_dra_requests;
+    // Disruption's simulations read both policies as provisioning does (the controller's and upstream's too).
+    w.options.scheduler.preference_policy = run.provisioning.preference_policy;
+    w.options.scheduler.min_values_policy = run.provisioning.min_values_policy;
     w.provisioning = run.provisioning.clone();
     // The input's pending pods first, as a plain simulate would place them.
     w.provision()?;
