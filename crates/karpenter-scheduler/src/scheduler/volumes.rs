@@ -183,6 +183,10 @@ impl<'a> VolumeIndex<'a> {
                 .pvs
                 .get(volume)
                 .ok_or_else(|| format!("persistentvolume \"{volume}\" of claim \"{ns}/{name}\" not found"))?;
+            // kube-scheduler refuses a pod whose volume is going away; a node launched for it would stay empty.
+            if pv.metadata.deletion_timestamp.is_some() {
+                return Err(format!("persistentvolume \"{volume}\" of claim \"{ns}/{name}\" is being deleted"));
+            }
             let driver = pv
                 .spec
                 .as_ref()
@@ -199,6 +203,15 @@ impl<'a> VolumeIndex<'a> {
         let Some(class) = class else {
             return Err(format!("persistentvolumeclaim \"{ns}/{name}\" is unbound and has no storage class"));
         };
+        // An Immediate class provisions the volume without regard to the pod's node, so the pod waits for that
+        // binding (kube-scheduler's rule, as upstream). The API server writes the mode; a hand-written class
+        // without it is read as WaitForFirstConsumer, the mode under which Karpenter can help.
+        if self.classes.get(class.as_str()).and_then(|sc| sc.volume_binding_mode.as_deref()) == Some("Immediate") {
+            return Err(format!(
+                "persistentvolumeclaim \"{ns}/{name}\" is unbound and its storage class {class} binds immediately: \
+                 the pod waits for the binding"
+            ));
+        }
         self.class_alternatives(&class)
     }
 }
@@ -332,5 +345,60 @@ impl VolumeUsage {
         for (d, c) in claims {
             self.used.entry(d.clone()).or_default().insert(c.clone());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use karpenter_api::load_str;
+
+    use super::*;
+
+    /// The volume verdict for pod `pod` of `yaml` (a pod, its claims, volumes and classes).
+    fn verdict(yaml: &str) -> Result<PodVolumes, String> {
+        let objects = load_str(yaml, "input.yaml").expect("input parses");
+        let snapshot = ClusterSnapshot::from_objects(&objects).expect("snapshot");
+        let index = VolumeIndex::new(&snapshot);
+        let pod = snapshot.pending_pods.iter().find(|p| p.metadata.name.as_deref() == Some("pod")).expect("pod");
+        index.pod(pod)
+    }
+
+    const POD: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: pod, namespace: default}\nspec:\n  \
+                       volumes: [{name: data, persistentVolumeClaim: {claimName: data}}]\n  \
+                       containers: [{name: app, image: app}]\n";
+
+    fn class(mode: &str) -> String {
+        format!(
+            "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {{name: sc}}\nprovisioner: csi.example.com\n{mode}\n---\n\
+             apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: data, namespace: default}}\n\
+             spec: {{storageClassName: sc, accessModes: [ReadWriteOnce]}}\n---\n{POD}"
+        )
+    }
+
+    #[test]
+    fn an_unbound_claim_of_an_immediate_class_waits_for_its_binding() {
+        let err = verdict(&class("volumeBindingMode: Immediate")).expect_err("immediate and unbound");
+        assert!(err.contains("binds immediately"), "{err}");
+        let ok = verdict(&class("volumeBindingMode: WaitForFirstConsumer")).expect("provisioned for the node");
+        assert_eq!(ok.claims, [("csi.example.com".to_owned(), "default/data".to_owned())]);
+        assert!(verdict(&class("")).is_ok(), "a class without the mode is read as WaitForFirstConsumer");
+    }
+
+    #[test]
+    fn a_claim_bound_to_a_volume_being_deleted_is_refused() {
+        let yaml = |deleting: &str| {
+            format!(
+                "apiVersion: v1\nkind: PersistentVolume\nmetadata: {{name: pv{deleting}}}\n\
+                 spec: {{accessModes: [ReadWriteOnce], capacity: {{storage: 1Gi}}, csi: {{driver: d, volumeHandle: h}}}}\n---\n\
+                 apiVersion: v1\nkind: PersistentVolumeClaim\n\
+                 metadata: {{name: data, namespace: default, annotations: {{pv.kubernetes.io/bind-completed: \"yes\"}}}}\n\
+                 spec: {{volumeName: pv, accessModes: [ReadWriteOnce]}}\n---\n{POD}"
+            )
+        };
+        assert!(verdict(&yaml("")).is_ok());
+        let err =
+            verdict(&yaml(", deletionTimestamp: \"2026-01-01T00:00:00Z\", finalizers: [kubernetes.io/pv-protection]"))
+                .expect_err("volume being deleted");
+        assert!(err.contains("is being deleted"), "{err}");
     }
 }
