@@ -60,6 +60,20 @@ impl fmt::Display for ResourceQuantity {
     }
 }
 
+impl From<&karpenter_requirements::Quantity> for ResourceQuantity {
+    /// The quantity's canonical text (`"1500m"`, `"16Gi"`).
+    fn from(q: &karpenter_requirements::Quantity) -> Self {
+        Self(q.to_string())
+    }
+}
+
+impl From<karpenter_requirements::Quantity> for ResourceQuantity {
+    /// The quantity's canonical text (`"1500m"`, `"16Gi"`).
+    fn from(q: karpenter_requirements::Quantity) -> Self {
+        Self(q.to_string())
+    }
+}
+
 impl From<&str> for ResourceQuantity {
     fn from(s: &str) -> Self {
         Self(s.to_string())

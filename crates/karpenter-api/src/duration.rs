@@ -217,6 +217,20 @@ impl NillableDuration {
     }
 }
 
+impl From<Duration> for KDuration {
+    /// As [`KDuration::from_duration`]: whole seconds.
+    fn from(d: Duration) -> Self {
+        KDuration::from_duration(d)
+    }
+}
+
+impl From<Duration> for NillableDuration {
+    /// A finite duration in whole seconds (`"3600s"`); `Never` is [`NillableDuration::Never`].
+    fn from(d: Duration) -> Self {
+        NillableDuration::Duration(KDuration::from_duration(d))
+    }
+}
+
 impl FromStr for NillableDuration {
     type Err = DurationError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {

@@ -16,6 +16,7 @@
 pub use k8s_openapi;
 pub use kube;
 
+pub mod builder;
 pub mod capacitybuffer;
 pub mod condition;
 pub mod crd;
@@ -42,6 +43,7 @@ pub mod settings;
 pub mod time;
 pub mod validation;
 
+pub use builder::{NodePoolBuilder, PodBuilder};
 pub use capacitybuffer::{CapacityBuffer, CapacityBufferSpec, CapacityBufferStatus};
 pub use condition::{Condition, ConditionStatus, Conditions, remove_condition, set_condition};
 pub use duration::{KDuration, NillableDuration};
@@ -51,7 +53,8 @@ pub use labels::ProviderLabels;
 pub use loader::{LoadError, Loaded, Object, Origin, load_file, load_paths, load_str};
 pub use meta::namespaced_key;
 pub use nodeclaim::{
-    NodeClaim, NodeClaimSpec, NodeClassReference, NodeSelectorRequirementWithMinValues, Taint, TaintEffect,
+    NodeClaim, NodeClaimSpec, NodeClassReference, NodeSelectorRequirementWithMinValues, ResourceQuantities,
+    ResourceQuantity, Taint, TaintEffect,
 };
 pub use nodeoverlay::{NodeOverlay, NodeOverlaySpec};
 pub use nodepool::{Budget, Disruption, NodePool, NodePoolSpec};

@@ -22,6 +22,7 @@ use crate::labels::{self, ProviderLabels};
 use crate::validation::{
     Validate, ValidationContext, Violations, field, index, key as map_key, label_value_errors, qualified_name_errors,
 };
+use karpenter_requirements::{Operator, UnknownOperator};
 
 /// Taint effect.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
@@ -153,7 +154,8 @@ pub struct NodeSelectorRequirementWithMinValues {
 }
 
 impl NodeSelectorRequirementWithMinValues {
-    /// A requirement without `minValues`.
+    /// A requirement without `minValues`, the operator as text (validation rejects an unknown one); prefer the
+    /// typed constructors ([`Self::in_values`], [`Self::with_operator`], ...).
     pub fn new(key: impl Into<String>, operator: &str, values: &[&str]) -> Self {
         Self {
             key: key.into(),
@@ -161,6 +163,70 @@ impl NodeSelectorRequirementWithMinValues {
             values: values.iter().map(|s| s.to_string()).collect(),
             min_values: None,
         }
+    }
+
+    /// A requirement with a typed operator and no `minValues`.
+    pub fn with_operator<I, S>(key: impl Into<String>, operator: Operator, values: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self {
+            key: key.into(),
+            operator: operator.as_str().to_owned(),
+            values: values.into_iter().map(Into::into).collect(),
+            min_values: None,
+        }
+    }
+
+    /// `key In [values]`.
+    pub fn in_values<I, S>(key: impl Into<String>, values: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::with_operator(key, Operator::In, values)
+    }
+
+    /// `key NotIn [values]`.
+    pub fn not_in<I, S>(key: impl Into<String>, values: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::with_operator(key, Operator::NotIn, values)
+    }
+
+    /// `key Exists`.
+    pub fn exists(key: impl Into<String>) -> Self {
+        Self::with_operator(key, Operator::Exists, std::iter::empty::<String>())
+    }
+
+    /// `key DoesNotExist`.
+    pub fn does_not_exist(key: impl Into<String>) -> Self {
+        Self::with_operator(key, Operator::DoesNotExist, std::iter::empty::<String>())
+    }
+
+    /// `key Gt value`: the label, as an integer, is greater than `value`.
+    pub fn gt(key: impl Into<String>, value: i64) -> Self {
+        Self::with_operator(key, Operator::Gt, [value.to_string()])
+    }
+
+    /// `key Lt value`: the label, as an integer, is less than `value`.
+    pub fn lt(key: impl Into<String>, value: i64) -> Self {
+        Self::with_operator(key, Operator::Lt, [value.to_string()])
+    }
+
+    /// The same requirement with `minValues` set: the scheduler keeps at least `min_values` distinct values of
+    /// the key among a NodeClaim's instance types.
+    pub fn with_min_values(mut self, min_values: i32) -> Self {
+        self.min_values = Some(min_values);
+        self
+    }
+
+    /// The operator, typed; an error names the operator text when it is not one of the eight.
+    pub fn typed_operator(&self) -> Result<Operator, UnknownOperator> {
+        self.operator.parse()
     }
 }
 
@@ -194,8 +260,19 @@ impl NodeClassReference {
     }
 }
 
-/// A resource map (`cpu: "4"`, `memory: 16Gi`, `nodes: 10`).
-pub type ResourceList = BTreeMap<String, ResourceQuantity>;
+/// Resource quantities as an API object writes them (`cpu: "4"`, `memory: 16Gi`, `nodes: 10`): the text is kept,
+/// so objects round-trip unchanged. For arithmetic, convert to [`karpenter_requirements::ResourceList`], the one
+/// type named `ResourceList` (each quantity parsed exactly).
+pub type ResourceQuantities = BTreeMap<String, ResourceQuantity>;
+
+/// The former name of [`ResourceQuantities`], kept only so code written against 0.1.0 still compiles; it is
+/// hidden from the docs so that `ResourceList` names one type, [`karpenter_requirements::ResourceList`].
+#[deprecated(
+    since = "0.1.1",
+    note = "renamed ResourceQuantities; karpenter_requirements::ResourceList is the arithmetic type"
+)]
+#[doc(hidden)]
+pub type ResourceList = ResourceQuantities;
 
 pub use crate::crd::ResourceQuantity;
 
@@ -205,7 +282,7 @@ pub use crate::crd::ResourceQuantity;
 pub struct ResourceRequirements {
     /// Summed requests of the pods packed onto the claim plus DaemonSet overhead.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub requests: ResourceList,
+    pub requests: ResourceQuantities,
 }
 
 /// Condition types of NodeClaims (and NodePools / node classes where noted) and their reasons.
@@ -398,10 +475,10 @@ pub struct NodeClaimStatus {
     pub image_id: Option<String>,
     /// Estimated capacity of the chosen instance type.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub capacity: ResourceList,
+    pub capacity: ResourceQuantities,
     /// Estimated allocatable resources of the chosen instance type.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub allocatable: ResourceList,
+    pub allocatable: ResourceQuantities,
     /// Last time a pod was bound to / left the node (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("format" = "date-time"))]
@@ -692,7 +769,7 @@ impl KarpenterCrd for NodeClaim {
 }
 
 /// Checks every value of a resource map is a Kubernetes quantity.
-pub fn validate_quantity_map(map: &ResourceList, path: &str, out: &mut Violations) {
+pub fn validate_quantity_map(map: &ResourceQuantities, path: &str, out: &mut Violations) {
     for (k, v) in map {
         if let Some(e) = v.error() {
             out.push(map_key(path, k), e);

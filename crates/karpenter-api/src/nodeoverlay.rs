@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::condition::{Condition, Conditions};
 use crate::crd::{CelRule, KarpenterCrd, SchemaPatch};
 use crate::labels::ProviderLabels;
-use crate::nodeclaim::{NodeSelectorRequirementWithMinValues, ResourceList, operator, validate_requirements};
+use crate::nodeclaim::{NodeSelectorRequirementWithMinValues, ResourceQuantities, operator, validate_requirements};
 use crate::validation::{Validate, ValidationContext, Violations, field, index, key as map_key};
 
 /// Maximum number of requirements of an overlay.
@@ -133,7 +133,7 @@ pub struct NodeOverlaySpec {
     #[schemars(extend("x-kubernetes-validations" = [
         {"rule": "self.all(x, !(x in ['cpu', 'memory', 'ephemeral-storage', 'pods']))", "message": "invalid resource restricted"}
     ]))]
-    pub capacity: ResourceList,
+    pub capacity: ResourceQuantities,
     /// Priority (1..10000; unset counts as 0). Higher weights win; equal weights are taken by name, descending.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 10000))]

@@ -14,7 +14,7 @@ use crate::crd::{CelRule, KarpenterCrd, SchemaPatch};
 use crate::duration::{DurationUnits, KDuration, NillableDuration, check_syntax};
 use crate::labels::{self, ProviderLabels};
 use crate::nodeclaim::{
-    ClaimSpecFields, NodeClaim, NodeClassReference, NodeSelectorRequirementWithMinValues, ResourceList, Taint,
+    ClaimSpecFields, NodeClaim, NodeClassReference, NodeSelectorRequirementWithMinValues, ResourceQuantities, Taint,
     conditions, validate_quantity_map,
 };
 use crate::validation::{
@@ -77,7 +77,7 @@ pub struct NodePoolSpec {
     pub disruption: Disruption,
     /// Upper bound on the summed capacity of the pool's nodes (`nodes` counts nodes).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub limits: ResourceList,
+    pub limits: ResourceQuantities,
     /// Priority among NodePools (1..100, higher first). Unset means 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 100))]
@@ -120,7 +120,7 @@ impl TemplateMetadata {
     }
 }
 
-fn default_expire_after() -> NillableDuration {
+pub(crate) fn default_expire_after() -> NillableDuration {
     NillableDuration::from_static("720h")
 }
 
@@ -454,7 +454,7 @@ impl Budget {
 pub struct NodePoolStatus {
     /// Summed capacity of the pool's nodes, including the `nodes` count.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub resources: ResourceList,
+    pub resources: ResourceQuantities,
     /// Number of nodes of the pool (scale subresource status path).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nodes: Option<i64>,

@@ -129,11 +129,19 @@ pub mod interruption;
 pub mod launch;
 pub mod node_class;
 pub mod overlay;
+pub mod prelude;
 pub mod provider;
 pub mod time;
 
 #[cfg(test)]
 mod test_types;
+
+// What an implementation is written with, re-exported so that a cloud crate depends on this crate alone (plus
+// the k8s-openapi version feature its final binary picks) and names the very versions the trait was built with.
+pub use async_trait::async_trait;
+pub use karpenter_api;
+pub use karpenter_api::{k8s_openapi, kube};
+pub use karpenter_requirements;
 
 pub use capacity::CapacityMarks;
 pub use decorator::{InMemoryMetrics, Instrumented, MethodStats, MetricsSink, Observation};

@@ -641,7 +641,7 @@ mod tests {
         };
         let gpus = |c: &NodeClaim| {
             let s = c.status.clone().unwrap();
-            let get = |l: &karpenter_api::nodeclaim::ResourceList| l.get("example.com/gpu").map(|q| q.0.clone());
+            let get = |l: &karpenter_api::nodeclaim::ResourceQuantities| l.get("example.com/gpu").map(|q| q.0.clone());
             (get(&s.capacity), get(&s.allocatable))
         };
         store.set(evaluated(vec![gpu.clone()]));

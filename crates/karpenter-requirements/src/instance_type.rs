@@ -5,9 +5,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, OnceLock};
 
 use crate::devices::DeviceSliceTemplate;
+use crate::labels::{ARCH, CAPACITY_TYPE, INSTANCE_TYPE, OS, ZONE};
 use crate::offering::{Offering, OfferingsExt};
+use crate::quantity::{Format, Quantity};
+use crate::requirement::Requirement;
 use crate::requirements::{KeySet, Requirements};
-use crate::resources::{MEMORY, ResourceList};
+use crate::resources::{CPU, MEMORY, PODS, ResourceList};
 
 /// Resources a node keeps for itself.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -167,6 +170,142 @@ impl InstanceType {
             .map(|o| o.price)
             .min_by(f64::total_cmp)
             .unwrap_or(f64::INFINITY)
+    }
+}
+
+/// Builds an [`InstanceType`] as a provider describes one: its name, capacity, offerings and the well-known
+/// requirements derived from them, so a caller writes only what differs between its types.
+///
+/// [`build`](Self::build) gives the type these requirements: `node.kubernetes.io/instance-type In [name]`,
+/// `kubernetes.io/arch In [arch]` (default `amd64`), `kubernetes.io/os In [os]` (default `linux`),
+/// `topology.kubernetes.io/zone In [zones of the offerings]` and `karpenter.sh/capacity-type In [their capacity
+/// types]` (both left out when there are no offerings), intersected with any [`requirement`](Self::requirement)
+/// given. Overhead defaults to none.
+///
+/// ```
+/// use karpenter_requirements::{InstanceType, Offering, Requirement};
+/// use karpenter_requirements::labels::ZONE;
+///
+/// let it = InstanceType::builder("m-4x16")
+///     .cpu(4)
+///     .memory_gib(16)
+///     .pods(110)
+///     .requirement(Requirement::in_values("example.com/generation", ["3"]))
+///     .offering(Offering::on_demand("zone-a", 0.20))
+///     .offering(Offering::spot("zone-b", 0.07))
+///     .build();
+/// assert_eq!(it.allocatable().cpu().value(), Some(4));
+/// assert_eq!(it.requirements.get(ZONE).values().len(), 2);
+/// ```
+#[derive(Debug, Clone)]
+pub struct InstanceTypeBuilder {
+    name: String,
+    arch: String,
+    os: String,
+    requirements: Vec<Requirement>,
+    offerings: Vec<Offering>,
+    capacity: ResourceList,
+    overhead: Overhead,
+}
+
+impl InstanceType {
+    /// A builder for an instance type named `name`; see [`InstanceTypeBuilder`].
+    pub fn builder(name: impl Into<String>) -> InstanceTypeBuilder {
+        InstanceTypeBuilder {
+            name: name.into(),
+            arch: "amd64".to_owned(),
+            os: "linux".to_owned(),
+            requirements: Vec::new(),
+            offerings: Vec::new(),
+            capacity: ResourceList::new(),
+            overhead: Overhead::default(),
+        }
+    }
+}
+
+impl InstanceTypeBuilder {
+    /// Replaces the whole capacity.
+    pub fn capacity(mut self, capacity: ResourceList) -> Self {
+        self.capacity = capacity;
+        self
+    }
+
+    /// Sets one resource of the capacity.
+    pub fn resource(mut self, name: &str, quantity: Quantity) -> Self {
+        self.capacity.insert(name, quantity);
+        self
+    }
+
+    /// Sets the `cpu` capacity in whole cores.
+    pub fn cpu(self, cores: i64) -> Self {
+        self.resource(CPU, Quantity::from_int(cores, Format::DecimalSI))
+    }
+
+    /// Sets the `memory` capacity in GiB.
+    pub fn memory_gib(self, gib: i64) -> Self {
+        self.resource(MEMORY, Quantity::from_int(gib.saturating_mul(1 << 30), Format::BinarySI))
+    }
+
+    /// Sets the `pods` capacity (how many pods the kubelet admits).
+    pub fn pods(self, pods: i64) -> Self {
+        self.resource(PODS, Quantity::from_int(pods, Format::DecimalSI))
+    }
+
+    /// Sets the `kubernetes.io/arch` value (default `amd64`).
+    pub fn arch(mut self, arch: &str) -> Self {
+        arch.clone_into(&mut self.arch);
+        self
+    }
+
+    /// Sets the `kubernetes.io/os` value (default `linux`).
+    pub fn os(mut self, os: &str) -> Self {
+        os.clone_into(&mut self.os);
+        self
+    }
+
+    /// Adds a requirement the type guarantees (a provider-specific label such as its CPU count or GPU model).
+    pub fn requirement(mut self, requirement: Requirement) -> Self {
+        self.requirements.push(requirement);
+        self
+    }
+
+    /// Adds an offering ([`Offering::on_demand`], [`Offering::spot`], [`Offering::reserved`]).
+    pub fn offering(mut self, offering: Offering) -> Self {
+        self.offerings.push(offering);
+        self
+    }
+
+    /// Adds several offerings.
+    pub fn offerings(mut self, offerings: impl IntoIterator<Item = Offering>) -> Self {
+        self.offerings.extend(offerings);
+        self
+    }
+
+    /// Sets the overhead the node keeps for itself (kube-reserved, system-reserved, eviction threshold).
+    pub fn overhead(mut self, overhead: Overhead) -> Self {
+        self.overhead = overhead;
+        self
+    }
+
+    /// The instance type.
+    pub fn build(self) -> InstanceType {
+        let zones: BTreeSet<&str> = self.offerings.iter().filter_map(Offering::zone).collect();
+        let capacity_types: BTreeSet<&str> = self.offerings.iter().filter_map(Offering::capacity_type).collect();
+        let mut requirements: Requirements = [
+            Requirement::in_values(INSTANCE_TYPE, [self.name.as_str()]),
+            Requirement::in_values(ARCH, [self.arch.as_str()]),
+            Requirement::in_values(OS, [self.os.as_str()]),
+        ]
+        .into_iter()
+        .collect();
+        if !self.offerings.is_empty() {
+            requirements.add(Requirement::in_values(ZONE, zones));
+            requirements.add(Requirement::in_values(CAPACITY_TYPE, capacity_types));
+        }
+        for requirement in self.requirements {
+            requirements.add(requirement);
+        }
+        InstanceType::new(self.name, requirements, self.offerings, self.capacity, self.overhead)
     }
 }
 

@@ -4,6 +4,7 @@ use crate::instance_type::Overhead;
 use crate::labels::{
     CAPACITY_TYPE, CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_RESERVED, CAPACITY_TYPE_SPOT, RESERVATION_ID, ZONE,
 };
+use crate::requirement::Requirement;
 use crate::requirements::{KeySet, Requirements};
 use crate::resources::ResourceList;
 
@@ -41,6 +42,38 @@ impl Offering {
             overhead_override: None,
             price_overlay_applied: false,
         }
+    }
+
+    /// An available on-demand offering in `zone` at `price` per hour.
+    pub fn on_demand(zone: &str, price: f64) -> Self {
+        Offering::in_zone(zone, CAPACITY_TYPE_ON_DEMAND, price)
+    }
+
+    /// An available spot offering in `zone` at `price` per hour.
+    pub fn spot(zone: &str, price: f64) -> Self {
+        Offering::in_zone(zone, CAPACITY_TYPE_SPOT, price)
+    }
+
+    /// An available offering of the capacity reservation `reservation_id` in `zone` with `capacity` instances
+    /// left, at `price` per hour.
+    pub fn reserved(zone: &str, reservation_id: &str, capacity: i32, price: f64) -> Self {
+        let mut offering = Offering::in_zone(zone, CAPACITY_TYPE_RESERVED, price);
+        offering.requirements.add(Requirement::in_values(RESERVATION_ID, [reservation_id]));
+        offering.reservation_capacity = capacity;
+        offering
+    }
+
+    fn in_zone(zone: &str, capacity_type: &str, price: f64) -> Self {
+        let requirements: Requirements =
+            [Requirement::in_values(CAPACITY_TYPE, [capacity_type]), Requirement::in_values(ZONE, [zone])]
+                .into_iter()
+                .collect();
+        Offering::new(requirements, price)
+    }
+
+    /// The same offering marked unavailable (out of capacity): the scheduler and launches skip it.
+    pub fn unavailable(self) -> Self {
+        Offering { available: false, ..self }
     }
 
     fn single(&self, key: &str) -> Option<&str> {

@@ -365,6 +365,22 @@ impl Requirement {
         Requirement { complement: false, ..Requirement::exists(key) }
     }
 
+    /// `key Gt value`: the label, as an integer, is strictly greater than `value` (`Gt i64::MAX` matches nothing).
+    pub fn gt(key: &str, value: i64) -> Self {
+        Requirement::bound(key, Operator::Gt, value)
+    }
+
+    /// `key Lt value`: the label, as an integer, is strictly less than `value` (`Lt i64::MIN` matches nothing).
+    pub fn lt(key: &str, value: i64) -> Self {
+        Requirement::bound(key, Operator::Lt, value)
+    }
+
+    fn bound(key: &str, operator: Operator, value: i64) -> Self {
+        // One value that is an integer by construction: the only ways `new` can fail (arity, not an integer)
+        // cannot happen, so the fallback is never taken; it keeps this infallible without a panic path.
+        Requirement::new(key, operator, [value.to_string()], None).unwrap_or_else(|_| Requirement::does_not_exist(key))
+    }
+
     /// The same requirement with `min_values` replaced.
     pub fn with_min_values(mut self, min_values: Option<u32>) -> Self {
         self.min_values = min_values;

@@ -26,6 +26,8 @@ pub const MEMORY: &str = "memory";
 pub const PODS: &str = "pods";
 /// `ephemeral-storage`.
 pub const EPHEMERAL_STORAGE: &str = "ephemeral-storage";
+/// `nvidia.com/gpu`, the NVIDIA device plugin's extended resource.
+pub const NVIDIA_GPU: &str = "nvidia.com/gpu";
 
 /// Fixed slots, in name order.
 const FIXED: [&str; 4] = [CPU, EPHEMERAL_STORAGE, MEMORY, PODS];
@@ -307,6 +309,36 @@ impl ResourceList {
             }
         }
         true
+    }
+
+    /// A list from `(resource name, quantity text)` pairs, e.g. `[(CPU, "500m"), (MEMORY, "1Gi")]`; the error names
+    /// the first resource whose quantity does not parse.
+    ///
+    /// ```
+    /// use karpenter_requirements::ResourceList;
+    /// use karpenter_requirements::resources::{CPU, MEMORY};
+    ///
+    /// let requests = ResourceList::try_from_pairs([(CPU, "500m"), (MEMORY, "1Gi")]).unwrap();
+    /// assert_eq!(requests.cpu().milli_value(), Some(500));
+    /// let err = ResourceList::try_from_pairs([(CPU, "lots")]).unwrap_err();
+    /// assert!(err.to_string().starts_with("resource cpu:"), "{err}");
+    /// ```
+    pub fn try_from_pairs<I, N, Q>(pairs: I) -> Result<ResourceList, ResourceError>
+    where
+        I: IntoIterator<Item = (N, Q)>,
+        N: AsRef<str>,
+        Q: AsRef<str>,
+    {
+        let mut out = ResourceList::new();
+        for (name, text) in pairs {
+            let name = name.as_ref();
+            let q: Quantity = text
+                .as_ref()
+                .parse()
+                .map_err(|source| ResourceError::Quantity { resource: name.to_owned(), source })?;
+            out.insert(name, q);
+        }
+        Ok(out)
     }
 
     /// Parses a Kubernetes resource list; the error names the resource with a bad quantity.

@@ -137,10 +137,17 @@ pub mod check;
 pub mod decision;
 pub mod default_spread;
 pub mod nodeclaim;
+pub mod prelude;
 pub mod provisioning;
 pub mod scheduler;
 pub mod simulation;
 pub mod snapshot;
+
+// The crates this one's inputs and outputs are made of, re-exported so that a user depends on this crate alone
+// (plus the k8s-openapi version feature the final binary picks) and names the very versions it was built with.
+pub use karpenter_api;
+pub use karpenter_api::{k8s_openapi, kube};
+pub use karpenter_requirements;
 
 pub use decision::{API_VERSION, Decisions, NodeClaimPlan, UnschedulablePod, UnschedulableReason};
 pub use default_spread::{SchedulerConfig, SchedulerConfigError};

@@ -354,7 +354,7 @@ fn expand(w: &Workload, count: usize, taken: &mut BTreeSet<(String, String)>) ->
 fn api_resources(
     kind: &'static str,
     name: &str,
-    list: &karpenter_api::nodeclaim::ResourceList,
+    list: &karpenter_api::nodeclaim::ResourceQuantities,
 ) -> Result<ResourceList, SnapshotError> {
     let mut out = ResourceList::new();
     for (k, v) in list {

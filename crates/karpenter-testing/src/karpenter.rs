@@ -13,8 +13,8 @@ use karpenter_api::ec2nodeclass::{
 };
 use karpenter_api::kwok::{KWOKNodeClass, KWOKNodeClassSpec, KWOKNodeClassStatus};
 use karpenter_api::nodeclaim::{
-    NodeClaim, NodeClaimSpec, NodeClaimStatus, NodeClassReference, NodeSelectorRequirementWithMinValues, ResourceList,
-    ResourceQuantity, ResourceRequirements, Taint,
+    NodeClaim, NodeClaimSpec, NodeClaimStatus, NodeClassReference, NodeSelectorRequirementWithMinValues,
+    ResourceQuantities, ResourceQuantity, ResourceRequirements, Taint,
 };
 use karpenter_api::nodepool::{
     Budget, ConsolidationPolicy, Disruption, NodeClaimTemplate, NodeClaimTemplateSpec, NodePool, NodePoolSpec,
@@ -66,7 +66,7 @@ pub fn kwok_node_class_ref(name: &str) -> NodeClassReference {
     NodeClassReference::new("karpenter.kwok.sh", "KWOKNodeClass", name)
 }
 
-fn resource_list(r: &Resources) -> ResourceList {
+fn resource_list(r: &Resources) -> ResourceQuantities {
     r.0.iter().map(|(k, v)| (k.clone(), ResourceQuantity::new(v.0.clone()))).collect()
 }
 
