@@ -35,9 +35,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::SecondsFormat;
 use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource, Node, ObjectReference};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use karpenter_api::NodeClaim;
 use karpenter_api::labels::{CAPACITY_TYPE, CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_RESERVED, aws as aws_labels};
 use karpenter_cloudprovider::Clock;
@@ -212,7 +211,7 @@ impl ReservationDemotion {
     async fn publish(&self, involved_object: ObjectReference, name: &str, salt: i64, message: &str) {
         let now = self.clock.now();
         let stamp = now.timestamp_nanos_opt().unwrap_or_default().saturating_add(salt);
-        let time = now.to_rfc3339_opts(SecondsFormat::Secs, true).parse().ok().map(Time);
+        let time = karpenter_api::time::to_k8s(now);
         let event = CoreEvent {
             metadata: ObjectMeta {
                 name: Some(format!("{name}.{stamp:x}")),

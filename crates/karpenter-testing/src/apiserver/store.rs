@@ -5,7 +5,6 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
-use chrono::SecondsFormat;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
@@ -231,7 +230,7 @@ impl Store {
     }
 
     fn now(&self) -> String {
-        self.clock.now().to_rfc3339_opts(SecondsFormat::Secs, true)
+        karpenter_api::time::rfc3339(self.clock.now())
     }
 
     fn next_uid(&mut self) -> String {
@@ -753,8 +752,8 @@ impl Store {
                 .and_then(|d| self.clock.now().checked_add_signed(d))
                 .ok_or_else(|| {
                     ApiError::invalid(g, p, name, format!("gracePeriodSeconds: Invalid value: {grace}: out of range"))
-                })?
-                .to_rfc3339_opts(SecondsFormat::Secs, true);
+                })
+                .map(karpenter_api::time::rfc3339)?;
             if let Some(m) = meta_mut(&mut new) {
                 m.insert("deletionTimestamp".into(), Value::String(deadline));
                 m.insert("deletionGracePeriodSeconds".into(), json!(grace));
