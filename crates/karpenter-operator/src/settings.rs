@@ -15,6 +15,7 @@ use clap::{ArgAction, Args, Command};
 // The policies are the scheduler's own types: settings parse into what the scheduler reads, with no mapping.
 pub use karpenter_requirements::{MinValuesPolicy, PreferencePolicy};
 
+pub use karpenter_api::labels::consolidation_min_savings::Setting as MinSavingsSetting;
 pub use karpenter_api::settings::SettingsError;
 use karpenter_api::settings::{
     compatibility_help, parse_cluster_limits, parse_duration_setting as duration, parse_feature_gates, parse_go_bool,
@@ -187,7 +188,7 @@ pub struct CoreSettings {
     #[arg(long, env = "DISABLE_CONTROLLER_WARMUP", default_value = "true", action = ArgAction::Set, value_parser = parse_go_bool,
           num_args = 0..=1, default_missing_value = "true")]
     pub disable_controller_warmup: bool,
-    /// Turn off the pod, node and NodePool state metrics and the status-condition metrics.
+    /// Turn off the pod, node and NodePool state metrics (the metrics.pod, metrics.node and metrics.nodepool controllers) and the NodeClaim, NodePool and Node status-condition and termination metrics (operator_nodeclaim_*, operator_nodepool_*, operator_node_*), as upstream. The EC2NodeClass ones and the cluster-state gauges stay
     #[arg(long, env = "DISABLE_CLUSTER_STATE_OBSERVABILITY", default_value = "false", action = ArgAction::Set, value_parser = parse_go_bool,
           num_args = 0..=1, default_missing_value = "true")]
     pub disable_cluster_state_observability: bool,
@@ -208,6 +209,22 @@ pub struct CoreSettings {
     /// Scheduler config, a YAML or JSON document decoded strictly: {podTopologySpread: {defaultConstraints: [...]}}. The default topology spread constraints are given, in the scheduling simulation only, to pods that declare none, with a selector derived from the Services and ReplicaSet/StatefulSet/ReplicationController selecting the pod as kube-scheduler derives it. Empty: none (kube-scheduler's System defaults are not applied). A malformed config stops the controller at start-up
     #[arg(long, env = "SCHEDULER_CONFIG", default_value = "", value_parser = parse_scheduler_config)]
     pub scheduler_config: SchedulerConfig,
+    /// Minimum saving of a consolidation move that launches a replacement or removes several nodes, for every NodePool: a percentage of the candidates' price (5%) or an amount per hour ($0.02/h). A NodePool's karpenter-rs.io/consolidation-min-savings annotation may ask more (the stricter applies); deletes of single nodes and empty nodes are never held. Empty: none, as upstream. Not in upstream Karpenter (docs/beyond-upstream.md)
+    #[arg(long, env = "CONSOLIDATION_MIN_SAVINGS", default_value = "")]
+    pub consolidation_min_savings: MinSavingsSetting,
+    /// How many cheaper instance types single-node spot-to-spot consolidation needs before it replaces a spot node, and keeps as the replacement's options (upstream's fixed 15; at least 1). Not in upstream Karpenter as a setting (docs/beyond-upstream.md)
+    #[arg(long, env = "SPOT_TO_SPOT_MIN_INSTANCE_TYPES", default_value_t = karpenter_disruption::SPOT_TO_SPOT_MIN_TYPES,
+          value_parser = parse_spot_to_spot_min_instance_types)]
+    pub spot_to_spot_min_instance_types: usize,
+}
+
+/// `SPOT_TO_SPOT_MIN_INSTANCE_TYPES`: a whole number of instance types, at least 1 (with none kept the replacement
+/// would have nothing to launch).
+pub fn parse_spot_to_spot_min_instance_types(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("{s:?} is not a number of instance types (a whole number, at least 1)")),
+    }
 }
 
 fn parse_scheduler_config(s: &str) -> Result<SchedulerConfig, String> {
@@ -345,6 +362,8 @@ mod tests {
         assert!(core.ignore_dra_requests && core.disable_controller_warmup);
         assert!(core.honor_autoscaler_annotations, "on by default (beyond upstream)");
         assert!(core.cluster_limits.is_empty(), "no cluster limit by default");
+        assert_eq!(core.consolidation_min_savings, MinSavingsSetting(None), "no minimum saving by default");
+        assert_eq!(core.spot_to_spot_min_instance_types, 15, "upstream's constant");
         assert_eq!(core.nomination_window(), Duration::from_secs(20));
     }
 
@@ -373,6 +392,10 @@ mod tests {
         assert!(!core.ignore_dra_requests);
         assert_eq!(core.preference_policy, PreferencePolicy::Ignore);
         assert_eq!(core.min_values_policy, MinValuesPolicy::BestEffort);
+        // Disruption's simulations read both policies, as upstream's do (`SimulateScheduling`).
+        let disruption = crate::disruption::DisruptionSettings::from_settings(&core);
+        assert_eq!(disruption.preference_policy, PreferencePolicy::Ignore);
+        assert_eq!(disruption.min_values_policy, MinValuesPolicy::BestEffort);
         assert!(core.feature_gates.spot_to_spot_consolidation);
         assert!(core.feature_gates.reserved_capacity, "gates not named keep their defaults");
         assert_eq!(core.log_output_paths, ["stdout", "/var/log/k.log"]);
@@ -387,6 +410,19 @@ mod tests {
         assert_eq!(disruption.cluster_limits, core.cluster_limits, "disruption's simulations honour them too");
         let provisioner = crate::provisioner::ProvisionerOptions::from_settings(&core);
         assert_eq!(provisioner.cluster_limits, core.cluster_limits);
+    }
+
+    /// Both consolidation settings reach the disruption loop and, through it, every pass's options.
+    #[test]
+    fn consolidation_settings_reach_the_disruption_passes() {
+        let core = parse(&["--consolidation-min-savings= 7.5% ", "--spot-to-spot-min-instance-types=4"]).unwrap().core;
+        let savings = karpenter_api::labels::consolidation_min_savings::MinSavings::Percent(7.5);
+        assert_eq!(core.consolidation_min_savings, MinSavingsSetting(Some(savings)));
+        let disruption = crate::disruption::DisruptionSettings::from_settings(&core);
+        assert_eq!(disruption.consolidation_min_savings, Some(savings));
+        assert_eq!(disruption.spot_to_spot_min_instance_types, 4);
+        let amount = parse(&["--consolidation-min-savings=$0.02/h"]).unwrap().core.consolidation_min_savings;
+        assert_eq!(amount.0, Some(karpenter_api::labels::consolidation_min_savings::MinSavings::PerHour(0.02)));
     }
 
     #[test]
@@ -414,6 +450,10 @@ mod tests {
             (&["--metrics-port=70000"][..], "70000"),
             (&["--cluster-limits=cpus=10"][..], "entry 1 (\"cpus=10\"): unknown resource \"cpus\""),
             (&["--cluster-limits=cpu=10,memory=-1"][..], "entry 2 (\"memory=-1\"): a limit cannot be negative"),
+            (&["--consolidation-min-savings=5"][..], "\"5\" is not a minimum saving"),
+            (&["--consolidation-min-savings=120%"][..], "\"120%\" is more than 100%"),
+            (&["--spot-to-spot-min-instance-types=0"][..], "\"0\" is not a number of instance types"),
+            (&["--spot-to-spot-min-instance-types=many"][..], "\"many\" is not a number of instance types"),
         ] {
             let err = parse(args).expect_err(needle).to_string();
             assert!(err.contains(needle), "{args:?}: {err}");

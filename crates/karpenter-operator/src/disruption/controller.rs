@@ -90,6 +90,10 @@ pub struct DisruptionSettings {
     pub validation_delay: Duration,
     /// Feature gate `SpotToSpotConsolidation`.
     pub spot_to_spot_consolidation: bool,
+    /// `SPOT_TO_SPOT_MIN_INSTANCE_TYPES`: cheaper instance types single-node spot-to-spot consolidation needs.
+    pub spot_to_spot_min_instance_types: usize,
+    /// `CONSOLIDATION_MIN_SAVINGS`: the cluster-wide minimum saving of replacements and multi-node moves.
+    pub consolidation_min_savings: Option<karpenter_disruption::savings::MinSavings>,
     /// Shortest time a command waits for its replacements (upstream: 10 min).
     pub min_replacement_timeout: Duration,
     /// Longest time a command waits for its replacements (upstream: 1 h).
@@ -114,6 +118,11 @@ pub struct DisruptionSettings {
     /// Threads that check existing nodes for each pod of a simulation: `ceil(CPU_REQUESTS / 1000)`, as
     /// provisioning (upstream's disruption simulations use the provisioner's scheduler).
     pub scheduler_parallelism: usize,
+    /// `PREFERENCE_POLICY`: with `Ignore` the simulations drop pods' preferences, as provisioning does
+    /// (upstream's disruption simulations read the same option).
+    pub preference_policy: karpenter_requirements::PreferencePolicy,
+    /// `MIN_VALUES_POLICY`: the simulations judge minValues as provisioning does (upstream reads it too).
+    pub min_values_policy: karpenter_requirements::MinValuesPolicy,
 }
 
 impl Default for DisruptionSettings {
@@ -122,6 +131,8 @@ impl Default for DisruptionSettings {
             poll_interval: POLL_INTERVAL,
             validation_delay: VALIDATION_DELAY,
             spot_to_spot_consolidation: false,
+            spot_to_spot_min_instance_types: karpenter_disruption::SPOT_TO_SPOT_MIN_TYPES,
+            consolidation_min_savings: None,
             min_replacement_timeout: Duration::from_secs(10 * 60),
             max_replacement_timeout: Duration::from_secs(60 * 60),
             replacement_timeout_per_candidate: Duration::from_millis(80),
@@ -133,6 +144,8 @@ impl Default for DisruptionSettings {
             node_repair: false,
             ignore_dra_requests: true,
             scheduler_parallelism: 1,
+            preference_policy: karpenter_requirements::PreferencePolicy::default(),
+            min_values_policy: karpenter_requirements::MinValuesPolicy::default(),
         }
     }
 }
@@ -142,6 +155,8 @@ impl DisruptionSettings {
     pub fn from_settings(settings: &crate::settings::CoreSettings) -> Self {
         Self {
             spot_to_spot_consolidation: settings.feature_gates.spot_to_spot_consolidation,
+            spot_to_spot_min_instance_types: settings.spot_to_spot_min_instance_types,
+            consolidation_min_savings: settings.consolidation_min_savings.0,
             honor_autoscaler_annotations: settings.honor_autoscaler_annotations,
             cluster_limits: settings.cluster_limits.clone(),
             pod_deletion_cost_management: settings.feature_gates.pod_deletion_cost_management,
@@ -149,6 +164,8 @@ impl DisruptionSettings {
             node_repair: settings.feature_gates.node_repair && !settings.legacy_node_repair,
             ignore_dra_requests: settings.ignore_dra_requests,
             scheduler_parallelism: settings.scheduler_parallelism(),
+            preference_policy: settings.preference_policy,
+            min_values_policy: settings.min_values_policy,
             ..Self::default()
         }
     }
@@ -530,6 +547,8 @@ impl Disruption {
             self.ctx.state.list_shared::<Node>().iter().filter(|n| !node_ready(n)).map(|n| n.name_any()).collect();
         karpenter_disruption::DisruptionOptions {
             spot_to_spot_consolidation: self.settings.spot_to_spot_consolidation,
+            spot_to_spot_min_instance_types: self.settings.spot_to_spot_min_instance_types,
+            consolidation_min_savings: self.settings.consolidation_min_savings,
             honor_autoscaler_annotations: self.settings.honor_autoscaler_annotations,
             pod_deletion_cost_management: self.settings.pod_deletion_cost_management,
             not_ready_nodes,
@@ -541,6 +560,8 @@ impl Disruption {
                 scheduler_config: self.settings.scheduler_config.clone(),
                 ignore_dra_requests: self.settings.ignore_dra_requests,
                 parallelism: self.settings.scheduler_parallelism,
+                preference_policy: self.settings.preference_policy,
+                min_values_policy: self.settings.min_values_policy,
                 ..karpenter_disruption::DisruptionOptions::default().scheduler
             },
             repair: self.repair_options(),
@@ -753,6 +774,7 @@ impl Disruption {
                     | Reason::NoCheaperOption { .. }
                     | Reason::SpotToSpotDisabled
                     | Reason::SpotToSpotTooFewOptions { .. }
+                    | Reason::SavingsBelowThreshold { .. }
                     | Reason::WhenEmptyPolicy
                     | Reason::UnknownInstanceType { .. }
                     | Reason::MissingLabels { .. }
