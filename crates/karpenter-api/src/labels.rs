@@ -427,6 +427,27 @@ pub mod consolidation_min_savings {
         if value.trim().is_empty() { Ok(None) } else { value.parse().map(Some) }
     }
 
+    /// The `CONSOLIDATION_MIN_SAVINGS` setting as the settings parser takes it ([`parse_setting`]): no threshold
+    /// when empty.
+    #[derive(Debug, Clone, Copy, PartialEq, Default)]
+    pub struct Setting(pub Option<MinSavings>);
+
+    impl FromStr for Setting {
+        type Err = MinSavingsError;
+        fn from_str(value: &str) -> Result<Self, MinSavingsError> {
+            parse_setting(value).map(Setting)
+        }
+    }
+
+    impl fmt::Display for Setting {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            match self.0 {
+                Some(v) => v.fmt(f),
+                None => Ok(()),
+            }
+        }
+    }
+
     /// A NodePool's annotation: `None` without it, else its value parsed.
     pub fn of(pool: &crate::NodePool) -> Result<Option<MinSavings>, MinSavingsError> {
         match pool.metadata.annotations.as_ref().and_then(|a| a.get(ANNOTATION)) {

@@ -905,6 +905,53 @@ async fn disruption_topology_key_is_reported_as_a_condition_and_event() {
     assert!(cond_of(&f.get_pool("zonal").await, CONDITION).is_none(), "no annotation, no condition");
 }
 
+/// The consolidation minimum-saving annotation: a value in the grammar sets `ConsolidationMinSavingsValid=True`
+/// naming the threshold, anything else `False` with a Warning event naming the pool, the annotation and the value;
+/// removing the annotation removes the condition.
+#[tokio::test]
+async fn consolidation_min_savings_is_reported_as_a_condition_and_event() {
+    use k8s_openapi::api::core::v1::Event as CoreEvent;
+    use karpenter_api::labels::consolidation_min_savings::{ANNOTATION, CONDITION, INVALID_REASON};
+    let f = fx();
+    f.pool(NodePoolOptions {
+        name: Some("thrifty".into()),
+        metadata_annotations: BTreeMap::from([(ANNOTATION.to_owned(), "5".to_owned())]),
+        ..Default::default()
+    })
+    .await;
+    f.validation().reconcile("thrifty").await.unwrap();
+    let p = f.get_pool("thrifty").await;
+    let c = cond_of(&p, CONDITION).expect("condition");
+    assert_eq!((c.status, c.reason.as_str()), (ConditionStatus::False, INVALID_REASON));
+    assert!(c.message.contains(ANNOTATION) && c.message.contains("\"5\" is not a minimum saving"), "{}", c.message);
+    assert_eq!(status_reason(&p, cond::VALIDATION_SUCCEEDED).unwrap().0, ConditionStatus::True);
+    let events: Vec<CoreEvent> = Api::<CoreEvent>::all(f.client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(INVALID_REASON))
+        .collect();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].type_.as_deref(), Some("Warning"));
+    assert_eq!(events[0].involved_object.name.as_deref(), Some("thrifty"));
+    let message = events[0].message.as_deref().unwrap_or_default();
+    assert!(message.contains("NodePool thrifty") && message.contains(ANNOTATION), "{message}");
+
+    let patch = json!({"metadata": {"annotations": {ANNOTATION: "$0.05/h"}}});
+    f.pools().patch("thrifty", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    f.validation().reconcile("thrifty").await.unwrap();
+    let c = cond_of(&f.get_pool("thrifty").await, CONDITION).cloned().expect("condition");
+    assert_eq!(c.status, ConditionStatus::True);
+    assert!(c.message.contains("$0.05/h"), "{}", c.message);
+
+    let patch = json!({"metadata": {"annotations": {ANNOTATION: null}}});
+    f.pools().patch("thrifty", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    f.validation().reconcile("thrifty").await.unwrap();
+    assert!(cond_of(&f.get_pool("thrifty").await, CONDITION).is_none(), "no annotation, no condition");
+}
+
 fn floor_annotation(value: &str) -> BTreeMap<String, String> {
     [(labels::min_nodes::ANNOTATION.to_owned(), value.to_owned())].into()
 }

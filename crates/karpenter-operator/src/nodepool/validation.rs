@@ -8,11 +8,15 @@
 //! `DisruptionTopologyKeyValid` is `True` when its value is a label key, `False(InvalidDisruptionTopologyKey)`
 //! with a Warning event on the pool when it is not (karpenter-disruption then holds the pool's voluntary
 //! disruption), and absent without the annotation. It is no dependent of `Ready`: provisioning goes on.
+//!
+//! The same for `karpenter-rs.io/consolidation-min-savings` (not upstream Karpenter): `ConsolidationMinSavingsValid`
+//! is `True` naming the threshold, or `False(InvalidConsolidationMinSavings)` with a Warning event when the value is
+//! neither `N%` nor `$N/h` (karpenter-disruption then holds the pool's replacements and multi-node moves).
 
 use std::sync::Arc;
 
 use karpenter_api::condition::{ConditionStatus, remove_condition};
-use karpenter_api::labels::disruption_topology;
+use karpenter_api::labels::{consolidation_min_savings, disruption_topology};
 use karpenter_api::nodeclaim::conditions as cond;
 use karpenter_api::{NodePool, Validate, ValidationContext};
 use kube::runtime::controller::Action;
@@ -98,6 +102,28 @@ impl Validation {
                 Some(message)
             }
         };
+        let invalid_min_savings = match consolidation_min_savings::of(pool) {
+            Ok(None) => {
+                remove_condition(&mut conditions, consolidation_min_savings::CONDITION);
+                None
+            }
+            Ok(Some(threshold)) => {
+                let message = format!("replacements and multi-node moves must save at least {threshold}");
+                let (c, t) = (consolidation_min_savings::CONDITION, ConditionStatus::True);
+                set_pool_condition(&mut conditions, c, t, c, &message, now, generation);
+                None
+            }
+            Err(e) => {
+                let message = format!(
+                    "annotation {}: {e}; the NodePool's replacements and multi-node moves are held until it is fixed",
+                    consolidation_min_savings::ANNOTATION
+                );
+                let (c, f) = (consolidation_min_savings::CONDITION, ConditionStatus::False);
+                let reason = consolidation_min_savings::INVALID_REASON;
+                set_pool_condition(&mut conditions, c, f, reason, &message, now, generation);
+                Some(message)
+            }
+        };
         if write_pool_conditions(&api, pool, conditions).await?.is_some() && status == ConditionStatus::False {
             tracing::error!(controller = CONTROLLER, NodePool = %name, error = %message, "nodepool failed validation");
         }
@@ -105,6 +131,14 @@ impl Validation {
             tracing::warn!(controller = CONTROLLER, NodePool = %name, error = %message, "invalid disruption topology key");
             let event =
                 Event::warning(pool, disruption_topology::INVALID_REASON, format!("NodePool {name}: {message}"));
+            if let Err(e) = self.ctx.recorder.publish(event).await {
+                tracing::warn!(controller = CONTROLLER, NodePool = %name, error = %e, "publishing an event failed");
+            }
+        }
+        if let Some(message) = invalid_min_savings {
+            tracing::warn!(controller = CONTROLLER, NodePool = %name, error = %message, "invalid consolidation minimum saving");
+            let event =
+                Event::warning(pool, consolidation_min_savings::INVALID_REASON, format!("NodePool {name}: {message}"));
             if let Err(e) = self.ctx.recorder.publish(event).await {
                 tracing::warn!(controller = CONTROLLER, NodePool = %name, error = %e, "publishing an event failed");
             }
