@@ -1,7 +1,7 @@
 //! `run --provider aws` and `prices` (feature `aws`): the binary's side of the AWS provider. The provider itself,
 //! its controllers and its interruption source are assembled by [`karpenter_aws::assembly::start`]; the binary
 //! hands it what it owns: the EC2NodeClass watcher (shared with the controller manager) and the Prometheus
-//! counter of launch failures.
+//! registry, behind the AWS provider's metric sinks (src/aws_metrics.rs).
 
 use std::io::Write;
 use std::path::Path;
@@ -11,7 +11,6 @@ use std::sync::Arc;
 use anyhow::Context;
 use karpenter_api::ec2nodeclass::EC2NodeClass;
 use karpenter_aws::assembly::{AwsRuntime, AwsStart};
-use karpenter_aws::launch::instance::{LaunchFailure, LaunchFailureSink};
 use karpenter_aws::sdk::SdkOptions;
 use karpenter_aws::settings::AwsSettings;
 use karpenter_cloudprovider::{Clock, NodeClassLookup, SystemClock};
@@ -20,6 +19,7 @@ use karpenter_operator::metrics::Metrics;
 use karpenter_operator::node_classes::KubeNodeClasses;
 use tokio_util::sync::CancellationToken;
 
+use crate::aws_metrics::PrometheusAws;
 use crate::{CatalogueArgs, PricesArgs};
 
 /// Starts the EC2NodeClass watcher and the AWS provider; returns the provider's runtime and the watcher.
@@ -42,6 +42,7 @@ pub async fn start(
         .await
         .context("listing EC2NodeClasses (is the CRD installed?)")?;
     let node_classes: Arc<dyn NodeClassLookup> = Arc::new(node_classes);
+    let sinks = Arc::new(PrometheusAws(metrics));
     let start = AwsStart {
         settings: aws,
         reserved_capacity: core.feature_gates.reserved_capacity,
@@ -49,9 +50,11 @@ pub async fn start(
         clock,
         shutdown,
         node_classes: node_classes.clone(),
-        launch_failures: Arc::new(PrometheusLaunchFailures(metrics.clone())),
-        unhealthy_instances: Arc::new(PrometheusUnhealthyInstances(metrics.clone())),
-        queue_messages: Arc::new(PrometheusQueueMessages(metrics)),
+        launch_failures: sinks.clone(),
+        termination_failures: sinks.clone(),
+        batches: sinks.clone(),
+        unhealthy_instances: sinks.clone(),
+        queue_messages: sinks,
     };
     let runtime = karpenter_aws::assembly::start(start, &SdkOptions::default()).await?;
     Ok((runtime, node_classes))
@@ -126,62 +129,4 @@ fn write_whole(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     let tmp = std::path::PathBuf::from(tmp);
     std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
-}
-
-/// `karpenter_cloudprovider_instance_launch_failures_total`, counted from the instance provider's launch failures.
-struct PrometheusLaunchFailures(Arc<Metrics>);
-
-impl std::fmt::Debug for PrometheusLaunchFailures {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("PrometheusLaunchFailures")
-    }
-}
-
-impl LaunchFailureSink for PrometheusLaunchFailures {
-    fn launch_failed(&self, failure: &LaunchFailure) {
-        self.0
-            .cloudprovider_instance_launch_failures(
-                &failure.zone,
-                &failure.zone_id,
-                &failure.capacity_type,
-                &failure.reason,
-            )
-            .inc();
-    }
-}
-
-/// `karpenter_interruption_instance_status_unhealthy_total{category}`, counted from the instance status checks.
-struct PrometheusUnhealthyInstances(Arc<Metrics>);
-
-impl std::fmt::Debug for PrometheusUnhealthyInstances {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("PrometheusUnhealthyInstances")
-    }
-}
-
-impl karpenter_aws::status::UnhealthyInstanceSink for PrometheusUnhealthyInstances {
-    fn unhealthy(&self, category: &str) {
-        self.0.interruption_instance_status_unhealthy(category).inc();
-    }
-}
-
-/// The interruption queue's message metrics.
-struct PrometheusQueueMessages(Arc<Metrics>);
-
-impl std::fmt::Debug for PrometheusQueueMessages {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("PrometheusQueueMessages")
-    }
-}
-
-impl karpenter_aws::queue::QueueMessageSink for PrometheusQueueMessages {
-    fn received(&self, message_type: &str) {
-        self.0.interruption_received_messages(message_type).inc();
-    }
-    fn deleted(&self, queued_for: Option<std::time::Duration>) {
-        self.0.interruption_deleted_messages().inc();
-        if let Some(d) = queued_for {
-            self.0.interruption_message_queue_duration_seconds().observe(d.as_secs_f64());
-        }
-    }
 }

@@ -25,7 +25,8 @@ use crate::api_error::AwsApiError;
 use crate::discovery::{self, DiscoveryError};
 use crate::instancetype::Settings as InstanceTypeSettings;
 use crate::instancetypes::{self, SharedPrices};
-use crate::launch::instance::{ClusterInfo, LaunchFailureSink};
+use crate::launch::batcher::BatchSink;
+use crate::launch::instance::{ClusterInfo, LaunchFailureSink, TerminationFailureSink};
 use crate::nodeclass::controller::{
     CapacityBlockExpiration, InstanceProfileGarbageCollector, NodeClassController, SsmInvalidationController,
     kubernetes_version_source,
@@ -64,6 +65,11 @@ pub struct AwsStart<'a> {
     pub node_classes: Arc<dyn NodeClassLookup>,
     /// Where launch failures are counted (`karpenter_cloudprovider_instance_launch_failures_total`).
     pub launch_failures: Arc<dyn LaunchFailureSink>,
+    /// Where failed instance terminations are counted (`karpenter_cloudprovider_instance_termination_failures_total`).
+    pub termination_failures: Arc<dyn TerminationFailureSink>,
+    /// Where the EC2 request batchers' batches are recorded (`karpenter_cloudprovider_batcher_batch_size`,
+    /// `karpenter_cloudprovider_batcher_batch_time_seconds`).
+    pub batches: Arc<dyn BatchSink>,
     /// Where instances the status checks found unhealthy are counted
     /// (`karpenter_interruption_instance_status_unhealthy_total`).
     pub unhealthy_instances: Arc<dyn UnhealthyInstanceSink>,
@@ -287,7 +293,9 @@ impl Assembly<'_> {
         )
         .with_placement_groups(shared.placement_groups.clone())
         .with_capacity_reservations(shared.capacity_reservations.clone())
-        .with_launch_failure_sink(self.start.launch_failures.clone());
+        .with_launch_failure_sink(self.start.launch_failures.clone())
+        .with_termination_failure_sink(self.start.termination_failures.clone())
+        .with_batch_sink(self.start.batches.clone());
         let types = provider.instance_type_provider().refresh().await.map_err(StartError::Catalogue)?;
         tracing::info!(instance_types = types, "instance-type catalogue loaded");
         match provider.launch_templates().hydrate().await {

@@ -48,9 +48,12 @@ use crate::drift::{DriftContext, InstanceFacts};
 use crate::instancetypes::{
     InstanceTypeApi, InstanceTypeProvider, InstanceTypeProviderError, InstanceTypeProviderOptions, SharedPrices,
 };
+use crate::launch::batcher::BatchSink;
 use crate::launch::fleet::{Ec2Instance, FleetApi, InstanceState, NODE_CLASS_TAG, NODE_POOL_TAG};
 use crate::launch::ice::UnavailableOfferings;
-use crate::launch::instance::{BatchWindows, ClusterInfo, InstanceProvider, LaunchFailureSink, Launched, RetryPolicy};
+use crate::launch::instance::{
+    BatchWindows, ClusterInfo, InstanceProvider, LaunchFailureSink, Launched, RetryPolicy, TerminationFailureSink,
+};
 use crate::launch::template::{CapacityReservationPreference, LaunchTemplateApi, LaunchTemplateProvider};
 use crate::nodeclass::reservation::{CapacityReservationProvider, PlacementGroupInfo, PlacementGroupProvider};
 use crate::queue::{InstanceClaim, InterruptionHook};
@@ -272,6 +275,20 @@ impl AwsCloudProvider {
     /// Tells `sink` about every launch failure (`karpenter_cloudprovider_instance_launch_failures_total`).
     pub fn with_launch_failure_sink(mut self, sink: Arc<dyn LaunchFailureSink>) -> Self {
         self.instances = self.instances.with_launch_failure_sink(sink);
+        self
+    }
+
+    /// Tells `sink` about every failed `TerminateInstances`
+    /// (`karpenter_cloudprovider_instance_termination_failures_total`).
+    pub fn with_termination_failure_sink(mut self, sink: Arc<dyn TerminationFailureSink>) -> Self {
+        self.instances = self.instances.with_termination_failure_sink(sink);
+        self
+    }
+
+    /// Tells `sink` about every batch of the EC2 request batchers (`karpenter_cloudprovider_batcher_batch_size`,
+    /// `karpenter_cloudprovider_batcher_batch_time_seconds`); call it while building the provider.
+    pub fn with_batch_sink(mut self, sink: Arc<dyn BatchSink>) -> Self {
+        self.instances = self.instances.with_batch_sink(sink);
         self
     }
 

@@ -86,7 +86,7 @@ mod tests {
             }
         }))
         .unwrap();
-        let tags = crate::launch::template::launch_template_tags("test-cluster", &node_class);
+        let tags = crate::launch::template::launch_template_tags("test-cluster", &node_class, "default");
         let data = crate::launch::template::LaunchTemplateData {
             image_id: "ami-1".into(),
             instance_profile: None,

@@ -615,3 +615,41 @@ fn dry_runs_tagged_only_with_the_class_tags_would_be_refused() {
         }
     }
 }
+
+// Upstream's controller policy allows `CreateLaunchTemplate` only when the request tags the template with the
+// cluster ownership tag, `eks:eks-cluster-name` and a `karpenter.sh/nodepool` (any value): the tags our real
+// launch templates carry meet that condition as well as deploy/cloudformation.yaml's, and without the NodePool
+// tag they would not.
+#[test]
+fn real_launch_templates_carry_the_node_pool_tag_upstreams_policy_asks_for() {
+    use karpenter_aws::launch::tags::{DryRunAction, TaggedResource, launch_template_tags};
+    let upstream_shaped: Vec<Value> = ["ec2:CreateLaunchTemplate", "ec2:CreateTags"]
+        .iter()
+        .map(|action| {
+            serde_json::json!({
+                "Effect": "Allow", "Action": [action],
+                "Resource": format!("arn:aws:ec2:{POLICY_REGION}:*:launch-template/*"),
+                "Condition": {
+                    "StringEquals": {
+                        format!("aws:RequestTag/kubernetes.io/cluster/{POLICY_CLUSTER}"): "owned",
+                        "aws:RequestTag/eks:eks-cluster-name": POLICY_CLUSTER
+                    },
+                    "StringLike": {"aws:RequestTag/karpenter.sh/nodepool": "*"}
+                }
+            })
+        })
+        .collect();
+    let ours = allow_statements();
+    let class = dry_run_node_class(serde_json::json!({"team": "a"}));
+    let tags = launch_template_tags(POLICY_CLUSTER, &class, "general");
+    assert_eq!(tags.get("karpenter.sh/nodepool").map(String::as_str), Some("general"));
+    for (policy, statements) in [("deploy/cloudformation.yaml", &ours), ("upstream's condition", &upstream_shaped)] {
+        let refused = refusal(statements, DryRunAction::CreateLaunchTemplate, TaggedResource::LaunchTemplate, &tags);
+        assert_eq!(refused, None, "{policy} refuses our launch template");
+    }
+    let mut without_pool = tags.clone();
+    without_pool.remove("karpenter.sh/nodepool");
+    let refused =
+        refusal(&upstream_shaped, DryRunAction::CreateLaunchTemplate, TaggedResource::LaunchTemplate, &without_pool);
+    assert!(refused.is_some(), "the condition is not vacuous");
+}

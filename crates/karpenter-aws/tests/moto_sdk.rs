@@ -355,6 +355,9 @@ fn assembly_start<'a>(
     impl karpenter_aws::launch::instance::LaunchFailureSink for NoSink {
         fn launch_failed(&self, _: &karpenter_aws::launch::instance::LaunchFailure) {}
     }
+    impl karpenter_aws::launch::instance::TerminationFailureSink for NoSink {
+        fn termination_failed(&self, _: &karpenter_aws::launch::instance::TerminationFailure) {}
+    }
     karpenter_aws::assembly::AwsStart {
         settings,
         reserved_capacity: true,
@@ -363,6 +366,8 @@ fn assembly_start<'a>(
         shutdown: shutdown.clone(),
         node_classes: Arc::new(karpenter_cloudprovider::InMemoryNodeClasses::new()),
         launch_failures: Arc::new(NoSink),
+        termination_failures: Arc::new(NoSink),
+        batches: Arc::new(karpenter_aws::launch::batcher::NoBatchSink),
         unhealthy_instances: Arc::new(karpenter_aws::status::NoUnhealthySink),
         queue_messages: Arc::new(karpenter_aws::queue::NoQueueSink),
     }

@@ -9,6 +9,12 @@
 //! | CreateFleet ([`FleetBatcher`]) | 35 ms | 1 s | 1000 | requests equal but for the NodeClaim tag → one fleet with `TotalTargetCapacity = N`; instances handed out one per caller and tagged with the caller's NodeClaim |
 //! | DescribeInstances ([`DescribeBatcher`]) | 100 ms | 1 s | 500 | instance ids of requests with equal filters |
 //! | TerminateInstances ([`TerminateBatcher`]) | 100 ms | 1 s | 500 | instance ids |
+//!
+//! A batcher given a [`BatchSink`] tells it, as each batch starts executing, how many requests it holds and how
+//! long it was held open (first arrival to close): the binary records them as upstream's
+//! `karpenter_cloudprovider_batcher_batch_size` and `karpenter_cloudprovider_batcher_batch_time_seconds`, labelled
+//! `batcher` with the names upstream gives its three batchers ([`CREATE_FLEET_BATCHER`],
+//! [`DESCRIBE_INSTANCES_BATCHER`], [`TERMINATE_INSTANCES_BATCHER`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -25,6 +31,35 @@ use crate::launch::fleet::{
     CreateFleetRequest, CreateFleetResponse, DescribeInstancesRequest, Ec2Instance, FleetApi, NODE_CLAIM_TAG,
     TerminatingInstance,
 };
+
+/// The `batcher` label of the CreateFleet batcher's metrics.
+pub const CREATE_FLEET_BATCHER: &str = "create_fleet";
+/// The `batcher` label of the DescribeInstances batcher's metrics.
+pub const DESCRIBE_INSTANCES_BATCHER: &str = "describe_instances";
+/// The `batcher` label of the TerminateInstances batcher's metrics.
+pub const TERMINATE_INSTANCES_BATCHER: &str = "terminate_instances";
+
+/// Told about every batch a batcher runs (the binary owns the Prometheus registry; see the module docs).
+pub trait BatchSink: Send + Sync + fmt::Debug {
+    /// The batcher named `batcher` is executing a batch of `size` requests, `held_open` after its first request
+    /// arrived.
+    fn batch_ran(&self, batcher: &str, size: usize, held_open: Duration);
+}
+
+/// A sink that records nothing.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoBatchSink;
+
+impl BatchSink for NoBatchSink {
+    fn batch_ran(&self, _batcher: &str, _size: usize, _held_open: Duration) {}
+}
+
+/// A batcher's name and where it reports its batches.
+#[derive(Clone, Debug)]
+struct Observer {
+    name: &'static str,
+    sink: Arc<dyn BatchSink>,
+}
 
 /// A batching window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,6 +109,7 @@ pub struct Batcher<I, O> {
     window: BatchWindow,
     executor: Arc<dyn BatchExecutor<I, O>>,
     open: PendingMap<I, O>,
+    observer: Option<Observer>,
 }
 
 impl<I, O> fmt::Debug for Batcher<I, O> {
@@ -89,7 +125,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl<I: Send + 'static, O: Send + 'static> Batcher<I, O> {
     /// A batcher with `window` running batches through `executor`.
     pub fn new(window: BatchWindow, executor: Arc<dyn BatchExecutor<I, O>>) -> Self {
-        Self { window, executor, open: Arc::new(Mutex::new(BTreeMap::new())) }
+        Self { window, executor, open: Arc::new(Mutex::new(BTreeMap::new())), observer: None }
+    }
+
+    /// The same batcher, reporting each batch to `sink` under the name `name` (the `batcher` label).
+    pub fn with_sink(mut self, name: &'static str, sink: Arc<dyn BatchSink>) -> Self {
+        self.observer = Some(Observer { name, sink });
+        self
     }
 
     /// Submits `item` under `key` and waits for its output; `None` if the batch task died (a panic in the
@@ -127,7 +169,7 @@ impl<I: Send + 'static, O: Send + 'static> Batcher<I, O> {
         };
         if let Some(shared) = spawn {
             let (window, executor, open) = (self.window, self.executor.clone(), self.open.clone());
-            tokio::spawn(run_batch(key, shared, window, executor, open));
+            tokio::spawn(run_batch(key, shared, window, executor, open, self.observer.clone()));
         }
         rx.await.ok()
     }
@@ -139,6 +181,7 @@ async fn run_batch<I: Send + 'static, O: Send + 'static>(
     window: BatchWindow,
     executor: Arc<dyn BatchExecutor<I, O>>,
     open: PendingMap<I, O>,
+    observer: Option<Observer>,
 ) {
     loop {
         let deadline = {
@@ -156,15 +199,18 @@ async fn run_batch<I: Send + 'static, O: Send + 'static>(
             () = shared.1.notified() => {}
         }
     }
-    let items = {
+    let (items, first) = {
         let mut open = lock(&open);
         if open.get(&key).is_some_and(|s| Arc::ptr_eq(s, &shared)) {
             open.remove(&key);
         }
         let mut p = lock(&shared.0);
         p.sealed = true;
-        std::mem::take(&mut p.items)
+        (std::mem::take(&mut p.items), p.first)
     };
+    if let Some(o) = &observer {
+        o.sink.batch_ran(o.name, items.len(), tokio_now().saturating_duration_since(first));
+    }
     let (items, senders): (Vec<I>, Vec<oneshot::Sender<O>>) = items.into_iter().unzip();
     let outputs = executor.execute(&key, items).await;
     for (tx, out) in senders.into_iter().zip(outputs) {
@@ -226,7 +272,8 @@ impl BatchExecutor<CreateFleetRequest, FleetOutcome> for FleetExecutor {
 /// The CreateFleet batcher.
 pub type FleetBatcher = Batcher<CreateFleetRequest, FleetOutcome>;
 
-/// A CreateFleet batcher over `api` with `window` ([`BatchWindow::CREATE_FLEET`] in production).
+/// A CreateFleet batcher over `api` with `window` ([`BatchWindow::CREATE_FLEET`] in production); report its
+/// batches with `.with_sink(CREATE_FLEET_BATCHER, sink)`.
 pub fn fleet_batcher(api: Arc<dyn FleetApi>, window: BatchWindow) -> FleetBatcher {
     Batcher::new(window, Arc::new(FleetExecutor { api }))
 }
@@ -310,6 +357,12 @@ impl DescribeBatcher {
         Self { batcher: Batcher::new(window, executor.clone()), executor }
     }
 
+    /// The same batcher, reporting its batches to `sink` as [`DESCRIBE_INSTANCES_BATCHER`].
+    pub fn with_sink(mut self, sink: Arc<dyn BatchSink>) -> Self {
+        self.batcher = self.batcher.with_sink(DESCRIBE_INSTANCES_BATCHER, sink);
+        self
+    }
+
     /// Describes one instance (with `filters`, e.g. the live states): `Ok(None)` when EC2 does not have it.
     pub async fn describe(&self, instance_id: &str, filters: Vec<crate::launch::fleet::Filter>) -> DescribeOutcome {
         let key = serde_json::to_string(&filters).unwrap_or_default();
@@ -364,6 +417,12 @@ impl TerminateBatcher {
     /// A batcher over `api` with `window` ([`BatchWindow::TERMINATE_INSTANCES`] in production).
     pub fn new(api: Arc<dyn FleetApi>, window: BatchWindow) -> Self {
         Self { batcher: Batcher::new(window, Arc::new(TerminateExecutor { api })) }
+    }
+
+    /// The same batcher, reporting its batches to `sink` as [`TERMINATE_INSTANCES_BATCHER`].
+    pub fn with_sink(mut self, sink: Arc<dyn BatchSink>) -> Self {
+        self.batcher = self.batcher.with_sink(TERMINATE_INSTANCES_BATCHER, sink);
+        self
     }
 
     /// Terminates one instance. A NotFound error from EC2 for this id alone is `Ok(None)`.

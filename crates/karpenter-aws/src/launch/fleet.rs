@@ -208,6 +208,8 @@ pub struct Ec2Instance {
     pub instance_type: String,
     /// `Placement.AvailabilityZone`.
     pub availability_zone: String,
+    /// `Placement.AvailabilityZoneId` (`usw2-az1`, ...), when EC2 reports it.
+    pub availability_zone_id: Option<String>,
     /// `SubnetId`.
     pub subnet_id: Option<String>,
     /// `ImageId`.

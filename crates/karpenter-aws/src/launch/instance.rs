@@ -33,7 +33,8 @@ use karpenter_requirements::{
 use crate::api_error::{AwsApiError, AwsErrorKind};
 use crate::instancetype::resources as extended;
 use crate::launch::batcher::{
-    BatchWindow, DescribeBatcher, FleetBatcher, TerminateBatcher, create_fleet, fleet_batcher,
+    BatchSink, BatchWindow, CREATE_FLEET_BATCHER, DescribeBatcher, FleetBatcher, TerminateBatcher, create_fleet,
+    fleet_batcher,
 };
 use crate::launch::fleet::{
     CreateFleetRequest, CreateFleetResponse, DescribeInstancesRequest, EKS_CLUSTER_NAME_TAG, Ec2Instance, Filter,
@@ -158,6 +159,22 @@ pub trait LaunchFailureSink: Send + Sync + fmt::Debug {
     fn launch_failed(&self, failure: &LaunchFailure);
 }
 
+/// One failed `TerminateInstances` of an instance: the labels of
+/// `karpenter_cloudprovider_instance_termination_failures_total`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TerminationFailure {
+    /// The instance's zone.
+    pub zone: String,
+    /// Its zone id, as DescribeInstances reported it (empty when it did not).
+    pub zone_id: String,
+}
+
+/// Told about every [`TerminationFailure`] (the binary counts them in Prometheus).
+pub trait TerminationFailureSink: Send + Sync + fmt::Debug {
+    /// One failure.
+    fn termination_failed(&self, failure: &TerminationFailure);
+}
+
 /// What a fleet outcome needs to know about the launch besides the request and response.
 struct LaunchContext<'a> {
     name: &'a str,
@@ -214,6 +231,9 @@ pub struct InstanceProvider {
     reservations: Option<Arc<CapacityReservationProvider>>,
     failures: Arc<Mutex<BTreeMap<LaunchFailure, u64>>>,
     failure_sink: Option<Arc<dyn LaunchFailureSink>>,
+    termination_failure_sink: Option<Arc<dyn TerminationFailureSink>>,
+    /// The batchers' windows, kept to rebuild them with a [`BatchSink`] ([`InstanceProvider::with_batch_sink`]).
+    windows: BatchWindows,
     subnet_ips: SubnetIps,
     reserved_capacity: bool,
     node_class_cel: bool,
@@ -292,6 +312,8 @@ impl InstanceProvider {
             reservations: None,
             failures: Arc::default(),
             failure_sink: None,
+            termination_failure_sink: None,
+            windows,
             subnet_ips: SubnetIps::new(templates_clock, DEFAULT_FREE_IP_TTL),
             reserved_capacity: true,
             node_class_cel: false,
@@ -343,6 +365,26 @@ impl InstanceProvider {
     /// Every launch failure is also told to `sink`.
     pub fn with_launch_failure_sink(mut self, sink: Arc<dyn LaunchFailureSink>) -> Self {
         self.failure_sink = Some(sink);
+        self
+    }
+
+    /// Every failed `TerminateInstances` is told to `sink`.
+    pub fn with_termination_failure_sink(mut self, sink: Arc<dyn TerminationFailureSink>) -> Self {
+        self.termination_failure_sink = Some(sink);
+        self
+    }
+
+    /// The CreateFleet, DescribeInstances and TerminateInstances batchers report every batch to `sink`. Call it
+    /// while building the provider: the batchers are replaced by new ones (requests waiting in the old ones still
+    /// run, unreported).
+    pub fn with_batch_sink(mut self, sink: Arc<dyn BatchSink>) -> Self {
+        let api = &self.api;
+        self.fleet = Arc::new(
+            fleet_batcher(api.clone(), self.windows.create_fleet).with_sink(CREATE_FLEET_BATCHER, sink.clone()),
+        );
+        self.describe =
+            Arc::new(DescribeBatcher::new(api.clone(), self.windows.describe_instances).with_sink(sink.clone()));
+        self.terminate = Arc::new(TerminateBatcher::new(api.clone(), self.windows.terminate_instances).with_sink(sink));
         self
     }
 
@@ -588,7 +630,9 @@ impl InstanceProvider {
                 region: &self.region,
             },
         );
-        Ok(LaunchTemplate::new(data, launch_template_tags(&self.cluster.name, node_class)))
+        // The template is the claim's NodePool's: tagged with it as the instance is (`tags` are the launch tags).
+        let node_pool = tags.get(NODE_POOL_TAG).map_or("", String::as_str);
+        Ok(LaunchTemplate::new(data, launch_template_tags(&self.cluster.name, node_class, node_pool)))
     }
 
     async fn create_fleet_with_retry(&self, request: CreateFleetRequest) -> Result<CreateFleetResponse, Retry> {
@@ -809,7 +853,16 @@ impl InstanceProvider {
         match self.terminate.terminate(instance_id).await {
             Ok(Some(_)) => Ok(()),
             Ok(None) => Err(CloudProviderError::not_found(format!("instance {instance_id} not found"))),
-            Err(e) => Err(api_error("TerminateInstances", e)),
+            Err(e) => {
+                // As upstream: a refused or failed call counts, an instance already gone (`Ok(None)`) does not.
+                if let Some(sink) = &self.termination_failure_sink {
+                    sink.termination_failed(&TerminationFailure {
+                        zone: instance.availability_zone.clone(),
+                        zone_id: instance.availability_zone_id.clone().unwrap_or_default(),
+                    });
+                }
+                Err(api_error("TerminateInstances", e))
+            }
         }
     }
 

@@ -64,6 +64,8 @@ struct State {
     statuses: BTreeMap<String, InstanceStatus>,
     /// The launch template each instance was launched from, as it was then (by instance id).
     launched_from: BTreeMap<String, LaunchTemplate>,
+    /// Zone name → zone id, reported as launched instances' `Placement.AvailabilityZoneId` ([`MockEc2::set_zone_ids`]).
+    zone_ids: BTreeMap<String, String>,
 }
 
 /// See the module docs. Clones share the state.
@@ -125,6 +127,11 @@ impl MockEc2 {
             })
             .collect();
         s.instance_types = instance_types;
+    }
+
+    /// The zone ids (zone name → id) instances launched from now on report; without one an instance has none.
+    pub fn set_zone_ids(&self, zone_ids: &[(&str, &str)]) {
+        self.lock().zone_ids = zone_ids.iter().map(|(z, id)| ((*z).to_owned(), (*id).to_owned())).collect();
     }
 
     /// Marks (capacity type, instance type, zone) out of capacity (`true`) or back (`false`).
@@ -332,6 +339,7 @@ impl FleetApi for MockEc2 {
                     instance_id: id.clone(),
                     instance_type: o.instance_type.clone(),
                     availability_zone: o.availability_zone.clone(),
+                    availability_zone_id: s.zone_ids.get(&o.availability_zone).cloned(),
                     subnet_id: o.subnet_id.clone(),
                     image_id: Some(image.clone()),
                     state: InstanceState::Running,

@@ -5,8 +5,9 @@
 //!
 //! Why the dry runs must carry them: tag-scoped controller policies (upstream's getting-started CloudFormation,
 //! deploy/cloudformation.yaml) allow `RunInstances`, `CreateFleet` and `CreateLaunchTemplate` only when the
-//! request tags what it creates with the cluster tag, `eks:eks-cluster-name` and `karpenter.sh/nodepool` (or
-//! `karpenter.k8s.aws/ec2nodeclass` for our launch templates). A dry run without them is refused although the
+//! request tags what it creates with the cluster tag, `eks:eks-cluster-name` and `karpenter.sh/nodepool`
+//! (deploy/cloudformation.yaml accepts `karpenter.k8s.aws/ec2nodeclass` on launch templates too; ours carry
+//! both). A dry run without them is refused although the
 //! real launch is allowed, and the class would report `ValidationSucceeded=False`.
 //!
 //! The set is upstream's (`utils.GetTags` of the AWS provider): the node class's `spec.tags`, then the cluster
@@ -76,12 +77,12 @@ pub fn launch_tags(cluster: &str, node_class: &EC2NodeClass, node_pool: &str) ->
     tags
 }
 
-/// The tags of a node class's launch templates: [`launch_tags`] without `karpenter.sh/nodepool` and with
-/// `karpenter.k8s.aws/cluster`. Unlike upstream's, our templates carry no NodePool tag (so upstream's policy,
-/// which asks for one on `CreateLaunchTemplate`, refuses them: docs/migration-from-upstream.md).
-pub fn launch_template_tags(cluster: &str, node_class: &EC2NodeClass) -> BTreeMap<String, String> {
-    let mut tags = launch_tags(cluster, node_class, "");
-    tags.remove(NODE_POOL_TAG);
+/// The tags of a launch template for `node_pool`'s launches from `node_class`: [`launch_tags`] (with
+/// `karpenter.sh/nodepool`) and `karpenter.k8s.aws/cluster`. A template is already one NodePool's (its user data
+/// carries the NodePool's labels), and the NodePool tag is what upstream's controller policy asks of
+/// `CreateLaunchTemplate`, of launching from a template and of `DeleteLaunchTemplate`.
+pub fn launch_template_tags(cluster: &str, node_class: &EC2NodeClass, node_pool: &str) -> BTreeMap<String, String> {
+    let mut tags = launch_tags(cluster, node_class, node_pool);
     tags.insert(CLUSTER_TAG.into(), cluster.into());
     tags
 }
@@ -127,7 +128,7 @@ impl DryRunAction {
 
 /// The tagging of `action`'s validation dry run for `node_class` in `cluster`: for each resource type, the tags a
 /// real launch gives it (as upstream: [`launch_tags`] with an empty NodePool; the launch template itself takes
-/// [`launch_template_tags`], the tags our real templates carry, so the dry run asks exactly what they will).
+/// [`launch_template_tags`] with an empty NodePool, the tags our real templates carry but for the NodePool's name).
 pub fn dry_run_tags(cluster: &str, node_class: &EC2NodeClass, action: DryRunAction) -> DryRunTags {
     let tags = launch_tags(cluster, node_class, "");
     let each = |resources: &[TaggedResource], tags: &BTreeMap<String, String>| -> Vec<TagSpecification> {
@@ -137,7 +138,7 @@ pub fn dry_run_tags(cluster: &str, node_class: &EC2NodeClass, action: DryRunActi
         DryRunAction::RunInstances => DryRunTags { request: each(&RUN_INSTANCES_TAGGED, &tags), template_data: vec![] },
         DryRunAction::CreateFleet => DryRunTags { request: each(&FLEET_TAGGED, &tags), template_data: vec![] },
         DryRunAction::CreateLaunchTemplate => DryRunTags {
-            request: each(&[TaggedResource::LaunchTemplate], &launch_template_tags(cluster, node_class)),
+            request: each(&[TaggedResource::LaunchTemplate], &launch_template_tags(cluster, node_class, "")),
             // Validation launches on-demand: no spot instance request.
             template_data: each(&launch_template_data_tagged(false), &tags),
         },
@@ -221,12 +222,13 @@ mod tests {
         assert_eq!(resources(&lt.request), ["launch-template"]);
         assert_eq!(resources(&lt.template_data), ["network-interface"]);
         assert_eq!(lt.template_data[0].tags, expected);
-        // Our templates' own tags: no NodePool (one template serves a class), the cluster named twice.
+        // Our templates' own tags: the NodePool (empty, as every dry run's), the cluster named twice.
         assert_eq!(
             lt.request[0].tags,
             map(&[
                 ("team", "a"),
                 ("kubernetes.io/cluster/prod", "owned"),
+                ("karpenter.sh/nodepool", ""),
                 ("eks:eks-cluster-name", "prod"),
                 ("karpenter.k8s.aws/ec2nodeclass", "default"),
                 ("karpenter.k8s.aws/cluster", "prod"),
@@ -244,7 +246,9 @@ mod tests {
         let fleet = dry_run_tags("prod", &class, DryRunAction::CreateFleet);
         assert!(fleet.request.iter().all(|s| s.tags == real));
         let lt = dry_run_tags("prod", &class, DryRunAction::CreateLaunchTemplate);
-        assert_eq!(lt.request[0].tags, launch_template_tags("prod", &class));
+        let mut real_template = launch_template_tags("prod", &class, "general");
+        assert_eq!(real_template.insert(NODE_POOL_TAG.into(), String::new()).as_deref(), Some("general"));
+        assert_eq!(lt.request[0].tags, real_template);
         assert_eq!(
             launch_template_data_tagged(true),
             [TaggedResource::NetworkInterface, TaggedResource::SpotInstancesRequest]

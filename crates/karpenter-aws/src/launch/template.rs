@@ -702,7 +702,7 @@ mod tests {
         assert_eq!(data.metadata_options.http_tokens, "required");
         assert_eq!(data.metadata_options.instance_metadata_tags, "disabled");
         assert!(data.resource_tags.is_empty(), "the NodeClaim tag stays off launch templates");
-        let tags = launch_template_tags("c", &nc);
+        let tags = launch_template_tags("c", &nc, "default");
         assert_eq!(tags.get("team").map(String::as_str), Some("a"));
         assert_eq!(tags.get(EKS_CLUSTER_NAME_TAG).map(String::as_str), Some("c"));
         let a = LaunchTemplate::new(data.clone(), tags.clone());
@@ -800,7 +800,7 @@ mod tests {
     fn placement_cpu_options_spot_tags_and_the_name_hash() {
         let ami = Ami { id: "ami-1".into(), name: None, deprecated: false, requirements: vec![] };
         let nc = class(json!({}));
-        let tags = launch_template_tags("c", &nc);
+        let tags = launch_template_tags("c", &nc, "default");
         let name = |i: LaunchTemplateInputs<'_>| LaunchTemplate::new(launch_template_data(&nc, i), tags.clone()).name;
         let base = launch_template_data(&nc, inputs(&ami));
         assert_eq!(base.placement, Some(LtPlacement { tenancy: Some("default".into()), ..Default::default() }));
@@ -855,7 +855,7 @@ mod tests {
         use CapacityReservationPreference as P;
         let ami = Ami { id: "ami-1".into(), name: None, deprecated: false, requirements: vec![] };
         let nc = class(json!({}));
-        let tags = launch_template_tags("c", &nc);
+        let tags = launch_template_tags("c", &nc, "default");
         let data = |capacity_type: &'static str, reservation: Option<&'static str>, gate: bool| {
             let i = LaunchTemplateInputs {
                 capacity_type,
@@ -908,7 +908,8 @@ mod tests {
         let p = LaunchTemplateProvider::new(Arc::new(ec2.clone()), Arc::new(clock.clone()), "c");
         let ami = Ami { id: "ami-1".into(), name: None, deprecated: false, requirements: vec![] };
         let nc = class(json!({}));
-        let lt = LaunchTemplate::new(launch_template_data(&nc, inputs(&ami)), launch_template_tags("c", &nc));
+        let lt =
+            LaunchTemplate::new(launch_template_data(&nc, inputs(&ami)), launch_template_tags("c", &nc, "default"));
         p.ensure(&lt).await.unwrap();
         p.ensure(&lt).await.unwrap();
         let creates = || ec2.calls().iter().filter(|c| matches!(c, MockCall::CreateLaunchTemplate(_))).count();

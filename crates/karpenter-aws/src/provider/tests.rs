@@ -250,6 +250,7 @@ fn described(spot: bool, reservation: Option<&str>, preference: Option<&str>) ->
         instance_id: "i-0123456789abcdef0".into(),
         instance_type: "m5.large".into(),
         availability_zone: "us-west-2a".into(),
+        availability_zone_id: Some("usw2-az1".into()),
         subnet_id: Some("subnet-a".into()),
         image_id: Some("ami-amd".into()),
         state: InstanceState::Running,
@@ -1348,4 +1349,37 @@ async fn kubelet_expressions_shape_instance_types_and_user_data() {
         assert!(u.contains("maxPods: 29") && u.contains("100m"), "{u}");
         assert!(!u.contains("max_pods") && !u.contains("memory:"), "no expression, no resolved memory: {u}");
     }
+}
+
+// Upstream's controller policy allows `CreateLaunchTemplate`, launching from a template and deleting it only
+// with a `karpenter.sh/nodepool` tag: each NodePool's launches create and use templates tagged with that NodePool.
+#[tokio::test(start_paused = true)]
+async fn launch_templates_are_tagged_with_the_node_pool_they_launch_for() {
+    let e = env();
+    let mut batch = claim("batch-claim", &["on-demand"]);
+    batch.metadata.labels.get_or_insert_default().insert(NODE_POOL.into(), "batch".into());
+    for r in &mut batch.spec.requirements {
+        if r.key == NODE_POOL {
+            r.values = vec!["batch".into()];
+        }
+    }
+    for (claim, pool) in [(claim("default-claim", &["on-demand"]), "default"), (batch, "batch")] {
+        e.ec2.clear_calls();
+        e.provider.create(&claim).await.unwrap();
+        let fleet = only_fleet(&e);
+        assert_eq!(fleet.tags.get(NODE_POOL_TAG).map(String::as_str), Some(pool));
+        let templates = e.ec2.launch_templates();
+        for config in &fleet.launch_template_configs {
+            let template = templates
+                .iter()
+                .find(|t| t.name == config.launch_template_name)
+                .unwrap_or_else(|| panic!("{} was created", config.launch_template_name));
+            assert_eq!(template.tags.get(NODE_POOL_TAG).map(String::as_str), Some(pool), "{:?}", template.tags);
+            assert_eq!(template.tags.get("karpenter.k8s.aws/ec2nodeclass").map(String::as_str), Some("default"));
+            assert_eq!(template.tags.get("kubernetes.io/cluster/test-cluster").map(String::as_str), Some("owned"));
+        }
+    }
+    // Two NodePools never share a template (their user data differs by the NodePool label anyway).
+    let pools: BTreeSet<_> = e.ec2.launch_templates().iter().map(|t| t.tags[NODE_POOL_TAG].clone()).collect();
+    assert_eq!(pools, BTreeSet::from(["batch".to_owned(), "default".to_owned()]));
 }

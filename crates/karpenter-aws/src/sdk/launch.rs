@@ -292,6 +292,7 @@ fn instance(i: &sdk::Instance) -> Option<Ec2Instance> {
         instance_id: i.instance_id()?.to_owned(),
         instance_type: i.instance_type().map(|t| t.as_str().to_owned()).unwrap_or_default(),
         availability_zone: i.placement().and_then(|p| p.availability_zone()).unwrap_or_default().to_owned(),
+        availability_zone_id: i.placement().and_then(|p| p.availability_zone_id()).map(str::to_owned),
         subnet_id: i.subnet_id().map(str::to_owned),
         image_id: i.image_id().map(str::to_owned),
         state: InstanceState::parse(i.state()?.name()?.as_str())?,

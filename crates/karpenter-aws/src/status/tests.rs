@@ -46,6 +46,7 @@ fn instance(id: &str) -> Ec2Instance {
         instance_id: id.into(),
         instance_type: "m5.large".into(),
         availability_zone: "us-west-2a".into(),
+        availability_zone_id: None,
         subnet_id: None,
         image_id: None,
         state: InstanceState::Running,

@@ -174,3 +174,47 @@ async fn a_batch_closes_at_max_items_and_after_the_max_window() {
     assert!(sizes[0] <= 21, "the first batch closed at ~1 s: {sizes:?}");
     assert!(tokio_now() - start >= Duration::from_millis(1500));
 }
+
+/// Records what a batcher reports.
+#[derive(Debug, Default)]
+struct Batches(Mutex<Vec<(String, usize, Duration)>>);
+
+impl BatchSink for Batches {
+    fn batch_ran(&self, batcher: &str, size: usize, held_open: Duration) {
+        lock(&self.0).push((batcher.to_owned(), size, held_open));
+    }
+}
+
+// Upstream's batch metrics: one observation per executed batch, its request count and how long it was held open
+// (first arrival to close), labelled with the batcher's name.
+#[tokio::test(start_paused = true)]
+async fn each_batch_reports_its_size_and_how_long_it_was_held_open() {
+    let ec2 = mock();
+    let lt = template(&ec2).await;
+    let sink = Arc::new(Batches::default());
+    let fleet =
+        fleet_batcher(Arc::new(ec2.clone()), BatchWindow::CREATE_FLEET).with_sink(CREATE_FLEET_BATCHER, sink.clone());
+    let second = async {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        create_fleet(&fleet, request(&lt, "claim-b", "default")).await
+    };
+    let (a, b) = tokio::join!(create_fleet(&fleet, request(&lt, "claim-a", "default")), second);
+    assert!(a.is_ok() && b.is_ok());
+    // Two requests 20 ms apart: the batch closed 35 ms (idle) after the second.
+    assert_eq!(lock(&sink.0).clone(), vec![("create_fleet".to_owned(), 2, Duration::from_millis(55))]);
+
+    let id = a.unwrap().instances[0].instance_id.clone();
+    let describe = DescribeBatcher::new(Arc::new(ec2.clone()), BatchWindow::DESCRIBE_INSTANCES).with_sink(sink.clone());
+    describe.describe(&id, vec![]).await.unwrap();
+    let terminate =
+        TerminateBatcher::new(Arc::new(ec2.clone()), BatchWindow::TERMINATE_INSTANCES).with_sink(sink.clone());
+    terminate.terminate(&id).await.unwrap();
+    let reported: Vec<_> = lock(&sink.0).iter().skip(1).cloned().collect();
+    assert_eq!(
+        reported,
+        [
+            ("describe_instances".to_owned(), 1, Duration::from_millis(100)),
+            ("terminate_instances".to_owned(), 1, Duration::from_millis(100)),
+        ]
+    );
+}

@@ -64,6 +64,7 @@ fn instance(id: &str, reservation: Option<&str>, spot: bool, state: InstanceStat
         instance_id: id.into(),
         instance_type: "m5.large".into(),
         availability_zone: "us-west-2a".into(),
+        availability_zone_id: None,
         subnet_id: Some("subnet-a".into()),
         image_id: Some("ami-1".into()),
         state,

@@ -1,0 +1,317 @@
+//! The AWS provider's metrics into the controller's Prometheus registry. karpenter-aws reports what only it sees
+//! (EC2 request batches, launch and termination failures, interruption-queue messages, unhealthy instances)
+//! through its sink traits, since it does not depend on karpenter-operator; [`PrometheusAws`] implements every one
+//! of them over [`Metrics`], and `run --provider aws` (src/aws.rs) hands it to the assembly for each.
+//!
+//! Compiled with the `aws` feature, and in tests: its test drives the AWS provider's fault paths over the
+//! in-memory EC2 and SQS (no SDK) and proves every AWS-only family reaches the registry.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use karpenter_aws::launch::batcher::BatchSink;
+use karpenter_aws::launch::instance::{LaunchFailure, LaunchFailureSink, TerminationFailure, TerminationFailureSink};
+use karpenter_aws::queue::QueueMessageSink;
+use karpenter_aws::status::UnhealthyInstanceSink;
+use karpenter_operator::metrics::Metrics;
+
+/// Every AWS sink, recording into the registry.
+pub(crate) struct PrometheusAws(pub(crate) Arc<Metrics>);
+
+impl std::fmt::Debug for PrometheusAws {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PrometheusAws")
+    }
+}
+
+/// `karpenter_cloudprovider_instance_launch_failures_total`: one per CreateFleet error naming a zone.
+impl LaunchFailureSink for PrometheusAws {
+    fn launch_failed(&self, failure: &LaunchFailure) {
+        self.0
+            .cloudprovider_instance_launch_failures(
+                &failure.zone,
+                &failure.zone_id,
+                &failure.capacity_type,
+                &failure.reason,
+            )
+            .inc();
+    }
+}
+
+/// `karpenter_cloudprovider_instance_termination_failures_total`: one per failed TerminateInstances.
+impl TerminationFailureSink for PrometheusAws {
+    fn termination_failed(&self, failure: &TerminationFailure) {
+        self.0.cloudprovider_instance_termination_failures(&failure.zone, &failure.zone_id).inc();
+    }
+}
+
+/// `karpenter_cloudprovider_batcher_batch_size` and `karpenter_cloudprovider_batcher_batch_time_seconds`.
+impl BatchSink for PrometheusAws {
+    fn batch_ran(&self, batcher: &str, size: usize, held_open: Duration) {
+        // A batch holds at most 1000 requests: exact as f64.
+        self.0.cloudprovider_batcher_batch_size(batcher).observe(size as f64);
+        self.0.cloudprovider_batcher_batch_time_seconds(batcher).observe(held_open.as_secs_f64());
+    }
+}
+
+/// `karpenter_interruption_instance_status_unhealthy_total{category}`, counted from the instance status checks.
+impl UnhealthyInstanceSink for PrometheusAws {
+    fn unhealthy(&self, category: &str) {
+        self.0.interruption_instance_status_unhealthy(category).inc();
+    }
+}
+
+/// The interruption queue's message metrics.
+impl QueueMessageSink for PrometheusAws {
+    fn received(&self, message_type: &str) {
+        self.0.interruption_received_messages(message_type).inc();
+    }
+    fn deleted(&self, queued_for: Option<Duration>) {
+        self.0.interruption_deleted_messages().inc();
+        if let Some(d) = queued_for {
+            self.0.interruption_message_queue_duration_seconds().observe(d.as_secs_f64());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use async_trait::async_trait;
+    use karpenter_api::NodeClaim;
+    use karpenter_api::ec2nodeclass::{GROUP, KIND};
+    use karpenter_aws::api_error::{AwsApiError, AwsErrorKind};
+    use karpenter_aws::instancetypes::SharedPrices;
+    use karpenter_aws::launch::instance::ClusterInfo;
+    use karpenter_aws::launch::mock::{MockEc2, instance_type_info, ops};
+    use karpenter_aws::pricing::{PriceSource, PriceTable};
+    use karpenter_aws::provider::{AwsCloudProvider, AwsCloudProviderOptions};
+    use karpenter_aws::queue::{InstanceClaim, InstanceLookup, LookupError, SqsInterruptionSource};
+    use karpenter_aws::status::{IMPAIRED, InstanceStatus, InstanceStatusSource};
+    use karpenter_aws::testing::MemoryQueue;
+    use karpenter_cloudprovider::{Clock, CloudProvider, InMemoryNodeClasses, InterruptionSource};
+    use karpenter_operator::metrics::{BuildInfo, NOT_SAMPLED_ON_THE_KWOK_PLANE};
+    use karpenter_testing::FakeClock;
+
+    use super::*;
+
+    /// The families only the AWS provider records, each of which this test must see sampled.
+    const AWS_FAMILIES: [&str; 8] = [
+        "karpenter_cloudprovider_batcher_batch_size",
+        "karpenter_cloudprovider_batcher_batch_time_seconds",
+        "karpenter_cloudprovider_instance_launch_failures_total",
+        "karpenter_cloudprovider_instance_termination_failures_total",
+        "karpenter_interruption_deleted_messages_total",
+        "karpenter_interruption_instance_status_unhealthy_total",
+        "karpenter_interruption_message_queue_duration_seconds",
+        "karpenter_interruption_received_messages_total",
+    ];
+    /// How NOT_SAMPLED_ON_THE_KWOK_PLANE's reasons name this test.
+    const THIS_TEST: &str = "aws_metrics::tests::every_aws_only_family_reaches_the_registry";
+
+    /// A resolved, ready EC2NodeClass in two zones.
+    fn node_class() -> serde_json::Value {
+        serde_json::json!({
+            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
+            "metadata": {"name": "default", "generation": 1, "uid": "uid-1"},
+            "spec": {
+                "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "test"}}],
+                "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "test"}}],
+                "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                "role": "KarpenterNodeRole"
+            },
+            "status": {
+                "subnets": [{"id": "subnet-a", "zone": "us-west-2a", "zoneID": "usw2-az1"},
+                            {"id": "subnet-b", "zone": "us-west-2b", "zoneID": "usw2-az2"}],
+                "securityGroups": [{"id": "sg-1"}],
+                "amis": [{"id": "ami-amd", "requirements": [
+                    {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}],
+                "instanceProfile": "profile-1",
+                "conditions": [{"type": "Ready", "status": "True", "observedGeneration": 1,
+                                "lastTransitionTime": "2026-01-01T00:00:00Z", "reason": "Ready", "message": ""}]
+            }
+        })
+    }
+
+    fn claim(name: &str) -> NodeClaim {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": name, "labels": {"karpenter.sh/nodepool": "default"}},
+            "spec": {
+                "requirements": [
+                    {"key": "karpenter.sh/nodepool", "operator": "In", "values": ["default"]},
+                    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}
+                ],
+                "resources": {"requests": {"cpu": "1"}},
+                "nodeClassRef": {"group": GROUP, "kind": KIND, "name": "default"}
+            }
+        }))
+        .expect("a NodeClaim")
+    }
+
+    /// The NodeClaims of instances, as the API server would answer.
+    #[derive(Debug, Default)]
+    struct Claims(BTreeMap<String, InstanceClaim>);
+
+    #[async_trait]
+    impl InstanceLookup for Claims {
+        async fn lookup(&self, ids: &[String]) -> Result<BTreeMap<String, InstanceClaim>, LookupError> {
+            Ok(ids.iter().filter_map(|id| Some((id.clone(), self.0.get(id)?.clone()))).collect())
+        }
+    }
+
+    fn spot_warning(instance_id: &str) -> String {
+        format!(
+            r#"{{"version":"0","id":"spot-1","detail-type":"EC2 Spot Instance Interruption Warning",
+            "source":"aws.ec2","account":"123456789012","time":"2024-01-01T00:00:00Z","region":"us-west-2",
+            "resources":["arn:aws:ec2:us-west-2a:instance/{instance_id}"],
+            "detail":{{"instance-id":"{instance_id}","instance-action":"terminate"}}}}"#
+        )
+    }
+
+    /// The sample names of a text exposition that carry a value, with their label names.
+    fn sampled(exposition: &str) -> BTreeMap<String, BTreeSet<String>> {
+        let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for line in exposition.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+            let series = line.rsplit_once(' ').map_or(line, |(s, _)| s);
+            let (name, labels) = series.split_once('{').unwrap_or((series, ""));
+            let entry = out.entry(name.to_owned()).or_default();
+            entry.extend(labels.split("\",").filter_map(|l| l.split_once('=')).map(|(k, _)| k.to_owned()));
+        }
+        out
+    }
+
+    /// Each AWS-only family is recorded where upstream records it, through the sinks `run --provider aws` hands
+    /// the assembly: a launch with one zone out of capacity (launch failure, CreateFleet and DescribeInstances
+    /// batches), a TerminateInstances EC2 refuses (termination failure, TerminateInstances batch), a spot
+    /// interruption and a garbled body on the queue (received, deleted, time in the queue) and an impaired
+    /// instance status (unhealthy). The batchers keep production's windows, on tokio's real timer (under half a
+    /// second in all; nothing races them: each batch holds one request).
+    #[tokio::test]
+    async fn every_aws_only_family_reaches_the_registry() {
+        let metrics = Arc::new(Metrics::new(&BuildInfo::default()));
+        let sink = Arc::new(PrometheusAws(metrics.clone()));
+        let clock = FakeClock::default();
+        let ec2 = MockEc2::new(Arc::new(clock.clone()));
+        ec2.set_catalogue(vec![instance_type_info("m5.large", 2, 8)], &["us-west-2a", "us-west-2b"]);
+        ec2.set_zone_ids(&[("us-west-2a", "usw2-az1"), ("us-west-2b", "usw2-az2")]);
+        let classes = InMemoryNodeClasses::new();
+        classes.insert_value(GROUP, KIND, "default", node_class());
+        let mut prices = PriceTable::default();
+        prices.on_demand.insert("m5.large".into(), 0.096);
+        let cluster = ClusterInfo {
+            name: "test-cluster".into(),
+            endpoint: "https://api.example".into(),
+            ca_bundle: Some("Q0E=".into()),
+            service_cidr: Some("10.100.0.0/16".into()),
+            dns_ip: Some("10.100.0.10".into()),
+        };
+        let provider = AwsCloudProvider::new(
+            ec2.apis(),
+            Arc::new(classes),
+            Arc::new(clock.clone()),
+            Arc::new(clock.clone()),
+            SharedPrices::new(PriceSource::Table(prices)),
+            AwsCloudProviderOptions::new(cluster, "us-west-2"),
+        )
+        .with_launch_failure_sink(sink.clone())
+        .with_termination_failure_sink(sink.clone())
+        .with_batch_sink(sink.clone());
+        provider.instance_type_provider().refresh().await.expect("the catalogue");
+
+        // us-west-2a is out of on-demand m5.large: the fleet's error for it is a launch failure, 2b launches.
+        ec2.set_exhausted("on-demand", "m5.large", "us-west-2a", true);
+        let launched = provider.create(&claim("claim-1")).await.expect("a launch in us-west-2b");
+        let provider_id = launched.status.as_ref().and_then(|s| s.provider_id.clone()).expect("a provider id");
+        assert!(provider_id.starts_with("aws:///us-west-2b/"), "{provider_id}");
+        let instance_id = provider_id.rsplit('/').next().unwrap_or_default().to_owned();
+
+        // EC2 refuses the termination: counted with the instance's zone and zone id.
+        ec2.fail_next(
+            ops::TERMINATE_INSTANCES,
+            AwsApiError {
+                operation: "TerminateInstances".into(),
+                code: "UnauthorizedOperation".into(),
+                message: "not authorized".into(),
+                kind: AwsErrorKind::Unauthorized,
+            },
+        );
+        provider.delete(&launched).await.expect_err("EC2 refused the termination");
+
+        // The queue: a spot interruption of the instance (an event, deleted once acknowledged) and a garbled
+        // body (deleted at once), both sent 5 s before they are read.
+        let queue = Arc::new(MemoryQueue::new("karpenter-int"));
+        let sent = clock.now().timestamp_millis() - 5_000;
+        queue.send_at(&spot_warning(&instance_id), Some(sent));
+        queue.send_at("{not an event", Some(sent));
+        let claims = Arc::new(Claims(BTreeMap::from([(
+            instance_id.clone(),
+            InstanceClaim { name: "claim-1".into(), provider_id: provider_id.clone(), ..Default::default() },
+        )])));
+        let source = SqsInterruptionSource::new(queue.clone(), claims.clone(), queue.url())
+            .with_metrics(sink.clone(), Arc::new(clock.clone()));
+        let events = source.receive_events().await.expect("a receive");
+        assert_eq!(events.len(), 1, "{events:?}");
+        source.acknowledge(&events).await.expect("the acknowledgement");
+        assert!(queue.is_empty(), "both messages were deleted");
+
+        // The status checks find the instance impaired; the report counts once acknowledged.
+        ec2.set_instance_status(
+            &instance_id,
+            InstanceStatus {
+                instance_id: instance_id.clone(),
+                availability_zone: Some("us-west-2b".into()),
+                instance_status: IMPAIRED.into(),
+                system_status: "ok".into(),
+                events: vec![],
+            },
+        );
+        let status = InstanceStatusSource::new(Arc::new(ec2.clone()), claims, Arc::new(clock.clone()), Arc::new(clock))
+            .with_sink(sink);
+        let events = status.check().await.expect("a status check");
+        assert_eq!(events.len(), 1, "{events:?}");
+        status.acknowledge(&events).await.expect("the acknowledgement");
+
+        let exposition = metrics.render();
+        let seen = sampled(&exposition);
+        let sample_of = |family: &str| {
+            let name = family.to_owned();
+            if name.ends_with("_total") { name } else { format!("{name}_count") }
+        };
+        let missing: Vec<&str> = AWS_FAMILIES.iter().copied().filter(|f| !seen.contains_key(&sample_of(f))).collect();
+        assert!(missing.is_empty(), "not sampled: {missing:?}\n{exposition}");
+        for batcher in ["create_fleet", "describe_instances", "terminate_instances"] {
+            assert!(
+                exposition
+                    .contains(&format!("karpenter_cloudprovider_batcher_batch_size_count{{batcher=\"{batcher}\"}} ")),
+                "no {batcher} batch:\n{exposition}"
+            );
+        }
+        let lines = |prefix: &str| exposition.lines().filter(|l| l.starts_with(prefix)).collect::<Vec<_>>().join("\n");
+        let launch = lines("karpenter_cloudprovider_instance_launch_failures_total{");
+        assert!(launch.contains("zone=\"us-west-2a\"") && launch.contains("zone_id=\"usw2-az1\""), "{launch}");
+        assert!(launch.contains("reason=\"InsufficientInstanceCapacity\""), "{launch}");
+        let termination = lines("karpenter_cloudprovider_instance_termination_failures_total{");
+        assert!(termination.contains("zone=\"us-west-2b\",zone_id=\"usw2-az2\"} 1"), "{termination}");
+        let received = lines("karpenter_interruption_received_messages_total{");
+        assert!(received.contains("message_type=\"spot_interrupted\"} 1"), "{received}");
+        // A series without labels is written `name{} value`.
+        let value = |sample: &str| -> f64 {
+            let line =
+                exposition.lines().find(|l| l.split_once(' ').is_some_and(|(s, _)| s.trim_end_matches("{}") == sample));
+            line.and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()).unwrap_or(f64::NAN)
+        };
+        assert_eq!(value("karpenter_interruption_deleted_messages_total"), 2.0, "{exposition}");
+        // Both deletions 5 s after their messages were sent (the clock stood still).
+        assert_eq!(value("karpenter_interruption_message_queue_duration_seconds_count"), 2.0, "{exposition}");
+        assert_eq!(value("karpenter_interruption_message_queue_duration_seconds_sum"), 10.0, "{exposition}");
+        let unhealthy = lines("karpenter_interruption_instance_status_unhealthy_total{");
+        assert!(unhealthy.contains("category=\"InstanceStatus\"} 1"), "{unhealthy}");
+
+        // The list of families the kwok plane does not sample names this test for exactly these families.
+        let naming: BTreeSet<&str> =
+            NOT_SAMPLED_ON_THE_KWOK_PLANE.iter().filter(|(_, why)| why.contains(THIS_TEST)).map(|(f, _)| *f).collect();
+        assert_eq!(naming, BTreeSet::from(AWS_FAMILIES), "NOT_SAMPLED_ON_THE_KWOK_PLANE's reasons naming {THIS_TEST}");
+    }
+}
