@@ -3266,6 +3266,32 @@ async fn metrics(env: &Env) {
             .then_some(())
     })
     .await;
+    // A NodePool deleted while a finalizer of ours holds it: operator_nodepool_termination_current_time_seconds
+    // while it is held, operator_nodepool_termination_duration_seconds once it is gone (upstream records both for
+    // any object of the kind; nothing of Karpenter's holds a NodePool).
+    env.pool("held", json!({"limits": {"cpu": "0"}})).await;
+    let hold = json!({"metadata": {"finalizers": ["karpenter-rs.test/hold"]}});
+    env.pools().patch("held", &PatchParams::default(), &Patch::Merge(&hold)).await.expect("hold the pool");
+    env.pools().delete("held", &DeleteParams::default()).await.expect("delete the held pool");
+    let held = env
+        .eventually("the held NodePool's termination timed", Duration::from_secs(30), || async {
+            let text = scrape(addr).await?;
+            text.contains("operator_nodepool_termination_current_time_seconds{name=\"held\"").then_some(text)
+        })
+        .await;
+    // The background scraper may fall between the two writes: this scrape counts as one of its.
+    record_samples(&held, &mut seen.lock().expect("seen")).expect("the scrape parses");
+    let release = json!({"metadata": {"finalizers": null}});
+    env.pools().patch("held", &PatchParams::default(), &Patch::Merge(&release)).await.expect("release the pool");
+    env.eventually("the held NodePool's termination observed", Duration::from_secs(30), || async {
+        let text = scrape(addr).await?;
+        let gone = !text.contains("operator_nodepool_termination_current_time_seconds{name=\"held\"");
+        let observed = text
+            .lines()
+            .any(|l| l.starts_with("operator_nodepool_termination_duration_seconds_count") && l.ends_with(" 1"));
+        (gone && observed).then_some(())
+    })
+    .await;
 
     stop.cancel();
     scraper.await.expect("scraper");

@@ -231,12 +231,16 @@ macro_rules! karpenter_metrics {
                 $( karpenter_metrics!(@touch $kind self $name ($($label),*)); )*
                 for kind in StatusKind::ALL {
                     let m = self.status_conditions(kind);
-                    m.count("x", "x", "x").set(1.0);
-                    m.transitions("x", "x", "x").inc();
-                    m.transition_seconds("x", "x", "x").observe(1.0);
-                    m.current_status_seconds("x", "x", "x", "x", "x").set(1.0);
-                    m.termination_duration_seconds().observe(1.0);
-                    m.termination_current_time_seconds("x", "x").set(1.0);
+                    let series = |fixed: &[&'static str]| -> Labels {
+                        let extra = kind.object_labels().iter().map(|(_, name)| *name);
+                        fixed.iter().copied().chain(extra).map(|n| (n.to_string(), "x".to_string())).collect()
+                    };
+                    m.count().get_or_create(&series(OBJECT_CONDITION_LABELS)).set(1.0);
+                    m.transitions().get_or_create(&series(TRANSITION_LABELS)).inc();
+                    m.transition_seconds().get_or_create(&series(TRANSITION_SECONDS_LABELS)).observe(1.0);
+                    m.current_status_seconds().get_or_create(&series(OBJECT_CONDITION_LABELS)).set(1.0);
+                    m.termination_duration_seconds().get_or_create(&series(&[])).observe(1.0);
+                    m.termination_current_time_seconds().get_or_create(&series(TERMINATING_OBJECT_LABELS)).set(1.0);
                 }
                 let reconciler = self.reconciler("x", 1);
                 reconciler.queued();
@@ -483,41 +487,23 @@ pub const FAULT_PATH_FAMILIES: &[(&str, &str)] = &[(
 /// sample, each with why. Not a permanent home: the scenario fails when a family listed here does show a sample
 /// (so the list only shrinks; a reason starting `transient:` marks a family that exists only for moments, which
 /// a scrape may or may not catch), and docs/metrics.md prints it. The AWS families are recorded by the AWS provider
-/// (interruption queue, batchers, CreateFleet), which the kwok plane does not run; the status-condition families
-/// are declared with their recording helpers but no controller records them per object yet.
+/// (interruption queue, batchers, CreateFleet, the EC2NodeClass status recorder), which the kwok plane does not
+/// run.
 pub const NOT_SAMPLED_ON_THE_KWOK_PLANE: &[(&str, &str)] = &[
     (
         "karpenter_cloudprovider_batcher_batch_size",
-        "AWS provider only (the EC2 request batchers); sampled by karpenter_controller::aws_metrics::tests::every_aws_only_family_reaches_the_registry",
+        "AWS provider only (EC2 request batchers); not wired to the registry yet",
     ),
     (
         "karpenter_cloudprovider_batcher_batch_time_seconds",
-        "AWS provider only (the EC2 request batchers); sampled by karpenter_controller::aws_metrics::tests::every_aws_only_family_reaches_the_registry",
+        "AWS provider only (EC2 request batchers); not wired to the registry yet",
     ),
-    (
-        "karpenter_cloudprovider_instance_launch_failures_total",
-        "AWS provider only (a CreateFleet error naming a zone); sampled by karpenter_controller::aws_metrics::tests::every_aws_only_family_reaches_the_registry",
-    ),
-    (
-        "karpenter_cloudprovider_instance_termination_failures_total",
-        "AWS provider only (a failed TerminateInstances); sampled by karpenter_controller::aws_metrics::tests::every_aws_only_family_reaches_the_registry",
-    ),
-    (
-        "karpenter_interruption_deleted_messages_total",
-        "AWS provider only (the SQS interruption queue); sampled by karpenter_controller::aws_metrics::tests::every_aws_only_family_reaches_the_registry",
-    ),
-    (
-        "karpenter_interruption_instance_status_unhealthy_total",
-        "AWS provider only (EC2 instance status checks); sampled by karpenter_controller::aws_metrics::tests::every_aws_only_family_reaches_the_registry",
-    ),
-    (
-        "karpenter_interruption_message_queue_duration_seconds",
-        "AWS provider only (the SQS interruption queue); sampled by karpenter_controller::aws_metrics::tests::every_aws_only_family_reaches_the_registry",
-    ),
-    (
-        "karpenter_interruption_received_messages_total",
-        "AWS provider only (the SQS interruption queue); sampled by karpenter_controller::aws_metrics::tests::every_aws_only_family_reaches_the_registry",
-    ),
+    ("karpenter_cloudprovider_instance_launch_failures_total", "AWS provider only: a CreateFleet error naming a zone"),
+    ("karpenter_cloudprovider_instance_termination_failures_total", "AWS provider only; not wired to the registry yet"),
+    ("karpenter_interruption_deleted_messages_total", "AWS provider only: the SQS interruption queue"),
+    ("karpenter_interruption_instance_status_unhealthy_total", "AWS provider only: EC2 instance status checks"),
+    ("karpenter_interruption_message_queue_duration_seconds", "AWS provider only: the SQS interruption queue"),
+    ("karpenter_interruption_received_messages_total", "AWS provider only: the SQS interruption queue"),
     (
         "karpenter_consolidation_moves_total",
         "Balanced consolidation policy only; the disruption engine does not report its move scores yet",
@@ -565,61 +551,33 @@ pub const NOT_SAMPLED_ON_THE_KWOK_PLANE: &[(&str, &str)] = &[
         "fault path: a command failing while executing; no provoking test yet",
     ),
     (
+        "operator_node_status_condition_transition_seconds",
+        "transient: made only when a Node condition changes status while watched; the kwok kubelet writes Ready=True once, so this run meets one only by chance (the node lifecycle controller marking a Node whose lease lapsed Unknown); the unit tests in observability/status provoke it",
+    ),
+    (
         "operator_ec2nodeclass_status_condition_count",
-        "AWS provider only, and status-condition metrics are not recorded per object yet",
+        "AWS provider only: operatorpkg.ec2nodeclass.status records it when the provider serves EC2NodeClasses, and the kwok plane runs the kwok provider",
     ),
     (
         "operator_ec2nodeclass_status_condition_current_status_seconds",
-        "AWS provider only, and status-condition metrics are not recorded per object yet",
+        "AWS provider only: operatorpkg.ec2nodeclass.status records it when the provider serves EC2NodeClasses, and the kwok plane runs the kwok provider",
     ),
     (
         "operator_ec2nodeclass_status_condition_transition_seconds",
-        "AWS provider only, and status-condition metrics are not recorded per object yet",
+        "AWS provider only: operatorpkg.ec2nodeclass.status records it when the provider serves EC2NodeClasses, and the kwok plane runs the kwok provider",
     ),
     (
         "operator_ec2nodeclass_status_condition_transitions_total",
-        "AWS provider only, and status-condition metrics are not recorded per object yet",
-    ),
-    ("operator_ec2nodeclass_termination_current_time_seconds", "AWS provider only, and not recorded yet"),
-    ("operator_ec2nodeclass_termination_duration_seconds", "AWS provider only, and not recorded yet"),
-    ("operator_node_status_condition_count", "status-condition metrics are not recorded per object yet"),
-    (
-        "operator_node_status_condition_current_status_seconds",
-        "status-condition metrics are not recorded per object yet",
-    ),
-    ("operator_node_status_condition_transition_seconds", "status-condition metrics are not recorded per object yet"),
-    ("operator_node_status_condition_transitions_total", "status-condition metrics are not recorded per object yet"),
-    ("operator_node_termination_current_time_seconds", "not recorded yet"),
-    ("operator_node_termination_duration_seconds", "not recorded yet"),
-    ("operator_nodeclaim_status_condition_count", "status-condition metrics are not recorded per object yet"),
-    (
-        "operator_nodeclaim_status_condition_current_status_seconds",
-        "status-condition metrics are not recorded per object yet",
+        "AWS provider only: operatorpkg.ec2nodeclass.status records it when the provider serves EC2NodeClasses, and the kwok plane runs the kwok provider",
     ),
     (
-        "operator_nodeclaim_status_condition_transition_seconds",
-        "status-condition metrics are not recorded per object yet",
+        "operator_ec2nodeclass_termination_current_time_seconds",
+        "AWS provider only: operatorpkg.ec2nodeclass.status records it when the provider serves EC2NodeClasses, and the kwok plane runs the kwok provider",
     ),
     (
-        "operator_nodeclaim_status_condition_transitions_total",
-        "status-condition metrics are not recorded per object yet",
+        "operator_ec2nodeclass_termination_duration_seconds",
+        "AWS provider only: operatorpkg.ec2nodeclass.status records it when the provider serves EC2NodeClasses, and the kwok plane runs the kwok provider",
     ),
-    ("operator_nodeclaim_termination_current_time_seconds", "not recorded yet"),
-    ("operator_nodepool_status_condition_count", "status-condition metrics are not recorded per object yet"),
-    (
-        "operator_nodepool_status_condition_current_status_seconds",
-        "status-condition metrics are not recorded per object yet",
-    ),
-    (
-        "operator_nodepool_status_condition_transition_seconds",
-        "status-condition metrics are not recorded per object yet",
-    ),
-    (
-        "operator_nodepool_status_condition_transitions_total",
-        "status-condition metrics are not recorded per object yet",
-    ),
-    ("operator_nodepool_termination_current_time_seconds", "not recorded yet"),
-    ("operator_nodepool_termination_duration_seconds", "not recorded yet"),
 ];
 
 /// The registry as the cloud provider decorator's sink: every provider call the manager's
@@ -678,7 +636,7 @@ impl Metrics {
     }
 }
 
-/// The kinds with `operator_<kind>_…` status-condition metrics.
+/// The kinds with `operator_<kind>_…` status-condition and termination metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum StatusKind {
     NodeClaim,
@@ -699,80 +657,144 @@ impl StatusKind {
             Self::EC2NodeClass => "ec2nodeclass",
         }
     }
+
+    /// The object labels whose values upstream copies onto this kind's series, and the label names they get
+    /// ([`prometheus_label_name`]). NodeClaims and Nodes also carry one label per node class kind of the
+    /// provider ([`StatusKind::carries_node_class_labels`]), which is not fixed, so not listed here.
+    pub fn object_labels(self) -> &'static [(&'static str, &'static str)] {
+        const POOL: (&str, &str) = (karpenter_api::labels::NODE_POOL, "karpenter_sh_nodepool");
+        const INITIALIZED: (&str, &str) = (karpenter_api::labels::NODE_INITIALIZED, "karpenter_sh_initialized");
+        match self {
+            Self::NodeClaim => &[POOL],
+            Self::Node => &[POOL, INITIALIZED],
+            Self::NodePool | Self::EC2NodeClass => &[],
+        }
+    }
+
+    /// Whether the series also carry the object's node class labels (`karpenter_k8s_aws_ec2nodeclass` for the
+    /// AWS provider, `karpenter_kwok_sh_kwoknodeclass` for kwok): NodeClaims and Nodes, as upstream.
+    pub fn carries_node_class_labels(self) -> bool {
+        matches!(self, Self::NodeClaim | Self::Node)
+    }
+
+    /// The histogram buckets upstream gives this kind: 0.5 s doubling to 8192 s for the core kinds (conditions
+    /// and terminations take minutes to hours), the Prometheus client's defaults for EC2NodeClasses (upstream's
+    /// AWS provider sets none).
+    pub fn buckets(self) -> &'static [f64] {
+        match self {
+            Self::EC2NodeClass => PROMETHEUS_DEFAULT_BUCKETS,
+            _ => STATUS_BUCKETS,
+        }
+    }
 }
+
+/// Buckets of the NodeClaim, NodePool and Node status-condition and termination histograms, in seconds.
+pub const STATUS_BUCKETS: &[f64] =
+    &[0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0];
+/// The Prometheus client libraries' default buckets, in seconds.
+pub const PROMETHEUS_DEFAULT_BUCKETS: &[f64] = &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
+fn status_histogram() -> Histogram {
+    Histogram::new(STATUS_BUCKETS.iter().copied())
+}
+fn default_histogram() -> Histogram {
+    Histogram::new(PROMETHEUS_DEFAULT_BUCKETS.iter().copied())
+}
+
+/// An object label key as a Prometheus label name: `.`, `/` and `-` become `_` (upstream's conversion).
+pub fn prometheus_label_name(key: &str) -> String {
+    key.replace(['.', '/', '-'], "_")
+}
+
+/// `count` and `current_status_seconds`: one series per object and condition.
+pub const OBJECT_CONDITION_LABELS: &[&str] = &["name", "namespace", "type", "status", "reason"];
+/// `transitions_total`: the condition's new type, status and reason.
+pub const TRANSITION_LABELS: &[&str] = &["type", "status", "reason"];
+/// `transition_seconds`: the type and the status it left (no reason, as upstream).
+pub const TRANSITION_SECONDS_LABELS: &[&str] = &["type", "status"];
+/// `termination_current_time_seconds`: one series per terminating object.
+pub const TERMINATING_OBJECT_LABELS: &[&str] = &["name", "namespace"];
 
 /// `operator_<kind>_status_condition_{count,transitions_total,transition_seconds,current_status_seconds}` and
 /// `operator_<kind>_termination_{duration_seconds,current_time_seconds}` of one kind (no `karpenter_` prefix,
-/// as upstream's operator package names them).
+/// as upstream's operator package names them). Every series carries the labels listed for its family, then the
+/// object's node class labels (NodeClaims and Nodes) and the kind's [`StatusKind::object_labels`]. What sets
+/// and removes them is `observability::status`; this only declares and holds the families.
 #[derive(Debug)]
 pub struct StatusConditionMetrics {
     count: GaugeFamily,
     transitions: CounterFamily,
     transition_seconds: HistogramFamily,
     current_status_seconds: GaugeFamily,
-    /// The `current_status_seconds` series of each object, to remove them when it goes away.
-    series_by_object: std::sync::Mutex<BTreeMap<(String, String), std::collections::BTreeSet<Labels>>>,
     termination_duration_seconds: HistogramFamily,
     termination_current_time_seconds: GaugeFamily,
 }
 
-const CONDITION_LABELS: &[&str] = &["type", "status", "reason"];
-const CURRENT_STATUS_LABELS: &[&str] = &["name", "namespace", "type", "status", "reason"];
-const TERMINATION_LABELS: &[&str] = &["name", "namespace"];
-
 impl StatusConditionMetrics {
-    fn specs(kind: StatusKind) -> [(String, MetricType, &'static [&'static str], String); 6] {
+    fn specs(kind: StatusKind) -> [(String, MetricType, Vec<&'static str>, String); 6] {
         let k = kind.metric_name();
+        let extra: Vec<&'static str> = kind.object_labels().iter().map(|(_, name)| *name).collect();
+        let with_extra = |fixed: &[&'static str]| fixed.iter().copied().chain(extra.iter().copied()).collect();
+        let classes = if kind.carries_node_class_labels() {
+            " Also labelled with the object's node class label of each node class kind the provider supports."
+        } else {
+            ""
+        };
         [
             (
                 format!("operator_{k}_status_condition_count"),
                 MetricType::Gauge,
-                CONDITION_LABELS,
-                format!("Number of {k} objects with a status condition of this type, status and reason."),
+                with_extra(OBJECT_CONDITION_LABELS),
+                format!("1 for each condition a {k} has, by object, type, status and reason.{classes}"),
             ),
             (
                 format!("operator_{k}_status_condition_transitions_total"),
                 MetricType::Counter,
-                CONDITION_LABELS,
-                format!("Number of status condition transitions of {k} objects."),
+                with_extra(TRANSITION_LABELS),
+                format!(
+                    "Status condition changes seen on {k} objects (a new condition or a new status), by the new type, status and reason.{classes}"
+                ),
             ),
             (
                 format!("operator_{k}_status_condition_transition_seconds"),
                 MetricType::Histogram,
-                CONDITION_LABELS,
-                format!("Seconds a {k} status condition had its previous status before a transition."),
+                with_extra(TRANSITION_SECONDS_LABELS),
+                format!(
+                    "How long a {k} status condition kept the status it left when it changed, by type and that status.{classes}"
+                ),
             ),
             (
                 format!("operator_{k}_status_condition_current_status_seconds"),
                 MetricType::Gauge,
-                CURRENT_STATUS_LABELS,
-                format!("Seconds a {k} status condition has had its current status."),
+                with_extra(OBJECT_CONDITION_LABELS),
+                format!("Seconds since each condition of a {k} last changed status, refreshed every 10 s.{classes}"),
             ),
             (
                 format!("operator_{k}_termination_duration_seconds"),
                 MetricType::Histogram,
-                &[],
-                format!("Seconds from a {k} object's deletion request to its removal."),
+                with_extra(&[]),
+                format!("Seconds from a {k}'s deletion request until it was gone.{classes}"),
             ),
             (
                 format!("operator_{k}_termination_current_time_seconds"),
                 MetricType::Gauge,
-                TERMINATION_LABELS,
-                format!("Seconds a {k} object has been terminating."),
+                with_extra(TERMINATING_OBJECT_LABELS),
+                format!("Seconds since a {k} still present was asked to be deleted, refreshed every 10 s.{classes}"),
             ),
         ]
     }
 
     fn register(registry: &mut Registry, kind: StatusKind) -> Self {
+        let buckets = match kind {
+            StatusKind::EC2NodeClass => default_histogram as fn() -> Histogram,
+            _ => status_histogram as fn() -> Histogram,
+        };
         let this = Self {
             count: GaugeFamily::default(),
             transitions: CounterFamily::default(),
-            transition_seconds: HistogramFamily::new_with_constructor(duration_histogram as fn() -> Histogram),
+            transition_seconds: HistogramFamily::new_with_constructor(buckets),
             current_status_seconds: GaugeFamily::default(),
-            series_by_object: std::sync::Mutex::default(),
-            termination_duration_seconds: HistogramFamily::new_with_constructor(
-                duration_histogram as fn() -> Histogram,
-            ),
+            termination_duration_seconds: HistogramFamily::new_with_constructor(buckets),
             termination_current_time_seconds: GaugeFamily::default(),
         };
         let [count, transitions, transition_seconds, current, termination, termination_current] = Self::specs(kind);
@@ -788,61 +810,33 @@ impl StatusConditionMetrics {
     fn descriptors(kind: StatusKind) -> Vec<MetricDescriptor> {
         Self::specs(kind)
             .into_iter()
-            .map(|(name, kind, labels, help)| MetricDescriptor {
-                name,
-                kind,
-                labels: labels.to_vec(),
-                dynamic_labels: false,
-                help,
-            })
+            .map(|(name, kind, labels, help)| MetricDescriptor { name, kind, labels, dynamic_labels: false, help })
             .collect()
     }
 
-    pub fn count(&self, condition_type: &str, status: &str, reason: &str) -> FloatGauge {
-        self.count.get_or_create_owned(&labels(CONDITION_LABELS, &[condition_type, status, reason]))
+    /// `status_condition_count`'s series ([`OBJECT_CONDITION_LABELS`] and the object's labels).
+    pub fn count(&self) -> &Family<Labels, FloatGauge> {
+        &self.count
     }
-    /// Resets the counts (they are recomputed from all objects on each pass).
-    pub fn clear_counts(&self) {
-        self.count.clear();
+    /// `status_condition_transitions_total`'s series ([`TRANSITION_LABELS`] and the object's labels).
+    pub fn transitions(&self) -> &Family<Labels, Counter> {
+        &self.transitions
     }
-    pub fn transitions(&self, condition_type: &str, status: &str, reason: &str) -> Counter {
-        self.transitions.get_or_create_owned(&labels(CONDITION_LABELS, &[condition_type, status, reason]))
+    /// `status_condition_transition_seconds`'s series ([`TRANSITION_SECONDS_LABELS`] and the object's labels).
+    pub fn transition_seconds(&self) -> &Family<Labels, Histogram, fn() -> Histogram> {
+        &self.transition_seconds
     }
-    pub fn transition_seconds(&self, condition_type: &str, status: &str, reason: &str) -> Histogram {
-        self.transition_seconds.get_or_create_owned(&labels(CONDITION_LABELS, &[condition_type, status, reason]))
+    /// `status_condition_current_status_seconds`'s series ([`OBJECT_CONDITION_LABELS`] and the object's labels).
+    pub fn current_status_seconds(&self) -> &Family<Labels, FloatGauge> {
+        &self.current_status_seconds
     }
-    pub fn current_status_seconds(
-        &self,
-        name: &str,
-        namespace: &str,
-        condition_type: &str,
-        status: &str,
-        reason: &str,
-    ) -> FloatGauge {
-        let series = labels(CURRENT_STATUS_LABELS, &[name, namespace, condition_type, status, reason]);
-        self.series_by_object
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .entry((name.to_string(), namespace.to_string()))
-            .or_default()
-            .insert(series.clone());
-        self.current_status_seconds.get_or_create_owned(&series)
+    /// `termination_duration_seconds`'s series (the object's labels only).
+    pub fn termination_duration_seconds(&self) -> &Family<Labels, Histogram, fn() -> Histogram> {
+        &self.termination_duration_seconds
     }
-    /// Removes the `current_status_seconds` and `termination_current_time_seconds` series of one object (it is
-    /// gone).
-    pub fn forget_object(&self, name: &str, namespace: &str) {
-        let key = (name.to_string(), namespace.to_string());
-        let series = self.series_by_object.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&key);
-        for s in series.unwrap_or_default() {
-            self.current_status_seconds.remove(&s);
-        }
-        self.termination_current_time_seconds.remove(&labels(TERMINATION_LABELS, &[name, namespace]));
-    }
-    pub fn termination_duration_seconds(&self) -> Histogram {
-        self.termination_duration_seconds.get_or_create_owned(&Vec::new())
-    }
-    pub fn termination_current_time_seconds(&self, name: &str, namespace: &str) -> FloatGauge {
-        self.termination_current_time_seconds.get_or_create_owned(&labels(TERMINATION_LABELS, &[name, namespace]))
+    /// `termination_current_time_seconds`'s series ([`TERMINATING_OBJECT_LABELS`] and the object's labels).
+    pub fn termination_current_time_seconds(&self) -> &Family<Labels, FloatGauge> {
+        &self.termination_current_time_seconds
     }
 }
 
@@ -1003,9 +997,14 @@ mod tests {
             }
             let parts: Vec<&str> = line.split_whitespace().collect();
             let [name, kind, labels] = parts.as_slice() else { panic!("malformed line {line:?}") };
-            let dynamic = labels.contains("+node");
+            let tokens: Vec<&str> = labels.split(',').collect();
+            let dynamic = tokens.contains(&"+node");
+            // The provider's node class labels: said in the help, not fixed label names.
+            let node_class = tokens.contains(&"+nodeclass");
+            let help = Metrics::descriptors().into_iter().find(|d| d.name == *name).map(|d| d.help).unwrap_or_default();
+            assert_eq!(help.contains("node class label"), node_class, "{name}: the node class labels in its help");
             let labels: BTreeSet<String> =
-                labels.split(',').filter(|l| *l != "-" && *l != "+node").map(str::to_owned).collect();
+                tokens.into_iter().filter(|l| !matches!(*l, "-" | "+node" | "+nodeclass")).map(str::to_owned).collect();
             let entry = ((*kind).to_owned(), labels, dynamic);
             let target = match section {
                 "[upstream]" => &mut upstream,
@@ -1067,7 +1066,26 @@ mod tests {
             find("karpenter_voluntary_disruption_decisions_total").labels,
             ["decision", "reason", "consolidation_type"]
         );
-        assert_eq!(find("operator_nodeclaim_status_condition_count").labels, ["type", "status", "reason"]);
+        // operatorpkg's status controller, as upstream configures it for each kind.
+        assert_eq!(
+            find("operator_nodeclaim_status_condition_count").labels,
+            ["name", "namespace", "type", "status", "reason", "karpenter_sh_nodepool"]
+        );
+        assert_eq!(
+            find("operator_node_status_condition_transition_seconds").labels,
+            ["type", "status", "karpenter_sh_nodepool", "karpenter_sh_initialized"]
+        );
+        assert_eq!(find("operator_nodepool_status_condition_transitions_total").labels, ["type", "status", "reason"]);
+        assert_eq!(find("operator_ec2nodeclass_termination_current_time_seconds").labels, ["name", "namespace"]);
+        assert!(find("operator_nodepool_termination_duration_seconds").labels.is_empty());
+        for kind in StatusKind::ALL {
+            for (key, name) in kind.object_labels() {
+                assert_eq!(prometheus_label_name(key), *name);
+            }
+        }
+        assert_eq!(prometheus_label_name("karpenter.k8s.aws/ec2nodeclass"), "karpenter_k8s_aws_ec2nodeclass");
+        assert_eq!(STATUS_BUCKETS.len(), 15);
+        assert!(STATUS_BUCKETS.windows(2).all(|w| w[1] == 2.0 * w[0]), "doubling from 0.5 s");
         assert_eq!(find("operator_ec2nodeclass_termination_duration_seconds").kind, MetricType::Histogram);
         for m in &d {
             assert!(
@@ -1119,14 +1137,6 @@ mod tests {
         let text = metrics.render();
         assert!(!text.contains("karpenter_nodepools_usage{") && !text.contains("karpenter_nodeclaims_created_total{"));
         assert!(!text.contains("karpenter_nodes_allocatable{"));
-
-        let status = metrics.status_conditions(StatusKind::NodeClaim);
-        status.current_status_seconds("a", "", "Ready", "True", "").set(3.0);
-        status.current_status_seconds("b", "", "Ready", "True", "").set(4.0);
-        status.forget_object("a", "");
-        let text = metrics.render();
-        assert!(!text.contains("operator_nodeclaim_status_condition_current_status_seconds{name=\"a\""));
-        assert!(text.contains("operator_nodeclaim_status_condition_current_status_seconds{name=\"b\""));
     }
 
     #[test]

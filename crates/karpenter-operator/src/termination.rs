@@ -68,7 +68,7 @@ use crate::kube_util::{
     ErrorPolicyContext, ReconcileError, Requeue, delete_ignoring_missing, ensure_claim_condition, is_not_found, label,
     node_claim_info, remove_finalizer, seconds_between,
 };
-use crate::metrics::{Metrics, StatusKind};
+use crate::metrics::Metrics;
 use crate::state::{ClusterState, Tracked};
 
 /// How often a draining node is looked at again.
@@ -377,7 +377,6 @@ impl Termination {
         if let Some(deleted) = claim.metadata.deletion_timestamp.as_ref().and_then(from_k8s) {
             let secs = seconds_between(deleted, now);
             self.ctx.metrics.nodeclaims_termination_duration_seconds(pool).observe(secs);
-            self.ctx.metrics.status_conditions(StatusKind::NodeClaim).termination_duration_seconds().observe(secs);
         }
         if let Some(started) = claim
             .conditions()
@@ -389,7 +388,6 @@ impl Termination {
                 .nodeclaims_instance_termination_duration_seconds(pool)
                 .observe(seconds_between(started, now));
         }
-        self.ctx.metrics.status_conditions(StatusKind::NodeClaim).forget_object(name, "");
         tracing::info!(NodeClaim = %name, "deleted nodeclaim");
         Ok(None)
     }

@@ -10,11 +10,15 @@
 //! - [`nodepool`] (`metrics.nodepool`): `karpenter_nodepools_cost_total` from a cost tracker over the launched
 //!   NodeClaims, and `karpenter_nodepools_cost_tracker_errors_total`;
 //! - [`cluster_state`] (`state.metrics`): `karpenter_cluster_state_node_count` and
-//!   `karpenter_cluster_state_unsynced_time_seconds`.
+//!   `karpenter_cluster_state_unsynced_time_seconds`;
+//! - [`status`] (`operatorpkg.<kind>.status`): the `operator_<kind>_status_condition_*` and
+//!   `operator_<kind>_termination_*` families of NodeClaims, NodePools and Nodes, and of the provider's
+//!   EC2NodeClasses when it has them.
 //!
-//! The first three are what `DISABLE_CLUSTER_STATE_OBSERVABILITY=true` turns off ([`controllers`] returns none of
-//! them), as upstream. The cluster-state gauges are not: upstream records them inside its cluster state, whatever
-//! that setting says, so [`cluster_state`] always runs.
+//! The first three and the NodeClaim, NodePool and Node status recorders are what
+//! `DISABLE_CLUSTER_STATE_OBSERVABILITY=true` turns off ([`controllers`] returns none of them), as upstream. The
+//! cluster-state gauges are not: upstream records them inside its cluster state, whatever that setting says, so
+//! [`cluster_state`] always runs; nor is the EC2NodeClass recorder, which upstream's AWS provider always runs.
 //!
 //! **No stale series:** every gauge series here belongs to one object (a Node, a pod, a NodePool) and is removed
 //! when that object leaves the state or stops qualifying, so `/metrics` never shows a Node or pod that is gone.
@@ -24,6 +28,7 @@ pub mod node;
 pub mod nodepool;
 pub mod pod;
 pub mod scheduling_times;
+pub mod status;
 
 use futures::future::BoxFuture;
 use karpenter_requirements::quantity::Quantity;
@@ -37,7 +42,14 @@ use crate::metrics::Metrics;
 use crate::settings::CoreSettings;
 
 /// The names of the controllers `DISABLE_CLUSTER_STATE_OBSERVABILITY` turns off, as upstream names them.
-pub const GATED_CONTROLLERS: [&str; 3] = [pod::CONTROLLER, nodepool::CONTROLLER, node::CONTROLLER];
+pub const GATED_CONTROLLERS: [&str; 6] = [
+    pod::CONTROLLER,
+    nodepool::CONTROLLER,
+    node::CONTROLLER,
+    "operatorpkg.nodeclaim.status",
+    "operatorpkg.nodepool.status",
+    "operatorpkg.node.status",
+];
 
 /// The observability controllers to run for these settings, by name, not started yet: none of
 /// [`GATED_CONTROLLERS`] when `disable_cluster_state_observability` is set; [`cluster_state`] always.
@@ -49,9 +61,27 @@ pub fn controllers(
     let mut list: Vec<(String, BoxFuture<'static, ()>)> = Vec::new();
     let state_metrics = cluster_state::ClusterStateMetrics::new(ctx);
     list.push((cluster_state::CONTROLLER.into(), Box::pin(state_metrics.run(shutdown.clone()))));
+    let ec2 = karpenter_cloudprovider::NodeClassKind::new(
+        karpenter_api::ec2nodeclass::GROUP,
+        karpenter_api::ec2nodeclass::KIND,
+    );
+    if ctx.cloud.supported_node_classes().contains(&ec2) {
+        let observer = status::WatchedStatusObserver::<karpenter_api::ec2nodeclass::EC2NodeClass>::new(ctx);
+        let name = status::controller_name(crate::metrics::StatusKind::EC2NodeClass);
+        list.push((name, Box::pin(observer.run(shutdown.clone()))));
+    }
     if settings.disable_cluster_state_observability {
         return list;
     }
+    let claims = status::StateStatusObserver::<karpenter_api::NodeClaim>::new(ctx);
+    let name = status::controller_name(crate::metrics::StatusKind::NodeClaim);
+    list.push((name, Box::pin(claims.run(shutdown.clone()))));
+    let pools = status::StateStatusObserver::<karpenter_api::NodePool>::new(ctx);
+    let name = status::controller_name(crate::metrics::StatusKind::NodePool);
+    list.push((name, Box::pin(pools.run(shutdown.clone()))));
+    let nodes = status::StateStatusObserver::<k8s_openapi::api::core::v1::Node>::new(ctx);
+    let name = status::controller_name(crate::metrics::StatusKind::Node);
+    list.push((name, Box::pin(nodes.run(shutdown.clone()))));
     let pods = pod::PodMetrics::new(ctx);
     list.push((pod::CONTROLLER.into(), Box::pin(pods.run(shutdown.clone()))));
     let pools = nodepool::NodePoolMetrics::new(&ctx.for_controller(nodepool::CONTROLLER));

@@ -506,7 +506,16 @@ async fn disabling_cluster_state_observability_starts_none_of_the_metric_control
         controllers(&ctx, s, &shutdown).into_iter().map(|(name, _)| name).collect()
     };
     let on = names(&settings(&[]));
-    assert_eq!(on, ["metrics.pod", "metrics.nodepool", "metrics.node", "state.metrics"].map(String::from).into());
+    let all = [
+        "metrics.pod",
+        "metrics.nodepool",
+        "metrics.node",
+        "state.metrics",
+        "operatorpkg.nodeclaim.status",
+        "operatorpkg.nodepool.status",
+        "operatorpkg.node.status",
+    ];
+    assert_eq!(on, all.map(String::from).into(), "the kwok provider has no EC2NodeClasses to record");
     let off = names(&settings(&["--disable-cluster-state-observability=true"]));
     assert_eq!(off, ["state.metrics".to_string()].into(), "upstream's cluster state gauges are not gated");
     assert!(GATED_CONTROLLERS.iter().all(|c| on.contains(*c) && !off.contains(*c)));
