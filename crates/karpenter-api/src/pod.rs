@@ -27,7 +27,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// What a pod's `karpenter.sh/do-not-disrupt` annotation asks for: `"true"`, or a Go duration (`"5m"`) of
@@ -78,6 +78,13 @@ pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration
 /// The pod conditions a decision reads: `PodScheduled` (provisionable pods) and `Ready` (disruption and
 /// termination).
 const POD_CONDITIONS_READ: [&str; 2] = ["PodScheduled", "Ready"];
+
+/// The DaemonSet owning an object: its owner reference of group `apps`, version `v1`, kind `DaemonSet`. The one rule
+/// for "a DaemonSet pod" (upstream compares the group, version and kind, so a `DaemonSet` of another API group is
+/// not one), used by the scheduler's overhead, the provisioner's pod filter, drains and disruption alike.
+pub fn daemon_set_owner(meta: &ObjectMeta) -> Option<&OwnerReference> {
+    meta.owner_references.iter().flatten().find(|o| o.kind == "DaemonSet" && o.api_version == "apps/v1")
+}
 
 /// A pod with what decisions read of it and a spec shared with identical pods (see the module docs).
 ///
@@ -166,9 +173,9 @@ impl CompactPod {
         crate::labels::autoscaler::blocking(crate::labels::autoscaler::Target::Pod, annotations)
     }
 
-    /// Owned by a DaemonSet.
+    /// Owned by a DaemonSet ([`daemon_set_owner`]).
     pub fn is_daemon_set_pod(&self) -> bool {
-        self.metadata.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet")
+        daemon_set_owner(&self.metadata).is_some()
     }
 
     /// An annotation's value.
@@ -442,6 +449,24 @@ mod tests {
     };
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};
+
+    #[test]
+    fn a_daemon_set_pod_is_owned_by_an_apps_v1_daemon_set() {
+        let owner = |api_version: &str, kind: &str| ObjectMeta {
+            owner_references: Some(vec![OwnerReference {
+                api_version: api_version.into(),
+                kind: kind.into(),
+                name: "agent".into(),
+                uid: "u".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        };
+        assert_eq!(daemon_set_owner(&owner("apps/v1", "DaemonSet")).map(|o| o.name.as_str()), Some("agent"));
+        assert!(daemon_set_owner(&owner("example.com/v1", "DaemonSet")).is_none(), "another group's DaemonSet");
+        assert!(daemon_set_owner(&owner("apps/v1", "ReplicaSet")).is_none());
+        assert!(daemon_set_owner(&ObjectMeta::default()).is_none());
+    }
 
     fn replica(name: &str, node: Option<&str>) -> Pod {
         Pod {

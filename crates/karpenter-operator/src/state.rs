@@ -1351,7 +1351,7 @@ pub fn is_provisionable(pod: &CompactPod) -> bool {
     unschedulable
         && pod.node_name().is_none()
         && status.and_then(|s| s.nominated_node_name.as_deref()).is_none_or(str::is_empty)
-        && !owned_by_kind(pod, "apps/v1", "DaemonSet")
+        && !pod.is_daemon_set_pod()
         && !owned_by_kind(pod, "v1", "Node")
         && !pod.is_terminal()
         && pod.metadata.deletion_timestamp.is_none()

@@ -234,12 +234,6 @@ fn newest_first(a: &CompactPod, b: &CompactPod) -> std::cmp::Ordering {
     rank(b).cmp(&rank(a))
 }
 
-/// The DaemonSet controlling an object: its owner reference of kind `DaemonSet` (not marked `controller: false`,
-/// so hand-written pods without the flag count).
-fn daemon_set_owner(m: &ObjectMeta) -> Option<&OwnerReference> {
-    owned_by(m).find(|o| o.kind == "DaemonSet" && o.controller != Some(false))
-}
-
 /// `namespace/name` of a pod (the identifier used in decisions): [`CompactPod::key`], as a function to map with.
 pub fn pod_key(pod: &CompactPod) -> String {
     pod.key()
@@ -798,7 +792,7 @@ impl ClusterSnapshot {
     /// `DaemonSet` not marked `controller: false`) and it is the newest such pod so far (by creation time,
     /// then name), as upstream keeps the newest pod its DaemonSet controls. Other pods are ignored.
     pub fn offer_daemon_set_pod(&mut self, pod: &Arc<CompactPod>) {
-        let Some(owner) = daemon_set_owner(&pod.metadata) else { return };
+        let Some(owner) = karpenter_api::pod::daemon_set_owner(&pod.metadata) else { return };
         let namespace = pod.metadata.namespace.clone().unwrap_or_else(|| "default".to_owned());
         let key = (namespace, owner.name.clone(), owner.uid.clone());
         match self.daemon_set_pods.get(&key) {

@@ -475,7 +475,7 @@ fn daemon_overhead_for(
         // running DaemonSet pod written without a namespace went unseen and its overhead was counted twice.
         let running = bound.iter().any(|p| {
             p.metadata.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE) == d.name.0
-                && p.metadata.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet" && o.name == d.name.1)
+                && karpenter_api::pod::daemon_set_owner(&p.metadata).is_some_and(|o| o.name == d.name.1)
         });
         if !running {
             out = out.add(&d.requests);
