@@ -33,6 +33,10 @@
 //!
 //! # Implementing a cloud
 //!
+//! [`prelude`] holds everything an implementation is written with (the trait, `#[async_trait]`, the objects and
+//! instance-type builders, launch helpers); `cargo run -p karpenter-testing --example toy_provider` runs a toy
+//! cloud written with it through the conformance suite.
+//!
 //! Implement [`CloudProvider`] and check it with `karpenter_testing::conformance` (feature `conformance`), which
 //! runs the contract documented on the trait against your implementation. A minimal provider that never has
 //! capacity:

@@ -1,4 +1,4 @@
-//! Everything a [`CloudProvider`](crate::CloudProvider) implementation is written with, in one import:
+//! Everything a [`CloudProvider`] implementation is written with, in one import:
 //! `use karpenter_cloudprovider::prelude::*;`.
 //!
 //! The trait and its error and value types, the `#[async_trait]` attribute its methods need, the objects it

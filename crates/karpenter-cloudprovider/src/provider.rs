@@ -70,9 +70,9 @@ impl NodeClassKind {
 
 /// A cloud: launches, finds and terminates the machines behind NodeClaims, and describes what it can launch.
 ///
-/// Object-safe and shared as `Arc<dyn CloudProvider>` (methods are `async` through [`async_trait`]). Node classes
-/// reach an implementation through an injected [`NodeClassLookup`](crate::NodeClassLookup), so no kube client is
-/// needed here.
+/// Object-safe and shared as `Arc<dyn CloudProvider>` (methods are `async` through
+/// [`async_trait`](macro@async_trait)). Node classes reach an implementation through an injected
+/// [`NodeClassLookup`](crate::NodeClassLookup), so no kube client is needed here.
 ///
 /// # Contract (checked by `karpenter_testing::conformance`)
 ///

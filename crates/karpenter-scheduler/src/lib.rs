@@ -17,6 +17,12 @@
 //!
 //! # Entry points
 //!
+//! * [`prelude`]: one import for a program that plans pods: the inputs and their builders
+//!   (`NodePool::builder`, `PodBuilder`, `InstanceType::builder`, `Offering::on_demand`/`spot`/`reserved`),
+//!   typed requirements and quantities, well-known label and resource names, [`schedule`] and its output. This
+//!   crate also re-exports [`karpenter_api`], [`karpenter_requirements`], [`kube`] and [`k8s_openapi`], so it is
+//!   the only dependency a user adds (plus the k8s-openapi version feature above). Runnable examples:
+//!   `cargo run -p karpenter-scheduler --example plan_pods` and `--example explain_unschedulable`.
 //! * [`snapshot`]: [`ClusterSnapshot`] and [`ClusterSnapshot::from_objects`] (file-input rules in the module
 //!   docs: pending pods, workload expansion without double counting).
 //! * [`schedule`] / [`schedule_until`] with [`PoolInput`] and [`SchedulerOptions`].
