@@ -1066,6 +1066,9 @@ fn upstream_scheduling_specs_hold() {
         .filter(|p| p.is_dir())
         .collect();
     areas.sort();
+    // Every fixture is one `simulate` process: they run on as many threads as the machine has cores, and their
+    // results are gathered in file order so the report and the failure list read the same on every run.
+    let mut jobs: Vec<(String, PathBuf, PathBuf)> = Vec::new();
     for area in areas {
         let name = area.file_name().unwrap_or_default().to_string_lossy().into_owned();
         let area_tmp = tmp.join(&name);
@@ -1077,18 +1080,39 @@ fn upstream_scheduling_specs_hold() {
             .filter(|p| filter.as_deref().is_none_or(|f| p.to_string_lossy().contains(f)))
             .collect();
         files.sort();
+        per_area.entry(name.clone()).or_default();
+        jobs.extend(files.into_iter().map(|file| (name.clone(), file, area_tmp.clone())));
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(jobs.len().max(1));
+    let mut results: Vec<(usize, Result<(Spec, Verdict), String>)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some((_, file, area_tmp)) = jobs.get(i) else { break done };
+                        done.push((i, run_fixture(file, area_tmp)));
+                    }
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|w| w.join().expect("a fixture thread panicked")).collect()
+    });
+    results.sort_by_key(|(i, _)| *i);
+    for (i, result) in results {
+        let (name, file, _) = &jobs[i];
         let counts = per_area.entry(name.clone()).or_default();
-        for file in files {
-            counts.ported += 1;
-            let label = format!("{name}/{}", file.file_name().unwrap_or_default().to_string_lossy());
-            match run_fixture(&file, &area_tmp) {
-                Ok((_, Verdict::Pass)) => counts.passing += 1,
-                Ok((_, Verdict::Deliberate)) => counts.deliberate += 1,
-                Ok((spec, Verdict::Fail(why))) => {
-                    failures.push(format!("{label} ({} / {}):\n{why}", spec.upstream.file, spec.upstream.spec))
-                }
-                Err(why) => failures.push(format!("{label}: {why}")),
+        counts.ported += 1;
+        let label = format!("{name}/{}", file.file_name().unwrap_or_default().to_string_lossy());
+        match result {
+            Ok((_, Verdict::Pass)) => counts.passing += 1,
+            Ok((_, Verdict::Deliberate)) => counts.deliberate += 1,
+            Ok((spec, Verdict::Fail(why))) => {
+                failures.push(format!("{label} ({} / {}):\n{why}", spec.upstream.file, spec.upstream.spec))
             }
+            Err(why) => failures.push(format!("{label}: {why}")),
         }
     }
     println!("{:<28} {:>7} {:>8} {:>11} {:>7}", "AREA", "PORTED", "PASSING", "DELIBERATE", "FAILING");
