@@ -120,6 +120,11 @@ enum Command {
         /// How long simulated time runs (e.g. 2h; default 1h without --timeline).
         #[arg(long = "for", value_name = "DURATION", value_parser = checked_duration)]
         run_for: Option<String>,
+        /// How long a launched node takes to register and initialize over simulated time (default 0s: at once).
+        /// Pods wait for it, and a disruption command stays in flight (its candidates tainted, counted against
+        /// budgets) until its replacements are initialized. Runs over simulated time as --for does.
+        #[arg(long, value_name = "DURATION", value_parser = parsed_duration)]
+        node_startup: Option<std::time::Duration>,
         /// Treat other autoscalers' do-not-disrupt annotations (cluster-autoscaler.kubernetes.io/safe-to-evict=false,
         /// scale-down-disabled=true and their node-autoscaling.kubernetes.io forms) as karpenter.sh/do-not-disrupt,
         /// as the controller does (docs/beyond-upstream.md).
@@ -322,6 +327,7 @@ fn main() -> ExitCode {
             timeline,
             scale,
             run_for,
+            node_startup,
             honor_autoscaler_annotations,
             cluster_limits,
             scheduler_config,
@@ -341,8 +347,8 @@ fn main() -> ExitCode {
                     }
                 }
             }
-            let time = (timeline.is_some() || !scale.is_empty() || run_for.is_some())
-                .then_some(simulate::TimeOptions { timeline, scale, run_for });
+            let time = (timeline.is_some() || !scale.is_empty() || run_for.is_some() || node_startup.is_some())
+                .then_some(simulate::TimeOptions { timeline, scale, run_for, node_startup });
             let provider = provider.map(Provider::labels);
             let options = simulate::Options {
                 paths,
@@ -668,6 +674,11 @@ fn checked_scale(s: &str) -> Result<String, String> {
 /// `--for`, checked while the flags are parsed (a usage error, exit status 2); the simulation parses it again.
 fn checked_duration(s: &str) -> Result<String, String> {
     karpenter_api::duration::parse_go_duration(s).map(|_| s.to_owned()).map_err(|e| e.to_string())
+}
+
+/// A duration flag read once, as clap parses it (`--node-startup`); a bad value is a usage error.
+fn parsed_duration(s: &str) -> Result<std::time::Duration, String> {
+    karpenter_api::duration::parse_go_duration(s).map_err(|e| e.to_string())
 }
 
 /// `--cluster-limits`, boxed: a resource list would make `Command::Simulate` many times larger than the others.

@@ -1951,3 +1951,159 @@ fn reserved_offerings_of_a_kwok_file_are_used_up_to_their_capacity() {
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("offerings[1].ReservationCapacity: required for a reserved offering"), "{stderr}");
 }
+
+/// Two full 4-vCPU nodes (a 3-vCPU pod each, so a drifted one needs a replacement) in a pool whose budget allows
+/// one disruption at a time; the timeline drifts the pool at the start and runs three minutes.
+fn drifting_pair(tmp: &TempDir) -> (String, String, String) {
+    let types = tmp.write("types.json", &format!("[{}]", one_offering_type("c4", "4", "on-demand", 0.2)));
+    let pool = format!(
+        "{POOL}  disruption: {{consolidationPolicy: WhenEmpty, consolidateAfter: 1h, budgets: [{{nodes: '1'}}]}}\n"
+    );
+    let mut cluster = vec![pool];
+    for n in ["a", "b"] {
+        cluster.push(managed_node(n, "c4", "on-demand", "4"));
+        cluster.push(bound_pod(&format!("{n}-web"), n, "3"));
+    }
+    let cluster = tmp.write("cluster.yaml", &cluster.join("---\n"));
+    let timeline = tmp.write("timeline.yaml", "steps:\n  - at: 0s\n    drift: nodepool/default\n  - advance: 3m\n");
+    (types, cluster, timeline)
+}
+
+/// (offset, type, nodes named by the event) of the disruption and initialization events.
+fn command_events(doc: &Value) -> Vec<(String, String, Vec<String>)> {
+    let kinds = ["DisruptionStarted", "Initialized", "Disruption", "DisruptionFailed"];
+    let names = |e: &Value| -> Vec<String> {
+        let removed = e["nodesRemoved"].as_array().into_iter().flatten().filter_map(|n| n.as_str());
+        let launched = e["nodesLaunched"].as_array().into_iter().flatten().filter_map(|n| n["name"].as_str());
+        let candidates = e["command"]["candidates"].as_array().into_iter().flatten().filter_map(|c| c["node"].as_str());
+        match e["type"].as_str() {
+            Some("Disruption") => removed.map(str::to_owned).collect(),
+            Some("Initialized") => vec![e["message"].as_str().unwrap_or("?").to_owned()],
+            _ => candidates.chain(launched).map(str::to_owned).collect(),
+        }
+    };
+    doc["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|e| kinds.iter().any(|k| e["type"] == *k))
+        .map(|e| {
+            (e["offset"].as_str().unwrap_or("?").to_owned(), e["type"].as_str().unwrap_or("?").to_owned(), names(e))
+        })
+        .collect()
+}
+
+/// Budget `nodes: "1"`, two drifted nodes, nodes taking 60 s to start: the first command stays in flight (its
+/// candidate tainted and counted against the budget) until its replacement initializes, so the second node is
+/// disrupted only after the first command completed. Without a startup delay both go at the start.
+#[test]
+fn a_command_in_flight_holds_the_budget_until_its_replacement_initializes() {
+    let tmp = TempDir::new("in-flight-budget");
+    let (types, cluster, timeline) = drifting_pair(&tmp);
+    let doc = simulate_json(&[&cluster, "--instance-types", &types, "--timeline", &timeline, "--node-startup", "60s"]);
+    let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<String>>();
+    let initialized = |node: &str, at: &str| {
+        format!("1 node initialized: {node} (launched at {at}); 0 pending pods nominated to them bound")
+    };
+    assert_eq!(
+        command_events(&doc),
+        [
+            ("0s".to_owned(), "DisruptionStarted".to_owned(), s(&["a", "default-1"])),
+            ("1m".to_owned(), "Initialized".to_owned(), vec![initialized("default-1", "0s")]),
+            ("1m".to_owned(), "Disruption".to_owned(), s(&["a"])),
+            ("1m".to_owned(), "DisruptionStarted".to_owned(), s(&["b", "default-2"])),
+            ("2m".to_owned(), "Initialized".to_owned(), vec![initialized("default-2", "1m")]),
+            ("2m".to_owned(), "Disruption".to_owned(), s(&["b"])),
+        ],
+        "{:#}",
+        doc["events"]
+    );
+    // The completed command says when its replacement launched and initialized; its pod moved then.
+    let first = events_of(&doc, "Disruption")[0];
+    assert_eq!(first["launchedAt"], "2026-01-01T00:00:00Z", "{first}");
+    assert_eq!(first["initializedAt"], "2026-01-01T00:01:00Z", "{first}");
+    assert_eq!(first["podsPlaced"], 1, "{first}");
+    let summary = &doc["summary"];
+    assert_eq!((summary["commands"].as_u64(), summary["nodesLaunched"].as_u64()), (Some(2), Some(2)), "{summary}");
+    assert_eq!(summary["after"]["nodes"], 2, "{summary}");
+    assert!(summary.get("commandsInFlight").is_none(), "{summary}");
+
+    // Today's behaviour without a startup delay: replacements initialize at once, the budget is free again in
+    // the same instant, and both nodes go at the start.
+    let doc = simulate_json(&[&cluster, "--instance-types", &types, "--timeline", &timeline]);
+    let at: Vec<String> = disruption_commands(&doc).into_iter().map(|c| c.0).collect();
+    assert_eq!(at, ["0s", "0s"], "{:#}", doc["events"]);
+    assert!(events_of(&doc, "DisruptionStarted").is_empty() && events_of(&doc, "Initialized").is_empty());
+}
+
+/// Mid-flight: the candidate keeps its pod and the `karpenter.sh/disrupted:NoSchedule` taint, is taken by no
+/// second command (its verdict says it is being deleted), and counts against the budget, so the other drifted
+/// node waits; the report says a command is still in flight.
+#[test]
+fn a_command_in_flight_blocks_its_candidate_from_a_second_command() {
+    let tmp = TempDir::new("in-flight-blocks");
+    let (types, cluster, _) = drifting_pair(&tmp);
+    let timeline = tmp.write("mid.yaml", "steps:\n  - at: 0s\n    drift: nodepool/default\n  - advance: 30s\n");
+    let doc = simulate_json(&[&cluster, "--instance-types", &types, "--timeline", &timeline, "--node-startup", "60s"]);
+    let started = events_of(&doc, "DisruptionStarted");
+    assert_eq!(started.len(), 1, "{:#}", doc["events"]);
+    assert!(events_of(&doc, "Disruption").is_empty(), "{:#}", doc["events"]);
+    assert_eq!(doc["summary"]["commandsInFlight"], 1, "{:#}", doc["summary"]);
+    let node =
+        |name: &str| doc["nodes"].as_array().expect("nodes").iter().find(|n| n["name"] == name).cloned().expect("node");
+    let a = node("a");
+    assert_eq!(a["pods"], 1, "the candidate's pod stays until the command finishes: {a}");
+    assert_eq!(a["taints"][0]["key"], "karpenter.sh/disrupted", "{a}");
+    let verdict = |name: &str| {
+        doc["verdicts"].as_array().expect("verdicts").iter().find(|v| v["node"] == name).cloned().expect("verdict")
+    };
+    assert_eq!(verdict("a")["reason"]["code"], "BeingDeleted", "{}", verdict("a"));
+    let b = verdict("b");
+    assert!(b["message"].as_str().is_some_and(|m| m.contains("1 already disrupting")), "{b}");
+    // The replacement is still launching: not a node yet, and said so.
+    assert!(doc["nodes"].as_array().expect("nodes").iter().all(|n| n["name"] != "default-1"));
+    let notes = notes_of(&doc);
+    assert!(notes.iter().any(|n| n.contains("still waiting for its replacements (default-1)")), "{notes:?}");
+}
+
+/// A replacement slower than the controller's replacement timeout (10 minutes for a few candidates): the command
+/// is rolled back, the candidate untainted and the replacement deleted, and the next pass starts it again.
+#[test]
+fn a_replacement_that_does_not_initialize_in_time_rolls_the_command_back() {
+    let tmp = TempDir::new("in-flight-timeout");
+    let (types, cluster, _) = drifting_pair(&tmp);
+    let timeline = tmp.write("long.yaml", "steps:\n  - at: 0s\n    drift: node/a\n  - advance: 11m\n");
+    let doc = simulate_json(&[&cluster, "--instance-types", &types, "--timeline", &timeline, "--node-startup", "15m"]);
+    let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<String>>();
+    assert_eq!(
+        command_events(&doc),
+        [
+            ("0s".to_owned(), "DisruptionStarted".to_owned(), s(&["a", "default-1"])),
+            ("10m1s".to_owned(), "DisruptionFailed".to_owned(), s(&["a"])),
+            ("10m1s".to_owned(), "DisruptionStarted".to_owned(), s(&["a", "default-2"])),
+        ],
+        "{:#}",
+        doc["events"]
+    );
+    let failed = events_of(&doc, "DisruptionFailed")[0];
+    assert!(
+        failed["message"].as_str().is_some_and(|m| m.contains("replacements not initialized after 600s")),
+        "{failed}"
+    );
+    assert_eq!(failed["nodesRemoved"][0], "default-1", "the launching replacement is deleted: {failed}");
+    assert_eq!(doc["summary"]["commandsRolledBack"], 1, "{:#}", doc["summary"]);
+}
+
+/// New nodes for pending pods take the startup delay too: the pods wait, nominated, and bind when it is over.
+#[test]
+fn pending_pods_wait_for_their_new_node_to_initialize() {
+    let doc = simulate_json(&["--node-startup", "90s", "--for", "5m"]);
+    let provisioning = events_of(&doc, "Provisioning");
+    assert_eq!(provisioning.len(), 1, "{:#}", doc["events"]);
+    assert_eq!(provisioning[0]["podsPlaced"], 0, "{}", provisioning[0]);
+    let initialized = events_of(&doc, "Initialized");
+    assert_eq!(initialized.len(), 1, "{:#}", doc["events"]);
+    assert_eq!(initialized[0]["offset"], "1m30s");
+    assert_eq!(initialized[0]["podsPlaced"], 10, "{}", initialized[0]);
+    assert_eq!(doc["summary"]["after"]["pendingPods"], 0, "{:#}", doc["summary"]);
+}

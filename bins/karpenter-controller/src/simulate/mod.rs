@@ -120,6 +120,8 @@ pub struct TimeOptions {
     pub scale: Vec<String>,
     /// `--for`: the run lasts at least this long (default 1h without a timeline file).
     pub run_for: Option<String>,
+    /// `--node-startup`: how long a launched node takes to register and initialize (default 0s: at once).
+    pub node_startup: Option<std::time::Duration>,
 }
 
 /// The result of a run.
@@ -170,8 +172,14 @@ pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> 
         objects = live::merge(cluster.objects, objects, &mut notes);
         live_source = Some(cluster.source);
         now = Some(cluster.now);
-        live_time = TimeOptions { run_for: Some(LIVE_RUN_FOR.to_owned()), ..TimeOptions::default() };
-        time = time.or(Some(&live_time));
+        // `--node-startup` alone keeps the live run's length.
+        let startup_only = time.filter(|t| t.timeline.is_none() && t.scale.is_empty() && t.run_for.is_none());
+        live_time = TimeOptions {
+            run_for: Some(LIVE_RUN_FOR.to_owned()),
+            node_startup: startup_only.and_then(|t| t.node_startup),
+            ..TimeOptions::default()
+        };
+        time = if time.is_none() || startup_only.is_some() { Some(&live_time) } else { time };
     }
     let force = options.provider.as_ref().map(|p| if p.name == "aws" { Kind::Aws } else { Kind::Kwok });
     let mut provider = options.provider.clone().unwrap_or_else(|| provider_of(&objects));
@@ -466,6 +474,7 @@ fn run_timeline(
     let not_ready_nodes = not_ready_nodes(&objects);
     let mut w = world::World::new(snapshot, pools, run.catalogue, run.provider.clone(), objects, start);
     w.static_capacity = run.feature_gates.static_capacity;
+    w.node_startup = time.node_startup.map_or(chrono::Duration::zero(), karpenter_api::time::chrono_duration);
     w.options.honor_autoscaler_annotations = run.honor_autoscaler_annotations;
     w.options.spot_to_spot_consolidation = run.feature_gates.spot_to_spot_consolidation;
     w.options.pod_deletion_cost_management = run.feature_gates.pod_deletion_cost_management;
@@ -574,9 +583,11 @@ fn run_timeline(
                 }
             }
             EventKind::ValidationFailed => summary.validation_failures += 1,
+            EventKind::DisruptionFailed => summary.commands_rolled_back += 1,
             _ => {}
         }
     }
+    summary.commands_in_flight = w.commands_in_flight();
     let mut notes = run.notes;
     notes.append(&mut w.notes);
     let report = TimelineReport {

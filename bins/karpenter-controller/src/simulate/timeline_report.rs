@@ -89,6 +89,12 @@ pub struct TimelineSummary {
     pub commands_by_method: BTreeMap<String, usize>,
     /// Commands rejected by the validation after the 15 s wait.
     pub validation_failures: usize,
+    /// Commands started and rolled back (`--node-startup`: a replacement gone or late); omitted when none.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub commands_rolled_back: usize,
+    /// Commands still waiting for their replacements at the end; omitted when none.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub commands_in_flight: usize,
     /// Nodes launched during the run (provisioning and replacements).
     pub nodes_launched: usize,
     /// Nodes removed during the run (disruption, expiration, deleted by steps).
@@ -104,8 +110,17 @@ pub enum EventKind {
     Provisioning,
     /// NodeClaims past `expireAfter` were deleted (forceful, not budgeted).
     Expiration,
-    /// A disruption command ran.
+    /// A disruption command ran (its candidates were removed; with `--node-startup`, once its replacements
+    /// were initialized).
     Disruption,
+    /// With `--node-startup`: a disruption command with replacements started: its candidates were tainted
+    /// `karpenter.sh/disrupted:NoSchedule` and its replacements launched; it is in flight until they initialize.
+    DisruptionStarted,
+    /// A command in flight was rolled back (a replacement gone or not initialized within the controller's
+    /// replacement timeout): its candidates were untainted, its replacements deleted.
+    DisruptionFailed,
+    /// With `--node-startup`: launched nodes registered and initialized; the pods nominated to them were bound.
+    Initialized,
     /// A disruption command was rejected by its validation after the wait.
     ValidationFailed,
     /// A node being deleted in the input (deletion timestamp, or the `karpenter.sh/disrupted` taint) was drained
@@ -146,6 +161,13 @@ pub struct Event {
     /// For commands that waited for validation: when they were decided.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decided_at: Option<String>,
+    /// For commands that were in flight (`--node-startup`): when their replacements were launched.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub launched_at: Option<String>,
+    /// For commands that were in flight: when their replacements were all initialized (the candidates were
+    /// removed then).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub initialized_at: Option<String>,
     /// The disruption command (`karpenter-rs.disruption/v1`: method, reason, decision, candidates,
     /// replacements, displaced pods, savings, explanation).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -245,9 +267,11 @@ pub fn render(r: &TimelineReport) -> String {
                         .collect::<Vec<_>>()
                         .join(", ")
                 };
-                let kind = match &e.command {
-                    Some(c) => format!("{:?}", c.method),
-                    None => format!("{:?}", e.kind),
+                let kind = match (&e.command, e.kind) {
+                    (Some(c), EventKind::DisruptionStarted) => format!("{:?} started", c.method),
+                    (Some(c), EventKind::DisruptionFailed) => format!("{:?} rolled back", c.method),
+                    (Some(c), _) => format!("{:?}", c.method),
+                    (None, kind) => format!("{kind:?}"),
                 };
                 let detail = match &e.command {
                     Some(c) if e.kind == super::timeline_report::EventKind::Disruption => c.explanation.clone(),
@@ -318,15 +342,23 @@ pub fn render(r: &TimelineReport) -> String {
         if methods.is_empty() { String::new() } else { format!(" ({})", methods.join(", ")) },
         nodes(s.nodes_launched),
         nodes(s.nodes_removed),
-        if s.validation_failures > 0 {
-            format!(", {} rejected by validation", s.validation_failures)
-        } else {
-            String::new()
-        },
+        [
+            (s.validation_failures, "rejected by validation"),
+            (s.commands_rolled_back, "rolled back"),
+            (s.commands_in_flight, "still in flight")
+        ]
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, what)| format!(", {n} {what}"))
+        .collect::<String>(),
         price(s.before.price_per_hour),
         price(s.after.price_per_hour),
     );
     out
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 fn nodes(n: usize) -> String {

@@ -11,8 +11,11 @@
 //!
 //! Then time jumps to the next instant something can change: the next step, the end of a validation wait,
 //! `consolidateAfter` elapsing on a node, a NodeClaim expiring, a pod's do-not-disrupt duration ending, or a
-//! scheduled budget's window opening or closing. Nodes launch and initialize instantly; a removed node's
-//! reschedulable pods become pending and are placed again by the next scheduling pass.
+//! scheduled budget's window opening or closing, a launched node's startup ending. Nodes launch and initialize
+//! instantly unless `--node-startup` ([`World::node_startup`]) delays initialization; then a disruption command
+//! with replacements stays in flight until they are initialized, its candidates tainted and counted against
+//! budgets, as in the controller. A removed node's reschedulable pods become pending and are placed again by the
+//! next scheduling pass.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -32,6 +35,7 @@ use karpenter_api::{NodePool, ProviderLabels, ValidationContext, labels};
 use karpenter_disruption::pods::reschedule_deleting_nodes;
 use karpenter_disruption::validation::{NextStep, VALIDATION_DELAY, next_step};
 use karpenter_disruption::{Command, DisruptionOptions, Method, Pass, Reason, evaluate, expiration, validation};
+use karpenter_operator::disruption::DisruptionSettings;
 use karpenter_requirements::{InstanceType, Operator};
 use karpenter_scheduler::decision::NodeClaimPlan;
 use karpenter_scheduler::provisioning::{
@@ -72,6 +76,31 @@ struct Waiting {
     commands: Vec<Command>,
 }
 
+/// A node launched and not yet initialized (`--node-startup`): until then its NodeClaim is in flight (offered
+/// to pods, not bound to), and the Node joins the snapshot at `ready_at`.
+#[derive(Debug)]
+struct Starting {
+    ready_at: DateTime<Utc>,
+    launched_at: DateTime<Utc>,
+    /// The Node it registers as.
+    node: NodeInfo,
+    /// The pods its plan was made for (nominated): those still pending are bound to it when it initializes.
+    nominated: Vec<String>,
+}
+
+/// A disruption command whose replacements are launching: its candidates are tainted
+/// `karpenter.sh/disrupted:NoSchedule` and marked for deletion (budgets count them as disrupting, no pass takes
+/// them again, their pods stay), until every replacement is initialized (then the candidates go) or one is gone
+/// or late (then the command is rolled back), as the controller's disruption queue does.
+#[derive(Debug)]
+struct InFlight {
+    command: Command,
+    decided: DateTime<Utc>,
+    started: DateTime<Utc>,
+    /// The replacements' NodeClaim (and node) names, in the order of `command.replacements`.
+    replacements: Vec<String>,
+}
+
 /// The simulated cluster.
 pub struct World<'c> {
     pub snapshot: ClusterSnapshot,
@@ -108,6 +137,12 @@ pub struct World<'c> {
     deleted_nodes: BTreeSet<String>,
     /// In-flight NodeClaims a `delete` step removed at once (no node to drain), for its event.
     removed_by_step: Vec<String>,
+    /// `--node-startup`: how long a launched node takes to initialize; zero initializes it as it launches.
+    pub node_startup: chrono::Duration,
+    /// Nodes launched and not yet initialized.
+    starting: Vec<Starting>,
+    /// Disruption commands waiting for their replacements to initialize.
+    in_flight: Vec<InFlight>,
 }
 
 /// The latest timestamp of the input's NodeClaims (creation, condition transitions, last pod event), so a run
@@ -162,6 +197,9 @@ impl<'c> World<'c> {
             static_capacity: false,
             deleted_nodes: BTreeSet::new(),
             removed_by_step: Vec::new(),
+            node_startup: chrono::Duration::zero(),
+            starting: Vec::new(),
+            in_flight: Vec::new(),
         };
         world.deleted_nodes = objects
             .iter()
@@ -282,6 +320,8 @@ impl<'c> World<'c> {
             price_per_hour_after: 0.0,
             price_per_hour_after_estimated: false,
             decided_at: None,
+            launched_at: None,
+            initialized_at: None,
             command: None,
         });
         let i = self.events.len() - 1;
@@ -446,7 +486,8 @@ impl<'c> World<'c> {
     /// The NodeClaim is the controller's ([`build_node_claim`]), then filled in as a launch does: named, its
     /// labels the cloud-resolved ones (the instance type's and the chosen offering's), then the single-value
     /// requirement labels, then the claim's own (user-defined labels win), its status launched, registered and
-    /// initialized. The node carries the same labels plus its hostname and the registration labels.
+    /// initialized (with a node startup delay: launched only, in flight until [`Self::initialize_started`]). The
+    /// node carries the same labels plus its hostname and the registration labels.
     fn launch(&mut self, plan: &NodeClaimPlan) -> anyhow::Result<Option<LaunchedNode>> {
         let Some(pool) = self.pools.iter().find(|p| p.metadata.name.as_deref() == Some(plan.node_pool.as_str())) else {
             return Ok(None);
@@ -523,9 +564,16 @@ impl<'c> World<'c> {
         node_labels.insert(labels::NODE_REGISTERED.to_owned(), "true".to_owned());
         node_labels.insert(labels::NODE_INITIALIZED.to_owned(), "true".to_owned());
 
+        // With a startup delay the claim is launched only: it registers and initializes at `ready_at`.
+        let starting = self.node_startup > chrono::Duration::zero();
         claim.metadata.name = Some(name.clone());
         claim.metadata.creation_timestamp = serde_json::from_value(serde_json::Value::String(now.clone())).ok();
-        claim.metadata.labels = Some(node_labels.clone());
+        let mut launched_labels = node_labels.clone();
+        if starting {
+            launched_labels.remove(labels::NODE_REGISTERED);
+            launched_labels.remove(labels::NODE_INITIALIZED);
+        }
+        claim.metadata.labels = Some(launched_labels);
         let condition = |t: &str| karpenter_api::Condition {
             type_: t.to_owned(),
             status: karpenter_api::ConditionStatus::True,
@@ -534,25 +582,30 @@ impl<'c> World<'c> {
             reason: t.to_owned(),
             message: String::new(),
         };
+        let conditions = if starting {
+            vec![condition("Launched")]
+        } else {
+            vec![condition("Launched"), condition("Registered"), condition("Initialized")]
+        };
         claim.status = Some(karpenter_api::nodeclaim::NodeClaimStatus {
-            node_name: Some(name.clone()),
+            node_name: (!starting).then(|| name.clone()),
             last_pod_event_time: Some(now.clone()),
-            conditions: vec![condition("Launched"), condition("Registered"), condition("Initialized")],
+            conditions,
             ..Default::default()
         });
         let taints = pool.spec.template.spec.taints.iter().map(api_taint).collect();
         self.snapshot.node_claims.push(NodeClaimInfo {
             name: name.clone(),
             node_pool: Some(plan.node_pool.clone()),
-            node_name: Some(name.clone()),
-            in_flight: false,
+            node_name: (!starting).then(|| name.clone()),
+            in_flight: starting,
             claim: claim.into(),
             capacity: it.capacity().clone(),
             allocatable: it.allocatable().clone(),
             marked_for_deletion: false,
             nominated: false,
         });
-        self.snapshot.nodes.push(NodeInfo {
+        let node = NodeInfo {
             name: name.clone(),
             labels: node_labels,
             annotations: BTreeMap::new(),
@@ -564,8 +617,16 @@ impl<'c> World<'c> {
             node_claim: Some(name.clone()),
             initialized: true,
             ..Default::default()
-        });
-        let pods = self.bind(&plan.pods, &name);
+        };
+        let pods = if starting {
+            let ready_at = self.now + self.node_startup;
+            self.hints.insert(ready_at);
+            self.starting.push(Starting { ready_at, launched_at: self.now, node, nominated: plan.pods.clone() });
+            0
+        } else {
+            self.snapshot.nodes.push(node);
+            self.bind(&plan.pods, &name)
+        };
         let price_estimated = self.catalogue.price_estimated(&choice.instance_type, choice.capacity_type.as_deref());
         Ok(Some(LaunchedNode {
             name,
@@ -623,7 +684,18 @@ impl<'c> World<'c> {
                 .chain(decisions.new_node_claims.iter().flat_map(|c| &c.pods))
                 .map(String::as_str)
                 .collect();
-            let moving: BTreeSet<&str> = r.pods.iter().map(String::as_str).filter(|k| placed.contains(k)).collect();
+            // The candidates of commands in flight keep their pods until the command finishes: provisioning sees
+            // them (and finds them room on the replacements, as the controller's does), no drain has begun.
+            let held = self.in_flight_candidates();
+            let kept: BTreeSet<String> = self
+                .snapshot
+                .bound_pods
+                .iter()
+                .filter(|p| p.node_name().is_some_and(|n| held.contains(n)))
+                .map(|p| pod_key(p))
+                .collect();
+            let moving: BTreeSet<&str> =
+                r.pods.iter().map(String::as_str).filter(|k| placed.contains(k) && !kept.contains(*k)).collect();
             self.evict(&moving);
         }
         let (placed, launched, left) = self.place(&decisions)?;
@@ -782,9 +854,15 @@ impl<'c> World<'c> {
         true
     }
 
-    /// Executes commands: removes candidates, launches replacements with their pods, places the rest.
+    /// Executes commands: removes candidates, launches replacements with their pods, places the rest. With a
+    /// node startup delay, a command with replacements starts instead ([`Self::start_command`]) and finishes when
+    /// they are initialized.
     fn execute(&mut self, commands: &[Command], decided: DateTime<Utc>) -> anyhow::Result<()> {
         for cmd in commands {
+            if self.node_startup > chrono::Duration::zero() && !cmd.replacements.is_empty() {
+                self.start_command(cmd, decided)?;
+                continue;
+            }
             for c in &cmd.candidates {
                 self.remove_node(&c.node);
             }
@@ -818,6 +896,256 @@ impl<'c> World<'c> {
             self.close_event();
         }
         Ok(())
+    }
+
+    /// Starts a command whose replacements take `--node-startup` to initialize, as the controller's disruption
+    /// does: the candidates are tainted `karpenter.sh/disrupted:NoSchedule` and marked for deletion, the
+    /// replacements launched; [`Self::advance_in_flight`] finishes or rolls it back. A replacement with no
+    /// offering to launch rolls it back at once (the controller's failed create).
+    fn start_command(&mut self, cmd: &Command, decided: DateTime<Utc>) -> anyhow::Result<()> {
+        let candidates: Vec<String> = cmd.candidates.iter().map(|c| c.node.clone()).collect();
+        self.mark_disrupted(&candidates, true);
+        let mut launched = Vec::new();
+        let mut failure = None;
+        for plan in &cmd.replacements {
+            match self.launch(plan)? {
+                Some(l) => launched.push(l),
+                None => {
+                    failure =
+                        Some(format!("no offering of NodePool {} fits replacement {}", plan.node_pool, plan.name));
+                    break;
+                }
+            }
+        }
+        self.snapshot.sort();
+        let flight = InFlight {
+            command: cmd.clone(),
+            decided,
+            started: self.now,
+            replacements: launched.iter().map(|l| l.name.clone()).collect(),
+        };
+        if let Some(why) = failure {
+            self.roll_back(flight, &why);
+            return Ok(());
+        }
+        let ready = self.now + self.node_startup;
+        let message = format!(
+            "{:?} command started: {} tainted karpenter.sh/disrupted:NoSchedule; {} launched, initialized at {}: {}",
+            cmd.method,
+            candidates.join(", "),
+            plural(launched.len(), "replacement", "replacements"),
+            format_offset((ready - self.start).to_std().unwrap_or_default()),
+            launched.iter().map(describe_launch).collect::<Vec<_>>().join(", ")
+        );
+        let decided_at = (decided != self.now).then(|| rfc3339(decided));
+        let e = self.event(EventKind::DisruptionStarted, message);
+        e.nodes_launched = launched;
+        e.decided_at = decided_at;
+        e.command = Some(Box::new(cmd.clone()));
+        self.close_event();
+        self.in_flight.push(flight);
+        Ok(())
+    }
+
+    /// Taints (or untaints) the candidates of a command in flight `karpenter.sh/disrupted:NoSchedule` and marks
+    /// (or unmarks) them and their NodeClaims for deletion, as the controller's cluster state does. A node a
+    /// step deleted meanwhile keeps its marks: its termination owns them.
+    fn mark_disrupted(&mut self, nodes: &[String], on: bool) {
+        for name in nodes.iter().filter(|n| !self.deleted_nodes.contains(*n)) {
+            let Some(n) = self.snapshot.nodes.iter_mut().find(|n| &n.name == name) else { continue };
+            n.marked_for_deletion = on;
+            n.taints.retain(|t| t.key != labels::taints::DISRUPTED);
+            if on {
+                n.taints.push(k8s_openapi::api::core::v1::Taint {
+                    key: labels::taints::DISRUPTED.to_owned(),
+                    effect: "NoSchedule".to_owned(),
+                    ..Default::default()
+                });
+            }
+            let claim = n.node_claim.clone();
+            for c in self
+                .snapshot
+                .node_claims
+                .iter_mut()
+                .filter(|c| c.node_name.as_deref() == Some(name.as_str()) || Some(&c.name) == claim.as_ref())
+            {
+                c.marked_for_deletion = on;
+            }
+        }
+    }
+
+    /// The nodes of commands in flight (tainted, waiting for their replacements).
+    fn in_flight_candidates(&self) -> BTreeSet<&str> {
+        self.in_flight.iter().flat_map(|f| f.command.candidates.iter().map(|c| c.node.as_str())).collect()
+    }
+
+    /// Nodes whose startup is over register and initialize: the Node joins the snapshot, its NodeClaim gets
+    /// `Registered` and `Initialized`, and the pods nominated to it that are still pending are bound to it.
+    fn initialize_started(&mut self) -> bool {
+        let now = self.now;
+        let (ready, starting): (Vec<Starting>, Vec<Starting>) =
+            std::mem::take(&mut self.starting).into_iter().partition(|s| s.ready_at <= now);
+        self.starting = starting;
+        let mut names = Vec::new();
+        let mut placed = 0;
+        for s in ready {
+            let name = s.node.name.clone();
+            // Gone while it launched (a delete step, expiry, a rolled-back command): nothing registers.
+            let Some(c) = self.snapshot.node_claims.iter_mut().find(|c| c.name == name && c.in_flight) else {
+                continue;
+            };
+            let at = rfc3339(s.ready_at);
+            c.in_flight = false;
+            c.node_name = Some(name.clone());
+            let claim = Arc::make_mut(&mut c.claim);
+            let claim_labels = claim.metadata.labels.get_or_insert_with(Default::default);
+            claim_labels.insert(labels::NODE_REGISTERED.to_owned(), "true".to_owned());
+            claim_labels.insert(labels::NODE_INITIALIZED.to_owned(), "true".to_owned());
+            let status = claim.status.get_or_insert_with(Default::default);
+            status.node_name = Some(name.clone());
+            status.conditions.push(true_condition("Registered", &at));
+            status.conditions.push(true_condition("Initialized", &at));
+            self.snapshot.nodes.push(s.node);
+            placed += self.bind(&s.nominated, &name);
+            let launched = format_offset((s.launched_at - self.start).to_std().unwrap_or_default());
+            names.push(format!("{name} (launched at {launched})"));
+        }
+        if names.is_empty() {
+            return false;
+        }
+        self.snapshot.sort();
+        let left = self.pending_real_pods();
+        let message = format!(
+            "{} initialized: {}; {} nominated to them bound",
+            plural(names.len(), "node", "nodes"),
+            names.join(", "),
+            plural(placed, "pending pod", "pending pods")
+        );
+        let e = self.event(EventKind::Initialized, message);
+        e.pods_placed = placed;
+        e.unschedulable_pods = left;
+        self.close_event();
+        true
+    }
+
+    /// Commands in flight, as the controller's disruption queue advances them: once every replacement is
+    /// initialized the candidates are removed (drained; the pods nominated to a replacement bind to it); one whose
+    /// replacement is gone, or that waited longer than the controller's replacement timeout (10 min to 1 h by
+    /// the candidates queued, [`DisruptionSettings::replacement_timeout`]), is rolled back.
+    fn advance_in_flight(&mut self) -> anyhow::Result<bool> {
+        if self.in_flight.is_empty() {
+            return Ok(false);
+        }
+        let queued: usize = self.in_flight.iter().map(|f| f.command.candidates.len()).sum();
+        let timeout = chrono_duration(DisruptionSettings::default().replacement_timeout(queued));
+        // Per command: `None` while it waits, `Some(Ok)` when its replacements are ready, `Some(Err)` to roll back.
+        let outcomes: Vec<Option<Result<(), String>>> = self
+            .in_flight
+            .iter()
+            .map(|f| {
+                let mut waiting = false;
+                for r in &f.replacements {
+                    match self.snapshot.node_claims.iter().find(|c| &c.name == r) {
+                        None => return Some(Err(format!("replacement NodeClaim {r} no longer exists"))),
+                        Some(c) if c.marked_for_deletion => {
+                            return Some(Err(format!("replacement NodeClaim {r} is being deleted")));
+                        }
+                        Some(c) if c.in_flight => waiting = true,
+                        Some(_) => {}
+                    }
+                }
+                if !waiting {
+                    Some(Ok(()))
+                } else if self.now - f.started > timeout {
+                    Some(Err(format!("replacements not initialized after {}s", timeout.num_seconds())))
+                } else {
+                    None
+                }
+            })
+            .collect();
+        let mut changed = false;
+        let mut i = 0;
+        for outcome in outcomes {
+            let Some(result) = outcome else {
+                // The controller notices a late replacement at its next poll after the timeout.
+                self.hints.insert(self.in_flight[i].started + timeout + chrono::Duration::seconds(1));
+                i += 1;
+                continue;
+            };
+            let flight = self.in_flight.remove(i);
+            changed = true;
+            match result {
+                Ok(()) => self.finish_command(flight)?,
+                Err(why) => self.roll_back(flight, &why),
+            }
+        }
+        Ok(changed)
+    }
+
+    /// A command whose replacements are initialized: its candidates are removed, the pods nominated to each
+    /// replacement bind to it, the rest are scheduled.
+    fn finish_command(&mut self, flight: InFlight) -> anyhow::Result<()> {
+        let cmd = flight.command;
+        for c in &cmd.candidates {
+            self.remove_node(&c.node);
+        }
+        let mut placed = 0;
+        for (plan, name) in cmd.replacements.iter().zip(&flight.replacements) {
+            placed += self.bind(&plan.pods, name);
+        }
+        self.snapshot.sort();
+        let mut launched = Vec::new();
+        let mut left = self.pending_real_pods();
+        if let Some((p, more, l)) = self.schedule_pending()? {
+            placed += p;
+            launched = more;
+            left = l;
+        }
+        let mut message = format!("{:?}: {}", cmd.method, cmd.explanation);
+        if left > 0 {
+            message.push_str(&format!("; {left} pods still pending"));
+        }
+        let decided_at = (flight.decided != self.now).then(|| rfc3339(flight.decided));
+        let e = self.event(EventKind::Disruption, message);
+        e.nodes_removed = cmd.candidates.iter().map(|c| c.node.clone()).collect();
+        e.nodes_launched = launched;
+        e.pods_placed = placed;
+        e.unschedulable_pods = left;
+        e.decided_at = decided_at;
+        e.launched_at = Some(rfc3339(flight.started));
+        e.initialized_at = Some(e.at.clone());
+        e.command = Some(Box::new(cmd));
+        self.close_event();
+        Ok(())
+    }
+
+    /// Rolls a command back, as the controller does: the candidates are untainted and unmarked, the replacements
+    /// deleted (one still launching at once, an initialized one drained and terminated).
+    fn roll_back(&mut self, flight: InFlight, why: &str) {
+        let candidates: Vec<String> = flight.command.candidates.iter().map(|c| c.node.clone()).collect();
+        self.mark_disrupted(&candidates, false);
+        let mut removed = Vec::new();
+        for r in &flight.replacements {
+            if self.snapshot.nodes.iter().any(|n| &n.name == r) {
+                self.begin_node_deletion(r);
+            } else if self.snapshot.node_claims.iter().any(|c| &c.name == r) {
+                self.snapshot.node_claims.retain(|c| &c.name != r);
+                self.starting.retain(|s| &s.node.name != r);
+                removed.push(r.clone());
+            }
+        }
+        let message = format!(
+            "{:?} command rolled back ({why}): {} untainted; replacements deleted",
+            flight.command.method,
+            candidates.join(", ")
+        );
+        let decided_at = (flight.decided != self.now).then(|| rfc3339(flight.decided));
+        let e = self.event(EventKind::DisruptionFailed, message);
+        e.nodes_removed = removed;
+        e.decided_at = decided_at;
+        e.launched_at = (!flight.replacements.is_empty()).then(|| rfc3339(flight.started));
+        e.command = Some(Box::new(flight.command));
+        self.close_event();
     }
 
     /// One disruption pass at now (and the hints it gives).
@@ -876,6 +1204,9 @@ impl<'c> World<'c> {
         let mut continuing: Option<Method> = None;
         for _ in 0..MAX_ROUNDS_PER_INSTANT {
             // The floor first: an expired node of a pool at its floor is replaced before it goes.
+            // Launches started earlier come up first, then the commands waiting for them move on.
+            let initialized = self.initialize_started();
+            let advanced = self.advance_in_flight()?;
             let floored = self.floor()?;
             let static_launched = self.static_provision()?;
             let expired = self.expire();
@@ -911,7 +1242,7 @@ impl<'c> World<'c> {
             self.learn_hints(&pass);
             // The controller's step after a pass: drift starts at once, the graceful methods wait and re-check.
             match next_step(pass.commands) {
-                NextStep::Idle if expired || provisioned || terminated => continue,
+                NextStep::Idle if expired || provisioned || terminated || initialized || advanced => continue,
                 NextStep::Idle => return Ok(()),
                 NextStep::StartNow(commands) => self.execute(&commands, self.now)?,
                 NextStep::ValidateAfterDelay(command) => {
@@ -932,6 +1263,9 @@ impl<'c> World<'c> {
     /// The next instant after now something may change, before or at `limit`.
     pub fn next_instant(&self) -> Option<DateTime<Utc>> {
         let mut next = self.hints.iter().copied().find(|t| *t > self.now);
+        if let Some(ready) = self.starting.iter().map(|s| s.ready_at).filter(|t| *t > self.now).min() {
+            next = Some(next.map_or(ready, |n| n.min(ready)));
+        }
         if let Some(w) = &self.waiting
             && w.due > self.now
         {
@@ -940,8 +1274,43 @@ impl<'c> World<'c> {
         next
     }
 
-    /// A note when a command is still waiting for validation.
+    /// Commands waiting for their replacements to initialize.
+    pub fn commands_in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Notes when a command is still waiting for validation or for its replacements, or nodes are still starting.
     pub fn finish(&mut self) {
+        for f in &self.in_flight {
+            let candidates: Vec<&str> = f.command.candidates.iter().map(|c| c.node.as_str()).collect();
+            self.notes.push(format!(
+                "a {:?} command started at {} was still waiting for its replacements ({}) to initialize at the end; \
+                 {} stay tainted karpenter.sh/disrupted:NoSchedule",
+                f.command.method,
+                format_offset((f.started - self.start).to_std().unwrap_or_default()),
+                f.replacements.join(", "),
+                candidates.join(", ")
+            ));
+        }
+        let launching: Vec<String> = self
+            .starting
+            .iter()
+            .filter(|s| self.snapshot.node_claims.iter().any(|c| c.name == s.node.name && c.in_flight))
+            .map(|s| {
+                format!(
+                    "{} (initialized at {})",
+                    s.node.name,
+                    format_offset((s.ready_at - self.start).to_std().unwrap_or_default())
+                )
+            })
+            .collect();
+        if !launching.is_empty() {
+            self.notes.push(format!(
+                "{} still starting at the end (in flight, not in the nodes below): {}",
+                plural(launching.len(), "node was", "nodes were"),
+                launching.join(", ")
+            ));
+        }
         if let Some(w) = &self.waiting {
             let commands: Vec<String> =
                 w.commands.iter().map(|c| format!("{:?}: {}", c.method, c.explanation)).collect();
@@ -1485,6 +1854,18 @@ fn new_pod(key: &WorkloadKey, w: &Workload, pod_name: &str) -> Pod {
 /// The numeric suffix of `ns/name-<n>` (0 when none).
 fn ordinal(key: &str) -> u64 {
     key.rsplit_once('-').and_then(|(_, n)| n.parse().ok()).unwrap_or(0)
+}
+
+/// A `True` condition of `type_` that became so at `at`.
+fn true_condition(type_: &str, at: &str) -> karpenter_api::Condition {
+    karpenter_api::Condition {
+        type_: type_.to_owned(),
+        status: karpenter_api::ConditionStatus::True,
+        observed_generation: None,
+        last_transition_time: at.to_owned(),
+        reason: type_.to_owned(),
+        message: String::new(),
+    }
 }
 
 fn plural(n: usize, one: &str, many: &str) -> String {
