@@ -165,6 +165,16 @@ enum Command {
         /// MIN_VALUES_POLICY (the same parser).
         #[arg(long, env = "MIN_VALUES_POLICY", value_name = "POLICY", default_value = "Strict")]
         min_values_policy: karpenter_requirements::MinValuesPolicy,
+        /// Minimum saving of replacements and multi-node moves over simulated time, as the controller's
+        /// CONSOLIDATION_MIN_SAVINGS (the same parser): 5% of the candidates' price or $0.02/h; empty: none.
+        #[arg(long, env = "CONSOLIDATION_MIN_SAVINGS", value_name = "SAVING", default_value = "")]
+        consolidation_min_savings: karpenter_operator::settings::MinSavingsSetting,
+        /// Cheaper instance types single-node spot-to-spot consolidation needs over simulated time, as the
+        /// controller's SPOT_TO_SPOT_MIN_INSTANCE_TYPES (the same parser).
+        #[arg(long, env = "SPOT_TO_SPOT_MIN_INSTANCE_TYPES", value_name = "N",
+              default_value_t = karpenter_disruption::SPOT_TO_SPOT_MIN_TYPES,
+              value_parser = karpenter_operator::settings::parse_spot_to_spot_min_instance_types)]
+        spot_to_spot_min_instance_types: usize,
         /// Boxed: the variant is by far the largest (clippy's large_enum_variant).
         #[command(flatten)]
         cluster: Box<simulate::live::ClusterArgs>,
@@ -336,6 +346,8 @@ fn main() -> ExitCode {
             aws_feature_gates,
             preference_policy,
             min_values_policy,
+            consolidation_min_savings,
+            spot_to_spot_min_instance_types,
             cluster,
         } => {
             paths.extend(filenames);
@@ -364,6 +376,8 @@ fn main() -> ExitCode {
                 aws_feature_gates,
                 preference_policy,
                 min_values_policy,
+                consolidation_min_savings: consolidation_min_savings.0,
+                spot_to_spot_min_instance_types,
             };
             run_simulate(options, &cluster, output)
         }

@@ -63,6 +63,28 @@ fn bad_cluster_limits_stop_the_controller_at_start_up_naming_the_entry() {
     assert!(stderr.contains("entry 1 (\"memory=-8Ti\"): a limit cannot be negative"), "{stderr}");
 }
 
+/// The consolidation settings: a minimum saving without its unit, or a spot-to-spot floor of 0, from a flag or from
+/// the environment as the Helm chart sets them, stop the controller at start-up naming the setting and the value.
+#[test]
+fn bad_consolidation_settings_stop_the_controller_at_start_up() {
+    let (code, _, stderr) = run(&["run", "--provider=kwok", "--consolidation-min-savings=5"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--consolidation-min-savings") && stderr.contains("\"5\" is not a minimum saving"), "{stderr}");
+    for (env, value, needle) in [
+        ("CONSOLIDATION_MIN_SAVINGS", "0.02", "\"0.02\" is not a minimum saving"),
+        ("SPOT_TO_SPOT_MIN_INSTANCE_TYPES", "0", "\"0\" is not a number of instance types"),
+    ] {
+        let Output { status, stderr, .. } = Command::new(env!("CARGO_BIN_EXE_karpenter-controller"))
+            .args(["run", "--provider=kwok"])
+            .env(env, value)
+            .output()
+            .expect("running the binary");
+        let stderr = String::from_utf8_lossy(&stderr);
+        assert_eq!(status.code(), Some(2), "{env}: {stderr}");
+        assert!(stderr.contains(needle), "{env}: {stderr}");
+    }
+}
+
 #[cfg(not(feature = "aws"))]
 #[test]
 fn aws_without_the_feature_fails_clearly() {

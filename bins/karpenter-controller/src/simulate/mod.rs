@@ -91,6 +91,11 @@ pub struct Options {
     /// `MIN_VALUES_POLICY` (`--min-values-policy`): `BestEffort` relaxes minValues in provisioning (disruption's
     /// simulations judge minValues under it too), in both modes.
     pub min_values_policy: karpenter_requirements::MinValuesPolicy,
+    /// `CONSOLIDATION_MIN_SAVINGS` (`--consolidation-min-savings`): the cluster-wide minimum saving of
+    /// replacements and multi-node moves over simulated time.
+    pub consolidation_min_savings: Option<karpenter_disruption::savings::MinSavings>,
+    /// `SPOT_TO_SPOT_MIN_INSTANCE_TYPES` (`--spot-to-spot-min-instance-types`) over simulated time.
+    pub spot_to_spot_min_instance_types: usize,
 }
 
 impl Options {
@@ -258,6 +263,8 @@ pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> 
             feature_gates: options.feature_gates,
             ignore_dra_requests: options.ignore_dra_requests,
             provisioning: options.provisioning(),
+            consolidation_min_savings: options.consolidation_min_savings,
+            spot_to_spot_min_instance_types: options.spot_to_spot_min_instance_types,
         };
         return run_timeline(run, time, snapshot, ready, objects);
     }
@@ -407,6 +414,8 @@ struct Run<'a> {
     ignore_dra_requests: bool,
     /// Provisioning's scheduler options ([`Options::provisioning`]).
     provisioning: SchedulerOptions,
+    consolidation_min_savings: Option<karpenter_disruption::savings::MinSavings>,
+    spot_to_spot_min_instance_types: usize,
 }
 
 /// The default start of simulated time (when neither the timeline nor the input says later).
@@ -477,6 +486,8 @@ fn run_timeline(
     w.node_startup = time.node_startup.map_or(chrono::Duration::zero(), karpenter_api::time::chrono_duration);
     w.options.honor_autoscaler_annotations = run.honor_autoscaler_annotations;
     w.options.spot_to_spot_consolidation = run.feature_gates.spot_to_spot_consolidation;
+    w.options.spot_to_spot_min_instance_types = run.spot_to_spot_min_instance_types;
+    w.options.consolidation_min_savings = run.consolidation_min_savings;
     w.options.pod_deletion_cost_management = run.feature_gates.pod_deletion_cost_management;
     w.options.repair = repair;
     w.options.not_ready_nodes = not_ready_nodes;
