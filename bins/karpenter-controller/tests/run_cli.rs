@@ -69,7 +69,10 @@ fn bad_cluster_limits_stop_the_controller_at_start_up_naming_the_entry() {
 fn bad_consolidation_settings_stop_the_controller_at_start_up() {
     let (code, _, stderr) = run(&["run", "--provider=kwok", "--consolidation-min-savings=5"]);
     assert_eq!(code, 2, "{stderr}");
-    assert!(stderr.contains("--consolidation-min-savings") && stderr.contains("\"5\" is not a minimum saving"), "{stderr}");
+    assert!(
+        stderr.contains("--consolidation-min-savings") && stderr.contains("\"5\" is not a minimum saving"),
+        "{stderr}"
+    );
     for (env, value, needle) in [
         ("CONSOLIDATION_MIN_SAVINGS", "0.02", "\"0.02\" is not a minimum saving"),
         ("SPOT_TO_SPOT_MIN_INSTANCE_TYPES", "0", "\"0\" is not a number of instance types"),
