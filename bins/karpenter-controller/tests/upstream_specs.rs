@@ -1054,6 +1054,9 @@ struct Counts {
     deliberate: usize,
 }
 
+/// What one fixture's run gave: the spec and its verdict, or why it could not be judged.
+type FixtureResult = Result<(Spec, Verdict), String>;
+
 #[test]
 fn upstream_scheduling_specs_hold() {
     let filter = std::env::var("UPSTREAM_SPECS").ok();
@@ -1085,7 +1088,7 @@ fn upstream_scheduling_specs_hold() {
     }
     let next = std::sync::atomic::AtomicUsize::new(0);
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(jobs.len().max(1));
-    let mut results: Vec<(usize, Result<(Spec, Verdict), String>)> = std::thread::scope(|scope| {
+    let mut results: Vec<(usize, FixtureResult)> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads)
             .map(|_| {
                 scope.spawn(|| {

@@ -2183,6 +2183,8 @@ spec:
             aws_feature_gates: Default::default(),
             preference_policy: Default::default(),
             min_values_policy: Default::default(),
+            consolidation_min_savings: None,
+            spot_to_spot_min_instance_types: karpenter_disruption::SPOT_TO_SPOT_MIN_TYPES,
         };
         let outcome = simulate(&options).expect("runs");
         let _ = std::fs::remove_dir_all(&dir);
