@@ -874,28 +874,42 @@ impl<'c> World<'c> {
                     launched.push(l);
                 }
             }
-            self.snapshot.sort();
-            let mut left = self.pending_real_pods();
-            if let Some((p, more, l)) = self.schedule_pending()? {
-                placed += p;
-                launched.extend(more);
-                left = l;
-            }
-            let mut message = format!("{:?}: {}", cmd.method, cmd.explanation);
-            if left > 0 {
-                message.push_str(&format!("; {left} pods still pending"));
-            }
-            let decided_at = (decided != self.now).then(|| rfc3339(decided));
-            let e = self.event(EventKind::Disruption, message);
-            e.nodes_removed = cmd.candidates.iter().map(|c| c.node.clone()).collect();
-            e.nodes_launched = launched;
-            e.pods_placed = placed;
-            e.unschedulable_pods = left;
-            e.decided_at = decided_at;
-            e.command = Some(Box::new(cmd.clone()));
+            self.command_done(cmd, decided, placed, launched)?;
             self.close_event();
         }
         Ok(())
+    }
+
+    /// The end of a command whose candidates are gone and whose replacements hold the pods placed so far: the
+    /// pods still pending are scheduled, and the `Disruption` event is opened with what the command did (the
+    /// caller adds what only it knows, then closes it).
+    fn command_done(
+        &mut self,
+        cmd: &Command,
+        decided: DateTime<Utc>,
+        mut placed: usize,
+        mut launched: Vec<LaunchedNode>,
+    ) -> anyhow::Result<&mut Event> {
+        self.snapshot.sort();
+        let mut left = self.pending_real_pods();
+        if let Some((p, more, l)) = self.schedule_pending()? {
+            placed += p;
+            launched.extend(more);
+            left = l;
+        }
+        let mut message = format!("{:?}: {}", cmd.method, cmd.explanation);
+        if left > 0 {
+            message.push_str(&format!("; {left} pods still pending"));
+        }
+        let decided_at = (decided != self.now).then(|| rfc3339(decided));
+        let e = self.event(EventKind::Disruption, message);
+        e.nodes_removed = cmd.candidates.iter().map(|c| c.node.clone()).collect();
+        e.nodes_launched = launched;
+        e.pods_placed = placed;
+        e.unschedulable_pods = left;
+        e.decided_at = decided_at;
+        e.command = Some(Box::new(cmd.clone()));
+        Ok(e)
     }
 
     /// Starts a command whose replacements take `--node-startup` to initialize, as the controller's disruption
@@ -1093,28 +1107,9 @@ impl<'c> World<'c> {
         for (plan, name) in cmd.replacements.iter().zip(&flight.replacements) {
             placed += self.bind(&plan.pods, name);
         }
-        self.snapshot.sort();
-        let mut launched = Vec::new();
-        let mut left = self.pending_real_pods();
-        if let Some((p, more, l)) = self.schedule_pending()? {
-            placed += p;
-            launched = more;
-            left = l;
-        }
-        let mut message = format!("{:?}: {}", cmd.method, cmd.explanation);
-        if left > 0 {
-            message.push_str(&format!("; {left} pods still pending"));
-        }
-        let decided_at = (flight.decided != self.now).then(|| rfc3339(flight.decided));
-        let e = self.event(EventKind::Disruption, message);
-        e.nodes_removed = cmd.candidates.iter().map(|c| c.node.clone()).collect();
-        e.nodes_launched = launched;
-        e.pods_placed = placed;
-        e.unschedulable_pods = left;
-        e.decided_at = decided_at;
+        let e = self.command_done(&cmd, flight.decided, placed, Vec::new())?;
         e.launched_at = Some(rfc3339(flight.started));
         e.initialized_at = Some(e.at.clone());
-        e.command = Some(Box::new(cmd));
         self.close_event();
         Ok(())
     }
