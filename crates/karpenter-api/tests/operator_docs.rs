@@ -246,7 +246,7 @@ fn rust_sources(dir: &Path) -> Vec<(PathBuf, String)> {
 }
 
 /// Whether `name` is a module (a file or folder of that name) or an item (`fn`, `struct`, `enum`, `trait`, `type`,
-/// `const`, `macro_rules!`) somewhere in these sources.
+/// `const`, `macro_rules!`) or a name they re-export (`pub use`) somewhere in these sources.
 fn names_a_module_or_item(sources: &[(PathBuf, String)], name: &str) -> bool {
     let module = |p: &PathBuf| {
         p.file_stem().is_some_and(|s| s == name) || p.parent().and_then(|d| d.file_name()).is_some_and(|d| d == name)
@@ -257,7 +257,13 @@ fn names_a_module_or_item(sources: &[(PathBuf, String)], name: &str) -> bool {
                 .any(|(at, m)| !text[at + m.len()..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_'))
         })
     };
-    sources.iter().any(|(p, text)| module(p) || item(text))
+    // A crate a library re-exports (`pub use kube;`) is one of its names too.
+    let re_export = |text: &str| {
+        text.lines()
+            .filter(|l| l.trim_start().starts_with("pub use "))
+            .any(|l| l.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).any(|w| w == name))
+    };
+    sources.iter().any(|(p, text)| module(p) || item(text) || re_export(text))
 }
 
 /// docs/architecture.md is a map, so what it names must be there: in each crate's paragraph (`**<package>** ...`),
