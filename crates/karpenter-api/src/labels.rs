@@ -496,8 +496,21 @@ pub mod consolidation_min_savings {
 
 /// Taint keys Karpenter puts on nodes or waits for.
 pub mod taints {
+    use k8s_openapi::api::core::v1::{Node, Taint};
+
     /// Put on a node when a disruption command starts or termination begins.
     pub const DISRUPTED: &str = "karpenter.sh/disrupted";
+
+    /// Whether `taint` is the disruption taint, `karpenter.sh/disrupted:NoSchedule`: key and effect compared, as
+    /// upstream compares taints (its value is not part of it). The one rule every reader of the taint uses.
+    pub fn is_disrupted(taint: &Taint) -> bool {
+        taint.key == DISRUPTED && taint.effect == "NoSchedule"
+    }
+
+    /// Whether a Node carries the disruption taint ([`is_disrupted`]).
+    pub fn node_is_disrupted(node: &Node) -> bool {
+        node.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some_and(|ts| ts.iter().any(is_disrupted))
+    }
     /// Injected into kubelet's registration taints; removed at registration.
     pub const UNREGISTERED: &str = "karpenter.sh/unregistered";
     /// Kubernetes' taint on a node whose `Ready` condition is not `True`.

@@ -95,7 +95,7 @@ pub fn rank(
         if !cluster.claims.contains_key(claim) {
             continue;
         }
-        if n.taints.iter().any(|t| t.key == taints::DISRUPTED) {
+        if n.taints.iter().any(taints::is_disrupted) {
             sorted.push((Group::Disrupted, 0, &n.name, None));
             continue;
         }

@@ -90,12 +90,7 @@ impl Expiration {
             .state
             .list_shared::<k8s_openapi::api::core::v1::Node>()
             .iter()
-            .filter(|n| {
-                n.spec
-                    .as_ref()
-                    .and_then(|s| s.taints.as_ref())
-                    .is_some_and(|t| t.iter().any(|t| t.key == karpenter_api::labels::taints::DISRUPTED))
-            })
+            .filter(|n| karpenter_api::labels::taints::node_is_disrupted(n))
             .map(|n| n.name_any())
             .collect();
         let busy = self.ctx.state.list_shared::<NodeClaim>().iter().find_map(|c| {

@@ -645,12 +645,7 @@ impl ClusterState {
             return (buffer.ready_replicas() > 0).then(|| Trigger::Buffer(buffer.key()));
         }
         if let Some(node) = any.downcast_ref::<Node>() {
-            let disrupted = node
-                .spec
-                .as_ref()
-                .and_then(|s| s.taints.as_ref())
-                .is_some_and(|ts| ts.iter().any(|t| t.key == labels::taints::DISRUPTED));
-            return disrupted.then(|| Trigger::Node(node.name_any()));
+            return labels::taints::node_is_disrupted(node).then(|| Trigger::Node(node.name_any()));
         }
         None
     }

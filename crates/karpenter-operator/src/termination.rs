@@ -197,7 +197,7 @@ fn tainted(node: &Node) -> Option<Node> {
     let mut changed = false;
     let spec = node.spec.get_or_insert_with(Default::default);
     let list = spec.taints.get_or_insert_with(Vec::new);
-    let present = list.iter().any(|t| t.key == taints::DISRUPTED && t.effect == "NoSchedule");
+    let present = list.iter().any(taints::is_disrupted);
     if !present {
         list.retain(|t| t.key != taints::DISRUPTED);
         list.push(Taint { key: taints::DISRUPTED.into(), effect: "NoSchedule".into(), value: None, time_added: None });

@@ -388,12 +388,7 @@ fn fill_missing(base: &mut ResourceList, fallback: &ResourceList) {
 /// share the rule): it has a deletion timestamp or carries the `karpenter.sh/disrupted` taint (a disruption
 /// command is taking it away). A node whose NodeClaim has a deletion timestamp is being deleted too.
 pub fn is_deleting_node(node: &Node) -> bool {
-    node.metadata.deletion_timestamp.is_some()
-        || node
-            .spec
-            .as_ref()
-            .and_then(|s| s.taints.as_ref())
-            .is_some_and(|ts| ts.iter().any(|t| t.key == labels::taints::DISRUPTED))
+    node.metadata.deletion_timestamp.is_some() || labels::taints::node_is_disrupted(node)
 }
 
 /// Fills a [`ClusterSnapshot`] from typed objects, one call per object, with the same rules as

@@ -1407,7 +1407,7 @@ impl<'c> World<'c> {
         let mut claim_name = None;
         if let Some(n) = self.snapshot.nodes.iter_mut().find(|n| n.name == node) {
             n.marked_for_deletion = true;
-            if !n.taints.iter().any(|t| t.key == labels::taints::DISRUPTED) {
+            if !n.taints.iter().any(labels::taints::is_disrupted) {
                 n.taints.push(k8s_openapi::api::core::v1::Taint {
                     key: labels::taints::DISRUPTED.to_owned(),
                     effect: "NoSchedule".to_owned(),

@@ -371,10 +371,6 @@ fn reason_label(c: &Command) -> String {
     c.reason.as_str().to_lowercase()
 }
 
-fn has_disrupted_taint(node: &Node) -> bool {
-    node.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some_and(|ts| ts.iter().any(|t| t.key == taints::DISRUPTED))
-}
-
 /// A reboot drain bound: a Go duration, or a bare `0` (forceful).
 fn parse_grace(text: &str) -> Option<Duration> {
     if text.trim() == "0" {
@@ -824,7 +820,9 @@ impl Disruption {
         };
         for node in self.ctx.state.list_shared::<Node>() {
             let name = node.name_any();
-            if busy.contains(name.as_str()) || node.metadata.deletion_timestamp.is_some() || !has_disrupted_taint(&node)
+            if busy.contains(name.as_str())
+                || node.metadata.deletion_timestamp.is_some()
+                || !taints::node_is_disrupted(&node)
             {
                 continue;
             }
@@ -857,7 +855,7 @@ impl Disruption {
     async fn taint(&self, node: &str) -> Result<(), kube::Error> {
         let current = self.nodes().get(node).await?;
         let mut list: Vec<CoreTaint> = current.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
-        if list.iter().any(|t| t.key == taints::DISRUPTED && t.effect == "NoSchedule") {
+        if list.iter().any(taints::is_disrupted) {
             return Ok(());
         }
         list.retain(|t| t.key != taints::DISRUPTED);
