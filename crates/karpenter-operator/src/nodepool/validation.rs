@@ -15,7 +15,8 @@
 
 use std::sync::Arc;
 
-use karpenter_api::condition::{ConditionStatus, remove_condition};
+use chrono::{DateTime, Utc};
+use karpenter_api::condition::{Condition, ConditionStatus, remove_condition};
 use karpenter_api::labels::{consolidation_min_savings, disruption_topology};
 use karpenter_api::nodeclaim::conditions as cond;
 use karpenter_api::{NodePool, Validate, ValidationContext};
@@ -76,54 +77,31 @@ impl Validation {
         let mut conditions = pool.conditions().to_vec();
         set_pool_condition(&mut conditions, cond::VALIDATION_SUCCEEDED, status, reason, &message, now, generation);
         recompute_ready(&mut conditions, now, generation);
-        let invalid_topology_key = match disruption_topology::of(pool) {
-            Ok(None) => {
-                remove_condition(&mut conditions, disruption_topology::CONDITION);
-                None
-            }
-            Ok(Some(key)) => {
-                let message = format!("voluntary disruption proceeds one {key} domain at a time");
-                let (c, t) = (disruption_topology::CONDITION, ConditionStatus::True);
-                set_pool_condition(&mut conditions, c, t, c, &message, now, generation);
-                None
-            }
-            Err(e) => {
-                let message = format!("{e}; voluntary disruption of the NodePool is held until it is fixed");
-                let (c, f) = (disruption_topology::CONDITION, ConditionStatus::False);
-                set_pool_condition(
-                    &mut conditions,
-                    c,
-                    f,
-                    disruption_topology::INVALID_REASON,
-                    &message,
-                    now,
-                    generation,
-                );
-                Some(message)
-            }
-        };
-        let invalid_min_savings = match consolidation_min_savings::of(pool) {
-            Ok(None) => {
-                remove_condition(&mut conditions, consolidation_min_savings::CONDITION);
-                None
-            }
-            Ok(Some(threshold)) => {
-                let message = format!("replacements and multi-node moves must save at least {threshold}");
-                let (c, t) = (consolidation_min_savings::CONDITION, ConditionStatus::True);
-                set_pool_condition(&mut conditions, c, t, c, &message, now, generation);
-                None
-            }
-            Err(e) => {
-                let message = format!(
+        let topology = disruption_topology::of(pool)
+            .map(|key| key.map(|key| format!("voluntary disruption proceeds one {key} domain at a time")))
+            .map_err(|e| format!("{e}; voluntary disruption of the NodePool is held until it is fixed"));
+        let invalid_topology_key = annotation_condition(
+            &mut conditions,
+            (disruption_topology::CONDITION, disruption_topology::INVALID_REASON),
+            topology,
+            now,
+            generation,
+        );
+        let min_savings = consolidation_min_savings::of(pool)
+            .map(|t| t.map(|t| format!("replacements and multi-node moves must save at least {t}")))
+            .map_err(|e| {
+                format!(
                     "annotation {}: {e}; the NodePool's replacements and multi-node moves are held until it is fixed",
                     consolidation_min_savings::ANNOTATION
-                );
-                let (c, f) = (consolidation_min_savings::CONDITION, ConditionStatus::False);
-                let reason = consolidation_min_savings::INVALID_REASON;
-                set_pool_condition(&mut conditions, c, f, reason, &message, now, generation);
-                Some(message)
-            }
-        };
+                )
+            });
+        let invalid_min_savings = annotation_condition(
+            &mut conditions,
+            (consolidation_min_savings::CONDITION, consolidation_min_savings::INVALID_REASON),
+            min_savings,
+            now,
+            generation,
+        );
         if write_pool_conditions(&api, pool, conditions).await?.is_some() && status == ConditionStatus::False {
             tracing::error!(controller = CONTROLLER, NodePool = %name, error = %message, "nodepool failed validation");
         }
@@ -164,5 +142,39 @@ impl Validation {
 impl crate::kube_util::ErrorPolicyContext for Validation {
     fn controller_name(&self) -> &'static str {
         CONTROLLER
+    }
+}
+
+/// The condition a NodePool annotation of ours sets: removed when the annotation is absent, `True` with what it
+/// does when it parses (`Ok(Some(message))`, reason = the condition's type), `False` with `invalid_reason` when it
+/// does not (`Err(message)`, returned so the caller can warn and publish an event).
+fn annotation_condition(
+    conditions: &mut Vec<Condition>,
+    (condition, invalid_reason): (&str, &str),
+    parsed: Result<Option<String>, String>,
+    now: DateTime<Utc>,
+    generation: Option<i64>,
+) -> Option<String> {
+    match parsed {
+        Ok(None) => {
+            remove_condition(conditions, condition);
+            None
+        }
+        Ok(Some(message)) => {
+            set_pool_condition(conditions, condition, ConditionStatus::True, condition, &message, now, generation);
+            None
+        }
+        Err(message) => {
+            set_pool_condition(
+                conditions,
+                condition,
+                ConditionStatus::False,
+                invalid_reason,
+                &message,
+                now,
+                generation,
+            );
+            Some(message)
+        }
     }
 }
