@@ -117,7 +117,7 @@ async fn real_plane_scenarios() {
         .filter(|s| !s.trim().is_empty())
         .map(|s| s.split(',').map(|x| x.trim().to_string()).collect());
     let env = Env::new(plane).await;
-    eprintln!("real plane: set up in {:.1}s", started.elapsed().as_secs_f64());
+    progress(format_args!("real plane: set up in {:.1}s", started.elapsed().as_secs_f64()));
     for (name, scenario) in SCENARIOS {
         if selected.as_ref().is_some_and(|s| !s.contains(*name)) {
             continue;
@@ -125,11 +125,18 @@ async fn real_plane_scenarios() {
         let t = Stopwatch::start();
         scenario(&env).await;
         env.cleanup(name).await;
-        eprintln!("real plane: {name} passed in {:.1}s", t.elapsed().as_secs_f64());
+        progress(format_args!("real plane: {name} passed in {:.1}s", t.elapsed().as_secs_f64()));
     }
     env.stop_main().await;
     drop(env);
-    eprintln!("real plane: all scenarios in {:.1}s", started.elapsed().as_secs_f64());
+    progress(format_args!("real plane: all scenarios in {:.1}s", started.elapsed().as_secs_f64()));
+}
+
+/// One line of timing straight to the process's stderr: libtest captures `eprintln!` of a passing test, and CI's
+/// log should show where the suite's minutes go without `--nocapture`.
+fn progress(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 // ------------------------------------------------------------------------------------------------ harness
