@@ -208,13 +208,11 @@ pub struct ClusterSnapshot {
     pub dra: DraObjects,
 }
 
+/// (namespace, name) of a namespaced object: a manifest without a namespace lands in `default`, as
+/// `kubectl apply` puts it. One rule for pods, workloads, Services and DaemonSets, so a hand-written pod without
+/// a namespace counts for its ReplicaSet in `default` (and is not invented a second time), and a Service or
+/// controller written without one selects `default`'s pods.
 fn meta_key(m: &ObjectMeta) -> (String, String) {
-    (m.namespace.clone().unwrap_or_default(), m.name.clone().unwrap_or_default())
-}
-
-/// (namespace, name) of a namespaced workload: a manifest without a namespace lands in `default`, as
-/// `kubectl apply` puts it, so the pods it expands into are `default/<name>-N` like a bare Pod's.
-fn workload_key(m: &ObjectMeta) -> (String, String) {
     (m.namespace.clone().unwrap_or_else(|| "default".to_owned()), m.name.clone().unwrap_or_default())
 }
 
@@ -646,7 +644,7 @@ impl ClusterSnapshot {
                     builder.controller("ReplicationController", &rc.metadata, selector);
                 }
                 Object::Deployment(d) => {
-                    let (namespace, name) = workload_key(&d.metadata);
+                    let (namespace, name) = meta_key(&d.metadata);
                     let spec = d.spec.clone().unwrap_or_default();
                     builder.controller("Deployment", &d.metadata, spec.selector.clone());
                     workloads.push(Workload {
@@ -661,7 +659,7 @@ impl ClusterSnapshot {
                     });
                 }
                 Object::ReplicaSet(r) => {
-                    let (namespace, name) = workload_key(&r.metadata);
+                    let (namespace, name) = meta_key(&r.metadata);
                     let spec = r.spec.clone().unwrap_or_default();
                     builder.controller("ReplicaSet", &r.metadata, spec.selector.clone());
                     replica_sets.push((
@@ -679,7 +677,7 @@ impl ClusterSnapshot {
                     ));
                 }
                 Object::StatefulSet(s) => {
-                    let (namespace, name) = workload_key(&s.metadata);
+                    let (namespace, name) = meta_key(&s.metadata);
                     let spec = s.spec.clone().unwrap_or_default();
                     builder.controller("StatefulSet", &s.metadata, spec.selector.clone());
                     workloads.push(Workload {
@@ -694,7 +692,7 @@ impl ClusterSnapshot {
                     });
                 }
                 Object::Job(j) => {
-                    let (namespace, name) = workload_key(&j.metadata);
+                    let (namespace, name) = meta_key(&j.metadata);
                     let spec = j.spec.clone().unwrap_or_default();
                     workloads.push(Workload {
                         kind: "Job",
@@ -806,7 +804,6 @@ impl ClusterSnapshot {
     pub fn daemon_set_pod_spec(&self, ds: &DaemonSet) -> Option<PodSpec> {
         let template = ds.spec.as_ref()?.template.spec.as_ref()?;
         let (namespace, name) = meta_key(&ds.metadata);
-        let namespace = if namespace.is_empty() { "default".to_owned() } else { namespace };
         let uid = ds.metadata.uid.as_deref().unwrap_or_default();
         // Pods whose owner reference names this DaemonSet: by uid when both sides have one (a pod of an earlier
         // DaemonSet of the same name is not this one's), by name otherwise.
@@ -920,6 +917,43 @@ status: {phase: Succeeded}
     fn a_workload_without_a_namespace_expands_into_the_default_namespace() {
         let s = snap(&DEPLOY.replace("{name: web, namespace: shop}", "{name: web}"));
         assert_eq!(names(&s.pending_pods), ["default/web-0", "default/web-1", "default/web-2"]);
+    }
+
+    #[test]
+    fn objects_without_a_namespace_meet_in_default() {
+        // Hand-written input: the ReplicaSet, its bound pod and the Service name no namespace. The pod accounts
+        // for one of the two replicas (one more is invented, under a name the pod does not hold), and the
+        // ReplicaSet's and the Service's selectors are `default`'s, where the pods are.
+        let s = snap(
+            r#"
+apiVersion: apps/v1
+kind: ReplicaSet
+metadata: {name: web}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: c, image: x}]}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: web-0
+  labels: {app: web}
+  ownerReferences: [{apiVersion: apps/v1, kind: ReplicaSet, name: web, uid: u1, controller: true}]
+spec: {nodeName: n1, containers: [{name: c, image: x}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec: {selector: {app: web}}
+"#,
+        );
+        assert_eq!(names(&s.bound_pods), ["default/web-0"]);
+        assert_eq!(names(&s.pending_pods), ["default/web-1"], "one replica is missing, and web-0 is taken");
+        assert_eq!(s.controllers.iter().map(|c| c.namespace.as_str()).collect::<Vec<_>>(), ["default"]);
+        assert_eq!(s.services.iter().map(|c| c.namespace.as_str()).collect::<Vec<_>>(), ["default"]);
     }
 
     #[test]
