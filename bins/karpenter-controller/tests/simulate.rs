@@ -579,6 +579,89 @@ fn consolidation_timeline_table_snapshot_and_json() {
     assert_eq!(doc["verdicts"].as_array().map(Vec::len), Some(nodes.len()));
 }
 
+/// The churn figures of a timeline summary, read back from its events: pods moved by the executed commands,
+/// and the cluster's $/h weighted by how long each price lasted, from the start (the price before any event) to
+/// the end (`length` seconds from the start).
+fn churn_from_events(doc: &Value, length: u64) -> (u64, f64) {
+    let events = doc["events"].as_array().expect("events");
+    let moved = events_of(doc, "Disruption")
+        .iter()
+        .map(|e| e["command"]["displacedPods"].as_array().map_or(0, Vec::len) as u64)
+        .sum();
+    let mut price = doc["summary"]["before"]["pricePerHour"].as_f64().expect("before");
+    let (mut weighted, mut since) = (0.0, 0);
+    for e in events {
+        let at = e["offsetSeconds"].as_u64().expect("offset");
+        weighted += price * (at - since) as f64;
+        (since, price) = (at, e["pricePerHourAfter"].as_f64().expect("price"));
+    }
+    (moved, (weighted + price * (length - since) as f64) / length as f64)
+}
+
+#[test]
+fn the_summary_counts_the_pods_moved_and_averages_the_price_over_the_run() {
+    let doc = simulate_json(&[CONSOLIDATION, "--timeline", CONSOLIDATION_TIMELINE, "--for", "24h"]);
+    let s = &doc["summary"];
+    let (moved, average) = churn_from_events(&doc, 24 * 3600);
+    assert!(moved > 0, "the example's commands move pods: {s}");
+    assert_eq!(s["podsMoved"], moved, "{s}");
+    let reported = s["averagePricePerHour"].as_f64().expect("averagePricePerHour");
+    assert!((reported - average).abs() < 1e-5, "{reported} vs {average} read from the events");
+    // An average of the prices the cluster went through, strictly between the cheapest and the dearest (the
+    // price changed during the run).
+    let prices: Vec<f64> = std::iter::once(&s["before"]["pricePerHour"])
+        .chain(doc["events"].as_array().expect("events").iter().map(|e| &e["pricePerHourAfter"]))
+        .map(|p| p.as_f64().expect("price"))
+        .collect();
+    let (low, high) = prices.iter().fold((f64::MAX, 0.0f64), |(l, h), p| (l.min(*p), h.max(*p)));
+    assert!(low < reported && reported < high, "{reported} not within ({low}, {high})");
+    assert!(s.get("baseline").is_none(), "no threshold flag, no comparison: {s}");
+    let table = simulate_ok(&[CONSOLIDATION, "--timeline", CONSOLIDATION_TIMELINE, "--for", "24h"]);
+    let line = format!(
+        "Churn over 24h: {} disruption commands moved {moved} pods; ${reported:.4}/h on average.",
+        s["commands"]
+    );
+    assert!(table.contains(&line), "{line}\n{table}");
+    assert!(!table.contains("Without --"), "{table}");
+}
+
+#[test]
+fn a_threshold_run_is_compared_with_the_same_run_without_it() {
+    let plain = simulate_json(&[CONSOLIDATION, "--timeline", CONSOLIDATION_TIMELINE, "--for", "24h"]);
+    // The example's consolidation replaces a 16-CPU node by an 8-CPU one: it saves 50 %, below 60 %.
+    let args =
+        [CONSOLIDATION, "--timeline", CONSOLIDATION_TIMELINE, "--for", "24h", "--consolidation-min-savings", "60%"];
+    let held = simulate_json(&args);
+    let (p, h) = (&plain["summary"], &held["summary"]);
+    let baseline = &h["baseline"];
+    assert_eq!(baseline["without"], serde_json::json!(["--consolidation-min-savings 60%"]), "{h}");
+    // The comparison is the run without the flag, figure for figure.
+    assert_eq!(baseline["commands"], p["commands"], "{h}\n{p}");
+    assert_eq!(baseline["podsMoved"], p["podsMoved"], "{h}\n{p}");
+    assert_eq!(baseline["averagePricePerHour"], p["averagePricePerHour"], "{h}\n{p}");
+    // The threshold holds the replacement: fewer commands, fewer pods moved, and the 16-CPU node kept costs more.
+    let n = |v: &Value| v.as_u64().expect("count");
+    let f = |v: &Value| v.as_f64().expect("price");
+    assert!(n(&h["commands"]) < n(&p["commands"]), "{h}\n{p}");
+    assert!(n(&h["podsMoved"]) < n(&p["podsMoved"]), "{h}\n{p}");
+    assert!(f(&h["averagePricePerHour"]) > f(&p["averagePricePerHour"]), "{h}\n{p}");
+    let held_events = events_of(&held, "Disruption");
+    assert!(held_events.iter().all(|e| e["command"]["method"] != "SingleNodeConsolidation"), "{held_events:?}");
+    let table = simulate_ok(&args);
+    let line = format!(
+        "Without --consolidation-min-savings 60%: {} disruption commands moved {} pods; ${:.4}/h on average",
+        p["commands"],
+        p["podsMoved"],
+        f(&p["averagePricePerHour"])
+    );
+    assert!(table.contains(&line), "{line}\n{table}");
+    // A non-default spot-to-spot floor is compared too; the default is no threshold.
+    let doc = simulate_json(&[CONSOLIDATION, "--scale", "inflate=2", "--spot-to-spot-min-instance-types", "3"]);
+    assert_eq!(doc["summary"]["baseline"]["without"], serde_json::json!(["--spot-to-spot-min-instance-types 3"]));
+    let doc = simulate_json(&[CONSOLIDATION, "--scale", "inflate=2", "--spot-to-spot-min-instance-types", "15"]);
+    assert!(doc["summary"].get("baseline").is_none(), "{}", doc["summary"]);
+}
+
 #[test]
 fn scale_flag_runs_the_common_case() {
     let table = simulate_ok(&[CONSOLIDATION, "--scale", "inflate=2", "--for", "2h"]);

@@ -266,7 +266,24 @@ pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> 
             consolidation_min_savings: options.consolidation_min_savings,
             spot_to_spot_min_instance_types: options.spot_to_spot_min_instance_types,
         };
-        return run_timeline(run, time, snapshot, ready, objects);
+        let without = threshold_flags(options);
+        if without.is_empty() {
+            return run_timeline(run, time, snapshot, ready, objects);
+        }
+        // The same run without the threshold flags, so the report shows the churn they save. Pools' own
+        // annotations stay: they are part of the input.
+        let baseline_run = Run {
+            consolidation_min_savings: None,
+            spot_to_spot_min_instance_types: karpenter_disruption::SPOT_TO_SPOT_MIN_TYPES,
+            notes: Vec::new(),
+            ..run.clone()
+        };
+        let outcome = run_timeline(run, time, snapshot.clone(), ready.clone(), objects.clone())?;
+        let Outcome::Timeline(mut report) = outcome else { return Ok(outcome) };
+        if let Outcome::Timeline(baseline) = run_timeline(baseline_run, time, snapshot, ready, objects)? {
+            report.summary.baseline = Some(baseline.summary.as_baseline(without));
+        }
+        return Ok(Outcome::Timeline(report));
     }
     // The provisioner's NodePools: dynamic, Ready, not being deleted (the controller's rule).
     let pools: Vec<PoolInput<'_>> = ready
@@ -398,7 +415,21 @@ fn provider_of(objects: &[Loaded]) -> ProviderLabels {
     if aws { ProviderLabels::aws() } else { ProviderLabels::kwok() }
 }
 
+/// The decision flags a run over simulated time is compared without (`summary.baseline`), as given: a minimum
+/// saving, and a spot-to-spot floor other than upstream's.
+fn threshold_flags(options: &Options) -> Vec<String> {
+    let mut flags = Vec::new();
+    if let Some(min) = options.consolidation_min_savings {
+        flags.push(format!("--consolidation-min-savings {min}"));
+    }
+    if options.spot_to_spot_min_instance_types != karpenter_disruption::SPOT_TO_SPOT_MIN_TYPES {
+        flags.push(format!("--spot-to-spot-min-instance-types {}", options.spot_to_spot_min_instance_types));
+    }
+    flags
+}
+
 /// What a run over simulated time reports besides its events.
+#[derive(Clone)]
 struct Run<'a> {
     inputs: Vec<String>,
     bundled: bool,
@@ -591,6 +622,7 @@ fn run_timeline(
                 summary.commands += 1;
                 if let Some(c) = &e.command {
                     *summary.commands_by_method.entry(format!("{:?}", c.method)).or_default() += 1;
+                    summary.pods_moved += c.displaced_pods.len();
                 }
             }
             EventKind::ValidationFailed => summary.validation_failures += 1,
@@ -599,6 +631,8 @@ fn run_timeline(
         }
     }
     summary.commands_in_flight = w.commands_in_flight();
+    summary.average_price_per_hour =
+        timeline_report::average_price_per_hour(summary.before.price_per_hour, &w.events, length.as_secs());
     let mut notes = run.notes;
     notes.append(&mut w.notes);
     let report = TimelineReport {
@@ -613,8 +647,8 @@ fn run_timeline(
             instance_types: w.catalogue().len(),
         },
         notes,
-        start: start.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-        end: end.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        start: karpenter_api::time::rfc3339(start),
+        end: karpenter_api::time::rfc3339(end),
         duration: format_offset(length),
         summary,
         events: std::mem::take(&mut w.events),

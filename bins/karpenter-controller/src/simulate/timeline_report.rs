@@ -99,6 +99,59 @@ pub struct TimelineSummary {
     pub nodes_launched: usize,
     /// Nodes removed during the run (disruption, expiration, deleted by steps).
     pub nodes_removed: usize,
+    /// Pods the executed disruption commands moved (their displaced pods, summed): the churn a threshold saves.
+    pub pods_moved: usize,
+    /// The cluster's $/h averaged over the run, each price weighted by how long it lasted (rounded to 10⁻⁶).
+    pub average_price_per_hour: f64,
+    /// With `--consolidation-min-savings` or a non-default `--spot-to-spot-min-instance-types`: the same run
+    /// without those flags, for comparison; omitted otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<Baseline>,
+}
+
+/// The churn of the same run without the decision flags given (`summary.baseline`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Baseline {
+    /// The flags left out, as given (`--consolidation-min-savings 10%`).
+    pub without: Vec<String>,
+    /// Disruption commands executed.
+    pub commands: usize,
+    /// Pods they moved.
+    pub pods_moved: usize,
+    /// The time-weighted average $/h.
+    pub average_price_per_hour: f64,
+}
+
+impl TimelineSummary {
+    /// This run's churn as a [`Baseline`] for another run's report.
+    pub fn as_baseline(&self, without: Vec<String>) -> Baseline {
+        Baseline {
+            without,
+            commands: self.commands,
+            pods_moved: self.pods_moved,
+            average_price_per_hour: self.average_price_per_hour,
+        }
+    }
+}
+
+/// The cluster's $/h averaged over `[0, length_seconds]`: `initial` until the first event, then each event's
+/// price after it until the next (events in time order, offsets past the end cut off). A run of no length
+/// averages to the last price.
+pub fn average_price_per_hour(initial: f64, events: &[Event], length_seconds: u64) -> f64 {
+    let mut price = initial;
+    if length_seconds == 0 {
+        return events.last().map_or(price, |e| e.price_per_hour_after);
+    }
+    let (mut weighted, mut since) = (0.0, 0u64);
+    for e in events {
+        let at = e.offset_seconds.min(length_seconds);
+        weighted += price * (at - since.min(at)) as f64;
+        since = since.max(at);
+        price = e.price_per_hour_after;
+    }
+    weighted += price * (length_seconds - since) as f64;
+    super::world::round(weighted / length_seconds as f64)
 }
 
 /// What kind of event.
@@ -354,7 +407,32 @@ pub fn render(r: &TimelineReport) -> String {
         price(s.before.price_per_hour),
         price(s.after.price_per_hour),
     );
+    let _ = writeln!(
+        out,
+        "Churn over {}: {}; ${}/h on average.",
+        r.duration,
+        moved(s.commands, s.pods_moved),
+        price(s.average_price_per_hour)
+    );
+    if let Some(b) = &s.baseline {
+        let _ = writeln!(
+            out,
+            "Without {}: {}; ${}/h on average (the same run, for comparison).",
+            b.without.join(" "),
+            moved(b.commands, b.pods_moved),
+            price(b.average_price_per_hour)
+        );
+    }
     out
+}
+
+/// `3 disruption commands moved 8 pods`.
+fn moved(commands: usize, pods: usize) -> String {
+    format!(
+        "{commands} disruption {} moved {pods} {}",
+        if commands == 1 { "command" } else { "commands" },
+        if pods == 1 { "pod" } else { "pods" }
+    )
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -379,4 +457,43 @@ fn state(s: &ClusterState) -> String {
 
 fn text(v: &Option<String>) -> String {
     v.clone().unwrap_or_else(|| "-".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(offset_seconds: u64, price_per_hour_after: f64) -> Event {
+        Event {
+            at: String::new(),
+            offset: String::new(),
+            offset_seconds,
+            kind: EventKind::Step,
+            message: String::new(),
+            nodes_removed: Vec::new(),
+            nodes_launched: Vec::new(),
+            pods_placed: 0,
+            unschedulable_pods: 0,
+            price_per_hour_after,
+            price_per_hour_after_estimated: false,
+            decided_at: None,
+            launched_at: None,
+            initialized_at: None,
+            command: None,
+        }
+    }
+
+    #[test]
+    fn the_average_weighs_each_price_by_how_long_it_lasted() {
+        // $1/h for the first hour, $3/h for the second, $2/h for the last two: (1 + 3 + 2 + 2) / 4.
+        let events = [event(0, 1.0), event(3600, 3.0), event(7200, 2.0)];
+        assert_eq!(average_price_per_hour(9.0, &events, 4 * 3600), 2.0);
+        // The price before the first event holds until it; events at the same instant weigh nothing.
+        let events = [event(1800, 4.0), event(1800, 2.0)];
+        assert_eq!(average_price_per_hour(1.0, &events, 3600), 1.5);
+        // Events past the end are cut off; a run of no length is its last price; no event keeps the initial one.
+        assert_eq!(average_price_per_hour(1.0, &[event(7200, 5.0)], 3600), 1.0);
+        assert_eq!(average_price_per_hour(1.0, &[event(0, 5.0)], 0), 5.0);
+        assert_eq!(average_price_per_hour(0.5, &[], 3600), 0.5);
+    }
 }
