@@ -28,7 +28,8 @@ use serde::{Deserialize, Serialize};
 /// The `apiVersion` of [`Pass`].
 pub const API_VERSION: &str = "karpenter-rs.disruption/v1";
 
-/// Disruption methods, in the order the controller tries them.
+/// Disruption methods, declared in the order a pass tries them ([`Method::ORDER`]). Each is implemented in a module
+/// of its own (`src/methods/`), which also answers the questions below.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Method {
     /// Replace (or reboot) nodes whose conditions match a provider's repair policy (node repair, feature gate
@@ -47,7 +48,9 @@ pub enum Method {
 }
 
 impl Method {
-    /// All methods in upstream's order.
+    /// All methods in the order a pass tries them: upstream's (`NewMethods`), node repair first. The only place the
+    /// methods are sequenced: [`crate::evaluate`] walks it, and a failed validation hands over to the methods after
+    /// the command's ([`crate::validation::continue_after`]).
     pub const ORDER: [Method; 6] = [
         Method::Repair,
         Method::Emptiness,
@@ -59,18 +62,19 @@ impl Method {
 
     /// The budget reason the method consumes.
     pub fn reason(self) -> DisruptionReason {
-        match self {
-            Method::Repair => DisruptionReason::Unhealthy,
-            Method::Emptiness => DisruptionReason::Empty,
-            Method::StaticDrift | Method::Drift => DisruptionReason::Drifted,
-            Method::MultiNodeConsolidation | Method::SingleNodeConsolidation => DisruptionReason::Underutilized,
-        }
+        crate::methods::of(self).reason()
     }
 
     /// `graceful` (pod blocks always apply) or `eventual` (pod blocks are relaxed with terminationGracePeriod).
     /// Repair is neither: pod blocks never keep a broken node, its drain is bounded by the repair policy.
     pub fn is_graceful(self) -> bool {
-        !matches!(self, Method::StaticDrift | Method::Drift | Method::Repair)
+        crate::methods::of(self).is_graceful()
+    }
+
+    /// Upstream's `consolidation_type` metric label: `empty`, `multi`, `single`, or `""` for a method that does not
+    /// consolidate (drift, static drift, repair).
+    pub fn consolidation_type(self) -> &'static str {
+        crate::methods::of(self).consolidation_type()
     }
 }
 

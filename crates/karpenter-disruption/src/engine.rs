@@ -1,5 +1,6 @@
-//! The disruption methods over prepared per-pass state: candidates, budgets and one
-//! [`Simulator`] reused by every simulation.
+//! A pass's prepared state (candidates' indexes, budgets, and one [`Simulator`] reused by every simulation) and the
+//! computations the methods (`crate::methods`) and validation share: simulating a removal, consolidating a set of
+//! candidates, pricing a replacement, Balanced approval, minimum savings and floors.
 
 use std::cell::OnceCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -434,84 +435,6 @@ impl<'a> Engine<'a> {
         let detail =
             self.budgets.get(c.pool_name, reason).map_or_else(|| "unknown pool".to_owned(), |a| a.limiting.clone());
         Some(Reason::BudgetExhausted { node_pool: c.pool_name.to_owned(), reason, detail })
-    }
-
-    /// Single-node consolidation of one candidate, budget not included.
-    pub fn single(&self, c: &Candidate<'a>) -> Result<Command, Reason> {
-        if c.pool.node_pool.spec.disruption.consolidation_policy == ConsolidationPolicy::Balanced {
-            // Best case: a pure delete saving the whole price.
-            self.balanced(&[c], c.price)?;
-        }
-        let m = self.consolidate(&[c], Method::SingleNodeConsolidation)?;
-        self.balanced(&[c], m.command.savings_per_hour)?;
-        if m.command.decision == Decision::Replace && m.command.savings_per_hour <= 0.0 {
-            return Err(Reason::NoCheaperOption { price: c.price });
-        }
-        // A single node's delete is never held by the minimum saving (see `savings`); its replacement is.
-        if m.command.decision == Decision::Replace {
-            self.pays_for_itself(&[c], &m.command)?;
-        }
-        Ok(m.command)
-    }
-
-    /// Multi-node consolidation: binary search over the prefix length; `may_simulate` is asked before
-    /// each attempt, and the best command found so far stands when it says no.
-    pub fn multi(&self, eligible: &[&Candidate<'a>], max: usize, may_simulate: impl Fn() -> bool) -> Option<Command> {
-        let mut remaining = Remaining::new(&self.budgets, Method::MultiNodeConsolidation.reason());
-        // The best-ranked candidate of a keyed pool chooses its domain; the pool's others must share it.
-        let mut topology = self.topology.clone();
-        let mut list: Vec<&Candidate<'a>> = Vec::new();
-        for c in eligible {
-            if topology.block(c).is_none() && remaining.take(c.pool_name) {
-                topology.take(c);
-                list.push(c);
-            }
-            if list.len() >= max {
-                break;
-            }
-        }
-        if list.len() < 2 {
-            return None;
-        }
-        let (mut lo, mut hi) = (1usize, list.len() - 1);
-        let mut best = None;
-        while lo <= hi {
-            if !may_simulate() {
-                break;
-            }
-            let mid = (lo + hi) / 2;
-            let prefix = list.get(..=mid)?;
-            match self.try_multi(prefix) {
-                Some(cmd) => {
-                    best = Some(cmd);
-                    lo = mid + 1;
-                }
-                None => {
-                    if mid == 0 {
-                        break;
-                    }
-                    hi = mid - 1;
-                }
-            }
-        }
-        best
-    }
-
-    /// One multi-node attempt: valid when a delete, or a replace that still has types after
-    /// `filterOutSameInstanceType`, and approved by every Balanced pool.
-    pub fn try_multi(&self, prefix: &[&Candidate<'a>]) -> Option<Command> {
-        let m = self.consolidate(prefix, Method::MultiNodeConsolidation).ok()?;
-        let cmd = match m.command.decision {
-            Decision::Delete => m.command,
-            Decision::Replace => self.filter_out_same_instance_type(prefix, &m.priced_types, m.command)?,
-            Decision::Reboot => return None,
-        };
-        if cmd.savings_per_hour <= 0.0 {
-            return None;
-        }
-        self.balanced(prefix, cmd.savings_per_hour).ok()?;
-        self.pays_for_itself(prefix, &cmd).ok()?;
-        Some(cmd)
     }
 
     /// Consolidation-eligible candidates sorted for consolidation.

@@ -17,9 +17,10 @@
 //!
 //! # Entry points
 //!
-//! * [`evaluate`]: one pass. Tries the methods in upstream's order (Emptiness, StaticDrift, Drift,
-//!   MultiNodeConsolidation, SingleNodeConsolidation); the first that acts gives the pass's [`Command`]s (one
-//!   command, or one per node for StaticDrift). In addition every node gets a [`Verdict`] computed against the
+//! * [`evaluate`]: one pass. Tries the methods in [`Method::ORDER`] (upstream's: node repair, Emptiness,
+//!   StaticDrift, Drift, MultiNodeConsolidation, SingleNodeConsolidation; each a module of `src/methods/`
+//!   behind one trait); the first that acts gives the pass's [`Command`]s (one command, or one per node for
+//!   StaticDrift). In addition every node gets a [`Verdict`] computed against the
 //!   unchanged snapshot: disrupted, deferred (a valid move exists, a later pass will take it), blocked (PDB,
 //!   do-not-disrupt, budget, ...) or kept (no cheaper option, pods cannot move, ...).
 //! * [`validation::validate`]: the re-check after the wait ([`validation::VALIDATION_DELAY`], 15 s) against a
@@ -64,8 +65,8 @@ pub mod deletion_cost;
 mod engine;
 pub mod expiration;
 pub mod floor;
+mod methods;
 pub mod pods;
-pub mod repair;
 pub mod savings;
 mod topology;
 pub mod validation;
@@ -77,15 +78,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use chrono::{DateTime, Utc};
 use karpenter_api::ProviderLabels;
-use karpenter_scheduler::decision::NodeClaimPlan;
 use karpenter_scheduler::{ClusterSnapshot, PoolInput, SchedulerOptions};
 
 pub use command::{API_VERSION, Command, Decision, Method, Outcome, Pass, Reason, Verdict};
 pub use engine::{MULTI_NODE_MAX_CANDIDATES, SPOT_TO_SPOT_MIN_TYPES};
+pub use methods::repair;
 
-use budget::Remaining;
 use candidate::{Candidate, Cluster, candidate};
 use engine::Engine;
+use methods::{PassState, Results};
 
 /// Options of a pass.
 #[derive(Debug, Clone)]
@@ -220,14 +221,11 @@ impl Default for DisruptionOptions {
     }
 }
 
-/// Per candidate: per method, the result (`Ok(detail)` = the method would act).
-type Results = BTreeMap<String, Vec<(Method, Result<String, Reason>)>>;
-
 /// One disruption pass at `now`: the commands to start and a verdict for every node.
 ///
-/// The methods run in upstream's order (emptiness, static drift and drift, then consolidation: multi-node, then
-/// single-node); the first that decides something provides the pass's command, and the later ones still give
-/// each node their verdict (or `NotEvaluated` when they would only simulate for it).
+/// The methods run in [`Method::ORDER`] (upstream's: node repair, emptiness, static drift and drift, then
+/// consolidation: multi-node, then single-node); the first that decides something provides the pass's command, and
+/// the later ones still give each node their verdict (or `NotEvaluated` when they would only simulate for it).
 pub fn evaluate(
     snapshot: &ClusterSnapshot,
     pools: &[PoolInput<'_>],
@@ -249,51 +247,27 @@ pub fn evaluate(
             }
         }
     }
-    let mut results: Results = BTreeMap::new();
-    let mut record = |node: &str, m: Method, r: Result<String, Reason>| {
-        results.entry(node.to_owned()).or_default().push((m, r));
-    };
-    // A method at or before the one whose command failed validation gives no command this pass.
-    let skipped = |m: Method| options.continue_after.is_some_and(|after| m <= after);
-    // Node repair first: a broken node is replaced before anything is consolidated.
-    let mut commands: Vec<Command> = repair::repair(&engine, &mut record).into_iter().collect();
-    let empty_command = emptiness(&engine, &cands, &mut record);
-    if commands.is_empty() && !skipped(Method::Emptiness) {
-        commands.extend(empty_command);
+    let mut pass = PassState::new(&engine, &cands);
+    for implementation in Method::ORDER.map(methods::of) {
+        let method = implementation.method();
+        // A method at or before the one whose command failed validation gives no command this pass.
+        let skipped = !implementation.outside_method_loop() && options.continue_after.is_some_and(|a| method <= a);
+        let closed = !pass.commands.is_empty() || skipped;
+        let commands = implementation.evaluate(&mut pass, closed);
+        if !closed {
+            pass.commands = commands;
+        }
     }
-    let static_commands = static_drift(&engine, &cands, &mut record);
-    if commands.is_empty() && !skipped(Method::StaticDrift) {
-        commands = static_commands;
-    }
-    let drift_command = drift(&engine, &cands, options, !commands.is_empty() || skipped(Method::Drift), &mut record);
-    if commands.is_empty()
-        && let Some(c) = drift_command.filter(|_| !skipped(Method::Drift))
-    {
-        commands.push(c);
-    }
-    let consolidated = consolidation(
-        &engine,
-        &cands,
-        options,
-        !commands.is_empty() || skipped(Method::SingleNodeConsolidation),
-        skipped(Method::MultiNodeConsolidation),
-        &mut record,
-    );
-    if commands.is_empty()
-        && let Some(c) = consolidated.command.filter(|c| !skipped(c.method))
-    {
-        commands.push(c);
-    }
-    // Nodes repair acted on or found that no other method may consider (a do-not-disrupt node is still repaired):
-    // their repair result is their verdict.
+    let PassState { commands, results, resume_single_node_after, .. } = pass;
+    // Nodes that only a method outside the candidates (node repair) considered: its result is their verdict.
     let in_cands: BTreeSet<&str> = cands.iter().map(|c| c.node.name.as_str()).collect();
-    for (node, list) in &results {
+    for (node, list) in &results.0 {
         if in_cands.contains(node.as_str()) {
             continue;
         }
-        if let Some((_, r)) = list.iter().find(|(m, _)| *m == Method::Repair) {
+        if let Some((method, r)) = list.first() {
             let reason = match r {
-                Ok(detail) => Reason::Deferred { method: Method::Repair, detail: detail.clone() },
+                Ok(detail) => Reason::Deferred { method: *method, detail: detail.clone() },
                 Err(r) => r.clone(),
             };
             verdicts.insert(node.clone(), reason);
@@ -309,139 +283,8 @@ pub fn evaluate(
         verdicts: verdict_list(snapshot, verdicts, &commands),
         commands,
         budgets: engine.budgets.statuses(),
-        resume_single_node_after: consolidated.resume_single_node_after,
+        resume_single_node_after,
     }
-}
-
-/// Emptiness: every empty candidate its budget allows, in one command.
-fn emptiness<'a>(
-    engine: &Engine<'a>,
-    cands: &[Candidate<'a>],
-    record: &mut impl FnMut(&str, Method, Result<String, Reason>),
-) -> Option<Command> {
-    let mut empties: Vec<&Candidate<'_>> = Vec::new();
-    let remaining = Remaining::new(&engine.budgets, Method::Emptiness.reason());
-    // In consolidation order, so that a pool's floor keeps the nodes a command would take last.
-    let ordered = Engine::sorted(cands.iter().filter(|c| c.is_empty()));
-    let mut taken: Vec<&Candidate<'_>> = Vec::new();
-    for c in &ordered {
-        let checked = emptiness_check(engine, c, &remaining).and_then(|()| {
-            let mut with = taken.clone();
-            with.push(c);
-            engine.floor_allows(&with, &[])
-        });
-        match checked {
-            Ok(()) => {
-                record(&c.node.name, Method::Emptiness, Ok("empty".into()));
-                taken.push(c);
-            }
-            Err(r) => record(&c.node.name, Method::Emptiness, Err(r)),
-        }
-    }
-    empties.extend(taken);
-    let mut sorted: Vec<Candidate<'_>> = Engine::sorted(empties.iter().copied());
-    let mut remaining = remaining;
-    let mut topology = engine.topology.clone();
-    sorted.retain(|c| topology.block(c).is_none() && remaining.take(c.pool_name) && topology.admit(c).is_ok());
-    let refs: Vec<&Candidate<'_>> = sorted.iter().collect();
-    (!refs.is_empty()).then(|| Engine::command(Method::Emptiness, &refs, Vec::new(), "empty"))
-}
-
-/// What consolidation decided in a pass.
-struct Consolidation {
-    /// The multi-node command, else the first single-node one.
-    command: Option<Command>,
-    /// Where the next pass's single-node consolidation resumes ([`Pass::resume_single_node_after`]).
-    resume_single_node_after: Option<String>,
-}
-
-/// Consolidation: eligibility, multi-node consolidation (unless an earlier method `decided` or the pass continues
-/// after its failed command, `skip_multi`), then single-node verdicts for every eligible candidate (simulated only
-/// until something is decided, unless [`DisruptionOptions::every_verdict`], and while the pass's simulation budget
-/// lasts).
-fn consolidation<'a>(
-    engine: &Engine<'a>,
-    cands: &[Candidate<'a>],
-    options: &DisruptionOptions,
-    decided: bool,
-    skip_multi: bool,
-    record: &mut impl FnMut(&str, Method, Result<String, Reason>),
-) -> Consolidation {
-    let remaining = Remaining::new(&engine.budgets, Method::SingleNodeConsolidation.reason());
-    let mut eligible: Vec<&Candidate<'_>> = Vec::new();
-    for c in cands.iter().filter(|c| !c.is_empty()) {
-        match engine.consolidation_precheck(c) {
-            Ok(()) => eligible.push(c),
-            Err(r) => record(&c.node.name, Method::SingleNodeConsolidation, Err(r)),
-        }
-    }
-    let sorted = Engine::sorted(eligible.iter().copied());
-    let sorted_refs: Vec<&Candidate<'_>> = sorted.iter().collect();
-    let multi = if !decided && !skip_multi && !options.consolidation_unchanged {
-        engine.multi(&sorted_refs, options.multi_node_max_candidates, || may_simulate_multi(options))
-    } else {
-        None
-    };
-    let mut first_single: Option<Command> = None;
-    // The domain multi-node consolidation's command took, else the first single-node command's, is the one its
-    // keyed pool's other candidates would have to share.
-    let mut topology = engine.topology.clone();
-    for r in multi.iter().flat_map(|m| &m.candidates) {
-        if let Some(c) = sorted.iter().find(|c| c.node.name == r.node) {
-            topology.take(c);
-        }
-    }
-    let mut single_order = Engine::single_order(&sorted);
-    if let Some(after) = options.resume_single_node_after.as_deref()
-        && let Some(i) = single_order.iter().position(|c| c.node.name == after)
-    {
-        single_order.rotate_left(i + 1);
-    }
-    // The last candidate simulated, and whether the budget stopped the loop after it.
-    let mut last_simulated: Option<&str> = None;
-    let mut ran_out = false;
-    let method = Method::SingleNodeConsolidation;
-    for c in single_order {
-        let decided = decided || multi.is_some() || first_single.is_some();
-        if decided && !options.every_verdict {
-            record(&c.node.name, method, Err(Reason::NotEvaluated { method }));
-            continue;
-        }
-        if options.consolidation_unchanged {
-            record(&c.node.name, method, Err(Reason::ConsolidationUnchanged));
-            continue;
-        }
-        if let Some(r) = topology.block(c) {
-            record(&c.node.name, method, Err(r));
-            continue;
-        }
-        if let Some(r) = engine.budget_block(c, method, &remaining) {
-            record(&c.node.name, method, Err(r));
-            continue;
-        }
-        if ran_out || !may_simulate(options) {
-            ran_out = true;
-            record(&c.node.name, method, Err(Reason::PassTimeSpent { method }));
-            continue;
-        }
-        last_simulated = Some(c.node.name.as_str());
-        match engine.single(c) {
-            Ok(cmd) => {
-                record(&c.node.name, method, Ok(cmd.explanation.clone()));
-                if first_single.is_none() {
-                    topology.take(c);
-                    first_single = Some(cmd);
-                }
-            }
-            Err(r) => record(&c.node.name, method, Err(r)),
-        }
-    }
-    // Where the next pass resumes: after the last candidate simulated (where this pass started when it
-    // simulated none).
-    let resume_single_node_after = ran_out
-        .then(|| last_simulated.map(str::to_owned).or_else(|| options.resume_single_node_after.clone()))
-        .flatten();
-    Consolidation { command: multi.or(first_single), resume_single_node_after }
 }
 
 /// Each candidate's reason: part of a command (`Disrupted`), a method would act but the budget is spent by this
@@ -451,7 +294,7 @@ fn candidate_verdicts(
     engine: &Engine<'_>,
     cands: &[Candidate<'_>],
     commands: &[Command],
-    mut results: Results,
+    Results(mut results): Results,
 ) -> BTreeMap<String, Reason> {
     let in_command: BTreeMap<&str, Method> =
         commands.iter().flat_map(|c| c.candidates.iter().map(move |r| (r.node.as_str(), c.method))).collect();
@@ -545,178 +388,9 @@ pub fn multi_node_consolidation(
         .filter_map(|n| candidate(&engine.cluster, n).ok())
         .filter(|c| engine.topology.block(c).is_none())
         .collect();
-    let eligible = cands.iter().filter(|c| !c.is_empty() && engine.consolidation_precheck(c).is_ok());
-    let sorted = Engine::sorted(eligible);
-    let refs: Vec<&Candidate<'_>> = sorted.iter().collect();
-    engine.multi(&refs, options.multi_node_max_candidates, || may_simulate_multi(options))
-}
-
-pub(crate) fn emptiness_check(engine: &Engine<'_>, c: &Candidate<'_>, remaining: &Remaining) -> Result<(), Reason> {
-    let pool = c.pool.node_pool;
-    if pool.is_static() {
-        return Err(Reason::StaticNodePool);
-    }
-    if pool.spec.disruption.consolidate_after.is_never() {
-        return Err(Reason::ConsolidationDisabled);
-    }
-    if let Some(buffers) = engine.buffer_hosts.get(&c.node.name) {
-        return Err(Reason::HostsCapacityBuffer { buffers: buffers.iter().cloned().collect() });
-    }
-    candidate::consolidatable(c.claim, pool, engine.cluster.now)?;
-    if let Some(r) = c.pod_block_for(true) {
-        return Err(r.clone());
-    }
-    if let Some(r) = engine.budget_block(c, Method::Emptiness, remaining) {
-        return Err(r);
-    }
-    Ok(())
-}
-
-/// Drift: the first drifted candidate, oldest-drifted with empties first, that has budget and whose
-/// pods all fit gives the command. With `every_verdict` every drifted candidate is simulated (for its verdict);
-/// without, the simulations stop at the first command (or are all skipped when the pass already `decided`).
-/// Once the options' simulation budget is spent the rest are not simulated ([`Reason::PassTimeSpent`]).
-fn drift<'a>(
-    engine: &Engine<'a>,
-    cands: &[Candidate<'a>],
-    options: &DisruptionOptions,
-    decided: bool,
-    record: &mut impl FnMut(&str, Method, Result<String, Reason>),
-) -> Option<Command> {
-    let mut drifted: Vec<&Candidate<'a>> =
-        cands.iter().filter(|c| c.drifted_since.is_some() && !c.pool.node_pool.is_static()).collect();
-    drifted.sort_by(|a, b| {
-        let ta = a.drifted_since.flatten();
-        let tb = b.drifted_since.flatten();
-        ta.cmp(&tb).then_with(|| a.node.name.cmp(&b.node.name))
-    });
-    // Stable partition: empty (no reschedulable pods) first.
-    drifted.sort_by_key(|c| !c.reschedulable.is_empty());
-    let remaining = Remaining::new(&engine.budgets, Method::Drift.reason());
-    let mut topology = engine.topology.clone();
-    let mut command = None;
-    for c in drifted {
-        if let Some(r) = c.pod_block_for(false) {
-            record(&c.node.name, Method::Drift, Err(r.clone()));
-            continue;
-        }
-        if let Some(r) = topology.block(c) {
-            record(&c.node.name, Method::Drift, Err(r));
-            continue;
-        }
-        if let Some(r) = engine.budget_block(c, Method::Drift, &remaining) {
-            record(&c.node.name, Method::Drift, Err(r));
-            continue;
-        }
-        if (decided || command.is_some()) && !options.every_verdict {
-            record(&c.node.name, Method::Drift, Err(Reason::NotEvaluated { method: Method::Drift }));
-            continue;
-        }
-        if !may_simulate(options) {
-            record(&c.node.name, Method::Drift, Err(Reason::PassTimeSpent { method: Method::Drift }));
-            continue;
-        }
-        // A pool with no room for the replacement (at its limits) deletes first (upstream v1.15): the freed room
-        // then takes the replacement through provisioning, instead of the drift waiting forever.
-        let simulated = match engine.simulate(&[c], false) {
-            Ok(d) => Ok((d.new_node_claims, "drifted".to_owned())),
-            Err(e @ Reason::PodsUnschedulable { .. }) => match repair::no_room(engine, c) {
-                Some(why) => Ok((Vec::new(), format!("drifted; {why}, so it goes first"))),
-                None => Err(e),
-            },
-            Err(e) => Err(e),
-        };
-        match simulated.and_then(|(plans, what)| engine.floor_allows(&[c], &plans).map(|()| (plans, what))) {
-            Ok((plans, what)) => {
-                let cmd = Engine::command(Method::Drift, &[c], plans, &what);
-                record(&c.node.name, Method::Drift, Ok(cmd.explanation.clone()));
-                if command.is_none() {
-                    topology.take(c);
-                    command = Some(cmd);
-                }
-            }
-            Err(r) => record(&c.node.name, Method::Drift, Err(r)),
-        }
-    }
-    command
-}
-
-/// StaticDrift: per static pool, replace up to `min(budget, drifted)` nodes (within `limits.nodes`),
-/// each with one NodeClaim from the template.
-fn static_drift<'a>(
-    engine: &Engine<'a>,
-    cands: &[Candidate<'a>],
-    record: &mut impl FnMut(&str, Method, Result<String, Reason>),
-) -> Vec<Command> {
-    let mut by_pool: BTreeMap<&str, Vec<&Candidate<'a>>> = BTreeMap::new();
-    for c in cands.iter().filter(|c| c.drifted_since.is_some() && c.pool.node_pool.is_static()) {
-        by_pool.entry(c.pool_name).or_default().push(c);
-    }
-    let snapshot = engine.cluster.snapshot;
-    let mut topology = engine.topology.clone();
-    let mut out = Vec::new();
-    for (pool_name, mut list) in by_pool {
-        list.sort_by(|a, b| {
-            a.drifted_since.flatten().cmp(&b.drifted_since.flatten()).then(a.node.name.cmp(&b.node.name))
-        });
-        let Some(pool) = engine.cluster.pools.get(pool_name).map(|p| p.node_pool) else { continue };
-        let replicas = pool.spec.replicas.unwrap_or(0).max(0) as u64;
-        let claims: Vec<_> =
-            snapshot.node_claims.iter().filter(|c| c.node_pool.as_deref() == Some(pool_name)).collect();
-        let running = claims.iter().filter(|c| !c.marked_for_deletion).count() as u64;
-        let pending_disruption = claims.iter().filter(|c| c.marked_for_deletion).count() as u64;
-        let mut n = engine.budgets.allowed(pool_name, Method::StaticDrift.reason()) as usize;
-        let mut wait = None;
-        if running + pending_disruption > replicas && running > replicas {
-            wait = Some(format!("scale-down in progress ({running} running, {replicas} replicas)"));
-            n = 0;
-        }
-        // Each command launches its replacement before its node goes, so it needs room under `limits.nodes`
-        // (every NodeClaim of the pool counts, deleting ones too); a node without room waits, as upstream's
-        // reservation against the limit grants no more commands than that.
-        let mut room = usize::MAX;
-        let mut full = String::new();
-        if let Some(limit) = pool.spec.limits.get(karpenter_api::nodepool::NODES_LIMIT) {
-            let limit: u64 = limit.0.parse().unwrap_or(0);
-            room = limit.saturating_sub(claims.len() as u64) as usize;
-            full = format!("no room for a replacement under limits.nodes {limit} ({} NodeClaims)", claims.len());
-        }
-        let mut taken = 0;
-        for c in list {
-            if taken < n {
-                if let Some(r) = topology.block(c) {
-                    record(&c.node.name, Method::StaticDrift, Err(r));
-                    continue;
-                }
-                if taken >= room {
-                    record(&c.node.name, Method::StaticDrift, Err(Reason::StaticDriftWaiting { detail: full.clone() }));
-                    continue;
-                }
-                let plan = match NodeClaimPlan::from_template(pool, format!("{pool_name}-replacement-{}", taken + 1)) {
-                    Ok(plan) => plan,
-                    Err(e) => {
-                        // Validation rejects such a pool; nothing to replace with until it is fixed.
-                        let detail = format!("NodePool {pool_name} has invalid requirements: {e}");
-                        record(&c.node.name, Method::StaticDrift, Err(Reason::StaticDriftWaiting { detail }));
-                        continue;
-                    }
-                };
-                let cmd = Engine::command(Method::StaticDrift, &[c], vec![plan], "drifted (static pool)");
-                record(&c.node.name, Method::StaticDrift, Ok(cmd.explanation.clone()));
-                topology.take(c);
-                taken += 1;
-                out.push(cmd);
-            } else if let Some(w) = &wait {
-                record(&c.node.name, Method::StaticDrift, Err(Reason::StaticDriftWaiting { detail: w.clone() }));
-            } else {
-                let remaining = Remaining::default();
-                if let Some(r) = engine.budget_block(c, Method::StaticDrift, &remaining) {
-                    record(&c.node.name, Method::StaticDrift, Err(r));
-                }
-            }
-        }
-    }
-    out
+    let eligible = methods::consolidation::Eligible::new(&engine, &cands);
+    let refs: Vec<&Candidate<'_>> = eligible.sorted.iter().collect();
+    methods::multi_node::search(&engine, &refs, options.multi_node_max_candidates, || may_simulate_multi(options))
 }
 
 #[cfg(test)]

@@ -14,11 +14,12 @@ use karpenter_api::ProviderLabels;
 use karpenter_scheduler::{ClusterSnapshot, PoolInput};
 use serde::{Deserialize, Serialize};
 
+use crate::DisruptionOptions;
 use crate::budget::Remaining;
 use crate::candidate::{Candidate, Cluster, candidate};
-use crate::command::{Command, Decision, Method, Reason};
+use crate::command::{Command, Method, Reason};
 use crate::engine::Engine;
-use crate::{DisruptionOptions, emptiness_check};
+use crate::methods;
 
 /// How long a graceful command (Emptiness, consolidation) waits between its decision and [`validate`] (upstream's
 /// `commandValidationDelay`). The one definition: the controller's disruption loop and `simulate`'s simulated
@@ -59,7 +60,8 @@ pub fn next_step(mut commands: Vec<Command>) -> NextStep {
 /// graceful method follows (single-node consolidation ends the loop): the next pass is a full one. The one
 /// definition of that step: the controller's loop and `simulate`'s simulated time both follow it.
 pub fn continue_after(command: &Command) -> Option<Method> {
-    (command.method.is_graceful() && command.method != Method::SingleNodeConsolidation).then_some(command.method)
+    let later = Method::ORDER.iter().skip_while(|m| **m != command.method).skip(1);
+    (command.method.is_graceful() && later.clone().any(|m| m.is_graceful())).then_some(command.method)
 }
 
 /// Failure classes (upstream's `budget | scheduling | churn` metric label).
@@ -84,7 +86,7 @@ pub struct ValidationFailure {
     pub message: String,
 }
 
-fn fail(kind: FailureKind, message: impl Into<String>) -> ValidationFailure {
+pub(crate) fn fail(kind: FailureKind, message: impl Into<String>) -> ValidationFailure {
     ValidationFailure { kind, message: message.into() }
 }
 
@@ -100,6 +102,7 @@ pub fn validate(
 ) -> Result<Command, ValidationFailure> {
     let cluster = Cluster::new(snapshot, pools, provider, now, options);
     let engine = Engine::new(cluster);
+    let method = methods::of(command.method);
     let mut remaining = Remaining::new(&engine.budgets, command.reason);
     let mut kept: Vec<Candidate<'_>> = Vec::new();
     for r in &command.candidates {
@@ -115,30 +118,7 @@ pub fn validate(
             if let Some(waiting) = engine.topology.block(&c) {
                 return Err((FailureKind::Budget, format!("{}: {waiting}", r.node)));
             }
-            let still = match command.method {
-                Method::Emptiness => {
-                    if !c.is_empty() {
-                        Err(Reason::NothingToDo)
-                    } else {
-                        emptiness_check(&engine, &c, &Remaining::new(&engine.budgets, command.reason))
-                    }
-                }
-                Method::Drift | Method::StaticDrift => {
-                    if c.drifted_since.is_none() {
-                        Err(Reason::NothingToDo)
-                    } else {
-                        c.pod_block_for(false).map_or(Ok(()), |b| Err(b.clone()))
-                    }
-                }
-                Method::Repair => Ok(()),
-                Method::MultiNodeConsolidation | Method::SingleNodeConsolidation => {
-                    if c.is_empty() {
-                        Err(Reason::NothingToDo)
-                    } else {
-                        engine.consolidation_precheck(&c)
-                    }
-                }
-            };
+            let still = method.still_candidate(&engine, &c, command);
             if let Err(e) = still {
                 let kind =
                     if matches!(e, Reason::BudgetExhausted { .. }) { FailureKind::Budget } else { FailureKind::Churn };
@@ -156,19 +136,19 @@ pub fn validate(
         match check {
             Ok(c) => kept.push(c),
             Err((kind, msg)) => {
-                if command.method != Method::Emptiness {
+                if !method.drops_invalid_candidates() {
                     return Err(fail(kind, msg));
                 }
             }
         }
     }
-    // The pools' karpenter-rs.io/min-nodes floors, against the later snapshot: an emptiness command keeps the
-    // candidates the floors still allow, any other command holds as a whole or fails.
+    // The pools' karpenter-rs.io/min-nodes floors, against the later snapshot: a command that drops invalid
+    // candidates (Emptiness) keeps those the floors still allow, any other command holds as a whole or fails.
     let mut refs: Vec<&Candidate<'_>> = Vec::new();
     for c in &kept {
         refs.push(c);
         if let Err(e) = engine.floor_allows(&refs, &command.replacements) {
-            if command.method != Method::Emptiness {
+            if !method.drops_invalid_candidates() {
                 return Err(fail(FailureKind::Churn, format!("{}: {e}", c.node.name)));
             }
             refs.pop();
@@ -177,47 +157,13 @@ pub fn validate(
     if refs.is_empty() {
         return Err(fail(FailureKind::Churn, "no candidate of the command is still valid"));
     }
-    match command.method {
-        Method::Emptiness => Ok(Engine::command(Method::Emptiness, &refs, Vec::new(), "empty")),
-        // Eventual and repair commands start without the re-check ([`next_step`]); asked anyway, they stand.
-        Method::StaticDrift | Method::Repair => Ok(command.clone()),
-        Method::Drift => {
-            engine.simulate(&refs, false).map_err(|e| fail(FailureKind::Scheduling, e.to_string()))?;
-            Ok(command.clone())
-        }
-        Method::MultiNodeConsolidation | Method::SingleNodeConsolidation => {
-            let d = engine.simulate(&refs, true).map_err(|e| fail(FailureKind::Scheduling, e.to_string()))?;
-            match (command.decision, d.new_node_claims.as_slice()) {
-                (Decision::Delete, []) => Ok(command.clone()),
-                (Decision::Delete, claims) => {
-                    Err(fail(FailureKind::Scheduling, format!("a delete now needs {} new node(s)", claims.len())))
-                }
-                (Decision::Replace, [claim]) => {
-                    let planned = command.replacements.first().map(|r| r.instance_types.as_slice()).unwrap_or(&[]);
-                    let missing: Vec<&String> =
-                        planned.iter().filter(|it| !claim.instance_types.contains(it)).collect();
-                    if missing.is_empty() {
-                        Ok(command.clone())
-                    } else {
-                        Err(fail(
-                            FailureKind::Scheduling,
-                            format!("the replacement can no longer be any of {missing:?}"),
-                        ))
-                    }
-                }
-                (Decision::Reboot, _) => Err(fail(FailureKind::Churn, "consolidation never reboots")),
-                (Decision::Replace, claims) => Err(fail(
-                    FailureKind::Scheduling,
-                    format!("a replace now needs {} new node(s) instead of one", claims.len()),
-                )),
-            }
-        }
-    }
+    method.recheck(&engine, &refs, command)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::command::Decision;
     use karpenter_api::nodepool::DisruptionReason;
 
     fn command(method: Method, node: &str) -> Command {

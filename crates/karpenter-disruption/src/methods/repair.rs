@@ -28,16 +28,19 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use karpenter_api::labels;
+use karpenter_api::nodepool::DisruptionReason;
 use karpenter_api::repair::{RepairAction, RepairMatch};
 use karpenter_requirements::ResourceList;
 use karpenter_scheduler::Decisions;
 use karpenter_scheduler::simulation::SimulationView;
 
+use super::{DisruptionMethod, PassState};
 use crate::budget::Remaining;
 use crate::candidate::{Candidate, node_set, repair_candidate};
 use crate::command::{Command, Decision, Method, Reason, RepairDetail};
 use crate::engine::Engine;
 use crate::pods::is_reschedulable;
+use crate::validation::ValidationFailure;
 
 /// Node repair's outer limit: the share of a pool's nodes that may be unhealthy for repair to act.
 pub const UNHEALTHY_THRESHOLD_PERCENT: u32 = 20;
@@ -176,12 +179,52 @@ fn command(engine: &Engine<'_>, c: &Candidate<'_>, m: &RepairMatch) -> Command {
     cmd
 }
 
+pub(crate) struct Repair;
+
+impl DisruptionMethod for Repair {
+    fn method(&self) -> Method {
+        Method::Repair
+    }
+
+    fn reason(&self) -> DisruptionReason {
+        DisruptionReason::Unhealthy
+    }
+
+    /// Neither graceful nor eventual: pod blocks never keep a broken node, its drain is bounded by the repair
+    /// policy; its command starts at once.
+    fn is_graceful(&self) -> bool {
+        false
+    }
+
+    /// Upstream's node repair is a controller of its own.
+    fn outside_method_loop(&self) -> bool {
+        true
+    }
+
+    /// Considers the unhealthy nodes, candidates of the other methods or not (a do-not-disrupt node is still
+    /// repaired). Its one simulation serves the command, so it runs whether the pass takes the command or not.
+    fn evaluate<'a>(&self, pass: &mut PassState<'_, 'a>, _closed: bool) -> Vec<Command> {
+        repair(pass.engine, &mut |node, m, r| pass.results.record(node, m, r)).into_iter().collect()
+    }
+
+    fn still_candidate(&self, _engine: &Engine<'_>, _c: &Candidate<'_>, _command: &Command) -> Result<(), Reason> {
+        Ok(())
+    }
+
+    /// Repair commands start without the re-check ([`crate::validation::next_step`]); asked anyway, they stand.
+    fn recheck(
+        &self,
+        _engine: &Engine<'_>,
+        _kept: &[&Candidate<'_>],
+        command: &Command,
+    ) -> Result<Command, ValidationFailure> {
+        Ok(command.clone())
+    }
+}
+
 /// The repair method: one command for the best-scored eligible candidate with budget, and a result for every
 /// unhealthy node.
-pub(crate) fn repair<'a>(
-    engine: &Engine<'a>,
-    record: &mut impl FnMut(&str, Method, Result<String, Reason>),
-) -> Option<Command> {
+fn repair<'a>(engine: &Engine<'a>, record: &mut impl FnMut(&str, Method, Result<String, Reason>)) -> Option<Command> {
     let cluster = &engine.cluster;
     let options = &cluster.options.repair;
     if !options.enabled || options.unhealthy.is_empty() {
