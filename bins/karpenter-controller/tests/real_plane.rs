@@ -3041,6 +3041,22 @@ const DASHBOARD_FIXTURES: &[(&str, &str)] = &[
     ("our-dashboards.txt", include_str!("fixtures/our-dashboards.txt")),
 ];
 
+/// Controllers the `metrics` scenario's scale-out, consolidation, drift and deletions drive, by the `name` of their
+/// workqueue series (upstream's controller names): each must have counted adds.
+const QUEUED_CONTROLLERS: &[&str] = &[
+    "provisioner",
+    "disruption",
+    "nodeclaim.lifecycle",
+    "node.termination",
+    "nodeclaim.disruption",
+    "nodeclaim.consistency",
+    "nodeclaim.expiration",
+    "nodepool.counter",
+    "nodepool.hash",
+    "nodepool.readiness",
+    "nodepool.validation",
+];
+
 /// Adds the samples of one exposition (Prometheus or OpenMetrics text) to `seen`. Label values are read as
 /// quoted strings with escapes, so a `,` or `}` inside a value does not cut it.
 fn record_samples(text: &str, seen: &mut SeenSamples) -> Result<(), String> {
@@ -3312,6 +3328,15 @@ async fn metrics(env: &Env) {
     daemons.delete("daemon", &DeleteParams::default()).await.expect("delete daemonset");
     env.stop_main().await;
     env.restore_main();
+
+    // client-go's workqueue per controller: each controller this run drives queued work, kube-runtime's
+    // (lifecycle, termination, the NodeClaim and NodePool controllers) as well as the periodic loops.
+    let unqueued: Vec<&str> = QUEUED_CONTROLLERS
+        .iter()
+        .copied()
+        .filter(|c| !metric_sum(&last, "workqueue_adds_total", &[("name", c)]).is_some_and(|n| n > 0.0))
+        .collect();
+    assert!(unqueued.is_empty(), "controllers with no workqueue_adds_total in this run: {unqueued:?}");
 
     let missing = families_without_samples(&seen);
     // The list of families this run does not sample only shrinks: one that shows a sample leaves it.

@@ -16,7 +16,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use karpenter_api::NodeClaim;
 use karpenter_api::condition::ConditionStatus;
@@ -31,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 use crate::context::ControllerContext;
 use crate::events::{Event, reasons as event_reasons};
 use crate::kube_util::{ReconcileError, Requeue, ensure_claim_condition};
+use crate::metrics::runtime::queue::ControllerQueue;
 use crate::termination::{error_policy, to_action};
 
 /// The controller name in logs.
@@ -165,26 +165,28 @@ impl Consistency {
         // The cluster state's watches, not watches of our own (ClusterState::controller_source).
         let (claims, claim_events) = self.ctx.state.controller_source::<NodeClaim>();
         let (_, node_events) = self.ctx.state.controller_source::<Node>();
-        Controller::for_shared_stream(claim_events, claims)
-            .watches_shared_stream(node_events, |node: Arc<Node>| {
-                node.owner_references()
-                    .iter()
-                    .filter(|o| o.kind == "NodeClaim")
-                    .map(|o| ObjectRef::new(&o.name))
-                    .collect::<Vec<_>>()
-            })
-            .graceful_shutdown_on(shutdown.cancelled_owned())
+        let queue = ControllerQueue::new(crate::kube_util::ErrorPolicyContext::reconciles(&*self, 0));
+        let controller = Controller::for_shared_stream(queue.objects(claim_events), claims)
+            .watches_shared_stream(
+                node_events,
+                queue.mapped(|node: Arc<Node>| {
+                    node.owner_references()
+                        .iter()
+                        .filter(|o| o.kind == "NodeClaim")
+                        .map(|o| ObjectRef::new(&o.name))
+                        .collect::<Vec<_>>()
+                }),
+            )
+            .graceful_shutdown_on(shutdown.cancelled_owned());
+        queue
             .run(
-                crate::metrics::runtime::instrumented(
-                    crate::kube_util::ErrorPolicyContext::reconciles(&*self, 0),
-                    |claim: Arc<NodeClaim>, ctx: Arc<Self>| async move {
-                        Ok::<Action, ReconcileError>(to_action(ctx.reconcile(&claim.name_any()).await?))
-                    },
-                ),
+                controller,
+                |claim: Arc<NodeClaim>, ctx: Arc<Self>| async move {
+                    Ok::<Action, ReconcileError>(to_action(ctx.reconcile(&claim.name_any()).await?))
+                },
                 error_policy,
                 self,
             )
-            .for_each(|_| async {})
             .await;
     }
 }
@@ -192,6 +194,9 @@ impl Consistency {
 impl crate::kube_util::ErrorPolicyContext for Consistency {
     fn controller_name(&self) -> &'static str {
         CONTROLLER
+    }
+    fn metrics(&self) -> Option<&crate::metrics::Metrics> {
+        Some(self.ctx.metrics().as_ref())
     }
 }
 

@@ -17,7 +17,6 @@
 
 use std::sync::Arc;
 
-use futures::StreamExt;
 use karpenter_api::{NodeClaim, NodePool};
 use karpenter_disruption::expiration::{expired, expires_at};
 use karpenter_scheduler::ClusterSnapshot;
@@ -28,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::ControllerContext;
 use crate::kube_util::{ReconcileError, Requeue, delete_ignoring_missing, node_claim_info, record_disrupted};
+use crate::metrics::runtime::queue::ControllerQueue;
 use crate::state::ClusterState;
 use crate::termination::{error_policy, to_action};
 
@@ -166,22 +166,21 @@ impl Expiration {
     /// its time, until `shutdown` is cancelled.
     pub async fn run(self: Arc<Self>, state: ClusterState, shutdown: CancellationToken) {
         let (claims, claim_events) = state.controller_source::<NodeClaim>();
-        Controller::for_shared_stream(claim_events, claims)
-            .graceful_shutdown_on(shutdown.cancelled_owned())
+        let queue = ControllerQueue::new(crate::kube_util::ErrorPolicyContext::reconciles(&*self, 0));
+        let controller = Controller::for_shared_stream(queue.objects(claim_events), claims)
+            .graceful_shutdown_on(shutdown.cancelled_owned());
+        queue
             .run(
-                crate::metrics::runtime::instrumented(
-                    crate::kube_util::ErrorPolicyContext::reconciles(&*self, 0),
-                    |claim: Arc<NodeClaim>, ctx: Arc<Self>| async move {
-                        if claim.metadata.deletion_timestamp.is_some() {
-                            return Ok(Action::await_change());
-                        }
-                        Ok(to_action(ctx.reconcile_claim(&claim).await?))
-                    },
-                ),
+                controller,
+                |claim: Arc<NodeClaim>, ctx: Arc<Self>| async move {
+                    if claim.metadata.deletion_timestamp.is_some() {
+                        return Ok(Action::await_change());
+                    }
+                    Ok(to_action(ctx.reconcile_claim(&claim).await?))
+                },
                 error_policy,
                 self.clone(),
             )
-            .for_each(|_| async {})
             .await;
     }
 }

@@ -144,7 +144,7 @@ pub trait ErrorPolicyContext {
         None
     }
     /// The controller's reconcile and workqueue series (in [`ErrorPolicyContext::metrics`]), for
-    /// [`crate::metrics::runtime::instrumented`]; `max_concurrent` as configured (0: unbounded).
+    /// [`crate::metrics::runtime::queue::ControllerQueue`]; `max_concurrent` as configured (0: unbounded).
     fn reconciles(&self, max_concurrent: usize) -> Option<crate::metrics::ReconcileMetrics> {
         self.metrics().map(|m| m.reconciler(self.controller_name(), max_concurrent))
     }

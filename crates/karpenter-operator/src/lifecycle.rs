@@ -40,7 +40,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use karpenter_api::NodeClaim;
 use karpenter_api::condition::{Condition, ConditionStatus, set_condition};
@@ -57,6 +56,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::ControllerContext;
+use crate::metrics::runtime::queue::ControllerQueue;
 use crate::state::ClusterState;
 
 mod initialization;
@@ -356,28 +356,26 @@ pub async fn run(ctx: Arc<LifecycleContext>, shutdown: CancellationToken) {
     let (claims, claim_events) = ctx.shared.state.controller_source::<NodeClaim>();
     let (_, node_events) = ctx.shared.state.controller_source::<Node>();
     let state = ctx.shared.state.clone();
-    let reconciles = ctx.shared.metrics.reconciler(CONTROLLER, usize::from(CONCURRENCY));
-    Controller::for_shared_stream(claim_events, claims)
-        .watches_shared_stream(node_events, move |node| claim_of(&state, &node))
+    let queue = ControllerQueue::new(Some(ctx.shared.metrics.reconciler(CONTROLLER, usize::from(CONCURRENCY))));
+    let controller = Controller::for_shared_stream(queue.objects(claim_events), claims)
+        .watches_shared_stream(node_events, queue.mapped(move |node: Arc<Node>| claim_of(&state, &node)))
         .with_config(controller::Config::default().concurrency(CONCURRENCY))
-        .graceful_shutdown_on(async move { shutdown.cancelled().await })
+        .graceful_shutdown_on(async move { shutdown.cancelled().await });
+    queue
         .run(
-            crate::metrics::runtime::instrumented(
-                Some(reconciles),
-                |claim: Arc<NodeClaim>, ctx: Arc<LifecycleContext>| async move {
-                    let result = reconcile(&ctx, &claim).await;
-                    if result.is_ok() {
-                        ctx.succeeded(&claim.name_any());
-                    }
-                    result
-                },
-            ),
+            controller,
+            |claim: Arc<NodeClaim>, ctx: Arc<LifecycleContext>| async move {
+                let result = reconcile(&ctx, &claim).await;
+                if result.is_ok() {
+                    ctx.succeeded(&claim.name_any());
+                }
+                result
+            },
             |claim: Arc<NodeClaim>, error: &LifecycleError, ctx: Arc<LifecycleContext>| {
                 on_error(&ctx, &claim.name_any(), error)
             },
             ctx,
         )
-        .for_each(|_| async {})
         .await;
 }
 

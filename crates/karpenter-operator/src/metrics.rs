@@ -531,10 +531,6 @@ pub const NOT_SAMPLED_ON_THE_KWOK_PLANE: &[(&str, &str)] = &[
         "Balanced consolidation policy only; the disruption engine does not report its move scores yet",
     ),
     (
-        "karpenter_nodeclaims_instance_termination_duration_seconds",
-        "recorded in node termination, but not reached on the kwok plane's terminations yet (under investigation)",
-    ),
-    (
         "karpenter_nodeclaims_unhealthy_disrupted_total",
         "node repair (NodeRepair gate) only; the real-plane node-repair scenario provokes it",
     ),

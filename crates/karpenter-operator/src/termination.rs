@@ -40,7 +40,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod, Taint};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use karpenter_api::DoNotDisrupt;
@@ -69,6 +68,7 @@ use crate::kube_util::{
     node_claim_info, remove_finalizer, seconds_between,
 };
 use crate::metrics::Metrics;
+use crate::metrics::runtime::queue::ControllerQueue;
 use crate::state::{ClusterState, Tracked};
 
 /// How often a draining node is looked at again.
@@ -346,25 +346,34 @@ impl Termination {
             return Ok(Some(NODE_WAIT_REQUEUE));
         }
 
-        // 3. The instance.
+        // 3. The instance, asked to terminate until the provider reports it gone. InstanceTerminating is set even
+        // when the first ask already finds it gone (as upstream does; the kwok provider reports a terminating
+        // Node's instance gone), so every termination observes how long the instance took from that first ask.
+        let mut instance_termination_secs = None;
         if claim.provider_id().is_some_and(|p| !p.is_empty()) {
-            match self.ctx.cloud.delete(&claim).await {
-                Ok(()) => {
-                    ensure_claim_condition(
-                        &api,
-                        &claim,
-                        conditions::INSTANCE_TERMINATING,
-                        ConditionStatus::True,
-                        "InstanceTerminating",
-                        "",
-                        now,
-                    )
-                    .await?;
-                    return Ok(Some(INSTANCE_REQUEUE));
-                }
-                Err(e) if e.is_not_found() => {}
+            let gone = match self.ctx.cloud.delete(&claim).await {
+                Ok(()) => false,
+                Err(e) if e.is_not_found() => true,
                 Err(e) => return Err(e.into()),
+            };
+            claim = ensure_claim_condition(
+                &api,
+                &claim,
+                conditions::INSTANCE_TERMINATING,
+                ConditionStatus::True,
+                "InstanceTerminating",
+                "",
+                now,
+            )
+            .await?;
+            if !gone {
+                return Ok(Some(INSTANCE_REQUEUE));
             }
+            instance_termination_secs = claim
+                .conditions()
+                .condition(conditions::INSTANCE_TERMINATING)
+                .and_then(|c| parse_rfc3339(&c.last_transition_time))
+                .map(|asked| seconds_between(asked, now));
         }
 
         // 4. The finalizer.
@@ -378,15 +387,8 @@ impl Termination {
             let secs = seconds_between(deleted, now);
             self.ctx.metrics.nodeclaims_termination_duration_seconds(pool).observe(secs);
         }
-        if let Some(started) = claim
-            .conditions()
-            .condition(conditions::INSTANCE_TERMINATING)
-            .and_then(|c| parse_rfc3339(&c.last_transition_time))
-        {
-            self.ctx
-                .metrics
-                .nodeclaims_instance_termination_duration_seconds(pool)
-                .observe(seconds_between(started, now));
+        if let Some(secs) = instance_termination_secs {
+            self.ctx.metrics.nodeclaims_instance_termination_duration_seconds(pool).observe(secs);
         }
         tracing::info!(NodeClaim = %name, "deleted nodeclaim");
         Ok(None)
@@ -508,26 +510,30 @@ impl Termination {
         // 7. The instance.
         if let Some(pid) = &provider_id {
             let target = claim.clone().unwrap_or_else(|| claim_for_instance(name, pid));
-            match self.ctx.cloud.delete(&target).await {
-                Ok(()) => {
-                    if let Some(c) = &claim {
-                        let api = self.claims();
-                        let c = api.get_opt(&c.name_any()).await?.unwrap_or_else(|| c.clone());
-                        ensure_claim_condition(
-                            &api,
-                            &c,
-                            conditions::INSTANCE_TERMINATING,
-                            ConditionStatus::True,
-                            "InstanceTerminating",
-                            "",
-                            now,
-                        )
-                        .await?;
-                    }
-                    return Ok(Some(INSTANCE_REQUEUE));
-                }
-                Err(e) if e.is_not_found() => {}
+            let gone = match self.ctx.cloud.delete(&target).await {
+                Ok(()) => false,
+                Err(e) if e.is_not_found() => true,
                 Err(e) => return Err(e.into()),
+            };
+            // Set on the first ask, gone or not (as upstream): the NodeClaim's finalization times the instance's
+            // termination from it.
+            if let Some(c) = &claim {
+                let api = self.claims();
+                if let Some(c) = api.get_opt(&c.name_any()).await? {
+                    ensure_claim_condition(
+                        &api,
+                        &c,
+                        conditions::INSTANCE_TERMINATING,
+                        ConditionStatus::True,
+                        "InstanceTerminating",
+                        "",
+                        now,
+                    )
+                    .await?;
+                }
+            }
+            if !gone {
+                return Ok(Some(INSTANCE_REQUEUE));
             }
         }
 
@@ -729,42 +735,39 @@ impl Termination {
     /// Runs the Node and NodeClaim reconcilers on kube-runtime until `shutdown` is cancelled, following the
     /// Nodes and NodeClaims of `state` (its watches: [`ClusterState::controller_source`]).
     pub async fn run(self: Arc<Self>, state: ClusterState, shutdown: CancellationToken) {
+        // One queue (the controller's series) for both loops: its keys name the kind.
+        let queue = ControllerQueue::new(crate::kube_util::ErrorPolicyContext::reconciles(&*self, 0));
         let (nodes, node_events) = state.controller_source::<Node>();
-        let node_loop = Controller::for_shared_stream(node_events, nodes)
-            .graceful_shutdown_on(shutdown.clone().cancelled_owned())
-            .run(
-                crate::metrics::runtime::instrumented(
-                    crate::kube_util::ErrorPolicyContext::reconciles(&*self, 0),
-                    |node: Arc<Node>, ctx: Arc<Self>| async move {
-                        if node.metadata.deletion_timestamp.is_none() {
-                            return Ok(Action::await_change());
-                        }
-                        Ok(to_action(ctx.reconcile_node(&node.name_any()).await?))
-                    },
-                ),
-                error_policy,
-                self.clone(),
-            )
-            .for_each(|_| async {});
+        let node_controller = Controller::for_shared_stream(queue.objects(node_events), nodes)
+            .graceful_shutdown_on(shutdown.clone().cancelled_owned());
+        let node_loop = queue.clone().run(
+            node_controller,
+            |node: Arc<Node>, ctx: Arc<Self>| async move {
+                if node.metadata.deletion_timestamp.is_none() {
+                    return Ok(Action::await_change());
+                }
+                Ok(to_action(ctx.reconcile_node(&node.name_any()).await?))
+            },
+            error_policy,
+            self.clone(),
+        );
         let (claims, claim_events) = state.controller_source::<NodeClaim>();
         let (_, owned_node_events) = state.controller_source::<Node>();
-        let claim_loop = Controller::for_shared_stream(claim_events, claims)
-            .owns_shared_stream(owned_node_events)
-            .graceful_shutdown_on(shutdown.cancelled_owned())
-            .run(
-                crate::metrics::runtime::instrumented(
-                    crate::kube_util::ErrorPolicyContext::reconciles(&*self, 0),
-                    |claim: Arc<NodeClaim>, ctx: Arc<Self>| async move {
-                        if claim.metadata.deletion_timestamp.is_none() {
-                            return Ok(Action::await_change());
-                        }
-                        Ok(to_action(ctx.reconcile_node_claim(&claim.name_any()).await?))
-                    },
-                ),
-                error_policy,
-                self.clone(),
-            )
-            .for_each(|_| async {});
+        // A Node's change queues the NodeClaims owning it (what `owns_shared_stream` maps, counted).
+        let claim_controller = Controller::for_shared_stream(queue.objects(claim_events), claims)
+            .watches_shared_stream(owned_node_events, queue.owners::<Node, NodeClaim>())
+            .graceful_shutdown_on(shutdown.cancelled_owned());
+        let claim_loop = queue.run(
+            claim_controller,
+            |claim: Arc<NodeClaim>, ctx: Arc<Self>| async move {
+                if claim.metadata.deletion_timestamp.is_none() {
+                    return Ok(Action::await_change());
+                }
+                Ok(to_action(ctx.reconcile_node_claim(&claim.name_any()).await?))
+            },
+            error_policy,
+            self.clone(),
+        );
         futures::join!(node_loop, claim_loop);
     }
 }

@@ -20,7 +20,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use futures::StreamExt;
 use karpenter_api::condition::ConditionStatus;
 use karpenter_api::hash::{StaticDrift, node_pool_hash_annotations, node_pool_static_drift};
 use karpenter_api::labels::{self, annotations};
@@ -39,6 +38,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::ControllerContext;
 use crate::kube_util::{ReconcileError, Requeue, patch_claim_conditions};
+use crate::metrics::runtime::queue::ControllerQueue;
 use crate::nodepool::hash::version_rewrite;
 use crate::termination::{error_policy, to_action};
 use karpenter_api::condition::{remove_condition, set_condition};
@@ -247,28 +247,30 @@ impl NodeClaimDisruption {
         let pool_claims = claims.clone();
         // Only a pool's spec and annotations bear on its claims' conditions: its status writes (the counter's,
         // on every NodeClaim event) must not re-evaluate every claim of the pool.
-        Controller::for_shared_stream(claim_events, claims)
-            .watches_shared_stream(crate::nodepool::spec_changes(pool_events), move |pool: Arc<NodePool>| {
-                let name = pool.name_any();
-                pool_claims
-                    .state()
-                    .iter()
-                    .filter(|c| c.node_pool_name() == Some(name.as_str()))
-                    .map(|c| ObjectRef::new(&c.name_any()))
-                    .collect::<Vec<_>>()
-            })
-            .graceful_shutdown_on(shutdown.cancelled_owned())
+        let queue = ControllerQueue::new(crate::kube_util::ErrorPolicyContext::reconciles(&*self, 0));
+        let controller = Controller::for_shared_stream(queue.objects(claim_events), claims)
+            .watches_shared_stream(
+                crate::nodepool::spec_changes(pool_events),
+                queue.mapped(move |pool: Arc<NodePool>| {
+                    let name = pool.name_any();
+                    pool_claims
+                        .state()
+                        .iter()
+                        .filter(|c| c.node_pool_name() == Some(name.as_str()))
+                        .map(|c| ObjectRef::new(&c.name_any()))
+                        .collect::<Vec<_>>()
+                }),
+            )
+            .graceful_shutdown_on(shutdown.cancelled_owned());
+        queue
             .run(
-                crate::metrics::runtime::instrumented(
-                    crate::kube_util::ErrorPolicyContext::reconciles(&*self, 0),
-                    |claim: Arc<NodeClaim>, ctx: Arc<Self>| async move {
-                        Ok::<_, ReconcileError>(to_action(ctx.reconcile_claim(NodeClaim::clone(&claim)).await?))
-                    },
-                ),
+                controller,
+                |claim: Arc<NodeClaim>, ctx: Arc<Self>| async move {
+                    Ok::<_, ReconcileError>(to_action(ctx.reconcile_claim(NodeClaim::clone(&claim)).await?))
+                },
                 error_policy,
                 self.clone(),
             )
-            .for_each(|_| async {})
             .await;
     }
 }
@@ -276,5 +278,8 @@ impl NodeClaimDisruption {
 impl crate::kube_util::ErrorPolicyContext for NodeClaimDisruption {
     fn controller_name(&self) -> &'static str {
         CONTROLLER
+    }
+    fn metrics(&self) -> Option<&crate::metrics::Metrics> {
+        Some(self.ctx.metrics().as_ref())
     }
 }

@@ -6,14 +6,15 @@
 //! rule that turns one reconcile into samples lives here once: a controller obtains a [`ReconcileMetrics`] from
 //! the registry by name ([`super::Metrics::reconciler`]) and wraps every reconcile step in
 //! [`ReconcileMetrics::start`], whose [`ReconcileGuard`] records the result and the duration. A loop that owns
-//! its queue also reports what enters it ([`ReconcileMetrics::queued`]); for kube-runtime's controllers the queue
-//! is inside kube-runtime, so only what a reconcile reveals is recorded (see [`FAMILIES`]' help texts).
+//! its queue also reports what enters it ([`ReconcileMetrics::queued`]). A kube-runtime controller's queue is
+//! inside kube-runtime, so [`queue::ControllerQueue`] watches it from outside: what the trigger streams and
+//! mappers hand kube-runtime enters, a reconcile starting (or kube-runtime finding the object gone) leaves.
 //!
 //! The hot path is a few atomic updates on series resolved once per controller, plus one short lock for the
 //! in-flight list that `workqueue_unfinished_work_seconds` and `workqueue_longest_running_processor_seconds` are
 //! computed from when the registry is rendered (client-go refreshes them on a 500 ms ticker instead).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -24,6 +25,8 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use super::{CounterFamily, FloatGauge, GaugeFamily, HistogramFamily, MetricDescriptor, MetricType, labels};
+
+pub mod queue;
 
 /// controller-runtime's buckets of `controller_runtime_reconcile_time_seconds` (5 ms to 60 s).
 pub const RECONCILE_TIME_BUCKETS: &[f64] = &[
@@ -87,22 +90,23 @@ pub const FAMILIES: &[(&str, MetricType, &[&str], &str)] = &[
         "workqueue_depth",
         MetricType::Gauge,
         DEPTH,
-        "Current depth of workqueue by workqueue and priority (always priority 0 here). Counted for the loops \
-         that own their queue (provisioner, disruption and the other periodic loops); for controllers driven by \
-         kube-runtime the queue is kube-runtime's and the series stays 0.",
+        "Current depth of workqueue by workqueue and priority (always priority 0 here): the objects (or a \
+         periodic loop's passes) queued and not yet taken by a reconcile. An object waits once however often \
+         it is queued, as in client-go.",
     ),
     (
         "workqueue_adds_total",
         MetricType::Counter,
         QUEUE,
-        "Total number of adds handled by workqueue (the loops that own their queue, as workqueue_depth).",
+        "Total number of adds handled by workqueue: an object queued while not already waiting (a watch event, \
+         a mapped or owned object's change, a requeue coming due), or a periodic loop's pass.",
     ),
     (
         "workqueue_queue_duration_seconds",
         MetricType::Histogram,
         QUEUE,
-        "How long in seconds an item stays in workqueue before being requested (the loops that own their \
-         queue, as workqueue_depth).",
+        "How long in seconds an item stays in workqueue before being requested (a requeue kube-runtime \
+         schedules itself is counted as taken when it comes due).",
     ),
     (
         "workqueue_work_duration_seconds",
@@ -235,6 +239,7 @@ impl RuntimeFamilies {
             next_id: AtomicU64::new(0),
             in_flight: Mutex::default(),
             queued: Mutex::default(),
+            waiting: Mutex::default(),
         });
         series.max_concurrent.set(max_concurrent as f64);
         controllers.push(series.clone());
@@ -280,6 +285,9 @@ struct ControllerSeries {
     in_flight: Mutex<Vec<(u64, Stopwatch)>>,
     /// When each item waiting in a loop's own queue was added, oldest first.
     queued: Mutex<VecDeque<Stopwatch>>,
+    /// The objects waiting in a kube-runtime controller's queue ([`queue::ControllerQueue`]), by
+    /// [`queue::object_key`], with when each was first queued.
+    waiting: Mutex<HashMap<String, Stopwatch>>,
 }
 
 /// How one reconcile ended, in controller-runtime's terms.
@@ -356,6 +364,52 @@ impl ReconcileMetrics {
             s.depth.dec();
             s.queue_duration.observe(waited.elapsed().as_secs_f64());
         }
+        self.begin()
+    }
+
+    /// The object `key` entered a kube-runtime controller's queue. An object already waiting is not added
+    /// again (kube-runtime runs it once, as client-go's dirty set does).
+    pub fn object_queued(&self, key: String) {
+        let s = &self.series;
+        let mut waiting = s.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        if let std::collections::hash_map::Entry::Vacant(slot) = waiting.entry(key) {
+            slot.insert(Stopwatch::start());
+            s.adds.inc();
+            s.depth.inc();
+        }
+    }
+
+    /// kube-runtime took the object `key` off the queue without a reconcile: it is no longer in the store.
+    pub fn object_dropped(&self, key: &str) {
+        let s = &self.series;
+        if let Some(waited) = s.waiting.lock().unwrap_or_else(PoisonError::into_inner).remove(key) {
+            s.depth.dec();
+            s.queue_duration.observe(waited.elapsed().as_secs_f64());
+        }
+    }
+
+    /// A reconcile of the object `key` starts. Not waiting, it comes from kube-runtime's own schedule (a
+    /// requeue its last reconcile or the error policy asked for, now due): client-go adds such an item when its
+    /// delay is over, so it is counted as added and taken at once.
+    #[must_use = "finish the guard with the reconcile's result"]
+    pub fn start_object(&self, key: &str) -> ReconcileGuard {
+        let s = &self.series;
+        match s.waiting.lock().unwrap_or_else(PoisonError::into_inner).remove(key) {
+            Some(waited) => {
+                s.depth.dec();
+                s.queue_duration.observe(waited.elapsed().as_secs_f64());
+            }
+            None => {
+                s.adds.inc();
+                s.queue_duration.observe(0.0);
+            }
+        }
+        self.begin()
+    }
+
+    /// The reconcile itself: in flight from now until its guard is finished or dropped.
+    fn begin(&self) -> ReconcileGuard {
+        let s = &self.series;
         let id = s.next_id.fetch_add(1, Ordering::Relaxed);
         let started = Stopwatch::start();
         s.in_flight.lock().unwrap_or_else(PoisonError::into_inner).push((id, started));
@@ -425,26 +479,6 @@ impl Drop for ReconcileGuard {
         let mut in_flight = self.series.in_flight.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(i) = in_flight.iter().position(|(id, _)| *id == self.id) {
             in_flight.swap_remove(i);
-        }
-    }
-}
-
-/// `reconcile` (a kube-runtime reconciler) with every call recorded under `metrics`; with `None`, unchanged but
-/// for one boxed future per call. The one way kube-runtime controllers are instrumented.
-pub fn instrumented<K, C, E, R, Fut>(
-    metrics: Option<ReconcileMetrics>,
-    mut reconcile: R,
-) -> impl FnMut(Arc<K>, Arc<C>) -> futures::future::BoxFuture<'static, Result<Action, E>>
-where
-    R: FnMut(Arc<K>, Arc<C>) -> Fut,
-    Fut: Future<Output = Result<Action, E>> + Send + 'static,
-    E: Send + 'static,
-{
-    move |object, ctx| {
-        let work = reconcile(object, ctx);
-        match metrics.clone() {
-            Some(m) => Box::pin(async move { m.reconcile(work).await }),
-            None => Box::pin(work),
         }
     }
 }

@@ -140,4 +140,7 @@ impl crate::kube_util::ErrorPolicyContext for HashController {
     fn controller_name(&self) -> &'static str {
         CONTROLLER
     }
+    fn metrics(&self) -> Option<&crate::metrics::Metrics> {
+        Some(self.ctx.metrics().as_ref())
+    }
 }

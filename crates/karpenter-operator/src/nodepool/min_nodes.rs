@@ -238,4 +238,7 @@ impl crate::kube_util::ErrorPolicyContext for MinNodes {
     fn controller_name(&self) -> &'static str {
         CONTROLLER
     }
+    fn metrics(&self) -> Option<&crate::metrics::Metrics> {
+        Some(self.ctx.metrics().as_ref())
+    }
 }

@@ -54,6 +54,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::kube_util::ReconcileError;
+use crate::metrics::runtime::queue::ControllerQueue;
 use crate::state::ClusterState;
 use crate::termination::error_policy;
 
@@ -172,29 +173,32 @@ pub(crate) async fn run_pool_controller<C, R, Fut>(
     R: FnMut(Arc<NodePool>, Arc<C>) -> Fut + Send + 'static,
     Fut: Future<Output = Result<Action, ReconcileError>> + Send + 'static,
 {
+    let queue = ControllerQueue::new(ctx.reconciles(0));
     let (pools, pool_events) = state.controller_source::<NodePool>();
     let pool_events = if watches.status_changes { pool_events.boxed() } else { spec_changes(pool_events).boxed() };
-    let mut controller = Controller::for_shared_stream(pool_events, pools);
+    let mut controller = Controller::for_shared_stream(queue.objects(pool_events), pools);
     if watches.node_claims {
         let (_, claim_events) = state.controller_source::<karpenter_api::NodeClaim>();
-        controller = controller.watches_shared_stream(claim_events, |c: Arc<karpenter_api::NodeClaim>| {
-            c.labels().get(labels::NODE_POOL).map(|p| ObjectRef::new(p))
-        });
+        controller = controller.watches_shared_stream(
+            claim_events,
+            queue.mapped(|c: Arc<karpenter_api::NodeClaim>| {
+                c.labels().get(labels::NODE_POOL).map(|p| ObjectRef::new(p))
+            }),
+        );
     }
     if watches.nodes {
         let (_, node_events) = state.controller_source::<k8s_openapi::api::core::v1::Node>();
-        controller = controller.watches_shared_stream(node_events, |n: Arc<k8s_openapi::api::core::v1::Node>| {
-            n.labels().get(labels::NODE_POOL).map(|p| ObjectRef::new(p))
-        });
+        controller = controller.watches_shared_stream(
+            node_events,
+            queue.mapped(|n: Arc<k8s_openapi::api::core::v1::Node>| {
+                n.labels().get(labels::NODE_POOL).map(|p| ObjectRef::new(p))
+            }),
+        );
     }
     if let Some(debounce) = watches.debounce {
         controller = controller.with_config(kube::runtime::controller::Config::default().debounce(debounce));
     }
-    controller
-        .graceful_shutdown_on(shutdown.cancelled_owned())
-        .run(crate::metrics::runtime::instrumented(ctx.reconciles(0), reconcile), error_policy, ctx)
-        .for_each(|_| async {})
-        .await;
+    queue.run(controller.graceful_shutdown_on(shutdown.cancelled_owned()), reconcile, error_policy, ctx).await;
 }
 
 /// What of a NodePool its controllers act on: the spec (its generation), the annotations (the drift hash) and

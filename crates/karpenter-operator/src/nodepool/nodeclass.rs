@@ -9,19 +9,19 @@
 
 use std::sync::Arc;
 
-use futures::StreamExt;
 use karpenter_api::condition::{Condition, ConditionStatus};
 use karpenter_api::nodeclaim::conditions as cond;
 use karpenter_api::{EC2NodeClass, KWOKNodeClass, NodeClassReference};
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::ControllerContext;
 use crate::kube_util::{ReconcileError, Requeue};
+use crate::metrics::runtime::queue::ControllerQueue;
 use crate::termination::{error_policy, to_action};
 
 /// The controller name in logs.
@@ -145,19 +145,20 @@ impl KwokNodeClassStatus {
 
     /// Watches KWOKNodeClasses until `shutdown`.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        Controller::new(self.api(), watcher::Config::default())
-            .graceful_shutdown_on(shutdown.cancelled_owned())
+        let queue = ControllerQueue::new(crate::kube_util::ErrorPolicyContext::reconciles(&*self, 0));
+        let (classes, writer) = reflector::store();
+        let events = reflector(writer, watcher(self.api(), watcher::Config::default())).default_backoff();
+        let controller = Controller::for_stream(queue.object_results(events.applied_objects()), classes)
+            .graceful_shutdown_on(shutdown.cancelled_owned());
+        queue
             .run(
-                crate::metrics::runtime::instrumented(
-                    crate::kube_util::ErrorPolicyContext::reconciles(&*self, 0),
-                    |class: Arc<KWOKNodeClass>, ctx: Arc<Self>| async move {
-                        Ok::<Action, ReconcileError>(to_action(ctx.reconcile(&class.name_any()).await?))
-                    },
-                ),
+                controller,
+                |class: Arc<KWOKNodeClass>, ctx: Arc<Self>| async move {
+                    Ok::<Action, ReconcileError>(to_action(ctx.reconcile(&class.name_any()).await?))
+                },
                 error_policy,
                 self,
             )
-            .for_each(|_| async {})
             .await;
     }
 }
@@ -165,5 +166,8 @@ impl KwokNodeClassStatus {
 impl crate::kube_util::ErrorPolicyContext for KwokNodeClassStatus {
     fn controller_name(&self) -> &'static str {
         KWOK_CONTROLLER
+    }
+    fn metrics(&self) -> Option<&crate::metrics::Metrics> {
+        Some(self.ctx.metrics().as_ref())
     }
 }

@@ -12,7 +12,6 @@
 
 use std::sync::Arc;
 
-use futures::StreamExt;
 use karpenter_api::NodePool;
 use karpenter_api::condition::ConditionStatus;
 use karpenter_api::nodeclaim::conditions::{self as cond, reasons};
@@ -21,13 +20,14 @@ use kube::ResourceExt;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, reflector, watcher};
 use tokio_util::sync::CancellationToken;
 
 use super::nodeclass::{NodeClassResolver, NodeClassState};
 use super::{recompute_ready, set_pool_condition, write_pool_conditions};
 use crate::context::ControllerContext;
 use crate::kube_util::{ReconcileError, Requeue};
+use crate::metrics::runtime::queue::ControllerQueue;
 use crate::termination::{error_policy, to_action};
 
 /// The controller name in logs.
@@ -108,7 +108,10 @@ impl Readiness {
 
     /// Watches NodePools and node classes until `shutdown`.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        let mut controller = Controller::new(self.api(), watcher::Config::default());
+        let queue = ControllerQueue::new(crate::kube_util::ErrorPolicyContext::reconciles(&*self, 0));
+        let (pools, writer) = reflector::store();
+        let events = reflector(writer, watcher(self.api(), watcher::Config::default())).default_backoff();
+        let mut controller = Controller::for_stream(queue.object_results(events.applied_objects()), pools);
         let supported = self.ctx.cloud.supported_node_classes();
         for kind in &supported {
             let Some(resource) = self.resolver.resource(&kind.group, &kind.kind).cloned() else { continue };
@@ -118,7 +121,7 @@ impl Readiness {
                 Api::<DynamicObject>::all_with(self.ctx.client.clone(), &resource),
                 resource,
                 watcher::Config::default(),
-                move |class: DynamicObject| {
+                queue.mapped(move |class: DynamicObject| {
                     let name = class.name_any();
                     pools
                         .state()
@@ -129,22 +132,18 @@ impl Readiness {
                         })
                         .map(|p| ObjectRef::from_obj(&**p))
                         .collect::<Vec<_>>()
-                },
+                }),
             );
         }
-        controller
-            .graceful_shutdown_on(shutdown.cancelled_owned())
+        queue
             .run(
-                crate::metrics::runtime::instrumented(
-                    crate::kube_util::ErrorPolicyContext::reconciles(&*self, 0),
-                    |pool: Arc<NodePool>, ctx: Arc<Self>| async move {
-                        Ok::<Action, ReconcileError>(to_action(ctx.reconcile(&pool.name_any()).await?))
-                    },
-                ),
+                controller.graceful_shutdown_on(shutdown.cancelled_owned()),
+                |pool: Arc<NodePool>, ctx: Arc<Self>| async move {
+                    Ok::<Action, ReconcileError>(to_action(ctx.reconcile(&pool.name_any()).await?))
+                },
                 error_policy,
                 self,
             )
-            .for_each(|_| async {})
             .await;
     }
 }
@@ -152,5 +151,8 @@ impl Readiness {
 impl crate::kube_util::ErrorPolicyContext for Readiness {
     fn controller_name(&self) -> &'static str {
         CONTROLLER
+    }
+    fn metrics(&self) -> Option<&crate::metrics::Metrics> {
+        Some(self.ctx.metrics().as_ref())
     }
 }

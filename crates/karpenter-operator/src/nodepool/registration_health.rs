@@ -303,4 +303,7 @@ impl crate::kube_util::ErrorPolicyContext for RegistrationHealth {
     fn controller_name(&self) -> &'static str {
         CONTROLLER
     }
+    fn metrics(&self) -> Option<&crate::metrics::Metrics> {
+        Some(self.ctx.metrics().as_ref())
+    }
 }

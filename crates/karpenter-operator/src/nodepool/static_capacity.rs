@@ -294,10 +294,16 @@ impl crate::kube_util::ErrorPolicyContext for StaticProvisioning {
     fn controller_name(&self) -> &'static str {
         PROVISIONING_CONTROLLER
     }
+    fn metrics(&self) -> Option<&crate::metrics::Metrics> {
+        Some(self.ctx.metrics().as_ref())
+    }
 }
 
 impl crate::kube_util::ErrorPolicyContext for StaticDeprovisioning {
     fn controller_name(&self) -> &'static str {
         DEPROVISIONING_CONTROLLER
+    }
+    fn metrics(&self) -> Option<&crate::metrics::Metrics> {
+        Some(self.ctx.metrics().as_ref())
     }
 }

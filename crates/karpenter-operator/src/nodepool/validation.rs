@@ -143,6 +143,9 @@ impl crate::kube_util::ErrorPolicyContext for Validation {
     fn controller_name(&self) -> &'static str {
         CONTROLLER
     }
+    fn metrics(&self) -> Option<&crate::metrics::Metrics> {
+        Some(self.ctx.metrics().as_ref())
+    }
 }
 
 /// The condition a NodePool annotation of ours sets: removed when the annotation is absent, `True` with what it

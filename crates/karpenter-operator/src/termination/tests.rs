@@ -158,6 +158,17 @@ impl Env {
         self.term.reconcile_node(NODE).await.unwrap()
     }
 
+    /// `karpenter_nodeclaims_instance_termination_duration_seconds{nodepool="default"}`: (count, sum), as served.
+    fn instance_termination_observed(&self) -> (f64, f64) {
+        let text = self.metrics.render();
+        let value = |suffix: &str| {
+            let series =
+                format!("karpenter_nodeclaims_instance_termination_duration_seconds_{suffix}{{nodepool=\"default\"}} ");
+            text.lines().find_map(|l| l.strip_prefix(series.as_str())).map_or(0.0, |v| v.parse().unwrap())
+        };
+        (value("count"), value("sum"))
+    }
+
     async fn events(&self, reason: &str) -> Vec<CoreEvent> {
         tokio::time::sleep(Duration::from_millis(20)).await; // detached publishes
         let all = Api::<CoreEvent>::all(self.client.clone()).list(&ListParams::default()).await.unwrap().items;
@@ -276,6 +287,7 @@ async fn a_pdb_holds_the_node_until_it_allows_then_drain_follows_upstreams_order
     assert_eq!(e.metrics.nodes_drained("default").get(), 1);
     assert_eq!(e.metrics.nodes_terminated("default", "").get(), 1);
     assert_eq!(e.metrics.nodeclaims_terminated("default", "", "").get(), 1);
+    assert_eq!(e.instance_termination_observed().0, 1.0, "the instance's termination timed once");
     assert!(e.events(reasons::EVICTED).await.len() >= 5);
 }
 
@@ -439,6 +451,30 @@ async fn a_not_ready_node_whose_instance_is_gone_loses_its_finalizer_at_once() {
     assert!(e.nodes().get_opt(NODE).await.unwrap().is_none());
     assert_eq!(e.term.reconcile_node_claim(CLAIM).await.unwrap(), None, "instance gone: finalizer removed");
     assert!(e.claims().get_opt(CLAIM).await.unwrap().is_none());
+}
+
+/// The kwok provider's case: the first ask to terminate finds the instance gone (its Node is terminating). The
+/// NodeClaim is still marked InstanceTerminating and its instance's termination is timed (0 s), as upstream times it.
+#[tokio::test]
+async fn an_instance_gone_at_the_first_ask_is_still_timed() {
+    let e = env();
+    let pid = e.node_and_claim(None).await;
+    e.cloud.delete(&claim_for_instance("x", &pid)).await.unwrap();
+    e.delete_claim().await;
+    assert_eq!(e.term.reconcile_node_claim(CLAIM).await.unwrap(), Some(NODE_WAIT_REQUEUE));
+    let mut passes = 0;
+    while e.term.reconcile_node(NODE).await.unwrap().is_some() {
+        e.clock.step_secs(1);
+        passes += 1;
+        assert!(passes < 10, "the Node's termination ends: nothing to drain, the instance gone");
+    }
+    let claim = e.claims().get(CLAIM).await.unwrap();
+    let terminating = claim.conditions().condition(conditions::INSTANCE_TERMINATING).cloned().expect("condition");
+    assert_eq!(terminating.status, ConditionStatus::True, "set by the Node's termination although already gone");
+    e.clock.step_secs(3);
+    assert_eq!(e.term.reconcile_node_claim(CLAIM).await.unwrap(), None);
+    assert!(e.claims().get_opt(CLAIM).await.unwrap().is_none());
+    assert_eq!(e.instance_termination_observed(), (1.0, 3.0), "from the Node's first ask to the claim's end");
 }
 
 #[tokio::test]
