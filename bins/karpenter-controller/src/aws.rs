@@ -31,9 +31,10 @@ pub async fn start(
     shutdown: CancellationToken,
     metrics: Arc<Metrics>,
 ) -> anyhow::Result<(AwsRuntime, Arc<dyn NodeClassLookup>)> {
-    if let Some(message) =
-        karpenter_aws::dynamic_resources::dra_gates_unused(&aws.aws_feature_gates, core.ignore_dra_requests)
-    {
+    if let Some(message) = karpenter_aws::dynamic_resources::dra_gates_unused(
+        &aws.decisions.aws_feature_gates,
+        core.decisions.ignore_dra_requests,
+    ) {
         tracing::warn!("{message}");
     }
     let node_classes = KubeNodeClasses::new();
@@ -45,7 +46,7 @@ pub async fn start(
     let sinks = Arc::new(PrometheusAws(metrics));
     let start = AwsStart {
         settings: aws,
-        reserved_capacity: core.feature_gates.reserved_capacity,
+        reserved_capacity: core.decisions.feature_gates.reserved_capacity,
         client,
         clock,
         shutdown,

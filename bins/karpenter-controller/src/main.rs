@@ -51,6 +51,8 @@ use karpenter_api::loader;
 use karpenter_api::{ProviderLabels, ValidationContext};
 
 mod build_info;
+#[cfg(test)]
+mod decision_settings_tests;
 mod inputs;
 mod kwok_kubelet;
 mod run;
@@ -125,56 +127,13 @@ enum Command {
         /// budgets) until its replacements are initialized. Runs over simulated time as --for does.
         #[arg(long, value_name = "DURATION", value_parser = parsed_duration)]
         node_startup: Option<std::time::Duration>,
-        /// Treat other autoscalers' do-not-disrupt annotations (cluster-autoscaler.kubernetes.io/safe-to-evict=false,
-        /// scale-down-disabled=true and their node-autoscaling.kubernetes.io forms) as karpenter.sh/do-not-disrupt,
-        /// as the controller does (docs/beyond-upstream.md).
-        #[arg(long, env = "HONOR_AUTOSCALER_ANNOTATIONS", default_value = "true", action = clap::ArgAction::Set, value_parser = karpenter_api::settings::parse_go_bool,
-              num_args = 0..=1, default_missing_value = "true")]
-        honor_autoscaler_annotations: bool,
-        /// Cluster-wide limits over every NodePool, as the controller takes them (e.g. cpu=2000,memory=8Ti,nodes=300;
-        /// docs/beyond-upstream.md); also in the timeline.
-        #[arg(long, env = "CLUSTER_LIMITS", value_name = "LIMITS", default_value = "",
-              value_parser = boxed_cluster_limits)]
-        cluster_limits: Box<karpenter_requirements::ResourceList>,
-        /// Scheduler config with default topology spread constraints, as the controller takes it:
-        /// {podTopologySpread: {defaultConstraints: [...]}} (YAML or JSON; docs/settings.md).
-        #[arg(long, env = "SCHEDULER_CONFIG", value_name = "CONFIG", default_value = "",
-              value_parser = boxed_scheduler_config)]
-        scheduler_config: Box<karpenter_scheduler::SchedulerConfig>,
-        /// Feature gates as the controller takes them (Name=bool pairs). Over simulated time: NodeRepair repairs
-        /// the input's unhealthy Nodes with the provider's default policies, SpotToSpotConsolidation and
-        /// PodDeletionCostManagement change disruption as in the controller.
-        #[arg(long, env = "FEATURE_GATES", value_name = "GATES", default_value = karpenter_operator::settings::FeatureGates::DEFAULT)]
-        feature_gates: karpenter_operator::settings::FeatureGates,
-        /// Leave pods with DRA resource claims unplaced, as the controller does by default; false simulates device
-        /// allocation from ResourceSlices and instance types' slice templates (docs/dra.md).
-        #[arg(long, env = "IGNORE_DRA_REQUESTS", default_value = "true", action = clap::ArgAction::Set, value_parser = karpenter_api::settings::parse_go_bool,
-              num_args = 0..=1, default_missing_value = "true")]
-        ignore_dra_requests: bool,
-        /// AWS feature gates as the controller takes them (Name=bool pairs). NodeClassCEL evaluates EC2NodeClass
-        /// kubelet CEL expressions per instance type; off, they are ignored and noted. DRANVIDIAGPU and DRAEFA give
-        /// the AWS catalogue's NVIDIA GPU and EFA types DRA slice templates (with --ignore-dra-requests=false).
-        #[arg(long, env = "AWS_FEATURE_GATES", value_name = "GATES",
-              default_value = karpenter_aws::settings::DEFAULT_AWS_FEATURE_GATES)]
-        aws_feature_gates: karpenter_aws::settings::AwsFeatureGates,
-        /// Respect or Ignore preferred affinities and ScheduleAnyway topology spreads when provisioning, as the
-        /// controller's PREFERENCE_POLICY (the same parser).
-        #[arg(long, env = "PREFERENCE_POLICY", value_name = "POLICY", default_value = "Respect")]
-        preference_policy: karpenter_requirements::PreferencePolicy,
-        /// Strict or BestEffort: whether a new node may launch when minValues cannot be met, as the controller's
-        /// MIN_VALUES_POLICY (the same parser).
-        #[arg(long, env = "MIN_VALUES_POLICY", value_name = "POLICY", default_value = "Strict")]
-        min_values_policy: karpenter_requirements::MinValuesPolicy,
-        /// Minimum saving of replacements and multi-node moves over simulated time, as the controller's
-        /// CONSOLIDATION_MIN_SAVINGS (the same parser): 5% of the candidates' price or $0.02/h; empty: none.
-        #[arg(long, env = "CONSOLIDATION_MIN_SAVINGS", value_name = "SAVING", default_value = "")]
-        consolidation_min_savings: karpenter_operator::settings::MinSavingsSetting,
-        /// Cheaper instance types single-node spot-to-spot consolidation needs over simulated time, as the
-        /// controller's SPOT_TO_SPOT_MIN_INSTANCE_TYPES (the same parser).
-        #[arg(long, env = "SPOT_TO_SPOT_MIN_INSTANCE_TYPES", value_name = "N",
-              default_value_t = karpenter_disruption::SPOT_TO_SPOT_MIN_TYPES,
-              value_parser = karpenter_operator::settings::parse_spot_to_spot_min_instance_types)]
-        spot_to_spot_min_instance_types: usize,
+        /// The controller's settings that shape decisions (`karpenter_operator::settings::DecisionSettings`):
+        /// the same flags, environment variables, defaults and parsers as `run`'s. Boxed as `cluster` is.
+        #[command(flatten)]
+        decisions: Box<karpenter_operator::settings::DecisionSettings>,
+        /// The AWS provider's settings that shape decisions, as `run --provider aws` takes them.
+        #[command(flatten)]
+        aws_decisions: karpenter_aws::settings::AwsDecisionSettings,
         /// Boxed: the variant is by far the largest (clippy's large_enum_variant).
         #[command(flatten)]
         cluster: Box<simulate::live::ClusterArgs>,
@@ -338,16 +297,8 @@ fn main() -> ExitCode {
             scale,
             run_for,
             node_startup,
-            honor_autoscaler_annotations,
-            cluster_limits,
-            scheduler_config,
-            feature_gates,
-            ignore_dra_requests,
-            aws_feature_gates,
-            preference_policy,
-            min_values_policy,
-            consolidation_min_savings,
-            spot_to_spot_min_instance_types,
+            decisions,
+            aws_decisions,
             cluster,
         } => {
             paths.extend(filenames);
@@ -362,22 +313,23 @@ fn main() -> ExitCode {
             let time = (timeline.is_some() || !scale.is_empty() || run_for.is_some() || node_startup.is_some())
                 .then_some(simulate::TimeOptions { timeline, scale, run_for, node_startup });
             let provider = provider.map(Provider::labels);
+            let decisions = *decisions;
             let options = simulate::Options {
                 paths,
                 instance_types,
                 provider,
                 region,
                 time,
-                honor_autoscaler_annotations,
-                cluster_limits: *cluster_limits,
-                scheduler_config: *scheduler_config,
-                feature_gates,
-                ignore_dra_requests,
-                aws_feature_gates,
-                preference_policy,
-                min_values_policy,
-                consolidation_min_savings: consolidation_min_savings.0,
-                spot_to_spot_min_instance_types,
+                honor_autoscaler_annotations: decisions.honor_autoscaler_annotations,
+                cluster_limits: decisions.cluster_limits,
+                scheduler_config: decisions.scheduler_config,
+                feature_gates: decisions.feature_gates,
+                ignore_dra_requests: decisions.ignore_dra_requests,
+                aws_feature_gates: aws_decisions.aws_feature_gates,
+                preference_policy: decisions.preference_policy,
+                min_values_policy: decisions.min_values_policy,
+                consolidation_min_savings: decisions.consolidation_min_savings.0,
+                spot_to_spot_min_instance_types: decisions.spot_to_spot_min_instance_types,
             };
             run_simulate(options, &cluster, output)
         }
@@ -693,14 +645,4 @@ fn checked_duration(s: &str) -> Result<String, String> {
 /// A duration flag read once, as clap parses it (`--node-startup`); a bad value is a usage error.
 fn parsed_duration(s: &str) -> Result<std::time::Duration, String> {
     karpenter_api::duration::parse_go_duration(s).map_err(|e| e.to_string())
-}
-
-/// `--cluster-limits`, boxed: a resource list would make `Command::Simulate` many times larger than the others.
-/// `--scheduler-config`, boxed like `--cluster-limits`.
-fn boxed_scheduler_config(s: &str) -> Result<Box<karpenter_scheduler::SchedulerConfig>, String> {
-    karpenter_scheduler::SchedulerConfig::parse(s).map(Box::new).map_err(|e| e.to_string())
-}
-
-fn boxed_cluster_limits(s: &str) -> Result<Box<karpenter_requirements::ResourceList>, String> {
-    karpenter_api::settings::parse_cluster_limits(s).map(Box::new)
 }

@@ -272,9 +272,10 @@ impl Assembly<'_> {
         // Launch templates' capacity-reservation preference and described instances' capacity type follow the
         // gate.
         options.reserved_capacity = self.start.reserved_capacity;
-        options.reboot_for_repair = aws.aws_feature_gates.reboot_for_repair;
-        options.instance_types.node_class_cel = aws.aws_feature_gates.node_class_cel;
-        options.instance_types.dra = crate::dynamic_resources::DraTemplates::from_gates(&aws.aws_feature_gates);
+        options.reboot_for_repair = aws.decisions.aws_feature_gates.reboot_for_repair;
+        options.instance_types.node_class_cel = aws.decisions.aws_feature_gates.node_class_cel;
+        options.instance_types.dra =
+            crate::dynamic_resources::DraTemplates::from_gates(&aws.decisions.aws_feature_gates);
         options.instance_types.settings = InstanceTypeSettings {
             vm_memory_overhead_percent: aws.vm_memory_overhead_percent,
             reserved_enis: i64::from(aws.reserved_enis),

@@ -98,9 +98,19 @@ pub struct AwsSettings {
     /// How long resolved security groups are cached before DescribeSecurityGroups is called again (at least 1m).
     #[arg(long, env = "SECURITY_GROUP_REFRESH_INTERVAL", default_value = "1m", value_parser = duration)]
     pub security_group_refresh_interval: Duration,
+    /// The AWS settings that shape decisions, which `simulate` takes too.
+    #[command(flatten)]
+    pub decisions: AwsDecisionSettings,
+}
+
+/// The AWS settings that shape what Karpenter decides and that the what-if simulator reproduces over its AWS
+/// catalogue: declared once here and flattened into [`AwsSettings`] (the controller's `run`) and into
+/// `simulate`'s arguments, as the operator's `DecisionSettings` are for the core settings.
+#[derive(Debug, Clone, Args)]
+pub struct AwsDecisionSettings {
     /// AWS feature gates as Name=bool pairs (NodeClassCEL, DRANVIDIAGPU, DRAEFA, RebootForRepair; unknown names
     /// are ignored).
-    #[arg(long, env = "AWS_FEATURE_GATES", default_value = DEFAULT_AWS_FEATURE_GATES)]
+    #[arg(long, env = "AWS_FEATURE_GATES", value_name = "GATES", default_value = DEFAULT_AWS_FEATURE_GATES)]
     pub aws_feature_gates: AwsFeatureGates,
 }
 
@@ -189,7 +199,7 @@ mod tests {
         assert_eq!(aws.subnet_refresh_interval, Duration::from_secs(60));
         assert_eq!(aws.security_group_refresh_interval, Duration::from_secs(60));
         assert!(!aws.isolated_vpc && !aws.disable_dry_run);
-        assert_eq!(aws.aws_feature_gates, AwsFeatureGates::default(), "every gate off");
+        assert_eq!(aws.decisions.aws_feature_gates, AwsFeatureGates::default(), "every gate off");
     }
 
     #[test]
@@ -223,7 +233,7 @@ mod tests {
         assert_eq!(aws.reserved_enis, 1);
         assert_eq!(aws.price_file, "/etc/karpenter/prices.json");
         assert!(aws.isolated_vpc);
-        assert!(aws.aws_feature_gates.node_class_cel);
+        assert!(aws.decisions.aws_feature_gates.node_class_cel);
         assert_eq!(aws.security_group_refresh_interval, Duration::from_secs(300));
         aws.validate().unwrap();
         let err = parse(&["--aws-feature-gates=NodeClassCEL=maybe"]).unwrap_err().to_string();

@@ -137,11 +137,11 @@ impl Manager {
         clock: Arc<dyn Clock>,
     ) -> Self {
         let mut crds = vec!["nodepools.karpenter.sh".to_string(), "nodeclaims.karpenter.sh".to_string()];
-        if settings.feature_gates.node_overlay {
+        if settings.decisions.feature_gates.node_overlay {
             crds.push("nodeoverlays.karpenter.sh".to_string());
         }
         // Not ours to install (docs/capacity-buffer.md), but the gate cannot work without it: /readyz says so.
-        if settings.feature_gates.capacity_buffer {
+        if settings.decisions.feature_gates.capacity_buffer {
             crds.push("capacitybuffers.autoscaling.x-k8s.io".to_string());
         }
         crds.extend(cloud.supported_node_classes().iter().map(|k| crd_name(&k.group, &k.kind)));
@@ -303,15 +303,16 @@ impl Manager {
         probes.set_started();
         on_started(Started { metrics_addr: metrics_server.local_addr, probes_addr: probes_server.local_addr });
         tracing::info!(metrics = %metrics_server.local_addr, probes = %probes_server.local_addr, "starting manager");
-        if !settings.scheduler_config.is_empty() {
+        if !settings.decisions.scheduler_config.is_empty() {
             let constraints: Vec<String> = settings
+                .decisions
                 .scheduler_config
                 .default_constraints
                 .iter()
                 .map(|c| format!("{}:{}:maxSkew={}", c.topology_key, c.when_unsatisfiable, c.max_skew))
                 .collect();
             tracing::info!(?constraints, "default topology spread constraints configured");
-            for warning in settings.scheduler_config.warnings.iter() {
+            for warning in settings.decisions.scheduler_config.warnings.iter() {
                 tracing::warn!("{warning}");
             }
         }
@@ -492,17 +493,17 @@ fn start_watchers(
     };
     let mut watchers = vec![spawn(|s, c, t| Box::pin(async move { s.run_watchers(c, t).await }))];
     // Default topology spread constraints read Services and pod controllers: watched only when configured.
-    let spread = !parts.settings.scheduler_config.is_empty();
+    let spread = !parts.settings.decisions.scheduler_config.is_empty();
     if spread {
         watchers.push(spawn(|s, c, t| Box::pin(async move { s.run_spread_watchers(c, t).await })));
     }
     // DRA objects are read only when DRA is simulated.
-    if !parts.settings.ignore_dra_requests {
+    if !parts.settings.decisions.ignore_dra_requests {
         watchers.push(spawn(|s, c, t| Box::pin(async move { s.run_dra_watchers(c, t).await })));
     }
     // CapacityBuffers and what they refer to: watched only with the gate (the workloads' watchers are shared
     // with the spread watchers when those run).
-    if parts.settings.feature_gates.capacity_buffer {
+    if parts.settings.decisions.feature_gates.capacity_buffer {
         state.require_buffer_kinds();
         let (state, client, token) = (state.clone(), parts.client.clone(), token.clone());
         watchers.push(tokio::spawn(async move { state.run_buffer_watchers(client, token, spread).await }));
@@ -540,7 +541,7 @@ fn controllers(parts: &LeaderParts, leader: &CancellationToken) -> Controllers {
     let recorder = Recorder::new(parts.client.clone(), clock.clone(), parts.identity.clone());
     // NodeOverlay (gate): every controller reads instance types through the overlay decorator; the NodeOverlay
     // controller evaluates the overlays against the undecorated provider and fills the decorator's store.
-    let overlay_store = settings.feature_gates.node_overlay.then(karpenter_cloudprovider::OverlayStore::new);
+    let overlay_store = settings.decisions.feature_gates.node_overlay.then(karpenter_cloudprovider::OverlayStore::new);
     let decorated: Arc<dyn CloudProvider> = match &overlay_store {
         Some(store) => Arc::new(karpenter_cloudprovider::Overlaid::new(cloud.clone(), store.clone())),
         None => cloud.clone(),
@@ -556,7 +557,7 @@ fn controllers(parts: &LeaderParts, leader: &CancellationToken) -> Controllers {
         list.push((crate::nodeoverlay::CONTROLLER.into(), Box::pin(overlays.run(leader.clone()))));
     }
 
-    if settings.feature_gates.capacity_buffer {
+    if settings.decisions.feature_gates.capacity_buffer {
         let buffers = crate::capacitybuffer::CapacityBufferController::new(&ctx);
         list.push((crate::capacitybuffer::CONTROLLER.into(), Box::pin(buffers.run(leader.clone()))));
     }
@@ -575,7 +576,7 @@ fn controllers(parts: &LeaderParts, leader: &CancellationToken) -> Controllers {
 
     // Node repair: with the gate on, a disruption method (the disruption loop's); with LEGACY_NODE_REPAIR too,
     // upstream v1.14's standalone controller.
-    if settings.feature_gates.node_repair
+    if settings.decisions.feature_gates.node_repair
         && settings.legacy_node_repair
         && let Some(policies) = crate::repair::policies(&ctx)
     {
@@ -603,17 +604,18 @@ fn controllers(parts: &LeaderParts, leader: &CancellationToken) -> Controllers {
     list.push(("nodepool.validation".into(), Box::pin(validation.run(state.clone(), leader.clone()))));
     let registration = Arc::new(RegistrationHealth::new(&ctx, Arc::new(RegistrationTracker::new()), resolver));
     list.push(("nodepool.registrationhealth".into(), Box::pin(registration.run(state.clone(), leader.clone()))));
-    let counter = Arc::new(Counter::new(&ctx).with_cluster_limits(settings.cluster_limits.clone()));
+    let counter = Arc::new(Counter::new(&ctx).with_cluster_limits(settings.decisions.cluster_limits.clone()));
     list.push(("nodepool.counter".into(), Box::pin(counter.run(leader.clone()))));
     let hash = Arc::new(HashController::new(&ctx));
     list.push(("nodepool.hash".into(), Box::pin(hash.run(state.clone(), leader.clone()))));
-    let static_capacity = settings.feature_gates.static_capacity;
-    let static_up =
-        Arc::new(StaticProvisioning::new(&ctx, static_capacity).with_cluster_limits(&settings.cluster_limits));
+    let static_capacity = settings.decisions.feature_gates.static_capacity;
+    let static_up = Arc::new(
+        StaticProvisioning::new(&ctx, static_capacity).with_cluster_limits(&settings.decisions.cluster_limits),
+    );
     list.push(("static.provisioning".into(), Box::pin(static_up.run(leader.clone()))));
     let static_down = Arc::new(
         StaticDeprovisioning::new(&ctx, static_capacity)
-            .with_deletion_cost_management(settings.feature_gates.pod_deletion_cost_management),
+            .with_deletion_cost_management(settings.decisions.feature_gates.pod_deletion_cost_management),
     );
     list.push(("static.deprovisioning".into(), Box::pin(static_down.run(leader.clone()))));
     let min_nodes = Arc::new(
@@ -645,10 +647,10 @@ fn controllers(parts: &LeaderParts, leader: &CancellationToken) -> Controllers {
     list.push(("disruption".into(), Box::pin(disruption.run(leader.clone()))));
 
     // Pod deletion costs: registered only with the gate on (read once at start, as upstream).
-    if settings.feature_gates.pod_deletion_cost_management {
+    if settings.decisions.feature_gates.pod_deletion_cost_management {
         let ctx = ctx_for(crate::deletion_cost::CONTROLLER);
         let deletion_cost =
-            Arc::new(crate::deletion_cost::DeletionCost::new(&ctx, settings.honor_autoscaler_annotations));
+            Arc::new(crate::deletion_cost::DeletionCost::new(&ctx, settings.decisions.honor_autoscaler_annotations));
         list.push((crate::deletion_cost::CONTROLLER.into(), Box::pin(deletion_cost.run(leader.clone()))));
     }
 

@@ -166,12 +166,12 @@ impl ProvisionerOptions {
         Self {
             batch_idle_duration: settings.batch_idle_duration,
             batch_max_duration: settings.batch_max_duration,
-            preference_policy: settings.preference_policy,
-            min_values_policy: settings.min_values_policy,
+            preference_policy: settings.decisions.preference_policy,
+            min_values_policy: settings.decisions.min_values_policy,
             solve_timeout: SOLVE_TIMEOUT,
-            cluster_limits: settings.cluster_limits.clone(),
-            scheduler_config: settings.scheduler_config.clone(),
-            ignore_dra_requests: settings.ignore_dra_requests,
+            cluster_limits: settings.decisions.cluster_limits.clone(),
+            scheduler_config: settings.decisions.scheduler_config.clone(),
+            ignore_dra_requests: settings.decisions.ignore_dra_requests,
             parallelism: settings.scheduler_parallelism(),
         }
     }

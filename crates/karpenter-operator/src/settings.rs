@@ -125,19 +125,9 @@ pub struct CoreSettings {
     /// Longest window of one provisioning batch (the nomination window is max(2x this, 10s)).
     #[arg(long, env = "BATCH_MAX_DURATION", default_value = "10s", value_parser = duration)]
     pub batch_max_duration: Duration,
-    /// Feature gates as Name=bool pairs separated by commas; unknown names are ignored.
-    #[arg(long, env = "FEATURE_GATES", default_value = FeatureGates::DEFAULT)]
-    pub feature_gates: FeatureGates,
-    /// Respect or Ignore preferred affinities and ScheduleAnyway topology spreads.
-    #[arg(long, env = "PREFERENCE_POLICY", default_value = "Respect")]
-    pub preference_policy: PreferencePolicy,
-    /// Strict or BestEffort: whether a NodeClaim may launch when minValues cannot be met.
-    #[arg(long, env = "MIN_VALUES_POLICY", default_value = "Strict")]
-    pub min_values_policy: MinValuesPolicy,
-    /// Leave pods that request DRA ResourceClaims out of provisioning; false simulates device allocation (docs/dra.md).
-    #[arg(long, env = "IGNORE_DRA_REQUESTS", default_value = "true", action = ArgAction::Set, value_parser = parse_go_bool,
-          num_args = 0..=1, default_missing_value = "true")]
-    pub ignore_dra_requests: bool,
+    /// The settings that shape decisions, which `simulate` takes too.
+    #[command(flatten)]
+    pub decisions: DecisionSettings,
     // CPU requests of the controller in millicores: the scheduler's threads (`scheduler_parallelism`).
     #[arg(long, env = "CPU_REQUESTS", default_value_t = 1000, allow_negative_numbers = true, help = format!(
         "CPU requests of the controller in millicores. Provisioning and disruption simulations check the existing \
@@ -192,29 +182,51 @@ pub struct CoreSettings {
     #[arg(long, env = "DISABLE_CLUSTER_STATE_OBSERVABILITY", default_value = "false", action = ArgAction::Set, value_parser = parse_go_bool,
           num_args = 0..=1, default_missing_value = "true")]
     pub disable_cluster_state_observability: bool,
-    /// Treat other autoscalers' annotations as karpenter.sh/do-not-disrupt: a pod's cluster-autoscaler.kubernetes.io/safe-to-evict=false, a node's cluster-autoscaler.kubernetes.io/scale-down-disabled=true, and their node-autoscaling.kubernetes.io forms (safe-to-evict, do-not-disrupt). Not in upstream Karpenter (docs/beyond-upstream.md)
-    #[arg(long, env = "HONOR_AUTOSCALER_ANNOTATIONS", default_value = "true", action = ArgAction::Set, value_parser = parse_go_bool,
-          num_args = 0..=1, default_missing_value = "true")]
-    pub honor_autoscaler_annotations: bool,
     /// With the NodeRepair gate on: repair unhealthy nodes as v1.14 did (forceful deletion, no replacement first, no budget) instead of as a disruption method within the Unhealthy budget
     #[arg(long, env = "LEGACY_NODE_REPAIR", default_value = "false", action = ArgAction::Set, value_parser = parse_go_bool,
           num_args = 0..=1, default_missing_value = "true")]
     pub legacy_node_repair: bool,
-    /// Cluster-wide limits over every NodePool, as resource=quantity pairs separated by commas (cpu, memory, ephemeral-storage, pods, nodes, huge pages such as hugepages-2Mi, or a domain-prefixed extended resource such as nvidia.com/gpu; e.g. cpu=2000,memory=8Ti,nodes=300). Enforced in provisioning like a NodePool's limits, counting every NodePool's nodes and in-flight NodeClaims; empty means none. Not in upstream Karpenter (docs/beyond-upstream.md)
-    #[arg(long, env = "CLUSTER_LIMITS", default_value = "", value_parser = parse_cluster_limits)]
-    pub cluster_limits: ResourceList,
     /// Namespace the controller runs in (set by the Helm chart from the downward API).
     #[arg(long, env = "SYSTEM_NAMESPACE", default_value = "kube-system")]
     pub system_namespace: String,
+}
+
+/// The settings that shape what Karpenter decides (which nodes to launch, which to disrupt) and that the what-if
+/// simulator reproduces: declared once here and flattened into [`CoreSettings`] (the controller's `run`) and into
+/// `simulate`'s arguments, so both read a value with the same flag, variable, default and parser. A setting of
+/// the controller that changes decisions but that simulate does not model belongs in [`CoreSettings`] instead
+/// (the binary's test of the two commands lists those).
+#[derive(Debug, Clone, Args)]
+pub struct DecisionSettings {
+    /// Feature gates as Name=bool pairs separated by commas; unknown names are ignored.
+    #[arg(long, env = "FEATURE_GATES", value_name = "GATES", default_value = FeatureGates::DEFAULT)]
+    pub feature_gates: FeatureGates,
+    /// Respect or Ignore preferred affinities and ScheduleAnyway topology spreads.
+    #[arg(long, env = "PREFERENCE_POLICY", value_name = "POLICY", default_value = "Respect")]
+    pub preference_policy: PreferencePolicy,
+    /// Strict or BestEffort: whether a NodeClaim may launch when minValues cannot be met.
+    #[arg(long, env = "MIN_VALUES_POLICY", value_name = "POLICY", default_value = "Strict")]
+    pub min_values_policy: MinValuesPolicy,
+    /// Leave pods that request DRA ResourceClaims out of provisioning; false simulates device allocation (docs/dra.md).
+    #[arg(long, env = "IGNORE_DRA_REQUESTS", default_value = "true", action = ArgAction::Set, value_parser = parse_go_bool,
+          num_args = 0..=1, default_missing_value = "true")]
+    pub ignore_dra_requests: bool,
+    /// Treat other autoscalers' annotations as karpenter.sh/do-not-disrupt: a pod's cluster-autoscaler.kubernetes.io/safe-to-evict=false, a node's cluster-autoscaler.kubernetes.io/scale-down-disabled=true, and their node-autoscaling.kubernetes.io forms (safe-to-evict, do-not-disrupt). Not in upstream Karpenter (docs/beyond-upstream.md)
+    #[arg(long, env = "HONOR_AUTOSCALER_ANNOTATIONS", default_value = "true", action = ArgAction::Set, value_parser = parse_go_bool,
+          num_args = 0..=1, default_missing_value = "true")]
+    pub honor_autoscaler_annotations: bool,
+    /// Cluster-wide limits over every NodePool, as resource=quantity pairs separated by commas (cpu, memory, ephemeral-storage, pods, nodes, huge pages such as hugepages-2Mi, or a domain-prefixed extended resource such as nvidia.com/gpu; e.g. cpu=2000,memory=8Ti,nodes=300). Enforced in provisioning like a NodePool's limits, counting every NodePool's nodes and in-flight NodeClaims; empty means none. Not in upstream Karpenter (docs/beyond-upstream.md)
+    #[arg(long, env = "CLUSTER_LIMITS", value_name = "LIMITS", default_value = "", value_parser = parse_cluster_limits)]
+    pub cluster_limits: ResourceList,
     /// Scheduler config, a YAML or JSON document decoded strictly: {podTopologySpread: {defaultConstraints: [...]}}. The default topology spread constraints are given, in the scheduling simulation only, to pods that declare none, with a selector derived from the Services and ReplicaSet/StatefulSet/ReplicationController selecting the pod as kube-scheduler derives it. Empty: none (kube-scheduler's System defaults are not applied). A malformed config stops the controller at start-up
-    #[arg(long, env = "SCHEDULER_CONFIG", default_value = "", value_parser = parse_scheduler_config)]
+    #[arg(long, env = "SCHEDULER_CONFIG", value_name = "CONFIG", default_value = "", value_parser = parse_scheduler_config)]
     pub scheduler_config: SchedulerConfig,
     /// Minimum saving of a consolidation move that launches a replacement or removes several nodes, for every NodePool: a percentage of the candidates' price (5%) or an amount per hour ($0.02/h). A NodePool's karpenter-rs.io/consolidation-min-savings annotation may ask more (the stricter applies); deletes of single nodes and empty nodes are never held. Empty: none, as upstream. Not in upstream Karpenter (docs/beyond-upstream.md)
-    #[arg(long, env = "CONSOLIDATION_MIN_SAVINGS", default_value = "")]
+    #[arg(long, env = "CONSOLIDATION_MIN_SAVINGS", value_name = "SAVING", default_value = "")]
     pub consolidation_min_savings: MinSavingsSetting,
     /// How many cheaper instance types single-node spot-to-spot consolidation needs before it replaces a spot node, and keeps as the replacement's options (upstream's fixed 15; at least 1). Not in upstream Karpenter as a setting (docs/beyond-upstream.md)
-    #[arg(long, env = "SPOT_TO_SPOT_MIN_INSTANCE_TYPES", default_value_t = karpenter_disruption::SPOT_TO_SPOT_MIN_TYPES,
-          value_parser = parse_spot_to_spot_min_instance_types)]
+    #[arg(long, env = "SPOT_TO_SPOT_MIN_INSTANCE_TYPES", value_name = "N",
+          default_value_t = karpenter_disruption::SPOT_TO_SPOT_MIN_TYPES, value_parser = parse_spot_to_spot_min_instance_types)]
     pub spot_to_spot_min_instance_types: usize,
 }
 
@@ -323,7 +335,7 @@ mod tests {
         .unwrap()
         .core;
         assert!(core.enable_profiling && core.disable_leader_election && core.legacy_node_repair);
-        assert!(!core.disable_controller_warmup && !core.ignore_dra_requests);
+        assert!(!core.disable_controller_warmup && !core.decisions.ignore_dra_requests);
         assert_eq!(core.log_level, LogLevel::Info);
         // What Go refuses stays refused, with the accepted forms named.
         let err = parse(&["--enable-profiling=yes"]).unwrap_err().to_string();
@@ -337,10 +349,10 @@ mod tests {
         let config = "podTopologySpread: {defaultConstraints: [{maxSkew: 1, topologyKey: topology.kubernetes.io/zone, \
                       whenUnsatisfiable: ScheduleAnyway, minDomains: 3}]}";
         let core = parse(&["--scheduler-config", config]).expect("accepted").core;
-        assert_eq!(core.scheduler_config.default_constraints.len(), 1);
-        assert_eq!(core.scheduler_config.default_constraints[0].min_domains, None);
-        assert_eq!(core.scheduler_config.warnings.len(), 1);
-        assert!(core.scheduler_config.warnings[0].contains("topology.kubernetes.io/zone"));
+        assert_eq!(core.decisions.scheduler_config.default_constraints.len(), 1);
+        assert_eq!(core.decisions.scheduler_config.default_constraints[0].min_domains, None);
+        assert_eq!(core.decisions.scheduler_config.warnings.len(), 1);
+        assert!(core.decisions.scheduler_config.warnings[0].contains("topology.kubernetes.io/zone"));
     }
 
     #[test]
@@ -349,21 +361,23 @@ mod tests {
         let core = cli.core;
         assert_eq!(core.batch_idle_duration, Duration::from_secs(1));
         assert_eq!(core.batch_max_duration, Duration::from_secs(10));
-        assert_eq!(core.feature_gates, FeatureGates::default());
-        assert!(core.feature_gates.reserved_capacity && !core.feature_gates.spot_to_spot_consolidation);
-        assert_eq!(core.preference_policy, PreferencePolicy::Respect);
-        assert_eq!(core.min_values_policy, MinValuesPolicy::Strict);
+        assert_eq!(core.decisions.feature_gates, FeatureGates::default());
+        assert!(
+            core.decisions.feature_gates.reserved_capacity && !core.decisions.feature_gates.spot_to_spot_consolidation
+        );
+        assert_eq!(core.decisions.preference_policy, PreferencePolicy::Respect);
+        assert_eq!(core.decisions.min_values_policy, MinValuesPolicy::Strict);
         assert_eq!((core.kube_client_qps, core.kube_client_burst), (200, 300));
         assert_eq!((core.metrics_port, core.health_probe_port), (8080, 8081));
         assert_eq!(core.log_level, LogLevel::Info);
         assert_eq!(core.log_output_paths, ["stdout"]);
         assert!(!core.disable_leader_election);
         assert_eq!(core.leader_election_name, "karpenter-leader-election");
-        assert!(core.ignore_dra_requests && core.disable_controller_warmup);
-        assert!(core.honor_autoscaler_annotations, "on by default (beyond upstream)");
-        assert!(core.cluster_limits.is_empty(), "no cluster limit by default");
-        assert_eq!(core.consolidation_min_savings, MinSavingsSetting(None), "no minimum saving by default");
-        assert_eq!(core.spot_to_spot_min_instance_types, 15, "upstream's constant");
+        assert!(core.decisions.ignore_dra_requests && core.disable_controller_warmup);
+        assert!(core.decisions.honor_autoscaler_annotations, "on by default (beyond upstream)");
+        assert!(core.decisions.cluster_limits.is_empty(), "no cluster limit by default");
+        assert_eq!(core.decisions.consolidation_min_savings, MinSavingsSetting(None), "no minimum saving by default");
+        assert_eq!(core.decisions.spot_to_spot_min_instance_types, 15, "upstream's constant");
         assert_eq!(core.nomination_window(), Duration::from_secs(20));
     }
 
@@ -389,27 +403,30 @@ mod tests {
         assert_eq!(core.batch_max_duration, Duration::from_secs(120));
         assert_eq!(core.nomination_window(), Duration::from_secs(240));
         assert!(core.disable_leader_election);
-        assert!(!core.ignore_dra_requests);
-        assert_eq!(core.preference_policy, PreferencePolicy::Ignore);
-        assert_eq!(core.min_values_policy, MinValuesPolicy::BestEffort);
+        assert!(!core.decisions.ignore_dra_requests);
+        assert_eq!(core.decisions.preference_policy, PreferencePolicy::Ignore);
+        assert_eq!(core.decisions.min_values_policy, MinValuesPolicy::BestEffort);
         // Disruption's simulations read both policies, as upstream's do (`SimulateScheduling`).
         let disruption = crate::disruption::DisruptionSettings::from_settings(&core);
         assert_eq!(disruption.preference_policy, PreferencePolicy::Ignore);
         assert_eq!(disruption.min_values_policy, MinValuesPolicy::BestEffort);
-        assert!(core.feature_gates.spot_to_spot_consolidation);
-        assert!(core.feature_gates.reserved_capacity, "gates not named keep their defaults");
+        assert!(core.decisions.feature_gates.spot_to_spot_consolidation);
+        assert!(core.decisions.feature_gates.reserved_capacity, "gates not named keep their defaults");
         assert_eq!(core.log_output_paths, ["stdout", "/var/log/k.log"]);
         assert_eq!(core.cpu_requests, 1000, "CPU_REQUESTS <= 0 means 1000");
         assert_eq!(core.scheduler_parallelism(), 1);
-        assert!(!core.honor_autoscaler_annotations);
+        assert!(!core.decisions.honor_autoscaler_annotations);
         let disruption = crate::disruption::DisruptionSettings::from_settings(&core);
         assert!(!disruption.honor_autoscaler_annotations, "the off switch reaches the disruption loop");
-        assert_eq!(core.cluster_limits.get_or_zero("cpu").value(), Some(2000));
-        assert_eq!(core.cluster_limits.get_or_zero("nodes").value(), Some(300));
-        assert_eq!(core.cluster_limits.len(), 3);
-        assert_eq!(disruption.cluster_limits, core.cluster_limits, "disruption's simulations honour them too");
+        assert_eq!(core.decisions.cluster_limits.get_or_zero("cpu").value(), Some(2000));
+        assert_eq!(core.decisions.cluster_limits.get_or_zero("nodes").value(), Some(300));
+        assert_eq!(core.decisions.cluster_limits.len(), 3);
+        assert_eq!(
+            disruption.cluster_limits, core.decisions.cluster_limits,
+            "disruption's simulations honour them too"
+        );
         let provisioner = crate::provisioner::ProvisionerOptions::from_settings(&core);
-        assert_eq!(provisioner.cluster_limits, core.cluster_limits);
+        assert_eq!(provisioner.cluster_limits, core.decisions.cluster_limits);
     }
 
     /// Both consolidation settings reach the disruption loop and, through it, every pass's options.
@@ -417,11 +434,11 @@ mod tests {
     fn consolidation_settings_reach_the_disruption_passes() {
         let core = parse(&["--consolidation-min-savings= 7.5% ", "--spot-to-spot-min-instance-types=4"]).unwrap().core;
         let savings = karpenter_api::labels::consolidation_min_savings::MinSavings::Percent(7.5);
-        assert_eq!(core.consolidation_min_savings, MinSavingsSetting(Some(savings)));
+        assert_eq!(core.decisions.consolidation_min_savings, MinSavingsSetting(Some(savings)));
         let disruption = crate::disruption::DisruptionSettings::from_settings(&core);
         assert_eq!(disruption.consolidation_min_savings, Some(savings));
         assert_eq!(disruption.spot_to_spot_min_instance_types, 4);
-        let amount = parse(&["--consolidation-min-savings=$0.02/h"]).unwrap().core.consolidation_min_savings;
+        let amount = parse(&["--consolidation-min-savings=$0.02/h"]).unwrap().core.decisions.consolidation_min_savings;
         assert_eq!(amount.0, Some(karpenter_api::labels::consolidation_min_savings::MinSavings::PerHour(0.02)));
     }
 

@@ -154,18 +154,18 @@ impl DisruptionSettings {
     /// The settings for `settings` (the `SpotToSpotConsolidation` gate, `HONOR_AUTOSCALER_ANNOTATIONS`).
     pub fn from_settings(settings: &crate::settings::CoreSettings) -> Self {
         Self {
-            spot_to_spot_consolidation: settings.feature_gates.spot_to_spot_consolidation,
-            spot_to_spot_min_instance_types: settings.spot_to_spot_min_instance_types,
-            consolidation_min_savings: settings.consolidation_min_savings.0,
-            honor_autoscaler_annotations: settings.honor_autoscaler_annotations,
-            cluster_limits: settings.cluster_limits.clone(),
-            pod_deletion_cost_management: settings.feature_gates.pod_deletion_cost_management,
-            scheduler_config: settings.scheduler_config.clone(),
-            node_repair: settings.feature_gates.node_repair && !settings.legacy_node_repair,
-            ignore_dra_requests: settings.ignore_dra_requests,
+            spot_to_spot_consolidation: settings.decisions.feature_gates.spot_to_spot_consolidation,
+            spot_to_spot_min_instance_types: settings.decisions.spot_to_spot_min_instance_types,
+            consolidation_min_savings: settings.decisions.consolidation_min_savings.0,
+            honor_autoscaler_annotations: settings.decisions.honor_autoscaler_annotations,
+            cluster_limits: settings.decisions.cluster_limits.clone(),
+            pod_deletion_cost_management: settings.decisions.feature_gates.pod_deletion_cost_management,
+            scheduler_config: settings.decisions.scheduler_config.clone(),
+            node_repair: settings.decisions.feature_gates.node_repair && !settings.legacy_node_repair,
+            ignore_dra_requests: settings.decisions.ignore_dra_requests,
             scheduler_parallelism: settings.scheduler_parallelism(),
-            preference_policy: settings.preference_policy,
-            min_values_policy: settings.min_values_policy,
+            preference_policy: settings.decisions.preference_policy,
+            min_values_policy: settings.decisions.min_values_policy,
             ..Self::default()
         }
     }
