@@ -32,6 +32,9 @@
 //! ([`karpenter_disruption::pods::is_currently_reschedulable`], the rule `simulate` applies too); in-flight NodeClaims are included; every
 //! DaemonSet pod is offered as its DaemonSet's representative (the newest one's spec is what DaemonSet overhead
 //! is judged on, [`ClusterSnapshot::daemon_set_pod_spec`]).
+//! Features that bring kinds of their own keep them, and the methods that serve only them, in submodules:
+//! `spread` (Services and pod controllers for default topology spread constraints), `dra` (dynamic resource
+//! allocation) and `buffers` (CapacityBuffers and where their virtual pods went).
 //! Provisioning triggers ([`Trigger`]) go to every [`ClusterState::subscribe`]r when a provisionable pod or a
 //! node with the `karpenter.sh/disrupted` taint is recorded.
 
@@ -44,15 +47,12 @@ use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{
-    Namespace, Node, PersistentVolume, PersistentVolumeClaim, PodTemplate, PodTemplateSpec, ReplicationController,
-    ResourceQuota, Service,
+    Namespace, Node, PersistentVolume, PersistentVolumeClaim, PodTemplate, ReplicationController, ResourceQuota,
+    Service,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1beta1::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use karpenter_api::capacitybuffer::{BufferSources, Resolved, Scalable, Unresolved};
-use karpenter_api::dra::DraObjects;
 use karpenter_api::labels;
 use karpenter_api::lean::Lean;
 use karpenter_api::{CapacityBuffer, CompactPod, NodeClaim, NodePool, SpecInterner};
@@ -72,6 +72,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::settings::CoreSettings;
 use crate::trim::trim;
+
+// The kinds one feature reads, with the methods that serve only it, live in a room of their own; this file keeps
+// the stores, the watch plumbing, pods, nodes, NodeClaims and the snapshot.
+mod buffers;
+mod dra;
+mod spread;
+
+pub use buffers::BufferPlacement;
 
 /// Why provisioning was triggered.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -275,29 +283,12 @@ pub struct Objects {
     pvs: Store<PersistentVolume>,
     storage_classes: Store<StorageClass>,
     csi_nodes: Store<CSINode>,
-    /// Services and pod controllers, watched only with default topology spread constraints configured
-    /// ([`ClusterState::run_spread_watchers`]): their selectors decide the defaults' selectors.
-    services: Store<Service>,
-    replica_sets: Store<ReplicaSet>,
-    stateful_sets: Store<StatefulSet>,
-    replication_controllers: Store<ReplicationController>,
-    /// DRA objects (`resource.k8s.io/v1beta1`), watched only with `IGNORE_DRA_REQUESTS=false`
-    /// ([`ClusterState::run_dra_watchers`]).
-    resource_claims: Store<ResourceClaim>,
-    resource_claim_templates: Store<ResourceClaimTemplate>,
-    device_classes: Store<DeviceClass>,
-    resource_slices: Store<ResourceSlice>,
-    /// CapacityBuffers and what they refer to, watched only with the `CapacityBuffer` gate
-    /// ([`ClusterState::run_buffer_watchers`]; ReplicaSets and StatefulSets share the stores above).
-    capacity_buffers: Store<CapacityBuffer>,
-    pod_templates: Store<PodTemplate>,
-    deployments: Store<Deployment>,
-    /// ResourceQuotas cap buffers' replicas (`LimitedByQuotas`).
-    resource_quotas: Store<ResourceQuota>,
-    /// Buffer `namespace/name` → where its virtual pods went in the last provisioning pass.
-    buffer_placements: BTreeMap<String, BufferPlacement>,
-    /// The `changes` count of the snapshot those placements were computed from.
-    buffer_placements_seen: u64,
+    /// Services and pod controllers (their selectors decide default spread constraints' selectors).
+    spread: spread::SpreadObjects,
+    /// DRA objects.
+    dra: dra::DraStores,
+    /// CapacityBuffers, what they refer to and where their virtual pods went.
+    buffers: buffers::BufferObjects,
     /// Node or NodeClaim name → end of its nomination.
     nominations: BTreeMap<String, DateTime<Utc>>,
     /// Node or NodeClaim names marked for deletion by disruption.
@@ -343,13 +334,13 @@ impl IntoTracked for k8s_openapi::api::core::v1::Pod {
 }
 
 macro_rules! tracked {
-    ($($ty:ty => $field:ident, $kind:literal;)*) => {
+    ($($ty:ty => $($field:ident).+, $kind:literal;)*) => {
         $(impl Tracked for $ty {
             fn store(objects: &mut Objects) -> &mut Store<Self> {
-                &mut objects.$field
+                &mut objects.$($field).+
             }
             fn store_ref(objects: &Objects) -> &Store<Self> {
-                &objects.$field
+                &objects.$($field).+
             }
             const KIND: &'static str = $kind;
         })*
@@ -368,60 +359,18 @@ tracked! {
     PersistentVolume => pvs, "PersistentVolume";
     StorageClass => storage_classes, "StorageClass";
     CSINode => csi_nodes, "CSINode";
-    Service => services, "Service";
-    ReplicaSet => replica_sets, "ReplicaSet";
-    StatefulSet => stateful_sets, "StatefulSet";
-    ReplicationController => replication_controllers, "ReplicationController";
-    ResourceClaim => resource_claims, "ResourceClaim";
-    ResourceClaimTemplate => resource_claim_templates, "ResourceClaimTemplate";
-    DeviceClass => device_classes, "DeviceClass";
-    ResourceSlice => resource_slices, "ResourceSlice";
-    CapacityBuffer => capacity_buffers, "CapacityBuffer";
-    PodTemplate => pod_templates, "PodTemplate";
-    Deployment => deployments, "Deployment";
-    ResourceQuota => resource_quotas, "ResourceQuota";
-}
-
-/// Where a buffer's virtual pods went in a provisioning pass (the buffer's `Provisioning` condition).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct BufferPlacement {
-    /// Placed on existing nodes or in-flight NodeClaims.
-    pub existing: usize,
-    /// Planned onto new NodeClaims.
-    pub new: usize,
-    /// Found no place.
-    pub unschedulable: usize,
-}
-
-/// The state's stores as a buffer's [`BufferSources`].
-struct StoreSources<'a>(&'a Objects);
-
-impl BufferSources for StoreSources<'_> {
-    fn pod_template(&self, namespace: &str, name: &str) -> Option<(PodTemplateSpec, Option<i64>)> {
-        let t = self.0.pod_templates.objects.get(&format!("{namespace}/{name}"))?;
-        Some((t.template.clone().unwrap_or_default(), t.metadata.generation))
-    }
-
-    fn scalable(&self, namespace: &str, kind: &str, name: &str) -> Option<Scalable> {
-        let key = format!("{namespace}/{name}");
-        let (template, replicas) = match kind {
-            "Deployment" => {
-                let s = self.0.deployments.objects.get(&key)?.spec.clone()?;
-                (s.template, s.replicas)
-            }
-            "StatefulSet" => {
-                let s = self.0.stateful_sets.objects.get(&key)?.spec.clone()?;
-                (s.template, s.replicas)
-            }
-            "ReplicaSet" => {
-                let s = self.0.replica_sets.objects.get(&key)?.spec.clone()?;
-                (s.template.unwrap_or_default(), s.replicas)
-            }
-            _ => return None,
-        };
-        // Kubernetes' default for an unset `spec.replicas`.
-        Some(Scalable { template, replicas: replicas.unwrap_or(1) })
-    }
+    Service => spread.services, "Service";
+    ReplicaSet => spread.replica_sets, "ReplicaSet";
+    StatefulSet => spread.stateful_sets, "StatefulSet";
+    ReplicationController => spread.replication_controllers, "ReplicationController";
+    ResourceClaim => dra.resource_claims, "ResourceClaim";
+    ResourceClaimTemplate => dra.resource_claim_templates, "ResourceClaimTemplate";
+    DeviceClass => dra.device_classes, "DeviceClass";
+    ResourceSlice => dra.resource_slices, "ResourceSlice";
+    CapacityBuffer => buffers.capacity_buffers, "CapacityBuffer";
+    PodTemplate => buffers.pod_templates, "PodTemplate";
+    Deployment => buffers.deployments, "Deployment";
+    ResourceQuota => buffers.resource_quotas, "ResourceQuota";
 }
 
 /// `namespace/name` or `name`.
@@ -457,11 +406,8 @@ pub struct ClusterState {
     pod_specs: Arc<Mutex<SpecInterner>>,
     /// Held by each pass that snapshots and simulates the whole cluster ([`Self::whole_cluster_pass`]).
     pass_gate: Arc<tokio::sync::Mutex<()>>,
-    /// Wakes the CapacityBuffer controller ([`Self::buffers_changed`]).
-    buffers_changed: Arc<tokio::sync::Notify>,
-    /// With the `CapacityBuffer` gate: the buffer kinds must be listed before the state is synced
-    /// ([`Self::require_buffer_kinds`]).
-    buffer_kinds_required: Arc<std::sync::atomic::AtomicBool>,
+    /// The buffer controller's wake-up and whether the buffer kinds gate syncing (`buffers`).
+    buffers: buffers::BufferSignals,
     /// When the provisioner first saw and first decided about each pending pod (upstream's pod acks and
     /// scheduling decisions), for the pod latency metrics; a deleted pod's entry goes with it.
     scheduling_times: crate::observability::SchedulingTimes,
@@ -525,8 +471,7 @@ impl ClusterState {
             pod_subscribers: Arc::default(),
             pod_specs: Arc::default(),
             pass_gate: Arc::default(),
-            buffers_changed: Arc::default(),
-            buffer_kinds_required: Arc::default(),
+            buffers: Default::default(),
             scheduling_times: Default::default(),
         }
     }
@@ -534,30 +479,6 @@ impl ClusterState {
     /// The pods' scheduling times (see [`crate::observability::SchedulingTimes`]).
     pub fn scheduling_times(&self) -> &crate::observability::SchedulingTimes {
         &self.scheduling_times
-    }
-
-    /// With the `CapacityBuffer` gate: the state is not synced until CapacityBuffers, PodTemplates and the
-    /// workloads buffers name are listed, so no pass after a restart misses the buffers (disruption would take a
-    /// buffer's node for empty).
-    pub fn require_buffer_kinds(&self) {
-        self.buffer_kinds_required.store(true, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Wakes the buffer controller when `K` is a kind a CapacityBuffer's status depends on.
-    fn buffer_kind_changed<K: Tracked>(&self) {
-        use std::any::TypeId;
-        let id = TypeId::of::<K>();
-        let related = [
-            TypeId::of::<CapacityBuffer>(),
-            TypeId::of::<PodTemplate>(),
-            TypeId::of::<Deployment>(),
-            TypeId::of::<StatefulSet>(),
-            TypeId::of::<ReplicaSet>(),
-            TypeId::of::<ResourceQuota>(),
-        ];
-        if related.contains(&id) {
-            self.buffers_changed.notify_one();
-        }
     }
 
     /// An empty state with the nomination window of `settings`.
@@ -874,18 +795,7 @@ impl ClusterState {
         if let Some((kind, _)) = kinds.iter().find(|(_, synced)| !synced) {
             return Some(format!("{kind}s not listed yet"));
         }
-        if !self.buffer_kinds_required.load(std::sync::atomic::Ordering::Relaxed) {
-            return None;
-        }
-        let buffer_kinds: [(&str, bool); 6] = [
-            (CapacityBuffer::KIND, o.capacity_buffers.synced),
-            (PodTemplate::KIND, o.pod_templates.synced),
-            (Deployment::KIND, o.deployments.synced),
-            (StatefulSet::KIND, o.stateful_sets.synced),
-            (ReplicaSet::KIND, o.replica_sets.synced),
-            (ResourceQuota::KIND, o.resource_quotas.synced),
-        ];
-        buffer_kinds.iter().find(|(_, synced)| !synced).map(|(kind, _)| format!("{kind}s not listed yet"))
+        self.unlisted_buffer_kind(&o)
     }
 
     /// Runs one watcher per tracked kind until `shutdown` is cancelled. Watch errors are logged and the watcher
@@ -905,34 +815,6 @@ impl ClusterState {
             self.watch::<PersistentVolume>(Api::all(c.clone()), s.clone()),
             self.watch::<StorageClass>(Api::all(c.clone()), s.clone()),
             self.watch::<CSINode>(Api::all(c.clone()), s.clone()),
-        );
-    }
-
-    /// Runs the watchers of the kinds default topology spread constraints read (Services, ReplicaSets,
-    /// StatefulSets, ReplicationControllers) until `shutdown` is cancelled. Started only when defaults are
-    /// configured; provisioning does not wait for them to be listed: until they are, a pod's defaults get the
-    /// selector of what is known (upstream likewise goes on with a partial selector after a lookup error).
-    pub async fn run_spread_watchers(&self, client: Client, shutdown: CancellationToken) {
-        let c = &client;
-        let s = &shutdown;
-        futures::join!(
-            self.watch::<Service>(Api::all(c.clone()), s.clone()),
-            self.watch::<ReplicaSet>(Api::all(c.clone()), s.clone()),
-            self.watch::<StatefulSet>(Api::all(c.clone()), s.clone()),
-            self.watch::<ReplicationController>(Api::all(c.clone()), s.clone()),
-        );
-    }
-
-    /// Runs the watchers of the DRA kinds (`resource.k8s.io/v1beta1`) until `shutdown` is cancelled. Started only
-    /// with `IGNORE_DRA_REQUESTS=false`; until they have listed, pods with claims wait with a "not found" reason.
-    pub async fn run_dra_watchers(&self, client: Client, shutdown: CancellationToken) {
-        let c = &client;
-        let s = &shutdown;
-        futures::join!(
-            self.watch::<ResourceClaim>(Api::all(c.clone()), s.clone()),
-            self.watch::<ResourceClaimTemplate>(Api::all(c.clone()), s.clone()),
-            self.watch::<DeviceClass>(Api::all(c.clone()), s.clone()),
-            self.watch::<ResourceSlice>(Api::all(c.clone()), s.clone()),
         );
     }
 
@@ -1086,98 +968,6 @@ impl ClusterState {
         }
     }
 
-    /// Keys of the buffers whose virtual pods want another pass: those that ask for some, except a buffer whose
-    /// virtual pods all fit existing capacity in the last pass when nothing in the cluster changed since (another
-    /// pass would find the same; a change, such as a pod taking the room, makes it ask again).
-    fn buffers_asking(&self) -> Vec<String> {
-        let o = self.read();
-        let unchanged = o.changes == o.buffer_placements_seen;
-        o.capacity_buffers
-            .objects
-            .values()
-            .filter(|b| b.ready_replicas() > 0)
-            .filter(|b| {
-                let settled = o
-                    .buffer_placements
-                    .get(&b.key())
-                    .is_some_and(|p| p.new == 0 && p.unschedulable == 0 && p.existing == b.ready_replicas() as usize);
-                !(unchanged && settled)
-            })
-            .map(|b| b.key())
-            .collect()
-    }
-
-    /// Resolves a buffer against the stored PodTemplates and workloads.
-    pub fn resolve_buffer(&self, buffer: &CapacityBuffer) -> Result<Resolved, Unresolved> {
-        karpenter_api::capacitybuffer::resolve(buffer, &StoreSources(&self.read()))
-    }
-
-    /// Every ready buffer's virtual pods ([`karpenter_api::capacitybuffer::buffers_virtual_pods`], the one
-    /// builder) added to `cluster`'s pending pods, as a provisioning pass and a disruption simulation see them.
-    /// Returns their keys. Without the `CapacityBuffer` gate no buffer is watched and this adds none.
-    pub fn add_buffer_pods(&self, cluster: &mut ClusterSnapshot) -> Vec<String> {
-        let o = self.read();
-        if o.capacity_buffers.objects.is_empty() {
-            return Vec::new();
-        }
-        let pods = karpenter_api::capacitybuffer::buffers_virtual_pods(
-            o.capacity_buffers.objects.values().map(AsRef::as_ref),
-            &StoreSources(&o),
-        );
-        let keys = pods.iter().map(CompactPod::key).collect();
-        cluster.pending_pods.extend(pods.into_iter().map(Arc::new));
-        keys
-    }
-
-    /// Records where each buffer's virtual pods went in a provisioning pass whose snapshot was taken at `seen`
-    /// ([`consolidation_state`](Self::consolidation_state) just before it; buffers without virtual pods are
-    /// forgotten) and wakes the buffer controller when anything changed.
-    pub fn record_buffer_placements(&self, placements: BTreeMap<String, BufferPlacement>, seen: u64) {
-        let changed = {
-            let mut o = self.write();
-            let changed = o.buffer_placements != placements;
-            o.buffer_placements = placements;
-            o.buffer_placements_seen = seen;
-            changed
-        };
-        if changed {
-            self.buffers_changed.notify_one();
-        }
-    }
-
-    /// Where a buffer's virtual pods went in the last provisioning pass.
-    pub fn buffer_placement(&self, key: &str) -> Option<BufferPlacement> {
-        self.read().buffer_placements.get(key).copied()
-    }
-
-    /// Notified when a buffer, a PodTemplate, a workload, a ResourceQuota or a buffer's placement changes.
-    pub fn buffers_changed(&self) -> Arc<tokio::sync::Notify> {
-        Arc::clone(&self.buffers_changed)
-    }
-
-    /// Runs the watchers the `CapacityBuffer` gate needs (CapacityBuffers, PodTemplates, ResourceQuotas,
-    /// Deployments and, unless
-    /// `workloads_watched` says the spread watchers do, StatefulSets and ReplicaSets) until `shutdown`.
-    pub async fn run_buffer_watchers(&self, client: Client, shutdown: CancellationToken, workloads_watched: bool) {
-        let c = &client;
-        let s = &shutdown;
-        let workloads = async {
-            if !workloads_watched {
-                futures::join!(
-                    self.watch::<StatefulSet>(Api::all(c.clone()), s.clone()),
-                    self.watch::<ReplicaSet>(Api::all(c.clone()), s.clone()),
-                );
-            }
-        };
-        futures::join!(
-            self.watch::<CapacityBuffer>(Api::all(c.clone()), s.clone()),
-            self.watch::<PodTemplate>(Api::all(c.clone()), s.clone()),
-            self.watch::<Deployment>(Api::all(c.clone()), s.clone()),
-            self.watch::<ResourceQuota>(Api::all(c.clone()), s.clone()),
-            workloads,
-        );
-    }
-
     /// The provisionable pods ([`is_provisionable`], before validation), by key.
     pub fn provisionable_pods(&self) -> Vec<Arc<CompactPod>> {
         self.read().pods.objects.values().filter(|p| is_provisionable(p)).cloned().collect()
@@ -1201,24 +991,8 @@ impl ClusterState {
         o.pvs.objects.values().for_each(|p| builder.pv(PersistentVolume::clone(p)));
         o.storage_classes.objects.values().for_each(|s| builder.storage_class(StorageClass::clone(s)));
         o.csi_nodes.objects.values().for_each(|c| builder.csi_node(c));
-        o.services.objects.values().for_each(|svc| builder.service(svc));
-        builder.dra(dra_objects(&o));
-        for rs in o.replica_sets.objects.values() {
-            let selector = rs.spec.as_ref().map(|s| s.selector.clone()).unwrap_or_default();
-            builder.controller("ReplicaSet", &rs.metadata, selector);
-        }
-        for sts in o.stateful_sets.objects.values() {
-            let selector = sts.spec.as_ref().map(|s| s.selector.clone()).unwrap_or_default();
-            builder.controller("StatefulSet", &sts.metadata, selector);
-        }
-        for rc in o.replication_controllers.objects.values() {
-            let match_labels = rc.spec.as_ref().and_then(|s| s.selector.clone());
-            builder.controller(
-                "ReplicationController",
-                &rc.metadata,
-                LabelSelector { match_labels, ..Default::default() },
-            );
-        }
+        o.spread.add_to(&mut builder);
+        builder.dra(o.dra.objects());
 
         let mut rejected = Vec::new();
         let mut ignored = Vec::new();
@@ -1275,37 +1049,6 @@ fn unwrap_lean<K>(event: watcher::Event<Lean<K>>) -> watcher::Event<K> {
         watcher::Event::InitApply(o) => watcher::Event::InitApply(o.0),
         watcher::Event::InitDone => watcher::Event::InitDone,
     }
-}
-
-impl ClusterState {
-    /// The drivers among `drivers` that have not yet published a complete pool of ResourceSlices for Node `node`
-    /// (see [`crate::lifecycle::unpublished_dra_drivers`]).
-    pub fn unpublished_dra_drivers(&self, node: &str, drivers: &[&str]) -> Vec<String> {
-        let slices = self.list_shared::<ResourceSlice>();
-        crate::lifecycle::unpublished_dra_drivers(slices.iter().map(|s| &**s), node, drivers)
-    }
-}
-
-/// The DRA objects of the state, typed for the scheduler. An object that cannot be read (a negative count, a
-/// slice with two node fields: the API server's validation prevents both) is left out with a warning; pods that
-/// use it then wait with a reason naming it.
-fn dra_objects(o: &Objects) -> DraObjects {
-    let mut dra = DraObjects::default();
-    let mut errors = Vec::new();
-    for c in o.resource_claims.objects.values() {
-        errors.extend(dra.add_claim(c).err());
-    }
-    for t in o.resource_claim_templates.objects.values() {
-        errors.extend(dra.add_template(t).err());
-    }
-    o.device_classes.objects.values().for_each(|c| dra.add_class(c));
-    for s in o.resource_slices.objects.values() {
-        errors.extend(dra.add_slice(s).err());
-    }
-    for error in errors {
-        tracing::warn!(%error, "DRA object left out of scheduling");
-    }
-    dra
 }
 
 /// Names (nodes and NodeClaims) marked for deletion, each machine under both its names.

@@ -1,6 +1,7 @@
 //! The solve loop: queue order, placement order, NodeClaim.CanAdd, relaxation,
 //! finalisation.
 
+mod add;
 mod device_cel;
 mod device_search;
 pub(crate) mod dra;
@@ -38,7 +39,7 @@ use reservations::{Held, Ledger};
 use room::{NoRoom, RoomClasses};
 use rustc_hash::FxHashMap;
 use templates::{ClusterBudget, ExistingNode, Template, daemons, existing_nodes};
-use topology::{Place, Prepared, Topology};
+use topology::{Prepared, Topology};
 use volumes::{
     ClaimVolumes, VolumeIndex, attach_counts, attach_limit_error, first_compatible, incompatible_alternatives,
     within_attach_limits,
@@ -532,279 +533,6 @@ impl<'a> Solver<'a> {
         }
     }
 
-    fn add(&mut self, i: usize, relax: &Relaxation) -> Result<(), UnschedulableReason> {
-        let pod = &self.pods[i];
-        let reqs = pod.requirements(relax, self.options.preference_policy);
-        let strict = pod.requirements(relax, PreferencePolicy::Ignore);
-        let prepared = self.topology.prepare(i, relax, &strict);
-        // 1. Existing nodes, in order, after those known not to take a pod like this one.
-        // The memory pays off with many interchangeable pods (a provisioning pass's replicas); a disruption
-        // simulation places one candidate's few pods, where hashing them costs more than the scan it saves.
-        let remember = !self.existing.is_empty() && self.pods.len() >= EXISTING_MEMORY_MIN_PODS;
-        let class = if remember { self.existing_class(i).map(|c| (c, *relax)) } else { None };
-        let known_unfit = class.and_then(|c| self.existing_unfit.get(&c).copied()).unwrap_or(0);
-        let mut from = known_unfit;
-        while let Some(n) = self.first_existing_fit(i, relax, (&reqs, &strict, &prepared), from) {
-            let node = &self.existing[n];
-            // Devices last: the search is the costliest check, and only pods with claims make it.
-            let devices = match self.dra.as_mut() {
-                Some(d) if d.has_claims(i) => match d.check_existing(i, n, node) {
-                    Some(commit) => Some(commit),
-                    None => {
-                        from = n + 1;
-                        continue;
-                    }
-                },
-                _ => None,
-            };
-            if let (Some(d), Some(commit)) = (self.dra.as_mut(), devices) {
-                d.commit_existing(n, commit);
-            }
-            let node = &mut self.existing[n];
-            node.available = node.available.sub(&pod.requests);
-            node.ports.add(pod.host_ports.iter().cloned());
-            node.volumes.add(&pod.volumes.claims);
-            node.pods.push(i);
-            let place = Place { requirements: &node.requirements, taints: &node.taints, provider: None };
-            self.topology.record(i, relax, &place);
-            if let Some(c) = class {
-                self.existing_unfit.insert(c, n);
-            }
-            return Ok(());
-        }
-        if let Some(c) = class {
-            self.existing_unfit.insert(c, self.existing.len());
-        }
-        // 2. NodeClaims created in this pass, fewest pods first.
-        // `claim_order` is kept sorted by (pods, creation) instead of sorting every claim per pod. When a
-        // hostname group of the pod is already full on every claim (hostname anti-affinity: one node per
-        // pod), the scan is skipped: `quick_reject` would turn each claim down.
-        let skip = self.topology.rejects_all_claims(i, relax, self.claims.len());
-        debug_assert!(
-            !skip || self.claims.iter().all(|c| self.topology.quick_reject(i, relax, &c.hostname)),
-            "rejects_all_claims must imply quick_reject on every claim"
-        );
-        // Pods of a class whose claims all have no room for it go straight to a new claim.
-        let room_class = self.room_classes.class(i);
-        let all_full = room_class.is_some_and(|k| self.no_room.count(k) == self.claims.len());
-        let scan = if skip || all_full { 0 } else { self.claim_order.len() };
-        // The pod-affinity pre-check over domain ids: (key index, allowed ids); `None` when a key is not
-        // indexed (then every claim gets the full check).
-        let affinity: Option<Vec<(usize, Vec<u32>)>> = prepared
-            .affinity()
-            .iter()
-            .map(|(key, allowed)| {
-                let k = self.affinity_keys.iter().position(|x| x == key)?;
-                let ids = self.domain_ids.get(k)?;
-                Some((k, allowed.iter().filter_map(|d| ids.get(d).copied()).collect()))
-            })
-            .collect();
-        for o in 0..scan {
-            let Some(&c) = self.claim_order.get(o) else { break };
-            // First, before the claim itself is read: most claims a pod of a large workload meets are full.
-            if room_class.is_some_and(|k| self.no_room.has(k, c)) {
-                debug_assert!(
-                    self.claims.get(c).is_none_or(|claim| self.templates.get(claim.template).is_none_or(|t| {
-                        let pod = (&reqs, &strict, &prepared);
-                        self.can_add_explained(t, claim, i, pod, relax, &claim.its, false, &mut false).is_err()
-                    })),
-                    "a claim with no room for a class must turn its pods down"
-                );
-                continue;
-            }
-            let claim = &self.claims[c];
-            let Some(template) = self.templates.get(claim.template) else { continue };
-            let domains = self.claim_domains.get(c);
-            let affinity_rejects = match (&affinity, domains) {
-                (Some(aff), Some(doms))
-                    if aff.iter().all(|(k, _)| doms.get(*k).is_some_and(|&d| d != DOMAIN_MULTI)) =>
-                {
-                    aff.iter()
-                        .any(|(k, allowed)| doms.get(*k).is_some_and(|&d| d != DOMAIN_OPEN && !allowed.contains(&d)))
-                }
-                _ => Topology::affinity_rejects(&prepared, &claim.requirements),
-            };
-            debug_assert_eq!(
-                affinity_rejects,
-                Topology::affinity_rejects(&prepared, &claim.requirements),
-                "domain ids must agree with affinity_rejects"
-            );
-            debug_assert!(
-                !affinity_rejects
-                    || self
-                        .can_add_explained(
-                            template,
-                            claim,
-                            i,
-                            (&reqs, &strict, &prepared),
-                            relax,
-                            &claim.its,
-                            false,
-                            &mut false
-                        )
-                        .is_err(),
-                "affinity_rejects must imply that CanAdd fails"
-            );
-            if affinity_rejects || self.topology.quick_reject(i, relax, &claim.hostname) {
-                continue;
-            }
-            let mut no_room = false;
-            let added = self.can_add_explained(
-                template,
-                claim,
-                i,
-                (&reqs, &strict, &prepared),
-                relax,
-                &claim.its,
-                false,
-                &mut no_room,
-            );
-            let held = added.as_ref().ok().map(|cand| {
-                let mode = self.options.reserved_offering_mode;
-                self.reservations.plan(template, &cand.its, &cand.requirements, self.provider, &claim.held, mode)
-            });
-            if let (Ok(cand), Some(Ok(held))) = (added, held) {
-                self.reservations.commit(&claim.held, &held);
-                let claim = &mut self.claims[c];
-                claim.held = held;
-                claim.requirements = cand.requirements;
-                claim.its = cand.its;
-                claim.requests = cand.requests;
-                claim.min_values_relaxed |= cand.min_values_relaxed;
-                if let Some(d) = self.dra.as_mut() {
-                    d.commit_new(claim.id, &cand.dra_claims, cand.dra_devices);
-                }
-                claim.dra_claims.extend(cand.dra_claims);
-                claim.ports.add(pod.host_ports.iter().cloned());
-                add_volumes(&mut claim.volumes, &pod.volumes.claims);
-                claim.pods.push(i);
-                let place = Place {
-                    requirements: &claim.requirements,
-                    taints: &template.taints,
-                    provider: Some(self.provider),
-                };
-                self.topology.record(i, relax, &place);
-                self.index_claim_domains(c);
-                self.reorder_claim(o);
-                return Ok(());
-            }
-            if let (true, Some(k)) = (no_room, room_class) {
-                self.no_room.insert(k, c);
-            }
-        }
-        // 3. A new NodeClaim from each template, in weight order.
-        if let Some(r) = &self.no_templates_reason {
-            return Err(r.clone());
-        }
-        let mut reasons = Vec::new();
-        for t in 0..self.templates.len() {
-            let template = &self.templates[t];
-            if let Some(u) = &template.unusable {
-                reasons.push(u.clone());
-                continue;
-            }
-            if let Some(b) = template.limit_block(self.cluster.as_ref()) {
-                reasons.push(b);
-                continue;
-            }
-            let hostname = format!("{}-{}", template.name, template.claims_created + 1);
-            let mut base = template.requirements.clone();
-            base.add(Requirement::in_values(labels::HOSTNAME, [hostname.as_str()]));
-            let fresh = NewClaim {
-                template: t,
-                hostname,
-                requirements: base,
-                its: Vec::new(),
-                requests: ResourceList::new(),
-                pods: Vec::new(),
-                ports: HostPortUsage::new(),
-                volumes: ClaimVolumes::new(),
-                min_values_relaxed: false,
-                held: Held::default(),
-                id: self.claims.len(),
-                dra_claims: Vec::new(),
-            };
-            if template.within_limits.is_empty() {
-                let all: Vec<u32> = (0..template.its.len() as u32).collect();
-                reasons.push(match self.can_add(template, &fresh, i, (&reqs, &strict, &prepared), relax, &all) {
-                    Ok(c) => template.limit_reason(&c.its, self.cluster.as_ref()),
-                    Err(e) => e,
-                });
-                continue;
-            }
-            let added = self
-                .can_add(template, &fresh, i, (&reqs, &strict, &prepared), relax, &template.within_limits)
-                .and_then(|cand| {
-                    let mode = self.options.reserved_offering_mode;
-                    match self.reservations.plan(
-                        template,
-                        &cand.its,
-                        &cand.requirements,
-                        self.provider,
-                        &fresh.held,
-                        mode,
-                    ) {
-                        Ok(held) => Ok((cand, held)),
-                        Err(refusal) => {
-                            Err(NodePoolRejection::new(&template.name, RejectionKind::Offerings, refusal.to_string()))
-                        }
-                    }
-                });
-            match added {
-                Ok((cand, held)) => {
-                    self.reservations.commit(&fresh.held, &held);
-                    let mut claim = fresh;
-                    claim.held = held;
-                    claim.requirements = cand.requirements;
-                    claim.its = cand.its;
-                    claim.requests = cand.requests;
-                    claim.min_values_relaxed = cand.min_values_relaxed;
-                    if let Some(d) = self.dra.as_mut() {
-                        d.commit_new(claim.id, &cand.dra_claims, cand.dra_devices);
-                    }
-                    claim.dra_claims = cand.dra_claims;
-                    claim.ports.add(pod.host_ports.iter().cloned());
-                    add_volumes(&mut claim.volumes, &pod.volumes.claims);
-                    claim.pods.push(i);
-                    if let Some(cluster) = self.cluster.as_mut() {
-                        let names = cluster.limits.iter().map(|(name, _)| name);
-                        cluster.consume(&self.templates[t].claim_usage(&claim.its, names));
-                        for other in &mut self.templates {
-                            other.retain_within_cluster(cluster);
-                        }
-                    }
-                    let template = &mut self.templates[t];
-                    template.claims_created += 1;
-                    template.consume(&claim.its);
-                    let place = Place {
-                        requirements: &claim.requirements,
-                        taints: &template.taints,
-                        provider: Some(self.provider),
-                    };
-                    self.topology.record(i, relax, &place);
-                    self.claims.push(claim);
-                    self.index_claim_domains(self.claims.len() - 1);
-                    self.claim_order.push(self.claims.len() - 1);
-                    self.reorder_claim(self.claim_order.len() - 1);
-                    return Ok(());
-                }
-                Err(e) => {
-                    // If the only instance types that would fit are over the limits, say so.
-                    let limited = template.within_limits.len() < template.its.len();
-                    if limited {
-                        let all: Vec<u32> = (0..template.its.len() as u32).collect();
-                        if let Ok(c) = self.can_add(template, &fresh, i, (&reqs, &strict, &prepared), relax, &all) {
-                            reasons.push(template.limit_reason(&c.its, self.cluster.as_ref()));
-                            continue;
-                        }
-                    }
-                    reasons.push(e);
-                }
-            }
-        }
-        Err(UnschedulableReason::NodePools(reasons))
-    }
-
     /// Records claim `c`'s domain per affinity key in `claim_domains` (after its requirements changed).
     fn index_claim_domains(&mut self, c: usize) {
         if self.affinity_keys.is_empty() {
@@ -1049,26 +777,39 @@ impl<'a> Solver<'a> {
             dra_devices = fit.devices;
         }
         let mut requirements = requirements.into_owned();
-        let mut min_values_relaxed = false;
-        if requirements.has_min_values() {
-            let list: Vec<&InstanceType> =
-                survivors.iter().filter_map(|&i| template.its.get(i as usize).copied()).collect();
-            if let Err(e) = satisfies_min_values(&list, &requirements) {
-                match self.options.min_values_policy {
-                    MinValuesPolicy::Strict => return Err(reject(RejectionKind::MinValues, e.to_string())),
-                    MinValuesPolicy::BestEffort => {
-                        for (key, achieved) in &e.achieved {
-                            if let Some(r) = requirements.remove(key) {
-                                let lowered = r.with_min_values(Some(u32::try_from(*achieved).unwrap_or(0)));
-                                requirements.add(lowered);
-                            }
-                        }
-                        min_values_relaxed = true;
+        let min_values_relaxed = self
+            .hold_to_min_values(template, &survivors, &mut requirements)
+            .map_err(|e| reject(RejectionKind::MinValues, e))?;
+        Ok(Candidate { requirements, its: survivors, requests, min_values_relaxed, dra_claims, dra_devices })
+    }
+
+    /// Holds the instance types `survivors` to the minValues of `requirements`: under `Strict` a shortfall turns
+    /// the claim down (the error); under `BestEffort` each short requirement is lowered to what the types achieve.
+    /// Returns whether a requirement was lowered.
+    fn hold_to_min_values(
+        &self,
+        template: &Template<'_>,
+        survivors: &[u32],
+        requirements: &mut Requirements,
+    ) -> Result<bool, String> {
+        if !requirements.has_min_values() {
+            return Ok(false);
+        }
+        let list: Vec<&InstanceType> =
+            survivors.iter().filter_map(|&i| template.its.get(i as usize).copied()).collect();
+        let Err(e) = satisfies_min_values(&list, requirements) else { return Ok(false) };
+        match self.options.min_values_policy {
+            MinValuesPolicy::Strict => Err(e.to_string()),
+            MinValuesPolicy::BestEffort => {
+                for (key, achieved) in &e.achieved {
+                    if let Some(r) = requirements.remove(key) {
+                        let lowered = r.with_min_values(Some(u32::try_from(*achieved).unwrap_or(0)));
+                        requirements.add(lowered);
                     }
                 }
+                Ok(true)
             }
         }
-        Ok(Candidate { requirements, its: survivors, requests, min_values_relaxed, dra_claims, dra_devices })
     }
 
     /// Why no instance type survived: requirements, offerings, resources or host ports.

@@ -36,7 +36,7 @@ use k8s_openapi::api::core::v1::{Node, Taint as CoreTaint};
 use karpenter_api::condition::ConditionStatus;
 use karpenter_api::labels::{self, taints};
 use karpenter_api::nodeclaim::conditions as cond;
-use karpenter_api::nodepool::DisruptionReason;
+use karpenter_api::nodepool::{ConsolidationPolicy, DisruptionReason};
 use karpenter_api::{CompactPod, NodeClaim, NodePool};
 use karpenter_cloudprovider::CloudProvider;
 use karpenter_cloudprovider::time::Stopwatch;
@@ -61,6 +61,12 @@ use crate::context::ControllerContext;
 use crate::events::{Event, reasons};
 use crate::kube_util::{delete_ignoring_missing, is_not_found, label, lock, retry_write_conflicts};
 use crate::state::simulate_off_runtime;
+
+// Node repair's reboot flow (prepare, drain, reboot, judge the node that came back) is a room of its own.
+mod reboot;
+
+use reboot::RebootFlight;
+pub use reboot::REBOOT_TIMEOUT;
 
 /// The controller name in logs.
 pub const CONTROLLER: &str = "disruption";
@@ -311,18 +317,8 @@ struct RepairMemory {
     escalated: BTreeSet<String>,
 }
 
-/// A reboot being prepared: the node drains (bounded by `deadline`), then the provider reboots it.
-#[derive(Debug, Clone)]
-struct RebootFlight {
-    target: Target,
-    command: Command,
-    deadline: Option<DateTime<Utc>>,
-}
-
 /// How long a failed repair weighs on its pool's order.
 pub const REPAIR_FAILURE_MEMORY: Duration = Duration::from_secs(60 * 60);
-/// How long a rebooted node may take to come back with a new boot id before repair replaces it instead.
-pub const REBOOT_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 
 impl fmt::Debug for Disruption {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -367,21 +363,27 @@ fn count_consolidation_timeouts(metrics: &crate::metrics::Metrics, pass: &Pass) 
     }
 }
 
+/// `karpenter_consolidation_moves_total` and `karpenter_consolidation_score` for the pass's consolidation moves, as
+/// upstream's Balanced evaluator counts them: every move of any policy counted, by the move's decision (approved or
+/// rejected), its NodePool and the pool's policy as the NodePool spells it; the Balanced pools' scores observed by
+/// each pool's own decision.
+fn count_consolidation_moves(metrics: &crate::metrics::Metrics, pass: &Pass) {
+    let approval = |approved: bool| if approved { "approved" } else { "rejected" };
+    for m in &pass.consolidation_moves {
+        let policy = match m.policy {
+            ConsolidationPolicy::WhenEmpty => "WhenEmpty",
+            ConsolidationPolicy::WhenEmptyOrUnderutilized => "WhenEmptyOrUnderutilized",
+            ConsolidationPolicy::Balanced => "Balanced",
+        };
+        metrics.consolidation_moves(approval(m.approved), &m.node_pool, policy).inc();
+        if let Some(score) = m.score {
+            metrics.consolidation_score(approval(m.pool_approved()), &m.node_pool, policy).observe(score);
+        }
+    }
+}
+
 fn reason_label(c: &Command) -> String {
     c.reason.as_str().to_lowercase()
-}
-
-/// A reboot drain bound: a Go duration, or a bare `0` (forceful).
-fn parse_grace(text: &str) -> Option<Duration> {
-    if text.trim() == "0" {
-        return Some(Duration::ZERO);
-    }
-    karpenter_api::duration::parse_go_duration(text.trim()).ok()
-}
-
-/// The Node's `status.nodeInfo.bootID`, if reported.
-fn boot_id(node: &Node) -> Option<String> {
-    node.status.as_ref()?.node_info.as_ref().map(|i| i.boot_id.clone()).filter(|b| !b.is_empty())
 }
 
 fn node_ready(node: &Node) -> bool {
@@ -719,7 +721,15 @@ impl Disruption {
     fn rejected(&self, command: &Command, failure: ValidationFailure, report: &mut StepReport) {
         tracing::info!(controller = CONTROLLER, method = ?command.method, error = %failure,
             "abandoning disruption command: it failed validation");
-        self.ctx.metrics.voluntary_disruption_failed_validations(consolidation_type(command.method)).inc();
+        // Upstream counts the candidates of a command whose candidates changed (churn) or whose budget is gone,
+        // not a command whose pods no longer schedule as planned (its validateCommand counts nothing).
+        if matches!(failure.kind, FailureKind::Churn | FailureKind::Budget) {
+            let candidates = command.candidates.len() as u64;
+            self.ctx
+                .metrics
+                .voluntary_disruption_failed_validations(consolidation_type(command.method))
+                .inc_by(candidates);
+        }
         for c in &command.candidates {
             if let Some(node) = self.ctx.state.get_shared::<Node>(&c.node) {
                 self.ctx.recorder.publish_detached(Event::normal(
@@ -735,6 +745,7 @@ impl Disruption {
     /// Budget gauges, eligible-node gauges, the skipped-candidate counter and the verdicts' events.
     fn publish(&self, pass: &Pass) {
         count_consolidation_timeouts(&self.ctx.metrics, pass);
+        count_consolidation_moves(&self.ctx.metrics, pass);
         for b in &pass.budgets {
             let reason = b.reason.as_str();
             self.ctx.metrics.nodepools_allowed_disruptions(&b.node_pool, reason).set(f64::from(b.allowed));
@@ -921,52 +932,18 @@ impl Disruption {
         Ok(())
     }
 
-    /// Starts a command (upstream's `StartCommand`).
-    async fn start(&self, inner: &mut Inner, command: Command, report: &mut StepReport) {
-        let busy: BTreeSet<&str> =
-            inner.in_flight.iter().flat_map(|c| c.targets.iter().map(|t| t.node.as_str())).collect();
-        if command.candidates.iter().any(|c| busy.contains(c.node.as_str())) {
-            report.errors.push("a candidate is already part of a command in flight".to_owned());
-            return;
-        }
-        let targets: Vec<Target> = command
-            .candidates
-            .iter()
-            .map(|c| Target {
-                node: c.node.clone(),
-                claim: c.node_claim.clone(),
-                pool: c.node_pool.clone(),
-                capacity_type: c.capacity_type.clone().unwrap_or_default(),
-            })
-            .collect();
-        tracing::info!(controller = CONTROLLER, method = ?command.method, decision = ?command.decision,
-            nodes = ?targets.iter().map(|t| t.node.as_str()).collect::<Vec<_>>(), explanation = %command.explanation,
-            "disrupting node(s)");
-        if command.decision == Decision::Reboot {
-            for t in targets {
-                match self.prepare_reboot(&t, &command).await {
-                    Ok(flight) => {
-                        lock(&self.repair).rebooting.insert(t.node.clone());
-                        inner.reboots.push(flight);
-                    }
-                    Err(e) => report.errors.push(format!("preparing the reboot of {}: {e}", t.node)),
-                }
-            }
-            report.started.push(command);
-            return;
-        }
-
-        // 1. Taint and DisruptionReason, several candidates at a time: an emptiness command may hold hundreds of
-        //    nodes, each a few requests. A lost race (a kubelet heartbeat on the Node, a status write on the
-        //    claim) is retried on fresh data, not a reason to roll the whole command back; any other failure is.
+    /// Taints the candidates' nodes and sets `DisruptionReason` on their NodeClaims, several candidates at a time:
+    /// an emptiness command may hold hundreds of nodes, each a few requests. A lost race (a kubelet heartbeat on
+    /// the Node, a status write on the claim) is retried on fresh data, not a reason to roll the whole command
+    /// back; any other failure is. Returns the targets marked and the first failure.
+    async fn mark_candidates(&self, targets: &[Target], command: &Command) -> (Vec<Target>, Option<String>) {
         let metrics = Some(&*self.ctx.metrics);
-        let command_ref = &command;
         let outcomes: Vec<(Target, Result<(), kube::Error>)> = stream::iter(targets.iter().cloned())
             .map(|t| async move {
                 let result = async {
                     retry_write_conflicts(metrics, CONTROLLER, "Node", &t.node, || self.taint(&t.node)).await?;
                     retry_write_conflicts(metrics, CONTROLLER, "NodeClaim", &t.claim, || {
-                        self.set_disruption_reason(&t.claim, command_ref)
+                        self.set_disruption_reason(&t.claim, command)
                     })
                     .await
                 }
@@ -986,15 +963,14 @@ impl Disruption {
                 }
             }
         }
-        if let Some(message) = failure {
-            report.errors.push(message);
-            self.roll_back(&command, &marked, &[], "marking a candidate failed", report).await;
-            return;
-        }
+        (marked, failure)
+    }
 
-        // 2. Replacements.
+    /// Creates the command's replacement NodeClaims, in order. On a failure: what failed, and the replacements
+    /// created before it (for the roll-back).
+    async fn create_replacements(&self, command: &Command) -> Result<Vec<String>, (String, Vec<String>)> {
         let mut replacements: Vec<String> = Vec::new();
-        let reason = reason_label(&command);
+        let reason = reason_label(command);
         for plan in &command.replacements {
             let created = async {
                 let pool = self
@@ -1023,18 +999,63 @@ impl Disruption {
                     replacements.push(name);
                 }
                 Err(e) => {
-                    report.errors.push(format!("creating a replacement in NodePool {}: {e}", plan.node_pool));
-                    self.roll_back(&command, &marked, &replacements, "creating a replacement failed", report).await;
-                    return;
+                    return Err((format!("creating a replacement in NodePool {}: {e}", plan.node_pool), replacements));
                 }
             }
         }
+        Ok(replacements)
+    }
+
+    /// Starts a command (upstream's `StartCommand`).
+    async fn start(&self, inner: &mut Inner, command: Command, report: &mut StepReport) {
+        let busy: BTreeSet<&str> =
+            inner.in_flight.iter().flat_map(|c| c.targets.iter().map(|t| t.node.as_str())).collect();
+        if command.candidates.iter().any(|c| busy.contains(c.node.as_str())) {
+            report.errors.push("a candidate is already part of a command in flight".to_owned());
+            return;
+        }
+        let targets: Vec<Target> = command
+            .candidates
+            .iter()
+            .map(|c| Target {
+                node: c.node.clone(),
+                claim: c.node_claim.clone(),
+                pool: c.node_pool.clone(),
+                capacity_type: c.capacity_type.clone().unwrap_or_default(),
+            })
+            .collect();
+        tracing::info!(controller = CONTROLLER, method = ?command.method, decision = ?command.decision,
+            nodes = ?targets.iter().map(|t| t.node.as_str()).collect::<Vec<_>>(), explanation = %command.explanation,
+            "disrupting node(s)");
+        if command.decision == Decision::Reboot {
+            self.start_reboots(inner, targets, command, report).await;
+            return;
+        }
+
+        // 1. Taint and DisruptionReason.
+        let (marked, failure) = self.mark_candidates(&targets, &command).await;
+        if let Some(message) = failure {
+            report.errors.push(message);
+            self.roll_back(&command, &marked, &[], "marking a candidate failed", report).await;
+            return;
+        }
+
+        // 2. Replacements.
+        let replacements = match self.create_replacements(&command).await {
+            Ok(created) => created,
+            Err((message, created)) => {
+                report.errors.push(message);
+                self.roll_back(&command, &marked, &created, "creating a replacement failed", report).await;
+                return;
+            }
+        };
         report.replacements.extend(replacements.iter().cloned());
 
         // 3. Marked for deletion after the replacements exist.
         self.ctx.state.mark_for_deletion(targets.iter().flat_map(|t| [t.node.as_str(), t.claim.as_str()]));
 
         // 4. Decision metrics.
+        let reason = reason_label(&command);
         let decision = decision_label(command.decision);
         let ctype = consolidation_type(command.method);
         self.ctx.metrics.voluntary_disruption_decisions(decision, &reason, ctype).inc();
@@ -1060,220 +1081,6 @@ impl Disruption {
             }
         } else {
             inner.in_flight.push(flight);
-        }
-    }
-
-    /// Starts a reboot (node repair's `Reboot` action): `Rebooting=True` (`RebootRequested`) on the NodeClaim
-    /// and the node tainted `karpenter.sh/disrupted`, then [`Self::advance_reboots`] drains it. The drain is
-    /// bounded by the NodeClaim's `karpenter.sh/reboot-termination-grace-period` (a duration; `0` forceful),
-    /// else by the repair policy's bound, else unbounded.
-    async fn prepare_reboot(&self, t: &Target, command: &Command) -> Result<RebootFlight, String> {
-        let claims = self.claims();
-        let current = claims.get(&t.claim).await.map_err(|e| e.to_string())?;
-        let now = self.ctx.clock.now();
-        let mut conditions = current.conditions().to_vec();
-        set_condition(
-            &mut conditions,
-            cond::REBOOTING,
-            ConditionStatus::True,
-            "RebootRequested",
-            &crate::lifecycle::truncate(&command.explanation),
-            current.metadata.generation,
-            now,
-        );
-        let written = crate::kube_util::patch_claim_conditions(&claims, &current, &conditions)
-            .await
-            .map_err(|e| e.to_string())?;
-        self.ctx.state.apply(written.clone());
-        retry_write_conflicts(Some(&*self.ctx.metrics), CONTROLLER, "Node", &t.node, || self.taint(&t.node))
-            .await
-            .map_err(|e| e.to_string())?;
-        let annotated = written.annotations().get(labels::annotations::REBOOT_TERMINATION_GRACE_PERIOD);
-        let bound = match annotated {
-            Some(text) => Some(parse_grace(text).ok_or_else(|| {
-                format!(
-                    "{} {text:?} is not a duration; draining without a bound",
-                    labels::annotations::REBOOT_TERMINATION_GRACE_PERIOD
-                )
-            }))
-            .transpose()
-            .unwrap_or_else(|e| {
-                tracing::warn!(controller = CONTROLLER, NodeClaim = %t.claim, "{e}");
-                None
-            }),
-            None => command.repair.as_ref().and_then(|r| r.termination_grace_period_seconds).map(Duration::from_secs),
-        };
-        Ok(RebootFlight {
-            target: t.clone(),
-            command: command.clone(),
-            deadline: bound.map(|b| now + chrono_duration(b)),
-        })
-    }
-
-    /// Reboots being prepared: evicts the node's pods (PDBs honoured) until none is left or the deadline has
-    /// passed (the rest are deleted), then reboots.
-    async fn advance_reboots(&self, inner: &mut Inner, report: &mut StepReport) {
-        let now = self.ctx.clock.now();
-        let mut keep = Vec::new();
-        for flight in std::mem::take(&mut inner.reboots) {
-            let node = &flight.target.node;
-            let pods: Vec<Arc<CompactPod>> = self
-                .ctx
-                .state
-                .pods_on_node(node)
-                .into_iter()
-                .filter(|p| {
-                    !is_daemon_set_pod(p)
-                        && !karpenter_disruption::pods::is_static(p)
-                        && !karpenter_disruption::pods::tolerates_disrupted_taint(p)
-                })
-                .collect();
-            let forceful = flight.deadline.is_some_and(|d| now >= d);
-            for pod in pods.iter().filter(|p| p.meta().deletion_timestamp.is_none() || forceful) {
-                let (ns, name) = (pod.metadata.namespace.as_deref().unwrap_or("default"), pod.name_any());
-                if forceful {
-                    let api: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(self.ctx.client.clone(), ns);
-                    let dp = kube::api::DeleteParams { grace_period_seconds: Some(1), ..Default::default() };
-                    if let Err(e) = api.delete(&name, &dp).await
-                        && !is_not_found(&e)
-                    {
-                        report.errors.push(format!("deleting pod {ns}/{name} before a reboot: {e}"));
-                    }
-                    continue;
-                }
-                match crate::eviction::evict_uid(&self.ctx.client, ns, &name, pod.metadata.uid.as_deref()).await {
-                    Ok(outcome) => {
-                        self.ctx.metrics.pods_eviction_requests(&outcome.code().to_string()).inc();
-                    }
-                    Err(e) => report.errors.push(format!("evicting {ns}/{name} before a reboot: {e}")),
-                }
-            }
-            if !pods.is_empty() && !forceful {
-                keep.push(flight);
-                continue;
-            }
-            if !pods.is_empty() && pods.iter().any(|p| p.meta().deletion_timestamp.is_none()) {
-                // Deleted this step: reboot once they are gone.
-                keep.push(flight);
-                continue;
-            }
-            lock(&self.repair).rebooting.remove(node);
-            if let Err(e) = self.reboot(&flight.target, &flight.command).await {
-                report.errors.push(format!("rebooting {node}: {e}"));
-            }
-        }
-        inner.reboots = keep;
-    }
-
-    /// The reboot itself: the node's boot id recorded on the NodeClaim before the provider is asked, so a
-    /// restarted controller sees a reboot under way (or done) and never issues it twice. A provider that cannot
-    /// reboot (`NotImplemented`) makes repair replace from now on; the marks are taken back so the next pass does.
-    async fn reboot(&self, t: &Target, command: &Command) -> Result<(), String> {
-        let claims = self.claims();
-        let boot = self.ctx.state.get_shared::<Node>(&t.node).and_then(|n| boot_id(&n)).unwrap_or_default();
-        let patch = json!({"metadata": {"annotations": {labels::annotations::REBOOT_PRE_BOOT_ID: boot}}});
-        let written =
-            claims.patch(&t.claim, &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(|e| e.to_string())?;
-        self.ctx.state.apply(written.clone());
-        match self.ctx.cloud.reboot(&written).await {
-            Ok(()) => {
-                self.ctx.metrics.voluntary_disruption_decisions("reboot", &reason_label(command), "").inc();
-                self.event_on(t, reasons::DISRUPTION_TERMINATING, format!("Rebooting Node: {}", command.explanation))
-                    .await;
-                tracing::info!(controller = CONTROLLER, NodeClaim = %t.claim, Node = %t.node, "rebooting unhealthy node");
-                Ok(())
-            }
-            Err(e) => {
-                if e.kind() == karpenter_cloudprovider::ErrorKind::NotImplemented {
-                    tracing::info!(controller = CONTROLLER, NodeClaim = %t.claim, provider = self.ctx.cloud.name(),
-                        "the provider cannot reboot; node repair replaces instead");
-                    lock(&self.repair).reboot_unsupported = true;
-                }
-                self.clear_reboot(&t.claim).await.map_err(|e| e.to_string())?;
-                if let Err(e) = self.untaint(&t.node).await {
-                    tracing::warn!(controller = CONTROLLER, Node = %t.node, error = %e, "removing the disrupted taint");
-                }
-                Err(e.to_string())
-            }
-        }
-    }
-
-    /// Removes a reboot's marks from a NodeClaim: the boot-id annotation and `Rebooting` (set `False`,
-    /// `RebootCompleted`, when it was there).
-    async fn clear_reboot(&self, claim: &str) -> Result<(), kube::Error> {
-        let claims = self.claims();
-        let current = match claims.get(claim).await {
-            Ok(c) => c,
-            Err(e) if is_not_found(&e) => return Ok(()),
-            Err(e) => return Err(e),
-        };
-        let mut conditions = current.conditions().to_vec();
-        let had = conditions.iter().any(|c| c.type_ == cond::REBOOTING && c.status == ConditionStatus::True);
-        let mut written = current.clone();
-        if had {
-            set_condition(
-                &mut conditions,
-                cond::REBOOTING,
-                ConditionStatus::False,
-                "RebootCompleted",
-                "",
-                current.metadata.generation,
-                self.ctx.clock.now(),
-            );
-            written = crate::kube_util::patch_claim_conditions(&claims, &current, &conditions).await?;
-        }
-        if written.annotations().contains_key(labels::annotations::REBOOT_PRE_BOOT_ID) {
-            let patch = json!({"metadata": {"annotations": {labels::annotations::REBOOT_PRE_BOOT_ID: null}}});
-            written = claims.patch(claim, &PatchParams::default(), &Patch::Merge(&patch)).await?;
-        }
-        self.ctx.state.apply(written);
-        Ok(())
-    }
-
-    /// Ends the reboots that are over: the marks and the taint go when the node came back with a new boot id;
-    /// one that came back still unhealthy (its condition matching past its toleration, counted from the reboot
-    /// request too), or did not come back healthy within [`REBOOT_TIMEOUT`], is replaced by a later pass.
-    async fn finish_reboots(&self, report: &mut StepReport) {
-        let Some(policies) = &self.repair_policies else { return };
-        let now = self.ctx.clock.now();
-        for claim in self.ctx.state.list_shared::<NodeClaim>() {
-            let Some(before) = claim.annotations().get(labels::annotations::REBOOT_PRE_BOOT_ID) else { continue };
-            let Some(node) = claim.node_name().and_then(|n| self.ctx.state.get_shared::<Node>(n)) else { continue };
-            let rebooted = boot_id(&node).is_some_and(|b| &b != before);
-            let matched =
-                node.status.as_ref().and_then(|s| s.conditions.as_deref()).and_then(|c| policies.assess(c, now));
-            let healthy = matched.is_none();
-            let requested = claim
-                .conditions()
-                .iter()
-                .find(|c| c.type_ == cond::REBOOTING)
-                .and_then(|c| karpenter_api::time::parse_rfc3339(&c.last_transition_time));
-            // Back with its condition still matching: broken only once the policy's toleration (at most
-            // REBOOT_TIMEOUT) has passed since the reboot was requested too. Until then the node may still be
-            // starting up and about to report itself healthy: a condition nothing has rewritten yet keeps its
-            // pre-reboot transition time, so it would look broken the moment the new boot id shows.
-            let still_broken = matched.is_some_and(|m| {
-                let settle = chrono_duration(m.toleration.min(REBOOT_TIMEOUT));
-                m.is_eligible(now) && requested.is_none_or(|t| now - t >= settle)
-            });
-            let timed_out = requested.is_none_or(|t| now - t >= chrono_duration(REBOOT_TIMEOUT));
-            let failed = (rebooted && still_broken) || (!healthy && timed_out);
-            if failed {
-                tracing::info!(controller = CONTROLLER, NodeClaim = %claim.name_any(), rebooted,
-                    "the reboot did not repair the node; replacing it");
-                lock(&self.repair).escalated.insert(claim.name_any());
-            }
-            if (rebooted && healthy) || failed {
-                let cleared = match self.clear_reboot(&claim.name_any()).await {
-                    Ok(()) => self.untaint(&node.name_any()).await,
-                    Err(e) => Err(e),
-                };
-                match cleared {
-                    Ok(()) => tracing::info!(controller = CONTROLLER, NodeClaim = %claim.name_any(),
-                        "node came back healthy after its reboot"),
-                    Err(e) => report.errors.push(format!("clearing the reboot of {}: {e}", claim.name_any())),
-                }
-            }
         }
     }
 
@@ -1325,6 +1132,12 @@ impl Disruption {
                 failure = Some(format!("replacements not initialized after {}s", timeout.num_seconds()));
             }
             if let Some(why) = failure {
+                // One per replacement that never initialized, as upstream counts its failed launches.
+                let failed_launches = flight
+                    .replacements
+                    .iter()
+                    .filter(|name| !self.ctx.state.get::<NodeClaim>(name).is_some_and(|c| c.is_initialized()))
+                    .count() as u64;
                 self.ctx
                     .metrics
                     .voluntary_disruption_queue_failures(
@@ -1332,7 +1145,7 @@ impl Disruption {
                         &reason_label(&flight.command),
                         consolidation_type(flight.command.method),
                     )
-                    .inc();
+                    .inc_by(failed_launches);
                 let targets = flight.targets.clone();
                 let replacements = flight.replacements.clone();
                 self.roll_back(&flight.command, &targets, &replacements, &why, report).await;
@@ -1517,6 +1330,7 @@ mod timeout_tests {
             ],
             budgets: Vec::new(),
             resume_single_node_after: None,
+            consolidation_moves: Vec::new(),
         };
         count_consolidation_timeouts(&metrics, &pass);
         let text = metrics.render();
@@ -1530,5 +1344,57 @@ mod timeout_tests {
         let quiet = Pass { verdicts: vec![verdict("d", Reason::WhenEmptyPolicy)], ..pass };
         count_consolidation_timeouts(&metrics, &quiet);
         assert!(metrics.render().contains("consolidation_timeouts_total{consolidation_type=\"single\"} 1\n"));
+    }
+}
+
+#[cfg(test)]
+mod consolidation_move_tests {
+    use super::*;
+    use crate::metrics::{BuildInfo, Metrics};
+    use karpenter_disruption::command::ConsolidationMove;
+
+    /// A multi-node move rejected as a whole: every pool counts a rejected move, while each Balanced pool's score is
+    /// observed under its own decision (one pool may have approved it), and a pool that is not Balanced has no score.
+    #[test]
+    fn a_rejected_multi_node_move_counts_each_pool_and_scores_each_by_its_own_decision() {
+        let metrics = Metrics::new(&BuildInfo::default());
+        let moved = |pool: &str, policy, score| ConsolidationMove {
+            method: Method::MultiNodeConsolidation,
+            node_pool: pool.into(),
+            policy,
+            approved: false,
+            score,
+        };
+        let pass = Pass {
+            api_version: String::new(),
+            now: String::new(),
+            commands: Vec::new(),
+            verdicts: Vec::new(),
+            budgets: Vec::new(),
+            resume_single_node_after: None,
+            consolidation_moves: vec![
+                moved("a", ConsolidationPolicy::Balanced, Some(0.2)),
+                moved("b", ConsolidationPolicy::Balanced, Some(3.0)),
+                moved("c", ConsolidationPolicy::WhenEmptyOrUnderutilized, None),
+            ],
+        };
+        count_consolidation_moves(&metrics, &pass);
+        let text = metrics.render();
+        for (pool, policy) in [("a", "Balanced"), ("b", "Balanced"), ("c", "WhenEmptyOrUnderutilized")] {
+            let line = format!(
+                "karpenter_consolidation_moves_total{{decision=\"rejected\",nodepool=\"{pool}\",policy=\"{policy}\"}} 1\n"
+            );
+            assert!(text.contains(&line), "{line}: {text}");
+        }
+        assert!(text.contains(
+            "karpenter_consolidation_score_sum{decision=\"rejected\",nodepool=\"a\",policy=\"Balanced\"} 0.2"
+        ));
+        assert!(text.contains(
+            "karpenter_consolidation_score_sum{decision=\"approved\",nodepool=\"b\",policy=\"Balanced\"} 3.0"
+        ));
+        assert!(!text.contains("karpenter_consolidation_score_sum{decision=\"rejected\",nodepool=\"b\""));
+        let scored_c =
+            text.lines().any(|l| l.starts_with("karpenter_consolidation_score") && l.contains("nodepool=\"c\""));
+        assert!(!scored_c, "a pool that is not Balanced has no score: {text}");
     }
 }
