@@ -101,7 +101,7 @@ pub fn catalogue(args: &CatalogueArgs) -> anyhow::Result<ExitCode> {
         "EC2 instance types, zone offerings and prices of {} as the account saw them at {}, written by \
          `karpenter-controller catalogue`",
         args.region,
-        now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        karpenter_api::time::rfc3339(now)
     );
     let file = runtime.block_on(karpenter_aws::assembly::fetch_catalogue(&args.region, spot_since, &description))?;
     let bytes = if args.output.extension().is_some_and(|e| e == "gz") {

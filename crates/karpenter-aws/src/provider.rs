@@ -405,7 +405,7 @@ impl AwsCloudProvider {
         it: Option<&InstanceType>,
         class: Option<&EC2NodeClass>,
     ) -> NodeClaim {
-        let mut labels = base.and_then(|c| c.metadata.labels.clone()).unwrap_or_default();
+        let mut labels = BTreeMap::new();
         if let Some(it) = it {
             for r in it.requirements.iter() {
                 if r.operator() == Operator::In
@@ -441,6 +441,12 @@ impl AwsCloudProvider {
                 labels.insert(aws_labels::PLACEMENT_GROUP_PARTITION.into(), p.to_string());
             }
         }
+        // For a launch, the claim's requirements and labels go over what the instance resolved (one rule for every
+        // provider); an instance listed without its claim carries only what it resolved.
+        let labels = match base {
+            Some(claim) => karpenter_cloudprovider::launch::launched_claim_labels(labels, claim),
+            None => labels,
+        };
         let mut annotations = base.and_then(|c| c.metadata.annotations.clone()).unwrap_or_default();
         if let Some(class) = class {
             // The class's own hash annotations, written by the status controller with the CA bundle in the

@@ -469,7 +469,7 @@ impl FakeCloudProvider {
         };
         cloud.next_id += 1;
         let provider_id = format!("{PROVIDER_ID_PREFIX}{name}-{}", cloud.next_id);
-        let launched = launched_claim(claim, &reqs, it, &choice, &provider_id, now);
+        let launched = launched_claim(claim, it, &choice, &provider_id, now);
         let offering = OfferingRef::new(&choice.instance_type, &choice.zone, &choice.capacity_type);
         cloud.by_claim.insert((cluster.clone(), name.to_owned()), provider_id.clone());
         cloud.instances.insert(
@@ -506,7 +506,6 @@ fn claim_name(claim: &NodeClaim) -> Result<&str, CloudProviderError> {
 /// The NodeClaim `create` returns: the claim with resolved labels and the launch status.
 fn launched_claim(
     claim: &NodeClaim,
-    reqs: &Requirements,
     it: &InstanceType,
     choice: &LaunchChoice,
     provider_id: &str,
@@ -515,12 +514,11 @@ fn launched_claim(
     let single = |r: &karpenter_requirements::Requirement| {
         (r.operator() == Operator::In && r.values().len() == 1).then(|| (r.key().to_owned(), r.any()))
     };
-    let mut labels = claim.metadata.labels.clone().unwrap_or_default();
-    labels.extend(reqs.iter().filter_map(single));
-    labels.extend(it.requirements.iter().filter_map(single));
-    labels.insert(INSTANCE_TYPE.into(), it.name.clone());
-    labels.insert(ZONE.into(), choice.zone.clone());
-    labels.insert(CAPACITY_TYPE.into(), choice.capacity_type.clone());
+    let mut resolved: BTreeMap<String, String> = it.requirements.iter().filter_map(single).collect();
+    resolved.insert(INSTANCE_TYPE.into(), it.name.clone());
+    resolved.insert(ZONE.into(), choice.zone.clone());
+    resolved.insert(CAPACITY_TYPE.into(), choice.capacity_type.clone());
+    let labels = crate::launch::launched_claim_labels(resolved, claim);
     let metadata = ObjectMeta {
         name: claim.metadata.name.clone(),
         uid: claim.metadata.uid.clone(),

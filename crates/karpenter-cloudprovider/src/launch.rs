@@ -88,6 +88,31 @@ pub fn resource_map(list: &ResourceList) -> BTreeMap<String, ResourceQuantity> {
         .collect()
 }
 
+/// The labels a launched NodeClaim carries, by upstream's precedence (core's launch step, whatever the provider):
+/// the labels the provider `resolved` for the instance (instance type, zone, capacity type, the type's
+/// single-valued requirements, provider extras), overridden by the claim's single-valued `In` requirements,
+/// overridden by the claim's own labels. So what the user asked for in the NodePool's template always shows on the
+/// claim and its Node; the scheduler only launches claims where these agree anyway, and this order decides the rare
+/// case where they would not. The providers' `create` (fake, kwok, AWS) return claims labelled this way, and the
+/// lifecycle's launch step and `simulate` apply it to what a provider returned.
+pub fn launched_claim_labels(
+    resolved: impl IntoIterator<Item = (String, String)>,
+    claim: &karpenter_api::NodeClaim,
+) -> BTreeMap<String, String> {
+    let mut labels: BTreeMap<String, String> = resolved.into_iter().collect();
+    for r in &claim.spec.requirements {
+        if r.operator == karpenter_requirements::Operator::In.as_str()
+            && let [one] = r.values.as_slice()
+        {
+            labels.insert(r.key.clone(), one.clone());
+        }
+    }
+    if let Some(own) = &claim.metadata.labels {
+        labels.extend(own.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+    labels
+}
+
 #[cfg(test)]
 mod tests {
     use karpenter_api::labels::{ARCH, CAPACITY_TYPE, INSTANCE_TYPE, OS, ZONE};
@@ -170,5 +195,31 @@ mod tests {
         assert_eq!(cheapest_launch([&it], &Requirements::new()), None);
         it.offerings.push(offering("z", "on-demand", 5.0, true));
         assert_eq!(cheapest_launch([&it], &Requirements::new()).unwrap().capacity_type, "on-demand");
+    }
+
+    #[test]
+    fn launched_labels_let_the_claims_labels_win_over_its_requirements_and_those_over_the_provider() {
+        use karpenter_api::NodeClaim;
+        let mut claim: NodeClaim = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": "c"},
+            "spec": {"nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"},
+                "requirements": [
+                    {"key": ZONE, "operator": "In", "values": ["zone-b"]},
+                    {"key": ARCH, "operator": "In", "values": ["amd64", "arm64"]},
+                    {"key": OS, "operator": "NotIn", "values": ["windows"]},
+                    {"key": "team", "operator": "In", "values": ["from-requirement"]}]}}))
+        .expect("a valid NodeClaim");
+        claim.metadata.labels = Some([("team".to_owned(), "from-label".to_owned())].into());
+        let resolved = [(ZONE, "zone-a"), (ARCH, "arm64"), (INSTANCE_TYPE, "m.large"), (CAPACITY_TYPE, "spot")]
+            .map(|(k, v)| (k.to_owned(), v.to_owned()));
+        let labels = launched_claim_labels(resolved, &claim);
+        // A single-valued requirement beats what the provider resolved; a multi-valued one or NotIn says nothing.
+        assert_eq!(labels[ZONE], "zone-b");
+        assert_eq!(labels[ARCH], "arm64");
+        assert!(!labels.contains_key(OS));
+        // The claim's own label beats its requirement.
+        assert_eq!(labels["team"], "from-label");
+        assert_eq!(labels[INSTANCE_TYPE], "m.large");
+        assert_eq!(labels[CAPACITY_TYPE], "spot");
     }
 }

@@ -478,21 +478,19 @@ fn k8s_resources(list: &ResourceList) -> BTreeMap<String, KQuantity> {
 
 /// The Node a launch creates (see the crate docs for its labels, annotations, taint and status).
 fn build_node(claim: &NodeClaim, name: &str, it: &InstanceType, choice: &LaunchChoice) -> Node {
-    let mut labels = claim.metadata.labels.clone().unwrap_or_default();
-    for r in claim.spec.requirements.iter().filter_map(|r| r.to_requirement().ok()) {
-        labels.extend(single(&r));
-    }
-    labels.extend(it.requirements.iter().filter_map(single));
+    let mut resolved: BTreeMap<String, String> = it.requirements.iter().filter_map(single).collect();
     if let Some(o) = it
         .offerings
         .iter()
         .find(|o| o.zone().unwrap_or("") == choice.zone && o.capacity_type().unwrap_or("") == choice.capacity_type)
     {
-        labels.extend(o.requirements.iter().filter_map(single));
+        resolved.extend(o.requirements.iter().filter_map(single));
     }
-    labels.insert(INSTANCE_TYPE.into(), it.name.clone());
-    labels.insert(ZONE.into(), choice.zone.clone());
-    labels.insert(CAPACITY_TYPE.into(), choice.capacity_type.clone());
+    resolved.insert(INSTANCE_TYPE.into(), it.name.clone());
+    resolved.insert(ZONE.into(), choice.zone.clone());
+    resolved.insert(CAPACITY_TYPE.into(), choice.capacity_type.clone());
+    // The claim's requirements and labels over what the launch resolved: the one rule every provider follows.
+    let mut labels = karpenter_cloudprovider::launch::launched_claim_labels(resolved, claim);
     labels.insert(HOSTNAME.into(), name.to_owned());
     labels.insert(PRICE_LABEL.into(), format!("{:.6}", choice.price));
     labels.insert(PARTITION_LABEL.into(), partition(name).to_owned());

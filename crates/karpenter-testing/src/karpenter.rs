@@ -278,7 +278,7 @@ pub fn node_claim(o: NodeClaimOptions) -> NodeClaim {
         image_id: o.image_id.clone(),
         capacity: resource_list(&o.capacity),
         allocatable: resource_list(allocatable),
-        last_pod_event_time: o.last_pod_event_time.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
+        last_pod_event_time: o.last_pod_event_time.map(karpenter_api::time::rfc3339),
         conditions,
     };
     let mut claim = NodeClaim::new(&name, spec);

@@ -36,7 +36,7 @@ use karpenter_disruption::pods::reschedule_deleting_nodes;
 use karpenter_disruption::validation::{NextStep, VALIDATION_DELAY, next_step};
 use karpenter_disruption::{Command, DisruptionOptions, Method, Pass, Reason, evaluate, expiration, validation};
 use karpenter_operator::disruption::DisruptionSettings;
-use karpenter_requirements::{InstanceType, Operator};
+use karpenter_requirements::InstanceType;
 use karpenter_scheduler::decision::NodeClaimPlan;
 use karpenter_scheduler::provisioning::{
     ClusterNodes, PoolExclusion, StaticClaims, StaticScaleUp, dynamic_pool_exclusion, static_plan, static_scale_up,
@@ -550,16 +550,8 @@ impl<'c> World<'c> {
         if let Some(ct) = &choice.capacity_type {
             claim_labels.insert(labels::CAPACITY_TYPE.to_owned(), ct.clone());
         }
-        // Then the single-value requirements, then the claim's own labels.
-        for r in plan.requirements.to_serialized() {
-            if r.operator == Operator::In
-                && let [one] = r.values.as_slice()
-            {
-                claim_labels.insert(r.key.clone(), one.clone());
-            }
-        }
-        claim_labels.extend(claim.metadata.labels.take().unwrap_or_default());
-        let mut node_labels = claim_labels;
+        // Then the single-value requirements, then the claim's own labels: the rule every provider's launch follows.
+        let mut node_labels = karpenter_cloudprovider::launch::launched_claim_labels(claim_labels, &claim);
         node_labels.insert(labels::HOSTNAME.to_owned(), name.clone());
         node_labels.insert(labels::NODE_REGISTERED.to_owned(), "true".to_owned());
         node_labels.insert(labels::NODE_INITIALIZED.to_owned(), "true".to_owned());

@@ -69,8 +69,8 @@ impl Pass<'_> {
             }
         };
         ctx.cache_launch(&uid, &launched);
-        let mut labels_merged = launched.labels().clone();
-        labels_merged.extend(self.claim.labels().clone());
+        let labels_merged =
+            karpenter_cloudprovider::launch::launched_claim_labels(launched.labels().clone(), &self.claim);
         let mut annotations_merged = launched.annotations().clone();
         annotations_merged.extend(self.claim.annotations().clone());
         if &labels_merged != self.claim.labels() || &annotations_merged != self.claim.annotations() {
