@@ -596,6 +596,33 @@ pub struct BudgetStatus {
     pub allowed: u32,
 }
 
+/// How Balanced scoring judged one consolidation move, for one NodePool among its candidates: what upstream counts
+/// in `karpenter_consolidation_moves_total` (every pool, whatever its policy) and `karpenter_consolidation_score`
+/// (Balanced pools only).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConsolidationMove {
+    /// Single- or multi-node consolidation.
+    pub method: Method,
+    /// The NodePool.
+    pub node_pool: String,
+    /// Its consolidation policy.
+    pub policy: karpenter_api::nodepool::ConsolidationPolicy,
+    /// The move was approved: every Balanced pool among its candidates scored at least
+    /// [`BALANCED_THRESHOLD`](crate::candidate::BALANCED_THRESHOLD).
+    pub approved: bool,
+    /// The pool's Balanced score (Balanced pools only): savings fraction over disruption fraction, infinite when
+    /// the move disrupts nothing the pool counts.
+    pub score: Option<f64>,
+}
+
+impl ConsolidationMove {
+    /// Whether the pool itself approved the move (a pool that is not Balanced always does). A multi-node move is
+    /// rejected as a whole when one of its Balanced pools rejects it, while another may have approved.
+    pub fn pool_approved(&self) -> bool {
+        self.score.is_none_or(|s| s >= crate::candidate::BALANCED_THRESHOLD)
+    }
+}
+
 /// Everything one pass decided.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -614,6 +641,12 @@ pub struct Pass {
     /// next pass resumes after it ([`DisruptionOptions::resume_single_node_after`](crate::DisruptionOptions)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume_single_node_after: Option<String>,
+    /// How Balanced scoring judged the consolidation moves of the pass, in upstream's counting: each single-node move
+    /// computed while the pass could still take its command, and multi-node consolidation's outcome (its command,
+    /// else its last move rejected), one entry per NodePool of the move. The controller turns them into metrics;
+    /// not serialised (a score may be infinite, which JSON cannot carry).
+    #[serde(skip)]
+    pub consolidation_moves: Vec<ConsolidationMove>,
 }
 
 impl Pass {

@@ -20,7 +20,7 @@ use crate::candidate::{
     BALANCED_THRESHOLD, Candidate, Cluster, PoolTotals, balanced_score, consolidatable, interleave_by_pool, node_set,
     pool_totals, sort_for_consolidation,
 };
-use crate::command::{Command, Decision, Method, Reason};
+use crate::command::{Command, ConsolidationMove, Decision, Method, Reason};
 use crate::floor::Floors;
 use crate::savings::Thresholds;
 use crate::topology::Topology;
@@ -379,6 +379,16 @@ impl<'a> Engine<'a> {
     /// Balanced approval (consolidation policy `Balanced`): every Balanced pool among the candidates must score at
     /// least 1/2.
     pub fn balanced(&self, cands: &[&Candidate<'a>], savings: f64) -> Result<(), Reason> {
+        match self.balanced_scores(cands, savings).into_iter().find(|(_, score)| *score < BALANCED_THRESHOLD) {
+            Some((pool, score)) => Err(Reason::BalancedRejected { node_pool: pool, score }),
+            None => Ok(()),
+        }
+    }
+
+    /// The score of every Balanced pool among `cands` for a move saving `savings` (upstream's
+    /// `EvaluateBalancedMove`: the savings split over the pools by their share of the candidates' price), by pool
+    /// name. Empty when no candidate's pool is Balanced.
+    pub fn balanced_scores(&self, cands: &[&Candidate<'a>], savings: f64) -> Vec<(String, f64)> {
         let total_price: f64 = cands.iter().map(|c| c.price).sum();
         let mut pools: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
         for c in cands {
@@ -389,15 +399,35 @@ impl<'a> Engine<'a> {
             e.0 += c.price;
             e.1 += c.reschedule_cost;
         }
+        let mut scores = Vec::new();
         for (pool, (price, disruption)) in pools {
             let share = if total_price > 0.0 { price / total_price } else { 0.0 };
             let totals = self.totals.get(pool).copied().unwrap_or_default();
-            let score = balanced_score(savings * share, disruption, totals);
-            if score < BALANCED_THRESHOLD {
-                return Err(Reason::BalancedRejected { node_pool: pool.to_owned(), score });
-            }
+            scores.push((pool.to_owned(), balanced_score(savings * share, disruption, totals)));
         }
-        Ok(())
+        scores
+    }
+
+    /// The records of a move of `cands` judged `approved` with these `scores` ([`Engine::balanced_scores`]): one per
+    /// NodePool among the candidates, by name.
+    pub fn consolidation_moves(
+        method: Method,
+        cands: &[&Candidate<'a>],
+        approved: bool,
+        scores: &[(String, f64)],
+    ) -> Vec<ConsolidationMove> {
+        let pools: BTreeMap<&str, ConsolidationPolicy> =
+            cands.iter().map(|c| (c.pool_name, c.pool.node_pool.spec.disruption.consolidation_policy)).collect();
+        pools
+            .into_iter()
+            .map(|(pool, policy)| ConsolidationMove {
+                method,
+                node_pool: pool.to_owned(),
+                policy,
+                approved,
+                score: scores.iter().find(|(p, _)| p == pool).map(|(_, s)| *s),
+            })
+            .collect()
     }
 
     /// Whether `cmd`, a move of `cands`, saves at least what the pools' and the cluster's minimum savings require

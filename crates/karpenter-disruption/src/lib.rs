@@ -258,7 +258,7 @@ pub fn evaluate(
             pass.commands = commands;
         }
     }
-    let PassState { commands, results, resume_single_node_after, .. } = pass;
+    let PassState { commands, results, resume_single_node_after, consolidation_moves, .. } = pass;
     // Nodes that only a method outside the candidates (node repair) considered: its result is their verdict.
     let in_cands: BTreeSet<&str> = cands.iter().map(|c| c.node.name.as_str()).collect();
     for (node, list) in &results.0 {
@@ -284,6 +284,7 @@ pub fn evaluate(
         commands,
         budgets: engine.budgets.statuses(),
         resume_single_node_after,
+        consolidation_moves,
     }
 }
 
@@ -390,7 +391,8 @@ pub fn multi_node_consolidation(
         .collect();
     let eligible = methods::consolidation::Eligible::new(&engine, &cands);
     let refs: Vec<&Candidate<'_>> = eligible.sorted.iter().collect();
-    methods::multi_node::search(&engine, &refs, options.multi_node_max_candidates, || may_simulate_multi(options))
+    let max = options.multi_node_max_candidates;
+    methods::multi_node::search(&engine, &refs, max, || may_simulate_multi(options), &mut Vec::new())
 }
 
 #[cfg(test)]

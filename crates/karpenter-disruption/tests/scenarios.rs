@@ -119,3 +119,42 @@ fn scenarios() {
     }
     assert!(failures.is_empty(), "{} of {} scenarios failed:\n{}", failures.len(), dirs.len(), failures.join("\n\n"));
 }
+
+/// Balanced scoring reported per move, as upstream's evaluator counts it (`karpenter_consolidation_moves_total`,
+/// `karpenter_consolidation_score`), on the `balanced-rejects` scenario: n1's best case, a pure delete, cannot pass
+/// (upstream's `CanPassThreshold`: no move computed, nothing counted); n2's replacement is computed and approved
+/// with its score. What is counted does not depend on how many verdicts the pass simulates after its command.
+#[test]
+fn balanced_scoring_reports_each_computed_move() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios/balanced-rejects");
+    let input = std::fs::read_to_string(dir.join("input.yaml")).expect("input");
+    let objects = load_str(&input, "input.yaml").expect("manifests");
+    let snapshot = ClusterSnapshot::from_objects(&objects).expect("snapshot");
+    let catalogue = common::catalogue();
+    let pools = common::pools(&snapshot, &catalogue);
+    let now = DateTime::parse_from_rfc3339(DEFAULT_NOW).expect("now").with_timezone(&Utc);
+    let pass_with = |every_verdict| {
+        let options = DisruptionOptions { every_verdict, ..Default::default() };
+        evaluate(&snapshot, &pools, &ProviderLabels::aws(), now, &options)
+    };
+    let pass = pass_with(false);
+    let command = pass.commands.first().expect("n2 is replaced");
+    assert_eq!(command.candidates[0].node, "n2");
+    let single: Vec<_> = pass
+        .consolidation_moves
+        .iter()
+        .filter(|m| m.method == karpenter_disruption::Method::SingleNodeConsolidation)
+        .collect();
+    let [n2] = single.as_slice() else { panic!("one single-node move, n2's: {:?}", pass.consolidation_moves) };
+    assert_eq!((n2.node_pool.as_str(), n2.policy), ("default", karpenter_api::nodepool::ConsolidationPolicy::Balanced));
+    let score = n2.score.expect("a Balanced pool's move is scored");
+    assert!(n2.approved && n2.pool_approved() && score >= 0.5, "{n2:?}");
+    for m in &pass.consolidation_moves {
+        assert_eq!(m.pool_approved(), m.score.is_none_or(|s| s >= 0.5), "{m:?}");
+    }
+    assert_eq!(
+        pass_with(true).consolidation_moves,
+        pass.consolidation_moves,
+        "verdicts after the command count nothing"
+    );
+}

@@ -58,8 +58,8 @@ pub const LATENCY_BUCKETS: &[f64] = &[
 /// Buckets of the size histograms (batch sizes).
 pub const SIZE_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0];
 
-/// Buckets of the consolidation score (a ratio).
-pub const SCORE_BUCKETS: &[f64] = &[0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.5, 2.0, 5.0];
+/// Buckets of the consolidation score (a ratio approved from 0.5): upstream's, so its dashboards' quantiles match.
+pub const SCORE_BUCKETS: &[f64] = &[0.1, 0.25, 0.33, 0.5, 1.0, 2.0, 5.0, 10.0];
 
 /// A float gauge.
 pub type FloatGauge = Gauge<f64, AtomicU64>;
@@ -430,11 +430,11 @@ karpenter_metrics! {
     gauge voluntary_disruption_eligible_nodes(reason) "Nodes eligible for disruption, by reason.";
     histogram voluntary_disruption_decision_evaluation_duration_seconds(reason, consolidation_type) "Time of one disruption evaluation pass (building its cluster snapshot included), by the method of the command it chose (single-node consolidation for a pass without one).";
     counter voluntary_disruption_consolidation_timeouts(consolidation_type) "Number of consolidation evaluations that hit their time limit.";
-    counter voluntary_disruption_failed_validations(consolidation_type) "Number of disruption commands that failed revalidation before execution.";
-    counter voluntary_disruption_queue_failures(decision, reason, consolidation_type) "Number of disruption commands that failed while executing.";
+    counter voluntary_disruption_failed_validations(consolidation_type) "Number of candidates of disruption commands that failed revalidation before execution because a candidate changed or its budget was spent (as upstream, a command whose pods no longer schedule as planned is not counted).";
+    counter voluntary_disruption_queue_failures(decision, reason, consolidation_type) "Number of replacements that never initialized in disruption commands that failed while executing (rolled back). consolidation_type is the command's method (empty, single, multi; empty for drift), where upstream repeats the decision.";
     counter voluntary_disruption_candidates_skipped(nodepool, reason) "karpenter-rs addition: Karpenter-managed nodes a disruption pass left alone, by NodePool and the reason code of their verdict (listed below the table); counted once per node per pass, so a node skipped for the same reason adds 1 every pass (about every 10 s on a quiet cluster): read it with rate() or increase().";
-    score_histogram consolidation_score(decision, nodepool, policy) "Score of the consolidation moves evaluated (the Balanced policy).";
-    counter consolidation_moves(decision, nodepool, policy) "Number of consolidation moves taken (the Balanced policy).";
+    score_histogram consolidation_score(decision, nodepool, policy) "Balanced score (savings fraction over disruption fraction; approved at 0.5 or more) of consolidation moves in NodePools whose policy is Balanced, by the pool's decision (approved or rejected), NodePool and policy. As upstream: each single-node move once computed, and multi-node consolidation's outcome once per pass.";
+    counter consolidation_moves(decision, nodepool, policy) "Number of consolidation moves Balanced scoring judged, by decision (approved or rejected), NodePool and its consolidationPolicy as the NodePool spells it (WhenEmptyOrUnderutilized moves count too, always approved, as upstream). Single-node moves are counted once computed, multi-node consolidation's outcome once per pass; emptiness is not scored.";
     // Scheduler
     histogram scheduler_scheduling_duration_seconds(controller) "Time of one provisioning pass's scheduling: building the cluster snapshot, listing instance types and the simulation.";
     latency_histogram provisioner_pod_to_nodeclaim_created_duration_seconds(nodepool) "karpenter-rs addition: time from the provisioner first seeing a pod pending (PodScheduled=False, Unschedulable: its first trigger) to the API server's answer to the creation of the NodeClaim the pod was planned onto; observed once per pod. Buckets every 0.5 s up to 12 s.";
@@ -442,7 +442,6 @@ karpenter_metrics! {
     gauge scheduler_unfinished_work_seconds(controller, scheduling_id) "Seconds the current simulation has been running.";
     gauge scheduler_unschedulable_pods_count(controller) "Pods the last simulation could not schedule.";
     gauge scheduler_ignored_pods_count() "Pending pods Karpenter ignores (not provisionable).";
-    gauge scheduler_pending_pods_by_effective_zone_count(zone) "Pending pods by the zone their constraints resolve to (a zone, 'flexible' or 'none').";
     // Cluster state
     gauge cluster_state_node_count() "Nodes in Karpenter's cluster state.";
     gauge cluster_state_synced() "1 when the cluster state is in sync with the API server, else 0.";
@@ -478,10 +477,24 @@ karpenter_metrics! {
 /// consolidation and a drift, bins/karpenter-controller/tests/real_plane.rs) does not walk: (full name, the unit
 /// test that provokes the fault and checks the sample, as a path). Every other declared family must have samples
 /// there. Add a family only with its test.
-pub const FAULT_PATH_FAMILIES: &[(&str, &str)] = &[(
-    "karpenter_voluntary_disruption_consolidation_timeouts_total",
-    "karpenter_operator::disruption::controller::timeout_tests::a_pass_cut_short_counts_one_timeout_per_consolidation_method",
-)];
+pub const FAULT_PATH_FAMILIES: &[(&str, &str)] = &[
+    (
+        "karpenter_nodepools_cost_tracker_errors_total",
+        "karpenter_operator::observability::tests::a_pool_whose_instance_types_cannot_be_read_counts_cost_tracker_errors",
+    ),
+    (
+        "karpenter_voluntary_disruption_consolidation_timeouts_total",
+        "karpenter_operator::disruption::controller::timeout_tests::a_pass_cut_short_counts_one_timeout_per_consolidation_method",
+    ),
+    (
+        "karpenter_voluntary_disruption_failed_validations_total",
+        "karpenter_operator::disruption::tests::validation_rejects_a_command_when_a_pod_lands_on_the_candidate",
+    ),
+    (
+        "karpenter_voluntary_disruption_queue_failures_total",
+        "karpenter_operator::disruption::tests::a_replacement_the_cloud_cannot_launch_rolls_the_command_back_and_counts_a_queue_failure",
+    ),
+];
 
 /// Declared families the kwok real-plane run (`metrics` in bins/karpenter-controller/tests/real_plane.rs) does not
 /// sample, each with why. Not a permanent home: the scenario fails when a family listed here does show a sample
@@ -524,22 +537,17 @@ pub const NOT_SAMPLED_ON_THE_KWOK_PLANE: &[(&str, &str)] = &[
     ),
     (
         "karpenter_consolidation_moves_total",
-        "Balanced consolidation policy only; the disruption engine does not report its move scores yet",
+        "transient: counted only when a pass computes a consolidation move of a node with pods (emptiness is not scored), which this run meets or not as the scale-down empties a node or not; karpenter_operator::disruption::tests::balanced_scoring_counts_moves_and_observes_scores provokes it",
     ),
     (
         "karpenter_consolidation_score",
-        "Balanced consolidation policy only; the disruption engine does not report its move scores yet",
+        "Balanced consolidation policy only (this run's NodePool is WhenEmptyOrUnderutilized); karpenter_operator::disruption::tests::balanced_scoring_counts_moves_and_observes_scores provokes it",
     ),
     (
         "karpenter_nodeclaims_unhealthy_disrupted_total",
         "node repair (NodeRepair gate) only; the real-plane node-repair scenario provokes it",
     ),
-    (
-        "karpenter_nodepools_cost_tracker_errors_total",
-        "fault path: a NodePool missing or its instance types unreadable; no provoking test yet",
-    ),
     ("karpenter_pod_deletion_cost_reconcile_skipped_total", "PodDeletionCostManagement gate only"),
-    ("karpenter_scheduler_pending_pods_by_effective_zone_count", "not recorded yet"),
     (
         "karpenter_kube_write_conflicts_total",
         "transient: counted only when the API server answers one of our writes with 409, which this run meets by chance; the write-conflicts real-plane scenario provokes it",
@@ -555,14 +563,6 @@ pub const NOT_SAMPLED_ON_THE_KWOK_PLANE: &[(&str, &str)] = &[
     (
         "karpenter_scheduler_unfinished_work_seconds",
         "transient: exists only while a simulation runs, so a scrape sees it by chance (a unit test in provisioner.rs sees it)",
-    ),
-    (
-        "karpenter_voluntary_disruption_failed_validations_total",
-        "fault path: a command invalidated by a cluster change; no provoking test yet",
-    ),
-    (
-        "karpenter_voluntary_disruption_queue_failures_total",
-        "fault path: a command failing while executing; no provoking test yet",
     ),
     (
         "operator_node_status_condition_transition_seconds",
@@ -854,6 +854,22 @@ impl StatusConditionMetrics {
     }
 }
 
+/// The `[not-emitted]` section of `metrics_upstream/v1.15.txt`: (upstream family, why we do not serve it).
+fn upstream_not_emitted() -> Vec<(&'static str, &'static str)> {
+    let list = include_str!("metrics_upstream/v1.15.txt");
+    let Some((_, section)) = list.split_once("[not-emitted]") else { return Vec::new() };
+    section
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .take_while(|l| !l.starts_with('['))
+        .filter_map(|l| {
+            let (family, why) = l.split_once(" because ")?;
+            Some((family.split_whitespace().next()?, why.trim()))
+        })
+        .collect()
+}
+
 /// The generated part of `docs/metrics.md` (the table of every declared family and the reason codes of
 /// `karpenter_voluntary_disruption_candidates_skipped_total`); the hand-written prose around it stays, and
 /// `tests/metrics_docs.rs` tests the checked-in copy for drift.
@@ -873,12 +889,28 @@ pub fn reference_markdown() -> String {
         ));
     }
     out.push_str(
+        "\n## Families sampled only on a fault path\n\n\
+         The real-plane run walks no fault, so these are exempt there; each is provoked, and its sample checked \
+         with upstream's labels, by the unit test named:\n\n",
+    );
+    for (family, test) in FAULT_PATH_FAMILIES {
+        out.push_str(&format!("- `{family}`: `{test}`\n"));
+    }
+    out.push_str(
         "\n## Declared families the kwok real-plane run does not sample\n\n\
          The `metrics` real-plane scenario checks every family above has a sample after a scale-out, a \
          consolidation and a drift, but for fault-path families (each with the unit test that provokes it) and \
          these, each with why (the scenario fails once one of them is sampled, so this list only shrinks):\n\n",
     );
     for (family, why) in NOT_SAMPLED_ON_THE_KWOK_PLANE {
+        out.push_str(&format!("- `{family}`: {why}\n"));
+    }
+    out.push_str(
+        "\n## Upstream families not served\n\n\
+         Listed with why in `crates/karpenter-operator/src/metrics_upstream/v1.15.txt`, whose test checks they are \
+         not served:\n\n",
+    );
+    for (family, why) in upstream_not_emitted() {
         out.push_str(&format!("- `{family}`: {why}\n"));
     }
     out.push_str(

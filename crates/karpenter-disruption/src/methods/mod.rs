@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use karpenter_api::nodepool::DisruptionReason;
 
 use crate::candidate::Candidate;
-use crate::command::{Command, Method, Reason};
+use crate::command::{Command, ConsolidationMove, Method, Reason};
 use crate::engine::Engine;
 use crate::validation::ValidationFailure;
 
@@ -56,6 +56,8 @@ pub(crate) struct PassState<'p, 'a> {
     /// The consolidation candidates, computed by the first consolidation method that asks
     /// ([`consolidation::Eligible`]).
     pub consolidation: OnceCell<consolidation::Eligible<'a>>,
+    /// How Balanced scoring judged the consolidation moves ([`crate::Pass::consolidation_moves`]).
+    pub consolidation_moves: Vec<ConsolidationMove>,
 }
 
 impl<'p, 'a> PassState<'p, 'a> {
@@ -67,6 +69,7 @@ impl<'p, 'a> PassState<'p, 'a> {
             results: Results::default(),
             resume_single_node_after: None,
             consolidation: OnceCell::new(),
+            consolidation_moves: Vec::new(),
         }
     }
 }

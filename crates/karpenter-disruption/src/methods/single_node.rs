@@ -7,8 +7,8 @@ use karpenter_api::nodepool::{ConsolidationPolicy, DisruptionReason};
 
 use super::{DisruptionMethod, PassState, consolidation};
 use crate::budget::Remaining;
-use crate::candidate::Candidate;
-use crate::command::{Command, Decision, Method, Reason};
+use crate::candidate::{BALANCED_THRESHOLD, Candidate};
+use crate::command::{Command, ConsolidationMove, Decision, Method, Reason};
 use crate::engine::Engine;
 use crate::may_simulate;
 use crate::validation::ValidationFailure;
@@ -89,7 +89,10 @@ impl DisruptionMethod for SingleNodeConsolidation {
                 continue;
             }
             last_simulated = Some(c.node.name.as_str());
-            match single(engine, c) {
+            // Upstream scores moves until it has its command; the verdicts simulated after that count nothing.
+            let mut uncounted = Vec::new();
+            let moves = if decided { &mut uncounted } else { &mut pass.consolidation_moves };
+            match single(engine, c, moves) {
                 Ok(cmd) => {
                     record(Ok(cmd.explanation.clone()));
                     if first_single.is_none() {
@@ -122,16 +125,22 @@ impl DisruptionMethod for SingleNodeConsolidation {
     }
 }
 
-/// Single-node consolidation of one candidate, budget not included.
-fn single<'a>(engine: &Engine<'a>, c: &Candidate<'a>) -> Result<Command, Reason> {
+/// Single-node consolidation of one candidate, budget not included. A move that is computed is judged by Balanced
+/// scoring and recorded in `moves` (upstream's `ApproveCommand`, which counts every policy's moves).
+fn single<'a>(engine: &Engine<'a>, c: &Candidate<'a>, moves: &mut Vec<ConsolidationMove>) -> Result<Command, Reason> {
     if c.pool.node_pool.spec.disruption.consolidation_policy == ConsolidationPolicy::Balanced {
-        // Best case: a pure delete saving the whole price.
+        // Best case: a pure delete saving the whole price (upstream's `CanPassThreshold`: no move, nothing counted).
         engine.balanced(&[c], c.price)?;
     }
     let m = engine.consolidate(&[c], Method::SingleNodeConsolidation)?;
-    engine.balanced(&[c], m.command.savings_per_hour)?;
     if m.command.decision == Decision::Replace && m.command.savings_per_hour <= 0.0 {
         return Err(Reason::NoCheaperOption { price: c.price });
+    }
+    let scores = engine.balanced_scores(&[c], m.command.savings_per_hour);
+    let rejected = scores.iter().find(|(_, score)| *score < BALANCED_THRESHOLD).cloned();
+    moves.extend(Engine::consolidation_moves(Method::SingleNodeConsolidation, &[c], rejected.is_none(), &scores));
+    if let Some((node_pool, score)) = rejected {
+        return Err(Reason::BalancedRejected { node_pool, score });
     }
     // A single node's delete is never held by the minimum saving (see `savings`); its replacement is.
     if m.command.decision == Decision::Replace {

@@ -65,8 +65,8 @@ use crate::state::simulate_off_runtime;
 // Node repair's reboot flow (prepare, drain, reboot, judge the node that came back) is a room of its own.
 mod reboot;
 
-use reboot::RebootFlight;
 pub use reboot::REBOOT_TIMEOUT;
+use reboot::RebootFlight;
 
 /// The controller name in logs.
 pub const CONTROLLER: &str = "disruption";

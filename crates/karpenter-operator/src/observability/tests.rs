@@ -431,6 +431,59 @@ async fn nodepool_cost_follows_launched_claims_and_counts_errors() {
     assert!(samples(&ctx.metrics.render(), "karpenter_nodepools_cost_total").is_empty());
 }
 
+/// The fault path of `karpenter_nodepools_cost_tracker_errors_total` as production meets it: the cloud provider
+/// cannot list a NodePool's instance types (an API outage, a node class it cannot resolve), so a launched NodeClaim
+/// of that pool cannot be priced. Each round that fails counts one error for the pool (upstream counts each failed
+/// reconcile of the NodeClaim); once the types can be read, the claim is priced and the errors stop.
+#[tokio::test]
+async fn a_pool_whose_instance_types_cannot_be_read_counts_cost_tracker_errors() {
+    let clock = FakeClock::new(t0());
+    let server = ApiServer::builder().clock(Arc::new(clock.clone())).build();
+    let cloud = karpenter_testing::kwok::fake();
+    let ctx = ControllerContext::for_tests(server.client(), Arc::new(cloud.clone()), Arc::new(clock.clone()));
+    let pool = node_pool(NodePoolOptions {
+        name: Some("default".into()),
+        node_class_ref: Some(kwok_node_class_ref("default")),
+        ..Default::default()
+    });
+    ctx.state.apply(pool.clone());
+    let types = ctx.cloud.instance_types(&pool).await.unwrap();
+    let (it, offering) = (&types[0], &types[0].offerings[0]);
+    ctx.state.apply(node_claim(NodeClaimOptions {
+        name: Some("launched".into()),
+        node_pool: Some("default".into()),
+        labels: [
+            (labels::INSTANCE_TYPE.to_string(), it.name.clone()),
+            (labels::ZONE.to_string(), offering.zone().unwrap().to_string()),
+            (labels::CAPACITY_TYPE.to_string(), offering.capacity_type().unwrap().to_string()),
+        ]
+        .into(),
+        ..Default::default()
+    }));
+    cloud.fail_always(karpenter_cloudprovider::Method::InstanceTypes, || {
+        karpenter_cloudprovider::CloudProviderError::other("the pricing API is unreachable")
+    });
+    let metrics = nodepool::NodePoolMetrics::new(&ctx);
+    let errors = |text: &str| sample(text, "karpenter_nodepools_cost_tracker_errors_total", &[("nodepool", "default")]);
+
+    metrics.reconcile().await;
+    let text = ctx.metrics.render();
+    assert!(
+        text.contains("karpenter_nodepools_cost_tracker_errors_total{nodepool=\"default\"} 1\n"),
+        "one error, labelled by the pool only (upstream's label): {text}"
+    );
+    assert_eq!(sample(&text, "karpenter_nodepools_cost_total", &[("nodepool", "default")]), Some(0.0), "not priced");
+    metrics.reconcile().await;
+    assert_eq!(errors(&ctx.metrics.render()), Some(2.0), "tried again, and counted again, next round");
+
+    cloud.clear_failures();
+    metrics.reconcile().await;
+    let text = ctx.metrics.render();
+    assert_eq!(errors(&text), Some(2.0), "a round that prices the claim counts no error");
+    let cost = sample(&text, "karpenter_nodepools_cost_total", &[("nodepool", "default")]).unwrap();
+    assert!((cost - offering.price).abs() < 1e-9, "{cost} vs {}", offering.price);
+}
+
 #[test]
 fn the_cost_tracker_counts_each_claim_once() {
     let mut tracker = nodepool::CostTracker::default();
