@@ -335,16 +335,6 @@ fn decision_label(d: Decision) -> &'static str {
     }
 }
 
-/// `empty`, `single`, `multi`, or "" for drift.
-pub fn consolidation_type(m: Method) -> &'static str {
-    match m {
-        Method::Emptiness => "empty",
-        Method::MultiNodeConsolidation => "multi",
-        Method::SingleNodeConsolidation => "single",
-        Method::Drift | Method::StaticDrift | Method::Repair => "",
-    }
-}
-
 /// `karpenter_voluntary_disruption_consolidation_timeouts_total`: once per consolidation method whose evaluation
 /// the pass's simulation budget cut short (candidates left with `PassTimeSpent`), as upstream counts a single- or
 /// multi-node consolidation that hit its timeout once per evaluation.
@@ -353,7 +343,7 @@ fn count_consolidation_timeouts(metrics: &crate::metrics::Metrics, pass: &Pass) 
         .verdicts
         .iter()
         .filter_map(|v| match v.reason {
-            Reason::PassTimeSpent { method } => Some(consolidation_type(method)),
+            Reason::PassTimeSpent { method } => Some(method.consolidation_type()),
             _ => None,
         })
         .filter(|t| !t.is_empty())
@@ -654,7 +644,7 @@ impl Disruption {
             .metrics
             .voluntary_disruption_decision_evaluation_duration_seconds(
                 &method.reason().as_str().to_lowercase(),
-                consolidation_type(method),
+                method.consolidation_type(),
             )
             .observe(started.elapsed().as_secs_f64());
         Ok(pass)
@@ -727,7 +717,7 @@ impl Disruption {
             let candidates = command.candidates.len() as u64;
             self.ctx
                 .metrics
-                .voluntary_disruption_failed_validations(consolidation_type(command.method))
+                .voluntary_disruption_failed_validations(command.method.consolidation_type())
                 .inc_by(candidates);
         }
         for c in &command.candidates {
@@ -1057,7 +1047,7 @@ impl Disruption {
         // 4. Decision metrics.
         let reason = reason_label(&command);
         let decision = decision_label(command.decision);
-        let ctype = consolidation_type(command.method);
+        let ctype = command.method.consolidation_type();
         self.ctx.metrics.voluntary_disruption_decisions(decision, &reason, ctype).inc();
         let pools: BTreeSet<&str> = targets.iter().map(|t| t.pool.as_str()).collect();
         for pool in pools {
@@ -1143,7 +1133,7 @@ impl Disruption {
                     .voluntary_disruption_queue_failures(
                         decision_label(flight.command.decision),
                         &reason_label(&flight.command),
-                        consolidation_type(flight.command.method),
+                        flight.command.method.consolidation_type(),
                     )
                     .inc_by(failed_launches);
                 let targets = flight.targets.clone();
