@@ -431,6 +431,7 @@ fn money(v: f64) -> String {
 }
 
 impl std::fmt::Display for Reason {
+    /// Long because every reason has its own sentence: one match arm per variant.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Reason::Disrupted { method } => write!(f, "disrupted by {method:?}"),

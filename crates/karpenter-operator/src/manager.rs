@@ -530,6 +530,9 @@ struct Controllers {
 }
 
 /// Every controller, not started yet (futures do nothing until polled).
+///
+/// Long because it is the list of every controller the leader runs, each a few lines of wiring; the list is read in
+/// one place.
 fn controllers(parts: &LeaderParts, leader: &CancellationToken) -> Controllers {
     let settings = &parts.settings;
     let clock = parts.clock.clone();

@@ -455,6 +455,9 @@ impl Provisioner {
     ///
     /// `karpenter_scheduler_scheduling_duration_seconds` times the pass from the snapshot to the end of the
     /// simulation (snapshot, instance types, scheduling).
+    ///
+    /// Long because a pass is upstream's fixed sequence (sync check, buffers, pools and instance types, the timed
+    /// simulation, its gauges, nominations, launches) sharing the pass report and the metrics of one pass id.
     pub async fn provision(&self) -> Result<PassReport, ProvisionError> {
         let mut report = PassReport::default();
         self.ctx.metrics.cluster_state_synced().set(if self.ctx.state.synced() { 1.0 } else { 0.0 });

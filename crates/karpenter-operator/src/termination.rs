@@ -395,6 +395,9 @@ impl Termination {
     }
 
     /// Reconciles the Node `name`. Does nothing unless it is being deleted with the finalizer.
+    ///
+    /// Long because it is upstream's numbered node finalization (steps 1-8 below) in order; each step may end the
+    /// reconcile with a requeue, which a split would have to return and re-check.
     pub async fn reconcile_node(&self, name: &str) -> Result<Requeue, ReconcileError> {
         let nodes = self.nodes();
         let Some(node) = self.current(&nodes, name).await? else { return Ok(None) };

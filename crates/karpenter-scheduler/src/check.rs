@@ -136,6 +136,9 @@ pub fn check_with_defaults(
 }
 
 /// Checks `decisions` against the input; returns every violation found.
+///
+/// Long because it is a list of independent checks (new claims, limits, existing nodes and in-flight claims, every
+/// pending pod placed once) over the same indexes of the input; each block is one rule.
 pub fn check(
     snapshot: &ClusterSnapshot,
     pools: &[PoolInput<'_>],
@@ -944,6 +947,8 @@ fn spread_selector(
     s
 }
 
+/// Long because skew is counted per constraint over eligible domains with upstream's node inclusion policies and
+/// minDomains in one loop sharing the per-workload cache.
 fn check_spread(
     pools: &[PoolInput<'_>],
     provider: &ProviderLabels,

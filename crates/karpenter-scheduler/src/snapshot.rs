@@ -608,6 +608,9 @@ impl ClusterSnapshot {
     /// Builds a snapshot from loaded manifests with the file-input rules of the module docs. Objects of kinds
     /// the scheduler does not read (node classes, unknown kinds) are ignored. Fails only on a node or
     /// NodeClaim resource quantity that does not parse; pod problems are reported per pod by the scheduler.
+    ///
+    /// Long because it sorts each loaded kind into the builder and then resolves what needs every kind (workload
+    /// replicas, shared specs) in one pass; each match arm is a kind.
     pub fn from_objects(objects: &[Loaded]) -> Result<ClusterSnapshot, SnapshotError> {
         let mut builder = SnapshotBuilder::default();
         let mut pods: Vec<&Pod> = Vec::new();

@@ -170,6 +170,10 @@ impl Catalogue {
         selection: &Selection<'_>,
         pools: &[NodePool],
         objects: &[Loaded],
+    ///
+    /// Long because it resolves every distinct (provider kind, EC2NodeClass) set the pools use from its source
+    /// (the kwok file, the AWS catalogue with a region's prices and the class's kubelet settings) with the notes
+    /// each adds, reading the file and the region once for all sets.
         notes: &mut Vec<String>,
     ) -> anyhow::Result<Self> {
         let file = selection.instance_types.map(|p| read_file(p).map(|f| (p, f))).transpose()?;

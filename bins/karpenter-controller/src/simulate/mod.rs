@@ -154,6 +154,9 @@ const LIVE_RUN_FOR: &str = "15s";
 /// object replaces the cluster's object of the same kind, namespace and name). Without time options, a live
 /// run goes over [`LIVE_RUN_FOR`] from the time the cluster was read: what Karpenter would provision now, what
 /// it would disrupt, and every node's verdict.
+///
+/// Long because it is simulate's one sequence from input to outcome (load, validate, settings, catalogue, snapshot,
+/// then the plain or timed run), each step reading what the steps before produced.
 pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> anyhow::Result<Outcome> {
     let bundled = options.paths.is_empty() && cluster.is_none();
     let (mut objects, load_errors, skipped) = if bundled {
@@ -456,6 +459,8 @@ const DEFAULT_RUN_FOR: std::time::Duration = std::time::Duration::from_secs(3600
 
 fn run_timeline(
     run: Run<'_>,
+/// Long because it is the timeline's one sequence (steps and their times, the world, the loop over passes, the
+/// final verdicts and report) over locals each stage hands to the next.
     time: &TimeOptions,
     snapshot: ClusterSnapshot,
     pools: Vec<NodePool>,

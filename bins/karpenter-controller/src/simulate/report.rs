@@ -295,6 +295,9 @@ pub struct Inputs<'a> {
 
 impl Report {
     /// Summarises `decisions` made on `input.snapshot`.
+    ///
+    /// Long because it summarises every kind of decision (new claims, existing nodes, pending pods, errors) into
+    /// the report's sections in one walk over the decisions.
     pub fn build(input: Inputs<'_>, decisions: Decisions) -> Report {
         let owners = Owners::new(input.objects);
         let pending: HashMap<String, &CompactPod> =

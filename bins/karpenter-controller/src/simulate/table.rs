@@ -9,6 +9,9 @@ use super::report::Report;
 const MAX_GROUPS: usize = 4;
 
 /// Renders the report as text (ends with a newline).
+///
+/// Long because it writes the text report section by section in reading order; each section is a few lines of
+/// formatting.
 pub fn render(report: &Report) -> String {
     let mut out = String::new();
     let inputs = report.inputs.join(", ");

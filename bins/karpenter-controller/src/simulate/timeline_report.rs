@@ -284,6 +284,9 @@ pub struct PendingGroup {
 }
 
 /// Renders the report as text (ends with a newline).
+///
+/// Long because it writes the text report section by section in reading order; each section is a few lines of
+/// formatting.
 pub fn render(r: &TimelineReport) -> String {
     let mut out = String::new();
     let inputs = r.inputs.join(", ");

@@ -488,6 +488,9 @@ impl<'c> World<'c> {
     /// requirement labels, then the claim's own (user-defined labels win), its status launched, registered and
     /// initialized (with a node startup delay: launched only, in flight until [`Self::initialize_started`]). The
     /// node carries the same labels plus its hostname and the registration labels.
+    ///
+    /// Long because a simulated launch does what the controller, the provider and the kubelet do in turn (claim,
+    /// labels, status, node, startup delay) to one NodeClaim and Node.
     fn launch(&mut self, plan: &NodeClaimPlan) -> anyhow::Result<Option<LaunchedNode>> {
         let Some(pool) = self.pools.iter().find(|p| p.metadata.name.as_deref() == Some(plan.node_pool.as_str())) else {
             return Ok(None);
@@ -1637,6 +1640,9 @@ impl<'c> World<'c> {
         let (objects, errors) = loader::load_paths([path]);
         let mut problems: Vec<String> = errors.iter().map(ToString::to_string).collect();
         let ctx = ValidationContext { provider: self.provider.clone() };
+    ///
+    /// Long because each kind a timeline step may add (pods, workloads, NodePools, PDBs, DaemonSets, Namespaces) is
+    /// one match arm with its own validation.
         for l in &objects {
             if let Some(v) = l.object.validate(&ctx) {
                 for v in v.iter() {

@@ -87,6 +87,9 @@ const PATTERN_SEARCH_NODES: usize = 20_000;
 
 /// Solves the shape program of the module docs in at most `max_rounds` rounds of column generation, stopping
 /// once the fractional solution costs at most `1 + gap` times the bound (`gap` 0 asks for the optimum).
+///
+/// Long because column generation is one loop over the master problem's tableau and its duals (start, price out,
+/// add columns, stop); the pieces share the master's state.
 pub fn solve_shape_lp(
     shapes: &[ShapeDemand],
     types: &[ShapeType],

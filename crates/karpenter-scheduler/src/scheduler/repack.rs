@@ -178,6 +178,9 @@ impl Solver<'_> {
     /// New claims for the pods of `members` (without hostnames), the template's remaining limits and the
     /// cluster's after them, when strictly cheaper and within both, else `None`. Limits are counted as the
     /// checker and `Template::consume` count them: the largest capacity among each claim's options, one node each.
+    ///
+    /// Long because its stages (candidate types, pod shapes, the LP, bin filling, the shape-LP fallback, limits)
+    /// share the candidates, shapes and unit prices; split, each would take most of them as arguments.
     fn repack_group(
         &self,
         template: &Template<'_>,

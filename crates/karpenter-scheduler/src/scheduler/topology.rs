@@ -296,6 +296,9 @@ impl Builder<'_> {
     }
 
     /// The groups of one pending pod; an error makes the pod unschedulable for this pass.
+    ///
+    /// Long because a pod's groups come from four sources (spread constraints, affinity, anti-affinity, both
+    /// preferred and required) each with upstream's own selector and policy rules, added to one result.
     fn pod(&mut self, pod: &CompactPod, data: &PodData<'_>, policy: PreferencePolicy) -> Result<PodTopology, String> {
         let mut out = PodTopology::default();
         let spec = &*pod.spec;
@@ -423,6 +426,9 @@ impl Builder<'_> {
 impl Topology {
     /// Builds the groups of every pending pod (a pod whose topology is invalid gets `data.error`), the
     /// inverse groups of bound pods' required anti-affinity, the domains and the initial counts.
+    ///
+    /// Long because groups, inverse groups, domains and initial counts are built in one walk over the same builder
+    /// state, in the order the counts depend on.
     pub fn new(
         snapshot: &ClusterSnapshot,
         data: &mut [PodData<'_>],

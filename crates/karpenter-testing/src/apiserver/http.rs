@@ -554,6 +554,8 @@ impl Filter {
     }
 }
 
+/// Long because it is the route table of one resource (collection and object, each verb and subresource), one match
+/// arm per route as the API server's handler chain.
 fn resource(
     shared: &Arc<Shared>,
     method: &Method,

@@ -542,6 +542,8 @@ impl Store {
         self.write(kind, namespace, name, &current, patched, sub, dry_run)
     }
 
+    /// Long because it applies the API server's write rules in their order (type, system metadata, resourceVersion,
+    /// generation, finalizers, status split, no-op writes, events); each rule is a few lines.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn write(
         &mut self,
