@@ -2,7 +2,6 @@
 //! static pools) a replica count.
 
 use std::collections::BTreeMap;
-use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
 use kube::CustomResource;
@@ -314,6 +313,12 @@ pub enum BudgetError {
     #[error("unknown time zone {0:?}")]
     /// `timeZone` names no IANA time zone; holds the name as written.
     TimeZone(String),
+    #[error(
+        "time zone {0:?} cannot be evaluated: karpenter-api was built without its `time-zones` feature (budgets with a timeZone are refused, never evaluated in UTC)"
+    )]
+    /// `timeZone` is set but the crate was built without the `time-zones` feature (no time zone database);
+    /// holds the name as written.
+    TimeZonesUnsupported(String),
 }
 
 /// The nickname schedules and their five-field forms.
@@ -355,9 +360,34 @@ pub fn parse_schedule(schedule: &str) -> Result<croner::Cron, BudgetError> {
         .map_err(|e| err(e.to_string()))
 }
 
-/// Parses an IANA time zone name.
+/// Parses an IANA time zone name (feature `time-zones`).
+#[cfg(feature = "time-zones")]
 pub fn parse_time_zone(tz: &str) -> Result<chrono_tz::Tz, BudgetError> {
-    chrono_tz::Tz::from_str(tz).map_err(|_| BudgetError::TimeZone(tz.to_string()))
+    tz.parse::<chrono_tz::Tz>().map_err(|_| BudgetError::TimeZone(tz.to_string()))
+}
+
+/// The zone budget schedules are evaluated in: any IANA zone with the `time-zones` feature; without it the only
+/// zone is UTC, the zone of a budget without `timeZone`.
+#[cfg(feature = "time-zones")]
+type ScheduleZone = chrono_tz::Tz;
+#[cfg(not(feature = "time-zones"))]
+type ScheduleZone = Utc;
+#[cfg(feature = "time-zones")]
+const UTC_ZONE: ScheduleZone = chrono_tz::UTC;
+#[cfg(not(feature = "time-zones"))]
+const UTC_ZONE: ScheduleZone = Utc;
+
+/// The zone of a budget's `timeZone` (UTC when absent). Without the `time-zones` feature every named zone is
+/// [`BudgetError::TimeZonesUnsupported`], "UTC" included: the crate has no database to tell a name's meaning,
+/// and guessing UTC would move a maintenance window silently.
+fn schedule_zone(name: Option<&str>) -> Result<ScheduleZone, BudgetError> {
+    match name {
+        None => Ok(UTC_ZONE),
+        #[cfg(feature = "time-zones")]
+        Some(name) => parse_time_zone(name),
+        #[cfg(not(feature = "time-zones"))]
+        Some(name) => Err(BudgetError::TimeZonesUnsupported(name.to_string())),
+    }
 }
 
 /// Parses a budget `nodes` value: `Ok(Err(n))` for an absolute count, `Ok(Ok(pct))` for a percentage.
@@ -407,10 +437,7 @@ impl Budget {
             (Some(s), Some(d)) => (s, d),
         };
         let cron = parse_schedule(schedule)?;
-        let tz = match &self.time_zone {
-            Some(name) => parse_time_zone(name)?,
-            None => chrono_tz::UTC,
-        };
+        let tz = schedule_zone(self.time_zone.as_deref())?;
         let window = chrono::Duration::from_std(duration.duration()).unwrap_or(chrono::Duration::MAX);
         let Some(start) = now.checked_sub_signed(window) else { return Ok(true) };
         let start_local = start.with_timezone(&tz);
@@ -429,10 +456,7 @@ impl Budget {
     pub fn next_transition(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let (Some(schedule), Some(duration)) = (&self.schedule, &self.duration) else { return None };
         let cron = parse_schedule(schedule).ok()?;
-        let tz = match &self.time_zone {
-            Some(name) => parse_time_zone(name).ok()?,
-            None => chrono_tz::UTC,
-        };
+        let tz = schedule_zone(self.time_zone.as_deref()).ok()?;
         let next_fire = |after: DateTime<Utc>| {
             cron.find_next_occurrence(&after.with_timezone(&tz), false).ok().map(|t| t.with_timezone(&Utc))
         };
@@ -635,11 +659,13 @@ fn validate_budgets(budgets: &[Budget], path: &str, out: &mut Violations) {
             if b.schedule.is_none() {
                 out.push(field(&bp, "timeZone"), "timeZone requires schedule");
             }
-            if parse_time_zone(tz).is_err() {
-                out.push(
+            match schedule_zone(Some(tz)) {
+                Ok(_) => {}
+                Err(BudgetError::TimeZone(_)) => out.push(
                     field(&bp, "timeZone"),
                     format!("unknown time zone {tz:?}: must be an IANA name such as Europe/Berlin"),
-                );
+                ),
+                Err(e) => out.push(field(&bp, "timeZone"), e.to_string()),
             }
         }
         if let Some(r) = &b.reasons {
@@ -877,7 +903,9 @@ mod tests {
             (budget("0", Some("*/30 * * * *"), Some("20m"), None), 2 * 2 * 24 * 7),
             // Windows overlap: always active, whatever the transitions say.
             (budget("0", Some("*/10 * * * *"), Some("25m"), None), 0),
+            #[cfg(feature = "time-zones")]
             (budget("0", Some("30 2 * * *"), Some("30m"), Some("Europe/Berlin")), 14),
+            #[cfg(feature = "time-zones")]
             (budget("0", Some("@weekly"), Some("1h30m"), Some("America/New_York")), 2),
         ];
         // A week (Wednesday to Wednesday) around Berlin's spring DST change.
@@ -925,6 +953,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "time-zones")]
     fn time_zone_follows_dst() {
         // 09:00 Berlin: 08:00 UTC in winter (CET), 07:00 UTC in summer (CEST). DST starts 2024-03-31.
         let b = budget("0", Some("0 9 * * *"), Some("1h"), Some("Europe/Berlin"));
@@ -949,6 +978,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "time-zones")]
     fn berlin_fall_back_repeated_time_fires_once() {
         // 2024-10-27: 03:00 CEST -> 02:00 CET, so 02:30 happens twice (00:30 UTC and 01:30 UTC).
         let b = budget("0", Some("30 2 * * *"), Some("30m"), Some("Europe/Berlin"));
@@ -958,7 +988,29 @@ mod tests {
         assert_eq!(b.is_active(utc(1, 45)), Ok(false), "the repeated 02:30 (CET) does not fire again");
     }
 
+    /// Without a time zone database a named zone is an error everywhere it is read, never UTC: `is_active` says
+    /// so, the pool allows no disruption under that budget (the safe direction), validation names the feature.
     #[test]
+    #[cfg(not(feature = "time-zones"))]
+    fn a_named_time_zone_without_the_feature_is_an_error_not_utc() {
+        let b = budget("0", Some("0 9 * * *"), Some("1h"), Some("Europe/Berlin"));
+        let now = Utc.with_ymd_and_hms(2024, 3, 30, 9, 30, 0).unwrap();
+        assert_eq!(b.is_active(now), Err(BudgetError::TimeZonesUnsupported("Europe/Berlin".into())));
+        assert_eq!(b.next_transition(now), None);
+        assert!(b.is_active(now).unwrap_err().to_string().contains("`time-zones` feature"));
+        // UTC by name too: the crate cannot know what a name means without the database.
+        let utc = budget("0", Some("0 9 * * *"), Some("1h"), Some("UTC"));
+        assert_eq!(utc.is_active(now), Err(BudgetError::TimeZonesUnsupported("UTC".into())));
+        // Without `timeZone` the schedule runs in UTC, as upstream's does.
+        assert_eq!(budget("0", Some("0 9 * * *"), Some("1h"), None).is_active(now), Ok(true));
+        let mut out = Violations::default();
+        validate_budgets(&[b], "spec.disruption.budgets", &mut out);
+        let text = format!("{out:?}");
+        assert!(text.contains("timeZone") && text.contains("`time-zones` feature"), "{text}");
+    }
+
+    #[test]
+    #[cfg(feature = "time-zones")]
     fn new_york_fall_back() {
         // America/New_York falls back on 2024-11-03 (02:00 EDT -> 01:00 EST). 00:00 local on 11-03 is 04:00 UTC,
         // on 11-04 it is 05:00 UTC.
