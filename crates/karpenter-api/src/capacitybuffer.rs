@@ -272,45 +272,6 @@ pub trait BufferSources {
     fn scalable(&self, namespace: &str, kind: &str, name: &str) -> Option<Scalable>;
 }
 
-/// Loaded manifests (`simulate`'s input) as a buffer's [`BufferSources`].
-#[derive(Debug, Clone, Copy)]
-pub struct LoadedSources<'a>(pub &'a [crate::loader::Loaded]);
-
-impl BufferSources for LoadedSources<'_> {
-    fn pod_template(&self, namespace: &str, name: &str) -> Option<(PodTemplateSpec, Option<i64>)> {
-        use crate::loader::Object;
-        self.0.iter().find_map(|l| match &l.object {
-            Object::PodTemplate(t) if in_namespace(&t.metadata, namespace, name) => {
-                Some((t.template.clone().unwrap_or_default(), t.metadata.generation))
-            }
-            _ => None,
-        })
-    }
-
-    fn scalable(&self, namespace: &str, kind: &str, name: &str) -> Option<Scalable> {
-        use crate::loader::Object;
-        let (template, replicas) = self.0.iter().find_map(|l| match (&l.object, kind) {
-            (Object::Deployment(d), "Deployment") if in_namespace(&d.metadata, namespace, name) => {
-                d.spec.as_ref().map(|s| (s.template.clone(), s.replicas))
-            }
-            (Object::StatefulSet(d), "StatefulSet") if in_namespace(&d.metadata, namespace, name) => {
-                d.spec.as_ref().map(|s| (s.template.clone(), s.replicas))
-            }
-            (Object::ReplicaSet(d), "ReplicaSet") if in_namespace(&d.metadata, namespace, name) => {
-                d.spec.as_ref().map(|s| (s.template.clone().unwrap_or_default(), s.replicas))
-            }
-            _ => None,
-        })?;
-        // Kubernetes' default for an unset `spec.replicas`.
-        Some(Scalable { template, replicas: replicas.unwrap_or(1) })
-    }
-}
-
-/// Whether `meta` names `namespace/name` (no namespace reads as `default`).
-fn in_namespace(meta: &ObjectMeta, namespace: &str, name: &str) -> bool {
-    meta.name.as_deref() == Some(name) && meta.namespace.as_deref().unwrap_or("default") == namespace
-}
-
 /// A buffer resolved into what its virtual pods are built from.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Resolved {

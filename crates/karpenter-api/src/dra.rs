@@ -15,8 +15,6 @@ use k8s_openapi::api::resource::{v1beta1, v1beta2};
 use karpenter_requirements::{CounterSet, Device, DeviceAttribute, Quantity};
 use serde_json::Value as Json;
 
-use crate::loader::{Object, UnknownObject};
-
 /// The API group of DRA objects.
 pub const GROUP: &str = "resource.k8s.io";
 
@@ -246,20 +244,6 @@ impl DraObjects {
         self.claims.is_empty() && self.templates.is_empty() && self.classes.is_empty() && self.slices.is_empty()
     }
 
-    /// Takes `object` if it is a DRA object: `Ok(true)` when taken, `Ok(false)` for other objects, an error for a
-    /// DRA object that cannot be read (a `v1beta2`/`v1` document that does not decode, a negative count).
-    pub fn add(&mut self, object: &Object) -> Result<bool, DraError> {
-        match object {
-            Object::ResourceClaim(c) => self.add_claim(c)?,
-            Object::ResourceClaimTemplate(t) => self.add_template(t)?,
-            Object::DeviceClass(c) => self.add_class(c),
-            Object::ResourceSlice(s) => self.add_slice(s)?,
-            Object::Unknown(u) if is_later_version(u) => self.add_later(u)?,
-            _ => return Ok(false),
-        }
-        Ok(true)
-    }
-
     /// Adds a `v1beta1` ResourceClaim (as the controller watches them).
     pub fn add_claim(&mut self, c: &v1beta1::ResourceClaim) -> Result<(), DraError> {
         self.claims.push(claim_v1beta1(c, &[])?);
@@ -283,42 +267,45 @@ impl DraObjects {
         Ok(())
     }
 
-    /// `v1beta2` and `v1` documents (the loader keeps them as unknown objects; both read as `v1beta2`).
-    fn add_later(&mut self, u: &UnknownObject) -> Result<(), DraError> {
-        fn decode<T: serde::de::DeserializeOwned>(u: &UnknownObject) -> Result<T, DraError> {
+    /// Adds a `resource.k8s.io/v1beta2` or `v1` document (`value`, the whole object as read) of `kind`: the
+    /// loader keeps these as unknown objects, and both versions read as `v1beta2` (`v1` has its shape). Other
+    /// kinds are ignored; see [`is_later_version`].
+    pub fn add_later_version(&mut self, api_version: &str, kind: &str, value: &Json) -> Result<(), DraError> {
+        fn decode<T: serde::de::DeserializeOwned>(api_version: &str, kind: &str, value: &Json) -> Result<T, DraError> {
             // k8s-openapi checks apiVersion; v1 has v1beta2's shape.
-            let mut value = u.value.clone();
+            let mut value = value.clone();
             if let Some(v) = value.get_mut("apiVersion") {
                 *v = Json::String("resource.k8s.io/v1beta2".into());
             }
+            let name = value.pointer("/metadata/name").and_then(Json::as_str).unwrap_or_default().to_owned();
             serde_json::from_value::<T>(value).map_err(|e| DraError {
-                kind: u.kind.clone(),
-                name: u.value.pointer("/metadata/name").and_then(Json::as_str).unwrap_or_default().to_owned(),
-                message: format!("cannot read {}: {e}", u.api_version),
+                kind: kind.to_owned(),
+                name,
+                message: format!("cannot read {api_version}: {e}"),
             })
         }
-        match u.kind.as_str() {
+        match kind {
             "ResourceClaim" => {
-                let distinct = distinct_attributes(&u.value, "/spec/devices/constraints");
-                self.claims.push(claim_v1beta2(&decode(u)?, &distinct)?);
+                let distinct = distinct_attributes(value, "/spec/devices/constraints");
+                self.claims.push(claim_v1beta2(&decode(api_version, kind, value)?, &distinct)?);
             }
             "ResourceClaimTemplate" => {
-                let distinct = distinct_attributes(&u.value, "/spec/spec/devices/constraints");
-                self.templates.push(template_v1beta2(&decode(u)?, &distinct)?);
+                let distinct = distinct_attributes(value, "/spec/spec/devices/constraints");
+                self.templates.push(template_v1beta2(&decode(api_version, kind, value)?, &distinct)?);
             }
-            "DeviceClass" => self.classes.push(class_v1beta2(&decode(u)?)),
-            "ResourceSlice" => self.slices.push(slice_v1beta2(&decode(u)?)?),
+            "DeviceClass" => self.classes.push(class_v1beta2(&decode(api_version, kind, value)?)),
+            "ResourceSlice" => self.slices.push(slice_v1beta2(&decode(api_version, kind, value)?)?),
             _ => {}
         }
         Ok(())
     }
 }
 
-/// A DRA object at `resource.k8s.io/v1beta2` or `v1`, which the loader keeps unknown and [`DraObjects::add`]
-/// reads.
-pub fn is_later_version(u: &UnknownObject) -> bool {
-    matches!(u.api_version.as_str(), "resource.k8s.io/v1beta2" | "resource.k8s.io/v1")
-        && matches!(u.kind.as_str(), "ResourceClaim" | "ResourceClaimTemplate" | "DeviceClass" | "ResourceSlice")
+/// True for a DRA object at `resource.k8s.io/v1beta2` or `v1`, which the loader keeps unknown and
+/// [`DraObjects::add_later_version`] reads.
+pub fn is_later_version(api_version: &str, kind: &str) -> bool {
+    matches!(api_version, "resource.k8s.io/v1beta2" | "resource.k8s.io/v1")
+        && matches!(kind, "ResourceClaim" | "ResourceClaimTemplate" | "DeviceClass" | "ResourceSlice")
 }
 
 fn error(kind: &str, name: &str, message: impl Into<String>) -> DraError {

@@ -23,12 +23,12 @@ pub mod crd;
 pub mod dra;
 pub mod duration;
 pub mod ec2nodeclass;
+#[cfg(feature = "loader")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod hash;
 pub mod kwok;
 pub mod labels;
-pub mod lean;
 pub mod loader;
 pub mod meta;
 pub mod nodeclaim;
@@ -43,6 +43,9 @@ pub mod settings;
 pub mod time;
 pub mod validation;
 
+/// Decoding watched objects without `managedFields`; lives in the loader's tree, named here for its users.
+pub use loader::lean;
+
 pub use builder::{NodePoolBuilder, PodBuilder};
 pub use capacitybuffer::{CapacityBuffer, CapacityBufferSpec, CapacityBufferStatus};
 pub use condition::{Condition, ConditionStatus, Conditions, remove_condition, set_condition};
@@ -50,7 +53,9 @@ pub use duration::{KDuration, NillableDuration};
 pub use ec2nodeclass::{AmiFamily, EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};
 pub use kwok::KWOKNodeClass;
 pub use labels::ProviderLabels;
-pub use loader::{LoadError, Loaded, Object, Origin, load_file, load_paths, load_str};
+pub use loader::{LoadError, Loaded, Object, Origin};
+#[cfg(feature = "loader")]
+pub use loader::{load_file, load_paths, load_str};
 pub use meta::namespaced_key;
 pub use nodeclaim::{
     NodeClaim, NodeClaimSpec, NodeClassReference, NodeSelectorRequirementWithMinValues, ResourceQuantities,

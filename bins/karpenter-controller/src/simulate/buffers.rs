@@ -8,11 +8,10 @@ use std::sync::Arc;
 
 use karpenter_api::capacitybuffer::quota::QuotaAllocator;
 use karpenter_api::capacitybuffer::{
-    ACTIVE_CAPACITY, CapacityBuffer, CapacityBufferStatus, LoadedSources, buffers_virtual_pods, conditions,
-    resolution_status, resolve,
+    ACTIVE_CAPACITY, CapacityBuffer, CapacityBufferStatus, buffers_virtual_pods, conditions, resolution_status, resolve,
 };
 use karpenter_api::condition::ConditionStatus;
-use karpenter_api::loader::{Loaded, Object};
+use karpenter_api::loader::{Loaded, LoadedSources, Object};
 use karpenter_api::set_condition;
 use karpenter_scheduler::ClusterSnapshot;
 

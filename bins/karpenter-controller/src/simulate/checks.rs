@@ -111,7 +111,7 @@ pub fn unsupported_api_versions(objects: &[Loaded], notes: &mut Vec<String>) {
     for l in objects {
         let Object::Unknown(u) = &l.object else { continue };
         // Unknown Karpenter kinds and versions are validation errors already.
-        if u.is_karpenter_group() || karpenter_api::dra::is_later_version(u) {
+        if u.is_karpenter_group() || karpenter_api::dra::is_later_version(&u.api_version, &u.kind) {
             continue;
         }
         if let Some(supported) = loader::supported_api_version(&u.kind) {
