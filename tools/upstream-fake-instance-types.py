@@ -81,6 +81,27 @@ def assorted():
     return out
 
 
+def reserved_set(small_reservations=()):
+    """The three types of the scheduling suite's `Reserved Instance Types`: large (6 CPU, 6Gi), medium (3, 3Gi) and
+    small (2, 2Gi), medium and small each with one instance in a reservation `r-<name>` in test-zone-1, priced at a
+    hundred-thousandth of the type's price. `small_reservations` adds (id, instances) reservations to small, as
+    specs that add a second reservation (or give another NodePool its own) do."""
+    types = [fake_type("large-instance-type", {"cpu": "6", "memory": "6Gi"}),
+             fake_type("medium-instance-type", {"cpu": "3", "memory": "3Gi"}),
+             fake_type("small-instance-type", {"cpu": "2", "memory": "2Gi"})]
+    for t in types[1:]:
+        reservations = [(f"r-{t['name']}", 1)]
+        if t["name"] == "small-instance-type":
+            reservations += list(small_reservations)
+        price = t["offerings"][0]["Price"] / 100_000.0
+        for rid, instances in reservations:
+            t["offerings"].append({"Price": price, "Available": True, "ReservationCapacity": instances, "Requirements": [
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["reserved"]},
+                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["test-zone-1"]},
+                {"key": "karpenter.k8s.aws/capacity-reservation-id", "operator": "In", "values": [rid]}]})
+    return types
+
+
 def write(name, types, compact=False):
     with open(os.path.join(OUT, name), "w") as f:
         if compact:
@@ -95,3 +116,10 @@ if __name__ == "__main__":
     write("fake-instance-types.json", default_set())
     write("fake-instance-types-5.json", incrementing(5))
     write("fake-instance-types-assorted.json", assorted(), compact=True)
+    write("scheduling/reserved-instance-types.json", reserved_set())
+    # A second reservation of small with two instances.
+    write("scheduling/reserved-second-small-reservation.json", reserved_set([("r-small-instance-type-2", 2)]))
+    # Another NodePool's own reservation of small (upstream gives that pool its own instance types; here the
+    # pools split the reservations by requirement).
+    write("scheduling/reserved-distinct-instance-types.json", reserved_set([("r-distinct", 1)]))
+    write("scheduling/reserved-fallback-instance-types.json", reserved_set([("r-fallback", 1)]))

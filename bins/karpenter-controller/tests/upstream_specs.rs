@@ -32,6 +32,8 @@
 //!   - price: {pods: [a], equals: 0.2073741824}               # the launched offering's price
 //!   - options: {pods: [a], arch: arm64, os: windows, capacityType: spot, zone: test-zone-1}
 //!   - claimRequirement: {pods: [a], key: node.kubernetes.io/instance-type, operator: In, values: [arm-instance-type]}
+//!   - claimRequirement: {pods: [a], key: topology.kubernetes.io/zone, operator: In, values: [z1, z2], minValues: 2}
+//!   - minValuesRelaxed: {pods: [a], relaxed: true}        # the claim's karpenter.sh/nodeclaim-min-values-relaxed
 //! ```
 //!
 //! Disruption specs run over simulated time (`args: [--for, 15s]`: upstream's one disruption reconcile plus the
@@ -137,6 +139,7 @@ enum Expectation {
     Price(Price),
     Options(Options),
     ClaimRequirement(ClaimRequirement),
+    MinValuesRelaxed(MinValuesRelaxed),
     Disrupted(Disrupted),
     NotDisrupted(Vec<String>),
     DisruptedCount(usize),
@@ -268,6 +271,19 @@ struct ClaimRequirement {
     operator: String,
     #[serde(default)]
     values: Vec<String>,
+    /// The requirement's `minValues` as the claim carries it (relaxed by `MinValuesPolicy=BestEffort`); unchecked
+    /// when absent.
+    #[serde(default, rename = "minValues")]
+    min_values: Option<u64>,
+}
+
+/// Whether the pod's new NodeClaim had its minValues relaxed: the `karpenter.sh/nodeclaim-min-values-relaxed`
+/// annotation the controller writes on the claim (and its Node), read from the report's `minValuesRelaxed`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MinValuesRelaxed {
+    pods: Vec<String>,
+    relaxed: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -397,6 +413,10 @@ struct Placement {
     options: Vec<String>,
     /// The new node's claim requirements as (key, operator, sorted values); empty for existing nodes.
     requirements: Vec<(String, String, Vec<String>)>,
+    /// The new node's claim requirements' `minValues` by key.
+    min_values: BTreeMap<String, u64>,
+    /// The new node's claim's minValues were relaxed (`None` for existing nodes).
+    min_values_relaxed: Option<bool>,
     /// Node labels known for the placement: zone, capacity type, instance type, and the claim's single-valued
     /// `In` requirements (new nodes).
     labels: BTreeMap<String, String>,
@@ -477,8 +497,13 @@ impl Outcome {
             let mut labels = BTreeMap::new();
             let mut options = Vec::new();
             let mut requirements = Vec::new();
+            let mut min_values = BTreeMap::new();
+            let min_values_relaxed = claims.get(name.as_str()).and_then(|c| c["minValuesRelaxed"].as_bool());
             if let Some(claim) = claims.get(name.as_str()) {
                 for r in claim["requirements"].as_array().into_iter().flatten() {
+                    if let (Some(k), Some(n)) = (r["key"].as_str(), r["minValues"].as_u64()) {
+                        min_values.insert(k.to_owned(), n);
+                    }
                     let values = r["values"].as_array().cloned().unwrap_or_default();
                     let mut sorted: Vec<String> = values.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect();
                     sorted.sort();
@@ -507,6 +532,8 @@ impl Outcome {
                     price,
                     options: options.clone(),
                     requirements: requirements.clone(),
+                    min_values: min_values.clone(),
+                    min_values_relaxed,
                     labels: labels.clone(),
                 };
                 out.placed.insert(pod.to_owned(), placement);
@@ -528,6 +555,8 @@ impl Outcome {
                     price,
                     options: Vec::new(),
                     requirements: Vec::new(),
+                    min_values: BTreeMap::new(),
+                    min_values_relaxed: None,
                     labels: labels.clone(),
                 };
                 out.placed.insert(pod.to_owned(), placement);
@@ -746,6 +775,24 @@ impl Outcome {
                         return Err(format!(
                             "{pod} on {}: claim requirement on {} is {found:?}, expected {} {expected:?}",
                             p.node, c.key, c.operator
+                        ));
+                    }
+                    let min_values = p.min_values.get(&c.key).copied();
+                    if c.min_values.is_some_and(|n| min_values != Some(n)) {
+                        return Err(format!(
+                            "{pod} on {}: claim requirement on {} has minValues {min_values:?}, expected {:?}",
+                            p.node, c.key, c.min_values
+                        ));
+                    }
+                }
+            }
+            Expectation::MinValuesRelaxed(m) => {
+                for pod in self.select(&m.pods)? {
+                    let p = self.placement(&pod)?;
+                    if p.min_values_relaxed != Some(m.relaxed) {
+                        return Err(format!(
+                            "{pod} on {}: minValues relaxed {:?}, expected {}",
+                            p.node, p.min_values_relaxed, m.relaxed
                         ));
                     }
                 }

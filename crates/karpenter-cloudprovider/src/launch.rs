@@ -113,6 +113,42 @@ pub fn launched_claim_labels(
     labels
 }
 
+/// Instances running in each capacity reservation, one per label map (a launched NodeClaim's or an unclaimed
+/// Node's labels) carrying the reservation label `karpenter.k8s.aws/capacity-reservation-id`.
+pub fn reservations_in_use<'a>(
+    labels: impl IntoIterator<Item = &'a BTreeMap<String, String>>,
+) -> BTreeMap<String, i32> {
+    let mut in_use: BTreeMap<String, i32> = BTreeMap::new();
+    for id in labels.into_iter().filter_map(|l| l.get(karpenter_requirements::labels::RESERVATION_ID)) {
+        *in_use.entry(id.clone()).or_default() += 1;
+    }
+    in_use
+}
+
+/// Takes the instances `in_use` out of the reserved offerings of `instance_types`, whose `reservation_capacity`
+/// then says what is left; an offering of a reservation with nothing left becomes unavailable, as upstream's
+/// providers mark a full reservation (its fake provider's create does it on the launch that takes the last
+/// instance). Offerings of reservations not in `in_use` are left as they are.
+///
+/// For catalogues that state a reservation's instances before any are running (a kwok instance-type file):
+/// `simulate` applies the instances of its cluster before every pass, so a reserved node of the input, or one an
+/// earlier pass launched, holds its instance; a provider whose cloud reports instances left (AWS) never calls it.
+pub fn draw_down_reservations(instance_types: &mut [InstanceType], in_use: &BTreeMap<String, i32>) {
+    if in_use.is_empty() {
+        return;
+    }
+    for o in instance_types.iter_mut().flat_map(|it| it.offerings.iter_mut()) {
+        if o.capacity_type() != Some(karpenter_requirements::labels::CAPACITY_TYPE_RESERVED) {
+            continue;
+        }
+        let Some(used) = o.reservation_id().and_then(|id| in_use.get(id)).copied() else { continue };
+        o.reservation_capacity = (o.reservation_capacity - used).max(0);
+        if o.reservation_capacity == 0 {
+            o.available = false;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use karpenter_api::labels::{ARCH, CAPACITY_TYPE, INSTANCE_TYPE, OS, ZONE};
@@ -221,5 +257,39 @@ mod tests {
         assert_eq!(labels["team"], "from-label");
         assert_eq!(labels[INSTANCE_TYPE], "m.large");
         assert_eq!(labels[CAPACITY_TYPE], "spot");
+    }
+
+    #[test]
+    fn running_instances_draw_their_reservations_down_and_a_full_one_is_unavailable() {
+        let mut its = vec![instance_type(
+            "m.large",
+            "amd64",
+            "linux",
+            2,
+            vec![
+                Offering::reserved("z", "cr-1", 1, 0.1),
+                Offering::reserved("z", "cr-2", 3, 0.1),
+                Offering::reserved("z", "cr-3", 1, 0.1),
+                offering("z", "on-demand", 1.0, true),
+            ],
+        )];
+        let node = |id: Option<&str>| -> BTreeMap<String, String> {
+            let mut l = BTreeMap::from([(INSTANCE_TYPE.to_owned(), "m.large".to_owned())]);
+            if let Some(id) = id {
+                l.insert(karpenter_requirements::labels::RESERVATION_ID.to_owned(), id.to_owned());
+            }
+            l
+        };
+        let nodes = [node(Some("cr-1")), node(Some("cr-2")), node(Some("cr-2")), node(None)];
+        let in_use = reservations_in_use(&nodes);
+        assert_eq!(in_use, BTreeMap::from([("cr-1".to_owned(), 1), ("cr-2".to_owned(), 2)]));
+        draw_down_reservations(&mut its, &in_use);
+        let left: Vec<(i32, bool)> = its[0].offerings.iter().map(|o| (o.reservation_capacity, o.available)).collect();
+        // cr-1 is full (unavailable, as upstream marks it), cr-2 has one left, cr-3 and on-demand are untouched.
+        assert_eq!(left, [(0, false), (1, true), (1, true), (0, true)]);
+        // The reserved launch now goes to the reservation with room.
+        let reserved =
+            Requirements::from_iter([karpenter_requirements::Requirement::in_values(CAPACITY_TYPE, ["reserved"])]);
+        assert_eq!(cheapest_launch([&its[0]], &reserved).map(|c| c.capacity_type), Some("reserved".to_owned()));
     }
 }

@@ -93,6 +93,9 @@ pub struct Catalogue {
     default_set: usize,
     /// How the catalogues were chosen, to build them again for NodePools added later.
     selection: OwnedSelection,
+    /// Every reserved offering as the files state it, (set, instance type, offering) → (instances, available):
+    /// what [`Catalogue::count_running_reservations`] draws the running instances down from.
+    reservations_as_stated: BTreeMap<(usize, usize, usize), (i32, bool)>,
 }
 
 /// (kind, EC2NodeClass name whose settings apply).
@@ -162,18 +165,19 @@ impl Catalogue {
                 region: DEFAULT_REGION.into(),
                 aws_feature_gates: AwsFeatureGates::default(),
             },
+            reservations_as_stated: BTreeMap::new(),
         }
     }
 
     /// The catalogues for `pools` (see the module docs); notes say when prices are another region's.
-    pub fn build(
-        selection: &Selection<'_>,
-        pools: &[NodePool],
-        objects: &[Loaded],
     ///
     /// Long because it resolves every distinct (provider kind, EC2NodeClass) set the pools use from its source
     /// (the kwok file, the AWS catalogue with a region's prices and the class's kubelet settings) with the notes
     /// each adds, reading the file and the region once for all sets.
+    pub fn build(
+        selection: &Selection<'_>,
+        pools: &[NodePool],
+        objects: &[Loaded],
         notes: &mut Vec<String>,
     ) -> anyhow::Result<Self> {
         let file = selection.instance_types.map(|p| read_file(p).map(|f| (p, f))).transpose()?;
@@ -292,8 +296,18 @@ impl Catalogue {
             keys: wanted.into_iter().collect(),
             default_set,
             selection,
+            reservations_as_stated: BTreeMap::new(),
         };
         catalogue.apply_overlays(pools, objects, notes);
+        catalogue.reservations_as_stated = catalogue
+            .sets
+            .iter()
+            .enumerate()
+            .flat_map(|(s, set)| set.instance_types.iter().enumerate().map(move |(i, it)| (s, i, it)))
+            .flat_map(|(s, i, it)| it.offerings.iter().enumerate().map(move |(o, off)| ((s, i, o), off)))
+            .filter(|(_, off)| off.reservation_id().is_some())
+            .map(|(key, off)| (key, (off.reservation_capacity, off.available)))
+            .collect();
         Ok(catalogue)
     }
 
@@ -381,6 +395,37 @@ impl Catalogue {
             notes.extend(new_notes);
         }
         Ok(rebuilt)
+    }
+
+    /// Whether any catalogue of the run has reserved offerings.
+    pub fn has_reservations(&self) -> bool {
+        !self.reservations_as_stated.is_empty()
+    }
+
+    /// Counts the instances `snapshot` runs in each capacity reservation against the catalogue's reserved
+    /// offerings: a file states a reservation's instances with none running, and every NodeClaim (or Node without
+    /// one) labelled with its id holds one, whether the input brought it or an earlier pass launched it. Called
+    /// before every pass, so a deleted node gives its instance back. Nothing to do without reserved offerings.
+    pub fn count_running_reservations(&mut self, snapshot: &karpenter_scheduler::ClusterSnapshot) {
+        if self.reservations_as_stated.is_empty() {
+            return;
+        }
+        let claimed: BTreeSet<&str> = snapshot.node_claims.iter().filter_map(|c| c.node_name.as_deref()).collect();
+        let claim_labels = snapshot.node_claims.iter().filter_map(|c| c.claim.metadata.labels.as_ref());
+        let unclaimed_nodes = snapshot
+            .nodes
+            .iter()
+            .filter(|n| n.node_claim.is_none() && !claimed.contains(n.name.as_str()))
+            .map(|n| &n.labels);
+        let in_use = karpenter_cloudprovider::launch::reservations_in_use(claim_labels.chain(unclaimed_nodes));
+        for (&(s, i, o), &(capacity, available)) in &self.reservations_as_stated {
+            if let Some(off) = self.sets[s].instance_types.get_mut(i).and_then(|it| it.offerings.get_mut(o)) {
+                (off.reservation_capacity, off.available) = (capacity, available);
+            }
+        }
+        for set in &mut self.sets {
+            karpenter_cloudprovider::launch::draw_down_reservations(&mut set.instance_types, &in_use);
+        }
     }
 
     /// The instance types the NodePool named `pool` is evaluated against.
@@ -528,6 +573,48 @@ spec:
 
     fn type_in<'a>(c: &'a Catalogue, pool: &str, name: &str) -> &'a InstanceType {
         c.for_pool(pool).iter().find(|it| it.name == name).unwrap_or_else(|| panic!("{name} for {pool}"))
+    }
+
+    #[test]
+    fn a_reserved_node_holds_its_reservation_until_it_is_gone() {
+        let input = "apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: default}
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.kwok.sh, kind: KWOKNodeClass, name: default}
+      requirements: []
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: running
+  labels: {karpenter.sh/capacity-type: reserved, karpenter.k8s.aws/capacity-reservation-id: cr-0123}
+";
+        let objects = load_str(input, "input.yaml").expect("valid input");
+        let mut snapshot = karpenter_scheduler::ClusterSnapshot::from_objects(&objects).expect("snapshot");
+        let file = Path::new("tests/fixtures/simulate/reserved-instance-types.json");
+        let selection = Selection {
+            force: None,
+            instance_types: Some(file),
+            region: "us-east-1",
+            aws_feature_gates: Default::default(),
+        };
+        let mut c = Catalogue::build(&selection, &snapshot.node_pools, &objects, &mut Vec::new()).expect("catalogue");
+        let reserved = |c: &Catalogue| {
+            let o = type_in(c, "default", "big-4x").offerings.iter().find(|o| o.reservation_id().is_some()).cloned();
+            o.map(|o| (o.reservation_capacity, o.available)).expect("the reserved offering")
+        };
+        assert!(c.has_reservations());
+        assert_eq!(reserved(&c), (1, true), "as the file states it");
+        c.count_running_reservations(&snapshot);
+        assert_eq!(reserved(&c), (0, false), "the running node holds the one instance");
+        c.count_running_reservations(&snapshot);
+        assert_eq!(reserved(&c), (0, false), "counted once, however often asked");
+        snapshot.nodes.clear();
+        c.count_running_reservations(&snapshot);
+        assert_eq!(reserved(&c), (1, true), "the node is gone: its instance is free again");
     }
 
     #[test]

@@ -221,7 +221,9 @@ pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> 
         region: &options.region,
         aws_feature_gates: options.aws_feature_gates,
     };
-    let catalogue = Catalogue::build(&selection, &snapshot.node_pools, &objects, &mut notes)?;
+    let mut catalogue = Catalogue::build(&selection, &snapshot.node_pools, &objects, &mut notes)?;
+    // The input's reserved nodes hold their reservations' instances.
+    catalogue.count_running_reservations(&snapshot);
     // As upstream's kwok provider makes its offerings' requirement keys well-known, reserved offerings of a kwok
     // file make the reservation-id label one, so claims can be matched to (and pinned to) reservations.
     let reserved = |o: &karpenter_requirements::Offering| o.reservation_id().is_some();
@@ -457,10 +459,10 @@ const DEFAULT_START: &str = "2026-01-01T00:00:00Z";
 /// `--for` without a timeline file.
 const DEFAULT_RUN_FOR: std::time::Duration = std::time::Duration::from_secs(3600);
 
-fn run_timeline(
-    run: Run<'_>,
 /// Long because it is the timeline's one sequence (steps and their times, the world, the loop over passes, the
 /// final verdicts and report) over locals each stage hands to the next.
+fn run_timeline(
+    run: Run<'_>,
     time: &TimeOptions,
     snapshot: ClusterSnapshot,
     pools: Vec<NodePool>,

@@ -480,6 +480,14 @@ impl<'c> World<'c> {
         }
     }
 
+    /// Draws the catalogue's capacity reservations down by the instances the cluster runs in them (a borrowed
+    /// catalogue is copied only when it has reserved offerings).
+    fn count_running_reservations(&mut self) {
+        if self.catalogue.has_reservations() {
+            self.catalogue.to_mut().count_running_reservations(&self.snapshot);
+        }
+    }
+
     /// Launches a node for `plan` (the offering the fake provider's create picks) and binds the plan's pods
     /// that are pending. `Ok(None)` when no offering is available.
     ///
@@ -622,6 +630,8 @@ impl<'c> World<'c> {
             self.snapshot.nodes.push(node);
             self.bind(&plan.pods, &name)
         };
+        // The instance is running now: a reserved one holds its reservation's instance for the next launch.
+        self.count_running_reservations();
         let price_estimated = self.catalogue.price_estimated(&choice.instance_type, choice.capacity_type.as_deref());
         Ok(Some(LaunchedNode {
             name,
@@ -1193,6 +1203,8 @@ impl<'c> World<'c> {
         // Set when a command failed validation: the methods after its own take their turn in the next pass.
         let mut continuing: Option<Method> = None;
         for _ in 0..MAX_ROUNDS_PER_INSTANT {
+            // What the cluster runs in each capacity reservation now (nodes deleted since give theirs back).
+            self.count_running_reservations();
             // The floor first: an expired node of a pool at its floor is replaced before it goes.
             // Launches started earlier come up first, then the commands waiting for them move on.
             let initialized = self.initialize_started();
@@ -1636,13 +1648,13 @@ impl<'c> World<'c> {
 
     /// Adds objects of a manifest file: pods, workloads (existing ones are scaled to the new replica count with
     /// the new template), NodePools (added or replaced), PodDisruptionBudgets, DaemonSets, Namespaces.
+    ///
+    /// Long because each kind a timeline step may add (pods, workloads, NodePools, PDBs, DaemonSets, Namespaces) is
+    /// one match arm with its own validation.
     fn apply(&mut self, path: &std::path::Path) -> Result<String, String> {
         let (objects, errors) = loader::load_paths([path]);
         let mut problems: Vec<String> = errors.iter().map(ToString::to_string).collect();
         let ctx = ValidationContext { provider: self.provider.clone() };
-    ///
-    /// Long because each kind a timeline step may add (pods, workloads, NodePools, PDBs, DaemonSets, Namespaces) is
-    /// one match arm with its own validation.
         for l in &objects {
             if let Some(v) = l.object.validate(&ctx) {
                 for v in v.iter() {
