@@ -13,7 +13,7 @@ use clap::Args;
 use karpenter_cloudprovider::{Clock, SystemClock};
 use karpenter_kwok::kubelet::{KubeletOptions, SimulateOptions, kubelet_options, simulate_kubelet_with};
 use karpenter_operator::CoreSettings;
-use karpenter_operator::client::{ClientOptions, build_client};
+use karpenter_operator::client::build_client;
 
 #[derive(Debug, Args)]
 pub struct KwokKubeletArgs {
@@ -55,7 +55,8 @@ fn parse_interval(text: &str) -> Result<Duration, String> {
 pub fn run(args: KwokKubeletArgs) -> anyhow::Result<ExitCode> {
     let core = args.core.clone().normalized();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    karpenter_operator::logging::init(&core, crate::build_info::COMMIT, clock.clone()).context("setting up logging")?;
+    karpenter_operator::logging::init(&core.log_config(), crate::build_info::COMMIT, clock.clone())
+        .context("setting up logging")?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -64,8 +65,7 @@ pub fn run(args: KwokKubeletArgs) -> anyhow::Result<ExitCode> {
         .context("starting the tokio runtime")?;
     runtime.block_on(async move {
         let shutdown = karpenter_operator::shutdown::on_signals();
-        let client =
-            build_client(&ClientOptions::from_settings(&core)).await.context("building the Kubernetes client")?;
+        let client = build_client(&core.client_options()).await.context("building the Kubernetes client")?;
         let mut kubelet = if args.all_nodes { KubeletOptions::default() } else { kubelet_options() };
         kubelet.renew_interval =
             chrono::Duration::from_std(args.lease_renew_interval).context("--lease-renew-interval is out of range")?;

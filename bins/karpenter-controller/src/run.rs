@@ -12,7 +12,7 @@ use karpenter_aws::settings::AwsSettings;
 use karpenter_cloudprovider::{Clock, CloudProvider, SystemClock};
 use karpenter_kwok::{KwokCloudProvider, KwokOptions};
 use karpenter_operator::CoreSettings;
-use karpenter_operator::client::{ClientOptions, client_from_config, load_config};
+use karpenter_operator::client::{client_from_config, load_config};
 use karpenter_operator::manager::{Manager, ManagerError};
 use karpenter_operator::metrics::{BuildInfo, Metrics};
 use karpenter_operator::node_classes::KubeNodeClasses;
@@ -67,7 +67,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     let core = args.core.clone().normalized();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    karpenter_operator::logging::init(&core, COMMIT, clock.clone()).context("setting up logging")?;
+    karpenter_operator::logging::init(&core.log_config(), COMMIT, clock.clone()).context("setting up logging")?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(worker_threads())
         .enable_all()
@@ -108,7 +108,7 @@ fn worker_threads_from(value: Option<&str>) -> usize {
 
 async fn run_async(args: RunArgs, core: CoreSettings, clock: Arc<dyn Clock>) -> anyhow::Result<ExitCode> {
     let shutdown = karpenter_operator::shutdown::on_signals();
-    let options = ClientOptions::from_settings(&core);
+    let options = core.client_options();
     let source = config_source();
     let config =
         load_config(&options).await.with_context(|| format!("loading the Kubernetes configuration ({source})"))?;

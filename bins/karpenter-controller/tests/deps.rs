@@ -1,7 +1,7 @@
 //! The pure crates stay pure: no async runtime, Kubernetes client, HTTP stack, TLS library or AWS SDK in their
 //! normal dependencies (default features). They take data and return decisions; the IO lives in the operator,
 //! the providers and the binary. And the provider boundary points one way: providers depend on
-//! karpenter-cloudprovider, never it (nor its tests) on a provider.
+//! karpenter-cloudprovider, never it (nor its tests) on a provider. Every crate depends only on lower floors.
 
 use std::process::Command;
 
@@ -81,4 +81,80 @@ fn karpenter_controller_default_build_has_no_aws_sdk() {
     let sdk: Vec<&String> =
         crates.iter().filter(|c| c.starts_with("aws-sdk-") || c.starts_with("aws-config")).collect();
     assert!(sdk.is_empty(), "karpenter-controller's default features pull in {sdk:?}");
+}
+
+/// The workspace's floors, bottom up (docs/architecture.md, "Layers"): a crate depends only on crates of lower
+/// floors. karpenter-testing serves every floor's tests and is left out.
+const FLOORS: [&[&str]; 9] = [
+    &["karpenter-requirements"],
+    &["karpenter-api"],
+    &["karpenter-scheduler"],
+    &["karpenter-disruption"],
+    &["karpenter-cloudprovider"],
+    &["karpenter-runtime"],
+    &["karpenter-aws", "karpenter-kwok"],
+    &["karpenter-operator"],
+    &["karpenter-controller"],
+];
+
+fn floor_of(krate: &str) -> Option<usize> {
+    FLOORS.iter().position(|floor| floor.contains(&krate))
+}
+
+/// Every workspace crate's direct normal dependencies among our crates are on a floor below its own.
+#[test]
+fn crates_depend_only_on_lower_floors() {
+    for (floor, crates) in FLOORS.iter().enumerate() {
+        for krate in *crates {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+            let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+            let output = Command::new(cargo)
+                .current_dir(&root)
+                .args(["tree", "-p", krate, "-e", "normal", "--depth", "1", "--prefix", "none", "--offline"])
+                .output()
+                .expect("running cargo tree");
+            assert!(output.status.success(), "cargo tree failed: {}", String::from_utf8_lossy(&output.stderr));
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            let ours = stdout
+                .lines()
+                .filter_map(|l| l.split_whitespace().next())
+                .filter(|c| c.starts_with("karpenter-") && c != krate && *c != "karpenter-testing");
+            for dependency in ours {
+                let below = floor_of(dependency).unwrap_or_else(|| panic!("{dependency} is on no floor of FLOORS"));
+                assert!(below < floor, "{krate} (floor {floor}) depends on {dependency} (floor {below})");
+            }
+        }
+    }
+}
+
+/// karpenter-runtime is what controllers run on and knows none of them: neither it nor its tests depend on the
+/// operator, a provider or the decision crates the controllers drive.
+#[test]
+fn karpenter_runtime_names_no_controller_or_provider() {
+    let crates = dependencies("karpenter-runtime", "normal,dev");
+    assert!(crates.iter().any(|c| c == "prometheus-client"), "unexpected output: {crates:?}");
+    for banned in
+        ["karpenter-operator", "karpenter-aws", "karpenter-kwok", "karpenter-scheduler", "karpenter-disruption"]
+    {
+        assert!(!crates.iter().any(|c| c == banned), "karpenter-runtime depends on {banned}: {crates:?}");
+    }
+    // The sources may mention the operator in prose (which tests provoke a family), never import from it.
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../crates/karpenter-runtime/src");
+    let mut stack = vec![src];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("the runtime's sources").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            for line in text.lines().map(str::trim_start).filter(|l| !l.starts_with("//") && !l.starts_with('"')) {
+                let code = line.split('"').step_by(2).collect::<String>();
+                for krate in ["karpenter_operator", "karpenter_aws", "karpenter_kwok", "karpenter_controller"] {
+                    assert!(!code.contains(krate), "{} names {krate}: {line}", path.display());
+                }
+            }
+        }
+    }
 }

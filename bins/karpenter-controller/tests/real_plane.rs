@@ -41,7 +41,7 @@ use karpenter_cloudprovider::{
 };
 use karpenter_kwok::{KwokCloudProvider, KwokOptions};
 use karpenter_operator::CoreSettings;
-use karpenter_operator::client::{ClientOptions, client_from_config};
+use karpenter_operator::client::client_from_config;
 use karpenter_operator::disruption::DisruptionSettings;
 use karpenter_operator::manager::{Manager, ManagerError};
 use karpenter_operator::node_classes::KubeNodeClasses;
@@ -275,7 +275,8 @@ impl Env {
         ])
         .expect("log settings")
         .core;
-        karpenter_operator::logging::init(&log_settings, "real-plane", Arc::new(SystemClock)).expect("logging");
+        karpenter_operator::logging::init(&log_settings.log_config(), "real-plane", Arc::new(SystemClock))
+            .expect("logging");
         let client = plane.client().await.expect("client");
         install_crds(&client).await;
         let classes: Api<KWOKNodeClass> = Api::all(client.clone());
@@ -727,7 +728,7 @@ async fn controller_client(plane: &RealPlane, kubeconfig: &Path, url: Option<Str
     if let Some(url) = url {
         config.cluster_url = url.parse().expect("url");
     }
-    client_from_config(config, &ClientOptions::from_settings(&settings(false))).expect("controller client")
+    client_from_config(config, &settings(false).client_options()).expect("controller client")
 }
 
 /// Whether a log line is about a write conflict (409: Conflict or AlreadyExists).
@@ -2845,7 +2846,7 @@ async fn impersonating_client(plane: &RealPlane, user: &str, groups: &[&str]) ->
     let mut config = plane.config(plane.kubeconfig()).await.expect("kubeconfig");
     config.auth_info.impersonate = Some(user.to_string());
     config.auth_info.impersonate_groups = Some(groups.iter().map(|g| (*g).to_string()).collect());
-    client_from_config(config, &ClientOptions::from_settings(&settings(false))).expect("impersonating client")
+    client_from_config(config, &settings(false).client_options()).expect("impersonating client")
 }
 
 /// The impersonation of service account `name` in [`CHART_NS`], with the groups the API server gives a token.
@@ -3116,7 +3117,7 @@ const OTHER_EXPORTERS: &[(&str, &str)] =
     &[("node_time_seconds", "node-exporter"), ("node_boot_time_seconds", "node-exporter")];
 
 /// Labels upstream's own dashboards group by that upstream Karpenter does not serve on that metric either
-/// (`crates/karpenter-operator/src/metrics_upstream/v1.15.txt` lists its labels; a test holds this list against
+/// (`crates/karpenter-runtime/src/metrics_upstream/v1.15.txt` lists its labels; a test holds this list against
 /// it): (metric, label). Grouping by an absent label makes one group, so those panels still draw.
 const UPSTREAM_DASHBOARD_GAPS: &[(&str, &str)] = &[("karpenter_voluntary_disruption_decisions_total", "nodepool")];
 
@@ -3572,7 +3573,7 @@ fn dashboard_facts_hold_only_on_samples_with_their_labels() {
 /// Each gap of upstream's dashboards is one upstream has too: its v1.15 list serves the metric without the label.
 #[test]
 fn upstream_dashboard_gaps_are_upstreams_own() {
-    let list = include_str!("../../../crates/karpenter-operator/src/metrics_upstream/v1.15.txt");
+    let list = include_str!("../../../crates/karpenter-runtime/src/metrics_upstream/v1.15.txt");
     for (metric, label) in UPSTREAM_DASHBOARD_GAPS {
         let line = list
             .lines()

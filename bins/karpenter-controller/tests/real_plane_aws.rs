@@ -52,7 +52,7 @@ use karpenter_aws::provider::{AwsCloudProvider, AwsCloudProviderOptions};
 use karpenter_aws::testing::aws_kubelet::AwsKubelet;
 use karpenter_cloudprovider::{Clock, SystemClock, TokioSleeper};
 use karpenter_operator::CoreSettings;
-use karpenter_operator::client::{ClientOptions, client_from_config};
+use karpenter_operator::client::client_from_config;
 use karpenter_operator::manager::{Manager, ManagerError};
 use karpenter_operator::node_classes::KubeNodeClasses;
 use karpenter_testing::Stopwatch;
@@ -202,13 +202,13 @@ impl Env {
         let log = plane.state_dir().with_extension("controller.log");
         let _ = std::fs::remove_file(&log);
         let log_settings = core_settings(&["--log-output-paths", &log.to_string_lossy()]);
-        karpenter_operator::logging::init(&log_settings, "real-plane-aws", Arc::new(SystemClock)).expect("logging");
+        karpenter_operator::logging::init(&log_settings.log_config(), "real-plane-aws", Arc::new(SystemClock))
+            .expect("logging");
         let client = plane.client().await.expect("client");
         install_crds(&client).await;
         let settings = settings();
         let config = plane.config(plane.kubeconfig()).await.expect("kubeconfig");
-        let controller_client =
-            client_from_config(config, &ClientOptions::from_settings(&settings)).expect("controller client");
+        let controller_client = client_from_config(config, &settings.client_options()).expect("controller client");
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let shutdown = CancellationToken::new();
 

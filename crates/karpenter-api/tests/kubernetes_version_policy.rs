@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Every library crate published from the workspace.
-const LIBRARIES: [&str; 9] = [
+const LIBRARIES: [&str; 10] = [
     "karpenter-api",
     "karpenter-requirements",
     "karpenter-testing",
@@ -16,6 +16,7 @@ const LIBRARIES: [&str; 9] = [
     "karpenter-cloudprovider",
     "karpenter-disruption",
     "karpenter-aws",
+    "karpenter-runtime",
     "karpenter-operator",
     "karpenter-kwok",
 ];

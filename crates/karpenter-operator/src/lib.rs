@@ -9,18 +9,13 @@
 //! ```
 //!
 //! This crate holds everything `karpenter-controller run` does that is not provider-specific, so the binary
-//! stays a thin wiring layer. This build contains the [`settings`] (flags and environment variables with
-//! upstream Karpenter's names and defaults) and the process plumbing the controllers run on:
-//!
-//! - [`client`]: the `kube::Client` (kubeconfig or in-cluster, user agent, `KUBE_CLIENT_QPS`/`BURST` token
-//!   bucket, rustls with ring, kube's retries for everything but evictions);
-//! - [`leader`]: leader election on a Lease (client-go's rules and timings), with its own client;
-//! - [`metrics`]: the Prometheus registry with upstream's metric names and labels (`docs/metrics.md`);
-//! - [`server`]: `/metrics` and the `/healthz` / `/readyz` probes;
-//! - [`events`]: Kubernetes events with upstream's reasons, de-duplicated for 2 minutes;
-//! - [`logging`]: JSON logs in upstream's shape, honouring `LOG_LEVEL`;
-//! - [`shutdown`]: SIGTERM/SIGINT to a cancellation token;
-//! - [`eviction`]: the Eviction API, telling Evicted / blocked by a PDB / gone apart, never retried in the client.
+//! stays a thin wiring layer: the [`settings`] (flags and environment variables with upstream Karpenter's names
+//! and defaults, which build the runtime's configurations: [`CoreSettings::client_options`],
+//! [`CoreSettings::leader_election`], [`CoreSettings::log_config`]), [`eviction`] (the Eviction API, telling
+//! Evicted / blocked by a PDB / gone apart) and the controllers. The process plumbing they run on (client, leader
+//! election, metrics registry, servers, events, logging, profiles, shutdown) is karpenter-runtime's, re-exported
+//! here at its old paths ([`client`], [`leader`], [`metrics`], [`server`], [`events`], [`logging`],
+//! [`profiling`], [`shutdown`]).
 //!
 //! The controllers run on kube-runtime: [`provisioner`], [`lifecycle`], [`termination`], [`expiration`],
 //! [`garbage_collection`], [`interruption`], [`nodepool`], [`consistency`] and [`disruption`], over the shared
@@ -32,37 +27,32 @@
 //! stand-ins, on tokio's paused clock.
 
 pub mod capacitybuffer;
-pub mod client;
 pub mod cloudprovider_metrics;
 pub mod consistency;
 pub mod context;
 pub mod deletion_cost;
 pub mod disruption;
-pub mod events;
 pub mod eviction;
 pub mod expiration;
 pub mod garbage_collection;
 pub mod interruption;
 pub mod kube_util;
-pub mod leader;
 pub mod lifecycle;
-pub mod logging;
 pub mod manager;
-pub mod metrics;
 pub mod node_classes;
 pub mod nodeoverlay;
 pub mod nodepool;
 pub mod observability;
-pub mod profiling;
 pub mod provisioner;
 pub mod repair;
-pub mod server;
 pub mod settings;
-pub mod shutdown;
 pub mod state;
 pub mod termination;
 pub mod trim;
 pub mod vpa;
+
+// The runtime lives in karpenter-runtime; its modules stay reachable at their old paths here.
+pub use karpenter_runtime::{client, events, leader, logging, metrics, profiling, server, shutdown};
 
 pub use context::ControllerContext;
 pub use settings::{CoreSettings, FeatureGates, LogLevel, MinValuesPolicy, PreferencePolicy, SettingsError};

@@ -46,7 +46,7 @@ use crate::events::Recorder;
 use crate::expiration::Expiration;
 use crate::garbage_collection::GarbageCollection;
 use crate::interruption::Interruption;
-use crate::leader::{LeaderElectionConfig, LeaderElector, LeaderError};
+use crate::leader::{LeaderElector, LeaderError};
 use crate::lifecycle::LifecycleContext;
 use crate::metrics::Metrics;
 use crate::nodepool::{
@@ -380,7 +380,7 @@ async fn run_leader(mut parts: LeaderParts, shutdown: CancellationToken) -> Resu
     let (leader, leadership) = if parts.settings.disable_leader_election {
         (shutdown.child_token(), None)
     } else {
-        let config = LeaderElectionConfig::from_settings(&parts.settings, parts.identity.clone());
+        let config = parts.settings.leader_election(parts.identity.clone());
         let client = parts.leader_client.clone().unwrap_or_else(|| parts.client.clone());
         let elector = LeaderElector::new(client, config, parts.clock.clone())?;
         tracing::info!(identity = %parts.identity, "attempting to acquire the leader-election lease");

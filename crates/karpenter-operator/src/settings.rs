@@ -23,27 +23,8 @@ use karpenter_api::settings::{
 use karpenter_requirements::ResourceList;
 pub use karpenter_scheduler::SchedulerConfig;
 
-/// Log verbosity (`LOG_LEVEL`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum LogLevel {
-    Debug,
-    #[default]
-    Info,
-    Error,
-}
-
-impl FromStr for LogLevel {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "debug" => Ok(Self::Debug),
-            // Empty is upstream's default level (its logger reads "" as info).
-            "info" | "" => Ok(Self::Info),
-            "error" => Ok(Self::Error),
-            _ => Err(format!("{s:?} is not a log level; use debug, info or error")),
-        }
-    }
-}
+// The runtime's type: settings parse into what the logger reads, with no mapping.
+pub use karpenter_runtime::logging::LogLevel;
 
 /// The core feature gates (`FEATURE_GATES`), parsed from `Name=bool` pairs separated by commas.
 /// Names this build does not know are ignored, as upstream does, so a newer values file still starts.
@@ -257,6 +238,31 @@ impl CoreSettings {
         if self.leader_election_namespace.is_empty() { &self.system_namespace } else { &self.leader_election_namespace }
     }
 
+    /// The client these settings describe (`KUBE_CLIENT_QPS`, `KUBE_CLIENT_BURST`), with our user agent and an
+    /// inferred configuration.
+    pub fn client_options(&self) -> karpenter_runtime::client::ClientOptions {
+        karpenter_runtime::client::ClientOptions::new(self.kube_client_qps, self.kube_client_burst)
+    }
+
+    /// The Lease these settings name (`LEADER_ELECTION_NAME`, [`CoreSettings::leader_election_namespace`]), held
+    /// as `identity`, with controller-runtime's timings.
+    pub fn leader_election(&self, identity: String) -> karpenter_runtime::leader::LeaderElectionConfig {
+        karpenter_runtime::leader::LeaderElectionConfig::new(
+            self.leader_election_name.clone(),
+            self.leader_election_namespace().to_string(),
+            identity,
+        )
+    }
+
+    /// The logger these settings describe (`LOG_LEVEL`, `LOG_OUTPUT_PATHS`, `LOG_ERROR_OUTPUT_PATHS`).
+    pub fn log_config(&self) -> karpenter_runtime::logging::LogConfig {
+        karpenter_runtime::logging::LogConfig {
+            level: self.log_level,
+            output_paths: self.log_output_paths.clone(),
+            error_output_paths: self.log_error_output_paths.clone(),
+        }
+    }
+
     /// The nomination window: max(2 x BATCH_MAX_DURATION, 10s).
     pub fn nomination_window(&self) -> Duration {
         (self.batch_max_duration * 2).max(Duration::from_secs(10))
@@ -320,6 +326,34 @@ mod tests {
         // Parses flags only; environment variables are not set in unit tests (set_var is banned), so each
         // test's defaults come from the declarations. Env lookup itself is clap's and covered by its tests.
         Cli::try_parse_from(std::iter::once("karpenter-controller").chain(args.iter().copied()))
+    }
+
+    /// The runtime's configurations carry the settings they are built from: the Lease defaults to the system
+    /// namespace, the client to the settings' rate, the logger to its level and paths.
+    #[test]
+    fn runtime_configurations_come_from_the_settings() {
+        let core = parse(&[]).expect("defaults").core;
+        let lease = core.leader_election("me".into());
+        assert_eq!((lease.name.as_str(), lease.namespace.as_str()), ("karpenter-leader-election", "kube-system"));
+        assert_eq!((lease.identity.as_str(), lease.lease_duration), ("me", Duration::from_secs(15)));
+        let core = parse(&[
+            "--leader-election-namespace=elsewhere",
+            "--kube-client-qps=7",
+            "--kube-client-burst=9",
+            "--log-level=debug",
+            "--log-output-paths=stderr,/tmp/x",
+        ])
+        .expect("accepted")
+        .core;
+        assert_eq!(core.leader_election("me".into()).namespace, "elsewhere");
+        let client = core.client_options();
+        assert_eq!(
+            (client.qps, client.burst, client.user_agent.as_str()),
+            (7, 9, karpenter_runtime::client::USER_AGENT)
+        );
+        let log = core.log_config();
+        assert_eq!((log.level, log.output_paths), (LogLevel::Debug, vec!["stderr".to_string(), "/tmp/x".to_string()]));
+        assert_eq!(log.error_output_paths, ["stderr"]);
     }
 
     #[test]

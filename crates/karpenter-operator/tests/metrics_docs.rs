@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-const BEGIN: &str = "<!-- BEGIN GENERATED from crates/karpenter-operator/src/metrics.rs (Metrics::descriptors); \
+const BEGIN: &str = "<!-- BEGIN GENERATED from crates/karpenter-runtime/src/metrics.rs (Metrics::descriptors); \
                      do not edit. Regenerate: UPDATE_DOCS=1 cargo test -p karpenter-operator --test metrics_docs -->";
 const END: &str = "<!-- END GENERATED -->";
 
@@ -23,7 +23,7 @@ fn splice(doc: &str, generated: &str) -> Result<String, String> {
 fn metrics_reference_is_current() {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/metrics.md");
     let actual = std::fs::read_to_string(&path).unwrap_or_default();
-    let expected = splice(&actual, &karpenter_operator::metrics::reference_markdown())
+    let expected = splice(&actual, &karpenter_operator::metrics::reference_markdown(&karpenter_disruption::Reason::CODES))
         .unwrap_or_else(|e| panic!("docs/metrics.md: {e}"));
     if std::env::var_os("UPDATE_DOCS").is_some() {
         std::fs::write(&path, &expected).unwrap();

@@ -30,14 +30,52 @@ use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::layer::{Context, Layer};
 use tracing_subscriber::registry::LookupSpan;
 
-use crate::settings::{CoreSettings, LogLevel};
+/// Log verbosity (`LOG_LEVEL`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogLevel {
+    /// DEBUG and up.
+    Debug,
+    /// INFO, WARN and ERROR.
+    #[default]
+    Info,
+    /// ERROR only.
+    Error,
+}
+
+impl std::str::FromStr for LogLevel {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "debug" => Ok(Self::Debug),
+            // Empty is upstream's default level (its logger reads "" as info).
+            "info" | "" => Ok(Self::Info),
+            "error" => Ok(Self::Error),
+            _ => Err(format!("{s:?} is not a log level; use debug, info or error")),
+        }
+    }
+}
+
+/// What [`init`] installs: the level and where lines go.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LogConfig {
+    /// `LOG_LEVEL`.
+    pub level: LogLevel,
+    /// `LOG_OUTPUT_PATHS`: stdout, stderr or file paths.
+    pub output_paths: Vec<String>,
+    /// `LOG_ERROR_OUTPUT_PATHS`: where ERROR lines also go.
+    pub error_output_paths: Vec<String>,
+}
 
 /// Where log lines go (`LOG_OUTPUT_PATHS` entries, or a buffer in tests).
 #[derive(Debug, Clone)]
 pub enum LogOutput {
+    /// The process's standard output.
     Stdout,
+    /// The process's standard error.
     Stderr,
+    /// A file, appended to.
     File(Arc<Mutex<std::fs::File>>),
+    /// Memory, for tests to read back.
     Buffer(Arc<Mutex<Vec<u8>>>),
 }
 
@@ -88,8 +126,15 @@ pub fn filter(level: LogLevel) -> Targets {
 /// Why logging could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum LoggingError {
+    /// A path of `LOG_OUTPUT_PATHS` or `LOG_ERROR_OUTPUT_PATHS` could not be opened for appending.
     #[error("opening log output {path}: {source}")]
-    Output { path: String, source: std::io::Error },
+    Output {
+        /// The path as configured.
+        path: String,
+        /// Why it could not be opened.
+        source: std::io::Error,
+    },
+    /// Logging was set up before in this process.
     #[error("a global logger is already installed")]
     AlreadySet,
 }
@@ -97,20 +142,18 @@ pub enum LoggingError {
 /// Installs the JSON logger as the process's global subscriber: `LOG_LEVEL`, `LOG_OUTPUT_PATHS`,
 /// `LOG_ERROR_OUTPUT_PATHS` (ERROR lines also go there, except to a path `LOG_OUTPUT_PATHS` names already, so no
 /// line is written twice to one place), and `commit` on every line.
-pub fn init(settings: &CoreSettings, commit: &str, clock: Arc<dyn Clock>) -> Result<(), LoggingError> {
+pub fn init(config: &LogConfig, commit: &str, clock: Arc<dyn Clock>) -> Result<(), LoggingError> {
     use tracing_subscriber::layer::SubscriberExt;
     let open = |paths: &mut dyn Iterator<Item = &String>| {
         paths
             .map(|p| LogOutput::open(p).map_err(|source| LoggingError::Output { path: p.clone(), source }))
             .collect::<Result<Vec<_>, _>>()
     };
-    let outputs = open(&mut settings.log_output_paths.iter())?;
-    let error_outputs = open(
-        &mut settings.log_error_output_paths.iter().filter(|p| !p.is_empty() && !settings.log_output_paths.contains(p)),
-    )?;
-    let layer = JsonLayer::new(outputs, commit, clock)
-        .with_error_outputs(error_outputs)
-        .with_filter(filter(settings.log_level));
+    let outputs = open(&mut config.output_paths.iter())?;
+    let error_outputs =
+        open(&mut config.error_output_paths.iter().filter(|p| !p.is_empty() && !config.output_paths.contains(p)))?;
+    let layer =
+        JsonLayer::new(outputs, commit, clock).with_error_outputs(error_outputs).with_filter(filter(config.level));
     tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer))
         .map_err(|_| LoggingError::AlreadySet)
 }
@@ -178,6 +221,7 @@ fn level_name(level: &Level) -> &'static str {
 }
 
 impl JsonLayer {
+    /// A layer writing every line to `outputs`, with `commit` on each and times from `clock`.
     pub fn new(outputs: Vec<LogOutput>, commit: &str, clock: Arc<dyn Clock>) -> Self {
         Self { outputs, error_outputs: Vec::new(), commit: commit.to_string(), clock }
     }
@@ -377,7 +421,7 @@ mod tests {
         let lines = capture(LogLevel::Info, || tracing::info!("quote \" and\nnewline"));
         assert_eq!(parse_line(&lines[0]).unwrap()["message"], "quote \" and\nnewline");
 
-        let path = std::env::temp_dir().join(format!("karpenter-operator-log-{}", std::process::id()));
+        let path = std::env::temp_dir().join(format!("karpenter-runtime-log-{}", std::process::id()));
         let output = LogOutput::open(path.to_str().unwrap()).unwrap();
         output.write_line(b"{\"a\":1}\n");
         LogOutput::open(path.to_str().unwrap()).unwrap().write_line(b"{\"a\":2}\n");

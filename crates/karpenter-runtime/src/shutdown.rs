@@ -5,7 +5,7 @@
 //!
 //! ```no_run
 //! # async fn run() {
-//! let shutdown = karpenter_operator::shutdown::on_signals();
+//! let shutdown = karpenter_runtime::shutdown::on_signals();
 //! // hand shutdown.clone() / shutdown.child_token() to the servers and loops …
 //! shutdown.cancelled().await;
 //! # }
@@ -18,7 +18,9 @@ pub use tokio_util::sync::CancellationToken;
 /// What ended the process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Signal {
+    /// SIGTERM (Kubernetes stopping the pod).
     Terminate,
+    /// SIGINT (Ctrl-C).
     Interrupt,
 }
 

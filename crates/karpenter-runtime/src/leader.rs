@@ -39,12 +39,12 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::settings::CoreSettings;
-
 /// Where the Lease is and how the election is timed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaderElectionConfig {
+    /// The Lease's name.
     pub name: String,
+    /// The Lease's namespace.
     pub namespace: String,
     /// This replica's identity, written as `holderIdentity`; unique per process (see [`identity`]).
     pub identity: String,
@@ -57,17 +57,18 @@ pub struct LeaderElectionConfig {
 }
 
 impl LeaderElectionConfig {
-    /// controller-runtime's timings: lease 15 s, renew deadline 10 s, retry period 2 s.
+    /// controller-runtime's lease duration: 15 s.
     pub const LEASE_DURATION: Duration = Duration::from_secs(15);
+    /// controller-runtime's renew deadline: 10 s.
     pub const RENEW_DEADLINE: Duration = Duration::from_secs(10);
+    /// controller-runtime's retry period: 2 s.
     pub const RETRY_PERIOD: Duration = Duration::from_secs(2);
 
-    /// The Lease the settings name (`LEADER_ELECTION_NAME`, `LEADER_ELECTION_NAMESPACE` or the system namespace)
-    /// with the default timings.
-    pub fn from_settings(settings: &CoreSettings, identity: String) -> Self {
+    /// The Lease `namespace`/`name`, held as `identity`, with the default timings.
+    pub fn new(name: String, namespace: String, identity: String) -> Self {
         Self {
-            name: settings.leader_election_name.clone(),
-            namespace: settings.leader_election_namespace().to_string(),
+            name,
+            namespace,
             identity,
             lease_duration: Self::LEASE_DURATION,
             renew_deadline: Self::RENEW_DEADLINE,
@@ -97,8 +98,10 @@ pub fn pod_name_from_env() -> String {
 /// Why the election stopped before this replica became the leader.
 #[derive(Debug, thiserror::Error)]
 pub enum LeaderError {
+    /// The shutdown token was cancelled first.
     #[error("shut down before acquiring the leader-election Lease")]
     Cancelled,
+    /// The timings cannot work (the renew deadline must be under the lease duration, the retry period positive).
     #[error("invalid leader-election timings: {0}")]
     Config(String),
 }
@@ -164,6 +167,7 @@ impl LeaderElector {
         Ok(Self { api, config, clock, observed: None })
     }
 
+    /// The Lease and timings this elector was built with.
     pub fn config(&self) -> &LeaderElectionConfig {
         &self.config
     }
@@ -563,14 +567,11 @@ mod tests {
         let (x, y) = (identity("karpenter-abc"), identity("karpenter-abc"));
         assert!(x.starts_with("karpenter-abc_") && x.len() == "karpenter-abc_".len() + 16, "{x}");
         assert_ne!(x, y);
-        let settings = <crate::settings::CoreSettings as clap::FromArgMatches>::from_arg_matches(
-            &<crate::settings::CoreSettings as clap::Args>::augment_args(clap::Command::new("t"))
-                .try_get_matches_from(["t"])
-                .unwrap(),
-        )
-        .unwrap();
-        let config = LeaderElectionConfig::from_settings(&settings, x.clone());
-        assert_eq!((config.name.as_str(), config.namespace.as_str()), ("karpenter-leader-election", "kube-system"));
+        let config = LeaderElectionConfig::new("lease".into(), "ns".into(), x.clone());
+        assert_eq!(
+            (config.name.as_str(), config.namespace.as_str(), config.identity.as_str()),
+            ("lease", "ns", x.as_str())
+        );
         assert_eq!(config.lease_duration, Duration::from_secs(15));
     }
 }

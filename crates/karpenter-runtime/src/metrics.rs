@@ -7,7 +7,7 @@
 //! parameters are its labels, in order, returning the series to update:
 //!
 //! ```
-//! # use karpenter_operator::metrics::{BuildInfo, Metrics};
+//! # use karpenter_runtime::metrics::{BuildInfo, Metrics};
 //! let metrics = Metrics::new(&BuildInfo::default());
 //! metrics.nodeclaims_created("provisioned", "default", "false").inc();
 //! metrics.nodepools_usage("default", "cpu").set(12.0);
@@ -86,14 +86,18 @@ fn score_histogram() -> Histogram {
 /// The metric types, as the exposition names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum MetricType {
+    /// A monotonic count (`_total`).
     Counter,
+    /// A value that goes up and down.
     Gauge,
+    /// Observations in cumulative buckets plus `_sum` and `_count`.
     Histogram,
     /// Quantiles over a sliding window plus `_sum` and `_count` ([`summary`]).
     Summary,
 }
 
 impl MetricType {
+    /// The type as `# TYPE` lines spell it.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Counter => "counter",
@@ -107,22 +111,29 @@ impl MetricType {
 /// One metric as documented: full exposition name (with `_total` for counters), type, labels, help.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MetricDescriptor {
+    /// The exposition name, `_total` included for counters.
     pub name: String,
+    /// Counter, gauge, histogram or summary.
     pub kind: MetricType,
     /// Fixed label names in order; metrics with node-label-dependent labels list their fixed ones and set
     /// [`MetricDescriptor::dynamic_labels`].
     pub labels: Vec<&'static str>,
     /// The series also carry one label per well-known node label (see the metric's help).
     pub dynamic_labels: bool,
+    /// The `# HELP` text.
     pub help: String,
 }
 
 /// Values of `karpenter_build_info`'s labels (upstream's names; `goversion` carries the Rust version here).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BuildInfo {
+    /// The crate version.
     pub version: String,
+    /// The Rust compiler version (upstream's label name).
     pub goversion: String,
+    /// The target architecture (upstream's label name).
     pub goarch: String,
+    /// The git commit the binary was built from.
     pub commit: String,
 }
 
@@ -653,13 +664,18 @@ impl Metrics {
 /// The kinds with `operator_<kind>_…` status-condition and termination metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum StatusKind {
+    /// `operator_nodeclaim_…`.
     NodeClaim,
+    /// `operator_nodepool_…`.
     NodePool,
+    /// `operator_node_…`.
     Node,
+    /// `operator_ec2nodeclass_…` (the AWS provider).
     EC2NodeClass,
 }
 
 impl StatusKind {
+    /// Every kind, in declaration order.
     pub const ALL: [StatusKind; 4] = [Self::NodeClaim, Self::NodePool, Self::Node, Self::EC2NodeClass];
 
     /// The lower-cased kind in the metric names.
@@ -871,9 +887,10 @@ fn upstream_not_emitted() -> Vec<(&'static str, &'static str)> {
 }
 
 /// The generated part of `docs/metrics.md` (the table of every declared family and the reason codes of
-/// `karpenter_voluntary_disruption_candidates_skipped_total`); the hand-written prose around it stays, and
+/// `karpenter_voluntary_disruption_candidates_skipped_total`, given as data: they are the disruption verdicts'
+/// codes, which this crate does not know); the hand-written prose around it stays, and karpenter-operator's
 /// `tests/metrics_docs.rs` tests the checked-in copy for drift.
-pub fn reference_markdown() -> String {
+pub fn reference_markdown(verdict_codes: &[&str]) -> String {
     let mut out = String::from("| Metric | Type | Labels | Description |\n|---|---|---|---|\n");
     for d in Metrics::descriptors() {
         let mut labels = d.labels.iter().map(|l| format!("`{l}`")).collect::<Vec<_>>().join(", ");
@@ -907,7 +924,7 @@ pub fn reference_markdown() -> String {
     }
     out.push_str(
         "\n## Upstream families not served\n\n\
-         Listed with why in `crates/karpenter-operator/src/metrics_upstream/v1.15.txt`, whose test checks they are \
+         Listed with why in `crates/karpenter-runtime/src/metrics_upstream/v1.15.txt`, whose test checks they are \
          not served:\n\n",
     );
     for (family, why) in upstream_not_emitted() {
@@ -919,7 +936,7 @@ pub fn reference_markdown() -> String {
          verdicts name it (`Disrupted` and `Deferred` are never counted: those nodes were not skipped; nor is \
          `NotManaged`: such nodes are no candidates):\n\n",
     );
-    let skipped: Vec<String> = karpenter_disruption::Reason::CODES
+    let skipped: Vec<String> = verdict_codes
         .iter()
         .filter(|c| !matches!(**c, "Disrupted" | "Deferred" | "NotManaged"))
         .map(|c| format!("`{c}`"))

@@ -141,6 +141,7 @@ struct Family {
 pub struct SummaryFamily(Arc<Family>);
 
 impl SummaryFamily {
+    /// An empty family whose sliding windows read `clock`.
     pub fn new(clock: Arc<dyn Clock>) -> Self {
         Self(Arc::new(Family { series: Mutex::default(), clock }))
     }
@@ -150,10 +151,12 @@ impl SummaryFamily {
         Summary { family: self.0.clone(), labels }
     }
 
+    /// Drops the series with these labels; whether it existed.
     pub fn remove(&self, labels: &Labels) -> bool {
         self.0.series.lock().unwrap_or_else(PoisonError::into_inner).remove(labels).is_some()
     }
 
+    /// Drops every series.
     pub fn clear(&self) {
         self.0.series.lock().unwrap_or_else(PoisonError::into_inner).clear();
     }

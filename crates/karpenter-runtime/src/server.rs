@@ -89,6 +89,7 @@ impl Probes {
         self.started.store(true, Ordering::SeqCst);
     }
 
+    /// Whether [`Probes::set_started`] was called.
     pub fn is_started(&self) -> bool {
         self.started.load(Ordering::SeqCst)
     }
@@ -225,7 +226,9 @@ async fn handle(routes: Routes, req: Request<Incoming>) -> Result<Response<Full<
 /// A running server: its bound address and its task (which ends after shutdown, once open connections closed).
 #[derive(Debug)]
 pub struct RunningServer {
+    /// The address the server listens on (the real port when asked for port 0).
     pub local_addr: SocketAddr,
+    /// The serving task.
     pub task: JoinHandle<()>,
 }
 

@@ -29,47 +29,82 @@ use kube::{Client, Resource};
 /// The reasons upstream Karpenter uses, by the objects they are recorded on.
 pub mod reasons {
     // Disruption (node, nodeclaim, nodepool).
+    /// `DisruptionBlocked`, recorded by disruption (node, nodeclaim, nodepool).
     pub const DISRUPTION_BLOCKED: &str = "DisruptionBlocked";
+    /// `DisruptionLaunching`, recorded by disruption (node, nodeclaim, nodepool).
     pub const DISRUPTION_LAUNCHING: &str = "DisruptionLaunching";
+    /// `DisruptionWaitingReadiness`, recorded by disruption (node, nodeclaim, nodepool).
     pub const DISRUPTION_WAITING_READINESS: &str = "DisruptionWaitingReadiness";
+    /// `DisruptionTerminating`, recorded by disruption (node, nodeclaim, nodepool).
     pub const DISRUPTION_TERMINATING: &str = "DisruptionTerminating";
+    /// `Unconsolidatable`, recorded by disruption (node, nodeclaim, nodepool).
     pub const UNCONSOLIDATABLE: &str = "Unconsolidatable";
+    /// `ConsolidationCandidate`, recorded by disruption (node, nodeclaim, nodepool).
     pub const CONSOLIDATION_CANDIDATE: &str = "ConsolidationCandidate";
+    /// `ConsolidationRejected`, recorded by disruption (node, nodeclaim, nodepool).
     pub const CONSOLIDATION_REJECTED: &str = "ConsolidationRejected";
+    /// `ConsolidationApproved`, recorded by disruption (node, nodeclaim, nodepool).
     pub const CONSOLIDATION_APPROVED: &str = "ConsolidationApproved";
+    /// `Disrupted`, recorded by disruption (node, nodeclaim, nodepool).
     pub const DISRUPTED: &str = "Disrupted";
+    /// `NodeRepairBlocked`, recorded by disruption (node, nodeclaim, nodepool).
     pub const NODE_REPAIR_BLOCKED: &str = "NodeRepairBlocked";
     // Provisioning.
+    /// `FailedScheduling`, recorded by provisioning.
     pub const FAILED_SCHEDULING: &str = "FailedScheduling";
+    /// `NoCompatibleInstanceTypes`, recorded by provisioning.
     pub const NO_COMPATIBLE_INSTANCE_TYPES: &str = "NoCompatibleInstanceTypes";
+    /// `Nominated`, recorded by provisioning.
     pub const NOMINATED: &str = "Nominated";
     // Termination.
+    /// `Evicted`, recorded by termination.
     pub const EVICTED: &str = "Evicted";
+    /// `FailedDraining`, recorded by termination.
     pub const FAILED_DRAINING: &str = "FailedDraining";
+    /// `TerminationGracePeriodExpiring`, recorded by termination.
     pub const TERMINATION_GRACE_PERIOD_EXPIRING: &str = "TerminationGracePeriodExpiring";
+    /// `FailedTermination`, recorded by termination.
     pub const FAILED_TERMINATION: &str = "FailedTermination";
+    /// `AwaitingVolumeDetachment`, recorded by termination.
     pub const AWAITING_VOLUME_DETACHMENT: &str = "AwaitingVolumeDetachment";
     // NodeClaim lifecycle.
+    /// `FailedConsistencyCheck`, recorded by nodeClaim lifecycle.
     pub const FAILED_CONSISTENCY_CHECK: &str = "FailedConsistencyCheck";
+    /// `InsufficientCapacityError`, recorded by nodeClaim lifecycle.
     pub const INSUFFICIENT_CAPACITY_ERROR: &str = "InsufficientCapacityError";
+    /// `UnregisteredTaintMissing`, recorded by nodeClaim lifecycle.
     pub const UNREGISTERED_TAINT_MISSING: &str = "UnregisteredTaintMissing";
+    /// `NodeClassNotReady`, recorded by nodeClaim lifecycle.
     pub const NODE_CLASS_NOT_READY: &str = "NodeClassNotReady";
     // Pods.
+    /// `InvalidDoNotDisruptAnnotation`, recorded by pods.
     pub const INVALID_DO_NOT_DISRUPT_ANNOTATION: &str = "InvalidDoNotDisruptAnnotation";
     /// A pod's `karpenter.sh/disruption-cost` is not an int32 (gate `PodDeletionCostManagement`): ignored.
     pub const INVALID_DISRUPTION_COST_ANNOTATION: &str = "InvalidDisruptionCostAnnotation";
+    /// `DoNotDisruptUntil`, recorded by pods.
     pub const DO_NOT_DISRUPT_UNTIL: &str = "DoNotDisruptUntil";
+    /// `DoNotDisruptGracePeriodElapsed`, recorded by pods.
     pub const DO_NOT_DISRUPT_GRACE_PERIOD_ELAPSED: &str = "DoNotDisruptGracePeriodElapsed";
     // AWS interruption and node classes.
+    /// `SpotInterrupted`, recorded by aWS interruption and node classes.
     pub const SPOT_INTERRUPTED: &str = "SpotInterrupted";
+    /// `SpotRebalanceRecommendation`, recorded by aWS interruption and node classes.
     pub const SPOT_REBALANCE_RECOMMENDATION: &str = "SpotRebalanceRecommendation";
+    /// `InstanceStopping`, recorded by aWS interruption and node classes.
     pub const INSTANCE_STOPPING: &str = "InstanceStopping";
+    /// `InstanceTerminating`, recorded by aWS interruption and node classes.
     pub const INSTANCE_TERMINATING: &str = "InstanceTerminating";
+    /// `InstanceUnhealthy`, recorded by aWS interruption and node classes.
     pub const INSTANCE_UNHEALTHY: &str = "InstanceUnhealthy";
+    /// `CapacityReservationInstanceInterrupted`, recorded by aWS interruption and node classes.
     pub const CAPACITY_RESERVATION_INSTANCE_INTERRUPTED: &str = "CapacityReservationInstanceInterrupted";
+    /// `TerminatingOnInterruption`, recorded by aWS interruption and node classes.
     pub const TERMINATING_ON_INTERRUPTION: &str = "TerminatingOnInterruption";
+    /// `WaitingOnNodeClaimTermination`, recorded by aWS interruption and node classes.
     pub const WAITING_ON_NODE_CLAIM_TERMINATION: &str = "WaitingOnNodeClaimTermination";
+    /// `ZonalShiftActive`, recorded by aWS interruption and node classes.
     pub const ZONAL_SHIFT_ACTIVE: &str = "ZonalShiftActive";
+    /// `ZonalShiftCleared`, recorded by aWS interruption and node classes.
     pub const ZONAL_SHIFT_CLEARED: &str = "ZonalShiftCleared";
 
     /// Every reason above.
@@ -123,11 +158,14 @@ const MAX_MESSAGE_BYTES: usize = 1024;
 /// `Normal` or `Warning`, the two event types Kubernetes knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum EventType {
+    /// Something expected happened.
     Normal,
+    /// Something an operator may need to act on.
     Warning,
 }
 
 impl EventType {
+    /// The type as the Event object spells it.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Normal => "Normal",
@@ -139,9 +177,13 @@ impl EventType {
 /// One event to publish.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
+    /// The object the event is about (`involvedObject`).
     pub object: ObjectReference,
+    /// Normal or Warning.
     pub event_type: EventType,
+    /// One of [`reasons`], in CamelCase.
     pub reason: String,
+    /// What happened, for people (cut to 1 KiB when published).
     pub message: String,
     /// What makes two events with the same reason and object different; empty means the message does.
     pub dedupe_values: Vec<String>,
@@ -167,19 +209,23 @@ impl Event {
         }
     }
 
+    /// A `Normal` event ([`Event::new`]).
     pub fn normal<K: Resource<DynamicType = ()>>(object: &K, reason: &str, message: impl Into<String>) -> Self {
         Self::new(object, EventType::Normal, reason, message)
     }
 
+    /// A `Warning` event ([`Event::new`]).
     pub fn warning<K: Resource<DynamicType = ()>>(object: &K, reason: &str, message: impl Into<String>) -> Self {
         Self::new(object, EventType::Warning, reason, message)
     }
 
+    /// The event with its de-duplication key set to `values` (see [`Event::dedupe_values`]).
     pub fn with_dedupe_values(mut self, values: impl IntoIterator<Item = impl Into<String>>) -> Self {
         self.dedupe_values = values.into_iter().map(Into::into).collect();
         self
     }
 
+    /// The event with its own de-duplication window.
     pub fn with_dedupe_timeout(mut self, timeout: Duration) -> Self {
         self.dedupe_timeout = Some(timeout);
         self
@@ -259,6 +305,7 @@ fn truncate(message: &str) -> String {
 }
 
 impl Recorder {
+    /// A recorder publishing through `client` as the component `instance` (the Event's `reportingInstance`).
     pub fn new(client: Client, clock: Arc<dyn Clock>, instance: impl Into<String>) -> Self {
         Self {
             client,

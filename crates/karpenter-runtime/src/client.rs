@@ -5,7 +5,7 @@
 //! kube's default stack retries 429, 503 and 504 responses up to 15 times with backoff. That is right for
 //! throttling, wrong for evictions: a PodDisruptionBudget that blocks an eviction answers 429, and retrying it
 //! inside the client would stall the drain for minutes. The stack built here keeps kube's retry policy for every
-//! request except `POST …/pods/<name>/eviction`, which is sent once; [`crate::eviction`] interprets the answer.
+//! request except `POST …/pods/<name>/eviction`, which is sent once; the caller interprets the answer (karpenter-operator's `eviction`).
 //!
 //! kube's HTTP client speaks HTTP/1.1 with a pool of keep-alive connections: every request in flight holds a
 //! connection of its own (TLS state and buffers, tens of KB each), and idle ones stay open for 90 s. Unbounded, a
@@ -34,8 +34,6 @@ use tokio::time::{Instant, Sleep};
 use tower::retry::{Policy, RetryLayer};
 use tower::{BoxError, Layer, Service};
 
-use crate::settings::CoreSettings;
-
 /// The user agent of every request the controller sends.
 pub const USER_AGENT: &str = concat!("karpenter-rs/", env!("CARGO_PKG_VERSION"));
 
@@ -56,27 +54,30 @@ pub struct ClientOptions {
 }
 
 impl ClientOptions {
-    /// The options the settings give (rate and burst), with our user agent and an inferred configuration.
-    pub fn from_settings(settings: &CoreSettings) -> Self {
-        Self {
-            qps: settings.kube_client_qps,
-            burst: settings.kube_client_burst,
-            user_agent: USER_AGENT.to_string(),
-            kubeconfig: None,
-            context: None,
-        }
+    /// The given rate and burst, with our user agent and an inferred configuration.
+    pub fn new(qps: u32, burst: u32) -> Self {
+        Self { qps, burst, user_agent: USER_AGENT.to_string(), kubeconfig: None, context: None }
     }
 }
 
 /// Why the client could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
+    /// The kubeconfig the options name could not be read or used.
     #[error("reading kubeconfig {path}: {source}")]
-    Kubeconfig { path: PathBuf, source: kube::config::KubeconfigError },
+    Kubeconfig {
+        /// The kubeconfig file.
+        path: PathBuf,
+        /// What was wrong with it.
+        source: kube::config::KubeconfigError,
+    },
+    /// Neither a kubeconfig nor an in-cluster service account was found.
     #[error("no Kubernetes configuration found (neither a kubeconfig nor an in-cluster service account): {0}")]
     Infer(#[from] kube::config::InferConfigError),
+    /// The user agent is not a valid header value.
     #[error("user agent {0:?} is not a valid header value")]
     UserAgent(String),
+    /// kube refused the configuration (TLS, proxy, …).
     #[error("building the Kubernetes client: {0}")]
     Build(#[from] kube::Error),
 }
@@ -210,6 +211,7 @@ pub struct RateLimitLayer {
 }
 
 impl RateLimitLayer {
+    /// `qps` requests per second with bursts of `burst` (at least 1); 0 `qps` lets everything through.
     pub fn new(qps: u32, burst: u32) -> Self {
         Self { bucket: (qps > 0).then(|| Arc::new(Mutex::new(TokenBucket::new(qps, burst, tokio_now())))) }
     }
@@ -286,6 +288,7 @@ pub struct InFlightLimitLayer {
 }
 
 impl InFlightLimitLayer {
+    /// At most `max` requests (at least 1) in flight at once.
     pub fn new(max: usize) -> Self {
         Self { permits: Arc::new(tokio::sync::Semaphore::new(max.max(1))) }
     }
@@ -556,7 +559,7 @@ mod tests {
 
     #[tokio::test]
     async fn kubeconfig_file_and_context_are_honoured() {
-        let path = std::env::temp_dir().join(format!("karpenter-operator-kubeconfig-{}", std::process::id()));
+        let path = std::env::temp_dir().join(format!("karpenter-runtime-kubeconfig-{}", std::process::id()));
         std::fs::write(
             &path,
             "apiVersion: v1\nkind: Config\ncurrent-context: a\n\
