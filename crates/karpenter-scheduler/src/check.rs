@@ -1176,7 +1176,8 @@ mod tests {
         let packed = schedule(&snap, &pools, &provider, &SchedulerOptions::default());
         assert_eq!(packed.new_node_claims.len(), 1);
         let config = crate::SchedulerConfig::parse(
-            "podTopologySpread: {defaultConstraints: [{maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule}]}",
+            // JSON (YAML too): the config parser reads it with and without the `yaml` feature.
+            r#"{"podTopologySpread": {"defaultConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule"}]}}"#,
         )
         .unwrap();
         assert!(check_with_defaults(&snap, &pools, &provider, &crate::SchedulerConfig::default(), &packed).is_ok());

@@ -83,14 +83,34 @@ struct RawConstraint {
     node_taints_policy: Option<String>,
 }
 
+/// The config document: YAML (which JSON is a subset of) with the `yaml` feature.
+#[cfg(feature = "yaml")]
+fn decode(text: &str) -> Result<Option<RawConfig>, SchedulerConfigError> {
+    serde_saphyr::from_str(text).map_err(|e| SchedulerConfigError::Decode(e.to_string()))
+}
+
+/// The config document: JSON only without the `yaml` feature. A document that is not JSON may well be valid
+/// YAML, so the error says which feature reads it rather than only what the JSON parser saw.
+#[cfg(not(feature = "yaml"))]
+fn decode(text: &str) -> Result<Option<RawConfig>, SchedulerConfigError> {
+    serde_json::from_str(text).map_err(|e| {
+        let reason = if e.is_syntax() || e.is_eof() {
+            format!("not JSON ({e}); YAML configs need karpenter-scheduler's `yaml` feature")
+        } else {
+            e.to_string()
+        };
+        SchedulerConfigError::Decode(reason)
+    })
+}
+
 impl SchedulerConfig {
-    /// Parses and validates a scheduler config (YAML or JSON). Blank text is the empty config.
+    /// Parses and validates a scheduler config (YAML or JSON; JSON only without the `yaml` feature). Blank text
+    /// is the empty config.
     pub fn parse(text: &str) -> Result<SchedulerConfig, SchedulerConfigError> {
         if text.trim().is_empty() {
             return Ok(SchedulerConfig::default());
         }
-        let raw: Option<RawConfig> =
-            serde_saphyr::from_str(text).map_err(|e| SchedulerConfigError::Decode(e.to_string()))?;
+        let raw = decode(text)?;
         let raw = raw.unwrap_or_default();
         let constraints = raw.pod_topology_spread.unwrap_or_default().default_constraints.unwrap_or_default();
         let mut seen = BTreeSet::new();
@@ -298,25 +318,46 @@ mod tests {
     whenUnsatisfiable: ScheduleAnyway
 ";
 
+    /// `SchedulerConfig::parse`, with the YAML fixtures handed over as their JSON equivalent when the crate is
+    /// built without `yaml` (JSON only), so the same rules are checked in both builds.
+    fn parse(text: &str) -> Result<SchedulerConfig, SchedulerConfigError> {
+        #[cfg(not(feature = "yaml"))]
+        if let Ok(value) = serde_saphyr::from_str::<serde_json::Value>(text) {
+            return SchedulerConfig::parse(&value.to_string());
+        }
+        SchedulerConfig::parse(text)
+    }
+
+    #[test]
+    #[cfg(not(feature = "yaml"))]
+    fn yaml_without_the_feature_is_an_error_naming_it() {
+        let message = SchedulerConfig::parse(ZONE_AND_HOST).unwrap_err().to_string();
+        assert!(message.contains("not JSON") && message.contains("`yaml` feature"), "{message}");
+        // JSON is read, and a JSON document of the wrong shape is reported as such, not as missing YAML.
+        assert_eq!(SchedulerConfig::parse(r#"{"podTopologySpread":{}}"#), Ok(SchedulerConfig::default()));
+        let message = SchedulerConfig::parse(r#"{"podTopologySpread":{"defaultingType":"List"}}"#).unwrap_err();
+        assert!(message.to_string().contains("defaultingType") && !message.to_string().contains("yaml"));
+    }
+
     fn err(text: &str) -> String {
-        SchedulerConfig::parse(text).unwrap_err().to_string()
+        parse(text).unwrap_err().to_string()
     }
 
     #[test]
     fn parses_yaml_and_json() {
-        let c = SchedulerConfig::parse(ZONE_AND_HOST).unwrap();
+        let c = parse(ZONE_AND_HOST).unwrap();
         assert_eq!(c.default_constraints.len(), 2);
         assert_eq!(c.default_constraints[0].max_skew, 5);
         assert_eq!(c.default_constraints[1].topology_key, "kubernetes.io/hostname");
-        let j = SchedulerConfig::parse(
+        let j = parse(
             r#"{"podTopologySpread":{"defaultConstraints":[{"maxSkew":1,"topologyKey":"topology.kubernetes.io/zone","whenUnsatisfiable":"DoNotSchedule","minDomains":3}]}}"#,
         )
         .unwrap();
         assert_eq!(j.default_constraints[0].min_domains, Some(3));
-        assert!(SchedulerConfig::parse("").unwrap().is_empty());
-        assert!(SchedulerConfig::parse("  \n").unwrap().is_empty());
-        assert!(SchedulerConfig::parse("{}").unwrap().is_empty());
-        assert!(SchedulerConfig::parse("podTopologySpread: {}").unwrap().is_empty());
+        assert!(parse("").unwrap().is_empty());
+        assert!(parse("  \n").unwrap().is_empty());
+        assert!(parse("{}").unwrap().is_empty());
+        assert!(parse("podTopologySpread: {}").unwrap().is_empty());
     }
 
     #[test]
@@ -366,8 +407,8 @@ mod tests {
         let dup = "podTopologySpread:\n  defaultConstraints:\n  - {maxSkew: 1, topologyKey: k, whenUnsatisfiable: DoNotSchedule}\n  - {maxSkew: 2, topologyKey: k, whenUnsatisfiable: DoNotSchedule}\n";
         assert!(err(dup).contains("defaultConstraints[1]: another default constraint"), "{}", err(dup));
         let ok = "podTopologySpread:\n  defaultConstraints:\n  - {maxSkew: 1, topologyKey: k, whenUnsatisfiable: DoNotSchedule}\n  - {maxSkew: 2, topologyKey: k, whenUnsatisfiable: ScheduleAnyway}\n";
-        assert_eq!(SchedulerConfig::parse(ok).unwrap().default_constraints.len(), 2);
-        assert!(SchedulerConfig::parse(ok).unwrap().warnings.is_empty());
+        assert_eq!(parse(ok).unwrap().default_constraints.len(), 2);
+        assert!(parse(ok).unwrap().warnings.is_empty());
     }
 
     #[test]
@@ -375,7 +416,7 @@ mod tests {
         let text = "podTopologySpread:\n  defaultConstraints:\n  \
                     - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule, minDomains: 2}\n  \
                     - {maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: ScheduleAnyway, minDomains: 3}\n";
-        let c = SchedulerConfig::parse(text).unwrap();
+        let c = parse(text).unwrap();
         assert_eq!(c.default_constraints.len(), 2);
         assert_eq!(c.default_constraints[0].min_domains, Some(2), "kept where it has an effect");
         assert_eq!(c.default_constraints[1].min_domains, None, "dropped where it has none");
@@ -388,7 +429,7 @@ mod tests {
         // Whatever the value: it is ignored all the same.
         let zero = "podTopologySpread: {defaultConstraints: [{maxSkew: 1, topologyKey: k, \
                     whenUnsatisfiable: ScheduleAnyway, minDomains: 0}]}";
-        assert_eq!(SchedulerConfig::parse(zero).unwrap().warnings.len(), 1);
+        assert_eq!(parse(zero).unwrap().warnings.len(), 1);
     }
 
     fn pod(labels: &[(&str, &str)], owner: Option<(&str, &str)>) -> CompactPod {
@@ -481,7 +522,7 @@ mod tests {
 
     #[test]
     fn defaults_only_for_pods_without_their_own() {
-        let config = SchedulerConfig::parse(ZONE_AND_HOST).unwrap();
+        let config = parse(ZONE_AND_HOST).unwrap();
         let mut snap = ClusterSnapshot::new();
         snap.services = vec![service("ns", "a", Some(&[("app", "web")]))];
         let mut d = DefaultSpread::new(&config, &snap);

@@ -11,6 +11,20 @@
 //! k8s-openapi = { version = "0.29", features = ["v1_33"] }
 //! ```
 //!
+//! Features, all on by default; `default-features = false` keeps the dependency tree lean (docs/benchmarks.md,
+//! "A lean scheduler for library users"), and each one left out is an explicit outcome, never a silent
+//! difference:
+//!
+//! * `dra-cel`: DRA device selectors written in CEL. Without it a pod whose claim needs one is unschedulable,
+//!   its reason naming the feature (device classes without selectors still allocate).
+//! * `yaml`: [`SchedulerConfig::parse`] reads YAML (JSON only without it, and YAML text is an error naming
+//!   the feature).
+//! * `time-zones`: budget `timeZone`s of the re-exported [`karpenter_api`] (without it a named zone is
+//!   `BudgetError::TimeZonesUnsupported`, never UTC).
+//!
+//! The CRD derive (`kube`'s `CustomResource`, schemars) is not optional: it generates the API types
+//! themselves (`NodePool`, `NodeClaim` are written as their specs plus the derive).
+//!
 //! **No IO, no async, no kube client, no clock.** The deadline is a pod-attempt budget
 //! ([`SchedulerOptions::max_pod_attempts`]) or a caller-supplied check ([`schedule_until`]).
 //! Output is deterministic: the same input gives the same JSON.

@@ -2,11 +2,19 @@
 //! finalisation.
 
 mod add;
+#[cfg(feature = "dra-cel")]
 mod device_cel;
+#[cfg(not(feature = "dra-cel"))]
+mod device_cel_unsupported;
+#[cfg(not(feature = "dra-cel"))]
+use device_cel_unsupported as device_cel;
 mod device_search;
 pub(crate) mod dra;
-#[cfg(test)]
+// Most DRA scenarios select devices with CEL; without `dra-cel` the other module checks the refusal instead.
+#[cfg(all(test, feature = "dra-cel"))]
 mod dra_tests;
+#[cfg(all(test, not(feature = "dra-cel")))]
+mod dra_without_cel_tests;
 mod parallel;
 pub(crate) mod pods;
 mod repack;

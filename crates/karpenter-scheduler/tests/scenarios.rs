@@ -29,6 +29,17 @@ struct Scenario {
     scheduler_config: Option<String>,
 }
 
+/// The scenario's `schedulerConfig` as the scheduler reads it: as written, or as JSON when the crate is built
+/// without its `yaml` feature (JSON only), so the scenarios run in both builds.
+fn scheduler_config_text(scenario: &Scenario) -> String {
+    let text = scenario.scheduler_config.clone().unwrap_or_default();
+    #[cfg(not(feature = "yaml"))]
+    if let Ok(value) = serde_saphyr::from_str::<serde_json::Value>(&text) {
+        return value.to_string();
+    }
+    text
+}
+
 fn run(dir: &Path) -> Result<(), String> {
     let input = std::fs::read_to_string(dir.join("input.yaml")).map_err(|e| e.to_string())?;
     let scenario: Scenario = match std::fs::read_to_string(dir.join("scenario.yaml")) {
@@ -57,10 +68,8 @@ fn run(dir: &Path) -> Result<(), String> {
         upstream_packing: scenario.upstream_packing.unwrap_or(false),
         cluster_limits: karpenter_api::settings::parse_cluster_limits(scenario.cluster_limits.as_deref().unwrap_or(""))
             .map_err(|e| format!("scenario.yaml clusterLimits: {e}"))?,
-        scheduler_config: karpenter_scheduler::SchedulerConfig::parse(
-            scenario.scheduler_config.as_deref().unwrap_or(""),
-        )
-        .map_err(|e| format!("scenario.yaml schedulerConfig: {e}"))?,
+        scheduler_config: karpenter_scheduler::SchedulerConfig::parse(&scheduler_config_text(&scenario))
+            .map_err(|e| format!("scenario.yaml schedulerConfig: {e}"))?,
         ..Default::default()
     };
     let provider = ProviderLabels::aws();

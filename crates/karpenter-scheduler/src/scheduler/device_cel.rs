@@ -23,11 +23,14 @@ pub(crate) struct DeviceSelector {
 }
 
 impl DeviceSelector {
-    /// Compiles `expression`; the error is the CEL parser's message.
+    /// Compiles `expression`; the error names it and gives the CEL parser's message.
     pub(crate) fn compile(expression: &str) -> Result<Self, String> {
         Program::compile(expression)
             .map(|program| DeviceSelector { expression: expression.to_owned(), program })
-            .map_err(|e| e.to_string().lines().next().unwrap_or("syntax error").to_owned())
+            .map_err(|e| {
+                let reason = e.to_string().lines().next().unwrap_or("syntax error").to_owned();
+                format!("invalid CEL selector {expression:?}: {reason}")
+            })
     }
 }
 

@@ -817,7 +817,7 @@ impl Resolver {
             .get(alt.device_class_name.as_str())
             .ok_or_else(|| format!("DeviceClass {:?} not found", alt.device_class_name))?;
         let compile = |expr: &String, whose: &str| {
-            DeviceSelector::compile(expr).map_err(|e| format!("{whose}: invalid CEL selector {expr:?}: {e}"))
+            DeviceSelector::compile(expr).map_err(|e| format!("{whose}: {e}"))
         };
         let mut selectors = Vec::new();
         for s in &class.selectors {
