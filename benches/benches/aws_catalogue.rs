@@ -147,8 +147,7 @@ fn report(pool_name: &str, pool: &NodePool, its: &[InstanceType], n: usize) {
         ),
         Err(e) => format!("no bound: {e}"),
     };
-    let mut types: Vec<&str> =
-        d.new_node_claims.iter().filter_map(|c| c.instance_types.first().map(String::as_str)).collect();
+    let mut types: Vec<&str> = d.new_node_claims.iter().filter_map(|c| c.instance_type_names().next()).collect();
     types.sort();
     types.dedup();
     eprintln!(

@@ -44,7 +44,7 @@ pub(crate) struct Engine<'a> {
     /// The pools' disruption-topology state at the start of the pass.
     pub topology: Topology<'a>,
     totals: BTreeMap<String, PoolTotals>,
-    pending: BTreeSet<String>,
+    pending: BTreeSet<karpenter_scheduler::PodKey>,
     /// Managed nodes still inside their consolidateAfter window: consolidation simulations do not pack pods
     /// from elsewhere onto them.
     window: BTreeSet<String>,
@@ -77,7 +77,7 @@ fn buffer_hosts(cluster: &Cluster<'_>, sim: &Simulator<'_>) -> BTreeMap<String, 
     let view = SimulationView { allow_uninitialized: true, ..Default::default() };
     let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for placement in sim.simulate(&view).existing_nodes.iter().filter(|p| !p.in_flight) {
-        for b in placement.pods.iter().filter_map(|p| buffers.get(p)) {
+        for b in placement.pods.iter().filter_map(|p| buffers.get(p.as_str())) {
             out.entry(placement.name.clone()).or_default().insert(b.clone());
         }
     }
@@ -233,7 +233,7 @@ impl<'a> Engine<'a> {
                     .map(|r| {
                         format!(
                             "one of [{}{}] (${:.4}/h)",
-                            r.instance_types.iter().take(3).cloned().collect::<Vec<_>>().join(", "),
+                            r.instance_type_names().take(3).collect::<Vec<_>>().join(", "),
                             if r.instance_types.len() > 3 { ", ..." } else { "" },
                             r.price.unwrap_or(0.0)
                         )
@@ -297,7 +297,7 @@ impl<'a> Engine<'a> {
         };
         let mut reqs = plan.requirements.clone();
         let mut its: Vec<&InstanceType> =
-            plan.instance_types.iter().filter_map(|n| catalogue.get(n.as_str()).copied()).collect();
+            plan.instance_type_names().filter_map(|n| catalogue.get(n).copied()).collect();
         let all_spot = cands.iter().all(|c| c.capacity_type == Some(SPOT));
         let may_spot = reqs.get(labels::CAPACITY_TYPE).has(SPOT);
         let spot_to_spot = all_spot && may_spot;
@@ -367,7 +367,7 @@ impl<'a> Engine<'a> {
         let catalogue = self.catalogue.get(plan.node_pool.as_str())?;
         let reqs = plan.requirements.clone();
         let options: Vec<&InstanceType> =
-            plan.instance_types.iter().filter_map(|n| catalogue.get(n.as_str()).copied()).collect();
+            plan.instance_type_names().filter_map(|n| catalogue.get(n).copied()).collect();
         let its = cheaper_than(&options, &reqs, limit, provider).filter(|its| !its.is_empty())?;
         let rewritten = rewrite_plan(plan.clone(), reqs, &its, provider);
         *plan = rewritten;
@@ -515,10 +515,8 @@ pub(crate) fn rewrite_plan(
         Requirement::in_values(labels::INSTANCE_TYPE, its.iter().map(|it| it.name.as_str()))
             .with_min_values(min_values),
     );
-    plan.price = its.first().map(|it| it.min_compatible_price(&reqs, provider)).filter(|p| p.is_finite());
-    plan.instance_types = its.iter().map(|it| it.name.clone()).collect();
-    plan.set_overlay_flags(its);
     plan.requirements = reqs;
+    plan.set_instance_types(its, provider);
     plan
 }
 
@@ -626,7 +624,8 @@ pub(crate) mod tests {
             .iter()
             .map(|c| {
                 let nodes: Vec<&str> = c.candidates.iter().map(|r| r.node.as_str()).collect();
-                let with: Vec<String> = c.replacements.iter().map(|r| r.instance_types.join("|")).collect();
+                let with: Vec<String> =
+                    c.replacements.iter().map(|r| r.instance_type_names().collect::<Vec<_>>().join("|")).collect();
                 format!("{:?} {:?} {} -> [{}]", c.method, c.decision, nodes.join(","), with.join(","))
             })
             .collect()
@@ -772,7 +771,7 @@ pub(crate) mod tests {
         .unwrap();
         let provider = karpenter_api::ProviderLabels::aws();
         plan = rewrite_plan(plan, Requirements::new(), &[&plain], &provider);
-        assert!(!plan.price_overlay_applied && plan.instance_types == ["plain"]);
+        assert!(!plan.price_overlay_applied && plan.instance_type_names().eq(["plain"]));
         plan = rewrite_plan(plan, Requirements::new(), &[&plain, &overlaid], &provider);
         assert!(plan.price_overlay_applied);
     }

@@ -242,13 +242,12 @@ fn reference_multi_node(snapshot: &ClusterSnapshot, catalogue: &[InstanceType]) 
                 let reqs: &Requirements = &claim.requirements;
                 let same_type_limit = prefix
                     .iter()
-                    .filter(|c| claim.instance_types.contains(&c.2))
+                    .filter(|c| claim.instance_type_names().any(|n| n == c.2))
                     .map(|c| c.1)
                     .fold(f64::INFINITY, f64::min);
                 let best = claim
-                    .instance_types
-                    .iter()
-                    .filter_map(|n| catalogue.iter().find(|t| &t.name == n))
+                    .instance_type_names()
+                    .filter_map(|n| catalogue.iter().find(|t| t.name == n))
                     .filter(|t| {
                         let offerings: Vec<_> = t.offerings.available().cloned().collect();
                         offerings.worst_launch_price(reqs, &provider) < total

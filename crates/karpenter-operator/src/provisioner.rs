@@ -31,7 +31,7 @@ use karpenter_api::{CompactPod, NodeClaim, NodePool};
 use karpenter_cloudprovider::CloudProvider;
 use karpenter_cloudprovider::time::{Stopwatch, tokio_now};
 use karpenter_requirements::{InstanceType, Quantity, ResourceList};
-use karpenter_scheduler::decision::{NodeClaimPlan, UnschedulablePod};
+use karpenter_scheduler::decision::{NodeClaimPlan, PodKey, UnschedulablePod};
 use karpenter_scheduler::snapshot::SnapshotError;
 use karpenter_scheduler::{BuildError, Decisions, PoolInput, SchedulerOptions, build_node_claim, schedule_watching};
 use kube::ResourceExt;
@@ -481,13 +481,10 @@ impl Provisioner {
         );
         self.prune_first_seen(Some(&pending));
         drop(pending);
-        let rejected: Vec<UnschedulablePod> = snapshot
-            .rejected
-            .iter()
-            .map(|r| UnschedulablePod { pod: r.pod.clone(), reason: r.reason.clone() })
-            .collect();
+        let rejected: Vec<UnschedulablePod> =
+            snapshot.rejected.iter().map(|r| UnschedulablePod::new(r.pod.clone(), r.reason.clone())).collect();
         self.failed_scheduling(&rejected, false).await;
-        let rejected_keys: Vec<String> = rejected.iter().map(|r| r.pod.clone()).collect();
+        let rejected_keys: Vec<String> = rejected.iter().map(|r| r.pod.to_string()).collect();
         report.rejected = rejected;
         let cluster = snapshot.cluster;
         if cluster.pending_pods.is_empty() {
@@ -589,7 +586,7 @@ impl Provisioner {
             };
             for pod in placement.pods.iter().filter(|p| !is_virtual(p)) {
                 self.nominated_event(pod, &target).await;
-                report.nominated.insert(pod.clone(), placement.name.clone());
+                report.nominated.insert(pod.to_string(), placement.name.clone());
             }
         }
 
@@ -600,7 +597,9 @@ impl Provisioner {
             let Some((pool, _)) = pool else {
                 return Err(ProvisionError::NodePoolNotFound(plan.node_pool.clone()));
             };
-            self.create(pool, plan, virtual_pods).await.map(|name| (name, plan.pods.clone()))
+            self.create(pool, plan, virtual_pods)
+                .await
+                .map(|name| (name, plan.pods.iter().map(PodKey::to_string).collect()))
         });
         for result in futures::future::join_all(creations).await {
             match result {
@@ -644,7 +643,8 @@ impl Provisioner {
                     .observe(waited.as_secs_f64());
             }
         }
-        let real_pods: Vec<String> = plan.pods.iter().filter(|p| !virtual_pods.contains(*p)).cloned().collect();
+        let real_pods: Vec<String> =
+            plan.pods.iter().filter(|p| !virtual_pods.contains(p.as_str())).map(PodKey::to_string).collect();
         self.ctx.state.record_created_claim(&created, &real_pods);
         self.ctx
             .metrics
@@ -1217,9 +1217,11 @@ mod tests {
 
     #[test]
     fn unschedulable_pods_are_summarised_per_cause() {
-        let u = |pod: &str, reason: &str| UnschedulablePod {
-            pod: pod.into(),
-            reason: UnschedulableReason::InvalidPod { message: reason.into() },
+        let u = |pod: &str, reason: &str| {
+            UnschedulablePod::new(
+                pod.parse().expect("a pod key"),
+                UnschedulableReason::InvalidPod { message: reason.into() },
+            )
         };
         let pods = vec![u("a/1", "too big"), u("a/2", "no zone"), u("a/3", "too big"), u("a/4", "too big")];
         let lines = unschedulable_summary(&pods, false);
@@ -1243,7 +1245,7 @@ mod tests {
         // Reasons that read alike but differ in code are separate causes.
         let alike = vec![
             u("c/1", "scheduling timed out"),
-            UnschedulablePod { pod: "c/2".into(), reason: UnschedulableReason::Timeout },
+            UnschedulablePod::new("c/2".parse().expect("a pod key"), UnschedulableReason::Timeout),
         ];
         let lines = unschedulable_summary(&alike, false);
         let codes: Vec<(&str, &str)> = lines.iter().map(|l| (l.cause.as_str(), l.code)).collect();

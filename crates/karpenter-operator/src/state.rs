@@ -59,7 +59,7 @@ use karpenter_api::{CapacityBuffer, CompactPod, NodeClaim, NodePool, SpecInterne
 use karpenter_cloudprovider::Clock;
 use karpenter_disruption::pods::{Pdbs, is_currently_reschedulable};
 use karpenter_scheduler::ClusterSnapshot;
-use karpenter_scheduler::decision::UnschedulableReason;
+use karpenter_scheduler::decision::{PodKey, UnschedulableReason};
 use karpenter_scheduler::snapshot::SnapshotError;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
@@ -422,8 +422,8 @@ impl fmt::Debug for ClusterState {
 /// A pending pod the controller will not provision for, and why (upstream's provisioner validation).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RejectedPod {
-    /// `namespace/name`.
-    pub pod: String,
+    /// The pod.
+    pub pod: karpenter_scheduler::PodKey,
     /// Why (its `Display` is the `FailedScheduling` event's message).
     pub reason: UnschedulableReason,
 }
@@ -1020,8 +1020,10 @@ impl ClusterState {
                     match validate_pod(pod, &o) {
                         Ok(()) => builder.pod(pod.clone()),
                         Err(PodRejection::OptOut) => ignored.push(key.clone()),
-                        Err(PodRejection::Invalid(message)) => rejected
-                            .push(RejectedPod { pod: key.clone(), reason: UnschedulableReason::Volume { message } }),
+                        Err(PodRejection::Invalid(message)) => rejected.push(RejectedPod {
+                            pod: PodKey::of(pod),
+                            reason: UnschedulableReason::Volume { message },
+                        }),
                     }
                 }
             }

@@ -61,7 +61,7 @@ pub fn main() {
         }
     }
 
-    let placed: Vec<&String> = decisions.new_node_claims.iter().flat_map(|c| &c.pods).collect();
+    let placed: Vec<&PodKey> = decisions.new_node_claims.iter().flat_map(|c| &c.pods).collect();
     assert_eq!(placed, ["default/fits"]);
     assert_eq!(decisions.unschedulable.len(), 4);
 }

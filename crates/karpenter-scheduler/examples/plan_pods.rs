@@ -46,19 +46,28 @@ pub fn main() {
     let mut total = 0.0;
     println!("{} new NodeClaims:", decisions.new_node_claims.len());
     for claim in &decisions.new_node_claims {
-        // A claim the pods do not pin to a zone may launch in any zone its options offer.
-        let zone = claim.requirements.get(ZONE);
-        let zones = if zone.values().is_empty() { "any".to_owned() } else { zone.values().join(",") };
+        // Where it may land (every zone an option is offered in) and the offering it costs at the cheapest.
+        let zones = claim.zones.join(",");
         let price = claim.price.unwrap_or(f64::NAN);
         total += price;
+        let cheapest = claim.cheapest_offering().map_or_else(
+            || "none".to_owned(),
+            |o| {
+                format!(
+                    "{} {} in {}",
+                    o.name,
+                    o.capacity_type.as_deref().unwrap_or("?"),
+                    o.zone.as_deref().unwrap_or("?")
+                )
+            },
+        );
         println!(
-            "  {:<12} {:<7} ${price:.3}/h  zones {:<15} {:>2} pods  requests {}  (options: {})",
+            "  {:<12} ${price:.3}/h ({cheapest})  zones {:<15} {:>2} pods  requests {}  (options: {})",
             claim.name,
-            claim.instance_types[0],
             zones,
             claim.pods.len(),
             claim.requests,
-            claim.instance_types.join(", "),
+            claim.instance_type_names().collect::<Vec<_>>().join(", "),
         );
     }
     println!("total ${total:.3}/h; unschedulable: {}", decisions.unschedulable.len());

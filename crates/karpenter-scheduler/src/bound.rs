@@ -418,7 +418,7 @@ pub fn decision_bound(
     decisions: &Decisions,
 ) -> Result<CostBound, BoundError> {
     let placed: BTreeSet<&str> =
-        decisions.new_node_claims.iter().flat_map(|c| c.pods.iter().map(String::as_str)).collect();
+        decisions.new_node_claims.iter().flat_map(|c| c.pods.iter().map(crate::PodKey::as_str)).collect();
     let pods = snapshot.pending_pods.iter().map(|p| p.as_ref()).filter(|p| placed.contains(pod_key(p).as_str()));
     lower_bound(snapshot, pools, provider, pods)
 }

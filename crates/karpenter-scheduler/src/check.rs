@@ -191,7 +191,7 @@ pub fn check(
         let mut sum = ResourceList::new();
         let mut ports = HostPortUsage::new();
         for key in &claim.pods {
-            let Some(pod) = pending.get(key) else { continue };
+            let Some(pod) = pending.get(key.as_str()) else { continue };
             sum = sum.add(&requests(pod));
             if !tolerates_relaxed(pod, &taints) {
                 v.push(format!("{ctx}: pod {key} does not tolerate the NodePool's taints"));
@@ -213,7 +213,9 @@ pub fn check(
         }
         let entry = new_capacity.entry(claim.node_pool.as_str()).or_default();
         let mut max = ResourceList::new();
-        for name in &claim.instance_types {
+        let mut zones: BTreeSet<&str> = BTreeSet::new();
+        for option in &claim.instance_types {
+            let name = &option.name;
             let Some(it) = pool.instance_types.iter().find(|it| &it.name == name) else {
                 v.push(format!("{ctx}: unknown instance type {name}"));
                 continue;
@@ -222,8 +224,25 @@ pub fn check(
             if let Err(e) = it.requirements.intersects(reqs) {
                 v.push(format!("{ctx}: instance type {name} does not match: {e}"));
             }
-            if !it.offerings.available().any(|o| o.is_compatible(reqs, provider)) {
+            let compatible: Vec<&karpenter_requirements::Offering> =
+                it.offerings.available().filter(|o| o.is_compatible(reqs, provider)).collect();
+            if compatible.is_empty() {
                 v.push(format!("{ctx}: instance type {name} has no compatible available offering"));
+            }
+            zones.extend(compatible.iter().filter_map(|o| o.zone()));
+            // The option's offering is one of those, and none of them is cheaper.
+            let cheapest =
+                compatible.iter().map(|o| o.price).fold(None, |m: Option<f64>, p| Some(m.map_or(p, |m| m.min(p))));
+            let named = compatible.iter().any(|o| {
+                Some(o.price) == option.price
+                    && o.zone() == option.zone.as_deref()
+                    && o.capacity_type() == option.capacity_type.as_deref()
+            });
+            if option.price != cheapest || (cheapest.is_some() && !named) {
+                v.push(format!(
+                    "{ctx}: option {name} names offering ({:?}, {:?}, {:?}), its cheapest compatible costs {cheapest:?}",
+                    option.zone, option.capacity_type, option.price
+                ));
             }
             let overhead = daemon_overhead(snapshot, &pool_reqs, &taints, it, provider);
             if !sum.add(&overhead).fits(it.allocatable()) {
@@ -232,6 +251,9 @@ pub fn check(
                     it.allocatable()
                 ));
             }
+        }
+        if !claim.zones.iter().map(String::as_str).eq(zones.iter().copied()) {
+            v.push(format!("{ctx}: zones {:?}, its options are offered in {zones:?}", claim.zones));
         }
         entry.0 = entry.0.add(&max);
         entry.1 += 1;
@@ -316,7 +338,7 @@ pub fn check(
             ports.add(spec_host_ports(&p.spec));
         }
         for key in &placement.pods {
-            let Some(pod) = pending.get(key) else { continue };
+            let Some(pod) = pending.get(key.as_str()) else { continue };
             sum = sum.add(&requests(pod));
             if !tolerates_relaxed(pod, &taints) {
                 v.push(format!("{ctx}: pod {key} does not tolerate its taints"));
@@ -598,7 +620,7 @@ fn check_new_claim_volume_limits(
     for claim in &decisions.new_node_claims {
         let mut per_driver: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for k in &claim.pods {
-            let Some(p) = pending.get(k) else { continue };
+            let Some(p) = pending.get(k.as_str()) else { continue };
             for (d, c) in index.pod(p).map(|x| x.claims).unwrap_or_default() {
                 per_driver.entry(d).or_default().insert(c);
             }
@@ -610,8 +632,8 @@ fn check_new_claim_volume_limits(
         else {
             continue;
         };
-        for name in &claim.instance_types {
-            let Some(it) = pool.instance_types.iter().find(|it| &it.name == name) else { continue };
+        for name in claim.instance_type_names() {
+            let Some(it) = pool.instance_types.iter().find(|it| it.name == name) else { continue };
             for (driver, volumes) in &per_driver {
                 if let Some(limit) = it.volume_attachment_limits.get(driver)
                     && volumes.len() > *limit as usize
@@ -668,7 +690,7 @@ fn places_and_pods<'s>(
     for e in &decisions.existing_nodes {
         let Some(&i) = node_place.get(e.name.as_str()) else { continue };
         for k in &e.pods {
-            if let Some(p) = pending.get(k) {
+            if let Some(p) = pending.get(k.as_str()) {
                 pods.push((p, i, true));
             }
         }
@@ -677,9 +699,8 @@ fn places_and_pods<'s>(
         let reqs = c.requirements.clone();
         let pool = pools.iter().find(|p| p.node_pool.metadata.name.as_deref() == Some(c.node_pool.as_str()));
         let it_reqs = c
-            .instance_types
-            .iter()
-            .filter_map(|n| pool.and_then(|p| p.instance_types.iter().find(|it| &it.name == n)))
+            .instance_type_names()
+            .filter_map(|n| pool.and_then(|p| p.instance_types.iter().find(|it| it.name == n)))
             .map(|it| it.requirements.clone())
             .collect();
         let taints =
@@ -687,7 +708,7 @@ fn places_and_pods<'s>(
         let i = places.len();
         places.push(Where::Claim { reqs, it_reqs, taints, name: c.name.clone() });
         for k in &c.pods {
-            if let Some(p) = pending.get(k) {
+            if let Some(p) = pending.get(k.as_str()) {
                 pods.push((p, i, true));
             }
         }
@@ -831,9 +852,8 @@ pub fn check_cluster_limits(
             .find(|p| p.node_pool.metadata.name.as_deref() == Some(claim.node_pool.as_str()))
             .map_or(&[][..], |p| p.instance_types);
         let largest = claim
-            .instance_types
-            .iter()
-            .filter_map(|name| its.iter().find(|it| &it.name == name))
+            .instance_type_names()
+            .filter_map(|name| its.iter().find(|it| it.name == name))
             .fold(ResourceList::new(), |m, it| m.max(it.capacity()));
         used = used.add(&largest).add(&one);
     }
@@ -911,7 +931,7 @@ fn check_volumes(
             }
         }
         for k in &e.pods {
-            let Some(p) = pending.get(k) else { continue };
+            let Some(p) = pending.get(k.as_str()) else { continue };
             for (d, c) in index.pod(p).map(|x| x.claims).unwrap_or_default() {
                 if !used.get(&d).is_some_and(|s| s.contains(&c)) {
                     added.entry(d).or_default().insert(c);
@@ -1150,6 +1170,37 @@ mod tests {
 
     /// Three pods a Service selects, packed on one claim: fine without a scheduler config, a violation of the
     /// default hostname spread with one; the scheduler's own decision under the config passes.
+    /// The plan's zones and each option's offering are checked against the catalogue: a claim said to land in a
+    /// zone no option is offered in, or an option named at an offering it does not have, is a violation.
+    #[test]
+    fn checks_the_zones_and_offerings_a_plan_names() {
+        let pool = node_pool(NodePoolOptions { name: Some("default".into()), ..Default::default() });
+        let its = catalogue();
+        let mut snap = ClusterSnapshot::new();
+        snap.node_pools.push(pool);
+        snap.pending_pods.push(
+            pod(PodOptions { name: Some("p".into()), requests: [("cpu", "1")].into(), ..Default::default() })
+                .into_shared(),
+        );
+        let pools = [PoolInput { node_pool: &snap.node_pools[0], instance_types: &its }];
+        let provider = ProviderLabels::aws();
+        let d = schedule(&snap, &pools, &provider, &SchedulerOptions::default());
+        assert_eq!(d.new_node_claims[0].zones, ["a", "b", "c"]);
+        assert!(check(&snap, &pools, &provider, &d).is_ok());
+
+        let mut wrong_zones = d.clone();
+        wrong_zones.new_node_claims[0].zones = vec!["a".into(), "d".into()];
+        let v = check(&snap, &pools, &provider, &wrong_zones).unwrap_err();
+        assert!(v.iter().any(|v| v.contains("zones [\"a\", \"d\"], its options are offered in")), "{v:?}");
+
+        let mut wrong_offering = d;
+        let option = &mut wrong_offering.new_node_claims[0].instance_types[0];
+        option.price = Some(0.5);
+        option.capacity_type = Some("spot".into());
+        let v = check(&snap, &pools, &provider, &wrong_offering).unwrap_err();
+        assert!(v.iter().any(|v| v.contains("option big names offering") && v.contains("costs Some(1.0)")), "{v:?}");
+    }
+
     #[test]
     fn checks_default_spread_constraints() {
         let pool = node_pool(NodePoolOptions { name: Some("default".into()), ..Default::default() });

@@ -10,6 +10,11 @@
 //!     "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand", "spot"]}],
 //!     "instanceTypes": ["c-2x", "c-4x"],      // options, cheapest first, at most 600
 //!     "price": 0.3,                           // cheapest compatible offering of the first option
+//!     "instanceTypeOptions": [                // each option's cheapest compatible offering, same order
+//!       {"name": "c-2x", "price": 0.3, "zone": "zone-a", "capacityType": "spot"},
+//!       {"name": "c-4x", "price": 0.5, "zone": "zone-b", "capacityType": "spot"}
+//!     ],
+//!     "zones": ["zone-a", "zone-b"],          // where the claim may land
 //!     "pods": ["default/web-0"],
 //!     "requests": {"cpu": "1", "pods": "1"},  // the pods' summed requests
 //!     "daemonSetOverhead": {"cpu": "100m"},   // smallest DaemonSet overhead over the options
@@ -28,7 +33,14 @@
 //! * `requirements` are the NodeClaim's `spec.requirements`: simulation-only keys and the placeholder hostname
 //!   removed, `node.kubernetes.io/instance-type In [options]` and `karpenter.sh/capacity-type` added. Numeric
 //!   bounds serialise as `Gte`/`Lte`; `minValues` appears when set.
-//! * Pods are named `namespace/name`; every pending pod of the snapshot appears exactly once: in a new claim,
+//! * `instanceTypeOptions[i]` is `instanceTypes[i]` with its cheapest available offering compatible with the
+//!   requirements (ties: capacity type, then zone, alphabetically): what the cloud launches if it picks that
+//!   type, so the first one priced is the claim's cheapest ([`NodeClaimPlan::cheapest_offering`]). An option
+//!   without such an offering has no `price`, `zone` nor `capacityType`.
+//! * `zones` are the zones of every available offering of the options compatible with the requirements, sorted:
+//!   the NodeClaim launches in one of them. Read [`NodeClaimPlan::zone`] / `zones` rather than the zone
+//!   requirement, which may allow zones no option is offered in. Offerings without a zone add none.
+//! * Pods are named `namespace/name` ([`PodKey`]); every pending pod of the snapshot appears exactly once: in a new claim,
 //!   on an existing or in-flight node, or in `unschedulable`. Lists are sorted (claims in creation order,
 //!   existing nodes by name, pods and unschedulable entries by name).
 //! * `timedOut` is true when the deadline fired: the document holds what was decided until then and the
@@ -36,24 +48,33 @@
 //! * `unschedulable[].reason` is the message for people, `code` a stable machine code to branch on (see
 //!   [`UnschedulableReason::code`]; new codes may appear without a version change).
 //!
-//! The version string changes on any incompatible change of this format.
+//! The version string changes on any incompatible change of this format; fields are added without one
+//! (`instanceTypeOptions` and `zones` were), and a document without them still reads.
 
+mod pod_key;
 mod reason;
 
 use std::collections::BTreeMap;
 
 use karpenter_api::NodePool;
-use karpenter_requirements::{Quantity, RequirementError, Requirements, ResourceList};
+use karpenter_requirements::{OfferingsExt, Quantity, RequirementError, Requirements, ResourceList};
 use serde::{Deserialize, Serialize};
 
+pub use pod_key::{PodKey, PodKeyError};
 pub use reason::{NodePoolRejection, RejectionKind, UnschedulableReason};
 
 /// The `apiVersion` of [`Decisions`].
 pub const API_VERSION: &str = "karpenter-rs.scheduler/v1";
 
 /// Everything one scheduling pass decided.
+///
+/// The output types are `#[non_exhaustive]`: fields are added without a breaking release, so code outside this
+/// crate reads their public fields and builds them only through the scheduler or their constructors
+/// ([`Decisions::new`], [`NodeClaimPlan::from_template`], [`ExistingNodePlacement::new`],
+/// [`UnschedulablePod::new`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct Decisions {
     /// Always [`API_VERSION`].
     pub api_version: String,
@@ -69,40 +90,144 @@ pub struct Decisions {
 
 /// A NodeClaim to create, as typed values; the JSON form (module docs) is only a view of it.
 /// [`crate::nodeclaim::build_node_claim`] turns it into the NodeClaim object.
+///
+/// ```
+/// use karpenter_scheduler::prelude::*;
+///
+/// let pool = NodePool::builder("default", NodeClassReference::new("example.com", "ToyNodeClass", "default")).build();
+/// let catalogue = [
+///     InstanceType::builder("small").cpu(2).memory_gib(4).pods(110)
+///         .offering(Offering::on_demand("zone-a", 0.10))
+///         .offering(Offering::spot("zone-b", 0.04))
+///         .build(),
+///     InstanceType::builder("large").cpu(8).memory_gib(16).pods(110)
+///         .offering(Offering::on_demand("zone-c", 0.40))
+///         .build(),
+/// ];
+/// let mut snapshot = ClusterSnapshot::builder();
+/// snapshot.pod(PodBuilder::new("shop", "web-0").requests(&ResourceList::try_from_pairs([(CPU, "1")]).unwrap()).build());
+/// let snapshot = snapshot.build().unwrap();
+/// let pools = [PoolInput { node_pool: &pool, instance_types: &catalogue }];
+/// let decisions = schedule(&snapshot, &pools, &ProviderLabels::core_only("toy"), &SchedulerOptions::default());
+///
+/// let claim = &decisions.new_node_claims[0];
+/// assert_eq!(claim.pods[0].namespace(), "shop");
+/// assert_eq!(claim.pods[0].to_string(), "shop/web-0");
+/// // Where it may land: every zone an option is offered in, whatever the zone requirement allows.
+/// assert_eq!(claim.zones, ["zone-a", "zone-b", "zone-c"]);
+/// // The cheapest offering: type, zone, capacity type and price.
+/// let cheapest = claim.cheapest_offering().expect("an option is offered");
+/// assert_eq!(
+///     (cheapest.name.as_str(), cheapest.zone.as_deref(), cheapest.capacity_type.as_deref(), cheapest.price),
+///     ("small", Some("zone-b"), Some("spot"), Some(0.04))
+/// );
+/// assert_eq!(claim.price, Some(0.04));
+/// // Every option with its own cheapest offering, cheapest first.
+/// let large = &claim.instance_types[1];
+/// assert_eq!((large.name.as_str(), large.zone.as_deref(), large.price), ("large", Some("zone-c"), Some(0.40)));
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(into = "NodeClaimPlanJson", try_from = "NodeClaimPlanJson")]
+#[non_exhaustive]
 pub struct NodeClaimPlan {
     /// Placeholder hostname (`<nodepool>-<n>`), unique in the document.
     pub name: String,
     /// The NodePool.
     pub node_pool: String,
     /// `spec.requirements` of the NodeClaim (JSON: a list of [`RequirementJson`] in key order).
-    #[serde(with = "requirements_json")]
     pub requirements: Requirements,
-    /// Instance-type options, cheapest first.
-    pub instance_types: Vec<String>,
-    /// Price of the cheapest compatible available offering of the first option (`null` if none).
+    /// Instance-type options, cheapest first, each with its cheapest compatible offering (JSON: the names in
+    /// `instanceTypes`, the offerings in `instanceTypeOptions`). [`NodeClaimPlan::set_instance_types`] sets them
+    /// from the instance types.
+    pub instance_types: Vec<InstanceTypeOption>,
+    /// The claim's cheapest price: the first option's (`None` if no option has a compatible offering).
     pub price: Option<f64>,
-    /// Pods packed onto the claim.
-    pub pods: Vec<String>,
+    /// The zones the claim may land in, sorted: those of its options' available offerings compatible with its
+    /// requirements ([`NodeClaimPlan::zone`] when there is one).
+    pub zones: Vec<String>,
+    /// Pods packed onto the claim, sorted.
+    pub pods: Vec<PodKey>,
     /// Summed requests of those pods (JSON: `name -> canonical quantity`).
-    #[serde(with = "resources_json")]
     pub requests: ResourceList,
     /// DaemonSet overhead the claim is sized for (the smallest over the options).
-    #[serde(with = "resources_json")]
     pub daemon_set_overhead: ResourceList,
     /// minValues were lowered under the BestEffort policy.
     pub min_values_relaxed: bool,
     /// A NodeOverlay changed the price of an offering of one of the options (absent from the JSON when false).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub price_overlay_applied: bool,
     /// A NodeOverlay added capacity to one of the options (absent from the JSON when false).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub capacity_overlay_applied: bool,
     /// The DRA drivers the claim's pods' resource claims rely on, sorted (annotation
     /// `karpenter.sh/requested-dra-drivers`; absent from the JSON when empty).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub requested_dra_drivers: Vec<String>,
+}
+
+/// One instance-type option of a [`NodeClaimPlan`] and its cheapest available offering compatible with the
+/// claim's requirements: where and how the type launches if the cloud picks it, at what price. The offering's
+/// fields are `None` when the type has no such offering (a plan read from an older document, or options set
+/// by a caller under requirements no offering meets).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct InstanceTypeOption {
+    /// The instance type's name.
+    pub name: String,
+    /// The offering's hourly price.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price: Option<f64>,
+    /// The offering's zone (`None` also when the offering names none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// The offering's capacity type (`on-demand`, `spot`, `reserved`; `None` also when it names none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_type: Option<String>,
+}
+
+impl InstanceTypeOption {
+    /// An option named `name` with no offering known.
+    pub fn named(name: impl Into<String>) -> Self {
+        InstanceTypeOption { name: name.into(), price: None, zone: None, capacity_type: None }
+    }
+
+    /// `it` as an option of a claim with requirements `reqs`: its cheapest available offering compatible with
+    /// them; equal prices go to the capacity type, then the zone, first in alphabetical order, so the choice
+    /// does not depend on the catalogue's order. `allow_undefined` are the keys an offering may leave
+    /// undefined (the provider's labels, as the scheduler checks offerings).
+    pub fn of<K: karpenter_requirements::KeySet>(
+        it: &karpenter_requirements::InstanceType,
+        reqs: &Requirements,
+        allow_undefined: &K,
+    ) -> Self {
+        let best = it.offerings.available().filter(|o| o.is_compatible(reqs, allow_undefined)).min_by(|a, b| {
+            a.price
+                .total_cmp(&b.price)
+                .then_with(|| a.capacity_type().cmp(&b.capacity_type()))
+                .then_with(|| a.zone().cmp(&b.zone()))
+        });
+        InstanceTypeOption {
+            name: it.name.clone(),
+            price: best.map(|o| o.price),
+            zone: best.and_then(|o| o.zone()).map(str::to_owned),
+            capacity_type: best.and_then(|o| o.capacity_type()).map(str::to_owned),
+        }
+    }
+}
+
+/// The zones of the available offerings of `its` compatible with `reqs`, sorted and without repeats: where a
+/// claim with those options and requirements may land.
+pub fn offered_zones<K: karpenter_requirements::KeySet>(
+    its: &[&karpenter_requirements::InstanceType],
+    reqs: &Requirements,
+    allow_undefined: &K,
+) -> Vec<String> {
+    let mut zones: Vec<&str> = its
+        .iter()
+        .flat_map(|it| it.offerings.available().filter(|o| o.is_compatible(reqs, allow_undefined)))
+        .filter_map(|o| o.zone())
+        .collect();
+    zones.sort_unstable();
+    zones.dedup();
+    zones.into_iter().map(str::to_owned).collect()
 }
 
 /// Whether a NodeOverlay set the price of an offering of one of `its`, and whether one added capacity to one of
@@ -125,6 +250,7 @@ impl NodeClaimPlan {
             requirements: karpenter_api::scheduling::requirements_from(&pool.spec.template.spec.requirements)?,
             instance_types: Vec::new(),
             price: None,
+            zones: Vec::new(),
             pods: Vec::new(),
             requests: ResourceList::new(),
             daemon_set_overhead: ResourceList::new(),
@@ -140,6 +266,44 @@ impl NodeClaimPlan {
         (self.price_overlay_applied, self.capacity_overlay_applied) = overlay_flags(its);
     }
 
+    /// Makes `its` (in the order given: cheapest first) the plan's options under its current requirements: each
+    /// option's cheapest offering, the claim's price (the first option's), its zones and the NodeOverlay flags.
+    /// Set the requirements first; they are not changed.
+    pub fn set_instance_types<K: karpenter_requirements::KeySet>(
+        &mut self,
+        its: &[&karpenter_requirements::InstanceType],
+        allow_undefined: &K,
+    ) {
+        self.instance_types =
+            its.iter().map(|it| InstanceTypeOption::of(it, &self.requirements, allow_undefined)).collect();
+        self.price = self.instance_types.first().and_then(|o| o.price);
+        self.zones = offered_zones(its, &self.requirements, allow_undefined);
+        self.set_overlay_flags(its);
+    }
+
+    /// The names of the instance-type options, cheapest first.
+    pub fn instance_type_names(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
+        self.instance_types.iter().map(|o| o.name.as_str())
+    }
+
+    /// The claim's cheapest offering: the option with the lowest price (the first of equal ones), with its
+    /// zone and capacity type. `None` when no option has a compatible offering.
+    pub fn cheapest_offering(&self) -> Option<&InstanceTypeOption> {
+        self.instance_types
+            .iter()
+            .filter(|o| o.price.is_some())
+            .min_by(|a, b| a.price.unwrap_or(f64::INFINITY).total_cmp(&b.price.unwrap_or(f64::INFINITY)))
+    }
+
+    /// The one zone the claim lands in, when its options are offered in exactly one (`None`: several, or none
+    /// known).
+    pub fn zone(&self) -> Option<&str> {
+        match self.zones.as_slice() {
+            [zone] => Some(zone),
+            _ => None,
+        }
+    }
+
     /// What the NodeClaim requests: the pods' requests plus the DaemonSet overhead.
     pub fn total_requests(&self) -> ResourceList {
         self.requests.add(&self.daemon_set_overhead)
@@ -149,30 +313,47 @@ impl NodeClaimPlan {
 /// Pods placed on one existing node or in-flight NodeClaim.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct ExistingNodePlacement {
     /// Node name (or NodeClaim name when in flight).
     pub name: String,
     /// A NodeClaim without a node yet.
     pub in_flight: bool,
-    /// Pods placed there.
-    pub pods: Vec<String>,
+    /// Pods placed there, sorted.
+    pub pods: Vec<PodKey>,
+}
+
+impl ExistingNodePlacement {
+    /// `pods` placed on the node (or in-flight NodeClaim) `name`.
+    pub fn new(name: impl Into<String>, in_flight: bool, pods: Vec<PodKey>) -> Self {
+        ExistingNodePlacement { name: name.into(), in_flight, pods }
+    }
 }
 
 /// A pod that could not be placed. JSON: `{"pod", "code", "reason"}`, `reason` being the message
 /// ([`UnschedulableReason`]'s `Display`) and `code` its [`code`](UnschedulableReason::code).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(into = "reason::UnschedulablePodJson", try_from = "reason::UnschedulablePodJson")]
+#[non_exhaustive]
 pub struct UnschedulablePod {
-    /// `namespace/name`.
-    pub pod: String,
+    /// The pod.
+    pub pod: PodKey,
     /// Why, and so what to change to make it schedulable.
     pub reason: UnschedulableReason,
+}
+
+impl UnschedulablePod {
+    /// `pod`, left out for `reason`.
+    pub fn new(pod: PodKey, reason: UnschedulableReason) -> Self {
+        UnschedulablePod { pod, reason }
+    }
 }
 
 /// One requirement in JSON (`NodeSelectorRequirement` plus `minValues`): the view of [`Requirements`] in the
 /// decision document.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct RequirementJson {
     /// Label key.
     pub key: String,
@@ -255,6 +436,94 @@ mod resources_json {
     }
 }
 
+/// [`NodeClaimPlan`]'s JSON form (module docs). The names stay in `instanceTypes`, as before options carried
+/// offerings, so a reader of the names alone sees the list it always saw.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NodeClaimPlanJson {
+    name: String,
+    node_pool: String,
+    #[serde(with = "requirements_json")]
+    requirements: Requirements,
+    instance_types: Vec<String>,
+    price: Option<f64>,
+    /// Absent from documents written before options carried offerings: their offerings are then unknown.
+    #[serde(default)]
+    instance_type_options: Option<Vec<InstanceTypeOption>>,
+    #[serde(default)]
+    zones: Vec<String>,
+    pods: Vec<PodKey>,
+    #[serde(with = "resources_json")]
+    requests: ResourceList,
+    #[serde(with = "resources_json")]
+    daemon_set_overhead: ResourceList,
+    min_values_relaxed: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    price_overlay_applied: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    capacity_overlay_applied: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    requested_dra_drivers: Vec<String>,
+}
+
+impl From<NodeClaimPlan> for NodeClaimPlanJson {
+    fn from(p: NodeClaimPlan) -> Self {
+        NodeClaimPlanJson {
+            name: p.name,
+            node_pool: p.node_pool,
+            requirements: p.requirements,
+            instance_types: p.instance_types.iter().map(|o| o.name.clone()).collect(),
+            price: p.price,
+            instance_type_options: Some(p.instance_types),
+            zones: p.zones,
+            pods: p.pods,
+            requests: p.requests,
+            daemon_set_overhead: p.daemon_set_overhead,
+            min_values_relaxed: p.min_values_relaxed,
+            price_overlay_applied: p.price_overlay_applied,
+            capacity_overlay_applied: p.capacity_overlay_applied,
+            requested_dra_drivers: p.requested_dra_drivers,
+        }
+    }
+}
+
+impl TryFrom<NodeClaimPlanJson> for NodeClaimPlan {
+    type Error = String;
+
+    fn try_from(j: NodeClaimPlanJson) -> Result<Self, String> {
+        let instance_types = match j.instance_type_options {
+            None => j.instance_types.into_iter().map(InstanceTypeOption::named).collect(),
+            Some(options) => {
+                let names = options.iter().map(|o| o.name.as_str());
+                if !names.eq(j.instance_types.iter().map(String::as_str)) {
+                    return Err(format!(
+                        "claim {}: instanceTypeOptions name {:?}, not instanceTypes {:?} in that order",
+                        j.name,
+                        options.iter().map(|o| o.name.as_str()).collect::<Vec<_>>(),
+                        j.instance_types
+                    ));
+                }
+                options
+            }
+        };
+        Ok(NodeClaimPlan {
+            name: j.name,
+            node_pool: j.node_pool,
+            requirements: j.requirements,
+            instance_types,
+            price: j.price,
+            zones: j.zones,
+            pods: j.pods,
+            requests: j.requests,
+            daemon_set_overhead: j.daemon_set_overhead,
+            min_values_relaxed: j.min_values_relaxed,
+            price_overlay_applied: j.price_overlay_applied,
+            capacity_overlay_applied: j.capacity_overlay_applied,
+            requested_dra_drivers: j.requested_dra_drivers,
+        })
+    }
+}
+
 impl Decisions {
     /// An empty document.
     pub fn new() -> Self {
@@ -293,16 +562,26 @@ impl Default for Decisions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use karpenter_requirements::{Format, Requirement};
+    use karpenter_requirements::{Format, InstanceType, Offering, Requirement};
+
+    fn key(key: &str) -> PodKey {
+        key.parse().expect("a pod key")
+    }
 
     fn plan(reqs: Requirements) -> NodeClaimPlan {
         NodeClaimPlan {
             name: "default-1".into(),
             node_pool: "default".into(),
             requirements: reqs,
-            instance_types: vec!["t".into()],
+            instance_types: vec![InstanceTypeOption {
+                price: Some(0.5),
+                zone: Some("zone-a".into()),
+                capacity_type: Some("spot".into()),
+                ..InstanceTypeOption::named("t")
+            }],
             price: Some(0.5),
-            pods: vec!["default/p".into()],
+            zones: vec!["zone-a".into()],
+            pods: vec![key("default/p")],
             requests: ResourceList::new()
                 .with("cpu", "1500m".parse().expect("quantity"))
                 .with("pods", Quantity::from_int(1, Format::DecimalSI)),
@@ -322,7 +601,7 @@ mod tests {
                 .into_iter()
                 .collect();
         d.new_node_claims.push(plan(reqs.clone()));
-        d.unschedulable.push(UnschedulablePod { pod: "default/q".into(), reason: UnschedulableReason::Timeout });
+        d.unschedulable.push(UnschedulablePod::new(key("default/q"), UnschedulableReason::Timeout));
         let json = d.to_json();
         assert!(json.contains("\"apiVersion\": \"karpenter-rs.scheduler/v1\""), "{json}");
         assert!(json.contains("\"minValues\": 2"), "{json}");
@@ -332,8 +611,9 @@ mod tests {
         assert_eq!(d.placed_pods(), 1);
     }
 
-    /// The typed plan serialises exactly as the string form did: requirements in key order, quantities as
-    /// canonical strings in name order, a pod's reason as its message next to its code.
+    /// The typed plan serialises as the string form did, plus the options' offerings and the zones:
+    /// requirements in key order, quantities as canonical strings in name order, a pod's reason as its message
+    /// next to its code.
     #[test]
     fn the_json_view_of_the_typed_plan_is_unchanged() {
         let reqs: Requirements = [
@@ -351,18 +631,111 @@ mod tests {
                     {"key": "cpu", "operator": "Gte", "values": ["4"]},
                     {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand", "spot"]}
                 ],
-                "instanceTypes": ["t"], "price": 0.5, "pods": ["default/p"],
+                "instanceTypes": ["t"], "price": 0.5,
+                "instanceTypeOptions": [{"name": "t", "price": 0.5, "zone": "zone-a", "capacityType": "spot"}],
+                "zones": ["zone-a"], "pods": ["default/p"],
                 "requests": {"cpu": "1500m", "pods": "1"}, "daemonSetOverhead": {"cpu": "100m"},
                 "minValuesRelaxed": false
             })
         );
         let text = serde_json::to_string(&serde_json::json!({"requests": value["requests"]})).expect("text");
         assert_eq!(text, r#"{"requests":{"cpu":"1500m","pods":"1"}}"#);
-        let u = UnschedulablePod { pod: "default/q".into(), reason: UnschedulableReason::UninitializedNode };
+        let u = UnschedulablePod::new(key("default/q"), UnschedulableReason::UninitializedNode);
         assert_eq!(
             serde_json::to_string(&u).expect("serialises"),
             r#"{"pod":"default/q","code":"UninitializedNode","reason":"would schedule against uninitialized nodeclaim"}"#
         );
+    }
+
+    fn catalogue() -> Vec<InstanceType> {
+        vec![
+            InstanceType::builder("small")
+                .cpu(2)
+                .offering(Offering::spot("zone-a", 0.04))
+                .offering(Offering::on_demand("zone-a", 0.10))
+                .offering(Offering::on_demand("zone-b", 0.09))
+                .offering(Offering::on_demand("zone-c", 0.01).unavailable())
+                .build(),
+            InstanceType::builder("large").cpu(8).offering(Offering::on_demand("zone-c", 0.40)).build(),
+            InstanceType::builder("spot-only").cpu(2).offering(Offering::spot("zone-b", 0.02)).build(),
+            InstanceType::builder("tied")
+                .cpu(2)
+                .offering(Offering::spot("zone-b", 0.05))
+                .offering(Offering::on_demand("zone-b", 0.05))
+                .offering(Offering::on_demand("zone-a", 0.05))
+                .build(),
+        ]
+    }
+
+    /// Each option is its cheapest available offering the requirements allow (ties: capacity type, then zone,
+    /// alphabetically), the claim is priced at its first option; the zones are where those offerings are,
+    /// whatever the zone requirement allows.
+    #[test]
+    fn options_carry_the_cheapest_offering_the_requirements_allow() {
+        let its = catalogue();
+        let refs: Vec<&InstanceType> = its.iter().collect();
+        let provider = karpenter_api::ProviderLabels::core_only("toy");
+        let on_demand_in_a_b_d: Requirements = [
+            Requirement::in_values(karpenter_requirements::labels::CAPACITY_TYPE, ["on-demand"]),
+            Requirement::in_values(karpenter_requirements::labels::ZONE, ["zone-a", "zone-b", "zone-d"]),
+        ]
+        .into_iter()
+        .collect();
+        let mut p = plan(on_demand_in_a_b_d);
+        p.set_instance_types(&refs, &provider);
+        // (name, price, zone, capacity type)
+        type Seen<'a> = (&'a str, Option<f64>, Option<&'a str>, Option<&'a str>);
+        let options: Vec<Seen<'_>> = p
+            .instance_types
+            .iter()
+            .map(|o| (o.name.as_str(), o.price, o.zone.as_deref(), o.capacity_type.as_deref()))
+            .collect();
+        assert_eq!(
+            options,
+            [
+                ("small", Some(0.09), Some("zone-b"), Some("on-demand")),
+                ("large", None, None, None),
+                ("spot-only", None, None, None),
+                ("tied", Some(0.05), Some("zone-a"), Some("on-demand")),
+            ],
+            "spot, unavailable and zone-c offerings excluded; a tie goes to the first zone"
+        );
+        assert_eq!(p.price, Some(0.09), "the first option's");
+        let cheapest = p.cheapest_offering().expect("priced");
+        assert_eq!((cheapest.name.as_str(), cheapest.price), ("tied", Some(0.05)), "the cheapest, not the first");
+        assert_eq!(p.zones, ["zone-a", "zone-b"], "zone-d is allowed but offered by no option");
+        assert_eq!(p.zone(), None, "two zones: no single one");
+
+        let mut p = plan(Requirements::new());
+        p.set_instance_types(&refs[1..2], &provider);
+        assert_eq!((p.zone(), p.price), (Some("zone-c"), Some(0.4)));
+        assert_eq!(p.instance_type_names().collect::<Vec<_>>(), ["large"]);
+        p.set_instance_types(&refs[3..], &provider);
+        let tied = &p.instance_types[0];
+        assert_eq!((tied.capacity_type.as_deref(), tied.zone.as_deref()), (Some("on-demand"), Some("zone-a")));
+
+        p.set_instance_types(&[], &provider);
+        assert!(p.zones.is_empty() && p.zone().is_none() && p.price.is_none() && p.cheapest_offering().is_none());
+    }
+
+    /// A document written before options carried offerings still reads (offerings unknown, no zones); options
+    /// that do not name the instance types in order are an error saying so, as is a pod that is not
+    /// `namespace/name`.
+    #[test]
+    fn plans_without_offerings_read_and_misaligned_options_are_errors() {
+        let old = r#"{"name": "x", "nodePool": "p", "requirements": [], "instanceTypes": ["a", "b"], "price": 0.1,
+            "pods": ["default/q"], "requests": {}, "daemonSetOverhead": {}, "minValuesRelaxed": false}"#;
+        let p: NodeClaimPlan = serde_json::from_str(old).expect("an older document reads");
+        assert_eq!(p.instance_types, [InstanceTypeOption::named("a"), InstanceTypeOption::named("b")]);
+        assert!(p.zones.is_empty() && p.cheapest_offering().is_none());
+        assert_eq!((p.pods[0].namespace(), p.pods[0].name()), ("default", "q"));
+        let swapped =
+            old.replace(r#""price": 0.1"#, r#""price": 0.1, "instanceTypeOptions": [{"name": "b"}, {"name": "a"}]"#);
+        let err = serde_json::from_str::<NodeClaimPlan>(&swapped).unwrap_err().to_string();
+        assert!(err.contains("instanceTypeOptions name [\"b\", \"a\"], not instanceTypes [\"a\", \"b\"]"), "{err}");
+        let bad = old.replace(r#"["default/q"]"#, r#"["q"]"#);
+        let err = serde_json::from_str::<NodeClaimPlan>(&bad).unwrap_err().to_string();
+        assert!(err.contains("pod key \"q\" is not namespace/name"), "{err}");
     }
 
     #[test]

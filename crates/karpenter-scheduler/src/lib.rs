@@ -90,7 +90,12 @@
 //! let pools = [PoolInput { node_pool: &snapshot.node_pools[0], instance_types: &catalogue }];
 //! let decisions = schedule(&snapshot, &pools, &ProviderLabels::aws(), &SchedulerOptions::default());
 //! assert_eq!(decisions.new_node_claims.len(), 1);
-//! assert_eq!(decisions.new_node_claims[0].instance_types, ["small"]);
+//! let claim = &decisions.new_node_claims[0];
+//! assert_eq!(claim.instance_type_names().collect::<Vec<_>>(), ["small"]);
+//! // Where and at what price: the one zone its option is offered in, its cheapest compatible offering.
+//! assert_eq!((claim.zone(), claim.price), (Some("zone-a"), Some(0.1)));
+//! let offering = claim.cheapest_offering().unwrap();
+//! assert_eq!(offering.capacity_type.as_deref(), Some("on-demand"));
 //! println!("{}", decisions.to_json());
 //! ```
 //!
@@ -169,7 +174,10 @@ pub use karpenter_api;
 pub use karpenter_api::{k8s_openapi, kube};
 pub use karpenter_requirements;
 
-pub use decision::{API_VERSION, Decisions, NodeClaimPlan, UnschedulablePod, UnschedulableReason};
+pub use decision::{
+    API_VERSION, Decisions, ExistingNodePlacement, InstanceTypeOption, NodeClaimPlan, PodKey, PodKeyError,
+    UnschedulablePod, UnschedulableReason,
+};
 pub use default_spread::{SchedulerConfig, SchedulerConfigError};
 pub use nodeclaim::{BuildError, build_node_claim};
 pub use scheduler::templates::{cluster_usage, remaining_limits};

@@ -143,6 +143,7 @@ pub fn build_node_claim(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::decision::InstanceTypeOption;
     use karpenter_api::hash::node_pool_hash;
     use karpenter_requirements::{Format, Quantity, Requirement, Requirements, ResourceList};
     use karpenter_testing::{NodePoolOptions, node_pool, nodepool_requirement};
@@ -169,9 +170,10 @@ mod tests {
             name: "default-1".into(),
             node_pool: "default".into(),
             requirements,
-            instance_types: vec!["m-2x".into(), "m-4x".into()],
+            instance_types: vec![InstanceTypeOption::named("m-2x"), InstanceTypeOption::named("m-4x")],
             price: Some(0.1),
-            pods: vec!["default/a".into(), "default/b".into()],
+            zones: vec!["zone-a".into()],
+            pods: vec!["default/a".parse().expect("key"), "default/b".parse().expect("key")],
             requests: ResourceList::new()
                 .with("cpu", quantity("1500m"))
                 .with("memory", quantity("1Gi"))

@@ -45,6 +45,8 @@ pub use karpenter_requirements::{
     ResourceList,
 };
 
-pub use crate::decision::{Decisions, ExistingNodePlacement, NodeClaimPlan, UnschedulablePod, UnschedulableReason};
+pub use crate::decision::{
+    Decisions, ExistingNodePlacement, InstanceTypeOption, NodeClaimPlan, PodKey, UnschedulablePod, UnschedulableReason,
+};
 pub use crate::snapshot::{ClusterSnapshot, SnapshotBuilder};
 pub use crate::{PoolInput, SchedulerOptions, schedule};

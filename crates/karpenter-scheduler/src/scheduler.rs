@@ -54,8 +54,8 @@ use volumes::{
 };
 
 use crate::decision::{
-    Decisions, ExistingNodePlacement, NodeClaimPlan, NodePoolRejection, RejectionKind, UnschedulablePod,
-    UnschedulableReason,
+    Decisions, ExistingNodePlacement, InstanceTypeOption, NodeClaimPlan, NodePoolRejection, PodKey, RejectionKind,
+    UnschedulablePod, UnschedulableReason,
 };
 use crate::default_spread::{DefaultSpread, SchedulerConfig};
 use crate::snapshot::ClusterSnapshot;
@@ -937,7 +937,7 @@ impl<'a> Solver<'a> {
                 .entry((claim.template, reqs.clone()))
                 .or_insert_with(|| Pricing::new(template, &reqs, self.provider));
             if !pricing.built.contains_key(&claim.its) {
-                let b = pricing.build(template, reqs, &claim.its, self.options.min_values_policy);
+                let b = pricing.build(template, reqs, &claim.its, self.options.min_values_policy, self.provider);
                 pricing.built.insert(claim.its.clone(), b);
             }
             let Some(built) = pricing.built.get(&claim.its) else { continue };
@@ -954,11 +954,11 @@ impl<'a> Solver<'a> {
                     continue;
                 }
             };
-            let mut pods: Vec<String> = claim.pods.iter().map(|&p| self.pods[p].key.clone()).collect();
+            let mut pods: Vec<PodKey> = claim.pods.iter().map(|&p| self.pods[p].key.clone()).collect();
             pods.sort();
             let requested_dra_drivers = match &self.dra {
                 Some(dra) if !claim.dra_claims.is_empty() => {
-                    let its: Vec<&str> = plan.instance_types.iter().map(String::as_str).collect();
+                    let its: Vec<&str> = plan.instance_types.iter().map(|o| o.name.as_str()).collect();
                     dra.drivers(claim.id, &claim.dra_claims, &its)
                 }
                 _ => Vec::new(),
@@ -969,6 +969,7 @@ impl<'a> Solver<'a> {
                 requirements: plan.requirements.clone(),
                 instance_types: plan.instance_types.clone(),
                 price: plan.price,
+                zones: plan.zones.clone(),
                 pods,
                 requests: claim.requests,
                 daemon_set_overhead: plan.daemon_set_overhead.clone(),
@@ -982,15 +983,15 @@ impl<'a> Solver<'a> {
             if node.pods.is_empty() {
                 continue;
             }
-            let mut pods: Vec<String> = node.pods.iter().map(|&p| self.pods[p].key.clone()).collect();
+            let mut pods: Vec<PodKey> = node.pods.iter().map(|&p| self.pods[p].key.clone()).collect();
             pods.sort();
-            d.existing_nodes.push(ExistingNodePlacement { name: node.name.clone(), in_flight: node.in_flight, pods });
+            d.existing_nodes.push(ExistingNodePlacement::new(node.name.clone(), node.in_flight, pods));
         }
         d.existing_nodes.sort_by(|a, b| a.name.cmp(&b.name));
         for (i, p) in self.pods.iter().enumerate() {
             if !self.placed[i] {
                 let reason = self.errors[i].clone().unwrap_or(UnschedulableReason::NotScheduled);
-                d.unschedulable.push(UnschedulablePod { pod: p.key.clone(), reason });
+                d.unschedulable.push(UnschedulablePod::new(p.key.clone(), reason));
             }
         }
         d.unschedulable.sort_by(|a, b| a.pod.cmp(&b.pod));
@@ -1018,8 +1019,9 @@ struct Pricing {
 /// The parts of a [`NodeClaimPlan`] that depend on the claim's requirements and instance types only.
 struct BuiltPlan {
     requirements: Requirements,
-    instance_types: Vec<String>,
+    instance_types: Vec<InstanceTypeOption>,
     price: Option<f64>,
+    zones: Vec<String>,
     daemon_set_overhead: ResourceList,
     price_overlay_applied: bool,
     capacity_overlay_applied: bool,
@@ -1072,6 +1074,7 @@ impl Pricing {
         mut reqs: Requirements,
         its: &[u32],
         policy: MinValuesPolicy,
+        provider: &ProviderLabels,
     ) -> Result<BuiltPlan, String> {
         let mut member = vec![false; template.its.len()];
         for &i in its {
@@ -1090,6 +1093,11 @@ impl Pricing {
         if policy == MinValuesPolicy::Strict {
             satisfies_min_values(&kept, &reqs).map_err(|e| e.to_string())?;
         }
+        // Each option's offering under the requirements it was priced and ordered with (before the options'
+        // own instance-type and capacity-type requirements are added below).
+        let instance_types: Vec<InstanceTypeOption> =
+            kept.iter().map(|it| InstanceTypeOption::of(it, &reqs, provider)).collect();
+        let zones = crate::decision::offered_zones(&kept, &reqs, provider);
         let min_values = reqs.get_ref(labels::INSTANCE_TYPE).and_then(|r| r.min_values());
         reqs.add(
             Requirement::in_values(labels::INSTANCE_TYPE, kept.iter().map(|it| it.name.as_str()))
@@ -1122,8 +1130,9 @@ impl Pricing {
         let (price_overlay_applied, capacity_overlay_applied) = crate::decision::overlay_flags(&kept);
         Ok(BuiltPlan {
             requirements: reqs,
-            instance_types: kept.iter().map(|it| it.name.clone()).collect(),
+            instance_types,
             price,
+            zones,
             daemon_set_overhead: overhead.unwrap_or_default(),
             price_overlay_applied,
             capacity_overlay_applied,
@@ -1267,7 +1276,7 @@ mod tests {
         assert!(d.unschedulable.is_empty());
         // 4 cpu holds two 1.5 cpu pods: 5 pods need 3 claims.
         assert_eq!(d.new_node_claims.len(), 3);
-        assert_eq!(d.new_node_claims[0].instance_types, ["it-4"]);
+        assert_eq!(d.new_node_claims[0].instance_type_names().collect::<Vec<_>>(), ["it-4"]);
         assert_eq!(d.new_node_claims[0].requests.get("cpu").map(ToString::to_string).as_deref(), Some("3"));
         assert_eq!(d.new_node_claims[0].price, Some(4.0));
     }

@@ -47,7 +47,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use karpenter_api::{CompactPod, ProviderLabels};
 use karpenter_requirements::ResourceList;
 
-use crate::decision::{Decisions, UnschedulablePod, UnschedulableReason};
+use crate::decision::{Decisions, PodKey, UnschedulablePod, UnschedulableReason};
 use crate::default_spread::DefaultSpread;
 use crate::scheduler::pods::{PodData, pods_data};
 use crate::scheduler::templates::{ExistingNode, daemons};
@@ -261,7 +261,7 @@ impl<'a> Simulator<'a> {
                         placement
                             .pods
                             .into_iter()
-                            .map(|pod| UnschedulablePod { pod, reason: UnschedulableReason::UninitializedNode }),
+                            .map(|pod| UnschedulablePod::new(pod, UnschedulableReason::UninitializedNode)),
                     );
                 }
             }
@@ -273,7 +273,7 @@ impl<'a> Simulator<'a> {
 
     /// Keys (`namespace/name`) of the snapshot's pending pods, sorted: their failures do not block disruption
     /// (`AllNonPendingPodsScheduled`).
-    pub fn pending_keys(&self) -> BTreeSet<String> {
+    pub fn pending_keys(&self) -> BTreeSet<PodKey> {
         self.pending.iter().map(|p| p.key.clone()).collect()
     }
 }

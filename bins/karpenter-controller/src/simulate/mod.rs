@@ -339,7 +339,15 @@ pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> 
     decisions.new_node_claims.extend(extra);
     // Static NodePools get their replicas, as the controller's static provisioning creates them.
     if options.feature_gates.static_capacity {
-        let extra = static_pools::plans(snapshot, &ready, &catalogue, &options.cluster_limits, &decisions, &mut notes);
+        let extra = static_pools::plans(
+            snapshot,
+            &ready,
+            &catalogue,
+            &provider,
+            &options.cluster_limits,
+            &decisions,
+            &mut notes,
+        );
         decisions.new_node_claims.extend(extra);
     }
 
@@ -612,7 +620,7 @@ fn run_timeline(
             .collect();
         let d = schedule(&w.snapshot, &inputs, run.provider, &run.provisioning);
         for u in d.unschedulable {
-            unschedulable.entry((u.reason.to_string(), u.reason.code())).or_default().push(u.pod);
+            unschedulable.entry((u.reason.to_string(), u.reason.code())).or_default().push(u.pod.to_string());
         }
     }
     let mut summary = TimelineSummary {

@@ -311,8 +311,9 @@ impl Report {
                 // The claim's options (cheapest first), as the provider's create receives them.
                 let by_name: HashMap<&str, &InstanceType> =
                     input.catalogue.for_pool(&claim.node_pool).iter().map(|it| (it.name.as_str(), it)).collect();
-                let options = claim.instance_types.iter().filter_map(|n| by_name.get(n.as_str()).copied());
+                let options = claim.instance_type_names().filter_map(|n| by_name.get(n).copied());
                 let launch = cheapest_launch(options, &claim.requirements);
+                let pods: Vec<String> = claim.pods.iter().map(ToString::to_string).collect();
                 let price_estimated = launch
                     .as_ref()
                     .is_some_and(|l| input.catalogue.price_estimated(&l.instance_type, l.capacity_type.as_deref()));
@@ -325,15 +326,18 @@ impl Report {
                     price: launch.as_ref().map(|l| l.price),
                     price_estimated,
                     instance_type_options: claim.instance_types.len(),
-                    pods: claim.pods.clone(),
-                    pod_groups: groups(&claim.pods),
+                    pod_groups: groups(&pods),
+                    pods,
                     requested_dra_drivers: claim.requested_dra_drivers.clone(),
                 }
             })
             .collect();
 
-        let placed: BTreeMap<&str, &Vec<String>> =
-            decisions.existing_nodes.iter().map(|n| (n.name.as_str(), &n.pods)).collect();
+        let placed: BTreeMap<&str, Vec<String>> = decisions
+            .existing_nodes
+            .iter()
+            .map(|n| (n.name.as_str(), n.pods.iter().map(ToString::to_string).collect()))
+            .collect();
         let mut bound: HashMap<&str, usize> = HashMap::new();
         for pod in &input.snapshot.bound_pods {
             if let Some(node) = pod.node_name() {
@@ -382,7 +386,7 @@ impl Report {
 
         let mut by_reason: BTreeMap<(String, &'static str), Vec<String>> = BTreeMap::new();
         for u in &decisions.unschedulable {
-            by_reason.entry((u.reason.to_string(), u.reason.code())).or_default().push(u.pod.clone());
+            by_reason.entry((u.reason.to_string(), u.reason.code())).or_default().push(u.pod.to_string());
         }
         let unschedulable: Vec<UnschedulableGroup> = by_reason
             .into_iter()

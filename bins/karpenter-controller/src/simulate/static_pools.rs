@@ -4,9 +4,9 @@
 //! cluster's `nodes` limit. Over simulated time the world does the same at every instant
 //! (`World::static_provision`).
 
-use karpenter_api::NodePool;
 use karpenter_api::nodepool::NODES_LIMIT;
-use karpenter_requirements::ResourceList;
+use karpenter_api::{NodePool, ProviderLabels};
+use karpenter_requirements::{InstanceType, ResourceList};
 use karpenter_scheduler::decision::NodeClaimPlan;
 use karpenter_scheduler::provisioning::{ClusterNodes, StaticClaims, StaticScaleUp, static_plan, static_scale_up};
 use karpenter_scheduler::{ClusterSnapshot, Decisions};
@@ -21,6 +21,7 @@ pub fn plans(
     snapshot: &ClusterSnapshot,
     pools: &[&NodePool],
     catalogue: &Catalogue,
+    provider: &ProviderLabels,
     cluster_limits: &ResourceList,
     decided: &Decisions,
     notes: &mut Vec<String>,
@@ -57,12 +58,12 @@ pub fn plans(
                 continue;
             }
         };
-        plan.instance_types = catalogue
+        let options: Vec<&InstanceType> = catalogue
             .for_pool(name)
             .iter()
             .filter(|it| cheapest_launch(std::iter::once(*it), &plan.requirements).is_some())
-            .map(|it| it.name.clone())
             .collect();
+        plan.set_instance_types(&options, provider);
         if plan.instance_types.is_empty() {
             notes.push(format!("static NodePool {name}: no offering of its instance types fits its requirements"));
             continue;

@@ -37,7 +37,7 @@ use karpenter_disruption::validation::{NextStep, VALIDATION_DELAY, next_step};
 use karpenter_disruption::{Command, DisruptionOptions, Method, Pass, Reason, evaluate, expiration, validation};
 use karpenter_operator::disruption::DisruptionSettings;
 use karpenter_requirements::InstanceType;
-use karpenter_scheduler::decision::NodeClaimPlan;
+use karpenter_scheduler::decision::{NodeClaimPlan, PodKey};
 use karpenter_scheduler::provisioning::{
     ClusterNodes, PoolExclusion, StaticClaims, StaticScaleUp, dynamic_pool_exclusion, static_plan, static_scale_up,
 };
@@ -85,7 +85,7 @@ struct Starting {
     /// The Node it registers as.
     node: NodeInfo,
     /// The pods its plan was made for (nominated): those still pending are bound to it when it initializes.
-    nominated: Vec<String>,
+    nominated: Vec<PodKey>,
 }
 
 /// A disruption command whose replacements are launching: its candidates are tainted
@@ -339,11 +339,11 @@ impl<'c> World<'c> {
     // ---- Pods and nodes ----
 
     /// Binds pending pods (by key) to `node`; returns how many were bound. Updates the node's last pod event.
-    fn bind(&mut self, keys: &[String], node: &str) -> usize {
+    fn bind(&mut self, keys: &[PodKey], node: &str) -> usize {
         if keys.is_empty() {
             return 0;
         }
-        let wanted: BTreeSet<&str> = keys.iter().map(String::as_str).collect();
+        let wanted: BTreeSet<&str> = keys.iter().map(PodKey::as_str).collect();
         let mut moved = Vec::new();
         // CapacityBuffer virtual pods are placed but never bound: they stay pending for the next pass.
         self.snapshot.pending_pods.retain(|p| {
@@ -512,7 +512,7 @@ impl<'c> World<'c> {
         let options: Vec<&InstanceType> = if plan.instance_types.is_empty() {
             types.iter().collect()
         } else {
-            plan.instance_types.iter().filter_map(|n| find(n)).collect()
+            plan.instance_type_names().filter_map(find).collect()
         };
         let Some(choice) = cheapest_launch(options.iter().copied(), &plan.requirements) else { return Ok(None) };
         let Some(it) = find(&choice.instance_type).cloned() else { return Ok(None) };
@@ -687,7 +687,7 @@ impl<'c> World<'c> {
                 .iter()
                 .flat_map(|n| &n.pods)
                 .chain(decisions.new_node_claims.iter().flat_map(|c| &c.pods))
-                .map(String::as_str)
+                .map(PodKey::as_str)
                 .collect();
             // The candidates of commands in flight keep their pods until the command finishes: provisioning sees
             // them (and finds them room on the replacements, as the controller's does), no drain has begun.

@@ -49,8 +49,10 @@ pub(crate) fn recheck(
             Err(fail(FailureKind::Scheduling, format!("a delete now needs {} new node(s)", claims.len())))
         }
         (Decision::Replace, [claim]) => {
-            let planned = command.replacements.first().map(|r| r.instance_types.as_slice()).unwrap_or(&[]);
-            let missing: Vec<&String> = planned.iter().filter(|it| !claim.instance_types.contains(it)).collect();
+            let planned: Vec<&str> =
+                command.replacements.first().map(|r| r.instance_type_names().collect()).unwrap_or_default();
+            let missing: Vec<&str> =
+                planned.into_iter().filter(|it| !claim.instance_type_names().any(|n| n == *it)).collect();
             if missing.is_empty() {
                 Ok(command.clone())
             } else {

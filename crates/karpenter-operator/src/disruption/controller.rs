@@ -970,7 +970,8 @@ impl Disruption {
                     .ok_or_else(|| format!("NodePool {} not found", plan.node_pool))?;
                 let claim = build_node_claim(&pool, plan, self.ctx.cloud.labels()).map_err(|e| e.to_string())?;
                 let created = self.claims().create(&PostParams::default(), &claim).await.map_err(|e| e.to_string())?;
-                self.ctx.state.record_created_claim(&created, &plan.pods);
+                let pods: Vec<String> = plan.pods.iter().map(ToString::to_string).collect();
+                self.ctx.state.record_created_claim(&created, &pods);
                 self.ctx
                     .metrics
                     .nodeclaims_created(

@@ -285,7 +285,7 @@ impl RejectionKind {
 /// [`UnschedulablePod`]'s JSON form.
 #[derive(Serialize, Deserialize)]
 pub(super) struct UnschedulablePodJson {
-    pod: String,
+    pod: super::PodKey,
     code: String,
     reason: String,
 }

@@ -71,7 +71,7 @@ fn solve(yaml: &str, limits: &str) -> (ClusterSnapshot, Decisions) {
 }
 
 fn reasons(d: &Decisions) -> Vec<(String, String)> {
-    d.unschedulable.iter().map(|u| (u.pod.clone(), u.reason.to_string())).collect()
+    d.unschedulable.iter().map(|u| (u.pod.to_string(), u.reason.to_string())).collect()
 }
 
 fn pools_of(d: &Decisions) -> Vec<&str> {
@@ -145,8 +145,8 @@ fn extended_resource_limit() {
     let yaml =
         pool("a", 0) + &pending("g1", "1", 1, None) + &pending("g2", "1", 1, None) + &pending("c", "500m", 0, None);
     let (_, d) = solve(&yaml, "nvidia.com/gpu=1");
-    let types: Vec<&[String]> = d.new_node_claims.iter().map(|c| c.instance_types.as_slice()).collect();
-    assert_eq!(types, [&["gpu-4".to_owned()][..]]);
+    let types: Vec<Vec<&str>> = d.new_node_claims.iter().map(|c| c.instance_type_names().collect()).collect();
+    assert_eq!(types, [["gpu-4"]]);
     let (_, unlimited) = solve(&yaml, "");
     assert_eq!(unlimited.new_node_claims.len(), 2);
     // As with a NodePool's limits, a claim counts the largest of its options: a CPU-only pod's claim that may
@@ -168,7 +168,7 @@ fn cpu_only_pods_keep_to_types_within_the_budget() {
     let (_, d) = solve(&(yaml + &pending("p3", "1500m", 0, None)), "cpu=6");
     assert!(d.unschedulable.is_empty(), "{:?}", reasons(&d));
     let counted: i64 =
-        d.new_node_claims.iter().map(|c| if c.instance_types.iter().any(|t| t != "it-2") { 4 } else { 2 }).sum();
+        d.new_node_claims.iter().map(|c| if c.instance_type_names().any(|t| t != "it-2") { 4 } else { 2 }).sum();
     assert!(counted <= 6, "{:?}", d.new_node_claims.iter().map(|c| &c.instance_types).collect::<Vec<_>>());
 }
 

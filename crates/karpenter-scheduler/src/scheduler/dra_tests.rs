@@ -112,9 +112,9 @@ fn placed_on<'d>(d: &'d Decisions, pod: &str) -> Option<&'d str> {
     let key = format!("default/{pod}");
     d.existing_nodes
         .iter()
-        .find(|n| n.pods.contains(&key))
+        .find(|n| n.pods.iter().any(|p| *p == key))
         .map(|n| n.name.as_str())
-        .or_else(|| d.new_node_claims.iter().find(|c| c.pods.contains(&key)).map(|c| c.name.as_str()))
+        .or_else(|| d.new_node_claims.iter().find(|c| c.pods.iter().any(|p| *p == key)).map(|c| c.name.as_str()))
 }
 
 #[test]
@@ -143,7 +143,7 @@ fn published_devices_are_used_once_then_templates_launch_a_gpu_node() {
     assert!(on.contains(&Some("node-a")), "{on:?}");
     assert_eq!(d.new_node_claims.len(), 1);
     let new = &d.new_node_claims[0];
-    assert_eq!(new.instance_types, ["gpu-2x"], "cpu-only publishes no devices");
+    assert_eq!(new.instance_type_names().collect::<Vec<_>>(), ["gpu-2x"], "cpu-only publishes no devices");
     assert_eq!(new.requested_dra_drivers, [DRIVER]);
 }
 
@@ -283,7 +283,7 @@ fn a_device_failure_relaxes_no_preference() {
     // Without the claim the same pod is placed (on cpu-only: the first term).
     let plain = pod.replace("  resourceClaims: [{name: c, resourceClaimName: one}]\n", "");
     let d = solve(&format!("{POOL}{plain}"));
-    assert_eq!(d.new_node_claims[0].instance_types, ["cpu-only"]);
+    assert_eq!(d.new_node_claims[0].instance_type_names().collect::<Vec<_>>(), ["cpu-only"]);
 }
 
 #[test]
@@ -338,18 +338,18 @@ proptest::proptest! {
         };
         for node in &d.existing_nodes {
             let published = node.name.strip_prefix('n').and_then(|i| i.parse::<usize>().ok()).and_then(|i| gpus.get(i)).copied().unwrap_or(0);
-            let used: u32 = node.pods.iter().map(|p| ask_of(p)).sum();
+            let used: u32 = node.pods.iter().map(|p| ask_of(p.as_str())).sum();
             proptest::prop_assert!(used as usize <= published, "{}: {used} > {published}", node.name);
         }
         for claim in &d.new_node_claims {
-            let used: u32 = claim.pods.iter().map(|p| ask_of(p)).sum();
+            let used: u32 = claim.pods.iter().map(|p| ask_of(p.as_str())).sum();
             proptest::prop_assert!(used <= 2, "{}: {used} GPUs on a gpu-2x", claim.name);
-            proptest::prop_assert_eq!(&claim.instance_types, &vec!["gpu-2x".to_string()]);
+            proptest::prop_assert_eq!(claim.instance_type_names().collect::<Vec<_>>(), vec!["gpu-2x"]);
             proptest::prop_assert_eq!(&claim.requested_dra_drivers, &vec![DRIVER.to_string()]);
         }
         // A pod asking for more than any node or type holds is the only kind left over.
         for u in &d.unschedulable {
-            proptest::prop_assert!(ask_of(&u.pod) > 2, "{} ({}) should have fit a new gpu-2x", u.pod, u.reason);
+            proptest::prop_assert!(ask_of(u.pod.as_str()) > 2, "{} ({}) should have fit a new gpu-2x", u.pod, u.reason);
         }
         proptest::prop_assert_eq!(d.placed_pods() + d.unschedulable.len(), asks.len());
     }
@@ -572,7 +572,7 @@ fn all_nodes_devices_serve_new_nodes_once_each_and_wait_for_no_driver() {
     assert_eq!(d.new_node_claims.len(), 1, "{d:?}");
     let new = &d.new_node_claims[0];
     assert_eq!(new.pods.len(), 1);
-    assert!(new.instance_types.contains(&"cpu-only".to_string()), "{:?}", new.instance_types);
+    assert!(new.instance_type_names().any(|n| n == "cpu-only"), "{:?}", new.instance_types);
     assert!(new.requested_dra_drivers.is_empty(), "published devices have nothing to wait for");
     assert_eq!(d.unschedulable.len(), 1, "one allocation per shared device: {d:?}");
     assert!(d.unschedulable[0].reason.to_string().contains("no instance type offers the devices of ResourceClaim"));
@@ -587,7 +587,7 @@ fn all_nodes_devices_serve_new_nodes_once_each_and_wait_for_no_driver() {
     );
     let d = solve(&both);
     assert!(d.unschedulable.is_empty(), "{:?}", d.unschedulable);
-    assert_eq!(d.new_node_claims[0].instance_types, ["gpu-2x"]);
+    assert_eq!(d.new_node_claims[0].instance_type_names().collect::<Vec<_>>(), ["gpu-2x"]);
     assert_eq!(d.new_node_claims[0].requested_dra_drivers, [DRIVER]);
 }
 
@@ -600,7 +600,7 @@ fn node_selector_devices_serve_a_new_node_only_when_the_selector_is_certain() {
     // Implied by the instance type's own requirement: a cpu-only node sees the slice.
     let d = solve(&yaml(on_type, POOL));
     assert!(d.unschedulable.is_empty(), "{:?}", d.unschedulable);
-    assert_eq!(d.new_node_claims[0].instance_types, ["cpu-only"]);
+    assert_eq!(d.new_node_claims[0].instance_type_names().collect::<Vec<_>>(), ["cpu-only"]);
 
     // A zone selector: the NodePool must pin the zone for the node to be certain to match.
     let in_zone = "nodeSelector: {nodeSelectorTerms: [{matchExpressions: [{key: topology.kubernetes.io/zone, operator: In, values: [z, y]}]}]}";
@@ -719,7 +719,7 @@ proptest::proptest! {
         };
         let on_existing = d.existing_nodes.iter().flat_map(|n| &n.pods);
         let on_new = d.new_node_claims.iter().flat_map(|c| &c.pods);
-        let used: usize = on_existing.chain(on_new).map(|p| ask_of(p)).sum();
+        let used: usize = on_existing.chain(on_new).map(|p| ask_of(p.as_str())).sum();
         proptest::prop_assert!(used <= shared, "{used} accelerators handed out of {shared}: {d:?}");
         for claim in &d.new_node_claims {
             proptest::prop_assert!(claim.requested_dra_drivers.is_empty(), "{:?}", claim.requested_dra_drivers);
@@ -727,7 +727,7 @@ proptest::proptest! {
         proptest::prop_assert_eq!(d.placed_pods() + d.unschedulable.len(), asks.len());
         // A pod is left out only when what is left cannot hold it (what is left only shrinks during the pass).
         for u in &d.unschedulable {
-            proptest::prop_assert!(ask_of(&u.pod) > shared - used, "{} fits the {} left: {d:?}", u.pod, shared - used);
+            proptest::prop_assert!(ask_of(u.pod.as_str()) > shared - used, "{} fits the {} left: {d:?}", u.pod, shared - used);
         }
     }
 }
@@ -750,7 +750,11 @@ fn a_claim_allocated_on_a_node_selector_slice_may_go_to_a_new_node_that_certainl
     };
     let d = solve(&yaml(selector));
     assert!(d.unschedulable.is_empty(), "{:?}", d.unschedulable);
-    assert_eq!(d.new_node_claims[0].instance_types, ["cpu-only"], "the allocation's nodes: cpu-only ones");
+    assert_eq!(
+        d.new_node_claims[0].instance_type_names().collect::<Vec<_>>(),
+        ["cpu-only"],
+        "the allocation's nodes: cpu-only ones"
+    );
     assert!(d.new_node_claims[0].requested_dra_drivers.is_empty());
     // A selector a new node cannot be certain of (a node name): the pod waits.
     let by_name = "{nodeSelectorTerms: [{matchFields: [{key: metadata.name, operator: In, values: [a]}]}]}";

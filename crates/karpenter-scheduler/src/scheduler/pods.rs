@@ -14,9 +14,8 @@ use karpenter_requirements::{
 use rustc_hash::FxHashMap;
 
 use super::volumes::{PodVolumes, VolumeIndex};
-use crate::decision::UnschedulableReason;
+use crate::decision::{PodKey, UnschedulableReason};
 use crate::default_spread::DefaultSpread;
-use crate::snapshot::pod_key;
 
 /// The reason of a pod with DRA resource claims when `IGNORE_DRA_REQUESTS=true` (upstream's default).
 pub const DRA_IGNORED: &str =
@@ -47,7 +46,7 @@ pub(crate) struct PodData<'a> {
 #[derive(Debug)]
 pub(crate) struct PodFacts<'a> {
     pub pod: &'a CompactPod,
-    pub key: String,
+    pub key: PodKey,
     /// `metadata.uid`; the key stands in when it is missing.
     uid: Option<&'a str>,
     spec: Arc<SpecFacts<'a>>,
@@ -70,7 +69,7 @@ impl PodFacts<'_> {
 
     /// The pod's uid (the scheduler's last tie-breaker in its pod order), or its key when it has none.
     pub fn uid(&self) -> &str {
-        self.uid.unwrap_or(&self.key)
+        self.uid.unwrap_or(self.key.as_str())
     }
 }
 
@@ -209,7 +208,7 @@ fn with_spec<'a>(
 ) -> PodData<'a> {
     let facts = PodFacts {
         pod,
-        key: pod_key(pod),
+        key: PodKey::of(pod),
         uid: pod.metadata.uid.as_deref(),
         spec,
         default_spread,

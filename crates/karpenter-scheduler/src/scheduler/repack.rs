@@ -696,7 +696,7 @@ mod tests {
         assert_eq!(d.new_node_claims.len(), 2);
         assert_eq!(d.new_node_claims[0].name, "default-1", "hostnames of the group's claims are reused");
         for c in &d.new_node_claims {
-            assert_eq!(c.instance_types.first().map(String::as_str), Some("t-5"));
+            assert_eq!(c.instance_type_names().next(), Some("t-5"));
             assert_eq!(c.pods.len(), 4);
         }
         assert_eq!(d.new_node_claims[1].name, "default-2");

@@ -8,7 +8,7 @@ use karpenter_requirements::{Format, InstanceType, Offering, Overhead, Quantity,
 use super::volumes::{ClaimVolumes, attach_counts, within_attach_limits};
 use super::{PoolInput, SchedulerOptions, schedule};
 use crate::check::check;
-use crate::decision::Decisions;
+use crate::decision::{Decisions, InstanceTypeOption, PodKey};
 use crate::snapshot::ClusterSnapshot;
 
 const EBS: &str = "ebs.csi.aws.com";
@@ -76,7 +76,7 @@ fn solve(yaml: &str, its: &[InstanceType]) -> Decisions {
 }
 
 fn instance_types(d: &Decisions) -> Vec<Vec<String>> {
-    d.new_node_claims.iter().map(|c| c.instance_types.clone()).collect()
+    d.new_node_claims.iter().map(|c| c.instance_type_names().map(str::to_owned).collect()).collect()
 }
 
 #[test]
@@ -146,10 +146,10 @@ fn the_checker_refuses_an_option_over_its_attachment_limit() {
     let mut d = schedule(&snapshot, &pools, &provider, &SchedulerOptions::default());
     assert!(check(&snapshot, &pools, &provider, &d).is_ok());
     // Forge a decision: both pods (three EBS volumes) on one claim that may still be `small` (2 attachments).
-    let all: Vec<String> = d.new_node_claims.iter().flat_map(|c| c.pods.clone()).collect();
+    let all: Vec<PodKey> = d.new_node_claims.iter().flat_map(|c| c.pods.clone()).collect();
     d.new_node_claims.truncate(1);
     d.new_node_claims[0].pods = all;
-    d.new_node_claims[0].instance_types = vec!["small".into(), "large".into()];
+    d.new_node_claims[0].instance_types = vec![InstanceTypeOption::named("small"), InstanceTypeOption::named("large")];
     let v = check(&snapshot, &pools, &provider, &d).unwrap_err();
     assert!(
         v.iter().any(|v| v.contains("option small attaches at most 2 ebs.csi.aws.com volumes, its pods use 3")),
