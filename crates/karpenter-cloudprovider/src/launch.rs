@@ -130,9 +130,10 @@ pub fn reservations_in_use<'a>(
 /// providers mark a full reservation (its fake provider's create does it on the launch that takes the last
 /// instance). Offerings of reservations not in `in_use` are left as they are.
 ///
-/// For catalogues that state a reservation's instances before any are running (a kwok instance-type file):
-/// `simulate` applies the instances of its cluster before every pass, so a reserved node of the input, or one an
-/// earlier pass launched, holds its instance; a provider whose cloud reports instances left (AWS) never calls it.
+/// For catalogues that state a reservation's instances before any are running (a kwok instance-type file): the
+/// kwok provider applies its running Nodes, and `simulate` the instances of its cluster before every pass (a
+/// reserved node of the input, or one an earlier pass launched), so both hold a reservation's instance the same
+/// way; a provider whose cloud reports the instances left (AWS) does not call it.
 pub fn draw_down_reservations(instance_types: &mut [InstanceType], in_use: &BTreeMap<String, i32>) {
     if in_use.is_empty() {
         return;

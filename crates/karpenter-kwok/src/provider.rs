@@ -296,6 +296,39 @@ impl KwokCloudProvider {
         its
     }
 
+    /// The catalogue as [`Self::effective_instance_types`], with every capacity reservation drawn down by the
+    /// kwok nodes running in it (`karpenter_cloudprovider::launch::draw_down_reservations`): the file states a
+    /// reservation's instances with none running, as `simulate` reads it, and a full one is unavailable. Lists the
+    /// reserved nodes only when the catalogue has reserved offerings.
+    async fn instance_types_now(&self) -> Result<Arc<[InstanceType]>, CloudProviderError> {
+        let its = self.effective_instance_types();
+        if !its.iter().flat_map(|it| &it.offerings).any(|o| o.reservation_id().is_some()) {
+            return Ok(its);
+        }
+        let api: Api<Lean<Node>> = Api::all(self.client.clone());
+        let selector = format!("{MANAGED_LABEL}=true,{}", karpenter_requirements::labels::RESERVATION_ID);
+        let mut lp = ListParams::default().labels(&selector).limit(LIST_PAGE);
+        let mut labels = Vec::new();
+        loop {
+            let page = api.list(&lp).await.map_err(|e| api_error("listing reserved kwok nodes".into(), e))?;
+            // A terminating Node's instance is gone (as `list` says), so its reservation instance is free again.
+            let running =
+                page.items.into_iter().filter(|n| is_managed(&n.0) && n.0.metadata.deletion_timestamp.is_none());
+            labels.extend(running.filter_map(|n| n.0.metadata.labels));
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => lp.continue_token = Some(token),
+                None => break,
+            }
+        }
+        let in_use = karpenter_cloudprovider::launch::reservations_in_use(&labels);
+        if in_use.is_empty() {
+            return Ok(its);
+        }
+        let mut drawn = its.to_vec();
+        karpenter_cloudprovider::launch::draw_down_reservations(&mut drawn, &in_use);
+        Ok(drawn.into())
+    }
+
     // ---- internals ---------------------------------------------------------------------------------------------
 
     fn nodes(&self) -> Api<Node> {
@@ -379,9 +412,13 @@ impl KwokCloudProvider {
 
     /// Chooses the offering for a claim: the cheapest available one compatible with its requirements among the
     /// instance types whose allocatable fits its requests.
-    fn choose(&self, claim: &NodeClaim, name: &str) -> Result<(InstanceType, LaunchChoice), CloudProviderError> {
+    fn choose(
+        &self,
+        claim: &NodeClaim,
+        name: &str,
+        its: &[InstanceType],
+    ) -> Result<(InstanceType, LaunchChoice), CloudProviderError> {
         let (reqs, requests) = claim_needs(claim)?;
-        let its = self.effective_instance_types();
         let fitting: Vec<&InstanceType> = its.iter().filter(|it| requests.fits(it.allocatable())).collect();
         let Some(choice) = cheapest_launch(fitting.iter().copied(), &reqs) else {
             let mut failed = BTreeSet::new();
@@ -479,11 +516,10 @@ fn k8s_resources(list: &ResourceList) -> BTreeMap<String, KQuantity> {
 /// The Node a launch creates (see the crate docs for its labels, annotations, taint and status).
 fn build_node(claim: &NodeClaim, name: &str, it: &InstanceType, choice: &LaunchChoice) -> Node {
     let mut resolved: BTreeMap<String, String> = it.requirements.iter().filter_map(single).collect();
-    if let Some(o) = it
-        .offerings
-        .iter()
-        .find(|o| o.zone().unwrap_or("") == choice.zone && o.capacity_type().unwrap_or("") == choice.capacity_type)
-    {
+    // An available offering: of several reservations in the zone, one with an instance left.
+    if let Some(o) = it.offerings.iter().find(|o| {
+        o.available && o.zone().unwrap_or("") == choice.zone && o.capacity_type().unwrap_or("") == choice.capacity_type
+    }) {
         resolved.extend(o.requirements.iter().filter_map(single));
     }
     resolved.insert(INSTANCE_TYPE.into(), it.name.clone());
@@ -598,7 +634,8 @@ impl CloudProvider for KwokCloudProvider {
         if let Some(existing) = self.existing(node_claim, name).await? {
             return Ok(existing);
         }
-        let (it, choice) = self.choose(node_claim, name)?;
+        let its = self.instance_types_now().await?;
+        let (it, choice) = self.choose(node_claim, name, &its)?;
         let node = build_node(node_claim, name, &it, &choice);
         match self.nodes().create(&PostParams::default(), &node).await {
             Ok(created) => Ok(launched_claim(node_claim, &created)),
@@ -668,7 +705,7 @@ impl CloudProvider for KwokCloudProvider {
 
     async fn instance_types(&self, node_pool: &NodePool) -> Result<Arc<[InstanceType]>, CloudProviderError> {
         match self.check_node_class(&node_pool.spec.template.spec.node_class_ref) {
-            Ok(()) | Err(CloudProviderError::NodeClassNotReady { .. }) => Ok(self.effective_instance_types()),
+            Ok(()) | Err(CloudProviderError::NodeClassNotReady { .. }) => self.instance_types_now().await,
             // A missing class (or another kind) gives no instance types; the NodePool reports NodeClassReady=False.
             Err(CloudProviderError::InsufficientCapacity { .. } | CloudProviderError::Create { .. }) => {
                 Ok(Arc::from(Vec::new()))

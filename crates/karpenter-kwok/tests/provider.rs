@@ -186,6 +186,44 @@ async fn a_node_held_by_a_finalizer_counts_as_terminated() {
     assert!(provider.get("aws:///zone/i-1").await.unwrap_err().is_not_found());
 }
 
+#[tokio::test]
+async fn a_running_node_holds_its_reservation_instance_until_it_terminates() {
+    let json = r#"[{"name": "r-2x", "architecture": "amd64", "operatingSystems": ["linux"],
+        "resources": {"cpu": "2", "memory": "4Gi"},
+        "offerings": [
+          {"Price": 0.2, "Requirements": [
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+            {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["test-zone-a"]}]},
+          {"Price": 0.05, "ReservationCapacity": 1, "Requirements": [
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["reserved"]},
+            {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["test-zone-a"]},
+            {"key": "karpenter.k8s.aws/capacity-reservation-id", "operator": "In", "values": ["cr-1"]}]}]}]"#;
+    let server = ApiServer::new();
+    let options = KwokOptions {
+        instance_types: catalogue::load_instance_types_json(json).expect("valid catalogue"),
+        ..KwokOptions::default()
+    };
+    let provider = KwokCloudProvider::new(server.client(), options);
+    let reserved = || async {
+        let its = provider.instance_types(&pool()).await.unwrap();
+        let o = its[0].offerings.iter().find(|o| o.reservation_id() == Some("cr-1")).cloned().unwrap();
+        (o.reservation_capacity, o.available)
+    };
+    assert_eq!(reserved().await, (1, true));
+    let launched = provider.create(&claim("first", &[(CAPACITY_TYPE, &["reserved"])], "1")).await.unwrap();
+    let l = launched.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(label(&l, "karpenter.k8s.aws/capacity-reservation-id"), Some("cr-1"));
+    assert_eq!(reserved().await, (0, false), "the running node holds the reservation's one instance");
+    let err = provider.create(&claim("second", &[(CAPACITY_TYPE, &["reserved"])], "1")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InsufficientCapacity, "the reservation is full");
+    let cheapest = provider.create(&claim("third", &[], "1")).await.unwrap();
+    assert_eq!(label(&cheapest.metadata.labels.unwrap_or_default(), CAPACITY_TYPE), Some("on-demand"));
+    let mut as_controller = claim("first", &[(CAPACITY_TYPE, &["reserved"])], "1");
+    as_controller.status = launched.status.clone();
+    provider.delete(&as_controller).await.unwrap();
+    assert_eq!(reserved().await, (1, true), "terminated: the instance is free again");
+}
+
 fn pool() -> karpenter_api::NodePool {
     node_pool(NodePoolOptions {
         name: Some("default".into()),

@@ -1140,9 +1140,15 @@ impl Pricing {
     }
 }
 
-/// Whether `pod` uses DRA resource claims.
+/// Whether `pod` uses DRA resource claims: pod-level ones, or a container or init container naming one (as
+/// upstream's `HasDRARequirements` reads it; the API server only admits container claims the pod lists, but a
+/// hand-written input may hold one alone).
 pub(crate) fn has_resource_claims(pod: &karpenter_api::CompactPod) -> bool {
-    pod.spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty())
+    let spec = &pod.spec;
+    let in_containers = spec.containers.iter().chain(spec.init_containers.iter().flatten()).any(|c| {
+        c.resources.as_ref().and_then(|r| r.claims.as_ref()).is_some_and(|claims| !claims.is_empty())
+    });
+    in_containers || spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty())
 }
 
 /// The solve's DRA state: with DRA ignored, pods with claims get [`DRA_IGNORED`]; otherwise their claims are

@@ -403,15 +403,20 @@ impl Catalogue {
     }
 
     /// Counts the instances `snapshot` runs in each capacity reservation against the catalogue's reserved
-    /// offerings: a file states a reservation's instances with none running, and every NodeClaim (or Node without
-    /// one) labelled with its id holds one, whether the input brought it or an earlier pass launched it. Called
+    /// offerings: a file states a reservation's instances with none running, and every NodeClaim not being deleted
+    /// (or Node without one) labelled with its id holds one (the kwok provider counts its Nodes the same way), whether the input brought it or an earlier pass launched it. Called
     /// before every pass, so a deleted node gives its instance back. Nothing to do without reserved offerings.
     pub fn count_running_reservations(&mut self, snapshot: &karpenter_scheduler::ClusterSnapshot) {
         if self.reservations_as_stated.is_empty() {
             return;
         }
         let claimed: BTreeSet<&str> = snapshot.node_claims.iter().filter_map(|c| c.node_name.as_deref()).collect();
-        let claim_labels = snapshot.node_claims.iter().filter_map(|c| c.claim.metadata.labels.as_ref());
+        // A claim being deleted has given its instance back (as the providers count a terminating instance).
+        let claim_labels = snapshot
+            .node_claims
+            .iter()
+            .filter(|c| c.claim.metadata.deletion_timestamp.is_none())
+            .filter_map(|c| c.claim.metadata.labels.as_ref());
         let unclaimed_nodes = snapshot
             .nodes
             .iter()

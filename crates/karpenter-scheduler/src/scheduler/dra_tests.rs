@@ -127,6 +127,27 @@ fn ignored_by_default_as_upstream() {
 }
 
 #[test]
+fn a_container_or_init_container_claim_alone_is_a_dra_requirement_as_upstream() {
+    // Upstream's DRA table: a claim named by a container or an init container makes the pod a DRA pod (left out
+    // while DRA requests are ignored), even without the pod-level list the API server would require.
+    let container = "apiVersion: v1\nkind: Pod\nmetadata: {name: c}\nspec:\n  containers: [{name: app, image: x, \
+        resources: {requests: {cpu: '1'}, claims: [{name: gpu}]}}]\n---\n";
+    let init = "apiVersion: v1\nkind: Pod\nmetadata: {name: i}\nspec:\n  initContainers: [{name: init, image: x, \
+        resources: {claims: [{name: gpu}]}}]\n  containers: [{name: app, image: x}]\n---\n";
+    let plain = "apiVersion: v1\nkind: Pod\nmetadata: {name: plain}\nspec:\n  containers: [{name: app, image: x}]\n";
+    let d = solve_with(&format!("{POOL}{container}{init}{plain}"), &SchedulerOptions::default());
+    let mut left_out: Vec<String> = d.unschedulable.iter().map(|u| u.pod.to_string()).collect();
+    left_out.sort_unstable();
+    assert_eq!(left_out, ["default/c", "default/i"]);
+    assert!(
+        d.unschedulable
+            .iter()
+            .all(|u| u.reason == UnschedulableReason::Unsupported { message: super::DRA_IGNORED.into() })
+    );
+    assert!(placed_on(&d, "plain").is_some());
+}
+
+#[test]
 fn published_devices_are_used_once_then_templates_launch_a_gpu_node() {
     // node-a has one GPU: the first pod takes it, the second needs a new node whose type brings GPUs.
     let yaml = format!(
