@@ -29,8 +29,12 @@ pub struct Condition {
 /// A condition's status.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum ConditionStatus {
+    /// The condition holds (`"True"`).
     True,
+    /// The condition does not hold (`"False"`); `reason` and `message` usually say why.
     False,
+    /// Not (yet) known whether the condition holds (`"Unknown"`): the state a condition starts in before its
+    /// controller has looked, and the default of a status that omits it.
     #[default]
     Unknown,
 }

@@ -4,7 +4,7 @@
 //!
 //! Types follow the crate conventions (see [`crate::nodeclaim`] and [`crate::crd`]): camelCase, unknown fields
 //! denied, optional fields skipped when absent, static schema constraints and CEL rules written next to the
-//! fields. [`Validate`](crate::validation::Validate) for [`EC2NodeClass`] lives in [`validation`](self::validation)
+//! fields. [`Validate`](crate::validation::Validate) for [`EC2NodeClass`] lives in `validation`
 //! and applies the same rules in Rust (every violation, with its field path).
 
 use std::collections::BTreeMap;
@@ -120,14 +120,22 @@ pub use conditions::ready_dependents;
 /// The AMI family: decides bootstrap format, default block devices and user-data merging.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 pub enum AmiFamily {
+    /// Amazon Linux 2 (`AL2`): shell user data running the EKS bootstrap script; a 20 GiB root volume.
     #[serde(rename = "AL2")]
     Al2,
+    /// Amazon Linux 2023 (`AL2023`): nodeadm's `NodeConfig` in MIME multi-part user data; a 20 GiB root volume.
     #[serde(rename = "AL2023")]
     Al2023,
+    /// Bottlerocket: TOML settings as user data; a 4 GiB OS volume plus a 20 GiB data volume.
     Bottlerocket,
+    /// No family: Karpenter adds no bootstrap and no default block devices; the user data is used as given, and
+    /// the AMIs come from ID, name or tag selector terms (no alias names this family).
     Custom,
+    /// Windows Server 2019 (EKS-optimized): PowerShell user data; a 50 GiB root volume.
     Windows2019,
+    /// Windows Server 2022 (EKS-optimized): PowerShell user data; a 50 GiB root volume.
     Windows2022,
+    /// Windows Server 2025 (EKS-optimized): PowerShell user data; a 50 GiB root volume.
     Windows2025,
 }
 
@@ -674,12 +682,20 @@ impl KubeletConfiguration {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum VolumeType {
+    /// `standard`: previous-generation magnetic volumes.
     Standard,
+    /// `io1`: provisioned-IOPS SSD (`iops` required by EC2).
     Io1,
+    /// `io2`: provisioned-IOPS SSD with higher durability (`iops` required by EC2).
     Io2,
+    /// `gp2`: general-purpose SSD whose IOPS scale with size.
     Gp2,
+    /// `sc1`: cold HDD, throughput-optimised for infrequent access.
     Sc1,
+    /// `st1`: throughput-optimised HDD.
     St1,
+    /// `gp3`: general-purpose SSD with IOPS and throughput set apart from size (3,000 IOPS and 125 MiB/s
+    /// baseline); the type of every AMI family's default block devices.
     Gp3,
 }
 
@@ -792,7 +808,9 @@ pub struct NetworkInterface {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum EnabledDisabled {
+    /// `enabled`.
     Enabled,
+    /// `disabled`.
     Disabled,
 }
 
@@ -800,7 +818,9 @@ pub enum EnabledDisabled {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum HttpTokens {
+    /// Metadata requests must carry an IMDSv2 session token (Karpenter's default).
     Required,
+    /// Tokenless IMDSv1 requests are accepted as well.
     Optional,
 }
 
@@ -1035,6 +1055,7 @@ crate::optional_spec::optional_spec_root!(
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Subnet {
+    /// The subnet's ID (`subnet-...`).
     pub id: String,
     /// Availability zone name.
     pub zone: String,
@@ -1047,7 +1068,9 @@ pub struct Subnet {
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SecurityGroup {
+    /// The security group's ID (`sg-...`).
     pub id: String,
+    /// The security group's name, when EC2 reported one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
 }
@@ -1056,15 +1079,19 @@ pub struct SecurityGroup {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NodeSelectorRequirement {
+    /// The label key the requirement constrains (`kubernetes.io/arch`, `karpenter.k8s.aws/instance-gpu-count`).
     pub key: String,
     /// `In`, `NotIn`, `Exists`, `DoesNotExist`, `Gt`, `Lt`.
     pub operator: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// The values the operator compares with: any number for `In`/`NotIn`, none for `Exists`/`DoesNotExist`,
+    /// one integer for `Gt`/`Lt`.
     #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub values: Vec<String>,
 }
 
 impl NodeSelectorRequirement {
+    /// A requirement on `key` with `operator` (spelt as the API spells it, e.g. `"In"`) and `values`.
     pub fn new(key: impl Into<String>, operator: &str, values: &[&str]) -> Self {
         Self { key: key.into(), operator: operator.into(), values: values.iter().map(|v| v.to_string()).collect() }
     }
@@ -1074,12 +1101,15 @@ impl NodeSelectorRequirement {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Ami {
+    /// The AMI's ID (`ami-...`).
     pub id: String,
+    /// The AMI's name, when EC2 reported one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// Deprecated AMIs are used only when no non-deprecated AMI matches.
     #[serde(default, skip_serializing_if = "is_false")]
     pub deprecated: bool,
+    /// What an instance type must satisfy to launch with this AMI (architecture, accelerator presence, ...).
     #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub requirements: Vec<NodeSelectorRequirement>,
 }
@@ -1099,6 +1129,7 @@ pub enum CapacityReservationType {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum CapacityReservationState {
+    /// Instances can launch into the reservation (the default).
     #[default]
     Active,
     /// A capacity block within 40 minutes of its end.
@@ -1109,21 +1140,32 @@ pub enum CapacityReservationState {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CapacityReservation {
+    /// The reservation's ID (`cr-...`).
     #[schemars(regex(pattern = r"^cr-[0-9a-z]+$"))]
     pub id: String,
+    /// The availability zone the reserved capacity is in.
     pub availability_zone: String,
+    /// The one instance type the reservation holds capacity for.
     pub instance_type: String,
+    /// The 12-digit ID of the AWS account that owns the reservation (it may be shared from another account).
     #[serde(rename = "ownerID")]
     #[schemars(regex(pattern = r"^[0-9]{12}$"))]
     pub owner_id: String,
+    /// Which launches the reservation takes: `open` (any matching launch) or `targeted` (only launches that name
+    /// it, as Karpenter's do).
     pub instance_match_criteria: InstanceMatchCriteria,
+    /// An on-demand capacity reservation (`default`, the default) or a capacity block for ML.
     #[serde(default)]
     pub reservation_type: CapacityReservationType,
+    /// Whether EC2 may reclaim the reservation's capacity while instances run in it.
     #[serde(default, skip_serializing_if = "is_false")]
     pub interruptible: bool,
+    /// `active`, or `expiring` for a capacity block inside EC2's reclaim window before its end (only capacity
+    /// blocks expire this way).
     #[serde(default)]
     pub state: CapacityReservationState,
-    /// RFC 3339 end time, if the reservation ends.
+    /// RFC 3339 end time, if the reservation ends: from then on its capacity is released and no instance can
+    /// launch into it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("format" = "date-time"))]
     pub end_time: Option<String>,
@@ -1133,21 +1175,28 @@ pub struct CapacityReservation {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct EC2NodeClassStatus {
+    /// The subnets `subnetSelectorTerms` currently select: where instances may launch.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub subnets: Vec<Subnet>,
+    /// The security groups `securityGroupSelectorTerms` currently select, attached to every instance.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub security_groups: Vec<SecurityGroup>,
+    /// The capacity reservations `capacityReservationSelectorTerms` currently select (each a reserved offering).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub capacity_reservations: Vec<CapacityReservation>,
+    /// The AMIs `amiSelectorTerms` (or the family's alias) currently resolve to, each with the instance types it
+    /// serves.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub amis: Vec<Ami>,
     /// Name of the instance profile instances launch with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_profile: Option<String>,
+    /// Readiness of the node class and of each thing it resolves (`SubnetsReady`, `AMIsReady`, ...,
+    /// `Ready`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }

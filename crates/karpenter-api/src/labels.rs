@@ -324,7 +324,7 @@ pub mod min_nodes {
 
 /// A minimum saving before consolidation replaces nodes or merges several (not upstream Karpenter): per NodePool
 /// (this annotation) and cluster-wide (the `CONSOLIDATION_MIN_SAVINGS` setting), both written in the one grammar
-/// [`MinSavings`] parses. karpenter-disruption decides with it; the NodePool validation controller reports a bad
+/// [`MinSavings`](consolidation_min_savings::MinSavings) parses. karpenter-disruption decides with it; the NodePool validation controller reports a bad
 /// annotation.
 pub mod consolidation_min_savings {
     use std::fmt;

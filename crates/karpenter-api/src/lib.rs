@@ -13,6 +13,8 @@
 //! This crate is pure: it depends on `kube` with the `derive` feature only, so it pulls in no HTTP client and no
 //! async runtime. It re-exports [`kube`] and [`k8s_openapi`] so embedders line up on the same versions.
 
+#![warn(missing_docs)]
+
 pub use k8s_openapi;
 pub use kube;
 

@@ -27,8 +27,11 @@ use karpenter_requirements::{Operator, UnknownOperator};
 /// Taint effect.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 pub enum TaintEffect {
+    /// Pods that do not tolerate the taint are not scheduled onto the node; pods already running stay.
     NoSchedule,
+    /// The scheduler avoids the node for pods that do not tolerate the taint, but may still use it.
     PreferNoSchedule,
+    /// Pods that do not tolerate the taint are not scheduled, and running ones are evicted.
     NoExecute,
 }
 

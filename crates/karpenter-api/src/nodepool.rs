@@ -190,8 +190,12 @@ impl ConsolidationPolicy {
 /// Disruption reasons a budget can be limited to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 pub enum DisruptionReason {
+    /// Consolidation of nodes whose pods fit elsewhere or on a cheaper replacement
+    /// (`consolidationPolicy: WhenEmptyOrUnderutilized`).
     Underutilized,
+    /// Consolidation of nodes running no pods but DaemonSet ones.
     Empty,
+    /// Replacement of nodes whose NodePool or node class changed since launch (drift).
     Drifted,
     /// Node repair's reason (upstream v1.15): repair commands (feature gate `NodeRepair`) use up its allowance, in
     /// which only nodes being deleted count as disrupting.

@@ -4,7 +4,7 @@
 //! `required`. Upstream's node classes (KWOKNodeClass, EC2NodeClass) declare `spec` with `omitempty` and their
 //! CRDs require no `spec`, so an object written as `{apiVersion, kind, metadata}` is accepted by the API server;
 //! a watch over such objects must decode them too. For these kinds the `CustomResource` derive generates a hidden
-//! schema type (`#[kube(root = "...")]`) and [`optional_spec_root!`] writes the public root type by hand: the same
+//! schema type (`#[kube(root = "...")]`) and `optional_spec_root!` writes the public root type by hand: the same
 //! shape and traits, with `spec` defaulted when absent and removed from the CRD's top-level `required`.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

@@ -40,7 +40,7 @@ pub const KARPENTER_KINDS: [(&str, &str); 5] = [
 /// Where a loaded object (or a load error) came from.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Origin {
-    /// The file path as given (or the origin name passed to [`load_str`]).
+    /// The file path as given (or the origin name passed to `load_str`).
     pub file: String,
     /// 0-based index of the document in the file, counting only non-empty documents.
     pub document: usize,
@@ -97,7 +97,7 @@ macro_rules! define_objects {
             )*
             /// Any other apiVersion/kind (see the module docs).
             Unknown(Box<UnknownObject>),
-            /// A Pod as decisions read it, when loaded with [`LoadOptions::compact_pods`].
+            /// A Pod as decisions read it, when loaded with `LoadOptions::compact_pods`.
             CompactPod(Arc<CompactPod>),
         }
 
