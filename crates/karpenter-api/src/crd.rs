@@ -248,6 +248,7 @@ pub enum CrdError {
     Json(#[from] serde_json::Error),
     #[error("YAML rendering failed: {0}")]
     /// The CRD could not be written as YAML.
+    #[cfg(feature = "yaml")]
     Yaml(String),
 }
 
@@ -385,7 +386,9 @@ pub fn file_name(crd: &CustomResourceDefinition) -> String {
     format!("{}_{}.yaml", crd.spec.group, crd.spec.names.plural)
 }
 
-/// Renders a CRD as a YAML document (keys in the order k8s-openapi serialises them, deterministic).
+/// Renders a CRD as a YAML document (keys in the order k8s-openapi serialises them, deterministic). Feature
+/// `yaml`.
+#[cfg(feature = "yaml")]
 pub fn try_render_yaml(crd: &CustomResourceDefinition) -> Result<String, CrdError> {
     let mut out = String::from("---\n");
     out.push_str(&serde_saphyr::to_string(crd).map_err(|e| CrdError::Yaml(e.to_string()))?);
@@ -395,7 +398,8 @@ pub fn try_render_yaml(crd: &CustomResourceDefinition) -> Result<String, CrdErro
     Ok(out)
 }
 
-/// [`try_render_yaml`], with the error text in place of the document if rendering failed.
+/// [`try_render_yaml`], with the error text in place of the document if rendering failed. Feature `yaml`.
+#[cfg(feature = "yaml")]
 pub fn render_yaml(crd: &CustomResourceDefinition) -> String {
     try_render_yaml(crd).unwrap_or_else(|e| format!("# {e}\n"))
 }

@@ -18,7 +18,8 @@
 //! * `dra-cel`: DRA device selectors written in CEL. Without it a pod whose claim needs one is unschedulable,
 //!   its reason naming the feature (device classes without selectors still allocate).
 //! * `yaml`: [`SchedulerConfig::parse`] reads YAML (JSON only without it, and YAML text is an error naming
-//!   the feature).
+//!   the feature), and the re-exported [`karpenter_api`] has its manifest loader (`load_str`, `load_file`,
+//!   `load_paths`; without it inputs are built with the builders of [`prelude`] or decoded with serde_json).
 //! * `time-zones`: budget `timeZone`s of the re-exported [`karpenter_api`] (without it a named zone is
 //!   `BudgetError::TimeZonesUnsupported`, never UTC).
 //!
