@@ -12,6 +12,17 @@
 //!
 //! This crate is pure: it depends on `kube` with the `derive` feature only, so it pulls in no HTTP client and no
 //! async runtime. It re-exports [`kube`] and [`k8s_openapi`] so embedders line up on the same versions.
+//!
+//! Features, all on by default (`default-features = false` for a lean tree; what is left out is an explicit
+//! outcome, never a silent difference):
+//!
+//! * `loader`: reading manifests from text and files (`load_str`, `load_file`, `load_paths`); implies `yaml`.
+//!   Without it the decoded types (`loader::Object`, `Loaded`) remain.
+//! * `yaml`: YAML through serde-saphyr (`crd::render_yaml`, and the loader's parser).
+//! * `time-zones`: budget `timeZone`s through chrono-tz. Without it a budget naming a zone is
+//!   `nodepool::BudgetError::TimeZonesUnsupported` (it allows no disruption, validation reports it), never UTC.
+//!
+//! The CRD derive (kube-derive, schemars) is not optional: it generates the API types themselves.
 
 #![warn(missing_docs)]
 
