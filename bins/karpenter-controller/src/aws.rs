@@ -1,7 +1,7 @@
 //! `run --provider aws` and `prices` (feature `aws`): the binary's side of the AWS provider. The provider itself,
 //! its controllers and its interruption source are assembled by [`karpenter_aws::assembly::start`]; the binary
 //! hands it what it owns: the EC2NodeClass watcher (shared with the controller manager) and the Prometheus
-//! registry, behind the AWS provider's metric sinks (src/aws_metrics.rs).
+//! registry, which the provider records its own families into.
 
 use std::io::Write;
 use std::path::Path;
@@ -19,7 +19,6 @@ use karpenter_operator::metrics::Metrics;
 use karpenter_operator::node_classes::KubeNodeClasses;
 use tokio_util::sync::CancellationToken;
 
-use crate::aws_metrics::PrometheusAws;
 use crate::{CatalogueArgs, PricesArgs};
 
 /// Starts the EC2NodeClass watcher and the AWS provider; returns the provider's runtime and the watcher.
@@ -43,7 +42,6 @@ pub async fn start(
         .await
         .context("listing EC2NodeClasses (is the CRD installed?)")?;
     let node_classes: Arc<dyn NodeClassLookup> = Arc::new(node_classes);
-    let sinks = Arc::new(PrometheusAws(metrics));
     let start = AwsStart {
         settings: aws,
         reserved_capacity: core.decisions.feature_gates.reserved_capacity,
@@ -51,11 +49,7 @@ pub async fn start(
         clock,
         shutdown,
         node_classes: node_classes.clone(),
-        launch_failures: sinks.clone(),
-        termination_failures: sinks.clone(),
-        batches: sinks.clone(),
-        unhealthy_instances: sinks.clone(),
-        queue_messages: sinks,
+        metrics,
     };
     let runtime = karpenter_aws::assembly::start(start, &SdkOptions::default()).await?;
     Ok((runtime, node_classes))

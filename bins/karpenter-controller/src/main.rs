@@ -69,9 +69,6 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[cfg(feature = "aws")]
 mod aws;
-// The AWS sinks' test runs over the in-memory EC2 and SQS, without the SDK the `aws` feature builds.
-#[cfg(any(feature = "aws", test))]
-mod aws_metrics;
 
 #[derive(Debug, Parser)]
 #[command(name = "karpenter-controller", version = build_info::VERSION_LINE, about = "Karpenter node autoscaler (karpenter-rs)")]

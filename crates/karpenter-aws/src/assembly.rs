@@ -25,8 +25,7 @@ use crate::api_error::AwsApiError;
 use crate::discovery::{self, DiscoveryError};
 use crate::instancetype::Settings as InstanceTypeSettings;
 use crate::instancetypes::{self, SharedPrices};
-use crate::launch::batcher::BatchSink;
-use crate::launch::instance::{ClusterInfo, LaunchFailureSink, TerminationFailureSink};
+use crate::launch::instance::ClusterInfo;
 use crate::nodeclass::controller::{
     CapacityBlockExpiration, InstanceProfileGarbageCollector, NodeClassController, SsmInvalidationController,
     kubernetes_version_source,
@@ -38,12 +37,12 @@ use crate::nodeclass::{NodeClassResolver, ResolverApis, ResolverSettings};
 use crate::pricing::{PriceFile, PriceFileError};
 use crate::pricing_api::{self, FetchPricesError, PricingProvider};
 use crate::provider::{AwsApis, AwsCloudProvider, AwsCloudProviderOptions};
-use crate::queue::{NodeClaimLookup, QueueMessageSink, SqsInterruptionSource};
+use crate::queue::{NodeClaimLookup, SqsInterruptionSource};
 use crate::runtime::every;
 use crate::sdk::dry_run::Ec2DryRun;
 use crate::sdk::{AwsClients, SdkLoadError, SdkOptions};
 use crate::settings::AwsSettings;
-use crate::status::{InstanceStatusSource, UnhealthyInstanceSink};
+use crate::status::InstanceStatusSource;
 
 /// How often unused launch templates are deleted (their cache keeps them one minute).
 const LAUNCH_TEMPLATE_GC_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
@@ -63,19 +62,9 @@ pub struct AwsStart<'a> {
     pub shutdown: CancellationToken,
     /// The EC2NodeClasses, kept current by the caller's watcher.
     pub node_classes: Arc<dyn NodeClassLookup>,
-    /// Where launch failures are counted (`karpenter_cloudprovider_instance_launch_failures_total`).
-    pub launch_failures: Arc<dyn LaunchFailureSink>,
-    /// Where failed instance terminations are counted (`karpenter_cloudprovider_instance_termination_failures_total`).
-    pub termination_failures: Arc<dyn TerminationFailureSink>,
-    /// Where the EC2 request batchers' batches are recorded (`karpenter_cloudprovider_batcher_batch_size`,
-    /// `karpenter_cloudprovider_batcher_batch_time_seconds`).
-    pub batches: Arc<dyn BatchSink>,
-    /// Where instances the status checks found unhealthy are counted
-    /// (`karpenter_interruption_instance_status_unhealthy_total`).
-    pub unhealthy_instances: Arc<dyn UnhealthyInstanceSink>,
-    /// Where the interruption queue's messages are counted (`karpenter_interruption_received_messages_total`,
-    /// `..._deleted_messages_total`, `..._message_queue_duration_seconds`).
-    pub queue_messages: Arc<dyn QueueMessageSink>,
+    /// The registry the provider records its own families into (launch and termination failures, the EC2
+    /// request batchers, the interruption queue's messages, unhealthy instances; `karpenter_aws::metrics`).
+    pub metrics: Arc<karpenter_runtime::metrics::Metrics>,
 }
 
 impl std::fmt::Debug for AwsStart<'_> {
@@ -294,9 +283,7 @@ impl Assembly<'_> {
         )
         .with_placement_groups(shared.placement_groups.clone())
         .with_capacity_reservations(shared.capacity_reservations.clone())
-        .with_launch_failure_sink(self.start.launch_failures.clone())
-        .with_termination_failure_sink(self.start.termination_failures.clone())
-        .with_batch_sink(self.start.batches.clone());
+        .with_metrics(self.start.metrics.clone());
         let types = provider.instance_type_provider().refresh().await.map_err(StartError::Catalogue)?;
         tracing::info!(instance_types = types, "instance-type catalogue loaded");
         match provider.launch_templates().hydrate().await {
@@ -435,7 +422,7 @@ impl Assembly<'_> {
             self.start.clock.clone(),
             Arc::new(TokioSleeper),
         )
-        .with_sink(self.start.unhealthy_instances.clone());
+        .with_metrics(self.start.metrics.clone());
         Arc::new(source)
     }
 
@@ -452,7 +439,7 @@ impl Assembly<'_> {
             queue,
         )
         .with_hook(Arc::new(provider.clone()))
-        .with_metrics(self.start.queue_messages.clone(), self.start.clock.clone());
+        .with_metrics(self.start.metrics.clone(), self.start.clock.clone());
         Some(Arc::new(source))
     }
 }

@@ -88,6 +88,7 @@ pub mod instancetypes;
 pub mod interruption;
 pub mod kubelet_cel;
 pub mod launch;
+pub mod metrics;
 pub mod moto;
 pub mod nodeclass;
 pub mod pricing;

@@ -48,12 +48,9 @@ use crate::drift::{DriftContext, InstanceFacts};
 use crate::instancetypes::{
     InstanceTypeApi, InstanceTypeProvider, InstanceTypeProviderError, InstanceTypeProviderOptions, SharedPrices,
 };
-use crate::launch::batcher::BatchSink;
 use crate::launch::fleet::{Ec2Instance, FleetApi, InstanceState, NODE_CLASS_TAG, NODE_POOL_TAG};
 use crate::launch::ice::UnavailableOfferings;
-use crate::launch::instance::{
-    BatchWindows, ClusterInfo, InstanceProvider, LaunchFailureSink, Launched, RetryPolicy, TerminationFailureSink,
-};
+use crate::launch::instance::{BatchWindows, ClusterInfo, InstanceProvider, Launched, RetryPolicy};
 use crate::launch::template::{CapacityReservationPreference, LaunchTemplateApi, LaunchTemplateProvider};
 use crate::nodeclass::reservation::{CapacityReservationProvider, PlacementGroupInfo, PlacementGroupProvider};
 use crate::queue::{InstanceClaim, InterruptionHook};
@@ -272,23 +269,13 @@ impl AwsCloudProvider {
         self
     }
 
-    /// Tells `sink` about every launch failure (`karpenter_cloudprovider_instance_launch_failures_total`).
-    pub fn with_launch_failure_sink(mut self, sink: Arc<dyn LaunchFailureSink>) -> Self {
-        self.instances = self.instances.with_launch_failure_sink(sink);
-        self
-    }
-
-    /// Tells `sink` about every failed `TerminateInstances`
-    /// (`karpenter_cloudprovider_instance_termination_failures_total`).
-    pub fn with_termination_failure_sink(mut self, sink: Arc<dyn TerminationFailureSink>) -> Self {
-        self.instances = self.instances.with_termination_failure_sink(sink);
-        self
-    }
-
-    /// Tells `sink` about every batch of the EC2 request batchers (`karpenter_cloudprovider_batcher_batch_size`,
-    /// `karpenter_cloudprovider_batcher_batch_time_seconds`); call it while building the provider.
-    pub fn with_batch_sink(mut self, sink: Arc<dyn BatchSink>) -> Self {
-        self.instances = self.instances.with_batch_sink(sink);
+    /// Records the launches' own families into `metrics`: launch failures
+    /// (`karpenter_cloudprovider_instance_launch_failures_total`), failed `TerminateInstances`
+    /// (`karpenter_cloudprovider_instance_termination_failures_total`) and the EC2 request batchers' batches
+    /// (`karpenter_cloudprovider_batcher_batch_size`, `karpenter_cloudprovider_batcher_batch_time_seconds`); call it
+    /// while building the provider.
+    pub fn with_metrics(mut self, metrics: Arc<karpenter_runtime::metrics::Metrics>) -> Self {
+        self.instances = self.instances.with_metrics(metrics);
         self
     }
 

@@ -14,7 +14,7 @@
 //! mark the spot offering or the reservation unavailable (as upstream's interruption controller does): the binary
 //! passes `AwsCloudProvider`, which zeroes the reservation's tracked instance count.
 //!
-//! The queue's metrics go through a [`QueueMessageSink`] (the binary owns the Prometheus registry): every parsed
+//! The queue's metrics are recorded into the registry ([`SqsInterruptionSource::with_metrics`]): every parsed
 //! message counts as received by its kind (`karpenter_interruption_received_messages_total{message_type}`), every
 //! deletion (by the source or on acknowledgement) as deleted, with the time since SQS's `SentTimestamp`
 //! (`karpenter_interruption_deleted_messages_total`, `karpenter_interruption_message_queue_duration_seconds`).
@@ -31,6 +31,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use karpenter_cloudprovider::{Clock, InterruptionAction, InterruptionError, InterruptionEvent, InterruptionKind};
+use karpenter_runtime::metrics::Metrics;
 use tokio::sync::Mutex;
 
 use crate::api_error::AwsApiError;
@@ -190,23 +191,6 @@ pub fn kind_and_action(kind: Kind) -> Option<(InterruptionKind, InterruptionActi
     Some(mapped)
 }
 
-/// Where the queue's messages are counted (see the module docs).
-pub trait QueueMessageSink: Send + Sync + fmt::Debug {
-    /// A message of `message_type` ([`Kind::as_str`]) was received and parsed.
-    fn received(&self, message_type: &str);
-    /// A message was deleted from the queue, `queued_for` after SQS says it was sent (`None` when unknown).
-    fn deleted(&self, queued_for: Option<Duration>);
-}
-
-/// A sink that counts nothing.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct NoQueueSink;
-
-impl QueueMessageSink for NoQueueSink {
-    fn received(&self, _message_type: &str) {}
-    fn deleted(&self, _queued_for: Option<Duration>) {}
-}
-
 /// How long the send time of a message handed out as events is kept for its deletion's latency (a message
 /// whose handling failed comes back with a new receipt handle, so the old entry is never claimed).
 const SENT_TIMES_KEPT: Duration = Duration::from_secs(3600);
@@ -219,7 +203,7 @@ pub struct SqsInterruptionSource {
     queue_name: String,
     queue_url: Mutex<Option<String>>,
     stats: QueueStats,
-    sink: Arc<dyn QueueMessageSink>,
+    metrics: Option<Arc<Metrics>>,
     clock: Option<Arc<dyn Clock>>,
     /// Receipt handle → SQS send time (ms since the epoch) of the messages handed out as events.
     sent: std::sync::Mutex<BTreeMap<String, i64>>,
@@ -241,17 +225,27 @@ impl SqsInterruptionSource {
             queue_name: queue_name.into(),
             queue_url: Mutex::new(None),
             stats: QueueStats::default(),
-            sink: Arc::new(NoQueueSink),
+            metrics: None,
             clock: None,
             sent: std::sync::Mutex::new(BTreeMap::new()),
         }
     }
 
-    /// The same source counting its messages in `sink`, with their time in the queue measured on `clock`.
-    pub fn with_metrics(mut self, sink: Arc<dyn QueueMessageSink>, clock: Arc<dyn Clock>) -> Self {
-        self.sink = sink;
+    /// The same source counting its messages in `metrics`, with their time in the queue measured on `clock`.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>, clock: Arc<dyn Clock>) -> Self {
+        self.metrics = Some(metrics);
         self.clock = Some(clock);
         self
+    }
+
+    /// `karpenter_interruption_deleted_messages_total`, and the message's time in the queue when its send time
+    /// (`sent_ms`, SQS's `SentTimestamp`) is known.
+    fn count_deletion(&self, sent_ms: Option<i64>) {
+        let Some(metrics) = &self.metrics else { return };
+        metrics.interruption_deleted_messages().inc();
+        if let Some(queued_for) = self.queued_for(sent_ms) {
+            metrics.interruption_message_queue_duration_seconds().observe(queued_for.as_secs_f64());
+        }
     }
 
     /// The time since `sent_ms` (SQS's `SentTimestamp`), when both it and a clock are known.
@@ -304,7 +298,7 @@ impl SqsInterruptionSource {
         match self.api.delete(queue_url, &message.receipt_handle).await {
             Ok(()) => {
                 add(&self.stats.deleted, 1);
-                self.sink.deleted(self.queued_for(message.sent_timestamp_ms));
+                self.count_deletion(message.sent_timestamp_ms);
             }
             // Deleted already (another replica, or a stale handle): nothing left to do.
             Err(e) if e.is_not_found() => {}
@@ -329,8 +323,8 @@ impl SqsInterruptionSource {
         let mut parsed: Vec<(QueueMessage, Message)> = Vec::with_capacity(messages.len());
         for message in messages {
             let parsed_message = interruption::parse(message.body.as_bytes());
-            if let Ok(m) = &parsed_message {
-                self.sink.received(m.kind.as_str());
+            if let (Ok(m), Some(metrics)) = (&parsed_message, &self.metrics) {
+                metrics.interruption_received_messages(m.kind.as_str()).inc();
             }
             match parsed_message {
                 Ok(m) if kind_and_action(m.kind).is_some() => parsed.push((message, m)),
@@ -414,7 +408,7 @@ impl SqsInterruptionSource {
                 Ok(()) => {
                     add(&self.stats.deleted, 1);
                     let sent_ms = self.sent_times().remove(handle);
-                    self.sink.deleted(self.queued_for(sent_ms));
+                    self.count_deletion(sent_ms);
                 }
                 Err(e) if e.is_not_found() => {
                     self.sent_times().remove(handle);
@@ -602,18 +596,6 @@ mod tests {
         assert!(source.next_batch().await.unwrap().is_empty());
     }
 
-    #[derive(Debug, Default)]
-    struct RecordingSink(std::sync::Mutex<(Vec<String>, Vec<Option<Duration>>)>);
-
-    impl QueueMessageSink for RecordingSink {
-        fn received(&self, message_type: &str) {
-            self.0.lock().unwrap().0.push(message_type.to_owned());
-        }
-        fn deleted(&self, queued_for: Option<Duration>) {
-            self.0.lock().unwrap().1.push(queued_for);
-        }
-    }
-
     #[tokio::test]
     async fn parsed_messages_are_counted_by_kind_and_deletions_with_their_time_in_the_queue() {
         let queue = Arc::new(MemoryQueue::new("q"));
@@ -622,25 +604,26 @@ mod tests {
         queue.send_at(&spot(known), Some(990_000)); // sent 10 s before now
         queue.send("{not json");
         queue.send_at(&state("i-00000000000000001", "stopping"), Some(999_000)); // no nodeclaim: deleted at once
-        let sink = Arc::new(RecordingSink::default());
+        let metrics = crate::testing::registry();
         let source = SqsInterruptionSource::new(queue.clone(), lookup(&[known]), "q")
-            .with_metrics(sink.clone(), Arc::new(clock.clone()));
+            .with_metrics(metrics.clone(), Arc::new(clock.clone()));
         let events = source.next_batch().await.unwrap();
         assert_eq!(events.len(), 1);
-        {
-            let (received, deleted) = &*sink.0.lock().unwrap();
-            // A malformed message is deleted but was never a message of any kind.
-            assert_eq!(received, &["spot_interrupted", "instance_stopped"]);
-            assert_eq!(deleted, &[None, Some(Duration::from_secs(1))]);
-        }
+        let value = |series: &str| crate::testing::sample(&metrics.render(), series);
+        let received =
+            |kind: &str| value(&format!("karpenter_interruption_received_messages_total{{message_type=\"{kind}\"}}"));
+        // A malformed message is deleted but was never a message of any kind.
+        assert_eq!((received("spot_interrupted"), received("instance_stopped")), (Some(1.0), Some(1.0)));
+        assert_eq!(value("karpenter_interruption_received_messages_total{message_type=\"no_op\"}"), None);
+        // Both deleted; only the one with a send time has a time in the queue (1 s).
+        assert_eq!(value("karpenter_interruption_deleted_messages_total"), Some(2.0));
+        assert_eq!(value("karpenter_interruption_message_queue_duration_seconds_count"), Some(1.0));
+        assert_eq!(value("karpenter_interruption_message_queue_duration_seconds_sum"), Some(1.0));
         clock.step_secs(5);
         source.acknowledge(&events).await.unwrap();
-        let (_, deleted) = &*sink.0.lock().unwrap();
-        assert_eq!(
-            deleted.last(),
-            Some(&Some(Duration::from_secs(15))),
-            "sent 10 s before the receive, acked 5 s after"
-        );
+        // Sent 10 s before the receive, acked 5 s after: 15 s more.
+        assert_eq!(value("karpenter_interruption_deleted_messages_total"), Some(3.0));
+        assert_eq!(value("karpenter_interruption_message_queue_duration_seconds_sum"), Some(16.0));
         assert!(source.sent_times().is_empty(), "nothing kept once deleted");
     }
 

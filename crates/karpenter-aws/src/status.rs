@@ -18,8 +18,8 @@
 //! An instance is reported once per episode: after its event is acknowledged it is not reported again while it
 //! stays unhealthy (its NodeClaim is already deleting), and once it is healthy again a new failure is a new
 //! report. An event that was not acknowledged (handling failed) is delivered again at the next check. The
-//! `karpenter_interruption_instance_status_unhealthy_total{category}` counter goes through an
-//! [`UnhealthyInstanceSink`] (the binary owns the metrics), once per acknowledged report and category.
+//! `karpenter_interruption_instance_status_unhealthy_total{category}` counter is recorded into the metrics
+//! registry ([`InstanceStatusSource::with_metrics`]), once per acknowledged report and category.
 //!
 //! Without the `ec2:DescribeInstanceStatus` permission (an `Unauthorized` error) the check logs one warning and
 //! is skipped; it keeps trying every interval, so granting the permission later takes effect without a restart.
@@ -34,6 +34,8 @@ use chrono::{DateTime, Utc};
 use karpenter_cloudprovider::{
     Clock, InterruptionAction, InterruptionError, InterruptionEvent, InterruptionKind, InterruptionSource, Sleeper,
 };
+
+use karpenter_runtime::metrics::Metrics;
 
 use crate::api_error::{AwsApiError, AwsErrorKind};
 use crate::queue::InstanceLookup;
@@ -95,20 +97,6 @@ pub trait InstanceStatusApi: Send + Sync + fmt::Debug {
     async fn describe_instance_status(&self) -> Result<Vec<InstanceStatus>, AwsApiError>;
 }
 
-/// Where unhealthy instances are counted (`karpenter_interruption_instance_status_unhealthy_total`).
-pub trait UnhealthyInstanceSink: Send + Sync + fmt::Debug {
-    /// One instance was found unhealthy in `category` (see [`category`]).
-    fn unhealthy(&self, category: &str);
-}
-
-/// A sink that counts nothing.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct NoUnhealthySink;
-
-impl UnhealthyInstanceSink for NoUnhealthySink {
-    fn unhealthy(&self, _category: &str) {}
-}
-
 /// What is wrong with one instance.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Finding {
@@ -168,7 +156,7 @@ pub struct InstanceStatusSource {
     clock: Arc<dyn Clock>,
     sleeper: Arc<dyn Sleeper>,
     interval: Duration,
-    sink: Arc<dyn UnhealthyInstanceSink>,
+    metrics: Option<Arc<Metrics>>,
     state: Mutex<State>,
 }
 
@@ -187,20 +175,12 @@ impl InstanceStatusSource {
         clock: Arc<dyn Clock>,
         sleeper: Arc<dyn Sleeper>,
     ) -> Self {
-        Self {
-            api,
-            lookup,
-            clock,
-            sleeper,
-            interval: CHECK_INTERVAL,
-            sink: Arc::new(NoUnhealthySink),
-            state: Mutex::default(),
-        }
+        Self { api, lookup, clock, sleeper, interval: CHECK_INTERVAL, metrics: None, state: Mutex::default() }
     }
 
-    /// Counts unhealthy instances into `sink`.
-    pub fn with_sink(mut self, sink: Arc<dyn UnhealthyInstanceSink>) -> Self {
-        self.sink = sink;
+    /// Counts unhealthy instances into `metrics` (`karpenter_interruption_instance_status_unhealthy_total`).
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
         self
     }
 
@@ -288,8 +268,10 @@ impl InterruptionSource for InstanceStatusSource {
         let mut state = self.state();
         for e in events {
             if let Some(categories) = state.pending.remove(&e.ack_id) {
-                for c in categories {
-                    self.sink.unhealthy(c);
+                if let Some(m) = &self.metrics {
+                    for c in categories {
+                        m.interruption_instance_status_unhealthy(c).inc();
+                    }
                 }
                 state.reported.insert(e.ack_id.clone());
             }

@@ -266,3 +266,17 @@ impl PricingApi for FakePricing {
         Ok(lock(&self.spot).clone())
     }
 }
+
+/// The value of one series in a registry's exposition (`name{labels}` exactly as rendered; a series without
+/// labels may be given bare), `None` when it has no sample.
+pub fn sample(exposition: &str, series: &str) -> Option<f64> {
+    exposition.lines().filter(|l| !l.starts_with('#')).find_map(|line| {
+        let (name, value) = line.rsplit_once(' ')?;
+        (name == series || name.strip_suffix("{}") == Some(series)).then(|| value.parse().ok()).flatten()
+    })
+}
+
+/// A registry for a test to record into and read back.
+pub fn registry() -> std::sync::Arc<karpenter_runtime::metrics::Metrics> {
+    std::sync::Arc::new(karpenter_runtime::metrics::Metrics::new(&karpenter_runtime::metrics::BuildInfo::default()))
+}

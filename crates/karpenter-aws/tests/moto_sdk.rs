@@ -350,14 +350,6 @@ fn assembly_start<'a>(
     client: karpenter_api::kube::Client,
     shutdown: &tokio_util::sync::CancellationToken,
 ) -> karpenter_aws::assembly::AwsStart<'a> {
-    #[derive(Debug)]
-    struct NoSink;
-    impl karpenter_aws::launch::instance::LaunchFailureSink for NoSink {
-        fn launch_failed(&self, _: &karpenter_aws::launch::instance::LaunchFailure) {}
-    }
-    impl karpenter_aws::launch::instance::TerminationFailureSink for NoSink {
-        fn termination_failed(&self, _: &karpenter_aws::launch::instance::TerminationFailure) {}
-    }
     karpenter_aws::assembly::AwsStart {
         settings,
         reserved_capacity: true,
@@ -365,11 +357,7 @@ fn assembly_start<'a>(
         clock: Arc::new(karpenter_cloudprovider::SystemClock),
         shutdown: shutdown.clone(),
         node_classes: Arc::new(karpenter_cloudprovider::InMemoryNodeClasses::new()),
-        launch_failures: Arc::new(NoSink),
-        termination_failures: Arc::new(NoSink),
-        batches: Arc::new(karpenter_aws::launch::batcher::NoBatchSink),
-        unhealthy_instances: Arc::new(karpenter_aws::status::NoUnhealthySink),
-        queue_messages: Arc::new(karpenter_aws::queue::NoQueueSink),
+        metrics: Arc::new(karpenter_runtime::metrics::Metrics::new(&Default::default())),
     }
 }
 

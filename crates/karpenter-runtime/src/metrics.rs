@@ -516,35 +516,35 @@ pub const FAULT_PATH_FAMILIES: &[(&str, &str)] = &[
 pub const NOT_SAMPLED_ON_THE_KWOK_PLANE: &[(&str, &str)] = &[
     (
         "karpenter_cloudprovider_batcher_batch_size",
-        "AWS provider only (the EC2 request batchers); sampled by karpenter_controller::aws_metrics::tests::every_aws_only_family_reaches_the_registry",
+        "AWS provider only (the EC2 request batchers); sampled by karpenter_aws::metrics::tests::every_aws_only_family_reaches_the_registry",
     ),
     (
         "karpenter_cloudprovider_batcher_batch_time_seconds",
-        "AWS provider only (the EC2 request batchers); sampled by karpenter_controller::aws_metrics::tests::every_aws_only_family_reaches_the_registry",
+        "AWS provider only (the EC2 request batchers); sampled by karpenter_aws::metrics::tests::every_aws_only_family_reaches_the_registry",
     ),
     (
         "karpenter_cloudprovider_instance_launch_failures_total",
-        "AWS provider only (a CreateFleet error naming a zone); sampled by karpenter_controller::aws_metrics::tests::every_aws_only_family_reaches_the_registry",
+        "AWS provider only (a CreateFleet error naming a zone); sampled by karpenter_aws::metrics::tests::every_aws_only_family_reaches_the_registry",
     ),
     (
         "karpenter_cloudprovider_instance_termination_failures_total",
-        "AWS provider only (a failed TerminateInstances); sampled by karpenter_controller::aws_metrics::tests::every_aws_only_family_reaches_the_registry",
+        "AWS provider only (a failed TerminateInstances); sampled by karpenter_aws::metrics::tests::every_aws_only_family_reaches_the_registry",
     ),
     (
         "karpenter_interruption_deleted_messages_total",
-        "AWS provider only (the SQS interruption queue); sampled by karpenter_controller::aws_metrics::tests::every_aws_only_family_reaches_the_registry",
+        "AWS provider only (the SQS interruption queue); sampled by karpenter_aws::metrics::tests::every_aws_only_family_reaches_the_registry",
     ),
     (
         "karpenter_interruption_instance_status_unhealthy_total",
-        "AWS provider only (EC2 instance status checks); sampled by karpenter_controller::aws_metrics::tests::every_aws_only_family_reaches_the_registry",
+        "AWS provider only (EC2 instance status checks); sampled by karpenter_aws::metrics::tests::every_aws_only_family_reaches_the_registry",
     ),
     (
         "karpenter_interruption_message_queue_duration_seconds",
-        "AWS provider only (the SQS interruption queue); sampled by karpenter_controller::aws_metrics::tests::every_aws_only_family_reaches_the_registry",
+        "AWS provider only (the SQS interruption queue); sampled by karpenter_aws::metrics::tests::every_aws_only_family_reaches_the_registry",
     ),
     (
         "karpenter_interruption_received_messages_total",
-        "AWS provider only (the SQS interruption queue); sampled by karpenter_controller::aws_metrics::tests::every_aws_only_family_reaches_the_registry",
+        "AWS provider only (the SQS interruption queue); sampled by karpenter_aws::metrics::tests::every_aws_only_family_reaches_the_registry",
     ),
     (
         "karpenter_consolidation_moves_total",

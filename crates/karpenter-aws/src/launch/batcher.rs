@@ -10,8 +10,8 @@
 //! | DescribeInstances ([`DescribeBatcher`]) | 100 ms | 1 s | 500 | instance ids of requests with equal filters |
 //! | TerminateInstances ([`TerminateBatcher`]) | 100 ms | 1 s | 500 | instance ids |
 //!
-//! A batcher given a [`BatchSink`] tells it, as each batch starts executing, how many requests it holds and how
-//! long it was held open (first arrival to close): the binary records them as upstream's
+//! A batcher given the metrics registry records, as each batch starts executing, how many requests it holds and
+//! how long it was held open (first arrival to close), as upstream's
 //! `karpenter_cloudprovider_batcher_batch_size` and `karpenter_cloudprovider_batcher_batch_time_seconds`, labelled
 //! `batcher` with the names upstream gives its three batchers ([`CREATE_FLEET_BATCHER`],
 //! [`DESCRIBE_INSTANCES_BATCHER`], [`TERMINATE_INSTANCES_BATCHER`]).
@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use karpenter_cloudprovider::time::tokio_now;
+use karpenter_runtime::metrics::Metrics;
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
@@ -39,26 +40,11 @@ pub const DESCRIBE_INSTANCES_BATCHER: &str = "describe_instances";
 /// The `batcher` label of the TerminateInstances batcher's metrics.
 pub const TERMINATE_INSTANCES_BATCHER: &str = "terminate_instances";
 
-/// Told about every batch a batcher runs (the binary owns the Prometheus registry; see the module docs).
-pub trait BatchSink: Send + Sync + fmt::Debug {
-    /// The batcher named `batcher` is executing a batch of `size` requests, `held_open` after its first request
-    /// arrived.
-    fn batch_ran(&self, batcher: &str, size: usize, held_open: Duration);
-}
-
-/// A sink that records nothing.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct NoBatchSink;
-
-impl BatchSink for NoBatchSink {
-    fn batch_ran(&self, _batcher: &str, _size: usize, _held_open: Duration) {}
-}
-
-/// A batcher's name and where it reports its batches.
+/// A batcher's name and the registry its batches are recorded in.
 #[derive(Clone, Debug)]
 struct Observer {
     name: &'static str,
-    sink: Arc<dyn BatchSink>,
+    metrics: Arc<Metrics>,
 }
 
 /// A batching window.
@@ -128,9 +114,9 @@ impl<I: Send + 'static, O: Send + 'static> Batcher<I, O> {
         Self { window, executor, open: Arc::new(Mutex::new(BTreeMap::new())), observer: None }
     }
 
-    /// The same batcher, reporting each batch to `sink` under the name `name` (the `batcher` label).
-    pub fn with_sink(mut self, name: &'static str, sink: Arc<dyn BatchSink>) -> Self {
-        self.observer = Some(Observer { name, sink });
+    /// The same batcher, recording each batch into `metrics` under the name `name` (the `batcher` label).
+    pub fn with_metrics(mut self, name: &'static str, metrics: Arc<Metrics>) -> Self {
+        self.observer = Some(Observer { name, metrics });
         self
     }
 
@@ -209,7 +195,10 @@ async fn run_batch<I: Send + 'static, O: Send + 'static>(
         (std::mem::take(&mut p.items), p.first)
     };
     if let Some(o) = &observer {
-        o.sink.batch_ran(o.name, items.len(), tokio_now().saturating_duration_since(first));
+        // A batch holds at most 1000 requests: exact as f64.
+        o.metrics.cloudprovider_batcher_batch_size(o.name).observe(items.len() as f64);
+        let held_open = tokio_now().saturating_duration_since(first);
+        o.metrics.cloudprovider_batcher_batch_time_seconds(o.name).observe(held_open.as_secs_f64());
     }
     let (items, senders): (Vec<I>, Vec<oneshot::Sender<O>>) = items.into_iter().unzip();
     let outputs = executor.execute(&key, items).await;
@@ -273,7 +262,7 @@ impl BatchExecutor<CreateFleetRequest, FleetOutcome> for FleetExecutor {
 pub type FleetBatcher = Batcher<CreateFleetRequest, FleetOutcome>;
 
 /// A CreateFleet batcher over `api` with `window` ([`BatchWindow::CREATE_FLEET`] in production); report its
-/// batches with `.with_sink(CREATE_FLEET_BATCHER, sink)`.
+/// batches with `.with_metrics(CREATE_FLEET_BATCHER, metrics)`.
 pub fn fleet_batcher(api: Arc<dyn FleetApi>, window: BatchWindow) -> FleetBatcher {
     Batcher::new(window, Arc::new(FleetExecutor { api }))
 }
@@ -357,9 +346,9 @@ impl DescribeBatcher {
         Self { batcher: Batcher::new(window, executor.clone()), executor }
     }
 
-    /// The same batcher, reporting its batches to `sink` as [`DESCRIBE_INSTANCES_BATCHER`].
-    pub fn with_sink(mut self, sink: Arc<dyn BatchSink>) -> Self {
-        self.batcher = self.batcher.with_sink(DESCRIBE_INSTANCES_BATCHER, sink);
+    /// The same batcher, recording its batches into `metrics` as [`DESCRIBE_INSTANCES_BATCHER`].
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.batcher = self.batcher.with_metrics(DESCRIBE_INSTANCES_BATCHER, metrics);
         self
     }
 
@@ -419,9 +408,9 @@ impl TerminateBatcher {
         Self { batcher: Batcher::new(window, Arc::new(TerminateExecutor { api })) }
     }
 
-    /// The same batcher, reporting its batches to `sink` as [`TERMINATE_INSTANCES_BATCHER`].
-    pub fn with_sink(mut self, sink: Arc<dyn BatchSink>) -> Self {
-        self.batcher = self.batcher.with_sink(TERMINATE_INSTANCES_BATCHER, sink);
+    /// The same batcher, recording its batches into `metrics` as [`TERMINATE_INSTANCES_BATCHER`].
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.batcher = self.batcher.with_metrics(TERMINATE_INSTANCES_BATCHER, metrics);
         self
     }
 

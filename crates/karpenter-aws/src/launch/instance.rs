@@ -29,12 +29,12 @@ use karpenter_requirements::labels::{
 use karpenter_requirements::{
     InstanceType, MinValuesPolicy, Offering, Quantity, Requirement, Requirements, ResourceList, truncate,
 };
+use karpenter_runtime::metrics::Metrics;
 
 use crate::api_error::{AwsApiError, AwsErrorKind};
 use crate::instancetype::resources as extended;
 use crate::launch::batcher::{
-    BatchSink, BatchWindow, CREATE_FLEET_BATCHER, DescribeBatcher, FleetBatcher, TerminateBatcher, create_fleet,
-    fleet_batcher,
+    BatchWindow, CREATE_FLEET_BATCHER, DescribeBatcher, FleetBatcher, TerminateBatcher, create_fleet, fleet_batcher,
 };
 use crate::launch::fleet::{
     CreateFleetRequest, CreateFleetResponse, DescribeInstancesRequest, EKS_CLUSTER_NAME_TAG, Ec2Instance, Filter,
@@ -153,28 +153,6 @@ pub struct LaunchFailure {
     pub reason: String,
 }
 
-/// Told about every [`LaunchFailure`] (the binary counts them in Prometheus).
-pub trait LaunchFailureSink: Send + Sync + fmt::Debug {
-    /// One failure.
-    fn launch_failed(&self, failure: &LaunchFailure);
-}
-
-/// One failed `TerminateInstances` of an instance: the labels of
-/// `karpenter_cloudprovider_instance_termination_failures_total`.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct TerminationFailure {
-    /// The instance's zone.
-    pub zone: String,
-    /// Its zone id, as DescribeInstances reported it (empty when it did not).
-    pub zone_id: String,
-}
-
-/// Told about every [`TerminationFailure`] (the binary counts them in Prometheus).
-pub trait TerminationFailureSink: Send + Sync + fmt::Debug {
-    /// One failure.
-    fn termination_failed(&self, failure: &TerminationFailure);
-}
-
 /// What a fleet outcome needs to know about the launch besides the request and response.
 struct LaunchContext<'a> {
     name: &'a str,
@@ -230,9 +208,9 @@ pub struct InstanceProvider {
     retry: RetryPolicy,
     reservations: Option<Arc<CapacityReservationProvider>>,
     failures: Arc<Mutex<BTreeMap<LaunchFailure, u64>>>,
-    failure_sink: Option<Arc<dyn LaunchFailureSink>>,
-    termination_failure_sink: Option<Arc<dyn TerminationFailureSink>>,
-    /// The batchers' windows, kept to rebuild them with a [`BatchSink`] ([`InstanceProvider::with_batch_sink`]).
+    /// Where launch and termination failures and the batchers' batches are recorded.
+    metrics: Option<Arc<Metrics>>,
+    /// The batchers' windows, kept to rebuild them recording into the registry ([`InstanceProvider::with_metrics`]).
     windows: BatchWindows,
     subnet_ips: SubnetIps,
     reserved_capacity: bool,
@@ -311,8 +289,7 @@ impl InstanceProvider {
             retry,
             reservations: None,
             failures: Arc::default(),
-            failure_sink: None,
-            termination_failure_sink: None,
+            metrics: None,
             windows,
             subnet_ips: SubnetIps::new(templates_clock, DEFAULT_FREE_IP_TTL),
             reserved_capacity: true,
@@ -362,29 +339,22 @@ impl InstanceProvider {
         self
     }
 
-    /// Every launch failure is also told to `sink`.
-    pub fn with_launch_failure_sink(mut self, sink: Arc<dyn LaunchFailureSink>) -> Self {
-        self.failure_sink = Some(sink);
-        self
-    }
-
-    /// Every failed `TerminateInstances` is told to `sink`.
-    pub fn with_termination_failure_sink(mut self, sink: Arc<dyn TerminationFailureSink>) -> Self {
-        self.termination_failure_sink = Some(sink);
-        self
-    }
-
-    /// The CreateFleet, DescribeInstances and TerminateInstances batchers report every batch to `sink`. Call it
-    /// while building the provider: the batchers are replaced by new ones (requests waiting in the old ones still
-    /// run, unreported).
-    pub fn with_batch_sink(mut self, sink: Arc<dyn BatchSink>) -> Self {
+    /// Records into `metrics` every launch failure (`karpenter_cloudprovider_instance_launch_failures_total`),
+    /// every failed `TerminateInstances` (`karpenter_cloudprovider_instance_termination_failures_total`) and every
+    /// batch of the CreateFleet, DescribeInstances and TerminateInstances batchers
+    /// (`karpenter_cloudprovider_batcher_batch_size`, `…_batch_time_seconds`). Call it while building the
+    /// provider: the batchers are replaced by new ones (requests waiting in the old ones still run, unrecorded).
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
         let api = &self.api;
         self.fleet = Arc::new(
-            fleet_batcher(api.clone(), self.windows.create_fleet).with_sink(CREATE_FLEET_BATCHER, sink.clone()),
+            fleet_batcher(api.clone(), self.windows.create_fleet).with_metrics(CREATE_FLEET_BATCHER, metrics.clone()),
         );
         self.describe =
-            Arc::new(DescribeBatcher::new(api.clone(), self.windows.describe_instances).with_sink(sink.clone()));
-        self.terminate = Arc::new(TerminateBatcher::new(api.clone(), self.windows.terminate_instances).with_sink(sink));
+            Arc::new(DescribeBatcher::new(api.clone(), self.windows.describe_instances).with_metrics(metrics.clone()));
+        self.terminate = Arc::new(
+            TerminateBatcher::new(api.clone(), self.windows.terminate_instances).with_metrics(metrics.clone()),
+        );
+        self.metrics = Some(metrics);
         self
     }
 
@@ -394,8 +364,14 @@ impl InstanceProvider {
     }
 
     fn record_failure(&self, failure: LaunchFailure) {
-        if let Some(sink) = &self.failure_sink {
-            sink.launch_failed(&failure);
+        if let Some(m) = &self.metrics {
+            m.cloudprovider_instance_launch_failures(
+                &failure.zone,
+                &failure.zone_id,
+                &failure.capacity_type,
+                &failure.reason,
+            )
+            .inc();
         }
         *self.failures.lock().unwrap_or_else(PoisonError::into_inner).entry(failure).or_default() += 1;
     }
@@ -855,11 +831,9 @@ impl InstanceProvider {
             Ok(None) => Err(CloudProviderError::not_found(format!("instance {instance_id} not found"))),
             Err(e) => {
                 // As upstream: a refused or failed call counts, an instance already gone (`Ok(None)`) does not.
-                if let Some(sink) = &self.termination_failure_sink {
-                    sink.termination_failed(&TerminationFailure {
-                        zone: instance.availability_zone.clone(),
-                        zone_id: instance.availability_zone_id.clone().unwrap_or_default(),
-                    });
+                if let Some(m) = &self.metrics {
+                    let zone_id = instance.availability_zone_id.as_deref().unwrap_or_default();
+                    m.cloudprovider_instance_termination_failures(&instance.availability_zone, zone_id).inc();
                 }
                 Err(api_error("TerminateInstances", e))
             }

@@ -632,7 +632,7 @@ mod placement_and_reservations {
     use super::*;
     use crate::launch::fleet::{CreateFleetResponse, DescribeInstancesRequest, FleetError, TerminatingInstance};
     use crate::launch::ice::PlacementScope;
-    use crate::launch::instance::{LaunchFailure, LaunchFailureSink};
+    use crate::launch::instance::LaunchFailure;
     use crate::nodeclass::api::{CapacityReservationDescription, PlacementGroupDescription};
     use crate::nodeclass::mock::MockAws;
     use crate::nodeclass::reservation::{CapacityReservationProvider, PlacementGroupProvider};
@@ -888,22 +888,13 @@ mod placement_and_reservations {
         }
     }
 
-    #[derive(Debug, Default)]
-    struct Recorder(Mutex<Vec<LaunchFailure>>);
-
-    impl LaunchFailureSink for Recorder {
-        fn launch_failed(&self, failure: &LaunchFailure) {
-            self.0.lock().unwrap().push(failure.clone());
-        }
-    }
-
     #[tokio::test(start_paused = true)]
     async fn a_full_spread_group_marks_every_type_of_the_zone() {
         let clock = FakeClock::default();
         let fleet = Arc::new(SpreadFull(MockEc2::new(Arc::new(clock))));
         let p = pg_env(vec![group("pg-s", "ml", "spread", None)], Some(fleet));
-        let recorder = Arc::new(Recorder::default());
-        let provider = p.e.provider.clone().with_launch_failure_sink(recorder.clone());
+        let metrics = crate::testing::registry();
+        let provider = p.e.provider.clone().with_metrics(metrics.clone());
         let c = with_requirement(claim("s1", &["on-demand"]), INSTANCE_TYPE, &["m5.large"]);
         let c = with_requirement(c, ZONE, &["us-west-2a"]);
         let err = provider.create(&c).await.unwrap_err();
@@ -922,10 +913,14 @@ mod placement_and_reservations {
         let other = OfferingRef::new("c5.large", "us-west-2a", "spot");
         assert!(ice.is_unavailable_in_group(&other, &PlacementScope::new("pg-s", None)));
         assert!(!ice.is_unavailable(&other), "only within the group");
-        let seen = recorder.0.lock().unwrap().clone();
+        let exposition = metrics.render();
+        let seen: Vec<&str> = exposition
+            .lines()
+            .filter(|l| l.starts_with("karpenter_cloudprovider_instance_launch_failures_total{"))
+            .collect();
         assert_eq!(seen.len(), 1, "{seen:?}");
-        assert_eq!(seen[0].reason, "InvalidParameterCombination");
-        assert_eq!(seen[0].zone_id, "usw2-az1");
+        assert!(seen[0].contains("reason=\"InvalidParameterCombination\""), "{}", seen[0]);
+        assert!(seen[0].contains("zone_id=\"usw2-az1\"") && seen[0].ends_with(" 1"), "{}", seen[0]);
     }
 
     // Capacity reservations.

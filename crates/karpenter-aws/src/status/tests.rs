@@ -24,20 +24,11 @@ impl InstanceLookup for Counting {
     }
 }
 
-#[derive(Debug, Default)]
-struct Counts(Mutex<Vec<String>>);
-
-impl UnhealthyInstanceSink for Counts {
-    fn unhealthy(&self, category: &str) {
-        self.0.lock().unwrap().push(category.to_owned());
-    }
-}
-
 struct Env {
     ec2: MockEc2,
     clock: FakeClock,
     lookup: Arc<Counting>,
-    counts: Arc<Counts>,
+    metrics: Arc<karpenter_runtime::metrics::Metrics>,
     source: InstanceStatusSource,
 }
 
@@ -79,15 +70,15 @@ fn env(ids: &[&str], claimed: &[&str]) -> Env {
         })
         .collect();
     let lookup = Arc::new(Counting { inner: StaticLookup(claims), calls: AtomicUsize::new(0) });
-    let counts = Arc::new(Counts::default());
+    let metrics = crate::testing::registry();
     let source = InstanceStatusSource::new(
         Arc::new(ec2.clone()),
         lookup.clone(),
         Arc::new(clock.clone()),
         Arc::new(clock.clone()),
     )
-    .with_sink(counts.clone());
-    Env { ec2, clock, lookup, counts, source }
+    .with_metrics(metrics.clone());
+    Env { ec2, clock, lookup, metrics, source }
 }
 
 fn status(instance: &str, system: &str, events: &[(&str, &str)]) -> InstanceStatus {
@@ -111,8 +102,16 @@ fn summary(events: &[InterruptionEvent]) -> Vec<(String, InterruptionKind, Inter
 }
 
 impl Env {
+    /// The categories counted so far, each as often as counted, in name order.
     fn counted(&self) -> Vec<String> {
-        self.counts.0.lock().unwrap().clone()
+        let exposition = self.metrics.render();
+        let mut out = Vec::new();
+        for category in ["InstanceStatus", "ScheduledEvent", "SystemStatus"] {
+            let series = format!("karpenter_interruption_instance_status_unhealthy_total{{category=\"{category}\"}}");
+            let n = crate::testing::sample(&exposition, &series).unwrap_or(0.0);
+            out.extend(std::iter::repeat_n(category.to_owned(), n as usize));
+        }
+        out
     }
     fn lookups(&self) -> usize {
         self.lookup.calls.load(Ordering::SeqCst)

@@ -175,46 +175,40 @@ async fn a_batch_closes_at_max_items_and_after_the_max_window() {
     assert!(tokio_now() - start >= Duration::from_millis(1500));
 }
 
-/// Records what a batcher reports.
-#[derive(Debug, Default)]
-struct Batches(Mutex<Vec<(String, usize, Duration)>>);
-
-impl BatchSink for Batches {
-    fn batch_ran(&self, batcher: &str, size: usize, held_open: Duration) {
-        lock(&self.0).push((batcher.to_owned(), size, held_open));
-    }
-}
-
 // Upstream's batch metrics: one observation per executed batch, its request count and how long it was held open
 // (first arrival to close), labelled with the batcher's name.
 #[tokio::test(start_paused = true)]
 async fn each_batch_reports_its_size_and_how_long_it_was_held_open() {
     let ec2 = mock();
     let lt = template(&ec2).await;
-    let sink = Arc::new(Batches::default());
-    let fleet =
-        fleet_batcher(Arc::new(ec2.clone()), BatchWindow::CREATE_FLEET).with_sink(CREATE_FLEET_BATCHER, sink.clone());
+    let metrics = crate::testing::registry();
+    let fleet = fleet_batcher(Arc::new(ec2.clone()), BatchWindow::CREATE_FLEET)
+        .with_metrics(CREATE_FLEET_BATCHER, metrics.clone());
     let second = async {
         tokio::time::sleep(Duration::from_millis(20)).await;
         create_fleet(&fleet, request(&lt, "claim-b", "default")).await
     };
     let (a, b) = tokio::join!(create_fleet(&fleet, request(&lt, "claim-a", "default")), second);
     assert!(a.is_ok() && b.is_ok());
-    // Two requests 20 ms apart: the batch closed 35 ms (idle) after the second.
-    assert_eq!(lock(&sink.0).clone(), vec![("create_fleet".to_owned(), 2, Duration::from_millis(55))]);
+    let value = |series: &str| crate::testing::sample(&metrics.render(), series);
+    // Two requests 20 ms apart: one batch of 2, closed 35 ms (idle) after the second.
+    let fleet_batches = "karpenter_cloudprovider_batcher_batch_size_count{batcher=\"create_fleet\"}";
+    assert_eq!(value(fleet_batches), Some(1.0));
+    assert_eq!(value("karpenter_cloudprovider_batcher_batch_size_sum{batcher=\"create_fleet\"}"), Some(2.0));
+    let held = value("karpenter_cloudprovider_batcher_batch_time_seconds_sum{batcher=\"create_fleet\"}");
+    assert!(held.is_some_and(|s| (s - 0.055).abs() < 1e-9), "{held:?}");
 
     let id = a.unwrap().instances[0].instance_id.clone();
-    let describe = DescribeBatcher::new(Arc::new(ec2.clone()), BatchWindow::DESCRIBE_INSTANCES).with_sink(sink.clone());
+    let describe =
+        DescribeBatcher::new(Arc::new(ec2.clone()), BatchWindow::DESCRIBE_INSTANCES).with_metrics(metrics.clone());
     describe.describe(&id, vec![]).await.unwrap();
     let terminate =
-        TerminateBatcher::new(Arc::new(ec2.clone()), BatchWindow::TERMINATE_INSTANCES).with_sink(sink.clone());
+        TerminateBatcher::new(Arc::new(ec2.clone()), BatchWindow::TERMINATE_INSTANCES).with_metrics(metrics.clone());
     terminate.terminate(&id).await.unwrap();
-    let reported: Vec<_> = lock(&sink.0).iter().skip(1).cloned().collect();
-    assert_eq!(
-        reported,
-        [
-            ("describe_instances".to_owned(), 1, Duration::from_millis(100)),
-            ("terminate_instances".to_owned(), 1, Duration::from_millis(100)),
-        ]
-    );
+    for batcher in ["describe_instances", "terminate_instances"] {
+        let size = value(&format!("karpenter_cloudprovider_batcher_batch_size_sum{{batcher=\"{batcher}\"}}"));
+        assert_eq!(size, Some(1.0), "{batcher}");
+        let held = value(&format!("karpenter_cloudprovider_batcher_batch_time_seconds_sum{{batcher=\"{batcher}\"}}"));
+        assert!(held.is_some_and(|s| (s - 0.1).abs() < 1e-9), "{batcher}: {held:?}");
+    }
 }

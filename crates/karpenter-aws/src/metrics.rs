@@ -1,78 +1,21 @@
-//! The AWS provider's metrics into the controller's Prometheus registry. karpenter-aws reports what only it sees
-//! (EC2 request batches, launch and termination failures, interruption-queue messages, unhealthy instances)
-//! through its sink traits, since it does not depend on karpenter-operator; [`PrometheusAws`] implements every one
-//! of them over [`Metrics`], and `run --provider aws` (src/aws.rs) hands it to the assembly for each.
-//!
-//! Compiled with the `aws` feature, and in tests: its test drives the AWS provider's fault paths over the
-//! in-memory EC2 and SQS (no SDK) and proves every AWS-only family reaches the registry.
+//! The metric families only the AWS provider records, into the runtime's registry
+//! ([`karpenter_runtime::metrics::Metrics`]) the binary hands it: launch and termination failures and the EC2
+//! request batchers ([`crate::provider::AwsCloudProvider::with_metrics`]), the interruption queue's messages
+//! ([`crate::queue::SqsInterruptionSource::with_metrics`]) and the instance status checks
+//! ([`crate::status::InstanceStatusSource::with_metrics`]). The test below drives each fault path over the
+//! in-memory EC2 and SQS (no SDK) and reads the samples back from the registry.
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use karpenter_aws::launch::batcher::BatchSink;
-use karpenter_aws::launch::instance::{LaunchFailure, LaunchFailureSink, TerminationFailure, TerminationFailureSink};
-use karpenter_aws::queue::QueueMessageSink;
-use karpenter_aws::status::UnhealthyInstanceSink;
-use karpenter_operator::metrics::Metrics;
-
-/// Every AWS sink, recording into the registry.
-pub(crate) struct PrometheusAws(pub(crate) Arc<Metrics>);
-
-impl std::fmt::Debug for PrometheusAws {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("PrometheusAws")
-    }
-}
-
-/// `karpenter_cloudprovider_instance_launch_failures_total`: one per CreateFleet error naming a zone.
-impl LaunchFailureSink for PrometheusAws {
-    fn launch_failed(&self, failure: &LaunchFailure) {
-        self.0
-            .cloudprovider_instance_launch_failures(
-                &failure.zone,
-                &failure.zone_id,
-                &failure.capacity_type,
-                &failure.reason,
-            )
-            .inc();
-    }
-}
-
-/// `karpenter_cloudprovider_instance_termination_failures_total`: one per failed TerminateInstances.
-impl TerminationFailureSink for PrometheusAws {
-    fn termination_failed(&self, failure: &TerminationFailure) {
-        self.0.cloudprovider_instance_termination_failures(&failure.zone, &failure.zone_id).inc();
-    }
-}
-
-/// `karpenter_cloudprovider_batcher_batch_size` and `karpenter_cloudprovider_batcher_batch_time_seconds`.
-impl BatchSink for PrometheusAws {
-    fn batch_ran(&self, batcher: &str, size: usize, held_open: Duration) {
-        // A batch holds at most 1000 requests: exact as f64.
-        self.0.cloudprovider_batcher_batch_size(batcher).observe(size as f64);
-        self.0.cloudprovider_batcher_batch_time_seconds(batcher).observe(held_open.as_secs_f64());
-    }
-}
-
-/// `karpenter_interruption_instance_status_unhealthy_total{category}`, counted from the instance status checks.
-impl UnhealthyInstanceSink for PrometheusAws {
-    fn unhealthy(&self, category: &str) {
-        self.0.interruption_instance_status_unhealthy(category).inc();
-    }
-}
-
-/// The interruption queue's message metrics.
-impl QueueMessageSink for PrometheusAws {
-    fn received(&self, message_type: &str) {
-        self.0.interruption_received_messages(message_type).inc();
-    }
-    fn deleted(&self, queued_for: Option<Duration>) {
-        self.0.interruption_deleted_messages().inc();
-        if let Some(d) = queued_for {
-            self.0.interruption_message_queue_duration_seconds().observe(d.as_secs_f64());
-        }
-    }
-}
+/// The families only the AWS provider records (full exposition names).
+pub const FAMILIES: [&str; 8] = [
+    "karpenter_cloudprovider_batcher_batch_size",
+    "karpenter_cloudprovider_batcher_batch_time_seconds",
+    "karpenter_cloudprovider_instance_launch_failures_total",
+    "karpenter_cloudprovider_instance_termination_failures_total",
+    "karpenter_interruption_deleted_messages_total",
+    "karpenter_interruption_instance_status_unhealthy_total",
+    "karpenter_interruption_message_queue_duration_seconds",
+    "karpenter_interruption_received_messages_total",
+];
 
 #[cfg(test)]
 mod tests {
@@ -81,34 +24,25 @@ mod tests {
     use async_trait::async_trait;
     use karpenter_api::NodeClaim;
     use karpenter_api::ec2nodeclass::{GROUP, KIND};
-    use karpenter_aws::api_error::{AwsApiError, AwsErrorKind};
-    use karpenter_aws::instancetypes::SharedPrices;
-    use karpenter_aws::launch::instance::ClusterInfo;
-    use karpenter_aws::launch::mock::{MockEc2, instance_type_info, ops};
-    use karpenter_aws::pricing::{PriceSource, PriceTable};
-    use karpenter_aws::provider::{AwsCloudProvider, AwsCloudProviderOptions};
-    use karpenter_aws::queue::{InstanceClaim, InstanceLookup, LookupError, SqsInterruptionSource};
-    use karpenter_aws::status::{IMPAIRED, InstanceStatus, InstanceStatusSource};
-    use karpenter_aws::testing::MemoryQueue;
-    use karpenter_cloudprovider::{Clock, CloudProvider, InMemoryNodeClasses, InterruptionSource};
-    use karpenter_operator::metrics::{BuildInfo, NOT_SAMPLED_ON_THE_KWOK_PLANE};
+    use std::sync::Arc;
+
+    use karpenter_runtime::metrics::{BuildInfo, Metrics, NOT_SAMPLED_ON_THE_KWOK_PLANE};
     use karpenter_testing::FakeClock;
 
     use super::*;
+    use crate::api_error::{AwsApiError, AwsErrorKind};
+    use crate::instancetypes::SharedPrices;
+    use crate::launch::instance::ClusterInfo;
+    use crate::launch::mock::{MockEc2, instance_type_info, ops};
+    use crate::pricing::{PriceSource, PriceTable};
+    use crate::provider::{AwsCloudProvider, AwsCloudProviderOptions};
+    use crate::queue::{InstanceClaim, InstanceLookup, LookupError, SqsInterruptionSource};
+    use crate::status::{IMPAIRED, InstanceStatus, InstanceStatusSource};
+    use crate::testing::MemoryQueue;
+    use karpenter_cloudprovider::{Clock, CloudProvider, InMemoryNodeClasses, InterruptionSource};
 
-    /// The families only the AWS provider records, each of which this test must see sampled.
-    const AWS_FAMILIES: [&str; 8] = [
-        "karpenter_cloudprovider_batcher_batch_size",
-        "karpenter_cloudprovider_batcher_batch_time_seconds",
-        "karpenter_cloudprovider_instance_launch_failures_total",
-        "karpenter_cloudprovider_instance_termination_failures_total",
-        "karpenter_interruption_deleted_messages_total",
-        "karpenter_interruption_instance_status_unhealthy_total",
-        "karpenter_interruption_message_queue_duration_seconds",
-        "karpenter_interruption_received_messages_total",
-    ];
     /// How NOT_SAMPLED_ON_THE_KWOK_PLANE's reasons name this test.
-    const THIS_TEST: &str = "aws_metrics::tests::every_aws_only_family_reaches_the_registry";
+    const THIS_TEST: &str = "karpenter_aws::metrics::tests::every_aws_only_family_reaches_the_registry";
 
     /// A resolved, ready EC2NodeClass in two zones.
     fn node_class() -> serde_json::Value {
@@ -182,7 +116,7 @@ mod tests {
         out
     }
 
-    /// Each AWS-only family is recorded where upstream records it, through the sinks `run --provider aws` hands
+    /// Each AWS-only family is recorded where upstream records it, into the registry `run --provider aws` hands
     /// the assembly: a launch with one zone out of capacity (launch failure, CreateFleet and DescribeInstances
     /// batches), a TerminateInstances EC2 refuses (termination failure, TerminateInstances batch), a spot
     /// interruption and a garbled body on the queue (received, deleted, time in the queue) and an impaired
@@ -191,7 +125,6 @@ mod tests {
     #[tokio::test]
     async fn every_aws_only_family_reaches_the_registry() {
         let metrics = Arc::new(Metrics::new(&BuildInfo::default()));
-        let sink = Arc::new(PrometheusAws(metrics.clone()));
         let clock = FakeClock::default();
         let ec2 = MockEc2::new(Arc::new(clock.clone()));
         ec2.set_catalogue(vec![instance_type_info("m5.large", 2, 8)], &["us-west-2a", "us-west-2b"]);
@@ -215,9 +148,7 @@ mod tests {
             SharedPrices::new(PriceSource::Table(prices)),
             AwsCloudProviderOptions::new(cluster, "us-west-2"),
         )
-        .with_launch_failure_sink(sink.clone())
-        .with_termination_failure_sink(sink.clone())
-        .with_batch_sink(sink.clone());
+        .with_metrics(metrics.clone());
         provider.instance_type_provider().refresh().await.expect("the catalogue");
 
         // us-west-2a is out of on-demand m5.large: the fleet's error for it is a launch failure, 2b launches.
@@ -250,7 +181,7 @@ mod tests {
             InstanceClaim { name: "claim-1".into(), provider_id: provider_id.clone(), ..Default::default() },
         )])));
         let source = SqsInterruptionSource::new(queue.clone(), claims.clone(), queue.url())
-            .with_metrics(sink.clone(), Arc::new(clock.clone()));
+            .with_metrics(metrics.clone(), Arc::new(clock.clone()));
         let events = source.receive_events().await.expect("a receive");
         assert_eq!(events.len(), 1, "{events:?}");
         source.acknowledge(&events).await.expect("the acknowledgement");
@@ -268,7 +199,7 @@ mod tests {
             },
         );
         let status = InstanceStatusSource::new(Arc::new(ec2.clone()), claims, Arc::new(clock.clone()), Arc::new(clock))
-            .with_sink(sink);
+            .with_metrics(metrics.clone());
         let events = status.check().await.expect("a status check");
         assert_eq!(events.len(), 1, "{events:?}");
         status.acknowledge(&events).await.expect("the acknowledgement");
@@ -279,7 +210,7 @@ mod tests {
             let name = family.to_owned();
             if name.ends_with("_total") { name } else { format!("{name}_count") }
         };
-        let missing: Vec<&str> = AWS_FAMILIES.iter().copied().filter(|f| !seen.contains_key(&sample_of(f))).collect();
+        let missing: Vec<&str> = FAMILIES.iter().copied().filter(|f| !seen.contains_key(&sample_of(f))).collect();
         assert!(missing.is_empty(), "not sampled: {missing:?}\n{exposition}");
         for batcher in ["create_fleet", "describe_instances", "terminate_instances"] {
             assert!(
@@ -312,6 +243,6 @@ mod tests {
         // The list of families the kwok plane does not sample names this test for exactly these families.
         let naming: BTreeSet<&str> =
             NOT_SAMPLED_ON_THE_KWOK_PLANE.iter().filter(|(_, why)| why.contains(THIS_TEST)).map(|(f, _)| *f).collect();
-        assert_eq!(naming, BTreeSet::from(AWS_FAMILIES), "NOT_SAMPLED_ON_THE_KWOK_PLANE's reasons naming {THIS_TEST}");
+        assert_eq!(naming, BTreeSet::from(FAMILIES), "NOT_SAMPLED_ON_THE_KWOK_PLANE's reasons naming {THIS_TEST}");
     }
 }
