@@ -334,6 +334,12 @@ fn entry_column(line: &str) -> Option<usize> {
 }
 
 /// Splits a YAML List. Returns the List without its items, or `None` to give up.
+///
+/// Long because it is one pass of a line scanner whose state (the block being read, the current item's start
+/// inside it, the line number, the Head/First/Items/Tail state) changes together on every line; the block
+/// refill keeps the current item's text across block boundaries by moving those offsets. Split into functions,
+/// each would take and return that whole state, which hides rather than names the one loop. The small
+/// line tests (`blank`, `entry_column`, `document_marker`) are already apart.
 fn split_yaml<R: Read>(
     source: &mut Source<R>,
     send: &mut dyn FnMut(Vec<Item>) -> bool,
@@ -574,6 +580,10 @@ fn skip_ws(bytes: &[u8], mut i: usize) -> usize {
 }
 
 /// Splits a JSON List: `{... "items": [ {...}, {...} ] ...}`. Returns the List without its items, or `None`.
+///
+/// Long because, as [`split_yaml`], it is one byte scanner over refilled blocks whose offsets (the head's end,
+/// each item's start and end, the refill point) move together; the value-boundary tests (`value_end`,
+/// `string_end`, `item_end_by_marker`, `skip_ws`) are already functions of their own.
 fn split_json<R: Read>(
     source: &mut Source<R>,
     send: &mut dyn FnMut(Vec<Item>) -> bool,
