@@ -158,3 +158,36 @@ fn karpenter_runtime_names_no_controller_or_provider() {
         }
     }
 }
+
+/// The dependencies a library user of the scheduler may leave out (issue 35 item 5), each behind a feature:
+/// (crate, the scheduler feature that brings it).
+const OPTIONAL_FOR_LIBRARIES: [(&str, &str); 3] =
+    [("kube-cel", "dra-cel"), ("serde-saphyr", "yaml"), ("chrono-tz", "time-zones")];
+
+/// `karpenter-scheduler` with `default-features = false` compiles none of them; with its defaults, and in the
+/// binary, all of them are there (the controller evaluates CEL selectors, reads YAML and budget time zones).
+#[test]
+fn the_scheduler_without_default_features_leaves_out_cel_yaml_and_time_zones() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let output = Command::new(cargo)
+        .current_dir(&root)
+        .args(["tree", "-p", "karpenter-scheduler", "-e", "normal", "--prefix", "none", "--offline"])
+        .arg("--no-default-features")
+        .output()
+        .expect("running cargo tree");
+    assert!(output.status.success(), "cargo tree failed: {}", String::from_utf8_lossy(&output.stderr));
+    let lean: Vec<String> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_owned)
+        .collect();
+    assert!(lean.iter().any(|c| c == "karpenter-api"), "unexpected output: {lean:?}");
+    let full = normal_dependencies("karpenter-scheduler");
+    let binary = normal_dependencies("karpenter-controller");
+    for (krate, feature) in OPTIONAL_FOR_LIBRARIES {
+        assert!(!lean.iter().any(|c| c == krate), "{krate} is compiled without the scheduler's `{feature}` feature");
+        assert!(full.iter().any(|c| c == krate), "{krate} missing from the scheduler's default features");
+        assert!(binary.iter().any(|c| c == krate), "{krate} missing from the binary");
+    }
+}
