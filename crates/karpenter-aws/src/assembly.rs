@@ -324,7 +324,8 @@ impl Assembly<'_> {
             self.start.client.clone(),
             Arc::new(provider.clone()),
             self.settings().cluster_name.clone(),
-        );
+        )
+        .with_metrics(&self.start.metrics);
         if self.settings().enable_zonal_shift {
             tagging = tagging.with_zonal_shifts(provider.unavailable_offerings().clone());
         }
@@ -395,7 +396,8 @@ impl Assembly<'_> {
             kubernetes_version_source(aws.eks_control_plane, client.clone(), eks, &aws.cluster_name, clock.clone());
         let status = NodeClassController::new(client.clone(), resolver.clone(), version, clock.clone(), ca_bundle)
             .with_launch_template_cleanup(Arc::new(provider.launch_templates().clone()))
-            .with_price_estimate_warning(pricing);
+            .with_price_estimate_warning(pricing)
+            .with_metrics(&self.start.metrics);
         let mut controllers = vec![
             Arc::new(status).run(shutdown.clone()).boxed(),
             Arc::new(SsmInvalidationController::for_resolver(&resolver, clock.clone())).run(shutdown.clone()).boxed(),

@@ -8,12 +8,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::StreamExt;
 use karpenter_api::NodeClaim;
 use karpenter_api::condition::Conditions;
 use karpenter_api::labels::annotations::AWS_TAGGED;
 use karpenter_api::nodeclaim::conditions::REGISTERED;
 use karpenter_cloudprovider::{CloudProviderError, ErrorKind};
+use karpenter_runtime::metrics::runtime::queue::ControllerQueue;
+use karpenter_runtime::metrics::{Metrics, ReconcileMetrics};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::{Controller, watcher};
@@ -95,6 +96,8 @@ pub struct TaggingController {
     cluster_name: String,
     /// Zones under an ARC zonal shift (`crate::zonalshift`): their instances are tagged once the shift ends.
     shifts: Option<UnavailableOfferings>,
+    /// The controller's reconcile and workqueue series ([`TaggingController::with_metrics`]).
+    reconcile_metrics: Option<ReconcileMetrics>,
 }
 
 impl std::fmt::Debug for TaggingController {
@@ -105,7 +108,17 @@ impl std::fmt::Debug for TaggingController {
 
 impl TaggingController {
     pub fn new(client: Client, tagger: Arc<dyn InstanceTagger>, cluster_name: impl Into<String>) -> Self {
-        Self { client, tagger, cluster_name: cluster_name.into(), shifts: None }
+        Self { client, tagger, cluster_name: cluster_name.into(), shifts: None, reconcile_metrics: None }
+    }
+
+    /// Upstream's name of this controller: the `controller` label of its reconcile and workqueue series.
+    pub const NAME: &'static str = "nodeclaim.tagging";
+
+    /// Records the controller's reconciles and queue into `metrics` under [`TaggingController::NAME`], with
+    /// kube-runtime's unbounded concurrency (0), as the operator's kube-runtime controllers report it.
+    pub fn with_metrics(mut self, metrics: &Metrics) -> Self {
+        self.reconcile_metrics = Some(metrics.reconciler(Self::NAME, 0));
+        self
     }
 
     /// Leaves instances in zones under an ARC zonal shift untagged until the shift ends.
@@ -149,22 +162,23 @@ impl TaggingController {
             return;
         }
         let api: Api<NodeClaim> = Api::all(self.client.clone());
-        let run = Controller::new(api, watcher::Config::default())
-            .graceful_shutdown_on(shutdown.clone().cancelled_owned())
-            .run(
-                |claim: Arc<NodeClaim>, ctx: Arc<Self>| async move {
-                    let tagged = ctx.reconcile(&claim).await;
-                    // A claim held back by a zonal shift is looked at again after the next poll of ARC.
-                    let deferred = ctx.deferred(&claim) && pending_tags(&claim, &ctx.cluster_name).is_some();
-                    tagged.map(|_| if deferred { Action::requeue(ZONAL_SHIFT_RECHECK) } else { Action::await_change() })
-                },
-                |_claim, error: &TaggingError, _ctx| {
-                    tracing::warn!(error = %error, "post-registration tagging failed");
-                    Action::requeue(Duration::from_secs(10))
-                },
-                self,
-            )
-            .for_each(|_| async {});
+        let queue = ControllerQueue::new(self.reconcile_metrics.clone());
+        let controller =
+            Controller::new(api, watcher::Config::default()).graceful_shutdown_on(shutdown.clone().cancelled_owned());
+        let run = queue.run(
+            controller,
+            |claim: Arc<NodeClaim>, ctx: Arc<Self>| async move {
+                let tagged = ctx.reconcile(&claim).await;
+                // A claim held back by a zonal shift is looked at again after the next poll of ARC.
+                let deferred = ctx.deferred(&claim) && pending_tags(&claim, &ctx.cluster_name).is_some();
+                tagged.map(|_| if deferred { Action::requeue(ZONAL_SHIFT_RECHECK) } else { Action::await_change() })
+            },
+            |_claim, error: &TaggingError, _ctx| {
+                tracing::warn!(error = %error, "post-registration tagging failed");
+                Action::requeue(Duration::from_secs(10))
+            },
+            self,
+        );
         tokio::pin!(run);
         tokio::select! {
             _ = &mut run => {}
@@ -267,6 +281,35 @@ mod tests {
         // Done once: the annotated claim is not tagged again.
         assert!(!controller.reconcile(&after).await.unwrap());
         assert_eq!(recorder.calls.lock().unwrap().len(), 1);
+    }
+
+    /// Run as in production, the controller reports its reconciles and queue under upstream's name.
+    #[tokio::test]
+    async fn the_running_controller_records_its_reconcile_and_workqueue_series() {
+        let server = karpenter_testing::apiserver::ApiServer::builder().build();
+        let client = server.client();
+        let api: Api<NodeClaim> = Api::all(client.clone());
+        karpenter_testing::apiserver::create_with_status(&api, &claim("True", serde_json::json!({}))).await.unwrap();
+        let metrics = crate::testing::registry();
+        let controller = TaggingController::new(client, Arc::new(Recorder::default()), "prod").with_metrics(&metrics);
+        let shutdown = CancellationToken::new();
+        let running = tokio::spawn(Arc::new(controller).run(shutdown.clone()));
+        // Waits on the outcome (the claim annotated), not on a duration; the bound only ends a broken run.
+        let annotated = tokio::time::timeout(Duration::from_secs(30), async {
+            while api.get("default-abc").await.unwrap().annotations().get(AWS_TAGGED).is_none() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        shutdown.cancel();
+        running.await.unwrap();
+        assert!(annotated.is_ok(), "the running controller tagged the claim");
+        let exposition = metrics.render();
+        let value = |series: &str| crate::testing::sample(&exposition, series).unwrap_or(0.0);
+        let success = "controller_runtime_reconcile_total{controller=\"nodeclaim.tagging\",result=\"success\"}";
+        assert!(value(success) >= 1.0, "{exposition}");
+        let adds = "workqueue_adds_total{name=\"nodeclaim.tagging\",controller=\"nodeclaim.tagging\"}";
+        assert!(value(adds) >= 1.0, "{exposition}");
     }
 
     #[tokio::test]

@@ -31,8 +31,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures::FutureExt;
 use futures::future::BoxFuture;
-use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use karpenter_api::condition::{ConditionStatus, Conditions};
@@ -42,6 +42,8 @@ use karpenter_api::hash::{EC2_NODE_CLASS_HASH_VERSION, ec2_node_class_hash};
 use karpenter_api::labels::{annotations, aws as aws_labels, finalizers};
 use karpenter_api::{AmiFamily, EC2NodeClass, EC2NodeClassStatus, NodeClaim};
 use karpenter_cloudprovider::Clock;
+use karpenter_runtime::metrics::runtime::queue::ControllerQueue;
+use karpenter_runtime::metrics::{Metrics, ReconcileMetrics};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
@@ -250,9 +252,21 @@ pub struct NodeClassController {
     pricing: Option<Arc<PricingProvider>>,
     estimate_events: TtlCache<String, ()>,
     dropped_settings_events: TtlCache<String, ()>,
+    /// The controller's reconcile and workqueue series ([`NodeClassController::with_metrics`]).
+    reconcile_metrics: Option<ReconcileMetrics>,
 }
 
 impl NodeClassController {
+    /// Upstream's name of this controller: the `controller` label of its reconcile and workqueue series.
+    pub const NAME: &'static str = "nodeclass";
+
+    /// Records the controller's reconciles and queue into `metrics` under [`NodeClassController::NAME`], with
+    /// kube-runtime's unbounded concurrency (0), as the operator's kube-runtime controllers report it.
+    pub fn with_metrics(mut self, metrics: &Metrics) -> Self {
+        self.reconcile_metrics = Some(metrics.reconciler(Self::NAME, 0));
+        self
+    }
+
     /// `ca_bundle` is the cluster CA handed to nodes (hashed into the static drift hash when known).
     pub fn new(
         client: Client,
@@ -273,6 +287,7 @@ impl NodeClassController {
             dropped_settings_events: TtlCache::new(clock.clone(), PRICES_ESTIMATED_EVENT_INTERVAL),
             clock,
             ca_bundle,
+            reconcile_metrics: None,
         }
     }
 
@@ -489,30 +504,35 @@ impl NodeClassController {
         if shutdown.is_cancelled() {
             return;
         }
-        let run = Controller::new(self.classes(), watcher::Config::default())
-            .watches(self.claims(), watcher::Config::default(), |claim: NodeClaim| {
-                let r = &claim.spec.node_class_ref;
-                (r.group == GROUP && r.kind == KIND).then(|| ObjectRef::<EC2NodeClass>::new(&r.name))
-            })
-            .graceful_shutdown_on(shutdown.clone().cancelled_owned())
-            .run(
-                |nc: Arc<EC2NodeClass>, ctx: Arc<Self>| async move {
-                    Ok::<_, ControllerError>(match ctx.reconcile(&nc.name_any()).await? {
-                        Some(d) => Action::requeue(d),
-                        None => Action::await_change(),
-                    })
-                },
-                |_nc, error: &ControllerError, _ctx| {
-                    if error.is_conflict() {
-                        Action::requeue(Duration::from_millis(100))
-                    } else {
-                        tracing::warn!(error = %error, "EC2NodeClass reconcile failed");
-                        Action::requeue(Duration::from_secs(5))
-                    }
-                },
-                self,
+        let queue = ControllerQueue::new(self.reconcile_metrics.clone());
+        let controller = Controller::new(self.classes(), watcher::Config::default())
+            .watches(
+                self.claims(),
+                watcher::Config::default(),
+                queue.mapped(|claim: NodeClaim| {
+                    let r = &claim.spec.node_class_ref;
+                    (r.group == GROUP && r.kind == KIND).then(|| ObjectRef::<EC2NodeClass>::new(&r.name))
+                }),
             )
-            .for_each(|_| async {});
+            .graceful_shutdown_on(shutdown.clone().cancelled_owned());
+        let run = queue.run(
+            controller,
+            |nc: Arc<EC2NodeClass>, ctx: Arc<Self>| async move {
+                Ok::<_, ControllerError>(match ctx.reconcile(&nc.name_any()).await? {
+                    Some(d) => Action::requeue(d),
+                    None => Action::await_change(),
+                })
+            },
+            |_nc, error: &ControllerError, _ctx| {
+                if error.is_conflict() {
+                    Action::requeue(Duration::from_millis(100))
+                } else {
+                    tracing::warn!(error = %error, "EC2NodeClass reconcile failed");
+                    Action::requeue(Duration::from_secs(5))
+                }
+            },
+            self,
+        );
         tokio::pin!(run);
         tokio::select! {
             _ = &mut run => return,
