@@ -16,7 +16,8 @@
 //! Scenarios, one after another: `families` (AL2, AL2023 and Bottlerocket side by side: pending pods → NodeClaims
 //! → instances → the kubelet accepts → Nodes register → Registered, Initialized → pods Running; the
 //! `node-role.kubernetes.io/worker` label of the NodePool on the Nodes, put there by Karpenter's registration and
-//! never in user data) and `refusal` (user data the kubelet refuses never registers, the kubelet's message kept;
+//! never in user data; then the AWS provider's own series on the shared registry: EC2 request batches and the
+//! `nodeclass` controller's reconciles and work queue) and `refusal` (user data the kubelet refuses never registers, the kubelet's message kept;
 //! where the EC2NodeClass already reports such user data invalid, nothing launches).
 //! `REAL_PLANE_AWS_SCENARIOS=refusal` runs a subset.
 //!
@@ -54,6 +55,7 @@ use karpenter_cloudprovider::{Clock, SystemClock, TokioSleeper};
 use karpenter_operator::CoreSettings;
 use karpenter_operator::client::client_from_config;
 use karpenter_operator::manager::{Manager, ManagerError};
+use karpenter_operator::metrics::{BuildInfo, Metrics};
 use karpenter_operator::node_classes::KubeNodeClasses;
 use karpenter_testing::Stopwatch;
 use karpenter_testing::kubelet_check::KubeletCheck;
@@ -188,6 +190,8 @@ fn aws_world() -> Arc<MockAws> {
 struct Env {
     /// The test's own client (admin): objects are created and checked through it.
     client: Client,
+    /// The registry the manager, the provider and the EC2NodeClass controller record into.
+    metrics: Arc<Metrics>,
     ec2: MockEc2,
     aws_kubelet: AwsKubelet,
     shutdown: CancellationToken,
@@ -211,6 +215,9 @@ impl Env {
         let controller_client = client_from_config(config, &settings.client_options()).expect("controller client");
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let shutdown = CancellationToken::new();
+        // One registry for the manager, the AWS provider and the EC2NodeClass controller, as `run --provider aws`
+        // shares it: the scenarios read the AWS provider's own families from it.
+        let metrics = Arc::new(Metrics::new(&BuildInfo::current("", "")));
 
         let node_classes = KubeNodeClasses::new();
         node_classes.start::<EC2NodeClass>(controller_client.clone(), shutdown.clone()).await.expect("node classes");
@@ -236,7 +243,8 @@ impl Env {
             Arc::new(TokioSleeper),
             SharedPrices::new(PriceSource::Table(prices)),
             AwsCloudProviderOptions::new(cluster.clone(), REGION),
-        );
+        )
+        .with_metrics(metrics.clone());
         provider.instance_type_provider().refresh().await.expect("instance-type catalogue");
 
         // The EC2NodeClass status controller over the in-memory AWS, as the binary wires it.
@@ -256,10 +264,12 @@ impl Env {
             clock.clone(),
             cluster.ca_bundle.clone(),
         )
-        .with_launch_template_cleanup(Arc::new(provider.launch_templates().clone()));
+        .with_launch_template_cleanup(Arc::new(provider.launch_templates().clone()))
+        .with_metrics(&metrics);
 
         let manager =
             Manager::new(settings, controller_client, Arc::new(provider), Arc::new(node_classes), clock.clone())
+                .with_metrics(metrics.clone())
                 .with_bind_ip(IpAddr::V4(Ipv4Addr::LOCALHOST))
                 .with_identity("real-plane-aws")
                 .with_controller("aws.nodeclass", Arc::new(status).run(shutdown.clone()).boxed());
@@ -274,6 +284,7 @@ impl Env {
         ];
         Self {
             client,
+            metrics,
             ec2,
             aws_kubelet,
             shutdown,
@@ -672,6 +683,47 @@ async fn families(env: &Env) {
     }
     assert_eq!(env.aws_kubelet.refusals(), Vec::new(), "the kubelet refused nothing");
     assert_eq!(env.aws_kubelet.failures(), Vec::<String>::new(), "every instance booted");
+    // The AWS provider's own series in the registry `run --provider aws` serves on /metrics: the EC2 request
+    // batches that launched these instances, and the EC2NodeClass controller (upstream's `nodeclass`) reconciling
+    // the classes through its work queue.
+    let exposition = env.metrics.render();
+    for (sample, matcher) in [
+        ("karpenter_cloudprovider_batcher_batch_size_count", ""),
+        ("karpenter_cloudprovider_batcher_batch_time_seconds_count", ""),
+        ("controller_runtime_reconcile_total", "controller=\"nodeclass\""),
+        ("controller_runtime_reconcile_time_seconds_count", "controller=\"nodeclass\""),
+        ("workqueue_adds_total", "controller=\"nodeclass\""),
+        ("workqueue_work_duration_seconds_count", "controller=\"nodeclass\""),
+    ] {
+        assert!(
+            positive_sample(&exposition, sample, matcher),
+            "no {sample}{{{matcher}}} above 0 on /metrics:\n{}",
+            exposition
+                .lines()
+                .filter(|l| l.contains("batcher") || l.contains("nodeclass"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+}
+
+/// Whether the exposition has a sample named `sample` whose labels contain `matcher` and whose value is above 0.
+fn positive_sample(exposition: &str, sample: &str, matcher: &str) -> bool {
+    exposition.lines().any(|line| {
+        let Some(rest) = line.strip_prefix(sample) else { return false };
+        let (labels, value) = match rest.strip_prefix('{') {
+            Some(r) => match r.split_once("} ") {
+                Some((labels, value)) => (labels, value),
+                None => return false,
+            },
+            None => match rest.strip_prefix(' ') {
+                Some(value) => ("", value),
+                None => return false,
+            },
+        };
+        labels.contains(matcher)
+            && value.split_whitespace().next().and_then(|v| v.parse::<f64>().ok()).is_some_and(|v| v > 0.0)
+    })
 }
 
 /// User data the kubelet refuses never registers a Node. Three AL2023 classes whose `userData` is a user NodeConfig
