@@ -23,8 +23,9 @@ fn splice(doc: &str, generated: &str) -> Result<String, String> {
 fn metrics_reference_is_current() {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/metrics.md");
     let actual = std::fs::read_to_string(&path).unwrap_or_default();
-    let expected = splice(&actual, &karpenter_operator::metrics::reference_markdown(&karpenter_disruption::Reason::CODES))
-        .unwrap_or_else(|e| panic!("docs/metrics.md: {e}"));
+    let expected =
+        splice(&actual, &karpenter_operator::metrics::reference_markdown(&karpenter_disruption::Reason::CODES))
+            .unwrap_or_else(|e| panic!("docs/metrics.md: {e}"));
     if std::env::var_os("UPDATE_DOCS").is_some() {
         std::fs::write(&path, &expected).unwrap();
         return;

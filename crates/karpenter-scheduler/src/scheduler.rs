@@ -1145,9 +1145,11 @@ impl Pricing {
 /// hand-written input may hold one alone).
 pub(crate) fn has_resource_claims(pod: &karpenter_api::CompactPod) -> bool {
     let spec = &pod.spec;
-    let in_containers = spec.containers.iter().chain(spec.init_containers.iter().flatten()).any(|c| {
-        c.resources.as_ref().and_then(|r| r.claims.as_ref()).is_some_and(|claims| !claims.is_empty())
-    });
+    let in_containers = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .any(|c| c.resources.as_ref().and_then(|r| r.claims.as_ref()).is_some_and(|claims| !claims.is_empty()));
     in_containers || spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty())
 }
 

@@ -816,9 +816,7 @@ impl Resolver {
             .classes
             .get(alt.device_class_name.as_str())
             .ok_or_else(|| format!("DeviceClass {:?} not found", alt.device_class_name))?;
-        let compile = |expr: &String, whose: &str| {
-            DeviceSelector::compile(expr).map_err(|e| format!("{whose}: {e}"))
-        };
+        let compile = |expr: &String, whose: &str| DeviceSelector::compile(expr).map_err(|e| format!("{whose}: {e}"));
         let mut selectors = Vec::new();
         for s in &class.selectors {
             selectors.push(compile(s, &format!("DeviceClass {}", class.name))?);
