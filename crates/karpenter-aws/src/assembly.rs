@@ -38,7 +38,12 @@ use crate::pricing::{PriceFile, PriceFileError};
 use crate::pricing_api::{self, FetchPricesError, PricingProvider};
 use crate::provider::{AwsApis, AwsCloudProvider, AwsCloudProviderOptions};
 use crate::queue::{NodeClaimLookup, SqsInterruptionSource};
-use crate::runtime::every;
+use crate::runtime::{every, timed_pass};
+
+/// Upstream's name of the instance-type catalogue's refresh loop (the `controller` label of its series).
+const INSTANCE_TYPE_REFRESH: &str = "providers.instancetype";
+/// Upstream's name of the price refresh loop (the `controller` label of its series).
+const PRICE_REFRESH: &str = "providers.pricing";
 use crate::sdk::dry_run::Ec2DryRun;
 use crate::sdk::{AwsClients, SdkLoadError, SdkOptions};
 use crate::settings::AwsSettings;
@@ -299,11 +304,13 @@ impl Assembly<'_> {
     fn provider_loops(&mut self, provider: &AwsCloudProvider) {
         let shutdown = self.start.shutdown.clone();
         let p = provider.clone();
+        // Upstream's `providers.instancetype` singleton: its passes counted as reconciles.
+        let series = self.start.metrics.reconciler(INSTANCE_TYPE_REFRESH, 1);
         self.controllers.push(
             every(instancetypes::REFRESH_INTERVAL, shutdown.clone(), move || {
-                let p = p.clone();
+                let (p, series) = (p.clone(), series.clone());
                 async move {
-                    if let Err(e) = p.instance_type_provider().refresh().await {
+                    if let Err(e) = timed_pass(Some(&series), p.instance_type_provider().refresh()).await {
                         tracing::warn!(error = %e, "refreshing the instance-type catalogue failed");
                     }
                 }
@@ -336,12 +343,20 @@ impl Assembly<'_> {
     fn price_loop(&mut self, pricing: &Arc<PricingProvider>, prices: &SharedPrices, zones: &[String]) {
         let (pricing, prices, clock, zones) =
             (pricing.clone(), prices.clone(), self.start.clock.clone(), zones.to_vec());
+        // Upstream's `providers.pricing` singleton: its passes counted as reconciles (a failed price fetch keeps
+        // the last prices and is logged by the pricing provider, so every pass ends as a requeue).
+        let series = self.start.metrics.reconciler(PRICE_REFRESH, 1);
         self.controllers.push(
             every(pricing_api::REFRESH_INTERVAL, self.start.shutdown.clone(), move || {
                 let (pricing, prices, clock, zones) = (pricing.clone(), prices.clone(), clock.clone(), zones.clone());
+                let series = series.clone();
                 async move {
-                    pricing.refresh(clock.now()).await;
-                    prices.set(pricing.price_source(&zones));
+                    let pass = async {
+                        pricing.refresh(clock.now()).await;
+                        prices.set(pricing.price_source(&zones));
+                        Ok::<(), std::convert::Infallible>(())
+                    };
+                    let _ = timed_pass(Some(&series), pass).await;
                 }
             })
             .boxed(),
@@ -394,23 +409,28 @@ impl Assembly<'_> {
         let eks: Arc<dyn discovery::EksApi> = Arc::new(self.clients.eks_adapter());
         let version =
             kubernetes_version_source(aws.eks_control_plane, client.clone(), eks, &aws.cluster_name, clock.clone());
+        let metrics = &*self.start.metrics;
         let status = NodeClassController::new(client.clone(), resolver.clone(), version, clock.clone(), ca_bundle)
             .with_launch_template_cleanup(Arc::new(provider.launch_templates().clone()))
             .with_price_estimate_warning(pricing)
-            .with_metrics(&self.start.metrics);
+            .with_metrics(metrics);
         let mut controllers = vec![
             Arc::new(status).run(shutdown.clone()).boxed(),
-            Arc::new(SsmInvalidationController::for_resolver(&resolver, clock.clone())).run(shutdown.clone()).boxed(),
-            Arc::new(CapacityBlockExpiration::new(client.clone())).run(shutdown.clone()).boxed(),
+            Arc::new(SsmInvalidationController::for_resolver(&resolver, clock.clone()).with_metrics(metrics))
+                .run(shutdown.clone())
+                .boxed(),
+            Arc::new(CapacityBlockExpiration::new(client.clone()).with_metrics(metrics)).run(shutdown.clone()).boxed(),
         ];
         if !aws.isolated_vpc {
-            let gc = InstanceProfileGarbageCollector::new(client.clone(), resolver.instance_profiles.clone());
+            let gc = InstanceProfileGarbageCollector::new(client.clone(), resolver.instance_profiles.clone())
+                .with_metrics(metrics);
             controllers.push(Arc::new(gc).run(shutdown.clone()).boxed());
         }
         if self.start.reserved_capacity {
             // Reserved capacity whose reservation ended runs on as on-demand: relabel its NodeClaims and Nodes.
             let demotion =
-                ReservationDemotion::new(client.clone(), provider.instance_provider().clone(), clock.clone());
+                ReservationDemotion::new(client.clone(), provider.instance_provider().clone(), clock.clone())
+                    .with_metrics(metrics);
             controllers.push(Arc::new(demotion).run(shutdown.clone()).boxed());
         }
         self.controllers.extend(controllers);

@@ -62,6 +62,7 @@ use crate::api_error::AwsApiError;
 use crate::launch::instance::InstanceProvider;
 use crate::launch::userdata::bottlerocket_dropped_settings;
 use crate::pricing_api::{PRICES_ESTIMATED_MESSAGE, PRICES_ESTIMATED_REASON, PricingProvider};
+use crate::runtime::timed_pass;
 
 /// A kube client that formats as `Client` (kube's has no `Debug`).
 #[derive(Clone)]
@@ -667,11 +668,21 @@ pub struct SsmInvalidationController {
     images: Arc<dyn ImageApi>,
     clock: Arc<dyn Clock>,
     interval: Duration,
+    reconcile_metrics: Option<ReconcileMetrics>,
 }
 
 impl SsmInvalidationController {
+    /// Upstream's name of this controller: the `controller` label of its reconcile and workqueue series.
+    pub const NAME: &'static str = "providers.ssm.invalidation";
+
     pub fn new(ssm: Arc<SsmProvider>, images: Arc<dyn ImageApi>, clock: Arc<dyn Clock>) -> Self {
-        Self { ssm, images, clock, interval: SSM_INVALIDATION_INTERVAL }
+        Self { ssm, images, clock, interval: SSM_INVALIDATION_INTERVAL, reconcile_metrics: None }
+    }
+
+    /// Records each pass into `metrics` under [`Self::NAME`], as a singleton controller (one worker).
+    pub fn with_metrics(mut self, metrics: &Metrics) -> Self {
+        self.reconcile_metrics = Some(metrics.reconciler(Self::NAME, 1));
+        self
     }
 
     /// From the resolver's providers.
@@ -686,7 +697,7 @@ impl SsmInvalidationController {
 
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         while tick(self.interval, &shutdown).await {
-            match self.run_once().await {
+            match timed_pass(self.reconcile_metrics.as_ref(), self.run_once()).await {
                 Ok(dropped) if !dropped.is_empty() => {
                     tracing::info!(?dropped, "invalidated deprecated SSM AMI parameters")
                 }
@@ -703,14 +714,24 @@ pub struct InstanceProfileGarbageCollector {
     client: KubeClient,
     profiles: Arc<InstanceProfileProvider>,
     interval: Duration,
+    reconcile_metrics: Option<ReconcileMetrics>,
 }
 
 /// Cadence of instance-profile garbage collection.
 pub const INSTANCE_PROFILE_GC_INTERVAL: Duration = Duration::from_secs(30 * 60);
 
 impl InstanceProfileGarbageCollector {
+    /// Upstream's name of this controller: the `controller` label of its reconcile and workqueue series.
+    pub const NAME: &'static str = "instanceprofile.garbagecollection";
+
     pub fn new(client: Client, profiles: Arc<InstanceProfileProvider>) -> Self {
-        Self { client: KubeClient(client), profiles, interval: INSTANCE_PROFILE_GC_INTERVAL }
+        Self { client: KubeClient(client), profiles, interval: INSTANCE_PROFILE_GC_INTERVAL, reconcile_metrics: None }
+    }
+
+    /// Records each pass into `metrics` under [`Self::NAME`], as a singleton controller (one worker).
+    pub fn with_metrics(mut self, metrics: &Metrics) -> Self {
+        self.reconcile_metrics = Some(metrics.reconciler(Self::NAME, 1));
+        self
     }
 
     /// One pass; the deleted profile names. A profile is in use when an EC2NodeClass's status names it or a
@@ -739,7 +760,7 @@ impl InstanceProfileGarbageCollector {
 
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         while tick(self.interval, &shutdown).await {
-            match self.run_once().await {
+            match timed_pass(self.reconcile_metrics.as_ref(), self.run_once()).await {
                 Ok(deleted) if !deleted.is_empty() => tracing::info!(?deleted, "deleted unused instance profiles"),
                 Ok(_) => {}
                 Err(e) => tracing::warn!(error = %e, "instance profile garbage collection failed"),
@@ -753,11 +774,21 @@ impl InstanceProfileGarbageCollector {
 pub struct CapacityBlockExpiration {
     client: KubeClient,
     interval: Duration,
+    reconcile_metrics: Option<ReconcileMetrics>,
 }
 
 impl CapacityBlockExpiration {
+    /// Upstream's name of this controller: the `controller` label of its reconcile and workqueue series.
+    pub const NAME: &'static str = "capacityreservation.expiration";
+
     pub fn new(client: Client) -> Self {
-        Self { client: KubeClient(client), interval: Duration::from_secs(60) }
+        Self { client: KubeClient(client), interval: Duration::from_secs(60), reconcile_metrics: None }
+    }
+
+    /// Records each pass into `metrics` under [`Self::NAME`], as a singleton controller (one worker).
+    pub fn with_metrics(mut self, metrics: &Metrics) -> Self {
+        self.reconcile_metrics = Some(metrics.reconciler(Self::NAME, 1));
+        self
     }
 
     /// One pass; the deleted NodeClaim names.
@@ -798,7 +829,7 @@ impl CapacityBlockExpiration {
 
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         while tick(self.interval, &shutdown).await {
-            match self.run_once().await {
+            match timed_pass(self.reconcile_metrics.as_ref(), self.run_once()).await {
                 Ok(deleted) if !deleted.is_empty() => {
                     tracing::info!(?deleted, "deleted NodeClaims on expiring capacity blocks");
                 }

@@ -49,6 +49,8 @@ use super::controller::ControllerError;
 use crate::launch::fleet::{Ec2Instance, InstanceState};
 use crate::launch::instance::InstanceProvider;
 use crate::provider::{capacity_type_of, instance_id};
+use crate::runtime::timed_pass;
+use karpenter_runtime::metrics::{Metrics, ReconcileMetrics};
 
 /// How often reserved NodeClaims and Nodes are checked.
 pub const DEMOTION_INTERVAL: Duration = Duration::from_secs(60);
@@ -115,6 +117,7 @@ pub struct ReservationDemotion {
     instances: InstanceProvider,
     clock: Arc<dyn Clock>,
     interval: Duration,
+    reconcile_metrics: Option<ReconcileMetrics>,
 }
 
 impl std::fmt::Debug for ReservationDemotion {
@@ -126,7 +129,16 @@ impl std::fmt::Debug for ReservationDemotion {
 impl ReservationDemotion {
     /// Describes instances through `instances` (the CloudProvider's instance provider); `clock` stamps events.
     pub fn new(client: Client, instances: InstanceProvider, clock: Arc<dyn Clock>) -> Self {
-        Self { client, instances, clock, interval: DEMOTION_INTERVAL }
+        Self { client, instances, clock, interval: DEMOTION_INTERVAL, reconcile_metrics: None }
+    }
+
+    /// Upstream's name of this controller: the `controller` label of its reconcile and workqueue series.
+    pub const NAME: &'static str = "capacityreservation.capacitytype";
+
+    /// Records each pass into `metrics` under [`Self::NAME`], as a singleton controller (one worker).
+    pub fn with_metrics(mut self, metrics: &Metrics) -> Self {
+        self.reconcile_metrics = Some(metrics.reconciler(Self::NAME, 1));
+        self
     }
 
     /// Another cadence (tests).
@@ -241,7 +253,7 @@ impl ReservationDemotion {
             if shutdown.run_until_cancelled(tokio::time::sleep(self.interval)).await.is_none() {
                 return;
             }
-            match self.run_once().await {
+            match timed_pass(self.reconcile_metrics.as_ref(), self.run_once()).await {
                 Ok(pass) => {
                     if !pass.node_claims.is_empty() || !pass.nodes.is_empty() {
                         tracing::info!(node_claims = ?pass.node_claims, nodes = ?pass.nodes,
