@@ -388,11 +388,28 @@ async fn the_assembly_returns_the_provider_its_controllers_and_the_queue() {
 
     // Without a queue there is no interruption source; outside an isolated VPC the instance-profile GC runs.
     let settings = aws_settings(&["--cluster-name=test-cluster", "--cluster-endpoint=https://10.0.0.1"]);
-    let runtime = karpenter_aws::assembly::start(assembly_start(&settings, api.client(), &shutdown), &sdk)
-        .await
-        .expect("the assembly starts against moto");
+    let start = assembly_start(&settings, api.client(), &shutdown);
+    let metrics = start.metrics.clone();
+    let runtime = karpenter_aws::assembly::start(start, &sdk).await.expect("the assembly starts against moto");
     assert!(runtime.interruption.is_none());
     assert_eq!(runtime.controllers.len(), 9, "{runtime:?}");
+    // Every AWS controller reports its reconcile and workqueue series under upstream's name from the start: the
+    // kube-runtime ones with kube-runtime's unbounded concurrency, the periodic ones as singletons.
+    let exposition = metrics.render();
+    for (controller, workers) in [
+        ("nodeclass", 0),
+        ("nodeclaim.tagging", 0),
+        ("providers.ssm.invalidation", 1),
+        ("instanceprofile.garbagecollection", 1),
+        ("capacityreservation.expiration", 1),
+        ("capacityreservation.capacitytype", 1),
+        ("providers.instancetype", 1),
+        ("providers.pricing", 1),
+    ] {
+        let series = format!("controller_runtime_max_concurrent_reconciles{{controller=\"{controller}\"}} ");
+        let value = exposition.lines().find_map(|l| l.strip_prefix(series.as_str())?.parse::<f64>().ok());
+        assert_eq!(value, Some(f64::from(workers)), "`{series}` in:\n{exposition}");
+    }
 
     // ENABLE_ZONAL_SHIFT adds the ARC watcher of the cluster EKS describes (its ARN names it to ARC).
     c.eks
