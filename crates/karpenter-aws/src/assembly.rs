@@ -227,13 +227,16 @@ impl Assembly<'_> {
             self.start.client.clone(),
             self.start.clock.clone(),
         );
-        let watcher = Arc::new(crate::zonalshift::ZonalShiftWatcher::new(
-            Arc::new(self.clients.zonal_shift_adapter()),
-            arn,
-            zone_names,
-            provider.unavailable_offerings().clone(),
-            Arc::new(events),
-        ));
+        let watcher = Arc::new(
+            crate::zonalshift::ZonalShiftWatcher::new(
+                Arc::new(self.clients.zonal_shift_adapter()),
+                arn,
+                zone_names,
+                provider.unavailable_offerings().clone(),
+                Arc::new(events),
+            )
+            .with_metrics(&self.start.metrics),
+        );
         self.controllers.push(watcher.run(Arc::new(TokioSleeper), self.start.shutdown.clone()).boxed());
     }
 

@@ -31,6 +31,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api_error::{AwsApiError, AwsErrorKind};
 use crate::launch::ice::UnavailableOfferings;
+use crate::runtime::timed_pass;
+use karpenter_runtime::metrics::{Metrics, ReconcileMetrics};
 
 /// The event reason when a zone's shift starts.
 pub const EVENT_ACTIVE: &str = "ZonalShiftActive";
@@ -116,6 +118,8 @@ pub struct ZonalShiftWatcher {
     offerings: UnavailableOfferings,
     events: Arc<dyn ZonalShiftEvents>,
     state: Mutex<WatchState>,
+    /// The watcher's reconcile and workqueue series ([`ZonalShiftWatcher::with_metrics`]).
+    reconcile_metrics: Option<ReconcileMetrics>,
 }
 
 #[derive(Default)]
@@ -148,7 +152,17 @@ impl ZonalShiftWatcher {
             offerings,
             events,
             state: Mutex::new(WatchState::default()),
+            reconcile_metrics: None,
         }
+    }
+
+    /// Upstream's name of this controller: the `controller` label of its reconcile and workqueue series.
+    pub const NAME: &'static str = "zonalshift";
+
+    /// Records each poll into `metrics` under [`Self::NAME`], as a singleton controller (one worker).
+    pub fn with_metrics(mut self, metrics: &Metrics) -> Self {
+        self.reconcile_metrics = Some(metrics.reconciler(Self::NAME, 1));
+        self
     }
 
     /// The zones (names) shifted away from as of the last answer.
@@ -223,7 +237,7 @@ impl ZonalShiftWatcher {
     pub async fn run(self: Arc<Self>, sleeper: Arc<dyn Sleeper>, shutdown: CancellationToken) {
         while !shutdown.is_cancelled() {
             // Errors were logged by `poll`; the next interval retries.
-            let _ = self.poll().await;
+            let _ = timed_pass(self.reconcile_metrics.as_ref(), self.poll()).await;
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 () = sleeper.sleep(POLL_INTERVAL) => {}

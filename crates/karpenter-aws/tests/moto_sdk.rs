@@ -425,10 +425,13 @@ async fn the_assembly_returns_the_provider_its_controllers_and_the_queue() {
         "--cluster-endpoint=https://10.0.0.1",
         "--enable-zonal-shift=true",
     ]);
-    let runtime = karpenter_aws::assembly::start(assembly_start(&settings, api.client(), &shutdown), &sdk)
-        .await
-        .expect("the assembly starts against moto");
+    let start = assembly_start(&settings, api.client(), &shutdown);
+    let metrics = start.metrics.clone();
+    let runtime = karpenter_aws::assembly::start(start, &sdk).await.expect("the assembly starts against moto");
     assert_eq!(runtime.controllers.len(), 10, "{runtime:?}");
+    let watcher = "controller_runtime_max_concurrent_reconciles{controller=\"zonalshift\"} ";
+    let workers = metrics.render().lines().find_map(|l| l.strip_prefix(watcher)?.parse::<f64>().ok());
+    assert_eq!(workers, Some(1.0), "the zonal-shift watcher's series");
 
     // Fatal errors name what is wrong: no endpoint and a cluster EKS does not know; a price file without the
     // region.
