@@ -17,7 +17,8 @@ use karpenter_runtime::metrics::runtime::queue::ControllerQueue;
 use karpenter_runtime::metrics::{Metrics, ReconcileMetrics};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::reflector::{self, reflector};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
@@ -163,8 +164,12 @@ impl TaggingController {
         }
         let api: Api<NodeClaim> = Api::all(self.client.clone());
         let queue = ControllerQueue::new(self.reconcile_metrics.clone());
-        let controller =
-            Controller::new(api, watcher::Config::default()).graceful_shutdown_on(shutdown.clone().cancelled_owned());
+        // The claim watch is ours (`for_stream`, as the operator's controllers run), so each claim event counts as
+        // an add when it arrives, not only when its reconcile starts.
+        let (claims, writer) = reflector::store();
+        let events = reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
+        let controller = Controller::for_stream(queue.object_results(events.applied_objects()), claims)
+            .graceful_shutdown_on(shutdown.clone().cancelled_owned());
         let run = queue.run(
             controller,
             |claim: Arc<NodeClaim>, ctx: Arc<Self>| async move {

@@ -46,8 +46,8 @@ use karpenter_runtime::metrics::runtime::queue::ControllerQueue;
 use karpenter_runtime::metrics::{Metrics, ReconcileMetrics};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef, reflector};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -506,7 +506,11 @@ impl NodeClassController {
             return;
         }
         let queue = ControllerQueue::new(self.reconcile_metrics.clone());
-        let controller = Controller::new(self.classes(), watcher::Config::default())
+        // The class watch is ours (`for_stream`, as the operator's controllers run), so each class event counts
+        // as an add when it arrives, not only when its reconcile starts.
+        let (classes, writer) = reflector::store();
+        let events = reflector(writer, watcher(self.classes(), watcher::Config::default())).default_backoff();
+        let controller = Controller::for_stream(queue.object_results(events.applied_objects()), classes)
             .watches(
                 self.claims(),
                 watcher::Config::default(),
