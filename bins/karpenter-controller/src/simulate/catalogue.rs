@@ -404,8 +404,9 @@ impl Catalogue {
 
     /// Counts the instances `snapshot` runs in each capacity reservation against the catalogue's reserved
     /// offerings: a file states a reservation's instances with none running, and every NodeClaim not being deleted
-    /// (or Node without one) labelled with its id holds one (the kwok provider counts its Nodes the same way), whether the input brought it or an earlier pass launched it. Called
-    /// before every pass, so a deleted node gives its instance back. Nothing to do without reserved offerings.
+    /// (or Node without one) labelled with its id holds one (the kwok provider counts its Nodes the same way),
+    /// whether the input brought it or an earlier pass launched it. Called before every pass, so a deleted node
+    /// gives its instance back. Nothing to do without reserved offerings.
     pub fn count_running_reservations(&mut self, snapshot: &karpenter_scheduler::ClusterSnapshot) {
         if self.reservations_as_stated.is_empty() {
             return;
