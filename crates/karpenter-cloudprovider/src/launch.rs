@@ -53,14 +53,14 @@ where
                 continue;
             }
             let (zone, ct) = (o.zone().unwrap_or(""), o.capacity_type().unwrap_or(""));
+            // Among types, the cheaper offering and then the type's name; within a type, the offerings' order.
             let better = match best {
                 None => true,
-                Some((bit, bo, bz, bct)) => o
+                Some((bit, bo, _, _)) => o
                     .price
                     .total_cmp(&bo.price)
                     .then_with(|| it.name.cmp(&bit.name))
-                    .then_with(|| zone.cmp(bz))
-                    .then_with(|| ct.cmp(bct))
+                    .then_with(|| o.launch_order(bo))
                     .is_lt(),
             };
             if better {

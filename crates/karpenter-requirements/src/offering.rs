@@ -94,6 +94,17 @@ impl Offering {
         self.single(CAPACITY_TYPE)
     }
 
+    /// The order in which a launch prefers offerings of one instance type: cheaper first, then by zone, then by
+    /// capacity type. The one rule for "the cheapest offering": a provider's launch choice
+    /// (`karpenter_cloudprovider::launch::cheapest_launch`) and the scheduler plan's options use it, so a plan
+    /// names the offering the launch takes.
+    pub fn launch_order(&self, other: &Offering) -> std::cmp::Ordering {
+        self.price
+            .total_cmp(&other.price)
+            .then_with(|| self.zone().unwrap_or("").cmp(other.zone().unwrap_or("")))
+            .then_with(|| self.capacity_type().unwrap_or("").cmp(other.capacity_type().unwrap_or("")))
+    }
+
     /// The capacity reservation id, for reserved offerings.
     pub fn reservation_id(&self) -> Option<&str> {
         self.single(RESERVATION_ID)

@@ -198,12 +198,11 @@ impl InstanceTypeOption {
         reqs: &Requirements,
         allow_undefined: &K,
     ) -> Self {
-        let best = it.offerings.available().filter(|o| o.is_compatible(reqs, allow_undefined)).min_by(|a, b| {
-            a.price
-                .total_cmp(&b.price)
-                .then_with(|| a.capacity_type().cmp(&b.capacity_type()))
-                .then_with(|| a.zone().cmp(&b.zone()))
-        });
+        let best = it
+            .offerings
+            .available()
+            .filter(|o| o.is_compatible(reqs, allow_undefined))
+            .min_by(|a, b| a.launch_order(b));
         InstanceTypeOption {
             name: it.name.clone(),
             price: best.map(|o| o.price),
