@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use karpenter_api::ec2nodeclass::EC2NodeClass;
+use karpenter_aws::api::EC2NodeClass;
 use karpenter_aws::assembly::{AwsRuntime, AwsStart};
 use karpenter_aws::sdk::SdkOptions;
 use karpenter_aws::settings::AwsSettings;

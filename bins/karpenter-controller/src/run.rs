@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Args;
-use karpenter_api::KWOKNodeClass;
+use karpenter_kwok::api::KWOKNodeClass;
 use karpenter_aws::settings::AwsSettings;
 use karpenter_cloudprovider::{Clock, CloudProvider, SystemClock};
 use karpenter_kwok::{KwokCloudProvider, KwokOptions};

@@ -34,7 +34,8 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use karpenter_api::condition::{ConditionStatus, Conditions};
-use karpenter_api::{KWOKNodeClass, NodeClaim, NodePool};
+use karpenter_api::{NodeClaim, NodePool};
+use karpenter_kwok::api::KWOKNodeClass;
 use karpenter_cloudprovider::{
     Clock, CloudProvider, InterruptionAction, InterruptionError, InterruptionEvent, InterruptionKind,
     InterruptionSource, SystemClock,
@@ -280,7 +281,7 @@ impl Env {
         let client = plane.client().await.expect("client");
         install_crds(&client).await;
         let classes: Api<KWOKNodeClass> = Api::all(client.clone());
-        let class = karpenter_testing::kwok_node_class(karpenter_testing::KWOKNodeClassOptions::default());
+        let class = karpenter_kwok::testing::kwok_node_class(karpenter_kwok::testing::KWOKNodeClassOptions::default());
         let mut class = serde_json::to_value(&class).expect("class json");
         if let Some(meta) = class.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.retain(|k, _| k == "name");
@@ -900,7 +901,7 @@ async fn ec2nodeclass_crd(env: &Env) {
     }
     let stored = api.get("unknown-field").await.expect("unknown-field");
     assert_eq!(stored.data["spec"]["kubelet"]["fooBar"], json!({"a": 1}), "the server keeps unknown fields");
-    let typed: Api<karpenter_api::EC2NodeClass> = Api::all(env.client.clone());
+    let typed: Api<karpenter_aws::api::EC2NodeClass> = Api::all(env.client.clone());
     let listed = typed.list(&ListParams::default()).await.expect("every class decodes, malformed kubelets included");
     assert_eq!(listed.items.len(), cases.len());
     let controller = ec2_node_class_controller(env);
@@ -2984,8 +2985,8 @@ async fn chart_rbac(env: &Env) {
 
     // The EC2NodeClass status controller.
     install_ec2nodeclass_crd(env).await;
-    let classes: Api<karpenter_api::EC2NodeClass> = Api::all(env.client.clone());
-    let class = |name: &str, kubelet: Value| -> karpenter_api::EC2NodeClass {
+    let classes: Api<karpenter_aws::api::EC2NodeClass> = Api::all(env.client.clone());
+    let class = |name: &str, kubelet: Value| -> karpenter_aws::api::EC2NodeClass {
         serde_json::from_value(json!({
             "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": name},
             "spec": {"role": "r", "amiSelectorTerms": [{"alias": "al2023@latest"}],

@@ -9,9 +9,9 @@
 //!    the provider's label vocabulary (restricted label domains), each a [`SchemaPatch`] that inserts a
 //!    keyword (typically an `x-kubernetes-validations` rule) at a field path of the generated schema.
 //! 3. [`generate`] runs kube's generator, normalises the schema the way the API server expects (no `nullable`, no
-//!    `additionalProperties: false`) and applies the patches. [`crds`] lists every CRD for a provider.
+//!    `additionalProperties: false`) and applies the patches. [`crds_with`] lists every CRD for a provider and the node classes it serves.
 //!
-//! The checked-in YAML under `charts/*/crds/` is [`render_yaml`] of these; `tests/crds.rs` keeps it in sync.
+//! The checked-in YAML under `charts/*/crds/` is [`render_yaml`] of these; the binary's `tests/crds.rs` keeps it in sync.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -23,6 +23,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Value, json};
 
 use crate::labels::ProviderLabels;
+use crate::node_class_api::NodeClassApis;
 
 /// The Kubernetes quantity pattern (as in `resource.Quantity`'s OpenAPI definition).
 pub const QUANTITY_PATTERN: &str = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
@@ -353,15 +354,20 @@ pub fn generate<K: KarpenterCrd>(provider: &ProviderLabels) -> CustomResourceDef
     try_generate::<K>(provider).unwrap_or_else(|_| K::crd())
 }
 
-/// Every CRD Karpenter installs for `provider`: NodePool, NodeClaim and NodeOverlay, plus the provider's node
-/// class (`aws`: EC2NodeClass, `kwok`: KWOKNodeClass).
-pub fn crds(provider: &ProviderLabels) -> Vec<CustomResourceDefinition> {
-    let mut out = vec![
+/// The core CRDs Karpenter installs whatever the provider: NodePool, NodeClaim and NodeOverlay.
+pub fn core_crds(provider: &ProviderLabels) -> Vec<CustomResourceDefinition> {
+    vec![
         generate::<crate::nodepool::NodePool>(provider),
         generate::<crate::nodeclaim::NodeClaim>(provider),
         generate::<crate::nodeoverlay::NodeOverlay>(provider),
-    ];
-    out.extend(node_class_crds(provider));
+    ]
+}
+
+/// Every CRD Karpenter installs for `provider`: the [`core_crds`], then the CRDs of the node classes it serves
+/// (`node_classes`, each provider's own; see [`crate::node_class_api`]).
+pub fn crds_with(provider: &ProviderLabels, node_classes: &NodeClassApis) -> Vec<CustomResourceDefinition> {
+    let mut out = core_crds(provider);
+    out.extend(node_classes.crds(provider));
     out
 }
 
@@ -370,15 +376,6 @@ pub fn crds(provider: &ProviderLabels) -> Vec<CustomResourceDefinition> {
 /// docs/capacity-buffer.md for how it is shipped.
 pub fn optional_crds(provider: &ProviderLabels) -> Vec<CustomResourceDefinition> {
     vec![generate::<crate::capacitybuffer::CapacityBuffer>(provider)]
-}
-
-/// The provider's node class CRDs.
-pub fn node_class_crds(provider: &ProviderLabels) -> Vec<CustomResourceDefinition> {
-    match provider.name.as_str() {
-        "kwok" => vec![generate::<crate::kwok::KWOKNodeClass>(provider)],
-        "aws" => vec![generate::<crate::ec2nodeclass::EC2NodeClass>(provider)],
-        _ => Vec::new(),
-    }
 }
 
 /// The conventional file name of a CRD: `<group>_<plural>.yaml`.

@@ -1,4 +1,5 @@
-//! Static drift hashes for NodePools and EC2NodeClasses.
+//! Static drift hashes: the NodePool's, and the rules a provider's node-class hash follows (its own module, e.g.
+//! the AWS provider's, computes the hash with [`hash_value`] and compares with [`annotated_static_drift`]).
 //!
 //! A hash covers the fields whose change should replace nodes. It is computed over a canonical
 //! JSON rendering of those fields: object keys sorted, every list treated as a set (order does not matter),
@@ -17,8 +18,6 @@ use crate::labels::annotations;
 
 /// Hash version written beside `karpenter.sh/nodepool-hash`.
 pub const NODE_POOL_HASH_VERSION: &str = "rs1";
-/// Hash version written beside `karpenter.k8s.aws/ec2nodeclass-hash`.
-pub const EC2_NODE_CLASS_HASH_VERSION: &str = "rs1";
 
 /// Canonical form of a JSON value for hashing (see the module docs). Returns `None` for a dropped value.
 pub fn canonicalize(value: &Value) -> Option<Value> {
@@ -90,7 +89,7 @@ pub enum StaticDrift {
     Unknown,
 }
 
-/// Compares an owner's (NodePool or EC2NodeClass) hash annotations with a NodeClaim's.
+/// Compares an owner's (NodePool or node class) hash annotations with a NodeClaim's.
 pub fn static_drift(
     owner_hash: Option<&str>,
     owner_version: Option<&str>,
@@ -167,15 +166,19 @@ pub fn node_pool_static_drift(node_pool: &crate::NodePool, claim: &crate::NodeCl
 }
 
 /// The annotation keys of one hash and the version this build writes.
-struct HashKeys {
-    hash: &'static str,
-    version: &'static str,
-    current_version: &'static str,
+#[derive(Clone, Copy, Debug)]
+pub struct HashKeys {
+    /// The hash annotation (on the owner and on its NodeClaims).
+    pub hash: &'static str,
+    /// The annotation naming the hash scheme.
+    pub version: &'static str,
+    /// The scheme this build computes.
+    pub current_version: &'static str,
 }
 
 /// Compares the hash annotations on an owner (falling back to `current_hash()` under this build's version when
 /// the owner has none) with a NodeClaim's.
-fn annotated_static_drift(
+pub fn annotated_static_drift(
     owner: &kube::core::ObjectMeta,
     current_hash: impl FnOnce() -> String,
     keys: &HashKeys,
@@ -295,110 +298,4 @@ pub fn node_pool_hash_annotations(node_pool: &crate::NodePool) -> [(&'static str
         (annotations::NODE_POOL_HASH, node_pool_hash(node_pool)),
         (annotations::NODE_POOL_HASH_VERSION, NODE_POOL_HASH_VERSION.to_string()),
     ]
-}
-
-/// The EC2NodeClass's static hash: its spec minus the selector terms (they drift dynamically against the
-/// resolved status), `ipPrefixCount` and the raw `amiFamily`, plus the resolved AMI family and the cluster CA
-/// bundle when the controller knows it.
-pub fn ec2_node_class_hash(node_class: &crate::EC2NodeClass, ca_bundle: Option<&str>) -> String {
-    hash_value(&node_class.spec.drift_hash_input(ca_bundle))
-}
-
-/// Static drift of a NodeClaim against its EC2NodeClass, from the hash annotations both carry (the class's
-/// current hash when its annotations are absent).
-pub fn ec2_node_class_static_drift(node_class: &crate::EC2NodeClass, claim: &crate::NodeClaim) -> StaticDrift {
-    let keys = HashKeys {
-        hash: annotations::EC2_NODE_CLASS_HASH,
-        version: annotations::EC2_NODE_CLASS_HASH_VERSION,
-        current_version: EC2_NODE_CLASS_HASH_VERSION,
-    };
-    annotated_static_drift(&node_class.metadata, || ec2_node_class_hash(node_class, None), &keys, claim)
-}
-
-#[cfg(test)]
-mod ec2_node_class_tests {
-    use super::*;
-    use crate::EC2NodeClass;
-    use crate::labels::annotations::EC2_NODE_CLASS_HASH;
-    const VERSION_KEY: &str = crate::labels::annotations::EC2_NODE_CLASS_HASH_VERSION;
-
-    fn class(extra: &str) -> EC2NodeClass {
-        let text = format!(
-            r#"
-apiVersion: karpenter.k8s.aws/v1
-kind: EC2NodeClass
-metadata: {{name: default}}
-spec:
-  role: KarpenterNodeRole
-  amiSelectorTerms: [{{alias: al2023@latest}}]
-  subnetSelectorTerms: [{{tags: {{karpenter.sh/discovery: c}}}}]
-  securityGroupSelectorTerms: [{{tags: {{karpenter.sh/discovery: c}}}}]
-{extra}"#
-        );
-        serde_saphyr::from_str(&text).expect("fixture parses")
-    }
-
-    #[test]
-    fn selectors_do_not_change_the_hash_and_static_fields_do() {
-        let base = ec2_node_class_hash(&class(""), None);
-        let mut c = class("");
-        c.spec.subnet_selector_terms.clear();
-        c.spec.security_group_selector_terms.clear();
-        assert_eq!(ec2_node_class_hash(&c, None), base, "selector terms drift dynamically");
-        assert_ne!(ec2_node_class_hash(&class("  tags: {team: a}\n"), None), base, "tags drift");
-        assert_ne!(ec2_node_class_hash(&class("  detailedMonitoring: true\n"), None), base);
-        let enabled = ec2_node_class_hash(&class("  enclaveOptions: {enabled: true}\n"), None);
-        let disabled = ec2_node_class_hash(&class("  enclaveOptions: {enabled: false}\n"), None);
-        assert!(enabled != base && disabled != base && enabled != disabled, "enclave options drift");
-        assert_ne!(ec2_node_class_hash(&class(""), Some("CA")), base, "the CA bundle is hashed");
-        assert_eq!(
-            ec2_node_class_hash(&class("  amiFamily: AL2023\n"), None),
-            base,
-            "the raw amiFamily is not hashed, only the resolved family"
-        );
-    }
-
-    #[test]
-    fn int_max_pods_hashes_as_before_the_int_or_string_change() {
-        // Pinned from the release where maxPods was a plain int32: an unchanged class must not drift (so our
-        // hash version stays; upstream bumped theirs to v6 for the type change).
-        let c = class("  kubelet: {maxPods: 20, kubeReserved: {cpu: 100m}}\n");
-        assert_eq!(ec2_node_class_hash(&c, None), "7760762043758552607");
-        let expr = class("  kubelet: {maxPods: \"20\", kubeReserved: {cpu: 100m}}\n");
-        assert_ne!(ec2_node_class_hash(&expr, None), ec2_node_class_hash(&c, None), "an expression is hashed");
-    }
-
-    #[test]
-    fn open_kubelet_map_hashes_v1_14_fields_as_before_and_every_other_field() {
-        // The same pinned value as above: opening the map (v1.15) changes nothing for a v1.14-only class.
-        let c = class("  kubelet: {kubeReserved: {cpu: 100m}, maxPods: 20}\n");
-        assert!(c.spec.kubelet.as_ref().unwrap().other.is_empty());
-        assert_eq!(ec2_node_class_hash(&c, None), "7760762043758552607");
-        // A passed-through field drifts, and so does a malformed value (kept raw).
-        let passthrough = class("  kubelet: {maxPods: 20, kubeReserved: {cpu: 100m}, serializeImagePulls: false}\n");
-        let flipped = class("  kubelet: {maxPods: 20, kubeReserved: {cpu: 100m}, serializeImagePulls: true}\n");
-        let malformed = class("  kubelet: {maxPods: 20, kubeReserved: {cpu: 100m}, podsPerCore: x}\n");
-        let hashes = [&c, &passthrough, &flipped, &malformed].map(|n| ec2_node_class_hash(n, None));
-        let distinct: std::collections::BTreeSet<_> = hashes.iter().collect();
-        assert_eq!(distinct.len(), 4, "{hashes:?}");
-    }
-
-    #[test]
-    fn claim_with_upstream_hash_version_is_not_drifted() {
-        let c = class("");
-        let claim: crate::NodeClaim = serde_saphyr::from_str(&format!(
-            r#"
-apiVersion: karpenter.sh/v1
-kind: NodeClaim
-metadata:
-  name: default-abc
-  annotations: {{"{EC2_NODE_CLASS_HASH}": "123", "{VERSION_KEY}": "v5"}}
-spec:
-  nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}
-  requirements: []
-"#
-        ))
-        .expect("claim parses");
-        assert_eq!(ec2_node_class_static_drift(&c, &claim), StaticDrift::VersionMismatch);
-    }
 }

@@ -1,6 +1,6 @@
-//! Karpenter's v1 API: NodePool and NodeClaim (`karpenter.sh/v1`), EC2NodeClass (`karpenter.k8s.aws/v1`) and
-//! KWOKNodeClass (`karpenter.kwok.sh/v1alpha1`), with validation, drift hashes, CRD generation and manifest
-//! loading.
+//! Karpenter's v1 API: NodePool and NodeClaim (`karpenter.sh/v1`) and NodeOverlay, with validation, drift
+//! hashes, CRD generation and manifest loading. The node classes are the providers' (each provider crate defines
+//! its kind); [`node_class_api`] is how the core reads, validates and installs them without naming one.
 //!
 //! ```toml
 //! [dependencies]
@@ -35,15 +35,14 @@ pub mod condition;
 pub mod crd;
 pub mod dra;
 pub mod duration;
-pub mod ec2nodeclass;
 #[cfg(feature = "loader")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod hash;
-pub mod kwok;
 pub mod labels;
 pub mod loader;
 pub mod meta;
+pub mod node_class_api;
 pub mod nodeclaim;
 pub mod nodeoverlay;
 pub mod nodepool;
@@ -63,13 +62,12 @@ pub use builder::{NodePoolBuilder, PodBuilder};
 pub use capacitybuffer::{CapacityBuffer, CapacityBufferSpec, CapacityBufferStatus};
 pub use condition::{Condition, ConditionStatus, Conditions, remove_condition, set_condition};
 pub use duration::{KDuration, NillableDuration};
-pub use ec2nodeclass::{AmiFamily, EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};
-pub use kwok::KWOKNodeClass;
 pub use labels::ProviderLabels;
 pub use loader::{LoadError, Loaded, Object, Origin};
 #[cfg(feature = "loader")]
 pub use loader::{load_file, load_paths, load_str};
 pub use meta::namespaced_key;
+pub use node_class_api::{NodeClassApi, NodeClassApis, TypedNodeClassApi};
 pub use nodeclaim::{
     NodeClaim, NodeClaimSpec, NodeClassReference, NodeSelectorRequirementWithMinValues, ResourceQuantities,
     ResourceQuantity, Taint, TaintEffect,

@@ -13,9 +13,12 @@
 //! # Dispatch
 //! Objects are decoded by `apiVersion` + `kind` into [`Object`]. Kinds the loader does not model become
 //! [`Object::Unknown`] rather than an error, so a directory with Services, ConfigMaps or Secrets next to NodePools
-//! still loads; callers that only care about some kinds ignore the rest. [`Object::validate`] reports an unknown
-//! kind or apiVersion **in a Karpenter API group** (`karpenter.sh`, `karpenter.k8s.aws`, `karpenter.kwok.sh`) as a
-//! violation, so a typo like `kind: NodePoll` is not silently ignored by `validate`.
+//! still loads; callers that only care about some kinds ignore the rest. The providers' node classes are such
+//! objects too: the loader knows no provider, and [`UnknownObject::decode`] gives a provider its type.
+//! [`Object::validate`] reports an unknown kind or apiVersion **in a Karpenter API group** (`karpenter.sh`) as a
+//! violation, so a typo like `kind: NodePoll` is not silently ignored by `validate`; [`Object::validate_with`]
+//! also validates the node classes of the [`NodeClassApis`](crate::node_class_api::NodeClassApis) it is given
+//! and counts their groups as Karpenter's.
 //!
 //! # Strictness
 //! Like `kubectl apply` (strict field validation), a field the type does not know is an error, reported with the
@@ -42,8 +45,6 @@ macro_rules! with_object_kinds {
         NodePool(NodePool) = "karpenter.sh/v1",
         NodeClaim(NodeClaim) = "karpenter.sh/v1",
         NodeOverlay(NodeOverlay) = "karpenter.sh/v1alpha1",
-        EC2NodeClass(EC2NodeClass) = "karpenter.k8s.aws/v1",
-        KWOKNodeClass(KWOKNodeClass) = "karpenter.kwok.sh/v1alpha1",
         Pod(Pod) = "v1",
         Node(Node) = "v1",
         Namespace(Namespace) = "v1",

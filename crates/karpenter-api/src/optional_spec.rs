@@ -1,7 +1,7 @@
 //! Custom resources whose `spec` may be absent.
 //!
 //! kube-derive's root type requires the `spec` key when decoding and its CRD lists `spec` in the top-level
-//! `required`. Upstream's node classes (KWOKNodeClass, EC2NodeClass) declare `spec` with `omitempty` and their
+//! `required`. Upstream's node classes declare `spec` with `omitempty` and their
 //! CRDs require no `spec`, so an object written as `{apiVersion, kind, metadata}` is accepted by the API server;
 //! a watch over such objects must decode them too. For these kinds the `CustomResource` derive generates a hidden
 //! schema type (`#[kube(root = "...")]`) and `optional_spec_root!` writes the public root type by hand: the same
@@ -29,7 +29,9 @@ pub fn spec_not_required(mut crd: CustomResourceDefinition) -> CustomResourceDef
 }
 
 /// Writes the public root type `$root` of a kind whose derived schema type is `$derived` (same fields:
-/// `metadata`, `spec: $spec`, `status: Option<$status>`), with `spec` defaulted when absent.
+/// `metadata`, `spec: $spec`, `status: Option<$status>`), with `spec` defaulted when absent. Exported for the
+/// providers' node classes (the calling crate depends on `serde`, as its derives need).
+#[macro_export]
 macro_rules! optional_spec_root {
     ($(#[$attr:meta])* $root:ident, $derived:ident, $spec:ty, $status:ty) => {
         $(#[$attr])*
@@ -38,7 +40,7 @@ macro_rules! optional_spec_root {
         pub struct $root {
             /// Standard object metadata.
             #[serde(default)]
-            pub metadata: ::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+            pub metadata: $crate::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
             /// The spec; the default when the object has none.
             #[serde(default)]
             pub spec: $spec,
@@ -51,7 +53,7 @@ macro_rules! optional_spec_root {
             /// An object named `name` with `spec` and no status.
             pub fn new(name: &str, spec: $spec) -> Self {
                 Self {
-                    metadata: ::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                    metadata: $crate::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
                         name: Some(name.to_string()),
                         ..Default::default()
                     },
@@ -65,8 +67,8 @@ macro_rules! optional_spec_root {
             fn serialize<S: ::serde::Serializer>(&self, ser: S) -> ::core::result::Result<S::Ok, S::Error> {
                 use ::serde::ser::SerializeStruct;
                 let mut obj = ser.serialize_struct(stringify!($root), 4 + usize::from(self.status.is_some()))?;
-                obj.serialize_field("apiVersion", &<$root as ::kube::Resource>::api_version(&()))?;
-                obj.serialize_field("kind", &<$root as ::kube::Resource>::kind(&()))?;
+                obj.serialize_field("apiVersion", &<$root as $crate::kube::Resource>::api_version(&()))?;
+                obj.serialize_field("kind", &<$root as $crate::kube::Resource>::kind(&()))?;
                 obj.serialize_field("metadata", &self.metadata)?;
                 obj.serialize_field("spec", &self.spec)?;
                 if let Some(status) = &self.status {
@@ -76,33 +78,33 @@ macro_rules! optional_spec_root {
             }
         }
 
-        impl ::kube::Resource for $root {
+        impl $crate::kube::Resource for $root {
             type DynamicType = ();
-            type Scope = <$derived as ::kube::Resource>::Scope;
+            type Scope = <$derived as $crate::kube::Resource>::Scope;
             fn group(dt: &()) -> ::std::borrow::Cow<'_, str> {
-                <$derived as ::kube::Resource>::group(dt)
+                <$derived as $crate::kube::Resource>::group(dt)
             }
             fn kind(dt: &()) -> ::std::borrow::Cow<'_, str> {
-                <$derived as ::kube::Resource>::kind(dt)
+                <$derived as $crate::kube::Resource>::kind(dt)
             }
             fn version(dt: &()) -> ::std::borrow::Cow<'_, str> {
-                <$derived as ::kube::Resource>::version(dt)
+                <$derived as $crate::kube::Resource>::version(dt)
             }
             fn api_version(dt: &()) -> ::std::borrow::Cow<'_, str> {
-                <$derived as ::kube::Resource>::api_version(dt)
+                <$derived as $crate::kube::Resource>::api_version(dt)
             }
             fn plural(dt: &()) -> ::std::borrow::Cow<'_, str> {
-                <$derived as ::kube::Resource>::plural(dt)
+                <$derived as $crate::kube::Resource>::plural(dt)
             }
-            fn meta(&self) -> &::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            fn meta(&self) -> &$crate::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
                 &self.metadata
             }
-            fn meta_mut(&mut self) -> &mut ::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            fn meta_mut(&mut self) -> &mut $crate::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
                 &mut self.metadata
             }
         }
 
-        impl ::kube::core::object::HasSpec for $root {
+        impl $crate::kube::core::object::HasSpec for $root {
             type Spec = $spec;
             fn spec(&self) -> &$spec {
                 &self.spec
@@ -112,7 +114,7 @@ macro_rules! optional_spec_root {
             }
         }
 
-        impl ::kube::core::object::HasStatus for $root {
+        impl $crate::kube::core::object::HasStatus for $root {
             type Status = $status;
             fn status(&self) -> ::core::option::Option<&$status> {
                 self.status.as_ref()
@@ -122,20 +124,19 @@ macro_rules! optional_spec_root {
             }
         }
 
-        impl ::kube::CustomResourceExt for $root {
-            fn crd() -> ::k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
-                $crate::optional_spec::spec_not_required(<$derived as ::kube::CustomResourceExt>::crd())
+        impl $crate::kube::CustomResourceExt for $root {
+            fn crd() -> $crate::k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+                $crate::optional_spec::spec_not_required(<$derived as $crate::kube::CustomResourceExt>::crd())
             }
             fn crd_name() -> &'static str {
-                <$derived as ::kube::CustomResourceExt>::crd_name()
+                <$derived as $crate::kube::CustomResourceExt>::crd_name()
             }
-            fn api_resource() -> ::kube::core::ApiResource {
-                <$derived as ::kube::CustomResourceExt>::api_resource()
+            fn api_resource() -> $crate::kube::core::ApiResource {
+                <$derived as $crate::kube::CustomResourceExt>::api_resource()
             }
             fn shortnames() -> &'static [&'static str] {
-                <$derived as ::kube::CustomResourceExt>::shortnames()
+                <$derived as $crate::kube::CustomResourceExt>::shortnames()
             }
         }
     };
 }
-pub(crate) use optional_spec_root;

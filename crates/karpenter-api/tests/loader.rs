@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use karpenter_api::loader::{self, DecodeError, LoadError, Object};
+use karpenter_api::node_class_api::NodeClassApis;
 use karpenter_api::{ValidationContext, load_paths, load_str};
 
 const PODS: &str = r#"
@@ -277,41 +278,94 @@ spec:
     consolidationPolicy: WhenEmptyOrUnderutilized
     consolidateAfter: 1m
 ---
-apiVersion: karpenter.k8s.aws/v1
-kind: EC2NodeClass
+apiVersion: example.com/v1
+kind: TestNodeClass
 metadata:
   name: default
 spec:
-  role: KarpenterNodeRole-demo
-  amiSelectorTerms:
-    - alias: al2023@latest
-  subnetSelectorTerms:
-    - tags:
-        karpenter.sh/discovery: demo
-  securityGroupSelectorTerms:
-    - tags:
-        karpenter.sh/discovery: demo
+  zone: zone-a
 ---
-apiVersion: karpenter.kwok.sh/v1alpha1
-kind: KWOKNodeClass
+apiVersion: example.com/v1
+kind: TestNodeClass
 metadata:
-  name: kwok
+  name: other
 spec: {}
 "#;
+
+/// A provider's node class, written here as a new cloud would write its own: the loader and validation know it
+/// only through the [`NodeClassApis`] they are given, nothing in karpenter-api names it.
+mod test_node_class {
+    use karpenter_api::crd::KarpenterCrd;
+    use karpenter_api::node_class_api::TypedNodeClassApi;
+    use karpenter_api::{Validate, ValidationContext, Violations};
+    use kube::CustomResource;
+    use schemars::JsonSchema;
+    use serde::{Deserialize, Serialize};
+
+    #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+    #[kube(group = "example.com", version = "v1", kind = "TestNodeClass", plural = "testnodeclasses")]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    pub struct TestNodeClassSpec {
+        #[serde(default)]
+        pub zone: String,
+    }
+
+    impl Validate for TestNodeClass {
+        fn validate(&self, _ctx: &ValidationContext) -> Violations {
+            let mut v = Violations::new();
+            if self.spec.zone.is_empty() {
+                v.push("spec.zone", "required");
+            }
+            v
+        }
+    }
+
+    impl KarpenterCrd for TestNodeClass {}
+
+    pub static API: TypedNodeClassApi<TestNodeClass> = TypedNodeClassApi::new();
+}
 
 #[test]
 fn karpenter_kinds_load_and_validate() {
     let loaded = load_str(KARPENTER, "karpenter.yaml").unwrap();
     let kinds: Vec<&str> = loaded.iter().map(|l| l.object.kind()).collect();
-    assert_eq!(kinds, ["NodePool", "EC2NodeClass", "KWOKNodeClass"]);
+    assert_eq!(kinds, ["NodePool", "TestNodeClass", "TestNodeClass"]);
     let Object::NodePool(pool) = &loaded[0].object else { panic!() };
     assert_eq!(pool.spec.template.spec.requirements.len(), 1);
     let ctx = ValidationContext::default();
-    for l in &loaded {
-        assert!(l.object.is_karpenter());
-        let violations = l.object.validate(&ctx).expect("karpenter kinds are validated");
-        assert!(violations.is_empty(), "{}: {violations:?}", l.describe());
-    }
+    let violations = loaded[0].object.validate(&ctx).expect("karpenter kinds are validated");
+    assert!(violations.is_empty(), "{violations:?}");
+    // Without its API a node class is a foreign object: loaded as it is, not validated.
+    assert!(!loaded[1].object.is_karpenter() && loaded[1].object.validate(&ctx).is_none());
+    let Object::Unknown(class) = &loaded[1].object else { panic!("{:?}", loaded[1].object) };
+    let typed: test_node_class::TestNodeClass = class.decode().expect("its kind").expect("decodes");
+    assert_eq!(typed.spec.zone, "zone-a");
+    // With it, the node class is Karpenter's and validated through the API.
+    let apis = NodeClassApis::none().with(&test_node_class::API);
+    assert!(loaded[1].object.is_karpenter_in(&apis));
+    assert!(loaded[1].object.validate_with(&ctx, &apis).expect("validated").is_empty());
+    let missing = loaded[2].object.validate_with(&ctx, &apis).expect("validated");
+    assert!(missing.has_path("spec.zone"), "{missing:?}");
+}
+
+#[test]
+fn node_classes_are_validated_through_their_api() {
+    let ctx = ValidationContext::default();
+    let apis = NodeClassApis::none().with(&test_node_class::API);
+    let text = "apiVersion: example.com/v1\nkind: TestNodeClass\nmetadata: {name: a}\nspec: {zone: z, zones: [z]}\n\
+                ---\napiVersion: example.com/v2\nkind: TestNodeClass\nmetadata: {name: b}\n\
+                ---\napiVersion: example.com/v1\nkind: TestNodeClas\nmetadata: {name: c}\n";
+    let loaded = load_str(text, "classes.yaml").expect("node classes load as they are");
+    // A field the type does not know is the API's violation (the loader does not know the type).
+    let unknown = loaded[0].object.validate_with(&ctx, &apis).expect("validated");
+    assert!(unknown.iter().any(|v| v.message.contains("zones")), "{unknown:?}");
+    // Another version or a misspelt kind in a node-class group is a mistake, as in karpenter.sh.
+    let version = loaded[1].object.validate_with(&ctx, &apis).expect("group is a node class's");
+    assert!(version.iter().any(|v| v.path == "apiVersion" && v.message.contains("example.com/v1")), "{version:?}");
+    let kind = loaded[2].object.validate_with(&ctx, &apis).expect("group is a node class's");
+    assert!(kind.iter().any(|v| v.path == "kind" && v.message.contains("TestNodeClass")), "{kind:?}");
+    // Without the API, the same objects are foreign.
+    assert!(loaded.iter().all(|l| l.object.validate(&ctx).is_none()));
 }
 
 #[test]
@@ -371,33 +425,6 @@ fn deeply_nested_input_is_an_error_not_a_crash() {
     assert!(matches!(load_str(&json, "deep.json"), Err(LoadError::Syntax { .. })));
 }
 
-#[test]
-fn kwok_node_class_without_spec_loads() {
-    let loaded = karpenter_api::load_str(
-        "apiVersion: karpenter.kwok.sh/v1alpha1\nkind: KWOKNodeClass\nmetadata: {name: default}\n",
-        "kwok.yaml",
-    )
-    .expect("a KWOKNodeClass without spec is accepted, as by the API server");
-    assert_eq!(loaded.len(), 1);
-    assert_eq!(loaded[0].object.kind(), "KWOKNodeClass");
-    let violations = loaded[0].object.validate(&ValidationContext::default()).expect("karpenter kind");
-    assert!(violations.is_empty(), "{violations:?}");
-}
-
-/// Upstream's EC2NodeClass CRD does not require `spec` either: the object loads (as a watch decodes it) and
-/// validation names the required selector terms, not a decoding error.
-#[test]
-fn ec2_node_class_without_spec_loads_and_reports_required_fields() {
-    let loaded = karpenter_api::load_str(
-        "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {name: default}\n",
-        "ec2.yaml",
-    )
-    .expect("an EC2NodeClass without spec decodes");
-    assert_eq!(loaded[0].object.kind(), "EC2NodeClass");
-    let violations = loaded[0].object.validate(&ValidationContext::default()).expect("karpenter kind");
-    assert!(violations.has_path("spec.subnetSelectorTerms"), "{violations:?}");
-    assert!(violations.has_path("spec.amiSelectorTerms"), "{violations:?}");
-}
 
 /// `kubectl get pods -A -o yaml` of a large cluster is one huge List document, and generated manifests can be
 /// thousands of documents: both are past serde-saphyr's default budget (1,024 documents, 250,000 nodes).

@@ -252,7 +252,7 @@ impl RegionCatalogue<'_> {
 
     /// What the controller's `ValidationSucceeded` would say of `node_class`'s kubelet CEL expressions over the
     /// region's instance types, with the `NodeClassCEL` gate `gate`.
-    pub fn kubelet_expression_check(&self, node_class: &karpenter_api::EC2NodeClass, gate: bool) -> ExpressionCheck {
+    pub fn kubelet_expression_check(&self, node_class: &crate::api::EC2NodeClass, gate: bool) -> ExpressionCheck {
         let zones = &self.catalogue.file.zones[&self.region];
         let infos: Vec<InstanceTypeInfo> = self
             .catalogue

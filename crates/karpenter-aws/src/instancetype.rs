@@ -31,8 +31,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use karpenter_api::AmiFamily;
-use karpenter_api::ec2nodeclass::{
+use crate::api::AmiFamily;
+use crate::api::{
     BlockDeviceMapping, EC2NodeClassSpec, InstanceStorePolicy, InterfaceType, MaxPods, ReservedValue,
 };
 use karpenter_api::labels::aws as aws_labels;

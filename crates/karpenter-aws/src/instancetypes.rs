@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use karpenter_api::EC2NodeClass;
-use karpenter_api::ec2nodeclass::{CapacityReservationState, CapacityReservationType};
+use crate::api::EC2NodeClass;
+use crate::api::{CapacityReservationState, CapacityReservationType};
 use karpenter_api::labels::aws as aws_labels;
 use karpenter_cloudprovider::Clock;
 use karpenter_requirements::labels::{CAPACITY_TYPE, CAPACITY_TYPE_RESERVED, ZONE};
@@ -380,7 +380,7 @@ pub fn kubelet_expression_check(
     infos: Option<&[InstanceTypeInfo]>,
     settings: &Settings,
 ) -> ExpressionCheck {
-    use karpenter_api::ec2nodeclass::conditions::reasons;
+    use crate::api::conditions::reasons;
     let Some(kubelet) = node_class.spec.kubelet.as_ref().filter(|k| k.has_expressions()) else {
         return ExpressionCheck::Passed;
     };

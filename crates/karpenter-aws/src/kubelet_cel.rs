@@ -27,7 +27,7 @@ use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use cel::objects::Value;
 use cel::{Context, ExecutionError, Program};
-use karpenter_api::ec2nodeclass::{KubeletConfiguration, ReservedValue};
+use crate::api::{KubeletConfiguration, ReservedValue};
 use karpenter_requirements::{Format, Quantity, ResourceList};
 
 /// The variables an expression may read.

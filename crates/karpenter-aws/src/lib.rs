@@ -75,6 +75,7 @@
 //! Everything here is deterministic (ordered maps, sorted output), does no IO except the explicit file loaders,
 //! and never panics on malformed input.
 
+pub mod api;
 pub mod api_error;
 #[cfg(feature = "sdk")]
 pub mod assembly;

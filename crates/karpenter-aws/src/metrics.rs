@@ -23,7 +23,7 @@ mod tests {
 
     use async_trait::async_trait;
     use karpenter_api::NodeClaim;
-    use karpenter_api::ec2nodeclass::{GROUP, KIND};
+    use crate::api::{GROUP, KIND};
     use std::sync::Arc;
 
     use karpenter_runtime::metrics::{BuildInfo, Metrics, NOT_SAMPLED_ON_THE_KWOK_PLANE};

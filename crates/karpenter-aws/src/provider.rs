@@ -28,7 +28,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use karpenter_api::condition::Conditions;
-use karpenter_api::ec2nodeclass::{GROUP, KIND, conditions as nc_conditions};
+use crate::api::{GROUP, KIND, conditions as nc_conditions};
 use karpenter_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use karpenter_api::labels::annotations::AWS_INSTANCE_PROFILE_NAME;
 use karpenter_api::labels::aws as aws_labels;
@@ -36,7 +36,8 @@ use karpenter_api::labels::{
     CAPACITY_TYPE, CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_RESERVED, CAPACITY_TYPE_SPOT, INSTANCE_TYPE, NODE_POOL, ZONE,
 };
 use karpenter_api::nodeclaim::{NodeClaimSpec, NodeClaimStatus, NodeClassReference};
-use karpenter_api::{ConditionStatus, EC2NodeClass, NodeClaim, NodePool, ProviderLabels};
+use karpenter_api::{ConditionStatus, NodeClaim, NodePool, ProviderLabels};
+use crate::api::EC2NodeClass;
 use karpenter_cloudprovider::launch::{k8s_time, resource_map};
 use karpenter_cloudprovider::{
     Clock, CloudProvider, CloudProviderError, DriftReason, NodeClassKind, NodeClassLookup, RepairAction, RepairPolicy,
@@ -124,7 +125,7 @@ enum Placement {
 }
 
 /// The selector as text, for messages.
-fn selector_text(s: &karpenter_api::ec2nodeclass::PlacementGroupSelector) -> String {
+fn selector_text(s: &crate::api::PlacementGroupSelector) -> String {
     match (&s.id, &s.name) {
         (Some(id), _) => format!("id {id}"),
         (None, Some(name)) => format!("name {name}"),
@@ -502,7 +503,7 @@ impl AwsCloudProvider {
         let reservation = reservation.and_then(|id| {
             let r = class.as_ref()?.status.as_ref()?.capacity_reservations.iter().find(|r| r.id == id)?;
             let kind = match r.reservation_type {
-                karpenter_api::ec2nodeclass::CapacityReservationType::CapacityBlock => "capacity-block",
+                crate::api::CapacityReservationType::CapacityBlock => "capacity-block",
                 _ => "default",
             };
             Some((id, kind, r.interruptible))

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use karpenter_api::EC2NodeClass;
+use crate::api::EC2NodeClass;
 use karpenter_runtime::metrics::{ReconcileMetrics, ReconcileResult};
 use tokio_util::sync::CancellationToken;
 

@@ -7,6 +7,9 @@
 //! Nodes registering only when the real kubelet accepts their user data.
 
 pub mod aws_kubelet;
+mod node_class;
+
+pub use node_class::{EC2NodeClassOptions, ec2_node_class};
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;

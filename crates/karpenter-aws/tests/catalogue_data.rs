@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use karpenter_api::AmiFamily;
+use karpenter_aws::api::AmiFamily;
 use karpenter_aws::catalogue::{self, AwsCatalogue, CatalogueFile};
 use karpenter_aws::instancetype::{InstanceTypeContext, NodeClassSettings};
 use karpenter_aws::moto::{LocationType, MotoCatalogue};

@@ -551,7 +551,7 @@ fn refusal(
     None
 }
 
-fn dry_run_node_class(tags: serde_json::Value) -> karpenter_api::EC2NodeClass {
+fn dry_run_node_class(tags: serde_json::Value) -> karpenter_aws::api::EC2NodeClass {
     serde_json::from_value(serde_json::json!({
         "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
         "metadata": {"name": "default"},

@@ -24,7 +24,7 @@ use aws_sdk_ec2::types::{CapacityReservationPreference, Tag};
 use common::moto::MotoServer;
 use karpenter_api::NodeClaim;
 use karpenter_api::condition::Conditions;
-use karpenter_api::ec2nodeclass::{GROUP, KIND, conditions};
+use karpenter_aws::api::{GROUP, KIND, conditions};
 use karpenter_api::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODE_POOL, OS, ZONE};
 use karpenter_api::nodeclaim::NodeClassReference;
 use karpenter_aws::api_error::AwsErrorKind;
@@ -110,7 +110,7 @@ async fn create_get_list_delete_through_the_cloud_provider() {
         ..ResolverSettings::default()
     };
     let resolver = NodeClassResolver::new(apis, settings, clock.clone());
-    let mut node_class: karpenter_api::EC2NodeClass = serde_json::from_value(serde_json::json!({
+    let mut node_class: karpenter_aws::api::EC2NodeClass = serde_json::from_value(serde_json::json!({
         "apiVersion": "karpenter.k8s.aws/v1",
         "kind": "EC2NodeClass",
         "metadata": {"name": "default", "uid": "uid-1", "generation": 1},

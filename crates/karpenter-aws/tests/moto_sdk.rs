@@ -257,7 +257,7 @@ async fn seed_network(c: &AwsClients) -> (String, Vec<String>, String) {
 #[tokio::test]
 async fn node_class_resolution_through_the_adapters() {
     use karpenter_api::condition::Conditions;
-    use karpenter_api::ec2nodeclass::conditions;
+    use karpenter_aws::api::conditions;
     use karpenter_aws::nodeclass::instance_profile::ClusterIdentity;
     use karpenter_aws::nodeclass::{NodeClassResolver, ResolverApis, ResolverSettings};
 
@@ -287,7 +287,7 @@ async fn node_class_resolution_through_the_adapters() {
     };
     let clock: Arc<dyn karpenter_cloudprovider::Clock> = Arc::new(karpenter_cloudprovider::SystemClock);
     let resolver = NodeClassResolver::new(apis, settings, clock);
-    let node_class: karpenter_api::EC2NodeClass = serde_json::from_value(serde_json::json!({
+    let node_class: karpenter_aws::api::EC2NodeClass = serde_json::from_value(serde_json::json!({
         "apiVersion": "karpenter.k8s.aws/v1",
         "kind": "EC2NodeClass",
         "metadata": {"name": "default", "uid": "uid-1", "generation": 1},
@@ -366,7 +366,7 @@ async fn the_assembly_returns_the_provider_its_controllers_and_the_queue() {
     let Some(server) = MotoServer::start() else { return };
     let c = clients(&server).await;
     c.sqs.create_queue().queue_name("karpenter-int").send().await.unwrap();
-    let api = karpenter_testing::apiserver::ApiServer::new();
+    let api = karpenter_testing::apiserver::ApiServer::builder().node_classes(&karpenter_aws::api::node_class_apis()).build();
     let shutdown = tokio_util::sync::CancellationToken::new();
     let sdk = SdkOptions::emulator(&server.url(), REGION);
 

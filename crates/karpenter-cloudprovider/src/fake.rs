@@ -46,11 +46,11 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use karpenter_api::condition::Conditions;
 use karpenter_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use karpenter_api::kwok::{GROUP as KWOK_GROUP, KIND as KWOK_KIND};
 use karpenter_api::labels::{CAPACITY_TYPE, INSTANCE_TYPE, ZONE};
 use karpenter_api::nodeclaim::NodeClaimStatus;
 use karpenter_api::nodeclaim::{NodeClassReference, conditions};
-use karpenter_api::{ConditionStatus, KWOKNodeClass, NodeClaim, NodePool, ProviderLabels};
+use karpenter_api::condition::Condition;
+use karpenter_api::{ConditionStatus, NodeClaim, NodePool, ProviderLabels};
 use karpenter_requirements::{InstanceType, Operator, Quantity, Requirements, ResourceList};
 
 use crate::capacity::CapacityMarks;
@@ -65,6 +65,31 @@ use crate::time::{Clock, NoSleep, Sleeper, SystemClock};
 /// Provider ids of fake instances start with this: the fake stands in for the kwok provider, so its instances
 /// carry the kwok scheme.
 const PROVIDER_ID_PREFIX: &str = "kwok://";
+/// The node-class group and kind the fake serves: the kwok provider's, which it stands in for. Written out rather
+/// than imported because the kwok provider's crate depends on this one.
+const NODE_CLASS_GROUP: &str = "karpenter.kwok.sh";
+const NODE_CLASS_KIND: &str = "KWOKNodeClass";
+
+/// What the fake reads of a node class: whether it is going away and its conditions (any kind has both).
+#[derive(Debug, serde::Deserialize)]
+struct NodeClassView {
+    #[serde(default)]
+    metadata: ObjectMeta,
+    #[serde(default)]
+    status: Option<NodeClassViewStatus>,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+struct NodeClassViewStatus {
+    #[serde(default)]
+    conditions: Vec<Condition>,
+}
+
+impl Conditions for NodeClassViewStatus {
+    fn conditions(&self) -> &[Condition] {
+        &self.conditions
+    }
+}
 
 /// How to build a [`FakeCloudProvider`]: [`FakeOptions::new`] with the catalogue, the rest filled with
 /// `FakeOptions { launch_latency, ..FakeOptions::new(instance_types) }`. There is deliberately no `Default`: a
@@ -404,10 +429,13 @@ impl FakeCloudProvider {
     fn check_node_class(&self, reference: &NodeClassReference) -> Result<(), CloudProviderError> {
         let Some(lookup) = &self.options.node_classes else { return Ok(()) };
         let what = format!("{} {}/{}", reference.kind, reference.group, reference.name);
-        if reference.group != KWOK_GROUP || reference.kind != KWOK_KIND {
-            return Err(CloudProviderError::create("UnsupportedNodeClass", format!("{what} is not a KWOKNodeClass")));
+        if reference.group != NODE_CLASS_GROUP || reference.kind != NODE_CLASS_KIND {
+            return Err(CloudProviderError::create(
+                "UnsupportedNodeClass",
+                format!("{what} is not a {NODE_CLASS_KIND}"),
+            ));
         }
-        let class: Option<KWOKNodeClass> =
+        let class: Option<NodeClassView> =
             get_node_class(&**lookup, &reference.group, &reference.kind, &reference.name).map_err(|e| {
                 CloudProviderError::node_class_not_ready(format!("{what} does not decode")).with_source(e)
             })?;
@@ -649,7 +677,7 @@ impl CloudProvider for FakeCloudProvider {
     }
 
     fn supported_node_classes(&self) -> Vec<NodeClassKind> {
-        vec![NodeClassKind::new(KWOK_GROUP, KWOK_KIND)]
+        vec![NodeClassKind::new(NODE_CLASS_GROUP, NODE_CLASS_KIND)]
     }
 
     fn labels(&self) -> &ProviderLabels {
@@ -722,8 +750,6 @@ mod tests {
     use std::sync::atomic::{AtomicI64, Ordering};
 
     use chrono::TimeZone;
-    use karpenter_api::KWOKNodeClass;
-    use karpenter_api::kwok::KWOKNodeClassSpec;
     use karpenter_api::labels::{ARCH, OS};
     use karpenter_api::nodeclaim::ResourceQuantity;
     use serde_json::json;
@@ -949,20 +975,22 @@ mod tests {
         let err = block_on(fake.create(&c)).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InsufficientCapacity, "{err}");
         assert!(block_on(fake.instance_types(&pool())).unwrap().is_empty(), "missing class: no instance types");
-        let mut class = KWOKNodeClass::new("default", KWOKNodeClassSpec {});
-        classes.insert_kwok(&class).unwrap();
+        let class = |status: Option<&str>| {
+            let mut class = json!({"apiVersion": "karpenter.kwok.sh/v1alpha1", "kind": "KWOKNodeClass",
+                "metadata": {"name": "default"}});
+            if let Some(status) = status {
+                class["status"] = json!({"conditions": [{"type": "Ready", "status": status,
+                    "lastTransitionTime": "2024-01-01T00:00:00Z", "reason": "R", "message": ""}]});
+            }
+            classes.insert_value(NODE_CLASS_GROUP, NODE_CLASS_KIND, "default", class);
+        };
+        class(None);
         let err = block_on(fake.create(&c)).unwrap_err();
         assert!(matches!(&err, CloudProviderError::Create { reason, .. } if reason == "NodeClassReadinessUnknown"));
-        let ready = |status: &str| {
-            serde_json::from_value(json!({"conditions": [{"type": "Ready", "status": status, "lastTransitionTime": "2024-01-01T00:00:00Z", "reason": "R", "message": ""}]}))
-                .unwrap()
-        };
-        class.status = Some(ready("False"));
-        classes.insert_kwok(&class).unwrap();
+        class(Some("False"));
         assert_eq!(block_on(fake.create(&c)).unwrap_err().kind(), ErrorKind::NodeClassNotReady);
         assert_eq!(block_on(fake.instance_types(&pool())).unwrap().len(), catalogue().len());
-        class.status = Some(ready("True"));
-        classes.insert_kwok(&class).unwrap();
+        class(Some("True"));
         assert!(block_on(fake.create(&c)).is_ok());
         let mut ec2 = linux("b", "1");
         ec2.spec.node_class_ref = NodeClassReference::new("karpenter.k8s.aws", "EC2NodeClass", "default");

@@ -16,7 +16,7 @@ pub trait NodeClassLookup: Send + Sync + fmt::Debug {
     fn get(&self, group: &str, kind: &str, name: &str) -> Option<Arc<Value>>;
 }
 
-/// Looks a node class up and decodes it as `T` (e.g. `KWOKNodeClass`). `Ok(None)` when absent; `Err` when the
+/// Looks a node class up and decodes it as `T` (the provider's node-class type). `Ok(None)` when absent; `Err` when the
 /// stored object does not decode.
 pub fn get_node_class<T: DeserializeOwned>(
     lookup: &dyn NodeClassLookup,
@@ -60,10 +60,13 @@ impl InMemoryNodeClasses {
         Ok(())
     }
 
-    /// Stores a KWOKNodeClass under its name.
-    pub fn insert_kwok(&self, class: &karpenter_api::KWOKNodeClass) -> Result<(), serde_json::Error> {
-        let name = class.metadata.name.clone().unwrap_or_default();
-        self.insert(karpenter_api::kwok::GROUP, karpenter_api::kwok::KIND, &name, class)
+    /// Stores a typed node class under its own group, kind and name.
+    pub fn insert_resource<K>(&self, class: &K) -> Result<(), serde_json::Error>
+    where
+        K: karpenter_api::kube::Resource<DynamicType = ()> + Serialize,
+    {
+        let name = class.meta().name.clone().unwrap_or_default();
+        self.insert(&K::group(&()), &K::kind(&()), &name, class)
     }
 
     /// Removes an object; returns whether it was there.
@@ -82,22 +85,26 @@ impl NodeClassLookup for InMemoryNodeClasses {
 
 #[cfg(test)]
 mod tests {
-    use karpenter_api::KWOKNodeClass;
-    use karpenter_api::kwok::{GROUP, KIND, KWOKNodeClassSpec};
+    use karpenter_api::NodeOverlay;
+    use karpenter_api::nodeoverlay::NodeOverlaySpec;
 
     use super::*;
+
+    // A typed core kind stands in for a provider's node class: the lookup only needs a `kube::Resource`.
+    const GROUP: &str = "karpenter.sh";
+    const KIND: &str = "NodeOverlay";
 
     #[test]
     fn stores_and_decodes() {
         let classes = InMemoryNodeClasses::new();
         let lookup: Arc<dyn NodeClassLookup> = Arc::new(classes.clone());
         assert!(lookup.get(GROUP, KIND, "default").is_none());
-        classes.insert_kwok(&KWOKNodeClass::new("default", KWOKNodeClassSpec {})).unwrap();
-        let got: KWOKNodeClass = get_node_class(&*lookup, GROUP, KIND, "default").unwrap().unwrap();
+        classes.insert_resource(&NodeOverlay::new("default", NodeOverlaySpec::default())).unwrap();
+        let got: NodeOverlay = get_node_class(&*lookup, GROUP, KIND, "default").unwrap().unwrap();
         assert_eq!(got.metadata.name.as_deref(), Some("default"));
-        assert!(get_node_class::<KWOKNodeClass>(&*lookup, GROUP, "Other", "default").unwrap().is_none());
+        assert!(get_node_class::<NodeOverlay>(&*lookup, GROUP, "Other", "default").unwrap().is_none());
         classes.insert_value(GROUP, KIND, "bad", serde_json::json!({"spec": 3}));
-        assert!(get_node_class::<KWOKNodeClass>(&*lookup, GROUP, KIND, "bad").is_err());
+        assert!(get_node_class::<NodeOverlay>(&*lookup, GROUP, KIND, "bad").is_err());
         assert!(classes.remove(GROUP, KIND, "default"));
         assert!(!classes.remove(GROUP, KIND, "default"));
     }

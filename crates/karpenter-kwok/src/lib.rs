@@ -134,9 +134,11 @@
 //! in, and tests hand in the in-process API server's client. Its tests run the CloudProvider conformance suite
 //! (`karpenter_testing::conformance`) against it.
 
+pub mod api;
 pub mod catalogue;
 pub mod kubelet;
 pub mod provider;
+pub mod testing;
 
 pub use catalogue::{KwokCatalogueError, PROVIDER_ID_PREFIX, load_instance_types_json, to_instance_types_json};
 pub use kubelet::{

@@ -12,13 +12,14 @@ use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, NodeSystemInfo, Tai
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as KQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use karpenter_api::condition::Conditions;
-use karpenter_api::kwok::{GROUP as KWOK_GROUP, KIND as KWOK_KIND};
 use karpenter_api::labels::{CAPACITY_TYPE, HOSTNAME, INSTANCE_TYPE, NODE_INITIALIZED, NODE_REGISTERED, ZONE};
 use karpenter_api::lean::Lean;
 use karpenter_api::nodeclaim::{
     NodeClaimSpec, NodeClaimStatus, NodeClassReference, ResourceQuantity, ResourceRequirements, conditions,
 };
-use karpenter_api::{ConditionStatus, KWOKNodeClass, NodeClaim, NodePool, ProviderLabels};
+use karpenter_api::{ConditionStatus, NodeClaim, NodePool, ProviderLabels};
+
+use crate::api::{GROUP as KWOK_GROUP, KIND as KWOK_KIND, KWOKNodeClass};
 use karpenter_cloudprovider::launch::{LaunchChoice, cheapest_launch};
 use karpenter_cloudprovider::{
     CapacityMarks, Clock, CloudProvider, CloudProviderError, DriftReason, NodeClassKind, NodeClassLookup, OfferingRef,

@@ -9,7 +9,7 @@ use karpenter_cloudprovider::{DriftReason, InMemoryNodeClasses, OfferingRef};
 use karpenter_kwok::{KwokCloudProvider, KwokOptions, MANAGED_LABEL};
 use karpenter_testing::apiserver::ApiServer;
 use karpenter_testing::conformance::{ConformanceHooks, Fixtures, Outcome, run};
-use karpenter_testing::{KWOKNodeClassOptions, kwok_node_class};
+use karpenter_kwok::testing::{KWOKNodeClassOptions, kwok_node_class};
 use kube::api::{Api, ListParams};
 
 /// Capacity through the provider's out-of-capacity marks, drift through the drift annotation.
@@ -70,7 +70,7 @@ async fn kwok_provider_passes_the_conformance_suite() {
 async fn kwok_provider_passes_the_conformance_suite_with_node_classes() {
     let classes = InMemoryNodeClasses::new();
     classes
-        .insert_kwok(&kwok_node_class(KWOKNodeClassOptions { name: Some("default".into()), ready: Some(true) }))
+        .insert_resource(&kwok_node_class(KWOKNodeClassOptions { name: Some("default".into()), ready: Some(true) }))
         .unwrap();
     let (server, other_server) = (ApiServer::new(), ApiServer::new());
     let options = KwokOptions { node_classes: Some(Arc::new(classes.clone())), ..KwokOptions::default() };

@@ -14,10 +14,8 @@ use karpenter_kwok::{
     UNREGISTERED_TAINT, catalogue,
 };
 use karpenter_testing::apiserver::ApiServer;
-use karpenter_testing::{
-    KWOKNodeClassOptions, NodeClaimOptions, NodeOptions, NodePoolOptions, kwok_node_class, kwok_node_class_ref, node,
-    node_claim, node_pool, nodepool_requirement,
-};
+use karpenter_testing::{NodeClaimOptions, NodeOptions, NodePoolOptions, kwok_node_class_ref, node, node_claim, node_pool, nodepool_requirement};
+use karpenter_kwok::testing::{KWOKNodeClassOptions, kwok_node_class};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 
 fn claim(name: &str, requirements: &[(&str, &[&str])], cpu: &str) -> NodeClaim {
@@ -275,12 +273,12 @@ async fn node_classes_gate_create_and_instance_types() {
     let c = linux("a", "1");
     assert_eq!(provider.create(&c).await.unwrap_err().kind(), ErrorKind::InsufficientCapacity, "class missing");
     assert!(provider.instance_types(&pool()).await.unwrap().is_empty());
-    classes.insert_kwok(&kwok_node_class(KWOKNodeClassOptions { name: None, ready: Some(false) })).unwrap();
+    classes.insert_resource(&kwok_node_class(KWOKNodeClassOptions { name: None, ready: Some(false) })).unwrap();
     assert_eq!(provider.create(&c).await.unwrap_err().kind(), ErrorKind::NodeClassNotReady);
     assert_eq!(provider.instance_types(&pool()).await.unwrap().len(), 144, "not ready: still listed");
     let mut unknown = kwok_node_class(KWOKNodeClassOptions::default());
     unknown.status = None;
-    classes.insert_kwok(&unknown).unwrap();
+    classes.insert_resource(&unknown).unwrap();
     assert!(provider.create(&c).await.is_ok(), "unknown readiness does not block a kwok launch (as upstream)");
     let mut ec2 = linux("b", "1");
     ec2.spec.node_class_ref = NodeClassReference::new("karpenter.k8s.aws", "EC2NodeClass", "default");

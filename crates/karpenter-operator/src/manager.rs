@@ -626,7 +626,7 @@ fn controllers(parts: &LeaderParts, leader: &CancellationToken) -> Controllers {
             .with_scheduler_options(ProvisionerOptions::from_settings(settings).scheduler_options()),
     );
     list.push((nodepool::min_nodes::CONTROLLER.into(), Box::pin(min_nodes.run(leader.clone()))));
-    let kwok = NodeClassKind::new(karpenter_api::kwok::GROUP, karpenter_api::kwok::KIND);
+    let kwok = NodeClassKind::new(karpenter_kwok::api::GROUP, karpenter_kwok::api::KIND);
     if cloud.supported_node_classes().contains(&kwok) {
         let status = Arc::new(KwokNodeClassStatus::new(&ctx));
         list.push(("kwoknodeclass.status".into(), Box::pin(status.run(leader.clone()))));

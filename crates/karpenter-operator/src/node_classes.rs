@@ -113,9 +113,9 @@ impl KubeNodeClasses {
 mod tests {
     use std::time::Duration;
 
-    use karpenter_api::KWOKNodeClass;
+    use karpenter_kwok::api::KWOKNodeClass;
     use karpenter_testing::apiserver::ApiServer;
-    use karpenter_testing::{KWOKNodeClassOptions, kwok_node_class};
+    use karpenter_kwok::testing::{KWOKNodeClassOptions, kwok_node_class};
     use kube::api::{DeleteParams, PostParams};
 
     use super::*;
@@ -142,7 +142,7 @@ mod tests {
         let lookup = KubeNodeClasses::new();
         let shutdown = CancellationToken::new();
         lookup.start::<KWOKNodeClass>(client.clone(), shutdown.clone()).await.unwrap();
-        let (g, k) = (karpenter_api::kwok::GROUP, karpenter_api::kwok::KIND);
+        let (g, k) = (karpenter_kwok::api::GROUP, karpenter_kwok::api::KIND);
         assert!(lookup.get(g, k, "first").is_some(), "listed before start returns");
         assert!(lookup.get(g, k, "second").is_none());
 

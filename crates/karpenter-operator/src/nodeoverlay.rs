@@ -341,8 +341,8 @@ mod tests {
             }
         };
         let before = settled().await;
-        let class = karpenter_testing::kwok_node_class(Default::default());
-        Api::<karpenter_api::KWOKNodeClass>::all(client).create(&PostParams::default(), &class).await.unwrap();
+        let class = karpenter_kwok::testing::kwok_node_class(Default::default());
+        Api::<karpenter_kwok::api::KWOKNodeClass>::all(client).create(&PostParams::default(), &class).await.unwrap();
         let after = tokio::time::timeout(Duration::from_secs(10), async {
             while evaluations() == before {
                 tokio::time::sleep(Duration::from_millis(50)).await;

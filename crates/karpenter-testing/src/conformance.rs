@@ -38,12 +38,13 @@
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! use std::sync::Arc;
 //! use karpenter_cloudprovider::{FakeCloudProvider, FakeOptions, InMemoryNodeClasses};
-//! use karpenter_testing::{FakeClock, KWOKNodeClassOptions, kwok, kwok_node_class};
+//! use karpenter_kwok::testing::{KWOKNodeClassOptions, kwok_node_class};
+//! use karpenter_testing::{FakeClock, kwok};
 //! use karpenter_testing::conformance::{FakeHooks, Fixtures, run};
 //!
 //! // The fake looks node classes up here: the `default` class exists and is ready, any other is missing.
 //! let classes = InMemoryNodeClasses::new();
-//! classes.insert_kwok(&kwok_node_class(KWOKNodeClassOptions::default())).unwrap();
+//! classes.insert_resource(&kwok_node_class(KWOKNodeClassOptions::default())).unwrap();
 //! let clock = FakeClock::default();
 //! let fake = FakeCloudProvider::new(FakeOptions {
 //!     clock: Arc::new(clock.clone()),

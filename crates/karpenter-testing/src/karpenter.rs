@@ -1,4 +1,6 @@
-//! Builders for the Karpenter kinds: NodePool, NodeClaim, EC2NodeClass and KWOKNodeClass.
+//! Builders for the core Karpenter kinds: NodePool and NodeClaim. The node-class builders live with their
+//! providers (`karpenter_aws::testing::ec2_node_class`, `karpenter_kwok::testing::kwok_node_class`): the test kit
+//! depends on no provider.
 //!
 //! Durations are given as strings (`"30s"`, `"720h"`, `"Never"`) for brevity; an option string that is not a valid
 //! duration is a bug in the test and panics with a message naming the option.
@@ -8,10 +10,6 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use karpenter_api::condition::{Condition, ConditionStatus};
-use karpenter_api::ec2nodeclass::{
-    AmiSelectorTerm, EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus, SecurityGroupSelectorTerm, SubnetSelectorTerm,
-};
-use karpenter_api::kwok::{KWOKNodeClass, KWOKNodeClassSpec, KWOKNodeClassStatus};
 use karpenter_api::nodeclaim::{
     NodeClaim, NodeClaimSpec, NodeClaimStatus, NodeClassReference, NodeSelectorRequirementWithMinValues,
     ResourceQuantities, ResourceQuantity, ResourceRequirements, Taint,
@@ -56,7 +54,9 @@ pub fn karpenter_taint(key: &str, value: Option<&str>, effect: TaintEffect) -> T
     Taint::new(key, value, effect)
 }
 
-/// The default node class reference: `karpenter.k8s.aws/EC2NodeClass/default`.
+/// The node class the builders reference by default, a test default: `karpenter.k8s.aws/EC2NodeClass/default`
+/// (the AWS provider's kind, written as plain strings because the test kit depends on no provider; nothing here
+/// reads the class).
 pub fn default_node_class_ref() -> NodeClassReference {
     NodeClassReference::new("karpenter.k8s.aws", "EC2NodeClass", "default")
 }
@@ -78,7 +78,8 @@ fn nillable(option: &str, s: &str) -> NillableDuration {
     s.parse().unwrap_or_else(|e| panic!("{option}: invalid duration {s:?}: {e}"))
 }
 
-fn non_empty_map(m: &BTreeMap<String, String>) -> Option<BTreeMap<String, String>> {
+/// `Some(m)` unless `m` is empty (absent maps stay absent in the built objects).
+pub fn non_empty_map(m: &BTreeMap<String, String>) -> Option<BTreeMap<String, String>> {
     if m.is_empty() { None } else { Some(m.clone()) }
 }
 
@@ -304,127 +305,6 @@ fn next_name_for(pool: &str) -> String {
     format!("{pool}-{}", n.trim_start_matches("nodeclaim-"))
 }
 
-/// An EC2NodeClass. Defaults: name `default`, `amiSelectorTerms: [{alias: al2023@latest}]`, role
-/// `KarpenterNodeRole-test-cluster` (unless `instance_profile` is set), subnet and security-group selectors on the
-/// tag `karpenter.sh/discovery: test-cluster`, upstream's metadata options; no status unless given.
-#[derive(Clone, Debug, Default)]
-pub struct EC2NodeClassOptions {
-    /// Default: `default` (the name the other builders' nodeClassRef points to).
-    pub name: Option<String>,
-    /// `metadata.annotations`, e.g. the drift hash.
-    pub annotations: BTreeMap<String, String>,
-    /// Default `al2023@latest`; ignored when `ami_selector_terms` is non-empty.
-    pub ami_alias: Option<String>,
-    /// `spec.amiSelectorTerms`, used as given when non-empty.
-    pub ami_selector_terms: Vec<AmiSelectorTerm>,
-    /// `AL2`, `AL2023`, `Bottlerocket`, `Custom`, `Windows2019`, …
-    pub ami_family: Option<String>,
-    /// `spec.role`: the IAM role of the nodes' instance profile; default `KarpenterNodeRole-test-cluster`.
-    pub role: Option<String>,
-    /// `spec.instanceProfile`: an existing instance profile instead of a role.
-    pub instance_profile: Option<String>,
-    /// `spec.subnetSelectorTerms`; default the discovery tag.
-    pub subnet_selector_terms: Vec<SubnetSelectorTerm>,
-    /// `spec.securityGroupSelectorTerms`; default the discovery tag.
-    pub security_group_selector_terms: Vec<SecurityGroupSelectorTerm>,
-    /// `spec.tags`: tags put on the launched instances, volumes and templates.
-    pub tags: BTreeMap<String, String>,
-    /// `spec.userData`: the user's bootstrap, which the AWS provider combines with its own by AMI family.
-    pub user_data: Option<String>,
-    /// Any further spec fields, as JSON merged over the generated spec (e.g. `{"kubelet": {"maxPods": 20}}`).
-    pub extra_spec: Option<serde_json::Value>,
-    /// `status`, used as given (resolved AMIs, subnets, security groups, conditions); none by default.
-    pub status: Option<EC2NodeClassStatus>,
-}
-
-fn discovery_tags() -> BTreeMap<String, String> {
-    BTreeMap::from([("karpenter.sh/discovery".to_string(), TEST_CLUSTER.to_string())])
-}
-
-/// Builds an EC2NodeClass from `o`. The spec is assembled as JSON and decoded, so every field the API defaults
-/// gets its default.
-///
-/// # Panics
-/// If the options (in particular `extra_spec`) do not decode as an `EC2NodeClassSpec`.
-pub fn ec2_node_class(o: EC2NodeClassOptions) -> EC2NodeClass {
-    let name = o.name.clone().unwrap_or_else(|| "default".to_string());
-    let ami_terms = if o.ami_selector_terms.is_empty() {
-        vec![AmiSelectorTerm {
-            alias: Some(o.ami_alias.clone().unwrap_or_else(|| "al2023@latest".into())),
-            ..Default::default()
-        }]
-    } else {
-        o.ami_selector_terms.clone()
-    };
-    let subnets = if o.subnet_selector_terms.is_empty() {
-        vec![SubnetSelectorTerm { tags: Some(discovery_tags()), ..Default::default() }]
-    } else {
-        o.subnet_selector_terms.clone()
-    };
-    let groups = if o.security_group_selector_terms.is_empty() {
-        vec![SecurityGroupSelectorTerm { tags: Some(discovery_tags()), ..Default::default() }]
-    } else {
-        o.security_group_selector_terms.clone()
-    };
-    let mut obj = serde_json::Map::new();
-    obj.insert("amiSelectorTerms".into(), serde_json::json!(ami_terms));
-    obj.insert("subnetSelectorTerms".into(), serde_json::json!(subnets));
-    obj.insert("securityGroupSelectorTerms".into(), serde_json::json!(groups));
-    match (&o.role, &o.instance_profile) {
-        (_, Some(profile)) if o.role.is_none() => {
-            obj.insert("instanceProfile".into(), profile.clone().into());
-        }
-        (role, profile) => {
-            obj.insert(
-                "role".into(),
-                role.clone().unwrap_or_else(|| format!("KarpenterNodeRole-{TEST_CLUSTER}")).into(),
-            );
-            if let Some(profile) = profile {
-                obj.insert("instanceProfile".into(), profile.clone().into());
-            }
-        }
-    }
-    if let Some(family) = &o.ami_family {
-        obj.insert("amiFamily".into(), family.clone().into());
-    }
-    if !o.tags.is_empty() {
-        obj.insert("tags".into(), serde_json::json!(o.tags));
-    }
-    if let Some(user_data) = &o.user_data {
-        obj.insert("userData".into(), user_data.clone().into());
-    }
-    if let Some(serde_json::Value::Object(extra)) = &o.extra_spec {
-        for (k, v) in extra {
-            obj.insert(k.clone(), v.clone());
-        }
-    }
-    let spec: EC2NodeClassSpec = serde_json::from_value(serde_json::Value::Object(obj))
-        .unwrap_or_else(|e| panic!("EC2NodeClassOptions do not form a valid spec: {e}"));
-    let mut class = EC2NodeClass::new(&name, spec);
-    class.metadata.uid = Some(uid_for("EC2NodeClass", "", &name));
-    class.metadata.annotations = non_empty_map(&o.annotations);
-    class.status = o.status.clone();
-    class
-}
-
-/// A KWOKNodeClass (name default `default`), `Ready=True` unless `ready: Some(false)`.
-#[derive(Clone, Debug, Default)]
-pub struct KWOKNodeClassOptions {
-    /// Default: `default`.
-    pub name: Option<String>,
-    /// `Some(false)`: status `Ready=False`; `None`/`Some(true)`: ready.
-    pub ready: Option<bool>,
-}
-
-/// Builds a KWOKNodeClass from `o`.
-pub fn kwok_node_class(o: KWOKNodeClassOptions) -> KWOKNodeClass {
-    let name = o.name.unwrap_or_else(|| "default".to_string());
-    let mut class = KWOKNodeClass::new(&name, KWOKNodeClassSpec {});
-    class.metadata.uid = Some(uid_for("KWOKNodeClass", "", &name));
-    class.status = Some(KWOKNodeClassStatus { conditions: vec![condition("Ready", o.ready.unwrap_or(true), None)] });
-    class
-}
-
 #[cfg(test)]
 mod tests {
     use karpenter_api::{Validate, ValidationContext};
@@ -540,46 +420,5 @@ mod tests {
         assert!(claim.conditions().is_empty());
         assert!(claim.metadata.owner_references.is_none());
         assert_valid(&claim, &ValidationContext::default());
-    }
-
-    #[test]
-    fn default_ec2_node_class_is_valid_with_alias_role_and_selectors() {
-        let class = ec2_node_class(EC2NodeClassOptions::default());
-        assert_eq!(class.metadata.name.as_deref(), Some("default"));
-        assert_eq!(class.spec.ami_selector_terms[0].alias.as_deref(), Some("al2023@latest"));
-        assert_eq!(class.spec.role.as_deref(), Some("KarpenterNodeRole-test-cluster"));
-        assert!(class.spec.instance_profile.is_none());
-        assert_eq!(class.spec.subnet_selector_terms[0].tags.as_ref().unwrap()["karpenter.sh/discovery"], TEST_CLUSTER);
-        assert_valid(&class, &ValidationContext::default());
-    }
-
-    #[test]
-    fn ec2_node_class_options_override_defaults() {
-        let class = ec2_node_class(EC2NodeClassOptions {
-            name: Some("custom".into()),
-            ami_selector_terms: vec![AmiSelectorTerm { id: Some("ami-0123".into()), ..Default::default() }],
-            ami_family: Some("AL2023".into()),
-            instance_profile: Some("profile".into()),
-            tags: map(&[("team", "infra")]),
-            extra_spec: Some(serde_json::json!({"kubelet": {"maxPods": 20}})),
-            ..Default::default()
-        });
-        assert!(class.spec.role.is_none());
-        assert_eq!(class.spec.instance_profile.as_deref(), Some("profile"));
-        assert_eq!(class.spec.ami_selector_terms[0].id.as_deref(), Some("ami-0123"));
-        assert_eq!(class.spec.tags["team"], "infra");
-        assert_eq!(class.spec.kubelet.as_ref().and_then(|k| k.max_pods.clone()), Some(20.into()));
-        assert_valid(&class, &ValidationContext::default());
-    }
-
-    #[test]
-    fn kwok_node_class_is_ready_and_valid() {
-        let class = kwok_node_class(KWOKNodeClassOptions::default());
-        assert!(class.is_ready());
-        let ctx = ValidationContext { provider: karpenter_api::ProviderLabels::kwok() };
-        assert_valid(&class, &ctx);
-        let pool =
-            node_pool(NodePoolOptions { node_class_ref: Some(kwok_node_class_ref("default")), ..Default::default() });
-        assert_valid(&pool, &ctx);
     }
 }

@@ -82,9 +82,8 @@ pub use clock::{Clock, FakeClock, Stopwatch, SystemClock};
 #[cfg(feature = "tokio")]
 pub use clock::{TokioClock, tokio_now};
 pub use karpenter::{
-    EC2NodeClassOptions, KWOKNodeClassOptions, NodeClaimOptions, NodePoolOptions, TaintEffect, condition,
-    default_node_class_ref, ec2_node_class, karpenter_taint, kwok_node_class, kwok_node_class_ref, node_claim,
-    node_pool, nodepool_requirement,
+    NodeClaimOptions, NodePoolOptions, TaintEffect, condition, default_node_class_ref, karpenter_taint,
+    kwok_node_class_ref, node_claim, node_pool, nodepool_requirement,
 };
 pub use names::{next_name, reset_names, uid_for};
 pub use node::{NodeOptions, node, taint};

@@ -17,12 +17,13 @@ use karpenter_cloudprovider::{
 };
 use karpenter_requirements::InstanceType;
 use karpenter_testing::conformance::{CHECK_LABEL, FakeHooks, Fixtures, Outcome, Report, run};
-use karpenter_testing::{FakeClock, KWOKNodeClassOptions, TokioClock, kwok_node_class};
+use karpenter_testing::{FakeClock, TokioClock};
+use karpenter_kwok::testing::{KWOKNodeClassOptions, kwok_node_class};
 
 /// The node classes the fake looks up: `default` exists and is ready; any other is missing.
 fn node_classes() -> Arc<InMemoryNodeClasses> {
     let classes = InMemoryNodeClasses::new();
-    classes.insert_kwok(&kwok_node_class(KWOKNodeClassOptions::default())).unwrap();
+    classes.insert_resource(&kwok_node_class(KWOKNodeClassOptions::default())).unwrap();
     Arc::new(classes)
 }
 

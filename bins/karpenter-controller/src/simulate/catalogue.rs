@@ -136,7 +136,7 @@ fn read_file(path: &Path) -> anyhow::Result<File> {
 }
 
 /// The EC2NodeClass named `name` in the input.
-fn ec2_node_class<'a>(objects: &'a [Loaded], name: &str) -> Option<&'a karpenter_api::EC2NodeClass> {
+fn ec2_node_class<'a>(objects: &'a [Loaded], name: &str) -> Option<&'a karpenter_aws::api::EC2NodeClass> {
     objects.iter().find_map(|l| match &l.object {
         Object::EC2NodeClass(c) if c.metadata.name.as_deref() == Some(name) => Some(&**c),
         _ => None,

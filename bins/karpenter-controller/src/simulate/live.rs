@@ -29,7 +29,9 @@ use k8s_openapi::api::core::v1::{Node, Pod, PodTemplate, ReplicationController, 
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1beta1::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice};
 use karpenter_api::loader::{Loaded, Object, Origin};
-use karpenter_api::{CapacityBuffer, EC2NodeClass, KWOKNodeClass, NodeClaim, NodeOverlay, NodePool};
+use karpenter_api::{CapacityBuffer, NodeClaim, NodeOverlay, NodePool};
+use karpenter_aws::api::EC2NodeClass;
+use karpenter_kwok::api::KWOKNodeClass;
 use karpenter_cloudprovider::{Clock, SystemClock};
 use karpenter_operator::client::{ClientOptions, USER_AGENT, client_from_config};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};

@@ -17,25 +17,21 @@ use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use serde_json::Value;
 
 use crate::capacitybuffer::CapacityBuffer;
-use crate::ec2nodeclass::EC2NodeClass;
-use crate::kwok::KWOKNodeClass;
+use crate::node_class_api::NodeClassApis;
 use crate::nodeclaim::NodeClaim;
 use crate::nodeoverlay::NodeOverlay;
 use crate::nodepool::NodePool;
 use crate::pod::CompactPod;
 use crate::validation::{Validate, ValidationContext, Violations};
 
-/// API groups owned by Karpenter: an unknown kind or version in one of them is a mistake, not a foreign object.
-pub const KARPENTER_GROUPS: [&str; 3] = ["karpenter.sh", "karpenter.k8s.aws", "karpenter.kwok.sh"];
+/// The API group owned by Karpenter's core: an unknown kind or version in it is a mistake, not a foreign object.
+/// The providers' groups are known through the [`NodeClassApis`] a caller validates with.
+pub const KARPENTER_GROUPS: [&str; 1] = ["karpenter.sh"];
 
-/// The Karpenter kinds the loader decodes, as (apiVersion, kind).
-pub const KARPENTER_KINDS: [(&str, &str); 5] = [
-    ("karpenter.sh/v1", "NodePool"),
-    ("karpenter.sh/v1", "NodeClaim"),
-    ("karpenter.sh/v1alpha1", "NodeOverlay"),
-    ("karpenter.k8s.aws/v1", "EC2NodeClass"),
-    ("karpenter.kwok.sh/v1alpha1", "KWOKNodeClass"),
-];
+/// The core Karpenter kinds the loader decodes, as (apiVersion, kind). Node classes are the providers' (see
+/// [`crate::node_class_api`]).
+pub const KARPENTER_KINDS: [(&str, &str); 3] =
+    [("karpenter.sh/v1", "NodePool"), ("karpenter.sh/v1", "NodeClaim"), ("karpenter.sh/v1alpha1", "NodeOverlay")];
 
 /// Where a loaded object (or a load error) came from.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -75,9 +71,24 @@ impl UnknownObject {
         group_of(&self.api_version)
     }
 
-    /// True if the group is one of Karpenter's (see [`KARPENTER_GROUPS`]).
+    /// True if the group is Karpenter's core group (see [`KARPENTER_GROUPS`]).
     pub fn is_karpenter_group(&self) -> bool {
         KARPENTER_GROUPS.contains(&self.group())
+    }
+
+    /// True if the group is Karpenter's core group or a group of one of `node_classes`.
+    pub fn is_karpenter_group_in(&self, node_classes: &NodeClassApis) -> bool {
+        self.is_karpenter_group() || node_classes.owns_group(self.group())
+    }
+
+    /// The object as `K` when its apiVersion and kind are `K`'s (`None` otherwise); `Err` when it does not decode.
+    /// How a provider reads its node classes from loaded manifests.
+    pub fn decode<K>(&self) -> Option<Result<K, serde_json::Error>>
+    where
+        K: kube::Resource<DynamicType = ()> + serde::de::DeserializeOwned,
+    {
+        (self.kind == K::kind(&()) && self.api_version == K::api_version(&()))
+            .then(|| K::deserialize(&self.value))
     }
 
     fn metadata_str(&self, field: &str) -> Option<&str> {
@@ -165,46 +176,66 @@ impl Object {
         }
     }
 
-    /// True for the Karpenter kinds and for unknown objects in a Karpenter API group.
+    /// True for the core Karpenter kinds and for unknown objects in the core Karpenter API group.
     pub fn is_karpenter(&self) -> bool {
+        self.is_karpenter_in(&NodeClassApis::none())
+    }
+
+    /// [`Object::is_karpenter`], with the groups of `node_classes` counting as Karpenter's.
+    pub fn is_karpenter_in(&self, node_classes: &NodeClassApis) -> bool {
         match self {
-            Object::Unknown(u) => u.is_karpenter_group(),
+            Object::Unknown(u) => u.is_karpenter_group_in(node_classes),
             other => KARPENTER_KINDS.iter().any(|(_, kind)| *kind == other.kind()),
         }
     }
 
-    /// Validates a Karpenter object the way the API server plus upstream's runtime validation would.
+    /// Validates a core Karpenter object the way the API server plus upstream's runtime validation would; node
+    /// classes are foreign to it (see [`Object::validate_with`]).
     ///
     /// Returns `None` for objects this crate does not validate (core kinds, foreign unknown kinds). An unknown kind
     /// or apiVersion in a Karpenter API group yields a violation on `kind` or `apiVersion`.
     pub fn validate(&self, ctx: &ValidationContext) -> Option<Violations> {
+        self.validate_with(ctx, &NodeClassApis::none())
+    }
+
+    /// [`Object::validate`], also validating the node classes of `node_classes` (through their
+    /// [`NodeClassApi::validate`](crate::node_class_api::NodeClassApi::validate)); their groups count as
+    /// Karpenter's, so an unknown kind or version there is a violation too.
+    pub fn validate_with(&self, ctx: &ValidationContext, node_classes: &NodeClassApis) -> Option<Violations> {
         match self {
             Object::NodePool(o) => Some(o.validate(ctx)),
             Object::NodeClaim(o) => Some(o.validate(ctx)),
-            Object::EC2NodeClass(o) => Some(o.validate(ctx)),
-            Object::KWOKNodeClass(o) => Some(o.validate(ctx)),
             Object::NodeOverlay(o) => Some(o.validate(ctx)),
             Object::CapacityBuffer(o) => Some(o.validate(ctx)),
-            Object::Unknown(u) if u.is_karpenter_group() => Some(unknown_karpenter_kind(u)),
+            Object::Unknown(u) => match node_classes.get(&u.api_version, &u.kind) {
+                Some(api) => Some(api.validate(&u.value, ctx)),
+                None if u.is_karpenter_group_in(node_classes) => Some(unknown_karpenter_kind(u, node_classes)),
+                None => None,
+            },
             _ => None,
         }
     }
 }
 
-fn unknown_karpenter_kind(u: &UnknownObject) -> Violations {
+fn unknown_karpenter_kind(u: &UnknownObject, node_classes: &NodeClassApis) -> Violations {
     let mut v = Violations::new();
+    let kinds: Vec<(String, String)> = KARPENTER_KINDS
+        .iter()
+        .map(|(api_version, kind)| (api_version.to_string(), kind.to_string()))
+        .chain(node_classes.iter().map(|a| (a.api_version(), a.kind().into_owned())))
+        .collect();
     let same_kind: Vec<&str> =
-        KARPENTER_KINDS.iter().filter(|(_, kind)| *kind == u.kind).map(|(api_version, _)| *api_version).collect();
+        kinds.iter().filter(|(_, kind)| *kind == u.kind).map(|(api_version, _)| api_version.as_str()).collect();
     if let Some(expected) = same_kind.first() {
         v.push(
             "apiVersion",
             format!("unsupported apiVersion {:?} for kind {}, expected {expected:?}", u.api_version, u.kind),
         );
     } else {
-        let known: Vec<&str> = KARPENTER_KINDS
+        let known: Vec<&str> = kinds
             .iter()
             .filter(|(api_version, _)| group_of(api_version) == u.group())
-            .map(|(_, kind)| *kind)
+            .map(|(_, kind)| kind.as_str())
             .collect();
         let hint = if known.is_empty() { String::new() } else { format!(" (known kinds: {})", known.join(", ")) };
         v.push("kind", format!("unknown kind {:?} in API group {}{hint}", u.kind, u.group()));

@@ -19,8 +19,6 @@ use serde_json::{Map, Value};
 
 use super::object::{DecodeError, LoadError, Loaded, Object, Origin, UnknownObject};
 use crate::capacitybuffer::CapacityBuffer;
-use crate::ec2nodeclass::EC2NodeClass;
-use crate::kwok::KWOKNodeClass;
 use crate::nodeclaim::NodeClaim;
 use crate::nodeoverlay::NodeOverlay;
 use crate::nodepool::NodePool;

@@ -2,6 +2,10 @@
 //! kind, Rust validation, CEL evaluation with kube-cel, a structural-schema checker, the fixture header parser, and
 //! the per-fixture checks the valid/invalid fixture loops run.
 //!
+//! Node classes are the providers': the harness knows them through the [`NodeClassApis`] a test passes (decoding
+//! is the API's `decode_json`, validation its `validate`), so a provider crate runs its own fixtures with this
+//! same harness (`#[path]` to this file).
+//!
 //! Fixture headers (leading `#` lines of `tests/fixtures/invalid/*.yaml`) say what must happen:
 //! - `# expect: <path>`: a Rust violation with exactly this field path (repeatable);
 //! - `# cel: rejects`: the CRD's CEL rules reject the object, and they accept it when the line is absent;
@@ -16,12 +20,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use karpenter_api::crd;
-use karpenter_api::ec2nodeclass::EC2NodeClass;
+use karpenter_api::node_class_api::{NodeClassApi, NodeClassApis};
 use karpenter_api::{
-    CapacityBuffer, KWOKNodeClass, NodeClaim, NodeOverlay, NodePool, ProviderLabels, Validate, ValidationContext,
-    Violations,
+    CapacityBuffer, NodeClaim, NodeOverlay, NodePool, ProviderLabels, Validate, ValidationContext, Violations,
 };
-use kube_cel::Validator;
+use kube_cel::{ScopeContext, Validator, WarningKind, analyze_rule, compile_schema};
 use serde_json::{Value, json};
 
 /// Kinds whose every rule is enforced by the CRD (upstream has no admission webhook for them), so each invalid
@@ -41,11 +44,10 @@ pub fn yaml_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
-/// `openAPIV3Schema` of every generated CRD (AWS provider: NodePool, NodeClaim, EC2NodeClass; KWOK provider:
-/// KWOKNodeClass), by kind.
-pub fn schemas() -> BTreeMap<String, Value> {
-    let mut crds = crd::crds(&ProviderLabels::aws());
-    crds.extend(crd::node_class_crds(&ProviderLabels::kwok()));
+/// `openAPIV3Schema` of every generated CRD (the core kinds and CapacityBuffer, and the node classes of
+/// `node_classes`, with the AWS label set), by kind.
+pub fn schemas(node_classes: &NodeClassApis) -> BTreeMap<String, Value> {
+    let mut crds = crd::crds_with(&ProviderLabels::aws(), node_classes);
     crds.extend(crd::optional_crds(&ProviderLabels::aws()));
     crds.iter()
         .map(|c| {
@@ -58,8 +60,8 @@ pub fn schemas() -> BTreeMap<String, Value> {
 pub enum Typed {
     NodePool(Box<NodePool>),
     NodeClaim(Box<NodeClaim>),
-    Kwok(Box<KWOKNodeClass>),
-    Ec2(Box<EC2NodeClass>),
+    /// A provider's node class, as JSON, with its API.
+    NodeClass(&'static dyn NodeClassApi, Box<Value>),
     Overlay(Box<NodeOverlay>),
     Buffer(Box<CapacityBuffer>),
 }
@@ -69,19 +71,41 @@ pub fn kind_of(text: &str) -> Option<String> {
     v.get("kind")?.as_str().map(str::to_string)
 }
 
-/// Decodes into the typed object; `None` for a missing or unknown kind.
-pub fn decode(text: &str) -> Option<Result<Typed, String>> {
+/// Decodes into the typed object (a node class of `node_classes` through its API); `None` for a missing or
+/// unknown kind.
+pub fn decode(text: &str, node_classes: &NodeClassApis) -> Option<Result<Typed, String>> {
     let kind = kind_of(text)?;
     let r = match kind.as_str() {
         "NodePool" => serde_saphyr::from_str::<NodePool>(text).map(|o| Typed::NodePool(Box::new(o))),
         "NodeClaim" => serde_saphyr::from_str::<NodeClaim>(text).map(|o| Typed::NodeClaim(Box::new(o))),
-        "KWOKNodeClass" => serde_saphyr::from_str::<KWOKNodeClass>(text).map(|o| Typed::Kwok(Box::new(o))),
-        "EC2NodeClass" => serde_saphyr::from_str::<EC2NodeClass>(text).map(|o| Typed::Ec2(Box::new(o))),
         "NodeOverlay" => serde_saphyr::from_str::<NodeOverlay>(text).map(|o| Typed::Overlay(Box::new(o))),
         "CapacityBuffer" => serde_saphyr::from_str::<CapacityBuffer>(text).map(|o| Typed::Buffer(Box::new(o))),
-        _ => return None,
+        other => {
+            let api = node_classes.iter().find(|a| a.kind() == other)?;
+            let value: Value = match serde_saphyr::from_str(text) {
+                Ok(v) => v,
+                Err(e) => return Some(Err(e.to_string())),
+            };
+            return Some(match api.decode_json(&value) {
+                Ok(_) => Ok(Typed::NodeClass(api, Box::new(value))),
+                Err(v) => Err(v.to_string()),
+            });
+        }
     };
     Some(r.map_err(|e| e.to_string()))
+}
+
+/// A node class decodes to the same JSON after encoding and decoding again, and encodes no `null`.
+pub fn node_class_round_trip(api: &dyn NodeClassApi, value: &Value) -> Result<(), String> {
+    let once = api.decode_json(value).map_err(|e| e.to_string())?;
+    if once.to_string().contains("null") {
+        return Err(format!("encodes a null: {once}"));
+    }
+    let twice = api.decode_json(&once).map_err(|e| format!("does not decode after encoding: {e}"))?;
+    if twice != once {
+        return Err(format!("round trip changed the object: {twice}"));
+    }
+    Ok(())
 }
 
 /// Encoding and decoding again gives the same object, and absent optional fields stay absent (no `null`).
@@ -108,8 +132,7 @@ pub fn rust_violations(new: &Typed, old: Option<&Typed>) -> Violations {
         (Typed::NodeClaim(n), Some(Typed::NodeClaim(o))) => n.validate_update(o, &ctx),
         (Typed::NodePool(n), _) => n.validate(&ctx),
         (Typed::NodeClaim(n), _) => n.validate(&ctx),
-        (Typed::Kwok(n), _) => n.validate(&ctx),
-        (Typed::Ec2(n), _) => n.validate(&ctx),
+        (Typed::NodeClass(api, n), _) => api.validate(n, &ctx),
         (Typed::Overlay(n), _) => n.validate(&ctx),
         (Typed::Buffer(n), _) => n.validate(&ctx),
     }
@@ -249,14 +272,19 @@ pub fn header(text: &str) -> Header {
 }
 
 /// Checks one manifest that must be accepted: it decodes, Rust validation reports nothing, it round-trips, CEL
-/// accepts it on create and as an update to itself, and the schema keywords accept it. EC2NodeClasses must also
-/// have an effective AMI family. Returns the manifest's kind (if known) and the failures.
-pub fn check_valid(name: &str, text: &str, schemas: &BTreeMap<String, Value>) -> (Option<String>, Vec<String>) {
+/// accepts it on create and as an update to itself, and the schema keywords accept it. Returns the manifest's
+/// kind (if known) and the failures.
+pub fn check_valid(
+    name: &str,
+    text: &str,
+    schemas: &BTreeMap<String, Value>,
+    node_classes: &NodeClassApis,
+) -> (Option<String>, Vec<String>) {
     let mut failures = Vec::new();
     let Some((kind, schema, obj)) = kind_schema_and_object(name, text, schemas, &mut failures) else {
         return (None, failures);
     };
-    match decode(text) {
+    match decode(text, node_classes) {
         None => failures.push(format!("{name}: kind {kind} has no typed decoder in the harness")),
         Some(Err(e)) => failures.push(format!("{name}: does not decode: {e}")),
         Some(Ok(typed)) => {
@@ -267,18 +295,12 @@ pub fn check_valid(name: &str, text: &str, schemas: &BTreeMap<String, Value>) ->
             let round_trips = match &typed {
                 Typed::NodePool(o) => round_trip(o.as_ref()),
                 Typed::NodeClaim(o) => round_trip(o.as_ref()),
-                Typed::Kwok(o) => round_trip(o.as_ref()),
-                Typed::Ec2(o) => round_trip(o.as_ref()),
+                Typed::NodeClass(api, o) => node_class_round_trip(*api, o),
                 Typed::Overlay(o) => round_trip(o.as_ref()),
                 Typed::Buffer(o) => round_trip(o.as_ref()),
             };
             if let Err(e) = round_trips {
                 failures.push(format!("{name}: {e}"));
-            }
-            if let Typed::Ec2(nc) = &typed
-                && nc.effective_ami_family().is_none()
-            {
-                failures.push(format!("{name}: no effective AMI family"));
             }
         }
     }
@@ -303,6 +325,7 @@ pub fn check_invalid(
     text: &str,
     old_dir: &Path,
     schemas: &BTreeMap<String, Value>,
+    node_classes: &NodeClassApis,
 ) -> (Option<String>, Vec<String>) {
     let mut failures = Vec::new();
     let h = header(text);
@@ -333,7 +356,7 @@ pub fn check_invalid(
     };
     let old_obj: Option<Value> = old_text.as_ref().map(|t| serde_saphyr::from_str(t).unwrap());
 
-    match (decode(text), &h.parse_rejects) {
+    match (decode(text, node_classes), &h.parse_rejects) {
         (None, _) => failures.push(format!("{name}: kind {kind} has no typed decoder in the harness")),
         (Some(Ok(_)), Some(p)) => failures.push(format!("{name}: expected decoding to fail mentioning {p:?}")),
         (Some(Err(e)), Some(p)) => {
@@ -343,7 +366,7 @@ pub fn check_invalid(
         }
         (Some(Err(e)), None) => failures.push(format!("{name}: does not decode: {e}")),
         (Some(Ok(typed)), None) => {
-            let old_typed = old_text.as_ref().map(|t| decode(t).unwrap().unwrap());
+            let old_typed = old_text.as_ref().map(|t| decode(t, node_classes).unwrap().unwrap());
             let v = rust_violations(&typed, old_typed.as_ref());
             for e in &h.expects {
                 if !v.has_path(e) {
@@ -393,4 +416,39 @@ fn kind_schema_and_object<'s>(
         return None;
     };
     Some((kind, schema, obj))
+}
+
+/// Every `x-kubernetes-validations` rule under `node` (at `path`) that does not compile or exceeds the cost
+/// budget goes to `out`; `rules` counts the rules seen.
+pub fn cel_rule_problems(node: &Value, path: &str, out: &mut Vec<String>, rules: &mut usize) {
+    let Some(obj) = node.as_object() else { return };
+    if let Some(vs) = obj.get("x-kubernetes-validations").and_then(Value::as_array) {
+        let compiled = compile_schema(node);
+        for e in compiled.compilation_errors() {
+            out.push(format!("{path}: compile error {e}"));
+        }
+        for v in vs {
+            let rule = v.get("rule").and_then(Value::as_str).unwrap_or_default();
+            *rules += 1;
+            for w in analyze_rule(rule, &compiled, ScopeContext::CrdValidation) {
+                // WrongScope is not checked: kube-cel 0.8 reports comprehension variables (`x` in `self.all(x, ...)`) as
+                // out of scope.
+                if w.kind == WarningKind::CostExceeded {
+                    out.push(format!("{path}: {rule}: {}", w.message));
+                }
+            }
+        }
+    }
+    for (k, child) in obj {
+        match k.as_str() {
+            "properties" => {
+                for (name, c) in child.as_object().into_iter().flatten() {
+                    cel_rule_problems(c, &format!("{path}.{name}"), out, rules);
+                }
+            }
+            "items" => cel_rule_problems(child, &format!("{path}[]"), out, rules),
+            "additionalProperties" => cel_rule_problems(child, &format!("{path}{{}}"), out, rules),
+            _ => {}
+        }
+    }
 }

@@ -4,7 +4,7 @@
 use super::*;
 use crate::ec2::DescribeInstanceTypesOutput;
 use crate::pricing::PriceTable;
-use karpenter_api::ec2nodeclass::{BlockDevice, KubeletConfiguration};
+use crate::api::{BlockDevice, KubeletConfiguration};
 
 const FIXTURE: &str = include_str!("../../tests/fixtures/describe-instance-types.json");
 

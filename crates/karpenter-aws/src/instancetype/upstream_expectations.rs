@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 
-use karpenter_api::EC2NodeClass;
+use crate::api::EC2NodeClass;
 use karpenter_requirements::{InstanceType, Quantity};
 use serde_json::{Value, json};
 
@@ -85,7 +85,7 @@ fn all_types() -> Vec<InstanceTypeInfo> {
 }
 
 /// The node class spec: the provider tests' class with `spec` laid over it.
-fn spec(extra: Value) -> karpenter_api::ec2nodeclass::EC2NodeClassSpec {
+fn spec(extra: Value) -> crate::api::EC2NodeClassSpec {
     let mut class = crate::provider::tests::class_json("True");
     if let (Some(s), Some(e)) = (class["spec"].as_object_mut(), extra.as_object()) {
         s.extend(e.clone());

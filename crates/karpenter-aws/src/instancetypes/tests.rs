@@ -136,7 +136,7 @@ async fn capacity_reservations_add_reserved_offerings() {
 
 #[test]
 fn kubelet_expression_check_is_the_validation_verdict() {
-    use karpenter_api::ec2nodeclass::MaxPods;
+    use crate::api::MaxPods;
     let mut class: EC2NodeClass = serde_json::from_value(serde_json::json!({
         "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "c"},
         "spec": {"subnetSelectorTerms": [{"id": "subnet-1"}], "securityGroupSelectorTerms": [{"id": "sg-1"}],

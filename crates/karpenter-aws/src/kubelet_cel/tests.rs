@@ -1,6 +1,6 @@
 use std::collections::BTreeMap;
 
-use karpenter_api::ec2nodeclass::{KubeletConfiguration, MaxPods};
+use crate::api::{KubeletConfiguration, MaxPods};
 
 use super::*;
 

@@ -17,11 +17,12 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use karpenter_api::ec2nodeclass::{Ami, KubeletConfiguration, MaxPods, ReservedValue};
+use crate::api::{Ami, KubeletConfiguration, MaxPods, ReservedValue};
 use karpenter_api::labels::annotations::{NODE_CLAIM_MIN_VALUES_RELAXED, PRICE_OVERLAY_APPLIED};
 use karpenter_api::labels::{DO_NOT_SYNC_TAINTS, taints as taint_keys};
 use karpenter_api::nodeclaim::{Taint, TaintEffect};
-use karpenter_api::{AmiFamily, EC2NodeClass, NodeClaim};
+use karpenter_api::NodeClaim;
+use crate::api::{AmiFamily, EC2NodeClass};
 use karpenter_cloudprovider::{CloudProviderError, OfferingRef, Sleeper};
 use karpenter_requirements::labels::{
     CAPACITY_TYPE, CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_RESERVED, CAPACITY_TYPE_SPOT,
@@ -1263,7 +1264,7 @@ fn settle_subnets(in_flight: InFlightSubnets, response: &CreateFleetResponse) ->
 }
 
 /// Zone name → zone id of the node class's subnets (subnets without a zone id left out).
-fn zone_ids(subnets: &[karpenter_api::ec2nodeclass::Subnet]) -> BTreeMap<String, String> {
+fn zone_ids(subnets: &[crate::api::Subnet]) -> BTreeMap<String, String> {
     subnets.iter().filter_map(|s| Some((s.zone.clone(), s.zone_id.clone()?))).collect()
 }
 

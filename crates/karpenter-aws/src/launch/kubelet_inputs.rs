@@ -16,8 +16,8 @@
 
 use serde_json::{Value, json};
 
-use karpenter_api::AmiFamily;
-use karpenter_api::ec2nodeclass::{
+use crate::api::AmiFamily;
+use crate::api::{
     KUBELET_DEFAULT_IMAGE_GC_HIGH_PERCENT, KUBELET_DEFAULT_IMAGE_GC_LOW_PERCENT, KubeletConfiguration,
     kubelet_field_of_bottlerocket_setting,
 };

@@ -17,7 +17,7 @@
 
 use std::collections::BTreeMap;
 
-use karpenter_api::EC2NodeClass;
+use crate::api::EC2NodeClass;
 
 use crate::launch::fleet::{CLUSTER_TAG, EKS_CLUSTER_NAME_TAG, NODE_CLASS_TAG, NODE_POOL_TAG, cluster_ownership_tag};
 

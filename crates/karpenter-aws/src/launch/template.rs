@@ -11,12 +11,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use karpenter_api::ec2nodeclass::{
+use crate::api::{
     Ami, BlockDeviceMapping, ConnectionTracking, EnabledDisabled, HttpTokens, InterfaceType, MetadataOptions,
     VolumeType,
 };
 use karpenter_api::hash::fnv1a64;
-use karpenter_api::{AmiFamily, EC2NodeClass};
+use crate::api::{AmiFamily, EC2NodeClass};
 use karpenter_cloudprovider::Clock;
 use serde::Serialize;
 

@@ -20,8 +20,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use karpenter_api::AmiFamily;
-use karpenter_api::ec2nodeclass::{KubeletConfiguration, MaxPods, bottlerocket_setting};
+use crate::api::AmiFamily;
+use crate::api::{KubeletConfiguration, MaxPods, bottlerocket_setting};
 use karpenter_api::nodeclaim::Taint;
 use serde_json::{Map, Value, json};
 

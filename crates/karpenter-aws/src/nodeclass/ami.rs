@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use karpenter_api::ec2nodeclass::{Alias, Ami, AmiFamily, AmiSelectorTerm, EC2NodeClassSpec, NodeSelectorRequirement};
+use crate::api::{Alias, Ami, AmiFamily, AmiSelectorTerm, EC2NodeClassSpec, NodeSelectorRequirement};
 use karpenter_api::labels::{self as core_labels, aws as aws_labels};
 use karpenter_cloudprovider::Clock;
 

@@ -9,9 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
-use karpenter_api::ec2nodeclass::{AmiSelectorTerm, EC2NodeClassSpec, NodeSelectorRequirement};
+use crate::api::{AmiSelectorTerm, EC2NodeClassSpec, NodeSelectorRequirement};
 use karpenter_cloudprovider::Clock;
-use karpenter_testing::{EC2NodeClassOptions, FakeClock, ec2_node_class};
+use karpenter_testing::FakeClock;
+use crate::testing::{EC2NodeClassOptions, ec2_node_class};
 
 use super::ami::*;
 use super::api::*;

@@ -5,15 +5,15 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Event as CoreEvent;
 use karpenter_api::condition::{ConditionStatus, Conditions};
-use karpenter_api::ec2nodeclass::conditions;
-use karpenter_api::hash::EC2_NODE_CLASS_HASH_VERSION;
+use crate::api::conditions;
+use crate::api::hash::EC2_NODE_CLASS_HASH_VERSION;
 use karpenter_api::labels::{annotations, aws as aws_labels, finalizers};
-use karpenter_api::{EC2NodeClass, NodeClaim};
+use karpenter_api::NodeClaim;
+use crate::api::EC2NodeClass;
 use karpenter_cloudprovider::Clock;
 use karpenter_testing::apiserver::{ApiServer, create_with_status};
-use karpenter_testing::{
-    EC2NodeClassOptions, FakeClock, NodeClaimOptions, default_node_class_ref, ec2_node_class, node_claim,
-};
+use karpenter_testing::{FakeClock, NodeClaimOptions, default_node_class_ref, node_claim};
+use crate::testing::{EC2NodeClassOptions, ec2_node_class};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
@@ -46,7 +46,7 @@ impl LaunchTemplateCleanup for RecordingCleanup {
 
 fn env() -> Env {
     let clock = clock();
-    let server = ApiServer::builder().clock(Arc::new(clock.clone())).build();
+    let server = ApiServer::builder().clock(Arc::new(clock.clone())).node_classes(&crate::api::node_class_apis()).build();
     let client = server.client();
     let aws = world();
     let resolver = Arc::new(NodeClassResolver::new(apis(&aws), settings(), Arc::new(clock.clone())));
@@ -100,7 +100,7 @@ async fn status_finalizer_and_hash_annotations_are_written() {
     assert_eq!(a.get(annotations::EC2_NODE_CLASS_HASH_VERSION).map(String::as_str), Some(EC2_NODE_CLASS_HASH_VERSION));
     assert_eq!(
         a.get(annotations::EC2_NODE_CLASS_HASH),
-        Some(&karpenter_api::hash::ec2_node_class_hash(&c, Some("CA")))
+        Some(&crate::api::hash::ec2_node_class_hash(&c, Some("CA")))
     );
     let status = c.status.clone().unwrap();
     assert_eq!(status.subnets.len(), 3);
@@ -283,11 +283,11 @@ async fn instance_profile_gc_and_capacity_block_expiration() {
     });
     let mut c = env.classes().get("default").await.unwrap();
     c.spec.capacity_reservation_selector_terms = vec![
-        karpenter_api::ec2nodeclass::CapacityReservationSelectorTerm {
+        crate::api::CapacityReservationSelectorTerm {
             id: Some("cr-block".into()),
             ..Default::default()
         },
-        karpenter_api::ec2nodeclass::CapacityReservationSelectorTerm {
+        crate::api::CapacityReservationSelectorTerm {
             id: Some("cr-odcr".into()),
             ..Default::default()
         },
@@ -439,7 +439,7 @@ async fn no_price_source_is_a_warning_event_on_each_class_until_prices_are_known
 
 #[tokio::test]
 async fn invalid_kubelet_configuration_is_a_condition_and_one_warning_event_per_problem_set() {
-    use karpenter_api::ec2nodeclass::conditions::reasons::INVALID_KUBELET_CONFIGURATION;
+    use crate::api::conditions::reasons::INVALID_KUBELET_CONFIGURATION;
     let env = env();
     let mut c = ec2_node_class(EC2NodeClassOptions { role: Some("KarpenterNodeRole".into()), ..Default::default() });
     c.metadata.uid = None;

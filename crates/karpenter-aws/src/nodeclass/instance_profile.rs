@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use karpenter_api::EC2NodeClass;
+use crate::api::EC2NodeClass;
 use karpenter_api::labels::{REGION, aws as aws_labels};
 use karpenter_cloudprovider::Clock;
 

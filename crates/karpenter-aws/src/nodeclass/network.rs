@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use karpenter_api::ec2nodeclass::{SecurityGroup, SecurityGroupSelectorTerm, Subnet, SubnetSelectorTerm};
+use crate::api::{SecurityGroup, SecurityGroupSelectorTerm, Subnet, SubnetSelectorTerm};
 use karpenter_cloudprovider::Clock;
 
 use super::api::{Filter, SecurityGroupApi, SubnetApi};

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use karpenter_api::ec2nodeclass::{
+use crate::api::{
     CapacityReservation, CapacityReservationSelectorTerm, CapacityReservationState, CapacityReservationType,
     InstanceMatchCriteria, PlacementGroupSelector,
 };

@@ -3,7 +3,7 @@
 //! conditions upstream sets, and the time to look again. It writes nothing: the kube-backed runner
 //! ([`super::controller`]) patches the result.
 //!
-//! Conditions (types and reasons from `karpenter_api::ec2nodeclass::conditions`):
+//! Conditions (types and reasons from `crate::api::conditions`):
 //!
 //! | Condition | False reason |
 //! |---|---|
@@ -27,11 +27,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use karpenter_api::condition::{ConditionStatus, set_condition};
-use karpenter_api::ec2nodeclass::{
+use crate::api::{
     Ami, FORBIDDEN_TAG_KEYS, FORBIDDEN_TAG_PREFIX, SecurityGroup, Subnet, conditions, conditions::reasons,
     validate_kubelet_configuration,
 };
-use karpenter_api::{AmiFamily, EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};
+use crate::api::{AmiFamily, EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};
 use karpenter_cloudprovider::Clock;
 
 use super::ami::{AmiError, AmiProvider, ResolvedAmi, SsmProvider};

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
-use karpenter_api::EC2NodeClass;
+use crate::api::EC2NodeClass;
 use karpenter_api::condition::{ConditionStatus, Conditions};
-use karpenter_api::ec2nodeclass::{
+use crate::api::{
     Alias, AmiFamily, AmiSelectorTerm, CapacityReservationSelectorTerm, CapacityReservationState,
     CapacityReservationType, InstanceMatchCriteria, NodeSelectorRequirement, PlacementGroupSelector,
     SecurityGroupSelectorTerm, SubnetSelectorTerm, conditions,
@@ -15,7 +15,8 @@ use karpenter_api::ec2nodeclass::{
 use karpenter_api::labels::aws as aws_labels;
 use karpenter_cloudprovider::Clock;
 use karpenter_requirements::{Requirement, Requirements};
-use karpenter_testing::{EC2NodeClassOptions, FakeClock, ec2_node_class};
+use karpenter_testing::FakeClock;
+use crate::testing::{EC2NodeClassOptions, ec2_node_class};
 
 use super::ami::*;
 use super::api::*;
@@ -125,7 +126,7 @@ fn block_on<F: std::future::Future>(f: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
 }
 
-fn condition<'a>(status: &'a karpenter_api::EC2NodeClassStatus, t: &str) -> (&'a str, ConditionStatus) {
+fn condition<'a>(status: &'a crate::api::EC2NodeClassStatus, t: &str) -> (&'a str, ConditionStatus) {
     let c = status.condition(t).unwrap_or_else(|| panic!("condition {t} missing"));
     (c.reason.as_str(), c.status)
 }
@@ -676,7 +677,7 @@ fn role_change_gives_a_new_profile_and_old_one_is_protected_then_collected() {
     // Node class deletion removes the remaining managed profile (role removed first).
     let mut deleting = changed.clone();
     deleting.status =
-        Some(karpenter_api::EC2NodeClassStatus { instance_profile: Some(second.clone()), ..Default::default() });
+        Some(crate::api::EC2NodeClassStatus { instance_profile: Some(second.clone()), ..Default::default() });
     assert_eq!(block_on(r.instance_profiles.delete_managed(&deleting)).unwrap(), vec![second.clone()]);
     assert!(aws.with(|w| w.instance_profiles.is_empty()));
     assert!(aws.count("RemoveRoleFromInstanceProfile") >= 1);
@@ -935,7 +936,7 @@ impl AuthorizationCheck for DenyFleet {
     async fn check(
         &self,
         _: &EC2NodeClass,
-        status: &karpenter_api::EC2NodeClassStatus,
+        status: &crate::api::EC2NodeClassStatus,
     ) -> Result<(), AuthorizationFailure> {
         assert!(!status.subnets.is_empty(), "dry runs see the resolved status");
         Err(AuthorizationFailure { reason: "CreateFleetAuthCheckFailed".into(), message: "denied".into() })

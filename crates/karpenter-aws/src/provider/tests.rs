@@ -604,7 +604,7 @@ async fn claims_carry_the_class_hash_written_by_the_status_controller() {
     let mut class = class_json("True");
     class["metadata"]["annotations"] = json!({
         "karpenter.k8s.aws/ec2nodeclass-hash": "hash-with-ca",
-        "karpenter.k8s.aws/ec2nodeclass-hash-version": karpenter_api::hash::EC2_NODE_CLASS_HASH_VERSION,
+        "karpenter.k8s.aws/ec2nodeclass-hash-version": crate::api::hash::EC2_NODE_CLASS_HASH_VERSION,
     });
     e.classes.insert_value(GROUP, KIND, "default", class);
     let c = claim("hashed", &["on-demand"]);

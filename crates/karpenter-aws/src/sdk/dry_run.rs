@@ -11,7 +11,7 @@
 
 use async_trait::async_trait;
 use aws_sdk_ec2::types as sdk;
-use karpenter_api::{EC2NodeClass, EC2NodeClassStatus};
+use crate::api::{EC2NodeClass, EC2NodeClassStatus};
 
 use super::api_error;
 use super::launch::{sdk_tags, tag_spec};

@@ -11,7 +11,9 @@ use std::sync::Arc;
 
 use karpenter_api::condition::{Condition, ConditionStatus};
 use karpenter_api::nodeclaim::conditions as cond;
-use karpenter_api::{EC2NodeClass, KWOKNodeClass, NodeClassReference};
+use karpenter_api::NodeClassReference;
+use karpenter_aws::api::EC2NodeClass;
+use karpenter_kwok::api::KWOKNodeClass;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::{WatchStreamExt, reflector, watcher};

@@ -62,11 +62,11 @@ pub fn controllers(
     let state_metrics = cluster_state::ClusterStateMetrics::new(ctx);
     list.push((cluster_state::CONTROLLER.into(), Box::pin(state_metrics.run(shutdown.clone()))));
     let ec2 = karpenter_cloudprovider::NodeClassKind::new(
-        karpenter_api::ec2nodeclass::GROUP,
-        karpenter_api::ec2nodeclass::KIND,
+        karpenter_aws::api::GROUP,
+        karpenter_aws::api::KIND,
     );
     if ctx.cloud.supported_node_classes().contains(&ec2) {
-        let observer = status::WatchedStatusObserver::<karpenter_api::ec2nodeclass::EC2NodeClass>::new(ctx);
+        let observer = status::WatchedStatusObserver::<karpenter_aws::api::EC2NodeClass>::new(ctx);
         let name = status::controller_name(crate::metrics::StatusKind::EC2NodeClass);
         list.push((name, Box::pin(observer.run(shutdown.clone()))));
     }

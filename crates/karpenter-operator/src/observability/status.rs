@@ -35,7 +35,7 @@ use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use karpenter_api::condition::Condition;
-use karpenter_api::ec2nodeclass::EC2NodeClass;
+use karpenter_aws::api::EC2NodeClass;
 use karpenter_api::time::{from_k8s, parse_rfc3339};
 use karpenter_api::{NodeClaim, NodePool};
 use karpenter_cloudprovider::Clock;

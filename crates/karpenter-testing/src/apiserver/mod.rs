@@ -29,8 +29,9 @@
 //! DaemonSets; policy/v1 PodDisruptionBudgets; storage.k8s.io/v1 StorageClasses, CSINodes, VolumeAttachments;
 //! coordination.k8s.io/v1 Leases; events.k8s.io/v1 Events; apiextensions.k8s.io/v1 CustomResourceDefinitions
 //! (read-only, holding the installed CRDs); and the kinds of the CRDs `karpenter_api::crd` generates
-//! (karpenter.sh/v1 NodePools with status and scale, NodeClaims with status, karpenter.k8s.aws/v1
-//! EC2NodeClasses, karpenter.kwok.sh/v1alpha1 KWOKNodeClasses), with scope and subresources read from the CRDs.
+//! (karpenter.sh/v1 NodePools with status and scale, NodeClaims with status, NodeOverlays, with the feature `kwok`
+//! karpenter.kwok.sh/v1alpha1 KWOKNodeClasses, and any provider's node classes given to
+//! [`ApiServerBuilder::node_classes`]), with scope and subresources read from the CRDs.
 //! Namespaces `default`, `kube-system`, `kube-public` and `kube-node-lease` exist from the start.
 //! `/version`, `/api`, `/api/v1`, `/apis`, `/apis/<group>` and `/apis/<group>/<version>` serve discovery
 //! (the unaggregated documents, which `kube::Discovery::run` reads).
@@ -261,6 +262,11 @@ impl ApiServerBuilder {
     pub fn registry(mut self, registry: Registry) -> Self {
         self.registry = Some(registry);
         self
+    }
+
+    /// Serves [`Registry::karpenter_with`] these node classes (a provider's tests pass the provider's own).
+    pub fn node_classes(self, node_classes: &karpenter_api::node_class_api::NodeClassApis) -> Self {
+        self.registry(Registry::karpenter_with(node_classes))
     }
 
     /// Starts the server (no task is spawned: it runs inside the requests of its clients).

@@ -2,8 +2,9 @@
 //! kinds from the CRDs `karpenter_api` generates (so the served kinds follow the CRDs).
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use karpenter_api::crd::{crds, node_class_crds};
+use karpenter_api::crd::{crds_with, optional_crds};
 use karpenter_api::labels::ProviderLabels;
+use karpenter_api::node_class_api::NodeClassApis;
 
 use super::schema::SchemaRef;
 
@@ -90,12 +91,22 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// Built-in kinds plus the Karpenter CRDs: karpenter.sh NodePool and NodeClaim, the AWS EC2NodeClass and the
-    /// kwok KWOKNodeClass, and the CapacityBuffer CRD Karpenter reads.
+    /// Built-in kinds plus the Karpenter CRDs: karpenter.sh NodePool, NodeClaim and NodeOverlay, the CapacityBuffer
+    /// CRD Karpenter reads and, with the feature `kwok`, the kwok provider's KWOKNodeClass. Another provider's node
+    /// classes: [`Registry::karpenter_with`].
     pub fn karpenter() -> Self {
-        let mut crd_list = crds(&ProviderLabels::aws());
-        crd_list.extend(node_class_crds(&ProviderLabels::kwok()));
-        crd_list.extend(karpenter_api::crd::optional_crds(&ProviderLabels::aws()));
+        #[cfg(feature = "kwok")]
+        let node_classes = NodeClassApis::none().with(&karpenter_kwok::api::KWOK_NODE_CLASS_API);
+        #[cfg(not(feature = "kwok"))]
+        let node_classes = NodeClassApis::none();
+        Self::karpenter_with(&node_classes)
+    }
+
+    /// Built-in kinds plus the core Karpenter CRDs, the CapacityBuffer CRD and the CRDs of `node_classes` (the
+    /// test kit depends on no provider: a provider's tests name its own node classes).
+    pub fn karpenter_with(node_classes: &NodeClassApis) -> Self {
+        let mut crd_list = crds_with(&ProviderLabels::aws(), node_classes);
+        crd_list.extend(optional_crds(&ProviderLabels::aws()));
         Self::with_crds(crd_list)
     }
 
@@ -191,7 +202,8 @@ mod tests {
         assert!(np.scale_subresource.is_some() && np.schema.is_some());
         let nc = r.find("karpenter.sh", "v1", "nodeclaims").expect("nodeclaims served");
         assert!(nc.status_subresource && nc.scale_subresource.is_none());
-        assert!(r.find("karpenter.k8s.aws", "v1", "ec2nodeclasses").is_some());
+        assert!(r.find("karpenter.sh", "v1alpha1", "nodeoverlays").is_some());
+        #[cfg(feature = "kwok")]
         assert!(r.find("karpenter.kwok.sh", "v1alpha1", "kwoknodeclasses").is_some());
         let pods = r.find("", "v1", "pods").expect("pods");
         assert!(pods.namespaced && pods.status_subresource && !pods.custom);

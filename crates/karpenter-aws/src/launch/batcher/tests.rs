@@ -1,6 +1,6 @@
 use std::collections::BTreeMap;
 
-use karpenter_api::ec2nodeclass::Ami;
+use crate::api::Ami;
 use karpenter_testing::FakeClock;
 
 use super::*;
@@ -22,7 +22,7 @@ async fn template(ec2: &MockEc2) -> String {
         security_group_ids: vec!["sg-1".into()],
         user_data: String::new(),
         block_device_mappings: vec![],
-        metadata_options: LtMetadataOptions::from(&karpenter_api::ec2nodeclass::MetadataOptions::default()),
+        metadata_options: LtMetadataOptions::from(&crate::api::MetadataOptions::default()),
         network_interfaces: vec![],
         detailed_monitoring: false,
         ..Default::default()

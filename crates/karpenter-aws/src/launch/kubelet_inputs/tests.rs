@@ -3,7 +3,7 @@
 //! through must be accepted by the kubelet (`karpenter_testing::kubelet_check`, skipped where the shared k8s
 //! folder is missing, a failure under `CI=true`).
 
-use karpenter_api::ec2nodeclass::{KubeletConfiguration, MaxPods, validate_kubelet_configuration};
+use crate::api::{KubeletConfiguration, MaxPods, validate_kubelet_configuration};
 use karpenter_api::nodeclaim::{Taint, TaintEffect};
 use karpenter_testing::kubelet_check::{KubeletCheck, Verdict};
 use serde_json::json;

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use karpenter_api::ec2nodeclass::{GROUP, KIND};
+use crate::api::{GROUP, KIND};
 use karpenter_api::labels::{CAPACITY_TYPE, NODE_POOL, OS};
 use karpenter_api::nodeclaim::{NodeClassReference, Taint as ClaimTaint, TaintEffect};
 use karpenter_cloudprovider::{CloudProvider, InMemoryNodeClasses};

@@ -14,7 +14,8 @@ use std::time::Duration;
 use chrono::{TimeZone, Utc};
 use clap::Parser;
 use k8s_openapi::api::core::v1::{Event as CoreEvent, Node, Pod};
-use karpenter_api::{KWOKNodeClass, NodeClaim, NodePool};
+use karpenter_api::{NodeClaim, NodePool};
+use karpenter_kwok::api::KWOKNodeClass;
 use karpenter_cloudprovider::{
     Clock, CloudProvider, InterruptionAction, InterruptionError, InterruptionEvent, InterruptionKind,
     InterruptionSource,
@@ -28,9 +29,8 @@ use karpenter_operator::node_classes::KubeNodeClasses;
 use karpenter_operator::state::ClusterState;
 use karpenter_testing::apiserver::ApiServer;
 use karpenter_testing::standins::Scheduler;
-use karpenter_testing::{
-    KWOKNodeClassOptions, NodePoolOptions, PodOptions, kwok_node_class, kwok_node_class_ref, node_pool,
-};
+use karpenter_testing::{NodePoolOptions, PodOptions, kwok_node_class_ref, node_pool};
+use karpenter_kwok::testing::{KWOKNodeClassOptions, kwok_node_class};
 use karpenter_testing::{Stopwatch, TokioClock, tokio_now};
 use kube::api::{Api, ListParams, PostParams};
 use kube::{Client, ResourceExt};

@@ -2,23 +2,27 @@
 //! AMIs, capacity reservations and placement group to use, the instance role, kubelet settings, block devices,
 //! network interfaces and instance metadata options.
 //!
-//! Types follow the crate conventions (see [`crate::nodeclaim`] and [`crate::crd`]): camelCase, unknown fields
-//! denied, optional fields skipped when absent, static schema constraints and CEL rules written next to the
-//! fields. [`Validate`](crate::validation::Validate) for [`EC2NodeClass`] lives in `validation`
-//! and applies the same rules in Rust (every violation, with its field path).
+//! The provider owns its API, as upstream's AWS provider does: [`EC2_NODE_CLASS_API`] is what a program registers
+//! to read, validate and install it (see [`karpenter_api::node_class_api`]); [`hash`] is its static drift hash.
+//!
+//! Types follow karpenter-api's conventions (see [`karpenter_api::nodeclaim`] and [`karpenter_api::crd`]):
+//! camelCase, unknown fields denied, optional fields skipped when absent, static schema constraints and CEL rules
+//! written next to the fields. [`Validate`](karpenter_api::validation::Validate) for [`EC2NodeClass`] lives in `validation` and applies the same rules
+//! in Rust (every violation, with its field path).
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
+use karpenter_api::condition::{Condition, Conditions};
+use karpenter_api::crd::KarpenterCrd;
+use karpenter_api::duration::KDuration;
+use karpenter_api::node_class_api::TypedNodeClassApi;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::condition::{Condition, Conditions};
-use crate::crd::KarpenterCrd;
-use crate::duration::KDuration;
-
+pub mod hash;
 mod kubelet_fields;
 mod validation;
 
@@ -1041,7 +1045,7 @@ pub struct EC2NodeClassSpec {
     pub context: Option<String>,
 }
 
-crate::optional_spec::optional_spec_root!(
+karpenter_api::optional_spec_root!(
     /// EC2NodeClass is the AWS-specific configuration of the instances Karpenter launches. As upstream's CRD, it
     /// does not require `spec`: an object without one decodes with the empty spec, which `validate()` rejects
     /// (the selector terms are required) and the node class controller reports as not ready.
@@ -1208,6 +1212,14 @@ impl Conditions for EC2NodeClassStatus {
 }
 
 impl KarpenterCrd for EC2NodeClass {}
+
+/// The EC2NodeClass API, for a program's [`NodeClassApis`](karpenter_api::node_class_api::NodeClassApis).
+pub static EC2_NODE_CLASS_API: TypedNodeClassApi<EC2NodeClass> = TypedNodeClassApi::new();
+
+/// The node classes this provider serves (EC2NodeClass), as one registry.
+pub fn node_class_apis() -> karpenter_api::node_class_api::NodeClassApis {
+    karpenter_api::node_class_api::NodeClassApis::none().with(&EC2_NODE_CLASS_API)
+}
 
 impl EC2NodeClassSpec {
     /// The alias of the (single) alias term, if any term has a valid alias.

@@ -1,7 +1,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::ec2nodeclass::{Alias, AliasError, EC2NodeClassSpec, conditions};
+use crate::api::{Alias, AliasError, EC2NodeClassSpec, conditions};
 
 const BASE: &str = r#"
 apiVersion: karpenter.k8s.aws/v1
@@ -432,7 +432,7 @@ fn drift_hash_input_covers_the_right_fields() {
     let a = nc.spec.drift_hash_input(Some("CA"));
     assert_eq!(a["amiFamily"], "AL2023", "resolved from the alias");
     assert_eq!(a["caBundle"], "CA");
-    for f in crate::ec2nodeclass::HASH_EXCLUDED_FIELDS.iter().filter(|f| **f != "amiFamily") {
+    for f in crate::api::HASH_EXCLUDED_FIELDS.iter().filter(|f| **f != "amiFamily") {
         assert!(a.get(*f).is_none(), "{f}");
     }
     // Selector terms, ipPrefixCount and the raw amiFamily do not change the input when the resolved family stays.
@@ -441,9 +441,9 @@ fn drift_hash_input_covers_the_right_fields() {
     nc.spec.ami_family = Some(AmiFamily::Al2023);
     assert_eq!(nc.spec.drift_hash_input(Some("CA")), a);
     // Anything else does.
-    nc.spec.metadata_options.http_tokens = crate::ec2nodeclass::HttpTokens::Optional;
+    nc.spec.metadata_options.http_tokens = crate::api::HttpTokens::Optional;
     assert_ne!(nc.spec.drift_hash_input(Some("CA")), a);
-    nc.spec.metadata_options.http_tokens = crate::ec2nodeclass::HttpTokens::Required;
+    nc.spec.metadata_options.http_tokens = crate::api::HttpTokens::Required;
     nc.spec.ami_family = Some(AmiFamily::Custom);
     assert_ne!(nc.spec.drift_hash_input(Some("CA")), a);
 }

@@ -1,12 +1,25 @@
 //! The checked-in CRDs under `charts/*/crds/` (and the templated copies in `charts/karpenter-crd/templates/`)
-//! must equal what the types generate.
+//! must equal what the types generate: the core kinds' (karpenter-api) and the node classes' of the providers the
+//! binary serves (karpenter-aws's EC2NodeClass, karpenter-kwok's KWOKNodeClass), which is why this test lives with
+//! the binary, the one crate that knows every provider.
 //!
-//! Regenerate with: `UPDATE_CRDS=1 cargo test -p karpenter-api --test crds`
+//! Regenerate with: `UPDATE_CRDS=1 cargo test -p karpenter-controller --test crds`
 
 use std::path::{Path, PathBuf};
 
 use karpenter_api::ProviderLabels;
 use karpenter_api::crd::{self, render_yaml};
+use karpenter_api::k8s_openapi;
+use karpenter_aws::api::EC2NodeClass;
+use karpenter_kwok::api::KWOKNodeClass;
+
+fn aws_node_classes() -> karpenter_api::NodeClassApis {
+    karpenter_aws::api::node_class_apis()
+}
+
+fn kwok_node_classes() -> karpenter_api::NodeClassApis {
+    karpenter_kwok::api::node_class_apis()
+}
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -16,7 +29,7 @@ fn repo_root() -> PathBuf {
 fn expected() -> Vec<(PathBuf, String, String)> {
     let root = repo_root();
     let mut out = Vec::new();
-    for c in crd::crds(&ProviderLabels::aws()) {
+    for c in crd::crds_with(&ProviderLabels::aws(), &aws_node_classes()) {
         out.push((root.join("charts/karpenter/crds"), crd::file_name(&c), render_yaml(&c)));
         out.push((root.join("charts/karpenter-crd/templates"), crd::file_name(&c), helm_template(&render_yaml(&c))));
     }
@@ -30,7 +43,7 @@ fn expected() -> Vec<(PathBuf, String, String)> {
         );
         out.push((root.join("charts/karpenter-crd/templates"), crd::file_name(&c), gated));
     }
-    for c in crd::node_class_crds(&ProviderLabels::kwok()) {
+    for c in kwok_node_classes().crds(&ProviderLabels::kwok()) {
         out.push((root.join("charts/karpenter-kwok/crds"), crd::file_name(&c), render_yaml(&c)));
     }
     out
@@ -88,7 +101,7 @@ fn checked_in_crds_are_up_to_date() {
     }
     assert!(
         stale.is_empty(),
-        "checked-in CRDs differ from the generated ones:\n{}\n\nregenerate with: UPDATE_CRDS=1 cargo test -p karpenter-api --test crds",
+        "checked-in CRDs differ from the generated ones:\n{}\n\nregenerate with: UPDATE_CRDS=1 cargo test -p karpenter-controller --test crds",
         stale.join("\n")
     );
 }
@@ -107,7 +120,8 @@ fn crd_chart_templates_splice_annotations_once() {
 
 #[test]
 fn every_kind_has_a_crd() {
-    let aws: Vec<String> = crd::crds(&ProviderLabels::aws()).iter().map(crd::file_name).collect();
+    let aws: Vec<String> =
+        crd::crds_with(&ProviderLabels::aws(), &aws_node_classes()).iter().map(crd::file_name).collect();
     assert!(aws.contains(&"karpenter.sh_nodepools.yaml".to_string()), "{aws:?}");
     assert!(aws.contains(&"karpenter.sh_nodeclaims.yaml".to_string()), "{aws:?}");
     assert!(aws.contains(&"karpenter.sh_nodeoverlays.yaml".to_string()), "{aws:?}");
@@ -117,7 +131,7 @@ fn every_kind_has_a_crd() {
     );
     let optional: Vec<String> = crd::optional_crds(&ProviderLabels::aws()).iter().map(crd::file_name).collect();
     assert_eq!(optional, ["autoscaling.x-k8s.io_capacitybuffers.yaml"]);
-    let kwok: Vec<String> = crd::node_class_crds(&ProviderLabels::kwok()).iter().map(crd::file_name).collect();
+    let kwok: Vec<String> = kwok_node_classes().crds(&ProviderLabels::kwok()).iter().map(crd::file_name).collect();
     assert_eq!(kwok, vec!["karpenter.kwok.sh_kwoknodeclasses.yaml".to_string()]);
 }
 
@@ -136,7 +150,7 @@ fn patches_apply_cleanly() {
     for p in [ProviderLabels::aws(), ProviderLabels::kwok()] {
         crd::try_generate::<karpenter_api::NodePool>(&p).unwrap();
         crd::try_generate::<karpenter_api::NodeClaim>(&p).unwrap();
-        crd::try_generate::<karpenter_api::KWOKNodeClass>(&p).unwrap();
+        crd::try_generate::<KWOKNodeClass>(&p).unwrap();
         crd::try_generate::<karpenter_api::CapacityBuffer>(&p).unwrap();
     }
 }
@@ -205,15 +219,15 @@ fn required_fields_are_upstreams() {
         ])
     );
     assert_eq!(
-        required_lists(&crd::generate::<karpenter_api::EC2NodeClass>(&p)),
+        required_lists(&crd::generate::<EC2NodeClass>(&p)),
         r(&[
             (".spec", &["amiSelectorTerms", "securityGroupSelectorTerms", "subnetSelectorTerms"]),
             (".spec.networkInterfaces[]", &["deviceIndex", "interfaceType", "networkCardIndex"]),
         ])
     );
-    assert_eq!(required_lists(&crd::generate::<karpenter_api::KWOKNodeClass>(&ProviderLabels::kwok())), r(&[]));
+    assert_eq!(required_lists(&crd::generate::<KWOKNodeClass>(&ProviderLabels::kwok())), r(&[]));
     // The schema's title stays the kind's name (the derived schema type is named differently).
-    for c in crd::node_class_crds(&ProviderLabels::kwok()).into_iter().chain(crd::node_class_crds(&p)) {
+    for c in kwok_node_classes().crds(&ProviderLabels::kwok()).into_iter().chain(aws_node_classes().crds(&p)) {
         let s = c.spec.versions[0].schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap();
         assert_eq!(s.title.as_deref(), Some(c.spec.names.kind.as_str()));
     }

@@ -7,7 +7,7 @@
 
 use serde_json::Value;
 
-use crate::validation::{Violations, field, index, key};
+use karpenter_api::validation::{Violations, field, index, key};
 
 /// The JSON shape of a kubelet configuration field.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

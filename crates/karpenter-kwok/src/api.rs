@@ -1,13 +1,15 @@
 //! KWOKNodeClass (`karpenter.kwok.sh/v1alpha1`): the node class of the kwok provider, which fakes nodes for
-//! scale testing. Like upstream's, its spec is empty; its status carries conditions (`Ready`).
+//! scale testing. Like upstream's, its spec is empty; its status carries conditions (`Ready`). The provider owns
+//! its API, as upstream's kwok provider does: [`KWOK_NODE_CLASS_API`] is what a program registers to read,
+//! validate and install it.
 
+use karpenter_api::condition::{Condition, Conditions};
+use karpenter_api::crd::KarpenterCrd;
+use karpenter_api::node_class_api::TypedNodeClassApi;
+use karpenter_api::validation::{Validate, ValidationContext, Violations};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-
-use crate::condition::{Condition, Conditions};
-use crate::crd::KarpenterCrd;
-use crate::validation::{Validate, ValidationContext, Violations};
 
 /// The kwok provider's group.
 pub const GROUP: &str = "karpenter.kwok.sh";
@@ -37,7 +39,7 @@ pub const KIND: &str = "KWOKNodeClass";
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct KWOKNodeClassSpec {}
 
-crate::optional_spec::optional_spec_root!(
+karpenter_api::optional_spec_root!(
     /// KWOKNodeClass is the node class of the kwok provider (fake nodes for testing Karpenter at scale). Its
     /// `spec` may be absent (decoded as the empty spec).
     KWOKNodeClass,
@@ -64,7 +66,7 @@ impl Conditions for KWOKNodeClassStatus {
 impl KWOKNodeClass {
     /// Ready when the `Ready` condition is True (the kwok controller sets it unconditionally).
     pub fn is_ready(&self) -> bool {
-        self.status.as_ref().is_some_and(|s| s.is_true(crate::nodeclaim::conditions::READY))
+        self.status.as_ref().is_some_and(|s| s.is_true(karpenter_api::nodeclaim::conditions::READY))
     }
 }
 
@@ -76,6 +78,14 @@ impl Validate for KWOKNodeClass {
 }
 
 impl KarpenterCrd for KWOKNodeClass {}
+
+/// The KWOKNodeClass API, for a program's [`NodeClassApis`](karpenter_api::node_class_api::NodeClassApis).
+pub static KWOK_NODE_CLASS_API: TypedNodeClassApi<KWOKNodeClass> = TypedNodeClassApi::new();
+
+/// The node classes this provider serves (KWOKNodeClass), as one registry.
+pub fn node_class_apis() -> karpenter_api::node_class_api::NodeClassApis {
+    karpenter_api::node_class_api::NodeClassApis::none().with(&KWOK_NODE_CLASS_API)
+}
 
 #[cfg(test)]
 mod tests {

@@ -11,8 +11,8 @@ use super::{
 };
 use karpenter_requirements::Quantity;
 
-use crate::crd::QUANTITY_PATTERN;
-use crate::validation::{Validate, ValidationContext, Violations, field, index, key};
+use karpenter_api::crd::QUANTITY_PATTERN;
+use karpenter_api::validation::{Validate, ValidationContext, Violations, field, index, key};
 
 /// Maximum number of subnet / security group / AMI / capacity reservation selector terms.
 pub const MAX_SELECTOR_TERMS: usize = 30;
