@@ -48,7 +48,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use karpenter_api::loader;
-use karpenter_api::{ProviderLabels, ValidationContext};
+use karpenter_api::{NodeClassApis, ProviderLabels, ValidationContext};
 
 mod build_info;
 #[cfg(test)]
@@ -275,6 +275,26 @@ impl Provider {
             Provider::Kwok => ProviderLabels::kwok(),
         }
     }
+
+    /// The node classes this provider serves (their CRDs are what `crds` prints).
+    fn node_classes(self) -> NodeClassApis {
+        match self {
+            Provider::Aws => karpenter_aws::api::node_class_apis(),
+            Provider::Kwok => karpenter_kwok::api::node_class_apis(),
+        }
+    }
+}
+
+/// Every node-class kind this binary knows (each provider's own API): what `validate` and simulate validate
+/// manifests with, whichever provider is chosen, so a manifest of either kind is checked.
+pub(crate) fn node_classes() -> NodeClassApis {
+    let mut all = NodeClassApis::none();
+    for provider in [Provider::Aws, Provider::Kwok] {
+        for api in provider.node_classes().iter() {
+            all = all.with(api);
+        }
+    }
+    all
 }
 
 fn main() -> ExitCode {
@@ -457,7 +477,7 @@ fn violations_of(loaded: &karpenter_api::loader::Loaded, ctx: &ValidationContext
                 Violation::new(loaded, field, message)
             })
             .collect();
-    let violations = loaded.object.validate(ctx);
+    let violations = loaded.object.validate_with(ctx, &node_classes());
     let validated = violations.is_some();
     for v in violations.iter().flat_map(|v| v.iter()) {
         out.push(Violation::new(loaded, &v.path.to_string(), &v.message));
@@ -609,7 +629,7 @@ fn crds(provider: Provider, capacity_buffer: bool, output: DataFormat) -> anyhow
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let labels = provider.labels();
-    let mut all = karpenter_api::crd::crds(&labels);
+    let mut all = karpenter_api::node_class_api::crds_with(&labels, &provider.node_classes());
     if capacity_buffer {
         all.extend(karpenter_api::crd::optional_crds(&labels));
     }

@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Args;
-use karpenter_kwok::api::KWOKNodeClass;
 use karpenter_aws::settings::AwsSettings;
 use karpenter_cloudprovider::{Clock, CloudProvider, SystemClock};
+use karpenter_kwok::api::KWOKNodeClass;
 use karpenter_kwok::{KwokCloudProvider, KwokOptions};
 use karpenter_operator::CoreSettings;
 use karpenter_operator::client::{client_from_config, load_config};

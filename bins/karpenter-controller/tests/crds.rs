@@ -29,7 +29,7 @@ fn repo_root() -> PathBuf {
 fn expected() -> Vec<(PathBuf, String, String)> {
     let root = repo_root();
     let mut out = Vec::new();
-    for c in crd::crds_with(&ProviderLabels::aws(), &aws_node_classes()) {
+    for c in karpenter_api::node_class_api::crds_with(&ProviderLabels::aws(), &aws_node_classes()) {
         out.push((root.join("charts/karpenter/crds"), crd::file_name(&c), render_yaml(&c)));
         out.push((root.join("charts/karpenter-crd/templates"), crd::file_name(&c), helm_template(&render_yaml(&c))));
     }
@@ -120,8 +120,10 @@ fn crd_chart_templates_splice_annotations_once() {
 
 #[test]
 fn every_kind_has_a_crd() {
-    let aws: Vec<String> =
-        crd::crds_with(&ProviderLabels::aws(), &aws_node_classes()).iter().map(crd::file_name).collect();
+    let aws: Vec<String> = karpenter_api::node_class_api::crds_with(&ProviderLabels::aws(), &aws_node_classes())
+        .iter()
+        .map(crd::file_name)
+        .collect();
     assert!(aws.contains(&"karpenter.sh_nodepools.yaml".to_string()), "{aws:?}");
     assert!(aws.contains(&"karpenter.sh_nodeclaims.yaml".to_string()), "{aws:?}");
     assert!(aws.contains(&"karpenter.sh_nodeoverlays.yaml".to_string()), "{aws:?}");

@@ -35,11 +35,11 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use karpenter_api::condition::{ConditionStatus, Conditions};
 use karpenter_api::{NodeClaim, NodePool};
-use karpenter_kwok::api::KWOKNodeClass;
 use karpenter_cloudprovider::{
     Clock, CloudProvider, InterruptionAction, InterruptionError, InterruptionEvent, InterruptionKind,
     InterruptionSource, SystemClock,
 };
+use karpenter_kwok::api::KWOKNodeClass;
 use karpenter_kwok::{KwokCloudProvider, KwokOptions};
 use karpenter_operator::CoreSettings;
 use karpenter_operator::client::client_from_config;

@@ -10,10 +10,10 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use karpenter_api::{NodeClaim, NodePool};
 use karpenter_kwok::api::KWOKNodeClass;
+use karpenter_kwok::testing::{KWOKNodeClassOptions, kwok_node_class};
 use karpenter_testing::apiserver::ApiServer;
 use karpenter_testing::standins::Scheduler;
 use karpenter_testing::{NodePoolOptions, PodOptions, Stopwatch, kwok_node_class_ref};
-use karpenter_kwok::testing::{KWOKNodeClassOptions, kwok_node_class};
 use kube::api::{Api, ListParams, PostParams};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

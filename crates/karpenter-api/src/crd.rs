@@ -9,7 +9,8 @@
 //!    the provider's label vocabulary (restricted label domains), each a [`SchemaPatch`] that inserts a
 //!    keyword (typically an `x-kubernetes-validations` rule) at a field path of the generated schema.
 //! 3. [`generate`] runs kube's generator, normalises the schema the way the API server expects (no `nullable`, no
-//!    `additionalProperties: false`) and applies the patches. [`crds_with`] lists every CRD for a provider and the node classes it serves.
+//!    `additionalProperties: false`) and applies the patches. [`core_crds`] lists the core CRDs;
+//!    [`crds_with`](crate::node_class_api::crds_with) adds the node classes a provider serves.
 //!
 //! The checked-in YAML under `charts/*/crds/` is [`render_yaml`] of these; the binary's `tests/crds.rs` keeps it in sync.
 
@@ -23,7 +24,6 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Value, json};
 
 use crate::labels::ProviderLabels;
-use crate::node_class_api::NodeClassApis;
 
 /// The Kubernetes quantity pattern (as in `resource.Quantity`'s OpenAPI definition).
 pub const QUANTITY_PATTERN: &str = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
@@ -361,14 +361,6 @@ pub fn core_crds(provider: &ProviderLabels) -> Vec<CustomResourceDefinition> {
         generate::<crate::nodeclaim::NodeClaim>(provider),
         generate::<crate::nodeoverlay::NodeOverlay>(provider),
     ]
-}
-
-/// Every CRD Karpenter installs for `provider`: the [`core_crds`], then the CRDs of the node classes it serves
-/// (`node_classes`, each provider's own; see [`crate::node_class_api`]).
-pub fn crds_with(provider: &ProviderLabels, node_classes: &NodeClassApis) -> Vec<CustomResourceDefinition> {
-    let mut out = core_crds(provider);
-    out.extend(node_classes.crds(provider));
-    out
 }
 
 /// CRDs Karpenter reads but does not own, shipped separately and installed only on request: CapacityBuffer

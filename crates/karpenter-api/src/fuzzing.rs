@@ -2,11 +2,17 @@
 
 use crate::labels::ProviderLabels;
 use crate::loader;
+use crate::node_class_api::NodeClassApis;
 use crate::validation::ValidationContext;
 
-/// Loads arbitrary bytes as a manifest (both as YAML and as JSON) and validates every Karpenter object for both
-/// the AWS and the KWOK provider. Must never panic.
+/// Loads arbitrary bytes as a manifest (both as YAML and as JSON) and validates every core Karpenter object for
+/// both the AWS and the KWOK label sets. Must never panic.
 pub fn manifest(data: &[u8]) {
+    manifest_with(data, &NodeClassApis::none());
+}
+
+/// [`manifest`], also validating the node classes of `node_classes` (the fuzz target passes the providers').
+pub fn manifest_with(data: &[u8], node_classes: &NodeClassApis) {
     let text = String::from_utf8_lossy(data);
     let contexts =
         [ValidationContext { provider: ProviderLabels::aws() }, ValidationContext { provider: ProviderLabels::kwok() }];
@@ -19,7 +25,7 @@ pub fn manifest(data: &[u8]) {
         for l in &loaded {
             let _ = l.describe();
             for ctx in &contexts {
-                if let Some(violations) = l.object.validate(ctx) {
+                if let Some(violations) = l.object.validate_with(ctx, node_classes) {
                     for v in violations.iter() {
                         let _ = v.to_string();
                     }

@@ -6,7 +6,7 @@
 //! [`TypedNodeClassApi`] over the kind's type). Whoever assembles a program (the binary, a test) collects the
 //! values it serves into a [`NodeClassApis`] and hands that to the code that needs to know node classes:
 //! validation ([`Object::validate_with`](crate::loader::Object::validate_with)) and CRD generation
-//! ([`crd::crds_with`](crate::crd::crds_with)). There is no global registry, as for [`ProviderLabels`].
+//! ([`crds_with`]). There is no global registry, as for [`ProviderLabels`].
 //!
 //! The manifest loader needs no registry: a node class loads as an
 //! [`Object::Unknown`](crate::loader::Object::Unknown) (its apiVersion, kind and JSON), and
@@ -21,7 +21,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::crd::{KarpenterCrd, generate};
+use crate::crd::{KarpenterCrd, core_crds, generate};
 use crate::labels::ProviderLabels;
 use crate::validation::{Validate, ValidationContext, Violation, Violations};
 
@@ -128,7 +128,8 @@ fn decode_typed<K: DeserializeOwned>(object: &Value) -> Result<K, Violation> {
     }
     #[cfg(not(feature = "loader"))]
     {
-        <K as serde::Deserialize>::deserialize(object).map_err(|e| Violation { path: String::new(), message: e.to_string() })
+        <K as serde::Deserialize>::deserialize(object)
+            .map_err(|e| Violation { path: String::new(), message: e.to_string() })
     }
 }
 
@@ -184,6 +185,14 @@ impl NodeClassApis {
     pub fn crds(&self, labels: &ProviderLabels) -> Vec<CustomResourceDefinition> {
         self.iter().map(|a| a.crd(labels)).collect()
     }
+}
+
+/// Every CRD Karpenter installs for `provider`: the [`core_crds`], then the CRDs of the node classes it serves
+/// (`node_classes`, each provider's own).
+pub fn crds_with(provider: &ProviderLabels, node_classes: &NodeClassApis) -> Vec<CustomResourceDefinition> {
+    let mut out = core_crds(provider);
+    out.extend(node_classes.crds(provider));
+    out
 }
 
 #[cfg(test)]

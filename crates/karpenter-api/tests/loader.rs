@@ -425,7 +425,6 @@ fn deeply_nested_input_is_an_error_not_a_crash() {
     assert!(matches!(load_str(&json, "deep.json"), Err(LoadError::Syntax { .. })));
 }
 
-
 /// `kubectl get pods -A -o yaml` of a large cluster is one huge List document, and generated manifests can be
 /// thousands of documents: both are past serde-saphyr's default budget (1,024 documents, 250,000 nodes).
 #[test]

@@ -19,12 +19,12 @@
 
 use std::collections::BTreeSet;
 
-use karpenter_api::hash::StaticDrift;
+use crate::api::EC2NodeClass;
 use crate::api::hash::ec2_node_class_static_drift;
+use karpenter_api::NodeClaim;
+use karpenter_api::hash::StaticDrift;
 use karpenter_api::labels::aws as aws_labels;
 use karpenter_api::nodeclaim::conditions::drift as drift_reasons;
-use karpenter_api::NodeClaim;
-use crate::api::EC2NodeClass;
 use karpenter_cloudprovider::DriftReason;
 use karpenter_requirements::Requirements;
 
@@ -140,13 +140,11 @@ pub fn is_drifted(
 #[cfg(test)]
 mod tests {
     use crate::api::EC2NodeClassStatus;
-    use crate::api::{
-        Ami, CapacityReservation, InstanceMatchCriteria, NodeSelectorRequirement, SecurityGroup, Subnet,
-    };
+    use crate::api::{Ami, CapacityReservation, InstanceMatchCriteria, NodeSelectorRequirement, SecurityGroup, Subnet};
+    use crate::testing::{EC2NodeClassOptions, ec2_node_class};
     use karpenter_api::labels::annotations;
     use karpenter_requirements::Requirement;
     use karpenter_testing::{NodeClaimOptions, default_node_class_ref, node_claim};
-    use crate::testing::{EC2NodeClassOptions, ec2_node_class};
 
     use super::*;
 

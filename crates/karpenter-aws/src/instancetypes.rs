@@ -16,10 +16,10 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 
-use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use crate::api::EC2NodeClass;
 use crate::api::{CapacityReservationState, CapacityReservationType};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use karpenter_api::labels::aws as aws_labels;
 use karpenter_cloudprovider::Clock;
 use karpenter_requirements::labels::{CAPACITY_TYPE, CAPACITY_TYPE_RESERVED, ZONE};

@@ -25,9 +25,9 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
+use crate::api::{KubeletConfiguration, ReservedValue};
 use cel::objects::Value;
 use cel::{Context, ExecutionError, Program};
-use crate::api::{KubeletConfiguration, ReservedValue};
 use karpenter_requirements::{Format, Quantity, ResourceList};
 
 /// The variables an expression may read.

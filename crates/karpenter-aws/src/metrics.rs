@@ -21,9 +21,9 @@ pub const FAMILIES: [&str; 8] = [
 mod tests {
     use std::collections::{BTreeMap, BTreeSet};
 
+    use crate::api::{GROUP, KIND};
     use async_trait::async_trait;
     use karpenter_api::NodeClaim;
-    use crate::api::{GROUP, KIND};
     use std::sync::Arc;
 
     use karpenter_runtime::metrics::{BuildInfo, Metrics, NOT_SAMPLED_ON_THE_KWOK_PLANE};

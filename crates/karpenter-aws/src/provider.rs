@@ -25,10 +25,11 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use crate::api::EC2NodeClass;
+use crate::api::{GROUP, KIND, conditions as nc_conditions};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use karpenter_api::condition::Conditions;
-use crate::api::{GROUP, KIND, conditions as nc_conditions};
 use karpenter_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use karpenter_api::labels::annotations::AWS_INSTANCE_PROFILE_NAME;
 use karpenter_api::labels::aws as aws_labels;
@@ -37,7 +38,6 @@ use karpenter_api::labels::{
 };
 use karpenter_api::nodeclaim::{NodeClaimSpec, NodeClaimStatus, NodeClassReference};
 use karpenter_api::{ConditionStatus, NodeClaim, NodePool, ProviderLabels};
-use crate::api::EC2NodeClass;
 use karpenter_cloudprovider::launch::{k8s_time, resource_map};
 use karpenter_cloudprovider::{
     Clock, CloudProvider, CloudProviderError, DriftReason, NodeClassKind, NodeClassLookup, RepairAction, RepairPolicy,

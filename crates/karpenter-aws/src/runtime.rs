@@ -5,8 +5,8 @@
 use std::future::Future;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use crate::api::EC2NodeClass;
+use async_trait::async_trait;
 use karpenter_runtime::metrics::{ReconcileMetrics, ReconcileResult};
 use tokio_util::sync::CancellationToken;
 

@@ -248,7 +248,8 @@ mod tests {
 
     #[tokio::test]
     async fn an_instance_in_a_shifted_zone_is_tagged_after_the_shift() {
-        let server = karpenter_testing::apiserver::ApiServer::builder().node_classes(&crate::api::node_class_apis()).build();
+        let server =
+            karpenter_testing::apiserver::ApiServer::builder().node_classes(&crate::api::node_class_apis()).build();
         let client = server.client();
         let api: Api<NodeClaim> = Api::all(client.clone());
         let mut zoned = claim("True", serde_json::json!({}));
@@ -269,7 +270,8 @@ mod tests {
 
     #[tokio::test]
     async fn tags_the_instance_then_annotates_the_claim() {
-        let server = karpenter_testing::apiserver::ApiServer::builder().node_classes(&crate::api::node_class_apis()).build();
+        let server =
+            karpenter_testing::apiserver::ApiServer::builder().node_classes(&crate::api::node_class_apis()).build();
         let client = server.client();
         let api: Api<NodeClaim> = Api::all(client.clone());
         let created = karpenter_testing::apiserver::create_with_status(&api, &claim("True", serde_json::json!({})))
@@ -291,7 +293,8 @@ mod tests {
     /// Run as in production, the controller reports its reconciles and queue under upstream's name.
     #[tokio::test]
     async fn the_running_controller_records_its_reconcile_and_workqueue_series() {
-        let server = karpenter_testing::apiserver::ApiServer::builder().node_classes(&crate::api::node_class_apis()).build();
+        let server =
+            karpenter_testing::apiserver::ApiServer::builder().node_classes(&crate::api::node_class_apis()).build();
         let client = server.client();
         let api: Api<NodeClaim> = Api::all(client.clone());
         karpenter_testing::apiserver::create_with_status(&api, &claim("True", serde_json::json!({}))).await.unwrap();
@@ -319,7 +322,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_gone_instance_still_marks_the_claim() {
-        let server = karpenter_testing::apiserver::ApiServer::builder().node_classes(&crate::api::node_class_apis()).build();
+        let server =
+            karpenter_testing::apiserver::ApiServer::builder().node_classes(&crate::api::node_class_apis()).build();
         let client = server.client();
         let api: Api<NodeClaim> = Api::all(client.clone());
         let created = karpenter_testing::apiserver::create_with_status(&api, &claim("True", serde_json::json!({})))

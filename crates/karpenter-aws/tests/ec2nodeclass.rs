@@ -10,9 +10,9 @@
 #[path = "../../karpenter-api/tests/common/mod.rs"]
 mod common;
 
-use karpenter_api::{ProviderLabels, ValidationContext};
 use karpenter_api::crd;
 use karpenter_api::node_class_api::NodeClassApis;
+use karpenter_api::{ProviderLabels, ValidationContext};
 use karpenter_aws::api::{AmiFamily, EC2NodeClass, HttpTokens, node_class_apis};
 use serde_json::json;
 
@@ -21,7 +21,8 @@ use common::crate_dir;
 #[test]
 fn defaults_are_applied_on_decode_and_by_the_schema() {
     let text =
-        std::fs::read_to_string(crate_dir().join("tests/fixtures/ec2nodeclass/valid/ec2nodeclass-al2023-alias.yaml")).unwrap();
+        std::fs::read_to_string(crate_dir().join("tests/fixtures/ec2nodeclass/valid/ec2nodeclass-al2023-alias.yaml"))
+            .unwrap();
     let nc: EC2NodeClass = serde_saphyr::from_str(&text).unwrap();
     assert_eq!(nc.spec.metadata_options.http_put_response_hop_limit, 1);
     assert_eq!(nc.spec.metadata_options.http_tokens, HttpTokens::Required);
@@ -50,9 +51,9 @@ fn crd_names_columns_and_subresources() {
     let cols: Vec<(String, i32)> =
         v.additional_printer_columns.iter().flatten().map(|c| (c.name.clone(), c.priority.unwrap_or(0))).collect();
     assert_eq!(cols, vec![("Ready".into(), 0), ("Age".into(), 0), ("Role".into(), 1)]);
-    let aws = crd::crds_with(&ProviderLabels::aws(), &node_class_apis());
+    let aws = karpenter_api::node_class_api::crds_with(&ProviderLabels::aws(), &node_class_apis());
     assert!(aws.iter().any(|c| c.spec.names.kind == "EC2NodeClass"));
-    let core = crd::crds_with(&ProviderLabels::aws(), &NodeClassApis::none());
+    let core = karpenter_api::node_class_api::crds_with(&ProviderLabels::aws(), &NodeClassApis::none());
     assert!(!core.iter().any(|c| c.spec.names.kind == "EC2NodeClass"), "the core CRDs name no node class");
 }
 
@@ -66,7 +67,8 @@ fn ec2_node_class_without_spec_loads_and_reports_required_fields() {
     )
     .expect("an EC2NodeClass without spec decodes");
     assert_eq!(loaded[0].object.kind(), "EC2NodeClass");
-    let violations = loaded[0].object.validate_with(&ValidationContext::default(), &node_class_apis()).expect("karpenter kind");
+    let violations =
+        loaded[0].object.validate_with(&ValidationContext::default(), &node_class_apis()).expect("karpenter kind");
     assert!(violations.has_path("spec.subnetSelectorTerms"), "{violations:?}");
     assert!(violations.has_path("spec.amiSelectorTerms"), "{violations:?}");
 }

@@ -58,3 +58,21 @@ fn sqs_message_corpus_covers_every_kind_and_errors() {
     assert_eq!(kinds, all);
     assert!(errors >= 6, "{errors} malformed seeds");
 }
+
+/// The `manifest` target validates EC2NodeClasses through this crate's API: its seeds replay the same way here.
+#[test]
+fn manifest_corpus_replays_with_the_ec2_node_class_api() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/manifest");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+        .map(|entry| entry.expect("directory entry").path())
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    assert!(files.len() >= 20, "expected the manifest seed corpus, found {} files", files.len());
+    let apis = karpenter_aws::api::node_class_apis();
+    for f in files {
+        let data = std::fs::read(&f).unwrap_or_else(|e| panic!("reading {}: {e}", f.display()));
+        karpenter_api::fuzzing::manifest_with(&data, &apis);
+    }
+}

@@ -5,8 +5,8 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use karpenter_aws::api::AmiFamily;
 use karpenter_api::labels::aws as aws_labels;
+use karpenter_aws::api::AmiFamily;
 use karpenter_aws::ec2::InstanceTypeInfo;
 use karpenter_aws::instancetype::{self, InstanceTypeContext, NodeClassSettings};
 use karpenter_aws::moto::{LocationType, MotoCatalogue};

@@ -44,12 +44,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use karpenter_api::condition::Condition;
 use karpenter_api::condition::Conditions;
 use karpenter_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use karpenter_api::labels::{CAPACITY_TYPE, INSTANCE_TYPE, ZONE};
 use karpenter_api::nodeclaim::NodeClaimStatus;
 use karpenter_api::nodeclaim::{NodeClassReference, conditions};
-use karpenter_api::condition::Condition;
 use karpenter_api::{ConditionStatus, NodeClaim, NodePool, ProviderLabels};
 use karpenter_requirements::{InstanceType, Operator, Quantity, Requirements, ResourceList};
 

@@ -44,7 +44,6 @@ pub fn kwok_node_class(o: KWOKNodeClassOptions) -> KWOKNodeClass {
     class
 }
 
-
 #[cfg(test)]
 mod tests {
     use karpenter_api::{Validate, ValidationContext};

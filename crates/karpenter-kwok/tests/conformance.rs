@@ -6,10 +6,10 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Node;
 use karpenter_api::NodeClaim;
 use karpenter_cloudprovider::{DriftReason, InMemoryNodeClasses, OfferingRef};
+use karpenter_kwok::testing::{KWOKNodeClassOptions, kwok_node_class};
 use karpenter_kwok::{KwokCloudProvider, KwokOptions, MANAGED_LABEL};
 use karpenter_testing::apiserver::ApiServer;
 use karpenter_testing::conformance::{ConformanceHooks, Fixtures, Outcome, run};
-use karpenter_kwok::testing::{KWOKNodeClassOptions, kwok_node_class};
 use kube::api::{Api, ListParams};
 
 /// Capacity through the provider's out-of-capacity marks, drift through the drift annotation.

@@ -73,6 +73,7 @@ fn kwok_node_class_without_spec_loads() {
     .expect("a KWOKNodeClass without spec is accepted, as by the API server");
     assert_eq!(loaded.len(), 1);
     assert_eq!(loaded[0].object.kind(), "KWOKNodeClass");
-    let violations = loaded[0].object.validate_with(&ValidationContext::default(), &node_class_apis()).expect("karpenter kind");
+    let violations =
+        loaded[0].object.validate_with(&ValidationContext::default(), &node_class_apis()).expect("karpenter kind");
     assert!(violations.is_empty(), "{violations:?}");
 }

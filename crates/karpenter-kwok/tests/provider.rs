@@ -9,13 +9,16 @@ use karpenter_api::NodeClaim;
 use karpenter_api::labels::{ARCH, CAPACITY_TYPE, HOSTNAME, INSTANCE_TYPE, NODE_POOL, NODE_REGISTERED, OS, ZONE};
 use karpenter_api::nodeclaim::NodeClassReference;
 use karpenter_cloudprovider::{CloudProvider, CloudProviderError, ErrorKind, InMemoryNodeClasses, OfferingRef};
+use karpenter_kwok::testing::{KWOKNodeClassOptions, kwok_node_class};
 use karpenter_kwok::{
     KWOK_NODE_KEY, KwokCloudProvider, KwokOptions, MANAGED_LABEL, NODE_CLAIM_ANNOTATION, PARTITION_LABEL, PRICE_LABEL,
     UNREGISTERED_TAINT, catalogue,
 };
 use karpenter_testing::apiserver::ApiServer;
-use karpenter_testing::{NodeClaimOptions, NodeOptions, NodePoolOptions, kwok_node_class_ref, node, node_claim, node_pool, nodepool_requirement};
-use karpenter_kwok::testing::{KWOKNodeClassOptions, kwok_node_class};
+use karpenter_testing::{
+    NodeClaimOptions, NodeOptions, NodePoolOptions, kwok_node_class_ref, node, node_claim, node_pool,
+    nodepool_requirement,
+};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 
 fn claim(name: &str, requirements: &[(&str, &[&str])], cpu: &str) -> NodeClaim {

@@ -114,8 +114,8 @@ mod tests {
     use std::time::Duration;
 
     use karpenter_kwok::api::KWOKNodeClass;
-    use karpenter_testing::apiserver::ApiServer;
     use karpenter_kwok::testing::{KWOKNodeClassOptions, kwok_node_class};
+    use karpenter_testing::apiserver::ApiServer;
     use kube::api::{DeleteParams, PostParams};
 
     use super::*;

@@ -11,7 +11,8 @@
 //!
 //! - **Builders with option structs**, filled with `..Default::default()`: [`pod`], [`unschedulable_pod`],
 //!   [`node`], [`daemon_set`], [`pod_disruption_budget`], and for the Karpenter kinds [`node_pool`],
-//!   [`node_claim`], [`ec2_node_class`], [`kwok_node_class`] (valid by default: they pass `Validate`). Unset names come from a per-thread counter
+//!   [`node_claim`] (valid by default: they pass `Validate`; the node-class builders live with their providers:
+//!   `karpenter_aws::testing::ec2_node_class`, `karpenter_kwok::testing::kwok_node_class`). Unset names come from a per-thread counter
 //!   (`pod-1`, `pod-2`, …), so tests are deterministic; [`reset_names`] restarts it.
 //! - **Small helpers** for the fields tests set most: [`Resources`] (`[("cpu", "1")].into()`), [`map`],
 //!   [`requirement`], [`toleration`], [`taint`], [`topology_spread`], [`pod_affinity_term`].

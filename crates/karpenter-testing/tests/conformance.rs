@@ -15,10 +15,10 @@ use karpenter_cloudprovider::{
     CloudProvider, CloudProviderError, DriftReason, FakeCloudProvider, FakeOptions, InMemoryNodeClasses, NodeClassKind,
     RepairPolicy,
 };
+use karpenter_kwok::testing::{KWOKNodeClassOptions, kwok_node_class};
 use karpenter_requirements::InstanceType;
 use karpenter_testing::conformance::{CHECK_LABEL, FakeHooks, Fixtures, Outcome, Report, run};
 use karpenter_testing::{FakeClock, TokioClock};
-use karpenter_kwok::testing::{KWOKNodeClassOptions, kwok_node_class};
 
 /// The node classes the fake looks up: `default` exists and is ready; any other is missing.
 fn node_classes() -> Arc<InMemoryNodeClasses> {

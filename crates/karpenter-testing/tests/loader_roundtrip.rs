@@ -57,10 +57,7 @@ fn builder_objects_load_back_from_json_and_yaml() {
     let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": docs});
     let loaded = load_str(&list.to_string(), "objects.json").unwrap_or_else(|e| panic!("{e}"));
     let kinds: Vec<&str> = loaded.iter().map(|l| l.object.kind()).collect();
-    assert_eq!(
-        kinds,
-        ["NodePool", "NodeClaim", "KWOKNodeClass", "Pod", "Node", "DaemonSet", "PodDisruptionBudget"]
-    );
+    assert_eq!(kinds, ["NodePool", "NodeClaim", "KWOKNodeClass", "Pod", "Node", "DaemonSet", "PodDisruptionBudget"]);
     let unknown: Vec<&str> =
         loaded.iter().filter(|l| matches!(l.object, Object::Unknown(_))).map(|l| l.object.kind()).collect();
     assert_eq!(unknown, ["KWOKNodeClass"], "only the provider's node class is foreign to the loader");

@@ -135,10 +135,10 @@ fn read_file(path: &Path) -> anyhow::Result<File> {
     Ok(File::Kwok(types))
 }
 
-/// The EC2NodeClass named `name` in the input.
-fn ec2_node_class<'a>(objects: &'a [Loaded], name: &str) -> Option<&'a karpenter_aws::api::EC2NodeClass> {
+/// The EC2NodeClass named `name` in the input (one that does not decode is a validation error, reported there).
+fn ec2_node_class(objects: &[Loaded], name: &str) -> Option<karpenter_aws::api::EC2NodeClass> {
     objects.iter().find_map(|l| match &l.object {
-        Object::EC2NodeClass(c) if c.metadata.name.as_deref() == Some(name) => Some(&**c),
+        Object::Unknown(u) if l.object.name() == Some(name) => u.decode::<karpenter_aws::api::EC2NodeClass>()?.ok(),
         _ => None,
     })
 }
@@ -235,7 +235,8 @@ impl Catalogue {
                         Some(name) => {
                             let c = ec2_node_class(objects, name).context("EC2NodeClass vanished")?;
                             let cel = selection.aws_feature_gates.node_class_cel;
-                            if let ExpressionCheck::Failed { reason, message } = region.kubelet_expression_check(c, cel)
+                            if let ExpressionCheck::Failed { reason, message } =
+                                region.kubelet_expression_check(&c, cel)
                             {
                                 notes.push(format!(
                                     "EC2NodeClass/{name}: the controller would not launch for it \
@@ -367,9 +368,7 @@ impl Catalogue {
     /// in `changed` (applied since) that a NodePool's set was converted under.
     pub fn is_stale(&self, pools: &[NodePool], objects: &[Loaded], changed: &[Loaded]) -> bool {
         let applied_class = |name: &str| {
-            changed
-                .iter()
-                .any(|l| matches!(&l.object, Object::EC2NodeClass(c) if c.metadata.name.as_deref() == Some(name)))
+            changed.iter().any(|l| l.object.kind() == karpenter_aws::api::KIND && l.object.name() == Some(name))
         };
         pools.iter().any(|pool| {
             let key = set_key(pool, self.selection.force, objects);

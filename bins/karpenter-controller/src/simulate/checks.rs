@@ -78,7 +78,8 @@ pub fn kubelet_expressions(objects: &[Loaded]) -> Vec<String> {
     objects
         .iter()
         .filter_map(|l| {
-            let Object::EC2NodeClass(c) = &l.object else { return None };
+            let Object::Unknown(u) = &l.object else { return None };
+            let c = u.decode::<karpenter_aws::api::EC2NodeClass>()?.ok()?;
             let Err(KubeletExpressionError::Invalid { field, message, .. }) =
                 KubeletExpressions::compile(c.spec.kubelet.as_ref()?)
             else {

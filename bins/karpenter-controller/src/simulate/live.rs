@@ -28,11 +28,11 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod, PodTemplate, ReplicationController, ResourceQuota, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1beta1::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice};
-use karpenter_api::loader::{Loaded, Object, Origin};
+use karpenter_api::loader::{Loaded, Object, Origin, UnknownObject};
 use karpenter_api::{CapacityBuffer, NodeClaim, NodeOverlay, NodePool};
 use karpenter_aws::api::EC2NodeClass;
-use karpenter_kwok::api::KWOKNodeClass;
 use karpenter_cloudprovider::{Clock, SystemClock};
+use karpenter_kwok::api::KWOKNodeClass;
 use karpenter_operator::client::{ClientOptions, USER_AGENT, client_from_config};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -228,8 +228,8 @@ pub async fn read_with(client: Client, connection: &Connection, clock: &dyn Cloc
     list::<NodePool>(&client, connection, &mut listing, |o| Object::NodePool(Box::new(o))).await?;
     list::<NodeClaim>(&client, connection, &mut listing, |o| Object::NodeClaim(Box::new(o))).await?;
     list::<NodeOverlay>(&client, connection, &mut listing, |o| Object::NodeOverlay(Box::new(o))).await?;
-    list::<EC2NodeClass>(&client, connection, &mut listing, |o| Object::EC2NodeClass(Box::new(o))).await?;
-    list::<KWOKNodeClass>(&client, connection, &mut listing, |o| Object::KWOKNodeClass(Box::new(o))).await?;
+    list::<EC2NodeClass>(&client, connection, &mut listing, node_class_object::<EC2NodeClass>).await?;
+    list::<KWOKNodeClass>(&client, connection, &mut listing, node_class_object::<KWOKNodeClass>).await?;
     list::<Node>(&client, connection, &mut listing, |o| Object::Node(Box::new(o))).await?;
     list::<Pod>(&client, connection, &mut listing, |o| Object::Pod(Box::new(o))).await?;
     list::<Deployment>(&client, connection, &mut listing, |o| Object::Deployment(Box::new(o))).await?;
@@ -354,6 +354,18 @@ where
     }
     listing.counts.push((name, kept));
     Ok(())
+}
+
+/// A listed node class as loaded manifests hold one: the provider's kind is foreign to the loader, so it is kept
+/// as JSON with its apiVersion and kind ([`UnknownObject`]).
+fn node_class_object<K: Resource<DynamicType = ()> + serde::Serialize>(class: K) -> Object {
+    // Encoding a decoded API object cannot fail (its maps have string keys); `null` would only lose the status.
+    let value = serde_json::to_value(&class).unwrap_or(serde_json::Value::Null);
+    Object::Unknown(Box::new(UnknownObject {
+        api_version: K::api_version(&()).into_owned(),
+        kind: K::kind(&()).into_owned(),
+        value,
+    }))
 }
 
 /// Why a listed object is not simulate's business (see the module docs), if it is not.

@@ -193,7 +193,7 @@ pub fn simulate_with(options: &Options, cluster: Option<live::ClusterInput>) -> 
     let mut provider = options.provider.clone().unwrap_or_else(|| provider_of(&objects));
     let ctx = ValidationContext { provider: provider.clone() };
     for loaded in &objects {
-        let Some(violations) = loaded.object.validate(&ctx) else { continue };
+        let Some(violations) = loaded.object.validate_with(&ctx, &crate::node_classes()) else { continue };
         for v in violations.iter() {
             errors.push(format!("{}: {}: {}: {}", loaded.origin, loaded.object.display_name(), v.path, v.message));
         }
@@ -896,12 +896,7 @@ fn class_state(objects: &[Loaded], group: &str, kind: &str, name: &str) -> Class
     let Some(found) = found else { return ClassState::Missing };
     // (status, reason) of the Ready condition, if the object has one.
     let ready: Option<(String, String)> = match &found.object {
-        Object::EC2NodeClass(c) => {
-            c.conditions().condition("Ready").map(|c| (format!("{:?}", c.status), c.reason.clone()))
-        }
-        Object::KWOKNodeClass(c) => {
-            c.status.as_ref().and_then(|s| s.condition("Ready")).map(|c| (format!("{:?}", c.status), c.reason.clone()))
-        }
+        // Node classes are the providers' kinds, unknown to the loader: their Ready condition read from the JSON.
         Object::Unknown(u) => unknown_ready(&u.value),
         _ => None,
     };

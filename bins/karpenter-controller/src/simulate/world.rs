@@ -1656,7 +1656,7 @@ impl<'c> World<'c> {
         let mut problems: Vec<String> = errors.iter().map(ToString::to_string).collect();
         let ctx = ValidationContext { provider: self.provider.clone() };
         for l in &objects {
-            if let Some(v) = l.object.validate(&ctx) {
+            if let Some(v) = l.object.validate_with(&ctx, &crate::node_classes()) {
                 for v in v.iter() {
                     problems.push(format!("{}: {}: {}: {}", l.origin, l.object.display_name(), v.path, v.message));
                 }

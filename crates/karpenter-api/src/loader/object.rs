@@ -87,8 +87,7 @@ impl UnknownObject {
     where
         K: kube::Resource<DynamicType = ()> + serde::de::DeserializeOwned,
     {
-        (self.kind == K::kind(&()) && self.api_version == K::api_version(&()))
-            .then(|| K::deserialize(&self.value))
+        (self.kind == K::kind(&()) && self.api_version == K::api_version(&())).then(|| K::deserialize(&self.value))
     }
 
     fn metadata_str(&self, field: &str) -> Option<&str> {

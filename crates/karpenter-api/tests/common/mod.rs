@@ -47,7 +47,7 @@ pub fn yaml_files(dir: &Path) -> Vec<PathBuf> {
 /// `openAPIV3Schema` of every generated CRD (the core kinds and CapacityBuffer, and the node classes of
 /// `node_classes`, with the AWS label set), by kind.
 pub fn schemas(node_classes: &NodeClassApis) -> BTreeMap<String, Value> {
-    let mut crds = crd::crds_with(&ProviderLabels::aws(), node_classes);
+    let mut crds = karpenter_api::node_class_api::crds_with(&ProviderLabels::aws(), node_classes);
     crds.extend(crd::optional_crds(&ProviderLabels::aws()));
     crds.iter()
         .map(|c| {

@@ -1,8 +1,8 @@
 //! The EC2NodeClass's static drift hash, by the core's hashing rules ([`karpenter_api::hash`]).
 
+use karpenter_api::NodeClaim;
 use karpenter_api::hash;
 use karpenter_api::labels::annotations;
-use karpenter_api::NodeClaim;
 
 use super::EC2NodeClass;
 

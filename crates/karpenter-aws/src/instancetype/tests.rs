@@ -2,9 +2,9 @@
 //! most copied from moto's catalogue, p3.2xlarge, g4ad.xlarge and dl1.24xlarge written from EC2's documentation).
 
 use super::*;
+use crate::api::{BlockDevice, KubeletConfiguration};
 use crate::ec2::DescribeInstanceTypesOutput;
 use crate::pricing::PriceTable;
-use crate::api::{BlockDevice, KubeletConfiguration};
 
 const FIXTURE: &str = include_str!("../../tests/fixtures/describe-instance-types.json");
 

@@ -18,11 +18,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::api::{Ami, KubeletConfiguration, MaxPods, ReservedValue};
+use crate::api::{AmiFamily, EC2NodeClass};
+use karpenter_api::NodeClaim;
 use karpenter_api::labels::annotations::{NODE_CLAIM_MIN_VALUES_RELAXED, PRICE_OVERLAY_APPLIED};
 use karpenter_api::labels::{DO_NOT_SYNC_TAINTS, taints as taint_keys};
 use karpenter_api::nodeclaim::{Taint, TaintEffect};
-use karpenter_api::NodeClaim;
-use crate::api::{AmiFamily, EC2NodeClass};
 use karpenter_cloudprovider::{CloudProviderError, OfferingRef, Sleeper};
 use karpenter_requirements::labels::{
     CAPACITY_TYPE, CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_RESERVED, CAPACITY_TYPE_SPOT,

@@ -4,8 +4,8 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use karpenter_api::NodeClaim;
 use crate::api::{GROUP, KIND};
+use karpenter_api::NodeClaim;
 use karpenter_api::labels::{CAPACITY_TYPE, NODE_POOL, OS, ZONE};
 use karpenter_api::nodeclaim::NodeClassReference;
 use karpenter_cloudprovider::{CloudProvider, ErrorKind, InMemoryNodeClasses, OfferingRef};

@@ -9,14 +9,14 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use crate::api::{
     Ami, BlockDeviceMapping, ConnectionTracking, EnabledDisabled, HttpTokens, InterfaceType, MetadataOptions,
     VolumeType,
 };
-use karpenter_api::hash::fnv1a64;
 use crate::api::{AmiFamily, EC2NodeClass};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use karpenter_api::hash::fnv1a64;
 use karpenter_cloudprovider::Clock;
 use serde::Serialize;
 

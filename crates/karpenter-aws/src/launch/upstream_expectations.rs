@@ -10,11 +10,11 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::api::{AmiFamily, EC2NodeClass};
 use crate::api::{GROUP, KIND, KubeletConfiguration};
+use karpenter_api::NodeClaim;
 use karpenter_api::labels::{CAPACITY_TYPE, NODE_POOL, OS};
 use karpenter_api::nodeclaim::{NodeClassReference, Taint, TaintEffect};
-use karpenter_api::NodeClaim;
-use crate::api::{AmiFamily, EC2NodeClass};
 use karpenter_cloudprovider::{CloudProvider, InMemoryNodeClasses};
 use karpenter_testing::FakeClock;
 use karpenter_testing::karpenter::{NodeClaimOptions, node_claim};

@@ -17,8 +17,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use crate::api::{Alias, Ami, AmiFamily, AmiSelectorTerm, EC2NodeClassSpec, NodeSelectorRequirement};
+use chrono::{DateTime, Utc};
 use karpenter_api::labels::{self as core_labels, aws as aws_labels};
 use karpenter_cloudprovider::Clock;
 

@@ -8,11 +8,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, TimeZone, Utc};
 use crate::api::{AmiSelectorTerm, EC2NodeClassSpec, NodeSelectorRequirement};
+use crate::testing::{EC2NodeClassOptions, ec2_node_class};
+use chrono::{DateTime, TimeZone, Utc};
 use karpenter_cloudprovider::Clock;
 use karpenter_testing::FakeClock;
-use crate::testing::{EC2NodeClassOptions, ec2_node_class};
 
 use super::ami::*;
 use super::api::*;

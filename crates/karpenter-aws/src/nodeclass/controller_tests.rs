@@ -3,17 +3,17 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Event as CoreEvent;
-use karpenter_api::condition::{ConditionStatus, Conditions};
+use crate::api::EC2NodeClass;
 use crate::api::conditions;
 use crate::api::hash::EC2_NODE_CLASS_HASH_VERSION;
-use karpenter_api::labels::{annotations, aws as aws_labels, finalizers};
+use crate::testing::{EC2NodeClassOptions, ec2_node_class};
+use k8s_openapi::api::core::v1::Event as CoreEvent;
 use karpenter_api::NodeClaim;
-use crate::api::EC2NodeClass;
+use karpenter_api::condition::{ConditionStatus, Conditions};
+use karpenter_api::labels::{annotations, aws as aws_labels, finalizers};
 use karpenter_cloudprovider::Clock;
 use karpenter_testing::apiserver::{ApiServer, create_with_status};
 use karpenter_testing::{FakeClock, NodeClaimOptions, default_node_class_ref, node_claim};
-use crate::testing::{EC2NodeClassOptions, ec2_node_class};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
@@ -46,7 +46,8 @@ impl LaunchTemplateCleanup for RecordingCleanup {
 
 fn env() -> Env {
     let clock = clock();
-    let server = ApiServer::builder().clock(Arc::new(clock.clone())).node_classes(&crate::api::node_class_apis()).build();
+    let server =
+        ApiServer::builder().clock(Arc::new(clock.clone())).node_classes(&crate::api::node_class_apis()).build();
     let client = server.client();
     let aws = world();
     let resolver = Arc::new(NodeClassResolver::new(apis(&aws), settings(), Arc::new(clock.clone())));
@@ -98,10 +99,7 @@ async fn status_finalizer_and_hash_annotations_are_written() {
     assert!(c.finalizers().iter().any(|f| f == finalizers::AWS_TERMINATION));
     let a = c.annotations();
     assert_eq!(a.get(annotations::EC2_NODE_CLASS_HASH_VERSION).map(String::as_str), Some(EC2_NODE_CLASS_HASH_VERSION));
-    assert_eq!(
-        a.get(annotations::EC2_NODE_CLASS_HASH),
-        Some(&crate::api::hash::ec2_node_class_hash(&c, Some("CA")))
-    );
+    assert_eq!(a.get(annotations::EC2_NODE_CLASS_HASH), Some(&crate::api::hash::ec2_node_class_hash(&c, Some("CA"))));
     let status = c.status.clone().unwrap();
     assert_eq!(status.subnets.len(), 3);
     assert_eq!(status.amis.len(), 5);
@@ -283,14 +281,8 @@ async fn instance_profile_gc_and_capacity_block_expiration() {
     });
     let mut c = env.classes().get("default").await.unwrap();
     c.spec.capacity_reservation_selector_terms = vec![
-        crate::api::CapacityReservationSelectorTerm {
-            id: Some("cr-block".into()),
-            ..Default::default()
-        },
-        crate::api::CapacityReservationSelectorTerm {
-            id: Some("cr-odcr".into()),
-            ..Default::default()
-        },
+        crate::api::CapacityReservationSelectorTerm { id: Some("cr-block".into()), ..Default::default() },
+        crate::api::CapacityReservationSelectorTerm { id: Some("cr-odcr".into()), ..Default::default() },
     ];
     env.classes().replace("default", &PostParams::default(), &c).await.unwrap();
     env.controller.reconcile("default").await.unwrap();

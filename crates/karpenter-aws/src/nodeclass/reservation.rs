@@ -11,11 +11,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use crate::api::{
     CapacityReservation, CapacityReservationSelectorTerm, CapacityReservationState, CapacityReservationType,
     InstanceMatchCriteria, PlacementGroupSelector,
 };
+use chrono::{DateTime, Utc};
 use karpenter_cloudprovider::Clock;
 
 use super::api::{

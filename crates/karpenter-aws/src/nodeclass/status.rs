@@ -24,14 +24,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use chrono::{DateTime, Utc};
-use karpenter_api::condition::{ConditionStatus, set_condition};
 use crate::api::{
     Ami, FORBIDDEN_TAG_KEYS, FORBIDDEN_TAG_PREFIX, SecurityGroup, Subnet, conditions, conditions::reasons,
     validate_kubelet_configuration,
 };
 use crate::api::{AmiFamily, EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use karpenter_api::condition::{ConditionStatus, set_condition};
 use karpenter_cloudprovider::Clock;
 
 use super::ami::{AmiError, AmiProvider, ResolvedAmi, SsmProvider};

@@ -4,19 +4,19 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{TimeZone, Utc};
 use crate::api::EC2NodeClass;
-use karpenter_api::condition::{ConditionStatus, Conditions};
 use crate::api::{
     Alias, AmiFamily, AmiSelectorTerm, CapacityReservationSelectorTerm, CapacityReservationState,
     CapacityReservationType, InstanceMatchCriteria, NodeSelectorRequirement, PlacementGroupSelector,
     SecurityGroupSelectorTerm, SubnetSelectorTerm, conditions,
 };
+use crate::testing::{EC2NodeClassOptions, ec2_node_class};
+use chrono::{TimeZone, Utc};
+use karpenter_api::condition::{ConditionStatus, Conditions};
 use karpenter_api::labels::aws as aws_labels;
 use karpenter_cloudprovider::Clock;
 use karpenter_requirements::{Requirement, Requirements};
 use karpenter_testing::FakeClock;
-use crate::testing::{EC2NodeClassOptions, ec2_node_class};
 
 use super::ami::*;
 use super::api::*;

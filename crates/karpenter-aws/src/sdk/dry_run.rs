@@ -9,9 +9,9 @@
 //! `RunInstancesAuthCheckFailed`, `CreateLaunchTemplateAuthCheckFailed`, `CreateFleetAuthCheckFailed`); any other
 //! error (a made-up launch template EC2 cannot find, throttling) says nothing about permissions and is logged.
 
+use crate::api::{EC2NodeClass, EC2NodeClassStatus};
 use async_trait::async_trait;
 use aws_sdk_ec2::types as sdk;
-use crate::api::{EC2NodeClass, EC2NodeClassStatus};
 
 use super::api_error;
 use super::launch::{sdk_tags, tag_spec};

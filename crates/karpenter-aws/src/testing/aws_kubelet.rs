@@ -29,11 +29,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use crate::api::{AmiFamily, EC2NodeClass, GROUP};
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, Taint};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use karpenter_api::NodeClaim;
-use crate::api::{AmiFamily, EC2NodeClass, GROUP};
 use karpenter_requirements::Quantity;
 use karpenter_testing::kubelet_check::{KubeletCheck, Verdict};
 use kube::api::{Api, ListParams, PostParams};

@@ -9,9 +9,9 @@
 
 use std::sync::Arc;
 
+use karpenter_api::NodeClassReference;
 use karpenter_api::condition::{Condition, ConditionStatus};
 use karpenter_api::nodeclaim::conditions as cond;
-use karpenter_api::NodeClassReference;
 use karpenter_aws::api::EC2NodeClass;
 use karpenter_kwok::api::KWOKNodeClass;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};

@@ -12,11 +12,14 @@ use karpenter_api::hash::{NODE_POOL_HASH_VERSION, node_pool_hash};
 use karpenter_api::labels::{self, annotations};
 use karpenter_api::nodeclaim::conditions as cond;
 use karpenter_api::{NodeClaim, NodePool, TaintEffect};
-use karpenter_kwok::api::KWOKNodeClass;
 use karpenter_cloudprovider::time::tokio_now;
-use karpenter_testing::apiserver::{ApiServer, ApiService, create_with_status};
-use karpenter_testing::{FakeClock, NodeClaimOptions, NodeOptions, NodePoolOptions, PodOptions, condition, karpenter_taint, kwok_node_class_ref, node, node_claim, node_pool, pod};
+use karpenter_kwok::api::KWOKNodeClass;
 use karpenter_kwok::testing::{KWOKNodeClassOptions, kwok_node_class};
+use karpenter_testing::apiserver::{ApiServer, ApiService, create_with_status};
+use karpenter_testing::{
+    FakeClock, NodeClaimOptions, NodeOptions, NodePoolOptions, PodOptions, condition, karpenter_taint,
+    kwok_node_class_ref, node, node_claim, node_pool, pod,
+};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;

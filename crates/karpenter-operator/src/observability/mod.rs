@@ -61,10 +61,7 @@ pub fn controllers(
     let mut list: Vec<(String, BoxFuture<'static, ()>)> = Vec::new();
     let state_metrics = cluster_state::ClusterStateMetrics::new(ctx);
     list.push((cluster_state::CONTROLLER.into(), Box::pin(state_metrics.run(shutdown.clone()))));
-    let ec2 = karpenter_cloudprovider::NodeClassKind::new(
-        karpenter_aws::api::GROUP,
-        karpenter_aws::api::KIND,
-    );
+    let ec2 = karpenter_cloudprovider::NodeClassKind::new(karpenter_aws::api::GROUP, karpenter_aws::api::KIND);
     if ctx.cloud.supported_node_classes().contains(&ec2) {
         let observer = status::WatchedStatusObserver::<karpenter_aws::api::EC2NodeClass>::new(ctx);
         let name = status::controller_name(crate::metrics::StatusKind::EC2NodeClass);

@@ -2,9 +2,9 @@
 //! kinds from the CRDs `karpenter_api` generates (so the served kinds follow the CRDs).
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use karpenter_api::crd::{crds_with, optional_crds};
+use karpenter_api::crd::optional_crds;
 use karpenter_api::labels::ProviderLabels;
-use karpenter_api::node_class_api::NodeClassApis;
+use karpenter_api::node_class_api::{NodeClassApis, crds_with};
 
 use super::schema::SchemaRef;
 

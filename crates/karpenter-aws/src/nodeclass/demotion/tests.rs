@@ -46,7 +46,8 @@ pub(crate) fn instance_provider(ec2: &MockEc2, clock: &FakeClock) -> InstancePro
 
 fn env() -> Env {
     let clock = FakeClock::default();
-    let server = ApiServer::builder().clock(Arc::new(clock.clone())).node_classes(&crate::api::node_class_apis()).build();
+    let server =
+        ApiServer::builder().clock(Arc::new(clock.clone())).node_classes(&crate::api::node_class_apis()).build();
     let client = server.client();
     let ec2 = MockEc2::new(Arc::new(clock.clone()));
     let demotion = ReservationDemotion::new(client.clone(), instance_provider(&ec2, &clock), Arc::new(clock));

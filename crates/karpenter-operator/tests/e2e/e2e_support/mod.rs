@@ -15,12 +15,13 @@ use chrono::{TimeZone, Utc};
 use clap::Parser;
 use k8s_openapi::api::core::v1::{Event as CoreEvent, Node, Pod};
 use karpenter_api::{NodeClaim, NodePool};
-use karpenter_kwok::api::KWOKNodeClass;
 use karpenter_cloudprovider::{
     Clock, CloudProvider, InterruptionAction, InterruptionError, InterruptionEvent, InterruptionKind,
     InterruptionSource,
 };
+use karpenter_kwok::api::KWOKNodeClass;
 use karpenter_kwok::kubelet::Kubelet;
+use karpenter_kwok::testing::{KWOKNodeClassOptions, kwok_node_class};
 use karpenter_kwok::{KwokCloudProvider, KwokOptions};
 use karpenter_operator::CoreSettings;
 use karpenter_operator::manager::{Manager, ManagerError, Started};
@@ -30,7 +31,6 @@ use karpenter_operator::state::ClusterState;
 use karpenter_testing::apiserver::ApiServer;
 use karpenter_testing::standins::Scheduler;
 use karpenter_testing::{NodePoolOptions, PodOptions, kwok_node_class_ref, node_pool};
-use karpenter_kwok::testing::{KWOKNodeClassOptions, kwok_node_class};
 use karpenter_testing::{Stopwatch, TokioClock, tokio_now};
 use kube::api::{Api, ListParams, PostParams};
 use kube::{Client, ResourceExt};
