@@ -5,12 +5,12 @@
 //! and so do we: a provider crate defines its kind and exports one [`NodeClassApi`] value for it (usually a
 //! [`TypedNodeClassApi`] over the kind's type). Whoever assembles a program (the binary, a test) collects the
 //! values it serves into a [`NodeClassApis`] and hands that to the code that needs to know node classes:
-//! validation ([`Object::validate_with`](crate::loader::Object::validate_with)) and CRD generation
+//! validation (the loader's `Object::validate_with`) and CRD generation
 //! ([`crds_with`]). There is no global registry, as for [`ProviderLabels`].
 //!
-//! The manifest loader needs no registry: a node class loads as an
-//! [`Object::Unknown`](crate::loader::Object::Unknown) (its apiVersion, kind and JSON), and
-//! [`UnknownObject::decode`](crate::loader::UnknownObject::decode) turns it into the provider's type.
+//! The manifest loader needs no registry: a node class loads as an `Object::Unknown` (its apiVersion, kind and
+//! JSON), and `UnknownObject::decode` turns it into the provider's type (this module stands below the loader, which
+//! is why those are not links).
 
 use std::borrow::Cow;
 use std::fmt;
