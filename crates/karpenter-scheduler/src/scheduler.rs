@@ -15,6 +15,8 @@ pub(crate) mod dra;
 mod dra_tests;
 #[cfg(all(test, not(feature = "dra-cel")))]
 mod dra_without_cel_tests;
+#[cfg(test)]
+mod offering_override_tests;
 mod parallel;
 pub(crate) mod pods;
 mod repack;
@@ -727,7 +729,13 @@ impl<'a> Solver<'a> {
                 ) else {
                     continue;
                 };
-                if !requests.fits(room) {
+                // A type with offering overrides has a room per offering group (see `Template::groups`).
+                let groups = template.groups.get(i as usize).filter(|g| !g.is_empty());
+                let fits = match groups {
+                    None => requests.fits(room),
+                    Some(groups) => groups.iter().any(|g| requests.fits(&g.room)),
+                };
+                if !fits {
                     continue;
                 }
                 any_room = true;
@@ -742,6 +750,16 @@ impl<'a> Solver<'a> {
                     if *state != 1 {
                         continue;
                     }
+                }
+                // Upstream's `fits`: a group that holds the requests must also have an offering compatible with
+                // the claim, checked on every add since the requests grow (the cache above is per type).
+                if let Some(groups) = groups
+                    && !groups.iter().any(|g| {
+                        requests.fits(&g.room)
+                            && g.offerings.iter().any(|o| o.is_compatible(&requirements, self.provider))
+                    })
+                {
+                    continue;
                 }
                 if !pod.host_ports.is_empty() && dports.conflicts(&pod.host_ports).is_err() {
                     continue;
@@ -870,8 +888,13 @@ impl<'a> Solver<'a> {
                 let (Some(it), Some(d)) = (template.its.get(i as usize), template.daemon.get(i as usize)) else {
                     return false;
                 };
-                let need = q.saturating_add(&d.get_or_zero(name));
-                it.allocatable().get(name).is_some_and(|a| need <= *a)
+                match template.groups.get(i as usize).filter(|g| !g.is_empty()) {
+                    None => {
+                        let need = q.saturating_add(&d.get_or_zero(name));
+                        it.allocatable().get(name).is_some_and(|a| need <= *a)
+                    }
+                    Some(groups) => groups.iter().any(|g| g.room.get(name).is_some_and(|room| q <= room)),
+                }
             });
             if !fits_one {
                 short.push(format!("{q} {name}"));
@@ -891,16 +914,7 @@ impl<'a> Solver<'a> {
                 ),
             );
         }
-        let fits: Vec<u32> = offered
-            .iter()
-            .copied()
-            .filter(|&i| {
-                let (Some(it), Some(d)) = (template.its.get(i as usize), template.daemon.get(i as usize)) else {
-                    return false;
-                };
-                requests.add(d).fits(it.allocatable())
-            })
-            .collect();
+        let fits: Vec<u32> = offered.iter().copied().filter(|&i| template.has_room(i as usize, requests)).collect();
         if fits.is_empty() {
             return reject(
                 RejectionKind::Resources,
