@@ -47,14 +47,17 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
+use karpenter_api::ValidationContext;
 use karpenter_api::loader;
-use karpenter_api::{ProviderLabels, ValidationContext};
+
+use providers::Provider;
 
 mod build_info;
 #[cfg(test)]
 mod decision_settings_tests;
 mod inputs;
 mod kwok_kubelet;
+mod providers;
 mod run;
 #[cfg(test)]
 mod settings_reference;
@@ -239,12 +242,6 @@ pub(crate) struct PricesArgs {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub(crate) enum Provider {
-    Aws,
-    Kwok,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum OutputFormat {
     Table,
     Json,
@@ -265,15 +262,6 @@ impl DataFormat {
             DataFormat::Json => serde_json::to_string_pretty(value).context("serialising to JSON")? + "\n",
             DataFormat::Yaml => serde_saphyr::to_string(value).context("serialising to YAML")?,
         })
-    }
-}
-
-impl Provider {
-    fn labels(self) -> ProviderLabels {
-        match self {
-            Provider::Aws => ProviderLabels::aws(),
-            Provider::Kwok => ProviderLabels::kwok(),
-        }
     }
 }
 
