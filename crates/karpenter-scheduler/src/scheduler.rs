@@ -722,20 +722,11 @@ impl<'a> Solver<'a> {
                 mask = Some(cache.entry((claim.template, key)).or_insert_with(|| vec![0; template.its.len()]));
             }
             for &i in its {
-                let (Some(it), Some(room), Some(dports)) = (
-                    template.its.get(i as usize),
-                    template.room.get(i as usize),
-                    template.daemon_ports.get(i as usize),
-                ) else {
+                let (Some(it), Some(dports)) = (template.its.get(i as usize), template.daemon_ports.get(i as usize))
+                else {
                     continue;
                 };
-                // A type with offering overrides has a room per offering group (see `Template::groups`).
-                let groups = template.groups.get(i as usize).filter(|g| !g.is_empty());
-                let fits = match groups {
-                    None => requests.fits(room),
-                    Some(groups) => groups.iter().any(|g| requests.fits(&g.room)),
-                };
-                if !fits {
+                if !template.has_room(i as usize, &requests) {
                     continue;
                 }
                 any_room = true;
@@ -751,14 +742,8 @@ impl<'a> Solver<'a> {
                         continue;
                     }
                 }
-                // Upstream's `fits`: a group that holds the requests must also have an offering compatible with
-                // the claim, checked on every add since the requests grow (the cache above is per type).
-                if let Some(groups) = groups
-                    && !groups.iter().any(|g| {
-                        requests.fits(&g.room)
-                            && g.offerings.iter().any(|o| o.is_compatible(&requirements, self.provider))
-                    })
-                {
+                // Checked on every add, not cached: the requests grow, so the group that holds them may change.
+                if !template.group_offers(i as usize, &requests, &requirements, self.provider) {
                     continue;
                 }
                 if !pod.host_ports.is_empty() && dports.conflicts(&pod.host_ports).is_err() {

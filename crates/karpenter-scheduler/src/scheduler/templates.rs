@@ -135,6 +135,24 @@ impl<'a> Template<'a> {
         }
     }
 
+    /// For instance type `i` with offering overrides, whether a group whose room holds `requests` has an offering
+    /// compatible with `requirements` (upstream's `fits`, one group holding both); `true` for a type without
+    /// overrides, whose one room and offerings are checked on their own.
+    pub fn group_offers(
+        &self,
+        i: usize,
+        requests: &ResourceList,
+        requirements: &Requirements,
+        provider: &ProviderLabels,
+    ) -> bool {
+        match self.groups.get(i) {
+            Some(groups) if !groups.is_empty() => groups
+                .iter()
+                .any(|g| requests.fits(&g.room) && g.offerings.iter().any(|o| o.is_compatible(requirements, provider))),
+            _ => true,
+        }
+    }
+
     /// Whether some instance type of the template has offering overrides.
     pub fn has_offering_overrides(&self) -> bool {
         self.groups.iter().any(|g| !g.is_empty())
