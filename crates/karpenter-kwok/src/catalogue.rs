@@ -46,9 +46,9 @@
 //! upstream's kwok loader reads and then drops; we honour them): `CapacityOverride`, a resource map merged into
 //! the type's capacity for that offering, and `OverheadOverride` (`{KubeReserved, SystemReserved,
 //! EvictionThreshold}`, each a resource map) merged into the type's overhead; camelCase is read too. The
-//! scheduler fits pods per group of offerings with equal overrides
-//! ([`InstanceType::offering_groups`](karpenter_requirements::InstanceType::offering_groups)). A bad quantity
-//! names the offering (its index, zone and capacity type) and the resource.
+//! scheduler fits pods per group of offerings with equal overrides (`InstanceType::offering_groups` in
+//! karpenter-requirements). A bad quantity names the offering (its index, zone and capacity type) and the
+//! resource.
 
 use std::collections::BTreeSet;
 
