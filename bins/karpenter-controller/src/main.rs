@@ -47,14 +47,18 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
+use karpenter_api::NodeClassApis;
+use karpenter_api::ValidationContext;
 use karpenter_api::loader;
-use karpenter_api::{NodeClassApis, ProviderLabels, ValidationContext};
+
+use providers::Provider;
 
 mod build_info;
 #[cfg(test)]
 mod decision_settings_tests;
 mod inputs;
 mod kwok_kubelet;
+mod providers;
 mod run;
 #[cfg(test)]
 mod settings_reference;
@@ -239,12 +243,6 @@ pub(crate) struct PricesArgs {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub(crate) enum Provider {
-    Aws,
-    Kwok,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum OutputFormat {
     Table,
     Json,
@@ -268,29 +266,12 @@ impl DataFormat {
     }
 }
 
-impl Provider {
-    fn labels(self) -> ProviderLabels {
-        match self {
-            Provider::Aws => ProviderLabels::aws(),
-            Provider::Kwok => ProviderLabels::kwok(),
-        }
-    }
-
-    /// The node classes this provider serves (their CRDs are what `crds` prints).
-    fn node_classes(self) -> NodeClassApis {
-        match self {
-            Provider::Aws => karpenter_aws::api::node_class_apis(),
-            Provider::Kwok => karpenter_kwok::api::node_class_apis(),
-        }
-    }
-}
-
 /// Every node-class kind this binary knows (each provider's own API): what `validate` and simulate validate
 /// manifests with, whichever provider is chosen, so a manifest of either kind is checked.
 pub(crate) fn node_classes() -> NodeClassApis {
     let mut all = NodeClassApis::none();
-    for provider in [Provider::Aws, Provider::Kwok] {
-        for api in provider.node_classes().iter() {
+    for entry in &providers::PROVIDERS {
+        for api in (entry.node_class_apis)().iter() {
             all = all.with(api);
         }
     }

@@ -8,17 +8,14 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Args;
 use karpenter_aws::settings::AwsSettings;
-use karpenter_cloudprovider::{Clock, CloudProvider, SystemClock};
-use karpenter_kwok::api::KWOKNodeClass;
-use karpenter_kwok::{KwokCloudProvider, KwokOptions};
+use karpenter_cloudprovider::{Clock, SystemClock};
 use karpenter_operator::CoreSettings;
 use karpenter_operator::client::{client_from_config, load_config};
-use karpenter_operator::manager::{Manager, ManagerError};
+use karpenter_operator::manager::ManagerError;
 use karpenter_operator::metrics::{BuildInfo, Metrics};
-use karpenter_operator::node_classes::KubeNodeClasses;
 
-use crate::Provider;
 use crate::build_info::{COMMIT, RUSTC_VERSION};
+use crate::providers::{Provider, Start};
 
 /// Exit status of a usage error (as the other subcommands).
 const USAGE: u8 = 2;
@@ -27,44 +24,29 @@ const USAGE: u8 = 2;
 pub struct RunArgs {
     /// The cloud provider: `kwok` (fake Nodes through the Kubernetes API) or `aws` (needs the `aws` build feature).
     #[arg(long, value_enum)]
-    provider: Provider,
+    pub(crate) provider: Provider,
     /// kwok: also play the kubelet of the kwok Nodes (Ready, Leases, running pods), for clusters without a KWOK
     /// controller.
     #[arg(long, env = "KWOK_SIMULATE_KUBELET", default_value = "false", action = clap::ArgAction::Set, value_parser = karpenter_api::settings::parse_go_bool,
           num_args = 0..=1, default_missing_value = "true")]
-    kwok_simulate_kubelet: bool,
+    pub(crate) kwok_simulate_kubelet: bool,
     /// kwok: instance types in upstream's kwok JSON format instead of the built-in catalogue.
     #[arg(long, env = "KWOK_INSTANCE_TYPES", value_name = "FILE")]
-    instance_types: Option<PathBuf>,
+    pub(crate) instance_types: Option<PathBuf>,
     #[command(flatten)]
-    core: CoreSettings,
+    pub(crate) core: CoreSettings,
     #[command(flatten)]
-    aws: AwsSettings,
+    pub(crate) aws: AwsSettings,
 }
 
 /// Runs the controller until SIGTERM/SIGINT.
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    if args.provider == Provider::Aws && !cfg!(feature = "aws") {
-        eprintln!(
-            "error: --provider aws needs a karpenter-controller built with the `aws` cargo feature \
-             (cargo build -p karpenter-controller --features aws); this build only has the kwok provider"
-        );
+    let provider = args.provider.entry();
+    if let Some(message) = (provider.usage_error)(&args) {
+        eprintln!("error: {message}");
         return Ok(ExitCode::from(USAGE));
     }
-    if args.provider == Provider::Aws && (args.instance_types.is_some() || args.kwok_simulate_kubelet) {
-        eprintln!("error: --instance-types and --kwok-simulate-kubelet apply to --provider kwok only");
-        return Ok(ExitCode::from(USAGE));
-    }
-    if args.provider == Provider::Aws
-        && let Err(e) = args.aws.validate()
-    {
-        eprintln!("error: {e}");
-        return Ok(ExitCode::from(USAGE));
-    }
-    // A malformed price file stops the controller before it starts anything.
-    if args.provider == Provider::Aws {
-        args.aws.check_price_file().context("PRICE_FILE")?;
-    }
+    (provider.preflight)(&args)?;
     let core = args.core.clone().normalized();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     karpenter_operator::logging::init(&core.log_config(), COMMIT, clock.clone()).context("setting up logging")?;
@@ -118,34 +100,14 @@ async fn run_async(args: RunArgs, core: CoreSettings, clock: Arc<dyn Clock>) -> 
     let leader_client = client_from_config(config, &options).context("building the leader-election client")?;
     let metrics = Arc::new(Metrics::new(&BuildInfo::current(COMMIT, RUSTC_VERSION)));
 
-    let manager = match args.provider {
-        Provider::Kwok => {
-            let node_classes = KubeNodeClasses::new();
-            if let Err(e) = node_classes.start::<KWOKNodeClass>(client.clone(), shutdown.clone()).await {
-                // Only a 404 says the resource is unknown to the server; anything else is about reaching it.
-                let hint = if matches!(&e, kube::Error::Api(s) if s.code == 404) {
-                    " (the kwok CRDs are not installed: `karpenter-controller crds --provider kwok | kubectl apply -f -`)"
-                } else {
-                    ""
-                };
-                return Err(anyhow::Error::new(e).context(format!("listing KWOKNodeClasses from {server}{hint}")));
-            }
-            let mut kwok_options = match &args.instance_types {
-                Some(path) => KwokOptions::from_instance_types_file(path)?,
-                None => KwokOptions::default(),
-            };
-            kwok_options.node_classes = Some(Arc::new(node_classes.clone()));
-            let cloud: Arc<dyn CloudProvider> = Arc::new(KwokCloudProvider::new(client.clone(), kwok_options));
-            let mut manager = Manager::new(core, client.clone(), cloud, Arc::new(node_classes), clock);
-            if args.kwok_simulate_kubelet {
-                let kubelet = karpenter_kwok::simulate_kubelet(client.clone(), shutdown.clone());
-                manager = manager.with_controller("kwok.kubelet", Box::pin(kubelet));
-            }
-            manager
-        }
-        Provider::Aws => aws_manager(&args, core, client.clone(), clock, shutdown.clone(), metrics.clone()).await?,
-    };
-    let manager = manager.with_leader_client(leader_client).with_metrics(metrics);
+    let provider = args.provider.entry();
+    let start =
+        Start { args: &args, core, client, clock, shutdown: shutdown.clone(), metrics: metrics.clone(), server };
+    let manager = (provider.manager)(start).await?;
+    let manager = manager
+        .with_node_class_registrations((provider.node_classes)())
+        .with_leader_client(leader_client)
+        .with_metrics(metrics);
     #[cfg(feature = "jemalloc-profiling")]
     let manager = manager.with_heap_profiler(jemalloc_heap_profile());
     match manager.run(shutdown).await {
@@ -178,40 +140,6 @@ fn jemalloc_heap_profile() -> karpenter_operator::profiling::HeapProfiler {
                 .map_err(|e| format!("dumping jemalloc's heap: {e}"))?
         })
     })
-}
-
-#[cfg(feature = "aws")]
-async fn aws_manager(
-    args: &RunArgs,
-    core: CoreSettings,
-    client: kube::Client,
-    clock: Arc<dyn Clock>,
-    shutdown: tokio_util::sync::CancellationToken,
-    metrics: Arc<Metrics>,
-) -> anyhow::Result<Manager> {
-    let (runtime, node_classes) =
-        crate::aws::start(&core, &args.aws, client.clone(), clock.clone(), shutdown, metrics).await?;
-    let mut manager = Manager::new(core, client, runtime.cloud_provider, node_classes, clock);
-    if let Some(source) = runtime.interruption {
-        manager = manager.with_interruption(source);
-    }
-    manager = manager.with_interruption(runtime.instance_status);
-    for (i, controller) in runtime.controllers.into_iter().enumerate() {
-        manager = manager.with_controller(format!("aws.{i}"), controller);
-    }
-    Ok(manager)
-}
-
-#[cfg(not(feature = "aws"))]
-async fn aws_manager(
-    _args: &RunArgs,
-    _core: CoreSettings,
-    _client: kube::Client,
-    _clock: Arc<dyn Clock>,
-    _shutdown: tokio_util::sync::CancellationToken,
-    _metrics: Arc<Metrics>,
-) -> anyhow::Result<Manager> {
-    anyhow::bail!("--provider aws needs the `aws` cargo feature")
 }
 
 #[cfg(test)]

@@ -45,7 +45,7 @@ use karpenter_operator::CoreSettings;
 use karpenter_operator::client::client_from_config;
 use karpenter_operator::disruption::DisruptionSettings;
 use karpenter_operator::manager::{Manager, ManagerError};
-use karpenter_operator::node_classes::KubeNodeClasses;
+use karpenter_operator::node_classes::{KubeNodeClasses, NodeClassRegistration};
 use karpenter_requirements::Quantity;
 use karpenter_testing::Stopwatch;
 use karpenter_testing::realplane::{PlaneError, PlaneOptions, RealPlane, Stop};
@@ -168,6 +168,11 @@ fn settings_with(leader_election: bool, flags: &[&str]) -> CoreSettings {
     }
     args.extend_from_slice(flags);
     SettingsCli::try_parse_from(args).expect("settings parse").core
+}
+
+/// The kwok node-class kind as the binary registers it (`providers.rs`): ready on sight.
+fn kwok_node_class_registration() -> NodeClassRegistration {
+    NodeClassRegistration::of::<KWOKNodeClass>().ready_on_sight()
 }
 
 /// Disruption with a short poll and validation wait, so consolidation and drift act within seconds.
@@ -362,6 +367,7 @@ impl Env {
         );
         let cloud: Arc<dyn CloudProvider> = Arc::new(kwok);
         let mut manager = Manager::new(settings, client, cloud, Arc::new(self.node_classes.clone()), clock)
+            .with_node_class_registrations([kwok_node_class_registration()])
             .with_bind_ip(IpAddr::V4(Ipv4Addr::LOCALHOST))
             .with_identity(identity)
             .with_disruption_settings(disruption_settings());
@@ -3054,6 +3060,7 @@ async fn chart_rbac(env: &Env) {
         KwokOptions { node_classes: Some(Arc::new(node_classes.clone())), ..KwokOptions::default() },
     );
     let manager = Manager::new(settings, client.clone(), Arc::new(kwok), Arc::new(node_classes), Arc::new(SystemClock))
+        .with_node_class_registrations([kwok_node_class_registration()])
         .with_bind_ip(IpAddr::V4(Ipv4Addr::LOCALHOST))
         .with_identity("chart-rbac")
         .with_disruption_settings(disruption_settings());

@@ -57,7 +57,7 @@ use karpenter_operator::CoreSettings;
 use karpenter_operator::client::client_from_config;
 use karpenter_operator::manager::{Manager, ManagerError};
 use karpenter_operator::metrics::{BuildInfo, Metrics};
-use karpenter_operator::node_classes::KubeNodeClasses;
+use karpenter_operator::node_classes::{KubeNodeClasses, NodeClassRegistration};
 use karpenter_testing::Stopwatch;
 use karpenter_testing::kubelet_check::KubeletCheck;
 use karpenter_testing::realplane::{PlaneOptions, RealPlane};
@@ -270,6 +270,7 @@ impl Env {
 
         let manager =
             Manager::new(settings, controller_client, Arc::new(provider), Arc::new(node_classes), clock.clone())
+                .with_node_class_registrations([NodeClassRegistration::of::<EC2NodeClass>().with_status_metrics()])
                 .with_metrics(metrics.clone())
                 .with_bind_ip(IpAddr::V4(Ipv4Addr::LOCALHOST))
                 .with_identity("real-plane-aws")

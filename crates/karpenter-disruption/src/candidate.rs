@@ -16,6 +16,8 @@ use karpenter_scheduler::{ClusterSnapshot, PoolInput};
 
 use crate::DisruptionOptions;
 use crate::command::{CandidateRef, Reason};
+// The bar `ConsolidationMove::pool_approved` applies, so it lives with that type; kept at this path too.
+pub use crate::command::BALANCED_THRESHOLD;
 use crate::pods::{PdbBlock, Pdbs, is_reschedulable, would_be_evicted};
 use karpenter_api::DoNotDisrupt;
 use karpenter_api::time::{from_k8s, parse_rfc3339, rfc3339};
@@ -478,9 +480,6 @@ pub fn balanced_score(savings: f64, move_disruption: f64, totals: PoolTotals) ->
     }
     (savings / totals.cost) / (move_disruption / totals.disruption)
 }
-
-/// The Balanced approval threshold `1/k` with `k = 2`.
-pub const BALANCED_THRESHOLD: f64 = 0.5;
 
 /// Names of a candidate set, for views.
 pub fn node_set(c: &[&Candidate<'_>]) -> BTreeSet<String> {

@@ -29,7 +29,8 @@ use serde::{Deserialize, Serialize};
 pub const API_VERSION: &str = "karpenter-rs.disruption/v1";
 
 /// Disruption methods, declared in the order a pass tries them ([`Method::ORDER`]). Each is implemented in a module
-/// of its own (`src/methods/`), which also answers the questions below.
+/// of its own (`src/methods/`), which also answers what the method consumes and how it drains
+/// ([`Method::reason`], [`Method::is_graceful`], [`Method::consolidation_type`], defined in `src/methods/mod.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Method {
     /// Replace (or reboot) nodes whose conditions match a provider's repair policy (node repair, feature gate
@@ -59,23 +60,6 @@ impl Method {
         Method::MultiNodeConsolidation,
         Method::SingleNodeConsolidation,
     ];
-
-    /// The budget reason the method consumes.
-    pub fn reason(self) -> DisruptionReason {
-        crate::methods::of(self).reason()
-    }
-
-    /// `graceful` (pod blocks always apply) or `eventual` (pod blocks are relaxed with terminationGracePeriod).
-    /// Repair is neither: pod blocks never keep a broken node, its drain is bounded by the repair policy.
-    pub fn is_graceful(self) -> bool {
-        crate::methods::of(self).is_graceful()
-    }
-
-    /// Upstream's `consolidation_type` metric label: `empty`, `multi`, `single`, or `""` for a method that does not
-    /// consolidate (drift, static drift, repair).
-    pub fn consolidation_type(self) -> &'static str {
-        crate::methods::of(self).consolidation_type()
-    }
 }
 
 /// What a command does to its candidates.
@@ -297,15 +281,28 @@ pub enum Reason {
         percent: f64,
         threshold: String,
         required_per_hour: f64,
-        set_by: crate::savings::ThresholdSource,
+        set_by: ThresholdSource,
     },
     /// The NodePool's `karpenter-rs.io/consolidation-min-savings` annotation does not parse: its replacements and
     /// multi-node moves are held until it is fixed (deletes go on).
     MinSavingsInvalid { node_pool: String, detail: String },
 }
 
+/// Where the threshold that held a move comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ThresholdSource {
+    /// The NodePool's `karpenter-rs.io/consolidation-min-savings` annotation.
+    NodePool,
+    /// The `CONSOLIDATION_MIN_SAVINGS` setting.
+    Setting,
+}
+
+/// Single-node spot-to-spot consolidation needs this many cheaper instance types and keeps this many: upstream's
+/// constant, the default of `SPOT_TO_SPOT_MIN_INSTANCE_TYPES` ([`crate::DisruptionOptions::spot_to_spot_min_instance_types`]).
+pub const SPOT_TO_SPOT_MIN_TYPES: usize = 15;
+
 fn spot_to_spot_min_types() -> usize {
-    crate::SPOT_TO_SPOT_MIN_TYPES
+    SPOT_TO_SPOT_MIN_TYPES
 }
 
 impl Reason {
@@ -542,12 +539,12 @@ impl std::fmt::Display for Reason {
             Reason::SavingsBelowThreshold { node_pool, savings_per_hour, percent, threshold, set_by, .. } => {
                 let saves = format!("saves {} ({percent:.1}%)", money(*savings_per_hour));
                 match set_by {
-                    crate::savings::ThresholdSource::NodePool => write!(
+                    ThresholdSource::NodePool => write!(
                         f,
                         "{saves}, NodePool {node_pool} requires {threshold} ({})",
                         karpenter_api::labels::consolidation_min_savings::ANNOTATION
                     ),
-                    crate::savings::ThresholdSource::Setting => write!(
+                    ThresholdSource::Setting => write!(
                         f,
                         "{saves}, {} requires {threshold} (NodePool {node_pool})",
                         karpenter_api::labels::consolidation_min_savings::SETTING
@@ -597,6 +594,9 @@ pub struct BudgetStatus {
     pub allowed: u32,
 }
 
+/// The Balanced approval threshold `1/k` with `k = 2`.
+pub const BALANCED_THRESHOLD: f64 = 0.5;
+
 /// How Balanced scoring judged one consolidation move, for one NodePool among its candidates: what upstream counts
 /// in `karpenter_consolidation_moves_total` (every pool, whatever its policy) and `karpenter_consolidation_score`
 /// (Balanced pools only).
@@ -609,7 +609,7 @@ pub struct ConsolidationMove {
     /// Its consolidation policy.
     pub policy: karpenter_api::nodepool::ConsolidationPolicy,
     /// The move was approved: every Balanced pool among its candidates scored at least
-    /// [`BALANCED_THRESHOLD`](crate::candidate::BALANCED_THRESHOLD).
+    /// [`BALANCED_THRESHOLD`].
     pub approved: bool,
     /// The pool's Balanced score (Balanced pools only): savings fraction over disruption fraction, infinite when
     /// the move disrupts nothing the pool counts.
@@ -620,7 +620,7 @@ impl ConsolidationMove {
     /// Whether the pool itself approved the move (a pool that is not Balanced always does). A multi-node move is
     /// rejected as a whole when one of its Balanced pools rejects it, while another may have approved.
     pub fn pool_approved(&self) -> bool {
-        self.score.is_none_or(|s| s >= crate::candidate::BALANCED_THRESHOLD)
+        self.score.is_none_or(|s| s >= BALANCED_THRESHOLD)
     }
 }
 
@@ -732,7 +732,7 @@ mod tests {
                 percent: 1.8,
                 threshold: s(),
                 required_per_hour: 0.05,
-                set_by: crate::savings::ThresholdSource::NodePool,
+                set_by: ThresholdSource::NodePool,
             },
             Reason::MinSavingsInvalid { node_pool: s(), detail: s() },
         ]

@@ -27,9 +27,6 @@ use crate::topology::Topology;
 
 /// Upstream's cap on multi-node consolidation candidates.
 pub const MULTI_NODE_MAX_CANDIDATES: usize = 100;
-/// Single-node spot-to-spot consolidation needs this many cheaper instance types and keeps this many: upstream's
-/// constant, the default of `SPOT_TO_SPOT_MIN_INSTANCE_TYPES` ([`crate::DisruptionOptions::spot_to_spot_min_instance_types`]).
-pub const SPOT_TO_SPOT_MIN_TYPES: usize = 15;
 
 const SPOT: &str = "spot";
 const ON_DEMAND: &str = "on-demand";

@@ -80,8 +80,8 @@ use chrono::{DateTime, Utc};
 use karpenter_api::ProviderLabels;
 use karpenter_scheduler::{ClusterSnapshot, PoolInput, SchedulerOptions};
 
-pub use command::{API_VERSION, Command, Decision, Method, Outcome, Pass, Reason, Verdict};
-pub use engine::{MULTI_NODE_MAX_CANDIDATES, SPOT_TO_SPOT_MIN_TYPES};
+pub use command::{API_VERSION, Command, Decision, Method, Outcome, Pass, Reason, SPOT_TO_SPOT_MIN_TYPES, Verdict};
+pub use engine::MULTI_NODE_MAX_CANDIDATES;
 pub use methods::repair;
 
 use candidate::{Candidate, Cluster, candidate};

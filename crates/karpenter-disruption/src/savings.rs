@@ -19,18 +19,10 @@ use std::collections::BTreeMap;
 
 use karpenter_api::NodePool;
 pub use karpenter_api::labels::consolidation_min_savings::MinSavings;
-use serde::{Deserialize, Serialize};
 
 use crate::command::Reason;
-
-/// Where the threshold that held a move comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ThresholdSource {
-    /// The NodePool's `karpenter-rs.io/consolidation-min-savings` annotation.
-    NodePool,
-    /// The `CONSOLIDATION_MIN_SAVINGS` setting.
-    Setting,
-}
+// ThresholdSource is part of the Reason a held move reports, so it lives with it; kept at this path too.
+pub use crate::command::ThresholdSource;
 
 /// The thresholds of one pass: the setting's, and each pool's annotation (parsed once per pass).
 #[derive(Debug, Clone, Default)]

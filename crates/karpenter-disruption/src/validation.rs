@@ -7,12 +7,15 @@
 //! no new node and a replace exactly one, whose options include every option of the command's replacement.
 //! Emptiness commands drop invalid candidates individually and only fail when none remain.
 
+// What a failed validation reports is data the methods produce (in their `recheck`), so it has a module of its
+// own below both them and `validate`, which asks them.
+pub(crate) mod failure;
+
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use karpenter_api::ProviderLabels;
 use karpenter_scheduler::{ClusterSnapshot, PoolInput};
-use serde::{Deserialize, Serialize};
 
 use crate::DisruptionOptions;
 use crate::budget::Remaining;
@@ -20,6 +23,9 @@ use crate::candidate::{Candidate, Cluster, candidate};
 use crate::command::{Command, Method, Reason};
 use crate::engine::Engine;
 use crate::methods;
+
+use failure::fail;
+pub use failure::{FailureKind, ValidationFailure};
 
 /// How long a graceful command (Emptiness, consolidation) waits between its decision and [`validate`] (upstream's
 /// `commandValidationDelay`). The one definition: the controller's disruption loop and `simulate`'s simulated
@@ -62,32 +68,6 @@ pub fn next_step(mut commands: Vec<Command>) -> NextStep {
 pub fn continue_after(command: &Command) -> Option<Method> {
     let later = Method::ORDER.iter().skip_while(|m| **m != command.method).skip(1);
     (command.method.is_graceful() && later.clone().any(|m| m.is_graceful())).then_some(command.method)
-}
-
-/// Failure classes (upstream's `budget | scheduling | churn` metric label).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum FailureKind {
-    /// A budget no longer allows the command.
-    Budget,
-    /// The pods no longer schedule as planned.
-    Scheduling,
-    /// A candidate is no longer a candidate (pods arrived, nominated, deleted, ...).
-    Churn,
-}
-
-/// Why a command was rejected.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
-#[error("{kind:?}: {message}")]
-#[serde(rename_all = "camelCase")]
-pub struct ValidationFailure {
-    /// Class.
-    pub kind: FailureKind,
-    /// Details.
-    pub message: String,
-}
-
-pub(crate) fn fail(kind: FailureKind, message: impl Into<String>) -> ValidationFailure {
-    ValidationFailure { kind, message: message.into() }
 }
 
 /// Re-checks `command` against `snapshot` at `now`. Returns the command to execute (for Emptiness possibly with

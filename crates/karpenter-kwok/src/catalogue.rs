@@ -41,6 +41,14 @@
 //! `{driver, devices: [{name, attributes: {id: {string|int|bool|version: ...}}, capacity: {id: {value: ...}}}]}`,
 //! a ResourceSlice's devices in their `resource.k8s.io/v1` shape). The DRA simulation offers those devices on
 //! nodes of the type not launched or not initialized yet. The built-in catalogue has none.
+//!
+//! Offerings may carry upstream v1.14's overrides under the names of upstream's `Offering` fields (which
+//! upstream's kwok loader reads and then drops; we honour them): `CapacityOverride`, a resource map merged into
+//! the type's capacity for that offering, and `OverheadOverride` (`{KubeReserved, SystemReserved,
+//! EvictionThreshold}`, each a resource map) merged into the type's overhead; camelCase is read too. The
+//! scheduler fits pods per group of offerings with equal overrides (`InstanceType::offering_groups` in
+//! karpenter-requirements). A bad quantity names the offering (its index, zone and capacity type) and the
+//! resource.
 
 use std::collections::BTreeSet;
 
@@ -446,6 +454,78 @@ struct RawOffering {
     capacity_type: Option<String>,
     #[serde(rename = "Zone", alias = "zone", default)]
     zone: Option<String>,
+    /// Upstream's `Offering.CapacityOverride` (v1.14): resources merged into the type's capacity for this
+    /// offering. Upstream's kwok reads the field name but drops the value; we honour it.
+    #[serde(rename = "CapacityOverride", alias = "capacityOverride", default)]
+    capacity_override: Option<std::collections::BTreeMap<String, Value>>,
+    /// Upstream's `Offering.OverheadOverride`: overhead merged into the type's for this offering.
+    #[serde(rename = "OverheadOverride", alias = "overheadOverride", default)]
+    overhead_override: Option<RawOverhead>,
+}
+
+/// Upstream's `InstanceTypeOverhead`, as an offering's overhead override.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOverhead {
+    #[serde(rename = "KubeReserved", alias = "kubeReserved", default)]
+    kube_reserved: std::collections::BTreeMap<String, Value>,
+    #[serde(rename = "SystemReserved", alias = "systemReserved", default)]
+    system_reserved: std::collections::BTreeMap<String, Value>,
+    #[serde(rename = "EvictionThreshold", alias = "evictionThreshold", default)]
+    eviction_threshold: std::collections::BTreeMap<String, Value>,
+}
+
+/// A resource map (`{name: quantity}`, a quantity as a string or a number) of non-negative quantities. Errors:
+/// (field under `path`, message).
+fn resource_list(
+    raw: &std::collections::BTreeMap<String, Value>,
+    path: &str,
+) -> Result<ResourceList, (String, String)> {
+    let mut out = ResourceList::new();
+    for (resource, v) in raw {
+        let field = format!("{path}.{resource}");
+        let text = match v {
+            Value::String(s) => s.clone(),
+            Value::Number(n) => n.to_string(),
+            other => return Err((field, format!("expected a quantity, got {other}"))),
+        };
+        let q: Quantity = text.parse().map_err(|e| (field.clone(), format!("{text:?}: {e}")))?;
+        if q.is_negative() {
+            return Err((field, format!("{text:?} is negative")));
+        }
+        out.insert(resource, q);
+    }
+    Ok(out)
+}
+
+/// An offering's overrides (`path` is the offering's, `offering` names it for people). Errors: (field, message).
+fn overrides(
+    o: &RawOffering,
+    path: &str,
+    offering: &str,
+) -> Result<(Option<ResourceList>, Option<Overhead>), (String, String)> {
+    let named = |(field, message): (String, String)| (field, format!("{message} (offering {offering})"));
+    let capacity = o
+        .capacity_override
+        .as_ref()
+        .map(|c| resource_list(c, &format!("{path}.CapacityOverride")))
+        .transpose()
+        .map_err(named)?;
+    let overhead = match &o.overhead_override {
+        None => None,
+        Some(raw) => Some(Overhead {
+            kube_reserved: resource_list(&raw.kube_reserved, &format!("{path}.OverheadOverride.KubeReserved"))
+                .map_err(named)?,
+            system_reserved: resource_list(&raw.system_reserved, &format!("{path}.OverheadOverride.SystemReserved"))
+                .map_err(named)?,
+            eviction_threshold: resource_list(
+                &raw.eviction_threshold,
+                &format!("{path}.OverheadOverride.EvictionThreshold"),
+            )
+            .map_err(named)?,
+        }),
+    };
+    Ok((capacity, overhead))
 }
 
 #[derive(Deserialize)]
@@ -507,20 +587,7 @@ pub fn load_instance_types_json(json: &str) -> Result<Vec<InstanceType>, KwokCat
         if raw.architecture.is_empty() {
             return Err(err("architecture".into(), "must not be empty".into()));
         }
-        let mut capacity = ResourceList::new();
-        for (resource, v) in &raw.resources {
-            let text = match v {
-                Value::String(s) => s.clone(),
-                Value::Number(n) => n.to_string(),
-                other => return Err(err(format!("resources.{resource}"), format!("expected a quantity, got {other}"))),
-            };
-            let q: Quantity =
-                text.parse().map_err(|e| err(format!("resources.{resource}"), format!("{text:?}: {e}")))?;
-            if q.is_negative() {
-                return Err(err(format!("resources.{resource}"), format!("{text:?} is negative")));
-            }
-            capacity.insert(resource, q);
-        }
+        let mut capacity = resource_list(&raw.resources, "resources").map_err(|(f, m)| err(f, m))?;
         for required in ["cpu", "memory"] {
             if capacity.get(required).is_none() {
                 return Err(err(format!("resources.{required}"), "required".into()));
@@ -560,9 +627,17 @@ pub fn load_instance_types_json(json: &str) -> Result<Vec<InstanceType>, KwokCat
             }
             let reservation_capacity =
                 reservation(&reqs, o.reservation_capacity).map_err(|(f, m)| err(format!("{path}.{f}"), m))?;
+            let named = format!(
+                "{}/{}",
+                reqs.get_ref(ZONE).map(|r| r.any()).unwrap_or_default(),
+                reqs.get_ref(CAPACITY_TYPE).map(|r| r.any()).unwrap_or_default()
+            );
+            let (capacity_override, overhead_override) = overrides(o, &path, &named).map_err(|(f, m)| err(f, m))?;
             offerings.push(Offering {
                 available: o.available.unwrap_or(true),
                 reservation_capacity,
+                capacity_override,
+                overhead_override,
                 ..Offering::new(reqs, o.price)
             });
         }
@@ -631,6 +706,24 @@ struct OutOffering {
     /// Only for reserved offerings.
     #[serde(rename = "ReservationCapacity", skip_serializing_if = "Option::is_none")]
     reservation_capacity: Option<i32>,
+    #[serde(rename = "CapacityOverride", skip_serializing_if = "Option::is_none")]
+    capacity_override: Option<std::collections::BTreeMap<String, String>>,
+    #[serde(rename = "OverheadOverride", skip_serializing_if = "Option::is_none")]
+    overhead_override: Option<OutOverhead>,
+}
+
+#[derive(serde::Serialize)]
+struct OutOverhead {
+    #[serde(rename = "KubeReserved", skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    kube_reserved: std::collections::BTreeMap<String, String>,
+    #[serde(rename = "SystemReserved", skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    system_reserved: std::collections::BTreeMap<String, String>,
+    #[serde(rename = "EvictionThreshold", skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    eviction_threshold: std::collections::BTreeMap<String, String>,
+}
+
+fn out_resources(list: &ResourceList) -> std::collections::BTreeMap<String, String> {
+    list.iter().map(|(n, q)| (n.to_owned(), q.to_string())).collect()
 }
 
 #[derive(serde::Serialize)]
@@ -657,6 +750,12 @@ pub fn to_instance_types_json(instance_types: &[InstanceType]) -> String {
                     available: o.available,
                     reservation_capacity: (o.capacity_type() == Some(CAPACITY_TYPE_RESERVED))
                         .then_some(o.reservation_capacity),
+                    capacity_override: o.capacity_override.as_ref().map(out_resources),
+                    overhead_override: o.overhead_override.as_ref().map(|h| OutOverhead {
+                        kube_reserved: out_resources(&h.kube_reserved),
+                        system_reserved: out_resources(&h.system_reserved),
+                        eviction_threshold: out_resources(&h.eviction_threshold),
+                    }),
                     requirements: o
                         .requirements
                         .iter()
@@ -739,6 +838,49 @@ mod tests {
         let bad = json.replace(r#""operator": "DoesNotExist""#, r#""operator": "Maybe""#);
         let e = load_instance_types_json(&bad).expect_err("bad operator").to_string();
         assert!(e.contains("requirements[1].operator"), "{e}");
+    }
+
+    #[test]
+    fn offering_overrides_load_in_upstreams_field_names_round_trip_and_bad_ones_name_the_offering() {
+        let json = r#"[{"name": "slotted", "architecture": "amd64", "operatingSystems": ["linux"],
+            "resources": {"cpu": "4", "memory": "8Gi"},
+            "offerings": [{"Price": 0.2, "Requirements": [
+                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z"]},
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}]},
+              {"Price": 0.2, "CapacityOverride": {"test.com/extended-slots": 4},
+               "OverheadOverride": {"SystemReserved": {"memory": "1Gi"}}, "Requirements": [
+                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z"]},
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}]}]}]"#;
+        let its = load_instance_types_json(json).expect("loads");
+        let offs = &its[0].offerings;
+        assert!(!offs[0].has_override());
+        let q = |s: &str| s.parse::<Quantity>().unwrap();
+        assert_eq!(offs[1].capacity_override.as_ref().and_then(|c| c.get("test.com/extended-slots")), Some(&q("4")));
+        assert_eq!(offs[1].overhead_override.as_ref().map(|o| o.system_reserved.memory()), Some(q("1Gi")));
+        // The override group: the kwok overhead's 10Mi of memory replaced by 1Gi, its 100m of CPU kept.
+        let groups = its[0].offering_groups();
+        assert_eq!(groups.len(), 2);
+        let slotted = &groups[1].allocatable;
+        assert_eq!((slotted.cpu(), slotted.memory()), (q("3900m"), q("7Gi")));
+        assert_eq!(slotted.get("test.com/extended-slots"), Some(&q("4")));
+        let again = load_instance_types_json(&to_instance_types_json(&its)).expect("reads its own output");
+        assert_eq!(again[0].offerings, its[0].offerings);
+        // camelCase is read too.
+        let camel =
+            json.replace("CapacityOverride", "capacityOverride").replace("OverheadOverride", "overheadOverride");
+        assert_eq!(load_instance_types_json(&camel).expect("loads")[0].offerings, its[0].offerings);
+        let bad = json.replace(r#""test.com/extended-slots": 4"#, r#""test.com/extended-slots": "four""#);
+        let e = load_instance_types_json(&bad).expect_err("not a quantity").to_string();
+        assert!(
+            e.contains("offerings[1].CapacityOverride.test.com/extended-slots") && e.contains("offering z/on-demand"),
+            "{e}"
+        );
+        let bad = json.replace(r#""memory": "1Gi""#, r#""memory": "-1Gi""#);
+        let e = load_instance_types_json(&bad).expect_err("negative").to_string();
+        assert!(e.contains("offerings[1].OverheadOverride.SystemReserved.memory") && e.contains("negative"), "{e}");
+        let bad = json.replace("SystemReserved", "SystemReserve");
+        let e = load_instance_types_json(&bad).expect_err("unknown overhead part").to_string();
+        assert!(e.contains("offerings[1].OverheadOverride") && e.contains("SystemReserve"), "{e}");
     }
 
     #[test]

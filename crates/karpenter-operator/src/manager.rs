@@ -16,8 +16,9 @@
 //!    start on a full state as soon as it wins; only the controllers wait for leadership;
 //! 4. runs, until the shutdown token is cancelled or the leadership is lost: the provisioner, the NodeClaim
 //!    lifecycle, node/NodeClaim termination, expiration, garbage collection, interruption (with a source),
-//!    the NodePool controllers, the disruption controllers, and the extra (provider) controllers handed in
-//!    with [`Manager::with_controller`];
+//!    the NodePool controllers, the disruption controllers, the node-class controllers of the provider's
+//!    registered kinds ([`Manager::with_node_class_registrations`]), and the extra (provider) controllers handed
+//!    in with [`Manager::with_controller`];
 //! 5. on shutdown waits for the controllers to return (at most [`SHUTDOWN_GRACE`]), then releases the Lease (so
 //!    the next leader never runs alongside them) and stops the servers.
 //!
@@ -35,7 +36,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use karpenter_api::{CompactPod, NodeClaim, NodePool};
 use karpenter_cloudprovider::time::tokio_now;
-use karpenter_cloudprovider::{Clock, CloudProvider, InterruptionSource, NodeClassKind, NodeClassLookup};
+use karpenter_cloudprovider::{Clock, CloudProvider, InterruptionSource, NodeClassLookup};
 use kube::Client;
 use tokio_util::sync::CancellationToken;
 
@@ -50,8 +51,8 @@ use crate::leader::{LeaderElector, LeaderError};
 use crate::lifecycle::LifecycleContext;
 use crate::metrics::Metrics;
 use crate::nodepool::{
-    self, Counter, HashController, KwokNodeClassStatus, MinNodes, NodeClassResolver, Readiness, RegistrationHealth,
-    RegistrationTracker, StaticDeprovisioning, StaticProvisioning, Validation,
+    self, Counter, HashController, MinNodes, NodeClassRegistration, NodeClassResolver, Readiness, ReadyOnSight,
+    RegistrationHealth, RegistrationTracker, StaticDeprovisioning, StaticProvisioning, Validation,
 };
 use crate::profiling::{HeapProfiler, Profiling};
 use crate::provisioner::{Provisioner, ProvisionerOptions};
@@ -89,6 +90,7 @@ pub struct Manager {
     leader_client: Option<Client>,
     cloud: Arc<dyn CloudProvider>,
     node_classes: Arc<dyn NodeClassLookup>,
+    node_class_registrations: Vec<NodeClassRegistration>,
     interruption: Vec<Arc<dyn InterruptionSource>>,
     clock: Arc<dyn Clock>,
     metrics: Arc<Metrics>,
@@ -112,7 +114,7 @@ impl std::fmt::Debug for Manager {
     }
 }
 
-/// The CRD name of a node-class kind: lower-case kind, plural (`KWOKNodeClass` → `kwoknodeclasses.<group>`).
+/// The CRD name of a node-class kind: lower-case kind, plural (`ToyNodeClass` → `toynodeclasses.<group>`).
 fn crd_name(group: &str, kind: &str) -> String {
     let lower = kind.to_lowercase();
     let plural = if lower.ends_with('s') { format!("{lower}es") } else { format!("{lower}s") };
@@ -151,6 +153,7 @@ impl Manager {
             leader_client: None,
             cloud,
             node_classes,
+            node_class_registrations: Vec::new(),
             interruption: Vec::new(),
             clock,
             metrics: Arc::new(Metrics::new(&crate::metrics::BuildInfo::current("", ""))),
@@ -163,6 +166,18 @@ impl Manager {
             disruption: None,
             heap_profiler: None,
         }
+    }
+
+    /// The provider's node-class kinds (none by default): the NodePool controllers read the node classes of
+    /// these kinds only, a kind registered ready on sight gets its `<kind>.status` controller, and one with
+    /// status metrics its `operatorpkg.<kind>.status` recorder. The binary builds the list for the provider it
+    /// runs.
+    pub fn with_node_class_registrations(
+        mut self,
+        registrations: impl IntoIterator<Item = NodeClassRegistration>,
+    ) -> Self {
+        self.node_class_registrations.extend(registrations);
+        self
     }
 
     /// An interruption source to consume (the queue, status checks); each added source gets its own loop.
@@ -266,6 +281,7 @@ impl Manager {
             leader_client,
             cloud,
             node_classes: _,
+            node_class_registrations,
             interruption,
             clock,
             metrics,
@@ -323,6 +339,7 @@ impl Manager {
                 client,
                 leader_client,
                 cloud,
+                node_class_registrations,
                 interruption,
                 clock,
                 metrics,
@@ -353,6 +370,7 @@ struct LeaderParts {
     client: Client,
     leader_client: Option<Client>,
     cloud: Arc<dyn CloudProvider>,
+    node_class_registrations: Vec<NodeClassRegistration>,
     interruption: Vec<Arc<dyn InterruptionSource>>,
     clock: Arc<dyn Clock>,
     metrics: Arc<Metrics>,
@@ -555,8 +573,11 @@ fn controllers(parts: &LeaderParts, leader: &CancellationToken) -> Controllers {
     let ctx_for = |controller: &str| ctx.for_controller(controller);
     let mut list: Vec<NamedController> = Vec::new();
 
+    let registrations = &parts.node_class_registrations;
+    let resolver = NodeClassResolver::new(registrations);
     if let Some(store) = overlay_store {
-        let overlays = Arc::new(crate::nodeoverlay::NodeOverlayController::new(&ctx, cloud.clone(), store));
+        let overlays = crate::nodeoverlay::NodeOverlayController::new(&ctx, cloud.clone(), store);
+        let overlays = Arc::new(overlays.with_node_classes(resolver.clone()));
         list.push((crate::nodeoverlay::CONTROLLER.into(), Box::pin(overlays.run(leader.clone()))));
     }
 
@@ -600,7 +621,6 @@ fn controllers(parts: &LeaderParts, leader: &CancellationToken) -> Controllers {
     list.push((crate::cloudprovider_metrics::CONTROLLER.into(), Box::pin(offerings.run(leader.clone()))));
 
     // NodePools: readiness, validation, registration health, counter, hash, static capacity.
-    let resolver = NodeClassResolver::default();
     let readiness = Arc::new(Readiness::new(&ctx_for("nodepool.readiness"), resolver.clone()));
     list.push(("nodepool.readiness".into(), Box::pin(readiness.run(leader.clone()))));
     let validation = Arc::new(Validation::new(&ctx));
@@ -626,10 +646,9 @@ fn controllers(parts: &LeaderParts, leader: &CancellationToken) -> Controllers {
             .with_scheduler_options(ProvisionerOptions::from_settings(settings).scheduler_options()),
     );
     list.push((nodepool::min_nodes::CONTROLLER.into(), Box::pin(min_nodes.run(leader.clone()))));
-    let kwok = NodeClassKind::new(karpenter_kwok::api::GROUP, karpenter_kwok::api::KIND);
-    if cloud.supported_node_classes().contains(&kwok) {
-        let status = Arc::new(KwokNodeClassStatus::new(&ctx));
-        list.push(("kwoknodeclass.status".into(), Box::pin(status.run(leader.clone()))));
+    for registration in registrations.iter().filter(|r| r.ready_on_sight) {
+        let status = Arc::new(ReadyOnSight::new(&ctx, registration));
+        list.push((status.name().to_owned(), Box::pin(status.run(leader.clone()))));
     }
     let consistency = Arc::new(Consistency::new(&ctx));
     list.push(("nodeclaim.consistency".into(), Box::pin(consistency.run(leader.clone()))));
@@ -659,7 +678,7 @@ fn controllers(parts: &LeaderParts, leader: &CancellationToken) -> Controllers {
 
     // Cluster-state observability: metrics.pod, metrics.nodepool and metrics.node unless
     // DISABLE_CLUSTER_STATE_OBSERVABILITY (as upstream); the state's own gauges always.
-    list.extend(crate::observability::controllers(&ctx, settings, leader));
+    list.extend(crate::observability::controllers(&ctx, settings, registrations, leader));
 
     for (i, source) in parts.interruption.iter().enumerate() {
         let interruption = Arc::new(Interruption::new(&ctx, source.clone()));

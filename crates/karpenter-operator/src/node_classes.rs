@@ -1,7 +1,15 @@
-//! A [`NodeClassLookup`] fed by the API server: the provider's node classes (KWOKNodeClasses, EC2NodeClasses)
-//! as their JSON, keyed by `(group, kind, name)`, kept current by a kube-runtime watcher.
+//! How the operator takes a provider's node classes: [`NodeClassRegistration`], what the operator needs to know
+//! of one node-class kind, and a [`NodeClassLookup`] fed by the API server.
 //!
-//! [`KubeNodeClasses::start`] lists the kind once before it returns, so a provider handed the lookup never sees
+//! The operator names no provider. The binary hands the manager one registration per node-class kind of the
+//! provider it runs (`Manager::with_node_class_registrations`), and every controller that reads node classes
+//! works from those: the NodePool controllers resolve a NodePool's `nodeClassRef` through them
+//! ([`crate::nodepool::NodeClassResolver`]), a kind that needs no cloud resources is marked `Ready` as soon as
+//! it exists ([`crate::nodepool::nodeclass::ReadyOnSight`]), and a kind with status metrics gets upstream's
+//! `operator_<kind>_status_condition_*` families ([`crate::observability::status`]).
+//!
+//! [`KubeNodeClasses`] holds the provider's node classes as their JSON, keyed by `(group, kind, name)`, kept
+//! current by a kube-runtime watcher. [`KubeNodeClasses::start`] lists the kind once before it returns, so a provider handed the lookup never sees
 //! an empty store at startup (a missing class fails a launch: a NodeClaim launched in that window would be
 //! deleted for nothing), then keeps it current from a watcher task until the shutdown token is cancelled. The
 //! lookup can hold several kinds: call `start` on the same store for each.
@@ -9,14 +17,57 @@
 use std::sync::Arc;
 
 use futures::StreamExt;
-use karpenter_cloudprovider::{InMemoryNodeClasses, NodeClassLookup};
-use kube::api::{Api, ListParams};
+use karpenter_cloudprovider::{InMemoryNodeClasses, NodeClassKind, NodeClassLookup};
+use kube::api::{Api, ApiResource, ListParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+
+/// One node-class kind of a provider, as the operator takes it (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeClassRegistration {
+    /// Where the kind is served: group, version, kind and plural.
+    pub api_resource: ApiResource,
+    /// The kind needs no cloud resources, so a node class of it is `Ready` as soon as it exists: the operator
+    /// sets `Ready=True` on each (upstream's kwok provider does the same for its node class).
+    pub ready_on_sight: bool,
+    /// The operator records `operator_<kind>_status_condition_*` and `operator_<kind>_termination_*` for the
+    /// kind's objects, as upstream's AWS provider does for its node class with operatorpkg's status controller.
+    pub status_metrics: bool,
+}
+
+impl NodeClassRegistration {
+    /// A kind served at `api_resource`, neither ready on sight nor with status metrics.
+    pub fn new(api_resource: ApiResource) -> Self {
+        Self { api_resource, ready_on_sight: false, status_metrics: false }
+    }
+
+    /// The kind of the typed resource `K` (a provider's node-class type).
+    pub fn of<K: Resource<DynamicType = ()>>() -> Self {
+        Self::new(ApiResource::erase::<K>(&()))
+    }
+
+    /// The operator marks every node class of the kind `Ready` ([`NodeClassRegistration::ready_on_sight`]).
+    pub fn ready_on_sight(mut self) -> Self {
+        self.ready_on_sight = true;
+        self
+    }
+
+    /// The operator records the kind's status-condition metrics ([`NodeClassRegistration::status_metrics`]).
+    pub fn with_status_metrics(mut self) -> Self {
+        self.status_metrics = true;
+        self
+    }
+
+    /// The kind's group and kind, as a NodePool's `nodeClassRef` names them.
+    pub fn kind(&self) -> NodeClassKind {
+        NodeClassKind::new(&self.api_resource.group, &self.api_resource.kind)
+    }
+}
 
 /// The watcher-fed lookup (see the module docs). Clones share the store.
 #[derive(Debug, Clone, Default)]
@@ -106,6 +157,58 @@ impl KubeNodeClasses {
             known.sort();
             known.dedup();
         }
+    }
+}
+
+/// A node-class kind no provider has, `example.dev/v1` `ToyNodeClass`, served by the in-process API server: the
+/// tests that prove the operator takes any registered kind, naming none.
+#[cfg(test)]
+pub(crate) mod toy {
+    use std::sync::Arc;
+
+    use karpenter_cloudprovider::Clock;
+    use karpenter_testing::apiserver::{ApiServer, Registry};
+    use kube::api::ApiResource;
+
+    use super::NodeClassRegistration;
+
+    /// The made-up kind, neither ready on sight nor with status metrics.
+    pub(crate) fn registration() -> NodeClassRegistration {
+        NodeClassRegistration::new(ApiResource {
+            group: "example.dev".into(),
+            version: "v1".into(),
+            api_version: "example.dev/v1".into(),
+            kind: "ToyNodeClass".into(),
+            plural: "toynodeclasses".into(),
+        })
+    }
+
+    /// An API server serving the Karpenter CRDs and the made-up kind's (a status subresource, any fields).
+    pub(crate) fn api_server(clock: Arc<dyn Clock>) -> ApiServer {
+        let crd = serde_json::json!({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": "toynodeclasses.example.dev"},
+            "spec": {
+                "group": "example.dev",
+                "scope": "Cluster",
+                "names": {"kind": "ToyNodeClass", "plural": "toynodeclasses", "singular": "toynodeclass",
+                          "listKind": "ToyNodeClassList"},
+                "versions": [{
+                    "name": "v1", "served": true, "storage": true,
+                    "subresources": {"status": {}},
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+                }],
+            },
+        });
+        let mut crds = Registry::karpenter().crds().to_vec();
+        crds.push(serde_json::from_value(crd).expect("a CRD"));
+        ApiServer::builder().clock(clock).registry(Registry::with_crds(crds)).build()
+    }
+
+    /// A `ToyNodeClass` named `name` with no status.
+    pub(crate) fn object(name: &str) -> kube::api::DynamicObject {
+        kube::api::DynamicObject::new(name, &registration().api_resource)
     }
 }
 

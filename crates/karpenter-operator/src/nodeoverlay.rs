@@ -60,6 +60,8 @@ pub struct NodeOverlayController {
     ctx: ControllerContext,
     provider: Arc<dyn CloudProvider>,
     store: OverlayStore,
+    /// The node-class kinds whose changes bring an evaluation.
+    node_classes: NodeClassResolver,
 }
 
 impl std::fmt::Debug for NodeOverlayController {
@@ -72,7 +74,14 @@ impl NodeOverlayController {
     /// `provider` is the undecorated provider; `store` the one its [`Overlaid`](karpenter_cloudprovider::Overlaid)
     /// wrapper reads.
     pub fn new(ctx: &ControllerContext, provider: Arc<dyn CloudProvider>, store: OverlayStore) -> Self {
-        Self { ctx: ctx.clone(), provider, store }
+        Self { ctx: ctx.clone(), provider, store, node_classes: NodeClassResolver::default() }
+    }
+
+    /// The provider's node-class kinds (none by default): a change to a node class of one the provider
+    /// launches from brings an evaluation.
+    pub fn with_node_classes(mut self, node_classes: NodeClassResolver) -> Self {
+        self.node_classes = node_classes;
+        self
     }
 
     /// Evaluates every overlay against every pool, updates the store, then the overlays' conditions.
@@ -168,7 +177,7 @@ impl NodeOverlayController {
             watcher(Api::<NodeOverlay>::all(client.clone()), watcher::Config::default()).filter_map(events).boxed();
         let pools =
             watcher(Api::<NodePool>::all(client.clone()), watcher::Config::default()).filter_map(events).boxed();
-        let resolver = NodeClassResolver::default();
+        let resolver = &self.node_classes;
         let node_classes: Vec<_> = self
             .provider
             .supported_node_classes()
@@ -221,6 +230,7 @@ impl NodeOverlayController {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::nodepool::nodeclass::NodeClassRegistration;
     use karpenter_api::nodeoverlay::{NodeOverlayRequirement, NodeOverlaySpec};
     use karpenter_api::{Conditions, labels};
     use karpenter_cloudprovider::Overlaid;
@@ -324,7 +334,10 @@ mod tests {
         let ctx = ControllerContext::for_tests(client.clone(), raw.clone(), Arc::new(FakeClock::default()));
         let pool = node_pool(NodePoolOptions { name: Some("default".into()), ..Default::default() });
         Api::<NodePool>::all(client.clone()).create(&PostParams::default(), &pool).await.unwrap();
-        let controller = Arc::new(NodeOverlayController::new(&ctx, raw, OverlayStore::new()));
+        let kwok = NodeClassRegistration::of::<karpenter_kwok::api::KWOKNodeClass>();
+        let controller = NodeOverlayController::new(&ctx, raw, OverlayStore::new())
+            .with_node_classes(NodeClassResolver::new([&kwok]));
+        let controller = Arc::new(controller);
         let shutdown = CancellationToken::new();
         let run = tokio::spawn(controller.run(shutdown.clone()));
         let evaluations = || fake.call_count(Method::InstanceTypes);

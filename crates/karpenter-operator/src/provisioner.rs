@@ -555,11 +555,12 @@ impl Provisioner {
         drop(gate);
         // Upstream's scheduling decisions: when each pod was first decided about and first found a place.
         crate::observability::scheduling_times::record_pass(
-            &self.ctx.state,
+            self.ctx.state.scheduling_times(),
             &self.ctx.metrics,
             &rejected_keys,
             &decisions,
             self.ctx.clock.now(),
+            |key| self.ctx.state.get_shared::<CompactPod>(key).map(|pod| pod.node_name().is_some()),
         );
         self.ctx.metrics.scheduler_unschedulable_pods_count(CONTROLLER).set(count(decisions.unschedulable.len()));
         if decisions.timed_out {

@@ -159,7 +159,7 @@ pub struct CoreSettings {
     #[arg(long, env = "DISABLE_CONTROLLER_WARMUP", default_value = "true", action = ArgAction::Set, value_parser = parse_go_bool,
           num_args = 0..=1, default_missing_value = "true")]
     pub disable_controller_warmup: bool,
-    /// Turn off the pod, node and NodePool state metrics (the metrics.pod, metrics.node and metrics.nodepool controllers) and the NodeClaim, NodePool and Node status-condition and termination metrics (operator_nodeclaim_*, operator_nodepool_*, operator_node_*), as upstream. The EC2NodeClass ones and the cluster-state gauges stay
+    /// Turn off the pod, node and NodePool state metrics (the metrics.pod, metrics.node and metrics.nodepool controllers) and the NodeClaim, NodePool and Node status-condition and termination metrics (operator_nodeclaim_*, operator_nodepool_*, operator_node_*), as upstream. The provider's node-class ones and the cluster-state gauges stay
     #[arg(long, env = "DISABLE_CLUSTER_STATE_OBSERVABILITY", default_value = "false", action = ArgAction::Set, value_parser = parse_go_bool,
           num_args = 0..=1, default_missing_value = "true")]
     pub disable_cluster_state_observability: bool,

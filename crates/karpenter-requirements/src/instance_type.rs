@@ -72,7 +72,11 @@ impl Clone for InstanceType {
 /// `capacity − overhead` over the capacity's resources (overhead-only resources are ignored); then, if the
 /// capacity has any `hugepages-*` resource, memory is reduced by each of them and floored at zero.
 pub fn compute_allocatable(capacity: &ResourceList, overhead: &Overhead) -> ResourceList {
-    let total = overhead.total();
+    allocatable_of(capacity, &overhead.total())
+}
+
+/// [`compute_allocatable`] over an overhead already totalled.
+fn allocatable_of(capacity: &ResourceList, total: &ResourceList) -> ResourceList {
     let mut out = ResourceList::new();
     for (name, q) in capacity.iter() {
         let v = match total.get(name) {
@@ -88,6 +92,41 @@ pub fn compute_allocatable(capacity: &ResourceList, overhead: &Overhead) -> Reso
         }
     }
     out
+}
+
+/// `base` with every resource of `over` added or replacing `base`'s (upstream's `lo.Assign`).
+fn merged(base: &ResourceList, over: &ResourceList) -> ResourceList {
+    let mut out = base.clone();
+    for (name, q) in over.iter() {
+        out.insert(name, *q);
+    }
+    out
+}
+
+/// The available offerings of an instance type that share one pair of overrides, and the allocatable a node
+/// launched from any of them has (upstream's `AllocatableOfferings`). See [`InstanceType::offering_groups`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct OfferingGroup<'a> {
+    /// The instance type's capacity with the group's capacity override merged in, minus its overhead with the
+    /// group's overhead override merged in ([`compute_allocatable`]'s rules otherwise).
+    pub allocatable: ResourceList,
+    /// The group's available offerings, in the instance type's order (none for a base group whose offerings all
+    /// carry overrides or are unavailable).
+    pub offerings: Vec<&'a Offering>,
+}
+
+impl OfferingGroup<'_> {
+    /// Whether `requests` fit the group's allocatable and one of its offerings is compatible with `reqs`:
+    /// upstream's per-group test in the scheduler's instance-type filter (`fits`).
+    pub fn holds<K: KeySet>(&self, requests: &ResourceList, reqs: &Requirements, allow_undefined: &K) -> bool {
+        requests.fits(&self.allocatable) && self.offerings.iter().any(|o| o.is_compatible(reqs, allow_undefined))
+    }
+}
+
+/// Whether two offerings carry the same overrides (so they fall in one [`OfferingGroup`]).
+fn same_overrides(a: &Offering, b: &Offering) -> bool {
+    let capacity = |o: &Offering| o.capacity_override.as_ref().filter(|c| !c.is_empty()).cloned();
+    capacity(a) == capacity(b) && a.overhead_override == b.overhead_override
 }
 
 impl InstanceType {
@@ -151,15 +190,72 @@ impl InstanceType {
         self.allocatable.get_or_init(|| compute_allocatable(&self.capacity, &self.overhead))
     }
 
-    /// Allocatable for a specific offering, honouring its capacity / overhead overrides (not cached).
+    /// Allocatable of a node launched from `offering` (one of this type's): [`Self::allocatable`] unless the
+    /// offering has overrides, else the capacity with its capacity override merged in, minus the overhead total
+    /// with its overhead override's total merged in (each named resource replaces the type's; not cached).
     pub fn allocatable_for(&self, offering: &Offering) -> ResourceList {
-        if offering.capacity_override.is_none() && offering.overhead_override.is_none() {
+        if !offering.has_override() {
             return self.allocatable().clone();
         }
-        compute_allocatable(
-            offering.capacity_override.as_ref().unwrap_or(&self.capacity),
-            offering.overhead_override.as_ref().unwrap_or(&self.overhead),
-        )
+        let capacity = match offering.capacity_override.as_ref().filter(|c| !c.is_empty()) {
+            Some(over) => merged(&self.capacity, over),
+            None => self.capacity.clone(),
+        };
+        let overhead = match &offering.overhead_override {
+            Some(over) => merged(&self.overhead.total(), &over.total()),
+            None => self.overhead.total(),
+        };
+        allocatable_of(&capacity, &overhead)
+    }
+
+    /// Whether any offering (available or not) carries a capacity or overhead override.
+    pub fn has_offering_overrides(&self) -> bool {
+        self.offerings.iter().any(Offering::has_override)
+    }
+
+    /// The available offerings grouped by equal overrides, each with its allocatable (upstream's
+    /// `AllocatableOfferingsList`): the first group is always the base one (offerings without overrides,
+    /// allocatable [`Self::allocatable`]), possibly with no offering; then one group per distinct pair of
+    /// overrides in the order the offerings list them. A pod fits the type when it fits some group that has an
+    /// offering compatible with its claim ([`OfferingGroup::holds`]). Without overrides this is one group of
+    /// every available offering. Computed on each call (the offerings are public and may change): callers on a
+    /// hot path compute it once, and only for types where [`Self::has_offering_overrides`].
+    pub fn offering_groups(&self) -> Vec<OfferingGroup<'_>> {
+        let mut groups = vec![OfferingGroup {
+            allocatable: self.allocatable().clone(),
+            offerings: Vec::with_capacity(self.offerings.len()),
+        }];
+        let mut representatives: Vec<&Offering> = Vec::new();
+        for o in self.offerings.iter().filter(|o| o.available) {
+            let at = if !o.has_override() {
+                0
+            } else if let Some(k) = representatives.iter().position(|r| same_overrides(r, o)) {
+                k + 1
+            } else {
+                representatives.push(o);
+                groups.push(OfferingGroup { allocatable: self.allocatable_for(o), offerings: Vec::new() });
+                representatives.len()
+            };
+            if let Some(group) = groups.get_mut(at) {
+                group.offerings.push(o);
+            }
+        }
+        groups
+    }
+
+    /// Whether `requests` fit some [offering group](Self::offering_groups) with an offering compatible with
+    /// `reqs` (upstream's `fits`; the no-override case is one test against [`Self::allocatable`]).
+    pub fn fits_an_offering<K: KeySet>(
+        &self,
+        requests: &ResourceList,
+        reqs: &Requirements,
+        allow_undefined: &K,
+    ) -> bool {
+        if !self.has_offering_overrides() {
+            return requests.fits(self.allocatable())
+                && self.offerings.available().any(|o| o.is_compatible(reqs, allow_undefined));
+        }
+        self.offering_groups().iter().any(|g| g.holds(requests, reqs, allow_undefined))
     }
 
     /// The lowest price over available offerings compatible with `reqs`; `+∞` if there is none.
@@ -475,11 +571,105 @@ mod tests {
         // without hugepages a negative result stays negative (never fits)
         t.set_capacity(rl(&[("memory", "1Gi")]));
         assert!(t.allocatable().memory().is_negative());
-        // offering overrides
-        let mut o = offering("a", "on-demand", 1.0, true);
-        o.capacity_override = Some(rl(&[("memory", "4Gi")]));
-        o.overhead_override = Some(Overhead::default());
-        assert_eq!(t.allocatable_for(&o).memory(), q("4Gi"));
+        // An offering's overrides are merged into the type's capacity and overhead, not put in their place: an
+        // empty overhead override keeps every reserved resource of the type.
+        let o = offering("a", "on-demand", 1.0, true)
+            .with_capacity_override(rl(&[("memory", "4Gi")]))
+            .with_overhead_override(Overhead::default());
+        assert_eq!(
+            t.allocatable_for(&o).memory(),
+            q("4Gi").checked_sub(&q("1Gi")).unwrap().checked_sub(&q("100Mi")).unwrap()
+        );
+        assert_eq!(t.allocatable_for(&offering("a", "on-demand", 1.0, true)), *t.allocatable());
+    }
+
+    const SLOTS: &str = "test.com/extended-slots";
+
+    /// 4 CPU, 16Gi, 110 pods, kube-reserved 100m / 1Gi; offerings as given.
+    fn slotted(offerings: Vec<Offering>) -> InstanceType {
+        let overhead = Overhead { kube_reserved: rl(&[("cpu", "100m"), ("memory", "1Gi")]), ..Overhead::default() };
+        InstanceType::new(
+            "x",
+            Requirements::new(),
+            offerings,
+            rl(&[("cpu", "4"), ("memory", "16Gi"), ("pods", "110")]),
+            overhead,
+        )
+    }
+
+    /// An offering with 12 slots of capacity and 3Gi of system-reserved memory.
+    fn with_slots(o: Offering) -> Offering {
+        o.with_capacity_override(rl(&[(SLOTS, "12")]))
+            .with_overhead_override(Overhead { system_reserved: rl(&[("memory", "3Gi")]), ..Overhead::default() })
+    }
+
+    #[test]
+    fn offerings_group_by_equal_overrides_with_the_base_group_first() {
+        // No overrides: one group of the available offerings, the type's allocatable.
+        let plain = slotted(vec![offering("a", "spot", 1.0, true), offering("b", "spot", 1.0, false)]);
+        assert!(!plain.has_offering_overrides());
+        let groups = plain.offering_groups();
+        assert_eq!(groups.len(), 1);
+        assert_eq!((&groups[0].allocatable, groups[0].offerings.len()), (plain.allocatable(), 1));
+
+        let t = slotted(vec![
+            offering("a", "on-demand", 1.0, true),
+            with_slots(offering("a", "on-demand", 1.0, true)),
+            offering("b", "on-demand", 1.0, true),
+            with_slots(offering("b", "on-demand", 1.0, true)),
+            with_slots(offering("c", "on-demand", 1.0, false)),
+            offering("c", "spot", 1.0, true).with_capacity_override(rl(&[(SLOTS, "2")])),
+            // An empty capacity override is none (upstream's `len(...) > 0`).
+            offering("d", "spot", 1.0, true).with_capacity_override(ResourceList::new()),
+        ]);
+        let groups = t.offering_groups();
+        let zones =
+            |g: &OfferingGroup<'_>| g.offerings.iter().filter_map(|o| o.zone().map(str::to_owned)).collect::<Vec<_>>();
+        assert_eq!(groups.len(), 3);
+        assert_eq!(zones(&groups[0]), ["a", "b", "d"]);
+        assert_eq!((groups[0].allocatable.cpu(), groups[0].allocatable.memory()), (q("3900m"), q("15Gi")));
+        assert!(groups[0].allocatable.get(SLOTS).is_none());
+        // The override group: the unavailable offering of zone c is left out; the overhead override's 3Gi of
+        // memory replaces the type's 1Gi, its CPU reservation stays.
+        assert_eq!(zones(&groups[1]), ["a", "b"]);
+        assert_eq!(
+            (groups[1].allocatable.cpu(), groups[1].allocatable.memory(), groups[1].allocatable.get(SLOTS).copied()),
+            (q("3900m"), q("13Gi"), Some(q("12")))
+        );
+        assert_eq!(zones(&groups[2]), ["c"]);
+        assert_eq!(
+            (groups[2].allocatable.memory(), groups[2].allocatable.get(SLOTS).copied()),
+            (q("15Gi"), Some(q("2")))
+        );
+
+        // Every offering carries overrides: the base group is still first, with no offering.
+        let only = slotted(vec![with_slots(offering("a", "spot", 1.0, true))]);
+        let groups = only.offering_groups();
+        assert_eq!(groups.iter().map(|g| g.offerings.len()).collect::<Vec<_>>(), [0, 1]);
+    }
+
+    #[test]
+    fn a_pod_fits_a_type_through_a_compatible_group_that_holds_it() {
+        let slot = rl(&[(SLOTS, "1")]);
+        let zone_a = claim(&[(ZONE, &["a"])]);
+        let zone_b = claim(&[(ZONE, &["b"])]);
+        let t = slotted(vec![offering("a", "spot", 1.0, true), with_slots(offering("b", "spot", 1.0, true))]);
+        // The slot exists only on zone b's override offering.
+        assert!(t.fits_an_offering(&slot, &Requirements::new(), &WK));
+        assert!(t.fits_an_offering(&slot, &zone_b, &WK));
+        assert!(!t.fits_an_offering(&slot, &zone_a, &WK), "zone a's offering has no slot");
+        // 14Gi fits the base group (15Gi) but not the override group (13Gi).
+        let big = rl(&[("memory", "14Gi")]);
+        assert!(t.fits_an_offering(&big, &zone_a, &WK));
+        assert!(!t.fits_an_offering(&big, &zone_b, &WK));
+        // Override offerings that are unavailable give no slot, whatever their allocatable says.
+        let gone = slotted(vec![offering("a", "spot", 1.0, true), with_slots(offering("a", "spot", 1.0, false))]);
+        assert!(!gone.fits_an_offering(&slot, &Requirements::new(), &WK));
+        // Without overrides: the type's allocatable and any compatible available offering.
+        let plain = slotted(vec![offering("a", "spot", 1.0, true)]);
+        assert!(plain.fits_an_offering(&big, &zone_a, &WK));
+        assert!(!plain.fits_an_offering(&big, &zone_b, &WK));
+        assert!(!plain.fits_an_offering(&slot, &zone_a, &WK));
     }
 
     #[test]

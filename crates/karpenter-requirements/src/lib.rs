@@ -61,8 +61,8 @@ pub mod fuzzing;
 pub use devices::{CounterSet, Device, DeviceAttribute, DeviceSliceTemplate};
 pub use host_ports::{HostPort, HostPortConflict, HostPortUsage, pod_host_ports, spec_host_ports};
 pub use instance_type::{
-    InstanceType, InstanceTypeBuilder, MinValuesError, MinValuesPolicy, Overhead, UnknownMinValuesPolicy,
-    order_by_price, satisfies_min_values, truncate,
+    InstanceType, InstanceTypeBuilder, MinValuesError, MinValuesPolicy, OfferingGroup, Overhead,
+    UnknownMinValuesPolicy, order_by_price, satisfies_min_values, truncate,
 };
 pub use offering::{Offering, OfferingsExt};
 pub use quantity::{Format, Quantity, QuantityError};

@@ -22,9 +22,16 @@ pub struct Offering {
     pub available: bool,
     /// Remaining instances in the reservation (reserved offerings only).
     pub reservation_capacity: i32,
-    /// Capacity that replaces the instance type's for this offering (v1.14 overlays).
+    /// Resources a node launched from this offering has beyond or instead of the instance type's capacity (upstream
+    /// v1.14's `CapacityOverride`): merged into the capacity, each named resource added or replacing the type's.
+    /// `None` (or an empty list) leaves the capacity as it is. See [`InstanceType::offering_groups`].
+    ///
+    /// [`InstanceType::offering_groups`]: crate::InstanceType::offering_groups
     pub capacity_override: Option<ResourceList>,
-    /// Overhead that replaces the instance type's for this offering.
+    /// Overhead a node launched from this offering keeps for itself (upstream's `OverheadOverride`): its total
+    /// is merged into the instance type's overhead total, each named resource replacing the type's; `None`
+    /// leaves the overhead as it is. `Some` of an empty overhead still makes an override group of its own, as
+    /// upstream's non-nil pointer does.
     pub overhead_override: Option<Overhead>,
     /// A NodeOverlay set this offering's price (NodeClaims launched from it are annotated so).
     pub price_overlay_applied: bool,
@@ -69,6 +76,22 @@ impl Offering {
                 .into_iter()
                 .collect();
         Offering::new(requirements, price)
+    }
+
+    /// The same offering with a capacity override ([`Offering::capacity_override`]).
+    pub fn with_capacity_override(self, capacity: ResourceList) -> Self {
+        Offering { capacity_override: Some(capacity), ..self }
+    }
+
+    /// The same offering with an overhead override ([`Offering::overhead_override`]).
+    pub fn with_overhead_override(self, overhead: Overhead) -> Self {
+        Offering { overhead_override: Some(overhead), ..self }
+    }
+
+    /// Whether the offering overrides the instance type's capacity or overhead (an empty capacity override does
+    /// not count, as upstream's `len(CapacityOverride) > 0`).
+    pub fn has_override(&self) -> bool {
+        self.capacity_override.as_ref().is_some_and(|c| !c.is_empty()) || self.overhead_override.is_some()
     }
 
     /// The same offering marked unavailable (out of capacity): the scheduler and launches skip it.

@@ -171,6 +171,9 @@ macro_rules! karpenter_metrics {
             registry: Registry,
             build_info: GaugeFamily,
             status: [StatusConditionMetrics; 4],
+            /// The families of node-class kinds that are not declared here, registered on first use
+            /// ([`Metrics::node_class_status_conditions`]) and encoded after `registry`.
+            node_class_status: std::sync::Mutex<NodeClassStatusFamilies>,
             runtime: runtime::RuntimeFamilies,
             /// The summaries (full name, help, family), encoded by [`Metrics::render`] after the registry.
             summaries: Vec<(String, &'static str, summary::SummaryFamily)>,
@@ -203,7 +206,8 @@ macro_rules! karpenter_metrics {
                     let $name = karpenter_metrics!(@new $kind clock);
                     karpenter_metrics!(@register $kind sub summaries $name $help);
                 )*
-                Self { registry, build_info, status, runtime, summaries, $( $name, )* }
+                let node_class_status = std::sync::Mutex::default();
+                Self { registry, build_info, status, node_class_status, runtime, summaries, $( $name, )* }
             }
 
             $( karpenter_metrics!(@accessor $kind $name ($($label),*) $help); )*
@@ -635,6 +639,13 @@ impl Metrics {
         if out.ends_with("# EOF\n") {
             out.truncate(out.len() - "# EOF\n".len());
         }
+        {
+            let node_classes = self.node_class_status.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let _ = encode(&mut out, &node_classes.registry);
+        }
+        if out.ends_with("# EOF\n") {
+            out.truncate(out.len() - "# EOF\n".len());
+        }
         for (name, help, family) in &self.summaries {
             family.encode(&mut out, name, help);
         }
@@ -659,6 +670,39 @@ impl Metrics {
         // `status` holds one entry per kind, in declaration order.
         &self.status[kind as usize]
     }
+
+    /// The `operator_<kind>_…` families of a provider's node-class kind, named by its Kubernetes kind
+    /// (`ToyNodeClass` → `operator_toynodeclass_…`), for a provider whose node classes the operator takes
+    /// through a registration rather than a type: the declared families when [`StatusKind`] declares the kind
+    /// (their buckets and documentation), else families registered on first use with the Prometheus client's
+    /// default buckets (what upstream's operator package gives a provider's kind) and no object labels. Asking
+    /// again shares the series. `None` when the kind is one of the core kinds (NodeClaim, NodePool, Node), whose
+    /// families are not a node class's.
+    pub fn node_class_status_conditions(&self, kind: &str) -> Option<StatusConditionMetrics> {
+        let name = kind.to_lowercase();
+        if let Some(declared) = StatusKind::ALL.into_iter().find(|k| k.metric_name() == name) {
+            return declared.is_node_class().then(|| self.status_conditions(declared).clone());
+        }
+        let mut node_classes = self.node_class_status.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let NodeClassStatusFamilies { registry, by_kind } = &mut *node_classes;
+        let families = by_kind.entry(name).or_insert_with_key(|name| {
+            StatusConditionMetrics::register_specs(
+                registry,
+                StatusConditionMetrics::specs_of(name, Vec::new(), false),
+                default_histogram,
+            )
+        });
+        Some(families.clone())
+    }
+}
+
+/// The status-condition families of node-class kinds registered at run time, in a registry of their own (the
+/// main one is filled before the registry is shared).
+#[derive(Debug, Default)]
+struct NodeClassStatusFamilies {
+    registry: Registry,
+    /// By lower-cased kind.
+    by_kind: BTreeMap<String, StatusConditionMetrics>,
 }
 
 /// The kinds with `operator_<kind>_…` status-condition and termination metrics.
@@ -670,7 +714,8 @@ pub enum StatusKind {
     NodePool,
     /// `operator_node_…`.
     Node,
-    /// `operator_ec2nodeclass_…` (the AWS provider).
+    /// `operator_ec2nodeclass_…` (the AWS provider): declared here so docs/metrics.md lists its families;
+    /// recorded through [`Metrics::node_class_status_conditions`] like any provider's node-class kind.
     EC2NodeClass,
 }
 
@@ -701,6 +746,11 @@ impl StatusKind {
         }
     }
 
+    /// Whether this is a provider's node-class kind (not one of the core kinds).
+    pub fn is_node_class(self) -> bool {
+        !matches!(self, Self::NodeClaim | Self::NodePool | Self::Node)
+    }
+
     /// Whether the series also carry the object's node class labels (`karpenter_k8s_aws_ec2nodeclass` for the
     /// AWS provider, `karpenter_kwok_sh_kwoknodeclass` for kwok): NodeClaims and Nodes, as upstream.
     pub fn carries_node_class_labels(self) -> bool {
@@ -708,13 +758,10 @@ impl StatusKind {
     }
 
     /// The histogram buckets upstream gives this kind: 0.5 s doubling to 8192 s for the core kinds (conditions
-    /// and terminations take minutes to hours), the Prometheus client's defaults for EC2NodeClasses (upstream's
-    /// AWS provider sets none).
+    /// and terminations take minutes to hours), the Prometheus client's defaults for a provider's node classes
+    /// (upstream's AWS provider sets none).
     pub fn buckets(self) -> &'static [f64] {
-        match self {
-            Self::EC2NodeClass => PROMETHEUS_DEFAULT_BUCKETS,
-            _ => STATUS_BUCKETS,
-        }
+        if self.is_node_class() { PROMETHEUS_DEFAULT_BUCKETS } else { STATUS_BUCKETS }
     }
 }
 
@@ -750,7 +797,7 @@ pub const TERMINATING_OBJECT_LABELS: &[&str] = &["name", "namespace"];
 /// as upstream's operator package names them). Every series carries the labels listed for its family, then the
 /// object's node class labels (NodeClaims and Nodes) and the kind's [`StatusKind::object_labels`]. What sets
 /// and removes them is `observability::status`; this only declares and holds the families.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct StatusConditionMetrics {
     count: GaugeFamily,
     transitions: CounterFamily,
@@ -761,11 +808,16 @@ pub struct StatusConditionMetrics {
 }
 
 impl StatusConditionMetrics {
-    fn specs(kind: StatusKind) -> [(String, MetricType, Vec<&'static str>, String); 6] {
-        let k = kind.metric_name();
+    fn specs(kind: StatusKind) -> [StatusSpec; 6] {
         let extra: Vec<&'static str> = kind.object_labels().iter().map(|(_, name)| *name).collect();
+        Self::specs_of(kind.metric_name(), extra, kind.carries_node_class_labels())
+    }
+
+    /// The six families of the kind whose lower-cased name is `k`, each carrying `extra` labels after its own;
+    /// `node_class_labels` when the series also carry the object's node class labels.
+    fn specs_of(k: &str, extra: Vec<&'static str>, node_class_labels: bool) -> [StatusSpec; 6] {
         let with_extra = |fixed: &[&'static str]| fixed.iter().copied().chain(extra.iter().copied()).collect();
-        let classes = if kind.carries_node_class_labels() {
+        let classes = if node_class_labels {
             " Also labelled with the object's node class label of each node class kind the provider supports."
         } else {
             ""
@@ -815,10 +867,11 @@ impl StatusConditionMetrics {
     }
 
     fn register(registry: &mut Registry, kind: StatusKind) -> Self {
-        let buckets = match kind {
-            StatusKind::EC2NodeClass => default_histogram as fn() -> Histogram,
-            _ => status_histogram as fn() -> Histogram,
-        };
+        let buckets: fn() -> Histogram = if kind.is_node_class() { default_histogram } else { status_histogram };
+        Self::register_specs(registry, Self::specs(kind), buckets)
+    }
+
+    fn register_specs(registry: &mut Registry, specs: [StatusSpec; 6], buckets: fn() -> Histogram) -> Self {
         let this = Self {
             count: GaugeFamily::default(),
             transitions: CounterFamily::default(),
@@ -827,7 +880,7 @@ impl StatusConditionMetrics {
             termination_duration_seconds: HistogramFamily::new_with_constructor(buckets),
             termination_current_time_seconds: GaugeFamily::default(),
         };
-        let [count, transitions, transition_seconds, current, termination, termination_current] = Self::specs(kind);
+        let [count, transitions, transition_seconds, current, termination, termination_current] = specs;
         registry.register(count.0, count.3, this.count.clone());
         registry.register(transitions.0.trim_end_matches("_total"), transitions.3, this.transitions.clone());
         registry.register(transition_seconds.0, transition_seconds.3, this.transition_seconds.clone());
@@ -869,6 +922,9 @@ impl StatusConditionMetrics {
         &self.termination_current_time_seconds
     }
 }
+
+/// One status-condition family as declared: full name, type, labels, help.
+type StatusSpec = (String, MetricType, Vec<&'static str>, String);
 
 /// The `[not-emitted]` section of `metrics_upstream/v1.15.txt`: (upstream family, why we do not serve it).
 fn upstream_not_emitted() -> Vec<(&'static str, &'static str)> {
@@ -1163,6 +1219,37 @@ mod tests {
         }
         let names: BTreeSet<_> = d.iter().map(|m| &m.name).collect();
         assert_eq!(names.len(), d.len(), "no duplicates");
+    }
+
+    #[test]
+    fn a_node_class_kind_gets_its_families_on_first_use() {
+        let metrics = Metrics::new(&BuildInfo::default());
+        let before = metrics.render();
+        assert!(!before.contains("operator_toynodeclass_"), "not registered before it is asked for");
+        let toy = metrics.node_class_status_conditions("ToyNodeClass").expect("a node-class kind");
+        let series: Labels = ["name", "namespace", "type", "status", "reason"]
+            .iter()
+            .map(|n| ((*n).to_string(), "x".to_string()))
+            .collect();
+        toy.count().get_or_create(&series).set(1.0);
+        let again = metrics.node_class_status_conditions("toynodeclass").expect("the same kind");
+        again.transition_seconds().get_or_create(&vec![("type".into(), "Ready".into())]).observe(0.2);
+        let text = metrics.render();
+        assert!(text.contains(
+            "operator_toynodeclass_status_condition_count{name=\"x\",namespace=\"x\",type=\"x\",status=\"x\",reason=\"x\"} 1.0"
+        ));
+        // The Prometheus client's default buckets, as the declared node-class kind.
+        assert!(text.contains(
+            "operator_toynodeclass_status_condition_transition_seconds_bucket{le=\"0.25\",type=\"Ready\"} 1"
+        ));
+        assert!(text.ends_with("# EOF\n") && text.matches("# EOF").count() == 1, "one exposition");
+        // A declared kind answers with its declared families; a core kind is not a node class.
+        let declared = metrics.node_class_status_conditions("EC2NodeClass").expect("declared");
+        declared.count().get_or_create(&series).set(1.0);
+        assert!(metrics.render().contains("operator_ec2nodeclass_status_condition_count{"));
+        assert_eq!(metrics.render().matches("# TYPE operator_ec2nodeclass_status_condition_count ").count(), 1);
+        assert!(metrics.node_class_status_conditions("Node").is_none());
+        assert!(metrics.node_class_status_conditions("NodeClaim").is_none());
     }
 
     #[test]

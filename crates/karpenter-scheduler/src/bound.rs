@@ -344,14 +344,29 @@ pub fn lower_bound<'p>(
         if template.unusable.is_some() {
             continue;
         }
-        for (it, room) in template.its.iter().zip(&template.room) {
-            let price = it.min_compatible_price(&template.requirements, provider);
-            if !price.is_finite() {
-                continue;
+        for ((it, room), groups) in template.its.iter().zip(&template.room).zip(&template.groups) {
+            // A type with offering overrides is one column per offering group: its room at the price of the
+            // group's cheapest compatible offering.
+            let columns: Vec<(f64, &ResourceList)> = if groups.is_empty() {
+                vec![(it.min_compatible_price(&template.requirements, provider), room)]
+            } else {
+                groups
+                    .iter()
+                    .map(|g| {
+                        let compatible =
+                            g.offerings.iter().filter(|o| o.is_compatible(&template.requirements, provider));
+                        (compatible.map(|o| o.price).min_by(f64::total_cmp).unwrap_or(f64::INFINITY), &g.room)
+                    })
+                    .collect()
+            };
+            for (price, room) in columns {
+                if !price.is_finite() || room.any_negative() {
+                    continue;
+                }
+                types.push(LpType { price, room: resource_vector(room).map(|v| v.max(0.0)) });
+                rooms.push(room.clone());
+                names.push((template.name.clone(), it.name.clone()));
             }
-            types.push(LpType { price, room: resource_vector(room).map(|v| v.max(0.0)) });
-            rooms.push(room.clone());
-            names.push((template.name.clone(), it.name.clone()));
         }
     }
     let lp = solve_lp(demand, &types)?;

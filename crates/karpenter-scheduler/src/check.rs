@@ -4,7 +4,8 @@
 //! * every pending pod appears exactly once (placed at most once), and nothing else appears;
 //! * new NodeClaims: the NodePool exists and is dynamic; every instance-type option exists, intersects the
 //!   claim's requirements, has an available offering compatible with them, and holds the pods' requests plus
-//!   the DaemonSet overhead of that instance type; every pod tolerates the pool's taints (PreferNoSchedule
+//!   the DaemonSet overhead of that instance type (on an offering group compatible with them, when its
+//!   offerings carry capacity or overhead overrides); every pod tolerates the pool's taints (PreferNoSchedule
 //!   taints may be relaxed away) and its nodeSelector plus one of its required node-affinity terms is
 //!   compatible with the claim; host ports do not collide;
 //! * existing nodes and in-flight claims: exist, are not marked for deletion, their labels satisfy the pods,
@@ -245,7 +246,14 @@ pub fn check(
                 ));
             }
             let overhead = daemon_overhead(snapshot, &pool_reqs, &taints, it, provider);
-            if !sum.add(&overhead).fits(it.allocatable()) {
+            // With offering overrides, some offering group compatible with the claim must hold them.
+            let need = sum.add(&overhead);
+            let fits = if it.has_offering_overrides() {
+                it.fits_an_offering(&need, reqs, provider)
+            } else {
+                need.fits(it.allocatable())
+            };
+            if !fits {
                 v.push(format!(
                     "{ctx}: pods ({sum}) + DaemonSets ({overhead}) do not fit {name} ({})",
                     it.allocatable()
@@ -384,8 +392,11 @@ pub fn fits_some_empty_instance_type(
             let reqs = pool_reqs.intersection(alt);
             pool.instance_types.iter().any(|it| {
                 it.requirements.intersects(&reqs).is_ok()
-                    && it.offerings.available().any(|o| o.is_compatible(&reqs, provider))
-                    && req.add(&daemon_overhead(snapshot, &pool_reqs, &taints, it, provider)).fits(it.allocatable())
+                    && it.fits_an_offering(
+                        &req.add(&daemon_overhead(snapshot, &pool_reqs, &taints, it, provider)),
+                        &reqs,
+                        provider,
+                    )
             })
         })
     })

@@ -52,7 +52,7 @@
 //! (`instanceTypeOptions` and `zones` were), and a document without them still reads.
 
 mod pod_key;
-mod reason;
+pub(crate) mod reason;
 
 use std::collections::BTreeMap;
 
@@ -332,7 +332,7 @@ impl ExistingNodePlacement {
 /// A pod that could not be placed. JSON: `{"pod", "code", "reason"}`, `reason` being the message
 /// ([`UnschedulableReason`]'s `Display`) and `code` its [`code`](UnschedulableReason::code).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(into = "reason::UnschedulablePodJson", try_from = "reason::UnschedulablePodJson")]
+#[serde(into = "UnschedulablePodJson", try_from = "UnschedulablePodJson")]
 #[non_exhaustive]
 pub struct UnschedulablePod {
     /// The pod.
@@ -345,6 +345,31 @@ impl UnschedulablePod {
     /// `pod`, left out for `reason`.
     pub fn new(pod: PodKey, reason: UnschedulableReason) -> Self {
         UnschedulablePod { pod, reason }
+    }
+}
+
+/// [`UnschedulablePod`]'s JSON form. With the pod rather than the reason (`decision/reason.rs`), which knows
+/// nothing of the pod it explains.
+#[derive(Serialize, Deserialize)]
+struct UnschedulablePodJson {
+    pod: PodKey,
+    code: String,
+    reason: String,
+}
+
+impl From<UnschedulablePod> for UnschedulablePodJson {
+    fn from(u: UnschedulablePod) -> Self {
+        UnschedulablePodJson { code: u.reason.code().to_owned(), reason: u.reason.to_string(), pod: u.pod }
+    }
+}
+
+impl TryFrom<UnschedulablePodJson> for UnschedulablePod {
+    type Error = String;
+
+    fn try_from(j: UnschedulablePodJson) -> Result<Self, String> {
+        let reason = UnschedulableReason::from_code_and_message(&j.code, &j.reason)
+            .ok_or_else(|| format!("pod {}: unknown reason code {:?} or message {:?}", j.pod, j.code, j.reason))?;
+        Ok(UnschedulablePod { pod: j.pod, reason })
     }
 }
 

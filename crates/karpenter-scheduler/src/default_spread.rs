@@ -20,6 +20,9 @@ use karpenter_api::validation::qualified_name_errors;
 use serde::Deserialize;
 
 use crate::snapshot::ClusterSnapshot;
+// The selectors are data the snapshot holds, so they live there (no import back into this module); kept at
+// their old path too.
+pub use crate::snapshot::{ControllerSelector, ServiceSelector};
 
 /// The parsed scheduler config. `Default` is the empty config: no default constraints.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -189,32 +192,6 @@ impl SchedulerConfig {
     pub fn is_empty(&self) -> bool {
         self.default_constraints.is_empty()
     }
-}
-
-/// A Service's selector, as far as default spread reads it.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ServiceSelector {
-    /// Namespace.
-    pub namespace: String,
-    /// Name (Services are merged in name order: a later Service's value for a key wins).
-    pub name: String,
-    /// `spec.selector`; `None` (no selector) selects no pod, an empty map every pod.
-    pub selector: Option<BTreeMap<String, String>>,
-}
-
-/// A pod controller's selector, as far as default spread reads it.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct ControllerSelector {
-    /// Namespace.
-    pub namespace: String,
-    /// `ReplicationController`, `ReplicaSet` or `StatefulSet` (the owners kube-scheduler reads), or
-    /// `Deployment`: file input expands Deployments into pods the Deployment owns directly, and there it stands
-    /// for the ReplicaSet it would create, with the same selector.
-    pub kind: String,
-    /// Name.
-    pub name: String,
-    /// The selector (a ReplicationController's map as `matchLabels`).
-    pub selector: LabelSelector,
 }
 
 /// The selector kube-scheduler gives `pod`'s default spread constraints: the labels of every Service of its

@@ -15,6 +15,8 @@ pub(crate) mod dra;
 mod dra_tests;
 #[cfg(all(test, not(feature = "dra-cel")))]
 mod dra_without_cel_tests;
+#[cfg(test)]
+mod offering_override_tests;
 mod parallel;
 pub(crate) mod pods;
 mod repack;
@@ -720,14 +722,11 @@ impl<'a> Solver<'a> {
                 mask = Some(cache.entry((claim.template, key)).or_insert_with(|| vec![0; template.its.len()]));
             }
             for &i in its {
-                let (Some(it), Some(room), Some(dports)) = (
-                    template.its.get(i as usize),
-                    template.room.get(i as usize),
-                    template.daemon_ports.get(i as usize),
-                ) else {
+                let (Some(it), Some(dports)) = (template.its.get(i as usize), template.daemon_ports.get(i as usize))
+                else {
                     continue;
                 };
-                if !requests.fits(room) {
+                if !template.has_room(i as usize, &requests) {
                     continue;
                 }
                 any_room = true;
@@ -742,6 +741,10 @@ impl<'a> Solver<'a> {
                     if *state != 1 {
                         continue;
                     }
+                }
+                // Checked on every add, not cached: the requests grow, so the group that holds them may change.
+                if !template.group_offers(i as usize, &requests, &requirements, self.provider) {
+                    continue;
                 }
                 if !pod.host_ports.is_empty() && dports.conflicts(&pod.host_ports).is_err() {
                     continue;
@@ -870,8 +873,13 @@ impl<'a> Solver<'a> {
                 let (Some(it), Some(d)) = (template.its.get(i as usize), template.daemon.get(i as usize)) else {
                     return false;
                 };
-                let need = q.saturating_add(&d.get_or_zero(name));
-                it.allocatable().get(name).is_some_and(|a| need <= *a)
+                match template.groups.get(i as usize).filter(|g| !g.is_empty()) {
+                    None => {
+                        let need = q.saturating_add(&d.get_or_zero(name));
+                        it.allocatable().get(name).is_some_and(|a| need <= *a)
+                    }
+                    Some(groups) => groups.iter().any(|g| g.room.get(name).is_some_and(|room| q <= room)),
+                }
             });
             if !fits_one {
                 short.push(format!("{q} {name}"));
@@ -891,16 +899,7 @@ impl<'a> Solver<'a> {
                 ),
             );
         }
-        let fits: Vec<u32> = offered
-            .iter()
-            .copied()
-            .filter(|&i| {
-                let (Some(it), Some(d)) = (template.its.get(i as usize), template.daemon.get(i as usize)) else {
-                    return false;
-                };
-                requests.add(d).fits(it.allocatable())
-            })
-            .collect();
+        let fits: Vec<u32> = offered.iter().copied().filter(|&i| template.has_room(i as usize, requests)).collect();
         if fits.is_empty() {
             return reject(
                 RejectionKind::Resources,

@@ -55,9 +55,8 @@ use crate::scheduler::volumes::VolumeIndex;
 use crate::scheduler::{Base, PoolInput, SchedulerOptions, Solver};
 use crate::snapshot::{ClusterSnapshot, pod_key};
 
-/// The message of [`UnschedulableReason::UninitializedNode`], given to a pod that would only fit on capacity
-/// that is not ready yet (disruption never relies on it).
-pub const UNINITIALIZED_NODE: &str = "would schedule against uninitialized nodeclaim";
+// The message lives with the other reasons' messages; re-exported at its old path.
+pub use crate::decision::reason::UNINITIALIZED_NODE;
 
 /// Prepared per-pass state for many simulations over one snapshot.
 pub struct Simulator<'a> {

@@ -51,10 +51,34 @@ use karpenter_api::selector::selector_matches;
 use karpenter_api::{CompactPod, IntoSharedPod, NodeClaim, NodePool, SpecInterner};
 use karpenter_requirements::{ResourceError, ResourceList};
 
-use crate::default_spread::{ControllerSelector, ServiceSelector};
-
 /// The label the API server puts on every namespace.
 pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
+/// A Service's selector, as far as default spread reads it ([`crate::default_spread::default_selector`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ServiceSelector {
+    /// Namespace.
+    pub namespace: String,
+    /// Name (Services are merged in name order: a later Service's value for a key wins).
+    pub name: String,
+    /// `spec.selector`; `None` (no selector) selects no pod, an empty map every pod.
+    pub selector: Option<BTreeMap<String, String>>,
+}
+
+/// A pod controller's selector, as far as default spread reads it ([`crate::default_spread::default_selector`]).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ControllerSelector {
+    /// Namespace.
+    pub namespace: String,
+    /// `ReplicationController`, `ReplicaSet` or `StatefulSet` (the owners kube-scheduler reads), or
+    /// `Deployment`: file input expands Deployments into pods the Deployment owns directly, and there it stands
+    /// for the ReplicaSet it would create, with the same selector.
+    pub kind: String,
+    /// Name.
+    pub name: String,
+    /// The selector (a ReplicationController's map as `matchLabels`).
+    pub selector: LabelSelector,
+}
 
 /// Why a snapshot could not be built from objects.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

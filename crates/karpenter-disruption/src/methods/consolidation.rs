@@ -4,7 +4,7 @@
 use crate::candidate::Candidate;
 use crate::command::{Command, Decision, Reason};
 use crate::engine::Engine;
-use crate::validation::{FailureKind, ValidationFailure, fail};
+use crate::validation::failure::{FailureKind, ValidationFailure, fail};
 
 /// The pass's consolidation candidates: the non-empty candidates that pass [`Engine::consolidation_precheck`],
 /// sorted for consolidation, and why the others may not be consolidated.

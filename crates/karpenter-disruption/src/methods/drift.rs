@@ -8,7 +8,7 @@ use crate::budget::Remaining;
 use crate::candidate::Candidate;
 use crate::command::{Command, Method, Reason};
 use crate::engine::Engine;
-use crate::validation::{FailureKind, ValidationFailure, fail};
+use crate::validation::failure::{FailureKind, ValidationFailure, fail};
 use crate::{DisruptionOptions, may_simulate};
 
 pub(crate) struct Drift;

@@ -8,7 +8,7 @@ use crate::budget::Remaining;
 use crate::candidate::{self, Candidate};
 use crate::command::{Command, Method, Reason};
 use crate::engine::Engine;
-use crate::validation::ValidationFailure;
+use crate::validation::failure::ValidationFailure;
 
 pub(crate) struct Emptiness;
 

@@ -25,7 +25,7 @@ use karpenter_api::nodepool::DisruptionReason;
 use crate::candidate::Candidate;
 use crate::command::{Command, ConsolidationMove, Method, Reason};
 use crate::engine::Engine;
-use crate::validation::ValidationFailure;
+use crate::validation::failure::ValidationFailure;
 
 /// What a method found for a node: `Ok(detail)` when it would act, else why not.
 pub(crate) type Found = Result<String, Reason>;
@@ -119,6 +119,27 @@ pub(crate) trait DisruptionMethod: Sync {
         kept: &[&Candidate<'_>],
         command: &Command,
     ) -> Result<Command, ValidationFailure>;
+}
+
+// What each method answers about itself, asked through the method's name: here with the implementations
+// rather than in `command.rs`, so the data types know nothing of the methods.
+impl Method {
+    /// The budget reason the method consumes.
+    pub fn reason(self) -> DisruptionReason {
+        of(self).reason()
+    }
+
+    /// `graceful` (pod blocks always apply) or `eventual` (pod blocks are relaxed with terminationGracePeriod).
+    /// Repair is neither: pod blocks never keep a broken node, its drain is bounded by the repair policy.
+    pub fn is_graceful(self) -> bool {
+        of(self).is_graceful()
+    }
+
+    /// Upstream's `consolidation_type` metric label: `empty`, `multi`, `single`, or `""` for a method that does not
+    /// consolidate (drift, static drift, repair).
+    pub fn consolidation_type(self) -> &'static str {
+        of(self).consolidation_type()
+    }
 }
 
 /// The implementation of `method`.

@@ -11,7 +11,7 @@ use crate::candidate::{BALANCED_THRESHOLD, Candidate};
 use crate::command::{Command, ConsolidationMove, Decision, Method, Reason};
 use crate::engine::Engine;
 use crate::may_simulate_multi;
-use crate::validation::ValidationFailure;
+use crate::validation::failure::ValidationFailure;
 
 pub(crate) struct MultiNodeConsolidation;
 

@@ -40,7 +40,7 @@ use crate::candidate::{Candidate, node_set, repair_candidate};
 use crate::command::{Command, Decision, Method, Reason, RepairDetail};
 use crate::engine::Engine;
 use crate::pods::is_reschedulable;
-use crate::validation::ValidationFailure;
+use crate::validation::failure::ValidationFailure;
 
 /// Node repair's outer limit: the share of a pool's nodes that may be unhealthy for repair to act.
 pub const UNHEALTHY_THRESHOLD_PERCENT: u32 = 20;

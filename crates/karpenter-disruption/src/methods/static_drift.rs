@@ -11,7 +11,7 @@ use crate::budget::Remaining;
 use crate::candidate::Candidate;
 use crate::command::{Command, Method, Reason};
 use crate::engine::Engine;
-use crate::validation::ValidationFailure;
+use crate::validation::failure::ValidationFailure;
 
 pub(crate) struct StaticDrift;
 

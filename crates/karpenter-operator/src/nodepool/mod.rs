@@ -1,5 +1,5 @@
-//! The NodePool controllers (status, conditions, drift hash, static capacity) and the kwok node-class status
-//! controller.
+//! The NodePool controllers (status, conditions, drift hash, static capacity) and the status controller of the
+//! node-class kinds that are ready on sight.
 //!
 //! | Controller | Module | Writes |
 //! |---|---|---|
@@ -10,7 +10,7 @@
 //! | `nodepool.hash` | [`hash`] | `karpenter.sh/nodepool-hash(-version)` on the pool; the version rewrite on its NodeClaims |
 //! | `static.provisioning` / `static.deprovisioning` | [`static_capacity`] | NodeClaims of static pools (`spec.replicas`) |
 //! | `nodepool.minnodes` | [`min_nodes`] | `MinNodesValid`; NodeClaims up to a dynamic pool's `karpenter-rs.io/min-nodes` floor |
-//! | `kwoknodeclass.status` | [`nodeclass`] | `Ready=True` on KWOKNodeClasses |
+//! | `<kind>.status` | [`nodeclass`] | `Ready=True` on the node classes of each kind registered ready on sight |
 //!
 //! Every controller has a deterministic single step (`reconcile(name)`, reading the object fresh from the API
 //! server, returning when to look again) and a `run(self: Arc<Self>, shutdown)` loop on kube-runtime's
@@ -61,7 +61,7 @@ use crate::termination::error_policy;
 pub use counter::Counter;
 pub use hash::HashController;
 pub use min_nodes::MinNodes;
-pub use nodeclass::{KwokNodeClassStatus, NodeClassResolver};
+pub use nodeclass::{NodeClassRegistration, NodeClassResolver, ReadyOnSight};
 pub use readiness::Readiness;
 pub use registration_health::{RegistrationHealth, RegistrationTracker};
 pub use static_capacity::{StaticDeprovisioning, StaticProvisioning};

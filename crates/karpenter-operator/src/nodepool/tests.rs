@@ -73,7 +73,7 @@ impl Fx {
         Api::all(self.client.clone())
     }
     fn readiness(&self) -> Readiness {
-        Readiness::new(&self.ctx, NodeClassResolver::default())
+        Readiness::new(&self.ctx, resolver())
     }
     fn validation(&self) -> Validation {
         Validation::new(&self.ctx)
@@ -108,6 +108,16 @@ impl Fx {
     async fn get_pool(&self, name: &str) -> NodePool {
         self.pools().get(name).await.unwrap()
     }
+}
+
+/// The kwok provider's node-class kind, as the binary registers it.
+fn kwok() -> NodeClassRegistration {
+    NodeClassRegistration::of::<KWOKNodeClass>().ready_on_sight()
+}
+
+/// A resolver of the kwok kind only.
+fn resolver() -> NodeClassResolver {
+    NodeClassResolver::new([&kwok()])
 }
 
 fn cond_of<'a>(pool: &'a NodePool, type_: &str) -> Option<&'a Condition> {
@@ -146,7 +156,8 @@ async fn readiness_follows_the_node_class_and_validation() {
     );
 
     // The kwok status controller marks it ready; the pool follows; validation completes Ready.
-    let kwok = KwokNodeClassStatus::new(&f.ctx);
+    let kwok = ReadyOnSight::new(&f.ctx, &kwok());
+    assert_eq!(kwok.name(), "kwoknodeclass.status", "upstream's name");
     kwok.reconcile("default").await.unwrap();
     let stored = f.classes().get("default").await.unwrap();
     assert!(stored.is_ready());
@@ -220,7 +231,7 @@ async fn validation_failures_keep_the_pool_not_ready() {
     })
     .await;
     f.classes().create(&PostParams::default(), &kwok_node_class(KWOKNodeClassOptions::default())).await.unwrap();
-    KwokNodeClassStatus::new(&f.ctx).reconcile("default").await.unwrap();
+    ReadyOnSight::new(&f.ctx, &kwok()).reconcile("default").await.unwrap();
     f.readiness().reconcile("dup").await.unwrap();
     f.validation().reconcile("dup").await.unwrap();
     let p = f.get_pool("dup").await;
@@ -276,7 +287,7 @@ async fn a_conflicting_status_write_fails_the_step_and_the_run_loop_retries() {
     let conflicts_left = Arc::new(AtomicUsize::new(1));
     let racing =
         Client::new(ConcurrentWriter { inner: f.server.service(), conflicts_left: conflicts_left.clone() }, "default");
-    let readiness = Readiness::new(&f.ctx.clone().with_client(racing.clone()), NodeClassResolver::default());
+    let readiness = Readiness::new(&f.ctx.clone().with_client(racing.clone()), resolver());
 
     // The single step reports the conflict (nothing written)...
     let err = readiness.reconcile("default").await.unwrap_err();
@@ -688,7 +699,7 @@ async fn registration_health_tracks_outcomes_and_resets_on_generation_changes() 
     f.classes().create(&PostParams::default(), &kwok_node_class(KWOKNodeClassOptions::default())).await.unwrap();
     f.pool(NodePoolOptions { name: Some("default".into()), ..Default::default() }).await;
     let tracker = Arc::new(RegistrationTracker::new());
-    let health = RegistrationHealth::new(&f.ctx, tracker.clone(), NodeClassResolver::default());
+    let health = RegistrationHealth::new(&f.ctx, tracker.clone(), resolver());
     tracker.record("default", registration_health::Outcome::Failure("x".into()));
     health.reconcile("default").await.unwrap();
     let p = f.get_pool("default").await;
@@ -736,13 +747,13 @@ async fn run_loops_make_a_new_pool_ready_and_count_it() {
     let state = f.watched_state(&shutdown);
     let ctx = f.ctx.clone().with_state(state.clone());
     let tasks = vec![
-        tokio::spawn(Arc::new(KwokNodeClassStatus::new(&ctx)).run(shutdown.clone())),
+        tokio::spawn(Arc::new(ReadyOnSight::new(&ctx, &kwok())).run(shutdown.clone())),
         tokio::spawn(Arc::new(f.readiness()).run(shutdown.clone())),
         tokio::spawn(Arc::new(f.validation()).run(state.clone(), shutdown.clone())),
         tokio::spawn(Arc::new(HashController::new(&ctx)).run(state.clone(), shutdown.clone())),
         tokio::spawn(Arc::new(Counter::new(&ctx)).run(shutdown.clone())),
         tokio::spawn(
-            Arc::new(RegistrationHealth::new(&ctx, Arc::new(RegistrationTracker::new()), NodeClassResolver::default()))
+            Arc::new(RegistrationHealth::new(&ctx, Arc::new(RegistrationTracker::new()), resolver()))
                 .run(state.clone(), shutdown.clone()),
         ),
     ];
@@ -1071,4 +1082,67 @@ async fn bad_floors_are_a_condition_and_an_event_not_an_error() {
         Some(ConditionStatus::True)
     );
     assert_eq!(names(&f, "typo").await.len(), 1);
+}
+
+/// A kind no provider has (`example.dev/ToyNodeClass`), registered ready on sight: its status controller takes
+/// its name from the kind, marks each node class `Ready` once, and the readiness reader resolves it; nothing
+/// about a provider is named.
+#[tokio::test]
+async fn a_made_up_kind_registered_ready_on_sight_is_marked_ready() {
+    let clock = FakeClock::default();
+    let server = crate::node_classes::toy::api_server(Arc::new(clock.clone()));
+    let client = server.client();
+    let ctx = ControllerContext::for_tests(
+        client.clone(),
+        Arc::new(karpenter_testing::kwok::fake()),
+        Arc::new(clock.clone()),
+    );
+    let toy = crate::node_classes::toy::registration().ready_on_sight();
+    let api: Api<kube::api::DynamicObject> = Api::all_with(client.clone(), &toy.api_resource);
+    api.create(&PostParams::default(), &crate::node_classes::toy::object("first")).await.unwrap();
+    let reference = karpenter_api::NodeClassReference {
+        group: "example.dev".into(),
+        kind: "ToyNodeClass".into(),
+        name: "first".into(),
+    };
+    let resolver = NodeClassResolver::new([&toy]);
+    let ready_of = async |resolver: &NodeClassResolver| match resolver.fetch(&client, &reference).await.unwrap() {
+        Some(nodeclass::NodeClassState::Present { ready, .. }) => ready.map(|c| c.status),
+        other => panic!("the toy class reads as present: {other:?}"),
+    };
+    assert_eq!(ready_of(&resolver).await, None, "no status yet");
+    assert_eq!(NodeClassResolver::default().fetch(&client, &reference).await.unwrap(), None, "unregistered");
+
+    let status = ReadyOnSight::new(&ctx, &toy);
+    assert_eq!(status.name(), "toynodeclass.status");
+    status.reconcile("first").await.unwrap();
+    assert_eq!(ready_of(&resolver).await, Some(ConditionStatus::True));
+    let rv = api.get("first").await.unwrap().resource_version();
+    status.reconcile("first").await.unwrap();
+    assert_eq!(api.get("first").await.unwrap().resource_version(), rv, "no write when already ready");
+    assert_eq!(status.reconcile("missing").await.unwrap(), None, "a missing class is nothing to do");
+
+    // The run loop marks a class created while it watches, and reports under the kind's controller name.
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(Arc::new(status).run(shutdown.clone()));
+    api.create(&PostParams::default(), &crate::node_classes::toy::object("second")).await.unwrap();
+    let deadline = tokio_now() + Duration::from_secs(10);
+    loop {
+        let second = api.get("second").await.unwrap();
+        let conditions = second.data.get("status").and_then(|s| s.get("conditions")).cloned();
+        if conditions.is_some_and(|c| c[0]["type"] == "Ready" && c[0]["status"] == "True") {
+            break;
+        }
+        assert!(tokio_now() < deadline, "the second class was never marked ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    shutdown.cancel();
+    task.await.unwrap();
+    let text = ctx.metrics().render();
+    assert!(
+        text.lines().any(|l| l
+            .starts_with("controller_runtime_reconcile_total{controller=\"toynodeclass.status\",result=\"success\"}")
+            && !l.ends_with(" 0")),
+        "reconciles counted under the kind's controller name"
+    );
 }

@@ -12,13 +12,13 @@
 //! - [`cluster_state`] (`state.metrics`): `karpenter_cluster_state_node_count` and
 //!   `karpenter_cluster_state_unsynced_time_seconds`;
 //! - [`status`] (`operatorpkg.<kind>.status`): the `operator_<kind>_status_condition_*` and
-//!   `operator_<kind>_termination_*` families of NodeClaims, NodePools and Nodes, and of the provider's
-//!   EC2NodeClasses when it has them.
+//!   `operator_<kind>_termination_*` families of NodeClaims, NodePools and Nodes, and of the provider's node
+//!   classes of each kind registered with status metrics.
 //!
 //! The first three and the NodeClaim, NodePool and Node status recorders are what
 //! `DISABLE_CLUSTER_STATE_OBSERVABILITY=true` turns off ([`controllers`] returns none of them), as upstream. The
 //! cluster-state gauges are not: upstream records them inside its cluster state, whatever that setting says, so
-//! [`cluster_state`] always runs; nor is the EC2NodeClass recorder, which upstream's AWS provider always runs.
+//! [`cluster_state`] always runs; nor are the node-class recorders, which upstream's providers always run.
 //!
 //! **No stale series:** every gauge series here belongs to one object (a Node, a pod, a NodePool) and is removed
 //! when that object leaves the state or stops qualifying, so `/metrics` never shows a Node or pod that is gone.
@@ -39,6 +39,7 @@ pub use scheduling_times::SchedulingTimes;
 
 use crate::context::ControllerContext;
 use crate::metrics::Metrics;
+use crate::node_classes::NodeClassRegistration;
 use crate::settings::CoreSettings;
 
 /// The names of the controllers `DISABLE_CLUSTER_STATE_OBSERVABILITY` turns off, as upstream names them.
@@ -52,20 +53,23 @@ pub const GATED_CONTROLLERS: [&str; 6] = [
 ];
 
 /// The observability controllers to run for these settings, by name, not started yet: none of
-/// [`GATED_CONTROLLERS`] when `disable_cluster_state_observability` is set; [`cluster_state`] always.
+/// [`GATED_CONTROLLERS`] when `disable_cluster_state_observability` is set; [`cluster_state`] and the status
+/// recorder of each node-class kind registered with status metrics always.
 pub fn controllers(
     ctx: &ControllerContext,
     settings: &CoreSettings,
+    node_classes: &[NodeClassRegistration],
     shutdown: &CancellationToken,
 ) -> Vec<(String, BoxFuture<'static, ()>)> {
     let mut list: Vec<(String, BoxFuture<'static, ()>)> = Vec::new();
     let state_metrics = cluster_state::ClusterStateMetrics::new(ctx);
     list.push((cluster_state::CONTROLLER.into(), Box::pin(state_metrics.run(shutdown.clone()))));
-    let ec2 = karpenter_cloudprovider::NodeClassKind::new(karpenter_aws::api::GROUP, karpenter_aws::api::KIND);
-    if ctx.cloud.supported_node_classes().contains(&ec2) {
-        let observer = status::WatchedStatusObserver::<karpenter_aws::api::EC2NodeClass>::new(ctx);
-        let name = status::controller_name(crate::metrics::StatusKind::EC2NodeClass);
-        list.push((name, Box::pin(observer.run(shutdown.clone()))));
+    for registration in node_classes.iter().filter(|r| r.status_metrics) {
+        match status::NodeClassStatusObserver::new(ctx, registration) {
+            Some(observer) => list.push((observer.name(), Box::pin(observer.run(shutdown.clone())))),
+            None => tracing::warn!(kind = %registration.api_resource.kind,
+                "a node-class kind named as a core kind gets no status metrics of its own"),
+        }
     }
     if settings.disable_cluster_state_observability {
         return list;

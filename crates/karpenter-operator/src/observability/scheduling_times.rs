@@ -109,28 +109,79 @@ pub(crate) fn seconds(d: chrono::Duration) -> f64 {
 
 /// Records a provisioning pass's decisions (upstream's `MarkPodSchedulingDecisions`): the pods it rejected before
 /// scheduling and those left unschedulable failed; the pods placed on existing nodes or new NodeClaims were
-/// placed. Only pods in the state count (a CapacityBuffer's virtual pods are not pods).
+/// placed. Only pods in the cluster state count (a CapacityBuffer's virtual pods are not pods): `bound` answers,
+/// for a pod the state holds, whether it is bound to a node, and `None` for any other key. A lookup rather than
+/// the state itself, because the state holds these times: the times know nothing of the state.
 pub fn record_pass(
-    state: &crate::state::ClusterState,
+    times: &SchedulingTimes,
     metrics: &Metrics,
     rejected: &[String],
     decisions: &karpenter_scheduler::decision::Decisions,
     now: DateTime<Utc>,
+    bound: impl Fn(&str) -> Option<bool>,
 ) {
-    use karpenter_api::CompactPod;
-    let known = |key: &str| state.get_shared::<CompactPod>(key);
     let failed: Vec<&str> = rejected
         .iter()
         .map(String::as_str)
         .chain(decisions.unschedulable.iter().map(|u| u.pod.as_str()))
-        .filter(|k| known(k).is_some())
+        .filter(|k| bound(k).is_some())
         .collect();
     let placed: Vec<(&str, bool)> = decisions
         .existing_nodes
         .iter()
         .flat_map(|p| p.pods.iter())
         .chain(decisions.new_node_claims.iter().flat_map(|p| p.pods.iter()))
-        .filter_map(|k| known(k).map(|pod| (k.as_str(), pod.node_name().is_some())))
+        .filter_map(|k| bound(k.as_str()).map(|bound| (k.as_str(), bound)))
         .collect();
-    state.scheduling_times().record_decisions(metrics, failed, placed, now);
+    times.record_decisions(metrics, failed, placed, now);
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+    use karpenter_scheduler::decision::{
+        Decisions, ExistingNodePlacement, PodKey, UnschedulablePod, UnschedulableReason,
+    };
+
+    use super::*;
+    use crate::metrics::BuildInfo;
+
+    fn key(k: &str) -> PodKey {
+        let (ns, name) = k.split_once('/').unwrap();
+        PodKey::new(ns, name).unwrap()
+    }
+
+    /// A pass's decisions reach the times only for pods the lookup knows: a failed pod loses its schedulable
+    /// time, a placed pending pod gains one, a placed bound pod and a key the state does not hold (a
+    /// CapacityBuffer's virtual pod) leave no trace; each known pod is decided once.
+    #[test]
+    fn a_pass_records_only_the_pods_the_lookup_knows() {
+        let t = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+        let times = SchedulingTimes::default();
+        let metrics = Metrics::new(&BuildInfo::default());
+        times.ack(["default/placed", "default/failed", "default/bound"], t);
+        times.record_decisions(&metrics, [], [("default/failed", false)], t);
+        let mut decisions = Decisions::default();
+        decisions.existing_nodes.push(ExistingNodePlacement::new(
+            "n1",
+            false,
+            vec![key("default/placed"), key("default/bound"), key("buffers/virtual")],
+        ));
+        decisions.unschedulable.push(UnschedulablePod::new(key("default/unschedulable"), UnschedulableReason::Timeout));
+        let later = t + chrono::Duration::seconds(3);
+        let bound = |k: &str| match k {
+            "default/placed" | "default/failed" | "default/unschedulable" => Some(false),
+            "default/bound" => Some(true),
+            _ => None,
+        };
+        record_pass(&times, &metrics, &["default/failed".to_owned()], &decisions, later, bound);
+
+        assert_eq!(times.schedulable_time("default/placed"), Some(later));
+        assert_eq!(times.decision_time("default/placed"), Some(later));
+        assert_eq!(times.schedulable_time("default/failed"), None, "a failed pod loses its schedulable time");
+        assert_eq!(times.decision_time("default/failed"), Some(t), "only the first decision counts");
+        assert_eq!(times.decision_time("default/unschedulable"), Some(later));
+        assert_eq!(times.decision_time("default/bound"), None, "a bound pod has nothing to measure");
+        assert_eq!(times.decision_time("buffers/virtual"), None, "a key the state does not hold is no pod");
+    }
 }

@@ -1,5 +1,5 @@
 //! `operatorpkg.<kind>.status`: the `operator_<kind>_status_condition_*` and `operator_<kind>_termination_*`
-//! families of NodeClaims, NodePools, Nodes and EC2NodeClasses, recorded in one place for every kind, the way
+//! families of NodeClaims, NodePools, Nodes and the provider's node classes, recorded in one place for every kind, the way
 //! upstream's operator package (`awslabs/operatorpkg`, `status.Controller`) records them.
 //!
 //! A [`StatusRecorder`] remembers, per object, the conditions it saw last; each time it looks at an object again
@@ -23,7 +23,9 @@
 //!
 //! NodeClaims, NodePools and Nodes are read from the cluster state's watch ([`ClusterState::controller_source`]),
 //! not a watch of their own; they are what `DISABLE_CLUSTER_STATE_OBSERVABILITY` turns off, as upstream. The
-//! provider's node classes of a kind with metrics (EC2NodeClass) are watched here and never turned off: upstream's
+//! provider's node classes of a kind registered with status metrics
+//! ([`NodeClassRegistration::status_metrics`]) are watched here as dynamic objects, named by the registered kind
+//! (`operator_<lower-cased kind>_…`, `operatorpkg.<lower-cased kind>.status`), and never turned off: upstream's
 //! AWS provider runs that status controller unconditionally. Upstream also emits transition events and the
 //! deprecated kind-labelled `operator_status_condition_*` families; neither is done here.
 
@@ -37,8 +39,8 @@ use k8s_openapi::api::core::v1::Node;
 use karpenter_api::condition::Condition;
 use karpenter_api::time::{from_k8s, parse_rfc3339};
 use karpenter_api::{NodeClaim, NodePool};
-use karpenter_aws::api::EC2NodeClass;
 use karpenter_cloudprovider::Clock;
+use kube::api::DynamicObject;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
@@ -46,9 +48,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::ControllerContext;
 use crate::metrics::{
-    Labels, Metrics, OBJECT_CONDITION_LABELS, StatusKind, TERMINATING_OBJECT_LABELS, TRANSITION_LABELS,
-    TRANSITION_SECONDS_LABELS, prometheus_label_name,
+    Labels, Metrics, OBJECT_CONDITION_LABELS, StatusConditionMetrics, StatusKind, TERMINATING_OBJECT_LABELS,
+    TRANSITION_LABELS, TRANSITION_SECONDS_LABELS, prometheus_label_name,
 };
+use crate::node_classes::NodeClassRegistration;
 use crate::state::{ClusterState, Tracked};
 
 /// How often every object is looked at again, refreshing the time gauges (upstream's requeue).
@@ -57,6 +60,11 @@ pub const PERIOD: Duration = Duration::from_secs(10);
 /// The controller's name for a kind, as upstream's (`operatorpkg.nodeclaim.status`).
 pub fn controller_name(kind: StatusKind) -> String {
     format!("operatorpkg.{}.status", kind.metric_name())
+}
+
+/// The controller's name for a node-class kind (`operatorpkg.<lower-cased kind>.status`, as upstream's).
+pub fn node_class_controller_name(kind: &str) -> String {
+    format!("operatorpkg.{}.status", kind.to_lowercase())
 }
 
 /// One condition as the recorder reads it.
@@ -123,13 +131,6 @@ impl StatusObject for NodePool {
     }
 }
 
-impl StatusObject for EC2NodeClass {
-    const STATUS_KIND: StatusKind = StatusKind::EC2NodeClass;
-    fn status_conditions(&self) -> Vec<ObservedCondition> {
-        from_conditions(self.conditions())
-    }
-}
-
 impl StatusObject for Node {
     const STATUS_KIND: StatusKind = StatusKind::Node;
     fn status_conditions(&self) -> Vec<ObservedCondition> {
@@ -164,8 +165,9 @@ struct Seen {
 /// Records one kind's families (see the module docs). Cheap to share behind an `Arc`.
 #[derive(Debug)]
 pub struct StatusRecorder {
-    kind: StatusKind,
-    metrics: Arc<Metrics>,
+    /// The lower-cased kind, as in the metric names.
+    kind: String,
+    families: StatusConditionMetrics,
     /// (object label key, series label name) of the labels copied onto the series, in series order.
     copied_labels: Vec<(String, String)>,
     /// By (namespace, name).
@@ -181,11 +183,21 @@ impl StatusRecorder {
             .map(|key| (key.clone(), prometheus_label_name(key)))
             .chain(kind.object_labels().iter().map(|(key, name)| ((*key).to_string(), (*name).to_string())))
             .collect();
-        Self { kind, metrics, copied_labels, seen: Mutex::default() }
+        let families = metrics.status_conditions(kind).clone();
+        Self { kind: kind.metric_name().to_owned(), families, copied_labels, seen: Mutex::default() }
     }
 
-    pub fn kind(&self) -> StatusKind {
-        self.kind
+    /// A recorder of a provider's node-class kind (`kind` as Kubernetes names it: `ToyNodeClass` records
+    /// `operator_toynodeclass_…`), whose series carry no object labels. `None` when `kind` is a core kind's name
+    /// ([`Metrics::node_class_status_conditions`]).
+    pub fn for_node_class(kind: &str, metrics: &Metrics) -> Option<Self> {
+        let families = metrics.node_class_status_conditions(kind)?;
+        Some(Self { kind: kind.to_lowercase(), families, copied_labels: Vec::new(), seen: Mutex::default() })
+    }
+
+    /// The lower-cased kind, as in the metric names.
+    pub fn kind(&self) -> &str {
+        &self.kind
     }
 
     fn object_labels(&self, labels: &BTreeMap<String, String>) -> Labels {
@@ -197,7 +209,7 @@ impl StatusRecorder {
 
     /// Looks at an object present in the cluster (see the module docs).
     pub fn observe(&self, obj: &ObservedObject, now: DateTime<Utc>) {
-        let m = self.metrics.status_conditions(self.kind);
+        let m = &self.families;
         let labels = self.object_labels(&obj.labels);
         let with = |names: &[&str], values: &[&str]| -> Labels {
             let fixed = names.iter().zip(values).map(|(n, v)| ((*n).to_string(), (*v).to_string()));
@@ -251,7 +263,7 @@ impl StatusRecorder {
     pub fn gone(&self, namespace: &str, name: &str, now: DateTime<Utc>) {
         let removed = self.seen.lock().unwrap_or_else(PoisonError::into_inner).remove(&(namespace.into(), name.into()));
         let Some(seen) = removed else { return };
-        let m = self.metrics.status_conditions(self.kind);
+        let m = &self.families;
         for series in &seen.condition_series {
             m.count().remove(series);
             m.current_status_seconds().remove(series);
@@ -348,36 +360,65 @@ impl<K: Tracked + StatusObject> StateStatusObserver<K> {
     }
 }
 
-/// The recorder of a node class kind, on a watch of its own (the state does not hold node classes).
-pub struct WatchedStatusObserver<K> {
-    recorder: StatusRecorder,
-    client: kube::Client,
-    clock: Arc<dyn Clock>,
-    _kind: std::marker::PhantomData<fn() -> K>,
-}
-
-impl<K> std::fmt::Debug for WatchedStatusObserver<K> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WatchedStatusObserver").field("recorder", &self.recorder).finish_non_exhaustive()
+/// A node class as the recorder reads it: its `status.conditions` read field by field, so a kind whose
+/// conditions are not Karpenter's type still reads (a missing field reads empty, an unreadable time as absent).
+fn observed_dynamic(obj: &DynamicObject) -> ObservedObject {
+    let text = |c: &serde_json::Value, field: &str| c.get(field).and_then(|v| v.as_str()).unwrap_or("").to_owned();
+    let conditions = obj
+        .data
+        .get("status")
+        .and_then(|s| s.get("conditions"))
+        .and_then(|c| c.as_array())
+        .into_iter()
+        .flatten()
+        .map(|c| ObservedCondition {
+            type_: text(c, "type"),
+            status: text(c, "status"),
+            reason: text(c, "reason"),
+            last_transition: parse_rfc3339(&text(c, "lastTransitionTime")),
+        })
+        .collect();
+    ObservedObject {
+        name: obj.name_any(),
+        namespace: obj.namespace().unwrap_or_default(),
+        labels: obj.labels().clone(),
+        conditions,
+        deletion: obj.meta().deletion_timestamp.as_ref().and_then(from_k8s),
     }
 }
 
-impl<K> WatchedStatusObserver<K>
-where
-    K: StatusObject<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-{
-    pub fn new(ctx: &ControllerContext) -> Self {
-        Self {
-            recorder: StatusRecorder::new(K::STATUS_KIND, ctx.metrics.clone(), &[]),
-            client: ctx.client.clone(),
+/// The recorder of a provider's node-class kind, on a watch of its own (the state does not hold node classes).
+pub struct NodeClassStatusObserver {
+    recorder: StatusRecorder,
+    api: Api<DynamicObject>,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for NodeClassStatusObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeClassStatusObserver").field("recorder", &self.recorder).finish_non_exhaustive()
+    }
+}
+
+impl NodeClassStatusObserver {
+    /// The recorder of `registration`'s kind; `None` when the kind is named as a core kind
+    /// ([`StatusRecorder::for_node_class`]).
+    pub fn new(ctx: &ControllerContext, registration: &NodeClassRegistration) -> Option<Self> {
+        let resource = &registration.api_resource;
+        Some(Self {
+            recorder: StatusRecorder::for_node_class(&resource.kind, &ctx.metrics)?,
+            api: Api::all_with(ctx.client.clone(), resource),
             clock: ctx.clock.clone(),
-            _kind: std::marker::PhantomData,
-        }
+        })
+    }
+
+    /// The controller's name ([`node_class_controller_name`]).
+    pub fn name(&self) -> String {
+        node_class_controller_name(self.recorder.kind())
     }
 
     pub async fn run(self, shutdown: CancellationToken) {
-        let api: Api<K> = Api::all(self.client.clone());
-        let events = watcher(api, watcher::Config::default()).default_backoff();
+        let events = watcher(self.api.clone(), watcher::Config::default()).default_backoff();
         let mut events = std::pin::pin!(events);
         let mut objects: BTreeMap<(String, String), ObservedObject> = BTreeMap::new();
         let mut relisted: Option<BTreeMap<(String, String), ObservedObject>> = None;
@@ -394,18 +435,18 @@ where
                     let now = self.clock.now();
                     match event {
                         Ok(watcher::Event::Apply(obj)) => {
-                            let o = obj.observed();
+                            let o = observed_dynamic(&obj);
                             self.recorder.observe(&o, now);
                             objects.insert(key_of(&o), o);
                         }
                         Ok(watcher::Event::Delete(obj)) => {
-                            let o = obj.observed();
+                            let o = observed_dynamic(&obj);
                             objects.remove(&key_of(&o));
                             self.recorder.gone(&o.namespace, &o.name, now);
                         }
                         Ok(watcher::Event::Init) => relisted = Some(BTreeMap::new()),
                         Ok(watcher::Event::InitApply(obj)) => {
-                            let o = obj.observed();
+                            let o = observed_dynamic(&obj);
                             relisted.get_or_insert_default().insert(key_of(&o), o);
                         }
                         Ok(watcher::Event::InitDone) => {
@@ -414,7 +455,7 @@ where
                             self.recorder.retain(&objects.keys().cloned().collect(), now);
                         }
                         // The watcher retries with backoff; the metrics wait for it.
-                        Err(e) => tracing::debug!(kind = ?K::STATUS_KIND, error = %e, "status metrics watch"),
+                        Err(e) => tracing::debug!(kind = %self.recorder.kind(), error = %e, "status metrics watch"),
                     }
                 }
             }

@@ -556,7 +556,7 @@ async fn disabling_cluster_state_observability_starts_none_of_the_metric_control
     let (_clock, _server, ctx) = setup();
     let shutdown = CancellationToken::new();
     let names = |s: &CoreSettings| -> BTreeSet<String> {
-        controllers(&ctx, s, &shutdown).into_iter().map(|(name, _)| name).collect()
+        controllers(&ctx, s, &[], &shutdown).into_iter().map(|(name, _)| name).collect()
     };
     let on = names(&settings(&[]));
     let all = [
@@ -568,8 +568,81 @@ async fn disabling_cluster_state_observability_starts_none_of_the_metric_control
         "operatorpkg.nodepool.status",
         "operatorpkg.node.status",
     ];
-    assert_eq!(on, all.map(String::from).into(), "the kwok provider has no EC2NodeClasses to record");
+    assert_eq!(on, all.map(String::from).into(), "no node-class kind is registered with status metrics");
     let off = names(&settings(&["--disable-cluster-state-observability=true"]));
     assert_eq!(off, ["state.metrics".to_string()].into(), "upstream's cluster state gauges are not gated");
     assert!(GATED_CONTROLLERS.iter().all(|c| on.contains(*c) && !off.contains(*c)));
+}
+
+/// A kind no provider has (`example.dev/ToyNodeClass`), registered with status metrics, gets
+/// `operatorpkg.toynodeclass.status` and upstream's `operator_<kind>_…` families under its own lower-cased name,
+/// whatever `DISABLE_CLUSTER_STATE_OBSERVABILITY` says; registered without, it gets neither.
+#[tokio::test]
+async fn a_made_up_kind_registered_with_status_metrics_gets_its_families() {
+    use crate::node_classes::toy;
+    use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+
+    let clock = FakeClock::new(t0());
+    let server = toy::api_server(Arc::new(clock.clone()));
+    let ctx = ControllerContext::for_tests(
+        server.client(),
+        Arc::new(karpenter_testing::kwok::fake()),
+        Arc::new(clock.clone()),
+    );
+    let shutdown = CancellationToken::new();
+    let off = settings(&["--disable-cluster-state-observability=true"]);
+    let without: Vec<String> =
+        controllers(&ctx, &off, &[toy::registration()], &shutdown).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(without, ["state.metrics"], "no status metrics unless registered with them");
+    let toy_kind = toy::registration().with_status_metrics();
+    let mut list = controllers(&ctx, &off, std::slice::from_ref(&toy_kind), &shutdown);
+    let at = list.iter().position(|(n, _)| n == "operatorpkg.toynodeclass.status").expect("the kind's recorder");
+    let task = tokio::spawn(list.swap_remove(at).1);
+
+    let api: Api<DynamicObject> = Api::all_with(server.client(), &toy_kind.api_resource);
+    api.create(&PostParams::default(), &toy::object("first")).await.unwrap();
+    let set_ready = async |status: &str, reason: &str, at: DateTime<Utc>| {
+        let conditions = [serde_json::json!({"type": "Ready", "status": status, "reason": reason, "message": "",
+            "lastTransitionTime": karpenter_api::time::rfc3339(at)})];
+        let patch = serde_json::json!({"status": {"conditions": conditions}});
+        api.patch_status("first", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    };
+    let eventually = async |what: &str, check: &dyn Fn(&str) -> bool| {
+        let deadline = karpenter_cloudprovider::time::tokio_now() + std::time::Duration::from_secs(10);
+        loop {
+            if check(&ctx.metrics.render()) {
+                return;
+            }
+            assert!(karpenter_cloudprovider::time::tokio_now() < deadline, "{what}:\n{}", ctx.metrics.render());
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    };
+    set_ready("False", "Waiting", t0() - Delta::seconds(30)).await;
+    let waiting = [("name", "first"), ("type", "Ready"), ("status", "False"), ("reason", "Waiting")];
+    eventually("the condition is counted and timed", &|text| {
+        sample(text, "operator_toynodeclass_status_condition_count", &waiting) == Some(1.0)
+            && sample(text, "operator_toynodeclass_status_condition_current_status_seconds", &waiting) == Some(30.0)
+    })
+    .await;
+
+    set_ready("True", "Ready", t0()).await;
+    eventually("the transition is counted, the old series removed", &|text| {
+        let ready = [("type", "Ready"), ("status", "True"), ("reason", "Ready")];
+        sample(text, "operator_toynodeclass_status_condition_transitions_total", &ready) == Some(1.0)
+            && sample(text, "operator_toynodeclass_status_condition_count", &waiting).is_none()
+            && sample(
+                text,
+                "operator_toynodeclass_status_condition_transition_seconds_sum",
+                &[("type", "Ready"), ("status", "False")],
+            ) == Some(30.0)
+    })
+    .await;
+
+    api.delete("first", &DeleteParams::default()).await.unwrap();
+    eventually("a deleted object's gauges go", &|text| {
+        samples(text, "operator_toynodeclass_status_condition_count").is_empty()
+    })
+    .await;
+    shutdown.cancel();
+    task.await.unwrap();
 }

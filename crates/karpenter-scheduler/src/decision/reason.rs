@@ -3,16 +3,14 @@
 
 use std::fmt;
 
-use serde::{Deserialize, Serialize};
-
-use super::UnschedulablePod;
-use crate::simulation::UNINITIALIZED_NODE;
-
 const NO_NODE_POOLS: &str = "no NodePools given";
 const ALL_STATIC: &str = "no dynamic NodePools found (all are static)";
 const OPTED_OUT: &str = "pod requires karpenter.sh/nodepool DoesNotExist: it opts out of Karpenter nodes";
 const TIMED_OUT: &str = "scheduling timed out";
 const NOT_SCHEDULED: &str = "not scheduled";
+/// The message of [`UnschedulableReason::UninitializedNode`], given to a pod that would only fit on capacity
+/// that is not ready yet (disruption never relies on it).
+pub const UNINITIALIZED_NODE: &str = "would schedule against uninitialized nodeclaim";
 const RESTRICTED_PREFIX: &str = "label ";
 const RESTRICTED_SUFFIX: &str = " is restricted and cannot be required";
 const MIN_VALUES_INFIX: &str = " couldn't meet minValues requirements: ";
@@ -279,30 +277,6 @@ impl RejectionKind {
             RejectionKind::MinValues => "MinValues",
             RejectionKind::Other => "Other",
         }
-    }
-}
-
-/// [`UnschedulablePod`]'s JSON form.
-#[derive(Serialize, Deserialize)]
-pub(super) struct UnschedulablePodJson {
-    pod: super::PodKey,
-    code: String,
-    reason: String,
-}
-
-impl From<UnschedulablePod> for UnschedulablePodJson {
-    fn from(u: UnschedulablePod) -> Self {
-        UnschedulablePodJson { code: u.reason.code().to_owned(), reason: u.reason.to_string(), pod: u.pod }
-    }
-}
-
-impl TryFrom<UnschedulablePodJson> for UnschedulablePod {
-    type Error = String;
-
-    fn try_from(j: UnschedulablePodJson) -> Result<Self, String> {
-        let reason = UnschedulableReason::from_code_and_message(&j.code, &j.reason)
-            .ok_or_else(|| format!("pod {}: unknown reason code {:?} or message {:?}", j.pod, j.code, j.reason))?;
-        Ok(UnschedulablePod { pod: j.pod, reason })
     }
 }
 

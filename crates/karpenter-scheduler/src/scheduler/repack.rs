@@ -10,8 +10,9 @@
 //! (hostname aside) whose pods are all *plain*: no topology spread, pod (anti-)affinity or required
 //! anti-affinity of others that selects them, no host ports, no volumes. Such a pod's placement depends only
 //! on the claim's requirements, taints (the NodePool's) and resources, so it may go to any claim of its group.
-//! Groups with minValues, NodePools offered reserved capacity and timed-out passes are left alone; under
-//! NodePool limits the new claims must fit in what the group's claims held plus what was left.
+//! Groups with minValues, NodePools offered reserved capacity, NodePools with an instance type whose offerings
+//! carry capacity or overhead overrides (one room per offering group) and timed-out passes are left alone;
+//! under NodePool limits the new claims must fit in what the group's claims held plus what was left.
 //!
 //! **How.** The LP of [`crate::bound`] over the group's demand and the instance types compatible with the
 //! group's requirements gives unit prices per resource and the optimal fractional mix (at most three types).
@@ -99,6 +100,11 @@ impl Solver<'_> {
             // Claims of a NodePool offered reserved capacity keep what the pass gave them: re-packing would
             // have to redo the reservations' bookkeeping for a price gain the reservations make moot.
             if !self.reservations.is_empty() && template.offers_reserved() {
+                continue;
+            }
+            // An instance type with offering overrides has one room per offering group, where the packing
+            // below knows one room per type: such NodePools keep the pass's claims (upstream's packing).
+            if template.has_offering_overrides() {
                 continue;
             }
             if let Some((bins, remaining, cluster)) = self.repack_group(template, t, &reqs, &members) {

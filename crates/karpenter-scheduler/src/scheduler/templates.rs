@@ -7,8 +7,8 @@ use karpenter_api::labels;
 use karpenter_api::meta::DEFAULT_NAMESPACE;
 use karpenter_api::{CompactPod, NodePool, ProviderLabels};
 use karpenter_requirements::{
-    HostPort, HostPortUsage, InstanceType, NoKeys, OfferingsExt, Quantity, Requirement, Requirements, ResourceList,
-    spec_host_ports, tolerates_all,
+    HostPort, HostPortUsage, InstanceType, NoKeys, Offering, OfferingsExt, Quantity, Requirement, Requirements,
+    ResourceList, spec_host_ports, tolerates_all,
 };
 use std::sync::Arc;
 
@@ -83,6 +83,15 @@ fn prefer_no_schedule_toleration() -> Toleration {
     }
 }
 
+/// One [offering group](InstanceType::offering_groups) of an instance type with offering overrides, as a
+/// template sees it: the group's allocatable less the type's DaemonSet overhead, and its available offerings.
+#[derive(Debug, Clone)]
+pub(crate) struct GroupRoom<'a> {
+    /// The group's allocatable − DaemonSet overhead (may be negative: such a group never fits).
+    pub room: ResourceList,
+    pub offerings: Vec<&'a Offering>,
+}
+
 /// A dynamic NodePool prepared for simulation.
 #[derive(Debug, Clone)]
 pub(crate) struct Template<'a> {
@@ -93,8 +102,14 @@ pub(crate) struct Template<'a> {
     pub its: Vec<&'a InstanceType>,
     /// DaemonSet overhead per instance type (parallel to `its`).
     pub daemon: Vec<ResourceList>,
-    /// allocatable − DaemonSet overhead per instance type (never negative: others are dropped).
+    /// allocatable − DaemonSet overhead per instance type (never negative: others are dropped). For a type with
+    /// offering overrides, the base group's (the type's [`InstanceType::allocatable`]), which may be negative
+    /// when only an override group holds the DaemonSets; its fit is decided by `groups`.
     pub room: Vec<ResourceList>,
+    /// Per instance type (parallel to `its`): empty unless some offering of the type has overrides, else every
+    /// offering group with its room (the base group first). A pod fits such a type when it fits a group's room
+    /// and the group has an offering compatible with the claim, as upstream's `fits`.
+    pub groups: Vec<Box<[GroupRoom<'a>]>>,
     /// DaemonSet host ports per instance type.
     pub daemon_ports: Vec<HostPortUsage>,
     /// Remaining limits (`limits − existing capacity`), `None` without limits.
@@ -112,6 +127,37 @@ pub(crate) struct Template<'a> {
 }
 
 impl<'a> Template<'a> {
+    /// Whether `requests` fit some room of instance type `i` (its room, or one of its groups'), offerings aside.
+    pub fn has_room(&self, i: usize, requests: &ResourceList) -> bool {
+        match self.groups.get(i) {
+            Some(groups) if !groups.is_empty() => groups.iter().any(|g| requests.fits(&g.room)),
+            _ => self.room.get(i).is_some_and(|room| requests.fits(room)),
+        }
+    }
+
+    /// For instance type `i` with offering overrides, whether a group whose room holds `requests` has an offering
+    /// compatible with `requirements` (upstream's `fits`, one group holding both); `true` for a type without
+    /// overrides, whose one room and offerings are checked on their own.
+    pub fn group_offers(
+        &self,
+        i: usize,
+        requests: &ResourceList,
+        requirements: &Requirements,
+        provider: &ProviderLabels,
+    ) -> bool {
+        match self.groups.get(i) {
+            Some(groups) if !groups.is_empty() => groups
+                .iter()
+                .any(|g| requests.fits(&g.room) && g.offerings.iter().any(|o| o.is_compatible(requirements, provider))),
+            _ => true,
+        }
+    }
+
+    /// Whether some instance type of the template has offering overrides.
+    pub fn has_offering_overrides(&self) -> bool {
+        self.groups.iter().any(|g| !g.is_empty())
+    }
+
     /// Whether an instance type of the template has an available reserved offering.
     pub fn offers_reserved(&self) -> bool {
         self.its.iter().any(|it| {
@@ -135,6 +181,7 @@ impl<'a> Template<'a> {
             its: Vec::new(),
             daemon: Vec::new(),
             room: Vec::new(),
+            groups: Vec::new(),
             daemon_ports: Vec::new(),
             remaining: None,
             limits: ResourceList::new(),
@@ -190,7 +237,21 @@ impl<'a> Template<'a> {
                     ports.add(d.host_ports.iter().cloned());
                 }
             }
-            if !overhead.fits(it.allocatable()) {
+            // Only types with offering overrides pay for grouping (the common path is one allocatable).
+            let groups: Box<[GroupRoom<'a>]> = if it.has_offering_overrides() {
+                it.offering_groups()
+                    .into_iter()
+                    .map(|g| GroupRoom { room: g.allocatable.sub(&overhead), offerings: g.offerings })
+                    .collect()
+            } else {
+                Box::default()
+            };
+            let holds_daemons = if groups.is_empty() {
+                overhead.fits(it.allocatable())
+            } else {
+                groups.iter().any(|g| !g.offerings.is_empty() && !g.room.any_negative())
+            };
+            if !holds_daemons {
                 dropped[1] += 1;
                 continue;
             }
@@ -199,6 +260,7 @@ impl<'a> Template<'a> {
                 continue;
             }
             t.its.push(it);
+            t.groups.push(groups);
             t.room.push(it.allocatable().sub(&overhead));
             t.daemon.push(overhead);
             t.daemon_ports.push(ports);

@@ -26,7 +26,7 @@ use karpenter_kwok::{KwokCloudProvider, KwokOptions};
 use karpenter_operator::CoreSettings;
 use karpenter_operator::manager::{Manager, ManagerError, Started};
 use karpenter_operator::metrics::Metrics;
-use karpenter_operator::node_classes::KubeNodeClasses;
+use karpenter_operator::node_classes::{KubeNodeClasses, NodeClassRegistration};
 use karpenter_operator::state::ClusterState;
 use karpenter_testing::apiserver::ApiServer;
 use karpenter_testing::standins::Scheduler;
@@ -98,6 +98,11 @@ impl Running {
     }
 }
 
+/// The kwok node-class kind, registered as the binary registers it (ready on sight).
+pub fn kwok_registration() -> NodeClassRegistration {
+    NodeClassRegistration::of::<KWOKNodeClass>().ready_on_sight()
+}
+
 impl Cluster {
     /// The server with a ready KWOKNodeClass `default`, the scheduler and kubelet stand-ins running every second.
     pub async fn new() -> Self {
@@ -143,6 +148,7 @@ impl Cluster {
         let clock: Arc<dyn Clock> = self.clock.clone();
         let state = ClusterState::from_settings(&settings, clock.clone());
         let manager = Manager::new(settings, self.client.clone(), cloud, Arc::new(self.node_classes.clone()), clock)
+            .with_node_class_registrations([kwok_registration()])
             .with_bind_ip(IpAddr::V4(Ipv4Addr::LOCALHOST))
             .with_state(state.clone());
         let metrics = manager.metrics();
@@ -161,6 +167,7 @@ impl Cluster {
         let state = ClusterState::from_settings(&settings, clock.clone());
         let cloud: Arc<dyn CloudProvider> = Arc::new(self.kwok.clone());
         let manager = Manager::new(settings, self.client.clone(), cloud, Arc::new(self.node_classes.clone()), clock)
+            .with_node_class_registrations([kwok_registration()])
             .with_bind_ip(IpAddr::V4(Ipv4Addr::LOCALHOST))
             .with_state(state.clone());
         let manager = configure(manager);
