@@ -221,7 +221,7 @@ const PROVIDER_NAMES_LEFT: [(&str, usize); 5] = [
     // The log field for upstream's EC2NodeClass object key.
     ("crates/karpenter-runtime/src/logging.rs", 1),
     // Upstream's AWS-only metric families and the EC2NodeClass status kind.
-    ("crates/karpenter-runtime/src/metrics.rs", 20),
+    ("crates/karpenter-runtime/src/metrics.rs", 18),
 ];
 
 /// `text` without `#[cfg(test)] mod x { ... }` blocks (a test may name anything).
@@ -231,7 +231,10 @@ fn without_test_modules(text: &str) -> String {
     let mut i = 0;
     while i < lines.len() {
         let opens_test_module = lines[i].trim() == "#[cfg(test)]"
-            && lines.get(i + 1).is_some_and(|l| l.trim_start().starts_with("mod ") && l.trim_end().ends_with('{'));
+            && lines.get(i + 1).is_some_and(|l| {
+                let item = l.trim_start().trim_start_matches("pub(crate) ").trim_start_matches("pub ");
+                item.starts_with("mod ") && l.trim_end().ends_with('{')
+            });
         if opens_test_module {
             let mut depth = 0i64;
             let mut j = i + 1;
@@ -326,8 +329,12 @@ fn core_crates_name_no_provider() {
 /// The scanner sees what it must: code in a test module is left out, a mention in code is counted.
 #[test]
 fn the_provider_name_scan_skips_test_modules_only() {
-    let text = "const A: &str = \"karpenter.kwok.sh\";\n// EC2NodeClass in prose\n#[cfg(test)]\nmod tests {\n    \
-                fn f() { let _ = \"EC2NodeClass\"; }\n}\nconst B: u8 = 0;\n";
-    let kept = without_test_modules(text);
-    assert!(kept.contains("karpenter.kwok.sh") && kept.contains("const B") && !kept.contains("fn f()"), "{kept}");
+    for visibility in ["", "pub(crate) ", "pub "] {
+        let text = format!(
+            "const A: &str = \"karpenter.kwok.sh\";\n// EC2NodeClass in prose\n#[cfg(test)]\n{visibility}mod tests {{\n    \
+             fn f() {{ let _ = \"EC2NodeClass\"; }}\n}}\nconst B: u8 = 0;\n"
+        );
+        let kept = without_test_modules(&text);
+        assert!(kept.contains("karpenter.kwok.sh") && kept.contains("const B") && !kept.contains("fn f()"), "{kept}");
+    }
 }
