@@ -194,13 +194,14 @@ fn the_scheduler_without_default_features_leaves_out_cel_yaml_and_time_zones() {
 
 /// The core crates whose production code must name no provider: a provider (its NodeClass API, labels, CRDs) is
 /// one crate plugged in through values (`karpenter_api::node_class_api`, `ProviderLabels`), never named below it.
-const CORE_CRATES: [&str; 6] = [
+const CORE_CRATES: [&str; 7] = [
     "karpenter-api",
     "karpenter-requirements",
     "karpenter-scheduler",
     "karpenter-disruption",
     "karpenter-cloudprovider",
     "karpenter-runtime",
+    "karpenter-operator",
 ];
 
 /// What names a provider: its node-class kinds, its API groups, its crates.
