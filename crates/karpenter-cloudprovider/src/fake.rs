@@ -11,9 +11,10 @@
 //!
 //! * **Instances** in memory, per cluster: [`FakeCloudProvider::for_cluster`] gives a view of the same cloud for
 //!   another cluster (the same account), so "list finds this cluster's instances only" can be tested.
-//! * **Launches** pick [`cheapest_launch`] over the instance types whose allocatable fits the claim's
-//!   `spec.resources.requests`; `create` is idempotent per NodeClaim name (a second create returns the same
-//!   instance, also when both run concurrently).
+//! * **Launches** pick [`cheapest_launch_holding`]: the cheapest offering whose node holds the claim's
+//!   `spec.resources.requests` (an offering with overrides judged by its own allocatable), and the instance gets
+//!   that offering's capacity and allocatable; `create` is idempotent per NodeClaim name (a second create returns
+//!   the same instance, also when both run concurrently).
 //! * **Launch latency** through an injected [`Sleeper`] (`karpenter_testing::FakeClock` moves its time instead of
 //!   waiting) and **termination delay** measured on the injected [`Clock`]: `delete` returns `Ok` and the
 //!   instance is reported with a deletion timestamp until the delay has passed, then it is gone
@@ -57,7 +58,9 @@ use crate::capacity::CapacityMarks;
 use crate::error::{CloudProviderError, OfferingRef};
 use crate::interruption::InterruptionSource;
 use crate::interruption::{InterruptionAction, InterruptionError, InterruptionEvent, InterruptionKind};
-use crate::launch::{LaunchChoice, cheapest_launch, k8s_time, resource_map};
+use crate::launch::{
+    LaunchChoice, cheapest_launch_holding, k8s_time, out_of_capacity, resource_map, unavailable_offerings_holding,
+};
 use crate::node_class::{NodeClassLookup, get_node_class};
 use crate::provider::{CloudProvider, DriftReason, Method, NodeClassKind, RepairPolicy};
 use crate::time::{Clock, NoSleep, Sleeper, SystemClock};
@@ -477,22 +480,10 @@ impl FakeCloudProvider {
         {
             return Ok(existing.node_claim.clone());
         }
-        let fitting: Vec<&InstanceType> = catalogue.iter().filter(|it| requests.fits(it.allocatable())).collect();
-        let Some(choice) = cheapest_launch(fitting.iter().copied(), &reqs) else {
-            let mut failed = BTreeSet::new();
-            for it in fitting.iter().filter(|it| reqs.intersects(&it.requirements).is_ok()) {
-                for o in it.offerings.iter().filter(|o| !o.available && reqs.intersects(&o.requirements).is_ok()) {
-                    failed.insert(OfferingRef::new(&it.name, o.zone().unwrap_or(""), o.capacity_type().unwrap_or("")));
-                }
-            }
-            let message = if failed.is_empty() {
-                format!("no instance type offering satisfies the requirements and requests of nodeclaim {name}")
-            } else {
-                format!("every offering nodeclaim {name} allows is out of capacity")
-            };
-            return Err(CloudProviderError::insufficient_capacity(failed.into_iter().collect(), message));
+        let Some(choice) = cheapest_launch_holding(catalogue.iter(), &reqs, &requests) else {
+            return Err(out_of_capacity(name, unavailable_offerings_holding(catalogue.iter(), &reqs, &requests)));
         };
-        let Some(it) = fitting.iter().find(|it| it.name == choice.instance_type) else {
+        let Some(it) = catalogue.iter().find(|it| it.name == choice.instance_type) else {
             return Err(CloudProviderError::other("chosen instance type vanished"));
         };
         cloud.next_id += 1;
@@ -557,8 +548,8 @@ fn launched_claim(
     };
     let status = NodeClaimStatus {
         provider_id: Some(provider_id.into()),
-        capacity: resource_map(it.capacity()),
-        allocatable: resource_map(it.allocatable()),
+        capacity: resource_map(&choice.capacity),
+        allocatable: resource_map(&choice.allocatable),
         ..NodeClaimStatus::default()
     };
     NodeClaim { metadata, spec: claim.spec.clone(), status: Some(status) }

@@ -11,7 +11,8 @@ use std::fmt;
 use karpenter_api::nodeclaim::ResourceQuantity;
 use karpenter_requirements::{InstanceType, Offering, Requirements, ResourceList};
 
-/// The offering a launch picks for a NodeClaim, as the fake and kwok providers' `create` do.
+/// The offering a launch picks for a NodeClaim, as the fake and kwok providers' `create` do, and the resources a
+/// node launched from it has.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LaunchChoice {
     /// Instance type name.
@@ -22,6 +23,12 @@ pub struct LaunchChoice {
     pub capacity_type: String,
     /// Hourly price of the offering.
     pub price: f64,
+    /// The node's capacity: the type's with the offering's capacity override merged in
+    /// ([`InstanceType::capacity_for`]).
+    pub capacity: ResourceList,
+    /// The node's allocatable: the type's, or the offering's group's when it carries overrides
+    /// ([`InstanceType::allocatable_for`]).
+    pub allocatable: ResourceList,
 }
 
 impl fmt::Display for LaunchChoice {
@@ -36,14 +43,76 @@ impl fmt::Display for LaunchChoice {
 ///
 /// Compatibility is `Requirements::intersects` (keys constrained on both sides must share a value; a key only one
 /// side constrains is ignored), for the instance type as the scheduler filters them and for the offering. A
-/// claim's requirements normally pin the candidates with `node.kubernetes.io/instance-type In [...]`; resource fit
-/// is the caller's business (the scheduler only puts instance types that fit on a claim; the fake provider
-/// filters by the claim's requests before calling this).
+/// claim's requirements normally pin the candidates with `node.kubernetes.io/instance-type In [...]`. Resource fit
+/// is not checked here: [`cheapest_launch_holding`] also asks that the offering's node hold the claim's requests.
 pub fn cheapest_launch<'a, I>(instance_types: I, requirements: &Requirements) -> Option<LaunchChoice>
 where
     I: IntoIterator<Item = &'a InstanceType>,
 {
-    let mut best: Option<(&InstanceType, &Offering, &str, &str)> = None;
+    pick(instance_types, requirements, |_, _| true)
+}
+
+/// [`cheapest_launch`] over the offerings whose node would hold `requests` (a NodeClaim's
+/// `spec.resources.requests`: its pods' and DaemonSets'), judged against that offering's allocatable
+/// ([`InstanceType::offering_holds`]). An instance type whose offerings carry overrides thus launches from the
+/// cheapest group that has room, e.g. the only offerings that bring an extended resource the pods ask for; for
+/// a type without overrides this is the type's allocatable, as before overrides existed. Empty requests fit
+/// every offering.
+pub fn cheapest_launch_holding<'a, I>(
+    instance_types: I,
+    requirements: &Requirements,
+    requests: &ResourceList,
+) -> Option<LaunchChoice>
+where
+    I: IntoIterator<Item = &'a InstanceType>,
+{
+    pick(instance_types, requirements, |it, o| it.offering_holds(o, requests))
+}
+
+/// The offerings a claim with `requirements` and `requests` could have launched on but that are unavailable (out
+/// of capacity), sorted: what a provider's `InsufficientCapacity` error names when [`cheapest_launch_holding`]
+/// finds nothing.
+pub fn unavailable_offerings_holding<'a, I>(
+    instance_types: I,
+    requirements: &Requirements,
+    requests: &ResourceList,
+) -> Vec<crate::OfferingRef>
+where
+    I: IntoIterator<Item = &'a InstanceType>,
+{
+    let mut out = std::collections::BTreeSet::new();
+    for it in instance_types.into_iter().filter(|it| requirements.intersects(&it.requirements).is_ok()) {
+        for o in &it.offerings {
+            if !o.available && requirements.intersects(&o.requirements).is_ok() && it.offering_holds(o, requests) {
+                out.insert(crate::OfferingRef::new(&it.name, o.zone().unwrap_or(""), o.capacity_type().unwrap_or("")));
+            }
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// The `InsufficientCapacity` error of a create for NodeClaim `name` that found no offering: naming the
+/// `unavailable` offerings ([`unavailable_offerings_holding`]) when there are some ("out of capacity"), else saying
+/// that nothing satisfies the claim. The fake and kwok providers' one wording.
+pub fn out_of_capacity(name: &str, unavailable: Vec<crate::OfferingRef>) -> crate::CloudProviderError {
+    let message = if unavailable.is_empty() {
+        format!("no instance type offering satisfies the requirements and requests of nodeclaim {name}")
+    } else {
+        format!("every offering nodeclaim {name} allows is out of capacity")
+    };
+    crate::CloudProviderError::insufficient_capacity(unavailable, message)
+}
+
+/// The cheapest launchable offering `accept` lets through (see [`cheapest_launch`] for the order).
+fn pick<'a, I>(
+    instance_types: I,
+    requirements: &Requirements,
+    accept: impl Fn(&InstanceType, &Offering) -> bool,
+) -> Option<LaunchChoice>
+where
+    I: IntoIterator<Item = &'a InstanceType>,
+{
+    let mut best: Option<(&InstanceType, &Offering)> = None;
     for it in instance_types {
         if requirements.intersects(&it.requirements).is_err() {
             continue;
@@ -52,27 +121,29 @@ where
             if !o.available || o.price.is_nan() || requirements.intersects(&o.requirements).is_err() {
                 continue;
             }
-            let (zone, ct) = (o.zone().unwrap_or(""), o.capacity_type().unwrap_or(""));
             // Among types, the cheaper offering and then the type's name; within a type, the offerings' order.
             let better = match best {
                 None => true,
-                Some((bit, bo, _, _)) => o
+                Some((bit, bo)) => o
                     .price
                     .total_cmp(&bo.price)
                     .then_with(|| it.name.cmp(&bit.name))
                     .then_with(|| o.launch_order(bo))
                     .is_lt(),
             };
-            if better {
-                best = Some((it, o, zone, ct));
+            // Last, as it may copy the offering's allocatable.
+            if better && accept(it, o) {
+                best = Some((it, o));
             }
         }
     }
-    best.map(|(it, o, zone, ct)| LaunchChoice {
+    best.map(|(it, o)| LaunchChoice {
         instance_type: it.name.clone(),
-        zone: zone.to_owned(),
-        capacity_type: ct.to_owned(),
+        zone: o.zone().unwrap_or("").to_owned(),
+        capacity_type: o.capacity_type().unwrap_or("").to_owned(),
         price: o.price,
+        capacity: it.capacity_for(o),
+        allocatable: it.allocatable_for(o),
     })
 }
 
@@ -224,6 +295,48 @@ mod tests {
         assert_eq!(cheapest_launch([&it2], &Requirements::new()), None);
         assert_eq!(cheapest_launch(&its, &reqs(&[(ZONE, &["elsewhere"])])), None);
         assert_eq!(cheapest_launch(&its, &reqs(&[(OS, &["plan9"])])), None);
+    }
+
+    #[test]
+    fn a_launch_takes_the_cheapest_offering_whose_node_holds_the_requests() {
+        use karpenter_requirements::Quantity;
+        let q = |s: &str| s.parse::<Quantity>().unwrap();
+        let slots = "test.com/extended-slots";
+        let overhead =
+            Overhead { system_reserved: [("memory", q("1Gi"))].into_iter().collect(), ..Overhead::default() };
+        // The cheap offering's node has the type's own resources; the dearer one brings 4 slots and keeps 2Gi.
+        let slotted = offering("zone-b", "on-demand", 2.0, true)
+            .with_capacity_override([(slots, q("4"))].into_iter().collect())
+            .with_overhead_override(Overhead {
+                system_reserved: [("memory", q("2Gi"))].into_iter().collect(),
+                ..Overhead::default()
+            });
+        let mut it = instance_type("m", "amd64", "linux", 4, vec![offering("zone-a", "on-demand", 1.0, true), slotted]);
+        it.set_capacity([("cpu", q("4")), ("memory", q("8Gi")), ("pods", q("110"))].into_iter().collect());
+        it.set_overhead(overhead);
+        let its = [it];
+        let none = Requirements::new();
+
+        let want_slot: ResourceList = [(slots, q("1")), ("cpu", q("1"))].into_iter().collect();
+        let c = cheapest_launch_holding(&its, &none, &want_slot).unwrap();
+        assert_eq!((c.zone.as_str(), c.price), ("zone-b", 2.0), "the cheaper node has no slot");
+        assert_eq!(c.capacity.get(slots), Some(&q("4")));
+        assert_eq!(c.allocatable.get(slots), Some(&q("4")));
+        assert_eq!(c.allocatable.memory(), q("6Gi"), "the override's 2Gi replaces the type's 1Gi");
+        // What the claim does not ask for leaves today's choice: the cheapest, the type's own resources.
+        let c = cheapest_launch_holding(&its, &none, &[("memory", q("7Gi"))].into_iter().collect()).unwrap();
+        assert_eq!((c.zone.as_str(), c.allocatable.memory(), c.capacity.get(slots)), ("zone-a", q("7Gi"), None));
+        assert_eq!(cheapest_launch_holding(&its, &none, &ResourceList::new()), cheapest_launch(&its, &none));
+        // Nothing holds 5 slots; with the slotted offering out of capacity, it is the one an error names.
+        assert_eq!(cheapest_launch_holding(&its, &none, &[(slots, q("5"))].into_iter().collect()), None);
+        let mut gone = its.clone();
+        gone[0].offerings[1].available = false;
+        assert_eq!(cheapest_launch_holding(&gone, &none, &want_slot), None);
+        assert_eq!(
+            unavailable_offerings_holding(&gone, &none, &want_slot),
+            [crate::OfferingRef::new("m", "zone-b", "on-demand")]
+        );
+        assert_eq!(unavailable_offerings_holding(&gone, &none, &ResourceList::new()).len(), 1);
     }
 
     #[test]

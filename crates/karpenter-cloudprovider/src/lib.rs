@@ -27,7 +27,8 @@
 //!   kind to a [`MetricsSink`] ([`InMemoryMetrics`] records counters, durations and the call sequence).
 //! * [`fake`]: [`FakeCloudProvider`], in memory, with launch latency, per-offering insufficient capacity, failure
 //!   injection, call recording, drift and interruption injection.
-//! * [`launch`]: [`cheapest_launch`], the offering a launch picks over any instance types, and [`LaunchChoice`];
+//! * [`launch`]: [`cheapest_launch`], the offering a launch picks over any instance types, [`cheapest_launch_holding`]
+//!   (only offerings whose node holds the claim's requests) and [`LaunchChoice`] with that node's resources;
 //!   [`resource_map`](launch::resource_map) and [`k8s_time`](launch::k8s_time) for the NodeClaim a launch returns.
 //! * [`time`]: the injected [`Clock`] and [`Sleeper`].
 //!
@@ -154,7 +155,7 @@ pub use fake::{Call, FakeCloudProvider, FakeInterruptionSource, FakeOptions};
 pub use interruption::{
     InterruptionAction, InterruptionError, InterruptionEvent, InterruptionKind, InterruptionSource,
 };
-pub use launch::{LaunchChoice, cheapest_launch};
+pub use launch::{LaunchChoice, cheapest_launch, cheapest_launch_holding};
 pub use node_class::{InMemoryNodeClasses, NodeClassLookup, get_node_class};
 pub use overlay::{Evaluated, Overlaid, OverlayProblem, OverlayStore};
 pub use provider::{CloudProvider, DriftReason, Method, NodeClassKind, RepairAction, RepairPolicy};

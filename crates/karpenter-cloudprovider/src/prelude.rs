@@ -20,6 +20,6 @@ pub use karpenter_requirements::{
 };
 
 pub use crate::error::{CloudProviderError, OfferingRef};
-pub use crate::launch::{LaunchChoice, cheapest_launch, k8s_time, resource_map};
+pub use crate::launch::{LaunchChoice, cheapest_launch, cheapest_launch_holding, k8s_time, resource_map};
 pub use crate::provider::{CloudProvider, DriftReason, NodeClassKind, RepairPolicy};
 pub use crate::time::{Clock, SystemClock};

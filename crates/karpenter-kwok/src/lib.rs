@@ -12,14 +12,15 @@
 //!
 //! # What a launch does ([`KwokCloudProvider`])
 //!
-//! * **Choice**: among the instance types whose allocatable fits the NodeClaim's `spec.resources.requests`, the
-//!   cheapest available offering compatible with its `spec.requirements`
-//!   ([`karpenter_cloudprovider::launch::cheapest_launch`]; ties by instance-type name, zone, capacity type).
+//! * **Choice**: the cheapest available offering compatible with the NodeClaim's `spec.requirements` whose node
+//!   holds its `spec.resources.requests` (an offering with a `CapacityOverride`/`OverheadOverride` judged by its
+//!   own allocatable) ([`karpenter_cloudprovider::launch::cheapest_launch_holding`]; ties by instance-type name,
+//!   zone, capacity type).
 //!   Nothing left: `InsufficientCapacity`, naming the compatible offerings that are marked out of capacity.
 //! * **The Node** is named after the NodeClaim, with `spec.providerID: kwok://<name>`, the single taint
 //!   `karpenter.sh/unregistered:NoExecute` (the lifecycle controller removes it at registration and adds the
 //!   claim's taints and startup taints, as it does for a kubelet-registered node), `status.capacity` and
-//!   `status.allocatable` from the catalogue, phase `Pending`, `status.nodeInfo` with a boot id (`<node>-boot-0`,
+//!   `status.allocatable` from the catalogue (the chosen offering's, with its overrides), phase `Pending`, `status.nodeInfo` with a boot id (`<node>-boot-0`,
 //!   what node repair records before a reboot), the architecture and the operating system. Labels: the NodeClaim's labels, its single-valued
 //!   `In` requirements (`karpenter.sh/nodepool`, ...), the instance type's single-valued requirements
 //!   (`node.kubernetes.io/instance-type`, `kubernetes.io/arch`, `kubernetes.io/os`, `karpenter.kwok.sh/instance-*`)

@@ -18,9 +18,11 @@ use karpenter_api::nodeclaim::{
     NodeClaimSpec, NodeClaimStatus, NodeClassReference, ResourceQuantity, ResourceRequirements, conditions,
 };
 use karpenter_api::{ConditionStatus, NodeClaim, NodePool, ProviderLabels};
+use karpenter_cloudprovider::launch::{
+    LaunchChoice, cheapest_launch_holding, out_of_capacity, unavailable_offerings_holding,
+};
 
 use crate::api::{GROUP as KWOK_GROUP, KIND as KWOK_KIND, KWOKNodeClass};
-use karpenter_cloudprovider::launch::{LaunchChoice, cheapest_launch};
 use karpenter_cloudprovider::{
     CapacityMarks, Clock, CloudProvider, CloudProviderError, DriftReason, NodeClassKind, NodeClassLookup, OfferingRef,
     RepairPolicy, SystemClock, get_node_class,
@@ -245,17 +247,21 @@ impl KwokCloudProvider {
         lock(&self.capacity).ice.offerings()
     }
 
-    /// Marks out of capacity every offering `claim` could launch on (compatible with its requirements, on an
-    /// instance type whose allocatable fits its requests) and returns them, sorted: the next create for such a
+    /// Marks out of capacity every offering `claim` could launch on (compatible with its requirements, its node
+    /// holding its requests) and returns them, sorted: the next create for such a
     /// claim fails with `InsufficientCapacity`. Undo with [`clear_insufficient_capacity`](Self::clear_insufficient_capacity).
     pub fn exhaust_capacity_for(&self, claim: &NodeClaim) -> Result<Vec<OfferingRef>, CloudProviderError> {
         let (reqs, requests) = claim_needs(claim)?;
         let mut out = BTreeSet::new();
         for it in self.options.instance_types.iter() {
-            if !requests.fits(it.allocatable()) || reqs.intersects(&it.requirements).is_err() {
+            if reqs.intersects(&it.requirements).is_err() {
                 continue;
             }
-            for o in it.offerings.iter().filter(|o| reqs.intersects(&o.requirements).is_ok()) {
+            for o in it
+                .offerings
+                .iter()
+                .filter(|o| reqs.intersects(&o.requirements).is_ok() && it.offering_holds(o, &requests))
+            {
                 out.insert(OfferingRef::new(&it.name, o.zone().unwrap_or(""), o.capacity_type().unwrap_or("")));
             }
         }
@@ -411,8 +417,8 @@ impl KwokCloudProvider {
         Ok(Some(launched_claim(claim, &node)))
     }
 
-    /// Chooses the offering for a claim: the cheapest available one compatible with its requirements among the
-    /// instance types whose allocatable fits its requests.
+    /// Chooses the offering for a claim: the cheapest available one compatible with its requirements whose node
+    /// holds its requests (judged by the offering's own allocatable when it carries overrides).
     fn choose(
         &self,
         claim: &NodeClaim,
@@ -420,25 +426,13 @@ impl KwokCloudProvider {
         its: &[InstanceType],
     ) -> Result<(InstanceType, LaunchChoice), CloudProviderError> {
         let (reqs, requests) = claim_needs(claim)?;
-        let fitting: Vec<&InstanceType> = its.iter().filter(|it| requests.fits(it.allocatable())).collect();
-        let Some(choice) = cheapest_launch(fitting.iter().copied(), &reqs) else {
-            let mut failed = BTreeSet::new();
-            for it in fitting.iter().filter(|it| reqs.intersects(&it.requirements).is_ok()) {
-                for o in it.offerings.iter().filter(|o| !o.available && reqs.intersects(&o.requirements).is_ok()) {
-                    failed.insert(OfferingRef::new(&it.name, o.zone().unwrap_or(""), o.capacity_type().unwrap_or("")));
-                }
-            }
-            let message = if failed.is_empty() {
-                format!("no instance type offering satisfies the requirements and requests of nodeclaim {name}")
-            } else {
-                format!("every offering nodeclaim {name} allows is out of capacity")
-            };
-            return Err(CloudProviderError::insufficient_capacity(failed.into_iter().collect(), message));
+        let Some(choice) = cheapest_launch_holding(its, &reqs, &requests) else {
+            return Err(out_of_capacity(name, unavailable_offerings_holding(its, &reqs, &requests)));
         };
-        let it = fitting
+        let it = its
             .iter()
             .find(|it| it.name == choice.instance_type)
-            .map(|it| (*it).clone())
+            .cloned()
             .ok_or_else(|| CloudProviderError::other("the chosen instance type vanished"))?;
         Ok((it, choice))
     }
@@ -561,8 +555,8 @@ fn build_node(claim: &NodeClaim, name: &str, it: &InstanceType, choice: &LaunchC
             ..NodeSpec::default()
         }),
         status: Some(NodeStatus {
-            capacity: Some(k8s_resources(it.capacity())),
-            allocatable: Some(k8s_resources(it.allocatable())),
+            capacity: Some(k8s_resources(&choice.capacity)),
+            allocatable: Some(k8s_resources(&choice.allocatable)),
             phase: Some("Pending".into()),
             node_info: Some(NodeSystemInfo {
                 boot_id: first_boot_id(name),

@@ -225,6 +225,61 @@ async fn a_running_node_holds_its_reservation_instance_until_it_terminates() {
     assert_eq!(reserved().await, (1, true), "terminated: the instance is free again");
 }
 
+#[tokio::test]
+async fn a_claim_needing_an_override_resource_launches_from_that_offering_with_its_resources() {
+    // The zone-b offering costs more and brings 4 slots, keeping 1Gi of memory for the system.
+    let json = r#"[{"name": "s-2x", "architecture": "amd64", "operatingSystems": ["linux"],
+        "resources": {"cpu": "2", "memory": "4Gi", "pods": "32"},
+        "offerings": [
+          {"Price": 0.1, "Requirements": [
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+            {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["test-zone-a"]}]},
+          {"Price": 0.2, "CapacityOverride": {"test.com/extended-slots": "4"},
+           "OverheadOverride": {"SystemReserved": {"memory": "1Gi"}}, "Requirements": [
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+            {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["test-zone-b"]}]}]}]"#;
+    let server = ApiServer::new();
+    let options = KwokOptions {
+        instance_types: catalogue::load_instance_types_json(json).expect("valid catalogue"),
+        ..KwokOptions::default()
+    };
+    let provider = KwokCloudProvider::new(server.client(), options);
+    let nodes: Api<Node> = Api::all(server.client());
+    // A Node's `status.capacity` (`allocatable: false`) or `status.allocatable` quantity of `name`.
+    let quantity = |node: &Node, allocatable: bool, name: &str| {
+        let status = node.status.clone().unwrap_or_default();
+        let list = if allocatable { status.allocatable } else { status.capacity };
+        list.and_then(|l| l.get(name).map(|q| q.0.clone()))
+    };
+
+    let mut slot_user = claim("slot-user", &[], "1");
+    let requests = &mut slot_user.spec.resources.as_mut().expect("requests").requests;
+    requests.insert("test.com/extended-slots".into(), karpenter_api::nodeclaim::ResourceQuantity::new("1"));
+    let launched = provider.create(&slot_user).await.unwrap();
+    let node = nodes.get("slot-user").await.unwrap();
+    assert_eq!(label(&labels(&node), ZONE), Some("test-zone-b"), "only that offering's node has a slot");
+    assert_eq!(quantity(&node, false, "test.com/extended-slots").as_deref(), Some("4"));
+    assert_eq!(quantity(&node, true, "test.com/extended-slots").as_deref(), Some("4"));
+    assert_eq!(quantity(&node, true, "memory").as_deref(), Some("3Gi"), "the override's 1Gi replaces the 10Mi");
+    let st = launched.status.unwrap();
+    assert_eq!(st.allocatable.get("test.com/extended-slots").map(|q| q.as_str()), Some("4"));
+
+    // A claim that asks for no slot takes the cheaper offering and the type's own resources, as before.
+    provider.create(&claim("plain", &[], "1")).await.unwrap();
+    let node = nodes.get("plain").await.unwrap();
+    assert_eq!(label(&labels(&node), ZONE), Some("test-zone-a"));
+    assert_eq!(quantity(&node, true, "test.com/extended-slots"), None);
+    assert_eq!(quantity(&node, true, "memory").as_deref(), Some("4086Mi"), "the type's 10Mi kube-reserved");
+
+    // With the slotted offering out of capacity, the error names it.
+    provider.set_insufficient_capacity(OfferingRef::new("s-2x", "test-zone-b", "on-demand"), true);
+    slot_user.metadata.name = Some("slot-user-2".into());
+    let err = provider.create(&slot_user).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InsufficientCapacity);
+    let CloudProviderError::InsufficientCapacity { offerings, .. } = err else { unreachable!() };
+    assert_eq!(offerings, [OfferingRef::new("s-2x", "test-zone-b", "on-demand")]);
+}
+
 fn pool() -> karpenter_api::NodePool {
     node_pool(NodePoolOptions {
         name: Some("default".into()),

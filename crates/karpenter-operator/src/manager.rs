@@ -121,6 +121,19 @@ fn crd_name(group: &str, kind: &str) -> String {
     format!("{plural}.{group}")
 }
 
+/// The CRD of each registered kind among `crds` (what `/readyz` requires), named by its registered plural: it
+/// replaces the name [`crd_name`] guessed for a kind the provider supports, so a kind with an irregular plural
+/// is looked for under its real name.
+fn require_registered_crds(crds: &mut Vec<String>, registrations: &[NodeClassRegistration]) {
+    for registration in registrations {
+        let resource = &registration.api_resource;
+        let exact = format!("{}.{}", resource.plural, resource.group);
+        let guessed = crd_name(&resource.group, &resource.kind);
+        crds.retain(|c| *c != guessed && *c != exact);
+        crds.push(exact);
+    }
+}
+
 /// What [`Manager::run`] started, for callers that want to talk to it (tests bind port 0).
 #[derive(Debug, Clone)]
 pub struct Started {
@@ -176,7 +189,9 @@ impl Manager {
         mut self,
         registrations: impl IntoIterator<Item = NodeClassRegistration>,
     ) -> Self {
+        let start = self.node_class_registrations.len();
         self.node_class_registrations.extend(registrations);
+        require_registered_crds(&mut self.crds, &self.node_class_registrations[start..]);
         self
     }
 
@@ -698,5 +713,16 @@ mod tests {
         assert_eq!(crd_name("karpenter.kwok.sh", "KWOKNodeClass"), "kwoknodeclasses.karpenter.kwok.sh");
         assert_eq!(crd_name("karpenter.k8s.aws", "EC2NodeClass"), "ec2nodeclasses.karpenter.k8s.aws");
         assert_eq!(crd_name("example.com", "Widget"), "widgets.example.com");
+    }
+
+    #[test]
+    fn a_registered_kind_is_required_under_its_plural() {
+        let mut toy = crate::node_classes::toy::registration();
+        toy.api_resource.plural = "toynodeclassen".into();
+        let mut crds = vec!["nodepools.karpenter.sh".to_string(), crd_name("example.dev", "ToyNodeClass")];
+        require_registered_crds(&mut crds, &[toy.clone()]);
+        assert_eq!(crds, ["nodepools.karpenter.sh", "toynodeclassen.example.dev"]);
+        require_registered_crds(&mut crds, &[toy]);
+        assert_eq!(crds, ["nodepools.karpenter.sh", "toynodeclassen.example.dev"], "once");
     }
 }

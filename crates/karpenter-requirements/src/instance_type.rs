@@ -197,15 +197,34 @@ impl InstanceType {
         if !offering.has_override() {
             return self.allocatable().clone();
         }
-        let capacity = match offering.capacity_override.as_ref().filter(|c| !c.is_empty()) {
-            Some(over) => merged(&self.capacity, over),
-            None => self.capacity.clone(),
-        };
+        let capacity = self.capacity_for(offering);
         let overhead = match &offering.overhead_override {
             Some(over) => merged(&self.overhead.total(), &over.total()),
             None => self.overhead.total(),
         };
         allocatable_of(&capacity, &overhead)
+    }
+
+    /// Capacity of a node launched from `offering` (one of this type's): the type's capacity with the offering's
+    /// capacity override merged in (each named resource added or replacing the type's); the type's own capacity
+    /// when the offering overrides none. What a launch reports in the node's `status.capacity`, beside
+    /// [`Self::allocatable_for`].
+    pub fn capacity_for(&self, offering: &Offering) -> ResourceList {
+        match offering.capacity_override.as_ref().filter(|c| !c.is_empty()) {
+            Some(over) => merged(&self.capacity, over),
+            None => self.capacity.clone(),
+        }
+    }
+
+    /// Whether a node launched from `offering` (one of this type's) has room for `requests`: they fit
+    /// [`Self::allocatable_for`] the offering. Copies nothing for an offering without overrides, so a launch can
+    /// ask it of every offering.
+    pub fn offering_holds(&self, offering: &Offering, requests: &ResourceList) -> bool {
+        if offering.has_override() {
+            requests.fits(&self.allocatable_for(offering))
+        } else {
+            requests.fits(self.allocatable())
+        }
     }
 
     /// Whether any offering (available or not) carries a capacity or overhead override.
@@ -670,6 +689,23 @@ mod tests {
         assert!(plain.fits_an_offering(&big, &zone_a, &WK));
         assert!(!plain.fits_an_offering(&big, &zone_b, &WK));
         assert!(!plain.fits_an_offering(&slot, &zone_a, &WK));
+    }
+
+    #[test]
+    fn a_node_from_an_override_offering_has_its_capacity_and_room() {
+        let base = offering("a", "spot", 1.0, true);
+        let slotted_offering = with_slots(offering("a", "spot", 1.0, true));
+        let t = slotted(vec![base.clone(), slotted_offering.clone()]);
+        // The capacity gains the override's slots; the base offering's node has the type's own capacity.
+        assert_eq!(t.capacity_for(&slotted_offering).get(SLOTS).copied(), Some(q("12")));
+        assert_eq!(t.capacity_for(&slotted_offering).memory(), q("16Gi"), "overhead overrides leave capacity alone");
+        assert_eq!(t.capacity_for(&base), *t.capacity());
+        // Room follows the offering's allocatable: slots only there, 14Gi only on the base node (15Gi vs 13Gi).
+        let slot = rl(&[(SLOTS, "1")]);
+        let big = rl(&[("memory", "14Gi")]);
+        assert!(t.offering_holds(&slotted_offering, &slot) && !t.offering_holds(&base, &slot));
+        assert!(t.offering_holds(&base, &big) && !t.offering_holds(&slotted_offering, &big));
+        assert!(t.offering_holds(&slotted_offering, &ResourceList::new()));
     }
 
     #[test]

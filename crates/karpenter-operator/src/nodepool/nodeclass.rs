@@ -99,8 +99,8 @@ impl NodeClassResolver {
     }
 }
 
-/// The controller name of a kind's [`ReadyOnSight`]: the lower-cased kind and `.status`
-/// (`kwoknodeclass.status`), as upstream names a node class's status controller.
+/// The controller name of a kind's [`ReadyOnSight`]: the lower-cased kind and `.status` (`toynodeclass.status`
+/// for a `ToyNodeClass`), as upstream names a node class's status controller.
 pub fn ready_on_sight_controller_name(kind: &str) -> String {
     format!("{}.status", kind.to_lowercase())
 }

@@ -1,0 +1,165 @@
+//! The toy cloud's node-class API: `ToyNodeClass` (`karpenter.toy.example/v1alpha1`), cluster-scoped, with a
+//! status subresource holding conditions.
+//!
+//! A NodePool names one in `spec.template.spec.nodeClassRef`; the cloud reads it when it describes instance types
+//! (offerings in the class's region) and when it launches (the class's node limit).
+
+use karpenter_api::condition::{Condition, Conditions};
+use karpenter_api::crd::KarpenterCrd;
+use karpenter_api::validation::{Validate, ValidationContext, Violations};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The API group of the toy cloud's kinds (also its restricted label domain).
+pub const GROUP: &str = "karpenter.toy.example";
+/// The served version.
+pub const VERSION: &str = "v1alpha1";
+/// The kind, as a `nodeClassRef.kind` names it.
+pub const KIND: &str = "ToyNodeClass";
+
+/// The longest region name the toy cloud has (zones add a two-character suffix).
+pub const MAX_REGION_LEN: usize = 32;
+
+/// Where and how much the toy cloud launches for the NodePools that name this class.
+#[derive(CustomResource, Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "karpenter.toy.example",
+    version = "v1alpha1",
+    kind = "ToyNodeClass",
+    plural = "toynodeclasses",
+    singular = "toynodeclass",
+    status = "ToyNodeClassStatus",
+    derive = "PartialEq",
+    doc = "ToyNodeClass is the node class of the toy cloud: the region its nodes run in and how many it may run."
+)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ToyNodeClassSpec {
+    /// The region the nodes run in: lower-case letters, digits and '-', starting with a letter. Its zones are
+    /// `<region>-a` and `<region>-b`.
+    pub region: String,
+    /// The most instances the toy cloud runs for this class at once (terminating ones included); absent for no
+    /// limit. A launch beyond it fails with insufficient capacity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_nodes: Option<u32>,
+}
+
+/// Observed state of a ToyNodeClass: its conditions (`Ready`, set by the operator as soon as the class exists,
+/// since the toy cloud needs no resources made for it).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ToyNodeClassStatus {
+    /// Status conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+impl Conditions for ToyNodeClassStatus {
+    fn conditions(&self) -> &[Condition] {
+        &self.conditions
+    }
+}
+
+impl ToyNodeClassSpec {
+    /// A spec for `region` with no node limit.
+    pub fn in_region(region: impl Into<String>) -> Self {
+        Self { region: region.into(), max_nodes: None }
+    }
+
+    /// The zones of the class's region, in launch-preference order.
+    pub fn zones(&self) -> [String; 2] {
+        [format!("{}-a", self.region), format!("{}-b", self.region)]
+    }
+}
+
+impl ToyNodeClass {
+    /// The class's problems, each naming its field; empty when the cloud can launch from it.
+    pub fn problems(&self) -> Violations {
+        self.validate(&ValidationContext { provider: crate::labels() })
+    }
+}
+
+impl Validate for ToyNodeClass {
+    fn validate(&self, _ctx: &ValidationContext) -> Violations {
+        let mut v = Violations::new();
+        let region = &self.spec.region;
+        if region.is_empty() {
+            v.push("spec.region", "required: the region the nodes run in");
+        } else if region.len() > MAX_REGION_LEN {
+            v.push("spec.region", format!("{region:?} is longer than {MAX_REGION_LEN} characters"));
+        } else if !region.starts_with(|c: char| c.is_ascii_lowercase())
+            || region.ends_with('-')
+            || !region.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        {
+            v.push(
+                "spec.region",
+                format!("{region:?} is not a region name: lower-case letters, digits and '-', starting with a letter"),
+            );
+        }
+        if self.spec.max_nodes == Some(0) {
+            v.push("spec.maxNodes", "0 would launch nothing: give at least 1, or leave it out for no limit");
+        }
+        v
+    }
+}
+
+impl KarpenterCrd for ToyNodeClass {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn class(region: &str, max_nodes: Option<u32>) -> ToyNodeClass {
+        ToyNodeClass::new("c", ToyNodeClassSpec { region: region.into(), max_nodes })
+    }
+
+    fn paths(c: &ToyNodeClass) -> Vec<String> {
+        c.problems().into_iter().map(|v| v.to_string()).collect()
+    }
+
+    #[test]
+    fn a_named_region_with_or_without_a_limit_is_valid() {
+        assert!(paths(&class("toy-east-1", None)).is_empty());
+        assert!(paths(&class("west2", Some(3))).is_empty());
+    }
+
+    #[test]
+    fn each_problem_names_its_field() {
+        let problems = paths(&class("", Some(0)));
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].starts_with("spec.region: required"), "{problems:?}");
+        assert!(problems[1].starts_with("spec.maxNodes: 0 would launch nothing"), "{problems:?}");
+        for bad in ["Toy-East", "1east", "east-", "east_1", &"x".repeat(MAX_REGION_LEN + 1)] {
+            let problems = paths(&class(bad, None));
+            assert_eq!(problems.len(), 1, "{bad}: {problems:?}");
+            assert!(problems[0].starts_with("spec.region: "), "{bad}: {problems:?}");
+        }
+    }
+
+    #[test]
+    fn zones_follow_the_region() {
+        assert_eq!(ToyNodeClassSpec::in_region("toy-east-1").zones(), ["toy-east-1-a", "toy-east-1-b"]);
+    }
+
+    #[test]
+    fn the_crd_serves_the_kind_cluster_scoped_with_a_status() {
+        let crd = karpenter_api::crd::generate::<ToyNodeClass>(&crate::labels());
+        assert_eq!(crd.metadata.name.as_deref(), Some("toynodeclasses.karpenter.toy.example"));
+        assert_eq!((crd.spec.group.as_str(), crd.spec.scope.as_str()), (GROUP, "Cluster"));
+        assert_eq!(crd.spec.names.kind, KIND);
+        let version = &crd.spec.versions[0];
+        assert_eq!(version.name, VERSION);
+        assert!(version.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some());
+        let schema = serde_json::to_value(&version.schema).unwrap();
+        let spec = &schema["openAPIV3Schema"]["properties"]["spec"];
+        assert_eq!(spec["required"], serde_json::json!(["region"]), "{spec}");
+    }
+
+    #[test]
+    fn unknown_spec_fields_do_not_decode() {
+        let object = serde_json::json!({"apiVersion": "karpenter.toy.example/v1alpha1", "kind": "ToyNodeClass",
+            "metadata": {"name": "c"}, "spec": {"region": "r", "maxNode": 2}});
+        let error = serde_json::from_value::<ToyNodeClass>(object).unwrap_err().to_string();
+        assert!(error.contains("maxNode"), "{error}");
+    }
+}
