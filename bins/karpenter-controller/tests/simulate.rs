@@ -739,6 +739,43 @@ fn timeline_steps_apply_delete_drift_and_emptiness() {
     assert_eq!(doc["summary"]["after"]["pricePerHour"], 0.0);
 }
 
+/// A pod asking for `test.com/extended-slots`, which only the override copies of `override-capable`'s offerings
+/// bring (4 a node).
+fn slot_pod(name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\n\
+         spec: {{containers: [{{name: c, image: pause, resources: {{requests: {{test.com/extended-slots: '1'}}, \
+         limits: {{test.com/extended-slots: '1'}}}}}}]}}\n"
+    )
+}
+
+#[test]
+fn a_node_launched_from_an_override_offering_has_its_slots_for_later_pods() {
+    let tmp = TempDir::new("offering-overrides");
+    let cluster = tmp.write(
+        "cluster.yaml",
+        &format!(
+            "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: default}}\nspec:\n  template:\n    \
+             spec: {{nodeClassRef: {{group: karpenter.kwok.sh, kind: KWOKNodeClass, name: default}}, requirements: []}}\n\
+             ---\n{}",
+            slot_pod("slot-a")
+        ),
+    );
+    tmp.write("later.yaml", &slot_pod("slot-b"));
+    let timeline = tmp.write("timeline.yaml", "steps:\n  - at: 1m\n    apply: later.yaml\n  - advance: 5m\n");
+    let types =
+        "bins/karpenter-controller/tests/fixtures/upstream-specs/scheduling/offering-overrides-instance-types.json";
+    let doc = simulate_json(&[&cluster, "--instance-types", types, "--timeline", &timeline]);
+    // The first pod's node came from a slot-bearing offering, so it has 4 slots and the pod applied later lands
+    // on it: one node for both, none pending.
+    let launched: Vec<&str> =
+        doc["nodes"].as_array().into_iter().flatten().filter_map(|n| n["name"].as_str()).collect();
+    assert_eq!(launched, ["default-1"], "{:#}", doc["events"]);
+    assert_eq!(doc["summary"]["nodesLaunched"], 1, "{:#}", doc["summary"]);
+    assert_eq!(doc["summary"]["after"]["pendingPods"], 0, "{:#}", doc["summary"]);
+    assert_eq!(doc["nodes"][0]["pods"], 2, "{:#}", doc["nodes"]);
+}
+
 #[test]
 fn bad_timelines_name_the_step_and_the_field() {
     let tmp = TempDir::new("timeline-errors");

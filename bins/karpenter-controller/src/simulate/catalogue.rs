@@ -8,7 +8,8 @@
 //!   EC2NodeClass's kubelet and block-device settings when the input has it, else under a default EC2NodeClass.
 //!
 //! `--provider` forces one kind for every pool. The offering is the one the kwok provider's create picks
-//! (`karpenter_cloudprovider::launch::cheapest_launch`: the cheapest available compatible offering).
+//! (`karpenter_cloudprovider::launch::cheapest_launch_holding`: the cheapest available compatible offering whose
+//! node holds the claim's requests).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -25,7 +26,7 @@ use karpenter_aws::settings::AwsFeatureGates;
 use karpenter_cloudprovider::{launch, overlay};
 use karpenter_kwok::catalogue as kwok;
 use karpenter_requirements::labels::{CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT};
-use karpenter_requirements::{InstanceType, Requirements};
+use karpenter_requirements::{InstanceType, Requirements, ResourceList};
 
 /// The AWS node class API group.
 pub const AWS_GROUP: &str = "karpenter.k8s.aws";
@@ -494,7 +495,7 @@ pub fn describe_source(source: &str) -> String {
     parts.join(" and ")
 }
 
-/// The offering the kwok provider's create picks for a NodeClaim.
+/// The offering the kwok provider's create picks for a NodeClaim, and the resources of a node launched from it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Launch {
     /// Instance type name.
@@ -505,21 +506,31 @@ pub struct Launch {
     pub capacity_type: Option<String>,
     /// Hourly price.
     pub price: f64,
+    /// The node's capacity (the type's, with the offering's capacity override merged in).
+    pub capacity: ResourceList,
+    /// The node's allocatable (the type's, or the offering's group's when it carries overrides).
+    pub allocatable: ResourceList,
 }
 
-/// The offering create would pick among `instance_types` for a claim with `requirements`
-/// ([`launch::cheapest_launch`]: cheapest available compatible offering, ties by instance type, zone, capacity type).
+/// The offering create would pick among `instance_types` for a claim with `requirements` and `requests` (its
+/// pods' and DaemonSets'): [`launch::cheapest_launch_holding`], the cheapest available compatible offering whose
+/// node holds the requests, ties by instance type, zone, capacity type. When no offering is known to hold them
+/// (the scheduler already chose types that fit, so this is a safety net), the cheapest compatible one.
 pub fn cheapest_launch<'a>(
-    instance_types: impl IntoIterator<Item = &'a InstanceType>,
+    instance_types: impl IntoIterator<Item = &'a InstanceType> + Clone,
     requirements: &Requirements,
+    requests: &ResourceList,
 ) -> Option<Launch> {
-    let choice = launch::cheapest_launch(instance_types, requirements)?;
+    let choice = launch::cheapest_launch_holding(instance_types.clone(), requirements, requests)
+        .or_else(|| launch::cheapest_launch(instance_types, requirements))?;
     let non_empty = |s: String| if s.is_empty() { None } else { Some(s) };
     Some(Launch {
         instance_type: choice.instance_type,
         zone: non_empty(choice.zone),
         capacity_type: non_empty(choice.capacity_type),
         price: choice.price,
+        capacity: choice.capacity,
+        allocatable: choice.allocatable,
     })
 }
 

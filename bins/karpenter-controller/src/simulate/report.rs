@@ -311,8 +311,9 @@ impl Report {
                 // The claim's options (cheapest first), as the provider's create receives them.
                 let by_name: HashMap<&str, &InstanceType> =
                     input.catalogue.for_pool(&claim.node_pool).iter().map(|it| (it.name.as_str(), it)).collect();
-                let options = claim.instance_type_names().filter_map(|n| by_name.get(n).copied());
-                let launch = cheapest_launch(options, &claim.requirements);
+                let options: Vec<&InstanceType> =
+                    claim.instance_type_names().filter_map(|n| by_name.get(n).copied()).collect();
+                let launch = cheapest_launch(options.iter().copied(), &claim.requirements, &claim.total_requests());
                 let pods: Vec<String> = claim.pods.iter().map(ToString::to_string).collect();
                 let price_estimated = launch
                     .as_ref()

@@ -61,7 +61,7 @@ pub fn plans(
         let options: Vec<&InstanceType> = catalogue
             .for_pool(name)
             .iter()
-            .filter(|it| cheapest_launch(std::iter::once(*it), &plan.requirements).is_some())
+            .filter(|it| cheapest_launch(std::iter::once(*it), &plan.requirements, &plan.total_requests()).is_some())
             .collect();
         plan.set_instance_types(&options, provider);
         if plan.instance_types.is_empty() {

@@ -488,8 +488,8 @@ impl<'c> World<'c> {
         }
     }
 
-    /// Launches a node for `plan` (the offering the fake provider's create picks) and binds the plan's pods
-    /// that are pending. `Ok(None)` when no offering is available.
+    /// Launches a node for `plan` (the offering the fake provider's create picks, with that offering's capacity
+    /// and allocatable) and binds the plan's pods that are pending. `Ok(None)` when no offering is available.
     ///
     /// The NodeClaim is the controller's ([`build_node_claim`]), then filled in as a launch does: named, its
     /// labels the cloud-resolved ones (the instance type's and the chosen offering's), then the single-value
@@ -514,7 +514,9 @@ impl<'c> World<'c> {
         } else {
             plan.instance_type_names().filter_map(find).collect()
         };
-        let Some(choice) = cheapest_launch(options.iter().copied(), &plan.requirements) else { return Ok(None) };
+        let Some(choice) = cheapest_launch(options.iter().copied(), &plan.requirements, &plan.total_requests()) else {
+            return Ok(None);
+        };
         let Some(it) = find(&choice.instance_type).cloned() else { return Ok(None) };
         let name = self.node_name_for(&plan.node_pool);
         let now = rfc3339(self.now);
@@ -603,8 +605,8 @@ impl<'c> World<'c> {
             node_name: (!starting).then(|| name.clone()),
             in_flight: starting,
             claim: claim.into(),
-            capacity: it.capacity().clone(),
-            allocatable: it.allocatable().clone(),
+            capacity: choice.capacity.clone(),
+            allocatable: choice.allocatable.clone(),
             marked_for_deletion: false,
             nominated: false,
         });
@@ -614,8 +616,8 @@ impl<'c> World<'c> {
             annotations: BTreeMap::new(),
             taints,
             startup_taints: Vec::new(),
-            allocatable: it.allocatable().clone(),
-            capacity: it.capacity().clone(),
+            allocatable: choice.allocatable,
+            capacity: choice.capacity,
             node_pool: Some(plan.node_pool.clone()),
             node_claim: Some(name.clone()),
             initialized: true,
