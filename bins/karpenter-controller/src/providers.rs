@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::ValueEnum;
-use futures::future::BoxFuture;
+use futures::future::LocalBoxFuture;
 use karpenter_api::{NodeClassApis, ProviderLabels};
 use karpenter_cloudprovider::{Clock, CloudProvider};
 use karpenter_kwok::{KwokCloudProvider, KwokOptions};
@@ -56,8 +56,9 @@ pub(crate) struct ProviderEntry {
     /// What must hold before anything starts, else `run` fails (exit status 1).
     pub(crate) preflight: fn(&RunArgs) -> anyhow::Result<()>,
     /// Starts the provider (its node-class watch, its own controllers) and builds the manager around it. The
-    /// caller adds the node-class registrations, the leader client and the metrics registry.
-    pub(crate) manager: for<'a> fn(Start<'a>) -> BoxFuture<'a, anyhow::Result<Manager>>,
+    /// caller adds the node-class registrations, the leader client and the metrics registry. The future need not
+    /// be `Send` (`run` awaits it on its own task): the AWS assembly holds its controllers' futures across awaits.
+    pub(crate) manager: for<'a> fn(Start<'a>) -> LocalBoxFuture<'a, anyhow::Result<Manager>>,
 }
 
 /// Every provider this binary runs, one entry each.
