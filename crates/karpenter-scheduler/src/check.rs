@@ -215,7 +215,7 @@ pub fn check(
         let entry = new_capacity.entry(claim.node_pool.as_str()).or_default();
         let mut max = ResourceList::new();
         let mut zones: BTreeSet<&str> = BTreeSet::new();
-        for option in &claim.instance_types {
+        for option in claim.instance_types.iter() {
             let name = &option.name;
             let Some(it) = pool.instance_types.iter().find(|it| &it.name == name) else {
                 v.push(format!("{ctx}: unknown instance type {name}"));
@@ -1205,7 +1205,7 @@ mod tests {
         assert!(v.iter().any(|v| v.contains("zones [\"a\", \"d\"], its options are offered in")), "{v:?}");
 
         let mut wrong_offering = d;
-        let option = &mut wrong_offering.new_node_claims[0].instance_types[0];
+        let option = &mut std::sync::Arc::make_mut(&mut wrong_offering.new_node_claims[0].instance_types)[0];
         option.price = Some(0.5);
         option.capacity_type = Some("spot".into());
         let v = check(&snap, &pools, &provider, &wrong_offering).unwrap_err();

@@ -55,6 +55,7 @@ mod pod_key;
 pub(crate) mod reason;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use karpenter_api::NodePool;
 use karpenter_requirements::{OfferingsExt, Quantity, RequirementError, Requirements, ResourceList};
@@ -138,8 +139,10 @@ pub struct NodeClaimPlan {
     pub requirements: Requirements,
     /// Instance-type options, cheapest first, each with its cheapest compatible offering (JSON: the names in
     /// `instanceTypes`, the offerings in `instanceTypeOptions`). [`NodeClaimPlan::set_instance_types`] sets them
-    /// from the instance types.
-    pub instance_types: Vec<InstanceTypeOption>,
+    /// from the instance types. Shared, not copied, between the claims of a pass with the same options: a pass
+    /// of one claim per pod (hostname anti-affinity) would otherwise copy three strings per option per claim,
+    /// which cost more than the rest of the pass in the preference benchmark (issue 36).
+    pub instance_types: Arc<[InstanceTypeOption]>,
     /// The claim's cheapest price: the first option's (`None` if no option has a compatible offering).
     pub price: Option<f64>,
     /// The zones the claim may land in, sorted: those of its options' available offerings compatible with its
@@ -203,6 +206,15 @@ impl InstanceTypeOption {
             .available()
             .filter(|o| o.is_compatible(reqs, allow_undefined))
             .min_by(|a, b| a.launch_order(b));
+        InstanceTypeOption::with_offering(it, best)
+    }
+
+    /// `it` as an option whose cheapest offering is `best` (found by the caller as [`InstanceTypeOption::of`]
+    /// finds it).
+    pub(crate) fn with_offering(
+        it: &karpenter_requirements::InstanceType,
+        best: Option<&karpenter_requirements::Offering>,
+    ) -> Self {
         InstanceTypeOption {
             name: it.name.clone(),
             price: best.map(|o| o.price),
@@ -247,7 +259,7 @@ impl NodeClaimPlan {
             name: name.into(),
             node_pool: pool.metadata.name.clone().unwrap_or_default(),
             requirements: karpenter_api::scheduling::requirements_from(&pool.spec.template.spec.requirements)?,
-            instance_types: Vec::new(),
+            instance_types: Arc::default(),
             price: None,
             zones: Vec::new(),
             pods: Vec::new(),
@@ -498,7 +510,7 @@ impl From<NodeClaimPlan> for NodeClaimPlanJson {
             requirements: p.requirements,
             instance_types: p.instance_types.iter().map(|o| o.name.clone()).collect(),
             price: p.price,
-            instance_type_options: Some(p.instance_types),
+            instance_type_options: Some(p.instance_types.to_vec()),
             zones: p.zones,
             pods: p.pods,
             requests: p.requests,
@@ -527,7 +539,7 @@ impl TryFrom<NodeClaimPlanJson> for NodeClaimPlan {
                         j.instance_types
                     ));
                 }
-                options
+                options.into()
             }
         };
         Ok(NodeClaimPlan {
@@ -602,7 +614,8 @@ mod tests {
                 zone: Some("zone-a".into()),
                 capacity_type: Some("spot".into()),
                 ..InstanceTypeOption::named("t")
-            }],
+            }]
+            .into(),
             price: Some(0.5),
             zones: vec!["zone-a".into()],
             pods: vec![key("default/p")],
@@ -750,7 +763,7 @@ mod tests {
         let old = r#"{"name": "x", "nodePool": "p", "requirements": [], "instanceTypes": ["a", "b"], "price": 0.1,
             "pods": ["default/q"], "requests": {}, "daemonSetOverhead": {}, "minValuesRelaxed": false}"#;
         let p: NodeClaimPlan = serde_json::from_str(old).expect("an older document reads");
-        assert_eq!(p.instance_types, [InstanceTypeOption::named("a"), InstanceTypeOption::named("b")]);
+        assert_eq!(*p.instance_types, [InstanceTypeOption::named("a"), InstanceTypeOption::named("b")]);
         assert!(p.zones.is_empty() && p.cheapest_offering().is_none());
         assert_eq!((p.pods[0].namespace(), p.pods[0].name()), ("default", "q"));
         let swapped =

@@ -170,7 +170,7 @@ mod tests {
             name: "default-1".into(),
             node_pool: "default".into(),
             requirements,
-            instance_types: vec![InstanceTypeOption::named("m-2x"), InstanceTypeOption::named("m-4x")],
+            instance_types: [InstanceTypeOption::named("m-2x"), InstanceTypeOption::named("m-4x")].into(),
             price: Some(0.1),
             zones: vec!["zone-a".into()],
             pods: vec!["default/a".parse().expect("key"), "default/b".parse().expect("key")],

@@ -38,8 +38,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use karpenter_api::scheduling::SIMULATION_ONLY_KEYS;
 use karpenter_api::{NodePool, ProviderLabels, labels};
 use karpenter_requirements::{
-    HostPortUsage, InstanceType, MinValuesPolicy, NoKeys, OfferingsExt, PreferencePolicy, Requirement, Requirements,
-    ResourceList, satisfies_min_values,
+    HostPortUsage, InstanceType, MinValuesPolicy, NoKeys, Offering, OfferingsExt, PreferencePolicy, Requirement,
+    Requirements, ResourceList, satisfies_min_values,
 };
 
 use dra::{DraIndex, DraPass};
@@ -919,7 +919,7 @@ impl<'a> Solver<'a> {
         let mut d = Decisions::new();
         d.timed_out = timed_out;
         let claims = std::mem::take(&mut self.claims);
-        let mut pricing_cache: HashMap<(usize, Requirements), Pricing> = HashMap::new();
+        let mut pricing_cache: HashMap<(usize, Requirements), Pricing<'_>> = HashMap::new();
         for mut claim in claims {
             let Some(template) = self.templates.get(claim.template) else { continue };
             let mut reqs = claim.requirements.clone();
@@ -999,7 +999,7 @@ impl<'a> Solver<'a> {
 }
 
 /// Instance-type pricing of one template under one set of claim requirements, for [`Solver::finish`].
-struct Pricing {
+struct Pricing<'a> {
     /// Indices of the template's instance types by ascending cheapest compatible price, ties by name
     /// (the order of `karpenter_requirements::order_by_price`).
     order: Vec<u32>,
@@ -1010,6 +1010,16 @@ struct Pricing {
     cts: Vec<u64>,
     /// Capacity types seen, sorted (at most 64 are tracked).
     ct_names: Vec<String>,
+    /// Per instance type: the offering its plan option names ([`InstanceTypeOption::of`]'s choice: the first
+    /// by launch order among the available offerings compatible with the requirements). Found here, in the
+    /// one pass over the offerings, instead of once more per built plan (issue 36: the diverse benchmark builds
+    /// hundreds of plans of hundreds of options).
+    best: Vec<Option<&'a Offering>>,
+    /// Per instance type: bit `b` set when an available offering compatible with the requirements is in zone
+    /// `zone_names[b]`; the plan's zones are the union over its options ([`crate::decision::offered_zones`]).
+    zones: Vec<u64>,
+    /// Zones seen, sorted; `None` past 64 zones (then a plan's zones are computed from its options).
+    zone_names: Option<Vec<String>>,
     /// What a claim with these requirements and the given instance types turns into (or the minValues
     /// error that drops it), see [`Pricing::build`].
     built: HashMap<Vec<u32>, Result<BuiltPlan, String>>,
@@ -1018,7 +1028,7 @@ struct Pricing {
 /// The parts of a [`NodeClaimPlan`] that depend on the claim's requirements and instance types only.
 struct BuiltPlan {
     requirements: Requirements,
-    instance_types: Vec<InstanceTypeOption>,
+    instance_types: Arc<[InstanceTypeOption]>,
     price: Option<f64>,
     zones: Vec<String>,
     daemon_set_overhead: ResourceList,
@@ -1026,8 +1036,8 @@ struct BuiltPlan {
     capacity_overlay_applied: bool,
 }
 
-impl Pricing {
-    fn new(template: &Template<'_>, reqs: &Requirements, provider: &ProviderLabels) -> Pricing {
+impl<'a> Pricing<'a> {
+    fn new(template: &Template<'a>, reqs: &Requirements, provider: &ProviderLabels) -> Pricing<'a> {
         let mut ct_names: Vec<String> = template
             .its
             .iter()
@@ -1037,21 +1047,36 @@ impl Pricing {
         ct_names.sort_unstable();
         ct_names.dedup();
         ct_names.truncate(64);
-        let mut price = Vec::with_capacity(template.its.len());
-        let mut cts = Vec::with_capacity(template.its.len());
-        for it in &template.its {
-            let mut best: Option<f64> = None;
-            let mut mask = 0u64;
+        let mut zone_names: Vec<&str> =
+            template.its.iter().flat_map(|it| it.offerings.available().filter_map(|o| o.zone())).collect();
+        zone_names.sort_unstable();
+        zone_names.dedup();
+        let zone_names: Option<Vec<String>> =
+            (zone_names.len() <= 64).then(|| zone_names.into_iter().map(str::to_owned).collect());
+        let n = template.its.len();
+        let (mut price, mut cts, mut best, mut zones) =
+            (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+        for &it in &template.its {
+            // The first by launch order: its price (launch order's first key) is the type's cheapest.
+            let mut first: Option<&'a Offering> = None;
+            let (mut mask, mut zone_mask) = (0u64, 0u64);
             for o in it.offerings.available().filter(|o| o.is_compatible(reqs, provider)) {
-                if best.is_none_or(|b| o.price.total_cmp(&b).is_lt()) {
-                    best = Some(o.price);
+                if first.is_none_or(|b| o.launch_order(b).is_lt()) {
+                    first = Some(o);
                 }
                 if let Some(b) = o.capacity_type().and_then(|c| ct_names.binary_search_by(|n| n.as_str().cmp(c)).ok()) {
                     mask |= 1u64 << b;
                 }
+                if let (Some(names), Some(z)) = (&zone_names, o.zone())
+                    && let Ok(b) = names.binary_search_by(|n| n.as_str().cmp(z))
+                {
+                    zone_mask |= 1u64 << b;
+                }
             }
-            price.push(best.unwrap_or(f64::INFINITY));
+            price.push(first.map_or(f64::INFINITY, |o| o.price));
             cts.push(mask);
+            best.push(first);
+            zones.push(zone_mask);
         }
         let mut order: Vec<u32> = (0..template.its.len() as u32).collect();
         order.sort_by(|&a, &b| {
@@ -1060,7 +1085,7 @@ impl Pricing {
             let name = |i: u32| template.its.get(i as usize).map(|it| it.name.as_str());
             pa.total_cmp(&pb).then_with(|| name(a).cmp(&name(b)))
         });
-        Pricing { order, price, cts, ct_names, built: HashMap::new() }
+        Pricing { order, price, cts, ct_names, best, zones, zone_names, built: HashMap::new() }
     }
 
     /// A claim's options `its` (template indices) in price order truncated to [`MAX_INSTANCE_TYPES`], the
@@ -1094,9 +1119,20 @@ impl Pricing {
         }
         // Each option's offering under the requirements it was priced and ordered with (before the options'
         // own instance-type and capacity-type requirements are added below).
-        let instance_types: Vec<InstanceTypeOption> =
-            kept.iter().map(|it| InstanceTypeOption::of(it, &reqs, provider)).collect();
-        let zones = crate::decision::offered_zones(&kept, &reqs, provider);
+        let instance_types: Arc<[InstanceTypeOption]> = kept_idx
+            .iter()
+            .filter_map(|&i| {
+                let it = template.its.get(i as usize)?;
+                Some(InstanceTypeOption::with_offering(it, self.best.get(i as usize).copied().flatten()))
+            })
+            .collect();
+        let zones = match &self.zone_names {
+            Some(names) => {
+                let mask = kept_idx.iter().fold(0u64, |m, &i| m | self.zones.get(i as usize).copied().unwrap_or(0));
+                names.iter().enumerate().filter(|(b, _)| mask & (1u64 << b) != 0).map(|(_, z)| z.clone()).collect()
+            }
+            None => crate::decision::offered_zones(&kept, &reqs, provider),
+        };
         let min_values = reqs.get_ref(labels::INSTANCE_TYPE).and_then(|r| r.min_values());
         reqs.add(
             Requirement::in_values(labels::INSTANCE_TYPE, kept.iter().map(|it| it.name.as_str()))

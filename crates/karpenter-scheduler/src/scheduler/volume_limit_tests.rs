@@ -149,7 +149,8 @@ fn the_checker_refuses_an_option_over_its_attachment_limit() {
     let all: Vec<PodKey> = d.new_node_claims.iter().flat_map(|c| c.pods.clone()).collect();
     d.new_node_claims.truncate(1);
     d.new_node_claims[0].pods = all;
-    d.new_node_claims[0].instance_types = vec![InstanceTypeOption::named("small"), InstanceTypeOption::named("large")];
+    d.new_node_claims[0].instance_types =
+        [InstanceTypeOption::named("small"), InstanceTypeOption::named("large")].into();
     let v = check(&snapshot, &pools, &provider, &d).unwrap_err();
     assert!(
         v.iter().any(|v| v.contains("option small attaches at most 2 ebs.csi.aws.com volumes, its pods use 3")),
