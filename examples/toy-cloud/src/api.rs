@@ -6,6 +6,7 @@
 
 use karpenter_api::condition::{Condition, Conditions};
 use karpenter_api::crd::KarpenterCrd;
+use karpenter_api::node_class_api::TypedNodeClassApi;
 use karpenter_api::validation::{Validate, ValidationContext, Violations};
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -105,6 +106,10 @@ impl Validate for ToyNodeClass {
 
 impl KarpenterCrd for ToyNodeClass {}
 
+/// The ToyNodeClass API as the core takes node-class kinds (`karpenter_api::node_class_api`): its names, its
+/// validation of a manifest's JSON ([`Validate`] above, or the field that does not decode) and its CRD.
+pub static TOY_NODE_CLASS_API: TypedNodeClassApi<ToyNodeClass> = TypedNodeClassApi::new();
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,6 +158,24 @@ mod tests {
         let schema = serde_json::to_value(&version.schema).unwrap();
         let spec = &schema["openAPIV3Schema"]["properties"]["spec"];
         assert_eq!(spec["required"], serde_json::json!(["region"]), "{spec}");
+    }
+
+    /// The core validates a manifest's ToyNodeClass through the kind's API: the same problems, by field.
+    #[test]
+    fn the_node_class_api_validates_manifests_by_field() {
+        use karpenter_api::node_class_api::NodeClassApi;
+        let ctx = ValidationContext { provider: crate::labels() };
+        let object = |spec: serde_json::Value| {
+            serde_json::json!({"apiVersion": "karpenter.toy.example/v1alpha1", "kind": "ToyNodeClass",
+                "metadata": {"name": "c"}, "spec": spec})
+        };
+        assert_eq!(TOY_NODE_CLASS_API.api_version(), "karpenter.toy.example/v1alpha1");
+        assert!(TOY_NODE_CLASS_API.validate(&object(serde_json::json!({"region": "r1"})), &ctx).is_empty());
+        let bad = TOY_NODE_CLASS_API.validate(&object(serde_json::json!({"region": "R", "maxNodes": 0})), &ctx);
+        assert!(bad.has_path("spec.region") && bad.has_path("spec.maxNodes") && bad.len() == 2, "{bad:?}");
+        let undecodable = TOY_NODE_CLASS_API.validate(&object(serde_json::json!({"region": "r", "max": 1})), &ctx);
+        assert_eq!(undecodable.len(), 1, "{undecodable:?}");
+        assert_eq!(TOY_NODE_CLASS_API.crd(&crate::labels()), crate::crds()[0]);
     }
 
     #[test]

@@ -3,10 +3,11 @@
 //! changes no other crate. README.md lists what a cloud author writes and the one entry a binary adds.
 //!
 //! - [`api`]: `ToyNodeClass` (`karpenter.toy.example/v1alpha1`), with `spec.region` (where nodes run) and
-//!   `spec.maxNodes` (how many may run), its validation and CRD;
+//!   `spec.maxNodes` (how many may run), its validation and CRD, and its `NodeClassApi` for the core;
 //! - [`cloud`]: [`ToyCloud`], instances in an in-memory [`Account`], a two-type catalogue in the class's zones;
 //!   it passes `karpenter_testing::conformance` (tests/conformance.rs);
-//! - [`registration`]: what a binary's provider table calls: [`labels`], [`node_classes`], [`crds`], [`manager`].
+//! - [`registration`]: what a binary's provider table calls: [`labels`], [`node_classes`], [`node_class_apis`],
+//!   [`manager`] (and [`crds`]).
 //!
 //! tests/end_to_end.rs runs the whole operator with it against the in-process API server: a ToyNodeClass and a
 //! NodePool become Ready and a pending pod gets a NodeClaim launched by the toy cloud.
@@ -19,4 +20,4 @@ pub mod registration;
 
 pub use api::{ToyNodeClass, ToyNodeClassSpec, ToyNodeClassStatus};
 pub use cloud::{Account, ToyCloud};
-pub use registration::{StartError, ToyOptions, crds, labels, manager, node_classes};
+pub use registration::{StartError, ToyOptions, crds, labels, manager, node_class_apis, node_classes};

@@ -1,18 +1,20 @@
 //! How the toy cloud plugs into the operator and a binary: its label vocabulary ([`labels`]), its node-class
-//! kinds as the operator takes them ([`node_classes`]), its CRDs ([`crds`]) and the controller manager built
-//! around it ([`manager`]). A binary's provider table calls these four and nothing else of the crate.
+//! kinds as the operator takes them ([`node_classes`]), its node-class APIs ([`node_class_apis`], with its CRDs
+//! [`crds`]) and the controller manager built around it ([`manager`]). A binary's provider table calls these and
+//! nothing else of the crate.
 
 use std::sync::Arc;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use karpenter_api::ProviderLabels;
+use karpenter_api::node_class_api::NodeClassApis;
 use karpenter_cloudprovider::{Clock, CloudProvider};
 use karpenter_operator::CoreSettings;
 use karpenter_operator::manager::Manager;
 use karpenter_operator::node_classes::{KubeNodeClasses, NodeClassRegistration};
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{GROUP, ToyNodeClass};
+use crate::api::{GROUP, TOY_NODE_CLASS_API, ToyNodeClass};
 use crate::cloud::{Account, ToyCloud};
 
 /// The provider's name (its `--provider` value, metrics label and log field).
@@ -32,9 +34,15 @@ pub fn node_classes() -> Vec<NodeClassRegistration> {
     vec![NodeClassRegistration::of::<ToyNodeClass>().ready_on_sight()]
 }
 
+/// The node-class APIs the toy cloud serves (ToyNodeClass): what a binary validates manifests and prints CRDs
+/// with.
+pub fn node_class_apis() -> NodeClassApis {
+    NodeClassApis::none().with(&TOY_NODE_CLASS_API)
+}
+
 /// The CRDs the toy cloud adds to Karpenter's own: ToyNodeClass's.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![karpenter_api::crd::generate::<ToyNodeClass>(&labels())]
+    node_class_apis().crds(&labels())
 }
 
 /// Which toy cluster and account a manager launches in.
