@@ -21,7 +21,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as KQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use karpenter_api::{IntoSharedPod, NodePool, ProviderLabels};
+use karpenter_api::{IntoSharedPod, NodePool};
 use karpenter_aws::ec2::InstanceTypeInfo;
 use karpenter_aws::instancetype::InstanceTypeContext;
 use karpenter_aws::moto::{LocationType, MotoCatalogue};
@@ -124,7 +124,7 @@ fn pods(n: usize) -> Vec<Pod> {
 }
 
 fn report(pool_name: &str, pool: &NodePool, its: &[InstanceType], n: usize) {
-    let provider = ProviderLabels::aws();
+    let provider = karpenter_aws::labels::provider_labels();
     let options = SchedulerOptions::default();
     let snapshot = ClusterSnapshot {
         pending_pods: pods(n).into_iter().map(IntoSharedPod::into_shared).collect(),
@@ -173,7 +173,7 @@ fn aws_catalogue(c: &mut Criterion) {
     group.sample_size(10).warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(5));
     group
         .bench_function(format!("convert {} types", infos.len()), |b| b.iter(|| ctx.instance_types(black_box(&infos))));
-    let provider = ProviderLabels::aws();
+    let provider = karpenter_aws::labels::provider_labels();
     let options = SchedulerOptions::default();
     for (name, pool) in node_pools() {
         for n in [1_000usize, 10_000] {

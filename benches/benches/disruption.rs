@@ -26,7 +26,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
-use karpenter_api::ProviderLabels;
 use karpenter_aws::instancetype::InstanceTypeContext;
 use karpenter_aws::moto::{LocationType, MotoCatalogue};
 use karpenter_aws::pricing::{PriceFile, PriceSource};
@@ -104,7 +103,7 @@ fn summary(pass: &Pass) -> String {
 }
 
 fn single_node(c: &mut Criterion) {
-    let provider = ProviderLabels::aws();
+    let provider = karpenter_aws::labels::provider_labels();
     let options = options(true);
     let mut group = c.benchmark_group("disruption/single-node");
     group.sample_size(10).sampling_mode(SamplingMode::Flat).warm_up_time(Duration::from_millis(100));
@@ -133,7 +132,7 @@ fn single_node(c: &mut Criterion) {
 }
 
 fn multi_node(c: &mut Criterion) {
-    let provider = ProviderLabels::aws();
+    let provider = karpenter_aws::labels::provider_labels();
     let options = options(true);
     let mut group = c.benchmark_group("disruption/multi-node");
     group.sample_size(10).sampling_mode(SamplingMode::Flat).warm_up_time(Duration::from_millis(100));
@@ -167,7 +166,7 @@ fn multi_node(c: &mut Criterion) {
 }
 
 fn pending(c: &mut Criterion) {
-    let provider = ProviderLabels::aws();
+    let provider = karpenter_aws::labels::provider_labels();
     let options = options(false);
     let mut group = c.benchmark_group("disruption/pending");
     group.sample_size(10).sampling_mode(SamplingMode::Flat).warm_up_time(Duration::from_millis(100));

@@ -11,7 +11,7 @@
 use std::process::Command;
 use std::sync::Arc;
 
-use karpenter_api::{CompactPod, ProviderLabels};
+use karpenter_api::CompactPod;
 use karpenter_benches::{disruption, upstream};
 use karpenter_cloudprovider::time::Stopwatch;
 use karpenter_disruption::{DisruptionOptions, evaluate};
@@ -78,7 +78,7 @@ fn profiler(name: &str) -> dhat::Profiler {
 fn provisioning(nodes: usize, pending: usize) {
     let its = upstream::catalogue();
     let pool = upstream::node_pool();
-    let provider = ProviderLabels::aws();
+    let provider = karpenter_aws::labels::provider_labels();
     let options = SchedulerOptions::default();
     let inputs = [PoolInput { node_pool: &pool, instance_types: &its }];
     let (node_objects, pods) = upstream::full_cluster_objects(nodes, pending);
@@ -118,7 +118,7 @@ fn disruption_pass(nodes: usize, pending: usize) {
         disruption::pool(&[json!({"key": "karpenter.kwok.sh/instance-cpu", "operator": "Lt", "values": ["17"]})]);
     let snapshot = disruption::with_pending(disruption::cluster(nodes, &case, pool), pending);
     let pools = [PoolInput { node_pool: &snapshot.node_pools[0], instance_types: &case.instance_types }];
-    let provider = ProviderLabels::aws();
+    let provider = karpenter_aws::labels::provider_labels();
     let options = DisruptionOptions { every_verdict: false, ..Default::default() };
     // Started after the snapshot is built: the controller's disruption loop builds it the same way as a
     // provisioning pass (measured by the provisioning cases).

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use criterion::{BenchmarkGroup, Criterion, SamplingMode, criterion_group, criterion_main, measurement::WallTime};
 use k8s_openapi::api::core::v1::Pod;
-use karpenter_api::{IntoSharedPod, ProviderLabels};
+use karpenter_api::IntoSharedPod;
 use karpenter_benches::{report_only, selected, upstream};
 use karpenter_cloudprovider::time::Stopwatch;
 use karpenter_requirements::{InstanceType, PreferencePolicy};
@@ -35,7 +35,7 @@ fn report(id: &str, pods: Vec<Pod>, its: &[InstanceType], options: &SchedulerOpt
         pending_pods: pods.into_iter().map(IntoSharedPod::into_shared).collect(),
         ..Default::default()
     };
-    let provider = ProviderLabels::aws();
+    let provider = karpenter_aws::labels::provider_labels();
     let inputs = [PoolInput { node_pool: &pool, instance_types: its }];
     let n = snapshot.pending_pods.len();
     let start = Stopwatch::start();
@@ -87,7 +87,7 @@ fn run_case(
         return;
     }
     let pool = upstream::node_pool();
-    let provider = ProviderLabels::aws();
+    let provider = karpenter_aws::labels::provider_labels();
     let inputs = [PoolInput { node_pool: &pool, instance_types: its }];
     group.bench_function(name, |b| b.iter(|| schedule(black_box(&snapshot), &inputs, &provider, options)));
 }
@@ -152,7 +152,7 @@ fn full_cluster(c: &mut Criterion) {
     let its = upstream::catalogue();
     let options = SchedulerOptions::default();
     let pool = upstream::node_pool();
-    let provider = ProviderLabels::aws();
+    let provider = karpenter_aws::labels::provider_labels();
     let inputs = [PoolInput { node_pool: &pool, instance_types: &its }];
     let snapshot = upstream::full_cluster(5_000, 40_000);
     let start = Stopwatch::start();

@@ -65,7 +65,7 @@ pub(crate) struct ProviderEntry {
 pub(crate) const PROVIDERS: [ProviderEntry; 2] = [
     ProviderEntry {
         provider: Provider::Kwok,
-        labels: ProviderLabels::kwok,
+        labels: karpenter_kwok::labels::provider_labels,
         node_classes: kwok::node_classes,
         node_class_apis: karpenter_kwok::api::node_class_apis,
         usage_error: |_| None,
@@ -74,7 +74,7 @@ pub(crate) const PROVIDERS: [ProviderEntry; 2] = [
     },
     ProviderEntry {
         provider: Provider::Aws,
-        labels: ProviderLabels::aws,
+        labels: karpenter_aws::labels::provider_labels,
         node_classes: aws::node_classes,
         node_class_apis: karpenter_aws::api::node_class_apis,
         usage_error: aws::usage_error,

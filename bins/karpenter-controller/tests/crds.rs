@@ -5,13 +5,11 @@
 //!
 //! Regenerate with: `UPDATE_CRDS=1 cargo test -p karpenter-controller --test crds`
 
-use std::path::{Path, PathBuf};
-
-use karpenter_api::ProviderLabels;
 use karpenter_api::crd::{self, render_yaml};
 use karpenter_api::k8s_openapi;
 use karpenter_aws::api::EC2NodeClass;
 use karpenter_kwok::api::KWOKNodeClass;
+use std::path::{Path, PathBuf};
 
 fn aws_node_classes() -> karpenter_api::NodeClassApis {
     karpenter_aws::api::node_class_apis()
@@ -29,13 +27,13 @@ fn repo_root() -> PathBuf {
 fn expected() -> Vec<(PathBuf, String, String)> {
     let root = repo_root();
     let mut out = Vec::new();
-    for c in karpenter_api::node_class_api::crds_with(&ProviderLabels::aws(), &aws_node_classes()) {
+    for c in karpenter_api::node_class_api::crds_with(&karpenter_aws::labels::provider_labels(), &aws_node_classes()) {
         out.push((root.join("charts/karpenter/crds"), crd::file_name(&c), render_yaml(&c)));
         out.push((root.join("charts/karpenter-crd/templates"), crd::file_name(&c), helm_template(&render_yaml(&c))));
     }
     // Not ours to own: a plain copy for `kubectl apply`, and a template the karpenter-crd chart renders only
     // with `capacityBuffer.installCRD=true`.
-    for c in crd::optional_crds(&ProviderLabels::aws()) {
+    for c in crd::optional_crds(&karpenter_aws::labels::provider_labels()) {
         out.push((root.join("charts/karpenter-crd/optional"), crd::file_name(&c), render_yaml(&c)));
         let gated = format!(
             "{{{{- if .Values.capacityBuffer.installCRD }}}}\n{}{{{{- end }}}}\n",
@@ -43,7 +41,7 @@ fn expected() -> Vec<(PathBuf, String, String)> {
         );
         out.push((root.join("charts/karpenter-crd/templates"), crd::file_name(&c), gated));
     }
-    for c in kwok_node_classes().crds(&ProviderLabels::kwok()) {
+    for c in kwok_node_classes().crds(&karpenter_kwok::labels::provider_labels()) {
         out.push((root.join("charts/karpenter-kwok/crds"), crd::file_name(&c), render_yaml(&c)));
     }
     out
@@ -108,7 +106,7 @@ fn checked_in_crds_are_up_to_date() {
 
 #[test]
 fn crd_chart_templates_splice_annotations_once() {
-    let yaml = render_yaml(&crd::generate::<karpenter_api::NodePool>(&ProviderLabels::aws()));
+    let yaml = render_yaml(&crd::generate::<karpenter_api::NodePool>(&karpenter_aws::labels::provider_labels()));
     let template = helm_template(&yaml);
     assert_eq!(template.matches(".Values.additionalAnnotations").count(), 1);
     // Without the spliced block the template is the CRD itself.
@@ -120,10 +118,11 @@ fn crd_chart_templates_splice_annotations_once() {
 
 #[test]
 fn every_kind_has_a_crd() {
-    let aws: Vec<String> = karpenter_api::node_class_api::crds_with(&ProviderLabels::aws(), &aws_node_classes())
-        .iter()
-        .map(crd::file_name)
-        .collect();
+    let aws: Vec<String> =
+        karpenter_api::node_class_api::crds_with(&karpenter_aws::labels::provider_labels(), &aws_node_classes())
+            .iter()
+            .map(crd::file_name)
+            .collect();
     assert!(aws.contains(&"karpenter.sh_nodepools.yaml".to_string()), "{aws:?}");
     assert!(aws.contains(&"karpenter.sh_nodeclaims.yaml".to_string()), "{aws:?}");
     assert!(aws.contains(&"karpenter.sh_nodeoverlays.yaml".to_string()), "{aws:?}");
@@ -131,16 +130,18 @@ fn every_kind_has_a_crd() {
         !aws.iter().any(|n| n.contains("capacitybuffers")),
         "the CapacityBuffer CRD is not ours to install: {aws:?}"
     );
-    let optional: Vec<String> = crd::optional_crds(&ProviderLabels::aws()).iter().map(crd::file_name).collect();
+    let optional: Vec<String> =
+        crd::optional_crds(&karpenter_aws::labels::provider_labels()).iter().map(crd::file_name).collect();
     assert_eq!(optional, ["autoscaling.x-k8s.io_capacitybuffers.yaml"]);
-    let kwok: Vec<String> = kwok_node_classes().crds(&ProviderLabels::kwok()).iter().map(crd::file_name).collect();
+    let kwok: Vec<String> =
+        kwok_node_classes().crds(&karpenter_kwok::labels::provider_labels()).iter().map(crd::file_name).collect();
     assert_eq!(kwok, vec!["karpenter.kwok.sh_kwoknodeclasses.yaml".to_string()]);
 }
 
 #[test]
 fn provider_rules_follow_the_label_set() {
-    let aws = render_yaml(&crd::generate::<karpenter_api::NodePool>(&ProviderLabels::aws()));
-    let kwok = render_yaml(&crd::generate::<karpenter_api::NodePool>(&ProviderLabels::kwok()));
+    let aws = render_yaml(&crd::generate::<karpenter_api::NodePool>(&karpenter_aws::labels::provider_labels()));
+    let kwok = render_yaml(&crd::generate::<karpenter_api::NodePool>(&karpenter_kwok::labels::provider_labels()));
     let aws_domain = r#"label domain "karpenter.k8s.aws" is restricted"#;
     let kwok_domain = r#"label domain "karpenter.kwok.sh" is restricted"#;
     assert!(aws.contains(aws_domain) && !aws.contains(kwok_domain));
@@ -149,7 +150,7 @@ fn provider_rules_follow_the_label_set() {
 
 #[test]
 fn patches_apply_cleanly() {
-    for p in [ProviderLabels::aws(), ProviderLabels::kwok()] {
+    for p in [karpenter_aws::labels::provider_labels(), karpenter_kwok::labels::provider_labels()] {
         crd::try_generate::<karpenter_api::NodePool>(&p).unwrap();
         crd::try_generate::<karpenter_api::NodeClaim>(&p).unwrap();
         crd::try_generate::<KWOKNodeClass>(&p).unwrap();
@@ -192,7 +193,7 @@ fn required_lists(
 /// budget's `nodes`, which it defaults (`10%`), so that is not required here: ours defaults it too.
 #[test]
 fn required_fields_are_upstreams() {
-    let p = ProviderLabels::aws();
+    let p = karpenter_aws::labels::provider_labels();
     let r = |pairs: &[(&str, &[&str])]| -> std::collections::BTreeMap<String, Vec<String>> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.iter().map(|s| s.to_string()).collect())).collect()
     };
@@ -227,9 +228,13 @@ fn required_fields_are_upstreams() {
             (".spec.networkInterfaces[]", &["deviceIndex", "interfaceType", "networkCardIndex"]),
         ])
     );
-    assert_eq!(required_lists(&crd::generate::<KWOKNodeClass>(&ProviderLabels::kwok())), r(&[]));
+    assert_eq!(required_lists(&crd::generate::<KWOKNodeClass>(&karpenter_kwok::labels::provider_labels())), r(&[]));
     // The schema's title stays the kind's name (the derived schema type is named differently).
-    for c in kwok_node_classes().crds(&ProviderLabels::kwok()).into_iter().chain(aws_node_classes().crds(&p)) {
+    for c in kwok_node_classes()
+        .crds(&karpenter_kwok::labels::provider_labels())
+        .into_iter()
+        .chain(aws_node_classes().crds(&p))
+    {
         let s = c.spec.versions[0].schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap();
         assert_eq!(s.title.as_deref(), Some(c.spec.names.kind.as_str()));
     }

@@ -211,10 +211,7 @@ const PROVIDER_NAMES: [&str; 6] =
 /// Production files that still name a provider, with how many times: the work left (issue 35 item 7). Each entry
 /// says what is left; the count must match exactly, so a new mention fails and a removed one asks for the entry
 /// to shrink.
-const PROVIDER_NAMES_LEFT: [(&str, usize); 5] = [
-    // `ProviderLabels::aws()`/`kwok()` (and the `Default`), the `labels::aws`/`labels::kwok` keys and the AWS
-    // annotations and finalizer: the label sets still live here, until each moves to its provider.
-    ("crates/karpenter-api/src/labels.rs", 42),
+const PROVIDER_NAMES_LEFT: [(&str, usize); 4] = [
     // The capacity-reservation label the algebra's offerings carry (`karpenter.k8s.aws/capacity-reservation-id`).
     ("crates/karpenter-requirements/src/labels.rs", 1),
     // The in-memory fake stands in for the kwok provider and serves its node-class kind by name.

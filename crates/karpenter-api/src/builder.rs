@@ -282,7 +282,7 @@ mod tests {
         assert_eq!(yaml["disruption"]["consolidateAfter"], "Never");
         assert_eq!(yaml["template"]["spec"]["expireAfter"], "3600s");
         assert_eq!(yaml["template"]["spec"]["terminationGracePeriod"], "600s");
-        let ctx = crate::ValidationContext::default();
+        let ctx = crate::ValidationContext::new(crate::test_vocabulary::aws());
         let violations = crate::Validate::validate(&pool, &ctx);
         assert!(violations.is_empty(), "{violations:?}");
     }

@@ -5,17 +5,26 @@ use crate::loader;
 use crate::node_class_api::NodeClassApis;
 use crate::validation::ValidationContext;
 
-/// Loads arbitrary bytes as a manifest (both as YAML and as JSON) and validates every core Karpenter object for
-/// both the AWS and the KWOK label sets. Must never panic.
-pub fn manifest(data: &[u8]) {
-    manifest_with(data, &NodeClassApis::none());
+/// A label vocabulary that names no real provider but has every part a provider's set has (well-known keys, a
+/// restricted domain, a key with known values), so validation takes each of its label-key paths.
+pub fn neutral_labels() -> ProviderLabels {
+    ProviderLabels::new("fuzz")
+        .with_restricted_domain("fuzz.example.com")
+        .with_well_known(["fuzz.example.com/instance-family", "fuzz.example.com/instance-size"])
+        .with_known_values("fuzz.example.com/tenancy", ["shared", "dedicated"])
 }
 
-/// [`manifest`], also validating the node classes of `node_classes` (the fuzz target passes the providers').
-pub fn manifest_with(data: &[u8], node_classes: &NodeClassApis) {
+/// Loads arbitrary bytes as a manifest (both as YAML and as JSON) and validates every core Karpenter object with
+/// [`neutral_labels`]. Must never panic.
+pub fn manifest(data: &[u8]) {
+    manifest_with(data, &NodeClassApis::none(), &[neutral_labels()]);
+}
+
+/// [`manifest`], validating the node classes of `node_classes` too and every object once per label set of
+/// `label_sets` (the fuzz target passes the providers').
+pub fn manifest_with(data: &[u8], node_classes: &NodeClassApis, label_sets: &[ProviderLabels]) {
     let text = String::from_utf8_lossy(data);
-    let contexts =
-        [ValidationContext { provider: ProviderLabels::aws() }, ValidationContext { provider: ProviderLabels::kwok() }];
+    let contexts: Vec<ValidationContext> = label_sets.iter().cloned().map(ValidationContext::new).collect();
     for origin in ["fuzz.yaml", "fuzz.json"] {
         let (loaded, errors) = loader::load_str_all(&text, origin);
         streamed_agrees(&text, origin, &loaded, &errors);

@@ -1,7 +1,9 @@
-//! Well-known label, annotation, taint and finalizer keys, and the provider label sets.
+//! Karpenter's own well-known label, annotation, taint and finalizer keys, and [`ProviderLabels`], the type of a
+//! provider's label set.
 //!
 //! A provider's own well-known labels and restricted domains are a [`ProviderLabels`] value handed to validation
-//! and to the scheduler, never a global, so a new cloud brings its own set.
+//! and to the scheduler, never a global, so a new cloud brings its own set; each provider's keys and set live in
+//! its crate (`karpenter_aws::labels`, `karpenter_kwok::labels`), and this crate names none of them.
 
 use std::collections::BTreeSet;
 
@@ -58,10 +60,6 @@ pub mod annotations {
     pub const NODE_POOL_HASH: &str = "karpenter.sh/nodepool-hash";
     /// The hash scheme [`NODE_POOL_HASH`] was computed with; on a version change the hash is rewritten, not drifted.
     pub const NODE_POOL_HASH_VERSION: &str = "karpenter.sh/nodepool-hash-version";
-    /// On EC2NodeClasses and NodeClaims: the node class spec's hash, compared to detect static drift.
-    pub const EC2_NODE_CLASS_HASH: &str = "karpenter.k8s.aws/ec2nodeclass-hash";
-    /// The hash scheme [`EC2_NODE_CLASS_HASH`] was computed with; on a version change the hash is rewritten, not drifted.
-    pub const EC2_NODE_CLASS_HASH_VERSION: &str = "karpenter.k8s.aws/ec2nodeclass-hash-version";
     /// On a NodeClaim being deleted: the RFC 3339 deadline (deletion time plus terminationGracePeriod) after which its
     /// pods are deleted regardless of PDBs.
     pub const NODE_CLAIM_TERMINATION_TIMESTAMP: &str = "karpenter.sh/nodeclaim-termination-timestamp";
@@ -74,14 +72,6 @@ pub mod annotations {
     pub const PRICE_OVERLAY_APPLIED: &str = "karpenter.sh/price-overlay-applied";
     /// `"true"` on a NodeClaim whose capacity a NodeOverlay changed.
     pub const CAPACITY_OVERLAY_APPLIED: &str = "karpenter.sh/capacity-overlay-applied";
-    /// On a NodeClaim: the AWS provider has tagged its instance after registration (`Name`, `karpenter.sh/nodeclaim`,
-    /// `eks:eks-cluster-name`), so it is not tagged again.
-    pub const AWS_TAGGED: &str = "karpenter.k8s.aws/tagged";
-    /// On a NodeClaim: its instance also carries the `eks:eks-cluster-name` tag (added to instances launched before
-    /// the tag existed).
-    pub const AWS_CLUSTER_NAME_TAGGED: &str = "compatibility.karpenter.k8s.aws/cluster-name-tagged";
-    /// On a NodeClaim: the instance profile its instance was launched with.
-    pub const AWS_INSTANCE_PROFILE_NAME: &str = "karpenter.k8s.aws/instance-profile-name";
     /// On a pod: the ReplicaSet controller's scale-down preference; Karpenter reads it as the pod's disruption cost, and
     /// writes it itself with the `PodDeletionCostManagement` gate.
     pub const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
@@ -527,132 +517,29 @@ pub mod taints {
 pub mod finalizers {
     /// On Nodes and NodeClaims.
     pub const TERMINATION: &str = "karpenter.sh/termination";
-    /// On EC2NodeClasses.
-    pub const AWS_TERMINATION: &str = "karpenter.k8s.aws/termination";
-}
-
-/// AWS well-known labels.
-pub mod aws {
-    /// The AWS provider's restricted label domain: NodePools may not set labels in it except the well-known ones.
-    pub const DOMAIN: &str = "karpenter.k8s.aws";
-    /// The ID of the capacity reservation (ODCR or capacity block) the instance was launched into.
-    pub const CAPACITY_RESERVATION_ID: &str = "karpenter.k8s.aws/capacity-reservation-id";
-    /// The reservation's type: `default` (on-demand capacity reservation) or `capacity-block`.
-    pub const CAPACITY_RESERVATION_TYPE: &str = "karpenter.k8s.aws/capacity-reservation-type";
-    /// `"true"` when the reservation's capacity may be reclaimed (interruptible capacity reservations).
-    pub const CAPACITY_RESERVATION_INTERRUPTIBLE: &str = "karpenter.k8s.aws/capacity-reservation-interruptible";
-    /// The EC2 hypervisor (`nitro`, `xen`); empty for bare metal.
-    pub const INSTANCE_HYPERVISOR: &str = "karpenter.k8s.aws/instance-hypervisor";
-    /// `"true"` when the instance type encrypts traffic between instances in transit.
-    pub const INSTANCE_ENCRYPTION_IN_TRANSIT_SUPPORTED: &str =
-        "karpenter.k8s.aws/instance-encryption-in-transit-supported";
-    /// `"true"` when the instance type supports Nitro sandboxed containers.
-    pub const NITRO_SANDBOX: &str = "karpenter.k8s.aws/nitro-sandbox";
-    /// The instance category: the letters of the family before its generation (`c`, `m`, `r`, `g`, ...).
-    pub const INSTANCE_CATEGORY: &str = "karpenter.k8s.aws/instance-category";
-    /// `"true"` for flex instance types (e.g. `c7i-flex`), which give baseline performance with bursts.
-    pub const INSTANCE_CAPABILITY_FLEX: &str = "karpenter.k8s.aws/instance-capability-flex";
-    /// The instance family (`c5`, `m6g`, ...).
-    pub const INSTANCE_FAMILY: &str = "karpenter.k8s.aws/instance-family";
-    /// The instance generation, the digit(s) of the family (`5` for `c5`).
-    pub const INSTANCE_GENERATION: &str = "karpenter.k8s.aws/instance-generation";
-    /// The instance size (`large`, `2xlarge`, `metal`, ...).
-    pub const INSTANCE_SIZE: &str = "karpenter.k8s.aws/instance-size";
-    /// Local NVMe instance storage in GiB.
-    pub const INSTANCE_LOCAL_NVME: &str = "karpenter.k8s.aws/instance-local-nvme";
-    /// vCPUs of the instance type.
-    pub const INSTANCE_CPU: &str = "karpenter.k8s.aws/instance-cpu";
-    /// The CPU manufacturer (`intel`, `amd`, `aws`).
-    pub const INSTANCE_CPU_MANUFACTURER: &str = "karpenter.k8s.aws/instance-cpu-manufacturer";
-    /// The sustained all-core clock speed in MHz.
-    pub const INSTANCE_CPU_SUSTAINED_CLOCK_SPEED_MHZ: &str = "karpenter.k8s.aws/instance-cpu-sustained-clock-speed-mhz";
-    /// Memory of the instance type in MiB.
-    pub const INSTANCE_MEMORY: &str = "karpenter.k8s.aws/instance-memory";
-    /// Dedicated EBS bandwidth in Mbps.
-    pub const INSTANCE_EBS_BANDWIDTH: &str = "karpenter.k8s.aws/instance-ebs-bandwidth";
-    /// Baseline network bandwidth in Mbps.
-    pub const INSTANCE_NETWORK_BANDWIDTH: &str = "karpenter.k8s.aws/instance-network-bandwidth";
-    /// The GPU model, lower case (`t4`, `a100`, ...).
-    pub const INSTANCE_GPU_NAME: &str = "karpenter.k8s.aws/instance-gpu-name";
-    /// The GPU manufacturer (`nvidia`, `amd`, ...).
-    pub const INSTANCE_GPU_MANUFACTURER: &str = "karpenter.k8s.aws/instance-gpu-manufacturer";
-    /// How many GPUs the instance type has.
-    pub const INSTANCE_GPU_COUNT: &str = "karpenter.k8s.aws/instance-gpu-count";
-    /// Total GPU memory in MiB.
-    pub const INSTANCE_GPU_MEMORY: &str = "karpenter.k8s.aws/instance-gpu-memory";
-    /// The accelerator model (`inferentia`, `trainium`, ...).
-    pub const INSTANCE_ACCELERATOR_NAME: &str = "karpenter.k8s.aws/instance-accelerator-name";
-    /// The accelerator manufacturer (`aws`, ...).
-    pub const INSTANCE_ACCELERATOR_MANUFACTURER: &str = "karpenter.k8s.aws/instance-accelerator-manufacturer";
-    /// How many accelerators (Inferentia, Trainium) the instance type has.
-    pub const INSTANCE_ACCELERATOR_COUNT: &str = "karpenter.k8s.aws/instance-accelerator-count";
-    /// Instance tenancy: `default` (shared hardware) or `dedicated`.
-    pub const INSTANCE_TENANCY: &str = "karpenter.k8s.aws/instance-tenancy";
-    /// The placement group the instance was launched into (from the EC2NodeClass's placement group selector).
-    pub const PLACEMENT_GROUP_ID: &str = "karpenter.k8s.aws/placement-group-id";
-    /// The partition number within a partition placement group.
-    pub const PLACEMENT_GROUP_PARTITION: &str = "karpenter.k8s.aws/placement-group-partition";
-    /// The AWS zone ID (`use1-az1`): the same physical zone in every account, unlike the zone name.
-    pub const ZONE_ID: &str = "topology.k8s.aws/zone-id";
-    /// Informational: the node class name.
-    pub const EC2_NODE_CLASS: &str = "karpenter.k8s.aws/ec2nodeclass";
-
-    /// The AWS well-known labels: NodePools and pods may constrain them even when no NodePool sets them.
-    pub const WELL_KNOWN: [&str; 30] = [
-        CAPACITY_RESERVATION_ID,
-        CAPACITY_RESERVATION_TYPE,
-        CAPACITY_RESERVATION_INTERRUPTIBLE,
-        INSTANCE_HYPERVISOR,
-        INSTANCE_ENCRYPTION_IN_TRANSIT_SUPPORTED,
-        NITRO_SANDBOX,
-        INSTANCE_CATEGORY,
-        INSTANCE_CAPABILITY_FLEX,
-        INSTANCE_FAMILY,
-        INSTANCE_GENERATION,
-        INSTANCE_SIZE,
-        INSTANCE_LOCAL_NVME,
-        INSTANCE_CPU,
-        INSTANCE_CPU_MANUFACTURER,
-        INSTANCE_CPU_SUSTAINED_CLOCK_SPEED_MHZ,
-        INSTANCE_MEMORY,
-        INSTANCE_EBS_BANDWIDTH,
-        INSTANCE_NETWORK_BANDWIDTH,
-        INSTANCE_GPU_NAME,
-        INSTANCE_GPU_MANUFACTURER,
-        INSTANCE_GPU_COUNT,
-        INSTANCE_GPU_MEMORY,
-        INSTANCE_ACCELERATOR_NAME,
-        INSTANCE_ACCELERATOR_MANUFACTURER,
-        INSTANCE_ACCELERATOR_COUNT,
-        INSTANCE_TENANCY,
-        PLACEMENT_GROUP_ID,
-        PLACEMENT_GROUP_PARTITION,
-        ZONE_ID,
-        EC2_NODE_CLASS,
-    ];
-}
-
-/// The kwok provider's well-known labels (upstream's fake provider for scale testing).
-pub mod kwok {
-    /// The kwok provider's restricted label domain.
-    pub const DOMAIN: &str = "karpenter.kwok.sh";
-    /// The fake instance size (the size part of the instance type name).
-    pub const INSTANCE_SIZE: &str = "karpenter.kwok.sh/instance-size";
-    /// The fake instance family.
-    pub const INSTANCE_FAMILY: &str = "karpenter.kwok.sh/instance-family";
-    /// vCPUs of the fake instance type.
-    pub const INSTANCE_CPU: &str = "karpenter.kwok.sh/instance-cpu";
-    /// Memory of the fake instance type.
-    pub const INSTANCE_MEMORY: &str = "karpenter.kwok.sh/instance-memory";
-    /// The name of the KWOKNodeClass a node was launched from.
-    pub const KWOK_NODE_CLASS: &str = "karpenter.kwok.sh/kwoknodeclass";
-
-    /// The kwok well-known labels.
-    pub const WELL_KNOWN: [&str; 5] = [INSTANCE_SIZE, INSTANCE_FAMILY, INSTANCE_CPU, INSTANCE_MEMORY, KWOK_NODE_CLASS];
 }
 
 /// A provider's label vocabulary: which keys are well known (the scheduler may constrain them through instance
 /// types, so pods may require them without the NodePool declaring them) and which domains are reserved.
+///
+/// Each provider crate builds its own set (`karpenter_aws::labels::provider_labels()`,
+/// `karpenter_kwok::labels::provider_labels()`); this crate knows none of them. A new cloud writes its set in a
+/// few lines:
+///
+/// ```
+/// use karpenter_api::ProviderLabels;
+///
+/// let toy = ProviderLabels::new("toy")
+///     .with_restricted_domain("toy.example.com")
+///     .with_well_known(["toy.example.com/instance-family", "toy.example.com/instance-size"])
+///     .with_known_values("toy.example.com/tenancy", ["shared", "dedicated"]);
+///
+/// assert!(toy.is_well_known("toy.example.com/instance-family"));
+/// // Keys of the restricted domain that are not well known are reserved for the provider.
+/// assert!(toy.is_restricted("toy.example.com/anything-else"));
+/// assert!(!toy.is_restricted("example.com/team"));
+/// assert_eq!(toy.known_values("toy.example.com/tenancy"), Some(vec!["shared", "dedicated"]));
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProviderLabels {
     /// Provider name, e.g. `aws`, `kwok`.
@@ -666,34 +553,55 @@ pub struct ProviderLabels {
 }
 
 impl ProviderLabels {
-    /// AWS: `karpenter.k8s.aws/*` instance labels and `topology.k8s.aws/zone-id`; `karpenter.k8s.aws` restricted.
-    pub fn aws() -> Self {
-        Self {
-            name: "aws".into(),
-            well_known: aws::WELL_KNOWN.iter().map(|s| s.to_string()).collect(),
-            restricted_domains: [aws::DOMAIN.to_string()].into(),
-            known_values: vec![(aws::INSTANCE_TENANCY.into(), vec!["default".into(), "dedicated".into()])],
-        }
-    }
-
-    /// kwok: `karpenter.kwok.sh/*` instance labels; `karpenter.kwok.sh` restricted.
-    pub fn kwok() -> Self {
-        Self {
-            name: "kwok".into(),
-            well_known: kwok::WELL_KNOWN.iter().map(|s| s.to_string()).collect(),
-            restricted_domains: [kwok::DOMAIN.to_string()].into(),
-            known_values: Vec::new(),
-        }
-    }
-
-    /// A provider with no labels of its own (core set only).
-    pub fn core_only(name: &str) -> Self {
+    /// A provider named `name` with no labels of its own yet: the core well-known keys and the `karpenter.sh`
+    /// restricted domain only. Add the provider's own with the `with_*` methods.
+    pub fn new(name: &str) -> Self {
         Self {
             name: name.into(),
             well_known: BTreeSet::new(),
             restricted_domains: BTreeSet::new(),
             known_values: Vec::new(),
         }
+    }
+
+    /// A provider with no labels of its own (core set only): [`ProviderLabels::new`] with nothing added, for
+    /// callers that want to say so.
+    pub fn core_only(name: &str) -> Self {
+        Self::new(name)
+    }
+
+    /// Adds well-known keys: NodePools and pods may constrain them even when no NodePool sets them, and they
+    /// are never restricted, even inside a restricted domain.
+    pub fn with_well_known<I, K>(mut self, keys: I) -> Self
+    where
+        I: IntoIterator<Item = K>,
+        K: Into<String>,
+    {
+        self.well_known.extend(keys.into_iter().map(Into::into));
+        self
+    }
+
+    /// Adds a restricted domain: NodePools may not set labels in it (or in a subdomain of it) except the
+    /// well-known ones.
+    pub fn with_restricted_domain(mut self, domain: impl Into<String>) -> Self {
+        self.restricted_domains.insert(domain.into());
+        self
+    }
+
+    /// Gives `key` a closed set of valid values (validation rejects any other value); a second call for the
+    /// same key replaces its values.
+    pub fn with_known_values<I, V>(mut self, key: impl Into<String>, values: I) -> Self
+    where
+        I: IntoIterator<Item = V>,
+        V: Into<String>,
+    {
+        let key = key.into();
+        let values: Vec<String> = values.into_iter().map(Into::into).collect();
+        match self.known_values.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, existing)) => *existing = values,
+            None => self.known_values.push((key, values)),
+        }
+        self
     }
 
     /// Core plus provider well-known keys: the `allow_undefined` set of requirement compatibility.
@@ -732,12 +640,6 @@ impl ProviderLabels {
     }
 }
 
-impl Default for ProviderLabels {
-    fn default() -> Self {
-        Self::aws()
-    }
-}
-
 /// True if `domain` equals `restricted` or is a subdomain of it (`x.karpenter.sh`).
 pub fn domain_matches(domain: &str, restricted: &str) -> bool {
     domain == restricted || domain.strip_suffix(restricted).is_some_and(|p| p.ends_with('.'))
@@ -746,10 +648,11 @@ pub fn domain_matches(domain: &str, restricted: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_vocabulary::{self, aws_keys};
 
     #[test]
     fn restricted_domains() {
-        let aws = ProviderLabels::aws();
+        let aws = test_vocabulary::aws();
         assert!(aws.is_restricted("karpenter.sh/custom"));
         assert!(aws.is_restricted("sub.karpenter.sh/custom"));
         assert!(aws.is_restricted("karpenter.k8s.aws/custom"));
@@ -757,11 +660,13 @@ mod tests {
         assert!(!aws.is_restricted("notkarpenter.sh/custom"));
         assert!(!aws.is_restricted(CAPACITY_TYPE));
         assert!(!aws.is_restricted(NODE_POOL), "well-known keys are not restricted (templates forbid it separately)");
-        assert!(!aws.is_restricted(aws::INSTANCE_FAMILY));
+        assert!(!aws.is_restricted(aws_keys::INSTANCE_FAMILY));
         assert!(!aws.is_restricted("example.com/team"));
-        let kwok = ProviderLabels::kwok();
+        let kwok = test_vocabulary::kwok();
         assert!(!kwok.is_restricted("karpenter.k8s.aws/custom"));
         assert!(kwok.is_restricted("karpenter.kwok.sh/other"));
+        let core = ProviderLabels::core_only("none");
+        assert!(core.is_restricted("karpenter.sh/custom") && !core.is_restricted("karpenter.k8s.aws/custom"));
     }
 
     #[test]
@@ -772,9 +677,24 @@ mod tests {
 
     #[test]
     fn known_values() {
-        let aws = ProviderLabels::aws();
+        let aws = test_vocabulary::aws();
         assert_eq!(aws.known_values(CAPACITY_TYPE).unwrap(), vec!["on-demand", "spot", "reserved"]);
-        assert_eq!(aws.known_values(aws::INSTANCE_TENANCY).unwrap(), vec!["default", "dedicated"]);
+        assert_eq!(aws.known_values(aws_keys::INSTANCE_TENANCY).unwrap(), vec!["default", "dedicated"]);
         assert!(aws.known_values(ZONE).is_none());
+    }
+
+    #[test]
+    fn the_builder_adds_and_replaces() {
+        let built = ProviderLabels::new("toy")
+            .with_well_known(["toy.io/a"])
+            .with_well_known(vec![String::from("toy.io/b")])
+            .with_restricted_domain("toy.io")
+            .with_known_values("toy.io/t", ["x"])
+            .with_known_values("toy.io/t", ["y", "z"]);
+        assert_eq!(built.well_known, BTreeSet::from(["toy.io/a".to_owned(), "toy.io/b".to_owned()]));
+        assert_eq!(built.restricted_domains, BTreeSet::from(["toy.io".to_owned()]));
+        assert_eq!(built.known_values, vec![("toy.io/t".to_owned(), vec!["y".to_owned(), "z".to_owned()])]);
+        assert_eq!(ProviderLabels::core_only("toy"), ProviderLabels::new("toy"));
+        assert!(built.is_restricted("sub.toy.io/c") && !built.is_restricted("toy.io/a"));
     }
 }

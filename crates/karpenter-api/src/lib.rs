@@ -55,6 +55,9 @@ pub mod settings;
 pub mod time;
 pub mod validation;
 
+#[cfg(test)]
+mod test_vocabulary;
+
 /// Decoding watched objects without `managedFields`; lives in the loader's tree, named here for its users.
 pub use loader::lean;
 

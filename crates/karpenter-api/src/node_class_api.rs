@@ -225,7 +225,7 @@ mod tests {
 
     #[test]
     fn validation_reports_decoding_failures_at_their_field() {
-        let ctx = ValidationContext::default();
+        let ctx = ValidationContext::new(crate::test_vocabulary::aws());
         let bad = serde_json::json!({"apiVersion": "karpenter.sh/v1alpha1", "kind": "NodeOverlay",
             "metadata": {"name": "o"}, "spec": {"weight": "heavy", "requirements": []}});
         let v = OVERLAY.validate(&bad, &ctx);

@@ -377,19 +377,6 @@ pub mod conditions {
         pub const REQUIREMENTS_DRIFTED: &str = "RequirementsDrifted";
         /// The NodeClaim's instance type is no longer offered.
         pub const INSTANCE_TYPE_NOT_FOUND: &str = "InstanceTypeNotFound";
-        // AWS provider reasons.
-        /// The EC2NodeClass now resolves to AMIs other than the instance's.
-        pub const AMI_DRIFT: &str = "AMIDrift";
-        /// The instance's subnet is no longer among the EC2NodeClass's resolved subnets.
-        pub const SUBNET_DRIFT: &str = "SubnetDrift";
-        /// The instance's security groups differ from the EC2NodeClass's resolved ones.
-        pub const SECURITY_GROUP_DRIFT: &str = "SecurityGroupDrift";
-        /// The instance's capacity reservation is no longer among the resolved ones.
-        pub const CAPACITY_RESERVATION_DRIFT: &str = "CapacityReservationDrift";
-        /// The instance's placement group differs from the EC2NodeClass's resolved one.
-        pub const PLACEMENT_GROUP_DRIFT: &str = "PlacementGroupDrift";
-        /// The EC2NodeClass spec changed since the NodeClaim was launched (its hash differs).
-        pub const NODE_CLASS_DRIFT: &str = "NodeClassDrift";
     }
 }
 
@@ -848,9 +835,9 @@ spec:
         assert_eq!(c.node_pool_name(), Some("default"));
         assert!(!c.is_launched());
         assert!(
-            c.validate(&ValidationContext::default()).is_empty(),
+            c.validate(&ValidationContext::new(crate::test_vocabulary::aws())).is_empty(),
             "{:?}",
-            c.validate(&ValidationContext::default())
+            c.validate(&ValidationContext::new(crate::test_vocabulary::aws()))
         );
     }
 
@@ -864,9 +851,9 @@ spec:
     fn spec_is_immutable() {
         let old = claim(BASE);
         let mut new = old.clone();
-        assert!(new.validate_update(&old, &ValidationContext::default()).is_empty());
+        assert!(new.validate_update(&old, &ValidationContext::new(crate::test_vocabulary::aws())).is_empty());
         new.spec.node_class_ref.name = "other".into();
-        assert!(new.validate_update(&old, &ValidationContext::default()).has_path("spec"));
+        assert!(new.validate_update(&old, &ValidationContext::new(crate::test_vocabulary::aws())).has_path("spec"));
     }
 
     #[test]
@@ -875,7 +862,7 @@ spec:
         c.spec.taints.push(Taint::new("example.com/a", None, TaintEffect::NoSchedule));
         c.spec.startup_taints.push(Taint::new("example.com/a", Some("x"), TaintEffect::NoSchedule));
         c.spec.startup_taints.push(Taint::new("example.com/a", None, TaintEffect::NoExecute));
-        let v = c.validate(&ValidationContext::default());
+        let v = c.validate(&ValidationContext::new(crate::test_vocabulary::aws()));
         assert!(v.has_path("spec.startupTaints[0]"), "{v:?}");
         assert!(!v.has_path("spec.startupTaints[1]"), "{v:?}");
     }

@@ -368,7 +368,7 @@ mod tests {
     }
 
     fn paths(o: &NodeOverlay) -> Vec<String> {
-        o.validate(&ValidationContext::default()).iter().map(|v| v.path.clone()).collect()
+        o.validate(&ValidationContext::new(crate::test_vocabulary::aws())).iter().map(|v| v.path.clone()).collect()
     }
 
     #[test]

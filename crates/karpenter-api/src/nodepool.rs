@@ -1036,7 +1036,7 @@ mod tests {
         assert_eq!(np.spec.disruption.budgets, vec![budget("10%", None, None, None)]);
         assert_eq!(np.spec.template.spec.expire_after.as_str(), "720h");
         assert!(!np.is_static());
-        assert!(np.validate(&ValidationContext::default()).is_empty());
+        assert!(np.validate(&ValidationContext::new(crate::test_vocabulary::aws())).is_empty());
     }
 
     #[test]
@@ -1047,7 +1047,7 @@ mod tests {
         .unwrap();
         let reasons = np.spec.disruption.budgets[0].reasons.clone().unwrap();
         assert_eq!(reasons, [DisruptionReason::Unhealthy, DisruptionReason::Drifted]);
-        assert!(np.validate(&ValidationContext::default()).is_empty());
+        assert!(np.validate(&ValidationContext::new(crate::test_vocabulary::aws())).is_empty());
         assert!(np.spec.disruption.budgets[0].applies_to(DisruptionReason::Unhealthy));
         assert!(!np.spec.disruption.budgets[0].applies_to(DisruptionReason::Empty));
     }
@@ -1059,7 +1059,7 @@ mod tests {
         )
         .unwrap();
         assert!(old.is_static());
-        let ctx = ValidationContext::default();
+        let ctx = ValidationContext::new(crate::test_vocabulary::aws());
         let mut new = old.clone();
         new.spec.replicas = None;
         assert!(new.validate_update(&old, &ctx).has_path("spec"));

@@ -108,9 +108,9 @@ spec:
         assert!(reqs.get("team").has("a") && !reqs.get("team").has("b"), "labels become In requirements");
         assert!(reqs.get(labels::NODE_POOL).has("default"));
         assert!(reqs.get("karpenter.k8s.aws/ec2nodeclass").has("default"));
-        let cpu = reqs.get(labels::aws::INSTANCE_CPU);
+        let cpu = reqs.get(crate::test_vocabulary::aws_keys::INSTANCE_CPU);
         assert!(cpu.has("4") && !cpu.has("3"), "Gt 3 admits 4, not 3");
-        assert_eq!(reqs.get(labels::aws::INSTANCE_FAMILY).min_values(), Some(2));
+        assert_eq!(reqs.get(crate::test_vocabulary::aws_keys::INSTANCE_FAMILY).min_values(), Some(2));
         assert!(!reqs.has(labels::NODE_REGISTERED));
         let sim = pool.simulation_requirements().expect("valid");
         assert!(sim.get(labels::NODE_REGISTERED).has("true"));
@@ -120,7 +120,7 @@ spec:
     fn provider_labels_allow_undefined_well_known_keys() {
         let pool: NodePool = serde_saphyr::from_str(POOL).expect("fixture parses");
         let template = pool.template_requirements().expect("valid");
-        let aws = ProviderLabels::aws();
+        let aws = crate::test_vocabulary::aws();
         let zone_pod = Requirements::from_labels([(&labels::ZONE.to_string(), &"us-west-2a".to_string())]);
         assert!(template.compatible(&zone_pod, &aws).is_ok(), "zone is well known: instance types constrain it");
         let custom_pod = Requirements::from_labels([(&"example.com/gpu".to_string(), &"true".to_string())]);

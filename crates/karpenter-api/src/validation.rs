@@ -78,13 +78,28 @@ impl IntoIterator for Violations {
 
 /// What validation needs to know beyond the object itself.
 ///
-/// The provider's well-known labels and restricted domains are a value, never a global: the AWS set is
-/// the default because upstream's AWS CRDs carry its restricted-domain rule.
-/// `Default` uses [`ProviderLabels::default`], which is the AWS set.
-#[derive(Clone, Debug, Default)]
+/// The provider's well-known labels and restricted domains are a value, never a global: callers pass their
+/// provider's set (`karpenter_aws::labels::provider_labels()`, ...). `Default` knows no provider: the core
+/// well-known keys and the `karpenter.sh` restricted domain only, which is all validation needs for objects
+/// whose rules name no label key (a CapacityBuffer, say).
+#[derive(Clone, Debug)]
 pub struct ValidationContext {
     /// The provider's well-known labels and restricted domains, which decide which label keys a manifest may use.
     pub provider: ProviderLabels,
+}
+
+impl ValidationContext {
+    /// Validation with `provider`'s labels.
+    pub fn new(provider: ProviderLabels) -> Self {
+        Self { provider }
+    }
+}
+
+impl Default for ValidationContext {
+    /// No provider's labels: [`ProviderLabels::core_only`], named `core`.
+    fn default() -> Self {
+        Self::new(ProviderLabels::core_only("core"))
+    }
 }
 
 /// Validation the API server (schema + CEL) plus upstream's runtime validation would apply.

@@ -16,7 +16,6 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use common::{cel_rule_problems, check_invalid, check_valid, crate_dir, matches_pattern, schemas, yaml_files};
-use karpenter_api::ProviderLabels;
 use karpenter_api::crd;
 use karpenter_api::node_class_api::NodeClassApis;
 
@@ -86,7 +85,7 @@ fn invalid_fixtures_are_rejected_where_the_header_says() {
 fn every_rule_compiles_and_fits_the_cost_budget() {
     let mut out = Vec::new();
     let mut rules = 0;
-    for p in [ProviderLabels::aws(), ProviderLabels::kwok()] {
+    for p in [common::vocabulary::aws(), common::vocabulary::kwok()] {
         let mut crds = crd::core_crds(&p);
         crds.extend(crd::optional_crds(&p));
         for (kind, schema) in crds.iter().map(|c| {

@@ -4,7 +4,11 @@ use std::path::PathBuf;
 
 use karpenter_api::loader::{self, DecodeError, LoadError, Object};
 use karpenter_api::node_class_api::NodeClassApis;
-use karpenter_api::{ValidationContext, load_paths, load_str};
+use karpenter_api::{ProviderLabels, ValidationContext, load_paths, load_str};
+
+/// The AWS label set as test data: the manifests here are upstream's, which name AWS keys.
+#[path = "../src/test_vocabulary.rs"]
+mod test_vocabulary;
 
 const PODS: &str = r#"
 # leading comment
@@ -187,7 +191,7 @@ metadata: {name: old}
 "#;
     let loaded = load_str(text, "u.yaml").unwrap();
     assert_eq!(loaded.len(), 3);
-    let ctx = ValidationContext::default();
+    let ctx = ValidationContext::new(test_vocabulary::aws());
     let Object::Unknown(cm) = &loaded[0].object else { panic!() };
     assert_eq!(cm.kind, "ConfigMap");
     assert_eq!(loaded[0].object.display_name(), "ConfigMap/default/cm");
@@ -332,7 +336,7 @@ fn karpenter_kinds_load_and_validate() {
     assert_eq!(kinds, ["NodePool", "TestNodeClass", "TestNodeClass"]);
     let Object::NodePool(pool) = &loaded[0].object else { panic!() };
     assert_eq!(pool.spec.template.spec.requirements.len(), 1);
-    let ctx = ValidationContext::default();
+    let ctx = ValidationContext::new(test_vocabulary::aws());
     let violations = loaded[0].object.validate(&ctx).expect("karpenter kinds are validated");
     assert!(violations.is_empty(), "{violations:?}");
     // Without its API a node class is a foreign object: loaded as it is, not validated.
@@ -350,7 +354,7 @@ fn karpenter_kinds_load_and_validate() {
 
 #[test]
 fn node_classes_are_validated_through_their_api() {
-    let ctx = ValidationContext::default();
+    let ctx = ValidationContext::new(test_vocabulary::aws());
     let apis = NodeClassApis::none().with(&test_node_class::API);
     let text = "apiVersion: example.com/v1\nkind: TestNodeClass\nmetadata: {name: a}\nspec: {zone: z, zones: [z]}\n\
                 ---\napiVersion: example.com/v2\nkind: TestNodeClass\nmetadata: {name: b}\n\
@@ -393,7 +397,7 @@ fn misspelt_karpenter_field_names_document_pool_and_path() {
 fn invalid_karpenter_objects_report_violations() {
     let text = KARPENTER.replace("values: [\"spot\", \"on-demand\"]", "values: []");
     let loaded = load_str(&text, "x.yaml").unwrap();
-    let violations = loaded[0].object.validate(&ValidationContext::default()).unwrap();
+    let violations = loaded[0].object.validate(&ValidationContext::new(test_vocabulary::aws())).unwrap();
     assert!(violations.iter().any(|v| v.path.starts_with("spec.template.spec.requirements[0]")), "{violations:?}");
 }
 

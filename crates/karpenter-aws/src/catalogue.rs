@@ -489,7 +489,7 @@ mod tests {
         let cat = AwsCatalogue { file: tiny() };
         let its =
             cat.region("us-east-1").expect("region").instance_types(&NodeClassSettings::default(), Default::default());
-        let zone_id = karpenter_api::labels::aws::ZONE_ID;
+        let zone_id = crate::labels::ZONE_ID;
         assert!(
             its[0].offerings.iter().all(|o| o.requirements.get(zone_id).values().as_slice()[0].as_ref() == "use1-az2")
         );

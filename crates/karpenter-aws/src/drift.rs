@@ -23,12 +23,29 @@ use crate::api::EC2NodeClass;
 use crate::api::hash::ec2_node_class_static_drift;
 use karpenter_api::NodeClaim;
 use karpenter_api::hash::StaticDrift;
-use karpenter_api::labels::aws as aws_labels;
-use karpenter_api::nodeclaim::conditions::drift as drift_reasons;
 use karpenter_cloudprovider::DriftReason;
 use karpenter_requirements::Requirements;
 
+use crate::labels as aws_labels;
 use crate::nodeclass::ami::ami_for_instance_type;
+use reasons as drift_reasons;
+
+/// The AWS reasons of a NodeClaim's `Drifted` condition, beside the core ones
+/// (`karpenter_api::nodeclaim::conditions::drift`).
+pub mod reasons {
+    /// The EC2NodeClass now resolves to AMIs other than the instance's.
+    pub const AMI_DRIFT: &str = "AMIDrift";
+    /// The instance's subnet is no longer among the EC2NodeClass's resolved subnets.
+    pub const SUBNET_DRIFT: &str = "SubnetDrift";
+    /// The instance's security groups differ from the EC2NodeClass's resolved ones.
+    pub const SECURITY_GROUP_DRIFT: &str = "SecurityGroupDrift";
+    /// The instance's capacity reservation is no longer among the resolved ones.
+    pub const CAPACITY_RESERVATION_DRIFT: &str = "CapacityReservationDrift";
+    /// The instance's placement group differs from the EC2NodeClass's resolved one.
+    pub const PLACEMENT_GROUP_DRIFT: &str = "PlacementGroupDrift";
+    /// The EC2NodeClass spec changed since the NodeClaim was launched (its hash differs).
+    pub const NODE_CLASS_DRIFT: &str = "NodeClassDrift";
+}
 
 /// What the CloudProvider knows about the NodeClaim's instance (from `DescribeInstances`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -141,8 +158,8 @@ pub fn is_drifted(
 mod tests {
     use crate::api::EC2NodeClassStatus;
     use crate::api::{Ami, CapacityReservation, InstanceMatchCriteria, NodeSelectorRequirement, SecurityGroup, Subnet};
+    use crate::labels::annotations;
     use crate::testing::{EC2NodeClassOptions, ec2_node_class};
-    use karpenter_api::labels::annotations;
     use karpenter_requirements::Requirement;
     use karpenter_testing::{NodeClaimOptions, default_node_class_ref, node_claim};
 

@@ -33,7 +33,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::api::AmiFamily;
 use crate::api::{BlockDeviceMapping, EC2NodeClassSpec, InstanceStorePolicy, InterfaceType, MaxPods, ReservedValue};
-use karpenter_api::labels::aws as aws_labels;
+use crate::labels as aws_labels;
 use karpenter_requirements::labels::{
     ARCH, CAPACITY_TYPE, CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT, INSTANCE_TYPE, OS, REGION, ZONE,
 };

@@ -18,9 +18,9 @@ use std::time::Duration;
 
 use crate::api::EC2NodeClass;
 use crate::api::{CapacityReservationState, CapacityReservationType};
+use crate::labels as aws_labels;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use karpenter_api::labels::aws as aws_labels;
 use karpenter_cloudprovider::Clock;
 use karpenter_requirements::labels::{CAPACITY_TYPE, CAPACITY_TYPE_RESERVED, ZONE};
 use karpenter_requirements::{InstanceType, Offering, Requirement, Requirements};

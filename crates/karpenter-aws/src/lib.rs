@@ -88,6 +88,7 @@ pub mod instancetype;
 pub mod instancetypes;
 pub mod interruption;
 pub mod kubelet_cel;
+pub mod labels;
 pub mod launch;
 pub mod metrics;
 pub mod moto;

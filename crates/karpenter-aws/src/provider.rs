@@ -27,12 +27,12 @@ use std::time::Duration;
 
 use crate::api::EC2NodeClass;
 use crate::api::{GROUP, KIND, conditions as nc_conditions};
+use crate::labels as aws_labels;
+use crate::labels::annotations::INSTANCE_PROFILE_NAME;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use karpenter_api::condition::Conditions;
 use karpenter_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use karpenter_api::labels::annotations::AWS_INSTANCE_PROFILE_NAME;
-use karpenter_api::labels::aws as aws_labels;
 use karpenter_api::labels::{
     CAPACITY_TYPE, CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_RESERVED, CAPACITY_TYPE_SPOT, INSTANCE_TYPE, NODE_POOL, ZONE,
 };
@@ -248,7 +248,7 @@ impl AwsCloudProvider {
             instance_types,
             instances,
             clock,
-            labels: Arc::new(ProviderLabels::aws()),
+            labels: Arc::new(crate::labels::provider_labels()),
             create_locks: Arc::default(),
             placement_groups: None,
             reservations: None,
@@ -441,7 +441,7 @@ impl AwsCloudProvider {
             // hash: recomputing here without it would make every claim look drifted.
             annotations.extend(crate::nodeclass::controller::claim_hash_annotations(class));
             if let Some(profile) = class.status.as_ref().and_then(|s| s.instance_profile.clone()) {
-                annotations.insert(AWS_INSTANCE_PROFILE_NAME.into(), profile);
+                annotations.insert(INSTANCE_PROFILE_NAME.into(), profile);
             }
         }
         let now = self.clock.now();

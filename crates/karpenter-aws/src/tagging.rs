@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::labels::annotations::TAGGED;
 use async_trait::async_trait;
 use karpenter_api::NodeClaim;
 use karpenter_api::condition::Conditions;
-use karpenter_api::labels::annotations::AWS_TAGGED;
 use karpenter_api::nodeclaim::conditions::REGISTERED;
 use karpenter_cloudprovider::{CloudProviderError, ErrorKind};
 use karpenter_runtime::metrics::runtime::queue::ControllerQueue;
@@ -70,7 +70,7 @@ pub fn pending_tags(claim: &NodeClaim, cluster_name: &str) -> Option<(String, BT
     if claim.metadata.deletion_timestamp.is_some() {
         return None;
     }
-    if claim.annotations().get(AWS_TAGGED).is_some_and(|v| v == "true") {
+    if claim.annotations().get(TAGGED).is_some_and(|v| v == "true") {
         return None;
     }
     let status = claim.status.as_ref()?;
@@ -150,7 +150,7 @@ impl TaggingController {
             Err(source) => return Err(TaggingError::Tag { claim: name, instance_id: instance, source }),
         };
         let api: Api<NodeClaim> = Api::all(self.client.clone());
-        let patch = serde_json::json!({"metadata": {"annotations": {AWS_TAGGED: "true"}}});
+        let patch = serde_json::json!({"metadata": {"annotations": {TAGGED: "true"}}});
         api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .map_err(|source| TaggingError::Annotate { claim: name, source })?;
@@ -235,7 +235,7 @@ mod tests {
         assert_eq!(tags[NODE_CLAIM_TAG], "default-abc");
         assert_eq!(tags[EKS_CLUSTER_NAME_TAG], "prod");
         assert!(pending_tags(&claim("False", serde_json::json!({})), "prod").is_none());
-        assert!(pending_tags(&claim("True", serde_json::json!({AWS_TAGGED: "true"})), "prod").is_none());
+        assert!(pending_tags(&claim("True", serde_json::json!({TAGGED: "true"})), "prod").is_none());
         let mut kwok = claim("True", serde_json::json!({}));
         kwok.status.as_mut().unwrap().provider_id = Some("kwok://x".into());
         assert!(pending_tags(&kwok, "prod").is_none());
@@ -248,8 +248,9 @@ mod tests {
 
     #[tokio::test]
     async fn an_instance_in_a_shifted_zone_is_tagged_after_the_shift() {
-        let server =
-            karpenter_testing::apiserver::ApiServer::builder().node_classes(&crate::api::node_class_apis()).build();
+        let server = karpenter_testing::apiserver::ApiServer::builder()
+            .provider(&crate::labels::provider_labels(), &crate::api::node_class_apis())
+            .build();
         let client = server.client();
         let api: Api<NodeClaim> = Api::all(client.clone());
         let mut zoned = claim("True", serde_json::json!({}));
@@ -262,7 +263,7 @@ mod tests {
             TaggingController::new(client.clone(), recorder.clone(), "prod").with_zonal_shifts(shifts.clone());
         assert!(!controller.reconcile(&created).await.unwrap());
         assert!(recorder.calls.lock().unwrap().is_empty(), "not tagged during the shift");
-        assert!(api.get("default-abc").await.unwrap().annotations().get(AWS_TAGGED).is_none());
+        assert!(api.get("default-abc").await.unwrap().annotations().get(TAGGED).is_none());
         shifts.set_shifted_zones(Default::default());
         assert!(controller.reconcile(&created).await.unwrap());
         assert_eq!(recorder.calls.lock().unwrap().len(), 1);
@@ -270,8 +271,9 @@ mod tests {
 
     #[tokio::test]
     async fn tags_the_instance_then_annotates_the_claim() {
-        let server =
-            karpenter_testing::apiserver::ApiServer::builder().node_classes(&crate::api::node_class_apis()).build();
+        let server = karpenter_testing::apiserver::ApiServer::builder()
+            .provider(&crate::labels::provider_labels(), &crate::api::node_class_apis())
+            .build();
         let client = server.client();
         let api: Api<NodeClaim> = Api::all(client.clone());
         let created = karpenter_testing::apiserver::create_with_status(&api, &claim("True", serde_json::json!({})))
@@ -284,7 +286,7 @@ mod tests {
         assert_eq!(calls.len(), 1);
         assert_eq!(calls[0].0, "i-0123");
         let after = api.get("default-abc").await.unwrap();
-        assert_eq!(after.annotations().get(AWS_TAGGED).map(String::as_str), Some("true"));
+        assert_eq!(after.annotations().get(TAGGED).map(String::as_str), Some("true"));
         // Done once: the annotated claim is not tagged again.
         assert!(!controller.reconcile(&after).await.unwrap());
         assert_eq!(recorder.calls.lock().unwrap().len(), 1);
@@ -293,8 +295,9 @@ mod tests {
     /// Run as in production, the controller reports its reconciles and queue under upstream's name.
     #[tokio::test]
     async fn the_running_controller_records_its_reconcile_and_workqueue_series() {
-        let server =
-            karpenter_testing::apiserver::ApiServer::builder().node_classes(&crate::api::node_class_apis()).build();
+        let server = karpenter_testing::apiserver::ApiServer::builder()
+            .provider(&crate::labels::provider_labels(), &crate::api::node_class_apis())
+            .build();
         let client = server.client();
         let api: Api<NodeClaim> = Api::all(client.clone());
         karpenter_testing::apiserver::create_with_status(&api, &claim("True", serde_json::json!({}))).await.unwrap();
@@ -304,7 +307,7 @@ mod tests {
         let running = tokio::spawn(Arc::new(controller).run(shutdown.clone()));
         // Waits on the outcome (the claim annotated), not on a duration; the bound only ends a broken run.
         let annotated = tokio::time::timeout(Duration::from_secs(30), async {
-            while api.get("default-abc").await.unwrap().annotations().get(AWS_TAGGED).is_none() {
+            while api.get("default-abc").await.unwrap().annotations().get(TAGGED).is_none() {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         })
@@ -322,8 +325,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_gone_instance_still_marks_the_claim() {
-        let server =
-            karpenter_testing::apiserver::ApiServer::builder().node_classes(&crate::api::node_class_apis()).build();
+        let server = karpenter_testing::apiserver::ApiServer::builder()
+            .provider(&crate::labels::provider_labels(), &crate::api::node_class_apis())
+            .build();
         let client = server.client();
         let api: Api<NodeClaim> = Api::all(client.clone());
         let created = karpenter_testing::apiserver::create_with_status(&api, &claim("True", serde_json::json!({})))
@@ -333,6 +337,6 @@ mod tests {
         let controller = TaggingController::new(client, recorder, "prod");
         assert!(!controller.reconcile(&created).await.unwrap());
         let after = api.get("default-abc").await.unwrap();
-        assert_eq!(after.annotations().get(AWS_TAGGED).map(String::as_str), Some("true"));
+        assert_eq!(after.annotations().get(TAGGED).map(String::as_str), Some("true"));
     }
 }

@@ -10,9 +10,9 @@
 #[path = "../../karpenter-api/tests/common/mod.rs"]
 mod common;
 
+use karpenter_api::ValidationContext;
 use karpenter_api::crd;
 use karpenter_api::node_class_api::NodeClassApis;
-use karpenter_api::{ProviderLabels, ValidationContext};
 use karpenter_aws::api::{AmiFamily, EC2NodeClass, HttpTokens, node_class_apis};
 use serde_json::json;
 
@@ -38,7 +38,7 @@ fn defaults_are_applied_on_decode_and_by_the_schema() {
 
 #[test]
 fn crd_names_columns_and_subresources() {
-    let c = crd::generate::<EC2NodeClass>(&ProviderLabels::aws());
+    let c = crd::generate::<EC2NodeClass>(&karpenter_aws::labels::provider_labels());
     assert_eq!(c.spec.group, "karpenter.k8s.aws");
     assert_eq!(c.spec.scope, "Cluster");
     assert_eq!(c.spec.names.kind, "EC2NodeClass");
@@ -51,9 +51,10 @@ fn crd_names_columns_and_subresources() {
     let cols: Vec<(String, i32)> =
         v.additional_printer_columns.iter().flatten().map(|c| (c.name.clone(), c.priority.unwrap_or(0))).collect();
     assert_eq!(cols, vec![("Ready".into(), 0), ("Age".into(), 0), ("Role".into(), 1)]);
-    let aws = karpenter_api::node_class_api::crds_with(&ProviderLabels::aws(), &node_class_apis());
+    let aws = karpenter_api::node_class_api::crds_with(&karpenter_aws::labels::provider_labels(), &node_class_apis());
     assert!(aws.iter().any(|c| c.spec.names.kind == "EC2NodeClass"));
-    let core = karpenter_api::node_class_api::crds_with(&ProviderLabels::aws(), &NodeClassApis::none());
+    let core =
+        karpenter_api::node_class_api::crds_with(&karpenter_aws::labels::provider_labels(), &NodeClassApis::none());
     assert!(!core.iter().any(|c| c.spec.names.kind == "EC2NodeClass"), "the core CRDs name no node class");
 }
 
@@ -67,8 +68,17 @@ fn ec2_node_class_without_spec_loads_and_reports_required_fields() {
     )
     .expect("an EC2NodeClass without spec decodes");
     assert_eq!(loaded[0].object.kind(), "EC2NodeClass");
-    let violations =
-        loaded[0].object.validate_with(&ValidationContext::default(), &node_class_apis()).expect("karpenter kind");
+    let violations = loaded[0]
+        .object
+        .validate_with(&ValidationContext::new(karpenter_aws::labels::provider_labels()), &node_class_apis())
+        .expect("karpenter kind");
     assert!(violations.has_path("spec.subnetSelectorTerms"), "{violations:?}");
     assert!(violations.has_path("spec.amiSelectorTerms"), "{violations:?}");
+}
+
+/// The label set written out as test data for karpenter-api's tests (which may not depend on this crate) is
+/// this crate's set; the test kit's copy is checked by the unit tests of `labels`.
+#[test]
+fn karpenter_apis_test_copy_of_the_label_set_is_this_crates() {
+    assert_eq!(common::vocabulary::aws(), karpenter_aws::labels::provider_labels());
 }

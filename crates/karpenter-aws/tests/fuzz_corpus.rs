@@ -71,8 +71,9 @@ fn manifest_corpus_replays_with_the_ec2_node_class_api() {
     files.sort();
     assert!(files.len() >= 20, "expected the manifest seed corpus, found {} files", files.len());
     let apis = karpenter_aws::api::node_class_apis();
+    let label_sets = [karpenter_aws::labels::provider_labels(), karpenter_api::fuzzing::neutral_labels()];
     for f in files {
         let data = std::fs::read(&f).unwrap_or_else(|e| panic!("reading {}: {e}", f.display()));
-        karpenter_api::fuzzing::manifest_with(&data, &apis);
+        karpenter_api::fuzzing::manifest_with(&data, &apis, &label_sets);
     }
 }

@@ -5,10 +5,10 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use karpenter_api::labels::aws as aws_labels;
 use karpenter_aws::api::AmiFamily;
 use karpenter_aws::ec2::InstanceTypeInfo;
 use karpenter_aws::instancetype::{self, InstanceTypeContext, NodeClassSettings};
+use karpenter_aws::labels as aws_labels;
 use karpenter_aws::moto::{LocationType, MotoCatalogue};
 use karpenter_aws::pricing::{PriceSource, PriceTable};
 use karpenter_requirements::Operator;

@@ -366,8 +366,9 @@ async fn the_assembly_returns_the_provider_its_controllers_and_the_queue() {
     let Some(server) = MotoServer::start() else { return };
     let c = clients(&server).await;
     c.sqs.create_queue().queue_name("karpenter-int").send().await.unwrap();
-    let api =
-        karpenter_testing::apiserver::ApiServer::builder().node_classes(&karpenter_aws::api::node_class_apis()).build();
+    let api = karpenter_testing::apiserver::ApiServer::builder()
+        .provider(&karpenter_aws::labels::provider_labels(), &karpenter_aws::api::node_class_apis())
+        .build();
     let shutdown = tokio_util::sync::CancellationToken::new();
     let sdk = SdkOptions::emulator(&server.url(), REGION);
 

@@ -12,7 +12,6 @@ mod common;
 use std::path::PathBuf;
 
 use common::{cel_rule_problems, check_invalid, check_valid, crate_dir, schemas, yaml_files};
-use karpenter_api::ProviderLabels;
 use karpenter_aws::api::{EC2NodeClass, node_class_apis};
 
 fn check_all(files: &[PathBuf], mut check: impl FnMut(&str, &str) -> (Option<String>, Vec<String>)) -> usize {
@@ -64,7 +63,7 @@ fn invalid_fixtures_are_rejected_where_the_header_says() {
 fn every_rule_compiles_and_fits_the_cost_budget() {
     let mut out = Vec::new();
     let mut rules = 0;
-    for crd in node_class_apis().crds(&ProviderLabels::aws()) {
+    for crd in node_class_apis().crds(&karpenter_aws::labels::provider_labels()) {
         let s = crd.spec.versions[0].schema.as_ref().and_then(|s| s.open_api_v3_schema.as_ref()).unwrap();
         cel_rule_problems(&serde_json::to_value(s).unwrap(), &crd.spec.names.kind, &mut out, &mut rules);
     }

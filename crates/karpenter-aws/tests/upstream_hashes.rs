@@ -15,9 +15,9 @@
 
 use karpenter_api::NodeClaim;
 use karpenter_api::hash::StaticDrift;
-use karpenter_api::labels::annotations;
 use karpenter_aws::api::EC2NodeClass;
 use karpenter_aws::api::hash::{EC2_NODE_CLASS_HASH_VERSION, ec2_node_class_hash, ec2_node_class_static_drift};
+use karpenter_aws::labels::annotations;
 use serde_json::{Value, json};
 
 /// Upstream's current hash version (the provider's pkg/apis/v1/ec2nodeclass.go `EC2NodeClassHashVersion`) and

@@ -1,8 +1,8 @@
 //! [`FakeCloudProvider`]: an in-memory cloud implementing [`CloudProvider`], for tests.
 //!
 //! It stands in for the kwok provider: its node class is `KWOKNodeClass` (`karpenter.kwok.sh`), its labels are
-//! [`ProviderLabels::kwok`], its provider ids start with `kwok://`. Its instance types are whatever the caller
-//! gives [`FakeOptions::new`]: there is no default catalogue, because the kwok catalogue belongs to the kwok
+//! the kwok set ([`stand_in_labels`]), its provider ids start with `kwok://`. Its instance types are whatever the
+//! caller gives [`FakeOptions::new`]: there is no default catalogue, because the kwok catalogue belongs to the kwok
 //! provider's crate (`karpenter_kwok::catalogue`), which depends on this one and so cannot be a dependency of it.
 //! Tests that want the fake over the kwok catalogue, as most do, take it from the test kit:
 //! `karpenter_testing::kwok::fake()` or `FakeOptions { clock, ..karpenter_testing::kwok::fake_options() }`
@@ -73,6 +73,18 @@ const PROVIDER_ID_PREFIX: &str = "kwok://";
 const NODE_CLASS_GROUP: &str = "karpenter.kwok.sh";
 const NODE_CLASS_KIND: &str = "KWOKNodeClass";
 
+/// The label set of the kwok provider the fake stands in for (its instance labels well known, its node-class
+/// group restricted): the default of [`FakeOptions::labels`]. Built from the group rather than imported, because
+/// the kwok provider's crate depends on this one; karpenter-kwok's tests check it is that crate's set.
+pub fn stand_in_labels() -> ProviderLabels {
+    let key = |name: &str| format!("{NODE_CLASS_GROUP}/{name}");
+    ProviderLabels::new("kwok")
+        .with_well_known(
+            ["instance-size", "instance-family", "instance-cpu", "instance-memory", "kwoknodeclass"].map(key),
+        )
+        .with_restricted_domain(NODE_CLASS_GROUP)
+}
+
 /// What the fake reads of a node class: whether it is going away and its conditions (any kind has both).
 #[derive(Debug, serde::Deserialize)]
 struct NodeClassView {
@@ -113,7 +125,7 @@ pub struct FakeOptions {
     pub sleeper: Arc<dyn Sleeper>,
     /// Node classes; `None` treats every class as ready.
     pub node_classes: Option<Arc<dyn NodeClassLookup>>,
-    /// Labels (default [`ProviderLabels::kwok`]); [`CloudProvider::name`] is `labels.name`.
+    /// Labels (default [`stand_in_labels`]); [`CloudProvider::name`] is `labels.name`.
     pub labels: ProviderLabels,
     /// What [`CloudProvider::repair_policies`] returns (default: node `Ready` `False` or `Unknown` for 30 min).
     pub repair_policies: Vec<RepairPolicy>,
@@ -134,7 +146,7 @@ impl FakeOptions {
             clock: Arc::new(SystemClock),
             sleeper: Arc::new(NoSleep),
             node_classes: None,
-            labels: ProviderLabels::kwok(),
+            labels: stand_in_labels(),
             repair_policies: vec![ready(ConditionStatus::False), ready(ConditionStatus::Unknown)],
             reboot: true,
         }

@@ -475,13 +475,13 @@ mod tests {
             priced(overlay("all", Some(1), &[]), "+50%"),
             priced(overlay("spot", Some(10), &[(CT, "In", &["spot"])]), "0.1"),
         ];
-        let out = apply(&p, &catalogue(), &overlays, &ProviderLabels::kwok());
+        let out = apply(&p, &catalogue(), &overlays, &crate::fake::stand_in_labels());
         assert_eq!(prices(&out, "small"), [1.5, 0.1]);
         assert_eq!(prices(&out, "large"), [6.0]);
         assert!(out.iter().all(|it| it.offerings.iter().all(|o| o.price_overlay_applied)));
         assert!(out.iter().all(|it| !it.capacity_overlay_applied));
         // Untouched offerings stay unmarked.
-        let only_spot = apply(&p, &catalogue(), &overlays[1..], &ProviderLabels::kwok());
+        let only_spot = apply(&p, &catalogue(), &overlays[1..], &crate::fake::stand_in_labels());
         assert_eq!(prices(&only_spot, "small"), [1.0, 0.1]);
         assert!(!only_spot[0].offerings[0].price_overlay_applied);
         assert!(only_spot[0].offerings[1].price_overlay_applied);
@@ -496,7 +496,7 @@ mod tests {
                 &p,
                 &catalogue(),
                 &[priced(overlay("o", None, &[(IT, "In", &["large"])]), adj)],
-                &ProviderLabels::kwok(),
+                &crate::fake::stand_in_labels(),
             );
             assert_eq!(prices(&out, "large"), [want], "{adj}");
             assert_eq!(prices(&out, "small"), [1.0, 0.4], "{adj}");
@@ -509,7 +509,7 @@ mod tests {
         let b = pool("b", &[]);
         let by_pool = priced(overlay("pool", None, &[(labels::NODE_POOL, "In", &["a"])]), "9");
         let by_label = priced(overlay("label", None, &[("team", "In", &["x"])]), "7");
-        let k = ProviderLabels::kwok();
+        let k = crate::fake::stand_in_labels();
         assert_eq!(prices(&apply(&a, &catalogue(), std::slice::from_ref(&by_pool), &k), "large"), [9.0]);
         assert_eq!(prices(&apply(&b, &catalogue(), std::slice::from_ref(&by_pool), &k), "large"), [4.0]);
         assert_eq!(prices(&apply(&a, &catalogue(), std::slice::from_ref(&by_label), &k), "large"), [7.0]);
@@ -529,7 +529,7 @@ mod tests {
             with_capacity(overlay("low", Some(1), &[]), "example.com/gpu", "1"),
             with_capacity(overlay("high", Some(5), &[(IT, "In", &["large"])]), "example.com/gpu", "4"),
         ];
-        let out = apply(&p, &its, &overlays, &ProviderLabels::kwok());
+        let out = apply(&p, &its, &overlays, &crate::fake::stand_in_labels());
         let gpu = |it: &InstanceType| it.allocatable().get("example.com/gpu").map(|q| q.to_string());
         assert_eq!(gpu(&out[0]).as_deref(), Some("1"));
         assert_eq!(gpu(&out[1]).as_deref(), Some("4"));
@@ -544,7 +544,7 @@ mod tests {
         let p = pool("default", &[]);
         let its = catalogue();
         let pools = [(&p, its.as_slice())];
-        let k = ProviderLabels::kwok();
+        let k = crate::fake::stand_in_labels();
         let a = priced(overlay("a", Some(3), &[(IT, "In", &["small"])]), "1");
         let b = priced(overlay("b", Some(3), &[(CT, "In", &["spot"])]), "2");
         let problems = evaluate(&[a.clone(), b.clone()], &pools, &k);
@@ -574,7 +574,7 @@ mod tests {
         let p = pool("default", &[("team", "x")]);
         let its = catalogue();
         let views = [(&p, &its[..])];
-        let k = ProviderLabels::kwok();
+        let k = crate::fake::stand_in_labels();
         let overlays = [
             priced(overlay("typo", None, &[(IT, "In", &["larg"])]), "1"),
             priced(overlay("other-team", None, &[("team", "In", &["y"])]), "1"),
@@ -593,11 +593,11 @@ mod tests {
         let p = pool("default", &[]);
         let its = catalogue();
         let bad = with_capacity(priced(overlay("bad", None, &[]), "-200%"), "cpu", "1");
-        let problems = evaluate(std::slice::from_ref(&bad), &[(&p, its.as_slice())], &ProviderLabels::kwok());
+        let problems = evaluate(std::slice::from_ref(&bad), &[(&p, its.as_slice())], &crate::fake::stand_in_labels());
         let OverlayProblem::Invalid(m) = &problems["bad"] else { panic!("{problems:?}") };
         assert!(m.contains("spec.priceAdjustment") && m.contains("spec.capacity[cpu]"), "{m}");
         assert_eq!(problems["bad"].reason(), "RuntimeValidation");
-        let out = apply(&p, &its, &[bad], &ProviderLabels::kwok());
+        let out = apply(&p, &its, &[bad], &crate::fake::stand_in_labels());
         assert_eq!(prices(&out, "small"), [1.0, 0.4]);
     }
 
@@ -696,7 +696,7 @@ mod tests {
                     priced(overlay(&format!("o{i}"), (*w > 0).then_some(*w), selectors[*sel]), &adj)
                 })
                 .collect();
-            let k = ProviderLabels::kwok();
+            let k = crate::fake::stand_in_labels();
             let base = apply(&p, &catalogue(), &overlays, &k);
             let mut rotated = overlays.clone();
             if !rotated.is_empty() {

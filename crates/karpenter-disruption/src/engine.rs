@@ -613,7 +613,7 @@ pub(crate) mod tests {
             .map(|p| karpenter_scheduler::PoolInput { node_pool: p, instance_types: catalogue })
             .collect();
         let now = chrono::DateTime::parse_from_rfc3339("2026-01-01T12:00:00Z").expect("now").to_utc();
-        crate::evaluate(&snapshot, &pools, &karpenter_api::ProviderLabels::aws(), now, options)
+        crate::evaluate(&snapshot, &pools, &karpenter_testing::vocabulary::aws(), now, options)
     }
 
     pub(crate) fn summary(pass: &crate::Pass) -> Vec<String> {
@@ -766,7 +766,7 @@ pub(crate) mod tests {
             "priceOverlayApplied": true
         }))
         .unwrap();
-        let provider = karpenter_api::ProviderLabels::aws();
+        let provider = karpenter_testing::vocabulary::aws();
         plan = rewrite_plan(plan, Requirements::new(), &[&plain], &provider);
         assert!(!plan.price_overlay_applied && plan.instance_type_names().eq(["plain"]));
         plan = rewrite_plan(plan, Requirements::new(), &[&plain, &overlaid], &provider);

@@ -116,7 +116,6 @@ impl<'a> Topology<'a> {
 #[cfg(test)]
 mod tests {
     use chrono::{DateTime, Utc};
-    use karpenter_api::ProviderLabels;
     use karpenter_api::labels::ZONE;
     use karpenter_scheduler::{ClusterSnapshot, PoolInput};
     use serde_json::{Value, json};
@@ -175,7 +174,7 @@ mod tests {
     ) -> Vec<(String, String)> {
         let pools: Vec<PoolInput<'_>> =
             snapshot.node_pools.iter().map(|p| PoolInput { node_pool: p, instance_types: &[] }).collect();
-        let provider = ProviderLabels::aws();
+        let provider = karpenter_testing::vocabulary::aws();
         let options = DisruptionOptions::default();
         let now: DateTime<Utc> = DateTime::parse_from_rfc3339("2026-01-01T12:00:00Z").unwrap().with_timezone(&Utc);
         let cluster = Cluster::new(snapshot, &pools, &provider, now, &options);

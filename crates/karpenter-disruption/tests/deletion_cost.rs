@@ -5,7 +5,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use karpenter_api::{ProviderLabels, load_str};
+use karpenter_api::load_str;
 use karpenter_disruption::DisruptionOptions;
 use karpenter_disruption::deletion_cost::{DISRUPTED_COST, Group, PodPatch, desired, plan, rank};
 use karpenter_scheduler::ClusterSnapshot;
@@ -63,7 +63,7 @@ fn ranking(docs: &[String]) -> Vec<karpenter_disruption::deletion_cost::RankedNo
     let catalogue = common::catalogue();
     let pools = common::pools(&snapshot, &catalogue);
     let now: DateTime<Utc> = NOW.parse().unwrap();
-    rank(&snapshot, &pools, &ProviderLabels::aws(), now, &DisruptionOptions::default())
+    rank(&snapshot, &pools, &karpenter_testing::vocabulary::aws(), now, &DisruptionOptions::default())
 }
 
 fn groups(r: &[karpenter_disruption::deletion_cost::RankedNode]) -> Vec<(&str, Group, Option<i32>)> {

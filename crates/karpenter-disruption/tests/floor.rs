@@ -4,7 +4,6 @@
 mod common;
 
 use chrono::{DateTime, Utc};
-use karpenter_api::ProviderLabels;
 use karpenter_api::loader::load_str;
 use karpenter_disruption::Reason;
 use karpenter_disruption::floor::{Floors, launches};
@@ -34,7 +33,7 @@ fn with_floor(value: &str, nodes_limit: Option<u32>) -> ClusterSnapshot {
 #[test]
 fn a_pool_below_its_floor_gets_the_cheapest_nodes_for_no_pods() {
     let catalogue = common::catalogue();
-    let provider = ProviderLabels::aws();
+    let provider = karpenter_testing::vocabulary::aws();
     let snap = with_floor("5", None);
     let pools = common::pools(&snap, &catalogue);
     let out = launches(&snap, &pools, &provider, now(), &SchedulerOptions::default());
@@ -63,7 +62,7 @@ fn a_pool_below_its_floor_gets_the_cheapest_nodes_for_no_pods() {
 #[test]
 fn limits_cap_the_floors_launches() {
     let catalogue = common::catalogue();
-    let provider = ProviderLabels::aws();
+    let provider = karpenter_testing::vocabulary::aws();
     // Floor 5 above limits.nodes 4: the floor in force is 4, and the limit leaves room for one more claim.
     let snap = with_floor("5", Some(4));
     let out = launches(&snap, &common::pools(&snap, &catalogue), &provider, now(), &SchedulerOptions::default());
@@ -90,7 +89,7 @@ fn removals_that_shrink_a_pool_below_its_floor_are_refused_replacements_are_not(
 #[test]
 fn validation_drops_what_a_later_snapshot_s_floor_no_longer_allows() {
     let catalogue = common::catalogue();
-    let provider = ProviderLabels::aws();
+    let provider = karpenter_testing::vocabulary::aws();
     let options = karpenter_disruption::DisruptionOptions::default();
     let snap = with_floor("2", None);
     let pools = common::pools(&snap, &catalogue);

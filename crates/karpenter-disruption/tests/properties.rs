@@ -8,7 +8,7 @@ mod common;
 use std::collections::BTreeSet;
 
 use chrono::{DateTime, Utc};
-use karpenter_api::{ProviderLabels, load_str};
+use karpenter_api::load_str;
 use karpenter_disruption::{Decision, DisruptionOptions, Method, evaluate};
 use karpenter_requirements::{InstanceType, OfferingsExt, Requirements};
 use karpenter_scheduler::simulation::{SimulationView, Simulator};
@@ -177,7 +177,7 @@ proptest! {
         let catalogue = common::catalogue();
         let pools = common::pools(&snapshot, &catalogue);
         let options = DisruptionOptions { spot_to_spot_consolidation: spec.spot_to_spot, ..Default::default() };
-        let pass = evaluate(&snapshot, &pools, &ProviderLabels::aws(), now(), &options);
+        let pass = evaluate(&snapshot, &pools, &karpenter_testing::vocabulary::aws(), now(), &options);
         if let Err(e) = common::check_pass(&snapshot, &pools, now(), &options, &pass) {
             prop_assert!(false, "{e}\n{}", pass.to_json());
         }
@@ -203,7 +203,7 @@ fn price_of(catalogue: &[InstanceType], it: &str, zone: &str, ct: &str) -> f64 {
 
 /// Savings of upstream's multi-node consolidation on a cluster of busy, on-demand, unblocked nodes.
 fn reference_multi_node(snapshot: &ClusterSnapshot, catalogue: &[InstanceType]) -> f64 {
-    let provider = ProviderLabels::aws();
+    let provider = karpenter_testing::vocabulary::aws();
     let options = SchedulerOptions::default();
     let pools = common::pools(snapshot, catalogue);
     let sim = Simulator::new(snapshot, &pools, &provider, &options);
@@ -294,7 +294,7 @@ proptest! {
         let catalogue = common::catalogue();
         let reference = reference_multi_node(&snapshot, &catalogue);
         let pools = common::pools(&snapshot, &catalogue);
-        let pass = evaluate(&snapshot, &pools, &ProviderLabels::aws(), now(), &DisruptionOptions::default());
+        let pass = evaluate(&snapshot, &pools, &karpenter_testing::vocabulary::aws(), now(), &DisruptionOptions::default());
         let ours = pass
             .commands
             .iter()

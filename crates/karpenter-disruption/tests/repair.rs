@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use karpenter_api::ConditionStatus;
-use karpenter_api::ProviderLabels;
 use karpenter_api::loader::load_str;
 use karpenter_api::repair::{RepairAction, RepairMatch};
 use karpenter_disruption::repair::RepairOptions;
@@ -118,7 +117,7 @@ fn options(unhealthy: &[(&str, RepairMatch)]) -> DisruptionOptions {
 fn pass(snapshot: &ClusterSnapshot, options: &DisruptionOptions) -> Pass {
     let catalogue = common::catalogue();
     let pools = common::pools(snapshot, &catalogue);
-    evaluate(snapshot, &pools, &ProviderLabels::aws(), now(), options)
+    evaluate(snapshot, &pools, &karpenter_testing::vocabulary::aws(), now(), options)
 }
 
 fn ten(pool: &'static str) -> Vec<N> {

@@ -16,7 +16,7 @@ mod common;
 use std::path::Path;
 
 use chrono::{DateTime, Utc};
-use karpenter_api::{ProviderLabels, load_str};
+use karpenter_api::load_str;
 use karpenter_disruption::{DisruptionOptions, SimulationBudget, evaluate};
 use karpenter_scheduler::ClusterSnapshot;
 use serde::Deserialize;
@@ -80,7 +80,7 @@ fn run(dir: &Path) -> Result<(), String> {
         multi_node_budget: scenario.multi_node_simulations.map(SimulationBudget::simulations),
         ..options.clone()
     };
-    let provider = ProviderLabels::aws();
+    let provider = karpenter_testing::vocabulary::aws();
     let pass = evaluate(&snapshot, &pools, &provider, now, &budgets(&options));
     common::check_pass(&snapshot, &pools, now, &options, &pass)?;
     if evaluate(&snapshot, &pools, &provider, now, &budgets(&options)) != pass {
@@ -135,7 +135,7 @@ fn balanced_scoring_reports_each_computed_move() {
     let now = DateTime::parse_from_rfc3339(DEFAULT_NOW).expect("now").with_timezone(&Utc);
     let pass_with = |every_verdict| {
         let options = DisruptionOptions { every_verdict, ..Default::default() };
-        evaluate(&snapshot, &pools, &ProviderLabels::aws(), now, &options)
+        evaluate(&snapshot, &pools, &karpenter_testing::vocabulary::aws(), now, &options)
     };
     let pass = pass_with(false);
     let command = pass.commands.first().expect("n2 is replaced");

@@ -97,7 +97,7 @@ mod tests {
             "apiVersion: karpenter.kwok.sh/v1alpha1\nkind: KWOKNodeClass\nmetadata: {name: default}\nspec: {}\n",
         )
         .unwrap();
-        assert!(k.validate(&ValidationContext::default()).is_empty());
+        assert!(k.validate(&ValidationContext::new(crate::labels::provider_labels())).is_empty());
         assert!(!k.is_ready());
         let err = serde_saphyr::from_str::<KWOKNodeClass>(
             "apiVersion: karpenter.kwok.sh/v1alpha1\nkind: KWOKNodeClass\nmetadata: {name: default}\nspec: {foo: 1}\n",

@@ -52,8 +52,8 @@
 
 use std::collections::BTreeSet;
 
+use crate::labels as kwok_labels;
 use k8s_openapi::api::core::v1::Taint;
-use karpenter_api::labels::kwok as kwok_labels;
 use karpenter_api::labels::{
     ARCH, CAPACITY_TYPE, CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_RESERVED, CAPACITY_TYPE_SPOT, INSTANCE_TYPE, OS, ZONE,
 };

@@ -68,7 +68,7 @@
 //!   resourceVersion and retried on a conflict. With a KWOK controller in the cluster, that controller owns the
 //!   Node's status and may write its own boot id.
 //! * **`name`** `kwok`; **`supported_node_classes`** `KWOKNodeClass` (`karpenter.kwok.sh`); labels
-//!   [`ProviderLabels::kwok`](karpenter_api::ProviderLabels::kwok).
+//!   [`labels::provider_labels`] (the `karpenter.kwok.sh/*` keys, owned by this crate's [`labels`] module).
 //! * **Out of capacity on demand** (tests, chaos runs): [`KwokCloudProvider::set_insufficient_capacity`],
 //!   [`exhaust_capacity_for`](KwokCloudProvider::exhaust_capacity_for),
 //!   [`clear_insufficient_capacity`](KwokCloudProvider::clear_insufficient_capacity). Clones share the marks.
@@ -138,6 +138,7 @@
 pub mod api;
 pub mod catalogue;
 pub mod kubelet;
+pub mod labels;
 pub mod provider;
 pub mod testing;
 

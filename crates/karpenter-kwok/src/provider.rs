@@ -123,7 +123,7 @@ pub struct KwokOptions {
     pub instance_types: Vec<InstanceType>,
     /// Node classes; `None` treats every KWOKNodeClass as present and ready.
     pub node_classes: Option<Arc<dyn NodeClassLookup>>,
-    /// Labels (default [`ProviderLabels::kwok`]); [`CloudProvider::name`] is `labels.name`.
+    /// Labels (default [`crate::labels::provider_labels`]); [`CloudProvider::name`] is `labels.name`.
     pub labels: ProviderLabels,
     /// What [`CloudProvider::repair_policies`] returns (default, as upstream's kwok provider: node `Ready`
     /// `False` or `Unknown` for 10 minutes).
@@ -144,7 +144,7 @@ impl Default for KwokOptions {
         Self {
             instance_types: catalogue::catalogue(),
             node_classes: None,
-            labels: ProviderLabels::kwok(),
+            labels: crate::labels::provider_labels(),
             repair_policies: repair_policies(),
             clock: Arc::new(SystemClock),
         }
@@ -579,8 +579,7 @@ pub fn node_to_claim(node: &Node) -> NodeClaim {
     let annotations = node.metadata.annotations.clone().unwrap_or_default();
     let name = annotations.get(NODE_CLAIM_ANNOTATION).cloned().or_else(|| node.metadata.name.clone());
     let labels = node.metadata.labels.clone().unwrap_or_default();
-    let class_name =
-        labels.get(karpenter_api::labels::kwok::KWOK_NODE_CLASS).cloned().unwrap_or_else(|| "default".to_owned());
+    let class_name = labels.get(crate::labels::KWOK_NODE_CLASS).cloned().unwrap_or_else(|| "default".to_owned());
     let status = node.status.as_ref();
     NodeClaim {
         metadata: ObjectMeta {

@@ -60,7 +60,7 @@ mod tests {
     fn kwok_node_class_is_ready_and_valid() {
         let class = kwok_node_class(KWOKNodeClassOptions::default());
         assert!(class.is_ready());
-        let ctx = ValidationContext { provider: karpenter_api::ProviderLabels::kwok() };
+        let ctx = ValidationContext { provider: crate::labels::provider_labels() };
         assert_valid(&class, &ctx);
         let pool =
             node_pool(NodePoolOptions { node_class_ref: Some(kwok_node_class_ref("default")), ..Default::default() });

@@ -12,7 +12,6 @@ mod common;
 use std::path::PathBuf;
 
 use common::{cel_rule_problems, check_invalid, check_valid, crate_dir, schemas, yaml_files};
-use karpenter_api::ProviderLabels;
 use karpenter_api::ValidationContext;
 use karpenter_kwok::api::node_class_apis;
 
@@ -55,7 +54,7 @@ fn invalid_fixtures_are_rejected_where_the_header_says() {
 fn every_rule_compiles_and_fits_the_cost_budget() {
     let mut out = Vec::new();
     let mut rules = 0;
-    for crd in node_class_apis().crds(&ProviderLabels::aws()) {
+    for crd in node_class_apis().crds(&karpenter_kwok::labels::provider_labels()) {
         let s = crd.spec.versions[0].schema.as_ref().and_then(|s| s.open_api_v3_schema.as_ref()).unwrap();
         cel_rule_problems(&serde_json::to_value(s).unwrap(), &crd.spec.names.kind, &mut out, &mut rules);
     }
@@ -73,7 +72,18 @@ fn kwok_node_class_without_spec_loads() {
     .expect("a KWOKNodeClass without spec is accepted, as by the API server");
     assert_eq!(loaded.len(), 1);
     assert_eq!(loaded[0].object.kind(), "KWOKNodeClass");
-    let violations =
-        loaded[0].object.validate_with(&ValidationContext::default(), &node_class_apis()).expect("karpenter kind");
+    let violations = loaded[0]
+        .object
+        .validate_with(&ValidationContext::new(karpenter_kwok::labels::provider_labels()), &node_class_apis())
+        .expect("karpenter kind");
     assert!(violations.is_empty(), "{violations:?}");
+}
+
+/// The label sets written out as test data for the crates that may not depend on this one (karpenter-api's tests,
+/// the test kit) are this crate's set.
+#[test]
+fn the_test_data_copies_of_the_label_set_are_this_crates() {
+    let ours = karpenter_kwok::labels::provider_labels();
+    assert_eq!(common::vocabulary::kwok(), ours);
+    assert_eq!(karpenter_testing::vocabulary::kwok(), ours);
 }

@@ -1344,7 +1344,7 @@ mod tests {
         let mut plan = NodeClaimPlan::from_template(&pool, "p-1").unwrap();
         plan.node_pool = "q".into();
         let err: ProvisionError =
-            build_node_claim(&pool, &plan, &karpenter_api::ProviderLabels::kwok()).unwrap_err().into();
+            build_node_claim(&pool, &plan, &karpenter_kwok::labels::provider_labels()).unwrap_err().into();
         assert_eq!(err.to_string(), "building the NodeClaim: the plan p-1 is for NodePool q, not p");
     }
 }

@@ -629,7 +629,7 @@ mod tests {
         // 9 cpu of demand needs 9/3.5 nodes.
         let its = vec![instance_type("small", 4, 16, 1.0), instance_type("tiny", 2, 8, 0.9)];
         let pools = [PoolInput { node_pool: &s.node_pools[0], instance_types: &its }];
-        let provider = ProviderLabels::aws();
+        let provider = karpenter_testing::vocabulary::aws();
         let b = lower_bound(&s, &pools, &provider, s.pending_pods.iter().map(|p| p.as_ref())).unwrap();
         assert_eq!(b.pods, 6);
         assert_eq!(b.demand[0], 9.0);

@@ -1170,7 +1170,7 @@ mod tests {
                 .push(pod(PodOptions { name, requests: [("cpu", "1")].into(), ..constrained.clone() }).into_shared());
         }
         let pools = [PoolInput { node_pool: &plain.node_pools[0], instance_types: &its }];
-        let provider = ProviderLabels::aws();
+        let provider = karpenter_testing::vocabulary::aws();
         let d = schedule(&plain, &pools, &provider, &SchedulerOptions::default());
         assert_eq!(d.new_node_claims.len(), 1, "unconstrained pods share one claim");
         assert!(check(&plain, &pools, &provider, &d).is_ok());
@@ -1194,7 +1194,7 @@ mod tests {
                 .into_shared(),
         );
         let pools = [PoolInput { node_pool: &snap.node_pools[0], instance_types: &its }];
-        let provider = ProviderLabels::aws();
+        let provider = karpenter_testing::vocabulary::aws();
         let d = schedule(&snap, &pools, &provider, &SchedulerOptions::default());
         assert_eq!(d.new_node_claims[0].zones, ["a", "b", "c"]);
         assert!(check(&snap, &pools, &provider, &d).is_ok());
@@ -1234,7 +1234,7 @@ mod tests {
             snap.pending_pods.push(p.into_shared());
         }
         let pools = [PoolInput { node_pool: &snap.node_pools[0], instance_types: &its }];
-        let provider = ProviderLabels::aws();
+        let provider = karpenter_testing::vocabulary::aws();
         let packed = schedule(&snap, &pools, &provider, &SchedulerOptions::default());
         assert_eq!(packed.new_node_claims.len(), 1);
         let config = crate::SchedulerConfig::parse(

@@ -89,7 +89,7 @@
 //! );
 //! let catalogue = vec![it];
 //! let pools = [PoolInput { node_pool: &snapshot.node_pools[0], instance_types: &catalogue }];
-//! let decisions = schedule(&snapshot, &pools, &ProviderLabels::aws(), &SchedulerOptions::default());
+//! let decisions = schedule(&snapshot, &pools, &karpenter_testing::vocabulary::aws(), &SchedulerOptions::default());
 //! assert_eq!(decisions.new_node_claims.len(), 1);
 //! let claim = &decisions.new_node_claims[0];
 //! assert_eq!(claim.instance_type_names().collect::<Vec<_>>(), ["small"]);

@@ -202,7 +202,8 @@ mod tests {
     #[test]
     fn the_claim_carries_the_pool_and_the_plan() {
         let pool = pool();
-        let claim = build_node_claim(&pool, &plan(default_requirements()), &ProviderLabels::aws()).expect("builds");
+        let claim = build_node_claim(&pool, &plan(default_requirements()), &karpenter_testing::vocabulary::aws())
+            .expect("builds");
         assert_eq!(claim.metadata.generate_name.as_deref(), Some("default-"));
         assert_eq!(claim.metadata.name, None, "named by the API server");
 
@@ -254,7 +255,7 @@ mod tests {
         reqs.add(Requirement::in_values("karpenter.sh/custom", ["y"]));
         let mut p = plan(reqs);
         p.min_values_relaxed = true;
-        let claim = build_node_claim(&pool, &p, &ProviderLabels::aws()).expect("builds");
+        let claim = build_node_claim(&pool, &p, &karpenter_testing::vocabulary::aws()).expect("builds");
         let l = claim.metadata.labels.as_ref().expect("labels");
         assert_eq!(l.get("example.com/rack").map(String::as_str), Some("r1"), "custom In: its smallest value");
         assert_eq!(l.get("tier").map(String::as_str), Some("gold"), "the template's label is kept");
@@ -268,14 +269,22 @@ mod tests {
     fn overlay_annotations_follow_the_plan() {
         let pool = pool();
         let p = plan(Requirements::new());
-        let a = build_node_claim(&pool, &p, &ProviderLabels::aws()).expect("builds").metadata.annotations.unwrap();
+        let a = build_node_claim(&pool, &p, &karpenter_testing::vocabulary::aws())
+            .expect("builds")
+            .metadata
+            .annotations
+            .unwrap();
         assert!(!a.contains_key(annotations::PRICE_OVERLAY_APPLIED));
         assert!(!a.contains_key(annotations::CAPACITY_OVERLAY_APPLIED));
         for (price, capacity) in [(true, false), (false, true), (true, true)] {
             let mut p = plan(Requirements::new());
             p.price_overlay_applied = price;
             p.capacity_overlay_applied = capacity;
-            let a = build_node_claim(&pool, &p, &ProviderLabels::aws()).expect("builds").metadata.annotations.unwrap();
+            let a = build_node_claim(&pool, &p, &karpenter_testing::vocabulary::aws())
+                .expect("builds")
+                .metadata
+                .annotations
+                .unwrap();
             assert_eq!(a.contains_key(annotations::PRICE_OVERLAY_APPLIED), price);
             assert_eq!(a.contains_key(annotations::CAPACITY_OVERLAY_APPLIED), capacity);
             assert!(a.values().all(|v| !v.is_empty()));
@@ -286,10 +295,18 @@ mod tests {
     fn requested_dra_drivers_annotation_lists_the_plans_drivers() {
         let pool = pool();
         let mut p = plan(Requirements::new());
-        let a = build_node_claim(&pool, &p, &ProviderLabels::aws()).expect("builds").metadata.annotations.unwrap();
+        let a = build_node_claim(&pool, &p, &karpenter_testing::vocabulary::aws())
+            .expect("builds")
+            .metadata
+            .annotations
+            .unwrap();
         assert!(!a.contains_key(annotations::REQUESTED_DRA_DRIVERS), "no claims, no annotation");
         p.requested_dra_drivers = vec!["efa.amazonaws.com".into(), "gpu.nvidia.com".into()];
-        let a = build_node_claim(&pool, &p, &ProviderLabels::aws()).expect("builds").metadata.annotations.unwrap();
+        let a = build_node_claim(&pool, &p, &karpenter_testing::vocabulary::aws())
+            .expect("builds")
+            .metadata
+            .annotations
+            .unwrap();
         assert_eq!(
             a.get(annotations::REQUESTED_DRA_DRIVERS).map(String::as_str),
             Some("efa.amazonaws.com,gpu.nvidia.com")
@@ -303,7 +320,7 @@ mod tests {
         let mut p = plan(Requirements::new());
         p.requests = ResourceList::new();
         p.daemon_set_overhead = ResourceList::new();
-        let claim = build_node_claim(&pool, &p, &ProviderLabels::kwok()).expect("builds");
+        let claim = build_node_claim(&pool, &p, &karpenter_testing::vocabulary::kwok()).expect("builds");
         assert!(claim.metadata.owner_references.is_none());
         assert!(claim.spec.resources.is_none());
         assert!(claim.spec.requirements.is_empty());
@@ -313,10 +330,13 @@ mod tests {
     fn a_plan_for_another_pool_is_an_error() {
         let mut p = plan(Requirements::new());
         p.node_pool = "other".into();
-        let err = build_node_claim(&pool(), &p, &ProviderLabels::aws()).unwrap_err();
+        let err = build_node_claim(&pool(), &p, &karpenter_testing::vocabulary::aws()).unwrap_err();
         assert_eq!(err.to_string(), "the plan default-1 is for NodePool other, not default");
         let mut unnamed = pool();
         unnamed.metadata.name = None;
-        assert_eq!(build_node_claim(&unnamed, &p, &ProviderLabels::aws()).unwrap_err(), BuildError::UnnamedNodePool);
+        assert_eq!(
+            build_node_claim(&unnamed, &p, &karpenter_testing::vocabulary::aws()).unwrap_err(),
+            BuildError::UnnamedNodePool
+        );
     }
 }

@@ -1294,17 +1294,23 @@ mod tests {
         let its = catalogue();
         let pools = [PoolInput { node_pool: &s.node_pools[0], instance_types: &its }];
         let mut calls = 0;
-        let d = schedule_until(&s, &pools, &ProviderLabels::aws(), &SchedulerOptions::default(), &mut || {
-            calls += 1;
-            calls > 1
-        });
+        let d = schedule_until(
+            &s,
+            &pools,
+            &karpenter_testing::vocabulary::aws(),
+            &SchedulerOptions::default(),
+            &mut || {
+                calls += 1;
+                calls > 1
+            },
+        );
         assert!(d.timed_out);
         assert_eq!(d.placed_pods(), 1, "what was decided before the deadline is kept");
         assert_eq!(d.unschedulable.len(), 2);
         assert!(d.unschedulable.iter().all(|u| u.reason == UnschedulableReason::Timeout));
         assert!(d.unschedulable.iter().all(|u| u.reason.code() == "Timeout"));
         let budget = SchedulerOptions { max_pod_attempts: Some(2), ..Default::default() };
-        let d = schedule(&s, &pools, &ProviderLabels::aws(), &budget);
+        let d = schedule(&s, &pools, &karpenter_testing::vocabulary::aws(), &budget);
         assert!(d.timed_out);
         assert_eq!(d.placed_pods(), 2);
     }
@@ -1314,7 +1320,7 @@ mod tests {
         let s = snapshot(5, "1500m");
         let its = catalogue();
         let pools = [PoolInput { node_pool: &s.node_pools[0], instance_types: &its }];
-        let d = schedule(&s, &pools, &ProviderLabels::aws(), &SchedulerOptions::default());
+        let d = schedule(&s, &pools, &karpenter_testing::vocabulary::aws(), &SchedulerOptions::default());
         assert!(!d.timed_out);
         assert!(d.unschedulable.is_empty());
         // 4 cpu holds two 1.5 cpu pods: 5 pods need 3 claims.
@@ -1336,7 +1342,7 @@ mod tests {
         }
         let its = catalogue();
         let pools = [PoolInput { node_pool: &s.node_pools[0], instance_types: &its }];
-        let provider = ProviderLabels::aws();
+        let provider = karpenter_testing::vocabulary::aws();
         let options = SchedulerOptions::default();
         let mut solver = Solver::new(&s, &pools, &provider, &options);
         let big = solver.room_classes.class(0).expect("a class");
@@ -1367,7 +1373,7 @@ mod tests {
         s.node_pools[0] = node_pool(NodePoolOptions { replicas: Some(2), ..Default::default() });
         let its = catalogue();
         let pools = [PoolInput { node_pool: &s.node_pools[0], instance_types: &its }];
-        let d = schedule(&s, &pools, &ProviderLabels::aws(), &SchedulerOptions::default());
+        let d = schedule(&s, &pools, &karpenter_testing::vocabulary::aws(), &SchedulerOptions::default());
         assert_eq!(d.unschedulable.len(), 1);
         assert_eq!(d.unschedulable[0].reason, UnschedulableReason::NoNodePool { all_static: true });
         assert_eq!(d.unschedulable[0].reason.to_string(), "no dynamic NodePools found (all are static)");

@@ -33,7 +33,7 @@
 //! spec: {nodeName: a, containers: [{name: c, image: x, resources: {requests: {cpu: "1"}}}]}
 //! "#, "example.yaml").unwrap();
 //! let snapshot = ClusterSnapshot::from_objects(&objects).unwrap();
-//! let provider = ProviderLabels::aws();
+//! let provider = karpenter_testing::vocabulary::aws();
 //! let options = SchedulerOptions::default();
 //! let sim = Simulator::new(&snapshot, &[], &provider, &options);
 //! let removed = BTreeSet::from(["a".to_string()]);
@@ -339,7 +339,7 @@ mod tests {
     /// the removed nodes are deleted and their pods made pending.
     #[test]
     fn simulation_equals_rescheduling_without_the_nodes() {
-        let provider = ProviderLabels::aws();
+        let provider = karpenter_testing::vocabulary::aws();
         let options = SchedulerOptions::default();
         for seed in 1..6u64 {
             let objects = load_str(&cluster(150, seed), "t.yaml").expect("loads");
@@ -404,7 +404,7 @@ mod tests {
 
     #[test]
     fn counting_new_claims_stops_at_the_cap_and_agrees_below_it() {
-        let provider = ProviderLabels::aws();
+        let provider = karpenter_testing::vocabulary::aws();
         let options = SchedulerOptions::default();
         for n in [0usize, 1, 2, 5] {
             let (s, its) = one_node_per_pod(n);

@@ -6,7 +6,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use karpenter_api::{IntoSharedPod, ProviderLabels};
+use karpenter_api::IntoSharedPod;
 use karpenter_requirements::{Format, Quantity, ResourceList};
 use karpenter_scheduler::scheduler::PARALLEL_MIN_EXISTING;
 use karpenter_scheduler::{ClusterSnapshot, NodeInfo, PoolInput, SchedulerOptions, schedule};
@@ -129,7 +129,7 @@ proptest! {
         let catalogue = common::standard();
         let inputs: Vec<PoolInput<'_>> =
             snapshot.node_pools.iter().map(|p| PoolInput { node_pool: p, instance_types: &catalogue }).collect();
-        let provider = ProviderLabels::aws();
+        let provider = karpenter_testing::vocabulary::aws();
         let one = schedule(&snapshot, &inputs, &provider, &SchedulerOptions::default());
         let many = schedule(&snapshot, &inputs, &provider, &SchedulerOptions { parallelism: threads, ..Default::default() });
         prop_assert!(!one.existing_nodes.is_empty() || pods.is_empty() || nodes.iter().all(|n| n.1 == 0));

@@ -5,7 +5,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use karpenter_api::{IntoSharedPod, ProviderLabels};
+use karpenter_api::IntoSharedPod;
 use karpenter_scheduler::check::{check, check_reservations, fits_some_empty_instance_type};
 use karpenter_scheduler::{ClusterSnapshot, PoolInput, SchedulerOptions, schedule};
 use karpenter_testing::{
@@ -225,7 +225,7 @@ proptest! {
         }
         let inputs: Vec<PoolInput<'_>> =
             snapshot.node_pools.iter().map(|p| PoolInput { node_pool: p, instance_types: &catalogue }).collect();
-        let provider = ProviderLabels::aws();
+        let provider = karpenter_testing::vocabulary::aws();
         let decisions = schedule(&snapshot, &inputs, &provider, &SchedulerOptions::default());
         if let Err(v) = check(&snapshot, &inputs, &provider, &decisions) {
             prop_assert!(false, "checker: {v:#?}\n{}", decisions.to_json());

@@ -11,7 +11,7 @@ mod common;
 
 use std::path::Path;
 
-use karpenter_api::{ProviderLabels, load_str};
+use karpenter_api::load_str;
 use karpenter_requirements::{MinValuesPolicy, PreferencePolicy};
 use karpenter_scheduler::check::check_with_defaults;
 use karpenter_scheduler::{ClusterSnapshot, PoolInput, SchedulerOptions, schedule};
@@ -72,7 +72,7 @@ fn run(dir: &Path) -> Result<(), String> {
             .map_err(|e| format!("scenario.yaml schedulerConfig: {e}"))?,
         ..Default::default()
     };
-    let provider = ProviderLabels::aws();
+    let provider = karpenter_testing::vocabulary::aws();
     let decisions = schedule(&snapshot, &pools, &provider, &options);
     check_with_defaults(&snapshot, &pools, &provider, &options.scheduler_config, &decisions)
         .map_err(|v| format!("checker: {v:#?}"))?;

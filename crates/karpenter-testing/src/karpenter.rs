@@ -327,7 +327,7 @@ mod tests {
         assert_eq!(pool.spec.template.spec.expire_after.as_str(), "720h");
         assert_eq!(pool.spec.disruption.budgets.len(), 1);
         assert!(pool.is_ready());
-        assert_valid(&pool, &ValidationContext::default());
+        assert_valid(&pool, &ValidationContext::new(crate::vocabulary::aws()));
     }
 
     #[test]
@@ -361,7 +361,7 @@ mod tests {
         assert!(spec.template.spec.expire_after.is_never());
         assert_eq!(spec.template.spec.termination_grace_period.as_ref().map(|d| d.as_str()), Some("1h"));
         assert!(!pool.is_ready());
-        assert_valid(&pool, &ValidationContext::default());
+        assert_valid(&pool, &ValidationContext::new(crate::vocabulary::aws()));
     }
 
     #[test]
@@ -369,7 +369,7 @@ mod tests {
         let pool =
             node_pool(NodePoolOptions { replicas: Some(3), limits: [("nodes", "5")].into(), ..Default::default() });
         assert!(pool.is_static());
-        assert_valid(&pool, &ValidationContext::default());
+        assert_valid(&pool, &ValidationContext::new(crate::vocabulary::aws()));
     }
 
     #[test]
@@ -378,7 +378,7 @@ mod tests {
             requirements: vec![nodepool_requirement("karpenter.sh/nodepool", "In", &["x"])],
             ..Default::default()
         });
-        assert!(!pool.validate(&ValidationContext::default()).is_empty());
+        assert!(!pool.validate(&ValidationContext::new(crate::vocabulary::aws())).is_empty());
     }
 
     #[test]
@@ -411,7 +411,7 @@ mod tests {
         assert_eq!(claim.provider_id(), Some("aws:///us-west-2a/i-0123"));
         assert!(claim.is_launched() && claim.is_registered() && claim.is_initialized());
         assert!(claim.is_condition_true("Ready"));
-        assert_valid(&claim, &ValidationContext::default());
+        assert_valid(&claim, &ValidationContext::new(crate::vocabulary::aws()));
     }
 
     #[test]
@@ -419,6 +419,6 @@ mod tests {
         let claim = node_claim(NodeClaimOptions::default());
         assert!(claim.conditions().is_empty());
         assert!(claim.metadata.owner_references.is_none());
-        assert_valid(&claim, &ValidationContext::default());
+        assert_valid(&claim, &ValidationContext::new(crate::vocabulary::aws()));
     }
 }

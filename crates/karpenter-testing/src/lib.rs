@@ -77,6 +77,7 @@ pub mod realplane;
 pub mod resources;
 #[cfg(feature = "standins")]
 pub mod standins;
+pub mod vocabulary;
 pub mod workloads;
 
 pub use clock::{Clock, FakeClock, Stopwatch, SystemClock};

@@ -62,7 +62,10 @@ fn builder_objects_load_back_from_json_and_yaml() {
         loaded.iter().filter(|l| matches!(l.object, Object::Unknown(_))).map(|l| l.object.kind()).collect();
     assert_eq!(unknown, ["KWOKNodeClass"], "only the provider's node class is foreign to the loader");
     let kwok = NodeClassApis::none().with(&KWOK_NODE_CLASS_API);
-    let violations = loaded[2].object.validate_with(&ValidationContext::default(), &kwok).expect("validated");
+    let violations = loaded[2]
+        .object
+        .validate_with(&ValidationContext::new(karpenter_kwok::labels::provider_labels()), &kwok)
+        .expect("validated");
     assert!(violations.is_empty(), "{violations:?}");
 
     let yaml: String =

@@ -23,9 +23,7 @@ pub const NAME: &str = "toy";
 /// The toy cloud's labels: the core well-known set, and its API group as a restricted label domain (a NodePool
 /// may not set `karpenter.toy.example/*` labels; the cloud owns them).
 pub fn labels() -> ProviderLabels {
-    let mut labels = ProviderLabels::core_only(NAME);
-    labels.restricted_domains.insert(GROUP.to_owned());
-    labels
+    ProviderLabels::new(NAME).with_restricted_domain(GROUP)
 }
 
 /// The node-class kinds the operator takes from the toy cloud: ToyNodeClass, ready on sight (the cloud needs

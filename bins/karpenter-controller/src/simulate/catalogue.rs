@@ -329,9 +329,9 @@ impl Catalogue {
             return;
         }
         let provider = if self.sets.iter().any(|s| s.kind == Kind::Aws) {
-            karpenter_api::ProviderLabels::aws()
+            karpenter_aws::labels::provider_labels()
         } else {
-            karpenter_api::ProviderLabels::kwok()
+            karpenter_kwok::labels::provider_labels()
         };
         let views: Vec<(&NodePool, &[InstanceType])> =
             pools.iter().map(|p| (p, self.for_pool(p.metadata.name.as_deref().unwrap_or_default()))).collect();

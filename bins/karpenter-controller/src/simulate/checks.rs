@@ -250,13 +250,13 @@ mod tests {
     #[test]
     fn pending_only_dumps_warn_and_a_bound_pod_silences_it() {
         let pending = format!("{NODE}{}", pod("p", ""));
-        let notes = notes_for(&pending, &ProviderLabels::kwok());
+        let notes = notes_for(&pending, &karpenter_kwok::labels::provider_labels());
         assert_eq!(notes.len(), 1, "{notes:?}");
         assert!(notes[0].starts_with("warning: the input has 1 node but no pod running on any"), "{notes:?}");
         let with_bound = format!("{pending}{}", pod("q", "nodeName: n1, "));
-        assert_eq!(notes_for(&with_bound, &ProviderLabels::kwok()), Vec::<String>::new());
+        assert_eq!(notes_for(&with_bound, &karpenter_kwok::labels::provider_labels()), Vec::<String>::new());
         // No nodes: nothing to say.
-        assert_eq!(notes_for(&pod("p", "")[4..], &ProviderLabels::kwok()), Vec::<String>::new());
+        assert_eq!(notes_for(&pod("p", "")[4..], &karpenter_kwok::labels::provider_labels()), Vec::<String>::new());
     }
 
     #[test]
@@ -273,7 +273,7 @@ mod tests {
         .concat();
         let input = format!("{pool}---\n{NODE}{pods}{}", pod("bound", "nodeName: n1, "));
         assert_eq!(
-            notes_for(&input, &ProviderLabels::aws()),
+            notes_for(&input, &karpenter_aws::labels::provider_labels()),
             [
                 "NodePool gp has a requirement on karpenter.k8s.aws/instance-family, a label no instance type of the \
                  kwok catalogue has: the catalogue cannot evaluate it",
@@ -282,7 +282,7 @@ mod tests {
             ]
         );
         // For kwok, karpenter.k8s.aws/instance-family is a label the NodePool defines.
-        assert_eq!(notes_for(&input, &ProviderLabels::kwok()).len(), 1);
+        assert_eq!(notes_for(&input, &karpenter_kwok::labels::provider_labels()).len(), 1);
     }
 
     #[test]

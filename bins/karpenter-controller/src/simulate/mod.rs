@@ -425,7 +425,7 @@ fn provider_of(objects: &[Loaded]) -> ProviderLabels {
         Object::NodePool(p) => Kind::of_group(&p.spec.template.spec.node_class_ref.group) == Kind::Aws,
         _ => false,
     });
-    if aws { ProviderLabels::aws() } else { ProviderLabels::kwok() }
+    if aws { karpenter_aws::labels::provider_labels() } else { karpenter_kwok::labels::provider_labels() }
 }
 
 /// The decision flags a run over simulated time is compared without (`summary.baseline`), as given: a minimum

@@ -523,7 +523,7 @@ impl<'c> World<'c> {
 
         // Cloud-resolved: what the provider's create reports for the instance type and offering it picked.
         // The zone id (AWS) is the chosen offering's, as the provider takes it from the launch's subnet.
-        let offering_labels = [labels::ZONE, labels::CAPACITY_TYPE, labels::aws::ZONE_ID];
+        let offering_labels = [labels::ZONE, labels::CAPACITY_TYPE, karpenter_aws::labels::ZONE_ID];
         let mut claim_labels: BTreeMap<String, String> = it.requirements.labels(|k| offering_labels.contains(&k));
         claim_labels.insert(labels::INSTANCE_TYPE.to_owned(), it.name.clone());
         if let Some(z) = &choice.zone {
@@ -533,11 +533,11 @@ impl<'c> World<'c> {
             .offerings
             .iter()
             .find(|o| o.zone() == choice.zone.as_deref() && o.capacity_type() == choice.capacity_type.as_deref())
-            .and_then(|o| o.requirements.get_ref(labels::aws::ZONE_ID))
+            .and_then(|o| o.requirements.get_ref(karpenter_aws::labels::ZONE_ID))
             .map(|r| r.any())
             .filter(|id| !id.is_empty());
         if let Some(id) = zone_id {
-            claim_labels.insert(labels::aws::ZONE_ID.to_owned(), id);
+            claim_labels.insert(karpenter_aws::labels::ZONE_ID.to_owned(), id);
         }
         // A reserved launch runs in a reservation: the cheapest of the zone's reservations with instances left
         // that the claim allows, its id the node's `karpenter.sh/reservation-id`, as a provider labels it.
@@ -1933,7 +1933,8 @@ spec: {containers: [{name: c, resources: {requests: {cpu: '1'}}}]}
         let pools = snapshot.node_pools.clone();
         let catalogue = Catalogue::kwok();
         let start = parse_rfc3339("2026-01-01T00:00:00Z").expect("time");
-        let mut world = World::new(snapshot, pools, &catalogue, ProviderLabels::kwok(), objects, start);
+        let mut world =
+            World::new(snapshot, pools, &catalogue, karpenter_kwok::labels::provider_labels(), objects, start);
         let (placed, launched, left) = world.schedule_pending().expect("runs").expect("something happened");
         assert_eq!((placed, launched.len(), left), (1, 1, 0));
         let info = &world.snapshot.node_claims[0];
@@ -2040,7 +2041,7 @@ spec:
         let pools = snapshot.node_pools.clone();
         let start = parse_rfc3339(start).expect("time");
         let end = start + chrono_duration(length);
-        let mut w = World::new(snapshot, pools, catalogue, ProviderLabels::kwok(), objects, start);
+        let mut w = World::new(snapshot, pools, catalogue, karpenter_kwok::labels::provider_labels(), objects, start);
         w.tick = tick;
         w.provision().expect("provisions");
         let mut next_step = 0;
@@ -2225,7 +2226,7 @@ spec:
         };
         let catalogue = Catalogue::build(&selection, &pools, &objects, &mut Vec::new()).expect("catalogue");
         let start = parse_rfc3339("2026-01-01T00:00:00Z").expect("time");
-        let mut w = World::new(snapshot, pools, &catalogue, ProviderLabels::aws(), objects, start);
+        let mut w = World::new(snapshot, pools, &catalogue, karpenter_aws::labels::provider_labels(), objects, start);
         std::fs::create_dir_all(&dir).expect("temp dir");
         std::fs::write(dir.join("later.yaml"), &later_text).expect("write");
         let step = Step {
@@ -2247,9 +2248,9 @@ spec:
             .find(|it| it.name == "m5.large")
             .and_then(|it| it.offerings.iter().find(|o| o.zone() == Some(zone.as_str())))
             .expect("offering");
-        let id = offering.requirements.get(labels::aws::ZONE_ID).any();
+        let id = offering.requirements.get(karpenter_aws::labels::ZONE_ID).any();
         assert!(id.starts_with("use1-az"), "{id:?}");
-        assert_eq!(later.labels.get(labels::aws::ZONE_ID), Some(&id));
+        assert_eq!(later.labels.get(karpenter_aws::labels::ZONE_ID), Some(&id));
     }
 
     #[test]

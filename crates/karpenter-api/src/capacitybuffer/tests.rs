@@ -85,7 +85,11 @@ fn resolved_status_names_the_template() {
 #[test]
 fn validation_names_each_field() {
     let paths = |spec: &str| -> Vec<String> {
-        buffer(spec).validate(&ValidationContext::default()).iter().map(|v| v.path.clone()).collect()
+        buffer(spec)
+            .validate(&ValidationContext::new(crate::test_vocabulary::aws()))
+            .iter()
+            .map(|v| v.path.clone())
+            .collect()
     };
     assert_eq!(paths("  replicas: 1\n"), ["spec"]);
     assert_eq!(

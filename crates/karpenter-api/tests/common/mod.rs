@@ -27,6 +27,11 @@ use karpenter_api::{
 use kube_cel::{ScopeContext, Validator, WarningKind, analyze_rule, compile_schema};
 use serde_json::{Value, json};
 
+/// The AWS and kwok label sets as test data (this crate may not depend on the providers' crates); karpenter-aws's
+/// and karpenter-kwok's tests, which include this module, check them against the providers' own sets.
+#[path = "../../src/test_vocabulary.rs"]
+pub mod vocabulary;
+
 /// Kinds whose every rule is enforced by the CRD (upstream has no admission webhook for them), so each invalid
 /// fixture of these kinds must be rejected by CEL, the schema or decoding, never by Rust validation alone.
 const CRD_ENFORCES_EVERY_RULE: &[&str] = &["EC2NodeClass"];
@@ -47,8 +52,9 @@ pub fn yaml_files(dir: &Path) -> Vec<PathBuf> {
 /// `openAPIV3Schema` of every generated CRD (the core kinds and CapacityBuffer, and the node classes of
 /// `node_classes`, with the AWS label set), by kind.
 pub fn schemas(node_classes: &NodeClassApis) -> BTreeMap<String, Value> {
-    let mut crds = karpenter_api::node_class_api::crds_with(&ProviderLabels::aws(), node_classes);
-    crds.extend(crd::optional_crds(&ProviderLabels::aws()));
+    let aws = vocabulary::aws();
+    let mut crds = karpenter_api::node_class_api::crds_with(&aws, node_classes);
+    crds.extend(crd::optional_crds(&aws));
     crds.iter()
         .map(|c| {
             let schema = c.spec.versions[0].schema.as_ref().and_then(|s| s.open_api_v3_schema.as_ref()).unwrap();
@@ -126,7 +132,7 @@ where
 
 /// Rust validation: `validate_update` for the kinds that have one when `old` is the same kind, else `validate`.
 pub fn rust_violations(new: &Typed, old: Option<&Typed>) -> Violations {
-    let ctx = ValidationContext::default();
+    let ctx = ValidationContext::new(vocabulary::aws());
     match (new, old) {
         (Typed::NodePool(n), Some(Typed::NodePool(o))) => n.validate_update(o, &ctx),
         (Typed::NodeClaim(n), Some(Typed::NodeClaim(o))) => n.validate_update(o, &ctx),

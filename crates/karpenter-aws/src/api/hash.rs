@@ -1,8 +1,8 @@
 //! The EC2NodeClass's static drift hash, by the core's hashing rules ([`karpenter_api::hash`]).
 
+use crate::labels::annotations;
 use karpenter_api::NodeClaim;
 use karpenter_api::hash;
-use karpenter_api::labels::annotations;
 
 use super::EC2NodeClass;
 
@@ -29,11 +29,11 @@ pub fn ec2_node_class_static_drift(node_class: &EC2NodeClass, claim: &NodeClaim)
 
 #[cfg(test)]
 mod tests {
+    use crate::labels::annotations::EC2_NODE_CLASS_HASH;
     use karpenter_api::hash::StaticDrift;
-    use karpenter_api::labels::annotations::EC2_NODE_CLASS_HASH;
 
     use super::*;
-    const VERSION_KEY: &str = karpenter_api::labels::annotations::EC2_NODE_CLASS_HASH_VERSION;
+    const VERSION_KEY: &str = crate::labels::annotations::EC2_NODE_CLASS_HASH_VERSION;
 
     fn class(extra: &str) -> EC2NodeClass {
         let text = format!(

@@ -483,7 +483,7 @@ fn nitro_enclave_support_is_a_label() {
     for (support, expected) in [("supported", "true"), ("unsupported", "false")] {
         let info = ec2_type("m5.large", 2, 8192, &[3], 10, "x86_64", json!({"NitroEnclavesSupport": support}));
         let it = build(&ctx(json!({})), &info);
-        assert_eq!(label(&it, karpenter_api::labels::aws::NITRO_SANDBOX).as_deref(), Some(expected), "{support}");
+        assert_eq!(label(&it, crate::labels::NITRO_SANDBOX).as_deref(), Some(expected), "{support}");
     }
 }
 

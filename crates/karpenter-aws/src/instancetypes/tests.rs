@@ -1,4 +1,4 @@
-use karpenter_api::labels::aws as aws_labels;
+use crate::labels as aws_labels;
 use karpenter_cloudprovider::OfferingRef;
 use karpenter_testing::FakeClock;
 use serde_json::json;

@@ -17,8 +17,8 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use crate::labels as aws_labels;
 use chrono::{DateTime, Utc};
-use karpenter_api::labels::aws as aws_labels;
 use karpenter_cloudprovider::{CapacityMarks, Clock, OfferingRef};
 use karpenter_requirements::{InstanceType, Requirement};
 

@@ -180,7 +180,7 @@ fn choose_partition(
     partitions: i32,
     instance_types: &[InstanceType],
 ) -> Option<i32> {
-    let key = karpenter_api::labels::aws::PLACEMENT_GROUP_PARTITION;
+    let key = crate::labels::PLACEMENT_GROUP_PARTITION;
     let allowed: Vec<i32> =
         (1..=partitions).filter(|p| reqs.get_ref(key).is_none_or(|r| r.has(&p.to_string()))).collect();
     let offered = |p: i32| {
@@ -899,7 +899,7 @@ impl ClaimNeeds {
             .and_then(PlacementGroupInfo::partitions)
             .and_then(|n| choose_partition(&reqs, &requests, n, instance_types));
         if let Some(p) = partition {
-            reqs.add(Requirement::in_values(karpenter_api::labels::aws::PLACEMENT_GROUP_PARTITION, [p.to_string()]));
+            reqs.add(Requirement::in_values(crate::labels::PLACEMENT_GROUP_PARTITION, [p.to_string()]));
         }
         let scope = placement.map(|g| PlacementScope::new(&g.id, partition));
         Ok(Self { reqs, requests, scope })
@@ -993,7 +993,7 @@ fn select_instance_types(
     reqs: &Requirements,
     policy: MinValuesPolicy,
 ) -> Result<Selection, CloudProviderError> {
-    let allow = karpenter_api::ProviderLabels::aws().all_well_known();
+    let allow = crate::labels::provider_labels().all_well_known();
     let capacity_type = choose_capacity_type(available, reqs);
     let mut candidates: Vec<InstanceType> =
         available.iter().filter(|it| offers(it, reqs, capacity_type)).map(|it| (*it).clone()).collect();
@@ -1022,7 +1022,7 @@ fn reserved_market(
     reqs: &Requirements,
     allow: &BTreeSet<String>,
 ) -> Option<&'static str> {
-    let reservation_type = karpenter_api::labels::aws::CAPACITY_RESERVATION_TYPE;
+    let reservation_type = crate::labels::CAPACITY_RESERVATION_TYPE;
     let has_block = |it: &InstanceType| {
         it.offerings
             .iter()
@@ -1034,7 +1034,7 @@ fn reserved_market(
         candidates.truncate(1);
         return Some("capacity-block");
     }
-    let interruptible = karpenter_api::labels::aws::CAPACITY_RESERVATION_INTERRUPTIBLE;
+    let interruptible = crate::labels::CAPACITY_RESERVATION_INTERRUPTIBLE;
     candidates
         .iter()
         .any(|it| {
@@ -1103,11 +1103,7 @@ fn min_pods_per_zone<'a>(
 
 /// The instance tenancy: `default` when the claim allows it (or says nothing), else `dedicated`.
 fn tenancy(reqs: &Requirements) -> &'static str {
-    if reqs.get_ref(karpenter_api::labels::aws::INSTANCE_TENANCY).is_none_or(|r| r.has("default")) {
-        "default"
-    } else {
-        "dedicated"
-    }
+    if reqs.get_ref(crate::labels::INSTANCE_TENANCY).is_none_or(|r| r.has("default")) { "default" } else { "dedicated" }
 }
 
 /// What instance types sharing one launch template have in common: the AMI id, the pods value (the kubelet's
@@ -1272,9 +1268,9 @@ fn zone_ids(subnets: &[crate::api::Subnet]) -> BTreeMap<String, String> {
 fn reservation_kind(o: &Offering) -> (String, bool) {
     let kind = o
         .requirements
-        .get_ref(karpenter_api::labels::aws::CAPACITY_RESERVATION_TYPE)
+        .get_ref(crate::labels::CAPACITY_RESERVATION_TYPE)
         .map_or_else(|| "default".to_owned(), |r| r.any());
-    let interruptible = offering_has(o, karpenter_api::labels::aws::CAPACITY_RESERVATION_INTERRUPTIBLE, "true");
+    let interruptible = offering_has(o, crate::labels::CAPACITY_RESERVATION_INTERRUPTIBLE, "true");
     (kind, interruptible)
 }
 

@@ -18,8 +18,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::api::{Alias, Ami, AmiFamily, AmiSelectorTerm, EC2NodeClassSpec, NodeSelectorRequirement};
+use crate::labels as aws_labels;
 use chrono::{DateTime, Utc};
-use karpenter_api::labels::{self as core_labels, aws as aws_labels};
+use karpenter_api::labels as core_labels;
 use karpenter_cloudprovider::Clock;
 
 use super::api::{DescribeImagesRequest, Filter, ImageApi, ImageDescription, SsmApi};
@@ -603,7 +604,7 @@ pub fn ami_for_instance_type<'a>(
     amis: &'a [Ami],
     instance_type: &karpenter_requirements::Requirements,
 ) -> Option<&'a Ami> {
-    let allow = karpenter_api::ProviderLabels::aws().all_well_known();
+    let allow = crate::labels::provider_labels().all_well_known();
     amis.iter().find(|ami| ami_requirements(ami).is_some_and(|reqs| instance_type.compatible_ok(&reqs, &allow)))
 }
 

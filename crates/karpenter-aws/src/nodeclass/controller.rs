@@ -34,6 +34,7 @@ use crate::api::conditions::{self, reasons};
 use crate::api::hash::{EC2_NODE_CLASS_HASH_VERSION, ec2_node_class_hash};
 use crate::api::{AmiFamily, EC2NodeClass, EC2NodeClassStatus};
 use crate::api::{CapacityReservationState, GROUP, KIND};
+use crate::labels::{self as aws_labels, annotations, finalizers};
 use async_trait::async_trait;
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -41,7 +42,6 @@ use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource, ObjectReferenc
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use karpenter_api::NodeClaim;
 use karpenter_api::condition::{ConditionStatus, Conditions};
-use karpenter_api::labels::{annotations, aws as aws_labels, finalizers};
 use karpenter_cloudprovider::Clock;
 use karpenter_runtime::metrics::runtime::queue::ControllerQueue;
 use karpenter_runtime::metrics::{Metrics, ReconcileMetrics};
@@ -401,13 +401,13 @@ impl NodeClassController {
         let current = node_class.metadata.annotations.clone().unwrap_or_default();
         let annotations_ok = wanted.iter().all(|(k, v)| current.get(k) == Some(v));
         let finalizers = node_class.finalizers().to_vec();
-        let has_finalizer = finalizers.iter().any(|f| f == finalizers::AWS_TERMINATION);
+        let has_finalizer = finalizers.iter().any(|f| f == finalizers::TERMINATION);
         if annotations_ok && has_finalizer {
             return Ok(node_class);
         }
         let mut new_finalizers = finalizers;
         if !has_finalizer {
-            new_finalizers.push(finalizers::AWS_TERMINATION.to_string());
+            new_finalizers.push(finalizers::TERMINATION.to_string());
         }
         let patch = json!({
             "metadata": {
@@ -456,7 +456,7 @@ impl NodeClassController {
     }
 
     async fn finalize(&self, node_class: &EC2NodeClass) -> Result<Option<Duration>, ControllerError> {
-        if !node_class.finalizers().iter().any(|f| f == finalizers::AWS_TERMINATION) {
+        if !node_class.finalizers().iter().any(|f| f == finalizers::TERMINATION) {
             return Ok(None);
         }
         let name = node_class.name_any();
@@ -483,7 +483,7 @@ impl NodeClassController {
             cleanup.delete_launch_templates(node_class).await?;
         }
         let remaining: Vec<String> =
-            node_class.finalizers().iter().filter(|f| *f != finalizers::AWS_TERMINATION).cloned().collect();
+            node_class.finalizers().iter().filter(|f| *f != finalizers::TERMINATION).cloned().collect();
         let patch = json!({
             "metadata": { "resourceVersion": node_class.metadata.resource_version, "finalizers": remaining }
         });
@@ -758,7 +758,7 @@ impl InstanceProfileGarbageCollector {
                 .list(&ListParams::default())
                 .await?
                 .into_iter()
-                .filter_map(|c| c.metadata.annotations?.remove(annotations::AWS_INSTANCE_PROFILE_NAME)),
+                .filter_map(|c| c.metadata.annotations?.remove(annotations::INSTANCE_PROFILE_NAME)),
         );
         Ok(self.profiles.garbage_collect(&referenced).await?)
     }

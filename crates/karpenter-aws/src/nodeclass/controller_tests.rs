@@ -6,11 +6,11 @@ use std::time::Duration;
 use crate::api::EC2NodeClass;
 use crate::api::conditions;
 use crate::api::hash::EC2_NODE_CLASS_HASH_VERSION;
+use crate::labels::{self as aws_labels, annotations, finalizers};
 use crate::testing::{EC2NodeClassOptions, ec2_node_class};
 use k8s_openapi::api::core::v1::Event as CoreEvent;
 use karpenter_api::NodeClaim;
 use karpenter_api::condition::{ConditionStatus, Conditions};
-use karpenter_api::labels::{annotations, aws as aws_labels, finalizers};
 use karpenter_cloudprovider::Clock;
 use karpenter_testing::apiserver::{ApiServer, create_with_status};
 use karpenter_testing::{FakeClock, NodeClaimOptions, default_node_class_ref, node_claim};
@@ -46,8 +46,10 @@ impl LaunchTemplateCleanup for RecordingCleanup {
 
 fn env() -> Env {
     let clock = clock();
-    let server =
-        ApiServer::builder().clock(Arc::new(clock.clone())).node_classes(&crate::api::node_class_apis()).build();
+    let server = ApiServer::builder()
+        .clock(Arc::new(clock.clone()))
+        .provider(&crate::labels::provider_labels(), &crate::api::node_class_apis())
+        .build();
     let client = server.client();
     let aws = world();
     let resolver = Arc::new(NodeClassResolver::new(apis(&aws), settings(), Arc::new(clock.clone())));
@@ -96,7 +98,7 @@ async fn status_finalizer_and_hash_annotations_are_written() {
     let requeue = env.controller.reconcile("default").await.unwrap();
     assert_eq!(requeue, Some(Duration::from_secs(60)));
     let c = env.classes().get("default").await.unwrap();
-    assert!(c.finalizers().iter().any(|f| f == finalizers::AWS_TERMINATION));
+    assert!(c.finalizers().iter().any(|f| f == finalizers::TERMINATION));
     let a = c.annotations();
     assert_eq!(a.get(annotations::EC2_NODE_CLASS_HASH_VERSION).map(String::as_str), Some(EC2_NODE_CLASS_HASH_VERSION));
     assert_eq!(a.get(annotations::EC2_NODE_CLASS_HASH), Some(&crate::api::hash::ec2_node_class_hash(&c, Some("CA"))));
@@ -237,7 +239,7 @@ async fn instance_profile_gc_keeps_profiles_nodeclaims_were_launched_with() {
             },
         )
     });
-    let claim = env.create_claim("launched-by-upstream", &[(annotations::AWS_INSTANCE_PROFILE_NAME, upstreams)]).await;
+    let claim = env.create_claim("launched-by-upstream", &[(annotations::INSTANCE_PROFILE_NAME, upstreams)]).await;
     let gc =
         InstanceProfileGarbageCollector::new(env.client.clone(), env.controller.resolver().instance_profiles.clone());
     env.clock.step_secs(3600);

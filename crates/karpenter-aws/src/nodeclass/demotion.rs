@@ -35,10 +35,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::labels as aws_labels;
 use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource, Node, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use karpenter_api::NodeClaim;
-use karpenter_api::labels::{CAPACITY_TYPE, CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_RESERVED, aws as aws_labels};
+use karpenter_api::labels::{CAPACITY_TYPE, CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_RESERVED};
 use karpenter_cloudprovider::Clock;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, Resource, ResourceExt};

@@ -19,7 +19,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::api::EC2NodeClass;
-use karpenter_api::labels::{REGION, aws as aws_labels};
+use crate::labels as aws_labels;
+use karpenter_api::labels::REGION;
 use karpenter_cloudprovider::Clock;
 
 use super::api::{CreateInstanceProfileRequest, IamApi, InstanceProfileDescription};

@@ -10,10 +10,10 @@ use crate::api::{
     CapacityReservationType, InstanceMatchCriteria, NodeSelectorRequirement, PlacementGroupSelector,
     SecurityGroupSelectorTerm, SubnetSelectorTerm, conditions,
 };
+use crate::labels as aws_labels;
 use crate::testing::{EC2NodeClassOptions, ec2_node_class};
 use chrono::{TimeZone, Utc};
 use karpenter_api::condition::{ConditionStatus, Conditions};
-use karpenter_api::labels::aws as aws_labels;
 use karpenter_cloudprovider::Clock;
 use karpenter_requirements::{Requirement, Requirements};
 use karpenter_testing::FakeClock;

@@ -1,8 +1,8 @@
 use std::collections::BTreeSet;
 
-use karpenter_api::labels::aws::INSTANCE_FAMILY;
+use crate::drift::reasons as drift_reasons;
+use crate::labels::INSTANCE_FAMILY;
 use karpenter_api::labels::{NODE_POOL, OS};
-use karpenter_api::nodeclaim::conditions::drift as drift_reasons;
 use karpenter_cloudprovider::{ErrorKind, InMemoryNodeClasses, OfferingRef};
 use karpenter_testing::FakeClock;
 use karpenter_testing::conformance::{ConformanceHooks, Fixtures, run};
@@ -380,7 +380,7 @@ async fn fleet_request_shape_for_spot_and_on_demand() {
     assert_eq!(status.image_id.as_deref(), Some("ami-amd"));
     assert_eq!(status.capacity.get("cpu").map(|q| q.0.as_str()), Some("2"));
     let annotations = created.metadata.annotations.clone().unwrap();
-    assert_eq!(annotations.get(AWS_INSTANCE_PROFILE_NAME).map(String::as_str), Some("profile-1"));
+    assert_eq!(annotations.get(INSTANCE_PROFILE_NAME).map(String::as_str), Some("profile-1"));
     assert!(annotations.contains_key("karpenter.k8s.aws/ec2nodeclass-hash"));
     // Launch templates: the AMI, groups, profile and user data with the claim's labels and the registration taint.
     let lts = e.ec2.launch_templates();
@@ -626,7 +626,7 @@ fn provider_ids() {
 // Placement groups, capacity-reservation counts, launch-failure counts.
 
 mod placement_and_reservations {
-    use karpenter_api::labels::aws::{CAPACITY_RESERVATION_ID, PLACEMENT_GROUP_ID, PLACEMENT_GROUP_PARTITION, ZONE_ID};
+    use crate::labels::{CAPACITY_RESERVATION_ID, PLACEMENT_GROUP_ID, PLACEMENT_GROUP_PARTITION, ZONE_ID};
     use karpenter_api::labels::{INSTANCE_TYPE, ZONE};
 
     use super::*;

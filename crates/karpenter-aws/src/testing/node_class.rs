@@ -131,7 +131,8 @@ mod tests {
     fn built_class_validates_through_the_node_class_api() {
         use karpenter_api::node_class_api::NodeClassApi;
         let json = serde_json::to_value(ec2_node_class(EC2NodeClassOptions::default())).unwrap();
-        let v = crate::api::EC2_NODE_CLASS_API.validate(&json, &ValidationContext::default());
+        let v =
+            crate::api::EC2_NODE_CLASS_API.validate(&json, &ValidationContext::new(crate::labels::provider_labels()));
         assert!(v.is_empty(), "{v:?}");
     }
 
@@ -143,7 +144,7 @@ mod tests {
         assert_eq!(class.spec.role.as_deref(), Some("KarpenterNodeRole-test-cluster"));
         assert!(class.spec.instance_profile.is_none());
         assert_eq!(class.spec.subnet_selector_terms[0].tags.as_ref().unwrap()["karpenter.sh/discovery"], TEST_CLUSTER);
-        assert_valid(&class, &ValidationContext::default());
+        assert_valid(&class, &ValidationContext::new(crate::labels::provider_labels()));
     }
 
     #[test]
@@ -162,6 +163,6 @@ mod tests {
         assert_eq!(class.spec.ami_selector_terms[0].id.as_deref(), Some("ami-0123"));
         assert_eq!(class.spec.tags["team"], "infra");
         assert_eq!(class.spec.kubelet.as_ref().and_then(|k| k.max_pods.clone()), Some(20.into()));
-        assert_valid(&class, &ValidationContext::default());
+        assert_valid(&class, &ValidationContext::new(crate::labels::provider_labels()));
     }
 }

@@ -87,7 +87,7 @@ pub fn check_pass(
     }
     let pdbs = Pdbs::new(&snapshot.pdbs);
     let mut per_pool: BTreeMap<&str, u32> = BTreeMap::new();
-    let provider = karpenter_api::ProviderLabels::aws();
+    let provider = karpenter_testing::vocabulary::aws();
     let autoscaler_protected =
         |p: &CompactPod| options.honor_autoscaler_annotations && p.autoscaler_do_not_disrupt().is_some();
     for cmd in &pass.commands {

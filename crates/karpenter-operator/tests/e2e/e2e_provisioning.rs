@@ -73,7 +73,7 @@ async fn pending_pods_get_nodes_that_initialize_and_run_them() {
 async fn provider_calls_are_timed_and_their_errors_counted_on_metrics() {
     let cluster = Cluster::new().await;
     cluster.node_pool(NodePoolOptions { name: Some("default".into()), ..Default::default() }).await;
-    let labels = ProviderLabels { name: "fake".into(), ..ProviderLabels::kwok() };
+    let labels = ProviderLabels { name: "fake".into(), ..karpenter_kwok::labels::provider_labels() };
     let fake = FakeCloudProvider::new(FakeOptions { labels, ..karpenter_testing::kwok::fake_options() });
     fake.fail_next(Method::Create, 1, || CloudProviderError::create("LaunchFailed", "injected"));
     let (running, metrics_addr) =

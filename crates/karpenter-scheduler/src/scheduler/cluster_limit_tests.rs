@@ -1,7 +1,7 @@
 //! Cluster-wide limits: one budget over every NodePool's nodes, in-flight claims and the pass's new claims.
 
 use karpenter_api::settings::parse_cluster_limits;
-use karpenter_api::{ProviderLabels, labels, load_str};
+use karpenter_api::{labels, load_str};
 use karpenter_requirements::{Format, InstanceType, Offering, Overhead, Quantity, Requirement, ResourceList};
 
 use super::{PoolInput, SchedulerOptions, schedule};
@@ -63,7 +63,7 @@ fn solve(yaml: &str, limits: &str) -> (ClusterSnapshot, Decisions) {
     let pools: Vec<PoolInput<'_>> =
         snapshot.node_pools.iter().map(|p| PoolInput { node_pool: p, instance_types: &its }).collect();
     let options = SchedulerOptions { cluster_limits: parse_cluster_limits(limits).unwrap(), ..Default::default() };
-    let provider = ProviderLabels::aws();
+    let provider = karpenter_testing::vocabulary::aws();
     let d = schedule(&snapshot, &pools, &provider, &options);
     check(&snapshot, &pools, &provider, &d).expect("the checker agrees");
     check_cluster_limits(&snapshot, &pools, &options.cluster_limits, &d).expect("within the cluster limits");
@@ -183,7 +183,7 @@ fn disruption_simulation_honours_the_cluster_limit() {
     let its = catalogue();
     let pools: Vec<PoolInput<'_>> =
         snapshot.node_pools.iter().map(|p| PoolInput { node_pool: p, instance_types: &its }).collect();
-    let provider = ProviderLabels::aws();
+    let provider = karpenter_testing::vocabulary::aws();
     let removed = ["a-1".to_owned()].into_iter().collect();
     let pods: Vec<_> = snapshot.bound_pods.iter().map(|p| p.as_ref()).collect();
     let view = SimulationView { removed: &removed, pods, ..Default::default() };

@@ -1,7 +1,7 @@
 //! DRA in the solve loop: published devices on existing nodes, instance types' slice templates on new claims,
 //! shared and pre-allocated claims, per-pod reasons and `IGNORE_DRA_REQUESTS`.
 
-use karpenter_api::{ProviderLabels, labels, load_str};
+use karpenter_api::{labels, load_str};
 use karpenter_requirements::{
     CounterSet, Device, DeviceAttribute, DeviceSliceTemplate, Format, InstanceType, Offering, Overhead, Quantity,
     Requirement, ResourceList,
@@ -101,7 +101,7 @@ fn solve_on(yaml: &str, options: &SchedulerOptions, its: Vec<InstanceType>) -> D
     let snapshot = ClusterSnapshot::from_objects(&objects).expect("snapshot");
     let pools: Vec<PoolInput<'_>> =
         snapshot.node_pools.iter().map(|p| PoolInput { node_pool: p, instance_types: &its }).collect();
-    schedule(&snapshot, &pools, &ProviderLabels::aws(), options)
+    schedule(&snapshot, &pools, &karpenter_testing::vocabulary::aws(), options)
 }
 
 fn solve(yaml: &str) -> Decisions {
@@ -286,7 +286,7 @@ fn pods_without_claims_leave_the_dra_state_out() {
     let snapshot = ClusterSnapshot::from_objects(&objects).expect("snapshot");
     let its = catalogue();
     let pools = [PoolInput { node_pool: &snapshot.node_pools[0], instance_types: &its }];
-    let provider = ProviderLabels::aws();
+    let provider = karpenter_testing::vocabulary::aws();
     let options = SchedulerOptions { ignore_dra_requests: false, ..Default::default() };
     let solver = Solver::new(&snapshot, &pools, &provider, &options);
     assert!(solver.dra.is_none(), "no pod has claims: no per-solve DRA state, no check in the hot path");
@@ -400,7 +400,7 @@ fn disruption_simulations_keep_a_pod_with_an_allocated_claim_on_its_node() {
         let snapshot = ClusterSnapshot::from_objects(&objects).expect("snapshot");
         let its = catalogue();
         let pools = [PoolInput { node_pool: &snapshot.node_pools[0], instance_types: &its }];
-        let provider = ProviderLabels::aws();
+        let provider = karpenter_testing::vocabulary::aws();
         let options = SchedulerOptions { ignore_dra_requests: false, ..Default::default() };
         let sim = Simulator::new(&snapshot, &pools, &provider, &options);
         let removed = BTreeSet::from(["node-a".to_string()]);

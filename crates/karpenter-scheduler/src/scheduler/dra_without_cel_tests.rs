@@ -2,7 +2,7 @@
 //! selector (on the class or on the request) makes the pod unschedulable with a reason naming the feature,
 //! never a match that skips the selector.
 
-use karpenter_api::{ProviderLabels, labels, load_str};
+use karpenter_api::{labels, load_str};
 use karpenter_requirements::{Format, InstanceType, Offering, Overhead, Quantity, Requirement, ResourceList};
 
 use super::{PoolInput, SchedulerOptions, schedule};
@@ -53,7 +53,7 @@ fn solve(yaml: &str) -> Decisions {
     let pools: Vec<PoolInput<'_>> =
         snapshot.node_pools.iter().map(|p| PoolInput { node_pool: p, instance_types: &its }).collect();
     let options = SchedulerOptions { ignore_dra_requests: false, ..Default::default() };
-    schedule(&snapshot, &pools, &ProviderLabels::aws(), &options)
+    schedule(&snapshot, &pools, &karpenter_testing::vocabulary::aws(), &options)
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! of its offering groups has an offering compatible with the claim and an allocatable that holds the claim's
 //! requests, on new claims and on claims the pass already opened.
 
-use karpenter_api::{ProviderLabels, labels, load_str};
+use karpenter_api::{labels, load_str};
 use karpenter_requirements::{Format, InstanceType, Offering, Overhead, Quantity, Requirement, ResourceList};
 
 use super::{PoolInput, SchedulerOptions, schedule};
@@ -86,7 +86,7 @@ fn solve(yaml: &str, its: &[InstanceType]) -> Decisions {
     let snapshot = ClusterSnapshot::from_objects(&objects).expect("snapshot");
     let pools: Vec<PoolInput<'_>> =
         snapshot.node_pools.iter().map(|p| PoolInput { node_pool: p, instance_types: its }).collect();
-    let provider = ProviderLabels::aws();
+    let provider = karpenter_testing::vocabulary::aws();
     let d = schedule(&snapshot, &pools, &provider, &SchedulerOptions::default());
     check(&snapshot, &pools, &provider, &d).expect("the checker agrees");
     d

@@ -293,7 +293,7 @@ mod tests {
         let p: &'static CompactPod = Box::leak(Box::new(CompactPod::from(p)));
         pods_data(
             [p],
-            &ProviderLabels::aws(),
+            &karpenter_testing::vocabulary::aws(),
             &VolumeIndex::new(&snap),
             &mut DefaultSpread::new(&Default::default(), &snap),
         )
@@ -318,7 +318,7 @@ mod tests {
         pods.push(own);
         let data = pods_data(
             pods.iter(),
-            &ProviderLabels::aws(),
+            &karpenter_testing::vocabulary::aws(),
             &VolumeIndex::new(&snap),
             &mut DefaultSpread::new(&Default::default(), &snap),
         );

@@ -616,7 +616,7 @@ fn shape_guided_bins(shapes: &[Shape], cands: &[Cand]) -> Option<Vec<(Vec<usize>
 #[cfg(test)]
 mod tests {
     use karpenter_api::IntoSharedPod;
-    use karpenter_api::{ProviderLabels, labels};
+    use karpenter_api::labels;
     use karpenter_requirements::{Format, InstanceType, Offering, Overhead, Quantity, Requirement, ResourceList};
     use karpenter_testing::{NodePoolOptions, PodOptions, node_pool, pod};
 
@@ -691,7 +691,7 @@ mod tests {
         let its = catalogue();
         let s = snapshot(false);
         let pools = [PoolInput { node_pool: &s.node_pools[0], instance_types: &its }];
-        let provider = ProviderLabels::aws();
+        let provider = karpenter_testing::vocabulary::aws();
         let upstream = SchedulerOptions { upstream_packing: true, ..Default::default() };
         let d = schedule(&s, &pools, &provider, &upstream);
         assert_eq!(d.total_price(), 15.0, "{}", d.to_json());
@@ -758,7 +758,7 @@ mod tests {
             );
         }
         let pools = [PoolInput { node_pool: &s.node_pools[0], instance_types: &its }];
-        let provider = ProviderLabels::aws();
+        let provider = karpenter_testing::vocabulary::aws();
         let d = schedule(&s, &pools, &provider, &SchedulerOptions::default());
         check(&s, &pools, &provider, &d).unwrap();
         assert!(d.unschedulable.is_empty());
@@ -773,7 +773,7 @@ mod tests {
         let its = catalogue();
         let s = snapshot(true);
         let pools = [PoolInput { node_pool: &s.node_pools[0], instance_types: &its }];
-        let provider = ProviderLabels::aws();
+        let provider = karpenter_testing::vocabulary::aws();
         let upstream = SchedulerOptions { upstream_packing: true, ..Default::default() };
         let a = schedule(&s, &pools, &provider, &upstream);
         let b = schedule(&s, &pools, &provider, &SchedulerOptions::default());

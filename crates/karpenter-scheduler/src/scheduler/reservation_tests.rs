@@ -1,7 +1,7 @@
 //! Capacity reservations within a pass: claims hold reservations, are pinned to them, and fall through to other
 //! offerings when the pass has used them up (v1.15.1, #3456).
 
-use karpenter_api::{ProviderLabels, labels, load_str};
+use karpenter_api::{labels, load_str};
 use karpenter_requirements::labels::RESERVATION_ID;
 use karpenter_requirements::{Format, InstanceType, Offering, Overhead, Quantity, Requirement, ResourceList};
 
@@ -67,7 +67,7 @@ fn solve(yaml: &str, reserved: i32, mode: ReservedOfferingMode) -> Decisions {
     let pools: Vec<PoolInput<'_>> =
         snapshot.node_pools.iter().map(|p| PoolInput { node_pool: p, instance_types: &its }).collect();
     let options = SchedulerOptions { reserved_offering_mode: mode, ..Default::default() };
-    let provider = ProviderLabels::aws();
+    let provider = karpenter_testing::vocabulary::aws();
     let d = schedule(&snapshot, &pools, &provider, &options);
     check(&snapshot, &pools, &provider, &d).expect("the checker agrees");
     check_reservations(&pools, &d).expect("no reservation is counted on beyond its room");

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use karpenter_api::{ProviderLabels, labels, load_str};
+use karpenter_api::{labels, load_str};
 use karpenter_requirements::{Format, InstanceType, Offering, Overhead, Quantity, Requirement, ResourceList};
 
 use super::volumes::{ClaimVolumes, attach_counts, within_attach_limits};
@@ -69,7 +69,7 @@ fn solve(yaml: &str, its: &[InstanceType]) -> Decisions {
     let snapshot = ClusterSnapshot::from_objects(&objects).expect("snapshot");
     let pools: Vec<PoolInput<'_>> =
         snapshot.node_pools.iter().map(|p| PoolInput { node_pool: p, instance_types: its }).collect();
-    let provider = ProviderLabels::aws();
+    let provider = karpenter_testing::vocabulary::aws();
     let d = schedule(&snapshot, &pools, &provider, &SchedulerOptions::default());
     check(&snapshot, &pools, &provider, &d).expect("the checker agrees");
     d
@@ -142,7 +142,7 @@ fn the_checker_refuses_an_option_over_its_attachment_limit() {
     let snapshot = ClusterSnapshot::from_objects(&objects).expect("snapshot");
     let pools: Vec<PoolInput<'_>> =
         snapshot.node_pools.iter().map(|p| PoolInput { node_pool: p, instance_types: &its }).collect();
-    let provider = ProviderLabels::aws();
+    let provider = karpenter_testing::vocabulary::aws();
     let mut d = schedule(&snapshot, &pools, &provider, &SchedulerOptions::default());
     assert!(check(&snapshot, &pools, &provider, &d).is_ok());
     // Forge a decision: both pods (three EBS volumes) on one claim that may still be `small` (2 attachments).

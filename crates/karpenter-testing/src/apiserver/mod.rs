@@ -31,7 +31,7 @@
 //! (read-only, holding the installed CRDs); and the kinds of the CRDs `karpenter_api::crd` generates
 //! (karpenter.sh/v1 NodePools with status and scale, NodeClaims with status, NodeOverlays, with the feature `kwok`
 //! karpenter.kwok.sh/v1alpha1 KWOKNodeClasses, and any provider's node classes given to
-//! [`ApiServerBuilder::node_classes`]), with scope and subresources read from the CRDs.
+//! [`ApiServerBuilder::provider`]), with scope and subresources read from the CRDs.
 //! Namespaces `default`, `kube-system`, `kube-public` and `kube-node-lease` exist from the start.
 //! `/version`, `/api`, `/api/v1`, `/apis`, `/apis/<group>` and `/apis/<group>/<version>` serve discovery
 //! (the unaggregated documents, which `kube::Discovery::run` reads).
@@ -264,9 +264,13 @@ impl ApiServerBuilder {
         self
     }
 
-    /// Serves [`Registry::karpenter_with`] these node classes (a provider's tests pass the provider's own).
-    pub fn node_classes(self, node_classes: &karpenter_api::node_class_api::NodeClassApis) -> Self {
-        self.registry(Registry::karpenter_with(node_classes))
+    /// Serves [`Registry::karpenter_with`] a provider's labels and node classes (a provider's tests pass its own).
+    pub fn provider(
+        self,
+        labels: &karpenter_api::ProviderLabels,
+        node_classes: &karpenter_api::node_class_api::NodeClassApis,
+    ) -> Self {
+        self.registry(Registry::karpenter_with(labels, node_classes))
     }
 
     /// Starts the server (no task is spawned: it runs inside the requests of its clients).

@@ -92,21 +92,23 @@ pub struct Registry {
 
 impl Registry {
     /// Built-in kinds plus the Karpenter CRDs: karpenter.sh NodePool, NodeClaim and NodeOverlay, the CapacityBuffer
-    /// CRD Karpenter reads and, with the feature `kwok`, the kwok provider's KWOKNodeClass. Another provider's node
-    /// classes: [`Registry::karpenter_with`].
+    /// CRD Karpenter reads and, with the feature `kwok`, the kwok provider's KWOKNodeClass. The label rules of the
+    /// karpenter.sh CRDs are the AWS set's ([`vocabulary::aws`](crate::vocabulary::aws), test data), as upstream's
+    /// CRDs carry them. Another provider's labels and node classes: [`Registry::karpenter_with`].
     pub fn karpenter() -> Self {
         #[cfg(feature = "kwok")]
         let node_classes = NodeClassApis::none().with(&karpenter_kwok::api::KWOK_NODE_CLASS_API);
         #[cfg(not(feature = "kwok"))]
         let node_classes = NodeClassApis::none();
-        Self::karpenter_with(&node_classes)
+        Self::karpenter_with(&crate::vocabulary::aws(), &node_classes)
     }
 
-    /// Built-in kinds plus the core Karpenter CRDs, the CapacityBuffer CRD and the CRDs of `node_classes` (the
-    /// test kit depends on no provider: a provider's tests name its own node classes).
-    pub fn karpenter_with(node_classes: &NodeClassApis) -> Self {
-        let mut crd_list = crds_with(&ProviderLabels::aws(), node_classes);
-        crd_list.extend(optional_crds(&ProviderLabels::aws()));
+    /// Built-in kinds plus the core Karpenter CRDs with `labels`' rules (restricted domains, well-known keys), the
+    /// CapacityBuffer CRD and the CRDs of `node_classes` (the test kit depends on no provider: a provider's tests
+    /// pass its own labels and node classes).
+    pub fn karpenter_with(labels: &ProviderLabels, node_classes: &NodeClassApis) -> Self {
+        let mut crd_list = crds_with(labels, node_classes);
+        crd_list.extend(optional_crds(labels));
         Self::with_crds(crd_list)
     }
 

@@ -25,7 +25,7 @@ fn base() -> EC2NodeClass {
 }
 
 fn paths(nc: &EC2NodeClass) -> Vec<String> {
-    nc.validate(&ValidationContext::default()).into_iter().map(|v| v.path).collect()
+    nc.validate(&ValidationContext::new(crate::labels::provider_labels())).into_iter().map(|v| v.path).collect()
 }
 
 fn tags(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -229,7 +229,7 @@ fn with_kubelet(kubelet: &str, alias: &str) -> EC2NodeClass {
 }
 
 fn messages(nc: &EC2NodeClass) -> Vec<String> {
-    nc.validate(&ValidationContext::default()).into_iter().map(|v| v.to_string()).collect()
+    nc.validate(&ValidationContext::new(crate::labels::provider_labels())).into_iter().map(|v| v.to_string()).collect()
 }
 
 #[test]
@@ -398,8 +398,8 @@ fn connection_tracking_and_placement_group() {
 fn validation_is_deterministic() {
     let mut nc = base();
     nc.spec.tags = tags(&[("karpenter.sh/nodepool", "x"), ("eks:eks-cluster-name", "y"), ("", "z")]);
-    let a = nc.validate(&ValidationContext::default());
-    let b = nc.clone().validate(&ValidationContext::default());
+    let a = nc.validate(&ValidationContext::new(crate::labels::provider_labels()));
+    let b = nc.clone().validate(&ValidationContext::new(crate::labels::provider_labels()));
     assert_eq!(a, b);
     assert_eq!(
         a.into_iter().map(|v| v.path).collect::<Vec<_>>(),
@@ -411,7 +411,7 @@ fn validation_is_deterministic() {
 fn spec_validate_uses_spec_paths() {
     let mut spec: EC2NodeClassSpec = base().spec;
     spec.ip_prefix_count = Some(-1);
-    let v = spec.validate(&ValidationContext::default());
+    let v = spec.validate(&ValidationContext::new(crate::labels::provider_labels()));
     assert!(v.has_path("spec.ipPrefixCount"));
     let mut out = Violations::new();
     spec.validate_at("x", &mut out);

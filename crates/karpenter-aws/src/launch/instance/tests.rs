@@ -1,7 +1,7 @@
 //! Unit tests of the pure steps of a launch attempt (the whole launch is covered against the in-memory EC2).
 
 use super::*;
-use karpenter_api::labels::aws::{CAPACITY_RESERVATION_INTERRUPTIBLE, CAPACITY_RESERVATION_TYPE, INSTANCE_TENANCY};
+use crate::labels::{CAPACITY_RESERVATION_INTERRUPTIBLE, CAPACITY_RESERVATION_TYPE, INSTANCE_TENANCY};
 use karpenter_requirements::labels::{RESERVATION_ID, ZONE};
 use karpenter_requirements::{Format, Overhead, Requirements};
 
@@ -49,7 +49,7 @@ fn a_capacity_block_launches_the_cheapest_block_type_alone() {
         instance_type("m5.large", "29", vec![offering("a", CAPACITY_TYPE_RESERVED, 0.1, &[])]),
         instance_type("p4d.24xlarge", "100", vec![offering("a", CAPACITY_TYPE_RESERVED, 5.0, &block)]),
     ];
-    let allow = karpenter_api::ProviderLabels::aws().all_well_known();
+    let allow = crate::labels::provider_labels().all_well_known();
     let market = reserved_market(&mut candidates, &Requirements::new(), &allow);
     assert_eq!(market, Some("capacity-block"));
     assert_eq!(names(&candidates), ["p4d.24xlarge"]);

@@ -4,9 +4,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::labels as aws_labels;
 use k8s_openapi::api::core::v1::{Event as CoreEvent, Node};
 use karpenter_api::NodeClaim;
-use karpenter_api::labels::{CAPACITY_TYPE, aws as aws_labels};
+use karpenter_api::labels::CAPACITY_TYPE;
 use karpenter_testing::apiserver::{ApiServer, create_with_status};
 use karpenter_testing::{FakeClock, NodeClaimOptions, NodeOptions, default_node_class_ref, node, node_claim};
 use kube::api::{Api, ListParams, PostParams};
@@ -46,8 +47,10 @@ pub(crate) fn instance_provider(ec2: &MockEc2, clock: &FakeClock) -> InstancePro
 
 fn env() -> Env {
     let clock = FakeClock::default();
-    let server =
-        ApiServer::builder().clock(Arc::new(clock.clone())).node_classes(&crate::api::node_class_apis()).build();
+    let server = ApiServer::builder()
+        .clock(Arc::new(clock.clone()))
+        .provider(&crate::labels::provider_labels(), &crate::api::node_class_apis())
+        .build();
     let client = server.client();
     let ec2 = MockEc2::new(Arc::new(clock.clone()));
     let demotion = ReservationDemotion::new(client.clone(), instance_provider(&ec2, &clock), Arc::new(clock));
