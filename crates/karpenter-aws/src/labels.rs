@@ -121,7 +121,8 @@ pub mod annotations {
 
 /// Finalizers the AWS provider adds.
 pub mod finalizers {
-    /// On EC2NodeClasses: the status controller cleans up (instance profiles, launch templates) before one goes.
+    /// On EC2NodeClasses: before one goes, the status controller waits for its NodeClaims to go, then deletes its
+    /// managed instance profile and its launch templates.
     pub const TERMINATION: &str = "karpenter.k8s.aws/termination";
 }
 
