@@ -7,28 +7,14 @@ use std::sync::{Arc, OnceLock};
 use crate::devices::DeviceSliceTemplate;
 use crate::labels::{ARCH, CAPACITY_TYPE, INSTANCE_TYPE, OS, ZONE};
 use crate::offering::{Offering, OfferingsExt};
+use crate::overhead::allocatable_of;
 use crate::quantity::{Format, Quantity};
 use crate::requirement::Requirement;
 use crate::requirements::{KeySet, Requirements};
 use crate::resources::{CPU, MEMORY, PODS, ResourceList};
 
-/// Resources a node keeps for itself.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Overhead {
-    /// kubelet `kubeReserved`.
-    pub kube_reserved: ResourceList,
-    /// kubelet `systemReserved`.
-    pub system_reserved: ResourceList,
-    /// Hard eviction thresholds.
-    pub eviction_threshold: ResourceList,
-}
-
-impl Overhead {
-    /// Sum of the three parts.
-    pub fn total(&self) -> ResourceList {
-        self.kube_reserved.add(&self.system_reserved).add(&self.eviction_threshold)
-    }
-}
+// Overhead lives in its own module (offerings carry overhead overrides too); its old paths here keep working.
+pub use crate::overhead::{Overhead, compute_allocatable};
 
 /// A machine shape a cloud provider can launch.
 #[derive(Debug)]
@@ -67,31 +53,6 @@ impl Clone for InstanceType {
             allocatable: self.allocatable.clone(),
         }
     }
-}
-
-/// `capacity − overhead` over the capacity's resources (overhead-only resources are ignored); then, if the
-/// capacity has any `hugepages-*` resource, memory is reduced by each of them and floored at zero.
-pub fn compute_allocatable(capacity: &ResourceList, overhead: &Overhead) -> ResourceList {
-    allocatable_of(capacity, &overhead.total())
-}
-
-/// [`compute_allocatable`] over an overhead already totalled.
-fn allocatable_of(capacity: &ResourceList, total: &ResourceList) -> ResourceList {
-    let mut out = ResourceList::new();
-    for (name, q) in capacity.iter() {
-        let v = match total.get(name) {
-            Some(o) => q.saturating_add(&o.neg()),
-            None => *q,
-        };
-        out.insert(name, v);
-    }
-    for (name, q) in capacity.iter() {
-        if name.starts_with("hugepages-") {
-            let mem = out.get_or_zero(MEMORY).saturating_add(&q.neg());
-            out.insert(MEMORY, if mem.is_negative() { crate::Quantity::from_int(0, mem.format()) } else { mem });
-        }
-    }
-    out
 }
 
 /// `base` with every resource of `over` added or replacing `base`'s (upstream's `lo.Assign`).

@@ -49,6 +49,7 @@ pub mod host_ports;
 pub mod instance_type;
 pub mod labels;
 pub mod offering;
+pub mod overhead;
 pub mod quantity;
 pub mod requirement;
 pub mod requirements;
@@ -61,10 +62,11 @@ pub mod fuzzing;
 pub use devices::{CounterSet, Device, DeviceAttribute, DeviceSliceTemplate};
 pub use host_ports::{HostPort, HostPortConflict, HostPortUsage, pod_host_ports, spec_host_ports};
 pub use instance_type::{
-    InstanceType, InstanceTypeBuilder, MinValuesError, MinValuesPolicy, OfferingGroup, Overhead,
-    UnknownMinValuesPolicy, order_by_price, satisfies_min_values, truncate,
+    InstanceType, InstanceTypeBuilder, MinValuesError, MinValuesPolicy, OfferingGroup, UnknownMinValuesPolicy,
+    order_by_price, satisfies_min_values, truncate,
 };
 pub use offering::{Offering, OfferingsExt};
+pub use overhead::Overhead;
 pub use quantity::{Format, Quantity, QuantityError};
 pub use requirement::{Operator, Requirement, RequirementError, SerializedRequirement, UnknownOperator, Values};
 pub use requirements::{CompatibilityError, KeySet, NoKeys, PreferencePolicy, Requirements, UnknownPreferencePolicy};

@@ -1,9 +1,9 @@
 //! Offerings: where and how an instance type can be bought.
 
-use crate::instance_type::Overhead;
 use crate::labels::{
     CAPACITY_TYPE, CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_RESERVED, CAPACITY_TYPE_SPOT, RESERVATION_ID, ZONE,
 };
+use crate::overhead::Overhead;
 use crate::requirement::Requirement;
 use crate::requirements::{KeySet, Requirements};
 use crate::resources::ResourceList;

@@ -4,6 +4,7 @@
 //! A NodePool names one in `spec.template.spec.nodeClassRef`; the cloud reads it when it describes instance types
 //! (offerings in the class's region) and when it launches (the class's node limit).
 
+use karpenter_api::ProviderLabels;
 use karpenter_api::condition::{Condition, Conditions};
 use karpenter_api::crd::KarpenterCrd;
 use karpenter_api::node_class_api::TypedNodeClassApi;
@@ -21,6 +22,15 @@ pub const KIND: &str = "ToyNodeClass";
 
 /// The longest region name the toy cloud has (zones add a two-character suffix).
 pub const MAX_REGION_LEN: usize = 32;
+
+/// The provider's name (its `--provider` value, metrics label and log field).
+pub const NAME: &str = "toy";
+
+/// The toy cloud's labels: the core well-known set, and its API group as a restricted label domain (a NodePool
+/// may not set `karpenter.toy.example/*` labels; the cloud owns them).
+pub fn labels() -> ProviderLabels {
+    ProviderLabels::new(NAME).with_restricted_domain(GROUP)
+}
 
 /// Where and how much the toy cloud launches for the NodePools that name this class.
 #[derive(CustomResource, Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -76,7 +86,7 @@ impl ToyNodeClassSpec {
 impl ToyNodeClass {
     /// The class's problems, each naming its field; empty when the cloud can launch from it.
     pub fn problems(&self) -> Violations {
-        self.validate(&ValidationContext { provider: crate::labels() })
+        self.validate(&ValidationContext { provider: labels() })
     }
 }
 

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use karpenter_cloudprovider::prelude::*;
 use karpenter_cloudprovider::{NodeClassLookup, get_node_class};
 
-use crate::api::{GROUP, KIND, ToyNodeClass, ToyNodeClassSpec};
+use crate::api::{GROUP, KIND, ToyNodeClass, ToyNodeClassSpec, labels};
 
 /// The instance types the toy cloud has: (name, vCPUs, on-demand $/hour). Memory is 4 GiB per vCPU; spot costs a
 /// third of on-demand.
@@ -103,7 +103,7 @@ impl ToyCloud {
         node_classes: Arc<dyn NodeClassLookup>,
         clock: Arc<dyn Clock>,
     ) -> Self {
-        Self { cluster: cluster.into(), account, node_classes, clock, labels: crate::labels() }
+        Self { cluster: cluster.into(), account, node_classes, clock, labels: labels() }
     }
 
     /// The cluster this provider launches for.

@@ -3,7 +3,8 @@
 //! changes no other crate. README.md lists what a cloud author writes and the one entry a binary adds.
 //!
 //! - [`api`]: `ToyNodeClass` (`karpenter.toy.example/v1alpha1`), with `spec.region` (where nodes run) and
-//!   `spec.maxNodes` (how many may run), its validation and CRD, and its `NodeClassApi` for the core;
+//!   `spec.maxNodes` (how many may run), its validation and CRD, its `NodeClassApi` for the core and the
+//!   cloud's label vocabulary ([`labels`]);
 //! - [`cloud`]: [`ToyCloud`], instances in an in-memory [`Account`], a two-type catalogue in the class's zones;
 //!   it passes `karpenter_testing::conformance` (tests/conformance.rs);
 //! - [`registration`]: what a binary's provider table calls: [`labels`], [`node_classes`], [`node_class_apis`],

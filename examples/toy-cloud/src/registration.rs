@@ -6,7 +6,6 @@
 use std::sync::Arc;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use karpenter_api::ProviderLabels;
 use karpenter_api::node_class_api::NodeClassApis;
 use karpenter_cloudprovider::{Clock, CloudProvider};
 use karpenter_operator::CoreSettings;
@@ -14,17 +13,12 @@ use karpenter_operator::manager::Manager;
 use karpenter_operator::node_classes::{KubeNodeClasses, NodeClassRegistration};
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{GROUP, TOY_NODE_CLASS_API, ToyNodeClass};
+use crate::api::{TOY_NODE_CLASS_API, ToyNodeClass};
 use crate::cloud::{Account, ToyCloud};
 
-/// The provider's name (its `--provider` value, metrics label and log field).
-pub const NAME: &str = "toy";
-
-/// The toy cloud's labels: the core well-known set, and its API group as a restricted label domain (a NodePool
-/// may not set `karpenter.toy.example/*` labels; the cloud owns them).
-pub fn labels() -> ProviderLabels {
-    ProviderLabels::new(NAME).with_restricted_domain(GROUP)
-}
+// The label vocabulary is defined with the API group it restricts (the API and the cloud use it too); a binary
+// still takes it from here with the rest of the registration.
+pub use crate::api::{NAME, labels};
 
 /// The node-class kinds the operator takes from the toy cloud: ToyNodeClass, ready on sight (the cloud needs
 /// nothing made for a class, so the operator marks each one Ready as soon as it exists).
