@@ -26,9 +26,10 @@ fn every_function_over_120_lines_says_why_it_is_long() {
 /// The crates whose files import one another in one direction only (no file reaches itself through imports),
 /// measured by `tools/import_circles.py` (`--edges` names the imports that close a circle). A circle means two
 /// rooms each need the other: move the shared item to the lower one (or a module of its own) instead.
-/// Each entry is a crate's directory under the workspace root. karpenter-api and -aws still hold circles and join
-/// this list once they are broken.
-const CRATES_WITHOUT_IMPORT_CIRCLES: [&str; 9] = [
+/// Each entry is a crate's directory under the workspace root. karpenter-api still holds a circle and joins this
+/// list once it is broken.
+const CRATES_WITHOUT_IMPORT_CIRCLES: [&str; 10] = [
+    "crates/karpenter-aws",
     "crates/karpenter-cloudprovider",
     "crates/karpenter-disruption",
     "crates/karpenter-kwok",

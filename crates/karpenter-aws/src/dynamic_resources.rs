@@ -15,7 +15,7 @@
 use karpenter_requirements::{Device, DeviceAttribute, DeviceSliceTemplate, Format, Quantity};
 
 use crate::ec2::InstanceTypeInfo;
-use crate::instancetype::NodeClassSettings;
+use crate::instancetype::node_class::NodeClassSettings;
 use crate::settings::AwsFeatureGates;
 
 /// The NVIDIA GPU DRA driver.

@@ -439,7 +439,7 @@ impl AwsCloudProvider {
         if let Some(class) = class {
             // The class's own hash annotations, written by the status controller with the CA bundle in the
             // hash: recomputing here without it would make every claim look drifted.
-            annotations.extend(crate::nodeclass::controller::claim_hash_annotations(class));
+            annotations.extend(crate::api::hash::claim_hash_annotations(class));
             if let Some(profile) = class.status.as_ref().and_then(|s| s.instance_profile.clone()) {
                 annotations.insert(INSTANCE_PROFILE_NAME.into(), profile);
             }

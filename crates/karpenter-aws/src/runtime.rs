@@ -1,30 +1,11 @@
-//! Glue between the halves the controller binary assembles (its `aws` feature): the launch side's
-//! [`LaunchTemplateProvider`] as the node class finalizer's [`LaunchTemplateCleanup`], and the periodic loops of
-//! the AWS-side controllers that have no controller type of their own.
+//! The periodic loops of the AWS-side controllers: [`timed_pass`] records one pass under a controller's reconcile
+//! series, [`every`] repeats a pass until shutdown (for the loops that have no controller type of their own).
 
 use std::future::Future;
 use std::time::Duration;
 
-use crate::api::EC2NodeClass;
-use async_trait::async_trait;
 use karpenter_runtime::metrics::{ReconcileMetrics, ReconcileResult};
 use tokio_util::sync::CancellationToken;
-
-use crate::api_error::AwsApiError;
-use crate::launch::template::LaunchTemplateProvider;
-use crate::nodeclass::controller::LaunchTemplateCleanup;
-
-#[async_trait]
-impl LaunchTemplateCleanup for LaunchTemplateProvider {
-    async fn delete_launch_templates(&self, node_class: &EC2NodeClass) -> Result<(), AwsApiError> {
-        let name = node_class.metadata.name.as_deref().unwrap_or_default();
-        let deleted = self.delete_for_node_class(name).await?;
-        if !deleted.is_empty() {
-            tracing::info!(node_class = name, launch_templates = ?deleted, "deleted the node class's launch templates");
-        }
-        Ok(())
-    }
-}
 
 /// One pass of a periodic controller (a singleton controller upstream), recorded under its reconcile and
 /// workqueue series when it has them: its one item queued and taken as the pass starts, the pass timed, its result
@@ -64,8 +45,6 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
-    use crate::launch::mock::MockEc2;
-    use crate::launch::template::LaunchTemplateApi;
 
     #[tokio::test]
     async fn a_timed_pass_counts_one_reconcile_with_its_result() {
@@ -110,47 +89,5 @@ mod tests {
         task.await.unwrap();
         tokio::time::sleep(Duration::from_secs(60)).await;
         assert_eq!(runs.load(Ordering::SeqCst), 3);
-    }
-
-    #[tokio::test]
-    async fn node_class_cleanup_deletes_its_launch_templates() {
-        let clock: Arc<dyn karpenter_cloudprovider::Clock> = Arc::new(karpenter_cloudprovider::SystemClock);
-        let ec2 = MockEc2::new(clock.clone());
-        let provider = LaunchTemplateProvider::new(Arc::new(ec2.clone()), clock, "test-cluster");
-        let node_class: EC2NodeClass = serde_json::from_value(serde_json::json!({
-            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
-            "metadata": {"name": "default"},
-            "spec": {
-                "amiSelectorTerms": [{"alias": "al2023@latest"}],
-                "subnetSelectorTerms": [{"id": "subnet-1"}],
-                "securityGroupSelectorTerms": [{"id": "sg-1"}],
-                "role": "r"
-            }
-        }))
-        .unwrap();
-        let tags = crate::launch::template::launch_template_tags("test-cluster", &node_class, "default");
-        let data = crate::launch::template::LaunchTemplateData {
-            image_id: "ami-1".into(),
-            instance_profile: None,
-            security_group_ids: vec!["sg-1".into()],
-            user_data: String::new(),
-            block_device_mappings: vec![],
-            metadata_options: crate::launch::template::LtMetadataOptions {
-                http_endpoint: "enabled".into(),
-                http_protocol_ipv6: Some("disabled".into()),
-                http_put_response_hop_limit: 1,
-                http_tokens: "required".into(),
-                instance_metadata_tags: "disabled".into(),
-            },
-            network_interfaces: vec![],
-            detailed_monitoring: false,
-            ..Default::default()
-        };
-        let template = crate::launch::template::LaunchTemplate::new(data, tags);
-        provider.ensure(&template).await.unwrap();
-        assert!(ec2.describe_launch_template(&template.name).await.unwrap().is_some());
-        provider.delete_launch_templates(&node_class).await.unwrap();
-        assert!(ec2.describe_launch_template(&template.name).await.unwrap().is_none());
-        assert!(provider.cached().is_empty());
     }
 }

@@ -1,4 +1,7 @@
-//! The EC2NodeClass's static drift hash, by the core's hashing rules ([`karpenter_api::hash`]).
+//! The EC2NodeClass's static drift hash, by the core's hashing rules ([`karpenter_api::hash`]), and the annotations
+//! that carry it on the class and on the NodeClaims launched from it.
+
+use std::collections::BTreeMap;
 
 use crate::labels::annotations;
 use karpenter_api::NodeClaim;
@@ -25,6 +28,29 @@ pub fn ec2_node_class_static_drift(node_class: &EC2NodeClass, claim: &NodeClaim)
         current_version: EC2_NODE_CLASS_HASH_VERSION,
     };
     hash::annotated_static_drift(&node_class.metadata, || ec2_node_class_hash(node_class, None), &keys, claim)
+}
+
+/// The hash annotations of a node class: `karpenter.k8s.aws/ec2nodeclass-hash` and its version.
+pub fn hash_annotations(node_class: &EC2NodeClass, ca_bundle: Option<&str>) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (annotations::EC2_NODE_CLASS_HASH.to_string(), ec2_node_class_hash(node_class, ca_bundle)),
+        (annotations::EC2_NODE_CLASS_HASH_VERSION.to_string(), EC2_NODE_CLASS_HASH_VERSION.to_string()),
+    ])
+}
+
+/// The hash annotations a NodeClaim launched from `node_class` must carry: **copied from the node class** (the
+/// controller computed them, with the cluster CA bundle), or, before the controller annotated the class, its
+/// hash without the CA under this build's version. Never recompute the hash with other inputs for a NodeClaim:
+/// a different CA input would drift every node.
+pub fn claim_hash_annotations(node_class: &EC2NodeClass) -> BTreeMap<String, String> {
+    let current = node_class.metadata.annotations.clone().unwrap_or_default();
+    match (current.get(annotations::EC2_NODE_CLASS_HASH), current.get(annotations::EC2_NODE_CLASS_HASH_VERSION)) {
+        (Some(hash), Some(version)) => BTreeMap::from([
+            (annotations::EC2_NODE_CLASS_HASH.to_string(), hash.clone()),
+            (annotations::EC2_NODE_CLASS_HASH_VERSION.to_string(), version.clone()),
+        ]),
+        _ => hash_annotations(node_class, None),
+    }
 }
 
 #[cfg(test)]

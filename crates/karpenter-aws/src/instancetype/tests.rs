@@ -2,7 +2,7 @@
 //! most copied from moto's catalogue, p3.2xlarge, g4ad.xlarge and dl1.24xlarge written from EC2's documentation).
 
 use super::*;
-use crate::api::{BlockDevice, KubeletConfiguration};
+use crate::api::{BlockDevice, EC2NodeClassSpec, KubeletConfiguration};
 use crate::ec2::DescribeInstanceTypesOutput;
 use crate::pricing::PriceTable;
 

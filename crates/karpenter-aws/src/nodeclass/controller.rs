@@ -31,7 +31,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::api::conditions::{self, reasons};
-use crate::api::hash::{EC2_NODE_CLASS_HASH_VERSION, ec2_node_class_hash};
 use crate::api::{AmiFamily, EC2NodeClass, EC2NodeClassStatus};
 use crate::api::{CapacityReservationState, GROUP, KIND};
 use crate::labels::{self as aws_labels, annotations, finalizers};
@@ -61,6 +60,7 @@ use super::instance_profile::InstanceProfileProvider;
 use super::status::NodeClassResolver;
 use crate::api_error::AwsApiError;
 use crate::launch::instance::InstanceProvider;
+use crate::launch::template::LaunchTemplateProvider;
 use crate::launch::userdata::bottlerocket_dropped_settings;
 use crate::pricing_api::{PRICES_ESTIMATED_MESSAGE, PRICES_ESTIMATED_REASON, PricingProvider};
 use crate::runtime::timed_pass;
@@ -85,23 +85,10 @@ pub const WAITING_EVENT_INTERVAL: Duration = Duration::from_secs(600);
 /// How often the `PricesEstimated` event is published again on a class while there is no price source.
 pub const PRICES_ESTIMATED_EVENT_INTERVAL: Duration = Duration::from_secs(3600);
 
-/// Errors of the kube-backed controllers.
-#[derive(Debug, thiserror::Error)]
-pub enum ControllerError {
-    #[error(transparent)]
-    Kube(#[from] kube::Error),
-    #[error(transparent)]
-    Aws(#[from] AwsApiError),
-    /// An instance-provider call (DescribeInstances) failed.
-    #[error(transparent)]
-    CloudProvider(#[from] karpenter_cloudprovider::CloudProviderError),
-}
-
-impl ControllerError {
-    fn is_conflict(&self) -> bool {
-        matches!(self, Self::Kube(kube::Error::Api(s)) if s.code == 409)
-    }
-}
+// Shared with the demotion controller, so it lives in a module below both; the old path keeps working.
+pub use super::error::ControllerError;
+// With the hash they carry (the launch side stamps claims with them too); the old paths keep working.
+pub use crate::api::hash::{claim_hash_annotations, hash_annotations};
 
 /// The cluster's Kubernetes version (`<major>.<minor>`) for AMI aliases.
 #[async_trait]
@@ -212,26 +199,16 @@ pub trait LaunchTemplateCleanup: Send + Sync + std::fmt::Debug {
     async fn delete_launch_templates(&self, node_class: &EC2NodeClass) -> Result<(), AwsApiError>;
 }
 
-/// The hash annotations of a node class: `karpenter.k8s.aws/ec2nodeclass-hash` and its version.
-pub fn hash_annotations(node_class: &EC2NodeClass, ca_bundle: Option<&str>) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        (annotations::EC2_NODE_CLASS_HASH.to_string(), ec2_node_class_hash(node_class, ca_bundle)),
-        (annotations::EC2_NODE_CLASS_HASH_VERSION.to_string(), EC2_NODE_CLASS_HASH_VERSION.to_string()),
-    ])
-}
-
-/// The hash annotations a NodeClaim launched from `node_class` must carry: **copied from the node class** (the
-/// controller computed them, with the cluster CA bundle), or, before the controller annotated the class, its
-/// hash without the CA under this build's version. Never recompute the hash with other inputs for a NodeClaim:
-/// a different CA input would drift every node.
-pub fn claim_hash_annotations(node_class: &EC2NodeClass) -> BTreeMap<String, String> {
-    let current = node_class.metadata.annotations.clone().unwrap_or_default();
-    match (current.get(annotations::EC2_NODE_CLASS_HASH), current.get(annotations::EC2_NODE_CLASS_HASH_VERSION)) {
-        (Some(hash), Some(version)) => BTreeMap::from([
-            (annotations::EC2_NODE_CLASS_HASH.to_string(), hash.clone()),
-            (annotations::EC2_NODE_CLASS_HASH_VERSION.to_string(), version.clone()),
-        ]),
-        _ => hash_annotations(node_class, None),
+// The launch side's provider is the cleanup a running operator uses (tests record the calls instead).
+#[async_trait]
+impl LaunchTemplateCleanup for LaunchTemplateProvider {
+    async fn delete_launch_templates(&self, node_class: &EC2NodeClass) -> Result<(), AwsApiError> {
+        let name = node_class.metadata.name.as_deref().unwrap_or_default();
+        let deleted = self.delete_for_node_class(name).await?;
+        if !deleted.is_empty() {
+            tracing::info!(node_class = name, launch_templates = ?deleted, "deleted the node class's launch templates");
+        }
+        Ok(())
     }
 }
 

@@ -473,3 +473,49 @@ async fn invalid_kubelet_configuration_is_a_condition_and_one_warning_event_per_
     assert!(env.classes().get("default").await.unwrap().is_ready());
     assert_eq!(warnings().await.len(), 1);
 }
+
+/// The launch side's provider as the finalizer's cleanup: the class's launch templates go, in EC2 and its cache.
+#[tokio::test]
+async fn node_class_cleanup_deletes_its_launch_templates() {
+    use crate::launch::mock::MockEc2;
+    use crate::launch::template::{LaunchTemplateApi, LaunchTemplateProvider};
+
+    let clock: Arc<dyn karpenter_cloudprovider::Clock> = Arc::new(karpenter_cloudprovider::SystemClock);
+    let ec2 = MockEc2::new(clock.clone());
+    let provider = LaunchTemplateProvider::new(Arc::new(ec2.clone()), clock, "test-cluster");
+    let node_class: EC2NodeClass = serde_json::from_value(serde_json::json!({
+        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
+        "metadata": {"name": "default"},
+        "spec": {
+            "amiSelectorTerms": [{"alias": "al2023@latest"}],
+            "subnetSelectorTerms": [{"id": "subnet-1"}],
+            "securityGroupSelectorTerms": [{"id": "sg-1"}],
+            "role": "r"
+        }
+    }))
+    .unwrap();
+    let tags = crate::launch::template::launch_template_tags("test-cluster", &node_class, "default");
+    let data = crate::launch::template::LaunchTemplateData {
+        image_id: "ami-1".into(),
+        instance_profile: None,
+        security_group_ids: vec!["sg-1".into()],
+        user_data: String::new(),
+        block_device_mappings: vec![],
+        metadata_options: crate::launch::template::LtMetadataOptions {
+            http_endpoint: "enabled".into(),
+            http_protocol_ipv6: Some("disabled".into()),
+            http_put_response_hop_limit: 1,
+            http_tokens: "required".into(),
+            instance_metadata_tags: "disabled".into(),
+        },
+        network_interfaces: vec![],
+        detailed_monitoring: false,
+        ..Default::default()
+    };
+    let template = crate::launch::template::LaunchTemplate::new(data, tags);
+    provider.ensure(&template).await.unwrap();
+    assert!(ec2.describe_launch_template(&template.name).await.unwrap().is_some());
+    provider.delete_launch_templates(&node_class).await.unwrap();
+    assert!(ec2.describe_launch_template(&template.name).await.unwrap().is_none());
+    assert!(provider.cached().is_empty());
+}

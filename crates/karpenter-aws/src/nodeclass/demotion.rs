@@ -46,7 +46,7 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::controller::ControllerError;
+use super::error::ControllerError;
 use crate::launch::fleet::{Ec2Instance, InstanceState};
 use crate::launch::instance::InstanceProvider;
 use crate::provider::{capacity_type_of, instance_id};

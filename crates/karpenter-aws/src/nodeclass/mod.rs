@@ -13,6 +13,7 @@
 //!   instance-profile garbage collection.
 //! * [`demotion`] — relabels reserved NodeClaims and Nodes on-demand once EC2 no longer reports their instance in
 //!   a capacity reservation.
+//! * [`error`] — [`error::ControllerError`], the error of the kube-backed controllers (both of the above).
 //!
 //! All caches run on an injected [`karpenter_cloudprovider::Clock`].
 
@@ -21,6 +22,7 @@ pub mod api;
 pub mod cache;
 pub mod controller;
 pub mod demotion;
+pub mod error;
 pub mod instance_profile;
 pub mod network;
 pub mod reservation;
