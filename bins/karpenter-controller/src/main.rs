@@ -61,6 +61,8 @@ mod kwok_kubelet;
 mod providers;
 mod run;
 #[cfg(test)]
+mod metrics_reference;
+#[cfg(test)]
 mod settings_reference;
 mod simulate;
 
