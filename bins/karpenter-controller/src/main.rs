@@ -61,6 +61,8 @@ mod kwok_kubelet;
 mod providers;
 mod run;
 #[cfg(test)]
+mod metrics_reference;
+#[cfg(test)]
 mod settings_reference;
 mod simulate;
 
@@ -148,7 +150,7 @@ enum Command {
         #[arg(short = 'f', long = "filename", value_name = "PATH")]
         files: Vec<PathBuf>,
         /// Cloud provider whose well-known labels and node class apply.
-        #[arg(long, value_enum, default_value_t = Provider::Aws)]
+        #[arg(long, value_enum, default_value = "aws")]
         provider: Provider,
         /// Output format: lines (`FILE: document N: Kind/name: field: message`, then a summary), or one JSON or
         /// YAML document with the counts, the violations by field and the load errors.
@@ -170,7 +172,7 @@ enum Command {
     /// `List` with -o json (as `kubectl get -o json` prints several objects).
     Crds {
         /// Cloud provider whose node class CRD is included.
-        #[arg(long, value_enum, default_value_t = Provider::Aws)]
+        #[arg(long, value_enum, default_value = "aws")]
         provider: Provider,
         /// Also print the CapacityBuffer CRD (`autoscaling.x-k8s.io`), which Karpenter reads with the
         /// CapacityBuffer gate but does not own (docs/capacity-buffer.md).
@@ -270,7 +272,7 @@ impl DataFormat {
 /// manifests with, whichever provider is chosen, so a manifest of either kind is checked.
 pub(crate) fn node_classes() -> NodeClassApis {
     let mut all = NodeClassApis::none();
-    for entry in &providers::PROVIDERS {
+    for entry in providers::PROVIDERS {
         for api in (entry.node_class_apis)().iter() {
             all = all.with(api);
         }

@@ -1,14 +1,17 @@
-//! The cloud providers this binary runs, in one table ([`PROVIDERS`]): for each, its `--provider` value, its
-//! well-known labels, the node-class kinds it hands the operator ([`NodeClassRegistration`]), the checks of
-//! `run`'s flags it needs, and how `run` starts it and builds the controller manager around it.
+//! The cloud providers this binary runs, in one table ([`PROVIDERS`]): for each, its well-known labels (whose
+//! name is its `--provider` value), the node-class kinds it hands the operator ([`NodeClassRegistration`]), the
+//! checks of `run`'s flags it needs, and how `run` starts it and builds the controller manager around it.
 //!
 //! The operator and the commands name no provider: they take what an entry gives. Adding a provider is its
-//! crate, a [`Provider`] variant (the `--provider` value) and one entry here.
+//! crate and one entry here; a crate offering the usual registration functions takes one line,
+//! `provider_crate!`. The example cloud (examples/toy-cloud) is plugged in that way with the
+//! `example-toy-cloud` cargo feature, which only exists to compile and test that line.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use anyhow::Context;
 use clap::ValueEnum;
+use clap::builder::PossibleValue;
 use futures::future::LocalBoxFuture;
 use karpenter_api::{NodeClassApis, ProviderLabels};
 use karpenter_cloudprovider::{Clock, CloudProvider};
@@ -21,11 +24,33 @@ use tokio_util::sync::CancellationToken;
 
 use crate::run::RunArgs;
 
-/// `--provider`: which cloud provider a command works for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub(crate) enum Provider {
-    Aws,
-    Kwok,
+/// `--provider`: which cloud provider a command works for, an entry of [`PROVIDERS`] (by position). Its values
+/// are the entries' names, so the table is the one list of providers.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Provider(usize);
+
+/// Every entry's name, once per process. Leaked because clap's possible values borrow `&'static str` and each
+/// name lives in the `ProviderLabels` its entry builds; a few bytes per provider.
+static NAMES: LazyLock<Vec<&'static str>> =
+    LazyLock::new(|| PROVIDERS.iter().map(|e| &*Box::leak((e.labels)().name.into_boxed_str())).collect());
+
+/// Every provider, in table order (what `value_variants` lends out).
+static ALL: LazyLock<Vec<Provider>> = LazyLock::new(|| (0..PROVIDERS.len()).map(Provider).collect());
+
+impl ValueEnum for Provider {
+    fn value_variants<'a>() -> &'a [Self] {
+        &ALL
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(PossibleValue::new(self.name()))
+    }
+}
+
+impl std::fmt::Debug for Provider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// What `run` hands a provider's entry to start it.
@@ -44,8 +69,8 @@ pub(crate) struct Start<'a> {
 
 /// One provider (see the module docs).
 pub(crate) struct ProviderEntry {
-    pub(crate) provider: Provider,
-    /// Its well-known labels and restricted label domains (validate, crds, simulate).
+    /// Its name (its `--provider` value), well-known labels and restricted label domains (validate, crds,
+    /// simulate).
     pub(crate) labels: fn() -> ProviderLabels,
     /// The node-class kinds the operator takes from it.
     pub(crate) node_classes: fn() -> Vec<NodeClassRegistration>,
@@ -61,10 +86,37 @@ pub(crate) struct ProviderEntry {
     pub(crate) manager: for<'a> fn(Start<'a>) -> LocalBoxFuture<'a, anyhow::Result<Manager>>,
 }
 
+/// The entry of a provider crate that offers, at its root, the registration functions the table calls:
+/// `labels()`, `node_classes()`, `node_class_apis()` and `async fn manager(settings, client, clock, shutdown,
+/// options) -> Result<Manager, E>` (options started from their `Default`, `E` an error the binary reports with
+/// where the API server is). Such a provider takes no flags of its own: `run` refuses kwok's flags for it and
+/// checks nothing else before it starts.
+#[cfg_attr(
+    not(feature = "example-toy-cloud"),
+    expect(unused_macros, reason = "only the example cloud's entry uses it")
+)]
+macro_rules! provider_crate {
+    ($krate:ident) => {
+        ProviderEntry {
+            labels: $krate::labels,
+            node_classes: $krate::node_classes,
+            node_class_apis: $krate::node_class_apis,
+            usage_error: kwok_flags_refused,
+            preflight: |_| Ok(()),
+            manager: |start| {
+                Box::pin(async move {
+                    let Start { core, client, clock, shutdown, server, .. } = start;
+                    let manager = $krate::manager(core, client, clock, shutdown, Default::default());
+                    manager.await.with_context(|| format!("starting the provider against {server}"))
+                })
+            },
+        }
+    };
+}
+
 /// Every provider this binary runs, one entry each.
-pub(crate) const PROVIDERS: [ProviderEntry; 2] = [
+pub(crate) static PROVIDERS: &[ProviderEntry] = &[
     ProviderEntry {
-        provider: Provider::Kwok,
         labels: karpenter_kwok::labels::provider_labels,
         node_classes: kwok::node_classes,
         node_class_apis: karpenter_kwok::api::node_class_apis,
@@ -73,7 +125,6 @@ pub(crate) const PROVIDERS: [ProviderEntry; 2] = [
         manager: |start| Box::pin(kwok::manager(start)),
     },
     ProviderEntry {
-        provider: Provider::Aws,
         labels: karpenter_aws::labels::provider_labels,
         node_classes: aws::node_classes,
         node_class_apis: karpenter_aws::api::node_class_apis,
@@ -81,13 +132,32 @@ pub(crate) const PROVIDERS: [ProviderEntry; 2] = [
         preflight: aws::preflight,
         manager: |start| Box::pin(aws::manager(start)),
     },
+    #[cfg(feature = "example-toy-cloud")]
+    provider_crate!(karpenter_example_toy_cloud),
 ];
+
+/// `run`'s kwok-only flags given to another provider: a usage error rather than flags silently doing nothing.
+fn kwok_flags_refused(args: &RunArgs) -> Option<String> {
+    let provider = args.provider.name();
+    (args.instance_types.is_some() || args.kwok_simulate_kubelet)
+        .then(|| format!("--instance-types and --kwok-simulate-kubelet apply to --provider kwok only, not {provider}"))
+}
 
 impl Provider {
     /// Its entry in [`PROVIDERS`].
     pub(crate) fn entry(self) -> &'static ProviderEntry {
-        // Every variant has its entry: `every_provider_has_one_entry` holds it.
-        PROVIDERS.iter().find(|e| e.provider == self).unwrap_or(&PROVIDERS[0])
+        &PROVIDERS[self.0]
+    }
+
+    /// Its name, the `--provider` value (its labels' name).
+    pub(crate) fn name(self) -> &'static str {
+        NAMES[self.0]
+    }
+
+    /// The provider whose `--provider` value is `name`.
+    #[cfg(test)]
+    pub(crate) fn named(name: &str) -> Option<Self> {
+        NAMES.iter().position(|n| *n == name).map(Provider)
     }
 
     /// Its well-known labels.
@@ -155,8 +225,8 @@ mod aws {
                     .into(),
             );
         }
-        if args.instance_types.is_some() || args.kwok_simulate_kubelet {
-            return Some("--instance-types and --kwok-simulate-kubelet apply to --provider kwok only".into());
+        if let Some(message) = kwok_flags_refused(args) {
+            return Some(message);
         }
         args.aws.validate().err().map(|e| e.to_string())
     }
@@ -193,14 +263,20 @@ mod aws {
 mod tests {
     use super::*;
 
+    /// The table is the list of `--provider` values: one per entry, each its labels' name, none twice.
     #[test]
-    fn every_provider_has_one_entry() {
-        for provider in Provider::value_variants() {
-            let entries = PROVIDERS.iter().filter(|e| e.provider == *provider).count();
-            assert_eq!(entries, 1, "{provider:?}");
-            assert_eq!(provider.entry().provider, *provider);
+    fn every_entry_is_one_provider_value() {
+        let names: Vec<&str> = Provider::value_variants().iter().map(|p| p.name()).collect();
+        assert_eq!(names.len(), PROVIDERS.len());
+        for (i, entry) in PROVIDERS.iter().enumerate() {
+            let provider = Provider::named(&(entry.labels)().name).expect("each entry's name is a --provider value");
+            assert_eq!(provider, Provider(i));
+            assert!(std::ptr::eq(provider.entry(), entry));
         }
-        assert_eq!(PROVIDERS.len(), Provider::value_variants().len());
+        assert_eq!(names[..2], ["kwok", "aws"]);
+        if cfg!(feature = "example-toy-cloud") {
+            assert_eq!(names[2..], ["toy"]);
+        }
     }
 
     /// Each provider hands the operator its node-class kind, with what upstream does for it: kwok's are ready
@@ -215,8 +291,9 @@ mod tests {
                 })
                 .collect()
         };
-        assert_eq!(kinds(Provider::Kwok), [("karpenter.kwok.sh".into(), "KWOKNodeClass".into(), true, false)]);
-        assert_eq!(kinds(Provider::Aws), [("karpenter.k8s.aws".into(), "EC2NodeClass".into(), false, true)]);
+        let named = |name| Provider::named(name).expect("a provider");
+        assert_eq!(kinds(named("kwok")), [("karpenter.kwok.sh".into(), "KWOKNodeClass".into(), true, false)]);
+        assert_eq!(kinds(named("aws")), [("karpenter.k8s.aws".into(), "EC2NodeClass".into(), false, true)]);
         for p in Provider::value_variants() {
             let labels = p.labels();
             let flag = p.to_possible_value().expect("a --provider value");

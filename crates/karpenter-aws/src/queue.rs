@@ -36,6 +36,7 @@ use tokio::sync::Mutex;
 
 use crate::api_error::AwsApiError;
 use crate::interruption::{self, Kind, Message};
+use crate::metrics::AwsMetrics;
 
 /// Messages per receive (SQS's maximum).
 pub const MAX_MESSAGES: i32 = 10;

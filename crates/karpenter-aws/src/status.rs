@@ -38,6 +38,7 @@ use karpenter_cloudprovider::{
 use karpenter_runtime::metrics::Metrics;
 
 use crate::api_error::{AwsApiError, AwsErrorKind};
+use crate::metrics::AwsMetrics;
 use crate::queue::InstanceLookup;
 
 /// How often the statuses are described (upstream's one minute).

@@ -341,6 +341,11 @@ fn interpret_suffix(s: &str, suffix: &str) -> Result<(u32, i64, Format), Quantit
 }
 
 fn parse(s: &str) -> Result<Quantity, QuantityError> {
+    parse_with(s, true)
+}
+
+/// `fast`: try [`small_whole`] before the exact digit arithmetic (off only in the test that compares the two).
+fn parse_with(s: &str, fast: bool) -> Result<Quantity, QuantityError> {
     let b = s.as_bytes();
     if b.is_empty() {
         return Err(QuantityError::Empty);
@@ -389,6 +394,12 @@ fn parse(s: &str) -> Result<Quantity, QuantityError> {
     // Everything before suffix_start is ASCII, so this is a char boundary.
     let suffix = s.get(suffix_start..).ok_or_else(|| format_err(s))?;
     let (base, exponent, format) = interpret_suffix(s, suffix)?;
+    if fast
+        && denom.is_empty()
+        && let Some(q) = small_whole(num, base, exponent, format, negative)
+    {
+        return Ok(q);
+    }
 
     // Significant digits of num.denom, big-endian, without leading zeros.
     let mut digits: Vec<u8> = num.iter().chain(denom.iter()).map(|d| d - b'0').skip_while(|d| *d == 0).collect();
@@ -434,6 +445,28 @@ fn parse(s: &str) -> Result<Quantity, QuantityError> {
     }
     let nanos = magnitude as i128;
     Ok(Quantity { nanos: if negative { -nanos } else { nanos }, format })
+}
+
+/// The value of a whole number of at most 18 digits (`num`, no fraction) times its suffix, when that is a whole
+/// number of nano-units within range; `None` sends the caller to the exact digit arithmetic, which also words the
+/// errors. Nearly every quantity in a manifest (`500m`, `2Gi`, `110`) is such a number, and parsing them without
+/// the digit buffer's allocation matters: pods' requests are read for every pod of a pass.
+fn small_whole(num: &[u8], base: u32, exponent: i64, format: Format, negative: bool) -> Option<Quantity> {
+    if num.len() > 18 {
+        return None;
+    }
+    let value = num.iter().fold(0i128, |acc, d| acc * 10 + i128::from(d - b'0'));
+    let scale: i128 = if base == 10 {
+        // Exponents below nano-units take the rounding path.
+        10i128.checked_pow(u32::try_from(exponent.checked_add(9)?).ok()?)?
+    } else {
+        (1i128 << u32::try_from(exponent).ok().filter(|e| *e < 64)?).checked_mul(NANO)?
+    };
+    let magnitude = value.checked_mul(scale)?;
+    if magnitude > MAX_NANOS {
+        return None;
+    }
+    Some(Quantity { nanos: if negative { -magnitude } else { magnitude }, format })
 }
 
 fn digits_value(digits: &[u8]) -> Option<u128> {
@@ -496,6 +529,24 @@ impl<'de> Deserialize<'de> for Quantity {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// The allocation-free path for small whole numbers gives exactly what the digit arithmetic gives: value,
+        /// format and errors.
+        #[test]
+        fn the_small_whole_path_agrees_with_the_digit_arithmetic(
+            sign in "[-+]?",
+            num in "0{0,2}[0-9]{0,20}",
+            suffix in "(|n|u|m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei|e[0-9]{1,2}|e-[0-9]|E[0-9]{1,2})",
+        ) {
+            let s = format!("{sign}{num}{suffix}");
+            let (fast, exact) = (parse_with(&s, true), parse_with(&s, false));
+            proptest::prop_assert_eq!(&fast, &exact, "{}", s);
+            if let (Ok(a), Ok(b)) = (fast, exact) {
+                proptest::prop_assert_eq!(a.format, b.format, "{}", s);
+            }
+        }
+    }
 
     fn q(s: &str) -> Quantity {
         s.parse().unwrap_or_else(|e| panic!("{s}: {e}"))

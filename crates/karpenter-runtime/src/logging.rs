@@ -6,10 +6,12 @@
 //! ```
 //!
 //! `level`, `time`, `logger` and `message` come first, then `commit`, then every field of the event and of the
-//! spans it is in (outermost first; an inner field overrides an outer one), sorted by name. Fields named like an
-//! object kind (`NodePool`, `NodeClaim`, `Node`, `EC2NodeClass`) become `{"name": …}` and `Pod = "ns/name"`
-//! becomes `{"namespace": …, "name": …}`, as upstream's object references. A `logger` field overrides the logger
-//! name (default `controller`).
+//! spans it is in (outermost first; an inner field overrides an outer one), sorted by name. A string field named
+//! like an object kind (an upper-camel-case name: `NodePool`, `NodeClaim`, `Node`, a provider's node class) is an
+//! object reference, as upstream's (`klog.KObj`): `NodeClaim = "x"` becomes `{"name": "x"}` and
+//! `Pod = "ns/name"` becomes `{"namespace": …, "name": …}`. The rule needs no list of kinds, so a provider's
+//! kinds are logged the same way without the runtime knowing them. A `logger` field overrides the logger name
+//! (default `controller`).
 //!
 //! `LOG_LEVEL` selects the levels: `debug` (DEBUG and up), `info` (INFO, WARN, ERROR), `error` (ERROR only).
 //! Dependencies' chatter (hyper, tower, rustls, kube's HTTP spans) stays at INFO and above even with `debug`.
@@ -197,16 +199,24 @@ impl Visit for Visitor<'_> {
     }
 }
 
-/// Upstream's object-reference shape for fields named like a kind.
+/// Whether a field name is named like an object kind: upper camel case (an ASCII capital first, ASCII letters
+/// and digits only, at least one lower-case letter, so `NodeClaim` and `EC2NodeClass` are and `ID` is not).
+fn names_a_kind(key: &str) -> bool {
+    key.starts_with(|c: char| c.is_ascii_uppercase())
+        && key.chars().all(|c| c.is_ascii_alphanumeric())
+        && key.chars().any(|c| c.is_ascii_lowercase())
+}
+
+/// Upstream's object-reference shape for string fields named like a kind: `{"name": …}`, with the namespace of
+/// a `namespace/name` key.
 fn object_ref(key: &str, value: Value) -> Value {
     let Value::String(s) = &value else { return value };
-    match key {
-        "NodePool" | "NodeClaim" | "Node" | "EC2NodeClass" => serde_json::json!({ "name": s }),
-        "Pod" => match s.split_once('/') {
-            Some((namespace, name)) => serde_json::json!({ "namespace": namespace, "name": name }),
-            None => serde_json::json!({ "name": s }),
-        },
-        _ => value,
+    if !names_a_kind(key) {
+        return value;
+    }
+    match s.split_once('/') {
+        Some((namespace, name)) => serde_json::json!({ "namespace": namespace, "name": name }),
+        None => serde_json::json!({ "name": s }),
     }
 }
 
@@ -387,6 +397,31 @@ mod tests {
         for key in ["level", "time", "logger", "message", "commit", "controller", "NodeClaim"] {
             assert!(keys.iter().any(|k| *k == key), "{key} missing");
         }
+    }
+
+    /// Any kind is logged as an object reference, a provider's too, without the runtime listing it; other
+    /// fields keep their values.
+    #[test]
+    fn fields_named_like_a_kind_are_object_references() {
+        let lines = capture(LogLevel::Info, || {
+            tracing::info!(
+                EC2NodeClass = "default",
+                ToyNodeClass = "small",
+                CapacityBuffer = "team-a/buffer",
+                ID = "i-1",
+                path = "a/b",
+                NodeClaimCount = 3_u64,
+                "resolved"
+            );
+        });
+        let parsed = parse_line(&lines[0]).expect("a JSON line");
+        assert_eq!(parsed["EC2NodeClass"], serde_json::json!({"name": "default"}));
+        assert_eq!(parsed["ToyNodeClass"], serde_json::json!({"name": "small"}));
+        assert_eq!(parsed["CapacityBuffer"], serde_json::json!({"namespace": "team-a", "name": "buffer"}));
+        assert_eq!(parsed["ID"], "i-1");
+        assert_eq!(parsed["path"], "a/b");
+        assert_eq!(parsed["NodeClaimCount"], 3, "only strings name an object");
+        assert!(lines[0].contains("\"EC2NodeClass\":{\"name\":\"default\"}"), "{}", lines[0]);
     }
 
     #[test]

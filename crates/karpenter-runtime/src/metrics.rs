@@ -1,6 +1,6 @@
 //! Prometheus metrics with upstream Karpenter's names and labels (upstream docs: Reference > Metrics):
 //! `karpenter_…` for the controller's own metrics and `operator_<kind>_…` for the status-condition metrics of
-//! NodeClaims, NodePools, Nodes and EC2NodeClasses. Which of upstream's dashboards' queries they answer is
+//! NodeClaims, NodePools, Nodes and a provider's node classes. Which of upstream's dashboards' queries they answer is
 //! checked, not assumed: docs/metrics.md, "Dashboards".
 //!
 //! [`Metrics`] owns a `prometheus-client` registry and hands out typed series: one method per metric whose
@@ -27,14 +27,17 @@ use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 
 use prometheus_client::encoding::text::encode;
-use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::Histogram;
+/// The series types the accessors hand out, re-exported so a provider recording into the registry needs no
+/// dependency of its own on the Prometheus client.
+pub use prometheus_client::metrics::{counter::Counter, histogram::Histogram};
 use prometheus_client::registry::Registry;
 
+pub mod provider;
 pub mod runtime;
 pub mod summary;
+pub use provider::{MetricsError, ProviderFamily, ProviderFamilyKind};
 pub use runtime::{ReconcileGuard, ReconcileMetrics, ReconcileResult};
 
 /// The media type of [`Metrics::render`]'s output.
@@ -55,7 +58,7 @@ pub const LATENCY_BUCKETS: &[f64] = &[
     10.0, 10.5, 11.0, 11.5, 12.0, 15.0, 20.0, 30.0, 45.0, 60.0, 120.0, 300.0, 600.0,
 ];
 
-/// Buckets of the size histograms (batch sizes).
+/// Buckets of size histograms (a provider's batch sizes: [`ProviderFamilyKind::Histogram`]).
 pub const SIZE_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0];
 
 /// Buckets of the consolidation score (a ratio approved from 0.5): upstream's, so its dashboards' quantiles match.
@@ -75,9 +78,6 @@ fn duration_histogram() -> Histogram {
 }
 fn latency_histogram() -> Histogram {
     Histogram::new(LATENCY_BUCKETS.iter().copied())
-}
-fn size_histogram() -> Histogram {
-    Histogram::new(SIZE_BUCKETS.iter().copied())
 }
 fn score_histogram() -> Histogram {
     Histogram::new(SCORE_BUCKETS.iter().copied())
@@ -170,10 +170,12 @@ macro_rules! karpenter_metrics {
         pub struct Metrics {
             registry: Registry,
             build_info: GaugeFamily,
-            status: [StatusConditionMetrics; 4],
+            status: [StatusConditionMetrics; StatusKind::ALL.len()],
             /// The families of node-class kinds that are not declared here, registered on first use
             /// ([`Metrics::node_class_status_conditions`]) and encoded after `registry`.
             node_class_status: std::sync::Mutex<NodeClassStatusFamilies>,
+            /// The families a provider declared ([`Metrics::declare`]), encoded after `registry`.
+            provider: std::sync::Mutex<provider::ProviderFamilies>,
             runtime: runtime::RuntimeFamilies,
             /// The summaries (full name, help, family), encoded by [`Metrics::render`] after the registry.
             summaries: Vec<(String, &'static str, summary::SummaryFamily)>,
@@ -207,7 +209,8 @@ macro_rules! karpenter_metrics {
                     karpenter_metrics!(@register $kind sub summaries $name $help);
                 )*
                 let node_class_status = std::sync::Mutex::default();
-                Self { registry, build_info, status, node_class_status, runtime, summaries, $( $name, )* }
+                let provider = std::sync::Mutex::default();
+                Self { registry, build_info, status, node_class_status, provider, runtime, summaries, $( $name, )* }
             }
 
             $( karpenter_metrics!(@accessor $kind $name ($($label),*) $help); )*
@@ -303,7 +306,6 @@ macro_rules! karpenter_metrics {
     (@family dgauge) => { GaugeFamily };
     (@family mapgauge) => { GaugeFamily };
     (@family histogram) => { HistogramFamily };
-    (@family size_histogram) => { HistogramFamily };
     (@family latency_histogram) => { HistogramFamily };
     (@family score_histogram) => { HistogramFamily };
 
@@ -314,7 +316,6 @@ macro_rules! karpenter_metrics {
     (@new dgauge $name:ident) => { GaugeFamily::default() };
     (@new mapgauge $name:ident) => { GaugeFamily::default() };
     (@new histogram $name:ident) => { HistogramFamily::new_with_constructor(duration_histogram as fn() -> Histogram) };
-    (@new size_histogram $name:ident) => { HistogramFamily::new_with_constructor(size_histogram as fn() -> Histogram) };
     (@new latency_histogram $name:ident) => { HistogramFamily::new_with_constructor(latency_histogram as fn() -> Histogram) };
     (@new score_histogram $name:ident) => { HistogramFamily::new_with_constructor(score_histogram as fn() -> Histogram) };
 
@@ -324,7 +325,6 @@ macro_rules! karpenter_metrics {
     (@type dgauge) => { MetricType::Gauge };
     (@type mapgauge) => { MetricType::Gauge };
     (@type histogram) => { MetricType::Histogram };
-    (@type size_histogram) => { MetricType::Histogram };
     (@type latency_histogram) => { MetricType::Histogram };
     (@type score_histogram) => { MetricType::Histogram };
 
@@ -469,17 +469,8 @@ karpenter_metrics! {
     gauge cloudprovider_instance_type_offering_price_estimate(instance_type, capacity_type, zone) "Estimated hourly price of the offering.";
     gauge cloudprovider_instance_type_cpu_cores(instance_type) "vCPUs of the instance type.";
     gauge cloudprovider_instance_type_memory_bytes(instance_type) "Memory of the instance type in bytes: its capacity as the provider reports it (for AWS after the VM memory overhead, where upstream reports EC2's full size).";
-    counter cloudprovider_instance_launch_failures(zone, zone_id, capacity_type, reason) "Number of offerings CreateFleet refused (AWS): one per fleet error naming a zone; reason is EC2's error code (InsufficientInstanceCapacity, ...).";
-    counter cloudprovider_instance_termination_failures(zone, zone_id) "Number of instance terminations that failed (AWS).";
-    size_histogram cloudprovider_batcher_batch_size(batcher) "Requests merged into one batched cloud provider call (AWS).";
-    histogram cloudprovider_batcher_batch_time_seconds(batcher) "Time a batch was held open (AWS).";
     // Kubernetes API writes (karpenter-rs addition)
     counter kube_write_conflicts(controller, kind) "karpenter-rs addition: number of the controllers' own writes the API server answered with 409 (a stale resourceVersion: Conflict, or AlreadyExists on an idempotent create). Expected under concurrency: logged at debug level and retried on fresher data.";
-    // Interruption
-    counter interruption_received_messages(message_type) "Number of interruption messages received, by type (AWS).";
-    counter interruption_deleted_messages() "Number of interruption messages deleted from the queue (AWS).";
-    histogram interruption_message_queue_duration_seconds() "Time between an interruption message being sent and its processing (AWS).";
-    counter interruption_instance_status_unhealthy(category) "Number of instances found unhealthy by instance status checks, by category: InstanceStatus, SystemStatus (impaired checks) or ScheduledEvent (AWS).";
     // Pod deletion cost (feature gate PodDeletionCostManagement)
     gauge pod_deletion_cost_nodes_ranked() "Nodes the last pod deletion-cost cycle ranked (drifted and disruptable nodes within their budgets).";
     counter pod_deletion_cost_pods_updated(result) "Pods the deletion-cost controller considered, by result: updated, skipped_unchanged (already held their value, or gone or changed under the write) or error.";
@@ -514,42 +505,9 @@ pub const FAULT_PATH_FAMILIES: &[(&str, &str)] = &[
 /// Declared families the kwok real-plane run (`metrics` in bins/karpenter-controller/tests/real_plane.rs) does not
 /// sample, each with why. Not a permanent home: the scenario fails when a family listed here does show a sample
 /// (so the list only shrinks; a reason starting `transient:` marks a family that exists only for moments, which
-/// a scrape may or may not catch), and docs/metrics.md prints it. The AWS families are recorded by the AWS provider
-/// (interruption queue, batchers, CreateFleet, the EC2NodeClass status recorder), which the kwok plane does not
-/// run.
+/// a scrape may or may not catch), and docs/metrics.md prints it. A provider's own families are not declared
+/// here ([`ProviderFamily`]): a controller has them only when it runs that provider.
 pub const NOT_SAMPLED_ON_THE_KWOK_PLANE: &[(&str, &str)] = &[
-    (
-        "karpenter_cloudprovider_batcher_batch_size",
-        "AWS provider only (the EC2 request batchers); sampled by karpenter_aws::metrics::tests::every_aws_only_family_reaches_the_registry",
-    ),
-    (
-        "karpenter_cloudprovider_batcher_batch_time_seconds",
-        "AWS provider only (the EC2 request batchers); sampled by karpenter_aws::metrics::tests::every_aws_only_family_reaches_the_registry",
-    ),
-    (
-        "karpenter_cloudprovider_instance_launch_failures_total",
-        "AWS provider only (a CreateFleet error naming a zone); sampled by karpenter_aws::metrics::tests::every_aws_only_family_reaches_the_registry",
-    ),
-    (
-        "karpenter_cloudprovider_instance_termination_failures_total",
-        "AWS provider only (a failed TerminateInstances); sampled by karpenter_aws::metrics::tests::every_aws_only_family_reaches_the_registry",
-    ),
-    (
-        "karpenter_interruption_deleted_messages_total",
-        "AWS provider only (the SQS interruption queue); sampled by karpenter_aws::metrics::tests::every_aws_only_family_reaches_the_registry",
-    ),
-    (
-        "karpenter_interruption_instance_status_unhealthy_total",
-        "AWS provider only (EC2 instance status checks); sampled by karpenter_aws::metrics::tests::every_aws_only_family_reaches_the_registry",
-    ),
-    (
-        "karpenter_interruption_message_queue_duration_seconds",
-        "AWS provider only (the SQS interruption queue); sampled by karpenter_aws::metrics::tests::every_aws_only_family_reaches_the_registry",
-    ),
-    (
-        "karpenter_interruption_received_messages_total",
-        "AWS provider only (the SQS interruption queue); sampled by karpenter_aws::metrics::tests::every_aws_only_family_reaches_the_registry",
-    ),
     (
         "karpenter_consolidation_moves_total",
         "transient: counted only when a pass computes a consolidation move of a node with pods (emptiness is not scored), which this run meets or not as the scale-down empties a node or not; karpenter_operator::disruption::tests::balanced_scoring_counts_moves_and_observes_scores provokes it",
@@ -583,30 +541,6 @@ pub const NOT_SAMPLED_ON_THE_KWOK_PLANE: &[(&str, &str)] = &[
         "operator_node_status_condition_transition_seconds",
         "transient: made only when a Node condition changes status while watched; the kwok kubelet writes Ready=True once, so this run meets one only by chance (the node lifecycle controller marking a Node whose lease lapsed Unknown); the unit tests in observability/status provoke it",
     ),
-    (
-        "operator_ec2nodeclass_status_condition_count",
-        "AWS provider only: operatorpkg.ec2nodeclass.status records it when the provider serves EC2NodeClasses, and the kwok plane runs the kwok provider",
-    ),
-    (
-        "operator_ec2nodeclass_status_condition_current_status_seconds",
-        "AWS provider only: operatorpkg.ec2nodeclass.status records it when the provider serves EC2NodeClasses, and the kwok plane runs the kwok provider",
-    ),
-    (
-        "operator_ec2nodeclass_status_condition_transition_seconds",
-        "AWS provider only: operatorpkg.ec2nodeclass.status records it when the provider serves EC2NodeClasses, and the kwok plane runs the kwok provider",
-    ),
-    (
-        "operator_ec2nodeclass_status_condition_transitions_total",
-        "AWS provider only: operatorpkg.ec2nodeclass.status records it when the provider serves EC2NodeClasses, and the kwok plane runs the kwok provider",
-    ),
-    (
-        "operator_ec2nodeclass_termination_current_time_seconds",
-        "AWS provider only: operatorpkg.ec2nodeclass.status records it when the provider serves EC2NodeClasses, and the kwok plane runs the kwok provider",
-    ),
-    (
-        "operator_ec2nodeclass_termination_duration_seconds",
-        "AWS provider only: operatorpkg.ec2nodeclass.status records it when the provider serves EC2NodeClasses, and the kwok plane runs the kwok provider",
-    ),
 ];
 
 /// The registry as the cloud provider decorator's sink: every provider call the manager's
@@ -636,6 +570,13 @@ impl Metrics {
         // Writing into a String cannot fail; an encoder error would only drop the rest of the output.
         let _ = encode(&mut out, &self.registry);
         // prometheus-client has no summary type: ours go between its families and the closing `# EOF`.
+        if out.ends_with("# EOF\n") {
+            out.truncate(out.len() - "# EOF\n".len());
+        }
+        {
+            let provider = self.provider.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let _ = encode(&mut out, provider.registry());
+        }
         if out.ends_with("# EOF\n") {
             out.truncate(out.len() - "# EOF\n".len());
         }
@@ -672,16 +613,14 @@ impl Metrics {
     }
 
     /// The `operator_<kind>_…` families of a provider's node-class kind, named by its Kubernetes kind
-    /// (`ToyNodeClass` → `operator_toynodeclass_…`), for a provider whose node classes the operator takes
-    /// through a registration rather than a type: the declared families when [`StatusKind`] declares the kind
-    /// (their buckets and documentation), else families registered on first use with the Prometheus client's
-    /// default buckets (what upstream's operator package gives a provider's kind) and no object labels. Asking
-    /// again shares the series. `None` when the kind is one of the core kinds (NodeClaim, NodePool, Node), whose
-    /// families are not a node class's.
+    /// (`ToyNodeClass` → `operator_toynodeclass_…`; the operator takes the kind from the provider's
+    /// registration): registered on first use with the Prometheus client's default buckets (what upstream's
+    /// operator package gives a provider's kind) and no object labels. Asking again shares the series. `None`
+    /// when the kind is one of the core kinds (NodeClaim, NodePool, Node), whose families are not a node class's.
     pub fn node_class_status_conditions(&self, kind: &str) -> Option<StatusConditionMetrics> {
         let name = kind.to_lowercase();
-        if let Some(declared) = StatusKind::ALL.into_iter().find(|k| k.metric_name() == name) {
-            return declared.is_node_class().then(|| self.status_conditions(declared).clone());
+        if StatusKind::ALL.into_iter().any(|k| k.metric_name() == name) {
+            return None;
         }
         let mut node_classes = self.node_class_status.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let NodeClassStatusFamilies { registry, by_kind } = &mut *node_classes;
@@ -714,14 +653,11 @@ pub enum StatusKind {
     NodePool,
     /// `operator_node_…`.
     Node,
-    /// `operator_ec2nodeclass_…` (the AWS provider): declared here so docs/metrics.md lists its families;
-    /// recorded through [`Metrics::node_class_status_conditions`] like any provider's node-class kind.
-    EC2NodeClass,
 }
 
 impl StatusKind {
     /// Every kind, in declaration order.
-    pub const ALL: [StatusKind; 4] = [Self::NodeClaim, Self::NodePool, Self::Node, Self::EC2NodeClass];
+    pub const ALL: [StatusKind; 3] = [Self::NodeClaim, Self::NodePool, Self::Node];
 
     /// The lower-cased kind in the metric names.
     pub fn metric_name(self) -> &'static str {
@@ -729,7 +665,6 @@ impl StatusKind {
             Self::NodeClaim => "nodeclaim",
             Self::NodePool => "nodepool",
             Self::Node => "node",
-            Self::EC2NodeClass => "ec2nodeclass",
         }
     }
 
@@ -742,30 +677,20 @@ impl StatusKind {
         match self {
             Self::NodeClaim => &[POOL],
             Self::Node => &[POOL, INITIALIZED],
-            Self::NodePool | Self::EC2NodeClass => &[],
+            Self::NodePool => &[],
         }
     }
 
-    /// Whether this is a provider's node-class kind (not one of the core kinds).
-    pub fn is_node_class(self) -> bool {
-        !matches!(self, Self::NodeClaim | Self::NodePool | Self::Node)
-    }
-
-    /// Whether the series also carry the object's node class labels (`karpenter_k8s_aws_ec2nodeclass` for the
-    /// AWS provider, `karpenter_kwok_sh_kwoknodeclass` for kwok): NodeClaims and Nodes, as upstream.
+    /// Whether the series also carry the object's node class labels (one per node-class kind of the provider,
+    /// e.g. `karpenter_kwok_sh_kwoknodeclass` for kwok): NodeClaims and Nodes, as upstream.
     pub fn carries_node_class_labels(self) -> bool {
         matches!(self, Self::NodeClaim | Self::Node)
     }
-
-    /// The histogram buckets upstream gives this kind: 0.5 s doubling to 8192 s for the core kinds (conditions
-    /// and terminations take minutes to hours), the Prometheus client's defaults for a provider's node classes
-    /// (upstream's AWS provider sets none).
-    pub fn buckets(self) -> &'static [f64] {
-        if self.is_node_class() { PROMETHEUS_DEFAULT_BUCKETS } else { STATUS_BUCKETS }
-    }
 }
 
-/// Buckets of the NodeClaim, NodePool and Node status-condition and termination histograms, in seconds.
+/// Buckets of the NodeClaim, NodePool and Node status-condition and termination histograms, in seconds: 0.5 s
+/// doubling to 8192 s, as upstream (conditions and terminations take minutes to hours). A provider's node-class
+/// kinds get [`PROMETHEUS_DEFAULT_BUCKETS`] ([`Metrics::node_class_status_conditions`]).
 pub const STATUS_BUCKETS: &[f64] =
     &[0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0];
 /// The Prometheus client libraries' default buckets, in seconds.
@@ -867,8 +792,7 @@ impl StatusConditionMetrics {
     }
 
     fn register(registry: &mut Registry, kind: StatusKind) -> Self {
-        let buckets: fn() -> Histogram = if kind.is_node_class() { default_histogram } else { status_histogram };
-        Self::register_specs(registry, Self::specs(kind), buckets)
+        Self::register_specs(registry, Self::specs(kind), status_histogram)
     }
 
     fn register_specs(registry: &mut Registry, specs: [StatusSpec; 6], buckets: fn() -> Histogram) -> Self {
@@ -891,7 +815,17 @@ impl StatusConditionMetrics {
     }
 
     fn descriptors(kind: StatusKind) -> Vec<MetricDescriptor> {
-        Self::specs(kind)
+        Self::describe(Self::specs(kind))
+    }
+
+    /// The families of a provider's node-class kind as [`Metrics::node_class_status_conditions`] registers them
+    /// (`kind` as Kubernetes names it), for the reference.
+    pub fn node_class_descriptors(kind: &str) -> Vec<MetricDescriptor> {
+        Self::describe(Self::specs_of(&kind.to_lowercase(), Vec::new(), false))
+    }
+
+    fn describe(specs: [StatusSpec; 6]) -> Vec<MetricDescriptor> {
+        specs
             .into_iter()
             .map(|(name, kind, labels, help)| MetricDescriptor { name, kind, labels, dynamic_labels: false, help })
             .collect()
@@ -926,6 +860,9 @@ impl StatusConditionMetrics {
 /// One status-condition family as declared: full name, type, labels, help.
 type StatusSpec = (String, MetricType, Vec<&'static str>, String);
 
+/// The heading of the reference's list of the families a provider adds.
+const PROVIDER_FAMILIES_HEADING: &str = "## Families of a provider";
+
 /// The `[not-emitted]` section of `metrics_upstream/v1.15.txt`: (upstream family, why we do not serve it).
 fn upstream_not_emitted() -> Vec<(&'static str, &'static str)> {
     let list = include_str!("metrics_upstream/v1.15.txt");
@@ -942,13 +879,42 @@ fn upstream_not_emitted() -> Vec<(&'static str, &'static str)> {
         .collect()
 }
 
-/// The generated part of `docs/metrics.md` (the table of every declared family and the reason codes of
-/// `karpenter_voluntary_disruption_candidates_skipped_total`, given as data: they are the disruption verdicts'
-/// codes, which this crate does not know); the hand-written prose around it stays, and karpenter-operator's
-/// `tests/metrics_docs.rs` tests the checked-in copy for drift.
-pub fn reference_markdown(verdict_codes: &[&str]) -> String {
+/// What a provider adds to the registry, as the reference lists it.
+#[derive(Debug, Clone, Copy)]
+pub struct ProviderReference<'a> {
+    /// The provider's name (its `--provider` value).
+    pub provider: &'a str,
+    /// The families it declares and records itself ([`ProviderFamily`]).
+    pub families: &'a [ProviderFamily],
+    /// Its node-class kinds whose status conditions the operator records, as Kubernetes names them
+    /// ([`Metrics::node_class_status_conditions`]).
+    pub status_kinds: &'a [String],
+}
+
+impl ProviderReference<'_> {
+    fn descriptors(&self) -> Vec<MetricDescriptor> {
+        let status = self.status_kinds.iter().flat_map(|k| StatusConditionMetrics::node_class_descriptors(k));
+        self.families.iter().map(ProviderFamily::descriptor).chain(status).collect()
+    }
+}
+
+/// The generated part of `docs/metrics.md`: the table of every family the core declares and `providers` add,
+/// and the reason codes of `karpenter_voluntary_disruption_candidates_skipped_total` (given as data: they are the
+/// disruption verdicts' codes, which this crate does not know). The hand-written prose around it stays; the
+/// binary, which knows every provider, tests the checked-in copy for drift
+/// (`bins/karpenter-controller/src/metrics_reference.rs`).
+pub fn reference_markdown(verdict_codes: &[&str], providers: &[ProviderReference<'_>]) -> String {
     let mut out = String::from("| Metric | Type | Labels | Description |\n|---|---|---|---|\n");
-    for d in Metrics::descriptors() {
+    let mut descriptors = Metrics::descriptors();
+    for provider in providers {
+        for d in provider.descriptors() {
+            if !descriptors.iter().any(|known| known.name == d.name) {
+                descriptors.push(d);
+            }
+        }
+    }
+    descriptors.sort_by(|a, b| a.name.cmp(&b.name));
+    for d in descriptors {
         let mut labels = d.labels.iter().map(|l| format!("`{l}`")).collect::<Vec<_>>().join(", ");
         if d.dynamic_labels {
             labels.push_str(", + well-known node labels");
@@ -977,6 +943,19 @@ pub fn reference_markdown(verdict_codes: &[&str]) -> String {
     );
     for (family, why) in NOT_SAMPLED_ON_THE_KWOK_PLANE {
         out.push_str(&format!("- `{family}`: {why}\n"));
+    }
+    out.push_str(&format!(
+        "\n{PROVIDER_FAMILIES_HEADING}\n\n\
+         A controller has these only when it runs the provider named: the provider's own families (declared by its \
+         crate: `crates/karpenter-runtime/src/metrics/provider.rs`) and the status-condition families of its \
+         node-class kinds the operator records. The kwok real-plane run, whose provider has neither, does not \
+         look for them:\n\n"
+    ));
+    let mut by_provider: Vec<(String, &str)> =
+        providers.iter().flat_map(|p| p.descriptors().into_iter().map(move |d| (d.name, p.provider))).collect();
+    by_provider.sort();
+    for (family, provider) in by_provider {
+        out.push_str(&format!("- `{family}`: `--provider {provider}`\n"));
     }
     out.push_str(
         "\n## Upstream families not served\n\n\
@@ -1048,12 +1027,22 @@ mod tests {
         out
     }
 
-    /// (name, type, labels) from the checked-in docs/metrics.md table.
+    /// (name, type, labels) from the checked-in docs/metrics.md table, but for the families a provider adds
+    /// (listed under [`PROVIDER_FAMILIES_HEADING`]), which the core registry does not serve.
     fn parse_docs() -> BTreeSet<(String, String, Vec<String>, bool)> {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/metrics.md");
         let text = std::fs::read_to_string(path).expect("docs/metrics.md (UPDATE_DOCS=1 to create it)");
+        let providers: BTreeSet<&str> = text
+            .split_once(PROVIDER_FAMILIES_HEADING)
+            .map(|(_, rest)| rest.split("\n## ").next().unwrap_or_default())
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.strip_prefix("- `")?.split('`').next())
+            .collect();
+        assert!(!providers.is_empty(), "docs/metrics.md lists the families a provider adds");
         text.lines()
             .filter(|l| l.starts_with("| `"))
+            .filter(|l| !providers.contains(l.trim_start_matches("| `").split('`').next().unwrap_or_default()))
             .map(|l| {
                 let cells: Vec<&str> = l.split(" | ").collect();
                 let name = cells[0].trim_start_matches("| ").trim_matches('`').to_string();
@@ -1100,6 +1089,7 @@ mod tests {
         let mut section = "";
         let mut upstream: BTreeMap<String, (String, BTreeSet<String>, bool)> = BTreeMap::new();
         let mut beyond: BTreeMap<String, (String, BTreeSet<String>, bool)> = BTreeMap::new();
+        let mut provider: BTreeMap<String, (String, BTreeSet<String>, bool)> = BTreeMap::new();
         let mut not_emitted: BTreeMap<String, String> = BTreeMap::new();
         for line in list.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
             if line.starts_with('[') {
@@ -1128,6 +1118,7 @@ mod tests {
             let target = match section {
                 "[upstream]" => &mut upstream,
                 "[beyond-upstream]" => &mut beyond,
+                "[provider]" => &mut provider,
                 other => panic!("unknown section {other:?}"),
             };
             assert!(target.insert((*name).to_owned(), entry).is_none(), "{name} listed twice");
@@ -1146,6 +1137,12 @@ mod tests {
             assert_eq!((served_kind, served_labels), (kind, labels), "{name}: type and labels");
             assert_eq!(dynamic.contains(name), *node_labels, "{name}: the well-known node labels");
         }
+        // A provider's families are its crate's to declare (the binary checks them against this list).
+        for name in provider.keys() {
+            assert!(!served.contains_key(name), "{name} is listed as a provider's but the core serves it");
+            assert!(!upstream.contains_key(name) && !beyond.contains_key(name), "{name} is in two sections");
+        }
+        assert!(!provider.is_empty(), "the [provider] section");
         for name in not_emitted.keys() {
             assert!(!served.contains_key(name), "{name} is listed as not emitted but is served");
             assert!(!upstream.contains_key(name) && !beyond.contains_key(name), "{name} is in two sections");
@@ -1195,7 +1192,9 @@ mod tests {
             ["type", "status", "karpenter_sh_nodepool", "karpenter_sh_initialized"]
         );
         assert_eq!(find("operator_nodepool_status_condition_transitions_total").labels, ["type", "status", "reason"]);
-        assert_eq!(find("operator_ec2nodeclass_termination_current_time_seconds").labels, ["name", "namespace"]);
+        let node_class = StatusConditionMetrics::node_class_descriptors("ToyNodeClass");
+        let find_class = |n: &str| node_class.iter().find(|m| m.name == n).unwrap_or_else(|| panic!("{n} missing"));
+        assert_eq!(find_class("operator_toynodeclass_termination_current_time_seconds").labels, ["name", "namespace"]);
         assert!(find("operator_nodepool_termination_duration_seconds").labels.is_empty());
         for kind in StatusKind::ALL {
             for (key, name) in kind.object_labels() {
@@ -1205,7 +1204,7 @@ mod tests {
         assert_eq!(prometheus_label_name("karpenter.k8s.aws/ec2nodeclass"), "karpenter_k8s_aws_ec2nodeclass");
         assert_eq!(STATUS_BUCKETS.len(), 15);
         assert!(STATUS_BUCKETS.windows(2).all(|w| w[1] == 2.0 * w[0]), "doubling from 0.5 s");
-        assert_eq!(find("operator_ec2nodeclass_termination_duration_seconds").kind, MetricType::Histogram);
+        assert_eq!(find_class("operator_toynodeclass_termination_duration_seconds").kind, MetricType::Histogram);
         for m in &d {
             assert!(
                 ["karpenter_", "operator_", "controller_runtime_", "workqueue_"].iter().any(|p| m.name.starts_with(p)),
@@ -1243,8 +1242,8 @@ mod tests {
             "operator_toynodeclass_status_condition_transition_seconds_bucket{le=\"0.25\",type=\"Ready\"} 1"
         ));
         assert!(text.ends_with("# EOF\n") && text.matches("# EOF").count() == 1, "one exposition");
-        // A declared kind answers with its declared families; a core kind is not a node class.
-        let declared = metrics.node_class_status_conditions("EC2NodeClass").expect("declared");
+        // Each kind gets its own families once; a core kind is not a node class.
+        let declared = metrics.node_class_status_conditions("EC2NodeClass").expect("a node-class kind");
         declared.count().get_or_create(&series).set(1.0);
         assert!(metrics.render().contains("operator_ec2nodeclass_status_condition_count{"));
         assert_eq!(metrics.render().matches("# TYPE operator_ec2nodeclass_status_condition_count ").count(), 1);

@@ -415,10 +415,12 @@ impl<'a> Solver<'a> {
         let (pod, existing, topology) = (&self.pods[i], &self.existing, &self.topology);
         let fits = |n: usize| {
             let node = &existing[n];
-            pod.tolerates(relax, &node.taints).is_ok()
+            // Every check is pure, so their order changes no answer; the cheapest and most selective (room, on
+            // nodes that fill up) goes first.
+            pod.requests.fits(&node.available)
+                && pod.tolerates(relax, node.taints.iter()).is_ok()
                 && node.volumes.check(&pod.volumes.claims).is_ok()
                 && node.ports.conflicts(&pod.host_ports).is_ok()
-                && pod.requests.fits(&node.available)
                 && node.requirements.compatible_ok(reqs, &NoKeys)
                 && first_compatible(&pod.volumes.alternatives, &node.requirements, &NoKeys).is_ok()
                 // The node must carry the domain the topology narrows it to: a node without the topology key's

@@ -43,13 +43,15 @@
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
 
 use karpenter_api::{CompactPod, ProviderLabels};
 use karpenter_requirements::ResourceList;
+use rustc_hash::FxHashSet;
 
 use crate::decision::{Decisions, PodKey, UnschedulablePod, UnschedulableReason};
 use crate::default_spread::DefaultSpread;
-use crate::scheduler::pods::{PodData, pods_data};
+use crate::scheduler::pods::{PodData, PodMemory, pods_data};
 use crate::scheduler::templates::{ExistingNode, daemons};
 use crate::scheduler::volumes::VolumeIndex;
 use crate::scheduler::{Base, PoolInput, SchedulerOptions, Solver};
@@ -74,6 +76,12 @@ pub struct Simulator<'a> {
     prefix_ok: bool,
     /// The snapshot without nodes and pods, for solves of simple pods (see [`Simulator::simulate`]).
     lean: ClusterSnapshot,
+    /// Addresses of the snapshot's bound pods: a view's pod found here lives (in place) as long as the simulator,
+    /// so its parse is kept in `parsed` for the next view that places it.
+    bound: FxHashSet<usize>,
+    /// Bound pods parsed for earlier views. Disruption places each candidate's pods in many what-ifs; parsing
+    /// them (their quantities above all) once per view was a fifth of a consolidation pass.
+    parsed: Mutex<PodMemory>,
 }
 
 impl std::fmt::Debug for Simulator<'_> {
@@ -140,7 +148,32 @@ impl<'a> Simulator<'a> {
                 .any(|p| p.spec.affinity.as_ref().and_then(|a| a.pod_anti_affinity.as_ref()).is_some());
         let lean = ClusterSnapshot { namespaces: snapshot.namespaces.clone(), ..Default::default() };
         let fewest_nodes_options = SchedulerOptions { upstream_packing: true, ..options.clone() };
-        Simulator { provider, options, fewest_nodes_options, base, volumes, pending, index, prefix_ok, lean }
+        let bound = snapshot.bound_pods.iter().map(|p| address(p)).collect();
+        Simulator {
+            provider,
+            options,
+            fewest_nodes_options,
+            base,
+            volumes,
+            pending,
+            index,
+            prefix_ok,
+            lean,
+            bound,
+            parsed: Mutex::default(),
+        }
+    }
+
+    /// The view's pods, parsed: the snapshot's bound pods from (and into) the simulator's memory, others afresh.
+    /// A pod's data does not depend on the view (its spread defaults come from the snapshot and the config), so
+    /// a remembered parse is the one a fresh parse would give.
+    fn view_pods<'v>(&self, pods: &[&'v CompactPod]) -> Vec<PodData<'v>> {
+        let mut spread = DefaultSpread::new(&self.options.scheduler_config, self.base.snapshot);
+        if !pods.iter().all(|p| self.bound.contains(&address(p))) {
+            return pods_data(pods.iter().copied(), self.provider, &self.volumes, &mut spread);
+        }
+        let mut memory = self.parsed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        pods.iter().map(|pod| memory.data(pod, self.provider, &self.volumes, &mut spread)).collect()
     }
 
     /// Whether `name` is an existing node or in-flight claim the simulator knows (marked-for-deletion nodes are
@@ -180,8 +213,7 @@ impl<'a> Simulator<'a> {
         if !view.skip_pending {
             pods.extend(self.pending.iter().cloned());
         }
-        let mut spread = DefaultSpread::new(&self.options.scheduler_config, self.base.snapshot);
-        pods.extend(pods_data(view.pods.iter().copied(), self.provider, &self.volumes, &mut spread));
+        pods.extend(self.view_pods(&view.pods));
         // The element-wise smallest request: nodes that cannot hold it cannot hold any pod.
         let mut smallest: Option<ResourceList> = None;
         for p in pods.iter().filter(|p| p.error.is_none()) {
@@ -300,6 +332,11 @@ fn simple(pod: &CompactPod) -> bool {
                 .as_ref()
                 .is_none_or(|r| r.node_selector_terms.len() <= 1)
     })
+}
+
+/// A pod's address: the key of a bound pod in [`Simulator`]'s memory (stable while the snapshot is borrowed).
+fn address(pod: &CompactPod) -> usize {
+    std::ptr::from_ref(pod) as usize
 }
 
 /// `namespace/name` of a pod, as simulations name pods.

@@ -8,6 +8,7 @@ use karpenter_api::ProviderLabels;
 use karpenter_api::condition::{Condition, Conditions};
 use karpenter_api::crd::KarpenterCrd;
 use karpenter_api::node_class_api::TypedNodeClassApi;
+use karpenter_api::nodeclaim::NodeClassReference;
 use karpenter_api::validation::{Validate, ValidationContext, Violations};
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -27,9 +28,13 @@ pub const MAX_REGION_LEN: usize = 32;
 pub const NAME: &str = "toy";
 
 /// The toy cloud's labels: the core well-known set, and its API group as a restricted label domain (a NodePool
-/// may not set `karpenter.toy.example/*` labels; the cloud owns them).
+/// may not set `karpenter.toy.example/*` labels; the cloud owns them). One key of that domain is well-known: the
+/// node-class label `karpenter.toy.example/toynodeclass`, which the scheduler puts in every NodeClaim's
+/// requirements (the NodeClaim CRD generated with these labels would refuse the claims otherwise).
 pub fn labels() -> ProviderLabels {
-    ProviderLabels::new(NAME).with_restricted_domain(GROUP)
+    ProviderLabels::new(NAME)
+        .with_restricted_domain(GROUP)
+        .with_well_known([NodeClassReference::new(GROUP, KIND, "").label_key()])
 }
 
 /// Where and how much the toy cloud launches for the NodePools that name this class.
@@ -130,6 +135,16 @@ mod tests {
 
     fn paths(c: &ToyNodeClass) -> Vec<String> {
         c.problems().into_iter().map(|v| v.to_string()).collect()
+    }
+
+    /// The domain is the cloud's, except the node-class label the scheduler writes into every NodeClaim's
+    /// requirements (karpenter-controller's tests/toy_provider.rs saw the API server refuse the claims without it).
+    #[test]
+    fn the_node_class_label_is_the_one_well_known_key_of_the_restricted_domain() {
+        let labels = labels();
+        assert!(labels.is_restricted("karpenter.toy.example/size"));
+        assert!(!labels.is_restricted("karpenter.toy.example/toynodeclass"));
+        assert_eq!(labels.well_known.iter().collect::<Vec<_>>(), ["karpenter.toy.example/toynodeclass"]);
     }
 
     #[test]

@@ -79,9 +79,12 @@ async fn describe(client: &kube::Client) -> String {
 #[tokio::test(start_paused = true)]
 async fn the_operator_launches_a_pending_pod_on_the_toy_cloud() {
     let clock = Arc::new(TokioClock::starting_at(Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap()));
-    // The server serves Karpenter's kinds and the toy cloud's, from the CRDs each crate generates.
-    let mut crds = Registry::karpenter().crds().to_vec();
-    crds.extend(karpenter_example_toy_cloud::crds());
+    // The server serves Karpenter's kinds and the toy cloud's, generated with the toy cloud's labels as a binary
+    // prints them (`crds --provider toy`): the NodeClaim CRD then enforces the toy's restricted label domain.
+    let crds = karpenter_api::node_class_api::crds_with(
+        &karpenter_example_toy_cloud::labels(),
+        &karpenter_example_toy_cloud::node_class_apis(),
+    );
     let server = ApiServer::builder().clock(clock.clone()).registry(Registry::with_crds(crds)).build();
     let client = server.client();
 

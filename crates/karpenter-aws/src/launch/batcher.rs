@@ -28,6 +28,7 @@ use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
 use crate::api_error::{AwsApiError, AwsErrorKind};
+use crate::metrics::AwsMetrics;
 use crate::launch::fleet::{
     CreateFleetRequest, CreateFleetResponse, DescribeInstancesRequest, Ec2Instance, FleetApi, NODE_CLAIM_TAG,
     TerminatingInstance,

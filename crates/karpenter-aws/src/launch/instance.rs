@@ -33,6 +33,7 @@ use karpenter_requirements::{
 use karpenter_runtime::metrics::Metrics;
 
 use crate::api_error::{AwsApiError, AwsErrorKind};
+use crate::metrics::AwsMetrics;
 use crate::instancetype::resources as extended;
 use crate::launch::batcher::{
     BatchWindow, CREATE_FLEET_BATCHER, DescribeBatcher, FleetBatcher, TerminateBatcher, create_fleet, fleet_batcher,
@@ -345,7 +346,9 @@ impl InstanceProvider {
     /// batch of the CreateFleet, DescribeInstances and TerminateInstances batchers
     /// (`karpenter_cloudprovider_batcher_batch_size`, `…_batch_time_seconds`). Call it while building the
     /// provider: the batchers are replaced by new ones (requests waiting in the old ones still run, unrecorded).
+    /// The AWS provider's families ([`crate::metrics::FAMILIES`]) are declared in `metrics` now.
     pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        crate::metrics::declare(&metrics);
         let api = &self.api;
         self.fleet = Arc::new(
             fleet_batcher(api.clone(), self.windows.create_fleet).with_metrics(CREATE_FLEET_BATCHER, metrics.clone()),

@@ -49,7 +49,7 @@ pub(crate) struct PodFacts<'a> {
     pub key: PodKey,
     /// `metadata.uid`; the key stands in when it is missing.
     uid: Option<&'a str>,
-    spec: Arc<SpecFacts<'a>>,
+    spec: Arc<SpecFacts>,
     /// The default topology spread constraints the simulation gives this pod (it has none of its own).
     default_spread: Option<Arc<[TopologySpreadConstraint]>>,
     /// The pod's class for the solver's memory of existing nodes that turned such pods down, computed on first
@@ -77,14 +77,16 @@ impl PodFacts<'_> {
 /// the cluster state gives equal specs one `Arc`, so the replicas of a workload share one parse. At 40,000
 /// pending replicas a parse of each was ~17 MiB per pass.
 #[derive(Debug, Default)]
-pub(crate) struct SpecFacts<'a> {
+pub(crate) struct SpecFacts {
     pub requests: ResourceList,
     pub node_selector: Requirements,
     /// Required node-affinity terms (ORed), each already intersected with nothing else.
     pub required_terms: Vec<Requirements>,
     /// Preferred node-affinity terms, heaviest first (stable among equal weights).
     pub preferred: Vec<Requirements>,
-    pub tolerations: &'a [Toleration],
+    /// The spec itself (shared with the pods), for its tolerations: borrowing nothing, a parse can outlive one
+    /// solve's borrow of its pods (see [`PodMemory`]).
+    pod_spec: Arc<PodSpec>,
     pub host_ports: Vec<HostPort>,
     /// Volume topology alternatives (empty: none) and (CSI driver, claim) pairs.
     pub volumes: PodVolumes,
@@ -97,10 +99,17 @@ impl<'a> Deref for PodData<'a> {
     }
 }
 
-impl<'a> Deref for PodFacts<'a> {
-    type Target = SpecFacts<'a>;
-    fn deref(&self) -> &SpecFacts<'a> {
+impl Deref for PodFacts<'_> {
+    type Target = SpecFacts;
+    fn deref(&self) -> &SpecFacts {
         &self.spec
+    }
+}
+
+impl SpecFacts {
+    /// The spec's tolerations.
+    pub fn tolerations(&self) -> &[Toleration] {
+        self.pod_spec.tolerations.as_deref().unwrap_or(&[])
     }
 }
 
@@ -163,7 +172,7 @@ impl PodData<'_> {
     /// Whether the pod tolerates `taints` (PreferNoSchedule ones too, unless relaxed away).
     pub fn tolerates<'t>(&self, relax: &Relaxation, taints: impl IntoIterator<Item = &'t Taint>) -> Result<(), String> {
         let skip_pns = relax.tolerate_prefer_no_schedule;
-        tolerates_all(self.tolerations, taints.into_iter().filter(|t| !(skip_pns && t.effect == "PreferNoSchedule")))
+        tolerates_all(self.tolerations(), taints.into_iter().filter(|t| !(skip_pns && t.effect == "PreferNoSchedule")))
             .map_err(|e| e.taint)
     }
 }
@@ -180,6 +189,9 @@ pub(crate) fn requests_with_pod_count(pod: &CompactPod) -> Result<ResourceList, 
     Ok(r)
 }
 
+/// A spec's parse in one namespace and why its pods cannot be handled, if they cannot.
+type Parsed = (Arc<SpecFacts>, Option<UnschedulableReason>);
+
 /// Parses pending pods, each distinct (spec, namespace) once, and gives them their default spread constraints.
 /// Never fails: a pod's problems end up in its `error`.
 pub(crate) fn pods_data<'a>(
@@ -188,9 +200,8 @@ pub(crate) fn pods_data<'a>(
     volumes: &VolumeIndex<'_>,
     spread: &mut DefaultSpread<'_>,
 ) -> Vec<PodData<'a>> {
-    type Parsed<'a> = (Arc<SpecFacts<'a>>, Option<UnschedulableReason>);
     let pods = pods.into_iter();
-    let mut parsed: FxHashMap<(*const PodSpec, Option<&'a str>), Parsed<'a>> =
+    let mut parsed: FxHashMap<(*const PodSpec, Option<&'a str>), Parsed> =
         FxHashMap::with_capacity_and_hasher(pods.size_hint().0, Default::default());
     pods.map(|pod| {
         let key = (Arc::as_ptr(&pod.spec), pod.metadata.namespace.as_deref());
@@ -200,15 +211,73 @@ pub(crate) fn pods_data<'a>(
     .collect()
 }
 
+/// Parsed pods kept across solves (a [`crate::simulation::Simulator`]'s memory of the bound pods its views
+/// place), keyed by the pod's address and, for the shared parse of a spec, the spec's address and the namespace.
+/// Nothing here borrows the pods, so a simulator holding it stays covariant in its snapshot's lifetime; the
+/// caller passes only pods that stay alive and in place while the memory lives, so an address names one pod.
+#[derive(Debug, Default)]
+pub(crate) struct PodMemory {
+    pods: FxHashMap<usize, RememberedPod>,
+    /// Per spec address, the parse in each namespace its pods were in.
+    specs: FxHashMap<usize, Vec<(Option<String>, Parsed)>>,
+}
+
+/// What a pod's data holds beyond the pod itself.
+#[derive(Debug)]
+struct RememberedPod {
+    key: PodKey,
+    spec: Arc<SpecFacts>,
+    error: Option<UnschedulableReason>,
+    default_spread: Option<Arc<[TopologySpreadConstraint]>>,
+}
+
+impl PodMemory {
+    /// `pod`'s data as [`pods_data`] gives it, parsed on the first call for the pod and remembered.
+    pub(crate) fn data<'a>(
+        &mut self,
+        pod: &'a CompactPod,
+        provider: &ProviderLabels,
+        volumes: &VolumeIndex<'_>,
+        spread: &mut DefaultSpread<'_>,
+    ) -> PodData<'a> {
+        let address = std::ptr::from_ref(pod) as usize;
+        let specs = &mut self.specs;
+        let known = self.pods.entry(address).or_insert_with(|| {
+            let namespace = pod.metadata.namespace.as_deref();
+            let shared = specs.entry(Arc::as_ptr(&pod.spec) as usize).or_default();
+            let (spec, error) = match shared.iter().find(|(ns, _)| ns.as_deref() == namespace) {
+                Some((_, parsed)) => parsed.clone(),
+                None => {
+                    let parsed = parse_spec(pod, provider, volumes);
+                    shared.push((namespace.map(str::to_owned), parsed.clone()));
+                    parsed
+                }
+            };
+            RememberedPod { key: PodKey::of(pod), spec, error, default_spread: spread.for_pod(pod) }
+        });
+        assemble(pod, known.key.clone(), known.spec.clone(), known.error.clone(), known.default_spread.clone())
+    }
+}
+
 fn with_spec<'a>(
     pod: &'a CompactPod,
-    spec: Arc<SpecFacts<'a>>,
+    spec: Arc<SpecFacts>,
+    error: Option<UnschedulableReason>,
+    default_spread: Option<Arc<[TopologySpreadConstraint]>>,
+) -> PodData<'a> {
+    assemble(pod, PodKey::of(pod), spec, error, default_spread)
+}
+
+fn assemble<'a>(
+    pod: &'a CompactPod,
+    key: PodKey,
+    spec: Arc<SpecFacts>,
     error: Option<UnschedulableReason>,
     default_spread: Option<Arc<[TopologySpreadConstraint]>>,
 ) -> PodData<'a> {
     let facts = PodFacts {
         pod,
-        key: PodKey::of(pod),
+        key,
         uid: pod.metadata.uid.as_deref(),
         spec,
         default_spread,
@@ -218,22 +287,19 @@ fn with_spec<'a>(
 }
 
 /// Parses what `pod`'s spec says in its namespace (everything [`SpecFacts`] holds depends on nothing else).
-fn parse_spec<'a>(
-    pod: &'a CompactPod,
+fn parse_spec(
+    pod: &CompactPod,
     provider: &ProviderLabels,
     volumes: &VolumeIndex<'_>,
-) -> (Arc<SpecFacts<'a>>, Option<UnschedulableReason>) {
-    let mut facts = SpecFacts {
-        tolerations: pod.spec.tolerations.as_deref().unwrap_or(&[]),
-        host_ports: spec_host_ports(&pod.spec),
-        ..Default::default()
-    };
+) -> (Arc<SpecFacts>, Option<UnschedulableReason>) {
+    let mut facts =
+        SpecFacts { pod_spec: pod.spec.clone(), host_ports: spec_host_ports(&pod.spec), ..Default::default() };
     let error = fill(&mut facts, pod, provider, volumes).err();
     (Arc::new(facts), error)
 }
 
 fn fill(
-    data: &mut SpecFacts<'_>,
+    data: &mut SpecFacts,
     pod: &CompactPod,
     provider: &ProviderLabels,
     volumes: &VolumeIndex<'_>,

@@ -563,12 +563,15 @@ pub fn remaining_limits(
 
 /// An existing node or in-flight NodeClaim, as a place for pods.
 #[derive(Debug, Clone)]
+///
+/// What a solve never changes (requirements, taints, volume limits) is shared: a disruption pass clones the
+/// offered nodes into each of its what-ifs, and copying those per clone was most of a clone's cost.
 pub(crate) struct ExistingNode {
     pub name: String,
     pub in_flight: bool,
     pub initialized: bool,
-    pub requirements: Requirements,
-    pub taints: Vec<Taint>,
+    pub requirements: Arc<Requirements>,
+    pub taints: Arc<[Taint]>,
     /// allocatable − bound pods − remaining DaemonSet overhead.
     pub available: ResourceList,
     pub ports: HostPortUsage,
@@ -654,8 +657,10 @@ pub(crate) fn existing_nodes(
         let bound: Vec<&CompactPod> = pods_on(&n.name);
         let mut used = ResourceList::new();
         let mut ports = HostPortUsage::new();
-        let mut volumes =
-            VolumeUsage { limits: snapshot.csi_limits.get(&n.name).cloned().unwrap_or_default(), ..Default::default() };
+        let mut volumes = VolumeUsage {
+            limits: Arc::new(snapshot.csi_limits.get(&n.name).cloned().unwrap_or_default()),
+            ..Default::default()
+        };
         for p in &bound {
             if let Ok(r) = requests_with_pod_count(p) {
                 used = used.add(&r);
@@ -673,8 +678,8 @@ pub(crate) fn existing_nodes(
             in_flight: false,
             initialized: n.initialized,
             available: n.allocatable.sub(&used).sub(&daemon),
-            requirements: reqs,
-            taints,
+            requirements: Arc::new(reqs),
+            taints: taints.into(),
             ports,
             volumes,
             pods: Vec::new(),
@@ -702,8 +707,8 @@ pub(crate) fn existing_nodes(
             in_flight: true,
             initialized: false,
             available: c.allocatable.sub(&used).sub(&daemon),
-            requirements: reqs,
-            taints,
+            requirements: Arc::new(reqs),
+            taints: taints.into(),
             ports: HostPortUsage::new(),
             volumes: VolumeUsage::default(),
             pods: Vec::new(),

@@ -351,7 +351,7 @@ impl Builder<'_> {
                 }
             }
             if c.node_taints_policy.as_deref() == Some("Honor") {
-                filter.tolerations = Some(data.tolerations.to_vec());
+                filter.tolerations = Some(data.tolerations().to_vec());
             }
             let filter = (!filter.terms.is_empty() || filter.tolerations.is_some()).then_some(filter);
             let g = self.group(

@@ -1,6 +1,7 @@
 //! Volumes: volume topology alternatives and CSI volume limits.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -320,13 +321,18 @@ pub(crate) fn attach_limit_error(its: &[&InstanceType], counts: &BTreeMap<&str, 
 #[derive(Debug, Default, Clone)]
 pub(crate) struct VolumeUsage {
     pub used: BTreeMap<String, BTreeSet<String>>,
-    pub limits: BTreeMap<String, i32>,
+    /// Shared by the clones of the node (a solve never changes them).
+    pub limits: Arc<BTreeMap<String, i32>>,
 }
 
 impl VolumeUsage {
     /// Whether adding `claims` stays within the limits.
     pub fn check(&self, claims: &[(String, String)]) -> Result<(), String> {
-        for (driver, limit) in &self.limits {
+        // No claim adds no attachment (and most pods have none: this runs for every node a pod is tried on).
+        if claims.is_empty() {
+            return Ok(());
+        }
+        for (driver, limit) in self.limits.iter() {
             let mut set: BTreeSet<&str> = self.used.get(driver).into_iter().flatten().map(String::as_str).collect();
             let before = set.len();
             for (d, c) in claims {
