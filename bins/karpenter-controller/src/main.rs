@@ -58,10 +58,10 @@ mod build_info;
 mod decision_settings_tests;
 mod inputs;
 mod kwok_kubelet;
-mod providers;
-mod run;
 #[cfg(test)]
 mod metrics_reference;
+mod providers;
+mod run;
 #[cfg(test)]
 mod settings_reference;
 mod simulate;

@@ -28,11 +28,11 @@ use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
 use crate::api_error::{AwsApiError, AwsErrorKind};
-use crate::metrics::AwsMetrics;
 use crate::launch::fleet::{
     CreateFleetRequest, CreateFleetResponse, DescribeInstancesRequest, Ec2Instance, FleetApi, NODE_CLAIM_TAG,
     TerminatingInstance,
 };
+use crate::metrics::AwsMetrics;
 
 /// The `batcher` label of the CreateFleet batcher's metrics.
 pub const CREATE_FLEET_BATCHER: &str = "create_fleet";

@@ -33,7 +33,6 @@ use karpenter_requirements::{
 use karpenter_runtime::metrics::Metrics;
 
 use crate::api_error::{AwsApiError, AwsErrorKind};
-use crate::metrics::AwsMetrics;
 use crate::instancetype::resources as extended;
 use crate::launch::batcher::{
     BatchWindow, CREATE_FLEET_BATCHER, DescribeBatcher, FleetBatcher, TerminateBatcher, create_fleet, fleet_batcher,
@@ -49,6 +48,7 @@ use crate::launch::template::{
     LaunchTemplate, LaunchTemplateInputs, LaunchTemplateProvider, launch_template_data, launch_template_tags,
 };
 use crate::launch::userdata::{BootstrapConfig, user_data};
+use crate::metrics::AwsMetrics;
 use crate::nodeclass::network::{DEFAULT_FREE_IP_TTL, InFlightSubnets, SUBNET_OUT_OF_ADDRESSES, SubnetIps};
 use crate::nodeclass::reservation::{CapacityReservationProvider, PlacementGroupInfo};
 
