@@ -397,6 +397,44 @@ mod tests {
         );
     }
 
+    /// The simulator's memory (disruption's what-ifs place the same bound pods many times) gives, on the first
+    /// call and on every later one, what a fresh parse of the pods gives: replicas of one spec in two namespaces,
+    /// a pod with requirements and one whose input is an error.
+    #[test]
+    fn a_remembered_parse_is_the_fresh_parse() {
+        let snap = ClusterSnapshot::new();
+        let provider = karpenter_testing::vocabulary::aws();
+        let template = CompactPod::from(pod(PodOptions { requests: [("cpu", "1")].into(), ..Default::default() }));
+        let mut pods: Vec<CompactPod> = (0..3)
+            .map(|i| {
+                let mut p = template.clone();
+                p.metadata.name = Some(format!("p{i}"));
+                p
+            })
+            .collect();
+        pods[2].metadata.namespace = Some("other".into());
+        pods.push(CompactPod::from(pod(PodOptions {
+            node_requirements: vec![requirement("kubernetes.io/arch", "In", &["arm64"])],
+            requests: [("memory", "1Gi")].into(),
+            ..Default::default()
+        })));
+        pods.push(CompactPod::from(pod(PodOptions {
+            node_requirements: vec![requirement("a", "Like", &["x"])],
+            ..Default::default()
+        })));
+        let volumes = VolumeIndex::new(&snap);
+        let config = Default::default();
+        let fresh = pods_data(pods.iter(), &provider, &volumes, &mut DefaultSpread::new(&config, &snap));
+        let mut memory = PodMemory::default();
+        for round in 0..2 {
+            let mut spread = DefaultSpread::new(&config, &snap);
+            let remembered: Vec<PodData<'_>> =
+                pods.iter().map(|p| memory.data(p, &provider, &volumes, &mut spread)).collect();
+            assert_eq!(format!("{remembered:?}"), format!("{fresh:?}"), "round {round}");
+        }
+        assert!(fresh[4].error.is_some(), "the invalid pod's error is part of what is compared");
+    }
+
     #[test]
     fn bad_inputs_are_per_pod_errors() {
         let p = pod(PodOptions { node_requirements: vec![requirement("a", "Like", &["x"])], ..Default::default() });
